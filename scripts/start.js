@@ -1,0 +1,22 @@
+#!/usr/bin/env node
+// `npm start`: build only when the build is older than the sources, then run the main job.
+import { execFileSync, spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as path from "node:path"
+
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), "..")
+const newest = (dir) => {
+  let t = 0
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name)
+    t = Math.max(t, e.isDirectory() ? newest(p) : fs.statSync(p).mtimeMs)
+  }
+  return t
+}
+const built = path.join(root, "dist", "cli", "main.js")
+if (!fs.existsSync(built) || fs.statSync(built).mtimeMs < newest(path.join(root, "src"))) {
+  execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" })
+}
+const args = process.argv.slice(2)
+const result = spawnSync(process.execPath, [built, ...(args.length ? args : ["demo"])], { stdio: "inherit" })
+process.exit(result.status ?? 1)

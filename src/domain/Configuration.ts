@@ -1,0 +1,48 @@
+/**
+ * The admitted session configuration, journaled whole in `session_creation_started`.
+ * A create body contains only names: credentials live in server configuration, never here.
+ */
+import { Schema } from "effect"
+import { Json, Message } from "./Messages.js"
+
+export const ScriptedToolCall = Schema.Struct({ name: Schema.String, input: Json })
+
+export const ScriptedReply = Schema.Struct({
+  text: Schema.optional(Schema.String),
+  tool_calls: Schema.optional(Schema.Array(ScriptedToolCall)),
+  delay_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(0))),
+  fail: Schema.optional(Schema.Struct({ code: Schema.String, message: Schema.String }))
+})
+
+export const ScriptedModel = Schema.Struct({
+  provider: Schema.Literal("scripted"),
+  replies: Schema.optional(Schema.Array(ScriptedReply))
+})
+
+/** `model`: the name of a server-configured binding, or the built-in scripted provider. */
+export const ModelChoice = Schema.Union(Schema.String.pipe(Schema.minLength(1)), ScriptedModel)
+
+export const ToolDefinition = Schema.Struct({
+  name: Schema.String.pipe(Schema.minLength(1)),
+  description: Schema.optional(Schema.String),
+  input_schema: Schema.optional(Json),
+  environment: Schema.optional(Schema.String),
+  timeout_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)))
+})
+
+export const EnvironmentDefinition = Schema.Struct({
+  name: Schema.String.pipe(Schema.minLength(1)),
+  kind: Schema.String,
+  options: Schema.optional(Json)
+})
+
+export const SessionConfiguration = Schema.Struct({
+  agentloop: Schema.String,
+  model: ModelChoice,
+  system: Schema.optional(Schema.String),
+  tools: Schema.optional(Schema.Array(ToolDefinition)),
+  environments: Schema.optional(Schema.Array(EnvironmentDefinition)),
+  transcript: Schema.optional(Schema.Array(Message)),
+  idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(0)))
+})
+export type SessionConfiguration = typeof SessionConfiguration.Type

@@ -1,0 +1,40 @@
+/**
+ * Identifiers. `(session_id, sequence)` is the only name of a record or operation in Brain.
+ */
+import { Clock, Effect, Random, Schema } from "effect"
+
+/** Crockford base32, lower case: time-ordered, no ambiguous letters (i, l, o, u). */
+const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+export const SESSION_ID_PATTERN = /^ses_[0-9abcdefghjkmnpqrstvwxyz]{26}$/
+
+export const SessionId = Schema.String.pipe(
+  Schema.pattern(SESSION_ID_PATTERN, {
+    message: () => "a session id is `ses_` followed by 26 characters of a time-ordered id"
+  }),
+  Schema.brand("SessionId")
+)
+export type SessionId = typeof SessionId.Type
+
+export const isSessionId = Schema.is(SessionId)
+
+/** A journal sequence: dense, starting at 1, one counter per session. */
+export const Sequence = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1), Schema.brand("Sequence"))
+export type Sequence = typeof Sequence.Type
+
+/**
+ * Mints `ses_` + 10 characters of milliseconds + 16 random characters (80 bits), so ids sort by
+ * creation time and two servers minting in the same millisecond still do not collide.
+ */
+export const mintSessionId: Effect.Effect<SessionId> = Effect.gen(function*() {
+  let time = yield* Clock.currentTimeMillis
+  const chars: Array<string> = []
+  for (let i = 0; i < 10; i++) {
+    chars.unshift(ALPHABET[time % 32]!)
+    time = Math.floor(time / 32)
+  }
+  for (let i = 0; i < 16; i++) {
+    chars.push(ALPHABET[yield* Random.nextIntBetween(0, 32)]!)
+  }
+  return `ses_${chars.join("")}` as SessionId
+})

@@ -1,0 +1,40 @@
+/**
+ * Named limits, each with its unit and why. Deployment-tunable ones are read through
+ * ServerConfig (`Config`); these are their defaults and the fixed limits of the formats.
+ */
+
+/** Bytes. The largest journal frame body; a larger length field is corruption, not a torn write. */
+export const MAX_FRAME_BYTES = 64 * 1024 * 1024 - 64
+
+/** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
+export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
+
+/** Appends. Pending appends per lane before appenders wait: bounds the writer's memory. */
+export const JOURNAL_QUEUE_APPENDS = 16_384
+
+/** Bytes. Pending payload bytes across both lanes before appenders wait. */
+export const JOURNAL_QUEUE_BYTES = 256 * 1024 * 1024
+
+/** Appends. The most appends one group-commit round takes, so one round's latency stays bounded. */
+export const JOURNAL_BATCH_APPENDS = 4_096
+
+/** Records. A subscriber this far behind the committed feed is cut off and resumes by cursor. */
+export const SUBSCRIBER_BACKLOG_RECORDS = 4_096
+
+/** Records. How often the file journal remembers a frame position, to seek without a full scan. */
+export const READ_INDEX_STRIDE = 64
+
+/** Files. Open segment descriptors kept before the least recently used ones are closed. */
+export const OPEN_JOURNAL_FILES = 1_024
+
+/** Milliseconds. How long a starting process waits for a data-directory lock held by a live process. */
+export const DATA_DIR_LOCK_WAIT_MS = 5_000
+
+/** Events. The most Events one page returns. */
+export const PAGE_EVENTS = 1_000
+
+/** Bytes. About the most journal frame bytes one page returns (a single larger Event comes alone). */
+export const PAGE_BYTES = 8 * 1024 * 1024
+
+/** Bytes. The largest kind name; the kind length field also carries the atomic-group flag. */
+export const MAX_KIND_BYTES = 255

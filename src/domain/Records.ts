@@ -1,0 +1,171 @@
+/**
+ * The record catalogue: every kind a session journal may hold, its payload schema and whether
+ * it is a public Event. This is the one place the kinds are named; docs/journal.md mirrors it
+ * and a test checks that the two agree.
+ */
+import { Either, ParseResult, Schema } from "effect"
+import { SessionConfiguration } from "./Configuration.js"
+import { Failure } from "./Failure.js"
+import { Json, Message, TranscriptDelta, TurnInput } from "./Messages.js"
+
+const Seq = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+const Closes = { sequence: Seq }
+const Failed = Schema.Struct({ ...Closes, failure: Failure })
+const Ended = Schema.Struct({ ...Closes, result: Schema.optional(Json) })
+
+export const Origin = Schema.Struct({
+  kind: Schema.Literal("agentloop", "tool"),
+  sequence: Seq
+})
+export type Origin = typeof Origin.Type
+
+export const ModelContext = Schema.Struct({
+  through_sequence: Schema.Int.pipe(Schema.greaterThanOrEqualTo(0)),
+  delta: TranscriptDelta
+})
+
+export const ToolOutcome = Schema.Literal("ok", "error", "timeout", "cancelled", "unknown")
+export type ToolOutcome = typeof ToolOutcome.Type
+
+const EnvironmentStarted = Schema.Struct({ environment: Schema.String, request: Schema.optional(Json) })
+
+/** The reserved frame kind that carries extension Events. */
+export const EXTENSION_KIND = "extension"
+
+/** The public kind a replacing transcript delta is projected as. */
+export const TRANSCRIPT_REPLACED = "transcript_replaced"
+
+interface KindSpec {
+  readonly group: string
+  readonly visibility: "public" | "private"
+  readonly payload: Schema.Schema<any, any, never>
+}
+
+const pub = (group: string, payload: Schema.Schema<any, any, never>): KindSpec => ({ group, visibility: "public", payload })
+const priv = (group: string, payload: Schema.Schema<any, any, never>): KindSpec => ({ group, visibility: "private", payload })
+
+export const Catalogue = {
+  session_creation_started: pub("creation", Schema.Struct({ configuration: SessionConfiguration })),
+  session_creation_ended: pub("creation", Ended),
+  session_creation_failed: pub("creation", Failed),
+
+  turn_started: pub("turn", Schema.Struct({ input: TurnInput, mode: Schema.Literal("send", "submit") })),
+  turn_ended: pub("turn", Ended),
+  turn_failed: pub("turn", Failed),
+
+  activation_started: pub("activation", Schema.Struct({ agentloop: Schema.String, turn: Seq })),
+  activation_ended: pub("activation", Ended),
+  activation_failed: pub("activation", Failed),
+
+  model_call_started: pub(
+    "model",
+    Schema.Struct({
+      message_count: Schema.Int.pipe(Schema.greaterThanOrEqualTo(0)),
+      context: ModelContext,
+      options: Schema.optional(Json)
+    })
+  ),
+  model_call_ended: pub("model", Schema.Struct({ ...Closes, result: Json })),
+  model_call_failed: pub("model", Failed),
+
+  tool_call_started: pub(
+    "tool",
+    Schema.Struct({
+      tool: Schema.String,
+      call_id: Schema.String,
+      input: Json,
+      deadline_at_ms: Schema.Int
+    })
+  ),
+  tool_call_ended: pub(
+    "tool",
+    Schema.Struct({ ...Closes, outcome: Schema.Literal("ok", "error"), output: Json, is_error: Schema.Boolean })
+  ),
+  tool_call_failed: pub(
+    "tool",
+    Schema.Struct({
+      ...Closes,
+      outcome: Schema.Literal("timeout", "cancelled", "unknown", "error"),
+      failure: Failure,
+      is_error: Schema.Literal(true)
+    })
+  ),
+
+  environment_setup_started: pub("environment", EnvironmentStarted),
+  environment_setup_ended: pub("environment", Ended),
+  environment_setup_failed: pub("environment", Failed),
+  environment_detach_started: pub("environment", EnvironmentStarted),
+  environment_detach_ended: pub("environment", Ended),
+  environment_detach_failed: pub("environment", Failed),
+  environment_teardown_started: pub("environment", EnvironmentStarted),
+  environment_teardown_ended: pub("environment", Ended),
+  environment_teardown_failed: pub("environment", Failed),
+
+  session_end_started: pub("ending", Schema.Struct({})),
+  session_ended: pub("ending", Schema.Struct({ sequence: Schema.optional(Seq) })),
+
+  transcript_delta: priv("state", TranscriptDelta),
+  kv_put: priv("state", Schema.Struct({ key: Schema.String, value: Json })),
+  kv_delete: priv("state", Schema.Struct({ key: Schema.String })),
+
+  [EXTENSION_KIND]: pub(
+    "extension",
+    Schema.Struct({ kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)), payload: Json, origin: Origin })
+  )
+} as const satisfies Record<string, KindSpec>
+
+export type RecordKind = keyof typeof Catalogue
+export const RecordKinds = Object.keys(Catalogue) as ReadonlyArray<RecordKind>
+
+export type PayloadOf<K extends RecordKind> = Schema.Schema.Type<(typeof Catalogue)[K]["payload"]>
+
+export const isRecordKind = (kind: string): kind is RecordKind => Object.prototype.hasOwnProperty.call(Catalogue, kind)
+
+/** Kinds an extension can never emit: every system kind, the projected kinds and private names. */
+export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED])
+
+/** Started kinds whose outcome must be recorded; the value lists the kinds that close them. */
+export const EffectKinds = {
+  model_call_started: ["model_call_ended", "model_call_failed"],
+  tool_call_started: ["tool_call_ended", "tool_call_failed"],
+  environment_setup_started: ["environment_setup_ended", "environment_setup_failed"],
+  environment_detach_started: ["environment_detach_ended", "environment_detach_failed"],
+  environment_teardown_started: ["environment_teardown_ended", "environment_teardown_failed"]
+} as const satisfies Partial<Record<RecordKind, ReadonlyArray<RecordKind>>>
+
+/** A record to append: a catalogue kind and its payload. */
+export interface Entry<K extends RecordKind = RecordKind> {
+  readonly kind: K
+  readonly payload: PayloadOf<K>
+}
+
+export const entry = <K extends RecordKind>(kind: K, payload: PayloadOf<K>): Entry<K> => ({ kind, payload })
+
+/** A committed record, as read back from a journal. */
+export interface JournalRecord {
+  readonly sequence: number
+  readonly recorded_at_ms: number
+  readonly kind: RecordKind
+  readonly payload: any
+}
+
+const validators = Object.fromEntries(
+  RecordKinds.map((kind) => [
+    kind,
+    Schema.decodeUnknownEither(Catalogue[kind].payload as Schema.Schema<unknown, unknown, never>, {
+      onExcessProperty: "error",
+      errors: "first"
+    })
+  ])
+) as Record<RecordKind, (u: unknown) => Either.Either<unknown, ParseResult.ParseError>>
+
+/** Checks a payload against its kind's schema; returns the reason it is refused, if it is. */
+export const checkPayload = (kind: string, payload: unknown): string | undefined => {
+  if (!isRecordKind(kind)) return `unknown record kind ${JSON.stringify(kind)}`
+  const result = validators[kind](payload)
+  return Either.isLeft(result)
+    ? `invalid ${kind} payload: ${ParseResult.TreeFormatter.formatErrorSync(result.left)}`
+    : undefined
+}
+
+export { Json, Message }

@@ -1,0 +1,107 @@
+/**
+ * The on-disk Journal (embedded default): segment files under
+ * `{dataDir}/sessions/{id}/journal/`, group-committed by one writer per process.
+ * A session's journal is opened (validated, torn tail truncated) on its first access, and
+ * concurrent first accesses share one open. A damaged session is refused on its own.
+ */
+import * as path from "node:path"
+import { Deferred, Effect, Exit, FiberId, Layer, Scope } from "effect"
+import { isSessionId, type SessionId } from "../domain/Ids.js"
+import {
+  Journal,
+  JournalWriteFailed,
+  type JournalReadError,
+  type JournalShape,
+  SessionAlreadyExists
+} from "../services/Journal.js"
+import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./journal/DataDir.js"
+import { prepareEntries } from "./journal/Encode.js"
+import { FileDriver, type FileDriverShape, nodeDriver } from "./journal/FileDriver.js"
+import { openHandle, readRecords, type SessionHandle } from "./journal/Handle.js"
+import { Subscribers } from "./journal/Subscribers.js"
+import { defaultWriterLimits, Writer, type WriterLimits } from "./journal/Writer.js"
+
+export interface JournalFileOptions {
+  readonly dataDir: string
+  /** How long to wait for a data-directory lock held by a live (perhaps exiting) process. */
+  readonly lockWaitMs?: number
+  readonly limits?: Partial<WriterLimits>
+}
+
+export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, import("./journal/DataDir.js").DataDirError, FileDriver | Scope.Scope> =>
+  Effect.gen(function*() {
+    const driver: FileDriverShape = yield* FileDriver
+    const dataDir = path.resolve(options.dataDir)
+    yield* openDataDir(dataDir, options.lockWaitMs)
+    const hub = new Subscribers()
+    const writer = new Writer(driver, hub, { ...defaultWriterLimits, ...options.limits })
+    const handles = new Map<string, Deferred.Deferred<SessionHandle, JournalReadError>>()
+    const creating = new Set<string>()
+
+    // Close order: refuse new appends, let the loop drain what was queued, then close files.
+    yield* Effect.addFinalizer(() => writer.closeFiles)
+    const loop = yield* Effect.forkScoped(writer.run)
+    yield* Effect.addFinalizer(() => Effect.zipRight(writer.close, loop.await))
+
+    const handleOf = (session: SessionId): Effect.Effect<SessionHandle, JournalReadError> =>
+      Effect.suspend(() => {
+        const existing = handles.get(session)
+        if (existing) return Deferred.await(existing)
+        const opened = Deferred.unsafeMake<SessionHandle, JournalReadError>(FiberId.none)
+        handles.set(session, opened)
+        return openHandle(driver, dataDir, session, true).pipe(
+          Effect.map((o) => o.handle),
+          Effect.exit,
+          Effect.tap((exit) => {
+            if (Exit.isFailure(exit)) handles.delete(session)
+            return Deferred.done(opened, exit)
+          }),
+          // One caller going away must not abandon an open others are waiting on.
+          Effect.uninterruptible,
+          Effect.zipRight(Deferred.await(opened))
+        )
+      })
+
+    const journal: JournalShape = {
+      create: (session) =>
+        Effect.gen(function*() {
+          const dir = sessionDir(dataDir, session)
+          if (creating.has(session) || handles.has(session) || (yield* driver.exists(dir))) {
+            return yield* Effect.fail(new SessionAlreadyExists({ session }))
+          }
+          creating.add(session)
+          const jdir = journalDir(dataDir, session)
+          yield* Effect.gen(function*() {
+            yield* driver.mkdir(jdir)
+            const fd = yield* driver.open(path.join(jdir, segmentName(1)), "wx")
+            yield* driver.close(fd)
+            yield* driver.syncDir(jdir)
+            yield* driver.syncDir(dir)
+            yield* driver.syncDir(path.join(dataDir, SESSIONS_DIR))
+          }).pipe(
+            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.message })),
+            Effect.ensuring(Effect.sync(() => creating.delete(session)))
+          )
+        }),
+      exists: (session) => driver.exists(journalDir(dataDir, session)),
+      list: driver.readdir(path.join(dataDir, SESSIONS_DIR)).pipe(
+        Effect.map((names) => names.filter(isSessionId) as Array<SessionId>),
+        Effect.orElseSucceed(() => [] as Array<SessionId>)
+      ),
+      append: (session, entries, opts) =>
+        Effect.flatMap(prepareEntries(entries), (prepared) =>
+          Effect.flatMap(handleOf(session), (handle) => writer.append(handle, prepared, opts?.lane ?? "latency"))),
+      read: (session, { after, limit, maxBytes }) =>
+        Effect.flatMap(handleOf(session), (handle) => readRecords(driver, handle, after, limit, maxBytes)),
+      lastSequence: (session) => Effect.map(handleOf(session), (h) => h.lastSequence),
+      subscribe: (session) => Effect.flatMap(handleOf(session), (h) => hub.subscribe(session, h.lastSequence))
+    }
+    return journal
+  })
+
+/** The file journal over a data directory, with the given file driver. */
+export const layer = (options: JournalFileOptions) => Layer.scoped(Journal, make(options))
+
+/** The file journal on Node's file system: the embedded default. */
+export const layerNode = (options: JournalFileOptions) =>
+  layer(options).pipe(Layer.provide(Layer.succeed(FileDriver, nodeDriver)))

@@ -1,0 +1,80 @@
+/**
+ * FileDriver: the few file-system calls the file journal makes, as an Effect port so tests can
+ * count syncs and inject faults. The Node implementation uses the callback API of `node:fs`
+ * (one libuv threadpool hop per call, no FileHandle bookkeeping).
+ */
+import * as fs from "node:fs"
+import { Context, Data, Effect, Layer } from "effect"
+
+export class FileError extends Data.TaggedError("FileError")<{
+  readonly op: string
+  readonly path: string
+  readonly code: string
+  readonly detail: string
+}> {
+  override get message() {
+    return `${this.op} ${this.path}: ${this.code} ${this.detail}`
+  }
+}
+
+export interface FileDriverShape {
+  readonly open: (path: string, flags: string | number) => Effect.Effect<number, FileError>
+  readonly close: (fd: number) => Effect.Effect<void, FileError>
+  readonly writev: (fd: number, buffers: ReadonlyArray<Buffer>, position: number) => Effect.Effect<number, FileError>
+  readonly fdatasync: (fd: number) => Effect.Effect<void, FileError>
+  readonly read: (fd: number, buffer: Buffer, position: number) => Effect.Effect<number, FileError>
+  readonly ftruncate: (fd: number, length: number) => Effect.Effect<void, FileError>
+  readonly size: (fd: number) => Effect.Effect<number, FileError>
+  readonly readFile: (path: string) => Effect.Effect<Buffer, FileError>
+  readonly writeFile: (path: string, data: Buffer | string, flag?: string) => Effect.Effect<void, FileError>
+  readonly readdir: (path: string) => Effect.Effect<ReadonlyArray<string>, FileError>
+  readonly mkdir: (path: string) => Effect.Effect<void, FileError>
+  readonly rename: (from: string, to: string) => Effect.Effect<void, FileError>
+  readonly unlink: (path: string) => Effect.Effect<void, FileError>
+  readonly rmrf: (path: string) => Effect.Effect<void, FileError>
+  readonly exists: (path: string) => Effect.Effect<boolean>
+  /** fsync a directory so that a file created or renamed in it survives a crash. */
+  readonly syncDir: (path: string) => Effect.Effect<void, FileError>
+}
+
+export class FileDriver extends Context.Tag("brain/FileDriver")<FileDriver, FileDriverShape>() {}
+
+const fail = (op: string, path: string, err: NodeJS.ErrnoException) =>
+  new FileError({ op, path, code: err.code ?? "EIO", detail: err.message })
+
+const call = <A>(op: string, path: string, run: (cb: (err: NodeJS.ErrnoException | null, a?: A) => void) => void) =>
+  Effect.async<A, FileError>((resume) => {
+    run((err, a) => resume(err ? Effect.fail(fail(op, path, err)) : Effect.succeed(a as A)))
+  })
+
+const fdName = (fd: number) => `fd ${fd}`
+
+export const nodeDriver: FileDriverShape = {
+  open: (path, flags) => call("open", path, (cb) => fs.open(path, flags, 0o644, cb)),
+  close: (fd) => call("close", fdName(fd), (cb) => fs.close(fd, cb)),
+  writev: (fd, buffers, position) =>
+    call<number>("write", fdName(fd), (cb) => fs.writev(fd, buffers as Array<Buffer>, position, (err, n) => cb(err, n))),
+  fdatasync: (fd) => call("fdatasync", fdName(fd), (cb) => fs.fdatasync(fd, cb)),
+  read: (fd, buffer, position) =>
+    call<number>("read", fdName(fd), (cb) => fs.read(fd, buffer, 0, buffer.length, position, (err, n) => cb(err, n))),
+  ftruncate: (fd, length) => call("ftruncate", fdName(fd), (cb) => fs.ftruncate(fd, length, cb)),
+  size: (fd) => call<number>("fstat", fdName(fd), (cb) => fs.fstat(fd, (err, st) => cb(err, st?.size))),
+  readFile: (path) => call<Buffer>("readFile", path, (cb) => fs.readFile(path, cb)),
+  writeFile: (path, data, flag = "w") => call("writeFile", path, (cb) => fs.writeFile(path, data, { flag }, cb)),
+  readdir: (path) => call<Array<string>>("readdir", path, (cb) => fs.readdir(path, cb)),
+  mkdir: (path) => call("mkdir", path, (cb) => fs.mkdir(path, { recursive: true }, (err) => cb(err))),
+  rename: (from, to) => call("rename", from, (cb) => fs.rename(from, to, cb)),
+  unlink: (path) => call("unlink", path, (cb) => fs.unlink(path, cb)),
+  rmrf: (path) => call("rm", path, (cb) => fs.rm(path, { recursive: true, force: true }, cb)),
+  exists: (path) => Effect.async<boolean>((resume) => fs.access(path, (err) => resume(Effect.succeed(!err)))),
+  syncDir: (path) =>
+    call<number>("open", path, (cb) => fs.open(path, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY, cb)).pipe(
+      Effect.flatMap((fd) =>
+        call("fsync", path, (cb) => fs.fsync(fd, cb)).pipe(
+          Effect.ensuring(Effect.async<void>((resume) => fs.close(fd, () => resume(Effect.void))))
+        )
+      )
+    )
+}
+
+export const layerNode = Layer.succeed(FileDriver, nodeDriver)

@@ -1,0 +1,263 @@
+/**
+ * Group commit: one writer per process takes every pending append, across sessions, writes each
+ * touched file's share with one vectored write and syncs each touched file once, concurrently,
+ * then acknowledges. Appends arriving during a round wait for the next one, so the batch grows
+ * with the load and the number of syncs stays near one per touched file per round.
+ *
+ * Two lanes: a round serves the latency lane (effect fences, state writes) whenever it has
+ * anything, and the background lane only when it is empty. Sequences and timestamps are assigned
+ * here, at write time, so a session's file is always in sequence order whatever the lanes do.
+ *
+ * Queues are bounded (appends and bytes); a full queue makes appenders wait.
+ */
+import { Clock, Deferred, Effect } from "effect"
+import {
+  JOURNAL_BATCH_APPENDS,
+  JOURNAL_QUEUE_APPENDS,
+  JOURNAL_QUEUE_BYTES,
+  OPEN_JOURNAL_FILES,
+  SEGMENT_ROTATE_BYTES
+} from "../../domain/Limits.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import { type JournalAppendError, JournalWriteFailed, type Lane } from "../../services/Journal.js"
+import type { Prepared } from "./Encode.js"
+import type { FileDriverShape } from "./FileDriver.js"
+import { encodeFrame } from "./Frame.js"
+import { newSegmentPath, type SessionHandle } from "./Handle.js"
+import type { Subscribers } from "./Subscribers.js"
+
+interface Pending {
+  readonly handle: SessionHandle
+  readonly prepared: ReadonlyArray<Prepared>
+  readonly bytes: number
+  readonly done: Deferred.Deferred<ReadonlyArray<number>, JournalAppendError>
+}
+
+export interface WriterLimits {
+  readonly queueAppends: number
+  readonly queueBytes: number
+  readonly batchAppends: number
+  readonly openFiles: number
+  readonly rotateBytes: number
+}
+
+export const defaultWriterLimits: WriterLimits = {
+  queueAppends: JOURNAL_QUEUE_APPENDS,
+  queueBytes: JOURNAL_QUEUE_BYTES,
+  batchAppends: JOURNAL_BATCH_APPENDS,
+  openFiles: OPEN_JOURNAL_FILES,
+  rotateBytes: SEGMENT_ROTATE_BYTES
+}
+
+export class Writer {
+  private readonly latency: Array<Pending> = []
+  private readonly background: Array<Pending> = []
+  private queuedBytes = 0
+  private wake: Deferred.Deferred<void> | undefined
+  private spaceWaiters: Array<Deferred.Deferred<void>> = []
+  /** Handles holding an open write descriptor, least recently written first. */
+  private readonly openFds = new Set<SessionHandle>()
+  private closed = false
+
+  constructor(
+    private readonly driver: FileDriverShape,
+    private readonly hub: Subscribers,
+    private readonly limits: WriterLimits
+  ) {}
+
+  /** Queues an append and waits until it is durable (or refused). */
+  append(handle: SessionHandle, prepared: ReadonlyArray<Prepared>, lane: Lane) {
+    return Effect.gen(this, function*() {
+      if (handle.broken) return yield* Effect.fail(handle.broken)
+      let bytes = 0
+      for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
+      const queue = lane === "latency" ? this.latency : this.background
+      while (
+        !this.closed &&
+        (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes))
+      ) {
+        const space = yield* Deferred.make<void>()
+        this.spaceWaiters.push(space)
+        yield* Deferred.await(space)
+      }
+      if (this.closed) {
+        return yield* Effect.fail(new JournalWriteFailed({ session: handle.session, reason: "the journal is closed" }))
+      }
+      const done = yield* Deferred.make<ReadonlyArray<number>, JournalAppendError>()
+      queue.push({ handle, prepared, bytes, done })
+      this.queuedBytes += bytes
+      if (this.wake) {
+        Deferred.unsafeDone(this.wake, Effect.void)
+        this.wake = undefined
+      }
+      return yield* Deferred.await(done)
+    })
+  }
+
+  /**
+   * The writer loop. A round, once taken, always completes (it is uninterruptible and bounded
+   * by its writes and syncs), so no appender is ever left without an answer.
+   */
+  readonly run: Effect.Effect<void> = Effect.gen(this, function*() {
+    for (;;) {
+      if (this.latency.length === 0 && this.background.length === 0) {
+        if (this.closed) return
+        const wake = yield* Deferred.make<void>()
+        this.wake = wake
+        yield* Deferred.await(wake)
+        continue
+      }
+      const source = this.latency.length > 0 ? this.latency : this.background
+      const batch = source.splice(0, this.limits.batchAppends)
+      for (const p of batch) this.queuedBytes -= p.bytes
+      const waiters = this.spaceWaiters
+      this.spaceWaiters = []
+      for (const w of waiters) Deferred.unsafeDone(w, Effect.void)
+      yield* Effect.uninterruptible(this.commit(batch))
+    }
+  })
+
+  /** Refuses new appends and wakes the loop so it can drain what is queued and return. */
+  readonly close = Effect.sync(() => {
+    this.closed = true
+    for (const w of this.spaceWaiters) Deferred.unsafeDone(w, Effect.void)
+    this.spaceWaiters = []
+    if (this.wake) {
+      Deferred.unsafeDone(this.wake, Effect.void)
+      this.wake = undefined
+    }
+  })
+
+  /** Closes every write descriptor; after the loop has returned. */
+  readonly closeFiles = Effect.gen(this, function*() {
+    for (const p of [...this.latency, ...this.background]) {
+      Deferred.unsafeDone(p.done, Effect.fail(new JournalWriteFailed({ session: p.handle.session, reason: "the journal closed" })))
+    }
+    this.latency.length = 0
+    this.background.length = 0
+    for (const h of this.openFds) {
+      if (h.fd !== undefined) yield* Effect.ignore(this.driver.close(h.fd))
+      h.fd = undefined
+    }
+    this.openFds.clear()
+  })
+
+  /** Closes a session's write descriptor (used before deleting its files). */
+  release(handle: SessionHandle) {
+    return Effect.suspend(() => {
+      this.openFds.delete(handle)
+      const fd = handle.fd
+      handle.fd = undefined
+      return fd === undefined ? Effect.void : Effect.ignore(this.driver.close(fd))
+    })
+  }
+
+  private commit(batch: ReadonlyArray<Pending>) {
+    return Effect.gen(this, function*() {
+      const byHandle = new Map<SessionHandle, Array<Pending>>()
+      for (const p of batch) {
+        const list = byHandle.get(p.handle)
+        if (list) list.push(p)
+        else byHandle.set(p.handle, [p])
+      }
+      const now = yield* Clock.currentTimeMillis
+      yield* Effect.forEach(byHandle, ([handle, appends]) => this.writeSession(handle, appends, now), {
+        concurrency: "unbounded",
+        discard: true
+      })
+      yield* this.closeIdleFds(byHandle)
+    })
+  }
+
+  private writeSession(handle: SessionHandle, appends: ReadonlyArray<Pending>, now: number) {
+    const driver = this.driver
+    return Effect.gen(this, function*() {
+      if (handle.broken) {
+        for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
+        return
+      }
+      const recordedAt = Math.max(now, handle.lastRecordedAtMs)
+      const buffers: Array<Buffer> = []
+      const sequences: Array<Array<number>> = []
+      let next = handle.lastSequence + 1
+      let bytes = 0
+      for (const p of appends) {
+        const seqs: Array<number> = []
+        for (let i = 0; i < p.prepared.length; i++) {
+          const r = p.prepared[i]!
+          const [head, json] = encodeFrame(next, recordedAt, r.kindBytes, r.json, i < p.prepared.length - 1)
+          buffers.push(head, json)
+          bytes += head.length + json.length
+          seqs.push(next++)
+        }
+        sequences.push(seqs)
+      }
+      const firstSequence = handle.lastSequence + 1
+      const failed = yield* Effect.gen(this, function*() {
+        let seg = handle.finalSegment
+        if (!seg || (seg.size > 0 && seg.size + bytes > this.limits.rotateBytes)) {
+          // Rotate (or start): the new segment is named by the first sequence it will hold.
+          if (handle.fd !== undefined) yield* this.release(handle)
+          const file = newSegmentPath(handle, firstSequence)
+          const fd = yield* driver.open(file, "wx+")
+          handle.fd = fd
+          this.openFds.add(handle)
+          yield* driver.syncDir(handle.dir)
+          seg = { firstSequence, path: file, size: 0 }
+          handle.segments.push(seg)
+        } else if (handle.fd === undefined) {
+          handle.fd = yield* driver.open(seg.path, "r+")
+        }
+        this.openFds.delete(handle)
+        this.openFds.add(handle)
+        const written = yield* driver.writev(handle.fd!, buffers, seg.size)
+        if (written !== bytes) return `short write: ${written} of ${bytes} bytes`
+        yield* driver.fdatasync(handle.fd!)
+        return undefined
+      }).pipe(Effect.catchAll((e) => Effect.succeed(`${e.op} failed: ${e.code} ${e.detail}`)))
+
+      if (failed !== undefined) {
+        handle.broken = new JournalWriteFailed({ session: handle.session, reason: failed })
+        yield* this.release(handle)
+        for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
+        return
+      }
+      const segIndex = handle.segments.length - 1
+      const seg = handle.segments[segIndex]!
+      let offset = seg.size
+      let k = 0
+      const published: Array<JournalRecord> | undefined = this.hub.has(handle.session) ? [] : undefined
+      for (let a = 0; a < appends.length; a++) {
+        const p = appends[a]!
+        const seqs = sequences[a]!
+        for (let i = 0; i < p.prepared.length; i++) {
+          handle.remember(seqs[i]!, segIndex, offset)
+          offset += buffers[k]!.length + buffers[k + 1]!.length
+          k += 2
+          published?.push({
+            sequence: seqs[i]!,
+            recorded_at_ms: recordedAt,
+            kind: p.prepared[i]!.kind,
+            payload: JSON.parse(p.prepared[i]!.jsonText)
+          })
+        }
+      }
+      seg.size = offset
+      handle.lastSequence = next - 1
+      handle.lastRecordedAtMs = recordedAt
+      for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
+      if (published) this.hub.publish(handle.session, published)
+    })
+  }
+
+  private closeIdleFds(active: ReadonlyMap<SessionHandle, unknown>) {
+    return Effect.gen(this, function*() {
+      if (this.openFds.size <= this.limits.openFiles) return
+      for (const h of this.openFds) {
+        if (this.openFds.size <= this.limits.openFiles) break
+        if (active.has(h)) continue
+        yield* this.release(h)
+      }
+    })
+  }
+}

@@ -1,0 +1,113 @@
+/**
+ * Journal: one append-only, durable, densely sequenced log per session.
+ *
+ * An append resolves only when its records are durable (on disk: written and fdatasync'd);
+ * reads and subscribers see only durable records. Several records appended together get
+ * consecutive sequences and become durable all or none.
+ */
+import { Context, Data, type Effect, type Scope, type Stream } from "effect"
+import type { Entry, JournalRecord } from "../domain/Records.js"
+import type { SessionId } from "../domain/Ids.js"
+
+/** Latency lane: effect fences and state writes. Background: informational writes. */
+export type Lane = "latency" | "background"
+
+export class SessionNotFound extends Data.TaggedError("SessionNotFound")<{
+  readonly session: string
+}> {
+  override get message() {
+    return `session ${this.session} has no journal`
+  }
+}
+
+export class SessionAlreadyExists extends Data.TaggedError("SessionAlreadyExists")<{
+  readonly session: string
+}> {
+  override get message() {
+    return `session ${this.session} already has a journal`
+  }
+}
+
+/** A complete frame failed a check, or a non-final segment is incomplete: the session is refused. */
+export class JournalCorrupt extends Data.TaggedError("JournalCorrupt")<{
+  readonly session: string
+  readonly file: string
+  readonly offset: number
+  readonly reason: string
+}> {
+  override get message() {
+    return `journal of ${this.session} is corrupt at ${this.file} offset ${this.offset}: ${this.reason}`
+  }
+}
+
+/**
+ * A write or sync failed. Sticky: the session's journal refuses every later append rather than
+ * continue past a hole. The failed append's records may or may not have reached the disk.
+ */
+export class JournalWriteFailed extends Data.TaggedError("JournalWriteFailed")<{
+  readonly session: string
+  readonly reason: string
+}> {
+  override get message() {
+    return `journal of ${this.session} refuses appends after a failed write: ${this.reason}`
+  }
+}
+
+/** Bad input: unknown kind, payload that does not match its schema, not JSON, or too large. */
+export class RecordRejected extends Data.TaggedError("RecordRejected")<{
+  readonly reason: string
+}> {}
+
+/** A subscriber fell too far behind the committed feed; resume by reading from its cursor. */
+export class SubscriberLagged extends Data.TaggedError("SubscriberLagged")<{
+  readonly session: string
+  readonly after: number
+}> {
+  override get message() {
+    return `subscriber of ${this.session} lagged behind sequence ${this.after}; resume by cursor`
+  }
+}
+
+export type JournalReadError = SessionNotFound | JournalCorrupt
+export type JournalAppendError = SessionNotFound | JournalCorrupt | JournalWriteFailed | RecordRejected
+
+export interface ReadOptions {
+  /** Records with a sequence greater than this (0 reads from the start). */
+  readonly after: number
+  /** At most this many records. */
+  readonly limit: number
+  /** Stop before passing about this many frame bytes; the first record always comes. */
+  readonly maxBytes?: number
+}
+
+export interface JournalShape {
+  /** Creates an empty journal for a new session; durable (directories synced) when it resolves. */
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed>
+  /** Whether a journal exists for this session, without opening it. */
+  readonly exists: (session: SessionId) => Effect.Effect<boolean>
+  /** Every session that has a journal (a directory listing; opens nothing). */
+  readonly list: Effect.Effect<ReadonlyArray<SessionId>>
+  /**
+   * Appends records atomically and in order; resolves with their sequences once durable.
+   * Bad input is refused before anything is written.
+   */
+  readonly append: (
+    session: SessionId,
+    entries: ReadonlyArray<Entry>,
+    options?: { readonly lane?: Lane }
+  ) => Effect.Effect<ReadonlyArray<number>, JournalAppendError>
+  /** Durable records after `after`, in order. */
+  readonly read: (session: SessionId, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalRecord>, JournalReadError>
+  /** The last durable sequence (0 for an empty journal). */
+  readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
+  /**
+   * Records committed from now on, as they become durable. The subscription is registered when
+   * this effect completes, so a reader can subscribe, then read history, then follow without gaps.
+   * A subscriber that falls behind by SUBSCRIBER_BACKLOG_RECORDS fails with SubscriberLagged.
+   */
+  readonly subscribe: (
+    session: SessionId
+  ) => Effect.Effect<Stream.Stream<JournalRecord, SubscriberLagged>, JournalReadError, Scope.Scope>
+}
+
+export class Journal extends Context.Tag("brain/Journal")<Journal, JournalShape>() {}

@@ -1,0 +1,156 @@
+/**
+ * The Journal contract: every implementation must pass this suite.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, Either, Fiber, type Scope, Stream } from "effect"
+import { mintSessionId } from "../../src/domain/Ids.js"
+import { entry } from "../../src/domain/Records.js"
+import type { JournalHarness } from "../support/journals.js"
+
+const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
+
+export const journalContract = (name: string, harness: Effect.Effect<JournalHarness, unknown, Scope.Scope>) =>
+  describe(`Journal contract: ${name}`, () => {
+    it.scoped("appends get dense sequences from 1 in order and read back exactly", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        expect(yield* journal.lastSequence(s)).toBe(0)
+        const got: Array<number> = []
+        for (let i = 0; i < 10; i++) got.push(...(yield* journal.append(s, [kv(`k${i}`, { i })])))
+        expect(got).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+        const records = yield* journal.read(s, { after: 0, limit: 100 })
+        expect(records.map((r) => r.sequence)).toEqual(got)
+        expect(records.map((r) => r.payload)).toEqual(got.map((_, i) => ({ key: `k${i}`, value: { i } })))
+        expect(yield* journal.lastSequence(s)).toBe(10)
+      }))
+
+    it.scoped("a multi-record append gets consecutive sequences, never interleaved with concurrent appends", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        const results = yield* Effect.forEach(
+          Array.from({ length: 20 }, (_, i) => i),
+          (i) => journal.append(s, [kv(`a${i}`, 1), kv(`b${i}`, 2), kv(`c${i}`, 3)]),
+          { concurrency: "unbounded" }
+        )
+        for (const seqs of results) expect(seqs).toEqual([seqs[0], seqs[0]! + 1, seqs[0]! + 2])
+        const all = results.flat().sort((a, b) => a - b)
+        expect(all).toEqual(Array.from({ length: 60 }, (_, i) => i + 1))
+        const records = yield* journal.read(s, { after: 0, limit: 1000 })
+        for (const [i, seqs] of results.entries()) {
+          expect(records[seqs[0]! - 1]!.payload.key).toBe(`a${i}`)
+          expect(records[seqs[2]! - 1]!.payload.key).toBe(`c${i}`)
+        }
+      }))
+
+    it.scoped("reads page by cursor, limit and byte bound, and the first record always comes", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        for (let i = 0; i < 250; i++) yield* journal.append(s, [kv("k", "x".repeat(100))])
+        const page1 = yield* journal.read(s, { after: 0, limit: 100 })
+        const page2 = yield* journal.read(s, { after: 100, limit: 100 })
+        const page3 = yield* journal.read(s, { after: 200, limit: 100 })
+        expect(page1.map((r) => r.sequence)).toEqual(Array.from({ length: 100 }, (_, i) => i + 1))
+        expect(page2[0]!.sequence).toBe(101)
+        expect(page3.length).toBe(50)
+        expect(yield* journal.read(s, { after: 250, limit: 100 })).toEqual([])
+        const bounded = yield* journal.read(s, { after: 0, limit: 1000, maxBytes: 1000 })
+        expect(bounded.length).toBeGreaterThan(1)
+        expect(bounded.length).toBeLessThan(10)
+        const one = yield* journal.read(s, { after: 7, limit: 1000, maxBytes: 1 })
+        expect(one.map((r) => r.sequence)).toEqual([8])
+      }))
+
+    it.scoped("recorded_at_ms never goes backwards within a session", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        for (let i = 0; i < 20; i++) yield* journal.append(s, [kv("k", i)])
+        const records = yield* journal.read(s, { after: 0, limit: 100 })
+        for (let i = 1; i < records.length; i++) {
+          expect(records[i]!.recorded_at_ms).toBeGreaterThanOrEqual(records[i - 1]!.recorded_at_ms)
+        }
+      }))
+
+    it.scoped("a subscriber sees records committed after it subscribed, each already durable and readable", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("before", 0)])
+        const feed = yield* journal.subscribe(s)
+        const seen = yield* Effect.forkScoped(
+          feed.pipe(
+            Stream.take(5),
+            Stream.mapEffect((r) =>
+              Effect.map(journal.lastSequence(s), (last) => ({ sequence: r.sequence, readable: last >= r.sequence }))
+            ),
+            Stream.runCollect
+          )
+        )
+        for (let i = 0; i < 5; i++) yield* journal.append(s, [kv("after", i)])
+        const got = Chunk.toArray(yield* Fiber.join(seen))
+        expect(got.map((g) => g.sequence)).toEqual([2, 3, 4, 5, 6])
+        expect(got.every((g) => g.readable)).toBe(true)
+      }))
+
+    it.scoped("a failed write is sticky: that session refuses every later append, others go on", () =>
+      Effect.gen(function*() {
+        const { journal, failNextWrite } = yield* harness
+        const s = yield* mintSessionId
+        const other = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.create(other)
+        yield* journal.append(s, [kv("ok", 1)])
+        failNextWrite(s)
+        const first = yield* Effect.either(journal.append(s, [kv("lost", 2)]))
+        expect(Either.isLeft(first) && first.left._tag).toBe("JournalWriteFailed")
+        const later = yield* Effect.either(journal.append(s, [kv("refused", 3)]))
+        expect(Either.isLeft(later) && later.left._tag).toBe("JournalWriteFailed")
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["ok"])
+        expect(yield* journal.append(other, [kv("fine", 1)])).toEqual([1])
+      }))
+
+    it.scoped("bad input is refused with a typed error and writes nothing", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("k", 1)])
+        const bad = [
+          [{ kind: "no_such_kind", payload: {} }],
+          [kv("k", 1), { kind: "kv_put", payload: { key: 5 } }],
+          [{ kind: "kv_put", payload: { key: "k", value: 1, extra: true } }],
+          [{ kind: "transcript_delta", payload: { keep: -1, append: [] } }],
+          [kv("k", 10n)],
+          []
+        ] as const
+        for (const entries of bad) {
+          const result = yield* Effect.either(journal.append(s, entries as any))
+          expect(Either.isLeft(result) && result.left._tag).toBe("RecordRejected")
+        }
+        expect(yield* journal.lastSequence(s)).toBe(1)
+        expect(yield* journal.append(s, [kv("k", 2)])).toEqual([2])
+      }))
+
+    it.scoped("an unknown session is SessionNotFound; creating twice is SessionAlreadyExists", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        const missing = yield* Effect.either(journal.append(s, [kv("k", 1)]))
+        expect(Either.isLeft(missing) && missing.left._tag).toBe("SessionNotFound")
+        expect(Either.isLeft(yield* Effect.either(journal.read(s, { after: 0, limit: 1 })))).toBe(true)
+        expect(yield* journal.exists(s)).toBe(false)
+        yield* journal.create(s)
+        expect(yield* journal.exists(s)).toBe(true)
+        expect((yield* journal.list).includes(s)).toBe(true)
+        const again = yield* Effect.either(journal.create(s))
+        expect(Either.isLeft(again) && again.left._tag).toBe("SessionAlreadyExists")
+      }))
+  })

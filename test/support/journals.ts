@@ -1,0 +1,67 @@
+/**
+ * Journal harnesses for the contract suite: each builds a fresh journal in a scope and can make
+ * the next write of a session fail the way a disk would.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { Effect, Layer, type Scope } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
+import type { JournalShape } from "../../src/services/Journal.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+
+export interface JournalHarness {
+  readonly journal: JournalShape
+  readonly failNextWrite: (session: SessionId) => void
+}
+
+export const tempDir = (prefix = "brain-test-") =>
+  Effect.acquireRelease(
+    Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), prefix))),
+    (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+  )
+
+/** Wraps a driver: counts calls, and fails writes to files whose path contains a marked session. */
+export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
+  const counts = { fdatasync: 0, writev: 0 }
+  const failing = new Set<string>()
+  const fdPaths = new Map<number, string>()
+  const driver: FileDriverShape = {
+    ...base,
+    open: (p, flags) => Effect.tap(base.open(p, flags), (fd) => Effect.sync(() => fdPaths.set(fd, p))),
+    writev: (fd, buffers, position) =>
+      Effect.suspend(() => {
+        counts.writev++
+        const p = fdPaths.get(fd) ?? ""
+        for (const s of failing) {
+          if (p.includes(s)) {
+            failing.delete(s)
+            return Effect.fail(new FileError({ op: "write", path: p, code: "EIO", detail: "injected" }))
+          }
+        }
+        return base.writev(fd, buffers, position)
+      }),
+    fdatasync: (fd) => Effect.suspend(() => {
+      counts.fdatasync++
+      return base.fdatasync(fd)
+    })
+  }
+  return { driver, counts, failNextWrite: (session: string) => void failing.add(session) }
+}
+
+export const memoryHarness: Effect.Effect<JournalHarness, never, Scope.Scope> = Effect.map(
+  JournalMemory.make,
+  (m) => ({ journal: m.journal, failNextWrite: m.control.failNextWrite })
+)
+
+export const fileHarness = (dataDir?: string): Effect.Effect<JournalHarness & { dataDir: string; counts: { fdatasync: number; writev: number } }, unknown, Scope.Scope> =>
+  Effect.gen(function*() {
+    const dir = dataDir ?? (yield* tempDir())
+    const inst = instrumentedDriver()
+    const journal = yield* JournalFile.make({ dataDir: dir }).pipe(
+      Effect.provide(Layer.succeed(FileDriver, inst.driver))
+    )
+    return { journal, failNextWrite: inst.failNextWrite, dataDir: dir, counts: inst.counts }
+  })
