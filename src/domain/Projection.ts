@@ -1,0 +1,231 @@
+/**
+ * Projections: pure folds over a session's journal. Status, the current transcript, kv and the
+ * effects still waiting for an outcome are all derived here; nothing else is a source of truth.
+ * Public Events are a per-record view that needs only the transcript length before the record.
+ */
+import { HashMap, Option } from "effect"
+import type { SessionConfiguration } from "./Configuration.js"
+import type { Message } from "./Messages.js"
+import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
+
+export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed"
+
+export interface PendingEffect {
+  readonly kind: keyof typeof EffectKinds
+  readonly sequence: number
+}
+
+export interface SessionState {
+  /** "none" until session_creation_started is folded. */
+  readonly status: SessionStatus | "none"
+  readonly lastSequence: number
+  readonly configuration: SessionConfiguration | undefined
+  /** Open operations: the `*_started` sequence of a creation, turn, activation or ending still running. */
+  readonly creation: number | undefined
+  readonly turn: number | undefined
+  readonly activation: number | undefined
+  readonly ending: number | undefined
+  readonly transcript: ReadonlyArray<Message>
+  /** The sequence of the last transcript change (0 when none). */
+  readonly transcriptThrough: number
+  /** Agentloop kv: a missing key is absent; a stored JSON null is present with value null. */
+  readonly kv: HashMap.HashMap<string, unknown>
+  /** Effects started without an outcome, by their `*_started` sequence. */
+  readonly pending: HashMap.HashMap<number, PendingEffect>
+}
+
+export const empty: SessionState = {
+  status: "none",
+  lastSequence: 0,
+  configuration: undefined,
+  creation: undefined,
+  turn: undefined,
+  activation: undefined,
+  ending: undefined,
+  transcript: [],
+  transcriptThrough: 0,
+  kv: HashMap.empty(),
+  pending: HashMap.empty()
+}
+
+const closingKinds = new Map<string, keyof typeof EffectKinds>(
+  Object.entries(EffectKinds).flatMap(([started, closers]) =>
+    closers.map((c) => [c, started as keyof typeof EffectKinds] as const)
+  )
+)
+
+/** Applies a transcript delta: keep the first `keep` messages, then append. */
+export const applyDelta = (
+  transcript: ReadonlyArray<Message>,
+  delta: { readonly keep: number; readonly append: ReadonlyArray<Message> }
+): ReadonlyArray<Message> =>
+  delta.keep >= transcript.length ? [...transcript, ...delta.append] : [...transcript.slice(0, delta.keep), ...delta.append]
+
+/** The smallest delta that turns `from` into `to`: keep the common prefix, append the rest. */
+export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
+  let keep = 0
+  const n = Math.min(from.length, to.length)
+  while (keep < n && JSON.stringify(from[keep]) === JSON.stringify(to[keep])) keep++
+  return { keep, append: to.slice(keep) }
+}
+
+/** Folds one record. Records must come in sequence order. */
+export const fold = (state: SessionState, record: JournalRecord): SessionState => {
+  const p = record.payload
+  const next: { -readonly [K in keyof SessionState]: SessionState[K] } = { ...state, lastSequence: record.sequence }
+  switch (record.kind) {
+    case "session_creation_started":
+      next.status = "creating"
+      next.configuration = p.configuration
+      next.creation = record.sequence
+      break
+    case "session_creation_ended":
+      next.status = "idle"
+      next.creation = undefined
+      break
+    case "session_creation_failed":
+      next.status = "failed"
+      next.creation = undefined
+      break
+    case "turn_started":
+      next.status = "running"
+      next.turn = record.sequence
+      break
+    case "turn_ended":
+    case "turn_failed":
+      next.turn = undefined
+      if (state.status === "running") next.status = "idle"
+      break
+    case "activation_started":
+      next.activation = record.sequence
+      break
+    case "activation_ended":
+    case "activation_failed":
+      next.activation = undefined
+      break
+    case "session_end_started":
+      next.status = "ending"
+      next.ending = record.sequence
+      break
+    case "session_ended":
+      next.status = "ended"
+      next.ending = undefined
+      break
+    case "transcript_delta":
+      next.transcript = applyDelta(state.transcript, p)
+      next.transcriptThrough = record.sequence
+      break
+    case "kv_put":
+      next.kv = HashMap.set(state.kv, p.key as string, p.value)
+      break
+    case "kv_delete":
+      next.kv = HashMap.remove(state.kv, p.key as string)
+      break
+    default: {
+      if (record.kind in EffectKinds) {
+        next.pending = HashMap.set(state.pending, record.sequence, {
+          kind: record.kind as keyof typeof EffectKinds,
+          sequence: record.sequence
+        })
+      } else if (closingKinds.has(record.kind)) {
+        next.pending = HashMap.remove(state.pending, p.sequence as number)
+      }
+    }
+  }
+  return next
+}
+
+export const foldAll = (records: Iterable<JournalRecord>, from: SessionState = empty): SessionState => {
+  let s = from
+  for (const r of records) s = fold(s, r)
+  return s
+}
+
+/** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
+export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)
+
+/** The public Event envelope. */
+export interface Event {
+  readonly session_id: string
+  readonly sequence: number
+  readonly recorded_at_ms: number
+  readonly kind: string
+  readonly data: unknown
+  readonly origin?: Origin
+}
+
+/**
+ * The public Event a record projects to, if any. `transcriptLength` is the transcript's length
+ * just before this record: a delta that keeps fewer messages replaces part of the saved tail
+ * and is public as `transcript_replaced`; pure appends and kv changes stay private.
+ */
+export const toEvent = (session: string, record: JournalRecord, transcriptLength: number): Event | undefined => {
+  const base = { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms }
+  if (record.kind === EXTENSION_KIND) {
+    return { ...base, kind: record.payload.kind, data: record.payload.payload ?? {}, origin: record.payload.origin }
+  }
+  if (record.kind === "transcript_delta") {
+    return record.payload.keep < transcriptLength ? { ...base, kind: TRANSCRIPT_REPLACED, data: record.payload } : undefined
+  }
+  if (Catalogue[record.kind].visibility === "private") return undefined
+  return { ...base, kind: record.kind, data: record.payload ?? {} }
+}
+
+/** The public Events of consecutive records, given the transcript length before the first. */
+export const eventsOf = (session: string, records: Iterable<JournalRecord>, transcriptLength: number): Array<Event> => {
+  const out: Array<Event> = []
+  let length = transcriptLength
+  for (const r of records) {
+    const e = toEvent(session, r, length)
+    if (e) out.push(e)
+    if (r.kind === "transcript_delta") length = Math.min(length, r.payload.keep) + r.payload.append.length
+  }
+  return out
+}
+
+/** The JSON form of a state, for checkpoints. */
+export interface SerializedState {
+  readonly status: SessionStatus | "none"
+  readonly lastSequence: number
+  readonly configuration: SessionConfiguration | null
+  readonly creation: number | null
+  readonly turn: number | null
+  readonly activation: number | null
+  readonly ending: number | null
+  readonly transcript: ReadonlyArray<Message>
+  readonly transcriptThrough: number
+  readonly kv: ReadonlyArray<readonly [string, unknown]>
+  readonly pending: ReadonlyArray<PendingEffect>
+}
+
+const orNull = <A>(a: A | undefined): A | null => (a === undefined ? null : a)
+const orUndefined = <A>(a: A | null): A | undefined => (a === null ? undefined : a)
+
+/** Serializes a state; entries are sorted so equal states serialize to equal text. */
+export const serializeState = (s: SessionState): SerializedState => ({
+  status: s.status,
+  lastSequence: s.lastSequence,
+  configuration: orNull(s.configuration),
+  creation: orNull(s.creation),
+  turn: orNull(s.turn),
+  activation: orNull(s.activation),
+  ending: orNull(s.ending),
+  transcript: s.transcript,
+  transcriptThrough: s.transcriptThrough,
+  kv: [...HashMap.toEntries(s.kv)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+  pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence)
+})
+
+export const deserializeState = (j: SerializedState): SessionState => ({
+  status: j.status,
+  lastSequence: j.lastSequence,
+  configuration: orUndefined(j.configuration),
+  creation: orUndefined(j.creation),
+  turn: orUndefined(j.turn),
+  activation: orUndefined(j.activation),
+  ending: orUndefined(j.ending),
+  transcript: j.transcript,
+  transcriptThrough: j.transcriptThrough,
+  kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
+  pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const))
+})

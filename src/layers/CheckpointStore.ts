@@ -1,0 +1,51 @@
+/**
+ * Checkpoint stores. The file store writes `sessions/{id}/checkpoint` atomically: a temporary
+ * file, fdatasync, rename, directory fsync — so a crash leaves the old checkpoint or the new
+ * one, never a mix. Checkpoints are disposable: any failure to read one means "none".
+ */
+import * as path from "node:path"
+import { Effect, Layer, Option, Random } from "effect"
+import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
+import { sessionDir } from "./journal/DataDir.js"
+import { FileDriver } from "./journal/FileDriver.js"
+
+export const CHECKPOINT_FILE = "checkpoint"
+
+export const makeFile = (dataDir: string) =>
+  Effect.gen(function*() {
+    const driver = yield* FileDriver
+    const store: CheckpointStoreShape = {
+      load: (session) =>
+        driver.readFile(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)).pipe(
+          Effect.map((buf) => Option.some(buf.toString("utf8"))),
+          Effect.orElseSucceed(() => Option.none())
+        ),
+      save: (session, text) =>
+        Effect.gen(function*() {
+          const dir = sessionDir(dataDir, session)
+          const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
+          const fd = yield* driver.open(tmp, "wx")
+          yield* driver.writev(fd, [Buffer.from(text, "utf8")], 0).pipe(
+            Effect.zipRight(driver.fdatasync(fd)),
+            Effect.ensuring(Effect.ignore(driver.close(fd))),
+            Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
+          )
+          yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
+          yield* driver.syncDir(dir)
+        }).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.message })))
+    }
+    return store
+  })
+
+export const layerFile = (dataDir: string) => Layer.effect(CheckpointStore, makeFile(path.resolve(dataDir)))
+
+export const makeMemory = Effect.sync(() => {
+  const texts = new Map<string, string>()
+  const store: CheckpointStoreShape = {
+    load: (session) => Effect.sync(() => Option.fromNullable(texts.get(session))),
+    save: (session, text) => Effect.sync(() => void texts.set(session, text))
+  }
+  return { store, texts }
+})
+
+export const layerMemory = Layer.effect(CheckpointStore, Effect.map(makeMemory, (m) => m.store))

@@ -1,0 +1,71 @@
+/**
+ * Projection over the Journal with checkpoints. A checkpoint is used only when its checksum
+ * holds and the journal's record at the sequence it covers is the very record it was folded
+ * through; then only the tail is read. Anything else (missing, damaged, stale beyond repair,
+ * from another journal) is ignored and the state is rebuilt from the journal.
+ */
+import { Effect, Layer, Option } from "effect"
+import { deserializeState, empty, foldAll, serializeState, type SessionState } from "../domain/Projection.js"
+import type { SessionId } from "../domain/Ids.js"
+import { Journal } from "../services/Journal.js"
+import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
+import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
+
+const PAGE = 1000
+
+export const make = Effect.gen(function*() {
+  const journal = yield* Journal
+  const store = yield* CheckpointStore
+
+  const fromCheckpoint = (session: SessionId) =>
+    Effect.gen(function*() {
+      const text = yield* store.load(session)
+      if (Option.isNone(text)) return undefined
+      const body = decodeCheckpoint(text.value, session)
+      if (!body || body.state.lastSequence !== body.through.sequence) return undefined
+      const [covered] = yield* journal.read(session, { after: body.through.sequence - 1, limit: 1 })
+      if (!covered || covered.sequence !== body.through.sequence || recordDigest(covered) !== body.through.digest) {
+        return undefined
+      }
+      return deserializeState(body.state)
+    })
+
+  const foldTail = (session: SessionId, start: SessionState) =>
+    Effect.gen(function*() {
+      let state = start
+      let folded = 0
+      for (;;) {
+        const page = yield* journal.read(session, { after: state.lastSequence, limit: PAGE })
+        if (page.length === 0) return { state, folded }
+        state = foldAll(page, state)
+        folded += page.length
+      }
+    })
+
+  const service: ProjectionShape = {
+    state: (session) =>
+      Effect.gen(function*() {
+        const restored = yield* fromCheckpoint(session)
+        const { state, folded } = yield* foldTail(session, restored ?? empty)
+        return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
+      }),
+    checkpoint: (session, state) =>
+      Effect.gen(function*() {
+        if (state.lastSequence < 1) return
+        const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
+        if (!covered) return
+        yield* store.save(
+          session,
+          encodeCheckpoint({
+            format: CHECKPOINT_FORMAT,
+            session,
+            through: { sequence: covered.sequence, digest: recordDigest(covered) },
+            state: serializeState(state)
+          })
+        )
+      })
+  }
+  return service
+})
+
+export const layer = Layer.effect(Projection, make)

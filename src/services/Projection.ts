@@ -1,0 +1,38 @@
+/**
+ * Projection: a session's folded state, from a checkpoint plus the journal tail when the
+ * checkpoint still matches the journal, otherwise from the whole journal.
+ */
+import { Context, Data, type Effect, type Option } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { SessionState } from "../domain/Projection.js"
+import type { JournalReadError } from "./Journal.js"
+
+export interface Projected {
+  readonly state: SessionState
+  /** Where the fold started: a checkpoint (then only the tail was read) or the journal's start. */
+  readonly source: "checkpoint" | "journal"
+  /** How many records were folded to reach the state. */
+  readonly folded: number
+}
+
+export class CheckpointWriteFailed extends Data.TaggedError("CheckpointWriteFailed")<{
+  readonly session: string
+  readonly reason: string
+}> {}
+
+export interface ProjectionShape {
+  /** The state as of the journal's last durable record. */
+  readonly state: (session: SessionId) => Effect.Effect<Projected, JournalReadError>
+  /** Writes a checkpoint of this state (taken at a quiet point); atomic, never required. */
+  readonly checkpoint: (session: SessionId, state: SessionState) => Effect.Effect<void, JournalReadError | CheckpointWriteFailed>
+}
+
+export class Projection extends Context.Tag("brain/Projection")<Projection, ProjectionShape>() {}
+
+/** Where checkpoints are kept: opaque text per session. */
+export interface CheckpointStoreShape {
+  readonly load: (session: SessionId) => Effect.Effect<Option.Option<string>>
+  readonly save: (session: SessionId, text: string) => Effect.Effect<void, CheckpointWriteFailed>
+}
+
+export class CheckpointStore extends Context.Tag("brain/CheckpointStore")<CheckpointStore, CheckpointStoreShape>() {}

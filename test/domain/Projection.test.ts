@@ -1,0 +1,132 @@
+import { describe, expect, it } from "@effect/vitest"
+import fc from "fast-check"
+import { Option } from "effect"
+import {
+  deserializeState,
+  diffTranscript,
+  empty,
+  eventsOf,
+  foldAll,
+  kvRead,
+  serializeState
+} from "../../src/domain/Projection.js"
+import { checkPayload, type JournalRecord, type RecordKind } from "../../src/domain/Records.js"
+import { journalArb } from "../support/records.js"
+
+const records = (...list: ReadonlyArray<[RecordKind, unknown]>): Array<JournalRecord> =>
+  list.map(([kind, payload], i) => ({ sequence: i + 1, recorded_at_ms: 10 + i, kind, payload }))
+
+const creation: [RecordKind, unknown] = ["session_creation_started", { configuration: { agentloop: "official", model: "m" } }]
+const failure = { code: "interrupted", message: "restart", retryable: false, ambiguous: true }
+
+describe("Projection folds", () => {
+  it("status follows creation, turns and ending", () => {
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }],
+      ["turn_ended", { sequence: 3 }],
+      ["session_end_started", {}],
+      ["session_ended", { sequence: 5 }]
+    )
+    const statuses = rs.map((_, i) => foldAll(rs.slice(0, i + 1)).status)
+    expect(statuses).toEqual(["creating", "idle", "running", "idle", "ending", "ended"])
+    expect(foldAll(records(creation, ["session_creation_failed", { sequence: 1, failure }])).status).toBe("failed")
+  })
+
+  it("the transcript is the fold of {keep, append} deltas: appends keep the prefix, rewrites restart at keep", () => {
+    const u = (content: string) => ({ role: "user" as const, content })
+    const s = foldAll(
+      records(
+        creation,
+        ["transcript_delta", { keep: 0, append: [u("a"), u("b")] }],
+        ["transcript_delta", { keep: 2, append: [u("c")] }],
+        ["transcript_delta", { keep: 1, append: [u("summary")] }]
+      )
+    )
+    expect(s.transcript).toEqual([u("a"), u("summary")])
+    expect(s.transcriptThrough).toBe(4)
+    expect(diffTranscript([u("a"), u("b")], [u("a"), u("b"), u("c")])).toEqual({ keep: 2, append: [u("c")] })
+    expect(diffTranscript([u("a"), u("b")], [u("x")])).toEqual({ keep: 0, append: [u("x")] })
+  })
+
+  it("kv distinguishes a missing key from a stored JSON null, and delete removes without erasing history", () => {
+    const rs = records(
+      creation,
+      ["kv_put", { key: "n", value: null }],
+      ["kv_put", { key: "x", value: 1 }],
+      ["kv_delete", { key: "x" }]
+    )
+    const s = foldAll(rs)
+    expect(kvRead(s, "n")).toEqual(Option.some(null))
+    expect(kvRead(s, "x")).toEqual(Option.none())
+    expect(kvRead(s, "never")).toEqual(Option.none())
+    expect(kvRead(foldAll(rs.slice(0, 3)), "x")).toEqual(Option.some(1))
+  })
+
+  it("pending effects are exactly the started effects without an outcome", () => {
+    const s = foldAll(
+      records(
+        creation,
+        ["model_call_started", { message_count: 0, context: { through_sequence: 0, delta: { keep: 0, append: [] } } }],
+        ["tool_call_started", { tool: "t", call_id: "c1", input: {}, deadline_at_ms: 5 }],
+        ["tool_call_started", { tool: "t", call_id: "c2", input: {}, deadline_at_ms: 5 }],
+        ["model_call_ended", { sequence: 2, result: { text: "ok" } }],
+        ["tool_call_failed", { sequence: 4, outcome: "unknown", failure, is_error: true }]
+      )
+    )
+    expect([...s.pending].map(([seq, p]) => [seq, p.kind])).toEqual([[3, "tool_call_started"]])
+  })
+
+  it("Events: lifecycle and effects are public, pure appends and kv stay private, a replacing delta is transcript_replaced", () => {
+    const u = (content: string) => ({ role: "user" as const, content })
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["transcript_delta", { keep: 0, append: [u("a"), u("b")] }],
+      ["kv_put", { key: "k", value: 1 }],
+      ["transcript_delta", { keep: 2, append: [u("c")] }],
+      ["transcript_delta", { keep: 1, append: [u("z")] }],
+      ["extension", { kind: "progress", payload: { pct: 50 }, origin: { kind: "tool", sequence: 2 } }],
+      ["session_end_started", {}]
+    )
+    const events = eventsOf("ses_x", rs, 0)
+    expect(events.map((e) => [e.sequence, e.kind])).toEqual([
+      [1, "session_creation_started"],
+      [2, "session_creation_ended"],
+      [6, "transcript_replaced"],
+      [7, "progress"],
+      [8, "session_end_started"]
+    ])
+    expect(events[3]!.origin).toEqual({ kind: "tool", sequence: 2 })
+    expect(events[3]!.data).toEqual({ pct: 50 })
+    expect(events[4]!.data).toEqual({})
+  })
+
+  it("every generated record is valid under the catalogue", () => {
+    fc.assert(
+      fc.property(journalArb, (rs) => rs.every((r) => checkPayload(r.kind, r.payload) === undefined)),
+      { numRuns: 200 }
+    )
+  })
+
+  it("a fold of the whole journal equals a fold from a serialized checkpoint plus the tail", () => {
+    fc.assert(
+      fc.property(journalArb, fc.nat(), (rs, cut) => {
+        const k = cut % (rs.length + 1)
+        const whole = foldAll(rs)
+        const checkpoint = JSON.parse(JSON.stringify(serializeState(foldAll(rs.slice(0, k)))))
+        const resumed = foldAll(rs.slice(k), deserializeState(checkpoint))
+        expect(serializeState(resumed)).toEqual(serializeState(whole))
+        // Events of the tail depend only on the transcript length at the cut.
+        const before = foldAll(rs.slice(0, k))
+        expect(eventsOf("s", rs.slice(k), before.transcript.length)).toEqual(eventsOf("s", rs, 0).filter((e) => e.sequence > k))
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("the empty state serializes and restores to itself", () => {
+    expect(serializeState(deserializeState(serializeState(empty)))).toEqual(serializeState(empty))
+  })
+})
