@@ -3,7 +3,7 @@
  * effects still waiting for an outcome are all derived here; nothing else is a source of truth.
  * Public Events are a per-record view that needs only the transcript length before the record.
  */
-import { HashMap, Option } from "effect"
+import { Chunk, HashMap, Option } from "effect"
 import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
@@ -32,6 +32,12 @@ export interface SessionState {
   readonly kv: HashMap.HashMap<string, unknown>
   /** Effects started without an outcome, by their `*_started` sequence. */
   readonly pending: HashMap.HashMap<number, PendingEffect>
+  /** Model calls the session has started (the scripted provider's position). */
+  readonly modelCalls: number
+  /** The sequence of the record that closed the last activation (0 when none). */
+  readonly activationClosed: number
+  /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
+  readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
 }
 
 export const empty: SessionState = {
@@ -45,7 +51,10 @@ export const empty: SessionState = {
   transcript: [],
   transcriptThrough: 0,
   kv: HashMap.empty(),
-  pending: HashMap.empty()
+  pending: HashMap.empty(),
+  modelCalls: 0,
+  activationClosed: 0,
+  transcriptLengths: Chunk.empty()
 }
 
 const closingKinds = new Map<string, keyof typeof EffectKinds>(
@@ -102,6 +111,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "activation_ended":
     case "activation_failed":
       next.activation = undefined
+      next.activationClosed = record.sequence
       break
     case "session_end_started":
       next.status = "ending"
@@ -114,6 +124,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "transcript_delta":
       next.transcript = applyDelta(state.transcript, p)
       next.transcriptThrough = record.sequence
+      next.transcriptLengths = Chunk.append(state.transcriptLengths, [record.sequence, next.transcript.length] as const)
       break
     case "kv_put":
       next.kv = HashMap.set(state.kv, p.key as string, p.value)
@@ -123,6 +134,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
       break
     default: {
       if (record.kind in EffectKinds) {
+        if (record.kind === "model_call_started") next.modelCalls = state.modelCalls + 1
         next.pending = HashMap.set(state.pending, record.sequence, {
           kind: record.kind as keyof typeof EffectKinds,
           sequence: record.sequence
@@ -139,6 +151,23 @@ export const foldAll = (records: Iterable<JournalRecord>, from: SessionState = e
   let s = from
   for (const r of records) s = fold(s, r)
   return s
+}
+
+/** The transcript's length just after `sequence` (0 before any change). */
+export const transcriptLengthAt = (state: SessionState, sequence: number): number => {
+  const lengths = state.transcriptLengths
+  let lo = 0
+  let hi = Chunk.size(lengths) - 1
+  let found = 0
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1
+    const [seq, len] = Chunk.unsafeGet(lengths, mid)
+    if (seq <= sequence) {
+      found = len
+      lo = mid + 1
+    } else hi = mid - 1
+  }
+  return found
 }
 
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
@@ -196,6 +225,9 @@ export interface SerializedState {
   readonly transcriptThrough: number
   readonly kv: ReadonlyArray<readonly [string, unknown]>
   readonly pending: ReadonlyArray<PendingEffect>
+  readonly modelCalls: number
+  readonly activationClosed: number
+  readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
 }
 
 const orNull = <A>(a: A | undefined): A | null => (a === undefined ? null : a)
@@ -213,7 +245,10 @@ export const serializeState = (s: SessionState): SerializedState => ({
   transcript: s.transcript,
   transcriptThrough: s.transcriptThrough,
   kv: [...HashMap.toEntries(s.kv)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-  pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence)
+  pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence),
+  modelCalls: s.modelCalls,
+  activationClosed: s.activationClosed,
+  transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths)
 })
 
 export const deserializeState = (j: SerializedState): SessionState => ({
@@ -227,5 +262,8 @@ export const deserializeState = (j: SerializedState): SessionState => ({
   transcript: j.transcript,
   transcriptThrough: j.transcriptThrough,
   kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
-  pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const))
+  pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
+  modelCalls: j.modelCalls,
+  activationClosed: j.activationClosed,
+  transcriptLengths: Chunk.fromIterable(j.transcriptLengths)
 })

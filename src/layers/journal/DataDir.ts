@@ -46,38 +46,69 @@ const isAlive = (pid: number, startTime: string | undefined): boolean => {
   return now === undefined || startTime === undefined || now === startTime
 }
 
+const errno = (err: unknown) => (err as NodeJS.ErrnoException).code
+
+const readOrEmpty = (file: string): string | undefined => {
+  try {
+    return fs.readFileSync(file, "utf8")
+  } catch (err) {
+    if (errno(err) === "ENOENT") return undefined
+    throw err
+  }
+}
+
+let lockAttempts = 0
+const uniqueName = (lockPath: string, suffix: string) => `${lockPath}.${process.pid}.${Date.now()}.${lockAttempts++}.${suffix}`
+
+/**
+ * One attempt. The lock appears whole or not at all: the owner line is written to a private file
+ * first and then hard-linked to `lock` (link fails if `lock` exists). A stale lock is first
+ * renamed aside, then checked again, so a takeover never removes a lock another process has just
+ * taken; if what was moved turns out to be live, it is linked back.
+ */
 const tryLock = (lockPath: string) =>
   Effect.try({
     try: () => {
       const me = `${process.pid} ${startTimeOf(process.pid) ?? "-"}\n`
-      for (;;) {
-        try {
-          const fd = fs.openSync(lockPath, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY, 0o644)
-          fs.writeSync(fd, me)
-          fs.fsyncSync(fd)
-          fs.closeSync(fd)
-          return me
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err
+      const mine = uniqueName(lockPath, "new")
+      const fd = fs.openSync(mine, "wx", 0o644)
+      fs.writeSync(fd, me)
+      fs.fsyncSync(fd)
+      fs.closeSync(fd)
+      try {
+        for (;;) {
+          try {
+            fs.linkSync(mine, lockPath)
+            return me
+          } catch (err) {
+            if (errno(err) !== "EEXIST") throw err
+          }
+          const owner = readOrEmpty(lockPath)
+          if (owner === undefined) continue
+          const [pidText, start] = owner.trim().split(" ")
+          const pid = Number(pidText)
+          if (Number.isInteger(pid) && pid > 0 && isAlive(pid, start === "-" ? undefined : start)) {
+            throw new LockHeld({ owner: owner.trim() })
+          }
+          const aside = uniqueName(lockPath, "stale")
+          try {
+            fs.renameSync(lockPath, aside)
+          } catch (err) {
+            if (errno(err) === "ENOENT") continue
+            throw err
+          }
+          if (readOrEmpty(aside) !== owner) {
+            // Another process took the lock between our read and our rename: give it back.
+            try {
+              fs.linkSync(aside, lockPath)
+            } catch (err) {
+              if (errno(err) !== "EEXIST") throw err
+            }
+          }
+          fs.unlinkSync(aside)
         }
-        let owner = ""
-        try {
-          owner = fs.readFileSync(lockPath, "utf8")
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code === "ENOENT") continue
-          throw err
-        }
-        const [pidText, start] = owner.trim().split(" ")
-        const pid = Number(pidText)
-        if (Number.isInteger(pid) && pid > 0 && isAlive(pid, start === "-" ? undefined : start)) {
-          throw new LockHeld({ owner: owner.trim() })
-        }
-        // Stale: its owner is gone. Remove it only if it is still the same stale file.
-        try {
-          if (fs.readFileSync(lockPath, "utf8") === owner) fs.unlinkSync(lockPath)
-        } catch (err) {
-          if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err
-        }
+      } finally {
+        fs.rmSync(mine, { force: true })
       }
     },
     catch: (err) => err instanceof LockHeld ? err : new DataDirError({ dir: path.dirname(lockPath), reason: String(err) })
@@ -134,7 +165,10 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
           const found = fs.readFileSync(marker, "utf8").trim()
           if (found !== FORMAT) throw new Error(`holds format ${JSON.stringify(found)}, this server writes ${FORMAT}`)
         } else {
-          const others = fs.readdirSync(dir).filter((name) => name !== LOCK_FILE)
+          // Our own lock, its private files, and a marker whose rename a crash interrupted.
+          const others = fs.readdirSync(dir).filter((name) =>
+            name !== LOCK_FILE && !name.startsWith(`${LOCK_FILE}.`) && name !== `${FORMAT_FILE}.tmp`
+          )
           if (others.length > 0) throw new Error(`is not empty and has no ${FORMAT_FILE} marker; refusing to use it`)
           const tmp = `${marker}.tmp`
           fs.writeFileSync(tmp, `${FORMAT}\n`)

@@ -1,0 +1,239 @@
+/**
+ * The operator CLI on real files, as a child process: `brain journal verify <dir> [session]`
+ * (exit 0 clean, 1 torn final write, 2 corrupt) and `brain journal dump <dir> <session>`.
+ * Both are read-only: they report what an open would truncate and never truncate it.
+ */
+import { execSync, spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
+import { entry, type Entry } from "../../src/domain/Records.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
+import type { JournalShape } from "../../src/services/Journal.js"
+import { tempDir } from "../support/journals.js"
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url))
+const BIN = path.join(ROOT, "bin/brain.js")
+
+/** `npm test` builds first; a direct `vitest run` of this file builds only when dist is missing. */
+const ensureBuilt = () => {
+  if (!fs.existsSync(path.join(ROOT, "dist/cli/main.js"))) execSync("npm run build", { cwd: ROOT, stdio: "inherit" })
+}
+
+const brain = (...args: Array<string>) => {
+  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: "utf8", timeout: 30_000 })
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, output: r.stdout + r.stderr }
+}
+
+const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
+
+const withJournal = <A, E>(dataDir: string, use: (journal: JournalShape) => Effect.Effect<A, E>, rotateBytes?: number) =>
+  Effect.scoped(
+    Effect.flatMap(
+      JournalFile.make({ dataDir, ...(rotateBytes ? { limits: { rotateBytes } } : {}) }).pipe(Effect.provide(nodeFiles)),
+      use
+    )
+  )
+
+const writeSession = (dataDir: string, session: SessionId, appends: ReadonlyArray<ReadonlyArray<Entry>>, rotateBytes?: number) =>
+  withJournal(dataDir, (journal) =>
+    Effect.gen(function*() {
+      yield* journal.create(session)
+      for (const entries of appends) yield* journal.append(session, entries)
+    }), rotateBytes)
+
+const simple = (n: number) => Array.from({ length: n }, (_, i) => [kv(`k${i + 1}`, { i: i + 1 })])
+
+const segmentsOf = (dataDir: string, session: SessionId) => {
+  const dir = path.join(dataDir, "sessions", session, "journal")
+  return fs.readdirSync(dir).filter((n) => n.endsWith(".seg")).sort().map((n) => path.join(dir, n))
+}
+
+/** Start offsets of the frames in a segment (u32 LE body length, then 8 bytes of checksums). */
+const frameStarts = (buf: Buffer) => {
+  const out: Array<number> = []
+  for (let offset = 0; offset + 12 <= buf.length;) {
+    out.push(offset)
+    offset += 12 + buf.readUInt32LE(offset)
+  }
+  return out
+}
+
+describe("brain journal verify", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("exits 0 on clean sessions, for the whole directory and for one session, without taking the lock", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const a = yield* mintSessionId
+      const b = yield* mintSessionId
+      yield* writeSession(dir, a, simple(5))
+      yield* writeSession(dir, b, simple(40).map(([e]) => [kv(e!.payload.key, "z".repeat(300))]), 4096)
+      expect(segmentsOf(dir, b).length).toBeGreaterThan(1)
+
+      // While a server holds the directory: verify reads, it does not wait for or take the lock.
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.lastSequence(a)
+          const lockBefore = fs.readFileSync(path.join(dir, "lock"), "utf8")
+          const all = brain("journal", "verify", dir)
+          expect(all.code, all.output).toBe(0)
+          expect(all.stdout).toContain(`${a}: ok, 5 records`)
+          expect(all.stdout).toContain(`${b}: ok, 40 records`)
+          const one = brain("journal", "verify", dir, a)
+          expect(one.code, one.output).toBe(0)
+          expect(one.stdout).not.toContain(b)
+          expect(fs.readFileSync(path.join(dir, "lock"), "utf8")).toBe(lockBefore)
+        }))
+    }))
+
+  it.scopedLive("exits 1 on a torn final write, naming the file and the offset open would truncate to, and modifies nothing", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* writeSession(dir, s, [...simple(3), [kv("b", 1), kv("c", 2), kv("d", 3)]])
+      const [seg] = segmentsOf(dir, s)
+      const original = fs.readFileSync(seg!)
+      const starts = frameStarts(original)
+      expect(starts.length).toBe(6)
+      const groupStart = starts[3]!
+
+      const cases = {
+        "a cut inside the last frame": original.subarray(0, original.length - 7),
+        "a cut right after the second frame of an atomic append": original.subarray(0, starts[5]!),
+        "a zero-filled tail": Buffer.concat([original.subarray(0, groupStart), Buffer.alloc(4096)])
+      }
+      for (const [name, bytes] of Object.entries(cases)) {
+        fs.writeFileSync(seg!, bytes)
+        const mtime = fs.statSync(seg!).mtimeMs
+        for (const args of [[dir], [dir, s]]) {
+          const r = brain("journal", "verify", ...args)
+          expect(r.code, `${name}: ${r.output}`).toBe(1)
+          expect(r.stdout, name).toContain(seg!)
+          expect(r.stdout, name).toContain(`offset ${groupStart}`)
+          expect(r.stdout, name).toContain(`truncate ${bytes.length - groupStart} bytes`)
+        }
+        // Verify did not repair anything.
+        expect(fs.statSync(seg!).size, name).toBe(bytes.length)
+        expect(fs.readFileSync(seg!).equals(bytes), name).toBe(true)
+        expect(fs.statSync(seg!).mtimeMs, name).toBe(mtime)
+      }
+
+      // The offset verify reported is exactly where open truncates; afterwards verify is clean.
+      const last = yield* withJournal(dir, (journal) => journal.lastSequence(s))
+      expect(last).toBe(3)
+      expect(fs.statSync(seg!).size).toBe(groupStart)
+      const after = brain("journal", "verify", dir, s)
+      expect(after.code, after.output).toBe(0)
+    }))
+
+  it.scopedLive("exits 2 on a corrupt session, naming the file and offset; corruption outranks a torn write, and files are left as found", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const corrupt = yield* mintSessionId
+      const torn = yield* mintSessionId
+      const clean = yield* mintSessionId
+      for (const s of [corrupt, torn, clean]) yield* writeSession(dir, s, simple(5))
+
+      const [corruptSeg] = segmentsOf(dir, corrupt)
+      const bad = fs.readFileSync(corruptSeg!)
+      const middle = frameStarts(bad)[2]!
+      bad[middle + 25] = bad[middle + 25]! ^ 0x40
+      fs.writeFileSync(corruptSeg!, bad)
+      const [tornSeg] = segmentsOf(dir, torn)
+      const tornSize = fs.statSync(tornSeg!).size - 2
+      fs.truncateSync(tornSeg!, tornSize)
+
+      const all = brain("journal", "verify", dir)
+      expect(all.code, all.output).toBe(2)
+      expect(all.stdout).toContain(`${corrupt}: corrupt: ${corruptSeg} offset ${middle}:`)
+      expect(all.stdout).toContain(`${torn}: torn final write`)
+      expect(all.stdout).toContain(`${clean}: ok`)
+
+      const one = brain("journal", "verify", dir, corrupt)
+      expect(one.code, one.output).toBe(2)
+      expect(one.stdout).toContain(corruptSeg!)
+      expect(one.stdout).toContain(`offset ${middle}`)
+      expect(brain("journal", "verify", dir, torn).code).toBe(1)
+      expect(brain("journal", "verify", dir, clean).code).toBe(0)
+
+      expect(fs.readFileSync(corruptSeg!).equals(bad)).toBe(true)
+      expect(fs.statSync(tornSeg!).size).toBe(tornSize)
+
+      // Not a Brain data directory at all.
+      const other = yield* tempDir()
+      fs.writeFileSync(path.join(other, "notes.txt"), "x")
+      expect(brain("journal", "verify", other).code).toBe(2)
+    }))
+})
+
+describe("brain journal dump", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("prints one JSON object per line, equal to the records a read returns, across segments and pages", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      const records = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          yield* journal.append(s, [
+            entry("session_creation_started", { configuration: { agentloop: "official", model: { provider: "scripted" } } })
+          ])
+          yield* journal.append(s, [
+            entry("transcript_delta", { keep: 0, append: [{ role: "user", content: "line one\nline two — ünïcødé ✓" }] }),
+            kv("nested", { a: [1, 2, { b: null }], s: "\u2028 and \"quotes\"" })
+          ])
+          // Enough records for more than one dump page (1000) and several segments.
+          yield* Effect.forEach(
+            Array.from({ length: 1200 }, (_, i) => i),
+            (i) => journal.append(s, [kv(`k${i}`, i)]),
+            { concurrency: 64, discard: true }
+          )
+          return yield* journal.read(s, { after: 0, limit: 10_000 })
+        }), 16 * 1024)
+      expect(records.length).toBe(1203)
+      expect(segmentsOf(dir, s).length).toBeGreaterThan(1)
+
+      const r = brain("journal", "dump", dir, s)
+      expect(r.code, r.stderr).toBe(0)
+      expect(r.stdout.endsWith("\n")).toBe(true)
+      const lines = r.stdout.slice(0, -1).split("\n")
+      expect(lines.length).toBe(records.length)
+      expect(lines.map((line) => JSON.parse(line))).toEqual(records.map((rec) => ({ ...rec })))
+    }))
+
+  it.scopedLive("dump of a torn session prints the committed records only and leaves the file as is; of a corrupt one, exits 2 naming file and offset", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const torn = yield* mintSessionId
+      const corrupt = yield* mintSessionId
+      yield* writeSession(dir, torn, simple(4))
+      yield* writeSession(dir, corrupt, simple(4))
+
+      const [tornSeg] = segmentsOf(dir, torn)
+      fs.truncateSync(tornSeg!, fs.statSync(tornSeg!).size - 5)
+      const tornSize = fs.statSync(tornSeg!).size
+      const t = brain("journal", "dump", dir, torn)
+      expect(t.code, t.stderr).toBe(0)
+      const lines = t.stdout.trim().split("\n").map((line) => JSON.parse(line))
+      expect(lines.map((l) => l.sequence)).toEqual([1, 2, 3])
+      expect(lines.map((l) => l.payload)).toEqual([1, 2, 3].map((i) => ({ key: `k${i}`, value: { i } })))
+      expect(fs.statSync(tornSeg!).size).toBe(tornSize)
+
+      const [corruptSeg] = segmentsOf(dir, corrupt)
+      const bytes = fs.readFileSync(corruptSeg!)
+      const second = frameStarts(bytes)[1]!
+      bytes[second + 3] = bytes[second + 3]! ^ 0x01
+      fs.writeFileSync(corruptSeg!, bytes)
+      const c = brain("journal", "dump", dir, corrupt)
+      expect(c.code).toBe(2)
+      expect(c.stdout).toBe("")
+      expect(c.stderr).toContain(corruptSeg!)
+      expect(c.stderr).toContain(`offset ${second}`)
+    }))
+})
