@@ -81,7 +81,10 @@ export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<M
 /** Folds one record. Records must come in sequence order. */
 export const fold = (state: SessionState, record: JournalRecord): SessionState => {
   const p = record.payload
-  const next: { -readonly [K in keyof SessionState]: SessionState[K] } = { ...state, lastSequence: record.sequence }
+  const next: { -readonly [K in keyof SessionState]: SessionState[K] } = {
+    ...state,
+    lastSequence: Math.max(state.lastSequence, record.sequence)
+  }
   switch (record.kind) {
     case "session_creation_started":
       next.status = "creating"

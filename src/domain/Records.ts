@@ -53,7 +53,7 @@ export const Catalogue = {
   turn_ended: pub("turn", Ended),
   turn_failed: pub("turn", Failed),
 
-  activation_started: pub("activation", Schema.Struct({ agentloop: Schema.String, turn: Seq })),
+  activation_started: pub("activation", Schema.Struct({ agentloop: Schema.String })),
   activation_ended: pub("activation", Ended),
   activation_failed: pub("activation", Failed),
 

@@ -12,7 +12,8 @@ import {
   JournalWriteFailed,
   type JournalReadError,
   type JournalShape,
-  SessionAlreadyExists
+  SessionAlreadyExists,
+  SessionNotFound
 } from "../services/Journal.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./journal/DataDir.js"
 import { prepareEntries } from "./journal/Encode.js"
@@ -93,6 +94,24 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           Effect.flatMap(handleOf(session), (handle) => writer.append(handle, prepared, opts?.lane ?? "latency"))),
       read: (session, { after, limit, maxBytes }) =>
         Effect.flatMap(handleOf(session), (handle) => readRecords(driver, handle, after, limit, maxBytes)),
+      remove: (session) =>
+        Effect.gen(function*() {
+          const dir = sessionDir(dataDir, session)
+          if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
+          const opened = handles.get(session)
+          handles.delete(session)
+          if (opened) {
+            const handle = yield* Effect.option(Deferred.await(opened))
+            if (handle._tag === "Some") {
+              handle.value.broken = new JournalWriteFailed({ session, reason: "the session was deleted" })
+              yield* writer.release(handle.value)
+            }
+          }
+          yield* driver.rmrf(dir).pipe(
+            Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
+            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.message }))
+          )
+        }),
       lastSequence: (session) => Effect.map(handleOf(session), (h) => h.lastSequence),
       subscribe: (session) => Effect.flatMap(handleOf(session), (h) => hub.subscribe(session, h.lastSequence))
     }

@@ -81,6 +81,7 @@ export const make = Effect.sync(() => {
         }
         return out
       }),
+    remove: (session) => Effect.map(get(session), () => void sessions.delete(session)),
     lastSequence: (session) => Effect.map(get(session), (s) => s.records.length),
     subscribe: (session) =>
       Effect.flatMap(get(session), (s) => hub.subscribe(session, s.records.length))

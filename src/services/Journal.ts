@@ -98,6 +98,11 @@ export interface JournalShape {
   ) => Effect.Effect<ReadonlyArray<number>, JournalAppendError>
   /** Durable records after `after`, in order. */
   readonly read: (session: SessionId, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalRecord>, JournalReadError>
+  /**
+   * Removes a session's journal and directory for good (session delete). Appends still queued for
+   * it fail; later accesses are SessionNotFound.
+   */
+  readonly remove: (session: SessionId) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

@@ -139,6 +139,24 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(yield* journal.append(s, [kv("k", 2)])).toEqual([2])
       }))
 
+    it.scoped("remove deletes a journal for good: later accesses are SessionNotFound and other sessions are untouched", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        const other = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.create(other)
+        yield* journal.append(s, [kv("k", 1)])
+        yield* journal.append(other, [kv("k", 1)])
+        yield* journal.remove(s)
+        expect(yield* journal.exists(s)).toBe(false)
+        const after = yield* Effect.either(journal.append(s, [kv("k", 2)]))
+        expect(Either.isLeft(after) && after.left._tag).toBe("SessionNotFound")
+        const again = yield* Effect.either(journal.remove(s))
+        expect(Either.isLeft(again) && again.left._tag).toBe("SessionNotFound")
+        expect(yield* journal.lastSequence(other)).toBe(1)
+      }))
+
     it.scoped("an unknown session is SessionNotFound; creating twice is SessionAlreadyExists", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

@@ -1,0 +1,58 @@
+/**
+ * What recovery writes for a session found with work left open by a stopped process
+ * (DESIGN §6). Nothing is re-run: every started effect without an outcome becomes its failure
+ * with `ambiguous: true`; a running activation and turn fail with `interrupted`; a running
+ * creation fails; a running ending is closed.
+ */
+import { HashMap } from "effect"
+import { failure } from "./Failure.js"
+import type { SessionState } from "./Projection.js"
+import { entry, type Entry } from "./Records.js"
+
+const interrupted = (what: string) =>
+  failure("interrupted", `the server stopped while ${what} was running; nothing was re-run`, { ambiguous: true })
+
+export const needsRecovery = (s: SessionState): boolean =>
+  HashMap.size(s.pending) > 0 || s.activation !== undefined || s.turn !== undefined || s.creation !== undefined ||
+  s.ending !== undefined
+
+export const recoveryEntries = (s: SessionState): ReadonlyArray<Entry> => {
+  const out: Array<Entry> = []
+  const pending = [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence)
+  for (const p of pending) {
+    const sequence = p.sequence
+    switch (p.kind) {
+      case "model_call_started":
+        out.push(entry("model_call_failed", { sequence, failure: interrupted("this model call") }))
+        break
+      case "tool_call_started":
+        out.push(
+          entry("tool_call_failed", {
+            sequence,
+            outcome: "unknown",
+            failure: failure("unknown", "the server stopped during this tool call; it may or may not have run", { ambiguous: true }),
+            is_error: true
+          })
+        )
+        break
+      case "environment_setup_started":
+        out.push(entry("environment_setup_failed", { sequence, failure: interrupted("this environment setup") }))
+        break
+      case "environment_detach_started":
+        out.push(entry("environment_detach_failed", { sequence, failure: interrupted("this environment detach") }))
+        break
+      case "environment_teardown_started":
+        out.push(entry("environment_teardown_failed", { sequence, failure: interrupted("this environment teardown") }))
+        break
+    }
+  }
+  if (s.activation !== undefined) {
+    out.push(entry("activation_failed", { sequence: s.activation, failure: interrupted("the agentloop") }))
+  }
+  if (s.turn !== undefined) out.push(entry("turn_failed", { sequence: s.turn, failure: interrupted("this turn") }))
+  if (s.creation !== undefined) {
+    out.push(entry("session_creation_failed", { sequence: s.creation, failure: interrupted("the session's creation") }))
+  }
+  if (s.ending !== undefined) out.push(entry("session_ended", { sequence: s.ending }))
+  return out
+}

@@ -1,0 +1,43 @@
+/**
+ * A session actor's in-memory cell: the folded state kept current by every commit the actor
+ * makes, and the turn in flight.
+ */
+import { Clock, Deferred, Effect } from "effect"
+import type { SessionId } from "../../domain/Ids.js"
+import { fold, type SessionState } from "../../domain/Projection.js"
+import type { Entry } from "../../domain/Records.js"
+import type { JournalAppendError, JournalShape, Lane } from "../../services/Journal.js"
+import type { TurnOutcome } from "../../services/Sessions.js"
+
+/** Why a turn is being cancelled: by interrupt, its wall deadline, or a server stop. */
+export type CancelReason = "cancelled" | "timeout" | "interrupted"
+
+export interface RunningTurn {
+  readonly sequence: number
+  readonly cancel: Deferred.Deferred<CancelReason>
+  readonly done: Deferred.Deferred<TurnOutcome>
+}
+
+export class Cell {
+  running: RunningTurn | undefined = undefined
+  /** Set once `end` has begun: no new turn is admitted. */
+  ending = false
+  /** Callers currently using the cell; it may be released only at zero with no turn running. */
+  users = 0
+  constructor(readonly session: SessionId, public state: SessionState, readonly idleTtlMs: number | undefined) {}
+
+  foldIn(committed: ReadonlyArray<readonly [number, Entry]>, now: number) {
+    for (const [sequence, e] of committed) {
+      this.state = fold(this.state, { sequence, recorded_at_ms: now, kind: e.kind, payload: e.payload })
+    }
+  }
+}
+
+/** Appends through the journal and folds the records into the cell before returning. */
+export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
+  Effect.gen(function*() {
+    const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane })
+    const now = yield* Clock.currentTimeMillis
+    cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const), now)
+    return seqs
+  }) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>

@@ -1,0 +1,290 @@
+/**
+ * The host services of one activation. Every write is durable before it returns; every effect
+ * goes through the EffectFence; after a cancel, every host call fails with the cancel's code.
+ */
+import { Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { Message, ToolCallRequest } from "../../domain/Messages.js"
+import type { ModelResult } from "../../domain/Model.js"
+import { modelCallContext } from "../../domain/ModelContext.js"
+import { diffTranscript, kvRead } from "../../domain/Projection.js"
+import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
+import { HostCallFailed, type Host, type ToolResult } from "../../services/Agentloop.js"
+import type { EffectFenceShape } from "../../services/EffectFence.js"
+import type { JournalAppendError, JournalShape } from "../../services/Journal.js"
+import type { ModelsShape } from "../../services/Models.js"
+import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import type { ToolReply, ToolsShape } from "../../services/Tools.js"
+import { type CancelReason, type Cell, commit } from "./Cell.js"
+import { readEvents } from "./Events.js"
+
+export interface HostDeps {
+  readonly journal: JournalShape
+  readonly fence: EffectFenceShape
+  readonly models: ModelsShape
+  readonly tools: ToolsShape
+  readonly config: ServerConfigShape
+}
+
+export interface ActivationScope {
+  readonly cell: Cell
+  readonly activation: number
+  readonly cancel: Deferred.Deferred<CancelReason>
+  /** Serializes state writes so each delta is computed against the state it will follow. */
+  readonly writes: Effect.Semaphore
+  modelCalls: number
+  emittedBytes: number
+}
+
+export const cancelFailure = (reason: CancelReason): Failure =>
+  reason === "timeout"
+    ? failure("timeout", "the turn's wall deadline passed")
+    : reason === "cancelled"
+    ? failure("cancelled", "the turn was cancelled")
+    : failure("interrupted", "the server is stopping")
+
+const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
+
+const storageFailure = (e: JournalAppendError): HostCallFailed =>
+  new HostCallFailed({
+    failure: e._tag === "RecordRejected"
+      ? failure("invalid_request", e.reason)
+      : e._tag === "JournalCorrupt"
+      ? failure("journal_corrupt", e.message)
+      : e._tag === "SessionNotFound"
+      ? failure("not_found", e.message)
+      : failure("journal_write_failed", e.message, { ambiguous: true })
+  })
+
+type ToolVerdict =
+  | { readonly _tag: "reply"; readonly reply: ToolReply }
+  | { readonly _tag: "lost"; readonly message: string }
+  | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
+
+export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
+  const { cell, cancel } = scope
+  const { config, fence, journal } = deps
+
+  /** Fails at once if the turn has been cancelled. */
+  const live = <A>(body: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> =>
+    Effect.flatMap(Deferred.poll(cancel), (polled) =>
+      Option.isSome(polled) ? Effect.flatMap(polled.value, (reason) => refuse(cancelFailure(reason))) : body)
+
+  const write = <A>(body: Effect.Effect<A, JournalAppendError>) =>
+    scope.writes.withPermits(1)(Effect.mapError(body, storageFailure))
+
+  const onCommit = (committed: ReadonlyArray<readonly [number, ReturnType<typeof entry>]>) =>
+    cell.foldIn(committed, Date.now())
+
+  const model: Host["model"] = (request) =>
+    live(Effect.gen(function*() {
+      if (config.maxModelCalls > 0 && scope.modelCalls >= config.maxModelCalls) {
+        return yield* refuse(failure("model_call_limit", `this turn reached BRAIN_MAX_MODEL_CALLS (${config.maxModelCalls})`))
+      }
+      scope.modelCalls++
+      const configuration = cell.state.configuration!
+      const system = request.system ?? configuration.system
+      const index = cell.state.modelCalls
+      const started = entry("model_call_started", {
+        ...modelCallContext(cell.state, request.messages, request.system),
+        ...(request.options !== undefined ? { options: request.options } : {})
+      })
+      type Race = { readonly _tag: "result"; readonly result: ModelResult } | { readonly _tag: "cancelled"; readonly reason: CancelReason }
+      const fenced = yield* fence.fence(
+        cell.session,
+        started,
+        (sequence) =>
+          Effect.raceFirst(
+            Effect.map(
+              deps.models.call({
+                session: cell.session,
+                sequence,
+                index,
+                model: configuration.model,
+                request: {
+                  messages: request.messages,
+                  ...(system !== undefined ? { system } : {}),
+                  ...(configuration.tools !== undefined ? { tools: configuration.tools } : {}),
+                  ...(request.options !== undefined ? { options: request.options } : {})
+                }
+              }),
+              (result): Race => ({ _tag: "result", result })
+            ),
+            Effect.map(Deferred.await(cancel), (reason): Race => ({ _tag: "cancelled", reason }))
+          ),
+        (sequence, exit, dispatched) => {
+          if (Exit.isSuccess(exit)) {
+            return exit.value._tag === "result"
+              ? entry("model_call_ended", { sequence, result: exit.value.result })
+              : entry("model_call_failed", {
+                sequence,
+                failure: { ...cancelFailure(exit.value.reason), ambiguous: true }
+              })
+          }
+          const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+          return entry("model_call_failed", {
+            sequence,
+            failure: err
+              ? failure("model_failed", err.message, { ambiguous: err.ambiguous, retryable: err.retryable })
+              : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
+          })
+        },
+        onCommit
+      ).pipe(Effect.mapError(storageFailure))
+      const exit = fenced.exit
+      if (Exit.isSuccess(exit)) {
+        if (exit.value._tag === "result") return exit.value.result
+        return yield* refuse(cancelFailure(exit.value.reason))
+      }
+      const err = exit.cause._tag === "Fail" ? exit.cause.error : undefined
+      return yield* refuse(
+        err
+          ? failure("model_failed", err.message, { ambiguous: err.ambiguous, retryable: err.retryable })
+          : failure("cancelled", "the model call was abandoned", { ambiguous: true })
+      )
+    }))
+
+  const runTool = (call: ToolCallRequest, now: number): Effect.Effect<ToolResult, HostCallFailed> => {
+    const definition = cell.state.configuration?.tools?.find((t) => t.name === call.name)
+    const limits = [config.maxToolMs, definition?.timeout_ms ?? 0].filter((n) => n > 0)
+    const budget = limits.length > 0 ? Math.min(...limits) : undefined
+    const deadlineAtMs = budget !== undefined ? now + budget : undefined
+    const started = entry("tool_call_started", {
+      tool: call.name,
+      call_id: call.id,
+      input: call.input ?? null,
+      deadline_at_ms: deadlineAtMs ?? 0
+    })
+    const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
+      Effect.gen(function*() {
+        const controller = new AbortController()
+        const executor = yield* Effect.fork(
+          deps.tools.invoke({ session: cell.session, sequence, call, definition, deadlineAtMs, signal: controller.signal }).pipe(
+            Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
+            Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
+          )
+        )
+        type First = { readonly _tag: "done"; readonly verdict: ToolVerdict } | { readonly _tag: "stop"; readonly by: "cancel" | "deadline"; readonly reason: CancelReason }
+        const racers: Array<Effect.Effect<First>> = [
+          Effect.map(Fiber.join(executor), (verdict): First => ({ _tag: "done", verdict })),
+          Effect.map(Deferred.await(cancel), (reason): First => ({ _tag: "stop", by: "cancel", reason }))
+        ]
+        if (budget !== undefined) {
+          racers.push(Effect.as(Effect.sleep(Duration.millis(budget)), { _tag: "stop", by: "deadline", reason: "timeout" } as First))
+        }
+        const first = yield* Effect.raceAll(racers)
+        if (first._tag === "done") return first.verdict
+        controller.abort(first.by === "deadline" ? "timeout" : first.reason)
+        const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {
+          return after.value // It finished anyway: record what really happened.
+        }
+        if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        return { _tag: "stopped", by: first.by, confirmed: Option.isSome(after), reason: first.reason }
+      })
+
+    const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
+      const v: ToolVerdict = Exit.isSuccess(exit)
+        ? exit.value
+        : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
+      if (v._tag === "reply" && v.reply.outcome !== "stopped") {
+        return entry("tool_call_ended", {
+          sequence,
+          outcome: v.reply.outcome,
+          output: v.reply.output ?? null,
+          is_error: v.reply.outcome === "error"
+        })
+      }
+      if (v._tag === "lost") {
+        return entry("tool_call_failed", {
+          sequence,
+          outcome: "unknown",
+          failure: failure("unknown", v.message, { ambiguous: true }),
+          is_error: true
+        })
+      }
+      if (v._tag === "stopped" && v.by === "deadline") {
+        return entry("tool_call_failed", {
+          sequence,
+          outcome: "timeout",
+          failure: failure("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
+          is_error: true
+        })
+      }
+      const confirmed = v._tag === "stopped" ? v.confirmed : true
+      return entry("tool_call_failed", {
+        sequence,
+        outcome: confirmed ? "cancelled" : "unknown",
+        failure: confirmed
+          ? failure("cancelled", "the tool call was cancelled", { ambiguous: true })
+          : failure("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
+        is_error: true
+      })
+    }
+
+    return fence.fence(cell.session, started, dispatch, outcomeOf, onCommit).pipe(
+      Effect.mapError(storageFailure),
+      Effect.map(({ exit, outcome, started: sequence }) => {
+        const e = outcomeOf(sequence, exit, true)
+        void outcome
+        const p = e.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
+        return {
+          call_id: call.id,
+          name: call.name,
+          outcome: p.outcome,
+          output: p.output !== undefined ? p.output : { code: p.failure!.code, message: p.failure!.message },
+          is_error: p.outcome !== "ok"
+        } satisfies ToolResult
+      })
+    )
+  }
+
+  const dispatch: Host["dispatch"] = (calls) =>
+    live(Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      return yield* Effect.forEach(calls, (call) => runTool(call, now), { concurrency: "unbounded" })
+    }))
+
+  const emit: Host["emit"] = (kind, payload) =>
+    live(Effect.gen(function*() {
+      if (typeof kind !== "string" || kind.length === 0 || ReservedKinds.has(kind)) {
+        return yield* refuse(failure("reserved_kind", `the Event kind ${JSON.stringify(kind)} is reserved or invalid`))
+      }
+      const size = Buffer.byteLength(JSON.stringify(kind) + (JSON.stringify(payload) ?? ""), "utf8")
+      if (config.maxEmittedBytes > 0 && scope.emittedBytes + size > config.maxEmittedBytes) {
+        return yield* refuse(
+          failure("emitted_bytes_limit", `this turn would pass BRAIN_MAX_EMITTED_BYTES (${config.maxEmittedBytes})`)
+        )
+      }
+      scope.emittedBytes += size
+      const [seq] = yield* write(commit(journal, cell, [
+        entry(EXTENSION_KIND, { kind, payload: payload ?? {}, origin: { kind: "agentloop", sequence: scope.activation } })
+      ]))
+      return seq!
+    }))
+
+  const setTranscript: Host["setTranscript"] = (messages: ReadonlyArray<Message>) =>
+    live(write(Effect.suspend(() => {
+      const delta = diffTranscript(cell.state.transcript, messages)
+      if (delta.keep === cell.state.transcript.length && delta.append.length === 0) return Effect.void
+      return Effect.asVoid(commit(journal, cell, [entry("transcript_delta", delta)]))
+    })))
+
+  return {
+    model,
+    dispatch,
+    emit,
+    telemetry: (data) => Effect.logDebug("agentloop telemetry", data),
+    kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
+    kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
+    kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),
+    setTranscript,
+    events: ({ after, limit }) =>
+      live(
+        readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, 1000))).pipe(
+          Effect.map((page) => page.events),
+          Effect.mapError((e) => new HostCallFailed({ failure: failure(e._tag === "JournalCorrupt" ? "journal_corrupt" : "not_found", e.message) }))
+        )
+      )
+  }
+}

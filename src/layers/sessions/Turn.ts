@@ -1,0 +1,143 @@
+/**
+ * Runs one turn in the session's own fiber: the activation of the Agentloop with its host, the
+ * wall deadline, cancellation with a bounded grace, and the closing records. The closing records
+ * are committed even when the turn fiber itself is interrupted (a server stop).
+ */
+import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { TurnInput } from "../../domain/Messages.js"
+import { entry } from "../../domain/Records.js"
+import type { AgentloopShape } from "../../services/Agentloop.js"
+import type { TurnOutcome } from "../../services/Sessions.js"
+import { type Cell, commit, type RunningTurn } from "./Cell.js"
+import { readEvents } from "./Events.js"
+import { cancelFailure, type HostDeps, makeHost } from "./Host.js"
+
+export interface TurnStart {
+  readonly cell: Cell
+  readonly turn: RunningTurn
+  readonly activation: number
+  readonly input: TurnInput
+  readonly loop: AgentloopShape
+  /** Where the previous activation closed: the activation sees the Events since. */
+  readonly eventsAfter: number
+}
+
+const failureOf = (cause: Cause.Cause<unknown>): Failure => {
+  const err = Cause.failureOption(cause)
+  if (Option.isSome(err)) {
+    const e = err.value as { _tag?: string; failure?: Failure }
+    if ((e._tag === "AgentloopFailed" || e._tag === "HostCallFailed") && e.failure) return e.failure
+    return failure("agentloop_failed", String(err.value))
+  }
+  return failure("agentloop_failed", `the agentloop crashed: ${Cause.pretty(cause).split("\n")[0]}`)
+}
+
+const stringSeed = (s: string) => {
+  let h = 2166136261
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619)
+  return h >>> 0
+}
+
+export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOutcome> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.gen(function*() {
+      const { cell, turn, activation } = start
+      const { config, journal } = deps
+      const scope = {
+        cell,
+        activation,
+        cancel: turn.cancel,
+        writes: yield* Effect.makeSemaphore(1),
+        modelCalls: 0,
+        emittedBytes: 0
+      }
+      const host = makeHost(deps, scope)
+      const now = yield* Clock.currentTimeMillis
+
+      const activate = Effect.gen(function*() {
+        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, 1000).pipe(
+          Effect.map((p) => p.events),
+          Effect.orElseSucceed(() => [])
+        )
+        return yield* start.loop.activate(
+          {
+            input: start.input,
+            transcript: cell.state.transcript,
+            configuration: cell.state.configuration!,
+            events,
+            runtime: {
+              session_id: cell.session,
+              turn: turn.sequence,
+              activation,
+              now_ms: now,
+              seed: stringSeed(`${cell.session}:${activation}`)
+            }
+          },
+          host
+        )
+      })
+
+      // The activation runs as a child; cancellation waits a bounded grace for it to notice.
+      const body = Effect.gen(function*() {
+        const fiber = yield* Effect.fork(activate)
+        if (config.maxTurnMs > 0) {
+          yield* Effect.forkScoped(
+            Effect.sleep(Duration.millis(config.maxTurnMs)).pipe(Effect.zipRight(Deferred.succeed(turn.cancel, "timeout")))
+          )
+        }
+        const first = yield* Effect.raceFirst(
+          Effect.map(Fiber.await(fiber), (exit) => ({ _tag: "done" as const, exit })),
+          Effect.map(Deferred.await(turn.cancel), (reason) => ({ _tag: "cancel" as const, reason }))
+        )
+        if (first._tag === "done") return first.exit
+        const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        if (Option.isSome(settled)) return settled.value
+        return yield* Fiber.interrupt(fiber)
+      }).pipe(Effect.scoped)
+
+      const exit = yield* Effect.exit(restore(body))
+      const reason = yield* Deferred.poll(turn.cancel).pipe(
+        Effect.flatMap((o) => (Option.isSome(o) ? Effect.map(o.value, Option.some) : Effect.succeed(Option.none())))
+      )
+      let closing: Failure | undefined
+      let result: unknown = undefined
+      if (Option.isSome(reason)) closing = cancelFailure(reason.value)
+      else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted")
+      else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
+      else if (Exit.isFailure(exit.value)) {
+        closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
+      } else result = exit.value.value ?? null
+
+      const entries = closing
+        ? [
+          entry("activation_failed", { sequence: activation, failure: closing }),
+          entry("turn_failed", { sequence: turn.sequence, failure: closing })
+        ]
+        : [
+          entry("activation_ended", { sequence: activation, result }),
+          entry("turn_ended", { sequence: turn.sequence, result })
+        ]
+      const closed = yield* commit(journal, cell, entries).pipe(
+        Effect.disconnect,
+        Effect.timeoutOption(Duration.millis(config.cleanupDeadlineMs)),
+        Effect.either
+      )
+      const recorded = closed._tag === "Right" && Option.isSome(closed.right)
+      const outcome: TurnOutcome = {
+        session_id: cell.session,
+        status: cell.state.status === "none" ? "idle" : cell.state.status,
+        last_sequence: cell.state.lastSequence,
+        turn: recorded
+          ? closing
+            ? { sequence: turn.sequence, status: "failed", failure: closing }
+            : { sequence: turn.sequence, status: "ended", result }
+          : {
+            sequence: turn.sequence,
+            status: "failed",
+            failure: failure("journal_write_failed", "the turn's end could not be recorded", { ambiguous: true })
+          }
+      }
+      return outcome
+    })
+  )

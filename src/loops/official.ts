@@ -1,0 +1,73 @@
+/**
+ * The official Agentloop, in TypeScript (the in-process implementation; [4/7] ships the same
+ * behaviour compiled to WebAssembly): model → dispatch the tools it asked for → append their
+ * results → model again … until a final answer or a limit.
+ *
+ * It keeps the transcript with setTranscript: the user message, each assistant message and each
+ * tool result are saved as they happen. Before anything else it repairs what an interruption left:
+ * every assistant tool call without a result gets one saying it was interrupted (a model refuses a
+ * tool call without its result), and a system note tells the model the last turn was interrupted.
+ */
+import { Effect } from "effect"
+import type { Message } from "../domain/Messages.js"
+import type { AgentloopShape, Host } from "../services/Agentloop.js"
+
+const toolMessage = (callId: string, output: unknown, isError: boolean, outcome: string): Message => ({
+  role: "tool",
+  tool_call_id: callId,
+  content: JSON.stringify(isError ? { outcome, error: output } : output) ?? "null"
+})
+
+/** Adds a result to every tool call that has none, so the transcript is always valid for a model. */
+export const repairTranscript = (transcript: ReadonlyArray<Message>): ReadonlyArray<Message> => {
+  const answered = new Set(transcript.filter((m) => m.role === "tool" && m.tool_call_id).map((m) => m.tool_call_id!))
+  const out: Array<Message> = []
+  for (let i = 0; i < transcript.length; i++) {
+    const m = transcript[i]!
+    out.push(m)
+    if (m.role !== "assistant" || !m.tool_calls?.length) continue
+    // Results belong right after their assistant message, before the next non-tool message.
+    let j = i + 1
+    while (j < transcript.length && transcript[j]!.role === "tool") out.push(transcript[j++]!)
+    for (const c of m.tool_calls) {
+      if (!answered.has(c.id)) {
+        out.push(toolMessage(c.id, "the call was interrupted; it may or may not have run", true, "unknown"))
+      }
+    }
+    i = j - 1
+  }
+  return out
+}
+
+const interruptionNote = (events: ReadonlyArray<{ kind: string; data: any }>): string | undefined => {
+  const failed = events.filter((e) => e.kind === "turn_failed" && e.data?.failure)
+  if (failed.length === 0) return undefined
+  const last = failed[failed.length - 1]!.data.failure
+  return `Note from Brain: the previous turn did not finish (${last.code}: ${last.message}). Effects it started may or may not have happened; check before repeating them.`
+}
+
+export const officialLoop: AgentloopShape = {
+  activate: (input, host: Host) =>
+    Effect.gen(function*() {
+      let transcript = repairTranscript(input.transcript)
+      const note = interruptionNote(input.events)
+      if (note) transcript = [...transcript, { role: "system", content: note }]
+      if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
+      for (;;) {
+        const reply = yield* host.model({ messages: transcript })
+        const assistant: Message = reply.tool_calls.length > 0
+          ? { role: "assistant", content: reply.text, tool_calls: reply.tool_calls }
+          : { role: "assistant", content: reply.text }
+        transcript = [...transcript, assistant]
+        if (reply.tool_calls.length === 0) {
+          yield* host.setTranscript(transcript)
+          return { text: reply.text }
+        }
+        // Save the request for tools before running them, so a crash leaves it visible.
+        yield* host.setTranscript(transcript)
+        const results = yield* host.dispatch(reply.tool_calls)
+        transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
+        yield* host.setTranscript(transcript)
+      }
+    })
+}

@@ -1,0 +1,76 @@
+/**
+ * The Agentloop: one activation runs one whole turn. It receives the turn input and a Host of
+ * journaled services; everything it wants to keep goes through the Host, durably, at once.
+ * [4/7] implements activations in WebAssembly; an in-process TypeScript implementation serves
+ * tests and embedders.
+ */
+import { Context, Data, type Effect, type Option } from "effect"
+import type { SessionConfiguration } from "../domain/Configuration.js"
+import type { Failure } from "../domain/Failure.js"
+import type { Message, ToolCallRequest, TurnInput } from "../domain/Messages.js"
+import type { ModelRequest, ModelResult } from "../domain/Model.js"
+import type { Event } from "../domain/Projection.js"
+
+export interface RuntimeEnvelope {
+  readonly session_id: string
+  /** The `turn_started` and `activation_started` sequences. */
+  readonly turn: number
+  readonly activation: number
+  /** Logical time: the activation's start, epoch milliseconds. */
+  readonly now_ms: number
+  /** A deterministic seed derived from the session and the activation. */
+  readonly seed: number
+}
+
+export interface ActivationInput {
+  readonly input: TurnInput | undefined
+  readonly transcript: ReadonlyArray<Message>
+  readonly configuration: SessionConfiguration
+  /** Public Events since the previous activation closed. */
+  readonly events: ReadonlyArray<Event>
+  readonly runtime: RuntimeEnvelope
+}
+
+/** A host call refused or failed; after a cancel every host call fails with `cancelled`. */
+export class HostCallFailed extends Data.TaggedError("HostCallFailed")<{ readonly failure: Failure }> {}
+
+export interface ToolResult {
+  readonly call_id: string
+  readonly name: string
+  readonly outcome: "ok" | "error" | "timeout" | "cancelled" | "unknown"
+  readonly output: unknown
+  readonly is_error: boolean
+}
+
+export interface Host {
+  readonly model: (request: Omit<ModelRequest, "system" | "tools"> & { readonly system?: string }) => Effect.Effect<ModelResult, HostCallFailed>
+  /** Runs tool calls (concurrently); results come back in call order. */
+  readonly dispatch: (calls: ReadonlyArray<ToolCallRequest>) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
+  /** Emits an extension Event; returns its sequence. */
+  readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, HostCallFailed>
+  /** Fire and forget; not journaled. */
+  readonly telemetry: (data: unknown) => Effect.Effect<void>
+  readonly kvRead: (key: string) => Effect.Effect<Option.Option<unknown>, HostCallFailed>
+  readonly kvPut: (key: string, value: unknown) => Effect.Effect<void, HostCallFailed>
+  readonly kvDelete: (key: string) => Effect.Effect<void, HostCallFailed>
+  /** Saves the transcript: Brain commits only the difference from the saved one. */
+  readonly setTranscript: (messages: ReadonlyArray<Message>) => Effect.Effect<void, HostCallFailed>
+  /** A page of this session's public Events. */
+  readonly events: (options: { readonly after: number; readonly limit: number }) => Effect.Effect<ReadonlyArray<Event>, HostCallFailed>
+}
+
+/** The activation failed: a guest error, bad output or a host failure it did not handle. */
+export class AgentloopFailed extends Data.TaggedError("AgentloopFailed")<{ readonly failure: Failure }> {}
+
+export interface AgentloopShape {
+  /** Runs one activation; the value is the turn's result (JSON). */
+  readonly activate: (input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed | HostCallFailed>
+}
+
+/** Resolves an Agentloop by its id (`official`, or the content hash of an uploaded module). */
+export interface AgentloopsShape {
+  readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
+  readonly has: (id: string) => Effect.Effect<boolean>
+}
+
+export class Agentloops extends Context.Tag("brain/Agentloops")<Agentloops, AgentloopsShape>() {}

@@ -1,0 +1,66 @@
+/**
+ * ServerConfig: the deployment's limits and places, read once through `Config` (environment
+ * variables by default). Zero means "no bound" for every turn limit.
+ */
+import { Config, Context, Layer, Option } from "effect"
+
+export interface ServerConfigShape {
+  /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
+  readonly maxModelCalls: number
+  /** Wall time of a turn in milliseconds; reaching it starts cancellation. 0 = no bound. */
+  readonly maxTurnMs: number
+  /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
+  readonly maxToolMs: number
+  /** Bytes of extension Events (kinds and payloads serialized) one turn may emit. 0 = no bound. */
+  readonly maxEmittedBytes: number
+  /** How long cancellation waits for executors and the loop to stop, in milliseconds. */
+  readonly cancelGraceMs: number
+  /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
+  readonly sessionIdleTtlMs: number | undefined
+  /** The bound on waits inside cleanup (recording an outcome while interrupted), in milliseconds. */
+  readonly cleanupDeadlineMs: number
+}
+
+export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
+
+export const defaults: ServerConfigShape = {
+  maxModelCalls: 128,
+  maxTurnMs: 1800 * 1000,
+  maxToolMs: 120 * 1000,
+  maxEmittedBytes: 1024 * 1024,
+  cancelGraceMs: 5000,
+  sessionIdleTtlMs: undefined,
+  cleanupDeadlineMs: 30_000
+}
+
+const nonNegative = (name: string, fallback: number, description: string) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: `${name} must be a whole number ≥ 0`, validation: (n) => n >= 0 }),
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+
+export const fromConfig = Config.all({
+  maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
+  maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
+  maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
+  maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
+  cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
+  sessionIdleTtlMs: Config.option(
+    nonNegative("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)")
+  ),
+  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup")
+}).pipe(
+  Config.map((c): ServerConfigShape => ({
+    maxModelCalls: c.maxModelCalls,
+    maxTurnMs: c.maxTurnSecs * 1000,
+    maxToolMs: c.maxToolSecs * 1000,
+    maxEmittedBytes: c.maxEmittedBytes,
+    cancelGraceMs: c.cancelGraceMs,
+    sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
+    cleanupDeadlineMs: c.cleanupDeadlineMs
+  }))
+)
+
+export const layer = Layer.effect(ServerConfig, fromConfig)
+export const layerWith = (overrides: Partial<ServerConfigShape>) => Layer.succeed(ServerConfig, { ...defaults, ...overrides })

@@ -1,0 +1,78 @@
+/**
+ * Sessions: the registry of session actors. One turn at a time per session; actors open on
+ * demand and are released after creation and after each turn unless an idle TTL keeps them.
+ * Reads (summary, transcript, Events) never activate an actor.
+ */
+import { Context, Data, type Effect } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { Failure } from "../domain/Failure.js"
+import type { Message, TurnInput } from "../domain/Messages.js"
+import type { Event, SessionStatus } from "../domain/Projection.js"
+import type { SessionConfiguration } from "../domain/Configuration.js"
+
+/** A refused or failed session operation, as a Failure (its code maps to an HTTP status). */
+export class SessionError extends Data.TaggedError("SessionError")<{ readonly failure: Failure }> {
+  override get message() {
+    return `${this.failure.code}: ${this.failure.message}`
+  }
+}
+
+export type CreateSession = Omit<SessionConfiguration, "agentloop"> & { readonly agentloop?: string }
+
+export interface SessionSummary {
+  readonly session_id: SessionId
+  readonly status: SessionStatus
+  readonly last_sequence: number
+}
+
+export interface TurnOutcome extends SessionSummary {
+  readonly turn: {
+    readonly sequence: number
+    readonly status: "ended" | "failed"
+    readonly result?: unknown
+    readonly failure?: Failure
+  }
+}
+
+export interface Receipt {
+  readonly session_id: SessionId
+  readonly sequence: number
+}
+
+export interface TranscriptView {
+  readonly messages: ReadonlyArray<Message>
+  readonly through_sequence: number
+}
+
+export interface EventPage {
+  readonly events: ReadonlyArray<Event>
+  /** The cursor to pass as `after` for the next page (the last sequence examined). */
+  readonly next_cursor: number
+}
+
+export interface SessionsShape {
+  readonly create: (request: CreateSession) => Effect.Effect<SessionSummary, SessionError>
+  readonly get: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  readonly list: (options: { readonly after?: SessionId; readonly limit: number }) => Effect.Effect<
+    { readonly sessions: ReadonlyArray<SessionSummary>; readonly next_cursor: SessionId | undefined },
+    SessionError
+  >
+  /** Runs a turn and waits for its end. The turn belongs to the session: interrupting the caller does not cancel it. */
+  readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, SessionError>
+  /** Starts a turn and returns once `turn_started` is durable. */
+  readonly submit: (session: SessionId, input: TurnInput) => Effect.Effect<Receipt, SessionError>
+  /** Cancels the running turn, if any, and waits until it is closed. */
+  readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  /** Waits for active work, then records the ending. */
+  readonly end: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  /** Removes an ended or failed session. */
+  readonly delete: (session: SessionId) => Effect.Effect<void, SessionError>
+  readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionError>
+  readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionError>
+  /** How many actors are in memory (warm), for tests and metrics. */
+  readonly warm: Effect.Effect<number>
+  /** Waits until every running turn has closed (graceful drain). */
+  readonly drain: Effect.Effect<void>
+}
+
+export class Sessions extends Context.Tag("brain/Sessions")<Sessions, SessionsShape>() {}

@@ -1,0 +1,37 @@
+/**
+ * Tools: runs one tool call on the executor the session's configuration names for the tool.
+ * Called only inside the EffectFence. The executor is handed an AbortSignal: on a cancel or the
+ * call's own deadline Brain aborts it and waits a bounded grace for the executor to confirm.
+ */
+import { Context, Data, type Effect } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { ToolDefinition } from "../domain/Configuration.js"
+import type { ToolCallRequest } from "../domain/Messages.js"
+
+export interface ToolInvocation {
+  readonly session: SessionId
+  /** The `tool_call_started` sequence: the call's name. */
+  readonly sequence: number
+  readonly call: ToolCallRequest
+  /** The tool's definition in the session configuration; undefined when the model named an unknown tool. */
+  readonly definition: typeof ToolDefinition.Type | undefined
+  /** Epoch milliseconds; undefined = no deadline. */
+  readonly deadlineAtMs: number | undefined
+  /** Aborted when Brain cancels the call or its deadline passes. */
+  readonly signal: AbortSignal
+}
+
+/** A definite answer from the executor. `stopped`: it confirms it stopped after an abort. */
+export type ToolReply =
+  | { readonly outcome: "ok"; readonly output: unknown }
+  | { readonly outcome: "error"; readonly output: unknown }
+  | { readonly outcome: "stopped" }
+
+/** The executor was lost: the call may or may not have run (recorded as `unknown`). */
+export class ToolLost extends Data.TaggedError("ToolLost")<{ readonly message: string }> {}
+
+export interface ToolsShape {
+  readonly invoke: (invocation: ToolInvocation) => Effect.Effect<ToolReply, ToolLost>
+}
+
+export class Tools extends Context.Tag("brain/Tools")<Tools, ToolsShape>() {}

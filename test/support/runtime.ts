@@ -1,0 +1,61 @@
+/**
+ * The session runtime assembled for tests: Sessions over a memory or file journal, the scripted
+ * model (optionally wrapped to record what it was asked), in-process tools and loops.
+ */
+import { Effect, Layer } from "effect"
+import * as AgentloopsInProcess from "../../src/layers/AgentloopsInProcess.js"
+import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
+import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
+import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
+import * as SessionsLive from "../../src/layers/SessionsLive.js"
+import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
+import * as FileDriver from "../../src/layers/journal/FileDriver.js"
+import type { AgentloopShape } from "../../src/services/Agentloop.js"
+import { Journal, type JournalShape } from "../../src/services/Journal.js"
+import { type ModelCall, Models, type ModelsShape } from "../../src/services/Models.js"
+import * as ServerConfig from "../../src/services/ServerConfig.js"
+
+export interface RuntimeOptions {
+  readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
+  readonly tools?: Readonly<Record<string, ToolsInProcess.ToolHandler>>
+  readonly loops?: Readonly<Record<string, AgentloopShape>>
+  readonly config?: Partial<ServerConfig.ServerConfigShape>
+  /** Receives every model call before the scripted provider answers it. */
+  readonly onModelCall?: (call: ModelCall) => void
+  readonly models?: ModelsShape
+}
+
+export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
+  choice === undefined || choice === "memory"
+    ? JournalMemory.layer
+    : "dataDir" in choice
+    ? JournalFile.layerNode({ dataDir: choice.dataDir })
+    : choice
+
+export const runtimeLayer = (options: RuntimeOptions = {}) => {
+  const journal = journalLayer(options.journal)
+  const checkpoints = options.journal && typeof options.journal === "object" && "dataDir" in options.journal
+    ? CheckpointStore.layerFile(options.journal.dataDir).pipe(Layer.provide(FileDriver.layerNode))
+    : CheckpointStore.layerMemory
+  const base = options.models ?? ModelsScripted.scripted
+  const models: ModelsShape = {
+    call: (call) => Effect.suspend(() => {
+      options.onModelCall?.(call)
+      return base.call(call)
+    })
+  }
+  const config = ServerConfig.layerWith(options.config ?? {})
+  const deps = Layer.mergeAll(
+    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
+    EffectFenceLive.layer,
+    Layer.succeed(Models, models),
+    ToolsInProcess.layer(options.tools ?? {}),
+    AgentloopsInProcess.layer(options.loops ?? {})
+  ).pipe(Layer.provideMerge(Layer.merge(journal, config)))
+  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+}
+
+export type { JournalShape }
