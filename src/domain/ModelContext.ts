@@ -12,7 +12,7 @@ import type { JournalRecord } from "./Records.js"
 export const modelCallContext = (state: SessionState, messages: ReadonlyArray<Message>, system: string | undefined) => ({
   message_count: messages.length,
   context: { through_sequence: state.transcriptThrough, delta: diffTranscript(state.transcript, messages) },
-  ...(system !== undefined && system !== state.configuration?.system ? { options: { system } } : {})
+  ...(system !== undefined && system !== state.configuration?.system ? { system } : {})
 })
 
 /**
@@ -23,15 +23,16 @@ export const modelCallContext = (state: SessionState, messages: ReadonlyArray<Me
 export const rebuildModelRequest = (records: ReadonlyArray<JournalRecord>, sequence: number): ModelRequest | undefined => {
   const started = records.find((r) => r.sequence === sequence)
   if (!started || started.kind !== "model_call_started") return undefined
-  const { context, message_count, options } = started.payload
+  const { context, message_count, options, system: callSystem } = started.payload
   const before = foldAll(records.filter((r) => r.sequence <= context.through_sequence))
   const messages = applyDelta(before.transcript, context.delta)
   if (messages.length !== message_count) return undefined
   const config = foldAll(records.filter((r) => r.sequence <= sequence)).configuration
-  const system = options?.system ?? config?.system
+  const system = callSystem ?? config?.system
   return {
     messages,
     ...(system !== undefined ? { system } : {}),
-    ...(config?.tools !== undefined ? { tools: config.tools } : {})
+    ...(config?.tools !== undefined ? { tools: config.tools } : {}),
+    ...(options !== undefined ? { options } : {})
   }
 }

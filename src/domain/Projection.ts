@@ -74,8 +74,25 @@ export const applyDelta = (
 export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
   let keep = 0
   const n = Math.min(from.length, to.length)
-  while (keep < n && JSON.stringify(from[keep]) === JSON.stringify(to[keep])) keep++
+  while (keep < n && (from[keep] === to[keep] || jsonEqual(from[keep], to[keep]))) keep++
   return { keep, append: to.slice(keep) }
+}
+
+/** Structural equality of JSON values (key order ignored, as JSON objects are unordered). */
+export const jsonEqual = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i], b[i])) return false
+    return true
+  }
+  if (Array.isArray(b)) return false
+  const ka = Object.keys(a).filter((k) => (a as any)[k] !== undefined)
+  const kb = Object.keys(b).filter((k) => (b as any)[k] !== undefined)
+  if (ka.length !== kb.length) return false
+  for (const k of ka) if (!jsonEqual((a as any)[k], (b as any)[k])) return false
+  return true
 }
 
 /** Folds one record. Records must come in sequence order. */

@@ -62,6 +62,9 @@ export const Catalogue = {
     Schema.Struct({
       message_count: Schema.Int.pipe(Schema.greaterThanOrEqualTo(0)),
       context: ModelContext,
+      /** The system prompt, only when the call used another than the configuration's. */
+      system: Schema.optional(Schema.String),
+      /** The loop's request options, as sent. */
       options: Schema.optional(Json)
     })
   ),

@@ -91,7 +91,8 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           Effect.map(Deferred.await(turn.cancel), (reason) => ({ _tag: "cancel" as const, reason }))
         )
         if (first._tag === "done") return first.exit
-        const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        // One grace for executors to confirm they stopped, one for the loop to see the error and return.
+        const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs)))
         if (Option.isSome(settled)) return settled.value
         return yield* Fiber.interrupt(fiber)
       }).pipe(Effect.scoped)

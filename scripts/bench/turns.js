@@ -1,0 +1,128 @@
+#!/usr/bin/env node
+// In-process turn benchmark ([2/7]): turns/s and turn latency through Sessions on the file
+// journal, next to the journal's durable-commit floor measured in the same run.
+//
+//   npm run bench:turns [-- --seconds 5]
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { execSync } from "node:child_process"
+import { Effect, Layer, ManagedRuntime } from "effect"
+import * as AgentloopsInProcess from "../../dist/layers/AgentloopsInProcess.js"
+import * as CheckpointStore from "../../dist/layers/CheckpointStore.js"
+import * as EffectFenceLive from "../../dist/layers/EffectFenceLive.js"
+import * as JournalFile from "../../dist/layers/JournalFile.js"
+import * as ModelsScripted from "../../dist/layers/ModelsScripted.js"
+import * as ProjectionLive from "../../dist/layers/ProjectionLive.js"
+import * as SessionsLive from "../../dist/layers/SessionsLive.js"
+import * as ToolsInProcess from "../../dist/layers/ToolsInProcess.js"
+import * as FileDriver from "../../dist/layers/journal/FileDriver.js"
+import { Journal } from "../../dist/services/Journal.js"
+import { Sessions } from "../../dist/services/Sessions.js"
+import * as ServerConfig from "../../dist/services/ServerConfig.js"
+import { mintSessionId } from "../../dist/domain/Ids.js"
+
+const args = process.argv.slice(2)
+const seconds = Number(args[args.indexOf("--seconds") + 1]) || 4
+
+const layerFor = (dataDir) => {
+  const journal = JournalFile.layerNode({ dataDir })
+  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
+  const deps = Layer.mergeAll(
+    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
+    EffectFenceLive.layer,
+    ModelsScripted.layer,
+    ToolsInProcess.layer({ t: ToolsInProcess.succeedAfter(0) }),
+    AgentloopsInProcess.layer({})
+  ).pipe(Layer.provideMerge(Layer.merge(journal, ServerConfig.layerWith({}))))
+  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+}
+
+const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
+const ms = (n) => n.toFixed(2)
+
+const measure = async (body, concurrency, durationMs) => {
+  const latencies = []
+  const deadline = performance.now() + durationMs
+  const worker = async (i) => {
+    while (performance.now() < deadline) {
+      const t0 = performance.now()
+      await body(i)
+      latencies.push(performance.now() - t0)
+    }
+  }
+  const t0 = performance.now()
+  await Promise.all(Array.from({ length: concurrency }, (_, i) => worker(i)))
+  const elapsed = (performance.now() - t0) / 1000
+  latencies.sort((a, b) => a - b)
+  return { rate: latencies.length / elapsed, p50: pct(latencies, 50), p99: pct(latencies, 99), n: latencies.length }
+}
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-turns-"))
+const runtime = ManagedRuntime.make(layerFor(dataDir))
+const run = (eff) => runtime.runPromise(eff)
+
+// The floor: one durable commit of one small record, sequential, on one session.
+const floorSession = await run(Effect.gen(function*() {
+  const journal = yield* Journal
+  const s = yield* mintSessionId
+  yield* journal.create(s)
+  return s
+}))
+const journal = await run(Journal)
+const commit = await measure(
+  () => run(journal.append(floorSession, [{ kind: "kv_put", payload: { key: "k", value: "x".repeat(150) } }])),
+  1,
+  Math.min(2000, seconds * 500)
+)
+
+const shapes = [
+  { tools: 0, commits: 5, replies: undefined },
+  {
+    tools: 4,
+    commits: 11,
+    replies: [{ tool_calls: [0, 1, 2, 3].map((i) => ({ name: "t", input: { i } })) }, { text: "done" }]
+  }
+]
+const rows = []
+for (const shape of shapes) {
+  for (const concurrency of [1, 64]) {
+    const sessions = await run(Effect.gen(function*() {
+      const s = yield* Sessions
+      const ids = []
+      for (let i = 0; i < concurrency; i++) {
+        ids.push((yield* s.create({
+          model: { provider: "scripted", ...(shape.replies ? { replies: shape.replies } : {}) },
+          tools: [{ name: "t" }]
+        })).session_id)
+      }
+      return { s, ids }
+    }))
+    const r = await measure(
+      (i) => run(sessions.s.send(sessions.ids[i], { message: "hello" })),
+      concurrency,
+      seconds * 1000
+    )
+    rows.push({ ...shape, concurrency, ...r, floor: shape.commits * commit.p50 })
+  }
+}
+await runtime.dispose()
+fs.rmSync(dataDir, { recursive: true, force: true })
+
+let disk = ""
+try {
+  disk = execSync(`df -T ${os.tmpdir()} | tail -1`).toString().trim().split(/\s+/).slice(0, 2).join(" ")
+} catch {}
+console.log(`# In-process turns through Sessions on the file journal
+method: each of N sessions runs turns back to back for ${seconds}s (sync send; scripted instant model;
+  the official loop; "4 tools" = the model asks for 4 tool calls at once, each an instant in-process tool,
+  then answers). Every commit is fdatasync'd. The floor is the number of sequential durable commits a
+  turn needs x the p50 of one durable commit of one record, measured in this run on the same disk.
+node ${process.version}, ${os.cpus().length} cpus, UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE ?? "4 (default)"}, tmp on ${disk}
+one durable commit: p50 ${ms(commit.p50)} ms, p99 ${ms(commit.p99)} ms (${Math.round(commit.rate)}/s sequential)
+`)
+console.log("| tools | sessions | turns/s | p50 ms | p99 ms | commits/turn | floor ms | p50 / floor |")
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for (const r of rows) {
+  console.log(`| ${r.tools} | ${r.concurrency} | ${Math.round(r.rate)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.commits} | ${ms(r.floor)} | ${(r.p50 / r.floor).toFixed(2)} |`)
+}

@@ -1,0 +1,387 @@
+/**
+ * Cancellation, deadlines, busy sessions and the session lifecycle (DESIGN §4, §6). Deadlines and
+ * graces run on the TestClock; waiting for the runtime to reach a point polls in real time.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Clock, Deferred, Effect, Either, Fiber, FiberId, Option, TestClock } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
+import type { JournalRecord } from "../../src/domain/Records.js"
+import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
+import type { AgentloopShape, HostCallFailed, ToolResult } from "../../src/services/Agentloop.js"
+import { Journal } from "../../src/services/Journal.js"
+import type { SessionError } from "../../src/services/Sessions.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import type { ServerConfigShape } from "../../src/services/ServerConfig.js"
+import { type RuntimeOptions, runtimeLayer } from "../support/runtime.js"
+
+const loop = (activate: AgentloopShape["activate"]): AgentloopShape => ({ activate })
+
+const codeOf = <A>(call: Effect.Effect<A, HostCallFailed>) =>
+  Effect.map(Effect.either(call), (e) => (Either.isLeft(e) ? e.left.failure.code : "ok"))
+
+const refusal = <A>(call: Effect.Effect<A, SessionError>) => Effect.map(Effect.flip(call), (e) => e.failure.code)
+
+/** Real time, whatever the test's clock: lets the runtime's fibers and IO move. */
+const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
+
+/** Polls in real time until `check` holds; fails the test after about two seconds. */
+const eventually = (what: string, check: Effect.Effect<boolean>) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 400; i++) {
+      if (yield* check) return
+      yield* pause(5)
+    }
+    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
+  })
+
+const ofKind = (records: ReadonlyArray<JournalRecord>, kind: string) => records.filter((r) => r.kind === kind)
+
+const outcomeOf = (records: ReadonlyArray<JournalRecord>, sequence: number) =>
+  records.find((r) => (r.kind.endsWith("_ended") || r.kind.endsWith("_failed")) && r.payload?.sequence === sequence)
+
+/** Wraps a handler to keep the AbortSignal it was given. */
+const watched = (handler: ToolsInProcess.ToolHandler) => {
+  const signals: Array<AbortSignal> = []
+  const wrapped: ToolsInProcess.ToolHandler = (input, invocation) =>
+    Effect.suspend(() => {
+      signals.push(invocation.signal)
+      return handler(input, invocation)
+    })
+  return { handler: wrapped, signals }
+}
+
+/** A loop that waits for the test to open its gate, then answers with the message. */
+const gated = () => {
+  const gate = Deferred.unsafeMake<void>(FiberId.none)
+  const state = { entered: 0 }
+  const agentloop = loop((input, host) =>
+    Effect.gen(function*() {
+      state.entered++
+      yield* Deferred.await(gate)
+      yield* host.kvPut("last", input.input!.message)
+      return { echo: input.input!.message }
+    }))
+  return { agentloop, open: Deferred.succeed(gate, undefined), state }
+}
+
+const withRuntime = <A, E, R>(
+  options: RuntimeOptions,
+  body: (rt: {
+    readonly sessions: typeof Sessions.Service
+    readonly records: (s: SessionId) => Effect.Effect<ReadonlyArray<JournalRecord>>
+  }) => Effect.Effect<A, E, R>
+) =>
+  Effect.gen(function*() {
+    const sessions = yield* Sessions
+    const journal = yield* Journal
+    const records = (s: SessionId) => Effect.orDie(journal.read(s, { after: 0, limit: 100_000 }))
+    return yield* body({ sessions, records })
+  }).pipe(Effect.provide(runtimeLayer(options)))
+
+const scripted = { provider: "scripted" as const }
+const config = (c: Partial<ServerConfigShape>) => c
+
+describe("cancellation", () => {
+  it.scoped("interrupt aborts the executor's signal; a tool that confirms within the grace is recorded cancelled, the loop's next host call fails, the turn fails with cancelled and the next turn runs normally", () => {
+    const grace = 1000
+    // Takes half the grace to wind down after the abort, then confirms it stopped.
+    const polite = watched((_input, { signal }) =>
+      ToolsInProcess.aborted(signal).pipe(Effect.zipRight(Effect.sleep(grace / 2)), Effect.as({ outcome: "stopped" } as const)))
+    const seen: { results?: ReadonlyArray<ToolResult>; next?: string } = {}
+    let turn = 0
+    const loops = {
+      t: loop((_input, host) =>
+        Effect.gen(function*() {
+          turn++
+          if (turn > 1) {
+            yield* host.kvPut("second", true)
+            return "fine"
+          }
+          seen.results = yield* host.dispatch([{ id: "c1", name: "polite", input: {} }])
+          seen.next = yield* codeOf(host.kvPut("after", true))
+          return "unreachable"
+        }))
+    }
+    return withRuntime({ loops, tools: { polite: polite.handler }, config: config({ cancelGraceMs: grace }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "polite" }] })
+        const receipt = yield* sessions.submit(s, { message: "go" })
+        yield* eventually("the tool to start", Effect.sync(() => polite.signals.length === 1))
+        expect(polite.signals[0]!.aborted).toBe(false)
+        const interrupting = yield* Effect.fork(sessions.interrupt(s))
+        yield* eventually("the abort", Effect.sync(() => polite.signals[0]!.aborted))
+        yield* TestClock.adjust(grace / 2)
+        const summary = yield* Fiber.join(interrupting)
+        expect(summary.status).toBe("idle")
+        expect(seen.results?.map((r) => [r.call_id, r.outcome, r.is_error])).toEqual([["c1", "cancelled", true]])
+        expect(seen.next).toBe("cancelled")
+        const all = yield* records(s)
+        const started = ofKind(all, "tool_call_started")[0]!
+        const outcome = outcomeOf(all, started.sequence)!
+        expect([outcome.kind, outcome.payload.outcome, outcome.payload.failure.code, outcome.payload.is_error]).toEqual([
+          "tool_call_failed",
+          "cancelled",
+          "cancelled",
+          true
+        ])
+        expect(ofKind(all, "turn_failed").map((r) => [r.payload.sequence, r.payload.failure.code])).toEqual([
+          [receipt.sequence, "cancelled"]
+        ])
+        expect(ofKind(all, "activation_failed").map((r) => r.payload.failure.code)).toEqual(["cancelled"])
+        expect(ofKind(all, "kv_put")).toEqual([])
+        const next = yield* sessions.send(s, { message: "again" })
+        expect(next.turn).toEqual({ sequence: next.turn.sequence, status: "ended", result: "fine" })
+        expect(next.status).toBe("idle")
+      }))
+  })
+
+  it.scoped("a tool that ignores cancellation is recorded unknown only after BRAIN_CANCEL_GRACE_MS, and the turn closes as cancelled", () => {
+    const stubborn = watched(ToolsInProcess.ignoreCancel(Infinity))
+    const grace = 1000
+    let turn = 0
+    const loops = {
+      t: loop((_input, host) =>
+        Effect.gen(function*() {
+          turn++
+          if (turn > 1) return "fine"
+          return yield* host.dispatch([{ id: "c1", name: "stubborn", input: {} }])
+        }))
+    }
+    return withRuntime({ loops, tools: { stubborn: stubborn.handler }, config: config({ cancelGraceMs: grace }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "stubborn" }] })
+        yield* sessions.submit(s, { message: "go" })
+        yield* eventually("the tool to start", Effect.sync(() => stubborn.signals.length === 1))
+        const interrupting = yield* Effect.fork(sessions.interrupt(s))
+        yield* eventually("the abort", Effect.sync(() => stubborn.signals[0]!.aborted))
+        yield* TestClock.adjust(grace - 1)
+        yield* pause(30)
+        expect(Option.isNone(yield* Fiber.poll(interrupting))).toBe(true)
+        const during = yield* records(s)
+        expect(ofKind(during, "tool_call_failed")).toEqual([])
+        expect(ofKind(during, "turn_failed")).toEqual([])
+        yield* TestClock.adjust(1)
+        yield* Fiber.join(interrupting)
+        const all = yield* records(s)
+        const started = ofKind(all, "tool_call_started")[0]!
+        const outcome = outcomeOf(all, started.sequence)!
+        expect(outcome.kind).toBe("tool_call_failed")
+        expect(outcome.payload).toMatchObject({ outcome: "unknown", is_error: true, failure: { code: "unknown", ambiguous: true } })
+        expect(ofKind(all, "turn_failed").map((r) => r.payload.failure.code)).toEqual(["cancelled"])
+        const next = yield* sessions.send(s, { message: "again" })
+        expect(next.turn.status).toBe("ended")
+        expect(next.turn.result).toBe("fine")
+      }))
+  })
+
+  it.scoped("interrupt stops waiting on a slow model call: model_call_failed is recorded cancelled and ambiguous, and the session answers the next turn", () => {
+    const model = { provider: "scripted" as const, replies: [{ text: "slow", delay_ms: 600_000 }, { text: "fast" }] }
+    return withRuntime({}, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ model })
+        yield* sessions.submit(s, { message: "go" })
+        yield* eventually("the model call to start", Effect.map(records(s), (all) => ofKind(all, "model_call_started").length === 1))
+        yield* sessions.interrupt(s)
+        const all = yield* records(s)
+        const started = ofKind(all, "model_call_started")[0]!
+        const outcome = outcomeOf(all, started.sequence)!
+        expect(outcome.kind).toBe("model_call_failed")
+        expect(outcome.payload.failure).toMatchObject({ code: "cancelled", ambiguous: true })
+        expect(ofKind(all, "turn_failed").map((r) => r.payload.failure.code)).toEqual(["cancelled"])
+        const next = yield* sessions.send(s, { message: "again" })
+        expect(next.turn).toEqual({ sequence: next.turn.sequence, status: "ended", result: { text: "fast" } })
+      }))
+  })
+
+  it.scoped("the wall deadline (maxTurnMs) starts cancellation: the outstanding tool call is cancelled and the turn fails with timeout", () => {
+    const slow = watched(ToolsInProcess.hang)
+    const seen: { results?: ReadonlyArray<ToolResult>; next?: string } = {}
+    const loops = {
+      t: loop((_input, host) =>
+        Effect.gen(function*() {
+          seen.results = yield* host.dispatch([{ id: "c1", name: "slow", input: {} }])
+          seen.next = yield* codeOf(host.kvPut("after", true))
+        }))
+    }
+    const limits = config({ maxTurnMs: 10_000, cancelGraceMs: 100 })
+    return withRuntime({ loops, tools: { slow: slow.handler }, config: limits }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "slow" }] })
+        const sending = yield* Effect.fork(sessions.send(s, { message: "go" }))
+        yield* eventually("the tool to start", Effect.sync(() => slow.signals.length === 1))
+        yield* TestClock.adjust(9_999)
+        yield* pause(20)
+        expect(slow.signals[0]!.aborted).toBe(false)
+        expect(Option.isNone(yield* Fiber.poll(sending))).toBe(true)
+        yield* TestClock.adjust(1)
+        const out = yield* Fiber.join(sending)
+        expect(out.turn.status).toBe("failed")
+        expect(out.turn.failure?.code).toBe("timeout")
+        expect(slow.signals[0]!.aborted).toBe(true)
+        expect(seen.results?.map((r) => [r.outcome, r.is_error])).toEqual([["cancelled", true]])
+        expect(seen.next).toBe("timeout")
+        const all = yield* records(s)
+        expect(ofKind(all, "turn_failed").map((r) => r.payload.failure.code)).toEqual(["timeout"])
+        expect(ofKind(all, "activation_failed").map((r) => r.payload.failure.code)).toEqual(["timeout"])
+        const started = ofKind(all, "tool_call_started")[0]!
+        expect(outcomeOf(all, started.sequence)!.payload.outcome).toBe("cancelled")
+      }))
+  })
+
+  it.scoped("maxToolMs is every tool call's deadline (a shorter timeout_ms wins): a call past it is recorded timeout and the turn goes on", () => {
+    const short = watched(ToolsInProcess.hang)
+    const long = watched(ToolsInProcess.hang)
+    const loops = { t: loop((_input, host) => host.dispatch([{ id: "a", name: "short", input: {} }, { id: "b", name: "long", input: {} }])) }
+    return withRuntime({ loops, tools: { short: short.handler, long: long.handler }, config: config({ maxToolMs: 500 }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({
+          agentloop: "t",
+          model: scripted,
+          tools: [{ name: "short", timeout_ms: 200 }, { name: "long" }]
+        })
+        const t0 = yield* Clock.currentTimeMillis
+        const sending = yield* Effect.fork(sessions.send(s, { message: "go" }))
+        yield* eventually("both tools to start", Effect.sync(() => short.signals.length === 1 && long.signals.length === 1))
+        const started = ofKind(yield* records(s), "tool_call_started")
+        expect(started.map((r) => [r.payload.call_id, r.payload.deadline_at_ms]).sort()).toEqual([["a", t0 + 200], ["b", t0 + 500]])
+        yield* TestClock.adjust(200)
+        yield* eventually("the short call's timeout", Effect.sync(() => short.signals[0]!.aborted))
+        expect(long.signals[0]!.aborted).toBe(false)
+        yield* TestClock.adjust(300)
+        const out = yield* Fiber.join(sending)
+        expect(out.turn.status).toBe("ended")
+        expect((out.turn.result as ReadonlyArray<ToolResult>).map((r) => [r.call_id, r.outcome, r.is_error])).toEqual([
+          ["a", "timeout", true],
+          ["b", "timeout", true]
+        ])
+        const all = yield* records(s)
+        for (const st of started) {
+          expect(outcomeOf(all, st.sequence)!.payload).toMatchObject({ outcome: "timeout", is_error: true, failure: { code: "timeout" } })
+        }
+      }))
+  })
+})
+
+describe("turns while busy", () => {
+  it.scoped("a sync send (or a submit) while a turn runs is refused with session_busy and is never queued", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
+        const first = yield* Effect.fork(sessions.send(s, { message: "first" }))
+        yield* eventually("the first turn to run", Effect.sync(() => g.state.entered === 1))
+        const busy = yield* Effect.flip(sessions.send(s, { message: "second" }))
+        expect(busy.failure.code).toBe("session_busy")
+        expect(yield* refusal(sessions.submit(s, { message: "third" }))).toBe("session_busy")
+        yield* g.open
+        const out = yield* Fiber.join(first)
+        expect(out.turn.result).toEqual({ echo: "first" })
+        yield* pause(20)
+        expect(g.state.entered).toBe(1)
+        const all = yield* records(s)
+        expect(ofKind(all, "turn_started").map((r) => r.payload.input.message)).toEqual(["first"])
+      }))
+  })
+
+  it.scoped("submit returns the receipt of the durable turn_started while the turn goes on", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
+        const receipt = yield* sessions.submit(s, { message: "later" })
+        expect(receipt.session_id).toBe(s)
+        const now = yield* records(s)
+        const started = now.find((r) => r.sequence === receipt.sequence)!
+        expect([started.kind, started.payload]).toEqual(["turn_started", { input: { message: "later" }, mode: "submit" }])
+        expect(ofKind(now, "turn_ended")).toEqual([])
+        expect((yield* sessions.get(s)).status).toBe("running")
+        yield* g.open
+        yield* eventually("the turn to end", Effect.map(records(s), (all) => ofKind(all, "turn_ended").length === 1))
+        const ended = ofKind(yield* records(s), "turn_ended")[0]!
+        expect(ended.payload).toEqual({ sequence: receipt.sequence, result: { echo: "later" } })
+        expect((yield* sessions.get(s)).status).toBe("idle")
+      }))
+  })
+
+  it.scoped("a caller interrupted while waiting on send does not cancel the turn: it completes and its turn_ended is journaled", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
+        const caller = yield* Effect.fork(sessions.send(s, { message: "keep going" }))
+        yield* eventually("the turn to run", Effect.sync(() => g.state.entered === 1))
+        yield* Fiber.interrupt(caller)
+        expect((yield* sessions.get(s)).status).toBe("running")
+        yield* g.open
+        yield* eventually("the turn to end", Effect.map(records(s), (all) => ofKind(all, "turn_ended").length === 1))
+        const all = yield* records(s)
+        const turn = ofKind(all, "turn_started")[0]!
+        expect(ofKind(all, "turn_ended").map((r) => r.payload)).toEqual([{ sequence: turn.sequence, result: { echo: "keep going" } }])
+        expect(ofKind(all, "turn_failed")).toEqual([])
+        expect(ofKind(all, "kv_put").map((r) => r.payload)).toEqual([{ key: "last", value: "keep going" }])
+      }))
+  })
+})
+
+describe("lifecycle", () => {
+  it.scoped("end waits for the running turn, refuses new messages meanwhile, then records session_end_started and session_ended", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
+        yield* sessions.submit(s, { message: "work" })
+        yield* eventually("the turn to run", Effect.sync(() => g.state.entered === 1))
+        const ending = yield* Effect.fork(sessions.end(s))
+        yield* pause(20)
+        expect(Option.isNone(yield* Fiber.poll(ending))).toBe(true)
+        expect(ofKind(yield* records(s), "session_end_started")).toEqual([])
+        expect(yield* refusal(sessions.send(s, { message: "more" }))).toBe("session_ended")
+        yield* g.open
+        const summary = yield* Fiber.join(ending)
+        expect(summary.status).toBe("ended")
+        const all = yield* records(s)
+        const turnEnded = ofKind(all, "turn_ended")[0]!
+        const endStarted = ofKind(all, "session_end_started")[0]!
+        const ended = ofKind(all, "session_ended")[0]!
+        expect(turnEnded.sequence).toBeLessThan(endStarted.sequence)
+        expect(endStarted.sequence).toBeLessThan(ended.sequence)
+        expect(ended.payload).toEqual({ sequence: endStarted.sequence })
+        expect(all[all.length - 1]).toEqual(ended)
+      }))
+  })
+
+  it.scoped("a message to an ended session is refused with session_ended", () =>
+    withRuntime({}, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ model: scripted })
+        yield* sessions.send(s, { message: "hi" })
+        yield* sessions.end(s)
+        const before = (yield* records(s)).length
+        expect(yield* refusal(sessions.send(s, { message: "again" }))).toBe("session_ended")
+        expect(yield* refusal(sessions.submit(s, { message: "again" }))).toBe("session_ended")
+        expect((yield* records(s)).length).toBe(before)
+        expect((yield* sessions.get(s)).status).toBe("ended")
+      })))
+
+  it.scoped("delete is refused with conflict unless the session is ended or failed; after delete the session is not_found", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
+        expect(yield* refusal(sessions.delete(s))).toBe("conflict") // idle
+        yield* sessions.submit(s, { message: "work" })
+        yield* eventually("the turn to run", Effect.sync(() => g.state.entered === 1))
+        expect(yield* refusal(sessions.delete(s))).toBe("conflict") // running
+        yield* g.open
+        yield* sessions.end(s)
+        yield* sessions.delete(s)
+        expect(yield* refusal(sessions.get(s))).toBe("not_found")
+        expect(yield* refusal(sessions.send(s, { message: "hello?" }))).toBe("not_found")
+        expect(yield* refusal(sessions.transcript(s))).toBe("not_found")
+        expect(yield* refusal(sessions.events(s, { after: 0, limit: 10 }))).toBe("not_found")
+        expect(yield* refusal(sessions.delete(s))).toBe("not_found")
+        const listed = yield* sessions.list({ limit: 100 })
+        expect(listed.sessions.map((x) => x.session_id)).not.toContain(s)
+      }))
+  })
+})

@@ -1,0 +1,95 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, TestClock } from "effect"
+import { Sessions } from "../../src/services/Sessions.js"
+import { Journal } from "../../src/services/Journal.js"
+import { runtimeLayer } from "../support/runtime.js"
+import { tempDir } from "../support/journals.js"
+
+const scripted = { provider: "scripted" as const }
+
+describe("Session lifecycle", () => {
+  it.scoped("by default creation and each turn release the actor", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ model: scripted })
+      expect(yield* sessions.warm).toBe(0)
+      yield* sessions.send(session_id, { message: "hi" })
+      expect(yield* sessions.warm).toBe(0)
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("idle_ttl_ms keeps the actor warm for that long, then releases it", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ model: scripted, idle_ttl_ms: 1000 })
+      expect(yield* sessions.warm).toBe(1)
+      yield* TestClock.adjust("999 millis")
+      expect(yield* sessions.warm).toBe(1)
+      yield* sessions.send(session_id, { message: "hi" })
+      yield* TestClock.adjust("999 millis")
+      expect(yield* sessions.warm).toBe(1)
+      yield* TestClock.adjust("2 millis")
+      expect(yield* sessions.warm).toBe(0)
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("idle_ttl_ms 0 keeps the actor indefinitely; the server default follows the same rule", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      yield* sessions.create({ model: scripted, idle_ttl_ms: 0 })
+      yield* TestClock.adjust("1000 days")
+      expect(yield* sessions.warm).toBe(1)
+      const viaDefault = yield* Effect.provide(
+        Effect.gen(function*() {
+          const s = yield* Sessions
+          yield* s.create({ model: scripted })
+          yield* TestClock.adjust("499 millis")
+          const before = yield* s.warm
+          yield* TestClock.adjust("2 millis")
+          return [before, yield* s.warm]
+        }),
+        runtimeLayer({ config: { sessionIdleTtlMs: 500 } })
+      )
+      expect(viaDefault).toEqual([1, 0])
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("an opening transcript is recorded as the session's first conversation and the model sees it", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({
+        model: scripted,
+        transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
+      })
+      const records = yield* journal.read(session_id, { after: 0, limit: 10 })
+      expect(records.map((r) => r.kind)).toEqual(["session_creation_started", "transcript_delta", "session_creation_ended"])
+      yield* sessions.send(session_id, { message: "now" })
+      const t = yield* sessions.transcript(session_id)
+      expect(t.messages.map((m) => m.content)).toEqual(["earlier", "noted", "now", "now"])
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("bad create input is refused with a typed error and creates nothing", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const unknownLoop = yield* Effect.either(sessions.create({ model: scripted, agentloop: "nope" }))
+      expect(Either.isLeft(unknownLoop) && unknownLoop.left.failure.code).toBe("invalid_request")
+      expect(yield* journal.list).toEqual([])
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("the file journal runtime keeps sessions across a restart: a new runtime reads and continues them", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const id = yield* Effect.scoped(Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ model: scripted })
+        yield* sessions.send(session_id, { message: "one" })
+        return session_id
+      }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir: dir } }))))
+      yield* Effect.scoped(Effect.gen(function*() {
+        const sessions = yield* Sessions
+        expect((yield* sessions.get(id)).status).toBe("idle")
+        const out = yield* sessions.send(id, { message: "two" })
+        expect(out.turn.status).toBe("ended")
+        expect((yield* sessions.transcript(id)).messages.map((m) => m.content)).toEqual(["one", "one", "two", "two"])
+      }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir: dir } }))))
+    }))
+})
