@@ -38,3 +38,9 @@ export const PAGE_BYTES = 8 * 1024 * 1024
 
 /** Bytes. The largest kind name; the kind length field also carries the atomic-group flag. */
 export const MAX_KIND_BYTES = 255
+
+/**
+ * Bytes (estimated). Folded states of released sessions kept in memory so their next open reads
+ * only the journal's tail; least recently used ones are dropped first.
+ */
+export const PROJECTION_CACHE_BYTES = 64 * 1024 * 1024

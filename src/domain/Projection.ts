@@ -34,8 +34,8 @@ export interface SessionState {
   readonly pending: HashMap.HashMap<number, PendingEffect>
   /** Model calls the session has started (the scripted provider's position). */
   readonly modelCalls: number
-  /** The sequence of the record that closed the last activation (0 when none). */
-  readonly activationClosed: number
+  /** The sequence of the last `activation_started` (0 when none); it stays after the activation closes. */
+  readonly lastActivation: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
   readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
 }
@@ -53,7 +53,7 @@ export const empty: SessionState = {
   kv: HashMap.empty(),
   pending: HashMap.empty(),
   modelCalls: 0,
-  activationClosed: 0,
+  lastActivation: 0,
   transcriptLengths: Chunk.empty()
 }
 
@@ -127,11 +127,11 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
       break
     case "activation_started":
       next.activation = record.sequence
+      next.lastActivation = record.sequence
       break
     case "activation_ended":
     case "activation_failed":
       next.activation = undefined
-      next.activationClosed = record.sequence
       break
     case "session_end_started":
       next.status = "ending"
@@ -246,7 +246,7 @@ export interface SerializedState {
   readonly kv: ReadonlyArray<readonly [string, unknown]>
   readonly pending: ReadonlyArray<PendingEffect>
   readonly modelCalls: number
-  readonly activationClosed: number
+  readonly lastActivation: number
   readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
 }
 
@@ -267,7 +267,7 @@ export const serializeState = (s: SessionState): SerializedState => ({
   kv: [...HashMap.toEntries(s.kv)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
   pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence),
   modelCalls: s.modelCalls,
-  activationClosed: s.activationClosed,
+  lastActivation: s.lastActivation,
   transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths)
 })
 
@@ -284,6 +284,6 @@ export const deserializeState = (j: SerializedState): SessionState => ({
   kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
   pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
   modelCalls: j.modelCalls,
-  activationClosed: j.activationClosed,
+  lastActivation: j.lastActivation,
   transcriptLengths: Chunk.fromIterable(j.transcriptLengths)
 })

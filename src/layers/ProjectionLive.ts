@@ -4,18 +4,31 @@
  * through; then only the tail is read. Anything else (missing, damaged, stale beyond repair,
  * from another journal) is ignored and the state is rebuilt from the journal.
  */
-import { Effect, Layer, Option } from "effect"
+import { Effect, HashMap, Layer, Option } from "effect"
 import { deserializeState, empty, foldAll, serializeState, type SessionState } from "../domain/Projection.js"
 import type { SessionId } from "../domain/Ids.js"
+import { PROJECTION_CACHE_BYTES } from "../domain/Limits.js"
 import { Journal } from "../services/Journal.js"
 import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
 import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
 
 const PAGE = 1000
 
+/** A cheap size estimate of a state, for the cache's byte bound. */
+const estimateBytes = (s: SessionState) => 1024 + s.transcript.length * 512 + HashMap.size(s.kv) * 128
+
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
   const store = yield* CheckpointStore
+  const cache = new Map<SessionId, { readonly state: SessionState; readonly bytes: number }>()
+  let cachedBytes = 0
+  const drop = (session: SessionId) => {
+    const c = cache.get(session)
+    if (c) {
+      cache.delete(session)
+      cachedBytes -= c.bytes
+    }
+  }
 
   const fromCheckpoint = (session: SessionId) =>
     Effect.gen(function*() {
@@ -45,10 +58,32 @@ export const make = Effect.gen(function*() {
   const service: ProjectionShape = {
     state: (session) =>
       Effect.gen(function*() {
+        const cached = cache.get(session)
+        if (cached) {
+          const last = yield* journal.lastSequence(session)
+          if (last >= cached.state.lastSequence) {
+            const { state, folded } = yield* foldTail(session, cached.state)
+            return { state, folded, source: "memory" } satisfies Projected
+          }
+          drop(session)
+        }
         const restored = yield* fromCheckpoint(session)
         const { state, folded } = yield* foldTail(session, restored ?? empty)
         return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
       }),
+    remember: (session, state) =>
+      Effect.sync(() => {
+        drop(session)
+        const bytes = estimateBytes(state)
+        if (bytes > PROJECTION_CACHE_BYTES / 4) return
+        cache.set(session, { state, bytes })
+        cachedBytes += bytes
+        for (const [oldest] of cache) {
+          if (cachedBytes <= PROJECTION_CACHE_BYTES) break
+          drop(oldest)
+        }
+      }),
+    forget: (session) => Effect.sync(() => drop(session)),
     checkpoint: (session, state) =>
       Effect.gen(function*() {
         if (state.lastSequence < 1) return

@@ -116,6 +116,7 @@ export const make = Effect.gen(function*() {
         if (cell.users > 0 || cell.running) return
         const current = cells.get(cell.session)
         if (current && (yield* Deferred.poll(current))._tag === "Some") cells.delete(cell.session)
+        yield* projection.remember(cell.session, cell.state)
         const last = checkpointedAt.get(cell.session) ?? 0
         if (cell.state.lastSequence - last >= CHECKPOINT_EVERY_RECORDS) {
           checkpointedAt.set(cell.session, cell.state.lastSequence)
@@ -158,12 +159,19 @@ export const make = Effect.gen(function*() {
         done: yield* Deferred.make<TurnOutcome>()
       }
       cell.running = turn // claimed before the commit, so a concurrent send is refused
-      const eventsAfter = cell.state.activationClosed
+      // The new activation sees the public Events from the previous activation's start on: what it
+      // did, how it ended (including what recovery recorded for it), and what came after.
+      const eventsAfter = Math.max(0, cell.state.lastActivation - 1)
       const committed = yield* Effect.either(
         write(cell, [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })])
       )
       if (committed._tag === "Left") {
         cell.running = undefined
+        // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
+        yield* Deferred.succeed(turn.done, {
+          ...summary(cell),
+          turn: { sequence: 0, status: "failed", failure: committed.left.failure }
+        })
         return yield* Effect.fail(committed.left)
       }
       const [turnSeq, activation] = committed.right
@@ -262,6 +270,7 @@ export const make = Effect.gen(function*() {
             : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted"))))
         cells.delete(session)
         yield* FiberMap.remove(timers, session)
+        yield* projection.forget(session)
         yield* journal.remove(session).pipe(Effect.mapError(fromJournal))
       }),
     transcript: (session) =>

@@ -26,7 +26,7 @@ export interface ActivationInput {
   readonly input: TurnInput | undefined
   readonly transcript: ReadonlyArray<Message>
   readonly configuration: SessionConfiguration
-  /** Public Events since the previous activation closed. */
+  /** Public Events from the previous activation's start on (at most 1,000). */
   readonly events: ReadonlyArray<Event>
   readonly runtime: RuntimeEnvelope
 }

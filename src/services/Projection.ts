@@ -9,8 +9,11 @@ import type { JournalReadError } from "./Journal.js"
 
 export interface Projected {
   readonly state: SessionState
-  /** Where the fold started: a checkpoint (then only the tail was read) or the journal's start. */
-  readonly source: "checkpoint" | "journal"
+  /**
+   * Where the fold started: a state this process folded recently ("memory"), a checkpoint (then
+   * only the tail was read) or the journal's start.
+   */
+  readonly source: "memory" | "checkpoint" | "journal"
   /** How many records were folded to reach the state. */
   readonly folded: number
 }
@@ -23,6 +26,14 @@ export class CheckpointWriteFailed extends Data.TaggedError("CheckpointWriteFail
 export interface ProjectionShape {
   /** The state as of the journal's last durable record. */
   readonly state: (session: SessionId) => Effect.Effect<Projected, JournalReadError>
+  /**
+   * Keeps a state folded by this process (a released actor's) in a bounded in-memory cache, so the
+   * next open folds only what came after it. A cache, never a source of truth: the journal's tail
+   * is always read.
+   */
+  readonly remember: (session: SessionId, state: SessionState) => Effect.Effect<void>
+  /** Drops a session's cached state (session delete). */
+  readonly forget: (session: SessionId) => Effect.Effect<void>
   /** Writes a checkpoint of this state (taken at a quiet point); atomic, never required. */
   readonly checkpoint: (session: SessionId, state: SessionState) => Effect.Effect<void, JournalReadError | CheckpointWriteFailed>
 }

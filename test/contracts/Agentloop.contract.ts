@@ -668,7 +668,7 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
-    it.scopedLive("an activation's input events are the public Events since the previous activation closed", () => {
+    it.scopedLive("an activation's input events are the public Events from the previous activation's start on", () => {
       const probe = new Probe()
       const inputs: Array<ActivationInput> = []
       const loops = {
@@ -690,8 +690,16 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           const closed = ofKind(all, "activation_ended").map((r) => r.sequence)
           expect(inputs.length).toBe(2)
           expect(inputs[0]!.events).toEqual(evs.filter((e) => e.sequence <= activations[0]!))
-          expect(inputs[1]!.events).toEqual(evs.filter((e) => e.sequence > closed[0]! && e.sequence <= activations[1]!))
-          expect(inputs[1]!.events.map((e) => e.kind)).toEqual(["turn_ended", "turn_started", "activation_started"])
+          expect(closed.length).toBe(2)
+          expect(inputs[1]!.events).toEqual(evs.filter((e) => e.sequence >= activations[0]! && e.sequence <= activations[1]!))
+          expect(inputs[1]!.events.map((e) => e.kind)).toEqual([
+            "activation_started",
+            "note",
+            "activation_ended",
+            "turn_ended",
+            "turn_started",
+            "activation_started"
+          ])
           expect(inputs[1]!.transcript).toEqual([msg("user", "one")])
         }))
     })

@@ -33,11 +33,15 @@ export class Cell {
   }
 }
 
-/** Appends through the journal and folds the records into the cell before returning. */
+/**
+ * Appends through the journal and folds the records into the cell before returning.
+ * Uninterruptible: an append once queued lands anyway, so the caller waits for it rather than
+ * let a later record (a turn's close) overtake it.
+ */
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
-  Effect.gen(function*() {
+  Effect.uninterruptible(Effect.gen(function*() {
     const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane })
     const now = yield* Clock.currentTimeMillis
     cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const), now)
     return seqs
-  }) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>
+  })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>

@@ -58,6 +58,8 @@ const storageFailure = (e: JournalAppendError): HostCallFailed =>
 
 type ToolVerdict =
   | { readonly _tag: "reply"; readonly reply: ToolReply }
+  /** Cancelled before it was sent: nothing happened. */
+  | { readonly _tag: "unsent"; readonly reason: CancelReason }
   | { readonly _tag: "lost"; readonly message: string }
   | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
 
@@ -89,12 +91,18 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         ...modelCallContext(cell.state, request.messages, request.system),
         ...(request.options !== undefined ? { options: request.options } : {})
       })
-      type Race = { readonly _tag: "result"; readonly result: ModelResult } | { readonly _tag: "cancelled"; readonly reason: CancelReason }
+      type Race =
+        | { readonly _tag: "result"; readonly result: ModelResult }
+        | { readonly _tag: "cancelled"; readonly reason: CancelReason; readonly sent: boolean }
       const fenced = yield* fence.fence(
         cell.session,
         started,
         (sequence) =>
-          Effect.raceFirst(
+          // A cancel that arrived while the start was being committed: do not send at all.
+          Effect.flatMap(Deferred.poll(cancel), (early) =>
+            Option.isSome(early)
+              ? Effect.map(early.value, (reason): Race => ({ _tag: "cancelled", reason, sent: false }))
+              : Effect.raceFirst(
             Effect.map(
               deps.models.call({
                 session: cell.session,
@@ -110,15 +118,15 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
               }),
               (result): Race => ({ _tag: "result", result })
             ),
-            Effect.map(Deferred.await(cancel), (reason): Race => ({ _tag: "cancelled", reason }))
-          ),
+            Effect.map(Deferred.await(cancel), (reason): Race => ({ _tag: "cancelled", reason, sent: true }))
+          )),
         (sequence, exit, dispatched) => {
           if (Exit.isSuccess(exit)) {
             return exit.value._tag === "result"
               ? entry("model_call_ended", { sequence, result: exit.value.result })
               : entry("model_call_failed", {
                 sequence,
-                failure: { ...cancelFailure(exit.value.reason), ambiguous: true }
+                failure: { ...cancelFailure(exit.value.reason), ambiguous: exit.value.sent }
               })
           }
           const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
@@ -157,6 +165,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     })
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
       Effect.gen(function*() {
+        // A cancel that arrived while the start was being committed: do not send at all.
+        const early = yield* Deferred.poll(cancel)
+        if (Option.isSome(early)) return { _tag: "unsent", reason: yield* early.value } as ToolVerdict
         const controller = new AbortController()
         const executor = yield* Effect.fork(
           deps.tools.invoke({ session: cell.session, sequence, call, definition, deadlineAtMs, signal: controller.signal }).pipe(
@@ -193,6 +204,14 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           outcome: v.reply.outcome,
           output: v.reply.output ?? null,
           is_error: v.reply.outcome === "error"
+        })
+      }
+      if (v._tag === "unsent") {
+        return entry("tool_call_failed", {
+          sequence,
+          outcome: v.reason === "timeout" ? "timeout" : "cancelled",
+          failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
+          is_error: true
         })
       }
       if (v._tag === "lost") {

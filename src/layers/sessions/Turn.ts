@@ -19,7 +19,7 @@ export interface TurnStart {
   readonly activation: number
   readonly input: TurnInput
   readonly loop: AgentloopShape
-  /** Where the previous activation closed: the activation sees the Events since. */
+  /** The activation sees the public Events after this sequence. */
   readonly eventsAfter: number
 }
 
@@ -78,9 +78,11 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         )
       })
 
-      // The activation runs as a child; cancellation waits a bounded grace for it to notice.
+      // The activation runs in the body's scope: if the body is interrupted (a server stop), closing
+      // the scope interrupts the activation and waits for it, so its in-flight fences commit their
+      // outcomes before the turn is closed. Cancellation waits a bounded grace for it to notice.
       const body = Effect.gen(function*() {
-        const fiber = yield* Effect.fork(activate)
+        const fiber = yield* Effect.forkScoped(activate)
         if (config.maxTurnMs > 0) {
           yield* Effect.forkScoped(
             Effect.sleep(Duration.millis(config.maxTurnMs)).pipe(Effect.zipRight(Deferred.succeed(turn.cancel, "timeout")))
