@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm start`: build only when the build is older than the sources, then run the main job.
-import { execFileSync, spawnSync } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 
@@ -18,5 +18,9 @@ if (!fs.existsSync(built) || fs.statSync(built).mtimeMs < newest(path.join(root,
   execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" })
 }
 const args = process.argv.slice(2)
-const result = spawnSync(process.execPath, [built, ...(args.length ? args : ["demo"])], { stdio: "inherit" })
-process.exit(result.status ?? 1)
+const child = spawn(process.execPath, [path.join(root, "bin", "brain.js"), ...(args.length ? args : ["serve"])], {
+  stdio: "inherit"
+})
+// The server drains on SIGTERM/SIGINT: pass them on and wait for it instead of dying first.
+for (const signal of ["SIGINT", "SIGTERM"]) process.on(signal, () => child.kill(signal))
+child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)))

@@ -1,11 +1,14 @@
 /**
  * The `brain` command line: the program's entry point.
  */
-import { Console, Effect } from "effect"
+import { Console, Effect, Logger } from "effect"
 import { demo } from "./demo.js"
 import { dump, verify } from "./journal.js"
+import { serveCommand } from "./serve.js"
 
 const USAGE = `usage:
+  brain serve [--listen host:port] [--data-dir dir] [--api-token t] [--max-model-calls n] …
+                                              serve HTTP (flags mirror the BRAIN_* environment variables)
   brain journal verify <data-dir> [session]   check journals; exit 0 clean, 1 torn final write, 2 corrupt
   brain journal dump <data-dir> <session>     print a session's records as JSON lines
   brain demo [data-dir]                       write a demo session durably, then verify the data directory`
@@ -17,15 +20,18 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   }
   if (group === "journal" && command === "dump" && rest.length === 2) return dump(rest[0]!, rest[1]!)
   if (group === "demo" && argv.length <= 2) return demo(command ?? "./brain-data")
+  if (group === "serve") return serveCommand(argv.slice(1))
   return Effect.as(Console.error(USAGE), 64)
 }
 
-Effect.runPromise(main(process.argv.slice(2))).then(
-  (code) => {
-    process.exitCode = code
-  },
+// Logs are JSON lines when stdout is not a terminal (a supervisor or a file reads them).
+const logger = process.stdout.isTTY ? Logger.pretty : Logger.json
+
+// Signals are handled by `serve` itself (drain first, ignore repeats), so no runtime-level handler.
+Effect.runPromise(main(process.argv.slice(2)).pipe(Effect.provide(logger))).then(
+  (code) => process.exit(code),
   (err) => {
     console.error(err)
-    process.exitCode = 70
+    process.exit(70)
   }
 )

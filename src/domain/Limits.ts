@@ -44,3 +44,21 @@ export const MAX_KIND_BYTES = 255
  * only the journal's tail; least recently used ones are dropped first.
  */
 export const PROJECTION_CACHE_BYTES = 64 * 1024 * 1024
+
+/** Records. Pending idempotency claims and answers before callers wait: bounds the store's writer memory. */
+export const IDEMPOTENCY_QUEUE_RECORDS = 16_384
+
+/** Bytes. Pending idempotency record bytes (answers can be large) before callers wait. */
+export const IDEMPOTENCY_QUEUE_BYTES = 64 * 1024 * 1024
+
+/** Records. The most idempotency records one group-commit round takes, so a round's latency stays bounded. */
+export const IDEMPOTENCY_BATCH_RECORDS = 4_096
+
+/**
+ * Bytes. Compaction rewrites the idempotency log once this much of it belongs to dropped entries
+ * (and at least half of it does), so rewrites stay rare and their cost is amortized.
+ */
+export const IDEMPOTENCY_REWRITE_DEAD_BYTES = 4 * 1024 * 1024
+
+/** Milliseconds. The shortest interval between background idempotency compactions (retention / 4 otherwise). */
+export const IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS = 1_000

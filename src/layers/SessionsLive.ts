@@ -26,7 +26,7 @@ import {
 } from "../services/Sessions.js"
 import { Tools } from "../services/Tools.js"
 import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
-import { readEvents } from "./sessions/Events.js"
+import { followEvents, readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { runTurn } from "./sessions/Turn.js"
 
@@ -125,7 +125,7 @@ export const make = Effect.gen(function*() {
       })
       if (cell.idleTtlMs === undefined) return yield* evict
       if (cell.idleTtlMs === 0) return
-      yield* FiberMap.run(timers, cell.session, Effect.zipRight(Effect.sleep(Duration.millis(cell.idleTtlMs)), evict))
+      yield* FiberMap.run(timers, cell.session, Effect.interruptible(Effect.zipRight(Effect.sleep(Duration.millis(cell.idleTtlMs)), evict)))
     })
 
   const using = <A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>) =>
@@ -179,9 +179,11 @@ export const make = Effect.gen(function*() {
       cell.running = started
       running.add(started)
       cell.users++ // the turn holds the cell until it closes
+      // The turn's fiber belongs to the registry and is interruptible whatever the caller's
+      // region (an idempotent request runs uninterruptibly so its answer is always recorded).
       yield* FiberSet.run(
         turns,
-        runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter }).pipe(
+        Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
           Effect.tap((outcome) => Deferred.succeed(started.done, outcome)),
           Effect.ensuring(Effect.suspend(() => {
             cell.running = undefined
@@ -279,6 +281,12 @@ export const make = Effect.gen(function*() {
     events: (session, { after, limit }) =>
       using(session, (cell) =>
         readEvents(journal, session, cell.state, after, limit).pipe(Effect.mapError(fromJournal))),
+    follow: (session, after) =>
+      Effect.gen(function*() {
+        const feed = yield* journal.subscribe(session).pipe(Effect.mapError(fromJournal))
+        const snapshot = yield* using(session, (cell) => Effect.succeed(cell.state))
+        return followEvents(journal, session, snapshot, after, feed, fromJournal)
+      }),
     warm: Effect.sync(() => cells.size),
     drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true }))
   }

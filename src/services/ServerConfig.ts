@@ -2,7 +2,7 @@
  * ServerConfig: the deployment's limits and places, read once through `Config` (environment
  * variables by default). Zero means "no bound" for every turn limit.
  */
-import { Config, Context, Layer, Option } from "effect"
+import { Config, Context, Layer, Option, Redacted } from "effect"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -19,6 +19,20 @@ export interface ServerConfigShape {
   readonly sessionIdleTtlMs: number | undefined
   /** The bound on waits inside cleanup (recording an outcome while interrupted), in milliseconds. */
   readonly cleanupDeadlineMs: number
+  /** `host:port` to listen on. */
+  readonly listen: string
+  /** The data directory. */
+  readonly dataDir: string
+  /** Bearer token required on every route but /health/*; undefined = no auth (loopback only). */
+  readonly apiToken: string | undefined
+  /** How long idempotent answers are kept, in milliseconds. */
+  readonly requestRetentionMs: number
+  /** The largest request body, in bytes. */
+  readonly maxRequestBytes: number
+  /** How long a graceful stop waits for admitted turns, in milliseconds. */
+  readonly drainDeadlineMs: number
+  /** Seconds between SSE heartbeat comments, in milliseconds. */
+  readonly sseHeartbeatMs: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -30,7 +44,14 @@ export const defaults: ServerConfigShape = {
   maxEmittedBytes: 1024 * 1024,
   cancelGraceMs: 5000,
   sessionIdleTtlMs: undefined,
-  cleanupDeadlineMs: 30_000
+  cleanupDeadlineMs: 30_000,
+  listen: "127.0.0.1:3210",
+  dataDir: "./brain-data",
+  apiToken: undefined,
+  requestRetentionMs: 24 * 3600 * 1000,
+  maxRequestBytes: 32 * 1024 * 1024,
+  drainDeadlineMs: 60_000,
+  sseHeartbeatMs: 15_000
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
@@ -49,7 +70,14 @@ export const fromConfig = Config.all({
   sessionIdleTtlMs: Config.option(
     nonNegative("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)")
   ),
-  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup")
+  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup"),
+  listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
+  dataDir: Config.string("BRAIN_DATA_DIR").pipe(Config.withDefault(defaults.dataDir), Config.withDescription("the data directory")),
+  apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
+  requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
+  maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
+  drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
+  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval")
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -58,7 +86,14 @@ export const fromConfig = Config.all({
     maxEmittedBytes: c.maxEmittedBytes,
     cancelGraceMs: c.cancelGraceMs,
     sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
-    cleanupDeadlineMs: c.cleanupDeadlineMs
+    cleanupDeadlineMs: c.cleanupDeadlineMs,
+    listen: c.listen,
+    dataDir: c.dataDir,
+    apiToken: Option.getOrUndefined(Option.map(c.apiToken, Redacted.value)),
+    requestRetentionMs: c.requestRetentionSecs * 1000,
+    maxRequestBytes: c.maxRequestBytes,
+    drainDeadlineMs: c.drainDeadlineMs,
+    sseHeartbeatMs: c.sseHeartbeatMs
   }))
 )
 

@@ -3,7 +3,8 @@
  * demand and are released after creation and after each turn unless an idle TTL keeps them.
  * Reads (summary, transcript, Events) never activate an actor.
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, Data, type Effect, type Scope, type Stream } from "effect"
+import type { SubscriberLagged } from "./Journal.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { Failure } from "../domain/Failure.js"
 import type { Message, TurnInput } from "../domain/Messages.js"
@@ -69,6 +70,16 @@ export interface SessionsShape {
   readonly delete: (session: SessionId) => Effect.Effect<void, SessionError>
   readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionError>
   readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionError>
+  /**
+   * The public Events after `after`, then live ones as they commit, without gaps or duplicates
+   * (subscribed before catching up). Ends after the session's end. Fails with SubscriberLagged if
+   * the reader falls too far behind; it resumes by cursor.
+   */
+  readonly follow: (session: SessionId, after: number) => Effect.Effect<
+    Stream.Stream<Event, SubscriberLagged | SessionError>,
+    SessionError,
+    Scope.Scope
+  >
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
   /** Waits until every running turn has closed (graceful drain). */

@@ -3,11 +3,12 @@
  * frames; a single larger Event comes alone so the cursor always advances. `next_cursor` is the
  * last sequence examined, so private records between Events are never re-read.
  */
-import { Effect } from "effect"
+import { Chunk, Effect, Option, Stream } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_BYTES } from "../../domain/Limits.js"
 import { eventsOf, type Event, transcriptLengthAt, type SessionState } from "../../domain/Projection.js"
-import type { JournalReadError, JournalShape } from "../../services/Journal.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
 import type { EventPage } from "../../services/Sessions.js"
 
 const RECORDS_PER_READ = 1000
@@ -48,3 +49,44 @@ export const readEvents = (
     }
     return { events, next_cursor: cursor }
   })
+
+/**
+ * Catch-up then live: pages from the journal up to the snapshot, then the subscribed feed (which
+ * was registered before the snapshot was taken), skipping what catch-up already delivered.
+ * Ends after `session_ended`.
+ */
+export const followEvents = <E>(
+  journal: JournalShape,
+  session: SessionId,
+  snapshot: SessionState,
+  after: number,
+  feed: Stream.Stream<JournalRecord, SubscriberLagged>,
+  mapError: (e: JournalReadError) => E
+): Stream.Stream<Event, SubscriberLagged | E> => {
+  let cursor = after
+  const catchUp = Stream.paginateChunkEffect(after, (from) =>
+    readEvents(journal, session, snapshot, from, 1000).pipe(
+      Effect.mapError(mapError),
+      Effect.map((page) => {
+        cursor = Math.max(cursor, page.next_cursor)
+        const done = page.next_cursor >= snapshot.lastSequence || page.next_cursor === from
+        return [Chunk.fromIterable(page.events), done ? Option.none() : Option.some(page.next_cursor)] as const
+      })
+    ))
+  const live = Stream.suspend(() => {
+    let length = transcriptLengthAt(snapshot, cursor)
+    return feed.pipe(
+      Stream.filter((r) => r.sequence > cursor),
+      Stream.mapConcat((r) => {
+        const events = eventsOf(session, [r], length)
+        if (r.kind === "transcript_delta") length = Math.min(length, r.payload.keep) + r.payload.append.length
+        cursor = r.sequence
+        return events
+      })
+    )
+  })
+  // An ended session has nothing more to follow: catch up, then stop.
+  return Stream.concat(catchUp, snapshot.status === "ended" ? Stream.empty : live).pipe(
+    Stream.takeUntil((e) => e.kind === "session_ended")
+  )
+}

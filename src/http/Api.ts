@@ -1,0 +1,117 @@
+/**
+ * The whole HTTP contract, shared by the server, the OpenAPI document and the SDK.
+ * Free of Node-only imports.
+ */
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import {
+  AgentloopAdmitted,
+  CreateSessionRequest,
+  ErrorBody,
+  EventPage,
+  EventsParams,
+  ListParams,
+  MessageHeaders,
+  MutatingHeaders,
+  Receipt,
+  SendMessageRequest,
+  SessionList,
+  SessionPath,
+  SessionSummary,
+  Transcript,
+  TurnOutcome
+} from "./Schemas.js"
+
+/** One error body shape, documented under each status it is answered with. */
+const errorAt = (status: number, description: string) =>
+  ErrorBody.annotations({ ...HttpApiSchema.annotations({ status }), description, identifier: `Error${status}` })
+
+export const BadRequest = errorAt(400, "invalid_request: malformed JSON, unknown fields, wrong types, bad ids or cursors")
+export const Unauthorized = errorAt(401, "unauthorized")
+export const NotFound = errorAt(404, "not_found")
+export const Conflict = errorAt(409, "conflict, session_busy, ambiguous, session_ended or teardown_failed")
+export const TooLarge = errorAt(413, "payload_too_large")
+export const UnsupportedMedia = errorAt(415, "unsupported_media_type")
+export const Overloaded = errorAt(503, "overloaded: the server is draining")
+
+export const health = HttpApiGroup.make("health")
+  .add(HttpApiEndpoint.get("live", "/health/live").addSuccess(HttpApiSchema.NoContent))
+  .add(HttpApiEndpoint.get("ready", "/health/ready").addSuccess(HttpApiSchema.NoContent).addError(Overloaded))
+
+export const agentloops = HttpApiGroup.make("agentloops")
+  .add(
+    HttpApiEndpoint.post("admit", "/v1/agentloops")
+      .setHeaders(MutatingHeaders)
+      .addSuccess(AgentloopAdmitted, { status: 201 })
+      .addError(BadRequest)
+      .addError(TooLarge)
+      .addError(UnsupportedMedia)
+      .annotate(OpenApi.Description, "Admit a custom Agentloop: the body is the WebAssembly module's bytes (application/wasm)")
+  )
+  .addError(Unauthorized)
+  .addError(Overloaded)
+
+export const sessions = HttpApiGroup.make("sessions")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/sessions")
+      .setHeaders(MutatingHeaders)
+      .setPayload(CreateSessionRequest)
+      .addSuccess(SessionSummary, { status: 201 })
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/sessions").setUrlParams(ListParams).addSuccess(SessionList))
+  .add(HttpApiEndpoint.get("get", "/v1/sessions/:id").setPath(SessionPath).addSuccess(SessionSummary))
+  .add(
+    HttpApiEndpoint.post("send", "/v1/sessions/:id/messages")
+      .setPath(SessionPath)
+      .setHeaders(MessageHeaders)
+      .setPayload(SendMessageRequest)
+      .addSuccess(TurnOutcome)
+      .addSuccess(Receipt, { status: 202 })
+      .annotate(
+        OpenApi.Description,
+        "Send a message. Synchronous by default (200 with the turn's outcome); with `Prefer: respond-async`, 202 with the receipt of the committed turn_started and `Preference-Applied: respond-async`."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("events", "/v1/sessions/:id/events")
+      .setPath(SessionPath)
+      .setUrlParams(EventsParams)
+      .addSuccess(EventPage)
+      .annotate(
+        OpenApi.Description,
+        "A page of public Events after `after`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live."
+      )
+  )
+  .add(HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript))
+  .add(
+    HttpApiEndpoint.post("cancel", "/v1/sessions/:id/cancel").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
+      SessionSummary
+    )
+  )
+  .add(
+    HttpApiEndpoint.post("end", "/v1/sessions/:id/end").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
+      SessionSummary
+    )
+  )
+  .add(
+    HttpApiEndpoint.del("delete", "/v1/sessions/:id").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
+      HttpApiSchema.NoContent
+    )
+  )
+  .addError(BadRequest)
+  .addError(Unauthorized)
+  .addError(NotFound)
+  .addError(Conflict)
+  .addError(TooLarge)
+  .addError(UnsupportedMedia)
+  .addError(Overloaded)
+
+export const BrainApi = HttpApi.make("brain")
+  .add(health)
+  .add(agentloops)
+  .add(sessions)
+  .annotate(OpenApi.Title, "Brain")
+  .annotate(OpenApi.Version, "0.1.0")
+  .annotate(OpenApi.Description, "A durable session server for AI agents")
+
+export { Schema }

@@ -1,0 +1,63 @@
+/**
+ * Every non-2xx answer is `{code, message, retryable, details?}`, with the status DESIGN §7 gives
+ * its code. Handlers fail with ApiFailure; the error middleware turns it, and every error the
+ * framework would otherwise answer in its own shape, into that body.
+ */
+import { HttpServerResponse } from "@effect/platform"
+import { Data } from "effect"
+import { failure as makeFailure, type Failure, type FailureCode } from "../domain/Failure.js"
+
+export const statusOf = (code: FailureCode): number => {
+  switch (code) {
+    case "invalid_request":
+      return 400
+    case "unauthorized":
+      return 401
+    case "not_found":
+      return 404
+    case "conflict":
+    case "session_busy":
+    case "ambiguous":
+    case "session_ended":
+    case "teardown_failed":
+      return 409
+    case "payload_too_large":
+      return 413
+    case "unsupported_media_type":
+      return 415
+    case "overloaded":
+      return 503
+    default:
+      return 500
+  }
+}
+
+export class ApiFailure extends Data.TaggedError("ApiFailure")<{
+  readonly code: FailureCode
+  readonly message: string
+  readonly retryable: boolean
+  readonly details?: unknown
+}> {
+  get status() {
+    return statusOf(this.code)
+  }
+}
+
+export const apiFailure = (code: FailureCode, message: string, options: { retryable?: boolean; details?: unknown } = {}) =>
+  new ApiFailure({
+    code,
+    message,
+    retryable: options.retryable ?? false,
+    ...(options.details !== undefined ? { details: options.details } : {})
+  })
+
+export const fromFailure = (f: Failure) =>
+  apiFailure(f.code, f.message, { retryable: f.retryable, ...(f.ambiguous ? { details: { ambiguous: true } } : {}) })
+
+export const bodyOf = (e: ApiFailure) =>
+  JSON.stringify({ code: e.code, message: e.message, retryable: e.retryable, ...(e.details !== undefined ? { details: e.details } : {}) })
+
+export const toResponse = (e: ApiFailure) =>
+  HttpServerResponse.text(bodyOf(e), { status: e.status, contentType: "application/json" })
+
+export { makeFailure }

@@ -1,0 +1,170 @@
+/**
+ * The handlers: thin, they decode nothing themselves (the contract does), call the services and
+ * shape answers. Every mutating route runs under its Idempotency-Key.
+ */
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { Deferred, Effect, FiberId, Layer } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import { Agentloops } from "../services/Agentloop.js"
+import { Idempotency } from "../services/Idempotency.js"
+import { ServerConfig } from "../services/ServerConfig.js"
+import { type SessionError, Sessions } from "../services/Sessions.js"
+import { BrainApi } from "./Api.js"
+import { apiFailure, fromFailure } from "./Errors.js"
+import { emptyAnswer, idempotent, jsonAnswer } from "./Idempotent.js"
+import { sseResponse } from "./Sse.js"
+
+/** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
+ * signal that ends long-lived streams when it stops. */
+export class Admission {
+  draining = false
+  readonly stopped = Deferred.unsafeMake<void>(FiberId.none)
+  stop() {
+    Deferred.unsafeDone(this.stopped, Effect.void)
+  }
+}
+
+const failed = (e: SessionError) => fromFailure(e.failure)
+
+/**
+ * Handlers may answer with a ready HttpServerResponse (a replayed idempotent answer, a 202, an
+ * SSE stream); the builder sends it as is. The contract's types only know the decoded success
+ * shape, so such handlers are typed through this.
+ */
+const asRaw = <E>(effect: Effect.Effect<unknown, E, never>) => effect as Effect.Effect<any, E, never>
+
+const WASM_TYPES = ["application/wasm", "application/octet-stream"]
+
+export const healthLive = (admission: Admission) =>
+  HttpApiBuilder.group(BrainApi, "health", (h) =>
+    h.handle("live", () => Effect.void).handle("ready", () =>
+      admission.draining
+        ? Effect.fail(apiFailure("overloaded", "the server is draining", { retryable: true }))
+        : Effect.void))
+
+export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =>
+  Effect.gen(function*() {
+    const agentloops = yield* Agentloops
+    const store = yield* Idempotency
+    const config = yield* ServerConfig
+    return h.handle("admit", ({ headers, request }) =>
+      Effect.gen(function*() {
+        const type = (request.headers["content-type"] ?? "").toLowerCase().split(";")[0]!.trim()
+        if (!WASM_TYPES.includes(type)) {
+          return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/wasm"))
+        }
+        const bytes = new Uint8Array(
+          yield* request.arrayBuffer.pipe(
+            Effect.mapError(() => apiFailure("payload_too_large", `the body is larger than ${config.maxRequestBytes} bytes`))
+          )
+        )
+        const digest = (yield* Effect.promise(() => crypto.subtle.digest("SHA-256", bytes)))
+        const hash = Buffer.from(digest).toString("hex")
+        return yield* idempotent(
+          store,
+          "agentloops",
+          headers["idempotency-key"],
+          { sha256: hash },
+          agentloops.admit(bytes).pipe(
+            Effect.map((id) => jsonAnswer(201, { id })),
+            Effect.mapError((e) => apiFailure("invalid_request", e.reason))
+          )
+        )
+      }).pipe(asRaw)
+    )
+  }))
+
+export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "sessions", (h) =>
+  Effect.gen(function*() {
+    const sessions = yield* Sessions
+    const store = yield* Idempotency
+    const config = yield* ServerConfig
+    return h
+      .handle("create", ({ headers, payload }) =>
+        idempotent(
+          store,
+          "create",
+          headers["idempotency-key"],
+          payload,
+          sessions.create(payload).pipe(Effect.map((s) => jsonAnswer(201, s)), Effect.mapError(failed))
+        ).pipe(asRaw))
+      .handle("list", ({ urlParams }) =>
+        sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? 100 }).pipe(
+          Effect.map((page) => ({ sessions: page.sessions, next_cursor: page.next_cursor ?? null })),
+          Effect.mapError(failed)
+        ))
+      .handle("get", ({ path }) => Effect.mapError(sessions.get(path.id), failed))
+      .handle("send", ({ headers, path, payload }) => {
+        const async = /(^|[\s,;])respond-async([\s,;=]|$)/i.test(headers.prefer ?? "")
+        const id: SessionId = path.id
+        return (async
+          ? idempotent(
+            store,
+            `submit:${id}`,
+            headers["idempotency-key"],
+            payload,
+            sessions.submit(id, payload.input).pipe(
+              Effect.map((r) => jsonAnswer(202, r, { "preference-applied": "respond-async" })),
+              Effect.mapError(failed)
+            )
+          )
+          : idempotent(
+            store,
+            `send:${id}`,
+            headers["idempotency-key"],
+            payload,
+            sessions.send(id, payload.input).pipe(Effect.map((o) => jsonAnswer(200, o)), Effect.mapError(failed))
+          )).pipe(asRaw)
+      })
+      .handle("events", ({ path, request, urlParams }) =>
+        Effect.gen(function*() {
+          const accept = request.headers["accept"] ?? ""
+          if (accept.includes("text/event-stream")) {
+            const lastId = request.headers["last-event-id"]
+            let after = urlParams.after
+            if (after === undefined && lastId !== undefined) {
+              if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(apiFailure("invalid_request", "Last-Event-ID must be a sequence"))
+              after = Number(lastId)
+            }
+            return yield* sseResponse(sessions, path.id, after ?? 0, config.sseHeartbeatMs, admission.stopped)
+          }
+          return yield* Effect.mapError(
+            sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? 1000 }),
+            failed
+          )
+        }).pipe(asRaw))
+      .handle("transcript", ({ path }) => Effect.mapError(sessions.transcript(path.id), failed))
+      .handle("cancel", ({ headers, path }) =>
+        idempotent(
+          store,
+          `cancel:${path.id}`,
+          headers["idempotency-key"],
+          {},
+          sessions.interrupt(path.id).pipe(Effect.map((s) => jsonAnswer(200, s)), Effect.mapError(failed))
+        ).pipe(asRaw))
+      .handle("end", ({ headers, path }) =>
+        idempotent(
+          store,
+          `end:${path.id}`,
+          headers["idempotency-key"],
+          {},
+          sessions.end(path.id).pipe(Effect.map((s) => jsonAnswer(200, s)), Effect.mapError(failed))
+        ).pipe(asRaw))
+      .handle("delete", ({ headers, path }) =>
+        idempotent(
+          store,
+          `delete:${path.id}`,
+          headers["idempotency-key"],
+          {},
+          sessions.delete(path.id).pipe(Effect.as(emptyAnswer(204)), Effect.mapError(failed))
+        ).pipe(asRaw))
+  }))
+
+export const apiLive = (admission: Admission) =>
+  HttpApiBuilder.api(BrainApi).pipe(
+    Layer.provide(healthLive(admission)),
+    Layer.provide(agentloopsLive),
+    Layer.provide(sessionsLive(admission))
+  )
+
+export { HttpServerResponse }

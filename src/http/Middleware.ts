@@ -1,0 +1,87 @@
+/**
+ * The gate every request passes before routing, and the error shaping after it:
+ * auth, draining, body size and media type, JSON well-formedness — then every failure, including
+ * the framework's own (decode errors, unknown routes, defects), answered as `{code, message,
+ * retryable, details?}`.
+ */
+import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import type { HttpApp } from "@effect/platform"
+import * as crypto from "node:crypto"
+import { Cause, Effect, Option } from "effect"
+import { ApiFailure, apiFailure, toResponse } from "./Errors.js"
+
+export interface GateOptions {
+  readonly apiToken: string | undefined
+  readonly maxRequestBytes: number
+  readonly draining: () => boolean
+}
+
+const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
+
+const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
+
+/** Routes whose body is not JSON. */
+const RAW_BODY = new Set(["/v1/agentloops"])
+
+export const gate = (options: GateOptions) => {
+  const expected = options.apiToken !== undefined ? digest(`Bearer ${options.apiToken}`) : undefined
+  return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<never, R> =>
+    Effect.gen(function*() {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const path = request.url.split("?")[0]!
+      if (expected && !path.startsWith("/health/")) {
+        const given = request.headers["authorization"] ?? ""
+        if (!crypto.timingSafeEqual(digest(given), expected)) {
+          return yield* Effect.fail(apiFailure("unauthorized", "a valid `Authorization: Bearer <token>` is required"))
+        }
+      }
+      if (BODY_METHODS.has(request.method)) {
+        if (options.draining()) {
+          return yield* Effect.fail(apiFailure("overloaded", "the server is stopping and admits no new work", { retryable: true }))
+        }
+        const declared = request.headers["content-length"]
+        if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
+          return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+        }
+        if (!RAW_BODY.has(path)) {
+          const text = yield* request.text.pipe(
+            HttpIncomingMessage.withMaxBodySize(Option.some(options.maxRequestBytes)),
+            Effect.mapError(() => apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+          )
+          if (text.length > 0) {
+            const type = (request.headers["content-type"] ?? "").toLowerCase()
+            if (!type.startsWith("application/json")) {
+              return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
+            }
+            const parsed = yield* Effect.try({
+              try: () => JSON.parse(text) as unknown,
+              catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
+            })
+            void parsed
+          }
+        }
+      }
+      return yield* app
+    }).pipe(Effect.catchAllCause(shapeError))
+}
+
+/** Turns any failure into Brain's error body. Defects are logged and answered 500 `internal`. */
+export const shapeError = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServerResponse.HttpServerResponse> => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) {
+    const e = failure.value as { _tag?: string; message?: string; issues?: unknown }
+    if (e instanceof ApiFailure) return Effect.succeed(toResponse(e))
+    if (e._tag === "HttpApiDecodeError") {
+      return Effect.succeed(toResponse(apiFailure("invalid_request", e.message ?? "the request is invalid", { details: e.issues })))
+    }
+    if (e._tag === "RouteNotFound") return Effect.succeed(toResponse(apiFailure("not_found", "no such route")))
+    if (e._tag === "RequestError") {
+      return Effect.succeed(toResponse(apiFailure("invalid_request", `the request could not be read: ${e.message}`)))
+    }
+  }
+  if (Cause.isInterruptedOnly(cause)) return Effect.succeed(HttpServerResponse.empty({ status: 499 }))
+  return Effect.zipRight(
+    Effect.logError("unexpected failure answering a request", cause),
+    Effect.succeed(toResponse(apiFailure("internal", "the server failed to answer; see its log", { retryable: true })))
+  )
+}

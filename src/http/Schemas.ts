@@ -1,0 +1,125 @@
+/**
+ * The wire shapes of the HTTP API. Every request schema rejects unknown fields.
+ */
+import { Schema } from "effect"
+import { EnvironmentDefinition, ModelChoice, ToolDefinition } from "../domain/Configuration.js"
+import { FailureCode } from "../domain/Failure.js"
+import { SessionId } from "../domain/Ids.js"
+import { Json, Message, TurnInput } from "../domain/Messages.js"
+import { Origin } from "../domain/Records.js"
+
+const strict = { parseOptions: { onExcessProperty: "error" as const } }
+
+export const ErrorBody = Schema.Struct({
+  code: FailureCode,
+  message: Schema.String,
+  retryable: Schema.Boolean,
+  details: Schema.optional(Json)
+}).annotations({ identifier: "Error", description: "Every non-2xx answer" })
+export type ErrorBody = typeof ErrorBody.Type
+
+export const CreateSessionRequest = Schema.Struct({
+  agentloop: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))),
+  model: ModelChoice,
+  system: Schema.optional(Schema.String),
+  tools: Schema.optional(Schema.Array(ToolDefinition)),
+  environments: Schema.optional(Schema.Array(EnvironmentDefinition)),
+  transcript: Schema.optional(Schema.Array(Message)),
+  idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.between(0, 2_147_483_647)))
+}).annotations({ identifier: "CreateSession", ...strict })
+
+export const SessionStatus = Schema.Literal("creating", "idle", "running", "ending", "ended", "failed")
+
+export const SessionSummary = Schema.Struct({
+  session_id: SessionId,
+  status: SessionStatus,
+  last_sequence: Schema.Int
+}).annotations({ identifier: "SessionSummary" })
+
+export const SessionList = Schema.Struct({
+  sessions: Schema.Array(SessionSummary),
+  next_cursor: Schema.NullOr(SessionId)
+}).annotations({ identifier: "SessionList" })
+
+export const SendMessageRequest = Schema.Struct({ input: TurnInput.annotations(strict) }).annotations({
+  identifier: "SendMessage",
+  ...strict
+})
+
+const FailureBody = Schema.Struct({
+  code: FailureCode,
+  message: Schema.String,
+  retryable: Schema.Boolean,
+  ambiguous: Schema.Boolean
+}).annotations({ identifier: "Failure" })
+
+export const TurnOutcome = Schema.Struct({
+  session_id: SessionId,
+  status: SessionStatus,
+  last_sequence: Schema.Int,
+  turn: Schema.Struct({
+    sequence: Schema.Int,
+    status: Schema.Literal("ended", "failed"),
+    result: Schema.optional(Json),
+    failure: Schema.optional(FailureBody)
+  })
+}).annotations({ identifier: "TurnOutcome" })
+
+export const Receipt = Schema.Struct({
+  session_id: SessionId,
+  sequence: Schema.Int
+}).annotations({ identifier: "Receipt", description: "The committed turn_started of an async submission" })
+
+export const Event = Schema.Struct({
+  session_id: SessionId,
+  sequence: Schema.Int,
+  recorded_at_ms: Schema.Int,
+  kind: Schema.String,
+  data: Json,
+  origin: Schema.optional(Origin)
+}).annotations({ identifier: "Event" })
+
+export const EventPage = Schema.Struct({
+  events: Schema.Array(Event),
+  next_cursor: Schema.Int
+}).annotations({ identifier: "EventPage", description: "An empty page means the reader has reached the end" })
+
+export const Transcript = Schema.Struct({
+  messages: Schema.Array(Message),
+  through_sequence: Schema.Int
+}).annotations({ identifier: "Transcript" })
+
+export const AgentloopAdmitted = Schema.Struct({
+  id: Schema.String.annotations({ description: "SHA-256 of the module's bytes, hex" })
+}).annotations({ identifier: "AgentloopAdmitted" })
+
+/** Cursors and page sizes arrive as query strings. */
+const Cursor = Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, Number.MAX_SAFE_INTEGER))
+
+export const EventsParams = Schema.Struct({
+  after: Schema.optional(Cursor),
+  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+}).annotations(strict)
+
+export const ListParams = Schema.Struct({
+  after: Schema.optional(SessionId),
+  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+}).annotations(strict)
+
+const utf8Length = (s: string) => new TextEncoder().encode(s).length
+
+/** `Idempotency-Key`: optional; when present, 1–256 bytes. */
+export const IdempotencyKey = Schema.String.pipe(
+  Schema.filter((s) => (utf8Length(s) >= 1 && utf8Length(s) <= 256) || "Idempotency-Key must be 1 to 256 bytes")
+)
+
+export const MutatingHeaders = Schema.Struct({
+  "idempotency-key": Schema.optional(IdempotencyKey)
+})
+
+export const MessageHeaders = Schema.Struct({
+  "idempotency-key": Schema.optional(IdempotencyKey),
+  prefer: Schema.optional(Schema.String)
+})
+
+export const SessionPath = Schema.Struct({ id: SessionId })

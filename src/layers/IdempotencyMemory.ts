@@ -1,0 +1,68 @@
+/**
+ * The in-memory Idempotency store: the same semantics as the file store (claims, byte-exact
+ * replays, conflicts, ambiguity, retention measured on `Clock`), no durability. Every claim is
+ * made by this process, so an unanswered one is always in flight. For tests; never the
+ * embedded default.
+ */
+import { Clock, Effect, Layer } from "effect"
+import { type Answer, type ClaimResult, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
+
+export interface IdempotencyMemoryOptions {
+  /** How long a claim (or, once answered, its answer) is kept, in milliseconds. 0 = forever. */
+  readonly retentionMs: number
+}
+
+interface Entry {
+  readonly bodyHash: string
+  /** When the claim was made, or when it was answered once it is. */
+  atMs: number
+  answer: Answer | undefined
+}
+
+/** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
+const idOf = (scope: string, key: string) => `${scope.length}:${scope}${key}`
+
+export const make = (options: IdempotencyMemoryOptions) =>
+  Effect.sync(() => {
+    const entries = new Map<string, Entry>()
+    // An unanswered claim is in flight in this process: it never expires under a running request.
+    const expired = (e: Entry, now: number) =>
+      options.retentionMs > 0 && e.answer !== undefined && now - e.atMs >= options.retentionMs
+
+    const store: IdempotencyShape = {
+      claim: (scope, key, bodyHash) =>
+        Effect.map(Clock.currentTimeMillis, (now): ClaimResult => {
+          const id = idOf(scope, key)
+          const found = entries.get(id)
+          if (found && !expired(found, now)) {
+            if (found.bodyHash !== bodyHash) return { _tag: "Conflict" }
+            return found.answer ? { _tag: "Replay", answer: found.answer } : { _tag: "Ambiguous", inFlight: true }
+          }
+          entries.set(id, { bodyHash, atMs: now, answer: undefined })
+          return { _tag: "Claimed" }
+        }),
+      complete: (scope, key, answer) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const entry = entries.get(idOf(scope, key))
+          // The first answer stands; an answer for a key never claimed (or already dropped) has
+          // no body hash to be replayed against and is not kept.
+          if (!entry || entry.answer) return
+          // Through JSON, as the file store keeps it, so both replay exactly the same value.
+          entry.answer = JSON.parse(JSON.stringify(answer)) as Answer
+          entry.atMs = now
+        }),
+      compact: Effect.map(Clock.currentTimeMillis, (now) => {
+        let dropped = 0
+        for (const [id, e] of entries) {
+          if (expired(e, now)) {
+            entries.delete(id)
+            dropped++
+          }
+        }
+        return dropped
+      })
+    }
+    return store
+  })
+
+export const layer = (options: IdempotencyMemoryOptions) => Layer.effect(Idempotency, make(options))

@@ -1,0 +1,120 @@
+/**
+ * The composition root: wires the layers and the HTTP server. The CLI (`brain serve`) and
+ * `npm start` call `serve`. Nothing else sits above both layers/ and http/.
+ */
+import { HttpApiBuilder, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import * as http from "node:http"
+import * as path from "node:path"
+import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
+import * as AgentloopsInProcess from "./layers/AgentloopsInProcess.js"
+import * as CheckpointStore from "./layers/CheckpointStore.js"
+import * as EffectFenceLive from "./layers/EffectFenceLive.js"
+import * as IdempotencyFile from "./layers/IdempotencyFile.js"
+import * as JournalFile from "./layers/JournalFile.js"
+import * as ModelsScripted from "./layers/ModelsScripted.js"
+import * as ProjectionLive from "./layers/ProjectionLive.js"
+import * as SessionsLive from "./layers/SessionsLive.js"
+import * as ToolsInProcess from "./layers/ToolsInProcess.js"
+import * as FileDriver from "./layers/journal/FileDriver.js"
+import { Admission, apiLive } from "./http/Handlers.js"
+import { gate } from "./http/Middleware.js"
+import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+import { Sessions } from "./services/Sessions.js"
+
+export class StartupRefused extends Data.TaggedError("StartupRefused")<{ readonly reason: string }> {
+  override get message() {
+    return this.reason
+  }
+}
+
+export const parseListen = (listen: string) => {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(listen)
+  if (!m) return undefined
+  const port = Number(m[3])
+  return port <= 65535 ? { host: (m[1] ?? m[2])!, port } : undefined
+}
+
+const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)
+
+/** Every service of the embedded default, over the data directory. */
+export const servicesLayer = (config: ServerConfigShape) => {
+  const dataDir = path.resolve(config.dataDir)
+  const journal = JournalFile.layerNode({ dataDir })
+  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
+  const base = Layer.merge(journal, Layer.succeed(ServerConfig, config))
+  const deps = Layer.mergeAll(
+    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
+    EffectFenceLive.layer,
+    ModelsScripted.layer,
+    ToolsInProcess.layer({}),
+    AgentloopsInProcess.layer({}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
+    // The idempotency store lives beside the journal; the journal layer holds the directory lock.
+    IdempotencyFile.layerNode({ dataDir, retentionMs: config.requestRetentionMs })
+  ).pipe(Layer.provideMerge(base))
+  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+}
+
+/** The HTTP server over the services. */
+export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server) => {
+  const { host, port } = parseListen(config.listen)!
+  return HttpApiBuilder.serve().pipe(
+    Layer.provide(HttpApiBuilder.middleware(gate({
+      apiToken: config.apiToken,
+      maxRequestBytes: config.maxRequestBytes,
+      draining: () => admission.draining
+    }))),
+    Layer.provide(apiLive(admission)),
+    HttpServer.withLogAddress,
+    Layer.provide(NodeHttpServer.layer(() => server, { host, port }))
+  )
+}
+
+/** Resolves on the first SIGTERM or SIGINT; later ones are ignored while the drain runs. */
+const firstSignal = Effect.gen(function*() {
+  const signalled = yield* Deferred.make<string>()
+  const onSignal = (signal: string) => () => Deferred.unsafeDone(signalled, Effect.succeed(signal))
+  const handlers = { SIGTERM: onSignal("SIGTERM"), SIGINT: onSignal("SIGINT") }
+  yield* Effect.acquireRelease(
+    Effect.sync(() => {
+      process.on("SIGTERM", handlers.SIGTERM)
+      process.on("SIGINT", handlers.SIGINT)
+    }),
+    () => Effect.void // kept until exit, so a repeated signal never kills the drain
+  )
+  return signalled
+})
+
+/**
+ * Serves until SIGTERM/SIGINT, then stops admitting (503), drains admitted turns (bounded by
+ * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams and closes the listener, the journal and the lock.
+ */
+export const serve = (config: ServerConfigShape) =>
+  Effect.scoped(Effect.gen(function*() {
+    const listen = parseListen(config.listen)
+    if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
+    if (!isLoopback(listen.host) && config.apiToken === undefined) {
+      return yield* Effect.fail(new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN` }))
+    }
+    const signalled = yield* firstSignal
+    const admission = new Admission()
+    const server = http.createServer()
+    server.keepAliveTimeout = 5_000
+    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server), Layer.empty).pipe(
+      Layer.provideMerge(servicesLayer(config))
+    ))
+    const sessions = Context.get(context, Sessions)
+    const address = server.address()
+    const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen
+    yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
+    yield* Effect.log(
+      `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
+    )
+    const signal = yield* Deferred.await(signalled)
+    yield* Effect.log(`${signal}: draining admitted turns, admitting no new work`)
+    admission.draining = true
+    yield* sessions.drain.pipe(Effect.timeoutOption(Duration.millis(config.drainDeadlineMs)))
+    admission.stop()
+    server.closeIdleConnections()
+    yield* Effect.log("drained; closing")
+  }))

@@ -1,0 +1,143 @@
+/**
+ * The Idempotency contract (DESIGN §7): every implementation must pass this suite. Time is the
+ * TestClock, which starts at 0 in each test.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, type Scope, TestClock } from "effect"
+import type { Answer, ClaimResult, IdempotencyShape } from "../../src/services/Idempotency.js"
+
+export type IdempotencyHarness = (options: { readonly retentionMs: number }) => Effect.Effect<IdempotencyShape, unknown, Scope.Scope>
+
+const RETENTION_MS = 60_000
+
+const answer = (body: string, status = 200): Answer => ({
+  status,
+  headers: { "content-type": "application/json", "x-brain-seq": "7" },
+  body
+})
+
+const tags = (results: ReadonlyArray<ClaimResult>) => results.map((r) => r._tag)
+
+export const idempotencyContract = (name: string, harness: IdempotencyHarness) =>
+  describe(`Idempotency contract: ${name}`, () => {
+    it.scoped("a claimed and answered request replays the recorded answer byte for byte", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        // Non-ASCII, an escaped line separator, an astral character and a lone surrogate.
+        const body = JSON.stringify({ session_id: "ses_x", text: "héllo\u2028 😀 \"quoted\"" }) + "\ud800"
+        const recorded = answer(body, 201)
+        expect(yield* store.claim("POST /v1/sessions", "k1", "h1")).toEqual({ _tag: "Claimed" })
+        yield* store.complete("POST /v1/sessions", "k1", recorded)
+        for (let i = 0; i < 2; i++) {
+          const again = yield* store.claim("POST /v1/sessions", "k1", "h1")
+          expect(again._tag).toBe("Replay")
+          if (again._tag !== "Replay") return
+          expect(again.answer).toEqual(recorded)
+          expect(again.answer.body === body).toBe(true)
+          expect(Object.keys(again.answer.headers)).toEqual(Object.keys(recorded.headers))
+        }
+      }))
+
+    it.scoped("the same key with a different body is a Conflict, before and after the answer", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect((yield* store.claim("s", "k", "h1"))._tag).toBe("Claimed")
+        expect(yield* store.claim("s", "k", "h2")).toEqual({ _tag: "Conflict" })
+        yield* store.complete("s", "k", answer("{}"))
+        expect(yield* store.claim("s", "k", "h2")).toEqual({ _tag: "Conflict" })
+        expect((yield* store.claim("s", "k", "h1"))._tag).toBe("Replay")
+      }))
+
+    it.scoped("a claim never answered is Ambiguous (in flight) on every later claim and is never Claimed again", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect((yield* store.claim("s", "k", "h")))
+          .toEqual({ _tag: "Claimed" })
+        for (let i = 0; i < 3; i++) expect(yield* store.claim("s", "k", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
+        // A request still running in this process keeps its claim past the retention period.
+        yield* TestClock.adjust(RETENTION_MS * 3)
+        expect(yield* store.compact).toBe(0)
+        expect(yield* store.claim("s", "k", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
+      }))
+
+    it.scoped("scopes are independent: the same key in two scopes is two claims with their own answers", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect((yield* store.claim("send:ses_a", "k", "h1"))._tag).toBe("Claimed")
+        expect((yield* store.claim("submit:ses_a", "k", "h2"))._tag).toBe("Claimed")
+        // Scope and key never run together: ("ab", "c") is not ("a", "bc").
+        expect((yield* store.claim("ab", "c", "h"))._tag).toBe("Claimed")
+        expect((yield* store.claim("a", "bc", "h"))._tag).toBe("Claimed")
+        yield* store.complete("send:ses_a", "k", answer("send"))
+        yield* store.complete("submit:ses_a", "k", answer("submit"))
+        const send = yield* store.claim("send:ses_a", "k", "h1")
+        const submit = yield* store.claim("submit:ses_a", "k", "h2")
+        expect(send._tag === "Replay" && send.answer.body).toBe("send")
+        expect(submit._tag === "Replay" && submit.answer.body).toBe("submit")
+      }))
+
+    it.scoped("the first answer stands, and an answer for a key never claimed is not kept", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        yield* store.claim("s", "k", "h")
+        yield* store.complete("s", "k", answer("first"))
+        yield* store.complete("s", "k", answer("second"))
+        const again = yield* store.claim("s", "k", "h")
+        expect(again._tag === "Replay" && again.answer.body).toBe("first")
+        yield* store.complete("s", "never-claimed", answer("orphan"))
+        expect((yield* store.claim("s", "never-claimed", "h"))._tag).toBe("Claimed")
+      }))
+
+    it.scoped("expired answers are dropped by compact and the key is free again; younger ones stay", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        yield* store.claim("s", "old", "h")
+        yield* store.complete("s", "old", answer("old"))
+        yield* TestClock.adjust(RETENTION_MS / 2)
+        yield* store.claim("s", "young", "h")
+        yield* store.complete("s", "young", answer("young"))
+        yield* TestClock.adjust(RETENTION_MS / 2 - 1)
+        expect(yield* store.compact).toBe(0)
+        expect((yield* store.claim("s", "old", "h"))._tag).toBe("Replay")
+        yield* TestClock.adjust(1)
+        expect(yield* store.compact).toBe(1)
+        expect(yield* store.claim("s", "old", "other-body")).toEqual({ _tag: "Claimed" })
+        expect((yield* store.claim("s", "young", "h"))._tag).toBe("Replay")
+        yield* TestClock.adjust(RETENTION_MS / 2)
+        // "young" is expired now; a claim treats it as absent even before a compaction.
+        expect(yield* store.claim("s", "young", "h")).toEqual({ _tag: "Claimed" })
+        // Retention runs from the answer, not the claim.
+        yield* store.complete("s", "old", answer("old again"))
+        yield* TestClock.adjust(RETENTION_MS - 1)
+        expect(yield* store.compact).toBe(0)
+        const old = yield* store.claim("s", "old", "other-body")
+        expect(old._tag === "Replay" && old.answer.body).toBe("old again")
+      }))
+
+    it.scoped("retention 0 keeps answers forever", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: 0 })
+        yield* store.claim("s", "k", "h")
+        yield* store.complete("s", "k", answer("kept"))
+        yield* TestClock.adjust(365 * 24 * 3600 * 1000)
+        expect(yield* store.compact).toBe(0)
+        expect((yield* store.claim("s", "k", "h"))._tag).toBe("Replay")
+      }))
+
+    it.scoped("concurrent claims of one key: exactly one is Claimed, the others are Ambiguous in flight", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        const results = yield* Effect.all(
+          Array.from({ length: 32 }, () => store.claim("s", "same", "h")),
+          { concurrency: "unbounded" }
+        )
+        expect(tags(results).filter((t) => t === "Claimed").length).toBe(1)
+        expect(results.filter((r) => r._tag === "Ambiguous" && r.inFlight).length).toBe(31)
+        // Different keys claimed concurrently are all Claimed.
+        const distinct = yield* Effect.all(
+          Array.from({ length: 32 }, (_, i) => store.claim("s", `k${i}`, "h")),
+          { concurrency: "unbounded" }
+        )
+        expect(tags(distinct).every((t) => t === "Claimed")).toBe(true)
+      }))
+  })

@@ -1,0 +1,11 @@
+import { Effect, Layer } from "effect"
+import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
+import * as IdempotencyMemory from "../../src/layers/IdempotencyMemory.js"
+import { FileDriver, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { tempDir } from "../support/journals.js"
+import { idempotencyContract } from "./Idempotency.contract.js"
+
+idempotencyContract("memory", IdempotencyMemory.make)
+idempotencyContract("file", (options) =>
+  Effect.flatMap(tempDir("brain-idem-"), (dataDir) =>
+    IdempotencyFile.make({ dataDir, ...options }).pipe(Effect.provide(Layer.succeed(FileDriver, nodeDriver)))))
