@@ -19,6 +19,8 @@ import * as ToolsInProcess from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { gate } from "./http/Middleware.js"
+import type { AgentloopShape } from "./services/Agentloop.js"
+import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Sessions } from "./services/Sessions.js"
 
@@ -37,8 +39,18 @@ export const parseListen = (listen: string) => {
 
 const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)
 
+/**
+ * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
+ * tools, and a model provider in place of the scripted one.
+ */
+export interface Extensions {
+  readonly loops?: Readonly<Record<string, AgentloopShape>>
+  readonly tools?: Readonly<Record<string, ToolsInProcess.ToolHandler>>
+  readonly models?: ModelsShape
+}
+
 /** Every service of the embedded default, over the data directory. */
-export const servicesLayer = (config: ServerConfigShape) => {
+export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) => {
   const dataDir = path.resolve(config.dataDir)
   const journal = JournalFile.layerNode({ dataDir })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
@@ -46,9 +58,9 @@ export const servicesLayer = (config: ServerConfigShape) => {
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
-    ModelsScripted.layer,
-    ToolsInProcess.layer({}),
-    AgentloopsInProcess.layer({}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
+    extensions.models ? Layer.succeed(Models, extensions.models) : ModelsScripted.layer,
+    ToolsInProcess.layer(extensions.tools ?? {}),
+    AgentloopsInProcess.layer(extensions.loops ?? {}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
     IdempotencyFile.layerNode({ dataDir, retentionMs: config.requestRetentionMs })
   ).pipe(Layer.provideMerge(base))
@@ -89,7 +101,7 @@ const firstSignal = Effect.gen(function*() {
  * Serves until SIGTERM/SIGINT, then stops admitting (503), drains admitted turns (bounded by
  * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams and closes the listener, the journal and the lock.
  */
-export const serve = (config: ServerConfigShape) =>
+export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
   Effect.scoped(Effect.gen(function*() {
     const listen = parseListen(config.listen)
     if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
@@ -101,7 +113,7 @@ export const serve = (config: ServerConfigShape) =>
     const server = http.createServer()
     server.keepAliveTimeout = 5_000
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server), Layer.empty).pipe(
-      Layer.provideMerge(servicesLayer(config))
+      Layer.provideMerge(servicesLayer(config, extensions))
     ))
     const sessions = Context.get(context, Sessions)
     const address = server.address()
