@@ -76,6 +76,7 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
       maxRequestBytes: config.maxRequestBytes,
       draining: () => admission.draining
     }))),
+    Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json", additionalPropertiesStrategy: "strict" })),
     Layer.provide(apiLive(admission)),
     HttpServer.withLogAddress,
     Layer.provide(NodeHttpServer.layer(() => server, { host, port }))
