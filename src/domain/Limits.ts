@@ -62,3 +62,10 @@ export const IDEMPOTENCY_REWRITE_DEAD_BYTES = 4 * 1024 * 1024
 
 /** Milliseconds. The shortest interval between background idempotency compactions (retention / 4 otherwise). */
 export const IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS = 1_000
+
+/**
+ * Records and bytes. The newest records of each open journal are kept in memory, so the reads a
+ * turn makes of what it just wrote (and a live reader's catch-up) cost no file IO.
+ */
+export const RECENT_RECORDS = 128
+export const RECENT_BYTES = 64 * 1024

@@ -61,7 +61,8 @@ export const make = Effect.gen(function*() {
         const cached = cache.get(session)
         if (cached) {
           const last = yield* journal.lastSequence(session)
-          if (last >= cached.state.lastSequence) {
+          if (last === cached.state.lastSequence) return { state: cached.state, folded: 0, source: "memory" } satisfies Projected
+          if (last > cached.state.lastSequence) {
             const { state, folded } = yield* foldTail(session, cached.state)
             return { state, folded, source: "memory" } satisfies Projected
           }

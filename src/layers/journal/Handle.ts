@@ -5,7 +5,7 @@
  */
 import * as path from "node:path"
 import { Effect } from "effect"
-import { READ_INDEX_STRIDE } from "../../domain/Limits.js"
+import { READ_INDEX_STRIDE, RECENT_BYTES, RECENT_RECORDS } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord, RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, type JournalWriteFailed, SessionNotFound } from "../../services/Journal.js"
@@ -27,9 +27,21 @@ export interface IndexEntry {
   readonly offset: number
 }
 
+/** A committed record as kept in the recent tail: the payload stays JSON text until read. */
+export interface RecentRecord {
+  readonly sequence: number
+  readonly recordedAtMs: number
+  readonly kind: string
+  readonly json: string
+  readonly size: number
+}
+
 export class SessionHandle {
   readonly segments: Array<Segment> = []
   readonly index: Array<IndexEntry> = []
+  /** The newest committed records (at most RECENT_RECORDS and about RECENT_BYTES), oldest first. */
+  recent: Array<RecentRecord> = []
+  private recentBytes = 0
   lastSequence = 0
   lastRecordedAtMs = 0
   /** Write descriptor of the final segment, opened by the writer on demand. */
@@ -43,6 +55,38 @@ export class SessionHandle {
 
   remember(sequence: number, segment: number, offset: number) {
     if (offset === 0 || sequence % READ_INDEX_STRIDE === 0) this.index.push({ sequence, segment, offset })
+  }
+
+  /** Adds committed records (in sequence order) to the recent tail, dropping the oldest. */
+  keepRecent(records: ReadonlyArray<RecentRecord>) {
+    for (const r of records) {
+      this.recent.push(r)
+      this.recentBytes += r.size
+    }
+    let drop = 0
+    while (
+      this.recent.length - drop > 1 &&
+      (this.recent.length - drop > RECENT_RECORDS || this.recentBytes > RECENT_BYTES)
+    ) {
+      this.recentBytes -= this.recent[drop]!.size
+      drop++
+    }
+    if (drop > 0) this.recent = this.recent.slice(drop)
+  }
+
+  /** Records after `after` served from memory, or undefined when the tail does not reach back that far. */
+  readRecent(after: number, limit: number, maxBytes: number | undefined): Array<JournalRecord> | undefined {
+    const first = this.recent[0]
+    if (!first || first.sequence > after + 1) return undefined
+    const out: Array<JournalRecord> = []
+    let bytes = 0
+    for (let i = after + 1 - first.sequence; i < this.recent.length && out.length < limit; i++) {
+      const r = this.recent[i]!
+      bytes += r.size
+      if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) break
+      out.push({ sequence: r.sequence, recorded_at_ms: r.recordedAtMs, kind: r.kind as RecordKind, payload: JSON.parse(r.json) })
+    }
+    return out
   }
 
   /** The index entry to start reading from to find the record after `after`. */
@@ -116,7 +160,18 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       const result = scanSegment(buf, {
         isFinal,
         firstSequence: seg.firstSequence,
-        onFrame: (frame, offset) => handle.remember(frame.sequence, segIndex, offset)
+        onFrame: (frame, offset) => {
+          handle.remember(frame.sequence, segIndex, offset)
+          if (isFinal) {
+            handle.keepRecent([{
+              sequence: frame.sequence,
+              recordedAtMs: frame.recordedAtMs,
+              kind: frame.kind,
+              json: frame.json.toString("utf8"),
+              size: frame.size
+            }])
+          }
+        }
       })
       if (result._tag === "Corrupt") return yield* Effect.fail(corrupt(session, file, result.offset, result.reason))
       if (!isFinal && result.lastSequence < seg.firstSequence) {
@@ -164,6 +219,8 @@ export const readRecords = (
     const out: Array<JournalRecord> = []
     const last = handle.lastSequence
     if (after >= last || limit <= 0) return out
+    const fromMemory = handle.readRecent(after, limit, maxBytes)
+    if (fromMemory) return fromMemory
     const start = handle.seek(after)
     if (!start) return out
     let bytes = 0

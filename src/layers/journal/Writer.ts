@@ -23,7 +23,7 @@ import { type JournalAppendError, JournalWriteFailed, type Lane } from "../../se
 import type { Prepared } from "./Encode.js"
 import type { FileDriverShape } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
-import { newSegmentPath, type SessionHandle } from "./Handle.js"
+import { newSegmentPath, type RecentRecord, type SessionHandle } from "./Handle.js"
 import type { Subscribers } from "./Subscribers.js"
 
 interface Pending {
@@ -227,13 +227,16 @@ export class Writer {
       let offset = seg.size
       let k = 0
       const published: Array<JournalRecord> | undefined = this.hub.has(handle.session) ? [] : undefined
+      const recent: Array<RecentRecord> = []
       for (let a = 0; a < appends.length; a++) {
         const p = appends[a]!
         const seqs = sequences[a]!
         for (let i = 0; i < p.prepared.length; i++) {
           handle.remember(seqs[i]!, segIndex, offset)
-          offset += buffers[k]!.length + buffers[k + 1]!.length
+          const size = buffers[k]!.length + buffers[k + 1]!.length
+          offset += size
           k += 2
+          recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: p.prepared[i]!.kind, json: p.prepared[i]!.jsonText, size })
           published?.push({
             sequence: seqs[i]!,
             recorded_at_ms: recordedAt,
@@ -243,6 +246,7 @@ export class Writer {
         }
       }
       seg.size = offset
+      handle.keepRecent(recent)
       handle.lastSequence = next - 1
       handle.lastRecordedAtMs = recordedAt
       for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
