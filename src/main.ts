@@ -126,8 +126,19 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
     const signal = yield* Deferred.await(signalled)
     yield* Effect.log(`${signal}: draining admitted turns, admitting no new work`)
     admission.draining = true
-    yield* sessions.drain.pipe(Effect.timeoutOption(Duration.millis(config.drainDeadlineMs)))
+    const drained = yield* sessions.drain.pipe(Effect.timeoutOption(Duration.millis(config.drainDeadlineMs)))
+    if (drained._tag === "None") {
+      // Past the deadline: cancel what is still running (recorded as interrupted), bounded by the
+      // cancel grace the loops get plus the time to record the outcomes.
+      yield* Effect.log("drain deadline passed: interrupting the turns still running")
+      yield* sessions.interruptAll.pipe(
+        Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs + config.cleanupDeadlineMs))
+      )
+    }
     admission.stop()
     server.closeIdleConnections()
+    // Answers of turns just closed are written; whatever is left open now is abandoned.
+    yield* Effect.sleep(Duration.millis(50))
+    server.closeAllConnections()
     yield* Effect.log("drained; closing")
   }))

@@ -120,11 +120,13 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
         Effect.gen(function*() {
           const accept = request.headers["accept"] ?? ""
           if (accept.includes("text/event-stream")) {
+            // A reconnecting EventSource repeats its URL (with its original `after`) and adds the
+            // Last-Event-ID it saw: resume after whichever is further on.
             const lastId = request.headers["last-event-id"]
             let after = urlParams.after
-            if (after === undefined && lastId !== undefined) {
+            if (lastId !== undefined) {
               if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(apiFailure("invalid_request", "Last-Event-ID must be a sequence"))
-              after = Number(lastId)
+              after = Math.max(after ?? 0, Number(lastId))
             }
             return yield* sseResponse(sessions, path.id, after ?? 0, config.sseHeartbeatMs, admission.stopped)
           }

@@ -4,7 +4,9 @@
  * the framework's own (decode errors, unknown routes, defects), answered as `{code, message,
  * retryable, details?}`.
  */
-import { HttpIncomingMessage, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { RequestError } from "@effect/platform/HttpServerError"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { HttpApp } from "@effect/platform"
 import * as crypto from "node:crypto"
 import { Cause, Effect, Option } from "effect"
@@ -43,26 +45,72 @@ export const gate = (options: GateOptions) => {
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
           return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
         }
-        if (!RAW_BODY.has(path)) {
-          const text = yield* request.text.pipe(
-            HttpIncomingMessage.withMaxBodySize(Option.some(options.maxRequestBytes)),
-            Effect.mapError(() => apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
-          )
-          if (text.length > 0) {
-            const type = (request.headers["content-type"] ?? "").toLowerCase()
-            if (!type.startsWith("application/json")) {
-              return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
-            }
-            const parsed = yield* Effect.try({
-              try: () => JSON.parse(text) as unknown,
-              catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
-            })
-            void parsed
-          }
+        const body = yield* readBody(request, options.maxRequestBytes)
+        if (body === undefined) {
+          return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
         }
+        if (!RAW_BODY.has(path) && body.length > 0) {
+          const type = (request.headers["content-type"] ?? "").toLowerCase()
+          if (!type.startsWith("application/json")) {
+            return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
+          }
+          yield* Effect.try({
+            try: () => JSON.parse(body.toString("utf8")) as unknown,
+            catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
+          })
+        }
+        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
       }
       return yield* app
     }).pipe(Effect.catchAllCause(shapeError))
+}
+
+/**
+ * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
+ * is answered on a live connection, never by resetting it) and returns undefined.
+ */
+const readBody = (request: HttpServerRequest.HttpServerRequest, max: number) =>
+  Effect.async<Buffer | undefined, ApiFailure>((resume) => {
+    const source = NodeHttpServerRequest.toIncomingMessage(request)
+    const chunks: Array<Buffer> = []
+    let size = 0
+    let tooLarge = false
+    const onData = (chunk: Buffer) => {
+      size += chunk.length
+      if (size > max) {
+        tooLarge = true
+        chunks.length = 0
+      } else if (!tooLarge) chunks.push(chunk)
+    }
+    const onEnd = () => resume(Effect.succeed(tooLarge ? undefined : Buffer.concat(chunks)))
+    const onError = (err: Error) => resume(Effect.fail(apiFailure("invalid_request", `the body could not be read: ${err.message}`)))
+    if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
+    source.on("data", onData)
+    source.once("end", onEnd)
+    source.once("error", onError)
+    return Effect.sync(() => {
+      source.off("data", onData)
+      source.off("end", onEnd)
+      source.off("error", onError)
+    })
+  })
+
+/** The request with its body already read: handlers and decoders get it from memory. */
+const withBody = (request: HttpServerRequest.HttpServerRequest, body: Buffer): HttpServerRequest.HttpServerRequest => {
+  const text = body.toString("utf8")
+  return Object.create(request, {
+    text: { get: () => Effect.succeed(text) },
+    json: {
+      get: () =>
+        Effect.try({
+          try: () => (text === "" ? null : JSON.parse(text)) as unknown,
+          catch: (err) => new RequestError({ request, reason: "Decode", cause: err })
+        })
+    },
+    arrayBuffer: {
+      get: () => Effect.succeed(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength) as ArrayBuffer)
+    }
+  })
 }
 
 /** Turns any failure into Brain's error body. Defects are logged and answered 500 `internal`. */

@@ -288,7 +288,13 @@ export const make = Effect.gen(function*() {
         return followEvents(journal, session, snapshot, after, feed, fromJournal)
       }),
     warm: Effect.sync(() => cells.size),
-    drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true }))
+    drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true })),
+    interruptAll: Effect.suspend(() =>
+      Effect.forEach(
+        [...running],
+        (t) => Effect.zipRight(Deferred.succeed(t.cancel, "interrupted"), Deferred.await(t.done)),
+        { concurrency: "unbounded", discard: true }
+      ))
   }
   return service
 })

@@ -84,6 +84,8 @@ export interface SessionsShape {
   readonly warm: Effect.Effect<number>
   /** Waits until every running turn has closed (graceful drain). */
   readonly drain: Effect.Effect<void>
+  /** Cancels every running turn as `interrupted` (a stop past its drain deadline) and waits for them to close. */
+  readonly interruptAll: Effect.Effect<void>
 }
 
 export class Sessions extends Context.Tag("brain/Sessions")<Sessions, SessionsShape>() {}

@@ -1,0 +1,102 @@
+/**
+ * Per-session SSE backlog (issue [3/7]; seed "Reading Events": "Each session has its own live
+ * backlog; unrelated traffic cannot make a subscriber lag"): a reader of one session that stops
+ * reading is cut off once it falls SUBSCRIBER_BACKLOG_RECORDS (4,096) records behind and resumes by
+ * cursor, while a reader of another session keeps receiving everything, live.
+ *
+ * The stream is server → socket, so a reader that stops reading first fills the socket buffers
+ * (several MiB on loopback) and the response's write buffer; only then does the server stop
+ * taking from the subscription and its backlog fill. The stalled session's turn therefore emits
+ * many large Events (BACKLOG_EVENTS × BACKLOG_PAD bytes), far more than the buffers hold plus the
+ * 4,096-record backlog.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, request, type ServerProcess, sleep, startServer } from "../support/server.js"
+import { openSse } from "../support/sse.js"
+
+/** Events the stalled session's turn emits, and the padding of each (bytes). */
+const BACKLOG_EVENTS = Number(process.env.BRAIN_TEST_BACKLOG_EVENTS ?? 8_000)
+const BACKLOG_PAD = Number(process.env.BRAIN_TEST_BACKLOG_PAD ?? 3_000)
+/** Events per turn of the session whose reader keeps up, and how many such turns run meanwhile. */
+const OTHER_EVENTS = 200
+const OTHER_TURNS = 3
+
+describe("per-session SSE backlog", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_MAX_EMITTED_BYTES: "0" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  const post = (p: string, json: unknown) => request(server.baseUrl, p, { json })
+  const allEvents = async (id: string, after = 0) => {
+    const events: Array<any> = []
+    let cursor = after
+    for (;;) {
+      const r = await request(server.baseUrl, `/v1/sessions/${id}/events?after=${cursor}`)
+      expect(r.status).toBe(200)
+      if (r.body.events.length === 0) return events
+      events.push(...r.body.events)
+      cursor = r.body.next_cursor
+    }
+  }
+
+  it("a stalled reader of one session is cut off past the backlog and resumes by cursor; a reader of another session keeps receiving every Event", async () => {
+    const stalledId = (await post("/v1/sessions", { agentloop: "emitter", model: { provider: "scripted" } })).body.session_id
+    const otherId = (await post("/v1/sessions", { agentloop: "emitter", model: { provider: "scripted" } })).body.session_id
+
+    // The stalled reader: takes the catch-up, then stops reading.
+    const stalled = await openSse(server.url(`/v1/sessions/${stalledId}/events?after=0`))
+    await stalled.until("the stalled reader's catch-up", () => stalled.frames.length >= 2)
+    stalled.pause()
+    const other = await openSse(server.url(`/v1/sessions/${otherId}/events?after=0`))
+    await other.until("the other reader's catch-up", () => other.frames.length >= 2)
+
+    // The flood, in the background.
+    const flood = post(`/v1/sessions/${stalledId}/messages`, { input: { message: `${BACKLOG_EVENTS} ${BACKLOG_PAD}` } })
+
+    // Meanwhile the other session's turns reach its reader live, whole.
+    for (let turn = 1; turn <= OTHER_TURNS; turn++) {
+      const r = await post(`/v1/sessions/${otherId}/messages`, { input: { message: String(OTHER_EVENTS) } })
+      expect(r.status, r.text).toBe(200)
+      const t0 = Date.now()
+      await other.until(`the other session's turn ${turn} on its stream`, () => other.frames.filter((f) => f.event === "turn_ended").length === turn, 5_000)
+      expect(Date.now() - t0, "the other reader lagged").toBeLessThan(2_000)
+    }
+    const floodDoneEarly = await Promise.race([flood.then(() => true), sleep(0).then(() => false)])
+    expect(floodDoneEarly, "the flood ended before the other session's turns; raise BRAIN_TEST_BACKLOG_EVENTS").toBe(false)
+
+    const flooded = await flood
+    expect(flooded.status, flooded.text).toBe(200)
+    expect(flooded.body.turn.result).toEqual({ emitted: BACKLOG_EVENTS })
+
+    const otherEvents = await allEvents(otherId)
+    expect(other.frames.map((f) => f.json)).toEqual(otherEvents)
+    expect(other.frames.filter((f) => f.event === "tick").length).toBe(OTHER_EVENTS * OTHER_TURNS)
+    expect(other.ended).toBeUndefined()
+    other.close()
+
+    // The stalled reader, read again: what it was sent is a gap-free prefix, then the server ended
+    // the stream (it was cut off: the session has not ended).
+    const stalledEvents = await allEvents(stalledId)
+    const total = stalledEvents.length
+    stalled.resume()
+    await Promise.race([stalled.done, sleep(15_000)])
+    expect(stalled.ended, `the stalled reader was not cut off (${stalled.frames.length} of ${total} Events delivered)`).toBe("end")
+    const delivered = stalled.sequences
+    expect(delivered.length).toBeLessThan(total)
+    expect(delivered).toEqual(stalledEvents.slice(0, delivered.length).map((e) => e.sequence))
+    expect(stalled.frames.map((f) => f.event)).not.toContain("session_ended")
+    expect((await request(server.baseUrl, `/v1/sessions/${stalledId}`)).body.status).toBe("idle")
+
+    // It resumes by cursor: the rest, without gaps or duplicates.
+    const last = delivered.at(-1)!
+    const resumed = await openSse(server.url(`/v1/sessions/${stalledId}/events`), { "last-event-id": String(last) })
+    await resumed.until("the rest of the stalled session's Events", () => resumed.frames.some((f) => f.event === "turn_ended"), 20_000)
+    expect([...delivered, ...resumed.sequences]).toEqual(stalledEvents.map((e) => e.sequence))
+    resumed.close()
+  }, 60_000)
+})
