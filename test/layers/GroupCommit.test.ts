@@ -3,7 +3,7 @@ import { Deferred, Effect, Fiber, Layer } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import { FileDriver, type FileDriverShape } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, type FileDriverShape, syncManyVia } from "../../src/layers/journal/FileDriver.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
 
 const kv = (key: string) => entry("kv_put", { key, value: "x".repeat(150) })
@@ -43,7 +43,8 @@ describe("Group commit in the file journal", () => {
       const driver: FileDriverShape = {
         ...base,
         fdatasync: (fd) =>
-          gated ? Effect.zipRight(Deferred.await(gate), Effect.sync(() => (gated = false))).pipe(Effect.zipRight(base.fdatasync(fd))) : base.fdatasync(fd)
+          gated ? Effect.zipRight(Deferred.await(gate), Effect.sync(() => (gated = false))).pipe(Effect.zipRight(base.fdatasync(fd))) : base.fdatasync(fd),
+        syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
       }
       const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
       const busy = yield* mintSessionId
@@ -92,5 +93,30 @@ describe("Group commit in the file journal", () => {
       expect(seqs.flat().sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1))
       // With at most two appends per round, it took at least 25 rounds.
       expect(inst.counts.fdatasync).toBeGreaterThanOrEqual(25)
+    }))
+})
+
+describe("Writer robustness", () => {
+  it.scoped("a round that dies unexpectedly fails its appends and the writer keeps serving other sessions", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      let dying = false
+      const inst = instrumentedDriver()
+      const driver: FileDriverShape = {
+        ...inst.driver,
+        syncMany: (items, onDone) => (dying ? Effect.die(new Error("driver bug")) : syncManyVia(inst.driver)(items, onDone))
+      }
+      const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+      const a = yield* mintSessionId
+      const b = yield* mintSessionId
+      yield* journal.create(a)
+      yield* journal.create(b)
+      dying = true
+      const failed = yield* Effect.either(journal.append(a, [kv("x")]))
+      expect(failed._tag === "Left" && failed.left._tag).toBe("JournalWriteFailed")
+      dying = false
+      expect(yield* journal.append(b, [kv("y")])).toEqual([1])
+      const again = yield* Effect.either(journal.append(a, [kv("z")]))
+      expect(again._tag === "Left" && again.left._tag).toBe("JournalWriteFailed")
     }))
 })

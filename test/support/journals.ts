@@ -10,7 +10,7 @@ import type { SessionId } from "../../src/domain/Ids.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
-import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, FileError, type FileDriverShape, nodeDriver, syncManyVia } from "../../src/layers/journal/FileDriver.js"
 
 export interface JournalHarness {
   readonly journal: JournalShape
@@ -46,7 +46,9 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
     fdatasync: (fd) => Effect.suspend(() => {
       counts.fdatasync++
       return base.fdatasync(fd)
-    })
+    }),
+    // Rounds go through this driver's own writev and fdatasync, so they are counted and can fail.
+    syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
   }
   return { driver, counts, failNextWrite: (session: string) => void failing.add(session) }
 }

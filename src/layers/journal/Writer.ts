@@ -21,10 +21,21 @@ import {
 import type { JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { Prepared } from "./Encode.js"
-import type { FileDriverShape } from "./FileDriver.js"
+import type { FileDriverShape, FileError } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, type RecentRecord, type SessionHandle } from "./Handle.js"
 import type { Subscribers } from "./Subscribers.js"
+
+interface PreparedWrite {
+  readonly handle: SessionHandle
+  readonly appends: ReadonlyArray<Pending>
+  readonly buffers: Array<Buffer>
+  readonly sequences: Array<Array<number>>
+  readonly bytes: number
+  readonly recordedAt: number
+  readonly position: number
+  readonly next: number
+}
 
 interface Pending {
   readonly handle: SessionHandle
@@ -58,6 +69,10 @@ export class Writer {
   /** Handles holding an open write descriptor, least recently written first. */
   private readonly openFds = new Set<SessionHandle>()
   private closed = false
+  /** True while a round's writes are in flight. */
+  private inRound = false
+  /** Descriptors to close once the round in flight ends. */
+  private readonly releasing = new Set<SessionHandle>()
 
   constructor(
     private readonly driver: FileDriverShape,
@@ -142,8 +157,21 @@ export class Writer {
     this.openFds.clear()
   })
 
-  /** Closes a session's write descriptor (used before deleting its files). */
+  /**
+   * Closes a session's write descriptor (before deleting its files). During a round the close
+   * waits for the round's end, so a descriptor is never closed under a write in flight.
+   */
   release(handle: SessionHandle) {
+    return Effect.suspend(() => {
+      if (this.inRound) {
+        this.releasing.add(handle)
+        return Effect.void
+      }
+      return this.closeFd(handle)
+    })
+  }
+
+  private closeFd(handle: SessionHandle) {
     return Effect.suspend(() => {
       this.openFds.delete(handle)
       const fd = handle.fd
@@ -152,6 +180,12 @@ export class Writer {
     })
   }
 
+  /**
+   * One round: prepare every touched session's frames (opening or rotating its segment where
+   * needed), write and sync them all with one `syncMany`, and acknowledge each session's appends
+   * as soon as its own sync returns. A failure is sticky for its session only; anything
+   * unexpected fails the round's appends rather than stopping the writer.
+   */
   private commit(batch: ReadonlyArray<Pending>) {
     return Effect.gen(this, function*() {
       const byHandle = new Map<SessionHandle, Array<Pending>>()
@@ -161,20 +195,44 @@ export class Writer {
         else byHandle.set(p.handle, [p])
       }
       const now = yield* Clock.currentTimeMillis
-      yield* Effect.forEach(byHandle, ([handle, appends]) => this.writeSession(handle, appends, now), {
-        concurrency: "unbounded",
-        discard: true
-      })
+      this.inRound = true
+      const writes: Array<PreparedWrite> = []
+      for (const [handle, appends] of byHandle) {
+        const w = yield* this.prepareSession(handle, appends, now)
+        if (w) writes.push(w)
+      }
+      yield* this.driver.syncMany(
+        writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
+        (i, error) => this.settle(writes[i]!, error)
+      )
+      this.inRound = false
+      for (const h of this.releasing) yield* this.closeFd(h)
+      this.releasing.clear()
       yield* this.closeIdleFds(byHandle)
-    })
+    }).pipe(
+      Effect.catchAllCause((cause) =>
+        Effect.gen(this, function*() {
+          // A bug or a dying driver: never leave an appender without an answer, never stop the loop.
+          this.inRound = false
+          yield* Effect.logError("journal writer round failed unexpectedly", cause)
+          for (const p of batch) {
+            if (!p.handle.broken) {
+              p.handle.broken = new JournalWriteFailed({ session: p.handle.session, reason: "the writer failed unexpectedly" })
+            }
+            Deferred.unsafeDone(p.done, Effect.fail(p.handle.broken))
+          }
+        })
+      )
+    )
   }
 
-  private writeSession(handle: SessionHandle, appends: ReadonlyArray<Pending>, now: number) {
+  /** Frames for one session's appends, with its segment open and positioned; undefined if refused. */
+  private prepareSession(handle: SessionHandle, appends: ReadonlyArray<Pending>, now: number) {
     const driver = this.driver
     return Effect.gen(this, function*() {
       if (handle.broken) {
         for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
-        return
+        return undefined
       }
       const recordedAt = Math.max(now, handle.lastRecordedAtMs)
       const buffers: Array<Buffer> = []
@@ -193,15 +251,14 @@ export class Writer {
         sequences.push(seqs)
       }
       const firstSequence = handle.lastSequence + 1
-      const failed = yield* Effect.gen(this, function*() {
+      const opened = yield* Effect.gen(this, function*() {
         let seg = handle.finalSegment
         if (!seg || (seg.size > 0 && seg.size + bytes > this.limits.rotateBytes)) {
           // Rotate (or start): the new segment is named by the first sequence it will hold.
-          if (handle.fd !== undefined) yield* this.release(handle)
+          if (handle.fd !== undefined) yield* this.closeFd(handle)
           const file = newSegmentPath(handle, firstSequence)
           const fd = yield* driver.open(file, "wx+")
           handle.fd = fd
-          this.openFds.add(handle)
           yield* driver.syncDir(handle.dir)
           seg = { firstSequence, path: file, size: 0 }
           handle.segments.push(seg)
@@ -210,48 +267,55 @@ export class Writer {
         }
         this.openFds.delete(handle)
         this.openFds.add(handle)
-        const written = yield* driver.writev(handle.fd!, buffers, seg.size)
-        if (written !== bytes) return `short write: ${written} of ${bytes} bytes`
-        yield* driver.fdatasync(handle.fd!)
+        return seg
+      }).pipe(Effect.either)
+      if (opened._tag === "Left") {
+        this.fail(handle, appends, `${opened.left.op} failed: ${opened.left.code} ${opened.left.detail}`)
         return undefined
-      }).pipe(Effect.catchAll((e) => Effect.succeed(`${e.op} failed: ${e.code} ${e.detail}`)))
-
-      if (failed !== undefined) {
-        handle.broken = new JournalWriteFailed({ session: handle.session, reason: failed })
-        yield* this.release(handle)
-        for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
-        return
       }
-      const segIndex = handle.segments.length - 1
-      const seg = handle.segments[segIndex]!
-      let offset = seg.size
-      let k = 0
-      const published: Array<JournalRecord> | undefined = this.hub.has(handle.session) ? [] : undefined
-      const recent: Array<RecentRecord> = []
-      for (let a = 0; a < appends.length; a++) {
-        const p = appends[a]!
-        const seqs = sequences[a]!
-        for (let i = 0; i < p.prepared.length; i++) {
-          handle.remember(seqs[i]!, segIndex, offset)
-          const size = buffers[k]!.length + buffers[k + 1]!.length
-          offset += size
-          k += 2
-          recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: p.prepared[i]!.kind, json: p.prepared[i]!.jsonText, size })
-          published?.push({
-            sequence: seqs[i]!,
-            recorded_at_ms: recordedAt,
-            kind: p.prepared[i]!.kind,
-            payload: JSON.parse(p.prepared[i]!.jsonText)
-          })
-        }
-      }
-      seg.size = offset
-      handle.keepRecent(recent)
-      handle.lastSequence = next - 1
-      handle.lastRecordedAtMs = recordedAt
-      for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
-      if (published) this.hub.publish(handle.session, published)
+      return { handle, appends, buffers, sequences, bytes, recordedAt, position: opened.right.size, next } satisfies PreparedWrite
     })
+  }
+
+  private fail(handle: SessionHandle, appends: ReadonlyArray<Pending>, reason: string) {
+    handle.broken = new JournalWriteFailed({ session: handle.session, reason })
+    this.releasing.add(handle)
+    for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
+  }
+
+  /** Called from the driver's callback when one session's write and sync finished. */
+  private settle(w: PreparedWrite, error: FileError | undefined) {
+    const { appends, buffers, handle, recordedAt, sequences } = w
+    if (error) return this.fail(handle, appends, `${error.op} failed: ${error.code} ${error.detail}`)
+    const segIndex = handle.segments.length - 1
+    const seg = handle.segments[segIndex]!
+    let offset = seg.size
+    let k = 0
+    const published: Array<JournalRecord> | undefined = this.hub.has(handle.session) ? [] : undefined
+    const recent: Array<RecentRecord> = []
+    for (let a = 0; a < appends.length; a++) {
+      const p = appends[a]!
+      const seqs = sequences[a]!
+      for (let i = 0; i < p.prepared.length; i++) {
+        handle.remember(seqs[i]!, segIndex, offset)
+        const size = buffers[k]!.length + buffers[k + 1]!.length
+        offset += size
+        k += 2
+        recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: p.prepared[i]!.kind, json: p.prepared[i]!.jsonText, size })
+        published?.push({
+          sequence: seqs[i]!,
+          recorded_at_ms: recordedAt,
+          kind: p.prepared[i]!.kind,
+          payload: JSON.parse(p.prepared[i]!.jsonText)
+        })
+      }
+    }
+    seg.size = offset
+    handle.keepRecent(recent)
+    handle.lastSequence = w.next - 1
+    handle.lastRecordedAtMs = recordedAt
+    for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
+    if (published) this.hub.publish(handle.session, published)
   }
 
   private closeIdleFds(active: ReadonlyMap<SessionHandle, unknown>) {
@@ -260,7 +324,7 @@ export class Writer {
       for (const h of this.openFds) {
         if (this.openFds.size <= this.limits.openFiles) break
         if (active.has(h)) continue
-        yield* this.release(h)
+        yield* this.closeFd(h)
       }
     })
   }
