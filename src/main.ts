@@ -113,6 +113,14 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
     const admission = new Admission()
     const server = http.createServer()
     server.keepAliveTimeout = 5_000
+    // Requests Node itself refuses (a malformed request line, headers too large) get Brain's error body too.
+    server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return socket.destroy()
+      const body = JSON.stringify({ code: "invalid_request", message: `the request could not be parsed (${err.code ?? "bad request"})`, retryable: false })
+      socket.end(
+        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+      )
+    })
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server), Layer.empty).pipe(
       Layer.provideMerge(servicesLayer(config, extensions))
     ))

@@ -69,3 +69,6 @@ export const IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS = 1_000
  */
 export const RECENT_RECORDS = 128
 export const RECENT_BYTES = 64 * 1024
+
+/** Bytes. All recent tails together; the least recently written sessions' tails are dropped first. */
+export const RECENT_TOTAL_BYTES = 64 * 1024 * 1024

@@ -54,8 +54,31 @@ export const apiFailure = (code: FailureCode, message: string, options: { retrya
 export const fromFailure = (f: Failure) =>
   apiFailure(f.code, f.message, { retryable: f.retryable, ...(f.ambiguous ? { details: { ambiguous: true } } : {}) })
 
+/** Characters. An error repeats at most this much of what it describes (decode messages quote the input). */
+const MAX_ERROR_TEXT = 2000
+/** Entries. At most this many decode issues are listed in `details`. */
+const MAX_ERROR_DETAILS = 20
+
+const clip = (text: string) => (text.length > MAX_ERROR_TEXT ? `${text.slice(0, MAX_ERROR_TEXT)}… (truncated)` : text)
+
+const clipDetails = (details: unknown): unknown => {
+  if (!Array.isArray(details)) {
+    const text = JSON.stringify(details) ?? ""
+    return text.length > MAX_ERROR_TEXT ? clip(text) : details
+  }
+  return details.slice(0, MAX_ERROR_DETAILS).map((d) => {
+    const text = JSON.stringify(d) ?? ""
+    return text.length > MAX_ERROR_TEXT ? clip(text) : d
+  })
+}
+
 export const bodyOf = (e: ApiFailure) =>
-  JSON.stringify({ code: e.code, message: e.message, retryable: e.retryable, ...(e.details !== undefined ? { details: e.details } : {}) })
+  JSON.stringify({
+    code: e.code,
+    message: clip(e.message),
+    retryable: e.retryable,
+    ...(e.details !== undefined ? { details: clipDetails(e.details) } : {})
+  })
 
 export const toResponse = (e: ApiFailure) =>
   HttpServerResponse.text(bodyOf(e), { status: e.status, contentType: "application/json" })

@@ -9,7 +9,7 @@ import { RequestError } from "@effect/platform/HttpServerError"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { HttpApp } from "@effect/platform"
 import * as crypto from "node:crypto"
-import { Cause, Effect, Option } from "effect"
+import { Cause, Effect, Option, Stream } from "effect"
 import { ApiFailure, apiFailure, toResponse } from "./Errors.js"
 
 export interface GateOptions {
@@ -21,6 +21,9 @@ export interface GateOptions {
 const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
 
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
+
+/** Routes that take no payload: a body other than `{}` is an unknown field. */
+const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/sessions\/[^/]+)\/?$/
 
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
@@ -49,20 +52,50 @@ export const gate = (options: GateOptions) => {
         if (body === undefined) {
           return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
         }
-        if (!RAW_BODY.has(path) && body.length > 0) {
-          const type = (request.headers["content-type"] ?? "").toLowerCase()
-          if (!type.startsWith("application/json")) {
+        if (!RAW_BODY.has(path)) {
+          const type = request.headers["content-type"]
+          const mediaType = (type ?? "").split(";")[0]!.trim().toLowerCase()
+          if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
             return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
           }
-          yield* Effect.try({
-            try: () => JSON.parse(body.toString("utf8")) as unknown,
-            catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
-          })
+          if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && body.toString("utf8").trim() !== "{}") {
+            return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))
+          }
+          if (body.length > 0) {
+            const text = body.toString("utf8")
+            if (nestingDepth(text) > MAX_JSON_DEPTH) {
+              return yield* Effect.fail(apiFailure("invalid_request", `the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
+            }
+            yield* Effect.try({
+              try: () => JSON.parse(text) as unknown,
+              catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
+            })
+          }
         }
         return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
       }
       return yield* app
     }).pipe(Effect.catchAllCause(shapeError))
+}
+
+/** Levels. JSON nested deeper is refused: no request needs it, and deep values overflow recursive code. */
+export const MAX_JSON_DEPTH = 64
+
+/** The deepest nesting of objects and arrays in JSON text (strings skipped); cheap, no parse. */
+const nestingDepth = (text: string): number => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // backslash: skip the escaped character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 123 || c === 91) max = Math.max(max, ++depth)
+    else if (c === 125 || c === 93) depth--
+  }
+  return max
 }
 
 /**
@@ -109,7 +142,12 @@ const withBody = (request: HttpServerRequest.HttpServerRequest, body: Buffer): H
     },
     arrayBuffer: {
       get: () => Effect.succeed(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength) as ArrayBuffer)
-    }
+    },
+    stream: { get: () => Stream.succeed(new Uint8Array(body)) },
+    // The body was read already: the other decoders are refused rather than left waiting on it.
+    urlParamsBody: { get: () => Effect.fail(new RequestError({ request, reason: "Decode", description: "form bodies are not accepted" })) },
+    multipart: { get: () => Effect.fail(new RequestError({ request, reason: "Decode", description: "multipart bodies are not accepted" })) },
+    multipartStream: { get: () => Stream.fail(new RequestError({ request, reason: "Decode", description: "multipart bodies are not accepted" })) }
   })
 }
 

@@ -93,17 +93,22 @@ export const AgentloopAdmitted = Schema.Struct({
   id: Schema.String.annotations({ description: "SHA-256 of the module's bytes, hex" })
 }).annotations({ identifier: "AgentloopAdmitted" })
 
-/** Cursors and page sizes arrive as query strings. */
-const Cursor = Schema.NumberFromString.pipe(Schema.int(), Schema.between(0, Number.MAX_SAFE_INTEGER))
+/** Cursors and page sizes arrive as query strings: plain decimal digits only (no signs, spaces, hex or exponents). */
+const Digits = Schema.compose(
+  Schema.String.pipe(Schema.pattern(/^\d{1,15}$/, { message: () => "expected decimal digits" })),
+  Schema.NumberFromString
+)
+const Cursor = Digits.pipe(Schema.int(), Schema.between(0, Number.MAX_SAFE_INTEGER))
+const PageSize = Digits.pipe(Schema.int(), Schema.between(1, 1000))
 
 export const EventsParams = Schema.Struct({
   after: Schema.optional(Cursor),
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+  limit: Schema.optional(PageSize)
 }).annotations(strict)
 
 export const ListParams = Schema.Struct({
   after: Schema.optional(SessionId),
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)))
+  limit: Schema.optional(PageSize)
 }).annotations(strict)
 
 const utf8Length = (s: string) => new TextEncoder().encode(s).length

@@ -10,7 +10,7 @@ import { failure, type Failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import type { SessionStatus } from "../domain/Projection.js"
 import { needsRecovery, recoveryEntries } from "../domain/Recovery.js"
-import { entry, type Entry } from "../domain/Records.js"
+import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
 import { Journal, type JournalAppendError, type JournalReadError, type SessionAlreadyExists } from "../services/Journal.js"
@@ -205,16 +205,23 @@ export const make = Effect.gen(function*() {
         if (request.environments && request.environments.length > 0) {
           return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet (they arrive with [5/7])")))
         }
+        const configuration = { ...request, agentloop }
+        // Refuse bad input before anything exists on disk.
+        const refused = checkPayload("session_creation_started", { configuration }) ??
+          (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
+        if (refused !== undefined) return yield* Effect.fail(refuse(failure("invalid_request", refused)))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError(fromJournal))
         checked.add(session)
-        const configuration = { ...request, agentloop }
         const cell = new Cell(session, (yield* projection.state(session).pipe(Effect.mapError(fromJournal))).state, configuration.idle_ttl_ms ?? config.sessionIdleTtlMs)
         const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
         if (request.transcript && request.transcript.length > 0) {
           opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
         }
-        const [first] = yield* write(cell, opening)
+        const [first] = yield* write(cell, opening).pipe(
+          // Nothing was recorded: leave no empty session behind.
+          Effect.tapError(() => Effect.ignore(journal.remove(session)))
+        )
         yield* write(cell, [entry("session_creation_ended", { sequence: first! })])
         const opened = Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
         Deferred.unsafeDone(opened, Exit.succeed(cell))

@@ -41,7 +41,7 @@ export class SessionHandle {
   readonly index: Array<IndexEntry> = []
   /** The newest committed records (at most RECENT_RECORDS and about RECENT_BYTES), oldest first. */
   recent: Array<RecentRecord> = []
-  private recentBytes = 0
+  recentBytes = 0
   lastSequence = 0
   lastRecordedAtMs = 0
   /** Write descriptor of the final segment, opened by the writer on demand. */
@@ -72,6 +72,12 @@ export class SessionHandle {
       drop++
     }
     if (drop > 0) this.recent = this.recent.slice(drop)
+  }
+
+  /** Drops the recent tail (memory budget); reads then go to the files. */
+  dropRecent() {
+    this.recent = []
+    this.recentBytes = 0
   }
 
   /** Records after `after` served from memory, or undefined when the tail does not reach back that far. */

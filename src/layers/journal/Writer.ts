@@ -16,6 +16,7 @@ import {
   JOURNAL_QUEUE_APPENDS,
   JOURNAL_QUEUE_BYTES,
   OPEN_JOURNAL_FILES,
+  RECENT_TOTAL_BYTES,
   SEGMENT_ROTATE_BYTES
 } from "../../domain/Limits.js"
 import type { JournalRecord } from "../../domain/Records.js"
@@ -69,6 +70,9 @@ export class Writer {
   /** Handles holding an open write descriptor, least recently written first. */
   private readonly openFds = new Set<SessionHandle>()
   private closed = false
+  /** Sessions holding a recent tail, least recently written first, and their total bytes. */
+  private readonly recentOrder = new Set<SessionHandle>()
+  private recentTotal = 0
   /** True while a round's writes are in flight. */
   private inRound = false
   /** Descriptors to close once the round in flight ends. */
@@ -311,7 +315,17 @@ export class Writer {
       }
     }
     seg.size = offset
+    this.recentTotal -= handle.recentBytes
     handle.keepRecent(recent)
+    this.recentTotal += handle.recentBytes
+    this.recentOrder.delete(handle)
+    this.recentOrder.add(handle)
+    for (const oldest of this.recentOrder) {
+      if (this.recentTotal <= RECENT_TOTAL_BYTES) break
+      this.recentTotal -= oldest.recentBytes
+      oldest.dropRecent()
+      this.recentOrder.delete(oldest)
+    }
     handle.lastSequence = w.next - 1
     handle.lastRecordedAtMs = recordedAt
     for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
