@@ -243,9 +243,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
 
     return fence.fence(cell.session, started, dispatch, outcomeOf, onCommit).pipe(
       Effect.mapError(storageFailure),
-      Effect.map(({ exit, outcome, started: sequence }) => {
-        const e = outcomeOf(sequence, exit, true)
-        void outcome
+      Effect.map(({ dispatched, exit, started: sequence }) => {
+        // The loop sees exactly the outcome the fence recorded.
+        const e = outcomeOf(sequence, exit, dispatched)
         const p = e.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
         return {
           call_id: call.id,
