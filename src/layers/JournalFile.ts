@@ -44,8 +44,12 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
     const loop = yield* Effect.forkScoped(writer.run)
     yield* Effect.addFinalizer(() => Effect.zipRight(writer.close, loop.await))
 
+    /** Opened handles, for a lookup without waiting on the shared open. */
+    const ready = new Map<string, Effect.Effect<SessionHandle>>()
     const handleOf = (session: SessionId): Effect.Effect<SessionHandle, JournalReadError> =>
       Effect.suspend(() => {
+        const known = ready.get(session)
+        if (known) return known
         const existing = handles.get(session)
         if (existing) return Deferred.await(existing)
         const opened = Deferred.unsafeMake<SessionHandle, JournalReadError>(FiberId.none)
@@ -55,6 +59,7 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           Effect.exit,
           Effect.tap((exit) => {
             if (Exit.isFailure(exit)) handles.delete(session)
+            else ready.set(session, Effect.succeed(exit.value))
             return Deferred.done(opened, exit)
           }),
           // One caller going away must not abandon an open others are waiting on.
@@ -100,6 +105,7 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
           const opened = handles.get(session)
           handles.delete(session)
+          ready.delete(session)
           if (opened) {
             const handle = yield* Effect.option(Deferred.await(opened))
             if (handle._tag === "Some") {

@@ -10,7 +10,7 @@
  *
  * Queues are bounded (appends and bytes); a full queue makes appenders wait.
  */
-import { Clock, Deferred, Effect } from "effect"
+import { Clock, Deferred, Effect, FiberId } from "effect"
 import {
   JOURNAL_BATCH_APPENDS,
   JOURNAL_QUEUE_APPENDS,
@@ -42,7 +42,8 @@ interface Pending {
   readonly handle: SessionHandle
   readonly prepared: ReadonlyArray<Prepared>
   readonly bytes: number
-  readonly done: Deferred.Deferred<ReadonlyArray<number>, JournalAppendError>
+  /** Answers the appender (the resume of its `Effect.async`); called exactly once. */
+  readonly done: (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => void
 }
 
 export interface WriterLimits {
@@ -85,31 +86,30 @@ export class Writer {
   ) {}
 
   /** Queues an append and waits until it is durable (or refused). */
-  append(handle: SessionHandle, prepared: ReadonlyArray<Prepared>, lane: Lane) {
-    return Effect.gen(this, function*() {
-      if (handle.broken) return yield* Effect.fail(handle.broken)
+  append(handle: SessionHandle, prepared: ReadonlyArray<Prepared>, lane: Lane): Effect.Effect<ReadonlyArray<number>, JournalAppendError> {
+    return Effect.suspend(() => {
+      if (handle.broken) return Effect.fail(handle.broken)
       let bytes = 0
       for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
       const queue = lane === "latency" ? this.latency : this.background
-      while (
-        !this.closed &&
-        (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes))
-      ) {
-        const space = yield* Deferred.make<void>()
-        this.spaceWaiters.push(space)
-        yield* Deferred.await(space)
-      }
       if (this.closed) {
-        return yield* Effect.fail(new JournalWriteFailed({ session: handle.session, reason: "the journal is closed" }))
+        return Effect.fail(new JournalWriteFailed({ session: handle.session, reason: "the journal is closed" }))
       }
-      const done = yield* Deferred.make<ReadonlyArray<number>, JournalAppendError>()
-      queue.push({ handle, prepared, bytes, done })
-      this.queuedBytes += bytes
-      if (this.wake) {
-        Deferred.unsafeDone(this.wake, Effect.void)
-        this.wake = undefined
+      if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) {
+        // Full: wait for the next round to take some, then try again.
+        const space = Deferred.unsafeMake<void>(FiberId.none)
+        this.spaceWaiters.push(space)
+        return Effect.zipRight(Deferred.await(space), this.append(handle, prepared, lane))
       }
-      return yield* Deferred.await(done)
+      // The hot path: no Deferred, no generator; the round answers through `done`.
+      return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => {
+        queue.push({ handle, prepared, bytes, done: resume })
+        this.queuedBytes += bytes
+        if (this.wake) {
+          Deferred.unsafeDone(this.wake, Effect.void)
+          this.wake = undefined
+        }
+      })
     })
   }
 
@@ -150,7 +150,7 @@ export class Writer {
   /** Closes every write descriptor; after the loop has returned. */
   readonly closeFiles = Effect.gen(this, function*() {
     for (const p of [...this.latency, ...this.background]) {
-      Deferred.unsafeDone(p.done, Effect.fail(new JournalWriteFailed({ session: p.handle.session, reason: "the journal closed" })))
+      p.done(Effect.fail(new JournalWriteFailed({ session: p.handle.session, reason: "the journal closed" })))
     }
     this.latency.length = 0
     this.background.length = 0
@@ -223,7 +223,7 @@ export class Writer {
             if (!p.handle.broken) {
               p.handle.broken = new JournalWriteFailed({ session: p.handle.session, reason: "the writer failed unexpectedly" })
             }
-            Deferred.unsafeDone(p.done, Effect.fail(p.handle.broken))
+            p.done(Effect.fail(p.handle.broken))
           }
         })
       )
@@ -235,7 +235,7 @@ export class Writer {
     const driver = this.driver
     return Effect.gen(this, function*() {
       if (handle.broken) {
-        for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
+        for (const p of appends) p.done(Effect.fail(handle.broken))
         return undefined
       }
       const recordedAt = Math.max(now, handle.lastRecordedAtMs)
@@ -284,7 +284,7 @@ export class Writer {
   private fail(handle: SessionHandle, appends: ReadonlyArray<Pending>, reason: string) {
     handle.broken = new JournalWriteFailed({ session: handle.session, reason })
     this.releasing.add(handle)
-    for (const p of appends) Deferred.unsafeDone(p.done, Effect.fail(handle.broken))
+    for (const p of appends) p.done(Effect.fail(handle.broken))
   }
 
   /** Called from the driver's callback when one session's write and sync finished. */
@@ -328,7 +328,7 @@ export class Writer {
     }
     handle.lastSequence = w.next - 1
     handle.lastRecordedAtMs = recordedAt
-    for (let a = 0; a < appends.length; a++) Deferred.unsafeDone(appends[a]!.done, Effect.succeed(sequences[a]!))
+    for (let a = 0; a < appends.length; a++) appends[a]!.done(Effect.succeed(sequences[a]!))
     if (published) this.hub.publish(handle.session, published)
   }
 
