@@ -72,3 +72,9 @@ export const RECENT_BYTES = 64 * 1024
 
 /** Bytes. All recent tails together; the least recently written sessions' tails are dropped first. */
 export const RECENT_TOTAL_BYTES = 64 * 1024 * 1024
+
+/**
+ * Sessions. Opened journals kept in memory (segments, read index, recent tail); past this the least
+ * recently used idle ones are dropped and reopened (rescanned) on their next access.
+ */
+export const OPEN_JOURNAL_HANDLES = 16_384

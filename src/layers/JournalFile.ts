@@ -7,9 +7,11 @@
 import * as path from "node:path"
 import { Deferred, Effect, Exit, FiberId, Layer, Scope } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
+import { OPEN_JOURNAL_HANDLES } from "../domain/Limits.js"
 import {
   Journal,
   JournalWriteFailed,
+  type JournalAppendError,
   type JournalReadError,
   type JournalShape,
   SessionAlreadyExists,
@@ -20,13 +22,15 @@ import { prepareEntries } from "./journal/Encode.js"
 import { FileDriver, type FileDriverShape, nodeDriver } from "./journal/FileDriver.js"
 import { openHandle, readRecords, type SessionHandle } from "./journal/Handle.js"
 import { Subscribers } from "./journal/Subscribers.js"
-import { defaultWriterLimits, Writer, type WriterLimits } from "./journal/Writer.js"
+import { defaultWriterLimits, HANDLE_EVICTED, Writer, type WriterLimits } from "./journal/Writer.js"
 
 export interface JournalFileOptions {
   readonly dataDir: string
   /** How long to wait for a data-directory lock held by a live (perhaps exiting) process. */
   readonly lockWaitMs?: number
   readonly limits?: Partial<WriterLimits>
+  /** Opened journals kept in memory (default OPEN_JOURNAL_HANDLES). */
+  readonly maxHandles?: number
 }
 
 export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, import("./journal/DataDir.js").DataDirError, FileDriver | Scope.Scope> =>
@@ -37,6 +41,7 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
     const hub = new Subscribers()
     const writer = new Writer(driver, hub, { ...defaultWriterLimits, ...options.limits })
     const handles = new Map<string, Deferred.Deferred<SessionHandle, JournalReadError>>()
+    const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
     const creating = new Set<string>()
 
     // Close order: refuse new appends, let the loop drain what was queued, then close files.
@@ -44,12 +49,35 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
     const loop = yield* Effect.forkScoped(writer.run)
     yield* Effect.addFinalizer(() => Effect.zipRight(writer.close, loop.await))
 
-    /** Opened handles, for a lookup without waiting on the shared open. */
+    /** Opened handles, for a lookup without waiting on the shared open; least recently used first. */
     const ready = new Map<string, Effect.Effect<SessionHandle>>()
+    const opens = new Map<string, SessionHandle>()
+    /** Past OPEN_JOURNAL_HANDLES, drops the least recently used handles with no append in flight. */
+    const dropIdleHandles = Effect.suspend(() => {
+      if (ready.size <= maxHandles) return Effect.void
+      const victims: Array<SessionHandle> = []
+      for (const session of ready.keys()) {
+        if (ready.size - victims.length <= maxHandles) break
+        const h = opens.get(session)
+        if (h && h.inflight === 0) victims.push(h)
+      }
+      for (const h of victims) {
+        h.evicted = true
+        ready.delete(h.session)
+        opens.delete(h.session)
+        handles.delete(h.session)
+      }
+      return Effect.forEach(victims, (h) => writer.forget(h), { discard: true })
+    })
     const handleOf = (session: SessionId): Effect.Effect<SessionHandle, JournalReadError> =>
       Effect.suspend(() => {
         const known = ready.get(session)
-        if (known) return known
+        if (known) {
+          // Most recently used last, so the oldest idle handles are dropped first.
+          ready.delete(session)
+          ready.set(session, known)
+          return known
+        }
         const existing = handles.get(session)
         if (existing) return Deferred.await(existing)
         const opened = Deferred.unsafeMake<SessionHandle, JournalReadError>(FiberId.none)
@@ -59,8 +87,11 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           Effect.exit,
           Effect.tap((exit) => {
             if (Exit.isFailure(exit)) handles.delete(session)
-            else ready.set(session, Effect.succeed(exit.value))
-            return Deferred.done(opened, exit)
+            else {
+              ready.set(session, Effect.succeed(exit.value))
+              opens.set(session, exit.value)
+            }
+            return Effect.zipRight(Deferred.done(opened, exit), dropIdleHandles)
           }),
           // One caller going away must not abandon an open others are waiting on.
           Effect.uninterruptible,
@@ -95,8 +126,17 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
         Effect.orElseSucceed(() => [] as Array<SessionId>)
       ),
       append: (session, entries, opts) =>
-        Effect.flatMap(prepareEntries(entries), (prepared) =>
-          Effect.flatMap(handleOf(session), (handle) => writer.append(handle, prepared, opts?.lane ?? "latency"))),
+        Effect.flatMap(prepareEntries(entries), (prepared) => {
+          const attempt: Effect.Effect<ReadonlyArray<number>, JournalAppendError> = Effect.flatMap(
+            handleOf(session),
+            (handle) =>
+              writer.append(handle, prepared, opts?.lane ?? "latency").pipe(
+                // The handle was dropped from memory between lookup and queueing: use a fresh one.
+                Effect.catchIf((e) => e === HANDLE_EVICTED, () => attempt)
+              )
+          )
+          return attempt
+        }),
       read: (session, { after, limit, maxBytes }) =>
         Effect.flatMap(handleOf(session), (handle) => readRecords(driver, handle, after, limit, maxBytes)),
       remove: (session) =>
@@ -106,6 +146,7 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           const opened = handles.get(session)
           handles.delete(session)
           ready.delete(session)
+          opens.delete(session)
           if (opened) {
             const handle = yield* Effect.option(Deferred.await(opened))
             if (handle._tag === "Some") {

@@ -3,6 +3,7 @@ import { Deferred, Effect, Fiber, Layer } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
+import * as FileDriverModule from "../../src/layers/journal/FileDriver.js"
 import { FileDriver, type FileDriverShape, syncManyVia } from "../../src/layers/journal/FileDriver.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
 
@@ -118,5 +119,36 @@ describe("Writer robustness", () => {
       expect(yield* journal.append(b, [kv("y")])).toEqual([1])
       const again = yield* Effect.either(journal.append(a, [kv("z")]))
       expect(again._tag === "Left" && again.left._tag).toBe("JournalWriteFailed")
+    }))
+})
+
+describe("Journal handles under a memory bound", () => {
+  it.scoped("with more sessions than open handles, idle handles are dropped and reopened; concurrent appends stay dense and none is lost", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      let opens = 0
+      const driver: FileDriverShape = {
+        ...FileDriverModule.nodeDriver,
+        readFile: (p) => Effect.zipRight(Effect.sync(() => void opens++), FileDriverModule.nodeDriver.readFile(p))
+      }
+      const journal = yield* JournalFile.make({ dataDir: dir, maxHandles: 3 }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+      const sessions: Array<SessionId> = []
+      for (let i = 0; i < 12; i++) {
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        sessions.push(s)
+      }
+      yield* Effect.forEach(
+        Array.from({ length: 12 * 15 }, (_, i) => i),
+        (i) => journal.append(sessions[i % 12]!, [kv(`k${Math.floor(i / 12)}`)]),
+        { concurrency: 24, discard: true }
+      )
+      for (const s of sessions) {
+        expect(yield* journal.lastSequence(s)).toBe(15)
+        const records = yield* journal.read(s, { after: 0, limit: 100 })
+        expect(records.map((r) => r.sequence)).toEqual(Array.from({ length: 15 }, (_, i) => i + 1))
+      }
+      // Handles were dropped and their journals reopened (each open reads the segment).
+      expect(opens).toBeGreaterThan(12)
     }))
 })

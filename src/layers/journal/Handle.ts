@@ -47,6 +47,10 @@ export class SessionHandle {
   /** Write descriptor of the final segment, opened by the writer on demand. */
   fd: number | undefined = undefined
   broken: JournalWriteFailed | undefined = undefined
+  /** Appends queued or being written; a handle is dropped from memory only at zero. */
+  inflight = 0
+  /** Dropped from memory: appends must go to a freshly opened handle. */
+  evicted = false
   constructor(readonly session: SessionId, readonly dir: string) {}
 
   get finalSegment(): Segment | undefined {

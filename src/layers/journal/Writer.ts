@@ -62,6 +62,9 @@ export const defaultWriterLimits: WriterLimits = {
   rotateBytes: SEGMENT_ROTATE_BYTES
 }
 
+/** Answered to an append on a handle dropped from memory; the journal retries on a fresh handle. */
+export const HANDLE_EVICTED = new JournalWriteFailed({ session: "", reason: "the journal handle was dropped from memory" })
+
 export class Writer {
   private readonly latency: Array<Pending> = []
   private readonly background: Array<Pending> = []
@@ -89,6 +92,8 @@ export class Writer {
   append(handle: SessionHandle, prepared: ReadonlyArray<Prepared>, lane: Lane): Effect.Effect<ReadonlyArray<number>, JournalAppendError> {
     return Effect.suspend(() => {
       if (handle.broken) return Effect.fail(handle.broken)
+      // Checked in the same synchronous step as the push below, so no append lands on a dropped handle.
+      if (handle.evicted) return Effect.fail(HANDLE_EVICTED)
       let bytes = 0
       for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
       const queue = lane === "latency" ? this.latency : this.background
@@ -103,7 +108,12 @@ export class Writer {
       }
       // The hot path: no Deferred, no generator; the round answers through `done`.
       return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => {
-        queue.push({ handle, prepared, bytes, done: resume })
+        handle.inflight++
+        const done = (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => {
+          handle.inflight--
+          resume(result)
+        }
+        queue.push({ handle, prepared, bytes, done })
         this.queuedBytes += bytes
         if (this.wake) {
           Deferred.unsafeDone(this.wake, Effect.void)
@@ -172,6 +182,15 @@ export class Writer {
         return Effect.void
       }
       return this.closeFd(handle)
+    })
+  }
+
+  /** Lets go of a handle dropped from memory (no appends in flight): its descriptor and recent tail. */
+  forget(handle: SessionHandle) {
+    return Effect.suspend(() => {
+      if (this.recentOrder.delete(handle)) this.recentTotal -= handle.recentBytes
+      handle.dropRecent()
+      return this.release(handle)
     })
   }
 
