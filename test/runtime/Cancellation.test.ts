@@ -2,7 +2,7 @@
  * Cancellation, deadlines, busy sessions and the session lifecycle (DESIGN §4, §6). Deadlines and
  * graces run on the TestClock; waiting for the runtime to reach a point polls in real time.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Clock, Deferred, Effect, Either, Fiber, FiberId, Option, TestClock } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
@@ -12,6 +12,7 @@ import { Journal } from "../../src/services/Journal.js"
 import type { SessionError } from "../../src/services/Sessions.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import type { ServerConfigShape } from "../../src/services/ServerConfig.js"
+import { tempDir } from "../support/journals.js"
 import { type RuntimeOptions, runtimeLayer } from "../support/runtime.js"
 
 const loop = (activate: AgentloopShape["activate"]): AgentloopShape => ({ activate })
@@ -72,15 +73,26 @@ const withRuntime = <A, E, R>(
   }) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
-    const sessions = yield* Sessions
-    const journal = yield* Journal
-    const records = (s: SessionId) => Effect.orDie(journal.read(s, { after: 0, limit: 100_000 }))
-    return yield* body({ sessions, records })
-  }).pipe(Effect.provide(runtimeLayer(options)))
+    const journalChoice = currentJournal === "memory" ? "memory" as const : { dataDir: yield* tempDir() }
+    return yield* Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const records = (s: SessionId) => Effect.orDie(journal.read(s, { after: 0, limit: 100_000 }))
+      return yield* body({ sessions, records })
+    }).pipe(Effect.provide(runtimeLayer({ ...options, journal: journalChoice })))
+  })
+
+/** Every rule here runs on the memory journal and on the file journal. */
+let currentJournal: "memory" | "file" = "memory"
 
 const scripted = { provider: "scripted" as const }
 const config = (c: Partial<ServerConfigShape>) => c
 
+for (const kind of ["memory", "file"] as const) {
+describe(`on the ${kind} journal`, () => {
+  beforeAll(() => {
+    currentJournal = kind
+  })
 describe("cancellation", () => {
   it.scoped("interrupt aborts the executor's signal; a tool that confirms within the grace is recorded cancelled, the loop's next host call fails, the turn fails with cancelled and the next turn runs normally", () => {
     const grace = 1000
@@ -385,3 +397,6 @@ describe("lifecycle", () => {
       }))
   })
 })
+
+})
+}
