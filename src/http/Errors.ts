@@ -5,7 +5,7 @@
  */
 import { HttpServerResponse } from "@effect/platform"
 import { Data } from "effect"
-import { failure as makeFailure, type Failure, type FailureCode } from "../domain/Failure.js"
+import type { Failure, FailureCode } from "../domain/Failure.js"
 
 export const statusOf = (code: FailureCode): number => {
   switch (code) {
@@ -83,4 +83,3 @@ export const bodyOf = (e: ApiFailure) =>
 export const toResponse = (e: ApiFailure) =>
   HttpServerResponse.text(bodyOf(e), { status: e.status, contentType: "application/json" })
 
-export { makeFailure }

@@ -2,7 +2,7 @@
  * The handlers: thin, they decode nothing themselves (the contract does), call the services and
  * shape answers. Every mutating route runs under its Idempotency-Key.
  */
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { HttpApiBuilder } from "@effect/platform"
 import { Deferred, Effect, FiberId, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { Agentloops } from "../services/Agentloop.js"
@@ -13,6 +13,7 @@ import { BrainApi } from "./Api.js"
 import { apiFailure, fromFailure } from "./Errors.js"
 import { emptyAnswer, idempotent, jsonAnswer } from "./Idempotent.js"
 import { sseResponse } from "./Sse.js"
+import { PAGE_EVENTS } from "../domain/Limits.js"
 
 /** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
  * signal that ends long-lived streams when it stops. */
@@ -131,7 +132,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             return yield* sseResponse(sessions, path.id, after ?? 0, config.sseHeartbeatMs, admission.stopped)
           }
           return yield* Effect.mapError(
-            sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? 1000 }),
+            sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }),
             failed
           )
         }).pipe(asRaw))
@@ -169,4 +170,3 @@ export const apiLive = (admission: Admission) =>
     Layer.provide(sessionsLive(admission))
   )
 
-export { HttpServerResponse }

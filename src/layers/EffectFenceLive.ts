@@ -4,7 +4,7 @@
  * deadline: if the disk does not answer in time the caller is released and the record, if it
  * never lands, is recovered later as an ambiguous failure.
  */
-import { Duration, Effect, Exit, Layer } from "effect"
+import { Duration, Effect, Layer } from "effect"
 import { Journal } from "../services/Journal.js"
 import { EffectFence, type EffectFenceShape } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -40,6 +40,3 @@ export const make = Effect.gen(function*() {
 })
 
 export const layer = Layer.effect(EffectFence, make)
-
-/** True when the dispatch was interrupted (the caller was cancelled before a result came). */
-export const wasInterrupted = <A, E>(exit: Exit.Exit<A, E>) => Exit.isInterrupted(exit)

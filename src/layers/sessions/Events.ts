@@ -5,7 +5,7 @@
  */
 import { Chunk, Effect, Option, Stream } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
-import { PAGE_BYTES } from "../../domain/Limits.js"
+import { PAGE_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 import { eventsOf, type Event, transcriptLengthAt, type SessionState } from "../../domain/Projection.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
@@ -65,7 +65,7 @@ export const followEvents = <E>(
 ): Stream.Stream<Event, SubscriberLagged | E> => {
   let cursor = after
   const catchUp = Stream.paginateChunkEffect(after, (from) =>
-    readEvents(journal, session, snapshot, from, 1000).pipe(
+    readEvents(journal, session, snapshot, from, PAGE_EVENTS).pipe(
       Effect.mapError(mapError),
       Effect.map((page) => {
         cursor = Math.max(cursor, page.next_cursor)

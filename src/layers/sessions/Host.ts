@@ -17,6 +17,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
 import { type CancelReason, type Cell, commit } from "./Cell.js"
 import { readEvents } from "./Events.js"
+import { PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
   readonly journal: JournalShape
@@ -300,7 +301,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     setTranscript,
     events: ({ after, limit }) =>
       live(
-        readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, 1000))).pipe(
+        readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, PAGE_EVENTS))).pipe(
           Effect.map((page) => page.events),
           Effect.mapError((e) => new HostCallFailed({ failure: failure(e._tag === "JournalCorrupt" ? "journal_corrupt" : "not_found", e.message) }))
         )

@@ -12,6 +12,7 @@ import type { TurnOutcome } from "../../services/Sessions.js"
 import { type Cell, commit, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { cancelFailure, type HostDeps, makeHost } from "./Host.js"
+import { PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface TurnStart {
   readonly cell: Cell
@@ -56,7 +57,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const now = yield* Clock.currentTimeMillis
 
       const activate = Effect.gen(function*() {
-        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, 1000).pipe(
+        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS).pipe(
           Effect.map((p) => p.events),
           Effect.orElseSucceed(() => [])
         )
