@@ -5,7 +5,7 @@
  * fibers owned by the registry, not by callers. Cells are released when unused unless an idle TTL
  * keeps them warm. Startup reads nothing.
  */
-import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, Layer } from "effect"
+import { Clock, Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, Layer } from "effect"
 import { failure, type Failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import type { SessionStatus } from "../domain/Projection.js"
@@ -62,6 +62,32 @@ export const make = Effect.gen(function*() {
   const turns = yield* FiberSet.make<TurnOutcome>()
   const timers = yield* FiberMap.make<SessionId>()
   const running = new Set<RunningTurn>()
+
+  // Wall deadlines (BRAIN_MAX_TURN_SECS): one fiber for all turns rather than a timer per turn.
+  // The limit is the same for every turn, so deadlines arrive in start order: the Map's first entry
+  // is always the next one due.
+  const deadlines = new Map<RunningTurn, number>()
+  let wakeDeadlines: Deferred.Deferred<void> | undefined
+  yield* Effect.forkScoped(Effect.gen(function*() {
+    for (;;) {
+      const head = deadlines.entries().next()
+      if (head.done) {
+        wakeDeadlines = yield* Deferred.make<void>()
+        yield* Deferred.await(wakeDeadlines)
+        continue
+      }
+      const now = yield* Clock.currentTimeMillis
+      if (head.value[1] > now) {
+        yield* Effect.sleep(Duration.millis(head.value[1] - now))
+        continue
+      }
+      for (const [turn, due] of deadlines) {
+        if (due > now) break
+        deadlines.delete(turn)
+        yield* Deferred.succeed(turn.cancel, "timeout")
+      }
+    }
+  }))
 
   /** Loads the state, recovering interrupted work first if this process has not yet looked. */
   const load = (session: SessionId) =>
@@ -178,6 +204,13 @@ export const make = Effect.gen(function*() {
       const started: RunningTurn = { ...turn, sequence: turnSeq! }
       cell.running = started
       running.add(started)
+      if (config.maxTurnMs > 0) {
+        deadlines.set(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
+        if (wakeDeadlines) {
+          Deferred.unsafeDone(wakeDeadlines, Effect.void)
+          wakeDeadlines = undefined
+        }
+      }
       cell.users++ // the turn holds the cell until it closes
       // The turn's fiber belongs to the registry and is interruptible whatever the caller's
       // region (an idempotent request runs uninterruptibly so its answer is always recorded).
@@ -188,6 +221,7 @@ export const make = Effect.gen(function*() {
           Effect.ensuring(Effect.suspend(() => {
             cell.running = undefined
             running.delete(started)
+            deadlines.delete(started)
             return release(cell)
           }))
         )

@@ -84,11 +84,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       // outcomes before the turn is closed. Cancellation waits a bounded grace for it to notice.
       const body = Effect.gen(function*() {
         const fiber = yield* Effect.forkScoped(activate)
-        if (config.maxTurnMs > 0) {
-          yield* Effect.forkScoped(
-            Effect.sleep(Duration.millis(config.maxTurnMs)).pipe(Effect.zipRight(Deferred.succeed(turn.cancel, "timeout")))
-          )
-        }
+        // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
         const first = yield* Effect.raceFirst(
           Effect.map(Fiber.await(fiber), (exit) => ({ _tag: "done" as const, exit })),
           Effect.map(Deferred.await(turn.cancel), (reason) => ({ _tag: "cancel" as const, reason }))
