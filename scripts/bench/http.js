@@ -80,6 +80,8 @@ const startBrain = async ({ nodeArgs = [], gc = false } = {}) => {
   const dataDir = fs.mkdtempSync(path.join(tmp, "data-"))
   const argv = [
     ...(gc ? ["--expose-gc", "--require", GC_PRELOAD] : []),
+    // As `npm start` and the bin's shebang run it.
+    "--max-semi-space-size=32",
     ...nodeArgs,
     path.join(ROOT, "bin/brain.js"),
     "serve",
@@ -505,7 +507,7 @@ try {
 } catch {}
 console.log(`# HTTP benchmark ([3/7])
 command: npm run bench:http -- --seconds ${seconds} --memory-sessions ${memorySessions}
-method: the server is \`node bin/brain.js serve\` (a child process, its own data directory in ${os.tmpdir()},
+method: the server is \`node --max-semi-space-size=32 bin/brain.js serve\` (a child process, its own data directory in ${os.tmpdir()},
   UV_THREADPOOL_SIZE=64 as bin/brain.js sets it); the client is this process over loopback with a keep-alive
   http.Agent. "Turn" = POST /v1/sessions/{id}/messages {"input":{"message":"hello"}}, sync (200 with the outcome),
   scripted model with no replies (echo, instant), the official loop: 7 journal records, every commit fdatasync'd.
