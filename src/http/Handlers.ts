@@ -6,7 +6,7 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Deferred, Effect, FiberId, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { Agentloops } from "../services/Agentloop.js"
-import { Idempotency } from "../services/Idempotency.js"
+import { type Answer, Idempotency } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type SessionError, Sessions } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
@@ -80,6 +80,10 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
     const sessions = yield* Sessions
     const store = yield* Idempotency
     const config = yield* ServerConfig
+    /** A body-less lifecycle route on one session, under its own idempotency scope. */
+    const lifecycle = (scope: string, run: (id: SessionId) => Effect.Effect<Answer, SessionError>) =>
+    ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
+      idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, Effect.mapError(run(path.id), failed)).pipe(asRaw)
     return h
       .handle("create", ({ headers, payload }) =>
         idempotent(
@@ -137,30 +141,9 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           )
         }).pipe(asRaw))
       .handle("transcript", ({ path }) => Effect.mapError(sessions.transcript(path.id), failed))
-      .handle("cancel", ({ headers, path }) =>
-        idempotent(
-          store,
-          `cancel:${path.id}`,
-          headers["idempotency-key"],
-          {},
-          sessions.interrupt(path.id).pipe(Effect.map((s) => jsonAnswer(200, s)), Effect.mapError(failed))
-        ).pipe(asRaw))
-      .handle("end", ({ headers, path }) =>
-        idempotent(
-          store,
-          `end:${path.id}`,
-          headers["idempotency-key"],
-          {},
-          sessions.end(path.id).pipe(Effect.map((s) => jsonAnswer(200, s)), Effect.mapError(failed))
-        ).pipe(asRaw))
-      .handle("delete", ({ headers, path }) =>
-        idempotent(
-          store,
-          `delete:${path.id}`,
-          headers["idempotency-key"],
-          {},
-          sessions.delete(path.id).pipe(Effect.as(emptyAnswer(204)), Effect.mapError(failed))
-        ).pipe(asRaw))
+      .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
+      .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
+      .handle("delete", lifecycle("delete", (id) => Effect.as(sessions.delete(id), emptyAnswer(204))))
   }))
 
 export const apiLive = (admission: Admission) =>
