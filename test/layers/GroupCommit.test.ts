@@ -39,12 +39,19 @@ describe("Group commit in the file journal", () => {
       const dir = yield* tempDir()
       // The first sync of the busy session blocks until released, so appends pile up behind it.
       const gate = yield* Deferred.make<void>()
+      const reached = yield* Deferred.make<void>()
       let gated = true
       const base = instrumentedDriver().driver
       const driver: FileDriverShape = {
         ...base,
         fdatasync: (fd) =>
-          gated ? Effect.zipRight(Deferred.await(gate), Effect.sync(() => (gated = false))).pipe(Effect.zipRight(base.fdatasync(fd))) : base.fdatasync(fd),
+          gated
+            ? Deferred.succeed(reached, undefined).pipe(
+              Effect.zipRight(Deferred.await(gate)),
+              Effect.zipRight(Effect.sync(() => (gated = false))),
+              Effect.zipRight(base.fdatasync(fd))
+            )
+            : base.fdatasync(fd),
         syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
       }
       const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
@@ -57,7 +64,8 @@ describe("Group commit in the file journal", () => {
         Effect.forkScoped(Effect.tap(eff, () => Effect.sync(() => order.push(name))))
 
       const first = yield* track("first", journal.append(busy, [kv("first")], { lane: "background" }))
-      yield* Effect.sleep("20 millis")
+      // The writer is now inside the first round, blocked on its sync.
+      yield* Deferred.await(reached)
       const background = []
       for (let i = 0; i < 5; i++) {
         background.push(yield* track(`bg${i}`, journal.append(busy, [kv(`bg${i}`)], { lane: "background" })))
