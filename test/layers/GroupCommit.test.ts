@@ -59,6 +59,9 @@ describe("Group commit in the file journal", () => {
       const other = yield* mintSessionId
       yield* journal.create(busy)
       yield* journal.create(other)
+      // Open both journals now, so the appends below suspend only in the writer's queue.
+      yield* journal.lastSequence(busy)
+      yield* journal.lastSequence(other)
       const order: Array<string> = []
       const track = (name: string, eff: Effect.Effect<unknown, unknown>) =>
         Effect.forkScoped(Effect.tap(eff, () => Effect.sync(() => order.push(name))))
@@ -70,9 +73,11 @@ describe("Group commit in the file journal", () => {
       for (let i = 0; i < 5; i++) {
         background.push(yield* track(`bg${i}`, journal.append(busy, [kv(`bg${i}`)], { lane: "background" })))
       }
-      yield* Effect.sleep("5 millis")
       const urgent = yield* track("urgent", journal.append(other, [kv("urgent")], { lane: "latency" }))
-      yield* Effect.sleep("5 millis")
+      // Every append is queued once its fiber is suspended waiting for its acknowledgement.
+      for (const f of [...background, urgent]) {
+        while ((yield* Fiber.status(f))._tag !== "Suspended") yield* Effect.sleep("1 millis")
+      }
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.join(first)
       yield* Fiber.join(urgent)
