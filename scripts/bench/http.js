@@ -15,6 +15,7 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { measure, ms, pct } from "./stats.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const args = process.argv.slice(2)
@@ -178,27 +179,6 @@ const openSse = (port, p, onFrame) =>
     })
     req.end()
   })
-
-const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
-const ms = (n) => n.toFixed(2)
-
-/** `concurrency` workers run `body(i)` back to back for `durationMs`; latencies of each call. */
-const measure = async (body, concurrency, durationMs) => {
-  const latencies = []
-  const deadline = performance.now() + durationMs
-  const worker = async (i) => {
-    while (performance.now() < deadline) {
-      const t0 = performance.now()
-      await body(i)
-      latencies.push(performance.now() - t0)
-    }
-  }
-  const t0 = performance.now()
-  await Promise.all(Array.from({ length: concurrency }, (_, i) => worker(i)))
-  const elapsed = (performance.now() - t0) / 1000
-  latencies.sort((a, b) => a - b)
-  return { rate: latencies.length / elapsed, p50: pct(latencies, 50), p99: pct(latencies, 99), n: latencies.length }
-}
 
 /** CPU seconds (user + system) a process has used so far. */
 const cpuSeconds = (pid) => {

@@ -21,6 +21,7 @@ import { Journal } from "../../dist/services/Journal.js"
 import { Sessions } from "../../dist/services/Sessions.js"
 import * as ServerConfig from "../../dist/services/ServerConfig.js"
 import { mintSessionId } from "../../dist/domain/Ids.js"
+import { measure, ms, pct } from "./stats.js"
 
 const args = process.argv.slice(2)
 const seconds = Number(args[args.indexOf("--seconds") + 1]) || 4
@@ -38,25 +39,6 @@ const layerFor = (dataDir) => {
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 
-const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
-const ms = (n) => n.toFixed(2)
-
-const measure = async (body, concurrency, durationMs) => {
-  const latencies = []
-  const deadline = performance.now() + durationMs
-  const worker = async (i) => {
-    while (performance.now() < deadline) {
-      const t0 = performance.now()
-      await body(i)
-      latencies.push(performance.now() - t0)
-    }
-  }
-  const t0 = performance.now()
-  await Promise.all(Array.from({ length: concurrency }, (_, i) => worker(i)))
-  const elapsed = (performance.now() - t0) / 1000
-  latencies.sort((a, b) => a - b)
-  return { rate: latencies.length / elapsed, p50: pct(latencies, 50), p99: pct(latencies, 99), n: latencies.length }
-}
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-turns-"))
 const runtime = ManagedRuntime.make(layerFor(dataDir))
