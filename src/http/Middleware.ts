@@ -58,18 +58,20 @@ export const gate = (options: GateOptions) => {
           if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
             return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
           }
-          if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && body.toString("utf8").trim() !== "{}") {
+          const text = body.toString("utf8")
+          if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
             return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))
           }
           if (body.length > 0) {
-            const text = body.toString("utf8")
             if (nestingDepth(text) > MAX_JSON_DEPTH) {
               return yield* Effect.fail(apiFailure("invalid_request", `the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
             }
-            yield* Effect.try({
+            const parsed = yield* Effect.try({
               try: () => JSON.parse(text) as unknown,
               catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
             })
+            // Parsed once here; the payload decoder reads this value instead of parsing again.
+            return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body, { parsed }))
           }
         }
         return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
@@ -129,13 +131,17 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number) =>
   })
 
 /** The request with its body already read: handlers and decoders get it from memory. */
-const withBody = (request: HttpServerRequest.HttpServerRequest, body: Buffer): HttpServerRequest.HttpServerRequest => {
+const withBody = (
+  request: HttpServerRequest.HttpServerRequest,
+  body: Buffer,
+  json?: { readonly parsed: unknown }
+): HttpServerRequest.HttpServerRequest => {
   const text = body.toString("utf8")
   return Object.create(request, {
     text: { get: () => Effect.succeed(text) },
     json: {
       get: () =>
-        Effect.try({
+        json ? Effect.succeed(json.parsed) : Effect.try({
           try: () => (text === "" ? null : JSON.parse(text)) as unknown,
           catch: (err) => new RequestError({ request, reason: "Decode", cause: err })
         })
