@@ -12,6 +12,7 @@ import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
 import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import { Idempotency, type Answer, type IdempotencyShape } from "../../src/services/Idempotency.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
+import { framesOf } from "../support/frames.js"
 
 const RETENTION_MS = 60_000
 
@@ -31,31 +32,6 @@ const withStore = <A, E>(
 ) => Effect.scoped(Effect.flatMap(open(dataDir, options, driver), use))
 
 const logOf = (dataDir: string) => path.join(dataDir, "idempotency", "claims.log")
-
-interface FrameAt {
-  readonly start: number
-  readonly end: number
-  readonly sequence: number
-  readonly kind: string
-}
-
-const framesOf = (buf: Buffer): Array<FrameAt> => {
-  const out: Array<FrameAt> = []
-  let offset = 0
-  while (offset + 12 <= buf.length) {
-    const end = offset + 12 + buf.readUInt32LE(offset)
-    if (end > buf.length) break
-    const kindLength = buf.readUInt16LE(offset + 28) & 0x7fff
-    out.push({
-      start: offset,
-      end,
-      sequence: buf.readUInt32LE(offset + 12) + buf.readUInt32LE(offset + 16) * 2 ** 32,
-      kind: buf.toString("utf8", offset + 30, offset + 30 + kindLength)
-    })
-    offset = end
-  }
-  return out
-}
 
 const answer = (body: string): Answer => ({ status: 200, headers: { "content-type": "application/json" }, body })
 

@@ -21,6 +21,7 @@ import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
+import { type FrameAt, framesOf } from "../support/frames.js"
 
 const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
 
@@ -33,25 +34,6 @@ const withJournal = <A, E>(
   use: (journal: JournalShape) => Effect.Effect<A, E>,
   options: Omit<JournalFile.JournalFileOptions, "dataDir"> = {}
 ) => Effect.scoped(Effect.flatMap(openJournal(dataDir, options), use))
-
-/** A frame's place in a segment, read with the DESIGN §2 layout (u32 length, two u32 CRCs, body). */
-interface FrameAt {
-  readonly start: number
-  readonly end: number
-  readonly sequence: number
-}
-
-const framesOf = (buf: Buffer): Array<FrameAt> => {
-  const out: Array<FrameAt> = []
-  let offset = 0
-  while (offset + 12 <= buf.length) {
-    const end = offset + 12 + buf.readUInt32LE(offset)
-    if (end > buf.length) break
-    out.push({ start: offset, end, sequence: buf.readUInt32LE(offset + 12) + buf.readUInt32LE(offset + 16) * 2 ** 32 })
-    offset = end
-  }
-  return out
-}
 
 const journalDirOf = (dataDir: string, session: SessionId) => path.join(dataDir, "sessions", session, "journal")
 
