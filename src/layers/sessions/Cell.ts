@@ -2,7 +2,7 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { Clock, Deferred, Effect } from "effect"
+import { type Deferred, Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry } from "../../domain/Records.js"
@@ -26,9 +26,10 @@ export class Cell {
   users = 0
   constructor(readonly session: SessionId, public state: SessionState, readonly idleTtlMs: number | undefined) {}
 
-  foldIn(committed: ReadonlyArray<readonly [number, Entry]>, now: number) {
+  /** Folds records this actor just committed. The folded state keeps no record times, so none is needed. */
+  foldIn(committed: ReadonlyArray<readonly [number, Entry]>) {
     for (const [sequence, e] of committed) {
-      this.state = fold(this.state, { sequence, recorded_at_ms: now, kind: e.kind, payload: e.payload })
+      this.state = fold(this.state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
     }
   }
 }
@@ -41,7 +42,6 @@ export class Cell {
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
   Effect.uninterruptible(Effect.gen(function*() {
     const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane })
-    const now = yield* Clock.currentTimeMillis
-    cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const), now)
+    cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
     return seqs
   })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>

@@ -77,7 +77,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     scope.writes.withPermits(1)(Effect.mapError(body, storageFailure))
 
   const onCommit = (committed: ReadonlyArray<readonly [number, ReturnType<typeof entry>]>) =>
-    cell.foldIn(committed, Date.now())
+    cell.foldIn(committed)
 
   const model: Host["model"] = (request) =>
     live(Effect.gen(function*() {
