@@ -9,6 +9,7 @@ import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { FORMAT, FORMAT_FILE, SESSIONS_DIR } from "../layers/journal/DataDir.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { openHandle, readRecords } from "../layers/journal/Handle.js"
+import type { JournalReadError } from "../services/Journal.js"
 
 /** Exit codes of `verify`: the worst finding across the sessions checked. */
 export const VERIFY_CLEAN = 0
@@ -20,6 +21,10 @@ const sessionsIn = (dataDir: string): Array<SessionId> => {
   if (!fs.existsSync(dir)) return []
   return fs.readdirSync(dir).filter(isSessionId).sort() as Array<SessionId>
 }
+
+/** An error as the operator needs it: a damaged file named by its full path. */
+const shown = (dataDir: string, e: JournalReadError) =>
+  e._tag === "JournalCorrupt" ? `journal of ${e.session} is corrupt at ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}` : e.message
 
 export const verify = (dataDir: string, only?: string) =>
   Effect.gen(function*() {
@@ -46,7 +51,7 @@ export const verify = (dataDir: string, only?: string) =>
         if (e._tag === "SessionNotFound") {
           yield* Console.log(`${session}: missing (no journal directory)`)
         } else {
-          yield* Console.log(`${session}: corrupt: ${e.file} offset ${e.offset}: ${e.reason}`)
+          yield* Console.log(`${session}: corrupt: ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}`)
         }
         worst = VERIFY_CORRUPT
         continue
@@ -73,7 +78,7 @@ export const dump = (dataDir: string, session: string) =>
     }
     const result = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
     if (result._tag === "Left") {
-      yield* Console.error(result.left.message)
+      yield* Console.error(shown(dataDir, result.left))
       return VERIFY_CORRUPT
     }
     const { handle } = result.right
@@ -81,7 +86,7 @@ export const dump = (dataDir: string, session: string) =>
     for (;;) {
       const page = yield* Effect.either(readRecords(nodeDriver, handle, after, 1000, undefined))
       if (page._tag === "Left") {
-        yield* Console.error(page.left.message)
+        yield* Console.error(shown(dataDir, page.left))
         return VERIFY_CORRUPT
       }
       if (page.right.length === 0) break

@@ -32,7 +32,7 @@ export const makeFile = (dataDir: string) =>
           )
           yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
           yield* driver.syncDir(dir)
-        }).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.message })))
+        }).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason })))
     }
     return store
   })

@@ -43,6 +43,8 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
     const handles = new Map<string, Deferred.Deferred<SessionHandle, JournalReadError>>()
     const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
     const creating = new Set<string>()
+    /** Sessions being deleted: no new open may start, so nothing of them lingers in memory. */
+    const removing = new Set<string>()
 
     // Close order: refuse new appends, let the loop drain what was queued, then close files.
     yield* Effect.addFinalizer(() => writer.closeFiles)
@@ -69,8 +71,14 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
       }
       return Effect.forEach(victims, (h) => writer.forget(h), { discard: true })
     })
+    const drop = (session: string) => {
+      handles.delete(session)
+      ready.delete(session)
+      opens.delete(session)
+    }
     const handleOf = (session: SessionId): Effect.Effect<SessionHandle, JournalReadError> =>
       Effect.suspend(() => {
+        if (removing.has(session)) return Effect.fail(new SessionNotFound({ session }))
         const known = ready.get(session)
         if (known) {
           // Most recently used last, so the oldest idle handles are dropped first.
@@ -116,7 +124,7 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
             yield* driver.syncDir(dir)
             yield* driver.syncDir(path.join(dataDir, SESSIONS_DIR))
           }).pipe(
-            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.message })),
+            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason })),
             Effect.ensuring(Effect.sync(() => creating.delete(session)))
           )
         }),
@@ -141,12 +149,13 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
         Effect.flatMap(handleOf(session), (handle) => readRecords(driver, handle, after, limit, maxBytes)),
       remove: (session) =>
         Effect.gen(function*() {
+          if (removing.has(session)) return yield* Effect.fail(new SessionNotFound({ session }))
           const dir = sessionDir(dataDir, session)
           if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
+          // From here no open starts; one already under way is awaited below and then dropped.
+          removing.add(session)
           const opened = handles.get(session)
-          handles.delete(session)
-          ready.delete(session)
-          opens.delete(session)
+          drop(session)
           if (opened) {
             const handle = yield* Effect.option(Deferred.await(opened))
             if (handle._tag === "Some") {
@@ -156,8 +165,18 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, i
           }
           yield* driver.rmrf(dir).pipe(
             Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
-            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.message }))
+            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason })),
+            // Gone (or not): later opens find out from the files themselves.
+            Effect.ensuring(Effect.sync(() => removing.delete(session)))
           )
+        }).pipe(Effect.uninterruptible),
+      reset: (session) =>
+        Effect.suspend(() => {
+          const handle = opens.get(session)
+          if (!handle || !handle.broken) return Effect.void
+          // Appends still queued on it are refused by the writer: it is broken.
+          drop(session)
+          return writer.forget(handle)
         }),
       lastSequence: (session) => Effect.map(handleOf(session), (h) => h.lastSequence),
       subscribe: (session) => Effect.flatMap(handleOf(session), (h) => hub.subscribe(session, h.lastSequence))

@@ -82,6 +82,11 @@ export const make = Effect.sync(() => {
         return out
       }),
     remove: (session) => Effect.map(get(session), () => void sessions.delete(session)),
+    // Memory has no torn writes to find: what was appended is what is stored.
+    reset: (session) => Effect.sync(() => {
+      const s = sessions.get(session)
+      if (s) s.broken = undefined
+    }),
     lastSequence: (session) => Effect.map(get(session), (s) => s.records.length),
     subscribe: (session) =>
       Effect.flatMap(get(session), (s) => hub.subscribe(session, s.records.length))

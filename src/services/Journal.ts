@@ -31,6 +31,7 @@ export class SessionAlreadyExists extends Data.TaggedError("SessionAlreadyExists
 /** A complete frame failed a check, or a non-final segment is incomplete: the session is refused. */
 export class JournalCorrupt extends Data.TaggedError("JournalCorrupt")<{
   readonly session: string
+  /** The damaged file, relative to the store's root (the data directory for the file journal). */
   readonly file: string
   readonly offset: number
   readonly reason: string
@@ -103,6 +104,13 @@ export interface JournalShape {
    * it fail; later accesses are SessionNotFound.
    */
   readonly remove: (session: SessionId) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
+  /**
+   * After a write failure: drops the session's journal from memory so that its next access opens
+   * it again from what is really stored (re-validated, a torn final write truncated), and appends
+   * can resume. Until then the failure is sticky. A healthy journal is left as it is. The caller
+   * must know that nothing still appends on behalf of what was in flight when the write failed.
+   */
+  readonly reset: (session: SessionId) => Effect.Effect<void>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

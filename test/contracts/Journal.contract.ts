@@ -117,6 +117,40 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(yield* journal.append(other, [kv("fine", 1)])).toEqual([1])
       }))
 
+    it.scoped("reset ends a failure's stickiness: the journal holds what was stored, appends resume densely; reset of a healthy journal changes nothing", () =>
+      Effect.gen(function*() {
+        const { journal, failNextWrite } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("ok", 1)])
+        yield* journal.reset(s)
+        expect(yield* journal.append(s, [kv("still", 2)])).toEqual([2])
+        failNextWrite(s)
+        expect(Either.isLeft(yield* Effect.either(journal.append(s, [kv("lost", 3)])))).toBe(true)
+        expect(Either.isLeft(yield* Effect.either(journal.append(s, [kv("refused", 4)])))).toBe(true)
+        yield* journal.reset(s)
+        expect(yield* journal.lastSequence(s)).toBe(2)
+        expect(yield* journal.append(s, [kv("again", 5)])).toEqual([3])
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["ok", "still", "again"])
+      }))
+
+    it.scoped("a record of several MiB reads back whole once it is no longer among the recent records", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        const big = "b".repeat(3 * 1024 * 1024)
+        // Sequence 64 starts a read exactly at the big frame (a file journal indexes every 64th).
+        for (let i = 1; i < 64; i++) yield* journal.append(s, [kv(`before${i}`, i)])
+        yield* journal.append(s, [kv("big", big)])
+        for (let i = 0; i < 300; i++) yield* journal.append(s, [kv(`after${i}`, i)])
+        const [alone] = yield* journal.read(s, { after: 63, limit: 1 })
+        expect(alone!.sequence).toBe(64)
+        expect(alone!.payload.value).toBe(big)
+        const around = yield* journal.read(s, { after: 62, limit: 3 })
+        expect(around.map((r) => r.payload.key)).toEqual(["before63", "big", "after0"])
+      }))
+
     it.scoped("bad input is refused with a typed error and writes nothing", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

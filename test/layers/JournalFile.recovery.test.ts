@@ -37,7 +37,7 @@ const withJournal = <A, E>(
 
 const journalDirOf = (dataDir: string, session: SessionId) => path.join(dataDir, "sessions", session, "journal")
 
-/** The session's segment files, in name order (absolute paths, as JournalCorrupt names them). */
+/** The session's segment files, in name order (absolute paths; JournalCorrupt names them relative to the data directory). */
 const segmentsOf = (dataDir: string, session: SessionId) => {
   const dir = journalDirOf(dataDir, session)
   return fs.readdirSync(dir).filter((n) => n.endsWith(".seg")).sort().map((n) => path.join(dir, n))
@@ -228,7 +228,7 @@ describe("JournalFile recovery: torn final writes", () => {
         const err = yield* openError(dir, s)
         expect(err._tag, name).toBe("JournalCorrupt")
         if (err._tag === "JournalCorrupt") {
-          expect(err.file, name).toBe(seg)
+          expect(err.file, name).toBe(path.relative(dir, seg))
           expect(err.offset, name).toBe(original.length)
         }
         // A refused session is left exactly as found.
@@ -262,7 +262,7 @@ describe("JournalFile recovery: corruption refuses the session", () => {
           expect(err._tag, `byte ${at - middle.start} of the frame`).toBe("JournalCorrupt")
           if (err._tag === "JournalCorrupt") {
             expect(err.session).toBe(s)
-            expect(err.file, `byte ${at - middle.start}`).toBe(seg)
+            expect(err.file, `byte ${at - middle.start}`).toBe(path.relative(dir, seg))
             expect(err.offset, `byte ${at - middle.start}`).toBe(middle.start)
           }
         }
@@ -327,7 +327,7 @@ describe("JournalFile recovery: corruption refuses the session", () => {
         const err = yield* openError(dir, s)
         expect(err._tag, c.name).toBe("JournalCorrupt")
         if (err._tag === "JournalCorrupt") {
-          expect(err.file, c.name).toBe(c.file)
+          expect(err.file, c.name).toBe(path.relative(dir, c.file))
           expect(err.offset, c.name).toBe(c.offset)
         }
         expect(fs.readFileSync(segs[0]!).equals(c.bytes), `${c.name}: damaged segment left as found`).toBe(true)
@@ -547,7 +547,7 @@ describe("JournalFile recovery: crashes around segments", () => {
         const err = yield* openError(dir, s)
         expect(err._tag, `segment ${gone} missing`).toBe("JournalCorrupt")
         if (err._tag === "JournalCorrupt") {
-          expect(err.file, `segment ${gone} missing`).toBe(segs[gone + 1])
+          expect(err.file, `segment ${gone} missing`).toBe(path.relative(dir, segs[gone + 1]!))
           expect(err.offset).toBe(0)
         }
         fs.writeFileSync(segs[gone]!, saved[gone]!)

@@ -23,10 +23,15 @@ export const tempDir = (prefix = "brain-test-") =>
     (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
   )
 
-/** Wraps a driver: counts calls, and fails writes to files whose path contains a marked session. */
+/**
+ * Wraps a driver: counts calls, and fails writes to files whose path contains a marked session:
+ * the next write only (`failNextWrite`, EIO), or every write until `diskFreed` (`diskFull`, ENOSPC
+ * as a full disk answers).
+ */
 export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
   const counts = { fdatasync: 0, writev: 0 }
   const failing = new Set<string>()
+  const full = new Set<string>()
   const fdPaths = new Map<number, string>()
   const driver: FileDriverShape = {
     ...base,
@@ -35,6 +40,11 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
       Effect.suspend(() => {
         counts.writev++
         const p = fdPaths.get(fd) ?? ""
+        for (const s of full) {
+          if (p.includes(s)) {
+            return Effect.fail(new FileError({ op: "write", path: p, code: "ENOSPC", detail: "ENOSPC: no space left on device" }))
+          }
+        }
         for (const s of failing) {
           if (p.includes(s)) {
             failing.delete(s)
@@ -50,7 +60,13 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
     // Rounds go through this driver's own writev and fdatasync, so they are counted and can fail.
     syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
   }
-  return { driver, counts, failNextWrite: (session: string) => void failing.add(session) }
+  return {
+    driver,
+    counts,
+    failNextWrite: (session: string) => void failing.add(session),
+    diskFull: (session: string) => void full.add(session),
+    diskFreed: (session: string) => void full.delete(session)
+  }
 }
 
 export const memoryHarness: Effect.Effect<JournalHarness, never, Scope.Scope> = Effect.map(

@@ -15,6 +15,10 @@ export class FileError extends Data.TaggedError("FileError")<{
   override get message() {
     return `${this.op} ${this.path}: ${this.code} ${this.detail}`
   }
+  /** What failed and why, without the file's path: for errors that reach clients. */
+  get reason() {
+    return `${this.op} failed: ${this.code} ${this.detail}`
+  }
 }
 
 export interface FileDriverShape {
@@ -72,8 +76,11 @@ export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync"
 
 export class FileDriver extends Context.Tag("brain/FileDriver")<FileDriver, FileDriverShape>() {}
 
+/** Node's message without its trailing `, syscall 'path'` (the path is kept in `path` instead). */
+const withoutPath = (message: string) => message.replace(/, \w+ '[^']*'( -> '[^']*')?$/, "")
+
 const fail = (op: string, path: string, err: NodeJS.ErrnoException) =>
-  new FileError({ op, path, code: err.code ?? "EIO", detail: err.message })
+  new FileError({ op, path, code: err.code ?? "EIO", detail: withoutPath(err.message) })
 
 const call = <A>(op: string, path: string, run: (cb: (err: NodeJS.ErrnoException | null, a?: A) => void) => void) =>
   Effect.async<A, FileError>((resume) => {
@@ -81,6 +88,37 @@ const call = <A>(op: string, path: string, run: (cb: (err: NodeJS.ErrnoException
   })
 
 const fdName = (fd: number) => `fd ${fd}`
+
+/** The buffers left after the first `written` bytes of `buffers`. */
+export const remainingAfter = (buffers: ReadonlyArray<Buffer>, written: number): Array<Buffer> => {
+  const out: Array<Buffer> = []
+  let skip = written
+  for (const b of buffers) {
+    if (skip >= b.length) {
+      skip -= b.length
+      continue
+    }
+    out.push(skip > 0 ? b.subarray(skip) : b)
+    skip = 0
+  }
+  return out
+}
+
+/**
+ * Writes every byte: a short write (the kernel wrote part, as it does when the disk fills up) is
+ * continued from where it stopped, so a failure is reported by the call that really failed, with
+ * its own code (ENOSPC, not a made-up EIO). A write that makes no progress is an error.
+ */
+const writeAll = (fd: number, buffers: ReadonlyArray<Buffer>, position: number, bytes: number, done: (err: FileError | undefined) => void) => {
+  fs.writev(fd, buffers as Array<Buffer>, position, (err, written) => {
+    if (err) return done(fail("write", fdName(fd), err))
+    if (written === bytes) return done(undefined)
+    if (written === 0) {
+      return done(new FileError({ op: "write", path: fdName(fd), code: "EIO", detail: `no progress: 0 of ${bytes} bytes written` }))
+    }
+    writeAll(fd, remainingAfter(buffers, written), position + written, bytes - written, done)
+  })
+}
 
 /** The Node `syncMany`: plain callbacks, one `Effect.async` for the whole round. */
 const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
@@ -92,11 +130,8 @@ const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
       if (--pending === 0) resume(Effect.void)
     }
     items.forEach((item, i) => {
-      fs.writev(item.fd, item.buffers as Array<Buffer>, item.position, (err, written) => {
-        if (err) return finish(i, fail("write", fdName(item.fd), err))
-        if (written !== item.bytes) {
-          return finish(i, new FileError({ op: "write", path: fdName(item.fd), code: "EIO", detail: `short write: ${written} of ${item.bytes} bytes` }))
-        }
+      writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
+        if (err) return finish(i, err)
         fs.fdatasync(item.fd, (err2) => finish(i, err2 ? fail("fdatasync", fdName(item.fd), err2) : undefined))
       })
     })
@@ -106,8 +141,13 @@ export const nodeDriver: FileDriverShape = {
   syncMany: nodeSyncMany,
   open: (path, flags) => call("open", path, (cb) => fs.open(path, flags, 0o644, cb)),
   close: (fd) => call("close", fdName(fd), (cb) => fs.close(fd, cb)),
+  // Whole or failed: a short write is continued, so the count returned is always every byte.
   writev: (fd, buffers, position) =>
-    call<number>("write", fdName(fd), (cb) => fs.writev(fd, buffers as Array<Buffer>, position, (err, n) => cb(err, n))),
+    Effect.async<number, FileError>((resume) => {
+      let bytes = 0
+      for (const b of buffers) bytes += b.length
+      writeAll(fd, buffers, position, bytes, (err) => resume(err ? Effect.fail(err) : Effect.succeed(bytes)))
+    }),
   fdatasync: (fd) => call("fdatasync", fdName(fd), (cb) => fs.fdatasync(fd, cb)),
   read: (fd, buffer, position) =>
     call<number>("read", fdName(fd), (cb) => fs.read(fd, buffer, 0, buffer.length, position, (err, n) => cb(err, n))),

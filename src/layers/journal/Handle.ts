@@ -9,9 +9,9 @@ import { READ_INDEX_STRIDE, RECENT_BYTES, RECENT_RECORDS } from "../../domain/Li
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord, RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, type JournalWriteFailed, SessionNotFound } from "../../services/Journal.js"
-import { journalDir, parseSegmentName, segmentName } from "./DataDir.js"
+import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
 import type { FileDriverShape, FileError } from "./FileDriver.js"
-import { readFrame } from "./Frame.js"
+import { HEADER_BYTES, readFrame } from "./Frame.js"
 import { scanSegment } from "./Scan.js"
 
 export interface Segment {
@@ -116,11 +116,19 @@ export class SessionHandle {
   }
 }
 
+/**
+ * A segment named relative to the data directory (`sessions/{id}/journal/{name}`): errors reach
+ * clients, and a client has no business knowing where the server keeps its files.
+ */
 const corrupt = (session: string, file: string, offset: number, reason: string) =>
-  new JournalCorrupt({ session, file, offset, reason })
+  new JournalCorrupt({ session, file: path.join(SESSIONS_DIR, session, "journal", path.basename(file)), offset, reason })
 
-const asCorrupt = (session: string, file: string) => (e: FileError) =>
-  corrupt(session, file, 0, `cannot read: ${e.code} ${e.detail}`)
+/**
+ * A file that cannot be read. One that vanished was removed with its session (a delete racing
+ * this read): the session is not found, which is not corruption.
+ */
+const asCorrupt = (session: SessionId, file: string) => (e: FileError): JournalCorrupt | SessionNotFound =>
+  e.code === "ENOENT" ? new SessionNotFound({ session }) : corrupt(session, file, 0, `cannot read: ${e.code} ${e.detail}`)
 
 /** Lists a journal's segments in order; fails if the session has no journal directory. */
 export const listSegments = (driver: FileDriverShape, dataDir: string, session: SessionId) => {
@@ -247,20 +255,27 @@ export const readRecords = (
         for (;;) {
           if (offset >= end) return false
           let read = readFrame(buf, offset - bufStart, bufLen)
-          if (read._tag === "Incomplete") {
-            // Refill from this frame's start; grow the buffer for a frame larger than a chunk.
+          // Refill from this frame's start. A first refill may show only the header, which says
+          // how big the frame is (a valid header's length is at most the frame maximum): then grow
+          // the buffer and read again. Still incomplete with every byte up to `end` read means
+          // the committed frame cannot be read whole: corruption.
+          while (read._tag === "Incomplete") {
             const at = offset - bufStart
-            const frameSize = bufLen - at >= 4 ? buf.readUInt32LE(at) + 12 : 0
-            const need = Math.max(frameSize, READ_CHUNK)
-            if (need > buf.length) buf = Buffer.allocUnsafe(need)
-            bufStart = offset
-            bufLen = yield* driver.read(fd, buf.subarray(0, Math.min(buf.length, end - offset)), offset).pipe(
-              Effect.mapError(asCorrupt(handle.session, seg.path))
-            )
-            read = readFrame(buf, 0, bufLen)
-            if (read._tag === "Incomplete") {
+            const known = bufLen - at >= HEADER_BYTES ? buf.readUInt32LE(at) + HEADER_BYTES : 0
+            const available = end - offset
+            if (bufStart === offset && bufLen >= Math.min(Math.max(known, buf.length), available)) {
               return yield* Effect.fail(corrupt(handle.session, seg.path, offset, `committed frame unreadable: ${read.reason}`))
             }
+            if (known > buf.length) buf = Buffer.allocUnsafe(known)
+            bufStart = offset
+            const wanted = Math.min(buf.length, available)
+            bufLen = yield* driver.read(fd, buf.subarray(0, wanted), offset).pipe(
+              Effect.mapError(asCorrupt(handle.session, seg.path))
+            )
+            if (bufLen < wanted) {
+              return yield* Effect.fail(corrupt(handle.session, seg.path, offset, "the file is shorter than what was committed to it"))
+            }
+            read = readFrame(buf, 0, bufLen)
           }
           if (read._tag === "Corrupt") return yield* Effect.fail(corrupt(handle.session, seg.path, offset, read.reason))
           const f = read.frame

@@ -52,6 +52,8 @@ export interface WriterLimits {
   readonly batchAppends: number
   readonly openFiles: number
   readonly rotateBytes: number
+  /** All sessions' recent tails together, in bytes. */
+  readonly recentTotalBytes: number
 }
 
 export const defaultWriterLimits: WriterLimits = {
@@ -59,7 +61,8 @@ export const defaultWriterLimits: WriterLimits = {
   queueBytes: JOURNAL_QUEUE_BYTES,
   batchAppends: JOURNAL_BATCH_APPENDS,
   openFiles: OPEN_JOURNAL_FILES,
-  rotateBytes: SEGMENT_ROTATE_BYTES
+  rotateBytes: SEGMENT_ROTATE_BYTES,
+  recentTotalBytes: RECENT_TOTAL_BYTES
 }
 
 /** Answered to an append on a handle dropped from memory; the journal retries on a fresh handle. */
@@ -293,7 +296,7 @@ export class Writer {
         return seg
       }).pipe(Effect.either)
       if (opened._tag === "Left") {
-        this.fail(handle, appends, `${opened.left.op} failed: ${opened.left.code} ${opened.left.detail}`)
+        this.fail(handle, appends, opened.left.reason)
         return undefined
       }
       return { handle, appends, buffers, sequences, bytes, recordedAt, position: opened.right.size, next } satisfies PreparedWrite
@@ -309,7 +312,7 @@ export class Writer {
   /** Called from the driver's callback when one session's write and sync finished. */
   private settle(w: PreparedWrite, error: FileError | undefined) {
     const { appends, buffers, handle, recordedAt, sequences } = w
-    if (error) return this.fail(handle, appends, `${error.op} failed: ${error.code} ${error.detail}`)
+    if (error) return this.fail(handle, appends, error.reason)
     const segIndex = handle.segments.length - 1
     const seg = handle.segments[segIndex]!
     let offset = seg.size
@@ -340,7 +343,7 @@ export class Writer {
     this.recentOrder.delete(handle)
     this.recentOrder.add(handle)
     for (const oldest of this.recentOrder) {
-      if (this.recentTotal <= RECENT_TOTAL_BYTES) break
+      if (this.recentTotal <= this.limits.recentTotalBytes) break
       this.recentTotal -= oldest.recentBytes
       oldest.dropRecent()
       this.recentOrder.delete(oldest)
