@@ -12,6 +12,7 @@ import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
+import { memoryBudget } from "./layers/MemoryBudget.js"
 import * as ModelsScripted from "./layers/ModelsScripted.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
@@ -52,7 +53,8 @@ export interface Extensions {
 /** Every service of the embedded default, over the data directory. */
 export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) => {
   const dataDir = path.resolve(config.dataDir)
-  const journal = JournalFile.layerNode({ dataDir })
+  const budget = memoryBudget(config.cacheBytes)
+  const journal = JournalFile.layerNode({ dataDir, limits: { recentTotalBytes: budget.recentBytes } })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
   const base = Layer.merge(journal, Layer.succeed(ServerConfig, config))
   const deps = Layer.mergeAll(

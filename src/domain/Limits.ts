@@ -40,10 +40,15 @@ export const PAGE_BYTES = 8 * 1024 * 1024
 export const MAX_KIND_BYTES = 255
 
 /**
- * Bytes (estimated). Folded states of released sessions kept in memory so their next open reads
- * only the journal's tail; least recently used ones are dropped first.
+ * Bytes. With BRAIN_CACHE_BYTES unset, what sessions not in use keep in memory (warm idle actors,
+ * folded states of released sessions, recent journal records) is an eighth of the V8 heap limit,
+ * and at most this: enough to keep thousands of ordinary sessions warm, while a small heap keeps
+ * most of itself for the requests in flight.
  */
-export const PROJECTION_CACHE_BYTES = 64 * 1024 * 1024
+export const DEFAULT_CACHE_BYTES_CAP = 192 * 1024 * 1024
+
+/** The share of the V8 heap limit given to those caches when BRAIN_CACHE_BYTES is unset. */
+export const CACHE_HEAP_FRACTION = 1 / 8
 
 /** Records. Pending idempotency claims and answers before callers wait: bounds the store's writer memory. */
 export const IDEMPOTENCY_QUEUE_RECORDS = 16_384
@@ -70,7 +75,10 @@ export const IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS = 1_000
 export const RECENT_RECORDS = 128
 export const RECENT_BYTES = 64 * 1024
 
-/** Bytes. All recent tails together; the least recently written sessions' tails are dropped first. */
+/**
+ * Bytes. All recent tails together when the journal is used alone (the server sizes it from
+ * BRAIN_CACHE_BYTES); the least recently written sessions' tails are dropped first.
+ */
 export const RECENT_TOTAL_BYTES = 64 * 1024 * 1024
 
 /**

@@ -7,8 +7,9 @@ import { Chunk, HashMap, Option } from "effect"
 import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
+import { jsonBytes } from "./Size.js"
 
-export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed"
+export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed" | "corrupt"
 
 export interface PendingEffect {
   readonly kind: keyof typeof EffectKinds
@@ -38,6 +39,35 @@ export interface SessionState {
   readonly lastActivation: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
   readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
+  /**
+   * The memory this state holds, in bytes (`jsonBytes` of its configuration, transcript and kv,
+   * plus fixed costs per entry), kept current by every fold: what the memory budgets count.
+   */
+  readonly bytes: number
+}
+
+/** Bytes. The fixed part of a state. */
+const STATE_BYTES = 512
+/** Bytes. One `[sequence, length]` entry of `transcriptLengths`. */
+const LENGTH_ENTRY_BYTES = 64
+/** Bytes. One pending effect (its entry in the map). */
+const PENDING_BYTES = 96
+/** Bytes. One kv entry besides its key's and value's own bytes (the map's node). */
+const KV_ENTRY_BYTES = 64
+
+const messagesBytes = (messages: ReadonlyArray<unknown>) => {
+  let n = 0
+  for (const m of messages) n += jsonBytes(m)
+  return n
+}
+const kvEntryBytes = (key: string, value: unknown) => KV_ENTRY_BYTES + jsonBytes(key) + jsonBytes(value)
+
+/** The bytes of a state counted from scratch; a fold keeps the same count incrementally. */
+export const stateBytes = (s: Omit<SessionState, "bytes">): number => {
+  let n = STATE_BYTES + (s.configuration ? jsonBytes(s.configuration) : 0) + messagesBytes(s.transcript)
+  n += Chunk.size(s.transcriptLengths) * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
+  for (const [k, v] of s.kv) n += kvEntryBytes(k, v)
+  return n
 }
 
 export const empty: SessionState = {
@@ -54,7 +84,8 @@ export const empty: SessionState = {
   pending: HashMap.empty(),
   modelCalls: 0,
   lastActivation: 0,
-  transcriptLengths: Chunk.empty()
+  transcriptLengths: Chunk.empty(),
+  bytes: STATE_BYTES
 }
 
 const closingKinds = new Map<string, keyof typeof EffectKinds>(
@@ -105,6 +136,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
   switch (record.kind) {
     case "session_creation_started":
       next.status = "creating"
+      next.bytes += (p.configuration ? jsonBytes(p.configuration) : 0) - (state.configuration ? jsonBytes(state.configuration) : 0)
       next.configuration = p.configuration
       next.creation = record.sequence
       break
@@ -143,23 +175,36 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
       break
     case "transcript_delta":
       next.transcript = applyDelta(state.transcript, p)
+      // An append adds its messages' bytes; a replacement recounts what is kept (rare, and its
+      // copy of the transcript costs as much).
+      next.bytes += LENGTH_ENTRY_BYTES + (p.keep >= state.transcript.length
+        ? messagesBytes(p.append)
+        : messagesBytes(next.transcript) - messagesBytes(state.transcript))
       next.transcriptThrough = record.sequence
       next.transcriptLengths = Chunk.append(state.transcriptLengths, [record.sequence, next.transcript.length] as const)
       break
-    case "kv_put":
+    case "kv_put": {
+      const old = HashMap.get(state.kv, p.key as string)
+      next.bytes += kvEntryBytes(p.key, p.value) - (Option.isSome(old) ? kvEntryBytes(p.key, old.value) : 0)
       next.kv = HashMap.set(state.kv, p.key as string, p.value)
       break
-    case "kv_delete":
+    }
+    case "kv_delete": {
+      const old = HashMap.get(state.kv, p.key as string)
+      if (Option.isSome(old)) next.bytes -= kvEntryBytes(p.key, old.value)
       next.kv = HashMap.remove(state.kv, p.key as string)
       break
+    }
     default: {
       if (record.kind in EffectKinds) {
         if (record.kind === "model_call_started") next.modelCalls = state.modelCalls + 1
+        if (!HashMap.has(state.pending, record.sequence)) next.bytes += PENDING_BYTES
         next.pending = HashMap.set(state.pending, record.sequence, {
           kind: record.kind as keyof typeof EffectKinds,
           sequence: record.sequence
         })
       } else if (closingKinds.has(record.kind)) {
+        if (HashMap.has(state.pending, p.sequence as number)) next.bytes -= PENDING_BYTES
         next.pending = HashMap.remove(state.pending, p.sequence as number)
       }
     }
@@ -271,19 +316,23 @@ export const serializeState = (s: SessionState): SerializedState => ({
   transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths)
 })
 
-export const deserializeState = (j: SerializedState): SessionState => ({
-  status: j.status,
-  lastSequence: j.lastSequence,
-  configuration: orUndefined(j.configuration),
-  creation: orUndefined(j.creation),
-  turn: orUndefined(j.turn),
-  activation: orUndefined(j.activation),
-  ending: orUndefined(j.ending),
-  transcript: j.transcript,
-  transcriptThrough: j.transcriptThrough,
-  kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
-  pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
-  modelCalls: j.modelCalls,
-  lastActivation: j.lastActivation,
-  transcriptLengths: Chunk.fromIterable(j.transcriptLengths)
-})
+export const deserializeState = (j: SerializedState): SessionState => {
+  const state = {
+    status: j.status,
+    lastSequence: j.lastSequence,
+    configuration: orUndefined(j.configuration),
+    creation: orUndefined(j.creation),
+    turn: orUndefined(j.turn),
+    activation: orUndefined(j.activation),
+    ending: orUndefined(j.ending),
+    transcript: j.transcript,
+    transcriptThrough: j.transcriptThrough,
+    kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
+    pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
+    modelCalls: j.modelCalls,
+    lastActivation: j.lastActivation,
+    transcriptLengths: Chunk.fromIterable(j.transcriptLengths)
+  }
+  // Counted from the content, never taken from the file.
+  return { ...state, bytes: stateBytes(state) }
+}

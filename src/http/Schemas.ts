@@ -28,12 +28,22 @@ export const CreateSessionRequest = Schema.Struct({
   idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.between(0, 2_147_483_647)))
 }).annotations({ identifier: "CreateSession", ...strict })
 
-export const SessionStatus = Schema.Literal("creating", "idle", "running", "ending", "ended", "failed")
+export const SessionStatus = Schema.Literal("creating", "idle", "running", "ending", "ended", "failed", "corrupt").annotations({
+  description: "`corrupt` appears only in lists: the session's journal is damaged and `failure` says where"
+})
+
+const FailureBody = Schema.Struct({
+  code: FailureCode,
+  message: Schema.String,
+  retryable: Schema.Boolean,
+  ambiguous: Schema.Boolean
+}).annotations({ identifier: "Failure" })
 
 export const SessionSummary = Schema.Struct({
   session_id: SessionId,
   status: SessionStatus,
-  last_sequence: Schema.Int
+  last_sequence: Schema.Int,
+  failure: Schema.optional(FailureBody)
 }).annotations({ identifier: "SessionSummary" })
 
 export const SessionList = Schema.Struct({
@@ -45,13 +55,6 @@ export const SendMessageRequest = Schema.Struct({ input: TurnInput.annotations(s
   identifier: "SendMessage",
   ...strict
 })
-
-const FailureBody = Schema.Struct({
-  code: FailureCode,
-  message: Schema.String,
-  retryable: Schema.Boolean,
-  ambiguous: Schema.Boolean
-}).annotations({ identifier: "Failure" })
 
 export const TurnOutcome = Schema.Struct({
   session_id: SessionId,

@@ -4,20 +4,23 @@
  * through; then only the tail is read. Anything else (missing, damaged, stale beyond repair,
  * from another journal) is ignored and the state is rebuilt from the journal.
  */
-import { Effect, HashMap, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { deserializeState, empty, foldAll, serializeState, type SessionState } from "../domain/Projection.js"
 import type { SessionId } from "../domain/Ids.js"
-import { PROJECTION_CACHE_BYTES } from "../domain/Limits.js"
 import { Journal } from "../services/Journal.js"
+import { ServerConfig } from "../services/ServerConfig.js"
 import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
+import { memoryBudget } from "./MemoryBudget.js"
 import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
 
 const PAGE = 1000
 
-/** A cheap size estimate of a state, for the cache's byte bound. */
-const estimateBytes = (s: SessionState) => 1024 + s.transcript.length * 512 + HashMap.size(s.kv) * 128
-
-export const make = Effect.gen(function*() {
+/**
+ * The cache of released sessions' states holds at most `cacheBytes`, counted by each state's own
+ * byte count (its content, not a guess per message); one state larger than a quarter of it is
+ * not kept at all.
+ */
+export const make = (cacheBytes: number) => Effect.gen(function*() {
   const journal = yield* Journal
   const store = yield* CheckpointStore
   const cache = new Map<SessionId, { readonly state: SessionState; readonly bytes: number }>()
@@ -75,12 +78,12 @@ export const make = Effect.gen(function*() {
     remember: (session, state) =>
       Effect.sync(() => {
         drop(session)
-        const bytes = estimateBytes(state)
-        if (bytes > PROJECTION_CACHE_BYTES / 4) return
+        const bytes = state.bytes
+        if (bytes > cacheBytes / 4) return
         cache.set(session, { state, bytes })
         cachedBytes += bytes
         for (const [oldest] of cache) {
-          if (cachedBytes <= PROJECTION_CACHE_BYTES) break
+          if (cachedBytes <= cacheBytes) break
           drop(oldest)
         }
       }),
@@ -104,4 +107,8 @@ export const make = Effect.gen(function*() {
   return service
 })
 
-export const layer = Layer.effect(Projection, make)
+/** The projection with its cache sized from ServerConfig's BRAIN_CACHE_BYTES. */
+export const layer = Layer.effect(
+  Projection,
+  Effect.flatMap(ServerConfig, (config) => make(memoryBudget(config.cacheBytes).projectionBytes))
+)

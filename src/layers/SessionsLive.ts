@@ -1,52 +1,33 @@
 /**
- * The Sessions registry. Each session has at most one in-memory cell (its actor), opened on
- * demand; concurrent first accesses share one open. The first access of any kind in this process
- * checks the journal for work a stopped process left open and records its recovery. Turns run in
- * fibers owned by the registry, not by callers. Cells are released when unused unless an idle TTL
- * keeps them warm. Startup reads nothing.
+ * The Sessions service: creation, turns, lifecycle and reads over the registry of session cells
+ * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
+ * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, Layer } from "effect"
-import { failure, type Failure } from "../domain/Failure.js"
+import { Clock, Deferred, Duration, Effect, FiberSet, Layer } from "effect"
+import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
-import type { SessionStatus } from "../domain/Projection.js"
-import { needsRecovery, recoveryEntries } from "../domain/Recovery.js"
+import { empty, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
-import { Journal, type JournalAppendError, type JournalReadError, type SessionAlreadyExists } from "../services/Journal.js"
+import { Journal } from "../services/Journal.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import {
-  SessionError,
+  type SessionError,
   Sessions,
   type SessionsShape,
   type SessionSummary,
   type TurnOutcome
 } from "../services/Sessions.js"
 import { Tools } from "../services/Tools.js"
+import { memoryBudget } from "./MemoryBudget.js"
 import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
 import { followEvents, readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
+import { fromJournal, makeRegistry, refuse } from "./sessions/Registry.js"
 import { runTurn } from "./sessions/Turn.js"
-
-/** Records folded since the last checkpoint before a released cell writes a new one. */
-const CHECKPOINT_EVERY_RECORDS = 256
-
-const refuse = (f: Failure) => new SessionError({ failure: f })
-
-const fromJournal = (e: JournalReadError | JournalAppendError | SessionAlreadyExists): SessionError =>
-  refuse(
-    e._tag === "SessionNotFound"
-      ? failure("not_found", "no such session")
-      : e._tag === "JournalCorrupt"
-      ? failure("journal_corrupt", e.message)
-      : e._tag === "RecordRejected"
-      ? failure("invalid_request", e.reason)
-      : e._tag === "SessionAlreadyExists"
-      ? failure("conflict", e.message)
-      : failure("journal_write_failed", e.message, { ambiguous: true })
-  )
 
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
@@ -55,12 +36,13 @@ export const make = Effect.gen(function*() {
   const agentloops = yield* Agentloops
   const deps: HostDeps = { journal, fence: yield* EffectFence, models: yield* Models, tools: yield* Tools, config }
 
-  const cells = new Map<SessionId, Deferred.Deferred<Cell, SessionError>>()
-  /** Sessions checked for interrupted work by this process. */
-  const checked = new Set<SessionId>()
-  const checkpointedAt = new Map<SessionId, number>()
+  const registry = yield* makeRegistry({
+    journal,
+    projection,
+    idleTtlMs: config.sessionIdleTtlMs,
+    warmBytes: memoryBudget(config.cacheBytes).warmBytes
+  })
   const turns = yield* FiberSet.make<TurnOutcome>()
-  const timers = yield* FiberMap.make<SessionId>()
   const running = new Set<RunningTurn>()
 
   // Wall deadlines (BRAIN_MAX_TURN_SECS): one fiber for all turns rather than a timer per turn.
@@ -89,73 +71,8 @@ export const make = Effect.gen(function*() {
     }
   }))
 
-  /** Loads the state, recovering interrupted work first if this process has not yet looked. */
-  const load = (session: SessionId) =>
-    Effect.gen(function*() {
-      const { state } = yield* projection.state(session)
-      // A journal with no creation record is a create that never finished: nobody was given its id.
-      if (state.status === "none") {
-        return yield* Effect.fail(refuse(failure("not_found", "no such session")))
-      }
-      const ttl = state.configuration?.idle_ttl_ms ?? config.sessionIdleTtlMs
-      const cell = new Cell(session, state, ttl)
-      if (!checked.has(session) && needsRecovery(state)) {
-        yield* commit(journal, cell, recoveryEntries(state))
-      }
-      checked.add(session)
-      return cell
-    }).pipe(Effect.catchTags({
-      SessionNotFound: (e) => Effect.fail(fromJournal(e)),
-      JournalCorrupt: (e) => Effect.fail(fromJournal(e)),
-      JournalWriteFailed: (e) => Effect.fail(fromJournal(e)),
-      RecordRejected: (e) => Effect.fail(fromJournal(e))
-    }))
-
-  /** The session's cell, opened on demand and shared; the caller must `release` it. */
-  const acquire = (session: SessionId): Effect.Effect<Cell, SessionError> =>
-    Effect.suspend(() => {
-      const existing = cells.get(session)
-      const opened = existing ?? Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
-      if (!existing) cells.set(session, opened)
-      const open = existing
-        ? Effect.void
-        : load(session).pipe(
-          Effect.exit,
-          Effect.tap((exit) => {
-            if (Exit.isFailure(exit)) cells.delete(session)
-            return Deferred.done(opened, exit)
-          }),
-          Effect.uninterruptible
-        )
-      return Effect.zipRight(open, Deferred.await(opened)).pipe(
-        Effect.tap((cell) => Effect.sync(() => void cell.users++)),
-        Effect.tap(() => FiberMap.remove(timers, session))
-      )
-    })
-
-  /** Drops a use; an unused cell with no turn is released now, after its TTL, or kept (TTL 0). */
-  const release = (cell: Cell) =>
-    Effect.gen(function*() {
-      cell.users--
-      if (cell.users > 0 || cell.running) return
-      const evict = Effect.gen(function*() {
-        if (cell.users > 0 || cell.running) return
-        const current = cells.get(cell.session)
-        if (current && (yield* Deferred.poll(current))._tag === "Some") cells.delete(cell.session)
-        yield* projection.remember(cell.session, cell.state)
-        const last = checkpointedAt.get(cell.session) ?? 0
-        if (cell.state.lastSequence - last >= CHECKPOINT_EVERY_RECORDS) {
-          checkpointedAt.set(cell.session, cell.state.lastSequence)
-          yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
-        }
-      })
-      if (cell.idleTtlMs === undefined) return yield* evict
-      if (cell.idleTtlMs === 0) return
-      yield* FiberMap.run(timers, cell.session, Effect.interruptible(Effect.zipRight(Effect.sleep(Duration.millis(cell.idleTtlMs)), evict)))
-    })
-
-  const using = <A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>) =>
-    Effect.acquireUseRelease(acquire(session), body, release)
+  const using = <A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>) => registry.using(session, body)
+  const release = (cell: Cell) => registry.release(cell)
 
   const summary = (cell: Cell): SessionSummary => ({
     session_id: cell.session,
@@ -245,9 +162,8 @@ export const make = Effect.gen(function*() {
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
         if (refused !== undefined) return yield* Effect.fail(refuse(failure("invalid_request", refused)))
         const session = yield* mintSessionId
-        yield* journal.create(session).pipe(Effect.mapError(fromJournal))
-        checked.add(session)
-        const cell = new Cell(session, (yield* projection.state(session).pipe(Effect.mapError(fromJournal))).state, configuration.idle_ttl_ms ?? config.sessionIdleTtlMs)
+        yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
+        const cell = new Cell(session, empty)
         const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
         if (request.transcript && request.transcript.length > 0) {
           opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
@@ -256,12 +172,11 @@ export const make = Effect.gen(function*() {
           // Nothing was recorded: leave no empty session behind.
           Effect.tapError(() => Effect.ignore(journal.remove(session)))
         )
-        yield* write(cell, [entry("session_creation_ended", { sequence: first! })])
-        const opened = Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
-        Deferred.unsafeDone(opened, Exit.succeed(cell))
-        cells.set(session, opened)
-        cell.users++
-        yield* release(cell)
+        yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
+          // The creation is left open: the next access (by whoever learns the id) records it failed.
+          Effect.tapError(() => registry.abandon(session))
+        )
+        yield* registry.adopt(cell)
         return summary(cell)
       }),
     get: (session) => using(session, (cell) => Effect.succeed(summary(cell))),
@@ -273,6 +188,10 @@ export const make = Effect.gen(function*() {
         for (const id of page) {
           const s = yield* Effect.either(service.get(id))
           if (s._tag === "Right") sessions.push(s.right)
+          // A damaged session is listed as such (GET of it names the damage); a vanished one is not.
+          else if (s.left.failure.code === "journal_corrupt") {
+            sessions.push({ session_id: id, status: "corrupt", last_sequence: 0, failure: s.left.failure })
+          }
         }
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
       }),
@@ -306,16 +225,14 @@ export const make = Effect.gen(function*() {
           return summary(cell)
         })),
     delete: (session) =>
-      Effect.gen(function*() {
-        yield* using(session, (cell) =>
+      registry.delete(
+        session,
+        (cell) =>
           cell.state.status === "ended" || cell.state.status === "failed"
             ? Effect.void
-            : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted"))))
-        cells.delete(session)
-        yield* FiberMap.remove(timers, session)
-        yield* projection.forget(session)
-        yield* journal.remove(session).pipe(Effect.mapError(fromJournal))
-      }),
+            : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted"))),
+        journal.remove(session).pipe(Effect.mapError(fromJournal))
+      ),
     transcript: (session) =>
       using(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),
@@ -328,7 +245,7 @@ export const make = Effect.gen(function*() {
         const snapshot = yield* using(session, (cell) => Effect.succeed(cell.state))
         return followEvents(journal, session, snapshot, after, feed, fromJournal)
       }),
-    warm: Effect.sync(() => cells.size),
+    warm: Effect.sync(() => registry.size),
     drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true })),
     interruptAll: Effect.suspend(() =>
       Effect.forEach(

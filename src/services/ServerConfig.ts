@@ -33,6 +33,16 @@ export interface ServerConfigShape {
   readonly drainDeadlineMs: number
   /** Seconds between SSE heartbeat comments, in milliseconds. */
   readonly sseHeartbeatMs: number
+  /**
+   * Bytes of memory for what sessions not in use keep: warm idle actors, the folded states of
+   * released sessions and the journals' recent records. Undefined = an eighth of the V8 heap
+   * limit, at most DEFAULT_CACHE_BYTES_CAP.
+   */
+  readonly cacheBytes: number | undefined
+  /** Open HTTP connections; past this a new connection is refused with 503 (health still answers). */
+  readonly maxConnections: number
+  /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
+  readonly headersTimeoutMs: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -51,12 +61,22 @@ export const defaults: ServerConfigShape = {
   requestRetentionMs: 24 * 3600 * 1000,
   maxRequestBytes: 32 * 1024 * 1024,
   drainDeadlineMs: 60_000,
-  sseHeartbeatMs: 15_000
+  sseHeartbeatMs: 15_000,
+  cacheBytes: undefined,
+  maxConnections: 1024,
+  headersTimeoutMs: 10_000
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
   Config.integer(name).pipe(
     Config.validate({ message: `${name} must be a whole number ≥ 0`, validation: (n) => n >= 0 }),
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+
+const positive = (name: string, fallback: number, description: string) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: `${name} must be a whole number ≥ 1`, validation: (n) => n >= 1 }),
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
@@ -67,8 +87,12 @@ export const fromConfig = Config.all({
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
   cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
+  // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
   sessionIdleTtlMs: Config.option(
-    nonNegative("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)")
+    Config.integer("BRAIN_SESSION_IDLE_TTL_MS").pipe(
+      Config.validate({ message: "BRAIN_SESSION_IDLE_TTL_MS must be a whole number ≥ 0", validation: (n) => n >= 0 }),
+      Config.withDescription("keep idle session actors warm this long (0 = forever; unset = release at once)")
+    )
   ),
   cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
@@ -77,7 +101,15 @@ export const fromConfig = Config.all({
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
   drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
-  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval")
+  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval"),
+  cacheBytes: Config.option(
+    Config.integer("BRAIN_CACHE_BYTES").pipe(
+      Config.validate({ message: "BRAIN_CACHE_BYTES must be a whole number ≥ 0", validation: (n) => n >= 0 }),
+      Config.withDescription("memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)")
+    )
+  ),
+  maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
+  headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers")
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -89,11 +121,15 @@ export const fromConfig = Config.all({
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,
     dataDir: c.dataDir,
-    apiToken: Option.getOrUndefined(Option.map(c.apiToken, Redacted.value)),
+    // A blank token is no token: it would let anyone in, so it is refused beyond loopback like none.
+    apiToken: Option.getOrUndefined(Option.filter(Option.map(c.apiToken, Redacted.value), (t) => t.trim().length > 0)),
     requestRetentionMs: c.requestRetentionSecs * 1000,
     maxRequestBytes: c.maxRequestBytes,
     drainDeadlineMs: c.drainDeadlineMs,
-    sseHeartbeatMs: c.sseHeartbeatMs
+    sseHeartbeatMs: c.sseHeartbeatMs,
+    cacheBytes: Option.getOrUndefined(c.cacheBytes),
+    maxConnections: c.maxConnections,
+    headersTimeoutMs: c.headersTimeoutMs
   }))
 )
 

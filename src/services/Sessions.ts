@@ -22,8 +22,11 @@ export type CreateSession = Omit<SessionConfiguration, "agentloop"> & { readonly
 
 export interface SessionSummary {
   readonly session_id: SessionId
+  /** `corrupt` only in lists: the journal is damaged (`failure` says where); other routes answer `journal_corrupt`. */
   readonly status: SessionStatus
+  /** The last committed sequence; 0 for a corrupt session, whose journal is not read. */
   readonly last_sequence: number
+  readonly failure?: Failure
 }
 
 export interface TurnOutcome extends SessionSummary {

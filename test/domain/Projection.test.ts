@@ -8,8 +8,10 @@ import {
   eventsOf,
   foldAll,
   kvRead,
-  serializeState
+  serializeState,
+  stateBytes
 } from "../../src/domain/Projection.js"
+import { jsonBytes } from "../../src/domain/Size.js"
 import { checkPayload, type JournalRecord, type RecordKind } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
 
@@ -124,6 +126,36 @@ describe("Projection folds", () => {
       }),
       { numRuns: 500 }
     )
+  })
+
+  it("a state's byte count, kept by each fold, equals a count from scratch and survives a checkpoint", () => {
+    fc.assert(
+      fc.property(journalArb, (rs) => {
+        let s = empty
+        for (const r of rs) {
+          s = foldAll([r], s)
+          expect(s.bytes).toBe(stateBytes(s))
+        }
+        expect(deserializeState(JSON.parse(JSON.stringify(serializeState(s)))).bytes).toBe(s.bytes)
+      }),
+      { numRuns: 300 }
+    )
+  })
+
+  it("a state's byte count follows the content: a 1 MB message counts at least 1 MB, a short one well under 1 KiB", () => {
+    const big = { role: "user" as const, content: "x".repeat(1_000_000) }
+    const small = { role: "user" as const, content: "hi" }
+    const base = foldAll(records(creation))
+    const withBig = foldAll(records(creation, ["transcript_delta", { keep: 0, append: [big] }]))
+    const withSmall = foldAll(records(creation, ["transcript_delta", { keep: 0, append: [small] }]))
+    expect(withBig.bytes - base.bytes).toBeGreaterThanOrEqual(1_000_000)
+    expect(withSmall.bytes - base.bytes).toBeLessThan(1024)
+    // Replacing the big message by a short one gives its bytes back.
+    const replaced = foldAll(
+      records(creation, ["transcript_delta", { keep: 0, append: [big] }], ["transcript_delta", { keep: 0, append: [small] }])
+    )
+    expect(replaced.bytes - withSmall.bytes).toBeLessThan(128)
+    expect(jsonBytes({ a: [1, "bc"] })).toBeGreaterThan(jsonBytes({}))
   })
 
   it("the empty state serializes and restores to itself", () => {

@@ -10,6 +10,7 @@ import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Projection } from "../../src/services/Projection.js"
+import * as ServerConfig from "../../src/services/ServerConfig.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
 import { crc32 } from "../../src/layers/journal/Frame.js"
 import { tempDir } from "../support/journals.js"
@@ -17,7 +18,7 @@ import { tempDir } from "../support/journals.js"
 const layerFor = (dataDir: string) => {
   const journal = JournalFile.layerNode({ dataDir })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
-  return Layer.merge(journal, ProjectionLive.layer.pipe(Layer.provide(Layer.merge(journal, checkpoints))))
+  return Layer.merge(journal, ProjectionLive.layer.pipe(Layer.provide(Layer.mergeAll(journal, checkpoints, ServerConfig.layerWith({})))))
 }
 
 const u = (content: string) => ({ role: "user" as const, content })

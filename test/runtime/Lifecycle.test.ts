@@ -51,6 +51,27 @@ describe("Session lifecycle", () => {
       expect(viaDefault).toEqual([1, 0])
     }).pipe(Effect.provide(runtimeLayer())))
 
+  it.scoped("actors kept warm by a TTL share a byte budget: past it the least recently used are released, and still answer", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const big = (i: number) => [{ role: "user" as const, content: `${i}`.repeat(100_000) }]
+      const ids: Array<string> = []
+      for (let i = 0; i < 10; i++) {
+        ids.push((yield* sessions.create({ model: scripted, idle_ttl_ms: 0, transcript: big(i) })).session_id)
+      }
+      // BRAIN_CACHE_BYTES 800 kB gives warm actors 400 kB: three sessions of ~100 kB, not ten.
+      const warm = yield* sessions.warm
+      expect(warm).toBeGreaterThanOrEqual(1)
+      expect(warm).toBeLessThanOrEqual(4)
+      // The newest stays warm; the oldest, released, reopens on demand with everything it had.
+      const first = yield* sessions.transcript(ids[0] as any)
+      expect(first.messages[0]!.content).toBe("0".repeat(100_000))
+      expect((yield* sessions.send(ids[0] as any, { message: "still here" })).turn.status).toBe("ended")
+      // Small sessions are all kept: the bound is bytes, not a count.
+      for (let i = 0; i < 50; i++) yield* sessions.create({ model: scripted, idle_ttl_ms: 0 })
+      expect(yield* sessions.warm).toBeGreaterThanOrEqual(50)
+    }).pipe(Effect.provide(runtimeLayer({ config: { cacheBytes: 800_000 } }))))
+
   it.scoped("an opening transcript is recorded as the session's first conversation and the model sees it", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions

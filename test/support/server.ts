@@ -41,6 +41,10 @@ export interface ServerOptions {
   readonly args?: ReadonlyArray<string>
   /** An existing data directory to serve (kept on `dispose`). */
   readonly dataDir?: string
+  /** Node flags before the entry script (`--max-old-space-size=256`, say). */
+  readonly nodeArgs?: ReadonlyArray<string>
+  /** The process's open-file limit (soft and hard), set through `ulimit -n` before it starts. */
+  readonly fileLimit?: number
 }
 
 export class ServerProcess {
@@ -86,12 +90,16 @@ export class ServerProcess {
   /** Spawns the process; resolves with its exit instead of throwing when it exits before listening. */
   spawn(): Promise<{ readonly listening: true } | { readonly listening: false; readonly exited: Exited }> {
     const entry = this.options.entry ?? "fixture"
-    const argv = entry === "fixture" ? [FIXTURE] : [BIN, "serve", ...(this.options.args ?? [])]
+    const argv = [...(this.options.nodeArgs ?? []), ...(entry === "fixture" ? [FIXTURE] : [BIN, "serve", ...(this.options.args ?? [])])]
     this.lines.length = 0
     this.stderr = ""
     this.exited = undefined
     this.baseUrl = ""
-    const child = spawn(process.execPath, argv, {
+    // With a file limit, a shell sets it and then becomes node (exec): the pid is still the server's.
+    const [command, commandArgs] = this.options.fileLimit === undefined
+      ? [process.execPath, argv]
+      : ["/bin/sh", ["-c", `ulimit -n ${this.options.fileLimit} && exec "$0" "$@"`, process.execPath, ...argv]]
+    const child = spawn(command, commandArgs, {
       cwd: ROOT,
       env: {
         ...process.env,

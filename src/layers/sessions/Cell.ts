@@ -6,7 +6,7 @@ import { type Deferred, Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry } from "../../domain/Records.js"
-import type { JournalAppendError, JournalShape, Lane } from "../../services/Journal.js"
+import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
 
 /** Why a turn is being cancelled: by interrupt, its wall deadline, or a server stop. */
@@ -24,7 +24,14 @@ export class Cell {
   ending = false
   /** Callers currently using the cell; it may be released only at zero with no turn running. */
   users = 0
-  constructor(readonly session: SessionId, public state: SessionState, readonly idleTtlMs: number | undefined) {}
+  /**
+   * A write through this cell failed: its state may lack records that landed, so it commits
+   * nothing more and is dropped once unused; the next access reopens the session.
+   */
+  broken = false
+  /** Its session is being deleted: once released it is forgotten, never remembered. */
+  deleted = false
+  constructor(readonly session: SessionId, public state: SessionState) {}
 
   /** Folds records this actor just committed. The folded state keeps no record times, so none is needed. */
   foldIn(committed: ReadonlyArray<readonly [number, Entry]>) {
@@ -41,7 +48,12 @@ export class Cell {
  */
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
   Effect.uninterruptible(Effect.gen(function*() {
-    const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane })
+    if (cell.broken) {
+      return yield* Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
+    }
+    const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane }).pipe(
+      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true)))
+    )
     cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
     return seqs
   })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>

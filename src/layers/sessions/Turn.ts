@@ -126,7 +126,9 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const recorded = closed._tag === "Right" && Option.isSome(closed.right)
       const outcome: TurnOutcome = {
         session_id: cell.session,
-        status: cell.state.status === "none" ? "idle" : cell.state.status,
+        // Unrecorded, the turn is closed in memory all the same: the session's next access records
+        // it failed (recovery), leaving the session idle, never running for ever.
+        status: !recorded || cell.state.status === "none" ? "idle" : cell.state.status,
         last_sequence: cell.state.lastSequence,
         turn: recorded
           ? closing
@@ -135,7 +137,13 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           : {
             sequence: turn.sequence,
             status: "failed",
-            failure: failure("journal_write_failed", "the turn's end could not be recorded", { ambiguous: true })
+            failure: failure(
+              "journal_write_failed",
+              `the turn's end could not be recorded: ${
+                closed._tag === "Left" ? closed.left.message : `no answer from the journal within ${config.cleanupDeadlineMs} ms`
+              }`,
+              { ambiguous: true }
+            )
           }
       }
       return outcome

@@ -1,0 +1,30 @@
+/**
+ * How the memory for sessions not in use (BRAIN_CACHE_BYTES) is shared out. Unset, it is a
+ * fraction of this process's V8 heap limit, so a server started with a small heap keeps small
+ * caches and most of its heap for the requests in flight.
+ *
+ * - warm: idle actors kept by an idle TTL; past it the least recently used are released early
+ *   (a TTL keeps an actor warm for latency only, so releasing one changes nothing but speed);
+ * - projection: folded states of released sessions, so their next open reads only the tail;
+ * - recent: the journals' newest records, for the reads a turn makes of what it just wrote.
+ */
+import * as v8 from "node:v8"
+import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP } from "../domain/Limits.js"
+
+export interface MemoryBudget {
+  readonly warmBytes: number
+  readonly projectionBytes: number
+  readonly recentBytes: number
+}
+
+export const totalCacheBytes = (cacheBytes: number | undefined): number =>
+  cacheBytes ?? Math.min(DEFAULT_CACHE_BYTES_CAP, Math.floor(v8.getHeapStatistics().heap_size_limit * CACHE_HEAP_FRACTION))
+
+export const memoryBudget = (cacheBytes: number | undefined): MemoryBudget => {
+  const total = totalCacheBytes(cacheBytes)
+  return {
+    warmBytes: Math.floor(total / 2),
+    projectionBytes: Math.floor(total / 4),
+    recentBytes: Math.floor(total / 4)
+  }
+}

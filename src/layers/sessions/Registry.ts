@@ -1,0 +1,275 @@
+/**
+ * The registry of session cells (actors): at most one per session, opened on demand and shared by
+ * concurrent first accesses, released when unused.
+ *
+ * - Recovery: the first access of any kind in this process (reads included) records what a
+ *   stopped process left open, before anything else uses the session.
+ * - Release: an unused cell with no turn is released at once, after its idle TTL, or kept (TTL 0).
+ *   Cells kept warm and idle share a byte budget; past it the least recently used are released
+ *   early (a TTL buys latency only; a released session reopens on its next access).
+ * - A failed write breaks the cell: it refuses every later use, and once its last user has gone
+ *   the journal is reset and the cell dropped, so the next access reopens the session from what
+ *   is really stored and records the recovery of the interrupted work. While the disk still
+ *   refuses writes, that access fails with `journal_write_failed`; once it accepts them, the
+ *   session works again, without a restart.
+ * - Delete: from the moment a delete is admitted every access answers `not_found`, a cell in use
+ *   then is never remembered when released, and nothing of the session is served from memory.
+ */
+import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, type Scope } from "effect"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { SessionId } from "../../domain/Ids.js"
+import { needsRecovery, recoveryEntries } from "../../domain/Recovery.js"
+import type { JournalAppendError, JournalReadError, JournalShape, SessionAlreadyExists } from "../../services/Journal.js"
+import type { ProjectionShape } from "../../services/Projection.js"
+import { SessionError } from "../../services/Sessions.js"
+import { Cell, commit } from "./Cell.js"
+
+/** Records folded since the last checkpoint before a released cell writes a new one. */
+const CHECKPOINT_EVERY_RECORDS = 256
+
+export const refuse = (f: Failure) => new SessionError({ failure: f })
+
+export const notFound = () => refuse(failure("not_found", "no such session"))
+
+/** A journal error as the session operation's failure; `ambiguous` when the operation's own write may have landed. */
+export const fromJournal = (
+  e: JournalReadError | JournalAppendError | SessionAlreadyExists,
+  options: { readonly ambiguous: boolean } = { ambiguous: true }
+): SessionError =>
+  refuse(
+    e._tag === "SessionNotFound"
+      ? failure("not_found", "no such session")
+      : e._tag === "JournalCorrupt"
+      ? failure("journal_corrupt", e.message)
+      : e._tag === "RecordRejected"
+      ? failure("invalid_request", e.reason)
+      : e._tag === "SessionAlreadyExists"
+      ? failure("conflict", e.message)
+      : failure("journal_write_failed", `${e.message}; the session recovers on its next access once the disk accepts writes`, options)
+  )
+
+const brokenFailure = () =>
+  failure(
+    "journal_write_failed",
+    "a write to this session's journal failed; the session recovers on its next access once the disk accepts writes"
+  )
+
+export interface RegistryOptions {
+  readonly journal: JournalShape
+  readonly projection: ProjectionShape
+  /** The server-wide idle TTL (undefined = release at once, 0 = keep). */
+  readonly idleTtlMs: number | undefined
+  /** Bytes of idle cells kept warm by a TTL before the least recently used are released. */
+  readonly warmBytes: number
+}
+
+export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
+  Effect.map(FiberMap.make<SessionId>(), (timers) => new Registry(options, timers))
+
+export class Registry {
+  private readonly cells = new Map<SessionId, Deferred.Deferred<Cell, SessionError>>()
+  /** Sessions checked for interrupted work by this process. */
+  private readonly checked = new Set<SessionId>()
+  private readonly checkpointedAt = new Map<SessionId, number>()
+  /** Idle cells kept warm by a TTL, least recently used first, with the bytes each was counted at. */
+  private readonly warm = new Map<Cell, number>()
+  private warmTotal = 0
+  /** Sessions being deleted (admitted, not finished): every access answers not_found. */
+  private readonly deleting = new Set<SessionId>()
+
+  constructor(private readonly options: RegistryOptions, private readonly timers: FiberMap.FiberMap<SessionId>) {}
+
+  /** Cells in memory (warm or in use). */
+  get size() {
+    return this.cells.size
+  }
+
+  private ttlOf(cell: Cell) {
+    return cell.state.configuration?.idle_ttl_ms ?? this.options.idleTtlMs
+  }
+
+  /** Loads the state, recovering interrupted work first if this process has not yet looked. */
+  private load(session: SessionId): Effect.Effect<Cell, SessionError> {
+    const { journal, projection } = this.options
+    return Effect.gen(this, function*() {
+      const { state } = yield* projection.state(session)
+      // A journal with no creation record is a create that never finished: nobody was given its id.
+      if (state.status === "none") return yield* Effect.fail(notFound())
+      const cell = new Cell(session, state)
+      if (!this.checked.has(session) && needsRecovery(state)) {
+        yield* commit(journal, cell, recoveryEntries(state)).pipe(
+          // The journal is broken now: let the next access reopen it and try again.
+          Effect.tapError(() => journal.reset(session))
+        )
+      }
+      this.checked.add(session)
+      return cell
+    }).pipe(Effect.catchTags({
+      // Loading is not the request's own effect: a failure here changed nothing it asked for.
+      SessionNotFound: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
+      JournalCorrupt: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
+      JournalWriteFailed: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
+      RecordRejected: (e) => Effect.fail(fromJournal(e, { ambiguous: false }))
+    }))
+  }
+
+  /** The session's cell, opened on demand and shared; the caller must `release` it. */
+  acquire(session: SessionId): Effect.Effect<Cell, SessionError> {
+    return Effect.suspend(() => {
+      if (this.deleting.has(session)) return Effect.fail(notFound())
+      const existing = this.cells.get(session)
+      const opened = existing ?? Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
+      if (!existing) this.cells.set(session, opened)
+      const open = existing
+        ? Effect.void
+        : this.load(session).pipe(
+          Effect.exit,
+          Effect.tap((exit) => {
+            if (Exit.isFailure(exit) && this.cells.get(session) === opened) this.cells.delete(session)
+            return Deferred.done(opened, exit)
+          }),
+          Effect.uninterruptible
+        )
+      return Effect.zipRight(open, Deferred.await(opened)).pipe(
+        Effect.flatMap((cell) =>
+          Effect.suspend(() => {
+            if (cell.broken) return Effect.fail(refuse(brokenFailure()))
+            if (cell.deleted) return Effect.fail(notFound())
+            cell.users++
+            this.unwarm(cell)
+            return Effect.as(FiberMap.remove(this.timers, session), cell)
+          })
+        )
+      )
+    })
+  }
+
+  /** Registers the cell of a session just created (its records are in the cell already). */
+  adopt(cell: Cell): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      this.checked.add(cell.session)
+      const opened = Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
+      Deferred.unsafeDone(opened, Exit.succeed(cell))
+      this.cells.set(cell.session, opened)
+      cell.users++
+      return this.release(cell)
+    })
+  }
+
+  /** Forgets what this process knew of a session whose creation could not be recorded whole. */
+  abandon(session: SessionId): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      this.checked.delete(session)
+      return this.options.journal.reset(session)
+    })
+  }
+
+  /** Drops a use; an unused cell with no turn is released now, after its TTL, or kept (TTL 0). */
+  release(cell: Cell): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      cell.users--
+      if (cell.users > 0 || cell.running) return Effect.void
+      const ttl = this.ttlOf(cell)
+      if (cell.broken || cell.deleted || ttl === undefined) return this.evict(cell)
+      this.keepWarm(cell)
+      const trim = this.trimWarm()
+      if (ttl === 0) return trim
+      return Effect.zipRight(
+        FiberMap.run(this.timers, cell.session, Effect.interruptible(Effect.zipRight(Effect.sleep(Duration.millis(ttl)), this.evict(cell)))),
+        trim
+      )
+    })
+  }
+
+  using<A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>): Effect.Effect<A, SessionError> {
+    return Effect.acquireUseRelease(this.acquire(session), body, (cell) => this.release(cell))
+  }
+
+  private keepWarm(cell: Cell) {
+    this.unwarm(cell)
+    this.warm.set(cell, cell.state.bytes)
+    this.warmTotal += cell.state.bytes
+  }
+
+  private unwarm(cell: Cell) {
+    const bytes = this.warm.get(cell)
+    if (bytes === undefined) return
+    this.warm.delete(cell)
+    this.warmTotal -= bytes
+  }
+
+  /** Past the warm budget: releases the least recently used idle cells. */
+  private trimWarm(): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      const victims: Array<Cell> = []
+      let total = this.warmTotal
+      for (const [cell, bytes] of this.warm) {
+        if (total <= this.options.warmBytes) break
+        victims.push(cell)
+        total -= bytes
+      }
+      return Effect.forEach(victims, (cell) => Effect.zipRight(FiberMap.remove(this.timers, cell.session), this.evict(cell)), {
+        discard: true
+      })
+    })
+  }
+
+  /** Releases an unused cell: its state goes to the projection cache (and a checkpoint when due). */
+  private evict(cell: Cell): Effect.Effect<void> {
+    const { journal, projection } = this.options
+    return Effect.gen(this, function*() {
+      if (cell.users > 0 || cell.running) return
+      this.unwarm(cell)
+      const current = this.cells.get(cell.session)
+      if (current && (yield* Deferred.isDone(current))) {
+        // Done already, so this does not wait; an open still under way is left to its opener.
+        const held = yield* Effect.option(Deferred.await(current))
+        if (held._tag === "None" || held.value === cell) this.cells.delete(cell.session)
+      }
+      if (cell.deleted) return
+      if (cell.broken) {
+        // Nothing of this cell is trusted: the next access reopens the journal and recovers.
+        this.checked.delete(cell.session)
+        this.checkpointedAt.delete(cell.session)
+        yield* projection.forget(cell.session)
+        return yield* journal.reset(cell.session)
+      }
+      yield* projection.remember(cell.session, cell.state)
+      const last = this.checkpointedAt.get(cell.session) ?? 0
+      if (cell.state.lastSequence - last >= CHECKPOINT_EVERY_RECORDS) {
+        this.checkpointedAt.set(cell.session, cell.state.lastSequence)
+        yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
+      }
+    })
+  }
+
+  /**
+   * Deletes a session exclusively: `admit` checks the cell (and may refuse), then every access
+   * answers not_found while `remove` runs; one delete wins, the others are not_found.
+   */
+  delete(
+    session: SessionId,
+    admit: (cell: Cell) => Effect.Effect<void, SessionError>,
+    remove: Effect.Effect<void, SessionError>
+  ): Effect.Effect<void, SessionError> {
+    return Effect.gen(this, function*() {
+      yield* this.using(session, (cell) =>
+        Effect.flatMap(admit(cell), () =>
+          Effect.suspend(() => {
+            // Decided in one synchronous step: of concurrent deletes sharing the cell, one wins.
+            if (cell.deleted) return Effect.fail(notFound())
+            cell.deleted = true
+            this.deleting.add(session)
+            return Effect.void
+          })))
+      yield* Effect.gen(this, function*() {
+        this.cells.delete(session)
+        this.checked.delete(session)
+        this.checkpointedAt.delete(session)
+        yield* FiberMap.remove(this.timers, session)
+        yield* this.options.projection.forget(session)
+        yield* remove
+      }).pipe(Effect.ensuring(Effect.sync(() => this.deleting.delete(session))), Effect.uninterruptible)
+    })
+  }
+}

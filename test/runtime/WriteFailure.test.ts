@@ -1,0 +1,74 @@
+/**
+ * A journal write that fails in the middle of a turn (the disk is full) closes the turn in memory,
+ * never leaves the session `running` for ever, answers a clear non-retryable error while the disk
+ * still refuses writes, and recovers on the next access once it accepts them, without a restart.
+ * The file journal runs over a fault-injecting driver that answers ENOSPC to every write of the
+ * session until the disk is "freed".
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Context, Deferred, Effect, Either, Fiber, Layer } from "effect"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import { FileDriver } from "../../src/layers/journal/FileDriver.js"
+import type { ModelsShape } from "../../src/services/Models.js"
+import { Journal } from "../../src/services/Journal.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import { instrumentedDriver, tempDir } from "../support/journals.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+describe("a journal write failure during a turn", () => {
+  it.scoped("closes the turn in memory, answers journal_write_failed (not session_busy) while the disk is full, and recovers on the next access once it has room", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const inst = instrumentedDriver()
+      const reached = yield* Deferred.make<void>()
+      const proceed = yield* Deferred.make<void>()
+      let calls = 0
+      // The first model call waits until the test has filled the disk; later ones answer at once.
+      const models: ModelsShape = {
+        call: () =>
+          Effect.gen(function*() {
+            if (calls++ === 0) {
+              yield* Deferred.succeed(reached, undefined)
+              yield* Deferred.await(proceed)
+            }
+            return { text: "answer", tool_calls: [], stop_reason: "end" as const }
+          })
+      }
+      const journal = JournalFile.layer({ dataDir: dir, lockWaitMs: 0 }).pipe(
+        Layer.provide(Layer.succeed(FileDriver, inst.driver)),
+        Layer.orDie // a data directory that cannot be opened is a broken test setup
+      )
+      const context = yield* Layer.build(runtimeLayer({ journal, models }))
+      const s = Context.get(context, Sessions)
+      const j = Context.get(context, Journal)
+
+      const { session_id } = yield* s.create({ model: { provider: "scripted" } })
+      const sending = yield* Effect.fork(s.send(session_id, { message: "hello" }))
+      yield* Deferred.await(reached)
+      inst.diskFull(session_id)
+      yield* Deferred.succeed(proceed, undefined)
+      const outcome = yield* Fiber.join(sending)
+      expect(outcome.turn.status).toBe("failed")
+      expect(outcome.turn.failure?.code).toBe("journal_write_failed")
+      expect(outcome.turn.failure?.message).toContain("ENOSPC")
+      expect(outcome.status).toBe("idle")
+
+      // The disk is still full: every access says so, none says busy, none hangs.
+      for (const attempt of [s.get(session_id), s.send(session_id, { message: "again" }), s.interrupt(session_id), s.end(session_id)]) {
+        const r = yield* Effect.either(attempt)
+        expect(Either.isLeft(r) && r.left.failure.code).toBe("journal_write_failed")
+        expect(Either.isLeft(r) && r.left.failure.retryable).toBe(false)
+      }
+
+      // Room again: the next access records the interrupted turn and the session works.
+      inst.diskFreed(session_id)
+      const summary = yield* s.get(session_id)
+      expect(summary.status).toBe("idle")
+      const kinds = (yield* j.read(session_id, { after: 0, limit: 100 })).map((r) => r.kind)
+      expect(kinds.filter((k) => k === "turn_failed")).toHaveLength(1)
+      expect(kinds.filter((k) => k === "model_call_failed")).toHaveLength(1)
+      const next = yield* s.send(session_id, { message: "after" })
+      expect(next.turn.status).toBe("ended")
+      expect((yield* s.transcript(session_id)).messages.map((m) => m.content)).toContain("after")
+    }))
+})

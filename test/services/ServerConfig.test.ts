@@ -1,0 +1,44 @@
+/**
+ * ServerConfig read from the environment the way `brain serve` reads it: unset settings take
+ * their documented defaults, and "unset" stays distinct from zero where zero means something.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Either } from "effect"
+import { fromConfig } from "../../src/services/ServerConfig.js"
+
+const read = (env: Record<string, string>) =>
+  Effect.either(Effect.withConfigProvider(fromConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+
+describe("ServerConfig from the environment", () => {
+  it.effect("BRAIN_SESSION_IDLE_TTL_MS unset means release at once (undefined), 0 means keep forever, N means N", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.sessionIdleTtlMs).toBe(undefined)
+      const zero = yield* read({ BRAIN_SESSION_IDLE_TTL_MS: "0" })
+      expect(Either.isRight(zero) && zero.right.sessionIdleTtlMs).toBe(0)
+      const some = yield* read({ BRAIN_SESSION_IDLE_TTL_MS: "5000" })
+      expect(Either.isRight(some) && some.right.sessionIdleTtlMs).toBe(5000)
+      const bad = yield* read({ BRAIN_SESSION_IDLE_TTL_MS: "-1" })
+      expect(Either.isLeft(bad)).toBe(true)
+    }))
+
+  it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
+    Effect.gen(function*() {
+      for (const token of ["", " ", "\t \n"]) {
+        const c = yield* read({ BRAIN_API_TOKEN: token })
+        expect(Either.isRight(c) && c.right.apiToken, JSON.stringify(token)).toBe(undefined)
+      }
+      const real = yield* read({ BRAIN_API_TOKEN: "s3cret" })
+      expect(Either.isRight(real) && real.right.apiToken).toBe("s3cret")
+    }))
+
+  it.effect("BRAIN_CACHE_BYTES unset is left to the heap-sized default; connection limits must be positive", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.cacheBytes).toBe(undefined)
+      const set = yield* read({ BRAIN_CACHE_BYTES: "1048576", BRAIN_MAX_CONNECTIONS: "10" })
+      expect(Either.isRight(set) && [set.right.cacheBytes, set.right.maxConnections]).toEqual([1048576, 10])
+      expect(Either.isLeft(yield* read({ BRAIN_MAX_CONNECTIONS: "0" }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_CACHE_BYTES: "lots" }))).toBe(true)
+    }))
+})
