@@ -7,6 +7,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
+import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
 import * as AgentloopsInProcess from "./layers/AgentloopsInProcess.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
@@ -18,6 +19,13 @@ import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
 import * as ToolsInProcess from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
+import {
+  CONNECTION_CHECK_MS,
+  type ConnectionGuard,
+  fitToFileLimit,
+  guardConnections,
+  openFileLimit
+} from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
@@ -40,6 +48,26 @@ export const parseListen = (listen: string) => {
 
 const isLoopback = (host: string) => host === "localhost" || host === "::1" || /^127\./.test(host)
 
+const LISTEN_ERRORS: Readonly<Record<string, string>> = {
+  EADDRINUSE: "the address is already in use (another server is listening there)",
+  EADDRNOTAVAIL: "the address is not one of this machine's",
+  EACCES: "permission denied (ports below 1024 need privileges)",
+  ENOTFOUND: "the host name does not resolve",
+  EAI_AGAIN: "the host name could not be resolved (DNS failure)"
+}
+
+/** Why the server could not start, in words an operator can act on. */
+const describeStartupFailure = (listen: { readonly host: string; readonly port: number }) => (e: unknown): StartupRefused => {
+  const err = e as { _tag?: string; message?: string; reason?: string; cause?: NodeJS.ErrnoException }
+  if (err._tag === "ServeError") {
+    const code = err.cause?.code ?? "unknown"
+    return new StartupRefused({
+      reason: `cannot listen on ${listen.host}:${listen.port}: ${LISTEN_ERRORS[code] ?? err.cause?.message ?? "unknown error"} (${code})`
+    })
+  }
+  return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
+}
+
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
  * tools, and a model provider in place of the scripted one.
@@ -54,7 +82,11 @@ export interface Extensions {
 export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) => {
   const dataDir = path.resolve(config.dataDir)
   const budget = memoryBudget(config.cacheBytes)
-  const journal = JournalFile.layerNode({ dataDir, limits: { recentTotalBytes: budget.recentBytes } })
+  const files = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
+  const journal = JournalFile.layerNode({
+    dataDir,
+    limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles }
+  })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
   const base = Layer.merge(journal, Layer.succeed(ServerConfig, config))
   const deps = Layer.mergeAll(
@@ -70,13 +102,14 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
 }
 
 /** The HTTP server over the services. */
-export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server) => {
+export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server, guard?: ConnectionGuard) => {
   const { host, port } = parseListen(config.listen)!
   return HttpApiBuilder.serve().pipe(
     Layer.provide(HttpApiBuilder.middleware(gate({
       apiToken: config.apiToken,
       maxRequestBytes: config.maxRequestBytes,
-      draining: () => admission.draining
+      draining: () => admission.draining,
+      ...(guard ? { onProbation: guard.onProbation } : {})
     }))),
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json", additionalPropertiesStrategy: "strict" })),
     Layer.provide(apiLive(admission)),
@@ -109,23 +142,24 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
     const listen = parseListen(config.listen)
     if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
     if (!isLoopback(listen.host) && config.apiToken === undefined) {
-      return yield* Effect.fail(new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN` }))
+      return yield* Effect.fail(
+        new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN (set and not blank)` })
+      )
     }
     const signalled = yield* firstSignal
     const admission = new Admission()
-    const server = http.createServer()
+    const server = http.createServer({ connectionsCheckingInterval: CONNECTION_CHECK_MS })
     server.keepAliveTimeout = 5_000
-    // Requests Node itself refuses (a malformed request line, headers too large) get Brain's error body too.
-    server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
-      if (!socket.writable) return socket.destroy()
-      const body = JSON.stringify({ code: "invalid_request", message: `the request could not be parsed (${err.code ?? "bad request"})`, retryable: false })
-      socket.end(
-        `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+    const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
+    if (fitted.connections < config.maxConnections) {
+      yield* Effect.logWarning(
+        `the open-file limit (${openFileLimit()}) allows ${fitted.connections} connections and ${fitted.journalFiles} open journal files; raise it (ulimit -n) to serve BRAIN_MAX_CONNECTIONS (${config.maxConnections})`
       )
-    })
-    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server), Layer.empty).pipe(
+    }
+    const guard = guardConnections(server, { maxConnections: fitted.connections, headersTimeoutMs: config.headersTimeoutMs })
+    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, guard), Layer.empty).pipe(
       Layer.provideMerge(servicesLayer(config, extensions))
-    ))
+    )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
     const address = server.address()
     const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen

@@ -6,7 +6,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { Console, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
-import { FORMAT, FORMAT_FILE, SESSIONS_DIR } from "../layers/journal/DataDir.js"
+import { acquireLock, FORMAT, FORMAT_FILE, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { openHandle, readRecords } from "../layers/journal/Handle.js"
 import type { JournalReadError } from "../services/Journal.js"
@@ -69,6 +69,42 @@ export const verify = (dataDir: string, only?: string) =>
     yield* Console.log(`verified ${sessions.length} session(s): ${["clean", "torn write found", "corruption found"][worst]}`)
     return worst
   })
+
+/**
+ * Removes a damaged session's directory: the repair path for a session whose journal is corrupt
+ * (a healthy one is ended and deleted through the API). Takes the data directory's lock, so the
+ * server must be stopped; refuses a session whose journal opens cleanly.
+ */
+export const remove = (dataDir: string, session: string) =>
+  Effect.scoped(Effect.gen(function*() {
+    if (!isSessionId(session)) {
+      yield* Console.error(`${session}: not a session id`)
+      return VERIFY_CORRUPT
+    }
+    const locked = yield* Effect.either(acquireLock(path.resolve(dataDir), 0))
+    if (locked._tag === "Left") {
+      yield* Console.error(`${locked.left.message}; stop the server first`)
+      return VERIFY_CORRUPT
+    }
+    const dir = sessionDir(dataDir, session)
+    if (!fs.existsSync(dir)) {
+      yield* Console.error(`${session}: no such session in ${dataDir}`)
+      return VERIFY_CORRUPT
+    }
+    const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
+    if (opened._tag === "Right") {
+      yield* Console.error(`${session}: its journal is not corrupt; end and delete it through the API instead`)
+      return VERIFY_CORRUPT
+    }
+    yield* Effect.sync(() => {
+      fs.rmSync(dir, { recursive: true, force: true })
+      const parent = fs.openSync(path.dirname(dir), fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
+      fs.fsyncSync(parent)
+      fs.closeSync(parent)
+    })
+    yield* Console.log(`${session}: removed (${opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : opened.left.message})`)
+    return VERIFY_CLEAN
+  }))
 
 export const dump = (dataDir: string, session: string) =>
   Effect.gen(function*() {

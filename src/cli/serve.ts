@@ -3,7 +3,7 @@
  * BRAIN_DATA_DIR, BRAIN_API_TOKEN, the limits) and the same name as a flag: `--listen`,
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
-import { ConfigProvider, Effect } from "effect"
+import { type ConfigError, ConfigProvider, Effect } from "effect"
 import { serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
 
@@ -23,11 +23,29 @@ export const flagsToEnv = (args: ReadonlyArray<string>): Map<string, string> => 
   return out
 }
 
+/**
+ * A configuration error as the operator needs it: flags fall back to the environment, so a bad
+ * value reads "missing here or invalid there"; the invalid values are what to report.
+ */
+export const describeConfigError = (e: ConfigError.ConfigError): string => {
+  const invalid: Array<string> = []
+  const walk = (err: ConfigError.ConfigError) => {
+    if (err._op === "And" || err._op === "Or") {
+      walk(err.left)
+      walk(err.right)
+    } else if (err._op === "InvalidData") invalid.push(`${err.path.join(".")}: ${err.message}`)
+  }
+  walk(e)
+  return invalid.length > 0 ? `invalid setting: ${[...new Set(invalid)].join("; ")}` : e.toString()
+}
+
 export const serveCommand = (args: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const flags = yield* Effect.try({ try: () => flagsToEnv(args), catch: (e) => e as Error })
     const provider = ConfigProvider.fromMap(flags).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
-    const config = yield* Effect.withConfigProvider(fromConfig, provider)
+    const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
+      Effect.mapError((e) => new FlagError(describeConfigError(e)))
+    )
     yield* serve(config)
     return 0
   }).pipe(Effect.catchAll((e) => Effect.as(Effect.logError(`brain serve: ${e.message}`), 1)))

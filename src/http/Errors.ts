@@ -81,5 +81,14 @@ export const bodyOf = (e: ApiFailure) =>
   })
 
 export const toResponse = (e: ApiFailure) =>
-  HttpServerResponse.text(bodyOf(e), { status: e.status, contentType: "application/json" })
+  HttpServerResponse.text(bodyOf(e), {
+    status: e.status,
+    contentType: "application/json",
+    // RFC 7235: a 401 names the scheme it wants; a refusal for load asks the client to close.
+    ...(e.code === "unauthorized"
+      ? { headers: { "www-authenticate": 'Bearer realm="brain"' } }
+      : e.code === "overloaded"
+      ? { headers: { connection: "close" } }
+      : {})
+  })
 

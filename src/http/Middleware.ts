@@ -8,7 +8,9 @@ import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { RequestError } from "@effect/platform/HttpServerError"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import type { HttpApp } from "@effect/platform"
+import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
+import type * as net from "node:net"
 import { Cause, Effect, Option, Stream } from "effect"
 import { ApiFailure, apiFailure, toResponse } from "./Errors.js"
 
@@ -16,6 +18,8 @@ export interface GateOptions {
   readonly apiToken: string | undefined
   readonly maxRequestBytes: number
   readonly draining: () => boolean
+  /** Whether the request came on a connection accepted past the connection limit (health only). */
+  readonly onProbation?: (socket: net.Socket) => boolean
 }
 
 const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
@@ -28,15 +32,33 @@ const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/sess
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
 
+/** The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive (RFC 7235). */
+const bearerToken = (header: string | undefined) => {
+  const m = /^bearer +(\S+) *$/i.exec(header ?? "")
+  return m ? m[1]! : ""
+}
+
 export const gate = (options: GateOptions) => {
-  const expected = options.apiToken !== undefined ? digest(`Bearer ${options.apiToken}`) : undefined
+  const expected = options.apiToken !== undefined ? digest(options.apiToken) : undefined
   return <E, R>(app: HttpApp.Default<E, R>): HttpApp.Default<never, R> =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const path = request.url.split("?")[0]!
-      if (expected && !path.startsWith("/health/")) {
-        const given = request.headers["authorization"] ?? ""
-        if (!crypto.timingSafeEqual(digest(given), expected)) {
+      const health = path.startsWith("/health/")
+      if (options.onProbation?.(NodeHttpServerRequest.toIncomingMessage(request).socket)) {
+        if (!health) {
+          return yield* Effect.fail(
+            apiFailure("overloaded", "the server holds its maximum of connections (BRAIN_MAX_CONNECTIONS); try again later", {
+              retryable: true
+            })
+          )
+        }
+        // Health is answered, and the connection closed after it to free the slot.
+        return yield* Effect.map(app, (response) => HttpServerResponse.setHeader(response, "connection", "close"))
+      }
+      if (expected && !health) {
+        // Compared as digests in constant time, whatever the length of what was sent.
+        if (!crypto.timingSafeEqual(digest(bearerToken(request.headers["authorization"])), expected)) {
           return yield* Effect.fail(apiFailure("unauthorized", "a valid `Authorization: Bearer <token>` is required"))
         }
       }
@@ -58,6 +80,8 @@ export const gate = (options: GateOptions) => {
           if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
             return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
           }
+          // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
+          if (!isUtf8(body)) return yield* Effect.fail(apiFailure("invalid_request", "the body is not valid UTF-8"))
           const text = body.toString("utf8")
           if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
             return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))

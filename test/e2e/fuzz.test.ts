@@ -356,7 +356,8 @@ const authorization: HeaderGen = fc.oneof(
         `Bearer ${"x".repeat(3000)}`,
         `Token ${TOKEN}`
       ),
-      headerText(120).filter((s) => s.trim() !== `Bearer ${TOKEN}`)
+      // The scheme is case-insensitive (RFC 7235): any spelling of "Bearer <token>" is the token.
+      headerText(120).filter((s) => s.trim().replace(/^bearer +/i, "Bearer ") !== `Bearer ${TOKEN}`)
     ).map(bad("bad token"))
   }
 )

@@ -1,0 +1,104 @@
+/**
+ * The listener's own limits: how many connections it holds, how long one may take to send its
+ * headers, and what a client hears when a request cannot even be parsed.
+ *
+ * - At most `maxConnections` connections are served. Past it, a few more (OVERFLOW_CONNECTIONS)
+ *   are accepted on probation: each has OVERFLOW_WAIT_MS to send a request; `/health/*` is
+ *   answered, anything else gets 503 `overloaded`, and the connection is closed. When every
+ *   probation slot is taken, the oldest probationer (most likely a silent one) is dropped to make
+ *   room for the newcomer: a flood of silent connections never holds more than its share of
+ *   descriptors, and a health check or a new client always gets an answer.
+ * - A connection that has not sent its headers within `headersTimeoutMs` is answered 408 and
+ *   closed (Node checks every CONNECTION_CHECK_MS).
+ * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
+ *   408 for headers too slow, 400 for anything unparsable.
+ */
+import type * as http from "node:http"
+import type * as net from "node:net"
+import * as fs from "node:fs"
+
+/** Connections. Accepted past the limit on probation, so that health checks still get in. */
+export const OVERFLOW_CONNECTIONS = 64
+/** Milliseconds. How long a probationary connection may take to send its request. */
+export const OVERFLOW_WAIT_MS = 2_000
+/** Milliseconds. How often Node checks connections for the headers timeout. */
+export const CONNECTION_CHECK_MS = 1_000
+/** Descriptors. Kept for everything but connections and journal files (stdio, logs, directories, checkpoints). */
+export const FD_RESERVE = 128
+
+export interface ConnectionLimits {
+  readonly maxConnections: number
+  readonly headersTimeoutMs: number
+}
+
+/** The process's open-file limit (soft), where the platform says; undefined elsewhere. */
+export const openFileLimit = (): number | undefined => {
+  try {
+    const line = fs.readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"))
+    const soft = line?.split(/\s{2,}/)[1]
+    return soft === undefined || soft === "unlimited" ? undefined : Number(soft)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Connections and journal write descriptors that fit the open-file limit: each gets at most half
+ * of what the reserve and the probation slots leave, and never more than its own setting.
+ */
+export const fitToFileLimit = (wanted: { readonly connections: number; readonly journalFiles: number }, limit = openFileLimit()) => {
+  if (limit === undefined) return wanted
+  const share = Math.max(16, Math.floor((limit - FD_RESERVE - OVERFLOW_CONNECTIONS) / 2))
+  return { connections: Math.min(wanted.connections, share), journalFiles: Math.min(wanted.journalFiles, share) }
+}
+
+const rawAnswer = (status: number, reason: string, code: string, message: string, retryable: boolean) => {
+  const body = JSON.stringify({ code, message, retryable })
+  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+}
+
+/** Answers a request Node could not parse, in Brain's error shape. */
+const onClientError = (err: NodeJS.ErrnoException, socket: net.Socket) => {
+  if (!socket.writable) return socket.destroy()
+  const answer = err.code === "HPE_HEADER_OVERFLOW"
+    ? rawAnswer(431, "Request Header Fields Too Large", "invalid_request", "the request's headers are too large", false)
+    : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
+    ? rawAnswer(408, "Request Timeout", "invalid_request", "the request's headers did not arrive in time", true)
+    : rawAnswer(400, "Bad Request", "invalid_request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
+  socket.end(answer)
+}
+
+export interface ConnectionGuard {
+  /** Whether a request arrived on a connection accepted past the limit (only health is served there). */
+  readonly onProbation: (socket: net.Socket) => boolean
+  /** Connections open now. */
+  readonly open: () => number
+}
+
+/** Applies the limits to a server before it listens. */
+export const guardConnections = (server: http.Server, limits: ConnectionLimits): ConnectionGuard => {
+  server.headersTimeout = limits.headersTimeoutMs
+  server.requestTimeout = Math.max(server.requestTimeout, limits.headersTimeoutMs)
+  server.on("clientError", onClientError)
+  let open = 0
+  /** Sockets on probation, oldest first. */
+  const probation = new Set<net.Socket>()
+  server.on("connection", (socket: net.Socket) => {
+    open++
+    socket.once("close", () => {
+      open--
+      probation.delete(socket)
+    })
+    if (open - probation.size <= limits.maxConnections) return
+    if (probation.size >= OVERFLOW_CONNECTIONS) {
+      const oldest = probation.values().next().value!
+      probation.delete(oldest)
+      oldest.destroy()
+    }
+    probation.add(socket)
+    const timer = setTimeout(() => socket.destroy(), OVERFLOW_WAIT_MS)
+    timer.unref()
+    socket.once("close", () => clearTimeout(timer))
+  })
+  return { onProbation: (socket) => probation.has(socket), open: () => open }
+}

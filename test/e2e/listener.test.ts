@@ -1,0 +1,203 @@
+/**
+ * The listener and the edges of the HTTP API under hostile but legal clients, against real server
+ * processes: a flood of silent connections, slow and oversized headers, auth header spellings,
+ * bodies that are not UTF-8, start-up failures an operator must be told about, and a corrupt
+ * session that must stay visible and removable.
+ */
+import { spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { BIN, ensureBuilt, eventually, request, ROOT, ServerProcess, startServer } from "../support/server.js"
+
+/** Connections the flood opens, above what a process limited to 1,024 open files can hold. */
+const FLOOD = 1_100
+
+/** Opens `n` connections that never send a byte; resolves once all are connected (or refused). */
+const silentConnections = async (port: number, n: number) => {
+  const sockets: Array<net.Socket> = []
+  await Promise.all(Array.from({ length: n }, () =>
+    new Promise<void>((resolve) => {
+      const s = net.connect(port, "127.0.0.1", () => resolve())
+      s.on("error", () => resolve())
+      s.on("close", () => resolve())
+      sockets.push(s)
+    })))
+  return sockets
+}
+
+/** Sends raw bytes on a fresh connection and collects the answer until the server closes it. */
+const raw = (port: number, bytes: string, deadlineMs = 10_000) =>
+  new Promise<string>((resolve, reject) => {
+    const s = net.connect(port, "127.0.0.1", () => s.write(bytes))
+    let answer = ""
+    s.setEncoding("utf8")
+    s.on("data", (d: string) => void (answer += d))
+    s.on("close", () => resolve(answer))
+    s.on("error", reject)
+    setTimeout(() => {
+      s.destroy()
+      resolve(answer)
+    }, deadlineMs).unref()
+  })
+
+const portOf = (server: ServerProcess) => Number(new URL(server.baseUrl).port)
+
+const brain = (...args: Array<string>) => {
+  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: "utf8", timeout: 30_000 })
+  return { code: r.status, output: r.stdout + r.stderr }
+}
+
+describe("connections", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ fileLimit: 1024, env: { BRAIN_HEADERS_TIMEOUT_MS: "3000" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("1,100 silent connections on a 1,024-file process: health still answers, a new client is refused 503 with Brain's body, and all is well once they go", async () => {
+    const sockets = await silentConnections(portOf(server), FLOOD)
+    try {
+      const health = await request(server.baseUrl, "/health/live", { signal: AbortSignal.timeout(5_000) })
+      expect(health.status).toBe(204)
+      const refused = await request(server.baseUrl, "/v1/sessions", { signal: AbortSignal.timeout(5_000) })
+      expect(refused.status).toBe(503)
+      expect(refused.body).toMatchObject({ code: "overloaded", retryable: true })
+      expect(refused.body.message).toContain("BRAIN_MAX_CONNECTIONS")
+    } finally {
+      for (const s of sockets) s.destroy()
+    }
+    await eventually("a new client is served again", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions").catch(() => undefined)
+      return r?.status === 200 ? r : undefined
+    })
+    expect(server.exited).toBeUndefined()
+  }, 60_000)
+
+  it("headers that do not arrive in time are answered 408, headers too large 431, both in Brain's error shape", async () => {
+    const slow = await raw(portOf(server), "GET /v1/sessions HTTP/1.1\r\nHost: x\r\n")
+    expect(slow).toMatch(/^HTTP\/1\.1 408 /)
+    expect(JSON.parse(slow.slice(slow.indexOf("\r\n\r\n") + 4))).toMatchObject({ code: "invalid_request" })
+    const large = await raw(portOf(server), `GET /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(64 * 1024)}\r\n\r\n`)
+    expect(large).toMatch(/^HTTP\/1\.1 431 /)
+    expect(JSON.parse(large.slice(large.indexOf("\r\n\r\n") + 4))).toMatchObject({ code: "invalid_request" })
+  }, 30_000)
+
+  it("a body that is not valid UTF-8 is refused with 400 and nothing is created", async () => {
+    const before = (await request(server.baseUrl, "/v1/sessions")).body.sessions.length
+    const body = Buffer.concat([
+      Buffer.from('{"model":{"provider":"scripted"},"system":"'),
+      Buffer.from([0xff, 0xfe, 0xc3]),
+      Buffer.from('"}')
+    ])
+    const r = await request(server.baseUrl, "/v1/sessions", { raw: body, headers: { "content-type": "application/json" } })
+    expect(r.status).toBe(400)
+    expect(r.body).toMatchObject({ code: "invalid_request" })
+    expect(r.body.message).toContain("UTF-8")
+    expect((await request(server.baseUrl, "/v1/sessions")).body.sessions.length).toBe(before)
+  })
+})
+
+describe("auth", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_API_TOKEN: "tok3n" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("a 401 says which scheme it wants (WWW-Authenticate: Bearer); the scheme is matched case-insensitively, the token exactly", async () => {
+    const none = await request(server.baseUrl, "/v1/sessions")
+    expect(none.status).toBe(401)
+    expect(none.headers.get("www-authenticate")).toMatch(/^Bearer /)
+    for (const header of ["Bearer tok3n", "bearer tok3n", "BEARER tok3n", "bEaReR  tok3n"]) {
+      expect((await request(server.baseUrl, "/v1/sessions", { headers: { authorization: header } })).status, header).toBe(200)
+    }
+    for (const header of ["Bearer TOK3N", "Bearer tok3n x", "Basic tok3n", "tok3n"]) {
+      expect((await request(server.baseUrl, "/v1/sessions", { headers: { authorization: header } })).status, header).toBe(401)
+    }
+  })
+})
+
+describe("start-up failures say what and why", () => {
+  it("a port in use, a host that does not resolve, a blank token beyond loopback, a bad setting: each exits 1 naming the cause", async () => {
+    ensureBuilt()
+    const holder = await startServer({ entry: "product" })
+    const cases: Array<[Record<string, string>, RegExp]> = [
+      [{ BRAIN_LISTEN: new URL(holder.baseUrl).host }, /already in use.*EADDRINUSE/],
+      [{ BRAIN_LISTEN: "no-such-host.invalid:4000", BRAIN_API_TOKEN: "t" }, /does not resolve.*ENOTFOUND|could not be resolved/],
+      [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /beyond loopback without BRAIN_API_TOKEN/],
+      [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*integer/]
+    ]
+    try {
+      for (const [env, expected] of cases) {
+        const s = new ServerProcess({ entry: "product", env })
+        try {
+          const r = await s.spawn()
+          expect(r.listening, JSON.stringify(env)).toBe(false)
+          if (!r.listening) expect(r.exited.code, JSON.stringify(env)).toBe(1)
+          expect(s.output, JSON.stringify(env)).toMatch(expected)
+        } finally {
+          await s.dispose()
+        }
+      }
+    } finally {
+      await holder.dispose()
+    }
+  }, 60_000)
+})
+
+describe("a corrupt session", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ entry: "product" })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("is listed with status corrupt and where the damage is (relative to the data directory), and `brain journal remove` takes it away", async () => {
+    const make = async () => (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body.session_id
+    const [healthy, damaged] = [await make(), await make()]
+    await server.stop()
+    const seg = path.join(server.dataDir, "sessions", damaged, "journal", "00000000000000000001.seg")
+    const bytes = fs.readFileSync(seg)
+    bytes[20] = bytes[20]! ^ 0xff
+    fs.writeFileSync(seg, bytes)
+    // Refused while a server holds the data directory.
+    await server.start()
+    const busy = brain("journal", "remove", server.dataDir, damaged)
+    expect(busy.code).toBe(2)
+    expect(busy.output).toContain("stop the server first")
+
+    const list = await request(server.baseUrl, "/v1/sessions")
+    expect(list.status).toBe(200)
+    const entry = list.body.sessions.find((s: any) => s.session_id === damaged)
+    expect(entry).toMatchObject({ status: "corrupt", failure: { code: "journal_corrupt" } })
+    expect(entry.failure.message).toContain(`sessions/${damaged}/journal/00000000000000000001.seg`)
+    expect(list.body.sessions.find((s: any) => s.session_id === healthy)).toMatchObject({ status: "idle" })
+    const get = await request(server.baseUrl, `/v1/sessions/${damaged}`)
+    expect(get.status).toBe(500)
+    expect(get.body.code).toBe("journal_corrupt")
+    // No error body names where the server keeps its files.
+    for (const text of [list.text, get.text]) expect(text).not.toContain(server.dataDir)
+
+    await server.stop()
+    const refusedHealthy = brain("journal", "remove", server.dataDir, healthy)
+    expect(refusedHealthy.code).toBe(2)
+    expect(refusedHealthy.output).toContain("not corrupt")
+    const removed = brain("journal", "remove", server.dataDir, damaged)
+    expect(removed.code, removed.output).toBe(0)
+    await server.start()
+    const after = await request(server.baseUrl, "/v1/sessions")
+    expect(after.body.sessions.map((s: any) => s.session_id)).toEqual([healthy])
+    expect((await request(server.baseUrl, `/v1/sessions/${damaged}`)).status).toBe(404)
+  }, 60_000)
+})
