@@ -13,7 +13,7 @@ import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
-import { memoryBudget } from "./layers/MemoryBudget.js"
+import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
 import * as ModelsScripted from "./layers/ModelsScripted.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
@@ -27,7 +27,7 @@ import {
   openFileLimit
 } from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
-import { gate } from "./http/Middleware.js"
+import { BodyBudget, gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
@@ -109,6 +109,7 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
       apiToken: config.apiToken,
       maxRequestBytes: config.maxRequestBytes,
       draining: () => admission.draining,
+      bodies: new BodyBudget(inflightBodyBytes(config.inflightBodyBytes)),
       ...(guard ? { onProbation: guard.onProbation } : {})
     }))),
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json", additionalPropertiesStrategy: "strict" })),

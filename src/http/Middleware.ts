@@ -14,9 +14,38 @@ import type * as net from "node:net"
 import { Cause, Effect, Option, Stream } from "effect"
 import { ApiFailure, apiFailure, toResponse } from "./Errors.js"
 
+/**
+ * Request bodies held in memory at once, in bytes. A body is held from its first byte until its
+ * request is answered (its parsed value lives that long). One body is always admitted when
+ * nothing else is held, so every legal request can be served; past the budget, others are
+ * refused with 503 `overloaded` rather than let concurrent large bodies exhaust the heap.
+ */
+export class BodyBudget {
+  private held = 0
+  constructor(readonly limit: number) {}
+  take(bytes: number): boolean {
+    if (this.held > 0 && this.held + bytes > this.limit) return false
+    this.held += bytes
+    return true
+  }
+  give(bytes: number) {
+    this.held -= bytes
+  }
+  get inUse() {
+    return this.held
+  }
+}
+
+const busyBodies = () =>
+  apiFailure("overloaded", "the server holds as many request bodies as it can at once (BRAIN_INFLIGHT_BODY_BYTES); try again shortly", {
+    retryable: true
+  })
+
 export interface GateOptions {
   readonly apiToken: string | undefined
   readonly maxRequestBytes: number
+  /** Bytes of request bodies held at once; undefined = no bound. */
+  readonly bodies?: BodyBudget
   readonly draining: () => boolean
   /** Whether the request came on a connection accepted past the connection limit (health only). */
   readonly onProbation?: (socket: net.Socket) => boolean
@@ -70,39 +99,61 @@ export const gate = (options: GateOptions) => {
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
           return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
         }
-        const body = yield* readBody(request, options.maxRequestBytes)
-        if (body === undefined) {
-          return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+        const held = { bytes: 0 }
+        const budget = options.bodies
+        if (budget && declared !== undefined && Number(declared) > 0) {
+          if (!budget.take(Number(declared))) return yield* Effect.fail(busyBodies())
+          held.bytes = Number(declared)
         }
-        if (!RAW_BODY.has(path)) {
-          const type = request.headers["content-type"]
-          const mediaType = (type ?? "").split(";")[0]!.trim().toLowerCase()
-          if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
-            return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
-          }
-          // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
-          if (!isUtf8(body)) return yield* Effect.fail(apiFailure("invalid_request", "the body is not valid UTF-8"))
-          const text = body.toString("utf8")
-          if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
-            return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))
-          }
-          if (body.length > 0) {
-            if (nestingDepth(text) > MAX_JSON_DEPTH) {
-              return yield* Effect.fail(apiFailure("invalid_request", `the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
-            }
-            const parsed = yield* Effect.try({
-              try: () => JSON.parse(text) as unknown,
-              catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
-            })
-            // Parsed once here; the payload decoder reads this value instead of parsing again.
-            return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body, { parsed }))
-          }
-        }
-        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
+        return yield* Effect.ensuring(
+          routeWithBody(request, path, app, options, held),
+          Effect.sync(() => budget?.give(held.bytes))
+        )
       }
       return yield* app
     }).pipe(Effect.catchAllCause(shapeError))
 }
+
+/** Reads, checks and parses a request's body, then runs the route with it. */
+const routeWithBody = <E, R>(
+  request: HttpServerRequest.HttpServerRequest,
+  path: string,
+  app: HttpApp.Default<E, R>,
+  options: GateOptions,
+  held: { bytes: number }
+) =>
+  Effect.gen(function*() {
+    const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held)
+    if (body === "busy") return yield* Effect.fail(busyBodies())
+    if (body === undefined) {
+      return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+    }
+    if (!RAW_BODY.has(path)) {
+      const type = request.headers["content-type"]
+      const mediaType = (type ?? "").split(";")[0]!.trim().toLowerCase()
+      if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
+        return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
+      }
+      // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
+      if (!isUtf8(body)) return yield* Effect.fail(apiFailure("invalid_request", "the body is not valid UTF-8"))
+      const text = body.toString("utf8")
+      if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
+        return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))
+      }
+      if (body.length > 0) {
+        if (nestingDepth(text) > MAX_JSON_DEPTH) {
+          return yield* Effect.fail(apiFailure("invalid_request", `the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
+        }
+        const parsed = yield* Effect.try({
+          try: () => JSON.parse(text) as unknown,
+          catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
+        })
+        // Parsed once here; the payload decoder reads this value instead of parsing again.
+        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body, { parsed }))
+      }
+    }
+    return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
+  })
 
 /** Levels. JSON nested deeper is refused: no request needs it, and deep values overflow recursive code. */
 export const MAX_JSON_DEPTH = 64
@@ -126,22 +177,28 @@ const nestingDepth = (text: string): number => {
 
 /**
  * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
- * is answered on a live connection, never by resetting it) and returns undefined.
+ * is answered on a live connection, never by resetting it) and returns undefined. Bytes beyond
+ * what `held` already reserved are taken from the budget as they arrive; when it refuses, the
+ * rest is discarded the same way and the answer is "busy".
  */
-const readBody = (request: HttpServerRequest.HttpServerRequest, max: number) =>
-  Effect.async<Buffer | undefined, ApiFailure>((resume) => {
+const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: { bytes: number }) =>
+  Effect.async<Buffer | undefined | "busy", ApiFailure>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     const chunks: Array<Buffer> = []
     let size = 0
     let tooLarge = false
+    let busy = false
     const onData = (chunk: Buffer) => {
       size += chunk.length
-      if (size > max) {
-        tooLarge = true
-        chunks.length = 0
-      } else if (!tooLarge) chunks.push(chunk)
+      if (!tooLarge && !busy && budget && size > held.bytes) {
+        if (budget.take(size - held.bytes)) held.bytes = size
+        else busy = true
+      }
+      if (size > max) tooLarge = true
+      if (tooLarge || busy) chunks.length = 0
+      else chunks.push(chunk)
     }
-    const onEnd = () => resume(Effect.succeed(tooLarge ? undefined : Buffer.concat(chunks)))
+    const onEnd = () => resume(Effect.succeed(tooLarge ? undefined : busy ? "busy" : Buffer.concat(chunks)))
     const onError = (err: Error) => resume(Effect.fail(apiFailure("invalid_request", `the body could not be read: ${err.message}`)))
     if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
     source.on("data", onData)

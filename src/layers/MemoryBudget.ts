@@ -17,6 +17,10 @@ export interface MemoryBudget {
   readonly recentBytes: number
 }
 
+/** Request bodies held at once: the setting, or a quarter of the heap limit. */
+export const inflightBodyBytes = (setting: number | undefined): number =>
+  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4)
+
 export const totalCacheBytes = (cacheBytes: number | undefined): number =>
   cacheBytes ?? Math.min(DEFAULT_CACHE_BYTES_CAP, Math.floor(v8.getHeapStatistics().heap_size_limit * CACHE_HEAP_FRACTION))
 

@@ -39,6 +39,11 @@ export interface ServerConfigShape {
    * limit, at most DEFAULT_CACHE_BYTES_CAP.
    */
   readonly cacheBytes: number | undefined
+  /**
+   * Bytes of request bodies held in memory at once (from first byte to answer); past it a new
+   * body is refused with 503, unless nothing else is held. Undefined = a quarter of the heap limit.
+   */
+  readonly inflightBodyBytes: number | undefined
   /** Open HTTP connections; past this a new connection is refused with 503 (health still answers). */
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
@@ -63,6 +68,7 @@ export const defaults: ServerConfigShape = {
   drainDeadlineMs: 60_000,
   sseHeartbeatMs: 15_000,
   cacheBytes: undefined,
+  inflightBodyBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000
 }
@@ -108,6 +114,12 @@ export const fromConfig = Config.all({
       Config.withDescription("memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)")
     )
   ),
+  inflightBodyBytes: Config.option(
+    Config.integer("BRAIN_INFLIGHT_BODY_BYTES").pipe(
+      Config.validate({ message: "BRAIN_INFLIGHT_BODY_BYTES must be a whole number ≥ 1", validation: (n) => n >= 1 }),
+      Config.withDescription("request body bytes held at once (unset: 1/4 of the heap limit)")
+    )
+  ),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers")
 }).pipe(
@@ -128,6 +140,7 @@ export const fromConfig = Config.all({
     drainDeadlineMs: c.drainDeadlineMs,
     sseHeartbeatMs: c.sseHeartbeatMs,
     cacheBytes: Option.getOrUndefined(c.cacheBytes),
+    inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs
   }))

@@ -6,6 +6,7 @@
  */
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
+import * as http from "node:http"
 import * as net from "node:net"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
@@ -100,6 +101,50 @@ describe("connections", () => {
     expect(r.body.message).toContain("UTF-8")
     expect((await request(server.baseUrl, "/v1/sessions")).body.sessions.length).toBe(before)
   })
+})
+
+describe("request bodies held at once", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_INFLIGHT_BODY_BYTES: "1000000" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  const createBody = (bytes: number) => {
+    const head = '{"model":{"provider":"scripted"},"system":"'
+    return head + "s".repeat(bytes - head.length - 2) + '"}'
+  }
+
+  it("past BRAIN_INFLIGHT_BODY_BYTES a new body is refused 503 overloaded while another is held; alone, any legal body is served", async () => {
+    const held = createBody(800_000)
+    // A request that declares its body and sends only half of it: its bytes are held meanwhile.
+    const slow = http.request(`${server.baseUrl}/v1/sessions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(held) }
+    })
+    const slowAnswer = new Promise<number>((resolve, reject) => {
+      slow.on("response", (res) => {
+        res.resume()
+        res.on("end", () => resolve(res.statusCode!))
+      })
+      slow.on("error", reject)
+    })
+    slow.write(held.slice(0, 400_000))
+    const refused = await eventually("a second body to be refused", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions", { raw: createBody(800_000), headers: { "content-type": "application/json" } })
+      return r.status === 503 ? r : undefined
+    })
+    expect(refused.body).toMatchObject({ code: "overloaded", retryable: true })
+    expect(refused.body.message).toContain("BRAIN_INFLIGHT_BODY_BYTES")
+    slow.end(held.slice(400_000))
+    expect(await slowAnswer).toBe(201)
+    // Alone, even a body above the budget is served: every legal request can succeed.
+    const big = await request(server.baseUrl, "/v1/sessions", { raw: createBody(1_500_000), headers: { "content-type": "application/json" } })
+    expect(big.status, big.text.slice(0, 200)).toBe(201)
+  }, 30_000)
 })
 
 describe("auth", () => {
