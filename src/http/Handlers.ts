@@ -68,7 +68,11 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
           { sha256: hash },
           agentloops.admit(bytes).pipe(
             Effect.map((id) => jsonAnswer(201, { id })),
-            Effect.mapError((e) => apiFailure("invalid_request", e.reason))
+            Effect.mapError((e) =>
+              e._tag === "AgentloopRejected"
+                ? apiFailure("invalid_request", e.reason)
+                : apiFailure("internal", e.reason, { retryable: true })
+            )
           )
         )
       }).pipe(asRaw)

@@ -8,7 +8,7 @@ import * as path from "node:path"
 import { Effect, Layer } from "effect"
 import { failure } from "../domain/Failure.js"
 import { officialLoop } from "../loops/official.js"
-import { AgentloopFailed, AgentloopRejected, Agentloops, type AgentloopShape, type AgentloopsShape } from "../services/Agentloop.js"
+import { AgentloopFailed, AgentloopRejected, Agentloops, AgentloopStoreFailed, type AgentloopShape, type AgentloopsShape } from "../services/Agentloop.js"
 
 export const OFFICIAL = "official"
 
@@ -57,7 +57,7 @@ export const make = (loops: Readonly<Record<string, AgentloopShape>> = {}, modul
     },
     has: (id) => Effect.sync(() => all.has(id) || modules.has(id)),
     admit: (bytes) =>
-      Effect.suspend(() => {
+      Effect.suspend((): Effect.Effect<string, AgentloopRejected | AgentloopStoreFailed> => {
         if (bytes.length < 8 || WASM_MAGIC.some((b, i) => bytes[i] !== b)) {
           return Effect.fail(new AgentloopRejected({ reason: "the body is not a WebAssembly module (no \\0asm header)" }))
         }
@@ -67,7 +67,9 @@ export const make = (loops: Readonly<Record<string, AgentloopShape>> = {}, modul
             modules.put(id, bytes)
             return id
           },
-          catch: (err) => new AgentloopRejected({ reason: `the module could not be stored: ${String(err)}` })
+          // The errno, not the message: it would name where the server keeps its files.
+          catch: (err) =>
+            new AgentloopStoreFailed({ reason: `the module could not be stored: ${(err as NodeJS.ErrnoException).code ?? "error"}` })
         })
       })
   }

@@ -72,10 +72,13 @@ export interface AgentloopsShape {
   readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
   readonly has: (id: string) => Effect.Effect<boolean>
   /** Stores an uploaded module durably under its content hash (SHA-256, hex); returns the id. */
-  readonly admit: (bytes: Uint8Array) => Effect.Effect<string, AgentloopRejected>
+  readonly admit: (bytes: Uint8Array) => Effect.Effect<string, AgentloopRejected | AgentloopStoreFailed>
 }
 
 /** An uploaded module was refused (not WebAssembly, or it could not be stored). */
 export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{ readonly reason: string }> {}
+
+/** A valid module could not be stored (the server's fault, not the request's). */
+export class AgentloopStoreFailed extends Data.TaggedError("AgentloopStoreFailed")<{ readonly reason: string }> {}
 
 export class Agentloops extends Context.Tag("brain/Agentloops")<Agentloops, AgentloopsShape>() {}

@@ -198,6 +198,27 @@ describe("start-up failures say what and why", () => {
   }, 60_000)
 })
 
+describe("a module that cannot be stored", () => {
+  it("is the server's failure (500 internal, retryable), not the request's, and the answer names no server path", async () => {
+    ensureBuilt()
+    const server = await startServer()
+    try {
+      await server.stop()
+      // Where the modules' directory should be, a file: every store of a module fails.
+      fs.rmSync(path.join(server.dataDir, "agentloops"), { recursive: true, force: true })
+      fs.writeFileSync(path.join(server.dataDir, "agentloops"), "not a directory")
+      await server.start()
+      const wasm = new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00])
+      const r = await request(server.baseUrl, "/v1/agentloops", { raw: wasm, headers: { "content-type": "application/wasm" } })
+      expect(r.status, r.text).toBe(500)
+      expect(r.body).toMatchObject({ code: "internal", retryable: true })
+      expect(r.text).not.toContain(server.dataDir)
+    } finally {
+      await server.dispose()
+    }
+  }, 60_000)
+})
+
 describe("a corrupt session", () => {
   let server: ServerProcess
   beforeAll(async () => {
