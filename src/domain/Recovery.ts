@@ -9,14 +9,18 @@ import { failure } from "./Failure.js"
 import type { SessionState } from "./Projection.js"
 import { entry, type Entry } from "./Records.js"
 
-const interrupted = (what: string) =>
-  failure("interrupted", `the server stopped while ${what} was running; nothing was re-run`, { ambiguous: true })
+/** What stopped the work: the process (a restart), or a journal write that failed under it. */
+export type RecoveryCause = "restart" | "write_failure"
+
+const stoppedBy = (cause: RecoveryCause) => (cause === "restart" ? "the server stopped" : "a journal write failed")
 
 export const needsRecovery = (s: SessionState): boolean =>
   HashMap.size(s.pending) > 0 || s.activation !== undefined || s.turn !== undefined || s.creation !== undefined ||
   s.ending !== undefined
 
-export const recoveryEntries = (s: SessionState): ReadonlyArray<Entry> => {
+export const recoveryEntries = (s: SessionState, cause: RecoveryCause = "restart"): ReadonlyArray<Entry> => {
+  const interrupted = (what: string) =>
+    failure("interrupted", `${stoppedBy(cause)} while ${what} was running; nothing was re-run`, { ambiguous: true })
   const out: Array<Entry> = []
   const pending = [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence)
   for (const p of pending) {
@@ -30,7 +34,7 @@ export const recoveryEntries = (s: SessionState): ReadonlyArray<Entry> => {
           entry("tool_call_failed", {
             sequence,
             outcome: "unknown",
-            failure: failure("unknown", "the server stopped during this tool call; it may or may not have run", { ambiguous: true }),
+            failure: failure("unknown", `${stoppedBy(cause)} during this tool call; it may or may not have run`, { ambiguous: true }),
             is_error: true
           })
         )

@@ -70,6 +70,8 @@ export class Registry {
   private readonly cells = new Map<SessionId, Deferred.Deferred<Cell, SessionError>>()
   /** Sessions checked for interrupted work by this process. */
   private readonly checked = new Set<SessionId>()
+  /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
+  private readonly broken = new Set<SessionId>()
   private readonly checkpointedAt = new Map<SessionId, number>()
   /** Idle cells kept warm by a TTL, least recently used first, with the bytes each was counted at. */
   private readonly warm = new Map<Cell, number>()
@@ -97,12 +99,13 @@ export class Registry {
       if (state.status === "none") return yield* Effect.fail(notFound())
       const cell = new Cell(session, state)
       if (!this.checked.has(session) && needsRecovery(state)) {
-        yield* commit(journal, cell, recoveryEntries(state)).pipe(
+        yield* commit(journal, cell, recoveryEntries(state, this.broken.has(session) ? "write_failure" : "restart")).pipe(
           // The journal is broken now: let the next access reopen it and try again.
           Effect.tapError(() => journal.reset(session))
         )
       }
       this.checked.add(session)
+      this.broken.delete(session)
       return cell
     }).pipe(Effect.catchTags({
       // Loading is not the request's own effect: a failure here changed nothing it asked for.
@@ -160,6 +163,7 @@ export class Registry {
   abandon(session: SessionId): Effect.Effect<void> {
     return Effect.suspend(() => {
       this.checked.delete(session)
+      this.broken.add(session)
       return this.options.journal.reset(session)
     })
   }
@@ -230,6 +234,7 @@ export class Registry {
       if (cell.broken) {
         // Nothing of this cell is trusted: the next access reopens the journal and recovers.
         this.checked.delete(cell.session)
+        this.broken.add(cell.session)
         this.checkpointedAt.delete(cell.session)
         yield* projection.forget(cell.session)
         return yield* journal.reset(cell.session)
@@ -265,6 +270,7 @@ export class Registry {
       yield* Effect.gen(this, function*() {
         this.cells.delete(session)
         this.checked.delete(session)
+        this.broken.delete(session)
         this.checkpointedAt.delete(session)
         yield* FiberMap.remove(this.timers, session)
         yield* this.options.projection.forget(session)
