@@ -3,6 +3,7 @@
  * variables by default). Zero means "no bound" for every turn limit.
  */
 import { Config, Context, Layer, Option, Redacted } from "effect"
+import { IDEMPOTENCY_MAX_ANSWER_BYTES, IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES } from "../domain/Limits.js"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -33,6 +34,11 @@ export interface ServerConfigShape {
   readonly drainDeadlineMs: number
   /** Seconds between SSE heartbeat comments, in milliseconds. */
   readonly sseHeartbeatMs: number
+  /**
+   * Bytes: the largest answer (its JSON: status, headers, body) the idempotency log keeps for
+   * replay; a larger one is recorded as "completed with status N, answer not kept".
+   */
+  readonly idempotencyMaxAnswerBytes: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -51,7 +57,8 @@ export const defaults: ServerConfigShape = {
   requestRetentionMs: 24 * 3600 * 1000,
   maxRequestBytes: 32 * 1024 * 1024,
   drainDeadlineMs: 60_000,
-  sseHeartbeatMs: 15_000
+  sseHeartbeatMs: 15_000,
+  idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
@@ -77,7 +84,15 @@ export const fromConfig = Config.all({
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
   drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
-  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval")
+  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval"),
+  idempotencyMaxAnswerBytes: Config.integer("BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES").pipe(
+    Config.validate({
+      message: `BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES must be a whole number from 1 to ${IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES}`,
+      validation: (n) => n >= 1 && n <= IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES
+    }),
+    Config.withDefault(defaults.idempotencyMaxAnswerBytes),
+    Config.withDescription("bytes: the largest idempotent answer kept for replay; a larger one is recorded as not kept")
+  )
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -93,7 +108,8 @@ export const fromConfig = Config.all({
     requestRetentionMs: c.requestRetentionSecs * 1000,
     maxRequestBytes: c.maxRequestBytes,
     drainDeadlineMs: c.drainDeadlineMs,
-    sseHeartbeatMs: c.sseHeartbeatMs
+    sseHeartbeatMs: c.sseHeartbeatMs,
+    idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes
   }))
 )
 

@@ -8,6 +8,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { IDEMPOTENCY_READ_CHUNK_BYTES, MAX_FRAME_BYTES } from "../../src/domain/Limits.js"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
 import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import { Idempotency, type Answer, type IdempotencyShape } from "../../src/services/Idempotency.js"
@@ -50,6 +51,109 @@ const expectReplay = (store: IdempotencyShape, k: string) =>
 
 const expectAmbiguousFromLog = (store: IdempotencyShape, k: string) =>
   Effect.map(store.claim("s", k, `h-${k}`), (r) => expect(r, k).toEqual({ _tag: "Ambiguous", inFlight: false }))
+
+/** Flips one bit of the byte at `at` in the file, in place (the store may have it open). */
+const flipByte = (file: string, at: number) => {
+  const fd = fs.openSync(file, "r+")
+  const b = Buffer.alloc(1)
+  fs.readSync(fd, b, 0, 1, at)
+  b[0] = b[0]! ^ 0x40
+  fs.writeSync(fd, b, 0, 1, at)
+  fs.closeSync(fd)
+}
+
+describe("IdempotencyFile: answers live in the log", () => {
+  it.scoped("a replay reads its answer back from the log: an answer frame damaged after it was written is IdempotencyLogDamaged naming the file and offset, never replayed", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["a", "b"])
+          const frames = framesOf(fs.readFileSync(logOf(dir)))
+          const bAnswer = frames[3]!
+          expect(bAnswer.kind).toBe("idem_answer")
+          flipByte(logOf(dir), bAnswer.end - 5)
+          yield* expectReplay(store, "a")
+          for (let i = 0; i < 2; i++) {
+            const err = yield* Effect.flip(store.claim("s", "b", "h-b"))
+            expect(err._tag).toBe("IdempotencyLogDamaged")
+            if (err._tag !== "IdempotencyLogDamaged") return
+            expect(err.file).toBe("idempotency/claims.log")
+            expect(err.offset).toBe(bAnswer.start)
+            expect(err.reason).toContain("checksum")
+          }
+          // A different body is still a conflict, decided from the index alone.
+          expect(yield* store.claim("s", "b", "other")).toEqual({ _tag: "Conflict" })
+        }))
+    }))
+
+  it.scoped("open reads the log in bounded chunks (a larger frame whole), never the whole file at once", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const big = "z".repeat(2 * IDEMPOTENCY_READ_CHUNK_BYTES)
+      const small = Array.from({ length: 200 }, (_, i) => `k${i}`)
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, small.slice(0, 100))
+          expect((yield* store.claim("s", "big", "h-big"))._tag).toBe("Claimed")
+          yield* store.complete("s", "big", answer(big))
+          // Enough small records after the big one that the log spans several chunks.
+          for (const k of small.slice(100)) {
+            yield* store.claim("s", k, `h-${k}`)
+            yield* store.complete("s", k, answer(`answer ${k} ${"p".repeat(30_000)}`))
+          }
+        }), { maxAnswerBytes: 4 * IDEMPOTENCY_READ_CHUNK_BYTES })
+      const size = fs.statSync(logOf(dir)).size
+      expect(size).toBeGreaterThan(4 * IDEMPOTENCY_READ_CHUNK_BYTES)
+      const largestFrame = Math.max(...framesOf(fs.readFileSync(logOf(dir))).map((f) => f.end - f.start))
+      const reads: Array<number> = []
+      const driver: FileDriverShape = {
+        ...nodeDriver,
+        readFile: (p) => Effect.dieMessage(`readFile(${p}): the log must be read in chunks`),
+        read: (fd, buffer, position) => Effect.zipRight(Effect.sync(() => reads.push(buffer.length)), nodeDriver.read(fd, buffer, position))
+      }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          // Opening read every byte, in pieces no larger than a chunk or the one larger frame.
+          expect(reads.length).toBeGreaterThan(4)
+          expect(Math.max(...reads)).toBeLessThanOrEqual(Math.max(IDEMPOTENCY_READ_CHUNK_BYTES, largestFrame))
+          const r = yield* store.claim("s", "big", "h-big")
+          expect(r._tag === "Replay" && r.answer.body === big).toBe(true)
+          yield* expectReplay(store, "k0")
+        }), { maxAnswerBytes: 4 * IDEMPOTENCY_READ_CHUNK_BYTES }, driver)
+    }))
+
+  it.scoped("an answer above the maximum is recorded as not kept: the key resolves to its status and size at once and after a restart, and the log stays small", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const body = "x".repeat(5_000)
+      const expected = { _tag: "AnswerNotKept", status: 200, bytes: JSON.stringify(answer(body)).length }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "k", "h"))._tag).toBe("Claimed")
+          yield* store.complete("s", "k", answer(body))
+          expect(yield* store.claim("s", "k", "h")).toEqual(expected)
+          expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Conflict" })
+        }), { maxAnswerBytes: 4_096 })
+      expect(fs.statSync(logOf(dir)).size).toBeLessThan(1_000)
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "k", "h"), (r) => expect(r).toEqual(expected)), { maxAnswerBytes: 4_096 })
+    }))
+
+  it.scoped("an answer above the frame maximum resolves its key (never in progress), at once and after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const huge = answer("h".repeat(MAX_FRAME_BYTES + 1))
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "huge", "h"))._tag).toBe("Claimed")
+          yield* store.complete("s", "huge", huge)
+          const r = yield* store.claim("s", "huge", "h")
+          expect(r._tag).toBe("AnswerNotKept")
+          expect(r._tag === "AnswerNotKept" && r.bytes).toBeGreaterThan(MAX_FRAME_BYTES)
+        }))
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "huge", "h"), (r) => expect(r._tag).toBe("AnswerNotKept")))
+    }))
+})
 
 describe("IdempotencyFile: restart", () => {
   it.scoped("claims and answers survive a restart: answered ⇒ Replay, claimed-not-answered ⇒ Ambiguous not in flight", () =>
@@ -121,7 +225,7 @@ describe("IdempotencyFile: torn and corrupt logs", () => {
       yield* withStore(dir, (store) => expectReplay(store, "c"))
     }))
 
-  it.scoped("a corrupt middle record refuses to open, naming the file and the offset, and changes nothing", () =>
+  it.scoped("a corrupt middle record refuses to open, naming the file (relative to the data directory) and the offset, and changes nothing", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       yield* withStore(dir, (store) => record(store, ["a", "b"]))
@@ -133,11 +237,11 @@ describe("IdempotencyFile: torn and corrupt logs", () => {
         damaged[at] = damaged[at]! ^ 0x40
         fs.writeFileSync(log, damaged)
         const err = yield* Effect.flip(Effect.scoped(open(dir)))
-        expect(err._tag, what).toBe("IdempotencyLogCorrupt")
-        if (err._tag !== "IdempotencyLogCorrupt") return
-        expect(err.file, what).toBe(log)
+        expect(err._tag, what).toBe("IdempotencyLogDamaged")
+        if (err._tag !== "IdempotencyLogDamaged") return
+        expect(err.file, what).toBe("idempotency/claims.log")
         expect(err.offset, what).toBe(frames[1]!.start)
-        expect(err.message, what).toContain(`${log} is corrupt at offset ${frames[1]!.start}`)
+        expect(err.message, what).toContain(`idempotency/claims.log is damaged at offset ${frames[1]!.start}`)
         expect(fs.readFileSync(log).equals(damaged), what).toBe(true)
       }
     }))
@@ -168,8 +272,12 @@ describe("IdempotencyFile: compaction", () => {
           yield* TestClock.adjust(RETENTION_MS / 2)
           expect(yield* store.compact).toBe(50)
           expect(fs.statSync(logOf(dir)).size).toBeLessThan(before / 10)
+          // Replays read the moved frames at their new offsets.
+          yield* expectReplay(store, "live")
+          expect(yield* store.claim("s", "pending", "h-pending")).toEqual({ _tag: "Ambiguous", inFlight: true })
           // The store goes on appending to the rewritten log.
           yield* record(store, ["after"])
+          yield* expectReplay(store, "after")
         }), options)
       const frames = framesOf(fs.readFileSync(logOf(dir)))
       expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5])
@@ -181,6 +289,30 @@ describe("IdempotencyFile: compaction", () => {
           yield* expectAmbiguousFromLog(store, "pending")
           for (const k of old) expect(yield* store.claim("s", k, "new body")).toEqual({ _tag: "Claimed" })
         }))
+    }))
+
+  it.scoped("compaction copies live records from the log file: a live record damaged on disk fails the rewrite, which leaves the old log in place", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, Array.from({ length: 20 }, (_, i) => `old${i}`))
+          yield* TestClock.adjust(RETENTION_MS / 2)
+          yield* record(store, ["live"])
+          const frames = framesOf(fs.readFileSync(logOf(dir)))
+          const liveAnswer = frames[frames.length - 1]!
+          flipByte(logOf(dir), liveAnswer.end - 2)
+          const before = fs.readFileSync(logOf(dir))
+          yield* TestClock.adjust(RETENTION_MS / 2)
+          const err = yield* Effect.flip(store.compact)
+          expect(err._tag).toBe("IdempotencyLogDamaged")
+          expect(err._tag === "IdempotencyLogDamaged" && err.offset).toBe(liveAnswer.start)
+          expect(fs.readFileSync(logOf(dir)).equals(before)).toBe(true)
+          expect(fs.readdirSync(path.join(dir, "idempotency"))).toEqual(["claims.log"])
+          // The store goes on: new keys are claimed and answered in the old log.
+          yield* record(store, ["next"])
+          yield* expectReplay(store, "next")
+        }), { limits: { rewriteDeadBytes: 0 } })
     }))
 
   it.scoped("a log with little dead weight is not rewritten", () =>
@@ -199,7 +331,7 @@ describe("IdempotencyFile: compaction", () => {
       yield* withStore(dir, (store) => expectReplay(store, "g"))
     }))
 
-  it.scopedLive("claims and answers made while a rewrite runs are neither lost nor reordered", () =>
+  it.scopedLive("claims and answers made while a rewrite runs are neither lost nor reordered, and replays during and after it read the right frames", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       // The rewrite stops at its rename until released, with appends arriving meanwhile.
@@ -227,9 +359,13 @@ describe("IdempotencyFile: compaction", () => {
           yield* Effect.sleep("20 millis")
           // The appends wait for the rewrite: nothing is acknowledged into the file being replaced.
           expect(Option.isNone(yield* Fiber.poll(during))).toBe(true)
+          // Replays do not wait: they read the old file, which stays open until its readers are done.
+          yield* expectReplay(store, "kept")
           yield* Deferred.succeed(release, undefined)
           expect(yield* Fiber.join(compaction)).toBe(10)
           yield* Fiber.join(during)
+          yield* expectReplay(store, "kept")
+          yield* expectReplay(store, "during7")
         }), { retentionMs, limits: { rewriteDeadBytes: 0 } }, driver)
       const frames = framesOf(fs.readFileSync(logOf(dir)))
       expect(frames.map((f) => f.sequence)).toEqual(Array.from({ length: 43 }, (_, i) => i + 1))

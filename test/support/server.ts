@@ -41,6 +41,8 @@ export interface ServerOptions {
   readonly args?: ReadonlyArray<string>
   /** An existing data directory to serve (kept on `dispose`). */
   readonly dataDir?: string
+  /** Extra arguments for node itself, before the script (e.g. `--max-old-space-size=128`). */
+  readonly nodeArgs?: ReadonlyArray<string>
 }
 
 export class ServerProcess {
@@ -91,7 +93,7 @@ export class ServerProcess {
     this.stderr = ""
     this.exited = undefined
     this.baseUrl = ""
-    const child = spawn(process.execPath, argv, {
+    const child = spawn(process.execPath, [...(this.options.nodeArgs ?? []), ...argv], {
       cwd: ROOT,
       env: {
         ...process.env,
