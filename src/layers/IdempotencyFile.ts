@@ -13,8 +13,11 @@
  *   the log's writer. A failed write fails only the records of its round: a failed claim frees
  *   its key; a failed answer leaves the key ambiguous (the work happened), never in progress.
  * - Open reads the log in bounded chunks and follows the journal's recovery rules: an incomplete
- *   final frame is a torn write and is truncated; a complete frame that fails a check, or an
- *   unreadable record, is damage and the store refuses to open.
+ *   final frame is a torn write and is truncated. A damaged log (a complete frame failing a
+ *   check, an unreadable record) is left as it is, said loudly, and the store refuses every
+ *   keyed request with `IdempotencyLogDamaged` until an operator repairs it (`brain idempotency
+ *   repair`); requests without a key are not its business. It never starts a fresh log, which
+ *   would let old keys run twice.
  * - Compaction drops expired entries from the index and, once enough of the log is dead, the
  *   writer rewrites it between rounds by copying the live frames from the file.
  *
@@ -43,6 +46,7 @@ import {
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
 import { idOf, Index, newEntry } from "./idempotency/Index.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
+import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
 import {
   answerKind,
@@ -57,7 +61,7 @@ import {
 
 export { type IdempotencyFileLimits, LOG_FILE, LOG_NAME } from "./idempotency/Log.js"
 
-export const IDEMPOTENCY_DIR = "idempotency"
+export { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 
 export const defaultLimits: IdempotencyFileLimits = {
   queueRecords: IDEMPOTENCY_QUEUE_RECORDS,
@@ -84,10 +88,17 @@ const NEVER_ANSWERED: ClaimResult = { _tag: "Ambiguous", inFlight: false }
 
 const REPAIR_HINT = "stop the server and run `brain idempotency repair <data-dir>`"
 
+/** The store over a damaged log: every keyed request is refused; nothing is written. */
+const refusing = (damaged: IdempotencyLogDamaged): IdempotencyShape => ({
+  claim: () => Effect.fail(damaged),
+  complete: () => Effect.fail(damaged),
+  compact: Effect.succeed(0)
+})
+
 
 export const make = (
   options: IdempotencyFileOptions
-): Effect.Effect<IdempotencyShape, IdempotencyStoreFailed | IdempotencyLogDamaged, FileDriver | Scope.Scope> =>
+): Effect.Effect<IdempotencyShape, IdempotencyStoreFailed, FileDriver | Scope.Scope> =>
   Effect.gen(function*() {
     const driver = yield* FileDriver
     const limits = { ...defaultLimits, ...options.limits }
@@ -116,7 +127,11 @@ export const make = (
         onRight: (record) => void index.apply(record, frame.offset, frame.size)
       })).pipe(Effect.mapError(storeFailed))
     if (verdict._tag === "Damaged") {
-      return yield* Effect.fail(new IdempotencyLogDamaged({ file: LOG_NAME, offset: verdict.offset, reason: verdict.reason }))
+      const damaged = new IdempotencyLogDamaged({ file: LOG_NAME, offset: verdict.offset, reason: verdict.reason })
+      yield* Effect.logError(
+        `${damaged.message}. Every request with an Idempotency-Key is refused (503 idempotency_unavailable) until the log is repaired: ${REPAIR_HINT}. Requests without a key are served.`
+      )
+      return refusing(damaged)
     }
     if (verdict._tag === "Torn") {
       yield* Effect.logWarning(`idempotency log ${LOG_NAME}: truncating a torn final write at offset ${verdict.end} (${verdict.reason})`)

@@ -11,7 +11,8 @@ import { Deferred, Effect, Fiber, Layer, Option, TestClock } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES, MAX_FRAME_BYTES } from "../../src/domain/Limits.js"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
 import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
-import { Idempotency, type Answer, type IdempotencyShape } from "../../src/services/Idempotency.js"
+import { encodeFrame } from "../../src/layers/journal/Frame.js"
+import { Idempotency, type Answer, type IdempotencyError, type IdempotencyShape } from "../../src/services/Idempotency.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
 import { framesOf } from "../support/frames.js"
 
@@ -225,23 +226,48 @@ describe("IdempotencyFile: torn and corrupt logs", () => {
       yield* withStore(dir, (store) => expectReplay(store, "c"))
     }))
 
-  it.scoped("a corrupt middle record refuses to open, naming the file (relative to the data directory) and the offset, and changes nothing", () =>
+  it.scoped("a damaged log opens refusing: every claim and answer fails with IdempotencyLogDamaged naming the file (relative to the data directory) and the offset, and the file is left as found", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      yield* withStore(dir, (store) => record(store, ["a", "b"]))
+      yield* withStore(dir, (store) => record(store, ["a", "b"], ["c"]))
       const log = logOf(dir)
       const original = fs.readFileSync(log)
       const frames = framesOf(original)
-      for (const [what, at] of [["body", frames[1]!.end - 3], ["length", frames[1]!.start]] as const) {
+      const flipped = (at: number) => {
         const damaged = Buffer.from(original)
         damaged[at] = damaged[at]! ^ 0x40
+        return damaged
+      }
+      // A whole frame (both checksums hold) whose record cannot be used.
+      const whole = (kind: string, json: string) =>
+        Buffer.concat([original, ...encodeFrame(frames.length + 1, 0, Buffer.from(kind), Buffer.from(json), false)])
+      const cases = [
+        ["a flipped body byte", flipped(frames[1]!.end - 3), frames[1]!.start, "checksum"],
+        ["a flipped length byte", flipped(frames[1]!.start), frames[1]!.start, "checksum"],
+        ["an unreadable payload", whole("idem_claim", "{\"scope\":1}"), original.length, "unreadable idem_claim payload"],
+        ["an unknown kind", whole("idem_other", "{}"), original.length, "unknown record kind"]
+      ] as const
+      for (const [what, damaged, offset, reason] of cases) {
         fs.writeFileSync(log, damaged)
-        const err = yield* Effect.flip(Effect.scoped(open(dir)))
-        expect(err._tag, what).toBe("IdempotencyLogDamaged")
-        if (err._tag !== "IdempotencyLogDamaged") return
-        expect(err.file, what).toBe("idempotency/claims.log")
-        expect(err.offset, what).toBe(frames[1]!.start)
-        expect(err.message, what).toContain(`idempotency/claims.log is damaged at offset ${frames[1]!.start}`)
+        yield* withStore(dir, (store) =>
+          Effect.gen(function*() {
+            const refusals = [
+              store.claim("s", "a", "h-a"),
+              store.claim("s", "new", "h"),
+              store.complete("s", "c", answer("late"))
+            ] as const
+            for (const refused of refusals) {
+              const err = yield* Effect.flip(refused as Effect.Effect<unknown, IdempotencyError>)
+              expect(err._tag, what).toBe("IdempotencyLogDamaged")
+              if (err._tag !== "IdempotencyLogDamaged") return
+              expect(err.file, what).toBe("idempotency/claims.log")
+              expect(err.offset, what).toBe(offset)
+              expect(err.reason, what).toContain(reason)
+              expect(err.message, what).toContain(`idempotency/claims.log is damaged at offset ${offset}`)
+            }
+            expect(yield* store.compact).toBe(0)
+          }))
+        // Nothing written, nothing truncated: the damage waits for an operator.
         expect(fs.readFileSync(log).equals(damaged), what).toBe(true)
       }
     }))
