@@ -10,7 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer, Option, TestClock } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES, MAX_FRAME_BYTES } from "../../src/domain/Limits.js"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
-import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, type FileDriverShape, FileError, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import { encodeFrame } from "../../src/layers/journal/Frame.js"
 import { Idempotency, type Answer, type IdempotencyError, type IdempotencyShape } from "../../src/services/Idempotency.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
@@ -61,6 +61,36 @@ const flipByte = (file: string, at: number) => {
   b[0] = b[0]! ^ 0x40
   fs.writeSync(fd, b, 0, 1, at)
   fs.closeSync(fd)
+}
+
+/**
+ * A driver whose next `plan.writes` log writes fail the way a full disk does (half of the bytes
+ * land, then ENOSPC), and whose next `plan.truncates` ftruncates fail with EIO.
+ */
+const faultyDriver = () => {
+  const plan = { writes: 0, truncates: 0 }
+  const state = { plan, landed: 0, driver: nodeDriver }
+  state.driver = {
+    ...nodeDriver,
+    writev: (fd, buffers, position) =>
+      Effect.suspend(() => {
+        if (plan.writes === 0) return nodeDriver.writev(fd, buffers, position)
+        plan.writes--
+        const all = Buffer.concat(buffers)
+        const half = all.subarray(0, all.length >> 1)
+        return nodeDriver.writev(fd, [half], position).pipe(
+          Effect.tap((n) => void (state.landed += n)),
+          Effect.zipRight(Effect.fail(new FileError({ op: "write", path: `fd ${fd}`, code: "ENOSPC", detail: "ENOSPC: no space left on device, write" })))
+        )
+      }),
+    ftruncate: (fd, length) =>
+      Effect.suspend(() => {
+        if (plan.truncates === 0) return nodeDriver.ftruncate(fd, length)
+        plan.truncates--
+        return Effect.fail(new FileError({ op: "ftruncate", path: `fd ${fd}`, code: "EIO", detail: "EIO: i/o error, ftruncate" }))
+      })
+  }
+  return state
 }
 
 describe("IdempotencyFile: answers live in the log", () => {
@@ -465,28 +495,82 @@ describe("IdempotencyFile: durability and group commit", () => {
         Effect.forEach(keys, (k) => expectAmbiguousFromLog(store, k), { discard: true }))
     }))
 
-  it.scoped("a write failure is IdempotencyStoreFailed and sticky; nothing unacknowledged comes back after a restart", () =>
+  it.scoped("a failed write (ENOSPC) fails only its round: the torn bytes are cut back, the freed key and later records succeed, and a restart finds exactly the durable records", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      const inst = instrumentedDriver()
+      const faults = faultyDriver()
       yield* withStore(dir, (store) =>
         Effect.gen(function*() {
           yield* record(store, ["before"])
-          inst.failNextWrite("claims.log")
-          const failed = yield* Effect.flip(store.claim("s", "lost", "h"))
+          const durable = fs.statSync(logOf(dir)).size
+          faults.plan.writes = 1
+          const failed = yield* Effect.flip(store.claim("s", "lost", "h-lost"))
           expect(failed._tag).toBe("IdempotencyStoreFailed")
-          expect(failed.reason).toContain("EIO")
-          // Sticky: the next write would have worked, but the store refuses everything.
-          for (const later of [store.claim("s", "other", "h"), store.complete("s", "before", answer("x")), store.compact]) {
-            const err = yield* Effect.flip(later as Effect.Effect<unknown, { readonly _tag: string }>)
-            expect(err._tag).toBe("IdempotencyStoreFailed")
-          }
-          expect(inst.counts.writev).toBe(3)
-        }), {}, inst.driver)
+          expect(failed.message).toContain("idempotency/claims.log")
+          expect(failed.message).toContain("ENOSPC")
+          expect(failed.message).not.toContain(dir)
+          // Half a frame landed; it is cut back at once.
+          expect(faults.landed).toBeGreaterThan(0)
+          expect(fs.statSync(logOf(dir)).size).toBe(durable)
+          // The failed claim freed its key; space is back: everything goes on.
+          yield* record(store, ["lost", "after"])
+          yield* expectReplay(store, "before")
+          yield* expectReplay(store, "lost")
+        }), {}, faults.driver)
+      const frames = framesOf(fs.readFileSync(logOf(dir)))
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5, 6])
+      expect(frames[frames.length - 1]!.end).toBe(fs.statSync(logOf(dir)).size)
       yield* withStore(dir, (store) =>
         Effect.gen(function*() {
-          yield* expectReplay(store, "before")
-          expect(yield* store.claim("s", "lost", "h")).toEqual({ _tag: "Claimed" })
+          for (const k of ["before", "lost", "after"]) yield* expectReplay(store, k)
+        }))
+    }))
+
+  it.scoped("an answer whose write failed leaves its key ambiguous, not in flight (the work happened), at once and after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "k", "h-k"))._tag).toBe("Claimed")
+          faults.plan.writes = 1
+          const failed = yield* Effect.flip(store.complete("s", "k", answer("answer k")))
+          expect(failed.message).toContain("ENOSPC")
+          yield* expectAmbiguousFromLog(store, "k")
+          // A later answer for it is not taken either: the first outcome (unrecorded) stands.
+          yield* store.complete("s", "k", answer("answer k"))
+          yield* expectAmbiguousFromLog(store, "k")
+          yield* record(store, ["other"])
+        }), {}, faults.driver)
+      yield* withStore(dir, (store) => Effect.zipRight(expectAmbiguousFromLog(store, "k"), expectReplay(store, "other")))
+    }))
+
+  it.scoped("when the cut back fails too, the next round fails while it cannot be made, and the writer recovers once it can", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["before"])
+          const durable = fs.statSync(logOf(dir)).size
+          faults.plan.writes = 1
+          // The cut after the failed write and the one before the next round both fail.
+          faults.plan.truncates = 2
+          expect((yield* Effect.flip(store.claim("s", "one", "h-one"))).message).toContain("ENOSPC")
+          expect(fs.statSync(logOf(dir)).size).toBeGreaterThan(durable)
+          const next = yield* Effect.flip(store.claim("s", "two", "h-two"))
+          expect(next.message).toContain("could not be undone yet")
+          expect(next.message).toContain("ftruncate failed: EIO")
+          // Never sticky: the third round makes the cut and writes.
+          yield* record(store, ["one", "two"])
+          expect(faults.plan.truncates).toBe(0)
+        }), {}, faults.driver)
+      const frames = framesOf(fs.readFileSync(logOf(dir)))
+      expect(frames.map((f) => f.kind)).toEqual(["idem_claim", "idem_answer", "idem_claim", "idem_answer", "idem_claim", "idem_answer"])
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5, 6])
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          for (const k of ["before", "one", "two"]) yield* expectReplay(store, k)
         }))
     }))
 

@@ -105,12 +105,9 @@ export class Log {
     return new IdempotencyStoreFailed({ reason: `${LOG_NAME}: ${what}` })
   }
 
-  /** A failed write is sticky: the writer refuses every later record. */
-  private broken: IdempotencyStoreFailed | undefined
-
   /** Why the log takes no more records (closed), if it does not. */
   refused() {
-    return this.broken ?? (this.closed ? new IdempotencyStoreFailed({ reason: "the idempotency store is closed" }) : undefined)
+    return this.closed ? new IdempotencyStoreFailed({ reason: "the idempotency store is closed" }) : undefined
   }
 
   private poke() {
@@ -231,10 +228,9 @@ export class Log {
   private commit(batch: ReadonlyArray<Pending>) {
     return Effect.gen(this, function*() {
       const fail = (what: string) => {
-        const error = this.broken ?? this.failed(what)
+        const error = this.failed(what)
         for (const p of batch) Deferred.unsafeDone(p.done, Effect.fail(error))
       }
-      if (this.broken) return fail("")
       const owed = yield* Effect.either(this.settle)
       if (owed._tag === "Left") return fail(`an earlier failed write could not be undone yet: ${failedBy(owed.left, this.dataDir)}`)
       const buffers: Array<Buffer> = []
@@ -257,7 +253,6 @@ export class Log {
         // Whatever reached the file past `size` was never acknowledged: cut it now if possible.
         this.cutOwed = true
         yield* Effect.ignore(this.settle)
-        this.broken = this.failed(failed)
         return fail(failed)
       }
       let offset = this.size
