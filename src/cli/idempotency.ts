@@ -35,6 +35,7 @@ const REPAIR_FILE = `${LOG_FILE}.repair.tmp`
 interface Rebuilt {
   readonly claims: number
   readonly answers: number
+  readonly releases: number
   readonly skipped: ReadonlyArray<Skipped>
   readonly dropped: ReadonlyArray<{ readonly offset: number; readonly reason: string }>
   readonly aside: string
@@ -52,6 +53,7 @@ const rebuild = (dataDir: string) =>
     const out = yield* Effect.acquireRelease(driver.open(tmp, "w"), (fd) => Effect.ignore(driver.close(fd)))
     let claims = 0
     let answers = 0
+    let releases = 0
     const dropped: Array<{ offset: number; reason: string }> = []
     let batch: Array<Buffer> = []
     let batchBytes = 0
@@ -71,9 +73,10 @@ const rebuild = (dataDir: string) =>
         const record = decodeIndexRecord(frame.kind, frame.json)
         if (Either.isLeft(record)) return void dropped.push({ offset: frame.offset, reason: record.left })
         if (record.right._tag === "Claim") claims++
-        else answers++
+        else if (record.right._tag === "Answer") answers++
+        else releases++
         // The frame's bytes belong to the read buffer: the batch keeps copies.
-        batch.push(...encodeFrame(claims + answers, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), Buffer.from(frame.json), false))
+        batch.push(...encodeFrame(claims + answers + releases, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), Buffer.from(frame.json), false))
         batchBytes += frame.size
         if (batchBytes >= IDEMPOTENCY_READ_CHUNK_BYTES) yield* flush
       }))
@@ -91,7 +94,7 @@ const rebuild = (dataDir: string) =>
     yield* driver.syncDir(dir)
     yield* driver.rename(tmp, file)
     yield* driver.syncDir(dir)
-    return { claims, answers, skipped, dropped, aside } satisfies Rebuilt
+    return { claims, answers, releases, skipped, dropped, aside } satisfies Rebuilt
   }).pipe(
     Effect.scoped,
     Effect.tapError(() => Effect.ignore(driver.unlink(path.join(dataDir, IDEMPOTENCY_DIR, REPAIR_FILE))))
@@ -99,7 +102,9 @@ const rebuild = (dataDir: string) =>
 
 const report = (r: Rebuilt) =>
   Effect.gen(function*() {
-    yield* Console.log(`${LOG_NAME}: repaired; kept ${r.claims + r.answers} records (${r.claims} claims, ${r.answers} answers)`)
+    yield* Console.log(
+      `${LOG_NAME}: repaired; kept ${r.claims + r.answers + r.releases} records (${r.claims} claims, ${r.answers} answers, ${r.releases} releases)`
+    )
     for (const s of r.skipped) yield* Console.log(`  lost ${s.bytes} damaged bytes at offset ${s.offset} (${s.reason})`)
     for (const d of r.dropped) yield* Console.log(`  dropped an unreadable record at offset ${d.offset} (${d.reason})`)
     yield* Console.log(`the damaged file is kept as ${IDEMPOTENCY_DIR}/${r.aside}`)

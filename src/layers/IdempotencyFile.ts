@@ -9,9 +9,11 @@
  *   reported as `IdempotencyLogDamaged`, never replayed.
  * - An answer whose JSON is above `maxAnswerBytes` is recorded as not kept (status and size), so
  *   the key resolves and the log stays within retention × request rate × that maximum.
- * - A claim or answer returns only after its frame is written and fdatasync'd, group-committed by
- *   the log's writer. A failed write fails only the records of its round: a failed claim frees
- *   its key; a failed answer leaves the key ambiguous (the work happened), never in progress.
+ * - A claim, answer or release returns only after its frame is written and fdatasync'd,
+ *   group-committed by the log's writer. A failed write fails only the records of its round: a
+ *   failed claim frees its key; a failed answer leaves the key ambiguous (the work happened),
+ *   never in progress; a failed release frees the key in this process only (its request did
+ *   nothing; after a restart the unreleased claim is ambiguous, the cautious reading).
  * - Open reads the log in bounded chunks and follows the journal's recovery rules: an incomplete
  *   final frame is a torn write and is truncated. A damaged log (a complete frame failing a
  *   check, an unreadable record) is left as it is, said loudly, and the store refuses every
@@ -56,7 +58,9 @@ import {
   decodeIndexRecord,
   decodeKeptAnswer,
   keptAnswerJson,
-  notKeptJson
+  notKeptJson,
+  releaseJson,
+  releaseKind
 } from "./idempotency/Records.js"
 
 export { type IdempotencyFileLimits, LOG_FILE, LOG_NAME } from "./idempotency/Log.js"
@@ -92,6 +96,7 @@ const REPAIR_HINT = "stop the server and run `brain idempotency repair <data-dir
 const refusing = (damaged: IdempotencyLogDamaged): IdempotencyShape => ({
   claim: () => Effect.fail(damaged),
   complete: () => Effect.fail(damaged),
+  release: () => Effect.fail(damaged),
   compact: Effect.succeed(0)
 })
 
@@ -213,6 +218,19 @@ export const make = (
         }).pipe(
           // The work happened but its answer is not recorded: ambiguous from now on, as after a restart.
           Effect.tapError(() => Effect.sync(() => (entry.state = "unanswered")))
+        )
+      }),
+      release: Effect.fn("Idempotency.release")(function*(scope, key) {
+        const refused = log.refused()
+        if (refused) return yield* Effect.fail(refused)
+        const now = yield* Clock.currentTimeMillis
+        const id = idOf(scope, key)
+        const entry = index.entries.get(id)
+        if (!entry || entry.state !== "running") return
+        // In flight until durable: concurrent claims wait it out, an answer is not taken.
+        entry.state = "releasing"
+        yield* log.append({ kind: releaseKind, json: releaseJson(scope, key, now), atMs: now }, () => index.drop(id, entry)).pipe(
+          Effect.tapError(() => Effect.sync(() => index.drop(id, entry)))
         )
       }),
       compact: Effect.gen(function*() {

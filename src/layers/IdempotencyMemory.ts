@@ -1,7 +1,7 @@
 /**
  * The in-memory Idempotency store: the same semantics as the file store (claims, byte-exact
- * replays, answers above the maximum recorded as not kept, conflicts, ambiguity, retention
- * measured on `Clock`), no durability. Every claim is made by this process, so an unanswered
+ * replays, answers above the maximum recorded as not kept, releases, conflicts, ambiguity,
+ * retention measured on `Clock`), no durability. Every claim is made by this process, so an unanswered
  * one is always in flight. For tests; never the embedded default.
  */
 import { Clock, Effect, Layer } from "effect"
@@ -59,6 +59,11 @@ export const make = (options: IdempotencyMemoryOptions) =>
           const bytes = Buffer.byteLength(text, "utf8")
           entry.answer = bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : JSON.parse(text) as Answer
           entry.atMs = now
+        }),
+      release: (scope, key) =>
+        Effect.sync(() => {
+          const id = idOf(scope, key)
+          if (entries.get(id)?.answer === undefined) entries.delete(id)
         }),
       compact: Effect.map(Clock.currentTimeMillis, (now) => {
         let dropped = 0

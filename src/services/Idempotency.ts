@@ -6,6 +6,8 @@
  *
  * - An answer above the store's maximum is recorded as not kept (its status and size only): the
  *   key resolves, and replays learn that the request completed without getting its body.
+ * - A claim whose request did nothing (refused before any effect) can be released: the key is
+ *   free again, durably, so a retry with it runs.
  * - An answer that could not be recorded leaves its key ambiguous (the work happened), never
  *   "in progress".
  */
@@ -23,7 +25,7 @@ export interface Answer {
 }
 
 export type ClaimResult =
-  /** New: the caller owns the key and must do the work, then `complete` it. */
+  /** New: the caller owns the key and must do the work, then `complete` (or `release`) it. */
   | { readonly _tag: "Claimed" }
   /** Seen with the same body and answered: replay this answer, do nothing else. */
   | { readonly _tag: "Replay"; readonly answer: Answer }
@@ -70,6 +72,11 @@ export interface IdempotencyShape {
   readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
   /** Records the answer of a claimed request (or that it was not kept); durable when it returns. */
   readonly complete: (scope: Scope, key: string, answer: Answer) => Effect.Effect<void, IdempotencyError>
+  /**
+   * Frees a claimed, unanswered key whose request had no effect, so that a retry runs; durable
+   * when it returns. An answered key, or one never claimed, is left as it is.
+   */
+  readonly release: (scope: Scope, key: string) => Effect.Effect<void, IdempotencyError>
   /** Drops claims and answers older than the retention period; returns how many were dropped. */
   readonly compact: Effect.Effect<number, IdempotencyError>
 }

@@ -122,7 +122,7 @@ describe("brain idempotency repair", () => {
       const r = brain("idempotency", "repair", dir)
       expect(r.code, r.output).toBe(0)
       expect(r.stdout).toContain(`${LOG}: damaged at offset ${frames[2]!.start}`)
-      expect(r.stdout).toContain("kept 7 records (4 claims, 3 answers)")
+      expect(r.stdout).toContain("kept 7 records (4 claims, 3 answers, 0 releases)")
       expect(r.stdout).toContain(`lost ${frames[2]!.end - frames[2]!.start} damaged bytes at offset ${frames[2]!.start}`)
       expect(r.stdout).toContain(`lost ${frames[5]!.end - frames[5]!.start} damaged bytes at offset ${frames[5]!.start}`)
       expect(r.stdout).toContain("forgotten")

@@ -138,6 +138,27 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(yield* store.claim("s", "fits", "h")).toEqual({ _tag: "Replay", answer: fits })
       }))
 
+    it.scoped("a released claim frees its key: the next claim, with any body, is Claimed; releasing an answered, unknown or already released key changes nothing", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect((yield* store.claim("s", "k", "h"))._tag).toBe("Claimed")
+        yield* store.release("s", "k")
+        expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Claimed" })
+        // An answered key keeps its answer.
+        yield* store.complete("s", "k", answer("kept"))
+        yield* store.release("s", "k")
+        const again = yield* store.claim("s", "k", "other")
+        expect(again._tag === "Replay" && again.answer.body).toBe("kept")
+        yield* store.release("s", "never-claimed")
+        expect((yield* store.claim("s", "never-claimed", "h"))._tag).toBe("Claimed")
+        // An answer for a released key is not kept: the key stays free.
+        yield* store.claim("s", "r", "h")
+        yield* store.release("s", "r")
+        yield* store.release("s", "r")
+        yield* store.complete("s", "r", answer("late"))
+        expect((yield* store.claim("s", "r", "h"))._tag).toBe("Claimed")
+      }))
+
     it.scoped("retention 0 keeps answers forever", () =>
       Effect.gen(function*() {
         const store = yield* harness({ retentionMs: 0 })

@@ -223,6 +223,62 @@ describe("IdempotencyFile: restart", () => {
     }))
 })
 
+describe("IdempotencyFile: releases", () => {
+  it.scoped("a release is durable: after a restart the released key is free, and a later claim of it stands", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["a"], ["released", "reclaimed"])
+          yield* store.release("s", "released")
+          yield* store.release("s", "reclaimed")
+          expect(yield* store.claim("s", "reclaimed", "h-reclaimed")).toEqual({ _tag: "Claimed" })
+        }))
+      expect(framesOf(fs.readFileSync(logOf(dir))).map((f) => f.kind)).toEqual([
+        "idem_claim", "idem_answer", "idem_claim", "idem_claim", "idem_release", "idem_release", "idem_claim"
+      ])
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* expectReplay(store, "a")
+          expect(yield* store.claim("s", "released", "any body")).toEqual({ _tag: "Claimed" })
+          // Claimed again after its release: that claim is the key's entry, unanswered.
+          yield* expectAmbiguousFromLog(store, "reclaimed")
+        }))
+    }))
+
+  it.scopedLive("claims of a key while its release is being written see it in flight; a failed release still frees it in this process", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      const gate = yield* Deferred.make<void>()
+      let gated = false
+      const driver: FileDriverShape = {
+        ...faults.driver,
+        fdatasync: (fd) => gated ? Effect.zipRight(Deferred.await(gate), nodeDriver.fdatasync(fd)) : nodeDriver.fdatasync(fd)
+      }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, [], ["k", "j"])
+          gated = true
+          const releasing = yield* Effect.fork(store.release("s", "k"))
+          yield* Effect.sleep("20 millis")
+          expect(yield* store.claim("s", "k", "h-k")).toEqual({ _tag: "Ambiguous", inFlight: true })
+          // An answer arriving meanwhile is not taken: the release decides.
+          yield* store.complete("s", "k", answer("too late"))
+          gated = false
+          yield* Deferred.succeed(gate, undefined)
+          yield* Fiber.join(releasing)
+          expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Claimed" })
+          faults.plan.writes = 1
+          expect((yield* Effect.flip(store.release("s", "j"))).message).toContain("ENOSPC")
+          expect(yield* store.claim("s", "j", "other")).toEqual({ _tag: "Claimed" })
+        }), {}, driver)
+      // The failed release was never written: a restart sees j's first claim, whose request did
+      // nothing, superseded by the second claim (which is unanswered).
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "j", "other"), (r) => expect(r).toEqual({ _tag: "Ambiguous", inFlight: false })))
+    }))
+})
+
 describe("IdempotencyFile: torn and corrupt logs", () => {
   it.scoped("a final record torn at any byte is truncated: the store opens with every record before it", () =>
     Effect.gen(function*() {

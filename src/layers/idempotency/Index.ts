@@ -3,8 +3,8 @@
  * the entry's state, and where its records lie in the log — never an answer's body, so memory
  * grows with the number of keys, not with the size of their answers.
  *
- * - An entry claimed by this process and not yet answered (running, answering) is a request in
- *   flight: it never expires under it.
+ * - An entry claimed by this process and not yet answered (running, answering, releasing) is a
+ *   request in flight: it never expires under it.
  * - Any other entry expires `retentionMs` after its answer, or after its claim when it has none;
  *   retention 0 keeps everything.
  * - `liveBytes` counts the log bytes of the entries in the index; the rest of the log is dead
@@ -18,6 +18,8 @@ export type EntryState =
   | "running"
   /** Its answer is on its way to the log. */
   | "answering"
+  /** Its release is on its way to the log; once durable the entry goes. */
+  | "releasing"
   /** Answered: the answer frame is at `answerOffset`, or `notKept` says what was not kept. */
   | "answered"
   /** Claimed but never answered: by an earlier process, or an answer that could not be written. */
@@ -63,7 +65,7 @@ export class Index {
 
   expired(e: Entry, now: number) {
     return this.retentionMs > 0 &&
-      e.state !== "running" && e.state !== "answering" &&
+      e.state !== "running" && e.state !== "answering" && e.state !== "releasing" &&
       now - (e.state === "answered" ? e.answerAtMs : e.claimAtMs) >= this.retentionMs
   }
 
@@ -85,8 +87,12 @@ export class Index {
       return
     }
     const e = this.entries.get(id)
-    // The first answer stands; an answer for a key never claimed is not kept.
+    // The first answer (or release) stands; one for a key never claimed is not kept.
     if (e === undefined || e.state !== "unanswered") return
+    if (record._tag === "Release") {
+      this.entries.delete(id)
+      return
+    }
     e.state = "answered"
     e.answerOffset = offset
     e.answerSize = size

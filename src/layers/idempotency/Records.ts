@@ -5,6 +5,7 @@
  *   idem_answer  {scope, key, atMs, answer}             its answer {status, headers, body}, kept
  *   idem_answer  {scope, key, atMs, notKept}            its answer was above the maximum: only
  *                                                       {status, bytes} are kept
+ *   idem_release {scope, key, atMs}                     its request did nothing: the key is free
  *
  * Records are applied in log order; a claim for a key already present starts a new entry.
  * Opening reads every payload but keeps no answer body: a replay reads its answer frame back.
@@ -14,8 +15,10 @@ import type { Answer } from "../../services/Idempotency.js"
 
 export const CLAIM_KIND = "idem_claim"
 export const ANSWER_KIND = "idem_answer"
+export const RELEASE_KIND = "idem_release"
 export const claimKind = Buffer.from(CLAIM_KIND, "utf8")
 export const answerKind = Buffer.from(ANSWER_KIND, "utf8")
+export const releaseKind = Buffer.from(RELEASE_KIND, "utf8")
 
 export const AnswerSchema = Schema.Struct({
   status: Schema.Number,
@@ -32,7 +35,9 @@ const AnswerPayload = Schema.parseJson(
     Schema.Struct({ scope: Schema.String, key: Schema.String, atMs: Schema.Number, notKept: NotKeptSchema })
   )
 )
+const ReleasePayload = Schema.parseJson(Schema.Struct({ scope: Schema.String, key: Schema.String, atMs: Schema.Number }))
 const decodeClaim = Schema.decodeUnknownEither(ClaimPayload)
+const decodeRelease = Schema.decodeUnknownEither(ReleasePayload)
 const decodeAnswerPayload = Schema.decodeUnknownEither(AnswerPayload)
 
 export interface NotKept {
@@ -44,6 +49,7 @@ export interface NotKept {
 export type IndexRecord =
   | { readonly _tag: "Claim"; readonly scope: string; readonly key: string; readonly bodyHash: string; readonly atMs: number }
   | { readonly _tag: "Answer"; readonly scope: string; readonly key: string; readonly atMs: number; readonly notKept: NotKept | undefined }
+  | { readonly _tag: "Release"; readonly scope: string; readonly key: string; readonly atMs: number }
 
 /** Decodes a record for the index, or says why it cannot be read (the log is then damaged). */
 export const decodeIndexRecord = (kind: string, json: Buffer): Either.Either<IndexRecord, string> => {
@@ -59,6 +65,12 @@ export const decodeIndexRecord = (kind: string, json: Buffer): Either.Either<Ind
       onLeft: () => Either.left(`unreadable ${ANSWER_KIND} payload`),
       onRight: (a) =>
         Either.right({ _tag: "Answer" as const, scope: a.scope, key: a.key, atMs: a.atMs, notKept: "notKept" in a ? a.notKept : undefined })
+    })
+  }
+  if (kind === RELEASE_KIND) {
+    return Either.match(decodeRelease(text), {
+      onLeft: () => Either.left(`unreadable ${RELEASE_KIND} payload`),
+      onRight: (r) => Either.right({ _tag: "Release" as const, ...r })
     })
   }
   return Either.left(`unknown record kind ${JSON.stringify(kind)}`)
@@ -84,6 +96,9 @@ export const answerText = (answer: Answer) => JSON.stringify({ status: answer.st
 
 export const keptAnswerJson = (scope: string, key: string, atMs: number, text: string) =>
   Buffer.from(`{"scope":${JSON.stringify(scope)},"key":${JSON.stringify(key)},"atMs":${atMs},"answer":${text}}`, "utf8")
+
+export const releaseJson = (scope: string, key: string, atMs: number) =>
+  Buffer.from(JSON.stringify({ scope, key, atMs }), "utf8")
 
 export const notKeptJson = (scope: string, key: string, atMs: number, notKept: NotKept) =>
   Buffer.from(JSON.stringify({ scope, key, atMs, notKept }), "utf8")
