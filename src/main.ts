@@ -96,7 +96,11 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     ToolsInProcess.layer(extensions.tools ?? {}),
     AgentloopsInProcess.layer(extensions.loops ?? {}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
-    IdempotencyFile.layerNode({ dataDir, retentionMs: config.requestRetentionMs })
+    IdempotencyFile.layerNode({
+      dataDir,
+      retentionMs: config.requestRetentionMs,
+      maxAnswerBytes: config.idempotencyMaxAnswerBytes
+    })
   ).pipe(Layer.provideMerge(base))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

@@ -1,6 +1,7 @@
 /**
  * `brain journal verify|dump`: read-only operator tools. They never take the lock and never
- * write: verify reports what an open would truncate instead of truncating it.
+ * write: verify reports what an open would truncate instead of truncating it. Verifying a whole
+ * data directory also checks the idempotency log by the rules the server opens it with.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -10,6 +11,8 @@ import { acquireLock, FORMAT, FORMAT_FILE, SESSIONS_DIR, sessionDir } from "../l
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { openHandle, readRecords } from "../layers/journal/Handle.js"
 import type { JournalReadError } from "../services/Journal.js"
+import { inspectLog } from "../layers/idempotency/Inspect.js"
+import { failedBy, LOG_NAME } from "../layers/idempotency/Log.js"
 
 /** Exit codes of `verify`: the worst finding across the sessions checked. */
 export const VERIFY_CLEAN = 0
@@ -66,7 +69,10 @@ export const verify = (dataDir: string, only?: string) =>
         yield* Console.log(`${session}: ok, ${handle.lastSequence} records in ${handle.segments.length} segment(s)`)
       }
     }
-    yield* Console.log(`verified ${sessions.length} session(s): ${["clean", "torn write found", "corruption found"][worst]}`)
+    const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
+    if (checked !== undefined) worst = Math.max(worst, checked)
+    const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
+    yield* Console.log(`verified ${what}: ${["clean", "torn write found", "corruption found"][worst]}`)
     return worst
   })
 
@@ -105,6 +111,34 @@ export const remove = (dataDir: string, session: string) =>
     yield* Console.log(`${session}: removed (${opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : opened.left.message})`)
     return VERIFY_CLEAN
   }))
+/** Checks `idempotency/claims.log` as the server would open it; returns its verdict's exit code. */
+const verifyIdempotencyLog = (dataDir: string) =>
+  Effect.gen(function*() {
+    const found = yield* Effect.either(inspectLog(nodeDriver, dataDir))
+    if (found._tag === "Left") {
+      yield* Console.log(`${LOG_NAME}: unreadable: ${failedBy(found.left, dataDir)}`)
+      return VERIFY_CORRUPT
+    }
+    const r = found.right
+    switch (r._tag) {
+      case "Absent":
+        yield* Console.log(`${LOG_NAME}: absent (no keyed request yet)`)
+        return VERIFY_CLEAN
+      case "Clean":
+        yield* Console.log(`${LOG_NAME}: ok, ${r.records} records`)
+        return VERIFY_CLEAN
+      case "Torn":
+        yield* Console.log(
+          `${LOG_NAME}: torn final write: open would truncate ${r.fileSize - r.end} bytes at offset ${r.end} (${r.reason}); ${r.records} records committed`
+        )
+        return VERIFY_TORN
+      case "Damaged":
+        yield* Console.log(
+          `${LOG_NAME}: corrupt at offset ${r.offset}: ${r.reason}; the server refuses keyed requests until it is repaired: stop the server and run \`brain idempotency repair <data-dir>\``
+        )
+        return VERIFY_CORRUPT
+    }
+  })
 
 export const dump = (dataDir: string, session: string) =>
   Effect.gen(function*() {

@@ -3,15 +3,19 @@
  */
 import { Console, Effect, Logger } from "effect"
 import { demo } from "./demo.js"
+import { repair } from "./idempotency.js"
 import { dump, remove, verify } from "./journal.js"
 import { serveCommand } from "./serve.js"
 
 const USAGE = `usage:
   brain serve [--listen host:port] [--data-dir dir] [--api-token t] [--max-model-calls n] …
                                               serve HTTP (flags mirror the BRAIN_* environment variables)
-  brain journal verify <data-dir> [session]   check journals; exit 0 clean, 1 torn final write, 2 corrupt
+  brain journal verify <data-dir> [session]   check journals (and, for a whole directory, the idempotency log);
+                                              exit 0 clean, 1 torn final write, 2 corrupt
   brain journal dump <data-dir> <session>     print a session's records as JSON lines
   brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped)
+  brain idempotency repair <data-dir>         with the server stopped: rebuild a damaged idempotency log
+                                              from its intact records; exit 0 clean or repaired, 1 not
   brain demo [data-dir]                       write a demo session durably, then verify the data directory`
 
 const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
@@ -21,6 +25,7 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   }
   if (group === "journal" && command === "dump" && rest.length === 2) return dump(rest[0]!, rest[1]!)
   if (group === "journal" && command === "remove" && rest.length === 2) return remove(rest[0]!, rest[1]!)
+  if (group === "idempotency" && command === "repair" && rest.length === 1) return repair(rest[0]!)
   if (group === "demo" && argv.length <= 2) return demo(command ?? "./brain-data")
   if (group === "serve") return serveCommand(argv.slice(1))
   return Effect.as(Console.error(USAGE), 64)

@@ -34,6 +34,7 @@ export const FailureCodes = [
   // storage and internal
   "journal_corrupt",
   "journal_write_failed",
+  "idempotency_unavailable",
   "internal"
 ] as const
 

@@ -69,6 +69,26 @@ export const IDEMPOTENCY_REWRITE_DEAD_BYTES = 4 * 1024 * 1024
 export const IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS = 1_000
 
 /**
+ * Bytes. The default largest answer the idempotency log keeps (BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES),
+ * measured as the answer's JSON (status, headers, body). Ordinary answers are a few KiB; a larger
+ * one is recorded as "completed with status N, answer not kept", so the log stays within
+ * retention × request rate × this, and a replay reads at most this much back.
+ */
+export const IDEMPOTENCY_MAX_ANSWER_BYTES = 1024 * 1024
+
+/**
+ * Bytes. The most BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES may be: a kept answer is read whole into
+ * memory on each replay and compaction copy, and its record must stay below the frame maximum.
+ */
+export const IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES = 32 * 1024 * 1024
+
+/**
+ * Bytes. The idempotency log is read in chunks of this size at open (a larger frame is read
+ * whole, up to the frame maximum), and compaction writes its copy in batches of about this size.
+ */
+export const IDEMPOTENCY_READ_CHUNK_BYTES = 1024 * 1024
+
+/**
  * Records and bytes. The newest records of each open journal are kept in memory, so the reads a
  * turn makes of what it just wrote (and a live reader's catch-up) cost no file IO.
  */

@@ -32,7 +32,10 @@ export const NotFound = errorAt(404, "not_found")
 export const Conflict = errorAt(409, "conflict, session_busy, ambiguous, session_ended or teardown_failed")
 export const TooLarge = errorAt(413, "payload_too_large")
 export const UnsupportedMedia = errorAt(415, "unsupported_media_type")
-export const Overloaded = errorAt(503, "overloaded: the server is draining")
+export const Overloaded = errorAt(
+  503,
+  "overloaded: the server is draining; idempotency_unavailable: the idempotency log is damaged, requests with an Idempotency-Key are refused until an operator repairs it"
+)
 
 export const health = HttpApiGroup.make("health")
   .add(HttpApiEndpoint.get("live", "/health/live").addSuccess(HttpApiSchema.NoContent))

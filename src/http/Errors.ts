@@ -26,6 +26,7 @@ export const statusOf = (code: FailureCode): number => {
     case "unsupported_media_type":
       return 415
     case "overloaded":
+    case "idempotency_unavailable":
       return 503
     default:
       return 500

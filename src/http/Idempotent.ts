@@ -1,13 +1,25 @@
 /**
- * Runs a mutating request under its `Idempotency-Key`: the claim is durable before the work, the
- * answer (success or refusal) is recorded after it and replayed byte for byte; a different body
- * is `conflict`; a claim with no answer is `ambiguous` and never runs again. Once claimed, the
- * work and the recording run to the end even if the client goes away.
+ * Runs a mutating request under its `Idempotency-Key`: the claim is durable before the work; a
+ * different body is `conflict`; a claim with no answer is `ambiguous` and never runs again. Once
+ * claimed, the work and what it leaves under the key run to the end even if the client goes away.
+ * What the work leaves under the key:
+ *
+ * - a 2xx answer: recorded, and replayed byte for byte;
+ * - a failure that may have had effects (`details.ambiguous`): the caller gets the failure, and a
+ *   409 `ambiguous` answer saying so is recorded — the request is never run again under the key;
+ * - a failure where nothing happened that is 5xx or retryable (`session_busy`, …): the key is
+ *   released, durably, so a retry with it runs;
+ * - any other refusal (a definite 4xx): recorded and replayed as it is.
+ *
+ * - An answer the store did not keep (above its maximum) replays as 409 `ambiguous` saying the
+ *   request completed with its status: details `{ambiguous: false, status, answer_bytes}`.
+ * - A store that failed is a retryable 500; a damaged idempotency log is 503
+ *   `idempotency_unavailable` (not retryable: an operator must repair the log).
  */
 import { HttpServerResponse } from "@effect/platform"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
-import type { Answer, IdempotencyShape } from "../services/Idempotency.js"
+import type { Answer, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
 import { type ApiFailure, apiFailure, bodyOf } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
@@ -29,6 +41,18 @@ export const jsonAnswer = (status: number, body: unknown, headers: Readonly<Reco
 
 export const emptyAnswer = (status: number): Answer => ({ status, headers: {}, body: "" })
 
+/** The failure says the request may have had effects (sessions' `ambiguous` failures). */
+const mayHaveHadEffects = (e: ApiFailure) =>
+  typeof e.details === "object" && e.details !== null && (e.details as { readonly ambiguous?: unknown }).ambiguous === true
+
+/** What a retry of a request that failed after it may have taken effect answers. */
+const ambiguousAnswer = (e: ApiFailure) =>
+  failureAnswer(apiFailure(
+    "ambiguous",
+    `the request with this Idempotency-Key failed after it may have taken effect (${e.code}: ${e.message}); it is not run again under this key: inspect the session before choosing a new key`,
+    { details: { ambiguous: true, status: e.status, failure: { code: e.code, message: e.message } } }
+  ))
+
 const failureAnswer = (e: ApiFailure): Answer => ({
   status: e.status,
   headers: { "content-type": "application/json" },
@@ -42,6 +66,25 @@ export const respond = (a: Answer) => {
     : HttpServerResponse.text(a.body, { status: a.status, contentType: contentType ?? "application/json", headers })
 }
 
+/** The store's own failure, as the client sees it. */
+export const storeFailure = (e: IdempotencyError) =>
+  e._tag === "IdempotencyLogDamaged"
+    ? apiFailure(
+      "idempotency_unavailable",
+      `${e.message}. The log must be repaired: an operator stops the server and runs \`brain idempotency repair <data-dir>\`. Requests without an Idempotency-Key are served.`
+    )
+    : apiFailure("internal", `the idempotency store failed: ${e.reason}`, { retryable: true })
+
+/** The replay of an answer that was above the store's maximum: what is known, and no body. */
+export const notKeptFailure = (status: number, bytes: number) =>
+  apiFailure(
+    "ambiguous",
+    `the request with this Idempotency-Key completed with HTTP status ${status}, but its answer of ${bytes} bytes was above the recording maximum and was not kept; inspect the session instead`,
+    { details: { ambiguous: false, status, answer_bytes: bytes } }
+  )
+
+const logFailure = (what: string) => (e: IdempotencyError) => Effect.logError(`${what} failed: ${e.message}`)
+
 export const idempotent = (
   store: IdempotencyShape,
   scope: string,
@@ -51,12 +94,12 @@ export const idempotent = (
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiFailure> => {
   if (key === undefined) return Effect.map(Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e))), respond)
   return Effect.gen(function*() {
-    const claim = yield* store.claim(scope, key, hashRequest(request)).pipe(
-      Effect.mapError((e) => apiFailure("internal", `the idempotency store failed: ${e.reason}`, { retryable: true }))
-    )
+    const claim = yield* store.claim(scope, key, hashRequest(request)).pipe(Effect.mapError(storeFailure))
     switch (claim._tag) {
       case "Replay":
         return respond(claim.answer)
+      case "AnswerNotKept":
+        return yield* Effect.fail(notKeptFailure(claim.status, claim.bytes))
       case "Conflict":
         return yield* Effect.fail(apiFailure("conflict", "this Idempotency-Key was used with a different request"))
       case "Ambiguous":
@@ -72,11 +115,20 @@ export const idempotent = (
       case "Claimed":
         return yield* Effect.uninterruptible(
           Effect.gen(function*() {
-            const answer = yield* Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e)))
-            yield* store.complete(scope, key, answer).pipe(
-              Effect.catchAll((e) => Effect.logError("recording an idempotent answer failed", e.reason))
-            )
-            return respond(answer)
+            const outcome = yield* Effect.either(work)
+            if (outcome._tag === "Right") {
+              yield* store.complete(scope, key, outcome.right).pipe(Effect.catchAll(logFailure("recording an idempotent answer")))
+              return respond(outcome.right)
+            }
+            const e = outcome.left
+            if (mayHaveHadEffects(e)) {
+              yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
+            } else if (e.status >= 500 || e.retryable) {
+              yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
+            } else {
+              yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))
+            }
+            return respond(failureAnswer(e))
           })
         )
     }

@@ -1,22 +1,25 @@
 /**
  * The in-memory Idempotency store: the same semantics as the file store (claims, byte-exact
- * replays, conflicts, ambiguity, retention measured on `Clock`), no durability. Every claim is
- * made by this process, so an unanswered one is always in flight. For tests; never the
- * embedded default.
+ * replays, answers above the maximum recorded as not kept, releases, conflicts, ambiguity,
+ * retention measured on `Clock`), no durability. Every claim is made by this process, so an unanswered
+ * one is always in flight. For tests; never the embedded default.
  */
 import { Clock, Effect, Layer } from "effect"
+import { IDEMPOTENCY_MAX_ANSWER_BYTES } from "../domain/Limits.js"
 import { type Answer, type ClaimResult, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
 
 export interface IdempotencyMemoryOptions {
   /** How long a claim (or, once answered, its answer) is kept, in milliseconds. 0 = forever. */
   readonly retentionMs: number
+  /** Bytes: the largest answer JSON kept; a larger one is recorded as not kept. Default 1 MiB. */
+  readonly maxAnswerBytes?: number
 }
 
 interface Entry {
   readonly bodyHash: string
   /** When the claim was made, or when it was answered once it is. */
   atMs: number
-  answer: Answer | undefined
+  answer: Answer | { readonly notKept: { readonly status: number; readonly bytes: number } } | undefined
 }
 
 /** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
@@ -25,6 +28,7 @@ const idOf = (scope: string, key: string) => `${scope.length}:${scope}${key}`
 export const make = (options: IdempotencyMemoryOptions) =>
   Effect.sync(() => {
     const entries = new Map<string, Entry>()
+    const maxAnswerBytes = options.maxAnswerBytes ?? IDEMPOTENCY_MAX_ANSWER_BYTES
     // An unanswered claim is in flight in this process: it never expires under a running request.
     const expired = (e: Entry, now: number) =>
       options.retentionMs > 0 && e.answer !== undefined && now - e.atMs >= options.retentionMs
@@ -36,7 +40,10 @@ export const make = (options: IdempotencyMemoryOptions) =>
           const found = entries.get(id)
           if (found && !expired(found, now)) {
             if (found.bodyHash !== bodyHash) return { _tag: "Conflict" }
-            return found.answer ? { _tag: "Replay", answer: found.answer } : { _tag: "Ambiguous", inFlight: true }
+            if (found.answer === undefined) return { _tag: "Ambiguous", inFlight: true }
+            return "notKept" in found.answer
+              ? { _tag: "AnswerNotKept", ...found.answer.notKept }
+              : { _tag: "Replay", answer: found.answer }
           }
           entries.set(id, { bodyHash, atMs: now, answer: undefined })
           return { _tag: "Claimed" }
@@ -48,8 +55,15 @@ export const make = (options: IdempotencyMemoryOptions) =>
           // no body hash to be replayed against and is not kept.
           if (!entry || entry.answer) return
           // Through JSON, as the file store keeps it, so both replay exactly the same value.
-          entry.answer = JSON.parse(JSON.stringify(answer)) as Answer
+          const text = JSON.stringify({ status: answer.status, headers: answer.headers, body: answer.body })
+          const bytes = Buffer.byteLength(text, "utf8")
+          entry.answer = bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : JSON.parse(text) as Answer
           entry.atMs = now
+        }),
+      release: (scope, key) =>
+        Effect.sync(() => {
+          const id = idOf(scope, key)
+          if (entries.get(id)?.answer === undefined) entries.delete(id)
         }),
       compact: Effect.map(Clock.currentTimeMillis, (now) => {
         let dropped = 0

@@ -3,6 +3,13 @@
  * starts; the answer is recorded after it and replayed byte for byte for the retention period,
  * across restarts. Claims live in a server-level store under the data directory (they outlive a
  * deleted session) and hold a hash of the request body and the answer, never secrets.
+ *
+ * - An answer above the store's maximum is recorded as not kept (its status and size only): the
+ *   key resolves, and replays learn that the request completed without getting its body.
+ * - A claim whose request did nothing (refused before any effect) can be released: the key is
+ *   free again, durably, so a retry with it runs.
+ * - An answer that could not be recorded leaves its key ambiguous (the work happened), never
+ *   "in progress".
  */
 import { Context, Data, type Effect } from "effect"
 
@@ -18,27 +25,60 @@ export interface Answer {
 }
 
 export type ClaimResult =
-  /** New: the caller owns the key and must do the work, then `complete` it. */
+  /** New: the caller owns the key and must do the work, then `complete` (or `release`) it. */
   | { readonly _tag: "Claimed" }
   /** Seen with the same body and answered: replay this answer, do nothing else. */
   | { readonly _tag: "Replay"; readonly answer: Answer }
+  /**
+   * Seen with the same body and answered, but the answer (`bytes` of JSON) was above the store's
+   * maximum and was not kept: the request completed with `status`; do nothing else.
+   */
+  | { readonly _tag: "AnswerNotKept"; readonly status: number; readonly bytes: number }
   /** Seen with a different body: 409 `conflict`. */
   | { readonly _tag: "Conflict" }
   /**
-   * Claimed earlier with the same body but never answered (a crash between claim and answer, or
-   * still in flight in this process): 409 `ambiguous`; never executed again.
+   * Claimed earlier with the same body but never answered (a crash between claim and answer, an
+   * answer that could not be recorded, or still in flight in this process): 409 `ambiguous`;
+   * never executed again.
    */
   | { readonly _tag: "Ambiguous"; readonly inFlight: boolean }
 
-export class IdempotencyStoreFailed extends Data.TaggedError("IdempotencyStoreFailed")<{ readonly reason: string }> {}
+/** The store could not do what was asked (a failed write, a closed store). Worth a retry. */
+export class IdempotencyStoreFailed extends Data.TaggedError("IdempotencyStoreFailed")<{ readonly reason: string }> {
+  override get message() {
+    return this.reason
+  }
+}
+
+/**
+ * The store's log is damaged: a record failed a check (at open, or on reading an answer back).
+ * Keyed requests are refused until an operator repairs the log; `file` is relative to the data
+ * directory.
+ */
+export class IdempotencyLogDamaged extends Data.TaggedError("IdempotencyLogDamaged")<{
+  readonly file: string
+  readonly offset: number
+  readonly reason: string
+}> {
+  override get message() {
+    return `the idempotency log ${this.file} is damaged at offset ${this.offset}: ${this.reason}`
+  }
+}
+
+export type IdempotencyError = IdempotencyStoreFailed | IdempotencyLogDamaged
 
 export interface IdempotencyShape {
   /** Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns Claimed. */
-  readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyStoreFailed>
-  /** Records the answer of a claimed request; durable when it returns. */
-  readonly complete: (scope: Scope, key: string, answer: Answer) => Effect.Effect<void, IdempotencyStoreFailed>
+  readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
+  /** Records the answer of a claimed request (or that it was not kept); durable when it returns. */
+  readonly complete: (scope: Scope, key: string, answer: Answer) => Effect.Effect<void, IdempotencyError>
+  /**
+   * Frees a claimed, unanswered key whose request had no effect, so that a retry runs; durable
+   * when it returns. An answered key, or one never claimed, is left as it is.
+   */
+  readonly release: (scope: Scope, key: string) => Effect.Effect<void, IdempotencyError>
   /** Drops claims and answers older than the retention period; returns how many were dropped. */
-  readonly compact: Effect.Effect<number, IdempotencyStoreFailed>
+  readonly compact: Effect.Effect<number, IdempotencyError>
 }
 
 export class Idempotency extends Context.Tag("brain/Idempotency")<Idempotency, IdempotencyShape>() {}

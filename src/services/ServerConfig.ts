@@ -3,6 +3,7 @@
  * variables by default). Zero means "no bound" for every turn limit.
  */
 import { Config, Context, Layer, Option, Redacted } from "effect"
+import { IDEMPOTENCY_MAX_ANSWER_BYTES, IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES } from "../domain/Limits.js"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -48,6 +49,11 @@ export interface ServerConfigShape {
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
   readonly headersTimeoutMs: number
+  /**
+   * Bytes: the largest answer (its JSON: status, headers, body) the idempotency log keeps for
+   * replay; a larger one is recorded as "completed with status N, answer not kept".
+   */
+  readonly idempotencyMaxAnswerBytes: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -70,7 +76,8 @@ export const defaults: ServerConfigShape = {
   cacheBytes: undefined,
   inflightBodyBytes: undefined,
   maxConnections: 1024,
-  headersTimeoutMs: 10_000
+  headersTimeoutMs: 10_000,
+  idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
@@ -121,7 +128,15 @@ export const fromConfig = Config.all({
     )
   ),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
-  headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers")
+  headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers"),
+  idempotencyMaxAnswerBytes: Config.integer("BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES").pipe(
+    Config.validate({
+      message: `BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES must be a whole number from 1 to ${IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES}`,
+      validation: (n) => n >= 1 && n <= IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES
+    }),
+    Config.withDefault(defaults.idempotencyMaxAnswerBytes),
+    Config.withDescription("bytes: the largest idempotent answer kept for replay; a larger one is recorded as not kept")
+  )
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -142,7 +157,8 @@ export const fromConfig = Config.all({
     cacheBytes: Option.getOrUndefined(c.cacheBytes),
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     maxConnections: c.maxConnections,
-    headersTimeoutMs: c.headersTimeoutMs
+    headersTimeoutMs: c.headersTimeoutMs,
+    idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes
   }))
 )
 

@@ -6,7 +6,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Scope, TestClock } from "effect"
 import type { Answer, ClaimResult, IdempotencyShape } from "../../src/services/Idempotency.js"
 
-export type IdempotencyHarness = (options: { readonly retentionMs: number }) => Effect.Effect<IdempotencyShape, unknown, Scope.Scope>
+export type IdempotencyHarness = (
+  options: { readonly retentionMs: number; readonly maxAnswerBytes?: number }
+) => Effect.Effect<IdempotencyShape, unknown, Scope.Scope>
 
 const RETENTION_MS = 60_000
 
@@ -112,6 +114,49 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(yield* store.compact).toBe(0)
         const old = yield* store.claim("s", "old", "other-body")
         expect(old._tag === "Replay" && old.answer.body).toBe("old again")
+      }))
+
+    it.scoped("an answer above the maximum is recorded as not kept: later claims get its status and JSON size, never in flight; one at the maximum is kept", () =>
+      Effect.gen(function*() {
+        const maxAnswerBytes = 2_048
+        const store = yield* harness({ retentionMs: RETENTION_MS, maxAnswerBytes })
+        const big = answer("é".repeat(1_500), 201)
+        const bytes = Buffer.byteLength(JSON.stringify(big))
+        expect(bytes).toBeGreaterThan(maxAnswerBytes)
+        expect((yield* store.claim("s", "big", "h"))._tag).toBe("Claimed")
+        yield* store.complete("s", "big", big)
+        for (let i = 0; i < 2; i++) expect(yield* store.claim("s", "big", "h")).toEqual({ _tag: "AnswerNotKept", status: 201, bytes })
+        expect(yield* store.claim("s", "big", "other")).toEqual({ _tag: "Conflict" })
+        // The first answer stands, kept or not.
+        yield* store.complete("s", "big", answer("small"))
+        expect((yield* store.claim("s", "big", "h"))._tag).toBe("AnswerNotKept")
+        // Exactly at the maximum: kept and replayed.
+        const fits = answer("a".repeat(maxAnswerBytes - Buffer.byteLength(JSON.stringify(answer("")))))
+        expect(Buffer.byteLength(JSON.stringify(fits))).toBe(maxAnswerBytes)
+        yield* store.claim("s", "fits", "h")
+        yield* store.complete("s", "fits", fits)
+        expect(yield* store.claim("s", "fits", "h")).toEqual({ _tag: "Replay", answer: fits })
+      }))
+
+    it.scoped("a released claim frees its key: the next claim, with any body, is Claimed; releasing an answered, unknown or already released key changes nothing", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect((yield* store.claim("s", "k", "h"))._tag).toBe("Claimed")
+        yield* store.release("s", "k")
+        expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Claimed" })
+        // An answered key keeps its answer.
+        yield* store.complete("s", "k", answer("kept"))
+        yield* store.release("s", "k")
+        const again = yield* store.claim("s", "k", "other")
+        expect(again._tag === "Replay" && again.answer.body).toBe("kept")
+        yield* store.release("s", "never-claimed")
+        expect((yield* store.claim("s", "never-claimed", "h"))._tag).toBe("Claimed")
+        // An answer for a released key is not kept: the key stays free.
+        yield* store.claim("s", "r", "h")
+        yield* store.release("s", "r")
+        yield* store.release("s", "r")
+        yield* store.complete("s", "r", answer("late"))
+        expect((yield* store.claim("s", "r", "h"))._tag).toBe("Claimed")
       }))
 
     it.scoped("retention 0 keeps answers forever", () =>

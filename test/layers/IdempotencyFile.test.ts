@@ -8,9 +8,11 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer, Option, TestClock } from "effect"
+import { IDEMPOTENCY_READ_CHUNK_BYTES, MAX_FRAME_BYTES } from "../../src/domain/Limits.js"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
-import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
-import { Idempotency, type Answer, type IdempotencyShape } from "../../src/services/Idempotency.js"
+import { FileDriver, type FileDriverShape, FileError, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { encodeFrame } from "../../src/layers/journal/Frame.js"
+import { Idempotency, type Answer, type IdempotencyError, type IdempotencyShape } from "../../src/services/Idempotency.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
 import { framesOf } from "../support/frames.js"
 
@@ -51,6 +53,139 @@ const expectReplay = (store: IdempotencyShape, k: string) =>
 const expectAmbiguousFromLog = (store: IdempotencyShape, k: string) =>
   Effect.map(store.claim("s", k, `h-${k}`), (r) => expect(r, k).toEqual({ _tag: "Ambiguous", inFlight: false }))
 
+/** Flips one bit of the byte at `at` in the file, in place (the store may have it open). */
+const flipByte = (file: string, at: number) => {
+  const fd = fs.openSync(file, "r+")
+  const b = Buffer.alloc(1)
+  fs.readSync(fd, b, 0, 1, at)
+  b[0] = b[0]! ^ 0x40
+  fs.writeSync(fd, b, 0, 1, at)
+  fs.closeSync(fd)
+}
+
+/**
+ * A driver whose next `plan.writes` log writes fail the way a full disk does (half of the bytes
+ * land, then ENOSPC), and whose next `plan.truncates` ftruncates fail with EIO.
+ */
+const faultyDriver = () => {
+  const plan = { writes: 0, truncates: 0 }
+  const state = { plan, landed: 0, driver: nodeDriver }
+  state.driver = {
+    ...nodeDriver,
+    writev: (fd, buffers, position) =>
+      Effect.suspend(() => {
+        if (plan.writes === 0) return nodeDriver.writev(fd, buffers, position)
+        plan.writes--
+        const all = Buffer.concat(buffers)
+        const half = all.subarray(0, all.length >> 1)
+        return nodeDriver.writev(fd, [half], position).pipe(
+          Effect.tap((n) => void (state.landed += n)),
+          Effect.zipRight(Effect.fail(new FileError({ op: "write", path: `fd ${fd}`, code: "ENOSPC", detail: "ENOSPC: no space left on device, write" })))
+        )
+      }),
+    ftruncate: (fd, length) =>
+      Effect.suspend(() => {
+        if (plan.truncates === 0) return nodeDriver.ftruncate(fd, length)
+        plan.truncates--
+        return Effect.fail(new FileError({ op: "ftruncate", path: `fd ${fd}`, code: "EIO", detail: "EIO: i/o error, ftruncate" }))
+      })
+  }
+  return state
+}
+
+describe("IdempotencyFile: answers live in the log", () => {
+  it.scoped("a replay reads its answer back from the log: an answer frame damaged after it was written is IdempotencyLogDamaged naming the file and offset, never replayed", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["a", "b"])
+          const frames = framesOf(fs.readFileSync(logOf(dir)))
+          const bAnswer = frames[3]!
+          expect(bAnswer.kind).toBe("idem_answer")
+          flipByte(logOf(dir), bAnswer.end - 5)
+          yield* expectReplay(store, "a")
+          for (let i = 0; i < 2; i++) {
+            const err = yield* Effect.flip(store.claim("s", "b", "h-b"))
+            expect(err._tag).toBe("IdempotencyLogDamaged")
+            if (err._tag !== "IdempotencyLogDamaged") return
+            expect(err.file).toBe("idempotency/claims.log")
+            expect(err.offset).toBe(bAnswer.start)
+            expect(err.reason).toContain("checksum")
+          }
+          // A different body is still a conflict, decided from the index alone.
+          expect(yield* store.claim("s", "b", "other")).toEqual({ _tag: "Conflict" })
+        }))
+    }))
+
+  it.scoped("open reads the log in bounded chunks (a larger frame whole), never the whole file at once", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const big = "z".repeat(2 * IDEMPOTENCY_READ_CHUNK_BYTES)
+      const small = Array.from({ length: 200 }, (_, i) => `k${i}`)
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, small.slice(0, 100))
+          expect((yield* store.claim("s", "big", "h-big"))._tag).toBe("Claimed")
+          yield* store.complete("s", "big", answer(big))
+          // Enough small records after the big one that the log spans several chunks.
+          for (const k of small.slice(100)) {
+            yield* store.claim("s", k, `h-${k}`)
+            yield* store.complete("s", k, answer(`answer ${k} ${"p".repeat(30_000)}`))
+          }
+        }), { maxAnswerBytes: 4 * IDEMPOTENCY_READ_CHUNK_BYTES })
+      const size = fs.statSync(logOf(dir)).size
+      expect(size).toBeGreaterThan(4 * IDEMPOTENCY_READ_CHUNK_BYTES)
+      const largestFrame = Math.max(...framesOf(fs.readFileSync(logOf(dir))).map((f) => f.end - f.start))
+      const reads: Array<number> = []
+      const driver: FileDriverShape = {
+        ...nodeDriver,
+        readFile: (p) => Effect.dieMessage(`readFile(${p}): the log must be read in chunks`),
+        read: (fd, buffer, position) => Effect.zipRight(Effect.sync(() => reads.push(buffer.length)), nodeDriver.read(fd, buffer, position))
+      }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          // Opening read every byte, in pieces no larger than a chunk or the one larger frame.
+          expect(reads.length).toBeGreaterThan(4)
+          expect(Math.max(...reads)).toBeLessThanOrEqual(Math.max(IDEMPOTENCY_READ_CHUNK_BYTES, largestFrame))
+          const r = yield* store.claim("s", "big", "h-big")
+          expect(r._tag === "Replay" && r.answer.body === big).toBe(true)
+          yield* expectReplay(store, "k0")
+        }), { maxAnswerBytes: 4 * IDEMPOTENCY_READ_CHUNK_BYTES }, driver)
+    }))
+
+  it.scoped("an answer above the maximum is recorded as not kept: the key resolves to its status and size at once and after a restart, and the log stays small", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const body = "x".repeat(5_000)
+      const expected = { _tag: "AnswerNotKept", status: 200, bytes: JSON.stringify(answer(body)).length }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "k", "h"))._tag).toBe("Claimed")
+          yield* store.complete("s", "k", answer(body))
+          expect(yield* store.claim("s", "k", "h")).toEqual(expected)
+          expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Conflict" })
+        }), { maxAnswerBytes: 4_096 })
+      expect(fs.statSync(logOf(dir)).size).toBeLessThan(1_000)
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "k", "h"), (r) => expect(r).toEqual(expected)), { maxAnswerBytes: 4_096 })
+    }))
+
+  it.scoped("an answer above the frame maximum resolves its key (never in progress), at once and after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const huge = answer("h".repeat(MAX_FRAME_BYTES + 1))
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "huge", "h"))._tag).toBe("Claimed")
+          yield* store.complete("s", "huge", huge)
+          const r = yield* store.claim("s", "huge", "h")
+          expect(r._tag).toBe("AnswerNotKept")
+          expect(r._tag === "AnswerNotKept" && r.bytes).toBeGreaterThan(MAX_FRAME_BYTES)
+        }))
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "huge", "h"), (r) => expect(r._tag).toBe("AnswerNotKept")))
+    }))
+})
+
 describe("IdempotencyFile: restart", () => {
   it.scoped("claims and answers survive a restart: answered ⇒ Replay, claimed-not-answered ⇒ Ambiguous not in flight", () =>
     Effect.gen(function*() {
@@ -88,6 +223,62 @@ describe("IdempotencyFile: restart", () => {
     }))
 })
 
+describe("IdempotencyFile: releases", () => {
+  it.scoped("a release is durable: after a restart the released key is free, and a later claim of it stands", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["a"], ["released", "reclaimed"])
+          yield* store.release("s", "released")
+          yield* store.release("s", "reclaimed")
+          expect(yield* store.claim("s", "reclaimed", "h-reclaimed")).toEqual({ _tag: "Claimed" })
+        }))
+      expect(framesOf(fs.readFileSync(logOf(dir))).map((f) => f.kind)).toEqual([
+        "idem_claim", "idem_answer", "idem_claim", "idem_claim", "idem_release", "idem_release", "idem_claim"
+      ])
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* expectReplay(store, "a")
+          expect(yield* store.claim("s", "released", "any body")).toEqual({ _tag: "Claimed" })
+          // Claimed again after its release: that claim is the key's entry, unanswered.
+          yield* expectAmbiguousFromLog(store, "reclaimed")
+        }))
+    }))
+
+  it.scopedLive("claims of a key while its release is being written see it in flight; a failed release still frees it in this process", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      const gate = yield* Deferred.make<void>()
+      let gated = false
+      const driver: FileDriverShape = {
+        ...faults.driver,
+        fdatasync: (fd) => gated ? Effect.zipRight(Deferred.await(gate), nodeDriver.fdatasync(fd)) : nodeDriver.fdatasync(fd)
+      }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, [], ["k", "j"])
+          gated = true
+          const releasing = yield* Effect.fork(store.release("s", "k"))
+          yield* Effect.sleep("20 millis")
+          expect(yield* store.claim("s", "k", "h-k")).toEqual({ _tag: "Ambiguous", inFlight: true })
+          // An answer arriving meanwhile is not taken: the release decides.
+          yield* store.complete("s", "k", answer("too late"))
+          gated = false
+          yield* Deferred.succeed(gate, undefined)
+          yield* Fiber.join(releasing)
+          expect(yield* store.claim("s", "k", "other")).toEqual({ _tag: "Claimed" })
+          faults.plan.writes = 1
+          expect((yield* Effect.flip(store.release("s", "j"))).message).toContain("ENOSPC")
+          expect(yield* store.claim("s", "j", "other")).toEqual({ _tag: "Claimed" })
+        }), {}, driver)
+      // The failed release was never written: a restart sees j's first claim, whose request did
+      // nothing, superseded by the second claim (which is unanswered).
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "j", "other"), (r) => expect(r).toEqual({ _tag: "Ambiguous", inFlight: false })))
+    }))
+})
+
 describe("IdempotencyFile: torn and corrupt logs", () => {
   it.scoped("a final record torn at any byte is truncated: the store opens with every record before it", () =>
     Effect.gen(function*() {
@@ -121,23 +312,48 @@ describe("IdempotencyFile: torn and corrupt logs", () => {
       yield* withStore(dir, (store) => expectReplay(store, "c"))
     }))
 
-  it.scoped("a corrupt middle record refuses to open, naming the file and the offset, and changes nothing", () =>
+  it.scoped("a damaged log opens refusing: every claim and answer fails with IdempotencyLogDamaged naming the file (relative to the data directory) and the offset, and the file is left as found", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      yield* withStore(dir, (store) => record(store, ["a", "b"]))
+      yield* withStore(dir, (store) => record(store, ["a", "b"], ["c"]))
       const log = logOf(dir)
       const original = fs.readFileSync(log)
       const frames = framesOf(original)
-      for (const [what, at] of [["body", frames[1]!.end - 3], ["length", frames[1]!.start]] as const) {
+      const flipped = (at: number) => {
         const damaged = Buffer.from(original)
         damaged[at] = damaged[at]! ^ 0x40
+        return damaged
+      }
+      // A whole frame (both checksums hold) whose record cannot be used.
+      const whole = (kind: string, json: string) =>
+        Buffer.concat([original, ...encodeFrame(frames.length + 1, 0, Buffer.from(kind), Buffer.from(json), false)])
+      const cases = [
+        ["a flipped body byte", flipped(frames[1]!.end - 3), frames[1]!.start, "checksum"],
+        ["a flipped length byte", flipped(frames[1]!.start), frames[1]!.start, "checksum"],
+        ["an unreadable payload", whole("idem_claim", "{\"scope\":1}"), original.length, "unreadable idem_claim payload"],
+        ["an unknown kind", whole("idem_other", "{}"), original.length, "unknown record kind"]
+      ] as const
+      for (const [what, damaged, offset, reason] of cases) {
         fs.writeFileSync(log, damaged)
-        const err = yield* Effect.flip(Effect.scoped(open(dir)))
-        expect(err._tag, what).toBe("IdempotencyLogCorrupt")
-        if (err._tag !== "IdempotencyLogCorrupt") return
-        expect(err.file, what).toBe(log)
-        expect(err.offset, what).toBe(frames[1]!.start)
-        expect(err.message, what).toContain(`${log} is corrupt at offset ${frames[1]!.start}`)
+        yield* withStore(dir, (store) =>
+          Effect.gen(function*() {
+            const refusals = [
+              store.claim("s", "a", "h-a"),
+              store.claim("s", "new", "h"),
+              store.complete("s", "c", answer("late"))
+            ] as const
+            for (const refused of refusals) {
+              const err = yield* Effect.flip(refused as Effect.Effect<unknown, IdempotencyError>)
+              expect(err._tag, what).toBe("IdempotencyLogDamaged")
+              if (err._tag !== "IdempotencyLogDamaged") return
+              expect(err.file, what).toBe("idempotency/claims.log")
+              expect(err.offset, what).toBe(offset)
+              expect(err.reason, what).toContain(reason)
+              expect(err.message, what).toContain(`idempotency/claims.log is damaged at offset ${offset}`)
+            }
+            expect(yield* store.compact).toBe(0)
+          }))
+        // Nothing written, nothing truncated: the damage waits for an operator.
         expect(fs.readFileSync(log).equals(damaged), what).toBe(true)
       }
     }))
@@ -168,8 +384,12 @@ describe("IdempotencyFile: compaction", () => {
           yield* TestClock.adjust(RETENTION_MS / 2)
           expect(yield* store.compact).toBe(50)
           expect(fs.statSync(logOf(dir)).size).toBeLessThan(before / 10)
+          // Replays read the moved frames at their new offsets.
+          yield* expectReplay(store, "live")
+          expect(yield* store.claim("s", "pending", "h-pending")).toEqual({ _tag: "Ambiguous", inFlight: true })
           // The store goes on appending to the rewritten log.
           yield* record(store, ["after"])
+          yield* expectReplay(store, "after")
         }), options)
       const frames = framesOf(fs.readFileSync(logOf(dir)))
       expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5])
@@ -181,6 +401,30 @@ describe("IdempotencyFile: compaction", () => {
           yield* expectAmbiguousFromLog(store, "pending")
           for (const k of old) expect(yield* store.claim("s", k, "new body")).toEqual({ _tag: "Claimed" })
         }))
+    }))
+
+  it.scoped("compaction copies live records from the log file: a live record damaged on disk fails the rewrite, which leaves the old log in place", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, Array.from({ length: 20 }, (_, i) => `old${i}`))
+          yield* TestClock.adjust(RETENTION_MS / 2)
+          yield* record(store, ["live"])
+          const frames = framesOf(fs.readFileSync(logOf(dir)))
+          const liveAnswer = frames[frames.length - 1]!
+          flipByte(logOf(dir), liveAnswer.end - 2)
+          const before = fs.readFileSync(logOf(dir))
+          yield* TestClock.adjust(RETENTION_MS / 2)
+          const err = yield* Effect.flip(store.compact)
+          expect(err._tag).toBe("IdempotencyLogDamaged")
+          expect(err._tag === "IdempotencyLogDamaged" && err.offset).toBe(liveAnswer.start)
+          expect(fs.readFileSync(logOf(dir)).equals(before)).toBe(true)
+          expect(fs.readdirSync(path.join(dir, "idempotency"))).toEqual(["claims.log"])
+          // The store goes on: new keys are claimed and answered in the old log.
+          yield* record(store, ["next"])
+          yield* expectReplay(store, "next")
+        }), { limits: { rewriteDeadBytes: 0 } })
     }))
 
   it.scoped("a log with little dead weight is not rewritten", () =>
@@ -199,7 +443,7 @@ describe("IdempotencyFile: compaction", () => {
       yield* withStore(dir, (store) => expectReplay(store, "g"))
     }))
 
-  it.scopedLive("claims and answers made while a rewrite runs are neither lost nor reordered", () =>
+  it.scopedLive("claims and answers made while a rewrite runs are neither lost nor reordered, and replays during and after it read the right frames", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       // The rewrite stops at its rename until released, with appends arriving meanwhile.
@@ -227,9 +471,13 @@ describe("IdempotencyFile: compaction", () => {
           yield* Effect.sleep("20 millis")
           // The appends wait for the rewrite: nothing is acknowledged into the file being replaced.
           expect(Option.isNone(yield* Fiber.poll(during))).toBe(true)
+          // Replays do not wait: they read the old file, which stays open until its readers are done.
+          yield* expectReplay(store, "kept")
           yield* Deferred.succeed(release, undefined)
           expect(yield* Fiber.join(compaction)).toBe(10)
           yield* Fiber.join(during)
+          yield* expectReplay(store, "kept")
+          yield* expectReplay(store, "during7")
         }), { retentionMs, limits: { rewriteDeadBytes: 0 } }, driver)
       const frames = framesOf(fs.readFileSync(logOf(dir)))
       expect(frames.map((f) => f.sequence)).toEqual(Array.from({ length: 43 }, (_, i) => i + 1))
@@ -303,28 +551,82 @@ describe("IdempotencyFile: durability and group commit", () => {
         Effect.forEach(keys, (k) => expectAmbiguousFromLog(store, k), { discard: true }))
     }))
 
-  it.scoped("a write failure is IdempotencyStoreFailed and sticky; nothing unacknowledged comes back after a restart", () =>
+  it.scoped("a failed write (ENOSPC) fails only its round: the torn bytes are cut back, the freed key and later records succeed, and a restart finds exactly the durable records", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      const inst = instrumentedDriver()
+      const faults = faultyDriver()
       yield* withStore(dir, (store) =>
         Effect.gen(function*() {
           yield* record(store, ["before"])
-          inst.failNextWrite("claims.log")
-          const failed = yield* Effect.flip(store.claim("s", "lost", "h"))
+          const durable = fs.statSync(logOf(dir)).size
+          faults.plan.writes = 1
+          const failed = yield* Effect.flip(store.claim("s", "lost", "h-lost"))
           expect(failed._tag).toBe("IdempotencyStoreFailed")
-          expect(failed.reason).toContain("EIO")
-          // Sticky: the next write would have worked, but the store refuses everything.
-          for (const later of [store.claim("s", "other", "h"), store.complete("s", "before", answer("x")), store.compact]) {
-            const err = yield* Effect.flip(later as Effect.Effect<unknown, { readonly _tag: string }>)
-            expect(err._tag).toBe("IdempotencyStoreFailed")
-          }
-          expect(inst.counts.writev).toBe(3)
-        }), {}, inst.driver)
+          expect(failed.message).toContain("idempotency/claims.log")
+          expect(failed.message).toContain("ENOSPC")
+          expect(failed.message).not.toContain(dir)
+          // Half a frame landed; it is cut back at once.
+          expect(faults.landed).toBeGreaterThan(0)
+          expect(fs.statSync(logOf(dir)).size).toBe(durable)
+          // The failed claim freed its key; space is back: everything goes on.
+          yield* record(store, ["lost", "after"])
+          yield* expectReplay(store, "before")
+          yield* expectReplay(store, "lost")
+        }), {}, faults.driver)
+      const frames = framesOf(fs.readFileSync(logOf(dir)))
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5, 6])
+      expect(frames[frames.length - 1]!.end).toBe(fs.statSync(logOf(dir)).size)
       yield* withStore(dir, (store) =>
         Effect.gen(function*() {
-          yield* expectReplay(store, "before")
-          expect(yield* store.claim("s", "lost", "h")).toEqual({ _tag: "Claimed" })
+          for (const k of ["before", "lost", "after"]) yield* expectReplay(store, k)
+        }))
+    }))
+
+  it.scoped("an answer whose write failed leaves its key ambiguous, not in flight (the work happened), at once and after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect((yield* store.claim("s", "k", "h-k"))._tag).toBe("Claimed")
+          faults.plan.writes = 1
+          const failed = yield* Effect.flip(store.complete("s", "k", answer("answer k")))
+          expect(failed.message).toContain("ENOSPC")
+          yield* expectAmbiguousFromLog(store, "k")
+          // A later answer for it is not taken either: the first outcome (unrecorded) stands.
+          yield* store.complete("s", "k", answer("answer k"))
+          yield* expectAmbiguousFromLog(store, "k")
+          yield* record(store, ["other"])
+        }), {}, faults.driver)
+      yield* withStore(dir, (store) => Effect.zipRight(expectAmbiguousFromLog(store, "k"), expectReplay(store, "other")))
+    }))
+
+  it.scoped("when the cut back fails too, the next round fails while it cannot be made, and the writer recovers once it can", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const faults = faultyDriver()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, ["before"])
+          const durable = fs.statSync(logOf(dir)).size
+          faults.plan.writes = 1
+          // The cut after the failed write and the one before the next round both fail.
+          faults.plan.truncates = 2
+          expect((yield* Effect.flip(store.claim("s", "one", "h-one"))).message).toContain("ENOSPC")
+          expect(fs.statSync(logOf(dir)).size).toBeGreaterThan(durable)
+          const next = yield* Effect.flip(store.claim("s", "two", "h-two"))
+          expect(next.message).toContain("could not be undone yet")
+          expect(next.message).toContain("ftruncate failed: EIO")
+          // Never sticky: the third round makes the cut and writes.
+          yield* record(store, ["one", "two"])
+          expect(faults.plan.truncates).toBe(0)
+        }), {}, faults.driver)
+      const frames = framesOf(fs.readFileSync(logOf(dir)))
+      expect(frames.map((f) => f.kind)).toEqual(["idem_claim", "idem_answer", "idem_claim", "idem_answer", "idem_claim", "idem_answer"])
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4, 5, 6])
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          for (const k of ["before", "one", "two"]) yield* expectReplay(store, k)
         }))
     }))
 

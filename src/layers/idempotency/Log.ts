@@ -1,15 +1,32 @@
 /**
- * The idempotency log file and its single group-committing writer: appends (one write and one
- * fdatasync per round for everything pending) and atomic rewrites between rounds.
+ * The idempotency log file and its single group-committing writer.
+ *
+ * - Appends: one write and one fdatasync per round for everything pending; each record learns
+ *   its offset and size once durable. A round, once taken, always completes (uninterruptible,
+ *   bounded by its write and sync), so no caller is left without an answer.
+ * - A failed round fails only its own records. The file is cut back to its last durable size
+ *   (ftruncate + fdatasync) at once, or, if that fails too, before the next round, which fails
+ *   in turn while the cut cannot be made: the writer is never broken for good.
+ * - Rewrites run between rounds: the live records are copied from the current file by offset,
+ *   checked and renumbered, into a temporary file (fdatasync, rename, directory fsync); their
+ *   new offsets are applied in the same step that makes the new file current. A failure before
+ *   the rename leaves the old log in use. A directory fsync owed after a rename is made before
+ *   the next round acknowledges anything.
+ * - Reads (replays, copies) go through a handle that a rewrite retires only once its last
+ *   reader is done, so a read never lands on a closed or reused descriptor.
  */
 import * as path from "node:path"
-import { Deferred, Effect, Either } from "effect"
-import { IdempotencyStoreFailed } from "../../services/Idempotency.js"
+import { Deferred, Effect } from "effect"
+import { IDEMPOTENCY_READ_CHUNK_BYTES } from "../../domain/Limits.js"
+import { type IdempotencyError, IdempotencyLogDamaged, IdempotencyStoreFailed } from "../../services/Idempotency.js"
 import type { FileDriverShape, FileError } from "../journal/FileDriver.js"
 import { encodeFrame, frameBytes } from "../journal/Frame.js"
+import { readFrameAt } from "./Reader.js"
 
 export const LOG_FILE = "claims.log"
 export const REWRITE_FILE = `${LOG_FILE}.rewrite.tmp`
+/** The log's name relative to the data directory: what every message names. */
+export const LOG_NAME = `idempotency/${LOG_FILE}`
 
 export interface IdempotencyFileLimits {
   readonly queueRecords: number
@@ -24,25 +41,39 @@ export interface LogRecord {
   readonly atMs: number
 }
 
+/** A live record a rewrite keeps: where it is, and whom to tell where it went. */
+export interface LiveRecord {
+  readonly offset: number
+  readonly size: number
+  readonly moved: (offset: number) => void
+}
+
 interface Pending extends LogRecord {
   readonly bytes: number
-  /** Runs once the frame is durable, before the caller hears of it; gets the frame's size. */
-  readonly onDurable: (bytes: number) => void
+  /** Runs once the frame is durable, before the caller hears of it. */
+  readonly onDurable: (offset: number, size: number) => void
   readonly done: Deferred.Deferred<void, IdempotencyStoreFailed>
 }
 
 interface RewriteRequest {
   /** The live records, taken when the writer is between rounds. */
-  readonly snapshot: () => ReadonlyArray<LogRecord>
-  readonly done: Deferred.Deferred<void, IdempotencyStoreFailed>
+  readonly snapshot: () => ReadonlyArray<LiveRecord>
+  readonly done: Deferred.Deferred<void, IdempotencyError>
 }
 
-export const failedBy = (e: FileError) => `${e.op} failed: ${e.code} ${e.detail}`
+/** A descriptor of the log and the reads still using it. */
+class Handle {
+  readers = 0
+  retired = false
+  constructor(readonly fd: number) {}
+}
 
-/**
- * The log file and its single writer. A round, once taken, always completes (uninterruptible,
- * bounded by its write and sync), so no caller is left without an answer.
- */
+/** A file error as a message: the operation and the real errno, never an absolute path. */
+export const failedBy = (e: FileError, dataDir?: string) => {
+  const detail = dataDir === undefined ? e.detail : e.detail.split(`${dataDir}${path.sep}`).join("")
+  return detail.startsWith(e.code) ? `${e.op} failed: ${detail}` : `${e.op} failed: ${e.code} ${detail}`
+}
+
 export class Log {
   private queue: Array<Pending> = []
   private queuedBytes = 0
@@ -50,21 +81,33 @@ export class Log {
   private wake: Deferred.Deferred<void> | undefined
   private spaceWaiters: Array<Deferred.Deferred<void>> = []
   private closed = false
-  broken: IdempotencyStoreFailed | undefined
+  private current: Handle
+  /** A failed round may have left bytes past `size`: cut them before anything else is written. */
+  private cutOwed = false
+  /** A rename whose directory entry is not yet known to be durable. */
+  private dirSyncOwed = false
 
   constructor(
     private readonly driver: FileDriverShape,
+    private readonly dataDir: string,
     private readonly dir: string,
     private readonly file: string,
-    private fd: number,
+    fd: number,
     /** Durable bytes: everything before this offset is committed. */
     public size: number,
     private nextSequence: number,
     private readonly limits: IdempotencyFileLimits
-  ) {}
+  ) {
+    this.current = new Handle(fd)
+  }
 
-  private refusal() {
-    return this.broken ?? (this.closed ? new IdempotencyStoreFailed({ reason: "the idempotency store is closed" }) : undefined)
+  private failed(what: string) {
+    return new IdempotencyStoreFailed({ reason: `${LOG_NAME}: ${what}` })
+  }
+
+  /** Why the log takes no more records (closed), if it does not. */
+  refused() {
+    return this.closed ? new IdempotencyStoreFailed({ reason: "the idempotency store is closed" }) : undefined
   }
 
   private poke() {
@@ -75,11 +118,11 @@ export class Log {
   }
 
   /** Queues a record and waits until it is durable (or refused). */
-  append(record: LogRecord, onDurable: (bytes: number) => void) {
+  append(record: LogRecord, onDurable: (offset: number, size: number) => void) {
     return Effect.gen(this, function*() {
       const bytes = frameBytes(record.kind, record.json)
       while (
-        this.refusal() === undefined &&
+        this.refused() === undefined &&
         (this.queue.length >= this.limits.queueRecords ||
           (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes))
       ) {
@@ -87,7 +130,7 @@ export class Log {
         this.spaceWaiters.push(space)
         yield* Deferred.await(space)
       }
-      const refused = this.refusal()
+      const refused = this.refused()
       if (refused) return yield* Effect.fail(refused)
       const done = yield* Deferred.make<void, IdempotencyStoreFailed>()
       this.queue.push({ ...record, bytes, onDurable, done })
@@ -97,12 +140,48 @@ export class Log {
     })
   }
 
+  /**
+   * Reads the frame `locate` names, checked. `locate` runs in the same step that pins the current
+   * file, so the offsets it gives and the file they are read from always belong together; it
+   * returns undefined when the record is no longer live.
+   */
+  readAt(locate: () => { readonly offset: number; readonly size: number } | undefined) {
+    return Effect.suspend(() => {
+      const where = locate()
+      if (where === undefined) return Effect.succeed(undefined)
+      const handle = this.current
+      if (handle.retired) return Effect.fail(new IdempotencyStoreFailed({ reason: "the idempotency store is closed" }))
+      handle.readers++
+      return readFrameAt(this.driver, handle.fd, where.offset, where.size).pipe(
+        Effect.mapError((e) => this.failed(`reading the record at offset ${where.offset}: ${failedBy(e, this.dataDir)}`)),
+        Effect.flatMap((frame) =>
+          typeof frame === "string"
+            ? Effect.fail(new IdempotencyLogDamaged({ file: LOG_NAME, offset: where.offset, reason: frame }))
+            : Effect.succeed(frame)
+        ),
+        Effect.ensuring(this.unpin(handle))
+      )
+    })
+  }
+
+  private unpin(handle: Handle) {
+    return Effect.suspend(() => {
+      handle.readers--
+      return handle.retired && handle.readers === 0 ? Effect.ignore(this.driver.close(handle.fd)) : Effect.void
+    })
+  }
+
+  private retire(handle: Handle) {
+    handle.retired = true
+    return handle.readers === 0 ? Effect.ignore(this.driver.close(handle.fd)) : Effect.void
+  }
+
   /** Rewrites the log with only the snapshot's records, serialized with every append. */
-  rewrite(snapshot: () => ReadonlyArray<LogRecord>) {
+  rewrite(snapshot: () => ReadonlyArray<LiveRecord>) {
     return Effect.gen(this, function*() {
-      const refused = this.refusal()
+      const refused = this.refused()
       if (refused) return yield* Effect.fail(refused)
-      const done = yield* Deferred.make<void, IdempotencyStoreFailed>()
+      const done = yield* Deferred.make<void, IdempotencyError>()
       this.rewrites.push({ snapshot, done })
       this.poke()
       return yield* Deferred.await(done)
@@ -114,10 +193,8 @@ export class Log {
       if (this.rewrites.length > 0) {
         const requests = this.rewrites
         this.rewrites = []
-        const exit = yield* Effect.uninterruptible(Effect.either(this.swap(requests[0]!.snapshot())))
-        for (const r of requests) {
-          Deferred.unsafeDone(r.done, Either.isLeft(exit) ? Effect.fail(exit.left) : Effect.void)
-        }
+        const exit = yield* Effect.uninterruptible(Effect.exit(this.swap(requests[0]!.snapshot())))
+        for (const r of requests) Deferred.unsafeDone(r.done, exit)
         continue
       }
       if (this.queue.length === 0) {
@@ -136,12 +213,26 @@ export class Log {
     }
   })
 
+  /** Pays what an earlier failure left owed: the cut back to `size`, a directory fsync. */
+  private settle = Effect.gen(this, function*() {
+    if (this.cutOwed) {
+      yield* this.driver.ftruncate(this.current.fd, this.size).pipe(Effect.zipRight(this.driver.fdatasync(this.current.fd)))
+      this.cutOwed = false
+    }
+    if (this.dirSyncOwed) {
+      yield* this.driver.syncDir(this.dir)
+      this.dirSyncOwed = false
+    }
+  })
+
   private commit(batch: ReadonlyArray<Pending>) {
     return Effect.gen(this, function*() {
-      if (this.broken) {
-        for (const p of batch) Deferred.unsafeDone(p.done, Effect.fail(this.broken))
-        return
+      const fail = (what: string) => {
+        const error = this.failed(what)
+        for (const p of batch) Deferred.unsafeDone(p.done, Effect.fail(error))
       }
+      const owed = yield* Effect.either(this.settle)
+      if (owed._tag === "Left") return fail(`an earlier failed write could not be undone yet: ${failedBy(owed.left, this.dataDir)}`)
       const buffers: Array<Buffer> = []
       let bytes = 0
       let sequence = this.nextSequence
@@ -149,72 +240,87 @@ export class Log {
         buffers.push(...encodeFrame(sequence++, p.atMs, p.kind, p.json, false))
         bytes += p.bytes
       }
-      const failed = yield* this.driver.writev(this.fd, buffers, this.size).pipe(
+      const fd = this.current.fd
+      const failed = yield* this.driver.writev(fd, buffers, this.size).pipe(
         Effect.flatMap((written) =>
-          written === bytes ? Effect.as(this.driver.fdatasync(this.fd), undefined) : Effect.succeed(`short write: ${written} of ${bytes} bytes`)
+          written === bytes
+            ? Effect.as(this.driver.fdatasync(fd), undefined)
+            : Effect.succeed(`short write: ${written} of ${bytes} bytes`)
         ),
-        Effect.catchAll((e) => Effect.succeed(failedBy(e)))
+        Effect.catchAll((e) => Effect.succeed(failedBy(e, this.dataDir)))
       )
       if (failed !== undefined) {
-        this.broken = new IdempotencyStoreFailed({ reason: `${this.file}: ${failed}` })
-        for (const p of batch) Deferred.unsafeDone(p.done, Effect.fail(this.broken))
-        return
+        // Whatever reached the file past `size` was never acknowledged: cut it now if possible.
+        this.cutOwed = true
+        yield* Effect.ignore(this.settle)
+        return fail(failed)
       }
+      let offset = this.size
       this.size += bytes
       this.nextSequence = sequence
       for (const p of batch) {
-        p.onDurable(p.bytes)
+        p.onDurable(offset, p.bytes)
+        offset += p.bytes
         Deferred.unsafeDone(p.done, Effect.void)
       }
     })
   }
 
   /**
-   * Writes the records to a temporary file, syncs it and renames it over the log. A failure
-   * before the rename leaves the old log in use; one after it (the new name may not be durable,
-   * or the new file cannot be opened) breaks the store.
+   * Copies the live records, in file order, into a temporary file, syncs it and renames it over
+   * the log; the temporary file's descriptor becomes the log's.
    */
-  private swap(records: ReadonlyArray<LogRecord>) {
+  private swap(records: ReadonlyArray<LiveRecord>) {
     const driver = this.driver
     return Effect.gen(this, function*() {
-      const refused = this.refusal()
+      const refused = this.refused()
       if (refused) return yield* Effect.fail(refused)
+      yield* this.settle.pipe(Effect.mapError((e) => this.failed(`rewrite: ${failedBy(e, this.dataDir)}`)))
       const tmp = path.join(this.dir, REWRITE_FILE)
-      const buffers: Array<Buffer> = []
-      let bytes = 0
-      records.forEach((r, i) => {
-        const frame = encodeFrame(i + 1, r.atMs, r.kind, r.json, false)
-        buffers.push(...frame)
-        bytes += frame[0].length + frame[1].length
-      })
-      yield* Effect.gen(this, function*() {
-        const fd = yield* driver.open(tmp, "w")
-        yield* Effect.gen(function*() {
-          const written = buffers.length > 0 ? yield* driver.writev(fd, buffers, 0) : 0
-          if (written !== bytes) {
-            return yield* Effect.fail(new IdempotencyStoreFailed({ reason: `${tmp}: short write: ${written} of ${bytes} bytes` }))
+      const ordered = [...records].sort((a, b) => a.offset - b.offset)
+      const fd = yield* driver.open(tmp, "w+").pipe(Effect.mapError((e) => this.failed(`rewrite: ${failedBy(e, this.dataDir)}`)))
+      const copied = yield* Effect.gen(this, function*() {
+        const moves: Array<number> = []
+        let batch: Array<Buffer> = []
+        let batchBytes = 0
+        let written = 0
+        const flush = Effect.gen(function*() {
+          if (batchBytes === 0) return
+          const n = yield* driver.writev(fd, batch, written)
+          if (n !== batchBytes) {
+            return yield* Effect.fail(new IdempotencyStoreFailed({ reason: `rewrite: short write: ${n} of ${batchBytes} bytes` }))
           }
-          yield* driver.fdatasync(fd)
-        }).pipe(Effect.ensuring(Effect.ignore(driver.close(fd))))
-        yield* driver.rename(tmp, this.file)
-      }).pipe(
-        Effect.mapError((e) => e._tag === "FileError" ? new IdempotencyStoreFailed({ reason: `rewrite: ${failedBy(e)}` }) : e),
-        Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
-      )
-      // Renamed: from here on the old descriptor names an unlinked file.
-      yield* Effect.gen(this, function*() {
-        yield* Effect.ignore(driver.close(this.fd))
-        this.fd = -1
-        yield* driver.syncDir(this.dir)
-        this.fd = yield* driver.open(this.file, "r+")
-      }).pipe(
-        Effect.catchAll((e) => {
-          this.broken = new IdempotencyStoreFailed({ reason: `rewrite of ${this.file} after rename: ${failedBy(e)}` })
-          return Effect.fail(this.broken)
+          written += batchBytes
+          batch = []
+          batchBytes = 0
         })
+        for (const [i, r] of ordered.entries()) {
+          const frame = yield* this.readAt(() => r)
+          // A bug if it happens: the locator above always names the record.
+          if (frame === undefined) return yield* Effect.dieMessage("a rewrite lost track of a live record")
+          const [head, json] = encodeFrame(i + 1, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), frame.json, false)
+          moves.push(written + batchBytes)
+          batch.push(head, json)
+          batchBytes += frame.size
+          if (batchBytes >= IDEMPOTENCY_READ_CHUNK_BYTES) yield* flush
+        }
+        yield* flush
+        yield* driver.fdatasync(fd)
+        yield* driver.rename(tmp, this.file)
+        return { moves, bytes: written }
+      }).pipe(
+        Effect.mapError((e) => e._tag === "FileError" ? this.failed(`rewrite: ${failedBy(e, this.dataDir)}`) : e),
+        Effect.tapError(() => Effect.zipRight(Effect.ignore(driver.close(fd)), Effect.ignore(driver.unlink(tmp))))
       )
-      this.size = bytes
-      this.nextSequence = records.length + 1
+      // Renamed: the new file is the log. Offsets, size and descriptor change in one step.
+      const old = this.current
+      this.current = new Handle(fd)
+      this.size = copied.bytes
+      this.nextSequence = ordered.length + 1
+      ordered.forEach((r, i) => r.moved(copied.moves[i]!))
+      this.dirSyncOwed = true
+      yield* this.retire(old)
+      yield* Effect.ignore(this.settle)
     })
   }
 
@@ -233,9 +339,7 @@ export class Log {
     for (const r of this.rewrites) Deferred.unsafeDone(r.done, Effect.fail(closed))
     this.queue = []
     this.rewrites = []
-    const fd = this.fd
-    this.fd = -1
-    return fd < 0 ? Effect.void : Effect.ignore(this.driver.close(fd))
+    this.closed = true
+    return this.current.retired ? Effect.void : this.retire(this.current)
   })
 }
-

@@ -1,0 +1,129 @@
+/**
+ * What a keyed request leaves under its key (src/http/Idempotent.ts), one branch per test, over
+ * the memory store: a 2xx answer is recorded; a failure that may have had effects is recorded as
+ * 409 ambiguous; a failure where nothing happened that is 5xx or retryable releases the key; any
+ * other refusal is recorded as it is. The store's own failures refuse the request before any work.
+ */
+import type { HttpServerResponse } from "@effect/platform"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { type ApiFailure, apiFailure } from "../../src/http/Errors.js"
+import { idempotent, jsonAnswer } from "../../src/http/Idempotent.js"
+import * as IdempotencyMemory from "../../src/layers/IdempotencyMemory.js"
+import {
+  type Answer,
+  IdempotencyLogDamaged,
+  type IdempotencyShape,
+  IdempotencyStoreFailed
+} from "../../src/services/Idempotency.js"
+
+const textOf = (res: HttpServerResponse.HttpServerResponse) =>
+  res.body._tag === "Uint8Array" ? new TextDecoder().decode(res.body.body) : ""
+
+/** A unit of work that counts its runs and ends with `outcome`. */
+const counted = (outcome: Effect.Effect<Answer, ApiFailure>) => {
+  const state = { runs: 0 }
+  return { state, work: Effect.suspend(() => Effect.zipRight(Effect.sync(() => state.runs++), outcome)) }
+}
+
+const call = (store: IdempotencyShape, work: Effect.Effect<Answer, ApiFailure>, body: unknown = { input: "x" }) =>
+  idempotent(store, "send:ses_x", "key-1", body, work).pipe(
+    Effect.map((res) => ({ status: res.status, text: textOf(res) })),
+    Effect.catchAll((e) => Effect.succeed({ status: e.status, text: JSON.stringify({ code: e.code, retryable: e.retryable, details: e.details }) }))
+  )
+
+const memory = IdempotencyMemory.make({ retentionMs: 60_000 })
+
+describe("idempotent: what a request leaves under its key", () => {
+  it.effect("a 2xx answer is recorded: retries replay it byte for byte and the work runs once", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      const { state, work } = counted(Effect.succeed(jsonAnswer(200, { ok: "é" })))
+      const first = yield* call(store, work)
+      expect(first).toEqual({ status: 200, text: JSON.stringify({ ok: "é" }) })
+      expect(yield* call(store, work)).toEqual(first)
+      expect(state.runs).toBe(1)
+      expect((yield* call(store, work, { input: "other" })).status).toBe(409)
+    }))
+
+  it.effect("a failure that may have had effects (details.ambiguous) is recorded as 409 ambiguous: the first caller gets the failure, retries get 409 ambiguous, the work never runs again", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      const failure = apiFailure("journal_write_failed", "the turn's end could not be recorded", { details: { ambiguous: true } })
+      const { state, work } = counted(Effect.fail(failure))
+      const first = yield* call(store, work)
+      expect(first.status).toBe(500)
+      expect(JSON.parse(first.text)).toMatchObject({ code: "journal_write_failed", details: { ambiguous: true } })
+      for (let i = 0; i < 2; i++) {
+        const retry = yield* call(store, work)
+        expect(retry.status).toBe(409)
+        const body = JSON.parse(retry.text)
+        expect(body).toMatchObject({
+          code: "ambiguous",
+          retryable: false,
+          details: { ambiguous: true, status: 500, failure: { code: "journal_write_failed", message: "the turn's end could not be recorded" } }
+        })
+        expect(body.message).toContain("may have taken effect")
+      }
+      expect(state.runs).toBe(1)
+    }))
+
+  it.effect("a 5xx where nothing happened releases the key: the retry with the same key runs", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      let fail = true
+      const { state, work } = counted(Effect.suspend(() =>
+        fail ? Effect.fail(apiFailure("journal_corrupt", "the session's journal is corrupt")) : Effect.succeed(jsonAnswer(200, { ran: true }))
+      ))
+      expect((yield* call(store, work)).status).toBe(500)
+      fail = false
+      expect(yield* call(store, work)).toEqual({ status: 200, text: JSON.stringify({ ran: true }) })
+      expect(yield* call(store, work)).toEqual({ status: 200, text: JSON.stringify({ ran: true }) })
+      expect(state.runs).toBe(2)
+    }))
+
+  it.effect("a retryable refusal where nothing happened (409 session_busy) releases the key: the retry with the same key runs", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      let busy = true
+      const { state, work } = counted(Effect.suspend(() =>
+        busy
+          ? Effect.fail(apiFailure("session_busy", "a turn is running in this session", { retryable: true }))
+          : Effect.succeed(jsonAnswer(200, { ran: true }))
+      ))
+      const refused = yield* call(store, work)
+      expect(refused.status).toBe(409)
+      expect(JSON.parse(refused.text)).toMatchObject({ code: "session_busy", retryable: true })
+      busy = false
+      expect((yield* call(store, work)).status).toBe(200)
+      expect(state.runs).toBe(2)
+    }))
+
+  it.effect("a non-retryable 4xx refusal is recorded: retries replay it and the work does not run again", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      const { state, work } = counted(Effect.fail(apiFailure("session_ended", "the session has ended")))
+      const first = yield* call(store, work)
+      expect(first.status).toBe(409)
+      expect(yield* call(store, work)).toEqual(first)
+      expect(state.runs).toBe(1)
+    }))
+
+  it.effect("the store's own failures refuse the request before any work: a failed store is a retryable 500, a damaged log a 503 idempotency_unavailable", () =>
+    Effect.gen(function*() {
+      const failing = (error: IdempotencyStoreFailed | IdempotencyLogDamaged): IdempotencyShape => ({
+        claim: () => Effect.fail(error),
+        complete: () => Effect.fail(error),
+        release: () => Effect.fail(error),
+        compact: Effect.fail(error)
+      })
+      const { state, work } = counted(Effect.succeed(jsonAnswer(200, {})))
+      const failed = yield* call(failing(new IdempotencyStoreFailed({ reason: "idempotency/claims.log: write failed: ENOSPC" })), work)
+      expect(failed.status).toBe(500)
+      expect(JSON.parse(failed.text)).toMatchObject({ code: "internal", retryable: true })
+      const damaged = yield* call(failing(new IdempotencyLogDamaged({ file: "idempotency/claims.log", offset: 40, reason: "frame body checksum mismatch" })), work)
+      expect(damaged.status).toBe(503)
+      expect(JSON.parse(damaged.text)).toMatchObject({ code: "idempotency_unavailable", retryable: false })
+      expect(state.runs).toBe(0)
+    }))
+})
