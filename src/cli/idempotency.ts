@@ -20,7 +20,7 @@ import * as path from "node:path"
 import { Clock, Console, Effect, Either } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES } from "../domain/Limits.js"
 import { acquireLock, FORMAT, FORMAT_FILE } from "../layers/journal/DataDir.js"
-import { FileError, nodeDriver } from "../layers/journal/FileDriver.js"
+import { batchedWriter, FileError, nodeDriver } from "../layers/journal/FileDriver.js"
 import { encodeFrame } from "../layers/journal/Frame.js"
 import { IDEMPOTENCY_DIR, inspectLog, logPath } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_FILE, LOG_NAME } from "../layers/idempotency/Log.js"
@@ -55,19 +55,7 @@ const rebuild = (dataDir: string) =>
     let answers = 0
     let releases = 0
     const dropped: Array<{ offset: number; reason: string }> = []
-    let batch: Array<Buffer> = []
-    let batchBytes = 0
-    let written = 0
-    const flush = Effect.gen(function*() {
-      if (batchBytes === 0) return
-      const n = yield* driver.writev(out, batch, written)
-      if (n !== batchBytes) {
-        return yield* Effect.fail(new FileError({ op: "write", path: tmp, code: "EIO", detail: `short write: ${n} of ${batchBytes} bytes` }))
-      }
-      written += batchBytes
-      batch = []
-      batchBytes = 0
-    })
+    const copy = batchedWriter(driver, out, tmp, IDEMPOTENCY_READ_CHUNK_BYTES)
     const skipped = yield* salvageLog(driver, src, yield* driver.size(src), (frame) =>
       Effect.gen(function*() {
         const record = decodeIndexRecord(frame.kind, frame.json)
@@ -76,11 +64,11 @@ const rebuild = (dataDir: string) =>
         else if (record.right._tag === "Answer") answers++
         else releases++
         // The frame's bytes belong to the read buffer: the batch keeps copies.
-        batch.push(...encodeFrame(claims + answers + releases, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), Buffer.from(frame.json), false))
-        batchBytes += frame.size
-        if (batchBytes >= IDEMPOTENCY_READ_CHUNK_BYTES) yield* flush
+        yield* copy.push(
+          encodeFrame(claims + answers + releases, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), Buffer.from(frame.json), false)
+        )
       }))
-    yield* flush
+    yield* copy.flush
     yield* driver.fdatasync(out)
     const stamp = new Date(yield* Clock.currentTimeMillis).toISOString().replace(/[:.]/g, "-")
     const aside = `${LOG_FILE}.damaged-${stamp}`

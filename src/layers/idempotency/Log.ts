@@ -19,7 +19,7 @@ import * as path from "node:path"
 import { Deferred, Effect } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES } from "../../domain/Limits.js"
 import { type IdempotencyError, IdempotencyLogDamaged, IdempotencyStoreFailed } from "../../services/Idempotency.js"
-import type { FileDriverShape, FileError } from "../journal/FileDriver.js"
+import { batchedWriter, type FileDriverShape, type FileError } from "../journal/FileDriver.js"
 import { encodeFrame, frameBytes } from "../journal/Frame.js"
 import { readFrameAt } from "./Reader.js"
 
@@ -281,33 +281,18 @@ export class Log {
       const fd = yield* driver.open(tmp, "w+").pipe(Effect.mapError((e) => this.failed(`rewrite: ${failedBy(e, this.dataDir)}`)))
       const copied = yield* Effect.gen(this, function*() {
         const moves: Array<number> = []
-        let batch: Array<Buffer> = []
-        let batchBytes = 0
-        let written = 0
-        const flush = Effect.gen(function*() {
-          if (batchBytes === 0) return
-          const n = yield* driver.writev(fd, batch, written)
-          if (n !== batchBytes) {
-            return yield* Effect.fail(new IdempotencyStoreFailed({ reason: `rewrite: short write: ${n} of ${batchBytes} bytes` }))
-          }
-          written += batchBytes
-          batch = []
-          batchBytes = 0
-        })
+        const out = batchedWriter(driver, fd, tmp, IDEMPOTENCY_READ_CHUNK_BYTES)
         for (const [i, r] of ordered.entries()) {
           const frame = yield* this.readAt(() => r)
           // A bug if it happens: the locator above always names the record.
           if (frame === undefined) return yield* Effect.dieMessage("a rewrite lost track of a live record")
-          const [head, json] = encodeFrame(i + 1, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), frame.json, false)
-          moves.push(written + batchBytes)
-          batch.push(head, json)
-          batchBytes += frame.size
-          if (batchBytes >= IDEMPOTENCY_READ_CHUNK_BYTES) yield* flush
+          moves.push(out.offset)
+          yield* out.push(encodeFrame(i + 1, frame.recordedAtMs, Buffer.from(frame.kind, "utf8"), frame.json, false))
         }
-        yield* flush
+        yield* out.flush
         yield* driver.fdatasync(fd)
         yield* driver.rename(tmp, this.file)
-        return { moves, bytes: written }
+        return { moves, bytes: out.written }
       }).pipe(
         Effect.mapError((e) => e._tag === "FileError" ? this.failed(`rewrite: ${failedBy(e, this.dataDir)}`) : e),
         Effect.tapError(() => Effect.zipRight(Effect.ignore(driver.close(fd)), Effect.ignore(driver.unlink(tmp))))

@@ -172,3 +172,47 @@ export const nodeDriver: FileDriverShape = {
 }
 
 export const layerNode = Layer.succeed(FileDriver, nodeDriver)
+
+/**
+ * Writes a new file from its start in batches of about `batchBytes`: `push` queues frames and
+ * writes once a batch is full, `flush` writes the rest. For rewrites that copy a file record by
+ * record without holding it all in memory.
+ */
+export const batchedWriter = (driver: Pick<FileDriverShape, "writev">, fd: number, file: string, batchBytes: number) => {
+  let batch: Array<Buffer> = []
+  let pending = 0
+  let written = 0
+  const flush = Effect.suspend(() => {
+    if (pending === 0) return Effect.void
+    const buffers = batch
+    const bytes = pending
+    batch = []
+    pending = 0
+    return Effect.flatMap(driver.writev(fd, buffers, written), (n) => {
+      if (n !== bytes) {
+        return Effect.fail(new FileError({ op: "write", path: file, code: "EIO", detail: `short write: ${n} of ${bytes} bytes` }))
+      }
+      written += bytes
+      return Effect.void
+    })
+  })
+  return {
+    /** Where the next pushed byte will land in the file. */
+    get offset() {
+      return written + pending
+    },
+    push: (buffers: ReadonlyArray<Buffer>) =>
+      Effect.suspend(() => {
+        for (const b of buffers) {
+          batch.push(b)
+          pending += b.length
+        }
+        return pending >= batchBytes ? flush : Effect.void
+      }),
+    flush,
+    /** Bytes written so far (after a flush: the file's size). */
+    get written() {
+      return written
+    }
+  }
+}
