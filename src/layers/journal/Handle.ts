@@ -258,6 +258,15 @@ export const readRecords = (
               Effect.mapError(asCorrupt(handle.session, seg.path))
             )
             read = readFrame(buf, 0, bufLen)
+            if (read._tag === "Incomplete" && bufLen >= 12 && buf.readUInt32LE(0) + 12 > buf.length) {
+              // The chunk before ended inside this frame's length, so the refill may be too small.
+              // Its header is whole and checked now (readFrame says so): read the frame whole.
+              buf = Buffer.allocUnsafe(buf.readUInt32LE(0) + 12)
+              bufLen = yield* driver.read(fd, buf.subarray(0, Math.min(buf.length, end - offset)), offset).pipe(
+                Effect.mapError(asCorrupt(handle.session, seg.path))
+              )
+              read = readFrame(buf, 0, bufLen)
+            }
             if (read._tag === "Incomplete") {
               return yield* Effect.fail(corrupt(handle.session, seg.path, offset, `committed frame unreadable: ${read.reason}`))
             }
