@@ -3,6 +3,7 @@
  * variables by default). Zero means "no bound" for every turn limit.
  */
 import { Config, Context, Layer, Option, Redacted } from "effect"
+import { SSE_BACKLOG_BYTES, SSE_SUBSCRIBERS, SSE_SUBSCRIBERS_PER_SESSION } from "../domain/Limits.js"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -33,6 +34,12 @@ export interface ServerConfigShape {
   readonly drainDeadlineMs: number
   /** Seconds between SSE heartbeat comments, in milliseconds. */
   readonly sseHeartbeatMs: number
+  /** SSE streams one session may have; a new one beyond it is refused with 503 overloaded. */
+  readonly sseMaxSubscribersPerSession: number
+  /** SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
+  readonly sseMaxSubscribers: number
+  /** Bytes of frames a live SSE subscriber may fall behind before it is cut off (it resumes by cursor). */
+  readonly sseBacklogBytes: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -51,12 +58,22 @@ export const defaults: ServerConfigShape = {
   requestRetentionMs: 24 * 3600 * 1000,
   maxRequestBytes: 32 * 1024 * 1024,
   drainDeadlineMs: 60_000,
-  sseHeartbeatMs: 15_000
+  sseHeartbeatMs: 15_000,
+  sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
+  sseMaxSubscribers: SSE_SUBSCRIBERS,
+  sseBacklogBytes: SSE_BACKLOG_BYTES
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
   Config.integer(name).pipe(
     Config.validate({ message: `${name} must be a whole number ≥ 0`, validation: (n) => n >= 0 }),
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+
+const positive = (name: string, fallback: number, description: string) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: `${name} must be a whole number ≥ 1`, validation: (n) => n >= 1 }),
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
@@ -77,7 +94,14 @@ export const fromConfig = Config.all({
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
   drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
-  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval")
+  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval"),
+  sseMaxSubscribersPerSession: positive(
+    "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION",
+    defaults.sseMaxSubscribersPerSession,
+    "SSE streams one session may have"
+  ),
+  sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "SSE streams the process may have"),
+  sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind")
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -93,7 +117,10 @@ export const fromConfig = Config.all({
     requestRetentionMs: c.requestRetentionSecs * 1000,
     maxRequestBytes: c.maxRequestBytes,
     drainDeadlineMs: c.drainDeadlineMs,
-    sseHeartbeatMs: c.sseHeartbeatMs
+    sseHeartbeatMs: c.sseHeartbeatMs,
+    sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
+    sseMaxSubscribers: c.sseMaxSubscribers,
+    sseBacklogBytes: c.sseBacklogBytes
   }))
 )
 

@@ -41,6 +41,8 @@ export interface ServerOptions {
   readonly args?: ReadonlyArray<string>
   /** An existing data directory to serve (kept on `dispose`). */
   readonly dataDir?: string
+  /** Options for node itself, before the entry (`--max-old-space-size=256`). */
+  readonly nodeArgs?: ReadonlyArray<string>
 }
 
 export class ServerProcess {
@@ -91,7 +93,7 @@ export class ServerProcess {
     this.stderr = ""
     this.exited = undefined
     this.baseUrl = ""
-    const child = spawn(process.execPath, argv, {
+    const child = spawn(process.execPath, [...(this.options.nodeArgs ?? []), ...argv], {
       cwd: ROOT,
       env: {
         ...process.env,
