@@ -182,6 +182,23 @@ describe("live feeds", () => {
       expect(b).toBe(c)
     }).pipe(Effect.provide(layer)))
 
+  it.scopedLive("a cursor ahead of what the feed has published yet (a page already showed the newest commit) gets nothing at or before it twice", () =>
+    Effect.gen(function*() {
+      const { sessions, session, all } = yield* setup
+      const journal = yield* Journal
+      const first = reader((yield* sessions.follow(session, 0)).body) // the feed is open
+      yield* first.until("the catch-up", () => first.frames.length === 2)
+      // Two commits the feed has not published when the next subscriber registers, in the same step.
+      yield* journal.append(session, [tick(0, 0), tick(1, 0)])
+      yield* journal.append(session, [tick(2, 0)])
+      const at = (yield* journal.lastSequence(session)) - 2 // inside the first of them
+      const late = reader((yield* sessions.follow(session, at)).body)
+      yield* first.until("the commits", () => first.frames.length === 5)
+      yield* late.until("the rest", () => late.frames.some((f) => f.json.data?.i === 2))
+      const events = yield* all
+      expect(late.ids()).toEqual(events.filter((s) => s > at))
+    }).pipe(Effect.provide(layer)))
+
   it.scopedLive("an extension kind with a line break cannot split its frame: the Event goes without an event: line, its kind in data", () =>
     Effect.gen(function*() {
       const { sessions, session } = yield* setup

@@ -94,6 +94,7 @@ export const make = (
 
     /** Publishes committed records: their frames, encoded once, to every subscriber. */
     const publish = (feed: Feed, records: Iterable<JournalRecord>) => {
+      const first = feed.through + 1
       let text = ""
       let events = 0
       let ended = false
@@ -109,7 +110,7 @@ export const make = (
         }
       }
       if (events === 0) return
-      const commit = { last: feed.through, bytes: encode(text), events, ended }
+      const commit = { first, last: feed.through, bytes: encode(text), events, ended }
       for (const tap of feed.taps) tap.offer(commit)
     }
 

@@ -32,3 +32,27 @@ export const laggedFrame = (after: number, message: string): Uint8Array =>
 
 export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable">): Uint8Array =>
   encode(`event: ${STREAM_ERROR}\ndata: ${JSON.stringify({ code: f.code, message: f.message, retryable: f.retryable })}\n\n`)
+
+const FRAME_END = Buffer.from("\n\n")
+
+/**
+ * The frames of `bytes` (recorded frames as `eventFrame` writes them) whose sequence is past
+ * `after`, and how many. A frame ends at its first blank line: its JSON data holds no line break.
+ */
+export const framesAfter = (bytes: Uint8Array, after: number): { readonly bytes: Uint8Array; readonly events: number } => {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  let events = 0
+  let start = -1
+  for (let at = 0; at < buf.length;) {
+    const end = buf.indexOf(FRAME_END, at)
+    const next = end < 0 ? buf.length : end + 2
+    const lineEnd = buf.indexOf(10, at)
+    const sequence = Number(buf.toString("latin1", at + 4, lineEnd)) // "id: <sequence>\n"
+    if (sequence > after) {
+      if (start < 0) start = at
+      events++
+    }
+    at = next
+  }
+  return { bytes: start < 0 ? buf.subarray(0, 0) : buf.subarray(start), events }
+}

@@ -24,11 +24,12 @@
 import { Readable } from "node:stream"
 import { Effect } from "effect"
 import type { Failure } from "../../domain/Failure.js"
-import { CONNECTED, errorFrame, HEARTBEAT, laggedFrame } from "./SseFrames.js"
+import { CONNECTED, errorFrame, framesAfter, HEARTBEAT, laggedFrame } from "./SseFrames.js"
 
 /** One commit's frames, as the feed offers them to every subscriber. */
 export interface Commit {
-  /** The last sequence it covers. */
+  /** The first and last sequences it covers. */
+  readonly first: number
   readonly last: number
   readonly bytes: Uint8Array
   /** How many Events (frames) it holds. */
@@ -116,8 +117,10 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
   })
 
   /** Called by the feed, in sequence order, for every commit after the registration point. */
-  offer(commit: Commit): void {
+  offer(offered: Commit): void {
     if (this.over || this.finished || this.stale) return
+    const commit = this.unseen(offered)
+    if (commit === undefined) return
     const { limits } = this.options
     if (
       this.backlog.length > 0 &&
@@ -134,6 +137,19 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
     this.backlogBytes += commit.bytes.length
     this.backlogEvents += commit.events
     if (this.wanting && this.live) this.deliver()
+  }
+
+  /**
+   * What of a commit this subscriber has not had. Only one registered behind its own cursor (the
+   * feed had not yet published what a page had already shown its client) is offered commits at or
+   * before the cursor, for as long as the feed takes to catch up with it.
+   */
+  private unseen(commit: Commit): Commit | undefined {
+    const after = this.options.from.after
+    if (after <= this.options.registeredAt || commit.first > after) return commit
+    if (commit.last <= after) return undefined
+    const rest = framesAfter(commit.bytes, after)
+    return rest.events === 0 ? undefined : { ...commit, first: after + 1, bytes: rest.bytes, events: rest.events }
   }
 
   /** Ends the stream with `stream_lagged` at the cursor. */
