@@ -106,3 +106,23 @@ export const RECENT_TOTAL_BYTES = 64 * 1024 * 1024
  * recently used idle ones are dropped and reopened (rescanned) on their next access.
  */
 export const OPEN_JOURNAL_HANDLES = 16_384
+
+/**
+ * Bytes. How far a live SSE subscriber may fall behind (frames not yet handed to its socket)
+ * before it is cut off and resumes by cursor; BRAIN_SSE_BACKLOG_BYTES. Bounded in Events too, by
+ * SUBSCRIBER_BACKLOG_RECORDS. An empty backlog always takes the next commit, however large.
+ */
+export const SSE_BACKLOG_BYTES = 16 * 1024 * 1024
+
+/**
+ * Bytes. About the most frame bytes one SSE write hands a socket before waiting for it to drain
+ * (one commit's frames always go whole): with the backlog, what one slow subscriber holds.
+ */
+export const SSE_WRITE_BYTES = 256 * 1024
+
+/** Bytes. About the most journal frame bytes one SSE catch-up read takes (a larger Event comes alone). */
+export const SSE_CATCH_UP_BYTES = 1024 * 1024
+
+/** Subscribers. SSE streams on one session, and in the process, before new ones are refused (503). */
+export const SSE_SUBSCRIBERS_PER_SESSION = 1_000
+export const SSE_SUBSCRIBERS = 10_000

@@ -124,8 +124,15 @@ export type PayloadOf<K extends RecordKind> = Schema.Schema.Type<(typeof Catalog
 
 export const isRecordKind = (kind: string): kind is RecordKind => Object.prototype.hasOwnProperty.call(Catalogue, kind)
 
-/** Kinds an extension can never emit: every system kind, the projected kinds and private names. */
-export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED])
+/**
+ * The SSE control frames' event names: a stream that ends other than after `session_ended` says
+ * why in one of these, with no `id:`. Reserved below, so no Event can be mistaken for one.
+ */
+export const STREAM_ERROR = "stream_error"
+export const STREAM_LAGGED = "stream_lagged"
+
+/** Kinds an extension can never emit: every system kind, the projected kinds, control frames' names. */
+export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED, STREAM_ERROR, STREAM_LAGGED])
 
 /** Started kinds whose outcome must be recorded; the value lists the kinds that close them. */
 export const EffectKinds = {

@@ -82,7 +82,7 @@ export const sessions = HttpApiGroup.make("sessions")
       .addSuccess(EventPage)
       .annotate(
         OpenApi.Description,
-        "A page of public Events after `after`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live."
+        "A page of public Events after `after`; a cursor past the session's last sequence is 400 with `details.last_sequence`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live; beyond the subscriber limits 503 `overloaded`; a stream that ends other than after `session_ended` says why in a `stream_lagged` or `stream_error` frame without `id`."
       )
   )
   .add(HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript))

@@ -12,7 +12,7 @@ import { type SessionError, Sessions } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import { apiFailure, fromFailure } from "./Errors.js"
 import { emptyAnswer, idempotent, jsonAnswer } from "./Idempotent.js"
-import { sseResponse } from "./Sse.js"
+import { eventsFailure, sseResponse } from "./Sse.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
 
 /** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
@@ -32,7 +32,7 @@ const failed = (e: SessionError) => fromFailure(e.failure)
  * SSE stream); the builder sends it as is. The contract's types only know the decoded success
  * shape, so such handlers are typed through this.
  */
-const asRaw = <E>(effect: Effect.Effect<unknown, E, never>) => effect as Effect.Effect<any, E, never>
+const asRaw = <E, R>(effect: Effect.Effect<unknown, E, R>) => effect as Effect.Effect<any, E, R>
 
 const WASM_TYPES = ["application/wasm", "application/octet-stream"]
 
@@ -83,7 +83,6 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
   Effect.gen(function*() {
     const sessions = yield* Sessions
     const store = yield* Idempotency
-    const config = yield* ServerConfig
     /** A body-less lifecycle route on one session, under its own idempotency scope. */
     const lifecycle = (scope: string, run: (id: SessionId) => Effect.Effect<Answer, SessionError>) =>
     ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
@@ -137,11 +136,11 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
               if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(apiFailure("invalid_request", "Last-Event-ID must be a sequence"))
               after = Math.max(after ?? 0, Number(lastId))
             }
-            return yield* sseResponse(sessions, path.id, after ?? 0, config.sseHeartbeatMs, admission.stopped)
+            return yield* sseResponse(sessions, path.id, after ?? 0, admission.stopped)
           }
           return yield* Effect.mapError(
             sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }),
-            failed
+            eventsFailure
           )
         }).pipe(asRaw))
       .handle("transcript", ({ path }) => Effect.mapError(sessions.transcript(path.id), failed))

@@ -1,42 +1,33 @@
 /**
- * Server-sent Events over a session's follow stream: `id: <sequence>`, `event: <kind>`, `data:`
- * the whole Event envelope; heartbeat comments; the stream ends after the session ends, or when
- * the reader lags too far behind (it reconnects with Last-Event-ID).
+ * Server-sent Events over a session's live feed. Everything that can refuse a stream — a bad or
+ * unknown session, a corrupt journal, a cursor past the end, a subscriber limit — is answered
+ * before the 200 as a plain error; the subscription then lives as long as the response (the
+ * request's scope). The frames themselves, encoded once per commit for every subscriber, and the
+ * control frames that end a stream early are the Sessions layer's (layers/sessions/SseFrames.ts).
+ * A server stop ends every stream with a retryable `stream_error`.
  */
 import { HttpServerResponse } from "@effect/platform"
-import { type Deferred, Duration, Effect, Schedule, Stream } from "effect"
-import type { Event } from "../domain/Projection.js"
+import { Deferred, Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"
-import type { SessionsShape } from "../services/Sessions.js"
-import { fromFailure } from "./Errors.js"
+import type { SessionError, SessionsShape } from "../services/Sessions.js"
+import { apiFailure, fromFailure } from "./Errors.js"
 
-const encoder = new TextEncoder()
-
-export const frame = (e: Event) => `id: ${e.sequence}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`
+/** The error body of an Events read refused before anything was answered, with its details. */
+export const eventsFailure = (e: SessionError) =>
+  e.details !== undefined
+    ? apiFailure(e.failure.code, e.failure.message, { retryable: e.failure.retryable, details: e.details })
+    : fromFailure(e.failure)
 
 export const sseResponse = (
   sessions: SessionsShape,
   session: SessionId,
   after: number,
-  heartbeatMs: number,
   stopped: Deferred.Deferred<void>
 ) =>
   Effect.gen(function*() {
-    // The follow stream is scoped to the response: it is built inside the response's stream so
-    // its subscription lives exactly as long as the connection.
-    const events = Stream.unwrapScoped(
-      Effect.map(sessions.follow(session, after), (s) => Stream.map(s, frame))
-    ).pipe(Stream.catchAll(() => Stream.empty))
-    const heartbeat = heartbeatMs > 0
-      ? Stream.fromSchedule(Schedule.spaced(Duration.millis(heartbeatMs))).pipe(Stream.as(": heartbeat\n\n"))
-      : Stream.never
-    const body = Stream.merge(Stream.make(": connected\n\n").pipe(Stream.concat(events)), heartbeat, { haltStrategy: "left" }).pipe(
-      Stream.map((text) => encoder.encode(text)),
-      Stream.interruptWhenDeferred(stopped)
-    )
-    // Check the session exists before answering 200, so a bad id is a plain 404.
-    yield* sessions.get(session).pipe(Effect.mapError((e) => fromFailure(e.failure)))
-    return HttpServerResponse.stream(body, {
+    const following = yield* sessions.follow(session, after).pipe(Effect.mapError(eventsFailure))
+    yield* Effect.forkScoped(Effect.zipRight(Deferred.await(stopped), following.stop))
+    return HttpServerResponse.raw(following.body, {
       contentType: "text/event-stream",
       headers: { "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
     })

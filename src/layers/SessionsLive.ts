@@ -24,9 +24,10 @@ import {
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
-import { followEvents, readEvents } from "./sessions/Events.js"
+import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry, refuse } from "./sessions/Registry.js"
+import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { runTurn } from "./sessions/Turn.js"
 
 export const make = Effect.gen(function*() {
@@ -44,6 +45,7 @@ export const make = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
+  const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
 
   // Wall deadlines (BRAIN_MAX_TURN_SECS): one fiber for all turns rather than a timer per turn.
   // The limit is the same for every turn, so deadlines arrive in start order: the Map's first entry
@@ -237,14 +239,11 @@ export const make = Effect.gen(function*() {
       using(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),
     events: (session, { after, limit }) =>
-      using(session, (cell) =>
-        readEvents(journal, session, cell.state, after, limit).pipe(Effect.mapError(fromJournal))),
-    follow: (session, after) =>
-      Effect.gen(function*() {
-        const feed = yield* journal.subscribe(session).pipe(Effect.mapError(fromJournal))
-        const snapshot = yield* using(session, (cell) => Effect.succeed(cell.state))
-        return followEvents(journal, session, snapshot, after, feed, fromJournal)
-      }),
+      Effect.flatMap(using(session, (cell) => Effect.succeed(cell.state)), (state) =>
+        readEvents(journal, session, state, after, limit).pipe(
+          Effect.mapError((e) => (e._tag === "SessionError" ? e : fromJournal(e)))
+        )),
+    follow: (session, after) => feeds.follow(session, after, using(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
     drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true })),
     interruptAll: Effect.suspend(() =>

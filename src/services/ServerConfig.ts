@@ -3,7 +3,13 @@
  * variables by default). Zero means "no bound" for every turn limit.
  */
 import { Config, Context, Layer, Option, Redacted } from "effect"
-import { IDEMPOTENCY_MAX_ANSWER_BYTES, IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES } from "../domain/Limits.js"
+import {
+  IDEMPOTENCY_MAX_ANSWER_BYTES,
+  IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
+  SSE_BACKLOG_BYTES,
+  SSE_SUBSCRIBERS,
+  SSE_SUBSCRIBERS_PER_SESSION
+} from "../domain/Limits.js"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -54,6 +60,12 @@ export interface ServerConfigShape {
    * replay; a larger one is recorded as "completed with status N, answer not kept".
    */
   readonly idempotencyMaxAnswerBytes: number
+  /** SSE streams one session may have; a new one beyond it is refused with 503 overloaded. */
+  readonly sseMaxSubscribersPerSession: number
+  /** SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
+  readonly sseMaxSubscribers: number
+  /** Bytes of frames a live SSE subscriber may fall behind before it is cut off (it resumes by cursor). */
+  readonly sseBacklogBytes: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -77,7 +89,10 @@ export const defaults: ServerConfigShape = {
   inflightBodyBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
-  idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES
+  idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
+  sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
+  sseMaxSubscribers: SSE_SUBSCRIBERS,
+  sseBacklogBytes: SSE_BACKLOG_BYTES
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
@@ -136,7 +151,14 @@ export const fromConfig = Config.all({
     }),
     Config.withDefault(defaults.idempotencyMaxAnswerBytes),
     Config.withDescription("bytes: the largest idempotent answer kept for replay; a larger one is recorded as not kept")
-  )
+  ),
+  sseMaxSubscribersPerSession: positive(
+    "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION",
+    defaults.sseMaxSubscribersPerSession,
+    "SSE streams one session may have"
+  ),
+  sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "SSE streams the process may have"),
+  sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind")
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -158,7 +180,10 @@ export const fromConfig = Config.all({
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
-    idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes
+    idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
+    sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
+    sseMaxSubscribers: c.sseMaxSubscribers,
+    sseBacklogBytes: c.sseBacklogBytes
   }))
 )
 

@@ -3,19 +3,37 @@
  * demand and are released after creation and after each turn unless an idle TTL keeps them.
  * Reads (summary, transcript, Events) never activate an actor.
  */
-import { Context, Data, type Effect, type Scope, type Stream } from "effect"
-import type { SubscriberLagged } from "./Journal.js"
+import type { Readable } from "node:stream"
+import { Context, Data, type Effect, type Scope } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Failure } from "../domain/Failure.js"
 import type { Message, TurnInput } from "../domain/Messages.js"
 import type { Event, SessionStatus } from "../domain/Projection.js"
 import type { SessionConfiguration } from "../domain/Configuration.js"
 
-/** A refused or failed session operation, as a Failure (its code maps to an HTTP status). */
-export class SessionError extends Data.TaggedError("SessionError")<{ readonly failure: Failure }> {
+/**
+ * A refused or failed session operation, as a Failure (its code maps to an HTTP status), with
+ * `details` for the error body when the refusal has some (a cursor's limit).
+ */
+export class SessionError extends Data.TaggedError("SessionError")<{ readonly failure: Failure; readonly details?: unknown }> {
   override get message() {
     return `${this.failure.code}: ${this.failure.message}`
   }
+}
+
+/**
+ * An admitted SSE subscription: the response body, already checked (the session exists, its
+ * journal read, the cursor valid, a subscriber slot taken) before anything is answered.
+ */
+export interface Following {
+  /**
+   * The SSE bytes, as a byte stream to pipe to the socket (it reads as the socket drains):
+   * recorded Events (`id: <sequence>`), heartbeat comments, and — when the stream ends other than
+   * after `session_ended` — a `stream_lagged` or `stream_error` control frame.
+   */
+  readonly body: Readable
+  /** Ends the stream with a retryable `stream_error` (the server is stopping). */
+  readonly stop: Effect.Effect<void>
 }
 
 export type CreateSession = Omit<SessionConfiguration, "agentloop"> & { readonly agentloop?: string }
@@ -72,17 +90,15 @@ export interface SessionsShape {
   /** Removes an ended or failed session. */
   readonly delete: (session: SessionId) => Effect.Effect<void, SessionError>
   readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionError>
+  /** A page of Events; a cursor past the last sequence is refused (`invalid_request`, details `{last_sequence}`). */
   readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionError>
   /**
-   * The public Events after `after`, then live ones as they commit, without gaps or duplicates
-   * (subscribed before catching up). Ends after the session's end. Fails with SubscriberLagged if
-   * the reader falls too far behind; it resumes by cursor.
+   * The public Events after `after`, then live ones as they commit, as SSE, without gaps or
+   * duplicates. Ends after the session's end; a reader that falls too far behind is cut off and
+   * resumes by cursor. The subscription lasts as long as the scope. Refused (`overloaded`,
+   * retryable) beyond the subscriber limits.
    */
-  readonly follow: (session: SessionId, after: number) => Effect.Effect<
-    Stream.Stream<Event, SubscriberLagged | SessionError>,
-    SessionError,
-    Scope.Scope
-  >
+  readonly follow: (session: SessionId, after: number) => Effect.Effect<Following, SessionError, Scope.Scope>
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
   /** Waits until every running turn has closed (graceful drain). */

@@ -1,16 +1,21 @@
 /**
  * Per-session SSE backlog (issue [3/7]; seed "Reading Events": "Each session has its own live
  * backlog; unrelated traffic cannot make a subscriber lag"): a reader of one session that stops
- * reading is cut off once it falls SUBSCRIBER_BACKLOG_RECORDS (4,096) records behind and resumes by
- * cursor, while a reader of another session keeps receiving everything, live.
+ * reading is cut off once it falls SUBSCRIBER_BACKLOG_RECORDS (4,096) Events or
+ * BRAIN_SSE_BACKLOG_BYTES (16 MiB) behind, told so by a `stream_lagged` control frame (no `id:`)
+ * naming the cursor to resume after, while a reader of another session keeps receiving everything,
+ * live.
  *
  * The stream is server → socket, so a reader that stops reading first fills the socket buffers
- * (several MiB on loopback) and the response's write buffer; only then does the server stop
- * taking from the subscription and its backlog fill. The stalled session's turn therefore emits
- * many large Events (BACKLOG_EVENTS × BACKLOG_PAD bytes), far more than the buffers hold plus the
- * 4,096-record backlog.
+ * (several MiB on loopback) and the response's write buffer; only then does its backlog fill. The
+ * stalled session's turn therefore emits many large Events (BACKLOG_EVENTS × BACKLOG_PAD bytes),
+ * far more than the buffers hold plus the backlog.
+ *
+ * Under a small heap (256 MiB), a stalled reader of a session whose Events carry 1 MiB each is cut
+ * off by bytes long before it could hold enough to exhaust the heap: the server keeps serving.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import * as fs from "node:fs"
 import { ensureBuilt, request, type ServerProcess, sleep, startServer } from "../support/server.js"
 import { openSse } from "../support/sse.js"
 
@@ -91,6 +96,14 @@ describe("per-session SSE backlog", () => {
     expect(delivered).toEqual(stalledEvents.slice(0, delivered.length).map((e) => e.sequence))
     expect(stalled.frames.map((f) => f.event)).not.toContain("session_ended")
     expect((await request(server.baseUrl, `/v1/sessions/${stalledId}`)).body.status).toBe("idle")
+    // The last frame says why: stream_lagged, with no id, and a cursor no Event was skipped before.
+    const lagged = stalled.frames.at(-1)!
+    expect(lagged.event).toBe("stream_lagged")
+    expect(lagged.id).toBeUndefined()
+    expect(stalled.controls).toEqual([lagged])
+    expect(lagged.json.after).toBeGreaterThanOrEqual(delivered.at(-1)!)
+    expect(stalledEvents.filter((e) => e.sequence > delivered.at(-1)! && e.sequence <= lagged.json.after)).toEqual([])
+    expect(lagged.json.message).toMatch(/behind/)
 
     // It resumes by cursor: the rest, without gaps or duplicates.
     const last = delivered.at(-1)!
@@ -99,4 +112,77 @@ describe("per-session SSE backlog", () => {
     expect([...delivered, ...resumed.sequences]).toEqual(stalledEvents.map((e) => e.sequence))
     resumed.close()
   }, 60_000)
+})
+
+/** Resident memory of a process, in bytes (Linux). */
+const rssOf = (pid: number) => {
+  const kb = /^VmRSS:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]
+  return kb === undefined ? 0 : Number(kb) * 1024 // a process that has exited has none
+}
+
+/** Events of the flood under a small heap, each padded with HEAP_PAD bytes: far more than the heap. */
+const HEAP_EVENTS = 384
+const HEAP_PAD = 1024 * 1024
+const HEAP_MIB = 256
+
+describe("SSE backlog bounded in bytes, under a small heap", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_MAX_EMITTED_BYTES: "0" }, nodeArgs: [`--max-old-space-size=${HEAP_MIB}`] })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it(`a stalled reader of a session whose turn emits ${HEAP_EVENTS} Events of 1 MiB is cut off by bytes with stream_lagged; the server (${HEAP_MIB} MiB heap) keeps serving with bounded memory, and the reader resumes by cursor`, async () => {
+    const post = (p: string, json: unknown) => request(server.baseUrl, p, { json })
+    const id = (await post("/v1/sessions", { agentloop: "emitter", model: { provider: "scripted" } })).body.session_id
+    const stalled = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
+    await stalled.until("the stalled reader's catch-up", () => stalled.frames.length >= 2)
+    stalled.pause()
+
+    let peak = rssOf(server.pid)
+    let sampling = true
+    const sampler = (async () => {
+      while (sampling && server.exited === undefined) {
+        peak = Math.max(peak, rssOf(server.pid))
+        await sleep(50)
+      }
+    })()
+    const flood = post(`/v1/sessions/${id}/messages`, { input: { message: `${HEAP_EVENTS} ${HEAP_PAD}` } })
+    // The server keeps answering meanwhile.
+    const other = (await post("/v1/sessions", { model: { provider: "scripted" } })).body.session_id
+    for (let i = 0; i < 3; i++) {
+      const r = await post(`/v1/sessions/${other}/messages`, { input: { message: "still there?" } })
+      expect(r.status, r.text).toBe(200)
+    }
+    const flooded = await flood.catch((err: Error) => ({ status: 0, text: `${err.message}\n${server.output.slice(-2000)}`, body: undefined }))
+    sampling = false
+    await sampler
+    expect(flooded.status, flooded.text.slice(0, 2000)).toBe(200)
+    expect(flooded.body.turn.result).toEqual({ emitted: HEAP_EVENTS })
+    expect(server.exited).toBeUndefined()
+    expect((await request(server.baseUrl, "/health/live")).status).toBe(204)
+    // What the stalled reader was sent and the backlog the server held stay far below the flood.
+    // About 215 MiB measured with the 16 MiB backlog; about 580 MiB with the byte bound lifted.
+    expect(peak, `peak RSS ${Math.round(peak / 2 ** 20)} MiB`).toBeLessThan(400 * 2 ** 20)
+
+    stalled.resume()
+    await Promise.race([stalled.done, sleep(30_000)])
+    expect(stalled.ended, `the stalled reader was not cut off (${stalled.frames.length} frames)`).toBe("end")
+    const lagged = stalled.frames.at(-1)!
+    expect(lagged.event).toBe("stream_lagged")
+    expect(lagged.id).toBeUndefined()
+    const delivered = stalled.sequences
+    expect(delivered.length).toBeLessThan(HEAP_EVENTS)
+    expect(lagged.json.after).toBeGreaterThanOrEqual(delivered.at(-1)!)
+
+    // It resumes after the cursor it was given: the rest, in order, without gaps or duplicates.
+    const resumed = await openSse(server.url(`/v1/sessions/${id}/events?after=${lagged.json.after}`))
+    await resumed.until("the rest of the flood", () => resumed.frames.some((f) => f.event === "turn_ended"), 60_000)
+    resumed.close()
+    const ticks = [...stalled.frames, ...resumed.frames].filter((f) => f.event === "tick").map((f) => f.json.data.i)
+    expect(ticks).toEqual(Array.from({ length: HEAP_EVENTS }, (_, i) => i))
+  }, 180_000)
 })

@@ -109,6 +109,11 @@ export class SseClient {
     this.wake()
   }
 
+  /** Control frames (no `id:`): why the server ended the stream other than after `session_ended`. */
+  get controls(): Array<SseFrame> {
+    return this.frames.filter((f) => f.id === undefined)
+  }
+
   /** Recorded frames' sequences (frames with an id). */
   get sequences(): Array<number> {
     return this.frames.filter((f) => f.id !== undefined).map((f) => Number(f.id))

@@ -1,18 +1,119 @@
 /**
- * Pages of public Events read from the journal: at most `limit` Events and about PAGE_BYTES of
- * frames; a single larger Event comes alone so the cursor always advances. `next_cursor` is the
- * last sequence examined, so private records between Events are never re-read.
+ * Public Events read from the journal, a page at a time: at most `limit` Events and about
+ * `maxBytes`; a single larger Event comes alone so the cursor always advances. A page's
+ * `next_cursor` is the last sequence examined, so private records between Events are never re-read.
+ *
+ * A cursor may be anywhere from 0 to the journal's last durable sequence — which can be ahead of
+ * the actor's folded state for the moment between a commit and its fold, so the transcript length
+ * a projection needs is read from the journal when the state does not reach that far. A cursor
+ * past the last durable sequence is refused with that sequence, never answered empty or waited on.
  */
-import { Chunk, Effect, Option, Stream } from "effect"
+import { Effect } from "effect"
+import { failure } from "../../domain/Failure.js"
 import type { SessionId } from "../../domain/Ids.js"
-import { PAGE_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
-import { eventsOf, type Event, transcriptLengthAt, type SessionState } from "../../domain/Projection.js"
+import { PAGE_BYTES } from "../../domain/Limits.js"
+import { type Event, type SessionState, toEvent, transcriptLengthAt } from "../../domain/Projection.js"
 import type { JournalRecord } from "../../domain/Records.js"
-import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
-import type { EventPage } from "../../services/Sessions.js"
+import type { JournalReadError, JournalShape } from "../../services/Journal.js"
+import { type EventPage, SessionError } from "../../services/Sessions.js"
 
 const RECORDS_PER_READ = 1000
 
+/** The transcript's length just after `record`, given its length just before. */
+export const lengthAfter = (length: number, record: JournalRecord) =>
+  record.kind === "transcript_delta" ? Math.min(length, record.payload.keep) + record.payload.append.length : length
+
+/** The transcript's length just after `sequence`: from the state, or folded on from the journal. */
+export const transcriptLengthThrough = (
+  journal: JournalShape,
+  session: SessionId,
+  state: SessionState,
+  sequence: number
+): Effect.Effect<number, JournalReadError> =>
+  Effect.gen(function*() {
+    if (sequence <= state.lastSequence) return transcriptLengthAt(state, sequence)
+    let length = transcriptLengthAt(state, state.lastSequence)
+    let cursor = state.lastSequence
+    while (cursor < sequence) {
+      const records = yield* journal.read(session, { after: cursor, limit: Math.min(RECORDS_PER_READ, sequence - cursor) })
+      if (records.length === 0) break
+      for (const r of records) length = lengthAfter(length, r)
+      cursor = records[records.length - 1]!.sequence
+    }
+    return length
+  })
+
+/** Refuses a cursor past the journal's last durable sequence; answers that sequence otherwise. */
+export const checkCursor = (
+  journal: JournalShape,
+  session: SessionId,
+  after: number
+): Effect.Effect<number, JournalReadError | SessionError> =>
+  Effect.flatMap(journal.lastSequence(session), (last) =>
+    after > last
+      ? Effect.fail(
+        new SessionError({
+          failure: failure("invalid_request", `the cursor ${after} is beyond the session's last sequence ${last}`),
+          details: { last_sequence: last }
+        })
+      )
+      : Effect.succeed(last))
+
+export interface Page<A> {
+  readonly items: Array<A>
+  /** The last sequence examined. */
+  readonly next: number
+  /** The transcript's length just after `next`. */
+  readonly length: number
+  /** Whether the page holds `session_ended`. */
+  readonly ended: boolean
+}
+
+/**
+ * The public Events of the records in (`after`, `until`], each turned into an item and its size
+ * by `project`, given the transcript's length just after `after`.
+ */
+export const readPage = <A>(
+  journal: JournalShape,
+  session: SessionId,
+  from: { readonly after: number; readonly length: number },
+  until: number,
+  limits: { readonly events: number; readonly bytes: number },
+  project: (e: Event) => { readonly item: A; readonly size: number }
+): Effect.Effect<Page<A>, JournalReadError> =>
+  Effect.gen(function*() {
+    const items: Array<A> = []
+    let cursor = from.after
+    let length = from.length
+    let bytes = 0
+    let ended = false
+    while (items.length < limits.events && cursor < until) {
+      const records = yield* journal.read(session, {
+        after: cursor,
+        limit: Math.min(RECORDS_PER_READ, until - cursor),
+        maxBytes: Math.max(1, limits.bytes - bytes)
+      })
+      if (records.length === 0) break
+      for (const r of records) {
+        if (r.sequence > until) break
+        const e = toEvent(session, r, length)
+        if (e) {
+          const { item, size } = project(e)
+          if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended }
+          items.push(item)
+          bytes += size
+          if (e.kind === "session_ended") ended = true
+        }
+        length = lengthAfter(length, r)
+        cursor = r.sequence
+        if (items.length >= limits.events) break
+      }
+      if (bytes >= limits.bytes) break
+    }
+    return { items, next: cursor, length, ended }
+  })
+
+/** A page of the page route: Events after `after`, through the journal's last durable sequence. */
 export const readEvents = (
   journal: JournalShape,
   session: SessionId,
@@ -20,73 +121,13 @@ export const readEvents = (
   after: number,
   limit: number,
   maxBytes: number = PAGE_BYTES
-): Effect.Effect<EventPage, JournalReadError> =>
+): Effect.Effect<EventPage, JournalReadError | SessionError> =>
   Effect.gen(function*() {
-    const events: Array<Event> = []
-    let cursor = after
-    let length = transcriptLengthAt(state, after)
-    let bytes = 0
-    while (events.length < limit && cursor < state.lastSequence) {
-      const records = yield* journal.read(session, {
-        after: cursor,
-        limit: RECORDS_PER_READ,
-        maxBytes: Math.max(1, maxBytes - bytes)
-      })
-      if (records.length === 0) break
-      for (const r of records) {
-        const [e] = eventsOf(session, [r], length)
-        if (r.kind === "transcript_delta") length = Math.min(length, r.payload.keep) + r.payload.append.length
-        if (e) {
-          const size = JSON.stringify(e.data).length + 64
-          if (events.length > 0 && bytes + size > maxBytes) return { events, next_cursor: cursor }
-          events.push(e)
-          bytes += size
-        }
-        cursor = r.sequence
-        if (events.length >= limit) break
-      }
-      if (bytes >= maxBytes) break
-    }
-    return { events, next_cursor: cursor }
+    const last = yield* checkCursor(journal, session, after)
+    const length = yield* transcriptLengthThrough(journal, session, state, after)
+    const page = yield* readPage(journal, session, { after, length }, last, { events: limit, bytes: maxBytes }, (e) => ({
+      item: e,
+      size: JSON.stringify(e.data).length + 64
+    }))
+    return { events: page.items, next_cursor: page.next }
   })
-
-/**
- * Catch-up then live: pages from the journal up to the snapshot, then the subscribed feed (which
- * was registered before the snapshot was taken), skipping what catch-up already delivered.
- * Ends after `session_ended`.
- */
-export const followEvents = <E>(
-  journal: JournalShape,
-  session: SessionId,
-  snapshot: SessionState,
-  after: number,
-  feed: Stream.Stream<JournalRecord, SubscriberLagged>,
-  mapError: (e: JournalReadError) => E
-): Stream.Stream<Event, SubscriberLagged | E> => {
-  let cursor = after
-  const catchUp = Stream.paginateChunkEffect(after, (from) =>
-    readEvents(journal, session, snapshot, from, PAGE_EVENTS).pipe(
-      Effect.mapError(mapError),
-      Effect.map((page) => {
-        cursor = Math.max(cursor, page.next_cursor)
-        const done = page.next_cursor >= snapshot.lastSequence || page.next_cursor === from
-        return [Chunk.fromIterable(page.events), done ? Option.none() : Option.some(page.next_cursor)] as const
-      })
-    ))
-  const live = Stream.suspend(() => {
-    let length = transcriptLengthAt(snapshot, cursor)
-    return feed.pipe(
-      Stream.filter((r) => r.sequence > cursor),
-      Stream.mapConcat((r) => {
-        const events = eventsOf(session, [r], length)
-        if (r.kind === "transcript_delta") length = Math.min(length, r.payload.keep) + r.payload.append.length
-        cursor = r.sequence
-        return events
-      })
-    )
-  })
-  // An ended session has nothing more to follow: catch up, then stop.
-  return Stream.concat(catchUp, snapshot.status === "ended" ? Stream.empty : live).pipe(
-    Stream.takeUntil((e) => e.kind === "session_ended")
-  )
-}

@@ -1,0 +1,236 @@
+/**
+ * Live feeds: one per followed session, shared by every SSE subscriber of that session (Tap.ts).
+ *
+ * - A feed holds the session's one journal subscription, tracks the transcript length once, and
+ *   encodes each commit's public Events as SSE frames once; every subscriber is pushed the same
+ *   bytes, so a subscriber costs about a socket write per commit. The feed opens with the
+ *   session's first subscriber and closes with its last.
+ * - Before a stream is answered: the session is opened (404, 500 journal_corrupt, recovery), the
+ *   cursor checked against the last durable sequence (400 with it), a subscriber slot taken
+ *   (503 beyond BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION or BRAIN_SSE_MAX_SUBSCRIBERS), and the first
+ *   catch-up page read (a corrupt journal is a 500, not a 200 that ends at once). The slot is
+ *   held as long as the response: until it has been sent, or its client has gone.
+ * - If the journal cuts a feed off (it fell behind: only a starved process does), each of its
+ *   subscribers is cut off with `stream_lagged`, and the next subscriber opens a fresh feed.
+ * - While a feed is open, one fiber sends each of its subscribers a heartbeat comment every
+ *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
+ */
+import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
+import { failure } from "../../domain/Failure.js"
+import type { SessionId } from "../../domain/Ids.js"
+import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
+import { type SessionState, toEvent } from "../../domain/Projection.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
+import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import { type Following, SessionError } from "../../services/Sessions.js"
+import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
+import { encode, eventFrame } from "./SseFrames.js"
+import { type CatchUpPage, Tap, type TapLimits } from "./Tap.js"
+
+interface Feed {
+  readonly session: SessionId
+  /** The last sequence published; everything up to it is in the journal. */
+  through: number
+  /** The transcript's length just after `through`. */
+  length: number
+  readonly taps: Set<Tap<SessionError>>
+  readonly scope: Scope.CloseableScope
+  /** The journal cut it off; nothing more will be published. */
+  failed: boolean
+}
+
+interface Entry {
+  /** Subscribers holding or opening this feed. */
+  users: number
+  readonly feed: Deferred.Deferred<Feed, SessionError>
+  /** The feed, once open. */
+  opened: Feed | undefined
+}
+
+export interface LiveFeeds {
+  readonly follow: (
+    session: SessionId,
+    after: number,
+    snapshot: Effect.Effect<SessionState, SessionError>
+  ) => Effect.Effect<Following, SessionError, Scope.Scope>
+}
+
+const internal = (defect: unknown) =>
+  new SessionError({ failure: failure("internal", `reading the journal failed unexpectedly: ${String(defect)}`) })
+
+const tooMany = (setting: string, limit: number) =>
+  new SessionError({
+    failure: failure("overloaded", `${setting} (${limit}) SSE streams are open already; retry later`, { retryable: true })
+  })
+
+export const make = (
+  journal: JournalShape,
+  config: Pick<ServerConfigShape, "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs">,
+  fromJournal: (e: JournalReadError) => SessionError
+): Effect.Effect<LiveFeeds, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const owner = yield* Effect.scope
+    /** Runs the catch-up reads a socket's demand starts, in fibers these feeds own. */
+    const run = yield* FiberSet.makeRuntime<never>()
+    const entries = new Map<SessionId, Entry>()
+    let subscribers = 0
+    const limits: TapLimits = {
+      events: SUBSCRIBER_BACKLOG_RECORDS,
+      bytes: config.sseBacklogBytes,
+      writeBytes: SSE_WRITE_BYTES
+    }
+
+    /** A heartbeat comment to every subscriber of a feed, each BRAIN_SSE_HEARTBEAT_MS, while it is open. */
+    const heartbeats = (feed: Feed) =>
+      config.sseHeartbeatMs > 0
+        ? Effect.forever(Effect.zipRight(
+          Effect.sleep(Duration.millis(config.sseHeartbeatMs)),
+          Effect.sync(() => {
+            for (const tap of feed.taps) tap.heartbeat()
+          })
+        ))
+        : Effect.void
+
+    /** Publishes committed records: their frames, encoded once, to every subscriber. */
+    const publish = (feed: Feed, records: Iterable<JournalRecord>) => {
+      const first = feed.through + 1
+      let text = ""
+      let events = 0
+      let ended = false
+      for (const r of records) {
+        if (r.sequence <= feed.through) continue
+        const e = toEvent(feed.session, r, feed.length)
+        feed.length = lengthAfter(feed.length, r)
+        feed.through = r.sequence
+        if (e) {
+          text += eventFrame(e)
+          events++
+          if (e.kind === "session_ended") ended = true
+        }
+      }
+      if (events === 0) return
+      const commit = { first, last: feed.through, bytes: encode(text), events, ended }
+      for (const tap of feed.taps) tap.offer(commit)
+    }
+
+
+    /** Opens a session's feed: subscribes, then starts where the journal is now. */
+    const openFeed = (session: SessionId, state: SessionState, entry: Entry) =>
+      Effect.gen(function*() {
+        const scope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
+        return yield* Effect.gen(function*() {
+          const records = yield* Scope.extend(journal.subscribe(session), scope)
+          const through = yield* journal.lastSequence(session)
+          const length = yield* transcriptLengthThrough(journal, session, state, through)
+          const feed: Feed = { session, through, length, taps: new Set(), scope, failed: false }
+          entry.opened = feed
+          // Opening runs uninterruptibly (a slot's acquisition); the feed's fibers must not inherit that.
+          yield* Effect.forkIn(Effect.interruptible(pump(feed, entry, records)), scope)
+          yield* Effect.forkIn(Effect.interruptible(heartbeats(feed)), scope)
+          return feed
+        }).pipe(Effect.onError(() => Scope.close(scope, Exit.void)))
+      }).pipe(Effect.mapError(fromJournal))
+
+    const pump = (feed: Feed, entry: Entry, records: Stream.Stream<JournalRecord, SubscriberLagged>) =>
+      Stream.runForEachChunk(records, (chunk) => Effect.sync(() => publish(feed, chunk))).pipe(
+        Effect.onExit((exit) =>
+          Exit.isInterrupted(exit) ? Effect.void : Effect.sync(() => {
+            // Cut off: the subscribers resume by cursor, and the next one opens a fresh feed.
+            if (entries.get(feed.session) === entry) entries.delete(feed.session)
+            feed.failed = true
+            for (const tap of feed.taps) tap.cutOff("the session's live feed fell behind the journal")
+          })
+        )
+      )
+
+    /** Takes a subscriber slot on the session's feed, opening the feed for the first one. */
+    const admit = (session: SessionId, state: SessionState) =>
+      Effect.suspend(() => {
+        if (subscribers >= config.sseMaxSubscribers) {
+          return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS", config.sseMaxSubscribers))
+        }
+        const existing = entries.get(session)
+        if (existing && existing.users >= config.sseMaxSubscribersPerSession) {
+          return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", config.sseMaxSubscribersPerSession))
+        }
+        subscribers++
+        if (existing) {
+          existing.users++
+          return Effect.succeed(existing)
+        }
+        const entry: Entry = { users: 1, feed: Deferred.unsafeMake(FiberId.none), opened: undefined }
+        entries.set(session, entry)
+        return openFeed(session, state, entry).pipe(
+          Effect.exit,
+          Effect.flatMap((exit) => {
+            if (Exit.isFailure(exit) && entries.get(session) === entry) entries.delete(session)
+            return Deferred.done(entry.feed, exit)
+          }),
+          Effect.as(entry)
+        )
+      })
+
+    /** Gives a slot back; the last one closes the feed. */
+    const release = (session: SessionId, entry: Entry) =>
+      Effect.suspend(() => {
+        subscribers--
+        entry.users--
+        if (entry.users > 0) return Effect.void
+        if (entries.get(session) === entry) entries.delete(session)
+        const feed = entry.opened
+        if (!feed) return Effect.void
+        return Scope.close(feed.scope, Exit.void)
+      })
+
+    const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, SessionError> =>
+      readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: SSE_CATCH_UP_BYTES }, (e) => {
+        const frame = eventFrame(e)
+        return { item: frame, size: Buffer.byteLength(frame) }
+      }).pipe(
+        Effect.map((page) => ({
+          bytes: page.items.length > 0 ? encode(page.items.join("")) : undefined,
+          next: page.next,
+          length: page.length,
+          ended: page.ended
+        })),
+        Effect.mapError(fromJournal)
+      )
+
+    const follow: LiveFeeds["follow"] = (session, after, snapshot) =>
+      Effect.gen(function*() {
+        const state = yield* snapshot
+        yield* checkCursor(journal, session, after).pipe(
+          Effect.catchTags({
+            SessionNotFound: (e) => Effect.fail(fromJournal(e)),
+            JournalCorrupt: (e) => Effect.fail(fromJournal(e))
+          })
+        )
+        const length = yield* transcriptLengthThrough(journal, session, state, after).pipe(Effect.mapError(fromJournal))
+        // A slot is held while the response is: until it has been sent, or its client went away.
+        const entry = yield* Effect.acquireRelease(admit(session, state), (entry) => release(session, entry))
+        const feed = yield* Deferred.await(entry.feed)
+        // Registered at the feed's position in the same step that reads it, so no commit falls between.
+        const tap = new Tap<SessionError>({
+          from: { after, length },
+          registeredAt: feed.through,
+          atEnd: state.status === "ended" && after >= state.lastSequence,
+          limits,
+          read: readCatchUp(session),
+          run: (read, done) =>
+            void run(Effect.match(Effect.catchAllDefect(read, (defect) => Effect.fail(internal(defect))), {
+              onFailure: done,
+              onSuccess: done
+            })),
+          position: () => feed.through,
+          onDone: () => void feed.taps.delete(tap)
+        })
+        feed.taps.add(tap)
+        yield* Effect.addFinalizer(() => Effect.sync(() => feed.taps.delete(tap)))
+        if (feed.failed) tap.cutOff("the session's live feed fell behind the journal")
+        yield* tap.prime
+        return { body: tap, stop: Effect.sync(() => tap.stop()) }
+      })
+
+    return { follow }
+  })

@@ -1,0 +1,58 @@
+/**
+ * The SSE wire form of a session's Events (DESIGN §7): a recorded Event is `id: <sequence>`,
+ * `event: <kind>`, `data: <the whole Event envelope>`, then a blank line. Comments (`: …`) keep
+ * idle connections open.
+ *
+ * Control frames say why a stream ends other than after `session_ended`. They carry no `id:`, so
+ * a reconnecting client's Last-Event-ID stays at the last recorded Event, and their names are
+ * reserved kinds (Records.ts), so no Event can be taken for one:
+ * - `stream_lagged`, `data: {after, message}`: the reader fell too far behind; resume after `after`.
+ * - `stream_error`, `data: {code, message, retryable}` (the error body): the stream failed.
+ */
+import type { Failure } from "../../domain/Failure.js"
+import type { Event } from "../../domain/Projection.js"
+import { STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
+
+/**
+ * One recorded Event's frame. An extension kind holding a line break cannot be an `event:` field
+ * (it would split the frame); such an Event goes without one (a plain `message`), its kind in `data`.
+ */
+export const eventFrame = (e: Event): string =>
+  /[\r\n]/.test(e.kind)
+    ? `id: ${e.sequence}\ndata: ${JSON.stringify(e)}\n\n`
+    : `id: ${e.sequence}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`
+
+export const encode = (text: string): Uint8Array => Buffer.from(text, "utf8")
+
+export const CONNECTED = encode(": connected\n\n")
+export const HEARTBEAT = encode(": heartbeat\n\n")
+
+export const laggedFrame = (after: number, message: string): Uint8Array =>
+  encode(`event: ${STREAM_LAGGED}\ndata: ${JSON.stringify({ after, message })}\n\n`)
+
+export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable">): Uint8Array =>
+  encode(`event: ${STREAM_ERROR}\ndata: ${JSON.stringify({ code: f.code, message: f.message, retryable: f.retryable })}\n\n`)
+
+const FRAME_END = Buffer.from("\n\n")
+
+/**
+ * The frames of `bytes` (recorded frames as `eventFrame` writes them) whose sequence is past
+ * `after`, and how many. A frame ends at its first blank line: its JSON data holds no line break.
+ */
+export const framesAfter = (bytes: Uint8Array, after: number): { readonly bytes: Uint8Array; readonly events: number } => {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  let events = 0
+  let start = -1
+  for (let at = 0; at < buf.length;) {
+    const end = buf.indexOf(FRAME_END, at)
+    const next = end < 0 ? buf.length : end + 2
+    const lineEnd = buf.indexOf(10, at)
+    const sequence = Number(buf.toString("latin1", at + 4, lineEnd)) // "id: <sequence>\n"
+    if (sequence > after) {
+      if (start < 0) start = at
+      events++
+    }
+    at = next
+  }
+  return { bytes: start < 0 ? buf.subarray(0, 0) : buf.subarray(start), events }
+}

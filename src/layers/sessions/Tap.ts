@@ -1,0 +1,287 @@
+/**
+ * One SSE subscriber of a session's live feed (LiveFeeds.ts), from its cursor on: the body of one
+ * SSE response, a byte stream the server pipes to the socket.
+ *
+ * - It is registered on the feed at the feed's position T before it reads anything, catches up by
+ *   reading the journal through T, then sends the commits the feed offered after T: no gap, no
+ *   duplicate.
+ * - The feed offers each commit's frames, encoded once and shared by every subscriber, and never
+ *   waits. What was offered and not yet handed to the socket (the backlog) is bounded in Events
+ *   (SUBSCRIBER_BACKLOG_RECORDS) and in bytes (BRAIN_SSE_BACKLOG_BYTES). A commit that would pass
+ *   either, onto a non-empty backlog,
+ *   - cuts a live subscriber off: the backlog is dropped, and the stream ends with a
+ *     `stream_lagged` frame naming the cursor to resume after (the last Event handed to the socket);
+ *   - only drops the backlog of one still catching up: its catch-up goes on, through the feed's
+ *     position at that time.
+ *   An empty backlog always takes the next commit, so one larger than the budget still comes through.
+ * - Bytes are handed to the socket only while it asks for more (Node's stream demand, about
+ *   SSE_WRITE_BYTES buffered): a slow reader holds its backlog plus one write, no more. A live
+ *   commit goes out from the feed's own call, so a subscriber costs about a socket write per commit.
+ * - The stream ends after `session_ended`; a read failure after the 200 ends it with a
+ *   `stream_error` frame, and so does a server stop (retryable). Once it has ended (or its client
+ *   went away) the feed forgets it at once (`onDone`), whatever the socket still has to send.
+ */
+import { Readable } from "node:stream"
+import { Effect } from "effect"
+import type { Failure } from "../../domain/Failure.js"
+import { CONNECTED, errorFrame, framesAfter, HEARTBEAT, laggedFrame } from "./SseFrames.js"
+
+/** One commit's frames, as the feed offers them to every subscriber. */
+export interface Commit {
+  /** The first and last sequences it covers. */
+  readonly first: number
+  readonly last: number
+  readonly bytes: Uint8Array
+  /** How many Events (frames) it holds. */
+  readonly events: number
+  /** Whether it holds `session_ended`. */
+  readonly ended: boolean
+}
+
+/** One catch-up read: the frames of about a page of the Events in (after, until]. */
+export interface CatchUpPage {
+  readonly bytes: Uint8Array | undefined
+  /** The last sequence examined. */
+  readonly next: number
+  /** The transcript's length just after `next`. */
+  readonly length: number
+  readonly ended: boolean
+}
+
+export type ReadCatchUp<E> = (after: number, length: number, until: number) => Effect.Effect<CatchUpPage, E>
+
+export interface TapLimits {
+  /** Events the backlog may hold. */
+  readonly events: number
+  /** Bytes the backlog may hold. */
+  readonly bytes: number
+  /** About the most bytes buffered toward the socket before offering more waits for it to drain. */
+  readonly writeBytes: number
+}
+
+export interface TapOptions<E extends { readonly failure: Failure }> {
+  readonly from: { readonly after: number; readonly length: number }
+  /** The feed's position when this subscriber is registered on it. */
+  readonly registeredAt: number
+  /** The session has ended and `after` is at or past its last sequence: nothing more will come. */
+  readonly atEnd: boolean
+  readonly limits: TapLimits
+  readonly read: ReadCatchUp<E>
+  /** Runs a catch-up read in a fiber the feeds own; `done` gets its outcome. */
+  readonly run: (read: Effect.Effect<CatchUpPage, E>, done: (page: CatchUpPage | E) => void) => void
+  /** The feed's position now. */
+  readonly position: () => number
+  /** Called once, when the stream has ended or was torn down. */
+  readonly onDone: () => void
+}
+
+const END = Symbol("end")
+
+export class Tap<E extends { readonly failure: Failure }> extends Readable {
+  /** The last sequence handed to the socket (examined, while catching up). */
+  private cursor: number
+  /** The transcript's length just after `cursor`, while catching up. */
+  private length: number
+  /** Catch-up reads the journal through this sequence. */
+  private until: number
+  private live = false
+  private reading = false
+  /** The backlog overflowed while catching up: offers are ignored until catch-up is extended. */
+  private stale = false
+  private backlog: Array<Commit> = []
+  private backlogBytes = 0
+  private backlogEvents = 0
+  /** Bytes to send before anything else: the connected comment, a caught-up page, a heartbeat. */
+  private pending: Array<Uint8Array> = [CONNECTED]
+  /** Nothing comes after the backlog (the session ended). */
+  private finished = false
+  /** Ended (or torn down): nothing more is sent. */
+  private over = false
+  /** The socket asked for more and nothing was handed to it since. */
+  private wanting = false
+  private delivering = false
+  private again = false
+
+  constructor(private readonly options: TapOptions<E>) {
+    super({ highWaterMark: options.limits.writeBytes })
+    this.cursor = options.from.after
+    this.length = options.from.length
+    this.until = options.registeredAt
+  }
+
+  /** The first catch-up read, made before the response is answered so that a failure is a plain error. */
+  readonly prime: Effect.Effect<void, E> = Effect.suspend(() => {
+    if (this.cursor >= this.until) return Effect.sync(() => this.caughtUp())
+    const from = this.cursor
+    return Effect.map(this.options.read(from, this.length, this.until), (page) => this.accept(page, from))
+  })
+
+  /** Called by the feed, in sequence order, for every commit after the registration point. */
+  offer(offered: Commit): void {
+    if (this.over || this.finished || this.stale) return
+    const commit = this.unseen(offered)
+    if (commit === undefined) return
+    const { limits } = this.options
+    if (
+      this.backlog.length > 0 &&
+      (this.backlogEvents + commit.events > limits.events || this.backlogBytes + commit.bytes.length > limits.bytes)
+    ) {
+      if (this.live) {
+        return this.cutOff(`the reader fell more than ${limits.events} Events or ${limits.bytes} bytes behind the live feed`)
+      }
+      this.stale = true
+      this.dropBacklog()
+      return
+    }
+    this.backlog.push(commit)
+    this.backlogBytes += commit.bytes.length
+    this.backlogEvents += commit.events
+    if (this.wanting && this.live) this.deliver()
+  }
+
+  /**
+   * What of a commit this subscriber has not had. Only one registered behind its own cursor (the
+   * feed had not yet published what a page had already shown its client) is offered commits at or
+   * before the cursor, for as long as the feed takes to catch up with it.
+   */
+  private unseen(commit: Commit): Commit | undefined {
+    const after = this.options.from.after
+    if (after <= this.options.registeredAt || commit.first > after) return commit
+    if (commit.last <= after) return undefined
+    const rest = framesAfter(commit.bytes, after)
+    return rest.events === 0 ? undefined : { ...commit, first: after + 1, bytes: rest.bytes, events: rest.events }
+  }
+
+  /** Ends the stream with `stream_lagged` at the cursor. */
+  cutOff(message: string): void {
+    this.endWith(laggedFrame(this.cursor, `${message}; resume after sequence ${this.cursor}`))
+  }
+
+  /** Ends the stream with a retryable `stream_error`: the server is stopping. */
+  stop(): void {
+    this.endWith(errorFrame({ code: "overloaded", message: "the server is stopping; resume by cursor", retryable: true }))
+  }
+
+  heartbeat(): void {
+    if (this.over || this.pending.includes(HEARTBEAT)) return
+    this.pending.push(HEARTBEAT)
+    if (this.wanting) this.deliver()
+  }
+
+  override _read(): void {
+    this.wanting = true
+    this.deliver()
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.conclude(false)
+    callback(error)
+  }
+
+  /**
+   * Hands the socket what there is while it asks for more. A call made while delivering (a
+   * catch-up read that completed at once, a push that asked for more) makes the loop look again.
+   */
+  private deliver(): void {
+    if (this.delivering) {
+      this.again = true
+      return
+    }
+    this.delivering = true
+    do {
+      this.again = false
+      while (this.wanting && !this.over) {
+        const part = this.nextPart()
+        if (part === undefined) break
+        if (part === END) this.conclude(true)
+        else this.wanting = this.push(part)
+      }
+    } while (this.again && this.wanting && !this.over)
+    this.delivering = false
+  }
+
+  private nextPart(): Uint8Array | typeof END | undefined {
+    const first = this.pending.shift()
+    if (first) return first
+    if (!this.live && !this.finished) {
+      this.catchUp()
+      return undefined
+    }
+    const c = this.backlog.shift()
+    if (c) {
+      this.backlogBytes -= c.bytes.length
+      this.backlogEvents -= c.events
+      this.cursor = c.last
+      if (c.ended) {
+        this.finished = true
+        this.dropBacklog()
+      }
+      return c.bytes
+    }
+    return this.finished ? END : undefined
+  }
+
+  private catchUp() {
+    if (this.reading) return
+    this.reading = true
+    const from = this.cursor
+    this.options.run(this.options.read(from, this.length, this.until), (outcome) => {
+      this.reading = false
+      if (this.over) return
+      if ("failure" in outcome) return this.endWith(errorFrame(outcome.failure))
+      this.accept(outcome, from)
+      this.deliver()
+    })
+  }
+
+  private accept(page: CatchUpPage, from: number) {
+    this.cursor = page.next
+    this.length = page.length
+    if (page.bytes) this.pending.push(page.bytes)
+    if (page.ended) {
+      this.finished = true
+      this.dropBacklog()
+    } else if (page.next >= this.until || page.next === from) this.caughtUp()
+  }
+
+  private caughtUp() {
+    if (this.stale) {
+      // The backlog overflowed meanwhile: read on from the journal, through where the feed is now.
+      this.stale = false
+      this.until = this.options.position()
+      if (this.cursor < this.until) return
+    }
+    if (this.options.atEnd) this.finished = true
+    else this.live = true
+  }
+
+  /**
+   * Ends the stream with a control frame after what was already handed over (and the pending
+   * bytes, which the cursor counts), whether or not the socket asks for more: the backlog is
+   * dropped and the feed forgets this subscriber now; the client reads the frame when it reads again.
+   */
+  private endWith(frame: Uint8Array) {
+    if (this.over) return
+    this.dropBacklog()
+    for (const part of this.pending) if (part !== HEARTBEAT) this.push(part)
+    this.pending = []
+    this.push(frame)
+    this.conclude(true)
+  }
+
+  private conclude(graceful: boolean) {
+    if (this.over) return
+    this.over = true
+    this.dropBacklog()
+    this.pending = []
+    if (graceful) this.push(null)
+    this.options.onDone()
+  }
+
+  private dropBacklog() {
+    this.backlog = []
+    this.backlogBytes = 0
+    this.backlogEvents = 0
+  }
+}
+

@@ -1,0 +1,218 @@
+/**
+ * The live feed and its subscribers, through Sessions.follow on the memory journal: the rules of
+ * LiveFeeds.ts and Tap.ts that an end-to-end test cannot set up exactly — what a full backlog
+ * does while a subscriber is live and while it is still catching up, a commit larger than the
+ * budget, and one encoding shared by every subscriber.
+ *
+ * Extension Events are appended straight to the journal (the actor's folded state then lags the
+ * journal, as it does for a moment after every commit). A subscriber's body is read like the server
+ * reads it: as a byte stream, paused to stand for a client that stops reading.
+ */
+import type { Readable } from "node:stream"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
+import { SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../src/domain/Limits.js"
+import { entry, ReservedKinds, STREAM_ERROR, STREAM_LAGGED } from "../../src/domain/Records.js"
+import { Journal } from "../../src/services/Journal.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+const BACKLOG_BYTES = 4096
+
+interface Frame {
+  readonly id: number | undefined
+  readonly event: string | undefined
+  readonly json: any
+}
+
+/** Collects a body's frames as it flows; `paused` stands for a client that stops reading. */
+const reader = (body: Readable) => {
+  const frames: Array<Frame> = []
+  const chunks: Array<Buffer> = []
+  let text = ""
+  let ended = false
+  let wake = () => {}
+  body.on("data", (chunk: Buffer) => {
+    chunks.push(chunk)
+    text += chunk.toString("utf8")
+    let end: number
+    while ((end = text.indexOf("\n\n")) >= 0) {
+      const block = text.slice(0, end)
+      text = text.slice(end + 2)
+      if (block.startsWith(":")) continue
+      const field = (name: string) => [...block.matchAll(/^(\w+): (.*)$/gm)].find((m) => m[1] === name)?.[2]
+      const id = field("id")
+      frames.push({ id: id === undefined ? undefined : Number(id), event: field("event"), json: JSON.parse(field("data")!) })
+    }
+    wake()
+  })
+  body.on("end", () => {
+    ended = true
+    wake()
+  })
+  const until = (what: string, predicate: () => boolean) =>
+    Effect.promise(() =>
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; ${frames.length} frames`)), 10_000)
+        const check = () => {
+          if (!predicate()) return
+          clearTimeout(timer)
+          resolve()
+        }
+        wake = check
+        check()
+      })
+    )
+  return {
+    frames,
+    chunks,
+    get ended() {
+      return ended
+    },
+    until,
+    ids: () => frames.filter((f) => f.id !== undefined).map((f) => f.id!)
+  }
+}
+
+const tick = (i: number, pad: number) =>
+  entry("extension", { kind: "tick", payload: { i, pad: "x".repeat(pad) }, origin: { kind: "agentloop", sequence: 1 } })
+
+const setup = Effect.gen(function*() {
+  const sessions = yield* Sessions
+  const journal = yield* Journal
+  const { session_id } = yield* sessions.create({ model: { provider: "scripted" } })
+  /** Appends one tick per commit; `spaced`: letting the feed publish each before the next. */
+  const emit = (from: number, count: number, pad: number, spaced = true) =>
+    Effect.forEach(
+      Array.from({ length: count }, (_, k) => from + k),
+      (i) => Effect.zipRight(journal.append(session_id, [tick(i, pad)]), spaced ? Effect.sleep("1 millis") : Effect.void),
+      { discard: true }
+    )
+  /** Every Event of the session, by pages. */
+  const all = Effect.gen(function*() {
+    const out: Array<number> = []
+    let after = 0
+    for (;;) {
+      const page = yield* sessions.events(session_id, { after, limit: 1000 })
+      if (page.events.length === 0) return out
+      out.push(...page.events.map((e) => e.sequence))
+      after = page.next_cursor
+    }
+  })
+  return { sessions, session: session_id as SessionId, emit, all }
+})
+
+const layer = runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0 } })
+
+describe("live feeds", () => {
+  it.scopedLive("a live subscriber that stops reading is cut off once its backlog would pass the byte budget: after every Event handed over, a stream_lagged frame names the last one", () =>
+    Effect.gen(function*() {
+      const { sessions, session, emit, all } = yield* setup
+      const { body } = yield* sessions.follow(session, 0)
+      const r = reader(body)
+      yield* r.until("the catch-up", () => r.frames.length === 2)
+      body.pause()
+      // Enough to fill what the socket side buffers (SSE_WRITE_BYTES) and then the backlog.
+      const pad = 1024
+      const count = Math.ceil((SSE_WRITE_BYTES + 2 * BACKLOG_BYTES) / pad) + 8
+      yield* emit(0, count, pad)
+      yield* Effect.sleep("200 millis") // the feed's fiber publishes what was appended, while nobody reads
+      body.resume()
+      yield* r.until("the end of the stream", () => r.ended)
+      const events = yield* all
+      const ids = r.ids()
+      expect(ids.length).toBeLessThan(events.length)
+      expect(ids).toEqual(events.slice(0, ids.length))
+      const last = r.frames.at(-1)!
+      expect(last.id).toBeUndefined()
+      expect(last.event).toBe("stream_lagged")
+      expect(last.json.after).toBe(ids.at(-1))
+      expect(r.frames.filter((f) => f.id === undefined)).toEqual([last])
+    }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("a subscriber still catching up is not cut off by a full backlog: it reads on from the journal and gets every Event once, in order, then the end", () =>
+    Effect.gen(function*() {
+      const { sessions, session, emit, all } = yield* setup
+      yield* emit(0, 1_500, 0) // more than one catch-up page
+      const { body } = yield* sessions.follow(session, 0)
+      // Nothing read yet: live commits pile up past the budget while catch-up has not even started.
+      yield* emit(1_500, 100, 200)
+      yield* Effect.sleep("200 millis")
+      const r = reader(body)
+      yield* r.until("the live commits", () => r.frames.some((f) => f.json.data?.i === 1_599))
+      yield* emit(1_600, 10, 0)
+      yield* sessions.end(session)
+      yield* r.until("the end of the stream", () => r.ended)
+      expect(r.frames.filter((f) => f.id === undefined)).toEqual([])
+      expect(r.ids()).toEqual(yield* all)
+      expect(r.frames.at(-1)!.event).toBe("session_ended")
+    }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("an empty backlog takes a commit larger than the byte budget whole, and more than SUBSCRIBER_BACKLOG_RECORDS Events reach a subscriber that keeps reading", () =>
+    Effect.gen(function*() {
+      const { sessions, session, emit, all } = yield* setup
+      const { body } = yield* sessions.follow(session, 0)
+      const r = reader(body)
+      yield* r.until("the catch-up", () => r.frames.length === 2)
+      yield* emit(0, 1, 4 * BACKLOG_BYTES)
+      yield* r.until("the large Event", () => r.frames.length === 3)
+      expect(r.frames[2]!.json.data.pad.length).toBe(4 * BACKLOG_BYTES)
+      for (let i = 1; i <= SUBSCRIBER_BACKLOG_RECORDS + 100; i += 100) {
+        yield* emit(i, 100, 0, false)
+        yield* r.until(`Event ${i + 99}`, () => r.frames.at(-1)?.json.data?.i === i + 99)
+      }
+      expect(r.ids()).toEqual(yield* all)
+      expect(r.ended).toBe(false)
+    }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("one commit is encoded once: every subscriber of the session is handed the very same bytes", () =>
+    Effect.gen(function*() {
+      const { sessions, session, emit } = yield* setup
+      const readers = []
+      for (let k = 0; k < 3; k++) {
+        const r = reader((yield* sessions.follow(session, 2)).body)
+        yield* r.until("the connection", () => r.chunks.length > 0)
+        readers.push(r)
+      }
+      yield* emit(0, 1, 10)
+      for (const r of readers) yield* r.until("the Event", () => r.frames.length === 1)
+      const [a, b, c] = readers.map((r) => r.chunks.at(-1)!)
+      expect(a).toBe(b)
+      expect(b).toBe(c)
+    }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("a cursor ahead of what the feed has published yet (a page already showed the newest commit) gets nothing at or before it twice", () =>
+    Effect.gen(function*() {
+      const { sessions, session, all } = yield* setup
+      const journal = yield* Journal
+      const first = reader((yield* sessions.follow(session, 0)).body) // the feed is open
+      yield* first.until("the catch-up", () => first.frames.length === 2)
+      // Two commits the feed has not published when the next subscriber registers, in the same step.
+      yield* journal.append(session, [tick(0, 0), tick(1, 0)])
+      yield* journal.append(session, [tick(2, 0)])
+      const at = (yield* journal.lastSequence(session)) - 2 // inside the first of them
+      const late = reader((yield* sessions.follow(session, at)).body)
+      yield* first.until("the commits", () => first.frames.length === 5)
+      yield* late.until("the rest", () => late.frames.some((f) => f.json.data?.i === 2))
+      const events = yield* all
+      expect(late.ids()).toEqual(events.filter((s) => s > at))
+    }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("an extension kind with a line break cannot split its frame: the Event goes without an event: line, its kind in data", () =>
+    Effect.gen(function*() {
+      const { sessions, session } = yield* setup
+      const journal = yield* Journal
+      const kind = "two\nid: 99\r\nevent: session_ended"
+      yield* journal.append(session, [entry("extension", { kind, payload: {}, origin: { kind: "agentloop", sequence: 1 } })])
+      const r = reader((yield* sessions.follow(session, 0)).body)
+      yield* r.until("the Event", () => r.frames.length === 3)
+      expect(r.frames.map((f) => [f.id, f.event])).toEqual([[1, "session_creation_started"], [2, "session_creation_ended"], [3, undefined]])
+      expect(r.frames[2]!.json.kind).toBe(kind)
+    }).pipe(Effect.provide(layer)))
+
+  it("the control frames' names are reserved kinds: no Event can be taken for a stream_lagged or stream_error frame", () => {
+    expect([STREAM_LAGGED, STREAM_ERROR]).toEqual(["stream_lagged", "stream_error"])
+    for (const name of [STREAM_LAGGED, STREAM_ERROR]) expect(ReservedKinds.has(name)).toBe(true)
+  })
+})
