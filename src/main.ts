@@ -65,6 +65,7 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
       reason: `cannot listen on ${listen.host}:${listen.port}: ${LISTEN_ERRORS[code] ?? err.cause?.message ?? "unknown error"} (${code})`
     })
   }
+  if (err._tag === "IdempotencyStoreFailed") return new StartupRefused({ reason: `the idempotency store cannot be opened: ${err.reason}` })
   return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
 }
 

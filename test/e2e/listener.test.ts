@@ -171,14 +171,21 @@ describe("auth", () => {
 })
 
 describe("start-up failures say what and why", () => {
-  it("a port in use, a host that does not resolve, a blank token beyond loopback, a bad setting: each exits 1 naming the cause", async () => {
+  it("a port in use, a host that does not resolve, a blank token beyond loopback, a bad setting, an idempotency store that cannot open: each exits 1 naming the cause", async () => {
     ensureBuilt()
     const holder = await startServer({ entry: "product" })
+    // A data directory whose idempotency store cannot be created: a file where its directory goes.
+    const blocked = new ServerProcess({ entry: "product" })
+    await blocked.start()
+    await blocked.stop()
+    fs.rmSync(path.join(blocked.dataDir, "idempotency"), { recursive: true, force: true })
+    fs.writeFileSync(path.join(blocked.dataDir, "idempotency"), "not a directory")
     const cases: Array<[Record<string, string>, RegExp]> = [
       [{ BRAIN_LISTEN: new URL(holder.baseUrl).host }, /already in use.*EADDRINUSE/],
       [{ BRAIN_LISTEN: "no-such-host.invalid:4000", BRAIN_API_TOKEN: "t" }, /does not resolve.*ENOTFOUND|could not be resolved/],
       [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /beyond loopback without BRAIN_API_TOKEN/],
-      [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*integer/]
+      [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*integer/],
+      [{ BRAIN_DATA_DIR: blocked.dataDir }, /idempotency store cannot be opened.*EEXIST/]
     ]
     try {
       for (const [env, expected] of cases) {
@@ -194,6 +201,7 @@ describe("start-up failures say what and why", () => {
       }
     } finally {
       await holder.dispose()
+      await blocked.dispose()
     }
   }, 60_000)
 })
