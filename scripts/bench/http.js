@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// HTTP benchmark ([3/7]): the real server (`brain serve`, a child process) over loopback, next to a
+// HTTP benchmark: the real server (`brain serve`, a child process) over loopback, next to a
 // plain node:http server doing one fdatasync per request, measured in the same run.
 //
 //   npm run bench:http [-- --seconds 5] [--memory-sessions 4000] [--no-profile]
@@ -485,7 +485,7 @@ let disk = ""
 try {
   disk = execSync(`df -T ${tmp} | tail -1`).toString().trim().split(/\s+/).slice(0, 2).join(" ")
 } catch {}
-console.log(`# HTTP benchmark ([3/7])
+console.log(`# HTTP benchmark
 command: npm run bench:http -- --seconds ${seconds} --memory-sessions ${memorySessions}
 method: the server is \`node --max-semi-space-size=32 bin/brain.js serve\` (a child process, its own data directory in ${os.tmpdir()},
   UV_THREADPOOL_SIZE=64 as bin/brain.js sets it); the client is this process over loopback with a keep-alive

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// In-process turn benchmark ([2/7]): turns/s and turn latency through Sessions on the file
+// In-process turn benchmark: turns/s and turn latency through Sessions on the file
 // journal, next to the journal's durable-commit floor measured in the same run.
 //
 //   npm run bench:turns [-- --seconds 5]

@@ -1,5 +1,5 @@
 /**
- * `brain demo`: the main job until the server lands ([3/7]). Writes one session's creation and a
+ * `brain demo`: a first look at the journal without the server. Writes one session's creation and a
  * first exchange durably to the data directory, reads it back, then verifies every journal there.
  */
 import { Console, Effect } from "effect"

@@ -1,6 +1,6 @@
 /**
  * Agentloops that run in-process as TypeScript: the official loop under the id `official`, plus
- * any loops an embedder or a test registers. [4/7] adds WebAssembly loops by content hash.
+ * any loops an embedder or a test registers. The WebAssembly host adds loops by content hash.
  */
 import * as crypto from "node:crypto"
 import * as fs from "node:fs"
@@ -51,7 +51,7 @@ export const make = (loops: Readonly<Record<string, AgentloopShape>> = {}, modul
       const loop = all.get(id)
       if (loop) return Effect.succeed(loop)
       const reason = modules.has(id)
-        ? `agentloop ${id} is an uploaded WebAssembly module; running uploaded modules arrives with the WebAssembly host ([4/7])`
+        ? `agentloop ${id} is an uploaded WebAssembly module; running uploaded modules arrives with the WebAssembly host`
         : `no agentloop ${JSON.stringify(id)}`
       return Effect.fail(new AgentloopFailed({ failure: failure("agentloop_failed", reason) }))
     },

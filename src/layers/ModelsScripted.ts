@@ -2,7 +2,7 @@
  * The deterministic scripted provider (DESIGN §9): `model: {provider: "scripted", replies?}`.
  * Replies are used in order, cyclically, indexed by the session's count of model calls so far, so
  * a session behaves the same across restarts. With no replies it echoes the last user message.
- * Named bindings of real providers arrive with [6/7]; until then a binding name fails clearly.
+ * Named bindings of real providers are not built yet; until then a binding name fails clearly.
  */
 import { Duration, Effect, Layer } from "effect"
 import type { Message } from "../domain/Messages.js"

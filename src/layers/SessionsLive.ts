@@ -156,7 +156,7 @@ export const make = Effect.gen(function*() {
           return yield* Effect.fail(refuse(failure("invalid_request", `no agentloop ${JSON.stringify(agentloop)}`)))
         }
         if (request.environments && request.environments.length > 0) {
-          return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet (they arrive with [5/7])")))
+          return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet")))
         }
         const configuration = { ...request, agentloop }
         // Refuse bad input before anything exists on disk.
@@ -222,7 +222,7 @@ export const make = Effect.gen(function*() {
           while (cell.running) yield* Deferred.await(cell.running.done)
           if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
           const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
-          // Environments are detached here once they exist ([5/7]); ending is recorded first.
+          // Environments are detached here once they exist; ending is recorded first.
           yield* write(cell, [entry("session_ended", { sequence: started! })])
           return summary(cell)
         })),

@@ -2,7 +2,7 @@
  * An in-process tool executor: tools are TypeScript handlers registered by name. For tests and
  * embedders. A handler gets the input and the call's AbortSignal; the helpers below build the
  * behaviours tests need (latency, failure, a hang that honours cancellation, one that ignores it).
- * Real host, HTTP and Wasm executors arrive with [5/7].
+ * Real host, HTTP and Wasm executors arrive with Environments.
  */
 import { Duration, Effect, Layer } from "effect"
 import { type ToolInvocation, ToolLost, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"

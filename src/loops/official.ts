@@ -1,5 +1,5 @@
 /**
- * The official Agentloop, in TypeScript (the in-process implementation; [4/7] ships the same
+ * The official Agentloop, in TypeScript (the in-process implementation; the WebAssembly host ships the same
  * behaviour compiled to WebAssembly): model → dispatch the tools it asked for → append their
  * results → model again … until a final answer or a limit.
  *

@@ -1,7 +1,7 @@
 /**
  * The Agentloop: one activation runs one whole turn. It receives the turn input and a Host of
  * journaled services; everything it wants to keep goes through the Host, durably, at once.
- * [4/7] implements activations in WebAssembly; an in-process TypeScript implementation serves
+ * The WebAssembly host implements activations in WebAssembly; an in-process TypeScript implementation serves
  * tests and embedders.
  */
 import { Context, Data, type Effect, type Option } from "effect"

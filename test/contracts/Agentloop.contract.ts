@@ -2,7 +2,7 @@
  * The Agentloop host contract: every host service's semantics, as a suite any implementation
  * must pass. The loops here are small test loops that exercise one host service each; the
  * assertions read what the journal and Sessions show, never the implementation's internals.
- * [4/7] reruns this suite with the same loops behind the WebAssembly host.
+ * The WebAssembly host reruns this suite with the same loops behind the WebAssembly host.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, type Layer, Option, type Scope } from "effect"

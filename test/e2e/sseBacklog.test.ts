@@ -1,5 +1,5 @@
 /**
- * Per-session SSE backlog (issue [3/7]; seed "Reading Events": "Each session has its own live
+ * Per-session SSE backlog (seed "Reading Events": "Each session has its own live
  * backlog; unrelated traffic cannot make a subscriber lag"): a reader of one session that stops
  * reading is cut off once it falls SUBSCRIBER_BACKLOG_RECORDS (4,096) Events or
  * BRAIN_SSE_BACKLOG_BYTES (16 MiB) behind, told so by a `stream_lagged` control frame (no `id:`)

@@ -1,5 +1,5 @@
 /**
- * SSE never hides a failure (issue [4/9] item 11): what can be refused is refused before the 200
+ * SSE never hides a failure: what can be refused is refused before the 200
  * with the same error the page route gives — a corrupt journal (500 journal_corrupt with file and
  * offset), a cursor past the session's last sequence (400 invalid_request with details
  * {last_sequence}) — and a failure after the 200 ends the stream with a `stream_error` control
