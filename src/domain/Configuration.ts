@@ -4,6 +4,7 @@
  */
 import { Schema } from "effect"
 import { Json, Message } from "./Messages.js"
+import { RecordedBinding } from "./ModelBinding.js"
 
 export const ScriptedToolCall = Schema.Struct({ name: Schema.String, input: Json })
 
@@ -39,6 +40,8 @@ export const EnvironmentDefinition = Schema.Struct({
 export const SessionConfiguration = Schema.Struct({
   agentloop: Schema.String,
   model: ModelChoice,
+  /** For a binding name: its non-secret fields as they were at creation (the server records them). */
+  model_binding: Schema.optional(RecordedBinding),
   system: Schema.optional(Schema.String),
   tools: Schema.optional(Schema.Array(ToolDefinition)),
   environments: Schema.optional(Schema.Array(EnvironmentDefinition)),

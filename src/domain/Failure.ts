@@ -27,6 +27,16 @@ export const FailureCodes = [
   "emitted_bytes_limit",
   "reserved_kind",
   "model_failed",
+  // a model provider: what went wrong, so a loop can choose (Brain itself never retries)
+  "model_rejected",
+  "model_rate_limited",
+  "model_unavailable",
+  "model_unreachable",
+  "model_stream_broken",
+  "model_timeout",
+  "model_output_limit",
+  "model_bad_response",
+  "model_binding_missing",
   "tool_failed",
   "environment_failed",
   "agentloop_failed",
@@ -45,11 +55,20 @@ export class Failure extends Schema.Class<Failure>("Failure")({
   code: FailureCode,
   message: Schema.String,
   retryable: Schema.Boolean,
-  ambiguous: Schema.Boolean
+  ambiguous: Schema.Boolean,
+  /** What else is known, as JSON (a provider's status and error body, its retry-after advice). */
+  details: Schema.optional(Schema.Unknown)
 }) {}
 
 export const failure = (
   code: FailureCode,
   message: string,
-  options: { readonly retryable?: boolean; readonly ambiguous?: boolean } = {}
-): Failure => new Failure({ code, message, retryable: options.retryable ?? false, ambiguous: options.ambiguous ?? false })
+  options: { readonly retryable?: boolean; readonly ambiguous?: boolean; readonly details?: unknown } = {}
+): Failure =>
+  new Failure({
+    code,
+    message,
+    retryable: options.retryable ?? false,
+    ambiguous: options.ambiguous ?? false,
+    ...(options.details !== undefined ? { details: options.details } : {})
+  })

@@ -1,5 +1,6 @@
 /**
- * What a model call asks and answers. The complete result is journaled in `model_call_ended`.
+ * What a model call asks and answers. The complete result is journaled in `model_call_ended`;
+ * the deltas a provider streams on the way are live-only (never journaled).
  */
 import { Schema } from "effect"
 import { Json, Message, ToolCallRequest } from "./Messages.js"
@@ -13,10 +14,41 @@ export const ModelRequest = Schema.Struct({
 })
 export type ModelRequest = typeof ModelRequest.Type
 
+/** Why the model stopped, in Brain's words; the provider's own word is kept beside it. */
+export const StopReason = Schema.Literal("end", "tool_calls", "max_tokens", "refusal", "other")
+export type StopReason = typeof StopReason.Type
+
+/** Token counts as the provider reported them: a counter it did not send is absent, never 0. */
+export const ModelUsage = Schema.Struct({
+  input_tokens: Schema.optional(Schema.Int),
+  output_tokens: Schema.optional(Schema.Int)
+})
+
 export const ModelResult = Schema.Struct({
   text: Schema.String,
+  /** Tool calls with their input parsed from the streamed JSON arguments. */
   tool_calls: Schema.Array(ToolCallRequest),
-  stop_reason: Schema.Literal("end", "tool_calls"),
-  usage: Schema.optional(Schema.Struct({ input_tokens: Schema.Int, output_tokens: Schema.Int }))
+  stop_reason: StopReason,
+  usage: Schema.optional(ModelUsage),
+  /** The provider's id of this response (OpenAI `chatcmpl-…`/`resp_…`, Anthropic `msg_…`). */
+  response_id: Schema.optional(Schema.String),
+  /** The model the provider says answered. */
+  model: Schema.optional(Schema.String),
+  /** The provider's own stop or finish reason, as it sent it. */
+  provider_stop_reason: Schema.optional(Schema.String)
 })
 export type ModelResult = typeof ModelResult.Type
+
+/**
+ * A piece of a streamed answer, as it arrives: text, or a piece of one tool call's JSON arguments
+ * (`index` orders the calls of one answer; `id` and `name` come with its first piece).
+ */
+export type ModelDelta =
+  | { readonly type: "text"; readonly text: string }
+  | {
+    readonly type: "tool_call"
+    readonly index: number
+    readonly id?: string
+    readonly name?: string
+    readonly input_delta: string
+  }

@@ -36,7 +36,8 @@ const FailureBody = Schema.Struct({
   code: FailureCode,
   message: Schema.String,
   retryable: Schema.Boolean,
-  ambiguous: Schema.Boolean
+  ambiguous: Schema.Boolean,
+  details: Schema.optional(Json)
 }).annotations({ identifier: "Failure" })
 
 export const SessionSummary = Schema.Struct({

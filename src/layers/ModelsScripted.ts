@@ -2,36 +2,64 @@
  * The deterministic scripted provider (DESIGN §9): `model: {provider: "scripted", replies?}`.
  * Replies are used in order, cyclically, indexed by the session's count of model calls so far, so
  * a session behaves the same across restarts. With no replies it echoes the last user message.
- * Named bindings of real providers are not built yet; until then a binding name fails clearly.
+ * Like a real provider it streams: its text goes to `onDelta` word by word (spread over the
+ * reply's `delay_ms` when it has one), then the whole result is returned.
  */
 import { Duration, Effect, Layer } from "effect"
 import type { Message } from "../domain/Messages.js"
 import type { ModelResult } from "../domain/Model.js"
-import { ModelFailed, Models, type ModelsShape } from "../services/Models.js"
+import { type ModelCall, ModelFailed, Models, type ModelsShape } from "../services/Models.js"
 
 const textOf = (m: Message): string =>
   typeof m.content === "string"
     ? m.content
     : m.content.map((p) => (typeof p.text === "string" ? p.text : "")).join("")
 
+/** Words with the space that follows them, so the deltas join back into the text exactly. */
+const pieces = (text: string) => text.match(/\S+\s*|\s+/g) ?? []
+
+/** Hands the text to `onDelta` piece by piece, spread evenly over `delayMs`. */
+const stream = (call: ModelCall, text: string, delayMs: number) =>
+  Effect.gen(function*() {
+    const parts = pieces(text)
+    const onDelta = call.onDelta
+    if (!onDelta || parts.length === 0) {
+      if (delayMs > 0) yield* Effect.sleep(Duration.millis(delayMs))
+      return
+    }
+    const step = delayMs / parts.length
+    for (const part of parts) {
+      if (step > 0) yield* Effect.sleep(Duration.millis(step))
+      onDelta({ type: "text", text: part })
+    }
+  })
+
 export const scripted: ModelsShape = {
-  call: ({ index, model, request, sequence }) =>
+  call: (call) =>
     Effect.gen(function*() {
+      const { index, model, request, sequence } = call
       if (typeof model === "string") {
         return yield* Effect.fail(
-          new ModelFailed({ message: `no model binding named ${JSON.stringify(model)} is configured`, ambiguous: false, retryable: false })
+          new ModelFailed({
+            code: "model_binding_missing",
+            message: `no model binding named ${JSON.stringify(model)} is configured`,
+            ambiguous: false,
+            retryable: false
+          })
         )
       }
       const replies = model.replies ?? []
       if (replies.length === 0) {
         const lastUser = [...request.messages].reverse().find((m) => m.role === "user")
-        return { text: lastUser ? textOf(lastUser) : "", tool_calls: [], stop_reason: "end" } satisfies ModelResult
+        const text = lastUser ? textOf(lastUser) : ""
+        yield* stream(call, text, 0)
+        return { text, tool_calls: [], stop_reason: "end" } satisfies ModelResult
       }
       const reply = replies[index % replies.length]!
-      if (reply.delay_ms) yield* Effect.sleep(Duration.millis(reply.delay_ms))
+      yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0)
       if (reply.fail) {
         return yield* Effect.fail(
-          new ModelFailed({ message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
+          new ModelFailed({ code: "model_failed", message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
         )
       }
       const toolCalls = (reply.tool_calls ?? []).map((c, i) => ({ id: `call_${sequence}_${i}`, name: c.name, input: c.input }))

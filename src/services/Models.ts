@@ -5,13 +5,22 @@
 import { Context, Data, type Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { ModelChoice } from "../domain/Configuration.js"
-import type { ModelRequest, ModelResult } from "../domain/Model.js"
+import type { FailureCode } from "../domain/Failure.js"
+import type { ModelDelta, ModelRequest, ModelResult } from "../domain/Model.js"
+import type { RecordedBinding } from "../domain/ModelBinding.js"
+
+/** The codes a model call fails with (recorded in `model_call_failed`). */
+export type ModelFailureCode = Extract<FailureCode, `model_${string}`>
 
 export class ModelFailed extends Data.TaggedError("ModelFailed")<{
+  readonly code: ModelFailureCode
   readonly message: string
   /** True when the request may have been processed (lost connection after sending). */
   readonly ambiguous: boolean
+  /** Advice to the loop: the same request might succeed later. Brain itself never retries. */
   readonly retryable: boolean
+  /** The provider's status and error body, its retry-after advice, … */
+  readonly details?: unknown
 }> {}
 
 export interface ModelCall {
@@ -21,7 +30,11 @@ export interface ModelCall {
   /** How many model calls this session made before this one (drives the scripted provider). */
   readonly index: number
   readonly model: typeof ModelChoice.Type
+  /** For a named binding: what it stood for when the session was created (recorded then). */
+  readonly binding?: RecordedBinding
   readonly request: ModelRequest
+  /** Receives each piece of the answer as it streams in: live only, never journaled. */
+  readonly onDelta?: (delta: ModelDelta) => void
 }
 
 export interface ModelsShape {

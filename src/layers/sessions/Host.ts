@@ -5,14 +5,15 @@
 import { Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../domain/Messages.js"
-import type { ModelResult } from "../../domain/Model.js"
+import type { ModelDelta, ModelResult } from "../../domain/Model.js"
+import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
 import { diffTranscript, kvRead } from "../../domain/Projection.js"
 import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
 import { HostCallFailed, type Host, type ToolResult } from "../../services/Agentloop.js"
 import type { EffectFenceShape } from "../../services/EffectFence.js"
 import type { JournalAppendError, JournalShape } from "../../services/Journal.js"
-import type { ModelsShape } from "../../services/Models.js"
+import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
 import { type CancelReason, type Cell, commit } from "./Cell.js"
@@ -25,6 +26,13 @@ export interface HostDeps {
   readonly models: ModelsShape
   readonly tools: ToolsShape
   readonly config: ServerConfigShape
+  /** Where live-only deltas go (the session's SSE subscribers): never journaled. */
+  readonly live?: LiveDeltas
+}
+
+export interface LiveDeltas {
+  /** The sink for the deltas of the model call started at `sequence`. */
+  readonly delta: (session: SessionId, sequence: number) => (delta: ModelDelta) => void
 }
 
 export interface ActivationScope {
@@ -45,6 +53,10 @@ export const cancelFailure = (reason: CancelReason): Failure =>
     : failure("interrupted", "the server is stopping")
 
 const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
+
+/** A provider's failure as recorded in `model_call_failed` and shown to the loop. */
+const modelFailure = (err: ModelFailed) =>
+  failure(err.code, err.message, { ambiguous: err.ambiguous, retryable: err.retryable, details: err.details })
 
 const storageFailure = (e: JournalAppendError): HostCallFailed =>
   new HostCallFailed({
@@ -110,6 +122,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
                 sequence,
                 index,
                 model: configuration.model,
+                ...(configuration.model_binding !== undefined ? { binding: configuration.model_binding } : {}),
+                ...(deps.live ? { onDelta: deps.live.delta(cell.session, sequence) } : {}),
                 request: {
                   messages: request.messages,
                   ...(system !== undefined ? { system } : {}),
@@ -134,7 +148,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           return entry("model_call_failed", {
             sequence,
             failure: err
-              ? failure("model_failed", err.message, { ambiguous: err.ambiguous, retryable: err.retryable })
+              ? modelFailure(err)
               : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
           })
         },
@@ -148,7 +162,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       const err = exit.cause._tag === "Fail" ? exit.cause.error : undefined
       return yield* refuse(
         err
-          ? failure("model_failed", err.message, { ambiguous: err.ambiguous, retryable: err.retryable })
+          ? modelFailure(err)
           : failure("cancelled", "the model call was abandoned", { ambiguous: true })
       )
     }))

@@ -1,0 +1,207 @@
+/**
+ * One streamed model request over HTTP, as every provider sends it: POSTed once, never retried,
+ * its Server-Sent Events handed to the provider as they arrive, and every way it can go wrong
+ * named by what Brain knows about it afterwards.
+ *
+ * - Not sent (connection refused, a name that does not resolve, no route, a TLS failure):
+ *   `model_unreachable`, not ambiguous: the provider never saw it.
+ * - An error status: its body (the first ERROR_BODY_BYTES, as JSON when it parses) goes into the
+ *   failure's details. 429 is `model_rate_limited` with the `retry-after` advice in milliseconds;
+ *   other 4xx are `model_rejected` (not ambiguous: refused, not run); 5xx `model_unavailable`
+ *   (ambiguous: the provider may have run part of it).
+ * - Cut after it was sent (a reset mid-stream): `model_stream_broken`, ambiguous. A stream that
+ *   ends cleanly but without the provider's final event is the provider's to call broken.
+ * - No byte for `stallMs` (before the headers or between chunks): `model_timeout`, ambiguous.
+ * - More than `maxOutputBytes` of response: `model_output_limit`, ambiguous (it ran).
+ * - Interrupted (a cancel): the request is aborted; the caller records what that means.
+ *
+ * The SSE parser is @effect/experimental's `makeParser` (its channel is not used: it would honour
+ * a `retry:` field by waiting, which a model stream has no business asking for).
+ */
+import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import * as Sse from "@effect/experimental/Sse"
+import { Duration, Effect, Redacted, Stream } from "effect"
+import { ModelFailed } from "../../services/Models.js"
+
+/** Bytes. The most of an error response's body kept in a failure's details. */
+export const ERROR_BODY_BYTES = 16 * 1024
+
+export interface StreamLimits {
+  /** Milliseconds without a byte before the call fails with `model_timeout`; 0 = no bound. */
+  readonly stallMs: number
+  /** Bytes of response body before the call fails with `model_output_limit`; 0 = no bound. */
+  readonly maxOutputBytes: number
+}
+
+/** One event of the response stream. */
+export interface SseEvent {
+  readonly event: string | undefined
+  readonly data: string
+}
+
+export interface StreamedPost {
+  readonly url: string
+  readonly headers: Readonly<Record<string, string>>
+  /** Headers whose values are secrets: sent, never logged or shown. */
+  readonly secretHeaders?: Readonly<Record<string, Redacted.Redacted>>
+  readonly body: unknown
+  readonly limits: StreamLimits
+  /** What the provider is called in messages ("OpenAI", "Anthropic", …). */
+  readonly provider: string
+  /**
+   * Called for each event in order; a failure ends the call with it (a malformed event, say).
+   * Synchronous: folding an event into the answer never waits.
+   */
+  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+}
+
+/** Error codes of a request that never left this machine (or never reached a server). */
+const NOT_SENT = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_INVALID_ARG",
+  "ERR_INVALID_URL",
+  "CERT_HAS_EXPIRED",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "ERR_TLS_CERT_ALTNAME_INVALID"
+])
+
+/** The first errno-like code in an error's cause chain. */
+export const causeCode = (e: unknown): string | undefined => {
+  let current = e as { code?: unknown; cause?: unknown } | undefined
+  for (let depth = 0; current && depth < 6; depth++) {
+    if (typeof current.code === "string") return current.code
+    current = current.cause as typeof current
+  }
+  return undefined
+}
+
+const failed = (
+  code: ModelFailed["code"],
+  message: string,
+  options: { readonly ambiguous: boolean; readonly retryable: boolean; readonly details?: unknown }
+) => new ModelFailed({ code, message, ...options })
+
+/** `retry-after` (seconds or an HTTP date) in milliseconds, when it says something usable. */
+export const retryAfterMs = (value: string | undefined, now: number): number | undefined => {
+  if (value === undefined) return undefined
+  const trimmed = value.trim()
+  if (/^\d+(\.\d+)?$/.test(trimmed)) return Math.round(Number(trimmed) * 1000)
+  const at = Date.parse(trimmed)
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now)
+}
+
+/** Reads at most `max` bytes of a response body (an error's), then lets the rest go. */
+const boundedText = (response: HttpClientResponse.HttpClientResponse, max: number) =>
+  response.stream.pipe(
+    Stream.mapAccum(0, (seen, chunk: Uint8Array) => [seen + chunk.length, seen < max ? chunk.subarray(0, max - seen) : undefined] as const),
+    Stream.takeWhile((chunk) => chunk !== undefined),
+    Stream.runCollect,
+    Effect.map((chunks) => Buffer.concat([...chunks].map((c) => Buffer.from(c!))).toString("utf8")),
+    Effect.orElseSucceed(() => "")
+  )
+
+const asJson = (text: string): unknown => {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return text
+  }
+}
+
+const statusFailure = (provider: string, response: HttpClientResponse.HttpClientResponse, body: string, now: number) => {
+  const status = response.status
+  const details: Record<string, unknown> = { status, body: asJson(body) }
+  if (status === 429) {
+    const advice = retryAfterMs(response.headers["retry-after"], now)
+    if (advice !== undefined) details.retry_after_ms = advice
+    return failed("model_rate_limited", `${provider} answered 429: rate limited`, { ambiguous: false, retryable: true, details })
+  }
+  if (status >= 500) {
+    return failed("model_unavailable", `${provider} answered ${status}`, { ambiguous: true, retryable: true, details })
+  }
+  return failed("model_rejected", `${provider} refused the request with ${status}`, { ambiguous: false, retryable: false, details })
+}
+
+/**
+ * POSTs `body` as JSON once and feeds the response's events to `onEvent` until the stream ends.
+ * Resolves when the server has closed the stream cleanly; the provider then checks that it saw
+ * its final event.
+ */
+export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFailed, HttpClient.HttpClient> =>
+  Effect.gen(function*() {
+    const client = yield* HttpClient.HttpClient
+    let request = HttpClientRequest.post(post.url).pipe(
+      HttpClientRequest.setHeaders({ ...post.headers, accept: "text/event-stream" }),
+      HttpClientRequest.bodyUnsafeJson(post.body)
+    )
+    for (const [name, value] of Object.entries(post.secretHeaders ?? {})) {
+      request = HttpClientRequest.setHeader(request, name, Redacted.value(value))
+    }
+    const stall = post.limits.stallMs > 0 ? Duration.millis(post.limits.stallMs) : undefined
+    const stalled = () =>
+      failed("model_timeout", `${post.provider} sent nothing for ${post.limits.stallMs} ms (BRAIN_MAX_MODEL_SECS)`, {
+        ambiguous: true,
+        retryable: true
+      })
+
+    const sent = client.execute(request).pipe(
+      Effect.mapError((e) => {
+        const code = causeCode(e)
+        return code !== undefined && NOT_SENT.has(code)
+          ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
+          : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? e.reason})`, { ambiguous: true, retryable: true })
+      })
+    )
+    const response = yield* (stall ? Effect.timeoutFail(sent, { duration: stall, onTimeout: stalled }) : sent)
+    if (response.status < 200 || response.status >= 300) {
+      const body = yield* boundedText(response, ERROR_BODY_BYTES)
+      return yield* Effect.fail(statusFailure(post.provider, response, body, Date.now()))
+    }
+
+    let bytes = 0
+    let eventFailure: ModelFailed | undefined
+    const decoder = new TextDecoder()
+    const parser = Sse.makeParser((event) => {
+      if (eventFailure === undefined && event._tag === "Event") {
+        eventFailure = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
+      }
+    }, { maxEventSize: post.limits.maxOutputBytes > 0 ? post.limits.maxOutputBytes : undefined })
+    const body = stall ? Stream.timeoutFail(response.stream, stalled, stall) : response.stream
+    yield* body.pipe(
+      Stream.mapError((e) =>
+        e instanceof ModelFailed
+          ? e
+          : failed("model_stream_broken", `the stream from ${post.provider} was cut (${causeCode(e) ?? e.reason})`, {
+            ambiguous: true,
+            retryable: true
+          })
+      ),
+      Stream.runForEachWhile((chunk) => {
+        bytes += chunk.length
+        if (post.limits.maxOutputBytes > 0 && bytes > post.limits.maxOutputBytes) {
+          eventFailure = failed(
+            "model_output_limit",
+            `${post.provider} sent more than ${post.limits.maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`,
+            { ambiguous: true, retryable: false }
+          )
+          return Effect.succeed(false)
+        }
+        const tooLarge = parser.feed(decoder.decode(chunk, { stream: true }))
+        if (tooLarge && eventFailure === undefined) {
+          eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
+        }
+        return Effect.succeed(eventFailure === undefined)
+      })
+    )
+    if (eventFailure !== undefined) return yield* Effect.fail(eventFailure)
+    // An event the server never finished (no blank line after it) is dropped: the provider then
+    // misses its final event and says the stream ended early.
+  })

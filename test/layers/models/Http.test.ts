@@ -1,0 +1,118 @@
+/**
+ * The streamed POST every provider makes (src/layers/models/Http.ts), against a fake server on
+ * loopback: events arrive whole however the bytes are split, and each way a call can fail is
+ * named by what is known afterwards (sent or not, ambiguous or not, the provider's error body).
+ */
+import { NodeHttpClient } from "@effect/platform-node"
+import * as net from "node:net"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either } from "effect"
+import { type SseEvent, streamedPost } from "../../../src/layers/models/Http.js"
+import type { ModelFailed } from "../../../src/services/Models.js"
+import { FakeProvider, type Script, sse } from "../../support/fakeProvider.js"
+
+const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }) =>
+  Effect.gen(function*() {
+    const events: Array<SseEvent> = []
+    const result = yield* Effect.either(streamedPost({
+      url,
+      headers: { "content-type": "application/json" },
+      body: { hello: "world" },
+      limits,
+      provider: "Fake",
+      onEvent: (e) => void events.push(e)
+    }))
+    return { events, result }
+  }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+
+const withFake = <A>(script: Script, use: (fake: FakeProvider) => Promise<A>) =>
+  Effect.promise(async () => {
+    const fake = await FakeProvider.start(() => script)
+    try {
+      return await use(fake)
+    } finally {
+      await fake.close()
+    }
+  })
+
+const failureOf = (r: Either.Either<void, ModelFailed>) => (Either.isLeft(r) ? r.left : undefined)
+
+describe("a streamed model request", () => {
+  it.live("delivers every event whole, however its bytes are split, and sends the body once", () =>
+    withFake({ steps: ["data: {\"a\"", ":1}\n", "\nevent: done\nda", "ta: [DONE]\n\n"] }, async (fake) => {
+      const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`))
+      expect(Either.isRight(result)).toBe(true)
+      expect(events).toEqual([{ event: undefined, data: "{\"a\":1}" }, { event: "done", data: "[DONE]" }])
+      expect(fake.requests).toHaveLength(1)
+      expect(fake.requests[0]!.body).toEqual({ hello: "world" })
+    }))
+
+  it.live("connection refused is model_unreachable, not ambiguous: nothing was sent", () =>
+    Effect.gen(function*() {
+      // A port nobody listens on: taken, then released.
+      const port = yield* Effect.promise(() =>
+        new Promise<number>((resolve) => {
+          const s = net.createServer().listen(0, "127.0.0.1", () => {
+            const p = (s.address() as net.AddressInfo).port
+            s.close(() => resolve(p))
+          })
+        })
+      )
+      const { result } = yield* run(`http://127.0.0.1:${port}/v1/x`)
+      expect(failureOf(result)).toMatchObject({ code: "model_unreachable", ambiguous: false, retryable: true })
+    }))
+
+  it.live("429 is model_rate_limited with retry-after as advice; 400 model_rejected with the provider's body; 500 model_unavailable, ambiguous", () =>
+    Effect.gen(function*() {
+      const limited = yield* withFake(
+        { status: 429, headers: { "retry-after": "7", "content-type": "application/json" }, steps: ['{"error":{"message":"slow down"}}'] },
+        (fake) => Effect.runPromise(run(`${fake.url}/v1/x`))
+      )
+      expect(failureOf(limited.result)).toMatchObject({
+        code: "model_rate_limited",
+        retryable: true,
+        ambiguous: false,
+        details: { status: 429, retry_after_ms: 7000, body: { error: { message: "slow down" } } }
+      })
+      const rejected = yield* withFake(
+        { status: 400, headers: { "content-type": "application/json" }, steps: ['{"error":{"type":"invalid_request_error"}}'] },
+        (fake) => Effect.runPromise(run(`${fake.url}/v1/x`))
+      )
+      expect(failureOf(rejected.result)).toMatchObject({
+        code: "model_rejected",
+        ambiguous: false,
+        retryable: false,
+        details: { status: 400, body: { error: { type: "invalid_request_error" } } }
+      })
+      const down = yield* withFake({ status: 503, steps: ["overloaded"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+      expect(failureOf(down.result)).toMatchObject({ code: "model_unavailable", ambiguous: true, details: { status: 503, body: "overloaded" } })
+    }))
+
+  it.live("a connection cut mid-stream is model_stream_broken and ambiguous; what came before it was delivered", () =>
+    withFake({ steps: [sse({ n: 1 }), { pauseMs: 20 }, "data: {\"n\":", { cut: true }] }, async (fake) => {
+      const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`))
+      expect(events.map((e) => e.data)).toEqual(['{"n":1}'])
+      expect(failureOf(result)).toMatchObject({ code: "model_stream_broken", ambiguous: true })
+    }))
+
+  it.live("a stall past the limit, before the headers or between chunks, is model_timeout and ambiguous", () =>
+    Effect.gen(function*() {
+      const midway = yield* withFake(
+        { steps: [sse({ n: 1 }), { stall: true }] },
+        (fake) => Effect.runPromise(run(`${fake.url}/v1/x`, { stallMs: 300, maxOutputBytes: 0 }))
+      )
+      expect(midway.events).toHaveLength(1)
+      expect(failureOf(midway.result)).toMatchObject({ code: "model_timeout", ambiguous: true })
+      const fake = yield* Effect.promise(() => FakeProvider.start(() => new Promise<Script>(() => undefined)))
+      const silent = yield* run(`${fake.url}/v1/x`, { stallMs: 300, maxOutputBytes: 0 })
+      yield* Effect.promise(() => fake.close())
+      expect(failureOf(silent.result)).toMatchObject({ code: "model_timeout", ambiguous: true })
+    }))
+
+  it.live("a response past the output limit is model_output_limit and stops reading", () =>
+    withFake({ steps: Array.from({ length: 50 }, (_, i) => sse({ i, pad: "x".repeat(100) })) }, async (fake) => {
+      const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`, { stallMs: 2_000, maxOutputBytes: 1_000 }))
+      expect(events.length).toBeLessThan(50)
+      expect(failureOf(result)).toMatchObject({ code: "model_output_limit", ambiguous: true, retryable: false })
+    }))
+})
