@@ -3,7 +3,7 @@
  * `npm start` call `serve`. Nothing else sits above both layers/ and http/.
  */
 import { HttpApiBuilder, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
@@ -14,7 +14,8 @@ import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
 import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
-import * as ModelsScripted from "./layers/ModelsScripted.js"
+import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
+import * as ModelsLive from "./layers/ModelsLive.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
 import * as ToolsInProcess from "./layers/ToolsInProcess.js"
@@ -29,6 +30,8 @@ import {
 import { Admission, apiLive } from "./http/Handlers.js"
 import { BodyBudget, gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
+import type { ModelProvider } from "./domain/ModelBinding.js"
+import { ModelBindings } from "./services/ModelBindings.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Sessions } from "./services/Sessions.js"
@@ -65,9 +68,13 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
       reason: `cannot listen on ${listen.host}:${listen.port}: ${LISTEN_ERRORS[code] ?? err.cause?.message ?? "unknown error"} (${code})`
     })
   }
+  if (err._tag === "ModelBindingsInvalid") return new StartupRefused({ reason: `BRAIN_MODELS: ${err.message}` })
   if (err._tag === "IdempotencyStoreFailed") return new StartupRefused({ reason: `the idempotency store cannot be opened: ${err.reason}` })
   return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
 }
+
+/** The model providers this build carries, by the `provider` a binding names. */
+const PROVIDERS: ModelsLive.Providers = {}
 
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
@@ -90,10 +97,15 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
   })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
   const base = Layer.merge(journal, Layer.succeed(ServerConfig, config))
+  const bindings = ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)).pipe(
+    Layer.provide(Layer.succeed(ServerConfig, config))
+  )
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
-    extensions.models ? Layer.succeed(Models, extensions.models) : ModelsScripted.layer,
+    extensions.models
+      ? Layer.succeed(Models, extensions.models)
+      : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     ToolsInProcess.layer(extensions.tools ?? {}),
     AgentloopsInProcess.layer(extensions.loops ?? {}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
@@ -102,7 +114,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       retentionMs: config.requestRetentionMs,
       maxAnswerBytes: config.idempotencyMaxAnswerBytes
     })
-  ).pipe(Layer.provideMerge(base))
+  ).pipe(Layer.provideMerge(Layer.merge(base, bindings)))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 
@@ -167,9 +179,15 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
       Layer.provideMerge(servicesLayer(config, extensions))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
+    const bindings = Context.get(context, ModelBindings)
     const address = server.address()
     const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
+    yield* Effect.log(
+      bindings.names.length === 0
+        ? "model bindings: none (BRAIN_MODELS unset); sessions use the scripted model"
+        : `model bindings: ${bindings.names.map((n) => `${n} (${bindings.get(n)!.binding.provider} ${bindings.get(n)!.binding.model})`).join(", ")}`
+    )
     yield* Effect.log(
       `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )

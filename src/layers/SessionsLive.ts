@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Deferred, Duration, Effect, FiberSet, Layer } from "effect"
+import { Clock, Deferred, Duration, Effect, FiberSet, Layer, Option } from "effect"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import { empty, type SessionStatus } from "../domain/Projection.js"
@@ -11,6 +11,8 @@ import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
 import { Journal } from "../services/Journal.js"
+import type { RecordedBinding } from "../domain/ModelBinding.js"
+import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -35,6 +37,7 @@ export const make = Effect.gen(function*() {
   const projection = yield* Projection
   const config = yield* ServerConfig
   const agentloops = yield* Agentloops
+  const bindings = Option.getOrElse(yield* Effect.serviceOption(ModelBindings), () => noBindings)
   const deps: HostDeps = { journal, fence: yield* EffectFence, models: yield* Models, tools: yield* Tools, config }
 
   const registry = yield* makeRegistry({
@@ -158,7 +161,17 @@ export const make = Effect.gen(function*() {
         if (request.environments && request.environments.length > 0) {
           return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet")))
         }
-        const configuration = { ...request, agentloop }
+        // A binding name is resolved now and its non-secret fields recorded with the session.
+        let modelBinding: RecordedBinding | undefined
+        if (typeof request.model === "string") {
+          const bound = bindings.get(request.model)
+          if (!bound) {
+            const known = bindings.names.length > 0 ? `the configured bindings are ${bindings.names.map((n) => JSON.stringify(n)).join(", ")}` : "no bindings are configured (BRAIN_MODELS)"
+            return yield* Effect.fail(refuse(failure("invalid_request", `no model binding named ${JSON.stringify(request.model)}; ${known}`)))
+          }
+          modelBinding = { name: request.model, ...bound.binding }
+        }
+        const configuration = { ...request, agentloop, ...(modelBinding ? { model_binding: modelBinding } : {}) }
         // Refuse bad input before anything exists on disk.
         const refused = checkPayload("session_creation_started", { configuration }) ??
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)

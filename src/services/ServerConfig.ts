@@ -14,6 +14,12 @@ import {
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
   readonly maxModelCalls: number
+  /** How long a model call may send nothing (before its headers or between chunks), in milliseconds. 0 = no bound. */
+  readonly maxModelMs: number
+  /** Bytes of one model response before the call fails with `model_output_limit`. 0 = no bound. */
+  readonly maxModelOutputBytes: number
+  /** BRAIN_MODELS as given: a JSON file's path, or inline JSON (read by the ModelBindings layer). */
+  readonly models: string | undefined
   /** Wall time of a turn in milliseconds; reaching it starts cancellation. 0 = no bound. */
   readonly maxTurnMs: number
   /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
@@ -72,6 +78,9 @@ export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig
 
 export const defaults: ServerConfigShape = {
   maxModelCalls: 128,
+  maxModelMs: 300 * 1000,
+  maxModelOutputBytes: 16 * 1024 * 1024,
+  models: undefined,
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
@@ -111,6 +120,13 @@ const positive = (name: string, fallback: number, description: string) =>
 
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
+  maxModelSecs: nonNegative("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
+  maxModelOutputBytes: nonNegative(
+    "BRAIN_MAX_MODEL_OUTPUT_BYTES",
+    defaults.maxModelOutputBytes,
+    "bytes of one model response (0 = no bound)"
+  ),
+  models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
   maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
@@ -162,6 +178,9 @@ export const fromConfig = Config.all({
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
+    maxModelMs: c.maxModelSecs * 1000,
+    maxModelOutputBytes: c.maxModelOutputBytes,
+    models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,

@@ -17,6 +17,7 @@ import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import { type ModelCall, Models, type ModelsShape } from "../../src/services/Models.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
+import { ModelBindings, type ModelBindingsShape, noBindings } from "../../src/services/ModelBindings.js"
 
 export interface RuntimeOptions {
   readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
@@ -26,6 +27,8 @@ export interface RuntimeOptions {
   /** Receives every model call before the scripted provider answers it. */
   readonly onModelCall?: (call: ModelCall) => void
   readonly models?: ModelsShape
+  /** Named model bindings the Sessions service resolves at create (none by default). */
+  readonly bindings?: ModelBindingsShape
 }
 
 export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
@@ -54,7 +57,7 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     Layer.succeed(Models, models),
     ToolsInProcess.layer(options.tools ?? {}),
     AgentloopsInProcess.layer(options.loops ?? {})
-  ).pipe(Layer.provideMerge(Layer.merge(journal, config)))
+  ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 

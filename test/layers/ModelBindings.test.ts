@@ -1,0 +1,70 @@
+/**
+ * BRAIN_MODELS (a file's path or inline JSON): what loads, and every way it can be refused —
+ * naming the source, the field and the reason, never quoting a value (a key pasted in the wrong
+ * place must not reach a log).
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Either, Redacted } from "effect"
+import { load } from "../../src/layers/ModelBindingsConfig.js"
+import { tempDir } from "../support/journals.js"
+
+const ALL = new Set(["openai-chat", "openai-responses", "anthropic"] as const)
+const SECRET = "sk-test-0123456789abcdef"
+
+const withEnv = <A, E>(env: Record<string, string>, effect: Effect.Effect<A, E>) =>
+  Effect.withConfigProvider(effect, ConfigProvider.fromMap(new Map(Object.entries(env))))
+
+describe("model bindings", () => {
+  it.effect("inline JSON loads each binding with its key from the environment variable it names, sorted by name", () =>
+    Effect.gen(function*() {
+      const json = JSON.stringify({
+        local: { provider: "openai-chat", model: "llama3.1", base_url: "http://127.0.0.1:11434/v1" },
+        fast: { provider: "openai-responses", model: "gpt-4.1-mini", api_key_env: "OPENAI_KEY", options: { temperature: 0 } }
+      })
+      const bindings = yield* withEnv({ OPENAI_KEY: SECRET }, load(json, ALL))
+      expect(bindings.names).toEqual(["fast", "local"])
+      expect(bindings.get("fast")!.binding).toEqual({ provider: "openai-responses", model: "gpt-4.1-mini", api_key_env: "OPENAI_KEY", options: { temperature: 0 } })
+      expect(Redacted.value(bindings.get("fast")!.apiKey!)).toBe(SECRET)
+      expect(bindings.get("local")!.apiKey).toBeUndefined()
+      expect(bindings.get("nope")).toBeUndefined()
+      expect((yield* load(undefined, ALL)).names).toEqual([])
+    }))
+
+  it.scoped("a file path loads the same way; a file that cannot be read is refused naming it", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const file = path.join(dir, "models.json")
+      fs.writeFileSync(file, JSON.stringify({ claude: { provider: "anthropic", model: "claude-sonnet-4-5", api_key_env: "A_KEY" } }))
+      const bindings = yield* withEnv({ A_KEY: SECRET }, load(file, ALL))
+      expect(bindings.names).toEqual(["claude"])
+      const missing = yield* Effect.flip(load(path.join(dir, "absent.json"), ALL))
+      expect(missing.message).toBe(`${path.join(dir, "absent.json")}: (file): cannot be read (ENOENT)`)
+    }))
+
+  it.effect("each malformed binding is refused with the source, the field and the reason, and no value is ever quoted", () =>
+    Effect.gen(function*() {
+      const cases: Array<[unknown, string, RegExp]> = [
+        [{ a: { provider: "openai-chat", model: "m", api_key: SECRET } }, "a.api_key", /never holds a key/],
+        [{ a: { provider: "gemini", model: "m" } }, "a.provider", /openai-responses|anthropic/],
+        [{ a: { provider: "openai-chat" } }, "a.model", /missing/i],
+        [{ a: { provider: "openai-chat", model: "m", base_url: SECRET } }, "a.base_url", /pattern/],
+        [{ a: { provider: "openai-chat", model: "m", api_key_env: "NOT_SET_ANYWHERE" } }, "a.api_key_env", /NOT_SET_ANYWHERE is not set/],
+        [{ "bad name!": { provider: "openai-chat", model: "m" } }, "bad name!", /binding name/],
+        [[1, 2], "(file)", /JSON object/]
+      ]
+      for (const [value, field, reason] of cases) {
+        const e = yield* Effect.flip(withEnv({}, load(JSON.stringify(value), ALL)))
+        expect(e.source, field).toBe("BRAIN_MODELS (inline JSON)")
+        expect(e.field, JSON.stringify(value)).toBe(field)
+        expect(e.reason, field).toMatch(reason)
+        expect(e.message, field).not.toContain(SECRET)
+      }
+      const notJson = yield* Effect.flip(load(`{ "a": ${SECRET} }`, ALL))
+      expect([notJson.field, notJson.reason]).toEqual(["(file)", "not JSON"])
+      expect(notJson.message).not.toContain(SECRET)
+      const unavailable = yield* Effect.either(load(JSON.stringify({ a: { provider: "anthropic", model: "m" } }), new Set(["openai-chat"] as const)))
+      expect(Either.isLeft(unavailable) && unavailable.left.message).toBe("BRAIN_MODELS (inline JSON): a.provider: anthropic is not available in this build")
+    }))
+})
