@@ -130,9 +130,11 @@ export const isRecordKind = (kind: string): kind is RecordKind => Object.prototy
  */
 export const STREAM_ERROR = "stream_error"
 export const STREAM_LAGGED = "stream_lagged"
+/** The SSE event name of a live-only model delta (no sequence, never journaled). */
+export const MODEL_DELTA = "model_delta"
 
 /** Kinds an extension can never emit: every system kind, the projected kinds, control frames' names. */
-export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED, STREAM_ERROR, STREAM_LAGGED])
+export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED, STREAM_ERROR, STREAM_LAGGED, MODEL_DELTA])
 
 /** Started kinds whose outcome must be recorded; the value lists the kinds that close them. */
 export const EffectKinds = {

@@ -82,7 +82,7 @@ export const sessions = HttpApiGroup.make("sessions")
       .addSuccess(EventPage)
       .annotate(
         OpenApi.Description,
-        "A page of public Events after `after`; a cursor past the session's last sequence is 400 with `details.last_sequence`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live; beyond the subscriber limits 503 `overloaded`; a stream that ends other than after `session_ended` says why in a `stream_lagged` or `stream_error` frame without `id`."
+        "A page of public Events after `after`; a cursor past the session's last sequence is 400 with `details.last_sequence`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live; beyond the subscriber limits 503 `overloaded`; a stream that ends other than after `session_ended` says why in a `stream_lagged` or `stream_error` frame without `id`. While a model call streams, live readers also get `event: model_delta` frames without `id` (never journaled, never in a page): `data: {session_id, model_call (the sequence of its model_call_started), type: \"text\", text} | {session_id, model_call, type: \"tool_call\", index, id?, name?, input_delta}`; a reader that reconnects gets the committed model_call_ended instead."
       )
   )
   .add(HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript))

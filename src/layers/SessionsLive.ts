@@ -38,7 +38,13 @@ export const make = Effect.gen(function*() {
   const config = yield* ServerConfig
   const agentloops = yield* Agentloops
   const bindings = Option.getOrElse(yield* Effect.serviceOption(ModelBindings), () => noBindings)
-  const deps: HostDeps = { journal, fence: yield* EffectFence, models: yield* Models, tools: yield* Tools, config }
+  const deps: { -readonly [K in keyof HostDeps]: HostDeps[K] } = {
+    journal,
+    fence: yield* EffectFence,
+    models: yield* Models,
+    tools: yield* Tools,
+    config
+  }
 
   const registry = yield* makeRegistry({
     journal,
@@ -49,6 +55,7 @@ export const make = Effect.gen(function*() {
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
   const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
+  deps.live = { delta: feeds.delta }
 
   // Wall deadlines (BRAIN_MAX_TURN_SECS): one fiber for all turns rather than a timer per turn.
   // The limit is the same for every turn, so deadlines arrive in start order: the Map's first entry

@@ -10,11 +10,12 @@
  */
 import type { Readable } from "node:stream"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../src/domain/Limits.js"
 import { entry, ReservedKinds, STREAM_ERROR, STREAM_LAGGED } from "../../src/domain/Records.js"
 import { Journal } from "../../src/services/Journal.js"
+import type { ModelCall } from "../../src/services/Models.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
 
@@ -215,4 +216,73 @@ describe("live feeds", () => {
     expect([STREAM_LAGGED, STREAM_ERROR]).toEqual(["stream_lagged", "stream_error"])
     for (const name of [STREAM_LAGGED, STREAM_ERROR]) expect(ReservedKinds.has(name)).toBe(true)
   })
+})
+
+describe("live model deltas", () => {
+  /**
+   * A model that streams `count` deltas (at once, before the feed has published its call's start,
+   * or after `afterMs`), then waits for `go`.
+   */
+  const streaming = (count: number, pad: number, go: Deferred.Deferred<void>, afterMs = 0) => ({
+    call: (call: ModelCall) =>
+      Effect.gen(function*() {
+        if (afterMs > 0) yield* Effect.sleep(afterMs)
+        for (let i = 0; i < count; i++) call.onDelta?.({ type: "text", text: `${i}${"d".repeat(pad)} ` })
+        yield* Deferred.await(go)
+        return { text: "done", tool_calls: [], stop_reason: "end" as const }
+      })
+  })
+
+  it.scopedLive("deltas streamed before the feed has published their call's start reach the reader after it, in order, without id", () =>
+    Effect.gen(function*() {
+      const go = yield* Deferred.make<void>()
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ model: { provider: "scripted" } })
+        const { body } = yield* sessions.follow(session_id, 0)
+        const r = reader(body)
+        yield* r.until("the catch-up", () => r.frames.length === 2)
+        const turn = yield* Effect.fork(sessions.send(session_id, { message: "hi" }))
+        yield* r.until("the deltas", () => r.frames.filter((f) => f.event === "model_delta").length === 5)
+        yield* Deferred.succeed(go, undefined)
+        yield* Fiber.join(turn)
+        yield* r.until("the turn's end", () => r.frames.some((f) => f.event === "turn_ended"))
+        const events = r.frames.map((f) => f.event)
+        const started = events.indexOf("model_call_started")
+        const deltas = r.frames.filter((f) => f.event === "model_delta")
+        expect(deltas.map((d) => d.json.text.split("d")[0])).toEqual(["0", "1", "2", "3", "4"])
+        for (const d of deltas) {
+          expect(r.frames.indexOf(d)).toBeGreaterThan(started)
+          expect(d.id).toBeUndefined()
+          expect(d.json.model_call).toBe(r.frames[started]!.id)
+        }
+      }).pipe(Effect.provide(runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0 }, models: streaming(5, 10, go) })))
+    }))
+
+  it.scopedLive("a reader that stops reading loses deltas past its backlog, never its Events: recorded Events push waiting deltas out instead of cutting it off", () =>
+    Effect.gen(function*() {
+      const go = yield* Deferred.make<void>()
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ model: { provider: "scripted" } })
+        const { body } = yield* sessions.follow(session_id, 0)
+        const r = reader(body)
+        yield* r.until("the catch-up", () => r.frames.length === 2)
+        body.pause()
+        // Far more delta bytes than the socket side and the backlog hold together.
+        const turn = yield* Effect.fork(sessions.send(session_id, { message: "hi" }))
+        yield* Effect.sleep("100 millis")
+        yield* Deferred.succeed(go, undefined)
+        yield* Fiber.join(turn)
+        yield* Effect.sleep("100 millis")
+        body.resume()
+        yield* r.until("the turn's end", () => r.frames.some((f) => f.event === "turn_ended"))
+        expect(r.frames.map((f) => f.event)).not.toContain("stream_lagged")
+        const deltas = r.frames.filter((f) => f.event === "model_delta").length
+        expect(deltas).toBeGreaterThan(0)
+        expect(deltas).toBeLessThan(400)
+        const page = yield* sessions.events(session_id as SessionId, { after: 0, limit: 1000 })
+        expect(r.ids()).toEqual(page.events.map((e) => e.sequence))
+      }).pipe(Effect.provide(runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0 }, models: streaming(400, 2_000, go, 50) })))
+    }))
 })

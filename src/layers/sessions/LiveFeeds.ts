@@ -21,11 +21,12 @@ import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
 import { type SessionState, toEvent } from "../../domain/Projection.js"
 import type { JournalRecord } from "../../domain/Records.js"
+import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import { type Following, SessionError } from "../../services/Sessions.js"
 import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
-import { encode, eventFrame } from "./SseFrames.js"
+import { deltaFrame, encode, eventFrame } from "./SseFrames.js"
 import { type CatchUpPage, Tap, type TapLimits } from "./Tap.js"
 
 interface Feed {
@@ -38,7 +39,13 @@ interface Feed {
   readonly scope: Scope.CloseableScope
   /** The journal cut it off; nothing more will be published. */
   failed: boolean
+  /** Deltas of a model call whose `model_call_started` the feed has not published yet, and their bytes. */
+  early: Array<{ readonly sequence: number; readonly bytes: Uint8Array }>
+  earlyBytes: number
 }
+
+/** Bytes. Deltas held for a call whose start the feed has not yet published (it is a moment behind). */
+const EARLY_DELTA_BYTES = 256 * 1024
 
 interface Entry {
   /** Subscribers holding or opening this feed. */
@@ -49,6 +56,11 @@ interface Entry {
 }
 
 export interface LiveFeeds {
+  /**
+   * The sink for the live deltas of the model call started at `sequence`: each is encoded once and
+   * offered to the session's live subscribers; with none, it costs nothing.
+   */
+  readonly delta: (session: SessionId, sequence: number) => (delta: ModelDelta) => void
   readonly follow: (
     session: SessionId,
     after: number,
@@ -112,6 +124,16 @@ export const make = (
       if (events === 0) return
       const commit = { first, last: feed.through, bytes: encode(text), events, ended }
       for (const tap of feed.taps) tap.offer(commit)
+      releaseEarly(feed)
+    }
+
+    /** Offers the held deltas whose call's start is now published, in the order they came. */
+    const releaseEarly = (feed: Feed) => {
+      if (feed.early.length === 0 || feed.early[0]!.sequence > feed.through) return
+      const ready = feed.early.filter((d) => d.sequence <= feed.through)
+      feed.early = feed.early.filter((d) => d.sequence > feed.through)
+      feed.earlyBytes = feed.early.reduce((n, d) => n + d.bytes.length, 0)
+      for (const d of ready) for (const tap of feed.taps) tap.delta(d.bytes)
     }
 
 
@@ -123,7 +145,7 @@ export const make = (
           const records = yield* Scope.extend(journal.subscribe(session), scope)
           const through = yield* journal.lastSequence(session)
           const length = yield* transcriptLengthThrough(journal, session, state, through)
-          const feed: Feed = { session, through, length, taps: new Set(), scope, failed: false }
+          const feed: Feed = { session, through, length, taps: new Set(), scope, failed: false, early: [], earlyBytes: 0 }
           entry.opened = feed
           // Opening runs uninterruptibly (a slot's acquisition); the feed's fibers must not inherit that.
           yield* Effect.forkIn(Effect.interruptible(pump(feed, entry, records)), scope)
@@ -232,5 +254,21 @@ export const make = (
         return { body: tap, stop: Effect.sync(() => tap.stop()) }
       })
 
-    return { follow }
+    const delta: LiveFeeds["delta"] = (session, sequence) => (d) => {
+      const feed = entries.get(session)?.opened
+      if (!feed || feed.taps.size === 0) return
+      const bytes = deltaFrame(session, sequence, d)
+      // The call's start is durable, but the feed may not have published it yet: hold the delta
+      // until it has, so a reader never sees a delta before the call it belongs to.
+      if (sequence > feed.through || feed.early.length > 0) {
+        if (feed.earlyBytes + bytes.length <= EARLY_DELTA_BYTES) {
+          feed.early.push({ sequence, bytes })
+          feed.earlyBytes += bytes.length
+        }
+        return releaseEarly(feed)
+      }
+      for (const tap of feed.taps) tap.delta(bytes)
+    }
+
+    return { follow, delta }
   })

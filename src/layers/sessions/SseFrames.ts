@@ -8,10 +8,16 @@
  * reserved kinds (Records.ts), so no Event can be taken for one:
  * - `stream_lagged`, `data: {after, message}`: the reader fell too far behind; resume after `after`.
  * - `stream_error`, `data: {code, message, retryable}` (the error body): the stream failed.
+ *
+ * Live model deltas are frames without `id:` too: `event: model_delta`, `data: {session_id,
+ * model_call, type, …}` where `model_call` is the sequence of the call's `model_call_started`. They
+ * are never journaled and never in a page; a reader that reconnects gets the committed
+ * `model_call_ended` instead.
  */
 import type { Failure } from "../../domain/Failure.js"
 import type { Event } from "../../domain/Projection.js"
-import { STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
+import type { ModelDelta } from "../../domain/Model.js"
+import { MODEL_DELTA, STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
 
 /**
  * One recorded Event's frame. An extension kind holding a line break cannot be an `event:` field
@@ -32,6 +38,9 @@ export const laggedFrame = (after: number, message: string): Uint8Array =>
 
 export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable">): Uint8Array =>
   encode(`event: ${STREAM_ERROR}\ndata: ${JSON.stringify({ code: f.code, message: f.message, retryable: f.retryable })}\n\n`)
+
+export const deltaFrame = (session: string, modelCall: number, delta: ModelDelta): Uint8Array =>
+  encode(`event: ${MODEL_DELTA}\ndata: ${JSON.stringify({ session_id: session, model_call: modelCall, ...delta })}\n\n`)
 
 const FRAME_END = Buffer.from("\n\n")
 

@@ -122,10 +122,12 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
     const commit = this.unseen(offered)
     if (commit === undefined) return
     const { limits } = this.options
-    if (
+    const overflows = () =>
       this.backlog.length > 0 &&
       (this.backlogEvents + commit.events > limits.events || this.backlogBytes + commit.bytes.length > limits.bytes)
-    ) {
+    // Live deltas waiting in the backlog give way to recorded Events first.
+    if (overflows()) this.dropDeltas()
+    if (overflows()) {
       if (this.live) {
         return this.cutOff(`the reader fell more than ${limits.events} Events or ${limits.bytes} bytes behind the live feed`)
       }
@@ -160,6 +162,25 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
   /** Ends the stream with a retryable `stream_error`: the server is stopping. */
   stop(): void {
     this.endWith(errorFrame({ code: "overloaded", message: "the server is stopping; resume by cursor", retryable: true }))
+  }
+
+  /**
+   * A live model delta: for a subscriber that is live, after everything already offered; a
+   * subscriber still catching up, or one whose backlog has no room for it, goes without (deltas
+   * are live-only and best effort; the committed result is what counts).
+   */
+  delta(bytes: Uint8Array): void {
+    if (this.over || this.finished || !this.live) return
+    if (this.backlogBytes + bytes.length > this.options.limits.bytes) return
+    this.backlog.push({ first: this.cursor + 1, last: this.lastOffered(), bytes, events: 0, ended: false })
+    this.backlogBytes += bytes.length
+    if (this.wanting) this.deliver()
+  }
+
+  /** The sequence the cursor reaches once the backlog is sent. */
+  private lastOffered(): number {
+    const tail = this.backlog[this.backlog.length - 1]
+    return tail ? tail.last : this.cursor
   }
 
   heartbeat(): void {
@@ -276,6 +297,14 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
     this.pending = []
     if (graceful) this.push(null)
     this.options.onDone()
+  }
+
+  /** Drops the live deltas still waiting (they carry no Event: nothing a cursor counts is lost). */
+  private dropDeltas() {
+    const kept = this.backlog.filter((c) => c.events > 0 || c.ended)
+    if (kept.length === this.backlog.length) return
+    this.backlog = kept
+    this.backlogBytes = kept.reduce((n, c) => n + c.bytes.length, 0)
   }
 
   private dropBacklog() {
