@@ -355,6 +355,17 @@ describe("the openai-chat provider", () => {
       })
     }))
 
+  it.scopedLive("tool-call arguments sent as an object instead of JSON text (an Ollama drift) are taken as the input", () =>
+    Effect.gen(function*() {
+      const { deltas, result } = yield* scripted([
+        openAi.delta({ role: "assistant", content: "", tool_calls: [{ id: "call_o", type: "function", function: { name: "f", arguments: { a: 1 } } }] }),
+        openAi.delta({}, "stop"),
+        DONE
+      ])
+      expect(ok(result)).toMatchObject({ tool_calls: [{ id: "call_o", name: "f", input: { a: 1 } }], stop_reason: "tool_calls" })
+      expect(deltas).toEqual([{ type: "tool_call", index: 0, id: "call_o", name: "f", input_delta: "{\"a\":1}" }])
+    }))
+
   it.scopedLive("an error object inside a 200 stream is a typed failure carrying the provider's error", () =>
     Effect.gen(function*() {
       const serverError = { message: "The server had an error while processing your request.", type: "server_error", param: null, code: null }
