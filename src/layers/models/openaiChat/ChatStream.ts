@@ -1,0 +1,268 @@
+/**
+ * Folds a streamed Chat Completion (OpenAI API reference, "The chat completion chunk object")
+ * into Brain's ModelResult, handing each piece to `onDelta` as it arrives.
+ *
+ * The rules, for OpenAI and the servers that copy it (Ollama, vLLM, LM Studio, gateways):
+ * - Each `data:` line is one chunk `{id, model, choices: [{index, delta: {content?, refusal?,
+ *   tool_calls?}, finish_reason}], usage?}`; `data: [DONE]` ends the stream. Only choice 0 is
+ *   carried (Brain asks for one answer). Tool-call arguments arrive split across chunks and are
+ *   keyed by `index`; a server that sends no index (older Ollama sends each call whole) gets one
+ *   by order: a new `id` opens the next call, a piece without one continues the last.
+ * - The stream is complete only with a `finish_reason` and `[DONE]`; without either it is
+ *   `model_stream_broken` (ambiguous: the model ran).
+ * - A data line that is not JSON, or a chunk of the wrong shape, is `model_bad_response`
+ *   (ambiguous). A named event other than `error` is ignored (a heartbeat, a new feature), as is
+ *   anything after `[DONE]`. An `error` object in a data line (gateways send
+ *   `data: {"error": {...}}`), or an `event: error`, is a typed failure with the error in its
+ *   details: a rate limit `model_rate_limited`, an invalid request `model_rejected` (neither
+ *   ambiguous when no output had come yet), anything else `model_unavailable` (ambiguous).
+ * - Usage comes from the chunk that carries it (the last, with `include_usage`); a counter the
+ *   server did not send is absent, and a server that sends no usage gives a result without it.
+ * - finish_reason: `stop` → end, `tool_calls` → tool_calls (also `stop` with tool calls, as some
+ *   servers say), `length` → max_tokens, `content_filter` → refusal, anything else → other; the
+ *   raw word is kept in `provider_stop_reason`. A streamed `refusal` is the answer's text, and
+ *   its stop reason is `refusal`.
+ * - Tool-call arguments that are not JSON are `model_bad_response` (ambiguous); empty arguments
+ *   are `{}`; arguments sent as an object rather than JSON text (an Ollama drift) are taken as is. A call without an id gets one made from the response id and its index.
+ */
+import { Either, ParseResult, Schema } from "effect"
+import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
+import { ModelFailed } from "../../../services/Models.js"
+import type { SseEvent } from "../Http.js"
+
+/** Characters of a bad event or bad arguments kept in a failure's details. */
+const EXCERPT_CHARS = 1_000
+
+const optionalNullable = <S extends Schema.Schema.Any>(schema: S) => Schema.optional(Schema.NullOr(schema))
+
+const ToolCallChunk = Schema.Struct({
+  index: optionalNullable(Schema.NonNegativeInt),
+  id: optionalNullable(Schema.String),
+  function: optionalNullable(Schema.Struct({
+    name: optionalNullable(Schema.String),
+    // Some compatible servers send the arguments as an object instead of JSON text.
+    arguments: optionalNullable(Schema.Union(Schema.String, Schema.Record({ key: Schema.String, value: Schema.Unknown })))
+  }))
+})
+
+const Choice = Schema.Struct({
+  index: optionalNullable(Schema.NonNegativeInt),
+  delta: optionalNullable(Schema.Struct({
+    content: optionalNullable(Schema.String),
+    refusal: optionalNullable(Schema.String),
+    tool_calls: optionalNullable(Schema.Array(ToolCallChunk))
+  })),
+  finish_reason: optionalNullable(Schema.String)
+})
+
+/** The chunk fields Brain reads; the rest (created, system_fingerprint, logprobs, …) pass unread. */
+export const ChatChunk = Schema.Struct({
+  id: optionalNullable(Schema.String),
+  model: optionalNullable(Schema.String),
+  choices: optionalNullable(Schema.Array(Choice)),
+  usage: optionalNullable(Schema.Struct({
+    prompt_tokens: optionalNullable(Schema.NonNegativeInt),
+    completion_tokens: optionalNullable(Schema.NonNegativeInt)
+  }))
+})
+const decodeChunk = Schema.decodeUnknownEither(ChatChunk)
+
+const excerpt = (text: string) => (text.length > EXCERPT_CHARS ? `${text.slice(0, EXCERPT_CHARS)}…` : text)
+
+const badResponse = (message: string, details: Record<string, unknown>) =>
+  new ModelFailed({ code: "model_bad_response", message, ambiguous: true, retryable: true, details })
+
+/** Parses JSON text at the boundary; undefined when it is not JSON. */
+const parseJson = (text: string): { readonly value: unknown } | undefined => {
+  try {
+    return { value: JSON.parse(text) }
+  } catch {
+    return undefined
+  }
+}
+
+const errorText = (value: unknown, key: string): string | undefined => {
+  const field = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[key] : undefined
+  return typeof field === "string" ? field : typeof field === "number" ? String(field) : undefined
+}
+
+/**
+ * An error the server sent inside its 200 stream. A rate limit or a refusal (a 4xx-like code,
+ * an invalid request) that came before any output was not run; anything else may have been.
+ */
+export const streamError = (provider: string, error: unknown, streamedOutput: boolean): ModelFailed => {
+  const words = [errorText(error, "type"), errorText(error, "code")].filter((w) => w !== undefined).join(" ")
+  const status = Number(errorText(error, "code") ?? errorText(error, "status"))
+  const message = `${provider} sent an error in its stream: ${excerpt(errorText(error, "message") ?? (words || "no message"))}`
+  const details = { error }
+  if (status === 429 || /rate_limit/i.test(words)) {
+    return new ModelFailed({ code: "model_rate_limited", message, ambiguous: streamedOutput, retryable: true, details })
+  }
+  if ((status >= 400 && status < 500) || /invalid_request|content_filter|context_length/i.test(words)) {
+    return new ModelFailed({ code: "model_rejected", message, ambiguous: streamedOutput, retryable: false, details })
+  }
+  return new ModelFailed({ code: "model_unavailable", message, ambiguous: true, retryable: true, details })
+}
+
+const stopReason = (finish: string, hasToolCalls: boolean, refused: boolean): StopReason => {
+  if (hasToolCalls && (finish === "tool_calls" || finish === "stop")) return "tool_calls"
+  if (finish === "content_filter" || (refused && finish === "stop")) return "refusal"
+  if (finish === "stop") return "end"
+  if (finish === "length") return "max_tokens"
+  if (finish === "tool_calls") return "tool_calls"
+  return "other"
+}
+
+interface PendingCall {
+  id: string | undefined
+  name: string | undefined
+  arguments: string
+}
+
+export interface ChatStream {
+  /** Folds one SSE event; a failure stops the stream with it. */
+  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  /** The complete answer once the server has closed the stream, or why there is none. */
+  readonly finish: () => Either.Either<ModelResult, ModelFailed>
+}
+
+export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) => void): ChatStream => {
+  let text = ""
+  let refused = false
+  const calls = new Map<number, PendingCall>()
+  let lastCall: number | undefined
+  let finishReason: string | undefined
+  let done = false
+  let responseId: string | undefined
+  let model: string | undefined
+  let usage: { input_tokens?: number; output_tokens?: number } | undefined
+
+  const slotOf = (index: number | null | undefined, id: string | null | undefined): number => {
+    if (typeof index === "number") return index
+    const known = [...calls].find(([, call]) => id != null && call.id === id)
+    if (known) return known[0]
+    if (id != null || lastCall === undefined) return calls.size === 0 ? 0 : Math.max(...calls.keys()) + 1
+    return lastCall
+  }
+
+  const onChunk = (chunk: typeof ChatChunk.Type) => {
+    if (responseId === undefined && chunk.id) responseId = chunk.id
+    if (model === undefined && chunk.model) model = chunk.model
+    if (chunk.usage) {
+      const { completion_tokens, prompt_tokens } = chunk.usage
+      if (prompt_tokens != null || completion_tokens != null) {
+        usage = {
+          ...(prompt_tokens != null ? { input_tokens: prompt_tokens } : {}),
+          ...(completion_tokens != null ? { output_tokens: completion_tokens } : {})
+        }
+      }
+    }
+    for (const choice of chunk.choices ?? []) {
+      if ((choice.index ?? 0) !== 0) continue
+      const delta = choice.delta
+      if (delta?.content) {
+        text += delta.content
+        onDelta({ type: "text", text: delta.content })
+      }
+      if (delta?.refusal) {
+        refused = true
+        text += delta.refusal
+        onDelta({ type: "text", text: delta.refusal })
+      }
+      for (const piece of delta?.tool_calls ?? []) {
+        const slot = slotOf(piece.index, piece.id)
+        const call = calls.get(slot) ?? { id: undefined, name: undefined, arguments: "" }
+        calls.set(slot, call)
+        lastCall = slot
+        const raw = piece.function?.arguments
+        const input = raw == null ? "" : typeof raw === "string" ? raw : JSON.stringify(raw)
+        const id = piece.id && call.id === undefined ? piece.id : undefined
+        const name = piece.function?.name && call.name === undefined ? piece.function.name : undefined
+        if (id !== undefined) call.id = id
+        if (name !== undefined) call.name = name
+        call.arguments += input
+        if (id !== undefined || name !== undefined || input !== "") {
+          onDelta({
+            type: "tool_call",
+            index: slot,
+            ...(id !== undefined ? { id } : {}),
+            ...(name !== undefined ? { name } : {}),
+            input_delta: input
+          })
+        }
+      }
+      if (choice.finish_reason) finishReason = choice.finish_reason
+    }
+  }
+
+  const onEvent = ({ data, event }: SseEvent): ModelFailed | undefined => {
+    if (done) return undefined
+    if (event !== undefined && event !== "error") return undefined
+    if (data.trim() === "[DONE]") {
+      done = true
+      return undefined
+    }
+    const parsed = parseJson(data)
+    const streamed = text !== "" || calls.size > 0
+    if (parsed === undefined && event === "error") return streamError(provider, { message: data }, streamed)
+    if (parsed === undefined) return badResponse(`${provider} sent a data line that is not JSON`, { data: excerpt(data) })
+    const value = parsed.value
+    const isObject = value !== null && typeof value === "object" && !Array.isArray(value)
+    if (isObject && "error" in value && value.error != null) {
+      return streamError(provider, value.error, streamed)
+    }
+    if (event === "error") return streamError(provider, value, streamed)
+    const chunk = decodeChunk(value)
+    if (Either.isLeft(chunk)) {
+      return badResponse(`${provider} sent a chunk of the wrong shape`, {
+        data: excerpt(data),
+        issue: ParseResult.TreeFormatter.formatErrorSync(chunk.left)
+      })
+    }
+    onChunk(chunk.right)
+    return undefined
+  }
+
+  const finish = (): Either.Either<ModelResult, ModelFailed> =>
+    Either.gen(function*() {
+      const finished = finishReason
+      if (!done || finished === undefined) {
+        return yield* Either.left(
+          new ModelFailed({
+            code: "model_stream_broken",
+            message: `the stream from ${provider} ended without ${finished === undefined ? "a finish_reason" : "data: [DONE]"}`,
+            ambiguous: true,
+            retryable: true,
+            details: { received_done: done, finish_reason: finished ?? null }
+          })
+        )
+      }
+      const toolCalls = []
+      for (const [index, call] of [...calls].sort(([a], [b]) => a - b)) {
+        if (call.name === undefined) {
+          return yield* Either.left(badResponse(`${provider} sent tool call ${index} without a name`, { index, id: call.id ?? null }))
+        }
+        const input = call.arguments.trim() === "" ? { value: {} } : parseJson(call.arguments)
+        if (input === undefined) {
+          return yield* Either.left(badResponse(`${provider} sent arguments for tool call ${index} (${call.name}) that are not JSON`, {
+            index,
+            name: call.name,
+            arguments: excerpt(call.arguments),
+            finish_reason: finished
+          }))
+        }
+        toolCalls.push({ id: call.id ?? `${responseId ?? "chat"}_call_${index}`, name: call.name, input: input.value })
+      }
+      return {
+        text,
+        tool_calls: toolCalls,
+        stop_reason: stopReason(finished, toolCalls.length > 0, refused),
+        ...(usage !== undefined ? { usage } : {}),
+        ...(responseId !== undefined ? { response_id: responseId } : {}),
+        ...(model !== undefined ? { model } : {}),
+        provider_stop_reason: finished
+      }
+    })
+
+  return { onEvent, finish }
+}
