@@ -1,0 +1,277 @@
+/**
+ * Anthropic's streamed answer (Anthropic docs, "Streaming Messages": event types, content block
+ * delta types, error events) folded, event by event, into Brain's ModelResult, with each text and
+ * tool-argument piece handed to `onDelta` as it arrives.
+ *
+ * The rules:
+ * - An event is known by its data's `type` (the same word as its `event:` line, which stands in
+ *   when the data has none).
+ * - `message_start`: the message `id` (the result's `response_id`), `model`, `usage.input_tokens`.
+ * - `content_block_start` / `_delta` / `_stop`, by block `index`: `text` blocks make the text
+ *   (joined in order, so the text deltas join to it exactly); `tool_use` blocks make the tool
+ *   calls, in order. A tool call's delta `index` is its place among this answer's tool calls; its
+ *   first delta, at block start, carries `id` and `name`; each `input_json_delta` follows. The
+ *   pieces are joined and parsed at the block's stop (nothing sent → the start's `input`, `{}`);
+ *   pieces that are not JSON are `model_bad_response`.
+ * - Other block types (`thinking`, `redacted_thinking`, `server_tool_use`, `web_search_tool_result`,
+ *   …) and other delta types (`thinking_delta`, `signature_delta`, `citations_delta`, …) are not
+ *   Brain's to carry: ignored.
+ * - `message_delta`: `stop_reason` and `usage.output_tokens` (the last sent wins; the counts are
+ *   cumulative). A count never sent stays absent.
+ * - `message_stop` is the final event: a stream that ends without it is `model_stream_broken`.
+ * - `ping` and any type not named here (a heartbeat, a new feature) are ignored.
+ * - `error` (sent inside a 200 stream, e.g. `overloaded_error`) fails the call with a typed code
+ *   and the provider's error in `details.error`; ambiguous, since the answer had begun.
+ * - A data line that is not a JSON object, or a named event of the wrong shape, is
+ *   `model_bad_response`, ambiguous (the model ran).
+ */
+import { Schema } from "effect"
+import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
+import { ModelFailed } from "../../../services/Models.js"
+import type { SseEvent } from "../Http.js"
+
+// Lenient shapes: only what Brain reads is required; unknown fields and values pass.
+const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
+const Usage = Schema.optional(Schema.NullOr(Schema.Struct({ input_tokens: Count, output_tokens: Count })))
+
+const MessageStart = Schema.Struct({
+  message: Schema.Struct({ id: Schema.optional(Schema.String), model: Schema.optional(Schema.String), usage: Usage })
+})
+const ContentBlockStart = Schema.Struct({
+  index: Schema.NonNegativeInt,
+  content_block: Schema.Struct({
+    type: Schema.String,
+    id: Schema.optional(Schema.String),
+    name: Schema.optional(Schema.String),
+    text: Schema.optional(Schema.String),
+    input: Schema.optional(Schema.Unknown)
+  })
+})
+const ContentBlockDelta = Schema.Struct({
+  index: Schema.NonNegativeInt,
+  delta: Schema.Struct({ type: Schema.String, text: Schema.optional(Schema.String), partial_json: Schema.optional(Schema.String) })
+})
+const ContentBlockStop = Schema.Struct({ index: Schema.NonNegativeInt })
+const MessageDelta = Schema.Struct({
+  delta: Schema.Struct({ stop_reason: Schema.optional(Schema.NullOr(Schema.String)) }),
+  usage: Usage
+})
+
+/** Brain's stop reason for Anthropic's (`pause_turn`, `model_context_window_exceeded`, new ones: other). */
+export const stopReason = (raw: string | null | undefined): StopReason => {
+  switch (raw) {
+    case "end_turn":
+    case "stop_sequence":
+      return "end"
+    case "tool_use":
+      return "tool_calls"
+    case "max_tokens":
+      return "max_tokens"
+    case "refusal":
+      return "refusal"
+    default:
+      return "other"
+  }
+}
+
+const badResponse = (message: string, details?: unknown) =>
+  new ModelFailed({
+    code: "model_bad_response",
+    message: `Anthropic sent ${message}`,
+    ambiguous: true,
+    retryable: true,
+    ...(details !== undefined ? { details } : {})
+  })
+
+/** An `error` event's failure, typed by the error's `type` (Anthropic docs, "Errors"). */
+export const streamError = (error: unknown): ModelFailed => {
+  const { type, message } = (error !== null && typeof error === "object" ? error : {}) as { type?: unknown; message?: unknown }
+  const said = `Anthropic reported ${String(type ?? "an error")} mid-stream${typeof message === "string" ? `: ${message}` : ""}`
+  const code = type === "rate_limit_error"
+    ? "model_rate_limited"
+    : type === "overloaded_error" || type === "api_error" || type === "timeout_error"
+    ? "model_unavailable"
+    : type === "invalid_request_error" || type === "request_too_large" || type === "authentication_error" ||
+        type === "permission_error" || type === "not_found_error" || type === "billing_error"
+    ? "model_rejected"
+    : "model_failed"
+  const retryable = code === "model_rate_limited" || code === "model_unavailable"
+  return new ModelFailed({ code, message: said, ambiguous: true, retryable, details: { error } })
+}
+
+type Block =
+  | { readonly kind: "text" }
+  | { readonly kind: "ignored" }
+  | {
+    readonly kind: "tool"
+    readonly call: number
+    readonly id: string
+    readonly name: string
+    readonly startInput: unknown
+    json: string
+    input?: unknown
+  }
+
+export interface AnswerFold {
+  /** Folds one event in; a failure ends the call (streamedPost's `onEvent`). */
+  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  /** The complete result, once the stream has closed. */
+  readonly finish: () => ModelResult | ModelFailed
+}
+
+export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold => {
+  const blocks = new Map<number, Block>()
+  const tools: Array<Extract<Block, { kind: "tool" }>> = []
+  let text = ""
+  let responseId: string | undefined
+  let model: string | undefined
+  let inputTokens: number | undefined
+  let outputTokens: number | undefined
+  let rawStop: string | undefined
+  let stopped = false
+
+  const decode = <A, I>(schema: Schema.Schema<A, I>, type: string, data: unknown): A | ModelFailed => {
+    const decoded = Schema.decodeUnknownEither(schema)(data)
+    return decoded._tag === "Right" ? decoded.right : badResponse(`a ${type} event of the wrong shape`, { event: type, issue: decoded.left.message })
+  }
+
+  const parseInput = (block: Extract<Block, { kind: "tool" }>): ModelFailed | undefined => {
+    if (block.input !== undefined) return undefined
+    if (block.json === "") {
+      block.input = block.startInput !== null && typeof block.startInput === "object" ? block.startInput : {}
+      return undefined
+    }
+    try {
+      block.input = JSON.parse(block.json)
+      return undefined
+    } catch {
+      return badResponse(`tool call ${block.id} (${block.name}) arguments that are not JSON`, { tool_call_id: block.id, name: block.name })
+    }
+  }
+
+  const onBlockStart = (event: typeof ContentBlockStart.Type): ModelFailed | undefined => {
+    if (blocks.has(event.index)) return badResponse(`a second content_block_start for block ${event.index}`)
+    const start = event.content_block
+    if (start.type === "text") {
+      blocks.set(event.index, { kind: "text" })
+      if (start.text) {
+        text += start.text
+        onDelta({ type: "text", text: start.text })
+      }
+    } else if (start.type === "tool_use") {
+      if (start.id === undefined || start.name === undefined) return badResponse(`a tool_use block without its id and name`)
+      const block = { kind: "tool" as const, call: tools.length, id: start.id, name: start.name, startInput: start.input, json: "" }
+      blocks.set(event.index, block)
+      tools.push(block)
+      onDelta({ type: "tool_call", index: block.call, id: block.id, name: block.name, input_delta: "" })
+    } else {
+      blocks.set(event.index, { kind: "ignored" })
+    }
+    return undefined
+  }
+
+  const onBlockDelta = (event: typeof ContentBlockDelta.Type): ModelFailed | undefined => {
+    const block = blocks.get(event.index)
+    if (block === undefined) return badResponse(`a content_block_delta for block ${event.index}, which never started`)
+    const delta = event.delta
+    if (block.kind === "ignored" || (delta.type !== "text_delta" && delta.type !== "input_json_delta")) return undefined
+    if (delta.type === "text_delta") {
+      if (block.kind !== "text" || delta.text === undefined) return badResponse(`a text_delta that does not fit block ${event.index}`)
+      text += delta.text
+      if (delta.text !== "") onDelta({ type: "text", text: delta.text })
+      return undefined
+    }
+    if (block.kind !== "tool" || delta.partial_json === undefined) return badResponse(`an input_json_delta that does not fit block ${event.index}`)
+    block.json += delta.partial_json
+    if (delta.partial_json !== "") onDelta({ type: "tool_call", index: block.call, input_delta: delta.partial_json })
+    return undefined
+  }
+
+  const onEvent = (event: SseEvent): ModelFailed | undefined => {
+    if (stopped) return undefined
+    let data: unknown
+    try {
+      data = JSON.parse(event.data)
+    } catch {
+      return badResponse(`a data line that is not JSON`, { event: event.event, data: event.data.slice(0, 1024) })
+    }
+    if (data === null || typeof data !== "object" || Array.isArray(data)) {
+      return badResponse(`an event that is not a JSON object`, { event: event.event, data: event.data.slice(0, 1024) })
+    }
+    const said = (data as { type?: unknown }).type
+    const type = typeof said === "string" ? said : event.event
+    switch (type) {
+      case "message_start": {
+        const start = decode(MessageStart, type, data)
+        if (start instanceof ModelFailed) return start
+        responseId = start.message.id
+        model = start.message.model
+        inputTokens = start.message.usage?.input_tokens ?? undefined
+        return undefined
+      }
+      case "content_block_start": {
+        const start = decode(ContentBlockStart, type, data)
+        return start instanceof ModelFailed ? start : onBlockStart(start)
+      }
+      case "content_block_delta": {
+        const delta = decode(ContentBlockDelta, type, data)
+        return delta instanceof ModelFailed ? delta : onBlockDelta(delta)
+      }
+      case "content_block_stop": {
+        const stop = decode(ContentBlockStop, type, data)
+        if (stop instanceof ModelFailed) return stop
+        const block = blocks.get(stop.index)
+        if (block === undefined) return badResponse(`a content_block_stop for block ${stop.index}, which never started`)
+        return block.kind === "tool" ? parseInput(block) : undefined
+      }
+      case "message_delta": {
+        const delta = decode(MessageDelta, type, data)
+        if (delta instanceof ModelFailed) return delta
+        if (delta.delta.stop_reason != null) rawStop = delta.delta.stop_reason
+        if (delta.usage?.output_tokens != null) outputTokens = delta.usage.output_tokens
+        // The input count belongs to message_start; taken from here only when that had none.
+        if (inputTokens === undefined && delta.usage?.input_tokens != null) inputTokens = delta.usage.input_tokens
+        return undefined
+      }
+      case "message_stop":
+        stopped = true
+        return undefined
+      case "error":
+        return streamError((data as { error?: unknown }).error)
+      case undefined:
+        return badResponse(`an event with no type`, { data: event.data.slice(0, 1024) })
+      default:
+        return undefined // ping, and what this module does not know
+    }
+  }
+
+  const finish = (): ModelResult | ModelFailed => {
+    if (!stopped) {
+      return new ModelFailed({
+        code: "model_stream_broken",
+        message: "the stream from Anthropic ended without its message_stop event",
+        ambiguous: true,
+        retryable: true
+      })
+    }
+    for (const block of tools) {
+      const failure = parseInput(block)
+      if (failure !== undefined) return failure
+    }
+    const usage = {
+      ...(inputTokens !== undefined ? { input_tokens: inputTokens } : {}),
+      ...(outputTokens !== undefined ? { output_tokens: outputTokens } : {})
+    }
+    return {
+      text,
+      tool_calls: tools.map((t) => ({ id: t.id, name: t.name, input: t.input })),
+      stop_reason: stopReason(rawStop),
+      ...(Object.keys(usage).length > 0 ? { usage } : {}),
+      ...(responseId !== undefined ? { response_id: responseId } : {}),
+      ...(model !== undefined ? { model } : {}),
+      ...(rawStop !== undefined ? { provider_stop_reason: rawStop } : {})
+    }
+  }
+
+  return { onEvent, finish }
+}

@@ -1,0 +1,191 @@
+/**
+ * Brain's model request as the body of one Anthropic Messages API call (`POST /v1/messages`,
+ * `stream: true`; Anthropic API reference "Messages"). Pure: the same request and binding always
+ * make the same body, so the request that was sent can be rebuilt from the journal.
+ *
+ * The rules (docs/models.md repeats them):
+ * - Turns. Anthropic's conversation alternates `user` and `assistant`. A Brain `user` message is a
+ *   user turn; each `tool` result is a `tool_result` block in a user turn; an `assistant` message
+ *   is an assistant turn (its text, then one `tool_use` block per tool call). Consecutive turns of
+ *   one role merge into one message, blocks kept in order: the results of parallel calls share one
+ *   user message, and a user message right after them joins it.
+ * - System text. `request.system` first, then the text of every `system` message in transcript
+ *   order, joined by a blank line, is the body's `system`. Anthropic has no system turn inside the
+ *   conversation, so a note in the middle of it loses its place and reads as standing instruction.
+ * - Empty text is left out (the API refuses empty text blocks); a message left with nothing is
+ *   left out too.
+ * - Parts. `text`; `image` as base64 (`data` + `mime_type`: JPEG, PNG, GIF or WebP, what the
+ *   vision docs list) or by `url`, in user and tool messages only. Anything else, or a tool call
+ *   whose input is not a JSON object, fails BEFORE sending: `model_rejected`, not ambiguous, naming
+ *   the message and the part.
+ * - Fields. The options (the binding's, overridden by the call's) come first; Brain's own fields
+ *   win over them: `model` (the binding's), `messages`, `stream: true`, and `system` and `tools`
+ *   when Brain has any. `max_tokens`, which the API requires, is the options' or DEFAULT_MAX_TOKENS.
+ *
+ * The block shapes are checked at compile time against @effect/ai-anthropic's generated API types.
+ */
+import type * as Generated from "@effect/ai-anthropic/Generated"
+import type { ContentPart, Message } from "../../../domain/Messages.js"
+import { ModelFailed } from "../../../services/Models.js"
+import { mergedOptions, type ProviderCall } from "../Provider.js"
+
+/** The public endpoint, used when the binding names no `base_url`. */
+export const DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+/** The `anthropic-version` header: the API version whose wire format this module speaks. */
+export const API_VERSION = "2023-06-01"
+
+/**
+ * Tokens. The answer's length bound when the options set no `max_tokens` (the API requires one):
+ * large enough for a tool-using turn, small enough to fit every current Claude model.
+ */
+export const DEFAULT_MAX_TOKENS = 4096
+
+/** Image media types the API accepts (vision docs). */
+const IMAGE_TYPES = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"])
+
+type TextBlock = typeof Generated.RequestTextBlock.Encoded
+type ImageBlock = typeof Generated.RequestImageBlock.Encoded
+type ToolUseBlock = typeof Generated.RequestToolUseBlock.Encoded
+type ToolResultBlock = typeof Generated.RequestToolResultBlock.Encoded
+type ImageMediaType = typeof Generated.Base64ImageSourceMediaType.Type
+export type WireMessage = typeof Generated.InputMessage.Encoded
+export type WireTool = typeof Generated.Tool.Encoded
+type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+
+/** `{base_url}/v1/messages`, the base URL taken as the API's root (no `/v1`). */
+export const messagesUrl = (baseUrl: string | undefined) => `${(baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/v1/messages`
+
+const rejected = (message: string) =>
+  new ModelFailed({ code: "model_rejected", message: `Anthropic cannot carry ${message}`, ambiguous: false, retryable: false })
+
+const isObject = (u: unknown): u is Record<string, unknown> => u !== null && typeof u === "object" && !Array.isArray(u)
+
+const partsOf = (content: Message["content"]): ReadonlyArray<ContentPart> =>
+  typeof content === "string" ? [{ type: "text", text: content }] : content
+
+/** A text part as a block (undefined when empty), or why it cannot be one. */
+const textBlock = (part: ContentPart, where: string): TextBlock | undefined | ModelFailed => {
+  if (typeof part.text !== "string") return rejected(`${where}: a text part without a string \`text\``)
+  return part.text === "" ? undefined : { type: "text", text: part.text }
+}
+
+const imageBlock = (part: ContentPart, where: string): ImageBlock | ModelFailed => {
+  if (typeof part.data === "string") {
+    const mime = part.mime_type
+    if (typeof mime !== "string" || !IMAGE_TYPES.has(mime)) {
+      return rejected(`${where}: an image of type ${String(mime)} (it takes image/jpeg, image/png, image/gif, image/webp)`)
+    }
+    return { type: "image", source: { type: "base64", media_type: mime as ImageMediaType, data: part.data } }
+  }
+  if (typeof part.url === "string") return { type: "image", source: { type: "url", url: part.url } }
+  return rejected(`${where}: an image part with neither \`data\` + \`mime_type\` nor \`url\``)
+}
+
+/** The blocks of a message's content: text, and images in user and tool messages. */
+const contentBlocks = (
+  content: Message["content"],
+  where: string,
+  role: Message["role"]
+): Array<TextBlock | ImageBlock> | ModelFailed => {
+  const images = role === "user" || role === "tool"
+  const out: Array<TextBlock | ImageBlock> = []
+  const parts = partsOf(content)
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!
+    const at = typeof content === "string" ? where : `${where}.content[${i}]`
+    const block = part.type === "text"
+      ? textBlock(part, at)
+      : part.type === "image" && images
+      ? imageBlock(part, at)
+      : rejected(`${at}: a part of type "${part.type}" in a ${role} message`)
+    if (block instanceof ModelFailed) return block
+    if (block !== undefined) out.push(block)
+  }
+  return out
+}
+
+interface Turns {
+  readonly system: Array<string>
+  readonly messages: Array<{ role: "user" | "assistant"; content: Array<Block> }>
+}
+
+const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Block>) => {
+  if (blocks.length === 0) return
+  const last = turns.messages[turns.messages.length - 1]
+  if (last?.role === role) last.content.push(...blocks)
+  else turns.messages.push({ role, content: [...blocks] })
+}
+
+/** Folds one Brain message into the turns, or says why Anthropic cannot carry it. */
+const addMessage = (turns: Turns, message: Message, where: string): ModelFailed | undefined => {
+  switch (message.role) {
+    case "system": {
+      const blocks = contentBlocks(message.content, where, message.role)
+      if (blocks instanceof ModelFailed) return blocks
+      const text = blocks.map((b) => (b as TextBlock).text).join("")
+      if (text !== "") turns.system.push(text)
+      return undefined
+    }
+    case "user": {
+      const blocks = contentBlocks(message.content, where, message.role)
+      if (blocks instanceof ModelFailed) return blocks
+      push(turns, "user", blocks)
+      return undefined
+    }
+    case "assistant": {
+      const blocks: Array<Block> | ModelFailed = contentBlocks(message.content, where, message.role)
+      if (blocks instanceof ModelFailed) return blocks
+      for (const [i, call] of (message.tool_calls ?? []).entries()) {
+        if (!isObject(call.input)) return rejected(`${where}.tool_calls[${i}]: a tool call input that is not a JSON object`)
+        blocks.push({ type: "tool_use", id: call.id, name: call.name, input: call.input })
+      }
+      push(turns, "assistant", blocks)
+      return undefined
+    }
+    case "tool": {
+      if (message.tool_call_id === undefined) return rejected(`${where}: a tool result without \`tool_call_id\``)
+      const content = typeof message.content === "string" ? message.content : contentBlocks(message.content, where, message.role)
+      if (content instanceof ModelFailed) return content
+      push(turns, "user", [{ type: "tool_result", tool_use_id: message.tool_call_id, content }])
+      return undefined
+    }
+  }
+}
+
+const toolsOf = (call: ProviderCall): Array<WireTool> | ModelFailed => {
+  const out: Array<WireTool> = []
+  for (const [i, tool] of (call.request.tools ?? []).entries()) {
+    const schema = tool.input_schema ?? { type: "object", properties: {} }
+    if (!isObject(schema)) return rejected(`tools[${i}] (${tool.name}): an input_schema that is not a JSON Schema object`)
+    out.push({
+      name: tool.name,
+      ...(tool.description !== undefined ? { description: tool.description } : {}),
+      // A JSON Schema as the session configured it; the generated type names only its top keys.
+      input_schema: schema as WireTool["input_schema"]
+    })
+  }
+  return out
+}
+
+/** The JSON body of the call, or a `model_rejected` naming what Anthropic cannot carry. */
+export const requestBody = (call: ProviderCall): Record<string, unknown> | ModelFailed => {
+  const turns: Turns = { system: call.request.system ? [call.request.system] : [], messages: [] }
+  for (const [i, message] of call.request.messages.entries()) {
+    const failure = addMessage(turns, message, `messages[${i}]`)
+    if (failure !== undefined) return failure
+  }
+  const tools = toolsOf(call)
+  if (tools instanceof ModelFailed) return tools
+  const options = mergedOptions(call)
+  const messages: Array<WireMessage> = turns.messages
+  return {
+    ...options,
+    model: call.binding.model,
+    max_tokens: options.max_tokens ?? DEFAULT_MAX_TOKENS,
+    ...(turns.system.length > 0 ? { system: turns.system.join("\n\n") } : {}),
+    messages,
+    ...(tools.length > 0 ? { tools } : {}),
+    stream: true
+  }
+}
