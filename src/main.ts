@@ -16,6 +16,8 @@ import * as JournalFile from "./layers/JournalFile.js"
 import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
 import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
 import * as ModelsLive from "./layers/ModelsLive.js"
+import { anthropic } from "./layers/models/Anthropic.js"
+import { openAiChat } from "./layers/models/OpenAiChat.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
 import * as ToolsInProcess from "./layers/ToolsInProcess.js"
@@ -74,7 +76,7 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
 }
 
 /** The model providers this build carries, by the `provider` a binding names. */
-const PROVIDERS: ModelsLive.Providers = {}
+const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, anthropic }
 
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
@@ -182,12 +184,12 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
     const bindings = Context.get(context, ModelBindings)
     const address = server.address()
     const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen
-    yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
     yield* Effect.log(
       bindings.names.length === 0
         ? "model bindings: none (BRAIN_MODELS unset); sessions use the scripted model"
         : `model bindings: ${bindings.names.map((n) => `${n} (${bindings.get(n)!.binding.provider} ${bindings.get(n)!.binding.model})`).join(", ")}`
     )
+    yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
     yield* Effect.log(
       `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )

@@ -1,0 +1,154 @@
+/**
+ * Real model bindings end to end (DESIGN §3, §9; seed "Effects happen after commit"): a real
+ * server process with BRAIN_MODELS naming an OpenAI-compatible fake provider on loopback.
+ *
+ * - A turn with a tool call: the provider is sent each request once, the deltas reach a live
+ *   subscriber, the journal holds the complete results.
+ * - Secrets: after the run, the key appears nowhere in the data directory, the server's output,
+ *   the error bodies or the OpenAPI document.
+ * - Start: the loaded binding names are printed (never keys); a malformed file refuses the start
+ *   naming the file, the field and the reason; an unknown name is refused at create.
+ * - Crash: `kill -9` in the middle of a streamed answer; after the restart the call is recorded
+ *   failed and ambiguous, and the provider counted exactly one request.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { FakeProvider, type Script } from "../support/fakeProvider.js"
+import { ensureBuilt, eventually, request, ServerProcess, startServer } from "../support/server.js"
+import { openSse } from "../support/sse.js"
+import { openAi, openAiFinishing } from "../fixtures/providers/openaiChat.js"
+
+const KEY = "sk-e2e-DO-NOT-LEAK-7d1f0c2a9b"
+
+/** Every file under `dir`, recursively. */
+const filesUnder = (dir: string): Array<string> =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(path.join(dir, e.name)) : [path.join(dir, e.name)]
+  )
+
+/** A tool call asking for `slow` (the fixture server's tool), its arguments split across chunks. */
+const toolCallAnswer: Script = {
+  steps: [
+    openAi.delta({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "slow", arguments: "" } }] }),
+    { pauseMs: 50 },
+    openAi.delta({ tool_calls: [{ index: 0, function: { arguments: "{\"ms\":" } }] }),
+    openAi.delta({ tool_calls: [{ index: 0, function: { arguments: " 10}" } }] }),
+    openAi.delta({}, "tool_calls"),
+    openAi.usage(30, 12),
+    "data: [DONE]\n\n"
+  ]
+}
+
+describe("model bindings against a fake OpenAI-compatible server", () => {
+  let fake: FakeProvider
+  let server: ServerProcess
+  let models: string
+  beforeAll(async () => {
+    ensureBuilt()
+    fake = await FakeProvider.start((req) => {
+      const last = req.body?.messages?.at(-1)
+      // After the tool's result, a text answer; before it, the tool call.
+      return last?.role === "tool" ? { steps: openAiFinishing("stop", "The tool slept.") } : toolCallAnswer
+    })
+    models = JSON.stringify({ fast: { provider: "openai-chat", model: "gpt-test", base_url: `${fake.url}/v1`, api_key_env: "E2E_MODEL_KEY" } })
+    server = await startServer({ env: { BRAIN_MODELS: models, E2E_MODEL_KEY: KEY } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+    await fake?.close()
+  })
+
+  it("a tool turn talks to the bound model once per call, streams deltas live, records the complete results, and leaks the key nowhere", async () => {
+    expect(server.output).toContain("model bindings: fast (openai-chat gpt-test)")
+    const unknown = await request(server.baseUrl, "/v1/sessions", { json: { model: "slow" } })
+    expect(unknown.status).toBe(400)
+    expect(unknown.body.message).toContain('"fast"')
+
+    const created = await request(server.baseUrl, "/v1/sessions", { json: { model: "fast", tools: [{ name: "slow" }] } })
+    expect(created.status, created.text).toBe(201)
+    const id = created.body.session_id
+    const live = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
+    await live.until("the catch-up", () => live.frames.some((f) => f.event === "session_creation_ended"))
+    const sent = await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "sleep a little" } } })
+    expect(sent.status, sent.text).toBe(200)
+    expect(sent.body.turn).toMatchObject({ status: "ended", result: { text: "The tool slept." } })
+    await live.until("the turn's end", () => live.frames.some((f) => f.event === "turn_ended"))
+    live.close()
+
+    // Two model calls, each sent once: the tool call, then the answer after the tool's result.
+    expect(fake.requests).toHaveLength(2)
+    expect(fake.requests[0]!.path).toBe("/v1/chat/completions")
+    expect(fake.requests[0]!.headers.authorization).toBe(`Bearer ${KEY}`)
+    expect(fake.requests[0]!.body).toMatchObject({ model: "gpt-test", stream: true, tools: [{ type: "function", function: { name: "slow" } }] })
+    expect(fake.requests[1]!.body.messages.at(-1)).toMatchObject({ role: "tool", tool_call_id: "call_1" })
+
+    const deltas = live.frames.filter((f) => f.event === "model_delta").map((f) => f.json)
+    expect(deltas.filter((d) => d.type === "tool_call").map((d) => d.input_delta).join("")).toBe("{\"ms\": 10}")
+    expect(deltas.filter((d) => d.type === "text").map((d) => d.text).join("")).toBe("The tool slept.")
+    const ended = live.frames.filter((f) => f.event === "model_call_ended").map((f) => f.json.data.result)
+    expect(ended[0]).toMatchObject({ tool_calls: [{ id: "call_1", name: "slow", input: { ms: 10 } }], stop_reason: "tool_calls", usage: { input_tokens: 30, output_tokens: 12 } })
+    expect(ended[1]).toMatchObject({ text: "The tool slept.", stop_reason: "end" })
+
+    // The key is nowhere Brain writes or answers: data directory, output, error bodies, OpenAPI.
+    const openapi = await request(server.baseUrl, "/openapi.json")
+    const leaks = [
+      ...filesUnder(server.dataDir).filter((f) => fs.readFileSync(f).includes(KEY)),
+      ...(server.output.includes(KEY) ? ["the server's output"] : []),
+      ...(openapi.text.includes(KEY) ? ["/openapi.json"] : []),
+      ...(unknown.text.includes(KEY) ? ["an error body"] : [])
+    ]
+    expect(leaks).toEqual([])
+  }, 60_000)
+
+  it("a malformed BRAIN_MODELS refuses the start naming the file, the field and the reason", async () => {
+    const file = path.join(server.dataDir, "..", `models-${process.pid}.json`)
+    fs.writeFileSync(file, JSON.stringify({ bad: { provider: "openai-chat", model: "m", api_key: KEY } }))
+    const refused = new ServerProcess({ entry: "product", env: { BRAIN_MODELS: file } })
+    try {
+      const r = await refused.spawn()
+      expect(r.listening).toBe(false)
+      expect(refused.output).toContain(`${file}: bad.api_key: unexpected field`)
+      expect(refused.output).not.toContain(KEY)
+    } finally {
+      await refused.dispose()
+      fs.rmSync(file, { force: true })
+    }
+  }, 60_000)
+})
+
+describe("kill -9 in the middle of a streamed answer", () => {
+  it("after the restart the call is recorded failed and ambiguous, and the provider counted exactly one request", async () => {
+    ensureBuilt()
+    let reached: () => void = () => {}
+    const midway = new Promise<void>((resolve) => (reached = resolve))
+    const fake = await FakeProvider.start(() => {
+      setTimeout(reached, 100)
+      return { steps: [openAi.delta({ role: "assistant", content: "" }), openAi.delta({ content: "half an ans" }), { stall: true }] }
+    })
+    const models = JSON.stringify({ fast: { provider: "openai-chat", model: "gpt-test", base_url: `${fake.url}/v1` } })
+    const server = await startServer({ env: { BRAIN_MODELS: models } })
+    try {
+      const id = (await request(server.baseUrl, "/v1/sessions", { json: { model: "fast" } })).body.session_id
+      const submitted = await request(server.baseUrl, `/v1/sessions/${id}/messages`, {
+        json: { input: { message: "hello" } },
+        headers: { prefer: "respond-async" }
+      })
+      expect(submitted.status).toBe(202)
+      await midway
+      await server.kill()
+      await server.start()
+      const events = await eventually("the recovered turn", async () => {
+        const page = await request(server.baseUrl, `/v1/sessions/${id}/events?after=0`)
+        return page.body.events.some((e: any) => e.kind === "turn_failed") ? page.body.events : undefined
+      })
+      const failed = events.find((e: any) => e.kind === "model_call_failed")
+      expect(failed.data.failure).toMatchObject({ code: "interrupted", ambiguous: true })
+      expect(events.filter((e: any) => e.kind === "model_call_ended")).toHaveLength(0)
+      expect(fake.requests).toHaveLength(1)
+    } finally {
+      await server.dispose()
+      await fake.close()
+    }
+  }, 60_000)
+})
