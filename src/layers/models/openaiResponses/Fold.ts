@@ -1,0 +1,289 @@
+/**
+ * Folds the events of one streamed OpenAI Responses call into Brain's ModelResult, handing each
+ * piece of text and of tool-call arguments to `onDelta` as it arrives. Rules:
+ *
+ * - The result is what was streamed: its text is the text deltas joined, each tool call's
+ *   arguments its argument deltas joined. A `*.done` event, a finished output item or the final
+ *   response fills in only what was never streamed (and passes it to `onDelta` then), so the
+ *   deltas a client saw always join to what is journaled.
+ * - Output items are keyed by `output_index`; function calls are numbered in the order they
+ *   appear, and carry the model's `call_id` as their id. A refusal part counts as text and makes
+ *   the stop reason `refusal`.
+ * - `response.completed` or `response.incomplete` is the final event; whatever follows it is not
+ *   read. A stream that closes without one is `model_stream_broken` (ambiguous).
+ * - `error` and `response.failed` end the call with a typed failure carrying the provider's error.
+ * - A data line that is not JSON, or a known event of the wrong shape, is `model_bad_response`
+ *   (ambiguous); an unknown event type is ignored. Arguments that are not JSON are
+ *   `model_bad_response` too (empty arguments mean `{}`).
+ */
+import { Either, ParseResult } from "effect"
+import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
+import { ModelFailed } from "../../../services/Models.js"
+import type { SseEvent } from "../Http.js"
+import { decodeEvent, KNOWN_TYPES, type OutputItem, type ResponseObject, type StreamEvent } from "./Events.js"
+
+/** Characters of a malformed event or argument string kept in a failure's details. */
+const EXCERPT_CHARS = 1024
+const excerpt = (text: string) => (text.length > EXCERPT_CHARS ? `${text.slice(0, EXCERPT_CHARS)}…` : text)
+
+const badResponse = (message: string, retryable: boolean, details: unknown) =>
+  new ModelFailed({ code: "model_bad_response", message, ambiguous: true, retryable, details })
+
+/** Error codes the Responses API reports in a stream, by what they mean for the caller. */
+const RATE_LIMITED = new Set(["rate_limit_exceeded"])
+const UNAVAILABLE = new Set(["server_error", "vector_store_timeout"])
+const REFUSED_INPUT = new Set([
+  "invalid_prompt",
+  "invalid_request_error",
+  "context_length_exceeded",
+  "invalid_image",
+  "invalid_image_format",
+  "invalid_base64_image",
+  "invalid_image_url",
+  "image_too_large",
+  "image_too_small",
+  "image_parse_error",
+  "image_content_policy_violation",
+  "invalid_image_mode",
+  "image_file_too_large",
+  "unsupported_image_media_type",
+  "empty_image_file",
+  "failed_to_download_image",
+  "image_file_not_found"
+])
+
+/**
+ * An error the provider reported inside a 200 stream. It began on the request, so the failure is
+ * ambiguous unless the code says it refused the input or was rate limited (as a 4xx status is).
+ */
+const reportedFailure = (provider: string, code: string | undefined, message: string | undefined, details: unknown) => {
+  const text = `${provider} reported ${code ?? "an error"} in the stream${message ? `: ${message}` : ""}`
+  if (code !== undefined && RATE_LIMITED.has(code)) {
+    return new ModelFailed({ code: "model_rate_limited", message: text, ambiguous: false, retryable: true, details })
+  }
+  if (code !== undefined && REFUSED_INPUT.has(code)) {
+    return new ModelFailed({ code: "model_rejected", message: text, ambiguous: false, retryable: false, details })
+  }
+  if (code !== undefined && UNAVAILABLE.has(code)) {
+    return new ModelFailed({ code: "model_unavailable", message: text, ambiguous: true, retryable: true, details })
+  }
+  return new ModelFailed({ code: "model_failed", message: text, ambiguous: true, retryable: false, details })
+}
+
+const field = (value: unknown, name: string): string | undefined => {
+  const v = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[name] : undefined
+  return typeof v === "string" ? v : undefined
+}
+
+interface Call {
+  readonly index: number
+  readonly id: string
+  readonly name: string
+  args: string
+}
+
+type Final = Extract<StreamEvent, { type: "response.completed" | "response.incomplete" }>
+
+export interface ResponseFold {
+  /** Folds one event; a failure ends the call with it. */
+  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  /** The answer, once the stream has closed. */
+  readonly result: () => Either.Either<ModelResult, ModelFailed>
+}
+
+export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void): ResponseFold => {
+  let text = ""
+  let refused = false
+  /** `output_index:content_index` of the text and refusal parts that have had some text. */
+  const textParts = new Set<string>()
+  const calls: Array<Call> = []
+  const callAt = new Map<number, Call>()
+  let started: ResponseObject | undefined
+  let final: Final | undefined
+
+  const addText = (outputIndex: number, contentIndex: number, piece: string, refusal: boolean) => {
+    if (refusal) refused = true
+    if (piece === "") return
+    textParts.add(`${outputIndex}:${contentIndex}`)
+    text += piece
+    onDelta({ type: "text", text: piece })
+  }
+  const fillText = (outputIndex: number, contentIndex: number, whole: string, refusal: boolean) => {
+    if (!textParts.has(`${outputIndex}:${contentIndex}`)) addText(outputIndex, contentIndex, whole, refusal)
+  }
+
+  const openCall = (outputIndex: number, item: { readonly call_id: string; readonly name: string }) => {
+    const existing = callAt.get(outputIndex)
+    if (existing !== undefined) return existing
+    const call: Call = { index: calls.length, id: item.call_id, name: item.name, args: "" }
+    calls.push(call)
+    callAt.set(outputIndex, call)
+    onDelta({ type: "tool_call", index: call.index, id: call.id, name: call.name, input_delta: "" })
+    return call
+  }
+  const addArgs = (call: Call, piece: string) => {
+    if (piece === "") return
+    call.args += piece
+    onDelta({ type: "tool_call", index: call.index, input_delta: piece })
+  }
+  const fillArgs = (call: Call, whole: string) => {
+    if (call.args === "") addArgs(call, whole)
+  }
+  const streamedCall = (outputIndex: number, type: string) => {
+    const call = callAt.get(outputIndex)
+    return call !== undefined
+      ? call
+      : badResponse(`${provider} sent ${type} for output item ${outputIndex}, which is not a function call it announced`, false, {
+        event: type,
+        output_index: outputIndex
+      })
+  }
+
+  /** A finished output item: fills in whatever of it was never streamed. */
+  const settle = (outputIndex: number, item: OutputItem) => {
+    if (item.type === "message") {
+      ;(item.content ?? []).forEach((part, contentIndex) => {
+        if (part.type === "output_text") fillText(outputIndex, contentIndex, part.text, false)
+        else if (part.type === "refusal") fillText(outputIndex, contentIndex, part.refusal, true)
+      })
+    } else if (item.type === "function_call") {
+      fillArgs(openCall(outputIndex, item), item.arguments ?? "")
+    }
+  }
+
+  const apply = (event: StreamEvent): ModelFailed | undefined => {
+    switch (event.type) {
+      case "response.created":
+      case "response.in_progress":
+        started = event.response
+        return undefined
+      case "response.output_item.added":
+        if (event.item.type === "function_call") openCall(event.output_index, event.item)
+        return undefined
+      case "response.output_item.done":
+        settle(event.output_index, event.item)
+        return undefined
+      case "response.output_text.delta":
+      case "response.refusal.delta":
+        addText(event.output_index, event.content_index, event.delta, event.type === "response.refusal.delta")
+        return undefined
+      case "response.output_text.done":
+        fillText(event.output_index, event.content_index, event.text, false)
+        return undefined
+      case "response.refusal.done":
+        fillText(event.output_index, event.content_index, event.refusal, true)
+        return undefined
+      case "response.function_call_arguments.delta":
+      case "response.function_call_arguments.done": {
+        const call = streamedCall(event.output_index, event.type)
+        if (call instanceof ModelFailed) return call
+        if (event.type === "response.function_call_arguments.delta") addArgs(call, event.delta)
+        else fillArgs(call, event.arguments)
+        return undefined
+      }
+      case "response.completed":
+      case "response.incomplete":
+        ;(event.response.output ?? []).forEach((item, outputIndex) => settle(outputIndex, item))
+        final = event
+        return undefined
+      case "response.failed": {
+        const error = event.response.error
+        return reportedFailure(provider, field(error, "code"), field(error, "message"), {
+          event: event.type,
+          error,
+          ...(event.response.id ? { response_id: event.response.id } : {})
+        })
+      }
+      case "error": {
+        const nested = event.error !== null && typeof event.error === "object" ? event.error : undefined
+        const error = nested ?? { code: event.code ?? null, message: event.message ?? null }
+        const code = field(error, "code") ?? field(error, "type")
+        return reportedFailure(provider, code, field(error, "message"), { event: event.type, error })
+      }
+    }
+  }
+
+  const onEvent = (event: SseEvent): ModelFailed | undefined => {
+    if (final !== undefined) return undefined
+    let json: unknown
+    try {
+      json = JSON.parse(event.data)
+    } catch {
+      return badResponse(`${provider} sent an event whose data is not JSON`, false, { data: excerpt(event.data) })
+    }
+    const type = field(json, "type")
+    if (type === undefined) return badResponse(`${provider} sent an event without a type`, false, { data: excerpt(event.data) })
+    if (!KNOWN_TYPES.has(type)) return undefined
+    const decoded = decodeEvent(json)
+    if (Either.isLeft(decoded)) {
+      return badResponse(`${provider} sent a ${type} event of the wrong shape`, false, {
+        event: type,
+        error: ParseResult.TreeFormatter.formatErrorSync(decoded.left),
+        data: excerpt(event.data)
+      })
+    }
+    return apply(decoded.right)
+  }
+
+  const result = (): Either.Either<ModelResult, ModelFailed> => {
+    if (final === undefined) {
+      return Either.left(
+        new ModelFailed({
+          code: "model_stream_broken",
+          message: `${provider}'s stream ended without response.completed`,
+          ambiguous: true,
+          retryable: true
+        })
+      )
+    }
+    const response = final.response
+    const incompleteReason = final.type === "response.incomplete" ? response.incomplete_details?.reason ?? undefined : undefined
+    const toolCalls: Array<ModelResult["tool_calls"][number]> = []
+    for (const call of calls) {
+      let input: unknown
+      try {
+        input = call.args.trim() === "" ? {} : JSON.parse(call.args)
+      } catch {
+        return Either.left(
+          badResponse(`${provider} sent arguments for ${call.name} (${call.id}) that are not JSON`, true, {
+            tool_call_id: call.id,
+            name: call.name,
+            arguments: excerpt(call.args),
+            ...(incompleteReason !== undefined ? { incomplete_reason: incompleteReason } : {})
+          })
+        )
+      }
+      toolCalls.push({ id: call.id, name: call.name, input })
+    }
+    const stopReason: StopReason = final.type === "response.incomplete"
+      ? incompleteReason === "max_output_tokens" ? "max_tokens" : incompleteReason === "content_filter" ? "refusal" : "other"
+      : toolCalls.length > 0
+      ? "tool_calls"
+      : refused
+      ? "refusal"
+      : "end"
+    const providerStopReason = incompleteReason ?? response.status ?? undefined
+    const inputTokens = response.usage?.input_tokens ?? undefined
+    const outputTokens = response.usage?.output_tokens ?? undefined
+    const id = response.id ?? started?.id ?? undefined
+    const model = response.model ?? started?.model ?? undefined
+    return Either.right({
+      text,
+      tool_calls: toolCalls,
+      stop_reason: stopReason,
+      ...(inputTokens !== undefined || outputTokens !== undefined
+        ? {
+          usage: {
+            ...(inputTokens !== undefined ? { input_tokens: inputTokens } : {}),
+            ...(outputTokens !== undefined ? { output_tokens: outputTokens } : {})
+          }
+        }
+        : {}),
+      ...(id !== undefined ? { response_id: id } : {}),
+      ...(model !== undefined ? { model } : {}),
+      ...(providerStopReason !== undefined ? { provider_stop_reason: providerStopReason } : {})
+    })
+  }
+
+  return { onEvent, result }
+}
