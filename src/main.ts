@@ -18,6 +18,7 @@ import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
 import * as ModelsLive from "./layers/ModelsLive.js"
 import { anthropic } from "./layers/models/Anthropic.js"
 import { openAiChat } from "./layers/models/OpenAiChat.js"
+import { openAiResponses } from "./layers/models/OpenAiResponses.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
 import * as ToolsInProcess from "./layers/ToolsInProcess.js"
@@ -76,7 +77,7 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
 }
 
 /** The model providers this build carries, by the `provider` a binding names. */
-const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, anthropic }
+const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, "openai-responses": openAiResponses, anthropic }
 
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and

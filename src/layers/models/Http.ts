@@ -49,11 +49,15 @@ export interface StreamedPost {
   /** What the provider is called in messages ("OpenAI", "Anthropic", …). */
   readonly provider: string
   /**
-   * Called for each event in order; a failure ends the call with it (a malformed event, say).
-   * Synchronous: folding an event into the answer never waits.
+   * Called for each event in order; a failure ends the call with it (a malformed event, say), and
+   * `"done"` (the provider's final event) ends it successfully without waiting for the server to
+   * close the stream. Synchronous: folding an event into the answer never waits.
    */
-  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  readonly onEvent: (event: SseEvent) => EventVerdict
 }
+
+/** What a provider makes of one event: go on (undefined), fail, or stop reading: the answer is whole. */
+export type EventVerdict = ModelFailed | "done" | undefined
 
 /** Error codes of a request that never left this machine (or never reached a server). */
 const NOT_SENT = new Set([
@@ -168,10 +172,13 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
 
     let bytes = 0
     let eventFailure: ModelFailed | undefined
+    let done = false
     const decoder = new TextDecoder()
     const parser = Sse.makeParser((event) => {
-      if (eventFailure === undefined && event._tag === "Event") {
-        eventFailure = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
+      if (eventFailure === undefined && !done && event._tag === "Event") {
+        const verdict = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
+        if (verdict === "done") done = true
+        else eventFailure = verdict
       }
     }, { maxEventSize: post.limits.maxOutputBytes > 0 ? post.limits.maxOutputBytes : undefined })
     const body = stall ? Stream.timeoutFail(response.stream, stalled, stall) : response.stream
@@ -198,7 +205,7 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
         if (tooLarge && eventFailure === undefined) {
           eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
         }
-        return Effect.succeed(eventFailure === undefined)
+        return Effect.succeed(eventFailure === undefined && !done)
       })
     )
     if (eventFailure !== undefined) return yield* Effect.fail(eventFailure)

@@ -367,7 +367,7 @@ describe("the anthropic provider: failures", () => {
       expect(deltas).toEqual([{ type: "text", text: "Hel" }])
     }))
 
-  it("each documented error type has its code; all are ambiguous mid-stream; an unknown one is model_failed", () => {
+  it("each documented error type has its code; all are ambiguous mid-stream, refusals before any output are not; an unknown one is model_failed", () => {
     const codes = ["rate_limit_error", "overloaded_error", "api_error", "timeout_error", "invalid_request_error", "billing_error", "something_new"]
       .map((type) => streamError({ type, message: "m" }))
     expect(codes.map((f) => [f.code, f.retryable])).toEqual([
@@ -381,6 +381,15 @@ describe("the anthropic provider: failures", () => {
     ])
     expect(codes.every((f) => f.ambiguous)).toBe(true)
     expect(streamError(undefined)).toMatchObject({ code: "model_failed", ambiguous: true })
+    // Before any output, a refusal changed nothing: not ambiguous; anything else may have run.
+    const early = ["rate_limit_error", "invalid_request_error", "overloaded_error", "something_new"]
+      .map((type) => streamError({ type, message: "m" }, false))
+    expect(early.map((f) => [f.code, f.ambiguous])).toEqual([
+      ["model_rate_limited", false],
+      ["model_rejected", false],
+      ["model_unavailable", true],
+      ["model_failed", true]
+    ])
   })
 
   it.live("a connection cut mid-stream is model_stream_broken, ambiguous; the deltas before the cut were delivered", () =>

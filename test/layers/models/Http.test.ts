@@ -11,7 +11,7 @@ import { type SseEvent, streamedPost } from "../../../src/layers/models/Http.js"
 import type { ModelFailed } from "../../../src/services/Models.js"
 import { FakeProvider, type Script, sse } from "../../support/fakeProvider.js"
 
-const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }) =>
+const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }, final?: string) =>
   Effect.gen(function*() {
     const events: Array<SseEvent> = []
     const result = yield* Effect.either(streamedPost({
@@ -20,7 +20,10 @@ const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }) =>
       body: { hello: "world" },
       limits,
       provider: "Fake",
-      onEvent: (e) => void events.push(e)
+      onEvent: (e) => {
+        events.push(e)
+        return e.data === final ? "done" : undefined
+      }
     }))
     return { events, result }
   }).pipe(Effect.provide(NodeHttpClient.layerUndici))
@@ -45,6 +48,13 @@ describe("a streamed model request", () => {
       expect(events).toEqual([{ event: undefined, data: "{\"a\":1}" }, { event: "done", data: "[DONE]" }])
       expect(fake.requests).toHaveLength(1)
       expect(fake.requests[0]!.body).toEqual({ hello: "world" })
+    }))
+
+  it.live("the provider's final event ends the call at once, even from a server that keeps the stream open after it", () =>
+    withFake({ steps: [sse({ n: 1 }), "data: [DONE]\n\n", { stall: true }] }, async (fake) => {
+      const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`, { stallMs: 5_000, maxOutputBytes: 0 }, "[DONE]"))
+      expect(Either.isRight(result)).toBe(true)
+      expect(events.map((e) => e.data)).toEqual(['{"n":1}', "[DONE]"])
     }))
 
   it.live("connection refused is model_unreachable, not ambiguous: nothing was sent", () =>

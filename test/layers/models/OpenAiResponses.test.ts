@@ -399,7 +399,7 @@ describe("the openai-responses provider", () => {
         expect(textOf(r.deltas)).toBe("Hello, world!")
       })))
 
-  it.live("an error inside a 200 stream (error, response.failed) is a typed failure with the provider's error in details", () =>
+  it.live("an error inside a 200 stream (error, response.failed) is a typed failure with the provider's error in details; a refusal is ambiguous only after output streamed", () =>
     Effect.gen(function*() {
       const server = yield* answer({ steps: Fixture.errorEvent("server_error", "The server had an error while processing your request.") })
       expect(failure(server)).toMatchObject({
@@ -421,6 +421,11 @@ describe("the openai-responses provider", () => {
       expect(failure(refused)).toMatchObject({ code: "model_rejected", ambiguous: false, details: { error: { code: "invalid_prompt" } } })
       const other = yield* answer({ steps: Fixture.errorEvent("ERR_SOMETHING", "Something went wrong") })
       expect(failure(other)).toMatchObject({ code: "model_failed", ambiguous: true, details: { error: { code: "ERR_SOMETHING" } } })
+      // Once output has streamed, even a rate limit may follow real work: ambiguous.
+      const late = event({ type: "error", sequence_number: 90, code: "rate_limit_exceeded", message: "Slow down.", param: null })
+      const midway = Fixture.textAnswer().findIndex((step) => typeof step === "string" && step.includes("response.output_text.delta"))
+      const limitedLate = yield* answer(spliced(midway + 1, [late], []))
+      expect(failure(limitedLate)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: true })
     }))
 
   it.live("a part the API cannot carry refuses the call before sending: model_rejected, not ambiguous, naming the message and the part", () =>

@@ -28,7 +28,7 @@
 import { Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { SseEvent } from "../Http.js"
+import type { EventVerdict, SseEvent } from "../Http.js"
 
 // Lenient shapes: only what Brain reads is required; unknown fields and values pass.
 const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
@@ -84,7 +84,11 @@ const badResponse = (message: string, details?: unknown) =>
   })
 
 /** An `error` event's failure, typed by the error's `type` (Anthropic docs, "Errors"). */
-export const streamError = (error: unknown): ModelFailed => {
+/**
+ * An `error` event inside the 200 stream. A refusal (rate limit, bad request) changed nothing only
+ * if nothing had streamed yet; once output flowed, the call may have run (ambiguous).
+ */
+export const streamError = (error: unknown, streamed = true): ModelFailed => {
   const { type, message } = (error !== null && typeof error === "object" ? error : {}) as { type?: unknown; message?: unknown }
   const said = `Anthropic reported ${String(type ?? "an error")} mid-stream${typeof message === "string" ? `: ${message}` : ""}`
   const code = type === "rate_limit_error"
@@ -96,7 +100,8 @@ export const streamError = (error: unknown): ModelFailed => {
     ? "model_rejected"
     : "model_failed"
   const retryable = code === "model_rate_limited" || code === "model_unavailable"
-  return new ModelFailed({ code, message: said, ambiguous: true, retryable, details: { error } })
+  const refused = code === "model_rate_limited" || code === "model_rejected"
+  return new ModelFailed({ code, message: said, ambiguous: streamed || !refused, retryable, details: { error } })
 }
 
 type Block =
@@ -114,7 +119,7 @@ type Block =
 
 export interface AnswerFold {
   /** Folds one event in; a failure ends the call (streamedPost's `onEvent`). */
-  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  readonly onEvent: (event: SseEvent) => EventVerdict
   /** The complete result, once the stream has closed. */
   readonly finish: () => ModelResult | ModelFailed
 }
@@ -129,6 +134,8 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
   let outputTokens: number | undefined
   let rawStop: string | undefined
   let stopped = false
+  /** Some of the answer has been passed on: an error from here on may follow real work. */
+  let streamed = false
 
   const decode = <A, I>(schema: Schema.Schema<A, I>, type: string, data: unknown): A | ModelFailed => {
     const decoded = Schema.decodeUnknownEither(schema)(data)
@@ -156,6 +163,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       blocks.set(event.index, { kind: "text" })
       if (start.text) {
         text += start.text
+        streamed = true
         onDelta({ type: "text", text: start.text })
       }
     } else if (start.type === "tool_use") {
@@ -163,6 +171,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       const block = { kind: "tool" as const, call: tools.length, id: start.id, name: start.name, startInput: start.input, json: "" }
       blocks.set(event.index, block)
       tools.push(block)
+      streamed = true
       onDelta({ type: "tool_call", index: block.call, id: block.id, name: block.name, input_delta: "" })
     } else {
       blocks.set(event.index, { kind: "ignored" })
@@ -178,7 +187,10 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
     if (delta.type === "text_delta") {
       if (block.kind !== "text" || delta.text === undefined) return badResponse(`a text_delta that does not fit block ${event.index}`)
       text += delta.text
-      if (delta.text !== "") onDelta({ type: "text", text: delta.text })
+      if (delta.text !== "") {
+        streamed = true
+        onDelta({ type: "text", text: delta.text })
+      }
       return undefined
     }
     if (block.kind !== "tool" || delta.partial_json === undefined) return badResponse(`an input_json_delta that does not fit block ${event.index}`)
@@ -187,7 +199,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
     return undefined
   }
 
-  const onEvent = (event: SseEvent): ModelFailed | undefined => {
+  const onEvent = (event: SseEvent): EventVerdict => {
     if (stopped) return undefined
     let data: unknown
     try {
@@ -235,9 +247,9 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       }
       case "message_stop":
         stopped = true
-        return undefined
+        return "done"
       case "error":
-        return streamError((data as { error?: unknown }).error)
+        return streamError((data as { error?: unknown }).error, streamed)
       case undefined:
         return badResponse(`an event with no type`, { data: event.data.slice(0, 1024) })
       default:

@@ -28,7 +28,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { SseEvent } from "../Http.js"
+import type { EventVerdict, SseEvent } from "../Http.js"
 
 /** Characters of a bad event or bad arguments kept in a failure's details. */
 const EXCERPT_CHARS = 1_000
@@ -121,7 +121,7 @@ interface PendingCall {
 
 export interface ChatStream {
   /** Folds one SSE event; a failure stops the stream with it. */
-  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  readonly onEvent: (event: SseEvent) => EventVerdict
   /** The complete answer once the server has closed the stream, or why there is none. */
   readonly finish: () => Either.Either<ModelResult, ModelFailed>
 }
@@ -195,12 +195,12 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
     }
   }
 
-  const onEvent = ({ data, event }: SseEvent): ModelFailed | undefined => {
+  const onEvent = ({ data, event }: SseEvent): EventVerdict => {
     if (done) return undefined
     if (event !== undefined && event !== "error") return undefined
     if (data.trim() === "[DONE]") {
       done = true
-      return undefined
+      return "done"
     }
     const parsed = parseJson(data)
     const streamed = text !== "" || calls.size > 0

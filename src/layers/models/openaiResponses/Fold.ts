@@ -19,7 +19,7 @@
 import { Either, ParseResult } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { SseEvent } from "../Http.js"
+import type { EventVerdict, SseEvent } from "../Http.js"
 import { decodeEvent, KNOWN_TYPES, type OutputItem, type ResponseObject, type StreamEvent } from "./Events.js"
 
 /** Characters of a malformed event or argument string kept in a failure's details. */
@@ -56,13 +56,23 @@ const REFUSED_INPUT = new Set([
  * An error the provider reported inside a 200 stream. It began on the request, so the failure is
  * ambiguous unless the code says it refused the input or was rate limited (as a 4xx status is).
  */
-const reportedFailure = (provider: string, code: string | undefined, message: string | undefined, details: unknown) => {
+/**
+ * An error the provider reported inside a 200 stream. A refusal (rate limit, bad input) changed
+ * nothing only if nothing had streamed yet; once output flowed, the call may have run (ambiguous).
+ */
+const reportedFailure = (
+  provider: string,
+  code: string | undefined,
+  message: string | undefined,
+  details: unknown,
+  streamed: boolean
+) => {
   const text = `${provider} reported ${code ?? "an error"} in the stream${message ? `: ${message}` : ""}`
   if (code !== undefined && RATE_LIMITED.has(code)) {
-    return new ModelFailed({ code: "model_rate_limited", message: text, ambiguous: false, retryable: true, details })
+    return new ModelFailed({ code: "model_rate_limited", message: text, ambiguous: streamed, retryable: true, details })
   }
   if (code !== undefined && REFUSED_INPUT.has(code)) {
-    return new ModelFailed({ code: "model_rejected", message: text, ambiguous: false, retryable: false, details })
+    return new ModelFailed({ code: "model_rejected", message: text, ambiguous: streamed, retryable: false, details })
   }
   if (code !== undefined && UNAVAILABLE.has(code)) {
     return new ModelFailed({ code: "model_unavailable", message: text, ambiguous: true, retryable: true, details })
@@ -86,13 +96,15 @@ type Final = Extract<StreamEvent, { type: "response.completed" | "response.incom
 
 export interface ResponseFold {
   /** Folds one event; a failure ends the call with it. */
-  readonly onEvent: (event: SseEvent) => ModelFailed | undefined
+  readonly onEvent: (event: SseEvent) => EventVerdict
   /** The answer, once the stream has closed. */
   readonly result: () => Either.Either<ModelResult, ModelFailed>
 }
 
 export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void): ResponseFold => {
   let text = ""
+  /** Some of the answer has been passed on: an error from here on may follow real work. */
+  let streamed = false
   let refused = false
   /** `output_index:content_index` of the text and refusal parts that have had some text. */
   const textParts = new Set<string>()
@@ -106,6 +118,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     if (piece === "") return
     textParts.add(`${outputIndex}:${contentIndex}`)
     text += piece
+    streamed = true
     onDelta({ type: "text", text: piece })
   }
   const fillText = (outputIndex: number, contentIndex: number, whole: string, refusal: boolean) => {
@@ -118,6 +131,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     const call: Call = { index: calls.length, id: item.call_id, name: item.name, args: "" }
     calls.push(call)
     callAt.set(outputIndex, call)
+    streamed = true
     onDelta({ type: "tool_call", index: call.index, id: call.id, name: call.name, input_delta: "" })
     return call
   }
@@ -192,18 +206,18 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
           event: event.type,
           error,
           ...(event.response.id ? { response_id: event.response.id } : {})
-        })
+        }, streamed)
       }
       case "error": {
         const nested = event.error !== null && typeof event.error === "object" ? event.error : undefined
         const error = nested ?? { code: event.code ?? null, message: event.message ?? null }
         const code = field(error, "code") ?? field(error, "type")
-        return reportedFailure(provider, code, field(error, "message"), { event: event.type, error })
+        return reportedFailure(provider, code, field(error, "message"), { event: event.type, error }, streamed)
       }
     }
   }
 
-  const onEvent = (event: SseEvent): ModelFailed | undefined => {
+  const onEvent = (event: SseEvent): EventVerdict => {
     if (final !== undefined) return undefined
     let json: unknown
     try {
@@ -222,7 +236,9 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
         data: excerpt(event.data)
       })
     }
-    return apply(decoded.right)
+    const verdict = apply(decoded.right)
+    // The final event makes the answer whole: stop reading, whether or not the server closes.
+    return verdict === undefined && final !== undefined ? "done" : verdict
   }
 
   const result = (): Either.Either<ModelResult, ModelFailed> => {
