@@ -15,13 +15,13 @@
  * - More than `maxOutputBytes` of response: `model_output_limit`, ambiguous (it ran).
  * - Interrupted (a cancel): the request is aborted; the caller records what that means.
  *
- * The SSE parser is @effect/experimental's `makeParser` (its channel is not used: it would honour
- * a `retry:` field by waiting, which a model stream has no business asking for).
+ * Events are parsed by SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
+ * model stream has no business asking Brain to wait and reconnect).
  */
 import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
-import * as Sse from "@effect/experimental/Sse"
 import { Duration, Effect, Redacted, Stream } from "effect"
 import { ModelFailed } from "../../services/Models.js"
+import { makeSseParser } from "./SseParser.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
 export const ERROR_BODY_BYTES = 16 * 1024
@@ -174,13 +174,12 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
     let eventFailure: ModelFailed | undefined
     let done = false
     const decoder = new TextDecoder()
-    const parser = Sse.makeParser((event) => {
-      if (eventFailure === undefined && !done && event._tag === "Event") {
-        const verdict = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
-        if (verdict === "done") done = true
-        else eventFailure = verdict
-      }
-    }, { maxEventSize: post.limits.maxOutputBytes > 0 ? post.limits.maxOutputBytes : undefined })
+    const parser = makeSseParser((event) => {
+      if (eventFailure !== undefined || done) return
+      const verdict = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
+      if (verdict === "done") done = true
+      else eventFailure = verdict
+    }, post.limits.maxOutputBytes)
     const body = stall ? Stream.timeoutFail(response.stream, stalled, stall) : response.stream
     yield* body.pipe(
       Stream.mapError((e) =>
@@ -201,8 +200,8 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
           )
           return Effect.succeed(false)
         }
-        const tooLarge = parser.feed(decoder.decode(chunk, { stream: true }))
-        if (tooLarge && eventFailure === undefined) {
+        const fits = parser.feed(decoder.decode(chunk, { stream: true }))
+        if (!fits && eventFailure === undefined) {
           eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
         }
         return Effect.succeed(eventFailure === undefined && !done)
