@@ -90,6 +90,11 @@ export class FakeProvider {
     res.end()
   }
 
+  /** Connections open now (a cancelled call's connection is closed by the client). */
+  get openConnections(): number {
+    return this.sockets.size
+  }
+
   async close(): Promise<void> {
     for (const socket of this.sockets) socket.destroy()
     await new Promise<void>((resolve) => this.server.close(() => resolve()))

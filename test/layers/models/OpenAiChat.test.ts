@@ -423,7 +423,7 @@ describe("the openai-chat provider", () => {
     Effect.gen(function*() {
       const fake = yield* fakeServer({ steps: [...openAiText.steps.slice(0, 2), { stall: true }] })
       // Private, read for the test only: the server's open sockets.
-      const openSockets = () => fake["sockets"].size
+      const openSockets = () => fake.openConnections
       const firstDelta = yield* Deferred.make<void>()
       // The HTTP client is provided around the whole test, so its connection pool outlives the
       // call: only the call's own abort can close the connection.
