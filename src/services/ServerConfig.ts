@@ -20,6 +20,16 @@ export interface ServerConfigShape {
   readonly maxModelOutputBytes: number
   /** BRAIN_MODELS as given: a JSON file's path, or inline JSON (read by the ModelBindings layer). */
   readonly models: string | undefined
+  /** Guest worker threads; undefined = the number of cores. */
+  readonly wasmWorkers: number | undefined
+  /** Bytes of a guest's linear memory at most. */
+  readonly maxWasmMemoryBytes: number
+  /** Milliseconds a guest may compute per activation, host calls excluded. 0 = no bound. */
+  readonly maxWasmComputeMs: number
+  /** Bytes of a guest's input, output and each host request. */
+  readonly maxWasmIoBytes: number
+  /** Bytes of an admitted module. */
+  readonly maxWasmModuleBytes: number
   /** Wall time of a turn in milliseconds; reaching it starts cancellation. 0 = no bound. */
   readonly maxTurnMs: number
   /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
@@ -81,6 +91,11 @@ export const defaults: ServerConfigShape = {
   maxModelMs: 300 * 1000,
   maxModelOutputBytes: 16 * 1024 * 1024,
   models: undefined,
+  wasmWorkers: undefined,
+  maxWasmMemoryBytes: 128 * 1024 * 1024,
+  maxWasmComputeMs: 10_000,
+  maxWasmIoBytes: 16 * 1024 * 1024,
+  maxWasmModuleBytes: 32 * 1024 * 1024,
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
@@ -127,6 +142,16 @@ export const fromConfig = Config.all({
     "bytes of one model response (0 = no bound)"
   ),
   models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
+  wasmWorkers: Config.option(
+    Config.integer("BRAIN_WASM_WORKERS").pipe(
+      Config.validate({ message: "BRAIN_WASM_WORKERS must be a whole number ≥ 1", validation: (n) => n >= 1 }),
+      Config.withDescription("guest worker threads (unset: the number of cores)")
+    )
+  ),
+  maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
+  maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
+  maxWasmIoBytes: positive("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
+  maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),
   maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
@@ -181,6 +206,11 @@ export const fromConfig = Config.all({
     maxModelMs: c.maxModelSecs * 1000,
     maxModelOutputBytes: c.maxModelOutputBytes,
     models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),
+    wasmWorkers: Option.getOrUndefined(c.wasmWorkers),
+    maxWasmMemoryBytes: c.maxWasmMemoryBytes,
+    maxWasmComputeMs: c.maxWasmComputeMs,
+    maxWasmIoBytes: c.maxWasmIoBytes,
+    maxWasmModuleBytes: c.maxWasmModuleBytes,
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,

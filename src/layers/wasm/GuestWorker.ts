@@ -1,0 +1,97 @@
+/**
+ * The guest side of a pool worker (a `worker_threads` thread): it runs one activation at a time,
+ * each in a fresh instance with a fresh memory, and blocks on every host call until the main
+ * thread has answered.
+ *
+ * Protocol (messages are plain objects; see WorkerProtocol.ts):
+ * - main → worker (`parentPort`): `activate` — the compiled module, the entry, the input JSON, the
+ *   memory's initial and maximum pages, the largest request it may send;
+ * - worker → main (`parentPort`): `call` (a host call's op and request JSON), then `done` with the
+ *   output JSON or `failed` with a reason;
+ * - main → worker (the `answers` port), while the worker waits: the answer JSON. The worker waits
+ *   with `Atomics.wait` on the shared `signal` word, which the main thread bumps after posting an
+ *   answer, and takes the answer with `receiveMessageOnPort`: the guest's call returns only then.
+ *
+ * Plain JavaScript on purpose: a guest may spin, trap or exhaust memory; only `terminate()` stops a
+ * spinning one, and nothing here may outlive an activation.
+ */
+import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
+import type { MessagePort } from "node:worker_threads"
+import type { ActivateMessage, WorkerData, WorkerMessage } from "./WorkerProtocol.js"
+
+const { answers, signal } = workerData as WorkerData
+const signalWord = new Int32Array(signal)
+const decoder = new TextDecoder("utf-8", { fatal: true })
+const encoder = new TextEncoder()
+
+/** The guest broke the ABI or gave up: the activation fails with this message. */
+class GuestError extends Error {}
+
+const post = (message: WorkerMessage) => parentPort!.postMessage(message)
+
+const run = (msg: ActivateMessage) => {
+  const memory = new WebAssembly.Memory({ initial: msg.memory.initial, maximum: msg.memory.maximum })
+  let exports: Record<string, any> = {}
+
+  const bytesAt = (ptr: number, len: number): Uint8Array => {
+    if (!Number.isInteger(ptr) || !Number.isInteger(len) || ptr < 0 || len < 0 || ptr + len > memory.buffer.byteLength) {
+      throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${memory.buffer.byteLength} bytes)`)
+    }
+    return new Uint8Array(memory.buffer, ptr, len)
+  }
+  const textAt = (ptr: number, len: number, what: string): string => {
+    try {
+      return decoder.decode(bytesAt(ptr, len))
+    } catch (err) {
+      if (err instanceof GuestError) throw err
+      throw new GuestError(`${what} is not UTF-8`)
+    }
+  }
+  /** Copies text into memory the guest allocates; returns the packed (ptr, len). */
+  const give = (text: string): bigint => {
+    const bytes = encoder.encode(text)
+    const ptr = exports.brain_alloc(bytes.length) >>> 0
+    bytesAt(ptr, bytes.length).set(bytes)
+    return (BigInt(ptr) << 32n) | BigInt(bytes.length)
+  }
+  const unpack = (packed: unknown, what: string): string => {
+    if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
+    const value = BigInt.asUintN(64, packed)
+    return textAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
+  }
+
+  const imports = {
+    env: { memory },
+    brain: {
+      call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
+        const op = textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
+        if (reqLen >>> 0 > msg.maxRequestBytes) {
+          return give(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } }))
+        }
+        const request = textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
+        const seen = Atomics.load(signalWord, 0)
+        post({ type: "call", op, request })
+        Atomics.wait(signalWord, 0, seen)
+        const received = receiveMessageOnPort(answers as MessagePort)
+        if (!received) throw new GuestError("the host's answer was lost")
+        return give(received.message as string)
+      },
+      fail: (ptr: number, len: number): never => {
+        throw new GuestError(textAt(ptr >>> 0, len >>> 0, "the guest's failure message"))
+      }
+    }
+  }
+
+  try {
+    const instance = new WebAssembly.Instance(msg.module, imports)
+    exports = instance.exports as Record<string, any>
+    const input = give(msg.input)
+    const output = unpack(exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)
+    post({ type: "done", output })
+  } catch (err) {
+    const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
+    post({ type: "failed", kind, reason: err instanceof Error ? err.message : String(err) })
+  }
+}
+
+parentPort!.on("message", (msg: ActivateMessage) => run(msg))

@@ -1,0 +1,130 @@
+/**
+ * Admission of a guest module (docs/abi.md): before anything runs, the bytes must be a valid core
+ * Wasm module of bounded size that speaks ABI version 1 — imports only `env.memory` (a plain
+ * 32-bit, unshared memory whose initial size fits Brain's maximum), `brain.call` and `brain.fail`;
+ * exports the `brain_abi_v1` marker, `brain_alloc` and `brain_run` and/or `brain_tool`. An admitted
+ * module is compiled once and kept by its content hash.
+ *
+ * The memory import's limits are read from the binary's import section (the JS API does not show
+ * them): the host creates the memory with the guest's initial size and its own maximum.
+ */
+import * as crypto from "node:crypto"
+import { Effect } from "effect"
+import { type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
+
+/** Bytes of one Wasm page. */
+export const PAGE_BYTES = 65536
+
+const ALLOWED_IMPORTS = new Map([
+  ["env.memory", "memory"],
+  ["brain.call", "function"],
+  ["brain.fail", "function"]
+])
+
+export const sha256 = (bytes: Uint8Array) => crypto.createHash("sha256").update(bytes).digest("hex")
+
+/** Reads an unsigned LEB128 at `at`; returns the value and the next offset. */
+const leb = (b: Uint8Array, at: number): [number, number] => {
+  let result = 0
+  let shift = 0
+  for (let i = at; i < b.length && shift < 35; i++) {
+    const byte = b[i]!
+    result += (byte & 0x7f) * 2 ** shift
+    if ((byte & 0x80) === 0) return [result, i + 1]
+    shift += 7
+  }
+  throw new Error("a truncated LEB128 number")
+}
+
+/** The limits of the `env.memory` import (undefined when there is none), from the import section. */
+export const memoryImportLimits = (b: Uint8Array): { limits: MemoryLimits | undefined; shared: boolean; memory64: boolean } => {
+  let at = 8
+  const name = (): string => {
+    const [len, next] = leb(b, at)
+    at = next + len
+    return Buffer.from(b.subarray(next, next + len)).toString("utf8")
+  }
+  while (at < b.length) {
+    const id = b[at]!
+    const [size, start] = leb(b, at + 1)
+    const end = start + size
+    if (id === 2) {
+      at = start
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        const module = name()
+        const field = name()
+        const kind = b[at++]!
+        if (kind === 0) [, at] = leb(b, at)
+        else if (kind === 1) {
+          at++ // reftype
+          const flags = b[at++]!
+          ;[, at] = leb(b, at)
+          if (flags & 1) [, at] = leb(b, at)
+        } else if (kind === 2) {
+          const flags = b[at++]!
+          const [initial, afterInitial] = leb(b, at)
+          at = afterInitial
+          let maximum: number | undefined
+          if (flags & 1) [maximum, at] = leb(b, at)
+          if (module === "env" && field === "memory") {
+            return { limits: { initial, maximum }, shared: (flags & 2) !== 0, memory64: (flags & 4) !== 0 }
+          }
+        } else if (kind === 3) at += 2 // valtype, mutability
+        else throw new Error(`an import of unknown kind ${kind}`)
+      }
+      return { limits: undefined, shared: false, memory64: false }
+    }
+    at = end
+  }
+  return { limits: undefined, shared: false, memory64: false }
+}
+
+export interface AdmissionLimits {
+  readonly maxModuleBytes: number
+  readonly maxMemoryBytes: number
+}
+
+/** Validates, checks and compiles a guest module. */
+export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.Effect<AdmittedModule, ModuleRejected> =>
+  Effect.suspend(() => {
+    const refuse = (reason: string) => Effect.fail(new ModuleRejected({ reason }))
+    if (bytes.length > limits.maxModuleBytes) {
+      return refuse(`the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`)
+    }
+    if (!WebAssembly.validate(bytes)) return refuse("the body is not a valid WebAssembly module")
+    let module: WebAssembly.Module
+    try {
+      module = new WebAssembly.Module(bytes)
+    } catch (err) {
+      return refuse(`the module does not compile: ${(err as Error).message}`)
+    }
+    for (const i of WebAssembly.Module.imports(module)) {
+      const allowed = ALLOWED_IMPORTS.get(`${i.module}.${i.name}`)
+      if (allowed !== i.kind) {
+        return refuse(`the module imports ${i.module}.${i.name} (${i.kind}); the ABI allows only env.memory, brain.call and brain.fail (docs/abi.md)`)
+      }
+    }
+    const exports = new Map(WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]))
+    if (!exports.has("brain_abi_v1")) return refuse("the module has no brain_abi_v1 export: it does not declare ABI version 1")
+    if (exports.get("brain_alloc") !== "function") return refuse("the module does not export the function brain_alloc")
+    const loop = exports.get("brain_run") === "function"
+    const tool = exports.get("brain_tool") === "function"
+    if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
+    let memory: ReturnType<typeof memoryImportLimits>
+    try {
+      memory = memoryImportLimits(bytes)
+    } catch (err) {
+      return refuse(`the module's import section cannot be read: ${(err as Error).message}`)
+    }
+    if (!memory.limits) return refuse("the module does not import its memory as env.memory")
+    if (memory.shared || memory.memory64) return refuse("env.memory must be a plain 32-bit memory, neither shared nor 64-bit")
+    const maxPages = Math.floor(limits.maxMemoryBytes / PAGE_BYTES)
+    if (memory.limits.initial > maxPages) {
+      return refuse(
+        `the module asks for ${memory.limits.initial * PAGE_BYTES} bytes of memory at start, above BRAIN_MAX_WASM_MEMORY_BYTES (${limits.maxMemoryBytes})`
+      )
+    }
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, bytes: bytes.length })
+  })

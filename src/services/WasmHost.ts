@@ -1,0 +1,64 @@
+/**
+ * WasmHost: runs guest modules (docs/abi.md) — an Agentloop's activation or a Wasm tool's call —
+ * each in a fresh instance on a pool of worker threads, with the journaled host services of the
+ * runtime behind the ABI's one host function. Limits (memory, compute, sizes) are the host's;
+ * anything a guest does wrong fails its own activation and nothing else.
+ */
+import { Context, Data, type Effect } from "effect"
+import type { AgentloopFailed, ActivationInput, Host } from "./Agentloop.js"
+
+/** A module refused at admission, and why. */
+export class ModuleRejected extends Data.TaggedError("ModuleRejected")<{ readonly reason: string }> {
+  override get message() {
+    return this.reason
+  }
+}
+
+export interface MemoryLimits {
+  /** Pages the guest asks for at start. */
+  readonly initial: number
+  /** Pages the guest allows at most, when it says (the host's maximum applies in any case). */
+  readonly maximum: number | undefined
+}
+
+/** A module that passed admission, compiled once. */
+export interface AdmittedModule {
+  /** SHA-256 of the bytes, hex: the module's id. */
+  readonly hash: string
+  readonly module: WebAssembly.Module
+  readonly memory: MemoryLimits
+  /** It exports `brain_run` (an Agentloop). */
+  readonly loop: boolean
+  /** It exports `brain_tool` (a tool). */
+  readonly tool: boolean
+  readonly bytes: number
+}
+
+/** What a Wasm tool's call gets: its input and the call's name, and the services a tool may use. */
+export interface ToolActivation {
+  readonly input: unknown
+  readonly call: { readonly session_id: string; readonly sequence: number; readonly name: string; readonly deadline_at_ms: number }
+}
+
+export interface ToolServices {
+  /** Emits a tool-origin Event; returns its sequence. */
+  readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: import("../domain/Failure.js").Failure }>
+  readonly telemetry: (data: unknown) => Effect.Effect<void>
+}
+
+/** How a Wasm tool's call ended. */
+export type ToolRun =
+  | { readonly _tag: "ok"; readonly output: unknown }
+  /** The tool answered an error (its object is what the model sees), or failed (trap, budget, bad output). */
+  | { readonly _tag: "error"; readonly output: unknown }
+
+export interface WasmHostShape {
+  /** Validates and compiles a module (docs/abi.md, Admission). */
+  readonly admit: (bytes: Uint8Array) => Effect.Effect<AdmittedModule, ModuleRejected>
+  /** One activation of an Agentloop module: the turn's result, or why it failed. */
+  readonly runLoop: (module: AdmittedModule, input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed>
+  /** One call of a Wasm tool. */
+  readonly runTool: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Effect.Effect<ToolRun>
+}
+
+export class WasmHost extends Context.Tag("brain/WasmHost")<WasmHost, WasmHostShape>() {}
