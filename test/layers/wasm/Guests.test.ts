@@ -1,0 +1,177 @@
+/**
+ * Rogue guests (WAT fixtures compiled in the test) behind the WebAssembly host, each run as a
+ * session's Agentloop: every one ends its turn in a typed failure, never harms the server or the
+ * pool, and the next turn — of another session, on the same pool — completes. Modules that break
+ * the ABI are refused at admission.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, Fiber } from "effect"
+import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
+import type { AgentloopShape } from "../../../src/services/Agentloop.js"
+import { Journal } from "../../../src/services/Journal.js"
+import { Sessions } from "../../../src/services/Sessions.js"
+import type { AdmittedModule, WasmHostShape } from "../../../src/services/WasmHost.js"
+import { runtimeLayer } from "../../support/runtime.js"
+import { data, guest, wat } from "../../support/wat.js"
+
+const OPTIONS = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 500, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
+
+const OK = data(100, '{"ok":"fine"}')
+const fine = guest(`${OK.segment}
+  (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${OK.ptr}) (i32.const ${OK.len})))`)
+
+/** A guest that makes one host call and returns its answer as its output. */
+const calling = (op: string, request: string) => {
+  const o = data(200, op)
+  const r = data(300, request)
+  return guest(`${o.segment} ${r.segment}
+    (func (export "brain_run") (param i32 i32) (result i64)
+      (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`)
+}
+
+const ROGUES: Record<string, string> = {
+  spin: guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`),
+  grow: guest(`(func (export "brain_run") (param i32 i32) (result i64)
+    (if (i32.lt_s (memory.grow (i32.const 1000)) (i32.const 0)) (then unreachable))
+    (i64.const 0))`),
+  trap: guest(`(func (export "brain_run") (param i32 i32) (result i64) (unreachable))`),
+  badJson: calling("kv_put", "{not json"),
+  reserved: calling("emit", '{"kind":"turn_started","payload":{}}'),
+  oversized: calling("emit", JSON.stringify({ kind: "big", payload: { pad: "x".repeat(2000) } })),
+  badOutput: guest(`${data(100, "not json").segment}
+    (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 8)))`),
+  poller: (() => {
+    const o = data(200, "kv_read")
+    const r = data(300, '{"key":"k"}')
+    // Reads kv until a call answers an error (the cancel), then returns that answer as its output.
+    return guest(`${o.segment} ${r.segment}
+      (func (export "brain_run") (param i32 i32) (result i64)
+        (local $ans i64)
+        (loop $poll
+          (local.set $ans (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))
+          ;; {"ok"… or {"error"…: the third byte tells
+          (br_if $poll (i32.ne (i32.load8_u (i32.add (i32.wrap_i64 (i64.shr_u (local.get $ans) (i64.const 32))) (i32.const 2))) (i32.const 101))))
+        (local.get $ans))`)
+  })(),
+  pastMemory: guest(`(func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 65000) (i32.const 100000)))`)
+}
+
+describe("rogue guests", () => {
+  const withHost = <A, E>(body: (host: WasmHostShape, loops: Record<string, AdmittedModule>) => Effect.Effect<A, E, Sessions | Journal>, config = {}) =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const modules: Record<string, AdmittedModule> = {}
+      for (const [name, text] of Object.entries({ fine, ...ROGUES })) {
+        modules[name] = yield* Effect.orDie(host.admit(yield* Effect.promise(() => wat(text))))
+      }
+      const loops = Object.fromEntries(
+        Object.entries(modules).map(([name, m]) => [name, { activate: (input, h) => host.runLoop(m, input, h) } satisfies AgentloopShape])
+      )
+      return yield* body(host, modules).pipe(Effect.provide(runtimeLayer({ loops, config: { maxEmittedBytes: 1000, ...config } })))
+    })
+
+  const turn = (agentloop: string) =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ agentloop, model: { provider: "scripted" } })
+      return yield* sessions.send(session_id, { message: "go" })
+    })
+
+  it.scopedLive("each rogue ends its turn with a typed failure, and a good guest's turn completes after every one of them", () =>
+    withHost(() =>
+      Effect.gen(function*() {
+        const expected: Record<string, [string, RegExp]> = {
+          spin: ["agentloop_failed", /compute budget of 500 ms/],
+          grow: ["agentloop_failed", /trapped/],
+          trap: ["agentloop_failed", /trapped: unreachable/],
+          badJson: ["invalid_request", /not JSON/],
+          reserved: ["reserved_kind", /turn_started/],
+          oversized: ["emitted_bytes_limit", /BRAIN_MAX_EMITTED_BYTES/],
+          badOutput: ["agentloop_failed", /not \{"ok"/],
+          pastMemory: ["agentloop_failed", /runs past the guest's memory/]
+        }
+        for (const [name, [code, message]] of Object.entries(expected)) {
+          const outcome = yield* turn(name)
+          expect(outcome.turn.status, name).toBe("failed")
+          expect(outcome.turn.failure?.code, name).toBe(code)
+          expect(outcome.turn.failure?.message, name).toMatch(message)
+          const after = yield* turn("fine")
+          expect(after.turn, `a turn after ${name}`).toMatchObject({ status: "ended", result: "fine" })
+        }
+      })))
+
+  it.scopedLive("a spinning guest is stopped within its budget while other sessions' turns keep completing on the pool", () =>
+    withHost(() =>
+      Effect.gen(function*() {
+        const spinning = yield* Effect.fork(turn("spin"))
+        const others = yield* Effect.forEach(Array.from({ length: 5 }, () => turn("fine")), (t) => t, { concurrency: 1 })
+        for (const o of others) expect(o.turn.status).toBe("ended")
+        const spun = yield* Fiber.join(spinning)
+        expect(spun.turn.failure?.code).toBe("agentloop_failed")
+      })))
+
+  it.scopedLive("a host call after cancellation answers cancelled, and a guest that passes it on ends its turn at once", () =>
+    withHost(() =>
+      Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ agentloop: "poller", model: { provider: "scripted" } })
+        const polled = yield* Effect.fork(sessions.send(session_id, { message: "go" }))
+        yield* Effect.sleep("50 millis")
+        const asked = Date.now()
+        yield* sessions.interrupt(session_id)
+        const answered = yield* Fiber.join(polled)
+        expect(answered.turn.failure?.code).toBe("cancelled")
+        // Stopped by its own answer, not by the host: the grace (30 s here) was not waited out.
+        expect(Date.now() - asked).toBeLessThan(10_000)
+        expect((yield* turn("fine")).turn.status).toBe("ended")
+      }), { cancelGraceMs: 30_000 }))
+
+  it.scopedLive("a guest that ignores a cancel (it makes no host call) is stopped after the grace; the pool serves the next turn", () =>
+    withHost(() =>
+      Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ agentloop: "spin", model: { provider: "scripted" } })
+        const running = yield* Effect.fork(sessions.send(session_id, { message: "go" }))
+        yield* Effect.sleep("50 millis")
+        yield* sessions.interrupt(session_id)
+        const outcome = yield* Fiber.join(running)
+        expect(outcome.turn.failure?.code).toBe("cancelled")
+        expect((yield* turn("fine")).turn.status).toBe("ended")
+      }), { cancelGraceMs: 50 }))
+
+  it.effect("modules that break the ABI are refused at admission: an import outside it, no marker, no entry, no imported memory, not Wasm", () =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const refused = async (text: string) => wat(text)
+      const cases: Array<[string, Uint8Array, RegExp]> = [
+        ["wasi", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { imports: `(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))` }))), /wasi_snapshot_preview1.fd_write/],
+        ["no marker", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { marker: false }))), /brain_abi_v1/],
+        ["no entry", yield* Effect.promise(() => refused(guest(``))), /neither brain_run/],
+        ["own memory", yield* Effect.promise(() => refused(`(module (memory 1) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /env.memory/],
+        ["not wasm", new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 2, 3]), /not a valid WebAssembly module/]
+      ]
+      for (const [name, bytes, reason] of cases) {
+        const r = yield* Effect.either(host.admit(bytes))
+        expect(Either.isLeft(r) && r.left.reason, name).toMatch(reason)
+      }
+    }).pipe(Effect.scoped))
+
+  it.scopedLive("every activation gets a fresh instance: a guest counting in a global sees 1 on every turn", () =>
+    Effect.gen(function*() {
+      const one = data(100, '{"ok":1}')
+      const more = data(120, '{"ok":"again"}')
+      const counter = guest(`${one.segment} ${more.segment}
+        (global $count (mut i32) (i32.const 0))
+        (func (export "brain_run") (param i32 i32) (result i64)
+          (global.set $count (i32.add (global.get $count) (i32.const 1)))
+          (if (result i64) (i32.eq (global.get $count) (i32.const 1))
+            (then (call $out (i32.const ${one.ptr}) (i32.const ${one.len})))
+            (else (call $out (i32.const ${more.ptr}) (i32.const ${more.len})))))`)
+      const host = yield* WasmHostWorkers.make({ ...OPTIONS, workers: 1 })
+      const module = yield* Effect.orDie(host.admit(yield* Effect.promise(() => wat(counter))))
+      const loops = { counter: { activate: (input, h) => host.runLoop(module, input, h) } satisfies AgentloopShape }
+      yield* Effect.gen(function*() {
+        for (let i = 0; i < 5; i++) expect((yield* turn("counter")).turn.result).toBe(1)
+      }).pipe(Effect.provide(runtimeLayer({ loops })))
+    }))
+})
