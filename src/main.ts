@@ -8,7 +8,9 @@ import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
-import * as AgentloopsInProcess from "./layers/AgentloopsInProcess.js"
+import * as AgentloopsLive from "./layers/AgentloopsLive.js"
+import { fileStore } from "./layers/agentloops/ModuleStore.js"
+import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
@@ -103,6 +105,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
   const bindings = ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)).pipe(
     Layer.provide(Layer.succeed(ServerConfig, config))
   )
+  const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
@@ -110,7 +113,12 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       ? Layer.succeed(Models, extensions.models)
       : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     ToolsInProcess.layer(extensions.tools ?? {}),
-    AgentloopsInProcess.layer(extensions.loops ?? {}, AgentloopsInProcess.fileModules(path.join(dataDir, "agentloops"))),
+    AgentloopsLive.layer({
+      loops: extensions.loops ?? {},
+      store: fileStore(path.join(dataDir, "agentloops")),
+      storeBytes: config.maxWasmStoreBytes
+    }).pipe(Layer.provide(wasm)),
+    wasm,
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
     IdempotencyFile.layerNode({
       dataDir,

@@ -6,6 +6,8 @@ import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "
 import { Schema } from "effect"
 import {
   AgentloopAdmitted,
+  AgentloopList,
+  AgentloopPath,
   CreateSessionRequest,
   ErrorBody,
   EventPage,
@@ -49,7 +51,21 @@ export const agentloops = HttpApiGroup.make("agentloops")
       .addError(BadRequest)
       .addError(TooLarge)
       .addError(UnsupportedMedia)
-      .annotate(OpenApi.Description, "Admit a custom Agentloop: the body is the WebAssembly module's bytes (application/wasm)")
+      .annotate(
+        OpenApi.Description,
+        "Admit a WebAssembly module (docs/abi.md): an Agentloop (exports brain_run) or a tool (brain_tool). The body is the module's bytes (application/wasm); it is validated and compiled before it is stored."
+      )
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/agentloops").addSuccess(AgentloopList))
+  .add(
+    HttpApiEndpoint.del("remove", "/v1/agentloops/:id")
+      .setPath(AgentloopPath)
+      .setHeaders(MutatingHeaders)
+      .addSuccess(HttpApiSchema.NoContent)
+      .addError(BadRequest)
+      .addError(NotFound)
+      .addError(Conflict)
+      .annotate(OpenApi.Description, "Remove an uploaded module; refused (409) while a session uses it")
   )
   .addError(Unauthorized)
   .addError(Overloaded)

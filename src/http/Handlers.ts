@@ -67,16 +67,36 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
           headers["idempotency-key"],
           { sha256: hash },
           agentloops.admit(bytes).pipe(
-            Effect.map((id) => jsonAnswer(201, { id })),
+            Effect.map((info) => jsonAnswer(201, info)),
             Effect.mapError((e) =>
               e._tag === "AgentloopRejected"
-                ? apiFailure("invalid_request", e.reason)
+                ? apiFailure(e.full ? "conflict" : "invalid_request", e.reason)
                 : apiFailure("internal", e.reason, { retryable: true })
             )
           )
         )
       }).pipe(asRaw)
-    )
+    ).handle("list", () =>
+      agentloops.list.pipe(
+        Effect.map((list) => ({ agentloops: list })),
+        Effect.mapError((e) => apiFailure("internal", e.reason, { retryable: true }))
+      )).handle("remove", ({ headers, path }) =>
+        idempotent(
+          store,
+          `agentloops:remove:${path.id}`,
+          headers["idempotency-key"],
+          {},
+          agentloops.remove(path.id).pipe(
+            Effect.as(emptyAnswer(204)),
+            Effect.mapError((e) =>
+              e._tag === "AgentloopRejected"
+                ? apiFailure(e.missing ? "not_found" : "conflict", e.reason)
+                : e._tag === "AgentloopInUse"
+                ? apiFailure("conflict", e.reason)
+                : apiFailure("internal", e.reason, { retryable: true })
+            )
+          )
+        ).pipe(asRaw))
   }))
 
 export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "sessions", (h) =>

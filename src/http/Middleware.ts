@@ -56,7 +56,7 @@ const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
 
 /** Routes that take no payload: a body other than `{}` is an unknown field. */
-const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/sessions\/[^/]+)\/?$/
+const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(sessions|agentloops)\/[^/]+)\/?$/
 
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])

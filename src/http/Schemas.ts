@@ -94,8 +94,17 @@ export const Transcript = Schema.Struct({
 }).annotations({ identifier: "Transcript" })
 
 export const AgentloopAdmitted = Schema.Struct({
-  id: Schema.String.annotations({ description: "SHA-256 of the module's bytes, hex" })
+  id: Schema.String.annotations({ description: "SHA-256 of the module's bytes, hex" }),
+  bytes: Schema.Int,
+  loop: Schema.Boolean.annotations({ description: "it exports brain_run: a session can name it as its agentloop" }),
+  tool: Schema.Boolean.annotations({ description: "it exports brain_tool: a tool can run it" })
 }).annotations({ identifier: "AgentloopAdmitted" })
+
+export const AgentloopList = Schema.Struct({ agentloops: Schema.Array(AgentloopAdmitted) }).annotations({ identifier: "AgentloopList" })
+
+export const AgentloopPath = Schema.Struct({
+  id: Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/, { message: () => "an agentloop id is 64 lowercase hex digits" }))
+})
 
 /** Cursors and page sizes arrive as query strings: plain decimal digits only (no signs, spaces, hex or exponents). */
 const Digits = Schema.compose(

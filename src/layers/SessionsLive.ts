@@ -162,9 +162,8 @@ export const make = Effect.gen(function*() {
     create: (request) =>
       Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
-        if (!(yield* agentloops.has(agentloop))) {
-          return yield* Effect.fail(refuse(failure("invalid_request", `no agentloop ${JSON.stringify(agentloop)}`)))
-        }
+        // A loop that cannot run is refused now, not at the first turn.
+        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
         if (request.environments && request.environments.length > 0) {
           return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet")))
         }
@@ -185,6 +184,11 @@ export const make = Effect.gen(function*() {
         if (refused !== undefined) return yield* Effect.fail(refuse(failure("invalid_request", refused)))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
+        // The module's use is recorded before the session names it, so it can never be removed under it.
+        yield* agentloops.use(agentloop, session).pipe(
+          Effect.mapError((e) => refuse(failure("internal", e.reason, { retryable: true }))),
+          Effect.tapError(() => Effect.ignore(journal.remove(session)))
+        )
         const cell = new Cell(session, empty)
         const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
         if (request.transcript && request.transcript.length > 0) {
@@ -192,7 +196,7 @@ export const make = Effect.gen(function*() {
         }
         const [first] = yield* write(cell, opening).pipe(
           // Nothing was recorded: leave no empty session behind.
-          Effect.tapError(() => Effect.ignore(journal.remove(session)))
+          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), agentloops.unuse(agentloop, session)))
         )
         yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
           // The creation is left open: the next access (by whoever learns the id) records it failed.
@@ -247,14 +251,22 @@ export const make = Effect.gen(function*() {
           return summary(cell)
         })),
     delete: (session) =>
-      registry.delete(
-        session,
-        (cell) =>
-          cell.state.status === "ended" || cell.state.status === "failed"
-            ? Effect.void
-            : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted"))),
-        journal.remove(session).pipe(Effect.mapError(fromJournal))
-      ),
+      Effect.suspend(() => {
+        let agentloop: string | undefined
+        return registry.delete(
+          session,
+          (cell) => {
+            agentloop = cell.state.configuration?.agentloop
+            return cell.state.status === "ended" || cell.state.status === "failed"
+              ? Effect.void
+              : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted")))
+          },
+          journal.remove(session).pipe(
+            Effect.mapError(fromJournal),
+            Effect.zipRight(Effect.suspend(() => (agentloop !== undefined ? agentloops.unuse(agentloop, session) : Effect.void)))
+          )
+        )
+      }),
     transcript: (session) =>
       using(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),

@@ -67,16 +67,50 @@ export interface AgentloopShape {
   readonly activate: (input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed | HostCallFailed>
 }
 
-/** Resolves an Agentloop by its id (`official`, or the content hash of an uploaded module). */
-export interface AgentloopsShape {
-  readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
-  readonly has: (id: string) => Effect.Effect<boolean>
-  /** Stores an uploaded module durably under its content hash (SHA-256, hex); returns the id. */
-  readonly admit: (bytes: Uint8Array) => Effect.Effect<string, AgentloopRejected | AgentloopStoreFailed>
+/** An admitted module, as listed. */
+export interface ModuleInfo {
+  /** SHA-256 of the bytes, hex. */
+  readonly id: string
+  readonly bytes: number
+  /** It exports `brain_run`: it can be a session's Agentloop. */
+  readonly loop: boolean
+  /** It exports `brain_tool`: it can implement a tool. */
+  readonly tool: boolean
 }
 
-/** An uploaded module was refused (not WebAssembly, or it could not be stored). */
-export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{ readonly reason: string }> {}
+/**
+ * The Agentloops a session can name: built in (`official`, and loops an embedder or a test
+ * registers) or uploaded WebAssembly modules named by content hash (docs/abi.md).
+ */
+export interface AgentloopsShape {
+  /** The loop to run for this id. */
+  readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
+  /** At create: `id` names a loop that can run (built in, or an admitted module with `brain_run`). */
+  readonly check: (id: string) => Effect.Effect<void, AgentloopRejected>
+  /** Records that a session uses an uploaded module (before its creation is journaled); built-ins need nothing. */
+  readonly use: (id: string, session: string) => Effect.Effect<void, AgentloopStoreFailed>
+  /** Forgets a deleted session's use of a module. */
+  readonly unuse: (id: string, session: string) => Effect.Effect<void>
+  /** Validates, compiles and stores a module durably under its content hash. */
+  readonly admit: (bytes: Uint8Array) => Effect.Effect<ModuleInfo, AgentloopRejected | AgentloopStoreFailed>
+  readonly list: Effect.Effect<ReadonlyArray<ModuleInfo>, AgentloopStoreFailed>
+  /** Removes an uploaded module that no session uses. */
+  readonly remove: (id: string) => Effect.Effect<void, AgentloopRejected | AgentloopInUse | AgentloopStoreFailed>
+  /** An admitted module exporting `brain_tool`, compiled, for a Wasm tool. */
+  readonly tool: (id: string) => Effect.Effect<import("./WasmHost.js").AdmittedModule, AgentloopRejected>
+}
+
+/** An uploaded module was refused (not WebAssembly, not the ABI, too large, unknown). */
+export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{
+  readonly reason: string
+  /** The id names no module (a 404 where it was asked for by id). */
+  readonly missing?: boolean
+  /** The store is full (BRAIN_MAX_WASM_STORE_BYTES). */
+  readonly full?: boolean
+}> {}
+
+/** A module a session still uses cannot be removed. */
+export class AgentloopInUse extends Data.TaggedError("AgentloopInUse")<{ readonly reason: string }> {}
 
 /** A valid module could not be stored (the server's fault, not the request's). */
 export class AgentloopStoreFailed extends Data.TaggedError("AgentloopStoreFailed")<{ readonly reason: string }> {}

@@ -30,6 +30,8 @@ export interface ServerConfigShape {
   readonly maxWasmIoBytes: number
   /** Bytes of an admitted module. */
   readonly maxWasmModuleBytes: number
+  /** Bytes of all stored modules together. */
+  readonly maxWasmStoreBytes: number
   /** Wall time of a turn in milliseconds; reaching it starts cancellation. 0 = no bound. */
   readonly maxTurnMs: number
   /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
@@ -96,6 +98,7 @@ export const defaults: ServerConfigShape = {
   maxWasmComputeMs: 10_000,
   maxWasmIoBytes: 16 * 1024 * 1024,
   maxWasmModuleBytes: 32 * 1024 * 1024,
+  maxWasmStoreBytes: 1024 * 1024 * 1024,
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
@@ -152,6 +155,7 @@ export const fromConfig = Config.all({
   maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
   maxWasmIoBytes: positive("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
   maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),
+  maxWasmStoreBytes: positive("BRAIN_MAX_WASM_STORE_BYTES", defaults.maxWasmStoreBytes, "bytes of all stored modules together"),
   maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
@@ -211,6 +215,7 @@ export const fromConfig = Config.all({
     maxWasmComputeMs: c.maxWasmComputeMs,
     maxWasmIoBytes: c.maxWasmIoBytes,
     maxWasmModuleBytes: c.maxWasmModuleBytes,
+    maxWasmStoreBytes: c.maxWasmStoreBytes,
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,

@@ -22,6 +22,7 @@ import {
   startServer
 } from "../support/server.js"
 import { openSse } from "../support/sse.js"
+import { helloLoop, padded } from "../support/wat.js"
 
 /** Bytes: the shared server's BRAIN_MAX_REQUEST_BYTES, small so the 413 tests send little. */
 const MAX_REQUEST_BYTES = 64 * 1024
@@ -30,6 +31,7 @@ const MAX_REQUEST_BYTES = 64 * 1024
 const UNKNOWN_ID = `ses_${"0".repeat(26)}`
 const BAD_IDS = ["ses_short", "nope", `ses_${"0".repeat(25)}u`, `SES_${"0".repeat(26)}`]
 
+/** A Wasm header and nothing else: Wasm magic, but no module of the ABI. */
 const WASM = new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00])
 
 const scripted = (replies?: ReadonlyArray<unknown>) => ({ provider: "scripted", ...(replies ? { replies } : {}) })
@@ -463,21 +465,28 @@ describe("the HTTP API against a running server", () => {
     expect(fs.existsSync(`${server.dataDir}/agentloops/${id}.wasm`), "the oversized module was stored").toBe(false)
   })
 
-  it("POST /v1/agentloops: a Wasm module is admitted under its SHA-256 (201); other bytes 400; another media type 415", async () => {
-    const expected = crypto.createHash("sha256").update(WASM).digest("hex")
-    const r = await api.req("/v1/agentloops", { raw: WASM, headers: { "content-type": "application/wasm" } })
+  it("POST /v1/agentloops: a module of the ABI is admitted under its SHA-256 (201) and runs; other bytes 400; another media type 415", async () => {
+    const loop = await helloLoop()
+    const expected = crypto.createHash("sha256").update(loop).digest("hex")
+    const r = await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "application/wasm" } })
     expect(r.status, r.text).toBe(201)
-    expect(r.body).toEqual({ id: expected })
-    const again = await api.req("/v1/agentloops", { raw: WASM, headers: { "content-type": "application/wasm" } })
+    expect(r.body).toEqual({ id: expected, bytes: loop.length, loop: true, tool: false })
+    const again = await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "application/wasm" } })
     expect(again.status).toBe(201)
-    expect(again.body).toEqual({ id: expected })
+    expect(again.body.id).toBe(expected)
     expect(fs.existsSync(`${server.dataDir}/agentloops/${expected}.wasm`)).toBe(true)
+    expectError(await api.req("/v1/agentloops", { raw: WASM, headers: { "content-type": "application/wasm" } }), 400, "invalid_request")
     expectError(await api.req("/v1/agentloops", { raw: new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]), headers: { "content-type": "application/wasm" } }), 400, "invalid_request")
     expectError(await api.req("/v1/agentloops", { raw: new Uint8Array(0), headers: { "content-type": "application/wasm" } }), 400, "invalid_request")
-    expectError(await api.req("/v1/agentloops", { raw: WASM, headers: { "content-type": "application/json" } }), 415, "unsupported_media_type")
-    expectError(await api.req("/v1/agentloops", { raw: WASM, headers: { "content-type": "text/plain" } }), 415, "unsupported_media_type")
-    // The admitted module names an agentloop a session can be created with.
-    expect((await api.create({ agentloop: expected, model: scripted() })).status).toBe(201)
+    expectError(await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "application/json" } }), 415, "unsupported_media_type")
+    expectError(await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "text/plain" } }), 415, "unsupported_media_type")
+    // The admitted module names an agentloop a session can be created with, and it runs.
+    const created = await api.create({ agentloop: expected, model: scripted() })
+    expect(created.status).toBe(201)
+    const sent = await api.send(created.body.session_id, "hi")
+    expect(sent.body.turn).toMatchObject({ status: "ended", result: "hello from wasm" })
+    // An unknown id is refused at create, not at the first turn.
+    expectError(await api.create({ agentloop: "f".repeat(64), model: scripted() }), 400, "invalid_request")
   })
 
   it("one turn at a time: a second send or submit while a turn runs is 409 session_busy; delete before end 409; cancel closes the turn; after end, messages are 409 session_ended", async () => {
@@ -865,8 +874,7 @@ describe("the product: node bin/brain.js serve", () => {
     const server = await startServer({ entry: "product" })
     try {
       const api = new Client(server)
-      const wasm = new Uint8Array(12 * 1024 * 1024)
-      wasm.set(WASM)
+      const wasm = padded(await helloLoop(), 12 * 1024 * 1024)
       const admitted = await api.req("/v1/agentloops", { raw: wasm, headers: { "content-type": "application/wasm" } })
       expect(admitted.status, admitted.text).toBe(201)
       expect(admitted.body.id).toBe(crypto.createHash("sha256").update(wasm).digest("hex"))

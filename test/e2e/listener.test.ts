@@ -11,6 +11,7 @@ import * as net from "node:net"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { BIN, ensureBuilt, eventually, request, ROOT, ServerProcess, startServer } from "../support/server.js"
+import { helloLoop } from "../support/wat.js"
 
 /** Connections the flood opens, above what a process limited to 1,024 open files can hold. */
 const FLOOD = 1_100
@@ -216,8 +217,7 @@ describe("a module that cannot be stored", () => {
       fs.rmSync(path.join(server.dataDir, "agentloops"), { recursive: true, force: true })
       fs.writeFileSync(path.join(server.dataDir, "agentloops"), "not a directory")
       await server.start()
-      const wasm = new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00])
-      const r = await request(server.baseUrl, "/v1/agentloops", { raw: wasm, headers: { "content-type": "application/wasm" } })
+      const r = await request(server.baseUrl, "/v1/agentloops", { raw: await helloLoop(), headers: { "content-type": "application/wasm" } })
       expect(r.status, r.text).toBe(500)
       expect(r.body).toMatchObject({ code: "internal", retryable: true })
       expect(r.text).not.toContain(server.dataDir)

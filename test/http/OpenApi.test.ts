@@ -13,9 +13,11 @@ describe("OpenAPI document", () => {
     expect(doc.openapi).toBe("3.1.0")
     const routes = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`))
     expect(routes.sort()).toEqual([
+      "DELETE /v1/agentloops/{id}",
       "DELETE /v1/sessions/{id}",
       "GET /health/live",
       "GET /health/ready",
+      "GET /v1/agentloops",
       "GET /v1/sessions",
       "GET /v1/sessions/{id}",
       "GET /v1/sessions/{id}/events",

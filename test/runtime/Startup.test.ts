@@ -14,7 +14,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { entry, type JournalRecord } from "../../src/domain/Records.js"
-import * as AgentloopsInProcess from "../../src/layers/AgentloopsInProcess.js"
+import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
@@ -74,7 +74,7 @@ const fileRuntime = (dataDir: string, driver: FileDriverShape) => {
     EffectFenceLive.layer,
     ModelsScripted.layer,
     ToolsInProcess.layer({}),
-    AgentloopsInProcess.layer({})
+    AgentloopsLive.layer()
   ).pipe(Layer.provideMerge(Layer.merge(journal, ServerConfig.layerWith({}))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

@@ -3,7 +3,7 @@
  * model (optionally wrapped to record what it was asked), in-process tools and loops.
  */
 import { Effect, Layer } from "effect"
-import * as AgentloopsInProcess from "../../src/layers/AgentloopsInProcess.js"
+import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
@@ -56,7 +56,7 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     EffectFenceLive.layer,
     Layer.succeed(Models, models),
     ToolsInProcess.layer(options.tools ?? {}),
-    AgentloopsInProcess.layer(options.loops ?? {})
+    AgentloopsLive.layer({ loops: options.loops ?? {} })
   ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

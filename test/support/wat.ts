@@ -48,3 +48,26 @@ export const data = (at: number, text: string) => {
   const escaped = [...bytes].map((b) => `\\${b.toString(16).padStart(2, "0")}`).join("")
   return { segment: `(data (i32.const ${at}) "${escaped}")`, ptr: at, len: bytes.length }
 }
+
+/** A valid Agentloop guest (ABI version 1) that answers every turn with `{"ok": "hello from wasm"}`. */
+export const helloLoop = async (): Promise<Uint8Array> => {
+  const out = data(100, '{"ok":"hello from wasm"}')
+  return wat(guest(`${out.segment}
+    (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${out.ptr}) (i32.const ${out.len})))`))
+}
+
+/** `bytes` with a custom section of `size` bytes appended: still a valid module, just larger. */
+export const padded = (bytes: Uint8Array, size: number): Uint8Array => {
+  const name = Buffer.from("pad")
+  const payload = Buffer.alloc(size)
+  const content = Buffer.concat([Buffer.from([name.length]), name, payload])
+  const leb: Array<number> = []
+  let n = content.length
+  do {
+    let byte = n & 0x7f
+    n >>>= 7
+    if (n !== 0) byte |= 0x80
+    leb.push(byte)
+  } while (n !== 0)
+  return new Uint8Array(Buffer.concat([Buffer.from(bytes), Buffer.from([0, ...leb]), content]))
+}

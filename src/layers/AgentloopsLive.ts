@@ -1,0 +1,157 @@
+/**
+ * Agentloops: the built-in loops (`official`, and any an embedder or a test registers) and the
+ * uploaded WebAssembly modules (docs/abi.md), named by the SHA-256 of their bytes.
+ *
+ * - Admission validates and compiles a module (WasmHost.admit: the ABI, its marker, its imports,
+ *   its size) before it is stored; the store's total is bounded (`storeBytes`). Admitting the same
+ *   bytes twice stores them once.
+ * - A session may name an uploaded module only if it exports `brain_run`; `check` says so at
+ *   create (a 400 then, never a 500 at the first turn), and `use` records the session's use of it
+ *   before its creation is journaled. A module is removed only when no live session uses it.
+ * - Compiled modules are kept in memory, least recently used dropped past MODULE_CACHE_ENTRIES;
+ *   one dropped is read and admitted again on its next use.
+ */
+import { Effect, Layer, Option } from "effect"
+import { failure } from "../domain/Failure.js"
+import { officialLoop } from "../loops/official.js"
+import {
+  AgentloopFailed,
+  AgentloopInUse,
+  AgentloopRejected,
+  Agentloops,
+  type AgentloopShape,
+  type AgentloopsShape,
+  AgentloopStoreFailed,
+  type ModuleInfo
+} from "../services/Agentloop.js"
+import { Journal } from "../services/Journal.js"
+import type { SessionId } from "../domain/Ids.js"
+import { type AdmittedModule, WasmHost } from "../services/WasmHost.js"
+import { memoryStore, type ModuleStoreShape } from "./agentloops/ModuleStore.js"
+
+export const OFFICIAL = "official"
+
+/** Modules. Compiled modules kept in memory before the least recently used is dropped. */
+export const MODULE_CACHE_ENTRIES = 64
+
+const MODULE_ID = /^[0-9a-f]{64}$/
+
+export interface AgentloopsOptions {
+  /** Built-in loops by name; `official` defaults to the in-process TypeScript loop. */
+  readonly loops?: Readonly<Record<string, AgentloopShape>>
+  readonly store?: ModuleStoreShape
+  /** Bytes: all stored modules together. */
+  readonly storeBytes?: number
+}
+
+const infoOf = (m: AdmittedModule): ModuleInfo => ({ id: m.hash, bytes: m.bytes, loop: m.loop, tool: m.tool })
+
+export const make = (options: AgentloopsOptions = {}) =>
+  Effect.gen(function*() {
+    const wasm = yield* Effect.serviceOption(WasmHost)
+    const journal = yield* Effect.serviceOption(Journal)
+    const store = options.store ?? memoryStore()
+    const builtins = new Map<string, AgentloopShape>([[OFFICIAL, officialLoop], ...Object.entries(options.loops ?? {})])
+    const compiled = new Map<string, AdmittedModule>()
+
+    const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
+
+    /** The compiled module of a stored id. */
+    const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected> =>
+      Effect.gen(function*() {
+        const cached = compiled.get(id)
+        if (cached) {
+          compiled.delete(id)
+          compiled.set(id, cached)
+          return cached
+        }
+        if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
+        const bytes = yield* store.read(id)
+        if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
+        const admitted = yield* wasm.value.admit(bytes.value).pipe(
+          Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
+        )
+        compiled.set(id, admitted)
+        for (const oldest of compiled.keys()) {
+          if (compiled.size <= MODULE_CACHE_ENTRIES) break
+          compiled.delete(oldest)
+        }
+        return admitted
+      })
+
+    const loopModule = (id: string) =>
+      Effect.filterOrFail(load(id), (m) => m.loop, () => rejected(`the module ${id} exports no brain_run: it is not an Agentloop`))
+
+    const service: AgentloopsShape = {
+      resolve: (id) =>
+        Effect.suspend(() => {
+          const builtin = builtins.get(id)
+          if (builtin) return Effect.succeed(builtin)
+          return loopModule(id).pipe(
+            Effect.map((module): AgentloopShape => ({
+              activate: (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host))
+            })),
+            Effect.mapError((e) => new AgentloopFailed({ failure: failure("agentloop_failed", e.reason) }))
+          )
+        }),
+      check: (id) =>
+        builtins.has(id)
+          ? Effect.void
+          : MODULE_ID.test(id)
+          ? Effect.asVoid(loopModule(id))
+          : Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}: name a built-in loop (${[...builtins.keys()].join(", ")}) or an uploaded module's id`, { missing: true })),
+      use: (id, session) =>
+        builtins.has(id) ? Effect.void : store.use(id, session).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason }))),
+      unuse: (id, session) => (builtins.has(id) ? Effect.void : store.unuse(id, session)),
+      admit: (bytes) =>
+        Effect.gen(function*() {
+          if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
+          const admitted = yield* wasm.value.admit(bytes).pipe(Effect.mapError((e) => rejected(e.reason)))
+          const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+          if (!stored.some((m) => m.id === admitted.hash) && options.storeBytes !== undefined) {
+            const total = stored.reduce((n, m) => n + m.bytes, 0)
+            if (total + admitted.bytes > options.storeBytes) {
+              return yield* Effect.fail(
+                rejected(`the module store holds ${total} bytes; this module would pass BRAIN_MAX_WASM_STORE_BYTES (${options.storeBytes}): remove unused modules first`, { full: true })
+              )
+            }
+          }
+          yield* store.write(admitted.hash, bytes).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+          compiled.set(admitted.hash, admitted)
+          return infoOf(admitted)
+        }),
+      list: Effect.gen(function*() {
+        const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+        const out: Array<ModuleInfo> = []
+        for (const m of stored) {
+          const admitted = yield* Effect.either(load(m.id))
+          out.push(admitted._tag === "Right" ? infoOf(admitted.right) : { id: m.id, bytes: m.bytes, loop: false, tool: false })
+        }
+        return out
+      }),
+      remove: (id) =>
+        Effect.gen(function*() {
+          if (builtins.has(id)) return yield* Effect.fail(rejected(`${JSON.stringify(id)} is built in and cannot be removed`))
+          if (Option.isNone(yield* store.read(id))) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
+          // A use whose session no longer exists (deleted, or a create that never finished) is swept.
+          const live: Array<string> = []
+          for (const session of yield* store.users(id)) {
+            const exists = Option.isSome(journal) ? yield* journal.value.exists(session as SessionId) : true
+            if (exists) live.push(session)
+            else yield* store.unuse(id, session)
+          }
+          if (live.length > 0) {
+            return yield* Effect.fail(new AgentloopInUse({ reason: `${live.length} session(s) use this module (${live.slice(0, 3).join(", ")}${live.length > 3 ? ", …" : ""}); delete them first` }))
+          }
+          compiled.delete(id)
+          yield* store.remove(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+        }),
+      tool: (id) =>
+        MODULE_ID.test(id)
+          ? Effect.filterOrFail(load(id), (m) => m.tool, () => rejected(`the module ${id} exports no brain_tool: it is not a tool`))
+          : Effect.fail(rejected(`no module ${JSON.stringify(id)}`, { missing: true }))
+    }
+    return service
+  })
+
+export const layer = (options: AgentloopsOptions = {}) => Layer.effect(Agentloops, make(options))

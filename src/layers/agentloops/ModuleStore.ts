@@ -1,0 +1,117 @@
+/**
+ * Where admitted modules are kept, by content hash: `{dataDir}/agentloops/{sha256}.wasm`, written
+ * atomically (a temporary file, fdatasync, rename, directory fsync), and which sessions use each:
+ * an empty marker file `{dataDir}/agentloops/uses/{sha256}/{session}` written before the session's
+ * creation is journaled and removed when the session is deleted. A module is removed only when no
+ * session still uses it; a marker left by a create that never finished names a session with no
+ * directory and is swept when the module's removal is asked for.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { Data, Effect, Option } from "effect"
+
+export class StoreFailed extends Data.TaggedError("StoreFailed")<{ readonly reason: string }> {}
+
+export interface StoredModule {
+  readonly id: string
+  readonly bytes: number
+}
+
+export interface ModuleStoreShape {
+  readonly read: (id: string) => Effect.Effect<Option.Option<Uint8Array>>
+  readonly write: (id: string, bytes: Uint8Array) => Effect.Effect<void, StoreFailed>
+  readonly remove: (id: string) => Effect.Effect<void, StoreFailed>
+  readonly list: Effect.Effect<ReadonlyArray<StoredModule>, StoreFailed>
+  /** Records that `session` uses the module (before its creation is journaled). */
+  readonly use: (id: string, session: string) => Effect.Effect<void, StoreFailed>
+  readonly unuse: (id: string, session: string) => Effect.Effect<void>
+  /** The sessions recorded as using the module. */
+  readonly users: (id: string) => Effect.Effect<ReadonlyArray<string>>
+}
+
+const ID = /^[0-9a-f]{64}$/
+
+const tryFs = <A>(what: string, run: () => Promise<A>) =>
+  Effect.tryPromise({ try: run, catch: (err) => new StoreFailed({ reason: `${what}: ${(err as NodeJS.ErrnoException).code ?? "error"}` }) })
+
+const syncDir = (dir: string) =>
+  tryFs("fsync of the modules directory", async () => {
+    const handle = await fs.open(dir, "r")
+    try {
+      await handle.sync()
+    } finally {
+      await handle.close()
+    }
+  })
+
+export const fileStore = (dir: string): ModuleStoreShape => {
+  const file = (id: string) => path.join(dir, `${id}.wasm`)
+  const usesDir = (id: string) => path.join(dir, "uses", id)
+  return {
+    read: (id) =>
+      ID.test(id)
+        ? Effect.promise(() => fs.readFile(file(id)).then((b) => Option.some(new Uint8Array(b)), () => Option.none()))
+        : Effect.succeed(Option.none()),
+    write: (id, bytes) =>
+      Effect.gen(function*() {
+        yield* tryFs("creating the modules directory", () => fs.mkdir(dir, { recursive: true }))
+        const exists = yield* Effect.promise(() => fs.access(file(id)).then(() => true, () => false))
+        if (exists) return
+        const tmp = `${file(id)}.${process.pid}.${Date.now()}.tmp`
+        yield* tryFs("writing the module", async () => {
+          const handle = await fs.open(tmp, "wx")
+          try {
+            await handle.writeFile(bytes)
+            await handle.datasync()
+          } finally {
+            await handle.close()
+          }
+          await fs.rename(tmp, file(id))
+        }).pipe(Effect.tapError(() => Effect.promise(() => fs.rm(tmp, { force: true }))))
+        yield* syncDir(dir)
+      }),
+    remove: (id) =>
+      tryFs("removing the module", () => fs.rm(file(id), { force: true })).pipe(
+        Effect.zipRight(tryFs("removing its uses", () => fs.rm(usesDir(id), { recursive: true, force: true }))),
+        Effect.zipRight(syncDir(dir))
+      ),
+    list: tryFs("listing the modules", async () => {
+      const names = await fs.readdir(dir).catch(() => [] as Array<string>)
+      const out: Array<StoredModule> = []
+      for (const name of names.sort()) {
+        const id = name.slice(0, -5)
+        if (!name.endsWith(".wasm") || !ID.test(id)) continue
+        const stat = await fs.stat(path.join(dir, name)).catch(() => undefined)
+        if (stat) out.push({ id, bytes: stat.size })
+      }
+      return out
+    }),
+    use: (id, session) =>
+      tryFs("recording the module's use", async () => {
+        await fs.mkdir(usesDir(id), { recursive: true })
+        const handle = await fs.open(path.join(usesDir(id), session), "w")
+        await handle.close()
+      }).pipe(Effect.zipRight(syncDir(usesDir(id)))),
+    unuse: (id, session) => Effect.promise(() => fs.rm(path.join(usesDir(id), session), { force: true })),
+    users: (id) => Effect.promise(() => fs.readdir(usesDir(id)).catch(() => [] as Array<string>))
+  }
+}
+
+export const memoryStore = (): ModuleStoreShape => {
+  const modules = new Map<string, Uint8Array>()
+  const uses = new Map<string, Set<string>>()
+  const usesOf = (id: string) => uses.get(id) ?? uses.set(id, new Set()).get(id)!
+  return {
+    read: (id) => Effect.sync(() => Option.fromNullable(modules.get(id))),
+    write: (id, bytes) => Effect.sync(() => void modules.set(id, bytes)),
+    remove: (id) =>
+      Effect.sync(() => {
+        modules.delete(id)
+        uses.delete(id)
+      }),
+    list: Effect.sync(() => [...modules].map(([id, b]) => ({ id, bytes: b.length })).sort((a, b) => (a.id < b.id ? -1 : 1))),
+    use: (id, session) => Effect.sync(() => void usesOf(id).add(session)),
+    unuse: (id, session) => Effect.sync(() => void uses.get(id)?.delete(session)),
+    users: (id) => Effect.sync(() => [...(uses.get(id) ?? [])])
+  }
+}

@@ -1,0 +1,55 @@
+/**
+ * Uploaded modules over HTTP (docs/abi.md, docs/agentloops.md): admitted only when they speak the
+ * ABI, bounded in size one by one and in total, listed, and removed only when no session uses
+ * them; a session naming one that cannot run is refused at create.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+import { helloLoop, padded } from "../support/wat.js"
+
+const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
+
+describe("uploaded modules", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "100000", BRAIN_MAX_WASM_STORE_BYTES: "150000" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("are listed, refused removal while a session uses them, and removed once none does; then a session cannot name them", async () => {
+    const loop = await helloLoop()
+    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(loop))
+    expect(admitted.status).toBe(201)
+    const id = admitted.body.id
+    const listed = await request(server.baseUrl, "/v1/agentloops")
+    expect(listed.body.agentloops).toEqual([{ id, bytes: loop.length, loop: true, tool: false }])
+
+    const session = (await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })).body.session_id
+    const inUse = await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })
+    expect(inUse.status).toBe(409)
+    expect(inUse.body.message).toContain(session)
+
+    await request(server.baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
+    expect((await request(server.baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
+    expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(204)
+    expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(404)
+    expect((await request(server.baseUrl, "/v1/agentloops")).body.agentloops).toEqual([])
+    const refused = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })
+    expect(refused.status).toBe(400)
+    expect((await request(server.baseUrl, `/v1/agentloops/${"x".repeat(64)}`, { method: "DELETE" })).status).toBe(400)
+  })
+
+  it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409", async () => {
+    const loop = await helloLoop()
+    const tooBig = await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 120_000)))
+    expect(tooBig.status).toBe(400)
+    expect(tooBig.body.message).toContain("BRAIN_MAX_WASM_MODULE_BYTES")
+    expect((await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 90_000)))).status).toBe(201)
+    const full = await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 80_000)))
+    expect(full.status).toBe(409)
+    expect(full.body.message).toContain("BRAIN_MAX_WASM_STORE_BYTES")
+  })
+})
