@@ -23,7 +23,8 @@ import { openAiChat } from "./layers/models/OpenAiChat.js"
 import { openAiResponses } from "./layers/models/OpenAiResponses.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
-import * as ToolsInProcess from "./layers/ToolsInProcess.js"
+import * as ToolsLive from "./layers/ToolsLive.js"
+import type { ToolHandler } from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
   CONNECTION_CHECK_MS,
@@ -87,7 +88,7 @@ const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, "openai-res
  */
 export interface Extensions {
   readonly loops?: Readonly<Record<string, AgentloopShape>>
-  readonly tools?: Readonly<Record<string, ToolsInProcess.ToolHandler>>
+  readonly tools?: Readonly<Record<string, ToolHandler>>
   readonly models?: ModelsShape
 }
 
@@ -106,18 +107,19 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     Layer.provide(Layer.succeed(ServerConfig, config))
   )
   const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
+  const agentloops = AgentloopsLive.layer({
+    loops: extensions.loops ?? {},
+    store: fileStore(path.join(dataDir, "agentloops")),
+    storeBytes: config.maxWasmStoreBytes
+  }).pipe(Layer.provide(Layer.merge(wasm, journal)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
     extensions.models
       ? Layer.succeed(Models, extensions.models)
       : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
-    ToolsInProcess.layer(extensions.tools ?? {}),
-    AgentloopsLive.layer({
-      loops: extensions.loops ?? {},
-      store: fileStore(path.join(dataDir, "agentloops")),
-      storeBytes: config.maxWasmStoreBytes
-    }).pipe(Layer.provide(wasm)),
+    ToolsLive.layer(extensions.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    agentloops,
     wasm,
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
     IdempotencyFile.layerNode({

@@ -28,6 +28,8 @@ export const ToolDefinition = Schema.Struct({
   description: Schema.optional(Schema.String),
   input_schema: Schema.optional(Json),
   environment: Schema.optional(Schema.String),
+  /** A Wasm tool: the id (SHA-256) of an admitted module exporting `brain_tool`, run in the built-in environment. */
+  module: Schema.optional(Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/))),
   timeout_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)))
 })
 

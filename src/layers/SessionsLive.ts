@@ -162,8 +162,12 @@ export const make = Effect.gen(function*() {
     create: (request) =>
       Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
-        // A loop that cannot run is refused now, not at the first turn.
+        // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
         yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
+        const modules = [...new Set((request.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
+        for (const module of modules) {
+          yield* agentloops.tool(module).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
+        }
         if (request.environments && request.environments.length > 0) {
           return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet")))
         }
@@ -184,10 +188,12 @@ export const make = Effect.gen(function*() {
         if (refused !== undefined) return yield* Effect.fail(refuse(failure("invalid_request", refused)))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
-        // The module's use is recorded before the session names it, so it can never be removed under it.
-        yield* agentloops.use(agentloop, session).pipe(
+        // The modules' uses are recorded before the session names them, so none is removed under it.
+        const uses = [agentloop, ...modules]
+        const unuse = Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })
+        yield* Effect.forEach(uses, (id) => agentloops.use(id, session), { discard: true }).pipe(
           Effect.mapError((e) => refuse(failure("internal", e.reason, { retryable: true }))),
-          Effect.tapError(() => Effect.ignore(journal.remove(session)))
+          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         const cell = new Cell(session, empty)
         const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
@@ -196,7 +202,7 @@ export const make = Effect.gen(function*() {
         }
         const [first] = yield* write(cell, opening).pipe(
           // Nothing was recorded: leave no empty session behind.
-          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), agentloops.unuse(agentloop, session)))
+          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
           // The creation is left open: the next access (by whoever learns the id) records it failed.
@@ -252,18 +258,21 @@ export const make = Effect.gen(function*() {
         })),
     delete: (session) =>
       Effect.suspend(() => {
-        let agentloop: string | undefined
+        let uses: Array<string> = []
         return registry.delete(
           session,
           (cell) => {
-            agentloop = cell.state.configuration?.agentloop
+            const configuration = cell.state.configuration
+            uses = configuration
+              ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
+              : []
             return cell.state.status === "ended" || cell.state.status === "failed"
               ? Effect.void
               : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted")))
           },
           journal.remove(session).pipe(
             Effect.mapError(fromJournal),
-            Effect.zipRight(Effect.suspend(() => (agentloop !== undefined ? agentloops.unuse(agentloop, session) : Effect.void)))
+            Effect.zipRight(Effect.suspend(() => Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })))
           )
         )
       }),

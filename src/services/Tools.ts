@@ -6,6 +6,7 @@
 import { Context, Data, type Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { ToolDefinition } from "../domain/Configuration.js"
+import type { Failure } from "../domain/Failure.js"
 import type { ToolCallRequest } from "../domain/Messages.js"
 
 export interface ToolInvocation {
@@ -19,6 +20,13 @@ export interface ToolInvocation {
   readonly deadlineAtMs: number | undefined
   /** Aborted when Brain cancels the call or its deadline passes. */
   readonly signal: AbortSignal
+  /**
+   * Emits an Event with the tool's origin (`{kind: "tool", sequence}`), durable before it returns;
+   * refused once the call is over, for a reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES.
+   */
+  readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
+  /** Best effort, never journaled. */
+  readonly telemetry: (data: unknown) => Effect.Effect<void>
 }
 
 /** A definite answer from the executor. `stopped`: it confirms it stopped after an abort. */

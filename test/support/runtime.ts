@@ -11,7 +11,10 @@ import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
 import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
 import * as SessionsLive from "../../src/layers/SessionsLive.js"
-import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
+import type * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
+import * as ToolsLive from "../../src/layers/ToolsLive.js"
+import * as WasmHostWorkers from "../../src/layers/WasmHostWorkers.js"
+import { WasmHost } from "../../src/services/WasmHost.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
@@ -29,6 +32,8 @@ export interface RuntimeOptions {
   readonly models?: ModelsShape
   /** Named model bindings the Sessions service resolves at create (none by default). */
   readonly bindings?: ModelBindingsShape
+  /** Runs a WebAssembly host with these limits: uploaded modules and Wasm tools work (in memory). */
+  readonly wasm?: WasmHostWorkers.WasmHostOptions
 }
 
 export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
@@ -51,12 +56,15 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     })
   }
   const config = ServerConfig.layerWith(options.config ?? {})
+  const wasm = options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty
+  const agentloops = AgentloopsLive.layer({ loops: options.loops ?? {} }).pipe(Layer.provide(Layer.merge(wasm, journal)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
     Layer.succeed(Models, models),
-    ToolsInProcess.layer(options.tools ?? {}),
-    AgentloopsLive.layer({ loops: options.loops ?? {} })
+    ToolsLive.layer(options.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    agentloops,
+    wasm
   ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

@@ -178,6 +178,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       input: call.input ?? null,
       deadline_at_ms: deadlineAtMs ?? 0
     })
+    /** The call is being executed: the tool may still emit Events. */
+    let inFlight = true
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
       Effect.gen(function*() {
         // A cancel that arrived while the start was being committed: do not send at all.
@@ -185,7 +187,18 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         if (Option.isSome(early)) return { _tag: "unsent", reason: yield* early.value } as ToolVerdict
         const controller = new AbortController()
         const executor = yield* Effect.fork(
-          deps.tools.invoke({ session: cell.session, sequence, call, definition, deadlineAtMs, signal: controller.signal }).pipe(
+          deps.tools.invoke({
+            session: cell.session,
+            sequence,
+            call,
+            definition,
+            deadlineAtMs,
+            signal: controller.signal,
+            // A tool's Events come before its outcome: refused once the call is over.
+            emit: (kind, payload) =>
+              inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
+            telemetry: (data) => Effect.logDebug("tool telemetry", data)
+          }).pipe(
             Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
             Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
           )
@@ -206,8 +219,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           return after.value // It finished anyway: record what really happened.
         }
         if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-        return { _tag: "stopped", by: first.by, confirmed: Option.isSome(after), reason: first.reason }
-      })
+        return { _tag: "stopped", by: first.by, confirmed: Option.isSome(after), reason: first.reason } as ToolVerdict
+      }).pipe(Effect.ensuring(Effect.sync(() => void (inFlight = false))))
 
     const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
       const v: ToolVerdict = Exit.isSuccess(exit)
@@ -279,8 +292,12 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       return yield* Effect.forEach(calls, (call) => runTool(call, now), { concurrency: "unbounded" })
     }))
 
-  const emit: Host["emit"] = (kind, payload) =>
-    live(Effect.gen(function*() {
+  /**
+   * Commits an extension Event with the origin Brain assigns: the activation's, or a tool call's.
+   * Reserved kinds are refused; Agentloop- and tool-origin Events share the turn's byte budget.
+   */
+  const emitAs = (origin: { readonly kind: "agentloop" | "tool"; readonly sequence: number }, kind: string, payload: unknown) =>
+    Effect.gen(function*() {
       if (typeof kind !== "string" || kind.length === 0 || ReservedKinds.has(kind)) {
         return yield* refuse(failure("reserved_kind", `the Event kind ${JSON.stringify(kind)} is reserved or invalid`))
       }
@@ -291,11 +308,11 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         )
       }
       scope.emittedBytes += size
-      const [seq] = yield* write(commit(journal, cell, [
-        entry(EXTENSION_KIND, { kind, payload: payload ?? {}, origin: { kind: "agentloop", sequence: scope.activation } })
-      ]))
+      const [seq] = yield* write(commit(journal, cell, [entry(EXTENSION_KIND, { kind, payload: payload ?? {}, origin })]))
       return seq!
-    }))
+    })
+
+  const emit: Host["emit"] = (kind, payload) => live(emitAs({ kind: "agentloop", sequence: scope.activation }, kind, payload))
 
   const setTranscript: Host["setTranscript"] = (messages: ReadonlyArray<Message>) =>
     live(write(Effect.suspend(() => {

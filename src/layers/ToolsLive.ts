@@ -1,0 +1,58 @@
+/**
+ * Tools: a tool whose definition names a `module` is a Wasm tool, run in the built-in environment
+ * (`brain`: the WebAssembly host's worker pool) with the tool half of the ABI (docs/abi.md); any
+ * other runs on the in-process handlers an embedder or a test registers (ToolsInProcess.ts).
+ *
+ * A Wasm tool's `{"ok": output}` is outcome `ok`; `{"error": …}`, a trap, bad output or its compute
+ * budget is outcome `error` (the model sees the error). An abort (a cancel, the call's deadline)
+ * stops the guest at once — its thread is terminated — and is confirmed as stopped, so the call is
+ * recorded `cancelled` or `timeout`.
+ */
+import { Effect, Layer, Option } from "effect"
+import { Agentloops } from "../services/Agentloop.js"
+import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
+import { WasmHost } from "../services/WasmHost.js"
+import * as ToolsInProcess from "./ToolsInProcess.js"
+
+export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
+  Effect.gen(function*() {
+    const wasm = yield* Effect.serviceOption(WasmHost)
+    const agentloops = yield* Effect.serviceOption(Agentloops)
+    const inProcess = ToolsInProcess.make(handlers)
+
+    const runWasm = (invocation: ToolInvocation, id: string): Effect.Effect<ToolReply> =>
+      Effect.gen(function*() {
+        if (Option.isNone(wasm) || Option.isNone(agentloops)) {
+          return { outcome: "error", output: { error: "this server runs no WebAssembly host" } } satisfies ToolReply
+        }
+        const module = yield* Effect.either(agentloops.value.tool(id))
+        if (module._tag === "Left") return { outcome: "error", output: { error: module.left.reason } } satisfies ToolReply
+        const run = wasm.value.runTool(
+          module.right,
+          {
+            input: invocation.call.input ?? null,
+            call: {
+              session_id: invocation.session,
+              sequence: invocation.sequence,
+              name: invocation.call.name,
+              deadline_at_ms: invocation.deadlineAtMs ?? 0
+            }
+          },
+          { emit: invocation.emit, telemetry: invocation.telemetry }
+        )
+        return yield* Effect.raceFirst(
+          Effect.map(run, (r): ToolReply => (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })),
+          Effect.as(ToolsInProcess.aborted(invocation.signal), { outcome: "stopped" } as ToolReply)
+        )
+      })
+
+    const service: ToolsShape = {
+      invoke: (invocation) => {
+        const module = invocation.definition?.module
+        return module !== undefined ? runWasm(invocation, module) : inProcess.invoke(invocation)
+      }
+    }
+    return service
+  })
+
+export const layer = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) => Layer.effect(Tools, make(handlers))
