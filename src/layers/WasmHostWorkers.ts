@@ -54,7 +54,7 @@ export const make = (options: WasmHostOptions) =>
     const service: WasmHostShape = {
       admit: (bytes) => admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }),
       runLoop: (module, input, host) =>
-        activate(pool, { module: module.module, memory: module.memory, entry: "brain_run", input: JSON.stringify(input), perform: loopServices(host) }, limits).pipe(
+        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: JSON.stringify(input), perform: loopServices(host) }, limits).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)
@@ -72,7 +72,7 @@ export const make = (options: WasmHostOptions) =>
           })
         ),
       runTool: (module, activation, services) =>
-        activate(pool, { module: module.module, memory: module.memory, entry: "brain_tool", input: JSON.stringify(activation), perform: toolServices(services) }, limits).pipe(
+        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: JSON.stringify(activation), perform: toolServices(services) }, limits).pipe(
           Effect.map((text) => {
             const output = readOutput(text)
             if (output === undefined) return { _tag: "error" as const, output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }

@@ -107,6 +107,7 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
       const output = yield* activate(
         pool,
         {
+          moduleId: module.hash,
           module: module.module,
           memory: module.memory,
           entry: "brain_run",

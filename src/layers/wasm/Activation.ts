@@ -29,6 +29,8 @@ export type ActivationFailure =
   | { readonly _tag: "guest"; readonly message: string }
 
 export interface Activation {
+  /** The module's content hash: a worker keeps modules it has been sent by it. */
+  readonly moduleId: string
   readonly module: WebAssembly.Module
   readonly memory: MemoryLimits
   readonly entry: "brain_run" | "brain_tool"
@@ -61,7 +63,7 @@ const run = (thread: GuestThread, activation: Activation, limits: ActivationLimi
     const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
     thread.start({
       type: "activate",
-      module: activation.module,
+      moduleId: activation.moduleId,
       entry: activation.entry,
       input: activation.input,
       memory: {
@@ -69,7 +71,7 @@ const run = (thread: GuestThread, activation: Activation, limits: ActivationLimi
         maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
       },
       maxRequestBytes: limits.ioBytes
-    })
+    }, activation.module)
     let remaining = limits.computeMs
     for (;;) {
       const before = yield* Clock.currentTimeMillis

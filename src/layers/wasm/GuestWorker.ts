@@ -24,10 +24,26 @@ const signalWord = new Int32Array(signal)
 const decoder = new TextDecoder("utf-8", { fatal: true })
 const encoder = new TextEncoder()
 
+/** Modules. Compiled modules a worker keeps (the pool tracks which, in the same order, and sends the rest). */
+const WORKER_MODULES = 64
+
+const modules = new Map<string, WebAssembly.Module>()
+
 /** The guest broke the ABI or gave up: the activation fails with this message. */
 class GuestError extends Error {}
 
 const post = (message: WorkerMessage) => parentPort!.postMessage(message)
+
+const moduleOf = (msg: ActivateMessage): WebAssembly.Module => {
+  if (msg.module) {
+    modules.set(msg.moduleId, msg.module)
+    if (modules.size > WORKER_MODULES) modules.delete(modules.keys().next().value!)
+    return msg.module
+  }
+  const known = modules.get(msg.moduleId)
+  if (!known) throw new Error(`the worker has no module ${msg.moduleId}`)
+  return known
+}
 
 const run = (msg: ActivateMessage) => {
   const memory = new WebAssembly.Memory({ initial: msg.memory.initial, maximum: msg.memory.maximum })
@@ -83,7 +99,7 @@ const run = (msg: ActivateMessage) => {
   }
 
   try {
-    const instance = new WebAssembly.Instance(msg.module, imports)
+    const instance = new WebAssembly.Instance(moduleOf(msg), imports)
     exports = instance.exports as Record<string, any>
     const input = give(msg.input)
     const output = unpack(exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)

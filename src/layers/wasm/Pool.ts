@@ -9,6 +9,9 @@ import { MessageChannel, type MessagePort } from "node:worker_threads"
 import { Deferred, Effect, FiberId } from "effect"
 import type { ActivateMessage, WorkerMessage } from "./WorkerProtocol.js"
 
+/** Modules a worker keeps; GuestWorker evicts in the same order (oldest first). */
+const WORKER_MODULES = 64
+
 /**
  * The worker's script, compiled. Run from the sources (the test runner loads .ts files), this
  * module finds it in the build: a worker thread cannot load TypeScript.
@@ -27,6 +30,8 @@ export class GuestThread {
   /** The activation in progress listens here. */
   listener: ((event: ThreadEvent) => void) | undefined = undefined
   dead = false
+  /** Modules the worker keeps (GuestWorker's WORKER_MODULES, same order of eviction). */
+  private readonly modules = new Set<string>()
 
   constructor() {
     const channel = new MessageChannel()
@@ -50,8 +55,14 @@ export class GuestThread {
     this.listener?.({ type: "died", reason })
   }
 
-  start(message: ActivateMessage) {
-    this.worker.postMessage(message)
+  /** Starts an activation; the module itself crosses to the worker only the first time. */
+  start(message: Omit<ActivateMessage, "module">, module: WebAssembly.Module) {
+    const known = this.modules.has(message.moduleId)
+    if (!known) {
+      this.modules.add(message.moduleId)
+      if (this.modules.size > WORKER_MODULES) this.modules.delete(this.modules.values().next().value!)
+    }
+    this.worker.postMessage({ ...message, module: known ? undefined : module })
   }
 
   /** Answers the host call the guest is blocked in. */

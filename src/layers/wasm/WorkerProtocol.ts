@@ -12,7 +12,10 @@ export interface WorkerData {
 
 export interface ActivateMessage {
   readonly type: "activate"
-  readonly module: WebAssembly.Module
+  /** The module's content hash; the worker keeps the modules it was sent by it. */
+  readonly moduleId: string
+  /** Sent only when the worker does not have it yet. */
+  readonly module: WebAssembly.Module | undefined
   readonly entry: "brain_run" | "brain_tool"
   readonly input: string
   readonly memory: { readonly initial: number; readonly maximum: number }

@@ -1,0 +1,141 @@
+#!/usr/bin/env node
+// WebAssembly host benchmark, in-process (the pool's worker threads, no HTTP):
+//
+//   npm run bench:wasm [-- --activations 2000 --calls 20000]
+//
+// - activation overhead: a guest that answers at once, run N times one after the other through
+//   the pool (a fresh instance and memory each time): wall time per activation, beside a plain
+//   in-process call of a function doing the same, measured in the same run;
+// - host-call round trip: one activation making N `kv_read` calls answered at once by the host
+//   side (the bridge's decode/encode included, no journal): the time between one call's arrival
+//   and the next one's, i.e. answer delivery + the guest taking it + the next request reaching
+//   the main thread; and the same with the real HostBridge over an in-memory kv.
+import { Effect } from "effect"
+import wabtInit from "wabt"
+import { activate } from "../../dist/layers/wasm/Activation.js"
+import { loopServices } from "../../dist/layers/wasm/HostBridge.js"
+import { admitModule } from "../../dist/layers/wasm/Module.js"
+import { Pool } from "../../dist/layers/wasm/Pool.js"
+import { ms, pct } from "./stats.js"
+
+const args = process.argv.slice(2)
+const flag = (name, fallback) => {
+  const i = args.indexOf(name)
+  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
+}
+const ACTIVATIONS = flag("--activations", 2000)
+const CALLS = flag("--calls", 20000)
+const LIMITS = { computeMs: 60_000, ioBytes: 16 << 20, memoryBytes: 64 << 20 }
+const now = () => Number(process.hrtime.bigint()) / 1e6
+
+const wabt = await wabtInit()
+const compile = (text) => {
+  const m = wabt.parseWat("bench.wat", text, { bulk_memory: true })
+  try {
+    return new Uint8Array(m.toBinary({}).buffer)
+  } finally {
+    m.destroy()
+  }
+}
+const prelude = `
+  (import "env" "memory" (memory 1))
+  (import "brain" "call" (func $call (param i32 i32 i32 i32) (result i64)))
+  (global (export "brain_abi_v1") i32 (i32.const 1))
+  (global $heap (mut i32) (i32.const 4096))
+  (func $alloc (export "brain_alloc") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get $n)))
+    (block $fits
+      (br_if $fits (i32.le_u (global.get $heap) (i32.mul (memory.size) (i32.const 65536))))
+      (drop (memory.grow (i32.add (i32.div_u (i32.sub (global.get $heap) (i32.mul (memory.size) (i32.const 65536))) (i32.const 65536)) (i32.const 1)))))
+    (local.get $p))`
+const answer = compile(`(module ${prelude}
+  (data (i32.const 100) "{\\"ok\\":1}")
+  (func (export "brain_run") (param i32 i32) (result i64) (i64.or (i64.shl (i64.const 100) (i64.const 32)) (i64.const 8))))`)
+const caller = compile(`(module ${prelude}
+  (data (i32.const 100) "kv_read")
+  (data (i32.const 120) "{\\"key\\":\\"k\\"}")
+  (data (i32.const 200) "{\\"ok\\":1}")
+  (func (export "brain_run") (param i32 i32) (result i64)
+    (local $n i32)
+    (local.set $n (i32.const ${CALLS}))
+    (loop $more
+      (drop (call $call (i32.const 100) (i32.const 7) (i32.const 120) (i32.const 11)))
+      (global.set $heap (i32.const 4096)) ;; the answers are read: reuse their memory
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $more (local.get $n)))
+    (i64.or (i64.shl (i64.const 200) (i64.const 32)) (i64.const 8))))`)
+
+const admit = (bytes) => Effect.runSync(admitModule(bytes, { maxModuleBytes: 1 << 20, maxMemoryBytes: LIMITS.memoryBytes }))
+const pool = new Pool(1)
+const input = JSON.stringify({ input: { message: "x" }, transcript: [], configuration: {}, events: [], runtime: {} })
+
+const activations = async (module, n) => {
+  const times = []
+  for (let i = 0; i < n; i++) {
+    const t0 = now()
+    await Effect.runPromise(activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input, perform: () => Effect.succeed("{}") }, LIMITS))
+    times.push(now() - t0)
+  }
+  return times.sort((a, b) => a - b)
+}
+
+const roundTrips = async (module, perform) => {
+  const arrivals = []
+  await Effect.runPromise(activate(pool, {
+    moduleId: module.hash,
+    module: module.module,
+    memory: module.memory,
+    entry: "brain_run",
+    input,
+    perform: (op, request) => Effect.suspend(() => {
+      arrivals.push(now())
+      return perform(op, request)
+    })
+  }, LIMITS))
+  const gaps = []
+  for (let i = 1; i < arrivals.length; i++) gaps.push((arrivals[i] - arrivals[i - 1]) * 1000)
+  return gaps.sort((a, b) => a - b)
+}
+
+const answering = admit(answer)
+await activations(answering, 200) // warm-up
+const times = await activations(answering, ACTIVATIONS)
+const plain = []
+const plainCall = (text) => JSON.parse(JSON.stringify({ ok: JSON.parse(text).input }))
+for (let i = 0; i < ACTIVATIONS; i++) {
+  const t0 = now()
+  plainCall(input)
+  plain.push(now() - t0)
+}
+plain.sort((a, b) => a - b)
+
+const calling = admit(caller)
+const fixed = await roundTrips(calling, () => Effect.succeed('{"ok":{"found":false}}'))
+const host = {
+  kvRead: () => Effect.succeed({ _tag: "None" }),
+  telemetry: () => Effect.void
+}
+const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }))
+await Effect.runPromise(pool.close)
+
+console.log(`# WebAssembly host: activation overhead and host-call round trip
+method: in-process, one pool thread (worker_threads), guests in WAT compiled with wabt.
+  Activation: ${ACTIVATIONS} activations one after another of a guest that answers at once (a fresh
+  instance and memory each, its input written through brain_alloc, its output read back), after
+  200 warm-up ones; wall time per activation on the main thread. Baseline in the same run: an
+  in-process call that parses the input and encodes an answer.
+  Host call: one activation making ${CALLS} kv_read calls; the interval between successive calls'
+  arrival at the main thread (answer posted + signal + the guest copying it in + the next request
+  posted), with the host side answering at once: fixed text, then through the HostBridge
+  (decode the request, call the Host, encode the answer).
+node ${process.version}
+
+| measure | p50 µs | p90 µs | p99 µs | n |
+| --- | ---: | ---: | ---: | ---: |
+| activation, a fresh instance per call | ${ms(pct(times, 50) * 1000)} | ${ms(pct(times, 90) * 1000)} | ${ms(pct(times, 99) * 1000)} | ${times.length} |
+| baseline: in-process call (parse + encode) | ${ms(pct(plain, 50) * 1000)} | ${ms(pct(plain, 90) * 1000)} | ${ms(pct(plain, 99) * 1000)} | ${plain.length} |
+| host call round trip, fixed answer | ${ms(pct(fixed, 50))} | ${ms(pct(fixed, 90))} | ${ms(pct(fixed, 99))} | ${fixed.length} |
+| host call round trip, kv_read through the HostBridge | ${ms(pct(bridged, 50))} | ${ms(pct(bridged, 90))} | ${ms(pct(bridged, 99))} | ${bridged.length} |`)
+process.exit(0)
