@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm start`: build only when the build is older than the sources, then run the main job.
+// `npm start`: build only when the build is older than the sources (the guests too), then run the main job.
 import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -17,6 +17,8 @@ const built = path.join(root, "dist", "cli", "main.js")
 if (!fs.existsSync(built) || fs.statSync(built).mtimeMs < newest(path.join(root, "src"))) {
   execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" })
 }
+const { buildShipped } = await import("./build-guests.js")
+await buildShipped({ log: () => {} })
 const args = process.argv.slice(2)
 // The same V8 flag as bin/brain.js's shebang: a larger young generation, less GC per turn.
 const child = spawn(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin", "brain.js"), ...(args.length ? args : ["serve"])], {

@@ -1,0 +1,53 @@
+/**
+ * The host services (docs/abi.md, "Host services"), one function each, building the request
+ * shapes the ABI names. Each returns the `Answer` as it came: the loop decides what an error means
+ * (the official loop ends the turn with it; nothing here retries).
+ */
+import { Answer, call } from "./abi"
+import { Json } from "./json"
+
+/** `{"messages", "system"?, "options"?}`: Brain adds the session's system prompt (unless given) and tools. */
+export function model(messages: Json, system: string | null = null, options: Json | null = null): Answer {
+  const request = Json.object().set("messages", messages)
+  if (system !== null) request.set("system", Json.string(system))
+  if (options !== null) request.set("options", options)
+  return call("model", request)
+}
+
+/** Runs `calls` (`[{id, name, input}]`) together; the value is their results in call order. */
+export function dispatch(calls: Json): Answer {
+  return call("dispatch", Json.object().set("calls", calls))
+}
+
+/** Emits an extension Event; the value is `{"sequence": n}`. */
+export function emit(kind: string, payload: Json): Answer {
+  return call("emit", Json.object().set("kind", Json.string(kind)).set("payload", payload))
+}
+
+/** Best effort and never journaled: the answer is ignored. */
+export function telemetry(data: Json): void {
+  call("telemetry", data)
+}
+
+/** The value is `{"found": true, "value": v}` or `{"found": false}` (a stored null is found). */
+export function kvRead(key: string): Answer {
+  return call("kv_read", Json.object().set("key", Json.string(key)))
+}
+
+export function kvPut(key: string, value: Json): Answer {
+  return call("kv_put", Json.object().set("key", Json.string(key)).set("value", value))
+}
+
+export function kvDelete(key: string): Answer {
+  return call("kv_delete", Json.object().set("key", Json.string(key)))
+}
+
+/** Saves the transcript (an array of messages); Brain commits only the difference from the saved one. */
+export function setTranscript(messages: Json): Answer {
+  return call("set_transcript", Json.object().set("messages", messages))
+}
+
+/** A page of this session's public Events after sequence `after`. */
+export function events(after: i64, limit: i64): Answer {
+  return call("events", Json.object().set("after", Json.int(after)).set("limit", Json.int(limit)))
+}

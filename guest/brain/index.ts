@@ -1,0 +1,8 @@
+/**
+ * The AssemblyScript guest library: everything a loop imports (`import { ... } from
+ * "<path>/guest/brain"`). docs/agentloops.md documents it; docs/abi.md is the contract underneath.
+ */
+export * from "./json"
+export { Answer, brainAbort, brain_abi_v1, brain_alloc, call, fail, HostError, readInput, returnError, returnErrorValue, returnOk } from "./abi"
+export { Activation, message, readActivation } from "./activation"
+export { dispatch, emit, events, kvDelete, kvPut, kvRead, model, setTranscript, telemetry } from "./host"

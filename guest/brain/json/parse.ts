@@ -1,0 +1,310 @@
+/**
+ * The JSON parser: UTF-8 bytes (or a string) to a `Json` value, strictly by RFC 8259.
+ *
+ * Rules:
+ * - Malformed input is an error value (`ParseResult.error`, with the byte offset), never a trap:
+ *   bad UTF-8, a raw control character or a bad escape in a string, a number outside the grammar
+ *   (`01`, `1.`, `.5`, `+1`, `NaN`), a trailing comma, anything after the value, a byte-order mark.
+ * - `\uXXXX` escapes become UTF-16 code units as written: a pair joins into one character, a lone
+ *   surrogate stays (as `JSON.parse` keeps it).
+ * - A repeated key keeps its first position and its last value (as `JSON.parse` does).
+ * - Nesting deeper than `MAX_DEPTH` is an error, so a hostile document cannot exhaust the stack.
+ * - Numbers are checked against the grammar and kept as text (json/value.ts says why).
+ */
+import { Json } from "./value"
+
+/** Arrays and objects nested deeper than this are refused. */
+export const MAX_DEPTH: i32 = 512
+
+export class ParseResult {
+  constructor(public value: Json | null, public error: string, public offset: i32) {}
+  get ok(): bool { return this.value !== null }
+}
+
+/** Parses the UTF-8 JSON text of `len` bytes at `ptr`. */
+export function parseBytes(ptr: usize, len: usize): ParseResult {
+  const p = new Parser(ptr, ptr + len)
+  p.ws()
+  let value = p.value(0)
+  if (value !== null) {
+    p.ws()
+    if (p.pos < p.end) value = p.fail("unexpected text after the JSON value")
+  }
+  if (value === null) return new ParseResult(null, p.error, <i32>(p.errorAt - ptr))
+  return new ParseResult(value, "", 0)
+}
+
+export function parse(text: string): ParseResult {
+  const bytes = String.UTF8.encode(text)
+  return parseBytes(changetype<usize>(bytes), <usize>bytes.byteLength)
+}
+
+/**
+ * UTF-16 code units of the string being decoded; reused, so decoding allocates only the result.
+ * Allocated on first use (a library module must not allocate at the top level: abi.ts says why).
+ */
+let units: usize = 0
+let unitsCap: usize = 0
+
+// @ts-ignore: decorator
+@inline function isDigit(b: u32): bool { return b - 48 < 10 }
+
+function hexValue(b: u32): i32 {
+  if (b - 48 < 10) return <i32>(b - 48)
+  const lower = b | 0x20
+  if (lower - 97 < 6) return <i32>(lower - 87)
+  return -1
+}
+
+class Parser {
+  error: string = ""
+  errorAt: usize = 0
+  constructor(public pos: usize, public end: usize) {}
+
+  fail(message: string): Json | null {
+    if (this.error.length == 0) {
+      this.error = message
+      this.errorAt = this.pos
+    }
+    return null
+  }
+
+  @inline peek(): u32 { return this.pos < this.end ? <u32>load<u8>(this.pos) : 0xffffffff }
+
+  ws(): void {
+    while (this.pos < this.end) {
+      const b = load<u8>(this.pos)
+      if (b != 0x20 && b != 0x0a && b != 0x0d && b != 0x09) return
+      this.pos++
+    }
+  }
+
+  value(depth: i32): Json | null {
+    const b = this.peek()
+    if (b == 0x7b) return this.object(depth + 1) // {
+    if (b == 0x5b) return this.array(depth + 1) // [
+    if (b == 0x22) { // "
+      const s = this.string()
+      return s === null ? null : Json.string(s)
+    }
+    if (b == 0x2d || isDigit(b)) return this.number()
+    if (this.word("true")) return Json.bool(true)
+    if (this.word("false")) return Json.bool(false)
+    if (this.word("null")) return Json.null()
+    return this.fail(this.pos < this.end ? "unexpected character" : "unexpected end of input")
+  }
+
+  word(w: string): bool {
+    const n = <usize>w.length
+    if (this.end - this.pos < n) return false
+    for (let i: usize = 0; i < n; i++) {
+      if (<u32>load<u8>(this.pos + i) != <u32>w.charCodeAt(<i32>i)) return false
+    }
+    this.pos += n
+    return true
+  }
+
+  object(depth: i32): Json | null {
+    if (depth > MAX_DEPTH) return this.fail("nested deeper than " + MAX_DEPTH.toString())
+    this.pos++
+    const out = Json.object()
+    this.ws()
+    if (this.peek() == 0x7d) { // }
+      this.pos++
+      return out
+    }
+    while (true) {
+      if (this.peek() != 0x22) return this.fail("expected a string key")
+      const key = this.string()
+      if (key === null) return null
+      this.ws()
+      if (this.peek() != 0x3a) return this.fail("expected ':'")
+      this.pos++
+      this.ws()
+      const v = this.value(depth)
+      if (v === null) return null
+      out.set(key, v)
+      this.ws()
+      const b = this.peek()
+      this.pos++
+      if (b == 0x7d) return out
+      if (b != 0x2c) {
+        this.pos--
+        return this.fail("expected ',' or '}'")
+      }
+      this.ws()
+    }
+  }
+
+  array(depth: i32): Json | null {
+    if (depth > MAX_DEPTH) return this.fail("nested deeper than " + MAX_DEPTH.toString())
+    this.pos++
+    const out = Json.array()
+    this.ws()
+    if (this.peek() == 0x5d) { // ]
+      this.pos++
+      return out
+    }
+    while (true) {
+      const v = this.value(depth)
+      if (v === null) return null
+      out.push(v)
+      this.ws()
+      const b = this.peek()
+      this.pos++
+      if (b == 0x5d) return out
+      if (b != 0x2c) {
+        this.pos--
+        return this.fail("expected ',' or ']'")
+      }
+      this.ws()
+    }
+  }
+
+  number(): Json | null {
+    const start = this.pos
+    if (this.peek() == 0x2d) this.pos++
+    const first = this.peek()
+    if (first == 0x30) this.pos++
+    else if (isDigit(first)) this.digits()
+    else return this.fail("expected a digit")
+    if (this.peek() == 0x2e) { // .
+      this.pos++
+      if (!isDigit(this.peek())) return this.fail("expected a digit after '.'")
+      this.digits()
+    }
+    const e = this.peek()
+    if (e == 0x65 || e == 0x45) { // e E
+      this.pos++
+      const sign = this.peek()
+      if (sign == 0x2b || sign == 0x2d) this.pos++
+      if (!isDigit(this.peek())) return this.fail("expected a digit in the exponent")
+      this.digits()
+    }
+    return Json.numberText(String.UTF8.decodeUnsafe(start, this.pos - start))
+  }
+
+  digits(): void {
+    while (this.pos < this.end && isDigit(<u32>load<u8>(this.pos))) this.pos++
+  }
+
+  /** Reads a string from its opening quote; null (with the error set) when it is malformed. */
+  string(): string | null {
+    this.pos++
+    let n: usize = 0 // code units written
+    while (true) {
+      if (this.pos >= this.end) {
+        this.fail("unterminated string")
+        return null
+      }
+      if (n + 2 > unitsCap) growUnits(n + 2)
+      const b = <u32>load<u8>(this.pos)
+      if (b == 0x22) {
+        this.pos++
+        return String.UTF16.decodeUnsafe(units, n << 1)
+      }
+      if (b == 0x5c) {
+        const unit = this.escape()
+        if (unit < 0) return null
+        store<u16>(units + (n << 1), <u16>unit)
+        n++
+        continue
+      }
+      if (b < 0x20) {
+        this.fail("raw control character in a string")
+        return null
+      }
+      if (b < 0x80) {
+        store<u16>(units + (n << 1), <u16>b)
+        n++
+        this.pos++
+        continue
+      }
+      const cp = this.utf8(b)
+      if (cp < 0) return null
+      if (cp < 0x10000) {
+        store<u16>(units + (n << 1), <u16>cp)
+        n++
+      } else {
+        const c = <u32>cp - 0x10000
+        store<u16>(units + (n << 1), <u16>(0xd800 | (c >>> 10)))
+        store<u16>(units + (n << 1) + 2, <u16>(0xdc00 | (c & 0x3ff)))
+        n += 2
+      }
+    }
+  }
+
+  /** One escape, from its backslash: the code unit it names, or -1 (with the error set). */
+  escape(): i32 {
+    this.pos++
+    const e = this.peek()
+    this.pos++
+    switch (e) {
+      case 0x22: return 0x22
+      case 0x5c: return 0x5c
+      case 0x2f: return 0x2f
+      case 0x62: return 0x08
+      case 0x66: return 0x0c
+      case 0x6e: return 0x0a
+      case 0x72: return 0x0d
+      case 0x74: return 0x09
+      case 0x75: {
+        let unit = 0
+        for (let i = 0; i < 4; i++) {
+          const h = <usize>i < this.end - this.pos ? hexValue(<u32>load<u8>(this.pos + <usize>i)) : -1
+          if (h < 0) {
+            this.pos -= 2
+            this.fail("bad \\u escape")
+            return -1
+          }
+          unit = (unit << 4) | h
+        }
+        this.pos += 4
+        return unit
+      }
+    }
+    this.pos -= 2
+    this.fail("bad escape")
+    return -1
+  }
+
+  /** A multi-byte UTF-8 sequence led by `b`: its code point, or -1 (with the error set). */
+  utf8(b: u32): i32 {
+    let need: usize
+    let cp: u32
+    let min: u32
+    if (b >= 0xc2 && b <= 0xdf) { need = 1; cp = b & 0x1f; min = 0x80 }
+    else if (b >= 0xe0 && b <= 0xef) { need = 2; cp = b & 0x0f; min = 0x800 }
+    else if (b >= 0xf0 && b <= 0xf4) { need = 3; cp = b & 0x07; min = 0x10000 }
+    else {
+      this.fail("invalid UTF-8")
+      return -1
+    }
+    if (this.end - this.pos <= need) {
+      this.fail("invalid UTF-8")
+      return -1
+    }
+    for (let i: usize = 1; i <= need; i++) {
+      const c = <u32>load<u8>(this.pos + i)
+      if ((c & 0xc0) != 0x80) {
+        this.fail("invalid UTF-8")
+        return -1
+      }
+      cp = (cp << 6) | (c & 0x3f)
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      this.fail("invalid UTF-8")
+      return -1
+    }
+    this.pos += need + 1
+    return <i32>cp
+  }
+}
+
+function growUnits(needed: usize): void {
+  let cap = unitsCap == 0 ? <usize>256 : unitsCap << 1
+  while (cap < needed) cap <<= 1
+  units = units == 0 ? heap.alloc(cap << 1) : heap.realloc(units, cap << 1)
+  unitsCap = cap
+}

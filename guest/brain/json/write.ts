@@ -1,0 +1,172 @@
+/**
+ * The JSON writer: a `Json` value to UTF-8 bytes, exactly as JavaScript's `JSON.stringify` writes
+ * the same value (no spaces, keys in order).
+ *
+ * Rules:
+ * - Strings escape `"` and `\`, write `\b \f \n \r \t` short and other control characters as
+ *   `\u00xx`, write a lone surrogate as `\udxxx` (so the output is always UTF-8) and everything else
+ *   as UTF-8, `/` and U+007F included.
+ * - Numbers are written as their text (json/value.ts).
+ * - A `Utf8Writer` grows by doubling and can be reset and reused: the ABI layer writes every host
+ *   request into one, so a turn that sends its whole transcript many times does not pile up copies.
+ */
+import { Json, JsonKind } from "./value"
+
+export class Utf8Writer {
+  ptr: usize
+  len: usize = 0
+  cap: usize
+
+  constructor(initial: usize = 256) {
+    this.cap = initial
+    this.ptr = heap.alloc(initial)
+  }
+
+  reset(): void {
+    this.len = 0
+  }
+
+  @inline reserve(n: usize): void {
+    if (this.len + n > this.cap) this.grow(this.len + n)
+  }
+
+  grow(needed: usize): void {
+    let cap = this.cap << 1
+    while (cap < needed) cap <<= 1
+    this.ptr = heap.realloc(this.ptr, cap)
+    this.cap = cap
+  }
+
+  byte(b: u32): void {
+    this.reserve(1)
+    store<u8>(this.ptr + this.len, <u8>b)
+    this.len++
+  }
+
+  /** Appends a string known to be ASCII (keywords, number text). */
+  ascii(s: string): void {
+    const n = <usize>s.length
+    this.reserve(n)
+    const at = this.ptr + this.len
+    for (let i: usize = 0; i < n; i++) store<u8>(at + i, <u8>s.charCodeAt(<i32>i))
+    this.len += n
+  }
+
+  /** The bytes written so far, as a string. */
+  toString(): string {
+    return String.UTF8.decodeUnsafe(this.ptr, this.len)
+  }
+}
+
+const HEX = "0123456789abcdef"
+
+/** Writes `\uXXXX` at `at` (6 bytes); returns the next position. */
+function hexUnit(at: usize, unit: u32): usize {
+  store<u8>(at, 0x5c)
+  store<u8>(at + 1, 0x75)
+  store<u8>(at + 2, <u8>HEX.charCodeAt((unit >>> 12) & 15))
+  store<u8>(at + 3, <u8>HEX.charCodeAt((unit >>> 8) & 15))
+  store<u8>(at + 4, <u8>HEX.charCodeAt((unit >>> 4) & 15))
+  store<u8>(at + 5, <u8>HEX.charCodeAt(unit & 15))
+  return at + 6
+}
+
+/** Writes `s` as a JSON string literal, quotes included. */
+export function writeString(w: Utf8Writer, s: string): void {
+  const n = s.length
+  // Room for 3 bytes per code unit (the most UTF-8 needs) and the quotes; an escape that needs
+  // more (`\u00xx`, 6 bytes) asks for its extra room itself.
+  w.reserve(<usize>n * 3 + 2)
+  let at = w.ptr + w.len
+  store<u8>(at++, 0x22)
+  for (let i = 0; i < n; i++) {
+    const c = <u32>s.charCodeAt(i)
+    if (c >= 0x20 && c < 0x80) {
+      if (c == 0x22 || c == 0x5c) {
+        store<u8>(at++, 0x5c)
+      }
+      store<u8>(at++, <u8>c)
+      continue
+    }
+    if (c < 0x20) {
+      const short = c == 0x08 ? 0x62 : c == 0x0c ? 0x66 : c == 0x0a ? 0x6e : c == 0x0d ? 0x72 : c == 0x09 ? 0x74 : 0
+      if (short != 0) {
+        store<u8>(at++, 0x5c)
+        store<u8>(at++, <u8>short)
+      } else {
+        at = roomFor(w, at, <usize>(n - i) * 3 + 6)
+        at = hexUnit(at, c)
+      }
+      continue
+    }
+    if (c < 0x800) {
+      store<u8>(at++, <u8>(0xc0 | (c >>> 6)))
+      store<u8>(at++, <u8>(0x80 | (c & 0x3f)))
+      continue
+    }
+    if (c >= 0xd800 && c <= 0xdfff) {
+      const next = i + 1 < n ? <u32>s.charCodeAt(i + 1) : 0
+      if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        const cp = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00)
+        store<u8>(at++, <u8>(0xf0 | (cp >>> 18)))
+        store<u8>(at++, <u8>(0x80 | ((cp >>> 12) & 0x3f)))
+        store<u8>(at++, <u8>(0x80 | ((cp >>> 6) & 0x3f)))
+        store<u8>(at++, <u8>(0x80 | (cp & 0x3f)))
+        i++
+      } else {
+        at = roomFor(w, at, <usize>(n - i) * 3 + 6)
+        at = hexUnit(at, c)
+      }
+      continue
+    }
+    store<u8>(at++, <u8>(0xe0 | (c >>> 12)))
+    store<u8>(at++, <u8>(0x80 | ((c >>> 6) & 0x3f)))
+    store<u8>(at++, <u8>(0x80 | (c & 0x3f)))
+  }
+  store<u8>(at++, 0x22)
+  w.len = at - w.ptr
+}
+
+/** Makes room for `more` bytes at `at` (which may move when the buffer grows); returns the new `at`. */
+function roomFor(w: Utf8Writer, at: usize, more: usize): usize {
+  w.len = at - w.ptr
+  w.reserve(more)
+  return w.ptr + w.len
+}
+
+export function writeJson(w: Utf8Writer, v: Json): void {
+  switch (v.kind) {
+    case JsonKind.Null: w.ascii("null"); break
+    case JsonKind.Bool: w.ascii(v.asBool() ? "true" : "false"); break
+    case JsonKind.Number: w.ascii(v.numberText()); break
+    case JsonKind.String: writeString(w, v.asString()); break
+    case JsonKind.Array: {
+      w.byte(0x5b)
+      const n = v.length
+      for (let i = 0; i < n; i++) {
+        if (i > 0) w.byte(0x2c)
+        writeJson(w, v.at(i))
+      }
+      w.byte(0x5d)
+      break
+    }
+    default: {
+      w.byte(0x7b)
+      const n = v.length
+      for (let i = 0; i < n; i++) {
+        if (i > 0) w.byte(0x2c)
+        writeString(w, v.keyAt(i))
+        w.byte(0x3a)
+        writeJson(w, v.at(i))
+      }
+      w.byte(0x7d)
+    }
+  }
+}
+
+/** The JSON text of `v`, as `JSON.stringify(v)` would write it. */
+export function stringify(v: Json): string {
+  const w = new Utf8Writer(64)
+  writeJson(w, v)
+  return w.toString()
+}

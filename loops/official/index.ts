@@ -1,0 +1,71 @@
+/**
+ * The official Agentloop, compiled to WebAssembly (dist/loops/official.wasm): the same behaviour as
+ * the TypeScript loop in src/loops/official.ts, which test/guest/official.test.ts checks call for
+ * call and byte for byte.
+ *
+ * model → if the model asked for tools, save the request, dispatch them all together, append one
+ * result message each, save → model again … until an answer without tool calls, which is saved
+ * and returned as `{"text"}`. It first repairs what an interruption left (transcript.ts). A host
+ * call that answers an error (the model failed, a limit, a cancel) ends the activation with that
+ * error's code and message; nothing is retried. Tool failures are results the model sees.
+ */
+import {
+  Answer,
+  dispatch,
+  Json,
+  message,
+  model,
+  readActivation,
+  returnError,
+  returnOk,
+  setTranscript
+} from "../../guest/brain"
+import { interruptionNote, repairTranscript, setPresent, toolMessage, truthy } from "./transcript"
+
+export { brain_abi_v1, brain_alloc } from "../../guest/brain"
+
+export function brain_run(ptr: usize, len: usize): u64 {
+  const activation = readActivation(ptr, len)
+  const transcript = repairTranscript(activation.transcript)
+  const note = interruptionNote(activation.events)
+  if (note !== null) transcript.push(message("system", note))
+  const input = activation.json.get("input")
+  if (truthy(input)) {
+    const user = Json.object().set("role", Json.string("user"))
+    setPresent(user, "content", input!.isObject() ? input!.get("message") : null)
+    transcript.push(user)
+  }
+  while (true) {
+    const reply = model(transcript)
+    if (!reply.ok) return failed(reply)
+    const text = reply.value.get("text")
+    const requested = reply.value.get("tool_calls")
+    const calls = requested !== null && requested.isArray() ? requested : Json.array()
+    const assistant = Json.object().set("role", Json.string("assistant"))
+    setPresent(assistant, "content", text)
+    if (calls.length > 0) assistant.set("tool_calls", calls)
+    transcript.push(assistant)
+    // With tool calls this saves the request before running them, so a crash leaves it visible.
+    const saved = setTranscript(transcript)
+    if (!saved.ok) return failed(saved)
+    if (calls.length == 0) {
+      const result = Json.object()
+      setPresent(result, "text", text)
+      return returnOk(result)
+    }
+    const results = dispatch(calls)
+    if (!results.ok) return failed(results)
+    for (let i = 0; i < results.value.length; i++) {
+      const r = results.value.at(i)
+      transcript.push(toolMessage(r.get("call_id"), r.get("output"), truthy(r.get("is_error")), r.get("outcome")))
+    }
+    const savedResults = setTranscript(transcript)
+    if (!savedResults.ok) return failed(savedResults)
+  }
+}
+
+/** Ends the activation with the host's error: the host turns it into the turn's failure. */
+function failed(answer: Answer): u64 {
+  const e = answer.error!
+  return returnError(e.code, e.message)
+}

@@ -1,0 +1,118 @@
+/**
+ * The official loop's transcript rules, as src/loops/official.ts has them, value for value: the
+ * messages it adds have the same keys in the same order (`role`, `content`, `tool_calls`; a tool
+ * result is `role`, `tool_call_id`, `content`), and a field the TypeScript loop would leave
+ * `undefined` (so `JSON.stringify` drops it) is left out here too.
+ */
+import { Json, stringify } from "../../guest/brain"
+
+const INTERRUPTED = "the call was interrupted; it may or may not have run"
+
+/** A tool result message: the output's JSON text, or `{"outcome", "error": output}` when it failed. */
+export function toolMessage(callId: Json | null, output: Json | null, isError: bool, outcome: Json | null): Json {
+  let content: Json | null = output
+  if (isError) {
+    const failed = Json.object()
+    setPresent(failed, "outcome", outcome)
+    setPresent(failed, "error", output)
+    content = failed
+  }
+  const m = Json.object().set("role", Json.string("tool"))
+  setPresent(m, "tool_call_id", callId)
+  // JSON.stringify(undefined) is undefined, which the TypeScript loop writes as "null".
+  return m.set("content", Json.string(content === null ? "null" : stringify(content)))
+}
+
+/** Adds a result to every tool call that has none, right after its assistant message's results. */
+export function repairTranscript(transcript: Json): Json {
+  const answered = new Set<string>()
+  const n = transcript.length
+  for (let i = 0; i < n; i++) {
+    const m = transcript.at(i)
+    if (roleOf(m) == "tool") {
+      const id = m.get("tool_call_id")
+      if (id !== null && id.isString() && id.asString().length > 0) answered.add(id.asString())
+    }
+  }
+  const out = Json.array()
+  for (let i = 0; i < n; i++) {
+    const m = transcript.at(i)
+    out.push(m)
+    if (roleOf(m) != "assistant") continue
+    const calls = m.get("tool_calls")
+    if (calls === null || !calls.isArray() || calls.length == 0) continue
+    let j = i + 1
+    while (j < n && roleOf(transcript.at(j)) == "tool") out.push(transcript.at(j++))
+    for (let k = 0; k < calls.length; k++) {
+      const c = calls.at(k)
+      const id = c.isObject() ? c.get("id") : null
+      if (id !== null && id.isString() && answered.has(id.asString())) continue
+      out.push(toolMessage(id, Json.string(INTERRUPTED), true, Json.string("unknown")))
+    }
+    i = j - 1
+  }
+  return out
+}
+
+/** The system note about the last failed turn among `events`, or null when none failed. */
+export function interruptionNote(events: Json): string | null {
+  let last: Json | null = null
+  for (let i = 0; i < events.length; i++) {
+    const e = events.at(i)
+    if (!e.isObject() || e.getString("kind") != "turn_failed") continue
+    const data = e.get("data")
+    if (data === null || !data.isObject()) continue
+    const failure = data.get("failure")
+    if (truthy(failure)) last = failure
+  }
+  if (last === null) return null
+  const code = last.isObject() ? last.get("code") : null
+  const message = last.isObject() ? last.get("message") : null
+  return "Note from Brain: the previous turn did not finish (" + templateText(code) + ": " + templateText(message) +
+    "). Effects it started may or may not have happened; check before repeating them."
+}
+
+/** Sets `key` unless `value` is absent (where the TypeScript loop's field would be undefined). */
+export function setPresent(target: Json, key: string, value: Json | null): void {
+  if (value !== null) target.set(key, value)
+}
+
+/** JavaScript truthiness, for the checks the TypeScript loop makes with `if (x)`. */
+export function truthy(v: Json | null): bool {
+  if (v === null || v.isNull()) return false
+  if (v.isBool()) return v.asBool()
+  if (v.isNumber()) return !isZero(v.numberText())
+  if (v.isString()) return v.asString().length > 0
+  return true
+}
+
+/** Whether JSON number text is zero (every digit before the exponent is 0); JSON has no NaN. */
+function isZero(text: string): bool {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c == 101 || c == 69) break // e E
+    if (c >= 49 && c <= 57) return false // 1-9
+  }
+  return true
+}
+
+function roleOf(m: Json): string {
+  return m.isObject() ? m.getString("role") : ""
+}
+
+/** A value as a JavaScript template literal writes it (`${v}`); absent is "undefined". */
+function templateText(v: Json | null): string {
+  if (v === null) return "undefined"
+  if (v.isString()) return v.asString()
+  if (v.isObject()) return "[object Object]"
+  if (v.isArray()) {
+    let s = ""
+    for (let i = 0; i < v.length; i++) {
+      if (i > 0) s += ","
+      const item = v.at(i)
+      if (!item.isNull()) s += templateText(item)
+    }
+    return s
+  }
+  return stringify(v)
+}

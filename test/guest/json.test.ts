@@ -1,0 +1,294 @@
+/**
+ * The guest JSON library (guest/brain/json), through a compiled probe (guest/test/probe.ts): what it
+ * accepts it writes back as `JSON.stringify` would, keys in order and integers exact; what is
+ * malformed is an error with a byte offset, never a trap; misuse of a value reaches Brain as
+ * `brain.fail`.
+ */
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import fc from "fast-check"
+import { compileProbe, type Guest, type Instance, instantiate } from "./harness.js"
+
+let probe: Guest
+let instance: Instance
+beforeAll(async () => {
+  probe = await compileProbe("guest/test/probe.ts")
+}, 120_000)
+
+/** A fresh instance every few hundred calls: the probe's heap only grows. */
+let uses = 0
+const live = () => {
+  if (uses++ % 200 === 0) instance = instantiate(probe, () => ({ ok: null }))
+  return instance
+}
+
+/** Parses `text` (a string, or raw bytes) in the guest: the value written back, or the error. */
+const roundTrip = (text: string | Uint8Array): { ok?: string; error?: string } => {
+  const i = live()
+  const [ptr, len] = i.place(text)
+  const { output, failed } = i.result(() => i.exports.brain_run(ptr, len))
+  if (failed !== undefined) throw new Error(`brain.fail: ${failed}`)
+  if (output!.startsWith(`{"ok":`)) return { ok: output!.slice(6, -1) }
+  return { error: JSON.parse(output!).error.message }
+}
+
+const okOf = (text: string) => {
+  const r = roundTrip(text)
+  expect(r.error).toBeUndefined()
+  return r.ok!
+}
+
+const viaStringApi = (text: string) => {
+  const i = live()
+  const [ptr, len] = i.place(text)
+  return JSON.parse(i.result(() => i.exports.probe_string_api(ptr, len)).output!).ok as string
+}
+
+const build = () => {
+  const i = live()
+  return JSON.parse(i.result(() => i.exports.probe_build()).output!).ok
+}
+
+const bytes = (...b: Array<number>) => Uint8Array.from(b)
+
+describe("guest JSON", () => {
+  it("round trips what JSON.stringify writes, byte for byte (random values, all of Unicode)", () => {
+    fc.assert(
+      fc.property(fc.unicodeJsonValue(), (v) => {
+        const text = JSON.stringify(v)
+        expect(okOf(text)).toBe(text)
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("strings of any UTF-16 code units, lone surrogates included, come back as JSON.stringify writes them", () => {
+    const units = fc.array(fc.integer({ min: 0, max: 0xffff }), { maxLength: 40 }).map((a) => String.fromCharCode(...a))
+    fc.assert(
+      fc.property(units, (s) => {
+        const text = JSON.stringify(s)
+        expect(okOf(text)).toBe(text)
+        expect(okOf(JSON.stringify({ [s]: s }))).toBe(JSON.stringify({ [s]: s }))
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("escapes: every short form and \\u form is read, and written back in JSON.stringify's form", () => {
+    expect(okOf(String.raw`"\"\\\/\b\f\n\r\t"`)).toBe(String.raw`"\"\\/\b\f\n\r\t"`)
+    expect(okOf(String.raw`"\u00e9\u00E9\u20ac\uD83D\uDE00\ud83d\ude00"`)).toBe(`"éé€😀😀"`)
+    expect(okOf(String.raw`"\u0000\u001f\u007f\u0020\u2028"`)).toBe(`"\\u0000\\u001f\u007f \u2028"`)
+    expect(okOf(String.raw`"\ud800 \udc00\ud800 \uDBFF"`)).toBe(String.raw`"\ud800 \udc00\ud800 \udbff"`)
+    expect(okOf(`"😀 raw 4-byte and é 2-byte and € 3-byte"`)).toBe(`"😀 raw 4-byte and é 2-byte and € 3-byte"`)
+    expect(viaStringApi(String.raw`{"a":"\ud83d\ude00\n"}`)).toBe(`{"a":"😀\\n"}`)
+  })
+
+  it("numbers keep their text: big integers stay exact, a float is not reformatted", () => {
+    expect(okOf(`[12345678901234567890123,-9223372036854775809,0.1,1.50,1E+2,-0,5e-324,1e400]`)).toBe(
+      `[12345678901234567890123,-9223372036854775809,0.1,1.50,1E+2,-0,5e-324,1e400]`
+    )
+  })
+
+  it("objects keep key order; a repeated key keeps its first place and its last value (as JSON.parse does)", () => {
+    expect(okOf(`{"b":1,"a":[true,false,null],"":{},"c":{"z":1,"y":2}}`)).toBe(`{"b":1,"a":[true,false,null],"":{},"c":{"z":1,"y":2}}`)
+    const text = `{"a":1,"b":2,"a":3}`
+    expect(okOf(text)).toBe(JSON.stringify(JSON.parse(text)))
+    const many = `{${Array.from({ length: 100 }, (_, i) => `"k${i}":${i}`).join(",")},"k7":"again","k99":null}`
+    expect(okOf(many)).toBe(JSON.stringify(JSON.parse(many)))
+  })
+
+  it("whitespace is the four JSON characters around any token", () => {
+    expect(okOf(` \t\n\r[ 1 ,\n{ "a" : null } ]\r\n `)).toBe(`[1,{"a":null}]`)
+  })
+
+  const malformed: Array<[string, string | Uint8Array, string]> = [
+    ["empty input", ``, "unexpected end of input at byte 0"],
+    ["only whitespace", `  `, "unexpected end of input at byte 2"],
+    ["an unclosed object", `{`, "expected a string key at byte 1"],
+    ["a trailing comma in an array", `[1,]`, "unexpected character at byte 3"],
+    ["a trailing comma in an object", `{"a":1,}`, "expected a string key at byte 7"],
+    ["a missing colon", `{"a" 1}`, "expected ':' at byte 5"],
+    ["a bare key", `{a:1}`, "expected a string key at byte 1"],
+    ["a leading zero", `01`, "unexpected text after the JSON value at byte 1"],
+    ["a bare dot", `1.`, "expected a digit after '.' at byte 2"],
+    ["a leading dot", `.5`, "unexpected character at byte 0"],
+    ["a plus sign", `+1`, "unexpected character at byte 0"],
+    ["a lone minus", `-`, "expected a digit at byte 1"],
+    ["an empty exponent", `1e`, "expected a digit in the exponent at byte 2"],
+    ["a signed empty exponent", `1e+`, "expected a digit in the exponent at byte 3"],
+    ["NaN", `NaN`, "unexpected character at byte 0"],
+    ["Infinity", `-Infinity`, "expected a digit at byte 1"],
+    ["a cut keyword", `tru`, "unexpected character at byte 0"],
+    ["an unterminated string", `"abc`, "unterminated string at byte 4"],
+    ["a bad escape", String.raw`"a\x"`, "bad escape at byte 2"],
+    ["a short \\u escape", String.raw`"\u12"`, "bad \\u escape at byte 1"],
+    ["a non-hex \\u escape", String.raw`"\u12G4"`, "bad \\u escape at byte 1"],
+    ["a raw tab in a string", `"a\tb"`, "raw control character in a string at byte 2"],
+    ["single quotes", `'a'`, "unexpected character at byte 0"],
+    ["two values", `[1] 2`, "unexpected text after the JSON value at byte 4"],
+    ["an extra brace", `{"a":1}}`, "unexpected text after the JSON value at byte 7"],
+    ["a byte-order mark", `\ufeff[1]`, "unexpected character at byte 0"],
+    ["a missing comma", `[1 2]`, "expected ',' or ']' at byte 3"],
+    ["an invalid UTF-8 byte", bytes(0x22, 0xff, 0x22), "invalid UTF-8 at byte 1"],
+    ["a lone continuation byte", bytes(0x22, 0x80, 0x22), "invalid UTF-8 at byte 1"],
+    ["an overlong encoding", bytes(0x22, 0xc0, 0x80, 0x22), "invalid UTF-8 at byte 1"],
+    ["an overlong 3-byte encoding", bytes(0x22, 0xe0, 0x80, 0x80, 0x22), "invalid UTF-8 at byte 1"],
+    ["a surrogate encoded in UTF-8", bytes(0x22, 0xed, 0xa0, 0x80, 0x22), "invalid UTF-8 at byte 1"],
+    ["a code point past U+10FFFF", bytes(0x22, 0xf4, 0x90, 0x80, 0x80, 0x22), "invalid UTF-8 at byte 1"],
+    ["a cut sequence", bytes(0x22, 0xe2, 0x82, 0x22), "invalid UTF-8 at byte 1"],
+    ["a sequence cut by the end", bytes(0x22, 0xe2, 0x82), "invalid UTF-8 at byte 1"],
+    ["non-ASCII outside a string", `[é]`, "unexpected character at byte 1"]
+  ]
+  for (const [what, text, error] of malformed) {
+    it(`refuses ${what} with an error and its offset`, () => {
+      expect(roundTrip(text)).toEqual({ error })
+    })
+  }
+
+  it("nesting: 512 levels parse, 513 are refused, and a hostile 100,000 are refused without a trap", () => {
+    const nest = (n: number) => "[".repeat(n) + "]".repeat(n)
+    expect(okOf(nest(512))).toBe(nest(512))
+    expect(roundTrip(nest(513))).toEqual({ error: "nested deeper than 512 at byte 512" })
+    expect(roundTrip(`{"a":`.repeat(600) + "1" + "}".repeat(600)).error).toMatch(/^nested deeper than 512/)
+    expect(roundTrip("[".repeat(100_000)).error).toMatch(/^nested deeper than 512/)
+  })
+
+  it("random bytes are parsed or refused, never a trap, and what parses is what JSON.parse accepts", () => {
+    const alphabet = fc.constantFrom(...`{}[],:"\\ 0123456789.eE+-truefalsn\u00e9\ud83d\ude00`.split(""))
+    fc.assert(
+      fc.property(fc.array(alphabet, { maxLength: 24 }).map((a) => a.join("")), (text) => {
+        let valid = true
+        try {
+          JSON.parse(text)
+        } catch {
+          valid = false
+        }
+        expect(roundTrip(text).ok !== undefined).toBe(valid)
+      }),
+      { numRuns: 2000 }
+    )
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 24 }), (b) => {
+        roundTrip(b)
+      }),
+      { numRuns: 1000 }
+    )
+  })
+
+  it("Json.int writes JavaScript's digits for every i64", () => {
+    const text = (x: bigint) => {
+      const i = live()
+      return i.result(() => i.exports.probe_int(x)).output
+    }
+    for (const x of [0n, 1n, -1n, 9223372036854775807n, -9223372036854775808n]) expect(text(x)).toBe(`{"ok":${x}}`)
+    fc.assert(
+      fc.property(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), (x) => {
+        expect(text(x)).toBe(`{"ok":${x}}`)
+      }),
+      { numRuns: 300 }
+    )
+  })
+
+  it("Json.float reads back to the same double, writes JavaScript's format (1, not 1.0; -0 is 0; NaN is null)", () => {
+    const text = (x: number) => {
+      const i = live()
+      return i.result(() => i.exports.probe_float(x)).output!.slice(6, -1)
+    }
+    for (const x of [0, -0, 1, -1, 0.1, 0.5, 1.5, 100, 1e20, 1e21, 1.5e300, 1e-7, 1.5e-7, 0.000001, 5e-324, 2 ** 53, 123.456]) {
+      expect(text(x)).toBe(JSON.stringify(x))
+    }
+    for (const x of [Number.NaN, Infinity, -Infinity]) expect(text(x)).toBe("null")
+    fc.assert(
+      fc.property(fc.double({ noNaN: true, noDefaultInfinity: true }), (x) => {
+        const t = text(x)
+        expect(JSON.parse(t)).toBe(Object.is(x, -0) ? 0 : x)
+        expect(t.includes("e")).toBe(JSON.stringify(x).includes("e"))
+      }),
+      { numRuns: 2000 }
+    )
+  })
+
+  it("reading a number: isInteger and asI64 are exact inside i64, asF64 is the double JavaScript reads (random and hard cases)", () => {
+    const read = (text: string) => {
+      const i = live()
+      const [ptr, len] = i.place(text)
+      return JSON.parse(i.result(() => i.exports.probe_number(ptr, len)).output!).ok as { integer: boolean; i64: string; f64: number }
+    }
+    expect(read("9223372036854775807")).toEqual({ integer: true, i64: "9223372036854775807", f64: 9223372036854775807 })
+    expect(read("-9223372036854775808")).toEqual({ integer: true, i64: "-9223372036854775808", f64: -9223372036854775808 })
+    expect(read("9223372036854775808")).toEqual({ integer: false, i64: "9223372036854775807", f64: 9223372036854775808 })
+    expect(read("-1e300")).toEqual({ integer: false, i64: "-9223372036854775808", f64: -1e300 })
+    expect(read("2.9")).toEqual({ integer: false, i64: "2", f64: 2.9 })
+    expect(read("-2.9e0")).toEqual({ integer: false, i64: "-2", f64: -2.9 })
+    expect(read("1e3")).toEqual({ integer: false, i64: "1000", f64: 1000 })
+    fc.assert(
+      fc.property(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), (x) => {
+        expect(read(String(x))).toMatchObject({ integer: true, i64: String(x) })
+      }),
+      { numRuns: 300 }
+    )
+    fc.assert(
+      fc.property(fc.double({ noNaN: true, noDefaultInfinity: true }), (x) => {
+        expect(read(JSON.stringify(x)).f64).toBe(Object.is(x, -0) ? 0 : x)
+      }),
+      { numRuns: 3000 }
+    )
+    // Decimal strings that are not JavaScript's shortest form: long, padded, on or near midpoints.
+    const hard = [
+      "4.973430841096338e+38", "2.2250738585072011e-308", "2.2250738585072012e-308", "4.9406564584124654e-324",
+      "2.4703282292062327e-324", "2.4703282292062328e-324", "1.7976931348623157e308", "1.7976931348623158e308",
+      "1.7976931348623159e308", "9007199254740993", "9007199254740995", "0.1000000000000000055511151231257827",
+      "123456789012345678901234567890e-20", "1e-400", "1e400", "0.000" + "0".repeat(300) + "1e300",
+      "1" + "0".repeat(900) + "e-900", "7.2057594037927933e+16", "1.00000000000000011102230246251565404236316680908203125",
+      "1.00000000000000011102230246251565404236316680908203124", "1.00000000000000011102230246251565404236316680908203126"
+    ]
+    // What JSON can carry: Infinity is written as null, -0 as 0.
+    const carried = (x: number) => JSON.parse(JSON.stringify(x))
+    for (const text of hard) expect(read(text).f64, text).toBe(carried(Number(text)))
+    const digits = fc.stringMatching(/^-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,30})?(e[+-]?[0-9]{1,3})?$/)
+    fc.assert(
+      fc.property(digits, (text) => {
+        expect(read(text).f64).toBe(carried(Number(text)))
+      }),
+      { numRuns: 3000 }
+    )
+  })
+
+  it("the builder keeps insertion order, replaces in place (past the key index too), and copies one level", () => {
+    const built = build()
+    const keys = Array.from({ length: 40 }, (_, i) => `k${i}`)
+    expect(Object.keys(built.big)).toEqual([...keys, "new"])
+    expect(built.big.k3).toBe("replaced")
+    expect(built.big.k39).toBe(null)
+    expect(built.small).toEqual({ b: 3, a: 2 })
+    expect(JSON.stringify(built.small)).toBe(`{"b":3,"a":2}`)
+    expect(built.list).toEqual([{ b: 3, a: 2 }, 0.5])
+    expect(built.copy).toEqual([{ b: 3, a: 2 }, 0.5, "only in the copy"])
+    expect(built.read).toEqual({
+      k3: "replaced",
+      k20: 20,
+      "has k39": true,
+      "k39 is null": true,
+      missing: true,
+      fallbacks: ["fb", -1, true],
+      lengths: [41, 2, 3],
+      keyAt: "new"
+    })
+  })
+
+  it("misusing a value aborts, and the abort reaches Brain as brain.fail with the message and where", () => {
+    const fresh = (which: number) => {
+      const i = instantiate(probe, () => ({ ok: null }))
+      return i.result(() => i.exports.probe_misuse(which)).failed
+    }
+    expect(fresh(0)).toMatch(/^expected a string but the JSON value is a number \(guest\/brain\/json\/value\.ts:\d+:\d+\)$/)
+    expect(fresh(1)).toMatch(/^JSON index 0 is out of range \(length 0\)/)
+    expect(fresh(2)).toMatch(/^expected an object but the JSON value is an array/)
+    expect(fresh(3)).toMatch(/^expected a boolean but the JSON value is a string/)
+    expect(fresh(4)).toMatch(/^a thrown error \(guest\/test\/probe\.ts:\d+:\d+\)$/)
+    // The harness decodes brain.fail's text strictly: a lone surrogate arrives as U+FFFD, and a
+    // long message is cut at 4 KiB on a character boundary.
+    const long = fresh(5)!
+    expect(long.startsWith("\ufffd 😀")).toBe(true)
+    expect(Buffer.byteLength(long)).toBe(4 + 1023 * 4)
+  })
+})

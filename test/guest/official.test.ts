@@ -1,0 +1,267 @@
+/**
+ * The compiled official loop (dist/loops/official.wasm) against a scripted host: it makes the same
+ * host calls, with the same request bytes, and returns the same result as the TypeScript loop in
+ * src/loops/official.ts for the same input and answers — checked on written scenarios (some with
+ * their exact bytes spelled out) and on random ones.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import fc from "fast-check"
+import { type Answerer, runGuest, shippedGuest, Wasm } from "./harness.js"
+import { runTypeScriptLoop } from "./reference.js"
+
+const official = shippedGuest("official")
+
+const activation = (fields: { message?: string | null; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
+  input: fields.message === undefined ? { message: "hello", media: [] } : fields.message === null ? null : { message: fields.message },
+  transcript: fields.transcript ?? [],
+  configuration: { agentloop: "official", model: { provider: "scripted" }, system: "be brief", tools: [] },
+  events: fields.events ?? [],
+  runtime: { session_id: "ses_1", turn: 3, activation: 4, now_ms: 1767225600000, seed: 123456789 }
+})
+
+interface Reply {
+  readonly text?: string
+  readonly tool_calls?: ReadonlyArray<{ id: string; name: string; input: unknown }>
+}
+/** A tool call's result; `n` counts the calls the script has answered (0-based). */
+type ToolAnswer = (call: { id: string; name: string; input: unknown }, n: number) => { outcome: string; output?: unknown; is_error: boolean }
+
+/**
+ * A script: the model's replies in order, each tool call's result, and host errors by call number
+ * (0-based, counting every host call).
+ */
+const script = (replies: ReadonlyArray<Reply>, tool: ToolAnswer = () => ({ outcome: "ok", output: null, is_error: false }), errors: Record<number, { code: string; message: string }> = {}): (() => Answerer) =>
+() => {
+  let n = 0
+  let model = 0
+  let tools = 0
+  return (op, request) => {
+    const error = errors[n++]
+    if (error) return { error: { ...error, retryable: false, ambiguous: false } }
+    switch (op) {
+      case "model": {
+        const r = replies[model++] ?? { text: "(no more replies)" }
+        return { ok: { text: r.text ?? "", tool_calls: r.tool_calls ?? [], stop_reason: r.tool_calls?.length ? "tool_calls" : "end" } }
+      }
+      case "dispatch":
+        return { ok: request.calls.map((c: any) => ({ call_id: c.id, name: c.name, ...tool(c, tools++) })) }
+      case "set_transcript":
+        return { ok: null }
+      default:
+        return { error: { code: "invalid_request", message: `unexpected op ${op}`, retryable: false, ambiguous: false } }
+    }
+  }
+}
+
+/** Runs both loops on the same input and script; returns the guest's run after checking they agree. */
+const same = (input: unknown, make: () => Answerer) => {
+  const wasm = runGuest(official, JSON.stringify(input), make())
+  const ts = runTypeScriptLoop(input, make())
+  expect(wasm.failed).toBeUndefined()
+  expect(wasm.calls).toEqual(ts.calls)
+  expect(wasm.output).toBe(ts.output)
+  return wasm
+}
+
+const ops = (run: { calls: ReadonlyArray<{ op: string }> }) => run.calls.map((c) => c.op)
+
+describe("the official loop, compiled", () => {
+  it("imports only env.memory, brain.call and brain.fail, and exports the ABI's names", () => {
+    expect(Wasm.Module.imports(official.module).map((i) => `${i.module}.${i.name}:${i.kind}`).sort()).toEqual([
+      "brain.call:function",
+      "brain.fail:function",
+      "env.memory:memory"
+    ])
+    const exports = Wasm.Module.exports(official.module).map((e) => e.name)
+    expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_run", "memory"]))
+    // The memory import declares a small minimum and no maximum: Brain sets the maximum.
+    expect(official.memory.maximum).toBeUndefined()
+    expect(official.memory.initial).toBeLessThanOrEqual(2)
+  })
+
+  it("a plain answer: one model call, the transcript saved with the answer, {text} returned (exact bytes)", () => {
+    const run = same(activation(), script([{ text: "hi there" }]))
+    expect(run.calls).toEqual([
+      { op: "model", request: `{"messages":[{"role":"user","content":"hello"}]}` },
+      { op: "set_transcript", request: `{"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"}]}` }
+    ])
+    expect(run.output).toBe(`{"ok":{"text":"hi there"}}`)
+  })
+
+  it("tools: the request is saved before dispatch, all calls go together, each result (failures too) is shown to the model", () => {
+    const calls = [
+      { id: "c1", name: "read", input: { path: "/a" } },
+      { id: "c2", name: "write", input: {} }
+    ]
+    const tool: ToolAnswer = (c) =>
+      c.id === "c1" ? { outcome: "ok", output: { text: "é — \u2028 😀" }, is_error: false } : { outcome: "error", output: { message: "denied" }, is_error: true }
+    const run = same(activation(), script([{ text: "let me look", tool_calls: calls }, { text: "done" }], tool))
+    expect(ops(run)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model", "set_transcript"])
+    expect(run.calls[2]!.request).toBe(`{"calls":${JSON.stringify(calls)}}`)
+    const saved = JSON.parse(run.calls[3]!.request).messages
+    expect(saved.slice(1)).toEqual([
+      { role: "assistant", content: "let me look", tool_calls: calls },
+      { role: "tool", tool_call_id: "c1", content: `{"text":"é — \u2028 😀"}` },
+      { role: "tool", tool_call_id: "c2", content: `{"outcome":"error","error":{"message":"denied"}}` }
+    ])
+    expect(run.calls[3]!.request).toContain(`{"role":"tool","tool_call_id":"c2","content":"{\\"outcome\\":\\"error\\",\\"error\\":{\\"message\\":\\"denied\\"}}"}`)
+    expect(run.output).toBe(`{"ok":{"text":"done"}}`)
+  })
+
+  it("several rounds, every outcome, a missing or null output, numbers and escapes come back as JavaScript writes them", () => {
+    const round = (i: number) => ({ text: `round ${i}`, tool_calls: [{ id: `c${i}`, name: "t", input: { i, big: 12345678901234567890, f: 0.1, e: 1e21, neg: -0 } }] })
+    const outcomes = ["timeout", "cancelled", "unknown", "ok"]
+    const tool: ToolAnswer = (c) => {
+      const i = Number(c.id.slice(1))
+      const outcome = outcomes[i % outcomes.length]!
+      if (i === 0) return { outcome, is_error: true } // no output at all
+      if (i === 1) return { outcome, output: null, is_error: true }
+      if (i === 2) return { outcome, output: "a \"quoted\" \\ \u0000\u001f\u007f/ \ud800 lone", is_error: true }
+      return { outcome, output: [5e-324, 1.7976931348623157e308, 2 ** 53, -1.5e-7, "\b\f\n\r\t"], is_error: false }
+    }
+    const run = same(activation(), script([round(0), round(1), round(2), round(3), { text: "end" }], tool))
+    expect(ops(run).filter((o) => o === "model")).toHaveLength(5)
+    const last = JSON.parse(run.calls[run.calls.length - 1]!.request).messages
+    expect(last.filter((m: any) => m.role === "tool").map((m: any) => m.content)).toEqual([
+      `{"outcome":"timeout"}`,
+      `{"outcome":"cancelled","error":null}`,
+      `{"outcome":"unknown","error":"a \\"quoted\\" \\\\ \\u0000\\u001f\u007f/ \\ud800 lone"}`,
+      `[5e-324,1.7976931348623157e+308,9007199254740992,-1.5e-7,"\\b\\f\\n\\r\\t"]`
+    ])
+  })
+
+  it("repairs the saved transcript: each unanswered call gets an interrupted result right after its message's results", () => {
+    const transcript = [
+      { role: "user", content: "go" },
+      { role: "assistant", content: "", tool_calls: [{ id: "a", name: "t", input: {} }, { id: "b", name: "t", input: {} }, { id: "c", name: "t", input: {} }] },
+      { role: "tool", tool_call_id: "b", content: "\"ok\"" },
+      { role: "user", content: "next" },
+      { role: "assistant", content: "no tools", tool_calls: [] },
+      { role: "assistant", content: [{ type: "text", text: "parts" }], tool_calls: [{ id: "d", name: "t", input: { x: 1 } }] },
+      { role: "tool", tool_call_id: "d", content: "1" },
+      { role: "assistant", content: "", tool_calls: [{ id: "e", name: "t", input: null }] }
+    ]
+    const run = same(activation({ transcript }), script([{ text: "ok" }]))
+    const interrupted = `{"outcome":"unknown","error":"the call was interrupted; it may or may not have run"}`
+    const messages = JSON.parse(run.calls[0]!.request).messages
+    expect(messages.map((m: any) => m.tool_call_id ?? m.role)).toEqual([
+      "user", "assistant", "b", "a", "c", "user", "assistant", "assistant", "d", "assistant", "e", "user"
+    ])
+    expect(messages[3]).toEqual({ role: "tool", tool_call_id: "a", content: interrupted })
+    expect(run.calls[0]!.request).toContain(`{"role":"tool","tool_call_id":"e","content":${JSON.stringify(interrupted)}}`)
+  })
+
+  it("after a failed turn, a system note names the last failure (events without a failure do not count)", () => {
+    const events = [
+      { session_id: "ses_1", sequence: 5, recorded_at_ms: 1, kind: "turn_failed", data: { sequence: 2, failure: { code: "timeout", message: "first" } }, origin: "brain" },
+      { session_id: "ses_1", sequence: 7, recorded_at_ms: 2, kind: "turn_failed", data: { sequence: 6, failure: { code: "interrupted", message: "the server stopped during this turn" } }, origin: "brain" },
+      { session_id: "ses_1", sequence: 8, recorded_at_ms: 3, kind: "turn_failed", data: { sequence: 6 }, origin: "brain" },
+      { session_id: "ses_1", sequence: 9, recorded_at_ms: 4, kind: "turn_ended", data: { failure: { code: "x", message: "y" } }, origin: "brain" }
+    ]
+    const run = same(activation({ events }), script([{ text: "ok" }]))
+    expect(JSON.parse(run.calls[0]!.request).messages).toEqual([
+      {
+        role: "system",
+        content: "Note from Brain: the previous turn did not finish (interrupted: the server stopped during this turn). Effects it started may or may not have happened; check before repeating them."
+      },
+      { role: "user", content: "hello" }
+    ])
+  })
+
+  it("an activation without turn input adds no user message", () => {
+    const transcript = [{ role: "user", content: "earlier" }]
+    const run = same(activation({ message: null, transcript }), script([{ text: "resumed" }]))
+    expect(run.calls[0]!.request).toBe(`{"messages":[{"role":"user","content":"earlier"}]}`)
+    const { input: _, ...noInput } = activation({ transcript })
+    same(noInput, script([{ text: "resumed" }]))
+  })
+
+  for (const [what, at, code] of [
+    ["the model fails", 0, "model_rate_limited"],
+    ["saving the tool request is cancelled", 1, "cancelled"],
+    ["dispatch is interrupted", 2, "interrupted"],
+    ["saving the results times out", 3, "timeout"],
+    ["the second model call hits a limit", 4, "model_call_limit"],
+    ["saving the answer fails", 5, "journal_write_failed"]
+  ] as const) {
+    it(`a host error ends the activation with its code and message, with no retry: ${what}`, () => {
+      const errors = { [at]: { code, message: `${code} happened` } }
+      const run = same(activation(), script([{ text: "", tool_calls: [{ id: "c1", name: "t", input: {} }] }, { text: "done" }], undefined, errors))
+      expect(run.calls).toHaveLength(at + 1)
+      expect(run.output).toBe(`{"error":{"code":"${code}","message":"${code} happened"}}`)
+    })
+  }
+
+  it("random transcripts, events, replies, tool results and errors: the same calls and result as the TypeScript loop", () => {
+    const id = fc.constantFrom("c1", "c2", "c3", "c4")
+    const call = fc.record({ id, name: fc.constantFrom("read", "write"), input: fc.jsonValue({ maxDepth: 2 }) })
+    const content = fc.oneof(fc.string(), fc.fullUnicodeString(), fc.array(fc.record({ type: fc.constant("text"), text: fc.string() }), { maxLength: 2 }))
+    const message = fc.oneof(
+      fc.record({ role: fc.constantFrom("user", "system"), content }),
+      fc.record({ role: fc.constant("assistant"), content, tool_calls: fc.array(call, { maxLength: 3 }) }, { requiredKeys: ["role", "content"] }),
+      fc.record({ role: fc.constant("tool"), tool_call_id: id, content: fc.string() })
+    )
+    const failure = fc.record({ code: fc.constantFrom("interrupted", "timeout", "cancelled"), message: fc.fullUnicodeString() })
+    const event = fc.record({
+      session_id: fc.constant("ses_1"),
+      sequence: fc.nat(),
+      recorded_at_ms: fc.nat(),
+      kind: fc.constantFrom("turn_failed", "turn_ended", "x.custom"),
+      data: fc.record({ sequence: fc.nat(), failure }, { requiredKeys: ["sequence"] }),
+      origin: fc.constant("brain")
+    })
+    const reply = fc.record({ text: fc.fullUnicodeString(), tool_calls: fc.array(call, { maxLength: 3 }) })
+    const result = fc.record({
+      outcome: fc.constantFrom("ok", "error", "timeout", "cancelled", "unknown"),
+      output: fc.unicodeJsonValue({ maxDepth: 3 }),
+      is_error: fc.boolean()
+    })
+    fc.assert(
+      fc.property(
+        fc.array(message, { maxLength: 8 }),
+        fc.array(event, { maxLength: 4 }),
+        fc.option(fc.fullUnicodeString(), { nil: null }),
+        fc.array(reply, { minLength: 1, maxLength: 4 }),
+        fc.array(result, { minLength: 1, maxLength: 4 }),
+        fc.option(fc.nat({ max: 12 }), { nil: undefined }),
+        (transcript, events, text, replies, results, errorAt) => {
+          const tool: ToolAnswer = (_, n) => results[n % results.length]!
+          const errors = errorAt === undefined ? {} : { [errorAt]: { code: "cancelled", message: "stop" } }
+          same(activation({ message: text, transcript, events }), script(replies, tool, errors))
+        }
+      ),
+      { numRuns: 300 }
+    )
+  })
+
+  it("memory does not grow with the number of tool rounds: a 1 MiB transcript takes the same memory for 1 round as for 10", () => {
+    const transcript = Array.from({ length: 1024 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i} ${"é".repeat(510)}` }))
+    const memoryFor = (rounds: number) => {
+      const replies = Array.from({ length: rounds }, (_, i) => ({ text: `r${i}`, tool_calls: [{ id: `c${i}`, name: "t", input: {} }] }))
+      const run = runGuest(official, JSON.stringify(activation({ transcript })), script([...replies, { text: "done" }])())
+      expect(run.output).toBe(`{"ok":{"text":"done"}}`)
+      expect(run.calls).toHaveLength(rounds * 4 + 2)
+      return run.memoryBytes
+    }
+    const one = memoryFor(1)
+    expect(memoryFor(10)).toBe(one)
+    expect(one).toBeLessThanOrEqual(16 * 1024 * 1024)
+  })
+
+  it("input that is not JSON, or an answer that is not {ok} or {error}, fails the activation through brain.fail", () => {
+    const bad = runGuest(official, `{"input": `, script([])())
+    expect(bad.failed).toMatch(/^the input is not JSON: unexpected end of input at byte 10/)
+    expect(bad.calls).toEqual([])
+    const garbled = runGuest(official, JSON.stringify(activation()), () => "{\"ok\": [1,}")
+    expect(garbled.failed).toMatch(/^Brain's answer to model is not JSON: unexpected character at byte 10/)
+    const neither = runGuest(official, JSON.stringify(activation()), () => ({ fine: true }))
+    expect(neither.failed).toMatch(/^Brain's answer to model is neither/)
+  })
+
+  it("running out of memory traps (the activation fails); it never returns a partial result", () => {
+    const transcript = Array.from({ length: 64 }, () => ({ role: "user", content: "x".repeat(64 * 1024) }))
+    expect(() => runGuest(official, JSON.stringify(activation({ transcript })), script([{ text: "ok" }])(), { maximumPages: 64 })).toThrow(
+      /unreachable/
+    )
+  })
+})

@@ -1,0 +1,39 @@
+/**
+ * The TypeScript official loop (src/loops/official.ts) behind the same scripted host as the
+ * compiled guests: each Host method is turned into the ABI request a host call would carry
+ * (`model` → `{"messages"}`, `setTranscript` → `{"messages"}`, `dispatch` → `{"calls"}`) and answered
+ * by the same script, so the two loops can be compared call for call and byte for byte.
+ */
+import { Effect, Exit, Option } from "effect"
+import { officialLoop } from "../../src/loops/official.js"
+import { type ActivationInput, type Host, HostCallFailed } from "../../src/services/Agentloop.js"
+import type { Answerer, GuestRun, HostCall } from "./harness.js"
+
+export const runTypeScriptLoop = (input: unknown, answer: Answerer): Omit<GuestRun, "memoryBytes"> => {
+  const calls: Array<HostCall> = []
+  const ask = (op: string, request: unknown): Effect.Effect<any, HostCallFailed> =>
+    Effect.suspend(() => {
+      const text = JSON.stringify(request)
+      calls.push({ op, request: text })
+      const reply = answer(op, JSON.parse(text)) as any
+      return "ok" in reply ? Effect.succeed(reply.ok) : Effect.fail(new HostCallFailed({ failure: reply.error }))
+    })
+  const host: Host = {
+    model: (request) => ask("model", request),
+    dispatch: (toolCalls) => ask("dispatch", { calls: toolCalls }),
+    emit: (kind, payload) => Effect.map(ask("emit", { kind, payload }), (r) => r.sequence),
+    telemetry: (data) => Effect.ignore(ask("telemetry", data)),
+    kvRead: (key) => Effect.map(ask("kv_read", { key }), (r) => (r.found ? Option.some(r.value) : Option.none())),
+    kvPut: (key, value) => Effect.asVoid(ask("kv_put", { key, value })),
+    kvDelete: (key) => Effect.asVoid(ask("kv_delete", { key })),
+    setTranscript: (messages) => Effect.asVoid(ask("set_transcript", { messages })),
+    events: (options) => ask("events", options)
+  }
+  const exit = Effect.runSyncExit(officialLoop.activate(input as ActivationInput, host))
+  if (Exit.isSuccess(exit)) return { calls, output: JSON.stringify({ ok: exit.value }) }
+  const failure = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+  if (failure instanceof HostCallFailed) {
+    return { calls, output: JSON.stringify({ error: { code: failure.failure.code, message: failure.failure.message } }) }
+  }
+  throw new Error(`the TypeScript loop died: ${String(exit)}`)
+}
