@@ -4,6 +4,7 @@
  */
 import { HttpApiBuilder, HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
@@ -79,6 +80,14 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
   return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
 }
 
+/** The official Agentloop, compiled from loops/official (AssemblyScript) by `npm run build`. */
+const OFFICIAL_WASM = new URL("./loops/official.wasm", import.meta.url)
+
+const readOfficialLoop = Effect.tryPromise({
+  try: () => fs.promises.readFile(OFFICIAL_WASM).then((b) => new Uint8Array(b)),
+  catch: () => new StartupRefused({ reason: `${OFFICIAL_WASM.pathname} is missing: build first (npm run build)` })
+})
+
 /** The model providers this build carries, by the `provider` a binding names. */
 const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, "openai-responses": openAiResponses, anthropic }
 
@@ -107,11 +116,15 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     Layer.provide(Layer.succeed(ServerConfig, config))
   )
   const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
-  const agentloops = AgentloopsLive.layer({
-    loops: extensions.loops ?? {},
-    store: fileStore(path.join(dataDir, "agentloops")),
-    storeBytes: config.maxWasmStoreBytes
-  }).pipe(Layer.provide(Layer.merge(wasm, journal)))
+  const agentloops = Layer.unwrapEffect(
+    Effect.map(readOfficialLoop, (officialModule) =>
+      AgentloopsLive.layer({
+        loops: extensions.loops ?? {},
+        officialModule,
+        store: fileStore(path.join(dataDir, "agentloops")),
+        storeBytes: config.maxWasmStoreBytes
+      }))
+  ).pipe(Layer.provide(Layer.merge(wasm, journal)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,

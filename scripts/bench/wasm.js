@@ -12,7 +12,7 @@
 //   the main thread; and the same with the real HostBridge over an in-memory kv.
 import { Effect } from "effect"
 import wabtInit from "wabt"
-import { activate } from "../../dist/layers/wasm/Activation.js"
+import { activate, jsonBytes } from "../../dist/layers/wasm/Activation.js"
 import { loopServices } from "../../dist/layers/wasm/HostBridge.js"
 import { admitModule } from "../../dist/layers/wasm/Module.js"
 import { Pool } from "../../dist/layers/wasm/Pool.js"
@@ -69,13 +69,13 @@ const caller = compile(`(module ${prelude}
 
 const admit = (bytes) => Effect.runSync(admitModule(bytes, { maxModuleBytes: 1 << 20, maxMemoryBytes: LIMITS.memoryBytes }))
 const pool = new Pool(1)
-const input = JSON.stringify({ input: { message: "x" }, transcript: [], configuration: {}, events: [], runtime: {} })
+const input = { input: { message: "x" }, transcript: [], configuration: {}, events: [], runtime: {} }
 
 const activations = async (module, n) => {
   const times = []
   for (let i = 0; i < n; i++) {
     const t0 = now()
-    await Effect.runPromise(activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input, perform: () => Effect.succeed("{}") }, LIMITS))
+    await Effect.runPromise(activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: () => Effect.succeed("{}") }, LIMITS))
     times.push(now() - t0)
   }
   return times.sort((a, b) => a - b)
@@ -88,7 +88,7 @@ const roundTrips = async (module, perform) => {
     module: module.module,
     memory: module.memory,
     entry: "brain_run",
-    input,
+    input: jsonBytes(input),
     perform: (op, request) => Effect.suspend(() => {
       arrivals.push(now())
       return perform(op, request)

@@ -37,8 +37,13 @@ export const MODULE_CACHE_ENTRIES = 64
 const MODULE_ID = /^[0-9a-f]{64}$/
 
 export interface AgentloopsOptions {
-  /** Built-in loops by name; `official` defaults to the in-process TypeScript loop. */
+  /** Built-in loops by name; `official` is the WebAssembly loop with `officialModule`, else the TypeScript one. */
   readonly loops?: Readonly<Record<string, AgentloopShape>>
+  /**
+   * The official loop's module (built from loops/official by `npm run build`): run in the
+   * WebAssembly host. Without it (tests, embedders without a host) the TypeScript loop stands in.
+   */
+  readonly officialModule?: Uint8Array
   readonly store?: ModuleStoreShape
   /** Bytes: all stored modules together. */
   readonly storeBytes?: number
@@ -51,7 +56,15 @@ export const make = (options: AgentloopsOptions = {}) =>
     const wasm = yield* Effect.serviceOption(WasmHost)
     const journal = yield* Effect.serviceOption(Journal)
     const store = options.store ?? memoryStore()
-    const builtins = new Map<string, AgentloopShape>([[OFFICIAL, officialLoop], ...Object.entries(options.loops ?? {})])
+    let official: AgentloopShape = officialLoop
+    if (options.officialModule) {
+      if (Option.isNone(wasm)) return yield* Effect.dieMessage("the official WebAssembly loop needs a WebAssembly host")
+      const host = wasm.value
+      // A build that produced an inadmissible official loop is a bug of the build, not of a request.
+      const module = yield* Effect.orDie(host.admit(options.officialModule))
+      official = { activate: (input, h) => host.runLoop(module, input, h) }
+    }
+    const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])
     const compiled = new Map<string, AdmittedModule>()
 
     const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })

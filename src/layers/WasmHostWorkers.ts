@@ -15,7 +15,7 @@ import { failure, FailureCode } from "../domain/Failure.js"
 import { AgentloopFailed } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { WasmHost, type WasmHostShape } from "../services/WasmHost.js"
-import { activate, type ActivationFailure, type ActivationLimits } from "./wasm/Activation.js"
+import { activate, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { loopServices, toolServices } from "./wasm/HostBridge.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
@@ -54,7 +54,7 @@ export const make = (options: WasmHostOptions) =>
     const service: WasmHostShape = {
       admit: (bytes) => admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }),
       runLoop: (module, input, host) =>
-        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: JSON.stringify(input), perform: loopServices(host) }, limits).pipe(
+        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: loopServices(host) }, limits).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)
@@ -72,7 +72,7 @@ export const make = (options: WasmHostOptions) =>
           })
         ),
       runTool: (module, activation, services) =>
-        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: JSON.stringify(activation), perform: toolServices(services) }, limits).pipe(
+        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }, limits).pipe(
           Effect.map((text) => {
             const output = readOutput(text)
             if (output === undefined) return { _tag: "error" as const, output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }

@@ -1,3 +1,4 @@
+import * as fs from "node:fs"
 import { Effect, Layer } from "effect"
 import { admitModule } from "../../src/layers/wasm/Module.js"
 import { Pool } from "../../src/layers/wasm/Pool.js"
@@ -14,8 +15,12 @@ agentloopHostContract("file journal", (options) =>
 /** Limits of the relay's activations: generous, the contract's loops are small. */
 const LIMITS = { computeMs: 10_000, ioBytes: 16 * 1024 * 1024, memoryBytes: 64 * 1024 * 1024 }
 
-// The same loops behind the WebAssembly host: every host call crosses the ABI (test/support/relay.ts).
-agentloopHostContract("WebAssembly host (every host call relayed through a guest)", (options) =>
+/** The official loop as `npm run build` compiles it from loops/official (AssemblyScript). */
+const OFFICIAL = new URL("../../dist/loops/official.wasm", import.meta.url)
+
+// The same loops behind the WebAssembly host: every host call crosses the ABI (test/support/relay.ts),
+// and the official loop is the AssemblyScript one.
+agentloopHostContract("WebAssembly host (every host call relayed through a guest; the official loop in Wasm)", (options) =>
   Layer.unwrapScoped(
     Effect.gen(function*() {
       const pool = new Pool(2)
@@ -23,6 +28,12 @@ agentloopHostContract("WebAssembly host (every host call relayed through a guest
       const bytes = yield* Effect.promise(() => wat(relayGuest))
       const module = yield* Effect.orDie(admitModule(bytes, { maxModuleBytes: 1 << 20, maxMemoryBytes: LIMITS.memoryBytes }))
       const loops = Object.fromEntries(Object.entries(options.loops ?? {}).map(([name, loop]) => [name, relayed(loop, module, pool, LIMITS)]))
-      return runtimeLayer({ ...options, loops, journal: "memory" })
+      return runtimeLayer({
+        ...options,
+        loops,
+        journal: "memory",
+        wasm: { ...LIMITS, workers: 2, moduleBytes: 1 << 20 },
+        officialModule: new Uint8Array(fs.readFileSync(OFFICIAL))
+      })
     })
   ))

@@ -14,7 +14,7 @@ import { failure, type Failure } from "../../src/domain/Failure.js"
 import { AgentloopFailed, type AgentloopShape, HostCallFailed, type Host } from "../../src/services/Agentloop.js"
 import { AgentloopFailed as Failed } from "../../src/services/Agentloop.js"
 import type { AdmittedModule } from "../../src/services/WasmHost.js"
-import { activate, type ActivationLimits } from "../../src/layers/wasm/Activation.js"
+import { activate, type ActivationLimits, jsonBytes } from "../../src/layers/wasm/Activation.js"
 import { loopServices } from "../../src/layers/wasm/HostBridge.js"
 import type { Pool } from "../../src/layers/wasm/Pool.js"
 import { data, guest } from "./wat.js"
@@ -111,7 +111,7 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
           module: module.module,
           memory: module.memory,
           entry: "brain_run",
-          input: JSON.stringify(input),
+          input: jsonBytes(input),
           perform: (op, request) => (op === "__next" ? next(request) : real(op, request))
         },
         limits

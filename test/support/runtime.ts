@@ -34,6 +34,8 @@ export interface RuntimeOptions {
   readonly bindings?: ModelBindingsShape
   /** Runs a WebAssembly host with these limits: uploaded modules and Wasm tools work (in memory). */
   readonly wasm?: WasmHostWorkers.WasmHostOptions
+  /** With `wasm`: the official loop runs as this module (dist/loops/official.wasm), not in TypeScript. */
+  readonly officialModule?: Uint8Array
 }
 
 export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
@@ -57,7 +59,10 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
   }
   const config = ServerConfig.layerWith(options.config ?? {})
   const wasm = options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty
-  const agentloops = AgentloopsLive.layer({ loops: options.loops ?? {} }).pipe(Layer.provide(Layer.merge(wasm, journal)))
+  const agentloops = AgentloopsLive.layer({
+    loops: options.loops ?? {},
+    ...(options.officialModule ? { officialModule: options.officialModule } : {})
+  }).pipe(Layer.provide(Layer.merge(wasm, journal)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,

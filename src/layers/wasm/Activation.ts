@@ -34,15 +34,26 @@ export interface Activation {
   readonly module: WebAssembly.Module
   readonly memory: MemoryLimits
   readonly entry: "brain_run" | "brain_tool"
-  readonly input: string
+  /**
+   * The input JSON as UTF-8 (`jsonBytes`). Its buffer is handed to the worker, so the caller keeps
+   * no copy: a turn with a big transcript holds it on no JavaScript heap while the guest runs.
+   */
+  readonly input: Uint8Array
   /** Performs one host call; the answer's JSON text (never fails: errors are answers too). */
   readonly perform: (op: string, request: string) => Effect.Effect<string>
 }
 
+const encoder = new TextEncoder()
+/** The worker checks every payload it sends is well-formed UTF-8. */
+const decoder = new TextDecoder()
+
+/** A value's JSON as UTF-8 in a buffer of its own (it is transferred, so never a pooled Buffer). */
+export const jsonBytes = (value: unknown): Uint8Array => encoder.encode(JSON.stringify(value))
+
 export const activate = (pool: Pool, activation: Activation, limits: ActivationLimits): Effect.Effect<string, ActivationFailure> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
-      if (activation.input.length > limits.ioBytes) {
+      if (activation.input.byteLength > limits.ioBytes) {
         return yield* Effect.fail<ActivationFailure>({
           _tag: "guest",
           message: `the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
@@ -88,17 +99,17 @@ const run = (thread: GuestThread, activation: Activation, limits: ActivationLimi
       const event = next.value
       switch (event.type) {
         case "call":
-          thread.answer(yield* activation.perform(event.op, event.request))
+          thread.answer(encoder.encode(yield* activation.perform(event.op, decoder.decode(event.request))))
           continue
         case "done":
           fine()
-          if (event.output.length > limits.ioBytes) {
+          if (event.output.byteLength > limits.ioBytes) {
             return yield* Effect.fail<ActivationFailure>({
               _tag: "guest",
               message: `the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
             })
           }
-          return event.output
+          return decoder.decode(event.output)
         case "failed":
           if (event.kind !== "error") fine()
           return yield* Effect.fail<ActivationFailure>({ _tag: "guest", message: describe(event.kind, event.reason) })

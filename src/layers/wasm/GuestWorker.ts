@@ -3,7 +3,8 @@
  * each in a fresh instance with a fresh memory, and blocks on every host call until the main
  * thread has answered.
  *
- * Protocol (messages are plain objects; see WorkerProtocol.ts):
+ * Protocol (messages are plain objects; every payload is UTF-8 bytes whose buffer is transferred;
+ * see WorkerProtocol.ts):
  * - main → worker (`parentPort`): `activate` — the compiled module, the entry, the input JSON, the
  *   memory's initial and maximum pages, the largest request it may send;
  * - worker → main (`parentPort`): `call` (a host call's op and request JSON), then `done` with the
@@ -15,6 +16,7 @@
  * Plain JavaScript on purpose: a guest may spin, trap or exhaust memory; only `terminate()` stops a
  * spinning one, and nothing here may outlive an activation.
  */
+import { isUtf8 } from "node:buffer"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
 import type { MessagePort } from "node:worker_threads"
 import type { ActivateMessage, WorkerData, WorkerMessage } from "./WorkerProtocol.js"
@@ -32,7 +34,7 @@ const modules = new Map<string, WebAssembly.Module>()
 /** The guest broke the ABI or gave up: the activation fails with this message. */
 class GuestError extends Error {}
 
-const post = (message: WorkerMessage) => parentPort!.postMessage(message)
+const post = (message: WorkerMessage, transfer: ReadonlyArray<ArrayBuffer> = []) => parentPort!.postMessage(message, transfer as Array<ArrayBuffer>)
 
 const moduleOf = (msg: ActivateMessage): WebAssembly.Module => {
   if (msg.module) {
@@ -63,17 +65,22 @@ const run = (msg: ActivateMessage) => {
       throw new GuestError(`${what} is not UTF-8`)
     }
   }
-  /** Copies text into memory the guest allocates; returns the packed (ptr, len). */
-  const give = (text: string): bigint => {
-    const bytes = encoder.encode(text)
+  /** A copy of UTF-8 text the guest gave, out of its memory, checked well-formed. */
+  const copyAt = (ptr: number, len: number, what: string): Uint8Array => {
+    const bytes = bytesAt(ptr, len)
+    if (!isUtf8(bytes)) throw new GuestError(`${what} is not UTF-8`)
+    return bytes.slice()
+  }
+  /** Copies bytes into memory the guest allocates; returns the packed (ptr, len). */
+  const give = (bytes: Uint8Array): bigint => {
     const ptr = exports.brain_alloc(bytes.length) >>> 0
     bytesAt(ptr, bytes.length).set(bytes)
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }
-  const unpack = (packed: unknown, what: string): string => {
+  const unpack = (packed: unknown, what: string): Uint8Array => {
     if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
     const value = BigInt.asUintN(64, packed)
-    return textAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
+    return copyAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
   }
 
   const imports = {
@@ -82,15 +89,15 @@ const run = (msg: ActivateMessage) => {
       call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
         const op = textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > msg.maxRequestBytes) {
-          return give(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } }))
+          return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
         }
-        const request = textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
+        const request = copyAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         const seen = Atomics.load(signalWord, 0)
-        post({ type: "call", op, request })
+        post({ type: "call", op, request }, [request.buffer as ArrayBuffer])
         Atomics.wait(signalWord, 0, seen)
         const received = receiveMessageOnPort(answers as MessagePort)
         if (!received) throw new GuestError("the host's answer was lost")
-        return give(received.message as string)
+        return give(received.message as Uint8Array)
       },
       fail: (ptr: number, len: number): never => {
         throw new GuestError(textAt(ptr >>> 0, len >>> 0, "the guest's failure message"))
@@ -103,7 +110,7 @@ const run = (msg: ActivateMessage) => {
     exports = instance.exports as Record<string, any>
     const input = give(msg.input)
     const output = unpack(exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)
-    post({ type: "done", output })
+    post({ type: "done", output }, [output.buffer as ArrayBuffer])
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
     post({ type: "failed", kind, reason: err instanceof Error ? err.message : String(err) })

@@ -62,12 +62,13 @@ export class GuestThread {
       this.modules.add(message.moduleId)
       if (this.modules.size > WORKER_MODULES) this.modules.delete(this.modules.values().next().value!)
     }
-    this.worker.postMessage({ ...message, module: known ? undefined : module })
+    // The input's buffer moves to the worker (Activation encodes it into one of its own).
+    this.worker.postMessage({ ...message, module: known ? undefined : module }, [message.input.buffer as ArrayBuffer])
   }
 
-  /** Answers the host call the guest is blocked in. */
-  answer(text: string) {
-    this.answers.postMessage(text)
+  /** Answers the host call the guest is blocked in; the answer's buffer moves to the worker. */
+  answer(bytes: Uint8Array) {
+    this.answers.postMessage(bytes, [bytes.buffer as ArrayBuffer])
     Atomics.add(this.signal, 0, 1)
     Atomics.notify(this.signal, 0)
   }

@@ -1,5 +1,8 @@
 /**
- * The messages between the main thread and a guest worker (GuestWorker.ts).
+ * The messages between the main thread and a guest worker (GuestWorker.ts). Every payload —
+ * input, host call requests, answers, output — crosses as UTF-8 bytes in an ArrayBuffer that is
+ * transferred, not copied: a big message never sits on either thread's JavaScript heap as a
+ * string longer than it takes to encode or parse it.
  */
 import type { MessagePort } from "node:worker_threads"
 
@@ -17,13 +20,16 @@ export interface ActivateMessage {
   /** Sent only when the worker does not have it yet. */
   readonly module: WebAssembly.Module | undefined
   readonly entry: "brain_run" | "brain_tool"
-  readonly input: string
+  /** The input JSON, UTF-8 (transferred). */
+  readonly input: Uint8Array
   readonly memory: { readonly initial: number; readonly maximum: number }
   /** Bytes: a host call request larger than this is answered `invalid_request` in the worker. */
   readonly maxRequestBytes: number
 }
 
 export type WorkerMessage =
-  | { readonly type: "call"; readonly op: string; readonly request: string }
-  | { readonly type: "done"; readonly output: string }
+  /** A host call: its op and its request JSON, UTF-8 (checked well-formed by the worker; transferred). */
+  | { readonly type: "call"; readonly op: string; readonly request: Uint8Array }
+  /** The entry returned: its output JSON, UTF-8 (checked well-formed by the worker; transferred). */
+  | { readonly type: "done"; readonly output: Uint8Array }
   | { readonly type: "failed"; readonly kind: "guest" | "trap" | "link" | "error"; readonly reason: string }
