@@ -30,7 +30,11 @@ export interface ServerConfigShape {
   readonly cancelGraceMs: number
   /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
-  /** The bound on waits inside cleanup (recording an outcome while interrupted), in milliseconds. */
+  /**
+   * The bound on waits inside cleanup (recording an outcome while interrupted), and on how long an
+   * effect's outcome may take to become durable before the loop is told `journal_write_failed`
+   * instead of the result, in milliseconds. 0 = wait for the journal however long it takes.
+   */
   readonly cleanupDeadlineMs: number
   /** `host:port` to listen on. */
   readonly listen: string
@@ -138,7 +142,7 @@ export const fromConfig = Config.all({
       Config.withDescription("keep idle session actors warm this long (0 = forever; unset = release at once)")
     )
   ),
-  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup"),
+  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
   dataDir: Config.string("BRAIN_DATA_DIR").pipe(Config.withDefault(defaults.dataDir), Config.withDescription("the data directory")),
   apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
