@@ -24,6 +24,7 @@ import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/Ef
 import type { JournalShape } from "../../services/Journal.js"
 import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
 import { type CancelReason, type Cell, commit } from "./Cell.js"
 import { readEvents } from "./Events.js"
@@ -37,6 +38,8 @@ export interface HostDeps {
   readonly config: ServerConfigShape
   /** Where live-only deltas go (the session's SSE subscribers): never journaled. */
   readonly live?: LiveDeltas
+  /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; absent, it is dropped. */
+  readonly telemetry?: TelemetryShape
 }
 
 export interface LiveDeltas {
@@ -343,7 +346,13 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     model,
     dispatch,
     emit,
-    telemetry: (data) => Effect.logDebug("agentloop telemetry", data),
+    // Fire and forget, after a cancel too: the sink never blocks and never fails the call.
+    telemetry: (data) => {
+      const sink = deps.telemetry
+      if (sink === undefined) return Effect.void
+      return Effect.flatMap(Clock.currentTimeMillis, (at_ms) =>
+        sink.record({ session_id: cell.session, activation: scope.activation, at_ms, data: data ?? null }))
+    },
     kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
     kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
     kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),
