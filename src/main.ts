@@ -24,8 +24,11 @@ import { openAiChat } from "./layers/models/OpenAiChat.js"
 import { openAiResponses } from "./layers/models/OpenAiResponses.js"
 import * as ProjectionLive from "./layers/ProjectionLive.js"
 import * as SessionsLive from "./layers/SessionsLive.js"
-import * as ToolsLive from "./layers/ToolsLive.js"
+import * as TelemetryFile from "./layers/TelemetryFile.js"
+import * as TelemetryNone from "./layers/TelemetryNone.js"
+import * as TelemetryOtlp from "./layers/TelemetryOtlp.js"
 import type { ToolHandler } from "./layers/ToolsInProcess.js"
+import * as ToolsLive from "./layers/ToolsLive.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
   CONNECTION_CHECK_MS,
@@ -42,6 +45,7 @@ import { ModelBindings } from "./services/ModelBindings.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Sessions } from "./services/Sessions.js"
+import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
 
 export class StartupRefused extends Data.TaggedError("StartupRefused")<{ readonly reason: string }> {
   override get message() {
@@ -101,6 +105,14 @@ export interface Extensions {
   readonly models?: ModelsShape
 }
 
+/** The telemetry sink BRAIN_TELEMETRY names (none: dropped). */
+export const telemetryLayer = (sink: TelemetrySink) =>
+  sink._tag === "File"
+    ? TelemetryFile.layer(sink.path).pipe(Layer.provide(FileDriver.layerNode))
+    : sink._tag === "Otlp"
+    ? TelemetryOtlp.layer(sink.url).pipe(Layer.provide(NodeHttpClient.layerUndici))
+    : TelemetryNone.layer
+
 /** Every service of the embedded default, over the data directory. */
 export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) => {
   const dataDir = path.resolve(config.dataDir)
@@ -134,6 +146,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     ToolsLive.layer(extensions.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
     agentloops,
     wasm,
+    telemetryLayer(config.telemetry),
     // The idempotency store lives beside the journal; the journal layer holds the directory lock.
     IdempotencyFile.layerNode({
       dataDir,
@@ -213,6 +226,7 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
         ? "model bindings: none (BRAIN_MODELS unset); sessions use the scripted model"
         : `model bindings: ${bindings.names.map((n) => `${n} (${bindings.get(n)!.binding.provider} ${bindings.get(n)!.binding.model})`).join(", ")}`
     )
+    yield* Effect.log(describeSink(config.telemetry))
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
     yield* Effect.log(
       `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`

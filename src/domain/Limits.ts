@@ -126,3 +126,22 @@ export const SSE_CATCH_UP_BYTES = 1024 * 1024
 /** Subscribers. SSE streams on one session, and in the process, before new ones are refused (503). */
 export const SSE_SUBSCRIBERS_PER_SESSION = 1_000
 export const SSE_SUBSCRIBERS = 10_000
+
+/**
+ * Bytes. The default bound on telemetry waiting for its sink (BRAIN_TELEMETRY_QUEUE_BYTES),
+ * counted as the records' serialized JSON: telemetry is best-effort, so a slow or stalled sink
+ * costs at most this much memory and then drops, never blocks a turn.
+ */
+export const TELEMETRY_QUEUE_BYTES = 8 * 1024 * 1024
+/** Records. Telemetry records waiting for the sink, whatever their size (small records cost bookkeeping too). */
+export const TELEMETRY_QUEUE_RECORDS = 16_384
+/** Bytes. The largest one telemetry record (its JSON line); a larger one is dropped, so one call cannot fill the queue. */
+export const TELEMETRY_RECORD_BYTES = 256 * 1024
+/** Records. The most records one write to the file or one OTLP export carries, so one request stays small. */
+export const TELEMETRY_BATCH_RECORDS = 512
+/** Milliseconds. One OTLP export may take this long; then its batch is dropped and the next one is tried. */
+export const TELEMETRY_EXPORT_TIMEOUT_MS = 10_000
+/** Milliseconds. A stopping server gives its telemetry sink this long to take what is still queued. */
+export const TELEMETRY_FLUSH_MS = 2_000
+/** Milliseconds. At most one warning per sink per interval about dropped or failed telemetry, with the counts. */
+export const TELEMETRY_WARN_INTERVAL_MS = 60_000

@@ -1,22 +1,60 @@
 /**
  * The fence over the Journal. The started commit and the outcome commit run uninterruptibly;
- * only the dispatch itself can be interrupted. The outcome commit is bounded by the cleanup
- * deadline: if the disk does not answer in time the caller is released and the record, if it
- * never lands, is recovered later as an ambiguous failure.
+ * only the dispatch itself can be interrupted.
+ *
+ * The outcome commit is bounded by the cleanup deadline (BRAIN_CLEANUP_DEADLINE_MS; 0 = wait
+ * for the journal however long it takes). If the journal does not answer in time, the caller is
+ * released with `OutcomeUnrecorded` and never with the result: the seed's rule is that the
+ * outcome is committed before anyone acts on it, and a result nobody can find after a crash is
+ * one the loop must not build on. The append itself is not abandoned: it is queued in the
+ * journal, which always answers, and it lands or fails in the background. The caller is told how
+ * to wait for that (`FenceHooks.unrecorded`), because what it writes or reads next for the
+ * session must not be ordered before a record that may still land.
  */
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { Journal } from "../services/Journal.js"
-import { EffectFence, type EffectFenceShape } from "../services/EffectFence.js"
+import { EffectFence, type EffectFenceShape, OutcomeUnrecorded } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
+
+/** An append waited for at most a deadline: its answer, or how to wait for it in the background. */
+export type Bounded<A, E> =
+  | { readonly _tag: "Answered"; readonly exit: Exit.Exit<A, E> }
+  | { readonly _tag: "Unsettled"; readonly settled: Effect.Effect<void> }
+
+/**
+ * Runs `append` to its end whatever happens to the waiter, and waits at most `deadlineMs` for
+ * it (0 = no bound). Only the deadline stops the wait: inside an uninterruptible region (a fence,
+ * a turn's close) an interruption of the caller still waits for the answer or the deadline. (A
+ * plain `timeout` of uninterruptible work never fires; made interruptible, the wait would also
+ * give way to the caller's interruption and let a stop close a turn over an outcome in flight.)
+ */
+export const appendWithin = <A, E>(append: Effect.Effect<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> =>
+  Effect.gen(function*() {
+    // Not owned by the waiter, deliberately: an append once queued lands or fails (the journal
+    // answers every append, at the latest when it closes), and `settled` reports which.
+    const appending = yield* Effect.forkDaemon(Effect.uninterruptible(append))
+    const answer = Fiber.await(appending)
+    // The waiter is not the caller's child either: an interruption of the caller is passed on to
+    // its children at once, and would end the wait before the deadline.
+    const answered = deadlineMs > 0
+      ? yield* Effect.flatMap(
+        Effect.forkDaemon(Effect.interruptible(Effect.timeoutOption(answer, Duration.millis(deadlineMs)))),
+        Fiber.join
+      )
+      : Option.some(yield* answer)
+    return Option.isSome(answered)
+      ? { _tag: "Answered", exit: answered.value } as const
+      : { _tag: "Unsettled", settled: Effect.asVoid(answer) } as const
+  })
 
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
   const config = yield* ServerConfig
-  const fence: EffectFenceShape["fence"] = (session, started, dispatch, outcome, onCommit) =>
+  const fence: EffectFenceShape["fence"] = (session, started, dispatch, outcome, hooks) =>
     Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
         const [seq] = yield* journal.append(session, [started])
-        onCommit?.([[seq!, started]])
+        hooks?.committed?.([[seq!, started]])
         let dispatched = false
         const exit = yield* Effect.exit(
           restore(Effect.suspend(() => {
@@ -25,14 +63,18 @@ export const make = Effect.gen(function*() {
           }))
         )
         const closing = outcome(seq!, exit, dispatched)
-        const committed = yield* journal.append(session, [closing]).pipe(
-          Effect.disconnect,
-          Effect.timeoutOption(Duration.millis(config.cleanupDeadlineMs)),
-          Effect.either
-        )
-        if (committed._tag === "Left") return yield* Effect.fail(committed.left)
-        const outcomeSeq = committed.right._tag === "Some" ? committed.right.value[0] : undefined
-        if (outcomeSeq !== undefined) onCommit?.([[outcomeSeq, closing]])
+        const committed = yield* appendWithin(journal.append(session, [closing]), config.cleanupDeadlineMs)
+        if (committed._tag === "Unsettled") {
+          hooks?.unrecorded?.(committed.settled)
+          const unrecorded = new OutcomeUnrecorded({ session, started: seq!, deadlineMs: config.cleanupDeadlineMs })
+          yield* Effect.logWarning(`${unrecorded.message}; the result is withheld and the effect counts as ambiguous`).pipe(
+            Effect.annotateLogs({ session_id: session, record: closing.kind })
+          )
+          return yield* Effect.fail(unrecorded)
+        }
+        if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
+        const outcomeSeq = committed.exit.value[0]!
+        hooks?.committed?.([[outcomeSeq, closing]])
         return { started: seq!, exit, dispatched, outcome: outcomeSeq }
       })
     )

@@ -23,6 +23,7 @@ import {
   type SessionSummary,
   type TurnOutcome
 } from "../services/Sessions.js"
+import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
@@ -43,7 +44,9 @@ export const make = Effect.gen(function*() {
     fence: yield* EffectFence,
     models: yield* Models,
     tools: yield* Tools,
-    config
+    config,
+    // Optional like the bindings: a runtime without a sink drops the loops' telemetry.
+    telemetry: Option.getOrUndefined(yield* Effect.serviceOption(Telemetry))
   }
 
   const registry = yield* makeRegistry({

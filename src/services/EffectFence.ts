@@ -2,8 +2,14 @@
  * EffectFence: commit `*_started` durably ⇒ dispatch exactly once ⇒ commit the outcome
  * referencing the started sequence ⇒ only then return. The outcome is committed even while the
  * caller is being interrupted. Nothing here retries.
+ *
+ * The fence never hands back a dispatch result whose outcome is not durable. When the outcome
+ * commit does not answer within BRAIN_CLEANUP_DEADLINE_MS it fails with `OutcomeUnrecorded`
+ * instead: the effect may have happened, nothing durable says how it ended, and the caller must
+ * treat it as ambiguous. That append is not abandoned; it runs on in the background until the
+ * journal answers, and `FenceHooks.unrecorded` is told how to wait for that.
  */
-import { Context, type Effect, type Exit } from "effect"
+import { Context, Data, type Effect, type Exit } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Entry } from "../domain/Records.js"
 import type { JournalAppendError } from "./Journal.js"
@@ -14,8 +20,40 @@ export interface Fenced<A, E> {
   readonly exit: Exit.Exit<A, E>
   /** Whether dispatch ran (false when interrupted between the started commit and dispatch). */
   readonly dispatched: boolean
-  /** The outcome record's sequence, or undefined when it could not be committed in time. */
-  readonly outcome: number | undefined
+  /** The outcome record's sequence: a fence returns only once its outcome is durable. */
+  readonly outcome: number
+}
+
+/**
+ * The outcome commit did not answer within the cleanup deadline: the dispatch's result must not
+ * be acted on. The effect may have happened (ambiguous). The append may still land later.
+ */
+export class OutcomeUnrecorded extends Data.TaggedError("OutcomeUnrecorded")<{
+  readonly session: string
+  /** The `*_started` record whose outcome is not durable. */
+  readonly started: number
+  readonly deadlineMs: number
+}> {
+  override get message() {
+    return `the outcome of the effect started at sequence ${this.started} of ${this.session} was not durable within ${this.deadlineMs} ms`
+  }
+}
+
+export type FenceError = JournalAppendError | OutcomeUnrecorded
+
+/**
+ * What the caller learns inside the fence, synchronously, before it returns or fails (so an
+ * interruption of the caller cannot lose it).
+ */
+export interface FenceHooks {
+  /** The records just committed (the started record, then the outcome), to fold into the caller's state. */
+  readonly committed?: (entries: ReadonlyArray<readonly [number, Entry]>) => void
+  /**
+   * The outcome missed the deadline. `settled` waits until that append has landed or failed
+   * (the journal always answers); until then nothing the caller writes for the session may be
+   * ordered after it, nor any state read that could miss it.
+   */
+  readonly unrecorded?: (settled: Effect.Effect<void>) => void
 }
 
 export interface EffectFenceShape {
@@ -24,9 +62,8 @@ export interface EffectFenceShape {
     started: Entry,
     dispatch: (started: number) => Effect.Effect<A, E>,
     outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry,
-    /** Called with the outcome entry's records folded, before the caller sees the result. */
-    onCommit?: (entries: ReadonlyArray<readonly [number, Entry]>) => void
-  ) => Effect.Effect<Fenced<A, E>, JournalAppendError>
+    hooks?: FenceHooks
+  ) => Effect.Effect<Fenced<A, E>, FenceError>
 }
 
 export class EffectFence extends Context.Tag("brain/EffectFence")<EffectFence, EffectFenceShape>() {}

@@ -2,14 +2,16 @@
  * ServerConfig: the deployment's limits and places, read once through `Config` (environment
  * variables by default). Zero means "no bound" for every turn limit.
  */
-import { Config, Context, Layer, Option, Redacted } from "effect"
+import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
 import {
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
   SSE_BACKLOG_BYTES,
   SSE_SUBSCRIBERS,
-  SSE_SUBSCRIBERS_PER_SESSION
+  SSE_SUBSCRIBERS_PER_SESSION,
+  TELEMETRY_QUEUE_BYTES
 } from "../domain/Limits.js"
+import { noSink, parseTelemetrySink, type TelemetrySink } from "./Telemetry.js"
 
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
@@ -42,7 +44,11 @@ export interface ServerConfigShape {
   readonly cancelGraceMs: number
   /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
-  /** The bound on waits inside cleanup (recording an outcome while interrupted), in milliseconds. */
+  /**
+   * The bound on waits inside cleanup (recording an outcome while interrupted), and on how long an
+   * effect's outcome may take to become durable before the loop is told `journal_write_failed`
+   * instead of the result, in milliseconds. 0 = wait for the journal however long it takes.
+   */
   readonly cleanupDeadlineMs: number
   /** `host:port` to listen on. */
   readonly listen: string
@@ -84,6 +90,10 @@ export interface ServerConfigShape {
   readonly sseMaxSubscribers: number
   /** Bytes of frames a live SSE subscriber may fall behind before it is cut off (it resumes by cursor). */
   readonly sseBacklogBytes: number
+  /** Where the loops' telemetry goes (BRAIN_TELEMETRY); `None` drops it. */
+  readonly telemetry: TelemetrySink
+  /** Bytes of telemetry (serialized) waiting for its sink before new records are dropped. */
+  readonly telemetryQueueBytes: number
 }
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
@@ -119,7 +129,9 @@ export const defaults: ServerConfigShape = {
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
-  sseBacklogBytes: SSE_BACKLOG_BYTES
+  sseBacklogBytes: SSE_BACKLOG_BYTES,
+  telemetry: noSink,
+  telemetryQueueBytes: TELEMETRY_QUEUE_BYTES
 }
 
 const nonNegative = (name: string, fallback: number, description: string) =>
@@ -167,7 +179,7 @@ export const fromConfig = Config.all({
       Config.withDescription("keep idle session actors warm this long (0 = forever; unset = release at once)")
     )
   ),
-  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup"),
+  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
   dataDir: Config.string("BRAIN_DATA_DIR").pipe(Config.withDefault(defaults.dataDir), Config.withDescription("the data directory")),
   apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
@@ -203,7 +215,19 @@ export const fromConfig = Config.all({
     "SSE streams one session may have"
   ),
   sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "SSE streams the process may have"),
-  sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind")
+  sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind"),
+  telemetry: Config.string("BRAIN_TELEMETRY").pipe(
+    Config.withDefault(""),
+    Config.mapOrFail((value) =>
+      Either.mapLeft(parseTelemetrySink(value), (why) => ConfigError.InvalidData(["BRAIN_TELEMETRY"], why))
+    ),
+    Config.withDescription("where loops' telemetry goes: file:PATH or a plain path (JSON lines), otlp:URL (OTLP/HTTP logs); unset drops it")
+  ),
+  telemetryQueueBytes: positive(
+    "BRAIN_TELEMETRY_QUEUE_BYTES",
+    defaults.telemetryQueueBytes,
+    "bytes of telemetry waiting for its sink before new records are dropped"
+  )
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
@@ -237,7 +261,9 @@ export const fromConfig = Config.all({
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
     sseMaxSubscribers: c.sseMaxSubscribers,
-    sseBacklogBytes: c.sseBacklogBytes
+    sseBacklogBytes: c.sseBacklogBytes,
+    telemetry: c.telemetry,
+    telemetryQueueBytes: c.telemetryQueueBytes
   }))
 )
 

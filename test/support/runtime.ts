@@ -21,6 +21,7 @@ import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import { type ModelCall, Models, type ModelsShape } from "../../src/services/Models.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { ModelBindings, type ModelBindingsShape, noBindings } from "../../src/services/ModelBindings.js"
+import { Telemetry, type TelemetryShape } from "../../src/services/Telemetry.js"
 
 export interface RuntimeOptions {
   readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
@@ -36,6 +37,8 @@ export interface RuntimeOptions {
   readonly wasm?: WasmHostWorkers.WasmHostOptions
   /** With `wasm`: the official loop runs as this module (dist/loops/official.wasm), not in TypeScript. */
   readonly officialModule?: Uint8Array
+  /** Where loops' and tools' telemetry goes (dropped without one). */
+  readonly telemetry?: TelemetryShape
 }
 
 export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
@@ -69,7 +72,8 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     Layer.succeed(Models, models),
     ToolsLive.layer(options.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
     agentloops,
-    wasm
+    wasm,
+    options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty
   ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

@@ -1,6 +1,15 @@
 /**
  * The host services of one activation. Every write is durable before it returns; every effect
  * goes through the EffectFence; after a cancel, every host call fails with the cancel's code.
+ *
+ * An effect whose outcome was not durable within BRAIN_CLEANUP_DEADLINE_MS reaches the loop as
+ * `journal_write_failed` (ambiguous), never as its result. The cell is then broken, as after a
+ * failed write: every later host call fails with `journal_write_failed` and nothing more is
+ * committed through it, because its state may now lack a record that is still on its way to the
+ * disk. Effects already past their started commit when it broke (the other calls of a parallel
+ * dispatch) still end normally: their outcome is the truth and is recorded if the journal takes
+ * it. The outcome append still in flight is handed to the turn (`ActivationScope.unsettled`),
+ * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
 import { Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
@@ -11,10 +20,11 @@ import { modelCallContext } from "../../domain/ModelContext.js"
 import { diffTranscript, kvRead } from "../../domain/Projection.js"
 import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
 import { HostCallFailed, type Host, type ToolResult } from "../../services/Agentloop.js"
-import type { EffectFenceShape } from "../../services/EffectFence.js"
-import type { JournalAppendError, JournalShape } from "../../services/Journal.js"
+import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
+import type { JournalShape } from "../../services/Journal.js"
 import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
 import { type CancelReason, type Cell, commit } from "./Cell.js"
 import { readEvents } from "./Events.js"
@@ -28,6 +38,8 @@ export interface HostDeps {
   readonly config: ServerConfigShape
   /** Where live-only deltas go (the session's SSE subscribers): never journaled. */
   readonly live?: LiveDeltas
+  /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; absent, it is dropped. */
+  readonly telemetry?: TelemetryShape
 }
 
 export interface LiveDeltas {
@@ -43,6 +55,11 @@ export interface ActivationScope {
   readonly writes: Effect.Semaphore
   modelCalls: number
   emittedBytes: number
+  /**
+   * Appends that missed the cleanup deadline and are still on their way to the journal: each
+   * waits until its append has landed or failed. The turn holds the session until they settle.
+   */
+  readonly unsettled: Array<Effect.Effect<void>>
 }
 
 export const cancelFailure = (reason: CancelReason): Failure =>
@@ -54,13 +71,25 @@ export const cancelFailure = (reason: CancelReason): Failure =>
 
 const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
 
+/** A host call after the cell broke: it did nothing, so it is not ambiguous. */
+const brokenFailure = failure(
+  "journal_write_failed",
+  "an earlier write of this session failed or was not durable in time; nothing more is written until the session recovers on its next access"
+)
+
 /** A provider's failure as recorded in `model_call_failed` and shown to the loop. */
 const modelFailure = (err: ModelFailed) =>
   failure(err.code, err.message, { ambiguous: err.ambiguous, retryable: err.retryable, details: err.details })
 
-const storageFailure = (e: JournalAppendError): HostCallFailed =>
+const storageFailure = (e: FenceError): HostCallFailed =>
   new HostCallFailed({
-    failure: e._tag === "RecordRejected"
+    failure: e._tag === "OutcomeUnrecorded"
+      ? failure(
+        "journal_write_failed",
+        `${e.message}: the effect may have happened, and its result is withheld until something durable says how it ended; the session recovers on its next access`,
+        { ambiguous: true }
+      )
+      : e._tag === "RecordRejected"
       ? failure("invalid_request", e.reason)
       : e._tag === "JournalCorrupt"
       ? failure("journal_corrupt", e.message)
@@ -80,16 +109,42 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const { cell, cancel } = scope
   const { config, fence, journal } = deps
 
-  /** Fails at once if the turn has been cancelled. */
+  /** Fails at once if the turn has been cancelled, or if the cell is broken (nothing more is written through it). */
   const live = <A>(body: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> =>
     Effect.flatMap(Deferred.poll(cancel), (polled) =>
-      Option.isSome(polled) ? Effect.flatMap(polled.value, (reason) => refuse(cancelFailure(reason))) : body)
+      Option.isSome(polled)
+        ? Effect.flatMap(polled.value, (reason) => refuse(cancelFailure(reason)))
+        : cell.broken
+        ? refuse(brokenFailure)
+        : body)
 
-  const write = <A>(body: Effect.Effect<A, JournalAppendError>) =>
+  /**
+   * Telemetry, the loop's or a tool's (`toolCall`: its started sequence). Fire and forget, after a
+   * cancel too: the sink never blocks and never fails the call; never journaled.
+   */
+  const report = (data: unknown, toolCall?: number): Effect.Effect<void> => {
+    const sink = deps.telemetry
+    if (sink === undefined) return Effect.void
+    return Effect.flatMap(Clock.currentTimeMillis, (at_ms) =>
+      sink.record({
+        session_id: cell.session,
+        activation: scope.activation,
+        ...(toolCall === undefined ? {} : { tool_call: toolCall }),
+        at_ms,
+        data: data ?? null
+      }))
+  }
+
+  const write = <A>(body: Effect.Effect<A, FenceError>) =>
     scope.writes.withPermits(1)(Effect.mapError(body, storageFailure))
 
-  const onCommit = (committed: ReadonlyArray<readonly [number, ReturnType<typeof entry>]>) =>
-    cell.foldIn(committed)
+  const hooks: FenceHooks = {
+    committed: (committed) => cell.foldIn(committed),
+    unrecorded: (settled) => {
+      cell.broken = true
+      scope.unsettled.push(settled)
+    }
+  }
 
   const model: Host["model"] = (request) =>
     live(Effect.gen(function*() {
@@ -152,7 +207,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
               : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
           })
         },
-        onCommit
+        hooks
       ).pipe(Effect.mapError(storageFailure))
       const exit = fenced.exit
       if (Exit.isSuccess(exit)) {
@@ -197,7 +252,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             // A tool's Events come before its outcome: refused once the call is over.
             emit: (kind, payload) =>
               inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
-            telemetry: (data) => Effect.logDebug("tool telemetry", data)
+            telemetry: (data) => report(data, sequence)
           }).pipe(
             Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
             Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
@@ -269,7 +324,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       })
     }
 
-    return fence.fence(cell.session, started, dispatch, outcomeOf, onCommit).pipe(
+    return fence.fence(cell.session, started, dispatch, outcomeOf, hooks).pipe(
       Effect.mapError(storageFailure),
       Effect.map(({ dispatched, exit, started: sequence }) => {
         // The loop sees exactly the outcome the fence recorded.
@@ -325,7 +380,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     model,
     dispatch,
     emit,
-    telemetry: (data) => Effect.logDebug("agentloop telemetry", data),
+    telemetry: (data) => report(data),
     kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
     kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
     kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),

@@ -2,6 +2,20 @@
  * Runs one turn in the session's own fiber: the activation of the Agentloop with its host, the
  * wall deadline, cancellation with a bounded grace, and the closing records. The closing records
  * are committed even when the turn fiber itself is interrupted (a server stop).
+ *
+ * An append that missed BRAIN_CLEANUP_DEADLINE_MS (an effect's outcome, or the turn's own
+ * closing records) breaks the cell and is still on its way to the journal. The turn answers its
+ * caller at once (`journal_write_failed`, ambiguous), but keeps holding the session until every
+ * such append has landed or failed. Meanwhile every access is refused (`journal_write_failed`,
+ * the broken cell). Only then is the cell released, and the next access reopens the session
+ * from what is really stored and records the recovery. Why wait: recovery is computed from the
+ * journal as read when the session reopens. Read before a late record lands, it would close an
+ * effect twice (its real outcome, then recovery's ambiguous failure), or a journal wrapper could
+ * even let the late record land after recovery's. The wait has no deadline of its own, and that
+ * is deliberate: nobody waits on it but the session (the loop and the caller have their
+ * answers), the journal always answers an append (a round of writes and syncs is never
+ * abandoned), and any write for the session, recovery's included, would wait behind the same
+ * stalled disk anyway. A server stop interrupts the wait; the restart recovers from the files.
  */
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
@@ -11,8 +25,9 @@ import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
 import { type Cell, commit, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
-import { cancelFailure, type HostDeps, makeHost } from "./Host.js"
+import { type ActivationScope, cancelFailure, type HostDeps, makeHost } from "./Host.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
+import { appendWithin } from "../EffectFenceLive.js"
 
 export interface TurnStart {
   readonly cell: Cell
@@ -45,13 +60,14 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
     Effect.gen(function*() {
       const { cell, turn, activation } = start
       const { config, journal } = deps
-      const scope = {
+      const scope: ActivationScope = {
         cell,
         activation,
         cancel: turn.cancel,
         writes: yield* Effect.makeSemaphore(1),
         modelCalls: 0,
-        emittedBytes: 0
+        emittedBytes: 0,
+        unsettled: []
       }
       const host = makeHost(deps, scope)
       const now = yield* Clock.currentTimeMillis
@@ -118,12 +134,22 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           entry("activation_ended", { sequence: activation, result }),
           entry("turn_ended", { sequence: turn.sequence, result })
         ]
-      const closed = yield* commit(journal, cell, entries).pipe(
-        Effect.disconnect,
-        Effect.timeoutOption(Duration.millis(config.cleanupDeadlineMs)),
-        Effect.either
-      )
-      const recorded = closed._tag === "Right" && Option.isSome(closed.right)
+      const lateOutcomes = scope.unsettled.length
+      const closed = yield* appendWithin(commit(journal, cell, entries), config.cleanupDeadlineMs)
+      if (closed._tag === "Unsettled") {
+        // Its state now lacks records that may still land: the cell commits nothing more.
+        cell.broken = true
+        scope.unsettled.push(closed.settled)
+      }
+      const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit)
+      const notRecorded = closed._tag === "Unsettled"
+        ? `no answer from the journal within ${config.cleanupDeadlineMs} ms`
+        : lateOutcomes > 0
+        ? `the outcome of an effect was not durable within ${config.cleanupDeadlineMs} ms, so nothing more is written until the session recovers`
+        : Exit.match(closed.exit, {
+          onSuccess: () => "",
+          onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
+        })
       const outcome: TurnOutcome = {
         session_id: cell.session,
         // Unrecorded, the turn is closed in memory all the same: the session's next access records
@@ -137,14 +163,19 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           : {
             sequence: turn.sequence,
             status: "failed",
-            failure: failure(
-              "journal_write_failed",
-              `the turn's end could not be recorded: ${
-                closed._tag === "Left" ? closed.left.message : `no answer from the journal within ${config.cleanupDeadlineMs} ms`
-              }`,
-              { ambiguous: true }
-            )
+            failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
           }
+      }
+      if (scope.unsettled.length > 0) {
+        // The caller has its answer now; the session stays refused until the late appends settle.
+        yield* Deferred.succeed(turn.done, outcome)
+        yield* Effect.logWarning(
+          `${scope.unsettled.length} append(s) missed BRAIN_CLEANUP_DEADLINE_MS (${config.cleanupDeadlineMs} ms); the session is refused until the journal answers them`
+        ).pipe(Effect.annotateLogs({ session_id: cell.session }))
+        yield* Effect.interruptible(Effect.all(scope.unsettled, { discard: true }))
+        yield* Effect.logInfo("the late appends settled; the session recovers on its next access").pipe(
+          Effect.annotateLogs({ session_id: cell.session })
+        )
       }
       return outcome
     })

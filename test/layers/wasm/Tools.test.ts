@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { Agentloops } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
+import type { TelemetryRecord, TelemetryShape } from "../../../src/services/Telemetry.js"
 import { Sessions } from "../../../src/services/Sessions.js"
 import { runtimeLayer } from "../../support/runtime.js"
 import { data, guest, wat } from "../../support/wat.js"
@@ -35,6 +36,16 @@ const emits = (() => {
   const op = data(100, "emit")
   const req = data(120, '{"kind":"progress","payload":{"pct":50}}')
   const ok = data(200, '{"ok":"emitted"}')
+  return guest(`${op.segment} ${req.segment} ${ok.segment}
+    (func (export "brain_tool") (param i32 i32) (result i64)
+      (drop (call $call (i32.const ${op.ptr}) (i32.const ${op.len}) (i32.const ${req.ptr}) (i32.const ${req.len})))
+      (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`)
+})()
+
+const reports = (() => {
+  const op = data(100, "telemetry")
+  const req = data(120, '{"step":1}')
+  const ok = data(200, '{"ok":"reported"}')
   return guest(`${op.segment} ${req.segment} ${ok.segment}
     (func (export "brain_tool") (param i32 i32) (result i64)
       (drop (call $call (i32.const ${op.ptr}) (i32.const ${op.len}) (i32.const ${req.ptr}) (i32.const ${req.len})))
@@ -86,6 +97,31 @@ describe("Wasm tools", () => {
       expect(progress.payload).toEqual({ kind: "progress", payload: { pct: 50 }, origin: { kind: "tool", sequence: emitter.sequence } })
       expect(progress.sequence).toBeLessThan(closing("emits").sequence)
     }).pipe(Effect.provide(runtimeLayer({ wasm: WASM }))))
+
+  it.scopedLive("a tool's telemetry reaches the sink tagged with its session, activation and tool call, and is never journaled", () => {
+    const got: Array<TelemetryRecord> = []
+    const telemetry: TelemetryShape = {
+      record: (r) => Effect.sync(() => void got.push(r)),
+      stats: Effect.sync(() => ({ accepted: got.length, dropped: 0, delivered: got.length, failed: 0 }))
+    }
+    return Effect.gen(function*() {
+      const agentloops = yield* Agentloops
+      const id = (yield* agentloops.admit(yield* Effect.promise(() => wat(reports)))).id
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "reports", input: {} }] }, { text: "done" }] },
+        tools: [{ name: "reports", module: id }]
+      })
+      expect((yield* sessions.send(session_id, { message: "go" })).turn.status).toBe("ended")
+      const records = yield* journal.read(session_id, { after: 0, limit: 100 })
+      const started = records.find((r) => r.kind === "tool_call_started")!
+      const activation = records.find((r) => r.kind === "activation_started")!
+      expect(got).toHaveLength(1)
+      expect(got[0]).toMatchObject({ session_id, activation: activation.sequence, tool_call: started.sequence, data: { step: 1 } })
+      expect(JSON.stringify(records)).not.toContain("step")
+    }).pipe(Effect.provide(runtimeLayer({ wasm: WASM, telemetry })))
+  })
 
   it.scopedLive("a cancel stops a running Wasm tool at once: recorded cancelled, and the pool serves the next call", () =>
     Effect.gen(function*() {

@@ -1,0 +1,108 @@
+/**
+ * The fence's outcome commit and BRAIN_CLEANUP_DEADLINE_MS (DESIGN §3; seed "Effects happen after
+ * commit"): the caller gets the dispatch's result only once its outcome is durable; an outcome the
+ * journal has not acknowledged in time fails the fence with OutcomeUnrecorded, and the append
+ * still lands (or fails) afterwards, which `settled` reports. The memory journal is wrapped so that
+ * the outcome append is held until the test lets it go.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { mintSessionId } from "../../src/domain/Ids.js"
+import { entry, type Entry } from "../../src/domain/Records.js"
+import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import type { FenceHooks } from "../../src/services/EffectFence.js"
+import { Journal, type JournalShape } from "../../src/services/Journal.js"
+import * as ServerConfig from "../../src/services/ServerConfig.js"
+
+/** A memory journal whose appends of `kind` wait for `release` (once `reached` says they arrived). */
+const holding = (kind: string) =>
+  Effect.gen(function*() {
+    const { journal: base } = yield* JournalMemory.make
+    const reached = yield* Deferred.make<void>()
+    const release = yield* Deferred.make<void>()
+    const journal: JournalShape = {
+      ...base,
+      append: (session, entries, options) =>
+        entries.some((e) => e.kind === kind)
+          ? Deferred.succeed(reached, undefined).pipe(
+            Effect.zipRight(Deferred.await(release)),
+            Effect.zipRight(base.append(session, entries, options))
+          )
+          : base.append(session, entries, options)
+    }
+    const session = yield* mintSessionId
+    yield* base.create(session)
+    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+    return { journal, base, session, reached, release }
+  })
+
+const fenceWith = (journal: JournalShape, cleanupDeadlineMs: number) =>
+  EffectFenceLive.make.pipe(
+    Effect.provide(Layer.merge(Layer.succeed(Journal, journal), ServerConfig.layerWith({ cleanupDeadlineMs })))
+  )
+
+const started = entry("tool_call_started", { tool: "t", call_id: "c1", input: null, deadline_at_ms: 0 })
+const ended = (sequence: number): Entry => entry("tool_call_ended", { sequence, outcome: "ok", output: { secret: 42 }, is_error: false })
+
+describe("EffectFence: the outcome commit and the cleanup deadline", () => {
+  it.live("an outcome not durable within the deadline fails the fence with OutcomeUnrecorded (even for an uninterruptible caller), never returns the result, and settles when the append lands", () =>
+    Effect.gen(function*() {
+      const h = yield* holding("tool_call_ended")
+      const fence = yield* fenceWith(h.journal, 100)
+      const unsettled: Array<Effect.Effect<void>> = []
+      const folded: Array<number> = []
+      const hooks: FenceHooks = { committed: (es) => es.forEach(([s]) => folded.push(s)), unrecorded: (s) => void unsettled.push(s) }
+      const startedAt = Date.now()
+      const result = yield* Effect.either(
+        Effect.uninterruptible(fence.fence(h.session, started, () => Effect.succeed({ secret: 42 }), ended, hooks))
+      )
+      expect(Date.now() - startedAt).toBeLessThan(2_000)
+      expect(result._tag === "Left" && result.left._tag === "OutcomeUnrecorded" && result.left.started).toBe(2)
+      expect(unsettled).toHaveLength(1)
+      expect(folded).toEqual([2]) // the started record only
+
+      // The append is still on its way: `settled` waits for it, and it lands once released.
+      const settling = yield* Effect.fork(unsettled[0]!)
+      expect(Option.isNone(yield* Fiber.poll(settling).pipe(Effect.delay(Duration.millis(50))))).toBe(true)
+      yield* Deferred.succeed(h.release, undefined)
+      yield* Fiber.join(settling)
+      const records = yield* h.base.read(h.session, { after: 0, limit: 10 })
+      expect(records.map((r) => r.kind)).toEqual(["session_creation_started", "tool_call_started", "tool_call_ended"])
+    }))
+
+  it.live("an interrupted caller does not leave before its outcome is durable: the interruption waits for the append (within the deadline)", () =>
+    Effect.gen(function*() {
+      const h = yield* holding("tool_call_ended")
+      const fence = yield* fenceWith(h.journal, 5_000)
+      const folded: Array<number> = []
+      const fiber = yield* Effect.fork(
+        fence.fence(h.session, started, () => Effect.succeed({ secret: 42 }), ended, { committed: (es) => es.forEach(([s]) => folded.push(s)) })
+      )
+      yield* Deferred.await(h.reached)
+      const interrupting = yield* Effect.fork(Fiber.interrupt(fiber))
+      yield* Effect.sleep(Duration.millis(100))
+      // Still waiting for the outcome, although interrupted.
+      expect(Option.isNone(yield* Fiber.poll(interrupting))).toBe(true)
+      yield* Deferred.succeed(h.release, undefined)
+      const exit = yield* Fiber.join(interrupting)
+      expect(Exit.isSuccess(exit) || Exit.isInterrupted(exit)).toBe(true)
+      expect(folded).toEqual([2, 3])
+      const records = yield* h.base.read(h.session, { after: 0, limit: 10 })
+      expect(records.at(-1)?.kind).toBe("tool_call_ended")
+    }))
+
+  it.live("with BRAIN_CLEANUP_DEADLINE_MS at 0 the fence waits for its outcome however long the journal takes", () =>
+    Effect.gen(function*() {
+      const h = yield* holding("tool_call_ended")
+      const fence = yield* fenceWith(h.journal, 0)
+      const fiber = yield* Effect.fork(fence.fence(h.session, started, () => Effect.succeed({ secret: 42 }), ended))
+      yield* Deferred.await(h.reached)
+      yield* Effect.sleep(Duration.millis(200))
+      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      yield* Deferred.succeed(h.release, undefined)
+      const fenced = yield* Fiber.join(fiber)
+      expect(fenced.outcome).toBe(3)
+      expect(Exit.isSuccess(fenced.exit) && fenced.exit.value).toEqual({ secret: 42 })
+    }))
+})
