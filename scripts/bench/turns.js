@@ -1,14 +1,16 @@
 #!/usr/bin/env node
 // In-process turn benchmark: turns/s and turn latency through Sessions on the file
-// journal, next to the journal's durable-commit floor measured in the same run.
+// journal, next to the journal's durable-commit floor measured in the same run, for the official
+// loop as it ships (the WebAssembly guest dist/loops/official.wasm in the worker pool) and as its
+// TypeScript reference (src/loops/official.ts, run in the main thread).
 //
-//   npm run bench:turns [-- --seconds 5]
+//   npm run bench:turns [-- --seconds 5] [--loop wasm|ts]
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { execSync } from "node:child_process"
 import { Effect, Layer, ManagedRuntime } from "effect"
-import * as AgentloopsInProcess from "../../dist/layers/AgentloopsInProcess.js"
+import * as AgentloopsLive from "../../dist/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../dist/layers/CheckpointStore.js"
 import * as EffectFenceLive from "../../dist/layers/EffectFenceLive.js"
 import * as JournalFile from "../../dist/layers/JournalFile.js"
@@ -16,6 +18,8 @@ import * as ModelsScripted from "../../dist/layers/ModelsScripted.js"
 import * as ProjectionLive from "../../dist/layers/ProjectionLive.js"
 import * as SessionsLive from "../../dist/layers/SessionsLive.js"
 import * as ToolsInProcess from "../../dist/layers/ToolsInProcess.js"
+import * as ToolsLive from "../../dist/layers/ToolsLive.js"
+import * as WasmHostWorkers from "../../dist/layers/WasmHostWorkers.js"
 import * as FileDriver from "../../dist/layers/journal/FileDriver.js"
 import { Journal } from "../../dist/services/Journal.js"
 import { Sessions } from "../../dist/services/Sessions.js"
@@ -25,23 +29,34 @@ import { measure, ms, pct } from "./stats.js"
 
 const args = process.argv.slice(2)
 const seconds = Number(args[args.indexOf("--seconds") + 1]) || 4
+const only = args.includes("--loop") ? args[args.indexOf("--loop") + 1] : undefined
+const loops = ["wasm", "ts"].filter((l) => only === undefined || l === only)
+const officialModule = new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url)))
 
-const layerFor = (dataDir) => {
+/** Sessions on the file journal; `loop` "wasm" runs the official guest, "ts" its TypeScript reference. */
+const layerFor = (dataDir, loop) => {
+  const config = ServerConfig.layerWith({})
   const journal = JournalFile.layerNode({ dataDir })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
+  const wasm = WasmHostWorkers.layer.pipe(Layer.provide(config))
+  const agentloops = AgentloopsLive.layer(loop === "wasm" ? { officialModule } : {}).pipe(Layer.provide(Layer.merge(wasm, journal)))
   const deps = Layer.mergeAll(
     ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
     EffectFenceLive.layer,
     ModelsScripted.layer,
-    ToolsInProcess.layer({ t: ToolsInProcess.succeedAfter(0) }),
-    AgentloopsInProcess.layer({})
-  ).pipe(Layer.provideMerge(Layer.merge(journal, ServerConfig.layerWith({}))))
+    ToolsLive.layer({ t: ToolsInProcess.succeedAfter(0) }).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    agentloops,
+    wasm
+  ).pipe(Layer.provideMerge(Layer.merge(journal, config)))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 
 
+const rows = []
+let commit
+for (const loop of loops) {
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-turns-"))
-const runtime = ManagedRuntime.make(layerFor(dataDir))
+const runtime = ManagedRuntime.make(layerFor(dataDir, loop))
 const run = (eff) => runtime.runPromise(eff)
 
 // The floor: one durable commit of one small record, sequential, on one session.
@@ -52,7 +67,7 @@ const floorSession = await run(Effect.gen(function*() {
   return s
 }))
 const journal = await run(Journal)
-const commit = await measure(
+commit ??= await measure(
   () => run(journal.append(floorSession, [{ kind: "kv_put", payload: { key: "k", value: "x".repeat(150) } }])),
   1,
   Math.min(2000, seconds * 500)
@@ -66,7 +81,6 @@ const shapes = [
     replies: [{ tool_calls: [0, 1, 2, 3].map((i) => ({ name: "t", input: { i } })) }, { text: "done" }]
   }
 ]
-const rows = []
 for (const shape of shapes) {
   for (const concurrency of [1, 64]) {
     const sessions = await run(Effect.gen(function*() {
@@ -85,11 +99,12 @@ for (const shape of shapes) {
       concurrency,
       seconds * 1000
     )
-    rows.push({ ...shape, concurrency, ...r, floor: shape.commits * commit.p50 })
+    rows.push({ ...shape, loop, concurrency, ...r, floor: shape.commits * commit.p50 })
   }
 }
 await runtime.dispose()
 fs.rmSync(dataDir, { recursive: true, force: true })
+}
 
 let disk = ""
 try {
@@ -97,14 +112,15 @@ try {
 } catch {}
 console.log(`# In-process turns through Sessions on the file journal
 method: each of N sessions runs turns back to back for ${seconds}s (sync send; scripted instant model;
-  the official loop; "4 tools" = the model asks for 4 tool calls at once, each an instant in-process tool,
+  the official loop, "wasm" = the guest in the worker pool as served, "ts" = its TypeScript reference
+  in the main thread; "4 tools" = the model asks for 4 tool calls at once, each an instant in-process tool,
   then answers). Every commit is fdatasync'd. The floor is the number of sequential durable commits a
   turn needs x the p50 of one durable commit of one record, measured in this run on the same disk.
 node ${process.version}, ${os.cpus().length} cpus, UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE ?? "4 (default)"}, tmp on ${disk}
 one durable commit: p50 ${ms(commit.p50)} ms, p99 ${ms(commit.p99)} ms (${Math.round(commit.rate)}/s sequential)
 `)
-console.log("| tools | sessions | turns/s | p50 ms | p99 ms | commits/turn | floor ms | p50 / floor |")
-console.log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+console.log("| loop | tools | sessions | turns/s | p50 ms | p99 ms | commits/turn | floor ms | p50 / floor |")
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for (const r of rows) {
-  console.log(`| ${r.tools} | ${r.concurrency} | ${Math.round(r.rate)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.commits} | ${ms(r.floor)} | ${(r.p50 / r.floor).toFixed(2)} |`)
+  console.log(`| ${r.loop} | ${r.tools} | ${r.concurrency} | ${Math.round(r.rate)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.commits} | ${ms(r.floor)} | ${(r.p50 / r.floor).toFixed(2)} |`)
 }

@@ -8,10 +8,10 @@ import wabtInit from "wabt"
 
 let wabt: Awaited<ReturnType<typeof wabtInit>> | undefined
 
-/** Compiles WAT text to module bytes. */
-export const wat = async (text: string): Promise<Uint8Array> => {
+/** Compiles WAT text to module bytes; `features` turns on more of wabt's proposals (`threads` for a shared memory). */
+export const wat = async (text: string, features: { readonly threads?: boolean } = {}): Promise<Uint8Array> => {
   wabt ??= await wabtInit()
-  const module = wabt.parseWat("guest.wat", text, { mutable_globals: true, bulk_memory: true })
+  const module = wabt.parseWat("guest.wat", text, { mutable_globals: true, bulk_memory: true, ...features })
   try {
     return new Uint8Array(module.toBinary({}).buffer)
   } finally {
@@ -19,15 +19,24 @@ export const wat = async (text: string): Promise<Uint8Array> => {
   }
 }
 
-/** The ABI's plumbing around `body` (WAT module fields). */
-export const guest = (body: string, options: { readonly imports?: string; readonly marker?: boolean } = {}) => `
+/**
+ * The ABI's plumbing around `body` (WAT module fields). Options break it on purpose, for admission
+ * tests: `memory` is the limits of the `env.memory` import (default `1`: one page, no maximum),
+ * `ownMemory` defines the memory in the module instead of importing it, `marker: false` leaves
+ * out `brain_abi_v1`, `alloc: false` leaves out `brain_alloc`'s export.
+ */
+export const guest = (
+  body: string,
+  options: { readonly imports?: string; readonly marker?: boolean; readonly memory?: string; readonly ownMemory?: boolean; readonly alloc?: boolean } = {}
+) => `
 (module
-  (import "env" "memory" (memory $mem 1))
+  ${options.ownMemory === true ? "" : `(import "env" "memory" (memory $mem ${options.memory ?? "1"}))`}
   (import "brain" "call" (func $call (param i32 i32 i32 i32) (result i64)))
   ${options.imports ?? ""}
+  ${options.ownMemory === true ? `(memory $mem ${options.memory ?? "1"})` : ""}
   ${options.marker === false ? "" : `(global (export "brain_abi_v1") i32 (i32.const 1))`}
   (global $heap (mut i32) (i32.const 4096))
-  (func $alloc (export "brain_alloc") (param $n i32) (result i32)
+  (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
     (local $p i32)
     (local.set $p (global.get $heap))
     (global.set $heap (i32.add (global.get $heap) (local.get $n)))
@@ -49,12 +58,45 @@ export const data = (at: number, text: string) => {
   return { segment: `(data (i32.const ${at}) "${escaped}")`, ptr: at, len: bytes.length }
 }
 
-/** A valid Agentloop guest (ABI version 1) that answers every turn with `{"ok": "hello from wasm"}`. */
-export const helloLoop = async (): Promise<Uint8Array> => {
-  const out = data(100, '{"ok":"hello from wasm"}')
-  return wat(guest(`${out.segment}
-    (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${out.ptr}) (i32.const ${out.len})))`))
+/** The export a guest's body defines: an Agentloop's or a tool's. */
+export type Entry = "brain_run" | "brain_tool"
+
+/** A guest whose `entry` returns `output` (any text, JSON or not). */
+export const returning = (output: string, entry: Entry = "brain_run") => {
+  const out = data(100, output)
+  return guest(`${out.segment}
+    (func (export "${entry}") (param i32 i32) (result i64) (call $out (i32.const ${out.ptr}) (i32.const ${out.len})))`)
 }
+
+/** A guest that makes one host call and returns its answer as its output. */
+export const calling = (op: string, request: string, entry: Entry = "brain_run") => {
+  const o = data(200, op)
+  const r = data(300, request)
+  return guest(`${o.segment} ${r.segment}
+    (func (export "${entry}") (param i32 i32) (result i64)
+      (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`)
+}
+
+/**
+ * A guest whose `entry` answers `{"ok": <its input>}`: the output holds the input it was given,
+ * whole. With `first`, it makes that host call before (and drops its answer).
+ */
+export const echoing = (entry: Entry = "brain_run", first?: { readonly op: string; readonly request: string }) => {
+  const o = data(200, first?.op ?? "")
+  const r = data(300, first?.request ?? "")
+  return guest(`${data(100, '{"ok":').segment} ${data(110, "}").segment} ${first ? `${o.segment} ${r.segment}` : ""}
+  (func (export "${entry}") (param $ip i32) (param $il i32) (result i64)
+    (local $p i32)
+    ${first ? `(drop (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))` : ""}
+    (local.set $p (call $alloc (i32.add (local.get $il) (i32.const 7))))
+    (memory.copy (local.get $p) (i32.const 100) (i32.const 6))
+    (memory.copy (i32.add (local.get $p) (i32.const 6)) (local.get $ip) (local.get $il))
+    (memory.copy (i32.add (local.get $p) (i32.add (local.get $il) (i32.const 6))) (i32.const 110) (i32.const 1))
+    (call $out (local.get $p) (i32.add (local.get $il) (i32.const 7))))`)
+}
+
+/** A valid Agentloop guest (ABI version 1) that answers every turn with `{"ok": "hello from wasm"}`. */
+export const helloLoop = (): Promise<Uint8Array> => wat(returning('{"ok":"hello from wasm"}'))
 
 /** `bytes` with a custom section of `size` bytes appended: still a valid module, just larger. */
 export const padded = (bytes: Uint8Array, size: number): Uint8Array => {

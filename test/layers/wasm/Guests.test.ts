@@ -12,22 +12,13 @@ import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
 import type { AdmittedModule, WasmHostShape } from "../../../src/services/WasmHost.js"
 import { runtimeLayer } from "../../support/runtime.js"
-import { data, guest, wat } from "../../support/wat.js"
+import { calling, data, guest, wat } from "../../support/wat.js"
 
 const OPTIONS = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 500, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
 const OK = data(100, '{"ok":"fine"}')
 const fine = guest(`${OK.segment}
   (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${OK.ptr}) (i32.const ${OK.len})))`)
-
-/** A guest that makes one host call and returns its answer as its output. */
-const calling = (op: string, request: string) => {
-  const o = data(200, op)
-  const r = data(300, request)
-  return guest(`${o.segment} ${r.segment}
-    (func (export "brain_run") (param i32 i32) (result i64)
-      (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`)
-}
 
 const ROGUES: Record<string, string> = {
   spin: guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`),
