@@ -21,9 +21,15 @@ import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
 
 export interface WasmHostOptions extends ActivationLimits {
+  /** Guests computing at once. */
   readonly workers: number
+  /** Threads at most, guests waiting in host calls included (default WASM_THREADS_PER_WORKER × workers). */
+  readonly threads?: number
   readonly moduleBytes: number
 }
+
+/** Threads per compute slot by default: a turn's guest waits in host calls (journal commits, model, tools) most of its time. */
+export const WASM_THREADS_PER_WORKER = 8
 
 const isCode = Schema.is(FailureCode)
 
@@ -47,14 +53,15 @@ const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("
 
 export const make = (options: WasmHostOptions) =>
   Effect.gen(function*() {
-    const pool = new Pool(Math.max(1, options.workers))
+    const workers = Math.max(1, options.workers)
+    const pool = new Pool({ compute: workers, threads: options.threads ?? WASM_THREADS_PER_WORKER * workers })
     yield* Effect.addFinalizer(() => pool.close)
     const limits: ActivationLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes }
 
     const service: WasmHostShape = {
       admit: (bytes) => admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }),
       runLoop: (module, input, host) =>
-        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: loopServices(host) }, limits).pipe(
+        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: loopServices(host, input.transcript) }, limits).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)
@@ -90,6 +97,7 @@ export const layer = Layer.scoped(
   Effect.flatMap(ServerConfig, (config) =>
     make({
       workers: config.wasmWorkers ?? os.availableParallelism(),
+      ...(config.wasmThreads !== undefined ? { threads: config.wasmThreads } : {}),
       memoryBytes: config.maxWasmMemoryBytes,
       computeMs: config.maxWasmComputeMs,
       ioBytes: config.maxWasmIoBytes,

@@ -22,8 +22,10 @@ export interface ServerConfigShape {
   readonly maxModelOutputBytes: number
   /** BRAIN_MODELS as given: a JSON file's path, or inline JSON (read by the ModelBindings layer). */
   readonly models: string | undefined
-  /** Guest worker threads; undefined = the number of cores. */
+  /** Guests computing at once; undefined = the number of cores. */
   readonly wasmWorkers: number | undefined
+  /** Guest threads at most, those waiting in host calls included; undefined = WASM_THREADS_PER_WORKER × wasmWorkers. */
+  readonly wasmThreads: number | undefined
   /** Bytes of a guest's linear memory at most. */
   readonly maxWasmMemoryBytes: number
   /** Milliseconds a guest may compute per activation, host calls excluded. 0 = no bound. */
@@ -104,6 +106,7 @@ export const defaults: ServerConfigShape = {
   maxModelOutputBytes: 16 * 1024 * 1024,
   models: undefined,
   wasmWorkers: undefined,
+  wasmThreads: undefined,
   maxWasmMemoryBytes: 128 * 1024 * 1024,
   maxWasmComputeMs: 10_000,
   maxWasmIoBytes: 16 * 1024 * 1024,
@@ -160,7 +163,13 @@ export const fromConfig = Config.all({
   wasmWorkers: Config.option(
     Config.integer("BRAIN_WASM_WORKERS").pipe(
       Config.validate({ message: "BRAIN_WASM_WORKERS must be a whole number ≥ 1", validation: (n) => n >= 1 }),
-      Config.withDescription("guest worker threads (unset: the number of cores)")
+      Config.withDescription("guests computing at once (unset: the number of cores)")
+    )
+  ),
+  wasmThreads: Config.option(
+    Config.integer("BRAIN_WASM_THREADS").pipe(
+      Config.validate({ message: "BRAIN_WASM_THREADS must be a whole number ≥ 2", validation: (n) => n >= 2 }),
+      Config.withDescription("guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)")
     )
   ),
   maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
@@ -235,6 +244,7 @@ export const fromConfig = Config.all({
     maxModelOutputBytes: c.maxModelOutputBytes,
     models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),
     wasmWorkers: Option.getOrUndefined(c.wasmWorkers),
+    wasmThreads: Option.getOrUndefined(c.wasmThreads),
     maxWasmMemoryBytes: c.maxWasmMemoryBytes,
     maxWasmComputeMs: c.maxWasmComputeMs,
     maxWasmIoBytes: c.maxWasmIoBytes,

@@ -9,7 +9,7 @@
  * - A trap, a link error, a `brain.fail`, ABI misuse: the activation fails with the reason; the
  *   thread is fine (its instance is simply dropped) and goes back to the pool.
  */
-import { Clock, Duration, Effect, Option, Queue } from "effect"
+import { Effect, Option } from "effect"
 import type { MemoryLimits } from "../../services/WasmHost.js"
 import { PAGE_BYTES } from "./Module.js"
 import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
@@ -59,19 +59,70 @@ export const activate = (pool: Pool, activation: Activation, limits: ActivationL
           message: `the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
         })
       }
-      const thread = yield* restore(pool.acquire)
+      const thread = yield* restore(pool.acquire(activation.entry === "brain_run"))
       let healthy = false
-      return yield* restore(run(thread, activation, limits, () => void (healthy = true))).pipe(
-        Effect.ensuring(Effect.suspend(() => pool.release(thread, healthy)))
+      let computing = false
+      const compute: Compute = {
+        // Marked held in the same uninterruptible step that took it, so the ensuring below always gives it back.
+        take: Effect.uninterruptibleMask((r) => r(pool.compute.take(1)).pipe(Effect.zipRight(Effect.sync(() => void (computing = true))))),
+        give: Effect.suspend(() => {
+          if (!computing) return Effect.void
+          computing = false
+          return Effect.asVoid(pool.compute.release(1))
+        })
+      }
+      return yield* restore(run(thread, activation, limits, compute, () => void (healthy = true))).pipe(
+        Effect.ensuring(Effect.zipRight(compute.give, Effect.suspend(() => pool.release(thread, healthy))))
       )
     })
   )
 
-const run = (thread: GuestThread, activation: Activation, limits: ActivationLimits, fine: () => void) =>
+/** The guest's hold on one of the pool's compute slots: taken while it runs, given back while it waits. */
+interface Compute {
+  readonly take: Effect.Effect<void>
+  readonly give: Effect.Effect<void>
+}
+
+/**
+ * The thread's events, one at a time: `next(ms)` is the next one, or none when `ms` (> 0)
+ * milliseconds pass first. A plain callback and one timer per wait: this runs for every host call.
+ */
+const eventsOf = (thread: GuestThread) => {
+  const pending: Array<ThreadEvent> = []
+  let wake: ((event: ThreadEvent) => void) | undefined
+  thread.listener = (event) => {
+    const w = wake
+    if (w) {
+      wake = undefined
+      w(event)
+    } else pending.push(event)
+  }
+  return (ms: number) =>
+    Effect.async<Option.Option<ThreadEvent>>((resume) => {
+      const queued = pending.shift()
+      if (queued) return resume(Effect.succeed(Option.some(queued)))
+      const timer = ms > 0
+        ? setTimeout(() => {
+          wake = undefined
+          resume(Effect.succeed(Option.none()))
+        }, ms)
+        : undefined
+      wake = (event) => {
+        if (timer) clearTimeout(timer)
+        resume(Effect.succeed(Option.some(event)))
+      }
+      return Effect.sync(() => {
+        wake = undefined
+        if (timer) clearTimeout(timer)
+      })
+    })
+}
+
+const run = (thread: GuestThread, activation: Activation, limits: ActivationLimits, compute: Compute, fine: () => void) =>
   Effect.gen(function*() {
-    const inbox = yield* Queue.unbounded<ThreadEvent>()
-    thread.listener = (event) => void Queue.unsafeOffer(inbox, event)
+    const next = eventsOf(thread)
     const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
+    yield* compute.take
     thread.start({
       type: "activate",
       moduleId: activation.moduleId,
@@ -85,23 +136,28 @@ const run = (thread: GuestThread, activation: Activation, limits: ActivationLimi
     }, activation.module)
     let remaining = limits.computeMs
     for (;;) {
-      const before = yield* Clock.currentTimeMillis
-      const next = limits.computeMs > 0
-        ? yield* Effect.timeoutOption(Queue.take(inbox), Duration.millis(Math.max(0, remaining)))
-        : Option.some(yield* Queue.take(inbox))
-      if (Option.isNone(next)) {
+      const before = performance.now()
+      // With a budget, a wait that outlasts what is left of it ends the activation (at least 1 ms: 0 would mean no timer).
+      const got = yield* next(limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0)
+      if (Option.isNone(got)) {
         return yield* Effect.fail<ActivationFailure>({
           _tag: "budget",
           message: `the guest ran past its compute budget of ${limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
         })
       }
-      remaining -= (yield* Clock.currentTimeMillis) - before
-      const event = next.value
+      remaining -= performance.now() - before
+      const event = got.value
       switch (event.type) {
-        case "call":
-          thread.answer(encoder.encode(yield* activation.perform(event.op, decoder.decode(event.request))))
+        case "call": {
+          // The guest waits: other guests may compute until its answer is ready.
+          yield* compute.give
+          const answer = encoder.encode(yield* activation.perform(event.op, decoder.decode(event.request)))
+          yield* compute.take
+          thread.answer(answer)
           continue
+        }
         case "done":
+          yield* compute.give
           fine()
           if (event.output.byteLength > limits.ioBytes) {
             return yield* Effect.fail<ActivationFailure>({

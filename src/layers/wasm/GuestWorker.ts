@@ -19,10 +19,11 @@
 import { isUtf8 } from "node:buffer"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
 import type { MessagePort } from "node:worker_threads"
-import type { ActivateMessage, WorkerData, WorkerMessage } from "./WorkerProtocol.js"
+import { type ActivateMessage, HEADER_BYTES, LENGTH_WORD, SIGNAL_WORD, type WorkerData, type WorkerMessage } from "./WorkerProtocol.js"
 
 const { answers, signal } = workerData as WorkerData
-const signalWord = new Int32Array(signal)
+const words = new Int32Array(signal, 0, HEADER_BYTES / 4)
+const inline = new Uint8Array(signal, HEADER_BYTES)
 const decoder = new TextDecoder("utf-8", { fatal: true })
 const encoder = new TextEncoder()
 
@@ -92,9 +93,11 @@ const run = (msg: ActivateMessage) => {
           return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
         }
         const request = copyAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
-        const seen = Atomics.load(signalWord, 0)
+        const seen = Atomics.load(words, SIGNAL_WORD)
         post({ type: "call", op, request }, [request.buffer as ArrayBuffer])
-        Atomics.wait(signalWord, 0, seen)
+        Atomics.wait(words, SIGNAL_WORD, seen)
+        const length = Atomics.load(words, LENGTH_WORD)
+        if (length >= 0) return give(inline.subarray(0, length))
         const received = receiveMessageOnPort(answers as MessagePort)
         if (!received) throw new GuestError("the host's answer was lost")
         return give(received.message as Uint8Array)

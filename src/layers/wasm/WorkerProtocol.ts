@@ -6,10 +6,22 @@
  */
 import type { MessagePort } from "node:worker_threads"
 
+/** Bytes of an answer that travel in the shared buffer; a longer one goes on the `answers` port. */
+export const INLINE_ANSWER_BYTES = 64 * 1024
+
+/** Int32 words at the start of the shared buffer; the inline answer's bytes follow them. */
+export const SIGNAL_WORD = 0
+export const LENGTH_WORD = 1
+export const HEADER_BYTES = 8
+
 export interface WorkerData {
-  /** The worker's end of the channel answers come on (read with receiveMessageOnPort). */
+  /** The worker's end of the channel long answers come on (read with receiveMessageOnPort). */
   readonly answers: MessagePort
-  /** One Int32 word, bumped by the main thread after each answer it posts. */
+  /**
+   * HEADER_BYTES + INLINE_ANSWER_BYTES, shared: word SIGNAL_WORD is bumped by the main thread
+   * after each answer; word LENGTH_WORD is the answer's length when its bytes follow the header,
+   * or -1 when it was posted on `answers`.
+   */
   readonly signal: SharedArrayBuffer
 }
 
