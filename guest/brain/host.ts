@@ -5,10 +5,23 @@
  */
 import { Answer, call } from "./abi"
 import { Json } from "./json"
+import { Transcript } from "./transcript"
 
 /** `{"messages", "system"?, "options"?}`: Brain adds the session's system prompt (unless given) and tools. */
 export function model(messages: Json, system: string | null = null, options: Json | null = null): Answer {
   const request = Json.object().set("messages", messages)
+  if (system !== null) request.set("system", Json.string(system))
+  if (options !== null) request.set("options", options)
+  return call("model", request)
+}
+
+/**
+ * `{"context": {"keep", "append"}, "system"?, "options"?}`: the model is asked with the whole of
+ * `transcript`, but only what was appended since the last save is sent (Brain takes the kept
+ * messages from the saved transcript).
+ */
+export function modelContext(transcript: Transcript, system: string | null = null, options: Json | null = null): Answer {
+  const request = Json.object().set("context", transcript.delta())
   if (system !== null) request.set("system", Json.string(system))
   if (options !== null) request.set("options", options)
   return call("model", request)
@@ -45,6 +58,16 @@ export function kvDelete(key: string): Answer {
 /** Saves the transcript (an array of messages); Brain commits only the difference from the saved one. */
 export function setTranscript(messages: Json): Answer {
   return call("set_transcript", Json.object().set("messages", messages))
+}
+
+/**
+ * Saves `transcript` as `{"keep", "append"}` (only what changed is sent); when the save succeeds
+ * the whole of `transcript` is the saved one (its `keep` is its length).
+ */
+export function setTranscriptDelta(transcript: Transcript): Answer {
+  const answer = call("set_transcript", transcript.delta())
+  if (answer.ok) transcript.markSaved()
+  return answer
 }
 
 /** A page of this session's public Events after sequence `after`. */

@@ -5,4 +5,5 @@
 export * from "./json"
 export { Answer, brainAbort, brain_abi_v1, brain_alloc, call, fail, HostError, readInput, returnError, returnErrorValue, returnOk } from "./abi"
 export { Activation, message, readActivation } from "./activation"
-export { dispatch, emit, events, kvDelete, kvPut, kvRead, model, setTranscript, telemetry } from "./host"
+export { dispatch, emit, events, kvDelete, kvPut, kvRead, model, modelContext, setTranscript, setTranscriptDelta, telemetry } from "./host"
+export { Transcript } from "./transcript"

@@ -8,17 +8,22 @@
  * and returned as `{"text"}`. It first repairs what an interruption left (transcript.ts). A host
  * call that answers an error (the model failed, a limit, a cancel) ends the activation with that
  * error's code and message; nothing is retried. Tool failures are results the model sees.
+ *
+ * The transcript travels as a delta against the saved one (guest/brain/transcript.ts): each model
+ * call and each save sends only the messages added since the last save, so a host call costs what
+ * changed, not the whole transcript. The host sees the same messages as with the whole form.
  */
 import {
   Answer,
   dispatch,
   Json,
   message,
-  model,
+  modelContext,
   readActivation,
   returnError,
   returnOk,
-  setTranscript
+  setTranscriptDelta,
+  Transcript
 } from "../../guest/brain"
 import { interruptionNote, repairTranscript, setPresent, toolMessage, truthy } from "./transcript"
 
@@ -26,7 +31,9 @@ export { brain_abi_v1, brain_alloc } from "../../guest/brain"
 
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
-  const transcript = repairTranscript(activation.transcript)
+  const transcript = new Transcript(activation.transcript)
+  // The repair keeps the saved messages' values: the delta keeps all of them up to its first insertion.
+  transcript.replace(repairTranscript(activation.transcript))
   const note = interruptionNote(activation.events)
   if (note !== null) transcript.push(message("system", note))
   const input = activation.json.get("input")
@@ -36,7 +43,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
     transcript.push(user)
   }
   while (true) {
-    const reply = model(transcript)
+    const reply = modelContext(transcript)
     if (!reply.ok) return failed(reply)
     const text = reply.value.get("text")
     const requested = reply.value.get("tool_calls")
@@ -46,7 +53,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
     if (calls.length > 0) assistant.set("tool_calls", calls)
     transcript.push(assistant)
     // With tool calls this saves the request before running them, so a crash leaves it visible.
-    const saved = setTranscript(transcript)
+    const saved = setTranscriptDelta(transcript)
     if (!saved.ok) return failed(saved)
     if (calls.length == 0) {
       const result = Json.object()
@@ -59,7 +66,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
       const r = results.value.at(i)
       transcript.push(toolMessage(r.get("call_id"), r.get("output"), truthy(r.get("is_error")), r.get("outcome")))
     }
-    const savedResults = setTranscript(transcript)
+    const savedResults = setTranscriptDelta(transcript)
     if (!savedResults.ok) return failed(savedResults)
   }
 }

@@ -117,7 +117,7 @@ const host = {
   kvRead: () => Effect.succeed({ _tag: "None" }),
   telemetry: () => Effect.void
 }
-const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }))
+const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 await Effect.runPromise(pool.close)
 
 console.log(`# WebAssembly host: activation overhead and host-call round trip

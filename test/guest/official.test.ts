@@ -2,11 +2,14 @@
  * The compiled official loop (dist/loops/official.wasm) against a scripted host: it makes the same
  * host calls, with the same request bytes, and returns the same result as the TypeScript loop in
  * src/loops/official.ts for the same input and answers — checked on written scenarios (some with
- * their exact bytes spelled out) and on random ones.
+ * their exact bytes spelled out) and on random ones. The guest sends its transcript as a delta
+ * against the saved one; it is compared as the host sees it, expanded to the whole transcript
+ * (delta.ts), with the TypeScript loop's whole-transcript requests.
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { type Answerer, runGuest, shippedGuest, Wasm } from "./harness.js"
+import { expandDeltas, remembering } from "./delta.js"
+import { type Answerer, type GuestRun, type HostCall, runGuest, shippedGuest, Wasm } from "./harness.js"
 import { runTypeScriptLoop } from "./reference.js"
 
 const official = shippedGuest("official")
@@ -53,14 +56,23 @@ const script = (replies: ReadonlyArray<Reply>, tool: ToolAnswer = () => ({ outco
   }
 }
 
-/** Runs both loops on the same input and script; returns the guest's run after checking they agree. */
-const same = (input: unknown, make: () => Answerer) => {
-  const wasm = runGuest(official, JSON.stringify(input), make())
+/**
+ * Runs both loops on the same input and script; returns the guest's run after checking they agree:
+ * `calls` as the host sees them (the deltas expanded), `raw` as the guest sent them.
+ */
+const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): GuestRun & { readonly raw: ReadonlyArray<HostCall> } => {
+  const host = remembering(make())
+  const wasm = runGuest(official, JSON.stringify(input), host.answer)
   const ts = runTypeScriptLoop(input, make())
   expect(wasm.failed).toBeUndefined()
-  expect(wasm.calls).toEqual(ts.calls)
+  for (const c of wasm.calls) {
+    if (c.op === "model") expect(c.request, "the model is asked with a context delta").toMatch(/^\{"context":\{"keep":/)
+    if (c.op === "set_transcript") expect(c.request, "the transcript is saved as a delta").toMatch(/^\{"keep":/)
+  }
+  const calls = expandDeltas(input.transcript ?? [], wasm.calls, host.answers)
+  expect(calls).toEqual(ts.calls)
   expect(wasm.output).toBe(ts.output)
-  return wasm
+  return { ...wasm, calls, raw: wasm.calls }
 }
 
 const ops = (run: { calls: ReadonlyArray<{ op: string }> }) => run.calls.map((c) => c.op)
@@ -86,6 +98,63 @@ describe("the official loop, compiled", () => {
       { op: "set_transcript", request: `{"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"}]}` }
     ])
     expect(run.output).toBe(`{"ok":{"text":"hi there"}}`)
+  })
+
+  it("the transcript travels as a delta: each model call and save sends only the messages added since the last successful save (exact bytes)", () => {
+    const earlier = [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
+    const calls = [{ id: "c1", name: "read", input: { path: "/a" } }]
+    const run = same(activation({ transcript: earlier }), script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false })))
+    const user = `{"role":"user","content":"hello"}`
+    const ask = `{"role":"assistant","content":"looking","tool_calls":${JSON.stringify(calls)}}`
+    const result = `{"role":"tool","tool_call_id":"c1","content":"7"}`
+    const done = `{"role":"assistant","content":"done"}`
+    expect(run.raw).toEqual([
+      { op: "model", request: `{"context":{"keep":2,"append":[${user}]}}` },
+      { op: "set_transcript", request: `{"keep":2,"append":[${user},${ask}]}` },
+      { op: "dispatch", request: `{"calls":${JSON.stringify(calls)}}` },
+      { op: "set_transcript", request: `{"keep":4,"append":[${result}]}` },
+      { op: "model", request: `{"context":{"keep":5,"append":[]}}` },
+      { op: "set_transcript", request: `{"keep":5,"append":[${done}]}` }
+    ])
+    const saved = earlier.map((m) => JSON.stringify(m)).join(",")
+    expect(run.calls[5]).toEqual({ op: "set_transcript", request: `{"messages":[${saved},${user},${ask},${result},${done}]}` })
+  })
+
+  it("a repair keeps the saved transcript up to its first inserted result, and sends the rest after it", () => {
+    const transcript = [
+      { role: "user", content: "go" },
+      { role: "assistant", content: "", tool_calls: [{ id: "a", name: "t", input: {} }, { id: "b", name: "t", input: {} }] },
+      { role: "tool", tool_call_id: "b", content: "\"ok\"" },
+      { role: "user", content: "next" },
+      { role: "assistant", content: "fine" }
+    ]
+    const run = same(activation({ transcript }), script([{ text: "ok" }]))
+    const interrupted = JSON.stringify({ role: "tool", tool_call_id: "a", content: `{"outcome":"unknown","error":"the call was interrupted; it may or may not have run"}` })
+    const rest = transcript.slice(3).map((m) => JSON.stringify(m)).join(",")
+    const user = `{"role":"user","content":"hello"}`
+    expect(run.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":3,"append":[${interrupted},${rest},${user}]}}` })
+    expect(run.raw[1]).toEqual({ op: "set_transcript", request: `{"keep":3,"append":[${interrupted},${rest},${user},{"role":"assistant","content":"ok"}]}` })
+    // Nothing to repair: everything saved is kept.
+    const whole = same(activation({ transcript: transcript.slice(0, 1) }), script([{ text: "ok" }]))
+    expect(whole.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":1,"append":[${user}]}}` })
+  })
+
+  it("the harness expands deltas as the host does: against the last successful save, a failed one changing nothing", () => {
+    // A host error ends the official loop's activation, so the harness's expansion is checked here:
+    // after a failed set_transcript the next delta still counts from the earlier save.
+    const calls: Array<HostCall> = [
+      { op: "set_transcript", request: `{"keep":1,"append":[{"role":"user","content":"b"}]}` },
+      { op: "model", request: `{"context":{"keep":1,"append":[]},"system":"s"}` },
+      { op: "set_transcript", request: `{"keep":0,"append":[{"role":"user","content":"c"}]}` },
+      { op: "model", request: `{"context":{"keep":1,"append":[{"role":"user","content":"d"}]}}` }
+    ]
+    const answers = [{ error: { code: "cancelled" } }, { ok: {} }, { ok: null }, { ok: {} }]
+    expect(expandDeltas([{ role: "user", content: "a" }], calls, answers).map((c) => c.request)).toEqual([
+      `{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`,
+      `{"messages":[{"role":"user","content":"a"}],"system":"s"}`,
+      `{"messages":[{"role":"user","content":"c"}]}`,
+      `{"messages":[{"role":"user","content":"c"},{"role":"user","content":"d"}]}`
+    ])
   })
 
   it("tools: the request is saved before dispatch, all calls go together, each result (failures too) is shown to the model", () => {

@@ -4,6 +4,18 @@
  * the answer encoded as `{"ok": value}` or `{"error": {code, message, retryable, ambiguous}}`.
  * A request that is not JSON or not of its op's shape is answered `invalid_request`; nothing of it
  * reaches the journal.
+ *
+ * `model` and `set_transcript` take the transcript whole (`messages`) or as a delta against the
+ * saved transcript (`context: {keep, append}` / `{keep, append}`). The bridge keeps the saved
+ * transcript as the activation last saw it (the input's array, then each successful save's) and
+ * builds the delta's messages from it: the kept messages are the saved ones themselves, so the
+ * Host's diff against the saved transcript is an identity check per kept message, and only
+ * `append` is parsed and checked. The Host gets the same messages either way and journals the same
+ * records.
+ *
+ * Messages are checked against the Message schema and passed on as the guest wrote them (the
+ * parsed JSON, not a decoded copy): a decoded copy would put their keys in the schema's order, so
+ * a guest's records would differ in bytes from an in-process loop's that built the same messages.
  */
 import { Effect, Either, Option, Schema } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
@@ -18,14 +30,30 @@ export const errorAnswer = (f: Pick<Failure, "code" | "message" | "retryable" | 
 
 const invalid = (message: string) => Effect.succeed(errorAnswer(failure("invalid_request", message)))
 
+/** Messages, checked by `isMessages` below: the decoder leaves them as they were parsed. */
+const Messages = Schema.Array(Schema.Unknown)
+const isMessages: (u: ReadonlyArray<unknown>) => u is ReadonlyArray<Message> = Schema.is(Schema.Array(Message), { onExcessProperty: "error" })
+
+/** `{keep, append}`: the saved transcript's first `keep` messages, then `append` (`keep` checked against it later). */
+const Delta = Schema.Struct({ keep: Schema.Int, append: Messages })
+
 const requests = {
-  model: Schema.Struct({ messages: Schema.Array(Message), system: Schema.optional(Schema.String), options: Schema.optional(Json) }),
+  model: Schema.Struct({
+    messages: Schema.optional(Messages),
+    context: Schema.optional(Delta),
+    system: Schema.optional(Schema.String),
+    options: Schema.optional(Json)
+  }),
   dispatch: Schema.Struct({ calls: Schema.Array(ToolCallRequest) }),
   emit: Schema.Struct({ kind: Schema.String, payload: Schema.optional(Json) }),
   kv_read: Schema.Struct({ key: Schema.String }),
   kv_put: Schema.Struct({ key: Schema.String, value: Schema.optional(Json) }),
   kv_delete: Schema.Struct({ key: Schema.String }),
-  set_transcript: Schema.Struct({ messages: Schema.Array(Message) }),
+  set_transcript: Schema.Struct({
+    messages: Schema.optional(Messages),
+    keep: Schema.optional(Schema.Int),
+    append: Schema.optional(Messages)
+  }),
   events: Schema.Struct({ after: Schema.Int, limit: Schema.Int })
 } as const
 
@@ -47,35 +75,76 @@ const parse = (request: string): Either.Either<unknown, string> => {
 const answer = <A>(effect: Effect.Effect<A, { readonly failure: Failure }>, encode: (a: A) => unknown = (a) => a) =>
   Effect.match(effect, { onFailure: (e) => errorAnswer(e.failure), onSuccess: (a) => ok(encode(a)) })
 
-/** An Agentloop's host services. */
-export const loopServices = (host: Host) => (op: string, request: string): Effect.Effect<string> => {
-  const parsed = parse(request)
-  if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
-  if (op === "telemetry") return Effect.as(host.telemetry(parsed.right), ok(null))
-  const decode = decoders[op as keyof typeof requests]
-  if (!decode) return invalid(`no host service named ${JSON.stringify(op)} (docs/abi.md lists them)`)
-  const decoded = decode(parsed.right)
-  if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
-  const r = decoded.right
-  switch (op as Op) {
-    case "model":
-      return answer(host.model({ messages: r.messages, ...(r.system !== undefined ? { system: r.system } : {}), ...(r.options !== undefined ? { options: r.options } : {}) }))
-    case "dispatch":
-      return answer(host.dispatch(r.calls))
-    case "emit":
-      return answer(host.emit(r.kind, r.payload ?? {}), (sequence) => ({ sequence }))
-    case "kv_read":
-      return answer(host.kvRead(r.key), (found) => (Option.isSome(found) ? { found: true, value: found.value } : { found: false }))
-    case "kv_put":
-      return answer(host.kvPut(r.key, r.value ?? null), () => null)
-    case "kv_delete":
-      return answer(host.kvDelete(r.key), () => null)
-    case "set_transcript":
-      return answer(host.setTranscript(r.messages), () => null)
-    case "events":
-      return answer(host.events({ after: r.after, limit: r.limit }))
-    default:
-      return invalid(`no host service named ${JSON.stringify(op)}`)
+/**
+ * The transcript a delta names: `saved`'s first `keep` messages (the same objects) then `append`,
+ * or why the delta is not valid against `saved`.
+ */
+const expand = (saved: ReadonlyArray<Message>, keep: number, append: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<Message>, string> =>
+  keep < 0 || keep > saved.length
+    ? Either.left(`keep must be between 0 and the saved transcript's length (${saved.length}), not ${keep}`)
+    : !isMessages(append)
+    ? Either.left("append is not an array of messages")
+    : Either.right(keep === 0 ? append : append.length === 0 && keep === saved.length ? saved : saved.slice(0, keep).concat(append))
+
+/** The whole form's messages, checked. */
+const whole = (messages: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<Message>, string> =>
+  isMessages(messages) ? Either.right(messages) : Either.left("messages is not an array of messages")
+
+/**
+ * An Agentloop's host services. `transcript` is the activation input's transcript (the session's
+ * saved one, the Host's own array): the base of a delta `model` or `set_transcript` until the
+ * guest's first successful save. Left out, it is empty: then only `keep` 0 is valid until a save.
+ */
+export const loopServices = (host: Host, transcript: ReadonlyArray<Message> = []) => {
+  /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
+  let saved = transcript
+  return (op: string, request: string): Effect.Effect<string> => {
+    const parsed = parse(request)
+    if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
+    if (op === "telemetry") return Effect.as(host.telemetry(parsed.right), ok(null))
+    const decode = decoders[op as keyof typeof requests]
+    if (!decode) return invalid(`no host service named ${JSON.stringify(op)} (docs/abi.md lists them)`)
+    const decoded = decode(parsed.right)
+    if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
+    const r = decoded.right
+    switch (op as Op) {
+      case "model": {
+        if ((r.messages === undefined) === (r.context === undefined)) return invalid("model: give exactly one of messages and context")
+        const messages: Either.Either<ReadonlyArray<Message>, string> = r.context !== undefined
+          ? expand(saved, r.context.keep, r.context.append)
+          : whole(r.messages)
+        if (Either.isLeft(messages)) return invalid(`model: ${messages.left}`)
+        return answer(host.model({
+          messages: messages.right,
+          ...(r.system !== undefined ? { system: r.system } : {}),
+          ...(r.options !== undefined ? { options: r.options } : {})
+        }))
+      }
+      case "dispatch":
+        return answer(host.dispatch(r.calls))
+      case "emit":
+        return answer(host.emit(r.kind, r.payload ?? {}), (sequence) => ({ sequence }))
+      case "kv_read":
+        return answer(host.kvRead(r.key), (found) => (Option.isSome(found) ? { found: true, value: found.value } : { found: false }))
+      case "kv_put":
+        return answer(host.kvPut(r.key, r.value ?? null), () => null)
+      case "kv_delete":
+        return answer(host.kvDelete(r.key), () => null)
+      case "set_transcript": {
+        const delta = r.keep !== undefined || r.append !== undefined
+        if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
+          return invalid("set_transcript: give either messages, or keep and append")
+        }
+        const messages: Either.Either<ReadonlyArray<Message>, string> = delta ? expand(saved, r.keep, r.append) : whole(r.messages)
+        if (Either.isLeft(messages)) return invalid(`set_transcript: ${messages.left}`)
+        const next = messages.right
+        return answer(Effect.tap(host.setTranscript(next), () => void (saved = next)), () => null)
+      }
+      case "events":
+        return answer(host.events({ after: r.after, limit: r.limit }))
+      default:
+        return invalid(`no host service named ${JSON.stringify(op)}`)
+    }
   }
 }
 

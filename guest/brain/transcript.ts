@@ -1,0 +1,90 @@
+/**
+ * A loop's working transcript as a delta against the saved one (docs/abi.md, "The transcript as a
+ * delta"): the saved transcript's first `keep` messages, unchanged, then the messages added since.
+ * `modelContext` and `setTranscriptDelta` (host.ts) send it as `{"keep", "append"}`, so a host call
+ * costs what was appended since the last save, not the whole transcript.
+ *
+ * Rules:
+ * - It starts as the activation's transcript (`new Transcript(activation.transcript)`): everything
+ *   kept, nothing appended. `push` appends; `replace` swaps in a whole new array, and the kept
+ *   prefix shrinks to where the new array first holds a different value (compared by identity: a
+ *   message is unchanged only when it is the same `Json` value, as `shallowCopy` and `push` onto a
+ *   new array keep them).
+ * - After a successful save (`setTranscriptDelta` does it, or call `markSaved` after saving some
+ *   other way) the whole transcript is the saved one: `keep` is its length and nothing is appended.
+ *   A failed save changes nothing.
+ * - The base is what Brain holds for this activation: the input's transcript, then what the last
+ *   successful save saved. Saving with `setTranscript(messages)` without `markSaved` leaves this
+ *   object out of step; make a new one from the saved messages instead.
+ */
+import { Json } from "./json"
+
+export class Transcript {
+  /** Every message: the first `kept` are the saved transcript's, the same values. */
+  private items: Json
+  private kept: i32
+
+  /** The saved transcript (an array, as `activation.transcript` gives it; copied one level deep, so it is left as it came). */
+  constructor(saved: Json) {
+    if (!saved.isArray()) throw new Error("a transcript is a JSON array of messages")
+    this.items = saved.shallowCopy()
+    this.kept = this.items.length
+  }
+
+  /** How many of the saved transcript's first messages are unchanged (the delta's `keep`). */
+  get keep(): i32 {
+    return this.kept
+  }
+
+  /** How many messages: the kept ones and the appended ones. */
+  get length(): i32 {
+    return this.items.length
+  }
+
+  /** The message at `i` (aborts when out of range). */
+  at(i: i32): Json {
+    return this.items.at(i)
+  }
+
+  /** Appends a message; returns this transcript. */
+  push(message: Json): Transcript {
+    this.items.push(message)
+    return this
+  }
+
+  /**
+   * The transcript becomes `messages` (an array, copied one level deep). The kept prefix is the
+   * longest one in which `messages` holds the same values (by identity) as the saved transcript.
+   */
+  replace(messages: Json): void {
+    if (!messages.isArray()) throw new Error("a transcript is a JSON array of messages")
+    const n = min(this.kept, messages.length)
+    let keep = 0
+    while (keep < n && changetype<usize>(messages.at(keep)) == changetype<usize>(this.items.at(keep))) keep++
+    this.items = messages.shallowCopy()
+    this.kept = keep
+  }
+
+  /** The messages after the kept ones (the delta's `append`), as a new array. */
+  appended(): Json {
+    const out = Json.array()
+    const n = this.items.length
+    for (let i = this.kept; i < n; i++) out.push(this.items.at(i))
+    return out
+  }
+
+  /** All the messages as a new array (for the whole-transcript form, `model(messages)`). */
+  messages(): Json {
+    return this.items.shallowCopy()
+  }
+
+  /** `{"keep", "append"}`: the request of `set_transcript`'s delta form, and `model`'s `context`. */
+  delta(): Json {
+    return Json.object().set("keep", Json.int(this.kept)).set("append", this.appended())
+  }
+
+  /** The transcript as it is now is the saved one (after a successful save). */
+  markSaved(): void {
+    this.kept = this.items.length
+  }
+}

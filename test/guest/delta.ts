@@ -1,0 +1,74 @@
+/**
+ * What Brain's host sees of a guest's delta-form transcript requests (docs/abi.md): each `model`
+ * `{"context": {"keep", "append"}, …}` and `set_transcript` `{"keep", "append"}` rewritten into the
+ * whole form `{"messages": [...], …}` it stands for — the saved transcript's first `keep` messages,
+ * then `append` — tracking the saved transcript as the host bridge does (the input's, then each
+ * successful `set_transcript`'s). It works on the text: the appended messages keep the exact bytes
+ * the guest wrote and the kept ones the bytes they had where they came from, so the result can be
+ * compared byte for byte with a loop that sends the whole transcript.
+ */
+import { expect } from "@effect/vitest"
+import type { Answerer, HostCall } from "./harness.js"
+
+/** The texts of the items of the JSON array starting at `text[start]` (`[`), and the index just past its `]`. */
+export const arrayItems = (text: string, start: number): { readonly items: Array<string>; readonly end: number } => {
+  if (text[start] !== "[") throw new Error(`no JSON array at ${start}: ${text.slice(start, start + 20)}`)
+  const items: Array<string> = []
+  let depth = 0
+  let from = start + 1
+  for (let i = start; i < text.length; i++) {
+    const c = text[i]
+    if (c === "\"") {
+      for (i++; text[i] !== "\""; i++) if (text[i] === "\\") i++
+    } else if (c === "[" || c === "{") {
+      depth++
+    } else if (c === "]" || c === "}") {
+      depth--
+      if (depth === 0) {
+        if (i > from) items.push(text.slice(from, i))
+        return { items, end: i + 1 }
+      }
+    } else if (c === "," && depth === 1) {
+      items.push(text.slice(from, i))
+      from = i + 1
+    }
+  }
+  throw new Error("the JSON array does not end")
+}
+
+const MODEL_CONTEXT = /^\{"context":\{"keep":(\d+),"append":/
+const SET_DELTA = /^\{"keep":(\d+),"append":/
+
+/** An answerer that also remembers its answers, in call order. */
+export const remembering = (answer: Answerer): { readonly answer: Answerer; readonly answers: Array<unknown> } => {
+  const answers: Array<unknown> = []
+  return { answers, answer: (op, request) => {
+    const reply = answer(op, request)
+    answers.push(reply)
+    return reply
+  } }
+}
+
+const succeeded = (reply: unknown) => typeof reply === "object" && reply !== null && "ok" in reply
+
+/**
+ * `calls` as the host sees them, given the activation's saved transcript and each call's answer.
+ * A delta whose `keep` is out of range fails the test (the host would refuse it).
+ */
+export const expandDeltas = (transcript: ReadonlyArray<unknown>, calls: ReadonlyArray<HostCall>, answers: ReadonlyArray<unknown>): Array<HostCall> => {
+  let saved = transcript.map((m) => JSON.stringify(m))
+  return calls.map((call, n) => {
+    const form = call.op === "model" ? MODEL_CONTEXT : call.op === "set_transcript" ? SET_DELTA : undefined
+    const match = form?.exec(call.request)
+    if (!form || !match) return call
+    const keep = Number(match[1])
+    expect(keep, `call ${n} (${call.op}) keeps at most the saved transcript (${saved.length})`).toBeLessThanOrEqual(saved.length)
+    const { items, end } = arrayItems(call.request, match[0].length)
+    const messages = [...saved.slice(0, keep), ...items]
+    // model: the context object's `}`, then the rest of the request; set_transcript: the request's `}`.
+    const rest = call.op === "model" ? call.request.slice(end + 1) : call.request.slice(end)
+    expect(call.op === "model" ? call.request[end] : rest, `call ${n} (${call.op}) is well formed`).toBe("}")
+    if (call.op === "set_transcript" && succeeded(answers[n])) saved = messages
+    return { op: call.op, request: `{"messages":[${messages.join(",")}]${rest}` }
+  })
+}

@@ -1,0 +1,47 @@
+/**
+ * The guest library's `Transcript` (guest/brain/transcript.ts), through a compiled probe
+ * (guest/test/transcript.ts): it sends only what was appended since the last successful save, a
+ * failed save leaves `keep` where it was, and a replaced transcript keeps the prefix that holds the
+ * same values — by identity, not by content.
+ */
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { expandDeltas, remembering } from "./delta.js"
+import { compileProbe, type Guest, runGuest } from "./harness.js"
+
+let probe: Guest
+beforeAll(async () => {
+  probe = await compileProbe("guest/test/transcript.ts")
+}, 120_000)
+
+describe("the guest library's Transcript", () => {
+  it("sends only the appended messages, keeps keep after a failed save, and keeps the identical prefix of a replacement", () => {
+    const saved = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }]
+    let sets = 0
+    const host = remembering((op) =>
+      op === "set_transcript" && sets++ === 0
+        ? { error: { code: "journal_write_failed", message: "full", retryable: false, ambiguous: false } }
+        : op === "model"
+        ? { ok: { text: "", tool_calls: [], stop_reason: "end" } }
+        : { ok: null })
+    const input = { input: null, transcript: saved, configuration: {}, events: [], runtime: {} }
+    const run = runGuest(probe, JSON.stringify(input), host.answer)
+    expect(run.failed).toBeUndefined()
+    const added = `{"role":"user","content":"added"}`
+    const changed = `{"role":"assistant","content":"changed"}`
+    expect(run.calls).toEqual([
+      { op: "model", request: `{"context":{"keep":2,"append":[${added}]},"system":"terse"}` },
+      { op: "set_transcript", request: `{"keep":2,"append":[${added}]}` },
+      { op: "set_transcript", request: `{"keep":2,"append":[${added}]}` },
+      { op: "set_transcript", request: `{"keep":1,"append":[${changed},${added}]}` }
+    ])
+    // keep: at the start, after model, after the failed save, after the save, after the change,
+    // after its save, after an equal copy of the first message; then the length.
+    expect(JSON.parse(run.output!).ok).toEqual([2, 2, 2, 3, 1, 3, 0, 3])
+    expect(expandDeltas(saved, run.calls, host.answers).map((c) => c.request)).toEqual([
+      `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},${added}],"system":"terse"}`,
+      `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},${added}]}`,
+      `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},${added}]}`,
+      `{"messages":[{"role":"user","content":"a"},${changed},${added}]}`
+    ])
+  })
+})

@@ -1,0 +1,277 @@
+/**
+ * The host bridge's transcript forms (docs/abi.md, "Host services"): `model` and `set_transcript`
+ * take the whole transcript (`messages`) or a delta against the saved one (`context: {keep,
+ * append}` / `{keep, append}`). The delta's kept messages are the saved transcript's own objects
+ * (the activation input's, then the last successful save's), so the Host's diff stays an identity
+ * check per kept message; the journal holds exactly what the whole form gives for the same
+ * transcript; a delta that does not fit the saved transcript is refused before anything is
+ * journaled.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { failure } from "../../../src/domain/Failure.js"
+import type { SessionId } from "../../../src/domain/Ids.js"
+import type { Message } from "../../../src/domain/Messages.js"
+import type { JournalRecord } from "../../../src/domain/Records.js"
+import { loopServices } from "../../../src/layers/wasm/HostBridge.js"
+import { type ActivationInput, type AgentloopShape, type Host, HostCallFailed } from "../../../src/services/Agentloop.js"
+import { Journal } from "../../../src/services/Journal.js"
+import { Sessions } from "../../../src/services/Sessions.js"
+import { runtimeLayer } from "../../support/runtime.js"
+
+const msg = (role: Message["role"], content: string): Message => ({ role, content })
+
+const RESULT = { text: "r", tool_calls: [], stop_reason: "end" }
+
+/** A Host that records what `model` and `setTranscript` were given; `setTranscript` fails while `failSaves` is set. */
+const recordingHost = () => {
+  const calls: Array<{ readonly op: "model" | "set_transcript"; readonly messages: ReadonlyArray<Message> }> = []
+  const state = { failSaves: false }
+  const never = () => Effect.dieMessage("not used in this test")
+  const host: Host = {
+    model: (request) => Effect.sync(() => void calls.push({ op: "model", messages: request.messages })).pipe(Effect.as(RESULT as any)),
+    setTranscript: (messages) =>
+      state.failSaves
+        ? Effect.fail(new HostCallFailed({ failure: failure("journal_write_failed", "the disk is full") }))
+        : Effect.sync(() => void calls.push({ op: "set_transcript", messages })),
+    dispatch: never,
+    emit: never,
+    telemetry: () => Effect.void,
+    kvRead: never,
+    kvPut: never,
+    kvDelete: never,
+    events: never
+  }
+  return { host, calls, state }
+}
+
+/** Runs one request through the bridge and parses the answer. */
+const perform = (services: ReturnType<typeof loopServices>, op: string, request: unknown) =>
+  Effect.map(services(op, typeof request === "string" ? request : JSON.stringify(request)), (text) => JSON.parse(text))
+
+const invalid = { error: { code: "invalid_request", message: expect.any(String), retryable: false, ambiguous: false } }
+
+describe("the host bridge: transcript deltas", () => {
+  const saved = [msg("user", "one"), msg("assistant", "two"), msg("user", "three")]
+
+  it.effect("model with context {keep, append} gives the Host the saved transcript's first keep messages — the same objects — then append: keep 0, mid and full", () =>
+    Effect.gen(function*() {
+      const { host, calls } = recordingHost()
+      const services = loopServices(host, saved)
+      const added = msg("user", "four")
+      for (const keep of [0, 1, 3]) {
+        expect(yield* perform(services, "model", { context: { keep, append: [added] } })).toEqual({ ok: RESULT })
+      }
+      expect(calls.map((c) => c.messages)).toEqual([[added], [saved[0], added], [...saved, added]])
+      const [, mid, full] = calls
+      expect(mid!.messages[0]).toBe(saved[0])
+      saved.forEach((m, i) => expect(full!.messages[i], `kept message ${i}`).toBe(m))
+      // The whole form still works, and system and options pass through with either form.
+      expect(yield* perform(services, "model", { messages: [added], system: "s", options: { t: 1 } })).toEqual({ ok: RESULT })
+      expect(yield* perform(services, "model", { context: { keep: 3, append: [] }, system: "s", options: { t: 1 } })).toEqual({ ok: RESULT })
+      expect(calls.slice(3).map((c) => c.messages)).toEqual([[added], saved])
+    }))
+
+  it.effect("set_transcript {keep, append} saves the saved transcript's first keep messages then append, and the next delta counts from what it saved — the same objects", () =>
+    Effect.gen(function*() {
+      const { host, calls } = recordingHost()
+      const services = loopServices(host, saved)
+      expect(yield* perform(services, "set_transcript", { keep: 2, append: [msg("user", "THREE"), msg("assistant", "four")] })).toEqual({ ok: null })
+      const first = calls[0]!.messages
+      expect(first).toEqual([saved[0], saved[1], msg("user", "THREE"), msg("assistant", "four")])
+      expect(first[0]).toBe(saved[0])
+      expect(first[1]).toBe(saved[1])
+      // keep now counts against the four messages just saved, not the input's three.
+      expect(yield* perform(services, "model", { context: { keep: 4, append: [msg("user", "five")] } })).toEqual({ ok: RESULT })
+      const asked = calls[1]!.messages
+      expect(asked).toHaveLength(5)
+      first.forEach((m, i) => expect(asked[i], `kept message ${i}`).toBe(m))
+      // A whole-form save is the base of the next delta too.
+      expect(yield* perform(services, "set_transcript", { messages: [msg("user", "fresh")] })).toEqual({ ok: null })
+      expect(yield* perform(services, "set_transcript", { keep: 1, append: [msg("assistant", "on")] })).toEqual({ ok: null })
+      expect(calls[3]!.messages[0]).toBe(calls[2]!.messages[0])
+      expect(calls[3]!.messages).toEqual([msg("user", "fresh"), msg("assistant", "on")])
+      expect(yield* perform(services, "set_transcript", { keep: 2, append: [] })).toEqual({ ok: null })
+      expect(calls[4]!.messages).toEqual(calls[3]!.messages)
+      calls[3]!.messages.forEach((m, i) => expect(calls[4]!.messages[i]).toBe(m))
+    }))
+
+  it.effect("a failed set_transcript leaves the base as it was: the next delta still counts from the last successful save", () =>
+    Effect.gen(function*() {
+      const { host, calls, state } = recordingHost()
+      const services = loopServices(host, saved)
+      state.failSaves = true
+      expect(yield* perform(services, "set_transcript", { keep: 3, append: [msg("user", "four"), msg("user", "five")] })).toEqual({
+        error: { code: "journal_write_failed", message: "the disk is full", retryable: false, ambiguous: false }
+      })
+      state.failSaves = false
+      expect(yield* perform(services, "model", { context: { keep: 5, append: [] } })).toEqual(invalid)
+      expect(yield* perform(services, "model", { context: { keep: 3, append: [] } })).toEqual({ ok: RESULT })
+      saved.forEach((m, i) => expect(calls[0]!.messages[i]).toBe(m))
+    }))
+
+  it.effect("messages reach the Host as the guest wrote them, keys in the guest's order, in either form (no decoded copy)", () =>
+    Effect.gen(function*() {
+      const { host, calls } = recordingHost()
+      const services = loopServices(host, saved)
+      const result = `{"role":"tool","tool_call_id":"c1","content":"7"}`
+      expect(yield* perform(services, "model", `{"context":{"keep":3,"append":[${result}]}}`)).toEqual({ ok: RESULT })
+      expect(yield* perform(services, "set_transcript", `{"messages":[${result}]}`)).toEqual({ ok: null })
+      expect(yield* perform(services, "set_transcript", `{"keep":1,"append":[${result}]}`)).toEqual({ ok: null })
+      expect(calls.map((c) => JSON.stringify(c.messages.at(-1)))).toEqual([result, result, result])
+    }))
+
+  it.effect("keep out of range, not an integer, both forms at once or neither, or half a delta: invalid_request, and the Host is never called", () =>
+    Effect.gen(function*() {
+      const { host, calls } = recordingHost()
+      const services = loopServices(host, saved)
+      const append = [msg("user", "x")]
+      const refused: Array<[string, unknown]> = [
+        ["model", { context: { keep: 4, append } }],
+        ["model", { context: { keep: -1, append } }],
+        ["model", { context: { keep: 1.5, append } }],
+        ["model", { context: { keep: "1", append } }],
+        ["model", { context: { keep: 1 } }],
+        ["model", { context: { keep: 1, append: [{ role: "robot", content: "x" }] } }],
+        ["model", { context: { keep: 1, append, extra: true } }],
+        ["model", { messages: append, context: { keep: 0, append } }],
+        ["model", { system: "s" }],
+        ["set_transcript", { keep: 4, append }],
+        ["set_transcript", { keep: -1, append: [] }],
+        ["set_transcript", { keep: 0.5, append: [] }],
+        ["set_transcript", { keep: 1 }],
+        ["set_transcript", { append }],
+        ["set_transcript", { messages: append, keep: 0, append }],
+        ["set_transcript", { messages: append, keep: 0 }],
+        ["set_transcript", {}],
+        ["set_transcript", { context: { keep: 0, append } }]
+      ]
+      for (const [op, request] of refused) {
+        expect(yield* perform(services, op, request), `${op} ${JSON.stringify(request)}`).toEqual(invalid)
+      }
+      expect(calls).toEqual([])
+      // Without the input's transcript the base is empty: only keep 0 fits until a save.
+      const bare = loopServices(host)
+      expect(yield* perform(bare, "model", { context: { keep: 1, append } })).toEqual(invalid)
+      expect(yield* perform(bare, "model", { context: { keep: 0, append } })).toEqual({ ok: RESULT })
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------
+// Through the real Host and journal
+
+type Step = readonly [op: string, request: unknown]
+
+/** A loop that sends `steps(input)` through the host bridge, as a guest would, and returns the answers. */
+const bridged = (steps: (input: ActivationInput) => ReadonlyArray<Step>): AgentloopShape => ({
+  activate: (input, host) =>
+    Effect.gen(function*() {
+      const services = loopServices(host, input.transcript)
+      const answers: Array<unknown> = []
+      for (const [op, request] of steps(input)) answers.push(yield* perform(services, op, request))
+      return answers
+    })
+})
+
+/** The session's records as text, without their times (two sessions are compared). */
+const recordsOf = (session: SessionId) =>
+  Effect.flatMap(Journal, (journal) => Effect.orDie(journal.read(session, { after: 0, limit: 1_000_000 }))).pipe(
+    Effect.map((records) => records.map(({ recorded_at_ms: _, ...r }: JournalRecord) => JSON.stringify(r)))
+  )
+
+describe("the host bridge: transcript deltas, journaled", () => {
+  const [u0, a0, u1, a1, x, y, z, w, u2] = ["u0", "a0", "u1", "a1", "x", "y", "z", "w", "u2"].map((t, i) => msg(i % 2 ? "assistant" : "user", t))
+  const whole: Record<number, ReadonlyArray<Step>> = {
+    1: [
+      ["model", { messages: [u0, a0, u1] }],
+      ["set_transcript", { messages: [u0, a0, u1, a1] }],
+      ["model", { messages: [u0, a0, u1, a1], system: "terse", options: { temperature: 0 } }],
+      ["set_transcript", { messages: [u0, x, y] }],
+      ["set_transcript", { messages: [u0, x, y] }],
+      ["set_transcript", { messages: [] }],
+      ["set_transcript", { messages: [z] }],
+      ["set_transcript", { messages: [z, w] }]
+    ],
+    2: [
+      ["model", { messages: [z, w, u2] }],
+      ["set_transcript", { messages: [z, u2] }]
+    ]
+  }
+  const delta: Record<number, ReadonlyArray<Step>> = {
+    1: [
+      ["model", { context: { keep: 2, append: [u1] } }],
+      ["set_transcript", { keep: 2, append: [u1, a1] }],
+      ["model", { context: { keep: 4, append: [] }, system: "terse", options: { temperature: 0 } }],
+      ["set_transcript", { keep: 1, append: [x, y] }],
+      ["set_transcript", { keep: 0, append: [u0, x, y] }],
+      ["set_transcript", { keep: 0, append: [] }],
+      ["set_transcript", { keep: 0, append: [z] }],
+      // Sent again though kept: the Host's diff keeps it all the same.
+      ["set_transcript", { keep: 0, append: [z, w] }]
+    ],
+    2: [
+      ["model", { context: { keep: 2, append: [u2] } }],
+      ["set_transcript", { keep: 1, append: [u2] }]
+    ]
+  }
+
+  it.scopedLive("the delta forms journal byte for byte what the whole form journals for the same transcripts (keep 0, mid, full, a replacement, a no-op), turn after turn", () => {
+    /** Two turns of `script` in a session made with the transcript [u0, a0], in a runtime of its own. */
+    const run = (script: Record<number, ReadonlyArray<Step>>) => {
+      let turn = 0
+      const loops = { bridged: bridged(() => script[++turn] ?? []) }
+      return Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const model = { provider: "scripted" as const, replies: [{ text: "r1" }, { text: "r2" }] }
+        const { session_id } = yield* sessions.create({ agentloop: "bridged", model, transcript: [u0, a0] })
+        const results: Array<unknown> = []
+        for (const message of ["first", "second"]) {
+          const out = yield* sessions.send(session_id, { message })
+          expect(out.turn.status, JSON.stringify(out.turn)).toBe("ended")
+          results.push(out.turn.result)
+        }
+        expect((yield* sessions.transcript(session_id)).messages).toEqual([z, u2])
+        return { results, records: yield* recordsOf(session_id) }
+      }).pipe(Effect.provide(runtimeLayer({ loops })))
+    }
+    return Effect.gen(function*() {
+      const wholeRun = yield* run(whole)
+      const deltaRun = yield* run(delta)
+      expect(deltaRun.results).toEqual(wholeRun.results)
+      for (const answers of deltaRun.results as Array<Array<unknown>>) for (const a of answers) expect(a).not.toHaveProperty("error")
+      expect(deltaRun.records).toEqual(wholeRun.records)
+      const kinds = deltaRun.records.map((r) => JSON.parse(r).kind)
+      expect(kinds.filter((k) => k === "model_call_started")).toHaveLength(3)
+      // The creation's, then 6 of the 7 saves: saving the same transcript again journals nothing.
+      expect(kinds.filter((k) => k === "transcript_delta")).toHaveLength(1 + 6)
+    })
+  })
+
+  it.scopedLive("a delta out of range, or both forms at once, answers invalid_request and journals nothing: the turn's records are those of a loop that made no call", () => {
+    const append = [msg("user", "x")]
+    const loops = {
+      refused: bridged(() => [
+        ["model", { context: { keep: 3, append } }],
+        ["model", { context: { keep: -1, append } }],
+        ["model", { messages: append, context: { keep: 0, append } }],
+        ["set_transcript", { keep: 3, append }],
+        ["set_transcript", { messages: append, keep: 2, append }]
+      ]),
+      idle: bridged(() => [])
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const model = { provider: "scripted" as const }
+      const kinds: Record<string, ReadonlyArray<string>> = {}
+      for (const agentloop of ["refused", "idle"]) {
+        const { session_id } = yield* sessions.create({ agentloop, model, transcript: [u0, a0] })
+        const out = yield* sessions.send(session_id, { message: "go" })
+        expect(out.turn.status).toBe("ended")
+        if (agentloop === "refused") expect(out.turn.result).toEqual(Array(5).fill(invalid))
+        expect((yield* sessions.transcript(session_id)).messages).toEqual([u0, a0])
+        kinds[agentloop] = (yield* recordsOf(session_id)).map((r) => JSON.parse(r).kind)
+      }
+      expect(kinds.refused).toEqual(kinds.idle)
+    }).pipe(Effect.provide(runtimeLayer({ loops })))
+  })
+})
