@@ -5,7 +5,7 @@
  * Rules:
  * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
- *   or `returnError(...)`.
+ *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
  *   fresh instance, so a bump allocator is the fastest correct choice. `brain_alloc` hands Brain
  *   bytes from the same heap. To keep the total small, every host request and the result are
@@ -17,6 +17,7 @@
  *   allocate, so it works when an allocation is what failed.
  */
 import { Json, parseBytes, Utf8Writer, writeJson } from "./json"
+import { Transcript } from "./transcript"
 
 /** The version marker: this module speaks ABI version 1. */
 export const brain_abi_v1: i32 = 1
@@ -111,6 +112,19 @@ export function readInput(ptr: usize, len: usize): Json {
 /** The entry's result `{"ok": value}`: return it from `brain_run` or `brain_tool`. */
 export function returnOk(value: Json): u64 {
   return finish(Json.object().set("ok", value))
+}
+
+/**
+ * The loop's result `{"ok": value, "transcript": {"keep", "append"}}`: Brain saves `transcript` as
+ * `setTranscriptDelta` would, then takes `value` — one host call fewer than saving and returning.
+ * `transcript` is left out when nothing changed since the last save. If the save is refused or
+ * fails (a cancel, the journal), the turn fails with that failure, as a loop passing on a failed
+ * `setTranscriptDelta`'s error would. Only for `brain_run`: a tool's output may not carry one.
+ */
+export function returnOkSaving(value: Json, transcript: Transcript): u64 {
+  const result = Json.object().set("ok", value)
+  if (transcript.changed) result.set("transcript", transcript.delta())
+  return finish(result)
 }
 
 /** The entry's result `{"error": {"code", "message"}}`: the activation (or tool call) fails with it. */

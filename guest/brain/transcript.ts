@@ -2,7 +2,8 @@
  * A loop's working transcript as a delta against the saved one (docs/abi.md, "The transcript as a
  * delta"): the saved transcript's first `keep` messages, unchanged, then the messages added since.
  * `modelContext` and `setTranscriptDelta` (host.ts) send it as `{"keep", "append"}`, so a host call
- * costs what was appended since the last save, not the whole transcript.
+ * costs what was appended since the last save, not the whole transcript; `returnOkSaving` (abi.ts)
+ * puts it on the loop's output instead, saving it without a host call.
  *
  * Rules:
  * - It starts as the activation's transcript (`new Transcript(activation.transcript)`): everything
@@ -23,12 +24,20 @@ export class Transcript {
   /** Every message: the first `kept` are the saved transcript's, the same values. */
   private items: Json
   private kept: i32
+  /** The saved transcript's length (the base's, as Brain holds it for this activation). */
+  private savedLength: i32
 
   /** The saved transcript (an array, as `activation.transcript` gives it; copied one level deep, so it is left as it came). */
   constructor(saved: Json) {
     if (!saved.isArray()) throw new Error("a transcript is a JSON array of messages")
     this.items = saved.shallowCopy()
     this.kept = this.items.length
+    this.savedLength = this.kept
+  }
+
+  /** Whether it differs from the saved transcript: a message appended, or one of the saved ones changed or dropped. */
+  get changed(): bool {
+    return this.kept != this.savedLength || this.items.length != this.kept
   }
 
   /** How many of the saved transcript's first messages are unchanged (the delta's `keep`). */
@@ -86,5 +95,6 @@ export class Transcript {
   /** The transcript as it is now is the saved one (after a successful save). */
   markSaved(): void {
     this.kept = this.items.length
+    this.savedLength = this.kept
   }
 }

@@ -5,9 +5,10 @@
  *
  * model → if the model asked for tools, save the request, dispatch them all together, append one
  * result message each, save → model again … until an answer without tool calls, which is saved
- * and returned as `{"text"}`. It first repairs what an interruption left (transcript.ts). A host
- * call that answers an error (the model failed, a limit, a cancel) ends the activation with that
- * error's code and message; nothing is retried. Tool failures are results the model sees.
+ * and returned as `{"text"}`: that last save rides on the output (`returnOkSaving`), one host call
+ * fewer per turn. It first repairs what an interruption left (transcript.ts). A host call that
+ * answers an error (the model failed, a limit, a cancel) ends the activation with that error's
+ * code and message; nothing is retried. Tool failures are results the model sees.
  *
  * The transcript travels as a delta against the saved one (guest/brain/transcript.ts): each model
  * call and each save sends only the messages added since the last save, so a host call costs what
@@ -21,7 +22,7 @@ import {
   modelContext,
   readActivation,
   returnError,
-  returnOk,
+  returnOkSaving,
   setTranscriptDelta,
   Transcript
 } from "../../guest/brain"
@@ -52,14 +53,16 @@ export function brain_run(ptr: usize, len: usize): u64 {
     setPresent(assistant, "content", text)
     if (calls.length > 0) assistant.set("tool_calls", calls)
     transcript.push(assistant)
-    // With tool calls this saves the request before running them, so a crash leaves it visible.
-    const saved = setTranscriptDelta(transcript)
-    if (!saved.ok) return failed(saved)
     if (calls.length == 0) {
+      // The answer's save rides on the output: Brain saves it before it takes the result, and a
+      // failed save fails the turn with its error, as passing it on below would.
       const result = Json.object()
       setPresent(result, "text", text)
-      return returnOk(result)
+      return returnOkSaving(result, transcript)
     }
+    // Save the request for tools before running them, so a crash leaves it visible.
+    const saved = setTranscriptDelta(transcript)
+    if (!saved.ok) return failed(saved)
     const results = dispatch(calls)
     if (!results.ok) return failed(results)
     for (let i = 0; i < results.value.length; i++) {

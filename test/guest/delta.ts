@@ -72,3 +72,56 @@ export const expandDeltas = (transcript: ReadonlyArray<unknown>, calls: Readonly
     return { op: call.op, request: `{"messages":[${messages.join(",")}]${rest}` }
   })
 }
+
+/** The index just past the JSON value starting at `text[start]`. */
+const valueEnd = (text: string, start: number): number => {
+  const c = text[start]
+  if (c === "\"") {
+    let i = start + 1
+    for (; text[i] !== "\""; i++) if (text[i] === "\\") i++
+    return i + 1
+  }
+  if (c === "[" || c === "{") {
+    let depth = 0
+    for (let i = start; i < text.length; i++) {
+      const d = text[i]
+      if (d === "\"") i = valueEnd(text, i) - 1
+      else if (d === "[" || d === "{") depth++
+      else if ((d === "]" || d === "}") && --depth === 0) return i + 1
+    }
+    throw new Error("the JSON value does not end")
+  }
+  let i = start
+  while (i < text.length && !",]}".includes(text[i]!)) i++
+  return i
+}
+
+const OUTPUT_OK = `{"ok":`
+const OUTPUT_TRANSCRIPT = `,"transcript":`
+
+/**
+ * A loop's output as the host takes it (docs/abi.md, "The entries"): `{"ok": value, "transcript":
+ * request}` is the `set_transcript` call `request` — appended to `calls`, answered by `answer` and
+ * its answer to `answers` — then `{"ok": value}` when that answer is ok, else the error passed on
+ * as the official loop passes on a host error (`{"error": {code, message}}`). Any other output
+ * comes back as it was. The texts stay the guest's bytes.
+ */
+export const outputSave = (
+  output: string | undefined,
+  calls: ReadonlyArray<HostCall>,
+  answers: ReadonlyArray<unknown>,
+  answer: Answerer
+): { readonly output: string | undefined; readonly calls: ReadonlyArray<HostCall>; readonly answers: ReadonlyArray<unknown> } => {
+  if (output === undefined || !output.startsWith(OUTPUT_OK)) return { output, calls, answers }
+  const end = valueEnd(output, OUTPUT_OK.length)
+  if (!output.startsWith(OUTPUT_TRANSCRIPT, end)) return { output, calls, answers }
+  const request = output.slice(end + OUTPUT_TRANSCRIPT.length, valueEnd(output, end + OUTPUT_TRANSCRIPT.length))
+  expect(output.length, "the transcript is the output's last field").toBe(end + OUTPUT_TRANSCRIPT.length + request.length + 1)
+  const reply = answer("set_transcript", JSON.parse(request)) as { error?: { code: string; message: string } }
+  const saved = succeeded(reply)
+  return {
+    output: saved ? `${output.slice(0, end)}}` : JSON.stringify({ error: { code: reply.error!.code, message: reply.error!.message } }),
+    calls: [...calls, { op: "set_transcript", request }],
+    answers: [...answers, reply]
+  }
+}

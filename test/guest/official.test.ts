@@ -3,12 +3,13 @@
  * host calls, with the same request bytes, and returns the same result as the TypeScript loop in
  * src/loops/official.ts for the same input and answers — checked on written scenarios (some with
  * their exact bytes spelled out) and on random ones. The guest sends its transcript as a delta
- * against the saved one; it is compared as the host sees it, expanded to the whole transcript
- * (delta.ts), with the TypeScript loop's whole-transcript requests.
+ * against the saved one, and its answer's save on its output; it is compared as the host sees it —
+ * expanded to the whole transcript, the output's transcript as the last `set_transcript` (delta.ts)
+ * — with the TypeScript loop's whole-transcript requests.
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { expandDeltas, remembering } from "./delta.js"
+import { expandDeltas, outputSave, remembering } from "./delta.js"
 import { type Answerer, type GuestRun, type HostCall, runGuest, shippedGuest, Wasm } from "./harness.js"
 import { runTypeScriptLoop } from "./reference.js"
 
@@ -58,21 +59,28 @@ const script = (replies: ReadonlyArray<Reply>, tool: ToolAnswer = () => ({ outco
 
 /**
  * Runs both loops on the same input and script; returns the guest's run after checking they agree:
- * `calls` as the host sees them (the deltas expanded), `raw` as the guest sent them.
+ * `calls` as the host sees them (the deltas expanded, the output's transcript as the last
+ * `set_transcript`), `raw` as the guest sent them; `output` as the host takes it, `rawOutput` as
+ * the guest returned it.
  */
-const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): GuestRun & { readonly raw: ReadonlyArray<HostCall> } => {
-  const host = remembering(make())
+const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): GuestRun & { readonly raw: ReadonlyArray<HostCall>; readonly rawOutput: string | undefined } => {
+  const answerer = make()
+  const host = remembering(answerer)
   const wasm = runGuest(official, JSON.stringify(input), host.answer)
   const ts = runTypeScriptLoop(input, make())
   expect(wasm.failed).toBeUndefined()
-  for (const c of wasm.calls) {
+  if (wasm.output?.startsWith(`{"ok":`)) {
+    expect(wasm.output, "the answer's save rides on the output").toMatch(/,"transcript":\{"keep":\d+,"append":\[.*\]\}\}$/)
+  }
+  const taken = outputSave(wasm.output, wasm.calls, host.answers, answerer)
+  for (const c of taken.calls) {
     if (c.op === "model") expect(c.request, "the model is asked with a context delta").toMatch(/^\{"context":\{"keep":/)
     if (c.op === "set_transcript") expect(c.request, "the transcript is saved as a delta").toMatch(/^\{"keep":/)
   }
-  const calls = expandDeltas(input.transcript ?? [], wasm.calls, host.answers)
+  const calls = expandDeltas(input.transcript ?? [], taken.calls, taken.answers)
   expect(calls).toEqual(ts.calls)
-  expect(wasm.output).toBe(ts.output)
-  return { ...wasm, calls, raw: wasm.calls }
+  expect(taken.output).toBe(ts.output)
+  return { ...wasm, calls, raw: wasm.calls, output: taken.output, rawOutput: wasm.output }
 }
 
 const ops = (run: { calls: ReadonlyArray<{ op: string }> }) => run.calls.map((c) => c.op)
@@ -100,7 +108,15 @@ describe("the official loop, compiled", () => {
     expect(run.output).toBe(`{"ok":{"text":"hi there"}}`)
   })
 
-  it("the transcript travels as a delta: each model call and save sends only the messages added since the last successful save (exact bytes)", () => {
+  it("the answer's save rides on the output: one host call per text turn, the output {ok, transcript} (exact bytes)", () => {
+    const run = same(activation(), script([{ text: "hi there" }]))
+    expect(run.raw).toEqual([{ op: "model", request: `{"context":{"keep":0,"append":[{"role":"user","content":"hello"}]}}` }])
+    expect(run.rawOutput).toBe(
+      `{"ok":{"text":"hi there"},"transcript":{"keep":0,"append":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"}]}}`
+    )
+  })
+
+  it("the transcript travels as a delta: each model call and save (the output's too) sends only the messages added since the last successful save (exact bytes)", () => {
     const earlier = [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
     const calls = [{ id: "c1", name: "read", input: { path: "/a" } }]
     const run = same(activation({ transcript: earlier }), script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false })))
@@ -113,9 +129,9 @@ describe("the official loop, compiled", () => {
       { op: "set_transcript", request: `{"keep":2,"append":[${user},${ask}]}` },
       { op: "dispatch", request: `{"calls":${JSON.stringify(calls)}}` },
       { op: "set_transcript", request: `{"keep":4,"append":[${result}]}` },
-      { op: "model", request: `{"context":{"keep":5,"append":[]}}` },
-      { op: "set_transcript", request: `{"keep":5,"append":[${done}]}` }
+      { op: "model", request: `{"context":{"keep":5,"append":[]}}` }
     ])
+    expect(run.rawOutput).toBe(`{"ok":{"text":"done"},"transcript":{"keep":5,"append":[${done}]}}`)
     const saved = earlier.map((m) => JSON.stringify(m)).join(",")
     expect(run.calls[5]).toEqual({ op: "set_transcript", request: `{"messages":[${saved},${user},${ask},${result},${done}]}` })
   })
@@ -133,7 +149,7 @@ describe("the official loop, compiled", () => {
     const rest = transcript.slice(3).map((m) => JSON.stringify(m)).join(",")
     const user = `{"role":"user","content":"hello"}`
     expect(run.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":3,"append":[${interrupted},${rest},${user}]}}` })
-    expect(run.raw[1]).toEqual({ op: "set_transcript", request: `{"keep":3,"append":[${interrupted},${rest},${user},{"role":"assistant","content":"ok"}]}` })
+    expect(run.rawOutput).toBe(`{"ok":{"text":"ok"},"transcript":{"keep":3,"append":[${interrupted},${rest},${user},{"role":"assistant","content":"ok"}]}}`)
     // Nothing to repair: everything saved is kept.
     const whole = same(activation({ transcript: transcript.slice(0, 1) }), script([{ text: "ok" }]))
     expect(whole.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":1,"append":[${user}]}}` })
@@ -155,6 +171,19 @@ describe("the official loop, compiled", () => {
       `{"messages":[{"role":"user","content":"c"}]}`,
       `{"messages":[{"role":"user","content":"c"},{"role":"user","content":"d"}]}`
     ])
+  })
+
+  it("the harness takes the output as the host does: its transcript is the last set_transcript, the result only once it is saved", () => {
+    const ok = `{"ok":{"text":"a,\\"transcript\\":{} ]}"},"transcript":{"keep":1,"append":[{"role":"assistant","content":"}"}]}}`
+    const calls: Array<HostCall> = [{ op: "model", request: "{}" }]
+    const saved = outputSave(ok, calls, [{ ok: {} }], () => ({ ok: null }))
+    expect(saved.output).toBe(`{"ok":{"text":"a,\\"transcript\\":{} ]}"}}`)
+    expect(saved.calls).toEqual([...calls, { op: "set_transcript", request: `{"keep":1,"append":[{"role":"assistant","content":"}"}]}` }])
+    expect(saved.answers).toEqual([{ ok: {} }, { ok: null }])
+    const refused = outputSave(ok, calls, [], () => ({ error: { code: "cancelled", message: "stop", retryable: false, ambiguous: false } }))
+    expect(refused.output).toBe(`{"error":{"code":"cancelled","message":"stop"}}`)
+    // Without a transcript the output is taken as it is, and nothing is asked.
+    expect(outputSave(`{"ok":1}`, calls, [], () => expect.fail("asked")).output).toBe(`{"ok":1}`)
   })
 
   it("tools: the request is saved before dispatch, all calls go together, each result (failures too) is shown to the model", () => {
@@ -251,7 +280,7 @@ describe("the official loop, compiled", () => {
     ["dispatch is interrupted", 2, "interrupted"],
     ["saving the results times out", 3, "timeout"],
     ["the second model call hits a limit", 4, "model_call_limit"],
-    ["saving the answer fails", 5, "journal_write_failed"]
+    ["saving the answer (on the output) fails", 5, "journal_write_failed"]
   ] as const) {
     it(`a host error ends the activation with its code and message, with no retry: ${what}`, () => {
       const errors = { [at]: { code, message: `${code} happened` } }
@@ -308,8 +337,8 @@ describe("the official loop, compiled", () => {
     const memoryFor = (rounds: number) => {
       const replies = Array.from({ length: rounds }, (_, i) => ({ text: `r${i}`, tool_calls: [{ id: `c${i}`, name: "t", input: {} }] }))
       const run = runGuest(official, JSON.stringify(activation({ transcript })), script([...replies, { text: "done" }])())
-      expect(run.output).toBe(`{"ok":{"text":"done"}}`)
-      expect(run.calls).toHaveLength(rounds * 4 + 2)
+      expect(run.output).toMatch(/^\{"ok":\{"text":"done"\},"transcript":/)
+      expect(run.calls).toHaveLength(rounds * 4 + 1)
       return run.memoryBytes
     }
     const one = memoryFor(1)

@@ -9,8 +9,10 @@ import { expandDeltas, remembering } from "./delta.js"
 import { compileProbe, type Guest, runGuest } from "./harness.js"
 
 let probe: Guest
+let saving: Guest
 beforeAll(async () => {
   probe = await compileProbe("guest/test/transcript.ts")
+  saving = await compileProbe("guest/test/saving.ts")
 }, 120_000)
 
 describe("the guest library's Transcript", () => {
@@ -43,5 +45,22 @@ describe("the guest library's Transcript", () => {
       `{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},${added}]}`,
       `{"messages":[{"role":"user","content":"a"},${changed},${added}]}`
     ])
+  })
+
+  it("returnOkSaving puts what changed since the last save on the output as {keep, append}, and leaves transcript out when nothing did", () => {
+    const saved = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }]
+    const run = (what: string) => {
+      const input = { input: { message: what }, transcript: saved, configuration: {}, events: [], runtime: {} }
+      const r = runGuest(saving, JSON.stringify(input), () => ({ ok: null }))
+      expect(r.failed).toBeUndefined()
+      return { output: r.output, ops: r.calls.map((c) => c.op) }
+    }
+    const added = `{"role":"assistant","content":"new"}`
+    expect(run("nothing")).toEqual({ output: `{"ok":"done"}`, ops: [] })
+    expect(run("copied")).toEqual({ output: `{"ok":"done"}`, ops: [] })
+    expect(run("appended")).toEqual({ output: `{"ok":"done","transcript":{"keep":2,"append":[${added}]}}`, ops: [] })
+    expect(run("saved")).toEqual({ output: `{"ok":"done"}`, ops: ["set_transcript"] })
+    // A dropped message is a change though nothing is appended.
+    expect(run("dropped")).toEqual({ output: `{"ok":"done","transcript":{"keep":1,"append":[]}}`, ops: [] })
   })
 })

@@ -84,7 +84,7 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
       }
       let running: Fiber.RuntimeFiber<unknown, AgentloopFailed | HostCallFailed> | undefined
       let waiting: Pending | undefined
-      const real = loopServices(host)
+      const real = loopServices(host, input.transcript)
       const next = (payload: string): Effect.Effect<string> =>
         Effect.gen(function*() {
           if (!running) running = yield* Effect.fork(loop.activate(input, relayHost))

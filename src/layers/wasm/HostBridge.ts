@@ -13,14 +13,17 @@
  * `append` is parsed and checked. The Host gets the same messages either way and journals the same
  * records.
  *
+ * A loop's output may carry the transcript to save (`{"ok", "transcript"}`, docs/abi.md): `save`
+ * saves it as that `set_transcript` call would, with the same saved transcript as the delta's base.
+ *
  * Messages are checked against the Message schema and passed on as the guest wrote them (the
  * parsed JSON, not a decoded copy): a decoded copy would put their keys in the schema's order, so
  * a guest's records would differ in bytes from an in-process loop's that built the same messages.
  */
-import { Effect, Either, Option, Schema } from "effect"
+import { Data, Effect, Either, Option, Schema } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
-import type { Host } from "../../services/Agentloop.js"
+import type { Host, HostCallFailed } from "../../services/Agentloop.js"
 import type { ToolServices } from "../../services/WasmHost.js"
 
 const ok = (value: unknown) => JSON.stringify({ ok: value === undefined ? null : value })
@@ -90,15 +93,40 @@ const expand = (saved: ReadonlyArray<Message>, keep: number, append: ReadonlyArr
 const whole = (messages: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<Message>, string> =>
   isMessages(messages) ? Either.right(messages) : Either.left("messages is not an array of messages")
 
+/** The output's transcript was refused as `set_transcript` would refuse it (`invalid_request`); `reason` says why. */
+export class TranscriptRefused extends Data.TaggedError("TranscriptRefused")<{ readonly reason: string }> {}
+
+/**
+ * An Agentloop's host services: `perform` (the function itself) answers `brain.call`; `save` saves
+ * the transcript a loop's output carries (docs/abi.md, "The entries") exactly as a `set_transcript`
+ * call with that request would, against the same saved transcript.
+ */
+export interface LoopServices {
+  (op: string, request: string): Effect.Effect<string>
+  /** `set_transcript` with `request` (parsed JSON): refused (`TranscriptRefused`) or failed (the Host's failure) as that call would answer. */
+  readonly save: (request: unknown) => Effect.Effect<void, TranscriptRefused | HostCallFailed>
+}
+
 /**
  * An Agentloop's host services. `transcript` is the activation input's transcript (the session's
  * saved one, the Host's own array): the base of a delta `model` or `set_transcript` until the
- * guest's first successful save. Left out, it is empty: then only `keep` 0 is valid until a save.
+ * guest's first successful save.
  */
-export const loopServices = (host: Host, transcript: ReadonlyArray<Message> = []) => {
+export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): LoopServices => {
   /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
   let saved = transcript
-  return (op: string, request: string): Effect.Effect<string> => {
+  /** A decoded `set_transcript` request: the save, or why it is refused. */
+  const setTranscript = (r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> }): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
+    const delta = r.keep !== undefined || r.append !== undefined
+    if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
+      return Either.left("give either messages, or keep and append")
+    }
+    const messages: Either.Either<ReadonlyArray<Message>, string> = delta ? expand(saved, r.keep!, r.append!) : whole(r.messages!)
+    if (Either.isLeft(messages)) return Either.left(messages.left)
+    const next = messages.right
+    return Either.right(Effect.tap(host.setTranscript(next), () => void (saved = next)))
+  }
+  const perform = (op: string, request: string): Effect.Effect<string> => {
     const parsed = parse(request)
     if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
     if (op === "telemetry") return Effect.as(host.telemetry(parsed.right), ok(null))
@@ -131,14 +159,8 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message> = []
       case "kv_delete":
         return answer(host.kvDelete(r.key), () => null)
       case "set_transcript": {
-        const delta = r.keep !== undefined || r.append !== undefined
-        if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
-          return invalid("set_transcript: give either messages, or keep and append")
-        }
-        const messages: Either.Either<ReadonlyArray<Message>, string> = delta ? expand(saved, r.keep, r.append) : whole(r.messages)
-        if (Either.isLeft(messages)) return invalid(`set_transcript: ${messages.left}`)
-        const next = messages.right
-        return answer(Effect.tap(host.setTranscript(next), () => void (saved = next)), () => null)
+        const save = setTranscript(r)
+        return Either.isLeft(save) ? invalid(`set_transcript: ${save.left}`) : answer(save.right, () => null)
       }
       case "events":
         return answer(host.events({ after: r.after, limit: r.limit }))
@@ -146,6 +168,13 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message> = []
         return invalid(`no host service named ${JSON.stringify(op)}`)
     }
   }
+  const save = (request: unknown): Effect.Effect<void, TranscriptRefused | HostCallFailed> => {
+    const decoded = decoders.set_transcript(request)
+    if (Either.isLeft(decoded)) return Effect.fail(new TranscriptRefused({ reason: "it does not have set_transcript's shape" }))
+    const saving = setTranscript(decoded.right)
+    return Either.isLeft(saving) ? Effect.fail(new TranscriptRefused({ reason: saving.left })) : saving.right
+  }
+  return Object.assign(perform, { save })
 }
 
 /** A Wasm tool's host services: emit (tool-origin Events) and telemetry. */

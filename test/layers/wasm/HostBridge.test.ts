@@ -150,8 +150,8 @@ describe("the host bridge: transcript deltas", () => {
         expect(yield* perform(services, op, request), `${op} ${JSON.stringify(request)}`).toEqual(invalid)
       }
       expect(calls).toEqual([])
-      // Without the input's transcript the base is empty: only keep 0 fits until a save.
-      const bare = loopServices(host)
+      // With an empty saved transcript only keep 0 fits until a save.
+      const bare = loopServices(host, [])
       expect(yield* perform(bare, "model", { context: { keep: 1, append } })).toEqual(invalid)
       expect(yield* perform(bare, "model", { context: { keep: 0, append } })).toEqual({ ok: RESULT })
     }))
