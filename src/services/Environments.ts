@@ -1,0 +1,135 @@
+/**
+ * Environments: the lifecycle of the places a session's tools run, and the calls sent to them
+ * (docs/environments.md). One interface for every driver (`brain`, `host`, `http`).
+ *
+ * Every method is called only inside the EffectFence: its `*_started` record is durable first and
+ * its `sequence` is the operation's name, sent to the Environment so that it can drop a duplicate.
+ * Nothing here retries, and nothing sends an operation anywhere but the Environment the session
+ * recorded at creation.
+ *
+ * What comes back is what Brain knows afterwards:
+ * - a value: the Environment answered definitely (`{"ok": …}`, or for a tool call `{"error": …}`,
+ *   which is the tool's own error, shown to the model);
+ * - `EnvironmentNotSent`: nothing reached the Environment (no binding, refused connection, …);
+ * - `EnvironmentRefused`: it answered that it did not do it (a 3xx or 4xx other than 409, or
+ *   `{"error": …}` to a lifecycle step);
+ * - `EnvironmentUncertain`: it may have done it (connection lost after sending, 409, 5xx, the
+ *   lifecycle timeout, an answer too large, not JSON or not of its shape).
+ */
+import { Context, Data, type Effect } from "effect"
+import type { AdmittedEnvironment } from "../domain/Environment.js"
+import { type Failure, failure } from "../domain/Failure.js"
+import type { SessionId } from "../domain/Ids.js"
+
+/** `{session_id, sequence}`: the journal record that names the operation (its `*_started`). */
+export interface OperationName {
+  readonly session: SessionId
+  readonly sequence: number
+}
+
+export type LifecycleStep = "setup" | "detach" | "teardown"
+
+export interface LifecycleOperation extends OperationName {
+  /** As recorded at creation (an `http` one carries `resolved`: where it is). */
+  readonly environment: AdmittedEnvironment
+}
+
+/** A lifecycle step the Environment confirmed; `result` is its `ok` value, recorded in `*_ended`. */
+export interface LifecycleEnded {
+  readonly result: unknown
+}
+
+export interface EnvironmentCall extends OperationName {
+  readonly environment: AdmittedEnvironment
+  /** The tool's name. */
+  readonly name: string
+  /** The model's id for the call. */
+  readonly callId: string
+  readonly input: unknown
+  /** Epoch milliseconds; 0 = no deadline. */
+  readonly deadlineAtMs: number
+}
+
+/** A definite answer to a tool call: the tool's output, or its own error for the model. */
+export type CallAnswer =
+  | { readonly outcome: "ok"; readonly output: unknown }
+  | { readonly outcome: "error"; readonly output: unknown }
+
+/** Why Brain stops a call: an interrupt of the turn, or the call's own deadline. */
+export type CancelReason = "cancel" | "deadline"
+
+export interface CancelRequest extends OperationName {
+  /** The call being cancelled: `sequence` is its `tool_call_started`. */
+  readonly environment: AdmittedEnvironment
+  readonly reason: CancelReason
+}
+
+/** `confirmed`: the Environment answered `{"stopped": true}` — the call has stopped or will never run. */
+export type CancelAnswer =
+  | { readonly confirmed: true }
+  | { readonly confirmed: false; readonly why: string }
+
+/** Nothing reached the Environment: the operation did not happen. */
+export class EnvironmentNotSent extends Data.TaggedError("EnvironmentNotSent")<{
+  readonly environment: string
+  readonly reason: "binding_missing" | "binding_moved" | "unreachable" | "driver_unavailable"
+  readonly message: string
+}> {
+  get failure(): Failure {
+    return failure("environment_failed", this.message, { details: { environment: this.environment, reason: this.reason } })
+  }
+}
+
+/** The Environment answered that it did not do the operation. */
+export class EnvironmentRefused extends Data.TaggedError("EnvironmentRefused")<{
+  readonly environment: string
+  /** The HTTP status (200 for an `{"error": …}` answer to a lifecycle step). */
+  readonly status: number
+  /** The answer's body: the `error` value, or the first bytes of an error response (JSON when it parses). */
+  readonly body: unknown
+  readonly message: string
+}> {
+  get failure(): Failure {
+    return failure("environment_failed", this.message, { details: { environment: this.environment, status: this.status, body: this.body } })
+  }
+}
+
+/** The operation may have happened: no reliable answer came back. */
+export class EnvironmentUncertain extends Data.TaggedError("EnvironmentUncertain")<{
+  readonly environment: string
+  readonly reason: "connection_lost" | "timeout" | "duplicate" | "status" | "too_large" | "not_json" | "bad_shape"
+  readonly status?: number
+  readonly body?: unknown
+  readonly message: string
+}> {
+  get failure(): Failure {
+    return failure("environment_failed", this.message, {
+      ambiguous: true,
+      details: { environment: this.environment, reason: this.reason, status: this.status, body: this.body }
+    })
+  }
+}
+
+export type EnvironmentFailed = EnvironmentNotSent | EnvironmentRefused | EnvironmentUncertain
+
+export interface EnvironmentsShape {
+  /** At creation, before `session_creation_ended`. A failure fails the creation. */
+  readonly setup: (operation: LifecycleOperation) => Effect.Effect<LifecycleEnded, EnvironmentFailed>
+  /** At the end, after `session_end_started`. A failure does not prevent the ending. */
+  readonly detach: (operation: LifecycleOperation) => Effect.Effect<LifecycleEnded, EnvironmentFailed>
+  /** At delete. A failure keeps the session (409 `teardown_failed`); only a new delete tries again. */
+  readonly teardown: (operation: LifecycleOperation) => Effect.Effect<LifecycleEnded, EnvironmentFailed>
+  /**
+   * Sends one tool call and waits for its answer, with no bound of its own: the caller races it
+   * against the deadline and cancellation. Interrupting it closes the request; it never sends a
+   * cancel by itself.
+   */
+  readonly call: (call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentFailed>
+  /**
+   * Asks the Environment to stop a call in flight, bounded by BRAIN_CANCEL_GRACE_MS. Never fails:
+   * anything but `{"stopped": true}` is an unconfirmed cancel.
+   */
+  readonly cancel: (request: CancelRequest) => Effect.Effect<CancelAnswer>
+}
+
+export class Environments extends Context.Tag("brain/Environments")<Environments, EnvironmentsShape>() {}
