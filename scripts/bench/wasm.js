@@ -106,7 +106,7 @@ const plain = []
 const plainCall = (text) => JSON.parse(JSON.stringify({ ok: JSON.parse(text).input }))
 for (let i = 0; i < ACTIVATIONS; i++) {
   const t0 = now()
-  plainCall(input)
+  plainCall(JSON.stringify(input))
   plain.push(now() - t0)
 }
 plain.sort((a, b) => a - b)
