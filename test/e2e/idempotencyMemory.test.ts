@@ -111,5 +111,5 @@ describe("idempotency under a small heap", () => {
     const [firstKey, first] = [...kept.entries()][0]!
     expect((await send(first.id, "other", firstKey)).status).toBe(409)
     expect((await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } }, headers: { "idempotency-key": "after" } })).status).toBe(201)
-  }, 60_000)
+  }, 180_000) // 18 multi-MB turns through the Wasm loop and a restart: about 35 s alone on 2 cores, more beside the suite
 })
