@@ -48,9 +48,30 @@ const moduleOf = (msg: ActivateMessage): WebAssembly.Module => {
   return known
 }
 
-const run = (msg: ActivateMessage) => {
-  const memory = new WebAssembly.Memory({ initial: msg.memory.initial, maximum: msg.memory.maximum })
-  let exports: Record<string, any> = {}
+/** What an instance's imports read: set when an activation takes the instance, never before. */
+interface Context {
+  msg: ActivateMessage | undefined
+  exports: Record<string, any>
+}
+
+/** A fresh instance with a fresh memory, made before the activation that will take it. */
+interface Instance {
+  readonly key: string
+  readonly module: WebAssembly.Module
+  readonly memory: WebAssembly.Memory
+  readonly context: Context
+  readonly guest: Record<string, any>
+}
+
+const keyOf = (msg: ActivateMessage) => `${msg.moduleId}:${msg.memory.initial}:${msg.memory.maximum}`
+
+/**
+ * Instantiates `module` with a fresh memory. Its start function (if any) runs here, before any
+ * input exists: a host call from it is ABI misuse (the context has no activation yet).
+ */
+const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory"], key: string): Instance => {
+  const memory = new WebAssembly.Memory({ initial: limits.initial, maximum: limits.maximum })
+  const context: Context = { msg: undefined, exports: {} }
 
   const bytesAt = (ptr: number, len: number): Uint8Array => {
     if (!Number.isInteger(ptr) || !Number.isInteger(len) || ptr < 0 || len < 0 || ptr + len > memory.buffer.byteLength) {
@@ -66,28 +87,12 @@ const run = (msg: ActivateMessage) => {
       throw new GuestError(`${what} is not UTF-8`)
     }
   }
-  /** A copy of UTF-8 text the guest gave, out of its memory, checked well-formed. */
-  const copyAt = (ptr: number, len: number, what: string): Uint8Array => {
-    const bytes = bytesAt(ptr, len)
-    if (!isUtf8(bytes)) throw new GuestError(`${what} is not UTF-8`)
-    return bytes.slice()
-  }
-  /** Copies bytes into memory the guest allocates; returns the packed (ptr, len). */
-  const give = (bytes: Uint8Array): bigint => {
-    const ptr = exports.brain_alloc(bytes.length) >>> 0
-    bytesAt(ptr, bytes.length).set(bytes)
-    return (BigInt(ptr) << 32n) | BigInt(bytes.length)
-  }
-  const unpack = (packed: unknown, what: string): Uint8Array => {
-    if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
-    const value = BigInt.asUintN(64, packed)
-    return copyAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
-  }
-
   const imports = {
     env: { memory },
     brain: {
       call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
+        const msg = context.msg
+        if (!msg) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
         const op = textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > msg.maxRequestBytes) {
           return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
@@ -107,16 +112,67 @@ const run = (msg: ActivateMessage) => {
       }
     }
   }
+  /** A copy of UTF-8 text the guest gave, out of its memory, checked well-formed. */
+  const copyAt = (ptr: number, len: number, what: string): Uint8Array => {
+    const bytes = bytesAt(ptr, len)
+    if (!isUtf8(bytes)) throw new GuestError(`${what} is not UTF-8`)
+    return bytes.slice()
+  }
+  /** Copies bytes into memory the guest allocates; returns the packed (ptr, len). */
+  const give = (bytes: Uint8Array): bigint => {
+    const ptr = context.exports.brain_alloc(bytes.length) >>> 0
+    bytesAt(ptr, bytes.length).set(bytes)
+    return (BigInt(ptr) << 32n) | BigInt(bytes.length)
+  }
+  const guest = {
+    give,
+    unpack: (packed: unknown, what: string): Uint8Array => {
+      if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
+      const value = BigInt.asUintN(64, packed)
+      return copyAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
+    }
+  }
+  context.exports = new WebAssembly.Instance(module, imports).exports as Record<string, any>
+  return { key, module, memory, context, guest }
+}
 
+/**
+ * The instance the next activation of the same module (and memory limits) will take: made
+ * after each activation whose own instantiation succeeded, while this thread would sit idle, so
+ * instantiation leaves the activation's path. It is still a fresh instance per activation —
+ * nothing has run in it but its start function, which is deterministic (a start function can
+ * neither call the host nor see the time) and ran to its end for the activation just finished.
+ */
+let ready: Instance | undefined
+
+const run = (msg: ActivateMessage) => {
+  let instance: Instance | undefined
   try {
-    const instance = new WebAssembly.Instance(moduleOf(msg), imports)
-    exports = instance.exports as Record<string, any>
-    const input = give(msg.input)
-    const output = unpack(exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)
+    const module = moduleOf(msg)
+    const key = keyOf(msg)
+    instance = ready !== undefined && ready.key === key ? ready : instantiate(module, msg.memory, key)
+    ready = undefined
+    const { context, guest } = instance
+    context.msg = msg
+    const input = guest.give(msg.input)
+    const output = guest.unpack(context.exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)
     post({ type: "done", output }, [output.buffer as ArrayBuffer])
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
     post({ type: "failed", kind, reason: err instanceof Error ? err.message : String(err) })
+  }
+  if (instance) {
+    const { module, key } = instance
+    const limits = msg.memory
+    // After the answer is posted; a failure to instantiate is left for the next activation to meet.
+    setImmediate(() => {
+      if (ready !== undefined) return
+      try {
+        ready = instantiate(module, limits, key)
+      } catch {
+        ready = undefined
+      }
+    })
   }
 }
 

@@ -53,7 +53,34 @@ const announcedSpin = (() => {
       (loop $l (br $l)) (unreachable))`)
 })()
 
+/** A start function that makes a host call: it runs at instantiation, before any activation. */
+const callingAtStart = (() => {
+  const op = data(200, "telemetry")
+  const req = data(300, "{}")
+  const ok = data(400, '{"ok":"ran"}')
+  return guest(`${op.segment} ${req.segment} ${ok.segment}
+    (func $init (drop (call $call (i32.const ${op.ptr}) (i32.const ${op.len}) (i32.const ${req.ptr}) (i32.const ${req.len}))))
+    (start $init)
+    (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`)
+})()
+
 describe("the guest pool", () => {
+  it.scopedLive("a host call from a module's start function is ABI misuse: every activation of it fails agentloop_failed, none reaches the Host, and the pool serves the next guest", () =>
+    Effect.gen(function*() {
+      const wasm = yield* WasmHostWorkers.make({ workers: 1, threads: 2, ...LIMITS })
+      const bad = yield* admit(wasm, callingAtStart)
+      const quick = yield* admit(wasm, returning('{"ok":"quick"}'))
+      let reported = 0
+      const host = hostWith({ telemetry: () => Effect.sync(() => void reported++) })
+      for (let i = 0; i < 3; i++) {
+        const failed = yield* Effect.flip(wasm.runLoop(bad, INPUT, host))
+        expect(failed.failure.code).toBe("agentloop_failed")
+        expect(failed.failure.message).toMatch(/start function/)
+        expect(yield* wasm.runLoop(quick, INPUT, host)).toBe("quick")
+      }
+      expect(reported).toBe(0)
+    }))
+
   it.scopedLive("a guest blocked in a host call holds no compute: with one compute slot, another guest runs to its end while the first waits", () =>
     Effect.gen(function*() {
       const wasm = yield* WasmHostWorkers.make({ workers: 1, threads: 4, ...LIMITS })
