@@ -61,6 +61,8 @@ export type CancelReason = "cancel" | "deadline"
 export interface CancelRequest extends OperationName {
   /** The call being cancelled: `sequence` is its `tool_call_started`. */
   readonly environment: AdmittedEnvironment
+  /** The call's tool (the cancel body's `name`). */
+  readonly name: string
   readonly reason: CancelReason
 }
 

@@ -1,0 +1,119 @@
+/**
+ * What an `http` Environment's reply means (docs/environments.md, "How Brain reads an answer"),
+ * and the redaction of the binding's secrets from anything it sent back. Pure.
+ *
+ * - 200: the body is UTF-8 JSON whatever its Content-Type, of the endpoint's shape; not JSON or
+ *   not of the shape is `EnvironmentUncertain` (it may have run).
+ * - 409: a repeat, or a call cancelled before it came: `EnvironmentUncertain` `duplicate`.
+ * - Other 3xx and 4xx: refused, not run: `EnvironmentRefused`.
+ * - 5xx, a 2xx other than 200, anything else: `EnvironmentUncertain` `status`.
+ *
+ * An error status's body goes into the failure as JSON when it parses, else as text.
+ */
+import { Either } from "effect"
+import { EnvironmentRefused, EnvironmentUncertain } from "../../services/Environments.js"
+import type { Reply } from "./Exchange.js"
+
+export const REDACTED = "<redacted>"
+
+const replaceAll = (text: string, secrets: ReadonlyArray<string>) => {
+  let out = text
+  for (const secret of secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED)
+  return out
+}
+
+/**
+ * `value` with every occurrence of a secret replaced by `<redacted>`: in strings, in member names,
+ * and a number whose digits hold one becomes the string `<redacted>`.
+ */
+export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown => {
+  if (secrets.length === 0) return value
+  if (typeof value === "string") return replaceAll(value, secrets)
+  if (typeof value === "number") return secrets.some((s) => String(value).includes(s)) ? REDACTED : value
+  if (Array.isArray(value)) return value.map((v) => redact(v, secrets))
+  if (value !== null && typeof value === "object") {
+    const out: Record<string, unknown> = {}
+    for (const [k, v] of Object.entries(value)) out[replaceAll(k, secrets)] = redact(v, secrets)
+    return out
+  }
+  return value
+}
+
+/**
+ * The first bytes of a longer text may end in the first characters of a secret: drop such a tail
+ * (a false match only costs a few characters of a truncated error body).
+ */
+const redactCutTail = (text: string, secrets: ReadonlyArray<string>) => {
+  for (const secret of secrets) {
+    for (let k = Math.min(secret.length - 1, text.length); k > 0; k--) {
+      if (text.endsWith(secret.slice(0, k))) return text.slice(0, text.length - k) + REDACTED
+    }
+  }
+  return text
+}
+
+/** A 200 body with its members' values redacted (their names are the protocol's: `ok`, `error`, `stopped`). */
+const redactMembers = (body: unknown, secrets: ReadonlyArray<string>): unknown =>
+  body !== null && typeof body === "object" && !Array.isArray(body)
+    ? Object.fromEntries(Object.entries(body).map(([k, v]) => [k, redact(v, secrets)]))
+    : body
+
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/** The body as JSON, or undefined when it is not UTF-8 JSON. */
+const parseJson = (body: Uint8Array): Either.Either<unknown, void> =>
+  Either.try({ try: () => JSON.parse(utf8.decode(body)) as unknown, catch: () => undefined })
+
+/** An error response's body for a failure's details: JSON when it parses, else text; redacted. */
+export const errorBody = (reply: Reply, secrets: ReadonlyArray<string>): unknown => {
+  if (reply.body.length === 0) return undefined
+  const parsed = reply.truncated ? Either.left(undefined) : parseJson(reply.body)
+  if (Either.isRight(parsed)) return redact(parsed.right, secrets)
+  const text = replaceAll(Buffer.from(reply.body).toString("utf8"), secrets)
+  return reply.truncated ? redactCutTail(text, secrets) : text
+}
+
+export interface Reading<A> {
+  readonly environment: string
+  readonly path: string
+  readonly secrets: ReadonlyArray<string>
+  /** The endpoint's 200 shape: the answer, or undefined when the body is not of it. */
+  readonly shape: (body: unknown) => A | undefined
+}
+
+/** What a reply means: the 200 answer of the endpoint's shape, or how it failed. */
+export const readReply = <A>(
+  reply: Reply,
+  reading: Reading<A>
+): Either.Either<A, EnvironmentRefused | EnvironmentUncertain> => {
+  const env = JSON.stringify(reading.environment)
+  const { status } = reply
+  if (status === 200) {
+    const uncertain = (reason: "not_json" | "bad_shape", what: string) =>
+      Either.left(new EnvironmentUncertain({ environment: reading.environment, reason, status, message: `Environment ${env} answered ${reading.path} with ${what}` }))
+    const parsed = parseJson(reply.body)
+    if (Either.isLeft(parsed)) return uncertain("not_json", "a body that is not UTF-8 JSON")
+    const answer = reading.shape(redactMembers(parsed.right, reading.secrets))
+    return answer === undefined ? uncertain("bad_shape", "a body that is not of the protocol's shape") : Either.right(answer)
+  }
+  const body = errorBody(reply, reading.secrets)
+  if (status === 409) {
+    return Either.left(new EnvironmentUncertain({
+      environment: reading.environment,
+      reason: "duplicate",
+      status,
+      body,
+      message: `Environment ${env} answered ${reading.path} with 409: it had received this operation already, or the call was cancelled`
+    }))
+  }
+  if (status >= 300 && status < 500) {
+    return Either.left(new EnvironmentRefused({ environment: reading.environment, status, body, message: `Environment ${env} refused ${reading.path} with ${status}` }))
+  }
+  return Either.left(new EnvironmentUncertain({
+    environment: reading.environment,
+    reason: "status",
+    status,
+    body,
+    message: `Environment ${env} answered ${reading.path} with ${status}`
+  }))
+}

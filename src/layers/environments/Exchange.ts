@@ -1,0 +1,158 @@
+/**
+ * One request to an `http` Environment (docs/environments.md, "The http protocol"): a JSON POST,
+ * sent once, never retried, its answer read with a bound, and every way it can go wrong named by
+ * what Brain knows afterwards.
+ *
+ * - Not sent (connection refused, a name that does not resolve, no route, a TLS failure):
+ *   `EnvironmentNotSent` `unreachable`. Any other transport failure happened after the request may
+ *   have left: `EnvironmentUncertain` `connection_lost`.
+ * - A 200's body is read whole up to `maxBytes`: a larger `Content-Length` is refused unread, a
+ *   larger body stops the read at the bound (`too_large`). Any other status keeps only the first
+ *   ERROR_BODY_BYTES for the failure's details; a read error there changes nothing (the status
+ *   already says what happened).
+ * - Every exchange runs in its own scope: leaving it — done, failed, timed out or interrupted —
+ *   closes the request, so an unread or oversized body is never left streaming in.
+ *
+ * Secret headers are sent and never shown: their names join the tracer's redacted header names, and
+ * no message here quotes a header, a body or a transport error's text (only its code).
+ */
+import { Headers, HttpClient, HttpClientRequest } from "@effect/platform"
+import { Effect, Redacted, Stream } from "effect"
+import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
+import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
+
+/** Bytes. The most of an error response's body kept in a failure's details (the doc's 16 KiB). */
+export const ERROR_BODY_BYTES = 16 * 1024
+
+/** Error codes of a request that never reached a server: nothing was sent. */
+const NOT_SENT = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_INVALID_ARG",
+  "ERR_INVALID_URL",
+  "CERT_HAS_EXPIRED",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "ERR_TLS_CERT_ALTNAME_INVALID"
+])
+
+/** The first errno-like code in an error's cause chain. */
+const causeCode = (e: unknown): string | undefined => {
+  let current = e as { code?: unknown; cause?: unknown } | undefined
+  for (let depth = 0; current && depth < 6; depth++) {
+    if (typeof current.code === "string") return current.code
+    current = current.cause as typeof current
+  }
+  return undefined
+}
+
+export interface Post {
+  /** The Environment's name in the session, for messages. */
+  readonly environment: string
+  /** `{base_url}{path}`. */
+  readonly url: string
+  /** The protocol path (`/setup`, `/tools/call`, …), for messages. */
+  readonly path: string
+  readonly body: unknown
+  /** Header name (lower case) → value: the binding's token and headers_env. */
+  readonly secretHeaders: ReadonlyArray<readonly [string, Redacted.Redacted]>
+  /** Bytes of a 200's body read at most (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES). */
+  readonly maxBytes: number
+}
+
+/** What came back: a 200 with its whole body, or another status with its first bytes. */
+export interface Reply {
+  readonly status: number
+  readonly body: Uint8Array
+  /** True when `body` is only the first bytes of a longer one (never for a 200). */
+  readonly truncated: boolean
+}
+
+/** Reads at most `max` bytes; `over` says more came (the read stopped there). */
+const readAtMost = <E>(stream: Stream.Stream<Uint8Array, E>, max: number) =>
+  Effect.gen(function*() {
+    const chunks: Array<Uint8Array> = []
+    let size = 0
+    let over = false
+    yield* Stream.runForEachWhile(stream, (chunk) =>
+      Effect.sync(() => {
+        const room = max - size
+        if (chunk.length > room) {
+          if (room > 0) chunks.push(chunk.subarray(0, room))
+          size = max
+          over = true
+          return false
+        }
+        chunks.push(chunk)
+        size += chunk.length
+        return true
+      }))
+    return { body: Buffer.concat(chunks), over }
+  })
+
+/** POSTs `post.body` once and reads the answer with its bound. */
+export const exchange = (
+  post: Post
+): Effect.Effect<Reply, EnvironmentNotSent | EnvironmentUncertain, HttpClient.HttpClient> =>
+  Effect.gen(function*() {
+    const client = HttpClient.withScope(yield* HttpClient.HttpClient)
+    let request = HttpClientRequest.post(post.url).pipe(
+      HttpClientRequest.bodyUnsafeJson(post.body),
+      HttpClientRequest.setHeaders({
+        "content-type": "application/json",
+        accept: "application/json",
+        "brain-environment-protocol": ENVIRONMENT_PROTOCOL_VERSION
+      })
+    )
+    for (const [name, value] of post.secretHeaders) {
+      request = HttpClientRequest.setHeader(request, name, Redacted.value(value))
+    }
+    const lost = (code: string | undefined) =>
+      new EnvironmentUncertain({
+        environment: post.environment,
+        reason: "connection_lost",
+        message: `the connection to Environment ${JSON.stringify(post.environment)} was lost after ${post.path} was sent` +
+          (code !== undefined ? ` (${code})` : "")
+      })
+    const response = yield* client.execute(request).pipe(
+      Effect.mapError((e) => {
+        const code = causeCode(e)
+        return code !== undefined && NOT_SENT.has(code)
+          ? new EnvironmentNotSent({
+            environment: post.environment,
+            reason: "unreachable",
+            message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code}): ${post.path} was not sent`
+          })
+          : lost(code ?? e.reason)
+      })
+    )
+    if (response.status !== 200) {
+      const { body, over } = yield* readAtMost(response.stream, Math.min(ERROR_BODY_BYTES, post.maxBytes)).pipe(
+        Effect.orElseSucceed(() => ({ body: new Uint8Array(0), over: false }))
+      )
+      return { status: response.status, body, truncated: over }
+    }
+    const tooLarge = new EnvironmentUncertain({
+      environment: post.environment,
+      reason: "too_large",
+      status: 200,
+      message: `Environment ${JSON.stringify(post.environment)} answered ${post.path} with more than ${post.maxBytes} bytes ` +
+        "(BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES)"
+    })
+    const declared = Number(response.headers["content-length"])
+    if (Number.isFinite(declared) && declared > post.maxBytes) return yield* Effect.fail(tooLarge)
+    const { body, over } = yield* readAtMost(response.stream, post.maxBytes).pipe(
+      Effect.mapError((e) => lost(causeCode(e) ?? e.reason))
+    )
+    if (over) return yield* Effect.fail(tooLarge)
+    return { status: 200, body, truncated: false }
+  }).pipe(
+    Effect.scoped,
+    Effect.locallyWith(Headers.currentRedactedNames, (names) => [...names, ...post.secretHeaders.map(([name]) => name)])
+  )
