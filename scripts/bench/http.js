@@ -15,17 +15,13 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { measure, ms, pct } from "./stats.js"
+import { measure, ms, pct, numberFlag } from "./stats.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const args = process.argv.slice(2)
-const flag = (name, fallback) => {
-  const i = args.indexOf(name)
-  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
-}
-const seconds = flag("--seconds", 4)
+const seconds = numberFlag("--seconds", 4)
 /** Sessions created for the memory slopes, in steps of MEMORY_STEP. */
-const memorySessions = flag("--memory-sessions", 4000)
+const memorySessions = numberFlag("--memory-sessions", 4000)
 const MEMORY_STEP = 1000
 const profile = !args.includes("--no-profile")
 const CLK_TCK = (() => {

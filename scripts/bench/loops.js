@@ -18,16 +18,11 @@ import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { ms, pct } from "./stats.js"
+import { ms, pct, numberFlag } from "./stats.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
-const args = process.argv.slice(2)
-const flag = (name, fallback) => {
-  const i = args.indexOf(name)
-  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
-}
-const seconds = flag("--seconds", 4)
-const TURNS_PER_SESSION = flag("--turns-per-session", 20)
+const seconds = numberFlag("--seconds", 4)
+const TURNS_PER_SESSION = numberFlag("--turns-per-session", 20)
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-loops-"))
 const children = []

@@ -13,15 +13,10 @@ import * as http from "node:http"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { ms, pct } from "./stats.js"
+import { ms, pct, numberFlag } from "./stats.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
-const args = process.argv.slice(2)
-const flag = (name, fallback) => {
-  const i = args.indexOf(name)
-  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
-}
-const TURNS = flag("--turns", 60)
+const TURNS = numberFlag("--turns", 60)
 const WARMUP = 5
 const TOKENS = 200
 const now = () => Number(process.hrtime.bigint()) / 1e6

@@ -22,3 +22,10 @@ export const measure = async (body, concurrency, durationMs) => {
   latencies.sort((a, b) => a - b)
   return { rate: latencies.length / elapsed, p50: pct(latencies, 50), p99: pct(latencies, 99), n: latencies.length }
 }
+
+/** The positive number after `name` on the command line, or `fallback`. */
+export const numberFlag = (name, fallback) => {
+  const args = process.argv.slice(2)
+  const i = args.indexOf(name)
+  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
+}

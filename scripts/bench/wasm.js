@@ -16,15 +16,10 @@ import { activate, jsonBytes } from "../../dist/layers/wasm/Activation.js"
 import { loopServices } from "../../dist/layers/wasm/HostBridge.js"
 import { admitModule } from "../../dist/layers/wasm/Module.js"
 import { Pool } from "../../dist/layers/wasm/Pool.js"
-import { ms, pct } from "./stats.js"
+import { ms, pct, numberFlag } from "./stats.js"
 
-const args = process.argv.slice(2)
-const flag = (name, fallback) => {
-  const i = args.indexOf(name)
-  return i >= 0 && Number(args[i + 1]) > 0 ? Number(args[i + 1]) : fallback
-}
-const ACTIVATIONS = flag("--activations", 2000)
-const CALLS = flag("--calls", 20000)
+const ACTIVATIONS = numberFlag("--activations", 2000)
+const CALLS = numberFlag("--calls", 20000)
 const LIMITS = { computeMs: 60_000, ioBytes: 16 << 20, memoryBytes: 64 << 20 }
 const now = () => Number(process.hrtime.bigint()) / 1e6
 

@@ -20,37 +20,10 @@ import { Headers, HttpClient, HttpClientRequest } from "@effect/platform"
 import { Effect, Redacted, Stream } from "effect"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
+import { causeCode, notSent } from "../OutboundHttp.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details (the doc's 16 KiB). */
 export const ERROR_BODY_BYTES = 16 * 1024
-
-/** Error codes of a request that never reached a server: nothing was sent. */
-const NOT_SENT = new Set([
-  "ECONNREFUSED",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "EADDRNOTAVAIL",
-  "UND_ERR_CONNECT_TIMEOUT",
-  "UND_ERR_INVALID_ARG",
-  "ERR_INVALID_URL",
-  "CERT_HAS_EXPIRED",
-  "DEPTH_ZERO_SELF_SIGNED_CERT",
-  "SELF_SIGNED_CERT_IN_CHAIN",
-  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-  "ERR_TLS_CERT_ALTNAME_INVALID"
-])
-
-/** The first errno-like code in an error's cause chain. */
-const causeCode = (e: unknown): string | undefined => {
-  let current = e as { code?: unknown; cause?: unknown } | undefined
-  for (let depth = 0; current && depth < 6; depth++) {
-    if (typeof current.code === "string") return current.code
-    current = current.cause as typeof current
-  }
-  return undefined
-}
 
 export interface Post {
   /** The Environment's name in the session, for messages. */
@@ -123,7 +96,7 @@ export const exchange = (
     const response = yield* client.execute(request).pipe(
       Effect.mapError((e) => {
         const code = causeCode(e)
-        return code !== undefined && NOT_SENT.has(code)
+        return notSent(code)
           ? new EnvironmentNotSent({
             environment: post.environment,
             reason: "unreachable",

@@ -21,6 +21,7 @@
 import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
 import { Duration, Effect, Redacted, Stream } from "effect"
 import { ModelFailed } from "../../services/Models.js"
+import { causeCode, notSent } from "../OutboundHttp.js"
 import { makeSseParser } from "./SseParser.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
@@ -58,34 +59,6 @@ export interface StreamedPost {
 
 /** What a provider makes of one event: go on (undefined), fail, or stop reading: the answer is whole. */
 export type EventVerdict = ModelFailed | "done" | undefined
-
-/** Error codes of a request that never left this machine (or never reached a server). */
-const NOT_SENT = new Set([
-  "ECONNREFUSED",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "EADDRNOTAVAIL",
-  "UND_ERR_CONNECT_TIMEOUT",
-  "UND_ERR_INVALID_ARG",
-  "ERR_INVALID_URL",
-  "CERT_HAS_EXPIRED",
-  "DEPTH_ZERO_SELF_SIGNED_CERT",
-  "SELF_SIGNED_CERT_IN_CHAIN",
-  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
-  "ERR_TLS_CERT_ALTNAME_INVALID"
-])
-
-/** The first errno-like code in an error's cause chain. */
-export const causeCode = (e: unknown): string | undefined => {
-  let current = e as { code?: unknown; cause?: unknown } | undefined
-  for (let depth = 0; current && depth < 6; depth++) {
-    if (typeof current.code === "string") return current.code
-    current = current.cause as typeof current
-  }
-  return undefined
-}
 
 const failed = (
   code: ModelFailed["code"],
@@ -159,7 +132,7 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
     const sent = client.execute(request).pipe(
       Effect.mapError((e) => {
         const code = causeCode(e)
-        return code !== undefined && NOT_SENT.has(code)
+        return notSent(code)
           ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
           : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? e.reason})`, { ambiguous: true, retryable: true })
       })
