@@ -177,3 +177,4 @@ const run = (msg: ActivateMessage) => {
 }
 
 parentPort!.on("message", (msg: ActivateMessage) => run(msg))
+post({ type: "ready" })

@@ -36,6 +36,12 @@ export class GuestThread {
   loop = false
   /** Modules the worker keeps (GuestWorker's WORKER_MODULES, same order of eviction). */
   private readonly modules = new Set<string>()
+  private started!: () => void
+  /**
+   * Settles once the worker has loaded (or died first). An activation waits for it before it
+   * starts its guest, so starting a thread never counts against a guest's compute budget.
+   */
+  readonly ready: Promise<void> = new Promise((resolve) => (this.started = resolve))
 
   constructor() {
     const channel = new MessageChannel()
@@ -47,16 +53,21 @@ export class GuestThread {
       workerData: { answers: channel.port2, signal },
       transferList: [channel.port2]
     })
-    this.worker.on("message", (m: WorkerMessage) => this.listener?.(m))
+    this.worker.on("message", (m: WorkerMessage) => (m.type === "ready" ? this.started() : this.listener?.(m)))
     this.worker.on("error", (err) => this.die(`the worker failed: ${err.message}`))
     this.worker.on("exit", (code) => this.die(`the worker exited (${code})`))
     // An idle worker must not keep the process alive.
     this.worker.unref()
   }
 
+  /** Why the worker died, once it has. */
+  deathReason: string | undefined = undefined
+
   private die(reason: string) {
     if (this.dead) return
     this.dead = true
+    this.deathReason = reason
+    this.started()
     this.listener?.({ type: "died", reason })
   }
 
@@ -89,6 +100,8 @@ export class GuestThread {
 
   terminate() {
     this.dead = true
+    this.deathReason ??= "the worker was stopped"
+    this.started()
     this.listener = undefined
     this.answers.close()
     void this.worker.terminate()

@@ -40,6 +40,8 @@ export interface ActivateMessage {
 }
 
 export type WorkerMessage =
+  /** The worker has loaded and listens: sent once, before any activation reaches it. */
+  | { readonly type: "ready" }
   /** A host call: its op and its request JSON, UTF-8 (checked well-formed by the worker; transferred). */
   | { readonly type: "call"; readonly op: string; readonly request: Uint8Array }
   /** The entry returned: its output JSON, UTF-8 (checked well-formed by the worker; transferred). */
