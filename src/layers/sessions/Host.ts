@@ -248,12 +248,21 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         const early = yield* Deferred.poll(cancel)
         if (Option.isSome(early)) return { _tag: "unsent", reason: yield* early.value } as ToolVerdict
         const controller = new AbortController()
+        /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
+        let stoppedBy: "cancel" | "deadline" = "cancel"
         const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
         const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
         const executor = yield* Effect.fork(
           remote !== undefined
             ? deps.environments && remote.driver === "http"
-              ? callRemote(deps.environments, remote, { session: cell.session, sequence, call, deadlineAtMs, signal: controller.signal })
+              ? callRemote(deps.environments, remote, {
+                session: cell.session,
+                sequence,
+                call,
+                deadlineAtMs,
+                signal: controller.signal,
+                stoppedBy: () => stoppedBy
+              })
               : Effect.succeed<ToolVerdict>({
                 _tag: "failed",
                 outcome: "error",
@@ -287,6 +296,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         }
         const first = yield* Effect.raceAll(racers)
         if (first._tag === "done") return first.verdict
+        stoppedBy = first.by
         controller.abort(first.by === "deadline" ? "timeout" : first.reason)
         const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
         if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {

@@ -43,6 +43,8 @@ export const callRemote = (
     readonly call: ToolCallRequest
     readonly deadlineAtMs: number | undefined
     readonly signal: AbortSignal
+    /** Read once the signal has aborted: the call's own deadline, or the turn's cancel. */
+    readonly stoppedBy: () => "cancel" | "deadline"
   }
 ): Effect.Effect<RemoteVerdict> =>
   Effect.gen(function*() {
@@ -68,7 +70,7 @@ export const callRemote = (
       return { _tag: "failed", outcome: e._tag === "EnvironmentUncertain" ? "unknown" : "error", failure: e.failure } as const
     }
     // Aborted: one cancel, and only a definite answer or a confirmed stop settles the call.
-    const reason = signal.reason === "timeout" ? "deadline" : "cancel"
+    const reason = invocation.stoppedBy()
     const callAnswer = Effect.flatMap(Fiber.join(sending), (r) => (Either.isRight(r) ? Effect.succeed(answered(r.right)) : Effect.never))
     const confirmed = Effect.flatMap(
       environments.cancel({ session, sequence, environment, name: call.name, reason }),
