@@ -14,6 +14,8 @@ import { fileStore } from "./layers/agentloops/ModuleStore.js"
 import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
+import * as EnvironmentBindingsConfig from "./layers/EnvironmentBindingsConfig.js"
+import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
 import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
@@ -42,6 +44,8 @@ import { BodyBudget, gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
 import { ModelBindings } from "./services/ModelBindings.js"
+import { EnvironmentBindings } from "./services/Environments.js"
+import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Sessions } from "./services/Sessions.js"
@@ -80,6 +84,9 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
     })
   }
   if (err._tag === "ModelBindingsInvalid") return new StartupRefused({ reason: `BRAIN_MODELS: ${err.message}` })
+  if (err._tag === "EnvironmentBindingsInvalid") {
+    return new StartupRefused({ reason: err.message?.startsWith("BRAIN_ENVIRONMENTS") ? err.message : `BRAIN_ENVIRONMENTS: ${err.message}` })
+  }
   if (err._tag === "IdempotencyStoreFailed") return new StartupRefused({ reason: `the idempotency store cannot be opened: ${err.reason}` })
   return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
 }
@@ -127,6 +134,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
   const bindings = ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)).pipe(
     Layer.provide(Layer.succeed(ServerConfig, config))
   )
+  const environmentBindings = EnvironmentBindingsConfig.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
   const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
   const agentloops = Layer.unwrapEffect(
     Effect.map(readOfficialLoop, (officialModule) =>
@@ -144,6 +152,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       ? Layer.succeed(Models, extensions.models)
       : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     ToolsLive.layer(extensions.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    EnvironmentsHttp.layerConfigured.pipe(Layer.provide(NodeHttpClient.layerUndici)),
     agentloops,
     wasm,
     telemetryLayer(config.telemetry),
@@ -153,7 +162,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       retentionMs: config.requestRetentionMs,
       maxAnswerBytes: config.idempotencyMaxAnswerBytes
     })
-  ).pipe(Layer.provideMerge(Layer.merge(base, bindings)))
+  ).pipe(Layer.provideMerge(Layer.mergeAll(base, bindings, environmentBindings)))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 
@@ -225,6 +234,12 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
       bindings.names.length === 0
         ? "model bindings: none (BRAIN_MODELS unset); sessions use the scripted model"
         : `model bindings: ${bindings.names.map((n) => `${n} (${bindings.get(n)!.binding.provider} ${bindings.get(n)!.binding.model})`).join(", ")}`
+    )
+    const environmentBindings = Context.get(context, EnvironmentBindings)
+    yield* Effect.log(
+      environmentBindings.names.length === 0
+        ? "environment bindings: none (BRAIN_ENVIRONMENTS unset)"
+        : `environment bindings: ${environmentBindings.names.map((n) => `${n} (${resolve(environmentBindings.get(n)!.binding).base_url})`).join(", ")}`
     )
     yield* Effect.log(describeSink(config.telemetry))
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)

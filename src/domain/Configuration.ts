@@ -3,6 +3,7 @@
  * A create body contains only names: credentials live in server configuration, never here.
  */
 import { Schema } from "effect"
+import { AdmittedEnvironment } from "./Environment.js"
 import { Json, Message } from "./Messages.js"
 import { RecordedBinding } from "./ModelBinding.js"
 
@@ -27,16 +28,11 @@ export const ToolDefinition = Schema.Struct({
   name: Schema.String.pipe(Schema.minLength(1)),
   description: Schema.optional(Schema.String),
   input_schema: Schema.optional(Json),
+  /** The name of the session's Environment that runs this tool. */
   environment: Schema.optional(Schema.String),
   /** A Wasm tool: the id (SHA-256) of an admitted module exporting `brain_tool`, run in the built-in environment. */
   module: Schema.optional(Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/))),
   timeout_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)))
-})
-
-export const EnvironmentDefinition = Schema.Struct({
-  name: Schema.String.pipe(Schema.minLength(1)),
-  kind: Schema.String,
-  options: Schema.optional(Json)
 })
 
 export const SessionConfiguration = Schema.Struct({
@@ -46,7 +42,8 @@ export const SessionConfiguration = Schema.Struct({
   model_binding: Schema.optional(RecordedBinding),
   system: Schema.optional(Schema.String),
   tools: Schema.optional(Schema.Array(ToolDefinition)),
-  environments: Schema.optional(Schema.Array(EnvironmentDefinition)),
+  /** The admitted Environments (docs/environments.md): an `http` one with what its binding stood for at creation. */
+  environments: Schema.optional(Schema.Array(AdmittedEnvironment)),
   transcript: Schema.optional(Schema.Array(Message)),
   idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(0)))
 })

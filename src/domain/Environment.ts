@@ -15,7 +15,6 @@
  * Pure: the caller reads the file and hands over a lookup for environment variables.
  */
 import { Data, Either, ParseResult, Redacted, Schema } from "effect"
-import type { ToolDefinition } from "./Configuration.js"
 import { Json } from "./Messages.js"
 import { BindingName } from "./ModelBinding.js"
 
@@ -88,7 +87,12 @@ export const AdmittedHttpEnvironment = Schema.Struct({
 export const AdmittedEnvironment = Schema.Union(BrainEnvironment, HostEnvironment, AdmittedHttpEnvironment)
 export type AdmittedEnvironment = typeof AdmittedEnvironment.Type
 
-type Tool = Pick<typeof ToolDefinition.Type, "name" | "environment" | "module">
+/** What admission and placement read of a tool definition (domain/Configuration.ts). */
+interface Tool {
+  readonly name: string
+  readonly environment?: string | undefined
+  readonly module?: string | undefined
+}
 
 /**
  * Admits a create body's Environments against its tools and the configured bindings: the

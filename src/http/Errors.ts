@@ -23,6 +23,9 @@ export const statusOf = (code: FailureCode): number => {
       return 409
     case "payload_too_large":
       return 413
+    case "creation_failed":
+      // An Environment the session needed failed: the gateway's, not the request's, fault.
+      return 502
     case "unsupported_media_type":
       return 415
     case "overloaded":
@@ -52,8 +55,13 @@ export const apiFailure = (code: FailureCode, message: string, options: { retrya
     ...(options.details !== undefined ? { details: options.details } : {})
   })
 
-export const fromFailure = (f: Failure) =>
-  apiFailure(f.code, f.message, { retryable: f.retryable, ...(f.ambiguous ? { details: { ambiguous: true } } : {}) })
+export const fromFailure = (f: Failure) => {
+  const details = f.details !== null && typeof f.details === "object" && !Array.isArray(f.details) ? f.details : undefined
+  return apiFailure(f.code, f.message, {
+    retryable: f.retryable,
+    ...(f.ambiguous || details !== undefined ? { details: { ...details, ...(f.ambiguous ? { ambiguous: true } : {}) } } : {})
+  })
+}
 
 /** Characters. An error repeats at most this much of what it describes (decode messages quote the input). */
 const MAX_ERROR_TEXT = 2000

@@ -8,7 +8,8 @@
  * - a failure that may have had effects (`details.ambiguous`): the caller gets the failure, and a
  *   409 `ambiguous` answer saying so is recorded — the request is never run again under the key;
  * - a failure where nothing happened that is 5xx or retryable (`session_busy`, …): the key is
- *   released, durably, so a retry with it runs;
+ *   released, durably, so a retry with it runs; not `creation_failed` (502), whose failed session
+ *   exists: running it again would create another, so it is replayed like a refusal;
  * - any other refusal (a definite 4xx): recorded and replayed as it is.
  *
  * - An answer the store did not keep (above its maximum) replays as 409 `ambiguous` saying the
@@ -123,7 +124,7 @@ export const idempotent = (
             const e = outcome.left
             if (mayHaveHadEffects(e)) {
               yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
-            } else if (e.status >= 500 || e.retryable) {
+            } else if ((e.status >= 500 || e.retryable) && e.code !== "creation_failed") {
               yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
             } else {
               yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))

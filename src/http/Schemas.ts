@@ -2,7 +2,8 @@
  * The wire shapes of the HTTP API. Every request schema rejects unknown fields.
  */
 import { Schema } from "effect"
-import { EnvironmentDefinition, ModelChoice, ToolDefinition } from "../domain/Configuration.js"
+import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
+import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { SessionId } from "../domain/Ids.js"
 import { Json, Message, TurnInput } from "../domain/Messages.js"
@@ -23,7 +24,7 @@ export const CreateSessionRequest = Schema.Struct({
   model: ModelChoice,
   system: Schema.optional(Schema.String),
   tools: Schema.optional(Schema.Array(ToolDefinition)),
-  environments: Schema.optional(Schema.Array(EnvironmentDefinition)),
+  environments: Schema.optional(Schema.Array(EnvironmentDeclaration)),
   transcript: Schema.optional(Schema.Array(Message)),
   idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.between(0, 2_147_483_647)))
 }).annotations({ identifier: "CreateSession", ...strict })

@@ -26,7 +26,9 @@ import {
   readCancelAnswer,
   resolve
 } from "../domain/Environment.js"
+import { ServerConfig } from "../services/ServerConfig.js"
 import {
+  EnvironmentBindings as ConfiguredBindings,
   type CallAnswer,
   type CancelAnswer,
   type EnvironmentFailed,
@@ -191,3 +193,13 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
 
 export const layer = (options: EnvironmentsHttpOptions): Layer.Layer<Environments, never, HttpClient.HttpClient> =>
   Layer.effect(Environments, make(options))
+
+/** The driver over the server's bindings (BRAIN_ENVIRONMENTS) and settings, as main.ts wires it. */
+export const layerConfigured: Layer.Layer<Environments, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Layer.effect(
+  Environments,
+  Effect.gen(function*() {
+    const bindings = yield* ConfiguredBindings
+    const config = yield* ServerConfig
+    return yield* make({ bindings, maxResponseBytes: config.maxEnvironmentResponseBytes, graceMs: config.cancelGraceMs })
+  })
+)

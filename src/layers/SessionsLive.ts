@@ -3,13 +3,17 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Deferred, Duration, Effect, FiberSet, Layer, Option } from "effect"
+import { Clock, Deferred, Duration, Effect, Either, FiberSet, Layer, Option } from "effect"
+import { admitEnvironments, type AdmittedEnvironment, noEnvironmentBindings } from "../domain/Environment.js"
+import type { JournalRecord } from "../domain/Records.js"
+import { EnvironmentBindings, Environments } from "../services/Environments.js"
+import { runStep, standing } from "./sessions/EnvironmentSteps.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import { empty, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
-import { EffectFence } from "../services/EffectFence.js"
+import { EffectFence, type FenceError } from "../services/EffectFence.js"
 import { Journal } from "../services/Journal.js"
 import type { RecordedBinding } from "../domain/ModelBinding.js"
 import { ModelBindings, noBindings } from "../services/ModelBindings.js"
@@ -46,8 +50,17 @@ export const make = Effect.gen(function*() {
     tools: yield* Tools,
     config,
     // Optional like the bindings: a runtime without a sink drops the loops' telemetry.
-    telemetry: Option.getOrUndefined(yield* Effect.serviceOption(Telemetry))
+    telemetry: Option.getOrUndefined(yield* Effect.serviceOption(Telemetry)),
+    // Optional: a runtime without the http driver fails an http Environment's steps unsent.
+    environments: Option.getOrUndefined(yield* Effect.serviceOption(Environments))
   }
+  const environmentBindings = Option.getOrElse(yield* Effect.serviceOption(EnvironmentBindings), () => noEnvironmentBindings)
+  const steps = { fence: deps.fence, environments: deps.environments }
+  /** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
+  const fromFence = (e: FenceError): SessionError =>
+    e._tag === "OutcomeUnrecorded"
+      ? refuse(failure("journal_write_failed", `${e.message}; the session recovers on its next access`, { ambiguous: true }))
+      : fromJournal(e)
 
   const registry = yield* makeRegistry({
     journal,
@@ -161,6 +174,65 @@ export const make = Effect.gen(function*() {
       return started
     })
 
+  /**
+   * Sets up each Environment in declaration order, each step durable before the next. On the
+   * first failure nothing more is set up: every Environment whose setup was started is torn down
+   * (journaled), in reverse order, and the failure is returned.
+   */
+  const setUpEnvironments = (cell: Cell, environments: ReadonlyArray<AdmittedEnvironment>) =>
+    Effect.gen(function*() {
+      const started: Array<AdmittedEnvironment> = []
+      for (const environment of environments) {
+        started.push(environment)
+        const outcome = yield* runStep(steps, cell, "setup", environment)
+        if (outcome.ok) continue
+        for (const e of [...started].reverse()) yield* runStep(steps, cell, "teardown", e)
+        return { environment: environment.name, failure: outcome.failure }
+      }
+      return undefined
+    })
+
+  /** Every record of a session, in pages (a delete of a session with Environments reads them once). */
+  const allRecords = (session: SessionId) =>
+    Effect.gen(function*() {
+      const out: Array<JournalRecord> = []
+      for (;;) {
+        const page = yield* journal.read(session, { after: out.length > 0 ? out[out.length - 1]!.sequence : 0, limit: 1000 })
+        if (page.length === 0) return out
+        out.push(...page)
+      }
+    })
+
+  /**
+   * Tears down, in reverse declaration order, every Environment still standing, trying all of
+   * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
+   * delete tries again. One delete at a time tears down a session's Environments.
+   */
+  const tearDown = (cell: Cell): Effect.Effect<void, SessionError> =>
+    Effect.gen(function*() {
+      const declared = cell.state.configuration?.environments ?? []
+      if (declared.length === 0) return
+      if (cell.tearingDown) {
+        return yield* Effect.fail(refuse(failure("conflict", "a delete of this session is tearing down its Environments", { retryable: true })))
+      }
+      cell.tearingDown = true
+      const up = standing(yield* allRecords(cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
+      const failed: Array<{ readonly environment: string; readonly failure: unknown }> = []
+      for (const environment of [...declared].reverse()) {
+        if (!up.has(environment.name)) continue
+        const outcome = yield* runStep(steps, cell, "teardown", environment).pipe(Effect.mapError(fromFence))
+        if (!outcome.ok) failed.push({ environment: environment.name, failure: outcome.failure })
+      }
+      if (failed.length > 0) {
+        const names = failed.map((f) => JSON.stringify(f.environment)).join(", ")
+        return yield* Effect.fail(refuse(failure(
+          "teardown_failed",
+          `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
+          { details: { environments: failed.map((f) => f.environment), failures: failed } }
+        )))
+      }
+    }).pipe(Effect.ensuring(Effect.sync(() => void (cell.tearingDown = false))))
+
   const service: SessionsShape = {
     create: (request) =>
       Effect.gen(function*() {
@@ -171,9 +243,17 @@ export const make = Effect.gen(function*() {
         for (const module of modules) {
           yield* agentloops.tool(module).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
         }
-        if (request.environments && request.environments.length > 0) {
-          return yield* Effect.fail(refuse(failure("invalid_request", "environments are not supported yet")))
+        // Environments are admitted now: names, bindings and placements, before anything is written.
+        const declared = request.environments ?? []
+        const host = declared.find((d) => d.driver === "host")
+        if (host !== undefined) {
+          return yield* Effect.fail(
+            refuse(failure("invalid_request", `Environment ${JSON.stringify(host.name)}: the host driver is not available on this server yet`))
+          )
         }
+        const admitted = admitEnvironments(declared, request.tools ?? [], environmentBindings)
+        if (Either.isLeft(admitted)) return yield* Effect.fail(refuse(failure("invalid_request", admitted.left)))
+        const environments = admitted.right
         // A binding name is resolved now and its non-secret fields recorded with the session.
         let modelBinding: RecordedBinding | undefined
         if (typeof request.model === "string") {
@@ -184,7 +264,13 @@ export const make = Effect.gen(function*() {
           }
           modelBinding = { name: request.model, ...bound.binding }
         }
-        const configuration = { ...request, agentloop, ...(modelBinding ? { model_binding: modelBinding } : {}) }
+        const { environments: _declared, ...rest } = request
+        const configuration = {
+          ...rest,
+          agentloop,
+          ...(modelBinding ? { model_binding: modelBinding } : {}),
+          ...(environments.length > 0 ? { environments } : {})
+        }
         // Refuse bad input before anything exists on disk.
         const refused = checkPayload("session_creation_started", { configuration }) ??
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
@@ -207,8 +293,25 @@ export const make = Effect.gen(function*() {
           // Nothing was recorded: leave no empty session behind.
           Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
+        // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
+        const setup = yield* setUpEnvironments(cell, environments).pipe(
+          Effect.mapError(fromFence),
+          Effect.tapError(() => registry.abandon(session))
+        )
+        if (setup !== undefined) {
+          const { environment, failure: why } = setup
+          const message = `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
+          yield* write(cell, [
+            entry("session_creation_failed", { sequence: first!, failure: failure("creation_failed", message, { details: { environment, failure: why } }) })
+          ]).pipe(Effect.tapError(() => registry.abandon(session)))
+          yield* registry.adopt(cell)
+          return yield* Effect.fail(
+            refuse(failure("creation_failed", `${message}; the session ${session} has failed and can be deleted`, {
+              details: { session_id: session, environment, failure: why }
+            }))
+          )
+        }
         yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
-          // The creation is left open: the next access (by whoever learns the id) records it failed.
           Effect.tapError(() => registry.abandon(session))
         )
         yield* registry.adopt(cell)
@@ -255,7 +358,11 @@ export const make = Effect.gen(function*() {
           while (cell.running) yield* Deferred.await(cell.running.done)
           if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
           const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
-          // Environments are detached here once they exist; ending is recorded first.
+          // The ending is recorded first, so a partly detached session never accepts a message; a
+          // failed detach is recorded and does not prevent the ending.
+          for (const environment of cell.state.configuration?.environments ?? []) {
+            yield* runStep(steps, cell, "detach", environment).pipe(Effect.mapError(fromFence))
+          }
           yield* write(cell, [entry("session_ended", { sequence: started! })])
           return summary(cell)
         })),
@@ -270,7 +377,7 @@ export const make = Effect.gen(function*() {
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
             return cell.state.status === "ended" || cell.state.status === "failed"
-              ? Effect.void
+              ? tearDown(cell)
               : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted")))
           },
           journal.remove(session).pipe(

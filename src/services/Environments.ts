@@ -17,7 +17,7 @@
  *   lifecycle timeout, an answer too large, not JSON or not of its shape).
  */
 import { Context, Data, type Effect } from "effect"
-import type { AdmittedEnvironment } from "../domain/Environment.js"
+import type { AdmittedEnvironment, EnvironmentBindings as Bindings } from "../domain/Environment.js"
 import { type Failure, failure } from "../domain/Failure.js"
 import type { SessionId } from "../domain/Ids.js"
 
@@ -135,3 +135,9 @@ export interface EnvironmentsShape {
 }
 
 export class Environments extends Context.Tag("brain/Environments")<Environments, EnvironmentsShape>() {}
+
+/**
+ * The bindings this server was started with (BRAIN_ENVIRONMENTS, parsed at start): what a create
+ * body's `binding` may name. Absent: none are configured.
+ */
+export class EnvironmentBindings extends Context.Tag("brain/EnvironmentBindings")<EnvironmentBindings, Bindings>() {}

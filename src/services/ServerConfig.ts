@@ -11,6 +11,9 @@ import {
   SSE_SUBSCRIBERS_PER_SESSION,
   TELEMETRY_QUEUE_BYTES
 } from "../domain/Limits.js"
+
+/** Bytes. The largest BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: an outcome must fit in one journal frame. */
+const MAX_ENVIRONMENT_RESPONSE_CEILING_BYTES = 32 * 1024 * 1024
 import { noSink, parseTelemetrySink, type TelemetrySink } from "./Telemetry.js"
 
 export interface ServerConfigShape {
@@ -22,6 +25,13 @@ export interface ServerConfigShape {
   readonly maxModelOutputBytes: number
   /** BRAIN_MODELS as given: a JSON file's path, or inline JSON (read by the ModelBindings layer). */
   readonly models: string | undefined
+  /** BRAIN_ENVIRONMENTS as given: a JSON file's path, or inline JSON (parsed at start by the EnvironmentBindings layer). */
+  readonly environments: string | undefined
+  /**
+   * Bytes of an Environment's answer read at most: beyond it the read stops and the operation is
+   * uncertain. At most 32 MiB, since an outcome must fit in one journal frame.
+   */
+  readonly maxEnvironmentResponseBytes: number
   /** Guests computing at once; undefined = the number of cores. */
   readonly wasmWorkers: number | undefined
   /** Guest threads at most, those waiting in host calls included; undefined = WASM_THREADS_PER_WORKER × wasmWorkers. */
@@ -105,6 +115,8 @@ export const defaults: ServerConfigShape = {
   maxModelMs: 300 * 1000,
   maxModelOutputBytes: 16 * 1024 * 1024,
   models: undefined,
+  environments: undefined,
+  maxEnvironmentResponseBytes: 4 * 1024 * 1024,
   wasmWorkers: undefined,
   wasmThreads: undefined,
   maxWasmMemoryBytes: 128 * 1024 * 1024,
@@ -160,6 +172,17 @@ export const fromConfig = Config.all({
     "bytes of one model response (0 = no bound)"
   ),
   models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
+  environments: Config.option(
+    Config.string("BRAIN_ENVIRONMENTS").pipe(Config.withDescription("Environment bindings: a JSON file's path or inline JSON"))
+  ),
+  maxEnvironmentResponseBytes: Config.integer("BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES").pipe(
+    Config.validate({
+      message: "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES must be a whole number from 1 to 33554432 (32 MiB)",
+      validation: (n) => n >= 1 && n <= MAX_ENVIRONMENT_RESPONSE_CEILING_BYTES
+    }),
+    Config.withDefault(defaults.maxEnvironmentResponseBytes),
+    Config.withDescription("bytes of an Environment's answer read at most")
+  ),
   wasmWorkers: Config.option(
     Config.integer("BRAIN_WASM_WORKERS").pipe(
       Config.validate({ message: "BRAIN_WASM_WORKERS must be a whole number ≥ 1", validation: (n) => n >= 1 }),
@@ -243,6 +266,8 @@ export const fromConfig = Config.all({
     maxModelMs: c.maxModelSecs * 1000,
     maxModelOutputBytes: c.maxModelOutputBytes,
     models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),
+    environments: Option.getOrUndefined(Option.filter(c.environments, (m) => m.trim().length > 0)),
+    maxEnvironmentResponseBytes: c.maxEnvironmentResponseBytes,
     wasmWorkers: Option.getOrUndefined(c.wasmWorkers),
     wasmThreads: Option.getOrUndefined(c.wasmThreads),
     maxWasmMemoryBytes: c.maxWasmMemoryBytes,

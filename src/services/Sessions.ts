@@ -10,6 +10,7 @@ import type { Failure } from "../domain/Failure.js"
 import type { Message, TurnInput } from "../domain/Messages.js"
 import type { Event, SessionStatus } from "../domain/Projection.js"
 import type { SessionConfiguration } from "../domain/Configuration.js"
+import type { EnvironmentDeclaration } from "../domain/Environment.js"
 
 /**
  * A refused or failed session operation, as a Failure (its code maps to an HTTP status), with
@@ -36,7 +37,11 @@ export interface Following {
   readonly stop: Effect.Effect<void>
 }
 
-export type CreateSession = Omit<SessionConfiguration, "agentloop"> & { readonly agentloop?: string }
+export type CreateSession = Omit<SessionConfiguration, "agentloop" | "environments"> & {
+  readonly agentloop?: string
+  /** Declarations (docs/environments.md); the server admits them and records what their bindings stand for. */
+  readonly environments?: ReadonlyArray<EnvironmentDeclaration>
+}
 
 export interface SessionSummary {
   readonly session_id: SessionId

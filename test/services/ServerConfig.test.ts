@@ -41,4 +41,15 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(yield* read({ BRAIN_MAX_CONNECTIONS: "0" }))).toBe(true)
       expect(Either.isLeft(yield* read({ BRAIN_CACHE_BYTES: "lots" }))).toBe(true)
     }))
+
+  it.effect("BRAIN_ENVIRONMENTS is kept as given (blank is unset); BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 4 MiB by default and 1 B to 32 MiB", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({ BRAIN_ENVIRONMENTS: "  " })
+      expect(Either.isRight(unset) && [unset.right.environments, unset.right.maxEnvironmentResponseBytes]).toEqual([undefined, 4 * 1024 * 1024])
+      const set = yield* read({ BRAIN_ENVIRONMENTS: "/etc/brain/environments.json", BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: "1024" })
+      expect(Either.isRight(set) && [set.right.environments, set.right.maxEnvironmentResponseBytes]).toEqual(["/etc/brain/environments.json", 1024])
+      expect(Either.isRight(yield* read({ BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: String(32 * 1024 * 1024) }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: "0" }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: String(32 * 1024 * 1024 + 1) }))).toBe(true)
+    }))
 })

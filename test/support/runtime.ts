@@ -22,6 +22,10 @@ import { type ModelCall, Models, type ModelsShape } from "../../src/services/Mod
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { ModelBindings, type ModelBindingsShape, noBindings } from "../../src/services/ModelBindings.js"
 import { Telemetry, type TelemetryShape } from "../../src/services/Telemetry.js"
+import { NodeHttpClient } from "@effect/platform-node"
+import type { EnvironmentBindings as Bindings } from "../../src/domain/Environment.js"
+import * as EnvironmentsHttp from "../../src/layers/EnvironmentsHttp.js"
+import { EnvironmentBindings, type Environments } from "../../src/services/Environments.js"
 
 export interface RuntimeOptions {
   readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
@@ -39,6 +43,26 @@ export interface RuntimeOptions {
   readonly officialModule?: Uint8Array
   /** Where loops' and tools' telemetry goes (dropped without one). */
   readonly telemetry?: TelemetryShape
+  /**
+   * Environments: a driver layer, or the http driver over undici with these bindings (what a
+   * create body's `binding` may name). Without it, no bindings are configured.
+   */
+  readonly environments?:
+    | { readonly layer: Layer.Layer<Environments>; readonly bindings?: Bindings }
+    | { readonly bindings: Bindings; readonly maxResponseBytes?: number }
+}
+
+const environmentsLayer = (choice: RuntimeOptions["environments"], config: Partial<ServerConfig.ServerConfigShape>) => {
+  if (choice === undefined) return Layer.empty
+  const bindings = Layer.succeed(EnvironmentBindings, choice.bindings ?? { names: [], get: () => undefined })
+  const driver = "layer" in choice
+    ? choice.layer
+    : EnvironmentsHttp.layer({
+      bindings: choice.bindings,
+      maxResponseBytes: choice.maxResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes,
+      graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs
+    }).pipe(Layer.provide(NodeHttpClient.layerUndici))
+  return Layer.merge(driver, bindings)
 }
 
 export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Journal, unknown> =>
@@ -73,7 +97,8 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     ToolsLive.layer(options.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
     agentloops,
     wasm,
-    options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty
+    options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty,
+    environmentsLayer(options.environments, options.config ?? {})
   ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

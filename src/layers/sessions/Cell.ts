@@ -29,6 +29,8 @@ export class Cell {
    * nothing more and is dropped once unused; the next access reopens the session.
    */
   broken = false
+  /** A delete is tearing down the session's Environments: another waits its turn (409, retryable). */
+  tearingDown = false
   /** Its session is being deleted: once released it is forgotten, never remembered. */
   deleted = false
   constructor(readonly session: SessionId, public state: SessionState) {}

@@ -25,6 +25,9 @@ import type { JournalShape } from "../../services/Journal.js"
 import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
+import type { EnvironmentsShape } from "../../services/Environments.js"
+import { placeOf } from "../../domain/Environment.js"
+import { callRemote } from "./RemoteTool.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
 import { type CancelReason, type Cell, commit } from "./Cell.js"
 import { readEvents } from "./Events.js"
@@ -40,6 +43,8 @@ export interface HostDeps {
   readonly live?: LiveDeltas
   /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; absent, it is dropped. */
   readonly telemetry?: TelemetryShape
+  /** The `http` Environments' driver; absent, a tool placed in one ends in `error` (nothing sent). */
+  readonly environments?: EnvironmentsShape
 }
 
 export interface LiveDeltas {
@@ -103,6 +108,8 @@ type ToolVerdict =
   /** Cancelled before it was sent: nothing happened. */
   | { readonly _tag: "unsent"; readonly reason: CancelReason }
   | { readonly _tag: "lost"; readonly message: string }
+  /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
+  | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
   | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
 
 export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
@@ -241,8 +248,29 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         const early = yield* Deferred.poll(cancel)
         if (Option.isSome(early)) return { _tag: "unsent", reason: yield* early.value } as ToolVerdict
         const controller = new AbortController()
+        /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
+        let stoppedBy: "cancel" | "deadline" = "cancel"
+        const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
+        const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
         const executor = yield* Effect.fork(
-          deps.tools.invoke({
+          remote !== undefined
+            ? deps.environments && remote.driver === "http"
+              ? callRemote(deps.environments, remote, {
+                session: cell.session,
+                sequence,
+                call,
+                deadlineAtMs,
+                signal: controller.signal,
+                stoppedBy: () => stoppedBy
+              })
+              : Effect.succeed<ToolVerdict>({
+                _tag: "failed",
+                outcome: "error",
+                failure: failure("environment_failed", `Environment ${JSON.stringify(remote.name)}: this server cannot run a ${remote.driver} Environment; nothing was sent`, {
+                  details: { environment: remote.name, reason: "driver_unavailable" }
+                })
+              })
+            : deps.tools.invoke({
             session: cell.session,
             sequence,
             call,
@@ -268,6 +296,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         }
         const first = yield* Effect.raceAll(racers)
         if (first._tag === "done") return first.verdict
+        stoppedBy = first.by
         controller.abort(first.by === "deadline" ? "timeout" : first.reason)
         const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
         if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {
@@ -296,6 +325,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
           is_error: true
         })
+      }
+      if (v._tag === "failed") {
+        return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: v.failure, is_error: true })
       }
       if (v._tag === "lost") {
         return entry("tool_call_failed", {

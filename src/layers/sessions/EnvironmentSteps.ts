@@ -1,0 +1,116 @@
+/**
+ * An Environment's lifecycle steps as fenced effects (docs/environments.md, "The journal"):
+ * `environment_{setup,detach,teardown}_started` is durable before the step is sent, the step is
+ * sent once, and its `*_ended` or `*_failed` is durable before the caller goes on. A `brain`
+ * Environment (the built-in pool) has nothing to prepare: its steps end at once with a null
+ * result, but are journaled the same. Nothing here retries.
+ */
+import { Effect, Exit } from "effect"
+import type { AdmittedEnvironment } from "../../domain/Environment.js"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import { entry, type Entry } from "../../domain/Records.js"
+import type { EffectFenceShape, FenceError } from "../../services/EffectFence.js"
+import {
+  type EnvironmentFailed,
+  EnvironmentNotSent,
+  type EnvironmentsShape,
+  type LifecycleEnded,
+  type LifecycleStep
+} from "../../services/Environments.js"
+import type { Cell } from "./Cell.js"
+
+export interface StepDeps {
+  readonly fence: EffectFenceShape
+  /** The `http` driver; absent, an `http` step fails before anything is sent. */
+  readonly environments: EnvironmentsShape | undefined
+}
+
+/** How a step ended: `dispatched` is false only when it was never started past its record. */
+export type StepOutcome =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly failure: Failure }
+
+const startedOf = (step: LifecycleStep, environment: AdmittedEnvironment): Entry =>
+  step === "setup"
+    ? entry("environment_setup_started", { environment: environment.name, request: { options: environment.options ?? {} } })
+    : step === "detach"
+    ? entry("environment_detach_started", { environment: environment.name })
+    : entry("environment_teardown_started", { environment: environment.name })
+
+const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<LifecycleEnded, EnvironmentFailed>, dispatched: boolean): Entry => {
+  if (Exit.isSuccess(exit)) {
+    const result = exit.value.result ?? null
+    return step === "setup"
+      ? entry("environment_setup_ended", { sequence, result })
+      : step === "detach"
+      ? entry("environment_detach_ended", { sequence, result })
+      : entry("environment_teardown_ended", { sequence, result })
+  }
+  const f = exit.cause._tag === "Fail"
+    ? exit.cause.error.failure
+    : failure("interrupted", `the ${step} was abandoned before its answer`, { ambiguous: dispatched })
+  return step === "setup"
+    ? entry("environment_setup_failed", { sequence, failure: f })
+    : step === "detach"
+    ? entry("environment_detach_failed", { sequence, failure: f })
+    : entry("environment_teardown_failed", { sequence, failure: f })
+}
+
+/**
+ * Runs one step through the fence. Fails only when the journal did not take a record: the cell
+ * is then broken, and the session recovers on its next access.
+ */
+export const runStep = (
+  deps: StepDeps,
+  cell: Cell,
+  step: LifecycleStep,
+  environment: AdmittedEnvironment
+): Effect.Effect<StepOutcome, FenceError> => {
+  const send = (sequence: number): Effect.Effect<LifecycleEnded, EnvironmentFailed> => {
+    if (environment.driver === "brain") return Effect.succeed({ result: null })
+    const driver = deps.environments
+    if (environment.driver !== "http" || driver === undefined) {
+      return Effect.fail(
+        new EnvironmentNotSent({
+          environment: environment.name,
+          reason: "driver_unavailable",
+          message: `Environment ${JSON.stringify(environment.name)}: this server cannot run a ${environment.driver} Environment; nothing was sent`
+        })
+      )
+    }
+    const operation = { session: cell.session, sequence, environment }
+    // Interruptible whatever the caller's region (an idempotent request runs uninterruptibly), so
+    // that the driver's lifecycle timeout can close the request.
+    return Effect.interruptible(step === "setup" ? driver.setup(operation) : step === "detach" ? driver.detach(operation) : driver.teardown(operation))
+  }
+  return deps.fence.fence(cell.session, startedOf(step, environment), send, (seq, exit, dispatched) => outcomeOf(step, seq, exit, dispatched), {
+    committed: (committed) => cell.foldIn(committed),
+    unrecorded: () => void (cell.broken = true)
+  }).pipe(
+    Effect.tapError(() => Effect.sync(() => void (cell.broken = true))),
+    Effect.map(({ exit }): StepOutcome =>
+      Exit.isSuccess(exit)
+        ? { ok: true }
+        : { ok: false, failure: exit.cause._tag === "Fail" ? exit.cause.error.failure : failure("interrupted", `the ${step} was abandoned`, { ambiguous: true }) }
+    )
+  )
+}
+
+/**
+ * The Environments still standing, from a session's records: each whose setup was started and
+ * that has no `environment_teardown_ended` since.
+ */
+export const standing = (records: Iterable<JournalRecord>): ReadonlySet<string> => {
+  const up = new Set<string>()
+  const teardowns = new Map<number, string>()
+  for (const r of records) {
+    if (r.kind === "environment_setup_started") up.add(r.payload.environment)
+    else if (r.kind === "environment_teardown_started") teardowns.set(r.sequence, r.payload.environment)
+    else if (r.kind === "environment_teardown_ended") {
+      const name = teardowns.get(r.payload.sequence)
+      if (name !== undefined) up.delete(name)
+    }
+  }
+  return up
+}
