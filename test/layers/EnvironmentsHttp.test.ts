@@ -9,64 +9,16 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { describe, expect, it } from "@effect/vitest"
-import { spawn } from "node:child_process"
-import * as fs from "node:fs"
 import * as net from "node:net"
-import * as os from "node:os"
-import * as path from "node:path"
-import * as readline from "node:readline"
 import { Duration, Effect, Either, Exit, Fiber, Layer, Option } from "effect"
 import { type AdmittedEnvironment, type EnvironmentBindings, parseEnvironmentBindings } from "../../src/domain/Environment.js"
 import type { SessionId } from "../../src/domain/Ids.js"
 import * as EnvironmentsHttp from "../../src/layers/EnvironmentsHttp.js"
 import { type EnvironmentFailed, Environments } from "../../src/services/Environments.js"
+import { type Fake, fakeEnvironment as fake, logged } from "../support/httpEnvironment.js"
 
 const SESSION = "ses_0000000000aaaaaaaaaaaaaaaa" as SessionId
 const TOKEN = "tok-7f3a9c1e5b2d4068a1c3e5f7"
-const FAKE = new URL("../fixtures/httpEnvironment.mjs", import.meta.url).pathname
-
-interface LogLine {
-  readonly path: string
-  readonly event?: "closed"
-  readonly session_id: string
-  readonly sequence: number
-  readonly environment?: string
-  readonly name?: string
-  readonly reason?: string
-  readonly count?: number
-  readonly auth?: boolean
-  readonly protocol?: string | null
-  readonly fields?: ReadonlyArray<string>
-}
-
-interface Fake {
-  readonly url: string
-  /** Every line the fake has logged so far. */
-  readonly log: () => ReadonlyArray<LogLine>
-  /** The requests it received (not its `closed` events). */
-  readonly requests: () => ReadonlyArray<LogLine>
-}
-
-/** Starts the fake with `env` for the test's scope; stops it (and waits for its exit) after. */
-const fake = (env: Record<string, string> = {}) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "brain-envhttp-")), "requests.jsonl")
-      const child = spawn(process.execPath, [FAKE], { env: { ...process.env, HTTP_ENV_LOG: file, ...env }, stdio: ["ignore", "pipe", "inherit"] })
-      const first = await new Promise<string>((resolve) => readline.createInterface({ input: child.stdout! }).once("line", resolve))
-      const log = () => (fs.existsSync(file) ? fs.readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as LogLine) : [])
-      const self: Fake = { url: `http://127.0.0.1:${JSON.parse(first).port}`, log, requests: () => log().filter((l) => l.event === undefined) }
-      return { self, child }
-    }),
-    ({ child }) => Effect.promise(() => new Promise<void>((resolve) => (child.exitCode !== null ? resolve() : (child.once("exit", () => resolve()), child.kill()))))
-  ).pipe(Effect.map(({ self }) => self))
-
-/** Waits until the fake has logged a line matching `p` (bounded by the test's timeout). */
-const logged = (f: Fake, p: (l: LogLine) => boolean) =>
-  Effect.gen(function*() {
-    while (!f.log().some(p)) yield* Effect.sleep(Duration.millis(10))
-  })
-
 const bindingsOf = (binding: Record<string, unknown>, env: Record<string, string> = {}): EnvironmentBindings =>
   Either.getOrThrow(parseEnvironmentBindings({ source: "test", text: JSON.stringify({ sandboxes: { driver: "http", ...binding } }) }, (n) => env[n]))
 

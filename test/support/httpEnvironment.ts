@@ -23,10 +23,13 @@ export interface LogLine {
   readonly count?: number
   readonly auth?: boolean
   readonly protocol?: string | null
+  /** The request body's member names, sorted. */
+  readonly fields?: ReadonlyArray<string>
 }
 
 export interface Fake {
   readonly url: string
+  /** Every line the fake has logged so far. */
   readonly log: () => ReadonlyArray<LogLine>
   /** The requests it received (not its `closed` events). */
   readonly requests: () => ReadonlyArray<LogLine>
