@@ -163,6 +163,15 @@ const positive = (name: string, fallback: number, description: string) =>
     Config.withDescription(description)
   )
 
+/** A whole number ≥ `min` that may be unset (its default is computed elsewhere, so unset stays distinguishable). */
+const optionalAtLeast = (name: string, min: number, description: string) =>
+  Config.option(
+    Config.integer(name).pipe(
+      Config.validate({ message: `${name} must be a whole number ≥ ${min}`, validation: (n) => n >= min }),
+      Config.withDescription(description)
+    )
+  )
+
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
   maxModelSecs: nonNegative("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
@@ -183,18 +192,8 @@ export const fromConfig = Config.all({
     Config.withDefault(defaults.maxEnvironmentResponseBytes),
     Config.withDescription("bytes of an Environment's answer read at most")
   ),
-  wasmWorkers: Config.option(
-    Config.integer("BRAIN_WASM_WORKERS").pipe(
-      Config.validate({ message: "BRAIN_WASM_WORKERS must be a whole number ≥ 1", validation: (n) => n >= 1 }),
-      Config.withDescription("guests computing at once (unset: the number of cores)")
-    )
-  ),
-  wasmThreads: Config.option(
-    Config.integer("BRAIN_WASM_THREADS").pipe(
-      Config.validate({ message: "BRAIN_WASM_THREADS must be a whole number ≥ 2", validation: (n) => n >= 2 }),
-      Config.withDescription("guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)")
-    )
-  ),
+  wasmWorkers: optionalAtLeast("BRAIN_WASM_WORKERS", 1, "guests computing at once (unset: the number of cores)"),
+  wasmThreads: optionalAtLeast("BRAIN_WASM_THREADS", 2, "guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)"),
   maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
   maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
   maxWasmIoBytes: positive("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
@@ -205,12 +204,7 @@ export const fromConfig = Config.all({
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
   cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
-  sessionIdleTtlMs: Config.option(
-    Config.integer("BRAIN_SESSION_IDLE_TTL_MS").pipe(
-      Config.validate({ message: "BRAIN_SESSION_IDLE_TTL_MS must be a whole number ≥ 0", validation: (n) => n >= 0 }),
-      Config.withDescription("keep idle session actors warm this long (0 = forever; unset = release at once)")
-    )
-  ),
+  sessionIdleTtlMs: optionalAtLeast("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)"),
   cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
   dataDir: Config.string("BRAIN_DATA_DIR").pipe(Config.withDefault(defaults.dataDir), Config.withDescription("the data directory")),
@@ -219,18 +213,8 @@ export const fromConfig = Config.all({
   maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
   drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
   sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval"),
-  cacheBytes: Config.option(
-    Config.integer("BRAIN_CACHE_BYTES").pipe(
-      Config.validate({ message: "BRAIN_CACHE_BYTES must be a whole number ≥ 0", validation: (n) => n >= 0 }),
-      Config.withDescription("memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)")
-    )
-  ),
-  inflightBodyBytes: Config.option(
-    Config.integer("BRAIN_INFLIGHT_BODY_BYTES").pipe(
-      Config.validate({ message: "BRAIN_INFLIGHT_BODY_BYTES must be a whole number ≥ 1", validation: (n) => n >= 1 }),
-      Config.withDescription("request body bytes held at once (unset: 1/4 of the heap limit)")
-    )
-  ),
+  cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
+  inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers"),
   idempotencyMaxAnswerBytes: Config.integer("BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES").pipe(
