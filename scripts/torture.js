@@ -1,0 +1,293 @@
+#!/usr/bin/env node
+/**
+ * `npm run torture`: kill -9 a Brain server at random moments while sessions run turns whose tools
+ * live in an `http` Environment, then check from the journal and the Environment's own log that no
+ * acknowledged answer was lost and no effect ran twice (issue 10, item 4).
+ *
+ * Method:
+ * 1. Start the fake http Environment (test/fixtures/httpEnvironment.mjs, never killed; it logs every
+ *    request with its {session_id, sequence} and how many times it saw it) and a Brain server
+ *    (`node bin/brain.js serve`, fresh data dir, fixed port, BRAIN_ENVIRONMENTS naming the fake).
+ * 2. `--sessions` clients each create sessions (scripted model: two rounds of two parallel calls to
+ *    tool `slow`, answered after a random 5–60 ms, then text) and run sync turns, each request
+ *    with its own Idempotency-Key. A killer `kill -9`s the server after 50–800 ms, restarts it on
+ *    the same data dir, `--kills` times. A client that loses its connection (or gets 503) waits and
+ *    retries the SAME request with the SAME key. Every 200 turn answer is recorded (acknowledged),
+ *    every 409 `ambiguous` too; any other unexplained answer is a violation.
+ * 3. Then the server is stopped with SIGTERM and started once more, and every session's Events are
+ *    read over HTTP (all pages; reading recovers the session). Checks:
+ *    - every acknowledged turn is in the journal: its turn_started, and its outcome with that result;
+ *    - the Environment never received a (session, sequence) twice, each call it received is a
+ *      journaled tool_call_started of that tool, and an `ok` outcome only for a call it received;
+ *    - every *_started effect (and turn, creation) has exactly one outcome (recovery records the
+ *      interrupted ones failed, ambiguous); an outcome never closes something that did not start;
+ *    - per session, turn_started records <= distinct idempotency keys the clients sent for it;
+ *    - sequences: Events start at 1 and rise, none past last_sequence (private records are not
+ *      Events, so the gaps they leave cannot be told from lost records over HTTP).
+ * 4. Prints `kills K, turns T, acknowledged A, ambiguous B, violations V` and each violation;
+ *    exits 1 when V > 0. Flags: --kills K (20), --sessions N (8), --turns-per-session (15).
+ */
+import { spawn } from "node:child_process"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import * as readline from "node:readline"
+import { isDeepStrictEqual } from "node:util"
+
+const ROOT = new URL("..", import.meta.url).pathname
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? Number(process.argv[i + 1]) : fallback
+}
+const KILLS = arg("kills", 20)
+const SESSIONS = arg("sessions", 8)
+const TURNS_PER_SESSION = arg("turns-per-session", 15)
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const rand = (lo, hi) => lo + Math.floor(Math.random() * (hi - lo + 1))
+const violations = []
+const violation = (text) => violations.push(text)
+
+const work = fs.mkdtempSync(path.join(os.tmpdir(), "brain-torture-"))
+const dataDir = path.join(work, "data")
+const envLog = path.join(work, "environment.jsonl")
+
+// --- the fake Environment: its own process, kept alive through every kill ---------------------
+const fake = spawn(process.execPath, [path.join(ROOT, "test/fixtures/httpEnvironment.mjs")], {
+  env: { ...process.env, HTTP_ENV_LOG: envLog }, stdio: ["ignore", "pipe", "ignore"]
+})
+process.on("exit", () => fake.kill()) // also when the run itself fails
+process.on("unhandledRejection", (e) => { console.error(e); process.exit(2) })
+const fakePort = JSON.parse(await new Promise((r) => readline.createInterface({ input: fake.stdout }).once("line", r))).port
+
+// --- the server: a fixed port, so clients find it again after each restart -------------------
+const port = await new Promise((r) => {
+  const s = net.createServer().listen(0, "127.0.0.1", () => {
+    const p = s.address().port
+    s.close(() => r(p))
+  })
+})
+const base = `http://127.0.0.1:${port}`
+let server // {child, exited: Promise}
+let up = false // clients wait while false
+let serverOutput = ""
+const startServer = async () => {
+  const child = spawn(process.execPath, [path.join(ROOT, "bin/brain.js"), "serve"], {
+    cwd: ROOT,
+    env: {
+      ...process.env, BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir,
+      BRAIN_ENVIRONMENTS: JSON.stringify({ fake: { driver: "http", base_url: `http://127.0.0.1:${fakePort}` } })
+    },
+    stdio: ["ignore", "pipe", "pipe"]
+  })
+  const exited = new Promise((r) => child.on("close", (code, signal) => r({ code, signal })))
+  child.stderr.on("data", (d) => (serverOutput = (serverOutput + d).slice(-20000)))
+  const listening = new Promise((resolve) => {
+    readline.createInterface({ input: child.stdout }).on("line", (line) => {
+      serverOutput = (serverOutput + line + "\n").slice(-20000)
+      if (line.includes("brain listening on")) resolve(true)
+    })
+  })
+  const r = await Promise.race([listening, exited, sleep(20000).then(() => "timeout")])
+  if (r !== true) throw new Error(`the server did not start (${JSON.stringify(r)}):\n${serverOutput}`)
+  server = { child, exited }
+  up = true
+}
+
+// --- HTTP: retried through kills --------------------------------------------------------------
+const once = async (method, url, body, key) => {
+  const headers = { "content-type": "application/json" }
+  if (key) headers["idempotency-key"] = key
+  const res = await fetch(base + url, { method, headers, body: body && JSON.stringify(body), signal: AbortSignal.timeout(60000) })
+  const text = await res.text()
+  let json
+  try { json = JSON.parse(text) } catch { json = undefined }
+  return { status: res.status, json, text }
+}
+/** Sends until an answer that is not a lost connection or a 503 (start or drain): then returns it. */
+const call = async (method, url, body, key) => {
+  for (;;) {
+    while (!up) await sleep(20)
+    try {
+      const r = await once(method, url, body, key)
+      if (r.status === 503 && r.json?.code === "overloaded") { await sleep(50); continue }
+      return r
+    } catch {
+      await sleep(50) // connection refused or dropped: the server is being killed or restarted
+    }
+  }
+}
+
+// --- the clients -------------------------------------------------------------------------------
+const toolRound = (turn, round) => ({
+  tool_calls: [1, 2].map((i) => ({ name: "slow", input: { turn, round, i, ms: rand(5, 60) } }))
+})
+const createBody = () => ({
+  model: {
+    provider: "scripted",
+    replies: Array.from({ length: TURNS_PER_SESSION }, (_, t) => [toolRound(t, 1), toolRound(t, 2), { text: `done ${t}` }]).flat()
+  },
+  environments: [{ name: "box", driver: "http", binding: "fake" }],
+  tools: [{ name: "slow", description: "answers ok after input.ms", input_schema: { type: "object" }, environment: "box" }]
+})
+let stopping = false
+let keySerial = 0
+const acknowledged = [] // {session, key, turn: {sequence, status, result?, failure?}}
+const ambiguous = [] // {session, key, what}
+const keysBySession = new Map() // session id → Set of keys sent
+const counted = { turns: 0 }
+
+const client = async (c) => {
+  while (!stopping) {
+    const ckey = `c${c}-create-${++keySerial}`
+    const created = await call("POST", "/v1/sessions", createBody(), ckey)
+    if (created.status === 409 && created.json?.code === "ambiguous") { ambiguous.push({ key: ckey, what: "create" }); continue }
+    if (created.status !== 201) { violation(`create ${ckey}: ${created.status} ${created.text.slice(0, 300)}`); continue }
+    progress++
+    const id = created.json.session_id
+    keysBySession.set(id, new Set())
+    for (let t = 0; t < TURNS_PER_SESSION && !stopping; t++) {
+      const key = `c${c}-turn-${++keySerial}`
+      keysBySession.get(id).add(key)
+      counted.turns++
+      const r = await call("POST", `/v1/sessions/${id}/messages`, { input: { message: `turn ${t}` } }, key)
+      if (process.env.TORTURE_DEBUG) console.error(key, r.status, r.text.slice(0, 400))
+      if (r.status === 200 && r.json?.turn) progress++, acknowledged.push({ session: id, key, turn: r.json.turn })
+      else if (r.status === 409 && r.json?.code === "ambiguous") ambiguous.push({ session: id, key, what: "turn" })
+      else if (r.status === 409 && r.json?.code === "session_ended") break
+      else if (r.status === 409 && r.json?.code === "session_busy") { t--; counted.turns--; keysBySession.get(id).delete(key); await sleep(50) }
+      else violation(`turn ${key} on ${id}: unexplained ${r.status} ${r.text.slice(0, 300)}`)
+    }
+  }
+}
+
+// --- the killer --------------------------------------------------------------------------------
+let kills = 0
+let progress = 0 // 201s and 200s answered so far
+const killer = async () => {
+  while (kills < KILLS) {
+    // Progress between kills: wait (up to 5 s) for one 201 or 200 from this server's life, else
+    // every request would die ambiguous and the run would check nothing; then a random moment.
+    const seen = progress
+    for (let waited = 0; progress === seen && waited < 5000; waited += 20) await sleep(20)
+    await sleep(rand(50, 800))
+    up = false
+    server.child.kill("SIGKILL")
+    await server.exited
+    kills++
+    await startServer()
+  }
+}
+
+await startServer()
+const clients = Array.from({ length: SESSIONS }, (_, c) => client(c))
+await killer()
+stopping = true
+await Promise.all(clients)
+
+// --- a clean stop and one more start; then the checks -----------------------------------------
+up = false
+server.child.kill("SIGTERM")
+const stopped = await server.exited
+if (stopped.code !== 0) violation(`SIGTERM: the server exited ${JSON.stringify(stopped)}`)
+await startServer()
+
+const sessions = []
+for (let after = ""; ;) {
+  const r = await call("GET", `/v1/sessions?limit=100${after ? `&after=${encodeURIComponent(after)}` : ""}`)
+  if (r.status !== 200) { violation(`list: ${r.status} ${r.text.slice(0, 300)}`); break }
+  sessions.push(...r.json.sessions)
+  if (!r.json.next_cursor) break
+  after = r.json.next_cursor
+}
+const journals = new Map() // session id → events
+const lastSequence = new Map()
+for (const s of sessions) {
+  const events = []
+  for (let after = 0; ;) {
+    const r = await call("GET", `/v1/sessions/${s.session_id}/events?after=${after}&limit=1000`)
+    if (r.status !== 200) { violation(`events of ${s.session_id}: ${r.status} ${r.text.slice(0, 300)}`); break }
+    if (r.json.events.length === 0) break
+    events.push(...r.json.events)
+    after = r.json.events.at(-1).sequence
+  }
+  journals.set(s.session_id, events)
+  const now = await call("GET", `/v1/sessions/${s.session_id}`) // after the reads' recovery
+  lastSequence.set(s.session_id, now.json?.last_sequence)
+}
+for (const id of keysBySession.keys()) if (!journals.has(id)) violation(`session ${id} was created (201) but is not listed`)
+
+const CLOSES = {
+  session_creation_started: ["session_creation_ended", "session_creation_failed"],
+  turn_started: ["turn_ended", "turn_failed"],
+  model_call_started: ["model_call_ended", "model_call_failed"],
+  tool_call_started: ["tool_call_ended", "tool_call_failed"],
+  environment_setup_started: ["environment_setup_ended", "environment_setup_failed"],
+  environment_detach_started: ["environment_detach_ended", "environment_detach_failed"],
+  environment_teardown_started: ["environment_teardown_ended", "environment_teardown_failed"]
+}
+const OUTCOME_OF = Object.fromEntries(Object.entries(CLOSES).flatMap(([s, os]) => os.map((o) => [o, s])))
+const envLines = (fs.existsSync(envLog) ? fs.readFileSync(envLog, "utf8") : "").split("\n").filter(Boolean).map((l) => JSON.parse(l)).filter((l) => !l.event)
+const received = new Map() // `${session} ${sequence}` → the /tools/call lines
+for (const l of envLines) {
+  const k = `${l.path} ${l.session_id} ${l.sequence}`
+  if (l.count > 1) violation(`the Environment received ${l.path} (${l.session_id}, ${l.sequence}) ${l.count} times`)
+  if (l.path === "/tools/call") received.set(k, [...(received.get(k) ?? []), l])
+}
+for (const [k, ls] of received) if (ls.length > 1) violation(`the Environment logged ${k} ${ls.length} times`)
+
+for (const [id, events] of journals) {
+  const bySeq = new Map(events.map((e) => [e.sequence, e]))
+  // Events leave out private records (transcript_delta, kv_*), so over HTTP density is checked as:
+  // the first is 1, each is above the one before, none past the session's last_sequence.
+  if (events[0]?.sequence !== 1) violation(`${id}: the first Event is #${events[0]?.sequence}`)
+  events.forEach((e, i) => { if (i > 0 && e.sequence <= events[i - 1].sequence) violation(`${id}: #${e.sequence} after #${events[i - 1].sequence}`) })
+  if ((events.at(-1)?.sequence ?? 0) > lastSequence.get(id)) violation(`${id}: Event #${events.at(-1).sequence} past last_sequence ${lastSequence.get(id)}`)
+  const outcomes = new Map() // started sequence → outcome events
+  for (const e of events) {
+    const startedKind = OUTCOME_OF[e.kind]
+    if (!startedKind) continue
+    const started = bySeq.get(e.data.sequence)
+    if (started?.kind !== startedKind) violation(`${id}: ${e.kind} #${e.sequence} closes #${e.data.sequence}, which is ${started?.kind ?? "missing"}`)
+    outcomes.set(e.data.sequence, [...(outcomes.get(e.data.sequence) ?? []), e])
+  }
+  for (const e of events) {
+    if (!CLOSES[e.kind]) continue
+    const n = (outcomes.get(e.sequence) ?? []).length
+    if (n !== 1) violation(`${id}: ${e.kind} #${e.sequence} has ${n} outcomes`)
+    if (e.kind === "tool_call_started") {
+      const got = received.get(`/tools/call ${id} ${e.sequence}`)
+      const outcome = outcomes.get(e.sequence)?.[0]
+      if (got && got[0].name !== e.data.tool) violation(`${id}: call #${e.sequence} is ${e.data.tool} but the Environment got ${got[0].name}`)
+      if (!got && outcome?.kind === "tool_call_ended" && outcome.data.outcome === "ok") violation(`${id}: call #${e.sequence} ended ok but never reached the Environment`)
+    }
+  }
+  for (const l of envLines) {
+    if (l.session_id === id && l.path === "/tools/call" && bySeq.get(l.sequence)?.kind !== "tool_call_started") violation(`${id}: the Environment got call #${l.sequence}, which is not a tool_call_started`)
+  }
+  const turns = events.filter((e) => e.kind === "turn_started").length
+  const keys = keysBySession.get(id)?.size ?? 0
+  if (turns > keys) violation(`${id}: ${turns} turn_started records for ${keys} idempotency keys`)
+}
+
+for (const a of acknowledged) {
+  const events = journals.get(a.session) ?? []
+  const started = events.find((e) => e.sequence === a.turn.sequence)
+  const outcome = events.find((e) => (e.kind === "turn_ended" || e.kind === "turn_failed") && e.data.sequence === a.turn.sequence)
+  if (started?.kind !== "turn_started") violation(`acknowledged ${a.key}: #${a.turn.sequence} is ${started?.kind ?? "missing"} in ${a.session}`)
+  else if (a.turn.status === "ended" && !(outcome?.kind === "turn_ended" && isDeepStrictEqual(outcome.data.result, a.turn.result))) violation(`acknowledged ${a.key}: answered ended ${JSON.stringify(a.turn.result)}, journal has ${JSON.stringify(outcome)}`)
+  else if (a.turn.status === "failed" && !(outcome?.kind === "turn_failed" && outcome.data.failure?.code === a.turn.failure?.code)) violation(`acknowledged ${a.key}: answered failed ${a.turn.failure?.code}, journal has ${JSON.stringify(outcome)}`)
+  else if (a.turn.status !== "ended" && a.turn.status !== "failed") violation(`acknowledged ${a.key}: a sync turn answered with status ${a.turn.status}`)
+}
+
+up = false
+server.child.kill("SIGTERM")
+await server.exited
+fake.kill()
+if (acknowledged.length === 0) violation("no turn was acknowledged: the run checked nothing")
+const allTurns = [...journals.values()].reduce((n, es) => n + es.filter((e) => e.kind === "turn_started").length, 0)
+console.log(`kills ${kills}, turns ${allTurns}, acknowledged ${acknowledged.length}, ambiguous ${ambiguous.length}, violations ${violations.length}`)
+console.log(`  (${sessions.length} sessions, ${counted.turns} turn requests, ${received.size} tool calls received, data in ${work})`)
+for (const v of violations.slice(0, 100)) console.log(`violation: ${v}`)
+if (violations.length > 100) console.log(`… and ${violations.length - 100} more`)
+process.exit(violations.length > 0 ? 1 : 0)
