@@ -121,7 +121,7 @@ const eventsOf = (thread: GuestThread) => {
 const run = (thread: GuestThread, activation: Activation, limits: ActivationLimits, compute: Compute, fine: () => void) =>
   Effect.gen(function*() {
     // A new thread may still be loading: its start-up is not the guest's compute.
-    yield* Effect.promise(() => thread.ready)
+    if (!thread.loaded) yield* Effect.promise(() => thread.ready)
     if (thread.dead) return yield* Effect.fail<ActivationFailure>({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
     const next = eventsOf(thread)
     const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)

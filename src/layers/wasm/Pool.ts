@@ -36,12 +36,18 @@ export class GuestThread {
   loop = false
   /** Modules the worker keeps (GuestWorker's WORKER_MODULES, same order of eviction). */
   private readonly modules = new Set<string>()
-  private started!: () => void
+  /** Whether `ready` has settled: an activation on a loaded thread need not wait on it. */
+  loaded = false
+  private settle!: () => void
+  private started = () => {
+    this.loaded = true
+    this.settle()
+  }
   /**
    * Settles once the worker has loaded (or died first). An activation waits for it before it
    * starts its guest, so starting a thread never counts against a guest's compute budget.
    */
-  readonly ready: Promise<void> = new Promise((resolve) => (this.started = resolve))
+  readonly ready: Promise<void> = new Promise((resolve) => (this.settle = resolve))
 
   constructor() {
     const channel = new MessageChannel()
