@@ -2,8 +2,10 @@
  * The composition root: wires the layers and the HTTP server. The CLI (`brain serve`) and
  * `npm start` call `serve`. Nothing else sits above both layers/ and http/.
  */
-import { HttpApiBuilder, HttpServer } from "@effect/platform"
-import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"

@@ -3,7 +3,7 @@
  * its code. Handlers fail with ApiFailure; the error middleware turns it, and every error the
  * framework would otherwise answer in its own shape, into that body.
  */
-import { HttpServerResponse } from "@effect/platform"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Data } from "effect"
 import type { Failure, FailureCode } from "../domain/Failure.js"
 

@@ -2,7 +2,7 @@
  * The handlers: thin, they decode nothing themselves (the contract does), call the services and
  * shape answers. Every mutating route runs under its Idempotency-Key.
  */
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, FiberId, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { Agentloops } from "../services/Agentloop.js"

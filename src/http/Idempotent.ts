@@ -17,7 +17,7 @@
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
  *   `idempotency_unavailable` (not retryable: an operator must repair the log).
  */
-import { HttpServerResponse } from "@effect/platform"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import type { Answer, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"

@@ -4,10 +4,11 @@
  * the framework's own (decode errors, unknown routes, defects), answered as `{code, message,
  * retryable, details?}`.
  */
-import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { RequestError } from "@effect/platform/HttpServerError"
-import { NodeHttpServerRequest } from "@effect/platform-node"
-import type { HttpApp } from "@effect/platform"
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import type * as HttpApp from "@effect/platform/HttpApp"
 import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
 import type * as net from "node:net"

@@ -6,7 +6,7 @@
  * control frames that end a stream early are the Sessions layer's (layers/sessions/SseFrames.ts).
  * A server stop ends every stream with a retryable `stream_error`.
  */
-import { HttpServerResponse } from "@effect/platform"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Deferred, Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { SessionError, SessionsShape } from "../services/Sessions.js"

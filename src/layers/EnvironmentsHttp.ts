@@ -17,7 +17,7 @@
  * Only `http` Environments are this driver's: any other is `EnvironmentNotSent`
  * `driver_unavailable`.
  */
-import type { HttpClient } from "@effect/platform"
+import type * as HttpClient from "@effect/platform/HttpClient"
 import { Duration, Effect, Either, Layer, Redacted } from "effect"
 import {
   type AdmittedEnvironment,

@@ -4,7 +4,7 @@
  * key the binding names now. A binding that has since disappeared fails the call before anything
  * is sent (`model_binding_missing`); nothing falls over to another provider.
  */
-import { HttpClient } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
 import { Effect, Layer } from "effect"
 import type { ModelProvider } from "../domain/ModelBinding.js"
 import { ModelBindings } from "../services/ModelBindings.js"

@@ -15,7 +15,8 @@
  * its batch, counted and logged at most once a minute; nothing is retried, and the next batch
  * is tried as usual. Nothing is checked at start (a collector may come up later).
  */
-import { HttpClient, HttpClientRequest } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import * as OtlpResource from "@effect/opentelemetry/OtlpResource"
 import { layerJson, OtlpSerialization } from "@effect/opentelemetry/OtlpSerialization"
 import { Clock, Duration, Effect, Layer, Stream } from "effect"

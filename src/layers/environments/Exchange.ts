@@ -16,7 +16,9 @@
  * Secret headers are sent and never shown: their names join the tracer's redacted header names, and
  * no message here quotes a header, a body or a transport error's text (only its code).
  */
-import { Headers, HttpClient, HttpClientRequest } from "@effect/platform"
+import * as Headers from "@effect/platform/Headers"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Effect, Redacted, Stream } from "effect"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"

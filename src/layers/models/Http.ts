@@ -18,7 +18,9 @@
  * Events are parsed by SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
  */
-import { HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Duration, Effect, Redacted, Stream } from "effect"
 import { ModelFailed } from "../../services/Models.js"
 import { causeCode, notSent } from "../OutboundHttp.js"

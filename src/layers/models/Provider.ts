@@ -4,7 +4,7 @@
  * folds the stream into the complete result. It never retries, never falls over to another
  * target, and fails with a typed ModelFailed (services/Models.ts) saying what Brain knows.
  */
-import type { HttpClient } from "@effect/platform"
+import type * as HttpClient from "@effect/platform/HttpClient"
 import type { Effect, Redacted } from "effect"
 import type { ModelDelta, ModelRequest, ModelResult } from "../../domain/Model.js"
 import type { RecordedBinding } from "../../domain/ModelBinding.js"

@@ -1,0 +1,129 @@
+/**
+ * The import graph of `src/` keeps the layout STYLE.md draws: domain is pure, services are
+ * contracts, layers never reach up into http, only the composition root sits above both, the
+ * HttpApi contract runs outside Node, and no cycle runs through the modules. Package barrels that
+ * load far more than they are asked for are kept out: `@effect/platform`'s index pulls in the
+ * Scalar and Swagger UI bundles (about 20 MB of JavaScript strings held on the heap for the life of
+ * the process), so the server imports each platform module by its own path.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { ROOT } from "../support/server.js"
+
+const SRC = path.join(ROOT, "src")
+
+const walk = (dir: string): Array<string> =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? walk(path.join(dir, e.name)) : e.name.endsWith(".ts") ? [path.join(dir, e.name)] : []
+  )
+
+interface Import {
+  readonly specifier: string
+  /** `import type …` / `export type … from`: erased at build, never loaded. */
+  readonly typeOnly: boolean
+}
+
+const importsOf = (file: string): Array<Import> => {
+  const text = fs.readFileSync(file, "utf8")
+  const found: Array<Import> = []
+  for (const m of text.matchAll(/^\s*(?:import|export)\s+(type\s+)?(?:[^"'`;]*?\s+from\s+)?["']([^"']+)["']/gm)) {
+    found.push({ specifier: m[2]!, typeOnly: m[1] !== undefined })
+  }
+  for (const m of text.matchAll(/\bimport\(\s*["']([^"']+)["']\s*\)/g)) found.push({ specifier: m[1]!, typeOnly: false })
+  return found
+}
+
+/** The source file a relative specifier names (`./X.js` → `X.ts`), or undefined for a package. */
+const resolve = (from: string, specifier: string): string | undefined => {
+  if (!specifier.startsWith(".")) return undefined
+  const target = path.resolve(path.dirname(from), specifier).replace(/\.js$/, ".ts")
+  return fs.existsSync(target) ? target : fs.existsSync(path.join(target, "index.ts")) ? path.join(target, "index.ts") : target
+}
+
+const files = walk(SRC)
+const rel = (f: string) => path.relative(SRC, f)
+const areaOf = (f: string) => rel(f).split(path.sep)[0]!.replace(/\.ts$/, "")
+const graph = new Map(files.map((f) => [f, importsOf(f)]))
+
+/** Every `from → specifier` edge breaking `rule`, as readable lines. */
+const offending = (rule: (from: string, imp: Import, target: string | undefined) => boolean) =>
+  [...graph].flatMap(([from, imports]) =>
+    imports.filter((imp) => rule(from, imp, resolve(from, imp.specifier))).map((imp) => `${rel(from)} → ${imp.specifier}`)
+  )
+
+describe("the import graph of src/", () => {
+  it("finds the source files and their imports (the rules below are not checked against nothing)", () => {
+    expect(files.length).toBeGreaterThan(50)
+    expect(graph.get(path.join(SRC, "main.ts"))!.length).toBeGreaterThan(10)
+  })
+
+  it("domain/ imports only effect and other domain modules", () => {
+    expect(offending((from, imp, target) =>
+      areaOf(from) === "domain" &&
+      (target !== undefined ? areaOf(target) !== "domain" : !(imp.specifier === "effect" || imp.specifier.startsWith("effect/")))
+    )).toEqual([])
+  })
+
+  it("services/ are contracts: they import effect, domain and other services, no layer, no transport, no Node", () => {
+    expect(offending((from, imp, target) =>
+      areaOf(from) === "services" && !imp.typeOnly &&
+      (target !== undefined ? !["domain", "services"].includes(areaOf(target)) : !(imp.specifier === "effect" || imp.specifier.startsWith("effect/")))
+    )).toEqual([])
+  })
+
+  it("layers/ never import http/, and only main.ts (the composition root) imports both", () => {
+    expect(offending((from, _imp, target) => areaOf(from) === "layers" && target !== undefined && areaOf(target) === "http")).toEqual([])
+    const above = files.filter((f) => {
+      const areas = new Set(graph.get(f)!.map((imp) => resolve(f, imp.specifier)).filter((t) => t !== undefined).map(areaOf))
+      return areas.has("layers") && areas.has("http")
+    }).map(rel)
+    expect(above).toEqual(["main.ts"])
+  })
+
+  it("http/Api.ts, the contract a client shares, loads no Node-only module", () => {
+    const seen = new Set<string>()
+    const nodeOnly: Array<string> = []
+    const visit = (file: string) => {
+      if (seen.has(file)) return
+      seen.add(file)
+      for (const imp of graph.get(file) ?? []) {
+        if (imp.typeOnly) continue
+        if (imp.specifier.startsWith("node:") || imp.specifier.startsWith("@effect/platform-node")) nodeOnly.push(`${rel(file)} → ${imp.specifier}`)
+        const target = resolve(file, imp.specifier)
+        if (target !== undefined) visit(target)
+      }
+    }
+    visit(path.join(SRC, "http", "Api.ts"))
+    expect(seen.size).toBeGreaterThan(3)
+    expect(nodeOnly).toEqual([])
+  })
+
+  it("no value import of the @effect/platform or @effect/platform-node index: each module by its own path", () => {
+    expect(offending((_from, imp) => !imp.typeOnly && /^@effect\/platform(-node)?$/.test(imp.specifier))).toEqual([])
+  })
+
+  it("has no cycle among the modules loaded at run time", () => {
+    const state = new Map<string, "open" | "done">()
+    const cycles: Array<string> = []
+    const stack: Array<string> = []
+    const visit = (file: string) => {
+      const s = state.get(file)
+      if (s === "done") return
+      if (s === "open") {
+        cycles.push([...stack.slice(stack.indexOf(file)), file].map(rel).join(" → "))
+        return
+      }
+      state.set(file, "open")
+      stack.push(file)
+      for (const imp of graph.get(file) ?? []) {
+        const target = imp.typeOnly ? undefined : resolve(file, imp.specifier)
+        if (target !== undefined && graph.has(target)) visit(target)
+      }
+      stack.pop()
+      state.set(file, "done")
+    }
+    for (const f of files) visit(f)
+    expect(cycles).toEqual([])
+  })
+})
