@@ -24,10 +24,13 @@
  *    - per session, turn_started records <= distinct idempotency keys the clients sent for it;
  *    - sequences: Events start at 1 and rise, none past last_sequence (private records are not
  *      Events, so the gaps they leave cannot be told from lost records over HTTP).
- * 4. Prints `kills K, turns T, acknowledged A, ambiguous B, violations V` and each violation;
+ * 4. The server is stopped and the journal files are read with `brain journal verify` (clean) and
+ *    `brain journal dump`: each session's records are exactly 1..last_sequence, private ones
+ *    included, and every Event read over HTTP is its record unchanged.
+ * 5. Prints `kills K, turns T, acknowledged A, ambiguous B, violations V` and each violation;
  *    exits 1 when V > 0. Flags: --kills K (20), --sessions N (8), --turns-per-session (15).
  */
-import { spawn } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
@@ -282,12 +285,36 @@ for (const a of acknowledged) {
 
 up = false
 server.child.kill("SIGTERM")
-await server.exited
+const last = await server.exited
+if (last.code !== 0) violation(`the final SIGTERM: the server exited ${JSON.stringify(last)}`)
 fake.kill()
+
+// --- the journal files themselves, read with the server stopped (`brain journal verify|dump`) ----
+const brain = (...args) => spawnSync(process.execPath, [path.join(ROOT, "bin/brain.js"), ...args], { encoding: "utf8", maxBuffer: 1 << 30 })
+const verified = brain("journal", "verify", dataDir)
+if (verified.status !== 0) violation(`brain journal verify exited ${verified.status}: ${(verified.stdout + verified.stderr).slice(-2000)}`)
+let records = 0
+for (const [id, events] of journals) {
+  const dumped = brain("journal", "dump", dataDir, id)
+  if (dumped.status !== 0) { violation(`brain journal dump ${id} exited ${dumped.status}: ${dumped.stderr.slice(-500)}`); continue }
+  const recs = dumped.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l))
+  records += recs.length
+  // Dense: the records are exactly 1, 2, …, last_sequence, private ones included.
+  const gap = recs.findIndex((r, i) => r.sequence !== i + 1)
+  if (gap >= 0) violation(`${id}: record ${gap + 1} of the journal has sequence ${recs[gap].sequence}`)
+  if (recs.length !== lastSequence.get(id)) violation(`${id}: ${recs.length} records in the journal, last_sequence ${lastSequence.get(id)}`)
+  // Every Event read over HTTP is the journal's record at its sequence, unchanged.
+  for (const e of events) {
+    const r = recs[e.sequence - 1]
+    if (!r || r.kind !== e.kind || r.recorded_at_ms !== e.recorded_at_ms || !isDeepStrictEqual(r.payload, e.data)) {
+      violation(`${id}: Event #${e.sequence} (${e.kind}) differs from its journal record ${JSON.stringify(r)?.slice(0, 200)}`)
+    }
+  }
+}
 if (acknowledged.length === 0) violation("no turn was acknowledged: the run checked nothing")
 const allTurns = [...journals.values()].reduce((n, es) => n + es.filter((e) => e.kind === "turn_started").length, 0)
 console.log(`kills ${kills}, turns ${allTurns}, acknowledged ${acknowledged.length}, ambiguous ${ambiguous.length}, violations ${violations.length}`)
-console.log(`  (${sessions.length} sessions, ${counted.turns} turn requests, ${received.size} tool calls received, data in ${work})`)
+console.log(`  (${sessions.length} sessions, ${records} journal records, ${counted.turns} turn requests, ${received.size} tool calls received, data in ${work})`)
 for (const v of violations.slice(0, 100)) console.log(`violation: ${v}`)
 if (violations.length > 100) console.log(`… and ${violations.length - 100} more`)
 process.exit(violations.length > 0 ? 1 : 0)
