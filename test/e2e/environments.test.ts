@@ -14,7 +14,7 @@ import * as path from "node:path"
 import * as readline from "node:readline"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { FAKE_ENVIRONMENT, type LogLine } from "../support/httpEnvironment.js"
-import { ensureBuilt, request, ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, request, ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "tok-e2e-DO-NOT-LEAK-3b7e19c0d4"
 
@@ -107,6 +107,51 @@ describe("an http Environment through a real server", () => {
     expect(failing.requests().map((r) => r.path)).toEqual(["/setup", "/teardown"])
     expect((await request(server.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })).status).toBe(204)
   }, 60_000)
+
+  it("kill -9 while a tool call waits in the Environment: the restart records it unknown (ambiguous), never sends it again, and the session goes on, ends and is torn down", async () => {
+    // Its own Environment and server: this one is killed.
+    const env = await startFake({ HTTP_ENV_TOKEN: TOKEN })
+    const crashing = await startServer({ env: { BRAIN_ENVIRONMENTS: JSON.stringify({ sandboxes: { driver: "http", base_url: env.url, token_env: "E2E_SANDBOX_TOKEN" } }), E2E_SANDBOX_TOKEN: TOKEN } })
+    try {
+      const created = await request(crashing.baseUrl, "/v1/sessions", {
+        json: {
+          model: { provider: "scripted", replies: [{ tool_calls: [{ name: "hang", input: {} }] }, { text: "after the crash" }] },
+          environments: [{ name: "sandbox", driver: "http", binding: "sandboxes" }],
+          tools: [{ name: "hang", description: "never answers", environment: "sandbox" }]
+        }
+      })
+      expect(created.status, created.text).toBe(201)
+      const id = created.body.session_id as string
+      const calls = () => env.requests().filter((r) => r.session_id === id && r.path === "/tools/call")
+      const receipt = await request(crashing.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "go" } }, headers: { prefer: "respond-async" } })
+      expect(receipt.status, receipt.text).toBe(202)
+      await eventually("the call to reach the Environment", async () => (calls().length > 0 ? true : undefined), 30_000)
+      expect((await crashing.kill()).signal).toBe("SIGKILL")
+      await crashing.start()
+
+      const events = (await request(crashing.baseUrl, `/v1/sessions/${id}/events`)).body.events as Array<{ kind: string; sequence: number; data: any }>
+      const started = events.filter((e) => e.kind === "tool_call_started")
+      expect(started).toHaveLength(1)
+      const outcomes = events.filter((e) => e.data?.sequence === started[0]!.sequence)
+      expect(outcomes).toHaveLength(1)
+      expect(outcomes[0]).toMatchObject({ kind: "tool_call_failed", data: { outcome: "unknown", failure: { ambiguous: true } } })
+      expect(events.find((e) => e.data?.sequence === receipt.body.sequence)).toMatchObject({ kind: "turn_failed", data: { failure: { code: "interrupted" } } })
+      expect(calls().map((c) => [c.sequence, c.count])).toEqual([[started[0]!.sequence, 1]])
+
+      const next = await request(crashing.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "and now?" } } })
+      expect(next.status, next.text).toBe(200)
+      expect(next.body.turn).toMatchObject({ status: "ended", result: { text: "after the crash" } })
+      expect((await request(crashing.baseUrl, `/v1/sessions/${id}/end`, { method: "POST" })).status).toBe(200)
+      const deleted = await request(crashing.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })
+      expect(deleted.status, deleted.text).toBe(204)
+      const all = env.requests()
+      expect(all.map((r) => r.path)).toEqual(["/setup", "/tools/call", "/detach", "/teardown"])
+      for (const r of all) expect(r).toMatchObject({ session_id: id, count: 1 })
+    } finally {
+      await crashing.dispose()
+      env.child.kill()
+    }
+  }, 90_000)
 
   it("an unknown binding is 400 invalid_request listing the configured ones, and nothing is created", async () => {
     const r = await request(server.baseUrl, "/v1/sessions", {
