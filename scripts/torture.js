@@ -6,10 +6,13 @@
  *
  * Method:
  * 1. Start the fake http Environment (test/fixtures/httpEnvironment.mjs, never killed; it logs every
- *    request with its {session_id, sequence} and how many times it saw it) and a Brain server
- *    (`node bin/brain.js serve`, fresh data dir, fixed port, BRAIN_ENVIRONMENTS naming the fake).
- * 2. `--sessions` clients each create sessions (scripted model: two rounds of two parallel calls to
- *    tool `slow`, answered after a random 5–60 ms, then text) and run sync turns, each request
+ *    request with its {session_id, sequence} and how many times it saw it), a fake model server
+ *    speaking OpenAI's Chat Completions stream (test/fixtures/chatModel.mjs, never killed; it logs
+ *    every request with how many times it saw that same call) and a Brain server (`node
+ *    bin/brain.js serve`, fresh data dir, fixed port, BRAIN_ENVIRONMENTS and BRAIN_MODELS naming
+ *    the fakes).
+ * 2. `--sessions` clients each create sessions (the model over HTTP: two rounds of two parallel
+ *    calls to tool `slow`, answered after a random 5–60 ms, then text) and run sync turns, each request
  *    with its own Idempotency-Key. A killer `kill -9`s the server after 50–800 ms, restarts it on
  *    the same data dir, `--kills` times. A client that loses its connection (or gets 503) waits and
  *    retries the SAME request with the SAME key. Every 200 turn answer is recorded (acknowledged),
@@ -19,6 +22,9 @@
  *    - every acknowledged turn is in the journal: its turn_started, and its outcome with that result;
  *    - the Environment never received a (session, sequence) twice, each call it received is a
  *      journaled tool_call_started of that tool, and an `ok` outcome only for a call it received;
+ *    - the model server never received the same call (session, user message, round) twice, got
+ *      no more calls for a session than its model_call_started records, and at least one for
+ *      each model_call_ended;
  *    - every *_started effect (and turn, creation) has exactly one outcome (recovery records the
  *      interrupted ones failed, ambiguous); an outcome never closes something that did not start;
  *    - per session, turn_started records <= distinct idempotency keys the clients sent for it;
@@ -54,6 +60,7 @@ const violation = (text) => violations.push(text)
 const work = fs.mkdtempSync(path.join(os.tmpdir(), "brain-torture-"))
 const dataDir = path.join(work, "data")
 const envLog = path.join(work, "environment.jsonl")
+const modelLog = path.join(work, "model.jsonl")
 
 // --- the fake Environment: its own process, kept alive through every kill ---------------------
 const fake = spawn(process.execPath, [path.join(ROOT, "test/fixtures/httpEnvironment.mjs")], {
@@ -62,6 +69,11 @@ const fake = spawn(process.execPath, [path.join(ROOT, "test/fixtures/httpEnviron
 process.on("exit", () => fake.kill()) // also when the run itself fails
 process.on("unhandledRejection", (e) => { console.error(e); process.exit(2) })
 const fakePort = JSON.parse(await new Promise((r) => readline.createInterface({ input: fake.stdout }).once("line", r))).port
+const model = spawn(process.execPath, [path.join(ROOT, "test/fixtures/chatModel.mjs")], {
+  env: { ...process.env, CHAT_MODEL_LOG: modelLog }, stdio: ["ignore", "pipe", "ignore"]
+})
+process.on("exit", () => model.kill())
+const modelPort = JSON.parse(await new Promise((r) => readline.createInterface({ input: model.stdout }).once("line", r))).port
 
 // --- the server: a fixed port, so clients find it again after each restart -------------------
 const port = await new Promise((r) => {
@@ -79,7 +91,8 @@ const startServer = async () => {
     cwd: ROOT,
     env: {
       ...process.env, BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir,
-      BRAIN_ENVIRONMENTS: JSON.stringify({ fake: { driver: "http", base_url: `http://127.0.0.1:${fakePort}` } })
+      BRAIN_ENVIRONMENTS: JSON.stringify({ fake: { driver: "http", base_url: `http://127.0.0.1:${fakePort}` } }),
+      BRAIN_MODELS: JSON.stringify({ fake: { provider: "openai-chat", model: "torture", base_url: `http://127.0.0.1:${modelPort}/v1` } })
     },
     stdio: ["ignore", "pipe", "pipe"]
   })
@@ -122,14 +135,10 @@ const call = async (method, url, body, key) => {
 }
 
 // --- the clients -------------------------------------------------------------------------------
-const toolRound = (turn, round) => ({
-  tool_calls: [1, 2].map((i) => ({ name: "slow", input: { turn, round, i, ms: rand(5, 60) } }))
-})
-const createBody = () => ({
-  model: {
-    provider: "scripted",
-    replies: Array.from({ length: TURNS_PER_SESSION }, (_, t) => [toolRound(t, 1), toolRound(t, 2), { text: `done ${t}` }]).flat()
-  },
+/** `tag` is the session's system prompt: the model server logs it with every call it receives. */
+const createBody = (tag) => ({
+  model: "fake",
+  system: tag,
   environments: [{ name: "box", driver: "http", binding: "fake" }],
   tools: [{ name: "slow", description: "answers ok after input.ms", input_schema: { type: "object" }, environment: "box" }]
 })
@@ -138,17 +147,20 @@ let keySerial = 0
 const acknowledged = [] // {session, key, turn: {sequence, status, result?, failure?}}
 const ambiguous = [] // {session, key, what}
 const keysBySession = new Map() // session id → Set of keys sent
+const tagOf = new Map() // session id → its system prompt
 const counted = { turns: 0 }
 
 const client = async (c) => {
   while (!stopping) {
     const ckey = `c${c}-create-${++keySerial}`
-    const created = await call("POST", "/v1/sessions", createBody(), ckey)
+    const tag = `torture ${ckey}`
+    const created = await call("POST", "/v1/sessions", createBody(tag), ckey)
     if (created.status === 409 && created.json?.code === "ambiguous") { ambiguous.push({ key: ckey, what: "create" }); continue }
     if (created.status !== 201) { violation(`create ${ckey}: ${created.status} ${created.text.slice(0, 300)}`); continue }
     progress++
     const id = created.json.session_id
     keysBySession.set(id, new Set())
+    tagOf.set(id, tag)
     for (let t = 0; t < TURNS_PER_SESSION && !stopping; t++) {
       const key = `c${c}-turn-${++keySerial}`
       keysBySession.get(id).add(key)
@@ -238,6 +250,12 @@ for (const l of envLines) {
   if (l.path === "/tools/call") received.set(k, [...(received.get(k) ?? []), l])
 }
 for (const [k, ls] of received) if (ls.length > 1) violation(`the Environment logged ${k} ${ls.length} times`)
+const modelLines = (fs.existsSync(modelLog) ? fs.readFileSync(modelLog, "utf8") : "").split("\n").filter(Boolean).map((l) => JSON.parse(l))
+const modelCalls = new Map() // tag → calls the model server received
+for (const l of modelLines) {
+  if (l.count > 1) violation(`the model server received the call (${l.tag}, ${JSON.stringify(l.user)}, round ${l.round}) ${l.count} times`)
+  modelCalls.set(l.tag, (modelCalls.get(l.tag) ?? 0) + 1)
+}
 
 for (const [id, events] of journals) {
   const bySeq = new Map(events.map((e) => [e.sequence, e]))
@@ -268,6 +286,11 @@ for (const [id, events] of journals) {
   for (const l of envLines) {
     if (l.session_id === id && l.path === "/tools/call" && bySeq.get(l.sequence)?.kind !== "tool_call_started") violation(`${id}: the Environment got call #${l.sequence}, which is not a tool_call_started`)
   }
+  const modelStarted = events.filter((e) => e.kind === "model_call_started").length
+  const modelEnded = events.filter((e) => e.kind === "model_call_ended").length
+  const modelReceived = modelCalls.get(tagOf.get(id)) ?? 0
+  if (tagOf.has(id) && modelReceived > modelStarted) violation(`${id}: the model server received ${modelReceived} calls for ${modelStarted} model_call_started records`)
+  if (tagOf.has(id) && modelReceived < modelEnded) violation(`${id}: ${modelEnded} model calls ended but the model server received ${modelReceived}`)
   const turns = events.filter((e) => e.kind === "turn_started").length
   const keys = keysBySession.get(id)?.size ?? 0
   if (turns > keys) violation(`${id}: ${turns} turn_started records for ${keys} idempotency keys`)
@@ -288,6 +311,7 @@ server.child.kill("SIGTERM")
 const last = await server.exited
 if (last.code !== 0) violation(`the final SIGTERM: the server exited ${JSON.stringify(last)}`)
 fake.kill()
+model.kill()
 
 // --- the journal files themselves, read with the server stopped (`brain journal verify|dump`) ----
 const brain = (...args) => spawnSync(process.execPath, [path.join(ROOT, "bin/brain.js"), ...args], { encoding: "utf8", maxBuffer: 1 << 30 })
@@ -314,7 +338,7 @@ for (const [id, events] of journals) {
 if (acknowledged.length === 0) violation("no turn was acknowledged: the run checked nothing")
 const allTurns = [...journals.values()].reduce((n, es) => n + es.filter((e) => e.kind === "turn_started").length, 0)
 console.log(`kills ${kills}, turns ${allTurns}, acknowledged ${acknowledged.length}, ambiguous ${ambiguous.length}, violations ${violations.length}`)
-console.log(`  (${sessions.length} sessions, ${records} journal records, ${counted.turns} turn requests, ${received.size} tool calls received, data in ${work})`)
+console.log(`  (${sessions.length} sessions, ${records} journal records, ${counted.turns} turn requests, ${received.size} tool calls and ${modelLines.length} model calls received, data in ${work})`)
 for (const v of violations.slice(0, 100)) console.log(`violation: ${v}`)
 if (violations.length > 100) console.log(`… and ${violations.length - 100} more`)
 process.exit(violations.length > 0 ? 1 : 0)
