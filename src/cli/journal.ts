@@ -52,15 +52,17 @@ export const verify = (dataDir: string, only?: string) =>
       if (result._tag === "Left") {
         const e = result.left
         if (e._tag === "SessionNotFound") {
-          yield* Console.log(`${session}: missing (no journal directory)`)
+          yield* Console.log(`${session}: ${RESIDUE} (no journal directory)`)
         } else {
           yield* Console.log(`${session}: corrupt: ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}`)
+          worst = VERIFY_CORRUPT
         }
-        worst = VERIFY_CORRUPT
         continue
       }
       const { handle, torn } = result.right
-      if (torn) {
+      if (handle.lastSequence === 0 && !torn) {
+        yield* Console.log(`${session}: ${RESIDUE} (a journal with no record)`)
+      } else if (torn) {
         yield* Console.log(
           `${session}: torn final write: open would truncate ${torn.bytes} bytes of ${torn.file} at offset ${torn.offset} (${torn.reason}); ${handle.lastSequence} records committed`
         )
@@ -77,9 +79,18 @@ export const verify = (dataDir: string, only?: string) =>
   })
 
 /**
- * Removes a damaged session's directory: the repair path for a session whose journal is corrupt
- * (a healthy one is ended and deleted through the API). Takes the data directory's lock, so the
- * server must be stopped; refuses a session whose journal opens cleanly.
+ * A session directory with no journal, or a journal with no record: what a creation cut off by a
+ * crash before its first record was durable leaves (or a creation under way right now). No client
+ * was told such a session exists (create answers after that record), the server answers
+ * `not_found` for it, and it is not damage.
+ */
+const RESIDUE = "not a session: the residue of a creation cut off before its first record; the server answers not_found, `brain journal remove` takes it away"
+
+/**
+ * Removes a damaged session's directory: the repair path for a session whose journal is corrupt,
+ * or the residue of a cut-off creation (a healthy one is ended and deleted through the API).
+ * Takes the data directory's lock, so the server must be stopped; refuses a session whose journal
+ * opens cleanly with records.
  */
 export const remove = (dataDir: string, session: string) =>
   Effect.scoped(Effect.gen(function*() {
@@ -98,7 +109,7 @@ export const remove = (dataDir: string, session: string) =>
       return VERIFY_CORRUPT
     }
     const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
-    if (opened._tag === "Right") {
+    if (opened._tag === "Right" && (opened.right.handle.lastSequence > 0 || opened.right.torn)) {
       yield* Console.error(`${session}: its journal is not corrupt; end and delete it through the API instead`)
       return VERIFY_CORRUPT
     }
@@ -108,7 +119,8 @@ export const remove = (dataDir: string, session: string) =>
       fs.fsyncSync(parent)
       fs.closeSync(parent)
     })
-    yield* Console.log(`${session}: removed (${opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : opened.left.message})`)
+    const why = opened._tag === "Right" ? RESIDUE : opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : RESIDUE
+    yield* Console.log(`${session}: removed (${why})`)
     return VERIFY_CLEAN
   }))
 /** Checks `idempotency/claims.log` as the server would open it; returns its verdict's exit code. */

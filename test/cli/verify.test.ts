@@ -171,6 +171,41 @@ describe("brain journal verify", () => {
     }))
 })
 
+describe("brain journal verify and remove: the residue of a cut-off creation", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a session directory with no journal, or a journal with no record, is named as residue and is not corruption; remove takes it away and refuses a session with records", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const clean = yield* mintSessionId
+      yield* writeSession(dir, clean, simple(3))
+      // What kill -9 leaves when it lands inside a create: before the journal directory, or before the first record.
+      const noJournal = yield* mintSessionId
+      fs.mkdirSync(path.join(dir, "sessions", noJournal))
+      const noRecord = yield* mintSessionId
+      yield* withJournal(dir, (journal) => journal.create(noRecord))
+      expect(segmentsOf(dir, noRecord).map((f) => fs.statSync(f).size)).toEqual([0])
+
+      const all = brain("journal", "verify", dir)
+      expect(all.code, all.output).toBe(0)
+      expect(all.stdout).toContain(`${noJournal}: not a session: the residue of a creation cut off before its first record`)
+      expect(all.stdout).toContain(`${noRecord}: not a session: the residue of a creation cut off before its first record`)
+      expect(all.stdout).toContain(`${clean}: ok, 3 records`)
+      expect(all.stdout).toContain("clean")
+      expect(brain("journal", "verify", dir, noRecord).code).toBe(0)
+
+      for (const s of [noJournal, noRecord]) {
+        const removed = brain("journal", "remove", dir, s)
+        expect(removed.code, removed.output).toBe(0)
+        expect(removed.stdout).toContain(`${s}: removed (not a session`)
+        expect(fs.existsSync(path.join(dir, "sessions", s))).toBe(false)
+      }
+      const refused = brain("journal", "remove", dir, clean)
+      expect(refused.code, refused.output).toBe(2)
+      expect(fs.existsSync(path.join(dir, "sessions", clean))).toBe(true)
+    }))
+})
+
 describe("brain journal dump", () => {
   beforeAll(ensureBuilt, 120_000)
 
