@@ -1,12 +1,13 @@
 /**
  * The import graph of `src/` keeps the layout STYLE.md draws: domain is pure, services are
  * contracts, layers never reach up into http, only the composition root sits above both, the
- * HttpApi contract runs outside Node, and no cycle runs through the modules. Package barrels that
+ * HttpApi contract and the SDK run outside Node, and no cycle runs through the modules. Package barrels that
  * load far more than they are asked for are kept out: `@effect/platform`'s index pulls in the
  * Scalar and Swagger UI bundles (about 20 MB of JavaScript strings held on the heap for the life of
  * the process), so the server imports each platform module by its own path.
  */
 import * as fs from "node:fs"
+import { builtinModules } from "node:module"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { ROOT } from "../support/server.js"
@@ -52,6 +53,29 @@ const offending = (rule: (from: string, imp: Import, target: string | undefined)
     imports.filter((imp) => rule(from, imp, resolve(from, imp.specifier))).map((imp) => `${rel(from)} → ${imp.specifier}`)
   )
 
+/**
+ * Every module loaded at run time from `entries` (type-only imports are erased), and each import
+ * among them of a Node-only module: `node:*`, a bare built-in name (`fs`) or `@effect/platform-node`.
+ */
+const nodeOnlyFrom = (entries: ReadonlyArray<string>) => {
+  const seen = new Set<string>()
+  const nodeOnly: Array<string> = []
+  const visit = (file: string) => {
+    if (seen.has(file)) return
+    seen.add(file)
+    for (const imp of graph.get(file) ?? []) {
+      if (imp.typeOnly) continue
+      if (imp.specifier.startsWith("node:") || builtinModules.includes(imp.specifier) || imp.specifier.startsWith("@effect/platform-node")) {
+        nodeOnly.push(`${rel(file)} → ${imp.specifier}`)
+      }
+      const target = resolve(file, imp.specifier)
+      if (target !== undefined) visit(target)
+    }
+  }
+  entries.forEach(visit)
+  return { seen, nodeOnly }
+}
+
 describe("the import graph of src/", () => {
   it("finds the source files and their imports (the rules below are not checked against nothing)", () => {
     expect(files.length).toBeGreaterThan(50)
@@ -82,21 +106,23 @@ describe("the import graph of src/", () => {
   })
 
   it("http/Api.ts, the contract a client shares, loads no Node-only module", () => {
-    const seen = new Set<string>()
-    const nodeOnly: Array<string> = []
-    const visit = (file: string) => {
-      if (seen.has(file)) return
-      seen.add(file)
-      for (const imp of graph.get(file) ?? []) {
-        if (imp.typeOnly) continue
-        if (imp.specifier.startsWith("node:") || imp.specifier.startsWith("@effect/platform-node")) nodeOnly.push(`${rel(file)} → ${imp.specifier}`)
-        const target = resolve(file, imp.specifier)
-        if (target !== undefined) visit(target)
-      }
-    }
-    visit(path.join(SRC, "http", "Api.ts"))
+    const { seen, nodeOnly } = nodeOnlyFrom([path.join(SRC, "http", "Api.ts")])
     expect(seen.size).toBeGreaterThan(3)
     expect(nodeOnly).toEqual([])
+  })
+
+  it("sdk/, the client for browsers, Deno and Bun, loads no Node-only module from any of its files", () => {
+    const entries = files.filter((f) => areaOf(f) === "sdk")
+    expect(entries.map(rel)).toContain(path.join("sdk", "index.ts"))
+    const { seen, nodeOnly } = nodeOnlyFrom(entries)
+    expect(seen.size).toBeGreaterThan(entries.length)
+    expect(nodeOnly).toEqual([])
+  })
+
+  it("sdk/ reaches the server only through its contract: no layer, service, CLI or composition root", () => {
+    expect(offending((from, imp, target) =>
+      areaOf(from) === "sdk" && !imp.typeOnly && target !== undefined && !["sdk", "http", "domain"].includes(areaOf(target))
+    )).toEqual([])
   })
 
   it("no value import of the @effect/platform or @effect/platform-node index: each module by its own path", () => {

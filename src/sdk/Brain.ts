@@ -1,0 +1,204 @@
+/**
+ * The Promise client. `new Brain({ baseUrl, token?, fetch? })` speaks the HTTP API of DESIGN §7
+ * with nothing but web APIs (fetch, streams, Web Crypto), so it runs in Node, browsers, Deno and
+ * Bun alike.
+ *
+ * - Every mutating call sends an `Idempotency-Key`, the caller's or a fresh `crypto.randomUUID()`,
+ *   and retries an uncertain outcome with that same key, body and mode only (Transport.ts). A
+ *   409 `ambiguous` is final: inspect the session before choosing a new key.
+ * - A `Session` is a handle: its `summary` is the last one this handle was answered, never
+ *   updated by background work; `brain.sessions.get(id)` reads the current one.
+ * - `close()` aborts this client's requests and streams and refuses later calls with
+ *   `BrainClosed`; it sends nothing to the server, so no stored session is interrupted, ended or
+ *   deleted. `withToken(token)` makes an independent client: closing either leaves the other open.
+ */
+import { BrainError } from "./Errors.js"
+import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
+import { Transport, type TransportOptions } from "./Transport.js"
+import type {
+  CreateSessionRequest,
+  Event,
+  EventOrDelta,
+  Receipt,
+  SessionList,
+  SessionSummary,
+  Transcript,
+  TurnInput,
+  TurnOutcome
+} from "./Types.js"
+
+export type BrainOptions = TransportOptions
+
+export interface MutationOptions {
+  /** The request's Idempotency-Key (1–256 bytes); a fresh UUID when omitted. Reuse one only to
+   * retry the very same request. */
+  readonly idempotencyKey?: string
+  /** Stops waiting for the answer (the request, once sent, may still run on the server). */
+  readonly signal?: AbortSignal
+}
+
+export interface ListOptions {
+  /** The last session id of the previous page (its `next_cursor`). */
+  readonly after?: string
+  /** Sessions per page, 1–1000 (the server's default is 100). */
+  readonly limit?: number
+}
+
+const newKey = () => globalThis.crypto.randomUUID()
+
+const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`
+
+const inputOf = (input: TurnInput | string): TurnInput => (typeof input === "string" ? { message: input } : input)
+
+export class Brain {
+  readonly sessions: Sessions
+  private readonly transport: Transport
+
+  constructor(readonly options: BrainOptions) {
+    this.transport = new Transport(options)
+    this.sessions = new Sessions(this.transport)
+  }
+
+  /** A new client for the same server with another token and its own lifetime. */
+  withToken(token: string): Brain {
+    return new Brain({ ...this.options, token })
+  }
+
+  get closed(): boolean {
+    return this.transport.closed
+  }
+
+  /** Aborts this client's requests and streams; later calls reject with BrainClosed. Idempotent. */
+  async close(): Promise<void> {
+    this.transport.close()
+  }
+}
+
+export class Sessions {
+  constructor(private readonly transport: Transport) {}
+
+  /** `POST /v1/sessions`: a new session, as a handle holding its summary. */
+  async create(body: CreateSessionRequest, options: MutationOptions = {}): Promise<Session> {
+    const summary = await this.transport.json<SessionSummary>(
+      { method: "POST", path: "/v1/sessions", body, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+      options.signal
+    )
+    return new Session(this.transport, summary)
+  }
+
+  /** `GET /v1/sessions/{id}`: the session's current summary, as a handle. */
+  async get(id: string, options: { readonly signal?: AbortSignal } = {}): Promise<Session> {
+    const summary = await this.transport.json<SessionSummary>({ method: "GET", path: sessionPath(id) }, options.signal)
+    return new Session(this.transport, summary)
+  }
+
+  /** `GET /v1/sessions`: one page of summaries; pass its `next_cursor` as `after` for the next. */
+  async list(options: ListOptions & { readonly signal?: AbortSignal } = {}): Promise<SessionList> {
+    const params = new URLSearchParams()
+    if (options.after !== undefined) params.set("after", options.after)
+    if (options.limit !== undefined) params.set("limit", String(options.limit))
+    const query = params.toString().length > 0 ? `?${params}` : ""
+    return this.transport.json<SessionList>({ method: "GET", path: `/v1/sessions${query}` }, options.signal)
+  }
+}
+
+export class Session {
+  readonly id: string
+  private latest: SessionSummary
+
+  constructor(private readonly transport: Transport, summary: SessionSummary) {
+    this.id = summary.session_id
+    this.latest = summary
+  }
+
+  /** The last summary this handle was answered (not refreshed by background work). */
+  get summary(): SessionSummary {
+    return this.latest
+  }
+
+  /** `POST …/messages`: runs a turn and resolves with its outcome, ended or failed (a failed turn
+   * is an outcome, not a rejection; refusals such as `session_busy` reject). */
+  async send(input: TurnInput | string, options: MutationOptions = {}): Promise<TurnOutcome> {
+    const outcome = await this.transport.json<TurnOutcome>(
+      {
+        method: "POST",
+        path: `${sessionPath(this.id)}/messages`,
+        body: { input: inputOf(input) },
+        headers: { "idempotency-key": options.idempotencyKey ?? newKey() }
+      },
+      options.signal
+    )
+    this.latest = { session_id: outcome.session_id, status: outcome.status, last_sequence: outcome.last_sequence }
+    return outcome
+  }
+
+  /** `POST …/messages` with `Prefer: respond-async`: resolves once the turn's `turn_started` is
+   * committed, with its `{session_id, sequence}`; read `events(sequence - 1)` to follow it. */
+  async submit(input: TurnInput | string, options: MutationOptions = {}): Promise<Receipt> {
+    const answer = await this.transport.request(
+      {
+        method: "POST",
+        path: `${sessionPath(this.id)}/messages`,
+        body: { input: inputOf(input) },
+        headers: { "idempotency-key": options.idempotencyKey ?? newKey(), prefer: "respond-async" }
+      },
+      options.signal
+    )
+    if (answer.status !== 202) {
+      throw new BrainError({
+        code: "bad_response",
+        status: answer.status,
+        retryable: false,
+        message: `an async submission was answered ${answer.status}, not 202`
+      })
+    }
+    return JSON.parse(answer.text) as Receipt
+  }
+
+  /**
+   * The recorded Events after `cursor` (default 0): pages, then live until `session_ended`
+   * (Events.ts). With `{ deltas: true }` the live model deltas come too, every item tagged
+   * `{type: "event", event}` or `{type: "delta", delta}`.
+   */
+  events(cursor?: number, options?: EventsOptions & { readonly deltas?: false }): AsyncGenerator<Event, void, undefined>
+  events(cursor: number, options: EventsOptions & { readonly deltas: true }): AsyncGenerator<EventOrDelta, void, undefined>
+  events(
+    cursor = 0,
+    options: EventsOptions & { readonly deltas?: boolean } = {}
+  ): AsyncGenerator<Event, void, undefined> | AsyncGenerator<EventOrDelta, void, undefined> {
+    const items = readEvents(this.transport, this.id, cursor, options, options.deltas === true)
+    return options.deltas === true ? items : eventsOnly(items)
+  }
+
+  /** `GET …/transcript`: the canonical messages and the sequence they are current through. */
+  transcript(options: { readonly signal?: AbortSignal } = {}): Promise<Transcript> {
+    return this.transport.json<Transcript>({ method: "GET", path: `${sessionPath(this.id)}/transcript` }, options.signal)
+  }
+
+  /** `POST …/cancel`: cancels the work in flight; the session stays open for another turn. */
+  interrupt(options: MutationOptions = {}): Promise<SessionSummary> {
+    return this.lifecycle("cancel", options)
+  }
+
+  /** `POST …/end`: refuses new messages and detaches the Environments; history stays. */
+  end(options: MutationOptions = {}): Promise<SessionSummary> {
+    return this.lifecycle("end", options)
+  }
+
+  /** `DELETE …`: removes an ended or failed session and tears down its Environments. */
+  async delete(options: MutationOptions = {}): Promise<void> {
+    await this.transport.request(
+      { method: "DELETE", path: sessionPath(this.id), headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+      options.signal
+    )
+  }
+
+  private async lifecycle(route: "cancel" | "end", options: MutationOptions): Promise<SessionSummary> {
+    const summary = await this.transport.json<SessionSummary>(
+      { method: "POST", path: `${sessionPath(this.id)}/${route}`, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+      options.signal
+    )
+    this.latest = summary
+    return summary
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The SDK's errors. `BrainError` is every refusal the server answers (its body
+ * `{code, message, retryable, details?}` plus the HTTP status) and every request whose outcome
+ * stayed unknown once the SDK stopped retrying it (`network_error`, status 0). `BrainClosed` is
+ * every call on a client after `close()`. Both are `Data.TaggedError`s: plain `Error`s for
+ * Promise users, `catchTag`-able values for Effect users.
+ */
+import { Data } from "effect"
+import type { FailureCode } from "../domain/Failure.js"
+
+/**
+ * The server's codes, plus two of the client's own: `network_error` (no answer arrived: the
+ * connection failed or was reset; the request may or may not have run) and `bad_response` (an
+ * answer that is not the contract's, say from a proxy).
+ */
+export type BrainErrorCode = FailureCode | "network_error" | "bad_response"
+
+export class BrainError extends Data.TaggedError("BrainError")<{
+  readonly code: BrainErrorCode
+  /** The HTTP status, or 0 when no answer arrived. */
+  readonly status: number
+  readonly retryable: boolean
+  readonly message: string
+  readonly details?: unknown
+}> {}
+
+export class BrainClosed extends Data.TaggedError("BrainClosed")<{ readonly message: string }> {
+  constructor() {
+    super({ message: "this Brain client is closed" })
+  }
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
+
+/** The error an answer of `status` with body `text` stands for. */
+export const fromAnswer = (status: number, text: string): BrainError => {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  if (isRecord(body) && typeof body.code === "string" && typeof body.message === "string") {
+    return new BrainError({
+      code: body.code as BrainErrorCode,
+      status,
+      retryable: body.retryable === true,
+      message: body.message,
+      ...(body.details !== undefined ? { details: body.details } : {})
+    })
+  }
+  return new BrainError({
+    code: "bad_response",
+    status,
+    retryable: false,
+    message: `HTTP ${status} without an error body${text.length > 0 ? `: ${text.slice(0, 200)}` : ""}`
+  })
+}
+
+export const networkError = (cause: unknown): BrainError =>
+  new BrainError({
+    code: "network_error",
+    status: 0,
+    retryable: true,
+    message: `no answer arrived: ${cause instanceof Error ? cause.message : String(cause)}`
+  })
+
+/**
+ * Whether a request's outcome is uncertain in a way a retry under the same Idempotency-Key
+ * settles: no answer arrived, or the server refused for load before it took the request.
+ */
+export const isUncertain = (e: BrainError): boolean =>
+  e.code === "network_error" || (e.status === 503 && e.code === "overloaded")

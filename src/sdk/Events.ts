@@ -1,0 +1,138 @@
+/**
+ * `session.events(cursor)`: the session's recorded Events after `cursor`, in sequence order, each
+ * once. First the pages (`GET …/events?after=&limit=`) up to the end, then the live stream (the
+ * same URL with `Accept: text/event-stream`), which the server catches up from the journal before
+ * following new commits.
+ *
+ * The reader keeps one cursor, the sequence of the last Event it yielded (or the last page's
+ * `next_cursor`), and never yields a sequence at or below it. Whenever the stream ends other than
+ * after `session_ended` — the connection dropped, the server restarted (a retryable
+ * `stream_error`), the reader fell behind (`stream_lagged`) — it opens the stream again after that
+ * cursor, backing off while the server is unreachable, until RECONNECT_DEADLINE_MS pass without a
+ * stream opening. It ends after `session_ended`, or at the end of the pages when `live: false`.
+ *
+ * Recorded Events are passed on exactly as the server encoded them, so `event.data` and
+ * `event.origin` are the same whether they came from a page or the stream. Live model deltas
+ * (frames without `id`) are dropped unless `deltas: true`, in which case every item is tagged
+ * `{type: "event", event}` or `{type: "delta", delta}`.
+ */
+import { BrainClosed, BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
+import { sseFrames } from "./Sse.js"
+import { sleep, type Transport } from "./Transport.js"
+import type { Event, EventOrDelta, EventPage, ModelDelta } from "./Types.js"
+
+/** Events per page request: the server's maximum. */
+export const PAGE_LIMIT = 1000
+/** Milliseconds a live reader keeps trying to reopen its stream before it fails with the last error:
+ * long enough for a server restart, short enough that a server that is gone is reported. */
+export const RECONNECT_DEADLINE_MS = 30_000
+/** Milliseconds between reopening attempts: from the first, doubled up to the last. */
+const RECONNECT_FIRST_MS = 50
+const RECONNECT_MAX_MS = 2_000
+
+export interface EventsOptions {
+  /** Follow the live stream after the pages (default true); false ends at the end of the pages. */
+  readonly live?: boolean
+  /** Ends the iteration: the pending `next()` rejects with the signal's reason. */
+  readonly signal?: AbortSignal
+  /** Milliseconds to keep reopening a dropped stream (default RECONNECT_DEADLINE_MS). */
+  readonly reconnectDeadlineMs?: number
+}
+
+const SESSION_ENDED = "session_ended"
+
+export async function* readEvents(
+  transport: Transport,
+  sessionId: string,
+  after: number,
+  options: EventsOptions,
+  withDeltas: boolean
+): AsyncGenerator<EventOrDelta, void, undefined> {
+  transport.ensureOpen()
+  const path = `/v1/sessions/${encodeURIComponent(sessionId)}/events`
+  const { controller, release } = transport.link(options.signal)
+  let cursor = after
+  /** The reader is done with the stream: the client closed, or the caller's signal aborted. */
+  const stopped = () => {
+    if (transport.closed) return new BrainClosed()
+    return controller.signal.aborted ? controller.signal.reason : undefined
+  }
+  try {
+    // The pages, up to an empty one.
+    for (;;) {
+      const page = await transport.json<EventPage>({ method: "GET", path: `${path}?after=${cursor}&limit=${PAGE_LIMIT}` }, controller.signal)
+      if (page.events.length === 0) break
+      for (const event of page.events) {
+        if (event.sequence <= cursor) continue
+        cursor = event.sequence
+        yield { type: "event", event }
+        if (event.kind === SESSION_ENDED) return
+      }
+      cursor = Math.max(cursor, page.next_cursor)
+    }
+    if (options.live === false) return
+
+    // The live stream, reopened after the cursor until `session_ended`.
+    const deadlineMs = options.reconnectDeadlineMs ?? RECONNECT_DEADLINE_MS
+    let failingSince: number | undefined
+    let pause = RECONNECT_FIRST_MS
+    for (;;) {
+      let failure: BrainError | undefined
+      try {
+        const response = await transport.open(`${path}?after=${cursor}`, {
+          method: "GET",
+          headers: transport.headers({ accept: "text/event-stream", "last-event-id": String(cursor) }),
+          signal: controller.signal
+        })
+        if (!response.ok || response.body === null) {
+          failure = fromAnswer(response.status, await response.text().catch(() => ""))
+          if (!isUncertain(failure)) throw failure
+        } else {
+          failingSince = undefined
+          pause = RECONNECT_FIRST_MS
+          for await (const frame of sseFrames(response.body)) {
+            if (frame.id !== undefined) {
+              const event = JSON.parse(frame.data) as Event
+              if (event.sequence <= cursor) continue
+              cursor = event.sequence
+              yield { type: "event", event }
+              if (event.kind === SESSION_ENDED) return
+            } else if (frame.event === "model_delta") {
+              if (withDeltas) yield { type: "delta", delta: JSON.parse(frame.data) as ModelDelta }
+            } else if (frame.event === "stream_error") {
+              const body = JSON.parse(frame.data) as { code: BrainError["code"]; message: string; retryable: boolean }
+              failure = new BrainError({ code: body.code, status: response.status, retryable: body.retryable, message: body.message })
+              if (!body.retryable) throw failure
+              break
+            } else if (frame.event === "stream_lagged") {
+              // Fell behind: reopen after our own cursor (at or past the one the frame names).
+              break
+            }
+          }
+        }
+      } catch (e) {
+        const done = stopped()
+        if (done !== undefined) throw done
+        // A read that failed mid-stream (a reset, the server gone) is a dropped connection.
+        failure = e instanceof BrainError ? e : networkError(e)
+        if (!failure.retryable) throw failure
+      }
+      // The stream ended without `session_ended`, or could not open: reopen after the cursor.
+      const now = Date.now()
+      failingSince ??= now
+      if (now - failingSince > deadlineMs) throw failure ?? networkError("the event stream kept ending")
+      await sleep(pause, controller.signal)
+      pause = Math.min(pause * 2, RECONNECT_MAX_MS)
+    }
+  } catch (e) {
+    throw stopped() ?? e
+  } finally {
+    release()
+    controller.abort()
+  }
+}
+
+/** The Events alone, for `session.events(cursor)` without deltas. */
+export async function* eventsOnly(items: AsyncGenerator<EventOrDelta, void, undefined>): AsyncGenerator<Event, void, undefined> {
+  for await (const item of items) if (item.type === "event") yield item.event
+}

@@ -1,0 +1,257 @@
+/**
+ * The Promise client against a real server process (no token): every session method, the Events
+ * iterator (pages then live, deltas as their own kind), typed errors, retries of uncertain
+ * requests under the same Idempotency-Key, and `close`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Brain, BrainClosed, BrainError, type Event, type EventOrDelta } from "../../src/sdk/index.js"
+import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import { history, RecordingFetch, takeUntil } from "./support.js"
+
+const scripted = { model: { provider: "scripted" as const } }
+const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_failed"
+
+describe("the Promise client", () => {
+  let server: ServerProcess
+  let brain: Brain
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer()
+    brain = new Brain({ baseUrl: server.baseUrl })
+  }, 120_000)
+  afterAll(async () => {
+    await brain?.close()
+    await server?.dispose()
+  })
+
+  it("create answers with a handle on the stored session; get and list read the same session back", async () => {
+    const session = await brain.sessions.create(scripted)
+    expect(session.id).toMatch(/^ses_/)
+    expect(session.summary).toMatchObject({ session_id: session.id, status: "idle" })
+    const again = await brain.sessions.get(session.id)
+    expect(again.summary).toEqual(session.summary)
+    const seen: Array<string> = []
+    for (let after: string | undefined;;) {
+      const page = await brain.sessions.list({ limit: 2, ...(after ? { after } : {}) })
+      seen.push(...page.sessions.map((s) => s.session_id))
+      if (page.next_cursor === null) break
+      after = page.next_cursor
+    }
+    expect(seen).toContain(session.id)
+  })
+
+  it("send runs one turn and resolves with its outcome; transcript reads the canonical messages it saved", async () => {
+    const session = await brain.sessions.create(scripted)
+    const outcome = await session.send("hello")
+    expect(outcome.turn).toMatchObject({ status: "ended", result: { text: "hello" } })
+    expect(session.summary.last_sequence).toBe(outcome.last_sequence)
+    const transcript = await session.transcript()
+    expect(transcript.messages).toEqual([{ role: "user", content: "hello" }, { role: "assistant", content: "hello" }])
+    expect(transcript.through_sequence).toBeLessThanOrEqual(outcome.last_sequence)
+  })
+
+  it("submit answers with the receipt of the committed turn_started, and the Events from that receipt show the turn to its end", async () => {
+    const session = await brain.sessions.create(scripted)
+    const receipt = await session.submit({ message: "in the background" })
+    expect(receipt.session_id).toBe(session.id)
+    const events = await takeUntil(session.events(receipt.sequence - 1), isTurnEnd)
+    expect(events[0]).toMatchObject({ sequence: receipt.sequence, kind: "turn_started", data: { input: { message: "in the background" }, mode: "submit" } })
+    expect(events.at(-1)!.kind).toBe("turn_ended")
+    expect((await brain.sessions.get(session.id)).summary.status).toBe("idle")
+  })
+
+  it("events yields pages then the live stream, each sequence once and in order, with data and origin identical to the pages'", async () => {
+    const recording = new RecordingFetch()
+    const reader = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await brain.sessions.create({ ...scripted, agentloop: "emitter" })
+    const live = (await reader.sessions.get(session.id)).events(0)
+    // The creation's Events come from the pages; once they are read, the next read opens the stream.
+    const fromPages: Array<Event> = []
+    while (fromPages.length < session.summary.last_sequence) fromPages.push((await live.next()).value as Event)
+    expect(recording.streamsOpened).toBe(0)
+    const next = live.next()
+    await recording.streams(1)
+    // Everything from here on reaches the reader through the stream: the pages are behind it.
+    await session.send("3")
+    const fromStream = [(await next).value as Event, ...await takeUntil(live, isTurnEnd)]
+    await live.return()
+    await reader.close()
+
+    const read = [...fromPages, ...fromStream]
+    expect(read).toEqual(await history(brain, session.id))
+    const sequences = read.map((e) => e.sequence)
+    expect(sequences).toEqual([...new Set(sequences)].sort((a, b) => a - b))
+    const ticks = fromStream.filter((e) => e.kind === "tick")
+    expect(ticks.map((e) => e.data)).toEqual([{ i: 0, of: 3 }, { i: 1, of: 3 }, { i: 2, of: 3 }])
+    const activation = fromStream.find((e) => e.kind === "activation_started")!
+    for (const tick of ticks) expect(tick.origin).toEqual({ kind: "agentloop", sequence: activation.sequence })
+  })
+
+  it("with deltas: true, live model deltas come as {type: \"delta\"} items between the call's start and end, and join to the committed text", async () => {
+    const text = "one two three four five"
+    const recording = new RecordingFetch()
+    const reader = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await reader.sessions.create({ model: { provider: "scripted", replies: [{ text, delay_ms: 300 }] } })
+    const live = session.events(session.summary.last_sequence, { deltas: true })
+    const first = live.next()
+    await recording.streams(1)
+    await session.submit("go")
+    const items: Array<EventOrDelta> = [(await first).value as EventOrDelta]
+    items.push(...await takeUntil(live, (i) => i.type === "event" && isTurnEnd(i.event)))
+    await reader.close()
+
+    const kinds = items.map((i) => (i.type === "event" ? i.event.kind : "delta"))
+    const started = kinds.indexOf("model_call_started")
+    const ended = kinds.indexOf("model_call_ended")
+    const deltas = items.flatMap((i) => (i.type === "delta" ? [i.delta] : []))
+    expect(deltas.length).toBe(text.split(" ").length)
+    for (const [at, kind] of kinds.entries()) if (kind === "delta") expect(at > started && at < ended).toBe(true)
+    const call = (items[started] as { event: Event }).event
+    for (const d of deltas) expect(d).toMatchObject({ session_id: session.id, model_call: call.sequence, type: "text" })
+    expect(deltas.map((d) => (d.type === "text" ? d.text : "")).join("")).toBe(text)
+    expect((items[ended] as { event: Event }).event.data).toMatchObject({ result: { text } })
+  })
+
+  it("interrupt cancels the turn in flight and keeps the session open for another turn", async () => {
+    const session = await brain.sessions.create({ model: { provider: "scripted", replies: [{ text: "slow reply", delay_ms: 5_000 }, { text: "next" }] } })
+    const live = session.events(session.summary.last_sequence)
+    const receipt = await session.submit("go")
+    await takeUntil(live, (e) => e.kind === "model_call_started")
+    const summary = await session.interrupt()
+    expect(summary.session_id).toBe(session.id)
+    const rest = await takeUntil(live, isTurnEnd)
+    await live.return()
+    expect(rest.at(-1)).toMatchObject({ kind: "turn_failed", data: { sequence: receipt.sequence, failure: { code: "cancelled" } } })
+    const next = await session.send("again")
+    expect(next.turn).toMatchObject({ status: "ended", result: { text: "next" } })
+  })
+
+  it("end refuses new messages with a typed 409 session_ended, keeps the history readable, and delete then removes the session (404)", async () => {
+    const session = await brain.sessions.create(scripted)
+    await session.send("before the end")
+    const ended = await session.end()
+    expect(ended.status).toBe("ended")
+    const refused = await session.send("after the end").catch((e) => e)
+    expect(refused).toBeInstanceOf(BrainError)
+    expect(refused).toMatchObject({ code: "session_ended", status: 409 })
+    const events = await takeUntil(session.events(0), () => false) // ends by itself after session_ended
+    expect(events.at(-1)!.kind).toBe("session_ended")
+    expect((await session.transcript()).messages).toHaveLength(2)
+    await session.delete()
+    const gone = await brain.sessions.get(session.id).catch((e) => e)
+    expect(gone).toMatchObject({ _tag: "BrainError", code: "not_found", status: 404, retryable: false })
+  })
+
+  it("refusals are BrainErrors carrying the server's code, status, retryable and message", async () => {
+    const malformed = await brain.sessions.get("not-a-session-id").catch((e) => e)
+    expect(malformed).toBeInstanceOf(BrainError)
+    expect(malformed).toMatchObject({ code: "invalid_request", status: 400, retryable: false })
+    expect(malformed.message.length).toBeGreaterThan(0)
+    const badBody = await brain.sessions.create({ model: { provider: "scripted" }, unknown_field: 1 } as never).catch((e) => e)
+    expect(badBody).toMatchObject({ _tag: "BrainError", code: "invalid_request", status: 400 })
+    const session = await brain.sessions.create(scripted)
+    const pastTheEnd = await takeUntil(session.events(1_000_000), () => true).catch((e) => e)
+    expect(pastTheEnd).toMatchObject({ code: "invalid_request", status: 400, details: { last_sequence: session.summary.last_sequence } })
+  })
+
+  it("a request whose answer was lost is retried with the same Idempotency-Key, body and mode, and its turn runs once", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted)
+    const isMessage = (s: { url: string; method: string }) => s.method === "POST" && s.url.endsWith("/messages")
+
+    recording.dropAnswer(isMessage)
+    const outcome = await session.send("exactly once")
+    expect(outcome.turn.status).toBe("ended")
+    recording.dropAnswer(isMessage)
+    const receipt = await session.submit("submitted once")
+    await takeUntil(session.events(receipt.sequence - 1), isTurnEnd)
+    await client.close()
+
+    const attempts = recording.sent.filter(isMessage)
+    expect(attempts).toHaveLength(4)
+    const [send1, send2, submit1, submit2] = attempts
+    expect(send2!.headers["idempotency-key"]).toBe(send1!.headers["idempotency-key"])
+    expect(send2!.body).toBe(send1!.body)
+    expect(send1!.headers.prefer).toBeUndefined()
+    expect(send2!.headers.prefer).toBeUndefined()
+    expect(submit2!.headers["idempotency-key"]).toBe(submit1!.headers["idempotency-key"])
+    expect(submit2!.body).toBe(submit1!.body)
+    expect([submit1!.headers.prefer, submit2!.headers.prefer]).toEqual(["respond-async", "respond-async"])
+    expect(submit1!.headers["idempotency-key"]).not.toBe(send1!.headers["idempotency-key"])
+
+    const started = (await history(brain, session.id)).filter((e) => e.kind === "turn_started")
+    expect(started.map((e) => (e.data as { input: { message: string } }).input.message)).toEqual(["exactly once", "submitted once"])
+  })
+
+  it("every mutating call carries an Idempotency-Key, the caller's when given", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted, { idempotencyKey: "create-key-1" })
+    await session.send("one")
+    await session.submit("two")
+    await takeUntil(session.events(0), (e) => e.kind === "turn_ended" && (e.data as { sequence: number }).sequence > 3)
+    await session.interrupt()
+    await session.end()
+    await session.delete()
+    await client.close()
+    const mutating = recording.sent.filter((s) => s.method !== "GET")
+    expect(mutating.map((s) => s.method)).toEqual(["POST", "POST", "POST", "POST", "POST", "DELETE"])
+    for (const s of mutating) expect(s.headers["idempotency-key"]).toMatch(/^.{1,256}$/)
+    expect(mutating[0]!.headers["idempotency-key"]).toBe("create-key-1")
+    expect(new Set(mutating.map((s) => s.headers["idempotency-key"])).size).toBe(mutating.length)
+  })
+
+  it("a 409 ambiguous or conflict answer is a typed error, never retried", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 1_000 }] } })
+    const first = session.send("one", { idempotencyKey: "turn-key" })
+    const live = session.events(session.summary.last_sequence)
+    await takeUntil(live, (e) => e.kind === "turn_started")
+    await live.return()
+    // The same request again while the first still runs: its claim has no answer yet.
+    const inFlight = await session.send("one", { idempotencyKey: "turn-key" }).catch((e) => e)
+    expect(inFlight).toBeInstanceOf(BrainError)
+    expect(inFlight).toMatchObject({ code: "ambiguous", status: 409 })
+    expect((await first).turn.status).toBe("ended")
+    const conflict = await session.send("another body", { idempotencyKey: "turn-key" }).catch((e) => e)
+    expect(conflict).toMatchObject({ _tag: "BrainError", code: "conflict", status: 409 })
+    await client.close()
+    const sends = recording.sent.filter((s) => s.method === "POST" && s.url.endsWith("/messages"))
+    expect(sends).toHaveLength(3)
+  })
+
+  it("close is idempotent, ends a live iterator, rejects every later call with BrainClosed, and leaves the sessions usable from another client", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted)
+    await session.send("before close")
+    const live = session.events(session.summary.last_sequence)
+    const pending = live.next()
+    await recording.streams(1)
+
+    await client.close()
+    await client.close()
+    expect(client.closed).toBe(true)
+    await expect(pending).rejects.toBeInstanceOf(BrainClosed)
+    const later = await Promise.all([
+      client.sessions.create(scripted).catch((e) => e),
+      client.sessions.get(session.id).catch((e) => e),
+      client.sessions.list().catch((e) => e),
+      session.send("after close").catch((e) => e),
+      session.submit("after close").catch((e) => e),
+      session.transcript().catch((e) => e),
+      session.interrupt().catch((e) => e),
+      session.end().catch((e) => e),
+      session.delete().catch((e) => e),
+      session.events(0).next().catch((e) => e)
+    ])
+    for (const e of later) expect(e).toBeInstanceOf(BrainClosed)
+    expect(recording.sent.filter((s) => s.method !== "GET")).toHaveLength(2) // the create and the send before close
+
+    const other = await brain.sessions.get(session.id)
+    expect(other.summary.status).toBe("idle")
+    expect((await other.send("after the other client closed")).turn.status).toBe("ended")
+  })
+})

@@ -1,0 +1,82 @@
+/**
+ * Helpers for the SDK's tests against a real server: a `fetch` that records what the SDK sent and
+ * says when a live stream has opened, a free port for a server that must come back on the same
+ * address, and a reader of a session's whole history through pages only.
+ */
+import * as net from "node:net"
+import type { Brain, Event, Fetch } from "../../src/sdk/index.js"
+
+export interface Sent {
+  readonly url: string
+  readonly method: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string | undefined
+}
+
+/**
+ * A fetch over the global one that records every request, counts the live streams it opened,
+ * and can drop an answer: `dropAnswer(match)` makes the next request `match` accepts reach the
+ * server and be answered in full, and then fail as a reset connection would.
+ */
+export class RecordingFetch {
+  readonly sent: Array<Sent> = []
+  streamsOpened = 0
+  private drop: ((s: Sent) => boolean) | undefined
+  private streamWaiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
+
+  readonly fetch: Fetch = async (url, init) => {
+    const headers = { ...(init.headers as Record<string, string>) }
+    const sent: Sent = { url, method: init.method ?? "GET", headers, body: init.body as string | undefined }
+    this.sent.push(sent)
+    const response = await globalThis.fetch(url, init)
+    if (this.drop?.(sent)) {
+      this.drop = undefined
+      await response.arrayBuffer()
+      throw new TypeError("fetch failed (the test dropped the answer after the server sent it)")
+    }
+    if (headers.accept === "text/event-stream" && response.ok) {
+      this.streamsOpened++
+      for (const w of this.streamWaiters.filter((w) => this.streamsOpened >= w.count)) w.resolve()
+    }
+    return response
+  }
+
+  dropAnswer(match: (s: Sent) => boolean) {
+    this.drop = match
+  }
+
+  /** Resolves once `count` live streams have opened. */
+  streams(count: number): Promise<void> {
+    if (this.streamsOpened >= count) return Promise.resolve()
+    return new Promise((resolve) => this.streamWaiters.push({ count, resolve }))
+  }
+}
+
+export const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
+  })
+
+/** Every Event of a session, read through pages only. */
+export const history = async (brain: Brain, id: string): Promise<Array<Event>> => {
+  const session = await brain.sessions.get(id)
+  const events: Array<Event> = []
+  for await (const e of session.events(0, { live: false })) events.push(e)
+  return events
+}
+
+/** Takes items from `it` until `stop` accepts one (included). */
+export const takeUntil = async <A>(it: AsyncIterator<A>, stop: (a: A) => boolean): Promise<Array<A>> => {
+  const items: Array<A> = []
+  for (;;) {
+    const r = await it.next()
+    if (r.done) return items
+    items.push(r.value)
+    if (stop(r.value)) return items
+  }
+}
