@@ -53,6 +53,8 @@ const KILLS = arg("kills", 20)
 const SESSIONS = arg("sessions", 8)
 const TURNS_PER_SESSION = arg("turns-per-session", 15)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+/** Milliseconds a (re)started server may take to listen: generous, a loaded 2-core machine is slow. */
+const START_DEADLINE_MS = 90_000
 const rand = (lo, hi) => lo + Math.floor(Math.random() * (hi - lo + 1))
 const violations = []
 const violation = (text) => violations.push(text)
@@ -104,7 +106,7 @@ const startServer = async () => {
       if (line.includes("brain listening on")) resolve(true)
     })
   })
-  const r = await Promise.race([listening, exited, sleep(20000).then(() => "timeout")])
+  const r = await Promise.race([listening, exited, sleep(START_DEADLINE_MS).then(() => "timeout")])
   if (r !== true) throw new Error(`the server did not start (${JSON.stringify(r)}):\n${serverOutput}`)
   server = { child, exited }
   up = true
