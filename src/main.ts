@@ -17,7 +17,9 @@ import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as EnvironmentBindingsConfig from "./layers/EnvironmentBindingsConfig.js"
+import * as EnvironmentsHost from "./layers/EnvironmentsHost.js"
 import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
+import * as HostsLive from "./layers/HostsLive.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
 import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
@@ -46,7 +48,8 @@ import { BodyBudget, gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
 import { ModelBindings } from "./services/ModelBindings.js"
-import { EnvironmentBindings } from "./services/Environments.js"
+import { EnvironmentBindings, Environments } from "./services/Environments.js"
+import { Hosts } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
@@ -137,6 +140,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     Layer.provide(Layer.succeed(ServerConfig, config))
   )
   const environmentBindings = EnvironmentBindingsConfig.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
+  // Registrations live under the data directory (the journal layer holds its lock).
+  const hosts = HostsLive.layerConfigured.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
   const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
   const agentloops = Layer.unwrapEffect(
     Effect.map(readOfficialLoop, (officialModule) =>
@@ -154,7 +159,15 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       ? Layer.succeed(Models, extensions.models)
       : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     ToolsLive.layer(extensions.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
-    EnvironmentsHttp.layerConfigured.pipe(Layer.provide(NodeHttpClient.layerUndici)),
+    // One Environments: `http` ones over HTTP, `host` ones over the registered hosts' command streams.
+    Layer.effect(
+      Environments,
+      Effect.gen(function*() {
+        const http = yield* EnvironmentsHttp.makeConfigured
+        const host = EnvironmentsHost.make(yield* Hosts)
+        return EnvironmentsHost.byDriver({ http, host })
+      })
+    ).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     agentloops,
     wasm,
     telemetryLayer(config.telemetry),
@@ -164,7 +177,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       retentionMs: config.requestRetentionMs,
       maxAnswerBytes: config.idempotencyMaxAnswerBytes
     })
-  ).pipe(Layer.provideMerge(Layer.mergeAll(base, bindings, environmentBindings)))
+  ).pipe(Layer.provideMerge(Layer.mergeAll(base, bindings, environmentBindings, hosts)))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }
 

@@ -15,6 +15,7 @@
  * Pure: the caller reads the file and hands over a lookup for environment variables.
  */
 import { Data, Either, ParseResult, Redacted, Schema } from "effect"
+import { HostId } from "./Ids.js"
 import { Json } from "./Messages.js"
 import { BindingName } from "./ModelBinding.js"
 
@@ -45,10 +46,14 @@ export const BrainEnvironment = Schema.Struct({
   options: Schema.optional(EnvironmentOptions)
 }).annotations(exact)
 
-/** An application process over the host connection. */
+/**
+ * An application process over the host connection (docs/environments.md, "The `host` driver"):
+ * `host` is the id `POST /v1/hosts` gave it. It gets no setup request: `options` are only journaled.
+ */
 export const HostEnvironment = Schema.Struct({
   name: EnvironmentName,
   driver: Schema.Literal("host"),
+  host: HostId,
   options: Schema.optional(EnvironmentOptions)
 }).annotations(exact)
 
@@ -101,13 +106,18 @@ interface Tool {
 export const admitEnvironments = (
   declarations: ReadonlyArray<EnvironmentDeclaration>,
   tools: ReadonlyArray<Tool>,
-  bindings: EnvironmentBindings
+  bindings: EnvironmentBindings,
+  /** Whether a host is registered: what a `host` Environment may name. */
+  hostRegistered: (host: string) => boolean = () => false
 ): Either.Either<ReadonlyArray<AdmittedEnvironment>, string> => {
   const byName = new Map<string, EnvironmentDeclaration>()
   const admitted: Array<AdmittedEnvironment> = []
   for (const d of declarations) {
     if (byName.has(d.name)) return Either.left(`two Environments are named ${JSON.stringify(d.name)}`)
     byName.set(d.name, d)
+    if (d.driver === "host" && !hostRegistered(d.host)) {
+      return Either.left(`Environment ${JSON.stringify(d.name)}: no host is registered with id ${JSON.stringify(d.host)} (POST /v1/hosts)`)
+    }
     if (d.driver !== "http") {
       admitted.push(d)
       continue

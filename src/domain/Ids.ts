@@ -26,7 +26,25 @@ export type Sequence = typeof Sequence.Type
  * Mints `ses_` + 10 characters of milliseconds + 16 random characters (80 bits), so ids sort by
  * creation time and two servers minting in the same millisecond still do not collide.
  */
-export const mintSessionId: Effect.Effect<SessionId> = Effect.gen(function*() {
+export const mintSessionId: Effect.Effect<SessionId> = Effect.map(Effect.suspend(() => mintTimeOrdered("ses_")), (id) => id as SessionId)
+
+export const HOST_ID_PATTERN = /^host_[0-9abcdefghjkmnpqrstvwxyz]{26}$/
+
+/** A registered host (an application process serving host tools): what a `host` Environment names. */
+export const HostId = Schema.String.pipe(
+  Schema.pattern(HOST_ID_PATTERN, {
+    message: () => "a host id is `host_` followed by 26 characters of a time-ordered id"
+  }),
+  Schema.brand("HostId")
+)
+export type HostId = typeof HostId.Type
+
+export const isHostId = Schema.is(HostId)
+
+/** Mints `host_` + the same 26 characters as a session id: time-ordered, 80 random bits. */
+export const mintHostId: Effect.Effect<HostId> = Effect.map(Effect.suspend(() => mintTimeOrdered("host_")), (id) => id as HostId)
+
+const mintTimeOrdered = (prefix: string): Effect.Effect<string> => Effect.gen(function*() {
   let time = yield* Clock.currentTimeMillis
   const chars: Array<string> = []
   for (let i = 0; i < 10; i++) {
@@ -36,5 +54,5 @@ export const mintSessionId: Effect.Effect<SessionId> = Effect.gen(function*() {
   for (let i = 0; i < 16; i++) {
     chars.push(ALPHABET[yield* Random.nextIntBetween(0, 32)]!)
   }
-  return `ses_${chars.join("")}` as SessionId
+  return `${prefix}${chars.join("")}`
 })

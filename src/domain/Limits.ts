@@ -145,3 +145,21 @@ export const TELEMETRY_EXPORT_TIMEOUT_MS = 10_000
 export const TELEMETRY_FLUSH_MS = 2_000
 /** Milliseconds. At most one warning per sink per interval about dropped or failed telemetry, with the counts. */
 export const TELEMETRY_WARN_INTERVAL_MS = 60_000
+
+/**
+ * Commands (tool calls and cancels). The most commands waiting in one host's command stream
+ * before they reach its socket. A call offered beyond it is not sent (`error`, nothing happened)
+ * rather than let a host that stopped reading grow the server's memory; a cancel beyond it is not
+ * sent (the call ends unconfirmed).
+ */
+export const HOST_COMMAND_QUEUE = 1_024
+
+/**
+ * Hosts. The most registrations a server keeps. Each is a line in `hosts/registrations.jsonl`
+ * and an entry in memory for as long as the data directory lives (they survive restarts), so
+ * the count is bounded; past it `POST /v1/hosts` answers 503 `overloaded`.
+ */
+export const MAX_HOSTS = 4_096
+
+/** Bytes of randomness in a host token (256 bits): unguessable; only its SHA-256 is stored. */
+export const HOST_TOKEN_BYTES = 32

@@ -15,6 +15,11 @@ import {
   CreateSessionRequest,
   ErrorBody,
   EventPage,
+  HostEvent,
+  HostEventCommitted,
+  HostPath,
+  HostRegistered,
+  HostResult,
   EventsParams,
   ListParams,
   MessageHeaders,
@@ -129,10 +134,53 @@ export const sessions = HttpApiGroup.make("sessions")
   .addError(UnsupportedMedia)
   .addError(Overloaded)
 
+export const hosts = HttpApiGroup.make("hosts")
+  .add(
+    HttpApiEndpoint.post("register", "/v1/hosts")
+      .addSuccess(HostRegistered, { status: 201 })
+      .annotate(
+        OpenApi.Description,
+        "Register a host: an application process that runs the tools of `host` Environments (docs/environments.md, \"The `host` driver\"). Needs the server's API token when one is set. Not idempotent: the answer holds a secret the server never stores, so a retry registers another host."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("commands", "/v1/hosts/:id/commands")
+      .setPath(HostPath)
+      .addSuccess(HttpApiSchema.Text({ contentType: "text/event-stream" }))
+      .annotate(
+        OpenApi.Description,
+        "The host's command stream (SSE), with the host's own token. First `event: ready`, then `event: call` `{session_id, sequence, environment, name, call_id, input, deadline_at_ms}` and `event: cancel` `{session_id, sequence, reason}` frames, and heartbeat comments. Each command is written once: a new stream replaces the previous one, whose calls in flight become `unknown`, and carries only new commands."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("results", "/v1/hosts/:id/results")
+      .setPath(HostPath)
+      .setPayload(HostResult)
+      .addSuccess(HttpApiSchema.NoContent)
+      .annotate(OpenApi.Description, "A call's result: `ok`, `error`, or after a cancel `stopped: true`. 409 `conflict` for a call not in flight on this host.")
+  )
+  .add(
+    HttpApiEndpoint.post("events", "/v1/hosts/:id/events")
+      .setPath(HostPath)
+      .setPayload(HostEvent)
+      .addSuccess(HostEventCommitted)
+      .annotate(
+        OpenApi.Description,
+        "Commits a tool-origin Event of a call in flight (`origin: {kind: \"tool\", sequence}`) before the call's outcome; answered once it is durable."
+      )
+  )
+  .addError(BadRequest)
+  .addError(Unauthorized)
+  .addError(Conflict)
+  .addError(TooLarge)
+  .addError(UnsupportedMedia)
+  .addError(Overloaded)
+
 export const BrainApi = HttpApi.make("brain")
   .add(health)
   .add(agentloops)
   .add(sessions)
+  .add(hosts)
   .annotate(OpenApi.Title, "Brain")
   .annotate(OpenApi.Version, "0.1.0")
   .annotate(OpenApi.Description, "A durable session server for AI agents")

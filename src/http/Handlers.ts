@@ -5,13 +5,16 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, FiberId, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Agentloops } from "../services/Agentloop.js"
+import { type HostRefused, Hosts } from "../services/Hosts.js"
 import { type Answer, Idempotency } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type SessionError, Sessions } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import { apiFailure, fromFailure } from "./Errors.js"
-import { emptyAnswer, idempotent, jsonAnswer } from "./Idempotent.js"
+import { emptyAnswer, idempotent, jsonAnswer, respond } from "./Idempotent.js"
+import { bearerToken } from "./Middleware.js"
 import { eventsFailure, sseResponse } from "./Sse.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
 
@@ -169,10 +172,59 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("delete", lifecycle("delete", (id) => Effect.as(sessions.delete(id), emptyAnswer(204))))
   }))
 
+const hostRefused = (e: HostRefused) =>
+  apiFailure(e.code, e.message, { retryable: e.retryable ?? false, ...(e.details !== undefined ? { details: e.details } : {}) })
+
+/**
+ * The host routes. Each but `register` needs the host's own token: a missing, wrong or other
+ * host's token, and an unknown host id, all answer the same 401 (the gate lets these routes
+ * through without the server's API token).
+ */
+export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "hosts", (h) =>
+  Effect.gen(function*() {
+    const hosts = yield* Hosts
+    const authorized = (id: string, headers: Readonly<Record<string, string | undefined>>) =>
+      hosts.authorize(id, bearerToken(headers["authorization"]))
+        ? Effect.void
+        : Effect.fail(apiFailure("unauthorized", "this route needs the host's own token: `Authorization: Bearer <host token>`"))
+    return h
+      .handle("register", () => Effect.mapError(hosts.register, hostRefused).pipe(Effect.map((r) => respond(jsonAnswer(201, r))), asRaw))
+      .handle("commands", ({ path, request }) =>
+        Effect.gen(function*() {
+          yield* authorized(path.id, request.headers)
+          const stream = yield* hosts.connect(path.id)
+          // A server stop ends the stream; its calls in flight become uncertain.
+          yield* Effect.forkScoped(Effect.zipRight(Deferred.await(admission.stopped), stream.stop))
+          return HttpServerResponse.raw(stream.body, {
+            contentType: "text/event-stream",
+            headers: { "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
+          })
+        }).pipe(asRaw))
+      .handle("results", ({ path, payload, request }) =>
+        Effect.gen(function*() {
+          yield* authorized(path.id, request.headers)
+          const call = { session: payload.session_id, sequence: payload.sequence }
+          const answer = "ok" in payload
+            ? { ok: payload.ok }
+            : "error" in payload
+            ? { error: payload.error }
+            : { stopped: true as const }
+          yield* Effect.mapError(hosts.result(path.id, call, answer), hostRefused)
+        }).pipe(asRaw))
+      .handle("events", ({ path, payload, request }) =>
+        Effect.gen(function*() {
+          yield* authorized(path.id, request.headers)
+          const call = { session: payload.session_id, sequence: payload.sequence }
+          const sequence = yield* Effect.mapError(hosts.event(path.id, call, payload.kind, payload.payload), hostRefused)
+          return { sequence }
+        }))
+  }))
+
 export const apiLive = (admission: Admission) =>
   HttpApiBuilder.api(BrainApi).pipe(
     Layer.provide(healthLive(admission)),
     Layer.provide(agentloopsLive),
-    Layer.provide(sessionsLive(admission))
+    Layer.provide(sessionsLive(admission)),
+    Layer.provide(hostsLive(admission))
   )
 

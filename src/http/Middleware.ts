@@ -57,13 +57,19 @@ const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
 
 /** Routes that take no payload: a body other than `{}` is an unknown field. */
-const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(sessions|agentloops)\/[^/]+)\/?$/
+const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(sessions|agentloops)\/[^/]+|POST \/v1\/hosts)\/?$/
+
+/** A host's own routes: they carry the host's token (checked by the handler), not the server's API token. */
+const HOST_ROUTE = /^\/v1\/hosts\/[^/]+\/(commands|results|events)\/?$/
+
+/** A host's answers for work already admitted: taken while the server drains, so that its calls can end. */
+const HOST_ANSWER = /^\/v1\/hosts\/[^/]+\/(results|events)\/?$/
 
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
 
 /** The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive (RFC 7235). */
-const bearerToken = (header: string | undefined) => {
+export const bearerToken = (header: string | undefined) => {
   const m = /^bearer +(\S+) *$/i.exec(header ?? "")
   return m ? m[1]! : ""
 }
@@ -86,14 +92,14 @@ export const gate = (options: GateOptions) => {
         // Health is answered, and the connection closed after it to free the slot.
         return yield* Effect.map(app, (response) => HttpServerResponse.setHeader(response, "connection", "close"))
       }
-      if (expected && !health) {
+      if (expected && !health && !HOST_ROUTE.test(path)) {
         // Compared as digests in constant time, whatever the length of what was sent.
         if (!crypto.timingSafeEqual(digest(bearerToken(request.headers["authorization"])), expected)) {
           return yield* Effect.fail(apiFailure("unauthorized", "a valid `Authorization: Bearer <token>` is required"))
         }
       }
       if (BODY_METHODS.has(request.method)) {
-        if (options.draining()) {
+        if (options.draining() && !HOST_ANSWER.test(path)) {
           return yield* Effect.fail(apiFailure("overloaded", "the server is stopping and admits no new work", { retryable: true }))
         }
         const declared = request.headers["content-length"]

@@ -5,7 +5,7 @@ import { Schema } from "effect"
 import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
-import { SessionId } from "../domain/Ids.js"
+import { HostId, SessionId } from "../domain/Ids.js"
 import { Json, Message, TurnInput } from "../domain/Messages.js"
 import { Origin } from "../domain/Records.js"
 
@@ -142,3 +142,41 @@ export const MessageHeaders = Schema.Struct({
 })
 
 export const SessionPath = Schema.Struct({ id: SessionId })
+
+// ---------------------------------------------------------------------------------------------
+// Hosts (docs/environments.md, "The `host` driver")
+
+export const HostRegistered = Schema.Struct({
+  host_id: HostId,
+  token: Schema.String.annotations({
+    description: "The host's own bearer token for its routes. Shown once: the server keeps only its SHA-256"
+  })
+}).annotations({ identifier: "HostRegistered" })
+
+export const HostPath = Schema.Struct({ id: HostId })
+
+/** A call is named by its session and the sequence of its `tool_call_started`. */
+const CallName = {
+  session_id: SessionId,
+  sequence: Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+}
+
+export const HostResult = Schema.Union(
+  Schema.Struct({ ...CallName, ok: Json }).annotations({ ...strict, description: "the tool's output" }),
+  Schema.Struct({ ...CallName, error: Json }).annotations({ ...strict, description: "the tool's own error, shown to the model" }),
+  Schema.Struct({ ...CallName, stopped: Schema.Literal(true) }).annotations({
+    ...strict,
+    description: "after a cancel command only: the call has stopped and will do nothing further"
+  })
+).annotations({ identifier: "HostResult" })
+export type HostResult = typeof HostResult.Type
+
+export const HostEvent = Schema.Struct({
+  ...CallName,
+  kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)),
+  payload: Json
+}).annotations({ identifier: "HostEvent", ...strict })
+
+export const HostEventCommitted = Schema.Struct({
+  sequence: Schema.Int.annotations({ description: "the committed Event's sequence" })
+}).annotations({ identifier: "HostEventCommitted" })

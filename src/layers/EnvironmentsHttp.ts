@@ -194,12 +194,16 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
 export const layer = (options: EnvironmentsHttpOptions): Layer.Layer<Environments, never, HttpClient.HttpClient> =>
   Layer.effect(Environments, make(options))
 
-/** The driver over the server's bindings (BRAIN_ENVIRONMENTS) and settings, as main.ts wires it. */
-export const layerConfigured: Layer.Layer<Environments, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Layer.effect(
-  Environments,
-  Effect.gen(function*() {
+/** The driver over the server's bindings (BRAIN_ENVIRONMENTS) and settings. */
+export const makeConfigured: Effect.Effect<EnvironmentsShape, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Effect.gen(
+  function*() {
     const bindings = yield* ConfiguredBindings
     const config = yield* ServerConfig
     return yield* make({ bindings, maxResponseBytes: config.maxEnvironmentResponseBytes, graceMs: config.cancelGraceMs })
-  })
+  }
+)
+
+export const layerConfigured: Layer.Layer<Environments, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Layer.effect(
+  Environments,
+  makeConfigured
 )

@@ -7,6 +7,7 @@ import { Clock, Deferred, Duration, Effect, Either, FiberSet, Layer, Option } fr
 import { admitEnvironments, type AdmittedEnvironment, noEnvironmentBindings } from "../domain/Environment.js"
 import type { JournalRecord } from "../domain/Records.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
+import { Hosts } from "../services/Hosts.js"
 import { runStep, standing } from "./sessions/EnvironmentSteps.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
@@ -55,6 +56,8 @@ export const make = Effect.gen(function*() {
     environments: Option.getOrUndefined(yield* Effect.serviceOption(Environments))
   }
   const environmentBindings = Option.getOrElse(yield* Effect.serviceOption(EnvironmentBindings), () => noEnvironmentBindings)
+  // Optional: without the host registry no host is registered, and a `host` Environment is refused at create.
+  const hosts = Option.getOrUndefined(yield* Effect.serviceOption(Hosts))
   const steps = { fence: deps.fence, environments: deps.environments }
   /** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
   const fromFence = (e: FenceError): SessionError =>
@@ -245,13 +248,7 @@ export const make = Effect.gen(function*() {
         }
         // Environments are admitted now: names, bindings and placements, before anything is written.
         const declared = request.environments ?? []
-        const host = declared.find((d) => d.driver === "host")
-        if (host !== undefined) {
-          return yield* Effect.fail(
-            refuse(failure("invalid_request", `Environment ${JSON.stringify(host.name)}: the host driver is not available on this server yet`))
-          )
-        }
-        const admitted = admitEnvironments(declared, request.tools ?? [], environmentBindings)
+        const admitted = admitEnvironments(declared, request.tools ?? [], environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
         if (Either.isLeft(admitted)) return yield* Effect.fail(refuse(failure("invalid_request", admitted.left)))
         const environments = admitted.right
         // A binding name is resolved now and its non-secret fields recorded with the session.

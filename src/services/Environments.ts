@@ -48,6 +48,11 @@ export interface EnvironmentCall extends OperationName {
   readonly input: unknown
   /** Epoch milliseconds; 0 = no deadline. */
   readonly deadlineAtMs: number
+  /**
+   * Commits a tool-origin Event of this call (`origin: {kind: "tool", sequence}`) and answers its
+   * sequence; refused once the call is over. A `host` Environment posts them; `http` has none.
+   */
+  readonly emit?: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
 }
 
 /** A definite answer to a tool call: the tool's output, or its own error for the model. */
@@ -74,7 +79,7 @@ export type CancelAnswer =
 /** Nothing reached the Environment: the operation did not happen. */
 export class EnvironmentNotSent extends Data.TaggedError("EnvironmentNotSent")<{
   readonly environment: string
-  readonly reason: "binding_missing" | "binding_moved" | "unreachable" | "driver_unavailable"
+  readonly reason: "binding_missing" | "binding_moved" | "unreachable" | "driver_unavailable" | "host_unknown" | "host_disconnected" | "host_busy"
   readonly message: string
 }> {
   get failure(): Failure {

@@ -41,11 +41,13 @@ describe("environment declarations", () => {
   it("each driver decodes with its own fields; an http Environment needs a binding and the others refuse one", () => {
     expect(Either.isRight(decodeDeclaration({ name: "sandbox", driver: "http", binding: "sandboxes", options: { image: "py" } }))).toBe(true)
     expect(Either.isRight(decodeDeclaration({ name: "wasm", driver: "brain" }))).toBe(true)
-    expect(Either.isRight(decodeDeclaration({ name: "app", driver: "host" }))).toBe(true)
+    expect(Either.isRight(decodeDeclaration({ name: "app", driver: "host", host: "host_01hzzzzzzzzzzzzzzzzzzzzzzz" }))).toBe(true)
+    expect(Either.isLeft(decodeDeclaration({ name: "app", driver: "host" }))).toBe(true)
+    expect(Either.isLeft(decodeDeclaration({ name: "app", driver: "host", host: "not-a-host-id" }))).toBe(true)
     expect(Either.isLeft(decodeDeclaration({ name: "sandbox", driver: "http" }))).toBe(true)
     expect(Either.isLeft(decodeDeclaration({ name: "wasm", driver: "brain", binding: "sandboxes" }))).toBe(true)
     expect(Either.isLeft(decodeDeclaration({ name: "x", driver: "docker" }))).toBe(true)
-    expect(Either.isLeft(decodeDeclaration({ name: "bad name", driver: "host" }))).toBe(true)
+    expect(Either.isLeft(decodeDeclaration({ name: "bad name", driver: "host", host: "host_01hzzzzzzzzzzzzzzzzzzzzzzz" }))).toBe(true)
     // A credential has no place in a create body.
     expect(Either.isLeft(decodeDeclaration({ name: "s", driver: "http", binding: "b", token: SECRET }))).toBe(true)
   })

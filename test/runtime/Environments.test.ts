@@ -159,7 +159,7 @@ describe("an http Environment's lifecycle", () => {
           [{ environments: [sandbox("nowhere")] }, `no environment binding named "nowhere"; the configured bindings are "sandboxes"`],
           [{ environments: [sandbox(), sandbox()] }, `two Environments are named "sandbox"`],
           [{ tools: [{ name: "run", environment: "ghost" }] }, `names Environment "ghost", which the session does not declare`],
-          [{ environments: [{ name: "h", driver: "host" }] }, "host driver is not available"]
+          [{ environments: [{ name: "h", driver: "host", host: "host_01hzzzzzzzzzzzzzzzzzzzzzzz" }] }, `no host is registered with id "host_01hzzzzzzzzzzzzzzzzzzzzzzz"`]
         ]
         for (const [body, message] of cases) {
           const refused = yield* Effect.flip(sessions.create({ model: { provider: "scripted" }, ...(body as object) }))

@@ -25,7 +25,10 @@ import { Telemetry, type TelemetryShape } from "../../src/services/Telemetry.js"
 import { NodeHttpClient } from "@effect/platform-node"
 import type { EnvironmentBindings as Bindings } from "../../src/domain/Environment.js"
 import * as EnvironmentsHttp from "../../src/layers/EnvironmentsHttp.js"
-import { EnvironmentBindings, type Environments } from "../../src/services/Environments.js"
+import { EnvironmentBindings, type Environments, Environments as EnvironmentsTag } from "../../src/services/Environments.js"
+import * as EnvironmentsHost from "../../src/layers/EnvironmentsHost.js"
+import * as HostsLive from "../../src/layers/HostsLive.js"
+import { Hosts } from "../../src/services/Hosts.js"
 
 export interface RuntimeOptions {
   readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
@@ -50,9 +53,41 @@ export interface RuntimeOptions {
   readonly environments?:
     | { readonly layer: Layer.Layer<Environments>; readonly bindings?: Bindings }
     | { readonly bindings: Bindings; readonly maxResponseBytes?: number }
+  /**
+   * A host registry (in memory, or over `dataDir`) and the `host` driver beside the http one (if
+   * `environments` gives the http driver's bindings).
+   */
+  readonly hosts?: { readonly dataDir?: string; readonly heartbeatMs?: number }
 }
 
-const environmentsLayer = (choice: RuntimeOptions["environments"], config: Partial<ServerConfig.ServerConfigShape>) => {
+const environmentsLayer = (
+  choice: RuntimeOptions["environments"],
+  config: Partial<ServerConfig.ServerConfigShape>,
+  hostsChoice: RuntimeOptions["hosts"]
+) => {
+  if (hostsChoice !== undefined) {
+    const hosts = HostsLive.layer({
+      dataDir: hostsChoice.dataDir,
+      graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs,
+      heartbeatMs: hostsChoice.heartbeatMs ?? 0,
+      maxResultBytes: config.maxEnvironmentResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes
+    })
+    const http = choice !== undefined && !("layer" in choice)
+      ? EnvironmentsHttp.make({
+        bindings: choice.bindings,
+        maxResponseBytes: choice.maxResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes,
+        graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs
+      }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+      : Effect.succeed(undefined)
+    const driver = Layer.effect(
+      EnvironmentsTag,
+      Effect.gen(function*() {
+        return EnvironmentsHost.byDriver({ http: yield* http, host: EnvironmentsHost.make(yield* Hosts) })
+      })
+    )
+    const bindings = Layer.succeed(EnvironmentBindings, choice?.bindings ?? { names: [], get: () => undefined })
+    return Layer.merge(driver, bindings).pipe(Layer.provideMerge(hosts))
+  }
   if (choice === undefined) return Layer.empty
   const bindings = Layer.succeed(EnvironmentBindings, choice.bindings ?? { names: [], get: () => undefined })
   const driver = "layer" in choice
@@ -98,7 +133,7 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     agentloops,
     wasm,
     options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty,
-    environmentsLayer(options.environments, options.config ?? {})
+    environmentsLayer(options.environments, options.config ?? {}, options.hosts)
   ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
   return SessionsLive.layer.pipe(Layer.provideMerge(deps))
 }

@@ -22,7 +22,7 @@ import type { Cell } from "./Cell.js"
 
 export interface StepDeps {
   readonly fence: EffectFenceShape
-  /** The `http` driver; absent, an `http` step fails before anything is sent. */
+  /** The `http` and `host` drivers; absent, such a step fails before anything is sent. */
   readonly environments: EnvironmentsShape | undefined
 }
 
@@ -70,7 +70,7 @@ export const runStep = (
   const send = (sequence: number): Effect.Effect<LifecycleEnded, EnvironmentFailed> => {
     if (environment.driver === "brain") return Effect.succeed({ result: null })
     const driver = deps.environments
-    if (environment.driver !== "http" || driver === undefined) {
+    if (driver === undefined) {
       return Effect.fail(
         new EnvironmentNotSent({
           environment: environment.name,

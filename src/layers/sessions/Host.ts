@@ -43,7 +43,7 @@ export interface HostDeps {
   readonly live?: LiveDeltas
   /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; absent, it is dropped. */
   readonly telemetry?: TelemetryShape
-  /** The `http` Environments' driver; absent, a tool placed in one ends in `error` (nothing sent). */
+  /** The `http` and `host` Environments' drivers; absent, a tool placed in one ends in `error` (nothing sent). */
   readonly environments?: EnvironmentsShape
 }
 
@@ -254,14 +254,17 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
         const executor = yield* Effect.fork(
           remote !== undefined
-            ? deps.environments && remote.driver === "http"
+            ? deps.environments !== undefined
               ? callRemote(deps.environments, remote, {
                 session: cell.session,
                 sequence,
                 call,
                 deadlineAtMs,
                 signal: controller.signal,
-                stoppedBy: () => stoppedBy
+                stoppedBy: () => stoppedBy,
+                // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
+                emit: (kind, payload) =>
+                  inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
               })
               : Effect.succeed<ToolVerdict>({
                 _tag: "failed",

@@ -18,7 +18,7 @@ import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
-import type { CallAnswer, EnvironmentsShape } from "../../services/Environments.js"
+import type { CallAnswer, EnvironmentCall, EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolReply } from "../../services/Tools.js"
 
 /** What a remote call came to: an answer (or a confirmed stop), or a failure with its outcome. */
@@ -45,6 +45,8 @@ export const callRemote = (
     readonly signal: AbortSignal
     /** Read once the signal has aborted: the call's own deadline, or the turn's cancel. */
     readonly stoppedBy: () => "cancel" | "deadline"
+    /** Commits a tool-origin Event of this call (a host posts them); refused once the call is over. */
+    readonly emit?: EnvironmentCall["emit"]
   }
 ): Effect.Effect<RemoteVerdict> =>
   Effect.gen(function*() {
@@ -56,7 +58,8 @@ export const callRemote = (
       name: call.name,
       callId: call.id,
       input: call.input ?? null,
-      deadlineAtMs: invocation.deadlineAtMs ?? 0
+      deadlineAtMs: invocation.deadlineAtMs ?? 0,
+      ...(invocation.emit !== undefined ? { emit: invocation.emit } : {})
     })))
     const answered = (a: CallAnswer): RemoteVerdict => ({ _tag: "reply", reply: a })
     const first = yield* Effect.raceFirst(

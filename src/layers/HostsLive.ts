@@ -1,0 +1,346 @@
+/**
+ * The host registry (services/Hosts.ts; docs/environments.md, "The `host` driver").
+ *
+ * - Registrations: `{host_id, token_sha256, registered_at_ms}`, one JSON line each in
+ *   `{dataDir}/hosts/registrations.jsonl`, appended and fsynced before `register` answers, read
+ *   back at start (a torn last line — a registration that never answered — is ignored). The token
+ *   itself is never stored. At most MAX_HOSTS.
+ * - Connections: a host has at most one command stream; a new one replaces it. Every call in flight
+ *   belongs to the stream it was written to; when that stream is over, each of its calls fails
+ *   `EnvironmentUncertain` `connection_lost` (it may have run) and is forgotten, so a late result is
+ *   refused and nothing is ever written to another stream.
+ * - Calls in flight are kept per host, named `{session_id, sequence}`: a host reaches only its own.
+ *   A call's Events and its result pass one at a time through the call's lock, so an Event posted
+ *   (and not yet answered) before the result is committed before the outcome.
+ */
+import * as crypto from "node:crypto"
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { Deferred, Duration, Effect, Exit, FiberId, Layer } from "effect"
+import { type HostId, isHostId, mintHostId } from "../domain/Ids.js"
+import { HOST_COMMAND_QUEUE, HOST_TOKEN_BYTES, MAX_HOSTS } from "../domain/Limits.js"
+import {
+  type CallAnswer,
+  type CancelAnswer,
+  type EnvironmentCall,
+  EnvironmentNotSent,
+  EnvironmentUncertain
+} from "../services/Environments.js"
+import { type CallName, HostRefused, Hosts, type HostsShape } from "../services/Hosts.js"
+import { ServerConfig } from "../services/ServerConfig.js"
+import { CommandStreamBody, frame } from "./hosts/CommandStream.js"
+
+export interface HostsOptions {
+  /** Where registrations are kept; undefined: in memory only (tests). */
+  readonly dataDir: string | undefined
+  /** Milliseconds a cancel waits for the host's confirmation (BRAIN_CANCEL_GRACE_MS). */
+  readonly graceMs: number
+  /** Milliseconds between heartbeat comments on a command stream (BRAIN_SSE_HEARTBEAT_MS); 0: none. */
+  readonly heartbeatMs: number
+  /** Bytes of a result's `ok`/`error` value (as JSON) at most (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES). */
+  readonly maxResultBytes: number
+}
+
+interface Connection {
+  readonly id: number
+  readonly body: CommandStreamBody
+}
+
+interface InFlight {
+  readonly connection: number
+  readonly environment: string
+  readonly answer: Deferred.Deferred<CallAnswer, EnvironmentUncertain>
+  /** Done when the host confirms a cancel (`{"stopped": true}`). */
+  readonly stopped: Deferred.Deferred<void>
+  cancelSent: boolean
+  readonly emit: EnvironmentCall["emit"]
+  /** Events and the result, one at a time. */
+  readonly lock: Effect.Semaphore
+}
+
+interface Host {
+  readonly id: HostId
+  readonly digest: Buffer
+  connection: Connection | undefined
+  readonly calls: Map<string, InFlight>
+}
+
+const sha256 = (s: string) => crypto.createHash("sha256").update(s).digest()
+const keyOf = (call: CallName) => `${call.session}/${call.sequence}`
+/** Compared against when the host is unknown, so that an unknown id costs the same as a wrong token. */
+const NOBODY = sha256("")
+
+const registrationsFile = (dataDir: string) => path.join(dataDir, "hosts", "registrations.jsonl")
+
+const readRegistrations = (file: string) =>
+  Effect.promise(() => fs.readFile(file, "utf8").catch(() => "")).pipe(
+    Effect.map((text) => {
+      const out: Array<{ readonly host_id: HostId; readonly digest: Buffer }> = []
+      for (const line of text.split("\n")) {
+        if (line.trim() === "") continue
+        try {
+          const r = JSON.parse(line) as { host_id?: unknown; token_sha256?: unknown }
+          if (isHostId(r.host_id) && typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256)) {
+            out.push({ host_id: r.host_id, digest: Buffer.from(r.token_sha256, "hex") })
+          }
+        } catch {
+          // A torn line: its registration never answered.
+        }
+      }
+      return out
+    })
+  )
+
+/** Appends one line and makes it durable (the directory too, the first time). */
+const appendDurably = async (file: string, line: string) => {
+  const dir = path.dirname(file)
+  const created = await fs.mkdir(dir, { recursive: true })
+  const handle = await fs.open(file, "a", 0o600)
+  try {
+    await handle.appendFile(line)
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+  if (created !== undefined) {
+    const d = await fs.open(dir, "r")
+    try {
+      await d.sync()
+    } finally {
+      await d.close()
+    }
+  }
+}
+
+export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
+  Effect.gen(function*() {
+    const hosts = new Map<string, Host>()
+    const file = options.dataDir !== undefined ? registrationsFile(options.dataDir) : undefined
+    if (file !== undefined) {
+      for (const r of yield* readRegistrations(file)) hosts.set(r.host_id, { id: r.host_id, digest: r.digest, connection: undefined, calls: new Map() })
+    }
+    const appends = yield* Effect.makeSemaphore(1)
+    let connections = 0
+
+    const name = (host: string) => `host ${JSON.stringify(host)}`
+
+    /** The stream `connection` of `host` is over: its calls in flight may have run. */
+    const gone = (host: Host, connection: number) => {
+      if (host.connection?.id === connection) host.connection = undefined
+      for (const [key, call] of host.calls) {
+        if (call.connection !== connection) continue
+        host.calls.delete(key)
+        Deferred.unsafeDone(
+          call.answer,
+          Exit.fail(
+            new EnvironmentUncertain({
+              environment: call.environment,
+              reason: "connection_lost",
+              message: `the command stream of ${name(host.id)} was closed while the call was in flight; it may have run`
+            })
+          )
+        )
+      }
+    }
+
+    const register: HostsShape["register"] = Effect.gen(function*() {
+      if (hosts.size >= MAX_HOSTS) {
+        return yield* Effect.fail(new HostRefused({ code: "overloaded", message: `this server keeps at most ${MAX_HOSTS} host registrations (MAX_HOSTS)` }))
+      }
+      const host_id = yield* mintHostId
+      const token = `bht_${crypto.randomBytes(HOST_TOKEN_BYTES).toString("base64url")}`
+      const digest = sha256(token)
+      if (file !== undefined) {
+        const line = JSON.stringify({ host_id, token_sha256: digest.toString("hex"), registered_at_ms: Date.now() }) + "\n"
+        yield* appends.withPermits(1)(Effect.tryPromise({
+          try: () => appendDurably(file, line),
+          catch: (e) =>
+            new HostRefused({
+              code: "internal",
+              retryable: true,
+              message: `the registration could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}`
+            })
+        }))
+      }
+      hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map() })
+      return { host_id, token }
+    })
+
+    const authorize: HostsShape["authorize"] = (host, token) => {
+      const known = hosts.get(host)
+      const same = crypto.timingSafeEqual(sha256(token), known?.digest ?? NOBODY)
+      return known !== undefined && same
+    }
+
+    const connect: HostsShape["connect"] = (id) =>
+      Effect.sync(() => {
+        const host = hosts.get(id)!
+        const previous = host.connection
+        const connection = ++connections
+        const body = new CommandStreamBody({ commands: HOST_COMMAND_QUEUE, heartbeatMs: options.heartbeatMs }, () => gone(host, connection))
+        // The old stream is over first: its calls become uncertain and never reach the new one.
+        previous?.body.close()
+        host.connection = { id: connection, body }
+        body.offer(frame("ready", { host_id: id }))
+        return { body, stop: Effect.sync(() => body.close()) }
+      })
+
+    const notInFlight = (call: CallName) =>
+      new HostRefused({
+        code: "conflict",
+        message: `no call ${call.session}/${call.sequence} is in flight on this host: it never came, it has ended, or its stream was closed`,
+        details: { reason: "not_in_flight" }
+      })
+
+    const inFlight = (id: HostId, call: CallName) => {
+      const found = hosts.get(id)?.calls.get(keyOf(call))
+      return found !== undefined ? Effect.succeed(found) : Effect.fail(notInFlight(call))
+    }
+
+    /** Whether `pending` is still in flight (not settled by another request meanwhile). */
+    const still = (id: HostId, call: CallName, pending: InFlight) => hosts.get(id)?.calls.get(keyOf(call)) === pending
+
+    const result: HostsShape["result"] = (id, call, answer) =>
+      Effect.gen(function*() {
+        const pending = yield* inFlight(id, call)
+        if ("stopped" in answer) {
+          if (!pending.cancelSent) {
+            return yield* Effect.fail(new HostRefused({ code: "conflict", message: "no cancel was sent for this call: answer it with ok or error", details: { reason: "not_cancelled" } }))
+          }
+        } else {
+          const value = "ok" in answer ? answer.ok : answer.error
+          const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
+          if (bytes > options.maxResultBytes) {
+            return yield* Effect.fail(
+              new HostRefused({
+                code: "payload_too_large",
+                message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`
+              })
+            )
+          }
+        }
+        yield* pending.lock.withPermits(1)(Effect.gen(function*() {
+          // Settled meanwhile (another result, or the stream closed).
+          if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
+          hosts.get(id)!.calls.delete(keyOf(call))
+          if ("stopped" in answer) yield* Deferred.succeed(pending.stopped, undefined)
+          else {
+            const settled: CallAnswer = "ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }
+            yield* Deferred.succeed(pending.answer, settled)
+          }
+        }))
+      })
+
+    const event: HostsShape["event"] = (id, call, kind, payload) =>
+      Effect.gen(function*() {
+        const pending = yield* inFlight(id, call)
+        return yield* pending.lock.withPermits(1)(Effect.gen(function*() {
+          if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
+          if (pending.emit === undefined) {
+            return yield* Effect.fail(new HostRefused({ code: "conflict", message: "this call takes no Events" }))
+          }
+          return yield* pending.emit(kind, payload).pipe(
+            Effect.mapError(({ failure: f }) =>
+              new HostRefused({
+                code: f.code === "reserved_kind" ? "invalid_request" : f.code === "emitted_bytes_limit" ? "payload_too_large" : f.code,
+                message: f.message,
+                retryable: f.retryable,
+                ...(f.code === "reserved_kind" || f.code === "emitted_bytes_limit" ? { details: { reason: f.code } } : {})
+              })
+            )
+          )
+        }))
+      })
+
+    const call: HostsShape["call"] = (id, request) =>
+      Effect.suspend((): Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain> => {
+        const environment = request.environment.name
+        const notSent = (reason: EnvironmentNotSent["reason"], why: string) =>
+          Effect.fail(new EnvironmentNotSent({ environment, reason, message: `Environment ${JSON.stringify(environment)}: ${why}; nothing was sent` }))
+        const host = hosts.get(id)
+        if (host === undefined) return notSent("host_unknown", `${name(id)} is not registered`)
+        const connection = host.connection
+        if (connection === undefined) return notSent("host_disconnected", `${name(id)} has no open command stream`)
+        const key = keyOf(request)
+        const pending: InFlight = {
+          connection: connection.id,
+          environment,
+          answer: Deferred.unsafeMake(FiberId.none),
+          stopped: Deferred.unsafeMake(FiberId.none),
+          cancelSent: false,
+          emit: request.emit,
+          lock: Effect.unsafeMakeSemaphore(1)
+        }
+        host.calls.set(key, pending)
+        const sent = connection.body.offer(frame("call", {
+          session_id: request.session,
+          sequence: request.sequence,
+          environment,
+          name: request.name,
+          call_id: request.callId,
+          input: request.input,
+          deadline_at_ms: request.deadlineAtMs
+        }))
+        if (!sent) {
+          host.calls.delete(key)
+          return notSent("host_busy", `${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
+        }
+        return Deferred.await(pending.answer).pipe(
+          Effect.ensuring(Effect.sync(() => {
+            if (host.calls.get(key) === pending) host.calls.delete(key)
+          }))
+        )
+      })
+
+    const cancel: HostsShape["cancel"] = (id, request) =>
+      Effect.suspend((): Effect.Effect<CancelAnswer> => {
+        const unconfirmed = (why: string) => Effect.succeed<CancelAnswer>({ confirmed: false, why })
+        const host = hosts.get(id)
+        const pending = host?.calls.get(keyOf(request))
+        if (host === undefined || pending === undefined) return unconfirmed(`the call is not in flight on ${name(id)}`)
+        const connection = host.connection
+        if (connection === undefined || connection.id !== pending.connection) return unconfirmed(`the command stream of ${name(id)} was closed`)
+        if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
+          return unconfirmed(`${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent`)
+        }
+        pending.cancelSent = true
+        return Deferred.await(pending.stopped).pipe(
+          Effect.as<CancelAnswer>({ confirmed: true }),
+          Effect.timeoutTo({
+            duration: Duration.millis(options.graceMs),
+            onSuccess: (a) => a,
+            onTimeout: (): CancelAnswer => ({ confirmed: false, why: `${name(id)} did not confirm the cancel within ${options.graceMs} ms (BRAIN_CANCEL_GRACE_MS)` })
+          })
+        )
+      })
+
+    const stopAll: HostsShape["stopAll"] = Effect.sync(() => {
+      for (const host of hosts.values()) host.connection?.body.close()
+    })
+
+    return {
+      register,
+      isRegistered: (host) => hosts.has(host),
+      authorize,
+      connect,
+      result,
+      event,
+      call,
+      cancel,
+      stopAll
+    } satisfies HostsShape
+  })
+
+export const layer = (options: HostsOptions): Layer.Layer<Hosts> => Layer.effect(Hosts, make(options))
+
+/** The registry over the server's data directory and settings, as main.ts wires it. */
+export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig> = Layer.effect(
+  Hosts,
+  Effect.flatMap(ServerConfig, (config) =>
+    make({
+      dataDir: path.resolve(config.dataDir),
+      graceMs: config.cancelGraceMs,
+      heartbeatMs: config.sseHeartbeatMs,
+      maxResultBytes: config.maxEnvironmentResponseBytes
+    }))
+)

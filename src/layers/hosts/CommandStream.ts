@@ -1,0 +1,82 @@
+/**
+ * One host's command stream (docs/environments.md, "The `host` driver"): the body of one SSE
+ * response, a byte stream the server pipes to the socket.
+ *
+ * - Frames wait in a backlog bounded in commands (HOST_COMMAND_QUEUE) and are handed to the
+ *   socket only while it asks for more (Node's stream demand): `offer` answers false when the
+ *   backlog is full or the stream is over, and the caller then sends nothing.
+ * - A heartbeat comment goes out every `heartbeatMs` while nothing else waits, so that a dead
+ *   peer is noticed by the socket and proxies keep the stream open.
+ * - `onGone` runs exactly once, when the stream is over for any reason: the client went away
+ *   (the pipe destroys the body), `close` (replaced by a new stream, or the server stops), or an
+ *   error. The registry then makes the stream's calls in flight uncertain.
+ */
+import { Readable } from "node:stream"
+
+const HEARTBEAT = Buffer.from(": heartbeat\n\n")
+
+/** An SSE frame: `event: <name>` and one `data:` line of JSON (JSON has no raw line breaks). */
+export const frame = (event: string, data: unknown): Buffer => Buffer.from(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+
+export class CommandStreamBody extends Readable {
+  private readonly backlog: Array<Buffer> = []
+  private wanting = false
+  private over = false
+  private readonly timer: ReturnType<typeof setInterval> | undefined
+
+  constructor(
+    private readonly limits: { readonly commands: number; readonly heartbeatMs: number },
+    private readonly onGone: () => void
+  ) {
+    super()
+    if (limits.heartbeatMs > 0) {
+      this.timer = setInterval(() => {
+        if (!this.over && this.backlog.length === 0) this.enqueue(HEARTBEAT)
+      }, limits.heartbeatMs)
+      this.timer.unref()
+    }
+  }
+
+  /** Queues a frame for the socket; false (nothing queued) when the backlog is full or the stream is over. */
+  offer(bytes: Buffer): boolean {
+    if (this.over || this.backlog.length >= this.limits.commands) return false
+    this.enqueue(bytes)
+    return true
+  }
+
+  /** Ends the stream now: what is queued is still written, then the response ends. */
+  close(): void {
+    if (!this.finish()) return
+    for (const bytes of this.backlog.splice(0)) this.push(bytes)
+    this.push(null)
+  }
+
+  private enqueue(bytes: Buffer) {
+    this.backlog.push(bytes)
+    this.flush()
+  }
+
+  private flush() {
+    while (this.wanting && this.backlog.length > 0) this.wanting = this.push(this.backlog.shift())
+  }
+
+  /** Marks the stream over and tells the registry, once; false when it was over already. */
+  private finish(): boolean {
+    if (this.over) return false
+    this.over = true
+    if (this.timer !== undefined) clearInterval(this.timer)
+    this.onGone()
+    return true
+  }
+
+  override _read(): void {
+    this.wanting = true
+    this.flush()
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.finish()
+    this.backlog.length = 0
+    callback(error)
+  }
+}

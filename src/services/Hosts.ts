@@ -1,0 +1,69 @@
+/**
+ * Hosts: the registry of application processes that run `host` Environments' tools
+ * (docs/environments.md, "The `host` driver").
+ *
+ * - A host registers once and gets an id and a token. Registrations survive a restart (a session's
+ *   configuration names the host id); only a hash of the token is kept.
+ * - A host holds at most one command stream. Calls go out on it once and are never replayed: a
+ *   stream that drops makes its calls in flight uncertain, and a new stream carries only new
+ *   commands. A call made while no stream is open is not sent.
+ * - A host answers a call with a result and may commit the call's Events before it; both name the
+ *   call by `{session_id, sequence}` (its `tool_call_started`) and are refused for a call that is
+ *   not in flight on that host.
+ */
+import { Context, Data, type Effect } from "effect"
+import type { Readable } from "node:stream"
+import type { FailureCode } from "../domain/Failure.js"
+import type { HostId, SessionId } from "../domain/Ids.js"
+import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain } from "./Environments.js"
+
+export interface Registered {
+  readonly host_id: HostId
+  /** Shown once: never stored, never logged. */
+  readonly token: string
+}
+
+/** A host's command stream: SSE bytes, read as the socket drains. Destroying it drops the connection. */
+export interface CommandStream {
+  readonly body: Readable
+  /** Ends the stream (the server is stopping); its calls in flight become uncertain. */
+  readonly stop: Effect.Effect<void>
+}
+
+/** What a host posted for a call: its answer, or (after a cancel) that it stopped. */
+export type HostAnswer = { readonly ok: unknown } | { readonly error: unknown } | { readonly stopped: true }
+
+export interface CallName {
+  readonly session: SessionId
+  readonly sequence: number
+}
+
+/** A host request refused: `code` says why (its HTTP status follows from it). */
+export class HostRefused extends Data.TaggedError("HostRefused")<{
+  readonly code: FailureCode
+  readonly message: string
+  readonly retryable?: boolean
+  readonly details?: unknown
+}> {}
+
+export interface HostsShape {
+  /** Registers a new host, durably before it answers. Refused (`overloaded`) past MAX_HOSTS. */
+  readonly register: Effect.Effect<Registered, HostRefused>
+  readonly isRegistered: (host: string) => boolean
+  /** Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown host. */
+  readonly authorize: (host: string, token: string) => boolean
+  /** Opens `host`'s command stream, replacing (and dropping) the one it had. */
+  readonly connect: (host: HostId) => Effect.Effect<CommandStream>
+  /** Settles a call in flight on `host` with the host's answer. */
+  readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, HostRefused>
+  /** Commits a tool-origin Event of a call in flight on `host`; answers its sequence. */
+  readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostRefused>
+  /** Sends a call to `host` and waits for its answer (the `host` driver's `call`). */
+  readonly call: (host: string, call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>
+  /** Sends a cancel for a call in flight and waits up to the grace for the host to confirm it stopped. */
+  readonly cancel: (host: string, request: CancelRequest) => Effect.Effect<CancelAnswer>
+  /** Ends every command stream (the server is stopping). */
+  readonly stopAll: Effect.Effect<void>
+}
+
+export class Hosts extends Context.Tag("brain/Hosts")<Hosts, HostsShape>() {}

@@ -1,0 +1,245 @@
+/**
+ * A host Environment end to end: a real server process (with an API token) and a host written
+ * here over plain fetch: it registers, reads its command stream as SSE, posts results and Events.
+ * Each call reaches the host once and is never replayed; a dropped stream makes its call
+ * `unknown`; a host's token reaches only its own routes; registrations survive a restart.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Frames, framesOfResponse } from "../support/hosts.js"
+import { ensureBuilt, request, type RequestOptions, type ServerProcess, startServer } from "../support/server.js"
+
+const API_TOKEN = "api-e2e-hosts-5c1f0b"
+const UNREGISTERED = "host_01hzzzzzzzzzzzzzzzzzzzzzzz"
+
+interface Registered {
+  readonly host_id: string
+  readonly token: string
+}
+
+interface Stream {
+  readonly frames: Frames
+  readonly abort: () => void
+}
+
+describe("a host Environment through a real server", () => {
+  let server: ServerProcess
+  const streams: Array<Stream> = []
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_API_TOKEN: API_TOKEN, BRAIN_CANCEL_GRACE_MS: "400" } })
+  }, 120_000)
+  afterAll(async () => {
+    for (const s of streams) s.abort()
+    await server?.dispose()
+  })
+
+  /** A request with the server's API token. */
+  const api = (p: string, options: RequestOptions = {}) =>
+    request(server.baseUrl, p, { ...options, headers: { authorization: `Bearer ${API_TOKEN}`, ...options.headers } })
+
+  /** A request with a host's token. */
+  const asHost = (token: string, p: string, json: unknown) =>
+    request(server.baseUrl, p, { json, headers: { authorization: `Bearer ${token}` } })
+
+  const register = async (): Promise<Registered> => {
+    const r = await api("/v1/hosts", { method: "POST" })
+    expect(r.status, r.text).toBe(201)
+    return r.body
+  }
+
+  const open = async (host: Registered, token = host.token): Promise<Stream> => {
+    const controller = new AbortController()
+    const response = await fetch(server.url(`/v1/hosts/${host.host_id}/commands`), {
+      headers: { authorization: `Bearer ${token}`, accept: "text/event-stream" },
+      signal: controller.signal
+    })
+    expect(response.status).toBe(200)
+    expect(response.headers.get("content-type")).toContain("text/event-stream")
+    const frames = framesOfResponse(response)
+    expect((await frames.expect("ready")).data).toEqual({ host_id: host.host_id })
+    const stream = { frames, abort: () => controller.abort() }
+    streams.push(stream)
+    return stream
+  }
+
+  const create = async (host: string, replies: ReadonlyArray<unknown>) => {
+    const r = await api("/v1/sessions", {
+      json: {
+        model: { provider: "scripted", replies },
+        environments: [{ name: "app", driver: "host", host }],
+        tools: [{ name: "lookup", description: "looks up", environment: "app" }]
+      }
+    })
+    expect(r.status, r.text).toBe(201)
+    return r.body.session_id as string
+  }
+
+  const send = (id: string, message: string) => api(`/v1/sessions/${id}/messages`, { json: { input: { message } } })
+  const events = async (id: string) => (await api(`/v1/sessions/${id}/events`)).body.events as Array<{ sequence: number; kind: string; data: any; origin?: any }>
+  const toolMessages = async (id: string) =>
+    ((await api(`/v1/sessions/${id}/transcript`)).body.messages as Array<{ role: string; content: string }>).filter((m) => m.role === "tool")
+  const result = (host: Registered, call: { data: any }, answer: object) =>
+    asHost(host.token, `/v1/hosts/${host.host_id}/results`, { session_id: call.data.session_id, sequence: call.data.sequence, ...answer })
+
+  const callOnce = [{ tool_calls: [{ name: "lookup", input: { q: 42 } }] }, { text: "done" }]
+
+  it("registering needs the server's API token and gives a host id with its own token", async () => {
+    expect((await request(server.baseUrl, "/v1/hosts", { method: "POST" })).status).toBe(401)
+    const host = await register()
+    expect(host.host_id).toMatch(/^host_[0-9a-z]{26}$/)
+    expect(host.token).toMatch(/^bht_/)
+  })
+
+  it("a host tool's call arrives once, its Event is committed before tool_call_ended with origin.sequence the call's start, and the model sees the output", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    expect(call.data).toMatchObject({ session_id: id, environment: "app", name: "lookup", input: { q: 42 } })
+    const progress = await asHost(host.token, `/v1/hosts/${host.host_id}/events`, {
+      session_id: id,
+      sequence: call.data.sequence,
+      kind: "progress",
+      payload: { done: 0.5 }
+    })
+    expect(progress.status, progress.text).toBe(200)
+    expect((await result(host, call, { ok: { answer: 7 } })).status).toBe(204)
+    const answered = await turn
+    expect(answered.status, answered.text).toBe(200)
+    expect(answered.body.turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    const all = await events(id)
+    const started = all.find((e) => e.kind === "tool_call_started")!
+    const ended = all.find((e) => e.kind === "tool_call_ended")!
+    const event = all.find((e) => e.kind === "progress")!
+    expect(started.sequence).toBe(call.data.sequence)
+    expect(event).toMatchObject({ sequence: progress.body.sequence, data: { done: 0.5 }, origin: { kind: "tool", sequence: started.sequence } })
+    expect(event.sequence).toBeLessThan(ended.sequence)
+    expect(ended.data).toMatchObject({ outcome: "ok", output: { answer: 7 } })
+    const messages = await toolMessages(id)
+    expect(messages.map((m) => JSON.parse(m.content))).toEqual([{ answer: 7 }])
+    // Over now: a second result is refused, with the error body.
+    const late = await result(host, call, { ok: 1 })
+    expect(late.status).toBe(409)
+    expect(late.body).toMatchObject({ code: "conflict", retryable: false })
+    expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
+  })
+
+  it("an error result reaches the model once, as an error", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    expect((await result(host, call, { error: { message: "no such row" } })).status).toBe(204)
+    expect((await turn).status).toBe(200)
+    expect((await events(id)).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "error", is_error: true })
+    expect((await toolMessages(id)).map((m) => JSON.parse(m.content))).toEqual([{ outcome: "error", error: { message: "no such row" } }])
+  })
+
+  it("interrupting the turn sends a cancel command: confirmed it is cancelled, unconfirmed within the grace it is unknown", async () => {
+    const host = await register()
+    const stream = await open(host)
+    for (const confirm of [true, false]) {
+      const id = await create(host.host_id, callOnce)
+      const turn = send(id, "go")
+      const call = await stream.frames.expect("call")
+      const cancelled = api(`/v1/sessions/${id}/cancel`, { method: "POST" })
+      const cancel = await stream.frames.expect("cancel")
+      expect(cancel.data).toEqual({ session_id: id, sequence: call.data.sequence, reason: "cancel" })
+      if (confirm) expect((await result(host, call, { stopped: true })).status).toBe(204)
+      expect((await cancelled).status).toBe(200)
+      await turn
+      expect((await events(id)).find((e) => e.kind === "tool_call_failed")!.data).toMatchObject(
+        confirm ? { outcome: "cancelled" } : { outcome: "unknown", failure: { ambiguous: true } }
+      )
+    }
+    expect(stream.frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel", "call", "cancel"])
+  })
+
+  it("a command stream dropped mid-call makes the call unknown, and the reconnected host receives only new commands", async () => {
+    const host = await register()
+    const first = await open(host)
+    const id = await create(host.host_id, [callOnce[0], { text: "after" }, ...callOnce])
+    const turn = send(id, "go")
+    const call = await first.frames.expect("call")
+    first.abort()
+    expect((await turn).status).toBe(200)
+    expect((await events(id)).find((e) => e.kind === "tool_call_failed")!.data).toMatchObject({
+      sequence: call.data.sequence,
+      outcome: "unknown",
+      failure: { code: "environment_failed", ambiguous: true }
+    })
+    expect((await result(host, call, { ok: "late" })).status).toBe(409)
+    const second = await open(host)
+    const next = send(id, "again")
+    const fresh = await second.frames.expect("call")
+    expect(fresh.data.sequence).toBeGreaterThan(call.data.sequence)
+    expect((await result(host, fresh, { ok: "fine" })).status).toBe(204)
+    expect((await next).status).toBe(200)
+    expect(second.frames.all.filter((f) => f.event === "call").map((f) => f.data.sequence)).toEqual([fresh.data.sequence])
+  })
+
+  it("one host serves two sessions at once", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const ids = [await create(host.host_id, callOnce), await create(host.host_id, callOnce)]
+    const turns = ids.map((id) => send(id, "go"))
+    const calls = [await stream.frames.expect("call"), await stream.frames.expect("call")]
+    expect(calls.map((c) => c.data.session_id).sort()).toEqual([...ids].sort())
+    for (const c of [...calls].reverse()) expect((await result(host, c, { ok: c.data.session_id })).status).toBe(204)
+    for (const t of turns) expect((await t).status).toBe(200)
+    for (const id of ids) expect((await events(id)).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "ok", output: id })
+  })
+
+  it("a host's token reaches only its own routes: another host's token, the API token and an unknown host id are 401", async () => {
+    const a = await register()
+    const b = await register()
+    const streamA = await open(a)
+    const id = await create(a.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await streamA.frames.expect("call")
+    const name = { session_id: id, sequence: call.data.sequence }
+    const refusals = [
+      await request(server.baseUrl, `/v1/hosts/${a.host_id}/commands`, { headers: { authorization: `Bearer ${b.token}` } }),
+      await request(server.baseUrl, `/v1/hosts/${a.host_id}/commands`, { headers: { authorization: `Bearer ${API_TOKEN}` } }),
+      await request(server.baseUrl, `/v1/hosts/${a.host_id}/commands`),
+      await request(server.baseUrl, `/v1/hosts/${UNREGISTERED}/commands`, { headers: { authorization: `Bearer ${a.token}` } }),
+      await asHost(b.token, `/v1/hosts/${a.host_id}/results`, { ...name, ok: "forged" }),
+      await asHost(b.token, `/v1/hosts/${a.host_id}/events`, { ...name, kind: "forged", payload: {} }),
+      // b's own routes do not reach a's call either.
+      await asHost(b.token, `/v1/hosts/${b.host_id}/results`, { ...name, ok: "forged" })
+    ]
+    expect(refusals.map((r) => r.status)).toEqual([401, 401, 401, 401, 401, 401, 409])
+    for (const r of refusals.slice(0, 6)) expect(r.body).toEqual({ code: "unauthorized", message: refusals[0]!.body.message, retryable: false })
+    expect((await result(a, call, { ok: "real" })).status).toBe(204)
+    expect((await turn).status).toBe(200)
+    const all = await events(id)
+    expect(all.find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ output: "real" })
+    expect(all.some((e) => e.kind === "forged")).toBe(false)
+  })
+
+  it("a session naming an unregistered host is 400 at create", async () => {
+    const r = await api("/v1/sessions", {
+      json: { model: { provider: "scripted" }, environments: [{ name: "app", driver: "host", host: UNREGISTERED }] }
+    })
+    expect(r.status).toBe(400)
+    expect(r.body).toMatchObject({ code: "invalid_request", retryable: false })
+    expect(r.body.message).toContain("no host is registered")
+  })
+
+  it("registrations survive a restart: the host reconnects with its token and new sessions may name it", async () => {
+    const host = await register()
+    for (const s of streams.splice(0)) s.abort()
+    await server.restart()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    expect((await result(host, call, { ok: "after restart" })).status).toBe(204)
+    expect((await turn).status).toBe(200)
+    const other = await register()
+    expect(other.token).not.toBe(host.token)
+    expect((await request(server.baseUrl, `/v1/hosts/${host.host_id}/commands`, { headers: { authorization: `Bearer ${other.token}` } })).status).toBe(401)
+  }, 60_000)
+})

@@ -1,0 +1,247 @@
+/**
+ * Sessions with a `host` Environment, in process over the real registry and driver: a host
+ * registers, opens its command stream (read here as SSE text) and answers the commands through the
+ * registry, exactly as the HTTP routes do. Each call is written once and never replayed; its
+ * outcome is what docs/environments.md ("The `host` driver") gives it.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { Effect, type Layer, ManagedRuntime } from "effect"
+import { afterEach, describe, expect, it } from "vitest"
+import type { HostId, SessionId } from "../../src/domain/Ids.js"
+import * as HostsLive from "../../src/layers/HostsLive.js"
+import { Hosts, type HostsShape } from "../../src/services/Hosts.js"
+import type { ModelCall } from "../../src/services/Models.js"
+import { Sessions, type SessionsShape } from "../../src/services/Sessions.js"
+import { type Frames, framesOf } from "../support/hosts.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+const GRACE_MS = 300
+
+type Runtime = ManagedRuntime.ManagedRuntime<Sessions | Hosts, unknown>
+const runtimes: Array<Runtime> = []
+afterEach(async () => {
+  for (const rt of runtimes.splice(0)) await rt.dispose()
+})
+
+const start = (modelCalls: Array<ModelCall> = [], dataDir?: string) => {
+  const layer = runtimeLayer({
+    hosts: dataDir !== undefined ? { dataDir } : {},
+    config: { cancelGraceMs: GRACE_MS },
+    onModelCall: (call) => void modelCalls.push(call)
+  }) as unknown as Layer.Layer<Sessions | Hosts, unknown>
+  const rt = ManagedRuntime.make(layer)
+  runtimes.push(rt)
+  const run = <A, E>(effect: Effect.Effect<A, E, Sessions | Hosts>) => rt.runPromise(effect)
+  return {
+    run,
+    sessions: () => run(Sessions),
+    hosts: () => run(Hosts)
+  }
+}
+
+/** A registered host with its command stream open (the `ready` frame read). */
+const connectedHost = async (hosts: HostsShape, run: <A, E>(e: Effect.Effect<A, E, never>) => Promise<A>, id?: HostId) => {
+  const host_id = id ?? (await run(hosts.register)).host_id
+  const stream = await run(hosts.connect(host_id))
+  const frames = framesOf(stream.body)
+  expect((await frames.expect("ready")).data).toEqual({ host_id })
+  return { host_id, stream, frames }
+}
+
+const createWith = (sessions: SessionsShape, host: HostId, replies: ReadonlyArray<unknown>, tools = ["lookup"]) =>
+  sessions.create({
+    model: { provider: "scripted", replies: replies as any },
+    environments: [{ name: "app", driver: "host", host }],
+    tools: tools.map((name) => ({ name, description: name, environment: "app" }))
+  })
+
+const eventsOf = (sessions: SessionsShape, id: SessionId) => Effect.map(sessions.events(id, { after: 0, limit: 1000 }), (p) => p.events)
+
+const callOnce = [{ tool_calls: [{ name: "lookup", input: { q: 42 } }] }, { text: "done" }]
+
+const answer = (hosts: HostsShape, host: HostId, frame: Frames extends { next(): Promise<infer F> } ? F : never, a: any) =>
+  hosts.result(host, { session: frame.data.session_id, sequence: frame.data.sequence }, a)
+
+describe("a host Environment's tool calls", () => {
+  it("a call is written once to the host's stream, its ok result is tool_call_ended and the next model call sees the output", async () => {
+    const modelCalls: Array<ModelCall> = []
+    const { run, sessions: s, hosts: h } = start(modelCalls)
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const call = await frames.expect("call")
+    const events = await run(eventsOf(sessions, id))
+    const started = events.find((e) => e.kind === "tool_call_started")!
+    expect(call.data).toEqual({
+      session_id: id,
+      sequence: started.sequence,
+      environment: "app",
+      name: "lookup",
+      call_id: (started.data as any).call_id,
+      input: { q: 42 },
+      deadline_at_ms: (started.data as any).deadline_at_ms
+    })
+    await run(answer(hosts, host_id, call, { ok: { answer: 7 } }))
+    expect((await turn).turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    const after = await run(eventsOf(sessions, id))
+    expect(after.find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ sequence: started.sequence, outcome: "ok", output: { answer: 7 }, is_error: false })
+    const toolMessages = modelCalls[1]!.request.messages.filter((m) => m.role === "tool")
+    expect(toolMessages).toHaveLength(1)
+    expect(JSON.parse(toolMessages[0]!.content as string)).toEqual({ answer: 7 })
+    expect(frames.all.filter((f) => f.event === "call")).toHaveLength(1)
+  })
+
+  it("a tool-origin Event posted during the call is committed before tool_call_ended, with origin.sequence the call's tool_call_started", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const call = await frames.expect("call")
+    const name = { session: call.data.session_id, sequence: call.data.sequence }
+    const committed = await run(hosts.event(host_id, name, "progress", { done: 0.5 }))
+    await run(answer(hosts, host_id, call, { ok: "finished" }))
+    await turn
+    const events = await run(eventsOf(sessions, id))
+    const progress = events.find((e) => e.kind === "progress")!
+    const ended = events.find((e) => e.kind === "tool_call_ended")!
+    expect(progress).toMatchObject({ sequence: committed, data: { done: 0.5 }, origin: { kind: "tool", sequence: call.data.sequence } })
+    expect(progress.sequence).toBeLessThan(ended.sequence)
+    // Over now: a later Event or result for it is refused.
+    expect((await run(Effect.flip(hosts.event(host_id, name, "progress", {})))).code).toBe("conflict")
+    expect((await run(Effect.flip(hosts.result(host_id, name, { ok: 1 })))).code).toBe("conflict")
+    expect(events.filter((e) => e.kind === "progress")).toHaveLength(1)
+  })
+
+  it("an error result reaches the model once as is_error", async () => {
+    const modelCalls: Array<ModelCall> = []
+    const { run, sessions: s, hosts: h } = start(modelCalls)
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const call = await frames.expect("call")
+    await run(answer(hosts, host_id, call, { error: { message: "no such row" } }))
+    await turn
+    const ended = (await run(eventsOf(sessions, id))).find((e) => e.kind === "tool_call_ended")!
+    expect(ended.data).toMatchObject({ outcome: "error", output: { message: "no such row" }, is_error: true })
+    const toolMessages = modelCalls[1]!.request.messages.filter((m) => m.role === "tool")
+    expect(toolMessages).toHaveLength(1)
+    // The official loop marks an error result by its outcome.
+    expect(JSON.parse(toolMessages[0]!.content as string)).toEqual({ outcome: "error", error: { message: "no such row" } })
+  })
+
+  it("an interrupted turn sends one cancel: confirmed by the host it is cancelled, unconfirmed within the grace it is unknown; the call is never resent", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    for (const confirm of [true, false]) {
+      const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+      const turn = run(sessions.send(id, { message: "go" }))
+      const call = await frames.expect("call")
+      const interrupted = run(sessions.interrupt(id))
+      const cancel = await frames.expect("cancel")
+      expect(cancel.data).toEqual({ session_id: id, sequence: call.data.sequence, reason: "cancel" })
+      if (confirm) await run(answer(hosts, host_id, call, { stopped: true }))
+      await interrupted
+      await turn.catch(() => undefined)
+      const failed = (await run(eventsOf(sessions, id))).find((e) => e.kind === "tool_call_failed")!
+      expect(failed.data).toMatchObject(
+        confirm ? { outcome: "cancelled", failure: { code: "cancelled" } } : { outcome: "unknown", failure: { code: "unknown", ambiguous: true } }
+      )
+    }
+    expect(frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel", "call", "cancel"])
+  })
+
+  it("a dropped command stream makes its call unknown, and a reconnecting host receives only new commands", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const first = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, first.host_id, [...callOnce.slice(0, 1), { text: "after" }, ...callOnce]))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const call = await first.frames.expect("call")
+    first.stream.body.destroy()
+    expect((await turn).turn.status).toBe("ended")
+    const failed = (await run(eventsOf(sessions, id))).find((e) => e.kind === "tool_call_failed")!
+    expect(failed.data).toMatchObject({ sequence: call.data.sequence, outcome: "unknown", failure: { code: "environment_failed", ambiguous: true } })
+    // A late result for it is refused: the recorded outcome stands.
+    expect((await run(Effect.flip(answer(hosts, first.host_id, call, { ok: 1 })))).code).toBe("conflict")
+
+    const second = await connectedHost(hosts, run, first.host_id)
+    const next = run(sessions.send(id, { message: "again" }))
+    const fresh = await second.frames.expect("call")
+    expect(fresh.data.sequence).toBeGreaterThan(call.data.sequence)
+    await run(answer(hosts, first.host_id, fresh, { ok: "fine" }))
+    await next
+    expect(second.frames.all.filter((f) => f.event === "call").map((f) => f.data.sequence)).toEqual([fresh.data.sequence])
+  })
+
+  it("a call made while the host has no command stream is error with nothing sent", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id } = await run(hosts.register)
+    const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+    await run(sessions.send(id, { message: "go" }))
+    const failed = (await run(eventsOf(sessions, id))).find((e) => e.kind === "tool_call_failed")!
+    expect(failed.data).toMatchObject({ outcome: "error", failure: { code: "environment_failed", ambiguous: false, details: { reason: "host_disconnected" } } })
+  })
+
+  it("one host serves two sessions' calls at once, each answered by its own name", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const a = (await run(createWith(sessions, host_id, callOnce))).session_id
+    const b = (await run(createWith(sessions, host_id, callOnce))).session_id
+    const turns = [run(sessions.send(a, { message: "a" })), run(sessions.send(b, { message: "b" }))]
+    const calls = [await frames.expect("call"), await frames.expect("call")]
+    expect(calls.map((c) => c.data.session_id).sort()).toEqual([a, b].sort())
+    // Answered in reverse order, each with its own session's id.
+    for (const c of [...calls].reverse()) await run(answer(hosts, host_id, c, { ok: c.data.session_id }))
+    await Promise.all(turns)
+    for (const id of [a, b]) {
+      expect((await run(eventsOf(sessions, id))).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "ok", output: id })
+    }
+  })
+
+  it("a session naming an unregistered host is refused at create, before anything is written", async () => {
+    const { run, sessions: s } = start()
+    const sessions = await s()
+    const refused = await run(Effect.flip(createWith(sessions, "host_01hzzzzzzzzzzzzzzzzzzzzzzz" as HostId, callOnce)))
+    expect(refused.failure.code).toBe("invalid_request")
+    expect(refused.failure.message).toContain("no host is registered")
+    expect((await run(sessions.list({ limit: 10 }))).sessions).toEqual([])
+  })
+})
+
+describe("host registrations", () => {
+  it("survive a restart by id and token hash; the token itself is not stored, and another token is refused", async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+    try {
+      const options = { dataDir, graceMs: GRACE_MS, heartbeatMs: 0, maxResultBytes: 1024 }
+      const first = await Effect.runPromise(HostsLive.make(options))
+      const one = await Effect.runPromise(first.register)
+      const two = await Effect.runPromise(first.register)
+      const again = await Effect.runPromise(HostsLive.make(options))
+      expect(again.isRegistered(one.host_id)).toBe(true)
+      expect(again.authorize(one.host_id, one.token)).toBe(true)
+      expect(again.authorize(one.host_id, two.token)).toBe(false)
+      expect(again.authorize("host_01hzzzzzzzzzzzzzzzzzzzzzzz", one.token)).toBe(false)
+      const stored = fs.readFileSync(path.join(dataDir, "hosts", "registrations.jsonl"), "utf8")
+      expect(stored).toContain(one.host_id)
+      expect(stored).not.toContain(one.token)
+      expect(stored).not.toContain(two.token)
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  })
+})
