@@ -8,7 +8,7 @@ describe("OpenAPI document", () => {
     expect(committed).toEqual(JSON.parse(JSON.stringify(openApiDocument())))
   })
 
-  it("documents every route of DESIGN §7 but the host-tool routes, with the Error body on every error status", () => {
+  it("documents every route of DESIGN §7, the host routes included, with the Error body on every error status", () => {
     const doc = openApiDocument() as any
     expect(doc.openapi).toBe("3.1.0")
     const routes = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`))
@@ -18,11 +18,15 @@ describe("OpenAPI document", () => {
       "GET /health/live",
       "GET /health/ready",
       "GET /v1/agentloops",
+      "GET /v1/hosts/{id}/commands",
       "GET /v1/sessions",
       "GET /v1/sessions/{id}",
       "GET /v1/sessions/{id}/events",
       "GET /v1/sessions/{id}/transcript",
       "POST /v1/agentloops",
+      "POST /v1/hosts",
+      "POST /v1/hosts/{id}/events",
+      "POST /v1/hosts/{id}/results",
       "POST /v1/sessions",
       "POST /v1/sessions/{id}/cancel",
       "POST /v1/sessions/{id}/end",
