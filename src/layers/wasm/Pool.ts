@@ -202,7 +202,6 @@ export class GuestThread {
     const kind = Atomics.load(this.words, EVENT_KIND_WORD)
     const length = Atomics.load(this.words, EVENT_LENGTH_WORD)
     let event: ThreadEvent
-    if (kind !== EVENT_CALL) this.worker.unref()
     if (kind === EVENT_CALL) {
       const opLength = Atomics.load(this.words, EVENT_OP_LENGTH_WORD)
       event = { type: "call", op: this.toMainBytes.toString("utf8", 0, opLength), request: this.toMainBytes.toString("utf8", opLength, length) }
@@ -219,6 +218,8 @@ export class GuestThread {
         ? { type: "done", output: utf8.decode(message.output), bytes: message.output.byteLength }
         : message
     }
+    // Ended, the thread no longer keeps the process alive.
+    if (event.type !== "call") this.worker.unref()
     this.listener?.(event)
   }
 
