@@ -185,19 +185,24 @@ export class GuestThread {
   private await() {
     if (this.waiting || this.dead) return
     const result = waitAsync(this.words, EVENT_WORD, this.events)
-    if (!result.async) return this.take()
+    if (!result.async) {
+      this.take()
+      return
+    }
     this.waiting = true
     void result.value.then(() => {
       this.waiting = false
-      this.take()
+      // A wake may be stale: the worker's notify for an event this thread already took (it read
+      // the word before the notify came) wakes the wait armed for the next one. Wait again.
+      if (!this.take()) this.await()
     })
   }
 
-  /** Reads the event the worker signalled, if it has, and hands it on. */
-  private take() {
-    if (this.dead) return
+  /** Reads the event the worker signalled, if it has, and hands it on; false when there is none (yet). */
+  private take(): boolean {
+    if (this.dead) return true
     const now = Atomics.load(this.words, EVENT_WORD)
-    if (now === this.events) return
+    if (now === this.events) return false
     this.events = now
     const kind = Atomics.load(this.words, EVENT_KIND_WORD)
     const length = Atomics.load(this.words, EVENT_LENGTH_WORD)
@@ -221,6 +226,7 @@ export class GuestThread {
     // Ended, the thread no longer keeps the process alive.
     if (event.type !== "call") this.worker.unref()
     this.listener?.(event)
+    return true
   }
 
   terminate() {

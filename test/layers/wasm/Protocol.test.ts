@@ -9,7 +9,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
-import { ComputeSlots } from "../../../src/layers/wasm/Pool.js"
+import { activate, jsonBytes } from "../../../src/layers/wasm/Activation.js"
+import { ComputeSlots, Pool } from "../../../src/layers/wasm/Pool.js"
 import { INLINE_BYTES } from "../../../src/layers/wasm/WorkerProtocol.js"
 import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
 import type { WasmHostShape } from "../../../src/services/WasmHost.js"
@@ -91,7 +92,45 @@ const dirtying = (grow: boolean) => {
         (else (call $out (i32.const ${clean.ptr}) (i32.const ${clean.len})))))`, { memory: "2 16" })
 }
 
+/** Makes `n` kv_read calls of key "k", then returns the last answer as its output. */
+const readingKv = (n: number) => {
+  const read = data(200, "kv_read")
+  const key = data(220, '{"key":"k"}')
+  return guest(`${read.segment} ${key.segment}
+    (func (export "brain_run") (param i32 i32) (result i64)
+      (local $n i32)
+      (local $answer i64)
+      (local.set $n (i32.const ${n}))
+      (loop $more
+        (local.set $answer (call $call (i32.const ${read.ptr}) (i32.const ${read.len}) (i32.const ${key.ptr}) (i32.const ${key.len})))
+        ;; the answers are read: reuse their memory
+        (global.set $heap (i32.const 4096))
+        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+        (br_if $more (local.get $n)))
+      (local.get $answer))`)
+}
+
 describe("the thread protocol", () => {
+  it.scopedLive("a guest whose 20,000 host calls are each answered at once gets every answer: no wake-up is lost, even one the worker's notify reaches after the main thread took its event", () =>
+    Effect.gen(function*() {
+      // The pool and an activation bare, with an answer made at once: the main thread is then as
+      // quick as it gets to take an event and answer it, which is what opens the race.
+      const pool = new Pool(1)
+      yield* Effect.addFinalizer(() => pool.close)
+      const wasm = yield* WasmHostWorkers.make(LIMITS)
+      const module = yield* admit(wasm, readingKv(20_000))
+      let calls = 0
+      const output = yield* activate(pool, {
+        moduleId: module.hash,
+        module: module.module,
+        memory: module.memory,
+        entry: "brain_run",
+        input: jsonBytes(input("go")),
+        perform: () => Effect.sync(() => `{"ok":${++calls}}`)
+      }, { computeMs: 10_000, ioBytes: LIMITS.ioBytes, memoryBytes: LIMITS.memoryBytes })
+      expect(output).toBe('{"ok":20000}')
+    }))
+
   it.scopedLive("inputs, requests, answers and outputs longer than the shared buffer's inline region cross intact, alternating with short ones on the same thread", () =>
     Effect.gen(function*() {
       const wasm = yield* WasmHostWorkers.make(LIMITS)
