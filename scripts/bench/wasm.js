@@ -9,7 +9,11 @@
 // - host-call round trip: one activation making N `kv_read` calls answered at once by the host
 //   side (the bridge's decode/encode included, no journal): the time between one call's arrival
 //   and the next one's, i.e. answer delivery + the guest taking it + the next request reaching
-//   the main thread; and the same with the real HostBridge over an in-memory kv.
+//   the main thread; and the same with the real HostBridge over an in-memory kv;
+// - instantiation of the official loop (dist/loops/official.wasm) on this thread: with a new
+//   memory (its first pages mapped as the data segments are written) and with a memory that was
+//   used and zero-filled, as a worker hands one on (wasm/GuestWorker.ts).
+import * as fs from "node:fs"
 import { Effect } from "effect"
 import wabtInit from "wabt"
 import { activate, jsonBytes } from "../../dist/layers/wasm/Activation.js"
@@ -115,7 +119,31 @@ const host = {
 const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 await Effect.runPromise(pool.close)
 
-console.log(`# WebAssembly host: activation overhead and host-call round trip
+const admittedOfficial = admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url))))
+const official = admittedOfficial.module
+const officialImports = (memory) => ({ env: { memory }, brain: { call: () => 0n, fail: () => {} } })
+const OFFICIAL_LIMITS = { initial: admittedOfficial.memory.initial, maximum: LIMITS.memoryBytes / 65536 }
+const instantiations = (reuse) => {
+  const times = []
+  let spare
+  for (let i = 0; i < ACTIVATIONS; i++) {
+    const t0 = now()
+    let memory = spare
+    if (memory === undefined) memory = new WebAssembly.Memory(OFFICIAL_LIMITS)
+    new WebAssembly.Instance(official, officialImports(memory))
+    times.push(now() - t0)
+    if (reuse) {
+      // As a worker does after the activation, off its path: zero-filled for the next instance.
+      new Uint8Array(memory.buffer).fill(0)
+      spare = memory
+    }
+  }
+  return times.sort((a, b) => a - b)
+}
+const newMemory = instantiations(false)
+const reusedMemory = instantiations(true)
+
+const report = `# WebAssembly host: activation overhead and host-call round trip
 method: in-process, one pool thread (worker_threads), guests in WAT compiled with wabt.
   Activation: ${ACTIVATIONS} activations one after another of a guest that answers at once (a fresh
   instance and memory each, its input written through brain_alloc, its output read back), after
@@ -132,5 +160,9 @@ node ${process.version}
 | activation, a fresh instance per call | ${ms(pct(times, 50) * 1000)} | ${ms(pct(times, 90) * 1000)} | ${ms(pct(times, 99) * 1000)} | ${times.length} |
 | baseline: in-process call (parse + encode) | ${ms(pct(plain, 50) * 1000)} | ${ms(pct(plain, 90) * 1000)} | ${ms(pct(plain, 99) * 1000)} | ${plain.length} |
 | host call round trip, fixed answer | ${ms(pct(fixed, 50))} | ${ms(pct(fixed, 90))} | ${ms(pct(fixed, 99))} | ${fixed.length} |
-| host call round trip, kv_read through the HostBridge | ${ms(pct(bridged, 50))} | ${ms(pct(bridged, 90))} | ${ms(pct(bridged, 99))} | ${bridged.length} |`)
-process.exit(0)
+| host call round trip, kv_read through the HostBridge | ${ms(pct(bridged, 50))} | ${ms(pct(bridged, 90))} | ${ms(pct(bridged, 99))} | ${bridged.length} |
+| instantiate official.wasm, a new memory | ${ms(pct(newMemory, 50) * 1000)} | ${ms(pct(newMemory, 90) * 1000)} | ${ms(pct(newMemory, 99) * 1000)} | ${newMemory.length} |
+| instantiate official.wasm, a zeroed reused memory | ${ms(pct(reusedMemory, 50) * 1000)} | ${ms(pct(reusedMemory, 90) * 1000)} | ${ms(pct(reusedMemory, 99) * 1000)} | ${reusedMemory.length} |
+`
+// Written before exiting: to a pipe, stdout is asynchronous and process.exit would cut it short.
+process.stdout.write(report, () => process.exit(0))

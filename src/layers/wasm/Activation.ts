@@ -35,8 +35,10 @@ export interface Activation {
   readonly memory: MemoryLimits
   readonly entry: "brain_run" | "brain_tool"
   /**
-   * The input JSON as UTF-8 (`jsonBytes`). Its buffer is handed to the worker, so the caller keeps
-   * no copy: a turn with a big transcript holds it on no JavaScript heap while the guest runs.
+   * The input JSON as UTF-8 (`jsonBytes`). Copied into the thread's shared buffer when it fits
+   * (WorkerProtocol.ts), else its buffer is handed to the worker: either way the caller keeps no
+   * copy of a big one, so a turn with a big transcript holds it on no JavaScript heap while the
+   * guest runs.
    */
   readonly input: Uint8Array
   /** Performs one host call; the answer's JSON text (never fails: errors are answers too). */
@@ -44,48 +46,74 @@ export interface Activation {
 }
 
 const encoder = new TextEncoder()
-/** The worker checks every payload it sends is well-formed UTF-8. */
-const decoder = new TextDecoder()
 
-/** A value's JSON as UTF-8 in a buffer of its own (it is transferred, so never a pooled Buffer). */
+/** A value's JSON as UTF-8 in a buffer of its own (it may be transferred, so never a pooled Buffer). */
 export const jsonBytes = (value: unknown): Uint8Array => encoder.encode(JSON.stringify(value))
 
+/**
+ * Runs one activation. The thread and a compute slot are taken without suspending the fiber when
+ * they are free (the common case), each in the same synchronous step that arms what gives it back.
+ */
 export const activate = (pool: Pool, activation: Activation, limits: ActivationLimits): Effect.Effect<string, ActivationFailure> =>
   Effect.uninterruptibleMask((restore) =>
-    Effect.gen(function*() {
+    Effect.suspend(() => {
       if (activation.input.byteLength > limits.ioBytes) {
-        return yield* Effect.fail<ActivationFailure>({
+        return Effect.fail<ActivationFailure>({
           _tag: "guest",
           message: `the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
         })
       }
-      const thread = yield* restore(pool.acquire(activation.entry === "brain_run"))
-      let healthy = false
-      let computing = false
-      const compute: Compute = {
-        // Marked held in the same uninterruptible step that took it, so the ensuring below always gives it back.
-        take: Effect.uninterruptibleMask((r) => r(pool.compute.take(1)).pipe(Effect.zipRight(Effect.sync(() => void (computing = true))))),
-        give: Effect.suspend(() => {
-          if (!computing) return Effect.void
-          computing = false
-          return Effect.asVoid(pool.compute.release(1))
-        })
-      }
-      return yield* restore(run(thread, activation, limits, compute, () => void (healthy = true))).pipe(
-        Effect.ensuring(Effect.zipRight(compute.give, Effect.suspend(() => pool.release(thread, healthy))))
-      )
+      const loop = activation.entry === "brain_run"
+      const now = pool.tryAcquire(loop)
+      if (now !== undefined) return hold(pool, now, activation, limits, restore)
+      return Effect.flatMap(restore(pool.acquire(loop)), (thread) => hold(pool, thread, activation, limits, restore))
     })
   )
 
-/** The guest's hold on one of the pool's compute slots: taken while it runs, given back while it waits. */
-interface Compute {
-  readonly take: Effect.Effect<void>
-  readonly give: Effect.Effect<void>
+/** What an activation holds: its compute slot (while its guest runs), and whether its thread may go back to the pool. */
+interface Hold {
+  computing: boolean
+  healthy: boolean
+}
+
+/** Runs the activation on `thread` (already taken), and gives back the thread and any slot it holds however it ends. */
+const hold = (
+  pool: Pool,
+  thread: GuestThread,
+  activation: Activation,
+  limits: ActivationLimits,
+  restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+): Effect.Effect<string, ActivationFailure> => {
+  const held: Hold = { computing: false, healthy: false }
+  return restore(run(pool, thread, activation, limits, held)).pipe(
+    Effect.ensuring(Effect.sync(() => {
+      giveSlot(pool, held)
+      pool.releaseNow(thread, held.healthy)
+    }))
+  )
+}
+
+/** Takes a compute slot if one is free now (synchronously: nothing can interrupt between the take and its mark). */
+const takeSlotNow = (pool: Pool, held: Hold): boolean => {
+  if (!pool.compute.tryTake()) return false
+  held.computing = true
+  return true
+}
+
+/** Waits for a compute slot; marked held in the same uninterruptible step that took it, so the activation's end always gives it back. */
+const takeSlot = (pool: Pool, held: Hold): Effect.Effect<void> =>
+  Effect.uninterruptibleMask((restore) => Effect.zipRight(restore(pool.compute.take), Effect.sync(() => void (held.computing = true))))
+
+const giveSlot = (pool: Pool, held: Hold) => {
+  if (!held.computing) return
+  held.computing = false
+  pool.compute.give()
 }
 
 /**
- * The thread's events, one at a time: `next(ms)` is the next one, or none when `ms` (> 0)
- * milliseconds pass first. A plain callback and one timer per wait: this runs for every host call.
+ * The thread's events, one at a time: `next(ms, spent)` is the next one, or none when `ms` (> 0)
+ * milliseconds pass first; `spent` is told how long it waited. A plain callback and one timer per
+ * wait: this runs for every host call.
  */
 const eventsOf = (thread: GuestThread) => {
   const pending: Array<ThreadEvent> = []
@@ -97,18 +125,21 @@ const eventsOf = (thread: GuestThread) => {
       w(event)
     } else pending.push(event)
   }
-  return (ms: number) =>
+  return (ms: number, spent: (ms: number) => void) =>
     Effect.async<Option.Option<ThreadEvent>>((resume) => {
       const queued = pending.shift()
       if (queued) return resume(Effect.succeed(Option.some(queued)))
+      const before = performance.now()
       const timer = ms > 0
         ? setTimeout(() => {
           wake = undefined
+          spent(performance.now() - before)
           resume(Effect.succeed(Option.none()))
         }, ms)
         : undefined
       wake = (event) => {
         if (timer) clearTimeout(timer)
+        spent(performance.now() - before)
         resume(Effect.succeed(Option.some(event)))
       }
       return Effect.sync(() => {
@@ -118,65 +149,66 @@ const eventsOf = (thread: GuestThread) => {
     })
 }
 
-const run = (thread: GuestThread, activation: Activation, limits: ActivationLimits, compute: Compute, fine: () => void) =>
-  Effect.gen(function*() {
-    // A new thread may still be loading: its start-up is not the guest's compute.
-    if (!thread.loaded) yield* Effect.promise(() => thread.ready)
-    if (thread.dead) return yield* Effect.fail<ActivationFailure>({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
+const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: ActivationLimits, held: Hold): Effect.Effect<string, ActivationFailure> => {
+  const begin = (): Effect.Effect<string, ActivationFailure> => {
+    if (thread.dead) return Effect.fail({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
     const next = eventsOf(thread)
     const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
-    yield* compute.take
-    thread.start({
-      type: "activate",
-      moduleId: activation.moduleId,
-      entry: activation.entry,
-      input: activation.input,
-      memory: {
-        initial: activation.memory.initial,
-        maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
-      },
-      maxRequestBytes: limits.ioBytes
-    }, activation.module)
     let remaining = limits.computeMs
-    for (;;) {
-      const before = performance.now()
-      // With a budget, a wait that outlasts what is left of it ends the activation (at least 1 ms: 0 would mean no timer).
-      const got = yield* next(limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0)
+    const spent = (ms: number) => void (remaining -= ms)
+    // With a budget, a wait that outlasts what is left of it ends the activation (at least 1 ms: 0 would mean no timer).
+    const wait = () => Effect.flatMap(next(limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0, spent), onEvent)
+    const onEvent = (got: Option.Option<ThreadEvent>): Effect.Effect<string, ActivationFailure> => {
       if (Option.isNone(got)) {
-        return yield* Effect.fail<ActivationFailure>({
+        return Effect.fail({
           _tag: "budget",
           message: `the guest ran past its compute budget of ${limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
         })
       }
-      remaining -= performance.now() - before
       const event = got.value
       switch (event.type) {
-        case "call": {
+        case "call":
           // The guest waits: other guests may compute until its answer is ready.
-          yield* compute.give
-          const answer = encoder.encode(yield* activation.perform(event.op, decoder.decode(event.request)))
-          yield* compute.take
-          thread.answer(answer)
-          continue
-        }
+          giveSlot(pool, held)
+          return Effect.flatMap(activation.perform(event.op, event.request), (answer) => {
+            const resume = () => {
+              thread.answer(answer)
+              return wait()
+            }
+            return takeSlotNow(pool, held) ? resume() : Effect.flatMap(takeSlot(pool, held), resume)
+          })
         case "done":
-          yield* compute.give
-          fine()
-          if (event.output.byteLength > limits.ioBytes) {
-            return yield* Effect.fail<ActivationFailure>({
-              _tag: "guest",
-              message: `the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
-            })
+          giveSlot(pool, held)
+          held.healthy = true
+          if (event.bytes > limits.ioBytes) {
+            return Effect.fail({ _tag: "guest", message: `the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})` })
           }
-          return decoder.decode(event.output)
+          return Effect.succeed(event.output)
         case "failed":
-          if (event.kind !== "error") fine()
-          return yield* Effect.fail<ActivationFailure>({ _tag: "guest", message: describe(event.kind, event.reason) })
+          if (event.kind !== "error") held.healthy = true
+          return Effect.fail({ _tag: "guest", message: describe(event.kind, event.reason) })
         case "died":
-          return yield* Effect.fail<ActivationFailure>({ _tag: "guest", message: event.reason })
+          return Effect.fail({ _tag: "guest", message: event.reason })
       }
     }
-  })
+    const go = () => {
+      thread.start({
+        moduleId: activation.moduleId,
+        entry: activation.entry,
+        input: activation.input,
+        memory: {
+          initial: activation.memory.initial,
+          maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
+        },
+        maxRequestBytes: limits.ioBytes
+      }, activation.module)
+      return wait()
+    }
+    return takeSlotNow(pool, held) ? go() : Effect.flatMap(takeSlot(pool, held), go)
+  }
+  // A new thread may still be loading: its start-up is not the guest's compute.
+  return thread.loaded ? Effect.suspend(begin) : Effect.flatMap(Effect.promise(() => thread.ready), begin)
+}
 
 const describe = (kind: "guest" | "trap" | "link" | "error", reason: string) =>
   kind === "trap"

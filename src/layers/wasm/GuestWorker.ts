@@ -1,41 +1,110 @@
 /**
  * The guest side of a pool worker (a `worker_threads` thread): it runs one activation at a time,
- * each in a fresh instance with a fresh memory, and blocks on every host call until the main
- * thread has answered.
+ * each in a fresh instance whose memory is new or indistinguishable from new (below), and blocks
+ * on every host call until the main thread has answered.
  *
- * Protocol (messages are plain objects; every payload is UTF-8 bytes whose buffer is transferred;
- * see WorkerProtocol.ts):
- * - main → worker (`parentPort`): `activate` — the compiled module, the entry, the input JSON, the
- *   memory's initial and maximum pages, the largest request it may send;
- * - worker → main (`parentPort`): `call` (a host call's op and request JSON), then `done` with the
- *   output JSON or `failed` with a reason;
- * - main → worker (the `answers` port), while the worker waits: the answer JSON. The worker waits
- *   with `Atomics.wait` on the shared `signal` word, which the main thread bumps after posting an
- *   answer, and takes the answer with `receiveMessageOnPort`: the guest's call returns only then.
+ * Protocol (WorkerProtocol.ts): the worker never returns to its event loop once it has said
+ * `ready`. Idle, it waits with `Atomics.wait` on the START word; woken, it takes the activation
+ * (the same module and limits as its last one with the input inline, or an ActivateMessage from
+ * `toWorker`), runs it, and signals each host call and the end on the EVENT word (inline when
+ * short, else a WorkerMessage on `toMain`). In a host call it waits on the ANSWER word and takes
+ * the answer inline or from `toWorker` with `receiveMessageOnPort`: the guest's call returns
+ * only then.
+ *
+ * Memory: a memory its activation left at its initial size is zero-filled and kept for the next
+ * instance of the same limits, instead of a new one. To the guest it is a new memory — its
+ * declared initial size, every byte zero — but its pages are already mapped: on a VM, touching a
+ * new memory's pages costs more than the guest's own work (a page fault per 4 KiB page, ~100 µs
+ * for the first). A memory the guest grew is dropped (it cannot shrink back).
  *
  * Plain JavaScript on purpose: a guest may spin, trap or exhaust memory; only `terminate()` stops a
  * spinning one, and nothing here may outlive an activation.
  */
 import { isUtf8 } from "node:buffer"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
-import type { MessagePort } from "node:worker_threads"
-import { type ActivateMessage, HEADER_BYTES, LENGTH_WORD, SIGNAL_WORD, type WorkerData, type WorkerMessage } from "./WorkerProtocol.js"
+import {
+  type ActivateMessage,
+  ANSWER_LENGTH_WORD,
+  ANSWER_WORD,
+  EVENT_CALL,
+  EVENT_DONE,
+  EVENT_KIND_WORD,
+  EVENT_LENGTH_WORD,
+  EVENT_OP_LENGTH_WORD,
+  EVENT_POSTED,
+  EVENT_WORD,
+  HEADER_BYTES,
+  INLINE_BYTES,
+  START_KIND_WORD,
+  START_LENGTH_WORD,
+  START_POSTED,
+  START_WORD,
+  TO_MAIN_OFFSET,
+  TO_WORKER_OFFSET,
+  type WorkerData,
+  type WorkerMessage
+} from "./WorkerProtocol.js"
 
-const { answers, signal } = workerData as WorkerData
-const words = new Int32Array(signal, 0, HEADER_BYTES / 4)
-const inline = new Uint8Array(signal, HEADER_BYTES)
+const { shared, toMain, toWorker } = workerData as WorkerData
+const words = new Int32Array(shared, 0, HEADER_BYTES / 4)
+const fromMainBytes = new Uint8Array(shared, TO_WORKER_OFFSET, INLINE_BYTES)
+const toMainBytes = new Uint8Array(shared, TO_MAIN_OFFSET, INLINE_BYTES)
 const decoder = new TextDecoder("utf-8", { fatal: true })
 const encoder = new TextEncoder()
 
+const PAGE_BYTES = 65536
+
 /** Modules. Compiled modules a worker keeps (the pool tracks which, in the same order, and sends the rest). */
 const WORKER_MODULES = 64
+
+/** Spare memories a worker keeps (by limits), and the largest it keeps. */
+const SPARE_MEMORIES = 4
+const SPARE_MEMORY_BYTES = 32 << 20
 
 const modules = new Map<string, WebAssembly.Module>()
 
 /** The guest broke the ABI or gave up: the activation fails with this message. */
 class GuestError extends Error {}
 
-const post = (message: WorkerMessage, transfer: ReadonlyArray<ArrayBuffer> = []) => parentPort!.postMessage(message, transfer as Array<ArrayBuffer>)
+/** Tells the main thread an event is ready (the words and the `toMain` region or port written first). */
+const signal = (kind: number, length: number, opLength: number) => {
+  Atomics.store(words, EVENT_KIND_WORD, kind)
+  Atomics.store(words, EVENT_LENGTH_WORD, length)
+  Atomics.store(words, EVENT_OP_LENGTH_WORD, opLength)
+  Atomics.add(words, EVENT_WORD, 1)
+  Atomics.notify(words, EVENT_WORD)
+}
+
+const post = (message: WorkerMessage, transfer: ReadonlyArray<ArrayBuffer> = []) => {
+  toMain.postMessage(message, transfer as Array<ArrayBuffer>)
+  signal(EVENT_POSTED, 0, 0)
+}
+
+/** Memories left at their initial size by their activation, zero-filled, by `initial:maximum` (oldest first). */
+const spareMemories = new Map<string, WebAssembly.Memory>()
+
+/** A memory as a new one would be: a spare one of these limits (all zero, at its initial size), else a new one. */
+const memoryFor = (limits: ActivateMessage["memory"]): WebAssembly.Memory => {
+  const key = `${limits.initial}:${limits.maximum}`
+  const spare = spareMemories.get(key)
+  if (spare === undefined) return new WebAssembly.Memory({ initial: limits.initial, maximum: limits.maximum })
+  spareMemories.delete(key)
+  return spare
+}
+
+/**
+ * Keeps an activation's memory for a later instance when it is still at its initial size: zeroed
+ * now, so what the activation wrote is gone before anything else runs on this thread.
+ */
+const recycle = (memory: WebAssembly.Memory, limits: ActivateMessage["memory"]) => {
+  const bytes = memory.buffer.byteLength
+  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
+  new Uint8Array(memory.buffer).fill(0)
+  const key = `${limits.initial}:${limits.maximum}`
+  spareMemories.delete(key)
+  spareMemories.set(key, memory)
+  if (spareMemories.size > SPARE_MEMORIES) spareMemories.delete(spareMemories.keys().next().value!)
+}
 
 const moduleOf = (msg: ActivateMessage): WebAssembly.Module => {
   if (msg.module) {
@@ -70,7 +139,7 @@ const keyOf = (msg: ActivateMessage) => `${msg.moduleId}:${msg.memory.initial}:$
  * input exists: a host call from it is ABI misuse (the context has no activation yet).
  */
 const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory"], key: string): Instance => {
-  const memory = new WebAssembly.Memory({ initial: limits.initial, maximum: limits.maximum })
+  const memory = memoryFor(limits)
   const context: Context = { msg: undefined, exports: {} }
 
   const bytesAt = (ptr: number, len: number): Uint8Array => {
@@ -97,13 +166,20 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
         if (reqLen >>> 0 > msg.maxRequestBytes) {
           return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
         }
-        const request = copyAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
-        const seen = Atomics.load(words, SIGNAL_WORD)
-        post({ type: "call", op, request }, [request.buffer as ArrayBuffer])
-        Atomics.wait(words, SIGNAL_WORD, seen)
-        const length = Atomics.load(words, LENGTH_WORD)
-        if (length >= 0) return give(inline.subarray(0, length))
-        const received = receiveMessageOnPort(answers as MessagePort)
+        const request = checkedAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
+        const seen = Atomics.load(words, ANSWER_WORD)
+        if (opLen + request.length <= INLINE_BYTES) {
+          toMainBytes.set(bytesAt(opPtr >>> 0, opLen >>> 0))
+          toMainBytes.set(request, opLen)
+          signal(EVENT_CALL, opLen + request.length, opLen)
+        } else {
+          const copy = request.slice()
+          post({ type: "call", op, request: copy }, [copy.buffer as ArrayBuffer])
+        }
+        while (Atomics.load(words, ANSWER_WORD) === seen) Atomics.wait(words, ANSWER_WORD, seen)
+        const length = Atomics.load(words, ANSWER_LENGTH_WORD)
+        if (length >= 0) return give(fromMainBytes.subarray(0, length))
+        const received = receiveMessageOnPort(toWorker)
         if (!received) throw new GuestError("the host's answer was lost")
         return give(received.message as Uint8Array)
       },
@@ -112,11 +188,11 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
       }
     }
   }
-  /** A copy of UTF-8 text the guest gave, out of its memory, checked well-formed. */
-  const copyAt = (ptr: number, len: number, what: string): Uint8Array => {
+  /** UTF-8 text the guest gave, in its memory (not a copy: read it before the guest runs again), checked well-formed. */
+  const checkedAt = (ptr: number, len: number, what: string): Uint8Array => {
     const bytes = bytesAt(ptr, len)
     if (!isUtf8(bytes)) throw new GuestError(`${what} is not UTF-8`)
-    return bytes.slice()
+    return bytes
   }
   /** Copies bytes into memory the guest allocates; returns the packed (ptr, len). */
   const give = (bytes: Uint8Array): bigint => {
@@ -129,7 +205,7 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
     unpack: (packed: unknown, what: string): Uint8Array => {
       if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
       const value = BigInt.asUintN(64, packed)
-      return copyAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
+      return checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
     }
   }
   context.exports = new WebAssembly.Instance(module, imports).exports as Record<string, any>
@@ -138,14 +214,15 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
 
 /**
  * The instance the next activation of the same module (and memory limits) will take: made
- * after each activation whose own instantiation succeeded, while this thread would sit idle, so
- * instantiation leaves the activation's path. It is still a fresh instance per activation —
- * nothing has run in it but its start function, which is deterministic (a start function can
- * neither call the host nor see the time) and ran to its end for the activation just finished.
+ * after each activation whose own instantiation succeeded, before this thread waits for the next
+ * one (unless that one is already there), so instantiation leaves the activation's path. It is
+ * still a fresh instance per activation — nothing has run in it but its start function, which is
+ * deterministic (a start function can neither call the host nor see the time) and ran to its end
+ * for the activation just finished.
  */
 let ready: Instance | undefined
 
-const run = (msg: ActivateMessage) => {
+const run = (msg: ActivateMessage, input: Uint8Array) => {
   let instance: Instance | undefined
   try {
     const module = moduleOf(msg)
@@ -154,27 +231,63 @@ const run = (msg: ActivateMessage) => {
     ready = undefined
     const { context, guest } = instance
     context.msg = msg
-    const input = guest.give(msg.input)
-    const output = guest.unpack(context.exports[msg.entry](Number(input >> 32n), Number(input & 0xffffffffn)), `${msg.entry}`)
-    post({ type: "done", output }, [output.buffer as ArrayBuffer])
+    const given = guest.give(input)
+    const output = guest.unpack(context.exports[msg.entry](Number(given >> 32n), Number(given & 0xffffffffn)), `${msg.entry}`)
+    if (output.length <= INLINE_BYTES) {
+      toMainBytes.set(output)
+      signal(EVENT_DONE, output.length, 0)
+    } else {
+      const copy = output.slice()
+      post({ type: "done", output: copy }, [copy.buffer as ArrayBuffer])
+    }
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
     post({ type: "failed", kind, reason: err instanceof Error ? err.message : String(err) })
   }
-  if (instance) {
-    const { module, key } = instance
-    const limits = msg.memory
-    // After the answer is posted; a failure to instantiate is left for the next activation to meet.
-    setImmediate(() => {
-      if (ready !== undefined) return
-      try {
-        ready = instantiate(module, limits, key)
-      } catch {
-        ready = undefined
+  return instance
+}
+
+/** The START count this worker has taken; the thread's last activation (its input left out), for START_SAME. */
+let started = 0
+let last: ActivateMessage | undefined
+
+const serve = () => {
+  for (;;) {
+    while (Atomics.load(words, START_WORD) === started) Atomics.wait(words, START_WORD, started)
+    started = Atomics.load(words, START_WORD)
+    const length = Atomics.load(words, START_LENGTH_WORD)
+    if (Atomics.load(words, START_KIND_WORD) === START_POSTED) {
+      const received = receiveMessageOnPort(toWorker)
+      if (!received) {
+        post({ type: "failed", kind: "error", reason: "the activation was lost on its way to the worker" })
+        continue
       }
-    })
+      const msg = received.message as ActivateMessage
+      last = { ...msg, module: undefined, input: undefined }
+      // The module is kept by moduleOf: `last` holds no module and no input.
+      const instance = run(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.input!)
+      after(instance, msg)
+    } else if (last === undefined) {
+      post({ type: "failed", kind: "error", reason: "the worker has no activation to repeat" })
+    } else {
+      after(run(last, fromMainBytes.subarray(0, length)), last)
+    }
   }
 }
 
-parentPort!.on("message", (msg: ActivateMessage) => run(msg))
-post({ type: "ready" })
+/** After an activation: keep its memory if it may be, and make the next instance unless the next activation is already waiting. */
+const after = (instance: Instance | undefined, msg: ActivateMessage) => {
+  if (!instance) return
+  recycle(instance.memory, msg.memory)
+  if (ready !== undefined || Atomics.load(words, START_WORD) !== started) return
+  try {
+    ready = instantiate(instance.module, msg.memory, instance.key)
+  } catch {
+    // Left for the next activation to meet.
+    ready = undefined
+  }
+}
+
+parentPort!.postMessage({ type: "ready" } satisfies WorkerMessage)
+// Once this module has loaded: from here on the thread runs activations and nothing else.
+setImmediate(serve)

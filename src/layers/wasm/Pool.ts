@@ -5,10 +5,30 @@
  * (terminated: a runaway guest, a crash, an interrupted activation) to be replaced: the pool
  * never hands out a thread in an unknown state.
  */
-import { Worker } from "node:worker_threads"
-import { MessageChannel, type MessagePort } from "node:worker_threads"
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads"
 import { Deferred, Effect, FiberId } from "effect"
-import { type ActivateMessage, HEADER_BYTES, INLINE_ANSWER_BYTES, LENGTH_WORD, SIGNAL_WORD, type WorkerMessage } from "./WorkerProtocol.js"
+import {
+  type ActivateMessage,
+  ANSWER_LENGTH_WORD,
+  ANSWER_WORD,
+  EVENT_CALL,
+  EVENT_DONE,
+  EVENT_KIND_WORD,
+  EVENT_LENGTH_WORD,
+  EVENT_OP_LENGTH_WORD,
+  EVENT_WORD,
+  HEADER_BYTES,
+  INLINE_BYTES,
+  SHARED_BYTES,
+  START_KIND_WORD,
+  START_LENGTH_WORD,
+  START_POSTED,
+  START_SAME,
+  START_WORD,
+  TO_MAIN_OFFSET,
+  TO_WORKER_OFFSET,
+  type WorkerMessage
+} from "./WorkerProtocol.js"
 
 /** Modules a worker keeps; GuestWorker evicts in the same order (oldest first). */
 const WORKER_MODULES = 64
@@ -21,14 +41,35 @@ const WORKER_URL = import.meta.url.endsWith(".ts")
   ? new URL("../../../dist/layers/wasm/GuestWorker.js", import.meta.url)
   : new URL("./GuestWorker.js", import.meta.url)
 
-/** What a thread reports to the activation it runs: the worker's messages, or its death. */
-export type ThreadEvent = WorkerMessage | { readonly type: "died"; readonly reason: string }
+/**
+ * What a thread reports to the activation it runs: a host call (its op and request text), the
+ * output (its text and its length in bytes), a failure, or the worker's death.
+ */
+export type ThreadEvent =
+  | { readonly type: "call"; readonly op: string; readonly request: string }
+  | { readonly type: "done"; readonly output: string; readonly bytes: number }
+  | Extract<WorkerMessage, { type: "failed" }>
+  | { readonly type: "died"; readonly reason: string }
+
+/** What a thread is told to run: everything of an ActivateMessage but the module (sent when the worker lacks it). */
+export type StartMessage = Omit<ActivateMessage, "type" | "module" | "input"> & { readonly input: Uint8Array }
+
+const utf8 = new TextDecoder()
 
 export class GuestThread {
   private readonly worker: Worker
-  private readonly answers: MessagePort
-  private readonly signal: Int32Array
-  private readonly inline: Uint8Array
+  private readonly toWorker: MessagePort
+  private readonly toMain: MessagePort
+  private readonly words: Int32Array
+  private readonly toWorkerBytes: Uint8Array
+  /** The `toMain` region as a Buffer: its text is decoded straight from the shared memory. */
+  private readonly toMainBytes: Buffer
+  /** EVENT words taken: the next event is there when the word differs. */
+  private events = 0
+  /** Whether an `Atomics.waitAsync` for the next event is pending. */
+  private waiting = false
+  /** The limits and module of the thread's last activation, as `moduleId|entry|initial|maximum|maxRequestBytes`. */
+  private lastStart: string | undefined = undefined
   /** The activation in progress listens here. */
   listener: ((event: ThreadEvent) => void) | undefined = undefined
   dead = false
@@ -50,20 +91,26 @@ export class GuestThread {
   readonly ready: Promise<void> = new Promise((resolve) => (this.settle = resolve))
 
   constructor() {
-    const channel = new MessageChannel()
-    const signal = new SharedArrayBuffer(HEADER_BYTES + INLINE_ANSWER_BYTES)
-    this.answers = channel.port1
-    this.signal = new Int32Array(signal, 0, HEADER_BYTES / 4)
-    this.inline = new Uint8Array(signal, HEADER_BYTES)
+    const toWorker = new MessageChannel()
+    const toMain = new MessageChannel()
+    const shared = new SharedArrayBuffer(SHARED_BYTES)
+    this.toWorker = toWorker.port1
+    this.toMain = toMain.port2
+    this.words = new Int32Array(shared, 0, HEADER_BYTES / 4)
+    this.toWorkerBytes = new Uint8Array(shared, TO_WORKER_OFFSET, INLINE_BYTES)
+    this.toMainBytes = Buffer.from(shared, TO_MAIN_OFFSET, INLINE_BYTES)
     this.worker = new Worker(WORKER_URL, {
-      workerData: { answers: channel.port2, signal },
-      transferList: [channel.port2]
+      workerData: { toWorker: toWorker.port2, toMain: toMain.port1, shared },
+      transferList: [toWorker.port2, toMain.port1]
     })
-    this.worker.on("message", (m: WorkerMessage) => (m.type === "ready" ? this.started() : this.listener?.(m)))
+    this.worker.on("message", (m: WorkerMessage) => {
+      if (m.type !== "ready") return
+      // Loaded and idle, the worker must not keep the process alive (it does while it loads, for an activation waiting on it).
+      if (this.listener === undefined) this.worker.unref()
+      this.started()
+    })
     this.worker.on("error", (err) => this.die(`the worker failed: ${err.message}`))
     this.worker.on("exit", (code) => this.die(`the worker exited (${code})`))
-    // An idle worker must not keep the process alive.
-    this.worker.unref()
   }
 
   /** Why the worker died, once it has. */
@@ -74,43 +121,180 @@ export class GuestThread {
     this.dead = true
     this.deathReason = reason
     this.started()
+    this.release()
     this.listener?.({ type: "died", reason })
   }
 
-  /** Starts an activation; the module itself crosses to the worker only the first time. */
-  start(message: Omit<ActivateMessage, "module">, module: WebAssembly.Module) {
-    const known = this.modules.has(message.moduleId)
-    if (!known) {
-      this.modules.add(message.moduleId)
-      if (this.modules.size > WORKER_MODULES) this.modules.delete(this.modules.values().next().value!)
-    }
-    // The input's buffer moves to the worker (Activation encodes it into one of its own).
-    this.worker.postMessage({ ...message, module: known ? undefined : module }, [message.input.buffer as ArrayBuffer])
+  /** Ends a pending `Atomics.waitAsync` of this thread's (the main thread may wake its own wait). */
+  private release() {
+    if (this.waiting) Atomics.notify(this.words, EVENT_WORD)
   }
 
   /**
-   * Answers the host call the guest is blocked in: a short answer is copied into the shared
-   * buffer, a long one's buffer moves to the worker on the port; then the guest is woken.
+   * Starts an activation: the same module and limits as the thread's last one go as the input
+   * alone (inline when it fits); anything else as a message, with the module only the first time.
    */
-  answer(bytes: Uint8Array) {
-    if (bytes.byteLength <= INLINE_ANSWER_BYTES) {
-      this.inline.set(bytes)
-      Atomics.store(this.signal, LENGTH_WORD, bytes.byteLength)
+  start(message: StartMessage, module: WebAssembly.Module) {
+    const key = `${message.moduleId}|${message.entry}|${message.memory.initial}|${message.memory.maximum}|${message.maxRequestBytes}`
+    const inline = message.input.byteLength <= INLINE_BYTES
+    if (inline) this.toWorkerBytes.set(message.input)
+    if (key === this.lastStart && inline) {
+      Atomics.store(this.words, START_KIND_WORD, START_SAME)
     } else {
-      this.answers.postMessage(bytes, [bytes.buffer as ArrayBuffer])
-      Atomics.store(this.signal, LENGTH_WORD, -1)
+      const known = this.modules.has(message.moduleId)
+      if (!known) {
+        this.modules.add(message.moduleId)
+        if (this.modules.size > WORKER_MODULES) this.modules.delete(this.modules.values().next().value!)
+      }
+      const activate: ActivateMessage = { ...message, type: "activate", module: known ? undefined : module, input: inline ? undefined : message.input }
+      // A long input's buffer moves to the worker (Activation encodes it into one of its own).
+      this.toWorker.postMessage(activate, inline ? [] : [message.input.buffer as ArrayBuffer])
+      Atomics.store(this.words, START_KIND_WORD, START_POSTED)
+      this.lastStart = key
     }
-    Atomics.add(this.signal, SIGNAL_WORD, 1)
-    Atomics.notify(this.signal, SIGNAL_WORD)
+    Atomics.store(this.words, START_LENGTH_WORD, inline ? message.input.byteLength : -1)
+    // Running, the thread keeps the process alive (its events come through Atomics.waitAsync, which does not).
+    this.worker.ref()
+    Atomics.add(this.words, START_WORD, 1)
+    Atomics.notify(this.words, START_WORD)
+    this.await()
+  }
+
+  /**
+   * Answers the host call the guest is blocked in: a short answer is written into the shared
+   * buffer, a long one's bytes move to the worker on the port; then the guest is woken.
+   */
+  answer(text: string) {
+    // At most 3 bytes per UTF-16 unit: a text that short surely fits.
+    let length = -1
+    if (text.length * 3 <= INLINE_BYTES) length = encoder.encodeInto(text, this.toWorkerBytes).written
+    else {
+      const bytes = encoder.encode(text)
+      if (bytes.byteLength <= INLINE_BYTES) {
+        this.toWorkerBytes.set(bytes)
+        length = bytes.byteLength
+      } else this.toWorker.postMessage(bytes, [bytes.buffer as ArrayBuffer])
+    }
+    Atomics.store(this.words, ANSWER_LENGTH_WORD, length)
+    Atomics.add(this.words, ANSWER_WORD, 1)
+    Atomics.notify(this.words, ANSWER_WORD)
+    this.await()
+  }
+
+  /** Waits (without blocking) for the worker's next event and hands it to the listener. */
+  private await() {
+    if (this.waiting || this.dead) return
+    const result = waitAsync(this.words, EVENT_WORD, this.events)
+    if (!result.async) {
+      this.take()
+      return
+    }
+    this.waiting = true
+    void result.value.then(() => {
+      this.waiting = false
+      // A wake may be stale: the worker's notify for an event this thread already took (it read
+      // the word before the notify came) wakes the wait armed for the next one. Wait again.
+      if (!this.take()) this.await()
+    })
+  }
+
+  /** Reads the event the worker signalled, if it has, and hands it on; false when there is none (yet). */
+  private take(): boolean {
+    if (this.dead) return true
+    const now = Atomics.load(this.words, EVENT_WORD)
+    if (now === this.events) return false
+    this.events = now
+    const kind = Atomics.load(this.words, EVENT_KIND_WORD)
+    const length = Atomics.load(this.words, EVENT_LENGTH_WORD)
+    let event: ThreadEvent
+    if (kind === EVENT_CALL) {
+      const opLength = Atomics.load(this.words, EVENT_OP_LENGTH_WORD)
+      event = { type: "call", op: this.toMainBytes.toString("utf8", 0, opLength), request: this.toMainBytes.toString("utf8", opLength, length) }
+    } else if (kind === EVENT_DONE) {
+      event = { type: "done", output: this.toMainBytes.toString("utf8", 0, length), bytes: length }
+    } else {
+      const received = receiveMessageOnPort(this.toMain)
+      const message = received?.message as WorkerMessage | undefined
+      event = message === undefined || message.type === "ready"
+        ? { type: "failed", kind: "error", reason: "the worker's message was lost" }
+        : message.type === "call"
+        ? { type: "call", op: message.op, request: utf8.decode(message.request) }
+        : message.type === "done"
+        ? { type: "done", output: utf8.decode(message.output), bytes: message.output.byteLength }
+        : message
+    }
+    // Ended, the thread no longer keeps the process alive.
+    if (event.type !== "call") this.worker.unref()
+    this.listener?.(event)
+    return true
   }
 
   terminate() {
     this.dead = true
     this.deathReason ??= "the worker was stopped"
     this.started()
+    this.release()
     this.listener = undefined
-    this.answers.close()
+    this.toWorker.close()
+    this.toMain.close()
     void this.worker.terminate()
+  }
+}
+
+const encoder = new TextEncoder()
+
+/** `Atomics.waitAsync` (ES2024; in Node since 16), typed. */
+const waitAsync = (Atomics as unknown as {
+  waitAsync: (array: Int32Array, index: number, value: number) => { async: false; value: "not-equal" | "timed-out" } | { async: true; value: Promise<"ok" | "timed-out"> }
+}).waitAsync
+
+/**
+ * The pool's compute slots: a counting semaphore whose take is synchronous when a slot is free
+ * (`tryTake`), as it is on most host calls' answers, so the common path costs no fiber
+ * suspension. Waiters are served first come, first served.
+ */
+export class ComputeSlots {
+  private free: number
+  private readonly waiters: Array<{ granted: boolean; readonly resume: () => void }> = []
+
+  constructor(slots: number) {
+    this.free = slots
+  }
+
+  /** Takes a slot if one is free and nobody waits for one. */
+  tryTake(): boolean {
+    if (this.free === 0 || this.waiters.length > 0) return false
+    this.free--
+    return true
+  }
+
+  /** Takes a slot, waiting for one; interrupted while waiting, it takes none (a slot handed to it then is passed on). */
+  readonly take: Effect.Effect<void> = Effect.suspend(() =>
+    this.tryTake() ? Effect.void : Effect.async<void>((resume) => {
+      const waiter = { granted: false, resume: () => resume(Effect.void) }
+      this.waiters.push(waiter)
+      return Effect.sync(() => {
+        if (waiter.granted) return this.give()
+        const i = this.waiters.indexOf(waiter)
+        if (i >= 0) this.waiters.splice(i, 1)
+      })
+    })
+  )
+
+  /** Gives a slot back: to the first waiter, else to the free ones. */
+  give(): void {
+    const waiter = this.waiters.shift()
+    if (waiter === undefined) {
+      this.free++
+      return
+    }
+    waiter.granted = true
+    waiter.resume()
+  }
+
+  /** Slots free now (for tests). */
+  get available(): number {
+    return this.free
   }
 }
 
@@ -148,14 +332,14 @@ export class Pool {
   private readonly trim: ReturnType<typeof setInterval>
   readonly size: PoolSize
   /** Held while a guest runs: taken before it starts or gets a host call's answer, given back when it calls or ends. */
-  readonly compute: Effect.Semaphore
+  readonly compute: ComputeSlots
 
   constructor(size: number | PoolSize) {
     const s = typeof size === "number" ? { compute: size, threads: size } : size
     const compute = Math.max(1, s.compute)
     // With one thread per compute slot there is no spare for tools: give tools their own.
     this.size = { compute, threads: Math.max(compute + 1, s.threads) }
-    this.compute = Effect.unsafeMakeSemaphore(compute)
+    this.compute = new ComputeSlots(compute)
     this.trim = setInterval(() => this.stopSpares(), SPARE_THREAD_IDLE_MS)
     this.trim.unref()
   }
@@ -177,14 +361,8 @@ export class Pool {
    */
   acquire(loop: boolean): Effect.Effect<GuestThread> {
     return Effect.suspend(() => {
-      if (this.mayTake(loop)) {
-        const idle = this.idle.pop()
-        if (idle) return Effect.succeed(this.take(idle.thread, loop))
-        if (this.started < this.size.threads) {
-          this.started++
-          return Effect.sync(() => this.take(new GuestThread(), loop))
-        }
-      }
+      const now = this.tryAcquire(loop)
+      if (now !== undefined) return Effect.succeed(now)
       const deferred = Deferred.unsafeMake<GuestThread>(FiberId.none)
       const waiter = { loop, deferred }
       this.waiting.push(waiter)
@@ -203,9 +381,26 @@ export class Pool {
     })
   }
 
+  /** A thread now (an idle one, else a new one while under the size), or none: `acquire` without waiting. */
+  tryAcquire(loop: boolean): GuestThread | undefined {
+    if (!this.mayTake(loop)) return undefined
+    const idle = this.idle.pop()
+    if (idle) return this.take(idle.thread, loop)
+    if (this.started < this.size.threads) {
+      this.started++
+      return this.take(new GuestThread(), loop)
+    }
+    return undefined
+  }
+
   /** Gives a thread back; a broken one is terminated and replaced. */
   release(thread: GuestThread, healthy: boolean): Effect.Effect<void> {
-    return Effect.sync(() => {
+    return Effect.sync(() => this.releaseNow(thread, healthy))
+  }
+
+  /** `release`, synchronously. */
+  releaseNow(thread: GuestThread, healthy: boolean): void {
+    {
       thread.listener = undefined
       if (thread.loop) this.loops--
       thread.loop = false
@@ -220,7 +415,7 @@ export class Pool {
         return
       }
       this.handOn(next!)
-    })
+    }
   }
 
   /** Gives a free thread to the first waiter allowed to take one, else keeps it idle. */

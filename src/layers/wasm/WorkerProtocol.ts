@@ -1,28 +1,68 @@
 /**
- * The messages between the main thread and a guest worker (GuestWorker.ts). Every payload —
- * input, host call requests, answers, output — crosses as UTF-8 bytes in an ArrayBuffer that is
- * transferred, not copied: a big message never sits on either thread's JavaScript heap as a
- * string longer than it takes to encode or parse it.
+ * How the main thread and a guest worker (GuestWorker.ts) talk. Both directions go through one
+ * SharedArrayBuffer per thread, woken with `Atomics.notify`: the worker blocks in `Atomics.wait`
+ * (when idle, and while its guest waits in a host call), the main thread in `Atomics.waitAsync`
+ * (it never blocks). A payload up to INLINE_BYTES is copied into the buffer; a longer one, and
+ * anything rare (a module the worker has not seen, a failure), goes on a MessagePort that the
+ * other side reads with `receiveMessageOnPort` once woken — neither thread's event loop is in the
+ * path of an activation, and no message is cloned on the common one.
+ *
+ * Every payload — input, host call requests, answers, output — is UTF-8 JSON; one that crosses
+ * on a port crosses as bytes whose buffer is transferred, not copied.
  */
 import type { MessagePort } from "node:worker_threads"
 
-/** Bytes of an answer that travel in the shared buffer; a longer one goes on the `answers` port. */
-export const INLINE_ANSWER_BYTES = 64 * 1024
+/** Bytes of a payload that travel in the shared buffer (each direction has its own region). */
+export const INLINE_BYTES = 64 * 1024
 
-/** Int32 words at the start of the shared buffer; the inline answer's bytes follow them. */
-export const SIGNAL_WORD = 0
-export const LENGTH_WORD = 1
-export const HEADER_BYTES = 8
+/**
+ * Int32 words at the start of the shared buffer.
+ *
+ * Main → worker:
+ * - START: bumped by the main thread to start an activation (the worker, idle, waits on it);
+ * - START_KIND: how the activation comes — START_SAME: the same module, entry and limits as the
+ *   thread's last one, input inline (START_LENGTH bytes in the `toWorker` region);
+ *   START_POSTED: an ActivateMessage on `toWorker` (its input inline when START_LENGTH ≥ 0, else
+ *   in the message);
+ * - ANSWER (bumped after each answer) and ANSWER_LENGTH (the answer's length when its bytes are
+ *   inline, -1 when it was posted on `toWorker`).
+ *
+ * Worker → main:
+ * - EVENT: bumped after each event (the main thread waits on it with `Atomics.waitAsync`);
+ * - EVENT_KIND: EVENT_CALL (a host call: the op's EVENT_OP_LENGTH bytes then the request's,
+ *   EVENT_LENGTH bytes in all, in the `toMain` region), EVENT_DONE (the output's EVENT_LENGTH
+ *   bytes in `toMain`), EVENT_POSTED (a WorkerMessage on `toMain`).
+ */
+export const ANSWER_WORD = 0
+export const ANSWER_LENGTH_WORD = 1
+export const START_WORD = 2
+export const START_KIND_WORD = 3
+export const START_LENGTH_WORD = 4
+export const EVENT_WORD = 5
+export const EVENT_KIND_WORD = 6
+export const EVENT_LENGTH_WORD = 7
+export const EVENT_OP_LENGTH_WORD = 8
+
+export const START_SAME = 1
+export const START_POSTED = 2
+
+export const EVENT_CALL = 1
+export const EVENT_DONE = 2
+export const EVENT_POSTED = 3
+
+/** The header's bytes (16 words, some spare); the `toWorker` region follows, then `toMain`. */
+export const HEADER_BYTES = 64
+export const TO_WORKER_OFFSET = HEADER_BYTES
+export const TO_MAIN_OFFSET = HEADER_BYTES + INLINE_BYTES
+export const SHARED_BYTES = HEADER_BYTES + 2 * INLINE_BYTES
 
 export interface WorkerData {
-  /** The worker's end of the channel long answers come on (read with receiveMessageOnPort). */
-  readonly answers: MessagePort
-  /**
-   * HEADER_BYTES + INLINE_ANSWER_BYTES, shared: word SIGNAL_WORD is bumped by the main thread
-   * after each answer; word LENGTH_WORD is the answer's length when its bytes follow the header,
-   * or -1 when it was posted on `answers`.
-   */
-  readonly signal: SharedArrayBuffer
+  /** Main → worker: ActivateMessages and long answers (and long inputs), read with receiveMessageOnPort. */
+  readonly toWorker: MessagePort
+  /** Worker → main: long requests and outputs, failures (WorkerMessage), read with receiveMessageOnPort. */
+  readonly toMain: MessagePort
+  /** SHARED_BYTES: the words above, then the two inline regions. */
+  readonly shared: SharedArrayBuffer
 }
 
 export interface ActivateMessage {
@@ -32,18 +72,19 @@ export interface ActivateMessage {
   /** Sent only when the worker does not have it yet. */
   readonly module: WebAssembly.Module | undefined
   readonly entry: "brain_run" | "brain_tool"
-  /** The input JSON, UTF-8 (transferred). */
-  readonly input: Uint8Array
+  /** The input JSON, UTF-8 (transferred), when it is not inline. */
+  readonly input: Uint8Array | undefined
   readonly memory: { readonly initial: number; readonly maximum: number }
   /** Bytes: a host call request larger than this is answered `invalid_request` in the worker. */
   readonly maxRequestBytes: number
 }
 
+/** What the worker posts on `toMain` (EVENT_POSTED), or on `parentPort` once (`ready`). */
 export type WorkerMessage =
-  /** The worker has loaded and listens: sent once, before any activation reaches it. */
+  /** The worker has loaded and waits for activations: sent once, on `parentPort`, before any reaches it. */
   | { readonly type: "ready" }
-  /** A host call: its op and its request JSON, UTF-8 (checked well-formed by the worker; transferred). */
+  /** A host call too long to be inline: its op and its request JSON, UTF-8 (checked well-formed by the worker; transferred). */
   | { readonly type: "call"; readonly op: string; readonly request: Uint8Array }
-  /** The entry returned: its output JSON, UTF-8 (checked well-formed by the worker; transferred). */
+  /** An output too long to be inline: its JSON, UTF-8 (checked well-formed by the worker; transferred). */
   | { readonly type: "done"; readonly output: Uint8Array }
   | { readonly type: "failed"; readonly kind: "guest" | "trap" | "link" | "error"; readonly reason: string }
