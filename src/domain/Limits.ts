@@ -6,6 +6,13 @@
 /** Bytes. The largest journal frame body; a larger length field is corruption, not a torn write. */
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024 - 64
 
+/**
+ * Bytes. The largest value of a setting that bounds one outcome's payload (BRAIN_MAX_MODEL_OUTPUT_BYTES,
+ * BRAIN_MAX_WASM_IO_BYTES, BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES): half a frame, so the outcome
+ * record with its JSON escaping and envelope always fits MAX_FRAME_BYTES.
+ */
+export const OUTCOME_SETTING_CEILING_BYTES = 32 * 1024 * 1024
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

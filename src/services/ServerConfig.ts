@@ -9,11 +9,10 @@ import {
   SSE_BACKLOG_BYTES,
   SSE_SUBSCRIBERS,
   SSE_SUBSCRIBERS_PER_SESSION,
+  OUTCOME_SETTING_CEILING_BYTES,
   TELEMETRY_QUEUE_BYTES
 } from "../domain/Limits.js"
 
-/** Bytes. The largest BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: an outcome must fit in one journal frame. */
-const MAX_ENVIRONMENT_RESPONSE_CEILING_BYTES = 32 * 1024 * 1024
 import { noSink, parseTelemetrySink, type TelemetrySink } from "./Telemetry.js"
 
 export interface ServerConfigShape {
@@ -21,7 +20,7 @@ export interface ServerConfigShape {
   readonly maxModelCalls: number
   /** How long a model call may send nothing (before its headers or between chunks), in milliseconds. 0 = no bound. */
   readonly maxModelMs: number
-  /** Bytes of one model response before the call fails with `model_output_limit`. 0 = no bound. */
+  /** Bytes of one model response before the call fails with `model_output_limit` (1 B to 32 MiB). */
   readonly maxModelOutputBytes: number
   /** BRAIN_MODELS as given: a JSON file's path, or inline JSON (read by the ModelBindings layer). */
   readonly models: string | undefined
@@ -163,6 +162,21 @@ const positive = (name: string, fallback: number, description: string) =>
     Config.withDescription(description)
   )
 
+/**
+ * Bytes, 1 to OUTCOME_SETTING_CEILING_BYTES: a setting that bounds what one outcome record
+ * carries (a model's response, a guest's output, an Environment's answer), so that the record
+ * always fits one journal frame and is never refused after its effect has happened.
+ */
+const outcomeBytes = (name: string, fallback: number, description: string) =>
+  Config.integer(name).pipe(
+    Config.validate({
+      message: `${name} must be a whole number from 1 to ${OUTCOME_SETTING_CEILING_BYTES} (32 MiB)`,
+      validation: (n) => n >= 1 && n <= OUTCOME_SETTING_CEILING_BYTES
+    }),
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+
 /** A whole number ≥ `min` that may be unset (its default is computed elsewhere, so unset stays distinguishable). */
 const optionalAtLeast = (name: string, min: number, description: string) =>
   Config.option(
@@ -175,28 +189,21 @@ const optionalAtLeast = (name: string, min: number, description: string) =>
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
   maxModelSecs: nonNegative("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
-  maxModelOutputBytes: nonNegative(
-    "BRAIN_MAX_MODEL_OUTPUT_BYTES",
-    defaults.maxModelOutputBytes,
-    "bytes of one model response (0 = no bound)"
-  ),
+  maxModelOutputBytes: outcomeBytes("BRAIN_MAX_MODEL_OUTPUT_BYTES", defaults.maxModelOutputBytes, "bytes of one model response"),
   models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
   environments: Config.option(
     Config.string("BRAIN_ENVIRONMENTS").pipe(Config.withDescription("Environment bindings: a JSON file's path or inline JSON"))
   ),
-  maxEnvironmentResponseBytes: Config.integer("BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES").pipe(
-    Config.validate({
-      message: "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES must be a whole number from 1 to 33554432 (32 MiB)",
-      validation: (n) => n >= 1 && n <= MAX_ENVIRONMENT_RESPONSE_CEILING_BYTES
-    }),
-    Config.withDefault(defaults.maxEnvironmentResponseBytes),
-    Config.withDescription("bytes of an Environment's answer read at most")
+  maxEnvironmentResponseBytes: outcomeBytes(
+    "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES",
+    defaults.maxEnvironmentResponseBytes,
+    "bytes of an Environment's answer read at most"
   ),
   wasmWorkers: optionalAtLeast("BRAIN_WASM_WORKERS", 1, "guests computing at once (unset: the number of cores)"),
   wasmThreads: optionalAtLeast("BRAIN_WASM_THREADS", 2, "guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)"),
   maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
   maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
-  maxWasmIoBytes: positive("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
+  maxWasmIoBytes: outcomeBytes("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
   maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),
   maxWasmStoreBytes: positive("BRAIN_MAX_WASM_STORE_BYTES", defaults.maxWasmStoreBytes, "bytes of all stored modules together"),
   maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),

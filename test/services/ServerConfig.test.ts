@@ -52,4 +52,20 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(yield* read({ BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: "0" }))).toBe(true)
       expect(Either.isLeft(yield* read({ BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES: String(32 * 1024 * 1024 + 1) }))).toBe(true)
     }))
+
+  it.effect("every setting that bounds an outcome's size (model response, Wasm output, Environment answer) is 1 B to 32 MiB, so the outcome always fits one journal frame; 0 (no bound) is refused", () =>
+    Effect.gen(function*() {
+      const MiB = 1024 * 1024
+      for (const name of ["BRAIN_MAX_MODEL_OUTPUT_BYTES", "BRAIN_MAX_WASM_IO_BYTES", "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES"]) {
+        expect(Either.isRight(yield* read({ [name]: "1" })), name).toBe(true)
+        expect(Either.isRight(yield* read({ [name]: String(32 * MiB) })), name).toBe(true)
+        for (const bad of ["0", String(32 * MiB + 1), String(64 * MiB)]) {
+          const r = yield* read({ [name]: bad })
+          expect(Either.isLeft(r), `${name}=${bad}`).toBe(true)
+          expect(Either.isLeft(r) && String(r.left), `${name}=${bad}`).toContain(`${name} must be a whole number from 1 to 33554432 (32 MiB)`)
+        }
+      }
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && [unset.right.maxModelOutputBytes, unset.right.maxWasmIoBytes]).toEqual([16 * MiB, 16 * MiB])
+    }))
 })
