@@ -137,6 +137,36 @@ describe("a host Environment through a real server", () => {
     expect((await toolMessages(id)).map((m) => JSON.parse(m.content))).toEqual([{ outcome: "error", error: { message: "no such row" } }])
   })
 
+  it("a result above BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 413 and leaves the call in flight for a proper result; an Event of a reserved kind is 400 and writes nothing", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    const before = (await events(id)).length
+
+    const reserved = await asHost(host.token, `/v1/hosts/${host.host_id}/events`, {
+      session_id: id,
+      sequence: call.data.sequence,
+      kind: "tool_call_ended",
+      payload: { outcome: "ok" }
+    })
+    expect(reserved.status, reserved.text).toBe(400)
+    expect(reserved.body).toMatchObject({ code: "invalid_request", retryable: false, details: { reason: "reserved_kind" } })
+
+    const huge = await result(host, call, { ok: "x".repeat(4 * 1024 * 1024 + 1) })
+    expect(huge.status, huge.text.slice(0, 300)).toBe(413)
+    expect(huge.body).toMatchObject({ code: "payload_too_large" })
+    expect((await events(id)).length, "nothing was written for either").toBe(before)
+
+    expect((await result(host, call, { ok: { answer: 1 } })).status).toBe(204)
+    const answered = await turn
+    expect(answered.status, answered.text).toBe(200)
+    const all = await events(id)
+    expect(all.filter((e) => e.kind === "tool_call_ended").map((e) => e.data)).toEqual([expect.objectContaining({ outcome: "ok", output: { answer: 1 } })])
+    expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
+  })
+
   it("interrupting the turn sends a cancel command: confirmed it is cancelled, unconfirmed within the grace it is unknown", async () => {
     const host = await register()
     const stream = await open(host)
