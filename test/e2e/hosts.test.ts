@@ -187,6 +187,36 @@ describe("a host Environment through a real server", () => {
     expect(stream.frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel", "call", "cancel"])
   })
 
+  it("a call past its deadline gets a cancel with reason deadline: confirmed it is timeout, unconfirmed within the grace it is timeout and ambiguous; neither is sent again", async () => {
+    const host = await register()
+    const stream = await open(host)
+    for (const confirm of [true, false]) {
+      const r = await api("/v1/sessions", {
+        json: {
+          model: { provider: "scripted", replies: callOnce },
+          environments: [{ name: "app", driver: "host", host: host.host_id }],
+          tools: [{ name: "lookup", description: "looks up", environment: "app", timeout_ms: 300 }]
+        }
+      })
+      expect(r.status, r.text).toBe(201)
+      const id = r.body.session_id as string
+      const turn = send(id, "go")
+      const call = await stream.frames.expect("call")
+      expect(call.data.deadline_at_ms).toBeGreaterThan(0)
+      const cancel = await stream.frames.expect("cancel")
+      expect(cancel.data).toEqual({ session_id: id, sequence: call.data.sequence, reason: "deadline" })
+      if (confirm) expect((await result(host, call, { stopped: true })).status).toBe(204)
+      const answered = await turn
+      expect(answered.status, answered.text).toBe(200)
+      const outcome = (await events(id)).filter((e) => e.data?.sequence === call.data.sequence)
+      expect(outcome).toHaveLength(1)
+      expect(outcome[0]!.data).toMatchObject({ outcome: "timeout", is_error: true })
+      if (!confirm) expect(outcome[0]!.data).toMatchObject({ failure: { ambiguous: true } })
+      else expect(outcome[0]!.data.failure?.ambiguous ?? false).toBe(false)
+    }
+    expect(stream.frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel", "call", "cancel"])
+  })
+
   it("a command stream dropped mid-call makes the call unknown, and the reconnected host receives only new commands", async () => {
     const host = await register()
     const first = await open(host)
