@@ -10,38 +10,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Fiber, Option } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
-import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
-import type { WasmHostShape } from "../../../src/services/WasmHost.js"
-import { calling, data, guest, returning, wat } from "../../support/wat.js"
+import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
+import { calling, data, guest, returning } from "../../support/wat.js"
 
 const LIMITS = { memoryBytes: 4 * 1024 * 1024, computeMs: 0, ioBytes: 64 * 1024, moduleBytes: 256 * 1024 }
 const STUCK = Duration.seconds(30)
 
-const INPUT: ActivationInput = {
-  input: { message: "go" },
-  transcript: [],
-  configuration: { agentloop: "wasm", model: { provider: "scripted" } },
-  events: [],
-  runtime: { session_id: "ses_0000000000test0000000000", turn: 1, activation: 2, now_ms: 1_767_225_600_000, seed: 1 }
-}
-
-const unused = () => Effect.die("not used by this test")
-
-/** A Host whose methods this test does not expect, except those given. */
-const hostWith = (methods: Partial<Host>): Host => ({
-  model: unused,
-  dispatch: unused,
-  emit: unused,
-  telemetry: () => Effect.void,
-  kvRead: unused,
-  kvPut: unused,
-  kvDelete: unused,
-  setTranscript: unused,
-  events: unused,
-  ...methods
-})
-
-const admit = (host: WasmHostShape, text: string) => Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes)))
+const INPUT = activationInput()
 
 /** Reports telemetry (so the test knows it runs), then spins for ever. */
 const announcedSpin = (() => {

@@ -12,36 +12,12 @@ import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { activate, jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { ComputeSlots, Pool } from "../../../src/layers/wasm/Pool.js"
 import { INLINE_BYTES } from "../../../src/layers/wasm/WorkerProtocol.js"
-import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
-import type { WasmHostShape } from "../../../src/services/WasmHost.js"
-import { data, guest, wat } from "../../support/wat.js"
+import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
+import { data, guest } from "../../support/wat.js"
 
 const LIMITS = { workers: 1, memoryBytes: 8 * 1024 * 1024, computeMs: 10_000, ioBytes: 1024 * 1024, moduleBytes: 256 * 1024 }
 
-const input = (message: string): ActivationInput => ({
-  input: { message },
-  transcript: [],
-  configuration: { agentloop: "wasm", model: { provider: "scripted" } },
-  events: [],
-  runtime: { session_id: "ses_0000000000test0000000000", turn: 1, activation: 2, now_ms: 1_767_225_600_000, seed: 1 }
-})
-
-const unused = () => Effect.die("not used by this test")
-
-const hostWith = (methods: Partial<Host>): Host => ({
-  model: unused,
-  dispatch: unused,
-  emit: unused,
-  telemetry: () => Effect.void,
-  kvRead: unused,
-  kvPut: unused,
-  kvDelete: unused,
-  setTranscript: unused,
-  events: unused,
-  ...methods
-})
-
-const admit = (host: WasmHostShape, text: string) => Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes)))
+const input = activationInput
 
 /**
  * Puts its whole input under kv key "k" (`kv_put {"key":"k","value":<input>}`), reads it back
