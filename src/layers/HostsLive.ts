@@ -28,7 +28,8 @@ import {
 } from "../services/Environments.js"
 import { type CallName, HostRefused, Hosts, type HostsShape } from "../services/Hosts.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { CommandStreamBody, frame } from "./hosts/CommandStream.js"
+import { CommandStreamBody } from "./hosts/CommandStream.js"
+import { namedFrame as frame } from "./sessions/SseFrames.js"
 
 export interface HostsOptions {
   /** Where registrations are kept; undefined: in memory only (tests). */

@@ -12,14 +12,10 @@
  *   error. The registry then makes the stream's calls in flight uncertain.
  */
 import { Readable } from "node:stream"
-
-const HEARTBEAT = Buffer.from(": heartbeat\n\n")
-
-/** An SSE frame: `event: <name>` and one `data:` line of JSON (JSON has no raw line breaks). */
-export const frame = (event: string, data: unknown): Buffer => Buffer.from(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+import { HEARTBEAT } from "../sessions/SseFrames.js"
 
 export class CommandStreamBody extends Readable {
-  private readonly backlog: Array<Buffer> = []
+  private readonly backlog: Array<Uint8Array> = []
   private wanting = false
   private over = false
   private readonly timer: ReturnType<typeof setInterval> | undefined
@@ -38,7 +34,7 @@ export class CommandStreamBody extends Readable {
   }
 
   /** Queues a frame for the socket; false (nothing queued) when the backlog is full or the stream is over. */
-  offer(bytes: Buffer): boolean {
+  offer(bytes: Uint8Array): boolean {
     if (this.over || this.backlog.length >= this.limits.commands) return false
     this.enqueue(bytes)
     return true
@@ -51,7 +47,7 @@ export class CommandStreamBody extends Readable {
     this.push(null)
   }
 
-  private enqueue(bytes: Buffer) {
+  private enqueue(bytes: Uint8Array) {
     this.backlog.push(bytes)
     this.flush()
   }

@@ -33,14 +33,16 @@ export const encode = (text: string): Uint8Array => Buffer.from(text, "utf8")
 export const CONNECTED = encode(": connected\n\n")
 export const HEARTBEAT = encode(": heartbeat\n\n")
 
-export const laggedFrame = (after: number, message: string): Uint8Array =>
-  encode(`event: ${STREAM_LAGGED}\ndata: ${JSON.stringify({ after, message })}\n\n`)
+/** A frame with no `id:`: `event: <name>` and one `data:` line of JSON (JSON has no raw line break). */
+export const namedFrame = (event: string, data: unknown): Uint8Array => encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`)
+
+export const laggedFrame = (after: number, message: string): Uint8Array => namedFrame(STREAM_LAGGED, { after, message })
 
 export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable">): Uint8Array =>
-  encode(`event: ${STREAM_ERROR}\ndata: ${JSON.stringify({ code: f.code, message: f.message, retryable: f.retryable })}\n\n`)
+  namedFrame(STREAM_ERROR, { code: f.code, message: f.message, retryable: f.retryable })
 
 export const deltaFrame = (session: string, modelCall: number, delta: ModelDelta): Uint8Array =>
-  encode(`event: ${MODEL_DELTA}\ndata: ${JSON.stringify({ session_id: session, model_call: modelCall, ...delta })}\n\n`)
+  namedFrame(MODEL_DELTA, { session_id: session, model_call: modelCall, ...delta })
 
 const FRAME_END = Buffer.from("\n\n")
 
