@@ -1,9 +1,10 @@
 /**
- * A reader of `text/event-stream` bodies (the WHATWG "server-sent events" parsing rules): lines
- * end at CR, LF or CRLF; a blank line dispatches the frame gathered so far; `:` lines are
- * comments; a frame cut off by the end of the stream is dropped. Only web APIs
- * (ReadableStream, TextDecoder), so it runs wherever fetch does.
+ * A reader of `text/event-stream` bodies over the shared parser (domain/SseParser.ts: the WHATWG
+ * rules, linear however the bytes are split, so a catch-up of megabytes of frames costs what it
+ * weighs). A frame cut off by the end of the stream is dropped. Only web APIs (ReadableStream,
+ * TextDecoder), so it runs wherever fetch does.
  */
+import { makeSseParser } from "../domain/SseParser.js"
 
 export interface SseFrame {
   /** The frame's own `id:` (not carried over from earlier frames, unlike EventSource): Brain gives
@@ -17,38 +18,16 @@ export interface SseFrame {
 export async function* sseFrames(body: ReadableStream<Uint8Array>): AsyncGenerator<SseFrame> {
   const reader = body.getReader()
   const decoder = new TextDecoder()
-  let buffer = ""
-  let id: string | undefined
-  let event: string | undefined
-  let data: Array<string> = []
+  const ready: Array<SseFrame> = []
+  const parser = makeSseParser((e, id) => void ready.push({ id, event: e.event, data: e.data }))
   try {
     for (;;) {
       const { done, value } = await reader.read()
       if (done) return
-      buffer += decoder.decode(value, { stream: true })
-      for (;;) {
-        const end = buffer.search(/[\r\n]/)
-        if (end < 0) break
-        // A CR at the end of what has arrived may be the first half of a CRLF: wait for more.
-        if (buffer[end] === "\r" && end === buffer.length - 1) break
-        const line = buffer.slice(0, end)
-        buffer = buffer.slice(buffer[end] === "\r" && buffer[end + 1] === "\n" ? end + 2 : end + 1)
-        if (line.length === 0) {
-          if (data.length > 0) yield { id, event, data: data.join("\n") }
-          id = undefined
-          event = undefined
-          data = []
-          continue
-        }
-        if (line.startsWith(":")) continue
-        const colon = line.indexOf(":")
-        const field = colon < 0 ? line : line.slice(0, colon)
-        const raw = colon < 0 ? "" : line.slice(colon + 1)
-        const value = raw.startsWith(" ") ? raw.slice(1) : raw
-        if (field === "data") data.push(value)
-        else if (field === "event") event = value
-        else if (field === "id" && !value.includes("\0")) id = value
-      }
+      parser.feed(decoder.decode(value, { stream: true }))
+      // Handed on in order; `ready` is emptied before the next chunk is read.
+      for (let i = 0; i < ready.length; i++) yield ready[i]!
+      ready.length = 0
     }
   } finally {
     // Stops the download when the reader leaves early (a break, an abort, a close).

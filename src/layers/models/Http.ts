@@ -15,16 +15,16 @@
  * - More than `maxOutputBytes` of response: `model_output_limit`, ambiguous (it ran).
  * - Interrupted (a cancel): the request is aborted; the caller records what that means.
  *
- * Events are parsed by SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
+ * Events are parsed by domain/SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
  */
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Duration, Effect, Redacted, Stream } from "effect"
+import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
 import { causeCode, notSent } from "../OutboundHttp.js"
-import { makeSseParser } from "./SseParser.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
 export const ERROR_BODY_BYTES = 16 * 1024

@@ -1,12 +1,17 @@
 /**
- * A Server-Sent Events parser for model streams (the WHATWG "event stream interpretation"):
- * lines end with CRLF, LF or CR; a blank line dispatches the event; `data:` lines join with a line
- * feed; `event:` names it; one space after the colon is dropped; `:` lines are comments; `id:`
- * and `retry:` mean nothing to a model stream and are ignored (Brain never reconnects a call).
+ * A Server-Sent Events parser (the WHATWG "event stream interpretation"), for model streams and
+ * for the SDK's Event streams: lines end with CRLF, LF or CR; a blank line dispatches the event;
+ * `data:` lines join with a line feed; `event:` names it; one space after the colon is dropped;
+ * `:` lines are comments. `onEvent`'s second argument is the event's own `id:` field, not carried over from earlier
+ * events as EventSource does (Brain gives one to recorded Events only, so an event without one is
+ * a delta or a control frame; a model stream ignores it). `retry:` is ignored: neither reader
+ * lets the server tell it when to reconnect. An event cut off by the end of the stream is never
+ * dispatched.
  *
  * Linear in what it is fed, however the bytes are split: a model answer can arrive as one chunk
- * of hundreds of events. (The parser of @effect/experimental 0.61 rescans its buffer from the start
- * for every line of a chunk, so one such chunk cost tens of milliseconds.)
+ * of hundreds of events, and an SSE catch-up as megabytes of them. (The parser of
+ * @effect/experimental 0.61 rescans its buffer from the start for every line of a chunk, so one
+ * such chunk cost tens of milliseconds.) Strings only: it runs wherever the SDK does.
  */
 
 export interface ParsedEvent {
@@ -20,7 +25,8 @@ export interface SseParser {
   readonly feed: (text: string) => boolean
 }
 
-export const makeSseParser = (onEvent: (event: ParsedEvent) => void, maxEventBytes = 0): SseParser => {
+/** `id`: the event's own `id:` field, when it had one (without a NUL, as the standard requires). */
+export const makeSseParser = (onEvent: (event: ParsedEvent, id: string | undefined) => void, maxEventBytes = 0): SseParser => {
   /** The unfinished last line of what was fed so far. */
   let partial = ""
   /** A CR ended the previous feed: a LF starting this one belongs to it. */
@@ -28,13 +34,15 @@ export const makeSseParser = (onEvent: (event: ParsedEvent) => void, maxEventByt
   let data: Array<string> = []
   let dataLength = 0
   let event: string | undefined
+  let id: string | undefined
 
   const line = (text: string) => {
     if (text.length === 0) {
-      if (data.length > 0) onEvent({ event, data: data.join("\n") })
+      if (data.length > 0) onEvent({ event, data: data.join("\n") }, id)
       data = []
       dataLength = 0
       event = undefined
+      id = undefined
       return true
     }
     if (text.charCodeAt(0) === 58 /* : */) return true
@@ -48,6 +56,7 @@ export const makeSseParser = (onEvent: (event: ParsedEvent) => void, maxEventByt
       return maxEventBytes <= 0 || dataLength <= maxEventBytes
     }
     if (field === "event") event = value
+    else if (field === "id" && !value.includes("\0")) id = value
     return true
   }
 

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { makeSseParser, type ParsedEvent } from "../../../src/layers/models/SseParser.js"
+import { makeSseParser, type ParsedEvent } from "../../src/domain/SseParser.js"
 
 const parse = (chunks: ReadonlyArray<string>, max = 0) => {
   const events: Array<ParsedEvent> = []
