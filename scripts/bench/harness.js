@@ -1,0 +1,370 @@
+#!/usr/bin/env node
+// The benchmark harness: every figure Brain claims about its whole server, from one command.
+//
+//   npm run bench [-- --seconds 4] [--peer] [--quick] [--no-profile]
+//
+// It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
+// directory) and drives them only through HTTP and SSE, with the scripted instant model and an
+// echo host tool; every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
+// baseline, measured in the same run: plain node:http answering after K group-committed
+// fdatasyncs of ~200 B (K = 1, and K = 7, the sequential commits of a keyed text turn). `--peer`
+// adds Restate and the durable-request floor from ../shared/peer, driven by the peer's own
+// client, in the same run. `--quick` runs every probe small and short: CI checks that the harness
+// runs, not what it measures. A probe with fewer than 100 samples prints no p99.
+import { execSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import {
+  agent,
+  createSessions,
+  diskOf,
+  duBytes,
+  echoHost,
+  expectStatus,
+  keyed,
+  measureWithCpu,
+  openSse,
+  peerAvailable,
+  peerFloor,
+  peerLoad,
+  peerRestate,
+  request,
+  ROOT,
+  settle,
+  slope,
+  startBaseline,
+  startBrain,
+  summarizeProfile,
+  tmp
+} from "./lib.js"
+import { ms, numberFlag, pct } from "./stats.js"
+
+const args = process.argv.slice(2)
+const quick = args.includes("--quick")
+const withPeer = args.includes("--peer")
+const profile = !args.includes("--no-profile") && !quick
+const seconds = numberFlag("--seconds", quick ? 0.5 : 4)
+const COLD_RECORDS = quick ? 300 : 10_000
+const COLD_SESSIONS = quick ? 2 : 5
+const STARTUP_SESSIONS = quick ? 100 : 10_000
+const MEMORY_STEP = quick ? 20 : 250
+const MEMORY_TURNS = quick ? 3 : 20
+const GROWTH_TURNS = quick ? 40 : 400
+/** Samples a probe with its own loop takes at least, past its time. */
+const MIN_SAMPLES = quick ? 3 : 100
+const CONCURRENCY = quick ? [64] : [64, 256]
+const ROUNDS = 2
+const CALLS = 4
+
+const SCRIPTED = { model: { provider: "scripted" } }
+const SEND = { input: { message: "hello" } }
+const started = new Date()
+const rows = []
+const notes = []
+/** One line of the main table. `xs` are latencies in ms (sorted here) when the probe has its own loop. */
+const row = (probe, r) => rows.push(probe === undefined ? r : { probe, ...r })
+const fromSamples = (xs) => {
+  xs.sort((a, b) => a - b)
+  return { n: xs.length, p50: pct(xs, 50), p99: pct(xs, 99) }
+}
+
+const send = (port, id) => expectStatus(request(port, "POST", `/v1/sessions/${id}/messages`, SEND, keyed()), 200)
+/** `turns` turns on each session (one after another on a session), `concurrency` sessions at a time. */
+const turnsOn = async (port, ids, turns, concurrency = 32) => {
+  let next = 0
+  await Promise.all(Array.from({ length: Math.min(concurrency, ids.length) }, async () => {
+    while (next < ids.length) {
+      const id = ids[next++]
+      for (let t = 0; t < turns; t++) await send(port, id)
+    }
+  }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Baselines
+
+for (const K of [1, 7]) {
+  const b = await startBaseline(K)
+  for (const c of [1, ...CONCURRENCY]) {
+    const r = await measureWithCpu(b.pid, () => expectStatus(request(b.port, "POST", "/", SEND), 200), c, seconds * 1000)
+    row(`baseline: node:http + ${K} group-committed fdatasync${K > 1 ? "s in a row" : ""}, ${c} concurrent`, r)
+  }
+  await b.stop()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brain: requests, turns, SSE, tools on one server
+
+{
+  const brain = await startBrain()
+  const { port, pid } = brain
+  // Create, one at a time.
+  row("brain: create a session (201), 1 at a time", await measureWithCpu(pid, () => expectStatus(request(port, "POST", "/v1/sessions", SCRIPTED, keyed()), 201), 1, seconds * 1000))
+
+  const [one] = await createSessions(port, 1, SCRIPTED)
+  for (let i = 0; i < (quick ? 20 : 200); i++) await send(port, one) // warm-up: JIT, file handles
+  row("brain: text turn (sync send, 200 with the outcome), 1 session", await measureWithCpu(pid, () => send(port, one), 1, seconds * 1000))
+  for (const c of CONCURRENCY) {
+    const ids = await createSessions(port, c, SCRIPTED)
+    row(`brain: text turns, ${c} sessions back to back`, await measureWithCpu(pid, (i) => send(port, ids[i]), c, seconds * 1000))
+  }
+
+  // Admission (202) and first SSE frame, in one loop on one session with one SSE reader: submit
+  // (timed until the 202), time until the reader has turn_started, wait for turn_ended.
+  const [s] = await createSessions(port, 1, SCRIPTED)
+  let waiting
+  const sse = await openSse(port, `/v1/sessions/${s}/events?after=2`, (kind, at) => waiting?.(kind, at))
+  const admission = []
+  const firstFrame = []
+  const deadline = performance.now() + seconds * 1000
+  let warm = quick ? 5 : 50
+  while (performance.now() < deadline || warm > 0 || admission.length < MIN_SAMPLES) {
+    let startedAt
+    const ended = new Promise((resolve) => {
+      waiting = (kind, at) => {
+        if (kind === "turn_started" && startedAt === undefined) startedAt = at
+        if (kind === "turn_ended") resolve()
+      }
+    })
+    const t0 = performance.now()
+    await expectStatus(request(port, "POST", `/v1/sessions/${s}/messages`, SEND, { prefer: "respond-async", ...keyed() }), 202)
+    const t1 = performance.now()
+    await ended
+    if (warm > 0) {
+      warm--
+      continue
+    }
+    admission.push(t1 - t0)
+    firstFrame.push(startedAt - t0)
+  }
+  sse.close()
+  row("brain: admission (202 for Prefer: respond-async), 1 session", fromSamples(admission))
+  row("brain: first SSE frame (turn_started) after submit, 1 session", fromSamples(firstFrame))
+
+  // The tool loop: the model asks for CALLS echo calls, ROUNDS times, then answers; the tools run
+  // in a host Environment served by this process.
+  const host = await echoHost(port)
+  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
+  const TOOLS = {
+    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
+    environments: [{ name: "app", driver: "host", host: host.host_id }],
+    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
+  }
+  const checkTurn = (outcome) => {
+    if (outcome.turn.status !== "ended") throw new Error(`a tool-loop turn did not end: ${JSON.stringify(outcome.turn)}`)
+  }
+  for (const c of [1, 64]) {
+    const ids = await createSessions(port, c, TOOLS)
+    await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
+    row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel host-tool calls, ${c} session${c > 1 ? "s" : ""}`,
+      await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
+  }
+  const { answered, refused } = host.counts()
+  if (refused > 0) throw new Error(`the echo host had ${refused} results refused`)
+  notes.push(`tool loop: the echo host answered ${answered} calls, none refused`)
+  host.close()
+
+  // Journal bytes per turn as one conversation grows: linear if every quarter costs the same.
+  const [g] = await createSessions(port, 1, SCRIPTED)
+  const dir = path.join(brain.dataDir, "sessions", g, "journal")
+  const quarters = []
+  let before = duBytes(dir)
+  for (let q = 0; q < 4; q++) {
+    for (let t = 0; t < GROWTH_TURNS / 4; t++) await send(port, g)
+    const now = duBytes(dir)
+    quarters.push((now - before) / (GROWTH_TURNS / 4))
+    before = now
+  }
+  const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
+  notes.push(`journal bytes per turn over ${GROWTH_TURNS} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
+  await brain.stop()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cold open: sessions of COLD_RECORDS records, first read after a restart, with and without the
+// checkpoint a released session keeps.
+
+{
+  const brain = await startBrain()
+  const ids = await createSessions(brain.port, COLD_SESSIONS, SCRIPTED)
+  // A text turn is 7 records (see docs/runtime.md); creation 2.
+  const turns = Math.ceil((COLD_RECORDS - 2) / 7)
+  await Promise.all(ids.map(async (id) => {
+    for (let t = 0; t < turns; t++) await send(brain.port, id)
+  }))
+  const last = (await expectStatus(request(brain.port, "GET", `/v1/sessions/${ids[0]}`), 200)).last_sequence
+  await brain.stop()
+  for (const checkpoint of [true, false]) {
+    if (!checkpoint) for (const id of ids) fs.rmSync(path.join(brain.dataDir, "sessions", id, "checkpoint"), { force: true })
+    const again = await startBrain({ dataDir: brain.dataDir })
+    const xs = []
+    for (const id of ids) {
+      const t0 = performance.now()
+      await expectStatus(request(again.port, "GET", `/v1/sessions/${id}/transcript`), 200)
+      xs.push(performance.now() - t0)
+    }
+    row(`brain: cold open (first transcript read after a restart) of a session of ${last} records, ${checkpoint ? "with" : "without"} its checkpoint`, fromSamples(xs))
+    await again.stop()
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Startup with STARTUP_SESSIONS stored sessions: spawn until the health check answers.
+
+{
+  const brain = await startBrain()
+  await createSessions(brain.port, STARTUP_SESSIONS, SCRIPTED, 64)
+  await brain.stop()
+  const xs = []
+  for (let i = 0; i < 3; i++) {
+    const t0 = performance.now()
+    const again = await startBrain({ dataDir: brain.dataDir })
+    await expectStatus(request(again.port, "GET", "/health/ready"), 204)
+    xs.push(performance.now() - t0)
+    await again.stop()
+  }
+  const empty = []
+  for (let i = 0; i < 3; i++) {
+    const t0 = performance.now()
+    const fresh = await startBrain()
+    await expectStatus(request(fresh.port, "GET", "/health/ready"), 204)
+    empty.push(performance.now() - t0)
+    await fresh.stop()
+  }
+  row(`brain: startup until /health/ready answers, ${STARTUP_SESSIONS} stored sessions`, fromSamples(xs))
+  row("brain: startup until /health/ready answers, empty data directory", fromSamples(empty))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory: the heap after full collections (used + external + array buffers), over live sessions.
+
+const memory = []
+for (const [label, body] of [
+  [`warm (idle_ttl_ms: 0 keeps it in memory) after ${MEMORY_TURNS} turns`, { ...SCRIPTED, idle_ttl_ms: 0 }],
+  [`suspended (released: the default) after ${MEMORY_TURNS} turns`, SCRIPTED],
+  ["suspended, just created", SCRIPTED]
+]) {
+  const server = await startBrain({ gc: true })
+  const turns = label.includes("just created") ? 0 : MEMORY_TURNS
+  const warmup = await createSessions(server.port, 32, { ...SCRIPTED, idle_ttl_ms: 1 })
+  await turnsOn(server.port, warmup, Math.min(turns, 3))
+  await settle(300)
+  const points = [[0, await server.heapAfterGc()]]
+  for (let n = MEMORY_STEP; n <= 2 * MEMORY_STEP; n += MEMORY_STEP) {
+    const ids = await createSessions(server.port, MEMORY_STEP, body)
+    if (turns > 0) await turnsOn(server.port, ids, turns)
+    points.push([n, await server.heapAfterGc()])
+  }
+  memory.push({ label, points, perSession: slope(points) })
+  await server.stop()
+}
+
+// ---------------------------------------------------------------------------------------------
+// A CPU profile of the server's main thread under 64 sessions of text turns.
+
+let profileText = ""
+let cpuPerTurnMs
+if (profile) {
+  const dir = path.join(tmp, "profile")
+  const spawnedAt = performance.now()
+  const server = await startBrain({ nodeArgs: ["--cpu-prof", "--cpu-prof-dir", dir] })
+  const ids = await createSessions(server.port, 64, SCRIPTED)
+  const load = (ms) => measureWithCpu(server.pid, (i) => send(server.port, ids[i]), 64, ms)
+  await load(1000)
+  const from = performance.now() - spawnedAt
+  const r = await load(Math.min(seconds, 5) * 1000)
+  const to = performance.now() - spawnedAt
+  await server.stop()
+  const file = fs.readdirSync(dir).find((f) => f.endsWith(".cpuprofile"))
+  if (file) {
+    const summary = summarizeProfile(JSON.parse(fs.readFileSync(path.join(dir, file), "utf8")), from * 1000, to * 1000)
+    cpuPerTurnMs = summary.busyUs / 1000 / r.n
+    profileText = summary.text
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The peer, same run
+
+const peer = []
+if (withPeer) {
+  if (!peerAvailable()) throw new Error("--peer needs ../shared/peer (load.mjs, floor.mjs, restate/)")
+  for (const K of [1, 8]) peer.push(...(await peerFloor(K, seconds)))
+  peer.push(...(await peerRestate(seconds, ROUNDS, CALLS)))
+  // Brain under the same client, on a fresh server.
+  const brain = await startBrain()
+  const url = `http://127.0.0.1:${brain.port}/v1/sessions/{key}/messages`
+  for (const c of [1, 64]) peer.push(await peerLoad("brain-text", url, SEND, c, seconds, ["--keys", (await createSessions(brain.port, c, SCRIPTED)).join(",")]))
+  const host = await echoHost(brain.port)
+  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
+  const TOOLS = {
+    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
+    environments: [{ name: "app", driver: "host", host: host.host_id }],
+    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
+  }
+  peer.push(await peerLoad(`brain-tools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, TOOLS)).join(",")]))
+  host.close()
+  await brain.stop()
+}
+
+agent.destroy()
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+const commit = (() => {
+  try {
+    return execSync("git rev-parse --short HEAD", { cwd: ROOT, stdio: ["ignore", "pipe", "ignore"] }).toString().trim()
+  } catch {
+    return "(not a git checkout)"
+  }
+})()
+console.log(`# Brain benchmark harness
+command: node scripts/bench/harness.js ${args.join(" ")}
+when: ${started.toISOString()}; git HEAD: ${commit}
+machine: ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), node ${process.version}, ${os.platform()} ${os.release()}, data on ${diskOf(tmp)}, load average at the end ${os.loadavg().map((l) => l.toFixed(1)).join(" ")}
+method: real server processes (\`node --max-semi-space-size=32 bin/brain.js serve\`, UV_THREADPOOL_SIZE=64 as bin/brain.js sets it,
+  a fresh data directory each), driven over loopback by this process with a keep-alive http.Agent; scripted instant model;
+  sync sends unless said; every mutating request with a fresh Idempotency-Key. Closed loop: N workers send back to back for
+  ${seconds} s. server cpu ms/op = the server process's CPU time (all threads) / operations. others = cores everything else on
+  the machine kept busy meanwhile (above ~0.2 the row was disturbed). No p99 below n = 100.
+`)
+console.log("| probe | n | p50 ms | p99 ms | per second | server cpu ms/op | others |")
+console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for (const r of rows) {
+  console.log(`| ${r.probe} | ${r.n} | ${r.n > 0 ? ms(r.p50) : "—"} | ${r.n >= 100 ? ms(r.p99) : "—"} | ${r.rate ? Math.round(r.rate) : "—"} | ${r.serverCpuMsPerOp !== undefined ? ms(r.serverCpuMsPerOp) : "—"} | ${r.others !== undefined ? r.others.toFixed(2) : "—"} |`)
+}
+console.log("")
+for (const n of notes) console.log(`- ${n}`)
+console.log(`
+memory: the server's heap after three full collections (--expose-gc; heapUsed + external + arrayBuffers), at N = 0,
+  ${MEMORY_STEP}, ${2 * MEMORY_STEP} sessions; per session = the least-squares slope.
+`)
+console.log("| sessions | heap MiB at each N | per session |")
+console.log("| --- | --- | --- |")
+for (const m of memory) {
+  console.log(`| ${m.label} | ${m.points.map(([n, b]) => `${n}: ${(b / 2 ** 20).toFixed(1)}`).join(", ")} | ${(m.perSession / 1024).toFixed(1)} KiB |`)
+}
+if (profileText) {
+  console.log(`
+cpu profile: node --cpu-prof of the server while 64 sessions send text turns back to back, samples inside the measured
+  window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms
+`)
+  console.log(profileText)
+}
+if (peer.length > 0) {
+  console.log(`
+side by side, one client (../shared/peer/load.mjs: closed loop, one session per client, ${seconds} s after its warm-up):
+`)
+  console.log("| target | c | turns/s | p50 ms | p99 ms | errors |")
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: |")
+  for (const p of peer) console.log(`| ${p.target} | ${p.c} | ${p.turns_per_s} | ${p.p50_ms} | ${p.p99_ms} | ${p.errors} |`)
+  const find = (target, c) => peer.find((p) => p.target === target && p.c === c)
+  const ratio = (name, b, r, key) => (b && r ? console.log(`| ${name} | ${b[key]} | ${r[key]} | ${(b[key] / r[key]).toFixed(2)}× |`) : undefined)
+  console.log("\n| measure | Brain | Restate | Brain / Restate |\n| --- | ---: | ---: | ---: |")
+  ratio("text p50 ms, c=1", find("brain-text", 1), find("restate-text", 1), "p50_ms")
+  ratio("text turns/s, c=64", find("brain-text", 64), find("restate-text", 64), "turns_per_s")
+  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64`, find(`brain-tools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
+}
+process.exit(0)
