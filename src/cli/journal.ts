@@ -59,16 +59,16 @@ export const verify = (dataDir: string, only?: string) =>
         }
         continue
       }
-      const { handle, torn } = result.right
-      if (handle.lastSequence === 0 && !torn) {
+      const { handle, lastSequence, torn } = result.right
+      if (lastSequence === 0 && !torn) {
         yield* Console.log(`${session}: ${RESIDUE} (a journal with no record)`)
       } else if (torn) {
         yield* Console.log(
-          `${session}: torn final write: open would truncate ${torn.bytes} bytes of ${torn.file} at offset ${torn.offset} (${torn.reason}); ${handle.lastSequence} records committed`
+          `${session}: torn final write: open would truncate ${torn.bytes} bytes of ${torn.file} at offset ${torn.offset} (${torn.reason}); ${lastSequence} records committed`
         )
         worst = Math.max(worst, VERIFY_TORN)
       } else {
-        yield* Console.log(`${session}: ok, ${handle.lastSequence} records in ${handle.segments.length} segment(s)`)
+        yield* Console.log(`${session}: ok, ${lastSequence} records in ${handle.segments.length} segment(s)`)
       }
     }
     const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
@@ -109,7 +109,7 @@ export const remove = (dataDir: string, session: string) =>
       return VERIFY_CORRUPT
     }
     const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
-    if (opened._tag === "Right" && (opened.right.handle.lastSequence > 0 || opened.right.torn)) {
+    if (opened._tag === "Right" && (opened.right.lastSequence > 0 || opened.right.torn)) {
       yield* Console.error(`${session}: its journal is not corrupt; end and delete it through the API instead`)
       return VERIFY_CORRUPT
     }
@@ -163,10 +163,10 @@ export const dump = (dataDir: string, session: string) =>
       yield* Console.error(shown(dataDir, result.left))
       return VERIFY_CORRUPT
     }
-    const { handle } = result.right
+    const { handle, lastSequence } = result.right
     let after = 0
     for (;;) {
-      const page = yield* Effect.either(readRecords(nodeDriver, handle, after, 1000, undefined))
+      const page = yield* Effect.either(readRecords(nodeDriver, handle, after, lastSequence, 1000, undefined))
       if (page._tag === "Left") {
         yield* Console.error(shown(dataDir, page.left))
         return VERIFY_CORRUPT

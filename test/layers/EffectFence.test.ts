@@ -46,7 +46,7 @@ const started = entry("tool_call_started", { tool: "t", call_id: "c1", input: nu
 const ended = (sequence: number): Entry => entry("tool_call_ended", { sequence, outcome: "ok", output: { secret: 42 }, is_error: false })
 
 describe("EffectFence: the outcome commit and the cleanup deadline", () => {
-  it.live("an outcome not durable within the deadline fails the fence with OutcomeUnrecorded (even for an uninterruptible caller), never returns the result, and settles when the append lands", () =>
+  it.scopedLive("an outcome not durable within the deadline fails the fence with OutcomeUnrecorded (even for an uninterruptible caller), never returns the result, and settles when the append lands", () =>
     Effect.gen(function*() {
       const h = yield* holding("tool_call_ended")
       const fence = yield* fenceWith(h.journal, 100)
@@ -71,7 +71,7 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       expect(records.map((r) => r.kind)).toEqual(["session_creation_started", "tool_call_started", "tool_call_ended"])
     }))
 
-  it.live("an interrupted caller does not leave before its outcome is durable: the interruption waits for the append (within the deadline)", () =>
+  it.scopedLive("an interrupted caller does not leave before its outcome is durable: the interruption waits for the append (within the deadline)", () =>
     Effect.gen(function*() {
       const h = yield* holding("tool_call_ended")
       const fence = yield* fenceWith(h.journal, 5_000)
@@ -92,7 +92,7 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       expect(records.at(-1)?.kind).toBe("tool_call_ended")
     }))
 
-  it.live("with BRAIN_CLEANUP_DEADLINE_MS at 0 the fence waits for its outcome however long the journal takes", () =>
+  it.scopedLive("with BRAIN_CLEANUP_DEADLINE_MS at 0 the fence waits for its outcome however long the journal takes", () =>
     Effect.gen(function*() {
       const h = yield* holding("tool_call_ended")
       const fence = yield* fenceWith(h.journal, 0)

@@ -1,18 +1,20 @@
 /**
- * One session's open journal: its segments, the durable end, a sparse read index, and the
- * sticky failure flag. Opening validates every segment by the recovery rules and truncates a
- * torn final write (then syncs) before anything else sees the journal.
+ * One session's journal files as the file store (FileStore.ts) keeps them while the session is
+ * open: its segments, their durable sizes, a sparse read index and the write descriptor. Opening
+ * validates every segment by the recovery rules and truncates a torn final write (then syncs)
+ * before anything else sees the journal; reading checks every frame again on the way out.
  */
 import * as path from "node:path"
 import { Effect } from "effect"
-import { READ_INDEX_STRIDE, RECENT_BYTES, RECENT_RECORDS } from "../../domain/Limits.js"
+import { READ_INDEX_STRIDE } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord, RecordKind } from "../../domain/Records.js"
-import { JournalCorrupt, type JournalWriteFailed, SessionNotFound } from "../../services/Journal.js"
+import { JournalCorrupt, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
 import type { FileDriverShape, FileError } from "./FileDriver.js"
 import { HEADER_BYTES, readFrame } from "./Frame.js"
 import { scanSegment } from "./Scan.js"
+import { RecentTail } from "./Tail.js"
 
 export interface Segment {
   readonly firstSequence: number
@@ -27,30 +29,14 @@ export interface IndexEntry {
   readonly offset: number
 }
 
-/** A committed record as kept in the recent tail: the payload stays JSON text until read. */
-export interface RecentRecord {
-  readonly sequence: number
-  readonly recordedAtMs: number
-  readonly kind: string
-  readonly json: string
-  readonly size: number
-}
-
+/** One session's journal files as the file store keeps them while it is open. */
 export class SessionHandle {
   readonly segments: Array<Segment> = []
   readonly index: Array<IndexEntry> = []
-  /** The newest committed records (at most RECENT_RECORDS and about RECENT_BYTES), oldest first. */
-  recent: Array<RecentRecord> = []
-  recentBytes = 0
-  lastSequence = 0
-  lastRecordedAtMs = 0
-  /** Write descriptor of the final segment, opened by the writer on demand. */
+  /** Write descriptor of the final segment, opened by the store on demand. */
   fd: number | undefined = undefined
-  broken: JournalWriteFailed | undefined = undefined
-  /** Appends queued or being written; a handle is dropped from memory only at zero. */
-  inflight = 0
-  /** Dropped from memory: appends must go to a freshly opened handle. */
-  evicted = false
+  /** Its last write failed: the descriptor is closed once the round ends, and nothing more is written. */
+  failed = false
   constructor(readonly session: SessionId, readonly dir: string) {}
 
   get finalSegment(): Segment | undefined {
@@ -59,44 +45,6 @@ export class SessionHandle {
 
   remember(sequence: number, segment: number, offset: number) {
     if (offset === 0 || sequence % READ_INDEX_STRIDE === 0) this.index.push({ sequence, segment, offset })
-  }
-
-  /** Adds committed records (in sequence order) to the recent tail, dropping the oldest. */
-  keepRecent(records: ReadonlyArray<RecentRecord>) {
-    for (const r of records) {
-      this.recent.push(r)
-      this.recentBytes += r.size
-    }
-    let drop = 0
-    while (
-      this.recent.length - drop > 1 &&
-      (this.recent.length - drop > RECENT_RECORDS || this.recentBytes > RECENT_BYTES)
-    ) {
-      this.recentBytes -= this.recent[drop]!.size
-      drop++
-    }
-    if (drop > 0) this.recent = this.recent.slice(drop)
-  }
-
-  /** Drops the recent tail (memory budget); reads then go to the files. */
-  dropRecent() {
-    this.recent = []
-    this.recentBytes = 0
-  }
-
-  /** Records after `after` served from memory, or undefined when the tail does not reach back that far. */
-  readRecent(after: number, limit: number, maxBytes: number | undefined): Array<JournalRecord> | undefined {
-    const first = this.recent[0]
-    if (!first || first.sequence > after + 1) return undefined
-    const out: Array<JournalRecord> = []
-    let bytes = 0
-    for (let i = after + 1 - first.sequence; i < this.recent.length && out.length < limit; i++) {
-      const r = this.recent[i]!
-      bytes += r.size
-      if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) break
-      out.push({ sequence: r.sequence, recorded_at_ms: r.recordedAtMs, kind: r.kind as RecordKind, payload: JSON.parse(r.json) })
-    }
-    return out
   }
 
   /** The index entry to start reading from to find the record after `after`. */
@@ -162,6 +110,9 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
   Effect.gen(function*() {
     const { dir, segments } = yield* listSegments(driver, dataDir, session)
     const handle = new SessionHandle(session, dir)
+    const tail = new RecentTail()
+    let lastSequence = 0
+    let lastRecordedAtMs = 0
     let torn: TornTail | undefined
     let expected = 1
     for (let i = 0; i < segments.length; i++) {
@@ -181,7 +132,7 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
         onFrame: (frame, offset) => {
           handle.remember(frame.sequence, segIndex, offset)
           if (isFinal) {
-            handle.keepRecent([{
+            tail.keep([{
               sequence: frame.sequence,
               recordedAtMs: frame.recordedAtMs,
               kind: frame.kind,
@@ -209,12 +160,12 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       seg.size = result.end
       handle.segments.push(seg)
       if (result.lastSequence >= seg.firstSequence) {
-        handle.lastSequence = result.lastSequence
-        handle.lastRecordedAtMs = result.lastRecordedAtMs
+        lastSequence = result.lastSequence
+        lastRecordedAtMs = result.lastRecordedAtMs
       }
       expected = result.lastSequence + 1
     }
-    return { handle, torn }
+    return { handle, lastSequence, lastRecordedAtMs, recent: tail.records, torn }
   })
 
 export const newSegmentPath = (handle: SessionHandle, firstSequence: number) =>
@@ -223,22 +174,21 @@ export const newSegmentPath = (handle: SessionHandle, firstSequence: number) =>
 const READ_CHUNK = 256 * 1024
 
 /**
- * Reads durable records after `after`. Every frame is checked again on the way out: damage that
- * appeared after open is reported as corruption, never returned as data.
+ * Reads durable records after `after`, up to `last` (the committed end). Every frame is checked
+ * again on the way out: damage that appeared after open is reported as corruption, never returned
+ * as data.
  */
 export const readRecords = (
   driver: FileDriverShape,
   handle: SessionHandle,
   after: number,
+  last: number,
   limit: number,
   maxBytes: number | undefined
 ) =>
   Effect.gen(function*() {
     const out: Array<JournalRecord> = []
-    const last = handle.lastSequence
     if (after >= last || limit <= 0) return out
-    const fromMemory = handle.readRecent(after, limit, maxBytes)
-    if (fromMemory) return fromMemory
     const start = handle.seek(after)
     if (!start) return out
     let bytes = 0

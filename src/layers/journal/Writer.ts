@@ -1,12 +1,13 @@
 /**
- * Group commit: one writer per process takes every pending append, across sessions, writes each
- * touched file's share with one vectored write and syncs each touched file once, concurrently,
- * then acknowledges. Appends arriving during a round wait for the next one, so the batch grows
- * with the load and the number of syncs stays near one per touched file per round.
+ * Group commit: one writer per journal takes every pending append, across sessions, assigns
+ * their sequences and time, and hands the round to the store, which makes each touched session's
+ * share durable (the file store: one vectored write and one sync per touched file, all files
+ * concurrently); each session's appends are acknowledged as soon as its own share is. Appends
+ * arriving during a round wait for the next one, so the batch grows with the load.
  *
  * Two lanes: a round serves the latency lane (effect fences, state writes) whenever it has
  * anything, and the background lane only when it is empty. Sequences and timestamps are assigned
- * here, at write time, so a session's file is always in sequence order whatever the lanes do.
+ * here, at write time, so a session's records are always in sequence order whatever the lanes do.
  *
  * Queues are bounded (appends and bytes); a full queue makes appenders wait.
  */
@@ -15,43 +16,53 @@ import {
   JOURNAL_BATCH_APPENDS,
   JOURNAL_QUEUE_APPENDS,
   JOURNAL_QUEUE_BYTES,
-  OPEN_JOURNAL_FILES,
-  RECENT_TOTAL_BYTES,
-  SEGMENT_ROTATE_BYTES
+  RECENT_TOTAL_BYTES
 } from "../../domain/Limits.js"
+import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { Prepared } from "./Encode.js"
-import type { FileDriverShape, FileError } from "./FileDriver.js"
-import { encodeFrame } from "./Frame.js"
-import { newSegmentPath, type RecentRecord, type SessionHandle } from "./Handle.js"
+import { frameBytes } from "./Frame.js"
+import type { CommitItem, JournalStore, StoredRecord } from "./Store.js"
 import type { Subscribers } from "./Subscribers.js"
+import { type RecentRecord, RecentTail } from "./Tail.js"
 
-interface PreparedWrite {
-  readonly handle: SessionHandle
-  readonly appends: ReadonlyArray<Pending>
-  readonly buffers: Array<Buffer>
-  readonly sequences: Array<Array<number>>
-  readonly bytes: number
-  readonly recordedAt: number
-  readonly position: number
-  readonly next: number
+/** One open session as the core keeps it; `state` is the store's. */
+export class OpenSession<S> {
+  readonly tail = new RecentTail()
+  broken: JournalWriteFailed | undefined = undefined
+  /** Appends queued or being written; an open session is dropped from memory only at zero. */
+  inflight = 0
+  /** Dropped from memory: appends must go to a freshly opened one. */
+  evicted = false
+  constructor(
+    readonly session: SessionId,
+    readonly state: S,
+    public lastSequence: number,
+    public lastRecordedAtMs: number
+  ) {}
 }
 
-interface Pending {
-  readonly handle: SessionHandle
+interface Pending<S> {
+  readonly open: OpenSession<S>
   readonly prepared: ReadonlyArray<Prepared>
   readonly bytes: number
   /** Answers the appender (the resume of its `Effect.async`); called exactly once. */
   readonly done: (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => void
 }
 
+interface RoundShare<S> {
+  readonly open: OpenSession<S>
+  readonly appends: ReadonlyArray<Pending<S>>
+  readonly sequences: Array<Array<number>>
+  readonly recordedAt: number
+  readonly next: number
+}
+
 export interface WriterLimits {
   readonly queueAppends: number
   readonly queueBytes: number
   readonly batchAppends: number
-  readonly openFiles: number
-  readonly rotateBytes: number
   /** All sessions' recent tails together, in bytes. */
   readonly recentTotalBytes: number
 }
@@ -60,63 +71,55 @@ export const defaultWriterLimits: WriterLimits = {
   queueAppends: JOURNAL_QUEUE_APPENDS,
   queueBytes: JOURNAL_QUEUE_BYTES,
   batchAppends: JOURNAL_BATCH_APPENDS,
-  openFiles: OPEN_JOURNAL_FILES,
-  rotateBytes: SEGMENT_ROTATE_BYTES,
   recentTotalBytes: RECENT_TOTAL_BYTES
 }
 
-/** Answered to an append on a handle dropped from memory; the journal retries on a fresh handle. */
+/** Answered to an append on a session dropped from memory; the journal retries on a fresh open. */
 export const HANDLE_EVICTED = new JournalWriteFailed({ session: "", reason: "the journal handle was dropped from memory" })
 
-export class Writer {
-  private readonly latency: Array<Pending> = []
-  private readonly background: Array<Pending> = []
+export class Writer<S> {
+  private readonly latency: Array<Pending<S>> = []
+  private readonly background: Array<Pending<S>> = []
   private queuedBytes = 0
   private wake: Deferred.Deferred<void> | undefined
   private spaceWaiters: Array<Deferred.Deferred<void>> = []
-  /** Handles holding an open write descriptor, least recently written first. */
-  private readonly openFds = new Set<SessionHandle>()
   private closed = false
   /** Sessions holding a recent tail, least recently written first, and their total bytes. */
-  private readonly recentOrder = new Set<SessionHandle>()
+  private readonly recentOrder = new Set<OpenSession<S>>()
   private recentTotal = 0
-  /** True while a round's writes are in flight. */
-  private inRound = false
-  /** Descriptors to close once the round in flight ends. */
-  private readonly releasing = new Set<SessionHandle>()
 
   constructor(
-    private readonly driver: FileDriverShape,
+    private readonly store: JournalStore<S>,
     private readonly hub: Subscribers,
     private readonly limits: WriterLimits
   ) {}
 
   /** Queues an append and waits until it is durable (or refused). */
-  append(handle: SessionHandle, prepared: ReadonlyArray<Prepared>, lane: Lane): Effect.Effect<ReadonlyArray<number>, JournalAppendError> {
+  append(open: OpenSession<S>, prepared: ReadonlyArray<Prepared>, lane: Lane): Effect.Effect<ReadonlyArray<number>, JournalAppendError> {
     return Effect.suspend(() => {
-      if (handle.broken) return Effect.fail(handle.broken)
-      // Checked in the same synchronous step as the push below, so no append lands on a dropped handle.
-      if (handle.evicted) return Effect.fail(HANDLE_EVICTED)
+      if (open.broken) return Effect.fail(open.broken)
+      // Checked in the same synchronous step as the push below, so no append lands on a dropped session.
+      if (open.evicted) return Effect.fail(HANDLE_EVICTED)
       let bytes = 0
       for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
       const queue = lane === "latency" ? this.latency : this.background
       if (this.closed) {
-        return Effect.fail(new JournalWriteFailed({ session: handle.session, reason: "the journal is closed" }))
+        return Effect.fail(new JournalWriteFailed({ session: open.session, reason: "the journal is closed" }))
       }
       if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) {
         // Full: wait for the next round to take some, then try again.
         const space = Deferred.unsafeMake<void>(FiberId.none)
         this.spaceWaiters.push(space)
-        return Effect.zipRight(Deferred.await(space), this.append(handle, prepared, lane))
+        return Effect.zipRight(Deferred.await(space), this.append(open, prepared, lane))
       }
       // The hot path: no Deferred, no generator; the round answers through `done`.
       return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => {
-        handle.inflight++
+        open.inflight++
         const done = (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => {
-          handle.inflight--
+          open.inflight--
           resume(result)
         }
-        queue.push({ handle, prepared, bytes, done })
+        queue.push({ open, prepared, bytes, done })
         this.queuedBytes += bytes
         if (this.wake) {
           Deferred.unsafeDone(this.wake, Effect.void)
@@ -128,7 +131,7 @@ export class Writer {
 
   /**
    * The writer loop. A round, once taken, always completes (it is uninterruptible and bounded
-   * by its writes and syncs), so no appender is ever left without an answer.
+   * by the store's writes and syncs), so no appender is ever left without an answer.
    */
   readonly run: Effect.Effect<void> = Effect.gen(this, function*() {
     for (;;) {
@@ -160,208 +163,107 @@ export class Writer {
     }
   })
 
-  /** Closes every write descriptor; after the loop has returned. */
-  readonly closeFiles = Effect.gen(this, function*() {
+  /** Answers what is still queued (after the loop has returned). */
+  readonly refuseQueued = Effect.sync(() => {
     for (const p of [...this.latency, ...this.background]) {
-      p.done(Effect.fail(new JournalWriteFailed({ session: p.handle.session, reason: "the journal closed" })))
+      p.done(Effect.fail(new JournalWriteFailed({ session: p.open.session, reason: "the journal closed" })))
     }
     this.latency.length = 0
     this.background.length = 0
-    for (const h of this.openFds) {
-      if (h.fd !== undefined) yield* Effect.ignore(this.driver.close(h.fd))
-      h.fd = undefined
-    }
-    this.openFds.clear()
   })
 
-  /**
-   * Closes a session's write descriptor (before deleting its files). During a round the close
-   * waits for the round's end, so a descriptor is never closed under a write in flight.
-   */
-  release(handle: SessionHandle) {
-    return Effect.suspend(() => {
-      if (this.inRound) {
-        this.releasing.add(handle)
-        return Effect.void
-      }
-      return this.closeFd(handle)
-    })
-  }
-
-  /** Lets go of a handle dropped from memory (no appends in flight): its descriptor and recent tail. */
-  forget(handle: SessionHandle) {
-    return Effect.suspend(() => {
-      if (this.recentOrder.delete(handle)) this.recentTotal -= handle.recentBytes
-      handle.dropRecent()
-      return this.release(handle)
-    })
-  }
-
-  private closeFd(handle: SessionHandle) {
-    return Effect.suspend(() => {
-      this.openFds.delete(handle)
-      const fd = handle.fd
-      handle.fd = undefined
-      return fd === undefined ? Effect.void : Effect.ignore(this.driver.close(fd))
-    })
+  /** Lets go of a session dropped from memory (no appends in flight): its recent tail. */
+  forget(open: OpenSession<S>) {
+    if (this.recentOrder.delete(open)) this.recentTotal -= open.tail.bytes
+    open.tail.drop()
   }
 
   /**
-   * One round: prepare every touched session's frames (opening or rotating its segment where
-   * needed), write and sync them all with one `syncMany`, and acknowledge each session's appends
-   * as soon as its own sync returns. A failure is sticky for its session only; anything
-   * unexpected fails the round's appends rather than stopping the writer.
+   * One round: sequences and time for every touched session's appends, then the store makes each
+   * session's share durable and answers it as soon as it is. A failure is sticky for its session
+   * only; anything unexpected fails the round's appends rather than stopping the writer.
    */
-  private commit(batch: ReadonlyArray<Pending>) {
+  private commit(batch: ReadonlyArray<Pending<S>>) {
     return Effect.gen(this, function*() {
-      const byHandle = new Map<SessionHandle, Array<Pending>>()
+      const bySession = new Map<OpenSession<S>, Array<Pending<S>>>()
       for (const p of batch) {
-        const list = byHandle.get(p.handle)
+        const list = bySession.get(p.open)
         if (list) list.push(p)
-        else byHandle.set(p.handle, [p])
+        else bySession.set(p.open, [p])
       }
       const now = yield* Clock.currentTimeMillis
-      this.inRound = true
-      const writes: Array<PreparedWrite> = []
-      for (const [handle, appends] of byHandle) {
-        const w = yield* this.prepareSession(handle, appends, now)
-        if (w) writes.push(w)
+      const shares: Array<RoundShare<S>> = []
+      const items: Array<CommitItem<S>> = []
+      for (const [open, appends] of bySession) {
+        if (open.broken) {
+          for (const p of appends) p.done(Effect.fail(open.broken))
+          continue
+        }
+        const recordedAt = Math.max(now, open.lastRecordedAtMs)
+        const records: Array<StoredRecord> = []
+        const sequences: Array<Array<number>> = []
+        let next = open.lastSequence + 1
+        for (const p of appends) {
+          const seqs: Array<number> = []
+          for (let i = 0; i < p.prepared.length; i++) {
+            records.push({ sequence: next, prepared: p.prepared[i]!, continues: i < p.prepared.length - 1 })
+            seqs.push(next++)
+          }
+          sequences.push(seqs)
+        }
+        shares.push({ open, appends, sequences, recordedAt, next })
+        items.push({ session: open.session, state: open.state, recordedAtMs: recordedAt, records })
       }
-      yield* this.driver.syncMany(
-        writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
-        (i, error) => this.settle(writes[i]!, error)
-      )
-      this.inRound = false
-      for (const h of this.releasing) yield* this.closeFd(h)
-      this.releasing.clear()
-      yield* this.closeIdleFds(byHandle)
+      if (items.length > 0) yield* this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure))
     }).pipe(
       Effect.catchAllCause((cause) =>
         Effect.gen(this, function*() {
-          // A bug or a dying driver: never leave an appender without an answer, never stop the loop.
-          this.inRound = false
+          // A bug or a dying store: never leave an appender without an answer, never stop the loop.
           yield* Effect.logError("journal writer round failed unexpectedly", cause)
           for (const p of batch) {
-            if (!p.handle.broken) {
-              p.handle.broken = new JournalWriteFailed({ session: p.handle.session, reason: "the writer failed unexpectedly" })
+            if (!p.open.broken) {
+              p.open.broken = new JournalWriteFailed({ session: p.open.session, reason: "the writer failed unexpectedly" })
             }
-            p.done(Effect.fail(p.handle.broken))
+            p.done(Effect.fail(p.open.broken))
           }
         })
       )
     )
   }
 
-  /** Frames for one session's appends, with its segment open and positioned; undefined if refused. */
-  private prepareSession(handle: SessionHandle, appends: ReadonlyArray<Pending>, now: number) {
-    const driver = this.driver
-    return Effect.gen(this, function*() {
-      if (handle.broken) {
-        for (const p of appends) p.done(Effect.fail(handle.broken))
-        return undefined
-      }
-      const recordedAt = Math.max(now, handle.lastRecordedAtMs)
-      const buffers: Array<Buffer> = []
-      const sequences: Array<Array<number>> = []
-      let next = handle.lastSequence + 1
-      let bytes = 0
-      for (const p of appends) {
-        const seqs: Array<number> = []
-        for (let i = 0; i < p.prepared.length; i++) {
-          const r = p.prepared[i]!
-          const [head, json] = encodeFrame(next, recordedAt, r.kindBytes, r.json, i < p.prepared.length - 1)
-          buffers.push(head, json)
-          bytes += head.length + json.length
-          seqs.push(next++)
-        }
-        sequences.push(seqs)
-      }
-      const firstSequence = handle.lastSequence + 1
-      const opened = yield* Effect.gen(this, function*() {
-        let seg = handle.finalSegment
-        if (!seg || (seg.size > 0 && seg.size + bytes > this.limits.rotateBytes)) {
-          // Rotate (or start): the new segment is named by the first sequence it will hold.
-          if (handle.fd !== undefined) yield* this.closeFd(handle)
-          const file = newSegmentPath(handle, firstSequence)
-          const fd = yield* driver.open(file, "wx+")
-          handle.fd = fd
-          yield* driver.syncDir(handle.dir)
-          seg = { firstSequence, path: file, size: 0 }
-          handle.segments.push(seg)
-        } else if (handle.fd === undefined) {
-          handle.fd = yield* driver.open(seg.path, "r+")
-        }
-        this.openFds.delete(handle)
-        this.openFds.add(handle)
-        return seg
-      }).pipe(Effect.either)
-      if (opened._tag === "Left") {
-        this.fail(handle, appends, opened.left.reason)
-        return undefined
-      }
-      return { handle, appends, buffers, sequences, bytes, recordedAt, position: opened.right.size, next } satisfies PreparedWrite
-    })
-  }
-
-  private fail(handle: SessionHandle, appends: ReadonlyArray<Pending>, reason: string) {
-    handle.broken = new JournalWriteFailed({ session: handle.session, reason })
-    this.releasing.add(handle)
-    for (const p of appends) p.done(Effect.fail(handle.broken))
-  }
-
-  /** Called from the driver's callback when one session's write and sync finished. */
-  private settle(w: PreparedWrite, error: FileError | undefined) {
-    const { appends, buffers, handle, recordedAt, sequences } = w
-    if (error) return this.fail(handle, appends, error.reason)
-    const segIndex = handle.segments.length - 1
-    const seg = handle.segments[segIndex]!
-    let offset = seg.size
-    let k = 0
-    const published: Array<JournalRecord> | undefined = this.hub.has(handle.session) ? [] : undefined
+  /** Called by the store when one session's share is durable, or failed. */
+  private settle(share: RoundShare<S>, failure: string | undefined) {
+    const { appends, open, recordedAt, sequences } = share
+    if (failure !== undefined) {
+      open.broken = new JournalWriteFailed({ session: open.session, reason: failure })
+      for (const p of appends) p.done(Effect.fail(open.broken))
+      return
+    }
+    const published: Array<JournalRecord> | undefined = this.hub.has(open.session) ? [] : undefined
     const recent: Array<RecentRecord> = []
     for (let a = 0; a < appends.length; a++) {
       const p = appends[a]!
       const seqs = sequences[a]!
       for (let i = 0; i < p.prepared.length; i++) {
-        handle.remember(seqs[i]!, segIndex, offset)
-        const size = buffers[k]!.length + buffers[k + 1]!.length
-        offset += size
-        k += 2
-        recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: p.prepared[i]!.kind, json: p.prepared[i]!.jsonText, size })
-        published?.push({
-          sequence: seqs[i]!,
-          recorded_at_ms: recordedAt,
-          kind: p.prepared[i]!.kind,
-          payload: JSON.parse(p.prepared[i]!.jsonText)
-        })
+        const r = p.prepared[i]!
+        recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: r.kind, json: r.jsonText, size: frameBytes(r.kindBytes, r.json) })
+        published?.push({ sequence: seqs[i]!, recorded_at_ms: recordedAt, kind: r.kind, payload: JSON.parse(r.jsonText) })
       }
     }
-    seg.size = offset
-    this.recentTotal -= handle.recentBytes
-    handle.keepRecent(recent)
-    this.recentTotal += handle.recentBytes
-    this.recentOrder.delete(handle)
-    this.recentOrder.add(handle)
+    this.recentTotal -= open.tail.bytes
+    open.tail.keep(recent)
+    this.recentTotal += open.tail.bytes
+    this.recentOrder.delete(open)
+    this.recentOrder.add(open)
     for (const oldest of this.recentOrder) {
       if (this.recentTotal <= this.limits.recentTotalBytes) break
-      this.recentTotal -= oldest.recentBytes
-      oldest.dropRecent()
+      this.recentTotal -= oldest.tail.bytes
+      oldest.tail.drop()
       this.recentOrder.delete(oldest)
     }
-    handle.lastSequence = w.next - 1
-    handle.lastRecordedAtMs = recordedAt
+    open.lastSequence = share.next - 1
+    open.lastRecordedAtMs = recordedAt
     for (let a = 0; a < appends.length; a++) appends[a]!.done(Effect.succeed(sequences[a]!))
-    if (published) this.hub.publish(handle.session, published)
-  }
-
-  private closeIdleFds(active: ReadonlyMap<SessionHandle, unknown>) {
-    return Effect.gen(this, function*() {
-      if (this.openFds.size <= this.limits.openFiles) return
-      for (const h of this.openFds) {
-        if (this.openFds.size <= this.limits.openFiles) break
-        if (active.has(h)) continue
-        yield* this.closeFd(h)
-      }
-    })
+    if (published) this.hub.publish(open.session, published)
   }
 }

@@ -1,0 +1,169 @@
+/**
+ * The journal core: the Journal contract over any store (Store.ts). Everything but keeping the
+ * records is here, once: validation before anything is queued, sequencing and group commit
+ * (Writer.ts), the recent tails, live subscribers, sticky write failures, and which sessions are
+ * open. A session is opened (the store validates it, a torn final write repaired) on its first
+ * access; concurrent first accesses share one open; past `maxHandles` the least recently used
+ * sessions with nothing in flight are dropped from memory. A damaged session is refused on its own.
+ */
+import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
+import type { SessionId } from "../../domain/Ids.js"
+import { OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
+import {
+  type JournalAppendError,
+  type JournalReadError,
+  type JournalShape,
+  JournalWriteFailed,
+  SessionAlreadyExists,
+  SessionNotFound
+} from "../../services/Journal.js"
+import { prepareEntries } from "./Encode.js"
+import type { JournalStore } from "./Store.js"
+import { Subscribers } from "./Subscribers.js"
+import { defaultWriterLimits, HANDLE_EVICTED, OpenSession, Writer, type WriterLimits } from "./Writer.js"
+
+export interface CoreOptions {
+  readonly limits?: Partial<WriterLimits>
+  /** Opened journals kept in memory (default OPEN_JOURNAL_HANDLES). */
+  readonly maxHandles?: number
+}
+
+export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effect.Effect<JournalShape, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const hub = new Subscribers()
+    const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits })
+    const handles = new Map<string, Deferred.Deferred<OpenSession<S>, JournalReadError>>()
+    const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
+    const creating = new Set<string>()
+    /** Sessions being deleted: no new open may start, so nothing of them lingers in memory. */
+    const removing = new Set<string>()
+
+    // Close order: refuse new appends, let the loop drain what was queued, then close the store.
+    yield* Effect.addFinalizer(() => Effect.zipRight(writer.refuseQueued, store.close))
+    const loop = yield* Effect.forkScoped(writer.run)
+    yield* Effect.addFinalizer(() => Effect.zipRight(writer.close, loop.await))
+
+    /** Opened sessions, for a lookup without waiting on the shared open; least recently used first. */
+    const ready = new Map<string, Effect.Effect<OpenSession<S>>>()
+    const opens = new Map<string, OpenSession<S>>()
+    const letGo = (o: OpenSession<S>) => {
+      writer.forget(o)
+      return store.release(o.state)
+    }
+    /** Past maxHandles, drops the least recently used sessions with no append in flight. */
+    const dropIdle = Effect.suspend(() => {
+      if (ready.size <= maxHandles) return Effect.void
+      const victims: Array<OpenSession<S>> = []
+      for (const session of ready.keys()) {
+        if (ready.size - victims.length <= maxHandles) break
+        const o = opens.get(session)
+        if (o && o.inflight === 0) victims.push(o)
+      }
+      for (const o of victims) {
+        o.evicted = true
+        ready.delete(o.session)
+        opens.delete(o.session)
+        handles.delete(o.session)
+      }
+      return Effect.forEach(victims, letGo, { discard: true })
+    })
+    const drop = (session: string) => {
+      handles.delete(session)
+      ready.delete(session)
+      opens.delete(session)
+    }
+    const openOf = (session: SessionId): Effect.Effect<OpenSession<S>, JournalReadError> =>
+      Effect.suspend(() => {
+        if (removing.has(session)) return Effect.fail(new SessionNotFound({ session }))
+        const known = ready.get(session)
+        if (known) {
+          // Most recently used last, so the oldest idle sessions are dropped first.
+          ready.delete(session)
+          ready.set(session, known)
+          return known
+        }
+        const existing = handles.get(session)
+        if (existing) return Deferred.await(existing)
+        const opened = Deferred.unsafeMake<OpenSession<S>, JournalReadError>(FiberId.none)
+        handles.set(session, opened)
+        return store.open(session).pipe(
+          Effect.map((o) => {
+            const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs)
+            open.tail.keep(o.recent)
+            return open
+          }),
+          Effect.exit,
+          Effect.tap((exit) => {
+            if (Exit.isFailure(exit)) handles.delete(session)
+            else {
+              ready.set(session, Effect.succeed(exit.value))
+              opens.set(session, exit.value)
+            }
+            return Effect.zipRight(Deferred.done(opened, exit), dropIdle)
+          }),
+          // One caller going away must not abandon an open others are waiting on.
+          Effect.uninterruptible,
+          Effect.zipRight(Deferred.await(opened))
+        )
+      })
+
+    const journal: JournalShape = {
+      create: (session) =>
+        Effect.suspend(() => {
+          if (creating.has(session) || handles.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
+          creating.add(session)
+          return store.create(session).pipe(Effect.ensuring(Effect.sync(() => creating.delete(session))))
+        }),
+      exists: store.exists,
+      list: store.list,
+      append: (session, entries, opts) =>
+        Effect.flatMap(prepareEntries(entries), (prepared) => {
+          const attempt: Effect.Effect<ReadonlyArray<number>, JournalAppendError> = Effect.flatMap(
+            openOf(session),
+            (open) =>
+              writer.append(open, prepared, opts?.lane ?? "latency").pipe(
+                // The session was dropped from memory between lookup and queueing: use a fresh open.
+                Effect.catchIf((e) => e === HANDLE_EVICTED, () => attempt)
+              )
+          )
+          return attempt
+        }),
+      read: (session, { after, limit, maxBytes }) =>
+        Effect.flatMap(openOf(session), (open) => {
+          const last = open.lastSequence
+          if (after >= last || limit <= 0) return Effect.succeed([])
+          const fromMemory = open.tail.read(after, limit, maxBytes)
+          return fromMemory ? Effect.succeed(fromMemory) : store.read(open.state, after, last, limit, maxBytes)
+        }),
+      remove: (session) =>
+        Effect.gen(function*() {
+          if (removing.has(session)) return yield* Effect.fail(new SessionNotFound({ session }))
+          // From here no open starts; one already under way is awaited below and then dropped.
+          removing.add(session)
+          const opened = handles.get(session)
+          drop(session)
+          let state: S | undefined
+          if (opened) {
+            const open = yield* Effect.option(Deferred.await(opened))
+            if (open._tag === "Some") {
+              open.value.broken = new JournalWriteFailed({ session, reason: "the session was deleted" })
+              writer.forget(open.value)
+              state = open.value.state
+            }
+          }
+          // Gone (or not): later opens find out from the store itself.
+          yield* store.remove(session, state).pipe(Effect.ensuring(Effect.sync(() => removing.delete(session))))
+        }).pipe(Effect.uninterruptible),
+      reset: (session) =>
+        Effect.suspend(() => {
+          const open = opens.get(session)
+          if (!open || !open.broken) return Effect.void
+          // Appends still queued on it are refused by the writer: it is broken.
+          drop(session)
+          return letGo(open)
+        }),
+      lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
+      subscribe: (session) => Effect.flatMap(openOf(session), (o) => hub.subscribe(session, o.lastSequence))
+    }
+    return journal
+  })

@@ -1,0 +1,208 @@
+/**
+ * The file store (the embedded default): segment files under `{dataDir}/sessions/{id}/journal/`
+ * (docs/journal.md). A round writes each touched session's frames with one vectored write at the
+ * end of its final segment (rotating to a new segment first when this one would pass
+ * SEGMENT_ROTATE_BYTES) and fdatasyncs it; all touched files at once, through one `syncMany`.
+ * Write descriptors are kept open for the next round, at most OPEN_JOURNAL_FILES, least recently
+ * written closed first, and never closed under a write in flight.
+ */
+import * as path from "node:path"
+import { Effect } from "effect"
+import { isSessionId, type SessionId } from "../../domain/Ids.js"
+import { OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
+import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
+import type { FileDriverShape } from "./FileDriver.js"
+import { encodeFrame } from "./Frame.js"
+import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
+import type { CommitItem, JournalStore } from "./Store.js"
+
+export interface FileStoreLimits {
+  readonly openFiles: number
+  readonly rotateBytes: number
+}
+
+export const defaultFileStoreLimits: FileStoreLimits = { openFiles: OPEN_JOURNAL_FILES, rotateBytes: SEGMENT_ROTATE_BYTES }
+
+interface Write {
+  readonly handle: SessionHandle
+  readonly buffers: Array<Buffer>
+  readonly sequences: Array<number>
+  readonly sizes: Array<number>
+  readonly bytes: number
+  readonly segment: Segment
+  readonly position: number
+}
+
+export const make = (driver: FileDriverShape, dataDir: string, options: { readonly lockWaitMs?: number; readonly limits?: Partial<FileStoreLimits> } = {}) =>
+  Effect.gen(function*() {
+    yield* openDataDir(dataDir, options.lockWaitMs)
+    const limits = { ...defaultFileStoreLimits, ...options.limits }
+    /** Handles holding an open write descriptor, least recently written first. */
+    const openFds = new Set<SessionHandle>()
+    /** True while a round's writes are in flight. */
+    let inRound = false
+    /** Descriptors to close once the round in flight ends. */
+    const releasing = new Set<SessionHandle>()
+
+    const closeFd = (handle: SessionHandle) =>
+      Effect.suspend(() => {
+        openFds.delete(handle)
+        const fd = handle.fd
+        handle.fd = undefined
+        return fd === undefined ? Effect.void : Effect.ignore(driver.close(fd))
+      })
+    const release = (handle: SessionHandle) =>
+      Effect.suspend(() => {
+        if (inRound) {
+          releasing.add(handle)
+          return Effect.void
+        }
+        return closeFd(handle)
+      })
+
+    /** The session's final segment open for writing at its end, rotated first when the frames would pass the limit. */
+    const positioned = (handle: SessionHandle, firstSequence: number, bytes: number) =>
+      Effect.gen(function*() {
+        let seg = handle.finalSegment
+        if (!seg || (seg.size > 0 && seg.size + bytes > limits.rotateBytes)) {
+          // Rotate (or start): the new segment is named by the first sequence it will hold.
+          if (handle.fd !== undefined) yield* closeFd(handle)
+          const file = newSegmentPath(handle, firstSequence)
+          handle.fd = yield* driver.open(file, "wx+")
+          yield* driver.syncDir(handle.dir)
+          seg = { firstSequence, path: file, size: 0 }
+          handle.segments.push(seg)
+        } else if (handle.fd === undefined) {
+          handle.fd = yield* driver.open(seg.path, "r+")
+        }
+        openFds.delete(handle)
+        openFds.add(handle)
+        return seg
+      })
+
+    const commit = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) =>
+      Effect.gen(function*() {
+        inRound = true
+        const writes: Array<Write> = []
+        const indexOf: Array<number> = []
+        for (let i = 0; i < items.length; i++) {
+          const { records, recordedAtMs, state: handle } = items[i]!
+          if (handle.failed) {
+            onDone(i, "an earlier write of this journal failed")
+            continue
+          }
+          const buffers: Array<Buffer> = []
+          const sequences: Array<number> = []
+          const sizes: Array<number> = []
+          let bytes = 0
+          for (const r of records) {
+            const [head, json] = encodeFrame(r.sequence, recordedAtMs, r.prepared.kindBytes, r.prepared.json, r.continues)
+            buffers.push(head, json)
+            sequences.push(r.sequence)
+            sizes.push(head.length + json.length)
+            bytes += head.length + json.length
+          }
+          const seg = yield* Effect.either(positioned(handle, records[0]!.sequence, bytes))
+          if (seg._tag === "Left") {
+            handle.failed = true
+            releasing.add(handle)
+            onDone(i, seg.left.reason)
+            continue
+          }
+          writes.push({ handle, buffers, sequences, sizes, bytes, segment: seg.right, position: seg.right.size })
+          indexOf.push(i)
+        }
+        yield* driver.syncMany(
+          writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
+          (k, error) => {
+            const w = writes[k]!
+            if (error) {
+              w.handle.failed = true
+              releasing.add(w.handle)
+              return onDone(indexOf[k]!, error.reason)
+            }
+            const segIndex = w.handle.segments.indexOf(w.segment)
+            let offset = w.position
+            for (let r = 0; r < w.sequences.length; r++) {
+              w.handle.remember(w.sequences[r]!, segIndex, offset)
+              offset += w.sizes[r]!
+            }
+            w.segment.size = offset
+            onDone(indexOf[k]!, undefined)
+          }
+        )
+      }).pipe(
+        Effect.ensuring(
+          Effect.gen(function*() {
+            inRound = false
+            for (const h of releasing) yield* closeFd(h)
+            releasing.clear()
+            yield* closeIdleFds(new Set(items.map((i) => i.state)))
+          })
+        )
+      )
+
+    const closeIdleFds = (active: ReadonlySet<SessionHandle>) =>
+      Effect.gen(function*() {
+        if (openFds.size <= limits.openFiles) return
+        for (const h of openFds) {
+          if (openFds.size <= limits.openFiles) break
+          if (active.has(h)) continue
+          yield* closeFd(h)
+        }
+      })
+
+    const store: JournalStore<SessionHandle> = {
+      create: (session) =>
+        Effect.gen(function*() {
+          const dir = sessionDir(dataDir, session)
+          if (yield* driver.exists(dir)) return yield* Effect.fail(new SessionAlreadyExists({ session }))
+          const jdir = journalDir(dataDir, session)
+          yield* Effect.gen(function*() {
+            yield* driver.mkdir(jdir)
+            const fd = yield* driver.open(path.join(jdir, segmentName(1)), "wx")
+            yield* driver.close(fd)
+            yield* driver.syncDir(jdir)
+            yield* driver.syncDir(dir)
+            yield* driver.syncDir(path.join(dataDir, SESSIONS_DIR))
+          }).pipe(Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason })))
+        }),
+      exists: (session) => driver.exists(journalDir(dataDir, session)),
+      list: driver.readdir(path.join(dataDir, SESSIONS_DIR)).pipe(
+        Effect.map((names) => names.filter(isSessionId) as Array<SessionId>),
+        Effect.orElseSucceed(() => [] as Array<SessionId>)
+      ),
+      open: (session) =>
+        Effect.map(openHandle(driver, dataDir, session, true), (o) => ({
+          state: o.handle,
+          lastSequence: o.lastSequence,
+          lastRecordedAtMs: o.lastRecordedAtMs,
+          recent: o.recent
+        })),
+      commit,
+      read: (handle, after, last, limit, maxBytes) => readRecords(driver, handle, after, last, limit, maxBytes),
+      remove: (session, handle) =>
+        Effect.gen(function*() {
+          const dir = sessionDir(dataDir, session)
+          if (handle) {
+            handle.failed = true
+            yield* release(handle)
+          }
+          if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
+          yield* driver.rmrf(dir).pipe(
+            Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
+            Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason }))
+          )
+        }),
+      release,
+      close: Effect.gen(function*() {
+        for (const h of openFds) {
+          if (h.fd !== undefined) yield* Effect.ignore(driver.close(h.fd))
+          h.fd = undefined
+        }
+        openFds.clear()
+      })
+    }
+    return store
+  })

@@ -1,0 +1,95 @@
+/**
+ * The memory store: records in arrays, no durability. For fast unit tests (through the same
+ * journal core as the file store, so the same sequencing, group commit, tails and failures);
+ * never the embedded default. `failNextWrite` makes a session's next round fail as a failed write
+ * would, for fault injection.
+ */
+import { Effect } from "effect"
+import type { SessionId } from "../../domain/Ids.js"
+import type { JournalRecord, RecordKind } from "../../domain/Records.js"
+import { SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import { frameBytes } from "./Frame.js"
+import type { JournalStore } from "./Store.js"
+import type { RecentRecord } from "./Tail.js"
+
+/** A session as the memory store keeps it. */
+export interface MemorySession {
+  readonly session: SessionId
+  readonly records: Array<RecentRecord>
+  removed: boolean
+}
+
+export interface MemoryStoreControl {
+  /** The session's next round fails as a write failure would (and the failure sticks until reset). */
+  readonly failNextWrite: (session: SessionId) => void
+}
+
+export const make = (): { readonly store: JournalStore<MemorySession>; readonly control: MemoryStoreControl } => {
+  const sessions = new Map<string, MemorySession>()
+  const failing = new Set<string>()
+  const store: JournalStore<MemorySession> = {
+    create: (session) =>
+      Effect.suspend(() => {
+        if (sessions.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
+        sessions.set(session, { session, records: [], removed: false })
+        return Effect.void
+      }),
+    exists: (session) => Effect.sync(() => sessions.has(session)),
+    list: Effect.sync(() => [...sessions.keys()] as Array<SessionId>),
+    open: (session) =>
+      Effect.suspend(() => {
+        const s = sessions.get(session)
+        if (!s) return Effect.fail(new SessionNotFound({ session }))
+        const last = s.records[s.records.length - 1]
+        return Effect.succeed({ state: s, lastSequence: s.records.length, lastRecordedAtMs: last?.recordedAtMs ?? 0, recent: [] })
+      }),
+    commit: (items, onDone) =>
+      Effect.sync(() => {
+        for (let i = 0; i < items.length; i++) {
+          const { recordedAtMs, records, state } = items[i]!
+          if (state.removed) {
+            onDone(i, "the session was deleted")
+            continue
+          }
+          if (failing.delete(state.session)) {
+            onDone(i, "injected write failure")
+            continue
+          }
+          for (const r of records) {
+            state.records.push({
+              sequence: r.sequence,
+              recordedAtMs,
+              kind: r.prepared.kind,
+              json: r.prepared.jsonText,
+              size: frameBytes(r.prepared.kindBytes, r.prepared.json)
+            })
+          }
+          onDone(i, undefined)
+        }
+      }),
+    read: (state, after, last, limit, maxBytes) =>
+      Effect.sync(() => {
+        const out: Array<JournalRecord> = []
+        let bytes = 0
+        for (let i = Math.max(0, after); i < last && out.length < limit; i++) {
+          const r = state.records[i]!
+          bytes += r.size
+          if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) break
+          out.push({ sequence: r.sequence, recorded_at_ms: r.recordedAtMs, kind: r.kind as RecordKind, payload: JSON.parse(r.json) })
+        }
+        return out
+      }),
+    remove: (session, state) =>
+      Effect.suspend(() => {
+        if (state) state.removed = true
+        const s = sessions.get(session)
+        if (!s) return Effect.fail(new SessionNotFound({ session }))
+        s.removed = true
+        sessions.delete(session)
+        return Effect.void
+      }),
+    release: () => Effect.void,
+    close: Effect.void
+  }
+  return { store, control: { failNextWrite: (session) => void failing.add(session) } }
+}

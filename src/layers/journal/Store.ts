@@ -1,0 +1,76 @@
+/**
+ * A journal store: where a journal's records are kept, and nothing else. The journal core
+ * (Core.ts) does everything a store does not: validation, sequencing, group commit, the recent
+ * tails, subscribers, sticky failures and which sessions are open. A store keeps and syncs
+ * records it is handed with their sequences already assigned, reads them back, and reports the
+ * end of what it holds; so a new place to keep journals (memory, files, later a database) is a
+ * store of a few hundred lines, and every store runs the same journal contract suite.
+ *
+ * The rules a store keeps:
+ * - `commit` makes a round durable per session before calling `onDone` for it: an item's records
+ *   are written all or none as one atomic append per `atomic` group (the file store's frames say
+ *   which records belong together, so recovery drops an incomplete group). `onDone` is called
+ *   exactly once per item, with the reason when that item failed; one item's failure never
+ *   affects another's. The round itself never fails.
+ * - `open` returns only committed records' end: a torn final write is repaired (dropped and the
+ *   store synced) before anything is returned; damage anywhere else is `JournalCorrupt`.
+ * - Between `commit` rounds nothing of a session changes but through `remove`.
+ */
+import type { Effect } from "effect"
+import type { SessionId } from "../../domain/Ids.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import type { JournalCorrupt, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import type { Prepared } from "./Encode.js"
+import type { RecentRecord } from "./Tail.js"
+
+export interface Opened<S> {
+  /** The store's own per-session state, handed back on every later call for this session. */
+  readonly state: S
+  readonly lastSequence: number
+  readonly lastRecordedAtMs: number
+  /** The newest records it read while opening (oldest first), to seed the recent tail; may be empty. */
+  readonly recent: ReadonlyArray<RecentRecord>
+}
+
+/** One record of a round, its sequence assigned. `continues`: the next record belongs to the same atomic append. */
+export interface StoredRecord {
+  readonly sequence: number
+  readonly prepared: Prepared
+  readonly continues: boolean
+}
+
+export interface CommitItem<S> {
+  readonly session: SessionId
+  readonly state: S
+  readonly recordedAtMs: number
+  readonly records: ReadonlyArray<StoredRecord>
+}
+
+export interface JournalStore<S> {
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed>
+  readonly exists: (session: SessionId) => Effect.Effect<boolean>
+  readonly list: Effect.Effect<ReadonlyArray<SessionId>>
+  readonly open: (session: SessionId) => Effect.Effect<Opened<S>, SessionNotFound | JournalCorrupt>
+  /** One group-commit round; see the module's rules. */
+  readonly commit: (
+    items: ReadonlyArray<CommitItem<S>>,
+    onDone: (index: number, failure: string | undefined) => void
+  ) => Effect.Effect<void>
+  /** Committed records after `after` and up to `last`, in order (`maxBytes` as Journal.read). */
+  readonly read: (
+    state: S,
+    after: number,
+    last: number,
+    limit: number,
+    maxBytes: number | undefined
+  ) => Effect.Effect<Array<JournalRecord>, SessionNotFound | JournalCorrupt>
+  /**
+   * Deletes a session for good. `state` is its open state, if it was open (its appends are
+   * refused by then); the store lets go of what it holds for it first.
+   */
+  readonly remove: (session: SessionId, state: S | undefined) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
+  /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
+  readonly release: (state: S) => Effect.Effect<void>
+  /** After the last round: lets go of everything. */
+  readonly close: Effect.Effect<void>
+}
