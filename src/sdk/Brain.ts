@@ -8,12 +8,17 @@
  *   409 `ambiguous` is final: inspect the session before choosing a new key.
  * - A `Session` is a handle: its `summary` is the last one this handle was answered, never
  *   updated by background work; `brain.sessions.get(id)` reads the current one.
- * - `close()` aborts this client's requests and streams and refuses later calls with
+ * - Host tools (`tool()`, Tool.ts) given to `sessions.create` are served by this client's one host
+ *   (Host.ts): registered with the first such create, its command stream kept until `close()`.
+ * - `close()` aborts this client's requests, streams and tool runs and refuses later calls with
  *   `BrainClosed`; it sends nothing to the server, so no stored session is interrupted, ended or
- *   deleted. `withToken(token)` makes an independent client: closing either leaves the other open.
+ *   deleted. `withToken(token)` makes an independent client (its own host too): closing either
+ *   leaves the other open.
  */
 import { BrainError } from "./Errors.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
+import { Host } from "./Host.js"
+import { type HostTool, isHostTool } from "./Tool.js"
 import { Transport, type TransportOptions } from "./Transport.js"
 import type {
   CreateSessionRequest,
@@ -28,6 +33,17 @@ import type {
 } from "./Types.js"
 
 export type BrainOptions = TransportOptions
+
+/** A tool definition of the wire (`input_schema`, `environment`, `module`, `timeout_ms`). */
+export type ToolDefinition = NonNullable<CreateSessionRequest["tools"]>[number]
+
+/** A create body whose `tools` may also hold host tools (`tool()`), served by this client. */
+export type CreateSessionBody = Omit<CreateSessionRequest, "tools"> & {
+  readonly tools?: ReadonlyArray<ToolDefinition | HostTool>
+}
+
+/** The name of the Environment a create adds for this client's host tools. */
+export const HOST_ENVIRONMENT = "sdk-host"
 
 export interface MutationOptions {
   /** The request's Idempotency-Key (1–256 bytes); a fresh UUID when omitted. Reuse one only to
@@ -53,10 +69,17 @@ const inputOf = (input: TurnInput | string): TurnInput => (typeof input === "str
 export class Brain {
   readonly sessions: Sessions
   private readonly transport: Transport
+  private readonly host: Host
 
   constructor(readonly options: BrainOptions) {
     this.transport = new Transport(options)
-    this.sessions = new Sessions(this.transport)
+    this.host = new Host(this.transport)
+    this.sessions = new Sessions(this.transport, this.host)
+  }
+
+  /** The id of this client's host, once a create with host tools has registered it. */
+  hostId(): Promise<string | undefined> {
+    return this.host.hostId()
   }
 
   /** A new client for the same server with another token and its own lifetime. */
@@ -68,28 +91,59 @@ export class Brain {
     return this.transport.closed
   }
 
-  /** Aborts this client's requests and streams; later calls reject with BrainClosed. Idempotent. */
+  /**
+   * Aborts this client's requests, streams, host connection and tool runs (their signals abort;
+   * a tool that ignores its signal is not waited for, and nothing it returns is posted); later
+   * calls reject with BrainClosed. Idempotent.
+   */
   async close(): Promise<void> {
+    this.host.close()
     this.transport.close()
   }
 }
 
 export class Sessions {
-  constructor(private readonly transport: Transport) {}
+  constructor(private readonly transport: Transport, private readonly host: Host) {}
 
-  /** `POST /v1/sessions`: a new session, as a handle holding its summary. */
-  async create(body: CreateSessionRequest, options: MutationOptions = {}): Promise<Session> {
+  /**
+   * `POST /v1/sessions`: a new session, as a handle holding its summary. Host tools among `tools`
+   * are declared in an Environment `sdk-host` (HOST_ENVIRONMENT) naming this client's host, which
+   * is registered and connected first; a retry of the create sends the same body.
+   */
+  async create(body: CreateSessionBody, options: MutationOptions = {}): Promise<Session> {
+    this.transport.ensureOpen()
+    const hostTools = (body.tools ?? []).filter(isHostTool)
+    let wire = body as CreateSessionRequest
+    if (hostTools.length > 0) {
+      const host = await this.host.attach(hostTools, options.signal)
+      wire = {
+        ...body,
+        environments: [...(body.environments ?? []), { name: HOST_ENVIRONMENT, driver: "host", host }],
+        tools: (body.tools ?? []).map((t): ToolDefinition =>
+          isHostTool(t)
+            ? {
+              name: t.name,
+              ...(t.description !== undefined ? { description: t.description } : {}),
+              input_schema: t.inputSchema,
+              environment: HOST_ENVIRONMENT,
+              ...(t.timeoutMs !== undefined ? { timeout_ms: t.timeoutMs } : {})
+            }
+            : t
+        )
+      } as CreateSessionRequest
+    }
     const summary = await this.transport.json<SessionSummary>(
-      { method: "POST", path: "/v1/sessions", body, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+      { method: "POST", path: "/v1/sessions", body: wire, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
       options.signal
     )
-    return new Session(this.transport, summary)
+    if (hostTools.length > 0) this.host.bind(summary.session_id, hostTools)
+    return new Session(this.transport, summary, this.host)
   }
 
   /** `GET /v1/sessions/{id}`: the session's current summary, as a handle. */
   async get(id: string, options: { readonly signal?: AbortSignal } = {}): Promise<Session> {
     const summary = await this.transport.json<SessionSummary>({ method: "GET", path: sessionPath(id) }, options.signal)
-    return new Session(this.transport, summary)
+    return new Session(this.transport, summary, this.host)
   }
 
   /** `GET /v1/sessions`: one page of summaries; pass its `next_cursor` as `after` for the next. */
@@ -106,7 +160,7 @@ export class Session {
   readonly id: string
   private latest: SessionSummary
 
-  constructor(private readonly transport: Transport, summary: SessionSummary) {
+  constructor(private readonly transport: Transport, summary: SessionSummary, private readonly host: Host) {
     this.id = summary.session_id
     this.latest = summary
   }
@@ -191,6 +245,7 @@ export class Session {
       { method: "DELETE", path: sessionPath(this.id), headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
       options.signal
     )
+    this.host.unbind(this.id)
   }
 
   private async lifecycle(route: "cancel" | "end", options: MutationOptions): Promise<SessionSummary> {
@@ -199,6 +254,7 @@ export class Session {
       options.signal
     )
     this.latest = summary
+    if (route === "end") this.host.unbind(this.id)
     return summary
   }
 }
