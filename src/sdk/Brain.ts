@@ -18,8 +18,18 @@
 import { BrainError } from "./Errors.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
 import { Host } from "./Host.js"
+import {
+  answerText,
+  BrainOutputInvalid,
+  BrainTurnFailed,
+  checkAnswer,
+  correction,
+  maxCorrectionsOf,
+  type StructuredOutcome
+} from "./Output.js"
 import { type HostTool, isHostTool } from "./Tool.js"
 import { Transport, type TransportOptions } from "./Transport.js"
+import { type Decoded, describeIssues, type Validator } from "./Validate.js"
 import type {
   CreateSessionRequest,
   Event,
@@ -51,6 +61,22 @@ export interface MutationOptions {
   readonly idempotencyKey?: string
   /** Stops waiting for the answer (the request, once sent, may still run on the server). */
   readonly signal?: AbortSignal
+}
+
+export interface SendOptions {
+  /** The request's Idempotency-Key (1–256 bytes); a fresh UUID when omitted. Reuse one only to
+   * retry the very same request (with `output`, corrections add `:correction-<n>` to it). */
+  readonly idempotencyKey?: string
+  /** Cancels the turn: once it is admitted, `POST …/cancel` is sent and answered, then `send`
+   * rejects with the signal's reason (see `send`). */
+  readonly signal?: AbortSignal
+}
+
+/** Structured output on `send`: the answer's schema and how many corrections to ask for. */
+export interface StructuredOptions<V extends Validator> {
+  readonly output: V
+  /** Corrections at most (0–10, default 2) before rejecting with BrainOutputInvalid. */
+  readonly maxCorrections?: number
 }
 
 export interface ListOptions {
@@ -170,20 +196,104 @@ export class Session {
     return this.latest
   }
 
-  /** `POST …/messages`: runs a turn and resolves with its outcome, ended or failed (a failed turn
-   * is an outcome, not a rejection; refusals such as `session_busy` reject). */
-  async send(input: TurnInput | string, options: MutationOptions = {}): Promise<TurnOutcome> {
+  /**
+   * `POST …/messages`: runs a turn and resolves with its outcome, ended or failed (a failed turn
+   * is an outcome, not a rejection; refusals such as `session_busy` reject).
+   *
+   * With `signal` (say a host tool's `ctx.signal`, for a child session it owns), an abort cancels
+   * the turn: the client waits until the turn is admitted (its `turn_started` committed), sends
+   * `POST …/cancel`, waits for that to be answered (the turn is closed then), and rejects with the
+   * signal's reason. A turn that answers before it was seen admitted resolves as usual. An abort
+   * before the call rejects at once and sends nothing.
+   *
+   * With `output` (an Effect Schema or Standard Schema), the answer is parsed as JSON and decoded;
+   * an answer that does not decode is followed by a correction message naming the problems, at
+   * most `maxCorrections` (default 2) times, under keys derived from the Idempotency-Key
+   * (`<key>:correction-<n>`), and then rejects with `BrainOutputInvalid`. A failed turn rejects
+   * with `BrainTurnFailed`. Resolves with the outcome plus `output` (decoded) and `corrections`.
+   */
+  send(input: TurnInput | string, options?: SendOptions): Promise<TurnOutcome>
+  send<V extends Validator>(input: TurnInput | string, options: SendOptions & StructuredOptions<V>): Promise<StructuredOutcome<Decoded<V>>>
+  async send<V extends Validator>(
+    input: TurnInput | string,
+    options: SendOptions & Partial<StructuredOptions<V>> = {}
+  ): Promise<TurnOutcome | StructuredOutcome<Decoded<V>>> {
+    this.transport.ensureOpen()
+    const key = options.idempotencyKey ?? newKey()
+    const schema = options.output
+    if (schema === undefined) return this.turn(inputOf(input), key, options.signal)
+    const max = maxCorrectionsOf(options.maxCorrections)
+    let outcome = await this.turn(inputOf(input), key, options.signal)
+    for (let corrections = 0;; corrections++) {
+      if (outcome.turn.status !== "ended") {
+        throw new BrainTurnFailed({ message: `the turn failed: ${outcome.turn.failure?.code ?? "unknown"}`, outcome, corrections })
+      }
+      const text = answerText(outcome)
+      const checked = await checkAnswer(schema, text)
+      if (checked.ok) return { ...outcome, output: checked.value, corrections }
+      if (corrections >= max) {
+        throw new BrainOutputInvalid({
+          message: `the answer is not valid output after ${corrections} correction(s): ${describeIssues(checked.issues)}`,
+          issues: checked.issues,
+          text,
+          corrections,
+          outcome
+        })
+      }
+      outcome = await this.turn({ message: correction(schema, checked.issues) }, `${key}:correction-${corrections + 1}`, options.signal)
+    }
+  }
+
+  /** One synchronous turn; with `signal`, cancelled after admission (see `send`). */
+  private async turn(input: TurnInput, key: string, signal: AbortSignal | undefined): Promise<TurnOutcome> {
+    if (signal === undefined) return this.post(input, key, undefined)
+    if (signal.aborted) throw signal.reason
+    const after = this.latest.last_sequence
+    // The request is not the caller's to abort: once sent, it is stopped only by cancelling its turn.
+    const request = new AbortController()
+    const posting = this.post(input, key, request.signal)
+    posting.catch(() => undefined)
+    const answered = posting.then(() => "answered" as const, () => "answered" as const)
+    let onAbort: () => void = () => undefined
+    const aborted = new Promise<"aborted">((resolve) => {
+      onAbort = () => resolve("aborted")
+      signal.addEventListener("abort", onAbort, { once: true })
+    })
+    const first = await Promise.race([answered, aborted])
+    signal.removeEventListener("abort", onAbort)
+    if (first === "answered") return posting
+
+    // Aborted: cancel only once the turn is admitted, or the cancel could pass it and miss it.
+    const watching = new AbortController()
+    const admitted = this.admission(after, input, watching.signal).then(() => "admitted" as const, () => "unseen" as const)
+    const next = await Promise.race([answered, admitted])
+    watching.abort()
+    if (next !== "admitted") return posting
+    try {
+      await this.interrupt()
+    } finally {
+      request.abort()
+    }
+    throw signal.reason
+  }
+
+  private async post(input: TurnInput, key: string, signal: AbortSignal | undefined): Promise<TurnOutcome> {
     const outcome = await this.transport.json<TurnOutcome>(
-      {
-        method: "POST",
-        path: `${sessionPath(this.id)}/messages`,
-        body: { input: inputOf(input) },
-        headers: { "idempotency-key": options.idempotencyKey ?? newKey() }
-      },
-      options.signal
+      { method: "POST", path: `${sessionPath(this.id)}/messages`, body: { input }, headers: { "idempotency-key": key } },
+      signal
     )
     this.latest = { session_id: outcome.session_id, status: outcome.status, last_sequence: outcome.last_sequence }
     return outcome
+  }
+
+  /** Resolves once a synchronous turn with `input` is started after sequence `after`. */
+  private async admission(after: number, input: TurnInput, signal: AbortSignal): Promise<void> {
+    for await (const event of readEvents(this.transport, this.id, after, { signal }, false)) {
+      if (event.type !== "event" || event.event.kind !== "turn_started") continue
+      const data = event.event.data as { mode?: unknown; input?: { message?: unknown } }
+      if (data.mode === "send" && data.input?.message === input.message) return
+    }
+    throw new Error("the session ended before the turn was admitted")
   }
 
   /** `POST …/messages` with `Prefer: respond-async`: resolves once the turn's `turn_started` is

@@ -9,11 +9,20 @@ export {
   HOST_ENVIRONMENT,
   type ListOptions,
   type MutationOptions,
+  type SendOptions,
   Session,
   Sessions,
+  type StructuredOptions,
   type ToolDefinition
 } from "./Brain.js"
 export { HOST_READY_DEADLINE_MS } from "./Host.js"
+export {
+  BrainOutputInvalid,
+  BrainTurnFailed,
+  DEFAULT_MAX_CORRECTIONS,
+  MAX_CORRECTIONS,
+  type StructuredOutcome
+} from "./Output.js"
 export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type ToolOptions } from "./Tool.js"
 export { type Issue, type StandardSchemaV1, type Validator } from "./Validate.js"
 export { BrainClient, type BrainApiClient, type BrainClientOptions, type BrainClientShape } from "./BrainClient.js"
