@@ -147,6 +147,50 @@ describe("host tools", () => {
     expect(runs).toBe(1)
   })
 
+  it("at its deadline ctx.signal aborts as ToolAborted deadline, and a tool that then stops is recorded timeout, confirmed (not ambiguous), run once", async () => {
+    const started = gate<ToolContext>()
+    let runs = 0
+    const patient = tool({
+      name: "patient",
+      input: Schema.Struct({}),
+      timeoutMs: 300,
+      run: (_, ctx) => {
+        runs++
+        started.open(ctx)
+        return new Promise((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason), { once: true }))
+      }
+    })
+    const session = await brain.sessions.create({ ...callsOnce("patient", {}), tools: [patient] })
+    expect((await session.send("go")).turn.status).toBe("ended")
+    const ctx = await started.promise
+    expect(ctx.deadlineAtMs).toBeGreaterThan(0)
+    expect(ctx.signal.reason).toBeInstanceOf(ToolAborted)
+    expect(ctx.signal.reason).toMatchObject({ reason: "deadline" })
+    const outcomes = (await history(brain, session.id)).filter((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed")
+    expect(outcomes.map((e) => e.data)).toEqual([expect.objectContaining({ sequence: ctx.sequence, outcome: "timeout" })])
+    expect((outcomes[0]!.data as { failure: { ambiguous?: boolean } }).failure.ambiguous ?? false).toBe(false)
+    expect(runs).toBe(1)
+  })
+
+  it("Events emitted without awaiting them still land before tool_call_ended", async () => {
+    const chatty = tool({
+      name: "chatty",
+      input: Schema.Struct({}),
+      run: (_, ctx) => {
+        for (let i = 0; i < 5; i++) void ctx.emit("step", { i })
+        return "said"
+      }
+    })
+    const session = await brain.sessions.create({ ...callsOnce("chatty", {}), tools: [chatty] })
+    expect((await session.send("go")).turn.status).toBe("ended")
+    const events = await history(brain, session.id)
+    const steps = kindOf(events, "step")
+    const [ended] = kindOf(events, "tool_call_ended")
+    expect(steps).toHaveLength(5)
+    for (const step of steps) expect(step.sequence).toBeLessThan(ended!.sequence)
+    expect(ended!.data).toMatchObject({ outcome: "ok", output: "said" })
+  })
+
   it("one host serves two sessions at once: both calls run concurrently and each answer reaches its own session", async () => {
     const both = gate()
     const arrived: Array<string> = []
