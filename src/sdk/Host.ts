@@ -351,12 +351,14 @@ export class Host {
     run.cancelled = true
     if (run.awaitingCancel) {
       this.runs.delete(key)
-      if (run.lost) return
-      void transport.request({
-        method: "POST",
-        path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
-        body: { session_id: cancel.session_id, sequence: cancel.sequence, stopped: true }
-      }).catch(() => undefined)
+      // Its Events first, as for every result.
+      void Promise.allSettled([...run.emits]).then(() =>
+        run.lost ? undefined : transport.request({
+          method: "POST",
+          path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
+          body: { session_id: cancel.session_id, sequence: cancel.sequence, stopped: true }
+        })
+      ).catch(() => undefined)
       return
     }
     if (!run.controller.signal.aborted) {
