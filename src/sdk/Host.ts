@@ -107,7 +107,8 @@ export class Host {
       this.byName.set(t.name, named)
     }
     if (this.registration === undefined) {
-      const registering = this.api.json<Registered>({ method: "POST", path: "/v1/hosts", body: {} }, signal)
+      // Shared by every create waiting for it, so no one caller's signal may abort it.
+      const registering = this.api.json<Registered>({ method: "POST", path: "/v1/hosts", body: {} })
       this.registration = registering
       registering.then(
         (registered) => this.start(registered),
