@@ -8,13 +8,28 @@
  *   409 `ambiguous` is final: inspect the session before choosing a new key.
  * - A `Session` is a handle: its `summary` is the last one this handle was answered, never
  *   updated by background work; `brain.sessions.get(id)` reads the current one.
- * - `close()` aborts this client's requests and streams and refuses later calls with
+ * - Host tools (`tool()`, Tool.ts) given to `sessions.create` are served by this client's one host
+ *   (Host.ts): registered with the first such create, its command stream kept until `close()`.
+ * - `close()` aborts this client's requests, streams and tool runs and refuses later calls with
  *   `BrainClosed`; it sends nothing to the server, so no stored session is interrupted, ended or
- *   deleted. `withToken(token)` makes an independent client: closing either leaves the other open.
+ *   deleted. `withToken(token)` makes an independent client (its own host too): closing either
+ *   leaves the other open.
  */
 import { BrainError } from "./Errors.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
+import { Host } from "./Host.js"
+import {
+  answerText,
+  BrainOutputInvalid,
+  BrainTurnFailed,
+  checkAnswer,
+  correction,
+  maxCorrectionsOf,
+  type StructuredOutcome
+} from "./Output.js"
+import { type HostTool, isHostTool } from "./Tool.js"
 import { Transport, type TransportOptions } from "./Transport.js"
+import { type Decoded, describeIssues, type Validator } from "./Validate.js"
 import type {
   CreateSessionRequest,
   Event,
@@ -29,12 +44,39 @@ import type {
 
 export type BrainOptions = TransportOptions
 
+/** A tool definition of the wire (`input_schema`, `environment`, `module`, `timeout_ms`). */
+export type ToolDefinition = NonNullable<CreateSessionRequest["tools"]>[number]
+
+/** A create body whose `tools` may also hold host tools (`tool()`), served by this client. */
+export type CreateSessionBody = Omit<CreateSessionRequest, "tools"> & {
+  readonly tools?: ReadonlyArray<ToolDefinition | HostTool>
+}
+
+/** The name of the Environment a create adds for this client's host tools. */
+export const HOST_ENVIRONMENT = "sdk-host"
+
 export interface MutationOptions {
   /** The request's Idempotency-Key (1–256 bytes); a fresh UUID when omitted. Reuse one only to
    * retry the very same request. */
   readonly idempotencyKey?: string
   /** Stops waiting for the answer (the request, once sent, may still run on the server). */
   readonly signal?: AbortSignal
+}
+
+export interface SendOptions {
+  /** The request's Idempotency-Key (1–256 bytes); a fresh UUID when omitted. Reuse one only to
+   * retry the very same request (with `output`, corrections add `:correction-<n>` to it). */
+  readonly idempotencyKey?: string
+  /** Cancels the turn: once it is admitted, `POST …/cancel` is sent and answered, then `send`
+   * rejects with the signal's reason (see `send`). */
+  readonly signal?: AbortSignal
+}
+
+/** Structured output on `send`: the answer's schema and how many corrections to ask for. */
+export interface StructuredOptions<V extends Validator> {
+  readonly output: V
+  /** Corrections at most (0–10, default 2) before rejecting with BrainOutputInvalid. */
+  readonly maxCorrections?: number
 }
 
 export interface ListOptions {
@@ -53,10 +95,17 @@ const inputOf = (input: TurnInput | string): TurnInput => (typeof input === "str
 export class Brain {
   readonly sessions: Sessions
   private readonly transport: Transport
+  private readonly host: Host
 
   constructor(readonly options: BrainOptions) {
     this.transport = new Transport(options)
-    this.sessions = new Sessions(this.transport)
+    this.host = new Host(this.transport)
+    this.sessions = new Sessions(this.transport, this.host)
+  }
+
+  /** The id of this client's host, once a create with host tools has registered it. */
+  hostId(): Promise<string | undefined> {
+    return this.host.hostId()
   }
 
   /** A new client for the same server with another token and its own lifetime. */
@@ -68,28 +117,59 @@ export class Brain {
     return this.transport.closed
   }
 
-  /** Aborts this client's requests and streams; later calls reject with BrainClosed. Idempotent. */
+  /**
+   * Aborts this client's requests, streams, host connection and tool runs (their signals abort;
+   * a tool that ignores its signal is not waited for, and nothing it returns is posted); later
+   * calls reject with BrainClosed. Idempotent.
+   */
   async close(): Promise<void> {
+    this.host.close()
     this.transport.close()
   }
 }
 
 export class Sessions {
-  constructor(private readonly transport: Transport) {}
+  constructor(private readonly transport: Transport, private readonly host: Host) {}
 
-  /** `POST /v1/sessions`: a new session, as a handle holding its summary. */
-  async create(body: CreateSessionRequest, options: MutationOptions = {}): Promise<Session> {
+  /**
+   * `POST /v1/sessions`: a new session, as a handle holding its summary. Host tools among `tools`
+   * are declared in an Environment `sdk-host` (HOST_ENVIRONMENT) naming this client's host, which
+   * is registered and connected first; a retry of the create sends the same body.
+   */
+  async create(body: CreateSessionBody, options: MutationOptions = {}): Promise<Session> {
+    this.transport.ensureOpen()
+    const hostTools = (body.tools ?? []).filter(isHostTool)
+    let wire = body as CreateSessionRequest
+    if (hostTools.length > 0) {
+      const host = await this.host.attach(hostTools, options.signal)
+      wire = {
+        ...body,
+        environments: [...(body.environments ?? []), { name: HOST_ENVIRONMENT, driver: "host", host }],
+        tools: (body.tools ?? []).map((t): ToolDefinition =>
+          isHostTool(t)
+            ? {
+              name: t.name,
+              ...(t.description !== undefined ? { description: t.description } : {}),
+              input_schema: t.inputSchema,
+              environment: HOST_ENVIRONMENT,
+              ...(t.timeoutMs !== undefined ? { timeout_ms: t.timeoutMs } : {})
+            }
+            : t
+        )
+      } as CreateSessionRequest
+    }
     const summary = await this.transport.json<SessionSummary>(
-      { method: "POST", path: "/v1/sessions", body, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+      { method: "POST", path: "/v1/sessions", body: wire, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
       options.signal
     )
-    return new Session(this.transport, summary)
+    if (hostTools.length > 0) this.host.bind(summary.session_id, hostTools)
+    return new Session(this.transport, summary, this.host)
   }
 
   /** `GET /v1/sessions/{id}`: the session's current summary, as a handle. */
   async get(id: string, options: { readonly signal?: AbortSignal } = {}): Promise<Session> {
     const summary = await this.transport.json<SessionSummary>({ method: "GET", path: sessionPath(id) }, options.signal)
-    return new Session(this.transport, summary)
+    return new Session(this.transport, summary, this.host)
   }
 
   /** `GET /v1/sessions`: one page of summaries; pass its `next_cursor` as `after` for the next. */
@@ -106,7 +186,7 @@ export class Session {
   readonly id: string
   private latest: SessionSummary
 
-  constructor(private readonly transport: Transport, summary: SessionSummary) {
+  constructor(private readonly transport: Transport, summary: SessionSummary, private readonly host: Host) {
     this.id = summary.session_id
     this.latest = summary
   }
@@ -116,20 +196,104 @@ export class Session {
     return this.latest
   }
 
-  /** `POST …/messages`: runs a turn and resolves with its outcome, ended or failed (a failed turn
-   * is an outcome, not a rejection; refusals such as `session_busy` reject). */
-  async send(input: TurnInput | string, options: MutationOptions = {}): Promise<TurnOutcome> {
+  /**
+   * `POST …/messages`: runs a turn and resolves with its outcome, ended or failed (a failed turn
+   * is an outcome, not a rejection; refusals such as `session_busy` reject).
+   *
+   * With `signal` (say a host tool's `ctx.signal`, for a child session it owns), an abort cancels
+   * the turn: the client waits until the turn is admitted (its `turn_started` committed), sends
+   * `POST …/cancel`, waits for that to be answered (the turn is closed then), and rejects with the
+   * signal's reason. A turn that answers before it was seen admitted resolves as usual. An abort
+   * before the call rejects at once and sends nothing.
+   *
+   * With `output` (an Effect Schema or Standard Schema), the answer is parsed as JSON and decoded;
+   * an answer that does not decode is followed by a correction message naming the problems, at
+   * most `maxCorrections` (default 2) times, under keys derived from the Idempotency-Key
+   * (`<key>:correction-<n>`), and then rejects with `BrainOutputInvalid`. A failed turn rejects
+   * with `BrainTurnFailed`. Resolves with the outcome plus `output` (decoded) and `corrections`.
+   */
+  send(input: TurnInput | string, options?: SendOptions): Promise<TurnOutcome>
+  send<V extends Validator>(input: TurnInput | string, options: SendOptions & StructuredOptions<V>): Promise<StructuredOutcome<Decoded<V>>>
+  async send<V extends Validator>(
+    input: TurnInput | string,
+    options: SendOptions & Partial<StructuredOptions<V>> = {}
+  ): Promise<TurnOutcome | StructuredOutcome<Decoded<V>>> {
+    this.transport.ensureOpen()
+    const key = options.idempotencyKey ?? newKey()
+    const schema = options.output
+    if (schema === undefined) return this.turn(inputOf(input), key, options.signal)
+    const max = maxCorrectionsOf(options.maxCorrections)
+    let outcome = await this.turn(inputOf(input), key, options.signal)
+    for (let corrections = 0;; corrections++) {
+      if (outcome.turn.status !== "ended") {
+        throw new BrainTurnFailed({ message: `the turn failed: ${outcome.turn.failure?.code ?? "unknown"}`, outcome, corrections })
+      }
+      const text = answerText(outcome)
+      const checked = await checkAnswer(schema, text)
+      if (checked.ok) return { ...outcome, output: checked.value, corrections }
+      if (corrections >= max) {
+        throw new BrainOutputInvalid({
+          message: `the answer is not valid output after ${corrections} correction(s): ${describeIssues(checked.issues)}`,
+          issues: checked.issues,
+          text,
+          corrections,
+          outcome
+        })
+      }
+      outcome = await this.turn({ message: correction(schema, checked.issues) }, `${key}:correction-${corrections + 1}`, options.signal)
+    }
+  }
+
+  /** One synchronous turn; with `signal`, cancelled after admission (see `send`). */
+  private async turn(input: TurnInput, key: string, signal: AbortSignal | undefined): Promise<TurnOutcome> {
+    if (signal === undefined) return this.post(input, key, undefined)
+    if (signal.aborted) throw signal.reason
+    const after = this.latest.last_sequence
+    // The request is not the caller's to abort: once sent, it is stopped only by cancelling its turn.
+    const request = new AbortController()
+    const posting = this.post(input, key, request.signal)
+    posting.catch(() => undefined)
+    const answered = posting.then(() => "answered" as const, () => "answered" as const)
+    let onAbort: () => void = () => undefined
+    const aborted = new Promise<"aborted">((resolve) => {
+      onAbort = () => resolve("aborted")
+      signal.addEventListener("abort", onAbort, { once: true })
+    })
+    const first = await Promise.race([answered, aborted])
+    signal.removeEventListener("abort", onAbort)
+    if (first === "answered") return posting
+
+    // Aborted: cancel only once the turn is admitted, or the cancel could pass it and miss it.
+    const watching = new AbortController()
+    const admitted = this.admission(after, input, watching.signal).then(() => "admitted" as const, () => "unseen" as const)
+    const next = await Promise.race([answered, admitted])
+    watching.abort()
+    if (next !== "admitted") return posting
+    try {
+      await this.interrupt()
+    } finally {
+      request.abort()
+    }
+    throw signal.reason
+  }
+
+  private async post(input: TurnInput, key: string, signal: AbortSignal | undefined): Promise<TurnOutcome> {
     const outcome = await this.transport.json<TurnOutcome>(
-      {
-        method: "POST",
-        path: `${sessionPath(this.id)}/messages`,
-        body: { input: inputOf(input) },
-        headers: { "idempotency-key": options.idempotencyKey ?? newKey() }
-      },
-      options.signal
+      { method: "POST", path: `${sessionPath(this.id)}/messages`, body: { input }, headers: { "idempotency-key": key } },
+      signal
     )
     this.latest = { session_id: outcome.session_id, status: outcome.status, last_sequence: outcome.last_sequence }
     return outcome
+  }
+
+  /** Resolves once a synchronous turn with `input` is started after sequence `after`. */
+  private async admission(after: number, input: TurnInput, signal: AbortSignal): Promise<void> {
+    for await (const event of readEvents(this.transport, this.id, after, { signal }, false)) {
+      if (event.type !== "event" || event.event.kind !== "turn_started") continue
+      const data = event.event.data as { mode?: unknown; input?: { message?: unknown } }
+      if (data.mode === "send" && data.input?.message === input.message) return
+    }
+    throw new Error("the session ended before the turn was admitted")
   }
 
   /** `POST …/messages` with `Prefer: respond-async`: resolves once the turn's `turn_started` is
@@ -191,6 +355,7 @@ export class Session {
       { method: "DELETE", path: sessionPath(this.id), headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
       options.signal
     )
+    this.host.unbind(this.id)
   }
 
   private async lifecycle(route: "cancel" | "end", options: MutationOptions): Promise<SessionSummary> {
@@ -199,6 +364,7 @@ export class Session {
       options.signal
     )
     this.latest = summary
+    if (route === "end") this.host.unbind(this.id)
     return summary
   }
 }

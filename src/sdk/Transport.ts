@@ -38,6 +38,8 @@ export interface Call {
   readonly path: string
   readonly body?: unknown
   readonly headers?: Readonly<Record<string, string>>
+  /** Send it once, never again: for a request the server does not deduplicate (a host's Event). */
+  readonly once?: boolean
 }
 
 /** Resolves after `ms`, or rejects with `signal`'s reason when it aborts first. */
@@ -147,7 +149,7 @@ export class Transport {
       } finally {
         release()
       }
-      if (!isUncertain(error) || attempt >= MAX_ATTEMPTS) throw error
+      if (!isUncertain(error) || attempt >= MAX_ATTEMPTS || call.once === true) throw error
       const { controller: waiting, release: stopWaiting } = this.link(signal)
       try {
         await sleep(RETRY_BASE_MS * 2 ** (attempt - 1), waiting.signal)

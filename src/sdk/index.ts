@@ -2,7 +2,29 @@
  * `brain/sdk`: the Promise client (`Brain`), the Effect client (`BrainClient`), their errors and
  * the wire types. Web APIs only: no Node-only import, here or below (test/architecture).
  */
-export { Brain, type BrainOptions, type ListOptions, type MutationOptions, Session, Sessions } from "./Brain.js"
+export {
+  Brain,
+  type BrainOptions,
+  type CreateSessionBody,
+  HOST_ENVIRONMENT,
+  type ListOptions,
+  type MutationOptions,
+  type SendOptions,
+  Session,
+  Sessions,
+  type StructuredOptions,
+  type ToolDefinition
+} from "./Brain.js"
+export { HOST_READY_DEADLINE_MS } from "./Host.js"
+export {
+  BrainOutputInvalid,
+  BrainTurnFailed,
+  DEFAULT_MAX_CORRECTIONS,
+  MAX_CORRECTIONS,
+  type StructuredOutcome
+} from "./Output.js"
+export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type ToolOptions } from "./Tool.js"
+export { type Issue, type StandardSchemaV1, type Validator } from "./Validate.js"
 export { BrainClient, type BrainApiClient, type BrainClientOptions, type BrainClientShape } from "./BrainClient.js"
 export { BrainClosed, BrainError, type BrainErrorCode } from "./Errors.js"
 export { type EventsOptions, PAGE_LIMIT, RECONNECT_DEADLINE_MS } from "./Events.js"

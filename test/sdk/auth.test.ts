@@ -1,10 +1,12 @@
 /**
  * Tokens and client lifetimes against a server started with BRAIN_API_TOKEN: a wrong or missing
  * token is a typed 401; `withToken` derives a client with its own token and lifetime and leaves
- * the parent's token as it was.
+ * the parent's token as it was. Host tools register their host with the client's token and reach
+ * the host's routes with the host's own token; a client whose token is refused registers nothing.
  */
+import { Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { Brain, BrainClosed, BrainError } from "../../src/sdk/index.js"
+import { Brain, BrainClosed, BrainError, tool } from "../../src/sdk/index.js"
 import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "sdk-test-token"
@@ -51,5 +53,30 @@ describe("the Promise client with an API token", () => {
     await parent.close()
     expect((await second.sessions.get(session.id)).summary.status).toBe("idle")
     await second.close()
+  })
+
+  it("host tools: the host registers with the client's API token and serves calls with its own; with a refused token the create is a typed 401 and no host is registered", async () => {
+    const echo = tool({ name: "echo", input: Schema.Struct({ q: Schema.Number }), run: ({ q }) => ({ q }) })
+    const body = {
+      model: { provider: "scripted" as const, replies: [{ tool_calls: [{ name: "echo", input: { q: 7 } }] }, { text: "done" }] },
+      tools: [echo]
+    }
+    const refusedClient = new Brain({ baseUrl: server.baseUrl, token: "wrong" })
+    const refused = await refusedClient.sessions.create(body).catch((e) => e)
+    expect(refused).toBeInstanceOf(BrainError)
+    expect(refused).toMatchObject({ code: "unauthorized", status: 401 })
+    expect(await refusedClient.hostId()).toBeUndefined()
+    await refusedClient.close()
+
+    const brain = new Brain({ baseUrl: server.baseUrl, token: TOKEN })
+    try {
+      const session = await brain.sessions.create(body)
+      expect((await session.send("go")).turn.status).toBe("ended")
+      const ended: Array<unknown> = []
+      for await (const e of session.events(0, { live: false })) if (e.kind === "tool_call_ended") ended.push(e.data)
+      expect(ended).toEqual([expect.objectContaining({ outcome: "ok", output: { q: 7 } })])
+    } finally {
+      await brain.close()
+    }
   })
 })

@@ -2,7 +2,8 @@
  * The built SDK (`brain/sdk` through the package's `exports` map, dist/sdk/index.js) imported in
  * a plain ESM context without Node built-ins: a child Node process whose module loader refuses
  * every `node:*` specifier and bare built-in name (test/fixtures/sdk-no-node-hooks.mjs), with no
- * `Buffer` global while its modules load, imports it and runs a session with it against a real server. A control run
+ * `Buffer` global while its modules load, imports it and runs a session with it against a real server
+ * (and one whose host tool runs in that process). A control run
  * shows that the guard does refuse a module that imports a built-in.
  */
 import { execFile, execSync } from "node:child_process"
@@ -27,12 +28,13 @@ describe("the built SDK", () => {
     await server?.dispose()
   })
 
-  it("brain/sdk loads where every Node built-in is refused, and runs a session there", async () => {
+  it("brain/sdk loads where every Node built-in is refused, and runs a session there, one with a host tool too", async () => {
     const { stdout } = await run(process.execPath, [PROBE, "brain/sdk", server.baseUrl], { cwd: ROOT })
     const report = JSON.parse(stdout.trim().split("\n").at(-1)!)
     expect(report.exports).toEqual(expect.arrayContaining(["Brain", "BrainClient", "BrainError", "BrainClosed"]))
     expect(report.turn).toBe("ended")
     expect(report.kinds).toEqual(expect.arrayContaining(["session_creation_ended", "turn_started", "turn_ended"]))
+    expect(report.tool).toEqual([{ doubled: 42 }])
   })
 
   it("the guard is not vacuous: a built module that imports node:crypto fails to load under it", async () => {

@@ -1,12 +1,15 @@
 /**
- * The Events iterator across a server restart (seed "Reading Events"): a live reader whose server
- * is killed (SIGKILL) and started again on the same address and data directory reopens its stream
- * after its cursor and goes on, yielding every Event once: no duplicate, no gap, in order.
+ * The client across a server restart: a live Events reader whose server is killed (SIGKILL) and
+ * started again on the same address and data directory reopens its stream after its cursor and
+ * goes on, yielding every Event once: no duplicate, no gap, in order (seed "Reading Events"). A
+ * host tool's call cut off by the kill is recorded `unknown` and never run or answered again,
+ * while the client's host reconnects by itself and runs new calls.
  */
+import { Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { Brain, type Event } from "../../src/sdk/index.js"
+import { Brain, type Event, tool, type ToolContext } from "../../src/sdk/index.js"
 import { ensureBuilt, ServerProcess } from "../support/server.js"
-import { freePort, history, RecordingFetch, takeUntil } from "./support.js"
+import { freePort, gate, history, HostFetch, RecordingFetch, takeUntil } from "./support.js"
 
 describe("the Events iterator across a server restart", () => {
   let server: ServerProcess
@@ -52,5 +55,52 @@ describe("the Events iterator across a server restart", () => {
     expect(read).toEqual(await history(new Brain({ baseUrl }), session.id))
     expect(read.filter((e) => e.kind === "turn_ended")).toHaveLength(2)
     expect(read.filter((e) => e.kind === "tick")).toHaveLength(5)
+  })
+
+  it("a host tool's call in flight at kill -9 is unknown after the restart; the host reconnects by itself and the call is never run or answered again", async () => {
+    const recording = new HostFetch()
+    const client = new Brain({ baseUrl, fetch: recording.fetch })
+    const started = gate<ToolContext>()
+    const release = gate()
+    const runs: Array<number> = []
+    const slow = tool({
+      name: "slow",
+      input: Schema.Struct({}),
+      run: async (_, ctx) => {
+        runs.push(ctx.sequence)
+        if (runs.length === 1) {
+          started.open(ctx)
+          await release.promise
+        }
+        return "answered"
+      }
+    })
+    try {
+      const session = await client.sessions.create({
+        // The kill ends the first turn after its first model call, so the second turn's first reply is the second.
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "slow", input: {} }] }, { tool_calls: [{ name: "slow", input: {} }] }, { text: "after" }] },
+        tools: [slow]
+      })
+      const first = session.send("go").catch((e) => e) // its answer dies with the server
+      const ctx = await started.promise
+      await server.kill()
+      await server.start()
+      await first
+      expect(ctx.signal.reason).toMatchObject({ reason: "connection_lost" })
+      release.open()
+      await recording.streams(2)
+
+      const failed = (await history(client, session.id)).filter((e) => e.kind === "tool_call_failed")
+      expect(failed.map((e) => e.data)).toEqual([expect.objectContaining({ sequence: ctx.sequence, outcome: "unknown" })])
+      const second = await session.send("again")
+      expect(second.turn.status).toBe("ended")
+      const ended = (await history(client, session.id)).filter((e) => e.kind === "tool_call_ended")
+      expect(ended.map((e) => e.data)).toEqual([expect.objectContaining({ outcome: "ok", output: "answered" })])
+      expect(runs).toHaveLength(2)
+      expect(runs[1]).toBeGreaterThan(runs[0]!)
+      expect(recording.resultsFor(session.id, ctx.sequence), "the lost call was never answered").toEqual([])
+    } finally {
+      await client.close()
+    }
   })
 })

@@ -80,3 +80,72 @@ export const takeUntil = async <A>(it: AsyncIterator<A>, stop: (a: A) => boolean
     if (stop(r.value)) return items
   }
 }
+
+/** A promise with its resolve at hand: a gate a test opens, or a signal a tool gives. */
+export interface Gate<A = void> {
+  readonly promise: Promise<A>
+  readonly open: (a: A) => void
+  opened: boolean
+}
+
+export const gate = <A = void>(): Gate<A> => {
+  let open!: (a: A) => void
+  const promise = new Promise<A>((resolve) => (open = resolve))
+  const g: Gate<A> = {
+    promise,
+    open: (a) => {
+      g.opened = true
+      open(a)
+    },
+    opened: false
+  }
+  return g
+}
+
+/**
+ * A fetch that records every request (as RecordingFetch) and can cut a host's command stream the
+ * way a dropped connection does: `cut()` aborts the body of the latest `/commands` response, and
+ * `streams(n)` resolves once `n` command streams have opened.
+ */
+export class HostFetch {
+  readonly sent: Array<Sent> = []
+  private commands: Array<AbortController> = []
+  private waiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
+
+  readonly fetch: Fetch = async (url, init) => {
+    const headers = { ...(init.headers as Record<string, string>) }
+    this.sent.push({ url, method: init.method ?? "GET", headers, body: init.body as string | undefined })
+    if (!url.endsWith("/commands")) return globalThis.fetch(url, init)
+    const own = new AbortController()
+    init.signal?.addEventListener("abort", () => own.abort(init.signal!.reason), { once: true })
+    const response = await globalThis.fetch(url, { ...init, signal: own.signal })
+    if (response.ok) {
+      this.commands.push(own)
+      for (const w of this.waiters.filter((w) => this.commands.length >= w.count)) w.resolve()
+    }
+    return response
+  }
+
+  get streamsOpened() {
+    return this.commands.length
+  }
+
+  /** Resolves once `count` command streams have opened. */
+  streams(count: number): Promise<void> {
+    if (this.commands.length >= count) return Promise.resolve()
+    return new Promise((resolve) => this.waiters.push({ count, resolve }))
+  }
+
+  /** Drops the latest command stream. */
+  cut() {
+    this.commands.at(-1)?.abort(new Error("the test cut the command stream"))
+  }
+
+  /** The results posted for a call, by the body's `{session_id, sequence}`. */
+  resultsFor(session: string, sequence: number): Array<unknown> {
+    return this.sent
+      .filter((s) => s.method === "POST" && s.url.endsWith("/results"))
+      .map((s) => JSON.parse(s.body!))
+      .filter((b) => b.session_id === session && b.sequence === sequence)
+  }
+}

@@ -1,0 +1,369 @@
+/**
+ * A client's host: the one connection over which its host tools are called (docs/environments.md,
+ * "The `host` driver"; docs/sdk.md, "Host tools").
+ *
+ * - Lazily, the first session created with host tools registers one host (`POST /v1/hosts`, with
+ *   the client's token) and opens its command stream (with the host's own token). From then on the
+ *   client keeps that one stream until `close`: after a failed create, after its last session
+ *   ends, and across drops — a dropped stream is reopened (backing off from RECONNECT_FIRST_MS up
+ *   to RECONNECT_MAX_MS) for as long as the client is open.
+ * - A call is run once: a `{session_id, sequence}` this host has seen is never run again. When the
+ *   stream that carried a call is over, Brain has recorded the call `unknown`: its signal aborts
+ *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
+ * - A run decodes the input, runs the tool, encodes its output and posts one result: `ok`, or
+ *   `error` with `code` `invalid_input` / `tool_error` / `invalid_output` / `unknown_tool`. Its
+ *   Events are posted first: the result waits until every `emit` has been answered.
+ * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
+ *   that returns anyway is answered with its output. A local deadline aborts the signal at
+ *   `deadline_at_ms`; Brain sends a cancel at the same time, and the stop is confirmed to it.
+ * - `close` aborts every run's signal and the stream and returns at once: it never waits for a
+ *   tool, and nothing is posted after it.
+ */
+import { BrainClosed, BrainError, fromAnswer, networkError } from "./Errors.js"
+import { sseFrames } from "./Sse.js"
+import { type HostTool, ToolAborted, type ToolContext } from "./Tool.js"
+import { sleep, Transport } from "./Transport.js"
+import { decode, describeIssues, encode } from "./Validate.js"
+
+/** Milliseconds before reopening a dropped command stream, doubled per failure up to the max: a
+ * server restart is ridden out quickly, a server that is gone is not hammered. */
+const RECONNECT_FIRST_MS = 50
+const RECONNECT_MAX_MS = 2_000
+/** Milliseconds a create waits for the command stream to be open before it fails: calls made while
+ * it is not are not sent (`host_disconnected`), so a session is not created against a dead host. */
+export const HOST_READY_DEADLINE_MS = 30_000
+/** Call names remembered to refuse a second run of the same call, oldest forgotten first. */
+const SEEN_CALLS = 4096
+
+interface CallCommand {
+  readonly session_id: string
+  readonly sequence: number
+  readonly environment: string
+  readonly name: string
+  readonly call_id: string
+  readonly input: unknown
+  readonly deadline_at_ms: number
+}
+
+interface CancelCommand {
+  readonly session_id: string
+  readonly sequence: number
+  readonly reason: "cancel" | "deadline"
+}
+
+type Answer = { readonly ok: unknown } | { readonly error: unknown } | { readonly stopped: true }
+
+interface Run {
+  readonly call: CallCommand
+  readonly connection: number
+  readonly controller: AbortController
+  /** A cancel command arrived for it. */
+  cancelled: boolean
+  /** Its stream is over (or the client closed): nothing may be posted for it any more. */
+  lost: boolean
+  /** It stopped on its own deadline and waits for Brain's cancel to confirm the stop to. */
+  awaitingCancel: boolean
+  /** The result is being posted: later emits are refused. */
+  settled: boolean
+  readonly emits: Set<Promise<unknown>>
+  timer: ReturnType<typeof setTimeout> | undefined
+}
+
+export interface Registered {
+  readonly host_id: string
+  readonly token: string
+}
+
+const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
+
+export class Host {
+  private registration: Promise<Registered> | undefined
+  private transport: Transport | undefined
+  private closed = false
+  /** Counts opened streams: a run belongs to the one that carried it. */
+  private connection = 0
+  private open = false
+  private lastError: BrainError | undefined
+  private readyWaiters: Array<{ readonly resolve: () => void }> = []
+  private readonly runs = new Map<string, Run>()
+  private readonly seen = new Set<string>()
+  /** The tools of each session created through this client, by name. */
+  private readonly sessions = new Map<string, ReadonlyMap<string, HostTool>>()
+  /** Every tool handed to this host: the fallback for a call of a session not bound (yet). */
+  private readonly byName = new Map<string, Set<HostTool>>()
+
+  constructor(private readonly api: Transport) {}
+
+  /**
+   * Registers this client's host (once) and resolves with its id when its command stream is open.
+   * A registration that failed is tried again by the next call; a stream that does not open
+   * within HOST_READY_DEADLINE_MS rejects (the connection keeps trying).
+   */
+  async attach(tools: ReadonlyArray<HostTool>, signal?: AbortSignal): Promise<string> {
+    this.api.ensureOpen()
+    for (const t of tools) {
+      const named = this.byName.get(t.name) ?? new Set()
+      named.add(t)
+      this.byName.set(t.name, named)
+    }
+    if (this.registration === undefined) {
+      // Shared by every create waiting for it, so no one caller's signal may abort it.
+      const registering = this.api.json<Registered>({ method: "POST", path: "/v1/hosts", body: {} })
+      this.registration = registering
+      registering.then(
+        (registered) => this.start(registered),
+        () => {
+          if (this.registration === registering) this.registration = undefined
+        }
+      )
+    }
+    const registered = await this.registration
+    await this.ready(signal)
+    return registered.host_id
+  }
+
+  /** Runs `session`'s calls with these tools (its create has answered). */
+  bind(session: string, tools: ReadonlyArray<HostTool>): void {
+    this.sessions.set(session, new Map(tools.map((t) => [t.name, t])))
+  }
+
+  /** Forgets `session`'s tools (it ended or was deleted through this client). */
+  unbind(session: string): void {
+    this.sessions.delete(session)
+  }
+
+  /** The id of the registered host, once registered. */
+  async hostId(): Promise<string | undefined> {
+    return this.registration === undefined ? undefined : (await this.registration.catch(() => undefined))?.host_id
+  }
+
+  /** Aborts the stream and every run; posts nothing more. Returns at once; idempotent. */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.transport?.close()
+    for (const run of this.runs.values()) this.lose(run, "closed", "the client was closed")
+    this.runs.clear()
+    for (const w of this.readyWaiters.splice(0)) w.resolve()
+  }
+
+  private ready(signal?: AbortSignal): Promise<void> {
+    if (this.open) return Promise.resolve()
+    return new Promise<void>((resolve, reject) => {
+      const { controller, release } = this.api.link(signal)
+      const timer = setTimeout(() => controller.abort(
+        this.lastError ?? networkError(`the host's command stream did not open within ${HOST_READY_DEADLINE_MS} ms`)
+      ), HOST_READY_DEADLINE_MS)
+      const waiter = {
+        resolve: () => {
+          done()
+          if (this.closed) reject(new BrainClosed())
+          else resolve()
+        }
+      }
+      const done = () => {
+        clearTimeout(timer)
+        release()
+        this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter)
+      }
+      controller.signal.addEventListener("abort", () => {
+        done()
+        reject(this.api.closed ? new BrainClosed() : controller.signal.reason)
+      }, { once: true })
+      this.readyWaiters.push(waiter)
+    })
+  }
+
+  private start(registered: Registered) {
+    if (this.closed) return
+    this.transport = new Transport({ ...this.api.options, token: registered.token })
+    void this.follow(registered.host_id, this.transport)
+  }
+
+  /** Holds the command stream open until the client closes. */
+  private async follow(hostId: string, transport: Transport): Promise<void> {
+    const path = `/v1/hosts/${encodeURIComponent(hostId)}/commands`
+    const { controller } = transport.link()
+    let pause = RECONNECT_FIRST_MS
+    while (!this.closed) {
+      const connection = ++this.connection
+      try {
+        const response = await transport.open(path, {
+          method: "GET",
+          headers: transport.headers({ accept: "text/event-stream" }),
+          signal: controller.signal
+        })
+        if (!response.ok || response.body === null) {
+          this.lastError = fromAnswer(response.status, await response.text().catch(() => ""))
+        } else {
+          for await (const frame of sseFrames(response.body)) {
+            if (frame.event === "ready") {
+              this.open = true
+              this.lastError = undefined
+              pause = RECONNECT_FIRST_MS
+              for (const w of this.readyWaiters.splice(0)) w.resolve()
+            } else if (frame.event === "call") {
+              this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
+            } else if (frame.event === "cancel") {
+              this.cancel(JSON.parse(frame.data) as CancelCommand, transport, hostId)
+            }
+          }
+          this.lastError = networkError("the host's command stream ended")
+        }
+      } catch (e) {
+        if (this.closed) return
+        this.lastError = e instanceof BrainError ? e : networkError(e)
+      }
+      this.dropped(connection)
+      if (this.closed) return
+      await sleep(pause, controller.signal).catch(() => undefined)
+      pause = Math.min(pause * 2, RECONNECT_MAX_MS)
+    }
+  }
+
+  /** The stream `connection` is over: Brain has recorded its calls `unknown`. */
+  private dropped(connection: number) {
+    this.open = false
+    for (const [key, run] of this.runs) {
+      if (run.connection !== connection) continue
+      this.runs.delete(key)
+      this.lose(run, "connection_lost", "the host's command stream dropped: Brain recorded this call unknown, and its result can no longer be posted")
+    }
+  }
+
+  private lose(run: Run, reason: ToolAborted["reason"], message: string) {
+    run.lost = true
+    if (run.timer !== undefined) clearTimeout(run.timer)
+    if (!run.controller.signal.aborted) run.controller.abort(new ToolAborted({ reason, message }))
+  }
+
+  private toolFor(session: string, name: string): HostTool | undefined {
+    const bound = this.sessions.get(session)
+    if (bound !== undefined) return bound.get(name)
+    const named = this.byName.get(name)
+    return named !== undefined && named.size === 1 ? [...named][0] : undefined
+  }
+
+  private run(call: CallCommand, connection: number, transport: Transport, hostId: string) {
+    const key = `${call.session_id}/${call.sequence}`
+    // Brain never sends a call twice; should anything between it and here, it still runs once.
+    if (this.seen.has(key)) return
+    this.seen.add(key)
+    if (this.seen.size > SEEN_CALLS) this.seen.delete(this.seen.values().next().value!)
+
+    const run: Run = {
+      call,
+      connection,
+      controller: new AbortController(),
+      cancelled: false,
+      lost: false,
+      awaitingCancel: false,
+      settled: false,
+      emits: new Set(),
+      timer: undefined
+    }
+    this.runs.set(key, run)
+    const untilDeadline = call.deadline_at_ms > 0 ? call.deadline_at_ms - Date.now() : undefined
+    if (untilDeadline !== undefined && untilDeadline < 2 ** 31 - 1) {
+      run.timer = setTimeout(
+        () => run.controller.abort(new ToolAborted({ reason: "deadline", message: "the tool call passed its deadline" })),
+        Math.max(0, untilDeadline)
+      )
+    }
+    const post = async (answer: Answer): Promise<void> => {
+      run.settled = true
+      await Promise.allSettled([...run.emits])
+      if (run.lost) return
+      try {
+        await transport.request({
+          method: "POST",
+          path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
+          body: { session_id: call.session_id, sequence: call.sequence, ...answer }
+        })
+      } catch (e) {
+        // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
+        // with the refusal instead, once. A 409 means it is over already (an earlier attempt of
+        // this very post landed, or its stream closed); a closed client posts nothing.
+        if (e instanceof BrainError && "ok" in answer && e.status !== 409 && e.code !== "network_error") {
+          await post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } })
+        }
+      }
+    }
+    const ctx: ToolContext = {
+      signal: run.controller.signal,
+      sessionId: call.session_id,
+      sequence: call.sequence,
+      callId: call.call_id,
+      deadlineAtMs: call.deadline_at_ms,
+      emit: (kind, payload) => {
+        if (run.settled || run.lost) return Promise.reject(new Error("this tool call is over: its Events can no longer be committed"))
+        const sent = transport.json<{ sequence: number }>({
+          method: "POST",
+          path: `/v1/hosts/${encodeURIComponent(hostId)}/events`,
+          body: { session_id: call.session_id, sequence: call.sequence, kind, payload: payload ?? null },
+          once: true
+        }).then((r) => r.sequence)
+        const tracked = sent.catch(() => undefined)
+        run.emits.add(tracked)
+        void tracked.then(() => run.emits.delete(tracked))
+        return sent
+      }
+    }
+
+    const execute = async (): Promise<void> => {
+      const tool = this.toolFor(call.session_id, call.name)
+      if (tool === undefined) {
+        return post({ error: { code: "unknown_tool", message: `this host has no tool ${JSON.stringify(call.name)} for this session` } })
+      }
+      const input = await decode(tool.input, call.input)
+      if (!input.ok) {
+        return post({ error: { code: "invalid_input", message: `the input is not valid: ${describeIssues(input.issues)}`, issues: input.issues } })
+      }
+      let output: unknown
+      try {
+        output = await tool.run(input.value, ctx)
+      } catch (e) {
+        if (run.controller.signal.aborted) return stopped()
+        return post({ error: { code: "tool_error", message: errorMessage(e) } })
+      }
+      if (tool.output === undefined) return post({ ok: output ?? null })
+      const encoded = await encode(tool.output, output)
+      if (!encoded.ok) {
+        return post({ error: { code: "invalid_output", message: `the output is not valid: ${describeIssues(encoded.issues)}`, issues: encoded.issues } })
+      }
+      return post({ ok: encoded.value ?? null })
+    }
+    /** The run stopped after its signal aborted: confirm it to Brain's cancel. */
+    const stopped = async (): Promise<void> => {
+      if (run.cancelled) return post({ stopped: true })
+      // Its own deadline came first: Brain's cancel for it follows; `cancel` confirms then.
+      run.awaitingCancel = true
+    }
+    void execute().catch(() => undefined).finally(() => {
+      if (run.timer !== undefined) clearTimeout(run.timer)
+      if (!run.awaitingCancel && this.runs.get(key) === run) this.runs.delete(key)
+    })
+  }
+
+  private cancel(cancel: CancelCommand, transport: Transport, hostId: string) {
+    const key = `${cancel.session_id}/${cancel.sequence}`
+    const run = this.runs.get(key)
+    if (run === undefined) return
+    run.cancelled = true
+    if (run.awaitingCancel) {
+      this.runs.delete(key)
+      // Its Events first, as for every result.
+      void Promise.allSettled([...run.emits]).then(() =>
+        run.lost ? undefined : transport.request({
+          method: "POST",
+          path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
+          body: { session_id: cancel.session_id, sequence: cancel.sequence, stopped: true }
+        })
+      ).catch(() => undefined)
+      return
+    }
+    if (!run.controller.signal.aborted) {
+      run.controller.abort(new ToolAborted({ reason: cancel.reason, message: cancel.reason === "deadline" ? "the tool call passed its deadline" : "Brain cancelled the tool call" }))
+    }
+  }
+}

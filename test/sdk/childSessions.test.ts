@@ -1,0 +1,89 @@
+/**
+ * `send(input, { signal })` against a real server process (seed "Lifecycle": an owning host tool
+ * passes its signal to `child.send`): an abort waits for the turn's admission before it cancels,
+ * so the cancel never passes the turn it is meant for, and `send` rejects only after the cancel
+ * has been answered, when the child's turn is already closed as cancelled.
+ */
+import { Schema } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Brain, type Event, type Session, tool, ToolAborted, type ToolContext } from "../../src/sdk/index.js"
+import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import { gate, history } from "./support.js"
+
+/** A model that takes a long time to answer: only a cancel ends its turn soon. */
+const slowModel = { model: { provider: "scripted" as const, replies: [{ text: "much later", delay_ms: 30_000 }] } }
+
+const turnEnds = (events: ReadonlyArray<Event>) => events.filter((e) => e.kind === "turn_ended" || e.kind === "turn_failed")
+
+describe("send with a signal (child sessions)", () => {
+  let server: ServerProcess
+  let brain: Brain
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_CANCEL_GRACE_MS: "10000" } })
+    brain = new Brain({ baseUrl: server.baseUrl })
+  }, 120_000)
+  afterAll(async () => {
+    await brain?.close()
+    await server?.dispose()
+  })
+
+  it("an abort right after send waits for admission, then cancels: the turn is started and failed cancelled, and send rejects with the signal's reason", async () => {
+    const child = await brain.sessions.create(slowModel)
+    const controller = new AbortController()
+    const sending = child.send("work", { signal: controller.signal })
+    controller.abort(new Error("the owner stopped"))
+    const rejected = await sending.catch((e) => e)
+    expect(rejected).toMatchObject({ message: "the owner stopped" })
+    // The cancel was answered before send rejected: the turn is closed already.
+    const ends = turnEnds(await history(brain, child.id))
+    expect(ends.map((e) => e.data)).toEqual([expect.objectContaining({ failure: expect.objectContaining({ code: "cancelled" }) })])
+    // The session stays open for another turn.
+    expect((await brain.sessions.get(child.id)).summary.status).toBe("idle")
+  })
+
+  it("an aborted signal sends nothing; a turn that answers first resolves as usual", async () => {
+    const child = await brain.sessions.create({ model: { provider: "scripted" } })
+    const aborted = AbortSignal.abort(new Error("already"))
+    expect(await child.send("x", { signal: aborted }).catch((e) => e)).toMatchObject({ message: "already" })
+    expect((await history(brain, child.id)).filter((e) => e.kind === "turn_started")).toHaveLength(0)
+    const live = new AbortController()
+    expect((await child.send("echo me", { signal: live.signal })).turn).toMatchObject({ status: "ended", result: { text: "echo me" } })
+  })
+
+  it("an owning host tool's child is cancelled through the parent's signal: the child's turn is closed cancelled before the tool sees send reject, and the parent's call is cancelled", async () => {
+    const started = gate<{ ctx: ToolContext; child: Session }>()
+    let seen: { reason: unknown; childEnds: ReadonlyArray<Event> } | undefined
+    const delegate = tool({
+      name: "delegate",
+      input: Schema.Struct({ task: Schema.String }),
+      run: async ({ task }, ctx) => {
+        const child = await brain.sessions.create(slowModel)
+        started.open({ ctx, child })
+        try {
+          return await child.send(task, { signal: ctx.signal })
+        } catch (e) {
+          seen = { reason: e, childEnds: turnEnds(await history(brain, child.id)) }
+          throw e
+        }
+      }
+    })
+    const parent = await brain.sessions.create({
+      model: { provider: "scripted", replies: [{ tool_calls: [{ name: "delegate", input: { task: "research" } }] }, { text: "done" }] },
+      tools: [delegate]
+    })
+    const receipt = await parent.submit("go")
+    const { ctx, child } = await started.promise
+    await parent.interrupt()
+
+    expect(seen?.reason).toBeInstanceOf(ToolAborted)
+    expect(seen?.childEnds.map((e) => e.data)).toEqual([expect.objectContaining({ failure: expect.objectContaining({ code: "cancelled" }) })])
+    const childEvents = await history(brain, child.id)
+    expect(childEvents.filter((e) => e.kind === "turn_started").map((e) => e.data)).toEqual([expect.objectContaining({ input: { message: "research" }, mode: "send" })])
+    const parentEvents = await history(brain, parent.id)
+    expect(parentEvents.filter((e) => e.kind === "tool_call_failed").map((e) => e.data)).toEqual([
+      expect.objectContaining({ sequence: ctx.sequence, outcome: "cancelled" })
+    ])
+    expect(turnEnds(parentEvents).at(-1)).toMatchObject({ kind: "turn_failed", data: { sequence: receipt.sequence } })
+  })
+})
