@@ -8,12 +8,12 @@
  * journaled.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Either, Schema } from "effect"
 import { failure } from "../../../src/domain/Failure.js"
 import type { SessionId } from "../../../src/domain/Ids.js"
 import type { Message } from "../../../src/domain/Messages.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
-import { loopServices } from "../../../src/layers/wasm/HostBridge.js"
+import { asModelRequest, asSetTranscriptRequest, loopServices, ModelRequest, SetTranscriptRequest } from "../../../src/layers/wasm/HostBridge.js"
 import { type ActivationInput, type AgentloopShape, type Host, HostCallFailed } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
@@ -273,5 +273,29 @@ describe("the host bridge: transcript deltas, journaled", () => {
       }
       expect(kinds.refused).toEqual(kinds.idle)
     }).pipe(Effect.provide(runtimeLayer({ loops })))
+  })
+})
+
+describe("the host bridge: request shapes checked by hand", () => {
+  const m = { role: "user", content: "x" }
+  const candidates: ReadonlyArray<unknown> = [
+    {}, [], null, 1, "x", true,
+    { messages: [m] }, { messages: [] }, { messages: "x" }, { messages: null }, { messages: {} },
+    { context: { keep: 0, append: [m] } }, { context: { keep: 2, append: [] } }, { context: { keep: -1, append: [] } },
+    { context: { keep: 1.5, append: [] } }, { context: { keep: "1", append: [] } }, { context: { keep: 2 ** 53, append: [] } },
+    { context: { keep: 0 } }, { context: { append: [] } }, { context: { keep: 0, append: [], more: 1 } }, { context: [] }, { context: null },
+    { messages: [m], system: "s" }, { messages: [m], system: 1 }, { messages: [m], options: { t: 1 } }, { messages: [m], options: null },
+    { messages: [m], extra: 1 }, { keep: 0, append: [m] }, { keep: 0 }, { append: [m] }, { keep: 0.5, append: [] }, { keep: 0, append: "x" },
+    { messages: [m], keep: 1, append: [] }, { messages: [m], context: { keep: 0, append: [] } }, JSON.parse('{"__proto__": {"keep": 1}}'),
+    { keep: null, append: [] }, { messages: [m], tools: [] }
+  ]
+
+  it("model and set_transcript requests are accepted by hand exactly when their Schemas (unknown fields refused) accept them", () => {
+    const decodes = (schema: Schema.Schema<any, any>) => (u: unknown) =>
+      Either.isRight(Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })(u))
+    for (const u of candidates) {
+      expect(asModelRequest(u) !== undefined, `model ${JSON.stringify(u)}`).toBe(decodes(ModelRequest)(u))
+      expect(asSetTranscriptRequest(u) !== undefined, `set_transcript ${JSON.stringify(u)}`).toBe(decodes(SetTranscriptRequest)(u))
+    }
   })
 })
