@@ -35,7 +35,6 @@ const invalid = (message: string) => Effect.succeed(errorAnswer(failure("invalid
 
 /** Messages, checked by `isMessages` below: the decoder leaves them as they were parsed. */
 const Messages = Schema.Array(Schema.Unknown)
-const isMessages: (u: ReadonlyArray<unknown>) => u is ReadonlyArray<Message> = Schema.is(Schema.Array(Message), { onExcessProperty: "error" })
 
 /** `{keep, append}`: the saved transcript's first `keep` messages, then `append` (`keep` checked against it later). */
 const Delta = Schema.Struct({ keep: Schema.Int, append: Messages })
@@ -77,6 +76,30 @@ type SetTranscriptRequest = typeof SetTranscriptRequest.Type
 
 const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 const isInt = (u: unknown): u is number => Number.isSafeInteger(u)
+
+const ROLES: ReadonlySet<unknown> = new Set(Message.fields.role.literals)
+
+const isToolCall = (u: unknown): boolean => {
+  if (!isObject(u) || typeof u.id !== "string" || typeof u.name !== "string" || !Object.hasOwn(u, "input")) return false
+  for (const key in u) if (key !== "id" && key !== "name" && key !== "input") return false
+  return true
+}
+
+/** A Message (its Schema, unknown fields refused), checked by hand: two of these run on every text turn. */
+export const isMessage = (u: unknown): u is Message => {
+  if (!isObject(u)) return false
+  for (const key in u) if (key !== "role" && key !== "content" && key !== "tool_calls" && key !== "tool_call_id") return false
+  if (!ROLES.has(u.role)) return false
+  const content = u.content
+  if (typeof content !== "string") {
+    if (!Array.isArray(content)) return false
+    for (const part of content) if (!isObject(part) || typeof part.type !== "string") return false
+  }
+  if (u.tool_calls !== undefined && !(Array.isArray(u.tool_calls) && u.tool_calls.every(isToolCall))) return false
+  return u.tool_call_id === undefined || typeof u.tool_call_id === "string"
+}
+
+const isMessages = (u: ReadonlyArray<unknown>): u is ReadonlyArray<Message> => u.every(isMessage)
 
 /** `u` as a `model` request (ModelRequest), or undefined when it is not one. */
 export const asModelRequest = (u: unknown): ModelRequest | undefined => {

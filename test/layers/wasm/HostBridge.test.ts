@@ -11,9 +11,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Schema } from "effect"
 import { failure } from "../../../src/domain/Failure.js"
 import type { SessionId } from "../../../src/domain/Ids.js"
-import type { Message } from "../../../src/domain/Messages.js"
+import { Message } from "../../../src/domain/Messages.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
-import { asModelRequest, asSetTranscriptRequest, loopServices, ModelRequest, SetTranscriptRequest } from "../../../src/layers/wasm/HostBridge.js"
+import { asModelRequest, asSetTranscriptRequest, isMessage, loopServices, ModelRequest, SetTranscriptRequest } from "../../../src/layers/wasm/HostBridge.js"
 import { type ActivationInput, type AgentloopShape, type Host, HostCallFailed } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
@@ -297,5 +297,25 @@ describe("the host bridge: request shapes checked by hand", () => {
       expect(asModelRequest(u) !== undefined, `model ${JSON.stringify(u)}`).toBe(decodes(ModelRequest)(u))
       expect(asSetTranscriptRequest(u) !== undefined, `set_transcript ${JSON.stringify(u)}`).toBe(decodes(SetTranscriptRequest)(u))
     }
+  })
+
+  it("messages are accepted by hand exactly when the Message Schema (unknown fields refused) accepts them", () => {
+    const is = Schema.is(Message, { onExcessProperty: "error" })
+    const call = { id: "c1", name: "t", input: { a: 1 } }
+    const messages: ReadonlyArray<unknown> = [
+      { role: "user", content: "x" }, { role: "system", content: "" }, { role: "tool", content: "r", tool_call_id: "c1" },
+      { role: "assistant", content: "x", tool_calls: [call] }, { role: "assistant", content: "x", tool_calls: [] },
+      { role: "assistant", content: "x", tool_calls: [{ id: "c1", name: "t", input: null }] },
+      { role: "assistant", content: "x", tool_calls: [{ id: "c1", name: "t" }] }, { role: "assistant", content: "x", tool_calls: [{ ...call, extra: 1 }] },
+      { role: "assistant", content: "x", tool_calls: [{ ...call, id: 1 }] }, { role: "assistant", content: "x", tool_calls: call },
+      { role: "assistant", content: "x", tool_calls: null }, { role: "user", content: [{ type: "text", text: "x" }] },
+      { role: "user", content: [{ type: "image", url: "u", detail: { a: [1] } }] }, { role: "user", content: [] },
+      { role: "user", content: [{ text: "x" }] }, { role: "user", content: [{ type: 1 }] }, { role: "user", content: ["x"] },
+      { role: "user", content: [null] }, { role: "user", content: null }, { role: "user", content: 1 }, { role: "user" },
+      { content: "x" }, { role: "narrator", content: "x" }, { role: "toString", content: "x" }, { role: 1, content: "x" },
+      { role: "user", content: "x", extra: true }, { role: "user", content: "x", tool_call_id: 1 }, { role: "user", content: "x", tool_call_id: null },
+      JSON.parse('{"role": "user", "content": "x", "__proto__": {}}'), [], null, "user", 1
+    ]
+    for (const u of messages) expect(isMessage(u), JSON.stringify(u)).toBe(is(u))
   })
 })
