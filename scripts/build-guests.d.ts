@@ -6,3 +6,4 @@ export declare const compileGuest: (entry: string, outFile: string, options?: { 
 export declare const shippedGuests: () => Array<[string, string]>
 export declare const shippedUpToDate: () => boolean
 export declare const buildShipped: (options?: { force?: boolean; log?: (line: string) => void }) => Promise<void>
+export declare const mergeDataSegments: (bytes: Uint8Array) => Uint8Array

@@ -12,7 +12,8 @@
  *
  * Every module is built with the stub runtime (a bump allocator that never frees: each activation
  * gets a fresh instance, so freeing would only cost time), imported memory, `abort` routed to
- * `brain.fail`, and `--optimize`. It is then checked the way admission checks it (docs/abi.md):
+ * `brain.fail`, and `--optimize`; its data segments are then merged into one (mergeDataSegments).
+ * It is then checked the way admission checks it (docs/abi.md):
  * it imports only `env.memory`, `brain.call` and `brain.fail`, exports `brain_abi_v1` and
  * `brain_alloc`, and `brain_run` or `brain_tool`. A module that would be refused fails the build.
  */
@@ -47,6 +48,116 @@ export const admissionProblem = (bytes, { entry = true } = {}) => {
   return undefined
 }
 
+const uleb = (bytes, at) => {
+  let value = 0
+  let shift = 0
+  let b
+  do {
+    b = bytes[at++]
+    value += (b & 0x7f) * 2 ** shift
+    shift += 7
+  } while (b & 0x80)
+  return [value, at]
+}
+const sleb32 = (bytes, at) => {
+  let value = 0
+  let shift = 0
+  let b
+  do {
+    b = bytes[at++]
+    value |= (b & 0x7f) << shift
+    shift += 7
+  } while (b & 0x80)
+  if (shift < 32 && b & 0x40) value |= -1 << shift
+  return [value, at]
+}
+const encodeUleb = (n) => {
+  const out = []
+  do {
+    let b = n & 0x7f
+    n = Math.floor(n / 128)
+    if (n > 0) b |= 0x80
+    out.push(b)
+  } while (n > 0)
+  return out
+}
+const encodeSleb32 = (n) => {
+  const out = []
+  for (;;) {
+    const b = n & 0x7f
+    n >>= 7
+    if ((n === 0 && !(b & 0x40)) || (n === -1 && b & 0x40)) return [...out, b]
+    out.push(b | 0x80)
+  }
+}
+
+/**
+ * `bytes` with its active data segments merged into one that spans them, zeros in the gaps (and
+ * the data count section, if any, saying 1); `bytes` itself when there is nothing to merge or a
+ * segment is not active on memory 0 at an `i32.const` offset.
+ *
+ * Why: asc emits a segment per static object, split further at zero runs (`--zeroFilledMemory`):
+ * the official loop has over 200. V8 keeps per-instance arrays for every segment and copies each
+ * at instantiation, and an instance of a memory the worker reuses lives until a full GC (the
+ * memory's weak list of instances keeps it through scavenges), so every segment costs every
+ * activation twice: 215 segments took a fresh instance from ~2.5 KiB to ~5 KiB of heap and
+ * several times the CPU. One segment gives the guest the same memory: active segments are
+ * written in order over a zeroed memory, so one spanning them with zeros in the gaps writes the
+ * same bytes, and it traps exactly when they would (its end is theirs). Active segments are
+ * dropped once written, so `memory.init`/`data.drop` can only refer to segment 0, which behave
+ * the same for any dropped segment; a module naming another no longer validates, and fails the
+ * build.
+ */
+export const mergeDataSegments = (bytes) => {
+  const sections = []
+  let at = 8
+  while (at < bytes.length) {
+    const id = bytes[at]
+    const [size, start] = uleb(bytes, at + 1)
+    sections.push({ id, start, end: start + size, header: at })
+    at = start + size
+  }
+  const data = sections.find((s) => s.id === 11)
+  if (data === undefined) return bytes
+  let [count, p] = uleb(bytes, data.start)
+  if (count < 2) return bytes
+  const segments = []
+  for (let i = 0; i < count; i++) {
+    let flags
+    ;[flags, p] = uleb(bytes, p)
+    if (flags !== 0 || bytes[p] !== 0x41) return bytes
+    let offset
+    ;[offset, p] = sleb32(bytes, p + 1)
+    if (bytes[p] !== 0x0b) return bytes
+    let length
+    ;[length, p] = uleb(bytes, p + 1)
+    segments.push({ offset: offset >>> 0, bytes: bytes.subarray(p, p + length) })
+    p += length
+  }
+  const low = Math.min(...segments.map((s) => s.offset))
+  const high = Math.max(...segments.map((s) => s.offset + s.bytes.length))
+  const merged = new Uint8Array(high - low)
+  for (const s of segments) merged.set(s.bytes, s.offset - low)
+  const section = (id, ...payload) => {
+    const length = payload.reduce((n, part) => n + part.length, 0)
+    return [Uint8Array.from([id, ...encodeUleb(length)]), ...payload]
+  }
+  const head = Uint8Array.from([...encodeUleb(1), 0, 0x41, ...encodeSleb32(low | 0), 0x0b, ...encodeUleb(merged.length)])
+  const parts = [bytes.subarray(0, 8)]
+  for (const s of sections) {
+    if (s.id === 11) parts.push(...section(11, head, merged))
+    else if (s.id === 12) parts.push(...section(12, Uint8Array.from(encodeUleb(1))))
+    else parts.push(bytes.subarray(s.header, s.end))
+  }
+  const out = new Uint8Array(parts.reduce((n, part) => n + part.length, 0))
+  let offset = 0
+  for (const part of parts) {
+    out.set(part, offset)
+    offset += part.length
+  }
+  return out
+}
+
 /**
  * Compiles `entry` (a path) to `outFile`; throws with asc's diagnostics when it fails or the
  * module would be refused, else returns them (warnings). `checkEntry: false` skips the check for
@@ -62,7 +173,9 @@ export const compileGuest = async (entry, outFile, { checkEntry = true } = {}) =
     { stdout: sink, stderr: sink }
   )
   if (error) throw new Error(`asc failed for ${entry}: ${error.message}\n${diagnostics}`)
-  const problem = admissionProblem(fs.readFileSync(outFile), { entry: checkEntry })
+  const bytes = mergeDataSegments(fs.readFileSync(outFile))
+  fs.writeFileSync(outFile, bytes)
+  const problem = admissionProblem(bytes, { entry: checkEntry })
   if (problem) throw new Error(`${entry}: Brain would refuse this module: it ${problem}`)
   return diagnostics
 }

@@ -35,36 +35,96 @@ const invalid = (message: string) => Effect.succeed(errorAnswer(failure("invalid
 
 /** Messages, checked by `isMessages` below: the decoder leaves them as they were parsed. */
 const Messages = Schema.Array(Schema.Unknown)
-const isMessages: (u: ReadonlyArray<unknown>) => u is ReadonlyArray<Message> = Schema.is(Schema.Array(Message), { onExcessProperty: "error" })
 
 /** `{keep, append}`: the saved transcript's first `keep` messages, then `append` (`keep` checked against it later). */
 const Delta = Schema.Struct({ keep: Schema.Int, append: Messages })
 
+/** The ops whose requests are checked by a Schema (their own shape, unknown fields refused); `model` and `set_transcript` are checked by hand below. */
 const requests = {
-  model: Schema.Struct({
-    messages: Schema.optional(Messages),
-    context: Schema.optional(Delta),
-    system: Schema.optional(Schema.String),
-    options: Schema.optional(Json)
-  }),
   dispatch: Schema.Struct({ calls: Schema.Array(ToolCallRequest) }),
   emit: Schema.Struct({ kind: Schema.String, payload: Schema.optional(Json) }),
   kv_read: Schema.Struct({ key: Schema.String }),
   kv_put: Schema.Struct({ key: Schema.String, value: Schema.optional(Json) }),
   kv_delete: Schema.Struct({ key: Schema.String }),
-  set_transcript: Schema.Struct({
-    messages: Schema.optional(Messages),
-    keep: Schema.optional(Schema.Int),
-    append: Schema.optional(Messages)
-  }),
   events: Schema.Struct({ after: Schema.Int, limit: Schema.Int })
 } as const
 
-type Op = keyof typeof requests | "telemetry"
+type Op = keyof typeof requests | "model" | "set_transcript" | "telemetry"
 
 const decoders = Object.fromEntries(
   Object.entries(requests).map(([op, schema]) => [op, Schema.decodeUnknownEither(schema as Schema.Schema<any, any>, { onExcessProperty: "error" })])
 ) as Record<keyof typeof requests, (u: unknown) => Either.Either<any, unknown>>
+
+/**
+ * The two requests of every turn, `model` and `set_transcript` (and the output's transcript),
+ * checked by hand: the same shapes as these Schemas, decoded with unknown fields refused, without
+ * a Schema's decoding on the path of each call. A test holds them to the Schemas.
+ */
+export const ModelRequest = Schema.Struct({
+  messages: Schema.optional(Messages),
+  context: Schema.optional(Delta),
+  system: Schema.optional(Schema.String),
+  options: Schema.optional(Json)
+})
+export const SetTranscriptRequest = Schema.Struct({
+  messages: Schema.optional(Messages),
+  keep: Schema.optional(Schema.Int),
+  append: Schema.optional(Messages)
+})
+type ModelRequest = typeof ModelRequest.Type
+type SetTranscriptRequest = typeof SetTranscriptRequest.Type
+
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+const isInt = (u: unknown): u is number => Number.isSafeInteger(u)
+
+const ROLES: ReadonlySet<unknown> = new Set(Message.fields.role.literals)
+
+const isToolCall = (u: unknown): boolean => {
+  if (!isObject(u) || typeof u.id !== "string" || typeof u.name !== "string" || !Object.hasOwn(u, "input")) return false
+  for (const key in u) if (key !== "id" && key !== "name" && key !== "input") return false
+  return true
+}
+
+/** A Message (its Schema, unknown fields refused), checked by hand: two of these run on every text turn. */
+export const isMessage = (u: unknown): u is Message => {
+  if (!isObject(u)) return false
+  for (const key in u) if (key !== "role" && key !== "content" && key !== "tool_calls" && key !== "tool_call_id") return false
+  if (!ROLES.has(u.role)) return false
+  const content = u.content
+  if (typeof content !== "string") {
+    if (!Array.isArray(content)) return false
+    for (const part of content) if (!isObject(part) || typeof part.type !== "string") return false
+  }
+  if (u.tool_calls !== undefined && !(Array.isArray(u.tool_calls) && u.tool_calls.every(isToolCall))) return false
+  return u.tool_call_id === undefined || typeof u.tool_call_id === "string"
+}
+
+const isMessages = (u: ReadonlyArray<unknown>): u is ReadonlyArray<Message> => u.every(isMessage)
+
+/** `u` as a `model` request (ModelRequest), or undefined when it is not one. */
+export const asModelRequest = (u: unknown): ModelRequest | undefined => {
+  if (!isObject(u)) return undefined
+  for (const key in u) if (key !== "messages" && key !== "context" && key !== "system" && key !== "options") return undefined
+  if (u.messages !== undefined && !Array.isArray(u.messages)) return undefined
+  if (u.system !== undefined && typeof u.system !== "string") return undefined
+  const context = u.context
+  if (context !== undefined) {
+    if (!isObject(context)) return undefined
+    for (const key in context) if (key !== "keep" && key !== "append") return undefined
+    if (!isInt(context.keep) || !Array.isArray(context.append)) return undefined
+  }
+  return u as ModelRequest
+}
+
+/** `u` as a `set_transcript` request (SetTranscriptRequest), or undefined when it is not one. */
+export const asSetTranscriptRequest = (u: unknown): SetTranscriptRequest | undefined => {
+  if (!isObject(u)) return undefined
+  for (const key in u) if (key !== "messages" && key !== "keep" && key !== "append") return undefined
+  if (u.messages !== undefined && !Array.isArray(u.messages)) return undefined
+  if (u.keep !== undefined && !isInt(u.keep)) return undefined
+  if (u.append !== undefined && !Array.isArray(u.append)) return undefined
+  return u as SetTranscriptRequest
+}
 
 const parse = (request: string): Either.Either<unknown, string> => {
   try {
@@ -129,18 +189,14 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   const perform = (op: string, request: string): Effect.Effect<string> => {
     const parsed = parse(request)
     if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
-    if (op === "telemetry") return Effect.as(host.telemetry(parsed.right), ok(null))
-    const decode = decoders[op as keyof typeof requests]
-    if (!decode) return invalid(`no host service named ${JSON.stringify(op)} (docs/abi.md lists them)`)
-    const decoded = decode(parsed.right)
-    if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
-    const r = decoded.right
     switch (op as Op) {
       case "model": {
+        const r = asModelRequest(parsed.right)
+        if (r === undefined) return invalid("model: the request does not have the op's shape")
         if ((r.messages === undefined) === (r.context === undefined)) return invalid("model: give exactly one of messages and context")
         const messages: Either.Either<ReadonlyArray<Message>, string> = r.context !== undefined
           ? expand(saved, r.context.keep, r.context.append)
-          : whole(r.messages)
+          : whole(r.messages!)
         if (Either.isLeft(messages)) return invalid(`model: ${messages.left}`)
         return answer(host.model({
           messages: messages.right,
@@ -148,6 +204,21 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
           ...(r.options !== undefined ? { options: r.options } : {})
         }))
       }
+      case "set_transcript": {
+        const r = asSetTranscriptRequest(parsed.right)
+        if (r === undefined) return invalid("set_transcript: the request does not have the op's shape")
+        const save = setTranscript(r)
+        return Either.isLeft(save) ? invalid(`set_transcript: ${save.left}`) : answer(save.right, () => null)
+      }
+      case "telemetry":
+        return Effect.as(host.telemetry(parsed.right), ok(null))
+    }
+    const decode = Object.hasOwn(decoders, op) ? decoders[op as keyof typeof requests] : undefined
+    if (!decode) return invalid(`no host service named ${JSON.stringify(op)} (docs/abi.md lists them)`)
+    const decoded = decode(parsed.right)
+    if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
+    const r = decoded.right
+    switch (op as keyof typeof requests) {
       case "dispatch":
         return answer(host.dispatch(r.calls))
       case "emit":
@@ -158,10 +229,6 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
         return answer(host.kvPut(r.key, r.value ?? null), () => null)
       case "kv_delete":
         return answer(host.kvDelete(r.key), () => null)
-      case "set_transcript": {
-        const save = setTranscript(r)
-        return Either.isLeft(save) ? invalid(`set_transcript: ${save.left}`) : answer(save.right, () => null)
-      }
       case "events":
         return answer(host.events({ after: r.after, limit: r.limit }))
       default:
@@ -169,9 +236,9 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     }
   }
   const save = (request: unknown): Effect.Effect<void, TranscriptRefused | HostCallFailed> => {
-    const decoded = decoders.set_transcript(request)
-    if (Either.isLeft(decoded)) return Effect.fail(new TranscriptRefused({ reason: "it does not have set_transcript's shape" }))
-    const saving = setTranscript(decoded.right)
+    const decoded = asSetTranscriptRequest(request)
+    if (decoded === undefined) return Effect.fail(new TranscriptRefused({ reason: "it does not have set_transcript's shape" }))
+    const saving = setTranscript(decoded)
     return Either.isLeft(saving) ? Effect.fail(new TranscriptRefused({ reason: saving.left })) : saving.right
   }
   return Object.assign(perform, { save })

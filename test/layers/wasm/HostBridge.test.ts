@@ -8,12 +8,12 @@
  * journaled.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Either, Schema } from "effect"
 import { failure } from "../../../src/domain/Failure.js"
 import type { SessionId } from "../../../src/domain/Ids.js"
-import type { Message } from "../../../src/domain/Messages.js"
+import { Message } from "../../../src/domain/Messages.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
-import { loopServices } from "../../../src/layers/wasm/HostBridge.js"
+import { asModelRequest, asSetTranscriptRequest, isMessage, loopServices, ModelRequest, SetTranscriptRequest } from "../../../src/layers/wasm/HostBridge.js"
 import { type ActivationInput, type AgentloopShape, type Host, HostCallFailed } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
@@ -273,5 +273,49 @@ describe("the host bridge: transcript deltas, journaled", () => {
       }
       expect(kinds.refused).toEqual(kinds.idle)
     }).pipe(Effect.provide(runtimeLayer({ loops })))
+  })
+})
+
+describe("the host bridge: request shapes checked by hand", () => {
+  const m = { role: "user", content: "x" }
+  const candidates: ReadonlyArray<unknown> = [
+    {}, [], null, 1, "x", true,
+    { messages: [m] }, { messages: [] }, { messages: "x" }, { messages: null }, { messages: {} },
+    { context: { keep: 0, append: [m] } }, { context: { keep: 2, append: [] } }, { context: { keep: -1, append: [] } },
+    { context: { keep: 1.5, append: [] } }, { context: { keep: "1", append: [] } }, { context: { keep: 2 ** 53, append: [] } },
+    { context: { keep: 0 } }, { context: { append: [] } }, { context: { keep: 0, append: [], more: 1 } }, { context: [] }, { context: null },
+    { messages: [m], system: "s" }, { messages: [m], system: 1 }, { messages: [m], options: { t: 1 } }, { messages: [m], options: null },
+    { messages: [m], extra: 1 }, { keep: 0, append: [m] }, { keep: 0 }, { append: [m] }, { keep: 0.5, append: [] }, { keep: 0, append: "x" },
+    { messages: [m], keep: 1, append: [] }, { messages: [m], context: { keep: 0, append: [] } }, JSON.parse('{"__proto__": {"keep": 1}}'),
+    { keep: null, append: [] }, { messages: [m], tools: [] }
+  ]
+
+  it("model and set_transcript requests are accepted by hand exactly when their Schemas (unknown fields refused) accept them", () => {
+    const decodes = (schema: Schema.Schema<any, any>) => (u: unknown) =>
+      Either.isRight(Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })(u))
+    for (const u of candidates) {
+      expect(asModelRequest(u) !== undefined, `model ${JSON.stringify(u)}`).toBe(decodes(ModelRequest)(u))
+      expect(asSetTranscriptRequest(u) !== undefined, `set_transcript ${JSON.stringify(u)}`).toBe(decodes(SetTranscriptRequest)(u))
+    }
+  })
+
+  it("messages are accepted by hand exactly when the Message Schema (unknown fields refused) accepts them", () => {
+    const is = Schema.is(Message, { onExcessProperty: "error" })
+    const call = { id: "c1", name: "t", input: { a: 1 } }
+    const messages: ReadonlyArray<unknown> = [
+      { role: "user", content: "x" }, { role: "system", content: "" }, { role: "tool", content: "r", tool_call_id: "c1" },
+      { role: "assistant", content: "x", tool_calls: [call] }, { role: "assistant", content: "x", tool_calls: [] },
+      { role: "assistant", content: "x", tool_calls: [{ id: "c1", name: "t", input: null }] },
+      { role: "assistant", content: "x", tool_calls: [{ id: "c1", name: "t" }] }, { role: "assistant", content: "x", tool_calls: [{ ...call, extra: 1 }] },
+      { role: "assistant", content: "x", tool_calls: [{ ...call, id: 1 }] }, { role: "assistant", content: "x", tool_calls: call },
+      { role: "assistant", content: "x", tool_calls: null }, { role: "user", content: [{ type: "text", text: "x" }] },
+      { role: "user", content: [{ type: "image", url: "u", detail: { a: [1] } }] }, { role: "user", content: [] },
+      { role: "user", content: [{ text: "x" }] }, { role: "user", content: [{ type: 1 }] }, { role: "user", content: ["x"] },
+      { role: "user", content: [null] }, { role: "user", content: null }, { role: "user", content: 1 }, { role: "user" },
+      { content: "x" }, { role: "narrator", content: "x" }, { role: "toString", content: "x" }, { role: 1, content: "x" },
+      { role: "user", content: "x", extra: true }, { role: "user", content: "x", tool_call_id: 1 }, { role: "user", content: "x", tool_call_id: null },
+      JSON.parse('{"role": "user", "content": "x", "__proto__": {}}'), [], null, "user", 1
+    ]
+    for (const u of messages) expect(isMessage(u), JSON.stringify(u)).toBe(is(u))
   })
 })
