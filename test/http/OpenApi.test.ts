@@ -33,6 +33,6 @@ describe("OpenAPI document", () => {
       "POST /v1/sessions/{id}/messages"
     ])
     const send = doc.paths["/v1/sessions/{id}/messages"].post
-    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "409", "413", "415", "503"])
+    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "409", "413", "415", "500", "503"])
   })
 })
