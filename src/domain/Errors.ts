@@ -80,40 +80,7 @@ export type ApiErrorCode = ApiError["code"]
 /** A refused storage access of a session: unknown, damaged, a write that failed, a record the journal refused. */
 export type SessionStorageError = NotFound | JournalCorrupt | JournalWriteFailed | InvalidRequest
 
-const byCode: { readonly [C in ApiErrorCode]: Extract<ApiErrorClass, { new(...args: any): { readonly code: C } }> } = {
-  invalid_request: InvalidRequest,
-  unauthorized: Unauthorized,
-  not_found: NotFound,
-  conflict: Conflict,
-  session_busy: SessionBusy,
-  session_ended: SessionEnded,
-  ambiguous: Ambiguous,
-  teardown_failed: TeardownFailed,
-  payload_too_large: PayloadTooLarge,
-  unsupported_media_type: UnsupportedMediaType,
-  overloaded: Overloaded,
-  idempotency_unavailable: IdempotencyUnavailable,
-  creation_failed: CreationFailed,
-  journal_corrupt: JournalCorrupt,
-  journal_write_failed: JournalWriteFailed,
-  agentloop_failed: AgentloopFailed,
-  internal: Internal
-}
-
-export const isApiErrorCode = (code: string): code is ApiErrorCode => Object.hasOwn(byCode, code)
-
 export const isApiError = (u: unknown): u is ApiError => ApiErrorClasses.some((c) => u instanceof c)
-
-/**
- * The refusal a Failure stands for: its code's class, with `ambiguous` folded into `details` as on
- * the wire. A code no route answers (a turn's own, like `cancelled`) is `internal`, keeping its text.
- */
-export const fromFailure = (f: Failure): ApiError => {
-  const object = f.details !== null && typeof f.details === "object" && !Array.isArray(f.details) ? f.details : undefined
-  const details = f.ambiguous || object !== undefined ? { ...object, ...(f.ambiguous ? { ambiguous: true } : {}) } : undefined
-  const props = { message: f.message, retryable: f.retryable, ...(details !== undefined ? { details } : {}) }
-  return isApiErrorCode(f.code) ? new byCode[f.code](props) : new Internal({ ...props, message: `${f.code}: ${f.message}` })
-}
 
 /** Whether a refusal may have had effects (`details.ambiguous`). */
 export const mayHaveHadEffects = (e: ApiError) =>
