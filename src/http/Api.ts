@@ -6,14 +6,15 @@ import * as HttpApi from "@effect/platform/HttpApi"
 import * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
 import * as HttpApiGroup from "@effect/platform/HttpApiGroup"
 import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
+import type { HttpMethod } from "@effect/platform/HttpMethod"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
+import * as E from "./ApiErrors.js"
 import {
   AgentloopAdmitted,
   AgentloopList,
   AgentloopPath,
   CreateSessionRequest,
-  ErrorBody,
   EventPage,
   HostEvent,
   HostEventCommitted,
@@ -33,33 +34,47 @@ import {
   TurnOutcome
 } from "./Schemas.js"
 
-/** One error body shape, documented under each status it is answered with. */
-const errorAt = (status: number, description: string) =>
-  ErrorBody.annotations({ ...HttpApiSchema.annotations({ status }), description, identifier: `Error${status}` })
+/*
+ * Every route lists exactly the refusals it can answer (ApiErrors.ts: one schema per code, with its
+ * status): the gate's (Middleware.ts: a token, draining and connection limits, body size, media
+ * type and well-formedness), its decoders' (a malformed id, header or query is 400
+ * `invalid_request`), its service's, and, for keyed routes, the idempotency store's. A group lists
+ * only what every route in it can answer; `internal` (a defect, 500) is the whole API's.
+ */
 
-export const BadRequest = errorAt(400, "invalid_request: malformed JSON, unknown fields, wrong types, bad ids or cursors")
-export const Unauthorized = errorAt(401, "unauthorized")
-export const NotFound = errorAt(404, "not_found")
-export const Conflict = errorAt(409, "conflict, session_busy, ambiguous, session_ended or teardown_failed")
-export const TooLarge = errorAt(413, "payload_too_large")
-export const UnsupportedMedia = errorAt(415, "unsupported_media_type")
-export const Overloaded = errorAt(
-  503,
-  "overloaded: the server is draining; idempotency_unavailable: the idempotency log is damaged, requests with an Idempotency-Key are refused until an operator repairs it"
-)
+/** Adds each of `schemas` as an error of the endpoint. */
+const addErrors = <const S extends ReadonlyArray<Schema.Schema<any, any, never>>>(...schemas: S) =>
+<Name extends string, Method extends HttpMethod, Path, UrlParams, Payload, Headers, Success, Error, R, RE>(
+  endpoint: HttpApiEndpoint.HttpApiEndpoint<Name, Method, Path, UrlParams, Payload, Headers, Success, Error, R, RE>
+): HttpApiEndpoint.HttpApiEndpoint<Name, Method, Path, UrlParams, Payload, Headers, Success, Error | S[number]["Type"], R, RE> =>
+  schemas.reduce((e: any, schema) => e.addError(schema), endpoint)
+
+/** What a route with a body can be refused with by the gate before it is routed. */
+const withBody = [E.InvalidRequest, E.PayloadTooLarge, E.UnsupportedMediaType] as const
+/** What a keyed (Idempotency-Key) route can be refused with by the idempotency store. */
+const keyed = [E.Conflict, E.Ambiguous, E.IdempotencyUnavailable] as const
+/** What reaching a session's storage can be refused with. */
+const storage = [E.NotFound, E.JournalCorrupt, E.JournalWriteFailed] as const
+
+/**
+ * `HttpApi.make` declares its own decode error (`{_tag: "HttpApiDecodeError", …}`) under 400 for
+ * every route. Brain never answers it: the gate turns every decode failure into `invalid_request`
+ * (DESIGN §7), so a client must not expect it, and the contract drops it. The API's errors are
+ * set once here, as `HttpApi.make` sets them (an HttpApi is a plain value with `errorSchema`).
+ */
+const withoutFrameworkErrors = <Id extends string, Error>(api: HttpApi.HttpApi<Id, never, Error>): HttpApi.HttpApi<Id, never, never> =>
+  Object.assign(Object.create(Object.getPrototypeOf(api)), api, { errorSchema: Schema.Never })
 
 export const health = HttpApiGroup.make("health")
   .add(HttpApiEndpoint.get("live", "/health/live").addSuccess(HttpApiSchema.NoContent))
-  .add(HttpApiEndpoint.get("ready", "/health/ready").addSuccess(HttpApiSchema.NoContent).addError(Overloaded))
+  .add(HttpApiEndpoint.get("ready", "/health/ready").addSuccess(HttpApiSchema.NoContent).addError(E.Overloaded))
 
 export const agentloops = HttpApiGroup.make("agentloops")
   .add(
     HttpApiEndpoint.post("admit", "/v1/agentloops")
       .setHeaders(MutatingHeaders)
       .addSuccess(AgentloopAdmitted, { status: 201 })
-      .addError(BadRequest)
-      .addError(TooLarge)
-      .addError(UnsupportedMedia)
+      .pipe(addErrors(...withBody, ...keyed))
       .annotate(
         OpenApi.Description,
         "Admit a WebAssembly module (docs/abi.md): an Agentloop (exports brain_run) or a tool (brain_tool). The body is the module's bytes (application/wasm); it is validated and compiled before it is stored."
@@ -71,13 +86,11 @@ export const agentloops = HttpApiGroup.make("agentloops")
       .setPath(AgentloopPath)
       .setHeaders(MutatingHeaders)
       .addSuccess(HttpApiSchema.NoContent)
-      .addError(BadRequest)
-      .addError(NotFound)
-      .addError(Conflict)
+      .pipe(addErrors(...withBody, ...keyed, E.NotFound))
       .annotate(OpenApi.Description, "Remove an uploaded module; refused (409) while a session uses it")
   )
-  .addError(Unauthorized)
-  .addError(Overloaded)
+  .addError(E.Unauthorized)
+  .addError(E.Overloaded)
 
 export const sessions = HttpApiGroup.make("sessions")
   .add(
@@ -85,9 +98,10 @@ export const sessions = HttpApiGroup.make("sessions")
       .setHeaders(MutatingHeaders)
       .setPayload(CreateSessionRequest)
       .addSuccess(SessionSummary, { status: 201 })
+      .pipe(addErrors(...withBody, ...keyed, ...storage, E.CreationFailed))
   )
   .add(HttpApiEndpoint.get("list", "/v1/sessions").setUrlParams(ListParams).addSuccess(SessionList))
-  .add(HttpApiEndpoint.get("get", "/v1/sessions/:id").setPath(SessionPath).addSuccess(SessionSummary))
+  .add(HttpApiEndpoint.get("get", "/v1/sessions/:id").setPath(SessionPath).addSuccess(SessionSummary).pipe(addErrors(...storage)))
   .add(
     HttpApiEndpoint.post("send", "/v1/sessions/:id/messages")
       .setPath(SessionPath)
@@ -95,6 +109,7 @@ export const sessions = HttpApiGroup.make("sessions")
       .setPayload(SendMessageRequest)
       .addSuccess(TurnOutcome)
       .addSuccess(Receipt, { status: 202 })
+      .pipe(addErrors(...withBody, ...keyed, ...storage, E.SessionBusy, E.SessionEnded, E.AgentloopFailed))
       .annotate(
         OpenApi.Description,
         "Send a message. Synchronous by default (200 with the turn's outcome); with `Prefer: respond-async`, 202 with the receipt of the committed turn_started and `Preference-Applied: respond-async`."
@@ -105,39 +120,41 @@ export const sessions = HttpApiGroup.make("sessions")
       .setPath(SessionPath)
       .setUrlParams(EventsParams)
       .addSuccess(EventPage)
+      .pipe(addErrors(...storage))
       .annotate(
         OpenApi.Description,
         "A page of public Events after `after`; a cursor past the session's last sequence is 400 with `details.last_sequence`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live; beyond the subscriber limits 503 `overloaded`; a stream that ends other than after `session_ended` says why in a `stream_lagged` or `stream_error` frame without `id`. While a model call streams, live readers also get `event: model_delta` frames without `id` (never journaled, never in a page): `data: {session_id, model_call (the sequence of its model_call_started), type: \"text\", text} | {session_id, model_call, type: \"tool_call\", index, id?, name?, input_delta}`; a reader that reconnects gets the committed model_call_ended instead."
       )
   )
-  .add(HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript))
+  .add(
+    HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript).pipe(
+      addErrors(...storage)
+    )
+  )
   .add(
     HttpApiEndpoint.post("cancel", "/v1/sessions/:id/cancel").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
       SessionSummary
-    )
+    ).pipe(addErrors(...withBody, ...keyed, ...storage))
   )
   .add(
     HttpApiEndpoint.post("end", "/v1/sessions/:id/end").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
       SessionSummary
-    )
+    ).pipe(addErrors(...withBody, ...keyed, ...storage))
   )
   .add(
     HttpApiEndpoint.del("delete", "/v1/sessions/:id").setPath(SessionPath).setHeaders(MutatingHeaders).addSuccess(
       HttpApiSchema.NoContent
-    )
+    ).pipe(addErrors(...withBody, ...keyed, ...storage, E.TeardownFailed))
   )
-  .addError(BadRequest)
-  .addError(Unauthorized)
-  .addError(NotFound)
-  .addError(Conflict)
-  .addError(TooLarge)
-  .addError(UnsupportedMedia)
-  .addError(Overloaded)
+  .addError(E.InvalidRequest)
+  .addError(E.Unauthorized)
+  .addError(E.Overloaded)
 
 export const hosts = HttpApiGroup.make("hosts")
   .add(
     HttpApiEndpoint.post("register", "/v1/hosts")
       .addSuccess(HostRegistered, { status: 201 })
+      .pipe(addErrors(...withBody))
       .annotate(
         OpenApi.Description,
         "Register a host: an application process that runs the tools of `host` Environments (docs/environments.md, \"The `host` driver\"). Needs the server's API token when one is set. Not idempotent: the answer holds a secret the server never stores, so a retry registers another host."
@@ -157,6 +174,7 @@ export const hosts = HttpApiGroup.make("hosts")
       .setPath(HostPath)
       .setPayload(HostResult)
       .addSuccess(HttpApiSchema.NoContent)
+      .pipe(addErrors(...withBody, E.Conflict))
       .annotate(OpenApi.Description, "A call's result: `ok`, `error`, or after a cancel `stopped: true`. 409 `conflict` for a call not in flight on this host.")
   )
   .add(
@@ -164,19 +182,40 @@ export const hosts = HttpApiGroup.make("hosts")
       .setPath(HostPath)
       .setPayload(HostEvent)
       .addSuccess(HostEventCommitted)
+      .pipe(addErrors(...withBody, ...storage, E.Conflict))
       .annotate(
         OpenApi.Description,
         "Commits a tool-origin Event of a call in flight (`origin: {kind: \"tool\", sequence}`) before the call's outcome; answered once it is durable."
       )
   )
-  .addError(BadRequest)
-  .addError(Unauthorized)
-  .addError(Conflict)
-  .addError(TooLarge)
-  .addError(UnsupportedMedia)
-  .addError(Overloaded)
+  .addError(E.InvalidRequest)
+  .addError(E.Unauthorized)
+  .addError(E.Overloaded)
 
-export const BrainApi = HttpApi.make("brain")
+/**
+ * Each error status of the OpenAPI document says which codes it carries: the generator describes
+ * a status by its first schema only, while the schemas under it (one per code) are listed in its
+ * `anyOf`.
+ */
+const describeErrorStatuses = (spec: Record<string, any>): Record<string, any> => {
+  const schemas: Record<string, any> = spec.components?.schemas ?? {}
+  const codeOf = (ref: unknown) =>
+    typeof ref === "string" ? schemas[ref.replace("#/components/schemas/", "")]?.properties?.code?.enum?.[0] : undefined
+  for (const operations of Object.values<Record<string, any>>(spec.paths ?? {})) {
+    for (const operation of Object.values<Record<string, any>>(operations)) {
+      for (const [status, response] of Object.entries<Record<string, any>>(operation.responses ?? {})) {
+        if (Number(status) < 400) continue
+        const schema = response.content?.["application/json"]?.schema
+        const refs: Array<unknown> = schema?.anyOf?.map((s: { $ref?: string }) => s.$ref) ?? [schema?.$ref]
+        const codes = refs.map(codeOf).filter((c): c is string => typeof c === "string")
+        if (codes.length > 0) response.description = `code ${codes.map((c) => `\`${c}\``).join(", ")}`
+      }
+    }
+  }
+  return spec
+}
+
+export const BrainApi = withoutFrameworkErrors(HttpApi.make("brain"))
   .add(health)
   .add(agentloops)
   .add(sessions)
@@ -184,5 +223,7 @@ export const BrainApi = HttpApi.make("brain")
   .annotate(OpenApi.Title, "Brain")
   .annotate(OpenApi.Version, "0.1.0")
   .annotate(OpenApi.Description, "A durable session server for AI agents")
+  .annotate(OpenApi.Transform, describeErrorStatuses)
+  .addError(E.Internal)
 
 export { Schema }

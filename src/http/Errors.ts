@@ -1,11 +1,11 @@
 /**
  * Every non-2xx answer is `{code, message, retryable, details?}`, with the status DESIGN §7 gives
- * its code. Handlers fail with ApiFailure; the error middleware turns it, and every error the
- * framework would otherwise answer in its own shape, into that body.
+ * its code. Handlers fail with the refusals of domain/Errors.ts; the error middleware turns them,
+ * and every error the framework would otherwise answer in its own shape, into that body.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Data } from "effect"
-import type { Failure, FailureCode } from "../domain/Failure.js"
+import type { ApiError } from "../domain/Errors.js"
+import type { FailureCode } from "../domain/Failure.js"
 
 export const statusOf = (code: FailureCode): number => {
   switch (code) {
@@ -36,33 +36,6 @@ export const statusOf = (code: FailureCode): number => {
   }
 }
 
-export class ApiFailure extends Data.TaggedError("ApiFailure")<{
-  readonly code: FailureCode
-  readonly message: string
-  readonly retryable: boolean
-  readonly details?: unknown
-}> {
-  get status() {
-    return statusOf(this.code)
-  }
-}
-
-export const apiFailure = (code: FailureCode, message: string, options: { retryable?: boolean; details?: unknown } = {}) =>
-  new ApiFailure({
-    code,
-    message,
-    retryable: options.retryable ?? false,
-    ...(options.details !== undefined ? { details: options.details } : {})
-  })
-
-export const fromFailure = (f: Failure) => {
-  const details = f.details !== null && typeof f.details === "object" && !Array.isArray(f.details) ? f.details : undefined
-  return apiFailure(f.code, f.message, {
-    retryable: f.retryable,
-    ...(f.ambiguous || details !== undefined ? { details: { ...details, ...(f.ambiguous ? { ambiguous: true } : {}) } } : {})
-  })
-}
-
 /** Characters. An error repeats at most this much of what it describes (decode messages quote the input). */
 const MAX_ERROR_TEXT = 2000
 /** Entries. At most this many decode issues are listed in `details`. */
@@ -81,7 +54,7 @@ const clipDetails = (details: unknown): unknown => {
   })
 }
 
-export const bodyOf = (e: ApiFailure) =>
+export const bodyOf = (e: ApiError) =>
   JSON.stringify({
     code: e.code,
     message: clip(e.message),
@@ -89,9 +62,9 @@ export const bodyOf = (e: ApiFailure) =>
     ...(e.details !== undefined ? { details: clipDetails(e.details) } : {})
   })
 
-export const toResponse = (e: ApiFailure) =>
+export const toResponse = (e: ApiError) =>
   HttpServerResponse.text(bodyOf(e), {
-    status: e.status,
+    status: statusOf(e.code),
     contentType: "application/json",
     // RFC 7235: a 401 names the scheme it wants; a refusal for load asks the client to close.
     ...(e.code === "unauthorized"

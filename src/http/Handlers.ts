@@ -6,16 +6,27 @@ import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, FiberId, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Agentloops } from "../services/Agentloop.js"
-import { type HostRefused, Hosts } from "../services/Hosts.js"
+import {
+  type ApiError,
+  Conflict,
+  Internal,
+  InvalidRequest,
+  NotFound,
+  Overloaded,
+  PayloadTooLarge,
+  Unauthorized,
+  UnsupportedMediaType
+} from "../domain/Errors.js"
+import { type AgentloopInUse, type AgentloopRejected, Agentloops, type AgentloopStoreFailed } from "../services/Agentloop.js"
+import { Hosts } from "../services/Hosts.js"
 import { type Answer, Idempotency } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { type SessionError, Sessions } from "../services/Sessions.js"
+import { type EventPage, Sessions } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
-import { apiFailure, fromFailure } from "./Errors.js"
+import type * as Schemas from "./Schemas.js"
 import { emptyAnswer, idempotent, jsonAnswer, respond } from "./Idempotent.js"
 import { bearerToken } from "./Middleware.js"
-import { eventsFailure, sseResponse } from "./Sse.js"
+import { sseResponse } from "./Sse.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
 
 /** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
@@ -28,14 +39,35 @@ export class Admission {
   }
 }
 
-const failed = (e: SessionError) => fromFailure(e.failure)
+/*
+ * Handlers may answer with a ready HttpServerResponse (a replayed idempotent answer, a 202, an SSE
+ * stream): a handler's success type is the route's success or an HttpServerResponse, which the
+ * builder sends as it is. Their errors are the refusals the route declares (Api.ts); a mutating
+ * route's work answers its own refusals as recorded answers (Idempotent.ts), so only the
+ * idempotency refusals fail such a handler.
+ */
 
 /**
- * Handlers may answer with a ready HttpServerResponse (a replayed idempotent answer, a 202, an
- * SSE stream); the builder sends it as is. The contract's types only know the decoded success
- * shape, so such handlers are typed through this.
+ * A page as the contract types it. The domain's Events carry their session id as a plain string
+ * (domain/Projection.ts, shared with the loops' ABI); here every Event is of the session the
+ * decoded path names, and the builder's encoder checks each id against the contract's pattern again.
+ * The only type assertion among the handlers, and on a success, never an error.
  */
-const asRaw = <E, R>(effect: Effect.Effect<unknown, E, R>) => effect as Effect.Effect<any, E, R>
+const onTheWire = (page: EventPage): typeof Schemas.EventPage.Type => page as typeof Schemas.EventPage.Type
+
+/** An admission refused: a module that is not one (400) or a full store (409); a store that failed (500). */
+const admitRefused = (e: AgentloopRejected | AgentloopStoreFailed) =>
+  e._tag === "AgentloopRejected"
+    ? e.full ? new Conflict({ message: e.reason }) : new InvalidRequest({ message: e.reason })
+    : new Internal({ message: e.reason })
+
+/** A removal refused: no such module (404), a module in use (409), a store that failed (500). */
+const removeRefused = (e: AgentloopRejected | AgentloopInUse | AgentloopStoreFailed) =>
+  e._tag === "AgentloopRejected"
+    ? e.missing ? new NotFound({ message: e.reason }) : new Conflict({ message: e.reason })
+    : e._tag === "AgentloopInUse"
+    ? new Conflict({ message: e.reason })
+    : new Internal({ message: e.reason })
 
 const WASM_TYPES = ["application/wasm", "application/octet-stream"]
 
@@ -43,7 +75,7 @@ export const healthLive = (admission: Admission) =>
   HttpApiBuilder.group(BrainApi, "health", (h) =>
     h.handle("live", () => Effect.void).handle("ready", () =>
       admission.draining
-        ? Effect.fail(apiFailure("overloaded", "the server is draining", { retryable: true }))
+        ? Effect.fail(new Overloaded({ message: "the server is draining" }))
         : Effect.void))
 
 export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =>
@@ -55,11 +87,11 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
       Effect.gen(function*() {
         const type = (request.headers["content-type"] ?? "").toLowerCase().split(";")[0]!.trim()
         if (!WASM_TYPES.includes(type)) {
-          return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/wasm"))
+          return yield* Effect.fail(new UnsupportedMediaType({ message: "the body must be application/wasm" }))
         }
         const bytes = new Uint8Array(
           yield* request.arrayBuffer.pipe(
-            Effect.mapError(() => apiFailure("payload_too_large", `the body is larger than ${config.maxRequestBytes} bytes`))
+            Effect.mapError(() => new PayloadTooLarge({ message: `the body is larger than ${config.maxRequestBytes} bytes` }))
           )
         )
         const digest = (yield* Effect.promise(() => crypto.subtle.digest("SHA-256", bytes)))
@@ -69,37 +101,21 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
           "agentloops",
           headers["idempotency-key"],
           { sha256: hash },
-          agentloops.admit(bytes).pipe(
-            Effect.map((info) => jsonAnswer(201, info)),
-            Effect.mapError((e) =>
-              e._tag === "AgentloopRejected"
-                ? apiFailure(e.full ? "conflict" : "invalid_request", e.reason)
-                : apiFailure("internal", e.reason, { retryable: true })
-            )
-          )
+          agentloops.admit(bytes).pipe(Effect.map((info) => jsonAnswer(201, info)), Effect.mapError(admitRefused))
         )
-      }).pipe(asRaw)
+      })
     ).handle("list", () =>
       agentloops.list.pipe(
         Effect.map((list) => ({ agentloops: list })),
-        Effect.mapError((e) => apiFailure("internal", e.reason, { retryable: true }))
+        Effect.mapError((e) => new Internal({ message: e.reason }))
       )).handle("remove", ({ headers, path }) =>
         idempotent(
           store,
           `agentloops:remove:${path.id}`,
           headers["idempotency-key"],
           {},
-          agentloops.remove(path.id).pipe(
-            Effect.as(emptyAnswer(204)),
-            Effect.mapError((e) =>
-              e._tag === "AgentloopRejected"
-                ? apiFailure(e.missing ? "not_found" : "conflict", e.reason)
-                : e._tag === "AgentloopInUse"
-                ? apiFailure("conflict", e.reason)
-                : apiFailure("internal", e.reason, { retryable: true })
-            )
-          )
-        ).pipe(asRaw))
+          agentloops.remove(path.id).pipe(Effect.as(emptyAnswer(204)), Effect.mapError(removeRefused))
+        ))
   }))
 
 export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "sessions", (h) =>
@@ -107,9 +123,9 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
     const sessions = yield* Sessions
     const store = yield* Idempotency
     /** A body-less lifecycle route on one session, under its own idempotency scope. */
-    const lifecycle = (scope: string, run: (id: SessionId) => Effect.Effect<Answer, SessionError>) =>
+    const lifecycle = <E extends ApiError>(scope: string, run: (id: SessionId) => Effect.Effect<Answer, E>) =>
     ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
-      idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, Effect.mapError(run(path.id), failed)).pipe(asRaw)
+      idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, run(path.id))
     return h
       .handle("create", ({ headers, payload }) =>
         idempotent(
@@ -117,14 +133,14 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           "create",
           headers["idempotency-key"],
           payload,
-          sessions.create(payload).pipe(Effect.map((s) => jsonAnswer(201, s)), Effect.mapError(failed))
-        ).pipe(asRaw))
-      .handle("list", ({ urlParams }) =>
-        sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? 100 }).pipe(
-          Effect.map((page) => ({ sessions: page.sessions, next_cursor: page.next_cursor ?? null })),
-          Effect.mapError(failed)
+          Effect.map(sessions.create(payload), (s) => jsonAnswer(201, s))
         ))
-      .handle("get", ({ path }) => Effect.mapError(sessions.get(path.id), failed))
+      .handle("list", ({ urlParams }) =>
+        Effect.map(
+          sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? 100 }),
+          (page) => ({ sessions: page.sessions, next_cursor: page.next_cursor ?? null })
+        ))
+      .handle("get", ({ path }) => sessions.get(path.id))
       .handle("send", ({ headers, path, payload }) => {
         const async = /(^|[\s,;])respond-async([\s,;=]|$)/i.test(headers.prefer ?? "")
         const id: SessionId = path.id
@@ -134,18 +150,15 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             `submit:${id}`,
             headers["idempotency-key"],
             payload,
-            sessions.submit(id, payload.input).pipe(
-              Effect.map((r) => jsonAnswer(202, r, { "preference-applied": "respond-async" })),
-              Effect.mapError(failed)
-            )
+            Effect.map(sessions.submit(id, payload.input), (r) => jsonAnswer(202, r, { "preference-applied": "respond-async" }))
           )
           : idempotent(
             store,
             `send:${id}`,
             headers["idempotency-key"],
             payload,
-            sessions.send(id, payload.input).pipe(Effect.map((o) => jsonAnswer(200, o)), Effect.mapError(failed))
-          )).pipe(asRaw)
+            Effect.map(sessions.send(id, payload.input), (o) => jsonAnswer(200, o))
+          ))
       })
       .handle("events", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
@@ -156,24 +169,18 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             const lastId = request.headers["last-event-id"]
             let after = urlParams.after
             if (lastId !== undefined) {
-              if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(apiFailure("invalid_request", "Last-Event-ID must be a sequence"))
+              if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(new InvalidRequest({ message: "Last-Event-ID must be a sequence" }))
               after = Math.max(after ?? 0, Number(lastId))
             }
             return yield* sseResponse(sessions, path.id, after ?? 0, admission.stopped)
           }
-          return yield* Effect.mapError(
-            sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }),
-            eventsFailure
-          )
-        }).pipe(asRaw))
-      .handle("transcript", ({ path }) => Effect.mapError(sessions.transcript(path.id), failed))
+          return yield* Effect.map(sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }), onTheWire)
+        }))
+      .handle("transcript", ({ path }) => sessions.transcript(path.id))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
       .handle("delete", lifecycle("delete", (id) => Effect.as(sessions.delete(id), emptyAnswer(204))))
   }))
-
-const hostRefused = (e: HostRefused) =>
-  apiFailure(e.code, e.message, { retryable: e.retryable ?? false, ...(e.details !== undefined ? { details: e.details } : {}) })
 
 /**
  * The host routes. Each but `register` needs the host's own token: a missing, wrong or other
@@ -186,9 +193,9 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
     const authorized = (id: string, headers: Readonly<Record<string, string | undefined>>) =>
       hosts.authorize(id, bearerToken(headers["authorization"]))
         ? Effect.void
-        : Effect.fail(apiFailure("unauthorized", "this route needs the host's own token: `Authorization: Bearer <host token>`"))
+        : Effect.fail(new Unauthorized({ message: "this route needs the host's own token: `Authorization: Bearer <host token>`" }))
     return h
-      .handle("register", () => Effect.mapError(hosts.register, hostRefused).pipe(Effect.map((r) => respond(jsonAnswer(201, r))), asRaw))
+      .handle("register", () => Effect.map(hosts.register, (r) => respond(jsonAnswer(201, r))))
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
@@ -199,7 +206,7 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
             contentType: "text/event-stream",
             headers: { "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
           })
-        }).pipe(asRaw))
+        }))
       .handle("results", ({ path, payload, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
@@ -209,13 +216,13 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
             : "error" in payload
             ? { error: payload.error }
             : { stopped: true as const }
-          yield* Effect.mapError(hosts.result(path.id, call, answer), hostRefused)
-        }).pipe(asRaw))
+          yield* hosts.result(path.id, call, answer)
+        }))
       .handle("events", ({ path, payload, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
           const call = { session: payload.session_id, sequence: payload.sequence }
-          const sequence = yield* Effect.mapError(hosts.event(path.id, call, payload.kind, payload.payload), hostRefused)
+          const sequence = yield* hosts.event(path.id, call, payload.kind, payload.payload)
           return { sequence }
         }))
   }))

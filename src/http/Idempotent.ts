@@ -20,8 +20,9 @@
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
+import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects } from "../domain/Errors.js"
 import type { Answer, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
-import { type ApiFailure, apiFailure, bodyOf } from "./Errors.js"
+import { bodyOf, statusOf } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`
@@ -42,20 +43,18 @@ export const jsonAnswer = (status: number, body: unknown, headers: Readonly<Reco
 
 export const emptyAnswer = (status: number): Answer => ({ status, headers: {}, body: "" })
 
-/** The failure says the request may have had effects (sessions' `ambiguous` failures). */
-const mayHaveHadEffects = (e: ApiFailure) =>
-  typeof e.details === "object" && e.details !== null && (e.details as { readonly ambiguous?: unknown }).ambiguous === true
-
 /** What a retry of a request that failed after it may have taken effect answers. */
-const ambiguousAnswer = (e: ApiFailure) =>
-  failureAnswer(apiFailure(
-    "ambiguous",
-    `the request with this Idempotency-Key failed after it may have taken effect (${e.code}: ${e.message}); it is not run again under this key: inspect the session before choosing a new key`,
-    { details: { ambiguous: true, status: e.status, failure: { code: e.code, message: e.message } } }
-  ))
+const ambiguousAnswer = (e: ApiError) =>
+  failureAnswer(
+    new Ambiguous({
+      message:
+        `the request with this Idempotency-Key failed after it may have taken effect (${e.code}: ${e.message}); it is not run again under this key: inspect the session before choosing a new key`,
+      details: { ambiguous: true, status: statusOf(e.code), failure: { code: e.code, message: e.message } }
+    })
+  )
 
-const failureAnswer = (e: ApiFailure): Answer => ({
-  status: e.status,
+const failureAnswer = (e: ApiError): Answer => ({
+  status: statusOf(e.code),
   headers: { "content-type": "application/json" },
   body: bodyOf(e)
 })
@@ -68,31 +67,34 @@ export const respond = (a: Answer) => {
 }
 
 /** The store's own failure, as the client sees it. */
-export const storeFailure = (e: IdempotencyError) =>
+export const storeFailure = (e: IdempotencyError): IdempotencyUnavailable | Internal =>
   e._tag === "IdempotencyLogDamaged"
-    ? apiFailure(
-      "idempotency_unavailable",
-      `${e.message}. The log must be repaired: an operator stops the server and runs \`brain idempotency repair <data-dir>\`. Requests without an Idempotency-Key are served.`
-    )
-    : apiFailure("internal", `the idempotency store failed: ${e.reason}`, { retryable: true })
+    ? new IdempotencyUnavailable({
+      message:
+        `${e.message}. The log must be repaired: an operator stops the server and runs \`brain idempotency repair <data-dir>\`. Requests without an Idempotency-Key are served.`
+    })
+    : new Internal({ message: `the idempotency store failed: ${e.reason}`, retryable: true })
 
 /** The replay of an answer that was above the store's maximum: what is known, and no body. */
 export const notKeptFailure = (status: number, bytes: number) =>
-  apiFailure(
-    "ambiguous",
-    `the request with this Idempotency-Key completed with HTTP status ${status}, but its answer of ${bytes} bytes was above the recording maximum and was not kept; inspect the session instead`,
-    { details: { ambiguous: false, status, answer_bytes: bytes } }
-  )
+  new Ambiguous({
+    message:
+      `the request with this Idempotency-Key completed with HTTP status ${status}, but its answer of ${bytes} bytes was above the recording maximum and was not kept; inspect the session instead`,
+    details: { ambiguous: false, status, answer_bytes: bytes }
+  })
+
+/** What a keyed request can be refused with before its work runs (the store's own failures included). */
+export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Internal
 
 const logFailure = (what: string) => (e: IdempotencyError) => Effect.logError(`${what} failed: ${e.message}`)
 
-export const idempotent = (
+export const idempotent = <E extends ApiError>(
   store: IdempotencyShape,
   scope: string,
   key: string | undefined,
   request: unknown,
-  work: Effect.Effect<Answer, ApiFailure>
-): Effect.Effect<HttpServerResponse.HttpServerResponse, ApiFailure> => {
+  work: Effect.Effect<Answer, E>
+): Effect.Effect<HttpServerResponse.HttpServerResponse, IdempotencyRefusal> => {
   if (key === undefined) return Effect.map(Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e))), respond)
   return Effect.gen(function*() {
     const claim = yield* store.claim(scope, key, hashRequest(request)).pipe(Effect.mapError(storeFailure))
@@ -102,16 +104,15 @@ export const idempotent = (
       case "AnswerNotKept":
         return yield* Effect.fail(notKeptFailure(claim.status, claim.bytes))
       case "Conflict":
-        return yield* Effect.fail(apiFailure("conflict", "this Idempotency-Key was used with a different request"))
+        return yield* Effect.fail(new Conflict({ message: "this Idempotency-Key was used with a different request" }))
       case "Ambiguous":
         return yield* Effect.fail(
-          apiFailure(
-            "ambiguous",
-            claim.inFlight
+          new Ambiguous({
+            message: claim.inFlight
               ? "a request with this Idempotency-Key is still in progress"
               : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-            { retryable: claim.inFlight }
-          )
+            retryable: claim.inFlight
+          })
         )
       case "Claimed":
         return yield* Effect.uninterruptible(
@@ -124,7 +125,7 @@ export const idempotent = (
             const e = outcome.left
             if (mayHaveHadEffects(e)) {
               yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
-            } else if ((e.status >= 500 || e.retryable) && e.code !== "creation_failed") {
+            } else if ((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") {
               yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
             } else {
               yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))

@@ -13,7 +13,17 @@ import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
 import type * as net from "node:net"
 import { Cause, Effect, Option, Stream } from "effect"
-import { ApiFailure, apiFailure, toResponse } from "./Errors.js"
+import {
+  InvalidRequest,
+  Internal,
+  isApiError,
+  NotFound,
+  Overloaded,
+  PayloadTooLarge,
+  Unauthorized,
+  UnsupportedMediaType
+} from "../domain/Errors.js"
+import { toResponse } from "./Errors.js"
 
 /**
  * Request bodies held in memory at once, in bytes. A body is held from its first byte until its
@@ -38,9 +48,7 @@ export class BodyBudget {
 }
 
 const busyBodies = () =>
-  apiFailure("overloaded", "the server holds as many request bodies as it can at once (BRAIN_INFLIGHT_BODY_BYTES); try again shortly", {
-    retryable: true
-  })
+  new Overloaded({ message: "the server holds as many request bodies as it can at once (BRAIN_INFLIGHT_BODY_BYTES); try again shortly" })
 
 export interface GateOptions {
   readonly apiToken: string | undefined
@@ -84,9 +92,7 @@ export const gate = (options: GateOptions) => {
       if (options.onProbation?.(NodeHttpServerRequest.toIncomingMessage(request).socket)) {
         if (!health) {
           return yield* Effect.fail(
-            apiFailure("overloaded", "the server holds its maximum of connections (BRAIN_MAX_CONNECTIONS); try again later", {
-              retryable: true
-            })
+            new Overloaded({ message: "the server holds its maximum of connections (BRAIN_MAX_CONNECTIONS); try again later" })
           )
         }
         // Health is answered, and the connection closed after it to free the slot.
@@ -95,16 +101,16 @@ export const gate = (options: GateOptions) => {
       if (expected && !health && !HOST_ROUTE.test(path)) {
         // Compared as digests in constant time, whatever the length of what was sent.
         if (!crypto.timingSafeEqual(digest(bearerToken(request.headers["authorization"])), expected)) {
-          return yield* Effect.fail(apiFailure("unauthorized", "a valid `Authorization: Bearer <token>` is required"))
+          return yield* Effect.fail(new Unauthorized({ message: "a valid `Authorization: Bearer <token>` is required" }))
         }
       }
       if (BODY_METHODS.has(request.method)) {
         if (options.draining() && !HOST_ANSWER.test(path)) {
-          return yield* Effect.fail(apiFailure("overloaded", "the server is stopping and admits no new work", { retryable: true }))
+          return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
         }
         const declared = request.headers["content-length"]
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
-          return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+          return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
         }
         const held = { bytes: 0 }
         const budget = options.bodies
@@ -133,27 +139,27 @@ const routeWithBody = <E, R>(
     const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held)
     if (body === "busy") return yield* Effect.fail(busyBodies())
     if (body === undefined) {
-      return yield* Effect.fail(apiFailure("payload_too_large", `the body is larger than ${options.maxRequestBytes} bytes`))
+      return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
     }
     if (!RAW_BODY.has(path)) {
       const type = request.headers["content-type"]
       const mediaType = (type ?? "").split(";")[0]!.trim().toLowerCase()
       if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
-        return yield* Effect.fail(apiFailure("unsupported_media_type", "the body must be application/json"))
+        return yield* Effect.fail(new UnsupportedMediaType({ message: "the body must be application/json" }))
       }
       // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
-      if (!isUtf8(body)) return yield* Effect.fail(apiFailure("invalid_request", "the body is not valid UTF-8"))
+      if (!isUtf8(body)) return yield* Effect.fail(new InvalidRequest({ message: "the body is not valid UTF-8" }))
       const text = body.toString("utf8")
       if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
-        return yield* Effect.fail(apiFailure("invalid_request", "this route takes no body (or an empty object)"))
+        return yield* Effect.fail(new InvalidRequest({ message: "this route takes no body (or an empty object)" }))
       }
       if (body.length > 0) {
         if (nestingDepth(text) > MAX_JSON_DEPTH) {
-          return yield* Effect.fail(apiFailure("invalid_request", `the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
+          return yield* Effect.fail(new InvalidRequest({ message: `the JSON nests deeper than ${MAX_JSON_DEPTH} levels` }))
         }
         const parsed = yield* Effect.try({
           try: () => JSON.parse(text) as unknown,
-          catch: (err) => apiFailure("invalid_request", `malformed JSON: ${(err as Error).message}`)
+          catch: (err) => new InvalidRequest({ message: `malformed JSON: ${(err as Error).message}` })
         })
         // Parsed once here; the payload decoder reads this value instead of parsing again.
         return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body, { parsed }))
@@ -189,7 +195,7 @@ const nestingDepth = (text: string): number => {
  * rest is discarded the same way and the answer is "busy".
  */
 const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: { bytes: number }) =>
-  Effect.async<Buffer | undefined | "busy", ApiFailure>((resume) => {
+  Effect.async<Buffer | undefined | "busy", InvalidRequest>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     const chunks: Array<Buffer> = []
     let size = 0
@@ -206,7 +212,7 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
       else chunks.push(chunk)
     }
     const onEnd = () => resume(Effect.succeed(tooLarge ? undefined : busy ? "busy" : Buffer.concat(chunks)))
-    const onError = (err: Error) => resume(Effect.fail(apiFailure("invalid_request", `the body could not be read: ${err.message}`)))
+    const onError = (err: Error) => resume(Effect.fail(new InvalidRequest({ message: `the body could not be read: ${err.message}` })))
     if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
     source.on("data", onData)
     source.once("end", onEnd)
@@ -250,18 +256,18 @@ export const shapeError = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServe
   const failure = Cause.failureOption(cause)
   if (Option.isSome(failure)) {
     const e = failure.value as { _tag?: string; message?: string; issues?: unknown }
-    if (e instanceof ApiFailure) return Effect.succeed(toResponse(e))
+    if (isApiError(e)) return Effect.succeed(toResponse(e))
     if (e._tag === "HttpApiDecodeError") {
-      return Effect.succeed(toResponse(apiFailure("invalid_request", e.message ?? "the request is invalid", { details: e.issues })))
+      return Effect.succeed(toResponse(new InvalidRequest({ message: e.message ?? "the request is invalid", details: e.issues })))
     }
-    if (e._tag === "RouteNotFound") return Effect.succeed(toResponse(apiFailure("not_found", "no such route")))
+    if (e._tag === "RouteNotFound") return Effect.succeed(toResponse(new NotFound({ message: "no such route" })))
     if (e._tag === "RequestError") {
-      return Effect.succeed(toResponse(apiFailure("invalid_request", `the request could not be read: ${e.message}`)))
+      return Effect.succeed(toResponse(new InvalidRequest({ message: `the request could not be read: ${e.message}` })))
     }
   }
   if (Cause.isInterruptedOnly(cause)) return Effect.succeed(HttpServerResponse.empty({ status: 499 }))
   return Effect.zipRight(
     Effect.logError("unexpected failure answering a request", cause),
-    Effect.succeed(toResponse(apiFailure("internal", "the server failed to answer; see its log", { retryable: true })))
+    Effect.succeed(toResponse(new Internal({ message: "the server failed to answer; see its log" })))
   )
 }

@@ -11,6 +11,10 @@ import { Origin } from "../domain/Records.js"
 
 const strict = { parseOptions: { onExcessProperty: "error" as const } }
 
+/**
+ * The shape of every non-2xx body, whatever its code. The contract declares one schema per code
+ * (ApiErrors.ts), each encoding to this shape with a literal `code`.
+ */
 export const ErrorBody = Schema.Struct({
   code: FailureCode,
   message: Schema.String,

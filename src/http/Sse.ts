@@ -9,14 +9,7 @@
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Deferred, Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"
-import type { SessionError, SessionsShape } from "../services/Sessions.js"
-import { apiFailure, fromFailure } from "./Errors.js"
-
-/** The error body of an Events read refused before anything was answered, with its details. */
-export const eventsFailure = (e: SessionError) =>
-  e.details !== undefined
-    ? apiFailure(e.failure.code, e.failure.message, { retryable: e.failure.retryable, details: e.details })
-    : fromFailure(e.failure)
+import type { SessionsShape } from "../services/Sessions.js"
 
 export const sseResponse = (
   sessions: SessionsShape,
@@ -25,7 +18,7 @@ export const sseResponse = (
   stopped: Deferred.Deferred<void>
 ) =>
   Effect.gen(function*() {
-    const following = yield* sessions.follow(session, after).pipe(Effect.mapError(eventsFailure))
+    const following = yield* sessions.follow(session, after)
     yield* Effect.forkScoped(Effect.zipRight(Deferred.await(stopped), following.stop))
     return HttpServerResponse.raw(following.body, {
       contentType: "text/event-stream",

@@ -17,6 +17,17 @@ import * as crypto from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Deferred, Duration, Effect, Exit, FiberId, Layer } from "effect"
+import {
+  Conflict,
+  Internal,
+  InvalidRequest,
+  JournalCorrupt,
+  JournalWriteFailed,
+  NotFound,
+  Overloaded,
+  PayloadTooLarge
+} from "../domain/Errors.js"
+import type { Failure } from "../domain/Failure.js"
 import { type HostId, isHostId, mintHostId } from "../domain/Ids.js"
 import { HOST_COMMAND_QUEUE, HOST_TOKEN_BYTES, MAX_HOSTS } from "../domain/Limits.js"
 import {
@@ -26,7 +37,7 @@ import {
   EnvironmentNotSent,
   EnvironmentUncertain
 } from "../services/Environments.js"
-import { type CallName, HostRefused, Hosts, type HostsShape } from "../services/Hosts.js"
+import { type CallName, type HostEventError, Hosts, type HostsShape } from "../services/Hosts.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CommandStreamBody } from "./hosts/CommandStream.js"
 import { namedFrame as frame } from "./sessions/SseFrames.js"
@@ -70,6 +81,32 @@ const sha256 = (s: string) => crypto.createHash("sha256").update(s).digest()
 const keyOf = (call: CallName) => `${call.session}/${call.sequence}`
 /** Compared against when the host is unknown, so that an unknown id costs the same as a wrong token. */
 const NOBODY = sha256("")
+
+/**
+ * A tool-origin Event the session refused, as the host's answer: a reserved kind is the request's
+ * fault (400) and the turn's byte budget its size (413), both saying which in `details.reason`;
+ * the session's storage refusals keep their code. The session answers nothing else here.
+ */
+const eventRefused = (f: Failure): HostEventError => {
+  switch (f.code) {
+    case "reserved_kind":
+      return new InvalidRequest({ message: f.message, details: { reason: f.code } })
+    case "emitted_bytes_limit":
+      return new PayloadTooLarge({ message: f.message, details: { reason: f.code } })
+    case "conflict":
+      return new Conflict({ message: f.message, retryable: f.retryable })
+    case "invalid_request":
+      return new InvalidRequest({ message: f.message, retryable: f.retryable })
+    case "not_found":
+      return new NotFound({ message: f.message, retryable: f.retryable })
+    case "journal_corrupt":
+      return new JournalCorrupt({ message: f.message, retryable: f.retryable })
+    case "journal_write_failed":
+      return new JournalWriteFailed({ message: f.message, retryable: f.retryable })
+    default:
+      return new Internal({ message: `${f.code}: ${f.message}`, retryable: f.retryable })
+  }
+}
 
 const registrationsFile = (dataDir: string) => path.join(dataDir, "hosts", "registrations.jsonl")
 
@@ -146,7 +183,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
 
     const register: HostsShape["register"] = Effect.gen(function*() {
       if (hosts.size >= MAX_HOSTS) {
-        return yield* Effect.fail(new HostRefused({ code: "overloaded", message: `this server keeps at most ${MAX_HOSTS} host registrations (MAX_HOSTS)` }))
+        return yield* Effect.fail(new Overloaded({ message: `this server keeps at most ${MAX_HOSTS} host registrations (MAX_HOSTS)`, retryable: false }))
       }
       const host_id = yield* mintHostId
       const token = `bht_${crypto.randomBytes(HOST_TOKEN_BYTES).toString("base64url")}`
@@ -156,11 +193,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         yield* appends.withPermits(1)(Effect.tryPromise({
           try: () => appendDurably(file, line),
           catch: (e) =>
-            new HostRefused({
-              code: "internal",
-              retryable: true,
-              message: `the registration could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}`
-            })
+            new Internal({ message: `the registration could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
         }))
       }
       hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map() })
@@ -187,8 +220,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       })
 
     const notInFlight = (call: CallName) =>
-      new HostRefused({
-        code: "conflict",
+      new Conflict({
         message: `no call ${call.session}/${call.sequence} is in flight on this host: it never came, it has ended, or its stream was closed`,
         details: { reason: "not_in_flight" }
       })
@@ -206,15 +238,14 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         const pending = yield* inFlight(id, call)
         if ("stopped" in answer) {
           if (!pending.cancelSent) {
-            return yield* Effect.fail(new HostRefused({ code: "conflict", message: "no cancel was sent for this call: answer it with ok or error", details: { reason: "not_cancelled" } }))
+            return yield* Effect.fail(new Conflict({ message: "no cancel was sent for this call: answer it with ok or error", details: { reason: "not_cancelled" } }))
           }
         } else {
           const value = "ok" in answer ? answer.ok : answer.error
           const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
           if (bytes > options.maxResultBytes) {
             return yield* Effect.fail(
-              new HostRefused({
-                code: "payload_too_large",
+              new PayloadTooLarge({
                 message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`
               })
             )
@@ -238,18 +269,9 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         return yield* pending.lock.withPermits(1)(Effect.gen(function*() {
           if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
           if (pending.emit === undefined) {
-            return yield* Effect.fail(new HostRefused({ code: "conflict", message: "this call takes no Events" }))
+            return yield* Effect.fail(new Conflict({ message: "this call takes no Events" }))
           }
-          return yield* pending.emit(kind, payload).pipe(
-            Effect.mapError(({ failure: f }) =>
-              new HostRefused({
-                code: f.code === "reserved_kind" ? "invalid_request" : f.code === "emitted_bytes_limit" ? "payload_too_large" : f.code,
-                message: f.message,
-                retryable: f.retryable,
-                ...(f.code === "reserved_kind" || f.code === "emitted_bytes_limit" ? { details: { reason: f.code } } : {})
-              })
-            )
-          )
+          return yield* pending.emit(kind, payload).pipe(Effect.mapError(({ failure: f }) => eventRefused(f)))
         }))
       })
 

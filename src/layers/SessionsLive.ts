@@ -9,6 +9,18 @@ import type { JournalRecord } from "../domain/Records.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
 import { runStep, standing } from "./sessions/EnvironmentSteps.js"
+import {
+  AgentloopFailed,
+  Conflict,
+  CreationFailed,
+  Internal,
+  InvalidRequest,
+  JournalWriteFailed,
+  SessionBusy,
+  SessionEnded,
+  TeardownFailed,
+  toFailure
+} from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import { empty, type SessionStatus } from "../domain/Projection.js"
@@ -21,20 +33,14 @@ import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import {
-  type SessionError,
-  Sessions,
-  type SessionsShape,
-  type SessionSummary,
-  type TurnOutcome
-} from "../services/Sessions.js"
+import { Sessions, type SessionsShape, type SessionSummary, type TurnOutcome } from "../services/Sessions.js"
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
-import { fromJournal, makeRegistry, refuse } from "./sessions/Registry.js"
+import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { runTurn } from "./sessions/Turn.js"
 
@@ -60,9 +66,9 @@ export const make = Effect.gen(function*() {
   const hosts = Option.getOrUndefined(yield* Effect.serviceOption(Hosts))
   const steps = { fence: deps.fence, environments: deps.environments }
   /** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
-  const fromFence = (e: FenceError): SessionError =>
+  const fromFence = (e: FenceError) =>
     e._tag === "OutcomeUnrecorded"
-      ? refuse(failure("journal_write_failed", `${e.message}; the session recovers on its next access`, { ambiguous: true }))
+      ? new JournalWriteFailed({ message: `${e.message}; the session recovers on its next access`, details: { ambiguous: true } })
       : fromJournal(e)
 
   const registry = yield* makeRegistry({
@@ -102,7 +108,7 @@ export const make = Effect.gen(function*() {
     }
   }))
 
-  const using = <A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>) => registry.using(session, body)
+  const using = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.using(session, body)
   const release = (cell: Cell) => registry.release(cell)
 
   const summary = (cell: Cell): SessionSummary => ({
@@ -118,15 +124,17 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const status = cell.state.status
       if (cell.ending || status === "ending" || status === "ended") {
-        return yield* Effect.fail(refuse(failure("session_ended", "the session has ended")))
+        return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
       }
-      if (status === "failed") return yield* Effect.fail(refuse(failure("conflict", "the session's creation failed")))
+      if (status === "failed") return yield* Effect.fail(new Conflict({ message: "the session's creation failed" }))
       if (cell.running || status === "running") {
-        return yield* Effect.fail(refuse(failure("session_busy", "a turn is running in this session", { retryable: true })))
+        return yield* Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
       }
-      if (status !== "idle") return yield* Effect.fail(refuse(failure("conflict", `the session is ${status}`)))
+      if (status !== "idle") return yield* Effect.fail(new Conflict({ message: `the session is ${status}` }))
       const agentloop = cell.state.configuration!.agentloop
-      const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) => refuse(e.failure)))
+      const loop = yield* agentloops.resolve(agentloop).pipe(
+        Effect.mapError((e) => new AgentloopFailed({ message: e.failure.message, retryable: e.failure.retryable }))
+      )
       const turn: RunningTurn = {
         sequence: 0,
         cancel: yield* Deferred.make<CancelReason>(),
@@ -144,7 +152,7 @@ export const make = Effect.gen(function*() {
         // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
         yield* Deferred.succeed(turn.done, {
           ...summary(cell),
-          turn: { sequence: 0, status: "failed", failure: committed.left.failure }
+          turn: { sequence: 0, status: "failed", failure: toFailure(committed.left) }
         })
         return yield* Effect.fail(committed.left)
       }
@@ -211,12 +219,12 @@ export const make = Effect.gen(function*() {
    * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
    * delete tries again. One delete at a time tears down a session's Environments.
    */
-  const tearDown = (cell: Cell): Effect.Effect<void, SessionError> =>
+  const tearDown = (cell: Cell) =>
     Effect.gen(function*() {
       const declared = cell.state.configuration?.environments ?? []
       if (declared.length === 0) return
       if (cell.tearingDown) {
-        return yield* Effect.fail(refuse(failure("conflict", "a delete of this session is tearing down its Environments", { retryable: true })))
+        return yield* Effect.fail(new Conflict({ message: "a delete of this session is tearing down its Environments", retryable: true }))
       }
       cell.tearingDown = true
       const up = standing(yield* allRecords(cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
@@ -228,11 +236,11 @@ export const make = Effect.gen(function*() {
       }
       if (failed.length > 0) {
         const names = failed.map((f) => JSON.stringify(f.environment)).join(", ")
-        return yield* Effect.fail(refuse(failure(
-          "teardown_failed",
-          `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
-          { details: { environments: failed.map((f) => f.environment), failures: failed } }
-        )))
+        return yield* Effect.fail(new TeardownFailed({
+          message:
+            `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
+          details: { environments: failed.map((f) => f.environment), failures: failed }
+        }))
       }
     }).pipe(Effect.ensuring(Effect.sync(() => void (cell.tearingDown = false))))
 
@@ -241,15 +249,15 @@ export const make = Effect.gen(function*() {
       Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
         // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
-        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
+        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => new InvalidRequest({ message: e.reason })))
         const modules = [...new Set((request.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
         for (const module of modules) {
-          yield* agentloops.tool(module).pipe(Effect.mapError((e) => refuse(failure("invalid_request", e.reason))))
+          yield* agentloops.tool(module).pipe(Effect.mapError((e) => new InvalidRequest({ message: e.reason })))
         }
         // Environments are admitted now: names, bindings and placements, before anything is written.
         const declared = request.environments ?? []
         const admitted = admitEnvironments(declared, request.tools ?? [], environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
-        if (Either.isLeft(admitted)) return yield* Effect.fail(refuse(failure("invalid_request", admitted.left)))
+        if (Either.isLeft(admitted)) return yield* Effect.fail(new InvalidRequest({ message: admitted.left }))
         const environments = admitted.right
         // A binding name is resolved now and its non-secret fields recorded with the session.
         let modelBinding: RecordedBinding | undefined
@@ -257,7 +265,7 @@ export const make = Effect.gen(function*() {
           const bound = bindings.get(request.model)
           if (!bound) {
             const known = bindings.names.length > 0 ? `the configured bindings are ${bindings.names.map((n) => JSON.stringify(n)).join(", ")}` : "no bindings are configured (BRAIN_MODELS)"
-            return yield* Effect.fail(refuse(failure("invalid_request", `no model binding named ${JSON.stringify(request.model)}; ${known}`)))
+            return yield* Effect.fail(new InvalidRequest({ message: `no model binding named ${JSON.stringify(request.model)}; ${known}` }))
           }
           modelBinding = { name: request.model, ...bound.binding }
         }
@@ -271,14 +279,14 @@ export const make = Effect.gen(function*() {
         // Refuse bad input before anything exists on disk.
         const refused = checkPayload("session_creation_started", { configuration }) ??
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
-        if (refused !== undefined) return yield* Effect.fail(refuse(failure("invalid_request", refused)))
+        if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
         // The modules' uses are recorded before the session names them, so none is removed under it.
         const uses = [agentloop, ...modules]
         const unuse = Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })
         yield* Effect.forEach(uses, (id) => agentloops.use(id, session), { discard: true }).pipe(
-          Effect.mapError((e) => refuse(failure("internal", e.reason, { retryable: true }))),
+          Effect.mapError((e) => new Internal({ message: e.reason })),
           Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         const cell = new Cell(session, empty)
@@ -303,9 +311,10 @@ export const make = Effect.gen(function*() {
           ]).pipe(Effect.tapError(() => registry.abandon(session)))
           yield* registry.adopt(cell)
           return yield* Effect.fail(
-            refuse(failure("creation_failed", `${message}; the session ${session} has failed and can be deleted`, {
+            new CreationFailed({
+              message: `${message}; the session ${session} has failed and can be deleted`,
               details: { session_id: session, environment, failure: why }
-            }))
+            })
           )
         }
         yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
@@ -324,8 +333,8 @@ export const make = Effect.gen(function*() {
           const s = yield* Effect.either(service.get(id))
           if (s._tag === "Right") sessions.push(s.right)
           // A damaged session is listed as such (GET of it names the damage); a vanished one is not.
-          else if (s.left.failure.code === "journal_corrupt") {
-            sessions.push({ session_id: id, status: "corrupt", last_sequence: 0, failure: s.left.failure })
+          else if (s.left._tag === "JournalCorrupt") {
+            sessions.push({ session_id: id, status: "corrupt", last_sequence: 0, failure: toFailure(s.left) })
           }
         }
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
@@ -349,7 +358,7 @@ export const make = Effect.gen(function*() {
         Effect.gen(function*() {
           if (cell.state.status === "ended") return summary(cell)
           if (cell.state.status === "failed" || cell.state.status === "creating") {
-            return yield* Effect.fail(refuse(failure("conflict", `the session is ${cell.state.status}`)))
+            return yield* Effect.fail(new Conflict({ message: `the session is ${cell.state.status}` }))
           }
           cell.ending = true
           while (cell.running) yield* Deferred.await(cell.running.done)
@@ -375,7 +384,7 @@ export const make = Effect.gen(function*() {
               : []
             return cell.state.status === "ended" || cell.state.status === "failed"
               ? tearDown(cell)
-              : Effect.fail(refuse(failure("conflict", "only an ended or failed session can be deleted")))
+              : Effect.fail(new Conflict({ message: "only an ended or failed session can be deleted" }))
           },
           journal.remove(session).pipe(
             Effect.mapError(fromJournal),
@@ -389,7 +398,7 @@ export const make = Effect.gen(function*() {
     events: (session, { after, limit }) =>
       Effect.flatMap(using(session, (cell) => Effect.succeed(cell.state)), (state) =>
         readEvents(journal, session, state, after, limit).pipe(
-          Effect.mapError((e) => (e._tag === "SessionError" ? e : fromJournal(e)))
+          Effect.mapError((e) => (e._tag === "InvalidRequest" ? e : fromJournal(e)))
         )),
     follow: (session, after) => feeds.follow(session, after, using(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),

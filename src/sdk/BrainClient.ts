@@ -3,18 +3,25 @@
  * (src/http/Api.ts), with the bearer token added to every request (`transformClient`), an
  * Idempotency-Key on every mutating call (the caller's or a fresh `crypto.randomUUID()`, made once
  * per call, so a retry repeats it), uncertain outcomes retried with that same key (as the Promise
- * client does, Transport.ts), and one exact error channel: `BrainError`.
+ * client does, Transport.ts), and an exact error channel per method:
  *
- * The contract answers every refusal with one error body, declared once per status; it does not
- * yet name a tagged error per route. Until it does, this client turns the body, a transport
- * failure, or an answer outside the contract (a 500, a 502 `creation_failed`) into `BrainError`
- * here. `api` is the raw `HttpApiClient`, with the contract's own error types, for anything else.
+ * - the refusals its route declares in the contract (http/ApiErrors.ts), decoded from the error
+ *   body by its `code` into the `Schema.TaggedError`s of domain/Errors.ts: `catchTag("SessionBusy")`,
+ *   `catchTag("NotFound")`, each with `code`, `message`, `retryable` and `details`;
+ * - `BrainError` only for what is not an answer of the contract: no answer arrived
+ *   (`network_error`, retried while the key allows), an answer the contract does not describe
+ *   (`bad_response`, say from a proxy), or a request it could not encode (`invalid_request`,
+ *   status 0, say a malformed session id).
+ *
+ * `api` is the raw `HttpApiClient` of the same contract, for anything else.
  *
  * ```ts
  * const program = Effect.gen(function*() {
  *   const brain = yield* BrainClient
  *   const session = yield* brain.sessions.create({ model: { provider: "scripted" } })
- *   return yield* brain.sessions.send(session.session_id, { message: "hi" })
+ *   return yield* brain.sessions.send(session.session_id, { message: "hi" }).pipe(
+ *     Effect.catchTag("SessionBusy", () => Effect.succeed(undefined))
+ *   )
  * })
  * program.pipe(Effect.provide(BrainClient.layerFetch({ baseUrl })), Effect.runPromise)
  * ```
@@ -27,7 +34,6 @@ import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import { Context, Duration, Effect, Layer, ParseResult, Schedule } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { BrainApi } from "../http/Api.js"
-import { statusOf } from "../http/Errors.js"
 import type * as Schemas from "../http/Schemas.js"
 import { BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 import { MAX_ATTEMPTS, RETRY_BASE_MS } from "./Transport.js"
@@ -55,67 +61,90 @@ export type BrainApiClient = Effect.Effect.Success<ReturnType<typeof makeApi>>
 type SessionSummary = typeof Schemas.SessionSummary.Type
 type TurnInput = typeof Schemas.SendMessageRequest.Type["input"]
 
+/** Not an answer of the contract: what a call of the raw client fails with besides its route's refusals. */
+type NotAnAnswer = HttpClientError.HttpClientError | ParseResult.ParseError
+
+/** The refusals the contract declares for a route of the raw client (`Refusals<BrainApiClient["sessions"]["send"]>`). */
+export type Refusals<Call extends (...args: any) => Effect.Effect<any, any, any>> = Exclude<
+  Effect.Effect.Error<ReturnType<Call>>,
+  NotAnAnswer
+>
+
+type Routes = BrainApiClient["sessions"]
+
 export interface BrainClientShape {
   readonly api: BrainApiClient
   readonly sessions: {
-    readonly create: (body: typeof Schemas.CreateSessionRequest.Type, options?: MutationOptions) => Effect.Effect<SessionSummary, BrainError>
-    readonly list: (params?: typeof Schemas.ListParams.Type) => Effect.Effect<typeof Schemas.SessionList.Type, BrainError>
-    readonly get: (id: string) => Effect.Effect<SessionSummary, BrainError>
+    readonly create: (
+      body: typeof Schemas.CreateSessionRequest.Type,
+      options?: MutationOptions
+    ) => Effect.Effect<SessionSummary, Refusals<Routes["create"]> | BrainError>
+    readonly list: (
+      params?: typeof Schemas.ListParams.Type
+    ) => Effect.Effect<typeof Schemas.SessionList.Type, Refusals<Routes["list"]> | BrainError>
+    readonly get: (id: string) => Effect.Effect<SessionSummary, Refusals<Routes["get"]> | BrainError>
     /** A synchronous turn: its outcome, ended or failed. */
-    readonly send: (id: string, input: TurnInput, options?: MutationOptions) => Effect.Effect<typeof Schemas.TurnOutcome.Type, BrainError>
+    readonly send: (
+      id: string,
+      input: TurnInput,
+      options?: MutationOptions
+    ) => Effect.Effect<typeof Schemas.TurnOutcome.Type, Refusals<Routes["send"]> | BrainError>
     /** An async submission (`Prefer: respond-async`): the receipt of its committed `turn_started`. */
-    readonly submit: (id: string, input: TurnInput, options?: MutationOptions) => Effect.Effect<typeof Schemas.Receipt.Type, BrainError>
+    readonly submit: (
+      id: string,
+      input: TurnInput,
+      options?: MutationOptions
+    ) => Effect.Effect<typeof Schemas.Receipt.Type, Refusals<Routes["send"]> | BrainError>
     /** One page of Events after `after`; an empty page is the end. */
-    readonly events: (id: string, params?: typeof Schemas.EventsParams.Type) => Effect.Effect<typeof Schemas.EventPage.Type, BrainError>
-    readonly transcript: (id: string) => Effect.Effect<typeof Schemas.Transcript.Type, BrainError>
-    readonly interrupt: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, BrainError>
-    readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, BrainError>
-    readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, BrainError>
+    readonly events: (
+      id: string,
+      params?: typeof Schemas.EventsParams.Type
+    ) => Effect.Effect<typeof Schemas.EventPage.Type, Refusals<Routes["events"]> | BrainError>
+    readonly transcript: (id: string) => Effect.Effect<typeof Schemas.Transcript.Type, Refusals<Routes["transcript"]> | BrainError>
+    readonly interrupt: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, Refusals<Routes["cancel"]> | BrainError>
+    readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, Refusals<Routes["end"]> | BrainError>
+    readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, Refusals<Routes["delete"]> | BrainError>
   }
 }
 
-const isErrorBody = (e: unknown): e is typeof Schemas.ErrorBody.Type =>
-  typeof e === "object" && e !== null && typeof (e as { code?: unknown }).code === "string" &&
-  typeof (e as { message?: unknown }).message === "string" && !("_tag" in e)
+const isNotAnAnswer = (e: unknown): e is NotAnAnswer => HttpClientError.isHttpClientError(e) || ParseResult.isParseError(e)
 
-/** Every failure of a contract call, as a BrainError. */
-const toBrainError = (e: unknown): Effect.Effect<BrainError> => {
-  if (isErrorBody(e)) {
-    return Effect.succeed(
-      new BrainError({
-        code: e.code,
-        status: statusOf(e.code),
-        retryable: e.retryable,
-        message: e.message,
-        ...(e.details !== undefined ? { details: e.details } : {})
-      })
-    )
-  }
-  if (HttpClientError.isHttpClientError(e)) {
-    if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
-    const response = e.response
-    // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.
-    if (response.status >= 200 && response.status < 300) return Effect.succeed(networkError(e.message))
-    return response.text.pipe(
-      Effect.map((text) => fromAnswer(response.status, text)),
-      Effect.orElseSucceed(() => fromAnswer(response.status, ""))
-    )
-  }
+/** A failure that is not an answer of the contract, as a BrainError. */
+const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError> => {
   if (ParseResult.isParseError(e)) {
     return Effect.succeed(new BrainError({ code: "invalid_request", status: 0, retryable: false, message: e.message }))
   }
-  return Effect.succeed(new BrainError({ code: "bad_response", status: 0, retryable: false, message: String(e) }))
+  if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
+  const response = e.response
+  // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.
+  if (response.status >= 200 && response.status < 300) return Effect.succeed(networkError(e.message))
+  return response.text.pipe(
+    Effect.map((text) => fromAnswer(response.status, text)),
+    Effect.orElseSucceed(() => fromAnswer(response.status, ""))
+  )
 }
 
-const mapErrors = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, BrainError> =>
-  Effect.catchAll(effect, (e) => Effect.flatMap(toBrainError(e), Effect.fail))
+/**
+ * The call's refusals as they are; anything else as a BrainError. (`catchIf` with a refinement on
+ * `unknown` cannot name what remains of a generic `E`; the assertion says it: `E` without
+ * `NotAnAnswer`.)
+ */
+const mapErrors = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, Exclude<E, NotAnAnswer> | BrainError> =>
+  Effect.catchIf(effect, isNotAnAnswer, (e) => Effect.flatMap(toBrainError(e), Effect.fail)) as Effect.Effect<
+    A,
+    Exclude<E, NotAnAnswer> | BrainError
+  >
+
+/** Uncertain in a way a retry under the same key settles: no answer arrived, or a refusal for load before the request was taken. */
+const uncertain = (e: unknown) =>
+  e instanceof BrainError ? isUncertain(e) : (e as { readonly _tag?: unknown })._tag === "Overloaded"
 
 /** `call`, retried with the same arguments while its outcome is uncertain (bounded). */
-const withRetries = <A>(call: Effect.Effect<A, BrainError>): Effect.Effect<A, BrainError> =>
+const withRetries = <A, E>(call: Effect.Effect<A, E>): Effect.Effect<A, E> =>
   Effect.retry(call, {
     schedule: Schedule.exponential(Duration.millis(RETRY_BASE_MS)),
     times: MAX_ATTEMPTS - 1,
-    while: isUncertain
+    while: uncertain
   })
 
 /** A mutating call under one Idempotency-Key for all its attempts. */

@@ -11,9 +11,9 @@
  *   call by `{session_id, sequence}` (its `tool_call_started`) and are refused for a call that is
  *   not in flight on that host.
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, type Effect } from "effect"
 import type { Readable } from "node:stream"
-import type { FailureCode } from "../domain/Failure.js"
+import type { Conflict, Internal, InvalidRequest, Overloaded, PayloadTooLarge, SessionStorageError } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain } from "./Environments.js"
 
@@ -38,26 +38,28 @@ export interface CallName {
   readonly sequence: number
 }
 
-/** A host request refused: `code` says why (its HTTP status follows from it). */
-export class HostRefused extends Data.TaggedError("HostRefused")<{
-  readonly code: FailureCode
-  readonly message: string
-  readonly retryable?: boolean
-  readonly details?: unknown
-}> {}
+/** A registration refused: past MAX_HOSTS, or not stored. */
+export type RegisterError = Overloaded | Internal
+/** A result refused: the call is not in flight (or was not cancelled, for `stopped`), or its value is too large. */
+export type ResultError = Conflict | PayloadTooLarge
+/**
+ * An Event refused: the call is not in flight or takes no Events, a reserved kind, the turn's byte
+ * budget, or the session's storage.
+ */
+export type HostEventError = Conflict | InvalidRequest | PayloadTooLarge | SessionStorageError | Internal
 
 export interface HostsShape {
   /** Registers a new host, durably before it answers. Refused (`overloaded`) past MAX_HOSTS. */
-  readonly register: Effect.Effect<Registered, HostRefused>
+  readonly register: Effect.Effect<Registered, RegisterError>
   readonly isRegistered: (host: string) => boolean
   /** Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown host. */
   readonly authorize: (host: string, token: string) => boolean
   /** Opens `host`'s command stream, replacing (and dropping) the one it had. */
   readonly connect: (host: HostId) => Effect.Effect<CommandStream>
   /** Settles a call in flight on `host` with the host's answer. */
-  readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, HostRefused>
+  readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, ResultError>
   /** Commits a tool-origin Event of a call in flight on `host`; answers its sequence. */
-  readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostRefused>
+  readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostEventError>
   /** Sends a call to `host` and waits for its answer (the `host` driver's `call`). */
   readonly call: (host: string, call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>
   /** Sends a cancel for a call in flight and waits up to the grace for the host to confirm it stopped. */

@@ -4,7 +4,19 @@
  * Reads (summary, transcript, Events) never activate an actor.
  */
 import type { Readable } from "node:stream"
-import { Context, Data, type Effect, type Scope } from "effect"
+import { Context, type Effect, type Scope } from "effect"
+import type {
+  AgentloopFailed,
+  Conflict,
+  CreationFailed,
+  Internal,
+  InvalidRequest,
+  Overloaded,
+  SessionBusy,
+  SessionEnded,
+  SessionStorageError,
+  TeardownFailed
+} from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { Failure } from "../domain/Failure.js"
 import type { Message, TurnInput } from "../domain/Messages.js"
@@ -13,14 +25,21 @@ import type { SessionConfiguration } from "../domain/Configuration.js"
 import type { EnvironmentDeclaration } from "../domain/Environment.js"
 
 /**
- * A refused or failed session operation, as a Failure (its code maps to an HTTP status), with
- * `details` for the error body when the refusal has some (a cursor's limit).
+ * What each method can fail with (domain/Errors.ts). Every method that reaches a session can meet
+ * its storage refusing (`SessionStorageError`: unknown, damaged, a write or a recovery that failed).
  */
-export class SessionError extends Data.TaggedError("SessionError")<{ readonly failure: Failure; readonly details?: unknown }> {
-  override get message() {
-    return `${this.failure.code}: ${this.failure.message}`
-  }
-}
+export type CreateError =
+  | InvalidRequest
+  | Conflict
+  | CreationFailed
+  | Internal
+  | SessionStorageError
+/** A turn refused: by the session's state, its loop, or its storage. */
+export type TurnError = SessionStorageError | SessionEnded | SessionBusy | Conflict | AgentloopFailed
+export type EndError = SessionStorageError | Conflict
+export type DeleteError = SessionStorageError | Conflict | TeardownFailed
+/** An SSE subscription refused: beyond the subscriber limits, or a catch-up read that failed unexpectedly. */
+export type FollowError = SessionStorageError | Overloaded | Internal
 
 /**
  * An admitted SSE subscription: the response body, already checked (the session exists, its
@@ -78,32 +97,32 @@ export interface EventPage {
 }
 
 export interface SessionsShape {
-  readonly create: (request: CreateSession) => Effect.Effect<SessionSummary, SessionError>
-  readonly get: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  readonly create: (request: CreateSession) => Effect.Effect<SessionSummary, CreateError>
+  readonly get: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
+  /** A damaged session is listed as `corrupt`; nothing fails a list. */
   readonly list: (options: { readonly after?: SessionId; readonly limit: number }) => Effect.Effect<
-    { readonly sessions: ReadonlyArray<SessionSummary>; readonly next_cursor: SessionId | undefined },
-    SessionError
+    { readonly sessions: ReadonlyArray<SessionSummary>; readonly next_cursor: SessionId | undefined }
   >
   /** Runs a turn and waits for its end. The turn belongs to the session: interrupting the caller does not cancel it. */
-  readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, SessionError>
+  readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, TurnError>
   /** Starts a turn and returns once `turn_started` is durable. */
-  readonly submit: (session: SessionId, input: TurnInput) => Effect.Effect<Receipt, SessionError>
+  readonly submit: (session: SessionId, input: TurnInput) => Effect.Effect<Receipt, TurnError>
   /** Cancels the running turn, if any, and waits until it is closed. */
-  readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
   /** Waits for active work, then records the ending. */
-  readonly end: (session: SessionId) => Effect.Effect<SessionSummary, SessionError>
+  readonly end: (session: SessionId) => Effect.Effect<SessionSummary, EndError>
   /** Removes an ended or failed session. */
-  readonly delete: (session: SessionId) => Effect.Effect<void, SessionError>
-  readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionError>
+  readonly delete: (session: SessionId) => Effect.Effect<void, DeleteError>
+  readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionStorageError>
   /** A page of Events; a cursor past the last sequence is refused (`invalid_request`, details `{last_sequence}`). */
-  readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionError>
+  readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionStorageError>
   /**
    * The public Events after `after`, then live ones as they commit, as SSE, without gaps or
    * duplicates. Ends after the session's end; a reader that falls too far behind is cut off and
    * resumes by cursor. The subscription lasts as long as the scope. Refused (`overloaded`,
    * retryable) beyond the subscriber limits.
    */
-  readonly follow: (session: SessionId, after: number) => Effect.Effect<Following, SessionError, Scope.Scope>
+  readonly follow: (session: SessionId, after: number) => Effect.Effect<Following, FollowError, Scope.Scope>
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
   /** Waits until every running turn has closed (graceful drain). */

@@ -7,7 +7,8 @@
 import type { HttpServerResponse } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { type ApiFailure, apiFailure } from "../../src/http/Errors.js"
+import { type ApiError, JournalCorrupt, JournalWriteFailed, SessionBusy, SessionEnded } from "../../src/domain/Errors.js"
+import { statusOf } from "../../src/http/Errors.js"
 import { idempotent, jsonAnswer } from "../../src/http/Idempotent.js"
 import * as IdempotencyMemory from "../../src/layers/IdempotencyMemory.js"
 import {
@@ -21,15 +22,15 @@ const textOf = (res: HttpServerResponse.HttpServerResponse) =>
   res.body._tag === "Uint8Array" ? new TextDecoder().decode(res.body.body) : ""
 
 /** A unit of work that counts its runs and ends with `outcome`. */
-const counted = (outcome: Effect.Effect<Answer, ApiFailure>) => {
+const counted = (outcome: Effect.Effect<Answer, ApiError>) => {
   const state = { runs: 0 }
   return { state, work: Effect.suspend(() => Effect.zipRight(Effect.sync(() => state.runs++), outcome)) }
 }
 
-const call = (store: IdempotencyShape, work: Effect.Effect<Answer, ApiFailure>, body: unknown = { input: "x" }) =>
+const call = (store: IdempotencyShape, work: Effect.Effect<Answer, ApiError>, body: unknown = { input: "x" }) =>
   idempotent(store, "send:ses_x", "key-1", body, work).pipe(
     Effect.map((res) => ({ status: res.status, text: textOf(res) })),
-    Effect.catchAll((e) => Effect.succeed({ status: e.status, text: JSON.stringify({ code: e.code, retryable: e.retryable, details: e.details }) }))
+    Effect.catchAll((e) => Effect.succeed({ status: statusOf(e.code), text: JSON.stringify({ code: e.code, retryable: e.retryable, details: e.details }) }))
   )
 
 const memory = IdempotencyMemory.make({ retentionMs: 60_000 })
@@ -49,7 +50,7 @@ describe("idempotent: what a request leaves under its key", () => {
   it.effect("a failure that may have had effects (details.ambiguous) is recorded as 409 ambiguous: the first caller gets the failure, retries get 409 ambiguous, the work never runs again", () =>
     Effect.gen(function*() {
       const store = yield* memory
-      const failure = apiFailure("journal_write_failed", "the turn's end could not be recorded", { details: { ambiguous: true } })
+      const failure = new JournalWriteFailed({ message: "the turn's end could not be recorded", details: { ambiguous: true } })
       const { state, work } = counted(Effect.fail(failure))
       const first = yield* call(store, work)
       expect(first.status).toBe(500)
@@ -73,7 +74,7 @@ describe("idempotent: what a request leaves under its key", () => {
       const store = yield* memory
       let fail = true
       const { state, work } = counted(Effect.suspend(() =>
-        fail ? Effect.fail(apiFailure("journal_corrupt", "the session's journal is corrupt")) : Effect.succeed(jsonAnswer(200, { ran: true }))
+        fail ? Effect.fail(new JournalCorrupt({ message: "the session's journal is corrupt" })) : Effect.succeed(jsonAnswer(200, { ran: true }))
       ))
       expect((yield* call(store, work)).status).toBe(500)
       fail = false
@@ -88,7 +89,7 @@ describe("idempotent: what a request leaves under its key", () => {
       let busy = true
       const { state, work } = counted(Effect.suspend(() =>
         busy
-          ? Effect.fail(apiFailure("session_busy", "a turn is running in this session", { retryable: true }))
+          ? Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
           : Effect.succeed(jsonAnswer(200, { ran: true }))
       ))
       const refused = yield* call(store, work)
@@ -102,7 +103,7 @@ describe("idempotent: what a request leaves under its key", () => {
   it.effect("a non-retryable 4xx refusal is recorded: retries replay it and the work does not run again", () =>
     Effect.gen(function*() {
       const store = yield* memory
-      const { state, work } = counted(Effect.fail(apiFailure("session_ended", "the session has ended")))
+      const { state, work } = counted(Effect.fail(new SessionEnded({ message: "the session has ended" })))
       const first = yield* call(store, work)
       expect(first.status).toBe(409)
       expect(yield* call(store, work)).toEqual(first)

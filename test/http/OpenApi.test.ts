@@ -1,6 +1,8 @@
 import * as fs from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
+import { statusOf } from "../../src/http/Errors.js"
 import { openApiDocument } from "../../src/http/OpenApiDoc.js"
+import type { FailureCode } from "../../src/domain/Failure.js"
 
 describe("OpenAPI document", () => {
   it("the committed docs/openapi.json is exactly what the contract generates (run `npm run openapi` after changing the API)", () => {
@@ -33,6 +35,31 @@ describe("OpenAPI document", () => {
       "POST /v1/sessions/{id}/messages"
     ])
     const send = doc.paths["/v1/sessions/{id}/messages"].post
-    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "409", "413", "415", "503"])
+    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "409", "413", "415", "500", "503"])
+  })
+
+  it("each error status lists, by schema and in its description, only the codes answered with that status; no framework error shape is documented", () => {
+    const doc = openApiDocument() as any
+    expect(Object.keys(doc.components.schemas)).not.toContain("HttpApiDecodeError")
+    const codeOf = (ref: string) => doc.components.schemas[ref.replace("#/components/schemas/", "")].properties.code.enum[0] as FailureCode
+    let statuses = 0
+    for (const operations of Object.values<any>(doc.paths)) {
+      for (const operation of Object.values<any>(operations)) {
+        for (const [status, response] of Object.entries<any>(operation.responses)) {
+          if (Number(status) < 400) continue
+          const schema = response.content["application/json"].schema
+          const codes = (schema.anyOf ?? [schema]).map((s: { $ref: string }) => codeOf(s.$ref))
+          for (const code of codes) expect(statusOf(code), `${code} under ${status}`).toBe(Number(status))
+          expect(response.description).toBe(`code ${codes.map((c: string) => `\`${c}\``).join(", ")}`)
+          for (const schemaRef of schema.anyOf ?? [schema]) {
+            const body = doc.components.schemas[schemaRef.$ref.replace("#/components/schemas/", "")]
+            expect(Object.keys(body.properties).sort()).toEqual(["code", "details", "message", "retryable"])
+            expect(body.required.sort()).toEqual(["code", "message", "retryable"])
+          }
+          statuses++
+        }
+      }
+    }
+    expect(statuses).toBeGreaterThan(50)
   })
 })

@@ -9,7 +9,7 @@ import type { JournalRecord } from "../../src/domain/Records.js"
 import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import type { AgentloopShape, HostCallFailed, ToolResult } from "../../src/services/Agentloop.js"
 import { Journal } from "../../src/services/Journal.js"
-import type { SessionError } from "../../src/services/Sessions.js"
+import type { ApiError } from "../../src/domain/Errors.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import type { ServerConfigShape } from "../../src/services/ServerConfig.js"
 import { tempDir } from "../support/journals.js"
@@ -20,7 +20,7 @@ const loop = (activate: AgentloopShape["activate"]): AgentloopShape => ({ activa
 const codeOf = <A>(call: Effect.Effect<A, HostCallFailed>) =>
   Effect.map(Effect.either(call), (e) => (Either.isLeft(e) ? e.left.failure.code : "ok"))
 
-const refusal = <A>(call: Effect.Effect<A, SessionError>) => Effect.map(Effect.flip(call), (e) => e.failure.code)
+const refusal = <A>(call: Effect.Effect<A, ApiError>) => Effect.map(Effect.flip(call), (e) => e.code)
 
 /** Real time, whatever the test's clock: lets the runtime's fibers and IO move. */
 const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
@@ -283,7 +283,7 @@ describe("turns while busy", () => {
         const first = yield* Effect.fork(sessions.send(s, { message: "first" }))
         yield* eventually("the first turn to run", Effect.sync(() => g.state.entered === 1))
         const busy = yield* Effect.flip(sessions.send(s, { message: "second" }))
-        expect(busy.failure.code).toBe("session_busy")
+        expect(busy.code).toBe("session_busy")
         expect(yield* refusal(sessions.submit(s, { message: "third" }))).toBe("session_busy")
         yield* g.open
         const out = yield* Fiber.join(first)

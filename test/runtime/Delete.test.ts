@@ -33,9 +33,9 @@ describe("session delete", () => {
           const results = yield* Effect.all([...deletes, ...reads], { concurrency: "unbounded" })
           const deleted = results.slice(0, 30)
           expect(deleted.filter(Either.isRight), `round ${round}`).toHaveLength(1)
-          for (const d of deleted.filter(Either.isLeft)) expect(d.left.failure.code, `round ${round}`).toBe("not_found")
+          for (const d of deleted.filter(Either.isLeft)) expect(d.left.code, `round ${round}`).toBe("not_found")
           for (const r of results.slice(30)) {
-            if (Either.isLeft(r)) expect(r.left.failure.code, `round ${round}`).toBe("not_found")
+            if (Either.isLeft(r)) expect(r.left.code, `round ${round}`).toBe("not_found")
           }
           const afterwards = [
             Effect.asVoid(sessions.get(id)),
@@ -45,7 +45,7 @@ describe("session delete", () => {
           ]
           for (const after of afterwards) {
             const r = yield* Effect.either(after)
-            expect(Either.isLeft(r) && r.left.failure.code, `round ${round}`).toBe("not_found")
+            expect(Either.isLeft(r) && r.left.code, `round ${round}`).toBe("not_found")
           }
         }
       }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir: dir } })))

@@ -39,8 +39,8 @@ describe("an Environment credential", () => {
         expect((yield* sessions.send(id, { message: "go" })).turn.status).toBe("ended")
         yield* sessions.end(id)
         const refused = yield* Effect.flip(sessions.delete(id))
-        expect(refused.failure.code).toBe("teardown_failed")
-        expect(JSON.stringify(refused.failure)).not.toContain(TOKEN)
+        expect(refused.code).toBe("teardown_failed")
+        expect(JSON.stringify(refused)).not.toContain(TOKEN)
         expect(JSON.stringify(yield* sessions.events(id, { after: 0, limit: 1000 }))).toContain("<redacted>")
       }).pipe(
         Effect.provide(runtimeLayer({

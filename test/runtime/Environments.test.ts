@@ -65,7 +65,7 @@ describe("an http Environment's lifecycle", () => {
         expect(f.requests()[1]).toMatchObject({ path: "/detach", sequence: ending[1]!.sequence })
 
         yield* sessions.delete(id)
-        expect((yield* Effect.flip(sessions.get(id))).failure.code).toBe("not_found")
+        expect((yield* Effect.flip(sessions.get(id))).code).toBe("not_found")
         expect(f.requests().map((r) => r.path)).toEqual(["/setup", "/detach", "/teardown"])
         expectOnce(f)
       }).pipe(Effect.provide(runtime({ sandboxes: f.url })))
@@ -81,9 +81,9 @@ describe("an http Environment's lifecycle", () => {
           model: { provider: "scripted" },
           environments: [sandbox("good", "one"), sandbox("bad", "two"), sandbox("good", "three")]
         }))
-        expect(refused.failure.code).toBe("creation_failed")
-        expect(refused.failure.message).toContain(`Environment "two"`)
-        const details = refused.failure.details as { session_id: SessionId; environment: string; failure: { code: string } }
+        expect(refused.code).toBe("creation_failed")
+        expect(refused.message).toContain(`Environment "two"`)
+        const details = refused.details as { session_id: SessionId; environment: string; failure: { code: string } }
         expect(details).toMatchObject({ environment: "two", failure: { code: "environment_failed" } })
         const id = details.session_id
         expect(yield* kindsOf(id)).toEqual([
@@ -133,16 +133,16 @@ describe("an http Environment's lifecycle", () => {
         const { session_id: id } = yield* sessions.create({ model: { provider: "scripted" }, environments: [sandbox()] })
         yield* sessions.end(id)
         const refused = yield* Effect.flip(sessions.delete(id))
-        expect(refused.failure.code).toBe("teardown_failed")
-        expect(refused.failure.message).toContain(`"sandbox"`)
-        expect(refused.failure.details).toMatchObject({ environments: ["sandbox"] })
+        expect(refused.code).toBe("teardown_failed")
+        expect(refused.message).toContain(`"sandbox"`)
+        expect(refused.details).toMatchObject({ environments: ["sandbox"] })
         expect((yield* sessions.get(id)).status).toBe("ended")
         expect(yield* kindsOf(id)).toContain("environment_teardown_failed")
         yield* Effect.sleep("200 millis")
         expect(f.requests().filter((r) => r.path === "/teardown")).toHaveLength(1)
 
         yield* sessions.delete(id)
-        expect((yield* Effect.flip(sessions.get(id))).failure.code).toBe("not_found")
+        expect((yield* Effect.flip(sessions.get(id))).code).toBe("not_found")
         const teardowns = f.requests().filter((r) => r.path === "/teardown")
         expect(teardowns).toHaveLength(2)
         expect(teardowns[1]!.sequence).toBeGreaterThan(teardowns[0]!.sequence)
@@ -163,8 +163,8 @@ describe("an http Environment's lifecycle", () => {
         ]
         for (const [body, message] of cases) {
           const refused = yield* Effect.flip(sessions.create({ model: { provider: "scripted" }, ...(body as object) }))
-          expect(refused.failure.code).toBe("invalid_request")
-          expect(refused.failure.message).toContain(message)
+          expect(refused.code).toBe("invalid_request")
+          expect(refused.message).toContain(message)
         }
         expect((yield* sessions.list({ limit: 10 })).sessions).toEqual([])
         expect(f.requests()).toEqual([])

@@ -498,7 +498,7 @@ describe("a turn interrupted at every append (file journal, fault-injecting wrap
         yield* untilSuspended(end)
         yield* Deferred.succeed(release, undefined)
         const sent = yield* Fiber.join(send)
-        expect(sent._tag === "Left" && sent.left.failure.code).toBe("journal_write_failed")
+        expect(sent._tag === "Left" && sent.left.code).toBe("journal_write_failed")
         const settle = (f: typeof interrupt | typeof end) =>
           Fiber.join(f).pipe(Effect.timeout(Duration.seconds(1)), Effect.either, Effect.map((r) => r._tag === "Right" ? "returned" : "still waiting after 1 s"))
         const [i, e] = yield* Effect.all([settle(interrupt), settle(end)], { concurrency: 2 })

@@ -92,7 +92,7 @@ describe("Session lifecycle", () => {
       const sessions = yield* Sessions
       const journal = yield* Journal
       const unknownLoop = yield* Effect.either(sessions.create({ model: scripted, agentloop: "nope" }))
-      expect(Either.isLeft(unknownLoop) && unknownLoop.left.failure.code).toBe("invalid_request")
+      expect(Either.isLeft(unknownLoop) && unknownLoop.left.code).toBe("invalid_request")
       expect(yield* journal.list).toEqual([])
     }).pipe(Effect.provide(runtimeLayer())))
 

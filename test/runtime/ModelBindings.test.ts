@@ -39,8 +39,8 @@ describe("named model bindings", () => {
         const sessions = yield* Sessions
         const journal = yield* Journal
         const refused = yield* Effect.either(sessions.create({ model: "slow" }))
-        expect(Either.isLeft(refused) && refused.left.failure.code).toBe("invalid_request")
-        expect(Either.isLeft(refused) && refused.left.failure.message).toContain('"fast"')
+        expect(Either.isLeft(refused) && refused.left.code).toBe("invalid_request")
+        expect(Either.isLeft(refused) && refused.left.message).toContain('"fast"')
 
         const { session_id } = yield* sessions.create({ model: "fast" })
         const [created] = yield* journal.read(session_id, { after: 0, limit: 1 })

@@ -176,7 +176,7 @@ const failureOf = (seen: Seen) => (Either.isLeft(seen) ? seen.left.failure : und
 /** Every access of the session answers journal_write_failed (the broken cell), none hangs. */
 const refusedEverywhere = (s: SessionsShape, session: SessionId) =>
   Effect.gen(function*() {
-    const accesses: ReadonlyArray<Effect.Effect<unknown, { readonly failure: { readonly code: string } }>> = [
+    const accesses: ReadonlyArray<Effect.Effect<unknown, { readonly code: string }>> = [
       s.get(session),
       s.send(session, { message: "again" }),
       s.transcript(session),
@@ -185,7 +185,7 @@ const refusedEverywhere = (s: SessionsShape, session: SessionId) =>
     const codes: Array<string> = []
     for (const access of accesses) {
       const r = yield* Effect.either(Effect.timeout(access, Duration.millis(ANSWER_WITHIN_MS)))
-      codes.push(Either.isLeft(r) ? ("failure" in r.left ? r.left.failure.code : "hung") : "answered")
+      codes.push(Either.isLeft(r) ? ("code" in r.left ? r.left.code : "hung") : "answered")
     }
     return codes
   })
@@ -196,7 +196,7 @@ const reopened = (s: SessionsShape, session: SessionId) =>
     for (let i = 0; i < 500; i++) {
       const r = yield* Effect.either(s.get(session))
       if (Either.isRight(r)) return r.right
-      expect(r.left.failure.code).toBe("journal_write_failed")
+      expect(r.left.code).toBe("journal_write_failed")
       yield* Effect.sleep(Duration.millis(10))
     }
     throw new Error("the session never reopened after the late append settled")

@@ -222,7 +222,7 @@ describe("startup and opening sessions on demand (file journal)", () => {
           const blank = yield* Effect.flip(sessions.get(storedId(1)))
           const created = yield* sessions.create({ model: { provider: "scripted" } })
           const turn = yield* sessions.send(created.session_id, { message: "still works" })
-          return { corrupt: corrupt.failure.code, blank: blank.failure.code, turn: turn.turn.status }
+          return { corrupt: corrupt.code, blank: blank.code, turn: turn.turn.status }
         }))
       expect(result).toEqual({ corrupt: "journal_corrupt", blank: "not_found", turn: "ended" })
     }), 60_000)

@@ -56,8 +56,8 @@ describe("a journal write failure during a turn", () => {
       // The disk is still full: every access says so, none says busy, none hangs.
       for (const attempt of [s.get(session_id), s.send(session_id, { message: "again" }), s.interrupt(session_id), s.end(session_id)]) {
         const r = yield* Effect.either(attempt)
-        expect(Either.isLeft(r) && r.left.failure.code).toBe("journal_write_failed")
-        expect(Either.isLeft(r) && r.left.failure.retryable).toBe(false)
+        expect(Either.isLeft(r) && r.left.code).toBe("journal_write_failed")
+        expect(Either.isLeft(r) && r.left.retryable).toBe(false)
       }
 
       // Room again: the next access records the interrupted turn and the session works.

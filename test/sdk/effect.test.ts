@@ -1,11 +1,12 @@
 /**
  * The Effect client (HttpApiClient over src/http/Api.ts) against a real server started with
  * BRAIN_API_TOKEN: a create/send/get round trip with the token added to every request, and
- * refusals in its one error channel as BrainError values carrying the server's code and status.
+ * refusals in its error channel as the route's typed errors (domain/Errors.ts), caught by tag.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
-import { BrainClient, BrainError } from "../../src/sdk/index.js"
+import { NotFound, SessionEnded } from "../../src/domain/Errors.js"
+import { BrainClient } from "../../src/sdk/index.js"
 import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "sdk-effect-token"
@@ -48,7 +49,7 @@ describe("the Effect client", () => {
     expect(result.list.sessions.map((s) => s.session_id)).toContain(result.created.session_id)
   })
 
-  it("ends and deletes a session; a later read fails with a BrainError not_found (404) in the error channel", async () => {
+  it("ends and deletes a session; a later send fails with SessionEnded and a later read with NotFound, typed in the error channel", async () => {
     const gone = await run(Effect.gen(function*() {
       const brain = yield* BrainClient
       const { session_id } = yield* brain.sessions.create({ model: { provider: "scripted" } })
@@ -59,21 +60,20 @@ describe("the Effect client", () => {
       const read = yield* Effect.either(brain.sessions.get(session_id))
       return { refused, read }
     }))
-    expect(Either.isLeft(gone.refused) && gone.refused.left).toMatchObject({ _tag: "BrainError", code: "session_ended", status: 409 })
-    expect(Either.isLeft(gone.read)).toBe(true)
-    const error = (gone.read as Either.Left<BrainError, unknown>).left
-    expect(error).toBeInstanceOf(BrainError)
-    expect(error).toMatchObject({ code: "not_found", status: 404, retryable: false })
+    expect(Either.isLeft(gone.refused) && gone.refused.left).toBeInstanceOf(SessionEnded)
+    expect(Either.isLeft(gone.refused) && gone.refused.left).toMatchObject({ _tag: "SessionEnded", code: "session_ended", retryable: false })
+    expect(Either.isLeft(gone.read) && gone.read.left).toBeInstanceOf(NotFound)
+    expect(Either.isLeft(gone.read) && gone.read.left).toMatchObject({ code: "not_found", retryable: false })
   })
 
-  it("a wrong token fails with a BrainError unauthorized (401), caught by its tag", async () => {
+  it("a wrong token fails with Unauthorized, caught by its tag", async () => {
     const caught = await run(
       Effect.gen(function*() {
         const brain = yield* BrainClient
         return yield* brain.sessions.list()
-      }).pipe(Effect.catchTag("BrainError", (e) => Effect.succeed(e))),
+      }).pipe(Effect.catchTag("Unauthorized", (e) => Effect.succeed(e))),
       "wrong"
     )
-    expect(caught).toMatchObject({ _tag: "BrainError", code: "unauthorized", status: 401, retryable: false })
+    expect(caught).toMatchObject({ _tag: "Unauthorized", code: "unauthorized", retryable: false })
   })
 })

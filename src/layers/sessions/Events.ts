@@ -9,13 +9,13 @@
  * past the last durable sequence is refused with that sequence, never answered empty or waited on.
  */
 import { Effect } from "effect"
-import { failure } from "../../domain/Failure.js"
+import { InvalidRequest } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_BYTES } from "../../domain/Limits.js"
 import { type Event, type SessionState, toEvent, transcriptLengthAt } from "../../domain/Projection.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import type { JournalReadError, JournalShape } from "../../services/Journal.js"
-import { type EventPage, SessionError } from "../../services/Sessions.js"
+import type { EventPage } from "../../services/Sessions.js"
 
 const RECORDS_PER_READ = 1000
 
@@ -48,12 +48,12 @@ export const checkCursor = (
   journal: JournalShape,
   session: SessionId,
   after: number
-): Effect.Effect<number, JournalReadError | SessionError> =>
+): Effect.Effect<number, JournalReadError | InvalidRequest> =>
   Effect.flatMap(journal.lastSequence(session), (last) =>
     after > last
       ? Effect.fail(
-        new SessionError({
-          failure: failure("invalid_request", `the cursor ${after} is beyond the session's last sequence ${last}`),
+        new InvalidRequest({
+          message: `the cursor ${after} is beyond the session's last sequence ${last}`,
           details: { last_sequence: last }
         })
       )
@@ -121,7 +121,7 @@ export const readEvents = (
   after: number,
   limit: number,
   maxBytes: number = PAGE_BYTES
-): Effect.Effect<EventPage, JournalReadError | SessionError> =>
+): Effect.Effect<EventPage, JournalReadError | InvalidRequest> =>
   Effect.gen(function*() {
     const last = yield* checkCursor(journal, session, after)
     const length = yield* transcriptLengthThrough(journal, session, state, after)

@@ -16,7 +16,7 @@
  *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
  */
 import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
-import { failure } from "../../domain/Failure.js"
+import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
 import { type SessionState, toEvent } from "../../domain/Projection.js"
@@ -24,7 +24,7 @@ import type { JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
-import { type Following, SessionError } from "../../services/Sessions.js"
+import type { Following, FollowError } from "../../services/Sessions.js"
 import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
 import { deltaFrame, encode, eventFrame } from "./SseFrames.js"
 import { type CatchUpPage, Tap, type TapLimits } from "./Tap.js"
@@ -35,7 +35,7 @@ interface Feed {
   through: number
   /** The transcript's length just after `through`. */
   length: number
-  readonly taps: Set<Tap<SessionError>>
+  readonly taps: Set<Tap<FollowError>>
   readonly scope: Scope.CloseableScope
   /** The journal cut it off; nothing more will be published. */
   failed: boolean
@@ -50,7 +50,7 @@ const EARLY_DELTA_BYTES = 256 * 1024
 interface Entry {
   /** Subscribers holding or opening this feed. */
   users: number
-  readonly feed: Deferred.Deferred<Feed, SessionError>
+  readonly feed: Deferred.Deferred<Feed, FollowError>
   /** The feed, once open. */
   opened: Feed | undefined
 }
@@ -64,22 +64,20 @@ export interface LiveFeeds {
   readonly follow: (
     session: SessionId,
     after: number,
-    snapshot: Effect.Effect<SessionState, SessionError>
-  ) => Effect.Effect<Following, SessionError, Scope.Scope>
+    snapshot: Effect.Effect<SessionState, SessionStorageError>
+  ) => Effect.Effect<Following, FollowError, Scope.Scope>
 }
 
 const internal = (defect: unknown) =>
-  new SessionError({ failure: failure("internal", `reading the journal failed unexpectedly: ${String(defect)}`) })
+  new Internal({ message: `reading the journal failed unexpectedly: ${String(defect)}`, retryable: false })
 
 const tooMany = (setting: string, limit: number) =>
-  new SessionError({
-    failure: failure("overloaded", `${setting} (${limit}) SSE streams are open already; retry later`, { retryable: true })
-  })
+  new Overloaded({ message: `${setting} (${limit}) SSE streams are open already; retry later` })
 
 export const make = (
   journal: JournalShape,
   config: Pick<ServerConfigShape, "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs">,
-  fromJournal: (e: JournalReadError) => SessionError
+  fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt
 ): Effect.Effect<LiveFeeds, never, Scope.Scope> =>
   Effect.gen(function*() {
     const owner = yield* Effect.scope
@@ -205,7 +203,7 @@ export const make = (
         return Scope.close(feed.scope, Exit.void)
       })
 
-    const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, SessionError> =>
+    const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, FollowError> =>
       readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: SSE_CATCH_UP_BYTES }, (e) => {
         const frame = eventFrame(e)
         return { item: frame, size: Buffer.byteLength(frame) }
@@ -233,7 +231,7 @@ export const make = (
         const entry = yield* Effect.acquireRelease(admit(session, state), (entry) => release(session, entry))
         const feed = yield* Deferred.await(entry.feed)
         // Registered at the feed's position in the same step that reads it, so no commit falls between.
-        const tap = new Tap<SessionError>({
+        const tap = new Tap<FollowError>({
           from: { after, length },
           registeredAt: feed.through,
           atEnd: state.status === "ended" && after >= state.lastSequence,

@@ -16,43 +16,60 @@
  *   then is never remembered when released, and nothing of the session is served from memory.
  */
 import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, type Scope } from "effect"
-import { failure, type Failure } from "../../domain/Failure.js"
+import * as Refusal from "../../domain/Errors.js"
+import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { needsRecovery, recoveryEntries } from "../../domain/Recovery.js"
-import type { JournalAppendError, JournalReadError, JournalShape, SessionAlreadyExists } from "../../services/Journal.js"
+import type {
+  JournalAppendError,
+  JournalCorrupt,
+  JournalReadError,
+  JournalShape,
+  RecordRejected,
+  SessionAlreadyExists,
+  SessionNotFound
+} from "../../services/Journal.js"
 import type { ProjectionShape } from "../../services/Projection.js"
-import { SessionError } from "../../services/Sessions.js"
 import { Cell, commit } from "./Cell.js"
 
 /** Records folded since the last checkpoint before a released cell writes a new one. */
 const CHECKPOINT_EVERY_RECORDS = 256
 
-export const refuse = (f: Failure) => new SessionError({ failure: f })
+export const notFound = () => new Refusal.NotFound({ message: "no such session" })
 
-export const notFound = () => refuse(failure("not_found", "no such session"))
+/** The refusal each journal error stands for. */
+export type FromJournal<E> = E extends SessionNotFound ? Refusal.NotFound
+  : E extends JournalCorrupt ? Refusal.JournalCorrupt
+  : E extends RecordRejected ? Refusal.InvalidRequest
+  : E extends SessionAlreadyExists ? Refusal.Conflict
+  : Refusal.JournalWriteFailed
 
 /** A journal error as the session operation's failure; `ambiguous` when the operation's own write may have landed. */
-export const fromJournal = (
-  e: JournalReadError | JournalAppendError | SessionAlreadyExists,
+export const fromJournal = <E extends JournalReadError | JournalAppendError | SessionAlreadyExists>(
+  e: E,
   options: { readonly ambiguous: boolean } = { ambiguous: true }
-): SessionError =>
-  refuse(
-    e._tag === "SessionNotFound"
-      ? failure("not_found", "no such session")
-      : e._tag === "JournalCorrupt"
-      ? failure("journal_corrupt", e.message)
-      : e._tag === "RecordRejected"
-      ? failure("invalid_request", e.reason)
-      : e._tag === "SessionAlreadyExists"
-      ? failure("conflict", e.message)
-      : failure("journal_write_failed", `${e.message}; the session recovers on its next access once the disk accepts writes`, options)
-  )
+): FromJournal<E> => {
+  const j = e as JournalReadError | JournalAppendError | SessionAlreadyExists
+  return (
+    j._tag === "SessionNotFound"
+      ? notFound()
+      : j._tag === "JournalCorrupt"
+      ? new Refusal.JournalCorrupt({ message: j.message })
+      : j._tag === "RecordRejected"
+      ? new Refusal.InvalidRequest({ message: j.reason })
+      : j._tag === "SessionAlreadyExists"
+      ? new Refusal.Conflict({ message: j.message })
+      : new Refusal.JournalWriteFailed({
+        message: `${j.message}; the session recovers on its next access once the disk accepts writes`,
+        ...(options.ambiguous ? { details: { ambiguous: true } } : {})
+      })
+  ) as FromJournal<E>
+}
 
 const brokenFailure = () =>
-  failure(
-    "journal_write_failed",
-    "a write to this session's journal failed; the session recovers on its next access once the disk accepts writes"
-  )
+  new Refusal.JournalWriteFailed({
+    message: "a write to this session's journal failed; the session recovers on its next access once the disk accepts writes"
+  })
 
 export interface RegistryOptions {
   readonly journal: JournalShape
@@ -67,7 +84,7 @@ export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, 
   Effect.map(FiberMap.make<SessionId>(), (timers) => new Registry(options, timers))
 
 export class Registry {
-  private readonly cells = new Map<SessionId, Deferred.Deferred<Cell, SessionError>>()
+  private readonly cells = new Map<SessionId, Deferred.Deferred<Cell, SessionStorageError>>()
   /** Sessions checked for interrupted work by this process. */
   private readonly checked = new Set<SessionId>()
   /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
@@ -91,7 +108,7 @@ export class Registry {
   }
 
   /** Loads the state, recovering interrupted work first if this process has not yet looked. */
-  private load(session: SessionId): Effect.Effect<Cell, SessionError> {
+  private load(session: SessionId): Effect.Effect<Cell, SessionStorageError> {
     const { journal, projection } = this.options
     return Effect.gen(this, function*() {
       const { state } = yield* projection.state(session)
@@ -117,11 +134,11 @@ export class Registry {
   }
 
   /** The session's cell, opened on demand and shared; the caller must `release` it. */
-  acquire(session: SessionId): Effect.Effect<Cell, SessionError> {
+  acquire(session: SessionId): Effect.Effect<Cell, SessionStorageError> {
     return Effect.suspend(() => {
       if (this.deleting.has(session)) return Effect.fail(notFound())
       const existing = this.cells.get(session)
-      const opened = existing ?? Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
+      const opened = existing ?? Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
       if (!existing) this.cells.set(session, opened)
       const open = existing
         ? Effect.void
@@ -135,8 +152,8 @@ export class Registry {
         )
       return Effect.zipRight(open, Deferred.await(opened)).pipe(
         Effect.flatMap((cell) =>
-          Effect.suspend(() => {
-            if (cell.broken) return Effect.fail(refuse(brokenFailure()))
+          Effect.suspend((): Effect.Effect<Cell, SessionStorageError> => {
+            if (cell.broken) return Effect.fail(brokenFailure())
             if (cell.deleted) return Effect.fail(notFound())
             cell.users++
             this.unwarm(cell)
@@ -151,7 +168,7 @@ export class Registry {
   adopt(cell: Cell): Effect.Effect<void> {
     return Effect.suspend(() => {
       this.checked.add(cell.session)
-      const opened = Deferred.unsafeMake<Cell, SessionError>(FiberId.none)
+      const opened = Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
       Deferred.unsafeDone(opened, Exit.succeed(cell))
       this.cells.set(cell.session, opened)
       cell.users++
@@ -185,7 +202,7 @@ export class Registry {
     })
   }
 
-  using<A>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, SessionError>): Effect.Effect<A, SessionError> {
+  using<A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>): Effect.Effect<A, E | SessionStorageError> {
     return Effect.acquireUseRelease(this.acquire(session), body, (cell) => this.release(cell))
   }
 
@@ -252,11 +269,11 @@ export class Registry {
    * Deletes a session exclusively: `admit` checks the cell (and may refuse), then every access
    * answers not_found while `remove` runs; one delete wins, the others are not_found.
    */
-  delete(
+  delete<E1, E2>(
     session: SessionId,
-    admit: (cell: Cell) => Effect.Effect<void, SessionError>,
-    remove: Effect.Effect<void, SessionError>
-  ): Effect.Effect<void, SessionError> {
+    admit: (cell: Cell) => Effect.Effect<void, E1>,
+    remove: Effect.Effect<void, E2>
+  ): Effect.Effect<void, E1 | E2 | SessionStorageError> {
     return Effect.gen(this, function*() {
       yield* this.using(session, (cell) =>
         Effect.flatMap(admit(cell), () =>

@@ -23,7 +23,7 @@
  */
 import { Readable } from "node:stream"
 import { Effect } from "effect"
-import type { Failure } from "../../domain/Failure.js"
+import { type ApiError, isApiError } from "../../domain/Errors.js"
 import { CONNECTED, errorFrame, framesAfter, HEARTBEAT, laggedFrame } from "./SseFrames.js"
 
 /** One commit's frames, as the feed offers them to every subscriber. */
@@ -59,7 +59,7 @@ export interface TapLimits {
   readonly writeBytes: number
 }
 
-export interface TapOptions<E extends { readonly failure: Failure }> {
+export interface TapOptions<E extends ApiError> {
   readonly from: { readonly after: number; readonly length: number }
   /** The feed's position when this subscriber is registered on it. */
   readonly registeredAt: number
@@ -77,7 +77,7 @@ export interface TapOptions<E extends { readonly failure: Failure }> {
 
 const END = Symbol("end")
 
-export class Tap<E extends { readonly failure: Failure }> extends Readable {
+export class Tap<E extends ApiError> extends Readable {
   /** The last sequence handed to the socket (examined, while catching up). */
   private cursor: number
   /** The transcript's length just after `cursor`, while catching up. */
@@ -249,7 +249,7 @@ export class Tap<E extends { readonly failure: Failure }> extends Readable {
     this.options.run(this.options.read(from, this.length, this.until), (outcome) => {
       this.reading = false
       if (this.over) return
-      if ("failure" in outcome) return this.endWith(errorFrame(outcome.failure))
+      if (isApiError(outcome)) return this.endWith(errorFrame(outcome))
       this.accept(outcome, from)
       this.deliver()
     })

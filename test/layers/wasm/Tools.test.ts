@@ -151,7 +151,7 @@ describe("Wasm tools", () => {
       const sessions = yield* Sessions
       for (const module of [loopOnly, "a".repeat(64)]) {
         const refused = yield* Effect.flip(sessions.create({ model: { provider: "scripted" }, tools: [{ name: "t", module }] }))
-        expect(refused.failure.code).toBe("invalid_request")
+        expect(refused.code).toBe("invalid_request")
       }
     }).pipe(Effect.provide(runtimeLayer({ wasm: WASM }))))
 })

@@ -1,0 +1,194 @@
+/**
+ * The Effect client's error channel is exact: against a real server started with BRAIN_API_TOKEN,
+ * each refusal arrives as the `Schema.TaggedError` its route declares (domain/Errors.ts), decoded
+ * from the plain `{code, message, retryable, details?}` body by its code, so `catchTag` works from
+ * the raw `HttpApiClient` over `BrainApi` and from `BrainClient`; errors sharing a status are told
+ * apart by code. The union of each route is checked at compile time (`npm run typecheck`).
+ */
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpApiClient from "@effect/platform/HttpApiClient"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect, Either } from "effect"
+import { Conflict, InvalidRequest, NotFound, SessionBusy, SessionEnded, Unauthorized } from "../../src/domain/Errors.js"
+import type { SessionId } from "../../src/domain/Ids.js"
+import { BrainApi } from "../../src/http/Api.js"
+import type { IdempotencyRefusal } from "../../src/http/Idempotent.js"
+import type { BrainApiClient, Refusals } from "../../src/sdk/BrainClient.js"
+import type { HostEventError, RegisterError, ResultError } from "../../src/services/Hosts.js"
+import type { CreateError, DeleteError, EndError, FollowError, TurnError } from "../../src/services/Sessions.js"
+import type { SessionStorageError } from "../../src/domain/Errors.js"
+import { BrainClient } from "../../src/sdk/index.js"
+import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+
+const TOKEN = "sdk-typed-errors-token"
+/** A well-formed session id no session has. */
+const NOBODY = "ses_00000000000000000000000000" as SessionId
+
+/** Compile-time: the refusals a route of the raw client declares, by tag, exactly (no more, no fewer). */
+type Tags<Call extends (...args: any) => Effect.Effect<any, any, any>> = Refusals<Call> extends { readonly _tag: infer T } ? T : never
+const exactly = <T extends string>(tags: { readonly [K in T]: true }) => Object.keys(tags).sort()
+type Sessions = BrainApiClient["sessions"]
+type Hosts = BrainApiClient["hosts"]
+
+/**
+ * Compile-time: every refusal `Service` can fail with is declared by the route that answers it.
+ * A keyed route's work answers its refusals as recorded answers, not through the handler's error
+ * channel, so the compiler checks these here rather than in the handlers.
+ */
+type Declares<Call extends (...args: any) => Effect.Effect<any, any, any>, Service> = [Service] extends [Refusals<Call>] ? true : false
+const declared: ReadonlyArray<true> = [
+  true as Declares<Sessions["create"], CreateError | IdempotencyRefusal>,
+  true as Declares<Sessions["get"], SessionStorageError>,
+  true as Declares<Sessions["send"], TurnError | IdempotencyRefusal>,
+  true as Declares<Sessions["events"], FollowError>,
+  true as Declares<Sessions["transcript"], SessionStorageError>,
+  true as Declares<Sessions["cancel"], SessionStorageError | IdempotencyRefusal>,
+  true as Declares<Sessions["end"], EndError | IdempotencyRefusal>,
+  true as Declares<Sessions["delete"], DeleteError | IdempotencyRefusal>,
+  true as Declares<Hosts["register"], RegisterError>,
+  true as Declares<Hosts["results"], ResultError>,
+  true as Declares<Hosts["events"], HostEventError>
+]
+
+describe("the Effect client's typed errors", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_API_TOKEN: TOKEN } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  /** The raw `HttpApiClient` of the contract, with `token` on every request. */
+  const rawApi = (token = TOKEN) =>
+    HttpApiClient.make(BrainApi, {
+      baseUrl: server.baseUrl,
+      transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(token))
+    }).pipe(Effect.provide(FetchHttpClient.layer))
+
+  const run = <A, E>(effect: Effect.Effect<A, E, BrainClient>) =>
+    Effect.runPromise(Effect.provide(effect, BrainClient.layerFetch({ baseUrl: server.baseUrl, token: TOKEN })))
+
+  it("each route declares every refusal its service method can fail with (checked by the compiler)", () => {
+    expect(declared.every((d) => d)).toBe(true)
+  })
+
+  it("each route's error channel names exactly the refusals its contract declares (checked by the compiler)", () => {
+    expect(exactly<Tags<Sessions["get"]>>({
+      InvalidRequest: true,
+      Unauthorized: true,
+      NotFound: true,
+      JournalCorrupt: true,
+      JournalWriteFailed: true,
+      Overloaded: true,
+      Internal: true
+    })).toHaveLength(7)
+    expect(exactly<Tags<Sessions["send"]>>({
+      InvalidRequest: true,
+      Unauthorized: true,
+      NotFound: true,
+      Conflict: true,
+      Ambiguous: true,
+      SessionBusy: true,
+      SessionEnded: true,
+      PayloadTooLarge: true,
+      UnsupportedMediaType: true,
+      JournalCorrupt: true,
+      JournalWriteFailed: true,
+      AgentloopFailed: true,
+      Overloaded: true,
+      IdempotencyUnavailable: true,
+      Internal: true
+    })).toHaveLength(15)
+    expect(exactly<Tags<Sessions["list"]>>({ InvalidRequest: true, Unauthorized: true, Overloaded: true, Internal: true })).toHaveLength(4)
+    expect(exactly<Tags<BrainApiClient["health"]["live"]>>({ Internal: true })).toHaveLength(1)
+  })
+
+  it("a send while a turn runs fails with SessionBusy, caught by its tag from the raw HttpApiClient, retryable as on the wire", async () => {
+    const caught = await Effect.runPromise(Effect.gen(function*() {
+      const api = yield* rawApi()
+      const { session_id } = yield* api.sessions.create({
+        payload: { model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 3_000 }, { text: "next" }] } },
+        headers: {}
+      })
+      yield* api.sessions.send({ path: { id: session_id }, payload: { input: { message: "first" } }, headers: { prefer: "respond-async" } })
+      return yield* api.sessions.send({ path: { id: session_id }, payload: { input: { message: "second" } }, headers: {} }).pipe(
+        Effect.as("sent" as const),
+        Effect.catchTag("SessionBusy", (e) => Effect.succeed(e))
+      )
+    }))
+    expect(caught).toBeInstanceOf(SessionBusy)
+    expect(caught).toMatchObject({ _tag: "SessionBusy", code: "session_busy", retryable: true })
+  })
+
+  it("an unknown session is NotFound and a cursor past the end InvalidRequest with its details, each caught by tag", async () => {
+    const result = await Effect.runPromise(Effect.gen(function*() {
+      const api = yield* rawApi()
+      const missing = yield* api.sessions.get({ path: { id: NOBODY } }).pipe(
+        Effect.as("found" as const),
+        Effect.catchTag("NotFound", (e) => Effect.succeed(e))
+      )
+      const { session_id } = yield* api.sessions.create({ payload: { model: { provider: "scripted" } }, headers: {} })
+      const pastTheEnd = yield* api.sessions.events({ path: { id: session_id }, urlParams: { after: 1_000 } }).pipe(
+        Effect.as("page" as const),
+        Effect.catchTag("InvalidRequest", (e) => Effect.succeed(e))
+      )
+      return { missing, pastTheEnd }
+    }))
+    expect(result.missing).toBeInstanceOf(NotFound)
+    expect(result.missing).toMatchObject({ code: "not_found", retryable: false })
+    expect(result.pastTheEnd).toBeInstanceOf(InvalidRequest)
+    expect(result.pastTheEnd).toMatchObject({ code: "invalid_request", details: { last_sequence: expect.any(Number) } })
+  })
+
+  it("a wrong token is Unauthorized on every group's routes, caught by its tag", async () => {
+    const caught = await Effect.runPromise(Effect.gen(function*() {
+      const api = yield* rawApi("wrong")
+      const tagOf = (e: Unauthorized) => Effect.succeed(e._tag)
+      return [
+        yield* api.sessions.list({ urlParams: {} }).pipe(Effect.as("listed"), Effect.catchTag("Unauthorized", tagOf)),
+        yield* api.agentloops.list().pipe(Effect.as("listed"), Effect.catchTag("Unauthorized", tagOf)),
+        yield* api.hosts.register().pipe(Effect.as("registered"), Effect.catchTag("Unauthorized", tagOf))
+      ]
+    }))
+    expect(caught).toEqual(["Unauthorized", "Unauthorized", "Unauthorized"])
+  })
+
+  it("409s are told apart by code: SessionEnded after the end, Conflict for a delete before it and for a reused Idempotency-Key", async () => {
+    const result = await Effect.runPromise(Effect.gen(function*() {
+      const api = yield* rawApi()
+      const { session_id } = yield* api.sessions.create({ payload: { model: { provider: "scripted" } }, headers: {} })
+      const id = { id: session_id }
+      const early = yield* Effect.flip(api.sessions.delete({ path: id, headers: {} }))
+      const key = { "idempotency-key": "typed-errors-reused" }
+      yield* api.sessions.send({ path: id, payload: { input: { message: "one" } }, headers: key })
+      const reused = yield* Effect.flip(api.sessions.send({ path: id, payload: { input: { message: "another" } }, headers: key }))
+      yield* api.sessions.end({ path: id, headers: {} })
+      const late = yield* Effect.flip(api.sessions.send({ path: id, payload: { input: { message: "after" } }, headers: {} }))
+      return { early, reused, late }
+    }))
+    expect(result.early).toBeInstanceOf(Conflict)
+    expect(result.reused).toBeInstanceOf(Conflict)
+    expect(result.late).toBeInstanceOf(SessionEnded)
+    expect([result.early._tag, result.reused._tag, result.late._tag]).toEqual(["Conflict", "Conflict", "SessionEnded"])
+  })
+
+  it("BrainClient fails with the same typed refusals: catchTags on SessionEnded and NotFound", async () => {
+    const caught = await run(Effect.gen(function*() {
+      const brain = yield* BrainClient
+      const { session_id } = yield* brain.sessions.create({ model: { provider: "scripted" } })
+      yield* brain.sessions.end(session_id)
+      const ended = yield* brain.sessions.send(session_id, { message: "after the end" }).pipe(
+        Effect.as("sent"),
+        Effect.catchTags({ SessionEnded: (e) => Effect.succeed(`${e._tag} ${e.code}`), SessionBusy: () => Effect.succeed("busy") })
+      )
+      const missing = yield* Effect.either(brain.sessions.get(NOBODY))
+      return { ended, missing }
+    }))
+    expect(caught.ended).toBe("SessionEnded session_ended")
+    expect(Either.isLeft(caught.missing) && caught.missing.left).toBeInstanceOf(NotFound)
+  })
+})
