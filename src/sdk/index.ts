@@ -27,6 +27,28 @@ export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type To
 export { type Issue, type StandardSchemaV1, type Validator } from "./Validate.js"
 export { BrainClient, type BrainApiClient, type BrainClientOptions, type BrainClientShape } from "./BrainClient.js"
 export { BrainClosed, BrainError, type BrainErrorCode } from "./Errors.js"
+/** The Effect client's refusals, one tagged error per code (`catchTag("SessionBusy", …)`). */
+export {
+  AgentloopFailed,
+  Ambiguous,
+  type ApiError,
+  type ApiErrorCode,
+  Conflict,
+  CreationFailed,
+  IdempotencyUnavailable,
+  Internal,
+  InvalidRequest,
+  JournalCorrupt,
+  JournalWriteFailed,
+  NotFound,
+  Overloaded,
+  PayloadTooLarge,
+  SessionBusy,
+  SessionEnded,
+  TeardownFailed,
+  Unauthorized,
+  UnsupportedMediaType
+} from "../domain/Errors.js"
 export { type EventsOptions, PAGE_LIMIT, RECONNECT_DEADLINE_MS } from "./Events.js"
 export { type Fetch, MAX_ATTEMPTS, RETRY_BASE_MS } from "./Transport.js"
 export type * from "./Types.js"
