@@ -137,6 +137,44 @@ describe("a host Environment through a real server", () => {
     expect((await toolMessages(id)).map((m) => JSON.parse(m.content))).toEqual([{ outcome: "error", error: { message: "no such row" } }])
   })
 
+  it("an input that breaks the tool's declared input_schema is never sent: the model gets invalid_input once, and a conforming input still reaches the host", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const r = await api("/v1/sessions", {
+      json: {
+        model: {
+          provider: "scripted",
+          replies: [
+            { tool_calls: [{ name: "lookup", input: { q: "forty-two" } }, { name: "lookup", input: { q: 42 } }] },
+            { text: "done" }
+          ]
+        },
+        environments: [{ name: "app", driver: "host", host: host.host_id }],
+        tools: [{
+          name: "lookup",
+          description: "looks up",
+          environment: "app",
+          input_schema: { type: "object", properties: { q: { type: "number" } }, required: ["q"] }
+        }]
+      }
+    })
+    expect(r.status, r.text).toBe(201)
+    const id = r.body.session_id as string
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    expect(call.data.input).toEqual({ q: 42 })
+    expect((await result(host, call, { ok: { answer: 7 } })).status).toBe(204)
+    expect((await turn).status).toBe(200)
+    const ended = (await events(id)).filter((e) => e.kind === "tool_call_ended").map((e) => e.data)
+    expect(ended).toHaveLength(2)
+    const refused = ended.find((d) => d.outcome === "error")
+    expect(refused).toMatchObject({ is_error: true, output: { code: "invalid_input", issues: [{ path: ["q"], message: "must be number" }] } })
+    expect(ended.find((d) => d.outcome === "ok")).toMatchObject({ output: { answer: 7 } })
+    const seen = (await toolMessages(id)).map((m) => JSON.parse(m.content))
+    expect(seen.filter((m) => JSON.stringify(m).includes("invalid_input"))).toHaveLength(1)
+    expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
+  })
+
   it("a result above BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 413 and leaves the call in flight for a proper result; an Event of a reserved kind is 400 and writes nothing", async () => {
     const host = await register()
     const stream = await open(host)

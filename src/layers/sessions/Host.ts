@@ -26,6 +26,7 @@ import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
+import { inputIssues } from "./InputSchema.js"
 import { placeOf } from "../../domain/Environment.js"
 import { callRemote } from "./RemoteTool.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
@@ -252,6 +253,15 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         let stoppedBy: "cancel" | "deadline" = "cancel"
         const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
         const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
+        // A host tool's input that breaks its declared schema is answered here, never sent.
+        const issues = remote?.driver === "host" ? inputIssues(definition?.input_schema, call.input ?? null) : undefined
+        if (issues !== undefined) {
+          const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
+          return {
+            _tag: "reply",
+            reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
+          } as ToolVerdict
+        }
         const executor = yield* Effect.fork(
           remote !== undefined
             ? deps.environments !== undefined
