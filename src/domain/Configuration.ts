@@ -28,6 +28,8 @@ export const ToolDefinition = Schema.Struct({
   name: Schema.String.pipe(Schema.minLength(1)),
   description: Schema.optional(Schema.String),
   input_schema: Schema.optional(Json),
+  /** A host tool's output (JSON Schema): an `ok` result that breaks it is recorded as the error `invalid_output`. */
+  output_schema: Schema.optional(Json),
   /** The name of the session's Environment that runs this tool. */
   environment: Schema.optional(Schema.String),
   /** A Wasm tool: the id (SHA-256) of an admitted module exporting `brain_tool`, run in the built-in environment. */

@@ -151,6 +151,7 @@ export class Sessions {
               name: t.name,
               ...(t.description !== undefined ? { description: t.description } : {}),
               input_schema: t.inputSchema,
+              ...(t.outputSchema !== undefined ? { output_schema: t.outputSchema } : {}),
               environment: HOST_ENVIRONMENT,
               ...(t.timeoutMs !== undefined ? { timeout_ms: t.timeoutMs } : {})
             }

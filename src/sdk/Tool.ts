@@ -11,7 +11,7 @@
  *   is none, so that a model is never shown a tool without its parameters.
  */
 import { Data } from "effect"
-import { type Decoded, type Encodable, isValidator, jsonSchemaOf, type Validator } from "./Validate.js"
+import { type Decoded, type Encodable, isEffectSchema, isValidator, jsonSchemaOf, type Validator } from "./Validate.js"
 
 /** What a running tool is given besides its input. */
 export interface ToolContext {
@@ -60,6 +60,8 @@ export interface HostTool {
   readonly name: string
   readonly description: string | undefined
   readonly inputSchema: object
+  /** The output's JSON Schema (an Effect Schema's encoded side), declared so the server checks results too. */
+  readonly outputSchema: object | undefined
   readonly timeoutMs: number | undefined
   readonly input: Validator
   readonly output: Validator | undefined
@@ -90,6 +92,8 @@ export const tool = <I extends Validator, O extends Validator | undefined = unde
     name: options.name,
     description: options.description,
     inputSchema,
+    // Only an Effect Schema says what its encoding puts on the wire; a Standard Schema's result is checked here alone.
+    outputSchema: options.output !== undefined && isEffectSchema(options.output) ? jsonSchemaOf(options.output) : undefined,
     timeoutMs: options.timeoutMs,
     input: options.input,
     output: options.output,

@@ -48,7 +48,7 @@ export interface Issue {
 
 export type Checked<A> = { readonly ok: true; readonly value: A } | { readonly ok: false; readonly issues: ReadonlyArray<Issue> }
 
-const isEffectSchema = (v: Validator): v is Schema.Schema<unknown, unknown, never> => Schema.isSchema(v)
+export const isEffectSchema = (v: Validator): v is Schema.Schema<unknown, unknown, never> => Schema.isSchema(v)
 
 export const isValidator = (v: unknown): v is Validator =>
   (typeof v === "object" || typeof v === "function") && v !== null &&

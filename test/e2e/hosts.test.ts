@@ -175,6 +175,44 @@ describe("a host Environment through a real server", () => {
     expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
   })
 
+  it("an ok result that breaks the tool's declared output_schema is recorded as the error invalid_output, once; a conforming one is the output", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const r = await api("/v1/sessions", {
+      json: {
+        model: {
+          provider: "scripted",
+          replies: [{ tool_calls: [{ name: "lookup", input: { q: 1 } }, { name: "lookup", input: { q: 2 } }] }, { text: "done" }]
+        },
+        environments: [{ name: "app", driver: "host", host: host.host_id }],
+        tools: [{
+          name: "lookup",
+          description: "looks up",
+          environment: "app",
+          output_schema: { type: "object", properties: { answer: { type: "number" } }, required: ["answer"] }
+        }]
+      }
+    })
+    expect(r.status, r.text).toBe(201)
+    const id = r.body.session_id as string
+    const turn = send(id, "go")
+    const first = await stream.frames.expect("call")
+    const second = await stream.frames.expect("call")
+    const [bad, good] = first.data.input.q === 1 ? [first, second] : [second, first]
+    expect((await result(host, bad, { ok: { answer: "seven" } })).status).toBe(204)
+    expect((await result(host, good, { ok: { answer: 7 } })).status).toBe(204)
+    expect((await turn).status).toBe(200)
+    const ended = (await events(id)).filter((e) => e.kind === "tool_call_ended").map((e) => e.data)
+    expect(ended.find((d) => d.sequence === bad.data.sequence)).toMatchObject({
+      outcome: "error",
+      is_error: true,
+      output: { code: "invalid_output", issues: [{ path: ["answer"], message: "must be number" }] }
+    })
+    expect(ended.find((d) => d.sequence === good.data.sequence)).toMatchObject({ outcome: "ok", output: { answer: 7 } })
+    const seen = (await toolMessages(id)).map((m) => m.content)
+    expect(seen.filter((c) => c.includes("invalid_output"))).toHaveLength(1)
+  })
+
   it("a result above BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 413 and leaves the call in flight for a proper result; an Event of a reserved kind is 400 and writes nothing", async () => {
     const host = await register()
     const stream = await open(host)

@@ -26,7 +26,7 @@ import type { ModelFailed, ModelsShape } from "../../services/Models.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
-import { inputIssues } from "./InputSchema.js"
+import { schemaIssues } from "./ToolSchemas.js"
 import { placeOf } from "../../domain/Environment.js"
 import { callRemote } from "./RemoteTool.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
@@ -230,6 +230,18 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       )
     }))
 
+  /** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
+  const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
+    schema === undefined
+      ? verdict
+      : Effect.map(verdict, (v): ToolVerdict => {
+        if (v._tag !== "reply" || v.reply.outcome !== "ok") return v
+        const issues = schemaIssues(schema, v.reply.output)
+        if (issues === undefined) return v
+        const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
+        return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
+      })
+
   const runTool = (call: ToolCallRequest, now: number): Effect.Effect<ToolResult, HostCallFailed> => {
     const definition = cell.state.configuration?.tools?.find((t) => t.name === call.name)
     const limits = [config.maxToolMs, definition?.timeout_ms ?? 0].filter((n) => n > 0)
@@ -254,7 +266,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
         const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
         // A host tool's input that breaks its declared schema is answered here, never sent.
-        const issues = remote?.driver === "host" ? inputIssues(definition?.input_schema, call.input ?? null) : undefined
+        const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
         if (issues !== undefined) {
           const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
           return {
@@ -265,7 +277,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         const executor = yield* Effect.fork(
           remote !== undefined
             ? deps.environments !== undefined
-              ? callRemote(deps.environments, remote, {
+              ? checkedOutput(callRemote(deps.environments, remote, {
                 session: cell.session,
                 sequence,
                 call,
@@ -275,7 +287,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
                 // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
                 emit: (kind, payload) =>
                   inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
-              })
+              }), remote.driver === "host" ? definition?.output_schema : undefined)
               : Effect.succeed<ToolVerdict>({
                 _tag: "failed",
                 outcome: "error",

@@ -1,7 +1,8 @@
 /**
- * A host tool's input checked against the `input_schema` its session declared (JSON Schema, by
- * Ajv), before the call is sent: a call the host would refuse as `invalid_input` is answered so
- * here, without a round trip, and the host's own check (the SDK's) stays the second side. A schema
+ * A host tool's input and output checked against the `input_schema` and `output_schema` its
+ * session declared (JSON Schema, by Ajv): an input that breaks its schema is answered
+ * `invalid_input` before the call is sent, and an `ok` output that breaks its schema is recorded
+ * as the error `invalid_output`; the host's own checks (the SDK's) are the other side. A schema
  * Ajv cannot compile checks nothing: the declaration is the application's, and refusing every
  * call over it would take the tool away.
  *
@@ -43,8 +44,8 @@ const pathOf = (e: ErrorObject): Array<string | number> => {
   return parts.map((p) => (typeof p === "string" && /^\d+$/.test(p) ? Number(p) : p))
 }
 
-/** The input's issues against `schema`, or undefined when it conforms (or the schema checks nothing). */
-export const inputIssues = (schema: unknown, input: unknown): ReadonlyArray<InputIssue> | undefined => {
+/** The value's issues against `schema`, or undefined when it conforms (or the schema checks nothing). */
+export const schemaIssues = (schema: unknown, input: unknown): ReadonlyArray<InputIssue> | undefined => {
   if (schema === undefined || schema === null || typeof schema !== "object") return undefined
   const validate = compile(schema)
   if (validate === null || validate(input)) return undefined
