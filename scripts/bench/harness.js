@@ -60,6 +60,14 @@ const CALLS = 4
 const SCRIPTED = { model: { provider: "scripted" } }
 const SEND = { input: { message: "hello" } }
 const started = new Date()
+/** The commit measured: read before anything runs (the build under test is the one made before this starts). */
+const commit = (() => {
+  try {
+    return execSync("git rev-parse --short HEAD", { cwd: ROOT, stdio: ["ignore", "pipe", "ignore"] }).toString().trim()
+  } catch {
+    return "(not a git checkout)"
+  }
+})()
 const rows = []
 const notes = []
 /** One line of the main table. `xs` are latencies in ms (sorted here) when the probe has its own loop. */
@@ -313,13 +321,7 @@ agent.destroy()
 // ---------------------------------------------------------------------------------------------
 // Report
 
-const commit = (() => {
-  try {
-    return execSync("git rev-parse --short HEAD", { cwd: ROOT, stdio: ["ignore", "pipe", "ignore"] }).toString().trim()
-  } catch {
-    return "(not a git checkout)"
-  }
-})()
+
 console.log(`# Brain benchmark harness
 command: node scripts/bench/harness.js ${args.join(" ")}
 when: ${started.toISOString()}; git HEAD: ${commit}
