@@ -58,6 +58,15 @@ const ROUNDS = 2
 const CALLS = 4
 
 const SCRIPTED = { model: { provider: "scripted" } }
+/** A session whose model asks for CALLS echo calls, ROUNDS times, then answers; the tools run on `hostId`. */
+const toolLoopSession = (hostId) => {
+  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
+  return {
+    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
+    environments: [{ name: "app", driver: "host", host: hostId }],
+    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
+  }
+}
 const SEND = { input: { message: "hello" } }
 const started = new Date()
 /** The commit measured: read before anything runs (the build under test is the one made before this starts). */
@@ -153,12 +162,7 @@ for (const K of [1, 7]) {
   // The tool loop: the model asks for CALLS echo calls, ROUNDS times, then answers; the tools run
   // in a host Environment served by this process.
   const host = await echoHost(port)
-  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
-  const TOOLS = {
-    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
-    environments: [{ name: "app", driver: "host", host: host.host_id }],
-    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
-  }
+  const TOOLS = toolLoopSession(host.host_id)
   const checkTurn = (outcome) => {
     if (outcome.turn.status !== "ended") throw new Error(`a tool-loop turn did not end: ${JSON.stringify(outcome.turn)}`)
   }
@@ -305,12 +309,7 @@ if (withPeer) {
   const url = `http://127.0.0.1:${brain.port}/v1/sessions/{key}/messages`
   for (const c of [1, 64]) peer.push(await peerLoad("brain-text", url, SEND, c, seconds, ["--keys", (await createSessions(brain.port, c, SCRIPTED)).join(",")]))
   const host = await echoHost(brain.port)
-  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
-  const TOOLS = {
-    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
-    environments: [{ name: "app", driver: "host", host: host.host_id }],
-    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
-  }
+  const TOOLS = toolLoopSession(host.host_id)
   peer.push(await peerLoad(`brain-tools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, TOOLS)).join(",")]))
   host.close()
   await brain.stop()
