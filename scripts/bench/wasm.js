@@ -14,10 +14,11 @@
 //   memory (its first pages mapped as the data segments are written) and with a memory that was
 //   used and zero-filled, as a worker hands one on (wasm/GuestWorker.ts); p50 and mean, since an
 //   instance of a reused memory lives until a full GC and what that costs shows in the mean only;
-// - the official loop's text turn through the WasmHost (as served: runLoop, the bridge, a pool
-//   of BRAIN_WASM_WORKERS-like size 2) with an instant Host (no journal), one at a time and 64 at
-//   once, beside its TypeScript reference (src/loops/official.ts) with the same Host: wall time
-//   and CPU per activation, the main thread's and the whole process's.
+// - the official loop's text turn through the WasmHost (runLoop, the bridge) with an instant Host
+//   (no journal), one at a time and 64 at once: on the main thread (as served, its instrumented
+//   twin, BRAIN_WASM_INLINE_MS 10) and on a pool of 2 worker threads (BRAIN_WASM_INLINE_MS=0),
+//   beside its TypeScript reference (src/loops/official.ts) with the same Host: wall time and CPU
+//   per activation, the main thread's and the whole process's.
 import * as fs from "node:fs"
 import { Effect, Exit, Scope } from "effect"
 import wabtInit from "wabt"
@@ -155,8 +156,12 @@ const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length
 
 // The official loop's text turn, Wasm (as served) beside TypeScript, with an instant Host.
 const scope = Effect.runSync(Scope.make())
-const wasmHost = Effect.runSync(Scope.extend(makeWasmHost({ workers: 2, memoryBytes: 128 << 20, computeMs: 10_000, ioBytes: 16 << 20, moduleBytes: 8 << 20 }), scope))
-const officialModule = Effect.runSync(wasmHost.admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url)))))
+const HOST_LIMITS = { workers: 2, memoryBytes: 128 << 20, computeMs: 10_000, ioBytes: 16 << 20, moduleBytes: 8 << 20 }
+const officialBytes = new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url)))
+const poolHost = Effect.runSync(Scope.extend(makeWasmHost({ ...HOST_LIMITS, inlineMs: 0 }), scope))
+const poolModule = Effect.runSync(poolHost.admit(officialBytes))
+const inlineHost = Effect.runSync(Scope.extend(makeWasmHost({ ...HOST_LIMITS, inlineMs: 10, inlineAtAdmission: true }), scope))
+const inlineModule = await Effect.runPromise(inlineHost.admit(officialBytes))
 const transcript = []
 for (let i = 0; i < 10; i++) transcript.push({ role: "user", content: "hello" }, { role: "assistant", content: `echo: hello ${i}` })
 const turnInput = {
@@ -183,9 +188,11 @@ const instantHost = () => {
   }
 }
 const loopsUnderTest = {
-  wasm: (host) => wasmHost.runLoop(officialModule, turnInput, host),
+  inline: (host) => inlineHost.runLoop(inlineModule, turnInput, host),
+  pool: (host) => poolHost.runLoop(poolModule, turnInput, host),
   ts: (host) => officialLoop.activate(turnInput, host)
 }
+const LOOPS = Object.keys(loopsUnderTest)
 /** The main thread's CPU (user + system) in µs, from /proc (Linux); undefined elsewhere. */
 const mainCpu = () => {
   try {
@@ -215,11 +222,11 @@ const turns = async (loop, n, concurrency) => {
 }
 const turnRows = []
 for (const concurrency of [1, 64]) {
-  for (const loop of ["wasm", "ts"]) await turns(loop, 300, concurrency) // warm-up
+  for (const loop of LOOPS) await turns(loop, 300, concurrency) // warm-up
   const best = {}
   // Alternating, the better of two each: neither gets the quieter half of a noisy machine.
   for (let round = 0; round < 2; round++) {
-    for (const loop of ["wasm", "ts"]) {
+    for (const loop of LOOPS) {
       const r = await turns(loop, TURNS, concurrency)
       const b = best[loop]
       best[loop] = b === undefined ? r : { p50: Math.min(b.p50, r.p50), main: Math.min(b.main ?? Infinity, r.main ?? Infinity), process: Math.min(b.process, r.process) }
@@ -253,12 +260,14 @@ node ${process.version}
 
 instantiate official.wasm, mean µs (GC included): a new memory ${ms(mean(newMemory) * 1000)}, a zeroed reused memory ${ms(mean(reusedMemory) * 1000)}
 
-Official loop, text turn, instant Host (no journal): ${TURNS} turns per phase, phases alternating wasm, ts, wasm, ts, the better of two.
-Wasm = WasmHost.runLoop on a pool of 2 compute slots (as served, bridge included); ts = src/loops/official.ts in this thread.
+Official loop, text turn, instant Host (no journal): ${TURNS} turns per phase, phases alternating ${LOOPS.join(", ")} twice, the better of two.
+inline = WasmHost.runLoop on the main thread (as served: the instrumented twin, BRAIN_WASM_INLINE_MS 10); pool = the same
+on a pool of 2 worker threads (BRAIN_WASM_INLINE_MS=0); ts = src/loops/official.ts in this thread. Bridge included in both Wasm rows.
+Where the inline host's activations ran: ${JSON.stringify(inlineHost.stats)}.
 
-| concurrent turns | wasm p50 µs | ts p50 µs | wasm main-thread CPU µs/turn | ts main-thread CPU µs/turn | wasm process CPU µs/turn | ts process CPU µs/turn |
-| ---: | ---: | ---: | ---: | ---: | ---: | ---: |
-${turnRows.map((r) => `| ${r.concurrency} | ${ms(r.wasm.p50)} | ${ms(r.ts.p50)} | ${us(r.wasm.main)} | ${us(r.ts.main)} | ${ms(r.wasm.process)} | ${ms(r.ts.process)} |`).join("\n")}
+| concurrent turns | loop | p50 µs | main-thread CPU µs/turn | process CPU µs/turn | p50 / ts | main CPU / ts |
+| ---: | --- | ---: | ---: | ---: | ---: | ---: |
+${turnRows.flatMap((r) => LOOPS.map((l) => `| ${r.concurrency} | ${l} | ${ms(r[l].p50)} | ${us(r[l].main)} | ${ms(r[l].process)} | ${(r[l].p50 / r.ts.p50).toFixed(2)} | ${r[l].main === undefined ? "n/a" : (r[l].main / r.ts.main).toFixed(2)} |`)).join("\n")}
 `
 // Written before exiting: to a pipe, stdout is asynchronous and process.exit would cut it short.
 process.stdout.write(report, () => process.exit(0))

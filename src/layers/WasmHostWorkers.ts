@@ -1,7 +1,9 @@
 /**
- * The WasmHost on worker threads (the embedded default): a pool of BRAIN_WASM_WORKERS threads,
- * each activation a fresh instance of a module compiled once at admission (wasm/Module.ts), run
- * by wasm/Activation.ts with the host services of wasm/HostBridge.ts.
+ * The WasmHost (the embedded default): each activation a fresh instance of a module compiled once
+ * at admission (wasm/Module.ts), with the host services of wasm/HostBridge.ts — on the main thread
+ * (wasm/Inline.ts, the module's instrumented twin, BRAIN_WASM_INLINE_MS) once the twin is ready,
+ * else, or once moved from there, on a pool of BRAIN_WASM_WORKERS worker threads
+ * (wasm/Activation.ts). docs/abi.md, "Where a guest runs".
  *
  * A loop's output `{"ok": value}` is the turn's result; `{"error": {code, message, …}}` fails the
  * turn with that code when it is one of Brain's failure codes (a host failure the guest passes on,
@@ -20,8 +22,10 @@ import { failure, FailureCode } from "../domain/Failure.js"
 import { AgentloopFailed } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { WasmHost, type WasmHostShape } from "../services/WasmHost.js"
-import { activate, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
-import { loopServices, toolServices } from "./wasm/HostBridge.js"
+import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
+import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
+import { type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
+import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
 
@@ -31,6 +35,24 @@ export interface WasmHostOptions extends ActivationLimits {
   /** Threads at most, guests waiting in host calls included (default WASM_THREADS_PER_WORKER × workers). */
   readonly threads?: number
   readonly moduleBytes: number
+  /**
+   * Milliseconds of compute the main thread lends an activation (BRAIN_WASM_INLINE_MS; Inline.ts)
+   * before it moves to the pool; 0 runs every activation on the pool. Default 0.
+   */
+  readonly inlineMs?: number
+  /**
+   * Admission waits until the module's instrumented twin is made (InlineModules.ts), so its first
+   * activation may already run on the main thread; by default it is made in the background and
+   * activations run on the pool until then. For tests that must know where a guest runs.
+   */
+  readonly inlineAtAdmission?: boolean
+}
+
+/** Where activations ran: started on the main thread, moved from it to the pool, or run on the pool from the start. */
+export interface WasmHostStats {
+  inline: number
+  moved: number
+  pool: number
 }
 
 /** Threads per compute slot by default: a turn's guest waits in host calls (journal commits, model, tools) most of its time. */
@@ -57,19 +79,75 @@ const readOutput = (text: string): Output | undefined => {
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
 
+/**
+ * Runs a moved activation again on the pool: the host calls it made on the main thread are answered
+ * from the record, in order, and only the calls after them are performed. A guest that asks
+ * anything else (it cannot, unless it is not the deterministic function of its input and answers
+ * the ABI makes it) gets errors from then on, nothing performed, and the activation fails.
+ */
+export const replayed = (pool: Pool, limits: ActivationLimits, activation: Activation, calls: ReadonlyArray<RecordedCall>): Effect.Effect<string, ActivationFailure> => {
+  let next = 0
+  let diverged = false
+  const differs = "the guest did not repeat its host calls when its activation moved to a worker thread (docs/abi.md, \"Where a guest runs\")"
+  const perform = (op: string, request: string): Effect.Effect<string> => {
+    if (!diverged && next < calls.length) {
+      const call = calls[next++]!
+      if (call.op === op && call.request === requestKey(request)) return Effect.succeed(call.answer)
+      diverged = true
+    }
+    if (diverged) return Effect.succeed(errorAnswer(failure("agentloop_failed", differs)))
+    return activation.perform(op, request)
+  }
+  return Effect.flatMap(
+    activate(pool, { ...activation, perform }, limits),
+    (output) => diverged || next < calls.length ? Effect.fail<ActivationFailure>({ _tag: "guest", message: differs }) : Effect.succeed(output)
+  )
+}
+
 export const make = (options: WasmHostOptions) =>
   Effect.gen(function*() {
     const workers = Math.max(1, options.workers)
     const pool = new Pool({ compute: workers, threads: options.threads ?? WASM_THREADS_PER_WORKER * workers })
     yield* Effect.addFinalizer(() => pool.close)
     const limits: ActivationLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes }
+    const inlineMs = options.inlineMs ?? 0
+    const twins = new InlineModules()
 
-    const service: WasmHostShape = {
-      admit: (bytes) => admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }),
+    const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
+
+    /** An activation on the main thread when its module's twin is ready, else (or once moved) on the pool. */
+    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
+      const twin = inlineMs > 0 ? twins.take(activation.moduleId) : undefined
+      if (twin === undefined) {
+        stats.pool++
+        return activate(pool, activation, limits)
+      }
+      stats.inline++
+      return Effect.flatMap(runInline(twin, activation, { ...limits, inlineMs }), (outcome) => {
+        if (outcome._tag === "done") {
+          twins.completed(activation.moduleId)
+          return Effect.succeed(outcome.output)
+        }
+        stats.moved++
+        twins.moved(activation.moduleId)
+        return replayed(pool, limits, activation, outcome.calls)
+      })
+    }
+
+    const service: WasmHostShape & { readonly stats: WasmHostStats } = {
+      stats,
+      admit: (bytes) =>
+        admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }).pipe(
+          Effect.tap((module) => {
+            if (inlineMs === 0) return Effect.void
+            const prepared = twins.prepare(module.hash, bytes)
+            return options.inlineAtAdmission === true ? prepared : Effect.asVoid(Effect.forkDaemon(prepared))
+          })
+        ),
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: services }, limits).pipe(
+        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: services }).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)
@@ -100,7 +178,7 @@ export const make = (options: WasmHostOptions) =>
         )
       },
       runTool: (module, activation, services) =>
-        activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }, limits).pipe(
+        run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }).pipe(
           Effect.map((text) => {
             const output = readOutput(text)
             if (output === undefined) return { _tag: "error" as const, output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
@@ -120,6 +198,7 @@ export const layer = Layer.scoped(
     make({
       workers: config.wasmWorkers ?? os.availableParallelism(),
       ...(config.wasmThreads !== undefined ? { threads: config.wasmThreads } : {}),
+      inlineMs: config.wasmInlineMs,
       memoryBytes: config.maxWasmMemoryBytes,
       computeMs: config.maxWasmComputeMs,
       ioBytes: config.maxWasmIoBytes,

@@ -35,6 +35,8 @@ export interface ServerConfigShape {
   readonly wasmWorkers: number | undefined
   /** Guest threads at most, those waiting in host calls included; undefined = WASM_THREADS_PER_WORKER × wasmWorkers. */
   readonly wasmThreads: number | undefined
+  /** Milliseconds of compute the main thread lends an activation before moving it to a worker thread; 0 = always a worker thread. */
+  readonly wasmInlineMs: number
   /** Bytes of a guest's linear memory at most. */
   readonly maxWasmMemoryBytes: number
   /** Milliseconds a guest may compute per activation, host calls excluded. 0 = no bound. */
@@ -118,6 +120,7 @@ export const defaults: ServerConfigShape = {
   maxEnvironmentResponseBytes: 4 * 1024 * 1024,
   wasmWorkers: undefined,
   wasmThreads: undefined,
+  wasmInlineMs: 10,
   maxWasmMemoryBytes: 128 * 1024 * 1024,
   maxWasmComputeMs: 10_000,
   maxWasmIoBytes: 16 * 1024 * 1024,
@@ -201,6 +204,11 @@ export const fromConfig = Config.all({
   ),
   wasmWorkers: optionalAtLeast("BRAIN_WASM_WORKERS", 1, "guests computing at once (unset: the number of cores)"),
   wasmThreads: optionalAtLeast("BRAIN_WASM_THREADS", 2, "guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)"),
+  wasmInlineMs: nonNegative(
+    "BRAIN_WASM_INLINE_MS",
+    defaults.wasmInlineMs,
+    "a guest's compute on the main thread per activation before it moves to a worker thread (0 = always a worker thread)"
+  ),
   maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
   maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
   maxWasmIoBytes: outcomeBytes("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
@@ -261,6 +269,7 @@ export const fromConfig = Config.all({
     maxEnvironmentResponseBytes: c.maxEnvironmentResponseBytes,
     wasmWorkers: Option.getOrUndefined(c.wasmWorkers),
     wasmThreads: Option.getOrUndefined(c.wasmThreads),
+    wasmInlineMs: c.wasmInlineMs,
     maxWasmMemoryBytes: c.maxWasmMemoryBytes,
     maxWasmComputeMs: c.maxWasmComputeMs,
     maxWasmIoBytes: c.maxWasmIoBytes,

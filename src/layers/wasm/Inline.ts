@@ -1,0 +1,287 @@
+/**
+ * Runs an activation on the main thread, in a fresh instance of the module as Instrument.ts made
+ * it: no thread is taken, and no host call crosses a thread. A host call unwinds the guest
+ * (Asyncify), the host performs it as a fiber like any other, and the guest is rewound into the
+ * call with the answer; the fiber waits, the thread does not.
+ *
+ * The main thread lends a guest `inlineMs` of compute per activation (BRAIN_WASM_INLINE_MS),
+ * counted by its metering: a guest that needs more, a guest whose call stack at a host call
+ * does not fit the suspension buffer, and a guest that overflows the main thread's stack are all
+ * **moved**: the activation is given up here and run again from its start on a worker thread
+ * (Activation.ts), where the host calls it already made are answered from what was recorded here,
+ * not performed again. A guest sees only its input, its memory and the host's answers, so it makes
+ * the same calls again (WasmHostWorkers checks that it does). The budget
+ * (BRAIN_MAX_WASM_COMPUTE_MS) counts the worker's run from its start.
+ *
+ * Everything else is as on a worker: a fresh memory (new, or one an earlier activation left at its
+ * initial size, zero-filled), the same limits, the same failures with the same messages.
+ */
+import * as crypto from "node:crypto"
+import { Effect } from "effect"
+import type { Activation, ActivationFailure, ActivationLimits } from "./Activation.js"
+import { PAGE_BYTES } from "./Module.js"
+
+export interface InlineLimits extends ActivationLimits {
+  /** Milliseconds of compute the main thread lends one activation before moving it to a worker. */
+  readonly inlineMs: number
+}
+
+/**
+ * A host call the guest made inline: its op, its request (a long one by its SHA-256 only, so a
+ * record does not keep every transcript a loop sent), and the answer it was given.
+ */
+export interface RecordedCall {
+  readonly op: string
+  readonly request: string
+  readonly answer: string
+}
+
+/** Requests longer than this are recorded by their digest. */
+const KEPT_REQUEST_CHARS = 4096
+
+/** What a record keeps of a request: the text when short, else `sha256:<hex>` (a request is JSON, which never starts so). */
+export const requestKey = (request: string): string =>
+  request.length <= KEPT_REQUEST_CHARS ? request : `sha256:${crypto.createHash("sha256").update(request).digest("hex")}`
+
+export type InlineOutcome =
+  | { readonly _tag: "done"; readonly output: string }
+  /** The activation must run again on a worker thread, answered `calls` first. */
+  | { readonly _tag: "moved"; readonly reason: string; readonly calls: ReadonlyArray<RecordedCall> }
+
+/** Metering units between two reads of the clock. */
+const FUEL = 20_000
+
+/** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack. */
+export const SUSPEND_BYTES = 8 * 1024
+
+/** Asyncify's states. */
+const UNWINDING = 1
+const REWINDING = 2
+
+/** Spare memories kept, by limits, and the largest kept (as GuestWorker.ts does on its thread). */
+const SPARE_MEMORIES = 8
+const SPARE_MEMORY_BYTES = 32 << 20
+
+/** The guest broke the ABI or gave up. */
+class GuestError extends Error {}
+/** The guest computed past what the main thread lends it. */
+class Overrun extends Error {}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder("utf-8", { fatal: true })
+
+const spareMemories = new Map<string, WebAssembly.Memory>()
+
+const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
+  const key = `${limits.initial}:${limits.maximum}`
+  const spare = spareMemories.get(key)
+  if (spare === undefined) return new WebAssembly.Memory(limits)
+  spareMemories.delete(key)
+  return spare
+}
+
+/** Keeps a memory left at its initial size for a later activation, zeroed now. */
+const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
+  const bytes = memory.buffer.byteLength
+  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
+  new Uint8Array(memory.buffer).fill(0)
+  const key = `${limits.initial}:${limits.maximum}`
+  spareMemories.delete(key)
+  spareMemories.set(key, memory)
+  if (spareMemories.size > SPARE_MEMORIES) spareMemories.delete(spareMemories.keys().next().value!)
+}
+
+const failed = (message: string): Effect.Effect<never, ActivationFailure> => Effect.fail({ _tag: "guest", message })
+
+/** One activation's instance and where it stands. */
+class Run {
+  readonly memory: WebAssembly.Memory
+  exports: Record<string, any> = {}
+  /** Instantiating: a host call now comes from the start function. */
+  starting = true
+  /** The host call the guest unwound from. */
+  pending: { readonly op: string; readonly request: string } | undefined = undefined
+  /** The answer to give when the guest is rewound into its call. */
+  answer: Uint8Array | undefined = undefined
+  /** Where the suspended stack goes (0: not taken yet). */
+  suspendAt = 0
+  /** Milliseconds computed here so far, and when the current stretch began. */
+  used = 0
+  stretchStart = 0
+  readonly calls: Array<RecordedCall> = []
+
+  constructor(readonly limits: InlineLimits, readonly cap: number, memory: { initial: number; maximum: number }) {
+    this.memory = memoryFor(memory)
+  }
+
+  bytesAt(ptr: number, len: number): Uint8Array {
+    if (ptr < 0 || len < 0 || ptr + len > this.memory.buffer.byteLength) {
+      throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${this.memory.buffer.byteLength} bytes)`)
+    }
+    return new Uint8Array(this.memory.buffer, ptr, len)
+  }
+
+  textAt(ptr: number, len: number, what: string): string {
+    const bytes = this.bytesAt(ptr, len)
+    try {
+      return decoder.decode(bytes)
+    } catch {
+      throw new GuestError(`${what} is not UTF-8`)
+    }
+  }
+
+  /** Copies bytes into memory the guest allocates; the packed (ptr, len). */
+  give(bytes: Uint8Array): bigint {
+    const ptr = this.exports.brain_alloc(bytes.length) >>> 0
+    this.bytesAt(ptr, bytes.length).set(bytes)
+    return (BigInt(ptr) << 32n) | BigInt(bytes.length)
+  }
+
+  readonly imports = {
+    env: { memory: undefined as unknown as WebAssembly.Memory },
+    brain: {
+      call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
+        const ex = this.exports
+        if (!this.starting && ex.asyncify_get_state() === REWINDING) {
+          ex.asyncify_stop_rewind()
+          const answer = this.answer!
+          this.answer = undefined
+          return this.give(answer)
+        }
+        if (this.starting) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
+        const op = this.textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
+        if (reqLen >>> 0 > this.limits.ioBytes) {
+          return this.give(encoder.encode(JSON.stringify({
+            error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${this.limits.ioBytes})`, retryable: false, ambiguous: false }
+          })))
+        }
+        const request = this.textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
+        if (this.suspendAt === 0) {
+          const at = ex.brain_alloc(SUSPEND_BYTES) >>> 0
+          this.bytesAt(at, SUSPEND_BYTES)
+          this.suspendAt = at
+        }
+        // Asyncify's buffer header: where its data goes next, and where it ends.
+        const header = new DataView(this.memory.buffer, this.suspendAt, 8)
+        header.setInt32(0, this.suspendAt + 8, true)
+        header.setInt32(4, this.suspendAt + SUSPEND_BYTES, true)
+        this.pending = { op, request }
+        ex.asyncify_start_unwind(this.suspendAt)
+        return 0n
+      },
+      fail: (ptr: number, len: number): never => {
+        throw new GuestError(this.textAt(ptr >>> 0, len >>> 0, "the guest's failure message"))
+      },
+      tick: (): number => {
+        if (this.used + (performance.now() - this.stretchStart) > this.cap) throw new Overrun()
+        return FUEL
+      }
+    }
+  }
+}
+
+/**
+ * Runs `activation` here with `instrumented` (Instrument.ts's module of the same code). Fails as
+ * the worker would; `moved` when the rest must run on a worker thread.
+ */
+export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
+  Effect.suspend(() => {
+    if (activation.input.byteLength > limits.ioBytes) return failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)
+    const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
+    const memoryLimits = {
+      initial: activation.memory.initial,
+      maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
+    }
+    const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
+    const run = new Run(limits, budgetFirst ? limits.computeMs : limits.inlineMs, memoryLimits)
+    run.imports.env.memory = run.memory
+    run.stretchStart = performance.now()
+    try {
+      run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
+    } catch (err) {
+      return end(run, memoryLimits, err, budgetFirst)
+    }
+    run.starting = false
+    let packed: bigint
+    try {
+      packed = run.give(activation.input)
+    } catch (err) {
+      return end(run, memoryLimits, err, budgetFirst)
+    }
+    const ptr = Number(packed >> 32n)
+    const len = Number(packed & 0xffffffffn)
+    const entry = run.exports[activation.entry] as (ptr: number, len: number) => unknown
+
+    const step = (): Effect.Effect<InlineOutcome, ActivationFailure> => {
+      let result: unknown
+      run.stretchStart = performance.now()
+      try {
+        result = entry(ptr, len)
+      } catch (err) {
+        return end(run, memoryLimits, err, budgetFirst)
+      } finally {
+        run.used += performance.now() - run.stretchStart
+      }
+      if (run.exports.asyncify_get_state() === UNWINDING) {
+        run.exports.asyncify_stop_unwind()
+        const { op, request } = run.pending!
+        run.pending = undefined
+        return Effect.flatMap(activation.perform(op, request), (answer) => {
+          run.calls.push({ op, request: requestKey(request), answer })
+          run.answer = encoder.encode(answer)
+          run.exports.asyncify_start_rewind(run.suspendAt)
+          return step()
+        })
+      }
+      let output: string
+      try {
+        output = unpack(run, result, activation.entry)
+      } catch (err) {
+        return end(run, memoryLimits, err, budgetFirst)
+      }
+      recycle(run.memory, memoryLimits)
+      return Effect.succeed<InlineOutcome>({ _tag: "done", output })
+    }
+    return step()
+  })
+
+/** The output text the guest's `(ptr, len)` names, checked (UTF-8, size). */
+const unpack = (run: Run, packed: unknown, entry: string): string => {
+  if (typeof packed !== "bigint") throw new GuestError(`${entry} did not return an i64 (ptr, len) pair`)
+  const value = BigInt.asUintN(64, packed)
+  const len = Number(value & 0xffffffffn)
+  const text = run.textAt(Number(value >> 32n), len, entry)
+  if (len > run.limits.ioBytes) throw new GuestError(`the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${run.limits.ioBytes})`)
+  return text
+}
+
+/** How an activation that threw ends: moved, or failed with the worker's message for the same cause. */
+const end = (run: Run, memoryLimits: { initial: number; maximum: number }, err: unknown, budgetFirst: boolean): Effect.Effect<InlineOutcome, ActivationFailure> => {
+  const moved = (reason: string) => Effect.succeed<InlineOutcome>({ _tag: "moved", reason, calls: run.calls })
+  if (err instanceof Overrun) {
+    if (budgetFirst) {
+      return Effect.fail<ActivationFailure>({
+        _tag: "budget",
+        message: `the guest ran past its compute budget of ${run.limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
+      })
+    }
+    return moved(`it computed past BRAIN_WASM_INLINE_MS (${run.limits.inlineMs} ms)`)
+  }
+  let unwinding = false
+  try {
+    unwinding = !run.starting && run.exports.asyncify_get_state?.() === UNWINDING
+  } catch {
+    unwinding = false
+  }
+  // A trap while unwinding: the stack did not fit the suspension buffer (Asyncify traps at its end).
+  if (unwinding) return moved(`its call stack at a host call is above ${SUSPEND_BYTES} bytes`)
+  if (err instanceof RangeError && /call stack/i.test(err.message)) return moved("it overflowed the main thread's stack")
+  // The memory is the guest's own and at most zeroed for the next: a failure leaves nothing behind.
+  recycle(run.memory, memoryLimits)
+  if (err instanceof GuestError) return failed(err.message)
+  if (err instanceof WebAssembly.RuntimeError) return failed(`the guest trapped: ${err.message}`)
+  if (err instanceof WebAssembly.LinkError || (run.starting && err instanceof WebAssembly.CompileError)) {
+    return failed(`the guest could not be instantiated: ${err.message}`)
+  }
+  return failed(`the guest failed: ${err instanceof Error ? err.message : String(err)}`)
+}

@@ -1,0 +1,139 @@
+/**
+ * The instrumented twin (Instrument.ts) of each admitted module, by content hash: made once per
+ * process on a worker thread, started when the module is admitted. Until it is ready — or if
+ * Binaryen cannot instrument the module — the module's activations run on the worker pool, as they
+ * would with inline execution turned off.
+ *
+ * A module whose activation was moved off the main thread (Inline.ts) runs its next activations on
+ * the pool before the main thread tries it again: 2 after its first move, doubling with each move
+ * in a row up to MOVED_COOLDOWN, back to none once an activation completes on the main thread. A
+ * guest that always computes that much would otherwise spend the main thread's allowance on every
+ * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
+ * back.
+ */
+import { Worker } from "node:worker_threads"
+import { Effect } from "effect"
+import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
+
+/** Activations a module runs on the pool, at most, after one of its activations was moved. */
+export const MOVED_COOLDOWN = 64
+
+/** Twins kept in the process (the oldest is dropped past this; it is made again when admitted again). */
+const KEPT = 256
+
+/** Milliseconds the instrumenting thread stays after its last answer. */
+const IDLE_MS = 5_000
+
+const WORKER_URL = import.meta.url.endsWith(".ts")
+  ? new URL("../../../dist/layers/wasm/InstrumentWorker.js", import.meta.url)
+  : new URL("./InstrumentWorker.js", import.meta.url)
+
+/** A twin, or why there is none. */
+export type Twin = { readonly module: WebAssembly.Module } | { readonly failure: string }
+
+/** Binaryen's answer; `transient` when the thread failed, not the module. */
+type Answer = { readonly ok: Uint8Array } | { readonly error: string; readonly transient?: boolean }
+
+/** The one instrumenting thread of the process: started on demand, stopped when idle; it never keeps the process alive. */
+const instrumenter = (() => {
+  let worker: Worker | undefined
+  let idle: ReturnType<typeof setTimeout> | undefined
+  let nextId = 0
+  const pending = new Map<number, (answer: Answer) => void>()
+  const stop = (reason: string) => {
+    const w = worker
+    worker = undefined
+    for (const resolve of pending.values()) resolve({ error: reason, transient: true })
+    pending.clear()
+    if (w !== undefined) void w.terminate()
+  }
+  const start = () => {
+    const w = new Worker(WORKER_URL)
+    w.unref()
+    w.on("message", (answer: InstrumentAnswer) => {
+      const resolve = pending.get(answer.id)
+      pending.delete(answer.id)
+      resolve?.(answer)
+      if (pending.size === 0) idle = setTimeout(() => pending.size === 0 && worker === w && stop("stopped"), IDLE_MS)
+      idle?.unref()
+    })
+    w.on("error", (err) => worker === w && stop(`the instrumenting thread failed: ${err.message}`))
+    w.on("exit", () => worker === w && stop("the instrumenting thread exited"))
+    return w
+  }
+  return (bytes: Uint8Array): Promise<Answer> =>
+    new Promise((resolve) => {
+      if (idle !== undefined) clearTimeout(idle)
+      idle = undefined
+      worker ??= start()
+      const id = nextId++
+      pending.set(id, resolve)
+      const copy = bytes.slice()
+      worker.postMessage({ id, bytes: copy } satisfies InstrumentRequest, [copy.buffer as ArrayBuffer])
+    })
+})()
+
+const twins = new Map<string, Promise<Twin>>()
+
+/** `hash`'s twin, made from `bytes` the first time it is asked for in this process. */
+export const twinOf = (hash: string, bytes: Uint8Array): Promise<Twin> => {
+  const known = twins.get(hash)
+  if (known !== undefined) return known
+  const made = instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
+    if (!("error" in answer)) return compiled(answer.ok)
+    // A thread that failed says nothing about the module: the next admission tries again.
+    if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
+    return { failure: `Binaryen could not instrument it: ${answer.error}` }
+  })
+  twins.set(hash, made)
+  if (twins.size > KEPT) twins.delete(twins.keys().next().value!)
+  return made
+}
+
+const compiled = (bytes: Uint8Array): Promise<Twin> =>
+  WebAssembly.compile(bytes).then(
+    (module) => ({ module }),
+    (err: Error) => ({ failure: `its instrumented twin does not compile: ${err.message}` })
+  )
+
+/** One WasmHost's view: the twins ready for its modules, and each module's cooldown after a move. */
+export class InlineModules {
+  private readonly ready = new Map<string, { readonly module: WebAssembly.Module; cooldown: number; moves: number }>()
+
+  /** Makes (or finds) `hash`'s twin; completes when it is settled, the module runnable here if it was made. */
+  prepare(hash: string, bytes: Uint8Array): Effect.Effect<void> {
+    return Effect.promise(() => twinOf(hash, bytes)).pipe(
+      Effect.map((twin) => {
+        if ("module" in twin && !this.ready.has(hash)) {
+          this.ready.set(hash, { module: twin.module, cooldown: 0, moves: 0 })
+          if (this.ready.size > KEPT) this.ready.delete(this.ready.keys().next().value!)
+        }
+      })
+    )
+  }
+
+  /** The twin to run `hash`'s next activation on the main thread, or none (the pool runs it). */
+  take(hash: string): WebAssembly.Module | undefined {
+    const twin = this.ready.get(hash)
+    if (twin === undefined) return undefined
+    if (twin.cooldown > 0) {
+      twin.cooldown--
+      return undefined
+    }
+    return twin.module
+  }
+
+  /** One of `hash`'s activations was moved to the pool. */
+  moved(hash: string) {
+    const twin = this.ready.get(hash)
+    if (twin === undefined) return
+    twin.moves++
+    twin.cooldown = Math.min(MOVED_COOLDOWN, 2 ** twin.moves)
+  }
+
+  /** One of `hash`'s activations completed on the main thread. */
+  completed(hash: string) {
+    const twin = this.ready.get(hash)
+    if (twin !== undefined) twin.moves = 0
+  }
+}

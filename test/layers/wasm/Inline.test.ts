@@ -1,0 +1,190 @@
+/**
+ * Activations on the main thread (Inline.ts, Instrument.ts, InlineModules.ts): what moves an
+ * activation to a worker thread, that a moved activation's host calls are performed once, that the
+ * instrumented official loop does exactly what the plain one does, and the budget on the main
+ * thread. The WasmHost contract suite runs on this host too (test/contracts/WasmHost.test.ts).
+ */
+import * as fs from "node:fs"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, Option } from "effect"
+import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
+import { admitModule } from "../../../src/layers/wasm/Module.js"
+import { Pool } from "../../../src/layers/wasm/Pool.js"
+import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
+import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
+import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
+import { data, guest, wat } from "../../support/wat.js"
+
+const LIMITS = { memoryBytes: 4 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
+
+const inlineHost = (inlineMs: number, limits: Partial<typeof LIMITS> = {}) =>
+  WasmHostWorkers.make({ workers: 1, inlineMs, inlineAtAdmission: true, ...LIMITS, ...limits })
+
+/** A Host that counts its kv calls: kv_put succeeds, kv_read finds 1. */
+const countingHost = () => {
+  const calls: Array<string> = []
+  const host = hostWith({
+    kvPut: (key) => Effect.sync(() => void calls.push(`put ${key}`)),
+    kvRead: (key) => Effect.sync(() => (calls.push(`read ${key}`), Option.some(1)))
+  })
+  return { host, calls }
+}
+
+const KV_PUT = data(200, "kv_put")
+const PUT_REQUEST = data(220, '{"key":"k","value":1}')
+const KV_READ = data(260, "kv_read")
+const READ_REQUEST = data(280, '{"key":"k"}')
+const SEGMENTS = `${KV_PUT.segment} ${PUT_REQUEST.segment} ${KV_READ.segment} ${READ_REQUEST.segment}`
+const putOf = (request: { ptr: number; len: number }) =>
+  `(drop (call $call (i32.const ${KV_PUT.ptr}) (i32.const ${KV_PUT.len}) (i32.const ${request.ptr}) (i32.const ${request.len})))`
+const put = putOf(PUT_REQUEST)
+/** A kv_put of a 20,000-character value, placed above what the tests' allocator reaches. */
+const LONG_PUT_REQUEST = data(32_768, `{"key":"k","value":"${"x".repeat(20_000)}"}`)
+const read = `(call $call (i32.const ${KV_READ.ptr}) (i32.const ${KV_READ.len}) (i32.const ${READ_REQUEST.ptr}) (i32.const ${READ_REQUEST.len}))`
+
+/** Puts k, counts down from `n` (compute far past a few milliseconds), then reads k and returns the answer. */
+const putSpinRead = (n: number, long = false) =>
+  guest(`${SEGMENTS} ${long ? LONG_PUT_REQUEST.segment : ""}
+    (func (export "brain_run") (param i32 i32) (result i64) (local $i i32)
+      ${long ? putOf(LONG_PUT_REQUEST) : put}
+      (local.set $i (i32.const ${n}))
+      (loop $l (br_if $l (i32.ne (local.tee $i (i32.sub (local.get $i) (i32.const 1))) (i32.const 0))))
+      ${read})`)
+
+/** Recurses `depth` calls deep, then reads k at the bottom: a suspended stack far above the suspension buffer. */
+const deepRead = (depth: number) =>
+  guest(`${SEGMENTS}
+    (func $down (param $n i32) (param $a i64) (param $b i64) (param $c i64) (result i64)
+      (if (result i64) (i32.eqz (local.get $n))
+        (then ${read})
+        (else (i64.add (call $down (i32.sub (local.get $n) (i32.const 1)) (local.get $a) (local.get $b) (local.get $c)) (i64.const 0)))))
+    (func (export "brain_run") (param i32 i32) (result i64)
+      (call $down (i32.const ${depth}) (i64.const 1) (i64.const 2) (i64.const 3)))`)
+
+const spinning = guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
+const fine = guest(`${data(100, '{"ok":"fine"}').segment} (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 13)))`)
+
+describe("WasmHost on the main thread", () => {
+  it.scopedLive("a guest that computes past its main-thread allowance moves to a worker and completes there; the host call it made before the move is performed once", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(5)
+      const module = yield* admit(wasm, putSpinRead(100_000_000))
+      const { host, calls } = countingHost()
+      expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
+      expect(calls).toEqual(["put k", "read k"])
+      expect(wasm.stats).toEqual({ inline: 1, moved: 1, pool: 0 })
+    }))
+
+  it.scopedLive("a moved activation's long request (recorded by its digest) is recognized on the worker and performed once", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(5)
+      const module = yield* admit(wasm, putSpinRead(100_000_000, true))
+      const { host, calls } = countingHost()
+      expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
+      expect(calls).toEqual(["put k", "read k"])
+      expect(wasm.stats).toEqual({ inline: 1, moved: 1, pool: 0 })
+    }))
+
+  it.scopedLive("a guest whose stack at a host call does not fit the suspension buffer moves to a worker, and its call is performed once there", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, deepRead(2_000))
+      const { host, calls } = countingHost()
+      expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
+      expect(calls).toEqual(["read k"])
+      expect(wasm.stats).toEqual({ inline: 1, moved: 1, pool: 0 })
+    }))
+
+  it.scopedLive("a guest that makes host calls and returns within its allowance runs on the main thread only", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, putSpinRead(1_000))
+      for (let i = 0; i < 3; i++) {
+        const { host, calls } = countingHost()
+        expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
+        expect(calls).toEqual(["put k", "read k"])
+      }
+      expect(wasm.stats).toEqual({ inline: 3, moved: 0, pool: 0 })
+    }))
+
+  it.scopedLive("with a compute budget below the allowance, a spinning guest fails at its budget on the main thread, and the next activation completes", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(10_000, { computeMs: 100 })
+      const result = yield* Effect.either(wasm.runLoop(yield* admit(wasm, spinning), activationInput(), hostWith({})))
+      if (Either.isRight(result)) return expect.fail("the spinning guest completed")
+      expect(result.left.failure.code).toBe("agentloop_failed")
+      expect(result.left.failure.message).toMatch(/compute budget of 100 ms/)
+      expect(yield* wasm.runLoop(yield* admit(wasm, fine), activationInput(), hostWith({}))).toBe("fine")
+      expect(wasm.stats).toEqual({ inline: 2, moved: 0, pool: 0 })
+    }))
+
+  it.scopedLive("a moved activation whose guest asks other host calls than the record holds fails agentloop_failed, and nothing from the divergence on is performed", () =>
+    Effect.gen(function*() {
+      const pool = new Pool(1)
+      yield* Effect.addFinalizer(() => pool.close)
+      const module = yield* admitModule(yield* Effect.promise(() => wat(putSpinRead(10))), { maxModuleBytes: LIMITS.moduleBytes, maxMemoryBytes: LIMITS.memoryBytes })
+      const performed: Array<string> = []
+      const activation = {
+        moduleId: module.hash,
+        module: module.module,
+        memory: module.memory,
+        entry: "brain_run" as const,
+        input: jsonBytes(activationInput()),
+        perform: (op: string, request: string) => Effect.sync(() => (performed.push(`${op} ${request}`), '{"ok":null}'))
+      }
+      const record = [{ op: "kv_put", request: '{"key":"other","value":1}', answer: '{"ok":null}' }]
+      const diverged = yield* Effect.either(WasmHostWorkers.replayed(pool, LIMITS, activation, record))
+      if (Either.isRight(diverged)) return expect.fail("the diverging activation completed")
+      expect(diverged.left.message).toMatch(/did not repeat its host calls/)
+      expect(performed).toEqual([])
+      // A record longer than what the guest asks is a divergence too.
+      const longer = [...record.map(() => ({ op: "kv_put", request: '{"key":"k","value":1}', answer: '{"ok":null}' })), {
+        op: "kv_read",
+        request: '{"key":"k"}',
+        answer: '{"ok":1}'
+      }, { op: "kv_read", request: '{"key":"k"}', answer: '{"ok":1}' }]
+      expect(Either.isLeft(yield* Effect.either(WasmHostWorkers.replayed(pool, LIMITS, activation, longer)))).toBe(true)
+      expect(performed).toEqual([])
+      // The record as the guest makes it: replayed, nothing performed, the guest's own output.
+      const same = longer.slice(0, 2)
+      expect(yield* WasmHostWorkers.replayed(pool, LIMITS, activation, same)).toBe('{"ok":1}')
+      expect(performed).toEqual([])
+    }))
+
+  it.scopedLive("the instrumented official loop makes the same host calls with the same requests, and gives the same result, as the plain one on a worker", () =>
+    Effect.gen(function*() {
+      const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
+      const run = (inlineMs: number) =>
+        Effect.gen(function*() {
+          const wasm = yield* inlineHost(inlineMs)
+          const module = yield* Effect.orDie(wasm.admit(bytes))
+          const calls: Array<unknown> = []
+          let round = 0
+          const host: Host = hostWith({
+            model: (request) =>
+              Effect.sync(() => {
+                calls.push(["model", request])
+                return round++ === 0
+                  ? { text: "", tool_calls: [{ id: "c1", name: "echo", input: { n: 1 } }, { id: "c2", name: "echo", input: { n: 2 } }], stop_reason: "tool_calls" as const }
+                  : { text: "done", tool_calls: [], stop_reason: "end" as const }
+              }),
+            dispatch: (request) =>
+              Effect.sync(() => {
+                calls.push(["dispatch", request])
+                return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
+              }),
+            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages]))
+          })
+          const input: ActivationInput = { ...activationInput("two rounds, please"), transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "yes" }] }
+          const result = yield* wasm.runLoop(module, input, host)
+          return { result, calls: JSON.parse(JSON.stringify(calls)) as unknown, stats: { ...wasm.stats } }
+        })
+      const plain = yield* run(0)
+      const inline = yield* run(1_000)
+      expect(plain.stats).toEqual({ inline: 0, moved: 0, pool: 1 })
+      expect(inline.stats).toEqual({ inline: 1, moved: 0, pool: 0 })
+      expect(inline.calls).toEqual(plain.calls)
+      expect(inline.result).toEqual(plain.result)
+      expect((plain.calls as Array<unknown>).length).toBeGreaterThanOrEqual(3)
+    }))
+})
