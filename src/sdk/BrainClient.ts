@@ -78,7 +78,12 @@ const undescribed = (e: ParseResult.ParseError): Effect.Effect<never, ParseResul
     if (response === undefined) return Effect.fail(e)
     if (response.status >= 200 && response.status < 300) {
       return Effect.fail(
-        new BrainError({ code: "bad_response", status: response.status, retryable: false, message: `an answer outside the contract: ${e.message}` })
+        new BrainError({
+          code: "bad_response",
+          status: response.status,
+          retryable: false,
+          message: `an answer outside the contract: ${e.message}`
+        })
       )
     }
     // The decoder read the body already; `arrayBuffer` answers that same read again.

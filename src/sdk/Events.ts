@@ -11,10 +11,10 @@
  * cursor, backing off while the server is unreachable, until RECONNECT_DEADLINE_MS pass without a
  * stream opening. It ends after `session_ended`, or at the end of the pages when `live: false`.
  *
- * Recorded Events are passed on as the contract's `Event` (the schema's types equal its wire form),
- * so `event.data` and `event.origin` are the same whether they came from a page or the stream. Live model deltas
- * (frames without `id`) are dropped unless `deltas: true`, in which case every item is tagged
- * `{type: "event", event}` or `{type: "delta", delta}`.
+ * Recorded Events are passed on as the contract's `Event` (its decoded form is its wire form), so
+ * `event.data` and `event.origin` are the same whether they came from a page or the stream. Live
+ * model deltas (frames without `id`) are dropped unless `deltas: true`, in which case every item
+ * is tagged `{type: "event", event}` or `{type: "delta", delta}`.
  */
 import { BrainClosed, BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 import { sseFrames } from "./Sse.js"
@@ -60,7 +60,10 @@ export async function* readEvents(
   try {
     // The pages, up to an empty one.
     for (;;) {
-      const page = await transport.call((client) => client.sessions.events(sessionId, { after: cursor, limit: PAGE_LIMIT }), controller.signal)
+      const page = await transport.call(
+        (client) => client.sessions.events(sessionId, { after: cursor, limit: PAGE_LIMIT }),
+        controller.signal
+      )
       if (page.events.length === 0) break
       for (const event of page.events) {
         if (event.sequence <= cursor) continue

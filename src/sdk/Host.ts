@@ -78,7 +78,10 @@ export interface Registered {
 }
 
 /** A call's name on the wire (the session id is the server's own, as it sent it). */
-const callOf = (c: { readonly session_id: string; readonly sequence: number }) => ({ session_id: c.session_id as SessionId, sequence: c.sequence })
+const callOf = (c: { readonly session_id: string; readonly sequence: number }) => ({
+  session_id: c.session_id as SessionId,
+  sequence: c.sequence
+})
 
 const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
