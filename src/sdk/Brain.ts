@@ -1,11 +1,17 @@
 /**
- * The Promise client. `new Brain({ baseUrl, token?, fetch? })` speaks the HTTP API of DESIGN §7
- * with nothing but web APIs (fetch, streams, Web Crypto), so it runs in Node, browsers, Deno and
- * Bun alike.
+ * The Promise client. `new Brain({ baseUrl, token?, fetch? })` wraps the Effect client
+ * (`BrainClient`, BrainClient.ts: `HttpApiClient` over the contract the server serves): every
+ * request/response call runs through it on this client's own runtime (Transport.ts), so the
+ * contract, the encoding and decoding, the retries and the refusals come from one place; only the
+ * SSE streams are read with `fetch` directly. Nothing but web APIs (fetch, streams, Web Crypto),
+ * so it runs in Node, browsers, Deno and Bun alike.
  *
  * - Every mutating call sends an `Idempotency-Key`, the caller's or a fresh `crypto.randomUUID()`,
- *   and retries an uncertain outcome with that same key, body and mode only (Transport.ts). A
+ *   and retries an uncertain outcome with that same key, body and mode only (BrainClient.ts). A
  *   409 `ambiguous` is final: inspect the session before choosing a new key.
+ * - A refusal rejects with a `BrainError` carrying the refusal's `code`, `message`, `retryable`
+ *   and `details` and its HTTP `status` (Errors.ts `fromRefusal`); a request the contract refuses
+ *   is not sent, and rejects as the server would have answered it (400 `invalid_request`).
  * - A `Session` is a handle: its `summary` is the last one this handle was answered, never
  *   updated by background work; `brain.sessions.get(id)` reads the current one.
  * - Host tools (`tool()`, Tool.ts) given to `sessions.create` are served by this client's one host
@@ -15,7 +21,8 @@
  *   deleted. `withToken(token)` makes an independent client (its own host too): closing either
  *   leaves the other open.
  */
-import { BrainError } from "./Errors.js"
+import type { SessionId } from "../domain/Ids.js"
+import type * as Schemas from "../http/Schemas.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
 import { Host } from "./Host.js"
 import {
@@ -88,7 +95,8 @@ export interface ListOptions {
 
 const newKey = () => globalThis.crypto.randomUUID()
 
-const sessionPath = (id: string) => `/v1/sessions/${encodeURIComponent(id)}`
+/** The caller's Idempotency-Key, if any: the Effect client makes one per call otherwise. */
+const keyOf = (options: MutationOptions) => ({ idempotencyKey: options.idempotencyKey })
 
 const inputOf = (input: TurnInput | string): TurnInput => (typeof input === "string" ? { message: input } : input)
 
@@ -159,8 +167,9 @@ export class Sessions {
         )
       } as CreateSessionRequest
     }
-    const summary = await this.transport.json<SessionSummary>(
-      { method: "POST", path: "/v1/sessions", body: wire, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
+    // The Effect client encodes the body, and so checks it against the contract.
+    const summary = await this.transport.call(
+      (client) => client.sessions.create(wire as typeof Schemas.CreateSessionRequest.Type, keyOf(options)),
       options.signal
     )
     if (hostTools.length > 0) this.host.bind(summary.session_id, hostTools)
@@ -169,17 +178,17 @@ export class Sessions {
 
   /** `GET /v1/sessions/{id}`: the session's current summary, as a handle. */
   async get(id: string, options: { readonly signal?: AbortSignal } = {}): Promise<Session> {
-    const summary = await this.transport.json<SessionSummary>({ method: "GET", path: sessionPath(id) }, options.signal)
+    const summary = await this.transport.call((client) => client.sessions.get(id), options.signal)
     return new Session(this.transport, summary, this.host)
   }
 
   /** `GET /v1/sessions`: one page of summaries; pass its `next_cursor` as `after` for the next. */
   async list(options: ListOptions & { readonly signal?: AbortSignal } = {}): Promise<SessionList> {
-    const params = new URLSearchParams()
-    if (options.after !== undefined) params.set("after", options.after)
-    if (options.limit !== undefined) params.set("limit", String(options.limit))
-    const query = params.toString().length > 0 ? `?${params}` : ""
-    return this.transport.json<SessionList>({ method: "GET", path: `/v1/sessions${query}` }, options.signal)
+    const params = {
+      ...(options.after !== undefined ? { after: options.after as SessionId } : {}),
+      ...(options.limit !== undefined ? { limit: options.limit } : {})
+    }
+    return this.transport.call((client) => client.sessions.list(params), options.signal)
   }
 }
 
@@ -279,8 +288,8 @@ export class Session {
   }
 
   private async post(input: TurnInput, key: string, signal: AbortSignal | undefined): Promise<TurnOutcome> {
-    const outcome = await this.transport.json<TurnOutcome>(
-      { method: "POST", path: `${sessionPath(this.id)}/messages`, body: { input }, headers: { "idempotency-key": key } },
+    const outcome = await this.transport.call(
+      (client) => client.sessions.send(this.id, input, { idempotencyKey: key }),
       signal
     )
     this.latest = { session_id: outcome.session_id, status: outcome.status, last_sequence: outcome.last_sequence }
@@ -300,24 +309,10 @@ export class Session {
   /** `POST …/messages` with `Prefer: respond-async`: resolves once the turn's `turn_started` is
    * committed, with its `{session_id, sequence}`; read `events(sequence - 1)` to follow it. */
   async submit(input: TurnInput | string, options: MutationOptions = {}): Promise<Receipt> {
-    const answer = await this.transport.request(
-      {
-        method: "POST",
-        path: `${sessionPath(this.id)}/messages`,
-        body: { input: inputOf(input) },
-        headers: { "idempotency-key": options.idempotencyKey ?? newKey(), prefer: "respond-async" }
-      },
+    return this.transport.call(
+      (client) => client.sessions.submit(this.id, inputOf(input), keyOf(options)),
       options.signal
     )
-    if (answer.status !== 202) {
-      throw new BrainError({
-        code: "bad_response",
-        status: answer.status,
-        retryable: false,
-        message: `an async submission was answered ${answer.status}, not 202`
-      })
-    }
-    return JSON.parse(answer.text) as Receipt
   }
 
   /**
@@ -337,12 +332,12 @@ export class Session {
 
   /** `GET …/transcript`: the canonical messages and the sequence they are current through. */
   transcript(options: { readonly signal?: AbortSignal } = {}): Promise<Transcript> {
-    return this.transport.json<Transcript>({ method: "GET", path: `${sessionPath(this.id)}/transcript` }, options.signal)
+    return this.transport.call((client) => client.sessions.transcript(this.id), options.signal)
   }
 
   /** `POST …/cancel`: cancels the work in flight; the session stays open for another turn. */
   interrupt(options: MutationOptions = {}): Promise<SessionSummary> {
-    return this.lifecycle("cancel", options)
+    return this.lifecycle("interrupt", options)
   }
 
   /** `POST …/end`: refuses new messages and detaches the Environments; history stays. */
@@ -352,18 +347,12 @@ export class Session {
 
   /** `DELETE …`: removes an ended or failed session and tears down its Environments. */
   async delete(options: MutationOptions = {}): Promise<void> {
-    await this.transport.request(
-      { method: "DELETE", path: sessionPath(this.id), headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
-      options.signal
-    )
+    await this.transport.call((client) => client.sessions.delete(this.id, keyOf(options)), options.signal)
     this.host.unbind(this.id)
   }
 
-  private async lifecycle(route: "cancel" | "end", options: MutationOptions): Promise<SessionSummary> {
-    const summary = await this.transport.json<SessionSummary>(
-      { method: "POST", path: `${sessionPath(this.id)}/${route}`, headers: { "idempotency-key": options.idempotencyKey ?? newKey() } },
-      options.signal
-    )
+  private async lifecycle(route: "interrupt" | "end", options: MutationOptions): Promise<SessionSummary> {
+    const summary = await this.transport.call((client) => client.sessions[route](this.id, keyOf(options)), options.signal)
     this.latest = summary
     if (route === "end") this.host.unbind(this.id)
     return summary

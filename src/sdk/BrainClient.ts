@@ -1,19 +1,30 @@
 /**
- * The Effect-native client: `HttpApiClient` over the very contract the server serves
- * (src/http/Api.ts), with the bearer token added to every request (`transformClient`), an
- * Idempotency-Key on every mutating call (the caller's or a fresh `crypto.randomUUID()`, made once
- * per call, so a retry repeats it), uncertain outcomes retried with that same key (as the Promise
- * client does, Transport.ts), and an exact error channel per method:
+ * The Effect-native client, and the core of the Promise client too (Brain.ts wraps it): `HttpApiClient`
+ * over the very contract the server serves (src/http/Api.ts), with the bearer token added to every
+ * request (`transformClient`), an Idempotency-Key on every mutating call (the caller's or a fresh
+ * `crypto.randomUUID()`, made once per call, so a retry repeats it), uncertain outcomes retried
+ * with that same key, body and mode, and an exact error channel per method:
  *
  * - the refusals its route declares in the contract (http/ApiErrors.ts), decoded from the error
  *   body by its `code` into the `Schema.TaggedError`s of domain/Errors.ts: `catchTag("SessionBusy")`,
- *   `catchTag("NotFound")`, each with `code`, `message`, `retryable` and `details`;
+ *   `catchTag("NotFound")`, each with `code`, `message`, `retryable` and `details`. A request the
+ *   contract refuses (a malformed session id, an unknown field) is not sent: it fails with the
+ *   `InvalidRequest` the server would answer (400);
  * - `BrainError` only for what is not an answer of the contract: no answer arrived
- *   (`network_error`, retried while the key allows), an answer the contract does not describe
- *   (`bad_response`, say from a proxy), or a request it could not encode (`invalid_request`,
- *   status 0, say a malformed session id).
+ *   (`network_error`, retried while the key allows), or an answer the contract does not describe
+ *   (`bad_response`, say from a proxy, or a refusal with a code its route does not declare: then
+ *   the server's own `code`, as `fromAnswer` reads it).
  *
- * `api` is the raw `HttpApiClient` of the same contract, for anything else.
+ * Retries: a call whose outcome is uncertain — no answer arrived, or 503 `overloaded` — is sent
+ * again, at most MAX_ATTEMPTS times in all, RETRY_BASE_MS doubled apart, with the same arguments,
+ * so a mutating call repeats its Idempotency-Key: the server runs it at most once and replays its
+ * answer. Every other answer (a 409 `ambiguous` included) is final. A host's Event is sent once:
+ * the server does not deduplicate it. A host's registration is retried like a read: a lost answer
+ * leaves behind an unused host, which holds nothing.
+ *
+ * `api` is the raw `HttpApiClient` of the same contract, for anything else. The SSE streams
+ * (`Accept: text/event-stream` on a session's events, a host's commands) are not request/response
+ * calls: the Promise client reads them with `fetch` (Events.ts, Host.ts).
  *
  * ```ts
  * const program = Effect.gen(function*() {
@@ -31,12 +42,19 @@ import * as HttpApiClient from "@effect/platform/HttpApiClient"
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
-import { Context, Duration, Effect, Layer, ParseResult, Schedule } from "effect"
-import type { SessionId } from "../domain/Ids.js"
+import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
+import { Context, Duration, Effect, FiberRef, Layer, ParseResult, Schedule } from "effect"
+import { InvalidRequest } from "../domain/Errors.js"
+import type { HostId, SessionId } from "../domain/Ids.js"
 import { BrainApi } from "../http/Api.js"
 import type * as Schemas from "../http/Schemas.js"
 import { BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
-import { MAX_ATTEMPTS, RETRY_BASE_MS } from "./Transport.js"
+
+/** Sends of one call whose outcome is uncertain, the first included: enough to ride out a
+ * dropped connection or a short overload, few enough that a dead server is reported quickly. */
+export const MAX_ATTEMPTS = 4
+/** Milliseconds before the first retry, doubled before each next one (200, 400, 800). */
+export const RETRY_BASE_MS = 200
 
 export interface BrainClientOptions {
   readonly baseUrl: string
@@ -45,14 +63,45 @@ export interface BrainClientOptions {
 }
 
 export interface MutationOptions {
-  readonly idempotencyKey?: string
+  readonly idempotencyKey?: string | undefined
 }
+
+/**
+ * The answer the current fiber's last request got: set as it arrives, so that an answer whose body
+ * the contract does not describe can still be read (its body is cached) and reported as it is.
+ */
+const lastAnswer = FiberRef.unsafeMake<HttpClientResponse.HttpClientResponse | undefined>(undefined)
+
+/** An answer the contract does not describe, as a BrainError: a refusal's own code, or `bad_response`. */
+const undescribed = (e: ParseResult.ParseError): Effect.Effect<never, ParseResult.ParseError | BrainError> =>
+  Effect.flatMap(FiberRef.get(lastAnswer), (response): Effect.Effect<never, ParseResult.ParseError | BrainError> => {
+    if (response === undefined) return Effect.fail(e)
+    if (response.status >= 200 && response.status < 300) {
+      return Effect.fail(
+        new BrainError({
+          code: "bad_response",
+          status: response.status,
+          retryable: false,
+          message: `an answer outside the contract: ${e.message}`
+        })
+      )
+    }
+    // The decoder read the body already; `arrayBuffer` answers that same read again.
+    return response.arrayBuffer.pipe(
+      Effect.map((bytes) => new TextDecoder().decode(bytes)),
+      Effect.orElseSucceed(() => ""),
+      Effect.flatMap((text) => Effect.fail(fromAnswer(response.status, text)))
+    )
+  })
 
 const makeApi = (options: BrainClientOptions) =>
   HttpApiClient.make(BrainApi, {
     baseUrl: options.baseUrl.replace(/\/+$/, ""),
     transformClient: (client) =>
-      options.token === undefined ? client : HttpClient.mapRequest(client, HttpClientRequest.bearerToken(options.token))
+      (options.token === undefined ? client : HttpClient.mapRequest(client, HttpClientRequest.bearerToken(options.token))).pipe(
+        HttpClient.tap((response) => FiberRef.set(lastAnswer, response))
+      ),
+    transformResponse: (decoding) => Effect.catchIf(decoding, ParseResult.isParseError, undescribed)
   })
 
 /** The raw `HttpApiClient` of the contract. */
@@ -71,6 +120,7 @@ export type Refusals<Call extends (...args: any) => Effect.Effect<any, any, any>
 >
 
 type Routes = BrainApiClient["sessions"]
+type HostRoutes = BrainApiClient["hosts"]
 
 export interface BrainClientShape {
   readonly api: BrainApiClient
@@ -105,15 +155,30 @@ export interface BrainClientShape {
     readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, Refusals<Routes["end"]> | BrainError>
     readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, Refusals<Routes["delete"]> | BrainError>
   }
+  /** A host's routes (docs/environments.md, "The `host` driver"): `register` with the API token,
+   * the others with the host's own (a client made with it). */
+  readonly hosts: {
+    readonly register: () => Effect.Effect<typeof Schemas.HostRegistered.Type, Refusals<HostRoutes["register"]> | BrainError>
+    /** A call's result; retried while uncertain (a 409 `conflict` says an earlier attempt landed). */
+    readonly results: (
+      hostId: string,
+      result: typeof Schemas.HostResult.Type
+    ) => Effect.Effect<void, Refusals<HostRoutes["results"]> | BrainError>
+    /** A tool-origin Event of a call in flight, sent once. */
+    readonly events: (
+      hostId: string,
+      event: typeof Schemas.HostEvent.Type
+    ) => Effect.Effect<typeof Schemas.HostEventCommitted.Type, Refusals<HostRoutes["events"]> | BrainError>
+  }
 }
 
 const isNotAnAnswer = (e: unknown): e is NotAnAnswer => HttpClientError.isHttpClientError(e) || ParseResult.isParseError(e)
 
-/** A failure that is not an answer of the contract, as a BrainError. */
-const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError> => {
-  if (ParseResult.isParseError(e)) {
-    return Effect.succeed(new BrainError({ code: "invalid_request", status: 0, retryable: false, message: e.message }))
-  }
+/** A failure that is not an answer of the contract, as a BrainError (or, for a request the
+ * contract refuses, the InvalidRequest the server would answer). */
+const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError | InvalidRequest> => {
+  // Answers are decoded under `transformResponse`: a ParseError here is the request's own.
+  if (ParseResult.isParseError(e)) return Effect.succeed(new InvalidRequest({ message: `the request is not valid: ${e.message}` }))
   if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
   const response = e.response
   // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.
@@ -127,7 +192,7 @@ const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError> => {
 /**
  * The call's refusals as they are; anything else as a BrainError. (`catchIf` with a refinement on
  * `unknown` cannot name what remains of a generic `E`; the assertion says it: `E` without
- * `NotAnAnswer`.)
+ * `NotAnAnswer`. Every route wrapped here declares InvalidRequest.)
  */
 const mapErrors = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, Exclude<E, NotAnAnswer> | BrainError> =>
   Effect.catchIf(effect, isNotAnAnswer, (e) => Effect.flatMap(toBrainError(e), Effect.fail)) as Effect.Effect<
@@ -163,6 +228,7 @@ const unexpected = (what: string) =>
 export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShape, never, HttpClient.HttpClient> =>
   Effect.map(makeApi(options), (api): BrainClientShape => {
     const path = (id: string) => ({ id: id as SessionId })
+    const host = (id: string) => ({ id: id as HostId })
     return {
       api,
       sessions: {
@@ -183,6 +249,13 @@ export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShap
         interrupt: (id, opts) => mutating(opts, (key) => api.sessions.cancel({ path: path(id), headers: { "idempotency-key": key } })),
         end: (id, opts) => mutating(opts, (key) => api.sessions.end({ path: path(id), headers: { "idempotency-key": key } })),
         delete: (id, opts) => mutating(opts, (key) => api.sessions.delete({ path: path(id), headers: { "idempotency-key": key } }))
+      },
+      hosts: {
+        register: () => reading(api.hosts.register()),
+        // The payload is a union: the raw client takes one request shape per member.
+        results: (hostId, result) =>
+          reading(api.hosts.results({ path: host(hostId), payload: result } as Parameters<HostRoutes["results"]>[0])),
+        events: (hostId, event) => mapErrors(api.hosts.events({ path: host(hostId), payload: event }))
       }
     }
   })

@@ -1,12 +1,15 @@
 /**
- * The SDK's errors. `BrainError` is every refusal the server answers (its body
- * `{code, message, retryable, details?}` plus the HTTP status) and every request whose outcome
- * stayed unknown once the SDK stopped retrying it (`network_error`, status 0). `BrainClosed` is
- * every call on a client after `close()`. Both are `Data.TaggedError`s: plain `Error`s for
- * Promise users, `catchTag`-able values for Effect users.
+ * The SDK's errors. `BrainError` is every refusal the Promise client rejects with (its body
+ * `{code, message, retryable, details?}` plus the HTTP status: `fromRefusal` makes it from the
+ * Effect client's typed refusal) and every request whose outcome stayed unknown once the SDK
+ * stopped retrying it (`network_error`, status 0). `BrainClosed` is every call on a client after
+ * `close()`. Both are `Data.TaggedError`s: plain `Error`s for Promise users, `catchTag`-able
+ * values for Effect users.
  */
 import { Data } from "effect"
+import type { ApiError } from "../domain/Errors.js"
 import type { FailureCode } from "../domain/Failure.js"
+import { statusOf } from "../http/Errors.js"
 
 /**
  * The server's codes, plus two of the client's own: `network_error` (no answer arrived: the
@@ -56,6 +59,17 @@ export const fromAnswer = (status: number, text: string): BrainError => {
     message: `HTTP ${status} without an error body${text.length > 0 ? `: ${text.slice(0, 200)}` : ""}`
   })
 }
+
+/** A typed refusal of the contract (domain/Errors.ts) as the BrainError of its answer: the same
+ * code, message, retryable and details, with the status the contract gives its code. */
+export const fromRefusal = (e: ApiError): BrainError =>
+  new BrainError({
+    code: e.code,
+    status: statusOf(e.code),
+    retryable: e.retryable,
+    message: e.message,
+    ...(e.details !== undefined ? { details: e.details } : {})
+  })
 
 export const networkError = (cause: unknown): BrainError =>
   new BrainError({

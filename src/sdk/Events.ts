@@ -1,8 +1,8 @@
 /**
  * `session.events(cursor)`: the session's recorded Events after `cursor`, in sequence order, each
- * once. First the pages (`GET …/events?after=&limit=`) up to the end, then the live stream (the
- * same URL with `Accept: text/event-stream`), which the server catches up from the journal before
- * following new commits.
+ * once. First the pages (`GET …/events?after=&limit=`, through the Effect client) up to the end,
+ * then the live stream (the same URL with `Accept: text/event-stream`, read with `fetch`: see
+ * Transport.ts), which the server catches up from the journal before following new commits.
  *
  * The reader keeps one cursor, the sequence of the last Event it yielded (or the last page's
  * `next_cursor`), and never yields a sequence at or below it. Whenever the stream ends other than
@@ -11,15 +11,15 @@
  * cursor, backing off while the server is unreachable, until RECONNECT_DEADLINE_MS pass without a
  * stream opening. It ends after `session_ended`, or at the end of the pages when `live: false`.
  *
- * Recorded Events are passed on exactly as the server encoded them, so `event.data` and
- * `event.origin` are the same whether they came from a page or the stream. Live model deltas
- * (frames without `id`) are dropped unless `deltas: true`, in which case every item is tagged
- * `{type: "event", event}` or `{type: "delta", delta}`.
+ * Recorded Events are passed on as the contract's `Event` (its decoded form is its wire form), so
+ * `event.data` and `event.origin` are the same whether they came from a page or the stream. Live
+ * model deltas (frames without `id`) are dropped unless `deltas: true`, in which case every item
+ * is tagged `{type: "event", event}` or `{type: "delta", delta}`.
  */
 import { BrainClosed, BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 import { sseFrames } from "./Sse.js"
 import { sleep, type Transport } from "./Transport.js"
-import type { Event, EventOrDelta, EventPage, ModelDelta } from "./Types.js"
+import type { Event, EventOrDelta, ModelDelta } from "./Types.js"
 
 /** Events per page request: the server's maximum. */
 export const PAGE_LIMIT = 1000
@@ -60,7 +60,10 @@ export async function* readEvents(
   try {
     // The pages, up to an empty one.
     for (;;) {
-      const page = await transport.json<EventPage>({ method: "GET", path: `${path}?after=${cursor}&limit=${PAGE_LIMIT}` }, controller.signal)
+      const page = await transport.call(
+        (client) => client.sessions.events(sessionId, { after: cursor, limit: PAGE_LIMIT }),
+        controller.signal
+      )
       if (page.events.length === 0) break
       for (const event of page.events) {
         if (event.sequence <= cursor) continue
@@ -80,7 +83,6 @@ export async function* readEvents(
       let failure: BrainError | undefined
       try {
         const response = await transport.open(`${path}?after=${cursor}`, {
-          method: "GET",
           headers: transport.headers({ accept: "text/event-stream", "last-event-id": String(cursor) }),
           signal: controller.signal
         })

@@ -3,10 +3,12 @@
  * "The `host` driver"; docs/sdk.md, "Host tools").
  *
  * - Lazily, the first session created with host tools registers one host (`POST /v1/hosts`, with
- *   the client's token) and opens its command stream (with the host's own token). From then on the
- *   client keeps that one stream until `close`: after a failed create, after its last session
- *   ends, and across drops — a dropped stream is reopened (backing off from RECONNECT_FIRST_MS up
- *   to RECONNECT_MAX_MS) for as long as the client is open.
+ *   the client's token) and opens its command stream (with the host's own token). Registration,
+ *   results and Events go through the Effect client (BrainClient `hosts`); the command stream is
+ *   read with `fetch` (Transport.ts says why). From then on the client keeps that one stream
+ *   until `close`: after a failed create, after its last session ends, and across drops — a
+ *   dropped stream is reopened (backing off from RECONNECT_FIRST_MS up to RECONNECT_MAX_MS) for
+ *   as long as the client is open.
  * - A call is run once: a `{session_id, sequence}` this host has seen is never run again. When the
  *   stream that carried a call is over, Brain has recorded the call `unknown`: its signal aborts
  *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
@@ -19,6 +21,7 @@
  * - `close` aborts every run's signal and the stream and returns at once: it never waits for a
  *   tool, and nothing is posted after it.
  */
+import type { SessionId } from "../domain/Ids.js"
 import { BrainClosed, BrainError, fromAnswer, networkError } from "./Errors.js"
 import { sseFrames } from "./Sse.js"
 import { type HostTool, ToolAborted, type ToolContext } from "./Tool.js"
@@ -74,6 +77,12 @@ export interface Registered {
   readonly token: string
 }
 
+/** A call's name on the wire (the session id is the server's own, as it sent it). */
+const callOf = (c: { readonly session_id: string; readonly sequence: number }) => ({
+  session_id: c.session_id as SessionId,
+  sequence: c.sequence
+})
+
 const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
 export class Host {
@@ -108,7 +117,7 @@ export class Host {
     }
     if (this.registration === undefined) {
       // Shared by every create waiting for it, so no one caller's signal may abort it.
-      const registering = this.api.json<Registered>({ method: "POST", path: "/v1/hosts", body: {} })
+      const registering = this.api.call((client) => client.hosts.register())
       this.registration = registering
       registering.then(
         (registered) => this.start(registered),
@@ -189,7 +198,6 @@ export class Host {
       const connection = ++this.connection
       try {
         const response = await transport.open(path, {
-          method: "GET",
           headers: transport.headers({ accept: "text/event-stream" }),
           signal: controller.signal
         })
@@ -275,11 +283,7 @@ export class Host {
       await Promise.allSettled([...run.emits])
       if (run.lost) return
       try {
-        await transport.request({
-          method: "POST",
-          path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
-          body: { session_id: call.session_id, sequence: call.sequence, ...answer }
-        })
+        await transport.call((client) => client.hosts.results(hostId, { ...callOf(call), ...answer }))
       } catch (e) {
         // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
         // with the refusal instead, once. A 409 means it is over already (an earlier attempt of
@@ -297,12 +301,8 @@ export class Host {
       deadlineAtMs: call.deadline_at_ms,
       emit: (kind, payload) => {
         if (run.settled || run.lost) return Promise.reject(new Error("this tool call is over: its Events can no longer be committed"))
-        const sent = transport.json<{ sequence: number }>({
-          method: "POST",
-          path: `/v1/hosts/${encodeURIComponent(hostId)}/events`,
-          body: { session_id: call.session_id, sequence: call.sequence, kind, payload: payload ?? null },
-          once: true
-        }).then((r) => r.sequence)
+        const sent = transport.call((client) => client.hosts.events(hostId, { ...callOf(call), kind, payload: payload ?? null }))
+          .then((r) => r.sequence)
         const tracked = sent.catch(() => undefined)
         run.emits.add(tracked)
         void tracked.then(() => run.emits.delete(tracked))
@@ -354,11 +354,7 @@ export class Host {
       this.runs.delete(key)
       // Its Events first, as for every result.
       void Promise.allSettled([...run.emits]).then(() =>
-        run.lost ? undefined : transport.request({
-          method: "POST",
-          path: `/v1/hosts/${encodeURIComponent(hostId)}/results`,
-          body: { session_id: cancel.session_id, sequence: cancel.sequence, stopped: true }
-        })
+        run.lost ? undefined : transport.call((client) => client.hosts.results(hostId, { ...callOf(cancel), stopped: true }))
       ).catch(() => undefined)
       return
     }

@@ -1,20 +1,24 @@
 /**
- * One client's HTTP: the base URL, the bearer token, the `fetch` it was given, and its lifetime.
- * Every request goes through here, so that `close()` reaches all of them: closing aborts what is
- * in flight and refuses what comes later with `BrainClosed`.
+ * One Promise client's way to its server, and its lifetime. Every call goes through here, so that
+ * `close()` reaches all of them: closing aborts what is in flight and refuses what comes later
+ * with `BrainClosed`.
  *
- * Retries: a request whose outcome is uncertain — no answer arrived, or 503 `overloaded` — is sent
- * again, a bounded number of times, with the same method, URL, headers and body, so a mutating
- * request repeats its Idempotency-Key: the server runs it at most once and replays its answer.
- * Any other answer (a 409 `ambiguous` included) is final and becomes a `BrainError`.
+ * - Request/response calls go through the Effect client (`BrainClient`, BrainClient.ts) of this
+ *   client's base URL and token, run on this client's own runtime over the `fetch` it was given
+ *   (`FetchHttpClient.Fetch`): the contract, the encoding and decoding, the Idempotency-Keys, the
+ *   retries of uncertain outcomes and the typed refusals all come from there. A typed refusal
+ *   reaches the Promise caller as the `BrainError` of its answer (`fromRefusal`).
+ * - The SSE streams — a session's live Events (Events.ts) and a host's command stream (Host.ts) —
+ *   are read with that same `fetch` directly (`open`): they are long-lived bodies read frame by
+ *   frame, with their own reconnection rules, which a request/response call of `HttpApiClient`
+ *   does not express.
  */
-import { BrainClosed, BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
-
-/** Sends of one request whose outcome is uncertain, the first included: enough to ride out a
- * dropped connection or a short overload, few enough that a dead server is reported quickly. */
-export const MAX_ATTEMPTS = 4
-/** Milliseconds before the first retry, doubled before each next one (200, 400, 800). */
-export const RETRY_BASE_MS = 200
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpClient from "@effect/platform/HttpClient"
+import { Cause, Effect, Exit, Layer, ManagedRuntime, Option } from "effect"
+import type { ApiError } from "../domain/Errors.js"
+import { BrainClient, type BrainClientShape } from "./BrainClient.js"
+import { BrainClosed, BrainError, fromRefusal, networkError } from "./Errors.js"
 
 export type Fetch = (input: string, init: RequestInit) => Promise<Response>
 
@@ -25,21 +29,6 @@ export interface TransportOptions {
   readonly token?: string | undefined
   /** The `fetch` to use (default: the global one). */
   readonly fetch?: Fetch | undefined
-}
-
-export interface Answer {
-  readonly status: number
-  readonly headers: Headers
-  readonly text: string
-}
-
-export interface Call {
-  readonly method: "GET" | "POST" | "DELETE"
-  readonly path: string
-  readonly body?: unknown
-  readonly headers?: Readonly<Record<string, string>>
-  /** Send it once, never again: for a request the server does not deduplicate (a host's Event). */
-  readonly once?: boolean
 }
 
 /** Resolves after `ms`, or rejects with `signal`'s reason when it aborts first. */
@@ -60,13 +49,25 @@ export const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
 export class Transport {
   private readonly lifetime = new AbortController()
   private readonly fetchFn: Fetch
+  private readonly runtime: ManagedRuntime.ManagedRuntime<BrainClient, never>
   readonly baseUrl: string
 
   constructor(readonly options: TransportOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "")
     const given = options.fetch
     // The global fetch is called through globalThis: browsers refuse it detached from window.
-    this.fetchFn = given ?? ((input, init) => globalThis.fetch(input, init))
+    const fetchFn: Fetch = given ?? ((input, init) => globalThis.fetch(input, init))
+    this.fetchFn = fetchFn
+    // FetchHttpClient calls fetch with a URL; this client's `fetch` takes the URL's text.
+    const asFetch = ((input: string | URL | { readonly url: string }, init?: RequestInit) =>
+      fetchFn(input instanceof URL ? input.href : typeof input === "string" ? input : input.url, init ?? {})) as typeof globalThis.fetch
+    this.runtime = ManagedRuntime.make(
+      Layer.merge(
+        BrainClient.layerFetch({ baseUrl: this.baseUrl, token: options.token }),
+        // Read by FetchHttpClient from each request's context, which the runtime's holds.
+        Layer.succeed(FetchHttpClient.Fetch, asFetch)
+      )
+    )
   }
 
   get closed(): boolean {
@@ -75,7 +76,9 @@ export class Transport {
 
   /** Aborts everything in flight; later calls reject with BrainClosed. Idempotent. */
   close(): void {
-    if (!this.closed) this.lifetime.abort(new BrainClosed())
+    if (this.closed) return
+    this.lifetime.abort(new BrainClosed())
+    void this.runtime.dispose()
   }
 
   ensureOpen(): void {
@@ -98,75 +101,48 @@ export class Transport {
     return { controller, release: () => listeners.forEach((remove) => remove()) }
   }
 
-  /** The headers every request carries. */
+  /**
+   * A call of the Effect client, as a Promise: its answer; its refusal as a BrainError; BrainClosed
+   * once the client closes, or `signal`'s reason once it aborts (either interrupts the call, which
+   * aborts its request).
+   */
+  async call<A>(call: (client: BrainClientShape) => Effect.Effect<A, ApiError | BrainError>, signal?: AbortSignal): Promise<A> {
+    this.ensureOpen()
+    const { controller, release } = this.link(signal)
+    try {
+      const exit = await this.runtime.runPromiseExit(
+        // No trace headers: the Promise client sends only what the contract names.
+        Effect.flatMap(BrainClient, call).pipe(Effect.locally(HttpClient.currentTracerPropagation, false)),
+        { signal: controller.signal }
+      )
+      if (Exit.isSuccess(exit)) return exit.value
+      if (this.closed) throw new BrainClosed()
+      if (controller.signal.aborted) throw controller.signal.reason
+      const failure = Cause.failureOption(exit.cause)
+      if (Option.isNone(failure)) throw Cause.squash(exit.cause)
+      throw failure.value instanceof BrainError ? failure.value : fromRefusal(failure.value)
+    } finally {
+      release()
+    }
+  }
+
+  /** The headers a stream request carries. */
   headers(extra: Readonly<Record<string, string>> = {}): Record<string, string> {
     return {
-      accept: "application/json",
       ...(this.options.token !== undefined ? { authorization: `Bearer ${this.options.token}` } : {}),
       ...extra
     }
   }
 
-  /** One send, no retry: the response, or the failure (BrainClosed once closed). */
-  async open(path: string, init: { readonly method: string; readonly headers: Record<string, string>; readonly body?: string; readonly signal: AbortSignal }): Promise<Response> {
+  /** Opens a stream (`GET path`, once, no retry): the response, or the failure (BrainClosed once closed). */
+  async open(path: string, init: { readonly headers: Record<string, string>; readonly signal: AbortSignal }): Promise<Response> {
     this.ensureOpen()
     try {
-      return await this.fetchFn(`${this.baseUrl}${path}`, init)
+      return await this.fetchFn(`${this.baseUrl}${path}`, { method: "GET", headers: init.headers, signal: init.signal })
     } catch (cause) {
       if (this.closed) throw new BrainClosed()
       if (init.signal.aborted) throw init.signal.reason
       throw networkError(cause)
-    }
-  }
-
-  /**
-   * A request and its whole answer: resolves with a 2xx, rejects with a BrainError for anything
-   * else, after retrying an uncertain outcome (see the module comment).
-   */
-  async request(call: Call, signal?: AbortSignal): Promise<Answer> {
-    const body = call.body === undefined ? undefined : JSON.stringify(call.body)
-    const headers = this.headers({ ...(body !== undefined ? { "content-type": "application/json" } : {}), ...call.headers })
-    for (let attempt = 1;; attempt++) {
-      const { controller, release } = this.link(signal)
-      let error: BrainError
-      try {
-        const response = await this.open(call.path, {
-          method: call.method,
-          headers,
-          ...(body !== undefined ? { body } : {}),
-          signal: controller.signal
-        })
-        const text = await response.text().catch((cause) => {
-          if (this.closed) throw new BrainClosed()
-          if (controller.signal.aborted) throw controller.signal.reason
-          throw networkError(cause)
-        })
-        if (response.ok) return { status: response.status, headers: response.headers, text }
-        error = fromAnswer(response.status, text)
-      } catch (e) {
-        if (!(e instanceof BrainError)) throw e
-        error = e
-      } finally {
-        release()
-      }
-      if (!isUncertain(error) || attempt >= MAX_ATTEMPTS || call.once === true) throw error
-      const { controller: waiting, release: stopWaiting } = this.link(signal)
-      try {
-        await sleep(RETRY_BASE_MS * 2 ** (attempt - 1), waiting.signal)
-      } finally {
-        stopWaiting()
-      }
-    }
-  }
-
-  /** `request`, and its body parsed as JSON (undefined for an empty body). */
-  async json<A>(call: Call, signal?: AbortSignal): Promise<A> {
-    const answer = await this.request(call, signal)
-    if (answer.text.length === 0) return undefined as A
-    try {
-      return JSON.parse(answer.text) as A
-    } catch {
-      throw fromAnswer(answer.status, answer.text)
     }
   }
 }

@@ -25,7 +25,14 @@ export {
 } from "./Output.js"
 export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type ToolOptions } from "./Tool.js"
 export { type Issue, type StandardSchemaV1, type Validator } from "./Validate.js"
-export { BrainClient, type BrainApiClient, type BrainClientOptions, type BrainClientShape } from "./BrainClient.js"
+export {
+  BrainClient,
+  type BrainApiClient,
+  type BrainClientOptions,
+  type BrainClientShape,
+  MAX_ATTEMPTS,
+  RETRY_BASE_MS
+} from "./BrainClient.js"
 export { BrainClosed, BrainError, type BrainErrorCode } from "./Errors.js"
 /** The Effect client's refusals, one tagged error per code (`catchTag("SessionBusy", …)`). */
 export {
@@ -50,5 +57,5 @@ export {
   UnsupportedMediaType
 } from "../domain/Errors.js"
 export { type EventsOptions, PAGE_LIMIT, RECONNECT_DEADLINE_MS } from "./Events.js"
-export { type Fetch, MAX_ATTEMPTS, RETRY_BASE_MS } from "./Transport.js"
+export { type Fetch } from "./Transport.js"
 export type * from "./Types.js"

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Brain, BrainClosed, BrainError, type Event, type EventOrDelta } from "../../src/sdk/index.js"
 import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { history, RecordingFetch, takeUntil } from "./support.js"
+import { history, jsonAnswer, RecordingFetch, takeUntil } from "./support.js"
 
 const scripted = { model: { provider: "scripted" as const } }
 const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_failed"
@@ -182,6 +182,59 @@ describe("the Promise client", () => {
 
     const started = (await history(brain, session.id)).filter((e) => e.kind === "turn_started")
     expect(started.map((e) => (e.data as { input: { message: string } }).input.message)).toEqual(["exactly once", "submitted once"])
+  })
+
+  it("a send refused 503 overloaded is sent again with the same Idempotency-Key, body and mode, and its turn runs once", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted)
+    const isMessage = (s: { url: string; method: string }) => s.method === "POST" && s.url.endsWith("/messages")
+    recording.answerOnce(isMessage, () => jsonAnswer(503, { code: "overloaded", message: "draining", retryable: true }))
+    const outcome = await session.send("after the overload", { idempotencyKey: "overloaded-key" })
+    await client.close()
+
+    expect(outcome.turn).toMatchObject({ status: "ended", result: { text: "after the overload" } })
+    const attempts = recording.sent.filter(isMessage)
+    expect(attempts).toHaveLength(2)
+    expect(attempts.map((s) => s.headers["idempotency-key"])).toEqual(["overloaded-key", "overloaded-key"])
+    expect(attempts[1]!.body).toBe(attempts[0]!.body)
+    expect(attempts.map((s) => s.headers.prefer)).toEqual([undefined, undefined])
+    expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(1)
+  })
+
+  it("an answer outside the contract is final: a proxy's 502 page is bad_response 502, a refusal its route does not declare keeps the server's code", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted)
+    const isGet = (s: { url: string; method: string }) => s.method === "GET" && s.url.endsWith(session.id)
+    recording.answerOnce(isGet, () => new Response("<html>bad gateway</html>", { status: 502, headers: { "content-type": "text/html" } }))
+    const proxied = await client.sessions.get(session.id).catch((e) => e)
+    expect(proxied).toBeInstanceOf(BrainError)
+    expect(proxied).toMatchObject({ code: "bad_response", status: 502, retryable: false })
+    // A 503 whose body is not a refusal of the contract is not `overloaded`: never retried.
+    recording.answerOnce(isGet, () => new Response("<html>unavailable</html>", { status: 503, headers: { "content-type": "text/html" } }))
+    expect(await client.sessions.get(session.id).catch((e) => e)).toMatchObject({ code: "bad_response", status: 503 })
+    recording.answerOnce(isGet, () => jsonAnswer(409, { code: "session_busy", message: "busy", retryable: true }))
+    expect(await client.sessions.get(session.id).catch((e) => e)).toMatchObject({ code: "session_busy", status: 409, retryable: true })
+    expect(recording.sent.filter(isGet)).toHaveLength(3)
+    await client.close()
+  })
+
+  it("close rejects a request in flight with BrainClosed and sends nothing that stops its turn: the turn runs to its end", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 500 }] } })
+    const sending = session.send("in flight").catch((e) => e)
+    const live = (await brain.sessions.get(session.id)).events(session.summary.last_sequence)
+    await takeUntil(live, (e) => e.kind === "turn_started")
+    await client.close()
+    expect(await sending).toBeInstanceOf(BrainClosed)
+    expect((await takeUntil(live, isTurnEnd)).at(-1)!.kind).toBe("turn_ended")
+    await live.return()
+    expect(recording.sent.map((s) => `${s.method} ${new URL(s.url).pathname.split("/").at(-1)}`)).toEqual([
+      "POST sessions",
+      "POST messages"
+    ])
   })
 
   it("every mutating call carries an Idempotency-Key, the caller's when given", async () => {

@@ -13,21 +13,41 @@ export interface Sent {
   readonly body: string | undefined
 }
 
+/** A request's headers as a record (a plain object, or the client's `Headers`). */
+const headersOf = (init: RequestInit): Record<string, string> =>
+  init.headers instanceof Headers ? Object.fromEntries(init.headers.entries()) : { ...(init.headers as Record<string, string>) }
+
+/** A request's body as text (JSON bodies are sent as bytes). */
+const bodyOf = (init: RequestInit): string | undefined =>
+  init.body === undefined || init.body === null
+    ? undefined
+    : typeof init.body === "string"
+    ? init.body
+    : new TextDecoder().decode(init.body as Uint8Array)
+
 /**
  * A fetch over the global one that records every request, counts the live streams it opened,
  * and can drop an answer: `dropAnswer(match)` makes the next request `match` accepts reach the
- * server and be answered in full, and then fail as a reset connection would.
+ * server and be answered in full, and then fail as a reset connection would. `answerOnce(match,
+ * answer)` answers the next request `match` accepts itself, as a proxy or a loaded server would,
+ * without sending it.
  */
 export class RecordingFetch {
   readonly sent: Array<Sent> = []
   streamsOpened = 0
   private drop: ((s: Sent) => boolean) | undefined
+  private fake: { readonly match: (s: Sent) => boolean; readonly answer: () => Response } | undefined
   private streamWaiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
 
   readonly fetch: Fetch = async (url, init) => {
-    const headers = { ...(init.headers as Record<string, string>) }
-    const sent: Sent = { url, method: init.method ?? "GET", headers, body: init.body as string | undefined }
+    const sent: Sent = { url, method: init.method ?? "GET", headers: headersOf(init), body: bodyOf(init) }
+    const headers = sent.headers
     this.sent.push(sent)
+    if (this.fake?.match(sent)) {
+      const { answer } = this.fake
+      this.fake = undefined
+      return answer()
+    }
     const response = await globalThis.fetch(url, init)
     if (this.drop?.(sent)) {
       this.drop = undefined
@@ -45,12 +65,20 @@ export class RecordingFetch {
     this.drop = match
   }
 
+  answerOnce(match: (s: Sent) => boolean, answer: () => Response) {
+    this.fake = { match, answer }
+  }
+
   /** Resolves once `count` live streams have opened. */
   streams(count: number): Promise<void> {
     if (this.streamsOpened >= count) return Promise.resolve()
     return new Promise((resolve) => this.streamWaiters.push({ count, resolve }))
   }
 }
+
+/** An answer with a JSON body (a refusal's, say). */
+export const jsonAnswer = (status: number, body: unknown) =>
+  new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } })
 
 export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
@@ -113,8 +141,7 @@ export class HostFetch {
   private waiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
 
   readonly fetch: Fetch = async (url, init) => {
-    const headers = { ...(init.headers as Record<string, string>) }
-    this.sent.push({ url, method: init.method ?? "GET", headers, body: init.body as string | undefined })
+    this.sent.push({ url, method: init.method ?? "GET", headers: headersOf(init), body: bodyOf(init) })
     if (!url.endsWith("/commands")) return globalThis.fetch(url, init)
     const own = new AbortController()
     init.signal?.addEventListener("abort", () => own.abort(init.signal!.reason), { once: true })

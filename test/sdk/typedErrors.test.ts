@@ -3,7 +3,8 @@
  * each refusal arrives as the `Schema.TaggedError` its route declares (domain/Errors.ts), decoded
  * from the plain `{code, message, retryable, details?}` body by its code, so `catchTag` works from
  * the raw `HttpApiClient` over `BrainApi` and from `BrainClient`; errors sharing a status are told
- * apart by code. The union of each route is checked at compile time (`npm run typecheck`).
+ * apart by code. The union of each route is checked at compile time (`npm run typecheck`). The
+ * Promise client, which wraps the Effect client, rejects with the same refusal as a BrainError.
  */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as HttpApiClient from "@effect/platform/HttpApiClient"
@@ -19,7 +20,7 @@ import type { BrainApiClient, Refusals } from "../../src/sdk/BrainClient.js"
 import type { HostEventError, RegisterError, ResultError } from "../../src/services/Hosts.js"
 import type { CreateError, DeleteError, EndError, FollowError, TurnError } from "../../src/services/Sessions.js"
 import type { SessionStorageError } from "../../src/domain/Errors.js"
-import { BrainClient } from "../../src/sdk/index.js"
+import { type ApiError, Brain, BrainClient, BrainError } from "../../src/sdk/index.js"
 import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "sdk-typed-errors-token"
@@ -190,5 +191,44 @@ describe("the Effect client's typed errors", () => {
     }))
     expect(caught.ended).toBe("SessionEnded session_ended")
     expect(Either.isLeft(caught.missing) && caught.missing.left).toBeInstanceOf(NotFound)
+  })
+  it("the Promise client rejects with the Effect client's refusal as a BrainError: the same code, message, retryable and details, with the contract's status", async () => {
+    const brain = new Brain({ baseUrl: server.baseUrl, token: TOKEN })
+    const stranger = new Brain({ baseUrl: server.baseUrl, token: "wrong" })
+    try {
+      const session = await brain.sessions.create({ model: { provider: "scripted" } })
+      const id = session.id
+      const fromPromise = async (call: () => Promise<unknown>) => call().then(() => "answered", (e) => e)
+      const fromEffect = <A>(call: (client: typeof BrainClient.Service) => Effect.Effect<A, ApiError | BrainError>, token = TOKEN) =>
+        Effect.runPromise(
+          Effect.flip(Effect.flatMap(BrainClient, call)).pipe(Effect.provide(BrainClient.layerFetch({ baseUrl: server.baseUrl, token })))
+        )
+      const pairs: Array<readonly [unknown, ApiError | BrainError, number]> = [
+        [await fromPromise(() => brain.sessions.get(NOBODY)), await fromEffect((c) => c.sessions.get(NOBODY)), 404],
+        [await fromPromise(() => brain.sessions.get("not-a-session-id")), await fromEffect((c) => c.sessions.get("not-a-session-id")), 400],
+        [await fromPromise(() => session.events(1_000).next()), await fromEffect((c) => c.sessions.events(id, { after: 1_000 })), 400],
+        [await fromPromise(() => session.delete()), await fromEffect((c) => c.sessions.delete(id)), 409],
+        [await fromPromise(() => stranger.sessions.list()), await fromEffect((c) => c.sessions.list(), "wrong"), 401]
+      ]
+      await session.end()
+      pairs.push([await fromPromise(() => session.send("after the end")), await fromEffect((c) => c.sessions.send(id, { message: "after the end" })), 409])
+
+      const fields = (e: { code: string; message: string; retryable: boolean; details?: unknown }) => ({
+        code: e.code,
+        message: e.message,
+        retryable: e.retryable,
+        details: e.details
+      })
+      for (const [promised, typed, status] of pairs) {
+        expect(promised).toBeInstanceOf(BrainError)
+        expect(typed).not.toBeInstanceOf(BrainError) // a refusal of the contract, by its tag
+        expect(fields(promised as BrainError)).toEqual(fields(typed))
+        expect((promised as BrainError).status).toBe(status)
+      }
+      expect(pairs.map(([, typed]) => typed._tag)).toEqual(["NotFound", "InvalidRequest", "InvalidRequest", "Conflict", "Unauthorized", "SessionEnded"])
+    } finally {
+      await brain.close()
+      await stranger.close()
+    }
   })
 })
