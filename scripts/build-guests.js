@@ -29,6 +29,10 @@ export const ASC_FLAGS = [
   // Brain gives every activation a fresh memory, which WebAssembly zero-fills: zero bytes need no data segment.
   "--zeroFilledMemory",
   "--runtime", "stub",
+  // Four pages (256 KiB) at start: a turn of a conversation of a few dozen messages fits without
+  // growing, and a memory left at its initial size is handed to the next activation zeroed instead
+  // of a new one whose pages must all be mapped again (docs/abi.md, "Exports").
+  "--initialMemory", "4",
   "--optimize",
   "--use", "abort=guest/brain/abi/brainAbort",
   "--noColors"

@@ -29,6 +29,8 @@ import { officialLoop } from "../../dist/loops/official.js"
 import { diffTranscript } from "../../dist/domain/Projection.js"
 import { admitModule } from "../../dist/layers/wasm/Module.js"
 import { Pool } from "../../dist/layers/wasm/Pool.js"
+import { runInline } from "../../dist/layers/wasm/Inline.js"
+import { twinOf } from "../../dist/layers/wasm/InlineModules.js"
 import { ms, pct, numberFlag } from "./stats.js"
 
 const ACTIVATIONS = numberFlag("--activations", 2000)
@@ -108,7 +110,46 @@ const roundTrips = async (module, perform) => {
   return gaps.sort((a, b) => a - b)
 }
 
+/** The same on the main thread (Inline.ts): the module's instrumented twin, no thread crossed. */
+const INLINE_LIMITS = { ...LIMITS, inlineMs: 10_000 }
+const twin = async (bytes, module) => {
+  const t = await twinOf(module.hash, bytes)
+  if (!("module" in t)) throw new Error(`no twin: ${t.failure}`)
+  return t.module
+}
+const activationsInline = async (bytes, module, n) => {
+  const instrumented = await twin(bytes, module)
+  const times = []
+  for (let i = 0; i < n; i++) {
+    const t0 = now()
+    const out = await Effect.runPromise(runInline(instrumented, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: () => Effect.succeed("{}") }, INLINE_LIMITS))
+    if (out._tag !== "done") throw new Error("moved")
+    times.push(now() - t0)
+  }
+  return times.sort((a, b) => a - b)
+}
+const roundTripsInline = async (bytes, module, perform) => {
+  const instrumented = await twin(bytes, module)
+  const arrivals = []
+  await Effect.runPromise(runInline(instrumented, {
+    moduleId: module.hash,
+    module: module.module,
+    memory: module.memory,
+    entry: "brain_run",
+    input: jsonBytes(input),
+    perform: (op, request) => Effect.suspend(() => {
+      arrivals.push(now())
+      return perform(op, request)
+    })
+  }, INLINE_LIMITS))
+  const gaps = []
+  for (let i = 1; i < arrivals.length; i++) gaps.push((arrivals[i] - arrivals[i - 1]) * 1000)
+  return gaps.sort((a, b) => a - b)
+}
+
 const answering = admit(answer)
+await activationsInline(answer, answering, 200) // warm-up
+const timesInline = await activationsInline(answer, answering, ACTIVATIONS)
 await activations(answering, 200) // warm-up
 const times = await activations(answering, ACTIVATIONS)
 const plain = []
@@ -127,6 +168,8 @@ const host = {
   telemetry: () => Effect.void
 }
 const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
+const fixedInline = await roundTripsInline(caller, calling, () => Effect.succeed('{"ok":{"found":false}}'))
+const bridgedInline = await roundTripsInline(caller, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 await Effect.runPromise(pool.close)
 
 const admittedOfficial = admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url))))
@@ -238,7 +281,8 @@ await Effect.runPromise(Scope.close(scope, Exit.void))
 const us = (x) => (x === undefined || !Number.isFinite(x) ? "n/a" : ms(x))
 
 const report = `# WebAssembly host: activation overhead and host-call round trip
-method: in-process, one pool thread (worker_threads), guests in WAT compiled with wabt.
+method: in-process, on the main thread (the module's instrumented twin, Inline.ts) and on one pool
+  thread (worker_threads), guests in WAT compiled with wabt.
   Activation: ${ACTIVATIONS} activations one after another of a guest that answers at once (a fresh
   instance and memory each, its input written through brain_alloc, its output read back), after
   200 warm-up ones; wall time per activation on the main thread. Baseline in the same run: an
@@ -251,10 +295,13 @@ node ${process.version}
 
 | measure | p50 µs | p90 µs | p99 µs | n |
 | --- | ---: | ---: | ---: | ---: |
-| activation, a fresh instance per call | ${ms(pct(times, 50) * 1000)} | ${ms(pct(times, 90) * 1000)} | ${ms(pct(times, 99) * 1000)} | ${times.length} |
+| activation on the main thread (the twin), a fresh instance per call | ${ms(pct(timesInline, 50) * 1000)} | ${ms(pct(timesInline, 90) * 1000)} | ${ms(pct(timesInline, 99) * 1000)} | ${timesInline.length} |
+| activation on a worker thread, a fresh instance per call | ${ms(pct(times, 50) * 1000)} | ${ms(pct(times, 90) * 1000)} | ${ms(pct(times, 99) * 1000)} | ${times.length} |
 | baseline: in-process call (parse + encode) | ${ms(pct(plain, 50) * 1000)} | ${ms(pct(plain, 90) * 1000)} | ${ms(pct(plain, 99) * 1000)} | ${plain.length} |
-| host call round trip, fixed answer | ${ms(pct(fixed, 50))} | ${ms(pct(fixed, 90))} | ${ms(pct(fixed, 99))} | ${fixed.length} |
-| host call round trip, kv_read through the HostBridge | ${ms(pct(bridged, 50))} | ${ms(pct(bridged, 90))} | ${ms(pct(bridged, 99))} | ${bridged.length} |
+| host call round trip on the main thread, fixed answer | ${ms(pct(fixedInline, 50))} | ${ms(pct(fixedInline, 90))} | ${ms(pct(fixedInline, 99))} | ${fixedInline.length} |
+| host call round trip on the main thread, kv_read through the HostBridge | ${ms(pct(bridgedInline, 50))} | ${ms(pct(bridgedInline, 90))} | ${ms(pct(bridgedInline, 99))} | ${bridgedInline.length} |
+| host call round trip on a worker thread, fixed answer | ${ms(pct(fixed, 50))} | ${ms(pct(fixed, 90))} | ${ms(pct(fixed, 99))} | ${fixed.length} |
+| host call round trip on a worker thread, kv_read through the HostBridge | ${ms(pct(bridged, 50))} | ${ms(pct(bridged, 90))} | ${ms(pct(bridged, 99))} | ${bridged.length} |
 | instantiate official.wasm, a new memory | ${ms(pct(newMemory, 50) * 1000)} | ${ms(pct(newMemory, 90) * 1000)} | ${ms(pct(newMemory, 99) * 1000)} | ${newMemory.length} |
 | instantiate official.wasm, a zeroed reused memory | ${ms(pct(reusedMemory, 50) * 1000)} | ${ms(pct(reusedMemory, 90) * 1000)} | ${ms(pct(reusedMemory, 99) * 1000)} | ${reusedMemory.length} |
 

@@ -94,9 +94,9 @@ describe("the official loop, compiled", () => {
     ])
     const exports = Wasm.Module.exports(official.module).map((e) => e.name)
     expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_run", "memory"]))
-    // The memory import declares a small minimum and no maximum: Brain sets the maximum.
+    // The memory import declares the build's minimum (4 pages, scripts/build-guests.js) and no maximum: Brain sets the maximum.
     expect(official.memory.maximum).toBeUndefined()
-    expect(official.memory.initial).toBeLessThanOrEqual(2)
+    expect(official.memory.initial).toBe(4)
   })
 
   it("a plain answer: one model call, the transcript saved with the answer, {text} returned (exact bytes)", () => {

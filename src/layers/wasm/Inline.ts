@@ -58,9 +58,43 @@ export const SUSPEND_BYTES = 8 * 1024
 const UNWINDING = 1
 const REWINDING = 2
 
-/** Spare memories kept, by limits, and the largest kept (as GuestWorker.ts does on its thread). */
-const SPARE_MEMORIES = 8
-const SPARE_MEMORY_BYTES = 32 << 20
+/**
+ * Spare memories: those activations left at their initial size, zero-filled, by limits, up to
+ * SPARE_BYTES in all (each at most SPARE_MEMORY_BYTES). As many activations as wait in host calls
+ * at once each hold one, so the spares must cover that many: on a VM, a new memory's first touch
+ * of each page costs more than a small guest's whole activation.
+ */
+const SPARE_BYTES = 64 << 20
+const SPARE_MEMORY_BYTES = 4 << 20
+
+const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
+let spareBytes = 0
+
+const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
+  const spare = spareMemories.get(`${limits.initial}:${limits.maximum}`)?.pop()
+  if (spare === undefined) return new WebAssembly.Memory(limits)
+  spareBytes -= spare.buffer.byteLength
+  return spare
+}
+
+/** Keeps a memory left at its initial size for a later activation, zeroed now; past SPARE_BYTES, the oldest limits' spares go first. */
+const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
+  const bytes = memory.buffer.byteLength
+  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
+  new Uint8Array(memory.buffer).fill(0)
+  const key = `${limits.initial}:${limits.maximum}`
+  const list = spareMemories.get(key) ?? []
+  // Most recently used limits last, so the oldest are dropped first.
+  spareMemories.delete(key)
+  spareMemories.set(key, list)
+  list.push(memory)
+  spareBytes += bytes
+  for (const [k, l] of spareMemories) {
+    if (spareBytes <= SPARE_BYTES) break
+    while (l.length > 0 && spareBytes > SPARE_BYTES) spareBytes -= l.shift()!.buffer.byteLength
+    if (l.length === 0) spareMemories.delete(k)
+  }
+}
 
 /** The guest broke the ABI or gave up. */
 class GuestError extends Error {}
@@ -69,27 +103,6 @@ class Overrun extends Error {}
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder("utf-8", { fatal: true })
-
-const spareMemories = new Map<string, WebAssembly.Memory>()
-
-const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
-  const key = `${limits.initial}:${limits.maximum}`
-  const spare = spareMemories.get(key)
-  if (spare === undefined) return new WebAssembly.Memory(limits)
-  spareMemories.delete(key)
-  return spare
-}
-
-/** Keeps a memory left at its initial size for a later activation, zeroed now. */
-const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
-  const bytes = memory.buffer.byteLength
-  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
-  new Uint8Array(memory.buffer).fill(0)
-  const key = `${limits.initial}:${limits.maximum}`
-  spareMemories.delete(key)
-  spareMemories.set(key, memory)
-  if (spareMemories.size > SPARE_MEMORIES) spareMemories.delete(spareMemories.keys().next().value!)
-}
 
 const failed = (message: string): Effect.Effect<never, ActivationFailure> => Effect.fail({ _tag: "guest", message })
 
