@@ -49,13 +49,15 @@ export class Cell {
  * let a later record (a turn's close) overtake it.
  */
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
-  Effect.uninterruptible(Effect.gen(function*() {
+  Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) {
-      return yield* Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
+      return Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
     }
-    const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane }).pipe(
-      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true)))
+    return journal.append(cell.session, entries, { lane }).pipe(
+      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
+      Effect.map((seqs) => {
+        cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
+        return seqs
+      })
     )
-    cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
-    return seqs
   })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>
