@@ -349,13 +349,14 @@ machine: ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), node ${proces
 method: real server processes (\`node --max-semi-space-size=32 bin/brain.js serve\`, UV_THREADPOOL_SIZE=64 as bin/brain.js sets it,
   a fresh data directory each), driven over loopback by this process with a keep-alive http.Agent; scripted instant model;
   sync sends unless said; every mutating request with a fresh Idempotency-Key. Closed loop: N workers send back to back for
-  ${seconds} s. server cpu ms/op = the server process's CPU time (all threads) / operations. others = cores everything else on
+  ${seconds} s. server cpu ms/op = the server process's CPU time (all threads) / operations; main thread cpu ms/op = the same
+  for its main (JavaScript) thread alone, as the kernel counts it. others = cores everything else on
   the machine kept busy meanwhile (above ~0.2 the row was disturbed). No p99 below n = 100.
 `)
-console.log("| probe | n | p50 ms | p99 ms | per second | server cpu ms/op | others |")
-console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+console.log("| probe | n | p50 ms | p99 ms | per second | server cpu ms/op | main thread cpu ms/op | others |")
+console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (const r of rows) {
-  console.log(`| ${r.probe} | ${r.n} | ${r.n > 0 ? ms(r.p50) : "—"} | ${r.n >= 100 ? ms(r.p99) : "—"} | ${r.rate ? Math.round(r.rate) : "—"} | ${r.serverCpuMsPerOp !== undefined ? ms(r.serverCpuMsPerOp) : "—"} | ${r.others !== undefined ? r.others.toFixed(2) : "—"} |`)
+  console.log(`| ${r.probe} | ${r.n} | ${r.n > 0 ? ms(r.p50) : "—"} | ${r.n >= 100 ? ms(r.p99) : "—"} | ${r.rate ? Math.round(r.rate) : "—"} | ${r.serverCpuMsPerOp !== undefined ? ms(r.serverCpuMsPerOp) : "—"} | ${r.mainCpuMsPerOp !== undefined ? ms(r.mainCpuMsPerOp) : "—"} | ${r.others !== undefined ? r.others.toFixed(2) : "—"} |`)
 }
 console.log("")
 for (const n of notes) console.log(`- ${n}`)
