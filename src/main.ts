@@ -3,6 +3,7 @@
  * `npm start` call `serve`. Nothing else sits above both layers/ and http/.
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
@@ -195,6 +196,9 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json", additionalPropertiesStrategy: "strict" })),
     Layer.provide(apiLive(admission)),
     HttpServer.withLogAddress,
+    // No tracer exports spans from this server, so the platform's per-request server span (a
+    // parsed URL, redacted headers, a dozen attributes) is pure cost on every request: off.
+    HttpMiddleware.withTracerDisabledWhen(() => true),
     Layer.provide(NodeHttpServer.layer(() => server, { host, port }))
   )
 }

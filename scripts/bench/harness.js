@@ -1,7 +1,12 @@
 #!/usr/bin/env node
 // The benchmark harness: every figure Brain claims about its whole server, from one command.
 //
-//   npm run bench [-- --seconds 4] [--peer] [--quick] [--no-profile]
+//   npm run bench [-- --seconds 4] [--peer] [--quick] [--no-profile] [--only text,profile]
+//
+// `--only` runs just the named parts, comma-separated: baseline, create, text (1 and 64/256
+// sessions), admission (with the first SSE frame), tools, growth, cold, startup, memory, profile,
+// peer (the peer still needs --peer). Without it, every part runs. `--profile-dir DIR` keeps the
+// profile's .cpuprofile file in DIR.
 //
 // It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
@@ -43,7 +48,13 @@ import { ms, numberFlag, pct } from "./stats.js"
 const args = process.argv.slice(2)
 const quick = args.includes("--quick")
 const withPeer = args.includes("--peer")
-const profile = !args.includes("--no-profile") && !quick
+const only = (() => {
+  const i = args.indexOf("--only")
+  return i >= 0 ? new Set((args[i + 1] ?? "").split(",").map((p) => p.trim()).filter(Boolean)) : undefined
+})()
+/** Whether the part named `part` runs (every part unless `--only` names some). */
+const runs = (part) => only === undefined || only.has(part)
+const profile = !args.includes("--no-profile") && !quick && runs("profile")
 const seconds = numberFlag("--seconds", quick ? 0.5 : 4)
 const COLD_RECORDS = quick ? 300 : 10_000
 const COLD_SESSIONS = quick ? 2 : 5
@@ -101,7 +112,7 @@ const turnsOn = async (port, ids, turns, concurrency = 32) => {
 // ---------------------------------------------------------------------------------------------
 // Baselines
 
-for (const K of [1, 7]) {
+for (const K of runs("baseline") ? [1, 7] : []) {
   const b = await startBaseline(K)
   for (const c of [1, ...CONCURRENCY]) {
     const r = await measureWithCpu(b.pid, () => expectStatus(request(b.port, "POST", "/", SEND), 200), c, seconds * 1000)
@@ -113,83 +124,91 @@ for (const K of [1, 7]) {
 // ---------------------------------------------------------------------------------------------
 // Brain: requests, turns, SSE, tools on one server
 
-{
+if (["create", "text", "admission", "tools", "growth"].some(runs)) {
   const brain = await startBrain()
   const { port, pid } = brain
   // Create, one at a time.
-  row("brain: create a session (201), 1 at a time", await measureWithCpu(pid, () => expectStatus(request(port, "POST", "/v1/sessions", SCRIPTED, keyed()), 201), 1, seconds * 1000))
+  if (runs("create")) row("brain: create a session (201), 1 at a time", await measureWithCpu(pid, () => expectStatus(request(port, "POST", "/v1/sessions", SCRIPTED, keyed()), 201), 1, seconds * 1000))
 
-  const [one] = await createSessions(port, 1, SCRIPTED)
-  for (let i = 0; i < (quick ? 20 : 200); i++) await send(port, one) // warm-up: JIT, file handles
-  row("brain: text turn (sync send, 200 with the outcome), 1 session", await measureWithCpu(pid, () => send(port, one), 1, seconds * 1000))
-  for (const c of CONCURRENCY) {
-    const ids = await createSessions(port, c, SCRIPTED)
-    row(`brain: text turns, ${c} sessions back to back`, await measureWithCpu(pid, (i) => send(port, ids[i]), c, seconds * 1000))
-  }
-
-  // Admission (202) and first SSE frame, in one loop on one session with one SSE reader: submit
-  // (timed until the 202), time until the reader has turn_started, wait for turn_ended.
-  const [s] = await createSessions(port, 1, SCRIPTED)
-  let waiting
-  const sse = await openSse(port, `/v1/sessions/${s}/events?after=2`, (kind, at) => waiting?.(kind, at))
-  const admission = []
-  const firstFrame = []
-  const deadline = performance.now() + seconds * 1000
-  let warm = quick ? 5 : 50
-  while (performance.now() < deadline || warm > 0 || admission.length < MIN_SAMPLES) {
-    let startedAt
-    const ended = new Promise((resolve) => {
-      waiting = (kind, at) => {
-        if (kind === "turn_started" && startedAt === undefined) startedAt = at
-        if (kind === "turn_ended") resolve()
-      }
-    })
-    const t0 = performance.now()
-    await expectStatus(request(port, "POST", `/v1/sessions/${s}/messages`, SEND, { prefer: "respond-async", ...keyed() }), 202)
-    const t1 = performance.now()
-    await ended
-    if (warm > 0) {
-      warm--
-      continue
+  if (runs("text")) {
+    const [one] = await createSessions(port, 1, SCRIPTED)
+    for (let i = 0; i < (quick ? 20 : 200); i++) await send(port, one) // warm-up: JIT, file handles
+    row("brain: text turn (sync send, 200 with the outcome), 1 session", await measureWithCpu(pid, () => send(port, one), 1, seconds * 1000))
+    for (const c of CONCURRENCY) {
+      const ids = await createSessions(port, c, SCRIPTED)
+      row(`brain: text turns, ${c} sessions back to back`, await measureWithCpu(pid, (i) => send(port, ids[i]), c, seconds * 1000))
     }
-    admission.push(t1 - t0)
-    firstFrame.push(startedAt - t0)
   }
-  sse.close()
-  row("brain: admission (202 for Prefer: respond-async), 1 session", fromSamples(admission))
-  row("brain: first SSE frame (turn_started) after submit, 1 session", fromSamples(firstFrame))
 
-  // The tool loop: the model asks for CALLS echo calls, ROUNDS times, then answers; the tools run
-  // in a host Environment served by this process.
-  const host = await echoHost(port)
-  const TOOLS = toolLoopSession(host.host_id)
-  const checkTurn = (outcome) => {
-    if (outcome.turn.status !== "ended") throw new Error(`a tool-loop turn did not end: ${JSON.stringify(outcome.turn)}`)
+  if (runs("admission")) {
+    // Admission (202) and first SSE frame, in one loop on one session with one SSE reader: submit
+    // (timed until the 202), time until the reader has turn_started, wait for turn_ended.
+    const [s] = await createSessions(port, 1, SCRIPTED)
+    let waiting
+    const sse = await openSse(port, `/v1/sessions/${s}/events?after=2`, (kind, at) => waiting?.(kind, at))
+    const admission = []
+    const firstFrame = []
+    const deadline = performance.now() + seconds * 1000
+    let warm = quick ? 5 : 50
+    while (performance.now() < deadline || warm > 0 || admission.length < MIN_SAMPLES) {
+      let startedAt
+      const ended = new Promise((resolve) => {
+        waiting = (kind, at) => {
+          if (kind === "turn_started" && startedAt === undefined) startedAt = at
+          if (kind === "turn_ended") resolve()
+        }
+      })
+      const t0 = performance.now()
+      await expectStatus(request(port, "POST", `/v1/sessions/${s}/messages`, SEND, { prefer: "respond-async", ...keyed() }), 202)
+      const t1 = performance.now()
+      await ended
+      if (warm > 0) {
+        warm--
+        continue
+      }
+      admission.push(t1 - t0)
+      firstFrame.push(startedAt - t0)
+    }
+    sse.close()
+    row("brain: admission (202 for Prefer: respond-async), 1 session", fromSamples(admission))
+    row("brain: first SSE frame (turn_started) after submit, 1 session", fromSamples(firstFrame))
   }
-  for (const c of [1, 64]) {
-    const ids = await createSessions(port, c, TOOLS)
-    await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
-    row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel host-tool calls, ${c} session${c > 1 ? "s" : ""}`,
-      await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
-  }
-  const { answered, refused } = host.counts()
-  if (refused > 0) throw new Error(`the echo host had ${refused} results refused`)
-  notes.push(`tool loop: the echo host answered ${answered} calls, none refused`)
-  host.close()
 
-  // Journal bytes per turn as one conversation grows: linear if every quarter costs the same.
-  const [g] = await createSessions(port, 1, SCRIPTED)
-  const dir = path.join(brain.dataDir, "sessions", g, "journal")
-  const quarters = []
-  let before = duBytes(dir)
-  for (let q = 0; q < 4; q++) {
-    for (let t = 0; t < GROWTH_TURNS / 4; t++) await send(port, g)
-    const now = duBytes(dir)
-    quarters.push((now - before) / (GROWTH_TURNS / 4))
-    before = now
+  if (runs("tools")) {
+    // The tool loop: the model asks for CALLS echo calls, ROUNDS times, then answers; the tools run
+    // in a host Environment served by this process.
+    const host = await echoHost(port)
+    const TOOLS = toolLoopSession(host.host_id)
+    const checkTurn = (outcome) => {
+      if (outcome.turn.status !== "ended") throw new Error(`a tool-loop turn did not end: ${JSON.stringify(outcome.turn)}`)
+    }
+    for (const c of [1, 64]) {
+      const ids = await createSessions(port, c, TOOLS)
+      await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
+      row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel host-tool calls, ${c} session${c > 1 ? "s" : ""}`,
+        await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
+    }
+    const { answered, refused } = host.counts()
+    if (refused > 0) throw new Error(`the echo host had ${refused} results refused`)
+    notes.push(`tool loop: the echo host answered ${answered} calls, none refused`)
+    host.close()
   }
-  const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
-  notes.push(`journal bytes per turn over ${GROWTH_TURNS} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
+
+  if (runs("growth")) {
+    // Journal bytes per turn as one conversation grows: linear if every quarter costs the same.
+    const [g] = await createSessions(port, 1, SCRIPTED)
+    const dir = path.join(brain.dataDir, "sessions", g, "journal")
+    const quarters = []
+    let before = duBytes(dir)
+    for (let q = 0; q < 4; q++) {
+      for (let t = 0; t < GROWTH_TURNS / 4; t++) await send(port, g)
+      const now = duBytes(dir)
+      quarters.push((now - before) / (GROWTH_TURNS / 4))
+      before = now
+    }
+    const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
+    notes.push(`journal bytes per turn over ${GROWTH_TURNS} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
+  }
   await brain.stop()
 }
 
@@ -197,7 +216,7 @@ for (const K of [1, 7]) {
 // Cold open: sessions of COLD_RECORDS records, first read after a restart, with and without the
 // checkpoint a released session keeps.
 
-{
+if (runs("cold")) {
   const brain = await startBrain()
   const ids = await createSessions(brain.port, COLD_SESSIONS, SCRIPTED)
   // A text turn is 7 records (see docs/runtime.md); creation 2.
@@ -224,7 +243,7 @@ for (const K of [1, 7]) {
 // ---------------------------------------------------------------------------------------------
 // Startup with STARTUP_SESSIONS stored sessions: spawn until the health check answers.
 
-{
+if (runs("startup")) {
   const brain = await startBrain()
   await createSessions(brain.port, STARTUP_SESSIONS, SCRIPTED, 64)
   await brain.stop()
@@ -252,7 +271,7 @@ for (const K of [1, 7]) {
 // Memory: the heap after full collections (used + external + array buffers), over live sessions.
 
 const memory = []
-for (const [label, body] of [
+for (const [label, body] of !runs("memory") ? [] : [
   [`warm (idle_ttl_ms: 0 keeps it in memory) after ${MEMORY_TURNS} turns`, { ...SCRIPTED, idle_ttl_ms: 0 }],
   [`suspended (released: the default) after ${MEMORY_TURNS} turns`, SCRIPTED],
   ["suspended, just created", SCRIPTED]
@@ -277,8 +296,11 @@ for (const [label, body] of [
 
 let profileText = ""
 let cpuPerTurnMs
+let mainCpuPerTurnMs
 if (profile) {
-  const dir = path.join(tmp, "profile")
+  // `--profile-dir DIR` keeps the .cpuprofile (for a bottom-up view in DevTools); a temporary directory otherwise.
+  const kept = args.indexOf("--profile-dir")
+  const dir = kept >= 0 && args[kept + 1] ? path.resolve(args[kept + 1]) : path.join(tmp, "profile")
   const spawnedAt = performance.now()
   const server = await startBrain({ nodeArgs: ["--cpu-prof", "--cpu-prof-dir", dir] })
   const ids = await createSessions(server.port, 64, SCRIPTED)
@@ -292,6 +314,7 @@ if (profile) {
   if (file) {
     const summary = summarizeProfile(JSON.parse(fs.readFileSync(path.join(dir, file), "utf8")), from * 1000, to * 1000)
     cpuPerTurnMs = summary.busyUs / 1000 / r.n
+    mainCpuPerTurnMs = r.mainCpuMsPerOp
     profileText = summary.text
   }
 }
@@ -300,7 +323,7 @@ if (profile) {
 // The peer, same run
 
 const peer = []
-if (withPeer) {
+if (withPeer && runs("peer")) {
   if (!peerAvailable()) throw new Error("--peer needs ../shared/peer (load.mjs, floor.mjs, restate/)")
   for (const K of [1, 8]) peer.push(...(await peerFloor(K, seconds)))
   peer.push(...(await peerRestate(seconds, ROUNDS, CALLS)))
@@ -328,13 +351,14 @@ machine: ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? "?"}), node ${proces
 method: real server processes (\`node --max-semi-space-size=32 bin/brain.js serve\`, UV_THREADPOOL_SIZE=64 as bin/brain.js sets it,
   a fresh data directory each), driven over loopback by this process with a keep-alive http.Agent; scripted instant model;
   sync sends unless said; every mutating request with a fresh Idempotency-Key. Closed loop: N workers send back to back for
-  ${seconds} s. server cpu ms/op = the server process's CPU time (all threads) / operations. others = cores everything else on
+  ${seconds} s. server cpu ms/op = the server process's CPU time (all threads) / operations; main thread cpu ms/op = the same
+  for its main (JavaScript) thread alone, as the kernel counts it. others = cores everything else on
   the machine kept busy meanwhile (above ~0.2 the row was disturbed). No p99 below n = 100.
 `)
-console.log("| probe | n | p50 ms | p99 ms | per second | server cpu ms/op | others |")
-console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+console.log("| probe | n | p50 ms | p99 ms | per second | server cpu ms/op | main thread cpu ms/op | others |")
+console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for (const r of rows) {
-  console.log(`| ${r.probe} | ${r.n} | ${r.n > 0 ? ms(r.p50) : "—"} | ${r.n >= 100 ? ms(r.p99) : "—"} | ${r.rate ? Math.round(r.rate) : "—"} | ${r.serverCpuMsPerOp !== undefined ? ms(r.serverCpuMsPerOp) : "—"} | ${r.others !== undefined ? r.others.toFixed(2) : "—"} |`)
+  console.log(`| ${r.probe} | ${r.n} | ${r.n > 0 ? ms(r.p50) : "—"} | ${r.n >= 100 ? ms(r.p99) : "—"} | ${r.rate ? Math.round(r.rate) : "—"} | ${r.serverCpuMsPerOp !== undefined ? ms(r.serverCpuMsPerOp) : "—"} | ${r.mainCpuMsPerOp !== undefined ? ms(r.mainCpuMsPerOp) : "—"} | ${r.others !== undefined ? r.others.toFixed(2) : "—"} |`)
 }
 console.log("")
 for (const n of notes) console.log(`- ${n}`)
@@ -350,7 +374,8 @@ for (const m of memory) {
 if (profileText) {
   console.log(`
 cpu profile: node --cpu-prof of the server while 64 sessions send text turns back to back, samples inside the measured
-  window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms
+  window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms (the profiler's samples: wall time the thread was not
+  idle, which grows while other work keeps it from a core); its CPU time per turn as the kernel counts it: ${ms(mainCpuPerTurnMs)} ms
 `)
   console.log(profileText)
 }

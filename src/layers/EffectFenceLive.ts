@@ -11,7 +11,7 @@
  * to wait for that (`FenceHooks.unrecorded`), because what it writes or reads next for the
  * session must not be ordered before a record that may still land.
  */
-import { Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { Effect, Exit, Fiber, Layer } from "effect"
 import { Journal } from "../services/Journal.js"
 import { EffectFence, type EffectFenceShape, OutcomeUnrecorded } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -27,25 +27,47 @@ export type Bounded<A, E> =
  * a turn's close) an interruption of the caller still waits for the answer or the deadline. (A
  * plain `timeout` of uninterruptible work never fires; made interruptible, the wait would also
  * give way to the caller's interruption and let a stop close a turn over an outcome in flight.)
+ *
+ * The wait is one `Effect.async` answered by whichever comes first, the append fiber's exit or a
+ * timer: no race, no waiter fiber, no interruption of a sleeping fiber. Two of these run in every
+ * text turn (the model call's outcome, the turn's close); built from `timeoutOption` over a
+ * forked waiter they cost about 0.1 ms of main-thread CPU each (docs/benchmarks.md, "Main-thread
+ * CPU of a keyed text turn"). The timer is the host's, not the `Clock` service's: the deadline
+ * bounds how long a real disk may take to answer, which no test clock drives either.
  */
 export const appendWithin = <A, E>(append: Effect.Effect<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> =>
-  Effect.gen(function*() {
+  Effect.flatMap(
     // Not owned by the waiter, deliberately: an append once queued lands or fails (the journal
     // answers every append, at the latest when it closes), and `settled` reports which.
-    const appending = yield* Effect.forkDaemon(Effect.uninterruptible(append))
-    const answer = Fiber.await(appending)
-    // The waiter is not the caller's child either: an interruption of the caller is passed on to
-    // its children at once, and would end the wait before the deadline.
-    const answered = deadlineMs > 0
-      ? yield* Effect.flatMap(
-        Effect.forkDaemon(Effect.interruptible(Effect.timeoutOption(answer, Duration.millis(deadlineMs)))),
-        Fiber.join
-      )
-      : Option.some(yield* answer)
-    return Option.isSome(answered)
-      ? { _tag: "Answered", exit: answered.value } as const
-      : { _tag: "Unsettled", settled: Effect.asVoid(answer) } as const
-  })
+    Effect.forkDaemon(Effect.uninterruptible(append)),
+    (appending): Effect.Effect<Bounded<A, E>> => {
+      const unsettled: Bounded<A, E> = { _tag: "Unsettled", settled: Effect.asVoid(Fiber.await(appending)) }
+      // Past the host timer's range a deadline cannot fire: the same as no bound.
+      if (deadlineMs <= 0 || deadlineMs > MAX_TIMER_MS) {
+        return Effect.map(Fiber.await(appending), (exit) => ({ _tag: "Answered", exit }) as const)
+      }
+      return Effect.async<Bounded<A, E>>((resume) => {
+        const onExit = (exit: Exit.Exit<A, E>) => {
+          clearTimeout(timer)
+          resume(Effect.succeed({ _tag: "Answered", exit }))
+        }
+        const timer = setTimeout(() => {
+          appending.removeObserver(onExit)
+          resume(Effect.succeed(unsettled))
+        }, deadlineMs)
+        // Called at once when the append has already ended.
+        appending.addObserver(onExit)
+        // An interruptible caller that is interrupted stops waiting; the append goes on.
+        return Effect.sync(() => {
+          clearTimeout(timer)
+          appending.removeObserver(onExit)
+        })
+      })
+    }
+  )
+
+/** The longest delay a host timer takes (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 export const make = Effect.gen(function*() {
   const journal = yield* Journal

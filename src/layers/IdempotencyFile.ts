@@ -39,6 +39,7 @@ import {
   IDEMPOTENCY_REWRITE_DEAD_BYTES
 } from "../domain/Limits.js"
 import {
+  type Answer,
   type ClaimResult,
   Idempotency,
   IdempotencyLogDamaged,
@@ -154,8 +155,11 @@ export const make = (
     const reportDamage = (e: IdempotencyLogDamaged | IdempotencyStoreFailed) =>
       e._tag === "IdempotencyLogDamaged" ? Effect.logError(`${e.message}; the key's answer cannot be replayed: ${REPAIR_HINT}`) : Effect.void
 
+    // Untraced: these run twice per keyed request, and a traced call costs an Error captured for
+    // its call site, a span and its clock reads, which no tracer of this server exports
+    // (docs/benchmarks.md, "Main-thread CPU of a keyed text turn").
     const store: IdempotencyShape = {
-      claim: Effect.fn("Idempotency.claim")(function*(scope, key, bodyHash) {
+      claim: Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string) {
         const id = idOf(scope, key)
         for (;;) {
           const now = yield* Clock.currentTimeMillis
@@ -194,7 +198,7 @@ export const make = (
           return CLAIMED
         }
       }),
-      complete: Effect.fn("Idempotency.complete")(function*(scope, key, answer) {
+      complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
         const now = yield* Clock.currentTimeMillis
@@ -220,7 +224,7 @@ export const make = (
           Effect.tapError(() => Effect.sync(() => (entry.state = "unanswered")))
         )
       }),
-      release: Effect.fn("Idempotency.release")(function*(scope, key) {
+      release: Effect.fnUntraced(function*(scope: string, key: string) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
         const now = yield* Clock.currentTimeMillis

@@ -37,7 +37,7 @@ import { Sessions, type SessionsShape, type SessionSummary, type TurnOutcome } f
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
-import { type CancelReason, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
+import { type CancelReason, cancelSignal, cancelTurn, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
@@ -103,7 +103,7 @@ export const make = Effect.gen(function*() {
       for (const [turn, due] of deadlines) {
         if (due > now) break
         deadlines.delete(turn)
-        yield* Deferred.succeed(turn.cancel, "timeout")
+        yield* cancelTurn(turn, "timeout")
       }
     }
   }))
@@ -138,7 +138,8 @@ export const make = Effect.gen(function*() {
       const turn: RunningTurn = {
         sequence: 0,
         cancel: yield* Deferred.make<CancelReason>(),
-        done: yield* Deferred.make<TurnOutcome>()
+        done: yield* Deferred.make<TurnOutcome>(),
+        signal: cancelSignal()
       }
       cell.running = turn // claimed before the commit, so a concurrent send is refused
       // The new activation sees the public Events from the previous activation's start on: what it
@@ -348,7 +349,7 @@ export const make = Effect.gen(function*() {
         Effect.gen(function*() {
           const turn = cell.running
           if (turn) {
-            yield* Deferred.succeed(turn.cancel, "cancelled")
+            yield* cancelTurn(turn, "cancelled")
             yield* Deferred.await(turn.done)
           }
           return summary(cell)
@@ -406,7 +407,7 @@ export const make = Effect.gen(function*() {
     interruptAll: Effect.suspend(() =>
       Effect.forEach(
         [...running],
-        (t) => Effect.zipRight(Deferred.succeed(t.cancel, "interrupted"), Deferred.await(t.done)),
+        (t) => Effect.zipRight(cancelTurn(t, "interrupted"), Deferred.await(t.done)),
         { concurrency: "unbounded", discard: true }
       ))
   }

@@ -16,7 +16,7 @@
  *   reader is done, so a read never lands on a closed or reused descriptor.
  */
 import * as path from "node:path"
-import { Deferred, Effect } from "effect"
+import { Deferred, Effect, FiberId } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES } from "../../domain/Limits.js"
 import { type IdempotencyError, IdempotencyLogDamaged, IdempotencyStoreFailed } from "../../services/Idempotency.js"
 import { batchedWriter, type FileDriverShape, type FileError } from "../journal/FileDriver.js"
@@ -52,7 +52,8 @@ interface Pending extends LogRecord {
   readonly bytes: number
   /** Runs once the frame is durable, before the caller hears of it. */
   readonly onDurable: (offset: number, size: number) => void
-  readonly done: Deferred.Deferred<void, IdempotencyStoreFailed>
+  /** Answers the appender (the resume of its `Effect.async`); called exactly once. */
+  readonly done: (result: Effect.Effect<void, IdempotencyStoreFailed>) => void
 }
 
 interface RewriteRequest {
@@ -78,7 +79,8 @@ export class Log {
   private queue: Array<Pending> = []
   private queuedBytes = 0
   private rewrites: Array<RewriteRequest> = []
-  private wake: Deferred.Deferred<void> | undefined
+  /** Resumes the loop waiting for work (the resume of its `Effect.async`), when it waits. */
+  private wake: ((go: Effect.Effect<void>) => void) | undefined
   private spaceWaiters: Array<Deferred.Deferred<void>> = []
   private closed = false
   private current: Handle
@@ -111,32 +113,35 @@ export class Log {
   }
 
   private poke() {
-    if (this.wake) {
-      Deferred.unsafeDone(this.wake, Effect.void)
+    const wake = this.wake
+    if (wake) {
       this.wake = undefined
+      wake(Effect.void)
     }
   }
 
-  /** Queues a record and waits until it is durable (or refused). */
-  append(record: LogRecord, onDurable: (offset: number, size: number) => void) {
-    return Effect.gen(this, function*() {
-      const bytes = frameBytes(record.kind, record.json)
-      while (
-        this.refused() === undefined &&
-        (this.queue.length >= this.limits.queueRecords ||
-          (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes))
-      ) {
-        const space = yield* Deferred.make<void>()
-        this.spaceWaiters.push(space)
-        yield* Deferred.await(space)
-      }
+  /**
+   * Queues a record and waits until it is durable (or refused). The hot path, twice per keyed
+   * request, takes no Deferred and no generator: the round answers through the `Effect.async`'s
+   * resume, as the journal's writer does. An appender interrupted while it waits stops waiting;
+   * its record is written all the same.
+   */
+  append(record: LogRecord, onDurable: (offset: number, size: number) => void): Effect.Effect<void, IdempotencyStoreFailed> {
+    return Effect.suspend(() => {
       const refused = this.refused()
-      if (refused) return yield* Effect.fail(refused)
-      const done = yield* Deferred.make<void, IdempotencyStoreFailed>()
-      this.queue.push({ ...record, bytes, onDurable, done })
-      this.queuedBytes += bytes
-      this.poke()
-      return yield* Deferred.await(done)
+      if (refused) return Effect.fail(refused)
+      const bytes = frameBytes(record.kind, record.json)
+      if (this.queue.length >= this.limits.queueRecords || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) {
+        // Full: wait for the next round to take some, then try again.
+        const space = Deferred.unsafeMake<void>(FiberId.none)
+        this.spaceWaiters.push(space)
+        return Effect.zipRight(Deferred.await(space), this.append(record, onDurable))
+      }
+      return Effect.async<void, IdempotencyStoreFailed>((resume) => {
+        this.queue.push({ kind: record.kind, json: record.json, atMs: record.atMs, bytes, onDurable, done: resume })
+        this.queuedBytes += bytes
+        this.poke()
+      })
     })
   }
 
@@ -199,9 +204,11 @@ export class Log {
       }
       if (this.queue.length === 0) {
         if (this.closed) return
-        const wake = yield* Deferred.make<void>()
-        this.wake = wake
-        yield* Deferred.await(wake)
+        yield* Effect.async<void>((resume) => {
+          // Checked again where the wait starts: the run loop may yield between the check above and here.
+          if (this.queue.length > 0 || this.rewrites.length > 0 || this.closed) resume(Effect.void)
+          else this.wake = resume
+        })
         continue
       }
       const batch = this.queue.splice(0, this.limits.batchRecords)
@@ -229,7 +236,7 @@ export class Log {
     return Effect.gen(this, function*() {
       const fail = (what: string) => {
         const error = this.failed(what)
-        for (const p of batch) Deferred.unsafeDone(p.done, Effect.fail(error))
+        for (const p of batch) p.done(Effect.fail(error))
       }
       const owed = yield* Effect.either(this.settle)
       if (owed._tag === "Left") return fail(`an earlier failed write could not be undone yet: ${failedBy(owed.left, this.dataDir)}`)
@@ -261,7 +268,7 @@ export class Log {
       for (const p of batch) {
         p.onDurable(offset, p.bytes)
         offset += p.bytes
-        Deferred.unsafeDone(p.done, Effect.void)
+        p.done(Effect.void)
       }
     })
   }
@@ -320,7 +327,7 @@ export class Log {
   /** After the loop has returned: answers whatever is left and closes the descriptor. */
   readonly closeFile = Effect.suspend(() => {
     const closed = new IdempotencyStoreFailed({ reason: "the idempotency store closed" })
-    for (const p of this.queue) Deferred.unsafeDone(p.done, Effect.fail(closed))
+    for (const p of this.queue) p.done(Effect.fail(closed))
     for (const r of this.rewrites) Deferred.unsafeDone(r.done, Effect.fail(closed))
     this.queue = []
     this.rewrites = []

@@ -14,6 +14,7 @@ import {
   type JournalReadError,
   type JournalShape,
   JournalWriteFailed,
+  RecordRejected,
   SessionAlreadyExists,
   SessionNotFound
 } from "../../services/Journal.js"
@@ -72,6 +73,15 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       ready.delete(session)
       opens.delete(session)
     }
+    /** Marks an opened session most recently used (last), so the oldest idle ones are dropped first. */
+    const touch = (open: OpenSession<S>) => {
+      const known = ready.get(open.session)
+      if (known) {
+        ready.delete(open.session)
+        ready.set(open.session, known)
+      }
+      return open
+    }
     const openOf = (session: SessionId): Effect.Effect<OpenSession<S>, JournalReadError> =>
       Effect.suspend(() => {
         if (removing.has(session)) return Effect.fail(new SessionNotFound({ session }))
@@ -117,15 +127,19 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       exists: store.exists,
       list: store.list,
       append: (session, entries, opts) =>
-        Effect.flatMap(prepareEntries(entries), (prepared) => {
-          const attempt: Effect.Effect<ReadonlyArray<number>, JournalAppendError> = Effect.flatMap(
-            openOf(session),
-            (open) =>
-              writer.append(open, prepared, opts?.lane ?? "latency").pipe(
-                // The session was dropped from memory between lookup and queueing: use a fresh open.
-                Effect.catchIf((e) => e === HANDLE_EVICTED, () => attempt)
-              )
-          )
+        Effect.suspend(() => {
+          const prepared = prepareEntries(entries)
+          if (prepared instanceof RecordRejected) return Effect.fail(prepared)
+          const lane = opts?.lane ?? "latency"
+          const attempt: Effect.Effect<ReadonlyArray<number>, JournalAppendError> = Effect.suspend(() => {
+            // An opened session is taken as it is; otherwise wait for (or start) its open.
+            const open = opens.get(session)
+            const queued = open && !removing.has(session) && ready.has(session)
+              ? writer.append(touch(open), prepared, lane)
+              : Effect.flatMap(openOf(session), (o) => writer.append(o, prepared, lane))
+            // The session was dropped from memory between lookup and queueing: use a fresh open.
+            return Effect.catchIf(queued, (e) => e === HANDLE_EVICTED, () => attempt)
+          })
           return attempt
         }),
       read: (session, { after, limit, maxBytes }) =>

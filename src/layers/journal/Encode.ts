@@ -2,7 +2,6 @@
  * Turns entries into bytes before anything is queued, so bad input is refused whole and the
  * writer only assembles frames.
  */
-import { Effect } from "effect"
 import { BODY_FIXED_BYTES, HEADER_BYTES } from "./Frame.js"
 import { MAX_FRAME_BYTES, MAX_KIND_BYTES } from "../../domain/Limits.js"
 import { checkPayload, type Entry, type RecordKind } from "../../domain/Records.js"
@@ -33,26 +32,22 @@ const stringify = (payload: unknown): string | undefined => {
   }
 }
 
-export const prepareEntries = (entries: ReadonlyArray<Entry>): Effect.Effect<ReadonlyArray<Prepared>, RecordRejected> =>
-  Effect.suspend(() => {
-    if (entries.length === 0) return Effect.fail(new RecordRejected({ reason: "an append needs at least one record" }))
-    const out: Array<Prepared> = []
-    for (const e of entries) {
-      const refused = checkPayload(e.kind, e.payload)
-      if (refused !== undefined) return Effect.fail(new RecordRejected({ reason: refused }))
-      const jsonText = stringify(e.payload)
-      if (jsonText === undefined) {
-        return Effect.fail(new RecordRejected({ reason: `${e.kind} payload is not serializable as JSON` }))
-      }
-      const kb = kindBytes(e.kind)
-      if (kb.length > MAX_KIND_BYTES) return Effect.fail(new RecordRejected({ reason: "kind name too long" }))
-      const json = Buffer.from(jsonText, "utf8")
-      if (BODY_FIXED_BYTES + kb.length + json.length > MAX_FRAME_BYTES) {
-        return Effect.fail(
-          new RecordRejected({ reason: `${e.kind} record of ${HEADER_BYTES + json.length} bytes is above the frame maximum` })
-        )
-      }
-      out.push({ kind: e.kind, kindBytes: kb, jsonText, json })
+/** The entries as bytes, or why they are refused (plain, not an effect: it runs on every append). */
+export const prepareEntries = (entries: ReadonlyArray<Entry>): ReadonlyArray<Prepared> | RecordRejected => {
+  if (entries.length === 0) return new RecordRejected({ reason: "an append needs at least one record" })
+  const out: Array<Prepared> = []
+  for (const e of entries) {
+    const refused = checkPayload(e.kind, e.payload)
+    if (refused !== undefined) return new RecordRejected({ reason: refused })
+    const jsonText = stringify(e.payload)
+    if (jsonText === undefined) return new RecordRejected({ reason: `${e.kind} payload is not serializable as JSON` })
+    const kb = kindBytes(e.kind)
+    if (kb.length > MAX_KIND_BYTES) return new RecordRejected({ reason: "kind name too long" })
+    const json = Buffer.from(jsonText, "utf8")
+    if (BODY_FIXED_BYTES + kb.length + json.length > MAX_FRAME_BYTES) {
+      return new RecordRejected({ reason: `${e.kind} record of ${HEADER_BYTES + json.length} bytes is above the frame maximum` })
     }
-    return Effect.succeed(out)
-  })
+    out.push({ kind: e.kind, kindBytes: kb, jsonText, json })
+  }
+  return out
+}

@@ -81,11 +81,27 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         return seg
       })
 
+    /** The final segment when it is open and takes `bytes` more without rotating (the common case: no file call). */
+    const positionedNow = (handle: SessionHandle, bytes: number): Segment | undefined => {
+      const seg = handle.finalSegment
+      if (!seg || handle.fd === undefined || (seg.size > 0 && seg.size + bytes > limits.rotateBytes)) return undefined
+      openFds.delete(handle)
+      openFds.add(handle)
+      return seg
+    }
+
+    /**
+     * One round. Frames are encoded and, in the common case, every file is already open at its
+     * end, so the round is one `syncMany` and nothing else: no generator, no effect per session
+     * (a text turn has five rounds). Sessions that need a file opened or a segment rotated take
+     * the general path first.
+     */
     const commit = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) =>
-      Effect.gen(function*() {
+      Effect.suspend(() => {
         inRound = true
         const writes: Array<Write> = []
         const indexOf: Array<number> = []
+        let slow: Array<{ readonly index: number; readonly write: Omit<Write, "segment" | "position"> }> | undefined
         for (let i = 0; i < items.length; i++) {
           const { records, recordedAtMs, state: handle } = items[i]!
           if (handle.failed) {
@@ -103,45 +119,59 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
             sizes.push(head.length + json.length)
             bytes += head.length + json.length
           }
-          const seg = yield* Effect.either(positioned(handle, records[0]!.sequence, bytes))
-          if (seg._tag === "Left") {
-            handle.failed = true
-            releasing.add(handle)
-            onDone(i, seg.left.reason)
-            continue
-          }
-          writes.push({ handle, buffers, sequences, sizes, bytes, segment: seg.right, position: seg.right.size })
-          indexOf.push(i)
+          const seg = positionedNow(handle, bytes)
+          if (seg) {
+            writes.push({ handle, buffers, sequences, sizes, bytes, segment: seg, position: seg.size })
+            indexOf.push(i)
+          } else (slow ??= []).push({ index: i, write: { handle, buffers, sequences, sizes, bytes } })
         }
-        yield* driver.syncMany(
-          writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
-          (k, error) => {
-            const w = writes[k]!
-            if (error) {
-              w.handle.failed = true
-              releasing.add(w.handle)
-              return onDone(indexOf[k]!, error.reason)
+        const opened = slow === undefined ? Effect.void : Effect.forEach(slow, ({ index, write }) =>
+          Effect.match(positioned(write.handle, write.sequences[0]!, write.bytes), {
+            onFailure: (e) => {
+              write.handle.failed = true
+              releasing.add(write.handle)
+              onDone(index, e.reason)
+            },
+            onSuccess: (seg) => {
+              writes.push({ ...write, segment: seg, position: seg.size })
+              indexOf.push(index)
             }
-            const segIndex = w.handle.segments.indexOf(w.segment)
-            let offset = w.position
-            for (let r = 0; r < w.sequences.length; r++) {
-              w.handle.remember(w.sequences[r]!, segIndex, offset)
-              offset += w.sizes[r]!
+          }), { discard: true })
+        const synced = Effect.suspend(() =>
+          writes.length === 0 ? Effect.void : driver.syncMany(
+            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
+            (k, error) => {
+              const w = writes[k]!
+              if (error) {
+                w.handle.failed = true
+                releasing.add(w.handle)
+                return onDone(indexOf[k]!, error.reason)
+              }
+              const segIndex = w.handle.segments.indexOf(w.segment)
+              let offset = w.position
+              for (let r = 0; r < w.sequences.length; r++) {
+                w.handle.remember(w.sequences[r]!, segIndex, offset)
+                offset += w.sizes[r]!
+              }
+              w.segment.size = offset
+              onDone(indexOf[k]!, undefined)
             }
-            w.segment.size = offset
-            onDone(indexOf[k]!, undefined)
-          }
+          )
         )
-      }).pipe(
-        Effect.ensuring(
-          Effect.gen(function*() {
-            inRound = false
-            for (const h of releasing) yield* closeFd(h)
-            releasing.clear()
-            yield* closeIdleFds(new Set(items.map((i) => i.state)))
-          })
-        )
-      )
+        return Effect.ensuring(slow === undefined ? synced : Effect.zipRight(opened, synced), endRound(items))
+      })
+
+    /** After a round: descriptors released meanwhile are closed, and idle ones past the limit. */
+    const endRound = (items: ReadonlyArray<CommitItem<SessionHandle>>) =>
+      Effect.suspend(() => {
+        inRound = false
+        if (releasing.size === 0 && openFds.size <= limits.openFiles) return Effect.void
+        return Effect.gen(function*() {
+          for (const h of releasing) yield* closeFd(h)
+          releasing.clear()
+          yield* closeIdleFds(new Set(items.map((i) => i.state)))
+        })
+      })
 
     const closeIdleFds = (active: ReadonlySet<SessionHandle>) =>
       Effect.gen(function*() {

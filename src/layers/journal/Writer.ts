@@ -81,7 +81,8 @@ export class Writer<S> {
   private readonly latency: Array<Pending<S>> = []
   private readonly background: Array<Pending<S>> = []
   private queuedBytes = 0
-  private wake: Deferred.Deferred<void> | undefined
+  /** Resumes the loop waiting for work (the resume of its `Effect.async`), when it waits. */
+  private wake: ((go: Effect.Effect<void>) => void) | undefined
   private spaceWaiters: Array<Deferred.Deferred<void>> = []
   private closed = false
   /** Sessions holding a recent tail, least recently written first, and their total bytes. */
@@ -121,35 +122,44 @@ export class Writer<S> {
         }
         queue.push({ open, prepared, bytes, done })
         this.queuedBytes += bytes
-        if (this.wake) {
-          Deferred.unsafeDone(this.wake, Effect.void)
-          this.wake = undefined
-        }
+        this.poke()
       })
     })
   }
 
+  private poke() {
+    const wake = this.wake
+    if (wake) {
+      this.wake = undefined
+      wake(Effect.void)
+    }
+  }
+
   /**
    * The writer loop. A round, once taken, always completes (it is uninterruptible and bounded
-   * by the store's writes and syncs), so no appender is ever left without an answer.
+   * by the store's writes and syncs), so no appender is ever left without an answer. Each turn of
+   * the loop is a plain effect that ends by running the loop again (stack-safe in Effect's run
+   * loop): no generator and no Deferred per round, of which a text turn has five.
    */
-  readonly run: Effect.Effect<void> = Effect.gen(this, function*() {
-    for (;;) {
-      if (this.latency.length === 0 && this.background.length === 0) {
-        if (this.closed) return
-        const wake = yield* Deferred.make<void>()
-        this.wake = wake
-        yield* Deferred.await(wake)
-        continue
-      }
-      const source = this.latency.length > 0 ? this.latency : this.background
-      const batch = source.splice(0, this.limits.batchAppends)
-      for (const p of batch) this.queuedBytes -= p.bytes
-      const waiters = this.spaceWaiters
-      this.spaceWaiters = []
-      for (const w of waiters) Deferred.unsafeDone(w, Effect.void)
-      yield* Effect.uninterruptible(this.commit(batch))
+  readonly run: Effect.Effect<void> = Effect.suspend(() => {
+    if (this.latency.length === 0 && this.background.length === 0) {
+      if (this.closed) return Effect.void
+      return Effect.zipRight(
+        Effect.async<void>((resume) => {
+          // Checked again where the wait starts: the run loop may yield between the check above and here.
+          if (this.latency.length > 0 || this.background.length > 0 || this.closed) resume(Effect.void)
+          else this.wake = resume
+        }),
+        this.run
+      )
     }
+    const source = this.latency.length > 0 ? this.latency : this.background
+    const batch = source.splice(0, this.limits.batchAppends)
+    for (const p of batch) this.queuedBytes -= p.bytes
+    const waiters = this.spaceWaiters
+    this.spaceWaiters = []
+    for (const w of waiters) Deferred.unsafeDone(w, Effect.void)
+    return Effect.zipRight(Effect.uninterruptible(this.commit(batch)), this.run)
   })
 
   /** Refuses new appends and wakes the loop so it can drain what is queued and return. */
@@ -157,10 +167,7 @@ export class Writer<S> {
     this.closed = true
     for (const w of this.spaceWaiters) Deferred.unsafeDone(w, Effect.void)
     this.spaceWaiters = []
-    if (this.wake) {
-      Deferred.unsafeDone(this.wake, Effect.void)
-      this.wake = undefined
-    }
+    this.poke()
   })
 
   /** Answers what is still queued (after the loop has returned). */
@@ -183,15 +190,14 @@ export class Writer<S> {
    * session's share durable and answers it as soon as it is. A failure is sticky for its session
    * only; anything unexpected fails the round's appends rather than stopping the writer.
    */
-  private commit(batch: ReadonlyArray<Pending<S>>) {
-    return Effect.gen(this, function*() {
+  private commit(batch: ReadonlyArray<Pending<S>>): Effect.Effect<void> {
+    return Effect.flatMap(Clock.currentTimeMillis, (now) => {
       const bySession = new Map<OpenSession<S>, Array<Pending<S>>>()
       for (const p of batch) {
         const list = bySession.get(p.open)
         if (list) list.push(p)
         else bySession.set(p.open, [p])
       }
-      const now = yield* Clock.currentTimeMillis
       const shares: Array<RoundShare<S>> = []
       const items: Array<CommitItem<S>> = []
       for (const [open, appends] of bySession) {
@@ -214,19 +220,21 @@ export class Writer<S> {
         shares.push({ open, appends, sequences, recordedAt, next })
         items.push({ session: open.session, state: open.state, recordedAtMs: recordedAt, records })
       }
-      if (items.length > 0) yield* this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure))
+      return items.length > 0 ? this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure)) : Effect.void
     }).pipe(
       Effect.catchAllCause((cause) =>
-        Effect.gen(this, function*() {
+        Effect.zipRight(
           // A bug or a dying store: never leave an appender without an answer, never stop the loop.
-          yield* Effect.logError("journal writer round failed unexpectedly", cause)
-          for (const p of batch) {
-            if (!p.open.broken) {
-              p.open.broken = new JournalWriteFailed({ session: p.open.session, reason: "the writer failed unexpectedly" })
+          Effect.logError("journal writer round failed unexpectedly", cause),
+          Effect.sync(() => {
+            for (const p of batch) {
+              if (!p.open.broken) {
+                p.open.broken = new JournalWriteFailed({ session: p.open.session, reason: "the writer failed unexpectedly" })
+              }
+              p.done(Effect.fail(p.open.broken))
             }
-            p.done(Effect.fail(p.open.broken))
-          }
-        })
+          })
+        )
       )
     )
   }

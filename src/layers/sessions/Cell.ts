@@ -2,7 +2,7 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { type Deferred, Effect } from "effect"
+import { Deferred, Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry } from "../../domain/Records.js"
@@ -16,7 +16,34 @@ export interface RunningTurn {
   readonly sequence: number
   readonly cancel: Deferred.Deferred<CancelReason>
   readonly done: Deferred.Deferred<TurnOutcome>
+  /** The cancel as the turn's own wait sees it (shared by every copy of the turn); see `cancelTurn`. */
+  readonly signal: CancelSignal
 }
+
+/**
+ * A turn's cancel for its runner's wait: the first reason, and whom to tell at once. The runner
+ * waits for "its activation ended or the turn was cancelled" with one callback rather than a race
+ * of two forked fibers (a race per turn, its loser interrupted).
+ */
+export interface CancelSignal {
+  reason: CancelReason | undefined
+  listener: ((reason: CancelReason) => void) | undefined
+}
+
+export const cancelSignal = (): CancelSignal => ({ reason: undefined, listener: undefined })
+
+/** Cancels a turn: its `cancel` Deferred for every host call waiting on it, and its runner's wait. The first reason stands. */
+export const cancelTurn = (turn: RunningTurn, reason: CancelReason): Effect.Effect<boolean> =>
+  Effect.suspend(() => {
+    const signal = turn.signal
+    if (signal.reason === undefined) {
+      signal.reason = reason
+      const listener = signal.listener
+      signal.listener = undefined
+      listener?.(reason)
+    }
+    return Deferred.succeed(turn.cancel, reason)
+  })
 
 export class Cell {
   running: RunningTurn | undefined = undefined
@@ -49,13 +76,15 @@ export class Cell {
  * let a later record (a turn's close) overtake it.
  */
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
-  Effect.uninterruptible(Effect.gen(function*() {
+  Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) {
-      return yield* Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
+      return Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
     }
-    const seqs: ReadonlyArray<number> = yield* journal.append(cell.session, entries, { lane }).pipe(
-      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true)))
+    return journal.append(cell.session, entries, { lane }).pipe(
+      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
+      Effect.map((seqs) => {
+        cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
+        return seqs
+      })
     )
-    cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
-    return seqs
   })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>

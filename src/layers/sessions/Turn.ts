@@ -23,7 +23,7 @@ import type { TurnInput } from "../../domain/Messages.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
-import { type Cell, commit, type RunningTurn } from "./Cell.js"
+import { type CancelReason, type CancelSignal, type Cell, commit, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, cancelFailure, type HostDeps, makeHost } from "./Host.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
@@ -54,6 +54,33 @@ const stringSeed = (s: string) => {
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619)
   return h >>> 0
 }
+
+/**
+ * Whichever comes first: the activation fiber's exit, or the turn's cancel (`cancelTurn`). One
+ * callback each way, where a race forked two fibers and interrupted the loser: about 50 of the
+ * ~960 Effect operations of a keyed text turn (docs/benchmarks.md, "Main-thread CPU of a keyed
+ * text turn").
+ */
+const exitOrCancel = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, signal: CancelSignal) =>
+  Effect.async<
+    { readonly _tag: "done"; readonly exit: Exit.Exit<A, E> } | { readonly _tag: "cancel"; readonly reason: CancelReason }
+  >((resume) => {
+    if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
+    const onExit = (exit: Exit.Exit<A, E>) => {
+      signal.listener = undefined
+      resume(Effect.succeed({ _tag: "done", exit }))
+    }
+    signal.listener = (reason) => {
+      fiber.removeObserver(onExit)
+      resume(Effect.succeed({ _tag: "cancel", reason }))
+    }
+    // Called at once if the activation has already ended.
+    fiber.addObserver(onExit)
+    return Effect.sync(() => {
+      signal.listener = undefined
+      fiber.removeObserver(onExit)
+    })
+  })
 
 export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOutcome> =>
   Effect.uninterruptibleMask((restore) =>
@@ -101,10 +128,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const body = Effect.gen(function*() {
         const fiber = yield* Effect.forkScoped(activate)
         // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
-        const first = yield* Effect.raceFirst(
-          Effect.map(Fiber.await(fiber), (exit) => ({ _tag: "done" as const, exit })),
-          Effect.map(Deferred.await(turn.cancel), (reason) => ({ _tag: "cancel" as const, reason }))
-        )
+        const first = yield* exitOrCancel(fiber, turn.signal)
         if (first._tag === "done") return first.exit
         // One grace for executors to confirm they stopped, one for the loop to see the error and return.
         const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs)))
