@@ -96,6 +96,34 @@ const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum:
   }
 }
 
+/**
+ * The instance the next activation of a module will take, made when the main thread is next idle
+ * after one of its activations completed (as a worker thread does, GuestWorker.ts): instantiation
+ * leaves the activation's path. Still a fresh instance per activation: nothing has run in it but
+ * its start function, which cannot call the host (a call from it fails the activation that takes
+ * it) and sees nothing an activation could change. One per module, for the modules last run.
+ */
+const ahead = new Map<WebAssembly.Module, { readonly key: string; readonly run: Run }>()
+const AHEAD_MODULES = 16
+
+const makeAhead = (instrumented: WebAssembly.Module, limits: InlineLimits, cap: number, memoryLimits: { initial: number; maximum: number }, key: string) => {
+  if (ahead.has(instrumented)) return
+  setImmediate(() => {
+    if (ahead.has(instrumented)) return
+    const run = new Run(limits, cap, memoryLimits)
+    run.imports.env.memory = run.memory
+    run.stretchStart = performance.now()
+    try {
+      run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
+    } catch {
+      // A start function that fails fails the next activation, which instantiates for itself.
+      return
+    }
+    ahead.set(instrumented, { key, run })
+    if (ahead.size > AHEAD_MODULES) ahead.delete(ahead.keys().next().value!)
+  })
+}
+
 /** The guest broke the ABI or gave up. */
 class GuestError extends Error {}
 /** The guest computed past what the main thread lends it. */
@@ -123,7 +151,7 @@ class Run {
   stretchStart = 0
   readonly calls: Array<RecordedCall> = []
 
-  constructor(readonly limits: InlineLimits, readonly cap: number, memory: { initial: number; maximum: number }) {
+  constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }) {
     this.memory = memoryFor(memory)
   }
 
@@ -206,13 +234,26 @@ export const runInline = (instrumented: WebAssembly.Module, activation: Activati
       maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
     }
     const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
-    const run = new Run(limits, budgetFirst ? limits.computeMs : limits.inlineMs, memoryLimits)
-    run.imports.env.memory = run.memory
-    run.stretchStart = performance.now()
-    try {
-      run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
-    } catch (err) {
-      return end(run, memoryLimits, err, budgetFirst)
+    const cap = budgetFirst ? limits.computeMs : limits.inlineMs
+    const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
+    const made = ahead.get(instrumented)
+    let run: Run
+    if (made !== undefined && made.key === key) {
+      ahead.delete(instrumented)
+      run = made.run
+      run.limits = limits
+      run.cap = cap
+      // Its start function's compute, ahead of the activation, is not the activation's.
+      run.used = 0
+    } else {
+      run = new Run(limits, cap, memoryLimits)
+      run.imports.env.memory = run.memory
+      run.stretchStart = performance.now()
+      try {
+        run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
+      } catch (err) {
+        return end(run, memoryLimits, err, budgetFirst)
+      }
     }
     run.starting = false
     let packed: bigint
@@ -253,6 +294,7 @@ export const runInline = (instrumented: WebAssembly.Module, activation: Activati
         return end(run, memoryLimits, err, budgetFirst)
       }
       recycle(run.memory, memoryLimits)
+      makeAhead(instrumented, limits, cap, memoryLimits, key)
       return Effect.succeed<InlineOutcome>({ _tag: "done", output })
     }
     return step()
