@@ -59,25 +59,49 @@ const UNWINDING = 1
 const REWINDING = 2
 
 /**
- * Spare memories: those activations left at their initial size, zero-filled, by limits, up to
- * SPARE_BYTES in all (each at most SPARE_MEMORY_BYTES). As many activations as wait in host calls
- * at once each hold one, so the spares must cover that many: on a VM, a new memory's first touch
- * of each page costs more than a small guest's whole activation.
+ * Spare memories: those activations left at their initial size, zero-filled, by limits. As many
+ * activations as run or wait in host calls at once each hold one, so the spares cover that many
+ * at their peak over the last second or two (at least SPARE_MIN, at most SPARE_BYTES in all, each
+ * at most SPARE_MEMORY_BYTES): on a VM, a new memory's first touch of each page costs more than a
+ * small guest's whole activation. When fewer activations run, the spares shrink with them within
+ * two seconds, so an idle server keeps a few.
  */
 const SPARE_BYTES = 64 << 20
 const SPARE_MEMORY_BYTES = 4 << 20
+const SPARE_MIN = 4
 
 const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
 let spareBytes = 0
+let spareCount = 0
+/** Activations on the main thread now, from their start to their end, waits in host calls included. */
+let running = 0
+/** The most that ran at once since the last trim. */
+let peak = 0
+const SPARE_TRIM_MS = 1_000
+let trimming: ReturnType<typeof setInterval> | undefined
+
+/** Drops spares past what the recent peak needs (the oldest limits' first). */
+const trim = () => {
+  const most = Math.max(SPARE_MIN, peak)
+  for (const [k, l] of spareMemories) {
+    if (spareBytes <= SPARE_BYTES && spareCount <= most) break
+    while (l.length > 0 && (spareBytes > SPARE_BYTES || spareCount > most)) {
+      spareBytes -= l.shift()!.buffer.byteLength
+      spareCount--
+    }
+    if (l.length === 0) spareMemories.delete(k)
+  }
+}
 
 const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
   const spare = spareMemories.get(`${limits.initial}:${limits.maximum}`)?.pop()
   if (spare === undefined) return new WebAssembly.Memory(limits)
   spareBytes -= spare.buffer.byteLength
+  spareCount--
   return spare
 }
 
-/** Keeps a memory left at its initial size for a later activation, zeroed now; past SPARE_BYTES, the oldest limits' spares go first. */
+/** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
 const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
   const bytes = memory.buffer.byteLength
   if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
@@ -89,10 +113,18 @@ const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum:
   spareMemories.set(key, list)
   list.push(memory)
   spareBytes += bytes
-  for (const [k, l] of spareMemories) {
-    if (spareBytes <= SPARE_BYTES) break
-    while (l.length > 0 && spareBytes > SPARE_BYTES) spareBytes -= l.shift()!.buffer.byteLength
-    if (l.length === 0) spareMemories.delete(k)
+  spareCount++
+  trim()
+  if (trimming === undefined) {
+    trimming = setInterval(() => {
+      peak = running
+      trim()
+      if (spareCount === 0 && running === 0) {
+        clearInterval(trimming)
+        trimming = undefined
+      }
+    }, SPARE_TRIM_MS)
+    trimming.unref()
   }
 }
 
@@ -226,6 +258,13 @@ class Run {
  * the worker would; `moved` when the rest must run on a worker thread.
  */
 export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
+  Effect.suspend(() => {
+    running++
+    if (running > peak) peak = running
+    return Effect.ensuring(start(instrumented, activation, limits), Effect.sync(() => void running--))
+  })
+
+const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
   Effect.suspend(() => {
     if (activation.input.byteLength > limits.ioBytes) return failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)
     const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)

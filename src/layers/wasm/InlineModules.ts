@@ -18,6 +18,13 @@ import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
 /** Activations a module runs on the pool, at most, after one of its activations was moved. */
 export const MOVED_COOLDOWN = 64
 
+/**
+ * Bytes of the largest module given a twin: Binaryen's memory grows with the module (its IR is
+ * several times the binary), and the instrumenting thread shares the process's memory. Larger
+ * modules run on the worker pool.
+ */
+export const MAX_TWIN_MODULE_BYTES = 4 << 20
+
 /** Twins kept in the process (the oldest is dropped past this; it is made again when admitted again). */
 const KEPT = 256
 
@@ -79,6 +86,7 @@ const twins = new Map<string, Promise<Twin>>()
 export const twinOf = (hash: string, bytes: Uint8Array): Promise<Twin> => {
   const known = twins.get(hash)
   if (known !== undefined) return known
+  if (bytes.length > MAX_TWIN_MODULE_BYTES) return Promise.resolve({ failure: `it is above ${MAX_TWIN_MODULE_BYTES} bytes: it runs on worker threads` })
   const made = instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
     if (!("error" in answer)) return compiled(answer.ok)
     // A thread that failed says nothing about the module: the next admission tries again.

@@ -9,6 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Option } from "effect"
 import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { admitModule } from "../../../src/layers/wasm/Module.js"
+import { MAX_TWIN_MODULE_BYTES, twinOf } from "../../../src/layers/wasm/InlineModules.js"
 import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
@@ -149,6 +150,12 @@ describe("WasmHost on the main thread", () => {
       const same = longer.slice(0, 2)
       expect(yield* WasmHostWorkers.replayed(pool, LIMITS, activation, same)).toBe('{"ok":1}')
       expect(performed).toEqual([])
+    }))
+
+  it.scopedLive("a module above MAX_TWIN_MODULE_BYTES gets no instrumented twin (it runs on worker threads), and Binaryen never sees it", () =>
+    Effect.gen(function*() {
+      const twin = yield* Effect.promise(() => twinOf("a-module-too-large-to-instrument", new Uint8Array(MAX_TWIN_MODULE_BYTES + 1)))
+      expect("failure" in twin && twin.failure).toMatch(/above 4194304 bytes/)
     }))
 
   it.scopedLive("the instrumented official loop makes the same host calls with the same requests, and gives the same result, as the plain one on a worker", () =>
