@@ -206,6 +206,18 @@ const pastMemory = guest(`(func (export "brain_run") (param i32 i32) (result i64
 const notUtf8 = guest(`(data (i32.const 100) "\\ff\\fe\\fd")
   (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 3)))`)
 
+/** Its allocator makes a host call (kv_read) before it allocates. */
+const allocCalling = (() => {
+  const op = data(200, "kv_read")
+  const req = data(220, '{"key":"k"}')
+  const ok = data(260, '{"ok":"fine"}')
+  return guest(`${op.segment} ${req.segment} ${ok.segment}
+    (func (export "brain_alloc") (param $n i32) (result i32)
+      (drop (call $call (i32.const ${op.ptr}) (i32.const ${op.len}) (i32.const ${req.ptr}) (i32.const ${req.len})))
+      (call $alloc (local.get $n)))
+    (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`, { alloc: false })
+})()
+
 const FINE = returning('{"ok":"fine"}')
 const FINE_TOOL = returning('{"ok":"fine"}', "brain_tool")
 
@@ -428,6 +440,17 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           yield* servesNext(host)
           const deep = yield* loopFailure(host.runLoop(yield* admitted(host, recursing), input(), recordingHost().host))
           expect(deep.code).toBe("agentloop_failed")
+          yield* servesNext(host)
+        }))
+
+      it.scopedLive("a host call from inside brain_alloc fails agentloop_failed naming it, reaches no Host method, and the pool serves the next activation", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const { result, calls } = yield* runLoop(host, yield* admitted(host, allocCalling))
+          if (Either.isRight(result)) return expect.fail("the activation succeeded")
+          expect(result.left.failure.code).toBe("agentloop_failed")
+          expect(result.left.failure.message).toMatch(/a host call from brain_alloc/)
+          expect(calls).toEqual([])
           yield* servesNext(host)
         }))
 

@@ -162,6 +162,7 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
       call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
         const msg = context.msg
         if (!msg) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
+        if (allocating) throw new GuestError('a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")')
         const op = textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > msg.maxRequestBytes) {
           return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
@@ -195,8 +196,15 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
     return bytes
   }
   /** Copies bytes into memory the guest allocates; returns the packed (ptr, len). */
+  let allocating = false
   const give = (bytes: Uint8Array): bigint => {
-    const ptr = context.exports.brain_alloc(bytes.length) >>> 0
+    allocating = true
+    let ptr: number
+    try {
+      ptr = context.exports.brain_alloc(bytes.length) >>> 0
+    } finally {
+      allocating = false
+    }
     bytesAt(ptr, bytes.length).set(bytes)
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }

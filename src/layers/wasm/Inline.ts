@@ -156,6 +156,8 @@ const makeAhead = (instrumented: WebAssembly.Module, limits: InlineLimits, cap: 
   })
 }
 
+const FROM_ALLOC = 'a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")'
+
 /** The guest broke the ABI or gave up. */
 class GuestError extends Error {}
 /** The guest computed past what the main thread lends it. */
@@ -204,8 +206,20 @@ class Run {
   }
 
   /** Copies bytes into memory the guest allocates; the packed (ptr, len). */
+  /** Brain is in a call of `brain_alloc`: a host call now comes from the allocator. */
+  allocating = false
+
+  alloc(size: number): number {
+    this.allocating = true
+    try {
+      return this.exports.brain_alloc(size) >>> 0
+    } finally {
+      this.allocating = false
+    }
+  }
+
   give(bytes: Uint8Array): bigint {
-    const ptr = this.exports.brain_alloc(bytes.length) >>> 0
+    const ptr = this.alloc(bytes.length)
     this.bytesAt(ptr, bytes.length).set(bytes)
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }
@@ -222,6 +236,7 @@ class Run {
           return this.give(answer)
         }
         if (this.starting) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
+        if (this.allocating) throw new GuestError(FROM_ALLOC)
         const op = this.textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > this.limits.ioBytes) {
           return this.give(encoder.encode(JSON.stringify({
@@ -230,7 +245,7 @@ class Run {
         }
         const request = this.textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         if (this.suspendAt === 0) {
-          const at = ex.brain_alloc(SUSPEND_BYTES) >>> 0
+          const at = this.alloc(SUSPEND_BYTES)
           this.bytesAt(at, SUSPEND_BYTES)
           this.suspendAt = at
         }
