@@ -82,76 +82,53 @@ const admit = (bytes) => Effect.runSync(admitModule(bytes, { maxModuleBytes: 1 <
 const pool = new Pool(1)
 const input = { input: { message: "x" }, transcript: [], configuration: {}, events: [], runtime: {} }
 
-const activations = async (module, n) => {
-  const times = []
-  for (let i = 0; i < n; i++) {
-    const t0 = now()
-    await Effect.runPromise(activate(pool, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: () => Effect.succeed("{}") }, LIMITS))
-    times.push(now() - t0)
-  }
-  return times.sort((a, b) => a - b)
-}
-
-const roundTrips = async (module, perform) => {
-  const arrivals = []
-  await Effect.runPromise(activate(pool, {
-    moduleId: module.hash,
-    module: module.module,
-    memory: module.memory,
-    entry: "brain_run",
-    input: jsonBytes(input),
-    perform: (op, request) => Effect.suspend(() => {
-      arrivals.push(now())
-      return perform(op, request)
-    })
-  }, LIMITS))
-  const gaps = []
-  for (let i = 1; i < arrivals.length; i++) gaps.push((arrivals[i] - arrivals[i - 1]) * 1000)
-  return gaps.sort((a, b) => a - b)
-}
+/** An activation on the pool. */
+const onPool = (activation) => activate(pool, activation, LIMITS)
 
 /** The same on the main thread (Inline.ts): the module's instrumented twin, no thread crossed. */
 const INLINE_LIMITS = { ...LIMITS, inlineMs: 10_000 }
-const twin = async (bytes, module) => {
+const inline = async (bytes, module) => {
   const t = await twinOf(module.hash, bytes)
   if (!("module" in t)) throw new Error(`no twin: ${t.failure}`)
-  return t.module
+  return (activation) =>
+    Effect.map(runInline(t.module, activation, INLINE_LIMITS), (out) => {
+      if (out._tag !== "done") throw new Error("moved")
+      return out.output
+    })
 }
-const activationsInline = async (bytes, module, n) => {
-  const instrumented = await twin(bytes, module)
+
+const activationOf = (module, perform) => ({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform })
+
+/** `n` activations one after another through `run`; wall time of each. */
+const activations = async (run, module, n) => {
   const times = []
   for (let i = 0; i < n; i++) {
     const t0 = now()
-    const out = await Effect.runPromise(runInline(instrumented, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: () => Effect.succeed("{}") }, INLINE_LIMITS))
-    if (out._tag !== "done") throw new Error("moved")
+    await Effect.runPromise(run(activationOf(module, () => Effect.succeed("{}"))))
     times.push(now() - t0)
   }
   return times.sort((a, b) => a - b)
 }
-const roundTripsInline = async (bytes, module, perform) => {
-  const instrumented = await twin(bytes, module)
+
+/** One activation through `run`; the intervals between its host calls' arrivals, in µs. */
+const roundTrips = async (run, module, perform) => {
   const arrivals = []
-  await Effect.runPromise(runInline(instrumented, {
-    moduleId: module.hash,
-    module: module.module,
-    memory: module.memory,
-    entry: "brain_run",
-    input: jsonBytes(input),
-    perform: (op, request) => Effect.suspend(() => {
+  await Effect.runPromise(run(activationOf(module, (op, request) =>
+    Effect.suspend(() => {
       arrivals.push(now())
       return perform(op, request)
-    })
-  }, INLINE_LIMITS))
+    }))))
   const gaps = []
   for (let i = 1; i < arrivals.length; i++) gaps.push((arrivals[i] - arrivals[i - 1]) * 1000)
   return gaps.sort((a, b) => a - b)
 }
 
 const answering = admit(answer)
-await activationsInline(answer, answering, 200) // warm-up
-const timesInline = await activationsInline(answer, answering, ACTIVATIONS)
-await activations(answering, 200) // warm-up
-const times = await activations(answering, ACTIVATIONS)
+const answeringInline = await inline(answer, answering)
+await activations(answeringInline, answering, 200) // warm-up
+const timesInline = await activations(answeringInline, answering, ACTIVATIONS)
+await activations(onPool, answering, 200) // warm-up
+const times = await activations(onPool, answering, ACTIVATIONS)
 const plain = []
 const plainCall = (text) => JSON.parse(JSON.stringify({ ok: JSON.parse(text).input }))
 for (let i = 0; i < ACTIVATIONS; i++) {
@@ -162,14 +139,15 @@ for (let i = 0; i < ACTIVATIONS; i++) {
 plain.sort((a, b) => a - b)
 
 const calling = admit(caller)
-const fixed = await roundTrips(calling, () => Effect.succeed('{"ok":{"found":false}}'))
+const fixed = await roundTrips(onPool, calling, () => Effect.succeed('{"ok":{"found":false}}'))
 const host = {
   kvRead: () => Effect.succeed({ _tag: "None" }),
   telemetry: () => Effect.void
 }
-const bridged = await roundTrips(calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
-const fixedInline = await roundTripsInline(caller, calling, () => Effect.succeed('{"ok":{"found":false}}'))
-const bridgedInline = await roundTripsInline(caller, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
+const bridged = await roundTrips(onPool, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
+const callingInline = await inline(caller, calling)
+const fixedInline = await roundTrips(callingInline, calling, () => Effect.succeed('{"ok":{"found":false}}'))
+const bridgedInline = await roundTrips(callingInline, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 await Effect.runPromise(pool.close)
 
 const admittedOfficial = admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url))))

@@ -47,6 +47,15 @@ export interface Activation {
 
 const encoder = new TextEncoder()
 
+/**
+ * The memory an activation's instance gets: the module's declared initial size, and the lower of
+ * its declared maximum and the host's (never below the initial size, which admission bounds).
+ */
+export const memoryLimitsOf = (memory: MemoryLimits, memoryBytes: number): { readonly initial: number; readonly maximum: number } => {
+  const maxPages = Math.floor(memoryBytes / PAGE_BYTES)
+  return { initial: memory.initial, maximum: Math.max(memory.initial, Math.min(maxPages, memory.maximum ?? maxPages)) }
+}
+
 /** A value's JSON as UTF-8 in a buffer of its own (it may be transferred, so never a pooled Buffer). */
 export const jsonBytes = (value: unknown): Uint8Array => encoder.encode(JSON.stringify(value))
 
@@ -153,7 +162,6 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
   const begin = (): Effect.Effect<string, ActivationFailure> => {
     if (thread.dead) return Effect.fail({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
     const next = eventsOf(thread)
-    const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
     let remaining = limits.computeMs
     const spent = (ms: number) => void (remaining -= ms)
     // With a budget, a wait that outlasts what is left of it ends the activation (at least 1 ms: 0 would mean no timer).
@@ -196,10 +204,7 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
         moduleId: activation.moduleId,
         entry: activation.entry,
         input: activation.input,
-        memory: {
-          initial: activation.memory.initial,
-          maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
-        },
+        memory: memoryLimitsOf(activation.memory, limits.memoryBytes),
         maxRequestBytes: limits.ioBytes
       }, activation.module)
       return wait()

@@ -18,7 +18,7 @@
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
-import type { Activation, ActivationFailure, ActivationLimits } from "./Activation.js"
+import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
 import { PAGE_BYTES } from "./Module.js"
 
 export interface InlineLimits extends ActivationLimits {
@@ -143,10 +143,8 @@ const makeAhead = (instrumented: WebAssembly.Module, limits: InlineLimits, cap: 
   setImmediate(() => {
     if (ahead.has(instrumented)) return
     const run = new Run(limits, cap, memoryLimits)
-    run.imports.env.memory = run.memory
-    run.stretchStart = performance.now()
     try {
-      run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
+      run.instantiate(instrumented)
     } catch {
       // A start function that fails fails the next activation, which instantiates for itself.
       return
@@ -187,6 +185,13 @@ class Run {
 
   constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }) {
     this.memory = memoryFor(memory)
+    this.imports.env.memory = this.memory
+  }
+
+  /** Makes the instance (its start function metered from now); throws what instantiation throws. */
+  instantiate(instrumented: WebAssembly.Module) {
+    this.stretchStart = performance.now()
+    this.exports = new WebAssembly.Instance(instrumented, this.imports).exports as Record<string, any>
   }
 
   bytesAt(ptr: number, len: number): Uint8Array {
@@ -282,11 +287,7 @@ export const runInline = (instrumented: WebAssembly.Module, activation: Activati
 const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
   Effect.suspend(() => {
     if (activation.input.byteLength > limits.ioBytes) return failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)
-    const maxPages = Math.floor(limits.memoryBytes / PAGE_BYTES)
-    const memoryLimits = {
-      initial: activation.memory.initial,
-      maximum: Math.max(activation.memory.initial, Math.min(maxPages, activation.memory.maximum ?? maxPages))
-    }
+    const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
     const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
     const cap = budgetFirst ? limits.computeMs : limits.inlineMs
     const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
@@ -301,10 +302,8 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       run.used = 0
     } else {
       run = new Run(limits, cap, memoryLimits)
-      run.imports.env.memory = run.memory
-      run.stretchStart = performance.now()
       try {
-        run.exports = new WebAssembly.Instance(instrumented, run.imports).exports as Record<string, any>
+        run.instantiate(instrumented)
       } catch (err) {
         return end(run, memoryLimits, err, budgetFirst)
       }
