@@ -191,6 +191,22 @@ class Parser {
   /** Reads a string from its opening quote; null (with the error set) when it is malformed. */
   string(): string | null {
     this.pos++
+    // Most strings are printable ASCII without escapes: found in one scan, widened in one pass.
+    const start = this.pos
+    const end = this.end
+    let at = start
+    while (at < end) {
+      const b = <u32>load<u8>(at)
+      if (b == 0x22 || b == 0x5c || b - 0x20 >= 0x60) break
+      at++
+    }
+    if (at < end && load<u8>(at) == 0x22) {
+      const len = at - start
+      const out = changetype<usize>(__new(len << 1, idof<String>()))
+      for (let i: usize = 0; i < len; i++) store<u16>(out + (i << 1), <u16>load<u8>(start + i))
+      this.pos = at + 1
+      return changetype<string>(out)
+    }
     let n: usize = 0 // code units written
     while (true) {
       if (this.pos >= this.end) {

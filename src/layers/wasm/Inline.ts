@@ -19,6 +19,7 @@
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS } from "./TwinExports.js"
 import { PAGE_BYTES } from "./Module.js"
 
 export interface InlineLimits extends ActivationLimits {
@@ -54,17 +55,22 @@ const FUEL = 20_000
 /** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack. */
 export const SUSPEND_BYTES = 8 * 1024
 
-/** Asyncify's states. */
+/**
+ * Asyncify's states, as this host drives them (through the twin's ASYNCIFY_EXPORT, which does not
+ * tell the state: the host keeps the state it set).
+ */
+const NORMAL = 0
 const UNWINDING = 1
 const REWINDING = 2
 
 /**
  * Spare memories: those activations left at their initial size, zero-filled, by limits. As many
  * activations as run or wait in host calls at once each hold one, so the spares cover that many
- * at their peak over the last second or two (at least SPARE_MIN, at most SPARE_BYTES in all, each
- * at most SPARE_MEMORY_BYTES): on a VM, a new memory's first touch of each page costs more than a
- * small guest's whole activation. When fewer activations run, the spares shrink with them within
- * two seconds, so an idle server keeps a few.
+ * at their peak over the last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each
+ * at most SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each
+ * page) costs about a millisecond, ten times a small guest's whole activation, so a spare that
+ * goes when the load dips for a second is paid for again when it comes back. When fewer
+ * activations run, the spares shrink with them within five seconds, so an idle server keeps a few.
  */
 const SPARE_BYTES = 64 << 20
 const SPARE_MEMORY_BYTES = 4 << 20
@@ -75,14 +81,16 @@ let spareBytes = 0
 let spareCount = 0
 /** Activations on the main thread now, from their start to their end, waits in host calls included. */
 let running = 0
-/** The most that ran at once since the last trim. */
+/** The most that ran at once since the last tick of the trim, and in each of the SPARE_TICKS ticks before. */
 let peak = 0
+const SPARE_TICKS = 4
+const peaks: Array<number> = []
 const SPARE_TRIM_MS = 1_000
 let trimming: ReturnType<typeof setInterval> | undefined
 
 /** Drops spares past what the recent peak needs (the oldest limits' first). */
 const trim = () => {
-  const most = Math.max(SPARE_MIN, peak)
+  const most = Math.max(SPARE_MIN, peak, ...peaks)
   for (const [k, l] of spareMemories) {
     if (spareBytes <= SPARE_BYTES && spareCount <= most) break
     while (l.length > 0 && (spareBytes > SPARE_BYTES || spareCount > most)) {
@@ -117,6 +125,8 @@ const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum:
   trim()
   if (trimming === undefined) {
     trimming = setInterval(() => {
+      peaks.push(peak)
+      if (peaks.length > SPARE_TICKS) peaks.shift()
       peak = running
       trim()
       if (spareCount === 0 && running === 0) {
@@ -172,6 +182,8 @@ class Run {
   exports: Record<string, any> = {}
   /** Instantiating: a host call now comes from the start function. */
   starting = true
+  /** Asyncify's state: set with each `asyncify_start_*`, back to NORMAL with each `asyncify_stop_*`. */
+  state: typeof NORMAL | typeof UNWINDING | typeof REWINDING = NORMAL
   /** The host call the guest unwound from. */
   pending: { readonly op: string; readonly request: string } | undefined = undefined
   /** The answer to give when the guest is rewound into its call. */
@@ -234,8 +246,9 @@ class Run {
     brain: {
       call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
         const ex = this.exports
-        if (!this.starting && ex.asyncify_get_state() === REWINDING) {
-          ex.asyncify_stop_rewind()
+        if (this.state === REWINDING) {
+          ex[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopRewind, 0)
+          this.state = NORMAL
           const answer = this.answer!
           this.answer = undefined
           return this.give(answer)
@@ -259,7 +272,8 @@ class Run {
         header.setInt32(0, this.suspendAt + 8, true)
         header.setInt32(4, this.suspendAt + SUSPEND_BYTES, true)
         this.pending = { op, request }
-        ex.asyncify_start_unwind(this.suspendAt)
+        this.state = UNWINDING
+        ex[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startUnwind, this.suspendAt)
         return 0n
       },
       fail: (ptr: number, len: number): never => {
@@ -329,14 +343,16 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       } finally {
         run.used += performance.now() - run.stretchStart
       }
-      if (run.exports.asyncify_get_state() === UNWINDING) {
-        run.exports.asyncify_stop_unwind()
+      if (run.state === UNWINDING) {
+        run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
+        run.state = NORMAL
         const { op, request } = run.pending!
         run.pending = undefined
         return Effect.flatMap(activation.perform(op, request), (answer) => {
           run.calls.push({ op, request: requestKey(request), answer })
           run.answer = encoder.encode(answer)
-          run.exports.asyncify_start_rewind(run.suspendAt)
+          run.state = REWINDING
+          run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
           return step()
         })
       }
@@ -375,14 +391,8 @@ const end = (run: Run, memoryLimits: { initial: number; maximum: number }, err: 
     }
     return moved(`it computed past BRAIN_WASM_INLINE_MS (${run.limits.inlineMs} ms)`)
   }
-  let unwinding = false
-  try {
-    unwinding = !run.starting && run.exports.asyncify_get_state?.() === UNWINDING
-  } catch {
-    unwinding = false
-  }
   // A trap while unwinding: the stack did not fit the suspension buffer (Asyncify traps at its end).
-  if (unwinding) return moved(`its call stack at a host call is above ${SUSPEND_BYTES} bytes`)
+  if (run.state === UNWINDING) return moved(`its call stack at a host call is above ${SUSPEND_BYTES} bytes`)
   if (err instanceof RangeError && /call stack/i.test(err.message)) return moved("it overflowed the main thread's stack")
   // The memory is the guest's own and at most zeroed for the next: a failure leaves nothing behind.
   recycle(run.memory, memoryLimits)

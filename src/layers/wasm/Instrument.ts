@@ -10,6 +10,7 @@
  * - **Asyncify** on `brain.call`: a host call can unwind the guest's stack into its own memory and
  *   return to the host, which performs the call asynchronously and later rewinds the guest into the
  *   same call, which then returns the answer. No thread is held while a host call is performed.
+ *   The twin drives Asyncify through one export of its own (ASYNCIFY_EXPORT).
  *
  * Neither changes what the guest computes: a guest run instrumented and one run plain make the same
  * host calls with the same requests and give the same output, which is what lets an activation
@@ -19,18 +20,13 @@
  * milliseconds, which the main thread must not spend.
  */
 import binaryen from "binaryen"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
 export const TICK_IMPORT = { module: "brain", name: "tick" } as const
 
-/** The exports Asyncify adds, which the inline host drives. */
-export const ASYNCIFY_EXPORTS = [
-  "asyncify_start_unwind",
-  "asyncify_stop_unwind",
-  "asyncify_start_rewind",
-  "asyncify_stop_rewind",
-  "asyncify_get_state"
-] as const
+/** The functions Asyncify exports, called by ASYNCIFY_EXPORT instead (their exports and `asyncify_get_state` are dropped). */
+const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "asyncify_start_rewind", "asyncify_stop_rewind"] as const
 
 /** Returns the instrumented module's bytes; throws when Binaryen cannot read or instrument `bytes`. */
 export const instrument = (bytes: Uint8Array): Uint8Array => {
@@ -58,6 +54,18 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
     m.runPasses(["inlining"])
     binaryen.setPassArgument("asyncify-imports", "brain.call")
     m.runPasses(["asyncify"])
+    const [startUnwind, stopUnwind, startRewind, stopRewind] = ASYNCIFY_FUNCTIONS.map((name) => binaryen.getExportInfo(m.getExport(name)).value)
+    for (const name of [...ASYNCIFY_FUNCTIONS, "asyncify_get_state"]) m.removeExport(name)
+    const op = () => m.local.get(0, binaryen.i32)
+    const ptr = () => m.local.get(1, binaryen.i32)
+    const when = (code: number, call: binaryen.ExpressionRef) => m.if(m.i32.eq(op(), m.i32.const(code)), call)
+    m.addFunction(ASYNCIFY_EXPORT, binaryen.createType([binaryen.i32, binaryen.i32]), binaryen.none, [], m.block(null, [
+      when(ASYNCIFY_OPS.startUnwind, m.call(startUnwind!, [ptr()], binaryen.none)),
+      when(ASYNCIFY_OPS.stopUnwind, m.call(stopUnwind!, [], binaryen.none)),
+      when(ASYNCIFY_OPS.startRewind, m.call(startRewind!, [ptr()], binaryen.none)),
+      when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
+    ]))
+    m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
     if (!m.validate()) throw new Error("the instrumented module does not validate")
     return m.emitBinary()
   } finally {
