@@ -73,6 +73,23 @@ describe("guest JSON", () => {
     )
   })
 
+  it("printable ASCII strings (the one-scan path) read the same with any one escape, control or non-ASCII character anywhere in them", () => {
+    const ascii = fc.array(fc.integer({ min: 0x20, max: 0x7f }), { maxLength: 60 }).map((a) => String.fromCharCode(...a))
+    const odd = fc.constantFrom("\"", "\\", "\n", "\u0001", "é", "€", "😀", "\ud800")
+    fc.assert(
+      fc.property(ascii, fc.option(odd, { nil: undefined }), fc.nat(), (s, c, at) => {
+        const i = s.length === 0 ? 0 : at % (s.length + 1)
+        const value = c === undefined ? s : s.slice(0, i) + c + s.slice(i)
+        const text = JSON.stringify(value)
+        expect(okOf(text)).toBe(text)
+        expect(okOf(JSON.stringify({ [value]: [value] }))).toBe(JSON.stringify({ [value]: [value] }))
+      }),
+      { numRuns: 500 }
+    )
+    expect(roundTrip(`"abc\u0001"`)).toEqual({ error: "raw control character in a string at byte 4" })
+    expect(roundTrip(`"printable, then cut`)).toEqual({ error: "unterminated string at byte 20" })
+  })
+
   it("escapes: every short form and \\u form is read, and written back in JSON.stringify's form", () => {
     expect(okOf(String.raw`"\"\\\/\b\f\n\r\t"`)).toBe(String.raw`"\"\\/\b\f\n\r\t"`)
     expect(okOf(String.raw`"\u00e9\u00E9\u20ac\uD83D\uDE00\ud83d\ude00"`)).toBe(`"éé€😀😀"`)
