@@ -9,10 +9,12 @@
  * turn with that code when it is one of Brain's failure codes (a host failure the guest passes on,
  * as the official loop does), else with `agentloop_failed`. Anything else the guest does wrong — a
  * trap, output that is not that JSON, its compute budget, ABI misuse — is `agentloop_failed`.
- * `{"ok": value, "transcript": request}` first saves `request` as a `set_transcript` call would
- * (through the activation's own host services, so a delta counts from what it last saved): a
- * request of the wrong shape fails the turn `agentloop_failed`, a failed save with the save's
- * failure, and only a saved one gives the result. `transcript` beside `error` is ABI misuse.
+ * `{"ok": value, "transcript": request}` saves `request` as a `set_transcript` call would
+ * (through the activation's own host services, so a delta counts from what it last saved), in the
+ * same atomic append as the activation's closing records (`Host.setTranscriptAtEnd`): a request of
+ * the wrong shape fails the turn `agentloop_failed`, a refused save with the save's failure, and
+ * the result is the turn's only if the two are durable together. `transcript` beside `error` is
+ * ABI misuse.
  * A tool's `{"ok": output}` is outcome `ok`; `{"error": …}` and every failure are outcome `error`,
  * and so is a tool's output with a `transcript` (only a loop's output may carry one).
  */
@@ -154,7 +156,7 @@ export const make = (options: WasmHostOptions) =>
             if (output === undefined) return Effect.fail(loopFailed('the guest\'s output is not {"ok": …} or {"error": {…}} JSON'))
             if ("ok" in output) {
               if (!("transcript" in output)) return Effect.succeed(output.ok)
-              // Saved as the set_transcript call it stands for, committed before the turn ends; only then the result.
+              // Checked as the set_transcript call it stands for; committed with the turn's closing records.
               return services.save(output.transcript).pipe(
                 Effect.mapError((e) =>
                   e._tag === "TranscriptRefused"

@@ -4,7 +4,8 @@
  * results → model again … until a final answer or a limit.
  *
  * It keeps the transcript with setTranscript: the user message, each assistant message and each
- * tool result are saved as they happen. Before anything else it repairs what an interruption left:
+ * tool result are saved as they happen; the final answer's save goes with the activation's end
+ * (setTranscriptAtEnd). Before anything else it repairs what an interruption left:
  * every assistant tool call without a result gets one saying it was interrupted (a model refuses a
  * tool call without its result), and a system note tells the model the last turn was interrupted.
  */
@@ -60,7 +61,8 @@ export const officialLoop: AgentloopShape = {
           : { role: "assistant", content: reply.text }
         transcript = [...transcript, assistant]
         if (reply.tool_calls.length === 0) {
-          yield* host.setTranscript(transcript)
+          // The answer's save rides on the activation's closing append, as the Wasm loop's output does.
+          yield* host.setTranscriptAtEnd(transcript)
           return { text: reply.text }
         }
         // Save the request for tools before running them, so a crash leaves it visible.

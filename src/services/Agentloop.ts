@@ -55,6 +55,13 @@ export interface Host {
   readonly kvDelete: (key: string) => Effect.Effect<void, HostCallFailed>
   /** Saves the transcript: Brain commits only the difference from the saved one. */
   readonly setTranscript: (messages: ReadonlyArray<Message>) => Effect.Effect<void, HostCallFailed>
+  /**
+   * Saves the transcript with the activation's end: the difference from the saved one goes into
+   * the same atomic append as the activation's closing records, so the save costs no commit of its
+   * own, and the two are durable together or not at all. For a loop's last act: the activation
+   * must return right after, and any host call after it fails (`invalid_request`).
+   */
+  readonly setTranscriptAtEnd: (messages: ReadonlyArray<Message>) => Effect.Effect<void, HostCallFailed>
   /** A page of this session's public Events. */
   readonly events: (options: { readonly after: number; readonly limit: number }) => Effect.Effect<ReadonlyArray<Event>, HostCallFailed>
 }

@@ -103,6 +103,7 @@ const recordingHost = (overrides: Partial<Host> = {}) => {
     kvPut: () => Effect.void,
     kvDelete: () => Effect.void,
     setTranscript: () => Effect.void,
+    setTranscriptAtEnd: () => Effect.void,
     events: () => Effect.succeed([EVENT]),
     ...overrides
   }

@@ -27,6 +27,8 @@ export const runTypeScriptLoop = (input: unknown, answer: Answerer): Omit<GuestR
     kvPut: (key, value) => Effect.asVoid(ask("kv_put", { key, value })),
     kvDelete: (key) => Effect.asVoid(ask("kv_delete", { key })),
     setTranscript: (messages) => Effect.asVoid(ask("set_transcript", { messages })),
+    // The Wasm loop's output transcript is taken as its last set_transcript (harness.ts): the same here.
+    setTranscriptAtEnd: (messages) => Effect.asVoid(ask("set_transcript", { messages })),
     events: (options) => ask("events", options)
   }
   const exit = Effect.runSyncExit(officialLoop.activate(input as ActivationInput, host))

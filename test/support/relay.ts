@@ -80,6 +80,7 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
         kvPut: (key, value) => ask("kv_put", { key, value }, () => undefined),
         kvDelete: (key) => ask("kv_delete", { key }, () => undefined),
         setTranscript: (messages) => ask("set_transcript", { messages }, () => undefined),
+        setTranscriptAtEnd: (messages) => ask("set_transcript", { messages }, () => undefined),
         events: (o) => ask("events", o, (ok) => ok)
       }
       let running: Fiber.RuntimeFiber<unknown, AgentloopFailed | HostCallFailed> | undefined

@@ -28,6 +28,7 @@ export const hostWith = (methods: Partial<Host>): Host => ({
   kvPut: unused,
   kvDelete: unused,
   setTranscript: unused,
+  setTranscriptAtEnd: unused,
   events: unused,
   ...methods
 })

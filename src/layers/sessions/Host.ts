@@ -66,6 +66,11 @@ export interface ActivationScope {
    * waits until its append has landed or failed. The turn holds the session until they settle.
    */
   readonly unsettled: Array<Effect.Effect<void>>
+  /**
+   * The transcript the loop saved with its end (`setTranscriptAtEnd`): the turn's closing append
+   * carries its difference from the saved one. Once set, every host call is refused.
+   */
+  atEnd?: ReadonlyArray<Message> | undefined
 }
 
 export const cancelFailure = (reason: CancelReason): Failure =>
@@ -76,6 +81,9 @@ export const cancelFailure = (reason: CancelReason): Failure =>
     : failure("interrupted", "the server is stopping")
 
 const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
+
+/** A host call after setTranscriptAtEnd: the loop said it was ending. */
+const afterEnd = failure("invalid_request", "a host call after setTranscriptAtEnd: the activation must end right after it")
 
 /** A host call after the cell broke: it did nothing, so it is not ambiguous. */
 const brokenFailure = failure(
@@ -124,6 +132,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         ? Effect.flatMap(polled.value, (reason) => refuse(cancelFailure(reason)))
         : cell.broken
         ? refuse(brokenFailure)
+        : scope.atEnd !== undefined
+        ? refuse(afterEnd)
         : body)
 
   /**
@@ -433,6 +443,12 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       return Effect.asVoid(commit(journal, cell, [entry("transcript_delta", delta)]))
     })))
 
+  /** Validated now; committed by the turn with the activation's closing records (Turn.ts). */
+  const setTranscriptAtEnd: Host["setTranscriptAtEnd"] = (messages: ReadonlyArray<Message>) =>
+    live(write(Effect.sync(() => {
+      scope.atEnd = messages
+    })))
+
   return {
     model,
     dispatch,
@@ -442,6 +458,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
     kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),
     setTranscript,
+    setTranscriptAtEnd,
     events: ({ after, limit }) =>
       live(
         readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, PAGE_EVENTS))).pipe(

@@ -20,6 +20,7 @@
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
+import { diffTranscript } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
@@ -149,17 +150,33 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
       } else result = exit.value.value ?? null
 
-      const entries = closing
-        ? [
-          entry("activation_failed", { sequence: activation, failure: closing }),
-          entry("turn_failed", { sequence: turn.sequence, failure: closing })
-        ]
-        : [
-          entry("activation_ended", { sequence: activation, result }),
-          entry("turn_ended", { sequence: turn.sequence, result })
-        ]
+      const closingEntries = (f: Failure | undefined) =>
+        f
+          ? [
+            entry("activation_failed", { sequence: activation, failure: f }),
+            entry("turn_failed", { sequence: turn.sequence, failure: f })
+          ]
+          : [
+            entry("activation_ended", { sequence: activation, result }),
+            entry("turn_ended", { sequence: turn.sequence, result })
+          ]
+      // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
+      // one commit, durable together with the close or not at all.
+      const atEnd = scope.atEnd === undefined ? undefined : diffTranscript(cell.state.transcript, scope.atEnd)
+      const saving = atEnd !== undefined && (atEnd.keep < cell.state.transcript.length || atEnd.append.length > 0)
+      const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
       const lateOutcomes = scope.unsettled.length
-      const closed = yield* appendWithin(commit(journal, cell, entries), config.cleanupDeadlineMs)
+      let closed = yield* appendWithin(commit(journal, cell, entries), config.cleanupDeadlineMs)
+      if (saving && closed._tag === "Answered" && Exit.isFailure(closed.exit)) {
+        const refused = Cause.failureOption(closed.exit.cause)
+        if (Option.isSome(refused) && refused.value._tag === "RecordRejected") {
+          // The journal refused the transcript (nothing was written): the turn fails as a refused
+          // set_transcript would have failed it, and closes without it.
+          closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)
+          result = undefined
+          closed = yield* appendWithin(commit(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
+        }
+      }
       if (closed._tag === "Unsettled") {
         // Its state now lacks records that may still land: the cell commits nothing more.
         cell.broken = true

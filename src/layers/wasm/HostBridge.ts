@@ -14,7 +14,8 @@
  * records.
  *
  * A loop's output may carry the transcript to save (`{"ok", "transcript"}`, docs/abi.md): `save`
- * saves it as that `set_transcript` call would, with the same saved transcript as the delta's base.
+ * checks it as that `set_transcript` call would, with the same saved transcript as the delta's base,
+ * and hands it to `setTranscriptAtEnd`, so it is committed with the activation's closing records.
  *
  * Messages are checked against the Message schema and passed on as the guest wrote them (the
  * parsed JSON, not a decoded copy): a decoded copy would put their keys in the schema's order, so
@@ -158,8 +159,9 @@ export class TranscriptRefused extends Data.TaggedError("TranscriptRefused")<{ r
 
 /**
  * An Agentloop's host services: `perform` (the function itself) answers `brain.call`; `save` saves
- * the transcript a loop's output carries (docs/abi.md, "The entries") exactly as a `set_transcript`
- * call with that request would, against the same saved transcript.
+ * the transcript a loop's output carries (docs/abi.md, "The entries") as a `set_transcript` call
+ * with that request would, against the same saved transcript, but with the activation's end
+ * (`Host.setTranscriptAtEnd`): in the closing append, not a commit of its own.
  */
 export interface LoopServices {
   (op: string, request: string): Effect.Effect<string>
@@ -176,7 +178,10 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
   let saved = transcript
   /** A decoded `set_transcript` request: the save, or why it is refused. */
-  const setTranscript = (r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> }): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
+  const setTranscript = (
+    r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> },
+    through: Host["setTranscript"] = host.setTranscript
+  ): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
     const delta = r.keep !== undefined || r.append !== undefined
     if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
       return Either.left("give either messages, or keep and append")
@@ -184,7 +189,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     const messages: Either.Either<ReadonlyArray<Message>, string> = delta ? expand(saved, r.keep!, r.append!) : whole(r.messages!)
     if (Either.isLeft(messages)) return Either.left(messages.left)
     const next = messages.right
-    return Either.right(Effect.tap(host.setTranscript(next), () => void (saved = next)))
+    return Either.right(Effect.tap(through(next), () => void (saved = next)))
   }
   const perform = (op: string, request: string): Effect.Effect<string> => {
     const parsed = parse(request)
@@ -238,7 +243,8 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   const save = (request: unknown): Effect.Effect<void, TranscriptRefused | HostCallFailed> => {
     const decoded = asSetTranscriptRequest(request)
     if (decoded === undefined) return Effect.fail(new TranscriptRefused({ reason: "it does not have set_transcript's shape" }))
-    const saving = setTranscript(decoded)
+    // The output's transcript rides on the activation's closing append (Host.setTranscriptAtEnd).
+    const saving = setTranscript(decoded, host.setTranscriptAtEnd)
     return Either.isLeft(saving) ? Effect.fail(new TranscriptRefused({ reason: saving.left })) : saving.right
   }
   return Object.assign(perform, { save })

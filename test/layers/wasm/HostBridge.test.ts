@@ -34,6 +34,7 @@ const recordingHost = () => {
       state.failSaves
         ? Effect.fail(new HostCallFailed({ failure: failure("journal_write_failed", "the disk is full") }))
         : Effect.sync(() => void calls.push({ op: "set_transcript", messages })),
+    setTranscriptAtEnd: never,
     dispatch: never,
     emit: never,
     telemetry: () => Effect.void,

@@ -180,7 +180,8 @@ describe("WasmHost on the main thread", () => {
                 calls.push(["dispatch", request])
                 return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
               }),
-            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages]))
+            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages])),
+            setTranscriptAtEnd: (messages) => Effect.sync(() => void calls.push(["set_transcript_at_end", messages]))
           })
           const input: ActivationInput = { ...activationInput("two rounds, please"), transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "yes" }] }
           const result = yield* wasm.runLoop(module, input, host)

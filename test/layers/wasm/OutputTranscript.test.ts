@@ -1,9 +1,9 @@
 /**
  * A loop's output may carry the transcript to save (docs/abi.md, "The entries"):
  * `{"ok": result, "transcript": <a set_transcript request>}`. Brain saves it as that
- * `set_transcript` call would — the same checks, the same `transcript_delta` record, committed
- * before the turn ends, with the same delta base (what the activation last saved) — and only then
- * takes the result. WAT guests behind the WebAssembly host's worker threads, each a session's
+ * `set_transcript` call would — the same checks, the same `transcript_delta` record, with the same
+ * delta base (what the activation last saved) — in the turn's closing append, and the result is
+ * the turn's only once that append is durable. WAT guests behind the WebAssembly host's worker threads, each a session's
  * Agentloop over the real sessions runtime.
  */
 import { describe, expect, it } from "@effect/vitest"
@@ -89,7 +89,7 @@ const turnRecords = (records: ReadonlyArray<JournalRecord>) => {
 const transcriptOf = (s: SessionId) => Effect.map(Effect.flatMap(Sessions, (sessions) => Effect.orDie(sessions.transcript(s))), (t) => t.messages)
 
 describe("a loop's output carrying the transcript to save", () => {
-  it.scopedLive("the output's transcript is journaled before the turn ends, as the same set_transcript call records it, whole or as a delta against the input's transcript", () => {
+  it.scopedLive("the output's transcript is journaled with the turn's end, as the same set_transcript call records it, whole or as a delta against the input's transcript", () => {
     const whole = { messages: [...CREATED, A] }
     const delta = { keep: 2, append: [A] }
     const guests = {
@@ -156,7 +156,7 @@ describe("a loop's output carrying the transcript to save", () => {
       }))
   })
 
-  it.scopedLive("a save that fails fails the turn with that failure, as a set_transcript call's error passed on would: a journal write that fails", () => {
+  it.scopedLive("a journal write that fails: the output's save fails with the turn's close (one append, neither recorded), journal_write_failed and ambiguous, as a set_transcript call's error passed on does", () => {
     const t = data(200, "telemetry")
     const st = data(220, "set_transcript")
     const r = data(300, JSON.stringify({ keep: 2, append: [A] }))
@@ -179,7 +179,11 @@ describe("a loop's output carrying the transcript to save", () => {
           expect(turnRecords(yield* recordsOf(s)).filter((r) => r.kind === "transcript_delta"), name).toEqual([])
         }
         onTelemetry = () => {}
-        expect(failures.onOutput).toEqual(failures.passingOn)
+        const { message: outputMessage, ...output } = failures.onOutput as { message: string }
+        const { message: _passedOn, ...passingOn } = failures.passingOn as { message: string }
+        expect(output).toEqual(passingOn)
+        // The save and the close were one append: its own failure is the close's.
+        expect(outputMessage).toBe("the turn's end could not be recorded: journal of (session) refuses appends after a failed write: injected write failure")
       }))
   })
 
