@@ -215,7 +215,8 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         // The old stream is over first: its calls become uncertain and never reach the new one.
         previous?.body.close()
         host.connection = { id: connection, body }
-        body.offer(frame("ready", { host_id: id }))
+        // The heartbeat interval lets the host tell a silent stream from a quiet one (0: no heartbeats).
+        body.offer(frame("ready", { host_id: id, heartbeat_ms: options.heartbeatMs }))
         return { body, stop: Effect.sync(() => body.close()) }
       })
 

@@ -8,7 +8,8 @@
  *   read with `fetch` (Transport.ts says why). From then on the client keeps that one stream
  *   until `close`: after a failed create, after its last session ends, and across drops — a
  *   dropped stream is reopened (backing off from RECONNECT_FIRST_MS up to RECONNECT_MAX_MS) for
- *   as long as the client is open.
+ *   as long as the client is open. A stream silent for SILENT_HEARTBEATS of the heartbeat
+ *   intervals Brain's `ready` frame names (a half-open connection) is given up and reopened too.
  * - A call is run once: a `{session_id, sequence}` this host has seen is never run again. When the
  *   stream that carried a call is over, Brain has recorded the call `unknown`: its signal aborts
  *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
@@ -35,6 +36,12 @@ const RECONNECT_MAX_MS = 2_000
 /** Milliseconds a create waits for the command stream to be open before it fails: calls made while
  * it is not are not sent (`host_disconnected`), so a session is not created against a dead host. */
 export const HOST_READY_DEADLINE_MS = 30_000
+/**
+ * Heartbeat intervals a command stream may stay silent before the host gives it up and reopens
+ * it: a half-open connection (the server or a proxy gone without a FIN) otherwise looks open for
+ * ever, and Brain sends no call on it. Brain's `ready` frame names its interval; 0 means none.
+ */
+const SILENT_HEARTBEATS = 3
 /** Call names remembered to refuse a second run of the same call, oldest forgotten first. */
 const SEEN_CALLS = 4096
 
@@ -196,19 +203,35 @@ export class Host {
     let pause = RECONNECT_FIRST_MS
     while (!this.closed) {
       const connection = ++this.connection
+      // This connection's own abort: the client's close, or the watch below giving up a silent stream.
+      const stream = new AbortController()
+      const closing = () => stream.abort(controller.signal.reason)
+      controller.signal.addEventListener("abort", closing, { once: true })
+      let lastBytes = Date.now()
+      let watch: ReturnType<typeof setInterval> | undefined
       try {
         const response = await transport.open(path, {
           headers: transport.headers({ accept: "text/event-stream" }),
-          signal: controller.signal
+          signal: stream.signal
         })
         if (!response.ok || response.body === null) {
           this.lastError = fromAnswer(response.status, await response.text().catch(() => ""))
         } else {
-          for await (const frame of sseFrames(response.body)) {
+          for await (const frame of sseFrames(response.body, () => void (lastBytes = Date.now()))) {
             if (frame.event === "ready") {
               this.open = true
               this.lastError = undefined
               pause = RECONNECT_FIRST_MS
+              const heartbeatMs = Number((JSON.parse(frame.data) as { heartbeat_ms?: unknown }).heartbeat_ms)
+              if (watch === undefined && Number.isFinite(heartbeatMs) && heartbeatMs > 0) {
+                const silentMs = SILENT_HEARTBEATS * heartbeatMs
+                watch = setInterval(() => {
+                  if (Date.now() - lastBytes <= silentMs) return
+                  stream.abort(networkError(`the host's command stream was silent for ${silentMs} ms, though Brain sends a heartbeat every ${heartbeatMs} ms`))
+                }, heartbeatMs)
+                // The watch never keeps a process alive by itself.
+                ;(watch as { unref?: () => void }).unref?.()
+              }
               for (const w of this.readyWaiters.splice(0)) w.resolve()
             } else if (frame.event === "call") {
               this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
@@ -220,7 +243,11 @@ export class Host {
         }
       } catch (e) {
         if (this.closed) return
-        this.lastError = e instanceof BrainError ? e : networkError(e)
+        const reason = stream.signal.aborted ? stream.signal.reason : e
+        this.lastError = reason instanceof BrainError ? reason : networkError(reason)
+      } finally {
+        if (watch !== undefined) clearInterval(watch)
+        controller.signal.removeEventListener("abort", closing)
       }
       this.dropped(connection)
       if (this.closed) return

@@ -15,7 +15,8 @@ export interface SseFrame {
   readonly data: string
 }
 
-export async function* sseFrames(body: ReadableStream<Uint8Array>): AsyncGenerator<SseFrame> {
+/** `onBytes` is told of every chunk read, comments (heartbeats) included: what an idle watch needs. */
+export async function* sseFrames(body: ReadableStream<Uint8Array>, onBytes?: () => void): AsyncGenerator<SseFrame> {
   const reader = body.getReader()
   const decoder = new TextDecoder()
   const ready: Array<SseFrame> = []
@@ -24,6 +25,7 @@ export async function* sseFrames(body: ReadableStream<Uint8Array>): AsyncGenerat
     for (;;) {
       const { done, value } = await reader.read()
       if (done) return
+      onBytes?.()
       parser.feed(decoder.decode(value, { stream: true }))
       // Handed on in order; `ready` is emptied before the next chunk is read.
       for (let i = 0; i < ready.length; i++) yield ready[i]!

@@ -56,7 +56,7 @@ describe("a host Environment through a real server", () => {
     expect(response.status).toBe(200)
     expect(response.headers.get("content-type")).toContain("text/event-stream")
     const frames = framesOfResponse(response)
-    expect((await frames.expect("ready")).data).toEqual({ host_id: host.host_id })
+    expect((await frames.expect("ready")).data).toEqual({ host_id: host.host_id, heartbeat_ms: 15_000 })
     const stream = { frames, abort: () => controller.abort() }
     streams.push(stream)
     return stream

@@ -46,7 +46,7 @@ const connectedHost = async (hosts: HostsShape, run: <A, E>(e: Effect.Effect<A, 
   const host_id = id ?? (await run(hosts.register)).host_id
   const stream = await run(hosts.connect(host_id))
   const frames = framesOf(stream.body)
-  expect((await frames.expect("ready")).data).toEqual({ host_id })
+  expect((await frames.expect("ready")).data).toEqual({ host_id, heartbeat_ms: 0 })
   return { host_id, stream, frames }
 }
 
