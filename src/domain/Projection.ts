@@ -109,6 +109,12 @@ export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<M
   return { keep, append: to.slice(keep) }
 }
 
+/** The delta that turns the saved transcript `from` into `to`, or undefined when `to` is `from` (nothing to save). */
+export const transcriptChange = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
+  const delta = diffTranscript(from, to)
+  return delta.keep === from.length && delta.append.length === 0 ? undefined : delta
+}
+
 /** Structural equality of JSON values (key order ignored, as JSON objects are unordered). */
 export const jsonEqual = (a: unknown, b: unknown): boolean => {
   if (a === b) return true

@@ -17,7 +17,7 @@ import type { Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
-import { diffTranscript, kvRead } from "../../domain/Projection.js"
+import { kvRead, transcriptChange } from "../../domain/Projection.js"
 import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
 import { HostCallFailed, type Host, type ToolResult } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
@@ -438,8 +438,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
 
   const setTranscript: Host["setTranscript"] = (messages: ReadonlyArray<Message>) =>
     live(write(Effect.suspend(() => {
-      const delta = diffTranscript(cell.state.transcript, messages)
-      if (delta.keep === cell.state.transcript.length && delta.append.length === 0) return Effect.void
+      const delta = transcriptChange(cell.state.transcript, messages)
+      if (delta === undefined) return Effect.void
       return Effect.asVoid(commit(journal, cell, [entry("transcript_delta", delta)]))
     })))
 

@@ -20,7 +20,7 @@
 import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
-import { diffTranscript } from "../../domain/Projection.js"
+import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
@@ -162,8 +162,8 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           ]
       // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
       // one commit, durable together with the close or not at all.
-      const atEnd = scope.atEnd === undefined ? undefined : diffTranscript(cell.state.transcript, scope.atEnd)
-      const saving = atEnd !== undefined && (atEnd.keep < cell.state.transcript.length || atEnd.append.length > 0)
+      const atEnd = scope.atEnd === undefined ? undefined : transcriptChange(cell.state.transcript, scope.atEnd)
+      const saving = atEnd !== undefined
       const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
       const lateOutcomes = scope.unsettled.length
       let closed = yield* appendWithin(commit(journal, cell, entries), config.cleanupDeadlineMs)
