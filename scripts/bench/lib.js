@@ -243,7 +243,11 @@ export const openSse = (port, p, onFrame) =>
     req.end()
   })
 
-/** A host over plain HTTP (docs/environments.md, "The `host` driver"): every call answered with its input at once. */
+/**
+ * A host over plain HTTP (docs/environments.md, "The `host` driver"): every call answered with its
+ * input at once; the calls that arrive in one read of the command stream (the calls of one
+ * dispatch) are answered in one POST (`{"results": [...]}`), as the SDK's host does.
+ */
 export const echoHost = async (port) => {
   const registered = await expectStatus(request(port, "POST", "/v1/hosts", {}), 201)
   const auth = { authorization: `Bearer ${registered.token}` }
@@ -256,15 +260,21 @@ export const echoHost = async (port) => {
     }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`command stream: ${res.statusCode}`))
       res.setEncoding("utf8")
+      let ready = []
       const parser = makeSseParser((frame) => {
         if (frame.event === "ready") return resolve()
         if (frame.event !== "call") return
         const command = JSON.parse(frame.data)
-        request(port, "POST", `/v1/hosts/${registered.host_id}/results`, {
-          session_id: command.session_id, sequence: command.sequence, ok: command.input
-        }, auth).then((r) => (r.status === 204 ? answered++ : refused++), () => refused++)
+        ready.push({ session_id: command.session_id, sequence: command.sequence, ok: command.input })
       })
-      res.on("data", (text) => parser.feed(text))
+      res.on("data", (text) => {
+        parser.feed(text)
+        if (ready.length === 0) return
+        const results = ready
+        ready = []
+        request(port, "POST", `/v1/hosts/${registered.host_id}/results`, results.length === 1 ? results[0] : { results }, auth)
+          .then((r) => (r.status === 204 ? (answered += results.length) : (refused += results.length)), () => (refused += results.length))
+      })
     })
     req.on("error", reject)
     req.end()

@@ -199,6 +199,7 @@ const instantHost = () => {
   return {
     model: () => Effect.succeed({ text: "echo: hello", tool_calls: [], stop_reason: "end_turn" }),
     setTranscript: (messages) => Effect.sync(() => void (diffTranscript(saved, messages), (saved = messages))),
+    setTranscriptAtEnd: (messages) => Effect.sync(() => void (diffTranscript(saved, messages), (saved = messages))),
     dispatch: () => Effect.succeed([]),
     emit: () => Effect.succeed(1),
     telemetry: () => Effect.void,

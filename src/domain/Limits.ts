@@ -162,6 +162,13 @@ export const TELEMETRY_WARN_INTERVAL_MS = 60_000
 export const HOST_COMMAND_QUEUE = 1_024
 
 /**
+ * Hosts. The most results one `POST /v1/hosts/{id}/results` may carry (`{"results": [...]}`):
+ * as many as one command stream holds waiting. The request's bytes are bounded apart
+ * (BRAIN_MAX_REQUEST_BYTES).
+ */
+export const HOST_RESULTS_BATCH = 1_024
+
+/**
  * Hosts. The most registrations a server keeps. Each is a line in `hosts/registrations.jsonl`
  * and an entry in memory for as long as the data directory lives (they survive restarts), so
  * the count is bounded; past it `POST /v1/hosts` answers 503 `overloaded`.

@@ -20,7 +20,7 @@ import {
   HostEventCommitted,
   HostPath,
   HostRegistered,
-  HostResult,
+  HostResultBody,
   EventsParams,
   ListParams,
   MessageHeaders,
@@ -172,10 +172,13 @@ export const hosts = HttpApiGroup.make("hosts")
   .add(
     HttpApiEndpoint.post("results", "/v1/hosts/:id/results")
       .setPath(HostPath)
-      .setPayload(HostResult)
+      .setPayload(HostResultBody)
       .addSuccess(HttpApiSchema.NoContent)
       .pipe(addErrors(...withBody, E.Conflict))
-      .annotate(OpenApi.Description, "A call's result: `ok`, `error`, or after a cancel `stopped: true`. 409 `conflict` for a call not in flight on this host.")
+      .annotate(
+        OpenApi.Description,
+        "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result)."
+      )
   )
   .add(
     HttpApiEndpoint.post("events", "/v1/hosts/:id/events")

@@ -18,7 +18,7 @@ import {
   UnsupportedMediaType
 } from "../domain/Errors.js"
 import { type AgentloopInUse, type AgentloopRejected, Agentloops, type AgentloopStoreFailed } from "../services/Agentloop.js"
-import { Hosts } from "../services/Hosts.js"
+import { type CallName, type HostAnswer, Hosts } from "../services/Hosts.js"
 import { type Answer, Idempotency } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, Sessions } from "../services/Sessions.js"
@@ -187,6 +187,12 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
  * host's token, and an unknown host id, all answer the same 401 (the gate lets these routes
  * through without the server's API token).
  */
+/** A posted result as the registry takes it: the call it names, and the host's answer. */
+const postedResult = (posted: Schemas.HostResult): { readonly call: CallName; readonly answer: HostAnswer } => ({
+  call: { session: posted.session_id, sequence: posted.sequence },
+  answer: "ok" in posted ? { ok: posted.ok } : "error" in posted ? { error: posted.error } : { stopped: true }
+})
+
 export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "hosts", (h) =>
   Effect.gen(function*() {
     const hosts = yield* Hosts
@@ -210,12 +216,8 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
       .handle("results", ({ path, payload, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
-          const call = { session: payload.session_id, sequence: payload.sequence }
-          const answer = "ok" in payload
-            ? { ok: payload.ok }
-            : "error" in payload
-            ? { error: payload.error }
-            : { stopped: true as const }
+          if ("results" in payload) return yield* hosts.results(path.id, payload.results.map(postedResult))
+          const { answer, call } = postedResult(payload)
           yield* hosts.result(path.id, call, answer)
         }))
       .handle("events", ({ path, payload, request }) =>

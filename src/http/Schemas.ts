@@ -6,6 +6,7 @@ import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { HostId, SessionId } from "../domain/Ids.js"
+import { HOST_RESULTS_BATCH } from "../domain/Limits.js"
 import { Json, Message, TurnInput } from "../domain/Messages.js"
 import { Origin } from "../domain/Records.js"
 
@@ -174,6 +175,17 @@ export const HostResult = Schema.Union(
   })
 ).annotations({ identifier: "HostResult" })
 export type HostResult = typeof HostResult.Type
+
+export const HostResults = Schema.Struct({
+  results: Schema.Array(HostResult).pipe(Schema.minItems(1), Schema.maxItems(HOST_RESULTS_BATCH))
+}).annotations({
+  ...strict,
+  identifier: "HostResults",
+  description: `several calls' results at once (1 to ${HOST_RESULTS_BATCH}), each as the single form: all are taken, or none`
+})
+
+/** The results route's body: one call's result, or several at once. */
+export const HostResultBody = Schema.Union(HostResult, HostResults)
 
 export const HostEvent = Schema.Struct({
   ...CallName,

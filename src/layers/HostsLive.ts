@@ -37,7 +37,7 @@ import {
   EnvironmentNotSent,
   EnvironmentUncertain
 } from "../services/Environments.js"
-import { type CallName, type HostEventError, Hosts, type HostsShape } from "../services/Hosts.js"
+import { type CallName, type HostAnswer, type HostEventError, Hosts, type HostsShape, type ResultError } from "../services/Hosts.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CommandStreamBody } from "./hosts/CommandStream.js"
 import { namedFrame as frame } from "./sessions/SseFrames.js"
@@ -220,10 +220,13 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         return { body, stop: Effect.sync(() => body.close()) }
       })
 
-    const notInFlight = (call: CallName) =>
+    /** A refusal's details; in a batch they also name the result (`index`). */
+    const detailsOf = (details: Record<string, unknown>, index: number | undefined) => (index === undefined ? details : { ...details, index })
+
+    const notInFlight = (call: CallName, index?: number) =>
       new Conflict({
         message: `no call ${call.session}/${call.sequence} is in flight on this host: it never came, it has ended, or its stream was closed`,
-        details: { reason: "not_in_flight" }
+        details: detailsOf({ reason: "not_in_flight" }, index)
       })
 
     const inFlight = (id: HostId, call: CallName) => {
@@ -234,35 +237,69 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     /** Whether `pending` is still in flight (not settled by another request meanwhile). */
     const still = (id: HostId, call: CallName, pending: InFlight) => hosts.get(id)?.calls.get(keyOf(call)) === pending
 
-    const result: HostsShape["result"] = (id, call, answer) =>
-      Effect.gen(function*() {
-        const pending = yield* inFlight(id, call)
-        if ("stopped" in answer) {
-          if (!pending.cancelSent) {
-            return yield* Effect.fail(new Conflict({ message: "no cancel was sent for this call: answer it with ok or error", details: { reason: "not_cancelled" } }))
+    /** Why `answer` cannot settle `pending`, or undefined when it can. */
+    const refusal = (pending: InFlight, answer: HostAnswer, index: number | undefined): Conflict | PayloadTooLarge | undefined => {
+      if ("stopped" in answer) {
+        return pending.cancelSent
+          ? undefined
+          : new Conflict({
+            message: "no cancel was sent for this call: answer it with ok or error",
+            details: detailsOf({ reason: "not_cancelled" }, index)
+          })
+      }
+      const value = "ok" in answer ? answer.ok : answer.error
+      const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
+      return bytes > options.maxResultBytes
+        ? new PayloadTooLarge({
+          message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`,
+          ...(index === undefined ? {} : { details: { index } })
+        })
+        : undefined
+    }
+
+    /**
+     * Settles calls in flight on `host`, all or none: each result is checked first (in flight on
+     * this host, named once, `stopped` only after a cancel, its value within bounds), then every
+     * call's lock is taken (in one order, so two batches never wait on each other), each is checked
+     * again, and only then are they all settled, in one step. A refusal changes nothing.
+     */
+    const settle = (id: HostId, items: ReadonlyArray<{ readonly call: CallName; readonly answer: HostAnswer }>, batch: boolean) =>
+      Effect.suspend((): Effect.Effect<void, ResultError | InvalidRequest> => {
+        const named = new Set<string>()
+        const checked: Array<{ readonly key: string; readonly index: number; readonly call: CallName; readonly answer: HostAnswer; readonly pending: InFlight }> = []
+        for (let i = 0; i < items.length; i++) {
+          const { answer, call } = items[i]
+          const index = batch ? i : undefined
+          const key = keyOf(call)
+          if (named.has(key)) {
+            return Effect.fail(new InvalidRequest({ message: `the batch names the call ${key} more than once`, details: { index: i } }))
           }
-        } else {
-          const value = "ok" in answer ? answer.ok : answer.error
-          const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
-          if (bytes > options.maxResultBytes) {
-            return yield* Effect.fail(
-              new PayloadTooLarge({
-                message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`
-              })
-            )
-          }
+          named.add(key)
+          const pending = hosts.get(id)?.calls.get(key)
+          if (pending === undefined) return Effect.fail(notInFlight(call, index))
+          const refused = refusal(pending, answer, index)
+          if (refused !== undefined) return Effect.fail(refused)
+          checked.push({ key, index: i, call, answer, pending })
         }
-        yield* pending.lock.withPermits(1)(Effect.gen(function*() {
-          // Settled meanwhile (another result, or the stream closed).
-          if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
-          hosts.get(id)!.calls.delete(keyOf(call))
-          if ("stopped" in answer) yield* Deferred.succeed(pending.stopped, undefined)
-          else {
-            const settled: CallAnswer = "ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }
-            yield* Deferred.succeed(pending.answer, settled)
+        const take = Effect.suspend(() => {
+          // Settled meanwhile (another result, or the stream closed): nothing is taken.
+          const gone = checked.findIndex((c) => !still(id, c.call, c.pending))
+          if (gone >= 0) return Effect.fail(notInFlight(checked[gone].call, batch ? checked[gone].index : undefined))
+          const calls = hosts.get(id)!.calls
+          for (const { answer, key, pending } of checked) {
+            calls.delete(key)
+            if ("stopped" in answer) Deferred.unsafeDone(pending.stopped, Exit.void)
+            else Deferred.unsafeDone(pending.answer, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
           }
-        }))
+          return Effect.void
+        })
+        const ordered = [...checked].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+        return ordered.reduceRight<Effect.Effect<void, Conflict>>((inner, c) => c.pending.lock.withPermits(1)(inner), take)
       })
+
+    // One result names one call: never twice.
+    const result: HostsShape["result"] = (id, call, answer) => Effect.catchTag(settle(id, [{ call, answer }], false), "InvalidRequest", Effect.die)
+    const results: HostsShape["results"] = (id, items) => settle(id, items, true)
 
     const event: HostsShape["event"] = (id, call, kind, payload) =>
       Effect.gen(function*() {
@@ -348,6 +385,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       authorize,
       connect,
       result,
+      results,
       event,
       call,
       cancel,

@@ -159,10 +159,13 @@ export interface BrainClientShape {
    * the others with the host's own (a client made with it). */
   readonly hosts: {
     readonly register: () => Effect.Effect<typeof Schemas.HostRegistered.Type, Refusals<HostRoutes["register"]> | BrainError>
-    /** A call's result; retried while uncertain (a 409 `conflict` says an earlier attempt landed). */
+    /**
+     * A call's result, or several at once (`{results}`: all taken or none); retried while
+     * uncertain (a 409 `conflict` says an earlier attempt landed).
+     */
     readonly results: (
       hostId: string,
-      result: typeof Schemas.HostResult.Type
+      result: typeof Schemas.HostResultBody.Type
     ) => Effect.Effect<void, Refusals<HostRoutes["results"]> | BrainError>
     /** A tool-origin Event of a call in flight, sent once. */
     readonly events: (

@@ -23,6 +23,7 @@
  *   tool, and nothing is posted after it.
  */
 import type { SessionId } from "../domain/Ids.js"
+import type * as Schemas from "../http/Schemas.js"
 import { BrainClosed, BrainError, fromAnswer, networkError } from "./Errors.js"
 import { sseFrames } from "./Sse.js"
 import { type HostTool, ToolAborted, type ToolContext } from "./Tool.js"
@@ -79,6 +80,16 @@ interface Run {
   timer: ReturnType<typeof setTimeout> | undefined
 }
 
+type HostResult = typeof Schemas.HostResult.Type
+
+interface ResultBatch {
+  readonly transport: Transport
+  readonly items: Array<{ readonly result: HostResult; readonly run: Run; readonly resolve: () => void; readonly reject: (e: unknown) => void }>
+}
+
+/** Runs `f` once this turn of the event loop is over (its I/O callbacks and their microtasks). */
+const soon = (f: () => void): void => void (typeof setImmediate === "function" ? setImmediate(f) : setTimeout(f, 0))
+
 export interface Registered {
   readonly host_id: string
   readonly token: string
@@ -102,6 +113,8 @@ export class Host {
   private lastError: BrainError | undefined
   private readyWaiters: Array<{ readonly resolve: () => void }> = []
   private readonly runs = new Map<string, Run>()
+  /** Results waiting for the end of this turn of the event loop, by host. */
+  private readonly batches = new Map<string, ResultBatch>()
   private readonly seen = new Set<string>()
   /** The tools of each session created through this client, by name. */
   private readonly sessions = new Map<string, ReadonlyMap<string, HostTool>>()
@@ -310,7 +323,7 @@ export class Host {
       await Promise.allSettled([...run.emits])
       if (run.lost) return
       try {
-        await transport.call((client) => client.hosts.results(hostId, { ...callOf(call), ...answer }))
+        await this.postResult(transport, hostId, { ...callOf(call), ...answer } as HostResult, run)
       } catch (e) {
         // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
         // with the refusal instead, once. A 409 means it is over already (an earlier attempt of
@@ -372,6 +385,45 @@ export class Host {
     })
   }
 
+  /**
+   * Posts one call's result: with the others ready in the same turn of the event loop (the calls
+   * of one dispatch that finish together) in one request, `{"results": [...]}`, which Brain takes
+   * all or none. A batch refused for any reason but the network is posted again one result at a
+   * time, so each result meets its own answer; nothing of a refused batch was taken. Rejects with
+   * this result's own refusal, as a single post would. A run lost meanwhile posts nothing.
+   */
+  private postResult(transport: Transport, hostId: string, result: HostResult, run: Run): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let waiting = this.batches.get(hostId)
+      if (waiting === undefined || waiting.transport !== transport) {
+        waiting = { transport, items: [] }
+        this.batches.set(hostId, waiting)
+        const batch = waiting
+        soon(() => {
+          if (this.batches.get(hostId) === batch) this.batches.delete(hostId)
+          void this.flushResults(hostId, batch)
+        })
+      }
+      waiting.items.push({ result, run, resolve, reject })
+    })
+  }
+
+  private async flushResults(hostId: string, waiting: ResultBatch) {
+    for (const item of waiting.items) if (item.run.lost) item.resolve()
+    const batch = { ...waiting, items: waiting.items.filter((i) => !i.run.lost) }
+    if (batch.items.length === 0) return
+    const single = (item: ResultBatch["items"][number]) =>
+      batch.transport.call((client) => client.hosts.results(hostId, item.result)).then(item.resolve, item.reject)
+    if (batch.items.length === 1) return single(batch.items[0])
+    try {
+      await batch.transport.call((client) => client.hosts.results(hostId, { results: batch.items.map((i) => i.result) }))
+      for (const item of batch.items) item.resolve()
+    } catch (e) {
+      if (e instanceof BrainError && e.code !== "network_error") await Promise.all(batch.items.map(single))
+      else for (const item of batch.items) item.reject(e)
+    }
+  }
+
   private cancel(cancel: CancelCommand, transport: Transport, hostId: string) {
     const key = `${cancel.session_id}/${cancel.sequence}`
     const run = this.runs.get(key)
@@ -381,7 +433,7 @@ export class Host {
       this.runs.delete(key)
       // Its Events first, as for every result.
       void Promise.allSettled([...run.emits]).then(() =>
-        run.lost ? undefined : transport.call((client) => client.hosts.results(hostId, { ...callOf(cancel), stopped: true }))
+        run.lost ? undefined : this.postResult(transport, hostId, { ...callOf(cancel), stopped: true }, run)
       ).catch(() => undefined)
       return
     }

@@ -58,6 +58,14 @@ export interface HostsShape {
   readonly connect: (host: HostId) => Effect.Effect<CommandStream>
   /** Settles a call in flight on `host` with the host's answer. */
   readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, ResultError>
+  /**
+   * Settles several calls in flight on `host` at once, all or none: a refusal of any (its
+   * `details.index` names it; a call named twice is `invalid_request`) settles none.
+   */
+  readonly results: (
+    host: HostId,
+    items: ReadonlyArray<{ readonly call: CallName; readonly answer: HostAnswer }>
+  ) => Effect.Effect<void, ResultError | InvalidRequest>
   /** Commits a tool-origin Event of a call in flight on `host`; answers its sequence. */
   readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostEventError>
   /** Sends a call to `host` and waits for its answer (the `host` driver's `call`). */

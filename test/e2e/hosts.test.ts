@@ -243,6 +243,35 @@ describe("a host Environment through a real server", () => {
     expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
   })
 
+  it("several results in one POST ({results}) are all taken or none: a batch naming a call not in flight is 409 with its index, a malformed one 400, and neither ends any call", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, [{ tool_calls: [{ name: "lookup", input: { q: 1 } }, { name: "lookup", input: { q: 2 } }] }, { text: "done" }])
+    const turn = send(id, "go")
+    const calls = [await stream.frames.expect("call"), await stream.frames.expect("call")]
+    const named = (c: { data: any }, answer: object) => ({ session_id: c.data.session_id, sequence: c.data.sequence, ...answer })
+    const batch = (results: unknown) => asHost(host.token, `/v1/hosts/${host.host_id}/results`, { results })
+
+    const stale = await batch([named(calls[0], { ok: "a" }), { session_id: id, sequence: 999_999, ok: "x" }])
+    expect(stale.status, stale.text).toBe(409)
+    expect(stale.body).toMatchObject({ code: "conflict", details: { reason: "not_in_flight", index: 1 } })
+    for (const malformed of [[], [named(calls[0], { ok: "a" }), { sequence: 1 }], "not a list"]) {
+      const r = await batch(malformed)
+      expect(r.status, r.text).toBe(400)
+      expect(r.body).toMatchObject({ code: "invalid_request" })
+    }
+    expect((await events(id)).filter((e) => e.kind === "tool_call_ended"), "no call ended").toEqual([])
+
+    const taken = await batch(calls.map((c) => named(c, { ok: { q: c.data.input.q } })))
+    expect(taken.status, taken.text).toBe(204)
+    expect((await turn).body.turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    const ended = (await events(id)).filter((e) => e.kind === "tool_call_ended")
+    expect(ended.map((e) => [e.data.sequence, e.data.output]).sort()).toEqual(calls.map((c) => [c.data.sequence, { q: c.data.input.q }]).sort())
+    // Over now: the same batch again is refused, and changes nothing.
+    expect((await batch(calls.map((c) => named(c, { ok: "again" })))).status).toBe(409)
+    expect((await events(id)).filter((e) => e.kind === "tool_call_ended")).toHaveLength(2)
+  })
+
   it("interrupting the turn sends a cancel command: confirmed it is cancelled, unconfirmed within the grace it is unknown", async () => {
     const host = await register()
     const stream = await open(host)

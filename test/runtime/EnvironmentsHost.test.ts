@@ -213,6 +213,56 @@ describe("a host Environment's tool calls", () => {
     }
   })
 
+  const callThree = [{ tool_calls: [1, 2, 3].map((q) => ({ name: "lookup", input: { q } })) }, { text: "done" }]
+  const nameOf = (c: { readonly data: any }) => ({ session: c.data.session_id, sequence: c.data.sequence })
+
+  it("results posted together in one batch each end their own call, and the turn goes on", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callThree))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const calls = [await frames.expect("call"), await frames.expect("call"), await frames.expect("call")]
+    await run(hosts.results(host_id, calls.map((c) => ({ call: nameOf(c), answer: { ok: c.data.input.q * 10 } }))))
+    expect((await turn).turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    const ended = (await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended").map((e) => e.data as any)
+    expect(ended.map((d) => [d.sequence, d.outcome, d.output]).sort()).toEqual(calls.map((c) => [c.data.sequence, "ok", c.data.input.q * 10]).sort())
+  })
+
+  it("a batch with a result that cannot be taken is refused naming it (details.index) and settles none of the others", async () => {
+    const { run, sessions: s, hosts: h } = start()
+    const sessions = await s()
+    const hosts = await h()
+    const { host_id, frames } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callThree))
+    const turn = run(sessions.send(id, { message: "go" }))
+    const calls = [await frames.expect("call"), await frames.expect("call"), await frames.expect("call")]
+    const unknown = { session: id, sequence: 999 }
+    const notInFlight = await run(Effect.flip(hosts.results(host_id, [
+      { call: nameOf(calls[0]), answer: { ok: "a" } },
+      { call: unknown, answer: { ok: "x" } },
+      { call: nameOf(calls[1]), answer: { ok: "b" } }
+    ])))
+    expect(notInFlight).toMatchObject({ code: "conflict", details: { reason: "not_in_flight", index: 1 } })
+    const twice = await run(Effect.flip(hosts.results(host_id, [
+      { call: nameOf(calls[0]), answer: { ok: "a" } },
+      { call: nameOf(calls[0]), answer: { ok: "a again" } }
+    ])))
+    expect(twice).toMatchObject({ code: "invalid_request", details: { index: 1 } })
+    const unasked = await run(Effect.flip(hosts.results(host_id, [
+      { call: nameOf(calls[2]), answer: { ok: "c" } },
+      { call: nameOf(calls[1]), answer: { stopped: true } }
+    ])))
+    expect(unasked).toMatchObject({ code: "conflict", details: { reason: "not_cancelled", index: 1 } })
+    // Nothing was taken: every call is still in flight, and each takes its own result now.
+    expect((await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended")).toEqual([])
+    for (const [i, c] of calls.entries()) await run(hosts.result(host_id, nameOf(c), { ok: `single ${i}` }))
+    expect((await turn).turn.status).toBe("ended")
+    const ended = (await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended").map((e) => (e.data as any).output)
+    expect(ended.sort()).toEqual(["single 0", "single 1", "single 2"])
+  })
+
   it("a session naming an unregistered host is refused at create, before anything is written", async () => {
     const { run, sessions: s } = start()
     const sessions = await s()

@@ -332,4 +332,36 @@ describe("host tools", () => {
       await client.close()
     }
   })
+
+  it("results of calls that finish together go in one POST; a batch the server refuses is posted again one by one, so each result meets its own answer", async () => {
+    const recording = new HostFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const sized = tool({ name: "sized", input: Schema.Struct({ n: Schema.Number }), run: async ({ n }) => "x".repeat(n) })
+    const posts = () => recording.sent.filter((s) => s.method === "POST" && s.url.endsWith("/results")).map((s) => JSON.parse(s.body!))
+    const threeCalls = (ns: ReadonlyArray<number>) => ({
+      model: { provider: "scripted" as const, replies: [{ tool_calls: ns.map((n) => ({ name: "sized", input: { n } })) }, { text: "done" }] },
+      tools: [sized]
+    })
+    try {
+      const together = await client.sessions.create(threeCalls([1, 2, 3]))
+      expect((await together.send("go")).turn.status).toBe("ended")
+      expect(posts().map((b) => b.results?.length ?? 1), "one POST for the three").toEqual([3])
+      const ok = kindOf(await history(client, together.id), "tool_call_ended").map((e) => (e.data as any).output)
+      expect(ok.sort()).toEqual(["x", "xx", "xxx"])
+
+      // One output past BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES (4 MiB) makes the server refuse the batch (413), taking none.
+      const big = 4 * 1024 * 1024 + 16
+      const mixed = await client.sessions.create(threeCalls([1, big, 2]))
+      const before = posts().length
+      expect((await mixed.send("go")).turn.status).toBe("ended")
+      const after = posts().slice(before)
+      expect(after[0].results.map((r: any) => r.ok.length), "the batch first").toEqual([1, big, 2])
+      expect(after.slice(1).filter((b) => b.results === undefined), "then each alone").toHaveLength(after.length - 1)
+      const ended = kindOf(await history(client, mixed.id), "tool_call_ended").map((e) => e.data as any)
+      expect(ended.filter((d) => d.outcome === "ok").map((d) => d.output).sort()).toEqual(["x", "xx"])
+      expect(ended.filter((d) => d.outcome === "error").map((d) => d.output.code)).toEqual(["invalid_output"])
+    } finally {
+      await client.close()
+    }
+  })
 })

@@ -172,7 +172,10 @@ export class HostFetch {
   resultsFor(session: string, sequence: number): Array<unknown> {
     return this.sent
       .filter((s) => s.method === "POST" && s.url.endsWith("/results"))
-      .map((s) => JSON.parse(s.body!))
+      .flatMap((s) => {
+        const body = JSON.parse(s.body!)
+        return body.results ?? [body]
+      })
       .filter((b) => b.session_id === session && b.sequence === sequence)
   }
 }

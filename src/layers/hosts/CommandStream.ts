@@ -5,6 +5,8 @@
  * - Frames wait in a backlog bounded in commands (HOST_COMMAND_QUEUE) and are handed to the
  *   socket only while it asks for more (Node's stream demand): `offer` answers false when the
  *   backlog is full or the stream is over, and the caller then sends nothing.
+ * - Frames offered in one run of the event loop's microtasks (the calls of one dispatch, started
+ *   together) go to the socket as one chunk: one write, not one per call.
  * - A heartbeat comment goes out every `heartbeatMs` while nothing else waits, so that a dead
  *   peer is noticed by the socket and proxies keep the stream open.
  * - `onGone` runs exactly once, when the stream is over for any reason: the client went away
@@ -17,6 +19,8 @@ import { HEARTBEAT } from "../sessions/SseFrames.js"
 export class CommandStreamBody extends Readable {
   private readonly backlog: Array<Uint8Array> = []
   private wanting = false
+  /** A flush is queued for the end of this run of microtasks. */
+  private scheduled = false
   private over = false
   private readonly timer: ReturnType<typeof setInterval> | undefined
 
@@ -49,11 +53,19 @@ export class CommandStreamBody extends Readable {
 
   private enqueue(bytes: Uint8Array) {
     this.backlog.push(bytes)
-    this.flush()
+    if (this.scheduled) return
+    this.scheduled = true
+    queueMicrotask(() => {
+      this.scheduled = false
+      this.flush()
+    })
   }
 
+  /** Hands what waits to the socket while it wants more: everything at once when it does. */
   private flush() {
-    while (this.wanting && this.backlog.length > 0) this.wanting = this.push(this.backlog.shift())
+    if (!this.wanting || this.backlog.length === 0) return
+    const waiting = this.backlog.splice(0)
+    this.wanting = this.push(waiting.length === 1 ? waiting[0] : Buffer.concat(waiting))
   }
 
   /** Marks the stream over and tells the registry, once; false when it was over already. */
