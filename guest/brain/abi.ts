@@ -3,7 +3,8 @@
  * function, the activation's input and the entry's result.
  *
  * Rules:
- * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here and defines
+ * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here (and
+ *   `brain_transcript_tail` when it reads only the transcript's tail) and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
  *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
@@ -21,6 +22,13 @@ import { Transcript } from "./transcript"
 
 /** The version marker: this module speaks ABI version 1. */
 export const brain_abi_v1: i32 = 1
+
+/**
+ * A loop that re-exports this marker reads the transcript's tail: its input's `transcript` holds
+ * the saved transcript from `transcript_start` on, and older messages are read with
+ * `transcriptRange` (docs/abi.md, "The transcript's tail"). Its value is not read.
+ */
+export const brain_transcript_tail: i32 = 1
 
 /** Brain asks for room for the input and for every host answer here. */
 export function brain_alloc(size: usize): usize {

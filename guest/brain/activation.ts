@@ -20,10 +20,19 @@ export class Activation {
     return input === null || !input.isObject() ? null : input.getString("message")
   }
 
-  /** The saved transcript: an array of messages. */
+  /**
+   * The saved transcript as the input gives it: an array of messages, all of them, or for a loop
+   * that reads the tail (`brain_transcript_tail`) those from `transcriptStart` on.
+   */
   get transcript(): Json {
     const v = present(this.json.get("transcript"))
     return v !== null && v.isArray() ? v : Json.array()
+  }
+
+  /** The index of `transcript`'s first message in the saved transcript (0 when it is all of it). */
+  get transcriptStart(): i32 {
+    const v = present(this.json.get("transcript_start"))
+    return v !== null && v.isNumber() ? <i32>v.asI64() : 0
   }
 
   /** The session's configuration (`agentloop`, `model`, `system`, `tools`, …). */

@@ -74,3 +74,11 @@ export function setTranscriptDelta(transcript: Transcript): Answer {
 export function events(after: i64, limit: i64): Answer {
   return call("events", Json.object().set("after", Json.int(after)).set("limit", Json.int(limit)))
 }
+
+/**
+ * The saved transcript's messages from `from` up to `to` (excluded), as this activation last saw
+ * it: how a loop that reads the tail reaches older messages (the value is an array).
+ */
+export function transcriptRange(from: i64, to: i64): Answer {
+  return call("transcript", Json.object().set("from", Json.int(from)).set("to", Json.int(to)))
+}

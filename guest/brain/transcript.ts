@@ -6,8 +6,9 @@
  * puts it on the loop's output instead, saving it without a host call.
  *
  * Rules:
- * - It starts as the activation's transcript (`new Transcript(activation.transcript)`): everything
- *   kept, nothing appended. `push` appends; `replace` swaps in a whole new array, and the kept
+ * - It starts as the activation's transcript (`new Transcript(activation.transcript,
+ *   activation.transcriptStart)`): everything kept, nothing appended. A loop that reads the tail
+ *   holds only the messages from `transcriptStart` on; the delta counts the ones before as kept. `push` appends; `replace` swaps in a whole new array, and the kept
  *   prefix shrinks to where the new array first holds a different value (compared by identity: a
  *   message is unchanged only when it is the same `Json` value, as `shallowCopy` and `push` onto a
  *   new array keep them).
@@ -21,15 +22,21 @@
 import { Json } from "./json"
 
 export class Transcript {
-  /** Every message: the first `kept` are the saved transcript's, the same values. */
+  /** The messages from `start` on: the first `kept` are the saved transcript's, the same values. */
   private items: Json
   private kept: i32
-  /** The saved transcript's length (the base's, as Brain holds it for this activation). */
+  /** How many of the held saved messages there are (the base's, as Brain holds it for this activation). */
   private savedLength: i32
 
-  /** The saved transcript (an array, as `activation.transcript` gives it; copied one level deep, so it is left as it came). */
-  constructor(saved: Json) {
+  /**
+   * The saved transcript (an array, as `activation.transcript` gives it; copied one level deep, so
+   * it is left as it came). `start` is the index of its first message in the saved transcript
+   * (`activation.transcriptStart`): a loop that reads the tail holds only the messages from there,
+   * and the ones before it count as kept.
+   */
+  constructor(saved: Json, private readonly start: i32 = 0) {
     if (!saved.isArray()) throw new Error("a transcript is a JSON array of messages")
+    if (start < 0) throw new Error("a transcript starts at a message index, 0 or more")
     this.items = saved.shallowCopy()
     this.kept = this.items.length
     this.savedLength = this.kept
@@ -42,17 +49,18 @@ export class Transcript {
 
   /** How many of the saved transcript's first messages are unchanged (the delta's `keep`). */
   get keep(): i32 {
-    return this.kept
+    return this.start + this.kept
   }
 
-  /** How many messages: the kept ones and the appended ones. */
+  /** How many messages: the kept ones (those before `start` too) and the appended ones. */
   get length(): i32 {
-    return this.items.length
+    return this.start + this.items.length
   }
 
-  /** The message at `i` (aborts when out of range). */
+  /** The message at `i`, counted from the saved transcript's first (aborts when out of range or before `start`). */
   at(i: i32): Json {
-    return this.items.at(i)
+    if (i < this.start) throw new Error("the message is before the transcript's tail: read it with transcriptRange")
+    return this.items.at(i - this.start)
   }
 
   /** Appends a message; returns this transcript. */
@@ -62,8 +70,9 @@ export class Transcript {
   }
 
   /**
-   * The transcript becomes `messages` (an array, copied one level deep). The kept prefix is the
-   * longest one in which `messages` holds the same values (by identity) as the saved transcript.
+   * The transcript becomes `messages` (an array, copied one level deep): the messages from `start`
+   * on, those before it staying as they are. The kept prefix is the longest one in which
+   * `messages` holds the same values (by identity) as the saved transcript.
    */
   replace(messages: Json): void {
     if (!messages.isArray()) throw new Error("a transcript is a JSON array of messages")
@@ -82,14 +91,15 @@ export class Transcript {
     return out
   }
 
-  /** All the messages as a new array (for the whole-transcript form, `model(messages)`). */
+  /** All the messages as a new array (for the whole-transcript form, `model(messages)`); a transcript that holds only the tail has no such form. */
   messages(): Json {
+    if (this.start > 0) throw new Error("the transcript holds only its tail: send it as a delta (modelContext, setTranscriptDelta)")
     return this.items.shallowCopy()
   }
 
   /** `{"keep", "append"}`: the request of `set_transcript`'s delta form, and `model`'s `context`. */
   delta(): Json {
-    return Json.object().set("keep", Json.int(this.kept)).set("append", this.appended())
+    return Json.object().set("keep", Json.int(this.start + this.kept)).set("append", this.appended())
   }
 
   /** The transcript as it is now is the saved one (after a successful save). */

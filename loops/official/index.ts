@@ -10,7 +10,8 @@
  * answers an error (the model failed, a limit, a cancel) ends the activation with that error's
  * code and message; nothing is retried. Tool failures are results the model sees.
  *
- * The transcript travels as a delta against the saved one (guest/brain/transcript.ts): each model
+ * It reads the transcript's tail, not all of it, and the transcript travels as a delta against the
+ * saved one (guest/brain/transcript.ts): each model
  * call and each save sends only the messages added since the last save, so a host call costs what
  * changed, not the whole transcript. The host sees the same messages as with the whole form.
  */
@@ -28,11 +29,14 @@ import {
 } from "../../guest/brain"
 import { interruptionNote, repairTranscript, setPresent, toolMessage, truthy } from "./transcript"
 
-export { brain_abi_v1, brain_alloc } from "../../guest/brain"
+// It reads only the transcript's tail: Brain gives it every message an interruption can have left
+// unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
+// conversation is.
+export { brain_abi_v1, brain_alloc, brain_transcript_tail } from "../../guest/brain"
 
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
-  const transcript = new Transcript(activation.transcript)
+  const transcript = new Transcript(activation.transcript, activation.transcriptStart)
   // The repair keeps the saved messages' values: the delta keeps all of them up to its first insertion.
   transcript.replace(repairTranscript(activation.transcript))
   const note = interruptionNote(activation.events)

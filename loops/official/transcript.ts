@@ -23,32 +23,44 @@ export function toolMessage(callId: Json | null, output: Json | null, isError: b
   return m.set("content", Json.string(content === null ? "null" : stringify(content)))
 }
 
-/** Adds a result to every tool call that has none, right after its assistant message's results. */
+/**
+ * Adds a result to every tool call that has none, right after its assistant message's results. A
+ * call is answered by a tool message with its id anywhere after it.
+ */
 export function repairTranscript(transcript: Json): Json {
-  const answered = new Set<string>()
   const n = transcript.length
-  for (let i = 0; i < n; i++) {
+  // From the end: the ids of the tool messages after each assistant message.
+  const open = new Map<i32, Array<Json | null>>()
+  const later = new Set<string>()
+  for (let i = n - 1; i >= 0; i--) {
     const m = transcript.at(i)
-    if (roleOf(m) == "tool") {
+    const role = roleOf(m)
+    if (role == "tool") {
       const id = m.get("tool_call_id")
-      if (id !== null && id.isString() && id.asString().length > 0) answered.add(id.asString())
+      if (id !== null && id.isString() && id.asString().length > 0) later.add(id.asString())
+      continue
     }
+    if (role != "assistant") continue
+    const calls = m.get("tool_calls")
+    if (calls === null || !calls.isArray() || calls.length == 0) continue
+    const unanswered = new Array<Json | null>()
+    for (let k = 0; k < calls.length; k++) {
+      const c = calls.at(k)
+      const id = c.isObject() ? c.get("id") : null
+      if (id !== null && id.isString() && later.has(id.asString())) continue
+      unanswered.push(id)
+    }
+    if (unanswered.length > 0) open.set(i, unanswered)
   }
   const out = Json.array()
   for (let i = 0; i < n; i++) {
     const m = transcript.at(i)
     out.push(m)
-    if (roleOf(m) != "assistant") continue
-    const calls = m.get("tool_calls")
-    if (calls === null || !calls.isArray() || calls.length == 0) continue
+    if (!open.has(i)) continue
     let j = i + 1
     while (j < n && roleOf(transcript.at(j)) == "tool") out.push(transcript.at(j++))
-    for (let k = 0; k < calls.length; k++) {
-      const c = calls.at(k)
-      const id = c.isObject() ? c.get("id") : null
-      if (id !== null && id.isString() && answered.has(id.asString())) continue
-      out.push(toolMessage(id, Json.string(INTERRUPTED), true, Json.string("unknown")))
-    }
+    const unanswered = open.get(i)
+    for (let k = 0; k < unanswered.length; k++) out.push(toolMessage(unanswered[k], Json.string(INTERRUPTED), true, Json.string("unknown")))
     i = j - 1
   }
   return out

@@ -28,6 +28,7 @@ import {
   echoHost,
   expectStatus,
   keyed,
+  mainThreadCpuSeconds,
   measureWithCpu,
   openSse,
   peerAvailable,
@@ -199,15 +200,19 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
     const [g] = await createSessions(port, 1, SCRIPTED)
     const dir = path.join(brain.dataDir, "sessions", g, "journal")
     const quarters = []
+    const cpu = []
     let before = duBytes(dir)
     for (let q = 0; q < 4; q++) {
+      const cpu0 = mainThreadCpuSeconds(brain.pid)
       for (let t = 0; t < GROWTH_TURNS / 4; t++) await send(port, g)
+      cpu.push((mainThreadCpuSeconds(brain.pid) - cpu0) / (GROWTH_TURNS / 4))
       const now = duBytes(dir)
       quarters.push((now - before) / (GROWTH_TURNS / 4))
       before = now
     }
     const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
     notes.push(`journal bytes per turn over ${GROWTH_TURNS} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
+    notes.push(`main-thread cpu per turn of the same conversation, by quarter: ${cpu.map((c) => `${(c * 1000).toFixed(2)} ms`).join(", ")} (one client, one turn at a time; flat = a turn costs the same however long the conversation; the kernel counts in 10 ms ticks)`)
   }
   await brain.stop()
 }

@@ -21,6 +21,7 @@
 import * as os from "node:os"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
+import { withTranscriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { WasmHost, type WasmHostShape } from "../services/WasmHost.js"
@@ -149,7 +150,7 @@ export const make = (options: WasmHostOptions) =>
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(input), perform: services }).pipe(
+        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(module.tail ? withTranscriptTail(input) : input), perform: services }).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)

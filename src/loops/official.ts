@@ -19,22 +19,32 @@ const toolMessage = (callId: string, output: unknown, isError: boolean, outcome:
   content: JSON.stringify(isError ? { outcome, error: output } : output) ?? "null"
 })
 
-/** Adds a result to every tool call that has none, so the transcript is always valid for a model. */
+/**
+ * Adds a result to every tool call that has none, so the transcript is always valid for a model.
+ * A call is answered by a tool message with its id anywhere after it.
+ */
 export const repairTranscript = (transcript: ReadonlyArray<Message>): ReadonlyArray<Message> => {
-  const answered = new Set(transcript.filter((m) => m.role === "tool" && m.tool_call_id).map((m) => m.tool_call_id!))
+  // From the end: the ids of the tool messages after each assistant message.
+  const open = new Map<number, ReadonlyArray<string>>()
+  const later = new Set<string>()
+  for (let i = transcript.length - 1; i >= 0; i--) {
+    const m = transcript[i]!
+    if (m.role === "tool" && m.tool_call_id) later.add(m.tool_call_id)
+    else if (m.role === "assistant" && m.tool_calls?.length) {
+      const unanswered = m.tool_calls.filter((c) => !later.has(c.id)).map((c) => c.id)
+      if (unanswered.length > 0) open.set(i, unanswered)
+    }
+  }
   const out: Array<Message> = []
   for (let i = 0; i < transcript.length; i++) {
     const m = transcript[i]!
     out.push(m)
-    if (m.role !== "assistant" || !m.tool_calls?.length) continue
+    const unanswered = open.get(i)
+    if (unanswered === undefined) continue
     // Results belong right after their assistant message, before the next non-tool message.
     let j = i + 1
     while (j < transcript.length && transcript[j]!.role === "tool") out.push(transcript[j++]!)
-    for (const c of m.tool_calls) {
-      if (!answered.has(c.id)) {
-        out.push(toolMessage(c.id, "the call was interrupted; it may or may not have run", true, "unknown"))
-      }
-    }
+    for (const id of unanswered) out.push(toolMessage(id, "the call was interrupted; it may or may not have run", true, "unknown"))
     i = j - 1
   }
   return out

@@ -31,6 +31,11 @@ export interface AdmittedModule {
   readonly loop: boolean
   /** It exports `brain_tool` (a tool). */
   readonly tool: boolean
+  /**
+   * A loop that exports the `brain_transcript_tail` global: its activation input carries the saved
+   * transcript's tail and `transcript_start`, not the whole transcript (docs/abi.md).
+   */
+  readonly tail: boolean
   readonly bytes: number
 }
 

@@ -22,6 +22,7 @@ import { Deferred, Duration, Effect, Either, Fiber, Option, Queue, type Scope } 
 import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
+import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
 import type { Event } from "../../src/domain/Projection.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
 import {
@@ -64,6 +65,10 @@ const CALL: ToolCallRequest = { id: "call_1", name: "echo", input: { n: 1 } }
 const MODEL_RESULT: ModelResult = { text: "hello", tool_calls: [], stop_reason: "end" }
 const TOOL_RESULT: ToolResult = { call_id: "call_1", name: "echo", outcome: "ok", output: { n: 1 }, is_error: false }
 const EVENT: Event = { session_id: "ses_0000000000test0000000000", sequence: 4, recorded_at_ms: 1_767_225_600_000, kind: "progress", data: { pct: 50 } }
+
+/** `n` messages, user and assistant in turn, each with its own text. */
+const conversation = (n: number): Array<Message> =>
+  Array.from({ length: n }, (_, i): Message => ({ role: i % 2 === 0 ? "user" : "assistant", content: `message ${i}` }))
 
 const input = (activation = 4, transcript: ReadonlyArray<Message> = [USER]): ActivationInput => ({
   input: { message: "go" },
@@ -386,6 +391,42 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           const activation = input(4, [USER, { role: "assistant", content: "héllo 😀 \u2028" }])
           const { result } = yield* runLoop(host, yield* admitted(host, echoing()), {}, activation)
           expect(result).toEqual(Either.right(JSON.parse(JSON.stringify(activation))))
+        }))
+
+      it.scopedLive("a loop exporting brain_transcript_tail is given the transcript from transcript_start on (its last TRANSCRIPT_TAIL messages); one without it, the whole", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const long = conversation(40)
+          const activation = input(4, long)
+          const tail = yield* runLoop(host, yield* admitted(host, echoing("brain_run", undefined, { tail: true })), {}, activation)
+          expect(tail.result).toEqual(Either.right(JSON.parse(JSON.stringify({ ...activation, transcript: long.slice(40 - TRANSCRIPT_TAIL), transcript_start: 40 - TRANSCRIPT_TAIL }))))
+          const whole = yield* runLoop(host, yield* admitted(host, echoing()), {}, activation)
+          expect(whole.result).toEqual(Either.right(JSON.parse(JSON.stringify(activation))))
+          const short = input(4, long.slice(0, 3))
+          const all = yield* runLoop(host, yield* admitted(host, echoing("brain_run", undefined, { tail: true })), {}, short)
+          expect(all.result).toEqual(Either.right(JSON.parse(JSON.stringify({ ...short, transcript_start: 0 }))))
+        }))
+
+      it.scopedLive("the tail reaches back to the first assistant message with a tool call no tool message answers", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const long = conversation(40)
+          long[5] = { role: "assistant", content: "", tool_calls: [{ id: "open", name: "echo", input: {} }, { id: "done", name: "echo", input: {} }] }
+          long[6] = { role: "tool", tool_call_id: "done", content: "1" }
+          const { result } = yield* runLoop(host, yield* admitted(host, echoing("brain_run", undefined, { tail: true })), {}, input(4, long))
+          expect(result).toEqual(Either.right(expect.objectContaining({ transcript: JSON.parse(JSON.stringify(long.slice(5))), transcript_start: 5 })))
+        }))
+
+      it.scopedLive("the transcript host call answers the saved messages from `from` up to `to`, and refuses a range outside them (invalid_request)", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const long = conversation(40)
+          const range = yield* runLoop(host, yield* admitted(host, calling("transcript", '{"from":2,"to":5}', "brain_run", { tail: true })), {}, input(4, long))
+          expect(range.result).toEqual(Either.right(JSON.parse(JSON.stringify(long.slice(2, 5)))))
+          for (const bad of ['{"from":3,"to":2}', '{"from":-1,"to":2}', '{"from":0,"to":41}', '{"from":0}', '{"from":0,"to":1,"x":1}']) {
+            const refused = yield* runLoop(host, yield* admitted(host, calling("transcript", bad, "brain_run", { tail: true })), {}, input(4, long))
+            expect(Either.isLeft(refused.result) && refused.result.left.failure.code, bad).toBe("invalid_request")
+          }
         }))
 
       it.scopedLive('an {"ok": v} output is the activation\'s value v', () =>

@@ -162,6 +162,22 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
     expect(modelRequests(events, transcript)).toEqual([[{ role: "user", content: "hi" }]])
   }, TEST_MS)
 
+  it("a long seeded transcript with an unanswered call far before its last messages: the first turn repairs it in place, and the saved transcript keeps every message", async () => {
+    const talk: Array<Message> = Array.from({ length: 60 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `message ${i}` }))
+    const round: Message = { role: "assistant", content: "", tool_calls: [{ id: "early", name: "slow", input: {} }] }
+    const seeded = [...talk.slice(0, 4), round, ...talk.slice(4)]
+    const id = await api.create({ model: scripted([{ text: "repaired" }]), transcript: seeded })
+    expect((await api.send(id, "go on")).turn).toMatchObject({ status: "ended", result: { text: "repaired" } })
+    const interrupted = { role: "tool", tool_call_id: "early", content: JSON.stringify({ outcome: "unknown", error: "the call was interrupted; it may or may not have run" }) }
+    expect(await api.transcript(id)).toEqual([
+      ...seeded.slice(0, 5),
+      interrupted,
+      ...seeded.slice(5),
+      { role: "user", content: "go on" },
+      { role: "assistant", content: "repaired" }
+    ])
+  }, TEST_MS)
+
   it("two rounds of tool calls, then the answer: each call dispatched once, results appended in call order, and the 2nd and 3rd model calls see every result so far", async () => {
     // The second round runs two calls together; the first of them finishes last, so an order
     // taken from completion would differ from the call order.

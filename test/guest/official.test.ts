@@ -12,6 +12,8 @@ import fc from "fast-check"
 import { expandDeltas, outputSave, remembering } from "./delta.js"
 import { type Answerer, type GuestRun, type HostCall, runGuest, shippedGuest, Wasm } from "./harness.js"
 import { runTypeScriptLoop } from "./reference.js"
+import type { Message } from "../../src/domain/Messages.js"
+import { withTranscriptTail } from "../../src/domain/TranscriptTail.js"
 
 const official = shippedGuest("official")
 
@@ -66,7 +68,8 @@ const script = (replies: ReadonlyArray<Reply>, tool: ToolAnswer = () => ({ outco
 const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): GuestRun & { readonly raw: ReadonlyArray<HostCall>; readonly rawOutput: string | undefined } => {
   const answerer = make()
   const host = remembering(answerer)
-  const wasm = runGuest(official, JSON.stringify(input), host.answer)
+  // As Brain gives it to a loop that exports brain_transcript_tail: the transcript's tail.
+  const wasm = runGuest(official, JSON.stringify(withTranscriptTail({ ...input, transcript: (input.transcript ?? []) as ReadonlyArray<Message> })), host.answer)
   const ts = runTypeScriptLoop(input, make())
   expect(wasm.failed).toBeUndefined()
   if (wasm.output?.startsWith(`{"ok":`)) {
@@ -93,7 +96,7 @@ describe("the official loop, compiled", () => {
       "env.memory:memory"
     ])
     const exports = Wasm.Module.exports(official.module).map((e) => e.name)
-    expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_run", "memory"]))
+    expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_run", "brain_transcript_tail", "memory"]))
     // The memory import declares the build's minimum (4 pages, scripts/build-guests.js) and no maximum: Brain sets the maximum.
     expect(official.memory.maximum).toBeUndefined()
     expect(official.memory.initial).toBe(4)
@@ -153,6 +156,22 @@ describe("the official loop, compiled", () => {
     // Nothing to repair: everything saved is kept.
     const whole = same(activation({ transcript: transcript.slice(0, 1) }), script([{ text: "ok" }]))
     expect(whole.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":1,"append":[${user}]}}` })
+  })
+
+  it("given only the transcript's tail, it repairs and saves as the TypeScript loop does with the whole: an interrupted round at the end, and one far before the last messages", () => {
+    const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` }))
+    const round = { role: "assistant", content: "", tool_calls: [{ id: "x", name: "t", input: {} }, { id: "y", name: "t", input: {} }] }
+    const answeredY = { role: "tool", tool_call_id: "y", content: "1" }
+    const atEnd = [...talk, round, answeredY]
+    const early = [...talk.slice(0, 3), round, answeredY, ...talk.slice(3)]
+    for (const transcript of [atEnd, early]) {
+      const start = withTranscriptTail({ transcript: transcript as Array<Message> }).transcript_start
+      const run = same(activation({ transcript }), script([{ text: "ok" }]))
+      // The repair's insertion is where the saved transcript stops being kept.
+      const keep = transcript.indexOf(answeredY) + 1
+      expect(start).toBeLessThanOrEqual(transcript.indexOf(round))
+      expect(run.raw[0]!.request).toMatch(new RegExp(`^\\{"context":\\{"keep":${keep},"append":\\[\\{"role":"tool","tool_call_id":"x"`))
+    }
   })
 
   it("the harness expands deltas as the host does: against the last successful save, a failed one changing nothing", () => {
@@ -316,7 +335,7 @@ describe("the official loop, compiled", () => {
     })
     fc.assert(
       fc.property(
-        fc.array(message, { maxLength: 8 }),
+        fc.array(message, { maxLength: 40 }),
         fc.array(event, { maxLength: 4 }),
         fc.option(fc.fullUnicodeString(), { nil: null }),
         fc.array(reply, { minLength: 1, maxLength: 4 }),

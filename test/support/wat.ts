@@ -27,7 +27,15 @@ export const wat = async (text: string, features: { readonly threads?: boolean }
  */
 export const guest = (
   body: string,
-  options: { readonly imports?: string; readonly marker?: boolean; readonly memory?: string; readonly ownMemory?: boolean; readonly alloc?: boolean } = {}
+  options: {
+    readonly imports?: string
+    readonly marker?: boolean
+    readonly memory?: string
+    readonly ownMemory?: boolean
+    readonly alloc?: boolean
+    /** Exports `brain_transcript_tail`: a loop that reads the transcript's tail. */
+    readonly tail?: boolean
+  } = {}
 ) => `
 (module
   ${options.ownMemory === true ? "" : `(import "env" "memory" (memory $mem ${options.memory ?? "1"}))`}
@@ -35,6 +43,7 @@ export const guest = (
   ${options.imports ?? ""}
   ${options.ownMemory === true ? `(memory $mem ${options.memory ?? "1"})` : ""}
   ${options.marker === false ? "" : `(global (export "brain_abi_v1") i32 (i32.const 1))`}
+  ${options.tail === true ? `(global (export "brain_transcript_tail") i32 (i32.const 1))` : ""}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
     (local $p i32)
@@ -69,19 +78,19 @@ export const returning = (output: string, entry: Entry = "brain_run") => {
 }
 
 /** A guest that makes one host call and returns its answer as its output. */
-export const calling = (op: string, request: string, entry: Entry = "brain_run") => {
+export const calling = (op: string, request: string, entry: Entry = "brain_run", options: { readonly tail?: boolean } = {}) => {
   const o = data(200, op)
   const r = data(300, request)
   return guest(`${o.segment} ${r.segment}
     (func (export "${entry}") (param i32 i32) (result i64)
-      (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`)
+      (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`, options)
 }
 
 /**
  * A guest whose `entry` answers `{"ok": <its input>}`: the output holds the input it was given,
  * whole. With `first`, it makes that host call before (and drops its answer).
  */
-export const echoing = (entry: Entry = "brain_run", first?: { readonly op: string; readonly request: string }) => {
+export const echoing = (entry: Entry = "brain_run", first?: { readonly op: string; readonly request: string }, options: { readonly tail?: boolean } = {}) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")
   return guest(`${data(100, '{"ok":').segment} ${data(110, "}").segment} ${first ? `${o.segment} ${r.segment}` : ""}
@@ -92,7 +101,7 @@ export const echoing = (entry: Entry = "brain_run", first?: { readonly op: strin
     (memory.copy (local.get $p) (i32.const 100) (i32.const 6))
     (memory.copy (i32.add (local.get $p) (i32.const 6)) (local.get $ip) (local.get $il))
     (memory.copy (i32.add (local.get $p) (i32.add (local.get $il) (i32.const 6))) (i32.const 110) (i32.const 1))
-    (call $out (local.get $p) (i32.add (local.get $il) (i32.const 7))))`)
+    (call $out (local.get $p) (i32.add (local.get $il) (i32.const 7))))`, options)
 }
 
 /** A valid Agentloop guest (ABI version 1) that answers every turn with `{"ok": "hello from wasm"}`. */

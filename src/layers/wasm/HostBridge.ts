@@ -47,7 +47,8 @@ const requests = {
   kv_read: Schema.Struct({ key: Schema.String }),
   kv_put: Schema.Struct({ key: Schema.String, value: Schema.optional(Json) }),
   kv_delete: Schema.Struct({ key: Schema.String }),
-  events: Schema.Struct({ after: Schema.Int, limit: Schema.Int })
+  events: Schema.Struct({ after: Schema.Int, limit: Schema.Int }),
+  transcript: Schema.Struct({ from: Schema.Int, to: Schema.Int })
 } as const
 
 type Op = keyof typeof requests | "model" | "set_transcript" | "telemetry"
@@ -236,6 +237,11 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
         return answer(host.kvDelete(r.key), () => null)
       case "events":
         return answer(host.events({ after: r.after, limit: r.limit }))
+      case "transcript":
+        // The saved transcript as this activation last saw it, from `from` up to `to` (excluded).
+        return 0 <= r.from && r.from <= r.to && r.to <= saved.length
+          ? Effect.succeed(ok(saved.slice(r.from, r.to)))
+          : invalid(`transcript: give 0 <= from <= to <= ${saved.length} (the saved transcript's length), not from ${r.from} to ${r.to}`)
       default:
         return invalid(`no host service named ${JSON.stringify(op)}`)
     }

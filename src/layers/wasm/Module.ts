@@ -126,5 +126,7 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
         `the module asks for ${memory.limits.initial * PAGE_BYTES} bytes of memory at start, above BRAIN_MAX_WASM_MEMORY_BYTES (${limits.maxMemoryBytes})`
       )
     }
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, bytes: bytes.length })
+    // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a global.
+    const tail = loop && exports.get("brain_transcript_tail") === "global"
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, bytes: bytes.length })
   })

@@ -1,0 +1,50 @@
+/**
+ * The transcript's tail a loop that reads only the tail is given (domain/TranscriptTail.ts): never
+ * more than the last TRANSCRIPT_TAIL messages unless a tool call before them is unanswered, and
+ * then from the first assistant message holding one, so no such call is ever left out.
+ */
+import fc from "fast-check"
+import { describe, expect, it } from "vitest"
+import type { Message } from "../../src/domain/Messages.js"
+import { TRANSCRIPT_TAIL, transcriptTailStart } from "../../src/domain/TranscriptTail.js"
+
+const ids = ["a", "b", "c", "d", "e", "f"]
+const message: fc.Arbitrary<Message> = fc.oneof(
+  fc.constant<Message>({ role: "user", content: "hi" }),
+  fc.constant<Message>({ role: "assistant", content: "ok" }),
+  fc.subarray(ids, { minLength: 1, maxLength: 3 }).map((calls): Message => ({
+    role: "assistant",
+    content: "",
+    tool_calls: calls.map((id) => ({ id, name: "t", input: {} }))
+  })),
+  fc.constantFrom(...ids).map((id): Message => ({ role: "tool", tool_call_id: id, content: "1" }))
+)
+
+/** Indices of assistant messages with a call no later tool message answers. */
+const openRounds = (messages: ReadonlyArray<Message>) =>
+  messages.flatMap((m, i) => {
+    const later = new Set(messages.slice(i + 1).filter((t) => t.role === "tool").map((t) => t.tool_call_id))
+    return m.role === "assistant" && (m.tool_calls ?? []).some((c) => !later.has(c.id)) ? [i] : []
+  })
+
+describe("the transcript's tail", () => {
+  it("is the whole of a short transcript, and the last TRANSCRIPT_TAIL messages of a long one with every call answered", () => {
+    const talk = (n: number) => Array.from({ length: n }, (_, i): Message => ({ role: i % 2 ? "assistant" : "user", content: `${i}` }))
+    expect(transcriptTailStart([])).toBe(0)
+    expect(transcriptTailStart(talk(TRANSCRIPT_TAIL))).toBe(0)
+    expect(transcriptTailStart(talk(TRANSCRIPT_TAIL + 1))).toBe(1)
+    expect(transcriptTailStart(talk(1000))).toBe(1000 - TRANSCRIPT_TAIL)
+  })
+
+  it("starts at the first assistant message with a call no later tool message answers, and never after the last TRANSCRIPT_TAIL messages", () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 60 }), (messages) => {
+        const start = transcriptTailStart(messages)
+        const open = openRounds(messages)
+        const last = Math.max(0, messages.length - TRANSCRIPT_TAIL)
+        expect(start).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)
+      }),
+      { numRuns: 500 }
+    )
+  })
+})
