@@ -10,9 +10,11 @@ import { compileProbe, type Guest, runGuest } from "./harness.js"
 
 let probe: Guest
 let saving: Guest
+let tail: Guest
 beforeAll(async () => {
   probe = await compileProbe("guest/test/transcript.ts")
   saving = await compileProbe("guest/test/saving.ts")
+  tail = await compileProbe("guest/test/tail.ts")
 }, 120_000)
 
 describe("the guest library's Transcript", () => {
@@ -62,5 +64,24 @@ describe("the guest library's Transcript", () => {
     expect(run("saved")).toEqual({ output: `{"ok":"done"}`, ops: ["set_transcript"] })
     // A dropped message is a change though nothing is appended.
     expect(run("dropped")).toEqual({ output: `{"ok":"done","transcript":{"keep":1,"append":[]}}`, ops: [] })
+  })
+
+  it("started at the tail, keep and length count the messages before it, at() takes indices from transcript_start, and the whole form is refused", () => {
+    const saved = Array.from({ length: 20 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` }))
+    const start = 16
+    const input = (message: string) => ({ input: { message }, transcript: saved.slice(start), transcript_start: start, configuration: {}, events: [], runtime: {} })
+    const answer = (op: string, request: any) =>
+      op === "transcript" ? { ok: saved.slice(request.from, request.to) } : { ok: { text: "", tool_calls: [], stop_reason: "end" } }
+    const run = runGuest(tail, JSON.stringify(input("go")), answer)
+    expect(run.failed).toBeUndefined()
+    const added = `{"role":"user","content":"added"}`
+    expect(run.calls).toEqual([
+      { op: "model", request: `{"context":{"keep":20,"append":[${added}]}}` },
+      { op: "transcript", request: `{"from":14,"to":16}` }
+    ])
+    expect(JSON.parse(run.output!).ok).toEqual({ keep: 20, length: 21, first: saved[16], before: saved.slice(14, 16) })
+    const whole = runGuest(tail, JSON.stringify(input("whole")), answer)
+    expect(whole.failed).toMatch(/holds only its tail/)
+    expect(whole.calls).toEqual([])
   })
 })
