@@ -1,10 +1,12 @@
 /**
  * FileDriver: the few file-system calls the file journal makes, as an Effect port so tests can
  * count syncs and inject faults. The Node implementation uses the callback API of `node:fs`
- * (one libuv threadpool hop per call, no FileHandle bookkeeping).
+ * (one libuv threadpool hop per call, no FileHandle bookkeeping), and a thread of its own for the
+ * writes and syncs of a group-commit round of many files (SyncThread.ts).
  */
 import * as fs from "node:fs"
 import { Context, Data, Effect, Layer } from "effect"
+import { syncRound } from "./SyncThread.js"
 
 export class FileError extends Data.TaggedError("FileError")<{
   readonly op: string
@@ -120,11 +122,29 @@ const writeAll = (fd: number, buffers: ReadonlyArray<Buffer>, position: number, 
   })
 }
 
-/** The Node `syncMany`: plain callbacks, one `Effect.async` for the whole round. */
+/**
+ * Rounds of this many files or more are written and synced from the sync thread (SyncThread.ts):
+ * one message instead of a threadpool submission per write and per fdatasync. Smaller rounds (one
+ * session's turn alone) stay here, where the hop would add its latency and save nothing.
+ */
+export const SYNC_THREAD_MIN_FILES = 4
+
+/**
+ * The Node `syncMany`: one `Effect.async` for the whole round; plain callbacks, or the sync thread
+ * for a round of many files.
+ */
 const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
   Effect.async<void>((resume) => {
     let pending = items.length
     if (pending === 0) return resume(Effect.void)
+    if (pending >= SYNC_THREAD_MIN_FILES) {
+      return syncRound(items, (outcomes) => {
+        outcomes.forEach((o, i) =>
+          onDone(i, o === undefined ? undefined : new FileError({ op: o.op, path: fdName(items[i]!.fd), code: o.code, detail: o.detail }))
+        )
+        resume(Effect.void)
+      })
+    }
     const finish = (i: number, error: FileError | undefined) => {
       onDone(i, error)
       if (--pending === 0) resume(Effect.void)
