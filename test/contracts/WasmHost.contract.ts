@@ -814,11 +814,13 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
         return { host, state }
       }
 
-      const together = options.inline === true ? N + 2 : N
+      // Every one of them reaches its host call: on the main thread a waiting guest holds no thread,
+      // and on a worker it holds its thread but gives its compute slot to the next guest.
+      const together = N + 2
       it.scopedLive(
         options.inline === true
           ? `${N + 2} activations started together all complete, each with its own answer, and all ${N + 2} wait in their host calls at once: a waiting guest on the main thread holds no thread`
-          : `with ${N} worker(s), ${N + 2} activations started together all complete, each with its own answer: ${N} run at once and the rest wait their turn`,
+          : `with ${N} worker(s), ${N + 2} activations started together all complete, each with its own answer, and all ${N + 2} wait in their host calls at once: a waiting guest holds its thread but no compute slot`,
         () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
@@ -830,7 +832,6 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
             Effect.forEach(Array.from({ length: N + 2 }, (_, i) => i), (i) => host.runLoop(module, input(100 + i), h), { concurrency: "unbounded" })
           )
           yield* Queue.takeN(arrived, together).pipe(Effect.timeout(STUCK))
-          // Pool: N guests are blocked in their host call, every thread is busy, the other two wait.
           expect(state.inFlight).toBe(together)
           yield* Deferred.succeed(gate, undefined)
           const results = yield* Fiber.join(all).pipe(Effect.timeout(STUCK))
