@@ -216,7 +216,8 @@ describe("a host Environment's tool calls", () => {
   const callThree = [{ tool_calls: [1, 2, 3].map((q) => ({ name: "lookup", input: { q } })) }, { text: "done" }]
   const nameOf = (c: { readonly data: any }) => ({ session: c.data.session_id, sequence: c.data.sequence })
 
-  it("results posted together in one batch each end their own call, and the turn goes on", async () => {
+  /** A turn whose model asked for three calls, all three sent to a connected host and in flight. */
+  const threeInFlight = async () => {
     const { run, sessions: s, hosts: h } = start()
     const sessions = await s()
     const hosts = await h()
@@ -224,6 +225,11 @@ describe("a host Environment's tool calls", () => {
     const { session_id: id } = await run(createWith(sessions, host_id, callThree))
     const turn = run(sessions.send(id, { message: "go" }))
     const calls = [await frames.expect("call"), await frames.expect("call"), await frames.expect("call")]
+    return { run, sessions, hosts, host_id, id, turn, calls }
+  }
+
+  it("results posted together in one batch each end their own call, and the turn goes on", async () => {
+    const { calls, host_id, hosts, id, run, sessions, turn } = await threeInFlight()
     await run(hosts.results(host_id, calls.map((c) => ({ call: nameOf(c), answer: { ok: c.data.input.q * 10 } }))))
     expect((await turn).turn).toMatchObject({ status: "ended", result: { text: "done" } })
     const ended = (await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended").map((e) => e.data as any)
@@ -231,13 +237,7 @@ describe("a host Environment's tool calls", () => {
   })
 
   it("a batch with a result that cannot be taken is refused naming it (details.index) and settles none of the others", async () => {
-    const { run, sessions: s, hosts: h } = start()
-    const sessions = await s()
-    const hosts = await h()
-    const { host_id, frames } = await connectedHost(hosts, run)
-    const { session_id: id } = await run(createWith(sessions, host_id, callThree))
-    const turn = run(sessions.send(id, { message: "go" }))
-    const calls = [await frames.expect("call"), await frames.expect("call"), await frames.expect("call")]
+    const { calls, host_id, hosts, id, run, sessions, turn } = await threeInFlight()
     const unknown = { session: id, sequence: 999 }
     const notInFlight = await run(Effect.flip(hosts.results(host_id, [
       { call: nameOf(calls[0]), answer: { ok: "a" } },
