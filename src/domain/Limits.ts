@@ -57,6 +57,9 @@ export const DEFAULT_CACHE_BYTES_CAP = 192 * 1024 * 1024
 /** The share of the V8 heap limit given to those caches when BRAIN_CACHE_BYTES is unset. */
 export const CACHE_HEAP_FRACTION = 1 / 8
 
+/** Bytes (UTF-8). The longest `Idempotency-Key`; at least 1. */
+export const IDEMPOTENCY_KEY_MAX_BYTES = 256
+
 /** Records. Pending idempotency claims and answers before callers wait: bounds the store's writer memory. */
 export const IDEMPOTENCY_QUEUE_RECORDS = 16_384
 

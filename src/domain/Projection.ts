@@ -16,6 +16,26 @@ export interface PendingEffect {
   readonly sequence: number
 }
 
+/**
+ * A keyed send or submit as its session's journal holds it (`request_claimed`, and for a send
+ * `request_answered`): what a retry with the same key is answered from.
+ */
+export interface RequestEntry {
+  /** The hash of the request's body: another body under the key is a conflict. */
+  readonly hash: string
+  /** The `turn_started` it made. */
+  readonly turn: number
+  /** When it was claimed, or (a send) answered: retention counts from here. */
+  readonly atMs: number
+  /** The `turn_ended` or `turn_failed` that closed its turn, once closed. */
+  readonly closed?: number
+  /** A send's `request_answered`: the last record of the closing append that answered it. */
+  readonly answered?: number
+}
+
+/** A request's key in `requests`: its mode's scope and its key. */
+export const requestId = (mode: "send" | "submit", key: string) => `${mode}:${key}`
+
 export interface SessionState {
   /** "none" until session_creation_started is folded. */
   readonly status: SessionStatus | "none"
@@ -39,6 +59,12 @@ export interface SessionState {
   readonly lastActivation: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
   readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
+  /** Keyed sends and submits by `requestId`, expired ones included until pruned (`pruneRequests`). */
+  readonly requests: HashMap.HashMap<string, RequestEntry>
+  /** The running turn's request (its `requestId`), if the turn was keyed. */
+  readonly turnRequest: string | undefined
+  /** No request's `atMs` is older than this (0 when there are none): when pruning could drop one. */
+  readonly requestsOldest: number
   /**
    * The memory this state holds, in bytes (`jsonBytes` of its configuration, transcript and kv,
    * plus fixed costs per entry), kept current by every fold: what the memory budgets count.
@@ -54,6 +80,8 @@ const LENGTH_ENTRY_BYTES = 64
 const PENDING_BYTES = 96
 /** Bytes. One kv entry besides its key's and value's own bytes (the map's node). */
 const KV_ENTRY_BYTES = 64
+/** Bytes. One request entry besides its id's and hash's own bytes (the object and the map's node). */
+const REQUEST_ENTRY_BYTES = 128
 
 const messagesBytes = (messages: ReadonlyArray<unknown>) => {
   let n = 0
@@ -61,12 +89,14 @@ const messagesBytes = (messages: ReadonlyArray<unknown>) => {
   return n
 }
 const kvEntryBytes = (key: string, value: unknown) => KV_ENTRY_BYTES + jsonBytes(key) + jsonBytes(value)
+const requestBytes = (id: string, e: RequestEntry) => REQUEST_ENTRY_BYTES + jsonBytes(id) + jsonBytes(e.hash)
 
 /** The bytes of a state counted from scratch; a fold keeps the same count incrementally. */
 export const stateBytes = (s: Omit<SessionState, "bytes">): number => {
   let n = STATE_BYTES + (s.configuration ? jsonBytes(s.configuration) : 0) + messagesBytes(s.transcript)
   n += Chunk.size(s.transcriptLengths) * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
   for (const [k, v] of s.kv) n += kvEntryBytes(k, v)
+  for (const [id, e] of s.requests) n += requestBytes(id, e)
   return n
 }
 
@@ -85,6 +115,9 @@ export const empty: SessionState = {
   modelCalls: 0,
   lastActivation: 0,
   transcriptLengths: Chunk.empty(),
+  requests: HashMap.empty(),
+  turnRequest: undefined,
+  requestsOldest: 0,
   bytes: STATE_BYTES
 }
 
@@ -162,6 +195,13 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "turn_failed":
       next.turn = undefined
       if (state.status === "running") next.status = "idle"
+      if (state.turnRequest !== undefined) {
+        const r = HashMap.get(state.requests, state.turnRequest)
+        if (Option.isSome(r) && r.value.turn === p.sequence) {
+          next.requests = HashMap.set(state.requests, state.turnRequest, { ...r.value, closed: record.sequence })
+        }
+        next.turnRequest = undefined
+      }
       break
     case "activation_started":
       next.activation = record.sequence
@@ -199,6 +239,22 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
       const old = HashMap.get(state.kv, p.key as string)
       if (Option.isSome(old)) next.bytes -= kvEntryBytes(p.key, old.value)
       next.kv = HashMap.remove(state.kv, p.key as string)
+      break
+    }
+    case "request_claimed": {
+      const id = requestId(p.mode, p.key)
+      const old = HashMap.get(state.requests, id)
+      const e: RequestEntry = { hash: p.request_hash, turn: state.turn ?? 0, atMs: p.at_ms }
+      next.bytes += requestBytes(id, e) - (Option.isSome(old) ? requestBytes(id, old.value) : 0)
+      next.requests = HashMap.set(state.requests, id, e)
+      next.turnRequest = id
+      next.requestsOldest = HashMap.size(state.requests) === 0 ? e.atMs : Math.min(state.requestsOldest, e.atMs)
+      break
+    }
+    case "request_answered": {
+      const id = requestId("send", p.key)
+      const r = HashMap.get(state.requests, id)
+      if (Option.isSome(r)) next.requests = HashMap.set(state.requests, id, { ...r.value, answered: record.sequence, atMs: p.at_ms })
       break
     }
     default: {
@@ -243,6 +299,36 @@ export const transcriptLengthAt = (state: SessionState, sequence: number): numbe
 
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
 export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)
+
+/** Whether a request entry is past retention at `now` (retention 0 keeps it for ever). */
+export const requestExpired = (e: RequestEntry, now: number, retentionMs: number) =>
+  retentionMs > 0 && now - e.atMs >= retentionMs
+
+/** The request under `id` if it is within retention. */
+export const liveRequest = (state: SessionState, id: string, now: number, retentionMs: number): RequestEntry | undefined => {
+  const e = HashMap.get(state.requests, id)
+  return Option.isSome(e) && !requestExpired(e.value, now, retentionMs) ? e.value : undefined
+}
+
+/**
+ * The state without its expired requests (the running turn's kept): they are answered as never
+ * seen either way, and dropping them frees their memory. Only once the oldest is an eighth of
+ * retention past it, so that a session with steady traffic prunes once per eighth of retention,
+ * not on every request.
+ */
+export const pruneRequests = (state: SessionState, now: number, retentionMs: number): SessionState => {
+  if (retentionMs <= 0 || HashMap.size(state.requests) === 0 || now - state.requestsOldest < retentionMs + retentionMs / 8) return state
+  let requests = state.requests
+  let bytes = state.bytes
+  let oldest = Infinity
+  for (const [id, e] of state.requests) {
+    if (id !== state.turnRequest && requestExpired(e, now, retentionMs)) {
+      requests = HashMap.remove(requests, id)
+      bytes -= requestBytes(id, e)
+    } else oldest = Math.min(oldest, e.atMs)
+  }
+  return { ...state, requests, bytes, requestsOldest: oldest === Infinity ? 0 : oldest }
+}
 
 /** The public Event envelope. */
 export interface Event {
@@ -299,6 +385,9 @@ export interface SerializedState {
   readonly modelCalls: number
   readonly lastActivation: number
   readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
+  readonly requests: ReadonlyArray<readonly [string, RequestEntry]>
+  readonly turnRequest: string | null
+  readonly requestsOldest: number
 }
 
 const orNull = <A>(a: A | undefined): A | null => (a === undefined ? null : a)
@@ -319,7 +408,10 @@ export const serializeState = (s: SessionState): SerializedState => ({
   pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence),
   modelCalls: s.modelCalls,
   lastActivation: s.lastActivation,
-  transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths)
+  transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths),
+  requests: [...HashMap.toEntries(s.requests)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+  turnRequest: orNull(s.turnRequest),
+  requestsOldest: s.requestsOldest
 })
 
 export const deserializeState = (j: SerializedState): SessionState => {
@@ -337,7 +429,10 @@ export const deserializeState = (j: SerializedState): SessionState => {
     pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
     modelCalls: j.modelCalls,
     lastActivation: j.lastActivation,
-    transcriptLengths: Chunk.fromIterable(j.transcriptLengths)
+    transcriptLengths: Chunk.fromIterable(j.transcriptLengths),
+    requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, e] as const)),
+    turnRequest: orUndefined(j.turnRequest),
+    requestsOldest: j.requestsOldest
   }
   // Counted from the content, never taken from the file.
   return { ...state, bytes: stateBytes(state) }

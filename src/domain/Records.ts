@@ -6,6 +6,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { SessionConfiguration } from "./Configuration.js"
 import { Failure } from "./Failure.js"
+import { IDEMPOTENCY_KEY_MAX_BYTES } from "./Limits.js"
 import { Json, Message, TranscriptDelta, TurnInput } from "./Messages.js"
 
 const Seq = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
@@ -110,6 +111,28 @@ export const Catalogue = {
   transcript_delta: priv("state", TranscriptDelta),
   kv_put: priv("state", Schema.Struct({ key: Schema.String, value: Json })),
   kv_delete: priv("state", Schema.Struct({ key: Schema.String })),
+
+  /**
+   * A keyed send or submit: its `Idempotency-Key` and request hash, in the same append as its
+   * `turn_started` (the claim is durable exactly when the turn is). `at_ms` is when it was made.
+   */
+  request_claimed: priv(
+    "request",
+    Schema.Struct({
+      mode: Schema.Literal("send", "submit"),
+      key: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(IDEMPOTENCY_KEY_MAX_BYTES)),
+      request_hash: Schema.String,
+      at_ms: Schema.Int
+    })
+  ),
+  /**
+   * A keyed send answered: in its turn's closing append, so the closing record is its answer.
+   * A turn closed by recovery has none: its request's outcome was never answered.
+   */
+  request_answered: priv(
+    "request",
+    Schema.Struct({ key: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(IDEMPOTENCY_KEY_MAX_BYTES)), at_ms: Schema.Int })
+  ),
 
   [EXTENSION_KIND]: pub(
     "extension",

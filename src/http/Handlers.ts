@@ -24,7 +24,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, Sessions } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
-import { emptyAnswer, idempotent, jsonAnswer, respond } from "./Idempotent.js"
+import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond } from "./Idempotent.js"
 import { bearerToken } from "./Middleware.js"
 import { sseResponse } from "./Sse.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
@@ -118,6 +118,9 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
         ))
   }))
 
+/** A turn run without a key, as a keyed one that ran. */
+const answered = <A>(value: A) => ({ _tag: "Answered", value }) as const
+
 export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "sessions", (h) =>
   Effect.gen(function*() {
     const sessions = yield* Sessions
@@ -144,21 +147,24 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("send", ({ headers, path, payload }) => {
         const async = /(^|[\s,;])respond-async([\s,;=]|$)/i.test(headers.prefer ?? "")
         const id: SessionId = path.id
-        return (async
-          ? idempotent(
+        // The key is claimed in the session's journal with the turn (http/Idempotent.ts, idempotentTurn).
+        return async
+          ? idempotentTurn(
             store,
             `submit:${id}`,
             headers["idempotency-key"],
             payload,
-            Effect.map(sessions.submit(id, payload.input), (r) => jsonAnswer(202, r, { "preference-applied": "respond-async" }))
+            (r) => r ? sessions.submitKeyed(id, payload.input, r) : Effect.map(sessions.submit(id, payload.input), answered),
+            (receipt) => jsonAnswer(202, receipt, { "preference-applied": "respond-async" })
           )
-          : idempotent(
+          : idempotentTurn(
             store,
             `send:${id}`,
             headers["idempotency-key"],
             payload,
-            Effect.map(sessions.send(id, payload.input), (o) => jsonAnswer(200, o))
-          ))
+            (r) => r ? sessions.sendKeyed(id, payload.input, r) : Effect.map(sessions.send(id, payload.input), answered),
+            (outcome) => jsonAnswer(200, outcome)
+          )
       })
       .handle("events", ({ path, request, urlParams }) =>
         Effect.gen(function*() {

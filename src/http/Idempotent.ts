@@ -21,7 +21,8 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects } from "../domain/Errors.js"
-import type { Answer, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
+import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
+import type { Keyed, TurnRequest } from "../services/Sessions.js"
 import { bodyOf, statusOf } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
@@ -86,7 +87,94 @@ export const notKeptFailure = (status: number, bytes: number) =>
 /** What a keyed request can be refused with before its work runs (the store's own failures included). */
 export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Internal
 
+/** A key already claimed or answered: its replay, or why the request is refused. */
+const refusedClaim = (claim: Exclude<ClaimResult, { readonly _tag: "Claimed" }>) => {
+  switch (claim._tag) {
+    case "Replay":
+      return Effect.succeed(respond(claim.answer))
+    case "AnswerNotKept":
+      return Effect.fail(notKeptFailure(claim.status, claim.bytes))
+    case "Conflict":
+      return Effect.fail(new Conflict({ message: "this Idempotency-Key was used with a different request" }))
+    case "Ambiguous":
+      return Effect.fail(
+        new Ambiguous({
+          message: claim.inFlight
+            ? "a request with this Idempotency-Key is still in progress"
+            : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
+          retryable: claim.inFlight
+        })
+      )
+  }
+}
+
+/**
+ * What a claimed key keeps when its request failed: 409 ambiguous if it may have had effects; a
+ * release when nothing happened and a retry may succeed; the refusal itself otherwise. Returns the
+ * failure's answer for the caller.
+ */
+const settleFailure = (store: IdempotencyShape, scope: string, key: string, e: ApiError) =>
+  Effect.gen(function*() {
+    if (mayHaveHadEffects(e)) {
+      yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
+    } else if ((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") {
+      yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
+    } else {
+      yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))
+    }
+    return failureAnswer(e)
+  })
+
 const logFailure = (what: string) => (e: IdempotencyError) => Effect.logError(`${what} failed: ${e.message}`)
+
+/** The refusal a turn's claim in its session's journal stands for (`Keyed`). */
+const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>) =>
+  seen._tag === "Conflict"
+    ? new Conflict({ message: "this Idempotency-Key was used with a different request" })
+    : new Ambiguous({
+      message: seen.inFlight
+        ? "a request with this Idempotency-Key is still in progress"
+        : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
+      retryable: seen.inFlight
+    })
+
+/**
+ * A send or submit under its `Idempotency-Key`, claimed in its session's journal (Sessions'
+ * `Keyed`) rather than in the store: the store only reserves the key in this process while the
+ * request runs (so concurrent retries see it in flight) and writes nothing, unless the request is
+ * refused before its turn starts, when the refusal is kept as `idempotent` keeps it. The store is
+ * asked first: it holds those refusals, and answers recorded before turns kept their keys.
+ */
+export const idempotentTurn = <A, E extends ApiError>(
+  store: IdempotencyShape,
+  scope: string,
+  key: string | undefined,
+  request: unknown,
+  work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>,
+  answer: (value: A) => Answer
+): Effect.Effect<HttpServerResponse.HttpServerResponse, IdempotencyRefusal> => {
+  const run = (request: TurnRequest | undefined) =>
+    Effect.flatMap(work(request), (seen) => seen._tag === "Answered" ? Effect.succeed(answer(seen.value)) : Effect.fail(keyedRefusal(seen)))
+  if (key === undefined) return Effect.map(Effect.catchAll(run(undefined), (e) => Effect.succeed(failureAnswer(e))), respond)
+  const hash = hashRequest(request)
+  return Effect.gen(function*() {
+    const claim = yield* store.reserve(scope, key, hash).pipe(Effect.mapError(storeFailure))
+    if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
+    return yield* Effect.uninterruptible(
+      Effect.gen(function*() {
+        const outcome = yield* Effect.either(work({ key, hash }))
+        if (outcome._tag === "Right") {
+          // The session's journal holds the key from here: the reservation goes, nothing is written.
+          yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("dropping an idempotency reservation")))
+          const seen = outcome.right
+          if (seen._tag === "Answered") return respond(answer(seen.value))
+          return yield* Effect.fail(keyedRefusal(seen))
+        }
+        return respond(yield* settleFailure(store, scope, key, outcome.left))
+      })
+    )
+  })
+}
 
 export const idempotent = <E extends ApiError>(
   store: IdempotencyShape,
@@ -98,41 +186,16 @@ export const idempotent = <E extends ApiError>(
   if (key === undefined) return Effect.map(Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e))), respond)
   return Effect.gen(function*() {
     const claim = yield* store.claim(scope, key, hashRequest(request)).pipe(Effect.mapError(storeFailure))
-    switch (claim._tag) {
-      case "Replay":
-        return respond(claim.answer)
-      case "AnswerNotKept":
-        return yield* Effect.fail(notKeptFailure(claim.status, claim.bytes))
-      case "Conflict":
-        return yield* Effect.fail(new Conflict({ message: "this Idempotency-Key was used with a different request" }))
-      case "Ambiguous":
-        return yield* Effect.fail(
-          new Ambiguous({
-            message: claim.inFlight
-              ? "a request with this Idempotency-Key is still in progress"
-              : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-            retryable: claim.inFlight
-          })
-        )
-      case "Claimed":
-        return yield* Effect.uninterruptible(
-          Effect.gen(function*() {
-            const outcome = yield* Effect.either(work)
-            if (outcome._tag === "Right") {
-              yield* store.complete(scope, key, outcome.right).pipe(Effect.catchAll(logFailure("recording an idempotent answer")))
-              return respond(outcome.right)
-            }
-            const e = outcome.left
-            if (mayHaveHadEffects(e)) {
-              yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
-            } else if ((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") {
-              yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
-            } else {
-              yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))
-            }
-            return respond(failureAnswer(e))
-          })
-        )
-    }
+    if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
+    return yield* Effect.uninterruptible(
+      Effect.gen(function*() {
+        const outcome = yield* Effect.either(work)
+        if (outcome._tag === "Right") {
+          yield* store.complete(scope, key, outcome.right).pipe(Effect.catchAll(logFailure("recording an idempotent answer")))
+          return respond(outcome.right)
+        }
+        return respond(yield* settleFailure(store, scope, key, outcome.left))
+      })
+    )
   })
 }

@@ -6,7 +6,7 @@ import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { HostId, SessionId } from "../domain/Ids.js"
-import { HOST_RESULTS_BATCH } from "../domain/Limits.js"
+import { HOST_RESULTS_BATCH, IDEMPOTENCY_KEY_MAX_BYTES } from "../domain/Limits.js"
 import { Json, Message, TurnInput } from "../domain/Messages.js"
 import { Origin } from "../domain/Records.js"
 
@@ -134,7 +134,9 @@ const utf8Length = (s: string) => new TextEncoder().encode(s).length
 
 /** `Idempotency-Key`: optional; when present, 1–256 bytes. */
 export const IdempotencyKey = Schema.String.pipe(
-  Schema.filter((s) => (utf8Length(s) >= 1 && utf8Length(s) <= 256) || "Idempotency-Key must be 1 to 256 bytes")
+  Schema.filter((s) =>
+    (utf8Length(s) >= 1 && utf8Length(s) <= IDEMPOTENCY_KEY_MAX_BYTES) || `Idempotency-Key must be 1 to ${IDEMPOTENCY_KEY_MAX_BYTES} bytes`
+  )
 )
 
 export const MutatingHeaders = Schema.Struct({

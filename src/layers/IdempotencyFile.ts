@@ -47,7 +47,7 @@ import {
   IdempotencyStoreFailed
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
-import { idOf, Index, newEntry } from "./idempotency/Index.js"
+import { type Entry, idOf, Index, newEntry } from "./idempotency/Index.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -96,6 +96,7 @@ const REPAIR_HINT = "stop the server and run `brain idempotency repair <data-dir
 /** The store over a damaged log: every keyed request is refused; nothing is written. */
 const refusing = (damaged: IdempotencyLogDamaged): IdempotencyShape => ({
   claim: () => Effect.fail(damaged),
+  reserve: () => Effect.fail(damaged),
   complete: () => Effect.fail(damaged),
   release: () => Effect.fail(damaged),
   compact: Effect.succeed(0)
@@ -155,49 +156,62 @@ export const make = (
     const reportDamage = (e: IdempotencyLogDamaged | IdempotencyStoreFailed) =>
       e._tag === "IdempotencyLogDamaged" ? Effect.logError(`${e.message}; the key's answer cannot be replayed: ${REPAIR_HINT}`) : Effect.void
 
+    /** Writes the claim frame of `entry` (reserved until now); a refused or failed write drops it. */
+    const writeClaim = (id: string, entry: Entry) => {
+      entry.state = "running"
+      return log.append({ kind: claimKind, json: claimJson(entry.scope, entry.key, entry.bodyHash, entry.claimAtMs), atMs: entry.claimAtMs }, (offset, size) => {
+        entry.claimOffset = offset
+        entry.claimSize = size
+        if (index.entries.get(id) === entry) index.liveBytes += size
+      }).pipe(
+        // Refused or failed: the reservation goes (an interrupted caller's claim is still written).
+        Effect.tapError(() => Effect.sync(() => index.drop(id, entry)))
+      )
+    }
+
+    /** `claim` (durable) and `reserve` (in memory only until `complete`). */
+    const decide = Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string, durable: boolean) {
+      const id = idOf(scope, key)
+      for (;;) {
+        const now = yield* Clock.currentTimeMillis
+        // Decided and reserved in one synchronous step: concurrent claims see the reservation.
+        const found = index.entries.get(id)
+        if (found && !index.expired(found, now)) {
+          if (found.bodyHash !== bodyHash) return CONFLICT
+          if (found.state === "unanswered") return NEVER_ANSWERED
+          if (found.state !== "answered") return IN_FLIGHT
+          if (found.notKept) return { _tag: "AnswerNotKept", ...found.notKept } satisfies ClaimResult
+          const frame = yield* log.readAt(() =>
+            index.entries.get(id) === found ? { offset: found.answerOffset, size: found.answerSize } : undefined
+          ).pipe(Effect.tapError(reportDamage))
+          // Dropped (expired) between the decision and the read: decide again.
+          if (frame === undefined) continue
+          const kept = decodeKeptAnswer(frame.kind, frame.json)
+          if (Either.isRight(kept) && kept.right.scope === scope && kept.right.key === key) {
+            return { _tag: "Replay", answer: kept.right.answer } satisfies ClaimResult
+          }
+          const reason = Either.isLeft(kept) ? kept.left : "the record there belongs to another key"
+          const damaged = new IdempotencyLogDamaged({ file: LOG_NAME, offset: found.answerOffset, reason })
+          yield* reportDamage(damaged)
+          return yield* Effect.fail(damaged)
+        }
+        if (found) index.drop(id, found)
+        // A closed or failed log refuses a reservation as it would refuse the claim's write.
+        const refused = log.refused()
+        if (refused) return yield* Effect.fail(refused)
+        const entry = newEntry(scope, key, bodyHash, now, "reserved")
+        index.entries.set(id, entry)
+        if (durable) yield* writeClaim(id, entry)
+        return CLAIMED
+      }
+    })
+
     // Untraced: these run twice per keyed request, and a traced call costs an Error captured for
     // its call site, a span and its clock reads, which no tracer of this server exports
     // (docs/benchmarks.md, "Main-thread CPU of a keyed text turn").
     const store: IdempotencyShape = {
-      claim: Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string) {
-        const id = idOf(scope, key)
-        for (;;) {
-          const now = yield* Clock.currentTimeMillis
-          // Decided and reserved in one synchronous step: concurrent claims see the reservation.
-          const found = index.entries.get(id)
-          if (found && !index.expired(found, now)) {
-            if (found.bodyHash !== bodyHash) return CONFLICT
-            if (found.state === "unanswered") return NEVER_ANSWERED
-            if (found.state !== "answered") return IN_FLIGHT
-            if (found.notKept) return { _tag: "AnswerNotKept", ...found.notKept } satisfies ClaimResult
-            const frame = yield* log.readAt(() =>
-              index.entries.get(id) === found ? { offset: found.answerOffset, size: found.answerSize } : undefined
-            ).pipe(Effect.tapError(reportDamage))
-            // Dropped (expired) between the decision and the read: decide again.
-            if (frame === undefined) continue
-            const kept = decodeKeptAnswer(frame.kind, frame.json)
-            if (Either.isRight(kept) && kept.right.scope === scope && kept.right.key === key) {
-              return { _tag: "Replay", answer: kept.right.answer } satisfies ClaimResult
-            }
-            const reason = Either.isLeft(kept) ? kept.left : "the record there belongs to another key"
-            const damaged = new IdempotencyLogDamaged({ file: LOG_NAME, offset: found.answerOffset, reason })
-            yield* reportDamage(damaged)
-            return yield* Effect.fail(damaged)
-          }
-          if (found) index.drop(id, found)
-          const entry = newEntry(scope, key, bodyHash, now, "running")
-          index.entries.set(id, entry)
-          yield* log.append({ kind: claimKind, json: claimJson(scope, key, bodyHash, now), atMs: now }, (offset, size) => {
-            entry.claimOffset = offset
-            entry.claimSize = size
-            if (index.entries.get(id) === entry) index.liveBytes += size
-          }).pipe(
-            // Refused or failed: the reservation goes (an interrupted caller's claim is still written).
-            Effect.tapError(() => Effect.sync(() => index.drop(id, entry)))
-          )
-          return CLAIMED
-        }
-      }),
+      claim: (scope, key, bodyHash) => decide(scope, key, bodyHash, true),
+      reserve: (scope, key, bodyHash) => decide(scope, key, bodyHash, false),
       complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
@@ -206,7 +220,10 @@ export const make = (
         const entry = index.entries.get(id)
         // The first answer stands; an answer for a key never claimed (or already dropped) has no
         // body hash to be replayed against and is not kept.
-        if (!entry || entry.state !== "running") return
+        if (!entry || (entry.state !== "running" && entry.state !== "reserved")) return
+        // Reserved: its claim goes first, then the answer (a crash between them leaves the key
+        // ambiguous, the cautious reading).
+        if (entry.state === "reserved") yield* writeClaim(id, entry)
         const text = answerText(answer)
         const bytes = Buffer.byteLength(text, "utf8")
         const notKept = bytes > maxAnswerBytes ? { status: answer.status, bytes } : undefined
@@ -230,6 +247,7 @@ export const make = (
         const now = yield* Clock.currentTimeMillis
         const id = idOf(scope, key)
         const entry = index.entries.get(id)
+        if (entry?.state === "reserved") return index.drop(id, entry) // never written: forgotten at once
         if (!entry || entry.state !== "running") return
         // In flight until durable: concurrent claims wait it out, an answer is not taken.
         entry.state = "releasing"

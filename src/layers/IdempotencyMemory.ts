@@ -33,8 +33,8 @@ export const make = (options: IdempotencyMemoryOptions) =>
     const expired = (e: Entry, now: number) =>
       options.retentionMs > 0 && e.answer !== undefined && now - e.atMs >= options.retentionMs
 
-    const store: IdempotencyShape = {
-      claim: (scope, key, bodyHash) =>
+    // Nothing here is durable, so a reservation and a claim are the same.
+    const claim = (scope: string, key: string, bodyHash: string) =>
         Effect.map(Clock.currentTimeMillis, (now): ClaimResult => {
           const id = idOf(scope, key)
           const found = entries.get(id)
@@ -47,7 +47,11 @@ export const make = (options: IdempotencyMemoryOptions) =>
           }
           entries.set(id, { bodyHash, atMs: now, answer: undefined })
           return { _tag: "Claimed" }
-        }),
+        })
+
+    const store: IdempotencyShape = {
+      claim,
+      reserve: claim,
       complete: (scope, key, answer) =>
         Effect.map(Clock.currentTimeMillis, (now) => {
           const entry = entries.get(idOf(scope, key))

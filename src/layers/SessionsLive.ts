@@ -23,7 +23,7 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
-import { empty, type SessionStatus } from "../domain/Projection.js"
+import { empty, pruneRequests, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence, type FenceError } from "../services/EffectFence.js"
@@ -33,7 +33,15 @@ import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { Sessions, type SessionsShape, type SessionSummary, type TurnOutcome } from "../services/Sessions.js"
+import {
+  type Keyed,
+  type Receipt,
+  Sessions,
+  type SessionsShape,
+  type SessionSummary,
+  type TurnOutcome,
+  type TurnRequest
+} from "../services/Sessions.js"
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
@@ -42,6 +50,7 @@ import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
+import { seenSend, seenSubmit } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
 
 export const make = Effect.gen(function*() {
@@ -117,10 +126,20 @@ export const make = Effect.gen(function*() {
     last_sequence: cell.state.lastSequence
   })
 
+  /** The time of a keyed access, its session's expired requests pruned when due (`pruneRequests`). */
+  const keyedAccess = (cell: Cell) =>
+    Effect.map(Clock.currentTimeMillis, (now) => {
+      cell.state = pruneRequests(cell.state, now, config.requestRetentionMs)
+      return now
+    })
+
   const write = (cell: Cell, entries: ReadonlyArray<Entry>) => Effect.mapError(commit(journal, cell, entries), fromJournal)
 
-  /** Admits a turn: checks the state, then commits turn_started with activation_started. */
-  const startTurn = (cell: Cell, input: { message: string }, mode: "send" | "submit") =>
+  /**
+   * Admits a turn: checks the state, then commits turn_started with activation_started (and a
+   * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
+   */
+  const startTurn = (cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) =>
     Effect.gen(function*() {
       const status = cell.state.status
       if (cell.ending || status === "ending" || status === "ended") {
@@ -139,15 +158,19 @@ export const make = Effect.gen(function*() {
         sequence: 0,
         cancel: yield* Deferred.make<CancelReason>(),
         done: yield* Deferred.make<TurnOutcome>(),
-        signal: cancelSignal()
+        signal: cancelSignal(),
+        ...(request && mode === "send" ? { answers: request.key } : {})
       }
       cell.running = turn // claimed before the commit, so a concurrent send is refused
       // The new activation sees the public Events from the previous activation's start on: what it
       // did, how it ended (including what recovery recorded for it), and what came after.
       const eventsAfter = Math.max(0, cell.state.lastActivation - 1)
-      const committed = yield* Effect.either(
-        write(cell, [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })])
-      )
+      const starting: Array<Entry> = [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })]
+      if (request) {
+        const at_ms = yield* Clock.currentTimeMillis
+        starting.push(entry("request_claimed", { mode, key: request.key, request_hash: request.hash, at_ms }))
+      }
+      const committed = yield* Effect.either(write(cell, starting))
       if (committed._tag === "Left") {
         cell.running = undefined
         // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
@@ -344,6 +367,24 @@ export const make = Effect.gen(function*() {
       using(session, (cell) => Effect.flatMap(startTurn(cell, input, "send"), (turn) => Deferred.await(turn.done))),
     submit: (session, input) =>
       using(session, (cell) => Effect.map(startTurn(cell, input, "submit"), (turn) => ({ session_id: session, sequence: turn.sequence }))),
+    sendKeyed: (session, input, request) =>
+      using(session, (cell) =>
+        Effect.gen(function*() {
+          const now = yield* keyedAccess(cell)
+          const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
+          if (seen) return seen
+          const turn = yield* startTurn(cell, input, "send", request)
+          return { _tag: "Answered", value: yield* Deferred.await(turn.done) } satisfies Keyed<TurnOutcome>
+        })),
+    submitKeyed: (session, input, request) =>
+      using(session, (cell) =>
+        Effect.gen(function*() {
+          const now = yield* keyedAccess(cell)
+          const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
+          if (seen) return seen
+          const turn = yield* startTurn(cell, input, "submit", request)
+          return { _tag: "Answered", value: { session_id: session, sequence: turn.sequence } } satisfies Keyed<Receipt>
+        })),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

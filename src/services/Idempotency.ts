@@ -70,6 +70,14 @@ export type IdempotencyError = IdempotencyStoreFailed | IdempotencyLogDamaged
 export interface IdempotencyShape {
   /** Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns Claimed. */
   readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
+  /**
+   * Decides like `claim`, but a free key is only reserved in this process: nothing is written.
+   * For requests whose own durable record carries the key (a turn's `request_claimed`, in its
+   * session's journal): concurrent claims see the reservation (Ambiguous, in flight); `release`
+   * drops it without writing; `complete` writes the claim and its answer, for a request refused
+   * before its record was written.
+   */
+  readonly reserve: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
   /** Records the answer of a claimed request (or that it was not kept); durable when it returns. */
   readonly complete: (scope: Scope, key: string, answer: Answer) => Effect.Effect<void, IdempotencyError>
   /**

@@ -80,6 +80,31 @@ export interface TurnOutcome extends SessionSummary {
   }
 }
 
+/** A keyed send's or submit's `Idempotency-Key` and the hash of its request body. */
+export interface TurnRequest {
+  readonly key: string
+  readonly hash: string
+}
+
+/**
+ * What a keyed send or submit comes to. Its key is claimed in its session's journal, in the
+ * append of its `turn_started`; a send's answer is its turn's closing append. Once the turn has
+ * started, a retry with the key is answered from the journal:
+ *
+ * - `Answered`: the turn ran now, or a retry gets what the first request got (the receipt of a
+ *   submit, the outcome of a send), equal byte for byte as JSON;
+ * - `Conflict`: the key was used with another body;
+ * - `Ambiguous`: a send whose turn is still running (`inFlight`), or that was never answered (its
+ *   turn closed by recovery): never run again.
+ *
+ * A request refused before its turn started left nothing in the journal; its caller decides what
+ * the key keeps (http/Idempotent.ts).
+ */
+export type Keyed<A> =
+  | { readonly _tag: "Answered"; readonly value: A }
+  | { readonly _tag: "Conflict" }
+  | { readonly _tag: "Ambiguous"; readonly inFlight: boolean }
+
 export interface Receipt {
   readonly session_id: SessionId
   readonly sequence: number
@@ -107,6 +132,10 @@ export interface SessionsShape {
   readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, TurnError>
   /** Starts a turn and returns once `turn_started` is durable. */
   readonly submit: (session: SessionId, input: TurnInput) => Effect.Effect<Receipt, TurnError>
+  /** `send` under an `Idempotency-Key` kept in the session's journal (`Keyed`); keys expire after `BRAIN_REQUEST_RETENTION_SECS`. */
+  readonly sendKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<TurnOutcome>, TurnError>
+  /** `submit` under an `Idempotency-Key` kept in the session's journal (`Keyed`). */
+  readonly submitKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<Receipt>, TurnError>
   /** Cancels the running turn, if any, and waits until it is closed. */
   readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
   /** Waits for active work, then records the ending. */

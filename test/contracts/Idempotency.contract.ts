@@ -169,6 +169,31 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect((yield* store.claim("s", "k", "h"))._tag).toBe("Replay")
       }))
 
+    it.scoped("a reservation decides like a claim and holds its key in flight; released, the key is free for any body; completed, its answer replays", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect(yield* store.reserve("send:ses_a", "k", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.claim("send:ses_a", "k", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
+        expect(yield* store.reserve("send:ses_a", "k", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
+        expect(yield* store.reserve("send:ses_a", "k", "other")).toEqual({ _tag: "Conflict" })
+        // In flight past the retention period, as a claim is.
+        yield* TestClock.adjust(RETENTION_MS * 2)
+        expect(yield* store.compact).toBe(0)
+        yield* store.release("send:ses_a", "k")
+        expect(yield* store.reserve("send:ses_a", "k", "other")).toEqual({ _tag: "Claimed" })
+        yield* store.release("send:ses_a", "k")
+        // A refused request's answer is recorded under a reservation and replays.
+        expect(yield* store.reserve("send:ses_a", "r", "h")).toEqual({ _tag: "Claimed" })
+        yield* store.complete("send:ses_a", "r", answer("refused", 409))
+        yield* store.release("send:ses_a", "r")
+        expect(yield* store.reserve("send:ses_a", "r", "h")).toEqual({ _tag: "Replay", answer: answer("refused", 409) })
+        expect(yield* store.claim("send:ses_a", "r", "h")).toEqual({ _tag: "Replay", answer: answer("refused", 409) })
+        // A key answered through a claim is seen by a reservation too.
+        yield* store.claim("s", "c", "h")
+        yield* store.complete("s", "c", answer("claimed"))
+        expect(yield* store.reserve("s", "c", "h")).toEqual({ _tag: "Replay", answer: answer("claimed") })
+      }))
+
     it.scoped("concurrent claims of one key: exactly one is Claimed, the others are Ambiguous in flight", () =>
       Effect.gen(function*() {
         const store = yield* harness({ retentionMs: RETENTION_MS })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { Option } from "effect"
+import { HashMap, Option } from "effect"
 import {
   deserializeState,
   diffTranscript,
@@ -8,6 +8,9 @@ import {
   eventsOf,
   foldAll,
   kvRead,
+  liveRequest,
+  pruneRequests,
+  requestId,
   serializeState,
   stateBytes
 } from "../../src/domain/Projection.js"
@@ -156,6 +159,61 @@ describe("Projection folds", () => {
     )
     expect(replaced.bytes - withSmall.bytes).toBeLessThan(128)
     expect(jsonBytes({ a: [1, "bc"] })).toBeGreaterThan(jsonBytes({}))
+  })
+
+  it("a keyed send's claim is its turn's; the turn's close marks it closed, and request_answered answered; a close without it leaves the request unanswered; submit keys are apart", () => {
+    const turn = (mode: "send" | "submit"): [RecordKind, unknown] => ["turn_started", { input: { message: "hi" }, mode }]
+    const claimed = (mode: "send" | "submit", key: string, at_ms: number): [RecordKind, unknown] => [
+      "request_claimed",
+      { mode, key, request_hash: `hash-${key}`, at_ms }
+    ]
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      turn("send"), // 3
+      ["activation_started", { agentloop: "official" }],
+      claimed("send", "a", 100),
+      ["turn_ended", { sequence: 3, result: { text: "hi" } }], // 6
+      ["request_answered", { key: "a", at_ms: 200 }], // 7
+      turn("send"), // 8
+      claimed("send", "b", 300),
+      ["turn_failed", { sequence: 8, failure }], // 10: recovery's close, unanswered
+      turn("submit"), // 11
+      claimed("submit", "a", 400)
+    )
+    const s = foldAll(rs)
+    expect(Option.getOrUndefined(HashMap.get(s.requests, requestId("send", "a")))).toEqual({ hash: "hash-a", turn: 3, atMs: 200, closed: 6, answered: 7 })
+    expect(Option.getOrUndefined(HashMap.get(s.requests, requestId("send", "b")))).toEqual({ hash: "hash-b", turn: 8, atMs: 300, closed: 10 })
+    expect(Option.getOrUndefined(HashMap.get(s.requests, requestId("submit", "a")))).toEqual({ hash: "hash-a", turn: 11, atMs: 400 })
+    expect(s.turnRequest).toBe(requestId("submit", "a"))
+    expect(s.requestsOldest).toBe(100)
+    // Within retention each is live; past it, each is gone from a lookup.
+    expect(liveRequest(s, requestId("send", "a"), 1_000, 1_000)).toBeDefined()
+    expect(liveRequest(s, requestId("send", "a"), 1_200, 1_000)).toBeUndefined()
+    expect(liveRequest(s, requestId("send", "a"), 10_000, 0)).toBeDefined()
+  })
+
+  it("pruning drops the expired requests once the oldest is an eighth of retention past it, keeps the running turn's, and gives their bytes back", () => {
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }],
+      ["request_claimed", { mode: "send", key: "old", request_hash: "h", at_ms: 0 }],
+      ["turn_ended", { sequence: 3 }],
+      ["request_answered", { key: "old", at_ms: 10 }],
+      ["turn_started", { input: { message: "hi" }, mode: "submit" }],
+      ["request_claimed", { mode: "submit", key: "running", request_hash: "h", at_ms: 20 }]
+    )
+    const s = foldAll(rs)
+    const retention = 800
+    // Expired (past 800) but not yet by an eighth more: nothing is done.
+    expect(pruneRequests(s, 850, retention)).toBe(s)
+    const pruned = pruneRequests(s, 2_000, retention)
+    expect([...HashMap.keys(pruned.requests)]).toEqual([requestId("submit", "running")])
+    expect(pruned.requestsOldest).toBe(20)
+    expect(pruned.bytes).toBe(stateBytes(pruned))
+    expect(pruned.bytes).toBeLessThan(s.bytes)
+    expect(pruneRequests(s, 2_000, 0)).toBe(s)
   })
 
   it("the empty state serializes and restores to itself", () => {

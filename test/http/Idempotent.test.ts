@@ -6,10 +6,10 @@
  */
 import type { HttpServerResponse } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import { type ApiError, JournalCorrupt, JournalWriteFailed, SessionBusy, SessionEnded } from "../../src/domain/Errors.js"
 import { statusOf } from "../../src/http/Errors.js"
-import { idempotent, jsonAnswer } from "../../src/http/Idempotent.js"
+import { idempotent, idempotentTurn, jsonAnswer } from "../../src/http/Idempotent.js"
 import * as IdempotencyMemory from "../../src/layers/IdempotencyMemory.js"
 import {
   type Answer,
@@ -17,6 +17,7 @@ import {
   type IdempotencyShape,
   IdempotencyStoreFailed
 } from "../../src/services/Idempotency.js"
+import type { Keyed, TurnRequest } from "../../src/services/Sessions.js"
 
 const textOf = (res: HttpServerResponse.HttpServerResponse) =>
   res.body._tag === "Uint8Array" ? new TextDecoder().decode(res.body.body) : ""
@@ -114,6 +115,7 @@ describe("idempotent: what a request leaves under its key", () => {
     Effect.gen(function*() {
       const failing = (error: IdempotencyStoreFailed | IdempotencyLogDamaged): IdempotencyShape => ({
         claim: () => Effect.fail(error),
+        reserve: () => Effect.fail(error),
         complete: () => Effect.fail(error),
         release: () => Effect.fail(error),
         compact: Effect.fail(error)
@@ -126,5 +128,104 @@ describe("idempotent: what a request leaves under its key", () => {
       expect(damaged.status).toBe(503)
       expect(JSON.parse(damaged.text)).toMatchObject({ code: "idempotency_unavailable", retryable: false })
       expect(state.runs).toBe(0)
+    }))
+})
+
+/**
+ * A send or submit whose key is claimed in its session's journal (`idempotentTurn`): a fake
+ * session stands for the journal, answering from what it recorded per key.
+ */
+describe("idempotentTurn: a turn's key lives in its session's journal", () => {
+  type Seen = Keyed<{ readonly n: number }>
+  const fakeSession = (refusal?: ApiError) => {
+    const journal = new Map<string, { readonly hash: string; readonly n: number }>()
+    const state = { runs: 0, keyedRuns: 0 }
+    const work = (request: TurnRequest | undefined): Effect.Effect<Seen, ApiError> =>
+      Effect.suspend(() => {
+        if (request) {
+          const seen = journal.get(request.key)
+          if (seen) return Effect.succeed(seen.hash === request.hash ? { _tag: "Answered", value: { n: seen.n } } : { _tag: "Conflict" })
+        }
+        state.runs++
+        if (refusal) return Effect.fail(refusal)
+        if (request) {
+          state.keyedRuns++
+          journal.set(request.key, { hash: request.hash, n: state.runs })
+        }
+        return Effect.succeed({ _tag: "Answered", value: { n: state.runs } })
+      })
+    return { state, work }
+  }
+  const turn = (store: IdempotencyShape, work: (r: TurnRequest | undefined) => Effect.Effect<Seen, ApiError>, key: string | undefined, body: unknown = { input: "x" }) =>
+    idempotentTurn(store, "send:ses_x", key, body, work, (v) => jsonAnswer(200, v)).pipe(
+      Effect.map((res) => ({ status: res.status, text: textOf(res) })),
+      Effect.catchAll((e) => Effect.succeed({ status: statusOf(e.code), text: JSON.stringify({ code: e.code, retryable: e.retryable }) }))
+    )
+  /** A store that counts what it was asked to write (claims and answers), over the memory store. */
+  const counting = Effect.map(memory, (inner) => {
+    const writes = { claims: 0, completes: 0 }
+    const store: IdempotencyShape = {
+      ...inner,
+      claim: (...a) => Effect.tap(inner.claim(...a), () => void writes.claims++),
+      complete: (...a) => Effect.tap(inner.complete(...a), () => void writes.completes++)
+    }
+    return { store, writes }
+  })
+
+  it.effect("a keyed turn that runs asks the store to write nothing; its retries are answered from the session with the same bytes, and a different body is 409 conflict", () =>
+    Effect.gen(function*() {
+      const { store, writes } = yield* counting
+      const { state, work } = fakeSession()
+      const first = yield* turn(store, work, "k")
+      expect(first).toEqual({ status: 200, text: JSON.stringify({ n: 1 }) })
+      expect(yield* turn(store, work, "k")).toEqual(first)
+      expect(JSON.parse((yield* turn(store, work, "k", { input: "other" })).text).code).toBe("conflict")
+      expect(state.runs).toBe(1)
+      expect(writes).toEqual({ claims: 0, completes: 0 })
+      // The reservation is gone: the store itself holds nothing for the key.
+      expect(yield* store.claim("send:ses_x", "k", "any")).toEqual({ _tag: "Claimed" })
+    }))
+
+  it.effect("while a keyed turn runs, a retry with its key is 409 ambiguous and retryable, and does not reach the session", () =>
+    Effect.gen(function*() {
+      const store = yield* memory
+      const gate = yield* Deferred.make<void>()
+      const state = { runs: 0 }
+      const slow = (_: TurnRequest | undefined) =>
+        Effect.zipRight(Effect.sync(() => state.runs++), Effect.as(Deferred.await(gate), { _tag: "Answered", value: { n: 1 } } as Seen))
+      const first = yield* Effect.fork(turn(store, slow, "k"))
+      yield* Effect.yieldNow()
+      const retry = yield* turn(store, slow, "k")
+      expect(retry.status).toBe(409)
+      expect(JSON.parse(retry.text)).toEqual({ code: "ambiguous", retryable: true })
+      yield* Deferred.succeed(gate, undefined)
+      expect((yield* Fiber.join(first)).status).toBe(200)
+      expect(state.runs).toBe(1)
+    }))
+
+  it.effect("a keyed turn refused before it started (a definite 4xx) is recorded in the store and replayed; a retryable refusal leaves the key free", () =>
+    Effect.gen(function*() {
+      const { store, writes } = yield* counting
+      const ended = fakeSession(new SessionEnded({ message: "the session has ended" }))
+      const first = yield* turn(store, ended.work, "k")
+      expect(first.status).toBe(409)
+      expect(yield* turn(store, ended.work, "k")).toEqual(first)
+      expect(ended.state.runs).toBe(1)
+      expect(writes.completes).toBe(1)
+      const busy = fakeSession(new SessionBusy({ message: "a turn is running in this session" }))
+      expect((yield* turn(store, busy.work, "b")).status).toBe(409)
+      expect((yield* turn(store, busy.work, "b")).status).toBe(409)
+      expect(busy.state.runs).toBe(2)
+      expect(writes.completes).toBe(1)
+    }))
+
+  it.effect("without a key the turn runs every time and the store is not asked", () =>
+    Effect.gen(function*() {
+      const { store, writes } = yield* counting
+      const { state, work } = fakeSession()
+      expect((yield* turn(store, work, undefined)).text).toBe(JSON.stringify({ n: 1 }))
+      expect((yield* turn(store, work, undefined)).text).toBe(JSON.stringify({ n: 2 }))
+      expect(state).toEqual({ runs: 2, keyedRuns: 0 })
+      expect(writes).toEqual({ claims: 0, completes: 0 })
     }))
 })

@@ -223,6 +223,31 @@ describe("IdempotencyFile: restart", () => {
     }))
 })
 
+describe("IdempotencyFile: reservations", () => {
+  it.scoped("a reservation writes nothing, and its release writes nothing: after a restart the key is free; a completed reservation writes its claim and answer, which replay after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect(yield* store.reserve("s", "journaled", "h-journaled")).toEqual({ _tag: "Claimed" })
+          expect(fs.statSync(logOf(dir)).size).toBe(0)
+          yield* store.release("s", "journaled")
+          expect(yield* store.reserve("s", "held", "h-held")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.reserve("s", "refused", "h-refused")).toEqual({ _tag: "Claimed" })
+          yield* store.complete("s", "refused", answer("answer refused"))
+          yield* store.release("s", "refused")
+        }))
+      expect(framesOf(fs.readFileSync(logOf(dir))).map((f) => f.kind)).toEqual(["idem_claim", "idem_answer"])
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          // Reserved and never written: the process that held it is gone, and so is the reservation.
+          expect(yield* store.claim("s", "journaled", "any body")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.claim("s", "held", "any body")).toEqual({ _tag: "Claimed" })
+          yield* expectReplay(store, "refused")
+        }))
+    }))
+})
+
 describe("IdempotencyFile: releases", () => {
   it.scoped("a release is durable: after a restart the released key is free, and a later claim of it stands", () =>
     Effect.gen(function*() {

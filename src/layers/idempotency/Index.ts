@@ -3,8 +3,8 @@
  * the entry's state, and where its records lie in the log — never an answer's body, so memory
  * grows with the number of keys, not with the size of their answers.
  *
- * - An entry claimed by this process and not yet answered (running, answering, releasing) is a
- *   request in flight: it never expires under it.
+ * - An entry claimed or reserved by this process and not yet answered (reserved, running,
+ *   answering, releasing) is a request in flight: it never expires under it.
  * - Any other entry expires `retentionMs` after its answer, or after its claim when it has none;
  *   retention 0 keeps everything.
  * - `liveBytes` counts the log bytes of the entries in the index; the rest of the log is dead
@@ -14,6 +14,8 @@ import type { LiveRecord } from "./Log.js"
 import type { IndexRecord, NotKept } from "./Records.js"
 
 export type EntryState =
+  /** Reserved by this process and never written (`reserve`): in flight; a release forgets it. */
+  | "reserved"
   /** Claimed by this process (its claim durable or on its way), no answer yet. */
   | "running"
   /** Its answer is on its way to the log. */
@@ -65,7 +67,7 @@ export class Index {
 
   expired(e: Entry, now: number) {
     return this.retentionMs > 0 &&
-      e.state !== "running" && e.state !== "answering" && e.state !== "releasing" &&
+      e.state !== "reserved" && e.state !== "running" && e.state !== "answering" && e.state !== "releasing" &&
       now - (e.state === "answered" ? e.answerAtMs : e.claimAtMs) >= this.retentionMs
   }
 

@@ -18,6 +18,8 @@ export interface RunningTurn {
   readonly done: Deferred.Deferred<TurnOutcome>
   /** The cancel as the turn's own wait sees it (shared by every copy of the turn); see `cancelTurn`. */
   readonly signal: CancelSignal
+  /** A keyed send's `Idempotency-Key`: its closing append records the answer (`request_answered`). */
+  readonly answers?: string
 }
 
 /**

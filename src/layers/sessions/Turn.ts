@@ -29,6 +29,7 @@ import { readEvents } from "./Events.js"
 import { type ActivationScope, cancelFailure, type HostDeps, makeHost } from "./Host.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceLive.js"
+import { turnOutcome } from "./Requests.js"
 
 export interface TurnStart {
   readonly cell: Cell
@@ -150,15 +151,21 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
       } else result = exit.value.value ?? null
 
+      // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
+      const answered = turn.answers === undefined
+        ? []
+        : [entry("request_answered", { key: turn.answers, at_ms: yield* Clock.currentTimeMillis })]
       const closingEntries = (f: Failure | undefined) =>
         f
           ? [
             entry("activation_failed", { sequence: activation, failure: f }),
-            entry("turn_failed", { sequence: turn.sequence, failure: f })
+            entry("turn_failed", { sequence: turn.sequence, failure: f }),
+            ...answered
           ]
           : [
             entry("activation_ended", { sequence: activation, result }),
-            entry("turn_ended", { sequence: turn.sequence, result })
+            entry("turn_ended", { sequence: turn.sequence, result }),
+            ...answered
           ]
       // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
       // one commit, durable together with the close or not at all.
@@ -182,7 +189,6 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         cell.broken = true
         scope.unsettled.push(closed.settled)
       }
-      const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit)
       const notRecorded = closed._tag === "Unsettled"
         ? `no answer from the journal within ${config.cleanupDeadlineMs} ms`
         : lateOutcomes > 0
@@ -191,22 +197,26 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           onSuccess: () => "",
           onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
         })
-      const outcome: TurnOutcome = {
-        session_id: cell.session,
-        // Unrecorded, the turn is closed in memory all the same: the session's next access records
-        // it failed (recovery), leaving the session idle, never running for ever.
-        status: !recorded || cell.state.status === "none" ? "idle" : cell.state.status,
-        last_sequence: cell.state.lastSequence,
-        turn: recorded
-          ? closing
-            ? { sequence: turn.sequence, status: "failed", failure: closing }
-            : { sequence: turn.sequence, status: "ended", result }
-          : {
+      const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit) ? closed.exit.value : undefined
+      const outcome: TurnOutcome = recorded
+        ? turnOutcome(
+          cell.session,
+          turn.sequence,
+          recorded[recorded.length - 1]!,
+          closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
+        )
+        : {
+          session_id: cell.session,
+          // Unrecorded, the turn is closed in memory all the same: the session's next access records
+          // it failed (recovery), leaving the session idle, never running for ever.
+          status: "idle",
+          last_sequence: cell.state.lastSequence,
+          turn: {
             sequence: turn.sequence,
             status: "failed",
             failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
           }
-      }
+        }
       if (scope.unsettled.length > 0) {
         // The caller has its answer now; the session stays refused until the late appends settle.
         yield* Deferred.succeed(turn.done, outcome)

@@ -1,0 +1,70 @@
+/**
+ * Keyed sends and submits whose `Idempotency-Key` lives in their session's journal: the claim is
+ * a `request_claimed` record in the append of the turn's `turn_started`, and a send's answer is
+ * its turn's closing append (which carries `request_answered`). A keyed turn costs no write
+ * beyond the turn's own. A retry with the key is answered from the folded state and, for a send,
+ * the closing record read back: the same value the first request got, built by the same function
+ * (`turnOutcome`), so its JSON is equal byte for byte.
+ */
+import { Effect } from "effect"
+import { type JournalRecord } from "../../domain/Records.js"
+import { liveRequest, requestId } from "../../domain/Projection.js"
+import type { JournalShape } from "../../services/Journal.js"
+import type { Keyed, Receipt, TurnOutcome, TurnRequest } from "../../services/Sessions.js"
+import type { Failure } from "../../domain/Failure.js"
+import type { Cell } from "./Cell.js"
+import { fromJournal } from "./Registry.js"
+
+/** How a turn closed, as its closing record says. */
+export type TurnClose =
+  | { readonly kind: "turn_ended"; readonly result: unknown }
+  | { readonly kind: "turn_failed"; readonly failure: Failure }
+
+/**
+ * A send's answer once its closing append is durable: `lastSequence` is that append's last record.
+ * The one builder of a recorded outcome, for the first answer and for every replay.
+ */
+export const turnOutcome = (session: TurnOutcome["session_id"], turn: number, lastSequence: number, close: TurnClose): TurnOutcome => ({
+  session_id: session,
+  status: "idle",
+  last_sequence: lastSequence,
+  turn: close.kind === "turn_ended"
+    ? { sequence: turn, status: "ended", result: close.result }
+    : { sequence: turn, status: "failed", failure: close.failure }
+})
+
+const CONFLICT = { _tag: "Conflict" } as const
+const IN_FLIGHT = { _tag: "Ambiguous", inFlight: true } as const
+const NEVER_ANSWERED = { _tag: "Ambiguous", inFlight: false } as const
+
+const closeOf = (r: JournalRecord | undefined): TurnClose | undefined =>
+  r?.kind === "turn_ended"
+    ? { kind: "turn_ended", result: r.payload.result }
+    : r?.kind === "turn_failed"
+    ? { kind: "turn_failed", failure: r.payload.failure }
+    : undefined
+
+/**
+ * What the session's journal says of a keyed send (undefined: never seen within retention, so
+ * it runs). Reads one record (the closing one) for a replay.
+ */
+export const seenSend = (journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) =>
+  Effect.gen(function*() {
+    const e = liveRequest(cell.state, requestId("send", request.key), now, retentionMs)
+    if (e === undefined) return undefined
+    if (e.hash !== request.hash) return CONFLICT
+    if (e.answered === undefined || e.closed === undefined) return e.closed === undefined ? IN_FLIGHT : NEVER_ANSWERED
+    const [record] = yield* journal.read(cell.session, { after: e.closed - 1, limit: 1 }).pipe(Effect.mapError((j) => fromJournal(j)))
+    const close = closeOf(record?.sequence === e.closed ? record : undefined)
+    // The state and the journal disagree: never answer from a guess.
+    if (close === undefined) return NEVER_ANSWERED
+    return { _tag: "Answered", value: turnOutcome(cell.session, e.turn, e.answered, close) } satisfies Keyed<TurnOutcome>
+  })
+
+/** What the session's journal says of a keyed submit (undefined: never seen within retention). */
+export const seenSubmit = (cell: Cell, request: TurnRequest, now: number, retentionMs: number): Keyed<Receipt> | undefined => {
+  const e = liveRequest(cell.state, requestId("submit", request.key), now, retentionMs)
+  if (e === undefined) return undefined
+  if (e.hash !== request.hash) return CONFLICT
+  return { _tag: "Answered", value: { session_id: cell.session, sequence: e.turn } }
+}

@@ -1,0 +1,117 @@
+/**
+ * A keyed send or submit keeps its `Idempotency-Key` in its session's journal, in a real server
+ * process: the claim shares the append of the turn's `turn_started`, a send's answer is its
+ * turn's closing append, and the server-wide idempotency log is not written at all. Retries
+ * replay the first answer byte for byte, before and after a restart (from a checkpoint plus the
+ * journal's tail), and a key past retention is free again.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { framesOf } from "../support/frames.js"
+import { ensureBuilt, eventually, request, ServerProcess, sleep } from "../support/server.js"
+
+const SCRIPTED = { model: { provider: "scripted" } }
+
+/** The kinds of a session's journal records, in order, read from its segment files. */
+const journalKinds = (dataDir: string, session: string): Array<string> => {
+  const dir = path.join(dataDir, "sessions", session)
+  const files: Array<string> = []
+  const walk = (d: string) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name)
+      if (e.isDirectory()) walk(p)
+      else if (p.includes(`${path.sep}journal${path.sep}`)) files.push(p)
+    }
+  }
+  walk(dir)
+  return files.sort().flatMap((f) => framesOf(fs.readFileSync(f)).sort((a, b) => a.sequence - b.sequence).map((fr) => fr.kind))
+}
+
+describe("idempotency keys in the session's journal", () => {
+  const servers: Array<ServerProcess> = []
+  beforeAll(ensureBuilt, 120_000)
+  afterAll(async () => {
+    for (const s of servers) await s.dispose()
+  })
+
+  it("a keyed send and submit write nothing to the idempotency log; their retries replay the first bytes, also after a restart from a checkpoint; another body is 409 conflict", async () => {
+    const s = await new ServerProcess().start()
+    servers.push(s)
+    const created = await request(s.baseUrl, "/v1/sessions", { json: SCRIPTED })
+    expect(created.status, created.text).toBe(201)
+    const id = created.body.session_id as string
+    const log = path.join(s.dataDir, "idempotency", "claims.log")
+    const logSize = () => fs.statSync(log).size
+    const before = logSize()
+    const send = (message: string, key?: string, headers: Record<string, string> = {}) =>
+      request(s.baseUrl, `/v1/sessions/${id}/messages`, {
+        json: { input: { message } },
+        headers: { ...(key ? { "idempotency-key": key } : {}), ...headers }
+      })
+
+    const sent = await send("hello", "send-1")
+    expect(sent.status, sent.text).toBe(200)
+    expect(sent.body.turn.status).toBe("ended")
+    const submitted = await send("later", "submit-1", { prefer: "respond-async" })
+    expect(submitted.status, submitted.text).toBe(202)
+    await eventually("the submitted turn's end", async () => (await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "idle" || undefined)
+    expect(logSize()).toBe(before)
+
+    // The claims are in the journal, with their turns; the send's answer with its close.
+    const kinds = journalKinds(s.dataDir, id)
+    expect(kinds.filter((k) => k === "request_claimed").length).toBe(2)
+    expect(kinds.filter((k) => k === "request_answered").length).toBe(1)
+    const claimAt = kinds.indexOf("request_claimed")
+    expect(kinds.slice(claimAt - 2, claimAt + 1)).toEqual(["turn_started", "activation_started", "request_claimed"])
+    expect(kinds[kinds.indexOf("request_answered") - 1]).toBe("turn_ended")
+    // Private: no Event shows them.
+    const events = (await request(s.baseUrl, `/v1/sessions/${id}/events?limit=1000`)).body.events as Array<{ kind: string }>
+    expect(events.some((e) => e.kind.startsWith("request_"))).toBe(false)
+
+    const replays = async () => {
+      const again = await send("hello", "send-1")
+      expect([again.status, again.text]).toEqual([200, sent.text])
+      const again2 = await send("later", "submit-1", { prefer: "respond-async" })
+      expect([again2.status, again2.text]).toEqual([202, submitted.text])
+      expect(again2.headers.get("preference-applied")).toBe("respond-async")
+      const other = await send("not hello", "send-1")
+      expect([other.status, other.body.code]).toEqual([409, "conflict"])
+      // The same key in the other mode is another request.
+      const crossed = await send("hello", "send-1", { prefer: "respond-async" })
+      expect(crossed.status, crossed.text).toBe(202)
+      await eventually("the crossed turn's end", async () => (await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "idle" || undefined)
+    }
+    await replays()
+
+    // Enough unkeyed turns for a checkpoint (one per 256 records), so the restart folds from it.
+    for (let i = 0; i < 40; i++) expect((await send(`filler ${i}`)).status).toBe(200)
+    await s.stop()
+    expect(fs.existsSync(path.join(s.dataDir, "sessions", id, "checkpoint"))).toBe(true)
+    await s.start()
+    const again = await send("hello", "send-1")
+    expect([again.status, again.text]).toEqual([200, sent.text])
+    const again2 = await send("later", "submit-1", { prefer: "respond-async" })
+    expect([again2.status, again2.text]).toEqual([202, submitted.text])
+    expect((await send("not hello", "send-1")).status).toBe(409)
+    const turns = (await request(s.baseUrl, `/v1/sessions/${id}/events?limit=1000`)).body.events.filter((e: { kind: string }) => e.kind === "turn_started")
+    expect(turns.length).toBe(3 + 40)
+    expect(logSize()).toBe(before)
+  }, 60_000)
+
+  it("a key past BRAIN_REQUEST_RETENTION_SECS is free: the same send runs again as a new turn", async () => {
+    const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
+    servers.push(s)
+    const created = await request(s.baseUrl, "/v1/sessions", { json: SCRIPTED })
+    const id = created.body.session_id as string
+    const send = () => request(s.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "again" } }, headers: { "idempotency-key": "k" } })
+    const first = await send()
+    expect(first.status, first.text).toBe(200)
+    expect((await send()).text).toBe(first.text)
+    await sleep(1_100)
+    const later = await send()
+    expect(later.status, later.text).toBe(200)
+    expect(later.body.turn.sequence).toBeGreaterThan(first.body.turn.sequence)
+    expect((await send()).text).toBe(later.text)
+  }, 30_000)
+})
