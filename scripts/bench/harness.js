@@ -12,7 +12,7 @@
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
 // echo host tool; every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
 // baseline, measured in the same run: plain node:http answering after K group-committed
-// fdatasyncs of ~200 B (K = 1, and K = 7, the sequential commits of a keyed text turn). `--peer`
+// fdatasyncs of ~200 B (K = 1, and K = 4, the sequential commits of a text turn, keyed or not). `--peer`
 // adds Restate and the durable-request floor from ../shared/peer, driven by the peer's own
 // client, in the same run. `--quick` runs every probe small and short: CI checks that the harness
 // runs, not what it measures. A probe with fewer than 100 samples prints no p99.
@@ -113,7 +113,7 @@ const turnsOn = async (port, ids, turns, concurrency = 32) => {
 // ---------------------------------------------------------------------------------------------
 // Baselines
 
-for (const K of runs("baseline") ? [1, 7] : []) {
+for (const K of runs("baseline") ? [1, 4] : []) {
   const b = await startBaseline(K)
   for (const c of [1, ...CONCURRENCY]) {
     const r = await measureWithCpu(b.pid, () => expectStatus(request(b.port, "POST", "/", SEND), 200), c, seconds * 1000)
@@ -135,6 +135,18 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
     const [one] = await createSessions(port, 1, SCRIPTED)
     for (let i = 0; i < (quick ? 20 : 200); i++) await send(port, one) // warm-up: JIT, file handles
     row("brain: text turn (sync send, 200 with the outcome), 1 session", await measureWithCpu(pid, () => send(port, one), 1, seconds * 1000))
+    // What a key costs: sends with and without an Idempotency-Key, alternating on one session, so
+    // both see the same machine (its claim rides on the turn's own appends).
+    const pair = { keyed: [], unkeyed: [] }
+    const until = performance.now() + seconds * 1000
+    for (let i = 0; performance.now() < until || pair.unkeyed.length < MIN_SAMPLES; i++) {
+      const k = i % 2 === 0
+      const t0 = performance.now()
+      await expectStatus(request(port, "POST", `/v1/sessions/${one}/messages`, SEND, k ? keyed() : {}), 200)
+      pair[k ? "keyed" : "unkeyed"].push(performance.now() - t0)
+    }
+    row("brain: text turn with an Idempotency-Key, 1 session, alternating with the next row", fromSamples(pair.keyed))
+    row("brain: text turn without a key, 1 session, alternating with the row above", fromSamples(pair.unkeyed))
     for (const c of CONCURRENCY) {
       const ids = await createSessions(port, c, SCRIPTED)
       row(`brain: text turns, ${c} sessions back to back`, await measureWithCpu(pid, (i) => send(port, ids[i]), c, seconds * 1000))

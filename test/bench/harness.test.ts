@@ -24,9 +24,11 @@ describe("the benchmark harness", () => {
     const rows = out.split("\n").filter((l) => /^\| (baseline|brain):/.test(l))
     const probes = [
       "baseline: node:http + 1 group-committed fdatasync, 1 concurrent",
-      "baseline: node:http + 7 group-committed fdatasyncs in a row, 64 concurrent",
+      "baseline: node:http + 4 group-committed fdatasyncs in a row, 64 concurrent",
       "brain: create a session",
       "brain: text turn (sync send, 200 with the outcome), 1 session",
+      "brain: text turn with an Idempotency-Key, 1 session",
+      "brain: text turn without a key, 1 session",
       "brain: text turns, 64 sessions",
       "brain: admission",
       "brain: first SSE frame",
