@@ -14,6 +14,9 @@
  *
  * - An answer the store did not keep (above its maximum) replays as 409 `ambiguous` saying the
  *   request completed with its status: details `{ambiguous: false, status, answer_bytes}`.
+ * - Sends and submits (`idempotentTurn`) keep their key in their session's journal with the turn:
+ *   the store only holds it in memory while the request runs, and keeps it only for a request
+ *   refused before its turn started.
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
  *   `idempotency_unavailable` (not retryable: an operator must repair the log).
  */
@@ -87,6 +90,17 @@ export const notKeptFailure = (status: number, bytes: number) =>
 /** What a keyed request can be refused with before its work runs (the store's own failures included). */
 export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Internal
 
+/** The refusal a key used with another body, or claimed and not answered, stands for (in the store or a session's journal). */
+const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>) =>
+  seen._tag === "Conflict"
+    ? new Conflict({ message: "this Idempotency-Key was used with a different request" })
+    : new Ambiguous({
+      message: seen.inFlight
+        ? "a request with this Idempotency-Key is still in progress"
+        : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
+      retryable: seen.inFlight
+    })
+
 /** A key already claimed or answered: its replay, or why the request is refused. */
 const refusedClaim = (claim: Exclude<ClaimResult, { readonly _tag: "Claimed" }>) => {
   switch (claim._tag) {
@@ -95,16 +109,8 @@ const refusedClaim = (claim: Exclude<ClaimResult, { readonly _tag: "Claimed" }>)
     case "AnswerNotKept":
       return Effect.fail(notKeptFailure(claim.status, claim.bytes))
     case "Conflict":
-      return Effect.fail(new Conflict({ message: "this Idempotency-Key was used with a different request" }))
     case "Ambiguous":
-      return Effect.fail(
-        new Ambiguous({
-          message: claim.inFlight
-            ? "a request with this Idempotency-Key is still in progress"
-            : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-          retryable: claim.inFlight
-        })
-      )
+      return Effect.fail(keyedRefusal(claim))
   }
 }
 
@@ -126,17 +132,6 @@ const settleFailure = (store: IdempotencyShape, scope: string, key: string, e: A
   })
 
 const logFailure = (what: string) => (e: IdempotencyError) => Effect.logError(`${what} failed: ${e.message}`)
-
-/** The refusal a turn's claim in its session's journal stands for (`Keyed`). */
-const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>) =>
-  seen._tag === "Conflict"
-    ? new Conflict({ message: "this Idempotency-Key was used with a different request" })
-    : new Ambiguous({
-      message: seen.inFlight
-        ? "a request with this Idempotency-Key is still in progress"
-        : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-      retryable: seen.inFlight
-    })
 
 /**
  * A send or submit under its `Idempotency-Key`, claimed in its session's journal (Sessions'
