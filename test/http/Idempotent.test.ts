@@ -219,6 +219,19 @@ describe("idempotentTurn: a turn's key lives in its session's journal", () => {
       expect(writes.completes).toBe(1)
     }))
 
+  it.effect("a keyed turn whose start may have been written (an ambiguous journal failure) is recorded in the store as 409 ambiguous, which retries get before the session is asked", () =>
+    Effect.gen(function*() {
+      const { store, writes } = yield* counting
+      const failed = fakeSession(new JournalWriteFailed({ message: "the write of turn_started failed", details: { ambiguous: true } }))
+      const first = yield* turn(store, failed.work, "k")
+      expect([first.status, JSON.parse(first.text).code]).toEqual([500, "journal_write_failed"])
+      const retry = yield* turn(store, failed.work, "k")
+      expect(retry.status).toBe(409)
+      expect(JSON.parse(retry.text)).toMatchObject({ code: "ambiguous", retryable: false, details: { ambiguous: true, failure: { code: "journal_write_failed" } } })
+      expect(failed.state.runs).toBe(1)
+      expect(writes.completes).toBe(1)
+    }))
+
   it.effect("without a key the turn runs every time and the store is not asked", () =>
     Effect.gen(function*() {
       const { store, writes } = yield* counting
