@@ -4,7 +4,8 @@
  *
  * Rules:
  * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here (and
- *   `brain_transcript_tail` when it reads only the transcript's tail) and defines
+ *   `brain_transcript_tail` when it reads only the transcript's tail, `brain_events_from_end` when
+ *   it wants its input's Events from the previous activation's end) and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
  *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
@@ -29,6 +30,14 @@ export const brain_abi_v1: i32 = 1
  * `transcriptRange` (docs/abi.md, "The transcript's tail"). Its value is not read.
  */
 export const brain_transcript_tail: i32 = 1
+
+/**
+ * A loop that re-exports this marker is given its input's Events from the previous activation's
+ * end on (`activation_ended` or `activation_failed`, then the turn's end and everything after),
+ * not from the previous activation's start: how the previous turn ended, not each step it took
+ * (docs/abi.md, "The input's Events"). Its value is not read.
+ */
+export const brain_events_from_end: i32 = 1
 
 /** Brain asks for room for the input and for every host answer here. */
 export function brain_alloc(size: usize): usize {

@@ -41,7 +41,10 @@ export class Activation {
     return v !== null && v.isObject() ? v : Json.object()
   }
 
-  /** Public Events since the previous activation's start: an array of `{session_id, sequence, recorded_at_ms, kind, data, origin}`. */
+  /**
+   * Public Events since the previous activation's start (or its end, for a loop that exports
+   * `brain_events_from_end`): an array of `{session_id, sequence, recorded_at_ms, kind, data, origin}`.
+   */
   get events(): Json {
     const v = present(this.json.get("events"))
     return v !== null && v.isArray() ? v : Json.array()

@@ -31,8 +31,9 @@ import { interruptionNote, repairTranscript, setPresent, toolMessage, truthy } f
 
 // It reads only the transcript's tail: Brain gives it every message an interruption can have left
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
-// conversation is.
-export { brain_abi_v1, brain_alloc, brain_transcript_tail } from "../../guest/brain"
+// conversation is. And it reads its Events only for how the previous turn ended (a `turn_failed`),
+// so it takes them from the previous activation's end on ("The input's Events"), not each step.
+export { brain_abi_v1, brain_alloc, brain_events_from_end, brain_transcript_tail } from "../../guest/brain"
 
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)

@@ -57,6 +57,8 @@ export interface SessionState {
   readonly modelCalls: number
   /** The sequence of the last `activation_started` (0 when none); it stays after the activation closes. */
   readonly lastActivation: number
+  /** The sequence of the last `activation_ended` or `activation_failed` (0 when none). */
+  readonly lastActivationEnd: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
   readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
   /** Keyed sends and submits by `requestId`, expired ones included until pruned (`pruneRequests`). */
@@ -114,6 +116,7 @@ export const empty: SessionState = {
   pending: HashMap.empty(),
   modelCalls: 0,
   lastActivation: 0,
+  lastActivationEnd: 0,
   transcriptLengths: Chunk.empty(),
   requests: HashMap.empty(),
   turnRequest: undefined,
@@ -210,6 +213,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "activation_ended":
     case "activation_failed":
       next.activation = undefined
+      next.lastActivationEnd = record.sequence
       break
     case "session_end_started":
       next.status = "ending"
@@ -384,6 +388,7 @@ export interface SerializedState {
   readonly pending: ReadonlyArray<PendingEffect>
   readonly modelCalls: number
   readonly lastActivation: number
+  readonly lastActivationEnd: number
   readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
   readonly requests: ReadonlyArray<readonly [string, RequestEntry]>
   readonly turnRequest: string | null
@@ -408,6 +413,7 @@ export const serializeState = (s: SessionState): SerializedState => ({
   pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence),
   modelCalls: s.modelCalls,
   lastActivation: s.lastActivation,
+  lastActivationEnd: s.lastActivationEnd,
   transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths),
   requests: [...HashMap.toEntries(s.requests)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
   turnRequest: orNull(s.turnRequest),
@@ -429,6 +435,7 @@ export const deserializeState = (j: SerializedState): SessionState => {
     pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
     modelCalls: j.modelCalls,
     lastActivation: j.lastActivation,
+    lastActivationEnd: j.lastActivationEnd,
     transcriptLengths: Chunk.fromIterable(j.transcriptLengths),
     requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, e] as const)),
     turnRequest: orUndefined(j.turnRequest),

@@ -62,7 +62,7 @@ export const make = (options: AgentloopsOptions = {}) =>
       const host = wasm.value
       // A build that produced an inadmissible official loop is a bug of the build, not of a request.
       const module = yield* Effect.orDie(host.admit(options.officialModule))
-      official = { activate: (input, h) => host.runLoop(module, input, h) }
+      official = { activate: (input, h) => host.runLoop(module, input, h), eventsFromEnd: module.eventsFromEnd }
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])
     const compiled = new Map<string, AdmittedModule>()
@@ -102,7 +102,8 @@ export const make = (options: AgentloopsOptions = {}) =>
           if (builtin) return Effect.succeed(builtin)
           return loopModule(id).pipe(
             Effect.map((module): AgentloopShape => ({
-              activate: (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host))
+              activate: (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host)),
+              eventsFromEnd: module.eventsFromEnd
             })),
             Effect.mapError((e) => new AgentloopFailed({ failure: failure("agentloop_failed", e.reason) }))
           )

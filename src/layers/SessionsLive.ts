@@ -163,8 +163,9 @@ export const make = Effect.gen(function*() {
       }
       cell.running = turn // claimed before the commit, so a concurrent send is refused
       // The new activation sees the public Events from the previous activation's start on: what it
-      // did, how it ended (including what recovery recorded for it), and what came after.
-      const eventsAfter = Math.max(0, cell.state.lastActivation - 1)
+      // did, how it ended (including what recovery recorded for it), and what came after; or, for a
+      // loop that asks, from the previous activation's end on: how it ended and what came after.
+      const eventsAfter = Math.max(0, (loop.eventsFromEnd === true ? cell.state.lastActivationEnd : cell.state.lastActivation) - 1)
       const starting: Array<Entry> = [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })]
       if (request) {
         const at_ms = yield* Clock.currentTimeMillis

@@ -58,6 +58,8 @@ const interruptionNote = (events: ReadonlyArray<{ kind: string; data: any }>): s
 }
 
 export const officialLoop: AgentloopShape = {
+  // It reads its Events only for how the previous turn ended, as the WebAssembly loop does.
+  eventsFromEnd: true,
   activate: (input, host: Host) =>
     Effect.gen(function*() {
       let transcript = repairTranscript(input.transcript)

@@ -26,7 +26,11 @@ export interface ActivationInput {
   readonly input: TurnInput | undefined
   readonly transcript: ReadonlyArray<Message>
   readonly configuration: SessionConfiguration
-  /** Public Events from the previous activation's start on (at most 1,000). */
+  /**
+   * Public Events (at most 1,000) from the previous activation's `activation_started` on, or, for
+   * a loop with `eventsFromEnd`, from its `activation_ended` / `activation_failed` on; all of them
+   * for the session's first activation.
+   */
   readonly events: ReadonlyArray<Event>
   readonly runtime: RuntimeEnvelope
 }
@@ -72,6 +76,14 @@ export class AgentloopFailed extends Data.TaggedError("AgentloopFailed")<{ reado
 export interface AgentloopShape {
   /** Runs one activation; the value is the turn's result (JSON). */
   readonly activate: (input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed | HostCallFailed>
+  /**
+   * The loop's input Events start at its predecessor's end (`activation_ended` or
+   * `activation_failed`), not at its predecessor's start: it is told how the previous activation
+   * ended and what came after, not each step the previous activation took (which it can still
+   * read with the `events` host call). A WebAssembly loop asks for this by exporting the global
+   * `brain_events_from_end` (docs/abi.md).
+   */
+  readonly eventsFromEnd?: boolean
 }
 
 /** An admitted module, as listed. */

@@ -36,6 +36,8 @@ export interface AdmittedModule {
    * transcript's tail and `transcript_start`, not the whole transcript (docs/abi.md).
    */
   readonly tail: boolean
+  /** A loop that exports the `brain_events_from_end` global: its input Events start at its predecessor's end (docs/abi.md). */
+  readonly eventsFromEnd: boolean
   readonly bytes: number
 }
 

@@ -18,6 +18,7 @@ import {
   type ActivationInput,
   AgentloopFailed,
   type AgentloopShape,
+  type Host,
   type HostCallFailed,
   type ToolResult
 } from "../../src/services/Agentloop.js"
@@ -701,6 +702,42 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
             "activation_started"
           ])
           expect(inputs[1]!.transcript).toEqual([msg("user", "one")])
+        }))
+    })
+
+    it.scopedLive("a loop that takes its Events from its predecessor's end is given them from the previous activation_ended or activation_failed on", () => {
+      const probe = new Probe()
+      const inputs: Array<ActivationInput> = []
+      const loops = {
+        t: {
+          eventsFromEnd: true,
+          activate: (input: ActivationInput, host: Host) =>
+            Effect.gen(function*() {
+              inputs.push(input)
+              yield* host.emit("note", { turn: inputs.length })
+              if (input.input!.message === "fail") return yield* Effect.fail(new AgentloopFailed({ failure: failure("agentloop_failed", "asked to fail") }))
+            })
+        } satisfies AgentloopShape
+      }
+      return run({ loops }, probe, ({ events, records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted() })
+          yield* sessions.send(s, { message: "one" })
+          yield* Effect.either(sessions.send(s, { message: "fail" }))
+          yield* sessions.send(s, { message: "three" })
+          const all = yield* records(s)
+          const evs = yield* events(s)
+          const starts = ofKind(all, "activation_started").map((r) => r.sequence)
+          const ended = ofKind(all, "activation_ended").map((r) => r.sequence)
+          const failedAt = ofKind(all, "activation_failed").map((r) => r.sequence)
+          expect(inputs.length).toBe(3)
+          // The first activation has no predecessor: everything since the session began.
+          expect(inputs[0]!.events).toEqual(evs.filter((e) => e.sequence <= starts[0]!))
+          expect(inputs[1]!.events).toEqual(evs.filter((e) => e.sequence >= ended[0]! && e.sequence <= starts[1]!))
+          expect(inputs[1]!.events.map((e) => e.kind)).toEqual(["activation_ended", "turn_ended", "turn_started", "activation_started"])
+          expect(inputs[2]!.events).toEqual(evs.filter((e) => e.sequence >= failedAt[0]! && e.sequence <= starts[2]!))
+          expect(inputs[2]!.events.map((e) => e.kind)).toEqual(["activation_failed", "turn_failed", "turn_started", "activation_started"])
+          expect(inputs[2]!.events[1]!.data).toMatchObject({ failure: { code: "agentloop_failed", message: "asked to fail" } })
         }))
     })
 

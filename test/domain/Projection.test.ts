@@ -39,6 +39,28 @@ describe("Projection folds", () => {
     expect(foldAll(records(creation, ["session_creation_failed", { sequence: 1, failure }])).status).toBe("failed")
   })
 
+  it("the last activation's start and end stay after it closes, ended or failed, and through a checkpoint", () => {
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }],
+      ["activation_started", { agentloop: "official" }],
+      ["activation_ended", { sequence: 4 }],
+      ["turn_ended", { sequence: 3 }],
+      ["turn_started", { input: { message: "again" }, mode: "send" }],
+      ["activation_started", { agentloop: "official" }],
+      ["activation_failed", { sequence: 8, failure }],
+      ["turn_failed", { sequence: 7, failure }]
+    )
+    const marks = rs.map((_, i) => {
+      const s = foldAll(rs.slice(0, i + 1))
+      return [s.lastActivation, s.lastActivationEnd]
+    })
+    expect(marks).toEqual([[0, 0], [0, 0], [0, 0], [4, 0], [4, 5], [4, 5], [4, 5], [8, 5], [8, 9], [8, 9]])
+    const restored = deserializeState(JSON.parse(JSON.stringify(serializeState(foldAll(rs)))))
+    expect([restored.lastActivation, restored.lastActivationEnd]).toEqual([8, 9])
+  })
+
   it("the transcript is the fold of {keep, append} deltas: appends keep the prefix, rewrites restart at keep", () => {
     const u = (content: string) => ({ role: "user" as const, content })
     const s = foldAll(

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
-import { helloLoop, padded } from "../support/wat.js"
+import { echoing, helloLoop, padded, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
 
@@ -40,6 +40,32 @@ describe("uploaded modules", () => {
     const refused = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })
     expect(refused.status).toBe(400)
     expect((await request(server.baseUrl, `/v1/agentloops/${"x".repeat(64)}`, { method: "DELETE" })).status).toBe(400)
+  })
+
+  it("a loop exporting brain_events_from_end is given its Events from the previous activation's end on; one without it, from the previous activation's start on", async () => {
+    const kindsSeen = async (bytes: Uint8Array) => {
+      const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(admitted.status).toBe(201)
+      const session = (await request(server.baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
+      const first = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      expect(first.body.turn.status).toBe("ended")
+      const second = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "two" } } })
+      expect(second.body.turn.status).toBe("ended")
+      return (second.body.turn.result.events as ReadonlyArray<{ kind: string }>).map((e) => e.kind)
+    }
+    expect(await kindsSeen(await wat(echoing("brain_run", undefined, { eventsFromEnd: true })))).toEqual([
+      "activation_ended",
+      "turn_ended",
+      "turn_started",
+      "activation_started"
+    ])
+    expect(await kindsSeen(await wat(echoing()))).toEqual([
+      "activation_started",
+      "activation_ended",
+      "turn_ended",
+      "turn_started",
+      "activation_started"
+    ])
   })
 
   it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409", async () => {

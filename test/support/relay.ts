@@ -62,6 +62,8 @@ const decode = <A>(answer: string, value: (ok: any) => A): Effect.Effect<A, Host
 
 /** `loop` run behind the WebAssembly host: each of its host calls relayed through the guest. */
 export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool, limits: ActivationLimits): AgentloopShape => ({
+  // Which Events the input carries is the loop's choice, made before the activation: the relay keeps it.
+  ...(loop.eventsFromEnd === true ? { eventsFromEnd: true } : {}),
   activate: (input, host) =>
     Effect.gen(function*() {
       const calls = yield* Queue.unbounded<Pending>()

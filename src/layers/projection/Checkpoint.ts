@@ -7,7 +7,7 @@ import { crc32 } from "../journal/Frame.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import type { SerializedState } from "../../domain/Projection.js"
 
-export const CHECKPOINT_FORMAT = "brain-checkpoint/2"
+export const CHECKPOINT_FORMAT = "brain-checkpoint/3"
 
 export interface CheckpointBody {
   readonly format: typeof CHECKPOINT_FORMAT

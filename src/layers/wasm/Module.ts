@@ -128,5 +128,7 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     }
     // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a global.
     const tail = loop && exports.get("brain_transcript_tail") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, bytes: bytes.length })
+    // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
+    const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, eventsFromEnd, bytes: bytes.length })
   })
