@@ -45,6 +45,7 @@ import {
   openFileLimit
 } from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
+import { fastSend } from "./http/FastSend.js"
 import { BodyBudget, gate } from "./http/Middleware.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
@@ -54,6 +55,7 @@ import { Hosts } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+import { Idempotency } from "./services/Idempotency.js"
 import { Sessions } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
 
@@ -185,14 +187,20 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
 /** The HTTP server over the services. */
 export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server, guard?: ConnectionGuard) => {
   const { host, port } = parseListen(config.listen)!
-  return HttpApiBuilder.serve().pipe(
-    Layer.provide(HttpApiBuilder.middleware(gate({
+  // Sends, every turn, are routed by the gate itself (FastSend.ts) with the route's own schemas and handler.
+  const gateLayer = Layer.unwrapEffect(Effect.gen(function*() {
+    const route = fastSend(yield* Sessions, yield* Idempotency)
+    return HttpApiBuilder.middleware(gate({
       apiToken: config.apiToken,
       maxRequestBytes: config.maxRequestBytes,
       draining: () => admission.draining,
       bodies: new BodyBudget(inflightBodyBytes(config.inflightBodyBytes)),
-      ...(guard ? { onProbation: guard.onProbation } : {})
-    }))),
+      ...(guard ? { onProbation: guard.onProbation } : {}),
+      route
+    }))
+  }))
+  return HttpApiBuilder.serve().pipe(
+    Layer.provide(gateLayer),
     Layer.provide(HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json", additionalPropertiesStrategy: "strict" })),
     Layer.provide(apiLive(admission)),
     HttpServer.withLogAddress,

@@ -19,9 +19,9 @@ import {
 } from "../domain/Errors.js"
 import { type AgentloopInUse, type AgentloopRejected, Agentloops, type AgentloopStoreFailed } from "../services/Agentloop.js"
 import { type CallName, type HostAnswer, Hosts } from "../services/Hosts.js"
-import { type Answer, Idempotency } from "../services/Idempotency.js"
+import { type Answer, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { type EventPage, Sessions } from "../services/Sessions.js"
+import { type EventPage, Sessions, type SessionsShape } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond } from "./Idempotent.js"
@@ -121,6 +121,41 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
 /** A turn run without a key, as a keyed one that ran. */
 const answered = <A>(value: A) => ({ _tag: "Answered", value }) as const
 
+/** A send as the contract decodes it. */
+export interface SendRequest {
+  readonly headers: typeof Schemas.MessageHeaders.Type
+  readonly path: typeof Schemas.SessionPath.Type
+  readonly payload: typeof Schemas.SendMessageRequest.Type
+}
+
+/**
+ * `POST /v1/sessions/:id/messages`: a turn, answered with its outcome (200) or, with `Prefer:
+ * respond-async`, its receipt (202). The one handler of sends, whether HttpApi routed the request
+ * or the gate's route for sends did (FastSend.ts).
+ */
+export const sendMessage = (sessions: SessionsShape, store: IdempotencyShape) => ({ headers, path, payload }: SendRequest) => {
+  const async = /(^|[\s,;])respond-async([\s,;=]|$)/i.test(headers.prefer ?? "")
+  const id: SessionId = path.id
+  // The key is claimed in the session's journal with the turn (http/Idempotent.ts, idempotentTurn).
+  return async
+    ? idempotentTurn(
+      store,
+      `submit:${id}`,
+      headers["idempotency-key"],
+      payload,
+      (r) => r ? sessions.submitKeyed(id, payload.input, r) : Effect.map(sessions.submit(id, payload.input), answered),
+      (receipt) => jsonAnswer(202, receipt, { "preference-applied": "respond-async" })
+    )
+    : idempotentTurn(
+      store,
+      `send:${id}`,
+      headers["idempotency-key"],
+      payload,
+      (r) => r ? sessions.sendKeyed(id, payload.input, r) : Effect.map(sessions.send(id, payload.input), answered),
+      (outcome) => jsonAnswer(200, outcome)
+    )
+}
+
 export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "sessions", (h) =>
   Effect.gen(function*() {
     const sessions = yield* Sessions
@@ -144,28 +179,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           (page) => ({ sessions: page.sessions, next_cursor: page.next_cursor ?? null })
         ))
       .handle("get", ({ path }) => sessions.get(path.id))
-      .handle("send", ({ headers, path, payload }) => {
-        const async = /(^|[\s,;])respond-async([\s,;=]|$)/i.test(headers.prefer ?? "")
-        const id: SessionId = path.id
-        // The key is claimed in the session's journal with the turn (http/Idempotent.ts, idempotentTurn).
-        return async
-          ? idempotentTurn(
-            store,
-            `submit:${id}`,
-            headers["idempotency-key"],
-            payload,
-            (r) => r ? sessions.submitKeyed(id, payload.input, r) : Effect.map(sessions.submit(id, payload.input), answered),
-            (receipt) => jsonAnswer(202, receipt, { "preference-applied": "respond-async" })
-          )
-          : idempotentTurn(
-            store,
-            `send:${id}`,
-            headers["idempotency-key"],
-            payload,
-            (r) => r ? sessions.sendKeyed(id, payload.input, r) : Effect.map(sessions.send(id, payload.input), answered),
-            (outcome) => jsonAnswer(200, outcome)
-          )
-      })
+      .handle("send", sendMessage(sessions, store))
       .handle("events", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
           const accept = request.headers["accept"] ?? ""

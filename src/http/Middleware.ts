@@ -24,6 +24,7 @@ import {
   UnsupportedMediaType
 } from "../domain/Errors.js"
 import { toResponse } from "./Errors.js"
+import type { GateRoute } from "./FastSend.js"
 
 /**
  * Request bodies held in memory at once, in bytes. A body is held from its first byte until its
@@ -58,6 +59,8 @@ export interface GateOptions {
   readonly draining: () => boolean
   /** Whether the request came on a connection accepted past the connection limit (health only). */
   readonly onProbation?: (socket: net.Socket) => boolean
+  /** A route the gate answers itself once a JSON body passed its checks (FastSend.ts); else HttpApi routes it. */
+  readonly route?: GateRoute
 }
 
 const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
@@ -161,6 +164,8 @@ const routeWithBody = <E, R>(
           try: () => JSON.parse(text) as unknown,
           catch: (err) => new InvalidRequest({ message: `malformed JSON: ${(err as Error).message}` })
         })
+        const routed = options.route?.(request, path, parsed)
+        if (routed !== undefined) return yield* routed
         // Parsed once here; the payload decoder reads this value instead of parsing again.
         return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body, { parsed }))
       }
