@@ -2,7 +2,7 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { Deferred, Effect } from "effect"
+import { Deferred, Effect, type Exit, type Fiber } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry } from "../../domain/Records.js"
@@ -23,28 +23,69 @@ export interface RunningTurn {
 }
 
 /**
- * A turn's cancel for its runner's wait: the first reason, and whom to tell at once. The runner
- * waits for "its activation ended or the turn was cancelled" with one callback rather than a race
- * of two forked fibers (a race per turn, its loser interrupted).
+ * A turn's cancel for the waits that race it: the first reason, and whom to tell at once. The
+ * runner waits for "its activation ended or the turn was cancelled", and a model or tool call for
+ * "it answered or the turn was cancelled", each with one callback (`exitOrCancel`) rather than a
+ * race of forked fibers, its loser interrupted.
  */
 export interface CancelSignal {
   reason: CancelReason | undefined
-  listener: ((reason: CancelReason) => void) | undefined
+  readonly listeners: Set<(reason: CancelReason) => void>
 }
 
-export const cancelSignal = (): CancelSignal => ({ reason: undefined, listener: undefined })
+export const cancelSignal = (): CancelSignal => ({ reason: undefined, listeners: new Set() })
 
-/** Cancels a turn: its `cancel` Deferred for every host call waiting on it, and its runner's wait. The first reason stands. */
+/** Cancels a turn: its `cancel` Deferred for every host call waiting on it, and the waits on its signal. The first reason stands. */
 export const cancelTurn = (turn: RunningTurn, reason: CancelReason): Effect.Effect<boolean> =>
   Effect.suspend(() => {
     const signal = turn.signal
     if (signal.reason === undefined) {
       signal.reason = reason
-      const listener = signal.listener
-      signal.listener = undefined
-      listener?.(reason)
+      const listeners = [...signal.listeners]
+      signal.listeners.clear()
+      for (const listener of listeners) listener(reason)
     }
     return Deferred.succeed(turn.cancel, reason)
+  })
+
+/** What came first: the fiber's exit, the turn's cancel, or (with `deadline`) that fiber's end. */
+export type ExitOrCancel<A, E> =
+  | { readonly _tag: "done"; readonly exit: Exit.Exit<A, E> }
+  | { readonly _tag: "cancel"; readonly reason: CancelReason }
+  | { readonly _tag: "deadline" }
+
+/**
+ * Whichever comes first: `fiber`'s exit, the turn's cancel (`cancelTurn`), or the end of
+ * `deadline` (a fiber sleeping on the Clock, so that tests drive it). One callback each way, where a
+ * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here.
+ */
+export const exitOrCancel = <A, E>(
+  fiber: Fiber.RuntimeFiber<A, E>,
+  signal: CancelSignal,
+  deadline?: Fiber.RuntimeFiber<unknown, unknown>
+): Effect.Effect<ExitOrCancel<A, E>> =>
+  Effect.async<ExitOrCancel<A, E>>((resume) => {
+    if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
+    let settled = false
+    const settle = (first: ExitOrCancel<A, E>) => {
+      if (settled) return
+      settled = true
+      stop()
+      resume(Effect.succeed(first))
+    }
+    const onExit = (exit: Exit.Exit<A, E>) => settle({ _tag: "done", exit })
+    const onCancel = (reason: CancelReason) => settle({ _tag: "cancel", reason })
+    const onDeadline = () => settle({ _tag: "deadline" })
+    const stop = () => {
+      signal.listeners.delete(onCancel)
+      fiber.removeObserver(onExit)
+      deadline?.removeObserver(onDeadline)
+    }
+    signal.listeners.add(onCancel)
+    // Each called at once if its fiber has already ended.
+    fiber.addObserver(onExit)
+    if (!settled) deadline?.addObserver(onDeadline)
+    return Effect.sync(stop)
   })
 
 export class Cell {

@@ -30,7 +30,7 @@ import { schemaIssues } from "./ToolSchemas.js"
 import { placeOf } from "../../domain/Environment.js"
 import { callRemote } from "./RemoteTool.js"
 import type { ToolReply, ToolsShape } from "../../services/Tools.js"
-import { type CancelReason, type Cell, commit } from "./Cell.js"
+import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 
@@ -57,6 +57,8 @@ export interface ActivationScope {
   readonly cell: Cell
   readonly activation: number
   readonly cancel: Deferred.Deferred<CancelReason>
+  /** The same cancel for waits that race it without a fiber (`exitOrCancel`). */
+  readonly signal: CancelSignal
   /** Serializes state writes so each delta is computed against the state it will follow. */
   readonly writes: Effect.Semaphore
   modelCalls: number
@@ -164,6 +166,21 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     }
   }
 
+  /**
+   * Runs `call` until it ends or the turn is cancelled, whichever is first; a cancel interrupts it
+   * (and waits for that) and answers `cancelled`. One forked fiber and a callback on the turn's
+   * signal, where a race forked two.
+   */
+  const callOrCancel = <A, E>(call: Effect.Effect<A, E>, cancelled: (reason: CancelReason) => A): Effect.Effect<A, E> =>
+    Effect.flatMap(Effect.fork(call), (fiber) =>
+      Effect.flatMap(
+        Effect.onInterrupt(exitOrCancel(fiber, scope.signal), () => Fiber.interrupt(fiber)),
+        (first) =>
+          first._tag === "done"
+            ? first.exit
+            : Effect.as(Fiber.interrupt(fiber), cancelled(first._tag === "cancel" ? first.reason : "cancelled"))
+      ))
+
   const model: Host["model"] = (request) =>
     live(Effect.gen(function*() {
       if (config.maxModelCalls > 0 && scope.modelCalls >= config.maxModelCalls) {
@@ -188,7 +205,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           Effect.flatMap(Deferred.poll(cancel), (early) =>
             Option.isSome(early)
               ? Effect.map(early.value, (reason): Race => ({ _tag: "cancelled", reason, sent: false }))
-              : Effect.raceFirst(
+              : callOrCancel(
             Effect.map(
               deps.models.call({
                 session: cell.session,
@@ -206,7 +223,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
               }),
               (result): Race => ({ _tag: "result", result })
             ),
-            Effect.map(Deferred.await(cancel), (reason): Race => ({ _tag: "cancelled", reason, sent: true }))
+            (reason): Race => ({ _tag: "cancelled", reason, sent: true })
           )),
         (sequence, exit, dispatched) => {
           if (Exit.isSuccess(exit)) {
@@ -321,24 +338,24 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
           )
         )
-        type First = { readonly _tag: "done"; readonly verdict: ToolVerdict } | { readonly _tag: "stop"; readonly by: "cancel" | "deadline"; readonly reason: CancelReason }
-        const racers: Array<Effect.Effect<First>> = [
-          Effect.map(Fiber.join(executor), (verdict): First => ({ _tag: "done", verdict })),
-          Effect.map(Deferred.await(cancel), (reason): First => ({ _tag: "stop", by: "cancel", reason }))
-        ]
-        if (budget !== undefined) {
-          racers.push(Effect.as(Effect.sleep(Duration.millis(budget)), { _tag: "stop", by: "deadline", reason: "timeout" } as First))
-        }
-        const first = yield* Effect.raceAll(racers)
-        if (first._tag === "done") return first.verdict
-        stoppedBy = first.by
-        controller.abort(first.by === "deadline" ? "timeout" : first.reason)
+        // Whichever is first: the executor's verdict, the turn's cancel, the call's own deadline (a
+        // sleep on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
+        const deadline = budget !== undefined ? yield* Effect.fork(Effect.sleep(Duration.millis(budget))) : undefined
+        const first = yield* exitOrCancel(executor, scope.signal, deadline).pipe(
+          Effect.ensuring(deadline !== undefined ? Fiber.interrupt(deadline) : Effect.void)
+        )
+        // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
+        if (first._tag === "done") return yield* first.exit
+        const by = first._tag === "deadline" ? "deadline" : "cancel"
+        const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
+        stoppedBy = by
+        controller.abort(by === "deadline" ? "timeout" : reason)
         const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
         if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {
           return after.value // It finished anyway: record what really happened.
         }
         if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-        return { _tag: "stopped", by: first.by, confirmed: Option.isSome(after), reason: first.reason } as ToolVerdict
+        return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
       }).pipe(Effect.ensuring(Effect.sync(() => void (inFlight = false))))
 
     const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {

@@ -24,7 +24,7 @@ import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
-import { type CancelReason, type CancelSignal, type Cell, commit, type RunningTurn } from "./Cell.js"
+import { type Cell, commit, exitOrCancel, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, cancelFailure, type HostDeps, makeHost } from "./Host.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
@@ -57,33 +57,6 @@ const stringSeed = (s: string) => {
   return h >>> 0
 }
 
-/**
- * Whichever comes first: the activation fiber's exit, or the turn's cancel (`cancelTurn`). One
- * callback each way, where a race forked two fibers and interrupted the loser: about 50 of the
- * ~960 Effect operations of a keyed text turn (docs/benchmarks.md, "Main-thread CPU of a keyed
- * text turn").
- */
-const exitOrCancel = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, signal: CancelSignal) =>
-  Effect.async<
-    { readonly _tag: "done"; readonly exit: Exit.Exit<A, E> } | { readonly _tag: "cancel"; readonly reason: CancelReason }
-  >((resume) => {
-    if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
-    const onExit = (exit: Exit.Exit<A, E>) => {
-      signal.listener = undefined
-      resume(Effect.succeed({ _tag: "done", exit }))
-    }
-    signal.listener = (reason) => {
-      fiber.removeObserver(onExit)
-      resume(Effect.succeed({ _tag: "cancel", reason }))
-    }
-    // Called at once if the activation has already ended.
-    fiber.addObserver(onExit)
-    return Effect.sync(() => {
-      signal.listener = undefined
-      fiber.removeObserver(onExit)
-    })
-  })
-
 export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOutcome> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
@@ -93,6 +66,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         cell,
         activation,
         cancel: turn.cancel,
+        signal: turn.signal,
         writes: yield* Effect.makeSemaphore(1),
         modelCalls: 0,
         emittedBytes: 0,
