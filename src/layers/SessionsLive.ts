@@ -45,7 +45,7 @@ import {
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
-import { type CancelReason, cancelSignal, cancelTurn, Cell, commit, type RunningTurn } from "./sessions/Cell.js"
+import { type CancelReason, cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
@@ -126,6 +126,19 @@ export const make = Effect.gen(function*() {
     last_sequence: cell.state.lastSequence
   })
 
+  /**
+   * The summary, its `last_sequence` durable: while a turn's opening is only staged, the journal's
+   * durable end (a client reading Events after it must not skip the opening once it lands).
+   */
+  const durableSummary = (cell: Cell): Effect.Effect<SessionSummary> => {
+    const opening = cell.opening
+    if (opening === undefined) return Effect.succeed(summary(cell))
+    return Effect.map(
+      Effect.orElseSucceed(journal.lastSequence(cell.session), () => opening[0]!.sequence - 1),
+      (durable) => ({ ...summary(cell), last_sequence: Math.min(durable, cell.state.lastSequence) })
+    )
+  }
+
   /** The time of a keyed access, its session's expired requests pruned when due (`pruneRequests`). */
   const keyedAccess = (cell: Cell) =>
     Effect.map(Clock.currentTimeMillis, (now) => {
@@ -171,7 +184,12 @@ export const make = Effect.gen(function*() {
         const at_ms = yield* Clock.currentTimeMillis
         starting.push(entry("request_claimed", { mode, key: request.key, request_hash: request.hash, at_ms }))
       }
-      const committed = yield* Effect.either(write(cell, starting))
+      // A sync send promises its client nothing before the outcome, and a turn's start is no effect:
+      // its opening is staged, and is written with the turn's first write (its first effect's
+      // start, or its close). A submit's receipt names a durable turn_started: committed now.
+      const committed = yield* Effect.either(
+        mode === "send" ? Effect.mapError(stage(journal, cell, starting), fromJournal) : write(cell, starting)
+      )
       if (committed._tag === "Left") {
         cell.running = undefined
         // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
@@ -201,6 +219,7 @@ export const make = Effect.gen(function*() {
           Effect.tap((outcome) => Deferred.succeed(started.done, outcome)),
           Effect.ensuring(Effect.suspend(() => {
             cell.running = undefined
+            cell.opening = undefined
             running.delete(started)
             deadlines.delete(started)
             return release(cell)
@@ -348,7 +367,7 @@ export const make = Effect.gen(function*() {
         yield* registry.adopt(cell)
         return summary(cell)
       }),
-    get: (session) => using(session, (cell) => Effect.succeed(summary(cell))),
+    get: (session) => using(session, durableSummary),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
         const ids = [...(yield* journal.list)].sort().filter((id) => after === undefined || id > after)

@@ -81,6 +81,14 @@ export interface ReadOptions {
   readonly maxBytes?: number
 }
 
+/**
+ * What `stage` did: staged the records (not durable yet; here as they will be read once they
+ * are), or, with appends in flight for the session, appended them (durable).
+ */
+export type Staged =
+  | { readonly _tag: "Staged"; readonly records: ReadonlyArray<JournalRecord> }
+  | { readonly _tag: "Appended"; readonly sequences: ReadonlyArray<number> }
+
 export interface JournalShape {
   /** Creates an empty journal for a new session; durable (directories synced) when it resolves. */
   readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed>
@@ -97,6 +105,16 @@ export interface JournalShape {
     entries: ReadonlyArray<Entry>,
     options?: { readonly lane?: Lane }
   ) => Effect.Effect<ReadonlyArray<number>, JournalAppendError>
+  /**
+   * Gives records their sequences and time now, and writes them with the session's next append:
+   * ahead of its records, in the same atomic write, durable with it or not at all. Until then no
+   * read, `lastSequence` or subscriber sees them, and the session is kept open in memory. For
+   * records that promise nothing until what follows them is written: a sync send's turn opening
+   * rides on the turn's first effect. When the session has appends in flight (or records already
+   * staged) they are appended instead, and this resolves once they are durable. Bad input is
+   * refused as `append` refuses it; `reset` and `remove` drop what is staged.
+   */
+  readonly stage: (session: SessionId, entries: ReadonlyArray<Entry>) => Effect.Effect<Staged, JournalAppendError>
   /** Durable records after `after`, in order. */
   readonly read: (session: SessionId, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalRecord>, JournalReadError>
   /**
@@ -107,7 +125,8 @@ export interface JournalShape {
   /**
    * After a write failure: drops the session's journal from memory so that its next access opens
    * it again from what is really stored (re-validated, a torn final write truncated), and appends
-   * can resume. Until then the failure is sticky. A healthy journal is left as it is. The caller
+   * can resume. Until then the failure is sticky. A healthy journal is left as it is, but for
+   * records staged and not yet written, which are dropped either way. The caller
    * must know that nothing still appends on behalf of what was in flight when the write failed.
    */
   readonly reset: (session: SessionId) => Effect.Effect<void>

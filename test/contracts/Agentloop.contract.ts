@@ -56,6 +56,9 @@ const msg = (role: Message["role"], content: string): Message => ({ role, conten
 const codeOf = <A>(call: Effect.Effect<A, HostCallFailed>) =>
   Effect.map(Effect.either(call), (e) => (Either.isLeft(e) ? e.left.failure.code : "ok"))
 
+/** A turn's opening records, which a sync send's turn writes with its first write. */
+const OPENING = new Set(["turn_started", "activation_started", "request_claimed"])
+
 const ofKind = (records: ReadonlyArray<JournalRecord>, kind: string) => records.filter((r) => r.kind === kind)
 
 /** The record that closes the effect started at `sequence`. */
@@ -599,7 +602,9 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
               Effect.gen(function*() {
                 const before = yield* probe.lastSequence(s)
                 const code = yield* codeOf(host.emit(kind, payload))
-                entries.push([label, code, (yield* probe.lastSequence(s)) - before])
+                // A sync send's opening is written with the turn's first write: not the emit's own.
+                const written = (yield* probe.records(s)).filter((r) => r.sequence > before && !OPENING.has(r.kind))
+                entries.push([label, code, written.length])
               })
             // About 65 bytes of the 100.
             yield* attempt("first", "a", "x".repeat(60))

@@ -134,6 +134,58 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["ok", "still", "again"])
       }))
 
+    it.scoped("staged records take the next sequences and their time at once, no read, lastSequence or subscriber sees them, and the next append writes them ahead of its own", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("a", 0)])
+        const feed = yield* journal.subscribe(s)
+        const seen = yield* Effect.forkScoped(feed.pipe(Stream.take(3), Stream.runCollect))
+        const staged = yield* journal.stage(s, [kv("b", 1), kv("c", 2)])
+        expect(staged._tag).toBe("Staged")
+        const records = staged._tag === "Staged" ? staged.records : []
+        expect(records.map((r) => [r.sequence, r.kind, r.payload])).toEqual([[2, "kv_put", { key: "b", value: 1 }], [3, "kv_put", { key: "c", value: 2 }]])
+        expect(yield* journal.lastSequence(s)).toBe(1)
+        expect(yield* journal.read(s, { after: 0, limit: 10 })).toHaveLength(1)
+        expect(yield* journal.append(s, [kv("d", 3)])).toEqual([4])
+        const all = yield* journal.read(s, { after: 0, limit: 10 })
+        expect(all.map((r) => r.payload.key)).toEqual(["a", "b", "c", "d"])
+        // What stage answered is what is read: sequences and time.
+        expect(all.slice(1, 3)).toEqual(records)
+        expect(all[3]!.recorded_at_ms).toBeGreaterThanOrEqual(records[0]!.recorded_at_ms)
+        expect(Chunk.toArray(yield* Fiber.join(seen)).map((r) => r.sequence)).toEqual([2, 3, 4])
+      }))
+
+    it.scoped("a stage while records are staged appends at once, after them; bad input to stage is refused and stages nothing", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        const refused = yield* Effect.either(journal.stage(s, [entry("kv_put", { nope: true } as never)]))
+        expect(Either.isLeft(refused) && refused.left._tag).toBe("RecordRejected")
+        expect(yield* journal.stage(s, [kv("a", 0)])).toMatchObject({ _tag: "Staged" })
+        expect(yield* journal.stage(s, [kv("b", 1)])).toEqual({ _tag: "Appended", sequences: [2] })
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b"])
+      }))
+
+    it.scoped("reset drops staged records (the next append takes their sequences); a failed write loses them with its own records", () =>
+      Effect.gen(function*() {
+        const { journal, failNextWrite } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.stage(s, [kv("dropped", 0)])
+        yield* journal.reset(s)
+        expect(yield* journal.append(s, [kv("a", 1)])).toEqual([1])
+        yield* journal.stage(s, [kv("lost", 2)])
+        failNextWrite(s)
+        const failed = yield* Effect.either(journal.append(s, [kv("lost too", 3)]))
+        expect(Either.isLeft(failed) && failed.left._tag).toBe("JournalWriteFailed")
+        yield* journal.reset(s)
+        expect(yield* journal.append(s, [kv("b", 4)])).toEqual([2])
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b"])
+      }))
+
     it.scoped("a record of several MiB reads back whole once it is no longer among the recent records", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

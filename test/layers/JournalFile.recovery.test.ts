@@ -142,6 +142,34 @@ describe("JournalFile recovery: torn final writes", () => {
       expect(keysOf(records)).toEqual(["a", "e"])
     }))
 
+  it.scopedLive("staged records are one atomic append with the append that writes them: cut anywhere inside [b,c,d] (b, c staged), open keeps only [a]; staged and never written, they leave nothing", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          expect(yield* journal.append(s, [kv("a", 0)])).toEqual([1])
+          expect(yield* journal.stage(s, [kv("b", 1), kv("c", 2)])).toMatchObject({ _tag: "Staged" })
+          expect(yield* journal.append(s, [kv("d", 3)])).toEqual([4])
+          // Staged when the journal closes: never written.
+          expect(yield* journal.stage(s, [kv("never", 4)])).toMatchObject({ _tag: "Staged" })
+        }))
+      const seg = onlySegment(dir, s)
+      const original = fs.readFileSync(seg)
+      const frames = framesOf(original)
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3, 4])
+      const [a, b, c, d] = frames as [FrameAt, FrameAt, FrameAt, FrameAt]
+      for (const cut of [b.end - 1, b.end, c.end, d.end - 1]) {
+        fs.writeFileSync(seg, original.subarray(0, cut))
+        yield* withJournal(dir, (journal) =>
+          Effect.gen(function*() {
+            expect(yield* journal.lastSequence(s), `cut at ${cut}`).toBe(1)
+            expect(fs.statSync(seg).size, `cut at ${cut}`).toBe(a.end)
+          }))
+      }
+    }))
+
   it.scopedLive("a zero-filled tail on the final segment is an unwritten torn write and is truncated", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()

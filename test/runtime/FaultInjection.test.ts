@@ -462,7 +462,9 @@ describe("a turn interrupted at every append (file journal, fault-injecting wrap
       const flat = reference.kinds.flat()
       expect(flat.filter((k) => k === "model_call_started")).toHaveLength(2)
       expect(flat.filter((k) => k === "tool_call_started")).toHaveLength(2)
-      expect(reference.kinds[0]).toEqual(["turn_started", "activation_started"])
+      // A sync send's opening (turn_started, activation_started) is staged in the journal and
+      // rides on the turn's first append, its first model call's start.
+      expect(reference.kinds[0]).toEqual(["model_call_started"])
       // The answer's save shares the closing append: durable with the close or not at all.
       expect(reference.kinds[reference.n - 1]).toEqual(["transcript_delta", "activation_ended", "turn_ended"])
     }))
@@ -479,7 +481,7 @@ describe("a turn interrupted at every append (file journal, fault-injecting wrap
   it.live("a server stop at append k closes the turn only after its activation's effects, and restart recovers what is left", () =>
     everyStep("stop"))
 
-  it.live("interrupt and end that race a turn whose turn_started commit fails return instead of waiting forever", () =>
+  it.live("interrupt and end that race a submitted turn whose turn_started commit fails return instead of waiting forever", () =>
     Effect.scoped(Effect.gen(function*() {
       const dir = yield* tempDir("brain-fault-")
       const probe = new Probe()
@@ -490,7 +492,8 @@ describe("a turn interrupted at every append (file journal, fault-injecting wrap
         const sessions = yield* Sessions
         const { session_id } = yield* sessions.create(CREATE)
         probe.armed = true
-        const send = yield* Effect.fork(Effect.either(sessions.send(session_id, { message: "go" })))
+        // A submit commits its turn_started on its own (its receipt names it); a send stages it.
+        const send = yield* Effect.fork(Effect.either(sessions.submit(session_id, { message: "go" })))
         yield* Deferred.await(reached)
         // Both find the turn claimed (cell.running) while its turn_started commit is in flight.
         const interrupt = yield* Effect.fork(Effect.either(sessions.interrupt(session_id)))

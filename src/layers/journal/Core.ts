@@ -6,14 +6,16 @@
  * access; concurrent first accesses share one open; past `maxHandles` the least recently used
  * sessions with nothing in flight are dropped from memory. A damaged session is refused on its own.
  */
-import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
+import { Clock, Deferred, Effect, Exit, FiberId, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
+import type { JournalRecord } from "../../domain/Records.js"
 import { OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
 import {
   type JournalAppendError,
   type JournalReadError,
   type JournalShape,
   JournalWriteFailed,
+  type Staged,
   RecordRejected,
   SessionAlreadyExists,
   SessionNotFound
@@ -142,6 +144,33 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           })
           return attempt
         }),
+      stage: (session, entries) =>
+        Effect.suspend(() => {
+          const prepared = prepareEntries(entries)
+          if (prepared instanceof RecordRejected) return Effect.fail(prepared)
+          const attempt: Effect.Effect<Staged, JournalAppendError> = Effect.flatMap(
+            Effect.zip(openOf(session), Clock.currentTimeMillis),
+            ([open, now]) => {
+              const staged = writer.stage(touch(open), prepared, now)
+              // Something in flight: the records are appended, as any append would be.
+              if (staged === undefined) {
+                return Effect.map(writer.append(open, prepared, "latency"), (sequences): Staged => ({ _tag: "Appended", sequences }))
+              }
+              if (staged instanceof JournalWriteFailed) return Effect.fail(staged)
+              let sequence = open.lastSequence
+              const records = prepared.map((p): JournalRecord => ({
+                sequence: ++sequence,
+                recorded_at_ms: staged.recordedAt,
+                kind: p.kind,
+                payload: JSON.parse(p.jsonText)
+              }))
+              return Effect.succeed<Staged>({ _tag: "Staged", records })
+            }
+          )
+          // The session was dropped from memory between lookup and staging: use a fresh open.
+          const retried: Effect.Effect<Staged, JournalAppendError> = Effect.catchIf(attempt, (e) => e === HANDLE_EVICTED, () => retried)
+          return retried
+        }),
       read: (session, { after, limit, maxBytes }) =>
         Effect.flatMap(openOf(session), (open) => {
           const last = open.lastSequence
@@ -171,6 +200,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       reset: (session) =>
         Effect.suspend(() => {
           const open = opens.get(session)
+          if (open) writer.dropStaged(open)
           if (!open || !open.broken) return Effect.void
           // Appends still queued on it are refused by the writer: it is broken.
           drop(session)

@@ -113,7 +113,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           const sizes: Array<number> = []
           let bytes = 0
           for (const r of records) {
-            const [head, json] = encodeFrame(r.sequence, recordedAtMs, r.prepared.kindBytes, r.prepared.json, r.continues)
+            const [head, json] = encodeFrame(r.sequence, r.recordedAtMs ?? recordedAtMs, r.prepared.kindBytes, r.prepared.json, r.continues)
             buffers.push(head, json)
             sequences.push(r.sequence)
             sizes.push(head.length + json.length)

@@ -58,7 +58,7 @@ export const make = (): { readonly store: JournalStore<MemorySession>; readonly 
           for (const r of records) {
             state.records.push({
               sequence: r.sequence,
-              recordedAtMs,
+              recordedAtMs: r.recordedAtMs ?? recordedAtMs,
               kind: r.prepared.kind,
               json: r.prepared.jsonText,
               size: frameBytes(r.prepared.kindBytes, r.prepared.json)

@@ -37,6 +37,8 @@ export interface StoredRecord {
   readonly sequence: number
   readonly prepared: Prepared
   readonly continues: boolean
+  /** Its own time, when it was staged before the round (never after the item's time); otherwise the item's. */
+  readonly recordedAtMs?: number
 }
 
 export interface CommitItem<S> {

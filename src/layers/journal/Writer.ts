@@ -35,12 +35,20 @@ export class OpenSession<S> {
   inflight = 0
   /** Dropped from memory: appends must go to a freshly opened one. */
   evicted = false
+  /** Records staged (`Journal.stage`): the next round writes them ahead of this session's first append. */
+  staged: StagedRecords | undefined = undefined
   constructor(
     readonly session: SessionId,
     readonly state: S,
     public lastSequence: number,
     public lastRecordedAtMs: number
   ) {}
+}
+
+/** Staged records: their sequences follow the durable end; their time was assigned when staged. */
+export interface StagedRecords {
+  readonly prepared: ReadonlyArray<Prepared>
+  readonly recordedAt: number
 }
 
 interface Pending<S> {
@@ -57,6 +65,8 @@ interface RoundShare<S> {
   readonly sequences: Array<Array<number>>
   readonly recordedAt: number
   readonly next: number
+  /** The session's staged records, written ahead of its appends (sequences from the share's first). */
+  readonly staged: StagedRecords | undefined
 }
 
 export interface WriterLimits {
@@ -127,6 +137,30 @@ export class Writer<S> {
     })
   }
 
+  /**
+   * Stages records on a session with nothing in flight: they take the sequences after its durable
+   * end and the time now, and the next round writes them ahead of the session's first append (see
+   * `Journal.stage`). A staged session counts as in flight, so it is never dropped from memory
+   * and nothing else is staged on it. Answers undefined when something is in flight: append then.
+   */
+  stage(open: OpenSession<S>, prepared: ReadonlyArray<Prepared>, now: number): StagedRecords | JournalWriteFailed | undefined {
+    if (open.broken) return open.broken
+    if (open.evicted) return HANDLE_EVICTED
+    if (this.closed) return new JournalWriteFailed({ session: open.session, reason: "the journal is closed" })
+    if (open.inflight > 0) return undefined
+    const staged: StagedRecords = { prepared, recordedAt: Math.max(now, open.lastRecordedAtMs) }
+    open.staged = staged
+    open.inflight++
+    return staged
+  }
+
+  /** Drops what is staged on a session (it will never be written). */
+  dropStaged(open: OpenSession<S>) {
+    if (open.staged === undefined) return
+    open.staged = undefined
+    open.inflight--
+  }
+
   private poke() {
     const wake = this.wake
     if (wake) {
@@ -183,6 +217,7 @@ export class Writer<S> {
   forget(open: OpenSession<S>) {
     if (this.recentOrder.delete(open)) this.recentTotal -= open.tail.bytes
     open.tail.drop()
+    this.dropStaged(open)
   }
 
   /**
@@ -202,13 +237,22 @@ export class Writer<S> {
       const items: Array<CommitItem<S>> = []
       for (const [open, appends] of bySession) {
         if (open.broken) {
+          this.dropStaged(open)
           for (const p of appends) p.done(Effect.fail(open.broken))
           continue
         }
-        const recordedAt = Math.max(now, open.lastRecordedAtMs)
+        const staged = open.staged
+        open.staged = undefined
+        const recordedAt = Math.max(now, open.lastRecordedAtMs, staged?.recordedAt ?? 0)
         const records: Array<StoredRecord> = []
         const sequences: Array<Array<number>> = []
         let next = open.lastSequence + 1
+        if (staged) {
+          // One atomic group with the first append: each staged record continues into it.
+          for (const prepared of staged.prepared) {
+            records.push({ sequence: next++, prepared, continues: true, recordedAtMs: staged.recordedAt })
+          }
+        }
         for (const p of appends) {
           const seqs: Array<number> = []
           for (let i = 0; i < p.prepared.length; i++) {
@@ -217,7 +261,7 @@ export class Writer<S> {
           }
           sequences.push(seqs)
         }
-        shares.push({ open, appends, sequences, recordedAt, next })
+        shares.push({ open, appends, sequences, recordedAt, next, staged })
         items.push({ session: open.session, state: open.state, recordedAtMs: recordedAt, records })
       }
       return items.length > 0 ? this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure)) : Effect.void
@@ -241,7 +285,8 @@ export class Writer<S> {
 
   /** Called by the store when one session's share is durable, or failed. */
   private settle(share: RoundShare<S>, failure: string | undefined) {
-    const { appends, open, recordedAt, sequences } = share
+    const { appends, open, recordedAt, sequences, staged } = share
+    if (staged) open.inflight--
     if (failure !== undefined) {
       open.broken = new JournalWriteFailed({ session: open.session, reason: failure })
       for (const p of appends) p.done(Effect.fail(open.broken))
@@ -249,6 +294,14 @@ export class Writer<S> {
     }
     const published: Array<JournalRecord> | undefined = this.hub.has(open.session) ? [] : undefined
     const recent: Array<RecentRecord> = []
+    if (staged) {
+      let sequence = open.lastSequence
+      for (const r of staged.prepared) {
+        sequence++
+        recent.push({ sequence, recordedAtMs: staged.recordedAt, kind: r.kind, json: r.jsonText, size: frameBytes(r.kindBytes, r.json) })
+        published?.push({ sequence, recorded_at_ms: staged.recordedAt, kind: r.kind, payload: JSON.parse(r.jsonText) })
+      }
+    }
     for (let a = 0; a < appends.length; a++) {
       const p = appends[a]!
       const seqs = sequences[a]!

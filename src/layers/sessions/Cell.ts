@@ -5,7 +5,7 @@
 import { Deferred, Effect, type Exit, type Fiber } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
-import type { Entry } from "../../domain/Records.js"
+import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
 
@@ -103,6 +103,13 @@ export class Cell {
   tearingDown = false
   /** Its session is being deleted: once released it is forgotten, never remembered. */
   deleted = false
+  /**
+   * A sync send's turn opening, staged in the journal (`Journal.stage`) and folded into `state`,
+   * until the turn ends: durable with the turn's first write. Until it is, reads that promise
+   * durable sequences (the summary's `last_sequence`) stop before it, and the turn's own reads
+   * of its Events add it.
+   */
+  opening: ReadonlyArray<JournalRecord> | undefined = undefined
   constructor(readonly session: SessionId, public state: SessionState) {}
 
   /** Folds records this actor just committed. The folded state keeps no record times, so none is needed. */
@@ -114,20 +121,42 @@ export class Cell {
 }
 
 /**
- * Appends through the journal and folds the records into the cell before returning.
- * Uninterruptible: an append once queued lands anyway, so the caller waits for it rather than
- * let a later record (a turn's close) overtake it.
+ * A write through the cell: refused once the cell is broken, breaking it on a write failure, and
+ * folding the records into its state before returning their sequences. Uninterruptible: a write
+ * once queued lands anyway, so the caller waits for it rather than let a later record (a turn's
+ * close) overtake it.
  */
-export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
+const viaCell = <A>(
+  cell: Cell,
+  entries: ReadonlyArray<Entry>,
+  write: () => Effect.Effect<A, JournalAppendError>,
+  sequencesOf: (written: A) => ReadonlyArray<number>
+): Effect.Effect<ReadonlyArray<number>, JournalAppendError> =>
   Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) {
       return Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
     }
-    return journal.append(cell.session, entries, { lane }).pipe(
+    return write().pipe(
       Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
-      Effect.map((seqs) => {
+      Effect.map((written) => {
+        const seqs = sequencesOf(written)
         cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
         return seqs
       })
     )
-  })) as Effect.Effect<ReadonlyArray<number>, JournalAppendError>
+  }))
+
+/** Appends through the journal and folds the records into the cell before returning. */
+export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
+  viaCell(cell, entries, () => journal.append(cell.session, entries, { lane }), (seqs) => seqs)
+
+/**
+ * Stages records through the journal (`Journal.stage`: written with the session's next append)
+ * and folds them into the cell, which keeps them as its `opening` while they are only staged.
+ */
+export const stage = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>) =>
+  viaCell(cell, entries, () => journal.stage(cell.session, entries), (staged) => {
+    if (staged._tag === "Appended") return staged.sequences
+    cell.opening = staged.records
+    return staged.records.map((r) => r.sequence)
+  })

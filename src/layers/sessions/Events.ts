@@ -113,21 +113,55 @@ export const readPage = <A>(
     return { items, next: cursor, length, ended }
   })
 
-/** A page of the page route: Events after `after`, through the journal's last durable sequence. */
+const eventSize = (e: Event) => JSON.stringify(e.data).length + 64
+
+/**
+ * A page of the page route: Events after `after`, through the journal's last durable sequence.
+ * A turn reading its own Events passes its opening while it is only staged (`Cell.opening`): its
+ * records past the durable end follow the durable ones, and a cursor may reach them.
+ */
 export const readEvents = (
   journal: JournalShape,
   session: SessionId,
   state: SessionState,
   after: number,
   limit: number,
-  maxBytes: number = PAGE_BYTES
+  maxBytes: number = PAGE_BYTES,
+  staged: ReadonlyArray<JournalRecord> = []
 ): Effect.Effect<EventPage, JournalReadError | InvalidRequest> =>
   Effect.gen(function*() {
-    const last = yield* checkCursor(journal, session, after)
+    const durable = yield* journal.lastSequence(session)
+    const pending = staged.filter((r) => r.sequence > durable)
+    const last = pending.length > 0 ? pending[pending.length - 1]!.sequence : durable
+    if (after > last) {
+      return yield* Effect.fail(
+        new InvalidRequest({ message: `the cursor ${after} is beyond the session's last sequence ${last}`, details: { last_sequence: last } })
+      )
+    }
     const length = yield* transcriptLengthThrough(journal, session, state, after)
-    const page = yield* readPage(journal, session, { after, length }, last, { events: limit, bytes: maxBytes }, (e) => ({
+    const page = yield* readPage(journal, session, { after, length }, durable, { events: limit, bytes: maxBytes }, (e) => ({
       item: e,
-      size: JSON.stringify(e.data).length + 64
+      size: eventSize(e)
     }))
-    return { events: page.items, next_cursor: page.next }
+    const events = page.items
+    let next = page.next
+    // The staged records follow only a page that reached the durable end.
+    if (pending.length === 0 || next < durable) return { events, next_cursor: next }
+    let bytes = 0
+    for (const e of events) bytes += eventSize(e)
+    let transcriptLength = page.length
+    for (const r of pending) {
+      if (r.sequence <= after) continue
+      if (events.length >= limit) break
+      const e = toEvent(session, r, transcriptLength)
+      if (e) {
+        const size = eventSize(e)
+        if (events.length > 0 && bytes + size > maxBytes) break
+        events.push(e)
+        bytes += size
+      }
+      transcriptLength = lengthAfter(transcriptLength, r)
+      next = r.sequence
+    }
+    return { events, next_cursor: next }
   })

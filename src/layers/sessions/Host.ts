@@ -478,7 +478,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     setTranscriptAtEnd,
     events: ({ after, limit }) =>
       live(
-        readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, PAGE_EVENTS))).pipe(
+        readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, PAGE_EVENTS)), undefined, cell.opening).pipe(
           Effect.map((page) => page.events),
           Effect.mapError((e) => new HostCallFailed({ failure: failure(e._tag === "JournalCorrupt" ? "journal_corrupt" : "not_found", e.message) }))
         )

@@ -76,7 +76,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const now = yield* Clock.currentTimeMillis
 
       const activate = Effect.gen(function*() {
-        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS).pipe(
+        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
           Effect.map((p) => p.events),
           Effect.orElseSucceed(() => [])
         )
@@ -162,6 +162,10 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         // Its state now lacks records that may still land: the cell commits nothing more.
         cell.broken = true
         scope.unsettled.push(closed.settled)
+      } else if (Exit.isFailure(closed.exit)) {
+        // Unrecorded, the turn is closed in memory only (and its opening may be staged, never
+        // written): nothing of the cell is trusted, and the next access reopens and recovers.
+        cell.broken = true
       }
       const notRecorded = closed._tag === "Unsettled"
         ? `no answer from the journal within ${config.cleanupDeadlineMs} ms`
@@ -184,7 +188,10 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           // Unrecorded, the turn is closed in memory all the same: the session's next access records
           // it failed (recovery), leaving the session idle, never running for ever.
           status: "idle",
-          last_sequence: cell.state.lastSequence,
+          last_sequence: yield* Effect.orElseSucceed(
+            Effect.map(journal.lastSequence(cell.session), (durable) => Math.min(durable, cell.state.lastSequence)),
+            () => cell.state.lastSequence
+          ),
           turn: {
             sequence: turn.sequence,
             status: "failed",

@@ -1,0 +1,68 @@
+/**
+ * A sync send's turn opening is staged and written with the turn's first write (Journal.stage).
+ * A real `kill -9` while the turn runs before that write: nothing of the turn was durable, so
+ * nothing of it is left — no turn to recover, no claimed key — and a retry with the same
+ * Idempotency-Key runs the turn (its client never had an answer, and nothing was sent).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
+import { guest, wat } from "../support/wat.js"
+
+const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
+
+/** A loop that computes for ever without a host call: its turn never writes until its budget ends it. */
+const spinning = () => wat(guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`))
+
+describe("a sync send killed before its turn's first write", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_MAX_WASM_COMPUTE_MS: "1500" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("leaves nothing: after restart the session is idle at the same last_sequence with no turn in its Events, and a retry with the same key runs the turn", async () => {
+    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(await spinning()))
+    expect(admitted.status).toBe(201)
+    const created = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })
+    expect(created.status).toBe(201)
+    const session = created.body.session_id
+    const before = created.body.last_sequence
+    const send = { json: { input: { message: "spin" } }, headers: { "idempotency-key": "staged-opening-1" } }
+
+    const first = request(server.baseUrl, `/v1/sessions/${session}/messages`, send).catch(() => undefined)
+    const running = await eventually("the turn runs", async () => {
+      const got = await request(server.baseUrl, `/v1/sessions/${session}`)
+      return got.body.status === "running" ? got.body : undefined
+    })
+    // Running, and nothing of it durable: the summary's last_sequence is still the creation's.
+    expect(running.last_sequence).toBe(before)
+    await server.kill()
+    expect(await first).toBeUndefined()
+
+    await server.restart()
+    const recovered = await request(server.baseUrl, `/v1/sessions/${session}`)
+    expect(recovered.body).toMatchObject({ status: "idle", last_sequence: before })
+    const kinds = async () =>
+      ((await request(server.baseUrl, `/v1/sessions/${session}/events?after=0`)).body.events as ReadonlyArray<{ kind: string }>).map((e) => e.kind)
+    expect(await kinds()).toEqual(["session_creation_started", "session_creation_ended"])
+
+    // The key was never claimed durably: the retry runs the turn (which the compute budget ends).
+    const retry = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
+    expect(retry.status).toBe(200)
+    expect(retry.body.turn.status).toBe("failed")
+    expect(await kinds()).toEqual([
+      "session_creation_started",
+      "session_creation_ended",
+      "turn_started",
+      "activation_started",
+      "activation_failed",
+      "turn_failed"
+    ])
+    // And now it is answered: the same key replays it.
+    const replay = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
+    expect(replay.text).toBe(retry.text)
+  }, 60_000)
+})
