@@ -49,5 +49,6 @@ describe("the benchmark harness", () => {
     expect(out).toMatch(/journal bytes per turn over \d+ turns/)
     expect(out).toMatch(/\| warm .* \| -?\d+\.\d KiB \|/)
     expect(out).toMatch(/\| suspended, just created .* \| -?\d+\.\d KiB \|/)
+    expect(out).toMatch(/\| suspended after \d+ turns, BRAIN_CACHE_BYTES=0 .* \| -?\d+\.\d KiB \|/)
   }, 900_000)
 })
