@@ -24,7 +24,6 @@ export class SseClient {
   ended: "end" | "error" | undefined
   /** Raw body text received, while `keepRaw` is set. */
   raw = ""
-  private buffer = ""
   private waiters: Array<() => void> = []
   private req!: http.ClientRequest
   private res: http.IncomingMessage | undefined
@@ -69,44 +68,70 @@ export class SseClient {
     for (const w of waiters) w()
   }
 
+  /**
+   * Text since the last frame's end, in the pieces it came in: a large frame arrives in many
+   * chunks, and searching (or concatenating) everything received so far on each one would cost
+   * time quadratic in the frame's size. Each chunk is searched once, plus the one character a
+   * `\n\n` may straddle.
+   */
+  private pending: Array<string> = []
+  private pendingEndsWithNewline = false
+
   private onData(chunk: string) {
     this.received += Buffer.byteLength(chunk)
     if (this.keepRaw) this.raw += chunk
-    this.buffer += chunk
+    let start = 0
+    if (this.pendingEndsWithNewline && chunk.startsWith("\n")) {
+      const joined = this.pending.join("")
+      this.pending = []
+      this.pendingEndsWithNewline = false
+      this.onBlock(joined.slice(0, -1))
+      start = 1
+    }
     for (;;) {
-      const end = this.buffer.indexOf("\n\n")
+      const end = chunk.indexOf("\n\n", start)
       if (end < 0) break
-      const block = this.buffer.slice(0, end)
-      this.buffer = this.buffer.slice(end + 2)
-      let id: string | undefined
-      let event: string | undefined
-      const data: Array<string> = []
-      let comment = false
-      for (const line of block.split("\n")) {
-        if (line.startsWith(":")) {
-          this.comments.push(line.slice(1).trim())
-          comment = true
-          continue
-        }
-        const colon = line.indexOf(":")
-        const field = colon < 0 ? line : line.slice(0, colon)
-        let value = colon < 0 ? "" : line.slice(colon + 1)
-        if (value.startsWith(" ")) value = value.slice(1)
-        if (field === "id") id = value
-        else if (field === "event") event = value
-        else if (field === "data") data.push(value)
-      }
-      if (comment && data.length === 0 && id === undefined && event === undefined) continue
-      const text = data.join("\n")
-      let json: unknown
-      try {
-        json = JSON.parse(text)
-      } catch {
-        json = undefined
-      }
-      this.frames.push({ id, event, data: text, json })
+      const block = this.pending.length > 0 ? this.pending.join("") + chunk.slice(start, end) : chunk.slice(start, end)
+      this.pending = []
+      this.pendingEndsWithNewline = false
+      this.onBlock(block)
+      start = end + 2
+    }
+    if (start < chunk.length) {
+      this.pending.push(chunk.slice(start))
+      this.pendingEndsWithNewline = chunk.endsWith("\n")
     }
     this.wake()
+  }
+
+  private onBlock(block: string) {
+    let id: string | undefined
+    let event: string | undefined
+    const data: Array<string> = []
+    let comment = false
+    for (const line of block.split("\n")) {
+      if (line.startsWith(":")) {
+        this.comments.push(line.slice(1).trim())
+        comment = true
+        continue
+      }
+      const colon = line.indexOf(":")
+      const field = colon < 0 ? line : line.slice(0, colon)
+      let value = colon < 0 ? "" : line.slice(colon + 1)
+      if (value.startsWith(" ")) value = value.slice(1)
+      if (field === "id") id = value
+      else if (field === "event") event = value
+      else if (field === "data") data.push(value)
+    }
+    if (comment && data.length === 0 && id === undefined && event === undefined) return
+    const text = data.join("\n")
+    let json: unknown
+    try {
+      json = JSON.parse(text)
+    } catch {
+      json = undefined
+    }
+    this.frames.push({ id, event, data: text, json })
   }
 
   /** Control frames (no `id:`): why the server ended the stream other than after `session_ended`. */
