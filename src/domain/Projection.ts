@@ -3,7 +3,8 @@
  * effects still waiting for an outcome are all derived here; nothing else is a source of truth.
  * Public Events are a per-record view that needs only the transcript length before the record.
  */
-import { Chunk, HashMap, Option } from "effect"
+import { HashMap, Option } from "effect"
+import { Lengths } from "./Lengths.js"
 import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
@@ -33,6 +34,18 @@ export interface RequestEntry {
   readonly answered?: number
 }
 
+/**
+ * A request entry with every field in place (undefined until known), so each update keeps one
+ * object shape: a spread adding a field spilled it into a separate property array.
+ */
+const requestEntry = (hash: string, turn: number, atMs: number, closed?: number, answered?: number): RequestEntry => ({
+  hash,
+  turn,
+  atMs,
+  closed,
+  answered
+})
+
 /** A request's key in `requests`: its mode's scope and its key. */
 export const requestId = (mode: "send" | "submit", key: string) => `${mode}:${key}`
 
@@ -60,7 +73,7 @@ export interface SessionState {
   /** The sequence of the last `activation_ended` or `activation_failed` (0 when none). */
   readonly lastActivationEnd: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
-  readonly transcriptLengths: Chunk.Chunk<readonly [number, number]>
+  readonly transcriptLengths: Lengths
   /** Keyed sends and submits by `requestId`, expired ones included until pruned (`pruneRequests`). */
   readonly requests: HashMap.HashMap<string, RequestEntry>
   /** The running turn's request (its `requestId`), if the turn was keyed. */
@@ -76,8 +89,8 @@ export interface SessionState {
 
 /** Bytes. The fixed part of a state. */
 const STATE_BYTES = 512
-/** Bytes. One `[sequence, length]` entry of `transcriptLengths`. */
-const LENGTH_ENTRY_BYTES = 64
+/** Bytes. One `(sequence, length)` pair of `transcriptLengths` (two small integers in flat arrays, with their slack). */
+const LENGTH_ENTRY_BYTES = 16
 /** Bytes. One pending effect (its entry in the map). */
 const PENDING_BYTES = 96
 /** Bytes. One kv entry besides its key's and value's own bytes (the map's node). */
@@ -96,7 +109,7 @@ const requestBytes = (id: string, e: RequestEntry) => REQUEST_ENTRY_BYTES + json
 /** The bytes of a state counted from scratch; a fold keeps the same count incrementally. */
 export const stateBytes = (s: Omit<SessionState, "bytes">): number => {
   let n = STATE_BYTES + (s.configuration ? jsonBytes(s.configuration) : 0) + messagesBytes(s.transcript)
-  n += Chunk.size(s.transcriptLengths) * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
+  n += s.transcriptLengths.size * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
   for (const [k, v] of s.kv) n += kvEntryBytes(k, v)
   for (const [id, e] of s.requests) n += requestBytes(id, e)
   return n
@@ -117,7 +130,7 @@ export const empty: SessionState = {
   modelCalls: 0,
   lastActivation: 0,
   lastActivationEnd: 0,
-  transcriptLengths: Chunk.empty(),
+  transcriptLengths: Lengths.empty,
   requests: HashMap.empty(),
   turnRequest: undefined,
   requestsOldest: 0,
@@ -201,7 +214,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
       if (state.turnRequest !== undefined) {
         const r = HashMap.get(state.requests, state.turnRequest)
         if (Option.isSome(r) && r.value.turn === p.sequence) {
-          next.requests = HashMap.set(state.requests, state.turnRequest, { ...r.value, closed: record.sequence })
+          next.requests = HashMap.set(state.requests, state.turnRequest, requestEntry(r.value.hash, r.value.turn, r.value.atMs, record.sequence, r.value.answered))
         }
         next.turnRequest = undefined
       }
@@ -231,7 +244,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
         ? messagesBytes(p.append)
         : messagesBytes(next.transcript) - messagesBytes(state.transcript))
       next.transcriptThrough = record.sequence
-      next.transcriptLengths = Chunk.append(state.transcriptLengths, [record.sequence, next.transcript.length] as const)
+      next.transcriptLengths = state.transcriptLengths.append(record.sequence, next.transcript.length)
       break
     case "kv_put": {
       const old = HashMap.get(state.kv, p.key as string)
@@ -248,7 +261,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "request_claimed": {
       const id = requestId(p.mode, p.key)
       const old = HashMap.get(state.requests, id)
-      const e: RequestEntry = { hash: p.request_hash, turn: state.turn ?? 0, atMs: p.at_ms }
+      const e = requestEntry(p.request_hash, state.turn ?? 0, p.at_ms)
       next.bytes += requestBytes(id, e) - (Option.isSome(old) ? requestBytes(id, old.value) : 0)
       next.requests = HashMap.set(state.requests, id, e)
       next.turnRequest = id
@@ -258,7 +271,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
     case "request_answered": {
       const id = requestId("send", p.key)
       const r = HashMap.get(state.requests, id)
-      if (Option.isSome(r)) next.requests = HashMap.set(state.requests, id, { ...r.value, answered: record.sequence, atMs: p.at_ms })
+      if (Option.isSome(r)) next.requests = HashMap.set(state.requests, id, requestEntry(r.value.hash, r.value.turn, p.at_ms, r.value.closed, record.sequence))
       break
     }
     default: {
@@ -285,21 +298,7 @@ export const foldAll = (records: Iterable<JournalRecord>, from: SessionState = e
 }
 
 /** The transcript's length just after `sequence` (0 before any change). */
-export const transcriptLengthAt = (state: SessionState, sequence: number): number => {
-  const lengths = state.transcriptLengths
-  let lo = 0
-  let hi = Chunk.size(lengths) - 1
-  let found = 0
-  while (lo <= hi) {
-    const mid = (lo + hi) >> 1
-    const [seq, len] = Chunk.unsafeGet(lengths, mid)
-    if (seq <= sequence) {
-      found = len
-      lo = mid + 1
-    } else hi = mid - 1
-  }
-  return found
-}
+export const transcriptLengthAt = (state: SessionState, sequence: number): number => state.transcriptLengths.at(sequence)
 
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
 export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)
@@ -414,7 +413,7 @@ export const serializeState = (s: SessionState): SerializedState => ({
   modelCalls: s.modelCalls,
   lastActivation: s.lastActivation,
   lastActivationEnd: s.lastActivationEnd,
-  transcriptLengths: Chunk.toReadonlyArray(s.transcriptLengths),
+  transcriptLengths: s.transcriptLengths.toArray(),
   requests: [...HashMap.toEntries(s.requests)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
   turnRequest: orNull(s.turnRequest),
   requestsOldest: s.requestsOldest
@@ -436,8 +435,8 @@ export const deserializeState = (j: SerializedState): SessionState => {
     modelCalls: j.modelCalls,
     lastActivation: j.lastActivation,
     lastActivationEnd: j.lastActivationEnd,
-    transcriptLengths: Chunk.fromIterable(j.transcriptLengths),
-    requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, e] as const)),
+    transcriptLengths: Lengths.fromPairs(j.transcriptLengths),
+    requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, requestEntry(e.hash, e.turn, e.atMs, e.closed, e.answered)] as const)),
     turnRequest: orUndefined(j.turnRequest),
     requestsOldest: j.requestsOldest
   }
