@@ -43,21 +43,17 @@ export const transcriptLengthThrough = (
     return length
   })
 
+/** The refusal of a cursor past `last`. */
+const beyond = (after: number, last: number) =>
+  new InvalidRequest({ message: `the cursor ${after} is beyond the session's last sequence ${last}`, details: { last_sequence: last } })
+
 /** Refuses a cursor past the journal's last durable sequence; answers that sequence otherwise. */
 export const checkCursor = (
   journal: JournalShape,
   session: SessionId,
   after: number
 ): Effect.Effect<number, JournalReadError | InvalidRequest> =>
-  Effect.flatMap(journal.lastSequence(session), (last) =>
-    after > last
-      ? Effect.fail(
-        new InvalidRequest({
-          message: `the cursor ${after} is beyond the session's last sequence ${last}`,
-          details: { last_sequence: last }
-        })
-      )
-      : Effect.succeed(last))
+  Effect.flatMap(journal.lastSequence(session), (last) => after > last ? Effect.fail(beyond(after, last)) : Effect.succeed(last))
 
 export interface Page<A> {
   readonly items: Array<A>
@@ -67,6 +63,8 @@ export interface Page<A> {
   readonly length: number
   /** Whether the page holds `session_ended`. */
   readonly ended: boolean
+  /** The items' sizes, summed. */
+  readonly bytes: number
 }
 
 /**
@@ -99,7 +97,7 @@ export const readPage = <A>(
         const e = toEvent(session, r, length)
         if (e) {
           const { item, size } = project(e)
-          if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended }
+          if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended, bytes }
           items.push(item)
           bytes += size
           if (e.kind === "session_ended") ended = true
@@ -110,7 +108,7 @@ export const readPage = <A>(
       }
       if (bytes >= limits.bytes) break
     }
-    return { items, next: cursor, length, ended }
+    return { items, next: cursor, length, ended, bytes }
   })
 
 const eventSize = (e: Event) => JSON.stringify(e.data).length + 64
@@ -133,11 +131,7 @@ export const readEvents = (
     const durable = yield* journal.lastSequence(session)
     const pending = staged.filter((r) => r.sequence > durable)
     const last = pending.length > 0 ? pending[pending.length - 1]!.sequence : durable
-    if (after > last) {
-      return yield* Effect.fail(
-        new InvalidRequest({ message: `the cursor ${after} is beyond the session's last sequence ${last}`, details: { last_sequence: last } })
-      )
-    }
+    if (after > last) return yield* Effect.fail(beyond(after, last))
     const length = yield* transcriptLengthThrough(journal, session, state, after)
     const page = yield* readPage(journal, session, { after, length }, durable, { events: limit, bytes: maxBytes }, (e) => ({
       item: e,
@@ -147,8 +141,7 @@ export const readEvents = (
     let next = page.next
     // The staged records follow only a page that reached the durable end.
     if (pending.length === 0 || next < durable) return { events, next_cursor: next }
-    let bytes = 0
-    for (const e of events) bytes += eventSize(e)
+    let bytes = page.bytes
     let transcriptLength = page.length
     for (const r of pending) {
       if (r.sequence <= after) continue
