@@ -4,6 +4,8 @@
 //   (a) unbatched: each append is its own write + fdatasync;
 //   (b) ideal batching: a tiny hand-written group commit (one write + one fdatasync per touched
 //       file per round, all files concurrently).
+//   (d) ideal batching with O_DSYNC files: as (b), the write itself durable, no fdatasync (what the
+//       journal's file store does since segments are opened with O_DSYNC);
 // and, in a second table, (c) a shared write-ahead log (one fdatasync per round for all files,
 // per-file copies written behind without sync), plus, on request, the journal over a driver
 // that does no IO (`--systems ...,nullio`: the journal's own CPU ceiling).
@@ -40,14 +42,14 @@ const quick = flag("--quick")
 const seconds = Number(option("--seconds") ?? (quick ? 1 : 2.5))
 const levels = (option("--appenders") ?? "1,8,64,512").split(",").map(Number)
 const shapes = (option("--shapes") ?? "A,B").split(",")
-const systems = (option("--systems") ?? "journal,a,b,c").split(",")
+const systems = (option("--systems") ?? "journal,a,b,c,d").split(",")
 const warmupSeconds = Math.min(0.5, seconds * 0.2)
-const known = ["journal", "a", "b", "c", "nullio"]
+const known = ["journal", "a", "b", "c", "d", "nullio"]
 if (
   !(seconds > 0) || levels.some((n) => !Number.isInteger(n) || n < 1) ||
   shapes.some((s) => s !== "A" && s !== "B") || systems.some((s) => !known.includes(s))
 ) {
-  console.error("usage: journal.js [--quick] [--seconds N] [--appenders 1,8,64,512] [--shapes A,B] [--systems journal,a,b,c,nullio]")
+  console.error("usage: journal.js [--quick] [--seconds N] [--appenders 1,8,64,512] [--shapes A,B] [--systems journal,a,b,c,d,nullio]")
   process.exit(2)
 }
 
@@ -219,11 +221,11 @@ const runJournal = (shape, appenders, driver = nodeDriver) => {
 // Raw baselines, on the callback `node:fs` API. Each file is { fd, offset }; offsets are
 // reserved synchronously when an append starts, and every write is positional (pwrite).
 
-const openFiles = (count) => {
+const openFiles = (count, flags = "w+") => {
   const dir = tempDir("raw")
   const files = []
   for (let i = 0; i < count; i++) {
-    files.push({ fd: fs.openSync(path.join(dir, `${i}.seg`), "w+"), offset: 0, pending: [] })
+    files.push({ fd: fs.openSync(path.join(dir, `${i}.seg`), flags), offset: 0, pending: [] })
   }
   return {
     files,
@@ -279,8 +281,9 @@ const runRawA = async (shape, appenders) => {
  * acknowledges each file's appends when its sync returns, and starts the next round once every
  * file of this round is done (the same round barrier as the journal's writer).
  */
-const runRawB = async (shape, appenders) => {
-  const { files, dispose } = openFiles(shape === "A" ? 1 : appenders)
+const runRawB = async (shape, appenders, dsync = false) => {
+  const flags = dsync ? fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_DSYNC : "w+"
+  const { files, dispose } = openFiles(shape === "A" ? 1 : appenders, flags)
   const touched = new Set()
   let running = false
   let scheduled = false
@@ -301,16 +304,18 @@ const runRawB = async (shape, appenders) => {
       const buf = waiters.length === 1 ? rawRecord : Buffer.concat(waiters.map(() => rawRecord))
       const pos = file.offset
       file.offset += buf.length
+      const synced = (err) => {
+        if (err) throw err
+        for (const w of waiters) w()
+        if (--left === 0) {
+          running = false
+          schedule()
+        }
+      }
       fs.write(file.fd, buf, 0, buf.length, pos, (err, n) => {
         if (err || n !== buf.length) throw err ?? new Error("short write")
-        fs.fdatasync(file.fd, (err) => {
-          if (err) throw err
-          for (const w of waiters) w()
-          if (--left === 0) {
-            running = false
-            schedule()
-          }
-        })
+        if (dsync) synced(null)
+        else fs.fdatasync(file.fd, synced)
       })
     }
   }
@@ -429,6 +434,8 @@ Method
   raw (b)        ideal batching: per round one fs.write of everything pending + one fs.fdatasync per
                  touched file, all files concurrently; a file's appends are acked when its sync
                  returns; next round starts when all files of the round are done
+  raw (d)        (second table) as (b) on files opened with O_DSYNC: the write returns once durable,
+                 no fdatasync (the journal's file store opens its segments so)
   raw (c)        shared log (second table): per round one fs.write + one fs.fdatasync of everything
                  pending to ONE log file, acked when that sync returns; each touched per-session file
                  gets its share with one fs.write and no sync, concurrently (written behind)
@@ -514,9 +521,9 @@ const printTargets = (cells) => {
 
 const printCpu = (cells) => {
   const measured = systems.filter((s) => cells.some((c) => c[s]))
-  const names = { journal: "journal", a: "raw(a)", b: "raw(b)", c: "raw(c)", nullio: "journal null-IO" }
-  const extra = measured.filter((s) => s === "c" || s === "nullio")
-  console.log("\nSecond table: the shared-log baseline (c), the journal over a driver that writes nothing" +
+  const names = { journal: "journal", a: "raw(a)", b: "raw(b)", c: "raw(c)", d: "raw(d)", nullio: "journal null-IO" }
+  const extra = measured.filter((s) => s === "c" || s === "d" || s === "nullio")
+  console.log("\nSecond table: the shared-log baseline (c), ideal batching on O_DSYNC files (d), the journal over a driver that writes nothing" +
     " (null IO: its CPU ceiling), process CPU per append in µs (user + sys, all threads, measured window), and the cores" +
     " other user processes kept busy during each system's run (in column order; > 0.1 means the cell was disturbed)\n")
   const head = [
@@ -549,6 +556,7 @@ const main = async () => {
     a: runRawA,
     b: runRawB,
     c: runRawC,
+    d: (shape, n) => runRawB(shape, n, true),
     nullio: (shape, n) => runJournal(shape, n, nullIoDriver)
   }
   const cells = []

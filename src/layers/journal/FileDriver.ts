@@ -42,7 +42,10 @@ export interface FileDriverShape {
   /** fsync a directory so that a file created or renamed in it survives a crash. */
   readonly syncDir: (path: string) => Effect.Effect<void, FileError>
   /**
-   * Writes each item's buffers at its position and fdatasyncs its file, all items concurrently.
+   * Writes each item's buffers at its position and makes them durable, all items concurrently: by
+   * an fdatasync of the file, or by the write itself when the item says its file was opened with
+   * `O_DSYNC` (`synced`; SEGMENT_FLAGS), which the Node driver then does not follow with an
+   * fdatasync. A driver may always fdatasync: for an `O_DSYNC` file it is redundant, never wrong.
    * `onDone(i, error)` is called as each item finishes (error undefined on success); the effect
    * completes when all have. One call per group-commit round, so a round costs no fiber per file.
    */
@@ -57,7 +60,20 @@ export interface SyncItem {
   readonly buffers: ReadonlyArray<Buffer>
   readonly position: number
   readonly bytes: number
+  /** The file was opened with `O_DSYNC`: a write returns once its bytes (and the size that reaches them) are durable. */
+  readonly synced?: boolean
 }
+
+/**
+ * How the file journal opens the segment it appends to: with `O_DSYNC`, so that each write
+ * returns only once its data, and the file size that makes it readable, are on stable storage —
+ * what an fdatasync after it would do (open(2), "O_DSYNC"), in one system call and one threadpool
+ * job instead of two. `create` makes a new segment (`O_EXCL`: never one that exists).
+ */
+export const SEGMENT_FLAGS = {
+  create: fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_DSYNC,
+  append: fs.constants.O_RDWR | fs.constants.O_DSYNC
+} as const
 
 /** `syncMany` built from a driver's own `writev` and `fdatasync` (for drivers that wrap calls). */
 export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync">): FileDriverShape["syncMany"] =>
@@ -151,7 +167,7 @@ const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
     }
     items.forEach((item, i) => {
       writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
-        if (err) return finish(i, err)
+        if (err || item.synced === true) return finish(i, err)
         fs.fdatasync(item.fd, (err2) => finish(i, err2 ? fail("fdatasync", fdName(item.fd), err2) : undefined))
       })
     })

@@ -2,7 +2,9 @@
  * The file store (the embedded default): segment files under `{dataDir}/sessions/{id}/journal/`
  * (docs/journal.md). A round writes each touched session's frames with one vectored write at the
  * end of its final segment (rotating to a new segment first when this one would pass
- * SEGMENT_ROTATE_BYTES) and fdatasyncs it; all touched files at once, through one `syncMany`.
+ * SEGMENT_ROTATE_BYTES), a file opened with `O_DSYNC` so that the write returns once it is durable
+ * (FileDriver.ts, SEGMENT_FLAGS: no fdatasync follows it); all touched files at once, through one
+ * `syncMany`.
  * Write descriptors are kept open for the next round, at most OPEN_JOURNAL_FILES, least recently
  * written closed first, and never closed under a write in flight.
  */
@@ -12,7 +14,7 @@ import { isSessionId, type SessionId } from "../../domain/Ids.js"
 import { OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
-import type { FileDriverShape } from "./FileDriver.js"
+import { type FileDriverShape, SEGMENT_FLAGS } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
@@ -69,12 +71,12 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           // Rotate (or start): the new segment is named by the first sequence it will hold.
           if (handle.fd !== undefined) yield* closeFd(handle)
           const file = newSegmentPath(handle, firstSequence)
-          handle.fd = yield* driver.open(file, "wx+")
+          handle.fd = yield* driver.open(file, SEGMENT_FLAGS.create)
           yield* driver.syncDir(handle.dir)
           seg = { firstSequence, path: file, size: 0 }
           handle.segments.push(seg)
         } else if (handle.fd === undefined) {
-          handle.fd = yield* driver.open(seg.path, "r+")
+          handle.fd = yield* driver.open(seg.path, SEGMENT_FLAGS.append)
         }
         openFds.delete(handle)
         openFds.add(handle)
@@ -139,7 +141,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           }), { discard: true })
         const synced = Effect.suspend(() =>
           writes.length === 0 ? Effect.void : driver.syncMany(
-            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes })),
+            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: true })),
             (k, error) => {
               const w = writes[k]!
               if (error) {

@@ -24,6 +24,8 @@ export interface SyncRoundItem {
   readonly fd: number
   readonly buffers: ReadonlyArray<Uint8Array>
   readonly position: number
+  /** Opened with `O_DSYNC`: the write is durable when it returns, no fdatasync follows. */
+  readonly synced?: boolean
 }
 
 /** What one file of a round came to: undefined when written and synced, else why not. */
@@ -68,7 +70,7 @@ export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: (outcomes: 
   for (const item of items) for (const b of item.buffers) total += b.length
   // One buffer of its own for the whole round, so it can be handed over rather than copied again.
   const data = new Uint8Array(total)
-  const meta: Array<readonly [number, number, number, number]> = []
+  const meta: Array<readonly [number, number, number, number, 0 | 1]> = []
   let offset = 0
   for (const item of items) {
     const from = offset
@@ -76,7 +78,7 @@ export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: (outcomes: 
       data.set(b, offset)
       offset += b.length
     }
-    meta.push([item.fd, item.position, from, offset - from])
+    meta.push([item.fd, item.position, from, offset - from, item.synced === true ? 1 : 0])
   }
   const w = (worker ??= start())
   const id = nextId++

@@ -2,7 +2,8 @@
  * The journal's sync thread (SyncThread.ts): each message is one group-commit round, `{id, data,
  * items}` where `items` holds `[fd, position, offset, bytes]` per file and `data` every file's
  * bytes one after another (transferred). Each file's bytes are written at its position (a short
- * write is continued from where it stopped) and the file is fdatasync'd, all files at once on
+ * write is continued from where it stopped) and the file is fdatasync'd unless it was opened with
+ * `O_DSYNC` (its write was durable when it returned), all files at once on
  * libuv's threadpool; one answer `{id, failures}` comes back when every file is done, naming the
  * items that failed and why.
  */
@@ -12,8 +13,8 @@ import { parentPort } from "node:worker_threads"
 export interface SyncRequest {
   readonly id: number
   readonly data: ArrayBuffer
-  /** Per file: fd, position in the file, offset in `data`, bytes. */
-  readonly items: ReadonlyArray<readonly [number, number, number, number]>
+  /** Per file: fd, position in the file, offset in `data`, bytes, and 1 when the file has `O_DSYNC` (no fdatasync follows its write). */
+  readonly items: ReadonlyArray<readonly [number, number, number, number, 0 | 1]>
 }
 
 export interface SyncFailure {
@@ -47,9 +48,9 @@ parentPort!.on("message", ({ data, id, items }: SyncRequest) => {
     if (failure !== undefined) failures.push({ index, ...failure })
     if (--pending === 0) parentPort!.postMessage({ id, failures } satisfies SyncAnswer)
   }
-  items.forEach(([fd, position, offset, bytes], index) => {
+  items.forEach(([fd, position, offset, bytes, synced], index) => {
     writeAll(fd, Buffer.from(data, offset, bytes), position, (failure) => {
-      if (failure !== undefined) return finish(index, failure)
+      if (failure !== undefined || synced === 1) return finish(index, failure)
       fs.fdatasync(fd, (err) => finish(index, err ? { op: "fdatasync", code: err.code ?? "EIO", detail: withoutPath(err.message) } : undefined))
     })
   })
