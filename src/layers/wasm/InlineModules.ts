@@ -75,7 +75,9 @@ const instrumenter = (() => {
       worker ??= start()
       const id = nextId++
       pending.set(id, resolve)
-      const copy = bytes.slice()
+      // A copy of its own to hand over: `slice` of a Node Buffer is a view, and handing its memory
+      // over would empty the caller's bytes (a module still to be stored, say).
+      const copy = new Uint8Array(bytes)
       worker.postMessage({ id, bytes: copy } satisfies InstrumentRequest, [copy.buffer as ArrayBuffer])
     })
 })()

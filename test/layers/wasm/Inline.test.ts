@@ -152,6 +152,16 @@ describe("WasmHost on the main thread", () => {
       expect(performed).toEqual([])
     }))
 
+  it.scopedLive("making a module's twin leaves the caller's bytes whole, a Node Buffer's included (its copy is handed to the instrumenting thread, not its memory)", () =>
+    Effect.gen(function*() {
+      const file = fs.readFileSync(new URL("../../../dist/loops/examples/echo-with-memory.wasm", import.meta.url))
+      const before = Buffer.from(file)
+      const twin = yield* Effect.promise(() => twinOf("a-buffer-the-caller-keeps", file))
+      expect("module" in twin).toBe(true)
+      expect(file.length).toBe(before.length)
+      expect(file.equals(before)).toBe(true)
+    }))
+
   it.scopedLive("a module above MAX_TWIN_MODULE_BYTES gets no instrumented twin (it runs on worker threads), and Binaryen never sees it", () =>
     Effect.gen(function*() {
       const twin = yield* Effect.promise(() => twinOf("a-module-too-large-to-instrument", new Uint8Array(MAX_TWIN_MODULE_BYTES + 1)))
