@@ -4,4 +4,5 @@
 // The journal syncs many session files at once through libuv's threadpool;
 // its size is read once, when the pool starts, so it is set here before anything runs.
 process.env.UV_THREADPOOL_SIZE ??= "64"
-await import("../dist/cli/main.js")
+// The command as one bundled module (scripts/bundle.js): it loads in about half the time.
+await import("../dist/brain.mjs")

@@ -13,9 +13,11 @@ const newest = (dir) => {
   }
   return t
 }
-const built = path.join(root, "dist", "cli", "main.js")
+// The bundle bin/brain.js runs (scripts/bundle.js) is made from the compiled modules: both are redone together.
+const built = path.join(root, "dist", "brain.mjs")
 if (!fs.existsSync(built) || fs.statSync(built).mtimeMs < newest(path.join(root, "src"))) {
   execFileSync("npx", ["tsc", "-p", "tsconfig.build.json"], { cwd: root, stdio: "inherit" })
+  execFileSync(process.execPath, [path.join(root, "scripts", "bundle.js")], { cwd: root, stdio: "inherit" })
 }
 const { buildShipped } = await import("./build-guests.js")
 await buildShipped({ log: () => {} })

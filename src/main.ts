@@ -11,6 +11,7 @@ import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
+import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
 import * as AgentloopsLive from "./layers/AgentloopsLive.js"
 import { fileStore } from "./layers/agentloops/ModuleStore.js"
@@ -100,7 +101,7 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
 }
 
 /** The official Agentloop, compiled from loops/official (AssemblyScript) by `npm run build`. */
-const OFFICIAL_WASM = new URL("./loops/official.wasm", import.meta.url)
+export const OFFICIAL_WASM = new URL("loops/official.wasm", DIST_ROOT)
 
 const readOfficialLoop = Effect.tryPromise({
   try: () => fs.promises.readFile(OFFICIAL_WASM).then((b) => new Uint8Array(b)),

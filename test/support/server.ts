@@ -22,7 +22,7 @@ const EXIT_DEADLINE_MS = 15_000
 
 /** `npm test` builds first; a direct `vitest run` of one file builds only when dist is missing. */
 export const ensureBuilt = () => {
-  if (!fs.existsSync(path.join(ROOT, "dist/main.js"))) {
+  if (!fs.existsSync(path.join(ROOT, "dist/main.js")) || !fs.existsSync(path.join(ROOT, "dist/brain.mjs"))) {
     execSync("npm run build", { cwd: ROOT, stdio: "inherit" })
   }
 }

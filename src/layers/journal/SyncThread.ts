@@ -14,11 +14,11 @@
  *   latency to the round (FileDriver.ts sends rounds of SYNC_THREAD_MIN_FILES or more here).
  */
 import { Worker } from "node:worker_threads"
+import { DIST_ROOT } from "../../DistRoot.js"
 import type { SyncAnswer, SyncFailure, SyncRequest } from "./SyncWorker.js"
 
-const WORKER_URL = import.meta.url.endsWith(".ts")
-  ? new URL("../../../dist/layers/journal/SyncWorker.js", import.meta.url)
-  : new URL("./SyncWorker.js", import.meta.url)
+/** The sync thread's module (compiled; under the tests too). */
+export const WORKER_URL = new URL("layers/journal/SyncWorker.js", DIST_ROOT)
 
 export interface SyncRoundItem {
   readonly fd: number

@@ -13,6 +13,7 @@
  */
 import { Worker } from "node:worker_threads"
 import { Effect } from "effect"
+import { DIST_ROOT } from "../../DistRoot.js"
 import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
 
 /** Activations a module runs on the pool, at most, after one of its activations was moved. */
@@ -31,9 +32,8 @@ const KEPT = 256
 /** Milliseconds the instrumenting thread stays after its last answer. */
 const IDLE_MS = 5_000
 
-const WORKER_URL = import.meta.url.endsWith(".ts")
-  ? new URL("../../../dist/layers/wasm/InstrumentWorker.js", import.meta.url)
-  : new URL("./InstrumentWorker.js", import.meta.url)
+/** The instrumenting thread's module (compiled; under the tests too). */
+export const WORKER_URL = new URL("layers/wasm/InstrumentWorker.js", DIST_ROOT)
 
 /** A twin, or why there is none. */
 export type Twin = { readonly module: WebAssembly.Module } | { readonly failure: string }

@@ -7,6 +7,7 @@
  */
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from "node:worker_threads"
 import { Deferred, Effect, FiberId } from "effect"
+import { DIST_ROOT } from "../../DistRoot.js"
 import {
   type ActivateMessage,
   ANSWER_LENGTH_WORD,
@@ -37,9 +38,7 @@ const WORKER_MODULES = 64
  * The worker's script, compiled. Run from the sources (the test runner loads .ts files), this
  * module finds it in the build: a worker thread cannot load TypeScript.
  */
-const WORKER_URL = import.meta.url.endsWith(".ts")
-  ? new URL("../../../dist/layers/wasm/GuestWorker.js", import.meta.url)
-  : new URL("./GuestWorker.js", import.meta.url)
+export const WORKER_URL = new URL("layers/wasm/GuestWorker.js", DIST_ROOT)
 
 /**
  * What a thread reports to the activation it runs: a host call (its op and request text), the
