@@ -35,7 +35,7 @@ describe("the Node file driver", () => {
             written.add(item.fd)
             // Still open: the kernel's own flags for it, not only the flags asked for.
             expect(kernelFlags(item.fd) & fs.constants.O_DSYNC, opened.get(item.fd)?.path).toBe(fs.constants.O_DSYNC)
-            expect(item.synced).toBe(true)
+            expect(item.synced).toBe(true) // Linux has O_DSYNC (SEGMENT_WRITES_SYNCED)
           }
           return nodeDriver.syncMany(items, onDone)
         }

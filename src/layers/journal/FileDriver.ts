@@ -71,9 +71,12 @@ export interface SyncItem {
  * job instead of two. `create` makes a new segment (`O_EXCL`: never one that exists).
  */
 export const SEGMENT_FLAGS = {
-  create: fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_DSYNC,
-  append: fs.constants.O_RDWR | fs.constants.O_DSYNC
+  create: fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL | (fs.constants.O_DSYNC ?? 0),
+  append: fs.constants.O_RDWR | (fs.constants.O_DSYNC ?? 0)
 } as const
+
+/** This platform has `O_DSYNC` (Linux, macOS): a segment's writes are durable as they return. Elsewhere each is fdatasync'd. */
+export const SEGMENT_WRITES_SYNCED: boolean = typeof fs.constants.O_DSYNC === "number" && fs.constants.O_DSYNC !== 0
 
 /** `syncMany` built from a driver's own `writev` and `fdatasync` (for drivers that wrap calls). */
 export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync">): FileDriverShape["syncMany"] =>

@@ -14,7 +14,7 @@ import { isSessionId, type SessionId } from "../../domain/Ids.js"
 import { OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
-import { type FileDriverShape, SEGMENT_FLAGS } from "./FileDriver.js"
+import { type FileDriverShape, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
@@ -141,7 +141,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           }), { discard: true })
         const synced = Effect.suspend(() =>
           writes.length === 0 ? Effect.void : driver.syncMany(
-            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: true })),
+            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: SEGMENT_WRITES_SYNCED })),
             (k, error) => {
               const w = writes[k]!
               if (error) {
