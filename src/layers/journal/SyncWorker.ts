@@ -1,6 +1,6 @@
 /**
  * The journal's sync thread (SyncThread.ts): each message is one group-commit round, `{id, data,
- * items}` where `items` holds `[fd, position, offset, bytes]` per file and `data` every file's
+ * items}` where `items` holds `[fd, position, offset, bytes, synced]` per file and `data` every file's
  * bytes one after another (transferred). Each file's bytes are written at its position (a short
  * write is continued from where it stopped) and the file is fdatasync'd unless it was opened with
  * `O_DSYNC` (its write was durable when it returned), all files at once on
