@@ -27,6 +27,9 @@ const result = await build({
   external: ["binaryen"],
   banner: { js: 'import { createRequire as __brainRequire } from "node:module"; const require = __brainRequire(import.meta.url);' },
   legalComments: "none",
+  // A map beside the bundle (no comment in it, so Node never loads it unasked): the benchmark's
+  // profile summary reads it to name the module each sample's function came from.
+  sourcemap: "external",
   logLevel: "warning"
 })
 if (result.errors.length > 0) process.exit(1)

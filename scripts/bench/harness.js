@@ -10,7 +10,7 @@
 //
 // It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
-// echo host tool; every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
+// echo tool (a host tool over HTTP, and the example Wasm tool in Brain's own pool); every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
 // baseline, measured in the same run: plain node:http answering after K group-committed
 // fdatasyncs of ~200 B (K = 1, and K = 4, the sequential commits of a text turn, keyed or not). `--peer`
 // adds Restate and the durable-request floor from ../shared/peer, driven by the peer's own
@@ -21,6 +21,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import {
+  admitEchoTool,
   agent,
   createSessions,
   diskOf,
@@ -77,6 +78,15 @@ const toolLoopSession = (hostId) => {
     model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
     environments: [{ name: "app", driver: "host", host: hostId }],
     tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
+  }
+}
+/** The same loop with the tool run by Brain itself: the example Wasm tool (`moduleId`) in a `brain` Environment. */
+const wasmToolLoopSession = (moduleId) => {
+  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
+  return {
+    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
+    environments: [{ name: "wasm", driver: "brain" }],
+    tools: [{ name: "echo", description: "answers with its input", module: moduleId, environment: "wasm" }]
   }
 }
 const SEND = { input: { message: "hello" } }
@@ -205,6 +215,15 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
     if (refused > 0) throw new Error(`the echo host had ${refused} results refused`)
     notes.push(`tool loop: the echo host answered ${answered} calls, none refused`)
     host.close()
+    // The same loop with Brain running the tool itself, in its Wasm pool: what Restate's peer
+    // service does (each call a durable step in the service's own process), with Brain's sandbox.
+    const WASM_TOOLS = wasmToolLoopSession(await admitEchoTool(port))
+    for (const c of [1, 64]) {
+      const ids = await createSessions(port, c, WASM_TOOLS)
+      await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
+      row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel Wasm-tool calls, ${c} session${c > 1 ? "s" : ""}`,
+        await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
+    }
   }
 
   if (runs("growth")) {
@@ -339,7 +358,8 @@ if (profile) {
   const r = await load(Math.min(seconds, 5) * 1000)
   const to = performance.now() - spawnedAt
   await server.stop()
-  const file = fs.readdirSync(dir).find((f) => f.endsWith(".cpuprofile"))
+  // The main thread's profile (thread 0: CPU.<date>.<time>.<pid>.0.<n>.cpuprofile), not a worker's.
+  const file = fs.readdirSync(dir).find((f) => /\.\d+\.0\.\d+\.cpuprofile$/.test(f))
   if (file) {
     const summary = summarizeProfile(JSON.parse(fs.readFileSync(path.join(dir, file), "utf8")), from * 1000, to * 1000)
     cpuPerTurnMs = summary.busyUs / 1000 / r.n
@@ -364,6 +384,8 @@ if (withPeer && runs("peer")) {
   const TOOLS = toolLoopSession(host.host_id)
   peer.push(await peerLoad(`brain-tools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, TOOLS)).join(",")]))
   host.close()
+  const WASM_TOOLS = wasmToolLoopSession(await admitEchoTool(brain.port))
+  peer.push(await peerLoad(`brain-wasmtools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, WASM_TOOLS)).join(",")]))
   await brain.stop()
 }
 
@@ -421,6 +443,7 @@ side by side, one client (../shared/peer/load.mjs: closed loop, one session per 
   console.log("\n| measure | Brain | Restate | Brain / Restate |\n| --- | ---: | ---: | ---: |")
   ratio("text p50 ms, c=1", find("brain-text", 1), find("restate-text", 1), "p50_ms")
   ratio("text turns/s, c=64", find("brain-text", 64), find("restate-text", 64), "turns_per_s")
-  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64`, find(`brain-tools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
+  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: host tools over HTTP)`, find(`brain-tools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
+  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: Wasm tools in its own pool)`, find(`brain-wasmtools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
 }
 process.exit(0)

@@ -6,7 +6,8 @@ import * as http from "node:http"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import { SourceMap } from "node:module"
+import { fileURLToPath, pathToFileURL } from "node:url"
 import { promisify } from "node:util"
 import { makeSseParser } from "../../dist/domain/SseParser.js"
 import { measure } from "./stats.js"
@@ -181,7 +182,11 @@ export const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, max
 
 export const request = (port, method, p, body, headers = {}) =>
   new Promise((resolve, reject) => {
-    const data = body === undefined ? undefined : Buffer.from(typeof body === "string" ? body : JSON.stringify(body))
+    const data = body === undefined
+      ? undefined
+      : body instanceof Uint8Array
+      ? Buffer.from(body)
+      : Buffer.from(typeof body === "string" ? body : JSON.stringify(body))
     const req = http.request(
       {
         host: "127.0.0.1",
@@ -206,6 +211,13 @@ export const expectStatus = async (promise, status) => {
   const r = await promise
   if (r.status !== status) throw new Error(`expected ${status}, got ${r.status}: ${r.text.slice(0, 300)}`)
   return r.text.length > 0 ? JSON.parse(r.text) : undefined
+}
+
+/** Uploads the example Wasm tool (loops/examples/echo-tool.ts, built into dist/) and answers its module id. */
+export const admitEchoTool = async (port) => {
+  const bytes = fs.readFileSync(path.join(ROOT, "dist", "loops", "examples", "echo-tool.wasm"))
+  const admitted = await expectStatus(request(port, "POST", "/v1/agentloops", bytes, { "content-type": "application/wasm", ...keyed() }), 201)
+  return admitted.id
 }
 
 /** Every mutating request carries a fresh Idempotency-Key, as the SDK's do. */
@@ -425,12 +437,36 @@ export const peerRestate = async (seconds, rounds, calls) => {
 // ---------------------------------------------------------------------------------------------
 // CPU profile
 
+const bundleMaps = new Map()
+
+/**
+ * A call frame of the bundled command (dist/brain.mjs) named by the module it was bundled from,
+ * through the source map the build writes beside the bundle: `file:///…/node_modules/effect/…` or
+ * `file:///…/dist/…` and that module's line. Other frames, and every frame when the map is
+ * missing, are returned as they are.
+ */
+function unbundled(frame) {
+  if (!frame.url.endsWith("/dist/brain.mjs")) return frame
+  let map = bundleMaps.get(frame.url)
+  if (map === undefined) {
+    const file = fileURLToPath(frame.url) + ".map"
+    map = fs.existsSync(file) ? new SourceMap(JSON.parse(fs.readFileSync(file, "utf8"))) : null
+    bundleMaps.set(frame.url, map)
+  }
+  if (map === null) return frame
+  const entry = map.findEntry(frame.lineNumber, frame.columnNumber)
+  if (!entry || !entry.originalSource) return frame
+  const url = pathToFileURL(path.resolve(path.dirname(fileURLToPath(frame.url)), entry.originalSource.replace(/^file:\/\//, ""))).href
+  return { ...frame, url, lineNumber: entry.originalLine, columnNumber: entry.originalColumn }
+}
+
 /**
  * Self time per area, file and function from a .cpuprofile, counting only samples inside
  * [fromUs, toUs] (microseconds since the process started; the profile starts with it).
  */
 export function summarizeProfile(p, fromUs, toUs) {
   const byId = new Map(p.nodes.map((n) => [n.id, n]))
+  for (const n of p.nodes) n.callFrame = unbundled(n.callFrame)
   const self = new Map()
   const areas = new Map()
   const files = new Map()
@@ -443,7 +479,7 @@ export function summarizeProfile(p, fromUs, toUs) {
     if (url.includes("/node_modules/effect/")) return "effect (runtime, Schema, …)"
     if (url.includes("/node_modules/@effect/platform")) return "@effect/platform(-node)"
     if (url.includes("/node_modules/")) return "other dependencies"
-    if (url.includes("/dist/")) return "brain (dist/)"
+    if (url.includes("/dist/") || url.startsWith(pathToFileURL(path.join(ROOT, "src")).href + "/")) return "brain (src/, dist/)"
     if (url.startsWith("node:")) return "node internals (http, net, fs, streams)"
     return "native / builtins"
   }
@@ -455,13 +491,13 @@ export function summarizeProfile(p, fromUs, toUs) {
     if (at < fromUs || at > toUs) continue
     total += dt
     const { functionName, url, lineNumber } = node.callFrame
-    const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|dist)\//, "$1/")}:${lineNumber + 1}` : ""
+    const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|dist|src)\//, "$1/")}:${lineNumber + 1}` : ""
     const key = `${functionName || "(anonymous)"} ${where}`.trim()
     self.set(key, (self.get(key) ?? 0) + dt)
     const area = areaOf(url, functionName)
     areas.set(area, (areas.get(area) ?? 0) + dt)
     if (url) {
-      const file = url.replace(/^file:\/\/.*?\/(node_modules|dist)\//, "$1/")
+      const file = url.replace(/^file:\/\/.*?\/(node_modules|dist|src)\//, "$1/")
       files.set(file, (files.get(file) ?? 0) + dt)
     }
   }

@@ -4,7 +4,9 @@
  * them; a session naming one that cannot run is refused at create.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { ensureBuilt, request, ROOT, type ServerProcess, startServer } from "../support/server.js"
 import { echoing, helloLoop, padded, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
@@ -66,6 +68,40 @@ describe("uploaded modules", () => {
       "turn_started",
       "activation_started"
     ])
+  })
+
+  it("the example Wasm tool, uploaded and named in a brain Environment, answers each call of two parallel rounds with its input, and the model sees every result", async () => {
+    const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm")))
+    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(bytes))
+    expect(admitted.status, admitted.text).toBe(201)
+    expect(admitted.body).toMatchObject({ loop: false, tool: true })
+    const round = (r: number) => ({ tool_calls: [0, 1, 2].map((i) => ({ name: "echo", input: { round: r, i, text: `é${i}` } })) })
+    const created = await request(server.baseUrl, "/v1/sessions", {
+      json: {
+        model: { provider: "scripted", replies: [round(1), round(2), { text: "done" }] },
+        environments: [{ name: "wasm", driver: "brain" }],
+        tools: [{ name: "echo", description: "answers with its input", module: admitted.body.id, environment: "wasm" }]
+      }
+    })
+    expect(created.status, created.text).toBe(201)
+    const session = created.body.session_id
+    const sent = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "go" } } })
+    expect(sent.status, sent.text).toBe(200)
+    expect(sent.body.turn.status).toBe("ended")
+    const transcript = (await request(server.baseUrl, `/v1/sessions/${session}/transcript`)).body.messages as ReadonlyArray<any>
+    const calls = transcript.flatMap((m) => m.tool_calls ?? [])
+    const results = transcript.filter((m) => m.role === "tool")
+    expect(calls).toHaveLength(6)
+    expect(results).toHaveLength(6)
+    for (const call of calls) {
+      const result = results.find((m) => m.tool_call_id === call.id)
+      expect(result, `no result for ${call.id}`).toBeDefined()
+      expect(JSON.parse(typeof result.content === "string" ? result.content : JSON.stringify(result.content))).toEqual(call.input)
+    }
+    expect(transcript[transcript.length - 1]).toMatchObject({ role: "assistant", content: "done" })
+    const kinds = (await request(server.baseUrl, `/v1/sessions/${session}/events`)).body.events.map((e: { kind: string }) => e.kind)
+    expect(kinds.filter((k: string) => k === "tool_call_started")).toHaveLength(6)
+    expect(kinds.filter((k: string) => k === "tool_call_ended")).toHaveLength(6)
   })
 
   it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409", async () => {

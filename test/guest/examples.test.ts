@@ -2,12 +2,14 @@
  * The example loop (loops/examples/echo-with-memory.ts, built to dist/loops/examples/) against a
  * scripted host that keeps kv between turns, as Brain does: it counts turns in kv, asks the model
  * with the saved transcript and the user's message, saves the answer, emits its Event, and ends the
- * turn with a host error as soon as one comes.
+ * turn with a host error as soon as one comes. The example tool (loops/examples/echo-tool.ts)
+ * answers with its call's input and makes no host call.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { type Answerer, runGuest, shippedGuest, Wasm } from "./harness.js"
 
 const echo = shippedGuest("examples/echo-with-memory")
+const echoTool = shippedGuest("examples/echo-tool")
 
 const input = (message: string, transcript: Array<unknown>) => JSON.stringify({
   input: { message },
@@ -74,4 +76,32 @@ describe("the echo-with-memory example loop", () => {
       expect(run.output).toBe(`{"error":{"code":"cancelled","message":"${op} failed"}}`)
     })
   }
+})
+
+describe("the echo-tool example tool", () => {
+  const refuseAll: Answerer = (op) => ({ error: { code: "invalid_request", message: op, retryable: false, ambiguous: false } })
+  const call = { session_id: "ses_1", sequence: 7, name: "echo", deadline_at_ms: 1 }
+
+  it("is a tool module Brain would admit, with no loop entry", () => {
+    // It calls no host service, so the compiler leaves brain.call out: a subset of the ABI's imports.
+    const imports = Wasm.Module.imports(echoTool.module).map((i) => `${i.module}.${i.name}`)
+    expect(imports).toContain("env.memory")
+    for (const i of imports) expect(["brain.call", "brain.fail", "env.memory"]).toContain(i)
+    const exports = Wasm.Module.exports(echoTool.module).map((e) => e.name)
+    expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_tool"]))
+    expect(exports).not.toContain("brain_run")
+  })
+
+  it("answers ok with its call's input as the output, making no host call", () => {
+    for (const input of [{ i: 3, text: "héllo", nested: [1, { a: null }] }, "plain", 12.5, [true, false]]) {
+      const run = runGuest(echoTool, JSON.stringify({ input, call }), refuseAll, { entry: "brain_tool" })
+      expect(run.calls).toEqual([])
+      expect(JSON.parse(run.output!)).toEqual({ ok: input })
+    }
+  })
+
+  it("answers an error value when the call carries no input", () => {
+    const run = runGuest(echoTool, JSON.stringify({ call }), refuseAll, { entry: "brain_tool" })
+    expect(JSON.parse(run.output!)).toEqual({ error: { message: "the call has no input" } })
+  })
 })
