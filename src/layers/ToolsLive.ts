@@ -8,10 +8,11 @@
  * stops the guest at once — its thread is terminated — and is confirmed as stopped, so the call is
  * recorded `cancelled` or `timeout`.
  */
-import { Effect, Layer, Option } from "effect"
+import { Effect, Fiber, Layer, Option } from "effect"
 import { Agentloops } from "../services/Agentloop.js"
 import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
 import { WasmHost } from "../services/WasmHost.js"
+import { exitOrAbort } from "./AbortWait.js"
 import * as ToolsInProcess from "./ToolsInProcess.js"
 
 export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
@@ -40,10 +41,17 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
           },
           { emit: invocation.emit, telemetry: invocation.telemetry }
         )
-        return yield* Effect.raceFirst(
-          Effect.map(run, (r): ToolReply => (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })),
-          Effect.as(ToolsInProcess.aborted(invocation.signal), { outcome: "stopped" } as ToolReply)
-        )
+        // The activation or the abort (the call's deadline, the turn's cancel), whichever is first:
+        // an abort interrupts the activation, which stops its guest at once (a pool thread is
+        // terminated), and only then is the call confirmed stopped. One fiber, not a race of two.
+        const running = yield* Effect.fork(run)
+        const first = yield* exitOrAbort(running, invocation.signal)
+        if (first._tag === "abort") {
+          yield* Fiber.interrupt(running)
+          return { outcome: "stopped" } satisfies ToolReply
+        }
+        const r = yield* first.exit
+        return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
       })
 
     const service: ToolsShape = {

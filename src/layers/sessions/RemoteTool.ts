@@ -13,45 +13,19 @@
  *
  * Nothing here retries; the call and the cancel are each sent at most once.
  */
-import { Effect, Either, type Exit, Fiber } from "effect"
+import { Effect, Either, Fiber } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import type { CallAnswer, EnvironmentCall, EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolReply } from "../../services/Tools.js"
+import { exitOrAbort } from "../AbortWait.js"
 
 /** What a remote call came to: an answer (or a confirmed stop), or a failure with its outcome. */
 export type RemoteVerdict =
   | { readonly _tag: "reply"; readonly reply: ToolReply }
   | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
-
-/**
- * Whichever is first: `fiber`'s exit (the call's answer) or the abort of `signal` (Host's deadline
- * or cancel); an answer already there wins. One callback each way, not a race of two fibers.
- */
-const answerOrAbort = <A>(fiber: Fiber.RuntimeFiber<A>, signal: AbortSignal) =>
-  Effect.async<{ readonly _tag: "answer"; readonly exit: Exit.Exit<A> } | { readonly _tag: "abort" }>((resume) => {
-    const done = fiber.unsafePoll()
-    if (done !== null) return resume(Effect.succeed({ _tag: "answer", exit: done }))
-    if (signal.aborted) return resume(Effect.succeed({ _tag: "abort" }))
-    let settled = false
-    const stop = () => {
-      signal.removeEventListener("abort", onAbort)
-      fiber.removeObserver(onExit)
-    }
-    const settle = (first: { readonly _tag: "answer"; readonly exit: Exit.Exit<A> } | { readonly _tag: "abort" }) => {
-      if (settled) return
-      settled = true
-      stop()
-      resume(Effect.succeed(first))
-    }
-    const onExit = (exit: Exit.Exit<A>) => settle({ _tag: "answer", exit })
-    const onAbort = () => settle({ _tag: "abort" })
-    signal.addEventListener("abort", onAbort, { once: true })
-    fiber.addObserver(onExit)
-    return Effect.sync(stop)
-  })
 
 export const callRemote = (
   environments: EnvironmentsShape,
@@ -81,7 +55,7 @@ export const callRemote = (
       ...(invocation.emit !== undefined ? { emit: invocation.emit } : {})
     })))
     const answered = (a: CallAnswer): RemoteVerdict => ({ _tag: "reply", reply: a })
-    const first = yield* answerOrAbort(sending, signal)
+    const first = yield* exitOrAbort(sending, signal)
     if (first._tag === "answer") {
       // `sending` answers its failures as values; one that died or was interrupted ends the call so.
       const r = yield* first.exit
