@@ -32,8 +32,27 @@ import type {
 import type { ProjectionShape } from "../../services/Projection.js"
 import { Cell, commit } from "./Cell.js"
 
-/** Records folded since the last checkpoint before a released cell writes a new one. */
-const CHECKPOINT_EVERY_RECORDS = 256
+/** Records folded since the last checkpoint before a released cell writes a new one, at least. */
+export const CHECKPOINT_EVERY_RECORDS = 256
+
+/**
+ * Bytes of folded state a checkpoint may encode per record folded since the previous one: a
+ * session whose state is larger waits for more records (`checkpointDue`).
+ */
+export const CHECKPOINT_BYTES_PER_RECORD = 256
+
+/**
+ * Whether a released cell writes a checkpoint: once CHECKPOINT_EVERY_RECORDS records were folded
+ * since the last one, and once at least one record per CHECKPOINT_BYTES_PER_RECORD bytes of the
+ * state. A checkpoint encodes the whole state, so at a fixed interval a long conversation paid
+ * for its whole transcript again every few dozen turns: quadratic over its life, about a tenth of
+ * a long session's main-thread time (docs/benchmarks.md, "Long conversations"). With the
+ * interval growing with the state, the bytes encoded stay at most CHECKPOINT_BYTES_PER_RECORD per
+ * record folded, and an open folds at most that interval's records after the checkpoint: about
+ * as many bytes of journal as the checkpoint holds.
+ */
+export const checkpointDue = (recordsSince: number, stateBytes: number): boolean =>
+  recordsSince >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD))
 
 export const notFound = () => new Refusal.NotFound({ message: "no such session" })
 
@@ -258,7 +277,7 @@ export class Registry {
       }
       yield* projection.remember(cell.session, cell.state)
       const last = this.checkpointedAt.get(cell.session) ?? 0
-      if (cell.state.lastSequence - last >= CHECKPOINT_EVERY_RECORDS) {
+      if (checkpointDue(cell.state.lastSequence - last, cell.state.bytes)) {
         this.checkpointedAt.set(cell.session, cell.state.lastSequence)
         yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
       }
