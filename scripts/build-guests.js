@@ -19,7 +19,8 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { fileURLToPath } from "node:url"
+import * as crypto from "node:crypto"
+import { fileURLToPath, pathToFileURL } from "node:url"
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..")
 
@@ -211,13 +212,43 @@ export const shippedUpToDate = () => {
   return Math.min(...outputs) > Math.max(...sources)
 }
 
-/** Builds the shipped loops unless they are up to date (or `force`); prints what it did. */
+/** Builds the shipped loops unless they are up to date (or `force`), then their twins; prints what it did. */
 export const buildShipped = async ({ force = false, log = (line) => process.stdout.write(`${line}\n`) } = {}) => {
-  if (!force && shippedUpToDate()) {
-    log("guests up to date (dist/loops)")
-    return
+  if (!force && shippedUpToDate()) log("guests up to date (dist/loops)")
+  else await buildAll(shippedGuests(), log)
+  await buildTwins({ force, log })
+}
+
+/**
+ * The shipped modules' instrumented twins (src/layers/wasm/InlineModules.ts), made here so that a
+ * server runs them on its main thread from its first activation instead of making them with
+ * Binaryen after it starts: `dist/loops/twins/<sha256 of the module>.v<TWIN_FORMAT>.wasm`, made
+ * by the compiled Instrument.ts (so after tsc) unless present and newer than it. Twins of modules
+ * no longer shipped are removed.
+ */
+export const buildTwins = async ({ force = false, log = (line) => process.stdout.write(`${line}\n`) } = {}) => {
+  const instrumentJs = path.join(ROOT, "dist", "layers", "wasm", "Instrument.js")
+  if (!fs.existsSync(instrumentJs)) throw new Error("dist/layers/wasm/Instrument.js is missing: compile first (tsc -p tsconfig.build.json)")
+  const { prebuiltTwinName } = await import(pathToFileURL(path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")).href)
+  const dir = path.join(ROOT, "dist", "loops", "twins")
+  fs.mkdirSync(dir, { recursive: true })
+  const madeAfter = fs.statSync(instrumentJs).mtimeMs
+  const wanted = new Set()
+  let instrument
+  for (const [, out] of shippedGuests()) {
+    const bytes = fs.readFileSync(out)
+    const name = prebuiltTwinName(crypto.createHash("sha256").update(bytes).digest("hex"))
+    wanted.add(name)
+    const file = path.join(dir, name)
+    if (!force && fs.existsSync(file) && fs.statSync(file).mtimeMs > madeAfter) continue
+    // Loaded only when a twin is made: Binaryen is a large module.
+    instrument ??= (await import(pathToFileURL(instrumentJs).href)).instrument
+    const twin = instrument(new Uint8Array(bytes))
+    fs.writeFileSync(`${file}.tmp`, twin)
+    fs.renameSync(`${file}.tmp`, file)
+    log(`made the twin of ${path.relative(process.cwd(), out)} (${twin.length} bytes)`)
   }
-  await buildAll(shippedGuests(), log)
+  for (const f of fs.readdirSync(dir)) if (!wanted.has(f)) fs.rmSync(path.join(dir, f))
 }
 
 const buildAll = async (targets, log) => {

@@ -4,6 +4,11 @@
  * Binaryen cannot instrument the module — the module's activations run on the worker pool, as they
  * would with inline execution turned off.
  *
+ * The shipped modules (the official loop, the examples) have their twins made by the build
+ * (`dist/loops/twins/`, named by the module's SHA-256 and TWIN_FORMAT): those are read and compiled,
+ * not made again, so a server that starts — after a crash too — runs the official loop on the main
+ * thread from its first turn instead of on the pool for the seconds Binaryen takes.
+ *
  * A module whose activation was moved off the main thread (Inline.ts) runs its next activations on
  * the pool before the main thread tries it again: 2 after its first move, doubling with each move
  * in a row up to MOVED_COOLDOWN, back to none once an activation completes on the main thread. A
@@ -11,10 +16,12 @@
  * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
  * back.
  */
+import * as fs from "node:fs"
 import { Worker } from "node:worker_threads"
 import { Effect } from "effect"
 import { DIST_ROOT } from "../../DistRoot.js"
 import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
+import { prebuiltTwinName } from "./TwinExports.js"
 
 /** Activations a module runs on the pool, at most, after one of its activations was moved. */
 export const MOVED_COOLDOWN = 64
@@ -34,6 +41,12 @@ const IDLE_MS = 5_000
 
 /** The instrumenting thread's module (compiled; under the tests too). */
 export const WORKER_URL = new URL("layers/wasm/InstrumentWorker.js", DIST_ROOT)
+
+/** Where the build puts the shipped modules' twins. */
+export const PREBUILT_TWINS = new URL("loops/twins/", DIST_ROOT)
+
+/** Modules handed to the instrumenting thread in this process (prebuilt twins are not). */
+export const instrumenterStats = { requests: 0 }
 
 /** A twin, or why there is none. */
 export type Twin = { readonly module: WebAssembly.Module } | { readonly failure: string }
@@ -70,6 +83,7 @@ const instrumenter = (() => {
   }
   return (bytes: Uint8Array): Promise<Answer> =>
     new Promise((resolve) => {
+      instrumenterStats.requests++
       if (idle !== undefined) clearTimeout(idle)
       idle = undefined
       worker ??= start()
@@ -89,16 +103,29 @@ export const twinOf = (hash: string, bytes: Uint8Array): Promise<Twin> => {
   const known = twins.get(hash)
   if (known !== undefined) return known
   if (bytes.length > MAX_TWIN_MODULE_BYTES) return Promise.resolve({ failure: `it is above ${MAX_TWIN_MODULE_BYTES} bytes: it runs on worker threads` })
-  const made = instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
-    if (!("error" in answer)) return compiled(answer.ok)
-    // A thread that failed says nothing about the module: the next admission tries again.
-    if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
-    return { failure: `Binaryen could not instrument it: ${answer.error}` }
-  })
+  const made = prebuilt(hash).then((ahead) =>
+    ahead !== undefined ? ahead : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
+      if (!("error" in answer)) return compiled(answer.ok)
+      // A thread that failed says nothing about the module: the next admission tries again.
+      if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
+      return { failure: `Binaryen could not instrument it: ${answer.error}` }
+    })
+  )
   twins.set(hash, made)
   if (twins.size > KEPT) twins.delete(twins.keys().next().value!)
   return made
 }
+
+/**
+ * `hash`'s twin as the build made it, compiled; undefined when there is none (or it does not
+ * compile: then it is made again). The name carries the module's hash and TWIN_FORMAT, so a twin
+ * is only ever used for the very module, and the instrumentation, it was made from.
+ */
+const prebuilt = (hash: string): Promise<Twin | undefined> =>
+  fs.promises.readFile(new URL(prebuiltTwinName(hash), PREBUILT_TWINS)).then(
+    (bytes) => compiled(bytes).then((twin) => ("module" in twin ? twin : undefined)),
+    () => undefined
+  )
 
 const compiled = (bytes: Uint8Array): Promise<Twin> =>
   WebAssembly.compile(bytes).then(

@@ -9,3 +9,13 @@
  */
 export const ASYNCIFY_EXPORT = "brain$asyncify"
 export const ASYNCIFY_OPS = { startUnwind: 0, stopUnwind: 1, startRewind: 2, stopRewind: 3 } as const
+
+/**
+ * The version of what Instrument.ts makes of a module: a twin made ahead of time (by the build,
+ * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
+ * it with any change to the instrumentation.
+ */
+export const TWIN_FORMAT = 1
+
+/** The file name of `hash`'s twin made ahead of time. */
+export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`

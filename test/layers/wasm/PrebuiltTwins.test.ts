@@ -1,0 +1,73 @@
+/**
+ * The shipped modules' instrumented twins are made by the build (scripts/build-guests.js,
+ * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) and read by a server instead of being made
+ * again with Binaryen after it starts (InlineModules.ts), so the official loop runs on the main
+ * thread from a server's first turn. A twin is named by its module's hash and the instrumentation's
+ * version, so it is only ever used for the module and the instrumentation it was made from.
+ */
+import * as crypto from "node:crypto"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { fileURLToPath } from "node:url"
+import { instrument } from "../../../src/layers/wasm/Instrument.js"
+import { instrumenterStats, PREBUILT_TWINS, twinOf } from "../../../src/layers/wasm/InlineModules.js"
+import { prebuiltTwinName } from "../../../src/layers/wasm/TwinExports.js"
+import { echoing, wat } from "../../support/wat.js"
+
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url))
+const SHIPPED = ["dist/loops/official.wasm", "dist/loops/examples/echo-tool.wasm", "dist/loops/examples/echo-with-memory.wasm"]
+const sha256 = (bytes: Uint8Array) => crypto.createHash("sha256").update(bytes).digest("hex")
+
+describe("prebuilt twins", () => {
+  // Binaryen's output is not byte-for-byte stable from one call to the next (its sizes differ by a
+  // few hundred bytes), so a twin is compared with a fresh one by what its host relies on: the
+  // same imports and exports. The official loop's twin also runs the loop exactly as the plain
+  // module does (Inline.test.ts, through twinOf, which now reads it).
+  it("every shipped module has a twin made by the build, named by its SHA-256 and the twin format, importing and exporting exactly what Instrument.ts's twin of it does now", () => {
+    const dir = fileURLToPath(PREBUILT_TWINS)
+    const shape = (bytes: Uint8Array) => {
+      const module = new WebAssembly.Module(bytes)
+      return {
+        imports: WebAssembly.Module.imports(module).map((i) => `${i.module}.${i.name}:${i.kind}`).sort(),
+        exports: WebAssembly.Module.exports(module).map((e) => `${e.name}:${e.kind}`).sort()
+      }
+    }
+    for (const file of SHIPPED) {
+      const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, file)))
+      const twin = path.join(dir, prebuiltTwinName(sha256(bytes)))
+      expect(fs.existsSync(twin), `${file} has no twin in ${dir}`).toBe(true)
+      expect(shape(new Uint8Array(fs.readFileSync(twin))), `${file}'s twin is stale`).toEqual(shape(instrument(bytes)))
+    }
+    expect(fs.readdirSync(dir).sort()).toEqual(
+      SHIPPED.map((f) => prebuiltTwinName(sha256(new Uint8Array(fs.readFileSync(path.join(ROOT, f)))))).sort()
+    )
+  })
+
+  it("the official loop's twin is read and compiled, never sent to the instrumenting thread; a module without one is", async () => {
+    const official = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/official.wasm")))
+    const before = instrumenterStats.requests
+    const twin = await twinOf(sha256(official), official)
+    expect("module" in twin).toBe(true)
+    expect(instrumenterStats.requests).toBe(before)
+
+    const other = await wat(echoing())
+    const made = await twinOf(sha256(other), other)
+    expect("module" in made).toBe(true)
+    expect(instrumenterStats.requests).toBe(before + 1)
+  })
+
+  it("a twin is used only for the module whose hash names it: another module's bytes under no prebuilt name are instrumented, not given a shipped twin", async () => {
+    const official = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/official.wasm")))
+    const changed = new Uint8Array(official)
+    // One byte of a custom section's worth appended: another module, another hash.
+    const padded = new Uint8Array(changed.length + 3)
+    padded.set(changed)
+    padded.set([0, 1, 0], changed.length) // an empty custom section named ""
+    expect(sha256(padded)).not.toBe(sha256(official))
+    const before = instrumenterStats.requests
+    const twin = await twinOf(sha256(padded), padded)
+    expect("module" in twin).toBe(true)
+    expect(instrumenterStats.requests).toBe(before + 1)
+  })
+})
