@@ -71,24 +71,22 @@ const ROUNDS = 2
 const CALLS = 4
 
 const SCRIPTED = { model: { provider: "scripted" } }
-/** A session whose model asks for CALLS echo calls, ROUNDS times, then answers; the tools run on `hostId`. */
-const toolLoopSession = (hostId) => {
+/**
+ * A session whose model asks for CALLS echo calls, ROUNDS times, then answers; `echo` runs in
+ * `environment` (with `tool`'s fields besides its name, description and environment).
+ */
+const toolLoop = (environment, tool = {}) => {
   const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
   return {
     model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
-    environments: [{ name: "app", driver: "host", host: hostId }],
-    tools: [{ name: "echo", description: "answers with its input", environment: "app" }]
+    environments: [environment],
+    tools: [{ name: "echo", description: "answers with its input", environment: environment.name, ...tool }]
   }
 }
-/** The same loop with the tool run by Brain itself: the example Wasm tool (`moduleId`) in a `brain` Environment. */
-const wasmToolLoopSession = (moduleId) => {
-  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
-  return {
-    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
-    environments: [{ name: "wasm", driver: "brain" }],
-    tools: [{ name: "echo", description: "answers with its input", module: moduleId, environment: "wasm" }]
-  }
-}
+/** The loop with a host tool served by the host `hostId` (this process's echo host). */
+const toolLoopSession = (hostId) => toolLoop({ name: "app", driver: "host", host: hostId })
+/** The same loop with Brain running the tool itself: the example Wasm tool (`moduleId`) in a `brain` Environment. */
+const wasmToolLoopSession = (moduleId) => toolLoop({ name: "wasm", driver: "brain" }, { module: moduleId })
 const SEND = { input: { message: "hello" } }
 const started = new Date()
 /** The commit measured: read before anything runs (the build under test is the one made before this starts). */
