@@ -223,8 +223,9 @@ export const buildShipped = async ({ force = false, log = (line) => process.stdo
  * The shipped modules' instrumented twins (src/layers/wasm/InlineModules.ts), made here so that a
  * server runs them on its main thread from its first activation instead of making them with
  * Binaryen after it starts: `dist/loops/twins/<sha256 of the module>.v<TWIN_FORMAT>.wasm`, made
- * by the compiled Instrument.ts (so after tsc) unless present and newer than it. Twins of modules
- * no longer shipped are removed.
+ * by the compiled Instrument.ts (so after tsc) unless present and made by the same instrumentation
+ * (`made-by`: a digest of it and of Binaryen's version). Twins of modules no longer shipped are
+ * removed.
  */
 export const buildTwins = async ({ force = false, log = (line) => process.stdout.write(`${line}\n`) } = {}) => {
   const instrumentJs = path.join(ROOT, "dist", "layers", "wasm", "Instrument.js")
@@ -232,15 +233,24 @@ export const buildTwins = async ({ force = false, log = (line) => process.stdout
   const { prebuiltTwinName } = await import(pathToFileURL(path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")).href)
   const dir = path.join(ROOT, "dist", "loops", "twins")
   fs.mkdirSync(dir, { recursive: true })
-  const madeAfter = fs.statSync(instrumentJs).mtimeMs
-  const wanted = new Set()
+  // What made the twins there: the compiled instrumentation and the Binaryen it runs. tsc rewrites
+  // its outputs on every build, so their content decides, not their time.
+  const stampFile = path.join(dir, STAMP)
+  const stamp = crypto.createHash("sha256")
+    .update(fs.readFileSync(instrumentJs))
+    .update(fs.readFileSync(path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")))
+    .update(fs.readFileSync(path.join(ROOT, "node_modules", "binaryen", "package.json")))
+    .digest("hex")
+  const current = !force && fs.existsSync(stampFile) && fs.readFileSync(stampFile, "utf8") === stamp
+  if (!current) fs.rmSync(stampFile, { force: true })
+  const wanted = new Set([STAMP])
   let instrument
   for (const [, out] of shippedGuests()) {
     const bytes = fs.readFileSync(out)
     const name = prebuiltTwinName(crypto.createHash("sha256").update(bytes).digest("hex"))
     wanted.add(name)
     const file = path.join(dir, name)
-    if (!force && fs.existsSync(file) && fs.statSync(file).mtimeMs > madeAfter) continue
+    if (current && fs.existsSync(file)) continue
     // Loaded only when a twin is made: Binaryen is a large module.
     instrument ??= (await import(pathToFileURL(instrumentJs).href)).instrument
     const twin = instrument(new Uint8Array(bytes))
@@ -249,7 +259,11 @@ export const buildTwins = async ({ force = false, log = (line) => process.stdout
     log(`made the twin of ${path.relative(process.cwd(), out)} (${twin.length} bytes)`)
   }
   for (const f of fs.readdirSync(dir)) if (!wanted.has(f)) fs.rmSync(path.join(dir, f))
+  fs.writeFileSync(stampFile, stamp)
 }
+
+/** The file in dist/loops/twins/ that says what made the twins beside it. */
+const STAMP = "made-by"
 
 const buildAll = async (targets, log) => {
   const started = performance.now()
