@@ -19,6 +19,7 @@
  * and so is a tool's output with a `transcript` (only a loop's output may carry one).
  */
 import * as os from "node:os"
+import * as path from "node:path"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
 import { withTranscriptTail } from "../domain/TranscriptTail.js"
@@ -49,6 +50,8 @@ export interface WasmHostOptions extends ActivationLimits {
    * activations run on the pool until then. For tests that must know where a guest runs.
    */
   readonly inlineAtAdmission?: boolean
+  /** Where admitted modules' instrumented twins are kept across restarts (InlineModules.ts); none: made again in each process. */
+  readonly twinCacheDir?: string
 }
 
 /** Where activations ran: started on the main thread, moved from it to the pool, or run on the pool from the start. */
@@ -114,7 +117,7 @@ export const make = (options: WasmHostOptions) =>
     yield* Effect.addFinalizer(() => pool.close)
     const limits: ActivationLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes }
     const inlineMs = options.inlineMs ?? 0
-    const twins = new InlineModules()
+    const twins = new InlineModules(options.twinCacheDir)
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
@@ -202,6 +205,7 @@ export const layer = Layer.scoped(
       workers: config.wasmWorkers ?? os.availableParallelism(),
       ...(config.wasmThreads !== undefined ? { threads: config.wasmThreads } : {}),
       inlineMs: config.wasmInlineMs,
+      twinCacheDir: path.join(path.resolve(config.dataDir), "agentloops", "twins"),
       memoryBytes: config.maxWasmMemoryBytes,
       computeMs: config.maxWasmComputeMs,
       ioBytes: config.maxWasmIoBytes,

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { ensureBuilt, request, ROOT, type ServerProcess, startServer } from "../support/server.js"
+import { TWIN_FORMAT } from "../../src/layers/wasm/TwinExports.js"
 import { echoing, helloLoop, padded, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
@@ -21,11 +22,15 @@ describe("uploaded modules", () => {
     await server?.dispose()
   })
 
-  it("are listed, refused removal while a session uses them, and removed once none does; then a session cannot name them", async () => {
+  it("are listed, refused removal while a session uses them, and removed once none does — their kept twin with them; then a session cannot name them", async () => {
     const loop = await helloLoop()
     const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(loop))
     expect(admitted.status).toBe(201)
     const id = admitted.body.id
+    // Its instrumented twin is made after admission and kept for later starts (wasm/InlineModules.ts).
+    const twin = path.join(server.dataDir, "agentloops", "twins", `${id}.v${TWIN_FORMAT}.wasm`)
+    for (let i = 0; i < 500 && !fs.existsSync(twin); i++) await new Promise((r) => setTimeout(r, 20))
+    expect(fs.existsSync(twin), "the twin is kept").toBe(true)
     const listed = await request(server.baseUrl, "/v1/agentloops")
     expect(listed.body.agentloops).toEqual([{ id, bytes: loop.length, loop: true, tool: false }])
 
@@ -37,6 +42,7 @@ describe("uploaded modules", () => {
     await request(server.baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
     expect((await request(server.baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
     expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(204)
+    expect(fs.existsSync(twin), "the twin goes with the module").toBe(false)
     expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(404)
     expect((await request(server.baseUrl, "/v1/agentloops")).body.agentloops).toEqual([])
     const refused = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })

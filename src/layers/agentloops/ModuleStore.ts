@@ -4,7 +4,8 @@
  * an empty marker file `{dataDir}/agentloops/uses/{sha256}/{session}` written before the session's
  * creation is journaled and removed when the session is deleted. A module is removed only when no
  * session still uses it; a marker left by a create that never finished names a session with no
- * directory and is swept when the module's removal is asked for.
+ * directory and is swept when the module's removal is asked for. A removed module's instrumented
+ * twin (`{dataDir}/agentloops/twins/`, kept by the WasmHost) goes with it.
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
@@ -47,6 +48,7 @@ const syncDir = (dir: string) =>
 export const fileStore = (dir: string): ModuleStoreShape => {
   const file = (id: string) => path.join(dir, `${id}.wasm`)
   const usesDir = (id: string) => path.join(dir, "uses", id)
+  const twinsDir = path.join(dir, "twins")
   return {
     read: (id) =>
       ID.test(id)
@@ -72,6 +74,11 @@ export const fileStore = (dir: string): ModuleStoreShape => {
       }),
     remove: (id) =>
       tryFs("removing the module", () => fs.rm(file(id), { force: true })).pipe(
+        // Its instrumented twin, if one was kept (wasm/InlineModules.ts): `twins/{id}.v{format}.wasm`.
+        Effect.zipRight(tryFs("removing its twin", async () => {
+          const names = await fs.readdir(twinsDir).catch(() => [] as Array<string>)
+          for (const name of names) if (name.startsWith(`${id}.`)) await fs.rm(path.join(twinsDir, name), { force: true })
+        })),
         Effect.zipRight(tryFs("removing its uses", () => fs.rm(usesDir(id), { recursive: true, force: true }))),
         Effect.zipRight(syncDir(dir))
       ),

@@ -7,7 +7,11 @@
  * The shipped modules (the official loop, the examples) have their twins made by the build
  * (`dist/loops/twins/`, named by the module's SHA-256 and TWIN_FORMAT): those are read and compiled,
  * not made again, so a server that starts — after a crash too — runs the official loop on the main
- * thread from its first turn instead of on the pool for the seconds Binaryen takes.
+ * thread from its first turn instead of on the pool for the seconds Binaryen takes. Uploaded
+ * modules' twins are kept the same way in a cache directory (the data directory's
+ * `agentloops/twins/`) once made, each file the SHA-256 of the twin then the twin: a file that does
+ * not match its digest (a torn write, a flipped bit) is ignored and the twin made again, since a
+ * twin runs on the main thread trusted to meter itself.
  *
  * A module whose activation was moved off the main thread (Inline.ts) runs its next activations on
  * the pool before the main thread tries it again: 2 after its first move, doubling with each move
@@ -16,7 +20,9 @@
  * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
  * back.
  */
+import * as crypto from "node:crypto"
 import * as fs from "node:fs"
+import * as path from "node:path"
 import { Worker } from "node:worker_threads"
 import { Effect } from "effect"
 import { DIST_ROOT } from "../../DistRoot.js"
@@ -98,19 +104,29 @@ const instrumenter = (() => {
 
 const twins = new Map<string, Promise<Twin>>()
 
-/** `hash`'s twin, made from `bytes` the first time it is asked for in this process. */
-export const twinOf = (hash: string, bytes: Uint8Array): Promise<Twin> => {
+/**
+ * `hash`'s twin, made from `bytes` the first time it is asked for in this process: the build's,
+ * else the one kept in `cacheDir`, else made by the instrumenting thread (and then kept there).
+ */
+export const twinOf = (hash: string, bytes: Uint8Array, cacheDir?: string): Promise<Twin> => {
   const known = twins.get(hash)
   if (known !== undefined) return known
   if (bytes.length > MAX_TWIN_MODULE_BYTES) return Promise.resolve({ failure: `it is above ${MAX_TWIN_MODULE_BYTES} bytes: it runs on worker threads` })
-  const made = prebuilt(hash).then((ahead) =>
-    ahead !== undefined ? ahead : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
-      if (!("error" in answer)) return compiled(answer.ok)
-      // A thread that failed says nothing about the module: the next admission tries again.
-      if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
-      return { failure: `Binaryen could not instrument it: ${answer.error}` }
-    })
-  )
+  const made = prebuilt(hash)
+    .then((ahead) => ahead ?? (cacheDir !== undefined ? cachedTwin(cacheDir, hash) : undefined))
+    .then((found) =>
+      found !== undefined ? found : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
+        if (!("error" in answer)) {
+          const twin = compiled(answer.ok)
+          // Kept only once it compiles; a failure to keep it costs only its making again.
+          if (cacheDir !== undefined) void twin.then((t) => ("module" in t ? keepTwin(cacheDir, hash, answer.ok) : undefined))
+          return twin
+        }
+        // A thread that failed says nothing about the module: the next admission tries again.
+        if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
+        return { failure: `Binaryen could not instrument it: ${answer.error}` }
+      })
+    )
   twins.set(hash, made)
   if (twins.size > KEPT) twins.delete(twins.keys().next().value!)
   return made
@@ -127,6 +143,33 @@ const prebuilt = (hash: string): Promise<Twin | undefined> =>
     () => undefined
   )
 
+/** A cached twin's file: the SHA-256 of the twin, then the twin. */
+const cacheFile = (dir: string, hash: string) => path.join(dir, prebuiltTwinName(hash))
+const DIGEST_BYTES = 32
+
+/** `hash`'s twin kept in `dir`, compiled, if its file is whole; undefined otherwise (missing, torn, altered). */
+export const cachedTwin = (dir: string, hash: string): Promise<Twin | undefined> =>
+  fs.promises.readFile(cacheFile(dir, hash)).then(
+    (file) => {
+      if (file.length <= DIGEST_BYTES) return undefined
+      const twin = file.subarray(DIGEST_BYTES)
+      if (!crypto.createHash("sha256").update(twin).digest().equals(file.subarray(0, DIGEST_BYTES))) return undefined
+      return compiled(twin).then((t) => ("module" in t ? t : undefined))
+    },
+    () => undefined
+  )
+
+/** Keeps `twin` as `hash`'s in `dir` (a temporary file renamed over: a reader sees a whole file or none). Best effort. */
+export const keepTwin = (dir: string, hash: string, twin: Uint8Array): Promise<void> => {
+  const file = cacheFile(dir, hash)
+  const tmp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`
+  const digest = crypto.createHash("sha256").update(twin).digest()
+  return fs.promises.mkdir(dir, { recursive: true })
+    .then(() => fs.promises.writeFile(tmp, Buffer.concat([digest, twin])))
+    .then(() => fs.promises.rename(tmp, file))
+    .catch(() => fs.promises.rm(tmp, { force: true }).catch(() => undefined))
+}
+
 const compiled = (bytes: Uint8Array): Promise<Twin> =>
   WebAssembly.compile(bytes).then(
     (module) => ({ module }),
@@ -137,9 +180,12 @@ const compiled = (bytes: Uint8Array): Promise<Twin> =>
 export class InlineModules {
   private readonly ready = new Map<string, { readonly module: WebAssembly.Module; cooldown: number; moves: number }>()
 
+  /** `cacheDir`: where twins made here are kept for later processes (none: made again in each). */
+  constructor(private readonly cacheDir?: string) {}
+
   /** Makes (or finds) `hash`'s twin; completes when it is settled, the module runnable here if it was made. */
   prepare(hash: string, bytes: Uint8Array): Effect.Effect<void> {
-    return Effect.promise(() => twinOf(hash, bytes)).pipe(
+    return Effect.promise(() => twinOf(hash, bytes, this.cacheDir)).pipe(
       Effect.map((twin) => {
         if ("module" in twin && !this.ready.has(hash)) {
           this.ready.set(hash, { module: twin.module, cooldown: 0, moves: 0 })
