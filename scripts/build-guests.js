@@ -222,7 +222,8 @@ export const buildShipped = async ({ force = false, log = (line) => process.stdo
 /**
  * The shipped modules' instrumented twins (src/layers/wasm/InlineModules.ts), made here so that a
  * server runs them on its main thread from its first activation instead of making them with
- * Binaryen after it starts: `dist/loops/twins/<sha256 of the module>.v<TWIN_FORMAT>.wasm`, made
+ * Binaryen after it starts: `dist/loops/twins/<sha256 of the module>.v<TWIN_FORMAT>.wasm` (the
+ * twin's digest, then the twin, as a server keeps an uploaded module's), made
  * by the compiled Instrument.ts (so after tsc) unless present and made by the same instrumentation
  * (`made-by`: a digest of it and of Binaryen's version). Twins of modules no longer shipped are
  * removed.
@@ -230,7 +231,8 @@ export const buildShipped = async ({ force = false, log = (line) => process.stdo
 export const buildTwins = async ({ force = false, log = (line) => process.stdout.write(`${line}\n`) } = {}) => {
   const instrumentJs = path.join(ROOT, "dist", "layers", "wasm", "Instrument.js")
   if (!fs.existsSync(instrumentJs)) throw new Error("dist/layers/wasm/Instrument.js is missing: compile first (tsc -p tsconfig.build.json)")
-  const { prebuiltTwinName } = await import(pathToFileURL(path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")).href)
+  const twinExportsJs = path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")
+  const { prebuiltTwinName, twinFile } = await import(pathToFileURL(twinExportsJs).href)
   const dir = path.join(ROOT, "dist", "loops", "twins")
   fs.mkdirSync(dir, { recursive: true })
   // What made the twins there: the compiled instrumentation and the Binaryen it runs. tsc rewrites
@@ -238,7 +240,7 @@ export const buildTwins = async ({ force = false, log = (line) => process.stdout
   const stampFile = path.join(dir, STAMP)
   const stamp = crypto.createHash("sha256")
     .update(fs.readFileSync(instrumentJs))
-    .update(fs.readFileSync(path.join(ROOT, "dist", "layers", "wasm", "TwinExports.js")))
+    .update(fs.readFileSync(twinExportsJs))
     .update(fs.readFileSync(path.join(ROOT, "node_modules", "binaryen", "package.json")))
     .digest("hex")
   const current = !force && fs.existsSync(stampFile) && fs.readFileSync(stampFile, "utf8") === stamp
@@ -254,7 +256,7 @@ export const buildTwins = async ({ force = false, log = (line) => process.stdout
     // Loaded only when a twin is made: Binaryen is a large module.
     instrument ??= (await import(pathToFileURL(instrumentJs).href)).instrument
     const twin = instrument(new Uint8Array(bytes))
-    fs.writeFileSync(`${file}.tmp`, twin)
+    fs.writeFileSync(`${file}.tmp`, twinFile(twin))
     fs.renameSync(`${file}.tmp`, file)
     log(`made the twin of ${path.relative(process.cwd(), out)} (${twin.length} bytes)`)
   }

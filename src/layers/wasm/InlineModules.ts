@@ -9,9 +9,8 @@
  * not made again, so a server that starts — after a crash too — runs the official loop on the main
  * thread from its first turn instead of on the pool for the seconds Binaryen takes. Uploaded
  * modules' twins are kept the same way in a cache directory (the data directory's
- * `agentloops/twins/`) once made, each file the SHA-256 of the twin then the twin: a file that does
- * not match its digest (a torn write, a flipped bit) is ignored and the twin made again, since a
- * twin runs on the main thread trusted to meter itself.
+ * `agentloops/twins/`) once made. Both are files of one form (TwinExports.ts, `twinFile`): one that
+ * does not match its digest is ignored and the twin made again.
  *
  * A module whose activation was moved off the main thread (Inline.ts) runs its next activations on
  * the pool before the main thread tries it again: 2 after its first move, doubling with each move
@@ -20,14 +19,14 @@
  * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
  * back.
  */
-import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
 import { Effect } from "effect"
 import { DIST_ROOT } from "../../DistRoot.js"
 import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
-import { prebuiltTwinName } from "./TwinExports.js"
+import { prebuiltTwinName, twinFile, twinInFile } from "./TwinExports.js"
 
 /** Activations a module runs on the pool, at most, after one of its activations was moved. */
 export const MOVED_COOLDOWN = 64
@@ -112,7 +111,7 @@ export const twinOf = (hash: string, bytes: Uint8Array, cacheDir?: string): Prom
   const known = twins.get(hash)
   if (known !== undefined) return known
   if (bytes.length > MAX_TWIN_MODULE_BYTES) return Promise.resolve({ failure: `it is above ${MAX_TWIN_MODULE_BYTES} bytes: it runs on worker threads` })
-  const made = prebuilt(hash)
+  const made = cachedTwin(fileURLToPath(PREBUILT_TWINS), hash)
     .then((ahead) => ahead ?? (cacheDir !== undefined ? cachedTwin(cacheDir, hash) : undefined))
     .then((found) =>
       found !== undefined ? found : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
@@ -133,39 +132,26 @@ export const twinOf = (hash: string, bytes: Uint8Array, cacheDir?: string): Prom
 }
 
 /**
- * `hash`'s twin as the build made it, compiled; undefined when there is none (or it does not
- * compile: then it is made again). The name carries the module's hash and TWIN_FORMAT, so a twin
- * is only ever used for the very module, and the instrumentation, it was made from.
+ * `hash`'s twin kept in `dir` (twinFile), compiled; undefined when there is none, or its file does
+ * not match its digest or does not compile: then it is made again. The name carries the module's
+ * hash and TWIN_FORMAT, so a twin is only ever used for the very module, and the instrumentation,
+ * it was made from.
  */
-const prebuilt = (hash: string): Promise<Twin | undefined> =>
-  fs.promises.readFile(new URL(prebuiltTwinName(hash), PREBUILT_TWINS)).then(
-    (bytes) => compiled(bytes).then((twin) => ("module" in twin ? twin : undefined)),
-    () => undefined
-  )
-
-/** A cached twin's file: the SHA-256 of the twin, then the twin. */
-const cacheFile = (dir: string, hash: string) => path.join(dir, prebuiltTwinName(hash))
-const DIGEST_BYTES = 32
-
-/** `hash`'s twin kept in `dir`, compiled, if its file is whole; undefined otherwise (missing, torn, altered). */
 export const cachedTwin = (dir: string, hash: string): Promise<Twin | undefined> =>
-  fs.promises.readFile(cacheFile(dir, hash)).then(
+  fs.promises.readFile(path.join(dir, prebuiltTwinName(hash))).then(
     (file) => {
-      if (file.length <= DIGEST_BYTES) return undefined
-      const twin = file.subarray(DIGEST_BYTES)
-      if (!crypto.createHash("sha256").update(twin).digest().equals(file.subarray(0, DIGEST_BYTES))) return undefined
-      return compiled(twin).then((t) => ("module" in t ? t : undefined))
+      const twin = twinInFile(file)
+      return twin === undefined ? undefined : compiled(twin).then((t) => ("module" in t ? t : undefined))
     },
     () => undefined
   )
 
 /** Keeps `twin` as `hash`'s in `dir` (a temporary file renamed over: a reader sees a whole file or none). Best effort. */
 export const keepTwin = (dir: string, hash: string, twin: Uint8Array): Promise<void> => {
-  const file = cacheFile(dir, hash)
+  const file = path.join(dir, prebuiltTwinName(hash))
   const tmp = `${file}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`
-  const digest = crypto.createHash("sha256").update(twin).digest()
   return fs.promises.mkdir(dir, { recursive: true })
-    .then(() => fs.promises.writeFile(tmp, Buffer.concat([digest, twin])))
+    .then(() => fs.promises.writeFile(tmp, twinFile(twin)))
     .then(() => fs.promises.rename(tmp, file))
     .catch(() => fs.promises.rm(tmp, { force: true }).catch(() => undefined))
 }
