@@ -483,6 +483,15 @@ export function summarizeProfile(p, fromUs, toUs) {
     if (url.startsWith("node:")) return "node internals (http, net, fs, streams)"
     return "native / builtins"
   }
+  // Inclusive time of Brain's own named functions: a sample counts once for each such function on its stack.
+  const parent = new Map()
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id)
+  const inclusive = new Map()
+  const brainSrc = pathToFileURL(path.join(ROOT, "src")).href + "/"
+  const keyOf = ({ functionName, url, lineNumber }) => {
+    const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|dist|src)\//, "$1/")}:${lineNumber + 1}` : ""
+    return `${functionName || "(anonymous)"} ${where}`.trim()
+  }
   let at = 0
   for (let i = 0; i < p.samples.length; i++) {
     const node = byId.get(p.samples[i])
@@ -490,9 +499,19 @@ export function summarizeProfile(p, fromUs, toUs) {
     at += dt
     if (at < fromUs || at > toUs) continue
     total += dt
-    const { functionName, url, lineNumber } = node.callFrame
-    const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|dist|src)\//, "$1/")}:${lineNumber + 1}` : ""
-    const key = `${functionName || "(anonymous)"} ${where}`.trim()
+    const { functionName, url } = node.callFrame
+    const key = keyOf(node.callFrame)
+    if (functionName !== "(idle)") {
+      const seen = new Set()
+      for (let id = node.id; id !== undefined; id = parent.get(id)) {
+        const frame = byId.get(id).callFrame
+        if (!frame.functionName || !frame.url.startsWith(brainSrc)) continue
+        const k = keyOf(frame)
+        if (seen.has(k)) continue
+        seen.add(k)
+        inclusive.set(k, (inclusive.get(k) ?? 0) + dt)
+      }
+    }
     self.set(key, (self.get(key) ?? 0) + dt)
     const area = areaOf(url, functionName)
     areas.set(area, (areas.get(area) ?? 0) + dt)
@@ -519,7 +538,11 @@ export function summarizeProfile(p, fromUs, toUs) {
       "",
       "| top self time (function, file:line) | share of busy time |",
       "| --- | --- |",
-      ...top.map(([k, t]) => `| \`${k}\` | ${pctOf(t, busy)} |`)
+      ...top.map(([k, t]) => `| \`${k}\` | ${pctOf(t, busy)} |`),
+      "",
+      "| Brain's named functions by inclusive time (what they and everything they call took on the stack; not what their effects took after they returned) | share of busy time |",
+      "| --- | --- |",
+      ...[...inclusive.entries()].sort((a, b) => b[1] - a[1]).slice(0, 15).map(([k, t]) => `| \`${k}\` | ${pctOf(t, busy)} |`)
     ].join("\n")
   }
 }

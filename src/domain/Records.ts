@@ -8,6 +8,7 @@ import { SessionConfiguration } from "./Configuration.js"
 import { Failure } from "./Failure.js"
 import { IDEMPOTENCY_KEY_MAX_BYTES } from "./Limits.js"
 import { Json, Message, TranscriptDelta, TurnInput } from "./Messages.js"
+import { type Guard, guard } from "./SchemaGuard.js"
 
 const Seq = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
 const Closes = { sequence: Seq }
@@ -194,9 +195,17 @@ const validators = Object.fromEntries(
   ])
 ) as Record<RecordKind, (u: unknown) => Either.Either<unknown, ParseResult.ParseError>>
 
+/**
+ * The same checks as plain predicates (SchemaGuard.ts), for the kinds whose schema compiles to
+ * one: every append runs them, and a decode's copy of the payload is not needed to say yes.
+ */
+const guards = Object.fromEntries(RecordKinds.map((kind) => [kind, guard(Catalogue[kind].payload)])) as Record<RecordKind, Guard | undefined>
+
 /** Checks a payload against its kind's schema; returns the reason it is refused, if it is. */
 export const checkPayload = (kind: string, payload: unknown): string | undefined => {
   if (!isRecordKind(kind)) return `unknown record kind ${JSON.stringify(kind)}`
+  if (guards[kind]?.(payload) === true) return undefined
+  // Refused by the guard (or no guard): the decoder decides, and explains a refusal.
   const result = validators[kind](payload)
   return Either.isLeft(result)
     ? `invalid ${kind} payload: ${ParseResult.TreeFormatter.formatErrorSync(result.left)}`
