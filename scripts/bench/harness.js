@@ -43,6 +43,7 @@ import {
   startBaseline,
   startBrain,
   summarizeProfile,
+  toolLoop,
   tmp
 } from "./lib.js"
 import { ms, numberFlag, pct } from "./stats.js"
@@ -71,22 +72,10 @@ const ROUNDS = 2
 const CALLS = 4
 
 const SCRIPTED = { model: { provider: "scripted" } }
-/**
- * A session whose model asks for CALLS echo calls, ROUNDS times, then answers; `echo` runs in
- * `environment` (with `tool`'s fields besides its name, description and environment).
- */
-const toolLoop = (environment, tool = {}) => {
-  const toolCalls = Array.from({ length: CALLS }, (_, i) => ({ name: "echo", input: { i } }))
-  return {
-    model: { provider: "scripted", replies: [...Array.from({ length: ROUNDS }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
-    environments: [environment],
-    tools: [{ name: "echo", description: "answers with its input", environment: environment.name, ...tool }]
-  }
-}
 /** The loop with a host tool served by the host `hostId` (this process's echo host). */
-const toolLoopSession = (hostId) => toolLoop({ name: "app", driver: "host", host: hostId })
+const toolLoopSession = (hostId) => toolLoop({ name: "app", driver: "host", host: hostId }, {}, ROUNDS, CALLS)
 /** The same loop with Brain running the tool itself: the example Wasm tool (`moduleId`) in a `brain` Environment. */
-const wasmToolLoopSession = (moduleId) => toolLoop({ name: "wasm", driver: "brain" }, { module: moduleId })
+const wasmToolLoopSession = (moduleId) => toolLoop({ name: "wasm", driver: "brain" }, { module: moduleId }, ROUNDS, CALLS)
 const SEND = { input: { message: "hello" } }
 const started = new Date()
 /** The commit measured: read before anything runs (the build under test is the one made before this starts). */

@@ -220,6 +220,19 @@ export const admitEchoTool = async (port) => {
   return admitted.id
 }
 
+/**
+ * A session whose model asks for `calls` echo calls, `rounds` times, then answers; `echo` runs in
+ * `environment` (with `tool`'s fields besides its name, description and environment).
+ */
+export const toolLoop = (environment, tool = {}, rounds = 2, calls = 4) => {
+  const toolCalls = Array.from({ length: calls }, (_, i) => ({ name: "echo", input: { i } }))
+  return {
+    model: { provider: "scripted", replies: [...Array.from({ length: rounds }, () => ({ tool_calls: toolCalls })), { text: "done" }] },
+    environments: [environment],
+    tools: [{ name: "echo", description: "answers with its input", environment: environment.name, ...tool }]
+  }
+}
+
 /** Every mutating request carries a fresh Idempotency-Key, as the SDK's do. */
 export const keyed = () => ({ "idempotency-key": crypto.randomUUID() })
 

@@ -11,15 +11,56 @@
  * to wait for that (`FenceHooks.unrecorded`), because what it writes or reads next for the
  * session must not be ordered before a record that may still land.
  */
-import { Effect, Exit, Fiber, Layer } from "effect"
-import { Journal } from "../services/Journal.js"
-import { EffectFence, type EffectFenceShape, OutcomeUnrecorded } from "../services/EffectFence.js"
+import { Effect, Exit, Layer } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { Entry } from "../domain/Records.js"
+import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
+import { EffectFence, type EffectFenceShape, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 
 /** An append waited for at most a deadline: its answer, or how to wait for it in the background. */
 export type Bounded<A, E> =
   | { readonly _tag: "Answered"; readonly exit: Exit.Exit<A, E> }
   | { readonly _tag: "Unsettled"; readonly settled: Effect.Effect<void> }
+
+/** Who is told an append's answer: once it has one, at once. */
+interface Answering<A, E> {
+  readonly add: (f: (exit: Exit.Exit<A, E>) => void) => void
+  readonly remove: (f: (exit: Exit.Exit<A, E>) => void) => void
+}
+
+/** The append queued through `enqueue`, or undefined when it could not be (nothing happened). */
+const queued = <A, E>(append: Queueable<A, E>): Answering<A, E> | undefined => {
+  let answer: Exit.Exit<A, E> | undefined
+  const waiting = new Set<(exit: Exit.Exit<A, E>) => void>()
+  const taken = append.enqueue((exit) => {
+    answer = exit
+    for (const f of waiting) f(exit)
+    waiting.clear()
+  })
+  if (!taken) return undefined
+  return {
+    add: (f) => (answer !== undefined ? f(answer) : void waiting.add(f)),
+    remove: (f) => void waiting.delete(f)
+  }
+}
+
+/** The append run by a fiber of its own (the journal could not queue it at once). */
+const forked = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<Answering<A, E>> =>
+  // Not owned by the waiter, deliberately: an append once queued lands or fails (the journal
+  // answers every append, at the latest when it closes), and `settled` reports which.
+  Effect.map(Effect.forkDaemon(Effect.uninterruptible(effect)), (fiber) => ({
+    add: (f) => fiber.addObserver(f),
+    remove: (f) => fiber.removeObserver(f)
+  }))
+
+/** Waits for the answer; an interrupted waiter stops waiting, the append goes on. */
+const answerOf = <A, E>(answering: Answering<A, E>): Effect.Effect<Exit.Exit<A, E>> =>
+  Effect.async((resume) => {
+    const f = (exit: Exit.Exit<A, E>) => resume(Effect.succeed(exit))
+    answering.add(f)
+    return Effect.sync(() => answering.remove(f))
+  })
 
 /**
  * Runs `append` to its end whatever happens to the waiter, and waits at most `deadlineMs` for
@@ -28,23 +69,26 @@ export type Bounded<A, E> =
  * plain `timeout` of uninterruptible work never fires; made interruptible, the wait would also
  * give way to the caller's interruption and let a stop close a turn over an outcome in flight.)
  *
- * The wait is one `Effect.async` answered by whichever comes first, the append fiber's exit or a
- * timer: no race, no waiter fiber, no interruption of a sleeping fiber. Two of these run in every
- * text turn (the model call's outcome, the turn's close); built from `timeoutOption` over a
- * forked waiter they cost about 0.1 ms of main-thread CPU each (docs/benchmarks.md, "Main-thread
- * CPU of a keyed text turn"). The timer is the host's, not the `Clock` service's: the deadline
- * bounds how long a real disk may take to answer, which no test clock drives either.
+ * The append is queued in the journal in this synchronous step where the journal can
+ * (`Journal.enqueue`), and the journal's answer is a callback: no fiber. Otherwise it runs in a
+ * fiber of its own, not the waiter's. The wait is one `Effect.async` answered by whichever comes
+ * first, the answer or a timer: no race, no waiter fiber. Two of these run in every text turn (the
+ * model call's outcome, the turn's close) and one per tool call (docs/benchmarks.md, "Main-thread
+ * CPU of a keyed text turn" and "Outcomes queued without a fiber"). The timer is the host's, not
+ * the `Clock` service's: the deadline bounds how long a real disk may take to answer, which no
+ * test clock drives either.
  */
-export const appendWithin = <A, E>(append: Effect.Effect<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> =>
+export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> =>
   Effect.flatMap(
-    // Not owned by the waiter, deliberately: an append once queued lands or fails (the journal
-    // answers every append, at the latest when it closes), and `settled` reports which.
-    Effect.forkDaemon(Effect.uninterruptible(append)),
-    (appending): Effect.Effect<Bounded<A, E>> => {
-      const unsettled: Bounded<A, E> = { _tag: "Unsettled", settled: Effect.asVoid(Fiber.await(appending)) }
+    Effect.suspend(() => {
+      const now = queued(append)
+      return now !== undefined ? Effect.succeed(now) : forked(append.effect)
+    }),
+    (answering): Effect.Effect<Bounded<A, E>> => {
+      const unsettled: Bounded<A, E> = { _tag: "Unsettled", settled: Effect.asVoid(answerOf(answering)) }
       // Past the host timer's range a deadline cannot fire: the same as no bound.
       if (deadlineMs <= 0 || deadlineMs > MAX_TIMER_MS) {
-        return Effect.map(Fiber.await(appending), (exit) => ({ _tag: "Answered", exit }) as const)
+        return Effect.map(answerOf(answering), (exit) => ({ _tag: "Answered", exit }) as const)
       }
       return Effect.async<Bounded<A, E>>((resume) => {
         const onExit = (exit: Exit.Exit<A, E>) => {
@@ -52,19 +96,25 @@ export const appendWithin = <A, E>(append: Effect.Effect<A, E>, deadlineMs: numb
           resume(Effect.succeed({ _tag: "Answered", exit }))
         }
         const timer = setTimeout(() => {
-          appending.removeObserver(onExit)
+          answering.remove(onExit)
           resume(Effect.succeed(unsettled))
         }, deadlineMs)
         // Called at once when the append has already ended.
-        appending.addObserver(onExit)
+        answering.add(onExit)
         // An interruptible caller that is interrupted stops waiting; the append goes on.
         return Effect.sync(() => {
           clearTimeout(timer)
-          appending.removeObserver(onExit)
+          answering.remove(onExit)
         })
       })
     }
   )
+
+/** A journal append as a `Queueable`. */
+export const journalAppend = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
+  enqueue: (done) => journal.enqueue?.(session, entries, done) ?? false,
+  effect: journal.append(session, entries)
+})
 
 /** The longest delay a host timer takes (a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1
@@ -85,7 +135,7 @@ export const make = Effect.gen(function*() {
           }))
         )
         const closing = outcome(seq!, exit, dispatched)
-        const committed = yield* appendWithin(journal.append(session, [closing]), config.cleanupDeadlineMs)
+        const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
         if (committed._tag === "Unsettled") {
           hooks?.unrecorded?.(committed.settled)
           const unrecorded = new OutcomeUnrecorded({ session, started: seq!, deadlineMs: config.cleanupDeadlineMs })

@@ -42,6 +42,16 @@ export class OutcomeUnrecorded extends Data.TaggedError("OutcomeUnrecorded")<{
 export type FenceError = JournalAppendError | OutcomeUnrecorded
 
 /**
+ * An append that must go on whatever happens to its caller: `enqueue` queues it in the same
+ * synchronous step and calls `done` exactly once with its answer, or answers false having done
+ * nothing (the journal cannot queue it at once), when `effect` is the same append to run.
+ */
+export interface Queueable<A, E> {
+  readonly enqueue: (done: (exit: Exit.Exit<A, E>) => void) => boolean
+  readonly effect: Effect.Effect<A, E>
+}
+
+/**
  * What the caller learns inside the fence, synchronously, before it returns or fails (so an
  * interruption of the caller cannot lose it).
  */

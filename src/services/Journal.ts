@@ -5,7 +5,7 @@
  * reads and subscribers see only durable records. Several records appended together get
  * consecutive sequences and become durable all or none.
  */
-import { Context, Data, type Effect, type Scope, type Stream } from "effect"
+import { Context, Data, type Effect, type Exit, type Scope, type Stream } from "effect"
 import type { Entry, JournalRecord } from "../domain/Records.js"
 import type { SessionId } from "../domain/Ids.js"
 
@@ -105,6 +105,22 @@ export interface JournalShape {
     entries: ReadonlyArray<Entry>,
     options?: { readonly lane?: Lane }
   ) => Effect.Effect<ReadonlyArray<number>, JournalAppendError>
+  /**
+   * `append` without an effect, where the journal can: queues the records in this synchronous
+   * step and calls `done` exactly once with what `append` would have answered. Answers false,
+   * having queued nothing and called nothing, when it cannot queue at once (the session not open
+   * in memory, the queue full, a journal that does not offer it): the caller then runs `append`.
+   * Called as a method: a journal that decorates another's `append` (a copy of it with its own
+   * `append`) answers false unless it offers its own `enqueue`, so its `append` sees every append.
+   * For the appends that must go on whatever happens to their caller (an effect's outcome, a
+   * turn's close: EffectFenceLive's `appendWithin`), which otherwise take a fiber of their own.
+   */
+  readonly enqueue?: (
+    session: SessionId,
+    entries: ReadonlyArray<Entry>,
+    done: (exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void,
+    options?: { readonly lane?: Lane }
+  ) => boolean
   /**
    * Gives records their sequences and time now, and writes them with the session's next append:
    * ahead of its records, in the same atomic write, durable with it or not at all. Until then no

@@ -2,12 +2,36 @@
  * The Journal contract: every implementation must pass this suite.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Fiber, type Scope, Stream } from "effect"
+import { Chunk, Effect, Either, Exit, Fiber, type Scope, Stream } from "effect"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
+import type { JournalAppendError, JournalShape } from "../../src/services/Journal.js"
+import type { Entry } from "../../src/domain/Records.js"
+import type { SessionId } from "../../src/domain/Ids.js"
 import type { JournalHarness } from "../support/journals.js"
 
 const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
+
+/** A few milliseconds of the host's time (the suite runs under the test clock). */
+const realPause = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
+
+/** `enqueue`'s answer: whether it took the append, and every exit `done` was called with (once the append settles). */
+const enqueued = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>) =>
+  Effect.gen(function*() {
+    const exits: Array<Exit.Exit<ReadonlyArray<number>, JournalAppendError>> = []
+    let answer: ((exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void) | undefined
+    const taken = journal.enqueue!(session, entries, (exit) => {
+      exits.push(exit)
+      answer?.(exit)
+    })
+    if (taken && exits.length === 0) {
+      yield* Effect.async<void>((resume) => {
+        answer = () => resume(Effect.void)
+      })
+    }
+    yield* realPause // a second answer would come by now
+    return { taken, exits }
+  })
 
 export const journalContract = (name: string, harness: Effect.Effect<JournalHarness, unknown, Scope.Scope>) =>
   describe(`Journal contract: ${name}`, () => {
@@ -64,6 +88,58 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(bounded.length).toBeLessThan(10)
         const one = yield* journal.read(s, { after: 7, limit: 1000, maxBytes: 1 })
         expect(one.map((r) => r.sequence)).toEqual([8])
+      }))
+
+    it.scoped("enqueue, where offered: queued at once, answered exactly once with the sequences append would give, durable and read back in order with appends", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        if (journal.enqueue === undefined) return
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("a", 1)])
+        const first = yield* enqueued(journal, s, [kv("b", 2), kv("c", 3)])
+        expect(first.taken).toBe(true)
+        expect(first.exits).toEqual([Exit.succeed([2, 3])])
+        expect(yield* journal.append(s, [kv("d", 4)])).toEqual([4])
+        const records = yield* journal.read(s, { after: 0, limit: 10 })
+        expect(records.map((r) => [r.sequence, r.payload.key])).toEqual([[1, "a"], [2, "b"], [3, "c"], [4, "d"]])
+        expect(yield* journal.lastSequence(s)).toBe(4)
+      }))
+
+    it.scoped("enqueue refuses a bad record through done (RecordRejected, nothing written) and takes nothing for a session not open", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        if (journal.enqueue === undefined) return
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("a", 1)])
+        const bad = yield* enqueued(journal, s, [kv("b", 2), { kind: "kv_put", payload: { key: 7 } } as unknown as Entry])
+        expect(bad.taken).toBe(true)
+        expect(bad.exits.length).toBe(1)
+        expect(String(Exit.isFailure(bad.exits[0]!) ? bad.exits[0]!.cause : "")).toMatch(/RecordRejected/)
+        expect(yield* journal.lastSequence(s)).toBe(1)
+        const unknown = yield* mintSessionId
+        let called = false
+        expect(journal.enqueue(unknown, [kv("x", 1)], () => void (called = true))).toBe(false)
+        yield* realPause
+        expect(called).toBe(false)
+        expect(yield* journal.exists(unknown)).toBe(false)
+      }))
+
+    it.scoped("enqueue on a copy of the journal with its own append takes nothing: the decorator's append sees every append", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        if (journal.enqueue === undefined) return
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        const seen: Array<number> = []
+        const decorated: JournalShape = { ...journal, append: (session, entries, options) => Effect.tap(journal.append(session, entries, options), (seqs) => void seen.push(...seqs)) }
+        let called = false
+        expect(decorated.enqueue!(s, [kv("x", 1)], () => void (called = true))).toBe(false)
+        expect(called).toBe(false)
+        expect(yield* journal.lastSequence(s)).toBe(0)
+        expect(yield* decorated.append(s, [kv("y", 2)])).toEqual([1])
+        expect(seen).toEqual([1])
       }))
 
     it.scoped("recorded_at_ms never goes backwards within a session", () =>

@@ -106,3 +106,54 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       expect(Exit.isSuccess(fenced.exit) && fenced.exit.value).toEqual({ secret: 42 })
     }))
 })
+
+describe("appendWithin: an append queued without a fiber where the journal can", () => {
+  /** A Queueable that takes the append (or not) and answers when the test says. */
+  const queueable = (takes: boolean) => {
+    let answer: ((exit: Exit.Exit<ReadonlyArray<number>, never>) => void) | undefined
+    let ran = 0
+    return {
+      append: {
+        enqueue: (done: (exit: Exit.Exit<ReadonlyArray<number>, never>) => void) => {
+          if (takes) answer = done
+          return takes
+        },
+        effect: Effect.sync(() => {
+          ran++
+          return [9]
+        })
+      },
+      answer: (sequences: ReadonlyArray<number>) => answer!(Exit.succeed(sequences)),
+      ran: () => ran
+    }
+  }
+
+  it.scopedLive("a taken append is answered by its callback and its effect never runs; a refused one runs its effect", () =>
+    Effect.gen(function*() {
+      const q = queueable(true)
+      const waiting = yield* Effect.fork(EffectFenceLive.appendWithin(q.append, 10_000))
+      yield* Effect.sleep(Duration.millis(10))
+      q.answer([4, 5])
+      const got = yield* Fiber.join(waiting)
+      expect(got._tag === "Answered" && Exit.isSuccess(got.exit) ? got.exit.value : undefined).toEqual([4, 5])
+      expect(q.ran()).toBe(0)
+      const refused = queueable(false)
+      const ran = yield* EffectFenceLive.appendWithin(refused.append, 10_000)
+      expect(ran._tag === "Answered" && Exit.isSuccess(ran.exit) ? ran.exit.value : undefined).toEqual([9])
+      expect(refused.ran()).toBe(1)
+    }))
+
+  it.scopedLive("a taken append past the deadline is Unsettled, and its settled waits for the late answer", () =>
+    Effect.gen(function*() {
+      const q = queueable(true)
+      const got = yield* EffectFenceLive.appendWithin(q.append, 20)
+      expect(got._tag).toBe("Unsettled")
+      if (got._tag !== "Unsettled") return
+      const settled = yield* Effect.fork(got.settled)
+      yield* Effect.sleep(Duration.millis(20))
+      expect(Option.isNone(yield* Fiber.poll(settled))).toBe(true)
+      q.answer([7])
+      yield* Fiber.join(settled)
+      expect(q.ran()).toBe(0)
+    }))
+})

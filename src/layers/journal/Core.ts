@@ -144,6 +144,19 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           })
           return attempt
         }),
+      enqueue(this: JournalShape, session, entries, done, opts) {
+        // A journal decorating this one's `append` (spread, with its own) must see every append.
+        if (this.append !== journal.append) return false
+        // Only an opened session is taken at once; an open to wait for is `append`'s.
+        const open = opens.get(session)
+        if (!open || removing.has(session) || !ready.has(session)) return false
+        const prepared = prepareEntries(entries)
+        if (prepared instanceof RecordRejected) {
+          done(Exit.fail(prepared))
+          return true
+        }
+        return writer.enqueue(touch(open), prepared, opts?.lane ?? "latency", done)
+      },
       stage: (session, entries) =>
         Effect.suspend(() => {
           const prepared = prepareEntries(entries)

@@ -11,7 +11,7 @@
  *
  * Queues are bounded (appends and bytes); a full queue makes appenders wait.
  */
-import { Clock, Deferred, Effect, FiberId } from "effect"
+import { Clock, Deferred, Effect, Exit, FiberId } from "effect"
 import {
   JOURNAL_BATCH_APPENDS,
   JOURNAL_QUEUE_APPENDS,
@@ -55,8 +55,8 @@ interface Pending<S> {
   readonly open: OpenSession<S>
   readonly prepared: ReadonlyArray<Prepared>
   readonly bytes: number
-  /** Answers the appender (the resume of its `Effect.async`); called exactly once. */
-  readonly done: (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => void
+  /** Answers the appender (the resume of its `Effect.async`, or `Journal.enqueue`'s callback); called exactly once. */
+  readonly done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
 }
 
 interface RoundShare<S> {
@@ -124,17 +124,53 @@ export class Writer<S> {
         return Effect.zipRight(Deferred.await(space), this.append(open, prepared, lane))
       }
       // The hot path: no Deferred, no generator; the round answers through `done`.
-      return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => {
-        open.inflight++
-        const done = (result: Effect.Effect<ReadonlyArray<number>, JournalAppendError>) => {
-          open.inflight--
-          resume(result)
-        }
-        queue.push({ open, prepared, bytes, done })
-        this.queuedBytes += bytes
-        this.poke()
-      })
+      return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => this.push(open, prepared, bytes, queue, resume))
     })
+  }
+
+  /**
+   * Queues an append in this synchronous step, without an effect: `done` is called exactly once,
+   * when it is durable or refused. False, with nothing queued and `done` not called, when it
+   * cannot be queued at once (the session dropped from memory, or the queue full): `append` then.
+   */
+  enqueue(
+    open: OpenSession<S>,
+    prepared: ReadonlyArray<Prepared>,
+    lane: Lane,
+    done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+  ): boolean {
+    if (open.broken) {
+      done(Exit.fail(open.broken))
+      return true
+    }
+    if (open.evicted) return false
+    if (this.closed) {
+      done(Exit.fail(new JournalWriteFailed({ session: open.session, reason: "the journal is closed" })))
+      return true
+    }
+    let bytes = 0
+    for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
+    const queue = lane === "latency" ? this.latency : this.background
+    if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) return false
+    this.push(open, prepared, bytes, queue, done)
+    return true
+  }
+
+  private push(
+    open: OpenSession<S>,
+    prepared: ReadonlyArray<Prepared>,
+    bytes: number,
+    queue: Array<Pending<S>>,
+    answer: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+  ) {
+    open.inflight++
+    const done = (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => {
+      open.inflight--
+      answer(result)
+    }
+    queue.push({ open, prepared, bytes, done })
+    this.queuedBytes += bytes
+    this.poke()
   }
 
   /**
@@ -207,7 +243,7 @@ export class Writer<S> {
   /** Answers what is still queued (after the loop has returned). */
   readonly refuseQueued = Effect.sync(() => {
     for (const p of [...this.latency, ...this.background]) {
-      p.done(Effect.fail(new JournalWriteFailed({ session: p.open.session, reason: "the journal closed" })))
+      p.done(Exit.fail(new JournalWriteFailed({ session: p.open.session, reason: "the journal closed" })))
     }
     this.latency.length = 0
     this.background.length = 0
@@ -238,7 +274,7 @@ export class Writer<S> {
       for (const [open, appends] of bySession) {
         if (open.broken) {
           this.dropStaged(open)
-          for (const p of appends) p.done(Effect.fail(open.broken))
+          for (const p of appends) p.done(Exit.fail(open.broken))
           continue
         }
         const staged = open.staged
@@ -275,7 +311,7 @@ export class Writer<S> {
               if (!p.open.broken) {
                 p.open.broken = new JournalWriteFailed({ session: p.open.session, reason: "the writer failed unexpectedly" })
               }
-              p.done(Effect.fail(p.open.broken))
+              p.done(Exit.fail(p.open.broken))
             }
           })
         )
@@ -289,7 +325,7 @@ export class Writer<S> {
     if (staged) open.inflight--
     if (failure !== undefined) {
       open.broken = new JournalWriteFailed({ session: open.session, reason: failure })
-      for (const p of appends) p.done(Effect.fail(open.broken))
+      for (const p of appends) p.done(Exit.fail(open.broken))
       return
     }
     const published: Array<JournalRecord> | undefined = this.hub.has(open.session) ? [] : undefined
@@ -324,7 +360,7 @@ export class Writer<S> {
     }
     open.lastSequence = share.next - 1
     open.lastRecordedAtMs = recordedAt
-    for (let a = 0; a < appends.length; a++) appends[a]!.done(Effect.succeed(sequences[a]!))
+    for (let a = 0; a < appends.length; a++) appends[a]!.done(Exit.succeed(sequences[a]!))
     if (published) this.hub.publish(open.session, published)
   }
 }

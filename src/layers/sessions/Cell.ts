@@ -2,12 +2,13 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { Deferred, Effect, type Exit, type Fiber } from "effect"
+import { Cause, Deferred, Effect, Exit, type Fiber, Option } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
+import type { Queueable } from "../../services/EffectFence.js"
 
 /** Why a turn is being cancelled: by interrupt, its wall deadline, or a server stop. */
 export type CancelReason = "cancelled" | "timeout" | "interrupted"
@@ -133,22 +134,43 @@ const viaCell = <A>(
   sequencesOf: (written: A) => ReadonlyArray<number>
 ): Effect.Effect<ReadonlyArray<number>, JournalAppendError> =>
   Effect.uninterruptible(Effect.suspend(() => {
-    if (cell.broken) {
-      return Effect.fail(new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" }))
-    }
+    if (cell.broken) return Effect.fail(brokenCell(cell))
     return write().pipe(
       Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
-      Effect.map((written) => {
-        const seqs = sequencesOf(written)
-        cell.foldIn(entries.map((e, i) => [seqs[i]!, e] as const))
-        return seqs
-      })
+      Effect.map((written) => foldedIn(cell, entries, sequencesOf(written)))
     )
   }))
+
+const brokenCell = (cell: Cell) => new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" })
+
+const foldedIn = (cell: Cell, entries: ReadonlyArray<Entry>, sequences: ReadonlyArray<number>) => {
+  cell.foldIn(entries.map((e, i) => [sequences[i]!, e] as const))
+  return sequences
+}
 
 /** Appends through the journal and folds the records into the cell before returning. */
 export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>, lane: Lane = "latency") =>
   viaCell(cell, entries, () => journal.append(cell.session, entries, { lane }), (seqs) => seqs)
+
+/**
+ * `commit` as an append that goes on whatever happens to its caller (EffectFenceLive's
+ * `Queueable`): queued at once through `Journal.enqueue` where the journal can, the cell broken or
+ * the records folded in when it answers, exactly as `commit` does; `commit` itself otherwise.
+ */
+export const commitQueueable = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
+  enqueue: (done) => {
+    if (cell.broken) {
+      done(Exit.fail(brokenCell(cell)))
+      return true
+    }
+    return journal.enqueue?.(cell.session, entries, (exit) => {
+      if (Exit.isSuccess(exit)) foldedIn(cell, entries, exit.value)
+      else if (Option.getOrUndefined(Cause.failureOption(exit.cause))?._tag === "JournalWriteFailed") cell.broken = true
+      done(exit)
+    }) ?? false
+  },
+  effect: commit(journal, cell, entries)
+})
 
 /**
  * Stages records through the journal (`Journal.stage`: written with the session's next append)

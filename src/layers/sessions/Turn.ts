@@ -24,7 +24,7 @@ import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
-import { type Cell, commit, exitOrCancel, type RunningTurn } from "./Cell.js"
+import { type Cell, commitQueueable, exitOrCancel, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, cancelFailure, type HostDeps, makeHost } from "./Host.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
@@ -147,7 +147,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const saving = atEnd !== undefined
       const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
       const lateOutcomes = scope.unsettled.length
-      let closed = yield* appendWithin(commit(journal, cell, entries), config.cleanupDeadlineMs)
+      let closed = yield* appendWithin(commitQueueable(journal, cell, entries), config.cleanupDeadlineMs)
       if (saving && closed._tag === "Answered" && Exit.isFailure(closed.exit)) {
         const refused = Cause.failureOption(closed.exit.cause)
         if (Option.isSome(refused) && refused.value._tag === "RecordRejected") {
@@ -155,7 +155,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           // set_transcript would have failed it, and closes without it.
           closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)
           result = undefined
-          closed = yield* appendWithin(commit(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
+          closed = yield* appendWithin(commitQueueable(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
         }
       }
       if (closed._tag === "Unsettled") {

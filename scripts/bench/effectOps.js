@@ -1,0 +1,69 @@
+#!/usr/bin/env node
+// How many instructions Effect's runtime runs, and how many fibers it starts, per keyed text turn
+// (or per tool-loop turn with --tools): deterministic where timings are not. The server is the
+// unbundled build (`dist/cli/main.js serve`, the same code as bin/brain.js's bundle) with
+// scripts/bench/effectOpsPreload.mjs counting on the main thread.
+//
+//   npm run build && node scripts/bench/effectOps.js [--tools] [--sessions 16] [--seconds 3] [--top 40]
+//
+// Prints instructions and fibers per turn, by instruction kind, and the sites (the source of the
+// function an instruction runs) with the most instructions per turn.
+import fs from "node:fs"
+import path from "node:path"
+import { admitEchoTool, createSessions, toolLoop, expectStatus, freePort, keyed, request, ROOT, settle, spawnProcess, tmp } from "./lib.js"
+import { measure, numberFlag } from "./stats.js"
+
+const tools = process.argv.includes("--tools")
+const sessions = numberFlag("--sessions", 16)
+const seconds = numberFlag("--seconds", 3)
+const top = numberFlag("--top", 40)
+const out = path.join(tmp, "effect-ops.json")
+const turnsFile = path.join(tmp, "effect-ops-turns.txt")
+const port = await freePort()
+const server = await spawnProcess(
+  process.execPath,
+  [
+    "--allow-natives-syntax",
+    "--max-semi-space-size=32",
+    "--import",
+    path.join(ROOT, "scripts/bench/effectOpsPreload.mjs"),
+    path.join(ROOT, "dist/cli/main.js"),
+    "serve",
+    "--listen",
+    `127.0.0.1:${port}`,
+    "--data-dir",
+    fs.mkdtempSync(path.join(tmp, "data-"))
+  ],
+  { ready: /brain listening/, env: { BRAIN_BENCH_OPS: out, BRAIN_BENCH_OPS_TURNS: turnsFile, UV_THREADPOOL_SIZE: "64" } }
+)
+let body = { model: { provider: "scripted" } }
+let send = { input: { message: "hello" } }
+if (tools) {
+  body = toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(port) })
+  send = { input: { message: "go" } }
+}
+const ids = await createSessions(port, sessions, body)
+const turn = (i) => expectStatus(request(port, "POST", `/v1/sessions/${ids[i]}/messages`, send, keyed()), 200)
+await measure(turn, sessions, 3000)
+process.kill(server.pid, "SIGTTIN")
+await settle(50)
+const r = await measure(turn, sessions, seconds * 1000)
+await settle(50)
+fs.writeFileSync(turnsFile, String(r.n))
+process.kill(server.pid, "SIGTTOU")
+for (let i = 0; i < 250 && !fs.existsSync(out); i++) await settle(20)
+await settle(100)
+await server.stop()
+const c = JSON.parse(fs.readFileSync(out, "utf8"))
+const per = (n) => (n / c.turns).toFixed(1)
+console.log(`method: ${sessions} sessions send keyed ${tools ? "tool-loop (2 rounds × 4 calls of the example Wasm tool)" : "text"} turns back to back (scripted model);
+  the runtime's instructions and fibers on the server's main thread counted over ${seconds} s after a 3 s warm-up
+turns: ${c.turns}; instructions per turn: ${per(c.total)}; fibers per turn: ${per(c.fibers)}
+
+| instruction kind | per turn |
+| --- | ---: |
+${c.byKind.sort((a, b) => b[1] - a[1]).map(([k, n]) => `| ${k} | ${per(n)} |`).join("\n")}
+
+| site (kind, the function it runs) | per turn |
+| --- | ---: |
+${c.bySite.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}`)

@@ -1,0 +1,73 @@
+// Preloaded (--import) into the unbundled server by scripts/bench/effectOps.js: counts the Effect
+// runtime's instructions and fibers on the main thread, by wrapping the op handlers of the fiber
+// class (reached through a fiber of the same `effect` module the server imports). Each counted
+// instruction is keyed by its kind and by the source of the function it runs (a generator's, a
+// continuation's, a thunk's), so the sites that cost instructions can be named. SIGTTIN starts
+// the count, SIGTTOU stops it and writes it to BRAIN_BENCH_OPS (the turns are in BRAIN_BENCH_OPS_TURNS).
+// Needs --allow-natives-syntax (a generator object's function).
+import { Effect } from "effect"
+import fs from "node:fs"
+
+const proto = Object.getPrototypeOf(Effect.runFork(Effect.never))
+const generatorFunction = new Function("g", "return %GeneratorGetFunction(g)")
+const byKind = new Map()
+const bySite = new Map()
+let fibers = new WeakSet()
+let fiberCount = 0
+let on = false
+
+const fnOf = (kind, op) => {
+  switch (kind) {
+    case "Sync":
+    case "Async":
+    case "WithRuntime":
+      return op.effect_instruction_i0
+    case "OnSuccess":
+    case "OnFailure":
+      return op.effect_instruction_i1
+    case "OnSuccessAndFailure":
+      return op.effect_instruction_i2
+    case "Iterator":
+      try {
+        return generatorFunction(op.effect_instruction_i0)
+      } catch {
+        return undefined
+      }
+    default:
+      return undefined
+  }
+}
+
+for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuccess", "OnFailure", "OnSuccessAndFailure", "Iterator", "UpdateRuntimeFlags", "Yield", "While", "Tag", "Commit"]) {
+  const handler = proto[kind]
+  if (typeof handler !== "function") continue
+  proto[kind] = function(op) {
+    if (on) {
+      byKind.set(kind, (byKind.get(kind) ?? 0) + 1)
+      if (!fibers.has(this)) {
+        fibers.add(this)
+        fiberCount++
+      }
+      const fn = fnOf(kind, op)
+      if (typeof fn === "function") {
+        const site = `${kind} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
+        bySite.set(site, (bySite.get(site) ?? 0) + 1)
+      }
+    }
+    return handler.call(this, op)
+  }
+}
+
+process.on("SIGTTIN", () => {
+  byKind.clear()
+  bySite.clear()
+  fibers = new WeakSet()
+  fiberCount = 0
+  on = true
+})
+process.on("SIGTTOU", () => {
+  on = false
+  const turns = Number(fs.readFileSync(process.env.BRAIN_BENCH_OPS_TURNS, "utf8"))
+  const total = [...byKind.values()].reduce((a, b) => a + b, 0)
+  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, byKind: [...byKind], bySite: [...bySite] }))
+})
