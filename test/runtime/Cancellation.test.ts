@@ -274,6 +274,47 @@ describe("cancellation", () => {
   })
 })
 
+describe("deadlines of a round of calls", () => {
+  it.scoped("parallel calls with one budget share their deadline: those still running at deadline_at_ms time out, one answered before it stays ok, and the next round gets its own", () => {
+    const slow = watched(ToolsInProcess.hang)
+    const loops = {
+      t: loop((_input, host) =>
+        Effect.gen(function*() {
+          const first = yield* host.dispatch([
+            { id: "a", name: "quick", input: { n: 1 } },
+            { id: "b", name: "slow", input: {} },
+            { id: "c", name: "slow", input: {} }
+          ])
+          const second = yield* host.dispatch([{ id: "d", name: "quick", input: { n: 2 } }])
+          return [...first, ...second]
+        }))
+    }
+    return withRuntime({ loops, tools: { quick: ToolsInProcess.succeedAfter(0), slow: slow.handler }, config: config({ maxToolMs: 300 }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "quick" }, { name: "slow" }] })
+        const t0 = yield* Clock.currentTimeMillis
+        const sending = yield* Effect.fork(sessions.send(s, { message: "go" }))
+        yield* eventually("both slow calls to start", Effect.sync(() => slow.signals.length === 2))
+        const started = ofKind(yield* records(s), "tool_call_started")
+        expect(started.map((r) => r.payload.deadline_at_ms)).toEqual([t0 + 300, t0 + 300, t0 + 300])
+        yield* TestClock.adjust(299)
+        yield* pause(20)
+        expect(slow.signals.map((x) => x.aborted)).toEqual([false, false])
+        yield* TestClock.adjust(1)
+        const out = yield* Fiber.join(sending)
+        expect(slow.signals.map((x) => x.aborted)).toEqual([true, true])
+        expect((out.turn.result as ReadonlyArray<ToolResult>).map((r) => [r.call_id, r.outcome])).toEqual([
+          ["a", "ok"],
+          ["b", "timeout"],
+          ["c", "timeout"],
+          ["d", "ok"]
+        ])
+        const second = ofKind(yield* records(s), "tool_call_started").find((r) => r.payload.call_id === "d")!
+        expect(second.payload.deadline_at_ms).toBe(t0 + 600)
+      }))
+  })
+})
+
 describe("turns while busy", () => {
   it.scoped("a sync send (or a submit) while a turn runs is refused with session_busy and is never queued", () => {
     const g = gated()

@@ -76,7 +76,10 @@ export const exitOrCancel = <A, E>(
     }
     const onExit = (exit: Exit.Exit<A, E>) => settle({ _tag: "done", exit })
     const onCancel = (reason: CancelReason) => settle({ _tag: "cancel", reason })
-    const onDeadline = () => settle({ _tag: "deadline" })
+    // Only a deadline that ran out: a sleeper interrupted (its round over, a stop) is no deadline.
+    const onDeadline = (exit: Exit.Exit<unknown, unknown>) => {
+      if (Exit.isSuccess(exit)) settle({ _tag: "deadline" })
+    }
     const stop = () => {
       signal.listeners.delete(onCancel)
       fiber.removeObserver(onExit)

@@ -269,10 +269,20 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
       })
 
-  const runTool = (call: ToolCallRequest, now: number): Effect.Effect<ToolResult, HostCallFailed> => {
+  /** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
+  const budgetOf = (call: ToolCallRequest): number | undefined => {
     const definition = cell.state.configuration?.tools?.find((t) => t.name === call.name)
     const limits = [config.maxToolMs, definition?.timeout_ms ?? 0].filter((n) => n > 0)
-    const budget = limits.length > 0 ? Math.min(...limits) : undefined
+    return limits.length > 0 ? Math.min(...limits) : undefined
+  }
+
+  /**
+   * Runs one call. `deadline` is a fiber sleeping on the Clock until the call's `deadline_at_ms`
+   * (`now` + its budget), shared by the round's calls with the same budget.
+   */
+  const runTool = (call: ToolCallRequest, now: number, deadline: Fiber.RuntimeFiber<void> | undefined): Effect.Effect<ToolResult, HostCallFailed> => {
+    const definition = cell.state.configuration?.tools?.find((t) => t.name === call.name)
+    const budget = budgetOf(call)
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
     const started = entry("tool_call_started", {
       tool: call.name,
@@ -338,12 +348,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
           )
         )
-        // Whichever is first: the executor's verdict, the turn's cancel, the call's own deadline (a
-        // sleep on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
-        const deadline = budget !== undefined ? yield* Effect.fork(Effect.sleep(Duration.millis(budget))) : undefined
-        const first = yield* exitOrCancel(executor, scope.signal, deadline).pipe(
-          Effect.ensuring(deadline !== undefined ? Fiber.interrupt(deadline) : Effect.void)
-        )
+        // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
+        // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
+        const first = yield* exitOrCancel(executor, scope.signal, deadline)
         // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
         if (first._tag === "done") return yield* first.exit
         const by = first._tag === "deadline" ? "deadline" : "cancel"
@@ -428,7 +435,19 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const dispatch: Host["dispatch"] = (calls) =>
     live(Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
-      return yield* Effect.forEach(calls, (call) => runTool(call, now), { concurrency: "unbounded" })
+      // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
+      // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
+      const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
+      for (const call of calls) {
+        const budget = budgetOf(call)
+        if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
+      }
+      return yield* Effect.forEach(calls, (call) => {
+        const budget = budgetOf(call)
+        return runTool(call, now, budget !== undefined ? sleepers.get(budget) : undefined)
+      }, { concurrency: "unbounded" }).pipe(
+        Effect.ensuring(sleepers.size > 0 ? Fiber.interruptAll(sleepers.values()) : Effect.void)
+      )
     }))
 
   /**
