@@ -45,7 +45,7 @@ import {
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
-import { type CancelReason, cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
+import { cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
@@ -169,7 +169,6 @@ export const make = Effect.gen(function*() {
       )
       const turn: RunningTurn = {
         sequence: 0,
-        cancel: yield* Deferred.make<CancelReason>(),
         done: yield* Deferred.make<TurnOutcome>(),
         signal: cancelSignal(),
         ...(request && mode === "send" ? { answers: request.key } : {})

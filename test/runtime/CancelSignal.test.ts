@@ -11,7 +11,6 @@ import type { TurnOutcome } from "../../src/services/Sessions.js"
 const turnWith = () =>
   ({
     sequence: 1,
-    cancel: Deferred.unsafeMake(FiberId.none),
     done: Deferred.unsafeMake<TurnOutcome>(FiberId.none),
     signal: cancelSignal()
   }) satisfies RunningTurn
@@ -33,10 +32,10 @@ describe("the turn's cancel signal", () => {
       const waits = yield* Effect.forEach([1, 2, 3], () => Effect.fork(exitOrCancel(never, turn.signal)))
       yield* Effect.yieldNow()
       expect(turn.signal.listeners.size).toBe(3)
-      yield* cancelTurn(turn, "cancelled")
-      yield* cancelTurn(turn, "timeout")
+      expect(yield* cancelTurn(turn, "cancelled")).toBe(true)
+      expect(yield* cancelTurn(turn, "timeout")).toBe(false)
       for (const w of waits) expect(yield* Fiber.join(w)).toEqual({ _tag: "cancel", reason: "cancelled" })
-      expect(yield* Deferred.await(turn.cancel)).toBe("cancelled")
+      expect(turn.signal.reason).toBe("cancelled")
       expect(turn.signal.listeners.size).toBe(0)
       // A wait that starts after the cancel is answered at once.
       expect(yield* exitOrCancel(never, turn.signal)).toEqual({ _tag: "cancel", reason: "cancelled" })

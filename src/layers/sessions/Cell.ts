@@ -15,7 +15,6 @@ export type CancelReason = "cancelled" | "timeout" | "interrupted"
 
 export interface RunningTurn {
   readonly sequence: number
-  readonly cancel: Deferred.Deferred<CancelReason>
   readonly done: Deferred.Deferred<TurnOutcome>
   /** The cancel as the turn's own wait sees it (shared by every copy of the turn); see `cancelTurn`. */
   readonly signal: CancelSignal
@@ -36,17 +35,19 @@ export interface CancelSignal {
 
 export const cancelSignal = (): CancelSignal => ({ reason: undefined, listeners: new Set() })
 
-/** Cancels a turn: its `cancel` Deferred for every host call waiting on it, and the waits on its signal. The first reason stands. */
+/**
+ * Cancels a turn: its signal's reason, which every host call checks, and the waits on it. The
+ * first reason stands; true when this call set it.
+ */
 export const cancelTurn = (turn: RunningTurn, reason: CancelReason): Effect.Effect<boolean> =>
-  Effect.suspend(() => {
+  Effect.sync(() => {
     const signal = turn.signal
-    if (signal.reason === undefined) {
-      signal.reason = reason
-      const listeners = [...signal.listeners]
-      signal.listeners.clear()
-      for (const listener of listeners) listener(reason)
-    }
-    return Deferred.succeed(turn.cancel, reason)
+    if (signal.reason !== undefined) return false
+    signal.reason = reason
+    const listeners = [...signal.listeners]
+    signal.listeners.clear()
+    for (const listener of listeners) listener(reason)
+    return true
   })
 
 /** What came first: the fiber's exit, the turn's cancel, or (with `deadline`) that fiber's end. */

@@ -11,7 +11,7 @@
  * it. The outcome append still in flight is handed to the turn (`ActivationScope.unsettled`),
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
-import { Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
@@ -56,8 +56,7 @@ export interface LiveDeltas {
 export interface ActivationScope {
   readonly cell: Cell
   readonly activation: number
-  readonly cancel: Deferred.Deferred<CancelReason>
-  /** The same cancel for waits that race it without a fiber (`exitOrCancel`). */
+  /** The turn's cancel: its reason once cancelled (every host call checks it), and the waits that race it (`exitOrCancel`). */
   readonly signal: CancelSignal
   /** Serializes state writes so each delta is computed against the state it will follow. */
   readonly writes: Effect.Semaphore
@@ -124,14 +123,14 @@ type ToolVerdict =
   | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
 
 export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
-  const { cell, cancel } = scope
+  const { cell } = scope
   const { config, fence, journal } = deps
 
   /** Fails at once if the turn has been cancelled, or if the cell is broken (nothing more is written through it). */
   const live = <A>(body: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> =>
-    Effect.flatMap(Deferred.poll(cancel), (polled) =>
-      Option.isSome(polled)
-        ? Effect.flatMap(polled.value, (reason) => refuse(cancelFailure(reason)))
+    Effect.suspend(() =>
+      scope.signal.reason !== undefined
+        ? refuse(cancelFailure(scope.signal.reason))
         : cell.broken
         ? refuse(brokenFailure)
         : scope.atEnd !== undefined
@@ -202,9 +201,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         started,
         (sequence) =>
           // A cancel that arrived while the start was being committed: do not send at all.
-          Effect.flatMap(Deferred.poll(cancel), (early) =>
-            Option.isSome(early)
-              ? Effect.map(early.value, (reason): Race => ({ _tag: "cancelled", reason, sent: false }))
+          Effect.suspend(() =>
+            scope.signal.reason !== undefined
+              ? Effect.succeed<Race>({ _tag: "cancelled", reason: scope.signal.reason, sent: false })
               : callOrCancel(
             Effect.map(
               deps.models.call({
@@ -295,8 +294,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
       Effect.gen(function*() {
         // A cancel that arrived while the start was being committed: do not send at all.
-        const early = yield* Deferred.poll(cancel)
-        if (Option.isSome(early)) return { _tag: "unsent", reason: yield* early.value } as ToolVerdict
+        const early = scope.signal.reason
+        if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
         const controller = new AbortController()
         /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
         let stoppedBy: "cancel" | "deadline" = "cancel"

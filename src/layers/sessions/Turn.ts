@@ -65,7 +65,6 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       const scope: ActivationScope = {
         cell,
         activation,
-        cancel: turn.cancel,
         signal: turn.signal,
         writes: yield* Effect.makeSemaphore(1),
         modelCalls: 0,
@@ -113,12 +112,10 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
       }).pipe(Effect.scoped)
 
       const exit = yield* Effect.exit(restore(body))
-      const reason = yield* Deferred.poll(turn.cancel).pipe(
-        Effect.flatMap((o) => (Option.isSome(o) ? Effect.map(o.value, Option.some) : Effect.succeed(Option.none())))
-      )
+      const reason = turn.signal.reason
       let closing: Failure | undefined
       let result: unknown = undefined
-      if (Option.isSome(reason)) closing = cancelFailure(reason.value)
+      if (reason !== undefined) closing = cancelFailure(reason)
       else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted")
       else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
       else if (Exit.isFailure(exit.value)) {
