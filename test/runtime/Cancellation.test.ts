@@ -3,12 +3,13 @@
  * graces run on the TestClock; waiting for the runtime to reach a point polls in real time.
  */
 import { beforeAll, describe, expect, it } from "@effect/vitest"
-import { Clock, Deferred, Effect, Either, Fiber, FiberId, Option, TestClock } from "effect"
+import { Clock, Deferred, Effect, Either, Fiber, FiberId, Layer, Option, TestClock } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
 import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import type { AgentloopShape, HostCallFailed, ToolResult } from "../../src/services/Agentloop.js"
-import { Journal } from "../../src/services/Journal.js"
+import { Journal, type JournalShape } from "../../src/services/Journal.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import type { ApiError } from "../../src/domain/Errors.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import type { ServerConfigShape } from "../../src/services/ServerConfig.js"
@@ -312,6 +313,46 @@ describe("deadlines of a round of calls", () => {
         const second = ofKind(yield* records(s), "tool_call_started").find((r) => r.payload.call_id === "d")!
         expect(second.payload.deadline_at_ms).toBe(t0 + 600)
       }))
+  })
+})
+
+describe("a deadline that passes before the call is sent", () => {
+  it.scoped("a call whose deadline passed while its start was being committed is never sent: recorded timeout, not sent", () => {
+    const invoked: Array<string> = []
+    const tool: ToolsInProcess.ToolHandler = (input) => Effect.sync(() => {
+      invoked.push("x")
+      return { outcome: "ok", output: input }
+    })
+    const reached = Deferred.unsafeMake<void>(FiberId.none)
+    const release = Deferred.unsafeMake<void>(FiberId.none)
+    const held = Layer.scoped(
+      Journal,
+      Effect.map(JournalMemory.make, ({ journal: base }): JournalShape => ({
+        ...base,
+        append: (session, entries, options) =>
+          entries.some((e) => e.kind === "tool_call_started")
+            ? Effect.zipRight(Effect.zipRight(Deferred.succeed(reached, undefined), Deferred.await(release)), base.append(session, entries, options))
+            : base.append(session, entries, options)
+      }))
+    )
+    const loops = { t: loop((_input, host) => host.dispatch([{ id: "a", name: "tool", input: {} }])) }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "tool" }] })
+      const sending = yield* Effect.fork(sessions.send(s, { message: "go" }))
+      yield* Deferred.await(reached)
+      yield* TestClock.adjust(300)
+      yield* pause(20)
+      yield* Deferred.succeed(release, undefined)
+      const out = yield* Fiber.join(sending)
+      expect(invoked).toEqual([])
+      expect((out.turn.result as ReadonlyArray<ToolResult>).map((r) => [r.call_id, r.outcome])).toEqual([["a", "timeout"]])
+      const records = yield* Effect.orDie(journal.read(s, { after: 0, limit: 1000 }))
+      const started = ofKind(records, "tool_call_started")[0]!
+      expect(outcomeOf(records, started.sequence)!.payload).toMatchObject({ outcome: "timeout", failure: { code: "timeout" } })
+      expect(outcomeOf(records, started.sequence)!.payload.failure.message).toMatch(/deadline of 300 ms passed before it was sent; the call was not sent/)
+    }).pipe(Effect.provide(runtimeLayer({ loops, tools: { tool }, config: config({ maxToolMs: 300 }), journal: held })))
   })
 })
 

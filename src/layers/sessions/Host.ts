@@ -116,7 +116,8 @@ const storageFailure = (e: FenceError): HostCallFailed =>
 type ToolVerdict =
   | { readonly _tag: "reply"; readonly reply: ToolReply }
   /** Cancelled before it was sent: nothing happened. */
-  | { readonly _tag: "unsent"; readonly reason: CancelReason }
+  /** Never sent: the turn was cancelled (`reason`), or the call's own deadline had passed (`deadline`). */
+  | { readonly _tag: "unsent"; readonly reason: CancelReason; readonly deadline?: true }
   | { readonly _tag: "lost"; readonly message: string }
   /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
   | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
@@ -296,6 +297,9 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         // A cancel that arrived while the start was being committed: do not send at all.
         const early = scope.signal.reason
         if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
+        // Its deadline passed while its start was being committed: not sent either.
+        const ended = deadline?.unsafePoll()
+        if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
         const controller = new AbortController()
         /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
         let stoppedBy: "cancel" | "deadline" = "cancel"
@@ -374,6 +378,14 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           outcome: v.reply.outcome,
           output: v.reply.output ?? null,
           is_error: v.reply.outcome === "error"
+        })
+      }
+      if (v._tag === "unsent" && v.deadline) {
+        return entry("tool_call_failed", {
+          sequence,
+          outcome: "timeout",
+          failure: failure("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
+          is_error: true
         })
       }
       if (v._tag === "unsent") {
