@@ -107,24 +107,16 @@ export class Writer<S> {
 
   /** Queues an append and waits until it is durable (or refused). */
   append(open: OpenSession<S>, prepared: ReadonlyArray<Prepared>, lane: Lane): Effect.Effect<ReadonlyArray<number>, JournalAppendError> {
-    return Effect.suspend(() => {
-      if (open.broken) return Effect.fail(open.broken)
-      // Checked in the same synchronous step as the push below, so no append lands on a dropped session.
-      if (open.evicted) return Effect.fail(HANDLE_EVICTED)
-      let bytes = 0
-      for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
-      const queue = lane === "latency" ? this.latency : this.background
-      if (this.closed) {
-        return Effect.fail(new JournalWriteFailed({ session: open.session, reason: "the journal is closed" }))
-      }
-      if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) {
+    // The hot path: no Deferred, no generator; the round answers through `resume`.
+    return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => {
+      const taken = this.tryPush(open, prepared, lane, resume)
+      if (taken === "evicted") resume(Exit.fail(HANDLE_EVICTED))
+      else if (taken === "full") {
         // Full: wait for the next round to take some, then try again.
         const space = Deferred.unsafeMake<void>(FiberId.none)
         this.spaceWaiters.push(space)
-        return Effect.zipRight(Deferred.await(space), this.append(open, prepared, lane))
+        resume(Effect.zipRight(Deferred.await(space), this.append(open, prepared, lane)))
       }
-      // The hot path: no Deferred, no generator; the round answers through `done`.
-      return Effect.async<ReadonlyArray<number>, JournalAppendError>((resume) => this.push(open, prepared, bytes, queue, resume))
     })
   }
 
@@ -139,30 +131,34 @@ export class Writer<S> {
     lane: Lane,
     done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
   ): boolean {
+    return this.tryPush(open, prepared, lane, done) === "answered"
+  }
+
+  /**
+   * Queues the append (its answer to come through `answer`), or refuses it through `answer` at
+   * once (a broken session, a closed journal): "answered" either way. "evicted" (the session
+   * dropped from memory) and "full" (the queue at its bound) leave `answer` uncalled. Checked in
+   * the same synchronous step as the push, so no append lands on a dropped session.
+   */
+  private tryPush(
+    open: OpenSession<S>,
+    prepared: ReadonlyArray<Prepared>,
+    lane: Lane,
+    answer: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+  ): "answered" | "evicted" | "full" {
     if (open.broken) {
-      done(Exit.fail(open.broken))
-      return true
+      answer(Exit.fail(open.broken))
+      return "answered"
     }
-    if (open.evicted) return false
+    if (open.evicted) return "evicted"
     if (this.closed) {
-      done(Exit.fail(new JournalWriteFailed({ session: open.session, reason: "the journal is closed" })))
-      return true
+      answer(Exit.fail(new JournalWriteFailed({ session: open.session, reason: "the journal is closed" })))
+      return "answered"
     }
     let bytes = 0
     for (const p of prepared) bytes += p.json.length + p.kindBytes.length + 30
     const queue = lane === "latency" ? this.latency : this.background
-    if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) return false
-    this.push(open, prepared, bytes, queue, done)
-    return true
-  }
-
-  private push(
-    open: OpenSession<S>,
-    prepared: ReadonlyArray<Prepared>,
-    bytes: number,
-    queue: Array<Pending<S>>,
-    answer: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
-  ) {
+    if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) return "full"
     open.inflight++
     const done = (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => {
       open.inflight--
@@ -171,6 +167,7 @@ export class Writer<S> {
     queue.push({ open, prepared, bytes, done })
     this.queuedBytes += bytes
     this.poke()
+    return "answered"
   }
 
   /**

@@ -277,12 +277,16 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   }
 
   /**
-   * Runs one call. `deadline` is a fiber sleeping on the Clock until the call's `deadline_at_ms`
-   * (`now` + its budget), shared by the round's calls with the same budget.
+   * Runs one call with its `budget` (`budgetOf`). `deadline` is a fiber sleeping on the Clock until
+   * the call's `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
    */
-  const runTool = (call: ToolCallRequest, now: number, deadline: Fiber.RuntimeFiber<void> | undefined): Effect.Effect<ToolResult, HostCallFailed> => {
+  const runTool = (
+    call: ToolCallRequest,
+    now: number,
+    budget: number | undefined,
+    deadline: Fiber.RuntimeFiber<void> | undefined
+  ): Effect.Effect<ToolResult, HostCallFailed> => {
     const definition = cell.state.configuration?.tools?.find((t) => t.name === call.name)
-    const budget = budgetOf(call)
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
     const started = entry("tool_call_started", {
       tool: call.name,
@@ -449,13 +453,13 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
       // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
       const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
-      for (const call of calls) {
-        const budget = budgetOf(call)
+      const budgets = calls.map(budgetOf)
+      for (const budget of budgets) {
         if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
       }
-      return yield* Effect.forEach(calls, (call) => {
-        const budget = budgetOf(call)
-        return runTool(call, now, budget !== undefined ? sleepers.get(budget) : undefined)
+      return yield* Effect.forEach(calls, (call, i) => {
+        const budget = budgets[i]
+        return runTool(call, now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
       }, { concurrency: "unbounded" }).pipe(
         Effect.ensuring(sleepers.size > 0 ? Fiber.interruptAll(sleepers.values()) : Effect.void)
       )
