@@ -1,0 +1,33 @@
+/** How a host call's refusals and storage failures reach the loop: shared by Host.ts and ToolCalls.ts. */
+import { Effect } from "effect"
+import { failure, type Failure } from "../../domain/Failure.js"
+import { HostCallFailed } from "../../services/Agentloop.js"
+import type { FenceError } from "../../services/EffectFence.js"
+import type { CancelReason } from "./Cell.js"
+
+export const cancelFailure = (reason: CancelReason): Failure =>
+  reason === "timeout"
+    ? failure("timeout", "the turn's wall deadline passed")
+    : reason === "cancelled"
+    ? failure("cancelled", "the turn was cancelled")
+    : failure("interrupted", "the server is stopping")
+
+export const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
+
+/** A fence's storage failure as the loop sees it. */
+export const storageFailure = (e: FenceError): HostCallFailed =>
+  new HostCallFailed({
+    failure: e._tag === "OutcomeUnrecorded"
+      ? failure(
+        "journal_write_failed",
+        `${e.message}: the effect may have happened, and its result is withheld until something durable says how it ended; the session recovers on its next access`,
+        { ambiguous: true }
+      )
+      : e._tag === "RecordRejected"
+      ? failure("invalid_request", e.reason)
+      : e._tag === "JournalCorrupt"
+      ? failure("journal_corrupt", e.message)
+      : e._tag === "SessionNotFound"
+      ? failure("not_found", e.message)
+      : failure("journal_write_failed", e.message, { ambiguous: true })
+  })

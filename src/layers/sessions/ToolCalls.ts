@@ -1,0 +1,268 @@
+/**
+ * The tool calls of one activation (`Host.dispatch`): each call's start committed through the
+ * EffectFence before it is sent, run where its tool is placed (in process, a Wasm tool, an
+ * Environment), stopped by its deadline or the turn's cancel, and its outcome committed before
+ * the loop sees it, exactly as recorded. The calls of one round run at once.
+ */
+import { Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { placeOf } from "../../domain/Environment.js"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { SessionConfiguration } from "../../domain/Configuration.js"
+import type { ToolCallRequest } from "../../domain/Messages.js"
+import { entry } from "../../domain/Records.js"
+import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
+import type { FenceHooks } from "../../services/EffectFence.js"
+import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import type { ToolReply } from "../../services/Tools.js"
+import type { CancelReason } from "./Cell.js"
+import { exitOrCancel } from "./Cell.js"
+import type { ActivationScope, HostDeps } from "./Host.js"
+import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
+import { callRemote } from "./RemoteTool.js"
+import { schemaIssues } from "./ToolSchemas.js"
+
+type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
+
+type ToolVerdict =
+  | { readonly _tag: "reply"; readonly reply: ToolReply }
+  /** Never sent: the turn was cancelled (`reason`), or the call's own deadline had passed (`deadline`). */
+  | { readonly _tag: "unsent"; readonly reason: CancelReason; readonly deadline?: true }
+  | { readonly _tag: "lost"; readonly message: string }
+  /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
+  | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
+  | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
+
+/** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
+const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
+  schema === undefined
+    ? verdict
+    : Effect.map(verdict, (v): ToolVerdict => {
+      if (v._tag !== "reply" || v.reply.outcome !== "ok") return v
+      const issues = schemaIssues(schema, v.reply.output)
+      if (issues === undefined) return v
+      const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
+      return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
+    })
+
+/** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
+const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
+  const v: ToolVerdict = Exit.isSuccess(exit)
+    ? exit.value
+    : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
+  if (v._tag === "reply" && v.reply.outcome !== "stopped") {
+    return entry("tool_call_ended", {
+      sequence,
+      outcome: v.reply.outcome,
+      output: v.reply.output ?? null,
+      is_error: v.reply.outcome === "error"
+    })
+  }
+  if (v._tag === "unsent" && v.deadline) {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "timeout",
+      failure: failure("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
+      is_error: true
+    })
+  }
+  if (v._tag === "unsent") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: v.reason === "timeout" ? "timeout" : "cancelled",
+      failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
+      is_error: true
+    })
+  }
+  if (v._tag === "failed") {
+    return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: v.failure, is_error: true })
+  }
+  if (v._tag === "lost") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "unknown",
+      failure: failure("unknown", v.message, { ambiguous: true }),
+      is_error: true
+    })
+  }
+  if (v._tag === "stopped" && v.by === "deadline") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "timeout",
+      failure: failure("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
+      is_error: true
+    })
+  }
+  const confirmed = v._tag === "stopped" ? v.confirmed : true
+  return entry("tool_call_failed", {
+    sequence,
+    outcome: confirmed ? "cancelled" : "unknown",
+    failure: confirmed
+      ? failure("cancelled", "the tool call was cancelled", { ambiguous: true })
+      : failure("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
+    is_error: true
+  })
+}
+
+/** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
+const budgetOf = (config: ServerConfigShape, definition: ToolDefinition | undefined): number | undefined => {
+  const limits = [config.maxToolMs, definition?.timeout_ms ?? 0].filter((n) => n > 0)
+  return limits.length > 0 ? Math.min(...limits) : undefined
+}
+
+/** What the activation's tool calls use of its host. */
+export interface ToolCallContext {
+  readonly deps: HostDeps
+  readonly scope: ActivationScope
+  readonly hooks: FenceHooks
+  /** Commits a tool-origin Event (the host's `emitAs`). */
+  readonly emitAs: (
+    origin: { readonly kind: "tool"; readonly sequence: number },
+    kind: string,
+    payload: unknown
+  ) => Effect.Effect<number, HostCallFailed>
+  /** The call's telemetry, never journaled. */
+  readonly report: (data: unknown, toolCall: number) => Effect.Effect<void>
+}
+
+/** `Host.dispatch` of one activation, before the host's own checks (a cancel, a broken cell). */
+export const makeDispatch = (ctx: ToolCallContext) => {
+  const { deps, scope, hooks, emitAs, report } = ctx
+  const { cell } = scope
+  const { config, fence } = deps
+
+  /**
+   * Runs one call with its `budget` (`budgetOf`). `deadline` is a fiber sleeping on the Clock until
+   * the call's `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
+   */
+  const runTool = (
+    call: ToolCallRequest,
+    definition: ToolDefinition | undefined,
+    now: number,
+    budget: number | undefined,
+    deadline: Fiber.RuntimeFiber<void> | undefined
+  ): Effect.Effect<ToolResult, HostCallFailed> => {
+    const deadlineAtMs = budget !== undefined ? now + budget : undefined
+    const started = entry("tool_call_started", {
+      tool: call.name,
+      call_id: call.id,
+      input: call.input ?? null,
+      deadline_at_ms: deadlineAtMs ?? 0
+    })
+    /** The call is being executed: the tool may still emit Events. */
+    let inFlight = true
+    const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
+      Effect.gen(function*() {
+        // A cancel that arrived while the start was being committed: do not send at all.
+        const early = scope.signal.reason
+        if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
+        // Its deadline passed while its start was being committed: not sent either.
+        const ended = deadline?.unsafePoll()
+        if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
+        const controller = new AbortController()
+        /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
+        let stoppedBy: "cancel" | "deadline" = "cancel"
+        const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
+        const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
+        // A host tool's input that breaks its declared schema is answered here, never sent.
+        const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
+        if (issues !== undefined) {
+          const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
+          return {
+            _tag: "reply",
+            reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
+          } as ToolVerdict
+        }
+        const executor = yield* Effect.fork(
+          remote !== undefined
+            ? deps.environments !== undefined
+              ? checkedOutput(callRemote(deps.environments, remote, {
+                session: cell.session,
+                sequence,
+                call,
+                deadlineAtMs,
+                signal: controller.signal,
+                stoppedBy: () => stoppedBy,
+                // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
+                emit: (kind, payload) =>
+                  inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
+              }), remote.driver === "host" ? definition?.output_schema : undefined)
+              : Effect.succeed<ToolVerdict>({
+                _tag: "failed",
+                outcome: "error",
+                failure: failure("environment_failed", `Environment ${JSON.stringify(remote.name)}: this server cannot run a ${remote.driver} Environment; nothing was sent`, {
+                  details: { environment: remote.name, reason: "driver_unavailable" }
+                })
+              })
+            : deps.tools.invoke({
+            session: cell.session,
+            sequence,
+            call,
+            definition,
+            deadlineAtMs,
+            signal: controller.signal,
+            // A tool's Events come before its outcome: refused once the call is over.
+            emit: (kind, payload) =>
+              inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
+            telemetry: (data) => report(data, sequence)
+          }).pipe(
+            Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
+            Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
+          )
+        )
+        // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
+        // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
+        const first = yield* exitOrCancel(executor, scope.signal, deadline)
+        // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
+        if (first._tag === "done") return yield* first.exit
+        const by = first._tag === "deadline" ? "deadline" : "cancel"
+        const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
+        stoppedBy = by
+        controller.abort(by === "deadline" ? "timeout" : reason)
+        const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {
+          return after.value // It finished anyway: record what really happened.
+        }
+        if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
+      }).pipe(Effect.ensuring(Effect.sync(() => void (inFlight = false))))
+
+    const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) =>
+      toolOutcome(sequence, exit, dispatched, budget)
+
+    return fence.fence(cell.session, started, dispatch, outcomeOf, hooks).pipe(
+      Effect.mapError(storageFailure),
+      Effect.map(({ dispatched, exit, started: sequence }) => {
+        // The loop sees exactly the outcome the fence recorded.
+        const e = outcomeOf(sequence, exit, dispatched)
+        const p = e.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
+        return {
+          call_id: call.id,
+          name: call.name,
+          outcome: p.outcome,
+          output: p.output !== undefined ? p.output : { code: p.failure!.code, message: p.failure!.message },
+          is_error: p.outcome !== "ok"
+        } satisfies ToolResult
+      })
+    )
+  }
+
+  return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
+      // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
+      const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
+      const tools = cell.state.configuration?.tools
+      const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
+      const budgets = definitions.map((definition) => budgetOf(config, definition))
+      for (const budget of budgets) {
+        if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
+      }
+      return yield* Effect.forEach(calls, (call, i) => {
+        const budget = budgets[i]
+        return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
+      }, { concurrency: "unbounded" }).pipe(
+        Effect.ensuring(sleepers.size > 0 ? Fiber.interruptAll(sleepers.values()) : Effect.void)
+      )
+    })
+}
