@@ -19,6 +19,7 @@ import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { callRemote } from "./RemoteTool.js"
+import { runRound } from "./Round.js"
 import { schemaIssues } from "./ToolSchemas.js"
 
 type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
@@ -258,10 +259,10 @@ export const makeDispatch = (ctx: ToolCallContext) => {
       for (const budget of budgets) {
         if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
       }
-      return yield* Effect.forEach(calls, (call, i) => {
+      return yield* runRound(calls.map((call, i) => {
         const budget = budgets[i]
         return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
-      }, { concurrency: "unbounded" }).pipe(
+      })).pipe(
         Effect.ensuring(sleepers.size > 0 ? Fiber.interruptAll(sleepers.values()) : Effect.void)
       )
     })

@@ -1,0 +1,48 @@
+/**
+ * A round of calls run at once, as a tool dispatch runs its calls: each in a fiber of its own,
+ * the results in the calls' order. What `Effect.forEach(…, { concurrency: "unbounded" })` does,
+ * without the fiber it adds to drive the others, its wrappers around every element and its merge
+ * of every child's FiberRefs into the caller's (the calls set none that the caller reads).
+ *
+ * - The first call to fail (or die) interrupts the calls still running; the round fails with that
+ *   cause once every call has ended, so nothing of the round is still running when it answers.
+ * - An interrupted round interrupts every call and waits until each has stopped.
+ */
+import { Effect, Exit, Fiber, type FiberId } from "effect"
+
+export const runRound = <A, E>(calls: ReadonlyArray<Effect.Effect<A, E>>): Effect.Effect<Array<A>, E> => {
+  if (calls.length === 0) return Effect.succeed([])
+  return Effect.uninterruptibleMask((restore) =>
+    Effect.fiberIdWith((self) => {
+      const fibers: Array<Fiber.RuntimeFiber<A, E>> = []
+      /** Forks the calls from the i-th on, one after another; nothing can interrupt between two forks. */
+      const forkFrom = (i: number): Effect.Effect<Array<A>, E> =>
+        i === calls.length
+          ? restore(awaitAll(fibers, self))
+          : Effect.flatMap(Effect.fork(restore(calls[i]!)), (fiber) => {
+            fibers.push(fiber)
+            return forkFrom(i + 1)
+          })
+      return forkFrom(0)
+    })
+  )
+}
+
+const awaitAll = <A, E>(fibers: ReadonlyArray<Fiber.RuntimeFiber<A, E>>, self: FiberId.FiberId) =>
+  Effect.async<Array<A>, E>((resume) => {
+    const results = new Array<A>(fibers.length)
+    let left = fibers.length
+    let failed: Exit.Exit<never, E> | undefined
+    fibers.forEach((fiber, i) =>
+      fiber.addObserver((exit) => {
+        if (Exit.isSuccess(exit)) results[i] = exit.value
+        else if (failed === undefined) {
+          failed = Exit.failCause(exit.cause)
+          for (const other of fibers) if (other !== fiber) other.unsafeInterruptAsFork(self)
+        }
+        if (--left === 0) resume(failed ?? Effect.succeed(results))
+      })
+    )
+    // The round interrupted: every call too, and the round ends once they all have.
+    return Fiber.interruptAllAs(fibers, self)
+  })
