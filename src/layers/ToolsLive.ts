@@ -8,11 +8,10 @@
  * stops the guest at once — its thread is terminated — and is confirmed as stopped, so the call is
  * recorded `cancelled` or `timeout`.
  */
-import { Effect, Fiber, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { Agentloops } from "../services/Agentloop.js"
 import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
-import { WasmHost } from "../services/WasmHost.js"
-import { exitOrAbort } from "./AbortWait.js"
+import { type ToolRun, WasmHost } from "../services/WasmHost.js"
 import * as ToolsInProcess from "./ToolsInProcess.js"
 
 export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
@@ -41,16 +40,18 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
           },
           { emit: invocation.emit, telemetry: invocation.telemetry }
         )
-        // The activation or the abort (the call's deadline, the turn's cancel), whichever is first:
-        // an abort interrupts the activation, which stops its guest at once (a pool thread is
-        // terminated), and only then is the call confirmed stopped. One fiber, not a race of two.
-        const running = yield* Effect.fork(run)
-        const first = yield* exitOrAbort(running, invocation.signal)
-        if (first._tag === "abort") {
-          yield* Fiber.interrupt(running)
-          return { outcome: "stopped" } satisfies ToolReply
-        }
-        const r = yield* first.exit
+        // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
+        // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
+        // own and takes that interrupted end as the executor's confirmation that it stopped
+        // (services/Tools.ts). No fiber of its own for the activation, no race.
+        const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
+          const signal = invocation.signal
+          if (signal.aborted) return Effect.succeed("stopped" as const)
+          const onAbort = () => fiber.unsafeInterruptAsFork(fiber.id())
+          signal.addEventListener("abort", onAbort, { once: true })
+          return Effect.ensuring(run, Effect.sync(() => signal.removeEventListener("abort", onAbort)))
+        })
+        if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
         return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
       })
 

@@ -1,7 +1,10 @@
 /**
  * Tools: runs one tool call on the executor the session's configuration names for the tool.
- * Called only inside the EffectFence. The executor is handed an AbortSignal: on a cancel or the
- * call's own deadline Brain aborts it and waits a bounded grace for the executor to confirm.
+ * Called only inside the EffectFence, in a fiber of its own. The executor is handed an
+ * AbortSignal: on a cancel or the call's own deadline Brain aborts it and waits a bounded grace
+ * for the executor to confirm, either by answering `stopped` or by ending that fiber interrupted
+ * once it has stopped (a Wasm tool: its guest is stopped at once). Anything else past the grace is
+ * an unconfirmed stop.
  */
 import { Context, Data, type Effect } from "effect"
 import type { SessionId } from "../domain/Ids.js"

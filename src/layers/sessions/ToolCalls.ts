@@ -219,9 +219,15 @@ export const makeDispatch = (ctx: ToolCallContext) => {
         const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
         stoppedBy = by
         controller.abort(by === "deadline" ? "timeout" : reason)
-        const after = yield* Fiber.join(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-        if (Option.isSome(after) && after.value._tag === "reply" && after.value.reply.outcome !== "stopped") {
-          return after.value // It finished anyway: record what really happened.
+        const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+        if (Option.isSome(after)) {
+          const ended = after.value
+          if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
+            return ended.value // It finished anyway: record what really happened.
+          }
+          // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
+          // services/Tools.ts); one that died ends the call so.
+          if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
         }
         if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
         return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
