@@ -98,19 +98,26 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         )
       })
 
-      // The activation runs in the body's scope: if the body is interrupted (a server stop), closing
-      // the scope interrupts the activation and waits for it, so its in-flight fences commit their
-      // outcomes before the turn is closed. Cancellation waits a bounded grace for it to notice.
-      const body = Effect.gen(function*() {
-        const fiber = yield* Effect.forkScoped(activate)
-        // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
-        const first = yield* exitOrCancel(fiber, turn.signal)
-        if (first._tag === "done") return first.exit
-        // One grace for executors to confirm they stopped, one for the loop to see the error and return.
-        const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs)))
-        if (Option.isSome(settled)) return settled.value
-        return yield* Fiber.interrupt(fiber)
-      }).pipe(Effect.scoped)
+      // The activation runs in a fiber of its own. If the body is interrupted (a server stop), the
+      // activation is interrupted and waited for before the body ends, so its in-flight fences
+      // commit their outcomes before the turn is closed: the fork and that cleanup are armed in one
+      // uninterruptible step. Cancellation waits a bounded grace for it to notice.
+      const waitFor = <A, E>(fiber: Fiber.RuntimeFiber<A, E>) =>
+        Effect.gen(function*() {
+          // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
+          const first = yield* exitOrCancel(fiber, turn.signal)
+          if (first._tag === "done") return first.exit
+          // One grace for executors to confirm they stopped, one for the loop to see the error and return.
+          const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs)))
+          if (Option.isSome(settled)) return settled.value
+          return yield* Fiber.interrupt(fiber)
+        })
+      const body = Effect.uninterruptibleMask((interruptible) =>
+        Effect.flatMap(
+          Effect.fork(interruptible(activate)),
+          (fiber) => Effect.onInterrupt(interruptible(waitFor(fiber)), () => Fiber.interrupt(fiber))
+        )
+      )
 
       const exit = yield* Effect.exit(restore(body))
       const reason = turn.signal.reason
