@@ -6,7 +6,8 @@
 // `--only` runs just the named parts, comma-separated: baseline, create, text (1 and 64/256
 // sessions), admission (with the first SSE frame), tools, growth, cold, startup, memory, profile,
 // peer (the peer still needs --peer). Without it, every part runs. `--profile-dir DIR` keeps the
-// profile's .cpuprofile file in DIR.
+// profile's .cpuprofile file in DIR; `--profile-tools` profiles the tool loop of the example Wasm
+// tool instead of text turns.
 //
 // It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
@@ -323,7 +324,9 @@ for (const [label, body, env] of !runs("memory") ? [] : [
 }
 
 // ---------------------------------------------------------------------------------------------
-// A CPU profile of the server's main thread under 64 sessions of text turns.
+// A CPU profile of the server's main thread under 64 sessions of text turns (or, with
+// --profile-tools, of tool-loop turns calling the example Wasm tool).
+const profileTools = args.includes("--profile-tools")
 
 let profileText = ""
 let cpuPerTurnMs
@@ -336,7 +339,7 @@ if (profile) {
   // The profiler slows guests past BRAIN_WASM_INLINE_MS's 10 ms, which would move them to the worker
   // pool and profile a path the server as served does not take: the allowance is raised here.
   const server = await startBrain({ nodeArgs: ["--cpu-prof", "--cpu-prof-dir", dir], env: { BRAIN_WASM_INLINE_MS: "1000" } })
-  const ids = await createSessions(server.port, 64, SCRIPTED)
+  const ids = await createSessions(server.port, 64, profileTools ? wasmToolLoopSession(await admitEchoTool(server.port)) : SCRIPTED)
   const load = (ms) => measureWithCpu(server.pid, (i) => send(server.port, ids[i]), 64, ms)
   // The official loop's instrumented twin is made in the background after the server starts (the
   // pool runs its activations until then), more slowly under the profiler: warm up past it.
@@ -413,7 +416,7 @@ for (const m of memory) {
 if (profileText) {
   console.log(`
 cpu profile: node --cpu-prof of the server (BRAIN_WASM_INLINE_MS=1000, so guests the profiler slows stay on the main
-  thread) while 64 sessions send text turns back to back, samples inside the measured window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms (the profiler's samples: wall time the thread was not
+  thread) while 64 sessions send ${profileTools ? `tool-loop turns (${ROUNDS} rounds × ${CALLS} calls of the example Wasm tool)` : "text turns"} back to back, samples inside the measured window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms (the profiler's samples: wall time the thread was not
   idle, which grows while other work keeps it from a core); its CPU time per turn as the kernel counts it: ${ms(mainCpuPerTurnMs)} ms
 `)
   console.log(profileText)
