@@ -1,19 +1,21 @@
 #!/usr/bin/env node
 // How many instructions Effect's runtime runs, and how many fibers it starts, per keyed text turn
-// (or per tool-loop turn with --tools): deterministic where timings are not. The server is the
+// (or per tool-loop turn with --tools: the example Wasm tool; with --host-tools: an echo host over
+// HTTP served by this process, whose own work is not counted): deterministic where timings are not. The server is the
 // unbundled build (`dist/cli/main.js serve`, the same code as bin/brain.js's bundle) with
 // scripts/bench/effectOpsPreload.mjs counting on the main thread.
 //
-//   npm run build && node scripts/bench/effectOps.js [--tools] [--sessions 16] [--seconds 3] [--top 40]
+//   npm run build && node scripts/bench/effectOps.js [--tools | --host-tools] [--sessions 16] [--seconds 3] [--top 40]
 //
 // Prints instructions and fibers per turn, by instruction kind, and the sites (the source of the
 // function an instruction runs) with the most instructions per turn.
 import fs from "node:fs"
 import path from "node:path"
-import { admitEchoTool, createSessions, toolLoop, expectStatus, freePort, keyed, request, ROOT, settle, spawnProcess, tmp } from "./lib.js"
+import { admitEchoTool, createSessions, echoHost, toolLoop, expectStatus, freePort, keyed, request, ROOT, settle, spawnProcess, tmp } from "./lib.js"
 import { measure, numberFlag } from "./stats.js"
 
-const tools = process.argv.includes("--tools")
+const hostTools = process.argv.includes("--host-tools")
+const tools = process.argv.includes("--tools") || hostTools
 const sessions = numberFlag("--sessions", 16)
 const seconds = numberFlag("--seconds", 3)
 const top = numberFlag("--top", 40)
@@ -38,7 +40,12 @@ const server = await spawnProcess(
 )
 let body = { model: { provider: "scripted" } }
 let send = { input: { message: "hello" } }
-if (tools) {
+let host
+if (hostTools) {
+  host = await echoHost(port)
+  body = toolLoop({ name: "app", driver: "host", host: host.host_id })
+  send = { input: { message: "go" } }
+} else if (tools) {
   body = toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(port) })
   send = { input: { message: "go" } }
 }
@@ -53,10 +60,11 @@ fs.writeFileSync(turnsFile, String(r.n))
 process.kill(server.pid, "SIGTTOU")
 for (let i = 0; i < 250 && !fs.existsSync(out); i++) await settle(20)
 await settle(100)
+host?.close()
 await server.stop()
 const c = JSON.parse(fs.readFileSync(out, "utf8"))
 const per = (n) => (n / c.turns).toFixed(1)
-console.log(`method: ${sessions} sessions send keyed ${tools ? "tool-loop (2 rounds × 4 calls of the example Wasm tool)" : "text"} turns back to back (scripted model);
+console.log(`method: ${sessions} sessions send keyed ${hostTools ? "tool-loop (2 rounds × 4 calls of an echo host's tool)" : tools ? "tool-loop (2 rounds × 4 calls of the example Wasm tool)" : "text"} turns back to back (scripted model);
   the runtime's instructions and fibers on the server's main thread counted over ${seconds} s after a 3 s warm-up
 turns: ${c.turns}; instructions per turn: ${per(c.total)}; fibers per turn: ${per(c.fibers)}
 

@@ -1,26 +1,26 @@
 /**
  * A tool call sent to the Environment the session's configuration names for the tool
- * (docs/environments.md, "How Brain reads an answer"), as Host.ts runs every tool: inside the
- * fence, raced by Host against the call's deadline and the turn's cancel.
+ * (docs/environments.md, "How Brain reads an answer"), as ToolCalls.ts runs every tool: inside the
+ * fence, in an executor fiber raced against the call's deadline and the turn's cancel.
  *
  * - Before an abort: a 200 `{"ok"}` or `{"error"}` is the tool's answer; a failure is recorded as
  *   it is: `error` when nothing ran (not sent, refused), `unknown` when it may have run.
- * - After an abort (Host's deadline or cancel): one `/tools/cancel` goes out, and the first of the
- *   call's own 200 answer (it finished anyway) or `{"stopped": true}` settles the call. Nothing
+ * - After an abort (the call's deadline or the turn's cancel): one `/tools/cancel` goes out, and
+ *   the first of the call's own 200 answer (it finished anyway) or `{"stopped": true}` settles
+ *   the call. Nothing
  *   else confirms: a 5xx, a dropped call or `{"stopped": false}` leaves the call waiting until
- *   Host's grace (BRAIN_CANCEL_GRACE_MS) ends, and Host records it unconfirmed and closes the
- *   request by interrupting this.
+ *   the grace (BRAIN_CANCEL_GRACE_MS) ends, and ToolCalls records it unconfirmed and closes the
+ *   request by interrupting this. A confirmed stop ends the executor's fiber interrupted.
  *
  * Nothing here retries; the call and the cancel are each sent at most once.
  */
-import { Effect, Either, Fiber } from "effect"
+import { Effect, Either, Fiber, Runtime } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
-import type { CallAnswer, EnvironmentCall, EnvironmentsShape } from "../../services/Environments.js"
+import type { EnvironmentCall, EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolReply } from "../../services/Tools.js"
-import { exitOrAbort } from "../AbortWait.js"
 
 /** What a remote call came to: an answer (or a confirmed stop), or a failure with its outcome. */
 export type RemoteVerdict =
@@ -42,33 +42,49 @@ export const callRemote = (
     readonly emit?: EnvironmentCall["emit"]
   }
 ): Effect.Effect<RemoteVerdict> =>
-  Effect.gen(function*() {
-    const { session, sequence, call, signal } = invocation
-    const sending = yield* Effect.fork(Effect.either(environments.call({
-      session,
-      sequence,
-      environment,
-      name: call.name,
-      callId: call.id,
-      input: call.input ?? null,
-      deadlineAtMs: invocation.deadlineAtMs ?? 0,
-      ...(invocation.emit !== undefined ? { emit: invocation.emit } : {})
-    })))
-    const answered = (a: CallAnswer): RemoteVerdict => ({ _tag: "reply", reply: a })
-    const first = yield* exitOrAbort(sending, signal)
-    if (first._tag === "answer") {
-      // `sending` answers its failures as values; one that died or was interrupted ends the call so.
-      const r = yield* first.exit
-      if (Either.isRight(r)) return answered(r.right)
-      const e = r.left
-      return { _tag: "failed", outcome: e._tag === "EnvironmentUncertain" ? "unknown" : "error", failure: e.failure } as const
-    }
-    // Aborted: one cancel, and only a definite answer or a confirmed stop settles the call.
-    const reason = invocation.stoppedBy()
-    const callAnswer = Effect.flatMap(Fiber.join(sending), (r) => (Either.isRight(r) ? Effect.succeed(answered(r.right)) : Effect.never))
-    const confirmed = Effect.flatMap(
-      environments.cancel({ session, sequence, environment, name: call.name, reason }),
-      (c) => (c.confirmed ? Effect.succeed<RemoteVerdict>({ _tag: "reply", reply: { outcome: "stopped" } }) : Effect.never)
-    )
-    return yield* Effect.raceFirst(callAnswer, confirmed).pipe(Effect.ensuring(Fiber.interrupt(sending)))
-  })
+  Effect.flatMap(Effect.runtime<never>(), (runtime) =>
+    Effect.withFiberRuntime<RemoteVerdict>((executor) => {
+      const { session, sequence, call, signal } = invocation
+      // Aborted: one cancel, in a fiber of its own (only then: the call itself runs in the
+      // executor's fiber). A confirmed stop interrupts the executor, which ends the call as
+      // confirmed stopped (services/Tools.ts); the call's own answer, if it comes first, settles it.
+      let cancelling: Fiber.RuntimeFiber<void> | undefined
+      const onAbort = () => {
+        const reason = invocation.stoppedBy()
+        cancelling = Runtime.runFork(runtime)(
+          Effect.flatMap(
+            environments.cancel({ session, sequence, environment, name: call.name, reason }),
+            (c) => (c.confirmed ? Effect.sync(() => executor.unsafeInterruptAsFork(executor.id())) : Effect.void)
+          )
+        )
+      }
+      if (signal.aborted) onAbort()
+      else signal.addEventListener("abort", onAbort, { once: true })
+      const sent = Effect.flatMap(
+        Effect.either(environments.call({
+          session,
+          sequence,
+          environment,
+          name: call.name,
+          callId: call.id,
+          input: call.input ?? null,
+          deadlineAtMs: invocation.deadlineAtMs ?? 0,
+          ...(invocation.emit !== undefined ? { emit: invocation.emit } : {})
+        })),
+        (r): Effect.Effect<RemoteVerdict> => {
+          if (Either.isRight(r)) return Effect.succeed({ _tag: "reply", reply: r.right })
+          // After an abort only a definite answer or a confirmed stop settles the call.
+          if (signal.aborted) return Effect.never
+          const e = r.left
+          return Effect.succeed({ _tag: "failed", outcome: e._tag === "EnvironmentUncertain" ? "unknown" : "error", failure: e.failure })
+        }
+      )
+      return Effect.ensuring(
+        sent,
+        Effect.suspend(() => {
+          signal.removeEventListener("abort", onAbort)
+          // The call is settled: a cancel still in flight is no longer needed.
+          return cancelling !== undefined ? Fiber.interrupt(cancelling) : Effect.void
+        })
+      )
+    }))
