@@ -56,6 +56,8 @@ export const make = (options: AgentloopsOptions = {}) =>
     const wasm = yield* Effect.serviceOption(WasmHost)
     const journal = yield* Effect.serviceOption(Journal)
     const store = options.store ?? memoryStore()
+    // Leftovers of an earlier process (an orphaned twin, a write a crash cut short) take only disk.
+    yield* store.sweep.pipe(Effect.catchAll((e) => Effect.logWarning(`the module store's leftovers were not swept: ${e.reason}`)))
     let official: AgentloopShape = officialLoop
     if (options.officialModule) {
       if (Option.isNone(wasm)) return yield* Effect.dieMessage("the official WebAssembly loop needs a WebAssembly host")

@@ -5,7 +5,9 @@
  * creation is journaled and removed when the session is deleted. A module is removed only when no
  * session still uses it; a marker left by a create that never finished names a session with no
  * directory and is swept when the module's removal is asked for. A removed module's instrumented
- * twin (`{dataDir}/agentloops/twins/`, kept by the WasmHost) goes with it.
+ * twin (`{dataDir}/agentloops/twins/`, kept by the WasmHost) goes with it; a twin written after
+ * its module's removal (the removal raced the twin's write) and the temporary files of writes a
+ * crash cut short are swept at start (`sweep`).
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
@@ -28,6 +30,8 @@ export interface ModuleStoreShape {
   readonly unuse: (id: string, session: string) => Effect.Effect<void>
   /** The sessions recorded as using the module. */
   readonly users: (id: string) => Effect.Effect<ReadonlyArray<string>>
+  /** At start, before any write: removes twins without their module and temporary files. */
+  readonly sweep: Effect.Effect<void, StoreFailed>
 }
 
 const ID = /^[0-9a-f]{64}$/
@@ -100,7 +104,16 @@ export const fileStore = (dir: string): ModuleStoreShape => {
         await handle.close()
       }).pipe(Effect.zipRight(syncDir(usesDir(id)))),
     unuse: (id, session) => Effect.promise(() => fs.rm(path.join(usesDir(id), session), { force: true })),
-    users: (id) => Effect.promise(() => fs.readdir(usesDir(id)).catch(() => [] as Array<string>))
+    users: (id) => Effect.promise(() => fs.readdir(usesDir(id)).catch(() => [] as Array<string>)),
+    sweep: tryFs("sweeping the modules directory", async () => {
+      const names = await fs.readdir(dir).catch(() => [] as Array<string>)
+      const stored = new Set(names.filter((n) => n.endsWith(".wasm") && ID.test(n.slice(0, -5))).map((n) => n.slice(0, -5)))
+      for (const name of names) if (name.endsWith(".tmp")) await fs.rm(path.join(dir, name), { force: true })
+      // A twin is named by its module's id first (`{id}.v{format}.wasm`, wasm/TwinExports.ts).
+      for (const name of await fs.readdir(twinsDir).catch(() => [] as Array<string>)) {
+        if (name.endsWith(".tmp") || !stored.has(name.slice(0, name.indexOf(".")))) await fs.rm(path.join(twinsDir, name), { force: true })
+      }
+    })
   }
 }
 
@@ -119,6 +132,7 @@ export const memoryStore = (): ModuleStoreShape => {
     list: Effect.sync(() => [...modules].map(([id, b]) => ({ id, bytes: b.length })).sort((a, b) => (a.id < b.id ? -1 : 1))),
     use: (id, session) => Effect.sync(() => void usesOf(id).add(session)),
     unuse: (id, session) => Effect.sync(() => void uses.get(id)?.delete(session)),
-    users: (id) => Effect.sync(() => [...(uses.get(id) ?? [])])
+    users: (id) => Effect.sync(() => [...(uses.get(id) ?? [])]),
+    sweep: Effect.void
   }
 }

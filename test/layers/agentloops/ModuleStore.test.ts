@@ -1,0 +1,50 @@
+/**
+ * The module store's leftovers (src/layers/agentloops/ModuleStore.ts): a twin written after its
+ * module was removed (the removal raced the twin's write), a twin whose module is gone, and the
+ * temporary files of writes a crash cut short are swept when the Agentloops service starts; what
+ * belongs to a stored module stays.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as AgentloopsLive from "../../../src/layers/AgentloopsLive.js"
+import { fileStore } from "../../../src/layers/agentloops/ModuleStore.js"
+import { prebuiltTwinName } from "../../../src/layers/wasm/TwinExports.js"
+import { Agentloops } from "../../../src/services/Agentloop.js"
+
+const STORED = "a".repeat(64)
+const GONE = "b".repeat(64)
+
+describe("the module store's leftovers", () => {
+  it.effect("starting the Agentloops service removes twins without their module and temporary files, and keeps every stored module and its twin", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-modules-"))
+      const store = fileStore(dir)
+      yield* store.write(STORED, new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0]))
+      const twins = path.join(dir, "twins")
+      fs.mkdirSync(twins, { recursive: true })
+      const keptTwin = path.join(twins, prebuiltTwinName(STORED))
+      const orphanTwin = path.join(twins, prebuiltTwinName(GONE))
+      const twinTmp = path.join(twins, `${prebuiltTwinName(STORED)}.123.abc.tmp`)
+      const moduleTmp = path.join(dir, `${GONE}.wasm.123.456.tmp`)
+      for (const f of [keptTwin, orphanTwin, twinTmp, moduleTmp]) fs.writeFileSync(f, "x")
+
+      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsLive.layer({ store }))))
+
+      expect(fs.existsSync(path.join(dir, `${STORED}.wasm`))).toBe(true)
+      expect(fs.existsSync(keptTwin)).toBe(true)
+      expect(fs.existsSync(orphanTwin)).toBe(false)
+      expect(fs.existsSync(twinTmp)).toBe(false)
+      expect(fs.existsSync(moduleTmp)).toBe(false)
+      expect((yield* store.list).map((m) => m.id)).toEqual([STORED])
+    }))
+
+  it.effect("a data directory without modules or twins starts as before", () =>
+    Effect.gen(function*() {
+      const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "brain-modules-")), "agentloops")
+      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsLive.layer({ store: fileStore(dir) }))))
+      expect(fs.existsSync(dir)).toBe(false)
+    }))
+})
