@@ -7,7 +7,8 @@
 // sessions), admission (with the first SSE frame), tools, growth, cold, startup, memory, profile,
 // peer (the peer still needs --peer). Without it, every part runs. `--profile-dir DIR` keeps the
 // profile's .cpuprofile file in DIR; `--profile-tools` profiles the tool loop of the example Wasm
-// tool instead of text turns, `--profile-host-tools` that of an echo host served by this process.
+// tool instead of text turns, `--profile-host-tools` that of an echo host served by this process;
+// `--profile-sessions N` profiles N sessions instead of 64.
 //
 // It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
@@ -327,6 +328,7 @@ for (const [label, body, env] of !runs("memory") ? [] : [
 // A CPU profile of the server's main thread under 64 sessions of text turns (or, with
 // --profile-tools, of tool-loop turns calling the example Wasm tool).
 const profileTools = args.includes("--profile-tools") ? "wasm" : args.includes("--profile-host-tools") ? "host" : undefined
+const profileSessions = numberFlag("--profile-sessions", 64)
 
 let profileText = ""
 let cpuPerTurnMs
@@ -342,10 +344,10 @@ if (profile) {
   const host = profileTools === "host" ? await echoHost(server.port) : undefined
   const ids = await createSessions(
     server.port,
-    64,
+    profileSessions,
     profileTools === "wasm" ? wasmToolLoopSession(await admitEchoTool(server.port)) : host ? toolLoopSession(host.host_id) : SCRIPTED
   )
-  const load = (ms) => measureWithCpu(server.pid, (i) => send(server.port, ids[i]), 64, ms)
+  const load = (ms) => measureWithCpu(server.pid, (i) => send(server.port, ids[i]), profileSessions, ms)
   // The official loop's instrumented twin is made in the background after the server starts (the
   // pool runs its activations until then), more slowly under the profiler: warm up past it.
   await load(quick ? 1000 : 5000)
@@ -422,7 +424,7 @@ for (const m of memory) {
 if (profileText) {
   console.log(`
 cpu profile: node --cpu-prof of the server (BRAIN_WASM_INLINE_MS=1000, so guests the profiler slows stay on the main
-  thread) while 64 sessions send ${profileTools ? `tool-loop turns (${ROUNDS} rounds × ${CALLS} calls of ${profileTools === "wasm" ? "the example Wasm tool" : "an echo host's tool"})` : "text turns"} back to back, samples inside the measured window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms (the profiler's samples: wall time the thread was not
+  thread) while ${profileSessions} session(s) send ${profileTools ? `tool-loop turns (${ROUNDS} rounds × ${CALLS} calls of ${profileTools === "wasm" ? "the example Wasm tool" : "an echo host's tool"})` : "text turns"} back to back, samples inside the measured window only; main-thread busy time per turn: ${ms(cpuPerTurnMs)} ms (the profiler's samples: wall time the thread was not
   idle, which grows while other work keeps it from a core); its CPU time per turn as the kernel counts it: ${ms(mainCpuPerTurnMs)} ms
 `)
   console.log(profileText)
