@@ -3,22 +3,20 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Deferred, Duration, Effect, Either, FiberSet, Layer, Option } from "effect"
-import { admitEnvironments, type AdmittedEnvironment, noEnvironmentBindings } from "../domain/Environment.js"
-import type { JournalRecord } from "../domain/Records.js"
+import { Clock, Deferred, Effect, Either, FiberSet, Layer, Option } from "effect"
+import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
-import { runStep, standing } from "./sessions/EnvironmentSteps.js"
+import { runStep } from "./sessions/EnvironmentSteps.js"
+import { fromFence, setUpEnvironments, tearDown } from "./sessions/EnvironmentLifecycle.js"
 import {
   AgentloopFailed,
   Conflict,
   CreationFailed,
   Internal,
   InvalidRequest,
-  JournalWriteFailed,
   SessionBusy,
   SessionEnded,
-  TeardownFailed,
   toFailure
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
@@ -26,7 +24,7 @@ import { mintSessionId, type SessionId } from "../domain/Ids.js"
 import { empty, pruneRequests, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
-import { EffectFence, type FenceError } from "../services/EffectFence.js"
+import { EffectFence } from "../services/EffectFence.js"
 import { Journal } from "../services/Journal.js"
 import type { RecordedBinding } from "../domain/ModelBinding.js"
 import { ModelBindings, noBindings } from "../services/ModelBindings.js"
@@ -46,6 +44,7 @@ import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
+import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
@@ -74,12 +73,6 @@ export const make = Effect.gen(function*() {
   // Optional: without the host registry no host is registered, and a `host` Environment is refused at create.
   const hosts = Option.getOrUndefined(yield* Effect.serviceOption(Hosts))
   const steps = { fence: deps.fence, environments: deps.environments }
-  /** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
-  const fromFence = (e: FenceError) =>
-    e._tag === "OutcomeUnrecorded"
-      ? new JournalWriteFailed({ message: `${e.message}; the session recovers on its next access`, details: { ambiguous: true } })
-      : fromJournal(e)
-
   const registry = yield* makeRegistry({
     journal,
     projection,
@@ -91,31 +84,8 @@ export const make = Effect.gen(function*() {
   const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
   deps.live = { delta: feeds.delta }
 
-  // Wall deadlines (BRAIN_MAX_TURN_SECS): one fiber for all turns rather than a timer per turn.
-  // The limit is the same for every turn, so deadlines arrive in start order: the Map's first entry
-  // is always the next one due.
-  const deadlines = new Map<RunningTurn, number>()
-  let wakeDeadlines: Deferred.Deferred<void> | undefined
-  yield* Effect.forkScoped(Effect.gen(function*() {
-    for (;;) {
-      const head = deadlines.entries().next()
-      if (head.done) {
-        wakeDeadlines = yield* Deferred.make<void>()
-        yield* Deferred.await(wakeDeadlines)
-        continue
-      }
-      const now = yield* Clock.currentTimeMillis
-      if (head.value[1] > now) {
-        yield* Effect.sleep(Duration.millis(head.value[1] - now))
-        continue
-      }
-      for (const [turn, due] of deadlines) {
-        if (due > now) break
-        deadlines.delete(turn)
-        yield* cancelTurn(turn, "timeout")
-      }
-    }
-  }))
+  // Wall deadlines (BRAIN_MAX_TURN_SECS) arrive as a cancel with reason "timeout".
+  const deadlines = yield* makeDeadlines((turn) => cancelTurn(turn, "timeout"))
 
   const using = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.using(session, body)
   const release = (cell: Cell) => registry.release(cell)
@@ -202,13 +172,7 @@ export const make = Effect.gen(function*() {
       const started: RunningTurn = { ...turn, sequence: turnSeq! }
       cell.running = started
       running.add(started)
-      if (config.maxTurnMs > 0) {
-        deadlines.set(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
-        if (wakeDeadlines) {
-          Deferred.unsafeDone(wakeDeadlines, Effect.void)
-          wakeDeadlines = undefined
-        }
-      }
+      if (config.maxTurnMs > 0) deadlines.add(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
       cell.users++ // the turn holds the cell until it closes
       // The turn's fiber belongs to the registry and is interruptible whatever the caller's
       // region (an idempotent request runs uninterruptibly so its answer is always recorded).
@@ -220,72 +184,13 @@ export const make = Effect.gen(function*() {
             cell.running = undefined
             cell.opening = undefined
             running.delete(started)
-            deadlines.delete(started)
+            deadlines.remove(started)
             return release(cell)
           }))
         )
       )
       return started
     })
-
-  /**
-   * Sets up each Environment in declaration order, each step durable before the next. On the
-   * first failure nothing more is set up: every Environment whose setup was started is torn down
-   * (journaled), in reverse order, and the failure is returned.
-   */
-  const setUpEnvironments = (cell: Cell, environments: ReadonlyArray<AdmittedEnvironment>) =>
-    Effect.gen(function*() {
-      const started: Array<AdmittedEnvironment> = []
-      for (const environment of environments) {
-        started.push(environment)
-        const outcome = yield* runStep(steps, cell, "setup", environment)
-        if (outcome.ok) continue
-        for (const e of [...started].reverse()) yield* runStep(steps, cell, "teardown", e)
-        return { environment: environment.name, failure: outcome.failure }
-      }
-      return undefined
-    })
-
-  /** Every record of a session, in pages (a delete of a session with Environments reads them once). */
-  const allRecords = (session: SessionId) =>
-    Effect.gen(function*() {
-      const out: Array<JournalRecord> = []
-      for (;;) {
-        const page = yield* journal.read(session, { after: out.length > 0 ? out[out.length - 1]!.sequence : 0, limit: 1000 })
-        if (page.length === 0) return out
-        out.push(...page)
-      }
-    })
-
-  /**
-   * Tears down, in reverse declaration order, every Environment still standing, trying all of
-   * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
-   * delete tries again. One delete at a time tears down a session's Environments.
-   */
-  const tearDown = (cell: Cell) =>
-    Effect.gen(function*() {
-      const declared = cell.state.configuration?.environments ?? []
-      if (declared.length === 0) return
-      if (cell.tearingDown) {
-        return yield* Effect.fail(new Conflict({ message: "a delete of this session is tearing down its Environments", retryable: true }))
-      }
-      cell.tearingDown = true
-      const up = standing(yield* allRecords(cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
-      const failed: Array<{ readonly environment: string; readonly failure: unknown }> = []
-      for (const environment of [...declared].reverse()) {
-        if (!up.has(environment.name)) continue
-        const outcome = yield* runStep(steps, cell, "teardown", environment).pipe(Effect.mapError(fromFence))
-        if (!outcome.ok) failed.push({ environment: environment.name, failure: outcome.failure })
-      }
-      if (failed.length > 0) {
-        const names = failed.map((f) => JSON.stringify(f.environment)).join(", ")
-        return yield* Effect.fail(new TeardownFailed({
-          message:
-            `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
-          details: { environments: failed.map((f) => f.environment), failures: failed }
-        }))
-      }
-    }).pipe(Effect.ensuring(Effect.sync(() => void (cell.tearingDown = false))))
 
   const service: SessionsShape = {
     create: (request) =>
@@ -342,7 +247,7 @@ export const make = Effect.gen(function*() {
           Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
-        const setup = yield* setUpEnvironments(cell, environments).pipe(
+        const setup = yield* setUpEnvironments(steps, cell, environments).pipe(
           Effect.mapError(fromFence),
           Effect.tapError(() => registry.abandon(session))
         )
@@ -444,7 +349,7 @@ export const make = Effect.gen(function*() {
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
             return cell.state.status === "ended" || cell.state.status === "failed"
-              ? tearDown(cell)
+              ? tearDown(steps, journal, cell)
               : Effect.fail(new Conflict({ message: "only an ended or failed session can be deleted" }))
           },
           journal.remove(session).pipe(

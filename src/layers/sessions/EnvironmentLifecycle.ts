@@ -1,0 +1,80 @@
+/**
+ * A session's Environments over its life: set up in declaration order at create (a failure tears
+ * down what was started), torn down in reverse order at delete (every one still standing tried;
+ * any failure keeps the session). Each step is a fenced effect (EnvironmentSteps.ts).
+ */
+import { Effect } from "effect"
+import type { AdmittedEnvironment } from "../../domain/Environment.js"
+import { Conflict, JournalWriteFailed, TeardownFailed } from "../../domain/Errors.js"
+import type { SessionId } from "../../domain/Ids.js"
+import type { JournalRecord } from "../../domain/Records.js"
+import type { FenceError } from "../../services/EffectFence.js"
+import type { JournalShape } from "../../services/Journal.js"
+import type { Cell } from "./Cell.js"
+import { runStep, standing, type StepDeps } from "./EnvironmentSteps.js"
+import { fromJournal } from "./Registry.js"
+
+/** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
+export const fromFence = (e: FenceError) =>
+  e._tag === "OutcomeUnrecorded"
+    ? new JournalWriteFailed({ message: `${e.message}; the session recovers on its next access`, details: { ambiguous: true } })
+    : fromJournal(e)
+
+/**
+ * Sets up each Environment in declaration order, each step durable before the next. On the
+ * first failure nothing more is set up: every Environment whose setup was started is torn down
+ * (journaled), in reverse order, and the failure is returned.
+ */
+export const setUpEnvironments = (steps: StepDeps, cell: Cell, environments: ReadonlyArray<AdmittedEnvironment>) =>
+  Effect.gen(function*() {
+    const started: Array<AdmittedEnvironment> = []
+    for (const environment of environments) {
+      started.push(environment)
+      const outcome = yield* runStep(steps, cell, "setup", environment)
+      if (outcome.ok) continue
+      for (const e of [...started].reverse()) yield* runStep(steps, cell, "teardown", e)
+      return { environment: environment.name, failure: outcome.failure }
+    }
+    return undefined
+  })
+
+/** Every record of a session, in pages (a delete of a session with Environments reads them once). */
+const allRecords = (journal: JournalShape, session: SessionId) =>
+  Effect.gen(function*() {
+    const out: Array<JournalRecord> = []
+    for (;;) {
+      const page = yield* journal.read(session, { after: out.length > 0 ? out[out.length - 1]!.sequence : 0, limit: 1000 })
+      if (page.length === 0) return out
+      out.push(...page)
+    }
+  })
+
+/**
+ * Tears down, in reverse declaration order, every Environment still standing, trying all of
+ * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
+ * delete tries again. One delete at a time tears down a session's Environments.
+ */
+export const tearDown = (steps: StepDeps, journal: JournalShape, cell: Cell) =>
+  Effect.gen(function*() {
+    const declared = cell.state.configuration?.environments ?? []
+    if (declared.length === 0) return
+    if (cell.tearingDown) {
+      return yield* Effect.fail(new Conflict({ message: "a delete of this session is tearing down its Environments", retryable: true }))
+    }
+    cell.tearingDown = true
+    const up = standing(yield* allRecords(journal, cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
+    const failed: Array<{ readonly environment: string; readonly failure: unknown }> = []
+    for (const environment of [...declared].reverse()) {
+      if (!up.has(environment.name)) continue
+      const outcome = yield* runStep(steps, cell, "teardown", environment).pipe(Effect.mapError(fromFence))
+      if (!outcome.ok) failed.push({ environment: environment.name, failure: outcome.failure })
+    }
+    if (failed.length > 0) {
+      const names = failed.map((f) => JSON.stringify(f.environment)).join(", ")
+      return yield* Effect.fail(new TeardownFailed({
+        message:
+          `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
+        details: { environments: failed.map((f) => f.environment), failures: failed }
+      }))
+    }
+  }).pipe(Effect.ensuring(Effect.sync(() => void (cell.tearingDown = false))))
