@@ -9,7 +9,7 @@ import { placeOf } from "../../domain/Environment.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
-import { entry } from "../../domain/Records.js"
+import { entry, type Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
 import type { FenceHooks } from "../../services/EffectFence.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
@@ -233,15 +233,15 @@ export const makeDispatch = (ctx: ToolCallContext) => {
         return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
       }).pipe(Effect.ensuring(Effect.sync(() => void (inFlight = false))))
 
+    /** The outcome record the fence committed (it asks once); the loop is shown exactly it. */
+    let recorded: Entry | undefined
     const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) =>
-      toolOutcome(sequence, exit, dispatched, budget)
+      (recorded = toolOutcome(sequence, exit, dispatched, budget))
 
     return fence.fence(cell.session, started, dispatch, outcomeOf, hooks).pipe(
       Effect.mapError(storageFailure),
-      Effect.map(({ dispatched, exit, started: sequence }) => {
-        // The loop sees exactly the outcome the fence recorded.
-        const e = outcomeOf(sequence, exit, dispatched)
-        const p = e.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
+      Effect.map(() => {
+        const p = recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
         return {
           call_id: call.id,
           name: call.name,
