@@ -4,7 +4,7 @@
 // per turn, by allocating function and by the nearest of Brain's own functions on the stack
 // (Effect's runtime allocates on behalf of whichever effect it runs; its own frames name none).
 //
-//   npm run build && node scripts/bench/alloc.js [--sessions 16] [--seconds 3]
+//   npm run build && node scripts/bench/alloc.js [--sessions 16] [--seconds 3] [--top 20]
 //
 // The server is the product (`bin/brain.js serve`) with scripts/bench/heapSample.cjs preloaded;
 // the profiler slows it (about a fifth of its usual rate), so only the bytes are figures here.
@@ -16,6 +16,7 @@ import { measure, numberFlag } from "./stats.js"
 
 const sessions = numberFlag("--sessions", 16)
 const seconds = numberFlag("--seconds", 3)
+const top = numberFlag("--top", 20)
 const file = path.join(tmp, "heap-sample.json")
 const server = await startBrain({ nodeArgs: ["--require", path.join(ROOT, "scripts/bench/heapSample.cjs")], env: { BRAIN_BENCH_HEAP_SAMPLE: file } })
 const ids = await createSessions(server.port, sessions, { model: { provider: "scripted" } })
@@ -57,7 +58,7 @@ const walk = (node, brain) => {
 walk(profile.head, undefined)
 const kib = (b) => (b / r.n / 1024).toFixed(1)
 const table = (title, m) =>
-  [`| ${title} | KiB per turn |`, "| --- | ---: |", ...[...m].sort((a, b) => b[1] - a[1]).slice(0, 20).map(([k, v]) => `| \`${k}\` | ${kib(v)} |`)].join("\n")
+  [`| ${title} | KiB per turn |`, "| --- | ---: |", ...[...m].sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, v]) => `| \`${k}\` | ${kib(v)} |`)].join("\n")
 console.log(`method: ${sessions} sessions send keyed text turns back to back (scripted model, the official Wasm loop); V8's sampling heap
   profiler on the server's main thread (256-byte interval, collected objects included) over ${seconds} s after a 3 s warm-up
 turns: ${r.n}; sampled allocation: ${kib(total)} KiB per turn

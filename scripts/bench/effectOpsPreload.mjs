@@ -27,6 +27,9 @@ const fnOf = (kind, op) => {
       return op.effect_instruction_i1
     case "OnSuccessAndFailure":
       return op.effect_instruction_i2
+    case "Commit":
+      // The committing value's kind names the site (a Tag, an Option, a Ref, an error class…).
+      return op.commit
     case "Iterator":
       try {
         return generatorFunction(op.effect_instruction_i0)
@@ -50,7 +53,7 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
       }
       const fn = fnOf(kind, op)
       if (typeof fn === "function") {
-        const site = `${kind} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
+        const site = `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
         bySite.set(site, (bySite.get(site) ?? 0) + 1)
       }
     }

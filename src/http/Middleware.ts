@@ -115,7 +115,7 @@ export const gate = (options: GateOptions) => {
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
           return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
         }
-        const held = { bytes: 0 }
+        const held: Held = { bytes: 0, detach: undefined }
         const budget = options.bodies
         if (budget && declared !== undefined && Number(declared) > 0) {
           if (!budget.take(Number(declared))) return yield* Effect.fail(busyBodies())
@@ -123,11 +123,20 @@ export const gate = (options: GateOptions) => {
         }
         return yield* Effect.ensuring(
           routeWithBody(request, path, app, options, held),
-          Effect.sync(() => budget?.give(held.bytes))
+          Effect.sync(() => {
+            held.detach?.()
+            budget?.give(held.bytes)
+          })
         )
       }
       return yield* app
     }).pipe(Effect.catchAllCause(shapeError))
+}
+
+/** A request's share of the body budget, and how to stop reading its body. */
+interface Held {
+  bytes: number
+  detach: (() => void) | undefined
 }
 
 /** Reads, checks and parses a request's body, then runs the route with it. */
@@ -136,7 +145,7 @@ const routeWithBody = <E, R>(
   path: string,
   app: HttpApp.Default<E, R>,
   options: GateOptions,
-  held: { bytes: number }
+  held: Held
 ) =>
   Effect.gen(function*() {
     const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held)
@@ -194,12 +203,15 @@ const nestingDepth = (text: string): number => {
 }
 
 /**
- * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
+* Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
  * is answered on a live connection, never by resetting it) and returns undefined. Bytes beyond
  * what `held` already reserved are taken from the budget as they arrive; when it refuses, the
- * rest is discarded the same way and the answer is "busy".
+ * rest is discarded the same way and the answer is "busy". The listeners come off when the body
+ * ends or fails, or by `held.detach`, which the gate's finalizer calls: a request interrupted
+ * while its body arrives (its connection closed) takes no more of the budget once the finalizer
+ * has given back what it held. No canceler of its own, so the wait is a plain `Effect.async`.
  */
-const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: { bytes: number }) =>
+const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: Held) =>
   Effect.async<Buffer | undefined | "busy", InvalidRequest>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     const chunks: Array<Buffer> = []
@@ -216,17 +228,24 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
       if (tooLarge || busy) chunks.length = 0
       else chunks.push(chunk)
     }
-    const onEnd = () => resume(Effect.succeed(tooLarge ? undefined : busy ? "busy" : Buffer.concat(chunks)))
-    const onError = (err: Error) => resume(Effect.fail(new InvalidRequest({ message: `the body could not be read: ${err.message}` })))
-    if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
-    source.on("data", onData)
-    source.once("end", onEnd)
-    source.once("error", onError)
-    return Effect.sync(() => {
+    const detach = () => {
       source.off("data", onData)
       source.off("end", onEnd)
       source.off("error", onError)
-    })
+    }
+    const onEnd = () => {
+      detach()
+      resume(Effect.succeed(tooLarge ? undefined : busy ? "busy" : Buffer.concat(chunks)))
+    }
+    const onError = (err: Error) => {
+      detach()
+      resume(Effect.fail(new InvalidRequest({ message: `the body could not be read: ${err.message}` })))
+    }
+    if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
+    held.detach = detach
+    source.on("data", onData)
+    source.once("end", onEnd)
+    source.once("error", onError)
   })
 
 /** The request with its body already read: handlers and decoders get it from memory. */

@@ -17,6 +17,7 @@ import type { Entry } from "../domain/Records.js"
 import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
 import { EffectFence, type EffectFenceShape, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
+import { waitFor } from "./Waits.js"
 
 /** An append waited for at most a deadline: its answer, or how to wait for it in the background. */
 export type Bounded<A, E> =
@@ -56,10 +57,10 @@ const forked = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<Answering<A, E
 
 /** Waits for the answer; an interrupted waiter stops waiting, the append goes on. */
 const answerOf = <A, E>(answering: Answering<A, E>): Effect.Effect<Exit.Exit<A, E>> =>
-  Effect.async((resume) => {
+  waitFor((resume) => {
     const f = (exit: Exit.Exit<A, E>) => resume(Effect.succeed(exit))
     answering.add(f)
-    return Effect.sync(() => answering.remove(f))
+    return () => answering.remove(f)
   })
 
 /**
@@ -72,7 +73,8 @@ const answerOf = <A, E>(answering: Answering<A, E>): Effect.Effect<Exit.Exit<A, 
  * The append is queued in the journal in this synchronous step where the journal can
  * (`Journal.enqueue`), and the journal's answer is a callback: no fiber. Otherwise it runs in a
  * fiber of its own, not the waiter's. The wait is one `Effect.async` answered by whichever comes
- * first, the answer or a timer: no race, no waiter fiber. Two of these run in every text turn (the
+ * first, the answer or a timer: no race, no waiter fiber, and no canceler armed for a caller that
+ * cannot be interrupted (Waits.ts). Two of these run in every text turn (the
  * model call's outcome, the turn's close) and one per tool call (docs/benchmarks.md, "Main-thread
  * CPU of a keyed text turn" and "Outcomes queued without a fiber"). The timer is the host's, not
  * the `Clock` service's: the deadline bounds how long a real disk may take to answer, which no
@@ -90,7 +92,7 @@ export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number):
       if (deadlineMs <= 0 || deadlineMs > MAX_TIMER_MS) {
         return Effect.map(answerOf(answering), (exit) => ({ _tag: "Answered", exit }) as const)
       }
-      return Effect.async<Bounded<A, E>>((resume) => {
+      return waitFor<Bounded<A, E>>((resume) => {
         const onExit = (exit: Exit.Exit<A, E>) => {
           clearTimeout(timer)
           resume(Effect.succeed({ _tag: "Answered", exit }))
@@ -102,10 +104,10 @@ export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number):
         // Called at once when the append has already ended.
         answering.add(onExit)
         // An interruptible caller that is interrupted stops waiting; the append goes on.
-        return Effect.sync(() => {
+        return () => {
           clearTimeout(timer)
           answering.remove(onExit)
-        })
+        }
       })
     }
   )

@@ -2,7 +2,7 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { Cause, Deferred, Effect, Exit, type Fiber, Option } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Option } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
@@ -59,12 +59,15 @@ export type ExitOrCancel<A, E> =
 /**
  * Whichever comes first: `fiber`'s exit, the turn's cancel (`cancelTurn`), or the end of
  * `deadline` (a fiber sleeping on the Clock, so that tests drive it). One callback each way, where a
- * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here.
+ * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here,
+ * unless `interruptOnInterrupt`: then a waiter that is interrupted interrupts `fiber` and waits
+ * until it has ended (what an `onInterrupt` around the wait would do, with no mask of its own).
  */
 export const exitOrCancel = <A, E>(
   fiber: Fiber.RuntimeFiber<A, E>,
   signal: CancelSignal,
-  deadline?: Fiber.RuntimeFiber<unknown, unknown>
+  deadline?: Fiber.RuntimeFiber<unknown, unknown>,
+  interruptOnInterrupt = false
 ): Effect.Effect<ExitOrCancel<A, E>> =>
   Effect.async<ExitOrCancel<A, E>>((resume) => {
     if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
@@ -90,7 +93,7 @@ export const exitOrCancel = <A, E>(
     // Each called at once if its fiber has already ended.
     fiber.addObserver(onExit)
     if (!settled) deadline?.addObserver(onDeadline)
-    return Effect.sync(stop)
+    return interruptOnInterrupt ? Effect.zipRight(Effect.sync(stop), Fiber.interrupt(fiber)) : Effect.sync(stop)
   })
 
 export class Cell {

@@ -32,6 +32,7 @@ import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel }
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
+import type { Writes } from "./Writes.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
@@ -59,7 +60,7 @@ export interface ActivationScope {
   /** The turn's cancel: its reason once cancelled (every host call checks it), and the waits that race it (`exitOrCancel`). */
   readonly signal: CancelSignal
   /** Serializes state writes so each delta is computed against the state it will follow. */
-  readonly writes: Effect.Semaphore
+  readonly writes: Writes
   modelCalls: number
   emittedBytes: number
   /**
@@ -120,7 +121,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   }
 
   const write = <A>(body: Effect.Effect<A, FenceError>) =>
-    scope.writes.withPermits(1)(Effect.mapError(body, storageFailure))
+    scope.writes.run(Effect.mapError(body, storageFailure))
 
   const hooks: FenceHooks = {
     committed: (committed) => cell.foldIn(committed),
@@ -132,13 +133,13 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
 
   /**
    * Runs `call` until it ends or the turn is cancelled, whichever is first; a cancel interrupts it
-   * (and waits for that) and answers `cancelled`. One forked fiber and a callback on the turn's
-   * signal, where a race forked two.
+   * (and waits for that) and answers `cancelled`; so does an interrupt of the caller. One forked
+   * fiber and a callback on the turn's signal, where a race forked two.
    */
   const callOrCancel = <A, E>(call: Effect.Effect<A, E>, cancelled: (reason: CancelReason) => A): Effect.Effect<A, E> =>
     Effect.flatMap(Effect.fork(call), (fiber) =>
       Effect.flatMap(
-        Effect.onInterrupt(exitOrCancel(fiber, scope.signal), () => Fiber.interrupt(fiber)),
+        exitOrCancel(fiber, scope.signal, undefined, true),
         (first) =>
           first._tag === "done"
             ? first.exit

@@ -157,30 +157,30 @@ export class Registry {
     return Effect.suspend(() => {
       if (this.deleting.has(session)) return Effect.fail(notFound())
       const existing = this.cells.get(session)
-      const opened = existing ?? Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
-      if (!existing) this.cells.set(session, opened)
-      const open = existing
-        ? Effect.void
-        : this.load(session).pipe(
-          Effect.exit,
-          Effect.tap((exit) => {
-            if (Exit.isFailure(exit) && this.cells.get(session) === opened) this.cells.delete(session)
-            return Deferred.done(opened, exit)
-          }),
-          Effect.uninterruptible
-        )
-      return Effect.zipRight(open, Deferred.await(opened)).pipe(
-        Effect.flatMap((cell) =>
-          Effect.suspend((): Effect.Effect<Cell, SessionStorageError> => {
-            if (cell.broken) return Effect.fail(brokenFailure())
-            if (cell.deleted) return Effect.fail(notFound())
-            cell.users++
-            this.unwarm(cell)
-            return Effect.as(FiberMap.remove(this.timers, session), cell)
-          })
-        )
+      if (existing) return Effect.flatMap(Deferred.await(existing), this.use)
+      const opened = Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
+      this.cells.set(session, opened)
+      // The opener takes the cell from its own load; others wait on `opened`.
+      return this.load(session).pipe(
+        Effect.exit,
+        Effect.flatMap((exit) => {
+          if (Exit.isFailure(exit) && this.cells.get(session) === opened) this.cells.delete(session)
+          Deferred.unsafeDone(opened, exit)
+          return exit
+        }),
+        Effect.uninterruptible,
+        Effect.flatMap(this.use)
       )
     })
+  }
+
+  /** Takes a use of an opened cell (refused when it broke or its session is being deleted). */
+  private readonly use = (cell: Cell): Effect.Effect<Cell, SessionStorageError> => {
+    if (cell.broken) return Effect.fail(brokenFailure())
+    if (cell.deleted) return Effect.fail(notFound())
+    cell.users++
+    this.unwarm(cell)
+    return Effect.as(FiberMap.remove(this.timers, cell.session), cell)
   }
 
   /** Registers the cell of a session just created (its records are in the cell already). */

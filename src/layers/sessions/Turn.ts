@@ -31,6 +31,7 @@ import { cancelFailure } from "./HostFailures.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceLive.js"
 import { turnOutcome } from "./Requests.js"
+import { Writes } from "./Writes.js"
 
 export interface TurnStart {
   readonly cell: Cell
@@ -67,7 +68,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         cell,
         activation,
         signal: turn.signal,
-        writes: yield* Effect.makeSemaphore(1),
+        writes: new Writes(),
         modelCalls: 0,
         emittedBytes: 0,
         unsettled: []
@@ -98,10 +99,10 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         )
       })
 
-      // The activation runs in a fiber of its own. If the body is interrupted (a server stop), the
-      // activation is interrupted and waited for before the body ends, so its in-flight fences
-      // commit their outcomes before the turn is closed: the fork and that cleanup are armed in one
-      // uninterruptible step. Cancellation waits a bounded grace for it to notice.
+      // The activation runs in a fiber of its own, forked here where nothing can interrupt. If the
+      // wait for it is interrupted (a server stop), the activation is interrupted and waited for
+      // before the turn is closed, so its in-flight fences commit their outcomes first.
+      // Cancellation waits a bounded grace for it to notice.
       const waitFor = <A, E>(fiber: Fiber.RuntimeFiber<A, E>) =>
         Effect.gen(function*() {
           // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
@@ -112,14 +113,9 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           if (Option.isSome(settled)) return settled.value
           return yield* Fiber.interrupt(fiber)
         })
-      const body = Effect.uninterruptibleMask((interruptible) =>
-        Effect.flatMap(
-          Effect.fork(interruptible(activate)),
-          (fiber) => Effect.onInterrupt(interruptible(waitFor(fiber)), () => Fiber.interrupt(fiber))
-        )
-      )
-
-      const exit = yield* Effect.exit(restore(body))
+      const fiber = yield* Effect.fork(Effect.interruptible(activate))
+      const exit = yield* Effect.exit(restore(waitFor(fiber)))
+      if (Exit.isFailure(exit)) yield* Fiber.interrupt(fiber)
       const reason = turn.signal.reason
       let closing: Failure | undefined
       let result: unknown = undefined

@@ -1,0 +1,64 @@
+/**
+ * One activation's state writes, one at a time (`ActivationScope.writes`): each write's delta is
+ * computed against the state it will follow. What `Semaphore.withPermits(1)` did, for the one
+ * case the host has: a write's body is a journal commit that, once it starts, runs to its end
+ * whatever happens to its caller (Cell.ts's `commit` is uninterruptible). So a write that finds
+ * no other in flight takes the lock, runs and gives it back in a single uninterruptible stretch,
+ * with no permit taken as an effect and no finalizer armed: the semaphore's took some thirty
+ * instructions of Effect's runtime for each write, two of them in every text turn's
+ * `setTranscriptAtEnd` (docs/benchmarks.md, "Waits without masks, writes without a semaphore").
+ *
+ * - A write that finds one in flight waits, interruptibly, until the lock is given back, then
+ *   tries again: a waiter is never handed the lock, so an interrupted waiter cannot hold it.
+ * - The body runs uninterruptibly, and the lock is given back however it ends (success, failure,
+ *   defect), in the step that observes its end.
+ */
+import { Effect } from "effect"
+
+export class Writes {
+  private busy = false
+  private waiters: Array<() => void> = []
+
+  /** Runs `body` after the writes in flight before it; the wait for them is interruptible, `body` is not. */
+  run<A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, E> {
+    return Effect.uninterruptibleMask((restore) => this.take(body, restore))
+  }
+
+  /** Whether a write is in flight now. */
+  get inFlight(): boolean {
+    return this.busy
+  }
+
+  private take<A, E>(body: Effect.Effect<A, E>, restore: <X, Y>(e: Effect.Effect<X, Y>) => Effect.Effect<X, Y>): Effect.Effect<A, E> {
+    return Effect.suspend(() => {
+      if (this.busy) return Effect.zipRight(restore(this.free()), this.take(body, restore))
+      this.busy = true
+      return Effect.flatMap(Effect.exit(body), (exit) => {
+        this.giveBack()
+        return exit
+      })
+    })
+  }
+
+  /** Wakes every waiter: each tries again, and the first to run takes the lock. */
+  private giveBack() {
+    this.busy = false
+    if (this.waiters.length === 0) return
+    const woken = this.waiters
+    this.waiters = []
+    for (const wake of woken) wake()
+  }
+
+  /** Waits until the lock is given back (at once if it is free). */
+  private free(): Effect.Effect<void> {
+    return Effect.async<void>((resume) => {
+      if (!this.busy) return resume(Effect.void)
+      const wake = () => resume(Effect.void)
+      this.waiters.push(wake)
+      return Effect.sync(() => {
+        const i = this.waiters.indexOf(wake)
+        if (i >= 0) this.waiters.splice(i, 1)
+      })
+    })
+  }
+}

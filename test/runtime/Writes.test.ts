@@ -1,0 +1,81 @@
+/**
+ * An activation's writes one at a time (sessions/Writes.ts): a write waits for the one in flight;
+ * the lock is given back however a write ends; an interrupted waiter never holds it; a write,
+ * once started, runs to its end even if its caller is interrupted.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Exit, Fiber } from "effect"
+import { Writes } from "../../src/layers/sessions/Writes.js"
+
+/** Real time, whatever the test's clock. */
+const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
+
+describe("an activation's writes, one at a time", () => {
+  it.effect("a write waits until the one in flight has ended, and writes run in the order they came", () =>
+    Effect.gen(function*() {
+      const writes = new Writes()
+      const log: Array<string> = []
+      const write = (name: string, ms: number) =>
+        writes.run(Effect.gen(function*() {
+          log.push(`${name} starts`)
+          yield* pause(ms)
+          log.push(`${name} ends`)
+          return name
+        }))
+      const a = yield* Effect.fork(write("a", 30))
+      yield* pause(5)
+      const b = yield* Effect.fork(write("b", 1))
+      const c = yield* Effect.fork(write("c", 1))
+      expect(yield* Fiber.join(a)).toBe("a")
+      expect(yield* Fiber.join(b)).toBe("b")
+      expect(yield* Fiber.join(c)).toBe("c")
+      expect(log.slice(0, 3)).toEqual(["a starts", "a ends", "b starts"])
+      // Never two at once.
+      for (let i = 0; i < log.length; i += 2) expect(log[i + 1]).toBe(log[i]!.replace("starts", "ends"))
+      expect(writes.inFlight).toBe(false)
+    }))
+
+  it.effect("a write that fails or dies gives the lock back", () =>
+    Effect.gen(function*() {
+      const writes = new Writes()
+      const failed = yield* Effect.exit(writes.run(Effect.fail("refused" as const)))
+      expect(Exit.isFailure(failed)).toBe(true)
+      const died = yield* Effect.exit(writes.run(Effect.dieMessage("broken")))
+      expect(Exit.isFailure(died)).toBe(true)
+      expect(writes.inFlight).toBe(false)
+      expect(yield* writes.run(Effect.succeed(1)).pipe(Effect.timeout("1 second"))).toBe(1)
+    }))
+
+  it.effect("an interrupted waiter neither runs its write nor keeps the lock from the next one", () =>
+    Effect.gen(function*() {
+      const writes = new Writes()
+      const release = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(writes.run(Deferred.await(release)))
+      yield* pause(5)
+      let ran = false
+      const waiter = yield* Effect.fork(writes.run(Effect.sync(() => void (ran = true))))
+      yield* pause(5)
+      yield* Fiber.interrupt(waiter)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(first)
+      expect(ran).toBe(false)
+      expect(writes.inFlight).toBe(false)
+      expect(yield* writes.run(Effect.succeed("next")).pipe(Effect.timeout("1 second"))).toBe("next")
+    }))
+
+  it.effect("a write once started runs to its end when its caller is interrupted, and the caller waits for it", () =>
+    Effect.gen(function*() {
+      const writes = new Writes()
+      let ended = false
+      const started = yield* Deferred.make<void>()
+      const fiber = yield* Effect.fork(writes.run(Effect.gen(function*() {
+        yield* Deferred.succeed(started, undefined)
+        yield* pause(20)
+        ended = true
+      })))
+      yield* Deferred.await(started)
+      yield* Fiber.interrupt(fiber)
+      expect(ended).toBe(true)
+      expect(writes.inFlight).toBe(false)
+    }))
+})
