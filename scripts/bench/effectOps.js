@@ -28,7 +28,7 @@ const server = await spawnProcess(
     "--allow-natives-syntax",
     "--max-semi-space-size=32",
     "--import",
-    path.join(ROOT, "scripts/bench/effectOpsPreload.mjs"),
+    path.join(ROOT, "scripts/bench/effectOpsPreload.mjs"), "--import", "/tmp/umPreload.mjs",
     path.join(ROOT, "dist/cli/main.js"),
     "serve",
     "--listen",

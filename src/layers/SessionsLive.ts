@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Deferred, Effect, Either, FiberSet, Layer, Option } from "effect"
+import { Clock, Effect, Either, FiberSet, Layer, Option } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -44,6 +44,7 @@ import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
+import { Once } from "./Waits.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
@@ -139,7 +140,7 @@ export const make = Effect.gen(function*() {
       )
       const turn: RunningTurn = {
         sequence: 0,
-        done: yield* Deferred.make<TurnOutcome>(),
+        done: new Once<TurnOutcome>(),
         signal: cancelSignal(),
         ...(request && mode === "send" ? { answers: request.key } : {})
       }
@@ -162,7 +163,7 @@ export const make = Effect.gen(function*() {
       if (committed._tag === "Left") {
         cell.running = undefined
         // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
-        yield* Deferred.succeed(turn.done, {
+        turn.done.give({
           ...summary(cell),
           turn: { sequence: 0, status: "failed", failure: toFailure(committed.left) }
         })
@@ -179,7 +180,7 @@ export const make = Effect.gen(function*() {
       yield* FiberSet.run(
         turns,
         Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
-          Effect.tap((outcome) => Deferred.succeed(started.done, outcome)),
+          Effect.tap((outcome) => void started.done.give(outcome)),
           Effect.ensuring(Effect.suspend(() => {
             cell.running = undefined
             cell.opening = undefined
@@ -288,7 +289,7 @@ export const make = Effect.gen(function*() {
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
       }),
     send: (session, input) =>
-      using(session, (cell) => Effect.flatMap(startTurn(cell, input, "send"), (turn) => Deferred.await(turn.done))),
+      using(session, (cell) => Effect.flatMap(startTurn(cell, input, "send"), (turn) => turn.done.await)),
     submit: (session, input) =>
       using(session, (cell) => Effect.map(startTurn(cell, input, "submit"), (turn) => ({ session_id: session, sequence: turn.sequence }))),
     sendKeyed: (session, input, request) =>
@@ -298,7 +299,7 @@ export const make = Effect.gen(function*() {
           const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
           if (seen) return seen
           const turn = yield* startTurn(cell, input, "send", request)
-          return { _tag: "Answered", value: yield* Deferred.await(turn.done) } satisfies Keyed<TurnOutcome>
+          return { _tag: "Answered", value: yield* turn.done.await } satisfies Keyed<TurnOutcome>
         })),
     submitKeyed: (session, input, request) =>
       using(session, (cell) =>
@@ -315,7 +316,7 @@ export const make = Effect.gen(function*() {
           const turn = cell.running
           if (turn) {
             yield* cancelTurn(turn, "cancelled")
-            yield* Deferred.await(turn.done)
+            yield* turn.done.await
           }
           return summary(cell)
         })),
@@ -327,7 +328,7 @@ export const make = Effect.gen(function*() {
             return yield* Effect.fail(new Conflict({ message: `the session is ${cell.state.status}` }))
           }
           cell.ending = true
-          while (cell.running) yield* Deferred.await(cell.running.done)
+          while (cell.running) yield* cell.running.done.await
           if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
           const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
           // The ending is recorded first, so a partly detached session never accepts a message; a
@@ -368,11 +369,11 @@ export const make = Effect.gen(function*() {
         )),
     follow: (session, after) => feeds.follow(session, after, using(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
-    drain: Effect.suspend(() => Effect.forEach([...running], (t) => Deferred.await(t.done), { discard: true })),
+    drain: Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })),
     interruptAll: Effect.suspend(() =>
       Effect.forEach(
         [...running],
-        (t) => Effect.zipRight(cancelTurn(t, "interrupted"), Deferred.await(t.done)),
+        (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
         { concurrency: "unbounded", discard: true }
       ))
   }

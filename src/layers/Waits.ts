@@ -25,3 +25,38 @@ export const waitFor = <A, E = never>(register: (resume: (effect: Effect.Effect<
       : Effect.async<A, E>((resume) => {
         register(resume)
       }))
+
+/**
+ * A value given once and waited for by any number of fibers: a `Deferred` that cannot fail, whose
+ * wait is a `waitFor` (no mask for a caller that cannot be interrupted, and none for a value
+ * already given). A turn's outcome is one: its sender, an interrupt and a stop wait for it.
+ */
+export class Once<A> {
+  private given: { readonly value: A } | undefined = undefined
+  private readonly waiters = new Set<(value: A) => void>()
+
+  /** Gives the value and wakes every waiter; false (and nothing changes) if one was given already. */
+  give(value: A): boolean {
+    if (this.given !== undefined) return false
+    this.given = { value }
+    const waiters = [...this.waiters]
+    this.waiters.clear()
+    for (const wake of waiters) wake(value)
+    return true
+  }
+
+  get isDone(): boolean {
+    return this.given !== undefined
+  }
+
+  /** The value, once given. */
+  readonly await: Effect.Effect<A> = waitFor<A>((resume) => {
+    if (this.given !== undefined) {
+      resume(Effect.succeed(this.given.value))
+      return () => {}
+    }
+    const wake = (value: A) => resume(Effect.succeed(value))
+    this.waiters.add(wake)
+    return () => void this.waiters.delete(wake)
+  })
+}

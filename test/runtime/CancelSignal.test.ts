@@ -4,14 +4,15 @@
  * reason stands, and no wait leaves its callback on the signal or its observers on the fibers.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber, FiberId, TestClock } from "effect"
+import { Duration, Effect, Exit, Fiber, TestClock } from "effect"
 import { cancelSignal, cancelTurn, exitOrCancel, type RunningTurn } from "../../src/layers/sessions/Cell.js"
 import type { TurnOutcome } from "../../src/services/Sessions.js"
+import { Once } from "../../src/layers/Waits.js"
 
 const turnWith = () =>
   ({
     sequence: 1,
-    done: Deferred.unsafeMake<TurnOutcome>(FiberId.none),
+    done: new Once<TurnOutcome>(),
     signal: cancelSignal()
   }) satisfies RunningTurn
 

@@ -1,10 +1,11 @@
 /**
  * A wait for a callback (layers/Waits.ts): the first resume ends it; an interruptible waiter that
- * is interrupted runs the undo; an uninterruptible one cannot be interrupted while it waits.
+ * is interrupted runs the undo; an uninterruptible one cannot be interrupted while it waits. A value
+ * given once (`Once`) answers every waiter, those before and after it was given, and the first stands.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
-import { waitFor } from "../../src/layers/Waits.js"
+import { Once, waitFor } from "../../src/layers/Waits.js"
 
 /** Real time, whatever the test's clock. */
 const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
@@ -52,5 +53,28 @@ describe("a wait for a callback", () => {
       resume!(Effect.succeed("answered"))
       yield* Fiber.join(interrupting)
       expect(undone).toBe(0)
+    }))
+
+  it.effect("a value given once answers every waiter, those that waited and those that come after; the first value stands", () =>
+    Effect.gen(function*() {
+      const once = new Once<string>()
+      const early = yield* Effect.forEach([1, 2], () => Effect.fork(once.await))
+      yield* pause(5)
+      expect(once.isDone).toBe(false)
+      expect(once.give("first")).toBe(true)
+      expect(once.give("second")).toBe(false)
+      for (const w of early) expect(yield* Fiber.join(w)).toBe("first")
+      expect(yield* once.await).toBe("first")
+      expect(yield* Effect.uninterruptible(once.await)).toBe("first")
+    }))
+
+  it.effect("an interrupted waiter of a value given once is no longer woken when it is given", () =>
+    Effect.gen(function*() {
+      const once = new Once<number>()
+      const waiter = yield* Effect.fork(once.await)
+      yield* pause(5)
+      yield* Fiber.interrupt(waiter)
+      expect((once as unknown as { waiters: Set<unknown> }).waiters.size).toBe(0)
+      expect(once.give(1)).toBe(true)
     }))
 })

@@ -2,20 +2,21 @@
  * A session actor's in-memory cell: the folded state kept current by every commit the actor
  * makes, and the turn in flight.
  */
-import { Cause, Deferred, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
 import type { Queueable } from "../../services/EffectFence.js"
+import type { Once } from "../Waits.js"
 
 /** Why a turn is being cancelled: by interrupt, its wall deadline, or a server stop. */
 export type CancelReason = "cancelled" | "timeout" | "interrupted"
 
 export interface RunningTurn {
   readonly sequence: number
-  readonly done: Deferred.Deferred<TurnOutcome>
+  readonly done: Once<TurnOutcome>
   /** The cancel as the turn's own wait sees it (shared by every copy of the turn); see `cancelTurn`. */
   readonly signal: CancelSignal
   /** A keyed send's `Idempotency-Key`: its closing append records the answer (`request_answered`). */

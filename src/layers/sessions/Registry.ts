@@ -102,8 +102,17 @@ export interface RegistryOptions {
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
   Effect.map(FiberMap.make<SessionId>(), (timers) => new Registry(options, timers))
 
+/**
+ * A session's cell in this process: `opened` answers those who wait for its open; `settled` is
+ * how the open ended, read without an effect once it has.
+ */
+interface Slot {
+  readonly opened: Deferred.Deferred<Cell, SessionStorageError>
+  settled: Exit.Exit<Cell, SessionStorageError> | undefined
+}
+
 export class Registry {
-  private readonly cells = new Map<SessionId, Deferred.Deferred<Cell, SessionStorageError>>()
+  private readonly cells = new Map<SessionId, Slot>()
   /** Sessions checked for interrupted work by this process. */
   private readonly checked = new Set<SessionId>()
   /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
@@ -157,15 +166,20 @@ export class Registry {
     return Effect.suspend(() => {
       if (this.deleting.has(session)) return Effect.fail(notFound())
       const existing = this.cells.get(session)
-      if (existing) return Effect.flatMap(Deferred.await(existing), this.use)
-      const opened = Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
-      this.cells.set(session, opened)
+      if (existing) {
+        // An opened cell is taken as it is; an open under way is waited for.
+        if (existing.settled !== undefined) return Effect.flatMap(existing.settled, this.use)
+        return Effect.flatMap(Deferred.await(existing.opened), this.use)
+      }
+      const slot: Slot = { opened: Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none), settled: undefined }
+      this.cells.set(session, slot)
       // The opener takes the cell from its own load; others wait on `opened`.
       return this.load(session).pipe(
         Effect.exit,
         Effect.flatMap((exit) => {
-          if (Exit.isFailure(exit) && this.cells.get(session) === opened) this.cells.delete(session)
-          Deferred.unsafeDone(opened, exit)
+          if (Exit.isFailure(exit) && this.cells.get(session) === slot) this.cells.delete(session)
+          slot.settled = exit
+          Deferred.unsafeDone(slot.opened, exit)
           return exit
         }),
         Effect.uninterruptible,
@@ -187,9 +201,10 @@ export class Registry {
   adopt(cell: Cell): Effect.Effect<void> {
     return Effect.suspend(() => {
       this.checked.add(cell.session)
+      const settled = Exit.succeed(cell)
       const opened = Deferred.unsafeMake<Cell, SessionStorageError>(FiberId.none)
-      Deferred.unsafeDone(opened, Exit.succeed(cell))
-      this.cells.set(cell.session, opened)
+      Deferred.unsafeDone(opened, settled)
+      this.cells.set(cell.session, { opened, settled })
       cell.users++
       return this.release(cell)
     })
@@ -260,12 +275,9 @@ export class Registry {
     return Effect.gen(this, function*() {
       if (cell.users > 0 || cell.running) return
       this.unwarm(cell)
-      const current = this.cells.get(cell.session)
-      if (current && (yield* Deferred.isDone(current))) {
-        // Done already, so this does not wait; an open still under way is left to its opener.
-        const held = yield* Effect.option(Deferred.await(current))
-        if (held._tag === "None" || held.value === cell) this.cells.delete(cell.session)
-      }
+      // An open still under way is left to its opener.
+      const settled = this.cells.get(cell.session)?.settled
+      if (settled !== undefined && (Exit.isFailure(settled) || settled.value === cell)) this.cells.delete(cell.session)
       if (cell.deleted) return
       if (cell.broken) {
         // Nothing of this cell is trusted: the next access reopens the journal and recovers.

@@ -17,7 +17,7 @@
  * abandoned), and any write for the session, recovery's included, would wait behind the same
  * stalled disk anyway. A server stop interrupts the wait; the restart recovers from the files.
  */
-import { Cause, Clock, Deferred, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
 import { transcriptChange } from "../../domain/Projection.js"
@@ -201,7 +201,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
         }
       if (scope.unsettled.length > 0) {
         // The caller has its answer now; the session stays refused until the late appends settle.
-        yield* Deferred.succeed(turn.done, outcome)
+        turn.done.give(outcome)
         yield* Effect.logWarning(
           `${scope.unsettled.length} append(s) missed BRAIN_CLEANUP_DEADLINE_MS (${config.cleanupDeadlineMs} ms); the session is refused until the journal answers them`
         ).pipe(Effect.annotateLogs({ session_id: cell.session }))
