@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// Two builds side by side: each root's `bin/brain.js serve` (as `npm start` runs it; a fresh data
+// directory each) is started, and 64 sessions of keyed text turns (scripted model) drive one
+// server at a time, in alternating phases (the order swapped every phase) so that the machine's
+// drift falls on both alike. Prints each build's turns/s and its main thread's CPU per turn as the
+// kernel counts it (/proc/<pid>/task/<pid>/stat), pooled over its phases. For a change's A/B:
+//
+//   git worktree add /tmp/before <commit> && (cd /tmp/before && ln -s $PWD/node_modules && npm run build)
+//   node scripts/bench/ab.js /tmp/before . [phases 6] [ms per phase 3000]
+import fs from "node:fs"
+import path from "node:path"
+import { createSessions, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp } from "./lib.js"
+import { measure } from "./stats.js"
+const roots = process.argv.slice(2, 4).map((r) => path.resolve(r))
+if (roots.length !== 2) throw new Error("usage: node scripts/bench/ab.js <root A> <root B> [phases] [ms per phase]")
+const phases = Number(process.argv[4] ?? 6)
+const phaseMs = Number(process.argv[5] ?? 3000)
+const sessions = 64
+console.log(`method: both servers started; ${sessions} sessions of keyed text turns drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
+const servers = []
+for (const root of roots) {
+  const port = await freePort()
+  const s = await spawnProcess(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin/brain.js"), "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", fs.mkdtempSync(path.join(tmp, "ab-"))], { ready: /brain listening/, env: { UV_THREADPOOL_SIZE: "64" } })
+  const ids = await createSessions(port, sessions, { model: { provider: "scripted" } })
+  const send = (i) => expectStatus(request(port, "POST", `/v1/sessions/${ids[i]}/messages`, { input: { message: "hello" } }, keyed()), 200)
+  servers.push({ root, s, send, n: 0, cpu: 0, ms: 0 })
+}
+for (const sv of servers) await measure(sv.send, sessions, 3000)
+for (let p = 0; p < phases; p++) {
+  const order = p % 2 === 0 ? servers : [...servers].reverse()
+  for (const sv of order) {
+    const c0 = mainThreadCpuSeconds(sv.s.pid)
+    const t0 = performance.now()
+    const r = await measure(sv.send, sessions, phaseMs)
+    sv.ms += performance.now() - t0
+    sv.cpu += mainThreadCpuSeconds(sv.s.pid) - c0
+    sv.n += r.n
+  }
+}
+for (const sv of servers) {
+  console.log(`${sv.root}: ${(sv.n / (sv.ms / 1000)).toFixed(0)} turns/s, main-thread cpu ${(sv.cpu * 1e6 / sv.n).toFixed(0)} µs/turn (n ${sv.n})`)
+  await sv.s.stop()
+}
