@@ -5,7 +5,10 @@
 // unbundled build (`dist/cli/main.js serve`, the same code as bin/brain.js's bundle) with
 // scripts/bench/effectOpsPreload.mjs counting on the main thread.
 //
-//   npm run build && node scripts/bench/effectOps.js [--tools | --host-tools] [--sessions 16] [--seconds 3] [--top 40]
+//   npm run build && node scripts/bench/effectOps.js [--tools | --host-tools] [--ts-loop] [--sessions 16] [--seconds 3] [--top 40]
+//
+// --ts-loop: text turns of the official loop's TypeScript reference (scripts/bench/loopsServer.js)
+// instead of the WebAssembly loop: what the Wasm turn adds is the difference.
 //
 // Prints instructions and fibers per turn, by instruction kind, and the sites (the source of the
 // function an instruction runs) with the most instructions per turn.
@@ -16,29 +19,30 @@ import { measure, numberFlag } from "./stats.js"
 
 const hostTools = process.argv.includes("--host-tools")
 const tools = process.argv.includes("--tools") || hostTools
+const tsLoop = process.argv.includes("--ts-loop")
 const sessions = numberFlag("--sessions", 16)
 const seconds = numberFlag("--seconds", 3)
 const top = numberFlag("--top", 40)
 const out = path.join(tmp, "effect-ops.json")
 const turnsFile = path.join(tmp, "effect-ops-turns.txt")
 const port = await freePort()
+const dataDir = fs.mkdtempSync(path.join(tmp, "data-"))
 const server = await spawnProcess(
   process.execPath,
   [
     "--allow-natives-syntax",
     "--max-semi-space-size=32",
     "--import",
-    path.join(ROOT, "scripts/bench/effectOpsPreload.mjs"), "--import", "/tmp/umPreload.mjs",
-    path.join(ROOT, "dist/cli/main.js"),
-    "serve",
-    "--listen",
-    `127.0.0.1:${port}`,
-    "--data-dir",
-    fs.mkdtempSync(path.join(tmp, "data-"))
+    path.join(ROOT, "scripts/bench/effectOpsPreload.mjs"),
+    // --ts-loop: the server bench:loops runs, which also serves the TypeScript reference loop.
+    ...(tsLoop ? [path.join(ROOT, "scripts/bench/loopsServer.js")] : [path.join(ROOT, "dist/cli/main.js"), "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", dataDir])
   ],
-  { ready: /brain listening/, env: { BRAIN_BENCH_OPS: out, BRAIN_BENCH_OPS_TURNS: turnsFile, UV_THREADPOOL_SIZE: "64" } }
+  {
+    ready: /brain listening/,
+    env: { BRAIN_BENCH_OPS: out, BRAIN_BENCH_OPS_TURNS: turnsFile, UV_THREADPOOL_SIZE: "64", ...(tsLoop ? { BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir } : {}) }
+  }
 )
-let body = { model: { provider: "scripted" } }
+let body = { model: { provider: "scripted" }, ...(tsLoop ? { agentloop: "official-ts" } : {}) }
 let send = { input: { message: "hello" } }
 let host
 if (hostTools) {
