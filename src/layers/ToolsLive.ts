@@ -43,13 +43,18 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
         // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
         // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
         // own and takes that interrupted end as the executor's confirmation that it stopped
-        // (services/Tools.ts). No fiber of its own for the activation, no race.
+        // (services/Tools.ts). No fiber of its own for the activation, no race. The listener comes
+        // off when the run ends; an interrupted run leaves it on a signal that is the call's alone
+        // (fired once at most, on a fiber that has ended), so no finalizer is armed for it.
         const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
           const signal = invocation.signal
           if (signal.aborted) return Effect.succeed("stopped" as const)
           const onAbort = () => fiber.unsafeInterruptAsFork(fiber.id())
           signal.addEventListener("abort", onAbort, { once: true })
-          return Effect.ensuring(run, Effect.sync(() => signal.removeEventListener("abort", onAbort)))
+          return Effect.flatMap(Effect.exit(run), (exit) => {
+            signal.removeEventListener("abort", onAbort)
+            return exit
+          })
         })
         if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
         return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply

@@ -231,12 +231,18 @@ export const makeDispatch = (ctx: ToolCallContext) => {
         }
         if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
         return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
-      }).pipe(Effect.ensuring(Effect.sync(() => void (inFlight = false))))
+      })
 
-    /** The outcome record the fence committed (it asks once); the loop is shown exactly it. */
+    /**
+     * The outcome record the fence committed (it asks once); the loop is shown exactly it. The fence
+     * asks in the step that observes the dispatch's end, however it ended (interrupted too), and
+     * before it commits the record: the call is over from there, and Events it emits are refused.
+     */
     let recorded: Entry | undefined
-    const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) =>
-      (recorded = toolOutcome(sequence, exit, dispatched, budget))
+    const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
+      inFlight = false
+      return (recorded = toolOutcome(sequence, exit, dispatched, budget))
+    }
 
     return fence.fence(cell.session, started, dispatch, outcomeOf, hooks).pipe(
       Effect.mapError(storageFailure),
@@ -265,11 +271,10 @@ export const makeDispatch = (ctx: ToolCallContext) => {
       for (const budget of budgets) {
         if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
       }
-      return yield* runRound(calls.map((call, i) => {
+      const round = runRound(calls.map((call, i) => {
         const budget = budgets[i]
         return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
-      })).pipe(
-        Effect.ensuring(sleepers.size > 0 ? Fiber.interruptAll(sleepers.values()) : Effect.void)
-      )
+      }))
+      return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
     })
 }
