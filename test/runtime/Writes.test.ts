@@ -11,7 +11,7 @@ import { Writes } from "../../src/layers/sessions/Writes.js"
 const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
 
 describe("an activation's writes, one at a time", () => {
-  it.effect("a write waits until the one in flight has ended, and writes run in the order they came", () =>
+  it.live("a write waits until the one in flight has ended, and writes run in the order they came", () =>
     Effect.gen(function*() {
       const writes = new Writes()
       const log: Array<string> = []
@@ -26,16 +26,18 @@ describe("an activation's writes, one at a time", () => {
       yield* pause(5)
       const b = yield* Effect.fork(write("b", 1))
       const c = yield* Effect.fork(write("c", 1))
-      expect(yield* Fiber.join(a)).toBe("a")
-      expect(yield* Fiber.join(b)).toBe("b")
-      expect(yield* Fiber.join(c)).toBe("c")
+      // Bounded: a lock never given back fails here rather than hanging the suite.
+      const join = <A>(f: Fiber.RuntimeFiber<A>) => Fiber.join(f).pipe(Effect.timeout("2 seconds"))
+      expect(yield* join(a)).toBe("a")
+      expect(yield* join(b)).toBe("b")
+      expect(yield* join(c)).toBe("c")
       expect(log.slice(0, 3)).toEqual(["a starts", "a ends", "b starts"])
       // Never two at once.
       for (let i = 0; i < log.length; i += 2) expect(log[i + 1]).toBe(log[i]!.replace("starts", "ends"))
       expect(writes.inFlight).toBe(false)
     }))
 
-  it.effect("a write that fails or dies gives the lock back", () =>
+  it.live("a write that fails or dies gives the lock back", () =>
     Effect.gen(function*() {
       const writes = new Writes()
       const failed = yield* Effect.exit(writes.run(Effect.fail("refused" as const)))
@@ -46,7 +48,7 @@ describe("an activation's writes, one at a time", () => {
       expect(yield* writes.run(Effect.succeed(1)).pipe(Effect.timeout("1 second"))).toBe(1)
     }))
 
-  it.effect("an interrupted waiter neither runs its write nor keeps the lock from the next one", () =>
+  it.live("an interrupted waiter neither runs its write nor keeps the lock from the next one", () =>
     Effect.gen(function*() {
       const writes = new Writes()
       const release = yield* Deferred.make<void>()
@@ -57,13 +59,13 @@ describe("an activation's writes, one at a time", () => {
       yield* pause(5)
       yield* Fiber.interrupt(waiter)
       yield* Deferred.succeed(release, undefined)
-      yield* Fiber.join(first)
+      yield* Fiber.join(first).pipe(Effect.timeout("2 seconds"))
       expect(ran).toBe(false)
       expect(writes.inFlight).toBe(false)
       expect(yield* writes.run(Effect.succeed("next")).pipe(Effect.timeout("1 second"))).toBe("next")
     }))
 
-  it.effect("a write once started runs to its end when its caller is interrupted, and the caller waits for it", () =>
+  it.live("a write once started runs to its end when its caller is interrupted, and the caller waits for it", () =>
     Effect.gen(function*() {
       const writes = new Writes()
       let ended = false
