@@ -146,6 +146,27 @@ describe("request bodies held at once", () => {
     const big = await request(server.baseUrl, "/v1/sessions", { raw: createBody(1_500_000), headers: { "content-type": "application/json" } })
     expect(big.status, big.text.slice(0, 200)).toBe(201)
   }, 30_000)
+
+  it("a client that goes away in the middle of its body gives back the bytes it held: the next body is served", async () => {
+    const held = createBody(800_000)
+    const gone = http.request(`${server.baseUrl}/v1/sessions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-length": Buffer.byteLength(held) }
+    })
+    gone.on("error", () => {})
+    gone.write(held.slice(0, 400_000))
+    // Held: a second body of that size is refused while the first is.
+    await eventually("a second body to be refused", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions", { raw: createBody(800_000), headers: { "content-type": "application/json" } })
+      return r.status === 503 ? r : undefined
+    })
+    gone.destroy()
+    const served = await eventually("the held bytes to be given back", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions", { raw: createBody(800_000), headers: { "content-type": "application/json" } })
+      return r.status === 201 ? r : undefined
+    })
+    expect(served.status).toBe(201)
+  }, 30_000)
 })
 
 describe("auth", () => {
