@@ -203,7 +203,7 @@ const nestingDepth = (text: string): number => {
 }
 
 /**
-* Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
+ * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
  * is answered on a live connection, never by resetting it) and returns undefined. Bytes beyond
  * what `held` already reserved are taken from the budget as they arrive; when it refuses, the
  * rest is discarded the same way and the answer is "busy". The listeners come off when the body

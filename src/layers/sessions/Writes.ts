@@ -4,9 +4,9 @@
  * case the host has: a write's body is a journal commit that, once it starts, runs to its end
  * whatever happens to its caller (Cell.ts's `commit` is uninterruptible). So a write that finds
  * no other in flight takes the lock, runs and gives it back in a single uninterruptible stretch,
- * with no permit taken as an effect and no finalizer armed: the semaphore's took some thirty
- * instructions of Effect's runtime for each write, two of them in every text turn's
- * `setTranscriptAtEnd` (docs/benchmarks.md, "Waits without masks, writes without a semaphore").
+ * with no permit taken as an effect and no finalizer armed: the semaphore took about 25
+ * instructions of Effect's runtime for each write, one of them in every text turn
+ * (`setTranscriptAtEnd`; docs/benchmarks.md, "Waits without masks, writes without a semaphore").
  *
  * - A write that finds one in flight waits, interruptibly, until the lock is given back, then
  *   tries again: a waiter is never handed the lock, so an interrupted waiter cannot hold it.
@@ -14,6 +14,7 @@
  *   defect), in the step that observes its end.
  */
 import { Effect } from "effect"
+import { waitFor } from "../Waits.js"
 
 export class Writes {
   private busy = false
@@ -51,14 +52,17 @@ export class Writes {
 
   /** Waits until the lock is given back (at once if it is free). */
   private free(): Effect.Effect<void> {
-    return Effect.async<void>((resume) => {
-      if (!this.busy) return resume(Effect.void)
+    return waitFor<void>((resume) => {
+      if (!this.busy) {
+        resume(Effect.void)
+        return () => {}
+      }
       const wake = () => resume(Effect.void)
       this.waiters.push(wake)
-      return Effect.sync(() => {
+      return () => {
         const i = this.waiters.indexOf(wake)
         if (i >= 0) this.waiters.splice(i, 1)
-      })
+      }
     })
   }
 }
