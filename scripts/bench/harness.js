@@ -67,6 +67,8 @@ const STARTUP_SESSIONS = quick ? 100 : 10_000
 const MEMORY_STEP = quick ? 20 : 250
 const MEMORY_TURNS = quick ? 3 : 20
 const GROWTH_TURNS = quick ? 40 : 400
+/** Tool-loop turns of the growth probe: 12 messages each, so 2,400 messages at its end. */
+const GROWTH_TOOL_TURNS = quick ? 8 : 200
 /** Samples a probe with its own loop takes at least, past its time. */
 const MIN_SAMPLES = quick ? 3 : 100
 const CONCURRENCY = quick ? [64] : [64, 256]
@@ -127,6 +129,9 @@ for (const K of runs("baseline") ? [1, 4] : []) {
 if (["create", "text", "admission", "tools", "growth"].some(runs)) {
   const brain = await startBrain()
   const { port, pid } = brain
+  const checkTurn = (outcome) => {
+    if (outcome.turn.status !== "ended") throw new Error(`a turn did not end: ${JSON.stringify(outcome.turn)}`)
+  }
   // Create, one at a time.
   if (runs("create")) row("brain: create a session (201), 1 at a time", await measureWithCpu(pid, () => expectStatus(request(port, "POST", "/v1/sessions", SCRIPTED, keyed()), 201), 1, seconds * 1000))
 
@@ -191,9 +196,6 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
     // in a host Environment served by this process.
     const host = await echoHost(port)
     const TOOLS = toolLoopSession(host.host_id)
-    const checkTurn = (outcome) => {
-      if (outcome.turn.status !== "ended") throw new Error(`a tool-loop turn did not end: ${JSON.stringify(outcome.turn)}`)
-    }
     for (const c of [1, 64]) {
       const ids = await createSessions(port, c, TOOLS)
       await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
@@ -216,23 +218,28 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
   }
 
   if (runs("growth")) {
-    // Journal bytes per turn as one conversation grows: linear if every quarter costs the same.
-    const [g] = await createSessions(port, 1, SCRIPTED)
-    const dir = path.join(brain.dataDir, "sessions", g, "journal")
-    const quarters = []
-    const cpu = []
-    let before = duBytes(dir)
-    for (let q = 0; q < 4; q++) {
-      const cpu0 = mainThreadCpuSeconds(brain.pid)
-      for (let t = 0; t < GROWTH_TURNS / 4; t++) await send(port, g)
-      cpu.push((mainThreadCpuSeconds(brain.pid) - cpu0) / (GROWTH_TURNS / 4))
-      const now = duBytes(dir)
-      quarters.push((now - before) / (GROWTH_TURNS / 4))
-      before = now
+    // Journal bytes and main-thread CPU per turn as one conversation grows: linear if every
+    // quarter costs the same. Text turns, then a tool loop (12 messages a turn, 8 of them tool results).
+    const growth = async (label, spec, turns) => {
+      const [g] = await createSessions(port, 1, spec)
+      const dir = path.join(brain.dataDir, "sessions", g, "journal")
+      const quarters = []
+      const cpu = []
+      let before = duBytes(dir)
+      for (let q = 0; q < 4; q++) {
+        const cpu0 = mainThreadCpuSeconds(brain.pid)
+        for (let t = 0; t < turns / 4; t++) checkTurn(await send(port, g))
+        cpu.push((mainThreadCpuSeconds(brain.pid) - cpu0) / (turns / 4))
+        const now = duBytes(dir)
+        quarters.push((now - before) / (turns / 4))
+        before = now
+      }
+      const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
+      notes.push(`${label}: journal bytes per turn over ${turns} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
+      notes.push(`${label}: main-thread cpu per turn of the same conversation, by quarter: ${cpu.map((c) => `${(c * 1000).toFixed(2)} ms`).join(", ")} (last / first ${(cpu[3] / cpu[0]).toFixed(2)}; one client, one turn at a time; flat = a turn costs the same however long the conversation; the kernel counts in 10 ms ticks)`)
     }
-    const checkpoint = fs.statSync(path.join(brain.dataDir, "sessions", g, "checkpoint"), { throwIfNoEntry: false })?.size
-    notes.push(`journal bytes per turn over ${GROWTH_TURNS} turns of one conversation, by quarter: ${quarters.map((b) => Math.round(b)).join(", ")} (last / first ${(quarters[3] / quarters[0]).toFixed(2)}; 1.00 = linear growth); its checkpoint file (rewritten, not appended) ${checkpoint ?? "none"} bytes`)
-    notes.push(`main-thread cpu per turn of the same conversation, by quarter: ${cpu.map((c) => `${(c * 1000).toFixed(2)} ms`).join(", ")} (one client, one turn at a time; flat = a turn costs the same however long the conversation; the kernel counts in 10 ms ticks)`)
+    await growth("text turns", SCRIPTED, GROWTH_TURNS)
+    await growth(`tool loop ${ROUNDS} × ${CALLS} of the example Wasm tool`, wasmToolLoopSession(await admitEchoTool(port)), GROWTH_TOOL_TURNS)
   }
   await brain.stop()
 }

@@ -9,6 +9,7 @@ import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
 import { jsonBytes } from "./Size.js"
+import { noUnanswered, unansweredAfter, unansweredOf, type UnansweredCalls } from "./TranscriptTail.js"
 
 export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed" | "corrupt"
 
@@ -62,6 +63,8 @@ export interface SessionState {
   readonly transcript: ReadonlyArray<Message>
   /** The sequence of the last transcript change (0 when none). */
   readonly transcriptThrough: number
+  /** The transcript's assistant messages with tool calls no later message answers (where its tail starts, TranscriptTail.ts). */
+  readonly unanswered: UnansweredCalls
   /** Agentloop kv: a missing key is absent; a stored JSON null is present with value null. */
   readonly kv: HashMap.HashMap<string, unknown>
   /** Effects started without an outcome, by their `*_started` sequence. */
@@ -125,6 +128,7 @@ export const empty: SessionState = {
   ending: undefined,
   transcript: [],
   transcriptThrough: 0,
+  unanswered: noUnanswered,
   kv: HashMap.empty(),
   pending: HashMap.empty(),
   modelCalls: 0,
@@ -244,6 +248,9 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
         ? messagesBytes(p.append)
         : messagesBytes(next.transcript) - messagesBytes(state.transcript))
       next.transcriptThrough = record.sequence
+      next.unanswered = p.keep >= state.transcript.length
+        ? unansweredAfter(state.unanswered, state.transcript.length, p.append)
+        : unansweredOf(next.transcript)
       next.transcriptLengths = state.transcriptLengths.append(record.sequence, next.transcript.length)
       break
     case "kv_put": {
@@ -430,6 +437,7 @@ export const deserializeState = (j: SerializedState): SessionState => {
     ending: orUndefined(j.ending),
     transcript: j.transcript,
     transcriptThrough: j.transcriptThrough,
+    unanswered: unansweredOf(j.transcript),
     kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
     pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
     modelCalls: j.modelCalls,

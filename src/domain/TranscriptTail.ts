@@ -3,41 +3,90 @@
  * (docs/abi.md, "The transcript's tail"): its last TRANSCRIPT_TAIL messages, reaching further back
  * to the first assistant message with a tool call that no later tool message answers, so that a
  * loop repairing what an interruption left sees every such call with what follows it.
+ *
+ * Where that message is, is kept with the transcript (`UnansweredCalls`, in the session's folded
+ * state) and brought up to date by each change, so that an activation finds its tail in time
+ * independent of the conversation's length: scanning the whole transcript for it, as this did,
+ * cost every activation O(conversation) (a Set entry per tool message).
  */
 import type { Message } from "./Messages.js"
 
 /** Messages at least in a tail (fewer only when the transcript is shorter). */
 export const TRANSCRIPT_TAIL = 16
 
-/**
- * The index of the tail's first message in `messages`: `length - TRANSCRIPT_TAIL` (0 for a shorter
- * transcript), or the first assistant message with an unanswered tool call if that comes earlier.
- * A call is answered by a tool message with its id anywhere after it (as the official loop's
- * repair has it), so a call in the tail is answered, or not, by messages in the tail.
- */
-export const transcriptTailStart = (messages: ReadonlyArray<Message>): number => {
-  const n = messages.length
-  let start = Math.max(0, n - TRANSCRIPT_TAIL)
-  if (start === 0) return 0
-  const later = new Set<string>()
-  for (let i = n - 1; i >= 0; i--) {
-    const m = messages[i]
-    if (m.role === "tool") {
-      if (m.tool_call_id) later.add(m.tool_call_id)
-    } else if (i < start && m.role === "assistant" && m.tool_calls !== undefined && m.tool_calls.some((c) => !later.has(c.id))) {
-      start = i
+/** An assistant message with tool calls that no later tool message answers: its index, and those calls' ids. */
+export interface Unanswered {
+  readonly index: number
+  readonly ids: ReadonlyArray<string>
+}
+
+/** A transcript's assistant messages with unanswered calls, in index order (usually none, or one round's). */
+export type UnansweredCalls = ReadonlyArray<Unanswered>
+
+export const noUnanswered: UnansweredCalls = []
+
+/** `calls` without the calls `id` answers (a tool message answers every earlier call with its id). */
+const answer = (calls: UnansweredCalls, id: string): UnansweredCalls => {
+  let out: Array<Unanswered> | undefined
+  for (let i = 0; i < calls.length; i++) {
+    const c = calls[i]!
+    if (!c.ids.includes(id)) {
+      out?.push(c)
+      continue
     }
+    out ??= calls.slice(0, i)
+    const ids = c.ids.filter((x) => x !== id)
+    if (ids.length > 0) out.push({ index: c.index, ids })
   }
-  return start
+  return out ?? calls
 }
 
 /**
+ * The unanswered calls of a transcript after `messages` were appended to it at index `from` (its
+ * length before them): O(appended messages × unanswered calls). Never changes `calls`.
+ */
+export const unansweredAfter = (calls: UnansweredCalls, from: number, messages: ReadonlyArray<Message>): UnansweredCalls => {
+  let out = calls
+  for (let k = 0; k < messages.length; k++) {
+    const m = messages[k]!
+    if (m.role === "tool") {
+      if (m.tool_call_id && out.length > 0) out = answer(out, m.tool_call_id)
+    } else if (m.role === "assistant" && m.tool_calls !== undefined && m.tool_calls.length > 0) {
+      out = [...out, { index: from + k, ids: m.tool_calls.map((c) => c.id) }]
+    }
+  }
+  return out
+}
+
+/** The unanswered calls of a whole transcript (a scan: for a transcript replaced, or read from a checkpoint). */
+export const unansweredOf = (messages: ReadonlyArray<Message>): UnansweredCalls => unansweredAfter(noUnanswered, 0, messages)
+
+/**
+ * The index of the tail's first message in a transcript of `length` messages whose unanswered
+ * calls are `calls`: `length - TRANSCRIPT_TAIL` (0 for a shorter transcript), or the first
+ * assistant message with an unanswered tool call if that comes earlier. A call is answered by a
+ * tool message with its id anywhere after it (as the official loop's repair has it), so a call in
+ * the tail is answered, or not, by messages in the tail.
+ */
+export const tailStart = (length: number, calls: UnansweredCalls): number => {
+  const start = Math.max(0, length - TRANSCRIPT_TAIL)
+  const first = calls.length > 0 ? calls[0]!.index : start
+  return first < start ? first : start
+}
+
+/** The tail's start of `messages`, by a scan (what `tailStart` gives from calls kept up to date). */
+export const transcriptTailStart = (messages: ReadonlyArray<Message>): number =>
+  messages.length <= TRANSCRIPT_TAIL ? 0 : tailStart(messages.length, unansweredOf(messages))
+
+/**
  * An activation input as a loop that reads the tail is given it: `transcript` from
- * `transcript_start` on.
+ * `transcript_start` on. `calls`: the transcript's unanswered calls when the caller keeps them
+ * (the session's state does); scanned for otherwise.
  */
 export const withTranscriptTail = <I extends { readonly transcript: ReadonlyArray<Message> }>(
-  input: I
+  input: I,
+  calls?: UnansweredCalls
 ): Omit<I, "transcript"> & { readonly transcript: ReadonlyArray<Message>; readonly transcript_start: number } => {
-  const start = transcriptTailStart(input.transcript)
+  const start = calls !== undefined ? tailStart(input.transcript.length, calls) : transcriptTailStart(input.transcript)
   return { ...input, transcript: start === 0 ? input.transcript : input.transcript.slice(start), transcript_start: start }
 }

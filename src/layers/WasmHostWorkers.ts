@@ -23,7 +23,7 @@ import * as path from "node:path"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
 import { withTranscriptTail } from "../domain/TranscriptTail.js"
-import { AgentloopFailed } from "../services/Agentloop.js"
+import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
@@ -81,6 +81,15 @@ const readOutput = (text: string): Output | undefined => {
   } catch {
     return undefined
   }
+}
+
+/**
+ * A loop's input as its guest reads it (docs/abi.md): the activation's input without the state's
+ * own bookkeeping, and for a loop that reads the tail, the tail and where it starts.
+ */
+const guestInput = (input: ActivationInput, tail: boolean) => {
+  const { unanswered, ...guest } = input
+  return tail ? withTranscriptTail(guest, unanswered) : guest
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
@@ -153,7 +162,7 @@ export const make = (options: WasmHostOptions) =>
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(module.tail ? withTranscriptTail(input) : input), perform: services }).pipe(
+        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(guestInput(input, module.tail)), perform: services }).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)

@@ -10,6 +10,7 @@ import type { Failure } from "../domain/Failure.js"
 import type { Message, ToolCallRequest, TurnInput } from "../domain/Messages.js"
 import type { ModelRequest, ModelResult } from "../domain/Model.js"
 import type { Event } from "../domain/Projection.js"
+import type { UnansweredCalls } from "../domain/TranscriptTail.js"
 
 export interface RuntimeEnvelope {
   readonly session_id: string
@@ -25,6 +26,8 @@ export interface RuntimeEnvelope {
 export interface ActivationInput {
   readonly input: TurnInput | undefined
   readonly transcript: ReadonlyArray<Message>
+  /** The transcript's unanswered tool calls, as the session's state keeps them; a loop's host scans for them when absent. */
+  readonly unanswered?: UnansweredCalls
   readonly configuration: SessionConfiguration
   /**
    * Public Events (at most 1,000) from the previous activation's `activation_started` on, or, for

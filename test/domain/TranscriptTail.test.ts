@@ -6,7 +6,16 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import type { Message } from "../../src/domain/Messages.js"
-import { TRANSCRIPT_TAIL, transcriptTailStart } from "../../src/domain/TranscriptTail.js"
+import { deserializeState, empty, fold, serializeState, type SessionState } from "../../src/domain/Projection.js"
+import {
+  noUnanswered,
+  TRANSCRIPT_TAIL,
+  tailStart,
+  transcriptTailStart,
+  unansweredAfter,
+  unansweredOf,
+  withTranscriptTail
+} from "../../src/domain/TranscriptTail.js"
 
 const ids = ["a", "b", "c", "d", "e", "f"]
 const message: fc.Arbitrary<Message> = fc.oneof(
@@ -45,6 +54,49 @@ describe("the transcript's tail", () => {
         expect(start).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)
       }),
       { numRuns: 500 }
+    )
+  })
+
+  it("kept up to date by appends, the unanswered calls equal a scan's and give its start after every change", () => {
+    fc.assert(
+      fc.property(fc.array(fc.array(message, { maxLength: 8 }), { maxLength: 20 }), (batches) => {
+        let transcript: Array<Message> = []
+        let calls = noUnanswered
+        for (const batch of batches) {
+          calls = unansweredAfter(calls, transcript.length, batch)
+          transcript = [...transcript, ...batch]
+          expect(calls).toEqual(unansweredOf(transcript))
+          const open = openRounds(transcript)
+          const last = Math.max(0, transcript.length - TRANSCRIPT_TAIL)
+          expect(tailStart(transcript.length, calls)).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)
+        }
+      }),
+      { numRuns: 300 }
+    )
+  })
+
+  it("the session's folded state keeps the unanswered calls through appends, replacements and a checkpoint, and the tail it gives is the scan's", () => {
+    // A delta keeps a prefix (the whole transcript or less) and appends a batch.
+    const delta = fc.record({ keepAll: fc.boolean(), keep: fc.nat({ max: 40 }), append: fc.array(message, { maxLength: 6 }) })
+    fc.assert(
+      fc.property(fc.array(delta, { maxLength: 25 }), (deltas) => {
+        let state: SessionState = empty
+        deltas.forEach((d, i) => {
+          const keep = d.keepAll ? state.transcript.length : Math.min(d.keep, state.transcript.length)
+          state = fold(state, { sequence: i + 1, recorded_at_ms: i, kind: "transcript_delta", payload: { keep, append: d.append } })
+          expect(state.unanswered).toEqual(unansweredOf(state.transcript))
+          const kept = withTranscriptTail({ transcript: state.transcript }, state.unanswered)
+          const scanned = withTranscriptTail({ transcript: state.transcript })
+          const open = openRounds(state.transcript)
+          const last = Math.max(0, state.transcript.length - TRANSCRIPT_TAIL)
+          expect(kept.transcript_start).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)
+          expect(kept.transcript_start).toBe(scanned.transcript_start)
+          expect(kept.transcript).toEqual(state.transcript.slice(kept.transcript_start))
+        })
+        const restored = deserializeState(JSON.parse(JSON.stringify(serializeState(state))))
+        expect(restored.unanswered).toEqual(state.unanswered)
+      }),
+      { numRuns: 300 }
     )
   })
 })

@@ -85,6 +85,7 @@ export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOut
           {
             input: start.input,
             transcript: cell.state.transcript,
+            unanswered: cell.state.unanswered,
             configuration: cell.state.configuration!,
             events,
             runtime: {
