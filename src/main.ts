@@ -1,6 +1,7 @@
 /**
- * The composition root: wires the layers and the HTTP server. The CLI (`brain serve`) and
- * `npm start` call `serve`. Nothing else sits above both layers/ and http/.
+ * The composition root: wires the layers (through Composition.ts, which the tests build from
+ * too) and the HTTP server. The CLI (`brain serve`) and `npm start` call `serve`. Nothing else
+ * sits above both layers/ and http/.
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
@@ -11,13 +12,13 @@ import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
 import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
+import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
 import * as AgentloopsLive from "./layers/AgentloopsLive.js"
 import { fileStore } from "./layers/agentloops/ModuleStore.js"
 import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
-import * as EffectFenceLive from "./layers/EffectFenceLive.js"
 import * as EnvironmentBindingsConfig from "./layers/EnvironmentBindingsConfig.js"
 import * as EnvironmentsHost from "./layers/EnvironmentsHost.js"
 import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
@@ -30,13 +31,10 @@ import * as ModelsLive from "./layers/ModelsLive.js"
 import { anthropic } from "./layers/models/Anthropic.js"
 import { openAiChat } from "./layers/models/OpenAiChat.js"
 import { openAiResponses } from "./layers/models/OpenAiResponses.js"
-import * as ProjectionLive from "./layers/ProjectionLive.js"
-import * as SessionsLive from "./layers/SessionsLive.js"
 import * as TelemetryFile from "./layers/TelemetryFile.js"
 import * as TelemetryNone from "./layers/TelemetryNone.js"
 import * as TelemetryOtlp from "./layers/TelemetryOtlp.js"
 import type { ToolHandler } from "./layers/ToolsInProcess.js"
-import * as ToolsLive from "./layers/ToolsLive.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
   CONNECTION_CHECK_MS,
@@ -55,7 +53,7 @@ import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
-import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+import type { ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency } from "./services/Idempotency.js"
 import { Sessions } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
@@ -134,55 +132,52 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
   const dataDir = path.resolve(config.dataDir)
   const budget = memoryBudget(config.cacheBytes)
   const files = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
-  const journal = JournalFile.layerNode({
-    dataDir,
-    limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles }
-  })
-  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
-  const base = Layer.merge(journal, Layer.succeed(ServerConfig, config))
-  const bindings = ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)).pipe(
-    Layer.provide(Layer.succeed(ServerConfig, config))
-  )
-  const environmentBindings = EnvironmentBindingsConfig.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
-  // Registrations live under the data directory (the journal layer holds its lock).
-  const hosts = HostsLive.layerConfigured.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
-  const wasm = WasmHostWorkers.layer.pipe(Layer.provide(Layer.succeed(ServerConfig, config)))
-  const agentloops = Layer.unwrapEffect(
-    Effect.map(readOfficialLoop, (officialModule) =>
-      AgentloopsLive.layer({
-        loops: extensions.loops ?? {},
-        officialModule,
-        store: fileStore(path.join(dataDir, "agentloops")),
-        storeBytes: config.maxWasmStoreBytes
-      }))
-  ).pipe(Layer.provide(Layer.merge(wasm, journal)))
-  const deps = Layer.mergeAll(
-    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
-    EffectFenceLive.layer,
-    extensions.models
+  return sessionServices({
+    config,
+    journal: JournalFile.layerNode({
+      dataDir,
+      limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles }
+    }),
+    checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
+    // Registrations live under the data directory (the journal layer holds its lock).
+    base: Layer.mergeAll(
+      ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)),
+      EnvironmentBindingsConfig.layer,
+      HostsLive.layerConfigured
+    ),
+    models: extensions.models
       ? Layer.succeed(Models, extensions.models)
       : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
-    ToolsLive.layer(extensions.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
-    // One Environments: `http` ones over HTTP, `host` ones over the registered hosts' command streams.
-    Layer.effect(
-      Environments,
-      Effect.gen(function*() {
-        const http = yield* EnvironmentsHttp.makeConfigured
-        const host = EnvironmentsHost.make(yield* Hosts)
-        return EnvironmentsHost.byDriver({ http, host })
+    wasm: WasmHostWorkers.layer,
+    agentloops: Layer.unwrapEffect(
+      Effect.map(readOfficialLoop, (officialModule) =>
+        AgentloopsLive.layer({
+          loops: extensions.loops ?? {},
+          officialModule,
+          store: fileStore(path.join(dataDir, "agentloops")),
+          storeBytes: config.maxWasmStoreBytes
+        }))
+    ),
+    tools: extensions.tools ?? {},
+    beside: Layer.mergeAll(
+      // One Environments: `http` ones over HTTP, `host` ones over the registered hosts' command streams.
+      Layer.effect(
+        Environments,
+        Effect.gen(function*() {
+          const http = yield* EnvironmentsHttp.makeConfigured
+          const host = EnvironmentsHost.make(yield* Hosts)
+          return EnvironmentsHost.byDriver({ http, host })
+        })
+      ).pipe(Layer.provide(NodeHttpClient.layerUndici)),
+      telemetryLayer(config.telemetry),
+      // The idempotency store lives beside the journal; the journal layer holds the directory lock.
+      IdempotencyFile.layerNode({
+        dataDir,
+        retentionMs: config.requestRetentionMs,
+        maxAnswerBytes: config.idempotencyMaxAnswerBytes
       })
-    ).pipe(Layer.provide(NodeHttpClient.layerUndici)),
-    agentloops,
-    wasm,
-    telemetryLayer(config.telemetry),
-    // The idempotency store lives beside the journal; the journal layer holds the directory lock.
-    IdempotencyFile.layerNode({
-      dataDir,
-      retentionMs: config.requestRetentionMs,
-      maxAnswerBytes: config.idempotencyMaxAnswerBytes
-    })
-  ).pipe(Layer.provideMerge(Layer.mergeAll(base, bindings, environmentBindings, hosts)))
-  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+    )
+  })
 }
 
 /** The HTTP server over the services. */

@@ -10,15 +10,12 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { execSync } from "node:child_process"
 import { Effect, Layer, ManagedRuntime } from "effect"
+import { sessionServices } from "../../dist/Composition.js"
 import * as AgentloopsLive from "../../dist/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../dist/layers/CheckpointStore.js"
-import * as EffectFenceLive from "../../dist/layers/EffectFenceLive.js"
 import * as JournalFile from "../../dist/layers/JournalFile.js"
 import * as ModelsScripted from "../../dist/layers/ModelsScripted.js"
-import * as ProjectionLive from "../../dist/layers/ProjectionLive.js"
-import * as SessionsLive from "../../dist/layers/SessionsLive.js"
 import * as ToolsInProcess from "../../dist/layers/ToolsInProcess.js"
-import * as ToolsLive from "../../dist/layers/ToolsLive.js"
 import * as WasmHostWorkers from "../../dist/layers/WasmHostWorkers.js"
 import * as FileDriver from "../../dist/layers/journal/FileDriver.js"
 import { Journal } from "../../dist/services/Journal.js"
@@ -33,23 +30,19 @@ const only = args.includes("--loop") ? args[args.indexOf("--loop") + 1] : undefi
 const loops = ["wasm", "ts"].filter((l) => only === undefined || l === only)
 const officialModule = new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url)))
 
-/** Sessions on the file journal; `loop` "wasm" runs the official guest, "ts" its TypeScript reference. */
-const layerFor = (dataDir, loop) => {
-  const config = ServerConfig.layerWith({})
-  const journal = JournalFile.layerNode({ dataDir })
-  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
-  const wasm = WasmHostWorkers.layer.pipe(Layer.provide(config))
-  const agentloops = AgentloopsLive.layer(loop === "wasm" ? { officialModule } : {}).pipe(Layer.provide(Layer.merge(wasm, journal)))
-  const deps = Layer.mergeAll(
-    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
-    EffectFenceLive.layer,
-    ModelsScripted.layer,
-    ToolsLive.layer({ t: ToolsInProcess.succeedAfter(0) }).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
-    agentloops,
-    wasm
-  ).pipe(Layer.provideMerge(Layer.merge(journal, config)))
-  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
-}
+/** Sessions on the file journal, composed as the server composes them; `loop` "wasm" runs the official guest, "ts" its TypeScript reference. */
+const layerFor = (dataDir, loop) =>
+  sessionServices({
+    config: ServerConfig.defaults,
+    journal: JournalFile.layerNode({ dataDir }),
+    checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
+    base: Layer.empty,
+    models: ModelsScripted.layer,
+    wasm: WasmHostWorkers.layer,
+    agentloops: AgentloopsLive.layer(loop === "wasm" ? { officialModule } : {}),
+    tools: { t: ToolsInProcess.succeedAfter(0) },
+    beside: Layer.empty
+  })
 
 const rows = []
 let commit

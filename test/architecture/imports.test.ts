@@ -105,6 +105,24 @@ describe("the import graph of src/", () => {
     expect(above).toEqual(["main.ts"])
   })
 
+  it("Sessions and the services it runs on are composed in one place (Composition.ts): the server, the tests, their fixtures and the benches all build from it", () => {
+    const everywhere = (dir: string): Array<string> =>
+      fs.readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.name === "node_modules"
+          ? []
+          : e.isDirectory()
+          ? everywhere(path.join(dir, e.name))
+          : /\.(ts|mjs|js)$/.test(e.name)
+          ? [path.join(dir, e.name)]
+          : []
+      )
+    const sources = ["src", "test", "scripts"].flatMap((d) => everywhere(path.join(ROOT, d)))
+    const composing = sources.filter((f) => importsOf(f).some((imp) => /(^|\/)layers\/SessionsLive\.js$/.test(imp.specifier)))
+    expect(composing.map((f) => path.relative(ROOT, f))).toEqual([path.join("src", "Composition.ts")])
+    const users = sources.filter((f) => importsOf(f).some((imp) => /(^|\/)Composition\.js$/.test(imp.specifier))).map((f) => path.relative(ROOT, f))
+    expect(users).toEqual(expect.arrayContaining([path.join("src", "main.ts"), path.join("test", "support", "runtime.ts")]))
+  })
+
   it("http/Api.ts, the contract a client shares, loads no Node-only module", () => {
     const { seen, nodeOnly } = nodeOnlyFrom([path.join(SRC, "http", "Api.ts")])
     expect(seen.size).toBeGreaterThan(3)

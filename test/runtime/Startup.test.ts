@@ -14,14 +14,11 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { entry, type JournalRecord } from "../../src/domain/Records.js"
+import { sessionServices } from "../../src/Composition.js"
 import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
-import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
-import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
-import * as SessionsLive from "../../src/layers/SessionsLive.js"
-import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import { FORMAT, FORMAT_FILE, segmentName } from "../../src/layers/journal/DataDir.js"
 import { FileDriver, type FileDriverShape, layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
@@ -64,19 +61,20 @@ const loggingDriver = () => {
   return { driver, calls, counts: inst.counts }
 }
 
-/** The session runtime of test/support/runtime.ts, on files through `driver` (journal and checkpoints). */
+/** The server's composition (src/Composition.ts) on files through `driver` (journal and checkpoints). */
 const fileRuntime = (dataDir: string, driver: FileDriverShape) => {
   const files = Layer.succeed(FileDriver, driver)
-  const journal = JournalFile.layer({ dataDir, lockWaitMs: 0 }).pipe(Layer.provide(files))
-  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(files))
-  const deps = Layer.mergeAll(
-    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
-    EffectFenceLive.layer,
-    ModelsScripted.layer,
-    ToolsInProcess.layer({}),
-    AgentloopsLive.layer()
-  ).pipe(Layer.provideMerge(Layer.merge(journal, ServerConfig.layerWith({}))))
-  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+  return sessionServices({
+    config: ServerConfig.defaults,
+    journal: JournalFile.layer({ dataDir, lockWaitMs: 0 }).pipe(Layer.provide(files)),
+    checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(files)),
+    base: Layer.empty,
+    models: ModelsScripted.layer,
+    wasm: Layer.empty,
+    agentloops: AgentloopsLive.layer(),
+    tools: {},
+    beside: Layer.empty
+  })
 }
 
 /** A fresh process's runtime: builds it with a logging driver, runs `use`, closes it. */

@@ -1,18 +1,16 @@
 /**
- * The session runtime assembled for tests: Sessions over a memory or file journal, the scripted
- * model (optionally wrapped to record what it was asked), in-process tools and loops.
+ * The session runtime assembled for tests, by the server's own composition (src/Composition.ts):
+ * Sessions over a memory or file journal, the scripted model (optionally wrapped to record what it
+ * was asked), in-process tools and loops.
  */
 import { Effect, Layer } from "effect"
+import { sessionServices } from "../../src/Composition.js"
 import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
-import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
-import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
-import * as SessionsLive from "../../src/layers/SessionsLive.js"
 import type * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
-import * as ToolsLive from "../../src/layers/ToolsLive.js"
 import * as WasmHostWorkers from "../../src/layers/WasmHostWorkers.js"
 import { WasmHost } from "../../src/services/WasmHost.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
@@ -107,11 +105,8 @@ export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Jou
     ? JournalFile.layerNode({ dataDir: choice.dataDir })
     : choice
 
+/** The server's own composition (src/Composition.ts) with the parts a test chooses. */
 export const runtimeLayer = (options: RuntimeOptions = {}) => {
-  const journal = journalLayer(options.journal)
-  const checkpoints = options.journal && typeof options.journal === "object" && "dataDir" in options.journal
-    ? CheckpointStore.layerFile(options.journal.dataDir).pipe(Layer.provide(FileDriver.layerNode))
-    : CheckpointStore.layerMemory
   const base = options.models ?? ModelsScripted.scripted
   const models: ModelsShape = {
     call: (call) => Effect.suspend(() => {
@@ -119,23 +114,25 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
       return base.call(call)
     })
   }
-  const config = ServerConfig.layerWith(options.config ?? {})
-  const wasm = options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty
-  const agentloops = AgentloopsLive.layer({
-    loops: options.loops ?? {},
-    ...(options.officialModule ? { officialModule: options.officialModule } : {})
-  }).pipe(Layer.provide(Layer.merge(wasm, journal)))
-  const deps = Layer.mergeAll(
-    ProjectionLive.layer.pipe(Layer.provide(checkpoints)),
-    EffectFenceLive.layer,
-    Layer.succeed(Models, models),
-    ToolsLive.layer(options.tools ?? {}).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
-    agentloops,
-    wasm,
-    options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty,
-    environmentsLayer(options.environments, options.config ?? {}, options.hosts)
-  ).pipe(Layer.provideMerge(Layer.mergeAll(journal, config, Layer.succeed(ModelBindings, options.bindings ?? noBindings))))
-  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+  return sessionServices({
+    config: { ...ServerConfig.defaults, ...options.config },
+    journal: journalLayer(options.journal),
+    checkpoints: options.journal && typeof options.journal === "object" && "dataDir" in options.journal
+      ? CheckpointStore.layerFile(options.journal.dataDir).pipe(Layer.provide(FileDriver.layerNode))
+      : CheckpointStore.layerMemory,
+    base: Layer.succeed(ModelBindings, options.bindings ?? noBindings),
+    models: Layer.succeed(Models, models),
+    wasm: options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty,
+    agentloops: AgentloopsLive.layer({
+      loops: options.loops ?? {},
+      ...(options.officialModule ? { officialModule: options.officialModule } : {})
+    }),
+    tools: options.tools ?? {},
+    beside: Layer.merge(
+      options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty,
+      environmentsLayer(options.environments, options.config ?? {}, options.hosts)
+    )
+  })
 }
 
 export type { JournalShape }

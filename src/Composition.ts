@@ -1,0 +1,57 @@
+/**
+ * Brain's services wired together, in one place. The server (main.ts) and the tests
+ * (test/support/runtime.ts) both build from `sessionServices`, each naming only the parts that
+ * differ between them: where journals and checkpoints are kept, the model provider, the
+ * WebAssembly host and the loops it runs, what the base holds (bindings, hosts) and the services
+ * beside Sessions (Environments, telemetry, the idempotency store). How those parts depend on one
+ * another — which layer is given the journal, the Wasm host, the loops — is written once, so what
+ * a test runs is wired as the server runs it and the two cannot drift.
+ */
+import { Layer } from "effect"
+import * as EffectFenceLive from "./layers/EffectFenceLive.js"
+import * as ProjectionLive from "./layers/ProjectionLive.js"
+import * as SessionsLive from "./layers/SessionsLive.js"
+import type { ToolHandler } from "./layers/ToolsInProcess.js"
+import * as ToolsLive from "./layers/ToolsLive.js"
+import type { CheckpointStore } from "./services/Projection.js"
+import type { Agentloops } from "./services/Agentloop.js"
+import type { Journal } from "./services/Journal.js"
+import type { Models } from "./services/Models.js"
+import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+
+/**
+ * The parts a composition chooses. `W`: the WebAssembly host (`WasmHost`, or nothing); `B`: what
+ * the base holds besides the journal and the configuration (model and environment bindings,
+ * hosts), which every other part may use; `X`: the services beside Sessions.
+ */
+export interface Parts<W, B, X> {
+  readonly config: ServerConfigShape
+  readonly journal: Layer.Layer<Journal, unknown>
+  readonly checkpoints: Layer.Layer<CheckpointStore, unknown>
+  readonly base: Layer.Layer<B, unknown, ServerConfig>
+  readonly models: Layer.Layer<Models, unknown, ServerConfig | B>
+  readonly wasm: Layer.Layer<W, unknown, ServerConfig>
+  /** The loops: given the journal and the Wasm host (AgentloopsLive.layer). */
+  readonly agentloops: Layer.Layer<Agentloops, unknown, Journal | W>
+  /** In-process tools, by name. */
+  readonly tools: Readonly<Record<string, ToolHandler>>
+  readonly beside: Layer.Layer<X, unknown, ServerConfig | Journal | B>
+}
+
+/** Sessions and every service it runs on, from `parts`. */
+export const sessionServices = <W, B, X>(parts: Parts<W, B, X>) => {
+  const config = Layer.succeed(ServerConfig, parts.config)
+  const base = Layer.mergeAll(parts.journal, config, parts.base.pipe(Layer.provide(config)))
+  const wasm = parts.wasm.pipe(Layer.provide(config))
+  const agentloops = parts.agentloops.pipe(Layer.provide(Layer.merge(wasm, parts.journal)))
+  const deps = Layer.mergeAll(
+    ProjectionLive.layer.pipe(Layer.provide(parts.checkpoints)),
+    EffectFenceLive.layer,
+    parts.models,
+    ToolsLive.layer(parts.tools).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    agentloops,
+    wasm,
+    parts.beside
+  ).pipe(Layer.provideMerge(base))
+  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+}
