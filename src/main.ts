@@ -11,7 +11,7 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
-import { Context, Data, Deferred, Duration, Effect, Layer } from "effect"
+import { Context, Data, Deferred, Duration, Effect, Layer, type Runtime } from "effect"
 import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
@@ -45,7 +45,8 @@ import {
 } from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { fastSend } from "./http/FastSend.js"
-import { BodyBudget, gate } from "./http/Middleware.js"
+import { BodyBudget, gate, type GateOptions } from "./http/Middleware.js"
+import { sendListener } from "./http/SendListener.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
 import { ModelBindings } from "./services/ModelBindings.js"
@@ -54,8 +55,8 @@ import { Hosts } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import type { ServerConfigShape } from "./services/ServerConfig.js"
-import { Idempotency } from "./services/Idempotency.js"
-import { Sessions } from "./services/Sessions.js"
+import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
+import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
 
 export class StartupRefused extends Data.TaggedError("StartupRefused")<{ readonly reason: string }> {
@@ -180,20 +181,22 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
   })
 }
 
-/** The HTTP server over the services. */
-export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server, guard?: ConnectionGuard) => {
+/** What the gate checks every request against, for the server `config` configures. */
+export const gateOptions = (config: ServerConfigShape, admission: Admission, guard?: ConnectionGuard): Omit<GateOptions, "route"> => ({
+  apiToken: config.apiToken,
+  maxRequestBytes: config.maxRequestBytes,
+  draining: () => admission.draining,
+  bodies: new BodyBudget(inflightBodyBytes(config.inflightBodyBytes)),
+  ...(guard ? { onProbation: guard.onProbation } : {})
+})
+
+/** The HTTP server over the services, its gate checking requests against `options`. */
+export const httpLayer = (config: ServerConfigShape, admission: Admission, server: http.Server, options: Omit<GateOptions, "route">) => {
   const { host, port } = parseListen(config.listen)!
   // Sends, every turn, are routed by the gate itself (FastSend.ts) with the route's own schemas and handler.
   const gateLayer = Layer.unwrapEffect(Effect.gen(function*() {
     const route = fastSend(yield* Sessions, yield* Idempotency)
-    return HttpApiBuilder.middleware(gate({
-      apiToken: config.apiToken,
-      maxRequestBytes: config.maxRequestBytes,
-      draining: () => admission.draining,
-      bodies: new BodyBudget(inflightBodyBytes(config.inflightBodyBytes)),
-      ...(guard ? { onProbation: guard.onProbation } : {}),
-      route
-    }))
+    return HttpApiBuilder.middleware(gate({ ...options, route }))
   }))
   return HttpApiBuilder.serve().pipe(
     Layer.provide(gateLayer),
@@ -205,6 +208,25 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
     HttpMiddleware.withTracerDisabledWhen(() => true),
     Layer.provide(NodeHttpServer.layer(() => server, { host, port }))
   )
+}
+
+/**
+ * Puts the listener for sends (SendListener.ts) in front of the platform's own: it takes the
+ * sends it can answer as they stand and passes every other request on. Left as it is (false) if
+ * the server does not have exactly the platform's one listener.
+ */
+const takeSends = (
+  server: http.Server,
+  options: Omit<GateOptions, "route">,
+  services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape },
+  runtime: Runtime.Runtime<never>
+) => {
+  const listeners = server.listeners("request")
+  if (listeners.length !== 1) return false
+  const platform = listeners[0] as (request: http.IncomingMessage, response: http.ServerResponse) => void
+  server.removeListener("request", platform)
+  server.on("request", sendListener(options, services, runtime, platform))
+  return true
 }
 
 /** Resolves on the first SIGTERM or SIGINT; later ones are ignored while the drain runs. */
@@ -246,10 +268,14 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
       )
     }
     const guard = guardConnections(server, { maxConnections: fitted.connections, headersTimeoutMs: config.headersTimeoutMs })
-    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, guard), Layer.empty).pipe(
+    const gating = gateOptions(config, admission, guard)
+    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(
       Layer.provideMerge(servicesLayer(config, extensions))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
+    if (!takeSends(server, gating, { sessions, store: Context.get(context, Idempotency) }, yield* Effect.runtime<never>())) {
+      yield* Effect.logWarning("the HTTP server has other request listeners than the platform's: sends go through the platform's handler")
+    }
     const bindings = Context.get(context, ModelBindings)
     const address = server.address()
     const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen

@@ -16,6 +16,10 @@
  * from, its handler's plumbing) took about half a millisecond of main-thread CPU per text turn at
  * 64 sessions, a quarter of the whole turn's, for the request Brain serves most (docs/benchmarks.md,
  * "A route for sends").
+ *
+ * `sendRoute` (the decoding and the handler) is also what the listener for sends uses
+ * (SendListener.ts), which answers most sends before they reach the platform at all; the gate's
+ * route takes the ones it passes on that the gate admits (a chunked body, say).
  */
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
@@ -39,18 +43,28 @@ export type GateRoute = (
   parsed: unknown
 ) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown> | undefined
 
-export const fastSend = (sessions: SessionsShape, store: IdempotencyShape): GateRoute => {
+/**
+ * The send route's decoding and handler: its answer for a session id, headers and parsed body it
+ * takes as they are, undefined for any that HttpApi would decode otherwise (or refuse).
+ */
+export const sendRoute = (sessions: SessionsShape, store: IdempotencyShape) => {
   const send = sendMessage(sessions, store)
-  return (request, path, parsed) => {
-    if (request.method !== "POST") return undefined
-    const match = SEND.exec(path)
-    if (match === null) return undefined
-    const decodedPath = decodePath({ id: match[1] })
+  return (id: string, headers: unknown, parsed: unknown): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown> | undefined => {
+    const decodedPath = decodePath({ id })
     if (Either.isLeft(decodedPath)) return undefined
     const payload = decodePayload(parsed)
     if (Either.isLeft(payload)) return undefined
-    const headers = decodeHeaders(request.headers)
-    if (Either.isLeft(headers)) return undefined
-    return send({ headers: headers.right, path: decodedPath.right, payload: payload.right })
+    const decodedHeaders = decodeHeaders(headers)
+    if (Either.isLeft(decodedHeaders)) return undefined
+    return send({ headers: decodedHeaders.right, path: decodedPath.right, payload: payload.right })
+  }
+}
+
+export const fastSend = (sessions: SessionsShape, store: IdempotencyShape): GateRoute => {
+  const route = sendRoute(sessions, store)
+  return (request, path, parsed) => {
+    if (request.method !== "POST") return undefined
+    const match = SEND.exec(path)
+    return match === null ? undefined : route(match[1]!, request.headers, parsed)
   }
 }

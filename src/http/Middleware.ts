@@ -11,6 +11,7 @@ import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequ
 import type * as HttpApp from "@effect/platform/HttpApp"
 import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
+import type { IncomingMessage } from "node:http"
 import type * as net from "node:net"
 import { Cause, Effect, Option, Stream } from "effect"
 import {
@@ -139,6 +140,13 @@ interface Held {
   detach: (() => void) | undefined
 }
 
+/**
+ * Bodies read before the request reached the gate (SendListener.ts reads a send's, then hands the
+ * request here when the send route does not take it as it is): the gate takes the body from here
+ * instead of the socket, and checks and answers it as any other.
+ */
+export const preRead = new WeakMap<IncomingMessage, Buffer>()
+
 /** Reads, checks and parses a request's body, then runs the route with it. */
 const routeWithBody = <E, R>(
   request: HttpServerRequest.HttpServerRequest,
@@ -186,7 +194,7 @@ const routeWithBody = <E, R>(
 export const MAX_JSON_DEPTH = 64
 
 /** The deepest nesting of objects and arrays in JSON text (strings skipped); cheap, no parse. */
-const nestingDepth = (text: string): number => {
+export const nestingDepth = (text: string): number => {
   let depth = 0
   let max = 0
   let inString = false
@@ -214,6 +222,16 @@ const nestingDepth = (text: string): number => {
 const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: Held) =>
   Effect.async<Buffer | undefined | "busy", InvalidRequest>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
+    const read = preRead.get(source)
+    if (read !== undefined) {
+      preRead.delete(source)
+      if (read.length > max) return resume(Effect.succeed(undefined))
+      if (budget && read.length > held.bytes) {
+        if (!budget.take(read.length - held.bytes)) return resume(Effect.succeed("busy"))
+        held.bytes = read.length
+      }
+      return resume(Effect.succeed(read))
+    }
     const chunks: Array<Buffer> = []
     let size = 0
     let tooLarge = false

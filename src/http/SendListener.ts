@@ -1,0 +1,176 @@
+/**
+ * Sends taken at the socket. `POST /v1/sessions/:id/messages` is the request every turn is; for it,
+ * @effect/platform's per-request machinery (a wrapper fiber with its scope, the middleware chain,
+ * the request object, the response's conversion) costs the main thread more than the rest of
+ * what HTTP does (docs/benchmarks.md, "Sends taken at the socket"). So a send the gate would
+ * admit as it stands is answered here: the gate's checks, then the route's own decoders and
+ * handler (FastSend.ts), run as one fiber of the server's runtime, its response written straight
+ * to the socket.
+ *
+ * The contract stays in one place, the gate and HttpApi: anything this listener does not take as
+ * it is goes to the platform's handler, which answers it as it answers every request —
+ *
+ * - before the body is read: another route, a socket on probation, a token that does not match,
+ *   a server that is draining, a media type other than JSON, no or an oversized
+ *   `content-length`, a body budget that cannot hold it now;
+ * - after the body is read (not UTF-8, nested too deep, not JSON, not the route's payload or
+ *   headers): with the body handed over already read (`preRead`, which the gate takes instead
+ *   of reading the socket again).
+ *
+ * What the gate gives a request holds here too: its bytes are held in the body budget from before
+ * the first byte until the answer (or the client's going away), and a client that goes away
+ * interrupts the fiber answering it, as the platform's handler does.
+ */
+import { isUtf8 } from "node:buffer"
+import * as crypto from "node:crypto"
+import type * as http from "node:http"
+import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import { Cause, Effect, Exit, FiberId, type Runtime } from "effect"
+import * as RuntimeOps from "effect/Runtime"
+import { Internal } from "../domain/Errors.js"
+import type { IdempotencyShape } from "../services/Idempotency.js"
+import type { SessionsShape } from "../services/Sessions.js"
+import { toResponse } from "./Errors.js"
+import { sendRoute } from "./FastSend.js"
+import { bearerToken, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
+
+type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
+
+const SEND = /^\/v1\/sessions\/([^/%]+)\/messages$/
+
+const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
+
+/** The id a client-gone interruption carries (as the platform's handler interrupts). */
+const clientGone = FiberId.make(-499, 0)
+
+/**
+ * A `request` listener that answers the sends it can take as they stand and passes every other
+ * request to `platform` (the platform's own listener).
+ */
+export const sendListener = (
+  options: Omit<GateOptions, "route">,
+  services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape },
+  runtime: Runtime.Runtime<never>,
+  platform: Listener
+): Listener => {
+  const expected = options.apiToken !== undefined ? digest(options.apiToken) : undefined
+  const route = sendRoute(services.sessions, services.store)
+  const runFork = RuntimeOps.runFork(runtime)
+
+  /** The declared body's length if the gate would admit this send as it stands; else undefined. */
+  const admits = (request: http.IncomingMessage): number | undefined => {
+    if (options.onProbation?.(request.socket)) return undefined
+    if (expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) return undefined
+    if (options.draining()) return undefined
+    const type = request.headers["content-type"]
+    if (type === undefined || type.split(";")[0]!.trim().toLowerCase() !== "application/json") return undefined
+    const declared = request.headers["content-length"]
+    if (declared === undefined || request.headers["transfer-encoding"] !== undefined) return undefined
+    const bytes = Number(declared)
+    return Number.isSafeInteger(bytes) && bytes > 0 && bytes <= options.maxRequestBytes ? bytes : undefined
+  }
+
+  return (request, response) => {
+    const url = request.url ?? ""
+    const q = url.indexOf("?")
+    const match = request.method === "POST" ? SEND.exec(q < 0 ? url : url.slice(0, q)) : null
+    const bytes = match === null ? undefined : admits(request)
+    if (match === null || bytes === undefined || (options.bodies !== undefined && !options.bodies.take(bytes))) {
+      return platform(request, response)
+    }
+    let held = true
+    const giveBack = () => {
+      if (!held) return
+      held = false
+      options.bodies?.give(bytes)
+    }
+    const chunks: Array<Buffer> = []
+    const onData = (chunk: Buffer) => void chunks.push(chunk)
+    const detach = () => {
+      request.off("data", onData)
+      request.off("end", onEnd)
+      request.off("error", onGone)
+      response.off("close", onGone)
+    }
+    // The client went away before its body ended: nothing is answered, the bytes are given back.
+    const onGone = () => {
+      detach()
+      giveBack()
+    }
+    const onEnd = () => {
+      detach()
+      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
+      const parsed = parse(body)
+      const answering = parsed === undefined ? undefined : route(match[1]!, request.headers, parsed)
+      if (answering === undefined) {
+        // Refused by the gate or by HttpApi, which shape the answer: the body goes to them read.
+        giveBack()
+        preRead.set(request, body)
+        return platform(request, response)
+      }
+      answer(answering, response, giveBack)
+    }
+    request.on("data", onData)
+    request.once("end", onEnd)
+    request.once("error", onGone)
+    response.once("close", onGone)
+  }
+
+  /** Runs the route's answer as a fiber and writes what it gives; a client gone interrupts it. */
+  function answer(
+    answering: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>,
+    response: http.ServerResponse,
+    giveBack: () => void
+  ) {
+    const fiber = runFork(Effect.catchAllCause(answering, shapeError))
+    const onClose = () => {
+      if (!response.writableEnded) fiber.unsafeInterruptAsFork(clientGone)
+    }
+    response.once("close", onClose)
+    fiber.addObserver((exit) => {
+      giveBack()
+      response.off("close", onClose)
+      if (response.writableEnded || response.destroyed) return
+      if (Exit.isSuccess(exit)) return write(response, exit.value)
+      // shapeError answers every failure; what is left is an interruption (the client is gone) or
+      // a defect in the shaping itself.
+      if (!Cause.isInterruptedOnly(exit.cause)) runFork(Effect.logError("unexpected failure answering a send", exit.cause))
+      write(response, toResponse(new Internal({ message: "the server failed to answer; see its log" })))
+    })
+  }
+}
+
+/** The body as the gate would parse it, or undefined where the gate would refuse it. */
+const parse = (body: Buffer): unknown => {
+  if (!isUtf8(body)) return undefined
+  const text = body.toString("utf8")
+  if (nestingDepth(text) > MAX_JSON_DEPTH) return undefined
+  try {
+    return JSON.parse(text) as unknown
+  } catch {
+    return undefined
+  }
+}
+
+/** Writes a response of the kinds a send's answer takes (a JSON or text body, or none). */
+const write = (response: http.ServerResponse, answer: HttpServerResponse.HttpServerResponse) => {
+  const body = answer.body
+  switch (body._tag) {
+    case "Uint8Array":
+      response.writeHead(answer.status, answer.headers)
+      response.end(body.body)
+      return
+    case "Empty":
+      response.writeHead(answer.status, answer.headers)
+      response.end()
+      return
+    case "Raw":
+      if (typeof body.body === "string" || body.body instanceof Uint8Array) {
+        response.writeHead(answer.status, answer.headers)
+        response.end(body.body)
+        return
+      }
+  }
+  write(response, toResponse(new Internal({ message: `a send's answer has a ${body._tag} body, which this route does not write` })))
+}
+

@@ -1,0 +1,159 @@
+/**
+ * Which requests the listener for sends (src/http/SendListener.ts) answers itself and which it
+ * passes to the platform's handler, unread or with the body it read; and that a send's bytes are
+ * held in the body budget from before its first byte until its answer or its client's going away.
+ * On a real `node:http` server, with the platform's handler a spy.
+ */
+import * as http from "node:http"
+import type { AddressInfo } from "node:net"
+import { afterEach, describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Runtime } from "effect"
+import { BodyBudget, preRead } from "../../src/http/Middleware.js"
+import { sendListener } from "../../src/http/SendListener.js"
+import type { IdempotencyShape } from "../../src/services/Idempotency.js"
+import type { SessionsShape } from "../../src/services/Sessions.js"
+
+const ID = "ses_01jdq0000000000000000000ab"
+const PATH = `/v1/sessions/${ID}/messages`
+
+interface Passed {
+  readonly url: string
+  /** The body the platform read from the socket, or undefined when it came read already. */
+  readonly streamed: string | undefined
+  readonly preRead: string | undefined
+  /** Bytes of the budget held when the request reached the platform. */
+  readonly held: number
+}
+
+const servers: Array<http.Server> = []
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close()
+})
+
+/** A server whose sends answer `{echo}` once `gate` (if any) opens, with the platform's handler a spy. */
+const start = async (options: { token?: string; draining?: boolean; probation?: boolean; budget?: number; gate?: Deferred.Deferred<void> } = {}) => {
+  const bodies = new BodyBudget(options.budget ?? 1_000_000)
+  const passed: Array<Passed> = []
+  const sessions = {
+    send: (_id: string, input: { message: string }) =>
+      Effect.zipRight(options.gate ? Deferred.await(options.gate) : Effect.void, Effect.succeed({ echo: input.message }))
+  } as unknown as SessionsShape
+  const untouched = new Proxy({}, { get: () => () => Effect.die("not called") }) as IdempotencyShape
+  const platform = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const read = preRead.get(req)
+    const held = bodies.inUse
+    if (read !== undefined) {
+      passed.push({ url: req.url!, streamed: undefined, preRead: read.toString(), held })
+      return void res.writeHead(299).end()
+    }
+    const chunks: Array<Buffer> = []
+    req.on("data", (c: Buffer) => chunks.push(c))
+    req.on("end", () => {
+      passed.push({ url: req.url!, streamed: Buffer.concat(chunks).toString(), preRead: undefined, held })
+      res.writeHead(299).end()
+    })
+  }
+  const listener = sendListener(
+    {
+      apiToken: options.token,
+      maxRequestBytes: 10_000,
+      bodies,
+      draining: () => options.draining === true,
+      onProbation: () => options.probation === true
+    },
+    { sessions, store: untouched },
+    Runtime.defaultRuntime,
+    platform
+  )
+  const server = http.createServer(listener)
+  servers.push(server)
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+  return { port: (server.address() as AddressInfo).port, passed, bodies }
+}
+
+const post = (port: number, path: string, body: string, headers: Record<string, string> = {}) =>
+  new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = http.request({ port, host: "127.0.0.1", path, method: "POST", headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)), ...headers } })
+    req.on("response", (res) => {
+      let text = ""
+      res.on("data", (d) => (text += d))
+      res.on("end", () => resolve({ status: res.statusCode!, body: text }))
+    })
+    req.on("error", reject)
+    req.end(body)
+  })
+
+const SEND = JSON.stringify({ input: { message: "hi" } })
+
+describe("the listener for sends", () => {
+  it("answers a send it can take as it stands itself: the platform never sees it, and its bytes are given back after the answer", async () => {
+    const { port, passed, bodies } = await start()
+    const r = await post(port, PATH, SEND)
+    expect(r).toEqual({ status: 200, body: JSON.stringify({ echo: "hi" }) })
+    expect(passed).toEqual([])
+    expect(bodies.inUse).toBe(0)
+  })
+
+  it("passes on, unread, every request the gate must judge before a body: another route, a wrong token, draining, probation, no JSON media type, no or an oversized length, a full budget", async () => {
+    const oversized = JSON.stringify({ input: { message: "x".repeat(20_000) } })
+    const cases: ReadonlyArray<{ what: string; options?: Parameters<typeof start>[0]; path?: string; headers?: Record<string, string>; body?: string; chunked?: true; fill?: true }> = [
+      { what: "another route", path: `/v1/sessions/${ID}/cancel` },
+      { what: "a trailing slash", path: `${PATH}/` },
+      { what: "a wrong token", options: { token: "t" }, headers: { authorization: "Bearer x" } },
+      { what: "draining", options: { draining: true } },
+      { what: "a socket on probation", options: { probation: true } },
+      { what: "text/plain", headers: { "content-type": "text/plain" } },
+      { what: "chunked", chunked: true },
+      { what: "oversized", body: oversized },
+      { what: "a full budget", options: { budget: 10 }, fill: true }
+    ]
+    for (const c of cases) {
+      const s = await start(c.options)
+      if (c.fill) s.bodies.take(1)
+      const body = c.body ?? SEND
+      const r = c.chunked
+        ? await new Promise<{ status: number }>((resolve, reject) => {
+          const req = http.request({ port: s.port, host: "127.0.0.1", path: PATH, method: "POST", headers: { "content-type": "application/json", "transfer-encoding": "chunked" } })
+          req.on("response", (res) => {
+            res.resume()
+            res.on("end", () => resolve({ status: res.statusCode! }))
+          })
+          req.on("error", reject)
+          req.write(body.slice(0, 3))
+          req.end(body.slice(3))
+        })
+        : await post(s.port, c.path ?? PATH, body, c.headers)
+      expect(r.status, c.what).toBe(299)
+      expect(s.passed.length, c.what).toBe(1)
+      expect(s.passed[0]!.streamed, c.what).toBe(body)
+      expect(s.passed[0]!.preRead, c.what).toBeUndefined()
+    }
+  })
+
+  it("passes on, with the body it read, a send the route does not take as it is, having given back the body's bytes", async () => {
+    const bodiesOf = ['{"input":', "[1]", JSON.stringify({ input: { message: 1 } }), JSON.stringify({ input: { message: "hi" }, extra: true })]
+    const { port, passed, bodies } = await start()
+    for (const body of bodiesOf) expect((await post(port, PATH, body)).status, body).toBe(299)
+    expect(passed.map((p) => [p.preRead, p.streamed, p.held])).toEqual(bodiesOf.map((b) => [b, undefined, 0]))
+    expect((await post(port, "/v1/sessions/not-an-id/messages", SEND)).status).toBe(299)
+    expect(passed.at(-1)!.preRead).toBe(SEND)
+    expect(bodies.inUse).toBe(0)
+  })
+
+  it("holds a send's bytes in the budget from before its first byte until its answer, and gives them back when its client goes away first", async () => {
+    const gate = Effect.runSync(Deferred.make<void>())
+    const { port, bodies } = await start({ gate })
+    const answer = post(port, PATH, SEND)
+    await expect.poll(() => bodies.inUse).toBe(SEND.length)
+    Effect.runSync(Deferred.succeed(gate, undefined))
+    expect((await answer).status).toBe(200)
+    expect(bodies.inUse).toBe(0)
+    // A client gone in the middle of its body.
+    const gone = http.request({ port, host: "127.0.0.1", path: PATH, method: "POST", headers: { "content-type": "application/json", "content-length": "1000" } })
+    gone.on("error", () => {})
+    gone.write("{")
+    await expect.poll(() => bodies.inUse).toBe(1000)
+    gone.destroy()
+    await expect.poll(() => bodies.inUse).toBe(0)
+  })
+})
