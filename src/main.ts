@@ -46,12 +46,12 @@ import {
 import { Admission, apiLive } from "./http/Handlers.js"
 import { fastSend } from "./http/FastSend.js"
 import { BodyBudget, gate, type GateOptions } from "./http/Middleware.js"
-import { sendListener } from "./http/SendListener.js"
+import { hostResultsRoute, sends, socketListener } from "./http/SocketRoutes.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
 import { ModelBindings } from "./services/ModelBindings.js"
 import { EnvironmentBindings, Environments } from "./services/Environments.js"
-import { Hosts } from "./services/Hosts.js"
+import { Hosts, type HostsShape } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import type { ServerConfigShape } from "./services/ServerConfig.js"
@@ -211,21 +211,23 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
 }
 
 /**
- * Puts the listener for sends (SendListener.ts) in front of the platform's own: it takes the
- * sends it can answer as they stand and passes every other request on. Left as it is (false) if
- * the server does not have exactly the platform's one listener.
+ * Puts the listener for the routes taken at the socket (SocketRoutes.ts: sends, a host's results)
+ * in front of the platform's own: it takes the requests it can answer as they stand and passes
+ * every other request on. Left as it is (false) if the server does not have exactly the
+ * platform's one listener.
  */
-const takeSends = (
+const takeAtTheSocket = (
   server: http.Server,
   options: Omit<GateOptions, "route">,
-  services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape },
+  services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape; readonly hosts: HostsShape },
   runtime: Runtime.Runtime<never>
 ) => {
   const listeners = server.listeners("request")
   if (listeners.length !== 1) return false
   const platform = listeners[0] as (request: http.IncomingMessage, response: http.ServerResponse) => void
   server.removeListener("request", platform)
-  server.on("request", sendListener(options, services, runtime, platform))
+  const routes = [sends(services.sessions, services.store), hostResultsRoute(services.hosts)]
+  server.on("request", socketListener(options, routes, runtime, platform))
   return true
 }
 
@@ -273,8 +275,9 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
       Layer.provideMerge(servicesLayer(config, extensions))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
-    if (!takeSends(server, gating, { sessions, store: Context.get(context, Idempotency) }, yield* Effect.runtime<never>())) {
-      yield* Effect.logWarning("the HTTP server has other request listeners than the platform's: sends go through the platform's handler")
+    const services = { sessions, store: Context.get(context, Idempotency), hosts: Context.get(context, Hosts) }
+    if (!takeAtTheSocket(server, gating, services, yield* Effect.runtime<never>())) {
+      yield* Effect.logWarning("the HTTP server has other request listeners than the platform's: every request goes through the platform's handler")
     }
     const bindings = Context.get(context, ModelBindings)
     const address = server.address()

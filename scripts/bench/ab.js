@@ -8,27 +8,35 @@
 //   git worktree add /tmp/before <commit> && (cd /tmp/before && ln -s $PWD/node_modules && npm run build)
 //   node scripts/bench/ab.js /tmp/before . [phases 6] [ms per phase 3000] [--tools]
 //
-// --tools: tool-loop turns (2 rounds × 4 calls of the example Wasm tool) instead of text turns.
+// --tools: tool-loop turns (2 rounds × 4 calls of the example Wasm tool) instead of text turns;
+// --host-tools: the same loop with an echo host served by this process (its command stream, its
+// results POSTed), as the harness's host-tool row runs it.
 import fs from "node:fs"
 import path from "node:path"
-import { admitEchoTool, createSessions, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp, toolLoop } from "./lib.js"
+import { admitEchoTool, createSessions, echoHost, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp, toolLoop } from "./lib.js"
 import { measure } from "./stats.js"
-const tools = process.argv.includes("--tools")
+const hostTools = process.argv.includes("--host-tools")
+const tools = process.argv.includes("--tools") || hostTools
 const positional = process.argv.slice(2).filter((a) => !a.startsWith("--"))
 const roots = positional.slice(0, 2).map((r) => path.resolve(r))
 if (roots.length !== 2) throw new Error("usage: node scripts/bench/ab.js <root A> <root B> [phases] [ms per phase]")
 const phases = Number(positional[2] ?? 6)
 const phaseMs = Number(positional[3] ?? 3000)
 const sessions = 64
-console.log(`method: both servers started; ${sessions} sessions of keyed ${tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
+console.log(`method: both servers started; ${sessions} sessions of keyed ${hostTools ? "tool-loop turns (2 rounds × 4 calls of an echo host's tool)" : tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
 const servers = []
 for (const root of roots) {
   const port = await freePort()
   const s = await spawnProcess(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin/brain.js"), "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", fs.mkdtempSync(path.join(tmp, "ab-"))], { ready: /brain listening/, env: { UV_THREADPOOL_SIZE: "64" } })
-  const body = tools ? toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(port) }) : { model: { provider: "scripted" } }
+  const host = hostTools ? await echoHost(port) : undefined
+  const body = host
+    ? toolLoop({ name: "app", driver: "host", host: host.host_id })
+    : tools
+    ? toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(port) })
+    : { model: { provider: "scripted" } }
   const ids = await createSessions(port, sessions, body)
   const send = (i) => expectStatus(request(port, "POST", `/v1/sessions/${ids[i]}/messages`, { input: { message: tools ? "go" : "hello" } }, keyed()), 200)
-  servers.push({ root, s, send, n: 0, cpu: 0, ms: 0 })
+  servers.push({ root, s, send, host, n: 0, cpu: 0, ms: 0 })
 }
 for (const sv of servers) await measure(sv.send, sessions, 3000)
 for (let p = 0; p < phases; p++) {
@@ -44,5 +52,6 @@ for (let p = 0; p < phases; p++) {
 }
 for (const sv of servers) {
   console.log(`${sv.root}: ${(sv.n / (sv.ms / 1000)).toFixed(0)} turns/s, main-thread cpu ${(sv.cpu * 1e6 / sv.n).toFixed(0)} µs/turn (n ${sv.n})`)
+  sv.host?.close()
   await sv.s.stop()
 }

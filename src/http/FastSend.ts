@@ -18,7 +18,7 @@
  * "A route for sends").
  *
  * `sendRoute` (the decoding and the handler) is also what the listener for sends uses
- * (SendListener.ts), which answers most sends before they reach the platform at all; the gate's
+ * (SocketRoutes.ts), which answers most sends before they reach the platform at all; the gate's
  * route takes the ones it passes on that the gate admits (a chunked body, say).
  */
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"

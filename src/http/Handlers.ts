@@ -4,7 +4,7 @@
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, FiberId, Layer } from "effect"
-import type { SessionId } from "../domain/Ids.js"
+import type { HostId, SessionId } from "../domain/Ids.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import {
   type ApiError,
@@ -18,7 +18,7 @@ import {
   UnsupportedMediaType
 } from "../domain/Errors.js"
 import { type AgentloopInUse, type AgentloopRejected, Agentloops, type AgentloopStoreFailed } from "../services/Agentloop.js"
-import { type CallName, type HostAnswer, Hosts } from "../services/Hosts.js"
+import { type CallName, type HostAnswer, Hosts, type HostsShape } from "../services/Hosts.js"
 import { type Answer, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, Sessions, type SessionsShape } from "../services/Sessions.js"
@@ -213,13 +213,39 @@ const postedResult = (posted: Schemas.HostResult): { readonly call: CallName; re
   answer: "ok" in posted ? { ok: posted.ok } : "error" in posted ? { error: posted.error } : { stopped: true }
 })
 
+/**
+ * A host's results (`POST /v1/hosts/:id/results`, with the host's own token): the route's
+ * handler, also run by the listener that takes requests at the socket (SocketRoutes.ts).
+ */
+export const hostResults = (hosts: HostsShape) =>
+({ headers, path, payload }: {
+  readonly headers: Readonly<Record<string, string | Array<string> | undefined>>
+  readonly path: { readonly id: HostId }
+  readonly payload: typeof Schemas.HostResultBody.Type
+}) =>
+  Effect.zipRight(
+    authorizedHost(hosts, path.id, headers),
+    "results" in payload
+      ? hosts.results(path.id, payload.results.map(postedResult))
+      : Effect.suspend(() => {
+        const { answer, call } = postedResult(payload)
+        return hosts.result(path.id, call, answer)
+      })
+  )
+
+/** Passes when `headers` carry host `id`'s own token. */
+const authorizedHost = (hosts: HostsShape, id: string, headers: Readonly<Record<string, string | Array<string> | undefined>>) => {
+  const header = headers["authorization"]
+  return hosts.authorize(id, bearerToken(typeof header === "string" ? header : undefined))
+    ? Effect.void
+    : Effect.fail(new Unauthorized({ message: "this route needs the host's own token: `Authorization: Bearer <host token>`" }))
+}
+
 export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "hosts", (h) =>
   Effect.gen(function*() {
     const hosts = yield* Hosts
-    const authorized = (id: string, headers: Readonly<Record<string, string | undefined>>) =>
-      hosts.authorize(id, bearerToken(headers["authorization"]))
-        ? Effect.void
-        : Effect.fail(new Unauthorized({ message: "this route needs the host's own token: `Authorization: Bearer <host token>`" }))
+    const authorized = (id: string, headers: Readonly<Record<string, string | undefined>>) => authorizedHost(hosts, id, headers)
+    const results = hostResults(hosts)
     return h
       .handle("register", () => Effect.map(hosts.register, (r) => respond(jsonAnswer(201, r))))
       .handle("commands", ({ path, request }) =>
@@ -233,13 +259,7 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
             headers: { "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
           })
         }))
-      .handle("results", ({ path, payload, request }) =>
-        Effect.gen(function*() {
-          yield* authorized(path.id, request.headers)
-          if ("results" in payload) return yield* hosts.results(path.id, payload.results.map(postedResult))
-          const { answer, call } = postedResult(payload)
-          yield* hosts.result(path.id, call, answer)
-        }))
+      .handle("results", ({ path, payload, request }) => results({ headers: request.headers, path, payload }))
       .handle("events", ({ path, payload, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)

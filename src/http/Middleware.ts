@@ -141,9 +141,9 @@ interface Held {
 }
 
 /**
- * Bodies read before the request reached the gate (SendListener.ts reads a send's, then hands the
- * request here when the send route does not take it as it is): the gate takes the body from here
- * instead of the socket, and checks and answers it as any other.
+ * Bodies read before the request reached the gate (SocketRoutes.ts reads a send's or a host's
+ * results, then hands the request here when its route does not take it as it is): the gate takes
+ * the body from here instead of the socket, and checks and answers it as any other.
  */
 export const preRead = new WeakMap<IncomingMessage, Buffer>()
 

@@ -1,12 +1,13 @@
 /**
- * Sends taken at the socket (src/http/SendListener.ts), against a real server process: a send the
- * listener answers is answered as the gate and HttpApi answer the same send, every refusal
- * included, and its body is held in the body budget as the gate holds one. The comparison is
+ * Requests taken at the socket (src/http/SocketRoutes.ts: sends, a host's results), against a real
+ * server process: each is answered as the gate and HttpApi answer the same request, every refusal
+ * included, and a send's body is held in the body budget as the gate holds one. The comparison is
  * with the same request sent `Transfer-Encoding: chunked`, which the listener never takes (it
  * takes only a declared length), so the platform's handler, the gate and HttpApi answer it.
  */
 import * as http from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { framesOfResponse } from "../support/hosts.js"
 import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
 
 interface Answer {
@@ -52,7 +53,7 @@ const shape = (a: Answer) => {
   }
 }
 
-describe("sends taken at the socket", () => {
+describe("requests taken at the socket", () => {
   let server: ServerProcess
   let session: string
   beforeAll(async () => {
@@ -129,4 +130,52 @@ describe("sends taken at the socket", () => {
     })
     expect(served.status, served.body.slice(0, 200)).toBe(200)
   }, 30_000)
+
+  it("a host's results are answered as the gate and HttpApi answer them: 204 for a call in flight; a wrong token, a malformed body, a wrong shape, a call not in flight refused alike", async () => {
+    const registered = await request(server.baseUrl, "/v1/hosts", { method: "POST" })
+    expect(registered.status).toBe(201)
+    const host = registered.body as { host_id: string; token: string }
+    const controller = new AbortController()
+    const stream = await fetch(`${server.baseUrl}/v1/hosts/${host.host_id}/commands`, {
+      headers: { authorization: `Bearer ${host.token}`, accept: "text/event-stream" },
+      signal: controller.signal
+    })
+    const frames = framesOfResponse(stream)
+    await frames.expect("ready")
+    const created = await request(server.baseUrl, "/v1/sessions", {
+      json: {
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "lookup", input: {} }] }, { tool_calls: [{ name: "lookup", input: {} }] }, { text: "done" }] },
+        environments: [{ name: "app", driver: "host", host: host.host_id }],
+        tools: [{ name: "lookup", description: "looks up", environment: "app" }]
+      }
+    })
+    expect(created.status, created.text).toBe(201)
+    const id = (created.body as { session_id: string }).session_id
+    const turn = request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "go" } } })
+    const path = `/v1/hosts/${host.host_id}/results`
+    const auth = { authorization: `Bearer ${host.token}` }
+    const first = (await frames.expect("call")).data
+    const refusals: ReadonlyArray<readonly [string, string, Record<string, string>]> = [
+      ["a wrong token", JSON.stringify({ session_id: first.session_id, sequence: first.sequence, ok: 1 }), { authorization: "Bearer bht_nope" }],
+      ["malformed JSON", '{"session_id":', auth],
+      ["a wrong shape", JSON.stringify({ session_id: first.session_id, sequence: "x", ok: 1 }), auth],
+      ["a call not in flight", JSON.stringify({ session_id: first.session_id, sequence: first.sequence + 1000, ok: 1 }), auth]
+    ]
+    for (const [what, body, headers] of refusals) {
+      const taken = await post(server.baseUrl, path, body, { chunked: false, headers })
+      const passed = await post(server.baseUrl, path, body, { chunked: true, headers })
+      expect(taken.status, what).toBeGreaterThanOrEqual(400)
+      expect(shape(taken), what).toEqual(shape(passed))
+    }
+    // The first call's result taken at the socket, the second's through the platform: the same answer.
+    const taken = await post(server.baseUrl, path, JSON.stringify({ session_id: first.session_id, sequence: first.sequence, ok: { n: 1 } }), { chunked: false, headers: auth })
+    const second = (await frames.expect("call")).data
+    const passed = await post(server.baseUrl, path, JSON.stringify({ results: [{ session_id: second.session_id, sequence: second.sequence, ok: { n: 2 } }] }), { chunked: true, headers: auth })
+    expect(taken.status).toBe(204)
+    expect(shape(taken)).toEqual(shape(passed))
+    expect(taken.headers["content-length"] ?? "0").toBe(passed.headers["content-length"] ?? "0")
+    const outcome = await turn
+    expect(outcome.status, outcome.text).toBe(200)
+    controller.abort()
+  })
 })

@@ -1,15 +1,17 @@
 /**
- * Which requests the listener for sends (src/http/SendListener.ts) answers itself and which it
- * passes to the platform's handler, unread or with the body it read; and that a send's bytes are
- * held in the body budget from before its first byte until its answer or its client's going away.
- * On a real `node:http` server, with the platform's handler a spy.
+ * Which requests the listener for the routes taken at the socket (src/http/SocketRoutes.ts)
+ * answers itself and which it passes to the platform's handler, unread or with the body it read;
+ * and that a request's bytes are held in the body budget from before its first byte until its
+ * answer or its client's going away. On a real `node:http` server, with the platform's handler a
+ * spy and the send route over a stand-in for Sessions.
  */
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Runtime } from "effect"
 import { BodyBudget, preRead } from "../../src/http/Middleware.js"
-import { sendListener } from "../../src/http/SendListener.js"
+import { hostResultsRoute, sends, socketListener } from "../../src/http/SocketRoutes.js"
+import type { HostsShape } from "../../src/services/Hosts.js"
 import type { IdempotencyShape } from "../../src/services/Idempotency.js"
 import type { SessionsShape } from "../../src/services/Sessions.js"
 
@@ -31,7 +33,7 @@ afterEach(() => {
 })
 
 /** A server whose sends answer `{echo}` once `gate` (if any) opens, with the platform's handler a spy. */
-const start = async (options: { token?: string; draining?: boolean; probation?: boolean; budget?: number; gate?: Deferred.Deferred<void> } = {}) => {
+const start = async (options: { token?: string; draining?: boolean; probation?: boolean; budget?: number; gate?: Deferred.Deferred<void>; hosts?: HostsShape } = {}) => {
   const bodies = new BodyBudget(options.budget ?? 1_000_000)
   const passed: Array<Passed> = []
   const sessions = {
@@ -53,7 +55,7 @@ const start = async (options: { token?: string; draining?: boolean; probation?: 
       res.writeHead(299).end()
     })
   }
-  const listener = sendListener(
+  const listener = socketListener(
     {
       apiToken: options.token,
       maxRequestBytes: 10_000,
@@ -61,7 +63,7 @@ const start = async (options: { token?: string; draining?: boolean; probation?: 
       draining: () => options.draining === true,
       onProbation: () => options.probation === true
     },
-    { sessions, store: untouched },
+    [sends(sessions, untouched), ...(options.hosts ? [hostResultsRoute(options.hosts)] : [])],
     Runtime.defaultRuntime,
     platform
   )
@@ -85,7 +87,7 @@ const post = (port: number, path: string, body: string, headers: Record<string, 
 
 const SEND = JSON.stringify({ input: { message: "hi" } })
 
-describe("the listener for sends", () => {
+describe("the routes taken at the socket: sends", () => {
   it("answers a send it can take as it stands itself: the platform never sees it, and its bytes are given back after the answer", async () => {
     const { port, passed, bodies } = await start()
     const r = await post(port, PATH, SEND)
@@ -155,5 +157,25 @@ describe("the listener for sends", () => {
     await expect.poll(() => bodies.inUse).toBe(1000)
     gone.destroy()
     await expect.poll(() => bodies.inUse).toBe(0)
+  })
+
+  it("takes a host's results itself, with the host's own token and while the server drains (the gate lets a host answer work already admitted), answering 204", async () => {
+    const HOST = "host_01jdq0000000000000000000ab"
+    const taken: Array<unknown> = []
+    const hosts = {
+      authorize: (host: string, token: string) => host === HOST && token === "bht_right",
+      result: (_host: string, call: unknown, answer: unknown) => Effect.sync(() => void taken.push([call, answer]))
+    } as unknown as HostsShape
+    const { port, passed } = await start({ token: "server-token", draining: true, hosts })
+    const body = JSON.stringify({ session_id: ID, sequence: 7, ok: { n: 1 } })
+    const r = await post(port, `/v1/hosts/${HOST}/results`, body, { authorization: "Bearer bht_right" })
+    expect(r).toEqual({ status: 204, body: "" })
+    expect(passed).toEqual([])
+    expect(taken).toHaveLength(1)
+    // The wrong host token is the handler's refusal, shaped as every refusal is.
+    const refused = await post(port, `/v1/hosts/${HOST}/results`, body, { authorization: "Bearer bht_wrong" })
+    expect(refused.status).toBe(401)
+    expect(JSON.parse(refused.body)).toMatchObject({ code: "unauthorized" })
+    expect(passed).toEqual([])
   })
 })

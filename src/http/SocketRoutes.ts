@@ -1,17 +1,19 @@
 /**
- * Sends taken at the socket. `POST /v1/sessions/:id/messages` is the request every turn is; for it,
- * @effect/platform's per-request machinery (a wrapper fiber with its scope, the middleware chain,
- * the request object, the response's conversion) costs the main thread more than the rest of
- * what HTTP does (docs/benchmarks.md, "Sends taken at the socket"). So a send the gate would
- * admit as it stands is answered here: the gate's checks, then the route's own decoders and
- * handler (FastSend.ts), run as one fiber of the server's runtime, its response written straight
- * to the socket.
+ * Requests taken at the socket: sends (`POST /v1/sessions/:id/messages`, the request every turn
+ * is) and a host's results (`POST /v1/hosts/:id/results`, one per round of host-tool calls). For
+ * them, @effect/platform's per-request machinery (a wrapper fiber with its scope, the middleware
+ * chain, the request object, the response's conversion) cost the main thread more than the rest
+ * of what HTTP does (docs/benchmarks.md, "Sends taken at the socket"). So such a request the gate
+ * would admit as it stands is answered here: the gate's checks, then the route's own decoders and
+ * handler (FastSend.ts, Handlers.ts), run as one fiber of the server's runtime, its response
+ * written straight to the socket.
  *
  * The contract stays in one place, the gate and HttpApi: anything this listener does not take as
  * it is goes to the platform's handler, which answers it as it answers every request —
  *
- * - before the body is read: another route, a socket on probation, a token that does not match,
- *   a server that is draining, a media type other than JSON, no or an oversized
+ * - before the body is read: another route, a socket on probation, a send whose token does not
+ *   match (a host's results carry the host's own token, which their handler checks), a send
+ *   while the server drains, a media type other than JSON, no or an oversized
  *   `content-length`, a body budget that cannot hold it now;
  * - after the body is read (not UTF-8, nested too deep, not JSON, not the route's payload or
  *   headers): with the body handed over already read (`preRead`, which the gate takes instead
@@ -25,43 +27,86 @@ import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
 import type * as http from "node:http"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Cause, Effect, Exit, FiberId, type Runtime } from "effect"
+import * as HttpServerResponseOps from "@effect/platform/HttpServerResponse"
+import { Cause, Effect, Either, Exit, FiberId, type Runtime, Schema } from "effect"
 import * as RuntimeOps from "effect/Runtime"
 import { Internal } from "../domain/Errors.js"
+import type { HostsShape } from "../services/Hosts.js"
 import type { IdempotencyShape } from "../services/Idempotency.js"
 import type { SessionsShape } from "../services/Sessions.js"
 import { toResponse } from "./Errors.js"
 import { sendRoute } from "./FastSend.js"
+import { hostResults } from "./Handlers.js"
+import { HostPath, HostResultBody } from "./Schemas.js"
 import { bearerToken, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
-const SEND = /^\/v1\/sessions\/([^/%]+)\/messages$/
+/** A route taken at the socket. */
+export interface SocketRoute {
+  /** The path it takes (no query), the id in its first group. */
+  readonly path: RegExp
+  /** Whether it needs the server's API token: a host's own routes carry the host's token, which their handler checks. */
+  readonly serverToken: boolean
+  /** Whether it is taken while the server drains: a host's answers for work already admitted are. */
+  readonly whileDraining: boolean
+  /** Its answer for an id, headers and parsed body it takes as they are; undefined for any HttpApi would decode otherwise (or refuse). */
+  readonly take: (id: string, headers: http.IncomingHttpHeaders, parsed: unknown) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown> | undefined
+}
 
 const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
 
 /** The id a client-gone interruption carries (as the platform's handler interrupts). */
 const clientGone = FiberId.make(-499, 0)
 
+/** Sends: the send route's own decoders and handler (FastSend.ts). */
+export const sends = (sessions: SessionsShape, store: IdempotencyShape): SocketRoute => ({
+  path: /^\/v1\/sessions\/([^/%]+)\/messages$/,
+  serverToken: true,
+  whileDraining: false,
+  take: sendRoute(sessions, store)
+})
+
+const decodeHostPath = Schema.decodeUnknownEither(HostPath)
+const decodeHostResults = Schema.decodeUnknownEither(HostResultBody)
+
+/** A host's results: the route's own decoders and handler (Handlers.ts), answered 204 as HttpApi answers them. */
+export const hostResultsRoute = (hosts: HostsShape): SocketRoute => {
+  const handle = hostResults(hosts)
+  return {
+    path: /^\/v1\/hosts\/([^/%]+)\/results$/,
+    serverToken: false,
+    whileDraining: true,
+    take: (id, headers, parsed) => {
+      const path = decodeHostPath({ id })
+      if (Either.isLeft(path)) return undefined
+      const payload = decodeHostResults(parsed)
+      if (Either.isLeft(payload)) return undefined
+      return Effect.as(handle({ headers, path: path.right, payload: payload.right }), HttpServerResponseOps.empty({ status: 204 }))
+    }
+  }
+}
+
 /**
- * A `request` listener that answers the sends it can take as they stand and passes every other
- * request to `platform` (the platform's own listener).
+ * A `request` listener that answers the requests of `routes` it can take as they stand and passes
+ * every other request to `platform` (the platform's own listener).
  */
-export const sendListener = (
+export const socketListener = (
   options: Omit<GateOptions, "route">,
-  services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape },
+  routes: ReadonlyArray<SocketRoute>,
   runtime: Runtime.Runtime<never>,
   platform: Listener
 ): Listener => {
   const expected = options.apiToken !== undefined ? digest(options.apiToken) : undefined
-  const route = sendRoute(services.sessions, services.store)
   const runFork = RuntimeOps.runFork(runtime)
 
-  /** The declared body's length if the gate would admit this send as it stands; else undefined. */
-  const admits = (request: http.IncomingMessage): number | undefined => {
+  /** The declared body's length if the gate would admit this request to `route` as it stands; else undefined. */
+  const admits = (request: http.IncomingMessage, route: SocketRoute): number | undefined => {
     if (options.onProbation?.(request.socket)) return undefined
-    if (expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) return undefined
-    if (options.draining()) return undefined
+    if (route.serverToken && expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) {
+      return undefined
+    }
+    if (!route.whileDraining && options.draining()) return undefined
     const type = request.headers["content-type"]
     if (type === undefined || type.split(";")[0]!.trim().toLowerCase() !== "application/json") return undefined
     const declared = request.headers["content-length"]
@@ -70,14 +115,26 @@ export const sendListener = (
     return Number.isSafeInteger(bytes) && bytes > 0 && bytes <= options.maxRequestBytes ? bytes : undefined
   }
 
-  return (request, response) => {
+  /** The route and its match for a request's path, if one takes it. */
+  const routeOf = (request: http.IncomingMessage): readonly [SocketRoute, string] | undefined => {
+    if (request.method !== "POST") return undefined
     const url = request.url ?? ""
     const q = url.indexOf("?")
-    const match = request.method === "POST" ? SEND.exec(q < 0 ? url : url.slice(0, q)) : null
-    const bytes = match === null ? undefined : admits(request)
-    if (match === null || bytes === undefined || (options.bodies !== undefined && !options.bodies.take(bytes))) {
+    const path = q < 0 ? url : url.slice(0, q)
+    for (const route of routes) {
+      const match = route.path.exec(path)
+      if (match !== null) return [route, match[1]!]
+    }
+    return undefined
+  }
+
+  return (request, response) => {
+    const found = routeOf(request)
+    const bytes = found === undefined ? undefined : admits(request, found[0])
+    if (found === undefined || bytes === undefined || (options.bodies !== undefined && !options.bodies.take(bytes))) {
       return platform(request, response)
     }
+    const [route, id] = found
     let held = true
     const giveBack = () => {
       if (!held) return
@@ -101,7 +158,7 @@ export const sendListener = (
       detach()
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
       const parsed = parse(body)
-      const answering = parsed === undefined ? undefined : route(match[1]!, request.headers, parsed)
+      const answering = parsed === undefined ? undefined : route.take(id, request.headers, parsed)
       if (answering === undefined) {
         // Refused by the gate or by HttpApi, which shape the answer: the body goes to them read.
         giveBack()
@@ -116,7 +173,7 @@ export const sendListener = (
     response.once("close", onGone)
   }
 
-  /** Runs the route's answer as a fiber and writes what it gives; a client gone interrupts it. */
+  /** Runs a route's answer as a fiber and writes what it gives; a client gone interrupts it. */
   function answer(
     answering: Effect.Effect<HttpServerResponse.HttpServerResponse, unknown>,
     response: http.ServerResponse,
@@ -134,7 +191,7 @@ export const sendListener = (
       if (Exit.isSuccess(exit)) return write(response, exit.value)
       // shapeError answers every failure; what is left is an interruption (the client is gone) or
       // a defect in the shaping itself.
-      if (!Cause.isInterruptedOnly(exit.cause)) runFork(Effect.logError("unexpected failure answering a send", exit.cause))
+      if (!Cause.isInterruptedOnly(exit.cause)) runFork(Effect.logError("unexpected failure answering a request", exit.cause))
       write(response, toResponse(new Internal({ message: "the server failed to answer; see its log" })))
     })
   }
@@ -152,7 +209,7 @@ const parse = (body: Buffer): unknown => {
   }
 }
 
-/** Writes a response of the kinds a send's answer takes (a JSON or text body, or none). */
+/** Writes a response of the kinds these routes answer (a JSON or text body, or none). */
 const write = (response: http.ServerResponse, answer: HttpServerResponse.HttpServerResponse) => {
   const body = answer.body
   switch (body._tag) {
@@ -171,6 +228,6 @@ const write = (response: http.ServerResponse, answer: HttpServerResponse.HttpSer
         return
       }
   }
-  write(response, toResponse(new Internal({ message: `a send's answer has a ${body._tag} body, which this route does not write` })))
+  write(response, toResponse(new Internal({ message: `an answer has a ${body._tag} body, which the socket's routes do not write` })))
 }
 
