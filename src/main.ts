@@ -182,7 +182,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
 }
 
 /** What the gate checks every request against, for the server `config` configures. */
-export const gateOptions = (config: ServerConfigShape, admission: Admission, guard?: ConnectionGuard): Omit<GateOptions, "route"> => ({
+const gateOptions = (config: ServerConfigShape, admission: Admission, guard?: ConnectionGuard): Omit<GateOptions, "route"> => ({
   apiToken: config.apiToken,
   maxRequestBytes: config.maxRequestBytes,
   draining: () => admission.draining,

@@ -64,7 +64,8 @@ export interface GateOptions {
   readonly route?: GateRoute
 }
 
-const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
+/** SHA-256 of a token, so tokens of any length compare in constant time. */
+export const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
 
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
 

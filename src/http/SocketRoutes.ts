@@ -3,7 +3,7 @@
  * is) and a host's results (`POST /v1/hosts/:id/results`, one per round of host-tool calls). For
  * them, @effect/platform's per-request machinery (a wrapper fiber with its scope, the middleware
  * chain, the request object, the response's conversion) cost the main thread more than the rest
- * of what HTTP does (docs/benchmarks.md, "Sends taken at the socket"). So such a request the gate
+ * of what HTTP does (docs/benchmarks.md, "Sends and a host's results taken at the socket"). So such a request the gate
  * would admit as it stands is answered here: the gate's checks, then the route's own decoders and
  * handler (FastSend.ts, Handlers.ts), run as one fiber of the server's runtime, its response
  * written straight to the socket.
@@ -26,9 +26,9 @@
 import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
 import type * as http from "node:http"
-import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as HttpServerResponseOps from "@effect/platform/HttpServerResponse"
-import { Cause, Effect, Either, Exit, FiberId, type Runtime, Schema } from "effect"
+import { clientAbortFiberId } from "@effect/platform/HttpServerError"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import { Cause, Effect, Either, Exit, type Runtime, Schema } from "effect"
 import * as RuntimeOps from "effect/Runtime"
 import { Internal } from "../domain/Errors.js"
 import type { HostsShape } from "../services/Hosts.js"
@@ -38,7 +38,7 @@ import { toResponse } from "./Errors.js"
 import { sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
+import { bearerToken, digest, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -53,11 +53,6 @@ export interface SocketRoute {
   /** Its answer for an id, headers and parsed body it takes as they are; undefined for any HttpApi would decode otherwise (or refuse). */
   readonly take: (id: string, headers: http.IncomingHttpHeaders, parsed: unknown) => Effect.Effect<HttpServerResponse.HttpServerResponse, unknown> | undefined
 }
-
-const digest = (s: string) => crypto.createHash("sha256").update(s).digest()
-
-/** The id a client-gone interruption carries (as the platform's handler interrupts). */
-const clientGone = FiberId.make(-499, 0)
 
 /** Sends: the send route's own decoders and handler (FastSend.ts). */
 export const sends = (sessions: SessionsShape, store: IdempotencyShape): SocketRoute => ({
@@ -82,7 +77,7 @@ export const hostResultsRoute = (hosts: HostsShape): SocketRoute => {
       if (Either.isLeft(path)) return undefined
       const payload = decodeHostResults(parsed)
       if (Either.isLeft(payload)) return undefined
-      return Effect.as(handle({ headers, path: path.right, payload: payload.right }), HttpServerResponseOps.empty({ status: 204 }))
+      return Effect.as(handle({ headers, path: path.right, payload: payload.right }), HttpServerResponse.empty({ status: 204 }))
     }
   }
 }
@@ -181,7 +176,7 @@ export const socketListener = (
   ) {
     const fiber = runFork(Effect.catchAllCause(answering, shapeError))
     const onClose = () => {
-      if (!response.writableEnded) fiber.unsafeInterruptAsFork(clientGone)
+      if (!response.writableEnded) fiber.unsafeInterruptAsFork(clientAbortFiberId)
     }
     response.once("close", onClose)
     fiber.addObserver((exit) => {
