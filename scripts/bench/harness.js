@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The benchmark harness: every figure Brain claims about its whole server, from one command.
 //
-//   npm run bench [-- --seconds 4] [--peer] [--quick] [--no-profile] [--only text,profile]
+//   npm run bench [-- --seconds 4] [--peer [--peer-rounds 3]] [--quick] [--no-profile] [--only text,profile]
 //
 // `--only` runs just the named parts, comma-separated: baseline, create, text (1 and 64/256
 // sessions), admission (with the first SSE frame), tools, growth, cold, startup, memory, profile,
@@ -16,7 +16,9 @@
 // baseline, measured in the same run: plain node:http answering after K group-committed
 // fdatasyncs of ~200 B (K = 1, and K = 4, the sequential commits of a text turn, keyed or not). `--peer`
 // adds Restate and the durable-request floor from ../shared/peer, driven by the peer's own
-// client, in the same run. `--quick` runs every probe small and short: CI checks that the harness
+// client, in the same run; `--peer-rounds N` runs Restate's rows and Brain's N times in
+// alternating order (both servers up throughout) and gives each round's ratio and their median,
+// for a machine whose speed drifts between one run and the next. `--quick` runs every probe small and short: CI checks that the harness
 // runs, not what it measures. A probe with fewer than 100 samples prints no p99.
 import { execSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -37,7 +39,8 @@ import {
   peerAvailable,
   peerFloor,
   peerLoad,
-  peerRestate,
+  restateRows,
+  startRestate,
   request,
   ROOT,
   settle,
@@ -53,6 +56,8 @@ import { ms, numberFlag, pct } from "./stats.js"
 const args = process.argv.slice(2)
 const quick = args.includes("--quick")
 const withPeer = args.includes("--peer")
+/** Rounds of the side by side (`--peer-rounds N`): each runs Restate's rows and Brain's, in alternating order. */
+const peerRounds = numberFlag("--peer-rounds", 1)
 const only = (() => {
   const i = args.indexOf("--only")
   return i >= 0 ? new Set((args[i + 1] ?? "").split(",").map((p) => p.trim()).filter(Boolean)) : undefined
@@ -380,17 +385,38 @@ const peer = []
 if (withPeer && runs("peer")) {
   if (!peerAvailable()) throw new Error("--peer needs ../shared/peer (load.mjs, floor.mjs, restate/)")
   for (const K of [1, 8]) peer.push(...(await peerFloor(K, seconds)))
-  peer.push(...(await peerRestate(seconds, ROUNDS, CALLS)))
-  // Brain under the same client, on a fresh server.
+  // Each round runs Restate's rows and Brain's, in an order that alternates, so that drift on this
+  // shared machine falls on both alike. Restate is started afresh for each round's rows, as a
+  // single run starts it, and stopped after them; Brain's server (a fresh one) stays up between
+  // its rows, idle.
   const brain = await startBrain()
   const url = `http://127.0.0.1:${brain.port}/v1/sessions/{key}/messages`
-  for (const c of [1, 64]) peer.push(await peerLoad("brain-text", url, SEND, c, seconds, ["--keys", (await createSessions(brain.port, c, SCRIPTED)).join(",")]))
   const host = await echoHost(brain.port)
-  const TOOLS = toolLoopSession(host.host_id)
-  peer.push(await peerLoad(`brain-tools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, TOOLS)).join(",")]))
+  const keys = {
+    1: (await createSessions(brain.port, 1, SCRIPTED)).join(","),
+    64: (await createSessions(brain.port, 64, SCRIPTED)).join(","),
+    tools: (await createSessions(brain.port, 64, toolLoopSession(host.host_id))).join(","),
+    wasm: (await createSessions(brain.port, 64, wasmToolLoopSession(await admitEchoTool(brain.port)))).join(",")
+  }
+  const brainRows = async () => [
+    await peerLoad("brain-text", url, SEND, 1, seconds, ["--keys", keys[1]]),
+    await peerLoad("brain-text", url, SEND, 64, seconds, ["--keys", keys[64]]),
+    await peerLoad(`brain-tools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", keys.tools]),
+    await peerLoad(`brain-wasmtools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", keys.wasm])
+  ]
+  for (let round = 0; round < peerRounds; round++) {
+    const restateSide = async () => {
+      const restate = await startRestate()
+      try {
+        return await restateRows(restate.url, seconds, ROUNDS, CALLS)
+      } finally {
+        await restate.stop()
+      }
+    }
+    const sides = [restateSide, brainRows]
+    for (const side of round % 2 === 0 ? sides : sides.reverse()) for (const row of await side()) peer.push({ ...row, round })
+  }
   host.close()
-  const WASM_TOOLS = wasmToolLoopSession(await admitEchoTool(brain.port))
-  peer.push(await peerLoad(`brain-wasmtools${ROUNDS}x${CALLS}`, url, SEND, 64, seconds, ["--keys", (await createSessions(brain.port, 64, WASM_TOOLS)).join(",")]))
   await brain.stop()
 }
 
@@ -438,17 +464,28 @@ cpu profile: node --cpu-prof of the server (BRAIN_WASM_INLINE_MS=1000, so guests
 }
 if (peer.length > 0) {
   console.log(`
-side by side, one client (../shared/peer/load.mjs: closed loop, one session per client, ${seconds} s after its warm-up):
+side by side, one client (../shared/peer/load.mjs: closed loop, one session per client, ${seconds} s after its warm-up)${peerRounds > 1 ? `; ${peerRounds} rounds, Restate's rows and Brain's in alternating order` : ""}:
 `)
-  console.log("| target | c | turns/s | p50 ms | p99 ms | errors |")
-  console.log("| --- | ---: | ---: | ---: | ---: | ---: |")
-  for (const p of peer) console.log(`| ${p.target} | ${p.c} | ${p.turns_per_s} | ${p.p50_ms} | ${p.p99_ms} | ${p.errors} |`)
-  const find = (target, c) => peer.find((p) => p.target === target && p.c === c)
-  const ratio = (name, b, r, key) => (b && r ? console.log(`| ${name} | ${b[key]} | ${r[key]} | ${(b[key] / r[key]).toFixed(2)}× |`) : undefined)
-  console.log("\n| measure | Brain | Restate | Brain / Restate |\n| --- | ---: | ---: | ---: |")
-  ratio("text p50 ms, c=1", find("brain-text", 1), find("restate-text", 1), "p50_ms")
-  ratio("text turns/s, c=64", find("brain-text", 64), find("restate-text", 64), "turns_per_s")
-  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: host tools over HTTP)`, find(`brain-tools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
-  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: Wasm tools in its own pool)`, find(`brain-wasmtools${ROUNDS}x${CALLS}`, 64), find(`restate-tools${ROUNDS}x${CALLS}`, 64), "turns_per_s")
+  console.log("| target | round | c | turns/s | p50 ms | p99 ms | errors |")
+  console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+  for (const p of peer) console.log(`| ${p.target} | ${p.round ?? "—"} | ${p.c} | ${p.turns_per_s} | ${p.p50_ms} | ${p.p99_ms} | ${p.errors} |`)
+  const find = (target, c, round) => peer.find((p) => p.target === target && p.c === c && p.round === round)
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]
+  const ratio = (name, brainTarget, restateTarget, c, key) => {
+    const rs = []
+    for (let round = 0; round < peerRounds; round++) {
+      const b = find(brainTarget, c, round)
+      const r = find(restateTarget, c, round)
+      if (b && r) rs.push({ b: b[key], r: r[key], x: b[key] / r[key] })
+    }
+    if (rs.length === 0) return
+    const each = rs.map((q) => `${q.b} / ${q.r} = ${q.x.toFixed(2)}×`).join("; ")
+    console.log(`| ${name} | ${each} | ${rs.length > 1 ? `${median(rs.map((q) => q.x)).toFixed(2)}×` : "—"} |`)
+  }
+  console.log("\n| measure | Brain / Restate, each round | median |\n| --- | --- | ---: |")
+  ratio("text p50 ms, c=1", "brain-text", "restate-text", 1, "p50_ms")
+  ratio("text turns/s, c=64", "brain-text", "restate-text", 64, "turns_per_s")
+  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: host tools over HTTP)`, `brain-tools${ROUNDS}x${CALLS}`, `restate-tools${ROUNDS}x${CALLS}`, 64, "turns_per_s")
+  ratio(`tool loop ${ROUNDS}×${CALLS} turns/s, c=64 (Brain: Wasm tools in its own pool)`, `brain-wasmtools${ROUNDS}x${CALLS}`, `restate-tools${ROUNDS}x${CALLS}`, 64, "turns_per_s")
 }
 process.exit(0)

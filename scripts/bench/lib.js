@@ -422,10 +422,10 @@ export const peerFloor = async (K, seconds) => {
 
 /**
  * Restate 1.7.12 running the peer's virtual object, installed once into
- * node_modules/.cache/brain-peer (the peer directory is read-only); text at c = 1 and 64 and the
- * tool loop (`rounds` × `calls`) at c = 64.
+ * node_modules/.cache/brain-peer (the peer directory is read-only): started, with the URL the
+ * peer's client sends a turn to and a way to stop it.
  */
-export const peerRestate = async (seconds, rounds, calls) => {
+export const startRestate = async () => {
   const dir = path.join(ROOT, "node_modules/.cache/brain-peer/restate")
   if (!fs.existsSync(path.join(dir, "node_modules/.bin/restate-server"))) {
     fs.mkdirSync(dir, { recursive: true })
@@ -433,17 +433,25 @@ export const peerRestate = async (seconds, rounds, calls) => {
     console.error("installing Restate into", dir)
     execFileSync("npm", ["ci", "--silent", "--no-audit", "--no-fund"], { cwd: dir, stdio: "inherit" })
   }
-  const server = await spawnProcess(path.join(dir, "node_modules/.bin/restate-server"), ["--base-dir", path.join(tmp, "rs-data")], { cwd: dir })
+  const server = await spawnProcess(path.join(dir, "node_modules/.bin/restate-server"), ["--base-dir", fs.mkdtempSync(path.join(tmp, "rs-data-"))], { cwd: dir })
   const service = await spawnProcess(process.execPath, ["service.mjs"], { cwd: dir })
   await waitFor("restate-server", async () => (await fetch("http://127.0.0.1:9070/health")).ok)
   execFileSync(path.join(dir, "node_modules/.bin/restate"), ["-y", "deployments", "register", "http://localhost:9080"], { cwd: dir, stdio: "ignore" })
   await settle(2000)
-  const url = "http://127.0.0.1:8080/Session/{key}/turn"
+  return {
+    url: "http://127.0.0.1:8080/Session/{key}/turn",
+    stop: async () => {
+      await service.stop()
+      await server.stop()
+    }
+  }
+}
+
+/** Restate's rows: text at c = 1 and 64 and the tool loop (`rounds` × `calls`) at c = 64. */
+export const restateRows = async (url, seconds, rounds, calls) => {
   const out = []
   for (const c of [1, 64]) out.push(await peerLoad("restate-text", url, { message: "hello" }, c, seconds))
   out.push(await peerLoad(`restate-tools${rounds}x${calls}`, url, { message: "hello", rounds, calls }, 64, seconds))
-  await service.stop()
-  await server.stop()
   return out
 }
 
