@@ -30,7 +30,8 @@ import type { SessionsShape } from "../services/Sessions.js"
 import { sendMessage } from "./Handlers.js"
 import { MessageHeaders, SendMessageRequest, SessionPath } from "./Schemas.js"
 
-const SEND = /^\/v1\/sessions\/([^/%]+)\/messages$/
+/** The send route's path (no query), the session id in its one group. */
+export const SEND_PATH = /^\/v1\/sessions\/([^/%]+)\/messages$/
 
 const decodePath = Schema.decodeUnknownEither(SessionPath)
 const decodeHeaders = Schema.decodeUnknownEither(MessageHeaders)
@@ -64,7 +65,7 @@ export const fastSend = (sessions: SessionsShape, store: IdempotencyShape): Gate
   const route = sendRoute(sessions, store)
   return (request, path, parsed) => {
     if (request.method !== "POST") return undefined
-    const match = SEND.exec(path)
+    const match = SEND_PATH.exec(path)
     return match === null ? undefined : route(match[1]!, request.headers, parsed)
   }
 }

@@ -35,7 +35,7 @@ import type { HostsShape } from "../services/Hosts.js"
 import type { IdempotencyShape } from "../services/Idempotency.js"
 import type { SessionsShape } from "../services/Sessions.js"
 import { toResponse } from "./Errors.js"
-import { sendRoute } from "./FastSend.js"
+import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
 import { bearerToken, digest, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
@@ -56,7 +56,7 @@ export interface SocketRoute {
 
 /** Sends: the send route's own decoders and handler (FastSend.ts). */
 export const sends = (sessions: SessionsShape, store: IdempotencyShape): SocketRoute => ({
-  path: /^\/v1\/sessions\/([^/%]+)\/messages$/,
+  path: SEND_PATH,
   serverToken: true,
   whileDraining: false,
   take: sendRoute(sessions, store)
