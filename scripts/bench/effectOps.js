@@ -78,4 +78,8 @@ ${c.byKind.sort((a, b) => b[1] - a[1]).map(([k, n]) => `| ${k} | ${per(n)} |`).j
 
 | site (kind, the function it runs) | per turn |
 | --- | ---: |
-${c.bySite.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}`)
+${c.bySite.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}
+
+| fibers by where they were started (the nearest frames of Brain's code when they first resumed) | per turn |
+| --- | ---: |
+${c.byRoot.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}`)

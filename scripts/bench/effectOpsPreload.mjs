@@ -12,6 +12,8 @@ const proto = Object.getPrototypeOf(Effect.runFork(Effect.never))
 const generatorFunction = new Function("g", "return %GeneratorGetFunction(g)")
 const byKind = new Map()
 const bySite = new Map()
+/** Fibers by where they were started (the stack of their first resume). */
+const byRoot = new Map()
 let fibers = new WeakSet()
 let fiberCount = 0
 let on = false
@@ -41,6 +43,33 @@ const fnOf = (kind, op) => {
   }
 }
 
+// A fiber's first `resume` is given its root effect: that effect's kind and the source of the
+// function it runs (or, for a pipe, of the first such function down its first operand) name what
+// the fiber was started for.
+const src = (fn, n) => fn.toString().replace(/\s+/g, " ").slice(0, n)
+const describe = (effect, depth = 0) => {
+  if (effect === null || typeof effect !== "object") return String(effect)
+  const kind = String(effect._op ?? effect._tag ?? effect.constructor?.name ?? "?")
+  const inner = effect.effect_instruction_i0
+  if (depth < 3 && inner && typeof inner === "object" && ["OnSuccess", "OnFailure", "OnSuccessAndFailure"].includes(kind)) {
+    return describe(inner, depth + 1)
+  }
+  if (kind === "UpdateRuntimeFlags" && typeof effect.effect_instruction_i1 === "function") return `${kind} ${src(effect.effect_instruction_i1, 140)}`
+  const fn = fnOf(kind, effect) ?? (typeof effect.commit === "function" ? effect.commit : undefined)
+  return typeof fn === "function" ? `${kind} ${src(fn, 140)}` : kind
+}
+
+const resume = proto.resume
+let resumed = new WeakSet()
+proto.resume = function(effect) {
+  if (on && !resumed.has(this)) {
+    resumed.add(this)
+    const root = describe(effect)
+    byRoot.set(root, (byRoot.get(root) ?? 0) + 1)
+  }
+  return resume.call(this, effect)
+}
+
 for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuccess", "OnFailure", "OnSuccessAndFailure", "Iterator", "UpdateRuntimeFlags", "Yield", "While", "Tag", "Commit"]) {
   const handler = proto[kind]
   if (typeof handler !== "function") continue
@@ -52,10 +81,10 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
         fiberCount++
       }
       const fn = fnOf(kind, op)
-      if (typeof fn === "function") {
-        const site = `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
-        bySite.set(site, (bySite.get(site) ?? 0) + 1)
-      }
+      const site = typeof fn === "function"
+        ? `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
+        : undefined
+      if (site !== undefined) bySite.set(site, (bySite.get(site) ?? 0) + 1)
     }
     return handler.call(this, op)
   }
@@ -64,6 +93,8 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
 process.on("SIGTTIN", () => {
   byKind.clear()
   bySite.clear()
+  byRoot.clear()
+  resumed = new WeakSet()
   fibers = new WeakSet()
   fiberCount = 0
   on = true
@@ -72,5 +103,5 @@ process.on("SIGTTOU", () => {
   on = false
   const turns = Number(fs.readFileSync(process.env.BRAIN_BENCH_OPS_TURNS, "utf8"))
   const total = [...byKind.values()].reduce((a, b) => a + b, 0)
-  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, byKind: [...byKind], bySite: [...bySite] }))
+  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
 })
