@@ -274,7 +274,7 @@ node ${process.version}
 
 | measure | p50 µs | p90 µs | p99 µs | n |
 | --- | ---: | ---: | ---: | ---: |
-| activation on the main thread (the twin), a fresh instance per call | ${ms(pct(timesInline, 50) * 1000)} | ${ms(pct(timesInline, 90) * 1000)} | ${ms(pct(timesInline, 99) * 1000)} | ${timesInline.length} |
+| activation on the main thread (the twin), an instance put back (docs/abi.md, "Exports") or a new one per call | ${ms(pct(timesInline, 50) * 1000)} | ${ms(pct(timesInline, 90) * 1000)} | ${ms(pct(timesInline, 99) * 1000)} | ${timesInline.length} |
 | activation on a worker thread, a fresh instance per call | ${ms(pct(times, 50) * 1000)} | ${ms(pct(times, 90) * 1000)} | ${ms(pct(times, 99) * 1000)} | ${times.length} |
 | baseline: in-process call (parse + encode) | ${ms(pct(plain, 50) * 1000)} | ${ms(pct(plain, 90) * 1000)} | ${ms(pct(plain, 99) * 1000)} | ${plain.length} |
 | host call round trip on the main thread, fixed answer | ${ms(pct(fixedInline, 50))} | ${ms(pct(fixedInline, 90))} | ${ms(pct(fixedInline, 99))} | ${fixedInline.length} |

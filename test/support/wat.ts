@@ -8,8 +8,8 @@ import wabtInit from "wabt"
 
 let wabt: Awaited<ReturnType<typeof wabtInit>> | undefined
 
-/** Compiles WAT text to module bytes; `features` turns on more of wabt's proposals (`threads` for a shared memory). */
-export const wat = async (text: string, features: { readonly threads?: boolean } = {}): Promise<Uint8Array> => {
+/** Compiles WAT text to module bytes; `features` turns on more of wabt's proposals (`threads` for a shared memory, `reference_types` for `table.set`). */
+export const wat = async (text: string, features: { readonly threads?: boolean; readonly reference_types?: boolean } = {}): Promise<Uint8Array> => {
   wabt ??= await wabtInit()
   const module = wabt.parseWat("guest.wat", text, { mutable_globals: true, bulk_memory: true, ...features })
   try {

@@ -15,11 +15,21 @@
  *
  * Everything else is as on a worker: a fresh memory (new, or one an earlier activation left at its
  * initial size, zero-filled), the same limits, the same failures with the same messages.
+ *
+ * **Every activation starts from a new instance's state.** For a module whose twin can be reset
+ * (Instrument.ts, RESET_EXPORTS), an instance whose activation completed — memory still at its
+ * initial size — is put back exactly as instantiation left it and kept for the module's next
+ * activation: its memory written again from the image taken right after instantiation (the data
+ * segments and whatever the start function stored, zero beyond), its mutable globals restored from
+ * the copy saved at that moment; its tables and segments its code cannot change. The guest cannot
+ * tell it from a new instance (nothing else of an instance is state a guest can read), and the
+ * main thread is spared V8's instantiation (about a fifth of a text turn's guest-side cost). An
+ * instance whose activation failed, trapped, moved or grew its memory is never kept.
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
 import { PAGE_BYTES } from "./Module.js"
 
 export interface InlineLimits extends ActivationLimits {
@@ -64,19 +74,22 @@ const UNWINDING = 1
 const REWINDING = 2
 
 /**
- * Spare memories: those activations left at their initial size, zero-filled, by limits. As many
- * activations as run or wait in host calls at once each hold one, so the spares cover that many
- * at their peak over the last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each
- * at most SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each
- * page) costs about a millisecond, ten times a small guest's whole activation, so a spare that
- * goes when the load dips for a second is paid for again when it comes back. When fewer
- * activations run, the spares shrink with them within five seconds, so an idle server keeps a few.
+ * Spares: memories activations left at their initial size, zero-filled, and instances put back as
+ * instantiation left them (with their memories), counted together. As many activations as run or
+ * wait in host calls at once each hold one, so the spares cover that many at their peak over the
+ * last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each at most
+ * SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each page)
+ * costs about a millisecond, ten times a small guest's whole activation, so a spare that goes when
+ * the load dips for a second is paid for again when it comes back. When fewer activations run, the
+ * spares shrink with them within five seconds, so an idle server keeps a few.
  */
 const SPARE_BYTES = 64 << 20
 const SPARE_MEMORY_BYTES = 4 << 20
 const SPARE_MIN = 4
 
 const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
+/** Instances at rest, by module (the most recently used module last). */
+const spareRuns = new Map<WebAssembly.Module, Array<Run>>()
 let spareBytes = 0
 let spareCount = 0
 /** Activations on the main thread now, from their start to their end, waits in host calls included. */
@@ -88,16 +101,28 @@ const peaks: Array<number> = []
 const SPARE_TRIM_MS = 1_000
 let trimming: ReturnType<typeof setInterval> | undefined
 
-/** Drops spares past what the recent peak needs (the oldest limits' first). */
+/** Instances made and instances reused on the main thread, since the process started (for tests and benchmarks). */
+export const instanceStats = { made: 0, reused: 0 }
+
+/** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
   const most = Math.max(SPARE_MIN, peak, ...peaks)
+  const over = () => spareBytes > SPARE_BYTES || spareCount > most
   for (const [k, l] of spareMemories) {
-    if (spareBytes <= SPARE_BYTES && spareCount <= most) break
-    while (l.length > 0 && (spareBytes > SPARE_BYTES || spareCount > most)) {
+    if (!over()) break
+    while (l.length > 0 && over()) {
       spareBytes -= l.shift()!.buffer.byteLength
       spareCount--
     }
     if (l.length === 0) spareMemories.delete(k)
+  }
+  for (const [k, l] of spareRuns) {
+    if (!over()) break
+    while (l.length > 0 && over()) {
+      spareBytes -= l.shift()!.memory.buffer.byteLength
+      spareCount--
+    }
+    if (l.length === 0) spareRuns.delete(k)
   }
 }
 
@@ -109,17 +134,8 @@ const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Me
   return spare
 }
 
-/** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
-const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
-  const bytes = memory.buffer.byteLength
-  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
-  new Uint8Array(memory.buffer).fill(0)
-  const key = `${limits.initial}:${limits.maximum}`
-  const list = spareMemories.get(key) ?? []
-  // Most recently used limits last, so the oldest are dropped first.
-  spareMemories.delete(key)
-  spareMemories.set(key, list)
-  list.push(memory)
+/** Counts a spare in, trims, and keeps the trim's tick going while there are spares or activations. */
+const kept = (bytes: number) => {
   spareBytes += bytes
   spareCount++
   trim()
@@ -138,6 +154,75 @@ const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum:
   }
 }
 
+/** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
+const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
+  const bytes = memory.buffer.byteLength
+  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
+  new Uint8Array(memory.buffer).fill(0)
+  const key = `${limits.initial}:${limits.maximum}`
+  const list = spareMemories.get(key) ?? []
+  // Most recently used limits last, so the oldest are dropped first.
+  spareMemories.delete(key)
+  spareMemories.set(key, list)
+  list.push(memory)
+  kept(bytes)
+}
+
+/**
+ * Each resettable module's memory as instantiation leaves it (its data segments, and what its
+ * start function stored), up to its last non-zero byte: the same for every instance of the module,
+ * which gets a zeroed or new memory and whose start function cannot call the host.
+ */
+const images = new WeakMap<WebAssembly.Module, Uint8Array>()
+
+const imageOf = (memory: WebAssembly.Memory): Uint8Array => {
+  const bytes = new Uint8Array(memory.buffer)
+  let end = bytes.length
+  while (end > 0 && bytes[end - 1] === 0) end--
+  return bytes.slice(0, end)
+}
+
+/**
+ * Puts a completed activation's instance back as instantiation left it and keeps it for the
+ * module's next activation, when its twin can be reset and its memory is still at its initial
+ * size; otherwise keeps only its memory (zeroed). Answers whether the instance was kept.
+ */
+const putBack = (run: Run, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): boolean => {
+  const bytes = run.memory.buffer.byteLength
+  const image = images.get(instrumented)
+  if (!run.resettable || image === undefined || bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) {
+    recycle(run.memory, limits)
+    return false
+  }
+  const memory = new Uint8Array(run.memory.buffer)
+  memory.set(image)
+  memory.fill(0, image.length)
+  run.exports[RESET_EXPORTS.restore]()
+  run.rest()
+  const list = spareRuns.get(instrumented) ?? []
+  spareRuns.delete(instrumented)
+  spareRuns.set(instrumented, list)
+  list.push(run)
+  kept(bytes)
+  return true
+}
+
+/** A spare instance of `instrumented` with memory limits `key`, if one is kept. */
+const spareRun = (instrumented: WebAssembly.Module, key: string): Run | undefined => {
+  const list = spareRuns.get(instrumented)
+  if (list === undefined) return undefined
+  for (let i = list.length - 1; i >= 0; i--) {
+    const run = list[i]!
+    if (run.key !== key) continue
+    list.splice(i, 1)
+    if (list.length === 0) spareRuns.delete(instrumented)
+    spareBytes -= run.memory.buffer.byteLength
+    spareCount--
+    return run
+  }
+  return undefined
+}
+
 /**
  * The instance the next activation of a module will take, made when the main thread is next idle
  * after one of its activations completed (as a worker thread does, GuestWorker.ts): instantiation
@@ -152,7 +237,7 @@ const makeAhead = (instrumented: WebAssembly.Module, limits: InlineLimits, cap: 
   if (ahead.has(instrumented)) return
   setImmediate(() => {
     if (ahead.has(instrumented)) return
-    const run = new Run(limits, cap, memoryLimits)
+    const run = new Run(limits, cap, memoryLimits, key)
     try {
       run.instantiate(instrumented)
     } catch {
@@ -193,9 +278,11 @@ class Run {
   /** Milliseconds computed here so far, and when the current stretch began. */
   used = 0
   stretchStart = 0
-  readonly calls: Array<RecordedCall> = []
+  calls: Array<RecordedCall> = []
+  /** Its twin has RESET_EXPORTS, and they saved the globals as instantiation left them. */
+  resettable = false
 
-  constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }) {
+  constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }, readonly key: string) {
     this.memory = memoryFor(memory)
     this.imports.env.memory = this.memory
   }
@@ -204,6 +291,24 @@ class Run {
   instantiate(instrumented: WebAssembly.Module) {
     this.stretchStart = performance.now()
     this.exports = new WebAssembly.Instance(instrumented, this.imports).exports as Record<string, any>
+    instanceStats.made++
+    const save = this.exports[RESET_EXPORTS.save]
+    if (typeof save === "function" && typeof this.exports[RESET_EXPORTS.restore] === "function") {
+      save()
+      if (!images.has(instrumented)) images.set(instrumented, imageOf(this.memory))
+      this.resettable = true
+    }
+  }
+
+  /** Back to where an activation starts, its instance having been put back (putBack). */
+  rest() {
+    this.state = NORMAL
+    this.pending = undefined
+    this.answer = undefined
+    this.suspendAt = 0
+    this.used = 0
+    this.calls = []
+    this.allocating = false
   }
 
   bytesAt(ptr: number, len: number): Uint8Array {
@@ -307,7 +412,13 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
     const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
     const made = ahead.get(instrumented)
     let run: Run
-    if (made !== undefined && made.key === key) {
+    const spare = spareRun(instrumented, key)
+    if (spare !== undefined) {
+      instanceStats.reused++
+      run = spare
+      run.limits = limits
+      run.cap = cap
+    } else if (made !== undefined && made.key === key) {
       ahead.delete(instrumented)
       run = made.run
       run.limits = limits
@@ -315,7 +426,7 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       // Its start function's compute, ahead of the activation, is not the activation's.
       run.used = 0
     } else {
-      run = new Run(limits, cap, memoryLimits)
+      run = new Run(limits, cap, memoryLimits, key)
       try {
         run.instantiate(instrumented)
       } catch (err) {
@@ -362,8 +473,8 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       } catch (err) {
         return end(run, memoryLimits, err, budgetFirst)
       }
-      recycle(run.memory, memoryLimits)
-      makeAhead(instrumented, limits, cap, memoryLimits, key)
+      // Its instance kept for the next activation, else one made for it when the thread is idle.
+      if (!putBack(run, instrumented, memoryLimits)) makeAhead(instrumented, limits, cap, memoryLimits, key)
       return Effect.succeed<InlineOutcome>({ _tag: "done", output })
     }
     return step()

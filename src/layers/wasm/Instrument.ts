@@ -12,7 +12,19 @@
  *   same call, which then returns the answer. No thread is held while a host call is performed.
  *   The twin drives Asyncify through one export of its own (ASYNCIFY_EXPORT).
  *
- * Neither changes what the guest computes: a guest run instrumented and one run plain make the same
+ * - **A reset** (RESET_EXPORTS), for a module whose code cannot change what a reset cannot restore
+ *   (no `table.set`, `table.grow`, `table.fill`, `table.copy`, `table.init`, `elem.drop`,
+ *   `data.drop` or `memory.init`): `brain$save` copies every mutable global into a shadow global
+ *   of its own, `brain$restore` copies them back. Saved right after instantiation and restored
+ *   with the memory's image of that moment, an instance is again exactly as instantiation left it
+ *   (Inline.ts): its globals, its memory, its tables (which its code cannot change) and its
+ *   segments (which it cannot drop or copy from).
+ *
+ * The twin exports only what the host calls (the entry points, the allocator, and the exports
+ * above): an instance of a module with fewer exports is made faster, and a guest never sees its
+ * own exports.
+ *
+ * None of this changes what the guest computes: a guest run instrumented and one run plain make the same
  * host calls with the same requests and give the same output, which is what lets an activation
  * move from the main thread to a worker thread and replay its host answers there (Inline.ts).
  *
@@ -20,7 +32,7 @@
  * milliseconds, which the main thread must not spend.
  */
 import binaryen from "binaryen"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
 export const TICK_IMPORT = { module: "brain", name: "tick" } as const
@@ -66,11 +78,46 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
     ]))
     m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
+    if (resettable(m)) addReset(m)
+    for (const name of exportNames(m)) if (!HOST_CALLS.has(name)) m.removeExport(name)
     if (!m.validate()) throw new Error("the instrumented module does not validate")
     return m.emitBinary()
   } finally {
     m.dispose()
   }
+}
+
+/** The exports the host calls on a twin; the rest (the ABI's markers, the memory) are read from the admitted module, never from an instance. */
+const HOST_CALLS: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc", ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore])
+
+const exportNames = (m: binaryen.Module): Array<string> =>
+  Array.from({ length: m.getNumExports() }, (_, i) => binaryen.getExportInfo(m.getExportByIndex(i)).name)
+
+/**
+ * The instructions that change what `brain$restore` and the memory's image do not restore: a
+ * table's contents, and a segment's (dropped, or copied from at run time). Matched in Binaryen's
+ * text of the module, where an instruction is the only thing that follows `(` with its name
+ * (names follow `$`).
+ */
+const UNRESETTABLE = /\((table\.(set|grow|fill|copy|init)|elem\.drop|data\.drop|memory\.init)\b/
+
+const resettable = (m: binaryen.Module): boolean => !UNRESETTABLE.test(m.emitText())
+
+/** Adds `brain$save` and `brain$restore` over every mutable global the module defines (Asyncify's and the fuel included). */
+const addReset = (m: binaryen.Module) => {
+  const saved: Array<{ readonly name: string; readonly shadow: string; readonly type: binaryen.Type }> = []
+  for (let i = 0; i < m.getNumGlobals(); i++) {
+    const info = binaryen.getGlobalInfo(m.getGlobalByIndex(i))
+    if (!info.mutable || info.module) continue
+    saved.push({ name: info.name, shadow: `${info.name}$brain_saved`, type: info.type })
+  }
+  for (const g of saved) m.addGlobal(g.shadow, g.type, true, m.copyExpression(binaryen.getGlobalInfo(m.getGlobal(g.name)).init))
+  const copy = (from: "name" | "shadow", to: "name" | "shadow") =>
+    m.block(null, saved.map((g) => m.global.set(g[to], m.global.get(g[from], g.type))), binaryen.none)
+  m.addFunction(RESET_EXPORTS.save, binaryen.none, binaryen.none, [], copy("name", "shadow"))
+  m.addFunction(RESET_EXPORTS.restore, binaryen.none, binaryen.none, [], copy("shadow", "name"))
+  m.addFunctionExport(RESET_EXPORTS.save, RESET_EXPORTS.save)
+  m.addFunctionExport(RESET_EXPORTS.restore, RESET_EXPORTS.restore)
 }
 
 const importedFunctionNamed = (m: binaryen.Module, base: string): string | undefined => {

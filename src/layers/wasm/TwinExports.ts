@@ -12,11 +12,17 @@ export const ASYNCIFY_EXPORT = "brain$asyncify"
 export const ASYNCIFY_OPS = { startUnwind: 0, stopUnwind: 1, startRewind: 2, stopRewind: 3 } as const
 
 /**
+ * A resettable twin's two exports (Instrument.ts): `save` copies every mutable global into a shadow
+ * of its own, `restore` copies them back. A twin without them is never reset.
+ */
+export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as const
+
+/**
  * The version of what Instrument.ts makes of a module: a twin made ahead of time (by the build,
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 1
+export const TWIN_FORMAT = 2
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`

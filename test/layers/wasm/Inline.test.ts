@@ -8,6 +8,7 @@ import * as fs from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Option } from "effect"
 import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
+import { instanceStats } from "../../../src/layers/wasm/Inline.js"
 import { admitModule } from "../../../src/layers/wasm/Module.js"
 import { MAX_TWIN_MODULE_BYTES, twinOf } from "../../../src/layers/wasm/InlineModules.js"
 import { Pool } from "../../../src/layers/wasm/Pool.js"
@@ -65,7 +66,104 @@ const deepRead = (depth: number) =>
 const spinning = guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
 const fine = guest(`${data(100, '{"ok":"fine"}').segment} (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 13)))`)
 
+const PRISTINE = data(100, '{"ok":"pristine"}')
+const DIRTY = data(130, '{"ok":"dirty"}')
+
+/**
+ * Checks that everything it can change is as instantiation left it — a global with an initial
+ * value, a global and a memory word its start function set, a data segment's byte, a byte far past
+ * its data, its allocator's global (its input lands at 4096, the allocator's start) — then changes
+ * all of them, and answers "pristine" or "dirty". `extra` is more of its body (run first).
+ */
+const stateful = (extra = "", fields = "") =>
+  guest(`${PRISTINE.segment} ${DIRTY.segment} (data (i32.const 600) "\\2a") ${fields}
+    (global $g (mut i32) (i32.const 5))
+    (global $s (mut i64) (i64.const 0))
+    (func $init (global.set $s (i64.const 7)) (i32.store (i32.const 700) (i32.const 9)))
+    (start $init)
+    (func (export "brain_run") (param i32 i32) (result i64) (local $ok i32)
+      ${extra}
+      (local.set $ok (i32.and (i32.and (i32.and (i32.eq (global.get $g) (i32.const 5)) (i64.eq (global.get $s) (i64.const 7)))
+        (i32.and (i32.eq (i32.load8_u (i32.const 600)) (i32.const 42)) (i32.eq (i32.load (i32.const 700)) (i32.const 9))))
+        (i32.and (i32.eqz (i32.load8_u (i32.const 60000))) (i32.eq (local.get 0) (i32.const 4096)))))
+      (global.set $g (i32.const 6))
+      (global.set $s (i64.const 8))
+      (i32.store8 (i32.const 600) (i32.const 1))
+      (i32.store (i32.const 700) (i32.const 1))
+      (i32.store8 (i32.const 60000) (i32.const 1))
+      (if (result i64) (local.get $ok)
+        (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+        (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`)
+
 describe("WasmHost on the main thread", () => {
+  it.scopedLive("an instance put back after its activation completed is reused, and its guest finds every global, its memory and its allocator as a new instance's", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, stateful())
+      const before = { ...instanceStats }
+      for (let i = 0; i < 10; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
+      // Nine of ten on an instance put back: what the guest found is a reset's doing, not a new instance's.
+      expect(instanceStats.reused - before.reused).toBeGreaterThanOrEqual(9)
+      expect(wasm.stats).toEqual({ inline: 10, moved: 0, pool: 0 })
+    }))
+
+  it.scopedLive("an instance is never reused when its code can change a table, when its activation grew its memory, or when its activation failed: each activation gets a new one", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const tables = yield* Effect.orDie(wasm.admit(yield* Effect.promise(() =>
+        wat(stateful("(table.set $t (i32.const 0) (ref.func $init))", "(table $t 1 funcref) (elem declare func $init)"), { reference_types: true })
+      )))
+      const grows = yield* admit(wasm, stateful("(drop (memory.grow (i32.const 1)))"))
+      const fails = yield* admit(wasm, stateful("(global.set $g (i32.const 6)) (unreachable)"))
+      for (const [name, module] of [["tables", tables], ["grows", grows]] as const) {
+        const before = { ...instanceStats }
+        for (let i = 0; i < 3; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `${name} ${i}`).toBe("pristine")
+        expect(instanceStats.reused - before.reused, name).toBe(0)
+        expect(instanceStats.made - before.made, name).toBeGreaterThanOrEqual(2)
+      }
+      const before = { ...instanceStats }
+      for (let i = 0; i < 3; i++) {
+        const result = yield* Effect.either(wasm.runLoop(fails, activationInput(), hostWith({})))
+        expect(Either.isLeft(result) && result.left.failure.message, `fails ${i}`).toMatch(/trapped/)
+      }
+      expect(instanceStats.reused - before.reused).toBe(0)
+    }))
+
+  it.scopedLive("the official loop on instances put back makes the same host calls with the same requests, and gives the same result, activation after activation", () =>
+    Effect.gen(function*() {
+      const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* Effect.orDie(wasm.admit(bytes))
+      const activation = () =>
+        Effect.gen(function*() {
+          const calls: Array<unknown> = []
+          let round = 0
+          const host: Host = hostWith({
+            model: (request) =>
+              Effect.sync(() => {
+                calls.push(["model", request])
+                return round++ === 0
+                  ? { text: "", tool_calls: [{ id: "c1", name: "echo", input: { n: 1 } }], stop_reason: "tool_calls" as const }
+                  : { text: "done", tool_calls: [], stop_reason: "end" as const }
+              }),
+            dispatch: (request) =>
+              Effect.sync(() => {
+                calls.push(["dispatch", request])
+                return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
+              }),
+            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages])),
+            setTranscriptAtEnd: (messages) => Effect.sync(() => void calls.push(["set_transcript_at_end", messages]))
+          })
+          const result = yield* wasm.runLoop(module, { ...activationInput("again"), transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "yes" }] }, host)
+          return JSON.parse(JSON.stringify({ result, calls })) as unknown
+        })
+      const first = yield* activation()
+      const before = { ...instanceStats }
+      for (let i = 0; i < 3; i++) expect(yield* activation(), `activation ${i + 2}`).toEqual(first)
+      expect(instanceStats.reused - before.reused).toBe(3)
+      expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
+    }))
+
   it.scopedLive("a guest that computes past its main-thread allowance moves to a worker and completes there; the host call it made before the move is performed once", () =>
     Effect.gen(function*() {
       const wasm = yield* inlineHost(5)
