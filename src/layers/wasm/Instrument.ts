@@ -96,12 +96,19 @@ const exportNames = (m: binaryen.Module): Array<string> =>
 /**
  * The instructions that change what `brain$restore` and the memory's image do not restore: a
  * table's contents, and a segment's (dropped, or copied from at run time). Matched in Binaryen's
- * text of the module, where an instruction is the only thing that follows `(` with its name
- * (names follow `$`).
+ * text of each function's body, where an instruction is the only thing that follows `(` with its
+ * name (names follow `$`); only code can run them.
  */
 const UNRESETTABLE = /\((table\.(set|grow|fill|copy|init)|elem\.drop|data\.drop|memory\.init)\b/
 
-const resettable = (m: binaryen.Module): boolean => !UNRESETTABLE.test(m.emitText())
+/** Whether no function body has an UNRESETTABLE instruction (each body printed alone: a large module's whole text is never held). */
+const resettable = (m: binaryen.Module): boolean => {
+  for (let i = 0; i < m.getNumFunctions(); i++) {
+    const body = binaryen.getFunctionInfo(m.getFunctionByIndex(i)).body
+    if (body !== 0 && UNRESETTABLE.test(binaryen.emitText(body))) return false
+  }
+  return true
+}
 
 /** Adds `brain$save` and `brain$restore` over every mutable global the module defines (Asyncify's and the fuel included). */
 const addReset = (m: binaryen.Module) => {
