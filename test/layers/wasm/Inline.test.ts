@@ -66,6 +66,32 @@ const deepRead = (depth: number) =>
 const spinning = guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
 const fine = guest(`${data(100, '{"ok":"fine"}').segment} (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 13)))`)
 
+/**
+ * A Host that records every call: its model asks for `firstCalls` (echo tool calls) once, then
+ * answers "done"; its dispatch answers each call with its input.
+ */
+const recordingToolHost = (firstCalls: ReadonlyArray<{ readonly id: string; readonly input: unknown }>) => {
+  const calls: Array<unknown> = []
+  let round = 0
+  const host: Host = hostWith({
+    model: (request) =>
+      Effect.sync(() => {
+        calls.push(["model", request])
+        return round++ === 0
+          ? { text: "", tool_calls: firstCalls.map((c) => ({ id: c.id, name: "echo", input: c.input })), stop_reason: "tool_calls" as const }
+          : { text: "done", tool_calls: [], stop_reason: "end" as const }
+      }),
+    dispatch: (request) =>
+      Effect.sync(() => {
+        calls.push(["dispatch", request])
+        return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
+      }),
+    setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages])),
+    setTranscriptAtEnd: (messages) => Effect.sync(() => void calls.push(["set_transcript_at_end", messages]))
+  })
+  return { host, calls }
+}
+
 const PRISTINE = data(100, '{"ok":"pristine"}')
 const DIRTY = data(130, '{"ok":"dirty"}')
 
@@ -136,24 +162,7 @@ describe("WasmHost on the main thread", () => {
       const module = yield* Effect.orDie(wasm.admit(bytes))
       const activation = () =>
         Effect.gen(function*() {
-          const calls: Array<unknown> = []
-          let round = 0
-          const host: Host = hostWith({
-            model: (request) =>
-              Effect.sync(() => {
-                calls.push(["model", request])
-                return round++ === 0
-                  ? { text: "", tool_calls: [{ id: "c1", name: "echo", input: { n: 1 } }], stop_reason: "tool_calls" as const }
-                  : { text: "done", tool_calls: [], stop_reason: "end" as const }
-              }),
-            dispatch: (request) =>
-              Effect.sync(() => {
-                calls.push(["dispatch", request])
-                return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
-              }),
-            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages])),
-            setTranscriptAtEnd: (messages) => Effect.sync(() => void calls.push(["set_transcript_at_end", messages]))
-          })
+          const { host, calls } = recordingToolHost([{ id: "c1", input: { n: 1 } }])
           const result = yield* wasm.runLoop(module, { ...activationInput("again"), transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "yes" }] }, host)
           return JSON.parse(JSON.stringify({ result, calls })) as unknown
         })
@@ -273,24 +282,7 @@ describe("WasmHost on the main thread", () => {
         Effect.gen(function*() {
           const wasm = yield* inlineHost(inlineMs)
           const module = yield* Effect.orDie(wasm.admit(bytes))
-          const calls: Array<unknown> = []
-          let round = 0
-          const host: Host = hostWith({
-            model: (request) =>
-              Effect.sync(() => {
-                calls.push(["model", request])
-                return round++ === 0
-                  ? { text: "", tool_calls: [{ id: "c1", name: "echo", input: { n: 1 } }, { id: "c2", name: "echo", input: { n: 2 } }], stop_reason: "tool_calls" as const }
-                  : { text: "done", tool_calls: [], stop_reason: "end" as const }
-              }),
-            dispatch: (request) =>
-              Effect.sync(() => {
-                calls.push(["dispatch", request])
-                return request.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: c.input, is_error: false }))
-              }),
-            setTranscript: (messages) => Effect.sync(() => void calls.push(["set_transcript", messages])),
-            setTranscriptAtEnd: (messages) => Effect.sync(() => void calls.push(["set_transcript_at_end", messages]))
-          })
+          const { host, calls } = recordingToolHost([{ id: "c1", input: { n: 1 } }, { id: "c2", input: { n: 2 } }])
           const input: ActivationInput = { ...activationInput("two rounds, please"), transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "yes" }] }
           const result = yield* wasm.runLoop(module, input, host)
           return { result, calls: JSON.parse(JSON.stringify(calls)) as unknown, stats: { ...wasm.stats } }
