@@ -42,12 +42,10 @@ const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "as
 
 /** Returns the instrumented module's bytes; throws when Binaryen cannot read or instrument `bytes`. */
 export const instrument = (bytes: Uint8Array): Uint8Array => {
+  settle()
   const m = binaryen.readBinary(bytes)
   try {
     m.setFeatures(binaryen.Features.All)
-    // Optimizing here would take seconds for little: V8's own compiler optimizes the result.
-    binaryen.setOptimizeLevel(0)
-    binaryen.setShrinkLevel(0)
     // A call of an imported `log_execution(i32)` at every function entry and loop header...
     m.runPasses(["log-execution"])
     const logName = importedFunctionNamed(m, "log_execution")
@@ -61,10 +59,12 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       m.global.set("brain$fuel", m.i32.sub(fuel(), m.i32.const(1))),
       m.if(m.i32.lt_s(fuel(), m.i32.const(0)), m.global.set("brain$fuel", m.call("brain$tick", [], binaryen.i32)))
     ]))
-    // ...and inlined at every site, so metering costs a global decrement and a branch.
-    binaryen.setAlwaysInlineMaxSize(40)
-    m.runPasses(["inlining"])
-    binaryen.setPassArgument("asyncify-imports", "brain.call")
+    // ...and inlined at every site (settle: functions this small always are), so metering costs a
+    // global decrement and a branch. The pass numbers its call sites from a counter Binaryen keeps
+    // for the process; the inlined function ignores the number, so the dead store of it and its
+    // dropped constant are removed, and a module's twin is the same bytes however many were made
+    // before it.
+    m.runPasses(["inlining", "coalesce-locals", "vacuum"])
     m.runPasses(["asyncify"])
     const [startUnwind, stopUnwind, startRewind, stopRewind] = ASYNCIFY_FUNCTIONS.map((name) => binaryen.getExportInfo(m.getExport(name)).value)
     for (const name of [...ASYNCIFY_FUNCTIONS, "asyncify_get_state"]) m.removeExport(name)
@@ -125,6 +125,33 @@ const addReset = (m: binaryen.Module) => {
   m.addFunction(RESET_EXPORTS.restore, binaryen.none, binaryen.none, [], copy("shadow", "name"))
   m.addFunctionExport(RESET_EXPORTS.save, RESET_EXPORTS.save)
   m.addFunctionExport(RESET_EXPORTS.restore, RESET_EXPORTS.restore)
+}
+
+/**
+ * Sets every one of Binaryen's process-wide options its passes read, so that the twin of a module
+ * is the same bytes in every process, whatever ran Binaryen there before: the build compiles the
+ * shipped loops with asc, which sets its own, in the process that then makes their twins (the
+ * official loop's twin came out 11 KB smaller there than a server's).
+ */
+const settle = () => {
+  binaryen.clearPassArguments()
+  binaryen.setPassArgument("asyncify-imports", "brain.call")
+  // Optimizing here would take seconds for little: V8's own compiler optimizes the result.
+  binaryen.setOptimizeLevel(0)
+  binaryen.setShrinkLevel(0)
+  binaryen.setDebugInfo(false)
+  binaryen.setTrapsNeverHappen(false)
+  binaryen.setClosedWorld(false)
+  binaryen.setLowMemoryUnused(false)
+  binaryen.setZeroFilledMemory(false)
+  binaryen.setFastMath(false)
+  binaryen.setGenerateStackIR(false)
+  binaryen.setOptimizeStackIR(false)
+  // The metering function (the log-execution call's body) is below this: always inlined.
+  binaryen.setAlwaysInlineMaxSize(40)
+  binaryen.setFlexibleInlineMaxSize(20)
+  binaryen.setOneCallerInlineMaxSize(-1)
+  binaryen.setAllowInliningFunctionsWithLoops(false)
 }
 
 const importedFunctionNamed = (m: binaryen.Module, base: string): string | undefined => {
