@@ -7,11 +7,13 @@
  * directory and is swept when the module's removal is asked for. A removed module's instrumented
  * twin (`{dataDir}/agentloops/twins/`, kept by the WasmHost) goes with it; a twin written after
  * its module's removal (the removal raced the twin's write) and the temporary files of writes a
- * crash cut short are swept at start (`sweep`).
+ * crash cut short, and twins of an older twin format (never read again), are swept at start
+ * (`sweep`).
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Data, Effect, Option } from "effect"
+import { prebuiltTwinName } from "../wasm/TwinExports.js"
 
 export class StoreFailed extends Data.TaggedError("StoreFailed")<{ readonly reason: string }> {}
 
@@ -30,7 +32,7 @@ export interface ModuleStoreShape {
   readonly unuse: (id: string, session: string) => Effect.Effect<void>
   /** The sessions recorded as using the module. */
   readonly users: (id: string) => Effect.Effect<ReadonlyArray<string>>
-  /** At start, before any write: removes twins without their module and temporary files. */
+  /** At start, before any write: removes twins without their module or of another twin format, and temporary files. */
   readonly sweep: Effect.Effect<void, StoreFailed>
 }
 
@@ -109,9 +111,11 @@ export const fileStore = (dir: string): ModuleStoreShape => {
       const names = await fs.readdir(dir).catch(() => [] as Array<string>)
       const stored = new Set(names.filter((n) => n.endsWith(".wasm") && ID.test(n.slice(0, -5))).map((n) => n.slice(0, -5)))
       for (const name of names) if (name.endsWith(".tmp")) await fs.rm(path.join(dir, name), { force: true })
-      // A twin is named by its module's id first (`{id}.v{format}.wasm`, wasm/TwinExports.ts).
+      // A twin is named by its module's id and the twin format (`{id}.v{format}.wasm`,
+      // wasm/TwinExports.ts): one of another format is never read again.
       for (const name of await fs.readdir(twinsDir).catch(() => [] as Array<string>)) {
-        if (name.endsWith(".tmp") || !stored.has(name.slice(0, name.indexOf(".")))) await fs.rm(path.join(twinsDir, name), { force: true })
+        const id = name.slice(0, name.indexOf("."))
+        if (!stored.has(id) || name !== prebuiltTwinName(id)) await fs.rm(path.join(twinsDir, name), { force: true })
       }
     })
   }

@@ -11,14 +11,14 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as AgentloopsLive from "../../../src/layers/AgentloopsLive.js"
 import { fileStore } from "../../../src/layers/agentloops/ModuleStore.js"
-import { prebuiltTwinName } from "../../../src/layers/wasm/TwinExports.js"
+import { prebuiltTwinName, TWIN_FORMAT } from "../../../src/layers/wasm/TwinExports.js"
 import { Agentloops } from "../../../src/services/Agentloop.js"
 
 const STORED = "a".repeat(64)
 const GONE = "b".repeat(64)
 
 describe("the module store's leftovers", () => {
-  it.effect("starting the Agentloops service removes twins without their module and temporary files, and keeps every stored module and its twin", () =>
+  it.effect("starting the Agentloops service removes twins without their module, twins of another twin format, and temporary files, and keeps every stored module and its twin", () =>
     Effect.gen(function*() {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-modules-"))
       const store = fileStore(dir)
@@ -28,8 +28,9 @@ describe("the module store's leftovers", () => {
       const keptTwin = path.join(twins, prebuiltTwinName(STORED))
       const orphanTwin = path.join(twins, prebuiltTwinName(GONE))
       const twinTmp = path.join(twins, `${prebuiltTwinName(STORED)}.123.abc.tmp`)
+      const olderTwin = path.join(twins, `${STORED}.v${TWIN_FORMAT - 1}.wasm`)
       const moduleTmp = path.join(dir, `${GONE}.wasm.123.456.tmp`)
-      for (const f of [keptTwin, orphanTwin, twinTmp, moduleTmp]) fs.writeFileSync(f, "x")
+      for (const f of [keptTwin, orphanTwin, twinTmp, olderTwin, moduleTmp]) fs.writeFileSync(f, "x")
 
       yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsLive.layer({ store }))))
 
@@ -37,6 +38,7 @@ describe("the module store's leftovers", () => {
       expect(fs.existsSync(keptTwin)).toBe(true)
       expect(fs.existsSync(orphanTwin)).toBe(false)
       expect(fs.existsSync(twinTmp)).toBe(false)
+      expect(fs.existsSync(olderTwin)).toBe(false)
       expect(fs.existsSync(moduleTmp)).toBe(false)
       expect((yield* store.list).map((m) => m.id)).toEqual([STORED])
     }))
