@@ -154,10 +154,13 @@ const kept = (bytes: number) => {
   }
 }
 
+/** Whether a memory can be kept as a spare: still at its initial size, and not above SPARE_MEMORY_BYTES. */
+const keepable = (bytes: number, limits: { initial: number }) => bytes === limits.initial * PAGE_BYTES && bytes <= SPARE_MEMORY_BYTES
+
 /** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
 const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
   const bytes = memory.buffer.byteLength
-  if (bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) return
+  if (!keepable(bytes, limits)) return
   new Uint8Array(memory.buffer).fill(0)
   const key = `${limits.initial}:${limits.maximum}`
   const list = spareMemories.get(key) ?? []
@@ -190,7 +193,7 @@ const imageOf = (memory: WebAssembly.Memory): Uint8Array => {
 const putBack = (run: Run, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): boolean => {
   const bytes = run.memory.buffer.byteLength
   const image = images.get(instrumented)
-  if (!run.resettable || image === undefined || bytes !== limits.initial * PAGE_BYTES || bytes > SPARE_MEMORY_BYTES) {
+  if (!run.resettable || image === undefined || !keepable(bytes, limits)) {
     recycle(run.memory, limits)
     return false
   }
