@@ -11,11 +11,22 @@ import * as MemoryStore from "./journal/MemoryStore.js"
 
 export type MemoryJournalControl = MemoryStore.MemoryStoreControl
 
-/** The journal and its fault-injection control; the writer lives as long as the scope. */
-export const make = Effect.gen(function*() {
-  const { control, store } = MemoryStore.make()
-  const journal = yield* Core.make(store)
-  return { journal, control }
-})
+export type MemorySessions = MemoryStore.MemorySessions
+
+/**
+ * The journal and its fault-injection control; the writer lives as long as the scope. Journals
+ * made over the same `shared` sessions are separate owners of one store (MemoryStore.ts).
+ */
+export const makeOver = (shared?: MemorySessions, options?: Core.CoreOptions) =>
+  Effect.gen(function*() {
+    const { control, store } = MemoryStore.make(shared)
+    const journal = yield* Core.make(store, options)
+    return { journal, control }
+  })
+
+export const make = makeOver()
 
 export const layer = Layer.scoped(Journal, Effect.map(make, (m) => m.journal))
+
+/** A journal owning sessions of a store shared with other owners (made with the same `shared`). */
+export const layerOver = (shared: MemorySessions) => Layer.scoped(Journal, Effect.map(makeOver(shared), (m) => m.journal))

@@ -5,6 +5,13 @@
  * open. A session is opened (the store validates it, a torn final write repaired) on its first
  * access; concurrent first accesses share one open; past `maxHandles` the least recently used
  * sessions with nothing in flight are dropped from memory. A damaged session is refused on its own.
+ *
+ * Over a store several owners share (one with `claim`, Store.ts), the core claims each session at
+ * its first open and keeps that claim for as long as it runs, through the session being dropped
+ * from memory and opened again: all its commits carry it, so once another owner claims the
+ * session they are refused (a sticky write failure here) and never land after the other owner's
+ * recovery. The core never claims a session again by itself; it lets go of a claim only when the
+ * session is deleted.
  */
 import { Clock, Deferred, Effect, Exit, FiberId, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
@@ -40,6 +47,14 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     const creating = new Set<string>()
     /** Sessions being deleted: no new open may start, so nothing of them lingers in memory. */
     const removing = new Set<string>()
+    /** This core's claim on each session it has opened (stores with `claim` only). */
+    const claims = new Map<string, number>()
+    const claimOf = (session: SessionId, state: S): Effect.Effect<number | undefined> => {
+      if (store.claim === undefined) return Effect.succeed(undefined)
+      const held = claims.get(session)
+      if (held !== undefined) return Effect.succeed(held)
+      return Effect.tap(store.claim(session, state), (generation) => void claims.set(session, generation))
+    }
 
     // Close order: refuse new appends, let the loop drain what was queued, then close the store.
     yield* Effect.addFinalizer(() => Effect.zipRight(writer.refuseQueued, store.close))
@@ -99,11 +114,13 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         const opened = Deferred.unsafeMake<OpenSession<S>, JournalReadError>(FiberId.none)
         handles.set(session, opened)
         return store.open(session).pipe(
-          Effect.map((o) => {
-            const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs)
-            open.tail.keep(o.recent)
-            return open
-          }),
+          Effect.flatMap((o) =>
+            Effect.map(claimOf(session, o.state), (generation) => {
+              const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs, generation)
+              open.tail.keep(o.recent)
+              return open
+            })
+          ),
           Effect.exit,
           Effect.tap((exit) => {
             if (Exit.isFailure(exit)) handles.delete(session)
@@ -208,7 +225,10 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
             }
           }
           // Gone (or not): later opens find out from the store itself.
-          yield* store.remove(session, state).pipe(Effect.ensuring(Effect.sync(() => removing.delete(session))))
+          yield* store.remove(session, state).pipe(
+            Effect.tap(() => void claims.delete(session)),
+            Effect.ensuring(Effect.sync(() => removing.delete(session)))
+          )
         }).pipe(Effect.uninterruptible),
       reset: (session) =>
         Effect.suspend(() => {

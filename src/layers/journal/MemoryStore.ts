@@ -3,6 +3,10 @@
  * journal core as the file store, so the same sequencing, group commit, tails and failures);
  * never the embedded default. `failNextWrite` makes a session's next round fail as a failed write
  * would, for fault injection.
+ *
+ * Several journal cores can share one store's sessions (`make(shared)`), as owners in separate
+ * processes would share a database: the store has `claim`, and refuses a commit from an owner
+ * whose claim on the session was overtaken (Store.ts, "Ownership").
  */
 import { Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
@@ -17,21 +21,27 @@ export interface MemorySession {
   readonly session: SessionId
   readonly records: Array<RecentRecord>
   removed: boolean
+  /** The latest claim on the session (0: never claimed). */
+  generation: number
 }
+
+/** The sessions a memory store keeps, which several stores (one per owner) may share. */
+export type MemorySessions = Map<string, MemorySession>
 
 export interface MemoryStoreControl {
   /** The session's next round fails as a write failure would (and the failure sticks until reset). */
   readonly failNextWrite: (session: SessionId) => void
 }
 
-export const make = (): { readonly store: JournalStore<MemorySession>; readonly control: MemoryStoreControl } => {
-  const sessions = new Map<string, MemorySession>()
+export const make = (
+  sessions: MemorySessions = new Map()
+): { readonly store: JournalStore<MemorySession>; readonly control: MemoryStoreControl } => {
   const failing = new Set<string>()
   const store: JournalStore<MemorySession> = {
     create: (session) =>
       Effect.suspend(() => {
         if (sessions.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
-        sessions.set(session, { session, records: [], removed: false })
+        sessions.set(session, { session, records: [], removed: false, generation: 0 })
         return Effect.void
       }),
     exists: (session) => Effect.sync(() => sessions.has(session)),
@@ -43,12 +53,20 @@ export const make = (): { readonly store: JournalStore<MemorySession>; readonly 
         const last = s.records[s.records.length - 1]
         return Effect.succeed({ state: s, lastSequence: s.records.length, lastRecordedAtMs: last?.recordedAtMs ?? 0, recent: [] })
       }),
+    claim: (_session, state) => Effect.sync(() => ++state.generation),
     commit: (items, onDone) =>
       Effect.sync(() => {
         for (let i = 0; i < items.length; i++) {
-          const { recordedAtMs, records, state } = items[i]!
+          const { generation, recordedAtMs, records, state } = items[i]!
           if (state.removed) {
             onDone(i, "the session was deleted")
+            continue
+          }
+          if (generation !== state.generation) {
+            onDone(
+              i,
+              `another owner claimed the session (generation ${state.generation}, this owner's ${generation}); nothing of this append was written`
+            )
             continue
           }
           if (failing.delete(state.session)) {

@@ -15,6 +15,13 @@
  * - `open` returns only committed records' end: a torn final write is repaired (dropped and the
  *   store synced) before anything is returned; damage anywhere else is `JournalCorrupt`.
  * - Between `commit` rounds nothing of a session changes but through `remove`.
+ * - Ownership: a store that several journal cores (owners) can share has `claim`. A core claims a
+ *   session once, before its first append to it (its open: reads, recovery); each claim takes a
+ *   new generation, and `commit` refuses an item whose `generation` is not the session's latest
+ *   claim, writing nothing of it. So once another owner has claimed a session, nothing the old
+ *   owner still had in flight can land after what the new one recovered. A store that only one
+ *   owner can ever reach has no `claim`: the file store's owner is the process holding the data
+ *   directory's lock (DataDir.ts), which no second process can hold while it lives.
  */
 import type { Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
@@ -44,6 +51,8 @@ export interface StoredRecord {
 export interface CommitItem<S> {
   readonly session: SessionId
   readonly state: S
+  /** The committing owner's claim on the session (stores with `claim`). */
+  readonly generation: number | undefined
   readonly recordedAtMs: number
   readonly records: ReadonlyArray<StoredRecord>
 }
@@ -53,6 +62,11 @@ export interface JournalStore<S> {
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
   readonly list: Effect.Effect<ReadonlyArray<SessionId>>
   readonly open: (session: SessionId) => Effect.Effect<Opened<S>, SessionNotFound | JournalCorrupt>
+  /**
+   * Makes the caller the session's owner: a generation above every earlier claim, which its
+   * commits then carry. Only on stores several owners can share (see the module's rules).
+   */
+  readonly claim?: (session: SessionId, state: S) => Effect.Effect<number>
   /** One group-commit round; see the module's rules. */
   readonly commit: (
     items: ReadonlyArray<CommitItem<S>>,

@@ -41,7 +41,9 @@ export class OpenSession<S> {
     readonly session: SessionId,
     readonly state: S,
     public lastSequence: number,
-    public lastRecordedAtMs: number
+    public lastRecordedAtMs: number,
+    /** The core's claim on the session, carried by every commit (stores with `claim`). */
+    readonly generation: number | undefined
   ) {}
 }
 
@@ -295,7 +297,7 @@ export class Writer<S> {
           sequences.push(seqs)
         }
         shares.push({ open, appends, sequences, recordedAt, next, staged })
-        items.push({ session: open.session, state: open.state, recordedAtMs: recordedAt, records })
+        items.push({ session: open.session, state: open.state, generation: open.generation, recordedAtMs: recordedAt, records })
       }
       return items.length > 0 ? this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure)) : Effect.void
     }).pipe(

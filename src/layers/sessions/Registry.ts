@@ -113,7 +113,11 @@ interface Slot {
 
 export class Registry {
   private readonly cells = new Map<SessionId, Slot>()
-  /** Sessions checked for interrupted work by this process. */
+  /**
+   * Sessions checked for interrupted work by this process: once per claim on them, since the
+   * journal core claims a session once and never again by itself (Core.ts); a recovery written
+   * after another owner's claim is refused by the store's fence.
+   */
   private readonly checked = new Set<SessionId>()
   /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
   private readonly broken = new Set<SessionId>()
