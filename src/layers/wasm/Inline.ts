@@ -24,13 +24,14 @@
  * the copy saved at that moment; its tables and segments its code cannot change. The guest cannot
  * tell it from a new instance (nothing else of an instance is state a guest can read), and the
  * main thread is spared V8's instantiation (about a fifth of a text turn's guest-side cost). An
- * instance whose activation failed, trapped, moved or grew its memory is never kept.
+ * instance whose activation failed, trapped, moved or grew its memory is never kept. Spare memories
+ * and instances put back, and their bounds, are Spares.ts's.
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
-import { PAGE_BYTES } from "./Module.js"
+import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
 export interface InlineLimits extends ActivationLimits {
   /** Milliseconds of compute the main thread lends one activation before moving it to a worker. */
@@ -74,159 +75,6 @@ const UNWINDING = 1
 const REWINDING = 2
 
 /**
- * Spares: memories activations left at their initial size, zero-filled, and instances put back as
- * instantiation left them (with their memories), counted together. As many activations as run or
- * wait in host calls at once each hold one, so the spares cover that many at their peak over the
- * last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each at most
- * SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each page)
- * costs about a millisecond, ten times a small guest's whole activation, so a spare that goes when
- * the load dips for a second is paid for again when it comes back. When fewer activations run, the
- * spares shrink with them within five seconds, so an idle server keeps a few.
- */
-const SPARE_BYTES = 64 << 20
-const SPARE_MEMORY_BYTES = 4 << 20
-const SPARE_MIN = 4
-
-const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
-/** Instances at rest, by module (the most recently used module last). */
-const spareRuns = new Map<WebAssembly.Module, Array<Run>>()
-let spareBytes = 0
-let spareCount = 0
-/** Activations on the main thread now, from their start to their end, waits in host calls included. */
-let running = 0
-/** The most that ran at once since the last tick of the trim, and in each of the SPARE_TICKS ticks before. */
-let peak = 0
-const SPARE_TICKS = 4
-const peaks: Array<number> = []
-const SPARE_TRIM_MS = 1_000
-let trimming: ReturnType<typeof setInterval> | undefined
-
-/** Instances made and instances reused on the main thread, since the process started (for tests and benchmarks). */
-export const instanceStats = { made: 0, reused: 0 }
-
-/** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
-const trim = () => {
-  const most = Math.max(SPARE_MIN, peak, ...peaks)
-  const over = () => spareBytes > SPARE_BYTES || spareCount > most
-  for (const [k, l] of spareMemories) {
-    if (!over()) break
-    while (l.length > 0 && over()) {
-      spareBytes -= l.shift()!.buffer.byteLength
-      spareCount--
-    }
-    if (l.length === 0) spareMemories.delete(k)
-  }
-  for (const [k, l] of spareRuns) {
-    if (!over()) break
-    while (l.length > 0 && over()) {
-      spareBytes -= l.shift()!.memory.buffer.byteLength
-      spareCount--
-    }
-    if (l.length === 0) spareRuns.delete(k)
-  }
-}
-
-const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
-  const spare = spareMemories.get(`${limits.initial}:${limits.maximum}`)?.pop()
-  if (spare === undefined) return new WebAssembly.Memory(limits)
-  spareBytes -= spare.buffer.byteLength
-  spareCount--
-  return spare
-}
-
-/** Counts a spare in, trims, and keeps the trim's tick going while there are spares or activations. */
-const kept = (bytes: number) => {
-  spareBytes += bytes
-  spareCount++
-  trim()
-  if (trimming === undefined) {
-    trimming = setInterval(() => {
-      peaks.push(peak)
-      if (peaks.length > SPARE_TICKS) peaks.shift()
-      peak = running
-      trim()
-      if (spareCount === 0 && running === 0) {
-        clearInterval(trimming)
-        trimming = undefined
-      }
-    }, SPARE_TRIM_MS)
-    trimming.unref()
-  }
-}
-
-/** Whether a memory can be kept as a spare: still at its initial size, and not above SPARE_MEMORY_BYTES. */
-const keepable = (bytes: number, limits: { initial: number }) => bytes === limits.initial * PAGE_BYTES && bytes <= SPARE_MEMORY_BYTES
-
-/** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
-const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
-  const bytes = memory.buffer.byteLength
-  if (!keepable(bytes, limits)) return
-  new Uint8Array(memory.buffer).fill(0)
-  const key = `${limits.initial}:${limits.maximum}`
-  const list = spareMemories.get(key) ?? []
-  // Most recently used limits last, so the oldest are dropped first.
-  spareMemories.delete(key)
-  spareMemories.set(key, list)
-  list.push(memory)
-  kept(bytes)
-}
-
-/**
- * Each resettable module's memory as instantiation leaves it (its data segments, and what its
- * start function stored), up to its last non-zero byte: the same for every instance of the module,
- * which gets a zeroed or new memory and whose start function cannot call the host.
- */
-const images = new WeakMap<WebAssembly.Module, Uint8Array>()
-
-const imageOf = (memory: WebAssembly.Memory): Uint8Array => {
-  const bytes = new Uint8Array(memory.buffer)
-  let end = bytes.length
-  while (end > 0 && bytes[end - 1] === 0) end--
-  return bytes.slice(0, end)
-}
-
-/**
- * Puts a completed activation's instance back as instantiation left it and keeps it for the
- * module's next activation, when its twin can be reset and its memory is still at its initial
- * size; otherwise keeps only its memory (zeroed). Answers whether the instance was kept.
- */
-const putBack = (run: Run, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): boolean => {
-  const bytes = run.memory.buffer.byteLength
-  const image = images.get(instrumented)
-  if (!run.resettable || image === undefined || !keepable(bytes, limits)) {
-    recycle(run.memory, limits)
-    return false
-  }
-  const memory = new Uint8Array(run.memory.buffer)
-  memory.set(image)
-  memory.fill(0, image.length)
-  run.exports[RESET_EXPORTS.restore]()
-  run.rest()
-  const list = spareRuns.get(instrumented) ?? []
-  spareRuns.delete(instrumented)
-  spareRuns.set(instrumented, list)
-  list.push(run)
-  kept(bytes)
-  return true
-}
-
-/** A spare instance of `instrumented` with memory limits `key`, if one is kept. */
-const spareRun = (instrumented: WebAssembly.Module, key: string): Run | undefined => {
-  const list = spareRuns.get(instrumented)
-  if (list === undefined) return undefined
-  for (let i = list.length - 1; i >= 0; i--) {
-    const run = list[i]!
-    if (run.key !== key) continue
-    list.splice(i, 1)
-    if (list.length === 0) spareRuns.delete(instrumented)
-    spareBytes -= run.memory.buffer.byteLength
-    spareCount--
-    return run
-  }
-  return undefined
-}
-
-/**
  * The instance the next activation of a module will take, made when the main thread is next idle
  * after one of its activations completed (as a worker thread does, GuestWorker.ts): instantiation
  * leaves the activation's path. Still a fresh instance per activation: nothing has run in it but
@@ -265,7 +113,7 @@ const decoder = new TextDecoder("utf-8", { fatal: true })
 const failed = (message: string): Effect.Effect<never, ActivationFailure> => Effect.fail({ _tag: "guest", message })
 
 /** One activation's instance and where it stands. */
-class Run {
+class Run implements Resting {
   readonly memory: WebAssembly.Memory
   exports: Record<string, any> = {}
   /** Instantiating: a host call now comes from the start function. */
@@ -298,7 +146,7 @@ class Run {
     const save = this.exports[RESET_EXPORTS.save]
     if (typeof save === "function" && typeof this.exports[RESET_EXPORTS.restore] === "function") {
       save()
-      if (!images.has(instrumented)) images.set(instrumented, imageOf(this.memory))
+      imageKept(instrumented, this.memory)
       this.resettable = true
     }
   }
@@ -401,9 +249,8 @@ class Run {
  */
 export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
   Effect.suspend(() => {
-    running++
-    if (running > peak) peak = running
-    return Effect.ensuring(start(instrumented, activation, limits), Effect.sync(() => void running--))
+    activationStarted()
+    return Effect.ensuring(start(instrumented, activation, limits), Effect.sync(activationEnded))
   })
 
 const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
@@ -415,7 +262,7 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
     const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
     const made = ahead.get(instrumented)
     let run: Run
-    const spare = spareRun(instrumented, key)
+    const spare = spareRun<Run>(instrumented, key)
     if (spare !== undefined) {
       instanceStats.reused++
       run = spare

@@ -1,0 +1,185 @@
+/**
+ * What the main thread keeps between activations (Inline.ts): spare memories, left by
+ * activations at their initial size and zero-filled, and instances put back as instantiation left
+ * them, with their memories. An instance is put back only when its twin can be reset
+ * (Instrument.ts, RESET_EXPORTS) and its memory is still at its initial size: its memory is written
+ * again from the module's image (taken right after its first instantiation) and zero beyond, its
+ * mutable globals restored from the copy its twin saved at instantiation.
+ */
+import { RESET_EXPORTS } from "./TwinExports.js"
+import { PAGE_BYTES } from "./Module.js"
+
+/** An instance as it rests between activations: what putting it back and taking it again need. */
+export interface Resting {
+  readonly memory: WebAssembly.Memory
+  readonly exports: Record<string, any>
+  /** Its twin exports RESET_EXPORTS (and its code cannot change its tables or segments). */
+  readonly resettable: boolean
+  /** Its memory limits, `initial:maximum`. */
+  readonly key: string
+  /** Clears what the activation left in the instance's host-side state. */
+  rest(): void
+}
+
+/**
+ * Spares: memories activations left at their initial size, zero-filled, and instances put back as
+ * instantiation left them (with their memories), counted together. As many activations as run or
+ * wait in host calls at once each hold one, so the spares cover that many at their peak over the
+ * last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each at most
+ * SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each page)
+ * costs about a millisecond, ten times a small guest's whole activation, so a spare that goes when
+ * the load dips for a second is paid for again when it comes back. When fewer activations run, the
+ * spares shrink with them within five seconds, so an idle server keeps a few.
+ */
+const SPARE_BYTES = 64 << 20
+const SPARE_MEMORY_BYTES = 4 << 20
+const SPARE_MIN = 4
+
+const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
+/** Instances at rest, by module (the most recently used module last). */
+const spareRuns = new Map<WebAssembly.Module, Array<Resting>>()
+let spareBytes = 0
+let spareCount = 0
+/** Activations on the main thread now, from their start to their end, waits in host calls included. */
+let running = 0
+
+/** An activation on the main thread starts: it holds a memory until it ends. */
+export const activationStarted = () => {
+  running++
+  if (running > peak) peak = running
+}
+
+export const activationEnded = () => void running--
+/** The most that ran at once since the last tick of the trim, and in each of the SPARE_TICKS ticks before. */
+let peak = 0
+const SPARE_TICKS = 4
+const peaks: Array<number> = []
+const SPARE_TRIM_MS = 1_000
+let trimming: ReturnType<typeof setInterval> | undefined
+
+/** Instances made and instances reused on the main thread, since the process started (for tests and benchmarks). */
+export const instanceStats = { made: 0, reused: 0 }
+
+/** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
+const trim = () => {
+  const most = Math.max(SPARE_MIN, peak, ...peaks)
+  const over = () => spareBytes > SPARE_BYTES || spareCount > most
+  for (const [k, l] of spareMemories) {
+    if (!over()) break
+    while (l.length > 0 && over()) {
+      spareBytes -= l.shift()!.buffer.byteLength
+      spareCount--
+    }
+    if (l.length === 0) spareMemories.delete(k)
+  }
+  for (const [k, l] of spareRuns) {
+    if (!over()) break
+    while (l.length > 0 && over()) {
+      spareBytes -= l.shift()!.memory.buffer.byteLength
+      spareCount--
+    }
+    if (l.length === 0) spareRuns.delete(k)
+  }
+}
+
+export const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
+  const spare = spareMemories.get(`${limits.initial}:${limits.maximum}`)?.pop()
+  if (spare === undefined) return new WebAssembly.Memory(limits)
+  spareBytes -= spare.buffer.byteLength
+  spareCount--
+  return spare
+}
+
+/** Counts a spare in, trims, and keeps the trim's tick going while there are spares or activations. */
+const kept = (bytes: number) => {
+  spareBytes += bytes
+  spareCount++
+  trim()
+  if (trimming === undefined) {
+    trimming = setInterval(() => {
+      peaks.push(peak)
+      if (peaks.length > SPARE_TICKS) peaks.shift()
+      peak = running
+      trim()
+      if (spareCount === 0 && running === 0) {
+        clearInterval(trimming)
+        trimming = undefined
+      }
+    }, SPARE_TRIM_MS)
+    trimming.unref()
+  }
+}
+
+/** Whether a memory can be kept as a spare: still at its initial size, and not above SPARE_MEMORY_BYTES. */
+const keepable = (bytes: number, limits: { initial: number }) => bytes === limits.initial * PAGE_BYTES && bytes <= SPARE_MEMORY_BYTES
+
+/** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
+export const recycle = (memory: WebAssembly.Memory, limits: { initial: number; maximum: number }) => {
+  const bytes = memory.buffer.byteLength
+  if (!keepable(bytes, limits)) return
+  new Uint8Array(memory.buffer).fill(0)
+  const key = `${limits.initial}:${limits.maximum}`
+  const list = spareMemories.get(key) ?? []
+  // Most recently used limits last, so the oldest are dropped first.
+  spareMemories.delete(key)
+  spareMemories.set(key, list)
+  list.push(memory)
+  kept(bytes)
+}
+
+/**
+ * Each resettable module's memory as instantiation leaves it (its data segments, and what its
+ * start function stored), up to its last non-zero byte: the same for every instance of the module,
+ * which gets a zeroed or new memory and whose start function cannot call the host.
+ */
+const images = new WeakMap<WebAssembly.Module, Uint8Array>()
+
+/** Takes a module's image from the memory of an instance instantiation has just made (the first one only). */
+export const imageKept = (instrumented: WebAssembly.Module, memory: WebAssembly.Memory) => {
+  if (images.has(instrumented)) return
+  const bytes = new Uint8Array(memory.buffer)
+  let end = bytes.length
+  while (end > 0 && bytes[end - 1] === 0) end--
+  images.set(instrumented, bytes.slice(0, end))
+}
+
+/**
+ * Puts a completed activation's instance back as instantiation left it and keeps it for the
+ * module's next activation, when its twin can be reset and its memory is still at its initial
+ * size; otherwise keeps only its memory (zeroed). Answers whether the instance was kept.
+ */
+export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): boolean => {
+  const bytes = run.memory.buffer.byteLength
+  const image = images.get(instrumented)
+  if (!run.resettable || image === undefined || !keepable(bytes, limits)) {
+    recycle(run.memory, limits)
+    return false
+  }
+  const memory = new Uint8Array(run.memory.buffer)
+  memory.set(image)
+  memory.fill(0, image.length)
+  run.exports[RESET_EXPORTS.restore]()
+  run.rest()
+  const list = spareRuns.get(instrumented) ?? []
+  spareRuns.delete(instrumented)
+  spareRuns.set(instrumented, list)
+  list.push(run)
+  kept(bytes)
+  return true
+}
+
+/** A spare instance of `instrumented` with memory limits `key`, if one is kept. */
+export const spareRun = <R extends Resting>(instrumented: WebAssembly.Module, key: string): R | undefined => {
+  const list = spareRuns.get(instrumented)
+  if (list === undefined) return undefined
+  for (let i = list.length - 1; i >= 0; i--) {
+    const run = list[i]!
+    if (run.key !== key) continue
+    list.splice(i, 1)
+    if (list.length === 0) spareRuns.delete(instrumented)
+    spareBytes -= run.memory.buffer.byteLength
+    spareCount--
+    return run as R
+  }
+  return undefined
+}
