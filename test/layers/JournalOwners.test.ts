@@ -12,15 +12,21 @@ import type { MemorySessions } from "../../src/layers/JournalMemory.js"
 
 const kv = (key: string) => entry("kv_put", { key, value: key })
 
+/** Two owners of one store, and a session the first created and appended `a1` to. */
+const twoOwners = Effect.gen(function*() {
+  const shared: MemorySessions = new Map()
+  const a = (yield* JournalMemory.makeOver(shared)).journal
+  const b = (yield* JournalMemory.makeOver(shared)).journal
+  const s = yield* mintSessionId
+  yield* a.create(s)
+  expect(yield* a.append(s, [kv("a1")])).toEqual([1])
+  return { shared, a, b, s }
+})
+
 describe("journal owners over one shared store", () => {
   it.scoped("an owner's appends are refused once another owner claims the session, and nothing of them is written", () =>
     Effect.gen(function*() {
-      const shared: MemorySessions = new Map()
-      const a = (yield* JournalMemory.makeOver(shared)).journal
-      const b = (yield* JournalMemory.makeOver(shared)).journal
-      const s = yield* mintSessionId
-      yield* a.create(s)
-      expect(yield* a.append(s, [kv("a1")])).toEqual([1])
+      const { a, b, s, shared } = yield* twoOwners
       // The second owner's first access claims the session; it reads what the first committed.
       expect((yield* b.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a1"])
       expect(yield* b.append(s, [kv("b1")])).toEqual([2])
@@ -39,12 +45,7 @@ describe("journal owners over one shared store", () => {
 
   it.scoped("records an owner staged are refused with its appends once another owner claims the session", () =>
     Effect.gen(function*() {
-      const shared: MemorySessions = new Map()
-      const a = (yield* JournalMemory.makeOver(shared)).journal
-      const b = (yield* JournalMemory.makeOver(shared)).journal
-      const s = yield* mintSessionId
-      yield* a.create(s)
-      expect(yield* a.append(s, [kv("a1")])).toEqual([1])
+      const { a, b, s } = yield* twoOwners
       const staged = yield* a.stage(s, [kv("staged")])
       expect(staged._tag).toBe("Staged")
       expect(yield* b.append(s, [kv("b1")])).toEqual([2])

@@ -9,29 +9,17 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Either, Fiber, Layer } from "effect"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import type { MemorySessions } from "../../src/layers/JournalMemory.js"
-import type { ModelsShape } from "../../src/services/Models.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
+import { firstCallHeld } from "../support/models.js"
 import { runtimeLayer } from "../support/runtime.js"
 
 describe("a session handed to another owner", () => {
   it.scoped("is recovered by the new owner, and the old owner's late outcome and later sends are refused without writing anything", () =>
     Effect.gen(function*() {
       const shared: MemorySessions = new Map()
-      const reached = yield* Deferred.make<void>()
-      const proceed = yield* Deferred.make<void>()
-      let calls = 0
       // The old owner's first model call waits until the new owner has taken the session over.
-      const models: ModelsShape = {
-        call: () =>
-          Effect.gen(function*() {
-            if (calls++ === 0) {
-              yield* Deferred.succeed(reached, undefined)
-              yield* Deferred.await(proceed)
-            }
-            return { text: "answer", tool_calls: [], stop_reason: "end" as const }
-          })
-      }
+      const { models, proceed, reached } = yield* firstCallHeld
       const oldOwner = yield* Layer.build(runtimeLayer({ journal: JournalMemory.layerOver(shared), models }))
       const newOwner = yield* Layer.build(runtimeLayer({ journal: JournalMemory.layerOver(shared), models }))
       const a = Context.get(oldOwner, Sessions)

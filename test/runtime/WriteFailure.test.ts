@@ -9,10 +9,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Either, Fiber, Layer } from "effect"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver } from "../../src/layers/journal/FileDriver.js"
-import type { ModelsShape } from "../../src/services/Models.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
+import { firstCallHeld } from "../support/models.js"
 import { runtimeLayer } from "../support/runtime.js"
 
 describe("a journal write failure during a turn", () => {
@@ -20,20 +20,8 @@ describe("a journal write failure during a turn", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const inst = instrumentedDriver()
-      const reached = yield* Deferred.make<void>()
-      const proceed = yield* Deferred.make<void>()
-      let calls = 0
       // The first model call waits until the test has filled the disk; later ones answer at once.
-      const models: ModelsShape = {
-        call: () =>
-          Effect.gen(function*() {
-            if (calls++ === 0) {
-              yield* Deferred.succeed(reached, undefined)
-              yield* Deferred.await(proceed)
-            }
-            return { text: "answer", tool_calls: [], stop_reason: "end" as const }
-          })
-      }
+      const { models, proceed, reached } = yield* firstCallHeld
       const journal = JournalFile.layer({ dataDir: dir, lockWaitMs: 0 }).pipe(
         Layer.provide(Layer.succeed(FileDriver, inst.driver)),
         Layer.orDie // a data directory that cannot be opened is a broken test setup
