@@ -73,6 +73,21 @@ describe("journal owners over one shared store", () => {
       expect(Either.isLeft(yield* Effect.either(a.append(s1, [kv("late")])))).toBe(true)
     }))
 
+  it.scoped("a delete by an owner whose claim was overtaken is refused, and the session stays with its new owner", () =>
+    Effect.gen(function*() {
+      const { a, b, s, shared } = yield* twoOwners
+      expect(yield* b.append(s, [kv("b1")])).toEqual([2])
+      const refused = yield* Effect.either(a.remove(s))
+      expect(Either.isLeft(refused) && refused.left._tag).toBe("JournalWriteFailed")
+      expect(shared.has(s)).toBe(true)
+      expect(yield* b.append(s, [kv("b2")])).toEqual([3])
+      // An owner that never opened the session claims it to delete it.
+      const c = (yield* JournalMemory.makeOver(shared)).journal
+      yield* c.remove(s)
+      expect(shared.has(s)).toBe(false)
+      expect(Either.isLeft(yield* Effect.either(b.append(s, [kv("b3")])))).toBe(true)
+    }))
+
   it.scoped("deleting a session lets go of the claim: a session created again under the same id is claimed afresh", () =>
     Effect.gen(function*() {
       const shared: MemorySessions = new Map()

@@ -49,11 +49,11 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     const removing = new Set<string>()
     /** This core's claim on each session it has opened (stores with `claim` only). */
     const claims = new Map<string, number>()
-    const claimOf = (session: SessionId, state: S): Effect.Effect<number | undefined> => {
+    const claimOf = (session: SessionId): Effect.Effect<number | undefined, SessionNotFound> => {
       if (store.claim === undefined) return Effect.succeed(undefined)
       const held = claims.get(session)
       if (held !== undefined) return Effect.succeed(held)
-      return Effect.tap(store.claim(session, state), (generation) => void claims.set(session, generation))
+      return Effect.tap(store.claim(session), (generation) => void claims.set(session, generation))
     }
 
     // Close order: refuse new appends, let the loop drain what was queued, then close the store.
@@ -115,7 +115,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         handles.set(session, opened)
         return store.open(session).pipe(
           Effect.flatMap((o) =>
-            Effect.map(claimOf(session, o.state), (generation) => {
+            Effect.map(claimOf(session), (generation) => {
               const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs, generation)
               open.tail.keep(o.recent)
               return open
@@ -225,7 +225,9 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
             }
           }
           // Gone (or not): later opens find out from the store itself.
-          yield* store.remove(session, state).pipe(
+          // A delete is a write: under this core's claim, taken now if it never opened the session.
+          const generation = yield* claimOf(session).pipe(Effect.tapError(() => Effect.sync(() => removing.delete(session))))
+          yield* store.remove(session, state, generation).pipe(
             Effect.tap(() => void claims.delete(session)),
             Effect.ensuring(Effect.sync(() => removing.delete(session)))
           )

@@ -11,7 +11,7 @@
 import { Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord, RecordKind } from "../../domain/Records.js"
-import { SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import { frameBytes } from "./Frame.js"
 import type { JournalStore } from "./Store.js"
 import type { RecentRecord } from "./Tail.js"
@@ -33,6 +33,9 @@ export interface MemoryStoreControl {
   readonly failNextWrite: (session: SessionId) => void
 }
 
+const overtaken = (latest: number, own: number | undefined, consequence: string) =>
+  `another owner claimed the session (generation ${latest}, this owner's ${own}); ${consequence}`
+
 export const make = (
   sessions: MemorySessions = new Map()
 ): { readonly store: JournalStore<MemorySession>; readonly control: MemoryStoreControl } => {
@@ -53,7 +56,11 @@ export const make = (
         const last = s.records[s.records.length - 1]
         return Effect.succeed({ state: s, lastSequence: s.records.length, lastRecordedAtMs: last?.recordedAtMs ?? 0, recent: [] })
       }),
-    claim: (_session, state) => Effect.sync(() => ++state.generation),
+    claim: (session) =>
+      Effect.suspend(() => {
+        const s = sessions.get(session)
+        return s ? Effect.succeed(++s.generation) : Effect.fail(new SessionNotFound({ session }))
+      }),
     commit: (items, onDone) =>
       Effect.sync(() => {
         for (let i = 0; i < items.length; i++) {
@@ -63,10 +70,7 @@ export const make = (
             continue
           }
           if (generation !== state.generation) {
-            onDone(
-              i,
-              `another owner claimed the session (generation ${state.generation}, this owner's ${generation}); nothing of this append was written`
-            )
+            onDone(i, overtaken(state.generation, generation, "nothing of this append was written"))
             continue
           }
           if (failing.delete(state.session)) {
@@ -97,11 +101,17 @@ export const make = (
         }
         return out
       }),
-    remove: (session, state) =>
-      Effect.suspend(() => {
-        if (state) state.removed = true
+    remove: (session, state, generation) =>
+      Effect.suspend((): Effect.Effect<void, SessionNotFound | JournalWriteFailed> => {
         const s = sessions.get(session)
-        if (!s) return Effect.fail(new SessionNotFound({ session }))
+        if (!s) {
+          if (state) state.removed = true
+          return Effect.fail(new SessionNotFound({ session }))
+        }
+        if (generation !== s.generation) {
+          return Effect.fail(new JournalWriteFailed({ session, reason: overtaken(s.generation, generation, "the session was not removed") }))
+        }
+        if (state) state.removed = true
         s.removed = true
         sessions.delete(session)
         return Effect.void

@@ -18,7 +18,7 @@
  * - Ownership: a store that several journal cores (owners) can share has `claim`. A core claims a
  *   session once, before its first append to it (its open: reads, recovery); each claim takes a
  *   new generation, and `commit` refuses an item whose `generation` is not the session's latest
- *   claim, writing nothing of it. So once another owner has claimed a session, nothing the old
+ *   claim, writing nothing of it, and so does `remove`. So once another owner has claimed a session, nothing the old
  *   owner still had in flight can land after what the new one recovered. A store that only one
  *   owner can ever reach has no `claim`: the file store's owner is the process holding the data
  *   directory's lock (DataDir.ts), which no second process can hold while it lives.
@@ -66,7 +66,7 @@ export interface JournalStore<S> {
    * Makes the caller the session's owner: a generation above every earlier claim, which its
    * commits then carry. Only on stores several owners can share (see the module's rules).
    */
-  readonly claim?: (session: SessionId, state: S) => Effect.Effect<number>
+  readonly claim?: (session: SessionId) => Effect.Effect<number, SessionNotFound>
   /** One group-commit round; see the module's rules. */
   readonly commit: (
     items: ReadonlyArray<CommitItem<S>>,
@@ -84,7 +84,12 @@ export interface JournalStore<S> {
    * Deletes a session for good. `state` is its open state, if it was open (its appends are
    * refused by then); the store lets go of what it holds for it first.
    */
-  readonly remove: (session: SessionId, state: S | undefined) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
+  readonly remove: (
+    session: SessionId,
+    state: S | undefined,
+    /** The deleting owner's claim (stores with `claim`): refused, nothing removed, when another owner's overtook it. */
+    generation: number | undefined
+  ) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
   readonly release: (state: S) => Effect.Effect<void>
   /** After the last round: lets go of everything. */
