@@ -226,8 +226,8 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           }
           // Gone (or not): later opens find out from the store itself.
           // A delete is a write: under this core's claim, taken now if it never opened the session.
-          const generation = yield* claimOf(session).pipe(Effect.tapError(() => Effect.sync(() => removing.delete(session))))
-          yield* store.remove(session, state, generation).pipe(
+          yield* claimOf(session).pipe(
+            Effect.flatMap((generation) => store.remove(session, state, generation)),
             Effect.tap(() => void claims.delete(session)),
             Effect.ensuring(Effect.sync(() => removing.delete(session)))
           )

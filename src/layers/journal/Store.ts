@@ -17,11 +17,11 @@
  * - Between `commit` rounds nothing of a session changes but through `remove`.
  * - Ownership: a store that several journal cores (owners) can share has `claim`. A core claims a
  *   session once, before its first append to it (its open: reads, recovery); each claim takes a
- *   new generation, and `commit` refuses an item whose `generation` is not the session's latest
- *   claim, writing nothing of it, and so does `remove`. So once another owner has claimed a session, nothing the old
- *   owner still had in flight can land after what the new one recovered. A store that only one
- *   owner can ever reach has no `claim`: the file store's owner is the process holding the data
- *   directory's lock (DataDir.ts), which no second process can hold while it lives.
+ *   new generation, and `commit` (and `remove`) refuses an item whose `generation` is not the
+ *   session's latest claim, writing nothing of it. So once another owner has claimed a session,
+ *   nothing the old owner still had in flight can land after what the new one recovered. A store
+ *   that only one owner can ever reach has no `claim`: the file store's owner is the process
+ *   holding the data directory's lock (DataDir.ts), which no second process can hold while it lives.
  */
 import type { Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
