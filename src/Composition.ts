@@ -8,11 +8,11 @@
  * a test runs is wired as the server runs it and the two cannot drift.
  */
 import { Layer } from "effect"
-import * as EffectFenceLive from "./layers/EffectFenceLive.js"
-import * as ProjectionLive from "./layers/ProjectionLive.js"
-import * as SessionsLive from "./layers/SessionsLive.js"
+import * as EffectFenceJournal from "./layers/EffectFenceJournal.js"
+import * as ProjectionCheckpointed from "./layers/ProjectionCheckpointed.js"
+import * as SessionsJournal from "./layers/SessionsJournal.js"
 import type { ToolHandler } from "./layers/ToolsInProcess.js"
-import * as ToolsLive from "./layers/ToolsLive.js"
+import * as ToolsBuiltin from "./layers/ToolsBuiltin.js"
 import type { CheckpointStore } from "./services/Projection.js"
 import type { Agentloops } from "./services/Agentloop.js"
 import type { Journal } from "./services/Journal.js"
@@ -31,7 +31,7 @@ export interface Parts<W, B, X> {
   readonly base: Layer.Layer<B, unknown, ServerConfig>
   readonly models: Layer.Layer<Models, unknown, ServerConfig | B>
   readonly wasm: Layer.Layer<W, unknown, ServerConfig>
-  /** The loops: given the journal and the Wasm host (AgentloopsLive.layer). */
+  /** The loops: given the journal and the Wasm host (AgentloopsModules.layer). */
   readonly agentloops: Layer.Layer<Agentloops, unknown, Journal | W>
   /** In-process tools, by name. */
   readonly tools: Readonly<Record<string, ToolHandler>>
@@ -45,13 +45,13 @@ export const sessionServices = <W, B, X>(parts: Parts<W, B, X>) => {
   const wasm = parts.wasm.pipe(Layer.provide(config))
   const agentloops = parts.agentloops.pipe(Layer.provide(Layer.merge(wasm, parts.journal)))
   const deps = Layer.mergeAll(
-    ProjectionLive.layer.pipe(Layer.provide(parts.checkpoints)),
-    EffectFenceLive.layer,
+    ProjectionCheckpointed.layer.pipe(Layer.provide(parts.checkpoints)),
+    EffectFenceJournal.layer,
     parts.models,
-    ToolsLive.layer(parts.tools).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
+    ToolsBuiltin.layer(parts.tools).pipe(Layer.provide(Layer.merge(wasm, agentloops))),
     agentloops,
     wasm,
     parts.beside
   ).pipe(Layer.provideMerge(base))
-  return SessionsLive.layer.pipe(Layer.provideMerge(deps))
+  return SessionsJournal.layer.pipe(Layer.provideMerge(deps))
 }

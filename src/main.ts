@@ -15,19 +15,19 @@ import { Context, Data, Deferred, Duration, Effect, Layer, type Runtime } from "
 import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
-import * as AgentloopsLive from "./layers/AgentloopsLive.js"
+import * as AgentloopsModules from "./layers/AgentloopsModules.js"
 import { fileStore } from "./layers/agentloops/ModuleStore.js"
 import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
 import * as CheckpointStore from "./layers/CheckpointStore.js"
 import * as EnvironmentBindingsConfig from "./layers/EnvironmentBindingsConfig.js"
 import * as EnvironmentsHost from "./layers/EnvironmentsHost.js"
 import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
-import * as HostsLive from "./layers/HostsLive.js"
+import * as HostsFile from "./layers/HostsFile.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
 import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
 import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
-import * as ModelsLive from "./layers/ModelsLive.js"
+import * as ModelsBound from "./layers/ModelsBound.js"
 import { anthropic } from "./layers/models/Anthropic.js"
 import { openAiChat } from "./layers/models/OpenAiChat.js"
 import { openAiResponses } from "./layers/models/OpenAiResponses.js"
@@ -108,7 +108,7 @@ const readOfficialLoop = Effect.tryPromise({
 })
 
 /** The model providers this build carries, by the `provider` a binding names. */
-const PROVIDERS: ModelsLive.Providers = { "openai-chat": openAiChat, "openai-responses": openAiResponses, anthropic }
+const PROVIDERS: ModelsBound.Providers = { "openai-chat": openAiChat, "openai-responses": openAiResponses, anthropic }
 
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
@@ -144,15 +144,15 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     base: Layer.mergeAll(
       ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)),
       EnvironmentBindingsConfig.layer,
-      HostsLive.layerConfigured
+      HostsFile.layerConfigured
     ),
     models: extensions.models
       ? Layer.succeed(Models, extensions.models)
-      : ModelsLive.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
+      : ModelsBound.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
     wasm: WasmHostWorkers.layer,
     agentloops: Layer.unwrapEffect(
       Effect.map(readOfficialLoop, (officialModule) =>
-        AgentloopsLive.layer({
+        AgentloopsModules.layer({
           loops: extensions.loops ?? {},
           officialModule,
           store: fileStore(path.join(dataDir, "agentloops")),

@@ -11,7 +11,7 @@ import * as path from "node:path"
 import { execSync } from "node:child_process"
 import { Effect, Layer, ManagedRuntime } from "effect"
 import { sessionServices } from "../../dist/Composition.js"
-import * as AgentloopsLive from "../../dist/layers/AgentloopsLive.js"
+import * as AgentloopsModules from "../../dist/layers/AgentloopsModules.js"
 import * as CheckpointStore from "../../dist/layers/CheckpointStore.js"
 import * as JournalFile from "../../dist/layers/JournalFile.js"
 import * as ModelsScripted from "../../dist/layers/ModelsScripted.js"
@@ -39,7 +39,7 @@ const layerFor = (dataDir, loop) =>
     base: Layer.empty,
     models: ModelsScripted.layer,
     wasm: WasmHostWorkers.layer,
-    agentloops: AgentloopsLive.layer(loop === "wasm" ? { officialModule } : {}),
+    agentloops: AgentloopsModules.layer(loop === "wasm" ? { officialModule } : {}),
     tools: { t: ToolsInProcess.succeedAfter(0) },
     beside: Layer.empty
   })

@@ -1,6 +1,6 @@
 /**
  * The `host` driver of Environments (docs/environments.md, "The `host` driver"): a tool call is one
- * command on the registered host's command stream (layers/HostsLive.ts), written once and never
+ * command on the registered host's command stream (layers/HostsFile.ts), written once and never
  * replayed; a cancel is one cancel command, confirmed by the host's `{"stopped": true}` within the
  * grace.
  *

@@ -113,7 +113,7 @@ export interface JournalShape {
    * Called as a method: a journal that decorates another's `append` (a copy of it with its own
    * `append`) answers false unless it offers its own `enqueue`, so its `append` sees every append.
    * For the appends that must go on whatever happens to their caller (an effect's outcome, a
-   * turn's close: EffectFenceLive's `appendWithin`), which otherwise take a fiber of their own.
+   * turn's close: EffectFenceJournal's `appendWithin`), which otherwise take a fiber of their own.
    */
   readonly enqueue?: (
     session: SessionId,

@@ -117,10 +117,16 @@ describe("the import graph of src/", () => {
           : []
       )
     const sources = ["src", "test", "scripts"].flatMap((d) => everywhere(path.join(ROOT, d)))
-    const composing = sources.filter((f) => importsOf(f).some((imp) => /(^|\/)layers\/SessionsLive\.js$/.test(imp.specifier)))
+    const composing = sources.filter((f) => importsOf(f).some((imp) => /(^|\/)layers\/SessionsJournal\.js$/.test(imp.specifier)))
     expect(composing.map((f) => path.relative(ROOT, f))).toEqual([path.join("src", "Composition.ts")])
     const users = sources.filter((f) => importsOf(f).some((imp) => /(^|\/)Composition\.js$/.test(imp.specifier))).map((f) => path.relative(ROOT, f))
     expect(users).toEqual(expect.arrayContaining([path.join("src", "main.ts"), path.join("test", "support", "runtime.ts")]))
+  })
+
+  it("a layer module is named <Service><Variant> after what backs it (JournalFile, ModelsScripted), never with a Live suffix", () => {
+    const layers = fs.readdirSync(path.join(SRC, "layers")).filter((f) => f.endsWith(".ts"))
+    expect(layers.length).toBeGreaterThan(10)
+    expect(layers.filter((f) => /Live\.ts$/.test(f))).toEqual([])
   })
 
   it("http/Api.ts, the contract a client shares, loads no Node-only module", () => {

@@ -34,7 +34,7 @@ const CHILD_DEADLINE_MS = 20_000
 
 /** `npm test` builds first; a direct `vitest run` of this file builds only when dist is missing. */
 const ensureBuilt = () => {
-  if (!fs.existsSync(path.join(ROOT, "dist/layers/SessionsLive.js"))) {
+  if (!fs.existsSync(path.join(ROOT, "dist/layers/SessionsJournal.js"))) {
     execSync("npm run build", { cwd: ROOT, stdio: "inherit" })
   }
 }

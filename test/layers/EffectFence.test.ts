@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry, type Entry } from "../../src/domain/Records.js"
-import * as EffectFenceLive from "../../src/layers/EffectFenceLive.js"
+import * as EffectFenceJournal from "../../src/layers/EffectFenceJournal.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import type { FenceHooks } from "../../src/services/EffectFence.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
@@ -38,7 +38,7 @@ const holding = (kind: string) =>
   })
 
 const fenceWith = (journal: JournalShape, cleanupDeadlineMs: number) =>
-  EffectFenceLive.make.pipe(
+  EffectFenceJournal.make.pipe(
     Effect.provide(Layer.merge(Layer.succeed(Journal, journal), ServerConfig.layerWith({ cleanupDeadlineMs })))
   )
 
@@ -131,14 +131,14 @@ describe("appendWithin: an append queued without a fiber where the journal can",
   it.scopedLive("a taken append is answered by its callback and its effect never runs; a refused one runs its effect", () =>
     Effect.gen(function*() {
       const q = queueable(true)
-      const waiting = yield* Effect.fork(EffectFenceLive.appendWithin(q.append, 10_000))
+      const waiting = yield* Effect.fork(EffectFenceJournal.appendWithin(q.append, 10_000))
       yield* Effect.sleep(Duration.millis(10))
       q.answer([4, 5])
       const got = yield* Fiber.join(waiting)
       expect(got._tag === "Answered" && Exit.isSuccess(got.exit) ? got.exit.value : undefined).toEqual([4, 5])
       expect(q.ran()).toBe(0)
       const refused = queueable(false)
-      const ran = yield* EffectFenceLive.appendWithin(refused.append, 10_000)
+      const ran = yield* EffectFenceJournal.appendWithin(refused.append, 10_000)
       expect(ran._tag === "Answered" && Exit.isSuccess(ran.exit) ? ran.exit.value : undefined).toEqual([9])
       expect(refused.ran()).toBe(1)
     }))
@@ -146,7 +146,7 @@ describe("appendWithin: an append queued without a fiber where the journal can",
   it.scopedLive("a taken append past the deadline is Unsettled, and its settled waits for the late answer", () =>
     Effect.gen(function*() {
       const q = queueable(true)
-      const got = yield* EffectFenceLive.appendWithin(q.append, 20)
+      const got = yield* EffectFenceJournal.appendWithin(q.append, 20)
       expect(got._tag).toBe("Unsettled")
       if (got._tag !== "Unsettled") return
       const settled = yield* Effect.fork(got.settled)

@@ -7,7 +7,7 @@ import { foldAll, serializeState } from "../../src/domain/Projection.js"
 import { entry } from "../../src/domain/Records.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import * as ProjectionLive from "../../src/layers/ProjectionLive.js"
+import * as ProjectionCheckpointed from "../../src/layers/ProjectionCheckpointed.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Projection } from "../../src/services/Projection.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
@@ -18,7 +18,7 @@ import { tempDir } from "../support/journals.js"
 const layerFor = (dataDir: string) => {
   const journal = JournalFile.layerNode({ dataDir })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
-  return Layer.merge(journal, ProjectionLive.layer.pipe(Layer.provide(Layer.mergeAll(journal, checkpoints, ServerConfig.layerWith({})))))
+  return Layer.merge(journal, ProjectionCheckpointed.layer.pipe(Layer.provide(Layer.mergeAll(journal, checkpoints, ServerConfig.layerWith({})))))
 }
 
 const u = (content: string) => ({ role: "user" as const, content })

@@ -10,7 +10,7 @@ import * as path from "node:path"
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
-import * as HostsLive from "../../src/layers/HostsLive.js"
+import * as HostsFile from "../../src/layers/HostsFile.js"
 import { Hosts, type HostsShape } from "../../src/services/Hosts.js"
 import type { ModelCall } from "../../src/services/Models.js"
 import { Sessions, type SessionsShape } from "../../src/services/Sessions.js"
@@ -278,10 +278,10 @@ describe("host registrations", () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
     try {
       const options = { dataDir, graceMs: GRACE_MS, heartbeatMs: 0, maxResultBytes: 1024 }
-      const first = await Effect.runPromise(HostsLive.make(options))
+      const first = await Effect.runPromise(HostsFile.make(options))
       const one = await Effect.runPromise(first.register)
       const two = await Effect.runPromise(first.register)
-      const again = await Effect.runPromise(HostsLive.make(options))
+      const again = await Effect.runPromise(HostsFile.make(options))
       expect(again.isRegistered(one.host_id)).toBe(true)
       expect(again.authorize(one.host_id, one.token)).toBe(true)
       expect(again.authorize(one.host_id, two.token)).toBe(false)

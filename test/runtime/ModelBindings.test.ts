@@ -8,7 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Either, Layer, Redacted } from "effect"
 import type { ModelBinding } from "../../src/domain/ModelBinding.js"
-import * as ModelsLive from "../../src/layers/ModelsLive.js"
+import * as ModelsBound from "../../src/layers/ModelsBound.js"
 import type { ProviderCall } from "../../src/layers/models/Provider.js"
 import { type BoundModel, ModelBindings, type ModelBindingsShape } from "../../src/services/ModelBindings.js"
 import { Journal } from "../../src/services/Journal.js"
@@ -32,7 +32,7 @@ describe("named model bindings", () => {
           call.onDelta({ type: "text", text: "hi" })
           return { text: "hi", tool_calls: [], stop_reason: "end" as const }
         })
-      const models = yield* ModelsLive.make({ "openai-chat": provider }).pipe(
+      const models = yield* ModelsBound.make({ "openai-chat": provider }).pipe(
         Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.layerUndici))
       )
       yield* Effect.gen(function*() {

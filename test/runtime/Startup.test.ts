@@ -15,7 +15,7 @@ import { Context, Effect, Exit, Layer, Scope } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { entry, type JournalRecord } from "../../src/domain/Records.js"
 import { sessionServices } from "../../src/Composition.js"
-import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
+import * as AgentloopsModules from "../../src/layers/AgentloopsModules.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
@@ -71,7 +71,7 @@ const fileRuntime = (dataDir: string, driver: FileDriverShape) => {
     base: Layer.empty,
     models: ModelsScripted.layer,
     wasm: Layer.empty,
-    agentloops: AgentloopsLive.layer(),
+    agentloops: AgentloopsModules.layer(),
     tools: {},
     beside: Layer.empty
   })

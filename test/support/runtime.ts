@@ -5,7 +5,7 @@
  */
 import { Effect, Layer } from "effect"
 import { sessionServices } from "../../src/Composition.js"
-import * as AgentloopsLive from "../../src/layers/AgentloopsLive.js"
+import * as AgentloopsModules from "../../src/layers/AgentloopsModules.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
@@ -25,7 +25,7 @@ import type { EnvironmentBindings as Bindings } from "../../src/domain/Environme
 import * as EnvironmentsHttp from "../../src/layers/EnvironmentsHttp.js"
 import { EnvironmentBindings, type Environments, Environments as EnvironmentsTag } from "../../src/services/Environments.js"
 import * as EnvironmentsHost from "../../src/layers/EnvironmentsHost.js"
-import * as HostsLive from "../../src/layers/HostsLive.js"
+import * as HostsFile from "../../src/layers/HostsFile.js"
 import { Hosts } from "../../src/services/Hosts.js"
 
 export interface RuntimeOptions {
@@ -64,7 +64,7 @@ const environmentsLayer = (
   hostsChoice: RuntimeOptions["hosts"]
 ) => {
   if (hostsChoice !== undefined) {
-    const hosts = HostsLive.layer({
+    const hosts = HostsFile.layer({
       dataDir: hostsChoice.dataDir,
       graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs,
       heartbeatMs: hostsChoice.heartbeatMs ?? 0,
@@ -123,7 +123,7 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     base: Layer.succeed(ModelBindings, options.bindings ?? noBindings),
     models: Layer.succeed(Models, models),
     wasm: options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty,
-    agentloops: AgentloopsLive.layer({
+    agentloops: AgentloopsModules.layer({
       loops: options.loops ?? {},
       ...(options.officialModule ? { officialModule: options.officialModule } : {})
     }),

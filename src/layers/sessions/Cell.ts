@@ -161,7 +161,7 @@ export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray
   viaCell(cell, entries, () => journal.append(cell.session, entries, { lane }), (seqs) => seqs)
 
 /**
- * `commit` as an append that goes on whatever happens to its caller (EffectFenceLive's
+ * `commit` as an append that goes on whatever happens to its caller (EffectFenceJournal's
  * `Queueable`): queued at once through `Journal.enqueue` where the journal can, the cell broken or
  * the records folded in when it answers, exactly as `commit` does; `commit` itself otherwise.
  */

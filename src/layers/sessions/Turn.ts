@@ -29,7 +29,7 @@ import { readEvents } from "./Events.js"
 import { type ActivationScope, type HostDeps, makeHost } from "./Host.js"
 import { cancelFailure } from "./HostFailures.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
-import { appendWithin } from "../EffectFenceLive.js"
+import { appendWithin } from "../EffectFenceJournal.js"
 import { turnOutcome } from "./Requests.js"
 import { Writes } from "./Writes.js"
 

@@ -9,7 +9,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as AgentloopsLive from "../../../src/layers/AgentloopsLive.js"
+import * as AgentloopsModules from "../../../src/layers/AgentloopsModules.js"
 import { fileStore } from "../../../src/layers/agentloops/ModuleStore.js"
 import { prebuiltTwinName, TWIN_FORMAT } from "../../../src/layers/wasm/TwinExports.js"
 import { Agentloops } from "../../../src/services/Agentloop.js"
@@ -32,7 +32,7 @@ describe("the module store's leftovers", () => {
       const moduleTmp = path.join(dir, `${GONE}.wasm.123.456.tmp`)
       for (const f of [keptTwin, orphanTwin, twinTmp, olderTwin, moduleTmp]) fs.writeFileSync(f, "x")
 
-      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsLive.layer({ store }))))
+      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsModules.layer({ store }))))
 
       expect(fs.existsSync(path.join(dir, `${STORED}.wasm`))).toBe(true)
       expect(fs.existsSync(keptTwin)).toBe(true)
@@ -46,7 +46,7 @@ describe("the module store's leftovers", () => {
   it.effect("a data directory without modules or twins starts as before", () =>
     Effect.gen(function*() {
       const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "brain-modules-")), "agentloops")
-      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsLive.layer({ store: fileStore(dir) }))))
+      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsModules.layer({ store: fileStore(dir) }))))
       expect(fs.existsSync(dir)).toBe(false)
     }))
 })
