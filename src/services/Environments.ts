@@ -76,10 +76,25 @@ export type CancelAnswer =
   | { readonly confirmed: true }
   | { readonly confirmed: false; readonly why: string }
 
+/** Why nothing reached an Environment (`EnvironmentNotSent`): no other failure carries these reasons. */
+export const NOT_SENT_REASONS = ["binding_missing", "binding_moved", "unreachable", "driver_unavailable", "host_unknown", "host_disconnected", "host_busy"] as const
+
+/**
+ * Whether a recorded failure says nothing reached the Environment: an `EnvironmentNotSent`'s
+ * (its reason), or a step abandoned before it was sent (`interrupted`, not ambiguous). Read from
+ * the journal, so it holds for records written by earlier processes too.
+ */
+export const nothingSent = (f: { readonly code: string; readonly ambiguous?: boolean; readonly details?: unknown }): boolean => {
+  if (f.ambiguous === true) return false
+  if (f.code === "interrupted") return true
+  const reason = typeof f.details === "object" && f.details !== null ? (f.details as { reason?: unknown }).reason : undefined
+  return f.code === "environment_failed" && (NOT_SENT_REASONS as ReadonlyArray<unknown>).includes(reason)
+}
+
 /** Nothing reached the Environment: the operation did not happen. */
 export class EnvironmentNotSent extends Data.TaggedError("EnvironmentNotSent")<{
   readonly environment: string
-  readonly reason: "binding_missing" | "binding_moved" | "unreachable" | "driver_unavailable" | "host_unknown" | "host_disconnected" | "host_busy"
+  readonly reason: typeof NOT_SENT_REASONS[number]
   readonly message: string
 }> {
   get failure(): Failure {

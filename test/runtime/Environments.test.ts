@@ -108,6 +108,39 @@ describe("an http Environment's lifecycle", () => {
       }).pipe(Effect.provide(runtime({ good: good.url, bad: bad.url })))
     }))
 
+  it.scopedLive("a setup that never reached its Environment (unreachable) is not torn down: the failed session deletes without a request to it, while one that was reached is torn down", () =>
+    Effect.gen(function*() {
+      const good = yield* fakeEnvironment()
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const refused = yield* Effect.flip(sessions.create({
+          model: { provider: "scripted" },
+          environments: [sandbox("good", "one"), sandbox("nowhere", "two")]
+        }))
+        expect(refused.code).toBe("creation_failed")
+        const details = refused.details as { session_id: SessionId; failure: { ambiguous: boolean; details: { reason: string } } }
+        expect(details.failure).toMatchObject({ ambiguous: false, details: { reason: "unreachable" } })
+        const id = details.session_id
+        expect(yield* kindsOf(id)).toEqual([
+          "session_creation_started",
+          "environment_setup_started",
+          "environment_setup_ended",
+          "environment_setup_started",
+          "environment_setup_failed",
+          "environment_teardown_started",
+          "environment_teardown_ended",
+          "session_creation_failed"
+        ])
+        const teardown = (yield* eventsOf(id)).find((e) => e.kind === "environment_teardown_started")!
+        expect(teardown.data).toMatchObject({ environment: "one" })
+        // The delete has nothing left to tear down: no request anywhere, and the session is gone.
+        yield* sessions.delete(id)
+        expect((yield* Effect.flip(sessions.get(id))).code).toBe("not_found")
+        expect(good.requests().map((r) => [r.path, r.environment])).toEqual([["/setup", "one"], ["/teardown", "one"]])
+        expectOnce(good)
+      }).pipe(Effect.provide(runtime({ good: good.url, nowhere: "http://127.0.0.1:1" })))
+    }))
+
   it.scopedLive("a failed detach is recorded and the session still ends; delete still tears down", () =>
     Effect.gen(function*() {
       const f = yield* fakeEnvironment({ HTTP_ENV_LIFECYCLE: JSON.stringify({ detach: "server_error" }) })

@@ -9,6 +9,7 @@ import { Conflict, JournalWriteFailed, TeardownFailed } from "../../domain/Error
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import type { FenceError } from "../../services/EffectFence.js"
+import { nothingSent } from "../../services/Environments.js"
 import type { JournalShape } from "../../services/Journal.js"
 import type { Cell } from "./Cell.js"
 import { runStep, standing, type StepDeps } from "./EnvironmentSteps.js"
@@ -22,8 +23,8 @@ export const fromFence = (e: FenceError) =>
 
 /**
  * Sets up each Environment in declaration order, each step durable before the next. On the
- * first failure nothing more is set up: every Environment whose setup was started is torn down
- * (journaled), in reverse order, and the failure is returned.
+ * first failure nothing more is set up: every Environment whose setup was sent (all but a failed
+ * one that nothing reached) is torn down (journaled), in reverse order, and the failure is returned.
  */
 export const setUpEnvironments = (steps: StepDeps, cell: Cell, environments: ReadonlyArray<AdmittedEnvironment>) =>
   Effect.gen(function*() {
@@ -32,6 +33,8 @@ export const setUpEnvironments = (steps: StepDeps, cell: Cell, environments: Rea
       started.push(environment)
       const outcome = yield* runStep(steps, cell, "setup", environment)
       if (outcome.ok) continue
+      // A setup that never reached its Environment left nothing there to tear down.
+      if (nothingSent(outcome.failure)) started.pop()
       for (const e of [...started].reverse()) yield* runStep(steps, cell, "teardown", e)
       return { environment: environment.name, failure: outcome.failure }
     }

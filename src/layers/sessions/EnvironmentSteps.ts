@@ -16,7 +16,8 @@ import {
   EnvironmentNotSent,
   type EnvironmentsShape,
   type LifecycleEnded,
-  type LifecycleStep
+  type LifecycleStep,
+  nothingSent
 } from "../../services/Environments.js"
 import type { Cell } from "./Cell.js"
 
@@ -98,15 +99,22 @@ export const runStep = (
 }
 
 /**
- * The Environments still standing, from a session's records: each whose setup was started and
- * that has no `environment_teardown_ended` since.
+ * The Environments still standing, from a session's records: each whose setup was started, did
+ * not fail before anything reached it (`nothingSent`), and has no `environment_teardown_ended`
+ * since.
  */
 export const standing = (records: Iterable<JournalRecord>): ReadonlySet<string> => {
   const up = new Set<string>()
+  const setups = new Map<number, string>()
   const teardowns = new Map<number, string>()
   for (const r of records) {
-    if (r.kind === "environment_setup_started") up.add(r.payload.environment)
-    else if (r.kind === "environment_teardown_started") teardowns.set(r.sequence, r.payload.environment)
+    if (r.kind === "environment_setup_started") {
+      up.add(r.payload.environment)
+      setups.set(r.sequence, r.payload.environment)
+    } else if (r.kind === "environment_setup_failed") {
+      const name = setups.get(r.payload.sequence)
+      if (name !== undefined && nothingSent(r.payload.failure)) up.delete(name)
+    } else if (r.kind === "environment_teardown_started") teardowns.set(r.sequence, r.payload.environment)
     else if (r.kind === "environment_teardown_ended") {
       const name = teardowns.get(r.payload.sequence)
       if (name !== undefined) up.delete(name)
