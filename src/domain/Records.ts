@@ -37,6 +37,13 @@ export const EXTENSION_KIND = "extension"
 /** The public kind a replacing transcript delta is projected as. */
 export const TRANSCRIPT_REPLACED = "transcript_replaced"
 
+/**
+ * The Events after which nothing more of a session's life will be recorded: its end, or its
+ * creation's failure (a failed session takes no message and never ends; only a delete's teardowns
+ * may follow either). A stream of the session ends after one of them.
+ */
+export const isFinalKind = (kind: string): boolean => kind === "session_ended" || kind === "session_creation_failed"
+
 interface KindSpec {
   readonly group: string
   readonly visibility: "public" | "private"

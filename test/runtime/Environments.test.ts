@@ -5,6 +5,7 @@
  * gives it, and a tool placed in the Environment goes there once, with each answer mapped to its
  * outcome. Every request the fake logs came once (`count: 1`).
  */
+import type { Readable } from "node:stream"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
@@ -26,6 +27,18 @@ const eventsOf = (id: SessionId) =>
   Effect.map(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })), (p) => p.events)
 
 const kindsOf = (id: SessionId) => Effect.map(eventsOf(id), (es) => es.map((e) => e.kind))
+
+/** A stream's whole body, once it ends; a stream still open after five seconds fails the test. */
+const bodyText = (body: Readable) =>
+  new Promise<string>((resolve, reject) => {
+    let text = ""
+    const timer = setTimeout(() => reject(new Error(`the stream did not end; it sent ${JSON.stringify(text)}`)), 5_000)
+    body.on("data", (chunk: Buffer) => void (text += chunk.toString("utf8")))
+    body.on("end", () => {
+      clearTimeout(timer)
+      resolve(text)
+    })
+  })
 
 /** Every request came once and carried the protocol header. */
 const expectOnce = (f: Fake) => {
@@ -139,6 +152,21 @@ describe("an http Environment's lifecycle", () => {
         expect(good.requests().map((r) => [r.path, r.environment])).toEqual([["/setup", "one"], ["/teardown", "one"]])
         expectOnce(good)
       }).pipe(Effect.provide(runtime({ good: good.url, nowhere: "http://127.0.0.1:1" })))
+    }))
+
+  it.scopedLive("a stream of a failed session ends after session_creation_failed, from the start and from past its end, as one of an ended session ends after session_ended", () =>
+    Effect.gen(function*() {
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const refused = yield* Effect.flip(sessions.create({ model: { provider: "scripted" }, environments: [sandbox("nowhere", "two")] }))
+        const id = (refused.details as { session_id: SessionId }).session_id
+        const last = (yield* sessions.get(id)).last_sequence
+        for (const after of [0, last]) {
+          const text = yield* Effect.scoped(Effect.flatMap(sessions.follow(id, after), ({ body }) => Effect.promise(() => bodyText(body))))
+          const events = [...text.matchAll(/^event: (.*)$/gm)].map((m) => m[1])
+          expect(events.at(-1) ?? "none").toBe(after === 0 ? "session_creation_failed" : "none")
+        }
+      }).pipe(Effect.provide(runtime({ nowhere: "http://127.0.0.1:1" })))
     }))
 
   it.scopedLive("a failed detach is recorded and the session still ends; delete still tears down", () =>

@@ -13,7 +13,7 @@ import { InvalidRequest } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_BYTES } from "../../domain/Limits.js"
 import { type Event, type SessionState, toEvent, transcriptLengthAt } from "../../domain/Projection.js"
-import type { JournalRecord } from "../../domain/Records.js"
+import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { JournalReadError, JournalShape } from "../../services/Journal.js"
 import type { EventPage } from "../../services/Sessions.js"
 
@@ -61,7 +61,7 @@ export interface Page<A> {
   readonly next: number
   /** The transcript's length just after `next`. */
   readonly length: number
-  /** Whether the page holds `session_ended`. */
+  /** Whether the page holds the session's final Event (`session_ended` or `session_creation_failed`). */
   readonly ended: boolean
   /** The items' sizes, summed. */
   readonly bytes: number
@@ -100,7 +100,7 @@ export const readPage = <A>(
           if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended, bytes }
           items.push(item)
           bytes += size
-          if (e.kind === "session_ended") ended = true
+          if (isFinalKind(e.kind)) ended = true
         }
         length = lengthAfter(length, r)
         cursor = r.sequence

@@ -20,7 +20,7 @@ import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionS
 import type { SessionId } from "../../domain/Ids.js"
 import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
 import { type SessionState, toEvent } from "../../domain/Projection.js"
-import type { JournalRecord } from "../../domain/Records.js"
+import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
@@ -116,7 +116,7 @@ export const make = (
         if (e) {
           text += eventFrame(e)
           events++
-          if (e.kind === "session_ended") ended = true
+          if (isFinalKind(e.kind)) ended = true
         }
       }
       if (events === 0) return
@@ -234,7 +234,8 @@ export const make = (
         const tap = new Tap<FollowError>({
           from: { after, length },
           registeredAt: feed.through,
-          atEnd: state.status === "ended" && after >= state.lastSequence,
+          // Ended or failed: nothing more of its life will be recorded, so the stream ends once caught up.
+          atEnd: state.status === "ended" || state.status === "failed",
           limits,
           read: readCatchUp(session),
           run: (read, done) =>

@@ -17,7 +17,8 @@
  * - Bytes are handed to the socket only while it asks for more (Node's stream demand, about
  *   SSE_WRITE_BYTES buffered): a slow reader holds its backlog plus one write, no more. A live
  *   commit goes out from the feed's own call, so a subscriber costs about a socket write per commit.
- * - The stream ends after `session_ended`; a read failure after the 200 ends it with a
+ * - The stream ends after the session's final Event (`session_ended`, or a failed creation's
+ *   `session_creation_failed`: Records.ts `isFinalKind`); a read failure after the 200 ends it with a
  *   `stream_error` frame, and so does a server stop (retryable). Once it has ended (or its client
  *   went away) the feed forgets it at once (`onDone`), whatever the socket still has to send.
  */
@@ -34,7 +35,7 @@ export interface Commit {
   readonly bytes: Uint8Array
   /** How many Events (frames) it holds. */
   readonly events: number
-  /** Whether it holds `session_ended`. */
+  /** Whether it holds the session's final Event (`isFinalKind`). */
   readonly ended: boolean
 }
 
@@ -63,7 +64,7 @@ export interface TapOptions<E extends ApiError> {
   readonly from: { readonly after: number; readonly length: number }
   /** The feed's position when this subscriber is registered on it. */
   readonly registeredAt: number
-  /** The session has ended and `after` is at or past its last sequence: nothing more will come. */
+  /** The session had ended or failed when this subscriber came: the stream ends once caught up. */
   readonly atEnd: boolean
   readonly limits: TapLimits
   readonly read: ReadCatchUp<E>
