@@ -8,7 +8,7 @@
 import { Duration, Effect, Layer } from "effect"
 import type { Message } from "../domain/Messages.js"
 import type { ModelResult } from "../domain/Model.js"
-import { type ModelCall, ModelFailed, Models, type ModelsShape } from "../services/Models.js"
+import { type ModelCall, ModelFailed, type ModelFailureCode, Models, type ModelsShape } from "../services/Models.js"
 
 const textOf = (m: Message): string =>
   typeof m.content === "string"
@@ -34,6 +34,25 @@ const stream = (call: ModelCall, text: string, delayMs: number) =>
     }
   })
 
+/**
+ * A scripted `fail` with one of these codes fails the call with it, ambiguous and retryable as
+ * docs/models.md's table gives that code for a real provider, so a test can script what a provider
+ * would answer. Any other code (Brain's own `model_call_limit`, or an unknown one) is
+ * `model_failed`, not ambiguous, its message naming the code.
+ */
+const PROVIDER_FAILURES = {
+  model_unreachable: { ambiguous: false, retryable: true },
+  model_rejected: { ambiguous: false, retryable: false },
+  model_rate_limited: { ambiguous: false, retryable: true },
+  model_unavailable: { ambiguous: true, retryable: true },
+  model_stream_broken: { ambiguous: true, retryable: true },
+  model_timeout: { ambiguous: true, retryable: true },
+  model_output_limit: { ambiguous: true, retryable: false },
+  model_bad_response: { ambiguous: true, retryable: false },
+  model_binding_missing: { ambiguous: false, retryable: false }
+} as const satisfies Partial<Record<ModelFailureCode, { readonly ambiguous: boolean; readonly retryable: boolean }>>
+type ProviderFailure = keyof typeof PROVIDER_FAILURES
+
 export const scripted: ModelsShape = {
   call: (call) =>
     Effect.gen(function*() {
@@ -58,8 +77,11 @@ export const scripted: ModelsShape = {
       const reply = replies[index % replies.length]!
       yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0)
       if (reply.fail) {
+        const known = Object.hasOwn(PROVIDER_FAILURES, reply.fail.code) ? PROVIDER_FAILURES[reply.fail.code as ProviderFailure] : undefined
         return yield* Effect.fail(
-          new ModelFailed({ code: "model_failed", message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
+          known !== undefined
+            ? new ModelFailed({ code: reply.fail.code as ProviderFailure, message: reply.fail.message, ...known })
+            : new ModelFailed({ code: "model_failed", message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
         )
       }
       const toolCalls = (reply.tool_calls ?? []).map((c, i) => ({ id: `call_${sequence}_${i}`, name: c.name, input: c.input }))
