@@ -18,10 +18,18 @@ export type ModelRequest = typeof ModelRequest.Type
 export const StopReason = Schema.Literal("end", "tool_calls", "max_tokens", "refusal", "other")
 export type StopReason = typeof StopReason.Type
 
-/** Token counts as the provider reported them: a counter it did not send is absent, never 0. */
+/**
+ * Token counts as the provider reported them: a counter it did not send is absent, never 0.
+ * `input_tokens` is the provider's own count: OpenAI's includes cached prompt tokens; Anthropic's
+ * excludes them, and its cache reads and writes come in the two cache counters (docs/models.md).
+ */
 export const ModelUsage = Schema.Struct({
   input_tokens: Schema.optional(Schema.Int),
-  output_tokens: Schema.optional(Schema.Int)
+  output_tokens: Schema.optional(Schema.Int),
+  /** Anthropic: prompt tokens read from the prompt cache, not in `input_tokens`. */
+  cache_read_input_tokens: Schema.optional(Schema.Int),
+  /** Anthropic: prompt tokens written to the prompt cache, not in `input_tokens`. */
+  cache_creation_input_tokens: Schema.optional(Schema.Int)
 })
 
 export const ModelResult = Schema.Struct({

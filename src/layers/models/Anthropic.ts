@@ -7,8 +7,9 @@
  * - The key goes in `x-api-key` as a secret header only: never in a message, detail or result.
  * - It is sent once by models/Http.ts, which names every transport failure (an HTTP 529
  *   "overloaded" is a 5xx: `model_unavailable`, ambiguous).
- * - The events are folded as they arrive (anthropic/Events.ts); the call succeeds only when the
- *   stream closed after `message_stop`.
+ * - The events are folded as they arrive (anthropic/Events.ts). `message_stop` makes the answer
+ *   whole: reading stops there, without waiting for the server to close the stream. A stream
+ *   that closes before `message_stop` is `model_stream_broken`, ambiguous.
  *
  * Built on @effect/platform's HttpClient, not on @effect/ai-anthropic's client: that client
  * decodes every event against closed unions, so a new event, block or delta type, an error type

@@ -6,9 +6,16 @@
  * - Not sent (connection refused, a name that does not resolve, no route, a TLS failure):
  *   `model_unreachable`, not ambiguous: the provider never saw it.
  * - An error status: its body (the first ERROR_BODY_BYTES, as JSON when it parses) goes into the
- *   failure's details. 429 is `model_rate_limited` with the `retry-after` advice in milliseconds;
- *   other 4xx are `model_rejected` (not ambiguous: refused, not run); 5xx `model_unavailable`
- *   (ambiguous: the provider may have run part of it).
+ *   failure's details, with the provider's wait advice in `retry_after_ms` whatever the status
+ *   (`retry-after-ms` first, then `retry-after` in seconds or as a date). By status:
+ *   - 429 `model_rate_limited`, not ambiguous, retryable — unless the body says the quota or a
+ *     spend limit is spent (Quota.ts): then not retryable, since waiting does not fix it;
+ *   - 408 `model_timeout`, ambiguous (the provider timed out a request it had received), retryable;
+ *   - 409 `model_rejected`, not ambiguous, retryable (a lock timeout: refused, try again);
+ *   - other 4xx `model_rejected`, neither (refused, not run);
+ *   - 5xx (529 included) `model_unavailable`, ambiguous (it may have run part of it), retryable.
+ *   An `x-should-retry: true|false` header is the provider's own word on this response and
+ *   overrides the retryable above; it never changes `ambiguous`.
  * - Cut after it was sent (a reset mid-stream): `model_stream_broken`, ambiguous. A stream that
  *   ends cleanly but without the provider's final event is the provider's to call broken.
  * - No byte for `stallMs` (before the headers or between chunks): `model_timeout`, ambiguous.
@@ -25,6 +32,7 @@ import { Duration, Effect, Redacted, Stream } from "effect"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
 import { causeCode, notSent } from "../OutboundHttp.js"
+import { quotaExhausted } from "./Quota.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
 export const ERROR_BODY_BYTES = 16 * 1024
@@ -77,6 +85,22 @@ export const retryAfterMs = (value: string | undefined, now: number): number | u
   return Number.isNaN(at) ? undefined : Math.max(0, at - now)
 }
 
+/**
+ * The provider's wait advice in milliseconds: `retry-after-ms` (OpenAI's and Anthropic's SDKs read
+ * it first) when it is a usable number, else `retry-after`.
+ */
+export const retryAdviceMs = (headers: Readonly<Record<string, string | undefined>>, now: number): number | undefined => {
+  const ms = headers["retry-after-ms"]?.trim()
+  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms)) return Math.round(Number(ms))
+  return retryAfterMs(headers["retry-after"], now)
+}
+
+/** `x-should-retry`: the provider's own advice on retrying this response, when it gives one. */
+const shouldRetry = (value: string | undefined): boolean | undefined => {
+  const word = value?.trim().toLowerCase()
+  return word === "true" ? true : word === "false" ? false : undefined
+}
+
 /** Reads at most `max` bytes of a response body (an error's), then lets the rest go. */
 const boundedText = (response: HttpClientResponse.HttpClientResponse, max: number) =>
   response.stream.pipe(
@@ -97,16 +121,41 @@ const asJson = (text: string): unknown => {
 
 const statusFailure = (provider: string, response: HttpClientResponse.HttpClientResponse, body: string, now: number) => {
   const status = response.status
-  const details: Record<string, unknown> = { status, body: asJson(body) }
+  const parsed = asJson(body)
+  const details: Record<string, unknown> = { status, body: parsed }
+  const advice = retryAdviceMs(response.headers, now)
+  if (advice !== undefined) details.retry_after_ms = advice
+  const judged = byStatus(provider, status, parsed)
+  const retryable = shouldRetry(response.headers["x-should-retry"]) ?? judged.retryable
+  return failed(judged.code, judged.message, { ambiguous: judged.ambiguous, retryable, details })
+}
+
+/** What an error status means, before the provider's `x-should-retry` has its say. */
+const byStatus = (provider: string, status: number, body: unknown): {
+  readonly code: ModelFailed["code"]
+  readonly message: string
+  readonly ambiguous: boolean
+  readonly retryable: boolean
+} => {
   if (status === 429) {
-    const advice = retryAfterMs(response.headers["retry-after"], now)
-    if (advice !== undefined) details.retry_after_ms = advice
-    return failed("model_rate_limited", `${provider} answered 429: rate limited`, { ambiguous: false, retryable: true, details })
+    return quotaExhausted(body)
+      ? {
+        code: "model_rate_limited",
+        message: `${provider} answered 429: the account's quota or spend limit is spent (retrying will not help until it is raised)`,
+        ambiguous: false,
+        retryable: false
+      }
+      : { code: "model_rate_limited", message: `${provider} answered 429: rate limited`, ambiguous: false, retryable: true }
   }
-  if (status >= 500) {
-    return failed("model_unavailable", `${provider} answered ${status}`, { ambiguous: true, retryable: true, details })
+  if (status === 408) {
+    return { code: "model_timeout", message: `${provider} answered 408: it timed out the request`, ambiguous: true, retryable: true }
   }
-  return failed("model_rejected", `${provider} refused the request with ${status}`, { ambiguous: false, retryable: false, details })
+  if (status === 409) {
+    const message = `${provider} answered 409: a conflict (a lock timeout, say); it was not run`
+    return { code: "model_rejected", message, ambiguous: false, retryable: true }
+  }
+  if (status >= 500) return { code: "model_unavailable", message: `${provider} answered ${status}`, ambiguous: true, retryable: true }
+  return { code: "model_rejected", message: `${provider} refused the request with ${status}`, ambiguous: false, retryable: false }
 }
 
 /**

@@ -271,6 +271,64 @@ describe("the anthropic provider: requests", () => {
     expect((body as any).tools).toBeUndefined()
   })
 
+  it("a merged user message puts all its tool_result blocks first, in their order, then its other blocks in theirs (the API's rule)", () => {
+    const body = requestBody(pureCall({
+      messages: [
+        { role: "user", content: "Weather and time in Paris?" },
+        {
+          role: "assistant",
+          content: "",
+          tool_calls: [
+            { id: "tu_1", name: "get_weather", input: { city: "Paris" } },
+            { id: "tu_2", name: "get_time", input: { tz: "Europe/Paris" } }
+          ]
+        },
+        { role: "tool", tool_call_id: "tu_1", content: "18 °C" },
+        { role: "user", content: "hurry" },
+        { role: "tool", tool_call_id: "tu_2", content: "14:05" },
+        { role: "user", content: [{ type: "text", text: "and be brief" }] }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    expect((body as any).messages[2]).toEqual({
+      role: "user",
+      content: [
+        { type: "tool_result", tool_use_id: "tu_1", content: "18 °C" },
+        { type: "tool_result", tool_use_id: "tu_2", content: "14:05" },
+        { type: "text", text: "hurry" },
+        { type: "text", text: "and be brief" }
+      ]
+    })
+    expect((body as any).messages).toHaveLength(3)
+  })
+
+  it("an image given as a base64 data: URL is sent as a base64 source with its media type, not as a URL source", () => {
+    const body = requestBody(pureCall({
+      messages: [{ role: "user", content: [{ type: "image", url: "data:image/png;base64,iVBORw0KGgo=" }, { type: "image", url: "DATA:Image/JPEG;base64,/9j/4AAQ" }] }]
+    }))
+    expect((body as any).messages[0].content).toEqual([
+      { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } },
+      { type: "image", source: { type: "base64", media_type: "image/jpeg", data: "/9j/4AAQ" } }
+    ])
+  })
+
+  it("a data: URL image that is not base64, has no media type or is not an image type Anthropic takes is refused before sending: model_rejected, not ambiguous, naming the part", () => {
+    const cases: Array<[string, string]> = [
+      ["data:image/png,%89PNG", "not base64"],
+      ["data:;base64,iVBORw0KGgo=", "without a media type"],
+      ["data:base64,iVBORw0KGgo=", "not base64"],
+      ["data:image/png;base64", "not base64"],
+      ["data:image/bmp;base64,Qk0=", "image/bmp"]
+    ]
+    for (const [url, said] of cases) {
+      const body = requestBody(pureCall({ messages: [{ role: "user", content: [{ type: "text", text: "what?" }, { type: "image", url }] }] }))
+      expect(body).toBeInstanceOf(ModelFailed)
+      expect(body).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: false })
+      expect((body as ModelFailed).message).toContain("messages[0].content[1]")
+      expect((body as ModelFailed).message).toContain(said)
+    }
+  })
+
   it("a part Anthropic cannot carry fails before sending: model_rejected, not ambiguous, naming the message and the part", () => {
     const cases: Array<[ModelRequest, string]> = [
       [{ messages: [{ role: "user", content: [{ type: "text", text: "hi" }, { type: "audio", data: "AAAA" }] }] }, "messages[0].content[1]"],
@@ -314,11 +372,34 @@ describe("the anthropic provider: answers", () => {
       expect("usage" in answer).toBe(false)
     }))
 
-  it("Anthropic's stop reasons map to Brain's; pause_turn and ones not yet known are other", () => {
+  it("Anthropic's stop reasons map to Brain's; model_context_window_exceeded is a cut like max_tokens; pause_turn and ones not yet known are other", () => {
     expect(
       ["end_turn", "stop_sequence", "tool_use", "max_tokens", "refusal", "pause_turn", "model_context_window_exceeded", null].map(stopReason)
-    ).toEqual(["end", "end", "tool_calls", "max_tokens", "refusal", "other", "other", "other"])
+    ).toEqual(["end", "end", "tool_calls", "max_tokens", "refusal", "other", "max_tokens", "other"])
   })
+
+  it.live("an answer cut off by the context window (model_context_window_exceeded) is stop_reason max_tokens, the provider's word kept", () =>
+    Effect.gen(function*() {
+      const { result } = yield* once({ steps: [...F.textAnswer.slice(0, -2), F.messageDelta("model_context_window_exceeded"), F.messageStop] })
+      expect(ok(result)).toMatchObject({ text: "Hello, world!", stop_reason: "max_tokens", provider_stop_reason: "model_context_window_exceeded" })
+    }))
+
+  it.live("usage carries cache_read_input_tokens and cache_creation_input_tokens beside input_tokens, which excludes them; counts not sent stay absent", () =>
+    Effect.gen(function*() {
+      const cached = [
+        F.messageStart("msg_01Cached", { input_tokens: 12, cache_creation_input_tokens: 2_048, cache_read_input_tokens: 30_000, output_tokens: 1 }),
+        ...F.textAnswer.slice(1)
+      ]
+      expect(ok((yield* once({ steps: cached })).result).usage).toEqual({
+        input_tokens: 12,
+        output_tokens: 15,
+        cache_read_input_tokens: 30_000,
+        cache_creation_input_tokens: 2_048
+      })
+      // A message_start without them (a proxy): taken from message_delta's cumulative usage.
+      const late = [...F.textAnswer.slice(0, -2), F.messageDelta("end_turn", { output_tokens: 15, cache_read_input_tokens: 7 }), F.messageStop]
+      expect(ok((yield* once({ steps: late })).result).usage).toEqual({ input_tokens: 25, output_tokens: 15, cache_read_input_tokens: 7 })
+    }))
 })
 
 describe("the anthropic provider: failures", () => {
@@ -355,6 +436,29 @@ describe("the anthropic provider: failures", () => {
       expect(fake.requests).toHaveLength(1)
     }))
 
+  it.live("a 429 whose details.error_code is enforced_spend_limit_reached is model_rate_limited but not retryable (the monthly cap: waiting seconds does not fix it), not ambiguous", () =>
+    Effect.gen(function*() {
+      const body = {
+        type: "error",
+        error: { type: "rate_limit_error", message: "You have reached your spend limit.", details: { error_code: "enforced_spend_limit_reached" } },
+        request_id: "req_011CSHoEeqs5C35K2UUqR7Fy"
+      }
+      const { result } = yield* once({ status: 429, headers: { "content-type": "application/json" }, steps: [JSON.stringify(body)] })
+      expect(failure(result)).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: false, details: { status: 429, body } })
+    }))
+
+  it.live("an error event after message_start is ambiguous even before any text (the prompt may have been processed and billed); before message_start a refusal is not", () =>
+    Effect.gen(function*() {
+      const limited = F.event("error", { error: { type: "rate_limit_error", message: "Slow down" } })
+      const afterStart = yield* once({ steps: [F.messageStart("msg_01Late"), limited] })
+      expect(afterStart.deltas).toEqual([])
+      expect(failure(afterStart.result)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: true })
+      const invalid = F.event("error", { error: { type: "invalid_request_error", message: "Bad" } })
+      expect(failure((yield* once({ steps: [F.messageStart("msg_01Late"), invalid] })).result)).toMatchObject({ code: "model_rejected", ambiguous: true })
+      const beforeStart = yield* once({ steps: [limited] })
+      expect(failure(beforeStart.result)).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: true })
+    }))
+
   it.live("an error event inside a 200 stream is a typed failure with Anthropic's error in details: overloaded_error is model_unavailable, ambiguous; what streamed before it was delivered", () =>
     Effect.gen(function*() {
       const { result, deltas } = yield* once({ steps: F.overloadedMidStream })
@@ -367,7 +471,7 @@ describe("the anthropic provider: failures", () => {
       expect(deltas).toEqual([{ type: "text", text: "Hel" }])
     }))
 
-  it("each documented error type has its code; all are ambiguous mid-stream, refusals before any output are not; an unknown one is model_failed", () => {
+  it("each documented error type has its code; all are ambiguous once the answer began, refusals before it are not; an unknown one is model_failed; a spend-limit rate limit is not retryable", () => {
     const codes = ["rate_limit_error", "overloaded_error", "api_error", "timeout_error", "invalid_request_error", "billing_error", "something_new"]
       .map((type) => streamError({ type, message: "m" }))
     expect(codes.map((f) => [f.code, f.retryable])).toEqual([
@@ -381,7 +485,7 @@ describe("the anthropic provider: failures", () => {
     ])
     expect(codes.every((f) => f.ambiguous)).toBe(true)
     expect(streamError(undefined)).toMatchObject({ code: "model_failed", ambiguous: true })
-    // Before any output, a refusal changed nothing: not ambiguous; anything else may have run.
+    // Before message_start, a refusal changed nothing: not ambiguous; anything else may have run.
     const early = ["rate_limit_error", "invalid_request_error", "overloaded_error", "something_new"]
       .map((type) => streamError({ type, message: "m" }, false))
     expect(early.map((f) => [f.code, f.ambiguous])).toEqual([
@@ -390,6 +494,8 @@ describe("the anthropic provider: failures", () => {
       ["model_unavailable", true],
       ["model_failed", true]
     ])
+    const spent = streamError({ type: "rate_limit_error", message: "m", details: { error_code: "enforced_spend_limit_reached" } }, false)
+    expect(spent).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: false })
   })
 
   it.live("a connection cut mid-stream is model_stream_broken, ambiguous; the deltas before the cut were delivered", () =>
@@ -426,10 +532,40 @@ describe("the anthropic provider: failures", () => {
       expect(failure(shape.result)).toMatchObject({ code: "model_bad_response", ambiguous: true, details: { event: "content_block_delta" } })
     }))
 
-  it.live("tool-call arguments that are not JSON are model_bad_response, ambiguous, naming the call", () =>
+  it.live("tool-call arguments that are not JSON are model_bad_response, ambiguous, naming the call and the stop reason; retryable when the answer was not cut", () =>
     Effect.gen(function*() {
       const { result } = yield* once({ steps: F.badToolArguments })
-      expect(failure(result)).toMatchObject({ code: "model_bad_response", ambiguous: true, details: { tool_call_id: "toolu_01Bad", name: "get_weather" } })
+      expect(failure(result)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: true,
+        details: { tool_call_id: "toolu_01Bad", name: "get_weather", stop_reason: "tool_calls", provider_stop_reason: "tool_use" }
+      })
+    }))
+
+  it.live("a tool_use input cut off by max_tokens is judged once the stop reason comes after its block: model_bad_response, not retryable (the same request is cut the same way), naming max_tokens", () =>
+    Effect.gen(function*() {
+      const cut = (stop: string) => [
+        F.messageStart("msg_01Cut"),
+        F.toolStart(0, "toolu_01Cut", "write"),
+        F.jsonDelta(0, "{\"text\": \"Once upon a ti"),
+        F.blockStop(0),
+        F.messageDelta(stop, { output_tokens: 4096 }),
+        F.messageStop
+      ]
+      const { result } = yield* once({ steps: cut("max_tokens") })
+      expect(failure(result)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: false,
+        details: { tool_call_id: "toolu_01Cut", name: "write", stop_reason: "max_tokens", provider_stop_reason: "max_tokens" }
+      })
+      const window = yield* once({ steps: cut("model_context_window_exceeded") })
+      expect(failure(window.result)).toMatchObject({
+        code: "model_bad_response",
+        retryable: false,
+        details: { stop_reason: "max_tokens", provider_stop_reason: "model_context_window_exceeded" }
+      })
     }))
 
   it.live("connection refused is model_unreachable, not ambiguous", () =>

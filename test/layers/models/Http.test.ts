@@ -98,6 +98,65 @@ describe("a streamed model request", () => {
       expect(failureOf(down.result)).toMatchObject({ code: "model_unavailable", ambiguous: true, details: { status: 503, body: "overloaded" } })
     }))
 
+  it.live("a 429 whose body says the quota or a spend limit is spent is model_rate_limited but not retryable (waiting does not fix it) and not ambiguous; a plain 429 stays retryable", () =>
+    Effect.gen(function*() {
+      const status429 = (body: unknown) =>
+        withFake(
+          { status: 429, headers: { "content-type": "application/json" }, steps: [JSON.stringify(body)] },
+          (fake) => Effect.runPromise(run(`${fake.url}/v1/x`))
+        ).pipe(Effect.map(({ result }) => failureOf(result)))
+      const spent = [
+        // OpenAI: the error type, and the codes naming the cause.
+        { error: { message: "You exceeded your current quota", type: "insufficient_quota", param: null, code: "insufficient_quota" } },
+        { error: { message: "Your credit balance is too low", type: "insufficient_quota", param: null, code: "credit_balance_exhausted" } },
+        { error: { message: "Project spend limit reached", type: "insufficient_quota", param: null, code: "project_spend_limit_exceeded" } },
+        // Anthropic: a rate_limit_error whose details name the spend limit.
+        {
+          type: "error",
+          error: { type: "rate_limit_error", message: "Spend limit reached", details: { error_code: "enforced_spend_limit_reached" } },
+          request_id: "req_1"
+        }
+      ]
+      for (const body of spent) {
+        expect(yield* status429(body)).toMatchObject({ code: "model_rate_limited", retryable: false, ambiguous: false, details: { status: 429, body } })
+      }
+      const plain = { error: { message: "Rate limit reached", type: "requests", param: null, code: "rate_limit_exceeded" } }
+      expect(yield* status429(plain)).toMatchObject({ code: "model_rate_limited", retryable: true, ambiguous: false })
+    }))
+
+  it.live("408 is model_timeout, ambiguous (the provider had the request) and retryable; 409 is model_rejected, retryable and not ambiguous", () =>
+    Effect.gen(function*() {
+      const timedOut = yield* withFake({ status: 408, steps: ["request timeout"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+      expect(failureOf(timedOut.result)).toMatchObject({ code: "model_timeout", ambiguous: true, retryable: true, details: { status: 408 } })
+      const conflict = yield* withFake({ status: 409, steps: ["lock timeout"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+      expect(failureOf(conflict.result)).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: true, details: { status: 409 } })
+    }))
+
+  it.live("x-should-retry is the provider's word: true or false overrides the status's retryable, and never changes ambiguous", () =>
+    Effect.gen(function*() {
+      const answered = (status: number, shouldRetry: string) =>
+        withFake({ status, headers: { "x-should-retry": shouldRetry }, steps: ["{}"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+          .pipe(Effect.map(({ result }) => failureOf(result)))
+      expect(yield* answered(400, "true")).toMatchObject({ code: "model_rejected", retryable: true, ambiguous: false })
+      expect(yield* answered(429, "false")).toMatchObject({ code: "model_rate_limited", retryable: false, ambiguous: false })
+      expect(yield* answered(500, "false")).toMatchObject({ code: "model_unavailable", retryable: false, ambiguous: true })
+      expect(yield* answered(500, "maybe")).toMatchObject({ code: "model_unavailable", retryable: true, ambiguous: true })
+    }))
+
+  it.live("retry advice goes into details.retry_after_ms on any error status that carries it (529, 503), retry-after-ms read before retry-after", () =>
+    Effect.gen(function*() {
+      const answered = (status: number, headers: Record<string, string>) =>
+        withFake({ status, headers, steps: ["{}"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+          .pipe(Effect.map(({ result }) => failureOf(result)))
+      expect(yield* answered(529, { "retry-after": "30" })).toMatchObject({ code: "model_unavailable", details: { status: 529, retry_after_ms: 30_000 } })
+      expect(yield* answered(503, { "retry-after-ms": "1500", "retry-after": "2" })).toMatchObject({ details: { status: 503, retry_after_ms: 1500 } })
+      expect(yield* answered(429, { "retry-after-ms": "250.4", "retry-after": "9" })).toMatchObject({ details: { retry_after_ms: 250 } })
+      // An unusable retry-after-ms falls back to retry-after.
+      expect(yield* answered(429, { "retry-after-ms": "soon", "retry-after": "4" })).toMatchObject({ details: { retry_after_ms: 4000 } })
+      const none = yield* answered(500, {})
+      expect(none?.details).not.toHaveProperty("retry_after_ms")
+    }))
+
   it.live("a connection cut mid-stream is model_stream_broken and ambiguous; what came before it was delivered", () =>
     withFake({ steps: [sse({ n: 1 }), { pauseMs: 20 }, "data: {\"n\":", { cut: true }] }, async (fake) => {
       const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`))

@@ -385,6 +385,53 @@ describe("the openai-chat provider", () => {
       expect(failure(named.result)).toMatchObject({ code: "model_unavailable", ambiguous: true, details: { error: { type: "overloaded_error" } } })
     }))
 
+  it.scopedLive("an error after the first chunk (the role chunk) is ambiguous, even a rate limit or a refusal with no text streamed yet: the server had taken the prompt in", () =>
+    Effect.gen(function*() {
+      const role = openAi.delta({ role: "assistant", content: "", refusal: null })
+      const limited = yield* scripted([role, sse({ error: { code: 429, message: "Rate limit exceeded: upstream" } })])
+      expect(failure(limited.result)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: true })
+      expect(limited.deltas).toEqual([])
+      const tooLong = { message: "This model's maximum context length is 128000 tokens.", type: "invalid_request_error", code: "context_length_exceeded" }
+      const refused = yield* scripted([role, sse({ error: tooLong })])
+      expect(failure(refused.result)).toMatchObject({ code: "model_rejected", ambiguous: true, retryable: false })
+      const named = yield* scripted([role, sse({ message: "slow down", type: "rate_limit_error" }, "error")])
+      expect(failure(named.result)).toMatchObject({ code: "model_rate_limited", ambiguous: true })
+    }))
+
+  it.scopedLive("a quota or spend-limit error inside the stream is model_rate_limited and not retryable (waiting does not fix it); before the first chunk it is not ambiguous", () =>
+    Effect.gen(function*() {
+      const quota = { message: "You exceeded your current quota, please check your plan and billing details.", type: "insufficient_quota", param: null, code: "insufficient_quota" }
+      const first = yield* scripted([sse({ error: quota })])
+      expect(failure(first.result)).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: false, details: { error: quota } })
+      const spend = { message: "Project spend limit reached.", type: "insufficient_quota", code: "project_spend_limit_exceeded" }
+      const late = yield* scripted([openAi.delta({ role: "assistant", content: "" }), sse({ error: spend })])
+      expect(failure(late.result)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: false })
+    }))
+
+  it.scopedLive("tool-call arguments cut off by finish_reason length are model_bad_response, not retryable (the same request is cut the same way), naming stop_reason max_tokens and the provider's length", () =>
+    Effect.gen(function*() {
+      const cut = [
+        openAi.delta({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "call_c", type: "function", function: { name: "write", arguments: "" } }] }),
+        openAi.delta({ tool_calls: [{ index: 0, function: { arguments: "{\"text\": \"Once upon a ti" } }] }),
+        openAi.delta({}, "length"),
+        DONE
+      ]
+      const truncated = yield* scripted(cut)
+      expect(failure(truncated.result)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: false,
+        details: { index: 0, name: "write", stop_reason: "max_tokens", provider_stop_reason: "length" }
+      })
+      // The same broken arguments in an answer that finished on its own: a new try may parse.
+      const broken = yield* scripted([...cut.slice(0, 2), openAi.delta({}, "tool_calls"), DONE])
+      expect(failure(broken.result)).toMatchObject({
+        code: "model_bad_response",
+        retryable: true,
+        details: { stop_reason: "tool_calls", provider_stop_reason: "tool_calls" }
+      })
+    }))
+
   it.scopedLive("finish_reason maps to Brain's stop reason and the raw word is kept", () =>
     Effect.gen(function*() {
       const cases = [["stop", "end"], ["length", "max_tokens"], ["content_filter", "refusal"], ["eos_token", "other"]] as const

@@ -399,7 +399,7 @@ describe("the openai-responses provider", () => {
         expect(textOf(r.deltas)).toBe("Hello, world!")
       })))
 
-  it.live("an error inside a 200 stream (error, response.failed) is a typed failure with the provider's error in details; a refusal is ambiguous only after output streamed", () =>
+  it.live("an error inside a 200 stream (error, response.failed) is a typed failure with the provider's error in details; after response.created even a refusal is ambiguous", () =>
     Effect.gen(function*() {
       const server = yield* answer({ steps: Fixture.errorEvent("server_error", "The server had an error while processing your request.") })
       expect(failure(server)).toMatchObject({
@@ -412,13 +412,16 @@ describe("the openai-responses provider", () => {
       const limited = yield* answer({ steps: Fixture.failed("rate_limit_exceeded", "Request too large for gpt-4.1 on tokens per min.") })
       expect(failure(limited)).toMatchObject({
         code: "model_rate_limited",
-        ambiguous: false,
+        ambiguous: true,
         retryable: true,
         details: { event: "response.failed", error: { code: "rate_limit_exceeded" }, response_id: Fixture.RESPONSE_ID }
       })
       const nested = event({ type: "error", sequence_number: 2, error: { code: "invalid_prompt", message: "Flagged.", param: null } })
       const refused = yield* answer(spliced(2, [nested], []))
-      expect(failure(refused)).toMatchObject({ code: "model_rejected", ambiguous: false, details: { error: { code: "invalid_prompt" } } })
+      expect(failure(refused)).toMatchObject({ code: "model_rejected", ambiguous: true, details: { error: { code: "invalid_prompt" } } })
+      // Before response.created nothing had begun: a refusal there is not ambiguous.
+      const early = yield* answer({ steps: [nested] })
+      expect(failure(early)).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: false })
       const other = yield* answer({ steps: Fixture.errorEvent("ERR_SOMETHING", "Something went wrong") })
       expect(failure(other)).toMatchObject({ code: "model_failed", ambiguous: true, details: { error: { code: "ERR_SOMETHING" } } })
       // Once output has streamed, even a rate limit may follow real work: ambiguous.
@@ -426,6 +429,48 @@ describe("the openai-responses provider", () => {
       const midway = Fixture.textAnswer().findIndex((step) => typeof step === "string" && step.includes("response.output_text.delta"))
       const limitedLate = yield* answer(spliced(midway + 1, [late], []))
       expect(failure(limitedLate)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: true })
+    }))
+
+  it.live("an error after response.created is ambiguous even before any output: the prompt may have been processed and billed; before response.created a rate limit is not", () =>
+    Effect.gen(function*() {
+      const limit = event({ type: "error", sequence_number: 2, code: "rate_limit_exceeded", message: "Slow down.", param: null })
+      const afterCreated = yield* answer(spliced(1, [limit], []))
+      expect(afterCreated.deltas).toEqual([])
+      expect(failure(afterCreated)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: true })
+      const beforeCreated = yield* answer({ steps: [limit] })
+      expect(failure(beforeCreated)).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: true })
+    }))
+
+  it.live("a quota or spend-limit error in the stream (insufficient_quota) is model_rate_limited and not retryable: waiting does not fix it", () =>
+    Effect.gen(function*() {
+      const quota = event({ type: "error", sequence_number: 0, code: "insufficient_quota", message: "You exceeded your current quota.", param: null })
+      const first = yield* answer({ steps: [quota] })
+      expect(failure(first)).toMatchObject({ code: "model_rate_limited", ambiguous: false, retryable: false, details: { error: { code: "insufficient_quota" } } })
+      const failed = yield* answer({ steps: Fixture.failed("credit_balance_exhausted", "Your credit balance is too low.") })
+      expect(failure(failed)).toMatchObject({ code: "model_rate_limited", ambiguous: true, retryable: false })
+    }))
+
+  it.live("tool-call arguments cut off at max_output_tokens are model_bad_response, not retryable (the same request is cut the same way), naming stop_reason max_tokens and the provider's reason", () =>
+    Effect.gen(function*() {
+      const call = Fixture.functionCall(0, "fc_cut", "call_cut", "write", ['{"text": "Once upon', " a ti"])
+      const incomplete = (reason: string) => ({
+        type: "response.incomplete",
+        response: Fixture.responseObject("incomplete", [call.item], { incomplete_details: { reason } })
+      })
+      const cut = yield* answer({ steps: Fixture.respond([call], incomplete("max_output_tokens")) })
+      expect(failure(cut)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: false,
+        details: { tool_call_id: "call_cut", name: "write", stop_reason: "max_tokens", provider_stop_reason: "max_output_tokens" }
+      })
+      // The same broken arguments in a completed answer: a new try may parse.
+      const broken = yield* answer({ steps: Fixture.brokenArguments() })
+      expect(failure(broken)).toMatchObject({
+        code: "model_bad_response",
+        retryable: true,
+        details: { stop_reason: "tool_calls", provider_stop_reason: "completed" }
+      })
     }))
 
   it.live("a part the API cannot carry refuses the call before sending: model_rejected, not ambiguous, naming the message and the part", () =>

@@ -6,22 +6,31 @@
  * The rules:
  * - An event is known by its data's `type` (the same word as its `event:` line, which stands in
  *   when the data has none).
- * - `message_start`: the message `id` (the result's `response_id`), `model`, `usage.input_tokens`.
+ * - `message_start`: the message `id` (the result's `response_id`), `model`, and the usage:
+ *   `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens` (Anthropic counts the
+ *   three apart: `input_tokens` excludes the cached prompt, so all three are carried).
  * - `content_block_start` / `_delta` / `_stop`, by block `index`: `text` blocks make the text
  *   (joined in order, so the text deltas join to it exactly); `tool_use` blocks make the tool
  *   calls, in order. A tool call's delta `index` is its place among this answer's tool calls; its
  *   first delta, at block start, carries `id` and `name`; each `input_json_delta` follows. The
- *   pieces are joined and parsed at the block's stop (nothing sent → the start's `input`, `{}`);
- *   pieces that are not JSON are `model_bad_response`.
+ *   pieces are joined and parsed once the answer is whole (nothing sent → the start's `input`,
+ *   `{}`), not at the block's stop: the stop reason, which comes after the block, says whether
+ *   pieces that are not JSON were cut off by the output limit. Pieces that are not JSON are
+ *   `model_bad_response` naming `stop_reason` and `provider_stop_reason`; retryable, except when
+ *   the answer was cut (`max_tokens`, `model_context_window_exceeded`): the same request would be
+ *   cut the same way.
  * - Other block types (`thinking`, `redacted_thinking`, `server_tool_use`, `web_search_tool_result`,
  *   …) and other delta types (`thinking_delta`, `signature_delta`, `citations_delta`, …) are not
  *   Brain's to carry: ignored.
  * - `message_delta`: `stop_reason` and `usage.output_tokens` (the last sent wins; the counts are
- *   cumulative). A count never sent stays absent.
+ *   cumulative); the input counts only when message_start had none. A count never sent stays
+ *   absent.
  * - `message_stop` is the final event: a stream that ends without it is `model_stream_broken`.
  * - `ping` and any type not named here (a heartbeat, a new feature) are ignored.
  * - `error` (sent inside a 200 stream, e.g. `overloaded_error`) fails the call with a typed code
- *   and the provider's error in `details.error`; ambiguous, since the answer had begun.
+ *   and the provider's error in `details.error`. Ambiguous once `message_start` has come (the
+ *   prompt was taken in and may be billed); before it, a refusal (rate limit, invalid request) is
+ *   not. A rate limit whose `details.error_code` says a spend limit is spent is not retryable.
  * - A data line that is not a JSON object, or a named event of the wrong shape, is
  *   `model_bad_response`, ambiguous (the model ran).
  */
@@ -29,10 +38,16 @@ import { Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
 import type { EventVerdict, SseEvent } from "../Http.js"
+import { quotaExhausted } from "../Quota.js"
 
 // Lenient shapes: only what Brain reads is required; unknown fields and values pass.
 const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
-const Usage = Schema.optional(Schema.NullOr(Schema.Struct({ input_tokens: Count, output_tokens: Count })))
+const Usage = Schema.optional(Schema.NullOr(Schema.Struct({
+  input_tokens: Count,
+  output_tokens: Count,
+  cache_read_input_tokens: Count,
+  cache_creation_input_tokens: Count
+})))
 
 const MessageStart = Schema.Struct({
   message: Schema.Struct({ id: Schema.optional(Schema.String), model: Schema.optional(Schema.String), usage: Usage })
@@ -57,7 +72,10 @@ const MessageDelta = Schema.Struct({
   usage: Usage
 })
 
-/** Brain's stop reason for Anthropic's (`pause_turn`, `model_context_window_exceeded`, new ones: other). */
+/**
+ * Brain's stop reason for Anthropic's. `model_context_window_exceeded` is a cut like `max_tokens`
+ * (the context window, not max_tokens, ran out); `pause_turn` and new ones are other.
+ */
 export const stopReason = (raw: string | null | undefined): StopReason => {
   switch (raw) {
     case "end_turn":
@@ -66,6 +84,7 @@ export const stopReason = (raw: string | null | undefined): StopReason => {
     case "tool_use":
       return "tool_calls"
     case "max_tokens":
+    case "model_context_window_exceeded":
       return "max_tokens"
     case "refusal":
       return "refusal"
@@ -74,21 +93,21 @@ export const stopReason = (raw: string | null | undefined): StopReason => {
   }
 }
 
-const badResponse = (message: string, details?: unknown) =>
+const badResponse = (message: string, details?: unknown, retryable = true) =>
   new ModelFailed({
     code: "model_bad_response",
     message: `Anthropic sent ${message}`,
     ambiguous: true,
-    retryable: true,
+    retryable,
     ...(details !== undefined ? { details } : {})
   })
 
-/** An `error` event's failure, typed by the error's `type` (Anthropic docs, "Errors"). */
 /**
- * An `error` event inside the 200 stream. A refusal (rate limit, bad request) changed nothing only
- * if nothing had streamed yet; once output flowed, the call may have run (ambiguous).
+ * An `error` event inside the 200 stream, typed by the error's `type` (Anthropic docs, "Errors").
+ * A refusal (rate limit, bad request) changed nothing only if the answer had not begun; once
+ * `message_start` came, the prompt may have been processed and billed (ambiguous).
  */
-export const streamError = (error: unknown, streamed = true): ModelFailed => {
+export const streamError = (error: unknown, begun = true): ModelFailed => {
   const { type, message } = (error !== null && typeof error === "object" ? error : {}) as { type?: unknown; message?: unknown }
   const said = `Anthropic reported ${String(type ?? "an error")} mid-stream${typeof message === "string" ? `: ${message}` : ""}`
   const code = type === "rate_limit_error"
@@ -99,9 +118,9 @@ export const streamError = (error: unknown, streamed = true): ModelFailed => {
         type === "permission_error" || type === "not_found_error" || type === "billing_error"
     ? "model_rejected"
     : "model_failed"
-  const retryable = code === "model_rate_limited" || code === "model_unavailable"
+  const retryable = (code === "model_rate_limited" && !quotaExhausted(error)) || code === "model_unavailable"
   const refused = code === "model_rate_limited" || code === "model_rejected"
-  return new ModelFailed({ code, message: said, ambiguous: streamed || !refused, retryable, details: { error } })
+  return new ModelFailed({ code, message: said, ambiguous: begun || !refused, retryable, details: { error } })
 }
 
 type Block =
@@ -132,18 +151,23 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
   let model: string | undefined
   let inputTokens: number | undefined
   let outputTokens: number | undefined
+  let cacheReadTokens: number | undefined
+  let cacheCreationTokens: number | undefined
   let rawStop: string | undefined
   let stopped = false
-  /** Some of the answer has been passed on: an error from here on may follow real work. */
-  let streamed = false
+  /**
+   * The answer has begun (`message_start`, or output without it): the prompt may have been
+   * processed and billed, so an error from here on is ambiguous.
+   */
+  let begun = false
 
   const decode = <A, I>(schema: Schema.Schema<A, I>, type: string, data: unknown): A | ModelFailed => {
     const decoded = Schema.decodeUnknownEither(schema)(data)
     return decoded._tag === "Right" ? decoded.right : badResponse(`a ${type} event of the wrong shape`, { event: type, issue: decoded.left.message })
   }
 
+  /** The call's input, once the answer is whole and its stop reason known; or why there is none. */
   const parseInput = (block: Extract<Block, { kind: "tool" }>): ModelFailed | undefined => {
-    if (block.input !== undefined) return undefined
     if (block.json === "") {
       block.input = block.startInput !== null && typeof block.startInput === "object" ? block.startInput : {}
       return undefined
@@ -152,7 +176,19 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       block.input = JSON.parse(block.json)
       return undefined
     } catch {
-      return badResponse(`tool call ${block.id} (${block.name}) arguments that are not JSON`, { tool_call_id: block.id, name: block.name })
+      const stop = stopReason(rawStop)
+      // Cut at the output limit, the same request is cut the same way: not worth repeating.
+      const truncated = stop === "max_tokens"
+      return badResponse(
+        `tool call ${block.id} (${block.name}) arguments that are not JSON${truncated ? `, cut off by ${rawStop}` : ""}`,
+        {
+          tool_call_id: block.id,
+          name: block.name,
+          stop_reason: stop,
+          ...(rawStop !== undefined ? { provider_stop_reason: rawStop } : {})
+        },
+        !truncated
+      )
     }
   }
 
@@ -163,7 +199,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       blocks.set(event.index, { kind: "text" })
       if (start.text) {
         text += start.text
-        streamed = true
+        begun = true
         onDelta({ type: "text", text: start.text })
       }
     } else if (start.type === "tool_use") {
@@ -171,7 +207,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       const block = { kind: "tool" as const, call: tools.length, id: start.id, name: start.name, startInput: start.input, json: "" }
       blocks.set(event.index, block)
       tools.push(block)
-      streamed = true
+      begun = true
       onDelta({ type: "tool_call", index: block.call, id: block.id, name: block.name, input_delta: "" })
     } else {
       blocks.set(event.index, { kind: "ignored" })
@@ -188,7 +224,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       if (block.kind !== "text" || delta.text === undefined) return badResponse(`a text_delta that does not fit block ${event.index}`)
       text += delta.text
       if (delta.text !== "") {
-        streamed = true
+        begun = true
         onDelta({ type: "text", text: delta.text })
       }
       return undefined
@@ -216,9 +252,12 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       case "message_start": {
         const start = decode(MessageStart, type, data)
         if (start instanceof ModelFailed) return start
+        begun = true
         responseId = start.message.id
         model = start.message.model
         inputTokens = start.message.usage?.input_tokens ?? undefined
+        cacheReadTokens = start.message.usage?.cache_read_input_tokens ?? undefined
+        cacheCreationTokens = start.message.usage?.cache_creation_input_tokens ?? undefined
         return undefined
       }
       case "content_block_start": {
@@ -233,23 +272,29 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
         const stop = decode(ContentBlockStop, type, data)
         if (stop instanceof ModelFailed) return stop
         const block = blocks.get(stop.index)
-        if (block === undefined) return badResponse(`a content_block_stop for block ${stop.index}, which never started`)
-        return block.kind === "tool" ? parseInput(block) : undefined
+        // A tool call's input is parsed in finish, when the stop reason says whether it was cut.
+        return block === undefined ? badResponse(`a content_block_stop for block ${stop.index}, which never started`) : undefined
       }
       case "message_delta": {
         const delta = decode(MessageDelta, type, data)
         if (delta instanceof ModelFailed) return delta
         if (delta.delta.stop_reason != null) rawStop = delta.delta.stop_reason
         if (delta.usage?.output_tokens != null) outputTokens = delta.usage.output_tokens
-        // The input count belongs to message_start; taken from here only when that had none.
+        // The input counts belong to message_start; taken from here only when that had none.
         if (inputTokens === undefined && delta.usage?.input_tokens != null) inputTokens = delta.usage.input_tokens
+        if (cacheReadTokens === undefined && delta.usage?.cache_read_input_tokens != null) {
+          cacheReadTokens = delta.usage.cache_read_input_tokens
+        }
+        if (cacheCreationTokens === undefined && delta.usage?.cache_creation_input_tokens != null) {
+          cacheCreationTokens = delta.usage.cache_creation_input_tokens
+        }
         return undefined
       }
       case "message_stop":
         stopped = true
         return "done"
       case "error":
-        return streamError((data as { error?: unknown }).error, streamed)
+        return streamError((data as { error?: unknown }).error, begun)
       case undefined:
         return badResponse(`an event with no type`, { data: event.data.slice(0, 1024) })
       default:
@@ -272,7 +317,9 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
     }
     const usage = {
       ...(inputTokens !== undefined ? { input_tokens: inputTokens } : {}),
-      ...(outputTokens !== undefined ? { output_tokens: outputTokens } : {})
+      ...(outputTokens !== undefined ? { output_tokens: outputTokens } : {}),
+      ...(cacheReadTokens !== undefined ? { cache_read_input_tokens: cacheReadTokens } : {}),
+      ...(cacheCreationTokens !== undefined ? { cache_creation_input_tokens: cacheCreationTokens } : {})
     }
     return {
       text,

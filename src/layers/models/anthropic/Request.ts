@@ -7,17 +7,21 @@
  * - Turns. Anthropic's conversation alternates `user` and `assistant`. A Brain `user` message is a
  *   user turn; each `tool` result is a `tool_result` block in a user turn; an `assistant` message
  *   is an assistant turn (its text, then one `tool_use` block per tool call). Consecutive turns of
- *   one role merge into one message, blocks kept in order: the results of parallel calls share one
- *   user message, and a user message right after them joins it.
+ *   one role merge into one message: the results of parallel calls share one user message, and a
+ *   user message among or right after them joins it. The API wants a user message's
+ *   `tool_result` blocks before anything else in it, so a merged user message holds its results
+ *   first (in transcript order), then its other blocks (in transcript order).
  * - System text. `request.system` first, then the text of every `system` message in transcript
  *   order, joined by a blank line, is the body's `system`. Anthropic has no system turn inside the
  *   conversation, so a note in the middle of it loses its place and reads as standing instruction.
  * - Empty text is left out (the API refuses empty text blocks); a message left with nothing is
  *   left out too.
  * - Parts. `text`; `image` as base64 (`data` + `mime_type`: JPEG, PNG, GIF or WebP, what the
- *   vision docs list) or by `url`, in user and tool messages only. Anything else, or a tool call
- *   whose input is not a JSON object, fails BEFORE sending: `model_rejected`, not ambiguous, naming
- *   the message and the part.
+ *   vision docs list) or by `url`, in user and tool messages only. A `data:` URL is inline data,
+ *   which Anthropic takes only as a base64 source: `data:<image type>;base64,<data>` becomes one,
+ *   and a data: URL without a media type or not in base64 is refused. Anything else, or a tool
+ *   call whose input is not a JSON object, fails BEFORE sending: `model_rejected`, not ambiguous,
+ *   naming the message and the part.
  * - Fields. The options (the binding's, overridden by the call's) come first; Brain's own fields
  *   win over them: `model` (the binding's), `messages`, `stream: true`, and `system` and `tools`
  *   when Brain has any. `max_tokens`, which the API requires, is the options' or DEFAULT_MAX_TOKENS.
@@ -70,15 +74,29 @@ const textBlock = (part: ContentPart, where: string): TextBlock | undefined | Mo
   return part.text === "" ? undefined : { type: "text", text: part.text }
 }
 
-const imageBlock = (part: ContentPart, where: string): ImageBlock | ModelFailed => {
-  if (typeof part.data === "string") {
-    const mime = part.mime_type
-    if (typeof mime !== "string" || !IMAGE_TYPES.has(mime)) {
-      return rejected(`${where}: an image of type ${String(mime)} (it takes image/jpeg, image/png, image/gif, image/webp)`)
-    }
-    return { type: "image", source: { type: "base64", media_type: mime as ImageMediaType, data: part.data } }
+const base64Image = (mime: unknown, data: string, where: string): ImageBlock | ModelFailed => {
+  if (typeof mime !== "string" || !IMAGE_TYPES.has(mime)) {
+    return rejected(`${where}: an image of type ${String(mime)} (it takes image/jpeg, image/png, image/gif, image/webp)`)
   }
-  if (typeof part.url === "string") return { type: "image", source: { type: "url", url: part.url } }
+  return { type: "image", source: { type: "base64", media_type: mime as ImageMediaType, data } }
+}
+
+/** A `data:` URL (RFC 2397: `data:[<media type>][;<parameter>]*[;base64],<data>`) as an inline image. */
+const dataUrlImage = (url: string, where: string): ImageBlock | ModelFailed => {
+  const comma = url.indexOf(",")
+  const meta = (comma < 0 ? url.slice(5) : url.slice(5, comma)).split(";").map((p) => p.trim().toLowerCase())
+  if (comma < 0 || meta.length < 2 || meta[meta.length - 1] !== "base64") {
+    return rejected(`${where}: an image data: URL that is not base64 (it takes inline images only as base64)`)
+  }
+  if (meta[0] === "") return rejected(`${where}: an image data: URL without a media type`)
+  return base64Image(meta[0], url.slice(comma + 1), where)
+}
+
+const imageBlock = (part: ContentPart, where: string): ImageBlock | ModelFailed => {
+  if (typeof part.data === "string") return base64Image(part.mime_type, part.data, where)
+  if (typeof part.url === "string") {
+    return /^data:/i.test(part.url) ? dataUrlImage(part.url, where) : { type: "image", source: { type: "url", url: part.url } }
+  }
   return rejected(`${where}: an image part with neither \`data\` + \`mime_type\` nor \`url\``)
 }
 
@@ -116,6 +134,15 @@ const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Bl
   if (last?.role === role) last.content.push(...blocks)
   else turns.messages.push({ role, content: [...blocks] })
 }
+
+/** A user message with its tool_result blocks first, each group in its own order (the API's rule). */
+const resultsFirst = (message: Turns["messages"][number]): Turns["messages"][number] =>
+  message.role === "user"
+    ? {
+      role: "user",
+      content: [...message.content.filter((b) => b.type === "tool_result"), ...message.content.filter((b) => b.type !== "tool_result")]
+    }
+    : message
 
 /** Folds one Brain message into the turns, or says why Anthropic cannot carry it. */
 const addMessage = (turns: Turns, message: Message, where: string): ModelFailed | undefined => {
@@ -178,7 +205,7 @@ export const requestBody = (call: ProviderCall): Record<string, unknown> | Model
   const tools = toolsOf(call)
   if (tools instanceof ModelFailed) return tools
   const options = mergedOptions(call)
-  const messages: Array<WireMessage> = turns.messages
+  const messages: Array<WireMessage> = turns.messages.map(resultsFirst)
   return {
     ...options,
     model: call.binding.model,

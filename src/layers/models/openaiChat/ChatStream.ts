@@ -14,21 +14,27 @@
  *   (ambiguous). A named event other than `error` is ignored (a heartbeat, a new feature), as is
  *   anything after `[DONE]`. An `error` object in a data line (gateways send
  *   `data: {"error": {...}}`), or an `event: error`, is a typed failure with the error in its
- *   details: a rate limit `model_rate_limited`, an invalid request `model_rejected` (neither
- *   ambiguous when no output had come yet), anything else `model_unavailable` (ambiguous).
+ *   details: a rate limit `model_rate_limited` (not retryable when it says the quota or spend
+ *   limit is spent, Quota.ts), an invalid request `model_rejected`, anything else
+ *   `model_unavailable` (ambiguous). A rate limit or refusal is ambiguous once the answer had
+ *   begun (a chunk had come: the server had taken the prompt in and may bill it), not before.
  * - Usage comes from the chunk that carries it (the last, with `include_usage`); a counter the
  *   server did not send is absent, and a server that sends no usage gives a result without it.
  * - finish_reason: `stop` → end, `tool_calls` → tool_calls (also `stop` with tool calls, as some
  *   servers say), `length` → max_tokens, `content_filter` → refusal, anything else → other; the
  *   raw word is kept in `provider_stop_reason`. A streamed `refusal` is the answer's text, and
  *   its stop reason is `refusal`.
- * - Tool-call arguments that are not JSON are `model_bad_response` (ambiguous); empty arguments
- *   are `{}`; arguments sent as an object rather than JSON text (an Ollama drift) are taken as is. A call without an id gets one made from the response id and its index.
+ * - Tool-call arguments that are not JSON are `model_bad_response` (ambiguous), naming the
+ *   answer's `stop_reason` and `provider_stop_reason`: retryable, except when the answer was cut
+ *   at the output limit (`length`), which the same request would hit again. Empty arguments are
+ *   `{}`; arguments sent as an object rather than JSON text (an Ollama drift) are taken as is. A
+ *   call without an id gets one made from the response id and its index.
  */
 import { Either, ParseResult, Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
 import type { EventVerdict, SseEvent } from "../Http.js"
+import { quotaExhausted } from "../Quota.js"
 
 /** Characters of a bad event or bad arguments kept in a failure's details. */
 const EXCERPT_CHARS = 1_000
@@ -69,8 +75,8 @@ const decodeChunk = Schema.decodeUnknownEither(ChatChunk)
 
 const excerpt = (text: string) => (text.length > EXCERPT_CHARS ? `${text.slice(0, EXCERPT_CHARS)}…` : text)
 
-const badResponse = (message: string, details: Record<string, unknown>) =>
-  new ModelFailed({ code: "model_bad_response", message, ambiguous: true, retryable: true, details })
+const badResponse = (message: string, details: Record<string, unknown>, retryable = true) =>
+  new ModelFailed({ code: "model_bad_response", message, ambiguous: true, retryable, details })
 
 /** Parses JSON text at the boundary; undefined when it is not JSON. */
 const parseJson = (text: string): { readonly value: unknown } | undefined => {
@@ -88,18 +94,20 @@ const errorText = (value: unknown, key: string): string | undefined => {
 
 /**
  * An error the server sent inside its 200 stream. A rate limit or a refusal (a 4xx-like code,
- * an invalid request) that came before any output was not run; anything else may have been.
+ * an invalid request) sent before the answer began was not run; once a chunk had come, or for
+ * any other error, the prompt may have been processed and billed (ambiguous).
  */
-export const streamError = (provider: string, error: unknown, streamedOutput: boolean): ModelFailed => {
+export const streamError = (provider: string, error: unknown, begun: boolean): ModelFailed => {
   const words = [errorText(error, "type"), errorText(error, "code")].filter((w) => w !== undefined).join(" ")
   const status = Number(errorText(error, "code") ?? errorText(error, "status"))
   const message = `${provider} sent an error in its stream: ${excerpt(errorText(error, "message") ?? (words || "no message"))}`
   const details = { error }
-  if (status === 429 || /rate_limit/i.test(words)) {
-    return new ModelFailed({ code: "model_rate_limited", message, ambiguous: streamedOutput, retryable: true, details })
+  const quota = quotaExhausted(error)
+  if (status === 429 || /rate_limit/i.test(words) || quota) {
+    return new ModelFailed({ code: "model_rate_limited", message, ambiguous: begun, retryable: !quota, details })
   }
   if ((status >= 400 && status < 500) || /invalid_request|content_filter|context_length/i.test(words)) {
-    return new ModelFailed({ code: "model_rejected", message, ambiguous: streamedOutput, retryable: false, details })
+    return new ModelFailed({ code: "model_rejected", message, ambiguous: begun, retryable: false, details })
   }
   return new ModelFailed({ code: "model_unavailable", message, ambiguous: true, retryable: true, details })
 }
@@ -136,6 +144,8 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
   let responseId: string | undefined
   let model: string | undefined
   let usage: { input_tokens?: number; output_tokens?: number } | undefined
+  /** A chunk has come: the server has taken the prompt in, and an error from here may follow billed work. */
+  let begun = false
 
   const slotOf = (index: number | null | undefined, id: string | null | undefined): number => {
     if (typeof index === "number") return index
@@ -203,15 +213,14 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
       return "done"
     }
     const parsed = parseJson(data)
-    const streamed = text !== "" || calls.size > 0
-    if (parsed === undefined && event === "error") return streamError(provider, { message: data }, streamed)
+    if (parsed === undefined && event === "error") return streamError(provider, { message: data }, begun)
     if (parsed === undefined) return badResponse(`${provider} sent a data line that is not JSON`, { data: excerpt(data) })
     const value = parsed.value
     const isObject = value !== null && typeof value === "object" && !Array.isArray(value)
     if (isObject && "error" in value && value.error != null) {
-      return streamError(provider, value.error, streamed)
+      return streamError(provider, value.error, begun)
     }
-    if (event === "error") return streamError(provider, value, streamed)
+    if (event === "error") return streamError(provider, value, begun)
     const chunk = decodeChunk(value)
     if (Either.isLeft(chunk)) {
       return badResponse(`${provider} sent a chunk of the wrong shape`, {
@@ -219,6 +228,7 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
         issue: ParseResult.TreeFormatter.formatErrorSync(chunk.left)
       })
     }
+    begun = true
     onChunk(chunk.right)
     return undefined
   }
@@ -237,6 +247,9 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
           })
         )
       }
+      const stop = stopReason(finished, calls.size > 0, refused)
+      // Cut at the output limit, the same request is cut the same way: not worth repeating.
+      const truncated = stop === "max_tokens"
       const toolCalls = []
       for (const [index, call] of [...calls].sort(([a], [b]) => a - b)) {
         if (call.name === undefined) {
@@ -244,19 +257,19 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
         }
         const input = call.arguments.trim() === "" ? { value: {} } : parseJson(call.arguments)
         if (input === undefined) {
-          return yield* Either.left(badResponse(`${provider} sent arguments for tool call ${index} (${call.name}) that are not JSON`, {
-            index,
-            name: call.name,
-            arguments: excerpt(call.arguments),
-            finish_reason: finished
-          }))
+          const cut = truncated ? `, cut off at the output limit (finish_reason ${finished})` : ""
+          return yield* Either.left(badResponse(
+            `${provider} sent arguments for tool call ${index} (${call.name}) that are not JSON${cut}`,
+            { index, name: call.name, arguments: excerpt(call.arguments), stop_reason: stop, provider_stop_reason: finished },
+            !truncated
+          ))
         }
         toolCalls.push({ id: call.id ?? `${responseId ?? "chat"}_call_${index}`, name: call.name, input: input.value })
       }
       return {
         text,
         tool_calls: toolCalls,
-        stop_reason: stopReason(finished, toolCalls.length > 0, refused),
+        stop_reason: stop,
         ...(usage !== undefined ? { usage } : {}),
         ...(responseId !== undefined ? { response_id: responseId } : {}),
         ...(model !== undefined ? { model } : {}),

@@ -12,14 +12,20 @@
  * - `response.completed` or `response.incomplete` is the final event; whatever follows it is not
  *   read. A stream that closes without one is `model_stream_broken` (ambiguous).
  * - `error` and `response.failed` end the call with a typed failure carrying the provider's error.
+ *   A rate limit or a refusal of the input is not ambiguous only when it came before
+ *   `response.created`: once the response exists the prompt may have been processed and billed.
+ *   A quota or spend-limit error (Quota.ts) is a rate limit that is not retryable.
  * - A data line that is not JSON, or a known event of the wrong shape, is `model_bad_response`
  *   (ambiguous); an unknown event type is ignored. Arguments that are not JSON are
- *   `model_bad_response` too (empty arguments mean `{}`).
+ *   `model_bad_response` too (empty arguments mean `{}`), naming the answer's `stop_reason` and
+ *   `provider_stop_reason`; not retryable when the answer was cut at `max_output_tokens` (the
+ *   same request is cut the same way).
  */
 import { Either, ParseResult } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
 import type { EventVerdict, SseEvent } from "../Http.js"
+import { quotaExhausted } from "../Quota.js"
 import { decodeEvent, KNOWN_TYPES, type OutputItem, type ResponseObject, type StreamEvent } from "./Events.js"
 
 /** Characters of a malformed event or argument string kept in a failure's details. */
@@ -53,26 +59,25 @@ const REFUSED_INPUT = new Set([
 ])
 
 /**
- * An error the provider reported inside a 200 stream. It began on the request, so the failure is
- * ambiguous unless the code says it refused the input or was rate limited (as a 4xx status is).
- */
-/**
  * An error the provider reported inside a 200 stream. A refusal (rate limit, bad input) changed
- * nothing only if nothing had streamed yet; once output flowed, the call may have run (ambiguous).
+ * nothing only if the response had not begun; once `response.created` came, the prompt may have
+ * been processed and billed (ambiguous). Other errors may always have run.
  */
 const reportedFailure = (
   provider: string,
+  error: unknown,
   code: string | undefined,
   message: string | undefined,
   details: unknown,
-  streamed: boolean
+  begun: boolean
 ) => {
   const text = `${provider} reported ${code ?? "an error"} in the stream${message ? `: ${message}` : ""}`
-  if (code !== undefined && RATE_LIMITED.has(code)) {
-    return new ModelFailed({ code: "model_rate_limited", message: text, ambiguous: streamed, retryable: true, details })
+  const quota = quotaExhausted(error)
+  if (quota || (code !== undefined && RATE_LIMITED.has(code))) {
+    return new ModelFailed({ code: "model_rate_limited", message: text, ambiguous: begun, retryable: !quota, details })
   }
   if (code !== undefined && REFUSED_INPUT.has(code)) {
-    return new ModelFailed({ code: "model_rejected", message: text, ambiguous: streamed, retryable: false, details })
+    return new ModelFailed({ code: "model_rejected", message: text, ambiguous: begun, retryable: false, details })
   }
   if (code !== undefined && UNAVAILABLE.has(code)) {
     return new ModelFailed({ code: "model_unavailable", message: text, ambiguous: true, retryable: true, details })
@@ -103,8 +108,11 @@ export interface ResponseFold {
 
 export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void): ResponseFold => {
   let text = ""
-  /** Some of the answer has been passed on: an error from here on may follow real work. */
-  let streamed = false
+  /**
+   * The response has begun (`response.created`, or output without it): the prompt may have been
+   * processed and billed, so an error from here on is ambiguous.
+   */
+  let begun = false
   let refused = false
   /** `output_index:content_index` of the text and refusal parts that have had some text. */
   const textParts = new Set<string>()
@@ -118,7 +126,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     if (piece === "") return
     textParts.add(`${outputIndex}:${contentIndex}`)
     text += piece
-    streamed = true
+    begun = true
     onDelta({ type: "text", text: piece })
   }
   const fillText = (outputIndex: number, contentIndex: number, whole: string, refusal: boolean) => {
@@ -131,7 +139,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     const call: Call = { index: calls.length, id: item.call_id, name: item.name, args: "" }
     calls.push(call)
     callAt.set(outputIndex, call)
-    streamed = true
+    begun = true
     onDelta({ type: "tool_call", index: call.index, id: call.id, name: call.name, input_delta: "" })
     return call
   }
@@ -170,6 +178,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
       case "response.created":
       case "response.in_progress":
         started = event.response
+        begun = true
         return undefined
       case "response.output_item.added":
         if (event.item.type === "function_call") openCall(event.output_index, event.item)
@@ -202,17 +211,17 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
         return undefined
       case "response.failed": {
         const error = event.response.error
-        return reportedFailure(provider, field(error, "code"), field(error, "message"), {
+        return reportedFailure(provider, error, field(error, "code"), field(error, "message"), {
           event: event.type,
           error,
           ...(event.response.id ? { response_id: event.response.id } : {})
-        }, streamed)
+        }, begun)
       }
       case "error": {
         const nested = event.error !== null && typeof event.error === "object" ? event.error : undefined
         const error = nested ?? { code: event.code ?? null, message: event.message ?? null }
         const code = field(error, "code") ?? field(error, "type")
-        return reportedFailure(provider, code, field(error, "message"), { event: event.type, error }, streamed)
+        return reportedFailure(provider, error, code, field(error, "message"), { event: event.type, error }, begun)
       }
     }
   }
@@ -254,31 +263,35 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     }
     const response = final.response
     const incompleteReason = final.type === "response.incomplete" ? response.incomplete_details?.reason ?? undefined : undefined
+    const stopReason: StopReason = final.type === "response.incomplete"
+      ? incompleteReason === "max_output_tokens" ? "max_tokens" : incompleteReason === "content_filter" ? "refusal" : "other"
+      : calls.length > 0
+      ? "tool_calls"
+      : refused
+      ? "refusal"
+      : "end"
+    const providerStopReason = incompleteReason ?? response.status ?? undefined
+    // Cut at the output limit, the same request is cut the same way: not worth repeating.
+    const truncated = stopReason === "max_tokens"
     const toolCalls: Array<ModelResult["tool_calls"][number]> = []
     for (const call of calls) {
       let input: unknown
       try {
         input = call.args.trim() === "" ? {} : JSON.parse(call.args)
       } catch {
+        const cut = truncated ? `, cut off at the output limit (${incompleteReason})` : ""
         return Either.left(
-          badResponse(`${provider} sent arguments for ${call.name} (${call.id}) that are not JSON`, true, {
+          badResponse(`${provider} sent arguments for ${call.name} (${call.id}) that are not JSON${cut}`, !truncated, {
             tool_call_id: call.id,
             name: call.name,
             arguments: excerpt(call.args),
-            ...(incompleteReason !== undefined ? { incomplete_reason: incompleteReason } : {})
+            stop_reason: stopReason,
+            ...(providerStopReason !== undefined ? { provider_stop_reason: providerStopReason } : {})
           })
         )
       }
       toolCalls.push({ id: call.id, name: call.name, input })
     }
-    const stopReason: StopReason = final.type === "response.incomplete"
-      ? incompleteReason === "max_output_tokens" ? "max_tokens" : incompleteReason === "content_filter" ? "refusal" : "other"
-      : toolCalls.length > 0
-      ? "tool_calls"
-      : refused
-      ? "refusal"
-      : "end"
-    const providerStopReason = incompleteReason ?? response.status ?? undefined
     const inputTokens = response.usage?.input_tokens ?? undefined
     const outputTokens = response.usage?.output_tokens ?? undefined
     const id = response.id ?? started?.id ?? undefined
