@@ -157,7 +157,7 @@ export const hosts = HttpApiGroup.make("hosts")
       .pipe(addErrors(...withBody))
       .annotate(
         OpenApi.Description,
-        "Register a host: an application process that runs the tools of `host` Environments (docs/environments.md, \"The `host` driver\"). Needs the server's API token when one is set. Not idempotent: the answer holds a secret the server never stores, so a retry registers another host."
+        "Register a host: an application process that runs the tools of `host` Environments (docs/environments.md, \"The `host` driver\"). Needs the server's API token when one is set. Not idempotent: the answer holds the host's token, a secret the idempotency store must never keep, so no answer is recorded and a retry registers another host. An `Idempotency-Key` is checked as on every mutating route (1 to 256 bytes, else 400) and otherwise ignored."
       )
   )
   .add(
@@ -177,7 +177,7 @@ export const hosts = HttpApiGroup.make("hosts")
       .pipe(addErrors(...withBody, E.Conflict))
       .annotate(
         OpenApi.Description,
-        "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result)."
+        "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result). An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored: a result names its call, which takes one."
       )
   )
   .add(
@@ -188,7 +188,7 @@ export const hosts = HttpApiGroup.make("hosts")
       .pipe(addErrors(...withBody, ...storage, E.Conflict))
       .annotate(
         OpenApi.Description,
-        "Commits a tool-origin Event of a call in flight (`origin: {kind: \"tool\", sequence}`) before the call's outcome; answered once it is durable."
+        "Commits a tool-origin Event of a call in flight (`origin: {kind: \"tool\", sequence}`) before the call's outcome; answered once it is durable. An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored."
       )
   )
   .addError(E.InvalidRequest)

@@ -31,7 +31,8 @@ const descriptions: { readonly [C in Errors.ApiErrorCode]: string } = {
   conflict: "the request conflicts with the state (another body under the same Idempotency-Key, a failed session, …)",
   session_busy: "a turn is running in this session; retry later",
   session_ended: "the session has ended",
-  ambiguous: "an Idempotency-Key whose request may have taken effect without a recorded answer; never run again",
+  ambiguous:
+    "an Idempotency-Key whose request may have taken effect without a recorded answer: never run again; or, with `retryable: true`, whose request is still in progress: retry with the same key",
   teardown_failed: "an Environment's teardown failed; the session stays",
   payload_too_large: "the body (or a value in it) is above its limit",
   unsupported_media_type: "the body's media type is not the route's",

@@ -3,7 +3,7 @@
  * shape answers. Every mutating route runs under its Idempotency-Key.
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import { Deferred, Effect, FiberId, Layer } from "effect"
+import { Deferred, Effect, Either, FiberId, Layer, ParseResult, Schema } from "effect"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import {
@@ -24,9 +24,11 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, Sessions, type SessionsShape } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
+import { MutatingHeaders } from "./Schemas.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond } from "./Idempotent.js"
 import { bearerToken } from "./Middleware.js"
 import { sseResponse } from "./Sse.js"
+import { prefersEventStream } from "./Accept.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
 
 /** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
@@ -182,8 +184,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("send", sendMessage(sessions, store))
       .handle("events", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
-          const accept = request.headers["accept"] ?? ""
-          if (accept.includes("text/event-stream")) {
+          if (prefersEventStream(request.headers["accept"])) {
             // A reconnecting EventSource repeats its URL (with its original `after`) and adds the
             // Last-Event-ID it saw: resume after whichever is further on.
             const lastId = request.headers["last-event-id"]
@@ -201,6 +202,29 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
       .handle("delete", lifecycle("delete", (id) => Effect.as(sessions.delete(id), emptyAnswer(204))))
   }))
+
+const decodeKey = Schema.decodeUnknownEither(MutatingHeaders)
+
+/**
+ * The `Idempotency-Key` of a mutating route that takes none (a host's registration, results and
+ * Events): checked as every mutating route's is — 400 `invalid_request` when empty or above 256
+ * bytes, with the issues the contract's decoder would give — and otherwise ignored. A
+ * registration is never deduplicated (its answer holds the host's token, a secret the idempotency
+ * store must never keep); a result or Event names its call, which takes one. The check is here
+ * rather than in the contract (`setHeaders`), where it would make `headers` a required argument
+ * of these routes in every typed client.
+ */
+const checkedKey = (headers: Readonly<Record<string, string | Array<string> | undefined>>) =>
+  Either.match(decodeKey({ "idempotency-key": headers["idempotency-key"] }), {
+    onRight: () => Effect.void,
+    onLeft: (error) =>
+      Effect.fail(
+        new InvalidRequest({
+          message: ParseResult.TreeFormatter.formatErrorSync(error),
+          details: ParseResult.ArrayFormatter.formatErrorSync(error)
+        })
+      )
+  })
 
 /**
  * The host routes. Each but `register` needs the host's own token: a missing, wrong or other
@@ -224,7 +248,7 @@ export const hostResults = (hosts: HostsShape) =>
   readonly payload: typeof Schemas.HostResultBody.Type
 }) =>
   Effect.zipRight(
-    authorizedHost(hosts, path.id, headers),
+    Effect.zipRight(checkedKey(headers), authorizedHost(hosts, path.id, headers)),
     "results" in payload
       ? hosts.results(path.id, payload.results.map(postedResult))
       : Effect.suspend(() => {
@@ -247,7 +271,8 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
     const authorized = (id: string, headers: Readonly<Record<string, string | undefined>>) => authorizedHost(hosts, id, headers)
     const results = hostResults(hosts)
     return h
-      .handle("register", () => Effect.map(hosts.register, (r) => respond(jsonAnswer(201, r))))
+      .handle("register", ({ request }) =>
+        Effect.zipRight(checkedKey(request.headers), Effect.map(hosts.register, (r) => respond(jsonAnswer(201, r)))))
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
@@ -262,6 +287,7 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
       .handle("results", ({ path, payload, request }) => results({ headers: request.headers, path, payload }))
       .handle("events", ({ path, payload, request }) =>
         Effect.gen(function*() {
+          yield* checkedKey(request.headers)
           yield* authorized(path.id, request.headers)
           const call = { session: payload.session_id, sequence: payload.sequence }
           const sequence = yield* hosts.event(path.id, call, payload.kind, payload.payload)

@@ -96,7 +96,7 @@ const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" 
     ? new Conflict({ message: "this Idempotency-Key was used with a different request" })
     : new Ambiguous({
       message: seen.inFlight
-        ? "a request with this Idempotency-Key is still in progress"
+        ? "a request with this Idempotency-Key is still in progress; retry later with the same key to get its answer (a new key would run the request again)"
         : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
       retryable: seen.inFlight
     })

@@ -75,8 +75,13 @@ const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(ses
 /** A host's own routes: they carry the host's token (checked by the handler), not the server's API token. */
 const HOST_ROUTE = /^\/v1\/hosts\/[^/]+\/(commands|results|events)\/?$/
 
-/** A host's answers for work already admitted: taken while the server drains, so that its calls can end. */
-const HOST_ANSWER = /^\/v1\/hosts\/[^/]+\/(results|events)\/?$/
+/**
+ * What a draining server still takes (seed, Lifecycle: the drain stops admitting work, while
+ * "deadlines, interrupt, and forced process termination can still interrupt a turn"): a host's
+ * answers for work already admitted, so that its calls can end, and a session's cancel, which
+ * brings admitted work to an end sooner and starts none.
+ */
+const WHILE_DRAINING = /^(POST \/v1\/hosts\/[^/]+\/(results|events)|POST \/v1\/sessions\/[^/]+\/cancel)\/?$/
 
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
@@ -110,7 +115,7 @@ export const gate = (options: GateOptions) => {
         }
       }
       if (BODY_METHODS.has(request.method)) {
-        if (options.draining() && !HOST_ANSWER.test(path)) {
+        if (options.draining() && !WHILE_DRAINING.test(`${request.method} ${path}`)) {
           return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
         }
         const declared = request.headers["content-length"]
@@ -163,15 +168,20 @@ const routeWithBody = <E, R>(
       return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
     }
     if (!RAW_BODY.has(path)) {
+      const bodiless = NO_PAYLOAD.test(`${request.method} ${path}`)
       const type = request.headers["content-type"]
       const mediaType = (type ?? "").split(";")[0]!.trim().toLowerCase()
-      if ((body.length > 0 || type !== undefined) && mediaType !== "application/json") {
+      // A route that takes no payload has no media type to check when nothing was sent (no body,
+      // or `content-length: 0`), whatever the content-type says: `curl -X POST …/cancel -d ''`
+      // sends a form's type. A route with a payload is refused 415 for a media type other than
+      // JSON even when empty (its decoder would read such a body as what its type says).
+      if ((body.length > 0 || (type !== undefined && !bodiless)) && mediaType !== "application/json") {
         return yield* Effect.fail(new UnsupportedMediaType({ message: "the body must be application/json" }))
       }
       // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
       if (!isUtf8(body)) return yield* Effect.fail(new InvalidRequest({ message: "the body is not valid UTF-8" }))
       const text = body.toString("utf8")
-      if (NO_PAYLOAD.test(`${request.method} ${path}`) && body.length > 0 && text.trim() !== "{}") {
+      if (bodiless && body.length > 0 && text.trim() !== "{}") {
         return yield* Effect.fail(new InvalidRequest({ message: "this route takes no body (or an empty object)" }))
       }
       if (body.length > 0) {

@@ -1,0 +1,88 @@
+/**
+ * A cancel while the server drains (seed, Lifecycle: SIGTERM "stops admitting work and drains
+ * admitted operations … Deadlines, interrupt, and forced process termination can still interrupt a
+ * turn"). An interrupt is not new work: the gate takes `POST /v1/sessions/{id}/cancel` during the
+ * drain, and it reaches the running turn and is answered as outside a drain, while every request
+ * that would start work is still refused 503 `overloaded`. Against a real server process.
+ */
+import * as fs from "node:fs"
+import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, eventually, type Reply, request, type RequestOptions, type ServerProcess, startServer } from "../support/server.js"
+
+/** Milliseconds the `slow` tool sleeps: far beyond the test, so only the cancel ends the turn. */
+const TOOL_MS = 30_000
+
+beforeAll(ensureBuilt, 120_000)
+
+let server: ServerProcess | undefined
+afterEach(async () => {
+  await server?.dispose()
+  server = undefined
+})
+
+const expectRefused = (r: Reply, what: string) => {
+  expect(r.status, `${what}: ${r.text}`).toBe(503)
+  expect(r.body, what).toMatchObject({ code: "overloaded", retryable: true })
+}
+
+describe("cancel during a graceful drain", () => {
+  it("while the server drains, a cancel reaches the running turn and is answered 200 with the summary; new work is still refused 503 and the process exits 0 without waiting for the turn", async () => {
+    server = await startServer()
+    const s = server
+    const call = (p: string, options: RequestOptions = {}) => request(s.baseUrl, p, options)
+    const created = await call("/v1/sessions", {
+      json: {
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "slow", input: { ms: TOOL_MS } }] }, { text: "never" }] },
+        tools: [{ name: "slow" }]
+      }
+    })
+    expect(created.status, created.text).toBe(201)
+    const id: string = created.body.session_id
+    const ended = await call("/v1/sessions", { json: { model: { provider: "scripted" } } })
+    const other: string = ended.body.session_id
+    expect((await call(`/v1/sessions/${other}/end`, { method: "POST" })).status).toBe(200)
+
+    const inFlight = call(`/v1/sessions/${id}/messages`, { json: { input: { message: "run long" } } })
+    await eventually("the slow tool to start", async () => (s.toolCalls().length > 0 ? true : undefined))
+
+    s.signal("SIGTERM")
+    await eventually("readiness to drop", async () => ((await call("/health/ready")).status === 503 ? true : undefined), 2_000, 10)
+
+    // New work is refused, whatever the route.
+    expectRefused(await call("/v1/sessions", { json: { model: { provider: "scripted" } } }), "create")
+    expectRefused(await call(`/v1/sessions/${id}/messages`, { json: { input: { message: "more" } } }), "send")
+    expectRefused(await call(`/v1/sessions/${other}/end`, { method: "POST" }), "end")
+    expectRefused(await call(`/v1/sessions/${other}`, { method: "DELETE" }), "delete")
+    expectRefused(await call("/v1/hosts", { method: "POST" }), "host registration")
+    expectRefused(
+      await call("/v1/agentloops", { raw: new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]), headers: { "content-type": "application/wasm" } }),
+      "agentloop admission"
+    )
+    expect(s.exited, "the drain waits for the running turn").toBeUndefined()
+
+    // The interrupt is taken, reaches the turn, and is answered as outside a drain.
+    const t0 = Date.now()
+    const cancelled = await call(`/v1/sessions/${id}/cancel`, { method: "POST", headers: { "idempotency-key": "stop-during-drain" } })
+    expect(cancelled.status, cancelled.text).toBe(200)
+    expect(cancelled.body).toEqual({ session_id: id, status: "idle", last_sequence: expect.any(Number) })
+    expect(Date.now() - t0).toBeLessThan(5_000)
+
+    const answered = await inFlight
+    expect(answered.status, answered.text).toBe(200)
+    expect(answered.body.turn).toMatchObject({ status: "failed", failure: { code: "cancelled" } })
+
+    // With the turn closed the drain ends: the process exits 0 long before the tool would have.
+    expect(await s.waitExit(5_000), s.output).toEqual({ code: 0, signal: null })
+    expect(Date.now() - t0).toBeLessThan(TOOL_MS / 3)
+    expect(fs.existsSync(s.lockFile)).toBe(false)
+    expect(s.toolCalls().length).toBe(1)
+
+    // What the journal holds after a restart: the tool call cancelled, the turn failed as cancelled.
+    await s.restart()
+    const page = await call(`/v1/sessions/${id}/events?after=0`)
+    const events: Array<any> = page.body.events
+    expect(events.find((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed")?.data).toMatchObject({ outcome: "cancelled" })
+    expect(events.find((e) => e.kind === "turn_failed")?.data.failure.code).toBe("cancelled")
+    expect(s.toolCalls().length).toBe(1)
+  })
+})
