@@ -161,6 +161,16 @@ export const hosts = HttpApiGroup.make("hosts")
       )
   )
   .add(
+    HttpApiEndpoint.del("unregister", "/v1/hosts/:id")
+      .setPath(HostPath)
+      .addSuccess(HttpApiSchema.NoContent)
+      .pipe(addErrors(...withBody))
+      .annotate(
+        OpenApi.Description,
+        "Removes the host's registration, with the host's own token, durably before it answers 204: its command stream ends (calls in flight on it become `unknown`), its token opens nothing more (a repeat is 401), sessions may no longer name it, and later calls to it are not sent (`host_unknown`). An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored."
+      )
+  )
+  .add(
     HttpApiEndpoint.get("commands", "/v1/hosts/:id/commands")
       .setPath(HostPath)
       .addSuccess(HttpApiSchema.Text({ contentType: "text/event-stream" }))

@@ -273,6 +273,13 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
     return h
       .handle("register", ({ request }) =>
         Effect.zipRight(checkedKey(request.headers), Effect.map(hosts.register, (r) => respond(jsonAnswer(201, r)))))
+      .handle("unregister", ({ path, request }) =>
+        Effect.gen(function*() {
+          yield* checkedKey(request.headers)
+          yield* authorized(path.id, request.headers)
+          yield* hosts.unregister(path.id)
+          return respond(emptyAnswer(204))
+        }))
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)

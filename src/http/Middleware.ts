@@ -70,10 +70,10 @@ export const digest = (s: string) => crypto.createHash("sha256").update(s).diges
 const BODY_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"])
 
 /** Routes that take no payload: a body other than `{}` is an unknown field. */
-const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(sessions|agentloops)\/[^/]+|POST \/v1\/hosts)\/?$/
+const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(sessions|agentloops|hosts)\/[^/]+|POST \/v1\/hosts)\/?$/
 
 /** A host's own routes: they carry the host's token (checked by the handler), not the server's API token. */
-const HOST_ROUTE = /^\/v1\/hosts\/[^/]+\/(commands|results|events)\/?$/
+const HOST_ROUTE = /^\/v1\/hosts\/[^/]+(\/(commands|results|events))?\/?$/
 
 /**
  * What a draining server still takes (seed, Lifecycle: the drain stops admitting work, while

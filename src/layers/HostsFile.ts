@@ -4,7 +4,10 @@
  * - Registrations: `{host_id, token_sha256, registered_at_ms}`, one JSON line each in
  *   `{dataDir}/hosts/registrations.jsonl`, appended and fsynced before `register` answers, read
  *   back at start (a torn last line — a registration that never answered — is ignored). The token
- *   itself is never stored. At most MAX_HOSTS.
+ *   itself is never stored. At most MAX_HOSTS at once. A host removes itself (`unregister`): a line
+ *   `{host_id, removed_at_ms}`, fsynced before it answers, and the registration is gone for good.
+ *   At start, a file with more lines than it needs (removals and what they removed) is rewritten
+ *   with only the registrations that stand (a new file, synced, then renamed over the old).
  * - Connections: a host has at most one command stream; a new one replaces it. Every call in flight
  *   belongs to the stream it was written to; when that stream is over, each of its calls fails
  *   `EnvironmentUncertain` `connection_lost` (it may have run) and is forgotten, so a late result is
@@ -110,24 +113,54 @@ const eventRefused = (f: Failure): HostEventError => {
 
 const registrationsFile = (dataDir: string) => path.join(dataDir, "hosts", "registrations.jsonl")
 
+/** The registrations that stand (each with its line, to rewrite the file), and how many lines the file has. */
 const readRegistrations = (file: string) =>
   Effect.promise(() => fs.readFile(file, "utf8").catch(() => "")).pipe(
     Effect.map((text) => {
-      const out: Array<{ readonly host_id: HostId; readonly digest: Buffer }> = []
+      const standing = new Map<HostId, { readonly digest: Buffer; readonly line: string }>()
+      const removed = new Set<string>()
+      let lines = 0
       for (const line of text.split("\n")) {
         if (line.trim() === "") continue
+        lines++
         try {
-          const r = JSON.parse(line) as { host_id?: unknown; token_sha256?: unknown }
-          if (isHostId(r.host_id) && typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256)) {
-            out.push({ host_id: r.host_id, digest: Buffer.from(r.token_sha256, "hex") })
+          const r = JSON.parse(line) as { host_id?: unknown; token_sha256?: unknown; removed_at_ms?: unknown }
+          if (!isHostId(r.host_id)) continue
+          if (typeof r.removed_at_ms === "number") {
+            standing.delete(r.host_id)
+            removed.add(r.host_id)
+          } else if (typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256) && !removed.has(r.host_id)) {
+            standing.set(r.host_id, { digest: Buffer.from(r.token_sha256, "hex"), line })
           }
         } catch {
-          // A torn line: its registration never answered.
+          // A torn line: its registration (or removal) never answered.
         }
       }
-      return out
+      return { standing, lines }
     })
   )
+
+/** Lines past what the standing registrations need before the file is rewritten at start. */
+const SPARE_LINES = 64
+
+/** Replaces the file with `lines`: a new file, synced, renamed over the old, the directory synced. */
+const rewriteDurably = async (file: string, lines: ReadonlyArray<string>) => {
+  const next = `${file}.next`
+  const handle = await fs.open(next, "w", 0o600)
+  try {
+    await handle.writeFile(lines.map((l) => `${l}\n`).join(""))
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+  await fs.rename(next, file)
+  const d = await fs.open(path.dirname(file), "r")
+  try {
+    await d.sync()
+  } finally {
+    await d.close()
+  }
+}
 
 /** Appends one line and makes it durable (the directory too, the first time). */
 const appendDurably = async (file: string, line: string) => {
@@ -155,7 +188,14 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     const hosts = new Map<string, Host>()
     const file = options.dataDir !== undefined ? registrationsFile(options.dataDir) : undefined
     if (file !== undefined) {
-      for (const r of yield* readRegistrations(file)) hosts.set(r.host_id, { id: r.host_id, digest: r.digest, connection: undefined, calls: new Map() })
+      const { standing, lines } = yield* readRegistrations(file)
+      for (const [id, r] of standing) hosts.set(id, { id, digest: r.digest, connection: undefined, calls: new Map() })
+      if (lines > standing.size + SPARE_LINES) {
+        // Only a start rewrites: nothing appends meanwhile. A failure keeps the old file, which reads the same.
+        yield* Effect.tryPromise(() => rewriteDurably(file, [...standing.values()].map((r) => r.line))).pipe(
+          Effect.catchAll((e) => Effect.logWarning(`the host registrations file was not compacted: ${String(e.error)}`))
+        )
+      }
     }
     const appends = yield* Effect.makeSemaphore(1)
     let connections = 0
@@ -199,6 +239,21 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map() })
       return { host_id, token }
     })
+
+    const unregister: HostsShape["unregister"] = (id) =>
+      Effect.gen(function*() {
+        if (file !== undefined) {
+          const line = JSON.stringify({ host_id: id, removed_at_ms: Date.now() }) + "\n"
+          yield* appends.withPermits(1)(Effect.tryPromise({
+            try: () => appendDurably(file, line),
+            catch: (e) => new Internal({ message: `the removal could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
+          }))
+        }
+        const host = hosts.get(id)
+        hosts.delete(id)
+        // Its stream ends: the calls in flight on it become uncertain (`gone`), as when a host drops it.
+        host?.connection?.body.close()
+      })
 
     const authorize: HostsShape["authorize"] = (host, token) => {
       const known = hosts.get(host)
@@ -381,6 +436,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
 
     return {
       register,
+      unregister,
       isRegistered: (host) => hosts.has(host),
       authorize,
       connect,

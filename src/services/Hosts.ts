@@ -51,6 +51,12 @@ export type HostEventError = Conflict | InvalidRequest | PayloadTooLarge | Sessi
 export interface HostsShape {
   /** Registers a new host, durably before it answers. Refused (`overloaded`) past MAX_HOSTS. */
   readonly register: Effect.Effect<Registered, RegisterError>
+  /**
+   * Removes `host`'s registration, durably before it answers: its command stream ends (its calls
+   * in flight become `unknown`), its token authorizes nothing more, and later calls to it are not
+   * sent (`host_unknown`). A removed host is not known again, after a restart too.
+   */
+  readonly unregister: (host: HostId) => Effect.Effect<void, Internal>
   readonly isRegistered: (host: string) => boolean
   /** Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown host. */
   readonly authorize: (host: string, token: string) => boolean

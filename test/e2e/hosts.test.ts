@@ -393,6 +393,35 @@ describe("a host Environment through a real server", () => {
     expect(r.body.message).toContain("no host is registered")
   })
 
+  it("a host removed with its own token (DELETE /v1/hosts/{id}) is gone for good: its stream ends, its token opens nothing, sessions may not name it, a call of an older session is not sent, and a restart keeps it gone", async () => {
+    const host = await register()
+    const other = await register()
+    const stream = await open(host)
+    const older = await create(host.host_id, callOnce)
+    const remove = (token: string) =>
+      request(server.baseUrl, `/v1/hosts/${host.host_id}`, { method: "DELETE", headers: { authorization: `Bearer ${token}` } })
+    expect((await remove(other.token)).status).toBe(401)
+    expect((await api(`/v1/hosts/${host.host_id}`, { method: "DELETE" })).status).toBe(401)
+    const removed = await remove(host.token)
+    expect(removed.status, removed.text).toBe(204)
+    for (let i = 0; i < 100 && !stream.frames.ended; i++) await new Promise((r) => setTimeout(r, 20))
+    expect(stream.frames.ended).toBe(true)
+    expect((await remove(host.token)).status).toBe(401)
+    expect((await request(server.baseUrl, `/v1/hosts/${host.host_id}/commands`, { headers: { authorization: `Bearer ${host.token}` } })).status).toBe(401)
+    const refused = await api("/v1/sessions", {
+      json: { model: { provider: "scripted" }, environments: [{ name: "app", driver: "host", host: host.host_id }] }
+    })
+    expect(refused.status).toBe(400)
+    // The older session's call goes nowhere: not sent, an error the model sees.
+    expect((await send(older, "go")).status).toBe(200)
+    const failed = (await events(older)).find((e) => e.kind === "tool_call_failed")!
+    expect(failed.data).toMatchObject({ outcome: "error", failure: { ambiguous: false, details: { reason: "host_unknown" } } })
+    await server.restart()
+    expect((await request(server.baseUrl, `/v1/hosts/${host.host_id}/commands`, { headers: { authorization: `Bearer ${host.token}` } })).status).toBe(401)
+    // The other host is still known: its token is taken (a result for no call in flight is 409, not 401).
+    expect((await asHost(other.token, `/v1/hosts/${other.host_id}/results`, { session_id: older, sequence: 1, ok: null })).status).toBe(409)
+  }, 60_000)
+
   it("registrations survive a restart: the host reconnects with its token and new sessions may name it", async () => {
     const host = await register()
     for (const s of streams.splice(0)) s.abort()

@@ -16,6 +16,7 @@ describe("OpenAPI document", () => {
     const routes = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops as object).map((m) => `${m.toUpperCase()} ${p}`))
     expect(routes.sort()).toEqual([
       "DELETE /v1/agentloops/{id}",
+      "DELETE /v1/hosts/{id}",
       "DELETE /v1/sessions/{id}",
       "GET /health/live",
       "GET /health/ready",
