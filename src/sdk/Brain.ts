@@ -7,8 +7,11 @@
  * so it runs in Node, browsers, Deno and Bun alike.
  *
  * - Every mutating call sends an `Idempotency-Key`, the caller's or a fresh `crypto.randomUUID()`,
- *   and retries an uncertain outcome with that same key, body and mode only (BrainClient.ts). A
- *   409 `ambiguous` is final: inspect the session before choosing a new key.
+ *   one per call, and retries an uncertain outcome with that same key, body and mode only
+ *   (BrainClient.ts); a 409 `ambiguous` that says the request is still running is asked again
+ *   under the key until its answer is recorded. A final 409 `ambiguous` (`retryable: false`) is
+ *   final: inspect the session before choosing a new key. Every error of a mutating call carries
+ *   its key (`idempotencyKey`): a retry by the caller passes it back.
  * - A refusal rejects with a `BrainError` carrying the refusal's `code`, `message`, `retryable`
  *   and `details` and its HTTP `status` (Errors.ts `fromRefusal`); a request the contract refuses
  *   is not sent, and rejects as the server would have answered it (400 `invalid_request`).
@@ -23,6 +26,7 @@
  */
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
+import { BrainError, withIdempotencyKey } from "./Errors.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
 import { Host } from "./Host.js"
 import {
@@ -131,7 +135,7 @@ export class Brain {
    * calls reject with BrainClosed. Idempotent.
    */
   async close(): Promise<void> {
-    this.host.close()
+    await this.host.close()
     this.transport.close()
   }
 }
@@ -221,6 +225,9 @@ export class Session {
    * most `maxCorrections` (default 2) times, under keys derived from the Idempotency-Key
    * (`<key>:correction-<n>`), and then rejects with `BrainOutputInvalid`. A failed turn rejects
    * with `BrainTurnFailed`. Resolves with the outcome plus `output` (decoded) and `corrections`.
+   *
+   * A BrainError it rejects with carries the send's Idempotency-Key (`idempotencyKey`, for a
+   * correction's failure too): pass it back to retry the same send without running it twice.
    */
   send(input: TurnInput | string, options?: SendOptions): Promise<TurnOutcome>
   send<V extends Validator>(input: TurnInput | string, options: SendOptions & StructuredOptions<V>): Promise<StructuredOutcome<Decoded<V>>>
@@ -232,8 +239,24 @@ export class Session {
     const key = options.idempotencyKey ?? newKey()
     const schema = options.output
     if (schema === undefined) return this.turn(inputOf(input), key, options.signal)
+    try {
+      return await this.structured(inputOf(input), key, schema, options)
+    } catch (e) {
+      // One send, one key: a correction's own error names the send's key, the one a retry of the
+      // whole send passes back (its corrections' keys follow from it).
+      throw e instanceof BrainError ? withIdempotencyKey(e, key) : e
+    }
+  }
+
+  /** A send with `output`: the turn, then corrections under `<key>:correction-<n>` while the answer does not decode. */
+  private async structured<V extends Validator>(
+    input: TurnInput,
+    key: string,
+    schema: V,
+    options: SendOptions & Partial<StructuredOptions<V>>
+  ): Promise<StructuredOutcome<Decoded<V>>> {
     const max = maxCorrectionsOf(options.maxCorrections)
-    let outcome = await this.turn(inputOf(input), key, options.signal)
+    let outcome = await this.turn(input, key, options.signal)
     for (let corrections = 0;; corrections++) {
       if (outcome.turn.status !== "ended") {
         throw new BrainTurnFailed({ message: `the turn failed: ${outcome.turn.failure?.code ?? "unknown"}`, outcome, corrections })

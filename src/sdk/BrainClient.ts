@@ -15,12 +15,24 @@
  *   (`bad_response`, say from a proxy, or a refusal with a code its route does not declare: then
  *   the server's own `code`, as `fromAnswer` reads it).
  *
- * Retries: a call whose outcome is uncertain — no answer arrived, or 503 `overloaded` — is sent
- * again, at most MAX_ATTEMPTS times in all, RETRY_BASE_MS doubled apart, with the same arguments,
- * so a mutating call repeats its Idempotency-Key: the server runs it at most once and replays its
- * answer. Every other answer (a 409 `ambiguous` included) is final. A host's Event is sent once:
- * the server does not deduplicate it. A host's registration is retried like a read: a lost answer
- * leaves behind an unused host, which holds nothing.
+ * Idempotency-Keys: a mutating call's key is the caller's, or one minted when the call's Effect
+ * is built — not when it runs — so every run of that one value (the SDK's own retries, and the
+ * caller's `Effect.retry` or `Effect.repeat`) sends the same key and the server runs the request
+ * at most once. Every error of a keyed call carries the key (`idempotencyKey`), so a caller that
+ * builds the call again can pass the same key.
+ *
+ * Retries: a call whose outcome is uncertain — no answer arrived, or 503 `overloaded` with
+ * `retryable: true` — is sent again, at most MAX_ATTEMPTS times in all, RETRY_BASE_MS doubled
+ * apart, with the same arguments, so a mutating call repeats its Idempotency-Key: the server runs
+ * it at most once and replays its answer. A 409 `ambiguous` with `retryable: true` says an earlier
+ * attempt under the key is still running (its connection dropped, the server did not stop): the
+ * call asks again under the same key, IN_PROGRESS_FIRST_MS doubled up to IN_PROGRESS_MAX_MS apart,
+ * for at most IN_PROGRESS_WAIT_MS, and answers with that first attempt's answer once it is
+ * recorded. Every other answer (a final 409 `ambiguous`, `retryable: false`, included) is final.
+ * A host's Event is sent once: the server does not deduplicate it. A host's registration is not
+ * deduplicated either (its answer holds a token the server keeps no copy of), so it is sent again
+ * only when it cannot have reached the server — the connection was refused, the name did not
+ * resolve — or when the server answered that it took nothing (503 `overloaded`, retryable).
  *
  * `api` is the raw `HttpApiClient` of the same contract, for anything else. The SSE streams
  * (`Accept: text/event-stream` on a session's events, a host's commands) are not request/response
@@ -43,7 +55,7 @@ import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
 import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
-import { Context, Duration, Effect, FiberRef, Layer, ParseResult, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, Either, FiberRef, Layer, ParseResult, Schedule } from "effect"
 import { InvalidRequest } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import { BrainApi } from "../http/Api.js"
@@ -55,6 +67,18 @@ import { BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 export const MAX_ATTEMPTS = 4
 /** Milliseconds before the first retry, doubled before each next one (200, 400, 800). */
 export const RETRY_BASE_MS = 200
+/**
+ * Milliseconds a call keeps asking after a request under its key that the server says is still
+ * running (409 `ambiguous`, retryable): the server's default turn wall time (BRAIN_MAX_TURN_SECS,
+ * 1800 s), the longest a synchronous send's first request normally runs. The call's own signal or
+ * timeout stops it sooner.
+ */
+export const IN_PROGRESS_WAIT_MS = 1_800_000
+/** Milliseconds before asking again about a request still running, doubled up to the max: a
+ * short turn's answer is picked up quickly, a long one costs the server one cheap refusal per
+ * IN_PROGRESS_MAX_MS. */
+const IN_PROGRESS_FIRST_MS = 100
+const IN_PROGRESS_MAX_MS = 2_000
 
 export interface BrainClientOptions {
   readonly baseUrl: string
@@ -122,13 +146,16 @@ export type Refusals<Call extends (...args: any) => Effect.Effect<any, any, any>
 type Routes = BrainApiClient["sessions"]
 type HostRoutes = BrainApiClient["hosts"]
 
+/** An error of a keyed call: it carries the Idempotency-Key the request was sent with. */
+export type WithKey<E> = E extends unknown ? E & { readonly idempotencyKey: string } : never
+
 export interface BrainClientShape {
   readonly api: BrainApiClient
   readonly sessions: {
     readonly create: (
       body: typeof Schemas.CreateSessionRequest.Type,
       options?: MutationOptions
-    ) => Effect.Effect<SessionSummary, Refusals<Routes["create"]> | BrainError>
+    ) => Effect.Effect<SessionSummary, WithKey<Refusals<Routes["create"]> | BrainError>>
     readonly list: (
       params?: typeof Schemas.ListParams.Type
     ) => Effect.Effect<typeof Schemas.SessionList.Type, Refusals<Routes["list"]> | BrainError>
@@ -138,27 +165,32 @@ export interface BrainClientShape {
       id: string,
       input: TurnInput,
       options?: MutationOptions
-    ) => Effect.Effect<typeof Schemas.TurnOutcome.Type, Refusals<Routes["send"]> | BrainError>
+    ) => Effect.Effect<typeof Schemas.TurnOutcome.Type, WithKey<Refusals<Routes["send"]> | BrainError>>
     /** An async submission (`Prefer: respond-async`): the receipt of its committed `turn_started`. */
     readonly submit: (
       id: string,
       input: TurnInput,
       options?: MutationOptions
-    ) => Effect.Effect<typeof Schemas.Receipt.Type, Refusals<Routes["send"]> | BrainError>
+    ) => Effect.Effect<typeof Schemas.Receipt.Type, WithKey<Refusals<Routes["send"]> | BrainError>>
     /** One page of Events after `after`; an empty page is the end. */
     readonly events: (
       id: string,
       params?: typeof Schemas.EventsParams.Type
     ) => Effect.Effect<typeof Schemas.EventPage.Type, Refusals<Routes["events"]> | BrainError>
     readonly transcript: (id: string) => Effect.Effect<typeof Schemas.Transcript.Type, Refusals<Routes["transcript"]> | BrainError>
-    readonly interrupt: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, Refusals<Routes["cancel"]> | BrainError>
-    readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, Refusals<Routes["end"]> | BrainError>
-    readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, Refusals<Routes["delete"]> | BrainError>
+    readonly interrupt: (
+      id: string,
+      options?: MutationOptions
+    ) => Effect.Effect<SessionSummary, WithKey<Refusals<Routes["cancel"]> | BrainError>>
+    readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, WithKey<Refusals<Routes["end"]> | BrainError>>
+    readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, WithKey<Refusals<Routes["delete"]> | BrainError>>
   }
   /** A host's routes (docs/environments.md, "The `host` driver"): `register` with the API token,
    * the others with the host's own (a client made with it). */
   readonly hosts: {
     readonly register: () => Effect.Effect<typeof Schemas.HostRegistered.Type, Refusals<HostRoutes["register"]> | BrainError>
+    /** Removes the host's registration (with its own token): its stream ends and its token opens nothing more. */
+    readonly unregister: (hostId: string) => Effect.Effect<void, Refusals<HostRoutes["unregister"]> | BrainError>
     /**
      * A call's result, or several at once (`{results}`: all taken or none); retried while
      * uncertain (a 409 `conflict` says an earlier attempt landed).
@@ -203,23 +235,101 @@ const mapErrors = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, Exclude<
     Exclude<E, NotAnAnswer> | BrainError
   >
 
-/** Uncertain in a way a retry under the same key settles: no answer arrived, or a refusal for load before the request was taken. */
-const uncertain = (e: unknown) =>
-  e instanceof BrainError ? isUncertain(e) : (e as { readonly _tag?: unknown })._tag === "Overloaded"
+interface Refusal {
+  readonly _tag?: unknown
+  readonly retryable?: unknown
+}
 
-/** `call`, retried with the same arguments while its outcome is uncertain (bounded). */
+/** Uncertain in a way a retry under the same key settles: no answer arrived, or a refusal for load,
+ * before the request was taken, that the server says a retry may get past. */
+const uncertain = (e: unknown) =>
+  e instanceof BrainError ? isUncertain(e) : (e as Refusal)._tag === "Overloaded" && (e as Refusal).retryable === true
+
+/** A request under the same key is still running on the server (not the crash case, which is
+ * `ambiguous` with `retryable: false`): its answer will be recorded, and replayed to this key. */
+const inProgress = (e: unknown) =>
+  (e instanceof BrainError ? e.code === "ambiguous" : (e as Refusal)._tag === "Ambiguous") && (e as Refusal).retryable === true
+
+/**
+ * `call`, sent again with the same arguments while its outcome is uncertain (at most MAX_ATTEMPTS
+ * sends, RETRY_BASE_MS doubled apart) and while the server says an earlier send is still running
+ * (for at most IN_PROGRESS_WAIT_MS, IN_PROGRESS_FIRST_MS doubled up to IN_PROGRESS_MAX_MS apart).
+ * The two are counted apart: waiting for a long turn does not use up the retries of a lost answer.
+ */
 const withRetries = <A, E>(call: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  Effect.gen(function*() {
+    let sends = 1
+    let waitingSince: number | undefined
+    let pause = IN_PROGRESS_FIRST_MS
+    for (;;) {
+      const attempt = yield* Effect.either(call)
+      if (Either.isRight(attempt)) return attempt.right
+      const e = attempt.left
+      if (uncertain(e) && sends < MAX_ATTEMPTS) {
+        yield* Effect.sleep(Duration.millis(RETRY_BASE_MS * 2 ** (sends - 1)))
+        sends++
+        continue
+      }
+      if (inProgress(e)) {
+        const now = yield* Clock.currentTimeMillis
+        waitingSince ??= now
+        if (now - waitingSince < IN_PROGRESS_WAIT_MS) {
+          yield* Effect.sleep(Duration.millis(pause))
+          pause = Math.min(pause * 2, IN_PROGRESS_MAX_MS)
+          continue
+        }
+      }
+      return yield* Effect.fail(e)
+    }
+  })
+
+/** Gives a keyed call's error its key. Errors are made afresh for each answer (decoded from its
+ * body, or built here), so the one given the key is this call's own. */
+const withKey = <E>(e: E, key: string): WithKey<E> => Object.assign(e as object, { idempotencyKey: key }) as WithKey<E>
+
+/**
+ * A mutating call under one Idempotency-Key for all its sends: the caller's, or one minted now,
+ * as the Effect is built, so that running this same Effect again (`Effect.retry`, `Effect.repeat`)
+ * sends it again too. `then` checks the answer; its errors carry the key as well.
+ */
+const mutating = <A, E, B = A, E2 = never>(
+  options: MutationOptions | undefined,
+  call: (key: string) => Effect.Effect<A, E>,
+  then: (a: A) => Effect.Effect<B, E2> = Effect.succeed as (a: A) => Effect.Effect<B, E2>
+): Effect.Effect<B, WithKey<Exclude<E, NotAnAnswer> | BrainError | E2>> => {
+  const key = options?.idempotencyKey ?? globalThis.crypto.randomUUID()
+  return withRetries(mapErrors(call(key))).pipe(
+    Effect.flatMap(then),
+    Effect.mapError((e) => withKey(e, key))
+  )
+}
+
+/** Failure codes of a connection that could not be made, so the request was never sent. */
+const NOT_SENT_CODES: ReadonlySet<string> = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"])
+
+/** Whether a failure to get an answer happened before the request could reach the server: the
+ * connection was refused or the name did not resolve (found in the fetch error's causes). */
+const neverSent = (e: unknown, depth = 0): boolean => {
+  if (typeof e !== "object" || e === null || depth > 6) return false
+  const { code, cause, errors } = e as { readonly code?: unknown; readonly cause?: unknown; readonly errors?: unknown }
+  if (typeof code === "string" && NOT_SENT_CODES.has(code)) return true
+  if (Array.isArray(errors) && errors.length > 0 && errors.every((x) => neverSent(x, depth + 1))) return true
+  return neverSent(cause, depth + 1)
+}
+
+/**
+ * A request the server does not deduplicate (a host's registration): sent again only when it
+ * cannot have been taken — it never reached the server, or the server answered that it took
+ * nothing and a retry may succeed (503 `overloaded`, retryable).
+ */
+const unrepeatable = <A, E>(call: Effect.Effect<A, E>): Effect.Effect<A, E> =>
   Effect.retry(call, {
     schedule: Schedule.exponential(Duration.millis(RETRY_BASE_MS)),
     times: MAX_ATTEMPTS - 1,
-    while: uncertain
-  })
-
-/** A mutating call under one Idempotency-Key for all its attempts. */
-const mutating = <A, E>(options: MutationOptions | undefined, call: (key: string) => Effect.Effect<A, E>) =>
-  Effect.suspend(() => {
-    const key = options?.idempotencyKey ?? globalThis.crypto.randomUUID()
-    return withRetries(mapErrors(call(key)))
+    while: (e) =>
+      HttpClientError.isHttpClientError(e)
+        ? e._tag === "RequestError" && neverSent(e.cause)
+        : !ParseResult.isParseError(e) && uncertain(e)
   })
 
 const reading = <A, E>(call: Effect.Effect<A, E>) => withRetries(mapErrors(call))
@@ -239,14 +349,17 @@ export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShap
         list: (params = {}) => reading(api.sessions.list({ urlParams: params })),
         get: (id) => reading(api.sessions.get({ path: path(id) })),
         send: (id, input, opts) =>
-          mutating(opts, (key) => api.sessions.send({ path: path(id), payload: { input }, headers: { "idempotency-key": key } })).pipe(
-            Effect.flatMap((answer) => ("turn" in answer ? Effect.succeed(answer) : unexpected("a synchronous send was answered with a receipt")))
+          mutating(
+            opts,
+            (key) => api.sessions.send({ path: path(id), payload: { input }, headers: { "idempotency-key": key } }),
+            (answer) => ("turn" in answer ? Effect.succeed(answer) : unexpected("a synchronous send was answered with a receipt"))
           ),
         submit: (id, input, opts) =>
-          mutating(opts, (key) =>
-            api.sessions.send({ path: path(id), payload: { input }, headers: { "idempotency-key": key, prefer: "respond-async" } })).pipe(
-              Effect.flatMap((answer) => ("turn" in answer ? unexpected("an async submission was answered with a turn's outcome") : Effect.succeed(answer)))
-            ),
+          mutating(
+            opts,
+            (key) => api.sessions.send({ path: path(id), payload: { input }, headers: { "idempotency-key": key, prefer: "respond-async" } }),
+            (answer) => ("turn" in answer ? unexpected("an async submission was answered with a turn's outcome") : Effect.succeed(answer))
+          ),
         events: (id, params = {}) => reading(api.sessions.events({ path: path(id), urlParams: params })),
         transcript: (id) => reading(api.sessions.transcript({ path: path(id) })),
         interrupt: (id, opts) => mutating(opts, (key) => api.sessions.cancel({ path: path(id), headers: { "idempotency-key": key } })),
@@ -254,7 +367,9 @@ export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShap
         delete: (id, opts) => mutating(opts, (key) => api.sessions.delete({ path: path(id), headers: { "idempotency-key": key } }))
       },
       hosts: {
-        register: () => reading(api.hosts.register()),
+        register: () => mapErrors(unrepeatable(api.hosts.register())),
+        // Retried while uncertain: a removal that landed answers a repeat 401 (the host is no longer known).
+        unregister: (hostId) => reading(api.hosts.unregister({ path: host(hostId) })),
         // The payload is a union: the raw client takes one request shape per member.
         results: (hostId, result) =>
           reading(api.hosts.results({ path: host(hostId), payload: result } as Parameters<HostRoutes["results"]>[0])),

@@ -2,7 +2,8 @@
  * The SDK's errors. `BrainError` is every refusal the Promise client rejects with (its body
  * `{code, message, retryable, details?}` plus the HTTP status: `fromRefusal` makes it from the
  * Effect client's typed refusal) and every request whose outcome stayed unknown once the SDK
- * stopped retrying it (`network_error`, status 0). `BrainClosed` is every call on a client after
+ * stopped retrying it (`network_error`, status 0); an error of a keyed (mutating) request carries
+ * its `idempotencyKey`, the one a retry must send. `BrainClosed` is every call on a client after
  * `close()`. Both are `Data.TaggedError`s: plain `Error`s for Promise users, `catchTag`-able
  * values for Effect users.
  */
@@ -25,6 +26,11 @@ export class BrainError extends Data.TaggedError("BrainError")<{
   readonly retryable: boolean
   readonly message: string
   readonly details?: unknown
+  /**
+   * The Idempotency-Key of the request it answers, when the request had one (every mutating call
+   * does): a retry by the caller must send this same key, or it may run the request twice.
+   */
+  readonly idempotencyKey?: string | undefined
 }> {}
 
 export class BrainClosed extends Data.TaggedError("BrainClosed")<{ readonly message: string }> {
@@ -62,13 +68,25 @@ export const fromAnswer = (status: number, text: string): BrainError => {
 
 /** A typed refusal of the contract (domain/Errors.ts) as the BrainError of its answer: the same
  * code, message, retryable and details, with the status the contract gives its code. */
-export const fromRefusal = (e: ApiError): BrainError =>
+export const fromRefusal = (e: ApiError & { readonly idempotencyKey?: string | undefined }): BrainError =>
   new BrainError({
     code: e.code,
     status: statusOf(e.code),
     retryable: e.retryable,
     message: e.message,
-    ...(e.details !== undefined ? { details: e.details } : {})
+    ...(e.details !== undefined ? { details: e.details } : {}),
+    ...(e.idempotencyKey !== undefined ? { idempotencyKey: e.idempotencyKey } : {})
+  })
+
+/** `e` as the error of the request sent under `key`. */
+export const withIdempotencyKey = (e: BrainError, key: string): BrainError =>
+  new BrainError({
+    code: e.code,
+    status: e.status,
+    retryable: e.retryable,
+    message: e.message,
+    ...(e.details !== undefined ? { details: e.details } : {}),
+    idempotencyKey: key
   })
 
 export const networkError = (cause: unknown): BrainError =>
@@ -81,7 +99,9 @@ export const networkError = (cause: unknown): BrainError =>
 
 /**
  * Whether a request's outcome is uncertain in a way a retry under the same Idempotency-Key
- * settles: no answer arrived, or the server refused for load before it took the request.
+ * settles: no answer arrived, or the server refused for load before it took the request and said
+ * a retry may succeed (an `overloaded` with `retryable: false`, such as a full host registry, is
+ * final).
  */
 export const isUncertain = (e: BrainError): boolean =>
-  e.code === "network_error" || (e.status === 503 && e.code === "overloaded")
+  e.code === "network_error" || (e.status === 503 && e.code === "overloaded" && e.retryable)

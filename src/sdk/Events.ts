@@ -7,9 +7,12 @@
  * The reader keeps one cursor, the sequence of the last Event it yielded (or the last page's
  * `next_cursor`), and never yields a sequence at or below it. Whenever the stream ends other than
  * after `session_ended` — the connection dropped, the server restarted (a retryable
- * `stream_error`), the reader fell behind (`stream_lagged`) — it opens the stream again after that
- * cursor, backing off while the server is unreachable, until RECONNECT_DEADLINE_MS pass without a
- * stream opening. It ends after `session_ended`, or at the end of the pages when `live: false`.
+ * `stream_error`), the reader fell behind (`stream_lagged`), the server closed it — it opens the
+ * stream again after that cursor, backing off, until RECONNECT_DEADLINE_MS pass without a stream
+ * that worked (one that delivered a recorded Event or stayed open STREAM_HELD_MS). It ends after
+ * `session_ended`; when the server closes the stream of a session that is over (ended, or failed:
+ * a failed session records no `session_ended`), asked by reading its summary, after the pages
+ * left after the cursor; and at the end of the pages when `live: false`.
  *
  * Recorded Events are passed on as the contract's `Event` (its decoded form is its wire form), so
  * `event.data` and `event.origin` are the same whether they came from a page or the stream. Live
@@ -29,6 +32,10 @@ export const RECONNECT_DEADLINE_MS = 30_000
 /** Milliseconds between reopening attempts: from the first, doubled up to the last. */
 const RECONNECT_FIRST_MS = 50
 const RECONNECT_MAX_MS = 2_000
+/** Milliseconds a stream must stay open, when it delivers no recorded Event, to count as having
+ * opened (and start the backoff afresh): longer than any pause, so a server that answers every
+ * stream and closes it at once meets a growing backoff and, in the end, the deadline. */
+const STREAM_HELD_MS = RECONNECT_MAX_MS
 
 export interface EventsOptions {
   /** Follow the live stream after the pages (default true); false ends at the end of the pages. */
@@ -57,30 +64,36 @@ export async function* readEvents(
     if (transport.closed) return new BrainClosed()
     return controller.signal.aborted ? controller.signal.reason : undefined
   }
-  try {
-    // The pages, up to an empty one.
+  /** The pages after the cursor, up to an empty one; returns whether `session_ended` was among them. */
+  async function* pages(): AsyncGenerator<EventOrDelta, boolean, undefined> {
     for (;;) {
       const page = await transport.call(
         (client) => client.sessions.events(sessionId, { after: cursor, limit: PAGE_LIMIT }),
         controller.signal
       )
-      if (page.events.length === 0) break
+      if (page.events.length === 0) return false
       for (const event of page.events) {
         if (event.sequence <= cursor) continue
         cursor = event.sequence
         yield { type: "event", event }
-        if (event.kind === SESSION_ENDED) return
+        if (event.kind === SESSION_ENDED) return true
       }
       cursor = Math.max(cursor, page.next_cursor)
     }
+  }
+  try {
+    if (yield* pages()) return
     if (options.live === false) return
 
-    // The live stream, reopened after the cursor until `session_ended`.
+    // The live stream, reopened after the cursor until `session_ended` or the session is over.
     const deadlineMs = options.reconnectDeadlineMs ?? RECONNECT_DEADLINE_MS
     let failingSince: number | undefined
     let pause = RECONNECT_FIRST_MS
     for (;;) {
       let failure: BrainError | undefined
+      let openedAt: number | undefined
+      let delivered = false
+      let closedByServer = false
       try {
         const response = await transport.open(`${path}?after=${cursor}`, {
           headers: transport.headers({ accept: "text/event-stream", "last-event-id": String(cursor) }),
@@ -90,13 +103,14 @@ export async function* readEvents(
           failure = fromAnswer(response.status, await response.text().catch(() => ""))
           if (!isUncertain(failure)) throw failure
         } else {
-          failingSince = undefined
-          pause = RECONNECT_FIRST_MS
+          openedAt = Date.now()
+          closedByServer = true
           for await (const frame of sseFrames(response.body)) {
             if (frame.id !== undefined) {
               const event = JSON.parse(frame.data) as Event
               if (event.sequence <= cursor) continue
               cursor = event.sequence
+              delivered = true
               yield { type: "event", event }
               if (event.kind === SESSION_ENDED) return
             } else if (frame.event === "model_delta") {
@@ -105,9 +119,11 @@ export async function* readEvents(
               const body = JSON.parse(frame.data) as { code: BrainError["code"]; message: string; retryable: boolean }
               failure = new BrainError({ code: body.code, status: response.status, retryable: body.retryable, message: body.message })
               if (!body.retryable) throw failure
+              closedByServer = false
               break
             } else if (frame.event === "stream_lagged") {
               // Fell behind: reopen after our own cursor (at or past the one the frame names).
+              closedByServer = false
               break
             }
           }
@@ -116,8 +132,34 @@ export async function* readEvents(
         const done = stopped()
         if (done !== undefined) throw done
         // A read that failed mid-stream (a reset, the server gone) is a dropped connection.
+        closedByServer = false
         failure = e instanceof BrainError ? e : networkError(e)
         if (!failure.retryable) throw failure
+      }
+      // Only a stream that worked starts the backoff afresh: one that delivered a recorded Event,
+      // or stayed open a while (an idle session's stream may carry nothing for hours). One the
+      // server opened and closed at once is a failed attempt, or the reader would spin on it.
+      if (openedAt !== undefined && (delivered || Date.now() - openedAt >= STREAM_HELD_MS)) {
+        failingSince = undefined
+        pause = RECONNECT_FIRST_MS
+      }
+      if (closedByServer) {
+        // The server ends the stream of a session that is over (after `session_ended`, or after
+        // its failure, which records no `session_ended`): ask whether this one is, and if so read
+        // what is left after the cursor from the pages and end there.
+        try {
+          const summary = await transport.call((client) => client.sessions.get(sessionId), controller.signal)
+          if (summary.status === "ended" || summary.status === "failed") {
+            yield* pages()
+            return
+          }
+          failure = networkError("the server closed the event stream of a session that is not over")
+        } catch (e) {
+          const done = stopped()
+          if (done !== undefined) throw done
+          failure = e instanceof BrainError ? e : networkError(e)
+          if (!isUncertain(failure)) throw failure
+        }
       }
       // The stream ended without `session_ended`, or could not open: reopen after the cursor.
       const now = Date.now()

@@ -15,12 +15,16 @@
  *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
  * - A run decodes the input, runs the tool, encodes its output and posts one result: `ok`, or
  *   `error` with `code` `invalid_input` / `tool_error` / `invalid_output` / `unknown_tool`. Its
- *   Events are posted first: the result waits until every `emit` has been answered.
+ *   Events are posted first: the result waits until every `emit` has been answered. A result the
+ *   server refuses (too large) is answered once more, so that the call does not wait for its
+ *   deadline: an output as the error `invalid_output`, an error cut down to its code and the
+ *   start of its message (REFUSED_ERROR_MESSAGE_CHARS).
  * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
  *   that returns anyway is answered with its output. A local deadline aborts the signal at
  *   `deadline_at_ms`; Brain sends a cancel at the same time, and the stop is confirmed to it.
- * - `close` aborts every run's signal and the stream and returns at once: it never waits for a
- *   tool, and nothing is posted after it.
+ * - `close` aborts every run's signal, removes the host's registration (`DELETE /v1/hosts/{id}`,
+ *   waited for at most UNREGISTER_WAIT_MS, its failure ignored: the host is over either way) and
+ *   ends the stream: it never waits for a tool, and no result or Event is posted after it.
  */
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
@@ -30,6 +34,8 @@ import { type HostTool, ToolAborted, type ToolContext } from "./Tool.js"
 import { sleep, Transport } from "./Transport.js"
 import { decode, describeIssues, encode } from "./Validate.js"
 
+/** Milliseconds `close` waits for the host's removal to be answered. */
+const UNREGISTER_WAIT_MS = 2_000
 /** Milliseconds before reopening a dropped command stream, doubled per failure up to the max: a
  * server restart is ridden out quickly, a server that is gone is not hammered. */
 const RECONNECT_FIRST_MS = 50
@@ -103,10 +109,34 @@ const callOf = (c: { readonly session_id: string; readonly sequence: number }) =
 
 const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
 
+/** Characters of an error's message kept when the server refused the whole error result (too
+ * large): enough to say what went wrong, far below any result bound a server would set. */
+export const REFUSED_ERROR_MESSAGE_CHARS = 4_096
+
+/**
+ * What stands in for an error result the server refused: its code, and its message cut to
+ * REFUSED_ERROR_MESSAGE_CHARS, saying that it was cut and why; its other fields (`issues`) are
+ * left out, and said to be.
+ */
+const boundedError = (error: unknown, refusal: BrainError): { readonly code: string; readonly message: string } => {
+  const fields = typeof error === "object" && error !== null ? (error as { readonly code?: unknown; readonly message?: unknown }) : {}
+  const code = typeof fields.code === "string" ? fields.code.slice(0, 64) : "tool_error"
+  const message = typeof fields.message === "string" ? fields.message : ""
+  const why = `the server refused the whole error (${refusal.code}: ${refusal.message.slice(0, 512)})`
+  return {
+    code,
+    message: message.length > REFUSED_ERROR_MESSAGE_CHARS
+      ? `${message.slice(0, REFUSED_ERROR_MESSAGE_CHARS)} [cut: the first ${REFUSED_ERROR_MESSAGE_CHARS} of ${message.length} characters; ${why}]`
+      : `${message} [${why}; only its code and message are kept]`
+  }
+}
+
 export class Host {
   private registration: Promise<Registered> | undefined
   private transport: Transport | undefined
   private closed = false
+  /** The host whose stream this client started (its registration answered while the client was open). */
+  private startedAs: string | undefined = undefined
   /** Counts opened streams: a run belongs to the one that carried it. */
   private connection = 0
   private open = false
@@ -166,14 +196,23 @@ export class Host {
     return this.registration === undefined ? undefined : (await this.registration.catch(() => undefined))?.host_id
   }
 
-  /** Aborts the stream and every run; posts nothing more. Returns at once; idempotent. */
-  close(): void {
+  /**
+   * Aborts every run, removes the host (bounded by UNREGISTER_WAIT_MS; a failure is ignored) and
+   * ends its stream; posts no result or Event. Idempotent.
+   */
+  async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
-    this.transport?.close()
     for (const run of this.runs.values()) this.lose(run, "closed", "the client was closed")
     this.runs.clear()
     for (const w of this.readyWaiters.splice(0)) w.resolve()
+    // Only a host whose stream was started (a registration still in flight when the client closes is left).
+    const transport = this.transport
+    const hostId = this.startedAs
+    if (transport !== undefined && hostId !== undefined) {
+      await transport.call((client) => client.hosts.unregister(hostId), AbortSignal.timeout(UNREGISTER_WAIT_MS)).catch(() => undefined)
+    }
+    transport?.close()
   }
 
   private ready(signal?: AbortSignal): Promise<void> {
@@ -205,6 +244,7 @@ export class Host {
 
   private start(registered: Registered) {
     if (this.closed) return
+    this.startedAs = registered.host_id
     this.transport = new Transport({ ...this.api.options, token: registered.token })
     void this.follow(registered.host_id, this.transport)
   }
@@ -318,7 +358,8 @@ export class Host {
         Math.max(0, untilDeadline)
       )
     }
-    const post = async (answer: Answer): Promise<void> => {
+    /** Posts the call's one result; `replacing` marks the stand-in for a refused one, never replaced itself. */
+    const post = async (answer: Answer, replacing = false): Promise<void> => {
       run.settled = true
       await Promise.allSettled([...run.emits])
       if (run.lost) return
@@ -326,10 +367,15 @@ export class Host {
         await this.postResult(transport, hostId, { ...callOf(call), ...answer } as HostResult, run)
       } catch (e) {
         // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
-        // with the refusal instead, once. A 409 means it is over already (an earlier attempt of
+        // once more, with a result it takes — an output as the error `invalid_output`, an error cut
+        // down to its code and the start of its message — or the call would wait for its deadline
+        // and end `timeout`, ambiguous. A 409 means it is over already (an earlier attempt of
         // this very post landed, or its stream closed); a closed client posts nothing.
-        if (e instanceof BrainError && "ok" in answer && e.status !== 409 && e.code !== "network_error") {
-          await post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } })
+        if (replacing || !(e instanceof BrainError) || e.status === 409 || e.code === "network_error") return
+        if ("ok" in answer) {
+          await post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } }, true)
+        } else if ("error" in answer) {
+          await post({ error: boundedError(answer.error, e) }, true)
         }
       }
     }

@@ -30,8 +30,10 @@ export {
   type BrainApiClient,
   type BrainClientOptions,
   type BrainClientShape,
+  IN_PROGRESS_WAIT_MS,
   MAX_ATTEMPTS,
-  RETRY_BASE_MS
+  RETRY_BASE_MS,
+  type WithKey
 } from "./BrainClient.js"
 export { BrainClosed, BrainError, type BrainErrorCode } from "./Errors.js"
 /** The Effect client's refusals, one tagged error per code (`catchTag("SessionBusy", …)`). */

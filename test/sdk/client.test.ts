@@ -255,24 +255,31 @@ describe("the Promise client", () => {
     expect(new Set(mutating.map((s) => s.headers["idempotency-key"])).size).toBe(mutating.length)
   })
 
-  it("a 409 ambiguous or conflict answer is a typed error, never retried", async () => {
+  it("the same send again while the first still runs waits for it under the key and resolves with its outcome; a final ambiguous and a conflict are typed errors, never retried", async () => {
     const recording = new RecordingFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
     const session = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 1_000 }] } })
+    const isSend = (s: { url: string; method: string }) => s.method === "POST" && s.url.endsWith("/messages")
     const first = session.send("one", { idempotencyKey: "turn-key" })
     const live = session.events(session.summary.last_sequence)
     await takeUntil(live, (e) => e.kind === "turn_started")
     await live.return()
-    // The same request again while the first still runs: its claim has no answer yet.
-    const inFlight = await session.send("one", { idempotencyKey: "turn-key" }).catch((e) => e)
-    expect(inFlight).toBeInstanceOf(BrainError)
-    expect(inFlight).toMatchObject({ code: "ambiguous", status: 409 })
-    expect((await first).turn.status).toBe("ended")
+    // The same request again while the first still runs: its claim has no answer yet (409 ambiguous, retryable).
+    const again = await session.send("one", { idempotencyKey: "turn-key" })
+    expect(again).toEqual(await first)
+    expect(again.turn.status).toBe("ended")
+    const waited = recording.sent.filter(isSend).length - 1
+    expect(waited).toBeGreaterThanOrEqual(2)
     const conflict = await session.send("another body", { idempotencyKey: "turn-key" }).catch((e) => e)
-    expect(conflict).toMatchObject({ _tag: "BrainError", code: "conflict", status: 409 })
+    expect(conflict).toMatchObject({ _tag: "BrainError", code: "conflict", status: 409, idempotencyKey: "turn-key" })
+    // A claim whose answer was never recorded (a crash in between) is final.
+    recording.answerOnce(isSend, () => jsonAnswer(409, { code: "ambiguous", message: "accepted but never recorded", retryable: false }))
+    const final = await session.send("two", { idempotencyKey: "crashed-key" }).catch((e) => e)
+    expect(final).toBeInstanceOf(BrainError)
+    expect(final).toMatchObject({ code: "ambiguous", status: 409, retryable: false, idempotencyKey: "crashed-key" })
     await client.close()
-    const sends = recording.sent.filter((s) => s.method === "POST" && s.url.endsWith("/messages"))
-    expect(sends).toHaveLength(3)
+    expect(recording.sent.filter(isSend)).toHaveLength(1 + waited + 1 + 1)
+    expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(1)
   })
 
   it("close is idempotent, ends a live iterator, rejects every later call with BrainClosed, and leaves the sessions usable from another client", async () => {

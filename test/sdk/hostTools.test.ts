@@ -297,6 +297,30 @@ describe("host tools", () => {
     never.open()
   })
 
+  it("close removes the client's host from the server: no new session may name it, and a later call of its tool by an older session is not sent", async () => {
+    const client = new Brain({ baseUrl: server.baseUrl })
+    const lookup = tool({ name: "lookup", input: Lookup, output: Answer, run: async ({ q }) => ({ answer: q }) })
+    const session = await client.sessions.create({ ...callsOnce("lookup", { q: 1 }), tools: [lookup] })
+    const first: Array<Event> = []
+    for await (const e of (await brain.sessions.get(session.id)).events(0)) {
+      first.push(e)
+      break
+    }
+    const hostId = (first[0]!.data as any).configuration.environments[0].host as string
+    expect(hostId).toMatch(/^host_/)
+    await client.close()
+    const naming = await fetch(`${server.baseUrl}/v1/sessions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: { provider: "scripted" }, environments: [{ name: "app", driver: "host", host: hostId }] })
+    })
+    expect(naming.status).toBe(400)
+    const outcome = await (await brain.sessions.get(session.id)).send("go")
+    expect(outcome.turn.status).toBe("ended")
+    const failed = kindOf(await history(brain, session.id), "tool_call_failed")
+    expect(failed.map((e) => e.data)).toEqual([expect.objectContaining({ outcome: "error", failure: expect.objectContaining({ details: expect.objectContaining({ reason: "host_unknown" }) }) })])
+  })
+
   it("the client keeps one host connection across a failed create and after its last session ends; withToken derives a client with its own host", async () => {
     const recording = new HostFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })

@@ -1,0 +1,148 @@
+/**
+ * When the Events iterator ends, and how it backs off, against a real server process: the server
+ * closes the live stream of a session that is over (a cursor at or past `session_ended`, or a
+ * failed session, which records no `session_ended`), so the iterator asks for the session's summary
+ * when a stream closes and ends if the session is ended or failed; a stream the server opens and
+ * closes at once, delivering no recorded Event, does not reset the backoff, so it grows and
+ * `reconnectDeadlineMs` is reached; a live session's stream is reopened after the cursor.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Brain, BrainError, type Event, type Fetch } from "../../src/sdk/index.js"
+import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import { jsonAnswer, RecordingFetch, takeUntil } from "./support.js"
+
+const scripted = { model: { provider: "scripted" as const } }
+const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_failed"
+const isStream = (init: RequestInit) => new Headers(init.headers as ConstructorParameters<typeof Headers>[0]).get("accept") === "text/event-stream"
+
+/** Every item of `items`, or a rejection naming `what` if they have not ended within `ms`. */
+const collectWithin = async <A>(ms: number, what: string, items: AsyncIterable<A>): Promise<Array<A>> => {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: still running after ${ms} ms`)), ms)
+  })
+  const collect = async () => {
+    const all: Array<A> = []
+    for await (const item of items) all.push(item)
+    return all
+  }
+  try {
+    return await Promise.race([collect(), timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/**
+ * A fetch over the global one that answers every live-stream request itself with a 200 that says
+ * `: connected` and closes — what the server does for a session that is over — recording when each
+ * was asked for; `status`, when given, replaces the status of every session summary it passes on.
+ */
+const closingStreams = (status?: string) => {
+  const streams: Array<number> = []
+  const summaries: Array<string> = []
+  const fetch: Fetch = async (url, init) => {
+    if (isStream(init)) {
+      streams.push(Date.now())
+      return new Response(": connected\n\n", { status: 200, headers: { "content-type": "text/event-stream" } })
+    }
+    const response = await globalThis.fetch(url, init)
+    if (init.method === "GET" && /\/v1\/sessions\/ses_[^/?]+$/.test(new URL(url).pathname)) {
+      summaries.push(url)
+      if (status !== undefined && response.ok) return jsonAnswer(200, { ...(await response.json() as object), status })
+    }
+    return response
+  }
+  return { fetch, streams, summaries }
+}
+
+describe("the Events iterator's end and backoff", () => {
+  let server: ServerProcess
+  let brain: Brain
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer()
+    brain = new Brain({ baseUrl: server.baseUrl })
+  }, 120_000)
+  afterAll(async () => {
+    await brain?.close()
+    await server?.dispose()
+  })
+
+  it("on an ended session read from at or past session_ended, the iterator ends after the one stream the server closes, without reconnecting", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    try {
+      const session = await client.sessions.create(scripted)
+      const ended = await session.end()
+      const read = await collectWithin(5_000, "the iterator of an ended session", session.events(ended.last_sequence, { reconnectDeadlineMs: 1_000 }))
+      expect(read).toEqual([])
+      expect(recording.sent.filter((s) => s.headers.accept === "text/event-stream")).toHaveLength(1)
+    } finally {
+      await client.close()
+    }
+  })
+
+  it("a failed session's stream closed by the server ends the iterator, once its summary says failed and the pages after the cursor are read", async () => {
+    const faked = closingStreams("failed")
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: faked.fetch })
+    try {
+      const session = await brain.sessions.create(scripted)
+      const read = await collectWithin(5_000, "the iterator of a failed session", (await client.sessions.get(session.id)).events(0, { reconnectDeadlineMs: 1_000 }))
+      expect(read.map((e) => e.sequence)).toEqual(Array.from({ length: session.summary.last_sequence }, (_, i) => i + 1))
+      expect(faked.streams).toHaveLength(1)
+    } finally {
+      await client.close()
+    }
+  })
+
+  it("a live session's stream that the server keeps closing without a recorded Event meets a growing backoff and rejects once reconnectDeadlineMs pass", async () => {
+    const faked = closingStreams()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: faked.fetch })
+    try {
+      const session = await client.sessions.create(scripted)
+      const started = Date.now()
+      const failure = await collectWithin(6_000, "the iterator of a live session whose streams close", session.events(session.summary.last_sequence, { reconnectDeadlineMs: 1_000 }))
+        .catch((e) => e)
+      expect(failure).toBeInstanceOf(BrainError)
+      expect(failure).toMatchObject({ code: "network_error", retryable: true })
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1_000)
+      // 50, 100, 200, 400, 800 ms apart: a handful of streams, not one every 50 ms.
+      expect(faked.streams.length).toBeGreaterThanOrEqual(3)
+      expect(faked.streams.length).toBeLessThanOrEqual(8)
+      const gaps = faked.streams.slice(1).map((t, i) => t - faked.streams[i]!)
+      expect(gaps.at(-1)!).toBeGreaterThanOrEqual(300)
+      // Each close asked whether the session was over: it was not (idle), so the reader went on.
+      expect(faked.summaries.length).toBe(faked.streams.length)
+    } finally {
+      await client.close()
+    }
+  })
+
+  it("a live session's stream closed by the server is reopened after the cursor and delivers the next turn's Events", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    try {
+      const session = await client.sessions.create(scripted)
+      recording.answerOnce(
+        (s) => s.headers.accept === "text/event-stream",
+        () => new Response(": connected\n\n", { status: 200, headers: { "content-type": "text/event-stream" } })
+      )
+      const live = session.events(session.summary.last_sequence)
+      const first = live.next()
+      await recording.streams(1) // the second stream, the first the server really opened
+      const receipt = await session.submit("after the close")
+      const events = [(await first).value as Event, ...await takeUntil(live, isTurnEnd)]
+      await live.return()
+      expect(events[0]).toMatchObject({ sequence: receipt.sequence, kind: "turn_started" })
+      expect(events.at(-1)!.kind).toBe("turn_ended")
+      const streams = recording.sent.filter((s) => s.headers.accept === "text/event-stream")
+      expect(streams.map((s) => new URL(s.url).searchParams.get("after"))).toEqual([
+        String(session.summary.last_sequence),
+        String(session.summary.last_sequence)
+      ])
+    } finally {
+      await client.close()
+    }
+  })
+})
