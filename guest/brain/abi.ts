@@ -149,6 +149,22 @@ export function returnError(code: string, message: string): u64 {
   return returnErrorValue(Json.object().set("code", Json.string(code)).set("message", Json.string(message)))
 }
 
+/**
+ * The entry's result `{"error": {"code", "message", "retryable", "ambiguous", "details"?}}` passing
+ * on a host call's error as it came: the turn fails with that code and its flags, so a client is
+ * told what Brain knows (an effect that may have happened stays `ambiguous`).
+ */
+export function returnHostError(e: HostError): u64 {
+  const error = Json.object()
+    .set("code", Json.string(e.code))
+    .set("message", Json.string(e.message))
+    .set("retryable", Json.bool(e.retryable))
+    .set("ambiguous", Json.bool(e.ambiguous))
+  const details = e.details
+  if (details !== null) error.set("details", details)
+  return returnErrorValue(error)
+}
+
 /** The entry's result `{"error": error}`, for a tool whose error carries more than a code and a message. */
 export function returnErrorValue(error: Json): u64 {
   return finish(Json.object().set("error", error))

@@ -16,7 +16,7 @@ import {
   message,
   model,
   readActivation,
-  returnError,
+  returnHostError,
   returnOk,
   setTranscript
 } from "../../guest/brain"
@@ -53,6 +53,5 @@ export function brain_run(ptr: usize, len: usize): u64 {
 }
 
 function failed(answer: Answer): u64 {
-  const e = answer.error!
-  return returnError(e.code, e.message)
+  return returnHostError(answer.error!)
 }

@@ -22,7 +22,7 @@ import {
   message,
   modelContext,
   readActivation,
-  returnError,
+  returnHostError,
   returnOkSaving,
   setTranscriptDelta,
   Transcript
@@ -79,8 +79,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
   }
 }
 
-/** Ends the activation with the host's error: the host turns it into the turn's failure. */
+/** Ends the activation with the host's error, flags and details as they came: the host turns it into the turn's failure. */
 function failed(answer: Answer): u64 {
-  const e = answer.error!
-  return returnError(e.code, e.message)
+  return returnHostError(answer.error!)
 }

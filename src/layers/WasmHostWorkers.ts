@@ -67,7 +67,7 @@ export const WASM_THREADS_PER_WORKER = 8
 const isCode = Schema.is(FailureCode)
 
 /** A loop's `ok` may come with `transcript`, a set_transcript request to save before the turn takes the result. */
-type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown } }
+type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown; readonly details?: unknown } }
 
 const readOutput = (text: string): Output | undefined => {
   try {
@@ -185,7 +185,11 @@ export const make = (options: WasmHostOptions) =>
             return Effect.fail(
               new AgentloopFailed({
                 failure: isCode(e.code)
-                  ? failure(e.code, message, { retryable: e.retryable === true, ambiguous: e.ambiguous === true })
+                  ? failure(e.code, message, {
+                    retryable: e.retryable === true,
+                    ambiguous: e.ambiguous === true,
+                    ...(e.details !== undefined && e.details !== null ? { details: e.details } : {})
+                  })
                   : failure("agentloop_failed", message)
               })
             )

@@ -162,6 +162,17 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
     expect(modelRequests(events, transcript)).toEqual([[{ role: "user", content: "hi" }]])
   }, TEST_MS)
 
+  it("a model failure the loop passes on fails the turn with the failure as recorded: its code, message, flags (ambiguous: it may have run) and details", async () => {
+    const id = await api.create({ model: scripted([{ fail: { code: "model_unavailable", message: "the provider is down" } }]) })
+    const failed = await api.send(id, "hi")
+    expect(failed.turn.status).toBe("failed")
+    const events = await api.events(id)
+    const recorded = events.find((e) => e.kind === "model_call_failed")!.data.failure
+    expect(recorded).toMatchObject({ code: "model_unavailable", retryable: true, ambiguous: true })
+    expect(failed.turn.failure).toEqual(recorded)
+    expect(events.find((e) => e.kind === "turn_failed")!.data.failure).toEqual(recorded)
+  }, TEST_MS)
+
   it("a long seeded transcript with an unanswered call far before its last messages: the first turn repairs it in place, and the saved transcript keeps every message", async () => {
     const talk: Array<Message> = Array.from({ length: 60 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `message ${i}` }))
     const round: Message = { role: "assistant", content: "", tool_calls: [{ id: "early", name: "slow", input: {} }] }

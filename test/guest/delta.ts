@@ -103,7 +103,7 @@ const OUTPUT_TRANSCRIPT = `,"transcript":`
  * A loop's output as the host takes it (docs/abi.md, "The entries"): `{"ok": value, "transcript":
  * request}` is the `set_transcript` call `request` — appended to `calls`, answered by `answer` and
  * its answer to `answers` — then `{"ok": value}` when that answer is ok, else the error passed on
- * as the official loop passes on a host error (`{"error": {code, message}}`). Any other output
+ * as the official loop passes on a host error (`{"error": {code, message, retryable, ambiguous, details?}}`). Any other output
  * comes back as it was. The texts stay the guest's bytes.
  */
 export const outputSave = (
@@ -117,10 +117,10 @@ export const outputSave = (
   if (!output.startsWith(OUTPUT_TRANSCRIPT, end)) return { output, calls, answers }
   const request = output.slice(end + OUTPUT_TRANSCRIPT.length, valueEnd(output, end + OUTPUT_TRANSCRIPT.length))
   expect(output.length, "the transcript is the output's last field").toBe(end + OUTPUT_TRANSCRIPT.length + request.length + 1)
-  const reply = answer("set_transcript", JSON.parse(request)) as { error?: { code: string; message: string } }
+  const reply = answer("set_transcript", JSON.parse(request)) as { error?: { code: string; message: string; retryable: boolean; ambiguous: boolean; details?: unknown } }
   const saved = succeeded(reply)
   return {
-    output: saved ? `${output.slice(0, end)}}` : JSON.stringify({ error: { code: reply.error!.code, message: reply.error!.message } }),
+    output: saved ? `${output.slice(0, end)}}` : JSON.stringify({ error: { code: reply.error!.code, message: reply.error!.message, retryable: reply.error!.retryable, ambiguous: reply.error!.ambiguous, ...(reply.error!.details !== undefined ? { details: reply.error!.details } : {}) } }),
     calls: [...calls, { op: "set_transcript", request }],
     answers: [...answers, reply]
   }

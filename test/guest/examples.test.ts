@@ -70,10 +70,11 @@ describe("the echo-with-memory example loop", () => {
   })
 
   for (const op of ["kv_read", "kv_put", "model", "set_transcript", "emit"]) {
-    it(`a ${op} error ends the turn with that error`, () => {
+    it(`a ${op} error ends the turn with that error, its flags as they came`, () => {
       const run = runGuest(echo, input("hello", []), session({ op, code: "cancelled" }).answer)
       expect(run.calls[run.calls.length - 1]!.op).toBe(op)
-      expect(run.output).toBe(`{"error":{"code":"cancelled","message":"${op} failed"}}`)
+      const flags = JSON.parse(run.output!).error
+      expect(run.output).toBe(`{"error":{"code":"cancelled","message":"${op} failed","retryable":${flags.retryable},"ambiguous":${flags.ambiguous}}}`)
     })
   }
 })

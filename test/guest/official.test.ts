@@ -36,14 +36,18 @@ type ToolAnswer = (call: { id: string; name: string; input: unknown }, n: number
  * A script: the model's replies in order, each tool call's result, and host errors by call number
  * (0-based, counting every host call).
  */
-const script = (replies: ReadonlyArray<Reply>, tool: ToolAnswer = () => ({ outcome: "ok", output: null, is_error: false }), errors: Record<number, { code: string; message: string }> = {}): (() => Answerer) =>
+const script = (
+  replies: ReadonlyArray<Reply>,
+  tool: ToolAnswer = () => ({ outcome: "ok", output: null, is_error: false }),
+  errors: Record<number, { code: string; message: string; retryable?: boolean; ambiguous?: boolean; details?: unknown }> = {}
+): (() => Answerer) =>
 () => {
   let n = 0
   let model = 0
   let tools = 0
   return (op, request) => {
     const error = errors[n++]
-    if (error) return { error: { ...error, retryable: false, ambiguous: false } }
+    if (error) return { error: { retryable: false, ambiguous: false, ...error } }
     switch (op) {
       case "model": {
         const r = replies[model++] ?? { text: "(no more replies)" }
@@ -199,8 +203,8 @@ describe("the official loop, compiled", () => {
     expect(saved.output).toBe(`{"ok":{"text":"a,\\"transcript\\":{} ]}"}}`)
     expect(saved.calls).toEqual([...calls, { op: "set_transcript", request: `{"keep":1,"append":[{"role":"assistant","content":"}"}]}` }])
     expect(saved.answers).toEqual([{ ok: {} }, { ok: null }])
-    const refused = outputSave(ok, calls, [], () => ({ error: { code: "cancelled", message: "stop", retryable: false, ambiguous: false } }))
-    expect(refused.output).toBe(`{"error":{"code":"cancelled","message":"stop"}}`)
+    const refused = outputSave(ok, calls, [], () => ({ error: { code: "cancelled", message: "stop", retryable: false, ambiguous: true } }))
+    expect(refused.output).toBe(`{"error":{"code":"cancelled","message":"stop","retryable":false,"ambiguous":true}}`)
     // Without a transcript the output is taken as it is, and nothing is asked.
     expect(outputSave(`{"ok":1}`, calls, [], () => expect.fail("asked")).output).toBe(`{"ok":1}`)
   })
@@ -293,19 +297,19 @@ describe("the official loop, compiled", () => {
     same(noInput, script([{ text: "resumed" }]))
   })
 
-  for (const [what, at, code] of [
-    ["the model fails", 0, "model_rate_limited"],
-    ["saving the tool request is cancelled", 1, "cancelled"],
-    ["dispatch is interrupted", 2, "interrupted"],
-    ["saving the results times out", 3, "timeout"],
-    ["the second model call hits a limit", 4, "model_call_limit"],
-    ["saving the answer (on the output) fails", 5, "journal_write_failed"]
+  for (const [what, at, code, retryable, ambiguous, details] of [
+    ["the model fails", 0, "model_rate_limited", true, false, { status: 429, retry_after_ms: 2000 }],
+    ["saving the tool request is cancelled", 1, "cancelled", false, false, undefined],
+    ["dispatch is interrupted", 2, "interrupted", false, true, undefined],
+    ["saving the results times out", 3, "timeout", true, true, undefined],
+    ["the second model call hits a limit", 4, "model_call_limit", false, false, undefined],
+    ["saving the answer (on the output) fails", 5, "journal_write_failed", true, true, { reason: "EIO" }]
   ] as const) {
-    it(`a host error ends the activation with its code and message, with no retry: ${what}`, () => {
-      const errors = { [at]: { code, message: `${code} happened` } }
+    it(`a host error ends the activation with its code, message, flags and details as they came, with no retry: ${what}`, () => {
+      const errors = { [at]: { code, message: `${code} happened`, retryable, ambiguous, ...(details !== undefined ? { details } : {}) } }
       const run = same(activation(), script([{ text: "", tool_calls: [{ id: "c1", name: "t", input: {} }] }, { text: "done" }], undefined, errors))
       expect(run.calls).toHaveLength(at + 1)
-      expect(run.output).toBe(`{"error":{"code":"${code}","message":"${code} happened"}}`)
+      expect(run.output).toBe(JSON.stringify({ error: { code, message: `${code} happened`, retryable, ambiguous, ...(details !== undefined ? { details } : {}) } }))
     })
   }
 

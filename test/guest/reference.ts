@@ -35,7 +35,15 @@ export const runTypeScriptLoop = (input: unknown, answer: Answerer): Omit<GuestR
   if (Exit.isSuccess(exit)) return { calls, output: JSON.stringify({ ok: exit.value }) }
   const failure = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
   if (failure instanceof HostCallFailed) {
-    return { calls, output: JSON.stringify({ error: { code: failure.failure.code, message: failure.failure.message } }) }
+    // The turn fails with the host's failure whole (code, message, flags, details): the guest's
+    // output must carry the same for the host to fail its turn the same way.
+    const f = failure.failure
+    return {
+      calls,
+      output: JSON.stringify({
+        error: { code: f.code, message: f.message, retryable: f.retryable, ambiguous: f.ambiguous, ...(f.details !== undefined ? { details: f.details } : {}) }
+      })
+    }
   }
   throw new Error(`the TypeScript loop died: ${String(exit)}`)
 }

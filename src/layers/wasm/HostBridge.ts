@@ -29,8 +29,11 @@ import type { ToolServices } from "../../services/WasmHost.js"
 
 const ok = (value: unknown) => JSON.stringify({ ok: value === undefined ? null : value })
 
-export const errorAnswer = (f: Pick<Failure, "code" | "message" | "retryable" | "ambiguous">) =>
-  JSON.stringify({ error: { code: f.code, message: f.message, retryable: f.retryable, ambiguous: f.ambiguous } })
+/** A failure as the ABI's error answer: its code, message, flags, and `details` when it has them (a provider's status, its retry advice). */
+export const errorAnswer = (f: Pick<Failure, "code" | "message" | "retryable" | "ambiguous" | "details">) =>
+  JSON.stringify({
+    error: { code: f.code, message: f.message, retryable: f.retryable, ambiguous: f.ambiguous, ...(f.details !== undefined ? { details: f.details } : {}) }
+  })
 
 const invalid = (message: string) => Effect.succeed(errorAnswer(failure("invalid_request", message)))
 
