@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Effect, Either, FiberSet, Layer, Option } from "effect"
+import { Clock, Effect, Either, FiberSet, Layer, Option, Runtime } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -43,7 +43,7 @@ import {
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
-import { cancelSignal, cancelTurn, Cell, commit, type RunningTurn, stage } from "./sessions/Cell.js"
+import { cancelSignal, cancelTurn, Cell, commit, flushOpening as flushStaged, type RunningTurn, stage } from "./sessions/Cell.js"
 import { Once } from "./Waits.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
@@ -119,6 +119,8 @@ export const make = Effect.gen(function*() {
 
   const write = (cell: Cell, entries: ReadonlyArray<Entry>) => Effect.mapError(commit(journal, cell, entries), fromJournal)
 
+  const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+
   /**
    * Admits a turn: checks the state, then commits turn_started with activation_started (and a
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
@@ -170,6 +172,10 @@ export const make = Effect.gen(function*() {
         return yield* Effect.fail(committed.left)
       }
       const [turnSeq, activation] = committed.right
+      // Staged, the opening waits for the turn's first write at most BRAIN_STAGED_OPENING_MS: a
+      // turn that runs longer without one (a loop computing, reading) is durably started, so a
+      // crash then records it interrupted and its key claimed, as for any turn that ran.
+      const flushLater = cell.opening === undefined ? undefined : setTimeout(() => runFork(flushStaged(journal, cell)), config.stagedOpeningMs)
       const started: RunningTurn = { ...turn, sequence: turnSeq! }
       cell.running = started
       running.add(started)
@@ -182,6 +188,7 @@ export const make = Effect.gen(function*() {
         Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
           Effect.tap((outcome) => void started.done.give(outcome)),
           Effect.ensuring(Effect.suspend(() => {
+            clearTimeout(flushLater)
             cell.running = undefined
             cell.opening = undefined
             running.delete(started)

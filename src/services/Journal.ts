@@ -131,6 +131,12 @@ export interface JournalShape {
    * refused as `append` refuses it; `reset` and `remove` drop what is staged.
    */
   readonly stage: (session: SessionId, entries: ReadonlyArray<Entry>) => Effect.Effect<Staged, JournalAppendError>
+  /**
+   * Writes what is staged on the session on its own (one atomic append of the staged records),
+   * and resolves once it is durable; with nothing staged (or already written) it writes nothing.
+   * For staged records that must not wait longer for the append they were to ride on.
+   */
+  readonly flush: (session: SessionId) => Effect.Effect<void, JournalAppendError>
   /** Durable records after `after`, in order. */
   readonly read: (session: SessionId, options: ReadOptions) => Effect.Effect<ReadonlyArray<JournalRecord>, JournalReadError>
   /**

@@ -55,6 +55,11 @@ export interface ServerConfigShape {
   readonly maxEmittedBytes: number
   /** How long cancellation waits for executors and the loop to stop, in milliseconds. */
   readonly cancelGraceMs: number
+  /**
+   * How long a sync send's turn opening may stay staged, waiting for the turn's first write to
+   * carry it, before it is written on its own, in milliseconds (docs/runtime.md).
+   */
+  readonly stagedOpeningMs: number
   /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
   /**
@@ -130,6 +135,7 @@ export const defaults: ServerConfigShape = {
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
   cancelGraceMs: 5000,
+  stagedOpeningMs: 100,
   sessionIdleTtlMs: undefined,
   cleanupDeadlineMs: 30_000,
   listen: "127.0.0.1:3210",
@@ -218,6 +224,7 @@ export const fromConfig = Config.all({
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
   cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
+  stagedOpeningMs: positive("BRAIN_STAGED_OPENING_MS", defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
   // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
   sessionIdleTtlMs: optionalAtLeast("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)"),
   cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
@@ -279,6 +286,7 @@ export const fromConfig = Config.all({
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,
     cancelGraceMs: c.cancelGraceMs,
+    stagedOpeningMs: c.stagedOpeningMs,
     sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,

@@ -233,6 +233,23 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(Chunk.toArray(yield* Fiber.join(seen)).map((r) => r.sequence)).toEqual([2, 3, 4])
       }))
 
+    it.scoped("flush writes the staged records alone, durably and in order, ahead of what follows; with nothing staged it writes nothing", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.flush(s)
+        expect(yield* journal.lastSequence(s)).toBe(0)
+        yield* journal.append(s, [kv("a", 0)])
+        yield* journal.stage(s, [kv("b", 1), kv("c", 2)])
+        yield* journal.flush(s)
+        expect(yield* journal.lastSequence(s)).toBe(3)
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b", "c"])
+        yield* journal.flush(s)
+        expect(yield* journal.append(s, [kv("d", 3)])).toEqual([4])
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b", "c", "d"])
+      }))
+
     it.scoped("a stage while records are staged appends at once, after them; bad input to stage is refused and stages nothing", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

@@ -2,7 +2,9 @@
  * A sync send's turn opening is staged and written with the turn's first write (Journal.stage).
  * A real `kill -9` while the turn runs before that write: nothing of the turn was durable, so
  * nothing of it is left — no turn to recover, no claimed key — and a retry with the same
- * Idempotency-Key runs the turn (its client never had an answer, and nothing was sent).
+ * Idempotency-Key runs the turn (its client never had an answer, and nothing was sent). That window
+ * is bounded (BRAIN_STAGED_OPENING_MS): a turn that runs past it without a write is durably started,
+ * so a kill then leaves it recorded as interrupted and its key claimed, as for any turn.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
@@ -17,7 +19,8 @@ describe("a sync send killed before its turn's first write", () => {
   let server: ServerProcess
   beforeAll(async () => {
     ensureBuilt()
-    server = await startServer({ env: { BRAIN_MAX_WASM_COMPUTE_MS: "1500" } })
+    // A window far longer than the test: the opening stays staged until the kill.
+    server = await startServer({ env: { BRAIN_MAX_WASM_COMPUTE_MS: "1500", BRAIN_STAGED_OPENING_MS: "600000" } })
   }, 120_000)
   afterAll(async () => {
     await server?.dispose()
@@ -64,5 +67,47 @@ describe("a sync send killed before its turn's first write", () => {
     // And now it is answered: the same key replays it.
     const replay = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
     expect(replay.text).toBe(retry.text)
+  }, 60_000)
+})
+
+describe("a sync send killed after its opening waited past BRAIN_STAGED_OPENING_MS", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_MAX_WASM_COMPUTE_MS: "20000", BRAIN_STAGED_OPENING_MS: "50" } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("is recorded as started: after restart its turn failed interrupted and is not rerun, and a retry with the same key is 409 ambiguous", async () => {
+    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(await spinning()))
+    const created = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })
+    const session = created.body.session_id
+    const before = created.body.last_sequence
+    const send = { json: { input: { message: "spin" } }, headers: { "idempotency-key": "staged-opening-2" } }
+    const first = request(server.baseUrl, `/v1/sessions/${session}/messages`, send).catch(() => undefined)
+    // The opening written on its own once the window passed: the summary's last_sequence moves on.
+    await eventually("the opening is durable", async () => {
+      const got = await request(server.baseUrl, `/v1/sessions/${session}`)
+      return got.body.status === "running" && got.body.last_sequence > before ? got.body : undefined
+    })
+    await server.kill()
+    expect(await first).toBeUndefined()
+
+    await server.restart()
+    const events = (await request(server.baseUrl, `/v1/sessions/${session}/events?after=0`)).body.events as ReadonlyArray<{ kind: string; data: any }>
+    expect(events.map((e) => e.kind)).toEqual([
+      "session_creation_started",
+      "session_creation_ended",
+      "turn_started",
+      "activation_started",
+      "activation_failed",
+      "turn_failed"
+    ])
+    expect(events.at(-1)!.data.failure).toMatchObject({ code: "interrupted" })
+    const retry = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
+    expect(retry.status).toBe(409)
+    expect(retry.body).toMatchObject({ code: "ambiguous", retryable: false })
   }, 60_000)
 })

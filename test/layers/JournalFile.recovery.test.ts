@@ -170,6 +170,33 @@ describe("JournalFile recovery: torn final writes", () => {
       }
     }))
 
+  it.scopedLive("staged records flushed alone are one complete atomic group: a new process reads them back whole, and a cut inside them keeps neither", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          expect(yield* journal.append(s, [kv("a", 0)])).toEqual([1])
+          expect(yield* journal.stage(s, [kv("b", 1), kv("c", 2)])).toMatchObject({ _tag: "Staged" })
+          yield* journal.flush(s)
+        }))
+      const seg = onlySegment(dir, s)
+      const original = fs.readFileSync(seg)
+      const frames = framesOf(original)
+      expect(frames.map((f) => f.sequence)).toEqual([1, 2, 3])
+      expect(keysOf(yield* withJournal(dir, (journal) => journal.read(s, { after: 0, limit: 100 })))).toEqual(["a", "b", "c"])
+      const [a, b] = frames as [FrameAt, FrameAt, FrameAt]
+      for (const cut of [b.end - 1, b.end]) {
+        fs.writeFileSync(seg, original.subarray(0, cut))
+        yield* withJournal(dir, (journal) =>
+          Effect.gen(function*() {
+            expect(yield* journal.lastSequence(s), `cut at ${cut}`).toBe(1)
+            expect(fs.statSync(seg).size, `cut at ${cut}`).toBe(a.end)
+          }))
+      }
+    }))
+
   it.scopedLive("a zero-filled tail on the final segment is an unwritten torn write and is truncated", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()

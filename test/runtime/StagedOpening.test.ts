@@ -113,22 +113,59 @@ describe("a sync send's staged opening", () => {
       // A client paging from the summary's last_sequence misses nothing.
       const page = yield* sessions.events(session_id, { after: summary.last_sequence, limit: 100 })
       expect(page.events[0]!.kind).toBe("turn_started")
-    }).pipe(Effect.provide(runtimeLayer({ journal: "memory", loops: { waiting } })))
+    }).pipe(Effect.provide(runtimeLayer({ journal: "memory", loops: { waiting }, config: { stagedOpeningMs: 600_000 } })))
   })
 
-  it.scopedLive("a turn that fails before any write writes its opening with its close", () => {
-    const failing: AgentloopShape = { activate: () => Effect.die("the loop broke") }
+  it.scopedLive("an opening the turn's first write has not carried within BRAIN_STAGED_OPENING_MS is written on its own: the running turn is durably started, and its first write follows it", () => {
+    const reached = Deferred.unsafeMake<void>(undefined as never)
+    const go = Deferred.unsafeMake<void>(undefined as never)
+    const waiting: AgentloopShape = {
+      activate: (_input, host) =>
+        Effect.gen(function*() {
+          yield* Deferred.succeed(reached, undefined)
+          yield* Deferred.await(go)
+          yield* host.kvPut("first", "write")
+          return { text: "done" }
+        })
+    }
     return Effect.gen(function*() {
       const sessions = yield* Sessions
       const journal = yield* Journal
-      const { session_id, last_sequence: created } = yield* sessions.create({ agentloop: "failing", model: { provider: "scripted" } })
-      const outcome = yield* sessions.send(session_id, { message: "hi" })
-      expect(outcome.turn.status).toBe("failed")
-      expect(outcome.turn.failure?.code).toBe("agentloop_failed")
-      const written = yield* journal.read(session_id as SessionId, { after: created, limit: 10 })
-      expect(kinds(written)).toEqual(["turn_started", "activation_started", "activation_failed", "turn_failed"])
-      expect(outcome.last_sequence).toBe(created + 4)
-      expect((yield* sessions.get(session_id)).status).toBe("idle")
-    }).pipe(Effect.provide(runtimeLayer({ journal: "memory", loops: { failing } })))
+      const { session_id, last_sequence: created } = yield* sessions.create({ agentloop: "waiting", model: { provider: "scripted" } })
+      const session = session_id as SessionId
+      const send = yield* Effect.fork(sessions.send(session_id, { message: "hi" }))
+      yield* Deferred.await(reached)
+      // Past the window (30 ms) with no write of the turn's own: its opening is durable.
+      for (let i = 0; i < 100 && (yield* journal.lastSequence(session)) === created; i++) yield* Effect.sleep("10 millis")
+      expect(kinds(yield* journal.read(session, { after: created, limit: 10 }))).toEqual(["turn_started", "activation_started"])
+      expect((yield* sessions.get(session_id)).last_sequence).toBe(created + 2)
+      yield* Deferred.succeed(go, undefined)
+      expect((yield* Fiber.join(send)).turn.status).toBe("ended")
+      expect(kinds(yield* journal.read(session, { after: created, limit: 10 }))).toEqual(["turn_started", "activation_started", "kv_put", "activation_ended", "turn_ended"])
+    }).pipe(Effect.provide(runtimeLayer({ journal: "memory", loops: { waiting }, config: { stagedOpeningMs: 30 } })))
+  })
+
+  it.scopedLive("telemetry reported while the opening is staged writes the opening first: the activation sequence it names is durable before the sink has it", () => {
+    const reported: Array<{ readonly activation: number; readonly durable: number }> = []
+    let durableNow: () => Effect.Effect<number> = () => Effect.succeed(0)
+    const reporting: AgentloopShape = {
+      activate: (_input, host) =>
+        Effect.gen(function*() {
+          yield* host.telemetry({ step: "thinking" })
+          return { text: "done" }
+        })
+    }
+    const sink = {
+      record: (r: { readonly activation: number }) => Effect.flatMap(Effect.suspend(durableNow), (durable) => Effect.sync(() => void reported.push({ activation: r.activation, durable })))
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({ agentloop: "reporting", model: { provider: "scripted" } })
+      durableNow = () => Effect.orDie(journal.lastSequence(session_id as SessionId))
+      yield* sessions.send(session_id, { message: "hi" })
+      expect(reported).toHaveLength(1)
+      expect(reported[0]!.durable).toBeGreaterThanOrEqual(reported[0]!.activation)
+    }).pipe(Effect.provide(runtimeLayer({ journal: "memory", loops: { reporting }, config: { stagedOpeningMs: 600_000 }, telemetry: sink as never })))
   })
 })

@@ -201,6 +201,13 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           const retried: Effect.Effect<Staged, JournalAppendError> = Effect.catchIf(attempt, (e) => e === HANDLE_EVICTED, () => retried)
           return retried
         }),
+      flush: (session) =>
+        Effect.suspend(() => {
+          // Only an open session can have records staged (staging keeps it open).
+          const open = opens.get(session)
+          if (!open || open.staged === undefined || removing.has(session)) return Effect.void
+          return Effect.asVoid(writer.append(open, [], "latency"))
+        }),
       read: (session, { after, limit, maxBytes }) =>
         Effect.flatMap(openOf(session), (open) => {
           const last = open.lastSequence

@@ -296,6 +296,9 @@ export class Writer<S> {
           }
           sequences.push(seqs)
         }
+        // Staged records written by an append of nothing (`Journal.flush`): they end their group.
+        const last = records[records.length - 1]
+        if (last !== undefined && last.continues) records[records.length - 1] = { ...last, continues: false }
         shares.push({ open, appends, sequences, recordedAt, next, staged })
         items.push({ session: open.session, state: open.state, generation: open.generation, recordedAtMs: recordedAt, records })
       }

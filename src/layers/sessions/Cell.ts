@@ -181,6 +181,15 @@ export const commitQueueable = (journal: JournalShape, cell: Cell, entries: Read
 })
 
 /**
+ * Writes a turn's staged opening on its own, when the turn's first write has not carried it yet
+ * (`Journal.flush`; nothing when it has). A failed write breaks the cell, as any failed write does.
+ */
+export const flushOpening = (journal: JournalShape, cell: Cell): Effect.Effect<void> =>
+  journal.flush(cell.session).pipe(
+    Effect.catchAll((e) => Effect.sync(() => void (e._tag === "JournalWriteFailed" && (cell.broken = true))))
+  )
+
+/**
  * Stages records through the journal (`Journal.stage`: written with the session's next append)
  * and folds them into the cell, which keeps them as its `opening` while they are only staged.
  */

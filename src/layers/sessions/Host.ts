@@ -28,7 +28,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolsShape } from "../../services/Tools.js"
-import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel } from "./Cell.js"
+import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening } from "./Cell.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
@@ -110,7 +110,10 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const report = (data: unknown, toolCall?: number): Effect.Effect<void> => {
     const sink = deps.telemetry
     if (sink === undefined) return Effect.void
-    return Effect.flatMap(Clock.currentTimeMillis, (at_ms) =>
+    // A report names the activation's sequence outside the journal: a staged turn opening is
+    // written first, so that the sequence is the activation's for good (a crash cannot reuse it).
+    const named = cell.opening === undefined ? Clock.currentTimeMillis : Effect.zipRight(flushOpening(deps.journal, cell), Clock.currentTimeMillis)
+    return Effect.flatMap(named, (at_ms) =>
       sink.record({
         session_id: cell.session,
         activation: scope.activation,
