@@ -89,6 +89,8 @@ export const make = Effect.gen(function*() {
   const deadlines = yield* makeDeadlines((turn) => cancelTurn(turn, "timeout"))
 
   const using = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.using(session, body)
+  /** A read: it neither activates the session nor keeps it warm (Registry.reading). */
+  const reading = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.reading(session, body)
   const release = (cell: Cell) => registry.release(cell)
 
   const summary = (cell: Cell): SessionSummary => ({
@@ -279,7 +281,7 @@ export const make = Effect.gen(function*() {
         yield* registry.adopt(cell)
         return summary(cell)
       }),
-    get: (session) => using(session, durableSummary),
+    get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
         const ids = [...(yield* journal.list)].sort().filter((id) => after === undefined || id > after)
@@ -367,14 +369,14 @@ export const make = Effect.gen(function*() {
         )
       }),
     transcript: (session) =>
-      using(session, (cell) =>
+      reading(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),
     events: (session, { after, limit }) =>
-      Effect.flatMap(using(session, (cell) => Effect.succeed(cell.state)), (state) =>
+      Effect.flatMap(reading(session, (cell) => Effect.succeed(cell.state)), (state) =>
         readEvents(journal, session, state, after, limit).pipe(
           Effect.mapError((e) => (e._tag === "InvalidRequest" ? e : fromJournal(e)))
         )),
-    follow: (session, after) => feeds.follow(session, after, using(session, (cell) => Effect.succeed(cell.state))),
+    follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
     drain: Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })),
     interruptAll: Effect.suspend(() =>

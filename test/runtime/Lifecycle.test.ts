@@ -31,6 +31,30 @@ describe("Session lifecycle", () => {
       expect(yield* sessions.warm).toBe(0)
     }).pipe(Effect.provide(runtimeLayer())))
 
+  it.scoped("reads neither activate a session nor keep it warm: a released one stays released, a warm one keeps its own TTL", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ model: scripted, idle_ttl_ms: 1000 })
+      const readAll = Effect.gen(function*() {
+        yield* sessions.get(session_id)
+        yield* sessions.transcript(session_id)
+        yield* sessions.events(session_id, { after: 0, limit: 10 })
+      })
+      // Warm: reads do not extend its TTL.
+      yield* TestClock.adjust("900 millis")
+      yield* readAll
+      expect(yield* sessions.warm).toBe(1)
+      yield* TestClock.adjust("101 millis")
+      expect(yield* sessions.warm).toBe(0)
+      // Released: reads open it for themselves only.
+      yield* readAll
+      expect(yield* sessions.warm).toBe(0)
+      expect((yield* sessions.transcript(session_id)).messages).toEqual([])
+      // A message does activate it, for its TTL.
+      yield* sessions.send(session_id, { message: "hi" })
+      expect(yield* sessions.warm).toBe(1)
+    }).pipe(Effect.provide(runtimeLayer())))
+
   it.scoped("idle_ttl_ms 0 keeps the actor indefinitely; the server default follows the same rule", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions

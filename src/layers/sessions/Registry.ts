@@ -244,6 +244,30 @@ export class Registry {
     return Effect.acquireUseRelease(this.acquire(session), body, (cell) => this.release(cell))
   }
 
+  /**
+   * A read of a session (its summary, transcript or Events) that neither activates it nor keeps it
+   * warm (seed, "Suspension and recovery": reads do not activate it): a cell already in memory is
+   * read as it is, its use and TTL untouched; one the read had to open is dropped again once
+   * nothing else uses it, whatever its TTL.
+   */
+  reading<A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>): Effect.Effect<A, E | SessionStorageError> {
+    return Effect.suspend(() => {
+      if (this.deleting.has(session)) return Effect.fail(notFound())
+      const settled = this.cells.get(session)?.settled
+      if (settled !== undefined && Exit.isSuccess(settled)) {
+        const cell = settled.value
+        if (cell.broken) return Effect.fail(brokenFailure())
+        if (cell.deleted) return Effect.fail(notFound())
+        return body(cell)
+      }
+      return Effect.acquireUseRelease(this.acquire(session), body, (cell) =>
+        Effect.suspend(() => {
+          cell.users--
+          return cell.users > 0 || cell.running ? Effect.void : this.evict(cell)
+        }))
+    })
+  }
+
   private keepWarm(cell: Cell) {
     this.unwarm(cell)
     this.warm.set(cell, cell.state.bytes)
