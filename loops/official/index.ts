@@ -50,7 +50,13 @@ export function brain_run(ptr: usize, len: usize): u64 {
   }
   while (true) {
     const reply = modelContext(transcript)
-    if (!reply.ok) return failed(reply)
+    if (!reply.ok) {
+      // A failure on the model's side (`model_…`) ends the turn, but what it added (the user's
+      // message) is kept: saved before the failure is passed on, best effort (its own failure is
+      // not the turn's). After a cancel or a journal failure nothing more is written.
+      if (transcript.changed && reply.error!.code.startsWith("model_")) setTranscriptDelta(transcript)
+      return failed(reply)
+    }
     const text = reply.value.get("text")
     const requested = reply.value.get("tool_calls")
     const calls = requested !== null && requested.isArray() ? requested : Json.array()

@@ -11,6 +11,7 @@
  */
 import { Effect } from "effect"
 import type { Message } from "../domain/Messages.js"
+import { transcriptChange } from "../domain/Projection.js"
 import type { AgentloopShape, Host } from "../services/Agentloop.js"
 
 const toolMessage = (callId: string, output: unknown, isError: boolean, outcome: string): Message => ({
@@ -63,11 +64,22 @@ export const officialLoop: AgentloopShape = {
   activate: (input, host: Host) =>
     Effect.gen(function*() {
       let transcript = repairTranscript(input.transcript)
+      /** The transcript as last saved. */
+      let saved = input.transcript
       const note = interruptionNote(input.events)
       if (note) transcript = [...transcript, { role: "system", content: note }]
       if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
       for (;;) {
-        const reply = yield* host.model({ messages: transcript })
+        // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
+        // (the user's message) is kept: saved before the failure is passed on, best effort (its
+        // own failure is not the turn's). After a cancel or a journal failure nothing more is written.
+        const reply = yield* host.model({ messages: transcript }).pipe(
+          Effect.tapError((e) =>
+            e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
+              ? Effect.ignore(host.setTranscript(transcript))
+              : Effect.void
+          )
+        )
         const assistant: Message = reply.tool_calls.length > 0
           ? { role: "assistant", content: reply.text, tool_calls: reply.tool_calls }
           : { role: "assistant", content: reply.text }
@@ -79,9 +91,11 @@ export const officialLoop: AgentloopShape = {
         }
         // Save the request for tools before running them, so a crash leaves it visible.
         yield* host.setTranscript(transcript)
+        saved = transcript
         const results = yield* host.dispatch(reply.tool_calls)
         transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
         yield* host.setTranscript(transcript)
+        saved = transcript
       }
     })
 }

@@ -162,7 +162,7 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
     expect(modelRequests(events, transcript)).toEqual([[{ role: "user", content: "hi" }]])
   }, TEST_MS)
 
-  it("a model failure the loop passes on fails the turn with the failure as recorded: its code, message, flags (ambiguous: it may have run) and details", async () => {
+  it("a model failure the loop passes on fails the turn with the failure as recorded (its code, message, flags and details), and the user's message is kept in the transcript", async () => {
     const id = await api.create({ model: scripted([{ fail: { code: "model_unavailable", message: "the provider is down" } }]) })
     const failed = await api.send(id, "hi")
     expect(failed.turn.status).toBe("failed")
@@ -171,6 +171,8 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
     expect(recorded).toMatchObject({ code: "model_unavailable", retryable: true, ambiguous: true })
     expect(failed.turn.failure).toEqual(recorded)
     expect(events.find((e) => e.kind === "turn_failed")!.data.failure).toEqual(recorded)
+    // The user's message is kept although the model failed: the next turn's model sees it.
+    expect(await api.transcript(id)).toEqual([{ role: "user", content: "hi" }])
   }, TEST_MS)
 
   it("a long seeded transcript with an unanswered call far before its last messages: the first turn repairs it in place, and the saved transcript keeps every message", async () => {
