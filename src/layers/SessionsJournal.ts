@@ -227,7 +227,9 @@ export const make = Effect.gen(function*() {
           }
           modelBinding = { name: request.model, ...bound.binding }
         }
-        const { environments: _declared, ...rest } = request
+        // The opening transcript is recorded once, as the session's first transcript_delta (a
+        // record carries references, not copies): not in the configuration every activation gets.
+        const { environments: _declared, transcript: _opening, ...rest } = request
         const configuration = {
           ...rest,
           agentloop,

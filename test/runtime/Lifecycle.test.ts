@@ -96,16 +96,16 @@ describe("Session lifecycle", () => {
       expect(yield* sessions.warm).toBeGreaterThanOrEqual(50)
     }).pipe(Effect.provide(runtimeLayer({ config: { cacheBytes: 800_000 } }))))
 
-  it.scoped("an opening transcript is recorded as the session's first conversation and the model sees it", () =>
+  it.scoped("an opening transcript is recorded once, as the session's first conversation (not copied into its configuration), and the model sees it", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions
       const journal = yield* Journal
-      const { session_id } = yield* sessions.create({
-        model: scripted,
-        transcript: [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
-      })
+      const opening = [{ role: "user" as const, content: "earlier" }, { role: "assistant" as const, content: "noted" }]
+      const { session_id } = yield* sessions.create({ model: scripted, transcript: opening })
       const records = yield* journal.read(session_id, { after: 0, limit: 10 })
       expect(records.map((r) => r.kind)).toEqual(["session_creation_started", "transcript_delta", "session_creation_ended"])
+      expect(records[0]!.payload.configuration).not.toHaveProperty("transcript")
+      expect(records[1]!.payload).toEqual({ keep: 0, append: opening })
       yield* sessions.send(session_id, { message: "now" })
       const t = yield* sessions.transcript(session_id)
       expect(t.messages.map((m) => m.content)).toEqual(["earlier", "noted", "now", "now"])
