@@ -81,6 +81,109 @@ export const memoryImportLimits = (b: Uint8Array): { limits: MemoryLimits | unde
   return { limits: undefined, shared: false, memory64: false }
 }
 
+const VALTYPES: Readonly<Record<number, string>> = { 0x7f: "i32", 0x7e: "i64", 0x7d: "f32", 0x7c: "f64", 0x7b: "v128", 0x70: "funcref", 0x6f: "externref" }
+
+/** A function type as docs/abi.md writes it: `(i32, i32) -> i64`, `(i32, i32) -> ()`. */
+const typeText = (params: ReadonlyArray<string>, results: ReadonlyArray<string>) =>
+  `(${params.join(", ")}) -> ${results.length === 1 ? results[0] : `(${results.join(", ")})`}`
+
+/**
+ * The types of the functions a module imports and exports, by name (`module.name` for an import),
+ * read from its type, import, function and export sections (the JS API does not show them). Only
+ * the plain value types are read: a type section with anything else throws.
+ */
+export const functionTypes = (b: Uint8Array): { readonly imports: Map<string, string>; readonly exports: Map<string, string> } => {
+  let at = 8
+  const name = (): string => {
+    const [len, next] = leb(b, at)
+    at = next + len
+    return Buffer.from(b.subarray(next, next + len)).toString("utf8")
+  }
+  const valtypes = (): Array<string> => {
+    const [count, next] = leb(b, at)
+    at = next
+    const out: Array<string> = []
+    for (let i = 0; i < count; i++) {
+      const t = VALTYPES[b[at++]!]
+      if (t === undefined) throw new Error("a value type this host does not read")
+      out.push(t)
+    }
+    return out
+  }
+  const types: Array<string> = []
+  /** The type index of each function, imported ones first (the function index space). */
+  const functions: Array<number> = []
+  const imports = new Map<string, string>()
+  const exports = new Map<string, string>()
+  while (at < b.length) {
+    const id = b[at]!
+    const [size, start] = leb(b, at + 1)
+    const end = start + size
+    at = start
+    if (id === 1) {
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        if (b[at++] !== 0x60) throw new Error("a type that is not a function type")
+        const params = valtypes()
+        types.push(typeText(params, valtypes()))
+      }
+    } else if (id === 2) {
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        const full = `${name()}.${name()}`
+        const kind = b[at++]!
+        if (kind === 0) {
+          const [type, next] = leb(b, at)
+          at = next
+          functions.push(type)
+          imports.set(full, types[type] ?? "?")
+        } else if (kind === 1) {
+          at++
+          const flags = b[at++]!
+          ;[, at] = leb(b, at)
+          if (flags & 1) [, at] = leb(b, at)
+        } else if (kind === 2) {
+          const flags = b[at++]!
+          ;[, at] = leb(b, at)
+          if (flags & 1) [, at] = leb(b, at)
+        } else if (kind === 3) at += 2
+        else throw new Error(`an import of unknown kind ${kind}`)
+      }
+    } else if (id === 3) {
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        const [type, next] = leb(b, at)
+        at = next
+        functions.push(type)
+      }
+    } else if (id === 7) {
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        const exported = name()
+        const kind = b[at++]!
+        const [index, next] = leb(b, at)
+        at = next
+        if (kind === 0) exports.set(exported, types[functions[index] ?? -1] ?? "?")
+      }
+    }
+    at = end
+  }
+  return { imports, exports }
+}
+
+/** The type each ABI function must have (docs/abi.md, "Imports" and "Exports"). */
+const ABI_TYPES: ReadonlyArray<readonly ["imports" | "exports", string, string]> = [
+  ["imports", "brain.call", "(i32, i32, i32, i32) -> i64"],
+  ["imports", "brain.fail", "(i32, i32) -> ()"],
+  ["exports", "brain_alloc", "(i32) -> i32"],
+  ["exports", "brain_run", "(i32, i32) -> i64"],
+  ["exports", "brain_tool", "(i32, i32) -> i64"]
+]
+
 export interface AdmissionLimits {
   readonly maxModuleBytes: number
   readonly maxMemoryBytes: number
@@ -109,9 +212,22 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     const exports = new Map(WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]))
     if (!exports.has("brain_abi_v1")) return refuse("the module has no brain_abi_v1 export: it does not declare ABI version 1")
     if (exports.get("brain_alloc") !== "function") return refuse("the module does not export the function brain_alloc")
+    const marker = exports.get("brain_abi_v1")
+    if (marker !== "function" && marker !== "global") return refuse(`brain_abi_v1 must be a function or a global, not a ${marker}`)
     const loop = exports.get("brain_run") === "function"
     const tool = exports.get("brain_tool") === "function"
     if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
+    // Each ABI function with its type, so that a wrong one is refused now rather than at its first call.
+    let typed: ReturnType<typeof functionTypes>
+    try {
+      typed = functionTypes(bytes)
+    } catch (err) {
+      return refuse(`the module's types cannot be read: ${(err as Error).message}`)
+    }
+    for (const [where, fn, expected] of ABI_TYPES) {
+      const actual = typed[where].get(fn)
+      if (actual !== undefined && actual !== expected) return refuse(`${fn} must be ${expected}, not ${actual} (docs/abi.md)`)
+    }
     let memory: ReturnType<typeof memoryImportLimits>
     try {
       memory = memoryImportLimits(bytes)

@@ -130,7 +130,7 @@ describe("rogue guests", () => {
         expect((yield* turn("fine")).turn.status).toBe("ended")
       }), { cancelGraceMs: 50 }))
 
-  it.effect("modules that break the ABI are refused at admission: an import outside it, no marker, no entry, no imported memory, not Wasm", () =>
+  it.effect("modules that break the ABI are refused at admission: an import outside it, no marker, no entry, no imported memory, not Wasm, an ABI function of the wrong type, a marker of the wrong kind", () =>
     Effect.gen(function*() {
       const host = yield* WasmHostWorkers.make(OPTIONS)
       const refused = async (text: string) => wat(text)
@@ -139,7 +139,14 @@ describe("rogue guests", () => {
         ["no marker", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { marker: false }))), /brain_abi_v1/],
         ["no entry", yield* Effect.promise(() => refused(guest(``))), /neither brain_run/],
         ["own memory", yield* Effect.promise(() => refused(`(module (memory 1) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /env.memory/],
-        ["not wasm", new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 2, 3]), /not a valid WebAssembly module/]
+        ["not wasm", new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 2, 3]), /not a valid WebAssembly module/],
+        // Each ABI function with the wrong type: refused now, not at the first turn.
+        ["brain_run's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (result i32) (i32.const 0))`))), /brain_run must be \(i32, i32\) -> i64, not \(\) -> i32/],
+        ["brain_tool's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_tool") (param i64 i32) (result i64) (i64.const 0))`))), /brain_tool must be \(i32, i32\) -> i64/],
+        ["brain_alloc's type", yield* Effect.promise(() => refused(`(module (import "env" "memory" (memory 1)) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i64) (result i64) (i64.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain_alloc must be \(i32\) -> i32, not \(i64\) -> i64/],
+        ["brain.call's type", yield* Effect.promise(() => refused(`(module (import "env" "memory" (memory 1)) (import "brain" "call" (func (param i32 i32) (result i32))) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain.call must be \(i32, i32, i32, i32\) -> i64/],
+        ["brain.fail's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { imports: `(import "brain" "fail" (func (param i32) (result i32)))` }))), /brain.fail must be \(i32, i32\) -> \(\)/],
+        ["a marker that is a memory", yield* Effect.promise(() => refused(`(module (memory (import "env" "memory") 1) (export "brain_abi_v1" (memory 0)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain_abi_v1 must be a function or a global/]
       ]
       for (const [name, bytes, reason] of cases) {
         const r = yield* Effect.either(host.admit(bytes))
