@@ -43,7 +43,7 @@ import {
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
-import { cancelSignal, cancelTurn, Cell, commit, flushOpening as flushStaged, type RunningTurn, stage } from "./sessions/Cell.js"
+import { cancelSignal, cancelTurn, Cell, commit, flushOpening, type RunningTurn, stage } from "./sessions/Cell.js"
 import { Once } from "./Waits.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
@@ -177,7 +177,7 @@ export const make = Effect.gen(function*() {
       // Staged, the opening waits for the turn's first write at most BRAIN_STAGED_OPENING_MS: a
       // turn that runs longer without one (a loop computing, reading) is durably started, so a
       // crash then records it interrupted and its key claimed, as for any turn that ran.
-      const flushLater = cell.opening === undefined ? undefined : setTimeout(() => runFork(flushStaged(journal, cell)), config.stagedOpeningMs)
+      const flushLater = cell.opening === undefined ? undefined : setTimeout(() => runFork(flushOpening(journal, cell)), config.stagedOpeningMs)
       const started: RunningTurn = { ...turn, sequence: turnSeq! }
       cell.running = started
       running.add(started)
