@@ -1,7 +1,7 @@
 /**
  * The `brain` command line: the program's entry point.
  */
-import { Console, Effect, Logger } from "effect"
+import { Console, Effect, Logger, RuntimeFlags, RuntimeFlagsPatch } from "effect"
 import { demo } from "./demo.js"
 import { repair } from "./idempotency.js"
 import { dump, remove, verify } from "./journal.js"
@@ -35,7 +35,8 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
 const logger = process.stdout.isTTY ? Logger.pretty : Logger.json
 
 // Signals are handled by `serve` itself (drain first, ignore repeats), so no runtime-level handler.
-Effect.runPromise(main(process.argv.slice(2)).pipe(Effect.provide(logger))).then(
+// Effect's own per-fiber metrics (fibers started, active, lifetimes) are kept by no one here: off.
+Effect.runPromise(main(process.argv.slice(2)).pipe(Effect.provide(logger), Effect.withRuntimeFlagsPatch(RuntimeFlagsPatch.disable(RuntimeFlags.RuntimeMetrics)))).then(
   (code) => process.exit(code),
   (err) => {
     console.error(err)
