@@ -5,10 +5,9 @@
  * has been answered, when the child's turn is already closed as cancelled.
  */
 import { Schema } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, type Event, type Session, tool, ToolAborted, type ToolContext } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { gate, history } from "./support.js"
+import { gate, history, serverAndClient } from "./support.js"
 
 /** A model that takes a long time to answer: only a cancel ends its turn soon. */
 const slowModel = { model: { provider: "scripted" as const, replies: [{ text: "much later", delay_ms: 30_000 }] } }
@@ -16,17 +15,8 @@ const slowModel = { model: { provider: "scripted" as const, replies: [{ text: "m
 const turnEnds = (events: ReadonlyArray<Event>) => events.filter((e) => e.kind === "turn_ended" || e.kind === "turn_failed")
 
 describe("send with a signal (child sessions)", () => {
-  let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer({ env: { BRAIN_CANCEL_GRACE_MS: "10000" } })
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ brain } = started), { BRAIN_CANCEL_GRACE_MS: "10000" })
 
   it("an abort right after send waits for admission, then cancels: the turn is started and failed cancelled, and send rejects with the signal's reason", async () => {
     const child = await brain.sessions.create(slowModel)

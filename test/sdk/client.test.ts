@@ -3,10 +3,10 @@
  * iterator (pages then live, deltas as their own kind), typed errors, retries of uncertain
  * requests under the same Idempotency-Key, and `close`.
  */
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, BrainClosed, BrainError, type Event, type EventOrDelta } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { history, jsonAnswer, RecordingFetch, takeUntil } from "./support.js"
+import type { ServerProcess } from "../support/server.js"
+import { history, jsonAnswer, RecordingFetch, takeUntil, serverAndClient } from "./support.js"
 
 const scripted = { model: { provider: "scripted" as const } }
 const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_failed"
@@ -14,15 +14,7 @@ const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_fail
 describe("the Promise client", () => {
   let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ server, brain } = started))
 
   it("create answers with a handle on the stored session; get and list read the same session back", async () => {
     const session = await brain.sessions.create(scripted)

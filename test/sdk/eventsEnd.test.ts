@@ -6,10 +6,10 @@
  * closes at once, delivering no recorded Event, does not reset the backoff, so it grows and
  * `reconnectDeadlineMs` is reached; a live session's stream is reopened after the cursor.
  */
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, BrainError, type Event, type Fetch } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { jsonAnswer, RecordingFetch, takeUntil } from "./support.js"
+import type { ServerProcess } from "../support/server.js"
+import { jsonAnswer, RecordingFetch, takeUntil, serverAndClient } from "./support.js"
 
 const scripted = { model: { provider: "scripted" as const } }
 const isTurnEnd = (e: Event) => e.kind === "turn_ended" || e.kind === "turn_failed"
@@ -59,15 +59,7 @@ const closingStreams = (status?: string) => {
 describe("the Events iterator's end and backoff", () => {
   let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ server, brain } = started))
 
   it("on an ended session read from at or past session_ended, the iterator ends after the one stream the server closes, without reconnecting", async () => {
     const recording = new RecordingFetch()

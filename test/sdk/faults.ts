@@ -5,7 +5,7 @@
  * made up without sending (a proxy's, a loaded server's). Every request is recorded as sent.
  */
 import type { Fetch } from "../../src/sdk/index.js"
-import { freePort, type Sent } from "./support.js"
+import { freePort, type Sent, sentOf } from "./support.js"
 
 export type Fault =
   /** The request reaches the server and is answered in full; the answer is then lost. */
@@ -23,16 +23,6 @@ interface Rule {
   left: number
 }
 
-const headersOf = (init: RequestInit): Record<string, string> =>
-  Object.fromEntries(new Headers(init.headers as ConstructorParameters<typeof Headers>[0]).entries())
-
-const bodyOf = (init: RequestInit): string | undefined =>
-  init.body === undefined || init.body === null
-    ? undefined
-    : typeof init.body === "string"
-    ? init.body
-    : new TextDecoder().decode(init.body as Uint8Array)
-
 export class FaultyFetch {
   readonly sent: Array<Sent> = []
   /** The answers the server gave to requests whose connection this fetch dropped, as text. */
@@ -46,7 +36,7 @@ export class FaultyFetch {
   }
 
   readonly fetch: Fetch = async (url, init) => {
-    const sent: Sent = { url, method: init.method ?? "GET", headers: headersOf(init), body: bodyOf(init) }
+    const sent = sentOf(url, init)
     this.sent.push(sent)
     const rule = this.rules.find((r) => r.left > 0 && r.match(sent))
     if (rule === undefined) return globalThis.fetch(url, init)

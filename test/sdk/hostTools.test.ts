@@ -8,10 +8,10 @@
  * shared connection outliving a failed create and the last session.
  */
 import { Schema } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, BrainClosed, BrainError, type Event, type StandardSchemaV1, tool, ToolAborted, type ToolContext } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { gate, history, HostFetch } from "./support.js"
+import type { ServerProcess } from "../support/server.js"
+import { gate, history, HostFetch, serverAndClient } from "./support.js"
 
 const Lookup = Schema.Struct({ q: Schema.Number })
 const Answer = Schema.Struct({ answer: Schema.Number })
@@ -42,15 +42,7 @@ const standardInt: StandardSchemaV1<{ n: number }, { n: number }> = {
 describe("host tools", () => {
   let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer({ env: { BRAIN_CANCEL_GRACE_MS: "5000" } })
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ server, brain } = started), { BRAIN_CANCEL_GRACE_MS: "5000" })
 
   it("a host tool runs once with its decoded input; its emitted Event is committed before tool_call_ended with origin.sequence the tool_call_started sequence", async () => {
     const runs: Array<ToolContext> = []

@@ -8,13 +8,13 @@
  * answer returned, instead of being reported at once.
  */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Schema } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { Brain, BrainClient, BrainError, type Fetch, NotFound } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import type { ServerProcess } from "../support/server.js"
 import { asGlobalFetch, FaultyFetch, isPost } from "./faults.js"
-import { history, jsonAnswer, type Sent } from "./support.js"
+import { history, jsonAnswer, type Sent, serverAndClient } from "./support.js"
 
 const scripted = { model: { provider: "scripted" as const } }
 /** A well-formed session id no session has. */
@@ -23,15 +23,7 @@ const NOBODY = "ses_00000000000000000000000000" as SessionId
 describe("Idempotency-Keys across retries and on errors", () => {
   let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ server, brain } = started))
 
   /** Runs `effect` with the Effect client over `fetch`. */
   const run = <A, E>(effect: Effect.Effect<A, E, BrainClient>, fetch: Fetch) =>

@@ -6,26 +6,16 @@
  * them and starts no new turn.
  */
 import { Schema } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, BrainOutputInvalid, type StandardSchemaV1 } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
-import { history } from "./support.js"
+import { history, serverAndClient } from "./support.js"
 
 const City = Schema.Struct({ city: Schema.String, population: Schema.Number })
 const scripted = (...texts: Array<string>) => ({ model: { provider: "scripted" as const, replies: texts.map((text) => ({ text })) } })
 
 describe("structured output on send", () => {
-  let server: ServerProcess
   let brain: Brain
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-    brain = new Brain({ baseUrl: server.baseUrl })
-  }, 120_000)
-  afterAll(async () => {
-    await brain?.close()
-    await server?.dispose()
-  })
+  serverAndClient((started) => ({ brain } = started))
 
   it("an answer that does not decode is corrected once with a message naming the problem; the next answer decodes", async () => {
     const session = await brain.sessions.create(scripted("Paris, about two million", "{\"city\":\"Paris\",\"population\":2100000}"))

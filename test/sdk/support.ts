@@ -4,7 +4,9 @@
  * address, and a reader of a session's whole history through pages only.
  */
 import * as net from "node:net"
-import type { Brain, Event, Fetch } from "../../src/sdk/index.js"
+import { afterAll, beforeAll } from "@effect/vitest"
+import { Brain, type Event, type Fetch } from "../../src/sdk/index.js"
+import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
 
 export interface Sent {
   readonly url: string
@@ -13,17 +15,35 @@ export interface Sent {
   readonly body: string | undefined
 }
 
-/** A request's headers as a record (a plain object, or the client's `Headers`). */
-const headersOf = (init: RequestInit): Record<string, string> =>
-  init.headers instanceof Headers ? Object.fromEntries(init.headers.entries()) : { ...(init.headers as Record<string, string>) }
-
-/** A request's body as text (JSON bodies are sent as bytes). */
-const bodyOf = (init: RequestInit): string | undefined =>
-  init.body === undefined || init.body === null
+/** A request as the SDK sent it: its headers as a record (names in lower case), its body as text (JSON bodies are sent as bytes). */
+export const sentOf = (url: string, init: RequestInit): Sent => ({
+  url,
+  method: init.method ?? "GET",
+  headers: Object.fromEntries(new Headers(init.headers as ConstructorParameters<typeof Headers>[0]).entries()),
+  body: init.body === undefined || init.body === null
     ? undefined
     : typeof init.body === "string"
     ? init.body
     : new TextDecoder().decode(init.body as Uint8Array)
+})
+
+/**
+ * A real server and a Promise client on it for the enclosing `describe`: started (with `env`)
+ * before its tests and handed to `got`, closed after them.
+ */
+export const serverAndClient = (got: (started: { readonly server: ServerProcess; readonly brain: Brain }) => void, env?: Record<string, string>) => {
+  let started: { readonly server: ServerProcess; readonly brain: Brain } | undefined
+  beforeAll(async () => {
+    ensureBuilt()
+    const server = await startServer(env === undefined ? {} : { env })
+    started = { server, brain: new Brain({ baseUrl: server.baseUrl }) }
+    got(started)
+  }, 120_000)
+  afterAll(async () => {
+    await started?.brain.close()
+    await started?.server.dispose()
+  })
+}
 
 /**
  * A fetch over the global one that records every request, counts the live streams it opened,
@@ -40,7 +60,7 @@ export class RecordingFetch {
   private streamWaiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
 
   readonly fetch: Fetch = async (url, init) => {
-    const sent: Sent = { url, method: init.method ?? "GET", headers: headersOf(init), body: bodyOf(init) }
+    const sent = sentOf(url, init)
     const headers = sent.headers
     this.sent.push(sent)
     if (this.fake?.match(sent)) {
@@ -141,7 +161,7 @@ export class HostFetch {
   private waiters: Array<{ readonly count: number; readonly resolve: () => void }> = []
 
   readonly fetch: Fetch = async (url, init) => {
-    this.sent.push({ url, method: init.method ?? "GET", headers: headersOf(init), body: bodyOf(init) })
+    this.sent.push(sentOf(url, init))
     if (!url.endsWith("/commands")) return globalThis.fetch(url, init)
     const own = new AbortController()
     init.signal?.addEventListener("abort", () => own.abort(init.signal!.reason), { once: true })
