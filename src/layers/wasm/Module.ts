@@ -5,8 +5,9 @@
  * exports the `brain_abi_v1` marker, `brain_alloc` and `brain_run` and/or `brain_tool`. An admitted
  * module is compiled once and kept by its content hash.
  *
- * The memory import's limits are read from the binary's import section (the JS API does not show
- * them): the host creates the memory with the guest's initial size and its own maximum.
+ * The memory import's limits and the ABI functions' types are read from the binary (the JS API does
+ * not show them): the host creates the memory with the guest's initial size and its own maximum, and
+ * a function of the wrong type is refused here, not at its first call.
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
@@ -36,63 +37,26 @@ const leb = (b: Uint8Array, at: number): [number, number] => {
   throw new Error("a truncated LEB128 number")
 }
 
-/** The limits of the `env.memory` import (undefined when there is none), from the import section. */
-export const memoryImportLimits = (b: Uint8Array): { limits: MemoryLimits | undefined; shared: boolean; memory64: boolean } => {
-  let at = 8
-  const name = (): string => {
-    const [len, next] = leb(b, at)
-    at = next + len
-    return Buffer.from(b.subarray(next, next + len)).toString("utf8")
-  }
-  while (at < b.length) {
-    const id = b[at]!
-    const [size, start] = leb(b, at + 1)
-    const end = start + size
-    if (id === 2) {
-      at = start
-      const [count, first] = leb(b, at)
-      at = first
-      for (let i = 0; i < count; i++) {
-        const module = name()
-        const field = name()
-        const kind = b[at++]!
-        if (kind === 0) [, at] = leb(b, at)
-        else if (kind === 1) {
-          at++ // reftype
-          const flags = b[at++]!
-          ;[, at] = leb(b, at)
-          if (flags & 1) [, at] = leb(b, at)
-        } else if (kind === 2) {
-          const flags = b[at++]!
-          const [initial, afterInitial] = leb(b, at)
-          at = afterInitial
-          let maximum: number | undefined
-          if (flags & 1) [maximum, at] = leb(b, at)
-          if (module === "env" && field === "memory") {
-            return { limits: { initial, maximum }, shared: (flags & 2) !== 0, memory64: (flags & 4) !== 0 }
-          }
-        } else if (kind === 3) at += 2 // valtype, mutability
-        else throw new Error(`an import of unknown kind ${kind}`)
-      }
-      return { limits: undefined, shared: false, memory64: false }
-    }
-    at = end
-  }
-  return { limits: undefined, shared: false, memory64: false }
-}
-
 const VALTYPES: Readonly<Record<number, string>> = { 0x7f: "i32", 0x7e: "i64", 0x7d: "f32", 0x7c: "f64", 0x7b: "v128", 0x70: "funcref", 0x6f: "externref" }
 
 /** A function type as docs/abi.md writes it: `(i32, i32) -> i64`, `(i32, i32) -> ()`. */
 const typeText = (params: ReadonlyArray<string>, results: ReadonlyArray<string>) =>
   `(${params.join(", ")}) -> ${results.length === 1 ? results[0] : `(${results.join(", ")})`}`
 
+/** What admission reads from a module's binary that the JS API does not show. */
+interface ModuleLayout {
+  /** The `env.memory` import's limits (undefined when there is none), and its kind. */
+  readonly memory: { readonly limits: MemoryLimits | undefined; readonly shared: boolean; readonly memory64: boolean }
+  /** The types of the functions it imports (`module.name`) and exports, by name. */
+  readonly imports: Map<string, string>
+  readonly exports: Map<string, string>
+}
+
 /**
- * The types of the functions a module imports and exports, by name (`module.name` for an import),
- * read from its type, import, function and export sections (the JS API does not show them). Only
- * the plain value types are read: a type section with anything else throws.
+ * Reads a module's layout from its type, import, function and export sections in one walk. Only
+ * the plain value types are read: a type section with anything else throws, as does a truncated one.
  */
-export const functionTypes = (b: Uint8Array): { readonly imports: Map<string, string>; readonly exports: Map<string, string> } => {
+export const moduleLayout = (b: Uint8Array): ModuleLayout => {
   let at = 8
   const name = (): string => {
     const [len, next] = leb(b, at)
@@ -115,6 +79,7 @@ export const functionTypes = (b: Uint8Array): { readonly imports: Map<string, st
   const functions: Array<number> = []
   const imports = new Map<string, string>()
   const exports = new Map<string, string>()
+  let memory: ModuleLayout["memory"] = { limits: undefined, shared: false, memory64: false }
   while (at < b.length) {
     const id = b[at]!
     const [size, start] = leb(b, at + 1)
@@ -146,8 +111,11 @@ export const functionTypes = (b: Uint8Array): { readonly imports: Map<string, st
           if (flags & 1) [, at] = leb(b, at)
         } else if (kind === 2) {
           const flags = b[at++]!
-          ;[, at] = leb(b, at)
-          if (flags & 1) [, at] = leb(b, at)
+          const [initial, afterInitial] = leb(b, at)
+          at = afterInitial
+          let maximum: number | undefined
+          if (flags & 1) [maximum, at] = leb(b, at)
+          if (full === "env.memory") memory = { limits: { initial, maximum }, shared: (flags & 2) !== 0, memory64: (flags & 4) !== 0 }
         } else if (kind === 3) at += 2
         else throw new Error(`an import of unknown kind ${kind}`)
       }
@@ -172,7 +140,7 @@ export const functionTypes = (b: Uint8Array): { readonly imports: Map<string, st
     }
     at = end
   }
-  return { imports, exports }
+  return { memory, imports, exports }
 }
 
 /** The type each ABI function must have (docs/abi.md, "Imports" and "Exports"). */
@@ -217,23 +185,18 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     const loop = exports.get("brain_run") === "function"
     const tool = exports.get("brain_tool") === "function"
     if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
-    // Each ABI function with its type, so that a wrong one is refused now rather than at its first call.
-    let typed: ReturnType<typeof functionTypes>
+    let layout: ModuleLayout
     try {
-      typed = functionTypes(bytes)
+      layout = moduleLayout(bytes)
     } catch (err) {
-      return refuse(`the module's types cannot be read: ${(err as Error).message}`)
+      return refuse(`the module's sections cannot be read: ${(err as Error).message}`)
     }
+    // Each ABI function with its type, so that a wrong one is refused now rather than at its first call.
     for (const [where, fn, expected] of ABI_TYPES) {
-      const actual = typed[where].get(fn)
+      const actual = layout[where].get(fn)
       if (actual !== undefined && actual !== expected) return refuse(`${fn} must be ${expected}, not ${actual} (docs/abi.md)`)
     }
-    let memory: ReturnType<typeof memoryImportLimits>
-    try {
-      memory = memoryImportLimits(bytes)
-    } catch (err) {
-      return refuse(`the module's import section cannot be read: ${(err as Error).message}`)
-    }
+    const { memory } = layout
     if (!memory.limits) return refuse("the module does not import its memory as env.memory")
     if (memory.shared || memory.memory64) return refuse("env.memory must be a plain 32-bit memory, neither shared nor 64-bit")
     const maxPages = Math.floor(limits.maxMemoryBytes / PAGE_BYTES)
