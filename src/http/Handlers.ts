@@ -19,13 +19,13 @@ import {
 } from "../domain/Errors.js"
 import { type AgentloopInUse, type AgentloopRejected, Agentloops, type AgentloopStoreFailed } from "../services/Agentloop.js"
 import { type CallName, type HostAnswer, Hosts, type HostsShape } from "../services/Hosts.js"
-import { type Answer, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
+import { type AdoptedKey, type Answer, Idempotency, type IdempotencyShape } from "../services/Idempotency.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { type EventPage, Sessions, type SessionsShape } from "../services/Sessions.js"
+import { type EventPage, type KeptRequest, type Receipt, Sessions, type SessionsShape, type TurnOutcome } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
 import { MutatingHeaders } from "./Schemas.js"
-import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond } from "./Idempotent.js"
+import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken } from "./Middleware.js"
 import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
@@ -123,6 +123,23 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
 /** A turn run without a key, as a keyed one that ran. */
 const answered = <A>(value: A) => ({ _tag: "Answered", value }) as const
 
+/** A sync send's answer: its turn's outcome, for the first request and every replay. */
+const sendAnswer = (outcome: TurnOutcome) => jsonAnswer(200, outcome)
+/** An async send's answer: its receipt. */
+const submitAnswer = (receipt: Receipt) => jsonAnswer(202, receipt, { "preference-applied": "respond-async" })
+
+/**
+ * A deleted session's keyed sends and submits, as the idempotency store keeps them from then on:
+ * under the scopes and with the answers `sendMessage` uses, so a retry after the delete gets the
+ * same answer byte for byte (DESIGN §7: keys outlive a deleted session).
+ */
+const adoptedKeys = (id: SessionId, requests: ReadonlyArray<KeptRequest>): ReadonlyArray<AdoptedKey> =>
+  requests.map((r) =>
+    r.mode === "send"
+      ? { scope: `send:${id}`, key: r.key, bodyHash: r.hash, atMs: r.atMs, answer: r.outcome === undefined ? undefined : sendAnswer(r.outcome) }
+      : { scope: `submit:${id}`, key: r.key, bodyHash: r.hash, atMs: r.atMs, answer: submitAnswer(r.receipt) }
+  )
+
 /** A send as the contract decodes it. */
 export interface SendRequest {
   readonly headers: typeof Schemas.MessageHeaders.Type
@@ -146,7 +163,7 @@ export const sendMessage = (sessions: SessionsShape, store: IdempotencyShape) =>
       headers["idempotency-key"],
       payload,
       (r) => r ? sessions.submitKeyed(id, payload.input, r) : Effect.map(sessions.submit(id, payload.input), answered),
-      (receipt) => jsonAnswer(202, receipt, { "preference-applied": "respond-async" })
+      submitAnswer
     )
     : idempotentTurn(
       store,
@@ -154,7 +171,7 @@ export const sendMessage = (sessions: SessionsShape, store: IdempotencyShape) =>
       headers["idempotency-key"],
       payload,
       (r) => r ? sessions.sendKeyed(id, payload.input, r) : Effect.map(sessions.send(id, payload.input), answered),
-      (outcome) => jsonAnswer(200, outcome)
+      sendAnswer
     )
 }
 
@@ -200,7 +217,11 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("transcript", ({ path }) => sessions.transcript(path.id))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
-      .handle("delete", lifecycle("delete", (id) => Effect.as(sessions.delete(id), emptyAnswer(204))))
+      .handle("delete", lifecycle("delete", (id) =>
+        Effect.as(
+          sessions.delete(id, (requests) => Effect.mapError(store.adopt(adoptedKeys(id, requests)), storeFailure)),
+          emptyAnswer(204)
+        )))
   }))
 
 const decodeKey = Schema.decodeUnknownEither(MutatingHeaders)

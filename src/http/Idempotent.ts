@@ -16,7 +16,8 @@
  *   request completed with its status: details `{ambiguous: false, status, answer_bytes}`.
  * - Sends and submits (`idempotentTurn`) keep their key in their session's journal with the turn:
  *   the store only holds it in memory while the request runs, and keeps it only for a request
- *   refused before its turn started.
+ *   refused before its turn started, or once its session is deleted (the delete hands the
+ *   journal's keys over: `adopt`).
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
  *   `idempotency_unavailable` (not retryable: an operator must repair the log).
  */

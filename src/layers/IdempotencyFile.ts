@@ -39,6 +39,7 @@ import {
   IDEMPOTENCY_REWRITE_DEAD_BYTES
 } from "../domain/Limits.js"
 import {
+  type AdoptedKey,
   type Answer,
   type ClaimResult,
   Idempotency,
@@ -91,6 +92,9 @@ const CONFLICT: ClaimResult = { _tag: "Conflict" }
 const IN_FLIGHT: ClaimResult = { _tag: "Ambiguous", inFlight: true }
 const NEVER_ANSWERED: ClaimResult = { _tag: "Ambiguous", inFlight: false }
 
+/** Adopted keys written at once: their frames share the log's rounds. */
+const ADOPT_CONCURRENCY = 64
+
 const REPAIR_HINT = "stop the server and run `brain idempotency repair <data-dir>`"
 
 /** The store over a damaged log: every keyed request is refused; nothing is written. */
@@ -99,6 +103,7 @@ const refusing = (damaged: IdempotencyLogDamaged): IdempotencyShape => ({
   reserve: () => Effect.fail(damaged),
   complete: () => Effect.fail(damaged),
   release: () => Effect.fail(damaged),
+  adopt: () => Effect.fail(damaged),
   compact: Effect.succeed(0)
 })
 
@@ -169,6 +174,49 @@ export const make = (
       )
     }
 
+    /** Writes the answer frame of a claimed `entry`; a failed write leaves it ambiguous. */
+    const writeAnswer = (id: string, entry: Entry, answer: Answer, atMs: number) => {
+      const text = answerText(answer)
+      const bytes = Buffer.byteLength(text, "utf8")
+      const notKept = bytes > maxAnswerBytes ? { status: answer.status, bytes } : undefined
+      const json = notKept ? notKeptJson(entry.scope, entry.key, atMs, notKept) : keptAnswerJson(entry.scope, entry.key, atMs, text)
+      entry.state = "answering"
+      return log.append({ kind: answerKind, json, atMs }, (offset, size) => {
+        entry.state = "answered"
+        entry.answerOffset = offset
+        entry.answerSize = size
+        entry.answerAtMs = atMs
+        entry.notKept = notKept
+        if (index.entries.get(id) === entry) index.liveBytes += size
+      }).pipe(
+        // The work happened but its answer is not recorded: ambiguous from now on, as after a restart.
+        Effect.tapError(() => Effect.sync(() => (entry.state = "unanswered")))
+      )
+    }
+
+    /**
+     * One adopted key: its claim, then its answer, each with its original time (a crash between
+     * them leaves the key ambiguous; adopting it again completes it).
+     */
+    const adoptOne = (k: AdoptedKey, now: number): Effect.Effect<void, IdempotencyStoreFailed> => {
+      if (options.retentionMs > 0 && now - k.atMs >= options.retentionMs) return Effect.void
+      const id = idOf(k.scope, k.key)
+      const found = index.entries.get(id)
+      if (found && !index.expired(found, now)) {
+        return found.state === "unanswered" && k.answer !== undefined && found.bodyHash === k.bodyHash
+          ? writeAnswer(id, found, k.answer, k.atMs)
+          : Effect.void
+      }
+      if (found) index.drop(id, found)
+      const entry = newEntry(k.scope, k.key, k.bodyHash, k.atMs, "reserved")
+      index.entries.set(id, entry)
+      const answer = k.answer
+      return Effect.zipRight(
+        writeClaim(id, entry),
+        answer === undefined ? Effect.sync(() => void (entry.state = "unanswered")) : writeAnswer(id, entry, answer, k.atMs)
+      )
+    }
+
     /** `claim` (durable) and `reserve` (in memory only until `complete`). */
     const decide = Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string, durable: boolean) {
       const id = idOf(scope, key)
@@ -224,23 +272,15 @@ export const make = (
         // Reserved: its claim goes first, then the answer (a crash between them leaves the key
         // ambiguous, the cautious reading).
         if (entry.state === "reserved") yield* writeClaim(id, entry)
-        const text = answerText(answer)
-        const bytes = Buffer.byteLength(text, "utf8")
-        const notKept = bytes > maxAnswerBytes ? { status: answer.status, bytes } : undefined
-        const json = notKept ? notKeptJson(scope, key, now, notKept) : keptAnswerJson(scope, key, now, text)
-        entry.state = "answering"
-        yield* log.append({ kind: answerKind, json, atMs: now }, (offset, size) => {
-          entry.state = "answered"
-          entry.answerOffset = offset
-          entry.answerSize = size
-          entry.answerAtMs = now
-          entry.notKept = notKept
-          if (index.entries.get(id) === entry) index.liveBytes += size
-        }).pipe(
-          // The work happened but its answer is not recorded: ambiguous from now on, as after a restart.
-          Effect.tapError(() => Effect.sync(() => (entry.state = "unanswered")))
-        )
+        yield* writeAnswer(id, entry, answer, now)
       }),
+      adopt: (keys) =>
+        Effect.suspend(() => {
+          const refused = log.refused()
+          if (refused) return Effect.fail(refused)
+          return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            Effect.forEach(keys, (k) => adoptOne(k, now), { concurrency: ADOPT_CONCURRENCY, discard: true }))
+        }),
       release: Effect.fnUntraced(function*(scope: string, key: string) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)

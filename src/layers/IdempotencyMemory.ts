@@ -20,6 +20,8 @@ interface Entry {
   /** When the claim was made, or when it was answered once it is. */
   atMs: number
   answer: Answer | { readonly notKept: { readonly status: number; readonly bytes: number } } | undefined
+  /** Claimed elsewhere and never answered (an adopted key): ambiguous, not in flight, and it expires. */
+  neverAnswered?: true
 }
 
 /** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
@@ -31,7 +33,13 @@ export const make = (options: IdempotencyMemoryOptions) =>
     const maxAnswerBytes = options.maxAnswerBytes ?? IDEMPOTENCY_MAX_ANSWER_BYTES
     // An unanswered claim is in flight in this process: it never expires under a running request.
     const expired = (e: Entry, now: number) =>
-      options.retentionMs > 0 && e.answer !== undefined && now - e.atMs >= options.retentionMs
+      options.retentionMs > 0 && (e.answer !== undefined || e.neverAnswered === true) && now - e.atMs >= options.retentionMs
+    // Through JSON, as the file store keeps it, so both replay exactly the same value.
+    const kept = (answer: Answer): Entry["answer"] => {
+      const text = JSON.stringify({ status: answer.status, headers: answer.headers, body: answer.body })
+      const bytes = Buffer.byteLength(text, "utf8")
+      return bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : JSON.parse(text) as Answer
+    }
 
     // Nothing here is durable, so a reservation and a claim are the same.
     const claim = (scope: string, key: string, bodyHash: string) =>
@@ -40,7 +48,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           const found = entries.get(id)
           if (found && !expired(found, now)) {
             if (found.bodyHash !== bodyHash) return { _tag: "Conflict" }
-            if (found.answer === undefined) return { _tag: "Ambiguous", inFlight: true }
+            if (found.answer === undefined) return { _tag: "Ambiguous", inFlight: found.neverAnswered !== true }
             return "notKept" in found.answer
               ? { _tag: "AnswerNotKept", ...found.answer.notKept }
               : { _tag: "Replay", answer: found.answer }
@@ -57,17 +65,33 @@ export const make = (options: IdempotencyMemoryOptions) =>
           const entry = entries.get(idOf(scope, key))
           // The first answer stands; an answer for a key never claimed (or already dropped) has
           // no body hash to be replayed against and is not kept.
-          if (!entry || entry.answer) return
-          // Through JSON, as the file store keeps it, so both replay exactly the same value.
-          const text = JSON.stringify({ status: answer.status, headers: answer.headers, body: answer.body })
-          const bytes = Buffer.byteLength(text, "utf8")
-          entry.answer = bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : JSON.parse(text) as Answer
+          if (!entry || entry.answer || entry.neverAnswered) return
+          entry.answer = kept(answer)
           entry.atMs = now
+        }),
+      adopt: (keys) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          for (const k of keys) {
+            const adopted: Entry = k.answer === undefined
+              ? { bodyHash: k.bodyHash, atMs: k.atMs, answer: undefined, neverAnswered: true }
+              : { bodyHash: k.bodyHash, atMs: k.atMs, answer: kept(k.answer) }
+            if (expired(adopted, now)) continue
+            const id = idOf(k.scope, k.key)
+            const found = entries.get(id)
+            if (found && !expired(found, now)) {
+              // Adopted earlier without its answer: the adopted answer completes it. A request in
+              // flight here is left to its own answer.
+              if (found.neverAnswered === true && adopted.answer !== undefined && found.bodyHash === k.bodyHash) entries.set(id, adopted)
+              continue
+            }
+            entries.set(id, adopted)
+          }
         }),
       release: (scope, key) =>
         Effect.sync(() => {
           const id = idOf(scope, key)
-          if (entries.get(id)?.answer === undefined) entries.delete(id)
+          const entry = entries.get(id)
+          if (entry !== undefined && entry.answer === undefined && entry.neverAnswered !== true) entries.delete(id)
         }),
       compact: Effect.map(Clock.currentTimeMillis, (now) => {
         let dropped = 0

@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Effect, Either, FiberSet, Layer, Option, Runtime } from "effect"
+import { Clock, Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -21,7 +21,7 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
-import { empty, pruneRequests, type SessionStatus } from "../domain/Projection.js"
+import { empty, pruneRequests, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
@@ -33,6 +33,7 @@ import { Projection } from "../services/Projection.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import {
   type Keyed,
+  type KeptRequest,
   type Receipt,
   Sessions,
   type SessionsShape,
@@ -50,7 +51,7 @@ import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
-import { seenSend, seenSubmit } from "./sessions/Requests.js"
+import { keptRequests, seenSend, seenSubmit } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
 
 export const make = Effect.gen(function*() {
@@ -350,9 +351,21 @@ export const make = Effect.gen(function*() {
           yield* write(cell, [entry("session_ended", { sequence: started! })])
           return summary(cell)
         })),
-    delete: (session) =>
+    delete: <E>(session: SessionId, keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>) =>
       Effect.suspend(() => {
         let uses: Array<string> = []
+        let state: SessionState | undefined
+        // Its keyed sends and submits are handed on (`keep`) while the journal that answers them
+        // is still there: their keys outlive the session (DESIGN §7).
+        const handOn = keep === undefined
+          ? Effect.void
+          : Effect.suspend(() => {
+            const kept = state
+            if (kept === undefined || HashMap.size(kept.requests) === 0) return Effect.void
+            return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+              Effect.flatMap(keptRequests(journal, session, kept, now, config.requestRetentionMs), (requests) =>
+                requests.length === 0 ? Effect.void : keep(requests)))
+          })
         return registry.delete(
           session,
           (cell) => {
@@ -360,13 +373,17 @@ export const make = Effect.gen(function*() {
             uses = configuration
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
+            state = cell.state
             return cell.state.status === "ended" || cell.state.status === "failed"
               ? tearDown(steps, journal, cell)
               : Effect.fail(new Conflict({ message: "only an ended or failed session can be deleted" }))
           },
-          journal.remove(session).pipe(
-            Effect.mapError(fromJournal),
-            Effect.zipRight(Effect.suspend(() => Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })))
+          Effect.zipRight(
+            handOn,
+            journal.remove(session).pipe(
+              Effect.mapError(fromJournal),
+              Effect.zipRight(Effect.suspend(() => Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })))
+            )
           )
         )
       }),

@@ -67,6 +67,21 @@ export class IdempotencyLogDamaged extends Data.TaggedError("IdempotencyLogDamag
 
 export type IdempotencyError = IdempotencyStoreFailed | IdempotencyLogDamaged
 
+/**
+ * A key claimed and answered outside the store (a keyed send or submit, whose claim and answer
+ * live in its session's journal), handed to the store when that journal goes (a delete) so that
+ * the key outlives it. Its times are the original ones: it expires when it would have.
+ */
+export interface AdoptedKey {
+  readonly scope: Scope
+  readonly key: string
+  readonly bodyHash: string
+  /** When it was answered, or claimed when it never was. */
+  readonly atMs: number
+  /** Its answer; undefined for a request that was never answered (a retry is then Ambiguous). */
+  readonly answer: Answer | undefined
+}
+
 export interface IdempotencyShape {
   /** Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns Claimed. */
   readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
@@ -85,6 +100,12 @@ export interface IdempotencyShape {
    * when it returns. An answered key, or one never claimed, is left as it is.
    */
   readonly release: (scope: Scope, key: string) => Effect.Effect<void, IdempotencyError>
+  /**
+   * Takes over keys claimed and answered elsewhere (`AdoptedKey`); durable when it returns. A key
+   * the store already holds is left as it is, except that a claim it holds unanswered, with the
+   * same body hash, takes the adopted answer. Keys already past retention are not kept.
+   */
+  readonly adopt: (keys: ReadonlyArray<AdoptedKey>) => Effect.Effect<void, IdempotencyError>
   /** Drops claims and answers older than the retention period; returns how many were dropped. */
   readonly compact: Effect.Effect<number, IdempotencyError>
 }

@@ -110,6 +110,22 @@ export interface Receipt {
   readonly sequence: number
 }
 
+/**
+ * A keyed send or submit whose key its session's journal still holds (within retention), as a
+ * delete hands it on before it removes that journal (`delete`'s `keep`): so the key outlives the
+ * session (DESIGN §7), and a retry gets the same answer. `atMs`: when it was answered (or claimed,
+ * for a send never answered, whose `outcome` is then undefined).
+ */
+export type KeptRequest =
+  | {
+    readonly mode: "send"
+    readonly key: string
+    readonly hash: string
+    readonly atMs: number
+    readonly outcome: TurnOutcome | undefined
+  }
+  | { readonly mode: "submit"; readonly key: string; readonly hash: string; readonly atMs: number; readonly receipt: Receipt }
+
 export interface TranscriptView {
   readonly messages: ReadonlyArray<Message>
   readonly through_sequence: number
@@ -140,8 +156,15 @@ export interface SessionsShape {
   readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
   /** Waits for active work, then records the ending. */
   readonly end: (session: SessionId) => Effect.Effect<SessionSummary, EndError>
-  /** Removes an ended or failed session. */
-  readonly delete: (session: SessionId) => Effect.Effect<void, DeleteError>
+  /**
+   * Removes an ended or failed session. `keep` is given the keyed sends and submits its journal
+   * still answers, after the session is admitted for deletion and before its journal goes; a
+   * failure of `keep` fails the delete and leaves the journal in place.
+   */
+  readonly delete: <E = never>(
+    session: SessionId,
+    keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>
+  ) => Effect.Effect<void, DeleteError | E>
   readonly transcript: (session: SessionId) => Effect.Effect<TranscriptView, SessionStorageError>
   /** A page of Events; a cursor past the last sequence is refused (`invalid_request`, details `{last_sequence}`). */
   readonly events: (session: SessionId, options: { readonly after: number; readonly limit: number }) => Effect.Effect<EventPage, SessionStorageError>

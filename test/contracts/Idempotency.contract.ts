@@ -194,6 +194,69 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(yield* store.reserve("s", "c", "h")).toEqual({ _tag: "Replay", answer: answer("claimed") })
       }))
 
+    it.scoped("adopted keys (a deleted session's sends): an answered one replays its answer, another body is a Conflict, a never-answered one is Ambiguous not in flight", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        yield* TestClock.adjust(5_000)
+        yield* store.adopt([
+          { scope: "send:ses_a", key: "k1", bodyHash: "h1", atMs: 1_000, answer: answer("first") },
+          { scope: "send:ses_a", key: "k2", bodyHash: "h2", atMs: 2_000, answer: undefined },
+          { scope: "submit:ses_a", key: "k1", bodyHash: "h3", atMs: 3_000, answer: answer("receipt", 202) }
+        ])
+        for (let i = 0; i < 2; i++) {
+          expect(yield* store.claim("send:ses_a", "k1", "h1")).toEqual({ _tag: "Replay", answer: answer("first") })
+          expect(yield* store.reserve("send:ses_a", "k2", "h2")).toEqual({ _tag: "Ambiguous", inFlight: false })
+          expect(yield* store.reserve("submit:ses_a", "k1", "h3")).toEqual({ _tag: "Replay", answer: answer("receipt", 202) })
+        }
+        expect(yield* store.claim("send:ses_a", "k1", "other")).toEqual({ _tag: "Conflict" })
+        expect(yield* store.claim("send:ses_a", "k2", "other")).toEqual({ _tag: "Conflict" })
+        // Releasing an adopted key changes nothing: its request ran.
+        yield* store.release("send:ses_a", "k2")
+        expect(yield* store.claim("send:ses_a", "k2", "h2")).toEqual({ _tag: "Ambiguous", inFlight: false })
+      }))
+
+    it.scoped("adopted keys expire when they would have, counted from their own times; one already past retention is not kept", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        yield* TestClock.adjust(RETENTION_MS + 10_000)
+        yield* store.adopt([
+          { scope: "s", key: "old", bodyHash: "h", atMs: 5_000, answer: answer("old") },
+          { scope: "s", key: "young", bodyHash: "h", atMs: 30_000, answer: answer("young") },
+          { scope: "s", key: "young-unanswered", bodyHash: "h", atMs: 30_000, answer: undefined }
+        ])
+        expect((yield* store.reserve("s", "old", "other"))._tag).toBe("Claimed")
+        expect(yield* store.claim("s", "young", "h")).toEqual({ _tag: "Replay", answer: answer("young") })
+        expect(yield* store.claim("s", "young-unanswered", "h")).toEqual({ _tag: "Ambiguous", inFlight: false })
+        // 30 s + retention: both young keys have lived their retention.
+        yield* TestClock.adjust(30_000)
+        yield* store.compact
+        expect((yield* store.claim("s", "young", "other"))._tag).toBe("Claimed")
+        expect((yield* store.claim("s", "young-unanswered", "other"))._tag).toBe("Claimed")
+      }))
+
+    it.scoped("adopting a key the store holds leaves it as it is, but a key adopted without its answer takes the answer when adopted again", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        yield* store.claim("s", "answered", "h")
+        yield* store.complete("s", "answered", answer("mine"))
+        yield* store.claim("s", "running", "h")
+        yield* store.adopt([
+          { scope: "s", key: "answered", bodyHash: "h", atMs: 0, answer: answer("theirs") },
+          { scope: "s", key: "running", bodyHash: "h", atMs: 0, answer: answer("theirs") },
+          { scope: "s", key: "late", bodyHash: "h", atMs: 0, answer: undefined }
+        ])
+        expect(yield* store.claim("s", "answered", "h")).toEqual({ _tag: "Replay", answer: answer("mine") })
+        // A request in flight here keeps its own answer to give.
+        expect(yield* store.claim("s", "running", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
+        yield* store.complete("s", "running", answer("mine too"))
+        expect(yield* store.claim("s", "running", "h")).toEqual({ _tag: "Replay", answer: answer("mine too") })
+        // Another body never completes it.
+        yield* store.adopt([{ scope: "s", key: "late", bodyHash: "other", atMs: 0, answer: answer("wrong") }])
+        expect(yield* store.claim("s", "late", "h")).toEqual({ _tag: "Ambiguous", inFlight: false })
+        yield* store.adopt([{ scope: "s", key: "late", bodyHash: "h", atMs: 0, answer: answer("found") }])
+        expect(yield* store.claim("s", "late", "h")).toEqual({ _tag: "Replay", answer: answer("found") })
+      }))
+
     it.scoped("concurrent claims of one key: exactly one is Claimed, the others are Ambiguous in flight", () =>
       Effect.gen(function*() {
         const store = yield* harness({ retentionMs: RETENTION_MS })

@@ -99,6 +99,48 @@ describe("idempotency keys in the session's journal", () => {
     expect(logSize()).toBe(before)
   }, 60_000)
 
+  it("a deleted session's send and submit keys outlive it (DESIGN §7): retries replay the first bytes, also after a restart; another body is 409 conflict; a new key is 404", async () => {
+    const s = await new ServerProcess().start()
+    servers.push(s)
+    const replies = [{ text: "hi" }, { fail: { code: "scripted_failure", message: "as scripted" } }, { text: "later" }]
+    const created = await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies } } })
+    const id = created.body.session_id as string
+    const send = (message: string, key?: string, headers: Record<string, string> = {}) =>
+      request(s.baseUrl, `/v1/sessions/${id}/messages`, {
+        json: { input: { message } },
+        headers: { ...(key ? { "idempotency-key": key } : {}), ...headers }
+      })
+    const sent = await send("hello", "send-1")
+    expect(sent.status, sent.text).toBe(200)
+    // A failed turn's outcome is kept as well: the second reply fails the model call.
+    const failing = await send("fail", "send-2")
+    expect([failing.status, failing.body.turn?.status], failing.text).toEqual([200, "failed"])
+    const submitted = await send("later", "submit-1", { prefer: "respond-async" })
+    expect(submitted.status, submitted.text).toBe(202)
+    await eventually("the submitted turn's end", async () => (await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "idle" || undefined)
+    expect((await request(s.baseUrl, `/v1/sessions/${id}/end`, { method: "POST" })).status).toBe(200)
+    const deleted = await request(s.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })
+    expect(deleted.status, deleted.text).toBe(204)
+    expect((await request(s.baseUrl, `/v1/sessions/${id}`)).status).toBe(404)
+
+    const replays = async () => {
+      const again = await send("hello", "send-1")
+      expect([again.status, again.text]).toEqual([200, sent.text])
+      const againFailing = await send("fail", "send-2")
+      expect([againFailing.status, againFailing.text]).toEqual([failing.status, failing.text])
+      const again2 = await send("later", "submit-1", { prefer: "respond-async" })
+      expect([again2.status, again2.text]).toEqual([202, submitted.text])
+      expect(again2.headers.get("preference-applied")).toBe("respond-async")
+      const other = await send("not hello", "send-1")
+      expect([other.status, other.body.code]).toEqual([409, "conflict"])
+      const fresh = await send("hello", "send-new")
+      expect([fresh.status, fresh.body.code]).toEqual([404, "not_found"])
+    }
+    await replays()
+    await s.restart()
+    await replays()
+  }, 60_000)
+
   it("a key past BRAIN_REQUEST_RETENTION_SECS is free: the same send runs again as a new turn", async () => {
     const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
     servers.push(s)

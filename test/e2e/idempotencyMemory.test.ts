@@ -5,7 +5,7 @@
  * then ended. A send's key and answer live in its session's journal, not in memory and not in
  * the idempotency log: the log stays empty, even answers above BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES
  * (the log's maximum) replay whole, the server keeps serving, and after a restart replays are
- * byte-identical. A deleted session forgets its keys: a retry is 404.
+ * byte-identical. A deleted session hands its keys to the idempotency log, where they replay.
  */
 import * as crypto from "node:crypto"
 import * as fs from "node:fs"
@@ -34,7 +34,7 @@ describe("idempotency under a small heap", () => {
     await server?.dispose()
   })
 
-  it("multi-MB keyed answers under a 128 MB heap: the server keeps serving, the idempotency log stays empty, answers above its maximum replay whole, a restart succeeds and replays are byte-identical; a deleted session's keys are gone", async () => {
+  it("multi-MB keyed answers under a 128 MB heap: the server keeps serving, the idempotency log stays empty, answers above its maximum replay whole, a restart succeeds and replays are byte-identical; a deleted session's keys replay from the log", async () => {
     server = await new ServerProcess({
       nodeArgs: [`--max-old-space-size=${HEAP_MB}`],
       env: { BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES: String(MAX_ANSWER_BYTES), BRAIN_MAX_REQUEST_BYTES: String(16 * 1024 * 1024) }
@@ -104,9 +104,19 @@ describe("idempotency under a small heap", () => {
     // A different body under a kept key is still a conflict after the restart.
     const [firstKey, first] = [...kept.entries()][0]!
     expect((await send(first.id, "other", firstKey)).status).toBe(409)
-    // Deleted, a session forgets its keys with its journal.
+    // Deleted, a session hands its keys to the idempotency log (DESIGN §7: they outlive it): an
+    // answer under the log's maximum replays whole from there, one above it as 409 ambiguous
+    // saying the request completed with its status.
     expect((await request(s.baseUrl, `/v1/sessions/${first.id}`, { method: "DELETE" })).status).toBe(204)
-    expect((await send(first.id, first.message, firstKey)).status).toBe(404)
+    const afterDelete = await send(first.id, first.message, firstKey)
+    expect(afterDelete.status, afterDelete.text.slice(0, 300)).toBe(200)
+    expect(sha(afterDelete.text)).toBe(first.sha)
+    expect(fs.statSync(log).size).toBeGreaterThan(KEPT_MESSAGE_BYTES)
+    const [bigKey, big] = [...notKept.entries()][0]!
+    expect((await request(s.baseUrl, `/v1/sessions/${big.id}`, { method: "DELETE" })).status).toBe(204)
+    const bigAfterDelete = await send(big.id, big.message, bigKey)
+    expect([bigAfterDelete.status, bigAfterDelete.body.code, bigAfterDelete.body.details?.status], bigAfterDelete.text.slice(0, 300))
+      .toEqual([409, "ambiguous", 200])
     expect((await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } }, headers: { "idempotency-key": "after" } })).status).toBe(201)
   }, 180_000) // 18 multi-MB turns through the Wasm loop and a restart: about 35 s alone on 2 cores, more beside the suite
 })

@@ -109,5 +109,13 @@ describe("a sync send killed after its opening waited past BRAIN_STAGED_OPENING_
     const retry = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
     expect(retry.status).toBe(409)
     expect(retry.body).toMatchObject({ code: "ambiguous", retryable: false })
+
+    // Deleted, the session's never-answered key outlives it: still ambiguous, never run, never 404.
+    expect((await request(server.baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })).status).toBe(200)
+    expect((await request(server.baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
+    const afterDelete = await request(server.baseUrl, `/v1/sessions/${session}/messages`, send)
+    expect([afterDelete.status, afterDelete.body.code]).toEqual([409, "ambiguous"])
+    const otherBody = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { ...send, json: { input: { message: "other" } } })
+    expect([otherBody.status, otherBody.body.code]).toEqual([409, "conflict"])
   }, 60_000)
 })

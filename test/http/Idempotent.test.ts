@@ -118,6 +118,7 @@ describe("idempotent: what a request leaves under its key", () => {
         reserve: () => Effect.fail(error),
         complete: () => Effect.fail(error),
         release: () => Effect.fail(error),
+        adopt: () => Effect.fail(error),
         compact: Effect.fail(error)
       })
       const { state, work } = counted(Effect.succeed(jsonAnswer(200, {})))

@@ -207,6 +207,21 @@ describe("IdempotencyFile: restart", () => {
       yield* withStore(dir, (store) => Effect.zipRight(expectReplay(store, "d"), expectAmbiguousFromLog(store, "c")))
     }))
 
+  it.scoped("adopted keys are durable when adopt returns: after a restart an answered one replays and a never-answered one is Ambiguous", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-idem-")
+      yield* withStore(dataDir, (store) =>
+        store.adopt([
+          { scope: "s", key: "a", bodyHash: "h-a", atMs: 0, answer: answer("answer a") },
+          { scope: "s", key: "u", bodyHash: "h-u", atMs: 0, answer: undefined }
+        ]))
+      yield* withStore(dataDir, (store) =>
+        Effect.gen(function*() {
+          yield* expectReplay(store, "a")
+          yield* expectAmbiguousFromLog(store, "u")
+        }))
+    }))
+
   it.scoped("an entry that expired while the server was down is gone after the restart", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()

@@ -8,9 +8,10 @@
  */
 import { Effect } from "effect"
 import { type JournalRecord } from "../../domain/Records.js"
-import { liveRequest, requestId } from "../../domain/Projection.js"
+import { liveRequest, requestExpired, requestId, type SessionState } from "../../domain/Projection.js"
 import type { JournalShape } from "../../services/Journal.js"
-import type { Keyed, Receipt, TurnOutcome, TurnRequest } from "../../services/Sessions.js"
+import type { Keyed, KeptRequest, Receipt, TurnOutcome, TurnRequest } from "../../services/Sessions.js"
+import type { SessionId } from "../../domain/Ids.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { Cell } from "./Cell.js"
 import { fromJournal } from "./Registry.js"
@@ -44,6 +45,13 @@ const closeOf = (r: JournalRecord | undefined): TurnClose | undefined =>
     ? { kind: "turn_failed", failure: r.payload.failure }
     : undefined
 
+/** The closing record of a turn, read back; undefined when the journal has no such close there. */
+const readClose = (journal: JournalShape, session: SessionId, closed: number) =>
+  Effect.map(
+    journal.read(session, { after: closed - 1, limit: 1 }).pipe(Effect.mapError((j) => fromJournal(j))),
+    ([record]) => closeOf(record?.sequence === closed ? record : undefined)
+  )
+
 /**
  * What the session's journal says of a keyed send (undefined: never seen within retention, so
  * it runs). Reads one record (the closing one) for a replay.
@@ -54,11 +62,35 @@ export const seenSend = (journal: JournalShape, cell: Cell, request: TurnRequest
     if (e === undefined) return undefined
     if (e.hash !== request.hash) return CONFLICT
     if (e.answered === undefined || e.closed === undefined) return e.closed === undefined ? IN_FLIGHT : NEVER_ANSWERED
-    const [record] = yield* journal.read(cell.session, { after: e.closed - 1, limit: 1 }).pipe(Effect.mapError((j) => fromJournal(j)))
-    const close = closeOf(record?.sequence === e.closed ? record : undefined)
+    const close = yield* readClose(journal, cell.session, e.closed)
     // The state and the journal disagree: never answer from a guess.
     if (close === undefined) return NEVER_ANSWERED
     return { _tag: "Answered", value: turnOutcome(cell.session, e.turn, e.answered, close) } satisfies Keyed<TurnOutcome>
+  })
+
+/**
+ * The keyed sends and submits the session's journal answers within retention, each with the
+ * answer a retry gets (`seenSend` and `seenSubmit`'s): what a delete hands on (`KeptRequest`). A
+ * send never answered, or whose close cannot be read back, is kept without its outcome (a retry
+ * is ambiguous).
+ */
+export const keptRequests = (journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) =>
+  Effect.gen(function*() {
+    const kept: Array<KeptRequest> = []
+    for (const [id, e] of state.requests) {
+      if (requestExpired(e, now, retentionMs)) continue
+      const colon = id.indexOf(":")
+      const mode = id.slice(0, colon)
+      const key = id.slice(colon + 1)
+      if (mode === "submit") {
+        kept.push({ mode, key, hash: e.hash, atMs: e.atMs, receipt: { session_id: session, sequence: e.turn } })
+        continue
+      }
+      const close = e.answered !== undefined && e.closed !== undefined ? yield* readClose(journal, session, e.closed) : undefined
+      const outcome = close === undefined ? undefined : turnOutcome(session, e.turn, e.answered!, close)
+      kept.push({ mode: "send", key, hash: e.hash, atMs: e.atMs, outcome })
+    }
+    return kept
   })
 
 /** What the session's journal says of a keyed submit (undefined: never seen within retention). */
