@@ -231,6 +231,11 @@ const takeAtTheSocket = (
   return true
 }
 
+/** Milliseconds. How long a drain lets the answers of requests still in flight be written, once its turns are closed. */
+const DRAIN_ANSWERS_MS = 2_000
+/** Milliseconds. How often it looks for connections with nothing in flight to close. */
+const DRAIN_POLL_MS = 10
+
 /** Resolves on the first SIGTERM or SIGINT; later ones are ignored while the drain runs. */
 const firstSignal = Effect.gen(function*() {
   const signalled = yield* Deferred.make<string>()
@@ -311,9 +316,16 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
       )
     }
     admission.stop()
-    server.closeIdleConnections()
-    // Answers of turns just closed are written; whatever is left open now is abandoned.
-    yield* Effect.sleep(Duration.millis(50))
+    // Answers still on their way (a turn that just closed, a cancel that waited for its turn) are
+    // written: a connection is closed once no request is in flight on it (SSE streams end with the
+    // stop), and whatever is still open after DRAIN_ANSWERS_MS is abandoned. Node counts a
+    // connection idle once its answer has ended, though a slow reader may not have taken all of it
+    // yet: idle ones are closed only when no socket still holds bytes to write.
+    for (let waited = 0;; waited += DRAIN_POLL_MS) {
+      if (!guard.writing()) server.closeIdleConnections()
+      if (guard.open() === 0 || waited >= DRAIN_ANSWERS_MS) break
+      yield* Effect.sleep(Duration.millis(DRAIN_POLL_MS))
+    }
     server.closeAllConnections()
     yield* Effect.log("drained; closing")
   }))

@@ -73,6 +73,8 @@ export interface ConnectionGuard {
   readonly onProbation: (socket: net.Socket) => boolean
   /** Connections open now. */
   readonly open: () => number
+  /** Whether any connection holds response bytes its socket has not yet handed to the kernel (a slow reader). */
+  readonly writing: () => boolean
 }
 
 /** Applies the limits to a server before it listens. */
@@ -80,15 +82,16 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   server.headersTimeout = limits.headersTimeoutMs
   server.requestTimeout = Math.max(server.requestTimeout, limits.headersTimeoutMs)
   server.on("clientError", onClientError)
-  let open = 0
+  const sockets = new Set<net.Socket>()
   /** Sockets on probation, oldest first. */
   const probation = new Set<net.Socket>()
   server.on("connection", (socket: net.Socket) => {
-    open++
+    sockets.add(socket)
     socket.once("close", () => {
-      open--
+      sockets.delete(socket)
       probation.delete(socket)
     })
+    const open = sockets.size
     if (open - probation.size <= limits.maxConnections) return
     if (probation.size >= OVERFLOW_CONNECTIONS) {
       const oldest = probation.values().next().value!
@@ -100,5 +103,12 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
     timer.unref()
     socket.once("close", () => clearTimeout(timer))
   })
-  return { onProbation: (socket) => probation.has(socket), open: () => open }
+  return {
+    onProbation: (socket) => probation.has(socket),
+    open: () => sockets.size,
+    writing: () => {
+      for (const socket of sockets) if (socket.writableLength > 0) return true
+      return false
+    }
+  }
 }

@@ -6,8 +6,9 @@
  * that would start work is still refused 503 `overloaded`. Against a real server process.
  */
 import * as fs from "node:fs"
+import * as net from "node:net"
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, eventually, type Reply, request, type RequestOptions, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, type Reply, request, type RequestOptions, type ServerProcess, sleep, startServer } from "../support/server.js"
 
 /** Milliseconds the `slow` tool sleeps: far beyond the test, so only the cancel ends the turn. */
 const TOOL_MS = 30_000
@@ -85,4 +86,52 @@ describe("cancel during a graceful drain", () => {
     expect(events.find((e) => e.kind === "turn_failed")?.data.failure.code).toBe("cancelled")
     expect(s.toolCalls().length).toBe(1)
   })
+})
+
+describe("answers in flight when a drain ends", () => {
+  it("a sync send's answer still being written into a slow reader's socket when the drain begins reaches it whole before the process exits", async () => {
+    server = await startServer()
+    const s = server
+    // The scripted model echoes the message: an answer of ANSWER_BYTES and more, far more than the
+    // loopback socket's buffers hold while its reader is paused (and under the activation's 16 MiB
+    // input cap).
+    const created = await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })
+    expect(created.status, created.text).toBe(201)
+    const id: string = created.body.session_id
+    const ANSWER_BYTES = 5 * 1024 * 1024
+    const body = JSON.stringify({ input: { message: "m".repeat(ANSWER_BYTES) } })
+    const { hostname: host, port } = new URL(s.baseUrl)
+    const socket = net.connect(Number(port), host)
+    await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject))
+    const chunks: Array<Buffer> = []
+    socket.on("data", (c: Buffer) => chunks.push(c))
+    socket.pause()
+    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()))
+    socket.write(
+      `POST /v1/sessions/${id}/messages HTTP/1.1\r\nhost: ${host}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n`
+    )
+    socket.write(body)
+    // The turn ends, and its answer is written into a socket nobody reads.
+    await eventually("the turn's end", async () => {
+      const got = await request(s.baseUrl, `/v1/sessions/${id}`)
+      return got.body.status === "idle" && got.body.last_sequence > created.body.last_sequence ? true : undefined
+    })
+    s.signal("SIGTERM")
+    // Well past the drain's first look at its connections: the answer is still in flight.
+    await sleep(400)
+    expect(s.exited, "the drain waits for the answer in flight").toBeUndefined()
+    socket.resume()
+    await closed
+    const raw = Buffer.concat(chunks)
+    const split = raw.indexOf("\r\n\r\n")
+    const head = raw.subarray(0, split).toString("latin1")
+    expect(head.split("\r\n")[0]).toBe("HTTP/1.1 200 OK")
+    const length = Number(/content-length: (\d+)/i.exec(head)?.[1])
+    const answer = raw.subarray(split + 4)
+    expect(answer.length).toBe(length)
+    const outcome = JSON.parse(answer.toString("utf8"))
+    expect(outcome.turn.status, JSON.stringify(outcome.turn.failure)).toBe("ended")
+    expect(outcome.turn.result.text.length).toBeGreaterThanOrEqual(ANSWER_BYTES)
+    expect(await s.waitExit(5_000), s.output).toEqual({ code: 0, signal: null })
+  }, 60_000)
 })
