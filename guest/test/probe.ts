@@ -4,7 +4,7 @@
  * error (`{"error": {"code": "parse", "message": "<error> at byte <n>"}}`); the `probe_*` exports
  * reach the pieces a loop uses directly.
  */
-import { fail, Json, parse, parseBytes, returnError, returnOk, stringify } from "../brain"
+import { fail, Json, parse, parseBytes, returnError, returnOk, stringify, Utf8Writer, writeString } from "../brain"
 
 export { brain_abi_v1, brain_alloc } from "../brain"
 
@@ -19,6 +19,19 @@ export function probe_string_api(ptr: usize, len: usize): u64 {
   const parsed = parse(String.UTF8.decodeUnsafe(ptr, len))
   if (!parsed.ok) return returnError("parse", parsed.error + " at byte " + parsed.offset.toString())
   return returnOk(Json.string(stringify(parsed.value!)))
+}
+
+/**
+ * Writes the input (a JSON string) as a string literal with a writer that starts at `initial`
+ * bytes, then answers whether the write stayed within the writer's room (`fits`: checked before
+ * anything else is written, which could grow the room after the fact) and what was written.
+ */
+export function probe_write_string(ptr: usize, len: usize, initial: usize): u64 {
+  const value = parseBytes(ptr, len).value!
+  const w = new Utf8Writer(initial)
+  writeString(w, value.asString())
+  const fits = w.len <= w.cap
+  return returnOk(Json.object().set("fits", Json.bool(fits)).set("text", Json.string(w.toString())))
 }
 
 export function probe_float(x: f64): u64 {

@@ -541,12 +541,13 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           yield* servesNext(host)
         }))
 
-      it.scopedLive("a guest whose allocation finds no more memory and traps fails agentloop_failed, and the pool serves the next activation", () =>
+      it.scopedLive("a guest whose allocation finds no more memory and traps fails agentloop_failed, its message giving the memory's size and maximum, and the pool serves the next activation", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
           const f = yield* loopFailure(host.runLoop(yield* admitted(host, allocatingTooMuch), input(), recordingHost().host))
           expect(f.code).toBe("agentloop_failed")
           expect(f.message).toMatch(/trapped/)
+          expect(f.message).toMatch(/its memory at \d+\.\d MiB of its 4\.0 MiB maximum, BRAIN_MAX_WASM_MEMORY_BYTES/)
           yield* servesNext(host)
         }))
 

@@ -73,6 +73,20 @@ describe("guest JSON", () => {
     )
   })
 
+  it("a string is written within the writer's room whatever its characters, the room growing as they need it (from any starting size)", () => {
+    const units = fc.array(fc.integer({ min: 0, max: 0xffff }), { maxLength: 200 }).map((a) => String.fromCharCode(...a))
+    fc.assert(
+      fc.property(units, fc.integer({ min: 1, max: 300 }), (s, initial) => {
+        const i = live()
+        const text = JSON.stringify(s)
+        const [ptr, len] = i.place(text)
+        const written = JSON.parse(i.result(() => i.exports.probe_write_string(ptr, len, initial)).output!).ok
+        expect(written).toEqual({ fits: true, text })
+      }),
+      { numRuns: 500 }
+    )
+  })
+
   it("printable ASCII strings (the one-scan path) read the same with any one escape, control or non-ASCII character anywhere in them", () => {
     const ascii = fc.array(fc.integer({ min: 0x20, max: 0x7f }), { maxLength: 60 }).map((a) => String.fromCharCode(...a))
     const odd = fc.constantFrom("\"", "\\", "\n", "\u0001", "é", "€", "😀", "\ud800")

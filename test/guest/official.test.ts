@@ -115,6 +115,16 @@ describe("the official loop, compiled", () => {
     expect(run.output).toBe(`{"ok":{"text":"hi there"}}`)
   })
 
+  it("a message of 8 MiB answered by a reply as large fits Brain's default guest memory of 128 MiB: each string is written with the room it needs, not three times it", () => {
+    const big = "m".repeat(8 * 1024 * 1024)
+    const run = runGuest(official, JSON.stringify(withTranscriptTail(activation({ message: big }))), script([{ text: `${big}!` }])())
+    expect(run.failed).toBeUndefined()
+    expect(run.memoryBytes).toBeLessThanOrEqual(128 * 1024 * 1024)
+    const output = JSON.parse(run.output!)
+    expect(output.ok.text).toBe(`${big}!`)
+    expect(output.transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length, big.length + 1])
+  })
+
   it("the answer's save rides on the output: one host call per text turn, the output {ok, transcript} (exact bytes)", () => {
     const run = same(activation(), script([{ text: "hi there" }]))
     expect(run.raw).toEqual([{ op: "model", request: `{"context":{"keep":0,"append":[{"role":"user","content":"hello"}]}}` }])

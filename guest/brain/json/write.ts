@@ -71,15 +71,24 @@ function hexUnit(at: usize, unit: u32): usize {
   return at + 6
 }
 
+/** The most bytes one code unit (or surrogate pair) of a string takes written: `\u00xx`. */
+const MOST_PER_UNIT: usize = 6
+
 /** Writes `s` as a JSON string literal, quotes included. */
 export function writeString(w: Utf8Writer, s: string): void {
   const n = s.length
-  // Room for 3 bytes per code unit (the most UTF-8 needs) and the quotes; an escape that needs
-  // more (`\u00xx`, 6 bytes) asks for its extra room itself.
-  w.reserve(<usize>n * 3 + 2)
+  // Room for one byte per code unit (the common case) and the quotes; a character that needs
+  // more asks for it when it finds the room short, so a long ASCII string never holds three times
+  // its size (a memory the guest may not be able to grow).
+  w.reserve(<usize>n + 2)
   let at = w.ptr + w.len
+  let end = w.ptr + w.cap
   store<u8>(at++, 0x22)
   for (let i = 0; i < n; i++) {
+    if (at + MOST_PER_UNIT + 1 > end) {
+      at = roomFor(w, at, <usize>(n - i) + MOST_PER_UNIT + 1)
+      end = w.ptr + w.cap
+    }
     const c = <u32>s.charCodeAt(i)
     if (c >= 0x20 && c < 0x80) {
       if (c == 0x22 || c == 0x5c) {
@@ -94,7 +103,6 @@ export function writeString(w: Utf8Writer, s: string): void {
         store<u8>(at++, 0x5c)
         store<u8>(at++, <u8>short)
       } else {
-        at = roomFor(w, at, <usize>(n - i) * 3 + 6)
         at = hexUnit(at, c)
       }
       continue
@@ -114,7 +122,6 @@ export function writeString(w: Utf8Writer, s: string): void {
         store<u8>(at++, <u8>(0x80 | (cp & 0x3f)))
         i++
       } else {
-        at = roomFor(w, at, <usize>(n - i) * 3 + 6)
         at = hexUnit(at, c)
       }
       continue

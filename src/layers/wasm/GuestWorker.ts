@@ -41,6 +41,7 @@ import {
   START_WORD,
   TO_MAIN_OFFSET,
   TO_WORKER_OFFSET,
+  trapReason,
   type WorkerData,
   type WorkerMessage
 } from "./WorkerProtocol.js"
@@ -250,7 +251,9 @@ const run = (msg: ActivateMessage, input: Uint8Array) => {
     }
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
-    post({ type: "failed", kind, reason: err instanceof Error ? err.message : String(err) })
+    const message = err instanceof Error ? err.message : String(err)
+    const reason = kind === "trap" && instance !== undefined ? trapReason(message, instance.memory.buffer.byteLength, msg.memory.maximum) : message
+    post({ type: "failed", kind, reason })
   }
   return instance
 }

@@ -31,6 +31,7 @@ import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
+import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
 export interface InlineLimits extends ActivationLimits {
@@ -355,10 +356,11 @@ const end = (run: Run, memoryLimits: { initial: number; maximum: number }, err: 
   // A trap while unwinding: the stack did not fit the suspension buffer (Asyncify traps at its end).
   if (run.state === UNWINDING) return moved(`its call stack at a host call is above ${SUSPEND_BYTES} bytes`)
   if (err instanceof RangeError && /call stack/i.test(err.message)) return moved("it overflowed the main thread's stack")
+  const memoryBytes = run.memory.buffer.byteLength
   // The memory is the guest's own and at most zeroed for the next: a failure leaves nothing behind.
   recycle(run.memory, memoryLimits)
   if (err instanceof GuestError) return failed(err.message)
-  if (err instanceof WebAssembly.RuntimeError) return failed(`the guest trapped: ${err.message}`)
+  if (err instanceof WebAssembly.RuntimeError) return failed(`the guest trapped: ${trapReason(err.message, memoryBytes, memoryLimits.maximum)}`)
   if (err instanceof WebAssembly.LinkError || (run.starting && err instanceof WebAssembly.CompileError)) {
     return failed(`the guest could not be instantiated: ${err.message}`)
   }

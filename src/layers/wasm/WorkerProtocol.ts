@@ -88,3 +88,13 @@ export type WorkerMessage =
   /** An output too long to be inline: its JSON, UTF-8 (checked well-formed by the worker; transferred). */
   | { readonly type: "done"; readonly output: Uint8Array }
   | { readonly type: "failed"; readonly kind: "guest" | "trap" | "link" | "error"; readonly reason: string }
+
+const MIB = 1024 * 1024
+
+/**
+ * A trap's reason with what the guest's memory had grown to, on either side: a guest whose
+ * allocator could not grow its memory past the maximum traps with a bare `unreachable`, so the
+ * figures say what the trap alone cannot.
+ */
+export const trapReason = (message: string, memoryBytes: number, maximumPages: number) =>
+  `${message} (its memory at ${(memoryBytes / MIB).toFixed(1)} MiB of its ${((maximumPages * 65536) / MIB).toFixed(1)} MiB maximum, BRAIN_MAX_WASM_MEMORY_BYTES)`
