@@ -27,7 +27,7 @@ import {
   setTranscriptDelta,
   Transcript
 } from "../../guest/brain"
-import { interruptionNote, repairTranscript, setPresent, toolMessage, truthy } from "./transcript"
+import { interruptionNote, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy } from "./transcript"
 
 // It reads only the transcript's tail: Brain gives it every message an interruption can have left
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
@@ -61,7 +61,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
     const requested = reply.value.get("tool_calls")
     const calls = requested !== null && requested.isArray() ? requested : Json.array()
     const assistant = Json.object().set("role", Json.string("assistant"))
-    setPresent(assistant, "content", text)
+    setAssistantContent(assistant, text, reply.value.get("reasoning"))
     if (calls.length > 0) assistant.set("tool_calls", calls)
     transcript.push(assistant)
     if (calls.length == 0) {

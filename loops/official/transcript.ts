@@ -89,6 +89,23 @@ export function setPresent(target: Json, key: string, value: Json | null): void 
   if (value !== null) target.set(key, value)
 }
 
+/**
+ * The assistant message's content: the model's text; or, when the model sent reasoning to keep
+ * (Anthropic's thinking blocks), those parts first and then the text as a part, if there is any.
+ */
+export function setAssistantContent(assistant: Json, text: Json | null, reasoning: Json | null): void {
+  if (reasoning === null || !reasoning.isArray() || reasoning.length == 0) {
+    setPresent(assistant, "content", text)
+    return
+  }
+  const parts = Json.array()
+  for (let i = 0; i < reasoning.length; i++) parts.push(reasoning.at(i))
+  if (text !== null && text.isString() && text.asString().length > 0) {
+    parts.push(Json.object().set("type", Json.string("text")).set("text", text))
+  }
+  assistant.set("content", parts)
+}
+
 /** JavaScript truthiness, for the checks the TypeScript loop makes with `if (x)`. */
 export function truthy(v: Json | null): bool {
   if (v === null || v.isNull()) return false

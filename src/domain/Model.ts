@@ -3,7 +3,7 @@
  * the deltas a provider streams on the way are live-only (never journaled).
  */
 import { Schema } from "effect"
-import { Json, Message, ToolCallRequest } from "./Messages.js"
+import { ContentPart, Json, Message, ToolCallRequest } from "./Messages.js"
 import { ToolDefinition } from "./Configuration.js"
 
 export const ModelRequest = Schema.Struct({
@@ -37,6 +37,12 @@ export const ModelResult = Schema.Struct({
   /** Tool calls with their input parsed from the streamed JSON arguments. */
   tool_calls: Schema.Array(ToolCallRequest),
   stop_reason: StopReason,
+  /**
+   * Parts of the answer the provider wants back, unchanged, with the assistant's turn on later
+   * calls: Anthropic's `thinking` and `redacted_thinking` blocks (docs/models.md). A loop keeps
+   * them first in the assistant message's content, before its text.
+   */
+  reasoning: Schema.optional(Schema.Array(ContentPart)),
   usage: Schema.optional(ModelUsage),
   /** The provider's id of this response (OpenAI `chatcmpl-…`/`resp_…`, Anthropic `msg_…`). */
   response_id: Schema.optional(Schema.String),

@@ -11,8 +11,18 @@
  */
 import { Effect } from "effect"
 import type { Message } from "../domain/Messages.js"
+import type { ModelResult } from "../domain/Model.js"
 import { transcriptChange } from "../domain/Projection.js"
 import type { AgentloopShape, Host } from "../services/Agentloop.js"
+
+/**
+ * The assistant message's content: the model's text; or, when the model sent reasoning to keep
+ * (Anthropic's thinking blocks), those parts first and then the text as a part, if there is any.
+ */
+const assistantContent = (reply: ModelResult): Message["content"] =>
+  reply.reasoning !== undefined && reply.reasoning.length > 0
+    ? [...reply.reasoning, ...(reply.text !== "" ? [{ type: "text", text: reply.text }] : [])]
+    : reply.text
 
 const toolMessage = (callId: string, output: unknown, isError: boolean, outcome: string): Message => ({
   role: "tool",
@@ -80,9 +90,10 @@ export const officialLoop: AgentloopShape = {
               : Effect.void
           )
         )
+        const content = assistantContent(reply)
         const assistant: Message = reply.tool_calls.length > 0
-          ? { role: "assistant", content: reply.text, tool_calls: reply.tool_calls }
-          : { role: "assistant", content: reply.text }
+          ? { role: "assistant", content, tool_calls: reply.tool_calls }
+          : { role: "assistant", content }
         transcript = [...transcript, assistant]
         if (reply.tool_calls.length === 0) {
           // The answer's save rides on the activation's closing append, as the Wasm loop's output does.

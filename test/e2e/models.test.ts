@@ -18,6 +18,7 @@ import { FakeProvider, type Script } from "../support/fakeProvider.js"
 import { ensureBuilt, eventually, request, ServerProcess, startServer } from "../support/server.js"
 import { openSse } from "../support/sse.js"
 import { openAi, openAiFinishing } from "../fixtures/providers/openaiChat.js"
+import * as Anthropic from "../fixtures/providers/anthropic.js"
 
 const KEY = "sk-e2e-DO-NOT-LEAK-7d1f0c2a9b"
 
@@ -113,6 +114,76 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
     } finally {
       await refused.dispose()
       fs.rmSync(file, { force: true })
+    }
+  }, 60_000)
+})
+
+/** Anthropic's extended thinking with tools: a thinking and a redacted_thinking block, then a call of `slow`. */
+const thinkingToolCall: Script = {
+  steps: [
+    Anthropic.messageStart("msg_01Think"),
+    Anthropic.event("content_block_start", { index: 0, content_block: { type: "thinking", thinking: "", signature: "" } }),
+    Anthropic.event("content_block_delta", { index: 0, delta: { type: "thinking_delta", thinking: "A short sleep " } }),
+    Anthropic.event("content_block_delta", { index: 0, delta: { type: "thinking_delta", thinking: "will do." } }),
+    Anthropic.event("content_block_delta", { index: 0, delta: { type: "signature_delta", signature: "EqQBCgIYAhIMsig" } }),
+    Anthropic.blockStop(0),
+    Anthropic.event("content_block_start", { index: 1, content_block: { type: "redacted_thinking", data: "EmwKAhgBEgyRedacted" } }),
+    Anthropic.blockStop(1),
+    Anthropic.toolStart(2, "toolu_01Slow", "slow"),
+    Anthropic.jsonDelta(2, "{\"ms\": 10}"),
+    Anthropic.blockStop(2),
+    Anthropic.messageDelta("tool_use"),
+    Anthropic.messageStop
+  ]
+}
+
+describe("extended thinking with tools against a fake Anthropic server", () => {
+  it("the thinking blocks of a tool-calling answer go back unchanged, first in the assistant's turn, on the next call (Anthropic refuses the call without them)", async () => {
+    ensureBuilt()
+    const fake = await FakeProvider.start((req) => {
+      const messages: Array<{ role: string; content: Array<Record<string, unknown>> }> = req.body?.messages ?? []
+      const last = messages.at(-1)
+      if (!last?.content.some((b) => b.type === "tool_result")) return { steps: thinkingToolCall.steps }
+      // As Anthropic does with thinking enabled: the assistant turn before the results must start
+      // with its thinking blocks, unchanged.
+      const assistant = messages.at(-2)
+      const kept = JSON.stringify(assistant?.content.slice(0, 2)) === JSON.stringify([
+        { type: "thinking", thinking: "A short sleep will do.", signature: "EqQBCgIYAhIMsig" },
+        { type: "redacted_thinking", data: "EmwKAhgBEgyRedacted" }
+      ])
+      return kept
+        ? { steps: Anthropic.afterToolResults }
+        : { status: 400, steps: [Anthropic.errorBody("invalid_request_error", "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`.")] }
+    })
+    const models = JSON.stringify({
+      claude: {
+        provider: "anthropic",
+        model: Anthropic.MODEL,
+        base_url: fake.url,
+        api_key_env: "E2E_MODEL_KEY",
+        options: { max_tokens: 2048, thinking: { type: "enabled", budget_tokens: 1024 } }
+      }
+    })
+    const server = await startServer({ env: { BRAIN_MODELS: models, E2E_MODEL_KEY: KEY } })
+    try {
+      const created = await request(server.baseUrl, "/v1/sessions", { json: { model: "claude", tools: [{ name: "slow" }] } })
+      expect(created.status, created.text).toBe(201)
+      const id = created.body.session_id
+      const sent = await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "sleep a little" } } })
+      expect(sent.status, sent.text).toBe(200)
+      expect(sent.body.turn, JSON.stringify(sent.body.turn)).toMatchObject({ status: "ended", result: { text: "Sunny and 21 °C; it is 14:05 in Paris." } })
+      expect(fake.requests).toHaveLength(2)
+      expect(fake.requests[0]!.body).toMatchObject({ thinking: { type: "enabled", budget_tokens: 1024 } })
+      // The transcript keeps them too: the assistant's content starts with its reasoning.
+      const transcript = (await request(server.baseUrl, `/v1/sessions/${id}/transcript`)).body.messages
+      expect(transcript[1]).toMatchObject({
+        role: "assistant",
+        content: [{ type: "thinking", signature: "EqQBCgIYAhIMsig" }, { type: "redacted_thinking" }],
+        tool_calls: [{ id: "toolu_01Slow", name: "slow" }]
+      })
+    } finally {
+      await server.dispose()
+      await fake.close()
     }
   }, 60_000)
 })

@@ -28,6 +28,7 @@ const activation = (fields: { message?: string | null; transcript?: Array<unknow
 interface Reply {
   readonly text?: string
   readonly tool_calls?: ReadonlyArray<{ id: string; name: string; input: unknown }>
+  readonly reasoning?: ReadonlyArray<{ type: string; [key: string]: unknown }>
 }
 /** A tool call's result; `n` counts the calls the script has answered (0-based). */
 type ToolAnswer = (call: { id: string; name: string; input: unknown }, n: number) => { outcome: string; output?: unknown; is_error: boolean }
@@ -51,7 +52,14 @@ const script = (
     switch (op) {
       case "model": {
         const r = replies[model++] ?? { text: "(no more replies)" }
-        return { ok: { text: r.text ?? "", tool_calls: r.tool_calls ?? [], stop_reason: r.tool_calls?.length ? "tool_calls" : "end" } }
+        return {
+          ok: {
+            text: r.text ?? "",
+            tool_calls: r.tool_calls ?? [],
+            stop_reason: r.tool_calls?.length ? "tool_calls" : "end",
+            ...(r.reasoning !== undefined ? { reasoning: r.reasoning } : {})
+          }
+        }
       }
       case "dispatch":
         return { ok: request.calls.map((c: any) => ({ call_id: c.id, name: c.name, ...tool(c, tools++) })) }
@@ -123,6 +131,24 @@ describe("the official loop, compiled", () => {
     const output = JSON.parse(run.output!)
     expect(output.ok.text).toBe(`${big}!`)
     expect(output.transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length, big.length + 1])
+  })
+
+  it("the model's reasoning (Anthropic's thinking blocks) is kept first in the assistant message's content, its text after it as a part, and sent back with it (exact bytes)", () => {
+    const thought = { type: "thinking", thinking: "Check the weather.", signature: "EqQBCgIYAhIM" }
+    const hidden = { type: "redacted_thinking", data: "EmwKAhgBEgy3" }
+    const run = same(
+      activation(),
+      script([
+        { text: "", tool_calls: [{ id: "c1", name: "weather", input: { city: "Paris" } }], reasoning: [thought, hidden] },
+        { text: "Sunny.", reasoning: [thought] }
+      ])
+    )
+    const firstAssistant = { role: "assistant", content: [thought, hidden], tool_calls: [{ id: "c1", name: "weather", input: { city: "Paris" } }] }
+    expect(run.calls.map((c) => c.op)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model", "set_transcript"])
+    expect(JSON.parse(run.calls[1]!.request).messages[1]).toEqual(firstAssistant)
+    expect(JSON.parse(run.calls[4]!.request).messages[1]).toEqual(firstAssistant)
+    expect(JSON.parse(run.calls[5]!.request).messages.at(-1)).toEqual({ role: "assistant", content: [thought, { type: "text", text: "Sunny." }] })
+    expect(run.output).toBe(`{"ok":{"text":"Sunny."}}`)
   })
 
   it("the answer's save rides on the output: one host call per text turn, the output {ok, transcript} (exact bytes)", () => {
@@ -345,7 +371,14 @@ describe("the official loop, compiled", () => {
       data: fc.record({ sequence: fc.nat(), failure }, { requiredKeys: ["sequence"] }),
       origin: fc.constant("brain")
     })
-    const reply = fc.record({ text: fc.fullUnicodeString(), tool_calls: fc.array(call, { maxLength: 3 }) })
+    const thinking = fc.oneof(
+      fc.record({ type: fc.constant("thinking"), thinking: fc.fullUnicodeString(), signature: fc.base64String() }),
+      fc.record({ type: fc.constant("redacted_thinking"), data: fc.base64String() })
+    )
+    const reply = fc.record(
+      { text: fc.fullUnicodeString(), tool_calls: fc.array(call, { maxLength: 3 }), reasoning: fc.array(thinking, { maxLength: 2 }) },
+      { requiredKeys: ["text", "tool_calls"] }
+    )
     const result = fc.record({
       outcome: fc.constantFrom("ok", "error", "timeout", "cancelled", "unknown"),
       output: fc.unicodeJsonValue({ maxDepth: 3 }),

@@ -329,6 +329,32 @@ describe("the anthropic provider: requests", () => {
     }
   })
 
+  it("an assistant message's reasoning parts go back as the blocks they came as, where they stand (first), before its text and tool_use blocks", () => {
+    const thought = { type: "thinking", thinking: "The user wants the weather.", signature: "EqQBCgIYAhIM" }
+    const hidden = { type: "redacted_thinking", data: "EmwKAhgBEgy3" }
+    const body = requestBody(pureCall({
+      messages: [
+        { role: "user", content: "Weather in Paris?" },
+        { role: "assistant", content: [thought, hidden, { type: "text", text: "Checking." }], tool_calls: [{ id: "toolu_1", name: "get_weather", input: { city: "Paris" } }] },
+        { role: "tool", tool_call_id: "toolu_1", content: "{\"temp\":21}" }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    expect((body as Record<string, unknown>).messages).toEqual([
+      { role: "user", content: [{ type: "text", text: "Weather in Paris?" }] },
+      {
+        role: "assistant",
+        content: [
+          { type: "thinking", thinking: "The user wants the weather.", signature: "EqQBCgIYAhIM" },
+          { type: "redacted_thinking", data: "EmwKAhgBEgy3" },
+          { type: "text", text: "Checking." },
+          { type: "tool_use", id: "toolu_1", name: "get_weather", input: { city: "Paris" } }
+        ]
+      },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "{\"temp\":21}" }] }
+    ])
+  })
+
   it("a part Anthropic cannot carry fails before sending: model_rejected, not ambiguous, naming the message and the part", () => {
     const cases: Array<[ModelRequest, string]> = [
       [{ messages: [{ role: "user", content: [{ type: "text", text: "hi" }, { type: "audio", data: "AAAA" }] }] }, "messages[0].content[1]"],
@@ -338,7 +364,10 @@ describe("the anthropic provider: requests", () => {
       [{ messages: [{ role: "system", content: [{ type: "image", url: "https://x/y.png" }] }] }, "system message"],
       [{ messages: [{ role: "assistant", content: "", tool_calls: [{ id: "t", name: "n", input: [1] }] }] }, "messages[0].tool_calls[0]"],
       [{ messages: [{ role: "tool", content: "{}" }] }, "tool_call_id"],
-      [{ messages: [{ role: "user", content: "a" }], tools: [{ name: "bad", input_schema: true }] }, "tools[0]"]
+      [{ messages: [{ role: "user", content: "a" }], tools: [{ name: "bad", input_schema: true }] }, "tools[0]"],
+      [{ messages: [{ role: "user", content: [{ type: "thinking", thinking: "t", signature: "s" }] }] }, "messages[0].content[0]"],
+      [{ messages: [{ role: "user", content: "a" }, { role: "assistant", content: [{ type: "thinking", thinking: "t" }] }] }, "messages[1].content[0]"],
+      [{ messages: [{ role: "user", content: "a" }, { role: "assistant", content: [{ type: "redacted_thinking" }] }] }, "messages[1].content[0]"]
     ]
     for (const [request, named] of cases) {
       const body = requestBody(pureCall(request))
@@ -357,11 +386,37 @@ describe("the anthropic provider: requests", () => {
 })
 
 describe("the anthropic provider: answers", () => {
-  it.live("a ping, an unknown event type, a thinking block and a citations delta are ignored, not errors", () =>
+  it.live("a ping, an unknown event type and a citations delta are ignored, not errors; a thinking block is kept as reasoning, never streamed", () =>
     Effect.gen(function*() {
       const { result, deltas } = yield* once({ steps: F.withIgnoredEvents })
-      expect(ok(result)).toMatchObject({ text: "Forty-two.", tool_calls: [], stop_reason: "end" })
+      expect(ok(result)).toMatchObject({
+        text: "Forty-two.",
+        tool_calls: [],
+        stop_reason: "end",
+        reasoning: [{ type: "thinking", thinking: "Let me think.", signature: "EqQBCgIYAhIM" }]
+      })
       expect(deltas).toEqual([{ type: "text", text: "Forty-two." }])
+    }))
+
+  it.live("thinking blocks (their pieces joined) and redacted_thinking blocks are kept whole, in block order, as the result's reasoning; an answer without them has none", () =>
+    Effect.gen(function*() {
+      const { result, deltas } = yield* once({ steps: F.thinkingThenTool })
+      const answer = ok(result)
+      expect(answer.reasoning).toEqual([
+        { type: "thinking", thinking: "The user wants the weather in Paris.", signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h" },
+        { type: "redacted_thinking", data: "EmwKAhgBEgy3va3pzix/LafPsn4a" }
+      ])
+      expect(answer.tool_calls).toEqual([{ id: "toolu_01Weather", name: "get_weather", input: { city: "Paris" } }])
+      expect(deltas.every((d) => d.type === "tool_call")).toBe(true)
+      expect("reasoning" in ok((yield* once({ steps: F.textAnswer })).result)).toBe(false)
+    }))
+
+  it.live("a thinking piece on a block that is not thinking, or a redacted_thinking block without its data, is model_bad_response", () =>
+    Effect.gen(function*() {
+      const misplaced = [F.messageStart("msg_x"), F.textStart(0), F.event("content_block_delta", { index: 0, delta: { type: "signature_delta", signature: "x" } }), F.blockStop(0), F.messageDelta("end_turn"), F.messageStop]
+      expect(failure((yield* once({ steps: misplaced })).result)).toMatchObject({ code: "model_bad_response", ambiguous: true })
+      const noData = [F.messageStart("msg_y"), F.event("content_block_start", { index: 0, content_block: { type: "redacted_thinking" } }), F.blockStop(0), F.messageDelta("end_turn"), F.messageStop]
+      expect(failure((yield* once({ steps: noData })).result)).toMatchObject({ code: "model_bad_response", ambiguous: true })
     }))
 
   it.live("usage the provider did not send is absent, never 0", () =>

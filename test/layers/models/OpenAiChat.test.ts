@@ -256,6 +256,23 @@ describe("the openai-chat provider", () => {
       expect(fake.requests).toHaveLength(0)
     }))
 
+  it.scopedLive("another provider's reasoning kept in an assistant message (thinking blocks) is left out of the request, not refused", () =>
+    Effect.gen(function*() {
+      const fake = yield* fakeServer({ steps: openAiText.steps })
+      const thought = { type: "thinking", thinking: "t", signature: "s" }
+      const messages: ModelRequest["messages"] = [
+        { role: "user", content: "hi" },
+        { role: "assistant", content: [thought, { type: "redacted_thinking", data: "d" }, { type: "text", text: "Checking." }] },
+        { role: "user", content: "and?" },
+        { role: "assistant", content: [thought], tool_calls: [{ id: "c1", name: "now", input: {} }] },
+        { role: "tool", tool_call_id: "c1", content: "{}" }
+      ]
+      ok((yield* call(fake, { request: { messages } })).result)
+      const sent = (fake.requests[0]!.body as { messages: Array<{ role: string; content: unknown }> }).messages
+      expect(sent[1]).toEqual({ role: "assistant", content: [{ type: "text", text: "Checking." }] })
+      expect(sent[3]).toMatchObject({ role: "assistant", content: "" })
+    }))
+
   it.scopedLive("an error status keeps the provider's body: 400 model_rejected, 429 model_rate_limited with retry-after as advice", () =>
     Effect.gen(function*() {
       const errorBody = { error: { message: "Invalid value for 'temperature'", type: "invalid_request_error", param: "temperature", code: null } }

@@ -494,6 +494,19 @@ describe("the openai-responses provider", () => {
         expect(fake.requests).toHaveLength(0)
       })))
 
+  it.live("another provider's reasoning kept in an assistant message (thinking blocks) is left out of the request, not refused", () =>
+    withFake({ steps: Fixture.textAnswer() }, (fake) =>
+      Effect.gen(function*() {
+        ok(yield* run(fake.url, {
+          messages: [
+            { role: "user", content: "hi" },
+            { role: "assistant", content: [{ type: "thinking", thinking: "t", signature: "s" }, { type: "redacted_thinking", data: "d" }, { type: "text", text: "Checking." }] },
+            { role: "user", content: "and?" }
+          ]
+        }))
+        expect((fake.requests[0]!.body as { input: Array<unknown> }).input[1]).toEqual({ role: "assistant", content: "Checking." })
+      })))
+
   it.live("the API key travels only in the Authorization header and appears in no delta, result or failure", () =>
     Effect.gen(function*() {
       const shown = (value: unknown) => `${JSON.stringify(value)} ${inspect(value, { depth: 10 })} ${String(value)}`

@@ -19,9 +19,14 @@
  *   `model_bad_response` naming `stop_reason` and `provider_stop_reason`; retryable, except when
  *   the answer was cut (`max_tokens`, `model_context_window_exceeded`): the same request would be
  *   cut the same way.
- * - Other block types (`thinking`, `redacted_thinking`, `server_tool_use`, `web_search_tool_result`,
- *   …) and other delta types (`thinking_delta`, `signature_delta`, `citations_delta`, …) are not
- *   Brain's to carry: ignored.
+ * - `thinking` blocks (their `thinking_delta` and `signature_delta` pieces joined) and
+ *   `redacted_thinking` blocks (their `data`) are kept whole, in block order, as the result's
+ *   `reasoning` parts `{type: "thinking", thinking, signature}` and `{type: "redacted_thinking",
+ *   data}`: with extended thinking and tools, Anthropic wants them back, unchanged, at the start of
+ *   the assistant's turn on the next call (Anthropic docs, "Extended thinking": preserving thinking
+ *   blocks). They are not streamed as deltas.
+ * - Other block types (`server_tool_use`, `web_search_tool_result`, …) and other delta types
+ *   (`citations_delta`, …) are not Brain's to carry: ignored.
  * - `message_delta`: `stop_reason` and `usage.output_tokens` (the last sent wins; the counts are
  *   cumulative); the input counts only when message_start had none. A count never sent stays
  *   absent.
@@ -59,12 +64,21 @@ const ContentBlockStart = Schema.Struct({
     id: Schema.optional(Schema.String),
     name: Schema.optional(Schema.String),
     text: Schema.optional(Schema.String),
-    input: Schema.optional(Schema.Unknown)
+    input: Schema.optional(Schema.Unknown),
+    thinking: Schema.optional(Schema.String),
+    signature: Schema.optional(Schema.String),
+    data: Schema.optional(Schema.String)
   })
 })
 const ContentBlockDelta = Schema.Struct({
   index: Schema.NonNegativeInt,
-  delta: Schema.Struct({ type: Schema.String, text: Schema.optional(Schema.String), partial_json: Schema.optional(Schema.String) })
+  delta: Schema.Struct({
+    type: Schema.String,
+    text: Schema.optional(Schema.String),
+    partial_json: Schema.optional(Schema.String),
+    thinking: Schema.optional(Schema.String),
+    signature: Schema.optional(Schema.String)
+  })
 })
 const ContentBlockStop = Schema.Struct({ index: Schema.NonNegativeInt })
 const MessageDelta = Schema.Struct({
@@ -126,6 +140,8 @@ export const streamError = (error: unknown, begun = true): ModelFailed => {
 type Block =
   | { readonly kind: "text" }
   | { readonly kind: "ignored" }
+  | { readonly kind: "thinking"; readonly index: number; thinking: string; signature: string }
+  | { readonly kind: "redacted_thinking"; readonly index: number; readonly data: string }
   | {
     readonly kind: "tool"
     readonly call: number
@@ -135,6 +151,14 @@ type Block =
     json: string
     input?: unknown
   }
+
+/** The thinking blocks as content parts, in the order of their blocks, as Anthropic wants them back. */
+const reasoningParts = (blocks: ReadonlyArray<Extract<Block, { kind: "thinking" | "redacted_thinking" }>>) =>
+  [...blocks].sort((a, b) => a.index - b.index).map((b) =>
+    b.kind === "thinking"
+      ? { type: "thinking", thinking: b.thinking, signature: b.signature }
+      : { type: "redacted_thinking", data: b.data }
+  )
 
 export interface AnswerFold {
   /** Folds one event in; a failure ends the call (streamedPost's `onEvent`). */
@@ -146,6 +170,7 @@ export interface AnswerFold {
 export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold => {
   const blocks = new Map<number, Block>()
   const tools: Array<Extract<Block, { kind: "tool" }>> = []
+  const reasoning: Array<Extract<Block, { kind: "thinking" | "redacted_thinking" }>> = []
   let text = ""
   let responseId: string | undefined
   let model: string | undefined
@@ -209,6 +234,17 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       tools.push(block)
       begun = true
       onDelta({ type: "tool_call", index: block.call, id: block.id, name: block.name, input_delta: "" })
+    } else if (start.type === "thinking") {
+      const block = { kind: "thinking" as const, index: event.index, thinking: start.thinking ?? "", signature: start.signature ?? "" }
+      blocks.set(event.index, block)
+      reasoning.push(block)
+      begun = true
+    } else if (start.type === "redacted_thinking") {
+      if (start.data === undefined) return badResponse(`a redacted_thinking block without its data`)
+      const block = { kind: "redacted_thinking" as const, index: event.index, data: start.data }
+      blocks.set(event.index, block)
+      reasoning.push(block)
+      begun = true
     } else {
       blocks.set(event.index, { kind: "ignored" })
     }
@@ -219,6 +255,14 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
     const block = blocks.get(event.index)
     if (block === undefined) return badResponse(`a content_block_delta for block ${event.index}, which never started`)
     const delta = event.delta
+    if (delta.type === "thinking_delta" || delta.type === "signature_delta") {
+      if (block.kind !== "thinking") return badResponse(`a ${delta.type} that does not fit block ${event.index}`)
+      const piece = delta.type === "thinking_delta" ? delta.thinking : delta.signature
+      if (piece === undefined) return badResponse(`a ${delta.type} without its ${delta.type === "thinking_delta" ? "thinking" : "signature"}`)
+      if (delta.type === "thinking_delta") block.thinking += piece
+      else block.signature += piece
+      return undefined
+    }
     if (block.kind === "ignored" || (delta.type !== "text_delta" && delta.type !== "input_json_delta")) return undefined
     if (delta.type === "text_delta") {
       if (block.kind !== "text" || delta.text === undefined) return badResponse(`a text_delta that does not fit block ${event.index}`)
@@ -325,6 +369,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       text,
       tool_calls: tools.map((t) => ({ id: t.id, name: t.name, input: t.input })),
       stop_reason: stopReason(rawStop),
+      ...(reasoning.length > 0 ? { reasoning: reasoningParts(reasoning) } : {}),
       ...(Object.keys(usage).length > 0 ? { usage } : {}),
       ...(responseId !== undefined ? { response_id: responseId } : {}),
       ...(model !== undefined ? { model } : {}),

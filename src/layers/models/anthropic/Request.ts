@@ -17,7 +17,10 @@
  * - Empty text is left out (the API refuses empty text blocks); a message left with nothing is
  *   left out too.
  * - Parts. `text`; `image` as base64 (`data` + `mime_type`: JPEG, PNG, GIF or WebP, what the
- *   vision docs list) or by `url`, in user and tool messages only. A `data:` URL is inline data,
+ *   vision docs list) or by `url`, in user and tool messages only; `thinking` (with its `signature`)
+ *   and `redacted_thinking` (with its `data`), in assistant messages only, sent back as the blocks
+ *   they came as (a model result's `reasoning`), where they stand in the content (first, as the
+ *   official loop keeps them). A `data:` URL is inline data,
  *   which Anthropic takes only as a base64 source: `data:<image type>;base64,<data>` becomes one,
  *   and a data: URL without a media type or not in base64 is refused. Anything else, or a tool
  *   call whose input is not a JSON object, fails BEFORE sending: `model_rejected`, not ambiguous,
@@ -52,10 +55,12 @@ type TextBlock = typeof Generated.RequestTextBlock.Encoded
 type ImageBlock = typeof Generated.RequestImageBlock.Encoded
 type ToolUseBlock = typeof Generated.RequestToolUseBlock.Encoded
 type ToolResultBlock = typeof Generated.RequestToolResultBlock.Encoded
+type ThinkingBlock = typeof Generated.RequestThinkingBlock.Encoded
+type RedactedThinkingBlock = typeof Generated.RequestRedactedThinkingBlock.Encoded
 type ImageMediaType = typeof Generated.Base64ImageSourceMediaType.Type
 export type WireMessage = typeof Generated.InputMessage.Encoded
 export type WireTool = typeof Generated.Tool.Encoded
-type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock
+type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock
 
 /** `{base_url}/v1/messages`, the base URL taken as the API's root (no `/v1`). */
 export const messagesUrl = (baseUrl: string | undefined) => `${(baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/v1/messages`
@@ -100,7 +105,20 @@ const imageBlock = (part: ContentPart, where: string): ImageBlock | ModelFailed 
   return rejected(`${where}: an image part with neither \`data\` + \`mime_type\` nor \`url\``)
 }
 
-/** The blocks of a message's content: text, and images in user and tool messages. */
+/**
+ * A reasoning part of an assistant message (a model result's `reasoning`) as the block Anthropic
+ * sent: `thinking` with its `signature`, or `redacted_thinking` with its `data`, unchanged.
+ */
+const thinkingBlock = (part: ContentPart, where: string): ThinkingBlock | RedactedThinkingBlock | ModelFailed =>
+  part.type === "thinking"
+    ? typeof part.thinking === "string" && typeof part.signature === "string"
+      ? { type: "thinking", thinking: part.thinking, signature: part.signature }
+      : rejected(`${where}: a thinking part without a string \`thinking\` and \`signature\``)
+    : typeof part.data === "string"
+    ? { type: "redacted_thinking", data: part.data }
+    : rejected(`${where}: a redacted_thinking part without a string \`data\``)
+
+/** The blocks of a user, tool or system message's content: text, and images in user and tool messages. */
 const contentBlocks = (
   content: Message["content"],
   where: string,
@@ -117,6 +135,24 @@ const contentBlocks = (
       : part.type === "image" && images
       ? imageBlock(part, at)
       : rejected(`${at}: a part of type "${part.type}" in a ${role} message`)
+    if (block instanceof ModelFailed) return block
+    if (block !== undefined) out.push(block)
+  }
+  return out
+}
+
+/** The blocks of an assistant message's content: its thinking, as it came, and its text. */
+const assistantBlocks = (content: Message["content"], where: string): Array<Block> | ModelFailed => {
+  const out: Array<Block> = []
+  const parts = partsOf(content)
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i]!
+    const at = typeof content === "string" ? where : `${where}.content[${i}]`
+    const block = part.type === "text"
+      ? textBlock(part, at)
+      : part.type === "thinking" || part.type === "redacted_thinking"
+      ? thinkingBlock(part, at)
+      : rejected(`${at}: a part of type "${part.type}" in an assistant message`)
     if (block instanceof ModelFailed) return block
     if (block !== undefined) out.push(block)
   }
@@ -161,7 +197,7 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
       return undefined
     }
     case "assistant": {
-      const blocks: Array<Block> | ModelFailed = contentBlocks(message.content, where, message.role)
+      const blocks = assistantBlocks(message.content, where)
       if (blocks instanceof ModelFailed) return blocks
       for (const [i, call] of (message.tool_calls ?? []).entries()) {
         if (!isObject(call.input)) return rejected(`${where}.tool_calls[${i}]: a tool call input that is not a JSON object`)

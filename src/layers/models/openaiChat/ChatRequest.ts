@@ -61,10 +61,24 @@ const wirePart = (message: Message, m: number, part: ContentPart, p: number): Ei
   ))
 }
 
+/**
+ * Another provider's reasoning kept in an assistant message (Anthropic's thinking blocks: a model
+ * result's `reasoning`) means nothing to this API: left out, not refused.
+ */
+const isReasoningPart = (message: Message, part: ContentPart) =>
+  message.role === "assistant" && (part.type === "thinking" || part.type === "redacted_thinking")
+
 const wireContent = (message: Message, m: number): Either.Either<string | Array<Wire>, ModelFailed> =>
   typeof message.content === "string"
     ? Either.right(message.content)
-    : Either.all(message.content.map((part, p) => wirePart(message, m, part, p)))
+    : Either.map(
+      Either.all(message.content.map((part, p) => isReasoningPart(message, part) ? Either.right(undefined) : wirePart(message, m, part, p))),
+      (parts) => {
+        const kept = parts.filter((part): part is Wire => part !== undefined)
+        // Nothing left but reasoning: an assistant turn with no text.
+        return kept.length === 0 && message.content.length > 0 ? "" : kept
+      }
+    )
 
 const wireMessage = (message: Message, m: number): Either.Either<Wire, ModelFailed> =>
   Either.gen(function*() {

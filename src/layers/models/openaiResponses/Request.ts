@@ -62,6 +62,10 @@ const textOnly = (content: Message["content"], where: string): Either.Either<str
       (parts) => parts.map((p) => (p.type === "input_text" ? p.text : "")).join("")
     )
 
+/** An assistant message's content without the reasoning parts another provider asked to keep. */
+const withoutReasoning = (content: Message["content"]): Message["content"] =>
+  typeof content === "string" ? content : content.filter((part) => part.type !== "thinking" && part.type !== "redacted_thinking")
+
 const messageItems = (message: Message, index: number): Either.Either<ReadonlyArray<InputItem>, ModelFailed> => {
   const where = `message ${index} (${message.role})`
   switch (message.role) {
@@ -72,7 +76,8 @@ const messageItems = (message: Message, index: number): Either.Either<ReadonlyAr
     case "system":
       return Either.map(textOnly(message.content, where), (content) => [{ role: "system", content }])
     case "assistant":
-      return Either.map(textOnly(message.content, where), (text) => {
+      // Another provider's reasoning (Anthropic's thinking blocks) means nothing here: left out.
+      return Either.map(textOnly(withoutReasoning(message.content), where), (text) => {
         const calls = (message.tool_calls ?? []).map((call): InputItem => ({
           type: "function_call",
           call_id: call.id,
