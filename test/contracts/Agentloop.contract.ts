@@ -568,10 +568,13 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         t: loop((input, host) =>
           Effect.gen(function*() {
             const s = input.runtime.session_id
+            // An allowed kind first: its write carries the turn's opening with it, so nothing the
+            // server writes on its own (a staged opening's flush after BRAIN_STAGED_OPENING_MS)
+            // can land between the two counts below.
+            outcomes.push(["allowed", yield* codeOf(host.emit("allowed", {}))])
             const before = yield* probe.lastSequence(s)
             for (const kind of reserved) outcomes.push([kind, yield* codeOf(host.emit(kind, { x: 1 }))])
             unchanged = (yield* probe.lastSequence(s)) === before
-            outcomes.push(["allowed", yield* codeOf(host.emit("allowed", {}))])
           }))
       }
       return run({ loops }, probe, ({ records, sessions }) =>
@@ -581,7 +584,7 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           expect(out.turn.status).toBe("ended")
           expect(reserved).toContain("turn_started")
           expect(reserved).toContain("kv_put")
-          expect(outcomes).toEqual([...reserved.map((k) => [k, "reserved_kind"]), ["allowed", "ok"]])
+          expect(outcomes).toEqual([["allowed", "ok"], ...reserved.map((k) => [k, "reserved_kind"])])
           expect(unchanged).toBe(true)
           expect(ofKind(yield* records(s), EXTENSION_KIND).map((r) => r.payload.kind)).toEqual(["allowed"])
         }))

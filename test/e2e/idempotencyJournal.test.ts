@@ -28,6 +28,13 @@ const journalKinds = (dataDir: string, session: string): Array<string> => {
   return files.sort().flatMap((f) => framesOf(fs.readFileSync(f)).sort((a, b) => a.sequence - b.sequence).map((fr) => fr.kind))
 }
 
+/** Sends `message` to the session, under `key` when given, with more headers when given (wherever the server listens now). */
+const sender = (server: ServerProcess, id: string) => (message: string, key?: string, headers: Record<string, string> = {}) =>
+  request(server.baseUrl, `/v1/sessions/${id}/messages`, {
+    json: { input: { message } },
+    headers: { ...(key ? { "idempotency-key": key } : {}), ...headers }
+  })
+
 describe("idempotency keys in the session's journal", () => {
   const servers: Array<ServerProcess> = []
   beforeAll(ensureBuilt, 120_000)
@@ -44,11 +51,7 @@ describe("idempotency keys in the session's journal", () => {
     const log = path.join(s.dataDir, "idempotency", "claims.log")
     const logSize = () => fs.statSync(log).size
     const before = logSize()
-    const send = (message: string, key?: string, headers: Record<string, string> = {}) =>
-      request(s.baseUrl, `/v1/sessions/${id}/messages`, {
-        json: { input: { message } },
-        headers: { ...(key ? { "idempotency-key": key } : {}), ...headers }
-      })
+    const send = sender(s, id)
 
     const sent = await send("hello", "send-1")
     expect(sent.status, sent.text).toBe(200)
@@ -105,11 +108,7 @@ describe("idempotency keys in the session's journal", () => {
     const replies = [{ text: "hi" }, { fail: { code: "scripted_failure", message: "as scripted" } }, { text: "later" }]
     const created = await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies } } })
     const id = created.body.session_id as string
-    const send = (message: string, key?: string, headers: Record<string, string> = {}) =>
-      request(s.baseUrl, `/v1/sessions/${id}/messages`, {
-        json: { input: { message } },
-        headers: { ...(key ? { "idempotency-key": key } : {}), ...headers }
-      })
+    const send = sender(s, id)
     const sent = await send("hello", "send-1")
     expect(sent.status, sent.text).toBe(200)
     // A failed turn's outcome is kept as well: the second reply fails the model call.

@@ -118,46 +118,39 @@ const thinkingBlock = (part: ContentPart, where: string): ThinkingBlock | Redact
     ? { type: "redacted_thinking", data: part.data }
     : rejected(`${where}: a redacted_thinking part without a string \`data\``)
 
-/** The blocks of a user, tool or system message's content: text, and images in user and tool messages. */
-const contentBlocks = (
+/** A message's parts as blocks, each made by `blockOf` (undefined: left out), or the first refusal. */
+const blocksOf = <B>(
   content: Message["content"],
   where: string,
-  role: Message["role"]
-): Array<TextBlock | ImageBlock> | ModelFailed => {
-  const images = role === "user" || role === "tool"
-  const out: Array<TextBlock | ImageBlock> = []
+  blockOf: (part: ContentPart, at: string) => B | undefined | ModelFailed
+): Array<B> | ModelFailed => {
+  const out: Array<B> = []
   const parts = partsOf(content)
   for (let i = 0; i < parts.length; i++) {
-    const part = parts[i]!
-    const at = typeof content === "string" ? where : `${where}.content[${i}]`
-    const block = part.type === "text"
-      ? textBlock(part, at)
-      : part.type === "image" && images
-      ? imageBlock(part, at)
-      : rejected(`${at}: a part of type "${part.type}" in a ${role} message`)
+    const block = blockOf(parts[i]!, typeof content === "string" ? where : `${where}.content[${i}]`)
     if (block instanceof ModelFailed) return block
     if (block !== undefined) out.push(block)
   }
   return out
 }
 
+/** The blocks of a user, tool or system message's content: text, and images in user and tool messages. */
+const contentBlocks = (content: Message["content"], where: string, role: Message["role"]) =>
+  blocksOf<TextBlock | ImageBlock>(content, where, (part, at) =>
+    part.type === "text"
+      ? textBlock(part, at)
+      : part.type === "image" && (role === "user" || role === "tool")
+      ? imageBlock(part, at)
+      : rejected(`${at}: a part of type "${part.type}" in a ${role} message`))
+
 /** The blocks of an assistant message's content: its thinking, as it came, and its text. */
-const assistantBlocks = (content: Message["content"], where: string): Array<Block> | ModelFailed => {
-  const out: Array<Block> = []
-  const parts = partsOf(content)
-  for (let i = 0; i < parts.length; i++) {
-    const part = parts[i]!
-    const at = typeof content === "string" ? where : `${where}.content[${i}]`
-    const block = part.type === "text"
+const assistantBlocks = (content: Message["content"], where: string) =>
+  blocksOf<Block>(content, where, (part, at) =>
+    part.type === "text"
       ? textBlock(part, at)
       : part.type === "thinking" || part.type === "redacted_thinking"
       ? thinkingBlock(part, at)
-      : rejected(`${at}: a part of type "${part.type}" in an assistant message`)
-    if (block instanceof ModelFailed) return block
-    if (block !== undefined) out.push(block)
-  }
-  return out
-}
+      : rejected(`${at}: a part of type "${part.type}" in an assistant message`))
 
 interface Turns {
   readonly system: Array<string>
