@@ -31,3 +31,31 @@ export const RecordedBinding = Schema.Struct({
   ...ModelBinding.fields
 })
 export type RecordedBinding = typeof RecordedBinding.Type
+
+/** The public endpoints' hosts: a binding with no `base_url`, or one of these, talks to the provider itself. */
+const PUBLIC_HOSTS: Readonly<Record<ModelProvider, string>> = {
+  "openai-responses": "api.openai.com",
+  "openai-chat": "api.openai.com",
+  anthropic: "api.anthropic.com"
+}
+
+/**
+ * The tool names the provider's own API takes, when the binding talks to it (no `base_url`, or its
+ * public host): Anthropic's `^[a-zA-Z0-9_-]{1,128}$` (its Messages API's tool schema), OpenAI's
+ * letters, digits, `_` and `-`, at most 64 (its function tools). Another server behind a
+ * `base_url` (Ollama, vLLM, a gateway) has rules of its own: undefined, nothing is checked.
+ */
+export const toolNameRule = (binding: ModelBinding): { readonly pattern: RegExp; readonly says: string } | undefined => {
+  if (binding.base_url !== undefined) {
+    let host: string
+    try {
+      host = new URL(binding.base_url).hostname
+    } catch {
+      return undefined
+    }
+    if (host !== PUBLIC_HOSTS[binding.provider]) return undefined
+  }
+  return binding.provider === "anthropic"
+    ? { pattern: /^[a-zA-Z0-9_-]{1,128}$/, says: "1 to 128 letters, digits, _ or -" }
+    : { pattern: /^[a-zA-Z0-9_-]{1,64}$/, says: "1 to 64 letters, digits, _ or -" }
+}

@@ -26,7 +26,7 @@ import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
 import { Journal } from "../services/Journal.js"
-import type { RecordedBinding } from "../domain/ModelBinding.js"
+import { type RecordedBinding, toolNameRule } from "../domain/ModelBinding.js"
 import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
@@ -227,6 +227,16 @@ export const make = Effect.gen(function*() {
             return yield* Effect.fail(new InvalidRequest({ message: `no model binding named ${JSON.stringify(request.model)}; ${known}` }))
           }
           modelBinding = { name: request.model, ...bound.binding }
+          // A tool name the provider's API would refuse fails the create, not every model call.
+          const rule = toolNameRule(bound.binding)
+          const misnamed = rule === undefined ? undefined : (request.tools ?? []).find((t) => !rule.pattern.test(t.name))
+          if (rule !== undefined && misnamed !== undefined) {
+            return yield* Effect.fail(
+              new InvalidRequest({
+                message: `the tool name ${JSON.stringify(misnamed.name)} is not one ${bound.binding.provider} takes (${rule.says}), as binding ${JSON.stringify(request.model)} would send it`
+              })
+            )
+          }
         }
         // The opening transcript is recorded once, as the session's first transcript_delta (a
         // record carries references, not copies): not in the configuration every activation gets.

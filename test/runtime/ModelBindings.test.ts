@@ -73,4 +73,34 @@ describe("named model bindings", () => {
         expect(failed!.payload.failure.code).toBe("model_binding_missing")
       }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
     }))
+
+  it.scoped("a tool name the bound provider's own API refuses fails the create (400, nothing written); a binding to another server (a base_url) is not checked", () =>
+    Effect.gen(function*() {
+      const table = new Map<string, BoundModel>([
+        ["claude", { binding: { provider: "anthropic", model: "claude-sonnet-4-5" }, apiKey: undefined }],
+        ["gpt", { binding: { provider: "openai-responses", model: "gpt-4.1", base_url: "https://api.openai.com/v1" }, apiKey: undefined }],
+        ["local", { binding: { provider: "openai-chat", model: "llama3.1", base_url: "http://127.0.0.1:11434/v1" }, apiKey: undefined }]
+      ])
+      const bindings: ModelBindingsShape = { get names() { return [...table.keys()].sort() }, get: (n) => table.get(n) }
+      const provider = () => Effect.succeed({ text: "hi", tool_calls: [], stop_reason: "end" as const })
+      const models = yield* ModelsBound.make({ anthropic: provider, "openai-responses": provider, "openai-chat": provider }).pipe(
+        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.layerUndici))
+      )
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const refused = (model: string, name: string) =>
+          Effect.map(Effect.either(sessions.create({ model, tools: [{ name: "fine_name-1" }, { name }] })), (r) => Either.isLeft(r) ? r.left : undefined)
+        const spaced = yield* refused("claude", "read file")
+        expect(spaced).toMatchObject({ code: "invalid_request" })
+        expect(spaced!.message).toContain("\"read file\"")
+        expect(spaced!.message).toContain("anthropic")
+        expect((yield* refused("gpt", "x".repeat(65)))?.code).toBe("invalid_request")
+        expect(yield* refused("claude", "x".repeat(128))).toBeUndefined()
+        expect(yield* refused("gpt", "x".repeat(64))).toBeUndefined()
+        // Another server behind a base_url has its own rules.
+        expect(yield* refused("local", "read file")).toBeUndefined()
+        const listed = yield* sessions.list({ limit: 100 })
+        expect(listed.sessions).toHaveLength(3)
+      }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
+    }))
 })
