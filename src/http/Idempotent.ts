@@ -16,8 +16,8 @@
  *   request completed with its status: details `{ambiguous: false, status, answer_bytes}`.
  * - Sends and submits (`idempotentTurn`) keep their key in their session's journal with the turn:
  *   the store only holds it in memory while the request runs, and keeps it only for a request
- *   refused before its turn started, or once its session is deleted (the delete hands the
- *   journal's keys over: `adopt`).
+ *   refused before its turn started (but `not_found`, which frees it), or once its session is
+ *   deleted (the delete hands the journal's keys over: `adopt`).
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
  *   `idempotency_unavailable` (not retryable: an operator must repair the log).
  */
@@ -165,6 +165,13 @@ export const idempotentTurn = <A, E extends ApiError>(
           const seen = outcome.right
           if (seen._tag === "Answered") return respond(answer(seen.value))
           return yield* Effect.fail(keyedRefusal(seen))
+        }
+        // No such session: the key is freed, not kept. An id is never minted twice, so a retry is
+        // refused the same way, unless a delete that raced this request has since handed the
+        // session's keys over (`adopt`), whose answer the retry then gets.
+        if (outcome.left.code === "not_found") {
+          yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
+          return respond(failureAnswer(outcome.left))
         }
         return respond(yield* settleFailure(store, scope, key, outcome.left))
       })

@@ -202,18 +202,20 @@ export const make = (
       if (options.retentionMs > 0 && now - k.atMs >= options.retentionMs) return Effect.void
       const id = idOf(k.scope, k.key)
       const found = index.entries.get(id)
-      if (found && !index.expired(found, now)) {
+      // A reservation (a retry racing the delete, refused not_found, nothing written) gives way.
+      if (found && !index.expired(found, now) && found.state !== "reserved") {
         return found.state === "unanswered" && k.answer !== undefined && found.bodyHash === k.bodyHash
           ? writeAnswer(id, found, k.answer, k.atMs)
           : Effect.void
       }
       if (found) index.drop(id, found)
       const entry = newEntry(k.scope, k.key, k.bodyHash, k.atMs, "reserved")
+      entry.adopted = true
       index.entries.set(id, entry)
       const answer = k.answer
       return Effect.zipRight(
         writeClaim(id, entry),
-        answer === undefined ? Effect.sync(() => void (entry.state = "unanswered")) : writeAnswer(id, entry, answer, k.atMs)
+        Effect.suspend(() => answer === undefined ? Effect.sync(() => void (entry.state = "unanswered")) : writeAnswer(id, entry, answer, k.atMs))
       )
     }
 
@@ -268,7 +270,7 @@ export const make = (
         const entry = index.entries.get(id)
         // The first answer stands; an answer for a key never claimed (or already dropped) has no
         // body hash to be replayed against and is not kept.
-        if (!entry || (entry.state !== "running" && entry.state !== "reserved")) return
+        if (!entry || entry.adopted || (entry.state !== "running" && entry.state !== "reserved")) return
         // Reserved: its claim goes first, then the answer (a crash between them leaves the key
         // ambiguous, the cautious reading).
         if (entry.state === "reserved") yield* writeClaim(id, entry)
@@ -287,6 +289,7 @@ export const make = (
         const now = yield* Clock.currentTimeMillis
         const id = idOf(scope, key)
         const entry = index.entries.get(id)
+        if (entry?.adopted) return // a deleted session's key, handed over: not the releaser's
         if (entry?.state === "reserved") return index.drop(id, entry) // never written: forgotten at once
         if (!entry || entry.state !== "running") return
         // In flight until durable: concurrent claims wait it out, an answer is not taken.

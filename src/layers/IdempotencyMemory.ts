@@ -22,6 +22,8 @@ interface Entry {
   answer: Answer | { readonly notKept: { readonly status: number; readonly bytes: number } } | undefined
   /** Claimed elsewhere and never answered (an adopted key): ambiguous, not in flight, and it expires. */
   neverAnswered?: true
+  /** Reserved (`reserve`), not claimed: a deleted session's key handed over (`adopt`) takes its place. */
+  reservation?: true
 }
 
 /** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
@@ -41,8 +43,9 @@ export const make = (options: IdempotencyMemoryOptions) =>
       return bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : JSON.parse(text) as Answer
     }
 
-    // Nothing here is durable, so a reservation and a claim are the same.
-    const claim = (scope: string, key: string, bodyHash: string) =>
+    // Nothing here is durable, so a reservation and a claim decide the same; a reservation is
+    // marked, as `adopt` takes its place.
+    const decide = (scope: string, key: string, bodyHash: string, reservation: boolean) =>
         Effect.map(Clock.currentTimeMillis, (now): ClaimResult => {
           const id = idOf(scope, key)
           const found = entries.get(id)
@@ -53,13 +56,13 @@ export const make = (options: IdempotencyMemoryOptions) =>
               ? { _tag: "AnswerNotKept", ...found.answer.notKept }
               : { _tag: "Replay", answer: found.answer }
           }
-          entries.set(id, { bodyHash, atMs: now, answer: undefined })
+          entries.set(id, reservation ? { bodyHash, atMs: now, answer: undefined, reservation: true } : { bodyHash, atMs: now, answer: undefined })
           return { _tag: "Claimed" }
         })
 
     const store: IdempotencyShape = {
-      claim,
-      reserve: claim,
+      claim: (scope, key, bodyHash) => decide(scope, key, bodyHash, false),
+      reserve: (scope, key, bodyHash) => decide(scope, key, bodyHash, true),
       complete: (scope, key, answer) =>
         Effect.map(Clock.currentTimeMillis, (now) => {
           const entry = entries.get(idOf(scope, key))
@@ -68,6 +71,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           if (!entry || entry.answer || entry.neverAnswered) return
           entry.answer = kept(answer)
           entry.atMs = now
+          delete entry.reservation
         }),
       adopt: (keys) =>
         Effect.map(Clock.currentTimeMillis, (now) => {
@@ -78,7 +82,9 @@ export const make = (options: IdempotencyMemoryOptions) =>
             if (expired(adopted, now)) continue
             const id = idOf(k.scope, k.key)
             const found = entries.get(id)
-            if (found && !expired(found, now)) {
+            // A reservation (a retry racing the delete, refused not_found) gives way: its own
+            // complete or release then finds the adopted entry and leaves it.
+            if (found && !expired(found, now) && found.reservation !== true) {
               // Adopted earlier without its answer: the adopted answer completes it. A request in
               // flight here is left to its own answer.
               if (found.neverAnswered === true && adopted.answer !== undefined && found.bodyHash === k.bodyHash) entries.set(id, adopted)

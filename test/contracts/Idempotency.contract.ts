@@ -257,6 +257,31 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(yield* store.claim("s", "late", "h")).toEqual({ _tag: "Replay", answer: answer("found") })
       }))
 
+    it.scoped("an adopted key takes the place of a reservation (a retry racing the delete): that request's release or refusal leaves it, and its answer replays", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect(yield* store.reserve("send:ses_a", "released", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.reserve("send:ses_a", "refused", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.reserve("send:ses_a", "unanswered", "h")).toEqual({ _tag: "Claimed" })
+        yield* store.adopt([
+          { scope: "send:ses_a", key: "released", bodyHash: "h", atMs: 0, answer: answer("first") },
+          { scope: "send:ses_a", key: "refused", bodyHash: "h", atMs: 0, answer: answer("second") },
+          { scope: "send:ses_a", key: "unanswered", bodyHash: "h", atMs: 0, answer: undefined }
+        ])
+        yield* store.release("send:ses_a", "released")
+        yield* store.complete("send:ses_a", "refused", answer("not_found", 404))
+        yield* store.release("send:ses_a", "unanswered")
+        yield* store.complete("send:ses_a", "unanswered", answer("not_found", 404))
+        expect(yield* store.claim("send:ses_a", "released", "h")).toEqual({ _tag: "Replay", answer: answer("first") })
+        expect(yield* store.claim("send:ses_a", "refused", "h")).toEqual({ _tag: "Replay", answer: answer("second") })
+        expect(yield* store.claim("send:ses_a", "unanswered", "h")).toEqual({ _tag: "Ambiguous", inFlight: false })
+        // A reservation completed before the adoption is an answer like any other: left as it is.
+        yield* store.reserve("send:ses_a", "done", "h")
+        yield* store.complete("send:ses_a", "done", answer("earlier", 409))
+        yield* store.adopt([{ scope: "send:ses_a", key: "done", bodyHash: "h", atMs: 0, answer: answer("later") }])
+        expect(yield* store.claim("send:ses_a", "done", "h")).toEqual({ _tag: "Replay", answer: answer("earlier", 409) })
+      }))
+
     it.scoped("concurrent claims of one key: exactly one is Claimed, the others are Ambiguous in flight", () =>
       Effect.gen(function*() {
         const store = yield* harness({ retentionMs: RETENTION_MS })

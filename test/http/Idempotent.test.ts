@@ -7,9 +7,9 @@
 import type { HttpServerResponse } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
-import { type ApiError, JournalCorrupt, JournalWriteFailed, SessionBusy, SessionEnded } from "../../src/domain/Errors.js"
+import { type ApiError, JournalCorrupt, JournalWriteFailed, NotFound, SessionBusy, SessionEnded } from "../../src/domain/Errors.js"
 import { statusOf } from "../../src/http/Errors.js"
-import { idempotent, idempotentTurn, jsonAnswer } from "../../src/http/Idempotent.js"
+import { hashRequest, idempotent, idempotentTurn, jsonAnswer } from "../../src/http/Idempotent.js"
 import * as IdempotencyMemory from "../../src/layers/IdempotencyMemory.js"
 import {
   type Answer,
@@ -218,6 +218,20 @@ describe("idempotentTurn: a turn's key lives in its session's journal", () => {
       expect((yield* turn(store, busy.work, "b")).status).toBe(409)
       expect(busy.state.runs).toBe(2)
       expect(writes.completes).toBe(1)
+    }))
+
+  it.effect("a keyed turn refused not_found frees its key instead of keeping the refusal, so a deleted session's keys handed over later are not shadowed", () =>
+    Effect.gen(function*() {
+      const { store, writes } = yield* counting
+      const gone = fakeSession(new NotFound({ message: "no such session" }))
+      expect((yield* turn(store, gone.work, "k")).status).toBe(404)
+      expect((yield* turn(store, gone.work, "k")).status).toBe(404)
+      expect(gone.state.runs).toBe(2)
+      expect(writes.completes).toBe(0)
+      // The delete's hand-over, after the refusal: the retry gets the session's answer.
+      yield* store.adopt([{ scope: "send:ses_x", key: "k", bodyHash: hashRequest({ input: "x" }), atMs: 0, answer: jsonAnswer(200, { n: 7 }) }])
+      expect(yield* turn(store, gone.work, "k")).toEqual({ status: 200, text: JSON.stringify({ n: 7 }) })
+      expect(gone.state.runs).toBe(2)
     }))
 
   it.effect("a keyed turn whose start may have been written (an ambiguous journal failure) is recorded in the store as 409 ambiguous, which retries get before the session is asked", () =>

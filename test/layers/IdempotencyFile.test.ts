@@ -319,6 +319,44 @@ describe("IdempotencyFile: releases", () => {
     }))
 })
 
+  it.scopedLive("a key being adopted in place of a reservation is not the reservation owner's: its release or refusal while the adopted frames are written changes nothing, also after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const gate = yield* Deferred.make<void>()
+      let gated = false
+      const driver: FileDriverShape = {
+        ...nodeDriver,
+        fdatasync: (fd) => gated ? Effect.zipRight(Deferred.await(gate), nodeDriver.fdatasync(fd)) : nodeDriver.fdatasync(fd)
+      }
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          for (const k of ["k", "j", "u"]) expect(yield* store.reserve("s", k, `h-${k}`)).toEqual({ _tag: "Claimed" })
+          gated = true
+          const atMs = Date.now()
+          const adopting = yield* Effect.fork(store.adopt([
+            { scope: "s", key: "k", bodyHash: "h-k", atMs, answer: answer("answer k") },
+            { scope: "s", key: "j", bodyHash: "h-j", atMs, answer: answer("answer j") },
+            { scope: "s", key: "u", bodyHash: "h-u", atMs, answer: undefined }
+          ]))
+          yield* Effect.sleep("20 millis")
+          expect(adopting.unsafePoll()).toBeNull()
+          // The retries that held the reservations were refused not_found meanwhile.
+          const releasing = yield* Effect.fork(Effect.zipRight(store.release("s", "k"), store.release("s", "u")))
+          const refusing = yield* Effect.fork(store.complete("s", "j", answer("not found")))
+          yield* Effect.sleep("20 millis")
+          gated = false
+          yield* Deferred.succeed(gate, undefined)
+          yield* Fiber.join(adopting)
+          yield* Fiber.join(releasing)
+          yield* Fiber.join(refusing)
+          yield* expectReplay(store, "k")
+          yield* expectReplay(store, "j")
+          yield* expectAmbiguousFromLog(store, "u")
+        }), {}, driver)
+      yield* withStore(dir, (store) =>
+        Effect.all([expectReplay(store, "k"), expectReplay(store, "j"), expectAmbiguousFromLog(store, "u")], { discard: true }))
+    }))
+
 describe("IdempotencyFile: torn and corrupt logs", () => {
   it.scoped("a final record torn at any byte is truncated: the store opens with every record before it", () =>
     Effect.gen(function*() {

@@ -40,6 +40,11 @@ export interface Entry {
   answerSize: number
   answerAtMs: number
   notKept: NotKept | undefined
+  /**
+   * Handed over by `adopt` (a deleted session's key), possibly in place of a reservation a request
+   * in flight holds: that request's own `complete` or `release` leaves it alone.
+   */
+  adopted: boolean
 }
 
 /** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
@@ -56,7 +61,8 @@ export const newEntry = (scope: string, key: string, bodyHash: string, claimAtMs
   answerOffset: 0,
   answerSize: 0,
   answerAtMs: 0,
-  notKept: undefined
+  notKept: undefined,
+  adopted: false
 })
 
 export class Index {
