@@ -6,31 +6,24 @@
  * read afterwards and a stream that reconnects have none; the journal has one `model_call_ended`
  * with the full text.
  */
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+import { describe, expect, it } from "@effect/vitest"
+import { request, sharedServer } from "../support/server.js"
 import { openSse } from "../support/sse.js"
 
 const TEXT = "one two three four five six seven eight nine ten eleven twelve"
 
 describe("live model deltas", () => {
-  let server: ServerProcess
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-  }, 120_000)
-  afterAll(async () => {
-    await server?.dispose()
-  })
+  const server = sharedServer()
 
   it("reach a live subscriber during a slow streamed call, in order, after the call's start and before its end, and are never recorded", async () => {
     // The scripted model streams its reply word by word over 600 ms.
-    const created = await request(server.baseUrl, "/v1/sessions", {
+    const created = await request(server().baseUrl, "/v1/sessions", {
       json: { model: { provider: "scripted", replies: [{ text: TEXT, delay_ms: 600 }] } }
     })
     const id = created.body.session_id
-    const live = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
+    const live = await openSse(server().url(`/v1/sessions/${id}/events?after=0`))
     await live.until("the catch-up", () => live.frames.some((f) => f.event === "session_creation_ended"))
-    const sent = await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "go" } } })
+    const sent = await request(server().baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "go" } } })
     expect(sent.status).toBe(200)
     await live.until("the turn's end", () => live.frames.some((f) => f.event === "turn_ended"))
     live.close()
@@ -51,10 +44,10 @@ describe("live model deltas", () => {
     expect(live.frames[ended]!.json.data.result.text).toBe(TEXT)
 
     // History has the committed result only: no delta in a page, none when a reader comes back.
-    const page = await request(server.baseUrl, `/v1/sessions/${id}/events?after=0`)
+    const page = await request(server().baseUrl, `/v1/sessions/${id}/events?after=0`)
     expect(page.body.events.map((e: any) => e.kind)).not.toContain("model_delta")
     expect(page.body.events.filter((e: any) => e.kind === "model_call_ended")).toHaveLength(1)
-    const again = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
+    const again = await openSse(server().url(`/v1/sessions/${id}/events?after=0`))
     await again.until("the catch-up", () => again.frames.some((f) => f.event === "turn_ended"))
     again.close()
     expect(again.frames.filter((f) => f.event === "model_delta")).toHaveLength(0)

@@ -6,8 +6,8 @@
  * sessions (docs/api.md, Idempotency).
  */
 import * as http from "node:http"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, eventually, type Reply, request, type RequestOptions, type ServerProcess, startServer } from "../support/server.js"
+import { describe, expect, it } from "@effect/vitest"
+import { eventually, type Reply, request, type RequestOptions, sharedServer } from "../support/server.js"
 
 const TOO_LONG_KEY = "k".repeat(257)
 const slowModel = (ms: number, text: string) => ({
@@ -53,17 +53,10 @@ const expectInvalid = (r: RawReply | Reply, what: string) => {
 }
 
 describe("request edges against a running server", () => {
-  let server: ServerProcess
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-  }, 120_000)
-  afterAll(async () => {
-    await server?.dispose()
-  })
+  const server = sharedServer()
 
-  const call = (p: string, options: RequestOptions = {}) => request(server.baseUrl, p, options)
-  const raw = (options: Parameters<typeof rawRequest>[1]) => rawRequest(server.baseUrl, options)
+  const call = (p: string, options: RequestOptions = {}) => request(server().baseUrl, p, options)
+  const raw = (options: Parameters<typeof rawRequest>[1]) => rawRequest(server().baseUrl, options)
   const created = async (body: unknown = { model: { provider: "scripted" } }): Promise<string> => {
     const r = await call("/v1/sessions", { json: body })
     expect(r.status, r.text).toBe(201)
@@ -144,7 +137,7 @@ describe("request edges against a running server", () => {
     /** What the Events route answers for `accept`: "sse" or "page" (by the response's content type). */
     const answerFor = async (id: string, accept: string | undefined): Promise<"sse" | "page"> => {
       const controller = new AbortController()
-      const response = await fetch(server.url(`/v1/sessions/${id}/events?after=0`), {
+      const response = await fetch(server().url(`/v1/sessions/${id}/events?after=0`), {
         headers: accept === undefined ? {} : { accept },
         signal: controller.signal
       })
@@ -186,7 +179,7 @@ describe("request edges against a running server", () => {
       const id = await created({ model: slowModel(1_500, "once"), tools: [{ name: "slow" }] })
       const key = { "idempotency-key": "in-progress" }
       const first = call(`/v1/sessions/${id}/messages`, { json: { input: { message: "go" } }, headers: key })
-      await eventually("the slow tool to start", async () => (server.toolCalls().some((c) => c.session === id) ? true : undefined))
+      await eventually("the slow tool to start", async () => (server().toolCalls().some((c) => c.session === id) ? true : undefined))
       const early = await call(`/v1/sessions/${id}/messages`, { json: { input: { message: "go" } }, headers: key })
       expect(early.status, early.text).toBe(409)
       expect(early.body).toMatchObject({ code: "ambiguous", retryable: true })
@@ -199,7 +192,7 @@ describe("request edges against a running server", () => {
         return r.status === 409 && r.body.retryable === true ? undefined : r
       }, 5_000, 50)
       expect([retry.status, retry.text]).toEqual([200, answered.text])
-      expect(server.toolCalls().filter((c) => c.session === id).length).toBe(1)
+      expect(server().toolCalls().filter((c) => c.session === id).length).toBe(1)
     })
 
     it("cancel, end and delete are scoped per session: the same key on two sessions runs both requests", async () => {

@@ -6,10 +6,10 @@
  * a non-retryable `overloaded`). Against a real server process, with faults injected into fetch.
  */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Schema } from "effect"
 import { Brain, BrainClient, BrainError, type Fetch, Overloaded, tool } from "../../src/sdk/index.js"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import { sharedServer } from "../support/server.js"
 import { asGlobalFetch, FaultyFetch, isPost } from "./faults.js"
 import { jsonAnswer } from "./support.js"
 
@@ -17,19 +17,12 @@ const registrations = isPost("/v1/hosts")
 const full = () => jsonAnswer(503, { code: "overloaded", message: "this server keeps at most 4096 host registrations (MAX_HOSTS)", retryable: false })
 
 describe("host registration is never sent twice once it may have reached the server", () => {
-  let server: ServerProcess
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-  }, 120_000)
-  afterAll(async () => {
-    await server?.dispose()
-  })
+  const server = sharedServer()
 
   const register = (fetch: Fetch) =>
     Effect.runPromise(Effect.provide(
       Effect.either(Effect.flatMap(BrainClient, (client) => client.hosts.register())),
-      Layer.merge(BrainClient.layerFetch({ baseUrl: server.baseUrl }), Layer.succeed(FetchHttpClient.Fetch, asGlobalFetch(fetch)))
+      Layer.merge(BrainClient.layerFetch({ baseUrl: server().baseUrl }), Layer.succeed(FetchHttpClient.Fetch, asGlobalFetch(fetch)))
     ))
 
   it("a registration whose answer was lost fails with network_error after one request: a retry would register another host", async () => {
@@ -57,7 +50,7 @@ describe("host registration is never sent twice once it may have reached the ser
 
   it("a create with host tools whose registration answer was lost rejects after one registration request", async () => {
     const faulty = new FaultyFetch().inject(registrations, { kind: "lose-answer" })
-    const client = new Brain({ baseUrl: server.baseUrl, fetch: faulty.fetch })
+    const client = new Brain({ baseUrl: server().baseUrl, fetch: faulty.fetch })
     try {
       const echo = tool({ name: "echo", input: Schema.Struct({}), run: () => "echo" })
       const refused = await client.sessions.create({ model: { provider: "scripted" }, tools: [echo] }).catch((e) => e)
@@ -71,7 +64,7 @@ describe("host registration is never sent twice once it may have reached the ser
 
   it("an overloaded answer with retryable: false is final for every call: a send is not sent again", async () => {
     const faulty = new FaultyFetch()
-    const client = new Brain({ baseUrl: server.baseUrl, fetch: faulty.fetch })
+    const client = new Brain({ baseUrl: server().baseUrl, fetch: faulty.fetch })
     try {
       const session = await client.sessions.create({ model: { provider: "scripted" } })
       faulty.inject(isPost("/messages"), {

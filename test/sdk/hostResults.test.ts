@@ -8,26 +8,19 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { Schema } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import { Brain, type Event, tool } from "../../src/sdk/index.js"
-import { ensureBuilt, ROOT, type ServerProcess, startServer } from "../support/server.js"
+import { ROOT, sharedServer } from "../support/server.js"
 import { history, HostFetch } from "./support.js"
 
 const kindOf = (events: ReadonlyArray<Event>, kind: string) => events.filter((e) => e.kind === kind)
 
 describe("host tool results the server refuses", () => {
-  let server: ServerProcess
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer()
-  }, 120_000)
-  afterAll(async () => {
-    await server?.dispose()
-  })
+  const server = sharedServer()
 
   it("an error result too large for the server is answered once more, bounded, keeping its code and saying it was cut, so the call ends at once instead of timing out", async () => {
     const recording = new HostFetch()
-    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const client = new Brain({ baseUrl: server().baseUrl, fetch: recording.fetch })
     const huge = `${"the disk is full; ".repeat(8)}${"x".repeat(5 * 1024 * 1024)}`
     let runs = 0
     const boom = tool({

@@ -10,6 +10,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { afterAll, beforeAll } from "@effect/vitest"
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 export const FIXTURE = path.join(ROOT, "test/fixtures/server.mjs")
@@ -210,6 +211,26 @@ export class ServerProcess {
 }
 
 export const startServer = (options: ServerOptions = {}) => new ServerProcess(options).start()
+
+/**
+ * One real server for the tests of a describe block: the build checked and the server started
+ * before them, disposed after. Call it at the block's top; read the server inside a test
+ * (`server().baseUrl`), once the block has started.
+ */
+export const sharedServer = (options: ServerOptions = {}): (() => ServerProcess) => {
+  let server: ServerProcess | undefined
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer(options)
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+  return () => {
+    if (server === undefined) throw new Error("the shared server is read before its block started")
+    return server
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // HTTP helpers
