@@ -140,8 +140,8 @@ export const streamError = (error: unknown, begun = true): ModelFailed => {
 type Block =
   | { readonly kind: "text" }
   | { readonly kind: "ignored" }
-  | { readonly kind: "thinking"; readonly index: number; thinking: string; signature: string }
-  | { readonly kind: "redacted_thinking"; readonly index: number; readonly data: string }
+  | { readonly kind: "thinking"; thinking: string; signature: string }
+  | { readonly kind: "redacted_thinking"; readonly data: string }
   | {
     readonly kind: "tool"
     readonly call: number
@@ -152,9 +152,9 @@ type Block =
     input?: unknown
   }
 
-/** The thinking blocks as content parts, in the order of their blocks, as Anthropic wants them back. */
+/** The thinking blocks as content parts, in the order they came (as the tool calls are), as Anthropic wants them back. */
 const reasoningParts = (blocks: ReadonlyArray<Extract<Block, { kind: "thinking" | "redacted_thinking" }>>) =>
-  [...blocks].sort((a, b) => a.index - b.index).map((b) =>
+  blocks.map((b) =>
     b.kind === "thinking"
       ? { type: "thinking", thinking: b.thinking, signature: b.signature }
       : { type: "redacted_thinking", data: b.data }
@@ -235,13 +235,13 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
       begun = true
       onDelta({ type: "tool_call", index: block.call, id: block.id, name: block.name, input_delta: "" })
     } else if (start.type === "thinking") {
-      const block = { kind: "thinking" as const, index: event.index, thinking: start.thinking ?? "", signature: start.signature ?? "" }
+      const block = { kind: "thinking" as const, thinking: start.thinking ?? "", signature: start.signature ?? "" }
       blocks.set(event.index, block)
       reasoning.push(block)
       begun = true
     } else if (start.type === "redacted_thinking") {
       if (start.data === undefined) return badResponse(`a redacted_thinking block without its data`)
-      const block = { kind: "redacted_thinking" as const, index: event.index, data: start.data }
+      const block = { kind: "redacted_thinking" as const, data: start.data }
       blocks.set(event.index, block)
       reasoning.push(block)
       begun = true
