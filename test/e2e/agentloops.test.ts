@@ -3,61 +3,54 @@
  * ABI, bounded in size one by one and in total, listed, and removed only when no session uses
  * them; a session naming one that cannot run is refused at create.
  */
-import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { ensureBuilt, request, ROOT, type ServerProcess, startServer } from "../support/server.js"
+import { request, ROOT, sharedServer } from "../support/server.js"
 import { TWIN_FORMAT } from "../../src/layers/wasm/TwinExports.js"
 import { echoing, helloLoop, padded, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
 
 describe("uploaded modules", () => {
-  let server: ServerProcess
-  beforeAll(async () => {
-    ensureBuilt()
-    server = await startServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "100000", BRAIN_MAX_WASM_STORE_BYTES: "150000" } })
-  }, 120_000)
-  afterAll(async () => {
-    await server?.dispose()
-  })
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "100000", BRAIN_MAX_WASM_STORE_BYTES: "150000" } })
 
   it("are listed, refused removal while a session uses them, and removed once none does — their kept twin with them; then a session cannot name them", async () => {
     const loop = await helloLoop()
-    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(loop))
+    const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(loop))
     expect(admitted.status).toBe(201)
     const id = admitted.body.id
     // Its instrumented twin is made after admission and kept for later starts (wasm/InlineModules.ts).
-    const twin = path.join(server.dataDir, "agentloops", "twins", `${id}.v${TWIN_FORMAT}.wasm`)
+    const twin = path.join(server().dataDir, "agentloops", "twins", `${id}.v${TWIN_FORMAT}.wasm`)
     for (let i = 0; i < 500 && !fs.existsSync(twin); i++) await new Promise((r) => setTimeout(r, 20))
     expect(fs.existsSync(twin), "the twin is kept").toBe(true)
-    const listed = await request(server.baseUrl, "/v1/agentloops")
+    const listed = await request(server().baseUrl, "/v1/agentloops")
     expect(listed.body.agentloops).toEqual([{ id, bytes: loop.length, loop: true, tool: false }])
 
-    const session = (await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })).body.session_id
-    const inUse = await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })
+    const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })).body.session_id
+    const inUse = await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })
     expect(inUse.status).toBe(409)
     expect(inUse.body.message).toContain(session)
 
-    await request(server.baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
-    expect((await request(server.baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
-    expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(204)
+    await request(server().baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
+    expect((await request(server().baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
+    expect((await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(204)
     expect(fs.existsSync(twin), "the twin goes with the module").toBe(false)
-    expect((await request(server.baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(404)
-    expect((await request(server.baseUrl, "/v1/agentloops")).body.agentloops).toEqual([])
-    const refused = await request(server.baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })
+    expect((await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(404)
+    expect((await request(server().baseUrl, "/v1/agentloops")).body.agentloops).toEqual([])
+    const refused = await request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })
     expect(refused.status).toBe(400)
-    expect((await request(server.baseUrl, `/v1/agentloops/${"x".repeat(64)}`, { method: "DELETE" })).status).toBe(400)
+    expect((await request(server().baseUrl, `/v1/agentloops/${"x".repeat(64)}`, { method: "DELETE" })).status).toBe(400)
   })
 
   it("a loop exporting brain_events_from_end is given its Events from the previous activation's end on; one without it, from the previous activation's start on", async () => {
     const kindsSeen = async (bytes: Uint8Array) => {
-      const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(bytes))
+      const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
       expect(admitted.status).toBe(201)
-      const session = (await request(server.baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
-      const first = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
+      const first = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
       expect(first.body.turn.status).toBe("ended")
-      const second = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "two" } } })
+      const second = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "two" } } })
       expect(second.body.turn.status).toBe("ended")
       return (second.body.turn.result.events as ReadonlyArray<{ kind: string }>).map((e) => e.kind)
     }
@@ -78,11 +71,11 @@ describe("uploaded modules", () => {
 
   it("the example Wasm tool, uploaded and named in a brain Environment, answers each call of two parallel rounds with its input, and the model sees every result", async () => {
     const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm")))
-    const admitted = await request(server.baseUrl, "/v1/agentloops", wasm(bytes))
+    const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
     expect(admitted.status, admitted.text).toBe(201)
     expect(admitted.body).toMatchObject({ loop: false, tool: true })
     const round = (r: number) => ({ tool_calls: [0, 1, 2].map((i) => ({ name: "echo", input: { round: r, i, text: `é${i}` } })) })
-    const created = await request(server.baseUrl, "/v1/sessions", {
+    const created = await request(server().baseUrl, "/v1/sessions", {
       json: {
         model: { provider: "scripted", replies: [round(1), round(2), { text: "done" }] },
         environments: [{ name: "wasm", driver: "brain" }],
@@ -91,10 +84,10 @@ describe("uploaded modules", () => {
     })
     expect(created.status, created.text).toBe(201)
     const session = created.body.session_id
-    const sent = await request(server.baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "go" } } })
+    const sent = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "go" } } })
     expect(sent.status, sent.text).toBe(200)
     expect(sent.body.turn.status).toBe("ended")
-    const transcript = (await request(server.baseUrl, `/v1/sessions/${session}/transcript`)).body.messages as ReadonlyArray<any>
+    const transcript = (await request(server().baseUrl, `/v1/sessions/${session}/transcript`)).body.messages as ReadonlyArray<any>
     const calls = transcript.flatMap((m) => m.tool_calls ?? [])
     const results = transcript.filter((m) => m.role === "tool")
     expect(calls).toHaveLength(6)
@@ -105,18 +98,18 @@ describe("uploaded modules", () => {
       expect(JSON.parse(typeof result.content === "string" ? result.content : JSON.stringify(result.content))).toEqual(call.input)
     }
     expect(transcript[transcript.length - 1]).toMatchObject({ role: "assistant", content: "done" })
-    const kinds = (await request(server.baseUrl, `/v1/sessions/${session}/events`)).body.events.map((e: { kind: string }) => e.kind)
+    const kinds = (await request(server().baseUrl, `/v1/sessions/${session}/events`)).body.events.map((e: { kind: string }) => e.kind)
     expect(kinds.filter((k: string) => k === "tool_call_started")).toHaveLength(6)
     expect(kinds.filter((k: string) => k === "tool_call_ended")).toHaveLength(6)
   })
 
   it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409", async () => {
     const loop = await helloLoop()
-    const tooBig = await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 120_000)))
+    const tooBig = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 120_000)))
     expect(tooBig.status).toBe(400)
     expect(tooBig.body.message).toContain("BRAIN_MAX_WASM_MODULE_BYTES")
-    expect((await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 90_000)))).status).toBe(201)
-    const full = await request(server.baseUrl, "/v1/agentloops", wasm(padded(loop, 80_000)))
+    expect((await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 90_000)))).status).toBe(201)
+    const full = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 80_000)))
     expect(full.status).toBe(409)
     expect(full.body.message).toContain("BRAIN_MAX_WASM_STORE_BYTES")
   })
