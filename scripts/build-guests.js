@@ -30,10 +30,11 @@ export const ASC_FLAGS = [
   // Brain gives every activation a fresh memory, which WebAssembly zero-fills: zero bytes need no data segment.
   "--zeroFilledMemory",
   "--runtime", "stub",
-  // Four pages (256 KiB) at start: a turn of a conversation of a few dozen messages fits without
-  // growing, and a memory left at its initial size is handed to the next activation zeroed instead
-  // of a new one whose pages must all be mapped again (docs/abi.md, "Exports").
-  "--initialMemory", "4",
+  // Two pages (128 KiB) at start: a text turn, or two rounds of tool calls, fits without growing, and
+  // an instance whose memory is left at its initial size is put back for the next activation instead
+  // of a new one whose pages must all be mapped again; the put-back writes the whole initial size, so
+  // it is no larger than a usual turn needs (docs/agentloops.md, "Build").
+  "--initialMemory", "2",
   "--optimize",
   "--use", "abort=guest/brain/abi/brainAbort",
   "--noColors"

@@ -2,16 +2,55 @@
  * An Agentloop activation's input (docs/abi.md, "The entries"), read through named getters so a
  * loop does not spell the field names. A field Brain did not send reads as empty (an empty
  * transcript, no turn input), never as a trap.
+ *
+ * The input is checked whole when it is read, but each field is parsed only when a loop first asks
+ * for it: a loop pays for the fields it reads (the official loop never reads `configuration`,
+ * which carries every tool's schema), and `eventsOfKind` parses only the Events it asks for.
  */
-import { readInput } from "./abi"
-import { Json } from "./json"
+import { fail } from "./abi"
+import { Json, Members, parseBytes, parseElementsWhere, parseMembers } from "./json"
 
 export class Activation {
-  constructor(public json: Json) {}
+  private parsed: Array<Json | null>
+  private whole: Json | null = null
+
+  constructor(private members: Members) {
+    this.parsed = new Array<Json | null>(members.keys.length)
+  }
+
+  /** The whole input as one JSON object (every field parsed). */
+  get json(): Json {
+    let whole = this.whole
+    if (whole === null) {
+      whole = Json.object()
+      for (let i = 0; i < this.members.keys.length; i++) whole.set(this.members.keys[i], this.at(i))
+      this.whole = whole
+    }
+    return whole
+  }
+
+  /** The field `name`, parsed on first use; null when the input has none. */
+  field(name: string): Json | null {
+    const i = this.members.find(name)
+    return i < 0 ? null : this.at(i)
+  }
+
+  private at(i: i32): Json {
+    let v = this.parsed[i]
+    if (v === null) {
+      const start = this.members.starts[i]
+      const parsed = parseBytes(start, this.members.ends[i] - start)
+      // The input was checked whole when it was read: a field that does not parse now is a bug here.
+      if (!parsed.ok) fail("the input's " + this.members.keys[i] + " does not parse: " + parsed.error)
+      v = parsed.value!
+      this.parsed[i] = v
+    }
+    return v
+  }
 
   /** The turn input `{"message", "media"?}`, or null when this activation has none. */
   get input(): Json | null {
-    return present(this.json.get("input"))
+    return present(this.field("input"))
   }
 
   /** The user's message, or null when this activation has no turn input. */
@@ -25,19 +64,19 @@ export class Activation {
    * that reads the tail (`brain_transcript_tail`) those from `transcriptStart` on.
    */
   get transcript(): Json {
-    const v = present(this.json.get("transcript"))
+    const v = present(this.field("transcript"))
     return v !== null && v.isArray() ? v : Json.array()
   }
 
   /** The index of `transcript`'s first message in the saved transcript (0 when it is all of it). */
   get transcriptStart(): i32 {
-    const v = present(this.json.get("transcript_start"))
+    const v = present(this.field("transcript_start"))
     return v !== null && v.isNumber() ? <i32>v.asI64() : 0
   }
 
   /** The session's configuration (`agentloop`, `model`, `system`, `tools`, …). */
   get configuration(): Json {
-    const v = present(this.json.get("configuration"))
+    const v = present(this.field("configuration"))
     return v !== null && v.isObject() ? v : Json.object()
   }
 
@@ -46,13 +85,28 @@ export class Activation {
    * `brain_events_from_end`): an array of `{session_id, sequence, recorded_at_ms, kind, data, origin}`.
    */
   get events(): Json {
-    const v = present(this.json.get("events"))
+    const v = present(this.field("events"))
     return v !== null && v.isArray() ? v : Json.array()
+  }
+
+  /**
+   * The Events of one kind among `events`, in order: only those are parsed, the others skipped
+   * where they lie. Cheaper than `events` when a loop looks for a few (the official loop reads
+   * only `turn_failed`).
+   */
+  eventsOfKind(kind: string): Json {
+    const i = this.members.find("events")
+    if (i < 0) return Json.array()
+    const parsed = this.parsed[i]
+    if (parsed !== null) return ofKind(parsed, kind)
+    const start = this.members.starts[i]
+    const found = parseElementsWhere(start, this.members.ends[i] - start, "kind", kind)
+    return found === null ? Json.array() : found
   }
 
   /** `{session_id, turn, activation, now_ms, seed}`. */
   get runtime(): Json {
-    const v = present(this.json.get("runtime"))
+    const v = present(this.field("runtime"))
     return v !== null && v.isObject() ? v : Json.object()
   }
 
@@ -69,17 +123,31 @@ export class Activation {
 
 /** Reads `brain_run`'s input. */
 export function readActivation(ptr: usize, len: usize): Activation {
-  const json = readInput(ptr, len)
-  if (!json.isObject()) {
+  const members = parseMembers(ptr, len)
+  if (members.error == "not a JSON object") {
     // Brain always sends an object; anything else is ABI misuse.
     throw new Error("the activation input is not a JSON object")
   }
-  return new Activation(json)
+  if (members.error.length > 0) fail("the input is not JSON: " + members.error + " at byte " + members.offset.toString())
+  return new Activation(members)
 }
 
 /** `{"role": role, "content": content}`: a transcript message with text content. */
 export function message(role: string, content: string): Json {
   return Json.object().set("role", Json.string(role)).set("content", Json.string(content))
+}
+
+/** The elements of `events` (an array, or anything) that are objects whose `kind` is the string `kind`. */
+function ofKind(events: Json, kind: string): Json {
+  const out = Json.array()
+  if (!events.isArray()) return out
+  for (let i = 0; i < events.length; i++) {
+    const e = events.at(i)
+    if (!e.isObject()) continue
+    const k = e.get("kind")
+    if (k !== null && k.isString() && k.asString() == kind) out.push(e)
+  }
+  return out
 }
 
 function present(v: Json | null): Json | null {

@@ -4,7 +4,7 @@
  * error (`{"error": {"code": "parse", "message": "<error> at byte <n>"}}`); the `probe_*` exports
  * reach the pieces a loop uses directly.
  */
-import { fail, Json, parse, parseBytes, returnError, returnOk, stringify, Utf8Writer, writeString } from "../brain"
+import { fail, Json, parse, parseBytes, parseElementsWhere, parseMembers, readActivation, returnError, returnOk, stringify, Utf8Writer, writeString } from "../brain"
 
 export { brain_abi_v1, brain_alloc } from "../brain"
 
@@ -84,4 +84,47 @@ export function probe_misuse(which: i32): u64 {
   // A long message with a lone surrogate: cut on a character boundary, still UTF-8.
   fail("\ud800 " + "😀".repeat(2000))
   return 0
+}
+
+/**
+ * The input read as an object's members, each parsed from its own range: the object written back
+ * (`{"ok": object}`), or the error as `brain_run` answers it.
+ */
+export function probe_members(ptr: usize, len: usize): u64 {
+  const members = parseMembers(ptr, len)
+  if (members.error.length > 0) return returnError("parse", members.error + " at byte " + members.offset.toString())
+  const out = Json.object()
+  for (let i = 0; i < members.keys.length; i++) {
+    const start = members.starts[i]
+    out.set(members.keys[i], parseBytes(start, members.ends[i] - start).value!)
+  }
+  return returnOk(out)
+}
+
+/**
+ * The input `{"array": [...], "key": k, "value": v}`: the elements of `array` whose member `k` is
+ * the string `v`, found by `parseElementsWhere` (`{"ok": [...]}`), or `{"ok": null}` when `array`
+ * is not an array.
+ */
+export function probe_where(ptr: usize, len: usize): u64 {
+  const members = parseMembers(ptr, len)
+  const at = members.find("array")
+  const key = parseBytes(members.starts[members.find("key")], members.ends[members.find("key")] - members.starts[members.find("key")]).value!.asString()
+  const value = parseBytes(members.starts[members.find("value")], members.ends[members.find("value")] - members.starts[members.find("value")]).value!.asString()
+  const found = parseElementsWhere(members.starts[at], members.ends[at] - members.starts[at], key, value)
+  return returnOk(found === null ? Json.null() : found)
+}
+
+/**
+ * An activation's input read through `readActivation`, as a loop reads it: `{"json": the whole
+ * input, "events": eventsOfKind(kind)}` for the `kind` named by the input's `probe_kind`, the
+ * Events read first when `probe_events_first` is true.
+ */
+export function probe_activation(ptr: usize, len: usize): u64 {
+  const activation = readActivation(ptr, len)
+  const kind = activation.field("probe_kind")!.asString()
+  const first = activation.field("probe_events_first")
+  if (first !== null && first.isBool() && first.asBool()) activation.events
+  const events = activation.eventsOfKind(kind)
+  return returnOk(Json.object().set("json", activation.json).set("events", events).set("all", activation.events))
 }

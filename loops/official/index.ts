@@ -35,14 +35,19 @@ import { interruptionNote, repairTranscript, setAssistantContent, setPresent, to
 // so it takes them from the previous activation's end on ("The input's Events"), not each step.
 export { brain_abi_v1, brain_alloc, brain_events_from_end, brain_transcript_tail } from "../../guest/brain"
 
+// Of the saved messages it needs only those its repair may touch, which the tail always reaches
+// back to (the first tool call no tool message answers, and everything after it): none of the
+// last ones beyond them. Every message given is one Brain encodes and this loop parses for nothing.
+export const brain_transcript_tail_length: i32 = 0
+
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
   const transcript = new Transcript(activation.transcript, activation.transcriptStart)
   // The repair keeps the saved messages' values: the delta keeps all of them up to its first insertion.
   transcript.replace(repairTranscript(activation.transcript))
-  const note = interruptionNote(activation.events)
+  const note = interruptionNote(activation.eventsOfKind("turn_failed"))
   if (note !== null) transcript.push(message("system", note))
-  const input = activation.json.get("input")
+  const input = activation.input
   if (truthy(input)) {
     const user = Json.object().set("role", Json.string("user"))
     setPresent(user, "content", input!.isObject() ? input!.get("message") : null)

@@ -1,6 +1,7 @@
 /**
  * The part of a saved transcript an activation of a loop that reads the tail is given
- * (docs/abi.md, "The transcript's tail"): its last TRANSCRIPT_TAIL messages, reaching further back
+ * (docs/abi.md, "The transcript's tail"): its last TRANSCRIPT_TAIL messages (or as many as the loop
+ * asks for with `brain_transcript_tail_length`, none included), reaching further back
  * to the first assistant message with a tool call that no later tool message answers, so that a
  * loop repairing what an interruption left sees every such call with what follows it.
  *
@@ -63,30 +64,41 @@ export const unansweredOf = (messages: ReadonlyArray<Message>): UnansweredCalls 
 
 /**
  * The index of the tail's first message in a transcript of `length` messages whose unanswered
- * calls are `calls`: `length - TRANSCRIPT_TAIL` (0 for a shorter transcript), or the first
+ * calls are `calls`: `length - messages` (0 for a shorter transcript), or the first
  * assistant message with an unanswered tool call if that comes earlier. A call is answered by a
  * tool message with its id anywhere after it (as the official loop's repair has it), so a call in
  * the tail is answered, or not, by messages in the tail.
  */
-export const tailStart = (length: number, calls: UnansweredCalls): number => {
-  const start = Math.max(0, length - TRANSCRIPT_TAIL)
+export const tailStart = (length: number, calls: UnansweredCalls, messages: number = TRANSCRIPT_TAIL): number => {
+  const start = Math.max(0, length - messages)
   const first = calls.length > 0 ? calls[0]!.index : start
   return first < start ? first : start
 }
 
 /** The tail's start of `messages`, by a scan (what `tailStart` gives from calls kept up to date). */
-export const transcriptTailStart = (messages: ReadonlyArray<Message>): number =>
-  messages.length <= TRANSCRIPT_TAIL ? 0 : tailStart(messages.length, unansweredOf(messages))
+export const transcriptTailStart = (messages: ReadonlyArray<Message>, last: number = TRANSCRIPT_TAIL): number =>
+  messages.length <= last ? 0 : tailStart(messages.length, unansweredOf(messages), last)
 
 /**
- * An activation input as a loop that reads the tail is given it: `transcript` from
- * `transcript_start` on. `calls`: the transcript's unanswered calls when the caller keeps them
- * (the session's state does); scanned for otherwise.
+ * The tail of `transcript` a loop that reads the tail is given, and where it starts. `calls`: the
+ * transcript's unanswered calls when the caller keeps them (the session's state does); scanned
+ * for otherwise. `messages`: the last messages it holds at least.
  */
+export const transcriptTail = (
+  transcript: ReadonlyArray<Message>,
+  calls?: UnansweredCalls,
+  messages: number = TRANSCRIPT_TAIL
+): { readonly transcript: ReadonlyArray<Message>; readonly transcript_start: number } => {
+  const start = calls !== undefined ? tailStart(transcript.length, calls, messages) : transcriptTailStart(transcript, messages)
+  return { transcript: start === 0 ? transcript : transcript.slice(start), transcript_start: start }
+}
+
+/** An activation input as a loop that reads the tail is given it: `transcript` from `transcript_start` on. */
 export const withTranscriptTail = <I extends { readonly transcript: ReadonlyArray<Message> }>(
   input: I,
-  calls?: UnansweredCalls
-): Omit<I, "transcript"> & { readonly transcript: ReadonlyArray<Message>; readonly transcript_start: number } => {
-  const start = calls !== undefined ? tailStart(input.transcript.length, calls) : transcriptTailStart(input.transcript)
-  return { ...input, transcript: start === 0 ? input.transcript : input.transcript.slice(start), transcript_start: start }
-}
+  calls?: UnansweredCalls,
+  messages: number = TRANSCRIPT_TAIL
+): Omit<I, "transcript"> & { readonly transcript: ReadonlyArray<Message>; readonly transcript_start: number } => ({
+  ...input,
+  ...transcriptTail(input.transcript, calls, messages)
+})

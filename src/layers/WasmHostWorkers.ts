@@ -22,10 +22,10 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
-import { withTranscriptTail } from "../domain/TranscriptTail.js"
+import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { WasmHost, type WasmHostShape } from "../services/WasmHost.js"
+import { type AdmittedModule, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
 import { type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
@@ -87,9 +87,21 @@ const readOutput = (text: string): Output | undefined => {
  * A loop's input as its guest reads it (docs/abi.md): the activation's input without the state's
  * own bookkeeping, and for a loop that reads the tail, the tail and where it starts.
  */
-const guestInput = (input: ActivationInput, tail: boolean) => {
-  const { unanswered, ...guest } = input
-  return tail ? withTranscriptTail(guest, unanswered) : guest
+const guestInput = (input: ActivationInput, module: AdmittedModule) => {
+  // Each field named: an object rest and spread here cost more than the rest of this. `satisfies`
+  // keeps the list whole.
+  if (!module.tail) {
+    return { input: input.input, transcript: input.transcript, configuration: input.configuration, events: input.events, runtime: input.runtime } satisfies Record<Exclude<keyof ActivationInput, "unanswered">, unknown>
+  }
+  const tail = transcriptTail(input.transcript, input.unanswered, module.tailMessages)
+  return {
+    input: input.input,
+    transcript: tail.transcript,
+    transcript_start: tail.transcript_start,
+    configuration: input.configuration,
+    events: input.events,
+    runtime: input.runtime
+  } satisfies Record<Exclude<keyof ActivationInput, "unanswered"> | "transcript_start", unknown>
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
@@ -162,7 +174,7 @@ export const make = (options: WasmHostOptions) =>
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(guestInput(input, module.tail)), perform: services }).pipe(
+        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(guestInput(input, module)), perform: services }).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)

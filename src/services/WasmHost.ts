@@ -36,6 +36,11 @@ export interface AdmittedModule {
    * transcript's tail and `transcript_start`, not the whole transcript (docs/abi.md).
    */
   readonly tail: boolean
+  /**
+   * How many of the last messages that tail holds at least (it reaches further back to the first
+   * unanswered tool call): TRANSCRIPT_TAIL, or what the loop's `brain_transcript_tail_length` global says.
+   */
+  readonly tailMessages: number
   /** A loop that exports the `brain_events_from_end` global: its input Events start at its predecessor's end (docs/abi.md). */
   readonly eventsFromEnd: boolean
   readonly bytes: number

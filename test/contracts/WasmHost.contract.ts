@@ -417,6 +417,21 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect(result).toEqual(Either.right(expect.objectContaining({ transcript: JSON.parse(JSON.stringify(long.slice(5))), transcript_start: 5 })))
         }))
 
+      it.scopedLive("a loop exporting brain_transcript_tail_length n is given the last n messages (none for 0), still reaching back to an unanswered tool call", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const long = conversation(40)
+          const lasting = (n: number) => echoing("brain_run", undefined, { tail: true, tailLength: `i32 (i32.const ${n})` })
+          for (const n of [0, 3, 40, 100]) {
+            const { result } = yield* runLoop(host, yield* admitted(host, lasting(n)), {}, input(4, long))
+            const start = Math.max(0, 40 - n)
+            expect(result, `n = ${n}`).toEqual(Either.right(JSON.parse(JSON.stringify({ ...input(4, long), transcript: long.slice(start), transcript_start: start }))))
+          }
+          long[30] = { role: "assistant", content: "", tool_calls: [{ id: "open", name: "echo", input: {} }] }
+          const open = yield* runLoop(host, yield* admitted(host, lasting(0)), {}, input(4, long))
+          expect(open.result).toEqual(Either.right(expect.objectContaining({ transcript: JSON.parse(JSON.stringify(long.slice(30))), transcript_start: 30 })))
+        }))
+
       it.scopedLive("the transcript host call answers the saved messages from `from` up to `to`, and refuses a range outside them (invalid_request)", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()

@@ -14,6 +14,7 @@ import {
   transcriptTailStart,
   unansweredAfter,
   unansweredOf,
+  transcriptTail,
   withTranscriptTail
 } from "../../src/domain/TranscriptTail.js"
 
@@ -52,6 +53,20 @@ describe("the transcript's tail", () => {
         const open = openRounds(messages)
         const last = Math.max(0, messages.length - TRANSCRIPT_TAIL)
         expect(start).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("a loop asking for n last messages (brain_transcript_tail_length) gets them, never fewer, and still every message from the first unanswered call on; kept calls and a scan agree", () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 60 }), fc.nat({ max: 70 }), (messages, n) => {
+        const open = openRounds(messages)
+        const last = Math.max(0, messages.length - n)
+        const expected = open.length > 0 ? Math.min(open[0]!, last) : last
+        expect(transcriptTailStart(messages, n)).toBe(expected)
+        expect(tailStart(messages.length, unansweredOf(messages), n)).toBe(expected)
+        expect(transcriptTail(messages, unansweredOf(messages), n)).toEqual({ transcript: messages.slice(expected), transcript_start: expected })
       }),
       { numRuns: 500 }
     )

@@ -205,6 +205,88 @@ describe("guest JSON", () => {
     )
   })
 
+  /** The input through `probe_members`: its members, each parsed from its own range, or the error as `brain_run` gives it. */
+  const members = (text: string | Uint8Array): { ok?: string; error?: string } => {
+    const i = live()
+    const [ptr, len] = i.place(text)
+    const output = i.result(() => i.exports.probe_members(ptr, len)).output!
+    if (output.startsWith(`{"ok":`)) return { ok: output.slice(6, -1) }
+    return { error: JSON.parse(output).error.message }
+  }
+
+  it("an object read as members, each left unparsed until asked for, is checked as the whole parse checks it: the same values, and the same error at the same byte", () => {
+    // Every malformed case, top level and as a member's value (its offset moved by the key's bytes).
+    for (const [what, text, error] of malformed) {
+      expect(members(text), what).toEqual(roundTrip(text).error === undefined ? { error: expect.stringMatching(/^not a JSON object/) } : { error })
+      const inside = typeof text === "string" ? `{"k":${text}}` : Uint8Array.from([...Buffer.from(`{"k":`), ...text, 0x7d])
+      expect(members(inside), `${what}, as a member`).toEqual(roundTrip(inside))
+    }
+    expect(members(`{"a":1,"b":{"c":[2]},"a":3}`)).toEqual({ ok: `{"a":3,"b":{"c":[2]}}` })
+    expect(members(`[1]`).error).toBe("not a JSON object at byte 3")
+    fc.assert(
+      fc.property(fc.dictionary(fc.string(), fc.unicodeJsonValue()), (v) => {
+        const text = JSON.stringify(v)
+        expect(members(text)).toEqual({ ok: text })
+      }),
+      { numRuns: 300 }
+    )
+    const alphabet = fc.constantFrom(...`{}[],:"\\ 0123456789.eE+-truefalsn\u00e9`.split(""))
+    fc.assert(
+      fc.property(fc.array(alphabet, { maxLength: 24 }).map((a) => `{"x":${a.join("")}}`), (text) => {
+        const whole = roundTrip(text)
+        expect(members(text)).toEqual(whole.error !== undefined ? whole : { ok: whole.ok })
+      }),
+      { numRuns: 2000 }
+    )
+  })
+
+  it("the elements of an array whose member has a given string value are those JSON.parse finds, parsed the same; the others are only skipped", () => {
+    const where = (array: string, key: string, value: string): unknown => {
+      const i = live()
+      const [ptr, len] = i.place(`{"array":${array},"key":${JSON.stringify(key)},"value":${JSON.stringify(value)}}`)
+      return JSON.parse(i.result(() => i.exports.probe_where(ptr, len)).output!).ok
+    }
+    const kinds = fc.constantFrom("turn_failed", "turn_ended", "t\u00fcrn", "turn_failed\n", "")
+    const element = fc.oneof(
+      fc.record({ kind: kinds, data: fc.unicodeJsonValue() }, { requiredKeys: [] }),
+      fc.record({ data: fc.unicodeJsonValue(), kind: fc.oneof(kinds, fc.integer()) }, { requiredKeys: ["kind"] }),
+      fc.unicodeJsonValue()
+    )
+    fc.assert(
+      fc.property(fc.array(element, { maxLength: 8 }), kinds, (array, kind) => {
+        const text = JSON.stringify(array)
+        const expected = array.filter((e) => e !== null && typeof e === "object" && !Array.isArray(e) && (e as Record<string, unknown>).kind === kind)
+        expect(where(text, "kind", kind)).toEqual(expected)
+      }),
+      { numRuns: 500 }
+    )
+    // A key or value written with escapes is read the slow way, and a repeated key counts by its last value.
+    expect(where(String.raw`[{"kind":"ab"},{"kind":"ab","kind":"x"},{"kind":"x","kind":"ab"}]`, "kind", "ab")).toEqual([{ kind: "ab" }, { kind: "ab" }])
+    expect(where(`{"kind":"ab"}`, "kind", "ab")).toBeNull()
+    expect(where(`[ ]`, "kind", "ab")).toEqual([])
+  })
+
+  it("an activation read through readActivation gives every field as the whole parse would, and eventsOfKind the Events of that kind, before or after the Events are read", () => {
+    const activation = (input: unknown): { json: unknown; events: unknown; all: unknown } => {
+      const i = live()
+      const [ptr, len] = i.place(JSON.stringify(input))
+      const { output, failed } = i.result(() => i.exports.probe_activation(ptr, len))
+      if (failed !== undefined) throw new Error(failed)
+      return JSON.parse(output!).ok
+    }
+    const event = fc.record({ sequence: fc.nat(), kind: fc.constantFrom("turn_failed", "turn_ended", "activation_started"), data: fc.jsonValue() })
+    fc.assert(
+      fc.property(fc.array(event, { maxLength: 6 }), fc.jsonValue(), fc.boolean(), (events, configuration, first) => {
+        const input = { input: { message: "hi" }, transcript: [], configuration, events, runtime: { turn: 1 }, probe_kind: "turn_failed", probe_events_first: first }
+        const read = activation(input)
+        expect(read.json).toEqual(JSON.parse(JSON.stringify(input)))
+        expect(read.events).toEqual(JSON.parse(JSON.stringify(events.filter((e) => e.kind === "turn_failed"))))
+        expect(read.all).toEqual(JSON.parse(JSON.stringify(events)))
+      }),
+      { numRuns: 200 }
+    )
+  })
+
   it("Json.int writes JavaScript's digits for every i64", () => {
     const text = (x: bigint) => {
       const i = live()

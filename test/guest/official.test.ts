@@ -7,15 +7,23 @@
  * expanded to the whole transcript, the output's transcript as the last `set_transcript` (delta.ts)
  * — with the TypeScript loop's whole-transcript requests.
  */
+import * as fs from "node:fs"
+import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
 import fc from "fast-check"
 import { expandDeltas, outputSave, remembering } from "./delta.js"
-import { type Answerer, type GuestRun, type HostCall, runGuest, shippedGuest, Wasm } from "./harness.js"
+import { type Answerer, type GuestRun, type HostCall, ROOT, runGuest, shippedGuest, Wasm } from "./harness.js"
 import { runTypeScriptLoop } from "./reference.js"
 import type { Message } from "../../src/domain/Messages.js"
 import { withTranscriptTail } from "../../src/domain/TranscriptTail.js"
+import { admitModule } from "../../src/layers/wasm/Module.js"
 
 const official = shippedGuest("official")
+/** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
+const officialTail = Effect.runSync(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
+/** The input as Brain gives it to the official loop: the transcript's tail it asks for. */
+const tailOf = <I extends { readonly transcript: ReadonlyArray<Message> }>(input: I) => withTranscriptTail(input, undefined, officialTail.tailMessages)
 
 const activation = (fields: { message?: string | null; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
   input: fields.message === undefined ? { message: "hello", media: [] } : fields.message === null ? null : { message: fields.message },
@@ -81,7 +89,7 @@ const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answer
   const answerer = make()
   const host = remembering(answerer)
   // As Brain gives it to a loop that exports brain_transcript_tail: the transcript's tail.
-  const wasm = runGuest(official, JSON.stringify(withTranscriptTail({ ...input, transcript: (input.transcript ?? []) as ReadonlyArray<Message> })), host.answer)
+  const wasm = runGuest(official, JSON.stringify(tailOf({ ...input, transcript: (input.transcript ?? []) as ReadonlyArray<Message> })), host.answer)
   const ts = runTypeScriptLoop(input, make())
   expect(wasm.failed).toBeUndefined()
   if (wasm.output?.startsWith(`{"ok":`)) {
@@ -109,9 +117,9 @@ describe("the official loop, compiled", () => {
     ])
     const exports = Wasm.Module.exports(official.module).map((e) => e.name)
     expect(exports).toEqual(expect.arrayContaining(["brain_abi_v1", "brain_alloc", "brain_run", "brain_transcript_tail", "memory"]))
-    // The memory import declares the build's minimum (4 pages, scripts/build-guests.js) and no maximum: Brain sets the maximum.
+    // The memory import declares the build's minimum (2 pages, scripts/build-guests.js) and no maximum: Brain sets the maximum.
     expect(official.memory.maximum).toBeUndefined()
-    expect(official.memory.initial).toBe(4)
+    expect(official.memory.initial).toBe(2)
   })
 
   it("a plain answer: one model call, the transcript saved with the answer, {text} returned (exact bytes)", () => {
@@ -125,7 +133,7 @@ describe("the official loop, compiled", () => {
 
   it("a message of 8 MiB answered by a reply as large fits Brain's default guest memory of 128 MiB: each string is written with the room it needs, not three times it", () => {
     const big = "m".repeat(8 * 1024 * 1024)
-    const run = runGuest(official, JSON.stringify(withTranscriptTail({ ...activation({ message: big }), transcript: [] as ReadonlyArray<Message> })), script([{ text: `${big}!` }])())
+    const run = runGuest(official, JSON.stringify(tailOf({ ...activation({ message: big }), transcript: [] as ReadonlyArray<Message> })), script([{ text: `${big}!` }])())
     expect(run.failed).toBeUndefined()
     expect(run.memoryBytes).toBeLessThanOrEqual(128 * 1024 * 1024)
     const output = JSON.parse(run.output!)
@@ -198,6 +206,12 @@ describe("the official loop, compiled", () => {
     expect(whole.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":1,"append":[${user}]}}` })
   })
 
+  it("it asks Brain for the transcript's tail with none of the last messages (brain_transcript_tail_length 0): only what its repair may touch, which every test here gives it", () => {
+    expect([officialTail.tail, officialTail.tailMessages]).toEqual([true, 0])
+    const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` })) as Array<Message>
+    expect(tailOf({ transcript: talk })).toEqual({ transcript: [], transcript_start: 40 })
+  })
+
   it("given only the transcript's tail, it repairs and saves as the TypeScript loop does with the whole: an interrupted round at the end, and one far before the last messages", () => {
     const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` }))
     const round = { role: "assistant", content: "", tool_calls: [{ id: "x", name: "t", input: {} }, { id: "y", name: "t", input: {} }] }
@@ -205,7 +219,7 @@ describe("the official loop, compiled", () => {
     const atEnd = [...talk, round, answeredY]
     const early = [...talk.slice(0, 3), round, answeredY, ...talk.slice(3)]
     for (const transcript of [atEnd, early]) {
-      const start = withTranscriptTail({ transcript: transcript as Array<Message> }).transcript_start
+      const start = tailOf({ transcript: transcript as Array<Message> }).transcript_start
       const run = same(activation({ transcript }), script([{ text: "ok" }]))
       // The repair's insertion is where the saved transcript stops being kept.
       const keep = transcript.indexOf(answeredY) + 1

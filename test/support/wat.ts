@@ -35,6 +35,8 @@ export const guest = (
     readonly alloc?: boolean
     /** Exports `brain_transcript_tail`: a loop that reads the transcript's tail. */
     readonly tail?: boolean
+    /** Exports `brain_transcript_tail_length` with this WAT global type and initializer (`i32 (i32.const 3)`). */
+    readonly tailLength?: string
     /** Exports `brain_events_from_end`: a loop whose input Events start at the previous activation's end. */
     readonly eventsFromEnd?: boolean
   } = {}
@@ -46,6 +48,7 @@ export const guest = (
   ${options.ownMemory === true ? `(memory $mem ${options.memory ?? "1"})` : ""}
   ${options.marker === false ? "" : `(global (export "brain_abi_v1") i32 (i32.const 1))`}
   ${options.tail === true ? `(global (export "brain_transcript_tail") i32 (i32.const 1))` : ""}
+  ${options.tailLength !== undefined ? `(global (export "brain_transcript_tail_length") ${options.tailLength})` : ""}
   ${options.eventsFromEnd === true ? `(global (export "brain_events_from_end") i32 (i32.const 1))` : ""}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
@@ -96,7 +99,7 @@ export const calling = (op: string, request: string, entry: Entry = "brain_run",
 export const echoing = (
   entry: Entry = "brain_run",
   first?: { readonly op: string; readonly request: string },
-  options: { readonly tail?: boolean; readonly eventsFromEnd?: boolean } = {}
+  options: { readonly tail?: boolean; readonly tailLength?: string; readonly eventsFromEnd?: boolean } = {}
 ) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")

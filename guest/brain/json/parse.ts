@@ -40,6 +40,125 @@ export function parse(text: string): ParseResult {
 }
 
 /**
+ * The members of the JSON object in `len` bytes at `ptr`, each value left unparsed: its key and
+ * where its text starts and ends. The whole text is checked as `parseBytes` checks it (the same
+ * errors), so reading a member later (`parseBytes(start, end - start)`) cannot fail. A repeated
+ * key keeps its first position and its last value. Null (with `error`) for text that is not an
+ * object.
+ */
+export class Members {
+  keys: Array<string> = new Array<string>()
+  starts: Array<usize> = new Array<usize>()
+  ends: Array<usize> = new Array<usize>()
+  error: string = ""
+  offset: i32 = 0
+
+  /** The index of `key`'s member, or -1. */
+  find(key: string): i32 {
+    for (let i = 0; i < this.keys.length; i++) if (this.keys[i] == key) return i
+    return -1
+  }
+}
+
+export function parseMembers(ptr: usize, len: usize): Members {
+  const out = new Members()
+  const p = new Parser(ptr, ptr + len)
+  p.ws()
+  if (p.peek() != 0x7b) {
+    // Not an object: the error the full parse gives, or that it is not one.
+    if (p.skip(0)) {
+      p.ws()
+      if (p.pos < p.end) p.fail("unexpected text after the JSON value")
+      else p.fail("not a JSON object")
+    }
+  } else {
+    p.pos++
+    p.ws()
+    if (p.peek() == 0x7d) p.pos++
+    else {
+      while (true) {
+        if (p.peek() != 0x22) {
+          p.fail("expected a string key")
+          break
+        }
+        const key = p.string()
+        if (key === null) break
+        p.ws()
+        if (p.peek() != 0x3a) {
+          p.fail("expected ':'")
+          break
+        }
+        p.pos++
+        p.ws()
+        const start = p.pos
+        if (!p.skip(1)) break
+        const at = out.find(key)
+        if (at < 0) {
+          out.keys.push(key)
+          out.starts.push(start)
+          out.ends.push(p.pos)
+        } else {
+          out.starts[at] = start
+          out.ends[at] = p.pos
+        }
+        p.ws()
+        const b = p.peek()
+        p.pos++
+        if (b == 0x7d) break
+        if (b != 0x2c) {
+          p.pos--
+          p.fail("expected ',' or '}'")
+          break
+        }
+        p.ws()
+      }
+    }
+    if (p.error.length == 0) {
+      p.ws()
+      if (p.pos < p.end) p.fail("unexpected text after the JSON value")
+    }
+  }
+  if (p.error.length > 0) {
+    out.error = p.error
+    out.offset = <i32>(p.errorAt - ptr)
+  }
+  return out
+}
+
+/**
+ * The elements of the JSON array in `len` bytes at `ptr` (text `parseMembers` or `parseBytes` has
+ * already checked) whose member `key` is the string `value`, parsed; the others are only skipped.
+ * Elements that are not objects, or lack the member, are left out. Answers null when the text is
+ * not an array.
+ */
+export function parseElementsWhere(ptr: usize, len: usize, key: string, value: string): Json | null {
+  const p = new Parser(ptr, ptr + len)
+  p.ws()
+  if (p.peek() != 0x5b) return null
+  const out = Json.array()
+  p.pos++
+  p.ws()
+  if (p.peek() == 0x5d) return out
+  while (true) {
+    const start = p.pos
+    if (p.peek() != 0x7b) {
+      if (!p.skip(0)) return null
+    } else if (p.objectHas(key, value)) {
+      p.pos = start
+      const element = p.value(0)
+      if (element === null) return null
+      out.push(element)
+    }
+    p.ws()
+    const b = p.peek()
+    p.pos++
+    if (b == 0x5d) return out
+    if (b != 0x2c) return null
+    p.ws()
+  }
+}
+
+/**
  * UTF-16 code units of the string being decoded; reused, so decoding allocates only the result.
  * Allocated on first use (a library module must not allocate at the top level: abi.ts says why).
  */
@@ -69,14 +188,23 @@ class Parser {
     return null
   }
 
+  /** `fail` for the checks that answer whether they passed. */
+  failed(message: string): bool {
+    this.fail(message)
+    return false
+  }
+
   @inline peek(): u32 { return this.pos < this.end ? <u32>load<u8>(this.pos) : 0xffffffff }
 
   ws(): void {
-    while (this.pos < this.end) {
-      const b = load<u8>(this.pos)
-      if (b != 0x20 && b != 0x0a && b != 0x0d && b != 0x09) return
-      this.pos++
+    let at = this.pos
+    const end = this.end
+    while (at < end) {
+      const b = load<u8>(at)
+      if (b != 0x20 && b != 0x0a && b != 0x0d && b != 0x09) break
+      at++
     }
+    this.pos = at
   }
 
   value(depth: i32): Json | null {
@@ -161,16 +289,159 @@ class Parser {
     }
   }
 
+  /**
+   * Moves past one value, checking it exactly as `value` would, without building it: nothing is
+   * allocated. False (with the error set) where `value` would give an error.
+   */
+  skip(depth: i32): bool {
+    const b = this.peek()
+    if (b == 0x7b || b == 0x5b) { // { [
+      if (depth + 1 > MAX_DEPTH) return this.failed("nested deeper than " + MAX_DEPTH.toString())
+      const close: u32 = b == 0x7b ? 0x7d : 0x5d
+      this.pos++
+      this.ws()
+      if (this.peek() == close) {
+        this.pos++
+        return true
+      }
+      while (true) {
+        if (close == 0x7d) {
+          if (this.peek() != 0x22) return this.failed("expected a string key")
+          if (!this.skipString()) return false
+          this.ws()
+          if (this.peek() != 0x3a) return this.failed("expected ':'")
+          this.pos++
+          this.ws()
+        }
+        if (!this.skip(depth + 1)) return false
+        this.ws()
+        const c = this.peek()
+        this.pos++
+        if (c == close) return true
+        if (c != 0x2c) {
+          this.pos--
+          return this.failed(close == 0x7d ? "expected ',' or '}'" : "expected ',' or ']'")
+        }
+        this.ws()
+      }
+    }
+    if (b == 0x22) return this.skipString()
+    if (b == 0x2d || isDigit(b)) return this.scanNumber()
+    if (this.word("true") || this.word("false") || this.word("null")) return true
+    return this.failed(this.pos < this.end ? "unexpected character" : "unexpected end of input")
+  }
+
+  /**
+   * Whether the object at `pos` (text already checked) has the member `key` with the string value
+   * `value` (its last one, when the key repeats). Moves `pos` past the object.
+   */
+  objectHas(key: string, value: string): bool {
+    let found = false
+    this.pos++
+    this.ws()
+    if (this.peek() == 0x7d) {
+      this.pos++
+      return false
+    }
+    while (true) {
+      const isKey = this.stringEquals(key)
+      if (isKey < 0) return false // not reached: the text was checked
+      this.ws()
+      this.pos++ // :
+      this.ws()
+      if (isKey == 1) {
+        if (this.peek() == 0x22) {
+          const same = this.stringEquals(value)
+          if (same < 0) return false
+          found = same == 1
+        } else {
+          found = false
+          if (!this.skip(0)) return false
+        }
+      } else if (!this.skip(0)) return false
+      this.ws()
+      const b = this.peek()
+      this.pos++
+      if (b != 0x2c) return found
+      this.ws()
+    }
+  }
+
+  /**
+   * Whether the string at `pos` (its opening quote) is `want`, moving past it: 1 or 0, or -1 (with
+   * the error set) when it is malformed. Printable ASCII without escapes, the usual case, is
+   * compared byte by byte without building the string.
+   */
+  stringEquals(want: string): i32 {
+    const start = this.pos
+    const n = want.length
+    let at = start + 1
+    let i = 0
+    while (at < this.end) {
+      const b = <u32>load<u8>(at)
+      if (b == 0x22) {
+        this.pos = at + 1
+        return i == n ? 1 : 0
+      }
+      if (b == 0x5c || b - 0x20 >= 0x60) break
+      if (i >= n || <u32>want.charCodeAt(i) != b) {
+        this.pos = start
+        return this.skipString() ? 0 : -1
+      }
+      i++
+      at++
+    }
+    this.pos = start
+    const s = this.string()
+    if (s === null) return -1
+    return s == want ? 1 : 0
+  }
+
+  /** Moves past a string from its opening quote, checked as `string` checks it. */
+  skipString(): bool {
+    // Printable ASCII in a local, the rest (escapes, UTF-8, what is refused) through `pos`.
+    let at = this.pos + 1
+    const end = this.end
+    while (at < end) {
+      const b = <u32>load<u8>(at)
+      if (b == 0x22) {
+        this.pos = at + 1
+        return true
+      }
+      if (b - 0x20 < 0x60 && b != 0x5c) {
+        at++
+        continue
+      }
+      this.pos = at
+      if (b == 0x5c) {
+        if (this.escape() < 0) return false
+      } else if (b < 0x20) {
+        return this.failed("raw control character in a string")
+      } else if (this.utf8(b) < 0) {
+        return false
+      }
+      at = this.pos
+    }
+    this.pos = at
+    return this.failed("unterminated string")
+  }
+
   number(): Json | null {
     const start = this.pos
+    if (!this.scanNumber()) return null
+    return Json.numberText(String.UTF8.decodeUnsafe(start, this.pos - start))
+  }
+
+  /** Moves past a number, checked against the grammar; false (with the error set) when it breaks it. */
+  scanNumber(): bool {
     if (this.peek() == 0x2d) this.pos++
     const first = this.peek()
     if (first == 0x30) this.pos++
     else if (isDigit(first)) this.digits()
-    else return this.fail("expected a digit")
+    else return this.failed("expected a digit")
     if (this.peek() == 0x2e) { // .
       this.pos++
-      if (!isDigit(this.peek())) return this.fail("expected a digit after '.'")
+      if (!isDigit(this.peek())) return this.failed("expected a digit after '.'")
       this.digits()
     }
     const e = this.peek()
@@ -178,10 +449,10 @@ class Parser {
       this.pos++
       const sign = this.peek()
       if (sign == 0x2b || sign == 0x2d) this.pos++
-      if (!isDigit(this.peek())) return this.fail("expected a digit in the exponent")
+      if (!isDigit(this.peek())) return this.failed("expected a digit in the exponent")
       this.digits()
     }
-    return Json.numberText(String.UTF8.decodeUnsafe(start, this.pos - start))
+    return true
   }
 
   digits(): void {

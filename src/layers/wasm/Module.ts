@@ -11,6 +11,7 @@
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
+import { TRANSCRIPT_TAIL } from "../../domain/TranscriptTail.js"
 import { type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
 
 /** Bytes of one Wasm page. */
@@ -50,6 +51,9 @@ interface ModuleLayout {
   /** The types of the functions it imports (`module.name`) and exports, by name. */
   readonly imports: Map<string, string>
   readonly exports: Map<string, string>
+  /** The index of each exported global, by name, and where the global section's entries are (read only when needed: `i32Global`). */
+  readonly globals: Map<string, number>
+  readonly globalSection: { readonly start: number; readonly end: number } | undefined
 }
 
 /**
@@ -79,6 +83,8 @@ export const moduleLayout = (b: Uint8Array): ModuleLayout => {
   const functions: Array<number> = []
   const imports = new Map<string, string>()
   const exports = new Map<string, string>()
+  const globals = new Map<string, number>()
+  let globalSection: ModuleLayout["globalSection"]
   let memory: ModuleLayout["memory"] = { limits: undefined, shared: false, memory64: false }
   while (at < b.length) {
     const id = b[at]!
@@ -136,11 +142,70 @@ export const moduleLayout = (b: Uint8Array): ModuleLayout => {
         const [index, next] = leb(b, at)
         at = next
         if (kind === 0) exports.set(exported, types[functions[index] ?? -1] ?? "?")
+        else if (kind === 3) globals.set(exported, index)
       }
+    } else if (id === 6) {
+      globalSection = { start, end }
     }
     at = end
   }
-  return { memory, imports, exports }
+  return { memory, imports, exports, globals, globalSection }
+}
+
+/** Reads a signed LEB128 of at most 32 bits at `at`; returns the value and the next offset. */
+const sleb32 = (b: Uint8Array, at: number): [number, number] => {
+  let result = 0
+  let shift = 0
+  for (let i = at; i < b.length && shift < 35; i++) {
+    const byte = b[i]!
+    result |= (byte & 0x7f) << shift
+    shift += 7
+    if ((byte & 0x80) === 0) return [shift < 32 && (byte & 0x40) !== 0 ? result | (-1 << shift) : result, i + 1]
+  }
+  throw new Error("a truncated LEB128 number")
+}
+
+/**
+ * The value of the exported global `name` when it is an immutable `i32` set by a plain `i32.const`;
+ * otherwise why not. The module imports no globals (admission allows none), so its global indices
+ * are those of its global section. Only the entries before it are walked, and only the constant
+ * forms a global of a plain value type can have are read.
+ */
+export const i32Global = (b: Uint8Array, layout: ModuleLayout, name: string): number | string => {
+  const index = layout.globals.get(name)
+  if (index === undefined) return `${name} is not a global`
+  if (layout.globalSection === undefined) return `${name} is not in the module's global section`
+  const [count, first] = leb(b, layout.globalSection.start)
+  let at = first
+  if (index >= count) return `${name} is not in the module's global section`
+  for (let i = 0; ; i++) {
+    const type = b[at++]
+    const mutable = b[at++]
+    const op = b[at++]
+    if (i === index) {
+      if (type !== 0x7f || mutable !== 0) return `${name} must be an immutable i32 global`
+      if (op !== 0x41) return `${name} must be set by a plain i32.const`
+      const [value, next] = sleb32(b, at)
+      if (b[next] !== 0x0b) return `${name} must be set by a plain i32.const`
+      return value
+    }
+    // Skip this entry's initializer: one constant instruction, then `end`.
+    if (op === 0x41 || op === 0x42) [, at] = sleb32Skip(b, at)
+    else if (op === 0x43) at += 4
+    else if (op === 0x44) at += 8
+    else if (op === 0x23 || op === 0xd2) [, at] = leb(b, at)
+    else if (op === 0xd0) at += 1
+    else if (op === 0xfd && b[at] === 0x0c) at += 17
+    else return `the global section has an initializer this host does not read (before ${name})`
+    if (b[at++] !== 0x0b) return `the global section has an initializer this host does not read (before ${name})`
+    if (at > layout.globalSection.end) throw new Error("a truncated global section")
+  }
+}
+
+/** Skips a signed LEB128 of any length (an i64.const's). */
+const sleb32Skip = (b: Uint8Array, at: number): [undefined, number] => {
+  for (let i = at; i < b.length; i++) if ((b[i]! & 0x80) === 0) return [undefined, i + 1]
+  throw new Error("a truncated LEB128 number")
 }
 
 /** The type each ABI function must have (docs/abi.md, "Imports" and "Exports"). */
@@ -205,9 +270,18 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
         `the module asks for ${memory.limits.initial * PAGE_BYTES} bytes of memory at start, above BRAIN_MAX_WASM_MEMORY_BYTES (${limits.maxMemoryBytes})`
       )
     }
-    // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a global.
+    // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a
+    // global, and may say with another how many of the last messages it needs.
     const tail = loop && exports.get("brain_transcript_tail") === "global"
+    let tailMessages = TRANSCRIPT_TAIL
+    if (exports.has("brain_transcript_tail_length")) {
+      if (!tail) return refuse("brain_transcript_tail_length is only for a loop that also exports the global brain_transcript_tail (docs/abi.md)")
+      const value = i32Global(bytes, layout, "brain_transcript_tail_length")
+      if (typeof value === "string") return refuse(`${value} (docs/abi.md, "The transcript's tail")`)
+      if (value < 0) return refuse(`brain_transcript_tail_length is ${value}: a number of messages cannot be negative`)
+      tailMessages = value
+    }
     // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
     const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, eventsFromEnd, bytes: bytes.length })
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, bytes: bytes.length })
   })

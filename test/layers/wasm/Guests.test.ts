@@ -4,6 +4,7 @@
  * pool, and the next turn — of another session, on the same pool — completes. Modules that break
  * the ABI are refused at admission.
  */
+import { TRANSCRIPT_TAIL } from "../../../src/domain/TranscriptTail.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Fiber } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
@@ -130,7 +131,7 @@ describe("rogue guests", () => {
         expect((yield* turn("fine")).turn.status).toBe("ended")
       }), { cancelGraceMs: 50 }))
 
-  it.effect("modules that break the ABI are refused at admission: an import outside it, no marker, no entry, no imported memory, not Wasm, an ABI function of the wrong type, a marker of the wrong kind", () =>
+  it.effect("modules that break the ABI are refused at admission: an import outside it, no marker, no entry, no imported memory, not Wasm, an ABI function of the wrong type, a marker of the wrong kind, a tail length that is not a constant count", () =>
     Effect.gen(function*() {
       const host = yield* WasmHostWorkers.make(OPTIONS)
       const refused = async (text: string) => wat(text)
@@ -146,12 +147,41 @@ describe("rogue guests", () => {
         ["brain_alloc's type", yield* Effect.promise(() => refused(`(module (import "env" "memory" (memory 1)) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i64) (result i64) (i64.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain_alloc must be \(i32\) -> i32, not \(i64\) -> i64/],
         ["brain.call's type", yield* Effect.promise(() => refused(`(module (import "env" "memory" (memory 1)) (import "brain" "call" (func (param i32 i32) (result i32))) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain.call must be \(i32, i32, i32, i32\) -> i64/],
         ["brain.fail's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { imports: `(import "brain" "fail" (func (param i32) (result i32)))` }))), /brain.fail must be \(i32, i32\) -> \(\)/],
-        ["a marker that is a memory", yield* Effect.promise(() => refused(`(module (memory (import "env" "memory") 1) (export "brain_abi_v1" (memory 0)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain_abi_v1 must be a function or a global/]
+        ["a marker that is a memory", yield* Effect.promise(() => refused(`(module (memory (import "env" "memory") 1) (export "brain_abi_v1" (memory 0)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /brain_abi_v1 must be a function or a global/],
+        // A tail's length must be a number Brain can read without running the guest.
+        ...(yield* Effect.forEach(
+          [
+            ["a tail length without the tail", { tailLength: "i32 (i32.const 2)" }, /only for a loop that also exports the global brain_transcript_tail/],
+            ["a mutable tail length", { tail: true, tailLength: "(mut i32) (i32.const 2)" }, /must be an immutable i32 global/],
+            ["an i64 tail length", { tail: true, tailLength: "i64 (i64.const 2)" }, /must be an immutable i32 global/],
+            ["a negative tail length", { tail: true, tailLength: "i32 (i32.const -1)" }, /is -1: a number of messages cannot be negative/],
+            ["a tail length that is a function", { tail: true, tailLength: undefined, extra: `(func (export "brain_transcript_tail_length"))` }, /brain_transcript_tail_length is not a global/]
+          ] as const,
+          ([name, options, reason]) =>
+            Effect.map(
+              Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)) ${"extra" in options ? options.extra : ""}`, options))),
+              (bytes): [string, Uint8Array, RegExp] => [name, bytes, reason]
+            )
+        ))
       ]
       for (const [name, bytes, reason] of cases) {
         const r = yield* Effect.either(host.admit(bytes))
         expect(Either.isLeft(r) && r.left.reason, name).toMatch(reason)
       }
+    }).pipe(Effect.scoped))
+
+  it.effect("brain_transcript_tail_length is read from the module's global section, after globals of every plain type and initializer", () =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const before = `(global i64 (i64.const -9000000000)) (global f32 (f32.const 1.5)) (global f64 (f64.const 2.5)) (global (mut i32) (i32.const -70000))
+        (global v128 (v128.const i32x4 1 2 3 4)) (global funcref (ref.null func)) (global i32 (global.get 0))`
+      const text = guest(`${before} (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { tail: true, tailLength: "i32 (i32.const 7)" })
+      // The helper puts the ABI's globals first: move the others before them, so the length's index is past all of them.
+      const reordered = text.replace(before, "").replace(`(global (export "brain_abi_v1")`, `${before.replace("(global.get 0)", "(i32.const 5)")} (global (export "brain_abi_v1")`)
+      const module = yield* Effect.orDie(host.admit(yield* Effect.promise(() => wat(reordered, { reference_types: true }))))
+      expect([module.tail, module.tailMessages]).toEqual([true, 7])
+      const plain = yield* Effect.orDie(host.admit(yield* Effect.promise(() => wat(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { tail: true })))))
+      expect([plain.tail, plain.tailMessages]).toEqual([true, TRANSCRIPT_TAIL])
     }).pipe(Effect.scoped))
 
   it.scopedLive("every activation gets a fresh instance: a guest counting in a global sees 1 on every turn", () =>
