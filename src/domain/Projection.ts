@@ -8,6 +8,7 @@ import { Lengths } from "./Lengths.js"
 import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
+import { stringifyKept } from "./JsonText.js"
 import { jsonBytes } from "./Size.js"
 import { noUnanswered, unansweredAfter, unansweredOf, type UnansweredCalls } from "./TranscriptTail.js"
 
@@ -366,6 +367,13 @@ export const toEvent = (session: string, record: JournalRecord, transcriptLength
   if (Catalogue[record.kind].visibility === "private") return undefined
   return { ...base, kind: record.kind, data: record.payload ?? {} }
 }
+
+/**
+ * An Event's JSON, exactly as `JSON.stringify(event)` writes an Event `toEvent` made, without
+ * writing its `data` again when that is a payload read with its text (JsonText.ts).
+ */
+export const eventJson = (e: Event): string =>
+  `{"session_id":${JSON.stringify(e.session_id)},"sequence":${JSON.stringify(e.sequence)},"recorded_at_ms":${JSON.stringify(e.recorded_at_ms)},"kind":${JSON.stringify(e.kind)}${e.data === undefined ? "" : `,"data":${stringifyKept(e.data)}`}${e.origin === undefined ? "" : `,"origin":${JSON.stringify(e.origin)}`}}`
 
 /** The public Events of consecutive records, given the transcript length before the first. */
 export const eventsOf = (session: string, records: Iterable<JournalRecord>, transcriptLength: number): Array<Event> => {

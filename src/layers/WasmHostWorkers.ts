@@ -22,6 +22,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
+import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -66,6 +67,8 @@ export const WASM_THREADS_PER_WORKER = 8
 
 const isCode = Schema.is(FailureCode)
 
+const encoder = new TextEncoder()
+
 /** A loop's `ok` may come with `transcript`, a set_transcript request to save before the turn takes the result. */
 type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown; readonly details?: unknown } }
 
@@ -84,24 +87,20 @@ const readOutput = (text: string): Output | undefined => {
 }
 
 /**
- * A loop's input as its guest reads it (docs/abi.md): the activation's input without the state's
- * own bookkeeping, and for a loop that reads the tail, the tail and where it starts.
+ * A loop's input as its guest reads it (docs/abi.md), as JSON: the activation's input without the
+ * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts. Written
+ * field by field, so that each Event's `data` is the payload's JSON as the journal kept it
+ * (`eventJson`), not written again; the same text `JSON.stringify` gives the same object.
  */
-const guestInput = (input: ActivationInput, module: AdmittedModule) => {
-  // Each field named: an object rest and spread here cost more than the rest of this. `satisfies`
-  // keeps the list whole.
-  if (!module.tail) {
-    return { input: input.input, transcript: input.transcript, configuration: input.configuration, events: input.events, runtime: input.runtime } satisfies Record<Exclude<keyof ActivationInput, "unanswered">, unknown>
-  }
-  const tail = transcriptTail(input.transcript, input.unanswered, module.tailMessages)
-  return {
-    input: input.input,
-    transcript: tail.transcript,
-    transcript_start: tail.transcript_start,
-    configuration: input.configuration,
-    events: input.events,
-    runtime: input.runtime
-  } satisfies Record<Exclude<keyof ActivationInput, "unanswered"> | "transcript_start", unknown>
+export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages">): string => {
+  // Every field of the input is written below or is bookkeeping: a field added to it fails to compile here.
+  void ({ input: 1, transcript: 1, unanswered: 1, configuration: 1, events: 1, runtime: 1 } satisfies Record<keyof ActivationInput, 1>)
+  let events = ""
+  for (let i = 0; i < input.events.length; i++) events += (i === 0 ? "" : ",") + eventJson(input.events[i]!)
+  const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
+  return `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
+    tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
+  }"configuration":${JSON.stringify(input.configuration)},"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
@@ -174,7 +173,7 @@ export const make = (options: WasmHostOptions) =>
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: jsonBytes(guestInput(input, module)), perform: services }).pipe(
+        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: encoder.encode(guestInputJson(input, module)), perform: services }).pipe(
           Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
           Effect.flatMap((text) => {
             const output = readOutput(text)

@@ -1,9 +1,11 @@
 /**
  * A session's recent tail: its newest committed records (at most RECENT_RECORDS and about
  * RECENT_BYTES), oldest first, with payloads kept as JSON text until read. Reads that start
- * inside it are served from memory, whatever store holds the journal.
+ * inside it are served from memory, whatever store holds the journal; a payload read keeps its
+ * text (JsonText.ts), for the Event that writes it out again.
  */
 import { RECENT_BYTES, RECENT_RECORDS } from "../../domain/Limits.js"
+import { parseKept } from "../../domain/JsonText.js"
 import type { JournalRecord, RecordKind } from "../../domain/Records.js"
 
 /** A committed record as kept in the recent tail. */
@@ -53,7 +55,7 @@ export class RecentTail {
       const r = this.records[i]!
       bytes += r.size
       if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) break
-      out.push({ sequence: r.sequence, recorded_at_ms: r.recordedAtMs, kind: r.kind as RecordKind, payload: JSON.parse(r.json) })
+      out.push({ sequence: r.sequence, recorded_at_ms: r.recordedAtMs, kind: r.kind as RecordKind, payload: parseKept(r.json) })
     }
     return out
   }

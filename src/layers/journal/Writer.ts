@@ -19,6 +19,7 @@ import {
   RECENT_TOTAL_BYTES
 } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
+import { parseKept } from "../../domain/JsonText.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { Prepared } from "./Encode.js"
@@ -337,7 +338,7 @@ export class Writer<S> {
       for (const r of staged.prepared) {
         sequence++
         recent.push({ sequence, recordedAtMs: staged.recordedAt, kind: r.kind, json: r.jsonText, size: frameBytes(r.kindBytes, r.json) })
-        published?.push({ sequence, recorded_at_ms: staged.recordedAt, kind: r.kind, payload: JSON.parse(r.jsonText) })
+        published?.push({ sequence, recorded_at_ms: staged.recordedAt, kind: r.kind, payload: parseKept(r.jsonText) })
       }
     }
     for (let a = 0; a < appends.length; a++) {
@@ -346,7 +347,7 @@ export class Writer<S> {
       for (let i = 0; i < p.prepared.length; i++) {
         const r = p.prepared[i]!
         recent.push({ sequence: seqs[i]!, recordedAtMs: recordedAt, kind: r.kind, json: r.jsonText, size: frameBytes(r.kindBytes, r.json) })
-        published?.push({ sequence: seqs[i]!, recorded_at_ms: recordedAt, kind: r.kind, payload: JSON.parse(r.jsonText) })
+        published?.push({ sequence: seqs[i]!, recorded_at_ms: recordedAt, kind: r.kind, payload: parseKept(r.jsonText) })
       }
     }
     this.recentTotal -= open.tail.bytes

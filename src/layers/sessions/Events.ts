@@ -11,6 +11,7 @@
 import { Effect } from "effect"
 import { InvalidRequest } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
+import { stringifyKept } from "../../domain/JsonText.js"
 import { PAGE_BYTES } from "../../domain/Limits.js"
 import { type Event, type SessionState, toEvent, transcriptLengthAt } from "../../domain/Projection.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
@@ -111,7 +112,7 @@ export const readPage = <A>(
     return { items, next: cursor, length, ended, bytes }
   })
 
-const eventSize = (e: Event) => JSON.stringify(e.data).length + 64
+const eventSize = (e: Event) => stringifyKept(e.data).length + 64
 
 /**
  * A page of the page route: Events after `after`, through the journal's last durable sequence.

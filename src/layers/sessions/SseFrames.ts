@@ -15,7 +15,7 @@
  * `model_call_ended` instead.
  */
 import type { Failure } from "../../domain/Failure.js"
-import type { Event } from "../../domain/Projection.js"
+import { type Event, eventJson } from "../../domain/Projection.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import { MODEL_DELTA, STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
 
@@ -25,8 +25,8 @@ import { MODEL_DELTA, STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.j
  */
 export const eventFrame = (e: Event): string =>
   /[\r\n]/.test(e.kind)
-    ? `id: ${e.sequence}\ndata: ${JSON.stringify(e)}\n\n`
-    : `id: ${e.sequence}\nevent: ${e.kind}\ndata: ${JSON.stringify(e)}\n\n`
+    ? `id: ${e.sequence}\ndata: ${eventJson(e)}\n\n`
+    : `id: ${e.sequence}\nevent: ${e.kind}\ndata: ${eventJson(e)}\n\n`
 
 export const encode = (text: string): Uint8Array => Buffer.from(text, "utf8")
 

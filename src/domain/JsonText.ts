@@ -1,0 +1,27 @@
+/**
+ * The JSON text a value was parsed from, kept beside the value while it lives, so that writing
+ * it out again costs nothing. Only for text `JSON.stringify` wrote (a journal record's payload):
+ * such text parses and writes back to itself exactly, so the kept text is the value's JSON as
+ * long as nobody changes the value, and records, once read, are never changed.
+ *
+ * A record's payload is read back from its JSON text (the journal's recent tail keeps payloads as
+ * text) and then, as an Event's `data`, often written out again at once: into a Wasm loop's
+ * input, an SSE frame, a page's size. Each of those now takes the text it came from.
+ */
+const texts = new WeakMap<object, string>()
+
+/** `JSON.parse(text)`, remembering `text` for the value when it is an object or an array. */
+export const parseKept = (text: string): unknown => {
+  const value: unknown = JSON.parse(text)
+  if (value !== null && typeof value === "object") texts.set(value, text)
+  return value
+}
+
+/** `JSON.stringify(value)`: the text it was parsed from, when `parseKept` read it. */
+export const stringifyKept = (value: unknown): string => {
+  if (value !== null && typeof value === "object") {
+    const text = texts.get(value)
+    if (text !== undefined) return text
+  }
+  return JSON.stringify(value)
+}

@@ -1,0 +1,59 @@
+/**
+ * A payload read with its text (JsonText.ts) writes out as that text, and an Event's JSON
+ * (`eventJson`) is byte for byte what `JSON.stringify` gives the Event, with its data kept or not.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import fc from "fast-check"
+import { parseKept, stringifyKept } from "../../src/domain/JsonText.js"
+import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
+import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
+import { journalArb } from "../support/records.js"
+
+/** Any JSON value as JSON.stringify writes it, -0, large and tiny numbers, lone surrogates and integer-like keys among them. */
+const jsonText = fc
+  .oneof(fc.jsonValue(), fc.unicodeJsonValue(), fc.dictionary(fc.constantFrom("1", "b", "0", "__proto__", "a\ud800"), fc.jsonValue()), fc.constantFrom(-0, 1e21, 5e-324, 2 ** 53))
+  .map((v) => JSON.stringify(v))
+
+describe("JSON text kept with the value parsed from it", () => {
+  it("a value read with parseKept writes out as the text it was read from, and as JSON.stringify writes it", () => {
+    fc.assert(
+      fc.property(jsonText, (text) => {
+        const value = parseKept(text)
+        expect(stringifyKept(value)).toBe(text)
+        expect(JSON.stringify(value)).toBe(text)
+      }),
+      { numRuns: 1000 }
+    )
+  })
+
+  it("a value not read with parseKept is written by JSON.stringify", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        expect(stringifyKept(value)).toBe(JSON.stringify(value))
+      })
+    )
+  })
+
+  it("an Event's JSON is JSON.stringify's, byte for byte, for every record of a journal, its payload read with its text or not", () => {
+    fc.assert(
+      fc.property(journalArb, fc.boolean(), (records, kept) => {
+        const read = records.map((r): JournalRecord => ({ ...r, payload: kept ? parseKept(JSON.stringify(r.payload)) : r.payload }))
+        for (const e of eventsOf("ses_1", read, 0)) expect(eventJson(e)).toBe(JSON.stringify(e))
+      }),
+      { numRuns: 300 }
+    )
+  })
+
+  it("an extension Event's JSON is JSON.stringify's, with its origin or without, its data any JSON value", () => {
+    const origin = fc.option(fc.record({ kind: fc.constantFrom("agentloop", "tool"), name: fc.string() }), { nil: undefined })
+    fc.assert(
+      fc.property(fc.string(), fc.option(fc.jsonValue(), { nil: undefined }), origin, fc.boolean(), (kind, data, from, kept) => {
+        const payload = { kind, ...(data === undefined ? {} : { payload: data }), ...(from === undefined ? {} : { origin: from }) }
+        const record = { sequence: 7, recorded_at_ms: 1767225600000, kind: EXTENSION_KIND, payload: kept ? parseKept(JSON.stringify(payload)) : payload } as JournalRecord
+        const e = toEvent("ses_1", record, 0)!
+        expect(eventJson(e)).toBe(JSON.stringify(e))
+      }),
+      { numRuns: 500 }
+    )
+  })
+})
