@@ -190,7 +190,7 @@ export const i32Global = (b: Uint8Array, layout: ModuleLayout, name: string): nu
       return value
     }
     // Skip this entry's initializer: one constant instruction, then `end`.
-    if (op === 0x41 || op === 0x42) [, at] = sleb32Skip(b, at)
+    if (op === 0x41 || op === 0x42) at = slebEnd(b, at)
     else if (op === 0x43) at += 4
     else if (op === 0x44) at += 8
     else if (op === 0x23 || op === 0xd2) [, at] = leb(b, at)
@@ -198,13 +198,13 @@ export const i32Global = (b: Uint8Array, layout: ModuleLayout, name: string): nu
     else if (op === 0xfd && b[at] === 0x0c) at += 17
     else return `the global section has an initializer this host does not read (before ${name})`
     if (b[at++] !== 0x0b) return `the global section has an initializer this host does not read (before ${name})`
-    if (at > layout.globalSection.end) throw new Error("a truncated global section")
+    if (at > layout.globalSection.end) return "the global section is cut short"
   }
 }
 
-/** Skips a signed LEB128 of any length (an i64.const's). */
-const sleb32Skip = (b: Uint8Array, at: number): [undefined, number] => {
-  for (let i = at; i < b.length; i++) if ((b[i]! & 0x80) === 0) return [undefined, i + 1]
+/** Where the signed LEB128 at `at` (of any length: an i64.const's) ends. */
+const slebEnd = (b: Uint8Array, at: number): number => {
+  for (let i = at; i < b.length; i++) if ((b[i]! & 0x80) === 0) return i + 1
   throw new Error("a truncated LEB128 number")
 }
 
@@ -276,7 +276,12 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     let tailMessages = TRANSCRIPT_TAIL
     if (exports.has("brain_transcript_tail_length")) {
       if (!tail) return refuse("brain_transcript_tail_length is only for a loop that also exports the global brain_transcript_tail (docs/abi.md)")
-      const value = i32Global(bytes, layout, "brain_transcript_tail_length")
+      let value: number | string
+      try {
+        value = i32Global(bytes, layout, "brain_transcript_tail_length")
+      } catch (err) {
+        value = `the global section cannot be read: ${(err as Error).message}`
+      }
       if (typeof value === "string") return refuse(`${value} (docs/abi.md, "The transcript's tail")`)
       if (value < 0) return refuse(`brain_transcript_tail_length is ${value}: a number of messages cannot be negative`)
       tailMessages = value
