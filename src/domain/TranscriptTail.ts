@@ -93,12 +93,3 @@ export const transcriptTail = (
   return { transcript: start === 0 ? transcript : transcript.slice(start), transcript_start: start }
 }
 
-/** An activation input as a loop that reads the tail is given it: `transcript` from `transcript_start` on. */
-export const withTranscriptTail = <I extends { readonly transcript: ReadonlyArray<Message> }>(
-  input: I,
-  calls?: UnansweredCalls,
-  messages: number = TRANSCRIPT_TAIL
-): Omit<I, "transcript"> & { readonly transcript: ReadonlyArray<Message>; readonly transcript_start: number } => ({
-  ...input,
-  ...transcriptTail(input.transcript, calls, messages)
-})

@@ -86,6 +86,12 @@ const readOutput = (text: string): Output | undefined => {
   }
 }
 
+/** The input's fields `guestInputJson` writes, and the one it leaves out (the state's bookkeeping). */
+type WrittenField = "input" | "transcript" | "configuration" | "events" | "runtime" | "unanswered"
+type NoneLeft<T extends never> = T
+/** Compiles only while every field of ActivationInput is a WrittenField: a field added to it fails here until it is written. */
+export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, WrittenField>>
+
 /**
  * A loop's input as its guest reads it (docs/abi.md), as JSON: the activation's input without the
  * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts. Written
@@ -93,8 +99,6 @@ const readOutput = (text: string): Output | undefined => {
  * (`eventJson`), not written again; the same text `JSON.stringify` gives the same object.
  */
 export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages">): string => {
-  // Every field of the input is written below or is bookkeeping: a field added to it fails to compile here.
-  void ({ input: 1, transcript: 1, unanswered: 1, configuration: 1, events: 1, runtime: 1 } satisfies Record<keyof ActivationInput, 1>)
   let events = ""
   for (let i = 0; i < input.events.length; i++) events += (i === 0 ? "" : ",") + eventJson(input.events[i]!)
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined

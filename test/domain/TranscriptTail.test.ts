@@ -11,11 +11,10 @@ import {
   noUnanswered,
   TRANSCRIPT_TAIL,
   tailStart,
+  transcriptTail,
   transcriptTailStart,
   unansweredAfter,
-  unansweredOf,
-  transcriptTail,
-  withTranscriptTail
+  unansweredOf
 } from "../../src/domain/TranscriptTail.js"
 
 const ids = ["a", "b", "c", "d", "e", "f"]
@@ -100,8 +99,8 @@ describe("the transcript's tail", () => {
           const keep = d.keepAll ? state.transcript.length : Math.min(d.keep, state.transcript.length)
           state = fold(state, { sequence: i + 1, recorded_at_ms: i, kind: "transcript_delta", payload: { keep, append: d.append } })
           expect(state.unanswered).toEqual(unansweredOf(state.transcript))
-          const kept = withTranscriptTail({ transcript: state.transcript }, state.unanswered)
-          const scanned = withTranscriptTail({ transcript: state.transcript })
+          const kept = transcriptTail(state.transcript, state.unanswered)
+          const scanned = transcriptTail(state.transcript)
           const open = openRounds(state.transcript)
           const last = Math.max(0, state.transcript.length - TRANSCRIPT_TAIL)
           expect(kept.transcript_start).toBe(open.length > 0 ? Math.min(open[0]!, last) : last)

@@ -16,14 +16,14 @@ import { expandDeltas, outputSave, remembering } from "./delta.js"
 import { type Answerer, type GuestRun, type HostCall, ROOT, runGuest, shippedGuest, Wasm } from "./harness.js"
 import { runTypeScriptLoop } from "./reference.js"
 import type { Message } from "../../src/domain/Messages.js"
-import { withTranscriptTail } from "../../src/domain/TranscriptTail.js"
+import { transcriptTail } from "../../src/domain/TranscriptTail.js"
 import { admitModule } from "../../src/layers/wasm/Module.js"
 
 const official = shippedGuest("official")
 /** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
 const officialTail = Effect.runSync(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
 /** The input as Brain gives it to the official loop: the transcript's tail it asks for. */
-const tailOf = <I extends { readonly transcript: ReadonlyArray<Message> }>(input: I) => withTranscriptTail(input, undefined, officialTail.tailMessages)
+const tailOf = <I extends { readonly transcript: ReadonlyArray<Message> }>(input: I) => ({ ...input, ...transcriptTail(input.transcript, undefined, officialTail.tailMessages) })
 
 const activation = (fields: { message?: string | null; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
   input: fields.message === undefined ? { message: "hello", media: [] } : fields.message === null ? null : { message: fields.message },
