@@ -240,6 +240,30 @@ describe("guest JSON", () => {
     )
   })
 
+  it("a string's plain bytes, tested eight at a time, end exactly where a byte-by-byte scan ends them: one quote, escape, control, DEL or non-ASCII character, an invalid byte or the input's end at every place in strings of 0 to 40 bytes, read and skipped", () => {
+    const plain = Array.from({ length: 40 }, (_, i) => String.fromCharCode(0x20 + ((i * 7) % 0x60))).join("").replace(/["\\]/g, "x")
+    const odd = ["\"", "\\", "\n", "\u0001", "\u001f", "\u007f", "é", "€", "😀", "\ud800"]
+    const asMember = (text: string | Uint8Array) => typeof text === "string" ? `{"k":${text}}` : Uint8Array.from([...Buffer.from(`{"k":`), ...text, 0x7d])
+    for (let n = 0; n <= 40; n++) {
+      const s = plain.slice(0, n)
+      for (let i = 0; i <= n; i++) {
+        for (const c of odd) {
+          const text = JSON.stringify(s.slice(0, i) + c + s.slice(i))
+          expect(okOf(text)).toBe(text)
+          expect(members(asMember(text))).toEqual({ ok: asMember(text) })
+        }
+        const raw = `"${s.slice(0, i)}\u0001${s.slice(i)}"`
+        expect(roundTrip(raw)).toEqual({ error: `raw control character in a string at byte ${i + 1}` })
+        expect(members(asMember(raw))).toEqual({ error: `raw control character in a string at byte ${i + 6}` })
+        const invalid = Uint8Array.from([0x22, ...Buffer.from(s.slice(0, i)), 0xff, ...Buffer.from(s.slice(i)), 0x22])
+        expect(roundTrip(invalid)).toEqual({ error: `invalid UTF-8 at byte ${i + 1}` })
+        expect(members(asMember(invalid))).toEqual({ error: `invalid UTF-8 at byte ${i + 6}` })
+      }
+      expect(roundTrip(`"${s}`)).toEqual({ error: `unterminated string at byte ${n + 1}` })
+      expect(members(`{"k":"${s}`)).toEqual({ error: `unterminated string at byte ${n + 6}` })
+    }
+  })
+
   it("the elements of an array whose member has a given string value are those JSON.parse finds, parsed the same; the others are only skipped", () => {
     const where = (array: string, key: string, value: string): unknown => {
       const i = live()

@@ -403,14 +403,12 @@ class Parser {
     let at = this.pos + 1
     const end = this.end
     while (at < end) {
+      at = plainEnd(at, end)
+      if (at >= end) break
       const b = <u32>load<u8>(at)
       if (b == 0x22) {
         this.pos = at + 1
         return true
-      }
-      if (b - 0x20 < 0x60 && b != 0x5c) {
-        at++
-        continue
       }
       this.pos = at
       if (b == 0x5c) {
@@ -465,12 +463,7 @@ class Parser {
     // Most strings are printable ASCII without escapes: found in one scan, widened in one pass.
     const start = this.pos
     const end = this.end
-    let at = start
-    while (at < end) {
-      const b = <u32>load<u8>(at)
-      if (b == 0x22 || b == 0x5c || b - 0x20 >= 0x60) break
-      at++
-    }
+    const at = plainEnd(start, end)
     if (at < end && load<u8>(at) == 0x22) {
       const len = at - start
       const out = changetype<usize>(__new(len << 1, idof<String>()))
@@ -587,6 +580,35 @@ class Parser {
     this.pos += need + 1
     return <i32>cp
   }
+}
+
+const ONES: u64 = 0x0101010101010101
+const HIGHS: u64 = 0x8080808080808080
+
+/**
+ * Where the run of plain string bytes from `at` ends (at most `end`): printable ASCII (0x20–0x7f)
+ * other than `"` and `\`, the bytes a string scan takes one by one without a second look. Eight
+ * bytes are tested at once while they can be: a word is plain when none of its bytes is zero
+ * after an XOR with `"` or with `\`, none is below 0x20 and none has its high bit (the exact "a
+ * byte is zero" and "a byte is below n" word tests). The first word that is not is finished byte
+ * by byte, so the run ends at its first byte that is not plain, exactly where a byte-by-byte scan
+ * would end it.
+ */
+function plainEnd(at: usize, end: usize): usize {
+  while (end - at >= 8) {
+    const x = load<u64>(at)
+    const quote = x ^ (ONES * 0x22)
+    const backslash = x ^ (ONES * 0x5c)
+    const marked = ((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash) | ((x - ONES * 0x20) & ~x) | x
+    if ((marked & HIGHS) != 0) break
+    at += 8
+  }
+  while (at < end) {
+    const b = <u32>load<u8>(at)
+    if (b == 0x22 || b == 0x5c || b - 0x20 >= 0x60) break
+    at++
+  }
+  return at
 }
 
 function growUnits(needed: usize): void {
