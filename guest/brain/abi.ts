@@ -5,7 +5,8 @@
  * Rules:
  * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here (and
  *   `brain_transcript_tail` when it reads only the transcript's tail, `brain_events_from_end` when
- *   it wants its input's Events from the previous activation's end) and defines
+ *   it wants its input's Events from the previous activation's end, `brain_configuration_unread`
+ *   when it never reads its configuration) and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
  *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
@@ -38,6 +39,14 @@ export const brain_transcript_tail: i32 = 1
  * (docs/abi.md, "The input's Events"). Its value is not read.
  */
 export const brain_events_from_end: i32 = 1
+
+/**
+ * A loop that re-exports this marker does not read the session's configuration: its input leaves
+ * `configuration` out, and `Activation.configuration` reads as an empty object. The model, the
+ * tools and the system prompt still come from the configuration: Brain adds them to every model
+ * call itself (docs/abi.md, "The entries"). Its value is not read.
+ */
+export const brain_configuration_unread: i32 = 1
 
 /** Brain asks for room for the input and for every host answer here. */
 export function brain_alloc(size: usize): usize {

@@ -74,7 +74,10 @@ export class Activation {
     return v !== null && v.isNumber() ? <i32>v.asI64() : 0
   }
 
-  /** The session's configuration (`agentloop`, `model`, `system`, `tools`, …). */
+  /**
+   * The session's configuration (`agentloop`, `model`, `system`, `tools`, …); an empty object for
+   * a loop that exports `brain_configuration_unread`, whose input leaves it out.
+   */
   get configuration(): Json {
     const v = present(this.field("configuration"))
     return v !== null && v.isObject() ? v : Json.object()

@@ -4,9 +4,11 @@
 // in ONE server process (scripts/bench/loopsServer.js), next to plain node:http doing one
 // fdatasync per request, all measured in the same run.
 //
-//   npm run bench:loops [-- --seconds 4] [--turns-per-session 20]
+//   npm run bench:loops [-- --seconds 4] [--turns-per-session 20] [--schemas 30]
 //
-// Each sync send is a complete turn with the scripted instant model. Conversations are
+// Each sync send is a complete turn with the scripted instant model. The "schemas" rows are text
+// turns of sessions that declare --schemas tools with their input schemas, as agents' sessions
+// do (a Wasm loop's input carries the configuration on every turn). Conversations are
 // `--turns-per-session` turns long: a client starts a new session after that many, so a
 // transcript never grows past it (creation is outside the timed calls). At one session a single
 // client alternates a Wasm turn and a TypeScript turn; at 64, phases alternate between the loops
@@ -24,6 +26,7 @@ import { ms, pct, numberFlag } from "./stats.js"
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const seconds = numberFlag("--seconds", 4)
 const TURNS_PER_SESSION = numberFlag("--turns-per-session", 20)
+const SCHEMAS = numberFlag("--schemas", 30)
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-loops-"))
 const children = []
@@ -119,8 +122,25 @@ const server = await spawnUntil(["--max-semi-space-size=32", path.join(ROOT, "sc
   BRAIN_DATA_DIR: path.join(tmp, "data")
 })
 
+/** A tool as agents declare them: a description and an input schema of three described properties (about 470 bytes of JSON). */
+const declared = (i) => ({
+  name: i === 0 ? "t" : `read_file_${i}`,
+  description: `Reads the file at the given path and returns its contents, or an error when the path does not exist or cannot be read (tool ${i}).`,
+  input_schema: {
+    type: "object",
+    properties: {
+      path: { type: "string", description: "The absolute path of the file to read" },
+      offset: { type: "integer", description: "The line to start at, 1-based" },
+      limit: { type: "integer", description: "How many lines to read at most" }
+    },
+    required: ["path"]
+  }
+})
+
 const SHAPES = {
   text: { tools: 0, model: { provider: "scripted" } },
+  // Text turns of a session that declares SCHEMAS tools with their schemas, as agents do: its configuration is in every Wasm turn's input.
+  schemas: { tools: 0, model: { provider: "scripted" }, declared: Array.from({ length: SCHEMAS }, (_, i) => declared(i)) },
   tools: {
     tools: 4,
     model: { provider: "scripted", replies: [{ tool_calls: [0, 1, 2, 3].map((i) => ({ name: "t", input: { i } })) }, { text: "done" }] }
@@ -134,7 +154,7 @@ const client = (loop, shape) => {
   return async (i) => {
     const s = (state[i] ??= { id: undefined, turns: 0 })
     if (s.id === undefined || s.turns >= TURNS_PER_SESSION) {
-      s.id = (await request(brainPort, "POST", "/v1/sessions", { model: SHAPES[shape].model, tools: [{ name: "t" }], ...LOOPS[loop] })).session_id
+      s.id = (await request(brainPort, "POST", "/v1/sessions", { model: SHAPES[shape].model, tools: SHAPES[shape].declared ?? [{ name: "t" }], ...LOOPS[loop] })).session_id
       s.turns = 0
     }
     const t0 = performance.now()
@@ -215,7 +235,7 @@ const alternated = async (shape, concurrency, durationMs) => {
 }
 
 const results = []
-for (const shape of ["text", "tools"]) {
+for (const shape of ["text", "schemas", "tools"]) {
   results.push({ shape, concurrency: 1, ...(await paired(shape, seconds * 2000)) })
   results.push({ shape, concurrency: 64, ...(await alternated(shape, 64, seconds * 1000)) })
 }
@@ -240,7 +260,9 @@ try {
 console.log(`# Whole turns over HTTP: the official loop in WebAssembly beside its in-process TypeScript reference
 method: one server process (scripts/bench/loopsServer.js: brain serve + the TypeScript loop as "official-ts"),
   closed-loop clients over keep-alive HTTP, sync sends (a whole turn each), the scripted instant model;
-  "tools" = the model asks for 4 calls of an instant in-process tool at once, then answers. Conversations
+  "schemas" = text turns of sessions that declare ${SCHEMAS} tools, each with a description and an input schema
+  (about 470 bytes of JSON each: --schemas N), as agents' sessions do; "tools" = the model asks for 4 calls
+  of an instant in-process tool at once, then answers. Conversations
   of ${TURNS_PER_SESSION} turns (a new session after that many; creation untimed). At 1 session one client
   alternates a Wasm turn and a TypeScript turn (the order swapped every pair) for ${seconds * 2} s; at 64 sessions
   ${PHASES * 2} phases alternate the loops (${seconds / PHASES} s each) and each loop's phases are pooled. The server runs

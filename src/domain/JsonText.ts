@@ -25,3 +25,20 @@ export const stringifyKept = (value: unknown): string => {
   }
   return JSON.stringify(value)
 }
+
+/**
+ * `JSON.stringify(value)`, written once for an object or an array and kept with it: later calls
+ * give the kept text. Only for a value nobody changes once it is written out, such as a session's
+ * configuration, which its state holds as the creation record gave it and a Wasm loop's input
+ * carries on every turn (where a configuration with a few dozen tool schemas took longer to write
+ * than the rest of the turn's Wasm work).
+ */
+export const stringifyOnce = (value: unknown): string => {
+  if (value === null || typeof value !== "object") return JSON.stringify(value)
+  let text = texts.get(value)
+  if (text === undefined) {
+    text = JSON.stringify(value)
+    texts.set(value, text)
+  }
+  return text
+}

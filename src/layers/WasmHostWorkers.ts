@@ -22,6 +22,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Effect, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
+import { stringifyOnce } from "../domain/JsonText.js"
 import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
@@ -94,17 +95,19 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
 
 /**
  * A loop's input as its guest reads it (docs/abi.md), as JSON: the activation's input without the
- * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts. Written
+ * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts; for a
+ * loop that does not read its configuration, without it. Written
  * field by field, so that each Event's `data` is the payload's JSON as the journal kept it
- * (`eventJson`), not written again; the same text `JSON.stringify` gives the same object.
+ * (`eventJson`) and the configuration the text its first turn wrote (`stringifyOnce`), not
+ * written again; the same text `JSON.stringify` gives the same object.
  */
-export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages">): string => {
+export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">): string => {
   let events = ""
   for (let i = 0; i < input.events.length; i++) events += (i === 0 ? "" : ",") + eventJson(input.events[i]!)
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
   return `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
-  }"configuration":${JSON.stringify(input.configuration)},"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
+  }${module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`}"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { parseKept, stringifyKept } from "../../src/domain/JsonText.js"
+import { parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -32,6 +32,28 @@ describe("JSON text kept with the value parsed from it", () => {
         expect(stringifyKept(value)).toBe(JSON.stringify(value))
       })
     )
+  })
+
+  it("stringifyOnce gives JSON.stringify's text the first time and every time after, and a value read with parseKept its own text", () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.jsonValue(), fc.unicodeJsonValue()), fc.boolean(), (value, read) => {
+        const v = read ? parseKept(JSON.stringify(value)) : value
+        const text = JSON.stringify(value)
+        expect(stringifyOnce(v)).toBe(text)
+        expect(stringifyOnce(v)).toBe(text)
+        expect(stringifyKept(v)).toBe(text)
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("stringifyOnce writes an object once: a later call gives the kept text, without reading the value again", () => {
+    const configuration = { model: { provider: "scripted" }, tools: [{ name: "t" }] }
+    const text = stringifyOnce(configuration)
+    // Changed behind its back (which no caller may do): the kept text shows it was not written again.
+    configuration.tools.push({ name: "u" })
+    expect(stringifyOnce(configuration)).toBe(text)
+    expect(JSON.stringify(configuration)).not.toBe(text)
   })
 
   it("an Event's JSON is JSON.stringify's, byte for byte, for every record of a journal, its payload read with its text or not", () => {

@@ -69,6 +69,23 @@ describe("uploaded modules", () => {
     ])
   })
 
+  it("a loop exporting brain_configuration_unread is given no configuration in its input; one without it, the session's configuration", async () => {
+    const fieldsSeen = async (bytes: Uint8Array) => {
+      const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(admitted.status).toBe(201)
+      const tools = [{ name: "t", description: "a tool", input_schema: { type: "object" } }]
+      const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" }, tools } })).body.session_id
+      const turn = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      expect(turn.body.turn.status).toBe("ended")
+      return turn.body.turn.result as Record<string, unknown>
+    }
+    const unread = await fieldsSeen(await wat(echoing("brain_run", undefined, { configurationUnread: true })))
+    expect(Object.keys(unread)).toEqual(["input", "transcript", "events", "runtime"])
+    const read = await fieldsSeen(await wat(echoing()))
+    expect(Object.keys(read)).toEqual(["input", "transcript", "configuration", "events", "runtime"])
+    expect(read.configuration).toMatchObject({ tools: [{ name: "t", description: "a tool", input_schema: { type: "object" } }] })
+  })
+
   it("the example Wasm tool, uploaded and named in a brain Environment, answers each call of two parallel rounds with its input, and the model sees every result", async () => {
     const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm")))
     const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))

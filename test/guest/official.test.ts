@@ -22,8 +22,11 @@ import { admitModule } from "../../src/layers/wasm/Module.js"
 const official = shippedGuest("official")
 /** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
 const officialTail = Effect.runSync(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
-/** The input as Brain gives it to the official loop: the transcript's tail it asks for. */
-const tailOf = <I extends { readonly transcript: ReadonlyArray<Message> }>(input: I) => ({ ...input, ...transcriptTail(input.transcript, undefined, officialTail.tailMessages) })
+/** The input as Brain gives it to the official loop: the transcript's tail it asks for, and no configuration (it exports brain_configuration_unread). */
+const tailOf = <I extends { readonly transcript: ReadonlyArray<Message>; readonly configuration?: unknown }>(input: I) => {
+  const { configuration, ...rest } = input
+  return { ...rest, ...(officialTail.configurationUnread ? {} : { configuration }), ...transcriptTail(input.transcript, undefined, officialTail.tailMessages) }
+}
 
 const activation = (fields: { message?: string | null; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
   input: fields.message === undefined ? { message: "hello", media: [] } : fields.message === null ? null : { message: fields.message },
@@ -210,6 +213,23 @@ describe("the official loop, compiled", () => {
     expect([officialTail.tail, officialTail.tailMessages]).toEqual([true, 0])
     const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` })) as Array<Message>
     expect(tailOf({ transcript: talk })).toEqual({ transcript: [], transcript_start: 40 })
+  })
+
+  it("it does not read its configuration (brain_configuration_unread): Brain leaves it out, and given one, large or not, it makes the same calls and gives the same output", () => {
+    expect(officialTail.configurationUnread).toBe(true)
+    const tools = Array.from({ length: 40 }, (_, i) => ({ name: `tool_${i}`, description: "d".repeat(300), input_schema: { type: "object", properties: { p: { type: "string" } } } }))
+    const calls = [{ id: "c1", name: "tool_1", input: { p: "x" } }]
+    const runWith = (configuration: unknown) => {
+      const { configuration: _, ...input } = tailOf({ ...activation(), transcript: [] as ReadonlyArray<Message> })
+      const make = script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false }))
+      const run = runGuest(official, JSON.stringify(configuration === undefined ? input : { ...input, configuration }), make())
+      return [run.calls, run.output, run.failed]
+    }
+    const without = runWith(undefined)
+    expect(without[2]).toBeUndefined()
+    expect((without[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model"])
+    expect(runWith({ agentloop: "official", model: { provider: "scripted" }, tools })).toEqual(without)
+    expect(runWith({ agentloop: "official", model: { provider: "scripted" }, system: "be brief", tools: [] })).toEqual(without)
   })
 
   it("given only the transcript's tail, it repairs and saves as the TypeScript loop does with the whole: an interrupted round at the end, and one far before the last messages", () => {

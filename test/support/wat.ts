@@ -39,6 +39,8 @@ export const guest = (
     readonly tailLength?: string
     /** Exports `brain_events_from_end`: a loop whose input Events start at the previous activation's end. */
     readonly eventsFromEnd?: boolean
+    /** Exports `brain_configuration_unread`: a loop whose input leaves out the session's configuration. */
+    readonly configurationUnread?: boolean
   } = {}
 ) => `
 (module
@@ -50,6 +52,7 @@ export const guest = (
   ${options.tail === true ? `(global (export "brain_transcript_tail") i32 (i32.const 1))` : ""}
   ${options.tailLength !== undefined ? `(global (export "brain_transcript_tail_length") ${options.tailLength})` : ""}
   ${options.eventsFromEnd === true ? `(global (export "brain_events_from_end") i32 (i32.const 1))` : ""}
+  ${options.configurationUnread === true ? `(global (export "brain_configuration_unread") i32 (i32.const 1))` : ""}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
     (local $p i32)
@@ -99,7 +102,7 @@ export const calling = (op: string, request: string, entry: Entry = "brain_run",
 export const echoing = (
   entry: Entry = "brain_run",
   first?: { readonly op: string; readonly request: string },
-  options: { readonly tail?: boolean; readonly tailLength?: string; readonly eventsFromEnd?: boolean } = {}
+  options: { readonly tail?: boolean; readonly tailLength?: string; readonly eventsFromEnd?: boolean; readonly configurationUnread?: boolean } = {}
 ) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")

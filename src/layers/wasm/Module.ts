@@ -288,5 +288,7 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     }
     // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
     const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, bytes: bytes.length })
+    // And one that does not read its configuration, which its input then leaves out ("The entries").
+    const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, configurationUnread, bytes: bytes.length })
   })

@@ -20,8 +20,17 @@ const message: fc.Arbitrary<Message> = fc.oneof(
   fc.constantFrom("a", "b", "c").map((id): Message => ({ role: "tool", tool_call_id: id, content: "1" }))
 )
 
+/** Tools as a configuration declares them: a name, and perhaps a description and an input schema of any JSON. */
+const tools = fc.array(
+  fc.record(
+    { name: fc.stringMatching(/^[a-z_]{1,12}$/), description: fc.unicodeString(), input_schema: fc.dictionary(fc.string(), fc.unicodeJsonValue()) },
+    { requiredKeys: ["name"] }
+  ),
+  { maxLength: 4 }
+)
+
 describe("a loop's input JSON", () => {
-  it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration, the Events (data kept or not) and the runtime", () => {
+  it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime", () => {
     fc.assert(
       fc.property(
         journalArb,
@@ -30,27 +39,33 @@ describe("a loop's input JSON", () => {
         fc.option(fc.nat({ max: 40 }), { nil: undefined }),
         fc.boolean(),
         fc.boolean(),
-        (records, transcript, text, tailMessages, kept, keptCalls) => {
+        tools,
+        fc.boolean(),
+        (records, transcript, text, tailMessages, kept, keptCalls, declared, configurationUnread) => {
           const read = records.map((r): JournalRecord => ({ ...r, payload: kept ? parseKept(JSON.stringify(r.payload)) : r.payload }))
           const base = activationInput()
           const input: ActivationInput = {
             ...base,
             input: text === undefined ? undefined : { message: text },
             transcript,
+            configuration: { ...base.configuration, tools: declared },
             ...(keptCalls ? { unanswered: unansweredOf(transcript) } : {}),
             events: eventsOf(base.runtime.session_id, read, 0)
           }
-          const module = { tail: tailMessages !== undefined, tailMessages: tailMessages ?? 16 }
+          const module = { tail: tailMessages !== undefined, tailMessages: tailMessages ?? 16, configurationUnread }
           const tail = module.tail ? transcriptTail(transcript, undefined, module.tailMessages) : undefined
           const expected = {
             input: input.input,
             transcript: tail ? tail.transcript : transcript,
             ...(tail ? { transcript_start: tail.transcript_start } : {}),
-            configuration: input.configuration,
+            ...(configurationUnread ? {} : { configuration: input.configuration }),
             events: input.events,
             runtime: input.runtime
           }
           expect(guestInputJson(input, module)).toBe(JSON.stringify(expected))
+          // The next turn's input, with the same configuration: its text as written the first time.
+          const next = { ...input, runtime: { ...input.runtime, turn: input.runtime.turn + 2 } }
+          expect(guestInputJson(next, module)).toBe(JSON.stringify({ ...expected, runtime: next.runtime }))
         }
       ),
       { numRuns: 300 }

@@ -184,6 +184,18 @@ describe("rogue guests", () => {
       expect([plain.tail, plain.tailMessages]).toEqual([true, TRANSCRIPT_TAIL])
     }).pipe(Effect.scoped))
 
+  it.effect("brain_configuration_unread, a global a loop exports, is read at admission; a function of that name, or a tool's global, is not it", () =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
+      const mark = `(global (export "brain_configuration_unread") i32 (i32.const 1))`
+      const read = (text: string) => Effect.map(Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes))), (m) => m.configurationUnread)
+      expect(yield* read(loop(mark))).toBe(true)
+      expect(yield* read(loop(""))).toBe(false)
+      expect(yield* read(loop(`(func (export "brain_configuration_unread"))`))).toBe(false)
+      expect(yield* read(loop(mark, "brain_tool"))).toBe(false)
+    }).pipe(Effect.scoped))
+
   it.scopedLive("every activation gets a fresh instance: a guest counting in a global sees 1 on every turn", () =>
     Effect.gen(function*() {
       const one = data(100, '{"ok":1}')
