@@ -87,6 +87,25 @@ describe("guest JSON", () => {
     )
   })
 
+  it("a string's plain code units, written four at a time, give JSON.stringify's bytes: one quote, backslash, control, DEL, Latin-1, wider or surrogate unit at every place in strings of 0 to 40 units, from any starting room", () => {
+    const plain = Array.from({ length: 40 }, (_, i) => String.fromCharCode(0x20 + ((i * 7) % 0x5f))).join("").replace(/["\\]/g, "y")
+    const odd = ["\"", "\\", "\n", "\u0001", "\u001f", "\u007f", "é", "\u0100", "€", "😀", "\ud800", "\udc00"]
+    for (let n = 0; n <= 40; n++) {
+      const s = plain.slice(0, n)
+      for (let i = 0; i <= n; i++) {
+        for (const c of odd) {
+          const value = s.slice(0, i) + c + s.slice(i)
+          for (const initial of [1, 5, 9, 64]) {
+            const live_ = live()
+            const [ptr, len] = live_.place(JSON.stringify(value))
+            const written = JSON.parse(live_.result(() => live_.exports.probe_write_string(ptr, len, initial)).output!).ok
+            expect(written, `${JSON.stringify(value)} from ${initial}`).toEqual({ fits: true, text: JSON.stringify(value) })
+          }
+        }
+      }
+    }
+  })
+
   it("printable ASCII strings (the one-scan path) read the same with any one escape, control or non-ASCII character anywhere in them", () => {
     const ascii = fc.array(fc.integer({ min: 0x20, max: 0x7f }), { maxLength: 60 }).map((a) => String.fromCharCode(...a))
     const odd = fc.constantFrom("\"", "\\", "\n", "\u0001", "é", "€", "😀", "\ud800")

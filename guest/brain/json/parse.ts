@@ -467,12 +467,20 @@ class Parser {
     if (at < end && load<u8>(at) == 0x22) {
       const len = at - start
       const out = changetype<usize>(__new(len << 1, idof<String>()))
-      for (let i: usize = 0; i < len; i++) store<u16>(out + (i << 1), <u16>load<u8>(start + i))
+      widen(start, len, out)
       this.pos = at + 1
       return changetype<string>(out)
     }
     let n: usize = 0 // code units written
     while (true) {
+      // The plain bytes up to the next escape, quote or other byte, widened at once.
+      const plain = plainEnd(this.pos, this.end) - this.pos
+      if (plain > 0) {
+        if (n + plain + 2 > unitsCap) growUnits(n + plain + 2)
+        widen(this.pos, plain, units + (n << 1))
+        n += plain
+        this.pos += plain
+      }
       if (this.pos >= this.end) {
         this.fail("unterminated string")
         return null
@@ -609,6 +617,17 @@ function plainEnd(at: usize, end: usize): usize {
     at++
   }
   return at
+}
+
+/** Writes `count` bytes from `from` as as many UTF-16 code units at `to`, four at a time while it can. */
+function widen(from: usize, count: usize, to: usize): void {
+  let i: usize = 0
+  while (i + 4 <= count) {
+    const x = <u64>load<u32>(from + i)
+    store<u64>(to + (i << 1), (x & 0xff) | ((x & 0xff00) << 8) | ((x & 0xff0000) << 16) | ((x & 0xff000000) << 24))
+    i += 4
+  }
+  for (; i < count; i++) store<u16>(to + (i << 1), <u16>load<u8>(from + i))
 }
 
 function growUnits(needed: usize): void {

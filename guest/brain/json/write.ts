@@ -74,9 +74,30 @@ function hexUnit(at: usize, unit: u32): usize {
 /** The most bytes one code unit (or surrogate pair) of a string takes written: `\u00xx`. */
 const MOST_PER_UNIT: usize = 6
 
+const LANES: u64 = 0x0001000100010001
+const LANE_HIGHS: u64 = 0x8000800080008000
+
+/**
+ * Whether four UTF-16 code units (one per 16-bit lane of `x`) each write as themselves, one byte:
+ * none is 0x80 or above, below 0x20, `"` or `\` (the exact word tests for a zero lane and a lane
+ * below n, on lanes below 0x80).
+ */
+@inline function plainUnits(x: u64): bool {
+  const quote = x ^ (LANES * 0x22)
+  const backslash = x ^ (LANES * 0x5c)
+  return (x & (LANES * 0xff80)) == 0 &&
+    ((((quote - LANES) & ~quote) | ((backslash - LANES) & ~backslash) | ((x - LANES * 0x20) & ~x)) & LANE_HIGHS) == 0
+}
+
+/** Four code units below 0x100 (one per 16-bit lane) as four bytes. */
+@inline function narrowUnits(x: u64): u32 {
+  return <u32>((x & 0xff) | ((x >> 8) & 0xff00) | ((x >> 16) & 0xff0000) | ((x >> 24) & 0xff000000))
+}
+
 /** Writes `s` as a JSON string literal, quotes included. */
 export function writeString(w: Utf8Writer, s: string): void {
   const n = s.length
+  const units = changetype<usize>(s)
   // Room for one byte per code unit (the common case) and the quotes; a character that needs
   // more asks for it when it finds the room short, so a long ASCII string never holds three times
   // its size (a memory the guest may not be able to grow).
@@ -85,6 +106,16 @@ export function writeString(w: Utf8Writer, s: string): void {
   let end = w.ptr + w.cap
   store<u8>(at++, 0x22)
   for (let i = 0; i < n; i++) {
+    // Four code units at a time while they write as themselves and the room holds them (and the
+    // closing quote); the first four that do not are written one by one below.
+    while (i + 4 <= n && at + 5 <= end) {
+      const x = load<u64>(units + (<usize>i << 1))
+      if (!plainUnits(x)) break
+      store<u32>(at, narrowUnits(x))
+      at += 4
+      i += 4
+    }
+    if (i >= n) break
     if (at + MOST_PER_UNIT + 1 > end) {
       at = roomFor(w, at, <usize>(n - i) + MOST_PER_UNIT + 1)
       end = w.ptr + w.cap
