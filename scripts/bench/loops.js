@@ -4,11 +4,12 @@
 // in ONE server process (scripts/bench/loopsServer.js), next to plain node:http doing one
 // fdatasync per request, all measured in the same run.
 //
-//   npm run bench:loops [-- --seconds 4] [--turns-per-session 20] [--schemas 30]
+//   npm run bench:loops [-- --seconds 4] [--turns-per-session 20] [--schemas 30] [--answer-bytes 2000]
 //
 // Each sync send is a complete turn with the scripted instant model. The "schemas" rows are text
 // turns of sessions that declare --schemas tools with their input schemas, as agents' sessions
-// do (a Wasm loop's input carries the configuration on every turn). Conversations are
+// do (a Wasm loop's input carries the configuration on every turn); the "answers" rows, text turns
+// whose answer is --answer-bytes of prose, as a model's usually is. Conversations are
 // `--turns-per-session` turns long: a client starts a new session after that many, so a
 // transcript never grows past it (creation is outside the timed calls). At one session a single
 // client alternates a Wasm turn and a TypeScript turn; at 64, phases alternate between the loops
@@ -27,6 +28,7 @@ const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const seconds = numberFlag("--seconds", 4)
 const TURNS_PER_SESSION = numberFlag("--turns-per-session", 20)
 const SCHEMAS = numberFlag("--schemas", 30)
+const ANSWER_BYTES = numberFlag("--answer-bytes", 2000)
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-loops-"))
 const children = []
@@ -137,10 +139,18 @@ const declared = (i) => ({
   }
 })
 
+/** `bytes` of English prose in short paragraphs (newlines, which JSON escapes, among them). */
+function prose(bytes) {
+  const paragraph = "The function reads the configuration file, checks each entry against its schema and returns the errors it found.\nIt never throws: a caller checks the list it gets back.\n\n"
+  return paragraph.repeat(Math.ceil(bytes / paragraph.length)).slice(0, bytes)
+}
+
 const SHAPES = {
   text: { tools: 0, model: { provider: "scripted" } },
   // Text turns of a session that declares SCHEMAS tools with their schemas, as agents do: its configuration is in every Wasm turn's input.
   schemas: { tools: 0, model: { provider: "scripted" }, declared: Array.from({ length: SCHEMAS }, (_, i) => declared(i)) },
+  // Text turns whose answer is ANSWER_BYTES of prose in paragraphs, as a model's usually is: the loop reads it and saves it.
+  answers: { tools: 0, model: { provider: "scripted", replies: [{ text: prose(ANSWER_BYTES) }] } },
   tools: {
     tools: 4,
     model: { provider: "scripted", replies: [{ tool_calls: [0, 1, 2, 3].map((i) => ({ name: "t", input: { i } })) }, { text: "done" }] }
@@ -235,7 +245,7 @@ const alternated = async (shape, concurrency, durationMs) => {
 }
 
 const results = []
-for (const shape of ["text", "schemas", "tools"]) {
+for (const shape of ["text", "schemas", "answers", "tools"]) {
   results.push({ shape, concurrency: 1, ...(await paired(shape, seconds * 2000)) })
   results.push({ shape, concurrency: 64, ...(await alternated(shape, 64, seconds * 1000)) })
 }
@@ -261,7 +271,8 @@ console.log(`# Whole turns over HTTP: the official loop in WebAssembly beside it
 method: one server process (scripts/bench/loopsServer.js: brain serve + the TypeScript loop as "official-ts"),
   closed-loop clients over keep-alive HTTP, sync sends (a whole turn each), the scripted instant model;
   "schemas" = text turns of sessions that declare ${SCHEMAS} tools, each with a description and an input schema
-  (about 470 bytes of JSON each: --schemas N), as agents' sessions do; "tools" = the model asks for 4 calls
+  (about 470 bytes of JSON each: --schemas N), as agents' sessions do; "answers" = text turns whose answer is
+  ${ANSWER_BYTES} bytes of prose in paragraphs (--answer-bytes N); "tools" = the model asks for 4 calls
   of an instant in-process tool at once, then answers. Conversations
   of ${TURNS_PER_SESSION} turns (a new session after that many; creation untimed). At 1 session one client
   alternates a Wasm turn and a TypeScript turn (the order swapped every pair) for ${seconds * 2} s; at 64 sessions
