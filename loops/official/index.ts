@@ -33,8 +33,8 @@ import { interruptionNote, repairTranscript, setAssistantContent, setPresent, to
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
 // conversation is. And it reads its Events only for how the previous turn ended (a `turn_failed`),
 // so it takes them from the previous activation's end on ("The input's Events"), not each step.
-// It never reads its configuration: Brain adds the session's tools to each model call itself, so
-// the input leaves it out (a session declaring a few dozen tools with schemas carries kilobytes).
+// It never reads its configuration: Brain adds the session's model, tools and system prompt to each
+// model call itself, so its input leaves it out (a few dozen tools with schemas are kilobytes).
 export { brain_abi_v1, brain_alloc, brain_configuration_unread, brain_events_from_end, brain_transcript_tail } from "../../guest/brain"
 
 // Of the saved messages it needs only those its repair may touch, which the tail always reaches

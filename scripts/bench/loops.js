@@ -8,7 +8,8 @@
 //
 // Each sync send is a complete turn with the scripted instant model. The "schemas" rows are text
 // turns of sessions that declare --schemas tools with their input schemas, as agents' sessions
-// do (a Wasm loop's input carries the configuration on every turn); the "answers" rows, text turns
+// do (a Wasm loop that reads its configuration is given it every turn; the official loop, since
+// brain_configuration_unread, is not); the "answers" rows, text turns
 // whose answer is --answer-bytes of prose, as a model's usually is. Conversations are
 // `--turns-per-session` turns long: a client starts a new session after that many, so a
 // transcript never grows past it (creation is outside the timed calls). At one session a single
@@ -147,7 +148,7 @@ function prose(bytes) {
 
 const SHAPES = {
   text: { tools: 0, model: { provider: "scripted" } },
-  // Text turns of a session that declares SCHEMAS tools with their schemas, as agents do: its configuration is in every Wasm turn's input.
+  // Text turns of a session that declares SCHEMAS tools with their schemas, as agents do.
   schemas: { tools: 0, model: { provider: "scripted" }, declared: Array.from({ length: SCHEMAS }, (_, i) => declared(i)) },
   // Text turns whose answer is ANSWER_BYTES of prose in paragraphs, as a model's usually is: the loop reads it and saves it.
   answers: { tools: 0, model: { provider: "scripted", replies: [{ text: prose(ANSWER_BYTES) }] } },

@@ -96,10 +96,10 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
 /**
  * A loop's input as its guest reads it (docs/abi.md), as JSON: the activation's input without the
  * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts; for a
- * loop that does not read its configuration, without it. Written
- * field by field, so that each Event's `data` is the payload's JSON as the journal kept it
- * (`eventJson`) and the configuration the text its first turn wrote (`stringifyOnce`), not
- * written again; the same text `JSON.stringify` gives the same object.
+ * loop that does not read its configuration, without it. Written field by field, so that each
+ * Event's `data` is the payload's JSON as the journal kept it (`eventJson`) and the configuration
+ * the text its first turn wrote (`stringifyOnce`), not written again; the same text
+ * `JSON.stringify` gives the same object.
  */
 export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">): string => {
   let events = ""
