@@ -70,7 +70,7 @@ const c = JSON.parse(fs.readFileSync(out, "utf8"))
 const per = (n) => (n / c.turns).toFixed(1)
 console.log(`method: ${sessions} sessions send keyed ${hostTools ? "tool-loop (2 rounds × 4 calls of an echo host's tool)" : tools ? "tool-loop (2 rounds × 4 calls of the example Wasm tool)" : "text"} turns back to back (scripted model);
   the runtime's instructions and fibers on the server's main thread counted over ${seconds} s after a 3 s warm-up
-turns: ${c.turns}; instructions per turn: ${per(c.total)}; fibers per turn: ${per(c.fibers)}
+turns: ${c.turns}; instructions per turn: ${per(c.total)}; fibers per turn: ${per(c.fibers)}; generator functions run for the first time per turn: ${per(c.newGenerators)}
 
 | instruction kind | per turn |
 | --- | ---: |

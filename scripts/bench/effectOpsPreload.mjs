@@ -16,6 +16,14 @@ const bySite = new Map()
 const byRoot = new Map()
 let fibers = new WeakSet()
 let fiberCount = 0
+/**
+ * Generator functions whose generators the runtime ran, and how many of them it had not run
+ * before: an `Effect.gen(function* () {…})` written inside a function makes a new generator
+ * function at every call, and V8 gives each one a prototype and a hidden class of its own the
+ * first time it runs (about 1.4 µs here, docs/benchmarks.md "Generator bodies made once").
+ */
+let generatorsSeen = new WeakSet()
+let newGenerators = 0
 let on = false
 
 const fnOf = (kind, op) => {
@@ -81,6 +89,10 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
         fiberCount++
       }
       const fn = fnOf(kind, op)
+      if (kind === "Iterator" && typeof fn === "function" && !generatorsSeen.has(fn)) {
+        generatorsSeen.add(fn)
+        newGenerators++
+      }
       const site = typeof fn === "function"
         ? `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
         : undefined
@@ -97,11 +109,12 @@ process.on("SIGTTIN", () => {
   resumed = new WeakSet()
   fibers = new WeakSet()
   fiberCount = 0
+  newGenerators = 0
   on = true
 })
 process.on("SIGTTOU", () => {
   on = false
   const turns = Number(fs.readFileSync(process.env.BRAIN_BENCH_OPS_TURNS, "utf8"))
   const total = [...byKind.values()].reduce((a, b) => a + b, 0)
-  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
+  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, newGenerators, byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
 })

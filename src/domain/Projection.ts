@@ -357,15 +357,27 @@ export interface Event {
  * and is public as `transcript_replaced`; pure appends and kv changes stay private.
  */
 export const toEvent = (session: string, record: JournalRecord, transcriptLength: number): Event | undefined => {
-  const base = { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms }
+  // Each Event written out as one literal, never `{ ...base, kind, data }`: on this runtime an
+  // object spread followed by fields its source lacks costs about a microsecond and gives every
+  // object a hidden class of its own, which slows each later read of its fields
+  // (docs/benchmarks.md, "Objects spread with new fields").
   if (record.kind === EXTENSION_KIND) {
-    return { ...base, kind: record.payload.kind, data: record.payload.payload ?? {}, origin: record.payload.origin }
+    return {
+      session_id: session,
+      sequence: record.sequence,
+      recorded_at_ms: record.recorded_at_ms,
+      kind: record.payload.kind,
+      data: record.payload.payload ?? {},
+      origin: record.payload.origin
+    }
   }
   if (record.kind === "transcript_delta") {
-    return record.payload.keep < transcriptLength ? { ...base, kind: TRANSCRIPT_REPLACED, data: record.payload } : undefined
+    return record.payload.keep < transcriptLength
+      ? { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms, kind: TRANSCRIPT_REPLACED, data: record.payload }
+      : undefined
   }
   if (Catalogue[record.kind].visibility === "private") return undefined
-  return { ...base, kind: record.kind, data: record.payload ?? {} }
+  return { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms, kind: record.kind, data: record.payload ?? {} }
 }
 
 /**

@@ -30,7 +30,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
-import { type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
+import { type InlineLimits, type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
@@ -144,6 +144,7 @@ export const make = (options: WasmHostOptions) =>
     yield* Effect.addFinalizer(() => pool.close)
     const limits: ActivationLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes }
     const inlineMs = options.inlineMs ?? 0
+    const inlineLimits: InlineLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes, inlineMs }
     const twins = new InlineModules(options.twinCacheDir)
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
@@ -156,7 +157,7 @@ export const make = (options: WasmHostOptions) =>
         return activate(pool, activation, limits)
       }
       stats.inline++
-      return Effect.flatMap(runInline(twin, activation, { ...limits, inlineMs }), (outcome) => {
+      return Effect.flatMap(runInline(twin, activation, inlineLimits), (outcome) => {
         if (outcome._tag === "done") {
           twins.completed(activation.moduleId)
           return Effect.succeed(outcome.output)
