@@ -82,4 +82,8 @@ ${c.bySite.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.re
 
 | fibers by where they were started (the nearest frames of Brain's code when they first resumed) | per turn |
 | --- | ---: |
-${c.byRoot.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}`)
+${c.byRoot.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}
+
+| generator functions run for the first time (each a prototype and a hidden class of its own), by source | per turn |
+| --- | ---: |
+${c.newBySource.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}`)

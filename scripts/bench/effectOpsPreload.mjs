@@ -24,6 +24,8 @@ let fiberCount = 0
  */
 let generatorsSeen = new WeakSet()
 let newGenerators = 0
+/** The generator functions run for the first time, by their source's start. */
+const newBySource = new Map()
 let on = false
 
 const fnOf = (kind, op) => {
@@ -92,6 +94,8 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
       if (kind === "Iterator" && typeof fn === "function" && !generatorsSeen.has(fn)) {
         generatorsSeen.add(fn)
         newGenerators++
+        const source = fn.toString().replace(/\s+/g, " ").slice(0, 160)
+        newBySource.set(source, (newBySource.get(source) ?? 0) + 1)
       }
       const site = typeof fn === "function"
         ? `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
@@ -110,11 +114,12 @@ process.on("SIGTTIN", () => {
   fibers = new WeakSet()
   fiberCount = 0
   newGenerators = 0
+  newBySource.clear()
   on = true
 })
 process.on("SIGTTOU", () => {
   on = false
   const turns = Number(fs.readFileSync(process.env.BRAIN_BENCH_OPS_TURNS, "utf8"))
   const total = [...byKind.values()].reduce((a, b) => a + b, 0)
-  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, newGenerators, byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
+  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, newGenerators, newBySource: [...newBySource], byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
 })

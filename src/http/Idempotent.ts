@@ -153,30 +153,46 @@ export const idempotentTurn = <A, E extends ApiError>(
     Effect.flatMap(work(request), (seen) => seen._tag === "Answered" ? Effect.succeed(answer(seen.value)) : Effect.fail(keyedRefusal(seen)))
   if (key === undefined) return Effect.map(Effect.catchAll(run(undefined), (e) => Effect.succeed(failureAnswer(e))), respond)
   const hash = hashRequest(request)
-  return Effect.gen(function*() {
-    const claim = yield* store.reserve(scope, key, hash).pipe(Effect.mapError(storeFailure))
-    if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
-    return yield* Effect.uninterruptible(
-      Effect.gen(function*() {
-        const outcome = yield* Effect.either(work({ key, hash }))
-        if (outcome._tag === "Right") {
-          // The session's journal holds the key from here: the reservation goes, nothing is written.
-          yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("dropping an idempotency reservation")))
-          const seen = outcome.right
-          if (seen._tag === "Answered") return respond(answer(seen.value))
-          return yield* Effect.fail(keyedRefusal(seen))
-        }
-        // No such session: the key is freed, not kept. An id is never minted twice, so a retry is
-        // refused the same way, unless a delete that raced this request has since handed the
-        // session's keys over (`adopt`), whose answer the retry then gets.
-        if (outcome.left.code === "not_found") {
-          yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
-          return respond(failureAnswer(outcome.left))
-        }
-        return respond(yield* settleFailure(store, scope, key, outcome.left))
-      })
-    )
-  })
+  return Effect.gen(() => keyedTurnOf(store, scope, key, hash, work, answer))
+}
+
+function* keyedTurnOf<A, E extends ApiError>(
+  store: IdempotencyShape,
+  scope: string,
+  key: string,
+  hash: string,
+  work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>,
+  answer: (value: A) => Answer
+) {
+  const claim = yield* store.reserve(scope, key, hash).pipe(Effect.mapError(storeFailure))
+  if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
+  return yield* Effect.uninterruptible(Effect.gen(() => claimedTurnOf(store, scope, key, hash, work, answer)))
+}
+
+function* claimedTurnOf<A, E extends ApiError>(
+  store: IdempotencyShape,
+  scope: string,
+  key: string,
+  hash: string,
+  work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>,
+  answer: (value: A) => Answer
+) {
+  const outcome = yield* Effect.either(work({ key, hash }))
+  if (outcome._tag === "Right") {
+    // The session's journal holds the key from here: the reservation goes, nothing is written.
+    yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("dropping an idempotency reservation")))
+    const seen = outcome.right
+    if (seen._tag === "Answered") return respond(answer(seen.value))
+    return yield* Effect.fail(keyedRefusal(seen))
+  }
+  // No such session: the key is freed, not kept. An id is never minted twice, so a retry is
+  // refused the same way, unless a delete that raced this request has since handed the
+  // session's keys over (`adopt`), whose answer the retry then gets.
+  if (outcome.left.code === "not_found") {
+    yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
+    return respond(failureAnswer(outcome.left))
+  }
+  return respond(yield* settleFailure(store, scope, key, outcome.left))
 }
 
 export const idempotent = <E extends ApiError>(

@@ -73,26 +73,28 @@ export const make = (options: AgentloopsOptions = {}) =>
 
     /** The compiled module of a stored id. */
     const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected> =>
-      Effect.gen(function*() {
-        const cached = compiled.get(id)
-        if (cached) {
-          compiled.delete(id)
-          compiled.set(id, cached)
-          return cached
-        }
-        if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
-        const bytes = yield* store.read(id)
-        if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
-        const admitted = yield* wasm.value.admit(bytes.value).pipe(
-          Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
-        )
-        compiled.set(id, admitted)
-        for (const oldest of compiled.keys()) {
-          if (compiled.size <= MODULE_CACHE_ENTRIES) break
-          compiled.delete(oldest)
-        }
-        return admitted
-      })
+      Effect.gen(() => loadOf(id))
+
+    function* loadOf(id: string) {
+      const cached = compiled.get(id)
+      if (cached) {
+        compiled.delete(id)
+        compiled.set(id, cached)
+        return cached
+      }
+      if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
+      const bytes = yield* store.read(id)
+      if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
+      const admitted = yield* wasm.value.admit(bytes.value).pipe(
+        Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
+      )
+      compiled.set(id, admitted)
+      for (const oldest of compiled.keys()) {
+        if (compiled.size <= MODULE_CACHE_ENTRIES) break
+        compiled.delete(oldest)
+      }
+      return admitted
+    }
 
     const loopModule = (id: string) =>
       Effect.filterOrFail(load(id), (m) => m.loop, () => rejected(`the module ${id} exports no brain_run: it is not an Agentloop`))

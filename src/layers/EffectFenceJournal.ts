@@ -15,7 +15,7 @@ import { Effect, Exit, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Entry } from "../domain/Records.js"
 import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
-import { EffectFence, type EffectFenceShape, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
+import { EffectFence, type EffectFenceShape, type FenceHooks, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { waitFor } from "./Waits.js"
 
@@ -124,34 +124,42 @@ const MAX_TIMER_MS = 2 ** 31 - 1
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
   const config = yield* ServerConfig
-  const fence: EffectFenceShape["fence"] = (session, started, dispatch, outcome, hooks) =>
-    Effect.uninterruptibleMask((restore) =>
-      Effect.gen(function*() {
-        const [seq] = yield* journal.append(session, [started])
-        hooks?.committed?.([[seq!, started]])
-        let dispatched = false
-        const exit = yield* Effect.exit(
-          restore(Effect.suspend(() => {
-            dispatched = true
-            return dispatch(seq!)
-          }))
-        )
-        const closing = outcome(seq!, exit, dispatched)
-        const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
-        if (committed._tag === "Unsettled") {
-          hooks?.unrecorded?.(committed.settled)
-          const unrecorded = new OutcomeUnrecorded({ session, started: seq!, deadlineMs: config.cleanupDeadlineMs })
-          yield* Effect.logWarning(`${unrecorded.message}; the result is withheld and the effect counts as ambiguous`).pipe(
-            Effect.annotateLogs({ session_id: session, record: closing.kind })
-          )
-          return yield* Effect.fail(unrecorded)
-        }
-        if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
-        const outcomeSeq = committed.exit.value[0]!
-        hooks?.committed?.([[outcomeSeq, closing]])
-        return { started: seq!, exit, dispatched, outcome: outcomeSeq }
-      })
+  // One generator function for every fence, not one made per call (docs/benchmarks.md,
+  // "Generator bodies made once").
+  function* fenced<A, E>(
+    session: SessionId,
+    started: Entry,
+    dispatch: (started: number) => Effect.Effect<A, E>,
+    outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry,
+    hooks: FenceHooks | undefined,
+    restore: <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+  ) {
+    const [seq] = yield* journal.append(session, [started])
+    hooks?.committed?.([[seq!, started]])
+    let dispatched = false
+    const exit = yield* Effect.exit(
+      restore(Effect.suspend(() => {
+        dispatched = true
+        return dispatch(seq!)
+      }))
     )
+    const closing = outcome(seq!, exit, dispatched)
+    const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
+    if (committed._tag === "Unsettled") {
+      hooks?.unrecorded?.(committed.settled)
+      const unrecorded = new OutcomeUnrecorded({ session, started: seq!, deadlineMs: config.cleanupDeadlineMs })
+      yield* Effect.logWarning(`${unrecorded.message}; the result is withheld and the effect counts as ambiguous`).pipe(
+        Effect.annotateLogs({ session_id: session, record: closing.kind })
+      )
+      return yield* Effect.fail(unrecorded)
+    }
+    if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
+    const outcomeSeq = committed.exit.value[0]!
+    hooks?.committed?.([[outcomeSeq, closing]])
+    return { started: seq!, exit, dispatched, outcome: outcomeSeq }
+  }
+  const fence: EffectFenceShape["fence"] = (session, started, dispatch, outcome, hooks) =>
+    Effect.uninterruptibleMask((restore) => Effect.gen(() => fenced(session, started, dispatch, outcome, hooks, restore)))
   return { fence } satisfies EffectFenceShape
 })
 

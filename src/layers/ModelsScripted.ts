@@ -20,19 +20,21 @@ const pieces = (text: string) => text.match(/\S+\s*|\s+/g) ?? []
 
 /** Hands the text to `onDelta` piece by piece, spread evenly over `delayMs`. */
 const stream = (call: ModelCall, text: string, delayMs: number) =>
-  Effect.gen(function*() {
-    const parts = pieces(text)
-    const onDelta = call.onDelta
-    if (!onDelta || parts.length === 0) {
-      if (delayMs > 0) yield* Effect.sleep(Duration.millis(delayMs))
-      return
-    }
-    const step = delayMs / parts.length
-    for (const part of parts) {
-      if (step > 0) yield* Effect.sleep(Duration.millis(step))
-      onDelta({ type: "text", text: part })
-    }
-  })
+  Effect.gen(() => streamOf(call, text, delayMs))
+
+function* streamOf(call: ModelCall, text: string, delayMs: number) {
+  const parts = pieces(text)
+  const onDelta = call.onDelta
+  if (!onDelta || parts.length === 0) {
+    if (delayMs > 0) yield* Effect.sleep(Duration.millis(delayMs))
+    return
+  }
+  const step = delayMs / parts.length
+  for (const part of parts) {
+    if (step > 0) yield* Effect.sleep(Duration.millis(step))
+    onDelta({ type: "text", text: part })
+  }
+}
 
 /**
  * A scripted `fail` with one of these codes fails the call with it, ambiguous and retryable as
@@ -54,43 +56,44 @@ const PROVIDER_FAILURES = {
 type ProviderFailure = keyof typeof PROVIDER_FAILURES
 
 export const scripted: ModelsShape = {
-  call: (call) =>
-    Effect.gen(function*() {
-      const { index, model, request, sequence } = call
-      if (typeof model === "string") {
-        return yield* Effect.fail(
-          new ModelFailed({
-            code: "model_binding_missing",
-            message: `no model binding named ${JSON.stringify(model)} is configured`,
-            ambiguous: false,
-            retryable: false
-          })
-        )
-      }
-      const replies = model.replies ?? []
-      if (replies.length === 0) {
-        const lastUser = [...request.messages].reverse().find((m) => m.role === "user")
-        const text = lastUser ? textOf(lastUser) : ""
-        yield* stream(call, text, 0)
-        return { text, tool_calls: [], stop_reason: "end" } satisfies ModelResult
-      }
-      const reply = replies[index % replies.length]!
-      yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0)
-      if (reply.fail) {
-        const known = Object.hasOwn(PROVIDER_FAILURES, reply.fail.code) ? PROVIDER_FAILURES[reply.fail.code as ProviderFailure] : undefined
-        return yield* Effect.fail(
-          known !== undefined
-            ? new ModelFailed({ code: reply.fail.code as ProviderFailure, message: reply.fail.message, ...known })
-            : new ModelFailed({ code: "model_failed", message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
-        )
-      }
-      const toolCalls = (reply.tool_calls ?? []).map((c, i) => ({ id: `call_${sequence}_${i}`, name: c.name, input: c.input }))
-      return {
-        text: reply.text ?? "",
-        tool_calls: toolCalls,
-        stop_reason: toolCalls.length > 0 ? "tool_calls" : "end"
-      } satisfies ModelResult
-    })
+  call: (call) => Effect.gen(() => callOf(call))
+}
+
+function* callOf(call: ModelCall) {
+  const { index, model, request, sequence } = call
+  if (typeof model === "string") {
+    return yield* Effect.fail(
+      new ModelFailed({
+        code: "model_binding_missing",
+        message: `no model binding named ${JSON.stringify(model)} is configured`,
+        ambiguous: false,
+        retryable: false
+      })
+    )
+  }
+  const replies = model.replies ?? []
+  if (replies.length === 0) {
+    const lastUser = [...request.messages].reverse().find((m) => m.role === "user")
+    const text = lastUser ? textOf(lastUser) : ""
+    yield* stream(call, text, 0)
+    return { text, tool_calls: [], stop_reason: "end" } satisfies ModelResult
+  }
+  const reply = replies[index % replies.length]!
+  yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0)
+  if (reply.fail) {
+    const known = Object.hasOwn(PROVIDER_FAILURES, reply.fail.code) ? PROVIDER_FAILURES[reply.fail.code as ProviderFailure] : undefined
+    return yield* Effect.fail(
+      known !== undefined
+        ? new ModelFailed({ code: reply.fail.code as ProviderFailure, message: reply.fail.message, ...known })
+        : new ModelFailed({ code: "model_failed", message: `${reply.fail.code}: ${reply.fail.message}`, ambiguous: false, retryable: false })
+    )
+  }
+  const toolCalls = (reply.tool_calls ?? []).map((c, i) => ({ id: `call_${sequence}_${i}`, name: c.name, input: c.input }))
+  return {
+    text: reply.text ?? "",
+    tool_calls: toolCalls,
+    stop_reason: toolCalls.length > 0 ? "tool_calls" : "end"
+  } satisfies ModelResult
 }
 
 export const layer = Layer.succeed(Models, scripted)

@@ -34,47 +34,52 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
   }
 
   const fromCheckpoint = (session: SessionId) =>
-    Effect.gen(function*() {
-      const text = yield* store.load(session)
-      if (Option.isNone(text)) return undefined
-      const body = decodeCheckpoint(text.value, session)
-      if (!body || body.state.lastSequence !== body.through.sequence) return undefined
-      const [covered] = yield* journal.read(session, { after: body.through.sequence - 1, limit: 1 })
-      if (!covered || covered.sequence !== body.through.sequence || recordDigest(covered) !== body.through.digest) {
-        return undefined
-      }
-      return deserializeState(body.state)
-    })
+    Effect.gen(() => fromCheckpointOf(session))
+
+  function* fromCheckpointOf(session: SessionId) {
+    const text = yield* store.load(session)
+    if (Option.isNone(text)) return undefined
+    const body = decodeCheckpoint(text.value, session)
+    if (!body || body.state.lastSequence !== body.through.sequence) return undefined
+    const [covered] = yield* journal.read(session, { after: body.through.sequence - 1, limit: 1 })
+    if (!covered || covered.sequence !== body.through.sequence || recordDigest(covered) !== body.through.digest) {
+      return undefined
+    }
+    return deserializeState(body.state)
+  }
 
   const foldTail = (session: SessionId, start: SessionState) =>
-    Effect.gen(function*() {
-      let state = start
-      let folded = 0
-      for (;;) {
-        const page = yield* journal.read(session, { after: state.lastSequence, limit: PAGE })
-        if (page.length === 0) return { state, folded }
-        state = foldAll(page, state)
-        folded += page.length
+    Effect.gen(() => foldTailOf(session, start))
+
+  function* foldTailOf(session: SessionId, start: SessionState) {
+    let state = start
+    let folded = 0
+    for (;;) {
+      const page = yield* journal.read(session, { after: state.lastSequence, limit: PAGE })
+      if (page.length === 0) return { state, folded }
+      state = foldAll(page, state)
+      folded += page.length
+    }
+  }
+
+  function* stateOf(session: SessionId) {
+    const cached = cache.get(session)
+    if (cached) {
+      const last = yield* journal.lastSequence(session)
+      if (last === cached.state.lastSequence) return { state: cached.state, folded: 0, source: "memory" } satisfies Projected
+      if (last > cached.state.lastSequence) {
+        const { state, folded } = yield* foldTail(session, cached.state)
+        return { state, folded, source: "memory" } satisfies Projected
       }
-    })
+      drop(session)
+    }
+    const restored = yield* fromCheckpoint(session)
+    const { state, folded } = yield* foldTail(session, restored ?? empty)
+    return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
+  }
 
   const service: ProjectionShape = {
-    state: (session) =>
-      Effect.gen(function*() {
-        const cached = cache.get(session)
-        if (cached) {
-          const last = yield* journal.lastSequence(session)
-          if (last === cached.state.lastSequence) return { state: cached.state, folded: 0, source: "memory" } satisfies Projected
-          if (last > cached.state.lastSequence) {
-            const { state, folded } = yield* foldTail(session, cached.state)
-            return { state, folded, source: "memory" } satisfies Projected
-          }
-          drop(session)
-        }
-        const restored = yield* fromCheckpoint(session)
-        const { state, folded } = yield* foldTail(session, restored ?? empty)
-        return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
-      }),
+    state: (session) => Effect.gen(() => stateOf(session)),
     remember: (session, state) =>
       Effect.sync(() => {
         drop(session)

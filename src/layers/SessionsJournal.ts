@@ -124,84 +124,102 @@ export const make = Effect.gen(function*() {
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
+  function* sendKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
+    const now = yield* keyedAccess(cell)
+    const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
+    if (seen) return seen
+    const turn = yield* startTurn(cell, input, "send", request)
+    return { _tag: "Answered", value: yield* turn.done.await } satisfies Keyed<TurnOutcome>
+  }
+
+  function* submitKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
+    const now = yield* keyedAccess(cell)
+    const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
+    if (seen) return seen
+    const turn = yield* startTurn(cell, input, "submit", request)
+    return { _tag: "Answered", value: { session_id: cell.session, sequence: turn.sequence } } satisfies Keyed<Receipt>
+  }
+
   /**
    * Admits a turn: checks the state, then commits turn_started with activation_started (and a
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
    */
   const startTurn = (cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) =>
-    Effect.gen(function*() {
-      const status = cell.state.status
-      if (cell.ending || status === "ending" || status === "ended") {
-        return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
-      }
-      if (status === "failed") return yield* Effect.fail(new Conflict({ message: "the session's creation failed" }))
-      if (cell.running || status === "running") {
-        return yield* Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
-      }
-      if (status !== "idle") return yield* Effect.fail(new Conflict({ message: `the session is ${status}` }))
-      const agentloop = cell.state.configuration!.agentloop
-      const loop = yield* agentloops.resolve(agentloop).pipe(
-        Effect.mapError((e) => new AgentloopFailed({ message: e.failure.message, retryable: e.failure.retryable }))
+    Effect.gen(() => startTurnOf(cell, input, mode, request))
+
+  function* startTurnOf(cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) {
+    const status = cell.state.status
+    if (cell.ending || status === "ending" || status === "ended") {
+      return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
+    }
+    if (status === "failed") return yield* Effect.fail(new Conflict({ message: "the session's creation failed" }))
+    if (cell.running || status === "running") {
+      return yield* Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
+    }
+    if (status !== "idle") return yield* Effect.fail(new Conflict({ message: `the session is ${status}` }))
+    const agentloop = cell.state.configuration!.agentloop
+    const loop = yield* agentloops.resolve(agentloop).pipe(
+      Effect.mapError((e) => new AgentloopFailed({ message: e.failure.message, retryable: e.failure.retryable }))
+    )
+    const turn: RunningTurn = {
+      sequence: 0,
+      done: new Once<TurnOutcome>(),
+      signal: cancelSignal(),
+      ...(request && mode === "send" ? { answers: request.key } : {})
+    }
+    cell.running = turn // claimed before the commit, so a concurrent send is refused
+    // The new activation sees the public Events from the previous activation's start on: what it
+    // did, how it ended (including what recovery recorded for it), and what came after; or, for a
+    // loop that asks, from the previous activation's end on: how it ended and what came after.
+    const eventsAfter = Math.max(0, (loop.eventsFromEnd === true ? cell.state.lastActivationEnd : cell.state.lastActivation) - 1)
+    const starting: Array<Entry> = [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })]
+    if (request) {
+      const at_ms = yield* Clock.currentTimeMillis
+      starting.push(entry("request_claimed", { mode, key: request.key, request_hash: request.hash, at_ms }))
+    }
+    // A sync send promises its client nothing before the outcome, and a turn's start is no effect:
+    // its opening is staged, and is written with the turn's first write (its first effect's
+    // start, or its close). A submit's receipt names a durable turn_started: committed now.
+    const committed = yield* Effect.either(
+      mode === "send" ? Effect.mapError(stage(journal, cell, starting), fromJournal) : write(cell, starting)
+    )
+    if (committed._tag === "Left") {
+      cell.running = undefined
+      // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
+      turn.done.give({
+        ...summary(cell),
+        turn: { sequence: 0, status: "failed", failure: toFailure(committed.left) }
+      })
+      return yield* Effect.fail(committed.left)
+    }
+    const [turnSeq, activation] = committed.right
+    // Staged, the opening waits for the turn's first write at most BRAIN_STAGED_OPENING_MS: a
+    // turn that runs longer without one (a loop computing, reading) is durably started, so a
+    // crash then records it interrupted and its key claimed, as for any turn that ran.
+    const flushLater = cell.opening === undefined ? undefined : setTimeout(() => runFork(flushOpening(journal, cell)), config.stagedOpeningMs)
+    const started: RunningTurn = { ...turn, sequence: turnSeq! }
+    cell.running = started
+    running.add(started)
+    if (config.maxTurnMs > 0) deadlines.add(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
+    cell.users++ // the turn holds the cell until it closes
+    // The turn's fiber belongs to the registry and is interruptible whatever the caller's
+    // region (an idempotent request runs uninterruptibly so its answer is always recorded).
+    yield* FiberSet.run(
+      turns,
+      Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
+        Effect.tap((outcome) => void started.done.give(outcome)),
+        Effect.ensuring(Effect.suspend(() => {
+          clearTimeout(flushLater)
+          cell.running = undefined
+          cell.opening = undefined
+          running.delete(started)
+          deadlines.remove(started)
+          return release(cell)
+        }))
       )
-      const turn: RunningTurn = {
-        sequence: 0,
-        done: new Once<TurnOutcome>(),
-        signal: cancelSignal(),
-        ...(request && mode === "send" ? { answers: request.key } : {})
-      }
-      cell.running = turn // claimed before the commit, so a concurrent send is refused
-      // The new activation sees the public Events from the previous activation's start on: what it
-      // did, how it ended (including what recovery recorded for it), and what came after; or, for a
-      // loop that asks, from the previous activation's end on: how it ended and what came after.
-      const eventsAfter = Math.max(0, (loop.eventsFromEnd === true ? cell.state.lastActivationEnd : cell.state.lastActivation) - 1)
-      const starting: Array<Entry> = [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })]
-      if (request) {
-        const at_ms = yield* Clock.currentTimeMillis
-        starting.push(entry("request_claimed", { mode, key: request.key, request_hash: request.hash, at_ms }))
-      }
-      // A sync send promises its client nothing before the outcome, and a turn's start is no effect:
-      // its opening is staged, and is written with the turn's first write (its first effect's
-      // start, or its close). A submit's receipt names a durable turn_started: committed now.
-      const committed = yield* Effect.either(
-        mode === "send" ? Effect.mapError(stage(journal, cell, starting), fromJournal) : write(cell, starting)
-      )
-      if (committed._tag === "Left") {
-        cell.running = undefined
-        // Anyone who saw the claim (interrupt, end) is waiting on it: answer them.
-        turn.done.give({
-          ...summary(cell),
-          turn: { sequence: 0, status: "failed", failure: toFailure(committed.left) }
-        })
-        return yield* Effect.fail(committed.left)
-      }
-      const [turnSeq, activation] = committed.right
-      // Staged, the opening waits for the turn's first write at most BRAIN_STAGED_OPENING_MS: a
-      // turn that runs longer without one (a loop computing, reading) is durably started, so a
-      // crash then records it interrupted and its key claimed, as for any turn that ran.
-      const flushLater = cell.opening === undefined ? undefined : setTimeout(() => runFork(flushOpening(journal, cell)), config.stagedOpeningMs)
-      const started: RunningTurn = { ...turn, sequence: turnSeq! }
-      cell.running = started
-      running.add(started)
-      if (config.maxTurnMs > 0) deadlines.add(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
-      cell.users++ // the turn holds the cell until it closes
-      // The turn's fiber belongs to the registry and is interruptible whatever the caller's
-      // region (an idempotent request runs uninterruptibly so its answer is always recorded).
-      yield* FiberSet.run(
-        turns,
-        Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
-          Effect.tap((outcome) => void started.done.give(outcome)),
-          Effect.ensuring(Effect.suspend(() => {
-            clearTimeout(flushLater)
-            cell.running = undefined
-            cell.opening = undefined
-            running.delete(started)
-            deadlines.remove(started)
-            return release(cell)
-          }))
-        )
-      )
-      return started
-    })
+    )
+    return started
+  }
 
   const service: SessionsShape = {
     create: (request) =>
@@ -314,24 +332,8 @@ export const make = Effect.gen(function*() {
       using(session, (cell) => Effect.flatMap(startTurn(cell, input, "send"), (turn) => turn.done.await)),
     submit: (session, input) =>
       using(session, (cell) => Effect.map(startTurn(cell, input, "submit"), (turn) => ({ session_id: session, sequence: turn.sequence }))),
-    sendKeyed: (session, input, request) =>
-      using(session, (cell) =>
-        Effect.gen(function*() {
-          const now = yield* keyedAccess(cell)
-          const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
-          if (seen) return seen
-          const turn = yield* startTurn(cell, input, "send", request)
-          return { _tag: "Answered", value: yield* turn.done.await } satisfies Keyed<TurnOutcome>
-        })),
-    submitKeyed: (session, input, request) =>
-      using(session, (cell) =>
-        Effect.gen(function*() {
-          const now = yield* keyedAccess(cell)
-          const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
-          if (seen) return seen
-          const turn = yield* startTurn(cell, input, "submit", request)
-          return { _tag: "Answered", value: { session_id: session, sequence: turn.sequence } } satisfies Keyed<Receipt>
-        })),
+    sendKeyed: (session, input, request) => using(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request))),
+    submitKeyed: (session, input, request) => using(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request))),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

@@ -21,44 +21,46 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
     const inProcess = ToolsInProcess.make(handlers)
 
     const runWasm = (invocation: ToolInvocation, id: string): Effect.Effect<ToolReply> =>
-      Effect.gen(function*() {
-        if (Option.isNone(wasm) || Option.isNone(agentloops)) {
-          return { outcome: "error", output: { error: "this server runs no WebAssembly host" } } satisfies ToolReply
-        }
-        const module = yield* Effect.either(agentloops.value.tool(id))
-        if (module._tag === "Left") return { outcome: "error", output: { error: module.left.reason } } satisfies ToolReply
-        const run = wasm.value.runTool(
-          module.right,
-          {
-            input: invocation.call.input ?? null,
-            call: {
-              session_id: invocation.session,
-              sequence: invocation.sequence,
-              name: invocation.call.name,
-              deadline_at_ms: invocation.deadlineAtMs ?? 0
-            }
-          },
-          { emit: invocation.emit, telemetry: invocation.telemetry }
-        )
-        // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
-        // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
-        // own and takes that interrupted end as the executor's confirmation that it stopped
-        // (services/Tools.ts). No fiber of its own for the activation, no race. The listener comes
-        // off when the run ends; an interrupted run leaves it on a signal that is the call's alone
-        // (fired once at most, on a fiber that has ended), so no finalizer is armed for it.
-        const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
-          const signal = invocation.signal
-          if (signal.aborted) return Effect.succeed("stopped" as const)
-          const onAbort = () => fiber.unsafeInterruptAsFork(fiber.id())
-          signal.addEventListener("abort", onAbort, { once: true })
-          return Effect.flatMap(Effect.exit(run), (exit) => {
-            signal.removeEventListener("abort", onAbort)
-            return exit
-          })
+      Effect.gen(() => runWasmOf(invocation, id))
+
+    function* runWasmOf(invocation: ToolInvocation, id: string) {
+      if (Option.isNone(wasm) || Option.isNone(agentloops)) {
+        return { outcome: "error", output: { error: "this server runs no WebAssembly host" } } satisfies ToolReply
+      }
+      const module = yield* Effect.either(agentloops.value.tool(id))
+      if (module._tag === "Left") return { outcome: "error", output: { error: module.left.reason } } satisfies ToolReply
+      const run = wasm.value.runTool(
+        module.right,
+        {
+          input: invocation.call.input ?? null,
+          call: {
+            session_id: invocation.session,
+            sequence: invocation.sequence,
+            name: invocation.call.name,
+            deadline_at_ms: invocation.deadlineAtMs ?? 0
+          }
+        },
+        { emit: invocation.emit, telemetry: invocation.telemetry }
+      )
+      // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
+      // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
+      // own and takes that interrupted end as the executor's confirmation that it stopped
+      // (services/Tools.ts). No fiber of its own for the activation, no race. The listener comes
+      // off when the run ends; an interrupted run leaves it on a signal that is the call's alone
+      // (fired once at most, on a fiber that has ended), so no finalizer is armed for it.
+      const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
+        const signal = invocation.signal
+        if (signal.aborted) return Effect.succeed("stopped" as const)
+        const onAbort = () => fiber.unsafeInterruptAsFork(fiber.id())
+        signal.addEventListener("abort", onAbort, { once: true })
+        return Effect.flatMap(Effect.exit(run), (exit) => {
+          signal.removeEventListener("abort", onAbort)
+          return exit
         })
-        if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
-        return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
       })
+      if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
+      return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
+    }
 
     const service: ToolsShape = {
       invoke: (invocation) => {

@@ -71,42 +71,44 @@ const interruptionNote = (events: ReadonlyArray<{ kind: string; data: any }>): s
 export const officialLoop: AgentloopShape = {
   // It reads its Events only for how the previous turn ended, as the WebAssembly loop does.
   eventsFromEnd: true,
-  activate: (input, host: Host) =>
-    Effect.gen(function*() {
-      let transcript = repairTranscript(input.transcript)
-      /** The transcript as last saved. */
-      let saved = input.transcript
-      const note = interruptionNote(input.events)
-      if (note) transcript = [...transcript, { role: "system", content: note }]
-      if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
-      for (;;) {
-        // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
-        // (the user's message) is kept: saved before the failure is passed on, best effort (its
-        // own failure is not the turn's). After a cancel or a journal failure nothing more is written.
-        const reply = yield* host.model({ messages: transcript }).pipe(
-          Effect.tapError((e) =>
-            e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
-              ? Effect.ignore(host.setTranscript(transcript))
-              : Effect.void
-          )
-        )
-        const content = assistantContent(reply)
-        const assistant: Message = reply.tool_calls.length > 0
-          ? { role: "assistant", content, tool_calls: reply.tool_calls }
-          : { role: "assistant", content }
-        transcript = [...transcript, assistant]
-        if (reply.tool_calls.length === 0) {
-          // The answer's save rides on the activation's closing append, as the Wasm loop's output does.
-          yield* host.setTranscriptAtEnd(transcript)
-          return { text: reply.text }
-        }
-        // Save the request for tools before running them, so a crash leaves it visible.
-        yield* host.setTranscript(transcript)
-        saved = transcript
-        const results = yield* host.dispatch(reply.tool_calls)
-        transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
-        yield* host.setTranscript(transcript)
-        saved = transcript
-      }
-    })
+  activate: (input, host: Host) => Effect.gen(() => activationOf(input, host))
+}
+
+/** The loop's body: a module function, made once (docs/benchmarks.md, "Generator bodies made once"). */
+function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: Host) {
+  let transcript = repairTranscript(input.transcript)
+  /** The transcript as last saved. */
+  let saved = input.transcript
+  const note = interruptionNote(input.events)
+  if (note) transcript = [...transcript, { role: "system", content: note }]
+  if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
+  for (;;) {
+    // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
+    // (the user's message) is kept: saved before the failure is passed on, best effort (its
+    // own failure is not the turn's). After a cancel or a journal failure nothing more is written.
+    const reply = yield* host.model({ messages: transcript }).pipe(
+      Effect.tapError((e) =>
+        e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
+          ? Effect.ignore(host.setTranscript(transcript))
+          : Effect.void
+      )
+    )
+    const content = assistantContent(reply)
+    const assistant: Message = reply.tool_calls.length > 0
+      ? { role: "assistant", content, tool_calls: reply.tool_calls }
+      : { role: "assistant", content }
+    transcript = [...transcript, assistant]
+    if (reply.tool_calls.length === 0) {
+      // The answer's save rides on the activation's closing append, as the Wasm loop's output does.
+      yield* host.setTranscriptAtEnd(transcript)
+      return { text: reply.text }
+    }
+    // Save the request for tools before running them, so a crash leaves it visible.
+    yield* host.setTranscript(transcript)
+    saved = transcript
+    const results = yield* host.dispatch(reply.tool_calls)
+    transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
+    yield* host.setTranscript(transcript)
+    saved = transcript
+  }
 }

@@ -31,18 +31,20 @@ export const transcriptLengthThrough = (
   state: SessionState,
   sequence: number
 ): Effect.Effect<number, JournalReadError> =>
-  Effect.gen(function*() {
-    if (sequence <= state.lastSequence) return transcriptLengthAt(state, sequence)
-    let length = transcriptLengthAt(state, state.lastSequence)
-    let cursor = state.lastSequence
-    while (cursor < sequence) {
-      const records = yield* journal.read(session, { after: cursor, limit: Math.min(RECORDS_PER_READ, sequence - cursor) })
-      if (records.length === 0) break
-      for (const r of records) length = lengthAfter(length, r)
-      cursor = records[records.length - 1]!.sequence
-    }
-    return length
-  })
+  Effect.gen(() => lengthThroughOf(journal, session, state, sequence))
+
+function* lengthThroughOf(journal: JournalShape, session: SessionId, state: SessionState, sequence: number) {
+  if (sequence <= state.lastSequence) return transcriptLengthAt(state, sequence)
+  let length = transcriptLengthAt(state, state.lastSequence)
+  let cursor = state.lastSequence
+  while (cursor < sequence) {
+    const records = yield* journal.read(session, { after: cursor, limit: Math.min(RECORDS_PER_READ, sequence - cursor) })
+    if (records.length === 0) break
+    for (const r of records) length = lengthAfter(length, r)
+    cursor = records[records.length - 1]!.sequence
+  }
+  return length
+}
 
 /** The refusal of a cursor past `last`. */
 const beyond = (after: number, last: number) =>
@@ -80,37 +82,46 @@ export const readPage = <A>(
   limits: { readonly events: number; readonly bytes: number },
   project: (e: Event) => { readonly item: A; readonly size: number }
 ): Effect.Effect<Page<A>, JournalReadError> =>
-  Effect.gen(function*() {
-    const items: Array<A> = []
-    let cursor = from.after
-    let length = from.length
-    let bytes = 0
-    let ended = false
-    while (items.length < limits.events && cursor < until) {
-      const records = yield* journal.read(session, {
-        after: cursor,
-        limit: Math.min(RECORDS_PER_READ, until - cursor),
-        maxBytes: Math.max(1, limits.bytes - bytes)
-      })
-      if (records.length === 0) break
-      for (const r of records) {
-        if (r.sequence > until) break
-        const e = toEvent(session, r, length)
-        if (e) {
-          const { item, size } = project(e)
-          if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended, bytes }
-          items.push(item)
-          bytes += size
-          if (isFinalKind(e.kind)) ended = true
-        }
-        length = lengthAfter(length, r)
-        cursor = r.sequence
-        if (items.length >= limits.events) break
+  Effect.gen(() => readPageOf(journal, session, from, until, limits, project))
+
+function* readPageOf<A>(
+  journal: JournalShape,
+  session: SessionId,
+  from: { readonly after: number; readonly length: number },
+  until: number,
+  limits: { readonly events: number; readonly bytes: number },
+  project: (e: Event) => { readonly item: A; readonly size: number }
+) {
+  const items: Array<A> = []
+  let cursor = from.after
+  let length = from.length
+  let bytes = 0
+  let ended = false
+  while (items.length < limits.events && cursor < until) {
+    const records = yield* journal.read(session, {
+      after: cursor,
+      limit: Math.min(RECORDS_PER_READ, until - cursor),
+      maxBytes: Math.max(1, limits.bytes - bytes)
+    })
+    if (records.length === 0) break
+    for (const r of records) {
+      if (r.sequence > until) break
+      const e = toEvent(session, r, length)
+      if (e) {
+        const { item, size } = project(e)
+        if (items.length > 0 && bytes + size > limits.bytes) return { items, next: cursor, length, ended, bytes }
+        items.push(item)
+        bytes += size
+        if (isFinalKind(e.kind)) ended = true
       }
-      if (bytes >= limits.bytes) break
+      length = lengthAfter(length, r)
+      cursor = r.sequence
+      if (items.length >= limits.events) break
     }
-    return { items, next: cursor, length, ended, bytes }
-  })
+    if (bytes >= limits.bytes) break
+  }
+  return { items, next: cursor, length, ended, bytes }
+}
 
 const eventSize = (e: Event) => stringifyKept(e.data).length + 64
 
@@ -128,34 +139,44 @@ export const readEvents = (
   maxBytes: number = PAGE_BYTES,
   staged: ReadonlyArray<JournalRecord> = []
 ): Effect.Effect<EventPage, JournalReadError | InvalidRequest> =>
-  Effect.gen(function*() {
-    const durable = yield* journal.lastSequence(session)
-    const pending = staged.filter((r) => r.sequence > durable)
-    const last = pending.length > 0 ? pending[pending.length - 1]!.sequence : durable
-    if (after > last) return yield* Effect.fail(beyond(after, last))
-    const length = yield* transcriptLengthThrough(journal, session, state, after)
-    const page = yield* readPage(journal, session, { after, length }, durable, { events: limit, bytes: maxBytes }, (e) => ({
-      item: e,
-      size: eventSize(e)
-    }))
-    const events = page.items
-    let next = page.next
-    // The staged records follow only a page that reached the durable end.
-    if (pending.length === 0 || next < durable) return { events, next_cursor: next }
-    let bytes = page.bytes
-    let transcriptLength = page.length
-    for (const r of pending) {
-      if (r.sequence <= after) continue
-      if (events.length >= limit) break
-      const e = toEvent(session, r, transcriptLength)
-      if (e) {
-        const size = eventSize(e)
-        if (events.length > 0 && bytes + size > maxBytes) break
-        events.push(e)
-        bytes += size
-      }
-      transcriptLength = lengthAfter(transcriptLength, r)
-      next = r.sequence
+  Effect.gen(() => readEventsOf(journal, session, state, after, limit, maxBytes, staged))
+
+function* readEventsOf(
+  journal: JournalShape,
+  session: SessionId,
+  state: SessionState,
+  after: number,
+  limit: number,
+  maxBytes: number = PAGE_BYTES,
+  staged: ReadonlyArray<JournalRecord> = []
+) {
+  const durable = yield* journal.lastSequence(session)
+  const pending = staged.filter((r) => r.sequence > durable)
+  const last = pending.length > 0 ? pending[pending.length - 1]!.sequence : durable
+  if (after > last) return yield* Effect.fail(beyond(after, last))
+  const length = yield* transcriptLengthThrough(journal, session, state, after)
+  const page = yield* readPage(journal, session, { after, length }, durable, { events: limit, bytes: maxBytes }, (e) => ({
+    item: e,
+    size: eventSize(e)
+  }))
+  const events = page.items
+  let next = page.next
+  // The staged records follow only a page that reached the durable end.
+  if (pending.length === 0 || next < durable) return { events, next_cursor: next }
+  let bytes = page.bytes
+  let transcriptLength = page.length
+  for (const r of pending) {
+    if (r.sequence <= after) continue
+    if (events.length >= limit) break
+    const e = toEvent(session, r, transcriptLength)
+    if (e) {
+      const size = eventSize(e)
+      if (events.length > 0 && bytes + size > maxBytes) break
+      events.push(e)
+      bytes += size
     }
-    return { events, next_cursor: next }
-  })
+    transcriptLength = lengthAfter(transcriptLength, r)
+    next = r.sequence
+  }
+  return { events, next_cursor: next }
+}

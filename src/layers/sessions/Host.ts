@@ -90,7 +90,7 @@ const modelFailure = (err: ModelFailed) =>
 
 export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const { cell } = scope
-  const { config, fence, journal } = deps
+  const { config, journal } = deps
 
   /** Fails at once if the turn has been cancelled, or if the cell is broken (nothing more is written through it). */
   const live = <A>(body: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> =>
@@ -149,81 +149,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             : Effect.as(Fiber.interrupt(fiber), cancelled(first._tag === "cancel" ? first.reason : "cancelled"))
       ))
 
-  const model: Host["model"] = (request) =>
-    live(Effect.gen(function*() {
-      if (config.maxModelCalls > 0 && scope.modelCalls >= config.maxModelCalls) {
-        return yield* refuse(failure("model_call_limit", `this turn reached BRAIN_MAX_MODEL_CALLS (${config.maxModelCalls})`))
-      }
-      scope.modelCalls++
-      const configuration = cell.state.configuration!
-      const system = request.system ?? configuration.system
-      const index = cell.state.modelCalls
-      const started = entry("model_call_started", {
-        ...modelCallContext(cell.state, request.messages, request.system),
-        ...(request.options !== undefined ? { options: request.options } : {})
-      })
-      type Race =
-        | { readonly _tag: "result"; readonly result: ModelResult }
-        | { readonly _tag: "cancelled"; readonly reason: CancelReason; readonly sent: boolean }
-      const fenced = yield* fence.fence(
-        cell.session,
-        started,
-        (sequence) =>
-          // A cancel that arrived while the start was being committed: do not send at all.
-          Effect.suspend(() =>
-            scope.signal.reason !== undefined
-              ? Effect.succeed<Race>({ _tag: "cancelled", reason: scope.signal.reason, sent: false })
-              : callOrCancel(
-            Effect.map(
-              deps.models.call({
-                session: cell.session,
-                sequence,
-                index,
-                model: configuration.model,
-                ...(configuration.model_binding !== undefined ? { binding: configuration.model_binding } : {}),
-                ...(deps.live ? { onDelta: deps.live.delta(cell.session, sequence) } : {}),
-                request: {
-                  messages: request.messages,
-                  ...(system !== undefined ? { system } : {}),
-                  ...(configuration.tools !== undefined ? { tools: configuration.tools } : {}),
-                  ...(request.options !== undefined ? { options: request.options } : {})
-                }
-              }),
-              (result): Race => ({ _tag: "result", result })
-            ),
-            (reason): Race => ({ _tag: "cancelled", reason, sent: true })
-          )),
-        (sequence, exit, dispatched) => {
-          if (Exit.isSuccess(exit)) {
-            return exit.value._tag === "result"
-              ? entry("model_call_ended", { sequence, result: exit.value.result })
-              : entry("model_call_failed", {
-                sequence,
-                failure: { ...cancelFailure(exit.value.reason), ambiguous: exit.value.sent }
-              })
-          }
-          const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
-          return entry("model_call_failed", {
-            sequence,
-            failure: err
-              ? modelFailure(err)
-              : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
-          })
-        },
-        hooks
-      ).pipe(Effect.mapError(storageFailure))
-      const exit = fenced.exit
-      if (Exit.isSuccess(exit)) {
-        if (exit.value._tag === "result") return exit.value.result
-        return yield* refuse(cancelFailure(exit.value.reason))
-      }
-      const err = exit.cause._tag === "Fail" ? exit.cause.error : undefined
-      return yield* refuse(
-        err
-          ? modelFailure(err)
-          : failure("cancelled", "the model call was abandoned", { ambiguous: true })
-      )
-    }))
+  const model: Host["model"] = (request) => live(Effect.gen(() => modelCallOf(deps, scope, request, callOrCancel, hooks)))
 
   /**
    * Commits an extension Event with the origin Brain assigns: the activation's, or a tool call's.
@@ -281,4 +207,88 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         )
       )
   }
+}
+
+/** What `callOrCancel` is (makeHost's): `call` until it ends or the turn is cancelled. */
+type CallOrCancel = <A, E>(call: Effect.Effect<A, E>, cancelled: (reason: CancelReason) => A) => Effect.Effect<A, E>
+
+/**
+ * A model call through the fence: a module function, made once, not a generator made per call
+ * (docs/benchmarks.md, "Generator bodies made once").
+ */
+function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameters<Host["model"]>[0], callOrCancel: CallOrCancel, hooks: FenceHooks) {
+  const { cell } = scope
+  const { config, fence } = deps
+  if (config.maxModelCalls > 0 && scope.modelCalls >= config.maxModelCalls) {
+    return yield* refuse(failure("model_call_limit", `this turn reached BRAIN_MAX_MODEL_CALLS (${config.maxModelCalls})`))
+  }
+  scope.modelCalls++
+  const configuration = cell.state.configuration!
+  const system = request.system ?? configuration.system
+  const index = cell.state.modelCalls
+  const started = entry("model_call_started", {
+    ...modelCallContext(cell.state, request.messages, request.system),
+    ...(request.options !== undefined ? { options: request.options } : {})
+  })
+  type Race =
+    | { readonly _tag: "result"; readonly result: ModelResult }
+    | { readonly _tag: "cancelled"; readonly reason: CancelReason; readonly sent: boolean }
+  const fenced = yield* fence.fence(
+    cell.session,
+    started,
+    (sequence) =>
+      // A cancel that arrived while the start was being committed: do not send at all.
+      Effect.suspend(() =>
+        scope.signal.reason !== undefined
+          ? Effect.succeed<Race>({ _tag: "cancelled", reason: scope.signal.reason, sent: false })
+          : callOrCancel(
+        Effect.map(
+          deps.models.call({
+            session: cell.session,
+            sequence,
+            index,
+            model: configuration.model,
+            ...(configuration.model_binding !== undefined ? { binding: configuration.model_binding } : {}),
+            ...(deps.live ? { onDelta: deps.live.delta(cell.session, sequence) } : {}),
+            request: {
+              messages: request.messages,
+              ...(system !== undefined ? { system } : {}),
+              ...(configuration.tools !== undefined ? { tools: configuration.tools } : {}),
+              ...(request.options !== undefined ? { options: request.options } : {})
+            }
+          }),
+          (result): Race => ({ _tag: "result", result })
+        ),
+        (reason): Race => ({ _tag: "cancelled", reason, sent: true })
+      )),
+    (sequence, exit, dispatched) => {
+      if (Exit.isSuccess(exit)) {
+        return exit.value._tag === "result"
+          ? entry("model_call_ended", { sequence, result: exit.value.result })
+          : entry("model_call_failed", {
+            sequence,
+            failure: { ...cancelFailure(exit.value.reason), ambiguous: exit.value.sent }
+          })
+      }
+      const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+      return entry("model_call_failed", {
+        sequence,
+        failure: err
+          ? modelFailure(err)
+          : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
+      })
+    },
+    hooks
+  ).pipe(Effect.mapError(storageFailure))
+  const exit = fenced.exit
+  if (Exit.isSuccess(exit)) {
+    if (exit.value._tag === "result") return exit.value.result
+    return yield* refuse(cancelFailure(exit.value.reason))
+  }
+  const err = exit.cause._tag === "Fail" ? exit.cause.error : undefined
+  return yield* refuse(
+    err
+      ? modelFailure(err)
+      : failure("cancelled", "the model call was abandoned", { ambiguous: true })
+  )
 }

@@ -143,28 +143,30 @@ export class Registry {
 
   /** Loads the state, recovering interrupted work first if this process has not yet looked. */
   private load(session: SessionId): Effect.Effect<Cell, SessionStorageError> {
-    const { journal, projection } = this.options
-    return Effect.gen(this, function*() {
-      const { state } = yield* projection.state(session)
-      // A journal with no creation record is a create that never finished: nobody was given its id.
-      if (state.status === "none") return yield* Effect.fail(notFound())
-      const cell = new Cell(session, state)
-      if (!this.checked.has(session) && needsRecovery(state)) {
-        yield* commit(journal, cell, recoveryEntries(state, this.broken.has(session) ? "write_failure" : "restart")).pipe(
-          // The journal is broken now: let the next access reopen it and try again.
-          Effect.tapError(() => journal.reset(session))
-        )
-      }
-      this.checked.add(session)
-      this.broken.delete(session)
-      return cell
-    }).pipe(Effect.catchTags({
+    return Effect.gen(() => this.loadOf(session)).pipe(Effect.catchTags({
       // Loading is not the request's own effect: a failure here changed nothing it asked for.
       SessionNotFound: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       JournalCorrupt: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       JournalWriteFailed: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       RecordRejected: (e) => Effect.fail(fromJournal(e, { ambiguous: false }))
     }))
+  }
+
+  private *loadOf(session: SessionId) {
+    const { journal, projection } = this.options
+    const { state } = yield* projection.state(session)
+    // A journal with no creation record is a create that never finished: nobody was given its id.
+    if (state.status === "none") return yield* Effect.fail(notFound())
+    const cell = new Cell(session, state)
+    if (!this.checked.has(session) && needsRecovery(state)) {
+      yield* commit(journal, cell, recoveryEntries(state, this.broken.has(session) ? "write_failure" : "restart")).pipe(
+        // The journal is broken now: let the next access reopen it and try again.
+        Effect.tapError(() => journal.reset(session))
+      )
+    }
+    this.checked.add(session)
+    this.broken.delete(session)
+    return cell
   }
 
   /** The session's cell, opened on demand and shared; the caller must `release` it. */
@@ -299,29 +301,31 @@ export class Registry {
 
   /** Releases an unused cell: its state goes to the projection cache (and a checkpoint when due). */
   private evict(cell: Cell): Effect.Effect<void> {
+    return Effect.gen(() => this.evictOf(cell))
+  }
+
+  private *evictOf(cell: Cell) {
     const { journal, projection } = this.options
-    return Effect.gen(this, function*() {
-      if (cell.users > 0 || cell.running) return
-      this.unwarm(cell)
-      // An open still under way is left to its opener.
-      const settled = this.cells.get(cell.session)?.settled
-      if (settled !== undefined && (Exit.isFailure(settled) || settled.value === cell)) this.cells.delete(cell.session)
-      if (cell.deleted) return
-      if (cell.broken) {
-        // Nothing of this cell is trusted: the next access reopens the journal and recovers.
-        this.checked.delete(cell.session)
-        this.broken.add(cell.session)
-        this.checkpointedAt.delete(cell.session)
-        yield* projection.forget(cell.session)
-        return yield* journal.reset(cell.session)
-      }
-      yield* projection.remember(cell.session, cell.state)
-      const last = this.checkpointedAt.get(cell.session) ?? 0
-      if (checkpointDue(cell.state.lastSequence - last, cell.state.bytes)) {
-        this.checkpointedAt.set(cell.session, cell.state.lastSequence)
-        yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
-      }
-    })
+    if (cell.users > 0 || cell.running) return
+    this.unwarm(cell)
+    // An open still under way is left to its opener.
+    const settled = this.cells.get(cell.session)?.settled
+    if (settled !== undefined && (Exit.isFailure(settled) || settled.value === cell)) this.cells.delete(cell.session)
+    if (cell.deleted) return
+    if (cell.broken) {
+      // Nothing of this cell is trusted: the next access reopens the journal and recovers.
+      this.checked.delete(cell.session)
+      this.broken.add(cell.session)
+      this.checkpointedAt.delete(cell.session)
+      yield* projection.forget(cell.session)
+      return yield* journal.reset(cell.session)
+    }
+    yield* projection.remember(cell.session, cell.state)
+    const last = this.checkpointedAt.get(cell.session) ?? 0
+    if (checkpointDue(cell.state.lastSequence - last, cell.state.bytes)) {
+      this.checkpointedAt.set(cell.session, cell.state.lastSequence)
+      yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
+    }
   }
 
   /**

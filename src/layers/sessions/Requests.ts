@@ -57,16 +57,18 @@ const readClose = (journal: JournalShape, session: SessionId, closed: number) =>
  * it runs). Reads one record (the closing one) for a replay.
  */
 export const seenSend = (journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) =>
-  Effect.gen(function*() {
-    const e = liveRequest(cell.state, requestId("send", request.key), now, retentionMs)
-    if (e === undefined) return undefined
-    if (e.hash !== request.hash) return CONFLICT
-    if (e.answered === undefined || e.closed === undefined) return e.closed === undefined ? IN_FLIGHT : NEVER_ANSWERED
-    const close = yield* readClose(journal, cell.session, e.closed)
-    // The state and the journal disagree: never answer from a guess.
-    if (close === undefined) return NEVER_ANSWERED
-    return { _tag: "Answered", value: turnOutcome(cell.session, e.turn, e.answered, close) } satisfies Keyed<TurnOutcome>
-  })
+  Effect.gen(() => seenSendOf(journal, cell, request, now, retentionMs))
+
+function* seenSendOf(journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) {
+  const e = liveRequest(cell.state, requestId("send", request.key), now, retentionMs)
+  if (e === undefined) return undefined
+  if (e.hash !== request.hash) return CONFLICT
+  if (e.answered === undefined || e.closed === undefined) return e.closed === undefined ? IN_FLIGHT : NEVER_ANSWERED
+  const close = yield* readClose(journal, cell.session, e.closed)
+  // The state and the journal disagree: never answer from a guess.
+  if (close === undefined) return NEVER_ANSWERED
+  return { _tag: "Answered", value: turnOutcome(cell.session, e.turn, e.answered, close) } satisfies Keyed<TurnOutcome>
+}
 
 /**
  * The keyed sends and submits the session's journal answers within retention, each with the
@@ -75,23 +77,25 @@ export const seenSend = (journal: JournalShape, cell: Cell, request: TurnRequest
  * is ambiguous).
  */
 export const keptRequests = (journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) =>
-  Effect.gen(function*() {
-    const kept: Array<KeptRequest> = []
-    for (const [id, e] of state.requests) {
-      if (requestExpired(e, now, retentionMs)) continue
-      const colon = id.indexOf(":")
-      const mode = id.slice(0, colon)
-      const key = id.slice(colon + 1)
-      if (mode === "submit") {
-        kept.push({ mode, key, hash: e.hash, atMs: e.atMs, receipt: { session_id: session, sequence: e.turn } })
-        continue
-      }
-      const close = e.answered !== undefined && e.closed !== undefined ? yield* readClose(journal, session, e.closed) : undefined
-      const outcome = close === undefined ? undefined : turnOutcome(session, e.turn, e.answered!, close)
-      kept.push({ mode: "send", key, hash: e.hash, atMs: e.atMs, outcome })
+  Effect.gen(() => keptRequestsOf(journal, session, state, now, retentionMs))
+
+function* keptRequestsOf(journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) {
+  const kept: Array<KeptRequest> = []
+  for (const [id, e] of state.requests) {
+    if (requestExpired(e, now, retentionMs)) continue
+    const colon = id.indexOf(":")
+    const mode = id.slice(0, colon)
+    const key = id.slice(colon + 1)
+    if (mode === "submit") {
+      kept.push({ mode, key, hash: e.hash, atMs: e.atMs, receipt: { session_id: session, sequence: e.turn } })
+      continue
     }
-    return kept
-  })
+    const close = e.answered !== undefined && e.closed !== undefined ? yield* readClose(journal, session, e.closed) : undefined
+    const outcome = close === undefined ? undefined : turnOutcome(session, e.turn, e.answered!, close)
+    kept.push({ mode: "send", key, hash: e.hash, atMs: e.atMs, outcome })
+  }
+  return kept
+}
 
 /** What the session's journal says of a keyed submit (undefined: never seen within retention). */
 export const seenSubmit = (cell: Cell, request: TurnRequest, now: number, retentionMs: number): Keyed<Receipt> | undefined => {

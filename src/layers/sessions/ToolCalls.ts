@@ -127,9 +127,9 @@ export interface ToolCallContext {
 
 /** `Host.dispatch` of one activation, before the host's own checks (a cancel, a broken cell). */
 export const makeDispatch = (ctx: ToolCallContext) => {
-  const { deps, scope, hooks, emitAs, report } = ctx
+  const { deps, scope, hooks } = ctx
   const { cell } = scope
-  const { config, fence } = deps
+  const { fence } = deps
 
   /**
    * Runs one call with its `budget` (`budgetOf`). `deadline` is a fiber sleeping on the Clock until
@@ -152,86 +152,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     /** The call is being executed: the tool may still emit Events. */
     let inFlight = true
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
-      Effect.gen(function*() {
-        // A cancel that arrived while the start was being committed: do not send at all.
-        const early = scope.signal.reason
-        if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
-        // Its deadline passed while its start was being committed: not sent either.
-        const ended = deadline?.unsafePoll()
-        if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
-        const controller = new AbortController()
-        /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
-        let stoppedBy: "cancel" | "deadline" = "cancel"
-        const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
-        const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
-        // A host tool's input that breaks its declared schema is answered here, never sent.
-        const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
-        if (issues !== undefined) {
-          const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
-          return {
-            _tag: "reply",
-            reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
-          } as ToolVerdict
-        }
-        const executor = yield* Effect.fork(
-          remote !== undefined
-            ? deps.environments !== undefined
-              ? checkedOutput(callRemote(deps.environments, remote, {
-                session: cell.session,
-                sequence,
-                call,
-                deadlineAtMs,
-                signal: controller.signal,
-                stoppedBy: () => stoppedBy,
-                // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
-                emit: (kind, payload) =>
-                  inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
-              }), remote.driver === "host" ? definition?.output_schema : undefined)
-              : Effect.succeed<ToolVerdict>({
-                _tag: "failed",
-                outcome: "error",
-                failure: failure("environment_failed", `Environment ${JSON.stringify(remote.name)}: this server cannot run a ${remote.driver} Environment; nothing was sent`, {
-                  details: { environment: remote.name, reason: "driver_unavailable" }
-                })
-              })
-            : deps.tools.invoke({
-            session: cell.session,
-            sequence,
-            call,
-            definition,
-            deadlineAtMs,
-            signal: controller.signal,
-            // A tool's Events come before its outcome: refused once the call is over.
-            emit: (kind, payload) =>
-              inFlight ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
-            telemetry: (data) => report(data, sequence)
-          }).pipe(
-            Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
-            Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
-          )
-        )
-        // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
-        // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
-        const first = yield* exitOrCancel(executor, scope.signal, deadline)
-        // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
-        if (first._tag === "done") return yield* first.exit
-        const by = first._tag === "deadline" ? "deadline" : "cancel"
-        const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
-        stoppedBy = by
-        controller.abort(by === "deadline" ? "timeout" : reason)
-        const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-        if (Option.isSome(after)) {
-          const ended = after.value
-          if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
-            return ended.value // It finished anyway: record what really happened.
-          }
-          // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
-          // services/Tools.ts); one that died ends the call so.
-          if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
-        }
-        if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-        return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
-      })
+      Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
 
     /**
      * The outcome record the fence committed (it asks once); the loop is shown exactly it. The fence
@@ -260,21 +181,132 @@ export const makeDispatch = (ctx: ToolCallContext) => {
   }
 
   return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
-    Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
-      // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
-      const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
-      const tools = cell.state.configuration?.tools
-      const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
-      const budgets = definitions.map((definition) => budgetOf(config, definition))
-      for (const budget of budgets) {
-        if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
-      }
-      const round = runRound(calls.map((call, i) => {
-        const budget = budgets[i]
-        return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
-      }))
-      return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
-    })
+    Effect.gen(() => roundOf(ctx, calls, runTool))
+}
+
+/** What `runTool` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
+type RunTool = (
+  call: ToolCallRequest,
+  definition: ToolDefinition | undefined,
+  now: number,
+  budget: number | undefined,
+  deadline: Fiber.RuntimeFiber<void> | undefined
+) => Effect.Effect<ToolResult, HostCallFailed>
+
+// A round's and a call's generator bodies are module functions, made once, not generators made per
+// call (docs/benchmarks.md, "Generator bodies made once").
+
+/** A round of calls: one deadline sleeper per distinct budget, the calls run together (`runRound`). */
+function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, runTool: RunTool) {
+  const { cell } = ctx.scope
+  const { config } = ctx.deps
+  const now = yield* Clock.currentTimeMillis
+  // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
+  // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
+  const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
+  const tools = cell.state.configuration?.tools
+  const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
+  const budgets = definitions.map((definition) => budgetOf(config, definition))
+  for (const budget of budgets) {
+    if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
+  }
+  const round = runRound(calls.map((call, i) => {
+    const budget = budgets[i]
+    return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
+  }))
+  return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
+}
+
+/** A call's dispatch, once its start is durable: its executor raced against the turn's cancel and the call's deadline. */
+function* dispatchOf(
+  ctx: ToolCallContext,
+  call: ToolCallRequest,
+  definition: ToolDefinition | undefined,
+  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadlineAtMs: number | undefined,
+  sequence: number,
+  inFlight: () => boolean
+) {
+  const { deps, scope, emitAs, report } = ctx
+  const { cell } = scope
+  const { config } = deps
+  // A cancel that arrived while the start was being committed: do not send at all.
+  const early = scope.signal.reason
+  if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
+  // Its deadline passed while its start was being committed: not sent either.
+  const ended = deadline?.unsafePoll()
+  if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
+  const controller = new AbortController()
+  /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
+  let stoppedBy: "cancel" | "deadline" = "cancel"
+  const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
+  const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
+  // A host tool's input that breaks its declared schema is answered here, never sent.
+  const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
+  if (issues !== undefined) {
+    const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
+    return {
+      _tag: "reply",
+      reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
+    } as ToolVerdict
+  }
+  const executor = yield* Effect.fork(
+    remote !== undefined
+      ? deps.environments !== undefined
+        ? checkedOutput(callRemote(deps.environments, remote, {
+          session: cell.session,
+          sequence,
+          call,
+          deadlineAtMs,
+          signal: controller.signal,
+          stoppedBy: () => stoppedBy,
+          // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
+          emit: (kind, payload) =>
+            inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
+        }), remote.driver === "host" ? definition?.output_schema : undefined)
+        : Effect.succeed<ToolVerdict>({
+          _tag: "failed",
+          outcome: "error",
+          failure: failure("environment_failed", `Environment ${JSON.stringify(remote.name)}: this server cannot run a ${remote.driver} Environment; nothing was sent`, {
+            details: { environment: remote.name, reason: "driver_unavailable" }
+          })
+        })
+      : deps.tools.invoke({
+      session: cell.session,
+      sequence,
+      call,
+      definition,
+      deadlineAtMs,
+      signal: controller.signal,
+      // A tool's Events come before its outcome: refused once the call is over.
+      emit: (kind, payload) =>
+        inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
+      telemetry: (data) => report(data, sequence)
+    }).pipe(
+      Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
+      Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
+    )
+  )
+  // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
+  // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
+  const first = yield* exitOrCancel(executor, scope.signal, deadline)
+  // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
+  if (first._tag === "done") return yield* first.exit
+  const by = first._tag === "deadline" ? "deadline" : "cancel"
+  const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
+  stoppedBy = by
+  controller.abort(by === "deadline" ? "timeout" : reason)
+  const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  if (Option.isSome(after)) {
+    const ended = after.value
+    if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
+      return ended.value // It finished anyway: record what really happened.
+    }
+    // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
+    // services/Tools.ts); one that died ends the call so.
+    if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
+  }
+  if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
+
 }

@@ -59,158 +59,169 @@ const stringSeed = (s: string) => {
   return h >>> 0
 }
 
-export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOutcome> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.gen(function*() {
-      const { cell, turn, activation } = start
-      const { config, journal } = deps
-      const scope: ActivationScope = {
-        cell,
-        activation,
-        signal: turn.signal,
-        writes: new Writes(),
-        modelCalls: 0,
-        emittedBytes: 0,
-        unsettled: []
-      }
-      const host = makeHost(deps, scope)
-      const now = yield* Clock.currentTimeMillis
+// The turn's generator bodies are module functions, made once: an `Effect.gen(function* () {…})`
+// written inside a function makes a new generator function at every call, and V8 gives each a
+// prototype and a hidden class of its own the first time it runs (docs/benchmarks.md,
+// "Generator bodies made once").
 
-      const activate = Effect.gen(function*() {
-        const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
-          Effect.map((p) => p.events),
-          Effect.orElseSucceed(() => [])
-        )
-        return yield* start.loop.activate(
-          {
-            input: start.input,
-            transcript: cell.state.transcript,
-            unanswered: cell.state.unanswered,
-            configuration: cell.state.configuration!,
-            events,
-            runtime: {
-              session_id: cell.session,
-              turn: turn.sequence,
-              activation,
-              now_ms: now,
-              seed: stringSeed(`${cell.session}:${activation}`)
-            }
-          },
-          host
-        )
-      })
-
-      // The activation runs in a fiber of its own, forked here where nothing can interrupt. If the
-      // wait for it is interrupted (a server stop), the activation is interrupted and waited for
-      // before the turn is closed, so its in-flight fences commit their outcomes first.
-      // Cancellation waits a bounded grace for it to notice.
-      const waitFor = <A, E>(fiber: Fiber.RuntimeFiber<A, E>) =>
-        Effect.gen(function*() {
-          // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
-          const first = yield* exitOrCancel(fiber, turn.signal)
-          if (first._tag === "done") return first.exit
-          // One grace for executors to confirm they stopped, one for the loop to see the error and return.
-          const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs)))
-          if (Option.isSome(settled)) return settled.value
-          return yield* Fiber.interrupt(fiber)
-        })
-      const fiber = yield* Effect.fork(Effect.interruptible(activate))
-      const exit = yield* Effect.exit(restore(waitFor(fiber)))
-      if (Exit.isFailure(exit)) yield* Fiber.interrupt(fiber)
-      const reason = turn.signal.reason
-      let closing: Failure | undefined
-      let result: unknown = undefined
-      if (reason !== undefined) closing = cancelFailure(reason)
-      else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted")
-      else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
-      else if (Exit.isFailure(exit.value)) {
-        closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
-      } else result = exit.value.value ?? null
-
-      // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
-      const answered = turn.answers === undefined
-        ? []
-        : [entry("request_answered", { key: turn.answers, at_ms: yield* Clock.currentTimeMillis })]
-      const closingEntries = (f: Failure | undefined) =>
-        f
-          ? [
-            entry("activation_failed", { sequence: activation, failure: f }),
-            entry("turn_failed", { sequence: turn.sequence, failure: f }),
-            ...answered
-          ]
-          : [
-            entry("activation_ended", { sequence: activation, result }),
-            entry("turn_ended", { sequence: turn.sequence, result }),
-            ...answered
-          ]
-      // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
-      // one commit, durable together with the close or not at all.
-      const atEnd = scope.atEnd === undefined ? undefined : transcriptChange(cell.state.transcript, scope.atEnd)
-      const saving = atEnd !== undefined
-      const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
-      const lateOutcomes = scope.unsettled.length
-      let closed = yield* appendWithin(commitQueueable(journal, cell, entries), config.cleanupDeadlineMs)
-      if (saving && closed._tag === "Answered" && Exit.isFailure(closed.exit)) {
-        const refused = Cause.failureOption(closed.exit.cause)
-        if (Option.isSome(refused) && refused.value._tag === "RecordRejected") {
-          // The journal refused the transcript (nothing was written): the turn fails as a refused
-          // set_transcript would have failed it, and closes without it.
-          closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)
-          result = undefined
-          closed = yield* appendWithin(commitQueueable(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
-        }
-      }
-      if (closed._tag === "Unsettled") {
-        // Its state now lacks records that may still land: the cell commits nothing more.
-        cell.broken = true
-        scope.unsettled.push(closed.settled)
-      } else if (Exit.isFailure(closed.exit)) {
-        // Unrecorded, the turn is closed in memory only (and its opening may be staged, never
-        // written): nothing of the cell is trusted, and the next access reopens and recovers.
-        cell.broken = true
-      }
-      const notRecorded = closed._tag === "Unsettled"
-        ? `no answer from the journal within ${config.cleanupDeadlineMs} ms`
-        : lateOutcomes > 0
-        ? `the outcome of an effect was not durable within ${config.cleanupDeadlineMs} ms, so nothing more is written until the session recovers`
-        : Exit.match(closed.exit, {
-          onSuccess: () => "",
-          onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
-        })
-      const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit) ? closed.exit.value : undefined
-      const outcome: TurnOutcome = recorded
-        ? turnOutcome(
-          cell.session,
-          turn.sequence,
-          recorded[recorded.length - 1]!,
-          closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
-        )
-        : {
-          session_id: cell.session,
-          // Unrecorded, the turn is closed in memory all the same: the session's next access records
-          // it failed (recovery), leaving the session idle, never running for ever.
-          status: "idle",
-          last_sequence: yield* Effect.orElseSucceed(
-            Effect.map(journal.lastSequence(cell.session), (durable) => Math.min(durable, cell.state.lastSequence)),
-            () => cell.state.lastSequence
-          ),
-          turn: {
-            sequence: turn.sequence,
-            status: "failed",
-            failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
-          }
-        }
-      if (scope.unsettled.length > 0) {
-        // The caller has its answer now; the session stays refused until the late appends settle.
-        turn.done.give(outcome)
-        yield* Effect.logWarning(
-          `${scope.unsettled.length} append(s) missed BRAIN_CLEANUP_DEADLINE_MS (${config.cleanupDeadlineMs} ms); the session is refused until the journal answers them`
-        ).pipe(Effect.annotateLogs({ session_id: cell.session }))
-        yield* Effect.interruptible(Effect.all(scope.unsettled, { discard: true }))
-        yield* Effect.logInfo("the late appends settled; the session recovers on its next access").pipe(
-          Effect.annotateLogs({ session_id: cell.session })
-        )
-      }
-      return outcome
-    })
+/** The activation: the loop given its input (the Events after `start.eventsAfter` among it) and its host. */
+function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof makeHost>, now: number) {
+  const { cell, turn, activation } = start
+  const { journal } = deps
+  const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
+    Effect.map((p) => p.events),
+    Effect.orElseSucceed(() => [])
   )
+  return yield* start.loop.activate(
+    {
+      input: start.input,
+      transcript: cell.state.transcript,
+      unanswered: cell.state.unanswered,
+      configuration: cell.state.configuration!,
+      events,
+      runtime: {
+        session_id: cell.session,
+        turn: turn.sequence,
+        activation,
+        now_ms: now,
+        seed: stringSeed(`${cell.session}:${activation}`)
+      }
+    },
+    host
+  )
+}
+
+/** Waits for the activation's fiber; after the turn's cancel, a bounded grace, then interrupts it. */
+function* waitForActivation<A, E>(fiber: Fiber.RuntimeFiber<A, E>, signal: RunningTurn["signal"], cancelGraceMs: number) {
+  // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
+  const first = yield* exitOrCancel(fiber, signal)
+  if (first._tag === "done") return first.exit
+  // One grace for executors to confirm they stopped, one for the loop to see the error and return.
+  const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * cancelGraceMs)))
+  if (Option.isSome(settled)) return settled.value
+  return yield* Fiber.interrupt(fiber)
+}
+
+function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) {
+  const { cell, turn, activation } = start
+  const { config, journal } = deps
+  const scope: ActivationScope = {
+    cell,
+    activation,
+    signal: turn.signal,
+    writes: new Writes(),
+    modelCalls: 0,
+    emittedBytes: 0,
+    unsettled: []
+  }
+  const host = makeHost(deps, scope)
+  const now = yield* Clock.currentTimeMillis
+
+  const activate = Effect.gen(() => activationOf(deps, start, host, now))
+
+  // The activation runs in a fiber of its own, forked here where nothing can interrupt. If the
+  // wait for it is interrupted (a server stop), the activation is interrupted and waited for
+  // before the turn is closed, so its in-flight fences commit their outcomes first.
+  // Cancellation waits a bounded grace for it to notice.
+  const fiber = yield* Effect.fork(Effect.interruptible(activate))
+  const exit = yield* Effect.exit(restore(Effect.gen(() => waitForActivation(fiber, turn.signal, config.cancelGraceMs))))
+  if (Exit.isFailure(exit)) yield* Fiber.interrupt(fiber)
+  const reason = turn.signal.reason
+  let closing: Failure | undefined
+  let result: unknown = undefined
+  if (reason !== undefined) closing = cancelFailure(reason)
+  else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted")
+  else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
+  else if (Exit.isFailure(exit.value)) {
+    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
+  } else result = exit.value.value ?? null
+
+  // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
+  const answered = turn.answers === undefined
+    ? []
+    : [entry("request_answered", { key: turn.answers, at_ms: yield* Clock.currentTimeMillis })]
+  const closingEntries = (f: Failure | undefined) =>
+    f
+      ? [
+        entry("activation_failed", { sequence: activation, failure: f }),
+        entry("turn_failed", { sequence: turn.sequence, failure: f }),
+        ...answered
+      ]
+      : [
+        entry("activation_ended", { sequence: activation, result }),
+        entry("turn_ended", { sequence: turn.sequence, result }),
+        ...answered
+      ]
+  // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
+  // one commit, durable together with the close or not at all.
+  const atEnd = scope.atEnd === undefined ? undefined : transcriptChange(cell.state.transcript, scope.atEnd)
+  const saving = atEnd !== undefined
+  const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
+  const lateOutcomes = scope.unsettled.length
+  let closed = yield* appendWithin(commitQueueable(journal, cell, entries), config.cleanupDeadlineMs)
+  if (saving && closed._tag === "Answered" && Exit.isFailure(closed.exit)) {
+    const refused = Cause.failureOption(closed.exit.cause)
+    if (Option.isSome(refused) && refused.value._tag === "RecordRejected") {
+      // The journal refused the transcript (nothing was written): the turn fails as a refused
+      // set_transcript would have failed it, and closes without it.
+      closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)
+      result = undefined
+      closed = yield* appendWithin(commitQueueable(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
+    }
+  }
+  if (closed._tag === "Unsettled") {
+    // Its state now lacks records that may still land: the cell commits nothing more.
+    cell.broken = true
+    scope.unsettled.push(closed.settled)
+  } else if (Exit.isFailure(closed.exit)) {
+    // Unrecorded, the turn is closed in memory only (and its opening may be staged, never
+    // written): nothing of the cell is trusted, and the next access reopens and recovers.
+    cell.broken = true
+  }
+  const notRecorded = closed._tag === "Unsettled"
+    ? `no answer from the journal within ${config.cleanupDeadlineMs} ms`
+    : lateOutcomes > 0
+    ? `the outcome of an effect was not durable within ${config.cleanupDeadlineMs} ms, so nothing more is written until the session recovers`
+    : Exit.match(closed.exit, {
+      onSuccess: () => "",
+      onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
+    })
+  const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit) ? closed.exit.value : undefined
+  const outcome: TurnOutcome = recorded
+    ? turnOutcome(
+      cell.session,
+      turn.sequence,
+      recorded[recorded.length - 1]!,
+      closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
+    )
+    : {
+      session_id: cell.session,
+      // Unrecorded, the turn is closed in memory all the same: the session's next access records
+      // it failed (recovery), leaving the session idle, never running for ever.
+      status: "idle",
+      last_sequence: yield* Effect.orElseSucceed(
+        Effect.map(journal.lastSequence(cell.session), (durable) => Math.min(durable, cell.state.lastSequence)),
+        () => cell.state.lastSequence
+      ),
+      turn: {
+        sequence: turn.sequence,
+        status: "failed",
+        failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
+      }
+    }
+  if (scope.unsettled.length > 0) {
+    // The caller has its answer now; the session stays refused until the late appends settle.
+    turn.done.give(outcome)
+    yield* Effect.logWarning(
+      `${scope.unsettled.length} append(s) missed BRAIN_CLEANUP_DEADLINE_MS (${config.cleanupDeadlineMs} ms); the session is refused until the journal answers them`
+    ).pipe(Effect.annotateLogs({ session_id: cell.session }))
+    yield* Effect.interruptible(Effect.all(scope.unsettled, { discard: true }))
+    yield* Effect.logInfo("the late appends settled; the session recovers on its next access").pipe(
+      Effect.annotateLogs({ session_id: cell.session })
+    )
+  }
+  return outcome
+}
+
+export const runTurn = (deps: HostDeps, start: TurnStart): Effect.Effect<TurnOutcome> =>
+  Effect.uninterruptibleMask((restore) => Effect.gen(() => turnOf(deps, start, restore)))
