@@ -5,6 +5,7 @@
  */
 import * as path from "node:path"
 import { Effect, Layer, Option, Random } from "effect"
+import type { SessionId } from "../domain/Ids.js"
 import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
 import { sessionDir } from "./journal/DataDir.js"
 import { FileDriver } from "./journal/FileDriver.js"
@@ -14,6 +15,18 @@ export const CHECKPOINT_FILE = "checkpoint"
 export const makeFile = (dataDir: string) =>
   Effect.gen(function*() {
     const driver = yield* FileDriver
+    function* saveOf(session: SessionId, text: string) {
+      const dir = sessionDir(dataDir, session)
+      const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
+      const fd = yield* driver.open(tmp, "wx")
+      yield* driver.writev(fd, [Buffer.from(text, "utf8")], 0).pipe(
+        Effect.zipRight(driver.fdatasync(fd)),
+        Effect.ensuring(Effect.ignore(driver.close(fd))),
+        Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
+      )
+      yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
+      yield* driver.syncDir(dir)
+    }
     const store: CheckpointStoreShape = {
       load: (session) =>
         driver.readFile(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)).pipe(
@@ -21,18 +34,7 @@ export const makeFile = (dataDir: string) =>
           Effect.orElseSucceed(() => Option.none())
         ),
       save: (session, text) =>
-        Effect.gen(function*() {
-          const dir = sessionDir(dataDir, session)
-          const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
-          const fd = yield* driver.open(tmp, "wx")
-          yield* driver.writev(fd, [Buffer.from(text, "utf8")], 0).pipe(
-            Effect.zipRight(driver.fdatasync(fd)),
-            Effect.ensuring(Effect.ignore(driver.close(fd))),
-            Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
-          )
-          yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
-          yield* driver.syncDir(dir)
-        }).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason })))
+        Effect.gen(() => saveOf(session, text)).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason })))
     }
     return store
   })

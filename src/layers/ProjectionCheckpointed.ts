@@ -78,6 +78,21 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
   }
 
+  function* checkpointOf(session: SessionId, state: SessionState) {
+    if (state.lastSequence < 1) return
+    const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
+    if (!covered) return
+    yield* store.save(
+      session,
+      encodeCheckpoint({
+        format: CHECKPOINT_FORMAT,
+        session,
+        through: { sequence: covered.sequence, digest: recordDigest(covered) },
+        state: serializeState(state)
+      })
+    )
+  }
+
   const service: ProjectionShape = {
     state: (session) => Effect.gen(() => stateOf(session)),
     remember: (session, state) =>
@@ -93,21 +108,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
         }
       }),
     forget: (session) => Effect.sync(() => drop(session)),
-    checkpoint: (session, state) =>
-      Effect.gen(function*() {
-        if (state.lastSequence < 1) return
-        const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
-        if (!covered) return
-        yield* store.save(
-          session,
-          encodeCheckpoint({
-            format: CHECKPOINT_FORMAT,
-            session,
-            through: { sequence: covered.sequence, digest: recordDigest(covered) },
-            state: serializeState(state)
-          })
-        )
-      })
+    checkpoint: (session, state) => Effect.gen(() => checkpointOf(session, state))
   }
   return service
 })
