@@ -37,9 +37,11 @@ const typeLiteral = (ast: AST.TypeLiteral, compile: (ast: AST.AST) => Guard): Gu
   return (u) => {
     if (!isRecord(u)) return false
     // Excess properties: every own key must be expected (a string key is, under a string index).
-    for (const key of Reflect.ownKeys(u)) {
-      if (typeof key !== "string") return false
-      if (indexValue === undefined && !names.has(key)) return false
+    // A symbol key never is. Walked with `for…in` (V8's enum cache), not a key array per object:
+    // this check runs on every object of every record appended.
+    if (Object.getOwnPropertySymbols(u).length > 0) return false
+    if (indexValue === undefined) {
+      for (const key in u) if (!names.has(key)) return false
     }
     for (const p of props) {
       if (!Object.prototype.hasOwnProperty.call(u, p.name)) {
