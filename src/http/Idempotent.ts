@@ -153,30 +153,27 @@ export const idempotentTurn = <A, E extends ApiError>(
     Effect.flatMap(work(request), (seen) => seen._tag === "Answered" ? Effect.succeed(answer(seen.value)) : Effect.fail(keyedRefusal(seen)))
   if (key === undefined) return Effect.map(Effect.catchAll(run(undefined), (e) => Effect.succeed(failureAnswer(e))), respond)
   const hash = hashRequest(request)
-  return Effect.gen(() => keyedTurnOf(store, scope, key, hash, work, answer))
+  return Effect.gen(() => keyedTurnOf({ store, scope, key, hash, work, answer }))
 }
 
-function* keyedTurnOf<A, E extends ApiError>(
-  store: IdempotencyShape,
-  scope: string,
-  key: string,
-  hash: string,
-  work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>,
-  answer: (value: A) => Answer
-) {
-  const claim = yield* store.reserve(scope, key, hash).pipe(Effect.mapError(storeFailure))
+/** A keyed turn's request, as `idempotentTurn` was given it, its key present and its body hashed. */
+interface KeyedTurn<A, E extends ApiError> {
+  readonly store: IdempotencyShape
+  readonly scope: string
+  readonly key: string
+  readonly hash: string
+  readonly work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>
+  readonly answer: (value: A) => Answer
+}
+
+// Generator bodies made once, not per request (docs/benchmarks.md, "Generator bodies made once").
+function* keyedTurnOf<A, E extends ApiError>(t: KeyedTurn<A, E>) {
+  const claim = yield* t.store.reserve(t.scope, t.key, t.hash).pipe(Effect.mapError(storeFailure))
   if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
-  return yield* Effect.uninterruptible(Effect.gen(() => claimedTurnOf(store, scope, key, hash, work, answer)))
+  return yield* Effect.uninterruptible(Effect.gen(() => claimedTurnOf(t)))
 }
 
-function* claimedTurnOf<A, E extends ApiError>(
-  store: IdempotencyShape,
-  scope: string,
-  key: string,
-  hash: string,
-  work: (request: TurnRequest | undefined) => Effect.Effect<Keyed<A>, E>,
-  answer: (value: A) => Answer
-) {
+function* claimedTurnOf<A, E extends ApiError>({ answer, hash, key, scope, store, work }: KeyedTurn<A, E>) {
   const outcome = yield* Effect.either(work({ key, hash }))
   if (outcome._tag === "Right") {
     // The session's journal holds the key from here: the reservation goes, nothing is written.

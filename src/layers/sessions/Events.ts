@@ -74,15 +74,8 @@ export interface Page<A> {
  * The public Events of the records in (`after`, `until`], each turned into an item and its size
  * by `project`, given the transcript's length just after `after`.
  */
-export const readPage = <A>(
-  journal: JournalShape,
-  session: SessionId,
-  from: { readonly after: number; readonly length: number },
-  until: number,
-  limits: { readonly events: number; readonly bytes: number },
-  project: (e: Event) => { readonly item: A; readonly size: number }
-): Effect.Effect<Page<A>, JournalReadError> =>
-  Effect.gen(() => readPageOf(journal, session, from, until, limits, project))
+export const readPage = <A>(...args: Parameters<typeof readPageOf<A>>): Effect.Effect<Page<A>, JournalReadError> =>
+  Effect.gen(() => readPageOf(...args))
 
 function* readPageOf<A>(
   journal: JournalShape,
@@ -130,18 +123,7 @@ const eventSize = (e: Event) => stringifyKept(e.data).length + 64
  * A turn reading its own Events passes its opening while it is only staged (`Cell.opening`): its
  * records past the durable end follow the durable ones, and a cursor may reach them.
  */
-export const readEvents = (
-  journal: JournalShape,
-  session: SessionId,
-  state: SessionState,
-  after: number,
-  limit: number,
-  maxBytes: number = PAGE_BYTES,
-  staged: ReadonlyArray<JournalRecord> = []
-): Effect.Effect<EventPage, JournalReadError | InvalidRequest> =>
-  Effect.gen(() => readEventsOf(journal, session, state, after, limit, maxBytes, staged))
-
-function* readEventsOf(
+export const readEvents = Effect.fnUntraced(function*(
   journal: JournalShape,
   session: SessionId,
   state: SessionState,
@@ -178,5 +160,5 @@ function* readEventsOf(
     transcriptLength = lengthAfter(transcriptLength, r)
     next = r.sequence
   }
-  return { events, next_cursor: next }
-}
+  return { events, next_cursor: next } satisfies EventPage
+})

@@ -135,13 +135,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
    * Runs one call with its `budget` (`budgetOf`). `deadline` is a fiber sleeping on the Clock until
    * the call's `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
    */
-  const runTool = (
-    call: ToolCallRequest,
-    definition: ToolDefinition | undefined,
-    now: number,
-    budget: number | undefined,
-    deadline: Fiber.RuntimeFiber<void> | undefined
-  ): Effect.Effect<ToolResult, HostCallFailed> => {
+  const runTool: RunTool = (call, definition, now, budget, deadline) => {
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
     const started = entry("tool_call_started", {
       tool: call.name,
