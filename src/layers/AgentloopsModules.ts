@@ -72,10 +72,7 @@ export const make = (options: AgentloopsOptions = {}) =>
     const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
 
     /** The compiled module of a stored id. */
-    const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected> =>
-      Effect.gen(() => loadOf(id))
-
-    function* loadOf(id: string) {
+    const load = Effect.fnUntraced(function*(id: string) {
       const cached = compiled.get(id)
       if (cached) {
         compiled.delete(id)
@@ -94,7 +91,7 @@ export const make = (options: AgentloopsOptions = {}) =>
         compiled.delete(oldest)
       }
       return admitted
-    }
+    })
 
     const loopModule = (id: string) =>
       Effect.filterOrFail(load(id), (m) => m.loop, () => rejected(`the module ${id} exports no brain_run: it is not an Agentloop`))

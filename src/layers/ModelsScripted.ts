@@ -19,10 +19,7 @@ const textOf = (m: Message): string =>
 const pieces = (text: string) => text.match(/\S+\s*|\s+/g) ?? []
 
 /** Hands the text to `onDelta` piece by piece, spread evenly over `delayMs`. */
-const stream = (call: ModelCall, text: string, delayMs: number) =>
-  Effect.gen(() => streamOf(call, text, delayMs))
-
-function* streamOf(call: ModelCall, text: string, delayMs: number) {
+const stream = Effect.fnUntraced(function*(call: ModelCall, text: string, delayMs: number) {
   const parts = pieces(text)
   const onDelta = call.onDelta
   if (!onDelta || parts.length === 0) {
@@ -34,7 +31,7 @@ function* streamOf(call: ModelCall, text: string, delayMs: number) {
     if (step > 0) yield* Effect.sleep(Duration.millis(step))
     onDelta({ type: "text", text: part })
   }
-}
+})
 
 /**
  * A scripted `fail` with one of these codes fails the call with it, ambiguous and retryable as

@@ -33,10 +33,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     }
   }
 
-  const fromCheckpoint = (session: SessionId) =>
-    Effect.gen(() => fromCheckpointOf(session))
-
-  function* fromCheckpointOf(session: SessionId) {
+  const fromCheckpoint = Effect.fnUntraced(function*(session: SessionId) {
     const text = yield* store.load(session)
     if (Option.isNone(text)) return undefined
     const body = decodeCheckpoint(text.value, session)
@@ -46,12 +43,9 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
       return undefined
     }
     return deserializeState(body.state)
-  }
+  })
 
-  const foldTail = (session: SessionId, start: SessionState) =>
-    Effect.gen(() => foldTailOf(session, start))
-
-  function* foldTailOf(session: SessionId, start: SessionState) {
+  const foldTail = Effect.fnUntraced(function*(session: SessionId, start: SessionState) {
     let state = start
     let folded = 0
     for (;;) {
@@ -60,7 +54,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
       state = foldAll(page, state)
       folded += page.length
     }
-  }
+  })
 
   function* stateOf(session: SessionId) {
     const cached = cache.get(session)

@@ -144,10 +144,7 @@ export const make = Effect.gen(function*() {
    * Admits a turn: checks the state, then commits turn_started with activation_started (and a
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
    */
-  const startTurn = (cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) =>
-    Effect.gen(() => startTurnOf(cell, input, mode, request))
-
-  function* startTurnOf(cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) {
+  const startTurn = Effect.fnUntraced(function*(cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) {
     const status = cell.state.status
     if (cell.ending || status === "ending" || status === "ended") {
       return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
@@ -219,7 +216,7 @@ export const make = Effect.gen(function*() {
       )
     )
     return started
-  }
+  })
 
   const service: SessionsShape = {
     create: (request) =>

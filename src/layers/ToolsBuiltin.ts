@@ -20,10 +20,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
     const agentloops = yield* Effect.serviceOption(Agentloops)
     const inProcess = ToolsInProcess.make(handlers)
 
-    const runWasm = (invocation: ToolInvocation, id: string): Effect.Effect<ToolReply> =>
-      Effect.gen(() => runWasmOf(invocation, id))
-
-    function* runWasmOf(invocation: ToolInvocation, id: string) {
+    const runWasm = Effect.fnUntraced(function*(invocation: ToolInvocation, id: string) {
       if (Option.isNone(wasm) || Option.isNone(agentloops)) {
         return { outcome: "error", output: { error: "this server runs no WebAssembly host" } } satisfies ToolReply
       }
@@ -60,7 +57,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       })
       if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
       return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
-    }
+    })
 
     const service: ToolsShape = {
       invoke: (invocation) => {

@@ -25,15 +25,7 @@ export const lengthAfter = (length: number, record: JournalRecord) =>
   record.kind === "transcript_delta" ? Math.min(length, record.payload.keep) + record.payload.append.length : length
 
 /** The transcript's length just after `sequence`: from the state, or folded on from the journal. */
-export const transcriptLengthThrough = (
-  journal: JournalShape,
-  session: SessionId,
-  state: SessionState,
-  sequence: number
-): Effect.Effect<number, JournalReadError> =>
-  Effect.gen(() => lengthThroughOf(journal, session, state, sequence))
-
-function* lengthThroughOf(journal: JournalShape, session: SessionId, state: SessionState, sequence: number) {
+export const transcriptLengthThrough = Effect.fnUntraced(function*(journal: JournalShape, session: SessionId, state: SessionState, sequence: number) {
   if (sequence <= state.lastSequence) return transcriptLengthAt(state, sequence)
   let length = transcriptLengthAt(state, state.lastSequence)
   let cursor = state.lastSequence
@@ -44,7 +36,7 @@ function* lengthThroughOf(journal: JournalShape, session: SessionId, state: Sess
     cursor = records[records.length - 1]!.sequence
   }
   return length
-}
+})
 
 /** The refusal of a cursor past `last`. */
 const beyond = (after: number, last: number) =>

@@ -56,10 +56,7 @@ const readClose = (journal: JournalShape, session: SessionId, closed: number) =>
  * What the session's journal says of a keyed send (undefined: never seen within retention, so
  * it runs). Reads one record (the closing one) for a replay.
  */
-export const seenSend = (journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) =>
-  Effect.gen(() => seenSendOf(journal, cell, request, now, retentionMs))
-
-function* seenSendOf(journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) {
+export const seenSend = Effect.fnUntraced(function*(journal: JournalShape, cell: Cell, request: TurnRequest, now: number, retentionMs: number) {
   const e = liveRequest(cell.state, requestId("send", request.key), now, retentionMs)
   if (e === undefined) return undefined
   if (e.hash !== request.hash) return CONFLICT
@@ -68,7 +65,7 @@ function* seenSendOf(journal: JournalShape, cell: Cell, request: TurnRequest, no
   // The state and the journal disagree: never answer from a guess.
   if (close === undefined) return NEVER_ANSWERED
   return { _tag: "Answered", value: turnOutcome(cell.session, e.turn, e.answered, close) } satisfies Keyed<TurnOutcome>
-}
+})
 
 /**
  * The keyed sends and submits the session's journal answers within retention, each with the
@@ -76,10 +73,7 @@ function* seenSendOf(journal: JournalShape, cell: Cell, request: TurnRequest, no
  * send never answered, or whose close cannot be read back, is kept without its outcome (a retry
  * is ambiguous).
  */
-export const keptRequests = (journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) =>
-  Effect.gen(() => keptRequestsOf(journal, session, state, now, retentionMs))
-
-function* keptRequestsOf(journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) {
+export const keptRequests = Effect.fnUntraced(function*(journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) {
   const kept: Array<KeptRequest> = []
   for (const [id, e] of state.requests) {
     if (requestExpired(e, now, retentionMs)) continue
@@ -95,7 +89,7 @@ function* keptRequestsOf(journal: JournalShape, session: SessionId, state: Sessi
     kept.push({ mode: "send", key, hash: e.hash, atMs: e.atMs, outcome })
   }
   return kept
-}
+})
 
 /** What the session's journal says of a keyed submit (undefined: never seen within retention). */
 export const seenSubmit = (cell: Cell, request: TurnRequest, now: number, retentionMs: number): Keyed<Receipt> | undefined => {
