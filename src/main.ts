@@ -58,6 +58,7 @@ import type { ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
+import { sharedScheduler } from "./SharedScheduler.js"
 
 export class StartupRefused extends Data.TaggedError("StartupRefused")<{ readonly reason: string }> {
   override get message() {
@@ -256,6 +257,10 @@ const firstSignal = Effect.gen(function*() {
  * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams and closes the listener, the journal and the lock.
  */
 export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
+  Effect.withScheduler(serveOn(config, extensions), sharedScheduler)
+
+/** The server as `serve` runs it, on whichever scheduler the caller's fiber has. */
+const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
   Effect.scoped(Effect.gen(function*() {
     const listen = parseListen(config.listen)
     if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
