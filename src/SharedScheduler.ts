@@ -10,10 +10,10 @@
  * starts (a turn's activation, each tool call of a round, each model call) paid for a runner, a
  * bucket list and a weak-map entry of its own, and each wake-up a microtask of its own.
  *
- * Behaviour otherwise as Effect's: tasks run in priority order, first in first out within one;
- * when one drain's tasks schedule more, the next drain is another microtask, except every
- * `maxNextTickBeforeTimer`-th, which is a `setTimeout` so that I/O and timers get their turn; a
- * fiber yields when Effect's own rule says so (`shouldYield` is the default scheduler's).
+ * Behaviour otherwise as Effect's: tasks run in ascending order of their priority number, first in
+ * first out within one; when one drain's tasks schedule more, the next drain is another microtask,
+ * except every `maxNextTickBeforeTimer`-th, which is a `setTimeout` so that I/O and timers get their
+ * turn; a fiber yields when Effect's own rule says so (`shouldYield` is the default scheduler's).
  */
 import { Scheduler } from "effect"
 import type * as Fiber from "effect/Fiber"

@@ -12,7 +12,7 @@ import { SharedScheduler } from "../../src/SharedScheduler.js"
 const nextMacrotask = () => new Promise<void>((resolve) => setImmediate(resolve))
 
 describe("The shared scheduler", () => {
-  it("runs every task once, higher priority first, first in first out within a priority", async () => {
+  it("runs every task once, in ascending order of priority number, first in first out within one", async () => {
     const scheduler = new SharedScheduler()
     const ran: Array<string> = []
     scheduler.scheduleTask(() => ran.push("a0"), 0)
