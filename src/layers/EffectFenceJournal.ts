@@ -15,7 +15,8 @@ import { Effect, Exit, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Entry } from "../domain/Records.js"
 import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
-import { EffectFence, type EffectFenceShape, type FenceHooks, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
+import { EffectFence, type EffectFenceShape, type Fenced, type FencedEffect, type FenceHooks, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
+import { type Restore, runRound } from "./sessions/Round.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { waitFor } from "./Waits.js"
 
@@ -132,22 +133,43 @@ export const make = Effect.gen(function*() {
     dispatch: (started: number) => Effect.Effect<A, E>,
     outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry,
     hooks: FenceHooks | undefined,
-    restore: <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+    restore: Restore
   ) {
     const [seq] = yield* journal.append(session, [started])
     hooks?.committed?.([[seq!, started]])
+    return yield* settled(session, seq!, dispatch, outcome, hooks, restore)
+  }
+  /** Every start in one append, then each effect's dispatch and outcome in a fiber of its own (`runRound`). */
+  function* fencedAll<A, E>(session: SessionId, effects: ReadonlyArray<FencedEffect<A, E>>, hooks: FenceHooks | undefined, restore: Restore) {
+    const seqs = yield* journal.append(session, effects.map((e) => e.started))
+    hooks?.committed?.(effects.map((e, i) => [seqs[i]!, e.started] as const))
+    // Forked uninterruptible (each restores only its dispatch); the wait is the caller's to interrupt.
+    return yield* runRound(
+      effects.map((e, i) => Effect.gen(() => settled(session, seqs[i]!, e.dispatch, e.outcome, hooks, restore))),
+      restore
+    )
+  }
+  /** An effect whose start is durable: dispatched, and its outcome committed whatever the dispatch did. */
+  function* settled<A, E>(
+    session: SessionId,
+    seq: number,
+    dispatch: (started: number) => Effect.Effect<A, E>,
+    outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry,
+    hooks: FenceHooks | undefined,
+    restore: Restore
+  ) {
     let dispatched = false
     const exit = yield* Effect.exit(
       restore(Effect.suspend(() => {
         dispatched = true
-        return dispatch(seq!)
+        return dispatch(seq)
       }))
     )
-    const closing = outcome(seq!, exit, dispatched)
+    const closing = outcome(seq, exit, dispatched)
     const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
     if (committed._tag === "Unsettled") {
       hooks?.unrecorded?.(committed.settled)
-      const unrecorded = new OutcomeUnrecorded({ session, started: seq!, deadlineMs: config.cleanupDeadlineMs })
+      const unrecorded = new OutcomeUnrecorded({ session, started: seq, deadlineMs: config.cleanupDeadlineMs })
       yield* Effect.logWarning(`${unrecorded.message}; the result is withheld and the effect counts as ambiguous`).pipe(
         Effect.annotateLogs({ session_id: session, record: closing.kind })
       )
@@ -156,11 +178,15 @@ export const make = Effect.gen(function*() {
     if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
     const outcomeSeq = committed.exit.value[0]!
     hooks?.committed?.([[outcomeSeq, closing]])
-    return { started: seq!, exit, dispatched, outcome: outcomeSeq }
+    return { started: seq, exit, dispatched, outcome: outcomeSeq } satisfies Fenced<A, E>
   }
   const fence: EffectFenceShape["fence"] = (session, started, dispatch, outcome, hooks) =>
     Effect.uninterruptibleMask((restore) => Effect.gen(() => fenced(session, started, dispatch, outcome, hooks, restore)))
-  return { fence } satisfies EffectFenceShape
+  const fenceAll: EffectFenceShape["fenceAll"] = (session, effects, hooks) =>
+    effects.length === 0
+      ? Effect.succeed([])
+      : Effect.uninterruptibleMask((restore) => Effect.gen(() => fencedAll(session, effects, hooks, restore)))
+  return { fence, fenceAll } satisfies EffectFenceShape
 })
 
 export const layer = Layer.effect(EffectFence, make)

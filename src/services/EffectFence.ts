@@ -66,6 +66,13 @@ export interface FenceHooks {
   readonly unrecorded?: (settled: Effect.Effect<void>) => void
 }
 
+/** One effect of `fenceAll`: its started record, its dispatch and its outcome record, as `fence` takes them. */
+export interface FencedEffect<A, E> {
+  readonly started: Entry
+  readonly dispatch: (started: number) => Effect.Effect<A, E>
+  readonly outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry
+}
+
 export interface EffectFenceShape {
   readonly fence: <A, E>(
     session: SessionId,
@@ -74,6 +81,20 @@ export interface EffectFenceShape {
     outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry,
     hooks?: FenceHooks
   ) => Effect.Effect<Fenced<A, E>, FenceError>
+  /**
+   * Effects that start together (a round of tool calls): every started record committed in one
+   * atomic append (all or none) before any of them is dispatched, then each dispatched at once, in
+   * a fiber of its own, and its outcome committed as `fence` commits one. Answers in the effects'
+   * order once every outcome is durable. The first to fail (an outcome not committed) interrupts
+   * the dispatches still running, whose outcomes are committed all the same, and the whole fails
+   * with it once every effect has ended. An interrupted caller interrupts every dispatch and waits
+   * for every outcome.
+   */
+  readonly fenceAll: <A, E>(
+    session: SessionId,
+    effects: ReadonlyArray<FencedEffect<A, E>>,
+    hooks?: FenceHooks
+  ) => Effect.Effect<Array<Fenced<A, E>>, FenceError>
 }
 
 export class EffectFence extends Context.Tag("brain/EffectFence")<EffectFence, EffectFenceShape>() {}

@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { failure } from "../../src/domain/Failure.js"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry, type Entry } from "../../src/domain/Records.js"
 import * as EffectFenceJournal from "../../src/layers/EffectFenceJournal.js"
@@ -104,6 +105,102 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       const fenced = yield* Fiber.join(fiber)
       expect(fenced.outcome).toBe(3)
       expect(Exit.isSuccess(fenced.exit) && fenced.exit.value).toEqual({ secret: 42 })
+    }))
+})
+
+describe("EffectFence.fenceAll: effects that start together", () => {
+  /** A memory journal that counts its appends. */
+  const counting = Effect.gen(function*() {
+    const { journal: base } = yield* JournalMemory.make
+    const appends: Array<ReadonlyArray<string>> = []
+    const journal: JournalShape = {
+      ...base,
+      append: (session, entries, options) => Effect.suspend(() => {
+        appends.push(entries.map((e) => e.kind))
+        return base.append(session, entries, options)
+      }),
+      enqueue: undefined
+    }
+    const session = yield* mintSessionId
+    yield* base.create(session)
+    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+    return { journal, base, session, appends }
+  })
+  const startedOf = (id: string) => entry("tool_call_started", { tool: "t", call_id: id, input: null, deadline_at_ms: 0 })
+  const kinds = (records: ReadonlyArray<{ readonly kind: string }>) => records.map((r) => r.kind)
+
+  it.scopedLive("every start is durable, in one append, before any effect is dispatched; outcomes follow each dispatch and answers come in order", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const seenAtDispatch: Array<ReadonlyArray<string>> = []
+      const folded: Array<number> = []
+      const effects = ["a", "b", "c"].map((id, i) => ({
+        started: startedOf(id),
+        dispatch: (seq: number) =>
+          j.base.read(j.session, { after: 0, limit: 100 }).pipe(
+            Effect.orDie,
+            Effect.tap((records) => void seenAtDispatch.push(kinds(records))),
+            // The later calls end first: each outcome is its own, whenever it comes.
+            Effect.zipRight(Effect.sleep(Duration.millis(30 - 10 * i))),
+            Effect.as(`${id}@${seq}`)
+          ),
+        outcome: (seq: number, exit: Exit.Exit<string>) =>
+          entry("tool_call_ended", { sequence: seq, outcome: "ok", output: Exit.isSuccess(exit) ? exit.value : null, is_error: false })
+      }))
+      const fenced = yield* fence.fenceAll(j.session, effects, { committed: (es) => es.forEach(([s]) => folded.push(s)) })
+      expect(j.appends[0]).toEqual(["tool_call_started", "tool_call_started", "tool_call_started"])
+      expect(j.appends.slice(1)).toEqual([["tool_call_ended"], ["tool_call_ended"], ["tool_call_ended"]])
+      for (const seen of seenAtDispatch) expect(seen).toEqual(["session_creation_started", "tool_call_started", "tool_call_started", "tool_call_started"])
+      expect(fenced.map((f) => f.started)).toEqual([2, 3, 4])
+      expect(fenced.map((f) => Exit.isSuccess(f.exit) && f.exit.value)).toEqual(["a@2", "b@3", "c@4"])
+      expect(new Set(fenced.map((f) => f.outcome))).toEqual(new Set([5, 6, 7]))
+      expect(folded.slice(0, 3)).toEqual([2, 3, 4])
+      expect(folded.slice(3).sort()).toEqual([5, 6, 7])
+    }))
+
+  it.scopedLive("a start the journal refuses refuses them all: nothing appended, nothing dispatched", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      let dispatched = 0
+      const effect = (started: Entry) => ({
+        started,
+        dispatch: () => Effect.sync(() => void dispatched++),
+        outcome: (seq: number) => ended(seq)
+      })
+      const refused = { kind: "no_such_kind", payload: {} } as unknown as Entry
+      const result = yield* Effect.either(fence.fenceAll(j.session, [effect(startedOf("a")), effect(refused)]))
+      expect(result._tag).toBe("Left")
+      expect(dispatched).toBe(0)
+      expect(kinds(yield* j.base.read(j.session, { after: 0, limit: 100 }))).toEqual(["session_creation_started"])
+    }))
+
+  it.scopedLive("an interrupted caller interrupts every dispatch and leaves only once every outcome is durable", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const running = yield* Deferred.make<void>()
+      let started = 0
+      const effects = ["a", "b"].map((id) => ({
+        started: startedOf(id),
+        dispatch: () =>
+          Effect.suspend(() => (++started === 2 ? Deferred.succeed(running, undefined) : Effect.void)).pipe(Effect.zipRight(Effect.never)),
+        outcome: (seq: number, exit: Exit.Exit<never>, dispatched: boolean) =>
+          entry("tool_call_failed", {
+            sequence: seq,
+            outcome: "cancelled",
+            failure: failure("cancelled", Exit.isInterrupted(exit) && dispatched ? "interrupted" : "other"),
+            is_error: true
+          })
+      }))
+      const fiber = yield* Effect.fork(fence.fenceAll(j.session, effects))
+      yield* Deferred.await(running)
+      const exit = yield* Fiber.interrupt(fiber)
+      expect(Exit.isInterrupted(exit)).toBe(true)
+      const records = yield* j.base.read(j.session, { after: 0, limit: 100 })
+      expect(kinds(records)).toEqual(["session_creation_started", "tool_call_started", "tool_call_started", "tool_call_failed", "tool_call_failed"])
+      expect(records.slice(3).map((r) => (r.payload as { failure: { message: string } }).failure.message)).toEqual(["interrupted", "interrupted"])
     }))
 })
 

@@ -7,10 +7,17 @@
  * - The first call to fail (or die) interrupts the calls still running; the round fails with that
  *   cause once every call has ended, so nothing of the round is still running when it answers.
  * - An interrupted round interrupts every call and waits until each has stopped.
+ *
+ * Each call runs with the interruptibility the round was entered with. A round entered inside an
+ * uninterruptible region (the fence's, whose calls each restore only their dispatch) is given that
+ * region's `restore` as `awaitWith`, so that its wait, and only its wait, can be interrupted.
  */
 import { Effect, Exit, Fiber, type FiberId } from "effect"
 
-export const runRound = <A, E>(calls: ReadonlyArray<Effect.Effect<A, E>>): Effect.Effect<Array<A>, E> => {
+/** An uninterruptible region's `restore`. */
+export type Restore = <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+
+export const runRound = <A, E>(calls: ReadonlyArray<Effect.Effect<A, E>>, awaitWith?: Restore): Effect.Effect<Array<A>, E> => {
   if (calls.length === 0) return Effect.succeed([])
   return Effect.uninterruptibleMask((restore) =>
     Effect.fiberIdWith((self) => {
@@ -18,7 +25,7 @@ export const runRound = <A, E>(calls: ReadonlyArray<Effect.Effect<A, E>>): Effec
       /** Forks the calls from the i-th on, one after another; nothing can interrupt between two forks. */
       const forkFrom = (i: number): Effect.Effect<Array<A>, E> =>
         i === calls.length
-          ? restore(awaitAll(fibers, self))
+          ? (awaitWith ?? restore)(awaitAll(fibers, self))
           : Effect.flatMap(Effect.fork(restore(calls[i]!)), (fiber) => {
             fibers.push(fiber)
             return forkFrom(i + 1)

@@ -11,7 +11,7 @@ import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import { entry, type Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
-import type { FenceHooks } from "../../services/EffectFence.js"
+import type { FencedEffect, FenceHooks } from "../../services/EffectFence.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolReply } from "../../services/Tools.js"
 import type { CancelReason } from "./Cell.js"
@@ -19,7 +19,6 @@ import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { callRemote } from "./RemoteTool.js"
-import { runRound } from "./Round.js"
 import { schemaIssues } from "./ToolSchemas.js"
 
 type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
@@ -132,10 +131,11 @@ export const makeDispatch = (ctx: ToolCallContext) => {
   const { fence } = deps
 
   /**
-   * Runs one call with its `budget` (`budgetOf`). `deadline` is a fiber sleeping on the Clock until
-   * the call's `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
+   * One call with its `budget` (`budgetOf`), as the fence takes it, and the result the loop is
+   * shown once the fence has answered. `deadline` is a fiber sleeping on the Clock until the call's
+   * `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
    */
-  const runTool: RunTool = (call, definition, now, budget, deadline) => {
+  const toolCall: ToolCallOf = (call, definition, now, budget, deadline) => {
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
     const started = entry("tool_call_started", {
       tool: call.name,
@@ -154,44 +154,57 @@ export const makeDispatch = (ctx: ToolCallContext) => {
      * before it commits the record: the call is over from there, and Events it emits are refused.
      */
     let recorded: Entry | undefined
-    const outcomeOf = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
+    const outcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
       inFlight = false
       return (recorded = toolOutcome(sequence, exit, dispatched, budget))
     }
-
-    return fence.fence(cell.session, started, dispatch, outcomeOf, hooks).pipe(
-      Effect.mapError(storageFailure),
-      Effect.map(() => {
-        const p = recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
-        return {
-          call_id: call.id,
-          name: call.name,
-          outcome: p.outcome,
-          output: p.output !== undefined ? p.output : { code: p.failure!.code, message: p.failure!.message },
-          is_error: p.outcome !== "ok"
-        } satisfies ToolResult
-      })
-    )
+    const result = (): ToolResult => {
+      const p = recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
+      return {
+        call_id: call.id,
+        name: call.name,
+        outcome: p.outcome,
+        output: p.output !== undefined ? p.output : { code: p.failure!.code, message: p.failure!.message },
+        is_error: p.outcome !== "ok"
+      }
+    }
+    return { effect: { started, dispatch, outcome }, result }
   }
 
+  /** A round's calls through the fence: their starts in one commit, then each run at once. */
+  const runCalls: RunCalls = (calls) =>
+    fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks).pipe(
+      Effect.mapError(storageFailure),
+      Effect.map(() => calls.map((c) => c.result()))
+    )
+
   return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
-    Effect.gen(() => roundOf(ctx, calls, runTool))
+    Effect.gen(() => roundOf(ctx, calls, toolCall, runCalls))
 }
 
-/** What `runTool` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
-type RunTool = (
+/** One call of a round as the fence takes it, and what the loop is shown once the fence answered. */
+interface ToolCall {
+  readonly effect: FencedEffect<ToolVerdict, never>
+  readonly result: () => ToolResult
+}
+
+/** What `toolCall` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
+type ToolCallOf = (
   call: ToolCallRequest,
   definition: ToolDefinition | undefined,
   now: number,
   budget: number | undefined,
   deadline: Fiber.RuntimeFiber<void> | undefined
-) => Effect.Effect<ToolResult, HostCallFailed>
+) => ToolCall
+
+/** What `runCalls` is (makeDispatch's): a round's calls through the fence, their results in order. */
+type RunCalls = (calls: ReadonlyArray<ToolCall>) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
 
 // A round's and a call's generator bodies are module functions, made once, not generators made per
 // call (docs/benchmarks.md, "Generator bodies made once").
 
-/** A round of calls: one deadline sleeper per distinct budget, the calls run together (`runRound`). */
-function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, runTool: RunTool) {
+/** A round of calls: one deadline sleeper per distinct budget, the calls fenced together (`fenceAll`). */
+function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, toolCall: ToolCallOf, runCalls: RunCalls) {
   const { cell } = ctx.scope
   const { config } = ctx.deps
   const now = yield* Clock.currentTimeMillis
@@ -204,9 +217,9 @@ function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, r
   for (const budget of budgets) {
     if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
   }
-  const round = runRound(calls.map((call, i) => {
+  const round = runCalls(calls.map((call, i) => {
     const budget = budgets[i]
-    return runTool(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
+    return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
   }))
   return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
 }
