@@ -28,7 +28,7 @@
  * An answer becomes visible to replays only once it is durable.
  */
 import * as path from "node:path"
-import { Clock, Duration, Effect, Either, Layer, type Scope } from "effect"
+import { Duration, Effect, Either, Layer, type Scope } from "effect"
 import {
   IDEMPOTENCY_BATCH_RECORDS,
   IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS,
@@ -149,7 +149,10 @@ export const make = (
       yield* Effect.logWarning(`idempotency log ${LOG_NAME}: truncating a torn final write at offset ${verdict.end} (${verdict.reason})`)
       yield* driver.ftruncate(fd, verdict.end).pipe(Effect.zipRight(driver.fdatasync(fd)), Effect.mapError(storeFailed))
     }
-    index.opened(yield* Clock.currentTimeMillis)
+    // Read directly on the hot paths (each keyed request decides and completes), not through the
+    // fiber's services; the clock of the fiber that opens the log, as the test clock in a test.
+    const clock = yield* Effect.clock
+    index.opened(clock.unsafeCurrentTimeMillis())
 
     const log = new Log(driver, dataDir, dir, file, fd, verdict.end, verdict.records + 1, limits)
     handedOver = true
@@ -223,7 +226,7 @@ export const make = (
     const decide = Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string, durable: boolean) {
       const id = idOf(scope, key)
       for (;;) {
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         // Decided and reserved in one synchronous step: concurrent claims see the reservation.
         const found = index.entries.get(id)
         if (found && !index.expired(found, now)) {
@@ -265,7 +268,7 @@ export const make = (
       complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         const id = idOf(scope, key)
         const entry = index.entries.get(id)
         // The first answer stands; an answer for a key never claimed (or already dropped) has no
@@ -280,13 +283,13 @@ export const make = (
         Effect.suspend(() => {
           const refused = log.refused()
           if (refused) return Effect.fail(refused)
-          return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-            Effect.forEach(keys, (k) => adoptOne(k, now), { concurrency: ADOPT_CONCURRENCY, discard: true }))
+          const now = clock.unsafeCurrentTimeMillis()
+          return Effect.forEach(keys, (k) => adoptOne(k, now), { concurrency: ADOPT_CONCURRENCY, discard: true })
         }),
       release: Effect.fnUntraced(function*(scope: string, key: string) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         const id = idOf(scope, key)
         const entry = index.entries.get(id)
         if (entry?.adopted) return // a deleted session's key, handed over: not the releaser's
@@ -301,7 +304,7 @@ export const make = (
       compact: Effect.gen(function*() {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         let dropped = 0
         for (const [id, e] of index.entries) {
           if (index.expired(e, now)) {

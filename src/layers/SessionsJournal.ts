@@ -66,6 +66,7 @@ export const make = Effect.gen(function*() {
     models: yield* Models,
     tools: yield* Tools,
     config,
+    clock: yield* Effect.clock,
     // Optional like the bindings: a runtime without a sink drops the loops' telemetry.
     telemetry: Option.getOrUndefined(yield* Effect.serviceOption(Telemetry)),
     // Optional: a runtime without the http driver fails an http Environment's steps unsent.
@@ -114,18 +115,18 @@ export const make = Effect.gen(function*() {
   }
 
   /** The time of a keyed access, its session's expired requests pruned when due (`pruneRequests`). */
-  const keyedAccess = (cell: Cell) =>
-    Effect.map(Clock.currentTimeMillis, (now) => {
-      cell.state = pruneRequests(cell.state, now, config.requestRetentionMs)
-      return now
-    })
+  const keyedAccess = (cell: Cell): number => {
+    const now = deps.clock.unsafeCurrentTimeMillis()
+    cell.state = pruneRequests(cell.state, now, config.requestRetentionMs)
+    return now
+  }
 
   const write = (cell: Cell, entries: ReadonlyArray<Entry>) => Effect.mapError(commit(journal, cell, entries), fromJournal)
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
   function* sendKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
-    const now = yield* keyedAccess(cell)
+    const now = keyedAccess(cell)
     const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
     if (seen) return seen
     const turn = yield* startTurn(cell, input, "send", request)
@@ -133,7 +134,7 @@ export const make = Effect.gen(function*() {
   }
 
   function* submitKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
-    const now = yield* keyedAccess(cell)
+    const now = keyedAccess(cell)
     const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
     if (seen) return seen
     const turn = yield* startTurn(cell, input, "submit", request)
@@ -171,7 +172,7 @@ export const make = Effect.gen(function*() {
     const eventsAfter = Math.max(0, (loop.eventsFromEnd === true ? cell.state.lastActivationEnd : cell.state.lastActivation) - 1)
     const starting: Array<Entry> = [entry("turn_started", { input, mode }), entry("activation_started", { agentloop })]
     if (request) {
-      const at_ms = yield* Clock.currentTimeMillis
+      const at_ms = deps.clock.unsafeCurrentTimeMillis()
       starting.push(entry("request_claimed", { mode, key: request.key, request_hash: request.hash, at_ms }))
     }
     // A sync send promises its client nothing before the outcome, and a turn's start is no effect:
@@ -197,7 +198,7 @@ export const make = Effect.gen(function*() {
     const started: RunningTurn = { ...turn, sequence: turnSeq! }
     cell.running = started
     running.add(started)
-    if (config.maxTurnMs > 0) deadlines.add(started, (yield* Clock.currentTimeMillis) + config.maxTurnMs)
+    if (config.maxTurnMs > 0) deadlines.add(started, deps.clock.unsafeCurrentTimeMillis() + config.maxTurnMs)
     cell.users++ // the turn holds the cell until it closes
     // The turn's fiber belongs to the registry and is interruptible whatever the caller's
     // region (an idempotent request runs uninterruptibly so its answer is always recorded).

@@ -13,7 +13,7 @@
  * recovery. The core never claims a session again by itself; it lets go of a claim only when the
  * session is deleted.
  */
-import { Clock, Deferred, Effect, Exit, FiberId, type Scope } from "effect"
+import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import { OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
@@ -41,7 +41,10 @@ export interface CoreOptions {
 export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effect.Effect<JournalShape, never, Scope.Scope> =>
   Effect.gen(function*() {
     const hub = new Subscribers()
-    const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits })
+    // The clock of the fiber that builds the journal, read directly on the hot paths (a round's
+    // and a staged opening's time), as the test clock when a test builds it.
+    const clock = yield* Effect.clock
+    const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits }, clock)
     const handles = new Map<string, Deferred.Deferred<OpenSession<S>, JournalReadError>>()
     const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
     const creating = new Set<string>()
@@ -179,9 +182,9 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           const prepared = prepareEntries(entries)
           if (prepared instanceof RecordRejected) return Effect.fail(prepared)
           const attempt: Effect.Effect<Staged, JournalAppendError> = Effect.flatMap(
-            Effect.zip(openOf(session), Clock.currentTimeMillis),
-            ([open, now]) => {
-              const staged = writer.stage(touch(open), prepared, now)
+            openOf(session),
+            (open) => {
+              const staged = writer.stage(touch(open), prepared, clock.unsafeCurrentTimeMillis())
               // Something in flight: the records are appended, as any append would be.
               if (staged === undefined) {
                 return Effect.map(writer.append(open, prepared, "latency"), (sequences): Staged => ({ _tag: "Appended", sequences }))

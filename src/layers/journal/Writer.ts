@@ -105,7 +105,9 @@ export class Writer<S> {
   constructor(
     private readonly store: JournalStore<S>,
     private readonly hub: Subscribers,
-    private readonly limits: WriterLimits
+    private readonly limits: WriterLimits,
+    /** Read directly, not through the fiber's services: a round's time costs no instructions. */
+    private readonly clock: Clock.Clock
   ) {}
 
   /** Queues an append and waits until it is durable (or refused). */
@@ -262,7 +264,8 @@ export class Writer<S> {
    * only; anything unexpected fails the round's appends rather than stopping the writer.
    */
   private commit(batch: ReadonlyArray<Pending<S>>): Effect.Effect<void> {
-    return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    return Effect.suspend(() => {
+      const now = this.clock.unsafeCurrentTimeMillis()
       const bySession = new Map<OpenSession<S>, Array<Pending<S>>>()
       for (const p of batch) {
         const list = bySession.get(p.open)

@@ -47,6 +47,11 @@ export interface HostDeps {
   readonly telemetry?: TelemetryShape
   /** The `http` and `host` Environments' drivers; absent, a tool placed in one ends in `error` (nothing sent). */
   readonly environments?: EnvironmentsShape
+  /**
+   * The clock of the fiber that built the sessions (the test clock in a test), read directly: a
+   * turn reads the time several times, and through the fiber's services each read is instructions.
+   */
+  readonly clock: Clock.Clock
 }
 
 export interface LiveDeltas {
@@ -112,7 +117,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     if (sink === undefined) return Effect.void
     // A report names the activation's sequence outside the journal: a staged turn opening is
     // written first, so that the sequence is the activation's for good (a crash cannot reuse it).
-    const named = cell.opening === undefined ? Clock.currentTimeMillis : Effect.zipRight(flushOpening(deps.journal, cell), Clock.currentTimeMillis)
+    const now = Effect.sync(() => deps.clock.unsafeCurrentTimeMillis())
+    const named = cell.opening === undefined ? now : Effect.zipRight(flushOpening(deps.journal, cell), now)
     return Effect.flatMap(named, (at_ms) =>
       sink.record({
         session_id: cell.session,

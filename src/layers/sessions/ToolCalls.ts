@@ -4,7 +4,7 @@
  * Environment), stopped by its deadline or the turn's cancel, and its outcome committed before
  * the loop sees it, exactly as recorded. The calls of one round run at once.
  */
-import { Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Duration, Effect, Exit, Fiber, Option } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
@@ -207,7 +207,7 @@ type RunCalls = (calls: ReadonlyArray<ToolCall>) => Effect.Effect<ReadonlyArray<
 function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, toolCall: ToolCallOf, runCalls: RunCalls) {
   const { cell } = ctx.scope
   const { config } = ctx.deps
-  const now = yield* Clock.currentTimeMillis
+  const now = ctx.deps.clock.unsafeCurrentTimeMillis()
   // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
   // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
   const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()

@@ -17,7 +17,7 @@
  * abandoned), and any write for the session, recovery's included, would wait behind the same
  * stalled disk anyway. A server stop interrupts the wait; the restart recovers from the files.
  */
-import { Cause, Clock, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
 import { transcriptChange } from "../../domain/Projection.js"
@@ -115,7 +115,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     unsettled: []
   }
   const host = makeHost(deps, scope)
-  const now = yield* Clock.currentTimeMillis
+  const now = deps.clock.unsafeCurrentTimeMillis()
 
   const activate = Effect.gen(() => activationOf(deps, start, host, now))
 
@@ -139,7 +139,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
   const answered = turn.answers === undefined
     ? []
-    : [entry("request_answered", { key: turn.answers, at_ms: yield* Clock.currentTimeMillis })]
+    : [entry("request_answered", { key: turn.answers, at_ms: deps.clock.unsafeCurrentTimeMillis() })]
   const closingEntries = (f: Failure | undefined) =>
     f
       ? [
