@@ -38,7 +38,8 @@ const canonical = (v: unknown): string => {
   return JSON.stringify(v) ?? "null"
 }
 
-export const hashRequest = (v: unknown) => crypto.createHash("sha256").update(canonical(v)).digest("hex")
+// One-shot `crypto.hash` (Node 20.12+): about a third of a Hash object's cost for a short input.
+export const hashRequest = (v: unknown) => crypto.hash("sha256", canonical(v), "hex")
 
 export const jsonAnswer = (status: number, body: unknown, headers: Readonly<Record<string, string>> = {}): Answer => ({
   status,
