@@ -4,14 +4,16 @@
 // per turn, by allocating function and by the nearest of Brain's own functions on the stack
 // (Effect's runtime allocates on behalf of whichever effect it runs; its own frames name none).
 //
-//   npm run build && node scripts/bench/alloc.js [--sessions 16] [--seconds 3] [--top 20]
+//   npm run build && node scripts/bench/alloc.js [--sessions 16] [--seconds 3] [--top 20] [--tools]
+//
+// --tools: tool-loop turns (2 rounds × 4 calls of the example Wasm tool), as ab.js --tools runs them.
 //
 // The server is the product (`bin/brain.js serve`) with scripts/bench/heapSample.cjs preloaded;
 // the profiler slows it (about a fifth of its usual rate), so only the bytes are figures here.
 import fs from "node:fs"
 import path from "node:path"
 import { SourceMap } from "node:module"
-import { createSessions, expectStatus, keyed, request, ROOT, settle, startBrain, tmp } from "./lib.js"
+import { admitEchoTool, createSessions, expectStatus, keyed, request, ROOT, settle, startBrain, tmp, toolLoop } from "./lib.js"
 import { measure, numberFlag } from "./stats.js"
 
 const sessions = numberFlag("--sessions", 16)
@@ -19,8 +21,10 @@ const seconds = numberFlag("--seconds", 3)
 const top = numberFlag("--top", 20)
 const file = path.join(tmp, "heap-sample.json")
 const server = await startBrain({ nodeArgs: ["--require", path.join(ROOT, "scripts/bench/heapSample.cjs")], env: { BRAIN_BENCH_HEAP_SAMPLE: file } })
-const ids = await createSessions(server.port, sessions, { model: { provider: "scripted" } })
-const send = (i) => expectStatus(request(server.port, "POST", `/v1/sessions/${ids[i]}/messages`, { input: { message: "hello" } }, keyed()), 200)
+const tools = process.argv.includes("--tools")
+const body = tools ? toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(server.port) }) : { model: { provider: "scripted" } }
+const ids = await createSessions(server.port, sessions, body)
+const send = (i) => expectStatus(request(server.port, "POST", `/v1/sessions/${ids[i]}/messages`, { input: { message: tools ? "go" : "hello" } }, keyed()), 200)
 await measure(send, sessions, 3000)
 process.kill(server.pid, "SIGTTIN")
 await settle(100)
@@ -59,7 +63,7 @@ walk(profile.head, undefined)
 const kib = (b) => (b / r.n / 1024).toFixed(1)
 const table = (title, m) =>
   [`| ${title} | KiB per turn |`, "| --- | ---: |", ...[...m].sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, v]) => `| \`${k}\` | ${kib(v)} |`)].join("\n")
-console.log(`method: ${sessions} sessions send keyed text turns back to back (scripted model, the official Wasm loop); V8's sampling heap
+console.log(`method: ${sessions} sessions send keyed ${tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} back to back (scripted model, the official Wasm loop); V8's sampling heap
   profiler on the server's main thread (256-byte interval, collected objects included) over ${seconds} s after a 3 s warm-up
 turns: ${r.n}; sampled allocation: ${kib(total)} KiB per turn
 
