@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Clock, Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
+import { Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -372,9 +372,8 @@ export const make = Effect.gen(function*() {
           : Effect.suspend(() => {
             const kept = state
             if (kept === undefined || HashMap.size(kept.requests) === 0) return Effect.void
-            return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-              Effect.flatMap(keptRequests(journal, session, kept, now, config.requestRetentionMs), (requests) =>
-                requests.length === 0 ? Effect.void : keep(requests)))
+            return Effect.flatMap(keptRequests(journal, session, kept, deps.clock.unsafeCurrentTimeMillis(), config.requestRetentionMs), (requests) =>
+              requests.length === 0 ? Effect.void : keep(requests))
           })
         return registry.delete(
           session,
