@@ -2,11 +2,11 @@
 // What finding a loop's transcript tail costs an activation as a tool-loop conversation grows:
 // the scan of the whole transcript (transcriptTailStart, what every activation did before the
 // session's state kept its unanswered calls) against the tail taken from the calls the state
-// keeps (withTranscriptTail with them), and what keeping them costs each turn's fold. In one run,
+// keeps (transcriptTail with them), and what keeping them costs each turn's fold. In one run,
 // on the same transcripts: turns of 2 rounds × 4 tool calls (12 messages each, 8 of them results).
 //
 //   npm run build && node scripts/bench/tail.js
-import { noUnanswered, transcriptTailStart, unansweredAfter, withTranscriptTail } from "../../dist/domain/TranscriptTail.js"
+import { noUnanswered, transcriptTail, transcriptTailStart, unansweredAfter } from "../../dist/domain/TranscriptTail.js"
 
 let id = 0
 const turn = () => {
@@ -42,10 +42,9 @@ for (const turns of [25, 250, 1000]) {
     calls = unansweredAfter(calls, transcript.length, t)
     transcript.push(...t)
   }
-  const input = { transcript }
   const n = turns >= 1000 ? 500 : 5000
   const scan = time(() => transcriptTailStart(transcript), n)
-  const kept = time(() => withTranscriptTail(input, calls), 200_000)
+  const kept = time(() => transcriptTail(transcript, calls), 200_000)
   const next = turn()
   const fold = time(() => unansweredAfter(calls, transcript.length, next), 200_000)
   console.log(`| ${turns} | ${transcript.length} | ${scan.toFixed(1)} | ${kept.toFixed(2)} | ${fold.toFixed(2)} |`)

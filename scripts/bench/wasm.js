@@ -190,7 +190,8 @@ const turnInput = {
   transcript,
   configuration: { model: { provider: "scripted" }, tools: [{ name: "t" }] },
   events: ["turn_started", "activation_started", "model_call_started", "model_call_ended", "activation_ended", "turn_ended"].map((kind, i) => ({
-    sequence: 100 + i, kind, at_ms: 1764590000000 + i, origin: { kind: "brain" }, data: { sequence: 99 + i }
+    // Events as the journal's projection gives them (domain/Projection.ts, Event): Brain's own have no origin.
+    session_id: "s_bench", sequence: 100 + i, recorded_at_ms: 1764590000000 + i, kind, data: { sequence: 99 + i }
   })),
   runtime: { session_id: "s_bench", turn: 120, activation: 121, now_ms: 1764590000000, seed: 1 }
 }
