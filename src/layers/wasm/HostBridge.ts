@@ -152,7 +152,13 @@ const expand = (saved: ReadonlyArray<Message>, keep: number, append: ReadonlyArr
     ? Either.left(`keep must be between 0 and the saved transcript's length (${saved.length}), not ${keep}`)
     : !isMessages(append)
     ? Either.left("append is not an array of messages")
-    : Either.right(keep === 0 ? append : append.length === 0 && keep === saved.length ? saved : saved.slice(0, keep).concat(append))
+    : Either.right(
+      keep === 0
+        ? append
+        : keep === saved.length
+        ? (append.length === 0 ? saved : saved.concat(append))
+        : saved.slice(0, keep).concat(append)
+    )
 
 /** The whole form's messages, checked. */
 const whole = (messages: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<Message>, string> =>
