@@ -12,6 +12,7 @@ import { Effect, Layer, Option } from "effect"
 import { Agentloops } from "../services/Agentloop.js"
 import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
 import { type ToolRun, WasmHost } from "../services/WasmHost.js"
+import { stopOf } from "./CallStop.js"
 import * as ToolsInProcess from "./ToolsInProcess.js"
 
 export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
@@ -42,16 +43,16 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
       // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
       // own and takes that interrupted end as the executor's confirmation that it stopped
-      // (services/Tools.ts). No fiber of its own for the activation, no race. The listener comes
-      // off when the run ends; an interrupted run leaves it on a signal that is the call's alone
-      // (fired once at most, on a fiber that has ended), so no finalizer is armed for it.
+      // (services/Tools.ts). No fiber of its own for the activation, no race. It listens on the call's
+      // stop (no AbortSignal is made for it: CallStop.ts); the listener comes off when the run
+      // ends; an interrupted run leaves it on a stop that is the call's alone (fired once at most,
+      // on a fiber that has ended), so no finalizer is armed for it.
       const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
-        const signal = invocation.signal
-        if (signal.aborted) return Effect.succeed("stopped" as const)
-        const onAbort = () => fiber.unsafeInterruptAsFork(fiber.id())
-        signal.addEventListener("abort", onAbort, { once: true })
+        const stop = stopOf(invocation)
+        if (stop.aborted) return Effect.succeed("stopped" as const)
+        const unlisten = stop.onAbort(() => fiber.unsafeInterruptAsFork(fiber.id()))
         return Effect.flatMap(Effect.exit(run), (exit) => {
-          signal.removeEventListener("abort", onAbort)
+          unlisten()
           return exit
         })
       })

@@ -24,12 +24,24 @@ export interface ToolInvocation {
   /** Aborted when Brain cancels the call or its deadline passes. */
   readonly signal: AbortSignal
   /**
+   * The same stop as `signal`, as callbacks: Brain's own executors listen here, so that a call
+   * whose executor never reads `signal` makes no AbortSignal. Absent when the caller has only a signal.
+   */
+  readonly stop?: Stop
+  /**
    * Emits an Event with the tool's origin (`{kind: "tool", sequence}`), durable before it returns;
    * refused once the call is over, for a reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES.
    */
   readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
   /** Best effort, never journaled. */
   readonly telemetry: (data: unknown) => Effect.Effect<void>
+}
+
+/** A call's stop (`ToolInvocation.stop`). */
+export interface Stop {
+  readonly aborted: boolean
+  /** Calls `listener` once when the call is stopped (at once if it already is); answers what removes it. */
+  readonly onAbort: (listener: () => void) => () => void
 }
 
 /** A definite answer from the executor. `stopped`: it confirms it stopped after an abort. */

@@ -20,7 +20,7 @@ import type { Failure } from "../../domain/Failure.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import type { EnvironmentCall, EnvironmentsShape } from "../../services/Environments.js"
-import type { ToolReply } from "../../services/Tools.js"
+import type { Stop, ToolReply } from "../../services/Tools.js"
 
 /** What a remote call came to: an answer (or a confirmed stop), or a failure with its outcome. */
 export type RemoteVerdict =
@@ -35,8 +35,8 @@ export const callRemote = (
     readonly sequence: number
     readonly call: ToolCallRequest
     readonly deadlineAtMs: number | undefined
-    readonly signal: AbortSignal
-    /** Read once the signal has aborted: the call's own deadline, or the turn's cancel. */
+    readonly stop: Stop
+    /** Read once the call is stopped: the call's own deadline, or the turn's cancel. */
     readonly stoppedBy: () => "cancel" | "deadline"
     /** Commits a tool-origin Event of this call (a host posts them); refused once the call is over. */
     readonly emit?: EnvironmentCall["emit"]
@@ -44,7 +44,7 @@ export const callRemote = (
 ): Effect.Effect<RemoteVerdict> =>
   Effect.flatMap(Effect.runtime<never>(), (runtime) =>
     Effect.withFiberRuntime<RemoteVerdict>((executor) => {
-      const { session, sequence, call, signal } = invocation
+      const { session, sequence, call, stop } = invocation
       // Aborted: one cancel, in a fiber of its own (only then: the call itself runs in the
       // executor's fiber). A confirmed stop interrupts the executor, which ends the call as
       // confirmed stopped (services/Tools.ts); the call's own answer, if it comes first, settles it.
@@ -58,8 +58,7 @@ export const callRemote = (
           )
         )
       }
-      if (signal.aborted) onAbort()
-      else signal.addEventListener("abort", onAbort, { once: true })
+      const unlisten = stop.onAbort(onAbort)
       const sent = Effect.flatMap(
         Effect.either(environments.call({
           session,
@@ -74,7 +73,7 @@ export const callRemote = (
         (r): Effect.Effect<RemoteVerdict> => {
           if (Either.isRight(r)) return Effect.succeed({ _tag: "reply", reply: r.right })
           // After an abort only a definite answer or a confirmed stop settles the call.
-          if (signal.aborted) return Effect.never
+          if (stop.aborted) return Effect.never
           const e = r.left
           return Effect.succeed({ _tag: "failed", outcome: e._tag === "EnvironmentUncertain" ? "unknown" : "error", failure: e.failure })
         }
@@ -82,7 +81,7 @@ export const callRemote = (
       return Effect.ensuring(
         sent,
         Effect.suspend(() => {
-          signal.removeEventListener("abort", onAbort)
+          unlisten()
           // The call is settled: a cancel still in flight is no longer needed.
           return cancelling !== undefined ? Fiber.interrupt(cancelling) : Effect.void
         })

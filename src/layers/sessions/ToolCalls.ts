@@ -16,6 +16,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolReply } from "../../services/Tools.js"
 import type { CancelReason } from "./Cell.js"
 import { exitOrCancel } from "./Cell.js"
+import { CallStop } from "../CallStop.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { callRemote } from "./RemoteTool.js"
@@ -243,7 +244,7 @@ function* dispatchOf(
   // Its deadline passed while its start was being committed: not sent either.
   const ended = deadline?.unsafePoll()
   if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
-  const controller = new AbortController()
+  const stop = new CallStop()
   /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
   let stoppedBy: "cancel" | "deadline" = "cancel"
   const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
@@ -265,7 +266,7 @@ function* dispatchOf(
           sequence,
           call,
           deadlineAtMs,
-          signal: controller.signal,
+          stop,
           stoppedBy: () => stoppedBy,
           // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
           emit: (kind, payload) =>
@@ -284,7 +285,10 @@ function* dispatchOf(
       call,
       definition,
       deadlineAtMs,
-      signal: controller.signal,
+      get signal() {
+        return stop.signal
+      },
+      stop,
       // A tool's Events come before its outcome: refused once the call is over.
       emit: (kind, payload) =>
         inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
@@ -302,7 +306,7 @@ function* dispatchOf(
   const by = first._tag === "deadline" ? "deadline" : "cancel"
   const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
   stoppedBy = by
-  controller.abort(by === "deadline" ? "timeout" : reason)
+  stop.abort(by === "deadline" ? "timeout" : reason)
   const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
   if (Option.isSome(after)) {
     const ended = after.value
