@@ -71,14 +71,24 @@ export const make = (options: AgentloopsOptions = {}) =>
 
     const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
 
-    /** The compiled module of a stored id. */
-    const load = Effect.fnUntraced(function*(id: string) {
+    /** The compiled module of a stored id, if it is cached (and now the most recently used). */
+    const cachedModule = (id: string): AdmittedModule | undefined => {
       const cached = compiled.get(id)
       if (cached) {
         compiled.delete(id)
         compiled.set(id, cached)
-        return cached
       }
+      return cached
+    }
+
+    /** The compiled module of a stored id. */
+    const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected> => {
+      const cached = cachedModule(id)
+      return cached !== undefined ? Effect.succeed(cached) : compile(id)
+    }
+
+    /** Reads and admits a stored module that is not cached, and caches it. */
+    const compile = Effect.fnUntraced(function*(id: string) {
       if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
       const bytes = yield* store.read(id)
       if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
@@ -161,10 +171,14 @@ export const make = (options: AgentloopsOptions = {}) =>
           compiled.delete(id)
           yield* store.remove(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
         }),
-      tool: (id) =>
-        MODULE_ID.test(id)
-          ? Effect.filterOrFail(load(id), (m) => m.tool, () => rejected(`the module ${id} exports no brain_tool: it is not a tool`))
-          : Effect.fail(rejected(`no module ${JSON.stringify(id)}`, { missing: true }))
+      tool: (id) => {
+        if (!MODULE_ID.test(id)) return Effect.fail(rejected(`no module ${JSON.stringify(id)}`, { missing: true }))
+        const notTool = () => rejected(`the module ${id} exports no brain_tool: it is not a tool`)
+        // A tool call's usual case, with no effect of its own: the module compiled and cached.
+        const cached = cachedModule(id)
+        if (cached !== undefined) return cached.tool ? Effect.succeed(cached) : Effect.fail(notTool())
+        return Effect.filterOrFail(compile(id), (m) => m.tool, notTool)
+      }
     }
     return service
   })

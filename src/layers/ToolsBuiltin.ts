@@ -8,10 +8,10 @@
  * stops the guest at once — its thread is terminated — and is confirmed as stopped, so the call is
  * recorded `cancelled` or `timeout`.
  */
-import { Effect, Layer, Option } from "effect"
+import { Effect, Exit, Layer, Option } from "effect"
 import { Agentloops } from "../services/Agentloop.js"
 import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
-import { type ToolRun, WasmHost } from "../services/WasmHost.js"
+import { type AdmittedModule, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { stopOf } from "./CallStop.js"
 import * as ToolsInProcess from "./ToolsInProcess.js"
 
@@ -21,14 +21,10 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
     const agentloops = yield* Effect.serviceOption(Agentloops)
     const inProcess = ToolsInProcess.make(handlers)
 
-    const runWasm = Effect.fnUntraced(function*(invocation: ToolInvocation, id: string) {
-      if (Option.isNone(wasm) || Option.isNone(agentloops)) {
-        return { outcome: "error", output: { error: "this server runs no WebAssembly host" } } satisfies ToolReply
-      }
-      const module = yield* Effect.either(agentloops.value.tool(id))
-      if (module._tag === "Left") return { outcome: "error", output: { error: module.left.reason } } satisfies ToolReply
-      const run = wasm.value.runTool(
-        module.right,
+    /** A Wasm tool's call, its module admitted; plain effects, no generator (a tool-loop turn has eight calls). */
+    const runModule = (host: WasmHostShape, module: AdmittedModule, invocation: ToolInvocation): Effect.Effect<ToolReply> => {
+      const run = host.runTool(
+        module,
         {
           input: invocation.call.input ?? null,
           call: {
@@ -47,18 +43,29 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       // stop (no AbortSignal is made for it: CallStop.ts); the listener comes off when the run
       // ends; an interrupted run leaves it on a stop that is the call's alone (fired once at most,
       // on a fiber that has ended), so no finalizer is armed for it.
-      const r = yield* Effect.withFiberRuntime<ToolRun | "stopped">((fiber) => {
+      return Effect.withFiberRuntime<ToolReply>((fiber) => {
         const stop = stopOf(invocation)
-        if (stop.aborted) return Effect.succeed("stopped" as const)
+        if (stop.aborted) return Effect.succeed({ outcome: "stopped" })
         const unlisten = stop.onAbort(() => fiber.unsafeInterruptAsFork(fiber.id()))
-        return Effect.flatMap(Effect.exit(run), (exit) => {
+        return Effect.flatMap(Effect.exit(run), (exit): Effect.Effect<ToolReply> => {
           unlisten()
-          return exit
+          if (Exit.isFailure(exit)) return Effect.failCause(exit.cause)
+          const r = exit.value
+          return Effect.succeed(r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })
         })
       })
-      if (r === "stopped") return { outcome: "stopped" } satisfies ToolReply
-      return (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output }) satisfies ToolReply
-    })
+    }
+
+    const runWasm = (invocation: ToolInvocation, id: string): Effect.Effect<ToolReply> => {
+      if (Option.isNone(wasm) || Option.isNone(agentloops)) {
+        return Effect.succeed({ outcome: "error", output: { error: "this server runs no WebAssembly host" } })
+      }
+      const host = wasm.value
+      return Effect.matchEffect(agentloops.value.tool(id), {
+        onFailure: (e) => Effect.succeed<ToolReply>({ outcome: "error", output: { error: e.reason } }),
+        onSuccess: (module) => runModule(host, module, invocation)
+      })
+    }
 
     const service: ToolsShape = {
       invoke: (invocation) => {
