@@ -27,7 +27,7 @@ import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { type AdmittedModule, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
+import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
 import { type InlineLimits, type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
@@ -216,14 +216,17 @@ export const make = (options: WasmHostOptions) =>
         )
       },
       runTool: (module, activation, services) =>
-        run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }).pipe(
-          Effect.map((text) => {
-            const output = readOutput(text)
-            if (output === undefined) return { _tag: "error" as const, output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
-            if ("transcript" in output) return { _tag: "error" as const, output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
-            return "ok" in output ? { _tag: "ok" as const, output: output.ok } : { _tag: "error" as const, output: output.error }
-          }),
-          Effect.catchAll((f) => Effect.succeed({ _tag: "error" as const, output: { message: f.message } }))
+        Effect.match(
+          run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
+          {
+            onFailure: (f): ToolRun => ({ _tag: "error", output: { message: f.message } }),
+            onSuccess: (text): ToolRun => {
+              const output = readOutput(text)
+              if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
+              if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
+              return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
+            }
+          }
         )
     }
     return service
