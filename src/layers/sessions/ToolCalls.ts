@@ -293,10 +293,10 @@ function* dispatchOf(
       emit: (kind, payload) =>
         inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
       telemetry: (data) => report(data, sequence)
-    }).pipe(
-      Effect.map((reply): ToolVerdict => ({ _tag: "reply", reply })),
-      Effect.catchAll((lost) => Effect.succeed<ToolVerdict>({ _tag: "lost", message: lost.message }))
-    )
+    }).pipe(Effect.match({
+      onFailure: (lost): ToolVerdict => ({ _tag: "lost", message: lost.message }),
+      onSuccess: (reply): ToolVerdict => ({ _tag: "reply", reply })
+    }))
   )
   // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
   // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
