@@ -36,8 +36,16 @@ const gatedDriver = () => {
   return { driver, state }
 }
 
+/**
+ * The file's complete lines. It is read while the sink may be writing (a poll): a line whose write
+ * is still under way is not there yet, however much of it the read saw.
+ */
 const readLines = (file: string) =>
-  Effect.sync(() => (fs.existsSync(file) ? fs.readFileSync(file, "utf8").split("\n").filter((l) => l.length > 0) : []))
+  Effect.sync(() => {
+    if (!fs.existsSync(file)) return []
+    const text = fs.readFileSync(file, "utf8")
+    return text.slice(0, text.lastIndexOf("\n") + 1).split("\n").filter((l) => l.length > 0)
+  })
 
 const fileHarness = (options: { readonly queueBytes: number }) =>
   Effect.gen(function*() {
