@@ -251,85 +251,110 @@ class Run implements Resting {
 export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
   Effect.suspend(() => {
     activationStarted()
-    return Effect.ensuring(start(instrumented, activation, limits), Effect.sync(activationEnded))
+    let started: Started
+    try {
+      started = start(instrumented, activation, limits)
+    } catch (err) {
+      activationEnded()
+      throw err
+    }
+    // An activation that ended before any host call (a Wasm tool's usual case) is over already:
+    // what is left is its outcome, a value. One waiting in a host call is over when that wait and
+    // the rest are, however they end (interrupted too).
+    if (!started.inHostCall) {
+      activationEnded()
+      return started.outcome
+    }
+    return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
   })
 
-const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
-  Effect.suspend(() => {
-    if (activation.input.byteLength > limits.ioBytes) return failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)
-    const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
-    const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
-    const cap = budgetFirst ? limits.computeMs : limits.inlineMs
-    const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
-    const made = ahead.get(instrumented)
-    let run: Run
-    const spare = spareRun<Run>(instrumented, key)
-    if (spare !== undefined) {
-      instanceStats.reused++
-      run = spare
-      run.limits = limits
-      run.cap = cap
-    } else if (made !== undefined && made.key === key) {
-      ahead.delete(instrumented)
-      run = made.run
-      run.limits = limits
-      run.cap = cap
-      // Its start function's compute, ahead of the activation, is not the activation's.
-      run.used = 0
-    } else {
-      run = new Run(limits, cap, memoryLimits, key)
-      try {
-        run.instantiate(instrumented)
-      } catch (err) {
-        return end(run, memoryLimits, err, budgetFirst)
-      }
-    }
-    run.starting = false
-    let packed: bigint
+/** An activation run up to its end or its first host call: what is left of it, and which. */
+interface Started {
+  readonly outcome: Effect.Effect<InlineOutcome, ActivationFailure>
+  readonly inHostCall: boolean
+}
+
+/** Runs the activation, synchronously, up to its end or its first host call. */
+const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Started => {
+  const done = (outcome: Effect.Effect<InlineOutcome, ActivationFailure>): Started => ({ outcome, inHostCall: false })
+  if (activation.input.byteLength > limits.ioBytes) return done(failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`))
+  const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
+  const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
+  const cap = budgetFirst ? limits.computeMs : limits.inlineMs
+  const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
+  const made = ahead.get(instrumented)
+  let run: Run
+  const spare = spareRun<Run>(instrumented, key)
+  if (spare !== undefined) {
+    instanceStats.reused++
+    run = spare
+    run.limits = limits
+    run.cap = cap
+  } else if (made !== undefined && made.key === key) {
+    ahead.delete(instrumented)
+    run = made.run
+    run.limits = limits
+    run.cap = cap
+    // Its start function's compute, ahead of the activation, is not the activation's.
+    run.used = 0
+  } else {
+    run = new Run(limits, cap, memoryLimits, key)
     try {
-      packed = run.give(activation.input)
+      run.instantiate(instrumented)
+    } catch (err) {
+      return done(end(run, memoryLimits, err, budgetFirst))
+    }
+  }
+  run.starting = false
+  let packed: bigint
+  try {
+    packed = run.give(activation.input)
+  } catch (err) {
+    return done(end(run, memoryLimits, err, budgetFirst))
+  }
+  const ptr = Number(packed >> 32n)
+  const len = Number(packed & 0xffffffffn)
+  const entry = run.exports[activation.entry] as (ptr: number, len: number) => unknown
+
+  /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
+  let inHostCall = false
+  const step = (): Effect.Effect<InlineOutcome, ActivationFailure> => {
+    let result: unknown
+    run.stretchStart = performance.now()
+    try {
+      result = entry(ptr, len)
+    } catch (err) {
+      return end(run, memoryLimits, err, budgetFirst)
+    } finally {
+      run.used += performance.now() - run.stretchStart
+    }
+    if (run.state === UNWINDING) {
+      run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
+      run.state = NORMAL
+      const { op, request } = run.pending!
+      run.pending = undefined
+      inHostCall = true
+      return Effect.flatMap(activation.perform(op, request), (answer) => {
+        run.calls.push({ op, request: requestKey(request), answer })
+        run.answer = encoder.encode(answer)
+        run.state = REWINDING
+        run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
+        return step()
+      })
+    }
+    let output: string
+    try {
+      output = unpack(run, result, activation.entry)
     } catch (err) {
       return end(run, memoryLimits, err, budgetFirst)
     }
-    const ptr = Number(packed >> 32n)
-    const len = Number(packed & 0xffffffffn)
-    const entry = run.exports[activation.entry] as (ptr: number, len: number) => unknown
-
-    const step = (): Effect.Effect<InlineOutcome, ActivationFailure> => {
-      let result: unknown
-      run.stretchStart = performance.now()
-      try {
-        result = entry(ptr, len)
-      } catch (err) {
-        return end(run, memoryLimits, err, budgetFirst)
-      } finally {
-        run.used += performance.now() - run.stretchStart
-      }
-      if (run.state === UNWINDING) {
-        run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
-        run.state = NORMAL
-        const { op, request } = run.pending!
-        run.pending = undefined
-        return Effect.flatMap(activation.perform(op, request), (answer) => {
-          run.calls.push({ op, request: requestKey(request), answer })
-          run.answer = encoder.encode(answer)
-          run.state = REWINDING
-          run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
-          return step()
-        })
-      }
-      let output: string
-      try {
-        output = unpack(run, result, activation.entry)
-      } catch (err) {
-        return end(run, memoryLimits, err, budgetFirst)
-      }
-      // Its instance kept for the next activation, else one made for it when the thread is idle.
-      if (!putBack(run, instrumented, memoryLimits)) makeAhead(instrumented, limits, cap, memoryLimits, key)
-      return Effect.succeed<InlineOutcome>({ _tag: "done", output })
-    }
-    return step()
-  })
+    // Its instance kept for the next activation, else one made for it when the thread is idle.
+    if (!putBack(run, instrumented, memoryLimits)) makeAhead(instrumented, limits, cap, memoryLimits, key)
+    return Effect.succeed<InlineOutcome>({ _tag: "done", output })
+  }
+  const outcome = step()
+  return { outcome, inHostCall }
+}
 
 /** The output text the guest's `(ptr, len)` names, checked (UTF-8, size). */
 const unpack = (run: Run, packed: unknown, entry: string): string => {
