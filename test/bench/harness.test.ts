@@ -3,23 +3,14 @@
  * this checks that the harness works and that each probe produced samples, not what it measures;
  * figures come from full runs recorded in docs/benchmarks.md).
  */
-import { spawn } from "node:child_process"
 import { describe, expect, it } from "vitest"
+import { runScript } from "../support/scripts.js"
 import { ensureBuilt } from "../support/server.js"
-
-const run = (args: ReadonlyArray<string>) =>
-  new Promise<{ code: number | null; out: string }>((resolve) => {
-    const child = spawn(process.execPath, ["scripts/bench/harness.js", ...args], { stdio: ["ignore", "pipe", "pipe"] })
-    let out = ""
-    child.stdout.on("data", (d) => void (out += d))
-    child.stderr.on("data", (d) => void (out += d))
-    child.on("exit", (code) => resolve({ code, out }))
-  })
 
 describe("the benchmark harness", () => {
   it("--quick runs every probe against real servers and reports samples for each", async () => {
     ensureBuilt()
-    const { code, out } = await run(["--quick"])
+    const { code, out } = await runScript("scripts/bench/harness.js", ["--quick"])
     expect(code, out).toBe(0)
     const rows = out.split("\n").filter((l) => /^\| (baseline|brain):/.test(l))
     const probes = [

@@ -4,23 +4,14 @@
  * breaking the build. Small and short: this checks that each completes and prints its table,
  * not what it measures (figures come from full runs recorded in docs/benchmarks.md).
  */
-import { spawn } from "node:child_process"
 import { describe, expect, it } from "vitest"
+import { runScript } from "../support/scripts.js"
 import { ensureBuilt } from "../support/server.js"
-
-const run = (script: string, args: ReadonlyArray<string>) =>
-  new Promise<{ code: number | null; out: string }>((resolve) => {
-    const child = spawn(process.execPath, [script, ...args], { stdio: ["ignore", "pipe", "pipe"] })
-    let out = ""
-    child.stdout.on("data", (d) => void (out += d))
-    child.stderr.on("data", (d) => void (out += d))
-    child.on("exit", (code) => resolve({ code, out }))
-  })
 
 describe("the stand-alone benchmarks", () => {
   it("bench:wasm runs the official loop's text turn inline, on the pool and in TypeScript, and reports each", async () => {
     ensureBuilt()
-    const { code, out } = await run("scripts/bench/wasm.js", ["--activations", "40", "--calls", "200", "--turns", "60"])
+    const { code, out } = await runScript("scripts/bench/wasm.js", ["--activations", "40", "--calls", "200", "--turns", "60"])
     expect(code, out).toBe(0)
     for (const loop of ["inline", "pool", "ts"]) {
       expect(out, out).toMatch(new RegExp(`^\\| 1 \\| ${loop} \\| \\d+\\.\\d+ \\|`, "m"))
@@ -32,7 +23,7 @@ describe("the stand-alone benchmarks", () => {
 
   it("the transcript-tail bench finds the tail both ways at every conversation length", async () => {
     ensureBuilt()
-    const { code, out } = await run("scripts/bench/tail.js", [])
+    const { code, out } = await runScript("scripts/bench/tail.js")
     expect(code, out).toBe(0)
     for (const turns of [25, 250, 1000]) expect(out, out).toMatch(new RegExp(`^\\| ${turns} \\| ${turns * 12} \\| \\d+\\.\\d \\| \\d+\\.\\d\\d \\|`, "m"))
   }, 120_000)
