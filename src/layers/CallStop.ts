@@ -36,9 +36,11 @@ export class CallStop implements Stop {
     }
     const listeners = (this.#listeners ??= [])
     listeners.push(listener)
+    // Removed in place (not spliced out), so that a listener that removes another while the stop
+    // calls them neither calls the removed one nor skips the next.
     return () => {
       const i = listeners.indexOf(listener)
-      if (i >= 0) listeners.splice(i, 1)
+      if (i >= 0) listeners[i] = nothing
     }
   }
 

@@ -32,6 +32,23 @@ describe("a tool call's stop", () => {
     expect(late).toHaveBeenCalledTimes(1)
   })
 
+  it("neither calls a listener another removes during the stop, nor skips one after a listener that removes itself", () => {
+    const stop = new CallStop()
+    const seen: Array<string> = []
+    let removeA = () => {}
+    let removeC = () => {}
+    removeA = stop.onAbort(() => {
+      seen.push("a")
+      removeA()
+      removeC()
+    })
+    stop.onAbort(() => seen.push("b"))
+    removeC = stop.onAbort(() => seen.push("c"))
+    stop.onAbort(() => seen.push("d"))
+    stop.abort("cancelled")
+    expect(seen).toEqual(["a", "b", "d"])
+  })
+
   it("gives a signal read before the stop that aborts with it, and one read after already aborted with its reason", () => {
     const before = new CallStop()
     const signal = before.signal
