@@ -65,12 +65,15 @@ interface InFlight {
   readonly connection: number
   readonly environment: string
   readonly answer: Deferred.Deferred<CallAnswer, EnvironmentUncertain>
-  /** Done when the host confirms a cancel (`{"stopped": true}`). */
-  readonly stopped: Deferred.Deferred<void>
+  /** Done when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
+  stopped: Deferred.Deferred<void> | undefined
   cancelSent: boolean
   readonly emit: EnvironmentCall["emit"]
-  /** Events and the result, one at a time. */
-  readonly lock: Effect.Semaphore
+  /**
+   * Events and the result, one at a time; made by the call's first Event (most calls post none,
+   * and a result for a call without one takes no lock: nothing can be in flight before it).
+   */
+  lock: Effect.Semaphore | undefined
 }
 
 interface Host {
@@ -336,20 +339,26 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
           if (refused !== undefined) return Effect.fail(refused)
           checked.push({ key, index: i, call, answer, pending })
         }
-        const take = Effect.suspend(() => {
+        // The locks of the calls that have posted Events: an Event in flight is committed first.
+        const ordered = checked.filter((c) => c.pending.lock !== undefined).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+        const held = new Set(ordered.map((c) => c.pending.lock))
+        /** Settles the calls once their locks are held; false (nothing settled) when a call posted its first Event meanwhile. */
+        const take = Effect.suspend((): Effect.Effect<boolean, Conflict> => {
+          if (checked.some((c) => c.pending.lock !== undefined && !held.has(c.pending.lock))) return Effect.succeed(false)
           // Settled meanwhile (another result, or the stream closed): nothing is taken.
           const gone = checked.findIndex((c) => !still(id, c.call, c.pending))
           if (gone >= 0) return Effect.fail(notInFlight(checked[gone].call, batch ? checked[gone].index : undefined))
           const calls = hosts.get(id)!.calls
           for (const { answer, key, pending } of checked) {
             calls.delete(key)
-            if ("stopped" in answer) Deferred.unsafeDone(pending.stopped, Exit.void)
+            if ("stopped" in answer) Deferred.unsafeDone(pending.stopped!, Exit.void)
             else Deferred.unsafeDone(pending.answer, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
           }
-          return Effect.void
+          return Effect.succeed(true)
         })
-        const ordered = [...checked].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
-        return ordered.reduceRight<Effect.Effect<void, Conflict>>((inner, c) => c.pending.lock.withPermits(1)(inner), take)
+        const locked = ordered.reduceRight<Effect.Effect<boolean, Conflict>>((inner, c) => c.pending.lock!.withPermits(1)(inner), take)
+        // A call that posted its first Event while this waited: again, with its lock too (locks are only ever made, so this ends).
+        return Effect.flatMap(locked, (settled) => (settled ? Effect.void : settle(id, items, batch)))
       })
 
     // One result names one call: never twice.
@@ -359,7 +368,8 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     const event: HostsShape["event"] = (id, call, kind, payload) =>
       Effect.gen(function*() {
         const pending = yield* inFlight(id, call)
-        return yield* pending.lock.withPermits(1)(Effect.gen(function*() {
+        const lock = (pending.lock ??= Effect.unsafeMakeSemaphore(1))
+        return yield* lock.withPermits(1)(Effect.gen(function*() {
           if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
           if (pending.emit === undefined) {
             return yield* Effect.fail(new Conflict({ message: "this call takes no Events" }))
@@ -382,10 +392,10 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
           connection: connection.id,
           environment,
           answer: Deferred.unsafeMake(FiberId.none),
-          stopped: Deferred.unsafeMake(FiberId.none),
+          stopped: undefined,
           cancelSent: false,
           emit: request.emit,
-          lock: Effect.unsafeMakeSemaphore(1)
+          lock: undefined
         }
         host.calls.set(key, pending)
         const sent = connection.body.offer(frame("call", {
@@ -419,8 +429,9 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
           return unconfirmed(`${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent`)
         }
+        const stopped = (pending.stopped ??= Deferred.unsafeMake(FiberId.none))
         pending.cancelSent = true
-        return Deferred.await(pending.stopped).pipe(
+        return Deferred.await(stopped).pipe(
           Effect.as<CancelAnswer>({ confirmed: true }),
           Effect.timeoutTo({
             duration: Duration.millis(options.graceMs),

@@ -1,0 +1,108 @@
+/**
+ * A host's answers for its calls in flight (src/layers/HostsFile.ts): an Event the host posts for a
+ * call is committed before a result can settle that call, whichever request comes first, and a
+ * batch of results waits for every Event in flight among its calls, an Event that starts while
+ * the batch waits included. A call that posted no Event takes no lock.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Fiber } from "effect"
+import type { AdmittedEnvironment } from "../../src/domain/Environment.js"
+import type { HostId, SessionId } from "../../src/domain/Ids.js"
+import { make } from "../../src/layers/HostsFile.js"
+
+const SESSION = "ses_0000000000000000000000000a" as SessionId
+
+const setup = Effect.gen(function*() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-host-calls-"))
+  const hosts = yield* make({ dataDir: dir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024 })
+  const { host_id } = yield* hosts.register
+  const stream = yield* hosts.connect(host_id as HostId)
+  const environment = { name: "box", driver: "host", host: host_id } as AdmittedEnvironment
+  /** Emits of each call, held until their gate opens; what was committed, in order. */
+  const committed: Array<string> = []
+  const gates = new Map<number, Deferred.Deferred<void>>()
+  const call = (sequence: number) =>
+    hosts.call(host_id, {
+      session: SESSION,
+      sequence,
+      environment,
+      name: "echo",
+      callId: `call_${sequence}`,
+      input: {},
+      deadlineAtMs: 0,
+      emit: (kind) =>
+        Effect.gen(function*() {
+          const gate = gates.get(sequence)
+          if (gate) yield* Deferred.await(gate)
+          committed.push(`${kind} of ${sequence}`)
+          return sequence
+        })
+    })
+  const hold = (sequence: number) => Effect.tap(Deferred.make<void>(), (gate) => void gates.set(sequence, gate))
+  const name = (sequence: number) => ({ session: SESSION, sequence })
+  return { hosts, host: host_id as HostId, stream, call, hold, name, committed }
+})
+
+describe("a host's Events and results for its calls", () => {
+  it.live("a result that comes while the call's Event is being committed settles the call only after that Event", () =>
+    Effect.gen(function*() {
+      const { call, committed, hold, hosts, host, name, stream } = yield* setup
+      const answered = yield* Effect.fork(call(7))
+      const gate = yield* hold(7)
+      const posting = yield* Effect.fork(hosts.event(host, name(7), "progress", {}))
+      yield* Effect.sleep(20)
+      const resulting = yield* Effect.fork(hosts.result(host, name(7), { ok: { done: true } }))
+      yield* Effect.sleep(20)
+      expect(answered.unsafePoll()).toBeNull()
+      expect(resulting.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(gate, undefined)
+      expect(yield* Fiber.join(posting)).toBe(7)
+      yield* Fiber.join(resulting)
+      expect(yield* Fiber.join(answered)).toEqual({ outcome: "ok", output: { done: true } })
+      expect(committed).toEqual(["progress of 7"])
+      yield* stream.stop
+    }))
+
+  it.live("a batch waits for an Event that one of its calls starts while the batch waits for another's", () =>
+    Effect.gen(function*() {
+      const { call, committed, hold, hosts, host, name, stream } = yield* setup
+      const first = yield* Effect.fork(call(1))
+      const second = yield* Effect.fork(call(2))
+      const gate1 = yield* hold(1)
+      const gate2 = yield* hold(2)
+      const posting1 = yield* Effect.fork(hosts.event(host, name(1), "progress", {}))
+      yield* Effect.sleep(20)
+      // The batch waits for call 1's Event; call 2 has posted none yet.
+      const batch = yield* Effect.fork(hosts.results(host, [{ call: name(1), answer: { ok: 1 } }, { call: name(2), answer: { ok: 2 } }]))
+      yield* Effect.sleep(20)
+      const posting2 = yield* Effect.fork(hosts.event(host, name(2), "progress", {}))
+      yield* Effect.sleep(20)
+      yield* Deferred.succeed(gate1, undefined)
+      yield* Fiber.join(posting1)
+      yield* Effect.sleep(20)
+      // Call 2's Event is still being committed: neither call is settled (all or none).
+      expect(batch.unsafePoll()).toBeNull()
+      expect(first.unsafePoll()).toBeNull()
+      expect(second.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(gate2, undefined)
+      yield* Fiber.join(posting2)
+      yield* Fiber.join(batch)
+      expect(yield* Fiber.join(first)).toEqual({ outcome: "ok", output: 1 })
+      expect(yield* Fiber.join(second)).toEqual({ outcome: "ok", output: 2 })
+      expect(committed).toEqual(["progress of 1", "progress of 2"])
+      yield* stream.stop
+    }))
+
+  it.live("a result for a call that posted no Event settles it at once", () =>
+    Effect.gen(function*() {
+      const { call, hosts, host, name, stream } = yield* setup
+      const answered = yield* Effect.fork(call(3))
+      yield* Effect.sleep(10)
+      yield* hosts.result(host, name(3), { error: { message: "no" } })
+      expect(yield* Fiber.join(answered)).toEqual({ outcome: "error", output: { message: "no" } })
+      yield* stream.stop
+    }))
+})
