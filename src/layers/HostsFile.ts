@@ -64,7 +64,10 @@ interface Connection {
 interface InFlight {
   readonly connection: number
   readonly environment: string
-  readonly answer: Deferred.Deferred<CallAnswer, EnvironmentUncertain>
+  /** The call's answer once it has one (`answerCall`). */
+  answered: Exit.Exit<CallAnswer, EnvironmentUncertain> | undefined
+  /** The waiting caller's resume, while it waits. */
+  resume: ((answer: Effect.Effect<CallAnswer, EnvironmentUncertain>) => void) | undefined
   /** Done when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
   stopped: Deferred.Deferred<void> | undefined
   cancelSent: boolean
@@ -74,6 +77,15 @@ interface InFlight {
    * and a result for a call without one takes no lock: nothing can be in flight before it).
    */
   lock: Effect.Semaphore | undefined
+}
+
+/** Answers a call in flight, once: its waiting caller now, or the caller that comes to wait. */
+const answerCall = (pending: InFlight, answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => {
+  if (pending.answered !== undefined) return
+  pending.answered = answer
+  const resume = pending.resume
+  pending.resume = undefined
+  resume?.(answer)
 }
 
 interface Host {
@@ -211,8 +223,8 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       for (const [key, call] of host.calls) {
         if (call.connection !== connection) continue
         host.calls.delete(key)
-        Deferred.unsafeDone(
-          call.answer,
+        answerCall(
+          call,
           Exit.fail(
             new EnvironmentUncertain({
               environment: call.environment,
@@ -352,7 +364,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
           for (const { answer, key, pending } of checked) {
             calls.delete(key)
             if ("stopped" in answer) Deferred.unsafeDone(pending.stopped!, Exit.void)
-            else Deferred.unsafeDone(pending.answer, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
+            else answerCall(pending, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
           }
           return Effect.succeed(true)
         })
@@ -391,7 +403,8 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         const pending: InFlight = {
           connection: connection.id,
           environment,
-          answer: Deferred.unsafeMake(FiberId.none),
+          answered: undefined,
+          resume: undefined,
           stopped: undefined,
           cancelSent: false,
           emit: request.emit,
@@ -411,11 +424,16 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
           host.calls.delete(key)
           return notSent("host_busy", `${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
         }
-        return Deferred.await(pending.answer).pipe(
-          Effect.ensuring(Effect.sync(() => {
+        // One callback, not a Deferred and a finalizer: a caller interrupted while it waits takes
+        // the call out of the host's calls (an answered one is out already).
+        return Effect.async<CallAnswer, EnvironmentUncertain>((resume) => {
+          if (pending.answered !== undefined) return resume(pending.answered)
+          pending.resume = resume
+          return Effect.sync(() => {
+            pending.resume = undefined
             if (host.calls.get(key) === pending) host.calls.delete(key)
-          }))
-        )
+          })
+        })
       })
 
     const cancel: HostsShape["cancel"] = (id, request) =>

@@ -96,6 +96,18 @@ describe("a host's Events and results for its calls", () => {
       yield* stream.stop
     }))
 
+  it.live("a caller that stops waiting takes its call out: a later result for it is refused as not in flight", () =>
+    Effect.gen(function*() {
+      const { call, hosts, host, name, stream } = yield* setup
+      const answered = yield* Effect.fork(call(5))
+      yield* Effect.sleep(10)
+      yield* Fiber.interrupt(answered)
+      const late = yield* Effect.flip(hosts.result(host, name(5), { ok: 1 }))
+      expect(late._tag).toBe("Conflict")
+      expect(late.message).toMatch(/no call .* is in flight/)
+      yield* stream.stop
+    }))
+
   it.live("a result for a call that posted no Event settles it at once", () =>
     Effect.gen(function*() {
       const { call, hosts, host, name, stream } = yield* setup
