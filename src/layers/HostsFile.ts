@@ -44,6 +44,7 @@ import { type CallName, type HostAnswer, type HostEventError, Hosts, type HostsS
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CommandStreamBody } from "./hosts/CommandStream.js"
 import { namedFrame as frame } from "./sessions/SseFrames.js"
+import { waitFor } from "./Waits.js"
 
 export interface HostsOptions {
   /** Where registrations are kept; undefined: in memory only (tests). */
@@ -426,13 +427,16 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         }
         // One callback, not a Deferred and a finalizer: a caller interrupted while it waits takes
         // the call out of the host's calls (an answered one is out already).
-        return Effect.async<CallAnswer, EnvironmentUncertain>((resume) => {
-          if (pending.answered !== undefined) return resume(pending.answered)
+        return waitFor<CallAnswer, EnvironmentUncertain>((resume) => {
+          if (pending.answered !== undefined) {
+            resume(pending.answered)
+            return () => {}
+          }
           pending.resume = resume
-          return Effect.sync(() => {
+          return () => {
             pending.resume = undefined
             if (host.calls.get(key) === pending) host.calls.delete(key)
-          })
+          }
         })
       })
 
