@@ -27,9 +27,37 @@ export function modelContext(transcript: Transcript, system: string | null = nul
   return call("model", request)
 }
 
+/**
+ * `modelContext` with `transcript` saved first, in the same host call and the same durable commit
+ * as the model call's start (`{"transcript": {"keep", "append"}, "context": {"keep", "append": []}}`):
+ * the model is asked with the whole of `transcript`, now the saved one. When the call answers ok
+ * the transcript is marked saved; after an error the save may or may not have been made, and the
+ * next save sends the same difference again (Brain writes only what is not saved yet).
+ */
+export function modelSaving(transcript: Transcript, system: string | null = null, options: Json | null = null): Answer {
+  const request = Json.object()
+    .set("transcript", transcript.delta())
+    .set("context", Json.object().set("keep", Json.int(transcript.length)).set("append", Json.array()))
+  if (system !== null) request.set("system", Json.string(system))
+  if (options !== null) request.set("options", options)
+  const answer = call("model", request)
+  if (answer.ok) transcript.markSaved()
+  return answer
+}
+
 /** Runs `calls` (`[{id, name, input}]`) together; the value is their results in call order. */
 export function dispatch(calls: Json): Answer {
   return call("dispatch", Json.object().set("calls", calls))
+}
+
+/**
+ * `dispatch` with `transcript` saved first, in the same host call and the same durable commit as
+ * the calls' starts (`{"calls", "transcript": {"keep", "append"}}`); marked saved as `modelSaving` does.
+ */
+export function dispatchSaving(calls: Json, transcript: Transcript): Answer {
+  const answer = call("dispatch", Json.object().set("calls", calls).set("transcript", transcript.delta()))
+  if (answer.ok) transcript.markSaved()
+  return answer
 }
 
 /** Emits an extension Event; the value is `{"sequence": n}`. */

@@ -3,10 +3,12 @@
  * the TypeScript loop in src/loops/official.ts, which test/guest/official.test.ts checks call for
  * call and byte for byte.
  *
- * model → if the model asked for tools, save the request, dispatch them all together, append one
- * result message each, save → model again … until an answer without tool calls, which is saved
- * and returned as `{"text"}`: that last save rides on the output (`returnOkSaving`), one host call
- * fewer per turn. It first repairs what an interruption left (transcript.ts). A host call that
+ * model → if the model asked for tools, save the request and dispatch them all together, append
+ * one result message each, save them and call the model again … until an answer without tool
+ * calls, which is saved and returned as `{"text"}`. Each save rides on the host call after it
+ * (docs/abi.md, "A save that rides on a call"): the request's on `dispatch` (`dispatchSaving`),
+ * the results' on the next `model` (`modelSaving`), the answer's on the output (`returnOkSaving`),
+ * so a save costs no host call and no durable commit of its own. It first repairs what an interruption left (transcript.ts). A host call that
  * answers an error (the model failed, a limit, a cancel) ends the activation with that error's
  * code and message; nothing is retried. Tool failures are results the model sees.
  *
@@ -17,10 +19,11 @@
  */
 import {
   Answer,
-  dispatch,
+  dispatchSaving,
   Json,
   message,
   modelContext,
+  modelSaving,
   readActivation,
   returnHostError,
   returnOkSaving,
@@ -55,8 +58,10 @@ export function brain_run(ptr: usize, len: usize): u64 {
     setPresent(user, "content", input!.isObject() ? input!.get("message") : null)
     transcript.push(user)
   }
+  // Tool results appended since the last model call: saved with the next one (modelSaving).
+  let resultsUnsaved = false
   while (true) {
-    const reply = modelContext(transcript)
+    const reply = resultsUnsaved ? modelSaving(transcript) : modelContext(transcript)
     if (!reply.ok) {
       // A failure on the model's side (`model_…`) ends the turn, but what it added (the user's
       // message) is kept: saved before the failure is passed on, best effort (its own failure is
@@ -78,17 +83,14 @@ export function brain_run(ptr: usize, len: usize): u64 {
       setPresent(result, "text", text)
       return returnOkSaving(result, transcript)
     }
-    // Save the request for tools before running them, so a crash leaves it visible.
-    const saved = setTranscriptDelta(transcript)
-    if (!saved.ok) return failed(saved)
-    const results = dispatch(calls)
+    // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
+    const results = dispatchSaving(calls, transcript)
     if (!results.ok) return failed(results)
     for (let i = 0; i < results.value.length; i++) {
       const r = results.value.at(i)
       transcript.push(toolMessage(r.get("call_id"), r.get("output"), truthy(r.get("is_error")), r.get("outcome")))
     }
-    const savedResults = setTranscriptDelta(transcript)
-    if (!savedResults.ok) return failed(savedResults)
+    resultsUnsaved = true
   }
 }
 

@@ -3,9 +3,9 @@
  * behaviour compiled to WebAssembly): model → dispatch the tools it asked for → append their
  * results → model again … until a final answer or a limit.
  *
- * It keeps the transcript with setTranscript: the user message, each assistant message and each
- * tool result are saved as they happen; the final answer's save goes with the activation's end
- * (setTranscriptAtEnd). Before anything else it repairs what an interruption left:
+ * It keeps the transcript as the WebAssembly loop does, each save riding on the host call after
+ * it: the request for tools on `dispatch`, their results on the next `model` call, the final
+ * answer on the activation's end (setTranscriptAtEnd); a save costs no commit of its own. Before anything else it repairs what an interruption left:
  * every assistant tool call without a result gets one saying it was interrupted (a model refuses a
  * tool call without its result), and a system note tells the model the last turn was interrupted.
  */
@@ -82,11 +82,14 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
   const note = interruptionNote(input.events)
   if (note) transcript = [...transcript, { role: "system", content: note }]
   if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
+  /** Tool results appended since the last model call: saved with the next one. */
+  let resultsUnsaved = false
   for (;;) {
     // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
     // (the user's message) is kept: saved before the failure is passed on, best effort (its
     // own failure is not the turn's). After a cancel or a journal failure nothing more is written.
-    const reply = yield* host.model({ messages: transcript }).pipe(
+    const save = resultsUnsaved ? transcript : undefined
+    const reply = yield* host.model({ messages: transcript }, save).pipe(
       Effect.tapError((e) =>
         e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
           ? Effect.ignore(host.setTranscript(transcript))
@@ -103,12 +106,11 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
       yield* host.setTranscriptAtEnd(transcript)
       return { text: reply.text }
     }
-    // Save the request for tools before running them, so a crash leaves it visible.
-    yield* host.setTranscript(transcript)
+    if (save !== undefined) saved = save
+    // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
+    const results = yield* host.dispatch(reply.tool_calls, transcript)
     saved = transcript
-    const results = yield* host.dispatch(reply.tool_calls)
     transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
-    yield* host.setTranscript(transcript)
-    saved = transcript
+    resultsUnsaved = true
   }
 }

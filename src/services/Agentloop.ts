@@ -50,9 +50,21 @@ export interface ToolResult {
 }
 
 export interface Host {
-  readonly model: (request: Omit<ModelRequest, "system" | "tools"> & { readonly system?: string }) => Effect.Effect<ModelResult, HostCallFailed>
-  /** Runs tool calls (concurrently); results come back in call order. */
-  readonly dispatch: (calls: ReadonlyArray<ToolCallRequest>) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
+  /**
+   * Calls the model. With `save`, the transcript is saved first, as `setTranscript(save)` would,
+   * but in the same atomic append as the call's start (one commit, not two); the request's
+   * messages are the model's whole conversation, as always.
+   */
+  readonly model: (
+    request: Omit<ModelRequest, "system" | "tools"> & { readonly system?: string },
+    save?: ReadonlyArray<Message>
+  ) => Effect.Effect<ModelResult, HostCallFailed>
+  /**
+   * Runs tool calls (concurrently); results come back in call order. With `save`, the transcript
+   * is saved first, as `setTranscript(save)` would, but in the same atomic append as the calls'
+   * starts.
+   */
+  readonly dispatch: (calls: ReadonlyArray<ToolCallRequest>, save?: ReadonlyArray<Message>) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
   /** Emits an extension Event; returns its sequence. */
   readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, HostCallFailed>
   /** Fire and forget; not journaled. */

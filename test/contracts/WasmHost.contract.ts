@@ -61,6 +61,7 @@ const STUCK = Duration.seconds(30)
 // What the guests are given, and what the recording Host answers
 
 const USER: Message = { role: "user", content: "hi" }
+const ASSISTANT: Message = { role: "assistant", content: "hello" }
 const CALL: ToolCallRequest = { id: "call_1", name: "echo", input: { n: 1 } }
 const MODEL_RESULT: ModelResult = { text: "hello", tool_calls: [], stop_reason: "end" }
 const TOOL_RESULT: ToolResult = { call_id: "call_1", name: "echo", outcome: "ok", output: { n: 1 }, is_error: false }
@@ -601,10 +602,19 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
               op: "model",
               request: { messages: [USER], system: "be brief", options: { temperature: 0 } },
               method: "model",
-              args: [{ messages: [USER], system: "be brief", options: { temperature: 0 } }],
+              args: [{ messages: [USER], system: "be brief", options: { temperature: 0 } }, undefined],
               answer: MODEL_RESULT
             },
-            { op: "dispatch", request: { calls: [CALL] }, method: "dispatch", args: [[CALL]], answer: [TOOL_RESULT] },
+            // A save riding on the call (docs/abi.md, "A save that rides on a call") reaches the method with it.
+            {
+              op: "model",
+              request: { transcript: { messages: [USER, ASSISTANT] }, context: { keep: 2, append: [USER] } },
+              method: "model",
+              args: [{ messages: [USER, ASSISTANT, USER] }, [USER, ASSISTANT]],
+              answer: MODEL_RESULT
+            },
+            { op: "dispatch", request: { calls: [CALL] }, method: "dispatch", args: [[CALL], undefined], answer: [TOOL_RESULT] },
+            { op: "dispatch", request: { calls: [CALL], transcript: { messages: [USER] } }, method: "dispatch", args: [[CALL], [USER]], answer: [TOOL_RESULT] },
             { op: "emit", request: { kind: "progress", payload: { pct: 50 } }, method: "emit", args: ["progress", { pct: 50 }], answer: { sequence: 7 } },
             { op: "telemetry", request: { step: 1, note: "héllo" }, method: "telemetry", args: [{ step: 1, note: "héllo" }], answer: null },
             { op: "kv_read", request: { key: "k" }, method: "kvRead", args: ["k"], answer: { found: true, value: { v: 1 } } },

@@ -38,6 +38,8 @@ export const arrayItems = (text: string, start: number): { readonly items: Array
 
 const MODEL_CONTEXT = /^\{"context":\{"keep":(\d+),"append":/
 const SET_DELTA = /^\{"keep":(\d+),"append":/
+const RIDING_MODEL = `{"transcript":`
+const RIDING_DISPATCH = `,"transcript":`
 
 /** An answerer that also remembers its answers, in call order. */
 export const remembering = (answer: Answerer): { readonly answer: Answerer; readonly answers: Array<unknown> } => {
@@ -57,7 +59,35 @@ const succeeded = (reply: unknown) => typeof reply === "object" && reply !== nul
  */
 export const expandDeltas = (transcript: ReadonlyArray<unknown>, calls: ReadonlyArray<HostCall>, answers: ReadonlyArray<unknown>): Array<HostCall> => {
   let saved = transcript.map((m) => JSON.stringify(m))
+  /** The `{"keep", "append"}` at `request[start]`, expanded against `base`: its messages and the index just past its `}`. */
+  const delta = (request: string, start: number, base: ReadonlyArray<string>, n: number, what: string) => {
+    const match = SET_DELTA.exec(request.slice(start))
+    expect(match, `call ${n}: ${what} is a delta`).not.toBeNull()
+    const keep = Number(match![1])
+    expect(keep, `call ${n}: ${what} keeps at most the saved transcript (${base.length})`).toBeLessThanOrEqual(base.length)
+    const { items, end } = arrayItems(request, start + match![0].length)
+    expect(request[end], `call ${n}: ${what} is well formed`).toBe("}")
+    return { messages: [...base.slice(0, keep), ...items], end: end + 1 }
+  }
   return calls.map((call, n) => {
+    // A save riding on a call (docs/abi.md): `{"transcript": delta, "context": delta, …}` on model,
+    // `{"calls": [...], "transcript": delta}` on dispatch; the context counts from the saved one.
+    if (call.op === "model" && call.request.startsWith(RIDING_MODEL)) {
+      const save = delta(call.request, RIDING_MODEL.length, saved, n, "the saved transcript")
+      expect(call.request.startsWith(`,"context":`, save.end), `call ${n}: the context follows the save`).toBe(true)
+      const context = delta(call.request, save.end + `,"context":`.length, save.messages, n, "the context")
+      if (succeeded(answers[n])) saved = save.messages
+      return { op: call.op, request: `{"transcript":{"messages":[${save.messages.join(",")}]},"messages":[${context.messages.join(",")}]${call.request.slice(context.end)}` }
+    }
+    if (call.op === "dispatch" && call.request.startsWith(`{"calls":`)) {
+      const calls = valueEnd(call.request, `{"calls":`.length)
+      if (call.request.startsWith(RIDING_DISPATCH, calls)) {
+        const save = delta(call.request, calls + RIDING_DISPATCH.length, saved, n, "the saved transcript")
+        expect(call.request.slice(save.end), `call ${n}: the save is the request's last field`).toBe("}")
+        if (succeeded(answers[n])) saved = save.messages
+        return { op: call.op, request: `${call.request.slice(0, calls)},"transcript":{"messages":[${save.messages.join(",")}]}}` }
+      }
+    }
     const form = call.op === "model" ? MODEL_CONTEXT : call.op === "set_transcript" ? SET_DELTA : undefined
     const match = form?.exec(call.request)
     if (!form || !match) return call

@@ -96,11 +96,12 @@ const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answer
   const ts = runTypeScriptLoop(input, make())
   expect(wasm.failed).toBeUndefined()
   if (wasm.output?.startsWith(`{"ok":`)) {
-    expect(wasm.output, "the answer's save rides on the output").toMatch(/,"transcript":\{"keep":\d+,"append":\[.*\]\}\}$/)
+    expect(wasm.output, "the answer's save rides on the output").toMatch(/,"transcript":\{"keep":\d+,"append":\[.*\]\}\}$/s)
   }
   const taken = outputSave(wasm.output, wasm.calls, host.answers, answerer)
   for (const c of taken.calls) {
-    if (c.op === "model") expect(c.request, "the model is asked with a context delta").toMatch(/^\{"context":\{"keep":/)
+    if (c.op === "model") expect(c.request, "the model is asked with a context delta").toMatch(/^\{("transcript":\{"keep":\d+,"append":\[.*\]\},)?"context":\{"keep":/s)
+    if (c.op === "dispatch") expect(c.request, "a save on dispatch is a delta").toMatch(/^\{"calls":\[.*\](,"transcript":\{"keep":\d+,"append":\[.*\]\})?\}$/s)
     if (c.op === "set_transcript") expect(c.request, "the transcript is saved as a delta").toMatch(/^\{"keep":/)
   }
   const calls = expandDeltas(input.transcript ?? [], taken.calls, taken.answers)
@@ -155,10 +156,10 @@ describe("the official loop, compiled", () => {
       ])
     )
     const firstAssistant = { role: "assistant", content: [thought, hidden], tool_calls: [{ id: "c1", name: "weather", input: { city: "Paris" } }] }
-    expect(run.calls.map((c) => c.op)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model", "set_transcript"])
-    expect(JSON.parse(run.calls[1]!.request).messages[1]).toEqual(firstAssistant)
-    expect(JSON.parse(run.calls[4]!.request).messages[1]).toEqual(firstAssistant)
-    expect(JSON.parse(run.calls[5]!.request).messages.at(-1)).toEqual({ role: "assistant", content: [thought, { type: "text", text: "Sunny." }] })
+    expect(run.calls.map((c) => c.op)).toEqual(["model", "dispatch", "model", "set_transcript"])
+    expect(JSON.parse(run.calls[1]!.request).transcript.messages[1]).toEqual(firstAssistant)
+    expect(JSON.parse(run.calls[2]!.request).messages[1]).toEqual(firstAssistant)
+    expect(JSON.parse(run.calls[3]!.request).messages.at(-1)).toEqual({ role: "assistant", content: [thought, { type: "text", text: "Sunny." }] })
     expect(run.output).toBe(`{"ok":{"text":"Sunny."}}`)
   })
 
@@ -170,7 +171,7 @@ describe("the official loop, compiled", () => {
     )
   })
 
-  it("the transcript travels as a delta: each model call and save (the output's too) sends only the messages added since the last successful save (exact bytes)", () => {
+  it("the transcript travels as a delta, each save riding on the next call: the request's on dispatch, the results' on the model call, the answer's on the output, each sending only the messages added since the last successful save (exact bytes)", () => {
     const earlier = [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
     const calls = [{ id: "c1", name: "read", input: { path: "/a" } }]
     const run = same(activation({ transcript: earlier }), script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false })))
@@ -180,14 +181,17 @@ describe("the official loop, compiled", () => {
     const done = `{"role":"assistant","content":"done"}`
     expect(run.raw).toEqual([
       { op: "model", request: `{"context":{"keep":2,"append":[${user}]}}` },
-      { op: "set_transcript", request: `{"keep":2,"append":[${user},${ask}]}` },
-      { op: "dispatch", request: `{"calls":${JSON.stringify(calls)}}` },
-      { op: "set_transcript", request: `{"keep":4,"append":[${result}]}` },
-      { op: "model", request: `{"context":{"keep":5,"append":[]}}` }
+      { op: "dispatch", request: `{"calls":${JSON.stringify(calls)},"transcript":{"keep":2,"append":[${user},${ask}]}}` },
+      { op: "model", request: `{"transcript":{"keep":4,"append":[${result}]},"context":{"keep":5,"append":[]}}` }
     ])
     expect(run.rawOutput).toBe(`{"ok":{"text":"done"},"transcript":{"keep":5,"append":[${done}]}}`)
     const saved = earlier.map((m) => JSON.stringify(m)).join(",")
-    expect(run.calls[5]).toEqual({ op: "set_transcript", request: `{"messages":[${saved},${user},${ask},${result},${done}]}` })
+    expect(run.calls[1]).toEqual({ op: "dispatch", request: `{"calls":${JSON.stringify(calls)},"transcript":{"messages":[${saved},${user},${ask}]}}` })
+    expect(run.calls[2]).toEqual({
+      op: "model",
+      request: `{"transcript":{"messages":[${saved},${user},${ask},${result}]},"messages":[${saved},${user},${ask},${result}]}`
+    })
+    expect(run.calls[3]).toEqual({ op: "set_transcript", request: `{"messages":[${saved},${user},${ask},${result},${done}]}` })
   })
 
   it("a repair keeps the saved transcript up to its first inserted result, and sends the rest after it", () => {
@@ -227,7 +231,7 @@ describe("the official loop, compiled", () => {
     }
     const without = runWith(undefined)
     expect(without[2]).toBeUndefined()
-    expect((without[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model"])
+    expect((without[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "dispatch", "model"])
     expect(runWith({ agentloop: "official", model: { provider: "scripted" }, tools })).toEqual(without)
     expect(runWith({ agentloop: "official", model: { provider: "scripted" }, system: "be brief", tools: [] })).toEqual(without)
   })
@@ -279,7 +283,7 @@ describe("the official loop, compiled", () => {
     expect(outputSave(`{"ok":1}`, calls, [], () => expect.fail("asked")).output).toBe(`{"ok":1}`)
   })
 
-  it("tools: the request is saved before dispatch, all calls go together, each result (failures too) is shown to the model", () => {
+  it("tools: the request is saved with the dispatch, all calls go together, each result (failures too) is shown to the model and saved with its call", () => {
     const calls = [
       { id: "c1", name: "read", input: { path: "/a" } },
       { id: "c2", name: "write", input: {} }
@@ -287,15 +291,17 @@ describe("the official loop, compiled", () => {
     const tool: ToolAnswer = (c) =>
       c.id === "c1" ? { outcome: "ok", output: { text: "é — \u2028 😀" }, is_error: false } : { outcome: "error", output: { message: "denied" }, is_error: true }
     const run = same(activation(), script([{ text: "let me look", tool_calls: calls }, { text: "done" }], tool))
-    expect(ops(run)).toEqual(["model", "set_transcript", "dispatch", "set_transcript", "model", "set_transcript"])
-    expect(run.calls[2]!.request).toBe(`{"calls":${JSON.stringify(calls)}}`)
-    const saved = JSON.parse(run.calls[3]!.request).messages
+    expect(ops(run)).toEqual(["model", "dispatch", "model", "set_transcript"])
+    const dispatched = JSON.parse(run.calls[1]!.request)
+    expect(dispatched.calls).toEqual(calls)
+    expect(dispatched.transcript.messages.slice(1)).toEqual([{ role: "assistant", content: "let me look", tool_calls: calls }])
+    const saved = JSON.parse(run.calls[2]!.request).transcript.messages
     expect(saved.slice(1)).toEqual([
       { role: "assistant", content: "let me look", tool_calls: calls },
       { role: "tool", tool_call_id: "c1", content: `{"text":"é — \u2028 😀"}` },
       { role: "tool", tool_call_id: "c2", content: `{"outcome":"error","error":{"message":"denied"}}` }
     ])
-    expect(run.calls[3]!.request).toContain(`{"role":"tool","tool_call_id":"c2","content":"{\\"outcome\\":\\"error\\",\\"error\\":{\\"message\\":\\"denied\\"}}"}`)
+    expect(run.calls[2]!.request).toContain(`{"role":"tool","tool_call_id":"c2","content":"{\\"outcome\\":\\"error\\",\\"error\\":{\\"message\\":\\"denied\\"}}"}`)
     expect(run.output).toBe(`{"ok":{"text":"done"}}`)
   })
 
@@ -367,13 +373,15 @@ describe("the official loop, compiled", () => {
     same(noInput, script([{ text: "resumed" }]))
   })
 
+  // Host calls of the script below: 0 model, 1 dispatch (with the tool request's save), 2 model
+  // (with the results' save), 3 the answer's save on the output.
   for (const [what, at, code, retryable, ambiguous, details] of [
     ["the model fails", 0, "model_rate_limited", true, false, { status: 429, retry_after_ms: 2000 }],
-    ["saving the tool request is cancelled", 1, "cancelled", false, false, undefined],
-    ["dispatch is interrupted", 2, "interrupted", false, true, undefined],
-    ["saving the results times out", 3, "timeout", true, true, undefined],
-    ["the second model call hits a limit", 4, "model_call_limit", false, false, undefined],
-    ["saving the answer (on the output) fails", 5, "journal_write_failed", true, true, { reason: "EIO" }]
+    ["the dispatch carrying the tool request's save is cancelled", 1, "cancelled", false, false, undefined],
+    ["dispatch is interrupted", 1, "interrupted", false, true, undefined],
+    ["the model call carrying the results' save times out", 2, "timeout", true, true, undefined],
+    ["the second model call hits a limit", 2, "model_call_limit", false, false, undefined],
+    ["saving the answer (on the output) fails", 3, "journal_write_failed", true, true, { reason: "EIO" }]
   ] as const) {
     it(`a host error ends the activation with its code, message, flags and details as they came, with no retry: ${what}`, () => {
       const errors = { [at]: { code, message: `${code} happened`, retryable, ambiguous, ...(details !== undefined ? { details } : {}) } }
@@ -382,6 +390,12 @@ describe("the official loop, compiled", () => {
         // The first model call failed before anything was saved: the user's message is saved first.
         expect(run.calls).toHaveLength(2)
         expect(run.calls[1]).toEqual({ op: "set_transcript", request: JSON.stringify({ messages: [{ role: "user", content: "hello" }] }) })
+      } else if (code.startsWith("model_")) {
+        // A model call that carried a save and failed on the model's side: the save may not have
+        // been made (an error says nothing of it), so it is sent again, and Brain writes only what is not saved yet.
+        expect(run.calls).toHaveLength(at + 2)
+        expect(run.calls[at + 1]!.op).toBe("set_transcript")
+        expect(JSON.parse(run.calls[at + 1]!.request).messages).toEqual(JSON.parse(run.calls[at]!.request).transcript.messages)
       } else expect(run.calls).toHaveLength(at + 1)
       expect(run.output).toBe(JSON.stringify({ error: { code, message: `${code} happened`, retryable, ambiguous, ...(details !== undefined ? { details } : {}) } }))
     })
@@ -442,7 +456,7 @@ describe("the official loop, compiled", () => {
       const replies = Array.from({ length: rounds }, (_, i) => ({ text: `r${i}`, tool_calls: [{ id: `c${i}`, name: "t", input: {} }] }))
       const run = runGuest(official, JSON.stringify(activation({ transcript })), script([...replies, { text: "done" }])())
       expect(run.output).toMatch(/^\{"ok":\{"text":"done"\},"transcript":/)
-      expect(run.calls).toHaveLength(rounds * 4 + 1)
+      expect(run.calls).toHaveLength(rounds * 2 + 1)
       return run.memoryBytes
     }
     const one = memoryFor(1)

@@ -1,7 +1,8 @@
 /**
  * The TypeScript official loop (src/loops/official.ts) behind the same scripted host as the
  * compiled guests: each Host method is turned into the ABI request a host call would carry
- * (`model` → `{"messages"}`, `setTranscript` → `{"messages"}`, `dispatch` → `{"calls"}`) and answered
+ * (`model` → `{"messages"}`, `setTranscript` → `{"messages"}`, `dispatch` → `{"calls"}`; a save riding on
+ * a call → its `{"transcript": {"messages"}}`) and answered
  * by the same script, so the two loops can be compared call for call and byte for byte.
  */
 import { Effect, Exit, Option } from "effect"
@@ -19,8 +20,9 @@ export const runTypeScriptLoop = (input: unknown, answer: Answerer): Omit<GuestR
       return "ok" in reply ? Effect.succeed(reply.ok) : Effect.fail(new HostCallFailed({ failure: reply.error }))
     })
   const host: Host = {
-    model: (request) => ask("model", request),
-    dispatch: (toolCalls) => ask("dispatch", { calls: toolCalls }),
+    // A save riding on the call, as the host sees the guest's once its deltas are expanded (delta.ts).
+    model: (request, save) => ask("model", save !== undefined ? { transcript: { messages: save }, ...request } : request),
+    dispatch: (toolCalls, save) => ask("dispatch", save !== undefined ? { calls: toolCalls, transcript: { messages: save } } : { calls: toolCalls }),
     emit: (kind, payload) => Effect.map(ask("emit", { kind, payload }), (r) => r.sequence),
     telemetry: (data) => Effect.ignore(ask("telemetry", data)),
     kvRead: (key) => Effect.map(ask("kv_read", { key }), (r) => (r.found ? Option.some(r.value) : Option.none())),

@@ -119,10 +119,26 @@ export class Cell {
    * of its Events add it.
    */
   opening: ReadonlyArray<JournalRecord> | undefined = undefined
+  /**
+   * A transcript save staged to ride on the host call that carried it (`stageRiding`): written
+   * ahead of that call's first record, in the same atomic append, and folded into `state` only
+   * once an append has carried it (the next `foldIn`), so that nothing read from the cell shows it
+   * before it is durable.
+   */
+  riding: readonly [number, Entry] | undefined = undefined
   constructor(readonly session: SessionId, public state: SessionState) {}
 
-  /** Folds records this actor just committed. The folded state keeps no record times, so none is needed. */
+  /**
+   * Folds records this actor just committed, after the save riding on them if one is staged
+   * (every append of the session carries what is staged). The folded state keeps no record
+   * times, so none is needed.
+   */
   foldIn(committed: ReadonlyArray<readonly [number, Entry]>) {
+    const riding = this.riding
+    if (riding !== undefined) {
+      this.riding = undefined
+      this.state = fold(this.state, { sequence: riding[0], recorded_at_ms: 0, kind: riding[1].kind, payload: riding[1].payload })
+    }
     for (const [sequence, e] of committed) {
       this.state = fold(this.state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
     }
@@ -198,4 +214,39 @@ export const stage = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<
     if (staged._tag === "Appended") return staged.sequences
     cell.opening = staged.records
     return staged.records.map((r) => r.sequence)
+  })
+
+/**
+ * Stages `entry` (a transcript save) to ride on the append the caller makes next (`Cell.riding`),
+ * or appends it when the journal cannot stage (something in flight): then it is durable and
+ * folded in when this answers. Refused once the cell is broken; a failed write breaks it.
+ */
+export const stageRiding = (journal: JournalShape, cell: Cell, e: Entry): Effect.Effect<void, JournalAppendError> =>
+  Effect.uninterruptible(Effect.suspend(() => {
+    if (cell.broken) return Effect.fail(brokenCell(cell))
+    return journal.stage(cell.session, [e]).pipe(
+      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
+      Effect.map((staged) => {
+        if (staged._tag === "Appended") cell.foldIn([[staged.sequences[0]!, e]])
+        else cell.riding = [staged.records[0]!.sequence, e]
+      })
+    )
+  }))
+
+/**
+ * Writes a staged riding save on its own when the append it was to ride on did not happen (the
+ * call ended first), and folds it in; nothing when none is left. A failed write breaks the cell.
+ */
+export const landRiding = (journal: JournalShape, cell: Cell): Effect.Effect<void, JournalAppendError> =>
+  Effect.suspend(() => {
+    if (cell.riding === undefined) return Effect.void
+    return Effect.uninterruptible(journal.flush(cell.session).pipe(
+      Effect.tap(() => Effect.sync(() => cell.foldIn([]))),
+      Effect.tapError(() =>
+        Effect.sync(() => {
+          cell.riding = undefined
+          cell.broken = true
+        })
+      )
+    ))
   })

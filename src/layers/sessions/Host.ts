@@ -12,13 +12,13 @@
  * it. The outcome append still in flight is handed to the turn (`ActivationScope.unsettled`),
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
-import { Clock, Effect, Exit, Fiber } from "effect"
+import { Cause, Clock, Effect, Exit, Fiber, Option } from "effect"
 import { failure } from "../../domain/Failure.js"
 import type { Message } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
-import { kvRead, transcriptChange } from "../../domain/Projection.js"
+import { fold, kvRead, type SessionState, transcriptChange } from "../../domain/Projection.js"
 import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
 import { HostCallFailed, type Host } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
@@ -28,7 +28,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolsShape } from "../../services/Tools.js"
-import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening } from "./Cell.js"
+import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening, landRiding, stageRiding } from "./Cell.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
@@ -155,7 +155,36 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             : Effect.as(Fiber.interrupt(fiber), cancelled(first._tag === "cancel" ? first.reason : "cancelled"))
       ))
 
-  const model: Host["model"] = (request) => live(Effect.gen(() => modelCallOf(deps, scope, request, callOrCancel, hooks)))
+  /**
+   * Runs `call` with the transcript `save` riding on it (docs/abi.md, "A save that rides on a
+   * call"): the save's difference from the saved transcript is staged (Cell.riding) so that the
+   * call's first append writes it ahead of its own records, durable together or not at all; a call
+   * that answers without appending anything writes it on its own first. Either way the save is
+   * durable before the answer, as a `setTranscript` before the call would have made it.
+   */
+  const riding = <A>(save: ReadonlyArray<Message> | undefined, call: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> => {
+    if (save === undefined) return call
+    const staged = write(Effect.suspend(() => {
+      const delta = transcriptChange(cell.state.transcript, save)
+      return delta === undefined ? Effect.void : stageRiding(journal, cell, entry("transcript_delta", delta))
+    }))
+    return Effect.flatMap(staged, () =>
+      Effect.flatMap(Effect.exit(call), (exit) => {
+        if (cell.riding === undefined) return exit
+        // Still staged: no append of the call was made, or the one that was failed (and dropped
+        // what was staged with it; the journal refuses from now on). Written on its own in the
+        // first case; in the second nothing is, and the cell breaks as after any failed write.
+        const failed = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
+        if (cell.broken || failed?.failure.code === "journal_write_failed" || failed?.failure.code === "journal_corrupt") {
+          cell.riding = undefined
+          cell.broken = true
+          return exit
+        }
+        return Effect.zipRight(write(landRiding(journal, cell)), exit)
+      }))
+  }
+
+  const model: Host["model"] = (request, save) => live(riding(save, Effect.gen(() => modelCallOf(deps, scope, request, callOrCancel, hooks))))
 
   /**
    * Commits an extension Event with the origin Brain assigns: the activation's, or a tool call's.
@@ -178,7 +207,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     })
 
   const dispatchCalls = makeDispatch({ deps, scope, hooks, emitAs, report })
-  const dispatch: Host["dispatch"] = (calls) => live(dispatchCalls(calls))
+  const dispatch: Host["dispatch"] = (calls, save) => live(riding(save, dispatchCalls(calls)))
 
   const emit: Host["emit"] = (kind, payload) => live(emitAs({ kind: "agentloop", sequence: scope.activation }, kind, payload))
 
@@ -233,7 +262,8 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
   const system = request.system ?? configuration.system
   const index = cell.state.modelCalls
   const started = entry("model_call_started", {
-    ...modelCallContext(cell.state, request.messages, request.system),
+    // Against the transcript as a save riding on this call leaves it: that save's record comes first.
+    ...modelCallContext(cell.riding === undefined ? cell.state : withRiding(cell.state, cell.riding), request.messages, request.system),
     ...(request.options !== undefined ? { options: request.options } : {})
   })
   type Race =
@@ -298,3 +328,7 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
       : failure("cancelled", "the model call was abandoned", { ambiguous: true })
   )
 }
+
+/** `state` with a staged riding save folded in: what the call it rides on counts from. */
+const withRiding = (state: SessionState, [sequence, e]: readonly [number, { readonly kind: string; readonly payload: unknown }]): SessionState =>
+  fold(state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload } as Parameters<typeof fold>[1])

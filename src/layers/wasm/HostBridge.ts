@@ -13,6 +13,12 @@
  * `append` is parsed and checked. The Host gets the same messages either way and journals the same
  * records.
  *
+ * `model` and `dispatch` may carry a transcript to save with the call (`transcript`, a
+ * `set_transcript` request; docs/abi.md, "A save that rides on a call"): checked as that call
+ * would check it, against the same saved transcript, and handed to the Host with the call, which
+ * writes it in the call's first append; a `model` call's context counts from it. It becomes the
+ * base of the next delta when the call answers ok; after an error the base stays as it was.
+ *
  * A loop's output may carry the transcript to save (`{"ok", "transcript"}`, docs/abi.md): `save`
  * checks it as that `set_transcript` call would, with the same saved transcript as the delta's base,
  * and hands it to `setTranscriptAtEnd`, so it is committed with the activation's closing records.
@@ -45,7 +51,7 @@ const Delta = Schema.Struct({ keep: Schema.Int, append: Messages })
 
 /** The ops whose requests are checked by a Schema (their own shape, unknown fields refused); `model` and `set_transcript` are checked by hand below. */
 const requests = {
-  dispatch: Schema.Struct({ calls: Schema.Array(ToolCallRequest) }),
+  dispatch: Schema.Struct({ calls: Schema.Array(ToolCallRequest), transcript: Schema.optional(Schema.Unknown) }),
   emit: Schema.Struct({ kind: Schema.String, payload: Schema.optional(Json) }),
   kv_read: Schema.Struct({ key: Schema.String }),
   kv_put: Schema.Struct({ key: Schema.String, value: Schema.optional(Json) }),
@@ -69,7 +75,8 @@ export const ModelRequest = Schema.Struct({
   messages: Schema.optional(Messages),
   context: Schema.optional(Delta),
   system: Schema.optional(Schema.String),
-  options: Schema.optional(Json)
+  options: Schema.optional(Json),
+  transcript: Schema.optional(Schema.Unknown)
 })
 export const SetTranscriptRequest = Schema.Struct({
   messages: Schema.optional(Messages),
@@ -109,7 +116,7 @@ const isMessages = (u: ReadonlyArray<unknown>): u is ReadonlyArray<Message> => u
 /** `u` as a `model` request (ModelRequest), or undefined when it is not one. */
 export const asModelRequest = (u: unknown): ModelRequest | undefined => {
   if (!isObject(u)) return undefined
-  for (const key in u) if (key !== "messages" && key !== "context" && key !== "system" && key !== "options") return undefined
+  for (const key in u) if (key !== "messages" && key !== "context" && key !== "system" && key !== "options" && key !== "transcript") return undefined
   if (u.messages !== undefined && !Array.isArray(u.messages)) return undefined
   if (u.system !== undefined && typeof u.system !== "string") return undefined
   const context = u.context
@@ -187,20 +194,37 @@ export interface LoopServices {
 export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): LoopServices => {
   /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
   let saved = transcript
+  /** The transcript a decoded `set_transcript` request names, or why it is refused. */
+  const saveOf = (r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> }): Either.Either<ReadonlyArray<Message>, string> => {
+    const delta = r.keep !== undefined || r.append !== undefined
+    if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
+      return Either.left("give either messages, or keep and append")
+    }
+    return delta ? expand(saved, r.keep!, r.append!) : whole(r.messages!)
+  }
   /** A decoded `set_transcript` request: the save, or why it is refused. */
   const setTranscript = (
     r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> },
     through: Host["setTranscript"] = host.setTranscript
   ): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
-    const delta = r.keep !== undefined || r.append !== undefined
-    if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
-      return Either.left("give either messages, or keep and append")
-    }
-    const messages: Either.Either<ReadonlyArray<Message>, string> = delta ? expand(saved, r.keep!, r.append!) : whole(r.messages!)
+    const messages = saveOf(r)
     if (Either.isLeft(messages)) return Either.left(messages.left)
     const next = messages.right
     return Either.right(Effect.tap(through(next), () => void (saved = next)))
   }
+  /**
+   * The transcript a `model` or `dispatch` request carries to save with the call (its
+   * `transcript`, a `set_transcript` request): undefined when it carries none, or why it is refused.
+   */
+  const ridingOf = (u: unknown): Either.Either<ReadonlyArray<Message> | undefined, string> => {
+    if (u === undefined) return Either.right(undefined)
+    const r = asSetTranscriptRequest(u)
+    if (r === undefined) return Either.left("transcript: it does not have set_transcript's shape")
+    return Either.mapLeft(saveOf(r), (why) => `transcript: ${why}`)
+  }
+  /** The call answered: the transcript it carried is the saved one (an error leaves the last one, docs/abi.md). */
+  const savedWith = <A, E>(call: Effect.Effect<A, E>, save: ReadonlyArray<Message> | undefined): Effect.Effect<A, E> =>
+    save === undefined ? call : Effect.tap(call, () => void (saved = save))
   const perform = (op: string, request: string): Effect.Effect<string> => {
     const parsed = parse(request)
     if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
@@ -209,15 +233,22 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
         const r = asModelRequest(parsed.right)
         if (r === undefined) return invalid("model: the request does not have the op's shape")
         if ((r.messages === undefined) === (r.context === undefined)) return invalid("model: give exactly one of messages and context")
+        const save = ridingOf(r.transcript)
+        if (Either.isLeft(save)) return invalid(`model: ${save.left}`)
+        // The context counts from the transcript as the save riding on the call leaves it.
+        const base = save.right ?? saved
         const messages: Either.Either<ReadonlyArray<Message>, string> = r.context !== undefined
-          ? expand(saved, r.context.keep, r.context.append)
+          ? expand(base, r.context.keep, r.context.append)
           : whole(r.messages!)
         if (Either.isLeft(messages)) return invalid(`model: ${messages.left}`)
-        return answer(host.model({
-          messages: messages.right,
-          ...(r.system !== undefined ? { system: r.system } : {}),
-          ...(r.options !== undefined ? { options: r.options } : {})
-        }))
+        return answer(savedWith(
+          host.model({
+            messages: messages.right,
+            ...(r.system !== undefined ? { system: r.system } : {}),
+            ...(r.options !== undefined ? { options: r.options } : {})
+          }, save.right),
+          save.right
+        ))
       }
       case "set_transcript": {
         const r = asSetTranscriptRequest(parsed.right)
@@ -234,8 +265,11 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
     const r = decoded.right
     switch (op as keyof typeof requests) {
-      case "dispatch":
-        return answer(host.dispatch(r.calls))
+      case "dispatch": {
+        const save = ridingOf(r.transcript)
+        if (Either.isLeft(save)) return invalid(`dispatch: ${save.left}`)
+        return answer(savedWith(host.dispatch(r.calls, save.right), save.right))
+      }
       case "emit":
         return answer(host.emit(r.kind, r.payload ?? {}), (sequence) => ({ sequence }))
       case "kv_read":

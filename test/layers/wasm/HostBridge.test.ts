@@ -180,6 +180,78 @@ const recordsOf = (session: SessionId) =>
     Effect.map((records) => records.map(({ recorded_at_ms: _, ...r }: JournalRecord) => JSON.stringify(r)))
   )
 
+describe("the host bridge: a save riding on a call", () => {
+  const saved = [msg("user", "one"), msg("assistant", "two")]
+  const CALL = { id: "c1", name: "t", input: {} }
+  const TOOL_RESULT = { call_id: "c1", name: "t", outcome: "ok", output: 1, is_error: false }
+
+  /** A Host whose model and dispatch record the save they were given, answering ok, or failing while `fail` is set. */
+  const ridingHost = () => {
+    const calls: Array<{ readonly op: string; readonly save: ReadonlyArray<Message> | undefined; readonly messages?: ReadonlyArray<Message> }> = []
+    const state = { fail: false }
+    const failed = Effect.fail(new HostCallFailed({ failure: failure("model_unavailable", "busy") }))
+    const { host: base } = recordingHost()
+    const host: Host = {
+      ...base,
+      model: (request, save) =>
+        state.fail ? failed : Effect.sync(() => void calls.push({ op: "model", save, messages: request.messages })).pipe(Effect.as(RESULT as any)),
+      dispatch: (_calls, save) => state.fail ? failed : Effect.sync(() => void calls.push({ op: "dispatch", save })).pipe(Effect.as([TOOL_RESULT] as any)),
+      setTranscript: (messages) => Effect.sync(() => void calls.push({ op: "set_transcript", save: messages }))
+    }
+    return { host, calls, state }
+  }
+
+  it.effect("dispatch and model take a transcript (a set_transcript request, either form) and hand it to the Host with the call; the model's context counts from it; on ok it is the base of the next delta", () =>
+    Effect.gen(function*() {
+      const { host, calls } = ridingHost()
+      const services = loopServices(host, saved)
+      const asking = { role: "assistant", content: "", tool_calls: [CALL] }
+      expect(yield* perform(services, "dispatch", { calls: [CALL], transcript: { keep: 2, append: [msg("user", "go"), asking] } })).toEqual({ ok: [TOOL_RESULT] })
+      expect(calls[0]!.save).toEqual([...saved, msg("user", "go"), asking])
+      saved.forEach((m, i) => expect(calls[0]!.save![i]).toBe(m))
+      const result = { role: "tool", tool_call_id: "c1", content: "1" }
+      expect(yield* perform(services, "model", { transcript: { keep: 4, append: [result] }, context: { keep: 5, append: [] } })).toEqual({ ok: RESULT })
+      expect(calls[1]!.save).toEqual([...saved, msg("user", "go"), asking, result])
+      expect(calls[1]!.messages).toEqual(calls[1]!.save)
+      // The whole form rides too; the next delta counts from what the last call saved.
+      expect(yield* perform(services, "dispatch", { calls: [CALL], transcript: { messages: [msg("user", "only")] } })).toEqual({ ok: [TOOL_RESULT] })
+      expect(yield* perform(services, "set_transcript", { keep: 1, append: [] })).toEqual({ ok: null })
+      expect(calls[3]!.save).toEqual([msg("user", "only")])
+    }))
+
+  it.effect("a call that carried a save and answered an error leaves the base as it was: the next delta counts from the last call that answered ok", () =>
+    Effect.gen(function*() {
+      const { host, calls, state } = ridingHost()
+      const services = loopServices(host, saved)
+      state.fail = true
+      expect((yield* perform(services, "model", { transcript: { keep: 2, append: [msg("user", "a"), msg("user", "b")] }, context: { keep: 4, append: [] } })).error.code).toBe("model_unavailable")
+      state.fail = false
+      expect(yield* perform(services, "set_transcript", { keep: 4, append: [] })).toEqual(invalid)
+      expect(yield* perform(services, "set_transcript", { keep: 2, append: [msg("user", "a")] })).toEqual({ ok: null })
+      expect(calls.map((c) => c.op)).toEqual(["set_transcript"])
+    }))
+
+  it.effect("a transcript that set_transcript would refuse (its shape, keep out of range, not messages, null), or a context out of range of it: invalid_request, and the Host is never called", () =>
+    Effect.gen(function*() {
+      const { host, calls } = ridingHost()
+      const services = loopServices(host, saved)
+      const refused: Array<[string, unknown]> = [
+        ["dispatch", { calls: [CALL], transcript: null }],
+        ["dispatch", { calls: [CALL], transcript: [] }],
+        ["dispatch", { calls: [CALL], transcript: { keep: 3, append: [] } }],
+        ["dispatch", { calls: [CALL], transcript: { keep: 1 } }],
+        ["dispatch", { calls: [CALL], transcript: { messages: [{ role: "robot", content: "x" }] } }],
+        ["dispatch", { calls: [CALL], transcript: { messages: [], keep: 0, append: [] } }],
+        ["model", { transcript: { keep: 3, append: [] }, context: { keep: 0, append: [] } }],
+        ["model", { transcript: { messages: [{ content: "x" }] }, context: { keep: 0, append: [] } }],
+        ["model", { transcript: { keep: 1, append: [] }, context: { keep: 2, append: [] } }],
+        ["model", { transcript: "saved", messages: [] }]
+      ]
+      for (const [op, request] of refused) expect(yield* perform(services, op, request), JSON.stringify(request)).toEqual(invalid)
+      expect(calls).toEqual([])
+    }))
+})
+
 describe("the host bridge: transcript deltas, journaled", () => {
   const [u0, a0, u1, a1, x, y, z, w, u2] = ["u0", "a0", "u1", "a1", "x", "y", "z", "w", "u2"].map((t, i) => msg(i % 2 ? "assistant" : "user", t))
   const whole: Record<number, ReadonlyArray<Step>> = {
