@@ -9,7 +9,11 @@ import type { Message } from "./Messages.js"
 import type { JournalRecord } from "./Records.js"
 
 /** The started payload of a model call about to be sent, against the saved transcript. */
-export const modelCallContext = (state: SessionState, messages: ReadonlyArray<Message>, system: string | undefined) => ({
+export const modelCallContext = (
+  state: Pick<SessionState, "transcript" | "transcriptThrough" | "configuration">,
+  messages: ReadonlyArray<Message>,
+  system: string | undefined
+) => ({
   message_count: messages.length,
   context: { through_sequence: state.transcriptThrough, delta: diffTranscript(state.transcript, messages) },
   ...(system !== undefined && system !== state.configuration?.system ? { system } : {})

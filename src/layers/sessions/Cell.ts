@@ -4,6 +4,7 @@
  */
 import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
+import type { Message } from "../../domain/Messages.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
@@ -97,6 +98,15 @@ export const exitOrCancel = <A, E>(
     return interruptOnInterrupt ? Effect.zipRight(Effect.sync(stop), Fiber.interrupt(fiber)) : Effect.sync(stop)
   })
 
+/** A transcript save staged to ride on the next append (`Cell.riding`). */
+export interface Riding {
+  readonly sequence: number
+  /** Its `transcript_delta`. */
+  readonly entry: Entry
+  /** The transcript as it leaves it. */
+  readonly transcript: ReadonlyArray<Message>
+}
+
 export class Cell {
   running: RunningTurn | undefined = undefined
   /** Set once `end` has begun: no new turn is admitted. */
@@ -125,7 +135,7 @@ export class Cell {
    * once an append has carried it (the next `foldIn`), so that nothing read from the cell shows it
    * before it is durable.
    */
-  riding: readonly [number, Entry] | undefined = undefined
+  riding: Riding | undefined = undefined
   constructor(readonly session: SessionId, public state: SessionState) {}
 
   /**
@@ -137,7 +147,7 @@ export class Cell {
     const riding = this.riding
     if (riding !== undefined) {
       this.riding = undefined
-      this.state = fold(this.state, { sequence: riding[0], recorded_at_ms: 0, kind: riding[1].kind, payload: riding[1].payload })
+      this.state = fold(this.state, { sequence: riding.sequence, recorded_at_ms: 0, kind: riding.entry.kind, payload: riding.entry.payload })
     }
     for (const [sequence, e] of committed) {
       this.state = fold(this.state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
@@ -217,18 +227,18 @@ export const stage = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<
   })
 
 /**
- * Stages `entry` (a transcript save) to ride on the append the caller makes next (`Cell.riding`),
+ * Stages `entry` (a transcript save leaving `transcript`) to ride on the append the caller makes next (`Cell.riding`),
  * or appends it when the journal cannot stage (something in flight): then it is durable and
  * folded in when this answers. Refused once the cell is broken; a failed write breaks it.
  */
-export const stageRiding = (journal: JournalShape, cell: Cell, e: Entry): Effect.Effect<void, JournalAppendError> =>
+export const stageRiding = (journal: JournalShape, cell: Cell, e: Entry, transcript: ReadonlyArray<Message>): Effect.Effect<void, JournalAppendError> =>
   Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) return Effect.fail(brokenCell(cell))
     return journal.stage(cell.session, [e]).pipe(
       Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
       Effect.map((staged) => {
         if (staged._tag === "Appended") cell.foldIn([[staged.sequences[0]!, e]])
-        else cell.riding = [staged.records[0]!.sequence, e]
+        else cell.riding = { sequence: staged.records[0]!.sequence, entry: e, transcript }
       })
     )
   }))

@@ -18,7 +18,7 @@ import type { Message } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
-import { fold, kvRead, type SessionState, transcriptChange } from "../../domain/Projection.js"
+import { kvRead, transcriptChange } from "../../domain/Projection.js"
 import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
 import { HostCallFailed, type Host } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
@@ -166,7 +166,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     if (save === undefined) return call
     const staged = write(Effect.suspend(() => {
       const delta = transcriptChange(cell.state.transcript, save)
-      return delta === undefined ? Effect.void : stageRiding(journal, cell, entry("transcript_delta", delta))
+      return delta === undefined ? Effect.void : stageRiding(journal, cell, entry("transcript_delta", delta), save)
     }))
     return Effect.flatMap(staged, () =>
       Effect.flatMap(Effect.exit(call), (exit) => {
@@ -263,7 +263,13 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
   const index = cell.state.modelCalls
   const started = entry("model_call_started", {
     // Against the transcript as a save riding on this call leaves it: that save's record comes first.
-    ...modelCallContext(cell.riding === undefined ? cell.state : withRiding(cell.state, cell.riding), request.messages, request.system),
+    ...(cell.riding === undefined
+      ? modelCallContext(cell.state, request.messages, request.system)
+      : modelCallContext(
+        { transcript: cell.riding.transcript, transcriptThrough: cell.riding.sequence, configuration: cell.state.configuration },
+        request.messages,
+        request.system
+      )),
     ...(request.options !== undefined ? { options: request.options } : {})
   })
   type Race =
@@ -328,7 +334,3 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
       : failure("cancelled", "the model call was abandoned", { ambiguous: true })
   )
 }
-
-/** `state` with a staged riding save folded in: what the call it rides on counts from. */
-const withRiding = (state: SessionState, [sequence, e]: readonly [number, { readonly kind: string; readonly payload: unknown }]): SessionState =>
-  fold(state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload } as Parameters<typeof fold>[1])
