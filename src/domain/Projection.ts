@@ -6,6 +6,7 @@
 import { HashMap, Option } from "effect"
 import { Lengths } from "./Lengths.js"
 import type { SessionConfiguration } from "./Configuration.js"
+import { appendedTo, appendMessages } from "./Appended.js"
 import type { Message } from "./Messages.js"
 import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
 import { stringifyKept } from "./JsonText.js"
@@ -156,11 +157,24 @@ const closingKinds = new Map<string, keyof typeof EffectKinds>(
 export const applyDelta = (
   transcript: ReadonlyArray<Message>,
   delta: { readonly keep: number; readonly append: ReadonlyArray<Message> }
-): ReadonlyArray<Message> =>
-  delta.keep >= transcript.length ? transcript.concat(delta.append) : transcript.slice(0, delta.keep).concat(delta.append)
+): ReadonlyArray<Message> => {
+  if (delta.keep < transcript.length) return transcript.slice(0, delta.keep).concat(delta.append)
+  // The transcript the delta was taken from, when it was made by appending these very messages
+  // (Appended.ts): that array, not a copy, so that the next comparison with it is cheap too.
+  const made = appendedTo(transcript)
+  if (made !== undefined && made.length === transcript.length + delta.append.length) {
+    let i = 0
+    while (i < delta.append.length && made[transcript.length + i] === delta.append[i]) i++
+    if (i === delta.append.length) return made
+  }
+  return appendMessages(transcript, delta.append)
+}
 
 /** The smallest delta that turns `from` into `to`: keep the common prefix, append the rest. */
 export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
+  // `to` is `from` itself, or was made by appending to it (Appended.ts): no message to compare.
+  if (to === from) return { keep: from.length, append: [] as ReadonlyArray<Message> }
+  if (appendedTo(from) === to) return { keep: from.length, append: to.slice(from.length) }
   let keep = 0
   const n = Math.min(from.length, to.length)
   while (keep < n && (from[keep] === to[keep] || jsonEqual(from[keep], to[keep]))) keep++

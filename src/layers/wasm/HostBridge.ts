@@ -28,6 +28,7 @@
  * a guest's records would differ in bytes from an in-process loop's that built the same messages.
  */
 import { Data, Effect, Either, Option, Schema } from "effect"
+import { appendMessages } from "../../domain/Appended.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { Host, HostCallFailed } from "../../services/Agentloop.js"
@@ -163,7 +164,7 @@ const expand = (saved: ReadonlyArray<Message>, keep: number, append: ReadonlyArr
       keep === 0
         ? append
         : keep === saved.length
-        ? (append.length === 0 ? saved : saved.concat(append))
+        ? appendMessages(saved, append)
         : saved.slice(0, keep).concat(append)
     )
 
