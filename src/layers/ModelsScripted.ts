@@ -70,8 +70,7 @@ function* callOf(call: ModelCall) {
   }
   const replies = model.replies ?? []
   if (replies.length === 0) {
-    const lastUser = [...request.messages].reverse().find((m) => m.role === "user")
-    const text = lastUser ? textOf(lastUser) : ""
+    const text = lastUserText(request.messages)
     yield* stream(call, text, 0)
     return { text, tool_calls: [], stop_reason: "end" } satisfies ModelResult
   }
@@ -91,6 +90,12 @@ function* callOf(call: ModelCall) {
     tool_calls: toolCalls,
     stop_reason: toolCalls.length > 0 ? "tool_calls" : "end"
   } satisfies ModelResult
+}
+
+/** The text of the last user message (searched from the end: a reply costs the same however long the conversation), or "". */
+const lastUserText = (messages: ReadonlyArray<Message>): string => {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === "user") return textOf(messages[i]!)
+  return ""
 }
 
 export const layer = Layer.succeed(Models, scripted)
