@@ -178,7 +178,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
         if (cell.broken || failed?.failure.code === "journal_write_failed" || failed?.failure.code === "journal_corrupt") {
           cell.riding = undefined
           cell.broken = true
-          return exit
+          // An answer of ok promises the save was made: not so here.
+          return Exit.isSuccess(exit) ? refuse(brokenFailure) : exit
         }
         return Effect.zipRight(write(landRiding(journal, cell)), exit)
       }))
