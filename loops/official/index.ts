@@ -8,9 +8,10 @@
  * calls, which is saved and returned as `{"text"}`. Each save rides on the host call after it
  * (docs/abi.md, "A save that rides on a call"): the request's on `dispatch` (`dispatchSaving`),
  * the results' on the next `model` (`modelSaving`), the answer's on the output (`returnOkSaving`),
- * so a save costs no host call and no durable commit of its own. It first repairs what an interruption left (transcript.ts). A host call that
- * answers an error (the model failed, a limit, a cancel) ends the activation with that error's
- * code and message; nothing is retried. Tool failures are results the model sees.
+ * so a save costs no host call and no durable commit of its own. It first repairs what an
+ * interruption left (transcript.ts). A host call that answers an error (the model failed, a limit,
+ * a cancel) ends the activation with that error's code and message; nothing is retried. Tool
+ * failures are results the model sees.
  *
  * It reads the transcript's tail, not all of it, and the transcript travels as a delta against the
  * saved one (guest/brain/transcript.ts): each model

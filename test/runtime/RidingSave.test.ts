@@ -13,7 +13,7 @@ import type { Message } from "../../src/domain/Messages.js"
 import { rebuildModelRequest } from "../../src/domain/ModelContext.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import { succeedAfter } from "../../src/layers/ToolsInProcess.js"
-import type { AgentloopShape, Host } from "../../src/services/Agentloop.js"
+import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
@@ -176,11 +176,11 @@ describe("a save riding on a call", () => {
           const second = [...first, assistant("one")]
           const refused = yield* Effect.either(host.model({ messages: second }, second))
           answers.push(Either.isLeft(refused) ? refused.left.failure.code : "ok")
-          saved.push(yield* transcriptLength(host))
+          saved.push(yield* durableTranscriptLength())
           const third = [...second, user("more")]
           const empty = yield* Effect.either(host.dispatch([], third))
           answers.push(Either.isLeft(empty) ? empty.left.failure.code : "ok")
-          saved.push(yield* transcriptLength(host))
+          saved.push(yield* durableTranscriptLength())
           return { text: "done" }
         })
     }
@@ -206,7 +206,7 @@ describe("a save riding on a call", () => {
 const durable: { journal?: JournalShape; session?: SessionId; sessions?: Context.Tag.Service<typeof Sessions> } = {}
 
 /** How many messages the durable journal's transcript has now: its transcript_delta records folded. */
-const transcriptLength = (_host: Host): Effect.Effect<number> =>
+const durableTranscriptLength = (): Effect.Effect<number> =>
   Effect.map(recordsOf(durable.journal!, durable.session!), (records) =>
     records.filter((r) => r.kind === "transcript_delta").reduce((_, r) => {
       const d = r.payload as { keep: number; append: ReadonlyArray<unknown> }
