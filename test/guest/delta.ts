@@ -36,7 +36,7 @@ export const arrayItems = (text: string, start: number): { readonly items: Array
   throw new Error("the JSON array does not end")
 }
 
-const MODEL_CONTEXT = /^\{"context":\{"keep":(\d+),"append":/
+const MODEL_CONTEXT = `{"context":`
 const SET_DELTA = /^\{"keep":(\d+),"append":/
 const RIDING_MODEL = `{"transcript":`
 const RIDING_DISPATCH = `,"transcript":`
@@ -88,18 +88,17 @@ export const expandDeltas = (transcript: ReadonlyArray<unknown>, calls: Readonly
         return { op: call.op, request: `${call.request.slice(0, calls)},"transcript":{"messages":[${save.messages.join(",")}]}}` }
       }
     }
-    const form = call.op === "model" ? MODEL_CONTEXT : call.op === "set_transcript" ? SET_DELTA : undefined
-    const match = form?.exec(call.request)
-    if (!form || !match) return call
-    const keep = Number(match[1])
-    expect(keep, `call ${n} (${call.op}) keeps at most the saved transcript (${saved.length})`).toBeLessThanOrEqual(saved.length)
-    const { items, end } = arrayItems(call.request, match[0].length)
-    const messages = [...saved.slice(0, keep), ...items]
-    // model: the context object's `}`, then the rest of the request; set_transcript: the request's `}`.
-    const rest = call.op === "model" ? call.request.slice(end + 1) : call.request.slice(end)
-    expect(call.op === "model" ? call.request[end] : rest, `call ${n} (${call.op}) is well formed`).toBe("}")
-    if (call.op === "set_transcript" && succeeded(answers[n])) saved = messages
-    return { op: call.op, request: `{"messages":[${messages.join(",")}]${rest}` }
+    if (call.op === "model" && call.request.startsWith(MODEL_CONTEXT)) {
+      const context = delta(call.request, MODEL_CONTEXT.length, saved, n, "the context")
+      return { op: call.op, request: `{"messages":[${context.messages.join(",")}]${call.request.slice(context.end)}` }
+    }
+    if (call.op === "set_transcript" && SET_DELTA.test(call.request)) {
+      const save = delta(call.request, 0, saved, n, "the save")
+      expect(call.request.slice(save.end), `call ${n}: the save is the whole request`).toBe("")
+      if (succeeded(answers[n])) saved = save.messages
+      return { op: call.op, request: `{"messages":[${save.messages.join(",")}]}` }
+    }
+    return call
   })
 }
 

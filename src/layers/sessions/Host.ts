@@ -263,14 +263,14 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
   const system = request.system ?? configuration.system
   const index = cell.state.modelCalls
   const started = entry("model_call_started", {
-    // Against the transcript as a save riding on this call leaves it: that save's record comes first.
-    ...(cell.riding === undefined
-      ? modelCallContext(cell.state, request.messages, request.system)
-      : modelCallContext(
-        { transcript: cell.riding.transcript, transcriptThrough: cell.riding.sequence, configuration: cell.state.configuration },
-        request.messages,
-        request.system
-      )),
+    ...modelCallContext(
+      // Against the transcript as a save riding on this call leaves it: that save's record comes first.
+      cell.riding === undefined
+        ? cell.state
+        : { transcript: cell.riding.transcript, transcriptThrough: cell.riding.sequence, configuration: cell.state.configuration },
+      request.messages,
+      request.system
+    ),
     ...(request.options !== undefined ? { options: request.options } : {})
   })
   type Race =
