@@ -20,7 +20,7 @@
  */
 import * as os from "node:os"
 import * as path from "node:path"
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Exit, Layer, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
 import { stringifyOnce } from "../domain/JsonText.js"
 import { eventJson } from "../domain/Projection.js"
@@ -30,7 +30,8 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
-import { type InlineLimits, type RecordedCall, requestKey, runInline } from "./wasm/Inline.js"
+import { type InlineLimits, type RecordedCall, requestKey, startInline } from "./wasm/Inline.js"
+import { flatMapNow, matchNow } from "./Now.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
@@ -149,24 +150,43 @@ export const make = (options: WasmHostOptions) =>
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
-    /** An activation on the main thread when its module's twin is ready, else (or once moved) on the pool. */
-    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
+    /**
+     * An activation on the main thread when its module's twin is ready, else (or once moved) on the
+     * pool; started now (`startInline`): an `Exit` when it already ended, else the rest, to run once.
+     */
+    const start = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
       const twin = inlineMs > 0 ? twins.take(activation.moduleId) : undefined
       if (twin === undefined) {
         stats.pool++
         return activate(pool, activation, limits)
       }
       stats.inline++
-      return Effect.flatMap(runInline(twin, activation, inlineLimits), (outcome) => {
+      return flatMapNow(startInline(twin, activation, inlineLimits), (outcome) => {
         if (outcome._tag === "done") {
           twins.completed(activation.moduleId)
-          return Effect.succeed(outcome.output)
+          return Exit.succeed(outcome.output)
         }
         stats.moved++
         twins.moved(activation.moduleId)
         return replayed(pool, limits, activation, outcome.calls)
       })
     }
+    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => Effect.suspend(() => start(activation))
+
+    /** A Wasm tool's call, started now (WasmHostShape.startTool). */
+    const startTool: NonNullable<WasmHostShape["startTool"]> = (module, activation, services) =>
+      matchNow(
+        start({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
+        {
+          onFailure: (f): ToolRun => ({ _tag: "error", output: { message: f.message } }),
+          onSuccess: (text): ToolRun => {
+            const output = readOutput(text)
+            if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
+            if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
+            return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
+          }
+        }
+      )
 
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,
@@ -215,19 +235,8 @@ export const make = (options: WasmHostOptions) =>
           })
         )
       },
-      runTool: (module, activation, services) =>
-        Effect.match(
-          run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
-          {
-            onFailure: (f): ToolRun => ({ _tag: "error", output: { message: f.message } }),
-            onSuccess: (text): ToolRun => {
-              const output = readOutput(text)
-              if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
-              if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
-              return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
-            }
-          }
-        )
+      runTool: (module, activation, services) => Effect.suspend(() => startTool(module, activation, services)),
+      startTool
     }
     return service
   })

@@ -55,6 +55,13 @@ export class ToolLost extends Data.TaggedError("ToolLost")<{ readonly message: s
 
 export interface ToolsShape {
   readonly invoke: (invocation: ToolInvocation) => Effect.Effect<ToolReply, ToolLost>
+  /**
+   * `invoke`, started now, in this call, as far as the executor goes without waiting: an `Exit`
+   * when the call has already ended (a Wasm tool run to its end on the main thread), which needs
+   * no fiber and nothing to race; else the rest of it, which the caller must run, once, as it runs
+   * `invoke`'s effect. Optional: executors without it are invoked lazily.
+   */
+  readonly start?: (invocation: ToolInvocation) => Effect.Effect<ToolReply, ToolLost>
 }
 
 export class Tools extends Context.Tag("brain/Tools")<Tools, ToolsShape>() {}

@@ -73,6 +73,12 @@ export interface WasmHostShape {
   readonly runLoop: (module: AdmittedModule, input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed>
   /** One call of a Wasm tool. */
   readonly runTool: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Effect.Effect<ToolRun>
+  /**
+   * `runTool`, started now, in this call, as far as it goes without waiting (a guest run on the
+   * main thread up to its end or its first host call): an `Exit` when the call has already ended,
+   * else the rest of it, which the caller must run, once. Optional: a host without it is run lazily.
+   */
+  readonly startTool?: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Effect.Effect<ToolRun>
 }
 
 export class WasmHost extends Context.Tag("brain/WasmHost")<WasmHost, WasmHostShape>() {}

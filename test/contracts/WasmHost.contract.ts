@@ -18,7 +18,7 @@
  */
 import * as crypto from "node:crypto"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Either, Fiber, Option, Queue, type Scope } from "effect"
+import { Deferred, Duration, Effect, Either, Exit, Fiber, Option, Queue, type Scope } from "effect"
 import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
@@ -818,6 +818,33 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           const next = yield* Effect.forEach(Array.from({ length: N }), () => host.runTool(fine, TOOL_ACTIVATION, recordingServices().services), { concurrency: "unbounded" })
             .pipe(Effect.timeout(STUCK))
           expect(next).toEqual(Array.from({ length: N }, () => ({ _tag: "ok", output: "fine" })))
+        }))
+
+      it.scopedLive("startTool answers what runTool answers (ok, error, trap, bad output); on the main thread a tool that makes no host call has already run to its end when startTool returns: an Exit", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          if (host.startTool === undefined) return
+          const modules = [echoing("brain_tool"), returning('{"error":{"message":"nope"}}', "brain_tool"), trapping("brain_tool"), returning("not json", "brain_tool")]
+          for (const text of modules) {
+            const module = yield* admitted(host, text)
+            const lazy = yield* runTool(host, module)
+            const started = host.startTool(module, TOOL_ACTIVATION, recordingServices().services)
+            expect(Exit.isExit(started)).toBe(options.inline === true)
+            expect(yield* started).toEqual(lazy.run)
+          }
+        }))
+
+      it.scopedLive("startTool of a tool that calls a service answers the rest of the call: the service is called only when that is run, once, and its answer reaches the tool", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          if (host.startTool === undefined) return
+          const module = yield* admitted(host, calling("emit", '{"kind":"progress","payload":{"pct":50}}', "brain_tool"))
+          const recording = recordingServices()
+          const started = host.startTool(module, TOOL_ACTIVATION, recording.services)
+          expect(Exit.isExit(started)).toBe(false)
+          expect(recording.calls).toEqual([])
+          expect(yield* started).toEqual({ _tag: "ok", output: { sequence: 7 } })
+          expect(recording.calls).toEqual([{ method: "emit", args: ["progress", { pct: 50 }] }])
         }))
     })
 

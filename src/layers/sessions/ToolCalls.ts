@@ -13,8 +13,9 @@ import { entry, type Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
 import type { FencedEffect, FenceHooks } from "../../services/EffectFence.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
-import type { ToolReply } from "../../services/Tools.js"
+import type { ToolInvocation, ToolReply } from "../../services/Tools.js"
 import { CallStop } from "../CallStop.js"
+import { matchNow } from "../Now.js"
 import type { CancelReason } from "./Cell.js"
 import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
@@ -258,9 +259,10 @@ function* dispatchOf(
       reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
     } as ToolVerdict
   }
-  const executor = yield* Effect.fork(
-    remote !== undefined
-      ? deps.environments !== undefined
+  /** The executor's run: a remote call's, or the local executor's, started now where it can be (Tools.start). */
+  const runOf = (): Effect.Effect<ToolVerdict> => {
+    if (remote !== undefined) {
+      return deps.environments !== undefined
         ? checkedOutput(callRemote(deps.environments, remote, {
           session: cell.session,
           sequence,
@@ -279,7 +281,8 @@ function* dispatchOf(
             details: { environment: remote.name, reason: "driver_unavailable" }
           })
         })
-      : deps.tools.invoke({
+    }
+    const invocation: ToolInvocation = {
       session: cell.session,
       sequence,
       call,
@@ -293,11 +296,24 @@ function* dispatchOf(
       emit: (kind, payload) =>
         inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
       telemetry: (data) => report(data, sequence)
-    }).pipe(Effect.match({
+    }
+    return matchNow((deps.tools.start ?? deps.tools.invoke)(invocation), {
       onFailure: (lost): ToolVerdict => ({ _tag: "lost", message: lost.message }),
       onSuccess: (reply): ToolVerdict => ({ _tag: "reply", reply })
-    }))
-  )
+    })
+  }
+  // A call that already ended (a Wasm tool run to its end on the main thread) is its verdict: no
+  // fiber, nothing to race. Otherwise its executor runs in a fiber of its own, forked in the same
+  // uninterruptible step as the start, so that nothing interrupts the call between the two.
+  type Executing = { readonly ended: Exit.Exit<ToolVerdict> } | { readonly fiber: Fiber.RuntimeFiber<ToolVerdict> }
+  const executing = yield* Effect.uninterruptible(Effect.suspend((): Effect.Effect<Executing> => {
+    const run = runOf()
+    return Exit.isExit(run)
+      ? Effect.succeed({ ended: run as Exit.Exit<ToolVerdict> })
+      : Effect.map(Effect.fork(Effect.interruptible(run)), (fiber) => ({ fiber }))
+  }))
+  if ("ended" in executing) return yield* executing.ended
+  const executor = executing.fiber
   // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
   // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
   const first = yield* exitOrCancel(executor, scope.signal, deadline)

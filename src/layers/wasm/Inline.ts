@@ -28,7 +28,7 @@
  * and instances put back, and their bounds, are Spares.ts's.
  */
 import * as crypto from "node:crypto"
-import { Effect } from "effect"
+import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
@@ -111,7 +111,8 @@ class Overrun extends Error {}
 const encoder = new TextEncoder()
 const decoder = new TextDecoder("utf-8", { fatal: true })
 
-const failed = (message: string): Effect.Effect<never, ActivationFailure> => Effect.fail({ _tag: "guest", message })
+/** An `Exit`, so that an activation that failed before any host call answers a value (`startInline`). */
+const failed = (message: string): Effect.Effect<never, ActivationFailure> => Exit.fail({ _tag: "guest", message })
 
 /** One activation's instance and where it stands. */
 class Run implements Resting {
@@ -249,24 +250,30 @@ class Run implements Resting {
  * the worker would; `moved` when the rest must run on a worker thread.
  */
 export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
-  Effect.suspend(() => {
-    activationStarted()
-    let started: Started
-    try {
-      started = start(instrumented, activation, limits)
-    } catch (err) {
-      activationEnded()
-      throw err
-    }
-    // An activation that ended before any host call (a Wasm tool's usual case) is over already:
-    // what is left is its outcome, a value. One waiting in a host call is over when that wait and
-    // the rest are, however they end (interrupted too).
-    if (!started.inHostCall) {
-      activationEnded()
-      return started.outcome
-    }
-    return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
-  })
+  Effect.suspend(() => startInline(instrumented, activation, limits))
+
+/**
+ * `runInline`, started now: the guest runs here, in this call, up to its end or its first host
+ * call. An activation that ended before any host call (a Wasm tool's usual case) answers an `Exit`
+ * (its outcome, a value: nothing is left to run); otherwise the effect is the rest of it, which the
+ * caller must run (once), and which is over when that wait and the rest are, however they end
+ * (interrupted too).
+ */
+export const startInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> => {
+  activationStarted()
+  let started: Started
+  try {
+    started = start(instrumented, activation, limits)
+  } catch (err) {
+    activationEnded()
+    throw err
+  }
+  if (!started.inHostCall) {
+    activationEnded()
+    return started.outcome
+  }
+  return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
+}
 
 /** An activation run up to its end or its first host call: what is left of it, and which. */
 interface Started {
@@ -371,7 +378,7 @@ const end = (run: Run, memoryLimits: { initial: number; maximum: number }, err: 
   const moved = (reason: string) => Effect.succeed<InlineOutcome>({ _tag: "moved", reason, calls: run.calls })
   if (err instanceof Overrun) {
     if (budgetFirst) {
-      return Effect.fail<ActivationFailure>({
+      return Exit.fail<ActivationFailure>({
         _tag: "budget",
         message: `the guest ran past its compute budget of ${run.limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
       })
