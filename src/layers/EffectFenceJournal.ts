@@ -113,6 +113,16 @@ export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number):
     }
   )
 
+/** An effect's dispatch tried now; a try that threw is a defect of the dispatch, as if its effect had died. */
+const tryNow = <A, E>(effect: FencedEffect<A, E>, started: number): Exit.Exit<A, E> | undefined => {
+  if (effect.dispatchNow === undefined) return undefined
+  try {
+    return effect.dispatchNow(started)
+  } catch (err) {
+    return Exit.die(err)
+  }
+}
+
 /** A journal append as a `Queueable`. */
 export const journalAppend = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
   enqueue: (done) => journal.enqueue?.(session, entries, done) ?? false,
@@ -139,15 +149,49 @@ export const make = Effect.gen(function*() {
     hooks?.committed?.([[seq!, started]])
     return yield* settled(session, seq!, dispatch, outcome, hooks, restore)
   }
-  /** Every start in one append, then each effect's dispatch and outcome in a fiber of its own (`runRound`). */
+  /**
+   * Every start in one append, then each effect tried now (`dispatchNow`): when all went to their
+   * end, every outcome in one append, with no fiber; otherwise each effect's dispatch (or the exit
+   * its try gave) and outcome in a fiber of its own (`runRound`).
+   */
   function* fencedAll<A, E>(session: SessionId, effects: ReadonlyArray<FencedEffect<A, E>>, hooks: FenceHooks | undefined, restore: Restore) {
     const seqs = yield* journal.append(session, effects.map((e) => e.started))
     hooks?.committed?.(effects.map((e, i) => [seqs[i]!, e.started] as const))
+    const nows = effects.map((e, i) => tryNow(e, seqs[i]!))
+    if (nows.every((now) => now !== undefined)) return yield* settledAll(session, seqs, effects, nows as ReadonlyArray<Exit.Exit<A, E>>, hooks)
     // Forked uninterruptible (each restores only its dispatch); the wait is the caller's to interrupt.
     return yield* runRound(
-      effects.map((e, i) => Effect.gen(() => settled(session, seqs[i]!, e.dispatch, e.outcome, hooks, restore))),
+      effects.map((e, i) => {
+        const now = nows[i]
+        return Effect.gen(() => settled(session, seqs[i]!, now === undefined ? e.dispatch : () => now, e.outcome, hooks, restore))
+      }),
       restore
     )
+  }
+  /** Effects that all went to their end when tried: their outcomes committed in one append, in their order. */
+  function* settledAll<A, E>(
+    session: SessionId,
+    seqs: ReadonlyArray<number>,
+    effects: ReadonlyArray<FencedEffect<A, E>>,
+    exits: ReadonlyArray<Exit.Exit<A, E>>,
+    hooks: FenceHooks | undefined
+  ) {
+    const closings = effects.map((e, i) => e.outcome(seqs[i]!, exits[i]!, true))
+    const committed = yield* appendWithin(journalAppend(journal, session, closings), config.cleanupDeadlineMs)
+    if (committed._tag === "Unsettled") return yield* unrecorded(session, seqs[0]!, closings[0]!, committed.settled, hooks)
+    if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
+    const outcomes = committed.exit.value
+    hooks?.committed?.(closings.map((c, i) => [outcomes[i]!, c] as const))
+    return exits.map((exit, i) => ({ started: seqs[i]!, exit, dispatched: true, outcome: outcomes[i]! }) satisfies Fenced<A, E>)
+  }
+  /** The outcome append missed the deadline: the caller is told how to wait for it, and the effect fails, its result withheld. */
+  function* unrecorded(session: SessionId, started: number, closing: Entry, settledInBackground: Effect.Effect<void>, hooks: FenceHooks | undefined) {
+    hooks?.unrecorded?.(settledInBackground)
+    const failed = new OutcomeUnrecorded({ session, started, deadlineMs: config.cleanupDeadlineMs })
+    yield* Effect.logWarning(`${failed.message}; the result is withheld and the effect counts as ambiguous`).pipe(
+      Effect.annotateLogs({ session_id: session, record: closing.kind })
+    )
+    return yield* Effect.fail(failed)
   }
   /** An effect whose start is durable: dispatched, and its outcome committed whatever the dispatch did. */
   function* settled<A, E>(
@@ -167,14 +211,7 @@ export const make = Effect.gen(function*() {
     )
     const closing = outcome(seq, exit, dispatched)
     const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
-    if (committed._tag === "Unsettled") {
-      hooks?.unrecorded?.(committed.settled)
-      const unrecorded = new OutcomeUnrecorded({ session, started: seq, deadlineMs: config.cleanupDeadlineMs })
-      yield* Effect.logWarning(`${unrecorded.message}; the result is withheld and the effect counts as ambiguous`).pipe(
-        Effect.annotateLogs({ session_id: session, record: closing.kind })
-      )
-      return yield* Effect.fail(unrecorded)
-    }
+    if (committed._tag === "Unsettled") return yield* unrecorded(session, seq, closing, committed.settled, hooks)
     if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
     const outcomeSeq = committed.exit.value[0]!
     hooks?.committed?.([[outcomeSeq, closing]])

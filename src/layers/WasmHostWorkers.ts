@@ -20,7 +20,7 @@
  */
 import * as os from "node:os"
 import * as path from "node:path"
-import { Effect, Exit, Layer, Schema } from "effect"
+import { Cause, Effect, Exit, Layer, Option, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
 import { stringifyOnce } from "../domain/JsonText.js"
 import { eventJson } from "../domain/Projection.js"
@@ -30,8 +30,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
-import { type InlineLimits, type RecordedCall, requestKey, startInline } from "./wasm/Inline.js"
-import { flatMapNow, matchNow } from "./Now.js"
+import { type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
@@ -150,43 +149,33 @@ export const make = (options: WasmHostOptions) =>
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
-    /**
-     * An activation on the main thread when its module's twin is ready, else (or once moved) on the
-     * pool; started now (`startInline`): an `Exit` when it already ended, else the rest, to run once.
-     */
-    const start = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
+    /** An activation on the main thread when its module's twin is ready, else (or once moved) on the pool. */
+    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
       const twin = inlineMs > 0 ? twins.take(activation.moduleId) : undefined
       if (twin === undefined) {
         stats.pool++
         return activate(pool, activation, limits)
       }
       stats.inline++
-      return flatMapNow(startInline(twin, activation, inlineLimits), (outcome) => {
+      return Effect.flatMap(runInline(twin, activation, inlineLimits), (outcome) => {
         if (outcome._tag === "done") {
           twins.completed(activation.moduleId)
-          return Exit.succeed(outcome.output)
+          return Effect.succeed(outcome.output)
         }
         stats.moved++
         twins.moved(activation.moduleId)
         return replayed(pool, limits, activation, outcome.calls)
       })
     }
-    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => Effect.suspend(() => start(activation))
 
-    /** A Wasm tool's call, started now (WasmHostShape.startTool). */
-    const startTool: NonNullable<WasmHostShape["startTool"]> = (module, activation, services) =>
-      matchNow(
-        start({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
-        {
-          onFailure: (f): ToolRun => ({ _tag: "error", output: { message: f.message } }),
-          onSuccess: (text): ToolRun => {
-            const output = readOutput(text)
-            if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
-            if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
-            return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
-          }
-        }
-      )
+    /** A tool's output text as its run. */
+    const toolRunOf = (text: string): ToolRun => {
+      const output = readOutput(text)
+      if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
+      if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
+      return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
+    }
+    const toolFailed = (f: ActivationFailure): ToolRun => ({ _tag: "error", output: { message: f.message } })
 
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,
@@ -235,8 +224,33 @@ export const make = (options: WasmHostOptions) =>
           })
         )
       },
-      runTool: (module, activation, services) => Effect.suspend(() => startTool(module, activation, services)),
-      startTool
+      runTool: (module, activation, services) =>
+        Effect.match(
+          run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
+          { onFailure: toolFailed, onSuccess: toolRunOf }
+        ),
+      tryTool: (module, activation, services) => {
+        const twin = inlineMs > 0 ? twins.peek(module.hash) : undefined
+        if (twin === undefined) return undefined
+        const perform = toolServices(services)
+        const exit = tryInline(twin, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform }, inlineLimits)
+        // It reached a host call and was given up: `runTool` runs it from its start.
+        if (exit === undefined) return undefined
+        stats.inline++
+        if (Exit.isFailure(exit)) {
+          const f = Cause.failureOption(exit.cause)
+          // A defect stays one, as `runTool` would die of it.
+          return Option.isSome(f) ? Exit.succeed(toolFailed(f.value)) : Exit.failCause(exit.cause as Cause.Cause<never>)
+        }
+        if (exit.value._tag === "moved") {
+          // Past what the main thread lends: counted as a move, and run from its start on the pool.
+          stats.moved++
+          twins.moved(module.hash)
+          return undefined
+        }
+        twins.completed(module.hash)
+        return Exit.succeed(toolRunOf(exit.value.output))
+      }
     }
     return service
   })

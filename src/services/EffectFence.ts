@@ -70,6 +70,12 @@ export interface FenceHooks {
 export interface FencedEffect<A, E> {
   readonly started: Entry
   readonly dispatch: (started: number) => Effect.Effect<A, E>
+  /**
+   * The dispatch tried now, in the call, once the start is durable: its exit when the effect went
+   * to its end without waiting; undefined when it could not, having done nothing that shows (then
+   * `dispatch` runs it). Optional.
+   */
+  readonly dispatchNow?: (started: number) => Exit.Exit<A, E> | undefined
   readonly outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry
 }
 
@@ -89,6 +95,10 @@ export interface EffectFenceShape {
    * the dispatches still running, whose outcomes are committed all the same, and the whole fails
    * with it once every effect has ended. An interrupted caller interrupts every dispatch and waits
    * for every outcome.
+   *
+   * When every effect went to its end when tried (`dispatchNow`), their outcomes are committed
+   * together instead, in one atomic append in the effects' order, and no fiber is started: the
+   * same records, each before anyone sees its result.
    */
   readonly fenceAll: <A, E>(
     session: SessionId,

@@ -6,7 +6,7 @@
  * once it has stopped (a Wasm tool: its guest is stopped at once). Anything else past the grace is
  * an unconfirmed stop.
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, Data, type Effect, type Exit } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { ToolDefinition } from "../domain/Configuration.js"
 import type { Failure } from "../domain/Failure.js"
@@ -56,12 +56,12 @@ export class ToolLost extends Data.TaggedError("ToolLost")<{ readonly message: s
 export interface ToolsShape {
   readonly invoke: (invocation: ToolInvocation) => Effect.Effect<ToolReply, ToolLost>
   /**
-   * `invoke`, started now, in this call, as far as the executor goes without waiting: an `Exit`
-   * when the call has already ended (a Wasm tool run to its end on the main thread), which needs
-   * no fiber and nothing to race; else the rest of it, which the caller must run, once, as it runs
-   * `invoke`'s effect. Optional: executors without it are invoked lazily.
+   * `invoke`, tried now, in this call: its reply when the call could go to its end without
+   * waiting (a Wasm tool that ran to its end on the main thread); undefined when it could not,
+   * having done nothing that shows, so that `invoke` runs the same call. Optional: executors
+   * without it are only invoked.
    */
-  readonly start?: (invocation: ToolInvocation) => Effect.Effect<ToolReply, ToolLost>
+  readonly tryNow?: (invocation: ToolInvocation) => Exit.Exit<ToolReply, ToolLost> | undefined
 }
 
 export class Tools extends Context.Tag("brain/Tools")<Tools, ToolsShape>() {}

@@ -4,7 +4,7 @@
  * runtime behind the ABI's one host function. Limits (memory, compute, sizes) are the host's;
  * anything a guest does wrong fails its own activation and nothing else.
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, Data, type Effect, type Exit } from "effect"
 import type { AgentloopFailed, ActivationInput, Host } from "./Agentloop.js"
 
 /** A module refused at admission, and why. */
@@ -74,11 +74,12 @@ export interface WasmHostShape {
   /** One call of a Wasm tool. */
   readonly runTool: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Effect.Effect<ToolRun>
   /**
-   * `runTool`, started now, in this call, as far as it goes without waiting (a guest run on the
-   * main thread up to its end or its first host call): an `Exit` when the call has already ended,
-   * else the rest of it, which the caller must run, once. Optional: a host without it is run lazily.
+   * `runTool`, tried now, in this call: its run when the call could go to its end without waiting
+   * (on the main thread, calling none of its services); undefined when it could not, having done
+   * nothing that shows — no service called, nothing kept — so that `runTool` runs the same call
+   * from its start. Optional: a host without it is only run.
    */
-  readonly startTool?: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Effect.Effect<ToolRun>
+  readonly tryTool?: (module: AdmittedModule, activation: ToolActivation, services: ToolServices) => Exit.Exit<ToolRun> | undefined
 }
 
 export class WasmHost extends Context.Tag("brain/WasmHost")<WasmHost, WasmHostShape>() {}

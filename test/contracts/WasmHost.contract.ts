@@ -820,30 +820,37 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect(next).toEqual(Array.from({ length: N }, () => ({ _tag: "ok", output: "fine" })))
         }))
 
-      it.scopedLive("startTool answers what runTool answers (ok, error, trap, bad output); on the main thread a tool that makes no host call has already run to its end when startTool returns: an Exit", () =>
+      it.scopedLive(
+        options.inline === true
+          ? "tryTool of a tool that makes no host call runs it to its end now and answers what runTool answers (ok, error, trap, bad output), as an Exit"
+          : "tryTool runs nothing on a host whose guests all run on its workers: it answers undefined, and runTool runs the call",
+        () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
-          if (host.startTool === undefined) return
           const modules = [echoing("brain_tool"), returning('{"error":{"message":"nope"}}', "brain_tool"), trapping("brain_tool"), returning("not json", "brain_tool")]
           for (const text of modules) {
             const module = yield* admitted(host, text)
-            const lazy = yield* runTool(host, module)
-            const started = host.startTool(module, TOOL_ACTIVATION, recordingServices().services)
-            expect(Exit.isExit(started)).toBe(options.inline === true)
-            expect(yield* started).toEqual(lazy.run)
+            const ran = yield* runTool(host, module)
+            const tried = host.tryTool?.(module, TOOL_ACTIVATION, recordingServices().services)
+            if (options.inline !== true) {
+              expect(tried).toBeUndefined()
+              continue
+            }
+            expect(tried !== undefined && Exit.isExit(tried)).toBe(true)
+            expect(yield* tried!).toEqual(ran.run)
           }
-        }))
+        })
+      )
 
-      it.scopedLive("startTool of a tool that calls a service answers the rest of the call: the service is called only when that is run, once, and its answer reaches the tool", () =>
+      it.scopedLive("tryTool of a tool that calls a service answers undefined having called none; runTool then runs the same call, which calls it once and gets its answer", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
-          if (host.startTool === undefined) return
           const module = yield* admitted(host, calling("emit", '{"kind":"progress","payload":{"pct":50}}', "brain_tool"))
           const recording = recordingServices()
-          const started = host.startTool(module, TOOL_ACTIVATION, recording.services)
-          expect(Exit.isExit(started)).toBe(false)
+          expect(host.tryTool?.(module, TOOL_ACTIVATION, recording.services)).toBeUndefined()
           expect(recording.calls).toEqual([])
-          expect(yield* started).toEqual({ _tag: "ok", output: { sequence: 7 } })
+          const run = yield* host.runTool(module, TOOL_ACTIVATION, recording.services)
+          expect(run).toEqual({ _tag: "ok", output: { sequence: 7 } })
           expect(recording.calls).toEqual([{ method: "emit", args: ["progress", { pct: 50 }] }])
         }))
     })

@@ -6,7 +6,7 @@
  * the outcome append is held until the test lets it go.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
 import { failure } from "../../src/domain/Failure.js"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry, type Entry } from "../../src/domain/Records.js"
@@ -201,6 +201,109 @@ describe("EffectFence.fenceAll: effects that start together", () => {
       const records = yield* j.base.read(j.session, { after: 0, limit: 100 })
       expect(kinds(records)).toEqual(["session_creation_started", "tool_call_started", "tool_call_started", "tool_call_failed", "tool_call_failed"])
       expect(records.slice(3).map((r) => (r.payload as { failure: { message: string } }).failure.message)).toEqual(["interrupted", "interrupted"])
+    }))
+})
+
+describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
+  const startedOf = (id: string) => entry("tool_call_started", { tool: "t", call_id: id, input: null, deadline_at_ms: 0 })
+  const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
+    Exit.isSuccess(exit)
+      ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
+      : entry("tool_call_failed", {
+        sequence: seq,
+        outcome: "unknown",
+        failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
+        is_error: true
+      })
+  /** A memory journal that records each append's kinds and what was durable when each try ran. */
+  const recording = Effect.gen(function*() {
+    const { journal: base } = yield* JournalMemory.make
+    const appends: Array<ReadonlyArray<string>> = []
+    const journal: JournalShape = {
+      ...base,
+      append: (session, entries, options) => Effect.suspend(() => {
+        appends.push(entries.map((e) => e.kind))
+        return base.append(session, entries, options)
+      }),
+      enqueue: undefined
+    }
+    const session = yield* mintSessionId
+    yield* base.create(session)
+    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+    return { journal, base, session, appends }
+  })
+
+  it.scopedLive("when every effect goes to its end when tried, none is dispatched and their outcomes are committed together: one atomic append, in the effects' order, before the answer", () =>
+    Effect.gen(function*() {
+      const j = yield* recording
+      const fence = yield* fenceWith(j.journal, 5_000)
+      let dispatched = 0
+      const durableAtTry: Array<number> = []
+      const folded: Array<number> = []
+      const effects = ["a", "b", "c"].map((id) => ({
+        started: startedOf(id),
+        dispatch: () => Effect.sync(() => void dispatched++).pipe(Effect.as("dispatched")),
+        dispatchNow: (seq: number) => {
+          durableAtTry.push(seq)
+          return Exit.succeed(`${id}@${seq}`)
+        },
+        outcome: outcomeOf
+      }))
+      const fenced = yield* fence.fenceAll(j.session, effects, { committed: (es) => es.forEach(([s]) => folded.push(s)) })
+      expect(dispatched).toBe(0)
+      expect(durableAtTry).toEqual([2, 3, 4])
+      expect(j.appends).toEqual([["tool_call_started", "tool_call_started", "tool_call_started"], ["tool_call_ended", "tool_call_ended", "tool_call_ended"]])
+      expect(fenced.map((f) => [f.started, f.outcome, f.dispatched, Exit.isSuccess(f.exit) && f.exit.value])).toEqual([
+        [2, 5, true, "a@2"],
+        [3, 6, true, "b@3"],
+        [4, 7, true, "c@4"]
+      ])
+      expect(folded).toEqual([2, 3, 4, 5, 6, 7])
+      const records = yield* j.base.read(j.session, { after: 4, limit: 100 })
+      expect(records.map((r) => (r.payload as { sequence: number; output: string }))).toEqual([
+        { sequence: 2, outcome: "ok", output: "a@2", is_error: false },
+        { sequence: 3, outcome: "ok", output: "b@3", is_error: false },
+        { sequence: 4, outcome: "ok", output: "c@4", is_error: false }
+      ])
+    }))
+
+  it.scopedLive("an effect that cannot be tried is dispatched; the others keep the exits their tries gave, dispatched once at most, and every outcome is durable before the answer", () =>
+    Effect.gen(function*() {
+      const j = yield* recording
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const dispatched: Array<string> = []
+      const effects = ["a", "b", "c"].map((id) => ({
+        started: startedOf(id),
+        dispatch: (seq: number) => Effect.sync(() => void dispatched.push(id)).pipe(Effect.zipRight(Effect.sleep(Duration.millis(10))), Effect.as(`${id} dispatched@${seq}`)),
+        dispatchNow: (seq: number) => (id === "b" ? undefined : Exit.succeed(`${id} tried@${seq}`)),
+        outcome: outcomeOf
+      }))
+      const fenced = yield* fence.fenceAll(j.session, effects)
+      expect(dispatched).toEqual(["b"])
+      expect(fenced.map((f) => Exit.isSuccess(f.exit) && f.exit.value)).toEqual(["a tried@2", "b dispatched@3", "c tried@4"])
+      const records = yield* j.base.read(j.session, { after: 4, limit: 100 })
+      expect(records.map((r) => (r.payload as { output: string }).output).sort()).toEqual(["a tried@2", "b dispatched@3", "c tried@4"])
+      expect(fenced.every((f) => f.outcome > 4 && f.dispatched)).toBe(true)
+    }))
+
+  it.scopedLive("a try that throws is recorded as a dispatch that died, and the round's other outcomes are committed all the same", () =>
+    Effect.gen(function*() {
+      const j = yield* recording
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const effects = ["a", "b"].map((id) => ({
+        started: startedOf(id),
+        dispatch: () => Effect.succeed("dispatched"),
+        dispatchNow: (seq: number): Exit.Exit<string> => {
+          if (id === "a") throw new Error("a bug in the try")
+          return Exit.succeed(`${id}@${seq}`)
+        },
+        outcome: outcomeOf
+      }))
+      const fenced = yield* fence.fenceAll(j.session, effects)
+      expect(Exit.isFailure(fenced[0]!.exit) && Cause.isDie(fenced[0]!.exit.cause)).toBe(true)
+      const records = yield* j.base.read(j.session, { after: 3, limit: 100 })
+      expect(records.map((r) => [r.kind, (r.payload as { sequence: number }).sequence])).toEqual([["tool_call_failed", 2], ["tool_call_ended", 3]])
+      expect((records[0]!.payload as { failure: { message: string } }).failure.message).toBe("died, dispatched")
     }))
 })
 

@@ -4,7 +4,7 @@
  * Environment), stopped by its deadline or the turn's cancel, and its outcome committed before
  * the loop sees it, exactly as recorded. The calls of one round run at once.
  */
-import { Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
@@ -15,7 +15,6 @@ import type { FencedEffect, FenceHooks } from "../../services/EffectFence.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolInvocation, ToolReply } from "../../services/Tools.js"
 import { CallStop } from "../CallStop.js"
-import { matchNow } from "../Now.js"
 import type { CancelReason } from "./Cell.js"
 import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
@@ -149,6 +148,8 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     let inFlight = true
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
       Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
+    const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | undefined =>
+      dispatchNowOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight)
 
     /**
      * The outcome record the fence committed (it asks once); the loop is shown exactly it. The fence
@@ -170,7 +171,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
         is_error: p.outcome !== "ok"
       }
     }
-    return { effect: { started, dispatch, outcome }, result }
+    return { effect: { started, dispatch, dispatchNow, outcome }, result }
   }
 
   /** A round's calls through the fence: their starts in one commit, then each run at once. */
@@ -226,6 +227,60 @@ function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, t
   return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
 }
 
+/** What a call's local executor is given (Tools). */
+const invocationOf = (
+  ctx: ToolCallContext,
+  call: ToolCallRequest,
+  definition: ToolDefinition | undefined,
+  deadlineAtMs: number | undefined,
+  sequence: number,
+  stop: CallStop,
+  inFlight: () => boolean
+): ToolInvocation => ({
+  session: ctx.scope.cell.session,
+  sequence,
+  call,
+  definition,
+  deadlineAtMs,
+  get signal() {
+    return stop.signal
+  },
+  stop,
+  // A tool's Events come before its outcome: refused once the call is over.
+  emit: (kind, payload) =>
+    inFlight() ? ctx.emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
+  telemetry: (data) => ctx.report(data, sequence)
+})
+
+/**
+ * A call's dispatch tried now, once its start is durable (FencedEffect.dispatchNow): its verdict
+ * when its executor went to its end in this call (a Wasm tool that ran to its end on the main
+ * thread: Tools.tryNow), which needs no fiber, no race and no deadline; undefined when it could
+ * not, having done nothing that shows, and then `dispatchOf` runs it. A cancel or a deadline that
+ * came while the start was committed is `dispatchOf`'s to record.
+ */
+const dispatchNowOf = (
+  ctx: ToolCallContext,
+  call: ToolCallRequest,
+  definition: ToolDefinition | undefined,
+  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadlineAtMs: number | undefined,
+  sequence: number,
+  inFlight: () => boolean
+): Exit.Exit<ToolVerdict> | undefined => {
+  const { deps, scope } = ctx
+  const tryNow = deps.tools.tryNow
+  if (tryNow === undefined || definition?.module === undefined || scope.signal.reason !== undefined || deadline?.unsafePoll() != null) return undefined
+  // A remote call is never tried here: its Environment runs it.
+  const place = placeOf(scope.cell.state.configuration?.environments ?? [], definition)
+  if (typeof place === "object" && place.driver !== "brain") return undefined
+  const exit = tryNow(invocationOf(ctx, call, definition, deadlineAtMs, sequence, new CallStop(), inFlight))
+  if (exit === undefined) return undefined
+  if (Exit.isSuccess(exit)) return Exit.succeed({ _tag: "reply", reply: exit.value })
+  const lost = Cause.failureOption(exit.cause)
+  return Option.isSome(lost) ? Exit.succeed({ _tag: "lost", message: lost.value.message }) : Exit.failCause(exit.cause as Cause.Cause<never>)
+}
+
 /** A call's dispatch, once its start is durable: its executor raced against the turn's cancel and the call's deadline. */
 function* dispatchOf(
   ctx: ToolCallContext,
@@ -236,7 +291,7 @@ function* dispatchOf(
   sequence: number,
   inFlight: () => boolean
 ) {
-  const { deps, scope, emitAs, report } = ctx
+  const { deps, scope, emitAs } = ctx
   const { cell } = scope
   const { config } = deps
   // A cancel that arrived while the start was being committed: do not send at all.
@@ -259,10 +314,9 @@ function* dispatchOf(
       reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
     } as ToolVerdict
   }
-  /** The executor's run: a remote call's, or the local executor's, started now where it can be (Tools.start). */
-  const runOf = (): Effect.Effect<ToolVerdict> => {
-    if (remote !== undefined) {
-      return deps.environments !== undefined
+  const executor = yield* Effect.fork(
+    remote !== undefined
+      ? deps.environments !== undefined
         ? checkedOutput(callRemote(deps.environments, remote, {
           session: cell.session,
           sequence,
@@ -281,39 +335,11 @@ function* dispatchOf(
             details: { environment: remote.name, reason: "driver_unavailable" }
           })
         })
-    }
-    const invocation: ToolInvocation = {
-      session: cell.session,
-      sequence,
-      call,
-      definition,
-      deadlineAtMs,
-      get signal() {
-        return stop.signal
-      },
-      stop,
-      // A tool's Events come before its outcome: refused once the call is over.
-      emit: (kind, payload) =>
-        inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")),
-      telemetry: (data) => report(data, sequence)
-    }
-    return matchNow((deps.tools.start ?? deps.tools.invoke)(invocation), {
+      : deps.tools.invoke(invocationOf(ctx, call, definition, deadlineAtMs, sequence, stop, inFlight)).pipe(Effect.match({
       onFailure: (lost): ToolVerdict => ({ _tag: "lost", message: lost.message }),
       onSuccess: (reply): ToolVerdict => ({ _tag: "reply", reply })
-    })
-  }
-  // A call that already ended (a Wasm tool run to its end on the main thread) is its verdict: no
-  // fiber, nothing to race. Otherwise its executor runs in a fiber of its own, forked in the same
-  // uninterruptible step as the start, so that nothing interrupts the call between the two.
-  type Executing = { readonly ended: Exit.Exit<ToolVerdict> } | { readonly fiber: Fiber.RuntimeFiber<ToolVerdict> }
-  const executing = yield* Effect.uninterruptible(Effect.suspend((): Effect.Effect<Executing> => {
-    const run = runOf()
-    return Exit.isExit(run)
-      ? Effect.succeed({ ended: run as Exit.Exit<ToolVerdict> })
-      : Effect.map(Effect.fork(Effect.interruptible(run)), (fiber) => ({ fiber }))
-  }))
-  if ("ended" in executing) return yield* executing.ended
-  const executor = executing.fiber
+    }))
+  )
   // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
   // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
   const first = yield* exitOrCancel(executor, scope.signal, deadline)

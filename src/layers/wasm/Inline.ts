@@ -111,7 +111,7 @@ class Overrun extends Error {}
 const encoder = new TextEncoder()
 const decoder = new TextDecoder("utf-8", { fatal: true })
 
-/** An `Exit`, so that an activation that failed before any host call answers a value (`startInline`). */
+/** An `Exit`: an activation that failed before any host call has its outcome as a value (`tryInline`). */
 const failed = (message: string): Effect.Effect<never, ActivationFailure> => Exit.fail({ _tag: "guest", message })
 
 /** One activation's instance and where it stands. */
@@ -250,29 +250,42 @@ class Run implements Resting {
  * the worker would; `moved` when the rest must run on a worker thread.
  */
 export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
-  Effect.suspend(() => startInline(instrumented, activation, limits))
+  Effect.suspend(() => {
+    activationStarted()
+    let started: Started
+    try {
+      started = start(instrumented, activation, limits)
+    } catch (err) {
+      activationEnded()
+      throw err
+    }
+    // An activation that ended before any host call (a Wasm tool's usual case) is over already:
+    // what is left is its outcome, a value. One waiting in a host call is over when that wait and
+    // the rest are, however they end (interrupted too).
+    if (!started.inHostCall) {
+      activationEnded()
+      return started.outcome
+    }
+    return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
+  })
 
 /**
- * `runInline`, started now: the guest runs here, in this call, up to its end or its first host
- * call. An activation that ended before any host call (a Wasm tool's usual case) answers an `Exit`
- * (its outcome, a value: nothing is left to run); otherwise the effect is the rest of it, which the
- * caller must run (once), and which is over when that wait and the rest are, however they end
- * (interrupted too).
+ * Tries `activation` here, now, to its end, as `runInline` would run it: its outcome (done, moved
+ * or failed: an `Exit`, nothing left to run) when it ended before any host call; undefined when it
+ * reached one. Then it is given up before that call is performed — nothing the guest asked for was
+ * done, its instance is dropped and its memory zeroed — so that running it again (`runInline`, a
+ * worker) is the same activation from its start: a guest sees only its input, its memory and the
+ * host's answers. What it computed up to the call is computed again; a Wasm tool's usual call
+ * makes none (ToolsBuiltin.ts tries each call so, and runs the others as before).
  */
-export const startInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> => {
+export const tryInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Exit.Exit<InlineOutcome, ActivationFailure> | undefined => {
   activationStarted()
-  let started: Started
   try {
-    started = start(instrumented, activation, limits)
-  } catch (err) {
+    const started = start(instrumented, activation, limits, true)
+    return started.inHostCall ? undefined : (started.outcome as Exit.Exit<InlineOutcome, ActivationFailure>)
+  } finally {
     activationEnded()
-    throw err
   }
-  if (!started.inHostCall) {
-    activationEnded()
-    return started.outcome
-  }
-  return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
 }
 
 /** An activation run up to its end or its first host call: what is left of it, and which. */
@@ -281,8 +294,11 @@ interface Started {
   readonly inHostCall: boolean
 }
 
-/** Runs the activation, synchronously, up to its end or its first host call. */
-const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Started => {
+/**
+ * Runs the activation, synchronously, up to its end or its first host call. `giveUp`: at that
+ * call, the guest is unwound and dropped instead of waiting for the call (`tryInline`).
+ */
+const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits, giveUp = false): Started => {
   const done = (outcome: Effect.Effect<InlineOutcome, ActivationFailure>): Started => ({ outcome, inHostCall: false })
   if (activation.input.byteLength > limits.ioBytes) return done(failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`))
   const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
@@ -341,6 +357,11 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       const { op, request } = run.pending!
       run.pending = undefined
       inHostCall = true
+      if (giveUp) {
+        // Nothing performed: the memory is all that is kept (zeroed), never the instance mid-call.
+        recycle(run.memory, memoryLimits)
+        return Effect.never
+      }
       return Effect.flatMap(activation.perform(op, request), (answer) => {
         run.calls.push({ op, request: requestKey(request), answer })
         run.answer = encoder.encode(answer)

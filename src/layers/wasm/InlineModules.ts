@@ -192,6 +192,12 @@ export class InlineModules {
     return twin.module
   }
 
+  /** `hash`'s twin when `take` would give it, without counting a take (an activation only tried: Inline.ts, `tryInline`). */
+  peek(hash: string): WebAssembly.Module | undefined {
+    const twin = this.ready.get(hash)
+    return twin !== undefined && twin.cooldown === 0 ? twin.module : undefined
+  }
+
   /** One of `hash`'s activations was moved to the pool. */
   moved(hash: string) {
     const twin = this.ready.get(hash)

@@ -14,6 +14,8 @@ import { runtimeLayer } from "../../support/runtime.js"
 import { data, guest, wat } from "../../support/wat.js"
 
 const WASM = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 5_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
+/** The same, with guests on the main thread first (BRAIN_WASM_INLINE_MS), as `serve` runs them. */
+const INLINE = { ...WASM, inlineMs: 50, inlineAtAdmission: true }
 
 /** `{"ok":` + the activation's input + `}`: the tool's output holds its input. */
 const echo = guest(`${data(100, '{"ok":').segment} ${data(110, "}").segment}
@@ -53,7 +55,9 @@ const reports = (() => {
 })()
 
 describe("Wasm tools", () => {
-  it.scopedLive("ok, error, trap, timeout and a tool-origin Event: each recorded with its outcome, the model told of every failure", () =>
+  /** On the worker pool, and on the main thread (the echo, error and trap tried there at once; the spin moved; the emit run after its try gave up). */
+  const hosts = [["on the worker pool", WASM], ["on the main thread", INLINE]] as const
+  it.scopedLive.each(hosts)("ok, error, trap, timeout and a tool-origin Event (%s): each recorded with its outcome, the model told of every failure", ([, wasm]) =>
     Effect.gen(function*() {
       const agentloops = yield* Agentloops
       const ids: Record<string, string> = {}
@@ -96,7 +100,44 @@ describe("Wasm tools", () => {
       const emitter = started.find((r) => r.payload.tool === "emits")!
       expect(progress.payload).toEqual({ kind: "progress", payload: { pct: 50 }, origin: { kind: "tool", sequence: emitter.sequence } })
       expect(progress.sequence).toBeLessThan(closing("emits").sequence)
-    }).pipe(Effect.provide(runtimeLayer({ wasm: WASM }))))
+      // Only the emitting tool's Event was written: its try gave up before the call was made.
+      expect(records.filter((r) => r.kind === "extension")).toHaveLength(1)
+    }).pipe(Effect.provide(runtimeLayer({ wasm }))))
+
+  it.scopedLive("a round of Wasm tools that all run to their end on the main thread: their outcomes recorded right after their starts, in the calls' order, and the loop given each result", () =>
+    Effect.gen(function*() {
+      const agentloops = yield* Agentloops
+      // Bytes of their own (an extra data segment): a module admitted by an earlier test's host is
+      // compiled already, and this host would never make its main-thread twin.
+      const own = (text: string) => `${text.slice(0, text.lastIndexOf(")"))} ${data(400, "this test").segment})`
+      const echoId = (yield* agentloops.admit(yield* Effect.promise(() => wat(own(echo))))).id
+      const failsId = (yield* agentloops.admit(yield* Effect.promise(() => wat(own(fails))))).id
+      // Compiled and at hand, as after a module's first call (a call whose module is still to be compiled is not tried).
+      yield* agentloops.tool(echoId)
+      yield* agentloops.tool(failsId)
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({
+        model: {
+          provider: "scripted",
+          replies: [{ tool_calls: [{ name: "echo", input: { n: 1 } }, { name: "fails", input: {} }, { name: "echo", input: { n: 2 } }] }, { text: "done" }]
+        },
+        tools: [{ name: "echo", module: echoId }, { name: "fails", module: failsId }]
+      })
+      const outcome = yield* sessions.send(session_id, { message: "go" })
+      expect(outcome.turn.status).toBe("ended")
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      const at = records.findIndex((r) => r.kind === "tool_call_started")
+      const round = records.slice(at, at + 6)
+      expect(round.map((r) => r.kind)).toEqual(["tool_call_started", "tool_call_started", "tool_call_started", "tool_call_ended", "tool_call_ended", "tool_call_ended"])
+      expect(round.slice(3).map((r) => r.payload.sequence)).toEqual(round.slice(0, 3).map((r) => r.sequence))
+      expect(round[3]!.payload).toMatchObject({ outcome: "ok", output: { input: { n: 1 } } })
+      expect(round[4]!.payload).toMatchObject({ outcome: "error", output: { message: "nope" } })
+      expect(round[5]!.payload).toMatchObject({ outcome: "ok", output: { input: { n: 2 } } })
+      // The loop was given each call's result, in order, and saved them before the next model call.
+      const saved = records.filter((r) => r.kind === "transcript_delta").flatMap((r) => r.payload.append as Array<{ role: string; tool_call_id?: string }>)
+      expect(saved.filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(round.slice(0, 3).map((r) => r.payload.call_id))
+    }).pipe(Effect.provide(runtimeLayer({ wasm: INLINE }))))
 
   it.scopedLive("a tool's telemetry reaches the sink tagged with its session, activation and tool call, and is never journaled", () => {
     const got: Array<TelemetryRecord> = []
