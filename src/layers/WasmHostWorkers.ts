@@ -230,12 +230,15 @@ export const make = (options: WasmHostOptions) =>
           { onFailure: toolFailed, onSuccess: toolRunOf }
         ),
       tryTool: (module, activation, services) => {
-        const twin = inlineMs > 0 ? twins.peek(module.hash) : undefined
+        const twin = inlineMs > 0 ? twins.tryable(module.hash) : undefined
         if (twin === undefined) return undefined
         const perform = toolServices(services)
         const exit = tryInline(twin, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform }, inlineLimits)
         // It reached a host call and was given up: `runTool` runs it from its start.
-        if (exit === undefined) return undefined
+        if (exit === undefined) {
+          twins.gaveUp(module.hash)
+          return undefined
+        }
         stats.inline++
         if (Exit.isFailure(exit)) {
           const f = Cause.failureOption(exit.cause)
@@ -248,7 +251,7 @@ export const make = (options: WasmHostOptions) =>
           twins.moved(module.hash)
           return undefined
         }
-        twins.completed(module.hash)
+        twins.completed(module.hash, true)
         return Exit.succeed(toolRunOf(exit.value.output))
       }
     }

@@ -17,7 +17,10 @@
  * in a row up to MOVED_COOLDOWN, back to none once an activation completes on the main thread. A
  * guest that always computes that much would otherwise spend the main thread's allowance on every
  * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
- * back.
+ * back. A Wasm tool's call is first tried on the main thread to its end (`tryable`; Inline.ts,
+ * `tryInline`); a try that gives up at a host call is paid for twice, so after one the module's
+ * next calls are not tried, as many in a row as a move's cooldown, back to every call once a try
+ * goes to its end.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -164,7 +167,7 @@ const compiled = (bytes: Uint8Array): Promise<Twin> =>
 
 /** One WasmHost's view: the twins ready for its modules, and each module's cooldown after a move. */
 export class InlineModules {
-  private readonly ready = new Map<string, { readonly module: WebAssembly.Module; cooldown: number; moves: number }>()
+  private readonly ready = new Map<string, { readonly module: WebAssembly.Module; cooldown: number; moves: number; untried: number; giveUps: number }>()
 
   /** `cacheDir`: where twins made here are kept for later processes (none: made again in each). */
   constructor(private readonly cacheDir?: string) {}
@@ -174,7 +177,7 @@ export class InlineModules {
     return Effect.promise(() => twinOf(hash, bytes, this.cacheDir)).pipe(
       Effect.map((twin) => {
         if ("module" in twin && !this.ready.has(hash)) {
-          this.ready.set(hash, { module: twin.module, cooldown: 0, moves: 0 })
+          this.ready.set(hash, { module: twin.module, cooldown: 0, moves: 0, untried: 0, giveUps: 0 })
           if (this.ready.size > KEPT) this.ready.delete(this.ready.keys().next().value!)
         }
       })
@@ -192,10 +195,27 @@ export class InlineModules {
     return twin.module
   }
 
-  /** `hash`'s twin when `take` would give it, without counting a take (an activation only tried: Inline.ts, `tryInline`). */
-  peek(hash: string): WebAssembly.Module | undefined {
+  /**
+   * The twin to try `hash`'s next call on (Inline.ts, `tryInline`), without counting a take: none
+   * while it cools down after a move, or after tries of it gave up (it made a host call, and
+   * computed twice what it computed before it), as many tries in a row as after as many moves.
+   */
+  tryable(hash: string): WebAssembly.Module | undefined {
     const twin = this.ready.get(hash)
-    return twin !== undefined && twin.cooldown === 0 ? twin.module : undefined
+    if (twin === undefined || twin.cooldown > 0) return undefined
+    if (twin.untried > 0) {
+      twin.untried--
+      return undefined
+    }
+    return twin.module
+  }
+
+  /** A try of one of `hash`'s calls gave up at a host call. */
+  gaveUp(hash: string) {
+    const twin = this.ready.get(hash)
+    if (twin === undefined) return
+    twin.giveUps++
+    twin.untried = Math.min(MOVED_COOLDOWN, 2 ** twin.giveUps)
   }
 
   /** One of `hash`'s activations was moved to the pool. */
@@ -206,9 +226,11 @@ export class InlineModules {
     twin.cooldown = Math.min(MOVED_COOLDOWN, 2 ** twin.moves)
   }
 
-  /** One of `hash`'s activations completed on the main thread. */
-  completed(hash: string) {
+  /** One of `hash`'s activations completed on the main thread (`tried`: a try, which made no host call). */
+  completed(hash: string, tried = false) {
     const twin = this.ready.get(hash)
-    if (twin !== undefined) twin.moves = 0
+    if (twin === undefined) return
+    twin.moves = 0
+    if (tried) twin.giveUps = 0
   }
 }

@@ -15,7 +15,7 @@ import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
 import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
-import { data, guest, wat } from "../../support/wat.js"
+import { calling, data, guest, wat } from "../../support/wat.js"
 
 const LIMITS = { memoryBytes: 4 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
@@ -201,6 +201,26 @@ describe("WasmHost on the main thread", () => {
       expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
       expect(calls).toEqual(["read k"])
       expect(wasm.stats).toEqual({ inline: 1, moved: 1, pool: 0 })
+    }))
+
+  it.scopedLive("a tool whose try gave up at a host call is not tried for its next calls (2 after one give-up, 4 after two in a row), then tried again; nothing it asked is performed by a try", () =>
+    Effect.gen(function*() {
+      const host = yield* inlineHost(1_000)
+      const module = yield* admit(host, calling("emit", '{"kind":"progress","payload":{}}', "brain_tool"))
+      const emitted: Array<string> = []
+      const services = { emit: (kind: string) => Effect.sync(() => (emitted.push(kind), 1)), telemetry: () => Effect.void }
+      const activation = { input: null, call: { session_id: "s", sequence: 1, name: "t", deadline_at_ms: 0 } }
+      /** Tries one call: whether its guest ran (an instance taken or made for it). */
+      const tried = () => {
+        const before = instanceStats.made + instanceStats.reused
+        expect(host.tryTool!(module, activation, services)).toBeUndefined()
+        return instanceStats.made + instanceStats.reused > before
+      }
+      expect([tried(), tried(), tried(), tried()]).toEqual([true, false, false, true])
+      expect([tried(), tried(), tried(), tried(), tried(), tried()]).toEqual([false, false, false, false, true, false])
+      expect(emitted).toEqual([])
+      expect(yield* host.runTool(module, activation, services)).toEqual({ _tag: "ok", output: { sequence: 1 } })
+      expect(emitted).toEqual(["progress"])
     }))
 
   it.scopedLive("a guest that makes host calls and returns within its allowance runs on the main thread only", () =>
