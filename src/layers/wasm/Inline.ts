@@ -276,7 +276,8 @@ export const runInline = (instrumented: WebAssembly.Module, activation: Activati
  * done, its instance is dropped and its memory zeroed — so that running it again (`runInline`, a
  * worker) is the same activation from its start: a guest sees only its input, its memory and the
  * host's answers. What it computed up to the call is computed again; a Wasm tool's usual call
- * makes none (ToolsBuiltin.ts tries each call so, and runs the others as before).
+ * makes none (WasmHostWorkers.ts, `tryTool`, tries each call so; InlineModules.ts stops trying a
+ * module whose tries give up).
  */
 export const tryInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Exit.Exit<InlineOutcome, ActivationFailure> | undefined => {
   activationStarted()
