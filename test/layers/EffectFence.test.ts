@@ -108,25 +108,26 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
     }))
 })
 
+/** A memory journal that records the kinds of each append (appended one by one, never queued). */
+const counting = Effect.gen(function*() {
+  const { journal: base } = yield* JournalMemory.make
+  const appends: Array<ReadonlyArray<string>> = []
+  const journal: JournalShape = {
+    ...base,
+    append: (session, entries, options) => Effect.suspend(() => {
+      appends.push(entries.map((e) => e.kind))
+      return base.append(session, entries, options)
+    }),
+    enqueue: undefined
+  }
+  const session = yield* mintSessionId
+  yield* base.create(session)
+  yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+  return { journal, base, session, appends }
+})
+const startedOf = (id: string) => entry("tool_call_started", { tool: "t", call_id: id, input: null, deadline_at_ms: 0 })
+
 describe("EffectFence.fenceAll: effects that start together", () => {
-  /** A memory journal that counts its appends. */
-  const counting = Effect.gen(function*() {
-    const { journal: base } = yield* JournalMemory.make
-    const appends: Array<ReadonlyArray<string>> = []
-    const journal: JournalShape = {
-      ...base,
-      append: (session, entries, options) => Effect.suspend(() => {
-        appends.push(entries.map((e) => e.kind))
-        return base.append(session, entries, options)
-      }),
-      enqueue: undefined
-    }
-    const session = yield* mintSessionId
-    yield* base.create(session)
-    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
-    return { journal, base, session, appends }
-  })
-  const startedOf = (id: string) => entry("tool_call_started", { tool: "t", call_id: id, input: null, deadline_at_ms: 0 })
   const kinds = (records: ReadonlyArray<{ readonly kind: string }>) => records.map((r) => r.kind)
 
   it.scopedLive("every start is durable, in one append, before any effect is dispatched; outcomes follow each dispatch and answers come in order", () =>
@@ -205,7 +206,6 @@ describe("EffectFence.fenceAll: effects that start together", () => {
 })
 
 describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
-  const startedOf = (id: string) => entry("tool_call_started", { tool: "t", call_id: id, input: null, deadline_at_ms: 0 })
   const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
     Exit.isSuccess(exit)
       ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
@@ -215,27 +215,9 @@ describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
         failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
         is_error: true
       })
-  /** A memory journal that records each append's kinds and what was durable when each try ran. */
-  const recording = Effect.gen(function*() {
-    const { journal: base } = yield* JournalMemory.make
-    const appends: Array<ReadonlyArray<string>> = []
-    const journal: JournalShape = {
-      ...base,
-      append: (session, entries, options) => Effect.suspend(() => {
-        appends.push(entries.map((e) => e.kind))
-        return base.append(session, entries, options)
-      }),
-      enqueue: undefined
-    }
-    const session = yield* mintSessionId
-    yield* base.create(session)
-    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
-    return { journal, base, session, appends }
-  })
-
   it.scopedLive("when every effect goes to its end when tried, none is dispatched and their outcomes are committed together: one atomic append, in the effects' order, before the answer", () =>
     Effect.gen(function*() {
-      const j = yield* recording
+      const j = yield* counting
       const fence = yield* fenceWith(j.journal, 5_000)
       let dispatched = 0
       const durableAtTry: Array<number> = []
@@ -269,7 +251,7 @@ describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
 
   it.scopedLive("an effect that cannot be tried is dispatched; the others keep the exits their tries gave, dispatched once at most, and every outcome is durable before the answer", () =>
     Effect.gen(function*() {
-      const j = yield* recording
+      const j = yield* counting
       const fence = yield* fenceWith(j.journal, 5_000)
       const dispatched: Array<string> = []
       const effects = ["a", "b", "c"].map((id) => ({
@@ -288,7 +270,7 @@ describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
 
   it.scopedLive("a try that throws is recorded as a dispatch that died, and the round's other outcomes are committed all the same", () =>
     Effect.gen(function*() {
-      const j = yield* recording
+      const j = yield* counting
       const fence = yield* fenceWith(j.journal, 5_000)
       const effects = ["a", "b"].map((id) => ({
         started: startedOf(id),
