@@ -32,15 +32,26 @@ import { Journal, type JournalShape, JournalWriteFailed } from "../../src/servic
 import type { ModelRequest } from "../../src/domain/Model.js"
 import { Sessions, type TurnOutcome } from "../../src/services/Sessions.js"
 import type { ToolHandler } from "../../src/layers/ToolsInProcess.js"
+import { Agentloops } from "../../src/services/Agentloop.js"
+import type { WasmHostShape } from "../../src/services/WasmHost.js"
 import { tempDir } from "../support/journals.js"
 import { runtimeLayer } from "../support/runtime.js"
+import { data, echoing, wat } from "../support/wat.js"
 
 /** Milliseconds one faulty case (turn, stop, restart, next turn) may take before it counts as a hang. */
 const CASE_DEADLINE_MS = 10_000
 /** Milliseconds a stop is given to show whether it closes the turn while an append is held. */
 const STOP_SETTLE_MS = 50
 
-const CREATE = {
+/**
+ * Where the turn's two tools run: in-process handlers, or a Wasm tool on the main thread, each
+ * call tried to its end right after the round's starts are durable (both outcomes then in one
+ * append: docs/runtime.md).
+ */
+type ToolsKind = "in-process" | "wasm"
+
+/** The session: two tool calls in one round, then an answer; `module` names the Wasm tool. */
+const createBody = (module?: string) => ({
   model: {
     provider: "scripted" as const,
     replies: [
@@ -48,7 +59,20 @@ const CREATE = {
       { text: "done" }
     ]
   },
-  tools: [{ name: "alpha" }, { name: "beta" }]
+  tools: module === undefined ? [{ name: "alpha" }, { name: "beta" }] : [{ name: "alpha", module }, { name: "beta", module }]
+})
+const CREATE = createBody()
+
+/**
+ * Guests on the main thread (BRAIN_WASM_INLINE_MS), twins made at admission; an allowance no busy
+ * test machine reaches, so that no call moves to the pool and every case makes the reference's appends.
+ */
+const WASM = { workers: 1, memoryBytes: 4 * 1024 * 1024, computeMs: 5_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024, inlineMs: 1_000, inlineAtAdmission: true }
+
+/** An echo tool of bytes of its own (`label` in a data segment): each case's host admits it afresh. */
+const echoTool = (label: string) => {
+  const text = echoing("brain_tool")
+  return wat(`${text.slice(0, text.lastIndexOf(")"))} ${data(400, label).segment})`)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,10 +159,28 @@ const countingTool = (probe: Probe): ToolHandler => (input, invocation) =>
     return { outcome: "ok" as const, output: { echo: input } }
   })
 
-const runtime = (dataDir: string, fault: Fault, probe: Probe) =>
+/** The WebAssembly host, counting each tool call it runs (a try that went to its end, or a run); a try given up ran nothing. */
+const countingHost = (probe: Probe) => (host: WasmHostShape): WasmHostShape => {
+  const dispatched = (sequence: number) => probe.dispatches.push({ kind: "tool", sequence, durable: probe.durable.has(sequence) })
+  return {
+    ...host,
+    runTool: (module, activation, services) =>
+      Effect.suspend(() => {
+        dispatched(activation.call.sequence)
+        return host.runTool(module, activation, services)
+      }),
+    tryTool: (module, activation, services) => {
+      const run = host.tryTool?.(module, activation, services)
+      if (run !== undefined) dispatched(activation.call.sequence)
+      return run
+    }
+  }
+}
+
+const runtime = (dataDir: string, fault: Fault, probe: Probe, tools: ToolsKind = "in-process") =>
   runtimeLayer({
     journal: faultyJournal(dataDir, fault, probe),
-    tools: { alpha: countingTool(probe), beta: countingTool(probe) },
+    ...(tools === "wasm" ? { wasm: WASM, wasmHost: countingHost(probe) } : { tools: { alpha: countingTool(probe), beta: countingTool(probe) } }),
     onModelCall: (call) =>
       void probe.dispatches.push({
         kind: "model",
@@ -309,10 +351,11 @@ const untilSuspended = <A, E>(fiber: Fiber.RuntimeFiber<A, E>) =>
     }
   })
 
-const runCase = (variant: Variant, k: number) =>
+const runCase = (variant: Variant, k: number, tools: ToolsKind = "in-process") =>
   Effect.scoped(Effect.gen(function*() {
     const dir = yield* tempDir("brain-fault-")
-    const label = `${variant} k=${k}`
+    const label = `${variant} k=${k}${tools === "wasm" ? " (Wasm tools)" : ""}`
+    const toolBytes = tools === "wasm" ? yield* Effect.promise(() => echoTool(label)) : undefined
     const problems: Array<string> = []
     const probe = new Probe()
     const reached = yield* Deferred.make<void>()
@@ -327,9 +370,10 @@ const runCase = (variant: Variant, k: number) =>
     const scope = yield* Scope.make()
     // Closed by the case itself; this covers a case that fails early (closing twice is a no-op).
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
-    const context = yield* Layer.buildWithScope(runtime(dir, fault, probe), scope)
+    const context = yield* Layer.buildWithScope(runtime(dir, fault, probe, tools), scope)
     const sessions = Context.get(context, Sessions)
-    const created = yield* sessions.create(CREATE)
+    const module = toolBytes === undefined ? undefined : (yield* Context.get(context, Agentloops).admit(toolBytes)).id
+    const created = yield* sessions.create(createBody(module))
     const session = created.session_id
     probe.armed = true
     const send = yield* Effect.fork(Effect.either(sessions.send(session, { message: "go" })))
@@ -377,12 +421,14 @@ const runCase = (variant: Variant, k: number) =>
 
     // --- The restarted process ---
     const after = new Probe()
-    const restarted = runtime(dir, { _tag: "none" }, after)
+    const restarted = runtime(dir, { _tag: "none" }, after, tools)
     yield* withDeadline(
       `${label}: restart`,
       Effect.gen(function*() {
         const journal = yield* Journal
         const sessions = yield* Sessions
+        // The restarted process has the tool's module too (admitted again: the same bytes, the same id).
+        if (toolBytes !== undefined) yield* (yield* Agentloops).admit(toolBytes)
         const written = yield* readAll(journal, session)
         const refused = variant === "lost" || variant === "landed"
         for (const v of violations(written, probe.dispatches, refused)) problems.push(`${label}, before restart: ${v}`)
@@ -437,23 +483,53 @@ const runCase = (variant: Variant, k: number) =>
 
 
 /** Runs the reference turn, then `variant` at every append k of it; reports every violation at once. */
-const everyStep = (variant: Exclude<Variant, "reference">) =>
+const everyStep = (variant: Exclude<Variant, "reference">, tools: ToolsKind = "in-process") =>
   Effect.gen(function*() {
-    const reference = yield* runCase("reference", 0)
+    const reference = yield* runCase("reference", 0, tools)
     expect(reference.problems).toEqual([])
     const n = reference.n
     // The reference turn: turn+activation start, 2 model calls, 2 tool calls, transcript saves
-    // (riding on the calls after them), close.
-    expect(n).toBeGreaterThanOrEqual(8)
+    // (riding on the calls after them), close; the tools' outcomes in one append when both were
+    // tried to their end (Wasm tools).
+    expect(n).toBeGreaterThanOrEqual(tools === "wasm" ? 7 : 8)
     const problems: Array<string> = []
     for (let k = 1; k <= n; k++) {
-      const result = yield* Effect.either(runCase(variant, k))
+      const result = yield* Effect.either(runCase(variant, k, tools))
       const at = `(append ${k} of ${n}: ${reference.kinds[k - 1]!.join("+")})`
       if (result._tag === "Left") problems.push(`${variant} k=${k} ${at}: ${String(result.left)}`)
       else problems.push(...result.right.problems.map((p) => `${p} ${at}`))
     }
     expect(problems).toEqual([])
   })
+
+describe("a turn whose tools are Wasm tools tried on the main thread, interrupted at every append", () => {
+  it.live("the reference turn tries both calls to their end: their outcomes in one append right after their starts, each run once", () =>
+    Effect.gen(function*() {
+      const reference = yield* runCase("reference", 0, "wasm")
+      expect(reference.problems).toEqual([])
+      expect(reference.kinds).toEqual([
+        ["model_call_started"],
+        ["model_call_ended"],
+        ["tool_call_started", "tool_call_started"],
+        ["tool_call_ended", "tool_call_ended"],
+        ["model_call_started"],
+        ["model_call_ended"],
+        ["transcript_delta", "activation_ended", "turn_ended"]
+      ])
+    }))
+
+  it.live("a write failure at append k (nothing written, or landed) leaves both calls closed once or pending, never run twice; restart recovers them as ambiguous and the next turn works", () =>
+    Effect.gen(function*() {
+      yield* everyStep("lost", "wasm")
+      yield* everyStep("landed", "wasm")
+    }))
+
+  it.live("sessions.interrupt or a server stop at append k closes both calls once before the turn, runs nothing twice, and restart recovers what is left", () =>
+    Effect.gen(function*() {
+      yield* everyStep("cancel", "wasm")
+      yield* everyStep("stop", "wasm")
+    }))
+})
 
 describe("a turn interrupted at every append (file journal, fault-injecting wrapper)", () => {
   it.live("the reference turn (2 model calls, 2 tool calls) closes every effect once and dispatches each once", () =>

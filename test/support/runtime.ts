@@ -12,7 +12,7 @@ import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
 import type * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import * as WasmHostWorkers from "../../src/layers/WasmHostWorkers.js"
-import { WasmHost } from "../../src/services/WasmHost.js"
+import { WasmHost, type WasmHostShape } from "../../src/services/WasmHost.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
@@ -40,6 +40,8 @@ export interface RuntimeOptions {
   readonly bindings?: ModelBindingsShape
   /** Runs a WebAssembly host with these limits: uploaded modules and Wasm tools work (in memory). */
   readonly wasm?: WasmHostWorkers.WasmHostOptions
+  /** With `wasm`: the host as the runtime sees it, made from the real one (to watch what it runs). */
+  readonly wasmHost?: (host: WasmHostShape) => WasmHostShape
   /** With `wasm`: the official loop runs as this module (dist/loops/official.wasm), not in TypeScript. */
   readonly officialModule?: Uint8Array
   /** Where loops' and tools' telemetry goes (dropped without one). */
@@ -122,7 +124,9 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
       : CheckpointStore.layerMemory,
     base: Layer.succeed(ModelBindings, options.bindings ?? noBindings),
     models: Layer.succeed(Models, models),
-    wasm: options.wasm ? Layer.scoped(WasmHost, WasmHostWorkers.make(options.wasm)) : Layer.empty,
+    wasm: options.wasm
+      ? Layer.scoped(WasmHost, Effect.map(WasmHostWorkers.make(options.wasm), (host) => options.wasmHost?.(host) ?? host))
+      : Layer.empty,
     agentloops: AgentloopsModules.layer({
       loops: options.loops ?? {},
       ...(options.officialModule ? { officialModule: options.officialModule } : {})
