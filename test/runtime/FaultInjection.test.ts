@@ -36,7 +36,7 @@ import { Agentloops } from "../../src/services/Agentloop.js"
 import type { WasmHostShape } from "../../src/services/WasmHost.js"
 import { tempDir } from "../support/journals.js"
 import { runtimeLayer } from "../support/runtime.js"
-import { data, echoing, wat } from "../support/wat.js"
+import { echoing, wat } from "../support/wat.js"
 
 /** Milliseconds one faulty case (turn, stop, restart, next turn) may take before it counts as a hang. */
 const CASE_DEADLINE_MS = 10_000
@@ -69,11 +69,8 @@ const CREATE = createBody()
  */
 const WASM = { workers: 1, memoryBytes: 4 * 1024 * 1024, computeMs: 5_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024, inlineMs: 1_000, inlineAtAdmission: true }
 
-/** An echo tool of bytes of its own (`label` in a data segment): each case's host admits it afresh. */
-const echoTool = (label: string) => {
-  const text = echoing("brain_tool")
-  return wat(`${text.slice(0, text.lastIndexOf(")"))} ${data(400, label).segment})`)
-}
+/** The tool: it answers its input. */
+const ECHO_TOOL = echoing("brain_tool")
 
 // ---------------------------------------------------------------------------------------------
 // The instrumented journal and dispatch counter
@@ -355,7 +352,7 @@ const runCase = (variant: Variant, k: number, tools: ToolsKind = "in-process") =
   Effect.scoped(Effect.gen(function*() {
     const dir = yield* tempDir("brain-fault-")
     const label = `${variant} k=${k}${tools === "wasm" ? " (Wasm tools)" : ""}`
-    const toolBytes = tools === "wasm" ? yield* Effect.promise(() => echoTool(label)) : undefined
+    const toolBytes = tools === "wasm" ? yield* Effect.promise(() => wat(ECHO_TOOL)) : undefined
     const problems: Array<string> = []
     const probe = new Probe()
     const reached = yield* Deferred.make<void>()

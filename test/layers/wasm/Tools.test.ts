@@ -109,11 +109,8 @@ describe("Wasm tools", () => {
   it.scopedLive("a round of Wasm tools that all run to their end on the main thread: their outcomes recorded right after their starts, in the calls' order, and the loop given each result", () =>
     Effect.gen(function*() {
       const agentloops = yield* Agentloops
-      // Bytes of their own (an extra data segment): a module admitted by an earlier test's host is
-      // compiled already, and this host would never make its main-thread twin.
-      const own = (text: string) => `${text.slice(0, text.lastIndexOf(")"))} ${data(400, "this test").segment})`
-      const echoId = (yield* agentloops.admit(yield* Effect.promise(() => wat(own(echo))))).id
-      const failsId = (yield* agentloops.admit(yield* Effect.promise(() => wat(own(fails))))).id
+      const echoId = (yield* agentloops.admit(yield* Effect.promise(() => wat(echo)))).id
+      const failsId = (yield* agentloops.admit(yield* Effect.promise(() => wat(fails)))).id
       // Compiled and at hand, as after a module's first call (a call whose module is still to be compiled is not tried).
       yield* agentloops.tool(echoId)
       yield* agentloops.tool(failsId)
