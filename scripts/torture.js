@@ -34,7 +34,12 @@
  *    `brain journal dump`: each session's records are exactly 1..last_sequence, private ones
  *    included, and every Event read over HTTP is its record unchanged.
  * 5. Prints `kills K, turns T, acknowledged A, ambiguous B, violations V` and each violation;
- *    exits 1 when V > 0. Flags: --kills K (20), --sessions N (8), --turns-per-session (15).
+ *    exits 1 when V > 0. Flags: --kills K (20), --sessions N (8), --turns-per-session (15),
+ *    --wasm-tools: the example Wasm tool (loops/examples/echo-tool.ts, uploaded once) is offered
+ *    too, as `echo` in the built-in environment — alone in the sessions of even-numbered clients
+ *    (each round's two calls tried to their end on the main thread, their outcomes in one
+ *    append), beside `slow` in the others' (one call of each per round) — and the checks above
+ *    hold for its calls as for the others, those that need the Environment's log aside.
  */
 import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -52,6 +57,7 @@ const arg = (name, fallback) => {
 const KILLS = arg("kills", 20)
 const SESSIONS = arg("sessions", 8)
 const TURNS_PER_SESSION = arg("turns-per-session", 15)
+const WASM_TOOLS = process.argv.includes("--wasm-tools")
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 /** Milliseconds a (re)started server may take to listen: generous, a loaded 2-core machine is slow. */
 const START_DEADLINE_MS = 90_000
@@ -137,13 +143,19 @@ const call = async (method, url, body, key) => {
 }
 
 // --- the clients -------------------------------------------------------------------------------
+/** The uploaded example Wasm tool's id (`--wasm-tools`). */
+let echoModule
+const SLOW = { name: "slow", description: "answers ok after input.ms", input_schema: { type: "object" }, environment: "box" }
 /** `tag` is the session's system prompt: the model server logs it with every call it receives. */
-const createBody = (tag) => ({
-  model: "fake",
-  system: tag,
-  environments: [{ name: "box", driver: "http", binding: "fake" }],
-  tools: [{ name: "slow", description: "answers ok after input.ms", input_schema: { type: "object" }, environment: "box" }]
-})
+const createBody = (tag, c) => {
+  const echo = echoModule === undefined ? undefined : { name: "echo", description: "answers with its input", module: echoModule }
+  return {
+    model: "fake",
+    system: tag,
+    environments: [{ name: "box", driver: "http", binding: "fake" }],
+    tools: echo === undefined ? [SLOW] : c % 2 === 0 ? [echo] : [SLOW, echo]
+  }
+}
 let stopping = false
 let keySerial = 0
 const acknowledged = [] // {session, key, turn: {sequence, status, result?, failure?}}
@@ -156,7 +168,7 @@ const client = async (c) => {
   while (!stopping) {
     const ckey = `c${c}-create-${++keySerial}`
     const tag = `torture ${ckey}`
-    const created = await call("POST", "/v1/sessions", createBody(tag), ckey)
+    const created = await call("POST", "/v1/sessions", createBody(tag, c), ckey)
     if (created.status === 409 && created.json?.code === "ambiguous") { ambiguous.push({ key: ckey, what: "create" }); continue }
     if (created.status !== 201) { violation(`create ${ckey}: ${created.status} ${created.text.slice(0, 300)}`); continue }
     progress++
@@ -197,6 +209,12 @@ const killer = async () => {
 }
 
 await startServer()
+if (WASM_TOOLS) {
+  const bytes = fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm"))
+  const res = await fetch(`${base}/v1/agentloops`, { method: "POST", headers: { "content-type": "application/wasm", "idempotency-key": "torture-echo-tool" }, body: bytes })
+  if (res.status !== 201) throw new Error(`uploading the example Wasm tool: ${res.status} ${await res.text()}`)
+  echoModule = (await res.json()).id
+}
 const clients = Array.from({ length: SESSIONS }, (_, c) => client(c))
 await killer()
 stopping = true
@@ -282,7 +300,7 @@ for (const [id, events] of journals) {
       const got = received.get(`/tools/call ${id} ${e.sequence}`)
       const outcome = outcomes.get(e.sequence)?.[0]
       if (got && got[0].name !== e.data.tool) violation(`${id}: call #${e.sequence} is ${e.data.tool} but the Environment got ${got[0].name}`)
-      if (!got && outcome?.kind === "tool_call_ended" && outcome.data.outcome === "ok") violation(`${id}: call #${e.sequence} ended ok but never reached the Environment`)
+      if (!got && e.data.tool === "slow" && outcome?.kind === "tool_call_ended" && outcome.data.outcome === "ok") violation(`${id}: call #${e.sequence} ended ok but never reached the Environment`)
     }
   }
   for (const l of envLines) {
