@@ -8,6 +8,8 @@ import * as path from "node:path"
 import { Console, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { acquireLock, FORMAT, FORMAT_FILE, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
+import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
+import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { openHandle, readRecords } from "../layers/journal/Handle.js"
 import type { JournalReadError } from "../services/Journal.js"
@@ -73,10 +75,29 @@ export const verify = (dataDir: string, only?: string) =>
     }
     const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
     if (checked !== undefined) worst = Math.max(worst, checked)
+    const logged = worst === VERIFY_CLEAN ? 0 : commitLogBatches(dataDir)
+    if (logged > 0) {
+      yield* Console.log(
+        `note: the commit log holds ${logged} batch(es) of segment writes that the server writes again at its start, which may mend what is reported here (a machine that lost power loses unsynced segment writes, not the log): start the server, stop it, and verify again`
+      )
+    }
     const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
     yield* Console.log(`verified ${what}: ${["clean", "torn write found", "corruption found"][worst]}`)
     return worst
   })
+
+/** How many whole batches the data directory's commit log holds (CommitLog.ts); unreadable counts as none. */
+const commitLogBatches = (dataDir: string): number => {
+  let batches = 0
+  for (const name of LOG_FILES) {
+    try {
+      batches += scanLog(fs.readFileSync(path.join(dataDir, COMMIT_LOG_DIR, name))).batches.length
+    } catch {
+      // No log (a data directory from before it, or never started), or one start will refuse.
+    }
+  }
+  return batches
+}
 
 /**
  * A session directory with no journal, or a journal with no record: what a creation cut off by a

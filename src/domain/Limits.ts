@@ -33,6 +33,8 @@ export const READ_INDEX_STRIDE = 64
 
 /** Files. Open segment descriptors kept before the least recently used ones are closed. */
 export const OPEN_JOURNAL_FILES = 1_024
+/** Bytes a commit-log file takes before rounds switch to the other one (the journal's recovery reads at most twice this). */
+export const COMMIT_LOG_BYTES = 16 * 1024 * 1024
 
 /** Milliseconds. How long a starting process waits for a data-directory lock held by a live process. */
 export const DATA_DIR_LOCK_WAIT_MS = 5_000

@@ -14,7 +14,7 @@ import { entry, type Entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
-import { tempDir } from "../support/journals.js"
+import { forgetCommitLog, tempDir } from "../support/journals.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const BIN = path.join(ROOT, "bin/brain.js")
@@ -44,7 +44,7 @@ const writeSession = (dataDir: string, session: SessionId, appends: ReadonlyArra
     Effect.gen(function*() {
       yield* journal.create(session)
       for (const entries of appends) yield* journal.append(session, entries)
-    }), rotateBytes)
+    }), rotateBytes).pipe(Effect.tap(() => Effect.sync(() => forgetCommitLog(dataDir))))
 
 const simple = (n: number) => Array.from({ length: n }, (_, i) => [kv(`k${i + 1}`, { i: i + 1 })])
 
@@ -129,6 +129,28 @@ describe("brain journal verify", () => {
       expect(fs.statSync(seg!).size).toBe(groupStart)
       const after = brain("journal", "verify", dir, s)
       expect(after.code, after.output).toBe(0)
+    }))
+
+  it.scopedLive("a segment cut short while the commit log still holds its writes (a power loss) is reported with a note that the server's start may mend it, and after a start and stop it is clean and whole", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (const entries of simple(4)) yield* journal.append(s, entries)
+        }))
+      const [seg] = segmentsOf(dir, s)
+      const whole = fs.readFileSync(seg!)
+      fs.truncateSync(seg!, whole.length - 7)
+      const before = brain("journal", "verify", dir)
+      expect(before.code, before.output).toBe(1)
+      expect(before.stdout).toContain("note: the commit log holds")
+      yield* withJournal(dir, (journal) => journal.lastSequence(s))
+      expect(fs.readFileSync(seg!).equals(whole)).toBe(true)
+      const after = brain("journal", "verify", dir)
+      expect(after.code, after.output).toBe(0)
+      expect(after.stdout).not.toContain("note:")
     }))
 
   it.scopedLive("exits 2 on a corrupt session, naming the file and offset; corruption outranks a torn write, and files are left as found", () =>

@@ -11,6 +11,7 @@ import * as net from "node:net"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { BIN, ensureBuilt, eventually, request, ROOT, ServerProcess, startServer } from "../support/server.js"
+import { forgetCommitLog } from "../support/journals.js"
 import { helloLoop } from "../support/wat.js"
 
 /** Connections the flood opens, above what a process limited to 1,024 open files can hold. */
@@ -266,6 +267,7 @@ describe("a corrupt session", () => {
     const bytes = fs.readFileSync(seg)
     bytes[20] = bytes[20]! ^ 0xff
     fs.writeFileSync(seg, bytes)
+    forgetCommitLog(server.dataDir)
     // Refused while a server holds the data directory.
     await server.start()
     const busy = brain("journal", "remove", server.dataDir, damaged)

@@ -3,8 +3,10 @@
  * never a made-up EIO, whether the write fails at once or after writing part of the buffers (a
  * short write is continued from where it stopped, so the call that fails is the one reported). A
  * round of many files goes through the sync thread with the same outcomes, file by file; a sync
- * thread that dies fails every round in it. The file journal appends to segments opened with
- * O_DSYNC, so its rounds' writes are durable when they return and need no fdatasync after them.
+ * thread that dies fails every round in it. The file journal's rounds are made durable by one
+ * write to its commit log, opened with O_DSYNC, beside plain writes to the segments; without the
+ * log it appends to segments opened with O_DSYNC, so its rounds' writes are durable when they
+ * return and need no fdatasync after them.
  */
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -14,14 +16,14 @@ import { Effect, Either, Layer } from "effect"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import { FileDriver, type FileDriverShape, nodeDriver, remainingAfter, SEGMENT_FLAGS, SYNC_THREAD_MIN_FILES } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, type FileDriverShape, nodeDriver, PLAIN_SEGMENT_FLAGS, remainingAfter, SEGMENT_FLAGS, SYNC_THREAD_MIN_FILES } from "../../src/layers/journal/FileDriver.js"
 import { syncRound, type SyncOutcome, syncThreadNow } from "../../src/layers/journal/SyncThread.js"
 
 /** The flags the kernel holds for `fd` of this process (Linux: /proc/self/fdinfo, in octal). */
 const kernelFlags = (fd: number) => parseInt(/^flags:\s*([0-7]+)$/m.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))![1]!, 8)
 
 describe("the Node file driver", () => {
-  it.scoped("every file the journal's rounds write is open with O_DSYNC (as the kernel holds it), so a write that returns is durable, and every round's records read back whole", () =>
+  const roundsOn = (commitLogBytes: number | undefined, check: (items: Parameters<FileDriverShape["syncMany"]>[0], log: Parameters<FileDriverShape["syncMany"]>[2], opened: Map<number, { path: string; flags: string | number }>) => void) =>
     Effect.gen(function*() {
       const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-dsync-"))
       yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dataDir, { recursive: true, force: true })))
@@ -30,29 +32,60 @@ describe("the Node file driver", () => {
       const driver: FileDriverShape = {
         ...nodeDriver,
         open: (p, flags) => Effect.tap(nodeDriver.open(p, flags), (fd) => Effect.sync(() => opened.set(fd, { path: p, flags }))),
-        syncMany: (items, onDone) => {
-          for (const item of items) {
-            written.add(item.fd)
-            // Still open: the kernel's own flags for it, not only the flags asked for.
-            expect(kernelFlags(item.fd) & fs.constants.O_DSYNC, opened.get(item.fd)?.path).toBe(fs.constants.O_DSYNC)
-            expect(item.synced).toBe(true) // Linux has O_DSYNC (SEGMENT_WRITES_SYNCED)
-          }
-          return nodeDriver.syncMany(items, onDone)
+        syncMany: (items, onDone, log) => {
+          for (const item of items) written.add(item.fd)
+          check(items, log, opened)
+          return nodeDriver.syncMany(items, onDone, log)
         }
       }
-      const journal = yield* JournalFile.make({ dataDir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+      const limits = commitLogBytes === undefined ? {} : { limits: { commitLogBytes } }
+      const journal = yield* JournalFile.make({ dataDir, ...limits }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
       // Enough sessions that a round goes through the sync thread too.
       const sessions = yield* Effect.all(Array.from({ length: SYNC_THREAD_MIN_FILES + 1 }, () => mintSessionId))
       yield* Effect.forEach(sessions, (s) => journal.create(s), { discard: true })
       for (let i = 1; i <= 3; i++) {
         yield* Effect.forEach(sessions, (s) => journal.append(s, [entry("kv_put", { key: `k${i}`, value: i })]), { concurrency: "unbounded", discard: true })
       }
+      // And one session alone, a round from the main thread.
+      yield* journal.append(sessions[0]!, [entry("kv_put", { key: "k4", value: 4 })])
       expect(written.size).toBe(sessions.length)
-      for (const fd of written) expect([SEGMENT_FLAGS.create, SEGMENT_FLAGS.append]).toContain(opened.get(fd)?.flags)
       for (const s of sessions) {
         const records = yield* journal.read(s, { after: 0, limit: 100 })
-        expect(records.filter((r) => r.kind === "kv_put").map((r) => r.payload)).toEqual([1, 2, 3].map((i) => ({ key: `k${i}`, value: i })))
+        const expected = s === sessions[0] ? [1, 2, 3, 4] : [1, 2, 3]
+        expect(records.filter((r) => r.kind === "kv_put").map((r) => r.payload)).toEqual(expected.map((i) => ({ key: `k${i}`, value: i })))
       }
+      return { opened, written }
+    })
+
+  it.scoped("with the commit log (the default), each round's segment writes go with a batch to a log file the kernel holds open with O_DSYNC, the segments without it, and every round's records read back whole", () =>
+    Effect.gen(function*() {
+      let rounds = 0
+      const { opened, written } = yield* roundsOn(undefined, (items, log, opened) => {
+        rounds++
+        expect(log, "every round writes a batch").toBeDefined()
+        expect(log!.paths.length).toBe(items.length)
+        expect(kernelFlags(log!.fd) & fs.constants.O_DSYNC, opened.get(log!.fd)?.path).toBe(fs.constants.O_DSYNC)
+        expect(opened.get(log!.fd)?.path).toMatch(/commit-log[/\\][ab]\.log$/)
+        for (const item of items) {
+          expect(kernelFlags(item.fd) & fs.constants.O_DSYNC, opened.get(item.fd)?.path).toBe(0)
+          expect(item.synced).toBe(false)
+        }
+      })
+      expect(rounds).toBeGreaterThanOrEqual(4)
+      for (const fd of written) expect([PLAIN_SEGMENT_FLAGS.create, PLAIN_SEGMENT_FLAGS.append]).toContain(opened.get(fd)?.flags)
+    }))
+
+  it.scoped("without the commit log, every file the journal's rounds write is open with O_DSYNC (as the kernel holds it), so a write that returns is durable, and every round's records read back whole", () =>
+    Effect.gen(function*() {
+      const { opened, written } = yield* roundsOn(0, (items, log, opened) => {
+        expect(log).toBeUndefined()
+        for (const item of items) {
+          // Still open: the kernel's own flags for it, not only the flags asked for.
+          expect(kernelFlags(item.fd) & fs.constants.O_DSYNC, opened.get(item.fd)?.path).toBe(fs.constants.O_DSYNC)
+          expect(item.synced).toBe(true) // Linux has O_DSYNC (SEGMENT_WRITES_SYNCED)
+        }
+      })
+      for (const fd of written) expect([SEGMENT_FLAGS.create, SEGMENT_FLAGS.append]).toContain(opened.get(fd)?.flags)
     }))
 
   it.effect("a write to a full device fails with ENOSPC, alone and in a group-commit round, and names no path in its reason", () =>

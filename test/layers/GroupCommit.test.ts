@@ -10,28 +10,43 @@ import { instrumentedDriver, tempDir } from "../support/journals.js"
 const kv = (key: string) => entry("kv_put", { key, value: "x".repeat(150) })
 
 describe("Group commit in the file journal", () => {
-  it.scoped("concurrent appends across sessions share syncs: far fewer fdatasyncs than appends", () =>
+  const concurrentAppends = (commitLogBytes?: number) =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const inst = instrumentedDriver()
-      const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, inst.driver)))
+      const options = commitLogBytes === undefined ? { dataDir: dir } : { dataDir: dir, limits: { commitLogBytes } }
+      const journal = yield* JournalFile.make(options).pipe(Effect.provide(Layer.succeed(FileDriver, inst.driver)))
       const sessions: Array<SessionId> = []
       for (let i = 0; i < 8; i++) {
         const s = yield* mintSessionId
         yield* journal.create(s)
         sessions.push(s)
       }
-      const before = inst.counts.fdatasync
+      const before = { ...inst.counts }
       const appends = 8 * 100
       yield* Effect.forEach(
         Array.from({ length: appends }, (_, i) => i),
         (i) => journal.append(sessions[i % 8]!, [kv(`k${i}`)]),
         { concurrency: "unbounded", discard: true }
       )
-      const syncs = inst.counts.fdatasync - before
+      for (const s of sessions) expect(yield* journal.lastSequence(s)).toBe(100)
+      return { appends, syncs: inst.counts.fdatasync - before.fdatasync, writes: inst.counts.writev - before.writev }
+    })
+
+  it.scoped("concurrent appends across sessions share syncs: with the commit log, one per round whatever the sessions in it, far fewer than appends", () =>
+    Effect.gen(function*() {
+      const { appends, syncs, writes } = yield* concurrentAppends()
+      expect(syncs).toBeGreaterThanOrEqual(1)
+      expect(syncs).toBeLessThan(appends / 10)
+      // Each round: a write per session's file and one to the log, synced once.
+      expect(writes).toBeGreaterThanOrEqual(8 + syncs)
+    }))
+
+  it.scoped("concurrent appends across sessions share syncs: without the commit log, one per file per round, far fewer than appends", () =>
+    Effect.gen(function*() {
+      const { appends, syncs } = yield* concurrentAppends(0)
       expect(syncs).toBeGreaterThanOrEqual(8)
       expect(syncs).toBeLessThan(appends / 10)
-      for (const s of sessions) expect(yield* journal.lastSequence(s)).toBe(100)
     }))
 
   it.scopedLive("a latency-lane append queued behind background appends is acknowledged first", () =>
@@ -52,7 +67,7 @@ describe("Group commit in the file journal", () => {
               Effect.zipRight(base.fdatasync(fd))
             )
             : base.fdatasync(fd),
-        syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
+        syncMany: (items, onDone, log) => syncManyVia(driver)(items, onDone, log)
       }
       const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
       const busy = yield* mintSessionId
@@ -118,7 +133,7 @@ describe("Writer robustness", () => {
       const inst = instrumentedDriver()
       const driver: FileDriverShape = {
         ...inst.driver,
-        syncMany: (items, onDone) => (dying ? Effect.die(new Error("driver bug")) : syncManyVia(inst.driver)(items, onDone))
+        syncMany: (items, onDone, log) => (dying ? Effect.die(new Error("driver bug")) : syncManyVia(inst.driver)(items, onDone, log))
       }
       const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
       const a = yield* mintSessionId

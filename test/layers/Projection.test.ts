@@ -13,7 +13,7 @@ import { Projection } from "../../src/services/Projection.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
 import { crc32 } from "../../src/layers/journal/Frame.js"
-import { tempDir } from "../support/journals.js"
+import { forgetCommitLog, tempDir } from "../support/journals.js"
 
 const layerFor = (dataDir: string) => {
   const journal = JournalFile.layerNode({ dataDir })
@@ -133,6 +133,7 @@ describe("Projection with checkpoints on the file journal", () => {
       fs.writeFileSync(file(a), good)
       const seg = path.join(dir, "sessions", a, "journal", "00000000000000000001.seg")
       fs.writeFileSync(seg, Buffer.alloc(0))
+      forgetCommitLog(dir)
       yield* withServices(dir, Effect.gen(function*() {
         const projected = yield* (yield* Projection).state(a)
         expect(projected.source).toBe("journal")

@@ -86,7 +86,7 @@ const stallingDriver = () => {
   const driver: FileDriverShape = {
     ...nodeDriver,
     fdatasync: (fd) => Effect.suspend(() => (gate ? Effect.zipRight(Deferred.await(gate), nodeDriver.fdatasync(fd)) : nodeDriver.fdatasync(fd))),
-    syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
+    syncMany: (items, onDone, log) => syncManyVia(driver)(items, onDone, log)
   }
   return { driver, stall: (until: Deferred.Deferred<void>) => void (gate = until) }
 }

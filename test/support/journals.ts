@@ -24,6 +24,19 @@ export const tempDir = (prefix = "brain-test-") =>
   )
 
 /**
+ * Empties the data directory's commit log (CommitLog.ts): the state its segment files are in once
+ * the log has moved on from their frames (synced there, then the log written over). For tests that
+ * damage frames as a bad disk or a torn write would: damage to frames the log still holds is
+ * written over at the next start (test/layers/CommitLog.test.ts).
+ */
+export const forgetCommitLog = (dataDir: string) => {
+  for (const name of ["a.log", "b.log"]) {
+    const file = path.join(dataDir, "commit-log", name)
+    if (fs.existsSync(file)) fs.truncateSync(file, 0)
+  }
+}
+
+/**
  * Wraps a driver: counts calls, and fails writes to files whose path contains a marked session:
  * the next write only (`failNextWrite`, EIO), or every write until `diskFreed` (`diskFull`, ENOSPC
  * as a full disk answers).
@@ -58,7 +71,7 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
       return base.fdatasync(fd)
     }),
     // Rounds go through this driver's own writev and fdatasync, so they are counted and can fail.
-    syncMany: (items, onDone) => syncManyVia(driver)(items, onDone)
+    syncMany: (items, onDone, log) => syncManyVia(driver)(items, onDone, log)
   }
   return {
     driver,

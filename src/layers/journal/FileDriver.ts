@@ -6,6 +6,7 @@
  */
 import * as fs from "node:fs"
 import { Context, Data, Effect, Layer } from "effect"
+import { encodeBatch } from "./CommitLogFormat.js"
 import { syncRound } from "./SyncThread.js"
 
 export class FileError extends Data.TaggedError("FileError")<{
@@ -48,11 +49,40 @@ export interface FileDriverShape {
    * fdatasync. A driver may always fdatasync: for an `O_DSYNC` file it is redundant, never wrong.
    * `onDone(i, error)` is called as each item finishes (error undefined on success); the effect
    * completes when all have. One call per group-commit round, so a round costs no fiber per file.
+   *
+   * With `log` (the file store's commit log, CommitLog.ts), the items are only written, never
+   * synced; then one batch (CommitLogFormat.ts) of every item whose write succeeded, its file's
+   * name, position and bytes, is written to the log at `log.position` and made durable; an item is
+   * done (`onDone` without error) only once both are. `log.onWritten` is called once, before any
+   * `onDone`, with the batch's size (0 when no item was written: nothing is logged) or the log
+   * write's failure, which is then every written item's failure too.
    */
   readonly syncMany: (
     items: ReadonlyArray<SyncItem>,
-    onDone: (index: number, error: FileError | undefined) => void
+    onDone: (index: number, error: FileError | undefined) => void,
+    log?: CommitLogWrite
   ) => Effect.Effect<void>
+}
+
+/** A round's batch for the commit log (`syncMany`). */
+export interface CommitLogWrite {
+  readonly fd: number
+  readonly position: number
+  readonly epoch: number
+  /** The log file was opened with `O_DSYNC`: its write is durable when it returns, no fdatasync follows. */
+  readonly synced: boolean
+  /** Each item's file as the log names it (UTF-8, relative to the data directory), in the items' order. */
+  readonly paths: ReadonlyArray<Uint8Array>
+  readonly onWritten: (bytes: number, error: FileError | undefined) => void
+}
+
+/** The batch of the items whose write succeeded (`written[i]`), or undefined when none did. */
+export const batchOf = (log: CommitLogWrite, items: ReadonlyArray<SyncItem>, written: ReadonlyArray<boolean>): Buffer | undefined => {
+  const entries = []
+  for (let i = 0; i < items.length; i++) {
+    if (written[i]) entries.push({ path: log.paths[i]!, position: items[i]!.position, pieces: items[i]!.buffers })
+  }
+  return entries.length === 0 ? undefined : encodeBatch(log.epoch, entries)
 }
 
 export interface SyncItem {
@@ -75,13 +105,21 @@ export const SEGMENT_FLAGS = {
   append: fs.constants.O_RDWR | (fs.constants.O_DSYNC ?? 0)
 } as const
 
+/**
+ * How the file journal opens segments when a commit log makes its rounds durable (CommitLog.ts):
+ * plain writes, synced only when the log is about to be written over.
+ */
+export const PLAIN_SEGMENT_FLAGS = {
+  create: fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL,
+  append: fs.constants.O_RDWR
+} as const
+
 /** This platform has `O_DSYNC` (Linux, macOS): a segment's writes are durable as they return. Elsewhere each is fdatasync'd. */
 export const SEGMENT_WRITES_SYNCED: boolean = typeof fs.constants.O_DSYNC === "number" && fs.constants.O_DSYNC !== 0
 
 /** `syncMany` built from a driver's own `writev` and `fdatasync` (for drivers that wrap calls). */
 export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync">): FileDriverShape["syncMany"] =>
-  (items, onDone) =>
-    Effect.forEach(
+  (items, onDone, log) => log !== undefined ? loggedVia(driver, items, onDone, log) : Effect.forEach(
       items,
       (item, i) =>
         driver.writev(item.fd, item.buffers, item.position).pipe(
@@ -94,6 +132,39 @@ export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync"
         ),
       { concurrency: "unbounded", discard: true }
     )
+
+const shortWrite = (fd: number, n: number, bytes: number) =>
+  new FileError({ op: "write", path: `fd ${fd}`, code: "EIO", detail: `short write: ${n} of ${bytes} bytes` })
+
+/** `syncMany` with a commit log, from a driver's own `writev` and `fdatasync`. */
+const loggedVia = (
+  driver: Pick<FileDriverShape, "writev" | "fdatasync">,
+  items: ReadonlyArray<SyncItem>,
+  onDone: (index: number, error: FileError | undefined) => void,
+  log: CommitLogWrite
+) =>
+  Effect.gen(function*() {
+    const errors: Array<FileError | undefined> = yield* Effect.forEach(
+      items,
+      (item) =>
+        driver.writev(item.fd, item.buffers, item.position).pipe(
+          Effect.flatMap((n) => n === item.bytes ? Effect.succeed(undefined) : Effect.fail(shortWrite(item.fd, n, item.bytes))),
+          Effect.merge
+        ),
+      { concurrency: "unbounded" }
+    )
+    const batch = batchOf(log, items, errors.map((e) => e === undefined))
+    let logError: FileError | undefined
+    if (batch !== undefined) {
+      logError = yield* driver.writev(log.fd, [batch], log.position).pipe(
+        Effect.flatMap((n) => n === batch.length ? driver.fdatasync(log.fd) : Effect.fail(shortWrite(log.fd, n, batch.length))),
+        Effect.as(undefined),
+        Effect.merge
+      )
+    }
+    log.onWritten(batch === undefined || logError !== undefined ? 0 : batch.length, logError)
+    errors.forEach((e, i) => onDone(i, e ?? logError))
+  })
 
 export class FileDriver extends Context.Tag("brain/FileDriver")<FileDriver, FileDriverShape>() {}
 
@@ -152,18 +223,26 @@ export const SYNC_THREAD_MIN_FILES = 4
  * The Node `syncMany`: one `Effect.async` for the whole round; plain callbacks, or the sync thread
  * for a round of many files.
  */
-const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
+const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone, log) =>
   Effect.async<void>((resume) => {
     let pending = items.length
-    if (pending === 0) return resume(Effect.void)
+    if (pending === 0) {
+      log?.onWritten(0, undefined)
+      return resume(Effect.void)
+    }
     if (pending >= SYNC_THREAD_MIN_FILES) {
-      return syncRound(items, (outcomes) => {
+      return syncRound(items, (outcomes, logged) => {
+        if (log !== undefined) {
+          const failure = logged?.failure
+          log.onWritten(logged?.bytes ?? 0, failure && new FileError({ op: failure.op, path: fdName(log.fd), code: failure.code, detail: failure.detail }))
+        }
         outcomes.forEach((o, i) =>
-          onDone(i, o === undefined ? undefined : new FileError({ op: o.op, path: fdName(items[i]!.fd), code: o.code, detail: o.detail }))
+          onDone(i, o === undefined ? undefined : new FileError({ op: o.op, path: fdName(o.log ? log!.fd : items[i]!.fd), code: o.code, detail: o.detail }))
         )
         resume(Effect.void)
-      })
+      }, log)
     }
+    if (log !== undefined) return loggedDirect(items, onDone, log, () => resume(Effect.void))
     const finish = (i: number, error: FileError | undefined) => {
       onDone(i, error)
       if (--pending === 0) resume(Effect.void)
@@ -175,6 +254,34 @@ const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone) =>
       })
     })
   })
+
+/** A small round with a commit log, from this thread: the files written at once, then the batch. */
+const loggedDirect = (
+  items: ReadonlyArray<SyncItem>,
+  onDone: (index: number, error: FileError | undefined) => void,
+  log: CommitLogWrite,
+  resume: () => void
+) => {
+  const errors: Array<FileError | undefined> = new Array(items.length).fill(undefined)
+  let pending = items.length
+  const finish = (logError: FileError | undefined, bytes: number) => {
+    log.onWritten(logError === undefined ? bytes : 0, logError)
+    errors.forEach((e, i) => onDone(i, e ?? logError))
+    resume()
+  }
+  items.forEach((item, i) => {
+    writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
+      errors[i] = err
+      if (--pending > 0) return
+      const batch = batchOf(log, items, errors.map((e) => e === undefined))
+      if (batch === undefined) return finish(undefined, 0)
+      writeAll(log.fd, [batch], log.position, batch.length, (err2) => {
+        if (err2 || log.synced) return finish(err2, batch.length)
+        fs.fdatasync(log.fd, (err3) => finish(err3 ? fail("fdatasync", fdName(log.fd), err3) : undefined, batch.length))
+      })
+    })
+  })
+}
 
 export const nodeDriver: FileDriverShape = {
   syncMany: nodeSyncMany,

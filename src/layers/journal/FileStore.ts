@@ -11,10 +11,11 @@
 import * as path from "node:path"
 import { Effect } from "effect"
 import { isSessionId, type SessionId } from "../../domain/Ids.js"
-import { OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
+import { COMMIT_LOG_BYTES, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import * as CommitLog from "./CommitLog.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
-import { type FileDriverShape, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
+import { type FileDriverShape, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
@@ -22,9 +23,18 @@ import type { CommitItem, JournalStore } from "./Store.js"
 export interface FileStoreLimits {
   readonly openFiles: number
   readonly rotateBytes: number
+  /**
+   * Bytes a commit-log file takes before rounds switch to the other (CommitLog.ts); 0: no commit
+   * log, each segment file opened with `O_DSYNC` and each round's files made durable one by one.
+   */
+  readonly commitLogBytes: number
 }
 
-export const defaultFileStoreLimits: FileStoreLimits = { openFiles: OPEN_JOURNAL_FILES, rotateBytes: SEGMENT_ROTATE_BYTES }
+export const defaultFileStoreLimits: FileStoreLimits = {
+  openFiles: OPEN_JOURNAL_FILES,
+  rotateBytes: SEGMENT_ROTATE_BYTES,
+  commitLogBytes: COMMIT_LOG_BYTES
+}
 
 interface Write {
   readonly handle: SessionHandle
@@ -40,6 +50,11 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
   Effect.gen(function*() {
     yield* openDataDir(dataDir, options.lockWaitMs)
     const limits = { ...defaultFileStoreLimits, ...options.limits }
+    // What the last process's commit log holds is written again first, whichever way this one writes.
+    const recovered = yield* CommitLog.recover(driver, dataDir)
+    const log = limits.commitLogBytes > 0 ? CommitLog.make(driver, dataDir, recovered, limits.commitLogBytes) : undefined
+    if (log === undefined) for (const fd of recovered.fds) yield* Effect.ignore(driver.close(fd))
+    const flags = log === undefined ? SEGMENT_FLAGS : PLAIN_SEGMENT_FLAGS
     /** Handles holding an open write descriptor, least recently written first. */
     const openFds = new Set<SessionHandle>()
     /** True while a round's writes are in flight. */
@@ -52,7 +67,8 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         openFds.delete(handle)
         const fd = handle.fd
         handle.fd = undefined
-        return fd === undefined ? Effect.void : Effect.ignore(driver.close(fd))
+        if (fd === undefined) return Effect.void
+        return log === undefined ? Effect.ignore(driver.close(fd)) : Effect.zipRight(log.closing(handle, fd), Effect.ignore(driver.close(fd)))
       })
     const release = (handle: SessionHandle) =>
       Effect.suspend(() => {
@@ -71,12 +87,12 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           // Rotate (or start): the new segment is named by the first sequence it will hold.
           if (handle.fd !== undefined) yield* closeFd(handle)
           const file = newSegmentPath(handle, firstSequence)
-          handle.fd = yield* driver.open(file, SEGMENT_FLAGS.create)
+          handle.fd = yield* driver.open(file, flags.create)
           yield* driver.syncDir(handle.dir)
           seg = { firstSequence, path: file, size: 0 }
           handle.segments.push(seg)
         } else if (handle.fd === undefined) {
-          handle.fd = yield* driver.open(seg.path, SEGMENT_FLAGS.append)
+          handle.fd = yield* driver.open(seg.path, flags.append)
         }
         openFds.delete(handle)
         openFds.add(handle)
@@ -98,8 +114,17 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
      * (a text turn has five rounds). Sessions that need a file opened or a segment rotated take
      * the general path first.
      */
-    const commit = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) =>
+    const commit = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) => {
+      const before = log?.beforeRound()
+      return before === undefined ? round(items, onDone) : Effect.zipRight(before, round(items, onDone))
+    }
+
+    const round = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) =>
       Effect.suspend(() => {
+        if (log?.failure !== undefined) {
+          for (let i = 0; i < items.length; i++) onDone(i, log.failure)
+          return Effect.void
+        }
         inRound = true
         const writes: Array<Write> = []
         const indexOf: Array<number> = []
@@ -141,7 +166,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           }), { discard: true })
         const synced = Effect.suspend(() =>
           writes.length === 0 ? Effect.void : driver.syncMany(
-            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: SEGMENT_WRITES_SYNCED })),
+            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: log === undefined && SEGMENT_WRITES_SYNCED })),
             (k, error) => {
               const w = writes[k]!
               if (error) {
@@ -156,8 +181,10 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
                 offset += w.sizes[r]!
               }
               w.segment.size = offset
+              log?.written(w.handle)
               onDone(indexOf[k]!, undefined)
-            }
+            },
+            log?.batch(writes.map((w) => w.segment))
           )
         )
         return Effect.ensuring(slow === undefined ? synced : Effect.zipRight(opened, synced), endRound(items))
@@ -229,6 +256,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         }),
       release,
       close: Effect.gen(function*() {
+        if (log !== undefined) yield* log.close
         for (const h of openFds) {
           if (h.fd !== undefined) yield* Effect.ignore(driver.close(h.fd))
           h.fd = undefined

@@ -15,7 +15,7 @@
  */
 import { Worker } from "node:worker_threads"
 import { DIST_ROOT } from "../../DistRoot.js"
-import type { SyncAnswer, SyncFailure, SyncRequest } from "./SyncWorker.js"
+import type { LogFailure, SyncAnswer, SyncFailure, SyncRequest } from "./SyncWorker.js"
 
 /** The sync thread's module (compiled; under the tests too). */
 export const WORKER_URL = new URL("layers/journal/SyncWorker.js", DIST_ROOT)
@@ -28,12 +28,29 @@ export interface SyncRoundItem {
   readonly synced?: boolean
 }
 
-/** What one file of a round came to: undefined when written and synced, else why not. */
-export type SyncOutcome = Omit<SyncFailure, "index"> | undefined
+/** What one file of a round came to: undefined when written and synced, else why not (`log`: the commit log's write failed). */
+export type SyncOutcome = (Omit<SyncFailure, "index"> & { readonly log?: boolean }) | undefined
+
+/** A round's commit-log batch, as the sync thread writes it (FileDriver.ts, `CommitLogWrite`). */
+export interface SyncRoundLog {
+  readonly fd: number
+  readonly position: number
+  readonly epoch: number
+  readonly synced: boolean
+  readonly paths: ReadonlyArray<Uint8Array>
+}
+
+/** What the commit log's write came to: the batch's bytes, or its failure. */
+export interface LoggedOutcome {
+  readonly bytes: number
+  readonly failure: LogFailure | undefined
+}
+
+type Done = (outcomes: ReadonlyArray<SyncOutcome>, logged: LoggedOutcome | undefined) => void
 
 let worker: Worker | undefined
 let nextId = 0
-const rounds = new Map<number, { readonly files: number; readonly done: (outcomes: ReadonlyArray<SyncOutcome>) => void }>()
+const rounds = new Map<number, { readonly files: number; readonly logged: boolean; readonly done: Done }>()
 
 /** Every round in the thread fails: it is gone, and with it whatever it had not reported. */
 const lost = (w: Worker, why: string) => {
@@ -41,20 +58,26 @@ const lost = (w: Worker, why: string) => {
   worker = undefined
   const failed = [...rounds.values()]
   rounds.clear()
-  for (const r of failed) r.done(Array.from({ length: r.files }, () => ({ op: "write" as const, code: "EIO", detail: `the sync thread ${why}` })))
+  for (const r of failed) {
+    const failure = { op: "write" as const, code: "EIO", detail: `the sync thread ${why}` }
+    r.done(Array.from({ length: r.files }, () => failure), r.logged ? { bytes: 0, failure } : undefined)
+  }
 }
 
 const start = (): Worker => {
   const w = new Worker(WORKER_URL)
   w.unref()
-  w.on("message", ({ failures, id }: SyncAnswer) => {
+  w.on("message", ({ failures, id, logBytes, logFailure }: SyncAnswer) => {
     const round = rounds.get(id)
     if (round === undefined) return
     rounds.delete(id)
     if (rounds.size === 0) w.unref()
     const outcomes: Array<SyncOutcome> = new Array(round.files).fill(undefined)
     for (const f of failures) outcomes[f.index] = { op: f.op, code: f.code, detail: f.detail }
-    round.done(outcomes)
+    if (logFailure !== undefined) {
+      for (let i = 0; i < outcomes.length; i++) outcomes[i] ??= { ...logFailure, log: true }
+    }
+    round.done(outcomes, round.logged ? { bytes: logBytes ?? 0, failure: logFailure } : undefined)
   })
   w.on("error", (err) => lost(w, `failed: ${err.message}`))
   w.on("exit", (code) => lost(w, `exited (code ${code})`))
@@ -64,8 +87,12 @@ const start = (): Worker => {
 /** The sync thread now, if one runs (for tests). */
 export const syncThreadNow = (): Worker | undefined => worker
 
-/** Writes and syncs `items` on the sync thread; `done` gets each file's outcome, in `items`' order. */
-export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: (outcomes: ReadonlyArray<SyncOutcome>) => void): void => {
+/**
+ * Writes and syncs `items` on the sync thread; `done` gets each file's outcome, in `items`' order.
+ * With `log`, the files are only written, then the batch of those written goes to the log
+ * (FileDriver.ts, `syncMany`), and `done` gets what that came to too.
+ */
+export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: Done, log?: SyncRoundLog): void => {
   let total = 0
   for (const item of items) for (const b of item.buffers) total += b.length
   // One buffer of its own for the whole round, so it can be handed over rather than copied again.
@@ -82,7 +109,10 @@ export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: (outcomes: 
   }
   const w = (worker ??= start())
   const id = nextId++
-  rounds.set(id, { files: items.length, done })
+  rounds.set(id, { files: items.length, logged: log !== undefined, done })
   w.ref()
-  w.postMessage({ id, data: data.buffer, items: meta } satisfies SyncRequest, [data.buffer])
+  const request: SyncRequest = log === undefined
+    ? { id, data: data.buffer, items: meta }
+    : { id, data: data.buffer, items: meta, log: { fd: log.fd, position: log.position, epoch: log.epoch, synced: log.synced, paths: log.paths } }
+  w.postMessage(request, [data.buffer])
 }

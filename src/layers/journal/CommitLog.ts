@@ -1,0 +1,226 @@
+/**
+ * The commit log (docs/journal.md, "The commit log"): how one durable write per group-commit round
+ * stands for the writes of every session in it. A round writes each session's frames to its
+ * segment file without syncing it, then one batch holding all of them — each file's name, the
+ * position and the bytes — to the commit log, a file opened with `O_DSYNC`; a round's appends are
+ * acknowledged once both are done. So a round of 40 sessions costs one durable write, not 40.
+ *
+ * - Two log files, `a.log` and `b.log`, under `{dataDir}/commit-log/`. Rounds append batches to
+ *   the current one; once it holds `capacity` bytes the next round switches to the other, which
+ *   is written again from its start under a new epoch (CommitLogFormat.ts: what an older epoch
+ *   left there never passes for a batch of this one).
+ * - A log file is written again only once everything its batches wrote to segment files is
+ *   durable there: at each switch the segment files written while the log now left was current
+ *   are fdatasync'd, in the background, and the next switch back to that log waits for it. A
+ *   segment file closed meanwhile (rotated, its session dropped, its descriptor reclaimed) is
+ *   fdatasync'd as it is closed (`closing`), before its descriptor can name another file.
+ * - On start (`recover`, with the data directory locked, before any session opens), both logs'
+ *   whole batches are written again where they say, the older epoch's first, and the files
+ *   fdatasync'd: whatever an acknowledged round wrote is in its segment file again even if the
+ *   machine lost the page cache. Writing a batch again is harmless when its bytes already are
+ *   there: segment files are only appended to, and a torn end is cut only after this, at open.
+ *   A file that no longer exists was deleted with its session, and is skipped.
+ * - A failure of the log's write, or of a flush, is sticky: nothing more is acknowledged (a log
+ *   that cannot be trusted cannot be written over), as with any failed write (DESIGN §2).
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { Deferred, Effect, Fiber, FiberId } from "effect"
+import { isSessionId } from "../../domain/Ids.js"
+import { DataDirError } from "./DataDir.js"
+import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
+import { type ScannedLog, scanLog } from "./CommitLogFormat.js"
+import type { Segment, SessionHandle } from "./Handle.js"
+
+export const COMMIT_LOG_DIR = "commit-log"
+export const LOG_FILES = ["a.log", "b.log"] as const
+
+/** How a log file is opened: written in place, each write durable as it returns where the platform has `O_DSYNC`. */
+const LOG_FLAGS = fs.constants.O_RDWR | fs.constants.O_CREAT | (fs.constants.O_DSYNC ?? 0)
+
+/** What a log may name: a segment of a session's journal, relative to the data directory. */
+const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
+
+export interface Recovered {
+  readonly fds: readonly [number, number]
+  /** The log to write first (the one whose epoch was the older) and the epoch to write it with. */
+  readonly current: 0 | 1
+  readonly epoch: number
+  /** Entries written again, and files they touched (for tests and the log line). */
+  readonly redone: number
+  readonly files: number
+}
+
+const failed = (dataDir: string, what: string) => (e: FileError) => new DataDirError({ dir: dataDir, reason: `${what}: ${e.message}` })
+
+/**
+ * Writes again what both logs hold, older epoch first, syncs what it wrote, and opens the logs
+ * for this process (creating them the first time). The data directory must be locked.
+ */
+export const recover = (driver: FileDriverShape, dataDir: string) =>
+  Effect.gen(function*() {
+    const dir = path.join(dataDir, COMMIT_LOG_DIR)
+    if (!(yield* driver.exists(dir))) {
+      yield* driver.mkdir(dir).pipe(Effect.zipRight(driver.syncDir(dataDir)), Effect.mapError(failed(dataDir, "cannot create the commit log")))
+    }
+    const scans: Array<ScannedLog> = []
+    for (const name of LOG_FILES) {
+      const file = path.join(dir, name)
+      const bytes = (yield* driver.exists(file))
+        ? yield* driver.readFile(file).pipe(Effect.mapError(failed(dataDir, "cannot read the commit log")))
+        : Buffer.alloc(0)
+      scans.push(yield* Effect.try({
+        try: () => scanLog(bytes),
+        catch: (err) => new DataDirError({ dir: dataDir, reason: `the commit log ${name} is damaged: ${(err as Error).message}` })
+      }))
+    }
+    const order = scans
+      .map((scan, index) => ({ scan, index }))
+      .filter((s) => s.scan.epoch !== undefined)
+      .sort((x, y) => x.scan.epoch! - y.scan.epoch!)
+    const fds = new Map<string, number | undefined>()
+    let redone = 0
+    const done = Effect.gen(function*() {
+      for (const { scan } of order) {
+        for (const batch of scan.batches) {
+          for (const entry of batch) {
+            const named = SEGMENT_PATH.exec(entry.path)
+            if (named === null || !isSessionId(named[1]!)) {
+              return yield* Effect.fail(new DataDirError({ dir: dataDir, reason: `the commit log names ${JSON.stringify(entry.path)}, which is not a journal segment` }))
+            }
+            if (!fds.has(entry.path)) {
+              const file = path.join(dataDir, entry.path)
+              fds.set(entry.path, (yield* driver.exists(file)) ? yield* driver.open(file, fs.constants.O_RDWR).pipe(Effect.mapError(failed(dataDir, "cannot open a segment to recover"))) : undefined)
+            }
+            const fd = fds.get(entry.path)
+            if (fd === undefined) continue
+            yield* driver.writev(fd, [Buffer.from(entry.bytes)], entry.position).pipe(Effect.mapError(failed(dataDir, "cannot write a segment to recover")))
+            redone++
+          }
+        }
+      }
+      for (const fd of fds.values()) {
+        if (fd !== undefined) yield* driver.fdatasync(fd).pipe(Effect.mapError(failed(dataDir, "cannot sync a recovered segment")))
+      }
+    })
+    yield* Effect.ensuring(done, Effect.forEach([...fds.values()], (fd) => fd === undefined ? Effect.void : Effect.ignore(driver.close(fd)), { discard: true }))
+    const opened: Array<number> = []
+    for (const name of LOG_FILES) opened.push(yield* driver.open(path.join(dir, name), LOG_FLAGS).pipe(Effect.mapError(failed(dataDir, "cannot open the commit log"))))
+    yield* driver.syncDir(dir).pipe(Effect.mapError(failed(dataDir, "cannot sync the commit log's directory")))
+    const newest = order.length === 0 ? 0 : order[order.length - 1]!.scan.epoch!
+    const recovered: Recovered = {
+      fds: [opened[0]!, opened[1]!],
+      current: order.length === 0 ? 0 : (order[0]!.index as 0 | 1),
+      epoch: (newest + 1) >>> 0,
+      redone,
+      files: [...fds.values()].filter((fd) => fd !== undefined).length
+    }
+    return recovered
+  })
+
+/** The commit log as the file store writes it, from what `recover` opened. */
+export const make = (driver: FileDriverShape, dataDir: string, recovered: Recovered, capacity: number) => {
+  let current = recovered.current
+  let epoch = recovered.epoch
+  let position = 0
+  /** Handles written under the current log's epoch, and under the previous one (until its flush is done). */
+  let dirty = new Set<SessionHandle>()
+  let flushing = new Set<SessionHandle>()
+  let flush: Fiber.RuntimeFiber<void> | undefined
+  let failure: string | undefined
+  /** Closes under way of handles written under either log (`closing`): done once their fdatasync is. */
+  const closingNow = new Map<SessionHandle, Deferred.Deferred<void>>()
+  const names = new WeakMap<Segment, Uint8Array>()
+  const encoder = new TextEncoder()
+  const fail = (why: string) => {
+    failure ??= why
+  }
+
+  const nameOf = (segment: Segment) => {
+    let name = names.get(segment)
+    if (name === undefined) {
+      name = encoder.encode(path.relative(dataDir, segment.path).split(path.sep).join("/"))
+      names.set(segment, name)
+    }
+    return name
+  }
+
+  /** fdatasyncs the handles written under the log just left; a handle closed meanwhile was synced as it closed. */
+  const flushAll = (handles: Set<SessionHandle>) =>
+    Effect.forEach([...handles], (h) =>
+      Effect.suspend(() => {
+        const fd = h.fd
+        if (fd === undefined || !handles.has(h)) return Effect.void
+        return Effect.match(driver.fdatasync(fd), {
+          // A handle closed (and so synced) while this ran is not this flush's failure.
+          onFailure: (e) => h.fd === fd && handles.has(h) ? fail(`a journal file's flush failed: ${e.reason}`) : undefined,
+          onSuccess: () => handles.delete(h)
+        })
+      }), { concurrency: "unbounded", discard: true })
+
+  /** Switches to the other log once this one is full: after the flush of what the other held. */
+  const switchLog = Effect.gen(function*() {
+    if (flush !== undefined) yield* Fiber.join(flush)
+    // A handle the flush found closed is synced by its close: wait for that too.
+    for (const h of [...flushing]) {
+      const closed = closingNow.get(h)
+      if (closed !== undefined) yield* Deferred.await(closed)
+    }
+    if (flushing.size > 0) fail("a journal file could not be synced before its commit log was written over")
+    if (failure !== undefined) return
+    flushing = dirty
+    dirty = new Set()
+    current = current === 0 ? 1 : 0
+    epoch = (epoch + 1) >>> 0
+    position = 0
+    flush = yield* Effect.forkDaemon(flushAll(flushing))
+  })
+
+  return {
+    get failure() {
+      return failure
+    },
+    /** What must happen before the next round's batch: a switch when the current log is full (else undefined). */
+    beforeRound: (): Effect.Effect<void> | undefined => position >= capacity && failure === undefined ? switchLog : undefined,
+    /** The round's batch, naming each write's segment; `written` is told which handles it made dirty once the round is done. */
+    batch: (segments: ReadonlyArray<Segment>): CommitLogWrite => ({
+      fd: recovered.fds[current],
+      position,
+      epoch,
+      synced: SEGMENT_WRITES_SYNCED,
+      paths: segments.map(nameOf),
+      onWritten: (bytes, error) => {
+        if (error !== undefined) fail(`the commit log's write failed: ${error.reason}`)
+        else position += bytes
+      }
+    }),
+    written: (handle: SessionHandle) => {
+      dirty.add(handle)
+    },
+    /** A handle's descriptor is about to close: what it wrote since the last flush is made durable first. */
+    closing: (handle: SessionHandle, fd: number): Effect.Effect<void> => {
+      if (!dirty.has(handle) && !flushing.has(handle)) return Effect.void
+      const closed = Deferred.unsafeMake<void>(FiberId.none)
+      closingNow.set(handle, closed)
+      return Effect.match(driver.fdatasync(fd), {
+        onFailure: (e) => fail(`a journal file's flush failed: ${e.reason}`),
+        onSuccess: () => {
+          dirty.delete(handle)
+          flushing.delete(handle)
+        }
+      }).pipe(Effect.ensuring(Effect.suspend(() => {
+        if (closingNow.get(handle) === closed) closingNow.delete(handle)
+        return Deferred.succeed(closed, undefined)
+      })))
+    },
+    /** After the last round: waits for a flush under way, syncs what is left, closes the logs. */
+    close: Effect.gen(function*() {
+      if (flush !== undefined) yield* Fiber.join(flush)
+      yield* flushAll(flushing)
+      yield* flushAll(dirty)
+      for (const fd of recovered.fds) yield* Effect.ignore(driver.close(fd))
+    })
+  }
+}
+
+export type CommitLog = ReturnType<typeof make>

@@ -1,0 +1,118 @@
+/**
+ * The commit log's bytes (docs/journal.md, "The commit log"): one batch per group-commit round,
+ * holding what the round wrote to each session's segment file and where.
+ *
+ *   batch  = u32 LE magic | u32 LE epoch | u32 LE body length | u32 LE CRC-32 of the body
+ *            | u32 LE CRC-32 of the 16 bytes before it | body
+ *   body   = entry*
+ *   entry  = u16 LE path length | path (UTF-8, relative to the data directory)
+ *            | f64 LE position in that file | u32 LE length | the bytes written there
+ *
+ * A log file is written from its start by batches of one epoch; the epoch is a new number each
+ * time a file is taken up again, so a batch left from an earlier use (the file is overwritten, not
+ * truncated) never passes for one of this use. A batch counts only whole: a header or a body whose
+ * checksum fails, or one that runs past the file, ends the file's batches (a torn write: its round
+ * was never acknowledged). No Effect here: the sync thread (SyncWorker.ts) encodes batches too.
+ */
+import * as zlib from "node:zlib"
+
+export const BATCH_MAGIC = 0x4c43_4e42 // "BNCL" read as LE bytes B N C L
+export const BATCH_HEADER_BYTES = 20
+const ENTRY_FIXED_BYTES = 2 + 8 + 4
+
+/** One file's bytes in a batch. */
+export interface LogEntry {
+  readonly path: string
+  readonly position: number
+  readonly bytes: Uint8Array
+}
+
+/** An entry to encode: its bytes as one or more pieces, in order. */
+export interface LogPiece {
+  readonly path: Uint8Array
+  readonly position: number
+  readonly pieces: ReadonlyArray<Uint8Array>
+}
+
+/** Encodes a batch of `epoch` in one buffer (the pieces copied in once). */
+export const encodeBatch = (epoch: number, entries: ReadonlyArray<LogPiece>): Buffer => {
+  let body = 0
+  for (const e of entries) {
+    body += ENTRY_FIXED_BYTES + e.path.length
+    for (const p of e.pieces) body += p.length
+  }
+  const out = Buffer.allocUnsafe(BATCH_HEADER_BYTES + body)
+  let at = BATCH_HEADER_BYTES
+  for (const e of entries) {
+    let length = 0
+    for (const p of e.pieces) length += p.length
+    out.writeUInt16LE(e.path.length, at)
+    out.set(e.path, at + 2)
+    at += 2 + e.path.length
+    out.writeDoubleLE(e.position, at)
+    out.writeUInt32LE(length, at + 8)
+    at += 12
+    for (const p of e.pieces) {
+      out.set(p, at)
+      at += p.length
+    }
+  }
+  out.writeUInt32LE(BATCH_MAGIC, 0)
+  out.writeUInt32LE(epoch >>> 0, 4)
+  out.writeUInt32LE(body, 8)
+  out.writeUInt32LE(zlib.crc32(out.subarray(BATCH_HEADER_BYTES)), 12)
+  out.writeUInt32LE(zlib.crc32(out.subarray(0, 16)), 16)
+  return out
+}
+
+/** What a log file holds: its epoch (undefined when it holds no whole batch) and its batches' entries, in order. */
+export interface ScannedLog {
+  readonly epoch: number | undefined
+  readonly batches: ReadonlyArray<ReadonlyArray<LogEntry>>
+  /** Where its last whole batch ends. */
+  readonly end: number
+}
+
+/**
+ * The whole batches at the start of `buf` that share the first one's epoch. Stops at the first
+ * that fails a check, is of another epoch, or runs past the end; an entry that runs past its
+ * batch's body (a checksummed body cannot, unless written wrongly) is an error.
+ */
+export const scanLog = (buf: Buffer): ScannedLog => {
+  const batches: Array<Array<LogEntry>> = []
+  let epoch: number | undefined
+  let at = 0
+  while (at + BATCH_HEADER_BYTES <= buf.length) {
+    if (buf.readUInt32LE(at) !== BATCH_MAGIC) break
+    if (zlib.crc32(buf.subarray(at, at + 16)) !== buf.readUInt32LE(at + 16)) break
+    const e = buf.readUInt32LE(at + 4)
+    if (epoch !== undefined && e !== epoch) break
+    const length = buf.readUInt32LE(at + 8)
+    const start = at + BATCH_HEADER_BYTES
+    if (start + length > buf.length) break
+    const body = buf.subarray(start, start + length)
+    if (zlib.crc32(body) !== buf.readUInt32LE(at + 12)) break
+    batches.push(entriesOf(body))
+    epoch = e
+    at = start + length
+  }
+  return { epoch, batches, end: at }
+}
+
+const entriesOf = (body: Buffer): Array<LogEntry> => {
+  const out: Array<LogEntry> = []
+  let at = 0
+  while (at < body.length) {
+    if (at + 2 > body.length) throw new Error("a commit-log entry runs past its batch")
+    const pathBytes = body.readUInt16LE(at)
+    const fixedEnd = at + 2 + pathBytes + 12
+    if (fixedEnd > body.length) throw new Error("a commit-log entry runs past its batch")
+    const path = body.toString("utf8", at + 2, at + 2 + pathBytes)
+    const position = body.readDoubleLE(at + 2 + pathBytes)
+    const length = body.readUInt32LE(at + 2 + pathBytes + 8)
+    if (fixedEnd + length > body.length) throw new Error("a commit-log entry runs past its batch")
+    out.push({ path, position, bytes: body.subarray(fixedEnd, fixedEnd + length) })
+    at = fixedEnd + length
+  }
+  return out
+}

@@ -1,0 +1,278 @@
+/**
+ * The file journal's commit log (src/layers/journal/CommitLog.ts, docs/journal.md): a round's
+ * segment writes are not synced, one batch in the log makes them durable, and a start writes the
+ * log's batches again. These tests model a power loss the way the kernel would leave the files:
+ * a segment keeps only what an fdatasync of it covered (the driver here records each file's size
+ * at its last fdatasync), the rest of it cut off or left as zeros; the logs keep what their
+ * `O_DSYNC` writes wrote. Batch boundaries are found by a small parser here, not by the code under
+ * test.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, Layer } from "effect"
+import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
+import { entry } from "../../src/domain/Records.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import { encodeBatch, scanLog } from "../../src/layers/journal/CommitLogFormat.js"
+import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import type { JournalShape } from "../../src/services/Journal.js"
+import { tempDir } from "../support/journals.js"
+
+const kv = (key: string, value: unknown = { pad: "x".repeat(100) }) => entry("kv_put", { key, value })
+
+/** nodeDriver, recording each file's size at its last fdatasync (what survives a power loss), and able to fail writes to the log. */
+const recordingDriver = () => {
+  const paths = new Map<number, string>()
+  const synced = new Map<string, number>()
+  let failLog = false
+  let full: number | undefined
+  const driver: FileDriverShape = {
+    ...nodeDriver,
+    open: (p, flags) => Effect.tap(nodeDriver.open(p, flags), (fd) => Effect.sync(() => paths.set(fd, path.resolve(p)))),
+    fdatasync: (fd) =>
+      Effect.tap(nodeDriver.fdatasync(fd), () =>
+        Effect.sync(() => {
+          const p = paths.get(fd)!
+          synced.set(p, Math.max(synced.get(p) ?? 0, fs.fstatSync(fd).size))
+        })),
+    syncMany: (items, onDone, log) => {
+      if (log === undefined || !failLog) return nodeDriver.syncMany(items, onDone, log)
+      // The items are written, the log's write fails: as a full disk would (ENOSPC).
+      full ??= fs.openSync("/dev/full", "w")
+      return nodeDriver.syncMany(items, onDone, { ...log, fd: full })
+    }
+  }
+  return { driver, synced: () => new Map(synced), failLogWrites: () => void (failLog = true) }
+}
+
+const segmentsUnder = (dataDir: string): Array<string> => {
+  const root = path.join(dataDir, "sessions")
+  if (!fs.existsSync(root)) return []
+  return fs.readdirSync(root).flatMap((s) => {
+    const dir = path.join(root, s, "journal")
+    return fs.existsSync(dir) ? fs.readdirSync(dir).filter((n) => n.endsWith(".seg")).map((n) => path.resolve(dir, n)) : []
+  })
+}
+
+/**
+ * What a power loss leaves: each segment only as far as its last fdatasync reached, the rest cut
+ * off (`cut`) or read back as zeros (`zeros`: the size reached the disk, the data did not).
+ */
+const losePower = (dataDir: string, synced: ReadonlyMap<string, number>, how: (file: string) => "cut" | "zeros") => {
+  let lost = 0
+  for (const file of segmentsUnder(dataDir)) {
+    const durable = synced.get(file) ?? 0
+    const size = fs.statSync(file).size
+    if (size <= durable) continue
+    lost += size - durable
+    if (how(file) === "cut") fs.truncateSync(file, durable)
+    else {
+      const fd = fs.openSync(file, "r+")
+      fs.writeSync(fd, Buffer.alloc(size - durable), 0, size - durable, durable)
+      fs.closeSync(fd)
+    }
+  }
+  return lost
+}
+
+const open = (dataDir: string, driver: FileDriverShape = nodeDriver, limits: Partial<{ commitLogBytes: number; openFiles: number }> = {}) =>
+  JournalFile.make({ dataDir, lockWaitMs: 0, limits }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+
+const withJournal = <A, E>(dataDir: string, use: (journal: JournalShape) => Effect.Effect<A, E>, driver?: FileDriverShape, limits?: Partial<{ commitLogBytes: number; openFiles: number }>) =>
+  Effect.scoped(Effect.flatMap(open(dataDir, driver, limits), use))
+
+const readAll = (journal: JournalShape, session: SessionId) =>
+  Effect.map(journal.read(session, { after: 0, limit: 10_000 }), (rs) => rs.map((r) => ({ sequence: r.sequence, kind: r.kind, payload: r.payload })))
+
+/** The batches of a log file: [start, end) of each, by its header's length field. */
+const batchBounds = (bytes: Buffer): Array<readonly [number, number]> => {
+  const out: Array<readonly [number, number]> = []
+  let at = 0
+  while (at + 20 <= bytes.length && bytes.readUInt32LE(at) === 0x4c434e42) {
+    const end = at + 20 + bytes.readUInt32LE(at + 8)
+    if (end > bytes.length) break
+    out.push([at, end])
+    at = end
+  }
+  return out
+}
+
+describe("the commit log: acknowledged appends survive a power loss", () => {
+  it.scopedLive("every acknowledged append of many sessions, across log switches and descriptors closed mid-log, is read back whole after the segments lose every write no fdatasync covered", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const rec = recordingDriver()
+      const sessions = yield* Effect.all(Array.from({ length: 12 }, () => mintSessionId))
+      // A small log (many switches) and few descriptors (closed, so synced, while their log is current).
+      const limits = { commitLogBytes: 8 * 1024, openFiles: 4 }
+      const { before, synced } = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          for (const s of sessions) yield* journal.create(s)
+          for (let round = 0; round < 15; round++) {
+            // All sessions at once (rounds on the sync thread), then one alone (a round from the main thread).
+            yield* Effect.forEach(sessions, (s, i) => journal.append(s, i % 3 === 0 ? [kv(`r${round}a`), kv(`r${round}b`)] : [kv(`r${round}`)]), {
+              concurrency: "unbounded",
+              discard: true
+            })
+            yield* journal.append(sessions[round % sessions.length]!, [kv(`alone${round}`)])
+          }
+          const before = yield* Effect.forEach(sessions, (s) => readAll(journal, s))
+          // What a power loss now would leave: taken before the scope's close syncs everything.
+          return { before, synced: rec.synced() }
+        }), rec.driver, limits)
+      // The log switched: segments were synced by its flushes and closes, yet not all of them.
+      expect([...synced.keys()].filter((p) => p.endsWith(".seg")).length).toBeGreaterThan(0)
+      const lost = losePower(dir, synced, (file) => sessions.findIndex((s) => file.includes(s)) % 2 === 0 ? "cut" : "zeros")
+      expect(lost, "some acknowledged bytes were only in the page cache").toBeGreaterThan(0)
+
+      const after = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          const records = yield* Effect.forEach(sessions, (s) => readAll(journal, s))
+          // And the journals go on from where they were.
+          const next = yield* journal.append(sessions[0]!, [kv("next")])
+          return { records, next, last: before[0]!.at(-1)!.sequence }
+        }), undefined, limits)
+      expect(after.records).toEqual(before)
+      expect(after.next).toEqual([after.last + 1])
+    }))
+
+  it.scopedLive("a batch torn in the log was never acknowledged: it is not written again, and what its segment holds of it follows the segment's own rules", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const rec = recordingDriver()
+      const [a, b] = [yield* mintSessionId, yield* mintSessionId]
+      const { synced } = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(a)
+          yield* journal.create(b)
+          for (let i = 1; i <= 3; i++) yield* journal.append(a, [kv(`a${i}`)])
+          for (let i = 1; i <= 3; i++) yield* journal.append(b, [kv(`b${i}`)])
+          return { synced: rec.synced() }
+        }), rec.driver)
+      // The last round (b3's) torn in the log: its batch cut in the middle.
+      const logs = ["a.log", "b.log"].map((n) => path.join(dir, "commit-log", n))
+      const current = logs.find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      const bounds = batchBounds(fs.readFileSync(current))
+      const [start, end] = bounds.at(-1)!
+      fs.truncateSync(current, start + Math.floor((end - start) / 2))
+      // And both segments lose what no fdatasync covered: here, all of it.
+      losePower(dir, synced, () => "cut")
+      const aSegment = segmentsUnder(dir).find((f) => f.includes(a))!
+      const bSegment = segmentsUnder(dir).find((f) => f.includes(b))!
+      expect(fs.statSync(aSegment).size + fs.statSync(bSegment).size).toBe(0)
+
+      const read = yield* withJournal(dir, (journal) => Effect.all([readAll(journal, a), readAll(journal, b)]))
+      expect(read[0]!.map((r) => r.payload.key)).toEqual(["a1", "a2", "a3"])
+      // b3 was in the torn batch only: gone, as an append that never returned; b1 and b2 written again.
+      expect(read[1]!.map((r) => r.payload.key)).toEqual(["b1", "b2"])
+    }))
+
+  it.scopedLive("a batch whose round landed in its segment is kept when the log's copy is torn (a write that landed, unacknowledged)", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (let i = 1; i <= 3; i++) yield* journal.append(s, [kv(`k${i}`)])
+        }))
+      const current = ["a.log", "b.log"].map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      const [start, end] = batchBounds(fs.readFileSync(current)).at(-1)!
+      fs.truncateSync(current, start + Math.floor((end - start) / 2))
+      const read = yield* withJournal(dir, (journal) => readAll(journal, s))
+      expect(read.map((r) => r.payload.key)).toEqual(["k1", "k2", "k3"])
+    }))
+
+  it.scopedLive("a session deleted after its appends were logged stays deleted: writing the log again never brings a file back", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const [gone, kept] = [yield* mintSessionId, yield* mintSessionId]
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(gone)
+          yield* journal.create(kept)
+          yield* Effect.all([journal.append(gone, [kv("g")]), journal.append(kept, [kv("k")])], { concurrency: "unbounded" })
+          yield* journal.remove(gone)
+        }))
+      const after = yield* withJournal(dir, (journal) =>
+        Effect.all([journal.exists(gone), Effect.either(journal.lastSequence(gone)), readAll(journal, kept)]))
+      expect(after[0]).toBe(false)
+      expect(Either.isLeft(after[1]) && after[1].left._tag).toBe("SessionNotFound")
+      expect(after[2].map((r) => r.payload.key)).toEqual(["k"])
+      expect(fs.existsSync(path.join(dir, "sessions", gone))).toBe(false)
+    }))
+
+  it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed and refuses every later one; a restart keeps everything acknowledged", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const rec = recordingDriver()
+      const s = yield* mintSessionId
+      const { failed, later, synced } = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          yield* journal.append(s, [kv("k1")])
+          yield* journal.append(s, [kv("k2")])
+          rec.failLogWrites()
+          const failed = yield* Effect.flip(journal.append(s, [kv("k3")]))
+          const later = yield* Effect.flip(journal.append(s, [kv("k4")]))
+          return { failed, later, synced: rec.synced() }
+        }), rec.driver)
+      expect(failed._tag).toBe("JournalWriteFailed")
+      expect(later._tag).toBe("JournalWriteFailed")
+      losePower(dir, synced, () => "cut")
+      const read = yield* withJournal(dir, (journal) => readAll(journal, s))
+      // k3 was never acknowledged and its batch never written: lost with the page cache.
+      expect(read.filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1", "k2"])
+    }))
+
+  it.scopedLive("a log naming a file that is not a journal segment refuses the data directory at start, and writes nothing", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withJournal(dir, () => Effect.void)
+      const outside = path.join(dir, "outside")
+      fs.writeFileSync(outside, "untouched")
+      const batch = encodeBatch(7, [{ path: Buffer.from("outside"), position: 0, pieces: [Buffer.from("overwritten")] }])
+      fs.writeFileSync(path.join(dir, "commit-log", "a.log"), batch)
+      const opened = yield* Effect.either(Effect.scoped(open(dir)))
+      expect(Either.isLeft(opened) && opened.left._tag).toBe("DataDirError")
+      expect(Either.isLeft(opened) && opened.left.message).toContain("not a journal segment")
+      expect(fs.readFileSync(outside, "utf8")).toBe("untouched")
+    }))
+})
+
+describe("the commit log's format", () => {
+  const entries = (n: number, epoch: number) =>
+    encodeBatch(epoch, Array.from({ length: n }, (_, i) => ({ path: Buffer.from(`sessions/s${i}/journal/x.seg`), position: i * 10, pieces: [Buffer.from(`bytes-${i}`), Buffer.from("!")] })))
+
+  it("batches read back as written; a cut anywhere inside the last leaves exactly the ones before it", () => {
+    const one = entries(2, 5)
+    const two = entries(3, 5)
+    const whole = Buffer.concat([one, two])
+    const scanned = scanLog(whole)
+    expect(scanned.epoch).toBe(5)
+    expect(scanned.end).toBe(whole.length)
+    expect(scanned.batches.map((b) => b.map((e) => [e.path, e.position, Buffer.from(e.bytes).toString()]))).toEqual([
+      [["sessions/s0/journal/x.seg", 0, "bytes-0!"], ["sessions/s1/journal/x.seg", 10, "bytes-1!"]],
+      [["sessions/s0/journal/x.seg", 0, "bytes-0!"], ["sessions/s1/journal/x.seg", 10, "bytes-1!"], ["sessions/s2/journal/x.seg", 20, "bytes-2!"]]
+    ])
+    for (let cut = one.length; cut < whole.length; cut++) {
+      const s = scanLog(whole.subarray(0, cut))
+      expect(s.batches.length, `cut at ${cut}`).toBe(1)
+      expect(s.end).toBe(one.length)
+    }
+  })
+
+  it("a flipped byte in a batch ends the log there; a batch of another epoch after the first (left from an earlier use of the file) is not read", () => {
+    const one = entries(2, 9)
+    const two = entries(1, 9)
+    for (let at = 0; at < two.length; at++) {
+      const damaged = Buffer.from(two)
+      damaged[at] = damaged[at]! ^ 0x40
+      expect(scanLog(Buffer.concat([one, damaged])).batches.length, `byte ${at}`).toBe(1)
+    }
+    expect(scanLog(Buffer.concat([one, entries(1, 8)])).batches.length).toBe(1)
+    expect(scanLog(Buffer.concat([entries(1, 8), one])).epoch).toBe(8)
+    expect(scanLog(Buffer.alloc(4096)).batches.length).toBe(0)
+  })
+})
