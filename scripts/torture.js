@@ -39,7 +39,10 @@
  *    too, as `echo` in the built-in environment — alone in the sessions of even-numbered clients
  *    (each round's two calls tried to their end on the main thread, their outcomes in one
  *    append), beside `slow` in the others' (one call of each per round) — and the checks above
- *    hold for its calls as for the others, those that need the Environment's log aside.
+ *    hold for its calls as for the others, those that need the Environment's log aside;
+ *    --journal-log-bytes N: the server's BRAIN_JOURNAL_LOG_BYTES (docs/journal.md, "The commit
+ *    log"): a small log switches many times between kills, so kills land during its switches and
+ *    the syncs of the segments they wait for, and every start writes a log's batches again.
  */
 import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -58,6 +61,7 @@ const KILLS = arg("kills", 20)
 const SESSIONS = arg("sessions", 8)
 const TURNS_PER_SESSION = arg("turns-per-session", 15)
 const WASM_TOOLS = process.argv.includes("--wasm-tools")
+const JOURNAL_LOG_BYTES = arg("journal-log-bytes", undefined)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 /** Milliseconds a (re)started server may take to listen: generous, a loaded 2-core machine is slow. */
 const START_DEADLINE_MS = 90_000
@@ -100,7 +104,8 @@ const startServer = async () => {
     env: {
       ...process.env, BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir,
       BRAIN_ENVIRONMENTS: JSON.stringify({ fake: { driver: "http", base_url: `http://127.0.0.1:${fakePort}` } }),
-      BRAIN_MODELS: JSON.stringify({ fake: { provider: "openai-chat", model: "torture", base_url: `http://127.0.0.1:${modelPort}/v1` } })
+      BRAIN_MODELS: JSON.stringify({ fake: { provider: "openai-chat", model: "torture", base_url: `http://127.0.0.1:${modelPort}/v1` } }),
+      ...(JOURNAL_LOG_BYTES === undefined ? {} : { BRAIN_JOURNAL_LOG_BYTES: String(JOURNAL_LOG_BYTES) })
     },
     stdio: ["ignore", "pipe", "pipe"]
   })

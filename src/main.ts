@@ -138,7 +138,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     config,
     journal: JournalFile.layerNode({
       dataDir,
-      limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles }
+      limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles, commitLogBytes: config.journalLogBytes }
     }),
     checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
     // Registrations live under the data directory (the journal layer holds its lock).

@@ -4,6 +4,7 @@
  */
 import { Config, ConfigError, Context, Either, Layer, Option, Redacted } from "effect"
 import {
+  COMMIT_LOG_BYTES,
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
   SSE_BACKLOG_BYTES,
@@ -62,6 +63,11 @@ export interface ServerConfigShape {
   readonly stagedOpeningMs: number
   /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
+  /**
+   * Bytes each of the journal's two commit-log files takes before rounds switch to the other
+   * (docs/journal.md, "The commit log"); 0 = no commit log, every touched segment synced per round.
+   */
+  readonly journalLogBytes: number
   /**
    * The bound on waits inside cleanup (recording an outcome while interrupted), and on how long an
    * effect's outcome may take to become durable before the loop is told `journal_write_failed`
@@ -136,6 +142,7 @@ export const defaults: ServerConfigShape = {
   maxEmittedBytes: 1024 * 1024,
   cancelGraceMs: 5000,
   stagedOpeningMs: 100,
+  journalLogBytes: COMMIT_LOG_BYTES,
   sessionIdleTtlMs: undefined,
   cleanupDeadlineMs: 30_000,
   listen: "127.0.0.1:3210",
@@ -225,6 +232,11 @@ export const fromConfig = Config.all({
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
   cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: positive("BRAIN_STAGED_OPENING_MS", defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
+  journalLogBytes: nonNegative(
+    "BRAIN_JOURNAL_LOG_BYTES",
+    defaults.journalLogBytes,
+    "bytes of each journal commit-log file before rounds switch to the other (0 = no commit log: every touched segment synced per round)"
+  ),
   // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
   sessionIdleTtlMs: optionalAtLeast("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)"),
   cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
@@ -287,6 +299,7 @@ export const fromConfig = Config.all({
     maxEmittedBytes: c.maxEmittedBytes,
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,
+    journalLogBytes: c.journalLogBytes,
     sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,

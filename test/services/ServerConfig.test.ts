@@ -22,6 +22,18 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(bad)).toBe(true)
     }))
 
+  it.effect("BRAIN_JOURNAL_LOG_BYTES is 16 MiB unset, 0 turns the commit log off, and a negative or non-number is refused", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.journalLogBytes).toBe(16 * 1024 * 1024)
+      const off = yield* read({ BRAIN_JOURNAL_LOG_BYTES: "0" })
+      expect(Either.isRight(off) && off.right.journalLogBytes).toBe(0)
+      const small = yield* read({ BRAIN_JOURNAL_LOG_BYTES: "65536" })
+      expect(Either.isRight(small) && small.right.journalLogBytes).toBe(65536)
+      expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "-1" }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "big" }))).toBe(true)
+    }))
+
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
     Effect.gen(function*() {
       for (const token of ["", " ", "\t \n"]) {
