@@ -4,8 +4,9 @@
  * log's batches again. These tests model a power loss the way the kernel would leave the files:
  * a segment keeps only what an fdatasync of it covered (the driver here records each file's size
  * at its last fdatasync), the rest of it cut off or left as zeros; the logs keep what their
- * `O_DSYNC` writes wrote. Batch boundaries are found by a small parser here, not by the code under
- * test.
+ * `O_DSYNC` writes wrote, taken at the moment of the crash (a clean stop, which the scope's end is,
+ * syncs every segment and empties the logs). Batch boundaries are found by a small parser here,
+ * not by the code under test.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -45,6 +46,15 @@ const recordingDriver = () => {
   }
   return { driver, synced: () => new Map(synced), failLogWrites: () => void (failLog = true) }
 }
+
+const LOGS = ["a.log", "b.log"] as const
+
+/** The commit log's files as they are now: what a crash at this moment leaves of them (their writes are O_DSYNC). */
+const logsNow = (dataDir: string) => LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
+
+/** Puts the commit log back as `logsNow` found it (a clean stop since emptied it; the crash came before). */
+const restoreLogs = (dataDir: string, logs: ReadonlyArray<Buffer>) =>
+  LOGS.forEach((n, i) => fs.writeFileSync(path.join(dataDir, "commit-log", n), logs[i]!))
 
 const segmentsUnder = (dataDir: string): Array<string> => {
   const root = path.join(dataDir, "sessions")
@@ -106,7 +116,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       const sessions = yield* Effect.all(Array.from({ length: 12 }, () => mintSessionId))
       // A small log (many switches) and few descriptors (closed, so synced, while their log is current).
       const limits = { commitLogBytes: 8 * 1024, openFiles: 4 }
-      const { before, synced } = yield* withJournal(dir, (journal) =>
+      const { before, logs, synced } = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           for (const s of sessions) yield* journal.create(s)
           for (let round = 0; round < 15; round++) {
@@ -119,10 +129,11 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
           }
           const before = yield* Effect.forEach(sessions, (s) => readAll(journal, s))
           // What a power loss now would leave: taken before the scope's close syncs everything.
-          return { before, synced: rec.synced() }
+          return { before, synced: rec.synced(), logs: logsNow(dir) }
         }), rec.driver, limits)
       // The log switched: segments were synced by its flushes and closes, yet not all of them.
       expect([...synced.keys()].filter((p) => p.endsWith(".seg")).length).toBeGreaterThan(0)
+      restoreLogs(dir, logs)
       const lost = losePower(dir, synced, (file) => sessions.findIndex((s) => file.includes(s)) % 2 === 0 ? "cut" : "zeros")
       expect(lost, "some acknowledged bytes were only in the page cache").toBeGreaterThan(0)
 
@@ -142,17 +153,17 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       const dir = yield* tempDir()
       const rec = recordingDriver()
       const [a, b] = [yield* mintSessionId, yield* mintSessionId]
-      const { synced } = yield* withJournal(dir, (journal) =>
+      const { logs, synced } = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(a)
           yield* journal.create(b)
           for (let i = 1; i <= 3; i++) yield* journal.append(a, [kv(`a${i}`)])
           for (let i = 1; i <= 3; i++) yield* journal.append(b, [kv(`b${i}`)])
-          return { synced: rec.synced() }
+          return { synced: rec.synced(), logs: logsNow(dir) }
         }), rec.driver)
+      restoreLogs(dir, logs)
       // The last round (b3's) torn in the log: its batch cut in the middle.
-      const logs = ["a.log", "b.log"].map((n) => path.join(dir, "commit-log", n))
-      const current = logs.find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      const current = LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
       const bounds = batchBounds(fs.readFileSync(current))
       const [start, end] = bounds.at(-1)!
       fs.truncateSync(current, start + Math.floor((end - start) / 2))
@@ -172,12 +183,14 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const s = yield* mintSessionId
-      yield* withJournal(dir, (journal) =>
+      const logs = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(s)
           for (let i = 1; i <= 3; i++) yield* journal.append(s, [kv(`k${i}`)])
+          return logsNow(dir)
         }))
-      const current = ["a.log", "b.log"].map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      restoreLogs(dir, logs)
+      const current = LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
       const [start, end] = batchBounds(fs.readFileSync(current)).at(-1)!
       fs.truncateSync(current, start + Math.floor((end - start) / 2))
       const read = yield* withJournal(dir, (journal) => readAll(journal, s))
@@ -188,13 +201,17 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const [gone, kept] = [yield* mintSessionId, yield* mintSessionId]
-      yield* withJournal(dir, (journal) =>
+      const logs = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(gone)
           yield* journal.create(kept)
           yield* Effect.all([journal.append(gone, [kv("g")]), journal.append(kept, [kv("k")])], { concurrency: "unbounded" })
           yield* journal.remove(gone)
+          return logsNow(dir)
         }))
+      // A crash after the delete: the log still holds the deleted session's writes.
+      restoreLogs(dir, logs)
+      expect(logs.some((l) => l.includes(Buffer.from(gone)))).toBe(true)
       const after = yield* withJournal(dir, (journal) =>
         Effect.all([journal.exists(gone), Effect.either(journal.lastSequence(gone)), readAll(journal, kept)]))
       expect(after[0]).toBe(false)
@@ -208,7 +225,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       const dir = yield* tempDir()
       const rec = recordingDriver()
       const s = yield* mintSessionId
-      const { failed, later, synced } = yield* withJournal(dir, (journal) =>
+      const { failed, later, logs, synced } = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(s)
           yield* journal.append(s, [kv("k1")])
@@ -216,14 +233,33 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
           rec.failLogWrites()
           const failed = yield* Effect.flip(journal.append(s, [kv("k3")]))
           const later = yield* Effect.flip(journal.append(s, [kv("k4")]))
-          return { failed, later, synced: rec.synced() }
+          return { failed, later, synced: rec.synced(), logs: logsNow(dir) }
         }), rec.driver)
+      restoreLogs(dir, logs)
       expect(failed._tag).toBe("JournalWriteFailed")
       expect(later._tag).toBe("JournalWriteFailed")
       losePower(dir, synced, () => "cut")
       const read = yield* withJournal(dir, (journal) => readAll(journal, s))
       // k3 was never acknowledged and its batch never written: lost with the page cache.
       expect(read.filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1", "k2"])
+    }))
+
+  it.scopedLive("a clean stop syncs every segment written and leaves both logs empty, so the next start writes nothing again", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const rec = recordingDriver()
+      const sessions = yield* Effect.all(Array.from({ length: 6 }, () => mintSessionId))
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          for (const s of sessions) yield* journal.create(s)
+          yield* Effect.forEach(sessions, (s) => journal.append(s, [kv("a"), kv("b")]), { concurrency: "unbounded", discard: true })
+          const logged = LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)
+          expect(logged[0]! + logged[1]!).toBeGreaterThan(0)
+        }), rec.driver)
+      expect(LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)).toEqual([0, 0])
+      // Every segment durable as it is: a power loss now loses nothing.
+      const synced = rec.synced()
+      for (const file of segmentsUnder(dir)) expect(synced.get(file), file).toBe(fs.statSync(file).size)
     }))
 
   it.scopedLive("a log naming a file that is not a journal segment refuses the data directory at start, and writes nothing", () =>

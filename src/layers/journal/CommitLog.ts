@@ -17,7 +17,8 @@
  * - On start (`recover`, with the data directory locked, before any session opens), both logs'
  *   whole batches are written again where they say, the older epoch's first, and the files
  *   fdatasync'd: whatever an acknowledged round wrote is in its segment file again even if the
- *   machine lost the page cache. Writing a batch again is harmless when its bytes already are
+ *   machine lost the page cache (a clean stop syncs every segment written and empties both logs,
+ *   so the start after it has nothing to write). Writing a batch again is harmless when its bytes already are
  *   there: segment files are only appended to, and a torn end is cut only after this, at open.
  *   A file that no longer exists was deleted with its session, and is skipped.
  * - A failure of the log's write, or of a flush, is sticky: nothing more is acknowledged (a log
@@ -29,7 +30,7 @@ import { Deferred, Effect, Fiber, FiberId } from "effect"
 import { isSessionId } from "../../domain/Ids.js"
 import { DataDirError } from "./DataDir.js"
 import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
-import { type ScannedLog, scanLog } from "./CommitLogFormat.js"
+import { type LogEntry, type ScannedLog, scanLog } from "./CommitLogFormat.js"
 import type { Segment, SessionHandle } from "./Handle.js"
 
 export const COMMIT_LOG_DIR = "commit-log"
@@ -78,32 +79,30 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
       .map((scan, index) => ({ scan, index }))
       .filter((s) => s.scan.epoch !== undefined)
       .sort((x, y) => x.scan.epoch! - y.scan.epoch!)
-    const fds = new Map<string, number | undefined>()
-    let redone = 0
-    const done = Effect.gen(function*() {
-      for (const { scan } of order) {
-        for (const batch of scan.batches) {
-          for (const entry of batch) {
-            const named = SEGMENT_PATH.exec(entry.path)
-            if (named === null || !isSessionId(named[1]!)) {
-              return yield* Effect.fail(new DataDirError({ dir: dataDir, reason: `the commit log names ${JSON.stringify(entry.path)}, which is not a journal segment` }))
-            }
-            if (!fds.has(entry.path)) {
-              const file = path.join(dataDir, entry.path)
-              fds.set(entry.path, (yield* driver.exists(file)) ? yield* driver.open(file, fs.constants.O_RDWR).pipe(Effect.mapError(failed(dataDir, "cannot open a segment to recover"))) : undefined)
-            }
-            const fd = fds.get(entry.path)
-            if (fd === undefined) continue
-            yield* driver.writev(fd, [Buffer.from(entry.bytes)], entry.position).pipe(Effect.mapError(failed(dataDir, "cannot write a segment to recover")))
-            redone++
+    // Each file's entries in the logs' order (the older epoch's first); every name checked before anything is written.
+    const byFile = new Map<string, Array<LogEntry>>()
+    for (const { scan } of order) {
+      for (const batch of scan.batches) {
+        for (const entry of batch) {
+          const named = SEGMENT_PATH.exec(entry.path)
+          if (named === null || !isSessionId(named[1]!)) {
+            return yield* Effect.fail(new DataDirError({ dir: dataDir, reason: `the commit log names ${JSON.stringify(entry.path)}, which is not a journal segment` }))
           }
+          const entries = byFile.get(entry.path)
+          if (entries === undefined) byFile.set(entry.path, [entry])
+          else entries.push(entry)
         }
       }
-      for (const fd of fds.values()) {
-        if (fd !== undefined) yield* driver.fdatasync(fd).pipe(Effect.mapError(failed(dataDir, "cannot sync a recovered segment")))
-      }
-    })
-    yield* Effect.ensuring(done, Effect.forEach([...fds.values()], (fd) => fd === undefined ? Effect.void : Effect.ignore(driver.close(fd)), { discard: true }))
+    }
+    let redone = 0
+    let files = 0
+    yield* Effect.forEach(byFile, ([name, entries]) =>
+      Effect.map(redoFile(driver, dataDir, name, entries), (written) => {
+        if (written) {
+          redone += entries.length
+          files++
+        }
+      }), { concurrency: REDO_FILES_AT_ONCE, discard: true })
     const opened: Array<number> = []
     for (const name of LOG_FILES) opened.push(yield* driver.open(path.join(dir, name), LOG_FLAGS).pipe(Effect.mapError(failed(dataDir, "cannot open the commit log"))))
     yield* driver.syncDir(dir).pipe(Effect.mapError(failed(dataDir, "cannot sync the commit log's directory")))
@@ -113,9 +112,44 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
       current: order.length === 0 ? 0 : (order[0]!.index as 0 | 1),
       epoch: (newest + 1) >>> 0,
       redone,
-      files: [...fds.values()].filter((fd) => fd !== undefined).length
+      files
     }
     return recovered
+  })
+
+/** Segment files written again at once at start (each a few threadpool jobs). */
+const REDO_FILES_AT_ONCE = 32
+
+/**
+ * Writes one segment's logged entries again, in order (runs of adjacent ones in one write), and
+ * syncs it; false when the file no longer exists (its session was deleted).
+ */
+const redoFile = (driver: FileDriverShape, dataDir: string, name: string, entries: ReadonlyArray<LogEntry>) =>
+  Effect.gen(function*() {
+    const opened = yield* Effect.either(driver.open(path.join(dataDir, name), fs.constants.O_RDWR))
+    if (opened._tag === "Left") {
+      if (opened.left.code === "ENOENT") return false
+      return yield* Effect.fail(failed(dataDir, "cannot open a segment to recover")(opened.left))
+    }
+    const fd = opened.right
+    const write = Effect.gen(function*() {
+      let i = 0
+      while (i < entries.length) {
+        const from = entries[i]!.position
+        const buffers: Array<Buffer> = []
+        let end = from
+        while (i < entries.length && entries[i]!.position === end) {
+          const bytes = entries[i]!.bytes
+          buffers.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+          end += bytes.byteLength
+          i++
+        }
+        yield* driver.writev(fd, buffers, from)
+      }
+      yield* driver.fdatasync(fd)
+      return true
+    }).pipe(Effect.mapError(failed(dataDir, "cannot write a segment to recover")))
+    return yield* Effect.ensuring(write, Effect.ignore(driver.close(fd)))
   })
 
 /** The commit log as the file store writes it, from what `recover` opened. */
@@ -216,8 +250,13 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     /** After the last round: waits for a flush under way, syncs what is left, closes the logs. */
     close: Effect.gen(function*() {
       if (flush !== undefined) yield* Fiber.join(flush)
+      for (const closed of [...closingNow.values()]) yield* Deferred.await(closed)
       yield* flushAll(flushing)
       yield* flushAll(dirty)
+      // Everything logged is durable in its segment now: a clean stop leaves nothing to write again.
+      if (failure === undefined && flushing.size === 0 && dirty.size === 0) {
+        for (const fd of recovered.fds) yield* Effect.ignore(Effect.zipRight(driver.ftruncate(fd, 0), driver.fdatasync(fd)))
+      }
       for (const fd of recovered.fds) yield* Effect.ignore(driver.close(fd))
     })
   }
