@@ -139,6 +139,8 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
 
       const after = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
+          // Written again and synced, the logs were emptied: nothing stale for a later start.
+          expect(LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)).toEqual([0, 0])
           const records = yield* Effect.forEach(sessions, (s) => readAll(journal, s))
           // And the journals go on from where they were.
           const next = yield* journal.append(sessions[0]!, [kv("next")])
@@ -218,6 +220,25 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       expect(Either.isLeft(after[1]) && after[1].left._tag).toBe("SessionNotFound")
       expect(after[2].map((r) => r.payload.key)).toEqual(["k"])
       expect(fs.existsSync(path.join(dir, "sessions", gone))).toBe(false)
+    }))
+
+  it.scopedLive("a deleted session's id cannot be created again while a log may still hold its writes, and can once both logs have moved on", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const [gone, busy] = [yield* mintSessionId, yield* mintSessionId]
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(gone)
+          yield* journal.create(busy)
+          yield* journal.append(gone, [kv("g")])
+          yield* journal.remove(gone)
+          const again = yield* Effect.flip(journal.create(gone))
+          expect(again._tag).toBe("SessionAlreadyExists")
+          // Enough writes elsewhere for two switches of a 4 KiB log.
+          for (let i = 0; i < 60; i++) yield* journal.append(busy, [kv(`b${i}`)])
+          yield* journal.create(gone)
+          expect(yield* journal.lastSequence(gone)).toBe(0)
+        }), undefined, { commitLogBytes: 4096 })
     }))
 
   it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed and refuses every later one; a restart keeps everything acknowledged", () =>

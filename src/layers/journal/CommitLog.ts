@@ -17,8 +17,9 @@
  * - On start (`recover`, with the data directory locked, before any session opens), both logs'
  *   whole batches are written again where they say, the older epoch's first, and the files
  *   fdatasync'd: whatever an acknowledged round wrote is in its segment file again even if the
- *   machine lost the page cache (a clean stop syncs every segment written and empties both logs,
- *   so the start after it has nothing to write). Writing a batch again is harmless when its bytes already are
+ *   machine lost the page cache; then both logs are emptied (a clean stop syncs every segment
+ *   written and empties them too, so the start after it has nothing to write). A session deleted
+ *   while a log may still hold its writes cannot be created again until both logs have moved on. Writing a batch again is harmless when its bytes already are
  *   there: segment files are only appended to, and a torn end is cut only after this, at open.
  *   A file that no longer exists was deleted with its session, and is skipped.
  * - A failure of the log's write, or of a flush, is sticky: nothing more is acknowledged (a log
@@ -44,7 +45,7 @@ const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
 
 export interface Recovered {
   readonly fds: readonly [number, number]
-  /** The log to write first (the one whose epoch was the older) and the epoch to write it with. */
+  /** The log to write first (both are empty) and the epoch to write it with (above any they held). */
   readonly current: 0 | 1
   readonly epoch: number
   /** Entries written again, and files they touched (for tests and the log line). */
@@ -106,10 +107,17 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
     const opened: Array<number> = []
     for (const name of LOG_FILES) opened.push(yield* driver.open(path.join(dir, name), LOG_FLAGS).pipe(Effect.mapError(failed(dataDir, "cannot open the commit log"))))
     yield* driver.syncDir(dir).pipe(Effect.mapError(failed(dataDir, "cannot sync the commit log's directory")))
+    // What they held is durable in the segments now: emptied, they hold nothing a later start could
+    // write again into a file that has since changed (a deleted session's name taken again).
+    if (order.length > 0) {
+      for (const fd of opened) {
+        yield* driver.ftruncate(fd, 0).pipe(Effect.zipRight(driver.fdatasync(fd)), Effect.mapError(failed(dataDir, "cannot empty the commit log")))
+      }
+    }
     const newest = order.length === 0 ? 0 : order[order.length - 1]!.scan.epoch!
     const recovered: Recovered = {
       fds: [opened[0]!, opened[1]!],
-      current: order.length === 0 ? 0 : (order[0]!.index as 0 | 1),
+      current: 0,
       epoch: (newest + 1) >>> 0,
       redone,
       files
@@ -162,6 +170,9 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
   let flushing = new Set<SessionHandle>()
   let flush: Fiber.RuntimeFiber<void> | undefined
   let failure: string | undefined
+  /** Sessions deleted while either log may still hold their writes: created again, a start after a crash would write those into the new one. */
+  let deleted = new Set<string>()
+  let deletedBefore = new Set<string>()
   /** Closes under way of handles written under either log (`closing`): done once their fdatasync is. */
   const closingNow = new Map<SessionHandle, Deferred.Deferred<void>>()
   const names = new WeakMap<Segment, Uint8Array>()
@@ -204,6 +215,9 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     if (failure !== undefined) return
     flushing = dirty
     dirty = new Set()
+    // The log now written over held nothing of sessions deleted before the last switch.
+    deletedBefore = deleted
+    deleted = new Set()
     current = current === 0 ? 1 : 0
     epoch = (epoch + 1) >>> 0
     position = 0
@@ -231,6 +245,12 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     written: (handle: SessionHandle) => {
       dirty.add(handle)
     },
+    /** A session was deleted: its id is not to be created again while a log may hold its writes. */
+    deletedSession: (session: string) => {
+      deleted.add(session)
+    },
+    /** Whether a session of this id may be created (not deleted while a log may still hold its writes). */
+    mayCreate: (session: string) => !deleted.has(session) && !deletedBefore.has(session),
     /** A handle's descriptor is about to close: what it wrote since the last flush is made durable first. */
     closing: (handle: SessionHandle, fd: number): Effect.Effect<void> => {
       if (!dirty.has(handle) && !flushing.has(handle)) return Effect.void

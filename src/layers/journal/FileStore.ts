@@ -216,6 +216,8 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
       create: (session) =>
         Effect.gen(function*() {
           const dir = sessionDir(dataDir, session)
+          // A deleted session's id while the commit log may still hold its writes counts as taken.
+          if (log !== undefined && !log.mayCreate(session)) return yield* Effect.fail(new SessionAlreadyExists({ session }))
           if (yield* driver.exists(dir)) return yield* Effect.fail(new SessionAlreadyExists({ session }))
           const jdir = journalDir(dataDir, session)
           yield* Effect.gen(function*() {
@@ -249,6 +251,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
             yield* release(handle)
           }
           if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
+          log?.deletedSession(session)
           yield* driver.rmrf(dir).pipe(
             Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
             Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason }))
