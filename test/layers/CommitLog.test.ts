@@ -16,7 +16,7 @@ import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { encodeBatch, scanLog } from "../../src/layers/journal/CommitLogFormat.js"
-import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
 
@@ -26,25 +26,37 @@ const kv = (key: string, value: unknown = { pad: "x".repeat(100) }) => entry("kv
 const recordingDriver = () => {
   const paths = new Map<number, string>()
   const synced = new Map<string, number>()
-  let failLog = false
+  let failLog = 0
+  let failSegmentSyncs = false
   let full: number | undefined
   const driver: FileDriverShape = {
     ...nodeDriver,
     open: (p, flags) => Effect.tap(nodeDriver.open(p, flags), (fd) => Effect.sync(() => paths.set(fd, path.resolve(p)))),
     fdatasync: (fd) =>
-      Effect.tap(nodeDriver.fdatasync(fd), () =>
+      failSegmentSyncs && paths.get(fd)?.endsWith(".seg")
+        ? Effect.fail(new FileError({ op: "fdatasync", path: `fd ${fd}`, code: "EIO", detail: "injected" }))
+        : Effect.tap(nodeDriver.fdatasync(fd), () =>
         Effect.sync(() => {
           const p = paths.get(fd)!
           synced.set(p, Math.max(synced.get(p) ?? 0, fs.fstatSync(fd).size))
         })),
     syncMany: (items, onDone, log) => {
-      if (log === undefined || !failLog) return nodeDriver.syncMany(items, onDone, log)
+      if (log === undefined || failLog === 0) return nodeDriver.syncMany(items, onDone, log)
+      failLog--
       // The items are written, the log's write fails: as a full disk would (ENOSPC).
       full ??= fs.openSync("/dev/full", "w")
       return nodeDriver.syncMany(items, onDone, { ...log, fd: full })
     }
   }
-  return { driver, synced: () => new Map(synced), failLogWrites: () => void (failLog = true) }
+  return {
+    driver,
+    synced: () => new Map(synced),
+    /** The next `rounds` rounds' log writes fail (ENOSPC); with `andSegmentSyncs`, every segment's fdatasync from now on too. */
+    failLogWrites: (rounds: number, andSegmentSyncs = false) => {
+      failLog = rounds
+      failSegmentSyncs = andSegmentSyncs
+    }
+  }
 }
 
 const LOGS = ["a.log", "b.log"] as const
@@ -95,12 +107,12 @@ const withJournal = <A, E>(dataDir: string, use: (journal: JournalShape) => Effe
 const readAll = (journal: JournalShape, session: SessionId) =>
   Effect.map(journal.read(session, { after: 0, limit: 10_000 }), (rs) => rs.map((r) => ({ sequence: r.sequence, kind: r.kind, payload: r.payload })))
 
-/** The batches of a log file: [start, end) of each, by its header's length field. */
+/** The batches of a log file: [start, end) of each, by its header's length field (28-byte headers). */
 const batchBounds = (bytes: Buffer): Array<readonly [number, number]> => {
   const out: Array<readonly [number, number]> = []
   let at = 0
-  while (at + 20 <= bytes.length && bytes.readUInt32LE(at) === 0x4c434e42) {
-    const end = at + 20 + bytes.readUInt32LE(at + 8)
+  while (at + 28 <= bytes.length && bytes.readUInt32LE(at) === 0x4c434e42) {
+    const end = at + 28 + bytes.readUInt32LE(at + 16)
     if (end > bytes.length) break
     out.push([at, end])
     at = end
@@ -241,28 +253,59 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
         }), undefined, { commitLogBytes: 4096 })
     }))
 
-  it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed and refuses every later one; a restart keeps everything acknowledged", () =>
+  it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed, their segment files are synced instead, and the journals go on; a power loss then keeps what landed and what followed", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const rec = recordingDriver()
-      const s = yield* mintSessionId
+      const [s, t] = [yield* mintSessionId, yield* mintSessionId]
       const { failed, later, logs, synced } = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(s)
-          yield* journal.append(s, [kv("k1")])
-          yield* journal.append(s, [kv("k2")])
-          rec.failLogWrites()
-          const failed = yield* Effect.flip(journal.append(s, [kv("k3")]))
-          const later = yield* Effect.flip(journal.append(s, [kv("k4")]))
+          yield* journal.create(t)
+          yield* journal.append(t, [kv("t1")])
+          // s's first write is the one whose batch fails: nothing of s is synced or logged before it.
+          rec.failLogWrites(1)
+          const failed = yield* Effect.flip(journal.append(s, [kv("k1")]))
+          // s's journal refuses appends until it is reset (DESIGN §2); then it goes on after what landed.
+          const later = yield* Effect.flip(journal.append(s, [kv("k2")]))
+          yield* journal.reset(s)
+          yield* journal.append(s, [kv("k3")])
+          yield* journal.append(t, [kv("t2")])
           return { failed, later, synced: rec.synced(), logs: logsNow(dir) }
         }), rec.driver)
-      restoreLogs(dir, logs)
       expect(failed._tag).toBe("JournalWriteFailed")
       expect(later._tag).toBe("JournalWriteFailed")
+      restoreLogs(dir, logs)
+      losePower(dir, synced, () => "zeros")
+      const read = yield* withJournal(dir, (journal) => Effect.all([readAll(journal, s), readAll(journal, t)]))
+      // k1 was reported failed (ambiguous) and landed; synced after its batch failed, it stands, and
+      // k3, logged after it, follows it (unsynced, k1 would be a hole before k3: a corrupt journal).
+      expect(read[0].filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1", "k3"])
+      expect(read[1].filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["t1", "t2"])
+    }))
+
+  it.scopedLive("a log write that fails and a segment sync after it that fails too refuse every later append of every session (sticky); a restart keeps everything acknowledged", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const rec = recordingDriver()
+      const [s, t] = [yield* mintSessionId, yield* mintSessionId]
+      const { failed, other, logs, synced } = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          yield* journal.create(t)
+          yield* journal.append(s, [kv("k1")])
+          rec.failLogWrites(1, true)
+          const failed = yield* Effect.flip(journal.append(s, [kv("k2")]))
+          const other = yield* Effect.flip(journal.append(t, [kv("t1")]))
+          return { failed, other, synced: rec.synced(), logs: logsNow(dir) }
+        }), rec.driver)
+      expect(failed._tag).toBe("JournalWriteFailed")
+      expect(other._tag).toBe("JournalWriteFailed")
+      restoreLogs(dir, logs)
       losePower(dir, synced, () => "cut")
       const read = yield* withJournal(dir, (journal) => readAll(journal, s))
-      // k3 was never acknowledged and its batch never written: lost with the page cache.
-      expect(read.filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1", "k2"])
+      // k2 was never acknowledged, its batch never written and its segment never synced: lost with the page cache.
+      expect(read.filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1"])
     }))
 
   it.scopedLive("a clean stop syncs every segment written and leaves both logs empty, so the next start writes nothing again", () =>
@@ -289,7 +332,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       yield* withJournal(dir, () => Effect.void)
       const outside = path.join(dir, "outside")
       fs.writeFileSync(outside, "untouched")
-      const batch = encodeBatch(7, [{ path: Buffer.from("outside"), position: 0, pieces: [Buffer.from("overwritten")] }])
+      const batch = encodeBatch({ epoch: 7, salt: 1 }, [{ path: Buffer.from("outside"), position: 0, pieces: [Buffer.from("overwritten")] }])
       fs.writeFileSync(path.join(dir, "commit-log", "a.log"), batch)
       const opened = yield* Effect.either(Effect.scoped(open(dir)))
       expect(Either.isLeft(opened) && opened.left._tag).toBe("DataDirError")
@@ -299,8 +342,8 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
 })
 
 describe("the commit log's format", () => {
-  const entries = (n: number, epoch: number) =>
-    encodeBatch(epoch, Array.from({ length: n }, (_, i) => ({ path: Buffer.from(`sessions/s${i}/journal/x.seg`), position: i * 10, pieces: [Buffer.from(`bytes-${i}`), Buffer.from("!")] })))
+  const entries = (n: number, epoch: number, salt = 0xabcdef) =>
+    encodeBatch({ epoch, salt }, Array.from({ length: n }, (_, i) => ({ path: Buffer.from(`sessions/s${i}/journal/x.seg`), position: i * 10, pieces: [Buffer.from(`bytes-${i}`), Buffer.from("!")] })))
 
   it("batches read back as written; a cut anywhere inside the last leaves exactly the ones before it", () => {
     const one = entries(2, 5)
@@ -331,5 +374,17 @@ describe("the commit log's format", () => {
     expect(scanLog(Buffer.concat([one, entries(1, 8)])).batches.length).toBe(1)
     expect(scanLog(Buffer.concat([entries(1, 8), one])).epoch).toBe(8)
     expect(scanLog(Buffer.alloc(4096)).batches.length).toBe(0)
+  })
+
+  it("a batch of the same epoch but another salt is not this use's: a header forged inside a payload, or left by another use, ends the log", () => {
+    const one = entries(2, 9)
+    expect(scanLog(Buffer.concat([one, entries(1, 9, 0x123456)])).batches.length).toBe(1)
+    // A whole well-formed batch carried as an entry's bytes (a payload is anyone's text): read as
+    // the entry's bytes, and when the log is cut so that the scan lands on it, still not a batch.
+    const forged = entries(1, 9, 0x777777)
+    const carrier = encodeBatch({ epoch: 9, salt: 0xabcdef }, [{ path: Buffer.from("sessions/s/journal/x.seg"), position: 0, pieces: [forged] }])
+    expect(scanLog(Buffer.concat([one, carrier])).batches.length).toBe(2)
+    const inner = carrier.indexOf(forged)
+    expect(scanLog(Buffer.concat([one, carrier.subarray(inner)])).batches.length).toBe(1)
   })
 })

@@ -7,8 +7,8 @@
  *
  * - Two log files, `a.log` and `b.log`, under `{dataDir}/commit-log/`. Rounds append batches to
  *   the current one; once it holds `capacity` bytes the next round switches to the other, which
- *   is written again from its start under a new epoch (CommitLogFormat.ts: what an older epoch
- *   left there never passes for a batch of this one).
+ *   is written again from its start under a new epoch and salt (CommitLogFormat.ts: what an
+ *   earlier use left there never passes for a batch of this one).
  * - A log file is written again only once everything its batches wrote to segment files is
  *   durable there: at each switch the segment files written while the log now left was current
  *   are fdatasync'd, in the background, and the next switch back to that log waits for it. A
@@ -19,22 +19,30 @@
  *   fdatasync'd: whatever an acknowledged round wrote is in its segment file again even if the
  *   machine lost the page cache; then both logs are emptied (a clean stop syncs every segment
  *   written and empties them too, so the start after it has nothing to write). A session deleted
- *   while a log may still hold its writes cannot be created again until both logs have moved on. Writing a batch again is harmless when its bytes already are
- *   there: segment files are only appended to, and a torn end is cut only after this, at open.
- *   A file that no longer exists was deleted with its session, and is skipped.
- * - A failure of the log's write, or of a flush, is sticky: nothing more is acknowledged (a log
- *   that cannot be trusted cannot be written over), as with any failed write (DESIGN §2).
+ *   while a log may still hold its writes cannot be created again until both logs have moved on.
+ *   Writing a batch again is harmless when its bytes already are there: segment files are only
+ *   appended to, and a torn end is cut only after this, at open. A file that no longer exists was
+ *   deleted with its session, and is skipped.
+ * - A failed write of the log fails its round's appends (what landed of them is then synced in
+ *   their segment files, `afterRound`, so that nothing a later append relies on is missing after a
+ *   power loss); the next round writes its batch where the failed one began. A failure of such a
+ *   sync, or of a segment's sync before its log is written over, is sticky: nothing more is
+ *   acknowledged (a log that cannot be trusted cannot be written over).
  */
+import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { Deferred, Effect, Fiber, FiberId } from "effect"
 import { isSessionId } from "../../domain/Ids.js"
 import { DataDirError } from "./DataDir.js"
 import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
-import { type LogEntry, type ScannedLog, scanLog } from "./CommitLogFormat.js"
+import { type LogEntry, type LogUse, type ScannedLog, scanLog } from "./CommitLogFormat.js"
 import type { Segment, SessionHandle } from "./Handle.js"
 
 export const COMMIT_LOG_DIR = "commit-log"
+
+/** A new use's salt: 48 random bits, known only to this process (CommitLogFormat.ts). */
+const newSalt = () => crypto.randomBytes(6).readUIntLE(0, 6)
 export const LOG_FILES = ["a.log", "b.log"] as const
 
 /** How a log file is opened: written in place, each write durable as it returns where the platform has `O_DSYNC`. */
@@ -163,13 +171,15 @@ const redoFile = (driver: FileDriverShape, dataDir: string, name: string, entrie
 /** The commit log as the file store writes it, from what `recover` opened. */
 export const make = (driver: FileDriverShape, dataDir: string, recovered: Recovered, capacity: number) => {
   let current = recovered.current
-  let epoch = recovered.epoch
+  let use: LogUse = { epoch: recovered.epoch, salt: newSalt() }
   let position = 0
   /** Handles written under the current log's epoch, and under the previous one (until its flush is done). */
   let dirty = new Set<SessionHandle>()
   let flushing = new Set<SessionHandle>()
   let flush: Fiber.RuntimeFiber<void> | undefined
   let failure: string | undefined
+  /** The last round's batch failed (its segment files are synced before the next round: `afterRound`). */
+  let roundFailed: string | undefined
   /** Sessions deleted while either log may still hold their writes: created again, a start after a crash would write those into the new one. */
   let deleted = new Set<string>()
   let deletedBefore = new Set<string>()
@@ -219,7 +229,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     deletedBefore = deleted
     deleted = new Set()
     current = current === 0 ? 1 : 0
-    epoch = (epoch + 1) >>> 0
+    use = { epoch: (use.epoch + 1) >>> 0, salt: newSalt() }
     position = 0
     flush = yield* Effect.forkDaemon(flushAll(flushing))
   })
@@ -228,17 +238,34 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     get failure() {
       return failure
     },
+    /**
+     * After a round: when its batch failed, the segment files it wrote, synced here, stand for it
+     * (the round's appends were reported failed, and what landed of them is durable now, as
+     * without the log); a sync that fails too is sticky (`failure`). The position did not move:
+     * the next batch is written over what the failed one left, which its salt keeps from passing
+     * for a batch. Undefined when the round's batch was written.
+     */
+    afterRound: (handles: ReadonlyArray<SessionHandle>): Effect.Effect<void> | undefined => {
+      if (roundFailed === undefined) return undefined
+      const why = roundFailed
+      roundFailed = undefined
+      return Effect.forEach(handles, (h) => {
+        const fd = h.fd
+        if (fd === undefined) return Effect.void
+        return Effect.catchAll(driver.fdatasync(fd), (e) => Effect.sync(() => fail(`${why}, and a journal file's sync after it failed: ${e.reason}`)))
+      }, { concurrency: "unbounded", discard: true })
+    },
     /** What must happen before the next round's batch: a switch when the current log is full (else undefined). */
     beforeRound: (): Effect.Effect<void> | undefined => position >= capacity && failure === undefined ? switchLog : undefined,
     /** The round's batch, naming each write's segment; `written` is told which handles it made dirty once the round is done. */
     batch: (segments: ReadonlyArray<Segment>): CommitLogWrite => ({
       fd: recovered.fds[current],
       position,
-      epoch,
+      use,
       synced: SEGMENT_WRITES_SYNCED,
       paths: segments.map(nameOf),
       onWritten: (bytes, error) => {
-        if (error !== undefined) fail(`the commit log's write failed: ${error.reason}`)
+        if (error !== undefined) roundFailed = `the commit log's write failed: ${error.reason}`
         else position += bytes
       }
     }),

@@ -2,22 +2,25 @@
  * The commit log's bytes (docs/journal.md, "The commit log"): one batch per group-commit round,
  * holding what the round wrote to each session's segment file and where.
  *
- *   batch  = u32 LE magic | u32 LE epoch | u32 LE body length | u32 LE CRC-32 of the body
- *            | u32 LE CRC-32 of the 16 bytes before it | body
+ *   batch  = u32 LE magic | u32 LE epoch | u64 LE salt | u32 LE body length
+ *            | u32 LE CRC-32 of the body | u32 LE CRC-32 of the 24 bytes before it | body
  *   body   = entry*
  *   entry  = u16 LE path length | path (UTF-8, relative to the data directory)
  *            | f64 LE position in that file | u32 LE length | the bytes written there
  *
- * A log file is written from its start by batches of one epoch; the epoch is a new number each
- * time a file is taken up again, so a batch left from an earlier use (the file is overwritten, not
- * truncated) never passes for one of this use. A batch counts only whole: a header or a body whose
+ * A log file is written from its start by batches of one use: the epoch, a new number each time
+ * a file is taken up again, orders the two files' uses; the salt, 48 random bits drawn for each
+ * use, is what makes a batch this use's: a batch left from an earlier use (the file is written
+ * over, not truncated), or bytes inside a batch's body that happen to look like a header — a
+ * session's payload is anyone's text — never pass for one of this use, since no one outside
+ * this process knows the salt. A batch counts only whole: a header or a body whose
  * checksum fails, or one that runs past the file, ends the file's batches (a torn write: its round
  * was never acknowledged). No Effect here: the sync thread (SyncWorker.ts) encodes batches too.
  */
 import * as zlib from "node:zlib"
 
 export const BATCH_MAGIC = 0x4c43_4e42 // "BNCL" read as LE bytes B N C L
-export const BATCH_HEADER_BYTES = 20
+export const BATCH_HEADER_BYTES = 28
 const ENTRY_FIXED_BYTES = 2 + 8 + 4
 
 /** One file's bytes in a batch. */
@@ -34,8 +37,14 @@ export interface LogPiece {
   readonly pieces: ReadonlyArray<Uint8Array>
 }
 
-/** Encodes a batch of `epoch` in one buffer (the pieces copied in once). */
-export const encodeBatch = (epoch: number, entries: ReadonlyArray<LogPiece>): Buffer => {
+/** A log file's use: its epoch and its salt (a 48-bit random integer). */
+export interface LogUse {
+  readonly epoch: number
+  readonly salt: number
+}
+
+/** Encodes a batch of `use` in one buffer (the pieces copied in once). */
+export const encodeBatch = (use: LogUse, entries: ReadonlyArray<LogPiece>): Buffer => {
   let body = 0
   for (const e of entries) {
     body += ENTRY_FIXED_BYTES + e.path.length
@@ -58,10 +67,12 @@ export const encodeBatch = (epoch: number, entries: ReadonlyArray<LogPiece>): Bu
     }
   }
   out.writeUInt32LE(BATCH_MAGIC, 0)
-  out.writeUInt32LE(epoch >>> 0, 4)
-  out.writeUInt32LE(body, 8)
-  out.writeUInt32LE(zlib.crc32(out.subarray(BATCH_HEADER_BYTES)), 12)
-  out.writeUInt32LE(zlib.crc32(out.subarray(0, 16)), 16)
+  out.writeUInt32LE(use.epoch >>> 0, 4)
+  out.writeUIntLE(use.salt, 8, 6)
+  out.writeUInt16LE(0, 14)
+  out.writeUInt32LE(body, 16)
+  out.writeUInt32LE(zlib.crc32(out.subarray(BATCH_HEADER_BYTES)), 20)
+  out.writeUInt32LE(zlib.crc32(out.subarray(0, 24)), 24)
   return out
 }
 
@@ -74,26 +85,29 @@ export interface ScannedLog {
 }
 
 /**
- * The whole batches at the start of `buf` that share the first one's epoch. Stops at the first
- * that fails a check, is of another epoch, or runs past the end; an entry that runs past its
+ * The whole batches at the start of `buf` of the first one's use (epoch and salt). Stops at the
+ * first that fails a check, is of another use, or runs past the end; an entry that runs past its
  * batch's body (a checksummed body cannot, unless written wrongly) is an error.
  */
 export const scanLog = (buf: Buffer): ScannedLog => {
   const batches: Array<Array<LogEntry>> = []
   let epoch: number | undefined
+  let salt: Buffer | undefined
   let at = 0
   while (at + BATCH_HEADER_BYTES <= buf.length) {
     if (buf.readUInt32LE(at) !== BATCH_MAGIC) break
-    if (zlib.crc32(buf.subarray(at, at + 16)) !== buf.readUInt32LE(at + 16)) break
+    if (zlib.crc32(buf.subarray(at, at + 24)) !== buf.readUInt32LE(at + 24)) break
     const e = buf.readUInt32LE(at + 4)
-    if (epoch !== undefined && e !== epoch) break
-    const length = buf.readUInt32LE(at + 8)
+    const s = buf.subarray(at + 8, at + 16)
+    if (epoch !== undefined && (e !== epoch || !s.equals(salt!))) break
+    const length = buf.readUInt32LE(at + 16)
     const start = at + BATCH_HEADER_BYTES
     if (start + length > buf.length) break
     const body = buf.subarray(start, start + length)
-    if (zlib.crc32(body) !== buf.readUInt32LE(at + 12)) break
+    if (zlib.crc32(body) !== buf.readUInt32LE(at + 20)) break
     batches.push(entriesOf(body))
     epoch = e
+    salt = s
     at = start + length
   }
   return { epoch, batches, end: at }

@@ -6,7 +6,7 @@
  */
 import * as fs from "node:fs"
 import { Context, Data, Effect, Layer } from "effect"
-import { encodeBatch } from "./CommitLogFormat.js"
+import { encodeBatch, type LogUse } from "./CommitLogFormat.js"
 import { syncRound } from "./SyncThread.js"
 
 export class FileError extends Data.TaggedError("FileError")<{
@@ -68,7 +68,8 @@ export interface FileDriverShape {
 export interface CommitLogWrite {
   readonly fd: number
   readonly position: number
-  readonly epoch: number
+  /** The log file's use (CommitLogFormat.ts): its batches' epoch and salt. */
+  readonly use: LogUse
   /** The log file was opened with `O_DSYNC`: its write is durable when it returns, no fdatasync follows. */
   readonly synced: boolean
   /** Each item's file as the log names it (UTF-8, relative to the data directory), in the items' order. */
@@ -82,7 +83,7 @@ export const batchOf = (log: CommitLogWrite, items: ReadonlyArray<SyncItem>, wri
   for (let i = 0; i < items.length; i++) {
     if (written[i]) entries.push({ path: log.paths[i]!, position: items[i]!.position, pieces: items[i]!.buffers })
   }
-  return entries.length === 0 ? undefined : encodeBatch(log.epoch, entries)
+  return entries.length === 0 ? undefined : encodeBatch(log.use, entries)
 }
 
 export interface SyncItem {

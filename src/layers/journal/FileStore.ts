@@ -187,7 +187,9 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
             log?.batch(writes.map((w) => w.segment))
           )
         )
-        return Effect.ensuring(slow === undefined ? synced : Effect.zipRight(opened, synced), endRound(items))
+        // A round whose batch failed is made durable in its segment files instead (CommitLog.ts).
+        const logged = log === undefined ? synced : Effect.zipRight(synced, Effect.suspend(() => log.afterRound(writes.map((w) => w.handle)) ?? Effect.void))
+        return Effect.ensuring(slow === undefined ? logged : Effect.zipRight(opened, logged), endRound(items))
       })
 
     /** After a round: descriptors released meanwhile are closed, and idle ones past the limit. */

@@ -15,6 +15,7 @@
  */
 import { Worker } from "node:worker_threads"
 import { DIST_ROOT } from "../../DistRoot.js"
+import type { LogUse } from "./CommitLogFormat.js"
 import type { LogFailure, SyncAnswer, SyncFailure, SyncRequest } from "./SyncWorker.js"
 
 /** The sync thread's module (compiled; under the tests too). */
@@ -35,7 +36,7 @@ export type SyncOutcome = (Omit<SyncFailure, "index"> & { readonly log?: boolean
 export interface SyncRoundLog {
   readonly fd: number
   readonly position: number
-  readonly epoch: number
+  readonly use: LogUse
   readonly synced: boolean
   readonly paths: ReadonlyArray<Uint8Array>
 }
@@ -113,6 +114,6 @@ export const syncRound = (items: ReadonlyArray<SyncRoundItem>, done: Done, log?:
   w.ref()
   const request: SyncRequest = log === undefined
     ? { id, data: data.buffer, items: meta }
-    : { id, data: data.buffer, items: meta, log: { fd: log.fd, position: log.position, epoch: log.epoch, synced: log.synced, paths: log.paths } }
+    : { id, data: data.buffer, items: meta, log: { fd: log.fd, position: log.position, use: log.use, synced: log.synced, paths: log.paths } }
   w.postMessage(request, [data.buffer])
 }

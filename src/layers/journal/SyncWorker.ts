@@ -15,7 +15,7 @@
  */
 import * as fs from "node:fs"
 import { parentPort } from "node:worker_threads"
-import { encodeBatch, type LogPiece } from "./CommitLogFormat.js"
+import { encodeBatch, type LogPiece, type LogUse } from "./CommitLogFormat.js"
 
 export interface SyncRequest {
   readonly id: number
@@ -25,7 +25,7 @@ export interface SyncRequest {
   readonly log?: {
     readonly fd: number
     readonly position: number
-    readonly epoch: number
+    readonly use: LogUse
     readonly synced: boolean
     readonly paths: ReadonlyArray<Uint8Array>
   }
@@ -94,7 +94,7 @@ const loggedRound = ({ data, id, items, log }: SyncRequest & { log: NonNullable<
     else entries.push({ path: log.paths[index]!, position, pieces: [piece] })
   })
   if (entries.length === 0) return parentPort!.postMessage({ id, failures, logBytes: 0 } satisfies SyncAnswer)
-  const batch = encodeBatch(log.epoch, entries)
+  const batch = encodeBatch(log.use, entries)
   let logFailure = writeAllNow(log.fd, batch, log.position)
   if (logFailure === undefined && !log.synced) {
     try {
