@@ -40,10 +40,10 @@ import { type LogEntry, type LogUse, type ScannedLog, scanLog } from "./CommitLo
 import type { Segment, SessionHandle } from "./Handle.js"
 
 export const COMMIT_LOG_DIR = "commit-log"
+export const LOG_FILES = ["a.log", "b.log"] as const
 
 /** A new use's salt: 48 random bits, known only to this process (CommitLogFormat.ts). */
 const newSalt = () => crypto.randomBytes(6).readUIntLE(0, 6)
-export const LOG_FILES = ["a.log", "b.log"] as const
 
 /** How a log file is opened: written in place, each write durable as it returns where the platform has `O_DSYNC`. */
 const LOG_FLAGS = fs.constants.O_RDWR | fs.constants.O_CREAT | (fs.constants.O_DSYNC ?? 0)
@@ -56,7 +56,7 @@ export interface Recovered {
   /** The log to write first (both are empty) and the epoch to write it with (above any they held). */
   readonly current: 0 | 1
   readonly epoch: number
-  /** Entries written again, and files they touched (for tests and the log line). */
+  /** Entries written again, and the files they went to (logged when there were any). */
   readonly redone: number
   readonly files: number
 }
@@ -121,6 +121,9 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
       for (const fd of opened) {
         yield* driver.ftruncate(fd, 0).pipe(Effect.zipRight(driver.fdatasync(fd)), Effect.mapError(failed(dataDir, "cannot empty the commit log")))
       }
+    }
+    if (redone > 0) {
+      yield* Effect.logInfo(`the journal's commit log: ${redone} logged write(s) put again into ${files} segment file(s), which are synced`)
     }
     const newest = order.length === 0 ? 0 : order[order.length - 1]!.scan.epoch!
     const recovered: Recovered = {

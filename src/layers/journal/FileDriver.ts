@@ -120,15 +120,12 @@ export const SEGMENT_WRITES_SYNCED: boolean = typeof fs.constants.O_DSYNC === "n
 
 /** `syncMany` built from a driver's own `writev` and `fdatasync` (for drivers that wrap calls). */
 export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync">): FileDriverShape["syncMany"] =>
-  (items, onDone, log) => log !== undefined ? loggedVia(driver, items, onDone, log) : Effect.forEach(
+  (items, onDone, log) =>
+    log !== undefined ? loggedVia(driver, items, onDone, log) : Effect.forEach(
       items,
       (item, i) =>
         driver.writev(item.fd, item.buffers, item.position).pipe(
-          Effect.flatMap((n) =>
-            n === item.bytes
-              ? driver.fdatasync(item.fd)
-              : Effect.fail(new FileError({ op: "write", path: `fd ${item.fd}`, code: "EIO", detail: `short write: ${n} of ${item.bytes} bytes` }))
-          ),
+          Effect.flatMap((n) => n === item.bytes ? driver.fdatasync(item.fd) : Effect.fail(shortWrite(item.fd, n, item.bytes))),
           Effect.match({ onFailure: (e) => onDone(i, e), onSuccess: () => onDone(i, undefined) })
         ),
       { concurrency: "unbounded", discard: true }
