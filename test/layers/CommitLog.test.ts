@@ -38,7 +38,17 @@ const recordingDriver = () => {
         : Effect.tap(nodeDriver.fdatasync(fd), () =>
         Effect.sync(() => {
           const p = paths.get(fd)!
-          synced.set(p, Math.max(synced.get(p) ?? 0, fs.fstatSync(fd).size))
+          // Closed by now (a flush that raced its file's close, which synced it too), or the number
+          // taken by another file since: not counted.
+          let size: number
+          try {
+            const st = fs.fstatSync(fd)
+            if (st.ino !== fs.statSync(p).ino) return
+            size = st.size
+          } catch {
+            return
+          }
+          synced.set(p, Math.max(synced.get(p) ?? 0, size))
         })),
     syncMany: (items, onDone, log) => {
       if (log === undefined || failLog === 0) return nodeDriver.syncMany(items, onDone, log)
@@ -306,6 +316,31 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       const read = yield* withJournal(dir, (journal) => readAll(journal, s))
       // k2 was never acknowledged, its batch never written and its segment never synced: lost with the page cache.
       expect(read.filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1"])
+    }))
+
+  it.scopedLive("a flush of segments that dies (a driver's defect) makes the journal refuse appends with JournalWriteFailed at the next switch; its rounds never die of it", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const paths = new Map<number, string>()
+      const driver: FileDriverShape = {
+        ...nodeDriver,
+        open: (p, flags) => Effect.tap(nodeDriver.open(p, flags), (fd) => Effect.sync(() => paths.set(fd, p))),
+        fdatasync: (fd) => (paths.get(fd)?.endsWith(".seg") ? Effect.die(new Error("driver bug")) : nodeDriver.fdatasync(fd))
+      }
+      const s = yield* mintSessionId
+      const failure = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (let i = 0; i < 200; i++) {
+            const r = yield* Effect.either(journal.append(s, [kv(`k${i}`)]))
+            if (Either.isLeft(r)) return { at: i, error: r.left }
+          }
+          return undefined
+        }), driver, { commitLogBytes: 2048 })
+      expect(failure).toBeDefined()
+      expect(failure!.at).toBeGreaterThan(0)
+      expect(failure!.error._tag).toBe("JournalWriteFailed")
+      expect(failure!.error.message).toContain("flush")
     }))
 
   it.scopedLive("a clean stop syncs every segment written and leaves both logs empty, so the next start writes nothing again", () =>

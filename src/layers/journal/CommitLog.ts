@@ -32,7 +32,7 @@
 import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { Deferred, Effect, Fiber, FiberId } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, FiberId, Option } from "effect"
 import { isSessionId } from "../../domain/Ids.js"
 import { DataDirError } from "./DataDir.js"
 import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
@@ -203,22 +203,36 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     return name
   }
 
+  /** An fdatasync's outcome: undefined when done, else why not (a driver's defect too: it never escapes a round). */
+  const syncOf = (fd: number): Effect.Effect<string | undefined> =>
+    Effect.map(Effect.exit(driver.fdatasync(fd)), (exit) =>
+      Exit.isSuccess(exit)
+        ? undefined
+        : Cause.failureOption(exit.cause).pipe(Option.match({ onNone: () => Cause.pretty(exit.cause), onSome: (e) => e.reason })))
+
   /** fdatasyncs the handles written under the log just left; a handle closed meanwhile was synced as it closed. */
   const flushAll = (handles: Set<SessionHandle>) =>
     Effect.forEach([...handles], (h) =>
       Effect.suspend(() => {
         const fd = h.fd
         if (fd === undefined || !handles.has(h)) return Effect.void
-        return Effect.match(driver.fdatasync(fd), {
+        return Effect.map(syncOf(fd), (why) => {
+          if (why === undefined) handles.delete(h)
           // A handle closed (and so synced) while this ran is not this flush's failure.
-          onFailure: (e) => h.fd === fd && handles.has(h) ? fail(`a journal file's flush failed: ${e.reason}`) : undefined,
-          onSuccess: () => handles.delete(h)
+          else if (h.fd === fd && handles.has(h)) fail(`a journal file's flush failed: ${why}`)
         })
       }), { concurrency: "unbounded", discard: true })
 
+  /** Waits for the flush under way; one that died (a driver's defect) leaves its files unsynced: sticky. */
+  const flushed = Effect.suspend(() =>
+    flush === undefined ? Effect.void : Effect.map(Fiber.await(flush), (exit) => {
+      if (Exit.isFailure(exit)) fail(`the flush of the commit log's segment files failed: ${Cause.pretty(exit.cause)}`)
+    })
+  )
+
   /** Switches to the other log once this one is full: after the flush of what the other held. */
   const switchLog = Effect.gen(function*() {
-    if (flush !== undefined) yield* Fiber.join(flush)
+    yield* flushed
     // A handle the flush found closed is synced by its close: wait for that too.
     for (const h of [...flushing]) {
       const closed = closingNow.get(h)
@@ -255,7 +269,9 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
       return Effect.forEach(handles, (h) => {
         const fd = h.fd
         if (fd === undefined) return Effect.void
-        return Effect.catchAll(driver.fdatasync(fd), (e) => Effect.sync(() => fail(`${why}, and a journal file's sync after it failed: ${e.reason}`)))
+        return Effect.map(syncOf(fd), (failed) => {
+          if (failed !== undefined) fail(`${why}, and a journal file's sync after it failed: ${failed}`)
+        })
       }, { concurrency: "unbounded", discard: true })
     },
     /** What must happen before the next round's batch: a switch when the current log is full (else undefined). */
@@ -286,12 +302,10 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
       if (!dirty.has(handle) && !flushing.has(handle)) return Effect.void
       const closed = Deferred.unsafeMake<void>(FiberId.none)
       closingNow.set(handle, closed)
-      return Effect.match(driver.fdatasync(fd), {
-        onFailure: (e) => fail(`a journal file's flush failed: ${e.reason}`),
-        onSuccess: () => {
-          dirty.delete(handle)
-          flushing.delete(handle)
-        }
+      return Effect.map(syncOf(fd), (why) => {
+        if (why !== undefined) return fail(`a journal file's flush failed: ${why}`)
+        dirty.delete(handle)
+        flushing.delete(handle)
       }).pipe(Effect.ensuring(Effect.suspend(() => {
         if (closingNow.get(handle) === closed) closingNow.delete(handle)
         return Deferred.succeed(closed, undefined)
@@ -299,7 +313,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
     },
     /** After the last round: waits for a flush under way, syncs what is left, closes the logs. */
     close: Effect.gen(function*() {
-      if (flush !== undefined) yield* Fiber.join(flush)
+      yield* flushed
       for (const closed of [...closingNow.values()]) yield* Deferred.await(closed)
       yield* flushAll(flushing)
       yield* flushAll(dirty)
