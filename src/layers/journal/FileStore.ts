@@ -2,11 +2,13 @@
  * The file store (the embedded default): segment files under `{dataDir}/sessions/{id}/journal/`
  * (docs/journal.md). A round writes each touched session's frames with one vectored write at the
  * end of its final segment (rotating to a new segment first when this one would pass
- * SEGMENT_ROTATE_BYTES), a file opened with `O_DSYNC` so that the write returns once it is durable
- * (FileDriver.ts, SEGMENT_FLAGS: no fdatasync follows it); all touched files at once, through one
- * `syncMany`.
+ * SEGMENT_ROTATE_BYTES), all touched files through one `syncMany`, and makes the round durable with
+ * one batch in the commit log (CommitLog.ts); without the log (`commitLogBytes: 0`) each segment is
+ * opened with `O_DSYNC` so that its own write returns once it is durable (FileDriver.ts,
+ * SEGMENT_FLAGS: no fdatasync follows it).
  * Write descriptors are kept open for the next round, at most OPEN_JOURNAL_FILES, least recently
- * written closed first, and never closed under a write in flight.
+ * written closed first (synced first when the commit log needs it), and never closed under a
+ * write in flight.
  */
 import * as path from "node:path"
 import { Effect } from "effect"
