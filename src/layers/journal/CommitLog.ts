@@ -53,8 +53,7 @@ const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
 
 export interface Recovered {
   readonly fds: readonly [number, number]
-  /** The log to write first (both are empty) and the epoch to write it with (above any they held). */
-  readonly current: 0 | 1
+  /** The epoch to write with (above any the logs held; both are empty now, `a.log` is written first). */
   readonly epoch: number
   /** Entries written again, and the files they went to (logged when there were any). */
   readonly redone: number
@@ -128,7 +127,6 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
     const newest = order.length === 0 ? 0 : order[order.length - 1]!.scan.epoch!
     const recovered: Recovered = {
       fds: [opened[0]!, opened[1]!],
-      current: 0,
       epoch: (newest + 1) >>> 0,
       redone,
       files
@@ -173,7 +171,7 @@ const redoFile = (driver: FileDriverShape, dataDir: string, name: string, entrie
 
 /** The commit log as the file store writes it, from what `recover` opened. */
 export const make = (driver: FileDriverShape, dataDir: string, recovered: Recovered, capacity: number) => {
-  let current = recovered.current
+  let current: 0 | 1 = 0
   let use: LogUse = { epoch: recovered.epoch, salt: newSalt() }
   let position = 0
   /** Handles written under the current log's epoch, and under the previous one (until its flush is done). */
