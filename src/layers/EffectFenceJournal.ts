@@ -11,11 +11,22 @@
  * to wait for that (`FenceHooks.unrecorded`), because what it writes or reads next for the
  * session must not be ordered before a record that may still land.
  */
-import { Effect, Exit, Layer } from "effect"
+import { type Cause, Effect, Exit, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Entry } from "../domain/Records.js"
 import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
-import { EffectFence, type EffectFenceShape, type Fenced, type FencedEffect, type FenceHooks, OutcomeUnrecorded, type Queueable } from "../services/EffectFence.js"
+import {
+  type Dispatching,
+  EffectFence,
+  type EffectFenceShape,
+  type Fenced,
+  type FencedEffect,
+  type FenceError,
+  type FenceHooks,
+  isDispatching,
+  OutcomeUnrecorded,
+  type Queueable
+} from "../services/EffectFence.js"
 import { type Restore, runRound } from "./sessions/Round.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { waitFor } from "./Waits.js"
@@ -114,7 +125,7 @@ export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number):
   )
 
 /** An effect's dispatch tried now; a try that threw is a defect of the dispatch, as if its effect had died. */
-const tryNow = <A, E>(effect: FencedEffect<A, E>, started: number): Exit.Exit<A, E> | undefined => {
+const tryNow = <A, E>(effect: FencedEffect<A, E>, started: number): Exit.Exit<A, E> | Dispatching<A, E> | undefined => {
   if (effect.dispatchNow === undefined) return undefined
   try {
     return effect.dispatchNow(started)
@@ -122,6 +133,17 @@ const tryNow = <A, E>(effect: FencedEffect<A, E>, started: number): Exit.Exit<A,
     return Exit.die(err)
   }
 }
+
+/** A dispatch under way, waited for by a fiber (a round that also has effects to run in fibers). */
+const awaitDispatching = <A, E>(dispatching: Dispatching<A, E>): Effect.Effect<A, E> =>
+  Effect.async<A, E>((resume) => {
+    dispatching.onEnd(resume)
+    // Interrupted: it is stopped, and the wait ends once it has ended.
+    return Effect.async<void>((ended) => {
+      dispatching.interrupt()
+      dispatching.onEnd(() => ended(Effect.void))
+    })
+  })
 
 /** A journal append as a `Queueable`. */
 export const journalAppend = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
@@ -158,15 +180,95 @@ export const make = Effect.gen(function*() {
     const seqs = yield* journal.append(session, effects.map((e) => e.started))
     hooks?.committed?.(effects.map((e, i) => [seqs[i]!, e.started] as const))
     const nows = effects.map((e, i) => tryNow(e, seqs[i]!))
-    if (nows.every((now) => now !== undefined)) return yield* settledAll(session, seqs, effects, nows as ReadonlyArray<Exit.Exit<A, E>>, hooks)
+    if (nows.every((now) => now !== undefined && !isDispatching(now))) {
+      return yield* settledAll(session, seqs, effects, nows as ReadonlyArray<Exit.Exit<A, E>>, hooks)
+    }
+    if (nows.every((now) => now !== undefined)) return yield* asTheyEnd(session, seqs, effects, nows as ReadonlyArray<Exit.Exit<A, E> | Dispatching<A, E>>, hooks, restore)
     // Forked uninterruptible (each restores only its dispatch); the wait is the caller's to interrupt.
     return yield* runRound(
       effects.map((e, i) => {
         const now = nows[i]
-        return Effect.gen(() => settled(session, seqs[i]!, now === undefined ? e.dispatch : () => now, e.outcome, hooks, restore))
+        const dispatch = now === undefined ? e.dispatch : isDispatching(now) ? () => awaitDispatching(now) : () => now
+        return Effect.gen(() => settled(session, seqs[i]!, dispatch, e.outcome, hooks, restore))
       }),
       restore
     )
+  }
+  /**
+   * Effects that each ended when tried or are under way with no fiber (`Dispatching`): this fiber
+   * commits their outcomes as they end, those that ended by the time it looks in one append, in
+   * the effects' order. The first commit that fails (or misses the deadline) interrupts those still
+   * under way; an interruption of the caller's wait interrupts them all. Either way every outcome
+   * is committed before this answers (or fails with the first failure, or the interruption).
+   */
+  function* asTheyEnd<A, E>(
+    session: SessionId,
+    seqs: ReadonlyArray<number>,
+    effects: ReadonlyArray<FencedEffect<A, E>>,
+    nows: ReadonlyArray<Exit.Exit<A, E> | Dispatching<A, E>>,
+    hooks: FenceHooks | undefined,
+    restore: Restore
+  ) {
+    const exits = new Array<Exit.Exit<A, E> | undefined>(effects.length)
+    const outcomes = new Array<number>(effects.length)
+    /** Ended, their outcomes not yet committed: in the order they ended. */
+    let ended: Array<number> = []
+    let wake: (() => void) | undefined
+    const end = (i: number, exit: Exit.Exit<A, E>) => {
+      exits[i] = exit
+      ended.push(i)
+      const w = wake
+      wake = undefined
+      w?.()
+    }
+    nows.forEach((now, i) => (isDispatching(now) ? now.onEnd((exit) => end(i, exit)) : end(i, now)))
+    /** Interrupts every effect still under way (once: a later call finds none). */
+    let stopped = false
+    const stopRest = () => {
+      if (stopped) return
+      stopped = true
+      nows.forEach((now, i) => {
+        if (isDispatching(now) && exits[i] === undefined) now.interrupt()
+      })
+    }
+    const nextEnd = waitFor<void>((resume) => {
+      wake = () => resume(Effect.void)
+      return () => {
+        wake = undefined
+      }
+    })
+    let first: Cause.Cause<FenceError> | undefined
+    let committed = 0
+    while (committed < effects.length) {
+      if (ended.length === 0) {
+        // Only the wait can be interrupted, and only while nothing has failed (then it is stopped already).
+        const waited = yield* Effect.exit(stopped ? nextEnd : restore(nextEnd))
+        if (Exit.isFailure(waited)) {
+          first ??= waited.cause
+          stopRest()
+        }
+        continue
+      }
+      const batch = ended.sort((a, b) => a - b)
+      ended = []
+      committed += batch.length
+      const closings = batch.map((i) => effects[i]!.outcome(seqs[i]!, exits[i]!, true))
+      const answer = yield* appendWithin(journalAppend(journal, session, closings), config.cleanupDeadlineMs)
+      if (answer._tag === "Unsettled") {
+        const failed = yield* Effect.exit(Effect.gen(() => unrecorded(session, seqs[batch[0]!]!, closings[0]!, answer.settled, hooks)))
+        if (Exit.isFailure(failed)) first ??= failed.cause
+        stopRest()
+      } else if (Exit.isFailure(answer.exit)) {
+        first ??= answer.exit.cause
+        stopRest()
+      } else {
+        const sequences = answer.exit.value
+        batch.forEach((i, k) => (outcomes[i] = sequences[k]!))
+        hooks?.committed?.(closings.map((c, k) => [sequences[k]!, c] as const))
+      }
+    }
+    if (first !== undefined) return yield* Effect.failCause(first)
+    return exits.map((exit, i) => ({ started: seqs[i]!, exit: exit!, dispatched: true, outcome: outcomes[i]! }) satisfies Fenced<A, E>)
   }
   /** Effects that all went to their end when tried: their outcomes committed in one append, in their order. */
   function* settledAll<A, E>(

@@ -40,6 +40,7 @@ export const make = (hosts: HostsShape): EnvironmentsShape => ({
   detach: (operation) => Effect.as(hostOf(operation.environment), { result: null }),
   teardown: (operation) => Effect.as(hostOf(operation.environment), { result: null }),
   call: (call) => Effect.flatMap(hostOf(call.environment), (host) => hosts.call(host, call)),
+  send: (call) => (call.environment.driver === "host" ? hosts.send(call.environment.host, call) : undefined),
   cancel: (request) =>
     hostOf(request.environment).pipe(
       Effect.flatMap((host) => hosts.cancel(host, request)),
@@ -71,6 +72,7 @@ export const byDriver = (drivers: { readonly http?: EnvironmentsShape | undefine
     detach: route((d, o) => d.detach(o), (o) => Effect.fail(missing(o.environment))),
     teardown: route((d, o) => d.teardown(o), (o) => Effect.fail(missing(o.environment))),
     call: route((d, c) => d.call(c), (c) => Effect.fail(missing(c.environment))),
+    send: (c) => pick(c.environment)?.send?.(c),
     cancel: route((d, r) => d.cancel(r), (r) => Effect.succeed({ confirmed: false as const, why: missing(r.environment).message }))
   }
 }

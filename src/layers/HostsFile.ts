@@ -67,8 +67,8 @@ interface InFlight {
   readonly environment: string
   /** The call's answer once it has one (`answerCall`). */
   answered: Exit.Exit<CallAnswer, EnvironmentUncertain> | undefined
-  /** The waiting caller's resume, while it waits. */
-  resume: ((answer: Effect.Effect<CallAnswer, EnvironmentUncertain>) => void) | undefined
+  /** The waiting caller's callback, while it waits. */
+  resume: ((answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) | undefined
   /** Done when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
   stopped: Deferred.Deferred<void> | undefined
   cancelSent: boolean
@@ -391,52 +391,60 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
         }))
       })
 
+    const send: HostsShape["send"] = (id, request) => {
+      const environment = request.environment.name
+      const notSent = (reason: EnvironmentNotSent["reason"], why: string) =>
+        new EnvironmentNotSent({ environment, reason, message: `Environment ${JSON.stringify(environment)}: ${why}; nothing was sent` })
+      const host = hosts.get(id)
+      if (host === undefined) return notSent("host_unknown", `${name(id)} is not registered`)
+      const connection = host.connection
+      if (connection === undefined) return notSent("host_disconnected", `${name(id)} has no open command stream`)
+      const key = keyOf(request)
+      const pending: InFlight = {
+        connection: connection.id,
+        environment,
+        answered: undefined,
+        resume: undefined,
+        stopped: undefined,
+        cancelSent: false,
+        emit: request.emit,
+        lock: undefined
+      }
+      host.calls.set(key, pending)
+      const sent = connection.body.offer(frame("call", {
+        session_id: request.session,
+        sequence: request.sequence,
+        environment,
+        name: request.name,
+        call_id: request.callId,
+        input: request.input,
+        deadline_at_ms: request.deadlineAtMs
+      }))
+      if (!sent) {
+        host.calls.delete(key)
+        return notSent("host_busy", `${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
+      }
+      // One callback, not a Deferred and a finalizer: a caller that stops waiting takes the call
+      // out of the host's calls (an answered one is out already).
+      return {
+        await: (f) => {
+          if (pending.answered !== undefined) f(pending.answered)
+          else pending.resume = f
+        },
+        abandon: () => {
+          pending.resume = undefined
+          if (host.calls.get(key) === pending) host.calls.delete(key)
+        }
+      }
+    }
+
     const call: HostsShape["call"] = (id, request) =>
       Effect.suspend((): Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain> => {
-        const environment = request.environment.name
-        const notSent = (reason: EnvironmentNotSent["reason"], why: string) =>
-          Effect.fail(new EnvironmentNotSent({ environment, reason, message: `Environment ${JSON.stringify(environment)}: ${why}; nothing was sent` }))
-        const host = hosts.get(id)
-        if (host === undefined) return notSent("host_unknown", `${name(id)} is not registered`)
-        const connection = host.connection
-        if (connection === undefined) return notSent("host_disconnected", `${name(id)} has no open command stream`)
-        const key = keyOf(request)
-        const pending: InFlight = {
-          connection: connection.id,
-          environment,
-          answered: undefined,
-          resume: undefined,
-          stopped: undefined,
-          cancelSent: false,
-          emit: request.emit,
-          lock: undefined
-        }
-        host.calls.set(key, pending)
-        const sent = connection.body.offer(frame("call", {
-          session_id: request.session,
-          sequence: request.sequence,
-          environment,
-          name: request.name,
-          call_id: request.callId,
-          input: request.input,
-          deadline_at_ms: request.deadlineAtMs
-        }))
-        if (!sent) {
-          host.calls.delete(key)
-          return notSent("host_busy", `${name(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
-        }
-        // One callback, not a Deferred and a finalizer: a caller interrupted while it waits takes
-        // the call out of the host's calls (an answered one is out already).
+        const sent = send(id, request)
+        if (sent instanceof EnvironmentNotSent) return Effect.fail(sent)
         return waitFor<CallAnswer, EnvironmentUncertain>((resume) => {
-          if (pending.answered !== undefined) {
-            resume(pending.answered)
-            return () => {}
-          }
-          pending.resume = resume
-          return () => {
-            pending.resume = undefined
-            if (host.calls.get(key) === pending) host.calls.delete(key)
-          }
+          sent.await(resume)
+          return sent.abandon
         })
       })
 
@@ -476,6 +484,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       result,
       results,
       event,
+      send,
       call,
       cancel,
       stopAll

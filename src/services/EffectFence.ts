@@ -72,12 +72,29 @@ export interface FencedEffect<A, E> {
   readonly dispatch: (started: number) => Effect.Effect<A, E>
   /**
    * The dispatch tried now, in the call, once the start is durable: its exit when the effect went
-   * to its end without waiting; undefined when it could not, having done nothing that shows (then
+   * to its end without waiting; the dispatch under way (`Dispatching`) when it was started without
+   * a fiber and ends later; undefined when it could not, having done nothing that shows (then
    * `dispatch` runs it). Optional.
    */
-  readonly dispatchNow?: (started: number) => Exit.Exit<A, E> | undefined
+  readonly dispatchNow?: (started: number) => Exit.Exit<A, E> | Dispatching<A, E> | undefined
   readonly outcome: (started: number, exit: Exit.Exit<A, E>, dispatched: boolean) => Entry
 }
+
+/**
+ * A dispatch under way with no fiber of its own (what `dispatchNow` answers for an effect it
+ * started and whose answer comes later, such as a host tool's call): it ends exactly once, however
+ * it ends (its own answer, its own handling of a cancel or a deadline), and says so to every
+ * `onEnd`. `interrupt` stops it as interrupting a dispatch's fiber would; it then ends soon after,
+ * with the exit an interrupted dispatch has.
+ */
+export interface Dispatching<A, E> {
+  readonly _tag: "Dispatching"
+  /** Calls `f` with its exit once it has ended: at once when it has. */
+  readonly onEnd: (f: (exit: Exit.Exit<A, E>) => void) => void
+  readonly interrupt: () => void
+}
+
+export const isDispatching = <A, E>(now: Exit.Exit<A, E> | Dispatching<A, E>): now is Dispatching<A, E> => now._tag === "Dispatching"
 
 export interface EffectFenceShape {
   readonly fence: <A, E>(
@@ -98,7 +115,11 @@ export interface EffectFenceShape {
    *
    * When every effect went to its end when tried (`dispatchNow`), their outcomes are committed
    * together instead, in one atomic append in the effects' order, and no fiber is started: the
-   * same records, each before anyone sees its result.
+   * same records, each before anyone sees its result. When every try either ended or left its
+   * effect under way (`Dispatching`), no fiber is started either: the caller's fiber commits the
+   * outcomes as the effects end, those that ended together in one append, and the rest is as
+   * above (a failed outcome commit interrupts the effects still under way, an interrupted caller
+   * interrupts them all, and every outcome is committed before the answer).
    */
   readonly fenceAll: <A, E>(
     session: SessionId,

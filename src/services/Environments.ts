@@ -16,7 +16,7 @@
  * - `EnvironmentUncertain`: it may have done it (connection lost after sending, 409, 5xx, the
  *   lifecycle timeout, an answer too large, not JSON or not of its shape).
  */
-import { Context, Data, type Effect } from "effect"
+import { Context, Data, type Effect, type Exit } from "effect"
 import type { AdmittedEnvironment, EnvironmentBindings as Bindings } from "../domain/Environment.js"
 import { type Failure, failure } from "../domain/Failure.js"
 import type { SessionId } from "../domain/Ids.js"
@@ -134,6 +134,17 @@ export class EnvironmentUncertain extends Data.TaggedError("EnvironmentUncertain
 
 export type EnvironmentFailed = EnvironmentNotSent | EnvironmentRefused | EnvironmentUncertain
 
+/**
+ * A tool call sent (`send`), its answer to come: one `EnvironmentUncertain` when it may have run
+ * without a definite answer, as `call` fails.
+ */
+export interface SentCall {
+  /** Calls `f` with the answer once it comes (at once when it has); a later `await` replaces `f`. */
+  readonly await: (f: (answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) => void
+  /** Stops waiting (what interrupting `call` does): the answer, if it comes, is no one's. */
+  readonly abandon: () => void
+}
+
 export interface EnvironmentsShape {
   /** At creation, before `session_creation_ended`. A failure fails the creation. */
   readonly setup: (operation: LifecycleOperation) => Effect.Effect<LifecycleEnded, EnvironmentFailed>
@@ -147,6 +158,12 @@ export interface EnvironmentsShape {
    * cancel by itself.
    */
   readonly call: (call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentFailed>
+  /**
+   * `call` without a fiber, for a driver that can (optional): the call sent now, its answer to
+   * come by callback (`SentCall`); `EnvironmentNotSent` when nothing was sent; undefined when this
+   * driver does not send this call so, having done nothing (then `call` sends it).
+   */
+  readonly send?: (call: EnvironmentCall) => SentCall | EnvironmentNotSent | undefined
   /**
    * Asks the Environment to stop a call in flight, bounded by BRAIN_CANCEL_GRACE_MS. Never fails:
    * anything but `{"stopped": true}` is an unconfirmed cancel.

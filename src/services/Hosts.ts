@@ -15,7 +15,7 @@ import { Context, type Effect } from "effect"
 import type { Readable } from "node:stream"
 import type { Conflict, Internal, InvalidRequest, Overloaded, PayloadTooLarge, SessionStorageError } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
-import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain } from "./Environments.js"
+import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain, SentCall } from "./Environments.js"
 
 export interface Registered {
   readonly host_id: HostId
@@ -74,6 +74,8 @@ export interface HostsShape {
   ) => Effect.Effect<void, ResultError | InvalidRequest>
   /** Commits a tool-origin Event of a call in flight on `host`; answers its sequence. */
   readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostEventError>
+  /** Sends a call to `host` now, its answer to come by callback (the `host` driver's `send`). */
+  readonly send: (host: string, call: EnvironmentCall) => SentCall | EnvironmentNotSent
   /** Sends a call to `host` and waits for its answer (the `host` driver's `call`). */
   readonly call: (host: string, call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>
   /** Sends a cancel for a call in flight and waits up to the grace for the host to confirm it stopped. */

@@ -6,13 +6,13 @@
  * the outcome append is held until the test lets it go.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Layer, Option } from "effect"
 import { failure } from "../../src/domain/Failure.js"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry, type Entry } from "../../src/domain/Records.js"
 import * as EffectFenceJournal from "../../src/layers/EffectFenceJournal.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
-import type { FenceHooks } from "../../src/services/EffectFence.js"
+import type { Dispatching, FenceHooks } from "../../src/services/EffectFence.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 
@@ -337,5 +337,134 @@ describe("appendWithin: an append queued without a fiber where the journal can",
       q.answer([7])
       yield* Fiber.join(settled)
       expect(q.ran()).toBe(0)
+    }))
+})
+
+describe("EffectFence.fenceAll: effects under way with no fiber (Dispatching)", () => {
+  /** A dispatch under way that the test ends (`finish`); `interrupt` ends it interrupted, as an interrupted fiber would. */
+  const underWay = () => {
+    let exit: Exit.Exit<string> | undefined
+    const ends: Array<(exit: Exit.Exit<string>) => void> = []
+    let interrupted = 0
+    const finish = (e: Exit.Exit<string>) => {
+      if (exit !== undefined) return
+      exit = e
+      for (const f of ends.splice(0)) f(e)
+    }
+    const dispatching: Dispatching<string, never> = {
+      _tag: "Dispatching",
+      onEnd: (f) => (exit !== undefined ? f(exit) : void ends.push(f)),
+      interrupt: () => {
+        interrupted++
+        finish(Exit.interrupt(FiberId.none))
+      }
+    }
+    return { dispatching, finish, interrupted: () => interrupted }
+  }
+  const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
+    Exit.isSuccess(exit)
+      ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
+      : entry("tool_call_failed", {
+        sequence: seq,
+        outcome: "unknown",
+        failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
+        is_error: true
+      })
+  const roundOf = (ways: ReadonlyArray<ReturnType<typeof underWay> | undefined>, dispatched: Array<string>) =>
+    ways.map((way, i) => ({
+      started: startedOf(`c${i}`),
+      dispatch: (seq: number) => Effect.sync(() => void dispatched.push(`c${i}`)).pipe(Effect.as(`c${i} dispatched@${seq}`)),
+      dispatchNow: (seq: number) => (way === undefined ? Exit.succeed(`c${i} tried@${seq}`) : way.dispatching),
+      outcome: outcomeOf
+    }))
+
+  it.scopedLive("none is dispatched in a fiber; outcomes are committed as the effects end, those that ended together in one append in the effects' order, every one before the answer", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const ways = [underWay(), undefined, underWay(), underWay()]
+      const dispatched: Array<string> = []
+      const folded: Array<number> = []
+      const fiber = yield* Effect.fork(fence.fenceAll(j.session, roundOf(ways, dispatched), { committed: (es) => es.forEach(([s]) => folded.push(s)) }))
+      yield* Effect.sleep(Duration.millis(20))
+      // The one that ended when tried is committed at once; the others are waited for.
+      expect(j.appends).toEqual([["tool_call_started", "tool_call_started", "tool_call_started", "tool_call_started"], ["tool_call_ended"]])
+      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      // The last two end in one step (a host's results in one POST): one append, in the effects' order.
+      ways[3]!.finish(Exit.succeed("d"))
+      ways[2]!.finish(Exit.succeed("c"))
+      yield* Effect.sleep(Duration.millis(20))
+      expect(j.appends.slice(2)).toEqual([["tool_call_ended", "tool_call_ended"]])
+      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      ways[0]!.finish(Exit.succeed("a"))
+      const fenced = yield* Fiber.join(fiber)
+      expect(dispatched).toEqual([])
+      expect(j.appends.slice(3)).toEqual([["tool_call_ended"]])
+      expect(fenced.map((f) => [f.started, f.outcome, f.dispatched, Exit.isSuccess(f.exit) && f.exit.value])).toEqual([
+        [2, 9, true, "a"],
+        [3, 6, true, "c1 tried@3"],
+        [4, 7, true, "c"],
+        [5, 8, true, "d"]
+      ])
+      expect(folded).toEqual([2, 3, 4, 5, 6, 7, 8, 9])
+      const records = yield* j.base.read(j.session, { after: 5, limit: 100 })
+      expect(records.map((r) => (r.payload as { sequence: number }).sequence)).toEqual([3, 4, 5, 2])
+    }))
+
+  it.scopedLive("an interrupted caller interrupts every effect still under way and leaves only once every outcome is durable", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const ways = [underWay(), underWay()]
+      const fiber = yield* Effect.fork(fence.fenceAll(j.session, roundOf(ways, [])))
+      yield* Effect.sleep(Duration.millis(20))
+      ways[1]!.finish(Exit.succeed("b"))
+      yield* Effect.sleep(Duration.millis(20))
+      const exit = yield* Fiber.interrupt(fiber)
+      expect(Exit.isInterrupted(exit)).toBe(true)
+      expect([ways[0]!.interrupted(), ways[1]!.interrupted()]).toEqual([1, 0])
+      const records = yield* j.base.read(j.session, { after: 3, limit: 100 })
+      expect(records.map((r) => [r.kind, (r.payload as { sequence: number }).sequence])).toEqual([["tool_call_ended", 3], ["tool_call_failed", 2]])
+      expect((records[1]!.payload as { failure: { message: string } }).failure.message).toBe("interrupted, dispatched")
+    }))
+
+  it.scopedLive("an outcome not durable within the deadline interrupts the effects still under way, whose outcomes are still committed, and the round fails with OutcomeUnrecorded", () =>
+    Effect.gen(function*() {
+      const h = yield* holding("tool_call_ended")
+      const fence = yield* fenceWith(h.journal, 100)
+      const ways = [underWay(), underWay()]
+      const unsettled: Array<Effect.Effect<void>> = []
+      const fiber = yield* Effect.fork(fence.fenceAll(h.session, roundOf(ways, []), { unrecorded: (s) => void unsettled.push(s) }))
+      yield* Effect.sleep(Duration.millis(20))
+      ways[0]!.finish(Exit.succeed("a"))
+      const result = yield* Effect.either(Fiber.join(fiber))
+      expect(result._tag === "Left" && result.left._tag).toBe("OutcomeUnrecorded")
+      expect(ways[1]!.interrupted()).toBe(1)
+      expect(unsettled).toHaveLength(1)
+      // Its own outcome went to the journal (a failure, recorded): only the held one is still on its way.
+      const records = yield* h.base.read(h.session, { after: 0, limit: 100 })
+      expect(records.map((r) => r.kind)).toEqual(["session_creation_started", "tool_call_started", "tool_call_started", "tool_call_failed"])
+      yield* Deferred.succeed(h.release, undefined)
+      yield* unsettled[0]!
+      const after = yield* h.base.read(h.session, { after: 4, limit: 100 })
+      expect(after.map((r) => [r.kind, (r.payload as { sequence: number }).sequence])).toEqual([["tool_call_ended", 2]])
+    }))
+
+  it.scopedLive("in a round that also has an effect to run in a fiber, the one under way is waited for in a fiber of its own and recorded as it ended", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const way = underWay()
+      const dispatched: Array<string> = []
+      const effects = roundOf([way, way], dispatched)
+      const round = [effects[0]!, { ...effects[1]!, dispatchNow: () => undefined }]
+      const fiber = yield* Effect.fork(fence.fenceAll(j.session, round))
+      yield* Effect.sleep(Duration.millis(20))
+      expect(dispatched).toEqual(["c1"])
+      way.finish(Exit.succeed("a"))
+      const fenced = yield* Fiber.join(fiber)
+      expect(fenced.map((f) => Exit.isSuccess(f.exit) && f.exit.value)).toEqual(["a", "c1 dispatched@3"])
+      const records = yield* j.base.read(j.session, { after: 3, limit: 100 })
+      expect(records.map((r) => (r.payload as { output: string }).output).sort()).toEqual(["a", "c1 dispatched@3"])
     }))
 })

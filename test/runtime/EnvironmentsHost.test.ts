@@ -11,7 +11,10 @@ import { Effect, type Layer, ManagedRuntime } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
 import * as HostsFile from "../../src/layers/HostsFile.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import type { MemorySessions } from "../../src/layers/JournalMemory.js"
 import { Hosts, type HostsShape } from "../../src/services/Hosts.js"
+import type { Journal } from "../../src/services/Journal.js"
 import type { ModelCall } from "../../src/services/Models.js"
 import { Sessions, type SessionsShape } from "../../src/services/Sessions.js"
 import { type Frames, framesOf } from "../support/hosts.js"
@@ -25,8 +28,9 @@ afterEach(async () => {
   for (const rt of runtimes.splice(0)) await rt.dispose()
 })
 
-const start = (modelCalls: Array<ModelCall> = [], dataDir?: string) => {
+const start = (modelCalls: Array<ModelCall> = [], dataDir?: string, journal?: Layer.Layer<Journal>) => {
   const layer = runtimeLayer({
+    ...(journal !== undefined ? { journal } : {}),
     hosts: dataDir !== undefined ? { dataDir } : {},
     config: { cancelGraceMs: GRACE_MS },
     onModelCall: (call) => void modelCalls.push(call)
@@ -160,6 +164,27 @@ describe("a host Environment's tool calls", () => {
     expect(frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel", "call", "cancel"])
   })
 
+  it("a server stopping while a call waits for its host records the call unknown (ambiguous) before it stops, and sends no cancel", async () => {
+    const shared: MemorySessions = new Map()
+    const first = ManagedRuntime.make(
+      runtimeLayer({ journal: JournalMemory.layerOver(shared), hosts: {}, config: { cancelGraceMs: GRACE_MS } }) as unknown as Layer.Layer<Sessions | Hosts, unknown>
+    )
+    const run = <A, E>(effect: Effect.Effect<A, E, Sessions | Hosts>) => first.runPromise(effect)
+    const sessions = await run(Sessions)
+    const hosts = await run(Hosts)
+    const { frames, host_id } = await connectedHost(hosts, run)
+    const { session_id: id } = await run(createWith(sessions, host_id, callOnce))
+    void run(sessions.send(id, { message: "go" })).catch(() => undefined)
+    const call = await frames.expect("call")
+    await first.dispose()
+    const { run: again, sessions: s } = start([], undefined, JournalMemory.layerOver(shared))
+    const events = await again(eventsOf(await s(), id))
+    const failed = events.find((e) => e.kind === "tool_call_failed")!
+    expect(failed.data).toMatchObject({ sequence: call.data.sequence, outcome: "unknown", failure: { code: "unknown", ambiguous: true } })
+    expect(events.at(-1)?.kind).toBe("turn_failed")
+    expect(frames.all.map((f) => f.event)).toEqual(["ready", "call"])
+  })
+
   it("a dropped command stream makes its call unknown, and a reconnecting host receives only new commands", async () => {
     const { run, sessions: s, hosts: h } = start()
     const sessions = await s()
@@ -232,8 +257,11 @@ describe("a host Environment's tool calls", () => {
     const { calls, host_id, hosts, id, run, sessions, turn } = await threeInFlight()
     await run(hosts.results(host_id, calls.map((c) => ({ call: nameOf(c), answer: { ok: c.data.input.q * 10 } }))))
     expect((await turn).turn).toMatchObject({ status: "ended", result: { text: "done" } })
-    const ended = (await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended").map((e) => e.data as any)
-    expect(ended.map((d) => [d.sequence, d.outcome, d.output]).sort()).toEqual(calls.map((c) => [c.data.sequence, "ok", c.data.input.q * 10]).sort())
+    const ended = (await run(eventsOf(sessions, id))).filter((e) => e.kind === "tool_call_ended")
+    expect(ended.map((e) => e.data as any).map((d) => [d.sequence, d.outcome, d.output]).sort()).toEqual(calls.map((c) => [c.data.sequence, "ok", c.data.input.q * 10]).sort())
+    // Settled in one step, their outcomes are committed together: one after another, in the calls' order.
+    expect(ended.map((e) => (e.data as any).sequence)).toEqual(calls.map((c) => c.data.sequence).sort((a, b) => a - b))
+    expect(ended.map((e) => e.sequence - ended[0]!.sequence)).toEqual([0, 1, 2])
   })
 
   it("a batch with a result that cannot be taken is refused naming it (details.index) and settles none of the others", async () => {

@@ -4,105 +4,23 @@
  * Environment), stopped by its deadline or the turn's cancel, and its outcome committed before
  * the loop sees it, exactly as recorded. The calls of one round run at once.
  */
-import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
-import { failure, type Failure } from "../../domain/Failure.js"
-import type { SessionConfiguration } from "../../domain/Configuration.js"
+import { failure } from "../../domain/Failure.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import { entry, type Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
-import type { FencedEffect, FenceHooks } from "../../services/EffectFence.js"
+import type { Dispatching, FencedEffect, FenceHooks } from "../../services/EffectFence.js"
+import type { Failure } from "../../domain/Failure.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
-import type { ToolInvocation, ToolReply } from "../../services/Tools.js"
+import type { ToolInvocation } from "../../services/Tools.js"
 import { CallStop } from "../CallStop.js"
-import type { CancelReason } from "./Cell.js"
 import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
-import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
+import { refuse, storageFailure } from "./HostFailures.js"
+import { remoteInvocation, remoteNowOf } from "./RemoteNow.js"
 import { callRemote } from "./RemoteTool.js"
-import { schemaIssues } from "./ToolSchemas.js"
-
-type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
-
-type ToolVerdict =
-  | { readonly _tag: "reply"; readonly reply: ToolReply }
-  /** Never sent: the turn was cancelled (`reason`), or the call's own deadline had passed (`deadline`). */
-  | { readonly _tag: "unsent"; readonly reason: CancelReason; readonly deadline?: true }
-  | { readonly _tag: "lost"; readonly message: string }
-  /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
-  | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
-  | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
-
-/** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
-const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
-  schema === undefined
-    ? verdict
-    : Effect.map(verdict, (v): ToolVerdict => {
-      if (v._tag !== "reply" || v.reply.outcome !== "ok") return v
-      const issues = schemaIssues(schema, v.reply.output)
-      if (issues === undefined) return v
-      const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
-      return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
-    })
-
-/** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
-const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
-  const v: ToolVerdict = Exit.isSuccess(exit)
-    ? exit.value
-    : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
-  if (v._tag === "reply" && v.reply.outcome !== "stopped") {
-    return entry("tool_call_ended", {
-      sequence,
-      outcome: v.reply.outcome,
-      output: v.reply.output ?? null,
-      is_error: v.reply.outcome === "error"
-    })
-  }
-  if (v._tag === "unsent" && v.deadline) {
-    return entry("tool_call_failed", {
-      sequence,
-      outcome: "timeout",
-      failure: failure("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
-      is_error: true
-    })
-  }
-  if (v._tag === "unsent") {
-    return entry("tool_call_failed", {
-      sequence,
-      outcome: v.reason === "timeout" ? "timeout" : "cancelled",
-      failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
-      is_error: true
-    })
-  }
-  if (v._tag === "failed") {
-    return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: v.failure, is_error: true })
-  }
-  if (v._tag === "lost") {
-    return entry("tool_call_failed", {
-      sequence,
-      outcome: "unknown",
-      failure: failure("unknown", v.message, { ambiguous: true }),
-      is_error: true
-    })
-  }
-  if (v._tag === "stopped" && v.by === "deadline") {
-    return entry("tool_call_failed", {
-      sequence,
-      outcome: "timeout",
-      failure: failure("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
-      is_error: true
-    })
-  }
-  const confirmed = v._tag === "stopped" ? v.confirmed : true
-  return entry("tool_call_failed", {
-    sequence,
-    outcome: confirmed ? "cancelled" : "unknown",
-    failure: confirmed
-      ? failure("cancelled", "the tool call was cancelled", { ambiguous: true })
-      : failure("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
-    is_error: true
-  })
-}
+import { checkedOutput, notSentOf, stopping, type ToolDefinition, type ToolVerdict, toolOutcome } from "./ToolVerdicts.js"
 
 /** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
 const budgetOf = (config: ServerConfigShape, definition: ToolDefinition | undefined): number | undefined => {
@@ -136,7 +54,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
    * shown once the fence has answered. `deadline` is a fiber sleeping on the Clock until the call's
    * `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
    */
-  const toolCall: ToolCallOf = (call, definition, now, budget, deadline) => {
+  const toolCall: ToolCallOf = (call, definition, now, budget, deadline, runtime) => {
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
     const started = entry("tool_call_started", {
       tool: call.name,
@@ -148,8 +66,8 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     let inFlight = true
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
       Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
-    const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | undefined =>
-      dispatchNowOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight)
+    const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | Dispatching<ToolVerdict, never> | undefined =>
+      dispatchNowOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight, runtime)
 
     /**
      * The outcome record the fence committed (it asks once); the loop is shown exactly it. The fence
@@ -197,7 +115,9 @@ type ToolCallOf = (
   definition: ToolDefinition | undefined,
   now: number,
   budget: number | undefined,
-  deadline: Fiber.RuntimeFiber<void> | undefined
+  deadline: Fiber.RuntimeFiber<void> | undefined,
+  /** The round's: what a remote call sent now is stopped in, if it must be. */
+  runtime: Runtime.Runtime<never>
 ) => ToolCall
 
 /** What `runCalls` is (makeDispatch's): a round's calls through the fence, their results in order. */
@@ -220,9 +140,10 @@ function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, t
   for (const budget of budgets) {
     if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
   }
+  const runtime = yield* Effect.runtime<never>()
   const round = runCalls(calls.map((call, i) => {
     const budget = budgets[i]
-    return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined)
+    return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined, runtime)
   }))
   return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
 }
@@ -255,9 +176,10 @@ const invocationOf = (
 /**
  * A call's dispatch tried now, once its start is durable (FencedEffect.dispatchNow): its verdict
  * when its executor went to its end in this call (a Wasm tool that ran to its end on the main
- * thread: Tools.tryNow), which needs no fiber, no race and no deadline; undefined when it could
- * not, having done nothing that shows, and then `dispatchOf` runs it. A cancel or a deadline that
- * came while the start was committed is `dispatchOf`'s to record.
+ * thread: Tools.tryNow), which needs no fiber, no race and no deadline; a remote call sent now and
+ * under way (`remoteNowOf`); undefined when it could not, having done nothing that shows, and then
+ * `dispatchOf` runs it. For a Wasm tool, a cancel or a deadline that came while the start was
+ * committed is `dispatchOf`'s to record.
  */
 const dispatchNowOf = (
   ctx: ToolCallContext,
@@ -266,14 +188,17 @@ const dispatchNowOf = (
   deadline: Fiber.RuntimeFiber<void> | undefined,
   deadlineAtMs: number | undefined,
   sequence: number,
-  inFlight: () => boolean
-): Exit.Exit<ToolVerdict> | undefined => {
+  inFlight: () => boolean,
+  runtime: Runtime.Runtime<never>
+): Exit.Exit<ToolVerdict> | Dispatching<ToolVerdict, never> | undefined => {
   const { deps, scope } = ctx
+  const place = definition !== undefined ? placeOf(scope.cell.state.configuration?.environments ?? [], definition) : "none"
+  // A remote call is sent now where its driver can; its Environment runs it.
+  if (typeof place === "object" && place.driver !== "brain") {
+    return remoteNowOf(ctx, call, definition, place, deadline, deadlineAtMs, sequence, inFlight, runtime)
+  }
   const tryNow = deps.tools.tryNow
   if (tryNow === undefined || definition?.module === undefined || scope.signal.reason !== undefined || deadline?.unsafePoll() != null) return undefined
-  // A remote call is never tried here: its Environment runs it.
-  const place = placeOf(scope.cell.state.configuration?.environments ?? [], definition)
-  if (typeof place === "object" && place.driver !== "brain") return undefined
   const exit = tryNow(invocationOf(ctx, call, definition, deadlineAtMs, sequence, new CallStop(), inFlight))
   if (exit === undefined) return undefined
   if (Exit.isSuccess(exit)) return Exit.succeed({ _tag: "reply", reply: exit.value })
@@ -291,43 +216,23 @@ function* dispatchOf(
   sequence: number,
   inFlight: () => boolean
 ) {
-  const { deps, scope, emitAs } = ctx
+  const { deps, scope } = ctx
   const { cell } = scope
   const { config } = deps
-  // A cancel that arrived while the start was being committed: do not send at all.
-  const early = scope.signal.reason
-  if (early !== undefined) return { _tag: "unsent", reason: early } as ToolVerdict
-  // Its deadline passed while its start was being committed: not sent either.
-  const ended = deadline?.unsafePoll()
-  if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true } as ToolVerdict
+  const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
+  const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
+  const early = notSentOf(ctx, call, definition, deadline, remote)
+  if (early !== undefined) return early
   const stop = new CallStop()
   /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
   let stoppedBy: "cancel" | "deadline" = "cancel"
-  const place = definition ? placeOf(cell.state.configuration?.environments ?? [], definition) : "none"
-  const remote = typeof place === "object" && place.driver !== "brain" ? place : undefined
-  // A host tool's input that breaks its declared schema is answered here, never sent.
-  const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
-  if (issues !== undefined) {
-    const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
-    return {
-      _tag: "reply",
-      reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } }
-    } as ToolVerdict
-  }
   const executor = yield* Effect.fork(
     remote !== undefined
       ? deps.environments !== undefined
-        ? checkedOutput(callRemote(deps.environments, remote, {
-          session: cell.session,
-          sequence,
-          call,
-          deadlineAtMs,
-          stop,
-          stoppedBy: () => stoppedBy,
-          // A host's tool-origin Events, like an in-process tool's: refused once the call is over.
-          emit: (kind, payload) =>
-            inFlight() ? emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))
-        }), remote.driver === "host" ? definition?.output_schema : undefined)
+        ? checkedOutput(
+          callRemote(deps.environments, remote, remoteInvocation(ctx, call, sequence, deadlineAtMs, stop, () => stoppedBy, inFlight)),
+          remote.driver === "host" ? definition?.output_schema : undefined
+        )
         : Effect.succeed<ToolVerdict>({
           _tag: "failed",
           outcome: "error",
@@ -345,21 +250,5 @@ function* dispatchOf(
   const first = yield* exitOrCancel(executor, scope.signal, deadline)
   // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
   if (first._tag === "done") return yield* first.exit
-  const by = first._tag === "deadline" ? "deadline" : "cancel"
-  const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
-  stoppedBy = by
-  stop.abort(by === "deadline" ? "timeout" : reason)
-  const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-  if (Option.isSome(after)) {
-    const ended = after.value
-    if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
-      return ended.value // It finished anyway: record what really happened.
-    }
-    // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
-    // services/Tools.ts); one that died ends the call so.
-    if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
-  }
-  if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
-  return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
-
+  return yield* stopping(config, first, executor, stop, (by) => (stoppedBy = by))
 }

@@ -1,0 +1,152 @@
+/**
+ * What a tool call comes to (its verdict) and the record that says so: the outcome the fence
+ * commits and the loop is shown exactly; what a call comes to before anything is sent; and how a
+ * call is stopped when the turn's cancel or its own deadline comes first (ToolCalls.ts, RemoteNow.ts).
+ */
+import { Duration, Effect, Exit, Fiber, Option } from "effect"
+import type { AdmittedEnvironment } from "../../domain/Environment.js"
+import { failure, type Failure } from "../../domain/Failure.js"
+import type { SessionConfiguration } from "../../domain/Configuration.js"
+import type { ToolCallRequest } from "../../domain/Messages.js"
+import { entry } from "../../domain/Records.js"
+import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import type { ToolReply } from "../../services/Tools.js"
+import type { CallStop } from "../CallStop.js"
+import type { CancelReason } from "./Cell.js"
+import type { ToolCallContext } from "./ToolCalls.js"
+import { cancelFailure } from "./HostFailures.js"
+import { schemaIssues } from "./ToolSchemas.js"
+
+export type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
+
+export type ToolVerdict =
+  | { readonly _tag: "reply"; readonly reply: ToolReply }
+  /** Never sent: the turn was cancelled (`reason`), or the call's own deadline had passed (`deadline`). */
+  | { readonly _tag: "unsent"; readonly reason: CancelReason; readonly deadline?: true }
+  | { readonly _tag: "lost"; readonly message: string }
+  /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
+  | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
+  | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
+
+/** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
+export const checked = (v: ToolVerdict, schema: unknown): ToolVerdict => {
+  if (schema === undefined || v._tag !== "reply" || v.reply.outcome !== "ok") return v
+  const issues = schemaIssues(schema, v.reply.output)
+  if (issues === undefined) return v
+  const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
+  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
+}
+
+export const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
+  schema === undefined ? verdict : Effect.map(verdict, (v) => checked(v, schema))
+
+/** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
+export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
+  const v: ToolVerdict = Exit.isSuccess(exit)
+    ? exit.value
+    : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
+  if (v._tag === "reply" && v.reply.outcome !== "stopped") {
+    return entry("tool_call_ended", {
+      sequence,
+      outcome: v.reply.outcome,
+      output: v.reply.output ?? null,
+      is_error: v.reply.outcome === "error"
+    })
+  }
+  if (v._tag === "unsent" && v.deadline) {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "timeout",
+      failure: failure("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
+      is_error: true
+    })
+  }
+  if (v._tag === "unsent") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: v.reason === "timeout" ? "timeout" : "cancelled",
+      failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
+      is_error: true
+    })
+  }
+  if (v._tag === "failed") {
+    return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: v.failure, is_error: true })
+  }
+  if (v._tag === "lost") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "unknown",
+      failure: failure("unknown", v.message, { ambiguous: true }),
+      is_error: true
+    })
+  }
+  if (v._tag === "stopped" && v.by === "deadline") {
+    return entry("tool_call_failed", {
+      sequence,
+      outcome: "timeout",
+      failure: failure("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
+      is_error: true
+    })
+  }
+  const confirmed = v._tag === "stopped" ? v.confirmed : true
+  return entry("tool_call_failed", {
+    sequence,
+    outcome: confirmed ? "cancelled" : "unknown",
+    failure: confirmed
+      ? failure("cancelled", "the tool call was cancelled", { ambiguous: true })
+      : failure("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
+    is_error: true
+  })
+}
+
+/**
+ * What a call comes to before anything is sent: the turn's cancel that came while its start was
+ * committed, its deadline passed meanwhile, or (for a host tool) an input that breaks its declared
+ * schema, which is answered here; undefined when it is to be sent.
+ */
+export const notSentOf = (
+  ctx: ToolCallContext,
+  call: ToolCallRequest,
+  definition: ToolDefinition | undefined,
+  deadline: Fiber.RuntimeFiber<void> | undefined,
+  remote: AdmittedEnvironment | undefined
+): ToolVerdict | undefined => {
+  const early = ctx.scope.signal.reason
+  if (early !== undefined) return { _tag: "unsent", reason: early }
+  const ended = deadline?.unsafePoll()
+  if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true }
+  const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
+  if (issues === undefined) return undefined
+  const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
+  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } } }
+}
+
+/**
+ * The call's deadline or the turn's cancel came before its executor's verdict: the call is
+ * stopped (`stop`, which its executor hears), given the grace to end, and what it came to is the
+ * verdict: its own answer if it finished anyway, else stopped, confirmed or not.
+ */
+export function* stopping(
+  config: ServerConfigShape,
+  first: { readonly _tag: "cancel"; readonly reason: CancelReason } | { readonly _tag: "deadline" },
+  executor: Fiber.RuntimeFiber<ToolVerdict>,
+  stop: CallStop,
+  stoppedBy: (by: "cancel" | "deadline") => void
+) {
+  const by = first._tag === "deadline" ? "deadline" : "cancel"
+  const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
+  stoppedBy(by)
+  stop.abort(by === "deadline" ? "timeout" : reason)
+  const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  if (Option.isSome(after)) {
+    const ended = after.value
+    if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
+      return ended.value // It finished anyway: record what really happened.
+    }
+    // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
+    // services/Tools.ts); one that died ends the call so.
+    if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
+  }
+  if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
+}
