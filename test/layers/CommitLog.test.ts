@@ -15,7 +15,8 @@ import { Effect, Either, Layer } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import { encodeBatch, scanLog } from "../../src/layers/journal/CommitLogFormat.js"
+import { LOG_PREALLOCATED_MAX } from "../../src/layers/journal/CommitLog.js"
+import { encodeBatch, scanLog, scanNeedsMore } from "../../src/layers/journal/CommitLogFormat.js"
 import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
@@ -70,6 +71,9 @@ const recordingDriver = () => {
 }
 
 const LOGS = ["a.log", "b.log"] as const
+
+/** How many batches each log holds: none once it is emptied. */
+const batchesIn = (dataDir: string) => LOGS.map((n) => scanLog(fs.readFileSync(path.join(dataDir, "commit-log", n))).batches.length)
 
 /** The commit log's files as they are now: what a crash at this moment leaves of them (their writes are O_DSYNC). */
 const logsNow = (dataDir: string) => LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
@@ -162,7 +166,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       const after = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           // Written again and synced, the logs were emptied: nothing stale for a later start.
-          expect(LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)).toEqual([0, 0])
+          expect(batchesIn(dir)).toEqual([0, 0])
           const records = yield* Effect.forEach(sessions, (s) => readAll(journal, s))
           // And the journals go on from where they were.
           const next = yield* journal.append(sessions[0]!, [kv("next")])
@@ -343,6 +347,29 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       expect(failure!.error.message).toContain("flush")
     }))
 
+  it.scopedLive("both logs are zero-filled to their capacity (at most LOG_PREALLOCATED_MAX) at start: a round's log write changes no log's size, and a start after a clean stop finds them emptied in place", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const sizes = () => LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)
+      const sessions = yield* Effect.all(Array.from({ length: 4 }, () => mintSessionId))
+      const during = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          const atStart = sizes()
+          for (const s of sessions) yield* journal.create(s)
+          yield* Effect.forEach(sessions, (s) => journal.append(s, [kv("a")]), { concurrency: "unbounded", discard: true })
+          expect(batchesIn(dir)[0]).toBeGreaterThan(0)
+          return { atStart, after: sizes() }
+        }), undefined, { commitLogBytes: 1 << 20 })
+      expect(during).toEqual({ atStart: [1 << 20, 1 << 20], after: [1 << 20, 1 << 20] })
+      expect(batchesIn(dir)).toEqual([0, 0])
+      // A capacity past the bound is given the bound ahead, and grows past it as written.
+      const again = yield* withJournal(dir, () => Effect.sync(sizes), undefined, { commitLogBytes: LOG_PREALLOCATED_MAX + (1 << 20) })
+      expect(again).toEqual([LOG_PREALLOCATED_MAX, LOG_PREALLOCATED_MAX])
+      // Without the log nothing is given ahead, and the files are left as they are.
+      const without = yield* withJournal(dir, () => Effect.sync(sizes), undefined, { commitLogBytes: 0 })
+      expect(without).toEqual([LOG_PREALLOCATED_MAX, LOG_PREALLOCATED_MAX])
+    }))
+
   it.scopedLive("a clean stop syncs every segment written and leaves both logs empty, so the next start writes nothing again", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
@@ -352,10 +379,10 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
         Effect.gen(function*() {
           for (const s of sessions) yield* journal.create(s)
           yield* Effect.forEach(sessions, (s) => journal.append(s, [kv("a"), kv("b")]), { concurrency: "unbounded", discard: true })
-          const logged = LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)
+          const logged = batchesIn(dir)
           expect(logged[0]! + logged[1]!).toBeGreaterThan(0)
         }), rec.driver)
-      expect(LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)).toEqual([0, 0])
+      expect(batchesIn(dir)).toEqual([0, 0])
       // Every segment durable as it is: a power loss now loses nothing.
       const synced = rec.synced()
       for (const file of segmentsUnder(dir)) expect(synced.get(file), file).toBe(fs.statSync(file).size)
@@ -379,6 +406,22 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
 describe("the commit log's format", () => {
   const entries = (n: number, epoch: number, salt = 0xabcdef) =>
     encodeBatch({ epoch, salt }, Array.from({ length: n }, (_, i) => ({ path: Buffer.from(`sessions/s${i}/journal/x.seg`), position: i * 10, pieces: [Buffer.from(`bytes-${i}`), Buffer.from("!")] })))
+
+  it("a prefix of a log needs more only while its scan stopped at a header or a sound header's body cut by the prefix: zeros (a log sized ahead) or a broken header end it", () => {
+    const one = entries(2, 5)
+    const two = entries(3, 5)
+    const zeros = Buffer.alloc(4096)
+    const whole = Buffer.concat([one, two, zeros])
+    for (let cut = 0; cut < one.length + two.length + 28; cut++) {
+      expect(scanNeedsMore(whole.subarray(0, cut)), `cut at ${cut}`).toBe(true)
+    }
+    for (let cut = one.length + two.length + 28; cut <= whole.length; cut++) {
+      expect(scanNeedsMore(whole.subarray(0, cut)), `cut at ${cut}`).toBe(false)
+    }
+    const broken = Buffer.from(Buffer.concat([one, two]))
+    broken[one.length + 3] ^= 0xff
+    expect(scanNeedsMore(broken)).toBe(false)
+  })
 
   it("batches read back as written; a cut anywhere inside the last leaves exactly the ones before it", () => {
     const one = entries(2, 5)

@@ -5,10 +5,11 @@
  * position and the bytes — to the commit log, a file opened with `O_DSYNC`; a round's appends are
  * acknowledged once both are done. So a round of 40 sessions costs one durable write, not 40.
  *
- * - Two log files, `a.log` and `b.log`, under `{dataDir}/commit-log/`. Rounds append batches to
- *   the current one; once it holds `capacity` bytes the next round switches to the other, which
- *   is written again from its start under a new epoch and salt (CommitLogFormat.ts: what an
- *   earlier use left there never passes for a batch of this one).
+ * - Two log files, `a.log` and `b.log`, under `{dataDir}/commit-log/`, each sized ahead to the
+ *   capacity at start (`recover`). Rounds append batches to the current one; once it holds
+ *   `capacity` bytes the next round switches to the other, which is written again from its start
+ *   under a new epoch and salt (CommitLogFormat.ts: what an earlier use left there never passes
+ *   for a batch of this one).
  * - A log file is written again only once everything its batches wrote to segment files is
  *   durable there: at each switch the segment files written while the log now left was current
  *   are fdatasync'd, in the background, and the next switch back to that log waits for it. A
@@ -17,8 +18,9 @@
  * - On start (`recover`, with the data directory locked, before any session opens), both logs'
  *   whole batches are written again where they say, the older epoch's first, and the files
  *   fdatasync'd: whatever an acknowledged round wrote is in its segment file again even if the
- *   machine lost the page cache; then both logs are emptied (a clean stop syncs every segment
- *   written and empties them too, so the start after it has nothing to write). A session deleted
+ *   machine lost the page cache; then both logs are emptied, their first header zeroed (a clean
+ *   stop syncs every segment written and empties them too, so the start after it has nothing to
+ *   write). A session deleted
  *   while a log may still hold its writes cannot be created again until both logs have moved on.
  *   Writing a batch again is harmless when its bytes already are there: segment files are only
  *   appended to, and a torn end is cut only after this, at open. A file that no longer exists was
@@ -36,7 +38,7 @@ import { Cause, Deferred, Effect, Exit, Fiber, FiberId, Option } from "effect"
 import { isSessionId } from "../../domain/Ids.js"
 import { DataDirError } from "./DataDir.js"
 import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
-import { type LogEntry, type LogUse, type ScannedLog, scanLog } from "./CommitLogFormat.js"
+import { BATCH_HEADER_BYTES, type LogEntry, type LogUse, type ScannedLog, scanLog, scanNeedsMore } from "./CommitLogFormat.js"
 import type { Segment, SessionHandle } from "./Handle.js"
 
 export const COMMIT_LOG_DIR = "commit-log"
@@ -62,11 +64,18 @@ export interface Recovered {
 
 const failed = (dataDir: string, what: string) => (e: FileError) => new DataDirError({ dir: dataDir, reason: `${what}: ${e.message}` })
 
+/** A log file is given this size at most ahead of its use (`recover`); a larger capacity's log grows past it. */
+export const LOG_PREALLOCATED_MAX = 64 << 20
+
 /**
  * Writes again what both logs hold, older epoch first, syncs what it wrote, and opens the logs
- * for this process (creating them the first time). The data directory must be locked.
+ * for this process (creating them the first time), each extended to `preallocate` bytes (capped
+ * at LOG_PREALLOCATED_MAX; a hole, which reads as zeros and takes no space until written): a
+ * round's `O_DSYNC` write then waits for no change of the file's size, about a tenth less per
+ * commit on this project's VM (docs/benchmarks.md, "Commit logs sized ahead"). The data
+ * directory must be locked.
  */
-export const recover = (driver: FileDriverShape, dataDir: string) =>
+export const recover = (driver: FileDriverShape, dataDir: string, preallocate = 0) =>
   Effect.gen(function*() {
     const dir = path.join(dataDir, COMMIT_LOG_DIR)
     if (!(yield* driver.exists(dir))) {
@@ -76,7 +85,7 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
     for (const name of LOG_FILES) {
       const file = path.join(dir, name)
       const bytes = (yield* driver.exists(file))
-        ? yield* driver.readFile(file).pipe(Effect.mapError(failed(dataDir, "cannot read the commit log")))
+        ? yield* logBytes(driver, file).pipe(Effect.mapError(failed(dataDir, "cannot read the commit log")))
         : Buffer.alloc(0)
       scans.push(yield* Effect.try({
         try: () => scanLog(bytes),
@@ -117,10 +126,10 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
     // What they held is durable in the segments now: emptied, they hold nothing a later start could
     // write again into a file that has since changed (a deleted session's name taken again).
     if (order.length > 0) {
-      for (const fd of opened) {
-        yield* driver.ftruncate(fd, 0).pipe(Effect.zipRight(driver.fdatasync(fd)), Effect.mapError(failed(dataDir, "cannot empty the commit log")))
-      }
+      for (const fd of opened) yield* emptied(driver, fd).pipe(Effect.mapError(failed(dataDir, "cannot empty the commit log")))
     }
+    const size = Math.min(preallocate, LOG_PREALLOCATED_MAX)
+    for (const fd of opened) yield* sized(driver, fd, size).pipe(Effect.mapError(failed(dataDir, "cannot size the commit log")))
     if (redone > 0) {
       yield* Effect.logInfo(`the journal's commit log: ${redone} logged write(s) put again into ${files} segment file(s), which are synced`)
     }
@@ -133,6 +142,43 @@ export const recover = (driver: FileDriverShape, dataDir: string) =>
     }
     return recovered
   })
+
+/**
+ * A log emptied: its first batch's header zeroed, and synced. A scan reads batches from the start
+ * only while each is one of the first one's use (CommitLogFormat.ts), so it finds none; the file
+ * keeps its size and its bytes, which the next use writes over.
+ */
+const emptied = (driver: FileDriverShape, fd: number) =>
+  Effect.zipRight(driver.writev(fd, [Buffer.alloc(BATCH_HEADER_BYTES)], 0), driver.fdatasync(fd))
+
+/** A log extended to `bytes` (a hole), and synced; nothing when it is that long already. */
+const sized = (driver: FileDriverShape, fd: number, bytes: number) =>
+  Effect.flatMap(driver.size(fd), (size) => (size >= bytes ? Effect.void : Effect.zipRight(driver.ftruncate(fd, bytes), driver.fdatasync(fd))))
+
+/** What is read of a log first; each further read is as long as all before it. */
+const FIRST_READ_BYTES = 64 << 10
+
+/**
+ * A log's bytes from its start up to where its scan ends, not its whole size: a log sized ahead
+ * and mostly unwritten (or emptied) is read no further than its last batch and the next header.
+ */
+const logBytes = (driver: FileDriverShape, file: string) =>
+  Effect.acquireUseRelease(
+    driver.open(file, fs.constants.O_RDONLY),
+    (fd) =>
+      Effect.gen(function*() {
+        const size = yield* driver.size(fd)
+        let bytes = Buffer.alloc(0)
+        while (bytes.length < size) {
+          const next = Buffer.alloc(Math.min(Math.max(FIRST_READ_BYTES, bytes.length), size - bytes.length))
+          const n = yield* driver.read(fd, next, bytes.length)
+          bytes = Buffer.concat([bytes, next.subarray(0, n)])
+          if (n < next.length || !scanNeedsMore(bytes)) break
+        }
+        return bytes
+      }),
+    (fd) => Effect.ignore(driver.close(fd))
+  )
 
 /** Segment files written again at once at start (each a few threadpool jobs). */
 const REDO_FILES_AT_ONCE = 32
@@ -317,7 +363,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
       yield* flushAll(dirty)
       // Everything logged is durable in its segment now: a clean stop leaves nothing to write again.
       if (failure === undefined && flushing.size === 0 && dirty.size === 0) {
-        for (const fd of recovered.fds) yield* Effect.ignore(Effect.zipRight(driver.ftruncate(fd, 0), driver.fdatasync(fd)))
+        for (const fd of recovered.fds) yield* Effect.ignore(emptied(driver, fd))
       }
       for (const fd of recovered.fds) yield* Effect.ignore(driver.close(fd))
     })

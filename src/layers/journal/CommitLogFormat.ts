@@ -113,6 +113,17 @@ export const scanLog = (buf: Buffer): ScannedLog => {
   return { epoch, batches, end: at }
 }
 
+/**
+ * Whether more of the file than `buf` could hold more of its first use's batches: the scan of
+ * `buf` stopped only because a header, or the body a sound header announces, runs past its end.
+ */
+export const scanNeedsMore = (buf: Buffer): boolean => {
+  const at = scanLog(buf).end
+  if (at + BATCH_HEADER_BYTES > buf.length) return true
+  if (buf.readUInt32LE(at) !== BATCH_MAGIC || zlib.crc32(buf.subarray(at, at + 24)) !== buf.readUInt32LE(at + 24)) return false
+  return at + BATCH_HEADER_BYTES + buf.readUInt32LE(at + 16) > buf.length
+}
+
 const entriesOf = (body: Buffer): Array<LogEntry> => {
   const out: Array<LogEntry> = []
   let at = 0

@@ -53,7 +53,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
     yield* openDataDir(dataDir, options.lockWaitMs)
     const limits = { ...defaultFileStoreLimits, ...options.limits }
     // What the last process's commit log holds is written again first, whichever way this one writes.
-    const recovered = yield* CommitLog.recover(driver, dataDir)
+    const recovered = yield* CommitLog.recover(driver, dataDir, limits.commitLogBytes)
     const log = limits.commitLogBytes > 0 ? CommitLog.make(driver, dataDir, recovered, limits.commitLogBytes) : undefined
     if (log === undefined) for (const fd of recovered.fds) yield* Effect.ignore(driver.close(fd))
     const flags = log === undefined ? SEGMENT_FLAGS : PLAIN_SEGMENT_FLAGS
