@@ -10,19 +10,21 @@
 //
 // --tools: tool-loop turns (2 rounds × 4 calls of the example Wasm tool) instead of text turns;
 // --host-tools: the same loop with an echo host served by this process (its command stream, its
-// results POSTed), as the harness's host-tool row runs it.
+// results POSTed), as the harness's host-tool row runs it. --sessions N: N sessions instead of 64
+// (at 1, the p50 is the figure: each phase's p50 is printed, and their median).
 import fs from "node:fs"
 import path from "node:path"
 import { admitEchoTool, createSessions, echoHost, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp, toolLoop } from "./lib.js"
-import { measure } from "./stats.js"
+import { measure, numberFlag } from "./stats.js"
 const hostTools = process.argv.includes("--host-tools")
 const tools = process.argv.includes("--tools") || hostTools
-const positional = process.argv.slice(2).filter((a) => !a.startsWith("--"))
+const sessions = numberFlag("--sessions", 64)
+const flagValues = new Set(process.argv.slice(2).flatMap((a, i) => (a === "--sessions" ? [i + 1] : [])))
+const positional = process.argv.slice(2).filter((a, i) => !a.startsWith("--") && !flagValues.has(i))
 const roots = positional.slice(0, 2).map((r) => path.resolve(r))
 if (roots.length !== 2) throw new Error("usage: node scripts/bench/ab.js <root A> <root B> [phases] [ms per phase]")
 const phases = Number(positional[2] ?? 6)
 const phaseMs = Number(positional[3] ?? 3000)
-const sessions = 64
 console.log(`method: both servers started; ${sessions} sessions of keyed ${hostTools ? "tool-loop turns (2 rounds × 4 calls of an echo host's tool)" : tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
 const servers = []
 for (const root of roots) {
@@ -36,7 +38,7 @@ for (const root of roots) {
     : { model: { provider: "scripted" } }
   const ids = await createSessions(port, sessions, body)
   const send = (i) => expectStatus(request(port, "POST", `/v1/sessions/${ids[i]}/messages`, { input: { message: tools ? "go" : "hello" } }, keyed()), 200)
-  servers.push({ root, s, send, host, n: 0, cpu: 0, ms: 0 })
+  servers.push({ root, s, send, host, n: 0, cpu: 0, ms: 0, p50s: [] })
 }
 for (const sv of servers) await measure(sv.send, sessions, 3000)
 for (let p = 0; p < phases; p++) {
@@ -48,10 +50,13 @@ for (let p = 0; p < phases; p++) {
     sv.ms += performance.now() - t0
     sv.cpu += mainThreadCpuSeconds(sv.s.pid) - c0
     sv.n += r.n
+    sv.p50s.push(r.p50)
   }
 }
 for (const sv of servers) {
-  console.log(`${sv.root}: ${(sv.n / (sv.ms / 1000)).toFixed(0)} turns/s, main-thread cpu ${(sv.cpu * 1e6 / sv.n).toFixed(0)} µs/turn (n ${sv.n})`)
+  const p50s = [...sv.p50s].sort((a, b) => a - b)
+  const shown = sv.p50s.map((p) => p.toFixed(2)).join(" ")
+  console.log(`${sv.root}: ${(sv.n / (sv.ms / 1000)).toFixed(0)} turns/s, main-thread cpu ${(sv.cpu * 1e6 / sv.n).toFixed(0)} µs/turn (n ${sv.n}); p50 ms by phase ${shown}, median ${p50s[Math.floor(p50s.length / 2)].toFixed(2)}`)
   sv.host?.close()
   await sv.s.stop()
 }
