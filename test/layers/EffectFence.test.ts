@@ -205,16 +205,18 @@ describe("EffectFence.fenceAll: effects that start together", () => {
     }))
 })
 
+/** An effect's outcome record: its value when it succeeded, else how it ended (and whether it was dispatched). */
+const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
+  Exit.isSuccess(exit)
+    ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
+    : entry("tool_call_failed", {
+      sequence: seq,
+      outcome: "unknown",
+      failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
+      is_error: true
+    })
+
 describe("EffectFence.fenceAll: effects tried now (dispatchNow)", () => {
-  const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
-    Exit.isSuccess(exit)
-      ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
-      : entry("tool_call_failed", {
-        sequence: seq,
-        outcome: "unknown",
-        failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
-        is_error: true
-      })
   it.scopedLive("when every effect goes to its end when tried, none is dispatched and their outcomes are committed together: one atomic append, in the effects' order, before the answer", () =>
     Effect.gen(function*() {
       const j = yield* counting
@@ -361,15 +363,6 @@ describe("EffectFence.fenceAll: effects under way with no fiber (Dispatching)", 
     }
     return { dispatching, finish, interrupted: () => interrupted }
   }
-  const outcomeOf = (seq: number, exit: Exit.Exit<string>, dispatched: boolean): Entry =>
-    Exit.isSuccess(exit)
-      ? entry("tool_call_ended", { sequence: seq, outcome: "ok", output: exit.value, is_error: false })
-      : entry("tool_call_failed", {
-        sequence: seq,
-        outcome: "unknown",
-        failure: failure("unknown", `${Exit.isInterrupted(exit) ? "interrupted" : "died"}${dispatched ? ", dispatched" : ""}`, { ambiguous: true }),
-        is_error: true
-      })
   const roundOf = (ways: ReadonlyArray<ReturnType<typeof underWay> | undefined>, dispatched: Array<string>) =>
     ways.map((way, i) => ({
       started: startedOf(`c${i}`),
