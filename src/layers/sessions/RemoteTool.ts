@@ -13,6 +13,10 @@
  *   request by interrupting this. A confirmed stop ends the executor's fiber interrupted.
  *
  * Nothing here retries; the call and the cancel are each sent at most once.
+ *
+ * A driver that can send a call with no fiber (`Environments.send`: a host's) has it sent so
+ * (RemoteNow.ts), and `awaitSent` is this wait for it once a cancel or a deadline came first;
+ * `callRemote` sends and waits for the others (`http`).
  */
 import { Effect, Either, Fiber, Runtime } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
