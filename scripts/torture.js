@@ -42,10 +42,18 @@
  *    hold for its calls as for the others, those that need the Environment's log aside;
  *    --journal-log-bytes N: the server's BRAIN_JOURNAL_LOG_BYTES (docs/journal.md, "The commit
  *    log"): a small log switches many times between kills, so kills land during its switches and
- *    the syncs of the segments they wait for, and every start writes a log's batches again.
+ *    the syncs of the segments they wait for, and every start writes a log's batches again;
+ *    --host-tools: a host registered once (`POST /v1/hosts`; its registration outlives every kill)
+ *    runs in this process, never killed: it reads its command stream, opened again after each
+ *    restart, and answers each `call` with its input after a random 5–60 ms (`POST
+ *    .../results`). Tool `hosted` in a `host` Environment is offered alone in even-numbered
+ *    clients' sessions (each round's two calls sent together), beside `slow` in the others'. The
+ *    host must never receive a call twice, only calls that are journaled `tool_call_started` of
+ *    `hosted`, and every call recorded ended ok must be one it received, with its answer.
  */
 import { spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
+import * as http from "node:http"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -61,6 +69,7 @@ const KILLS = arg("kills", 20)
 const SESSIONS = arg("sessions", 8)
 const TURNS_PER_SESSION = arg("turns-per-session", 15)
 const WASM_TOOLS = process.argv.includes("--wasm-tools")
+const HOST_TOOLS = process.argv.includes("--host-tools")
 const JOURNAL_LOG_BYTES = arg("journal-log-bytes", undefined)
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 /** Milliseconds a (re)started server may take to listen: generous, a loaded 2-core machine is slow. */
@@ -124,9 +133,10 @@ const startServer = async () => {
 }
 
 // --- HTTP: retried through kills --------------------------------------------------------------
-const once = async (method, url, body, key) => {
+const once = async (method, url, body, key, token) => {
   const headers = { "content-type": "application/json" }
   if (key) headers["idempotency-key"] = key
+  if (token) headers.authorization = `Bearer ${token}`
   const res = await fetch(base + url, { method, headers, body: body && JSON.stringify(body), signal: AbortSignal.timeout(60000) })
   const text = await res.text()
   let json
@@ -151,14 +161,61 @@ const call = async (method, url, body, key) => {
 /** The uploaded example Wasm tool's id (`--wasm-tools`). */
 let echoModule
 const SLOW = { name: "slow", description: "answers ok after input.ms", input_schema: { type: "object" }, environment: "box" }
+const HOSTED = { name: "hosted", description: "answers with its input", environment: "app" }
+/** The registered host (`--host-tools`). */
+let hostId
 /** `tag` is the session's system prompt: the model server logs it with every call it receives. */
 const createBody = (tag, c) => {
   const echo = echoModule === undefined ? undefined : { name: "echo", description: "answers with its input", module: echoModule }
+  const extra = [echo, hostId === undefined ? undefined : HOSTED].filter((t) => t !== undefined)
   return {
     model: "fake",
     system: tag,
-    environments: [{ name: "box", driver: "http", binding: "fake" }],
-    tools: echo === undefined ? [SLOW] : c % 2 === 0 ? [echo] : [SLOW, echo]
+    environments: [{ name: "box", driver: "http", binding: "fake" }, ...(hostId === undefined ? [] : [{ name: "app", driver: "host", host: hostId }])],
+    tools: extra.length === 0 ? [SLOW] : c % 2 === 0 ? extra : [SLOW, ...extra]
+  }
+}
+
+// --- the host (`--host-tools`): in this process, never killed -----------------------------------
+/** `${session} ${sequence}` → {name, input, count}: every call the host's command stream brought. */
+const hostReceived = new Map()
+let hostToken
+/** Reads the command stream until it ends (the server was killed), answering every call. */
+const hostStream = () => new Promise((resolve) => {
+  const req = http.request({ host: "127.0.0.1", port, path: `/v1/hosts/${hostId}/commands`, headers: { authorization: `Bearer ${hostToken}`, accept: "text/event-stream" } }, (res) => {
+    if (res.statusCode !== 200) { res.resume(); return resolve() }
+    res.setEncoding("utf8")
+    let buffered = ""
+    res.on("data", (text) => {
+      buffered += text
+      for (let end = buffered.indexOf("\n\n"); end >= 0; end = buffered.indexOf("\n\n")) {
+        const frame = buffered.slice(0, end)
+        buffered = buffered.slice(end + 2)
+        const event = /^event: (.*)$/m.exec(frame)?.[1]
+        const data = /^data: (.*)$/m.exec(frame)?.[1]
+        if (event !== "call" || data === undefined) continue
+        const command = JSON.parse(data)
+        const k = `${command.session_id} ${command.sequence}`
+        const seen = hostReceived.get(k)
+        if (seen !== undefined) seen.count++
+        else hostReceived.set(k, { name: command.name, input: command.input, count: 1 })
+        setTimeout(() => {
+          once("POST", `/v1/hosts/${hostId}/results`, { session_id: command.session_id, sequence: command.sequence, ok: command.input }, undefined, hostToken).catch(() => {})
+        }, rand(5, 60))
+      }
+    })
+    res.on("end", resolve)
+    res.on("error", resolve)
+  })
+  req.on("error", resolve)
+  req.end()
+})
+const host = async () => {
+  for (;;) {
+    while (!up && !stopping) await sleep(20)
+    if (stopping) return
+    await hostStream()
+    await sleep(20)
   }
 }
 let stopping = false
@@ -220,6 +277,15 @@ if (WASM_TOOLS) {
   if (res.status !== 201) throw new Error(`uploading the example Wasm tool: ${res.status} ${await res.text()}`)
   echoModule = (await res.json()).id
 }
+let hosting
+if (HOST_TOOLS) {
+  const registered = await call("POST", "/v1/hosts", {}, "torture-host")
+  if (registered.status !== 201) throw new Error(`registering the host: ${registered.status} ${registered.text}`)
+  hostId = registered.json.host_id
+  hostToken = registered.json.token
+  // A call made while its stream is not open (just after a restart) is not sent: `error`, not a violation.
+  hosting = host()
+}
 const clients = Array.from({ length: SESSIONS }, (_, c) => client(c))
 await killer()
 stopping = true
@@ -230,6 +296,7 @@ up = false
 server.child.kill("SIGTERM")
 const stopped = await server.exited
 if (stopped.code !== 0) violation(`SIGTERM: the server exited ${JSON.stringify(stopped)}`)
+await hosting
 await startServer()
 
 const sessions = []
@@ -306,6 +373,11 @@ for (const [id, events] of journals) {
       const outcome = outcomes.get(e.sequence)?.[0]
       if (got && got[0].name !== e.data.tool) violation(`${id}: call #${e.sequence} is ${e.data.tool} but the Environment got ${got[0].name}`)
       if (!got && e.data.tool === "slow" && outcome?.kind === "tool_call_ended" && outcome.data.outcome === "ok") violation(`${id}: call #${e.sequence} ended ok but never reached the Environment`)
+      if (e.data.tool === "hosted" && outcome?.kind === "tool_call_ended" && outcome.data.outcome === "ok") {
+        const hosted = hostReceived.get(`${id} ${e.sequence}`)
+        if (hosted === undefined) violation(`${id}: call #${e.sequence} ended ok but the host never received it`)
+        else if (!isDeepStrictEqual(outcome.data.output, hosted.input)) violation(`${id}: call #${e.sequence} ended ok with ${JSON.stringify(outcome.data.output)}, the host answered ${JSON.stringify(hosted.input)}`)
+      }
     }
   }
   for (const l of envLines) {
@@ -319,6 +391,15 @@ for (const [id, events] of journals) {
   const turns = events.filter((e) => e.kind === "turn_started").length
   const keys = keysBySession.get(id)?.size ?? 0
   if (turns > keys) violation(`${id}: ${turns} turn_started records for ${keys} idempotency keys`)
+}
+
+for (const [k, got] of hostReceived) {
+  const [session, sequence] = k.split(" ")
+  if (got.count > 1) violation(`the host received call (${session}, ${sequence}) ${got.count} times`)
+  const started = journals.get(session)?.find((e) => e.sequence === Number(sequence))
+  if (started?.kind !== "tool_call_started" || started.data.tool !== "hosted" || got.name !== "hosted") {
+    violation(`the host got call #${sequence} of ${session} (${got.name}), which is ${started?.kind ?? "missing"} ${started?.data?.tool ?? ""}`)
+  }
 }
 
 for (const a of acknowledged) {
@@ -363,7 +444,7 @@ for (const [id, events] of journals) {
 if (acknowledged.length === 0) violation("no turn was acknowledged: the run checked nothing")
 const allTurns = [...journals.values()].reduce((n, es) => n + es.filter((e) => e.kind === "turn_started").length, 0)
 console.log(`kills ${kills}, turns ${allTurns}, acknowledged ${acknowledged.length}, ambiguous ${ambiguous.length}, violations ${violations.length}`)
-console.log(`  (${sessions.length} sessions, ${records} journal records, ${counted.turns} turn requests, ${received.size} tool calls and ${modelLines.length} model calls received, data in ${work})`)
+console.log(`  (${sessions.length} sessions, ${records} journal records, ${counted.turns} turn requests, ${received.size} tool calls${HOST_TOOLS ? `, ${hostReceived.size} host calls` : ""} and ${modelLines.length} model calls received, data in ${work})`)
 for (const v of violations.slice(0, 100)) console.log(`violation: ${v}`)
 if (violations.length > 100) console.log(`… and ${violations.length - 100} more`)
 process.exit(violations.length > 0 ? 1 : 0)

@@ -2,9 +2,11 @@
  * The short form of `npm run torture` (scripts/torture.js) for CI: 20 kills -9 of a real server
  * while 4 sessions run turns with tools in an http Environment and the example Wasm tool
  * (`--wasm-tools`: two sessions call it alone, each round tried to its end on the main thread; two
- * call it beside the http tool), the journal's commit log small enough to switch many times
- * between kills; the script checks the journal (over HTTP and in its files) and
- * the Environment's log, and exits 0 only with no violation.
+ * call it beside the http tool) and a host's tool (`--host-tools`: a host in the script's process,
+ * its command stream opened again after every restart; two sessions call it beside the Wasm tool,
+ * each round's host call sent with no fiber), the journal's commit log small enough to switch many
+ * times between kills; the script checks the journal (over HTTP and in its files), the
+ * Environment's log and what the host received, and exits 0 only with no violation.
  */
 import { spawn } from "node:child_process"
 import { describe, expect, it } from "@effect/vitest"
@@ -24,10 +26,10 @@ const run = (args: ReadonlyArray<string>, timeoutMs: number) =>
   })
 
 describe("npm run torture (short form)", () => {
-  it(`survives ${KILLS} kills -9 with 4 sessions, http and Wasm tools, a commit log that switches often: no acknowledged answer lost, no tool call received twice, every effect closed once, journals dense`, async () => {
+  it(`survives ${KILLS} kills -9 with 4 sessions, http, Wasm and host tools, a commit log that switches often: no acknowledged answer lost, no tool call received twice, every effect closed once, journals dense`, async () => {
     ensureBuilt()
     // A small commit log: it switches many times between kills, and each start writes one again.
-    const r = await run(["scripts/torture.js", "--kills", String(KILLS), "--sessions", "4", "--wasm-tools", "--journal-log-bytes", "16384"], 440_000)
+    const r = await run(["scripts/torture.js", "--kills", String(KILLS), "--sessions", "4", "--wasm-tools", "--host-tools", "--journal-log-bytes", "16384"], 440_000)
     const summary = /kills (\d+), turns (\d+), acknowledged (\d+), ambiguous (\d+), violations (\d+)/.exec(r.stdout)
     expect(summary, r.stdout + r.stderr).not.toBeNull()
     const [kills, , acknowledged, , violations] = summary!.slice(1).map(Number)
