@@ -491,11 +491,14 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     } satisfies HostsShape
   })
 
-export const layer = (options: HostsOptions): Layer.Layer<Hosts> => Layer.effect(Hosts, make(options))
+/** The registry as a layer: closing it ends every command stream, as a server's stop does. */
+const scoped = <E, R>(made: Effect.Effect<HostsShape, E, R>): Layer.Layer<Hosts, E, R> =>
+  Layer.scoped(Hosts, Effect.tap(made, (hosts) => Effect.addFinalizer(() => hosts.stopAll)))
+
+export const layer = (options: HostsOptions): Layer.Layer<Hosts> => scoped(make(options))
 
 /** The registry over the server's data directory and settings, as main.ts wires it. */
-export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig> = Layer.effect(
-  Hosts,
+export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig> = scoped(
   Effect.flatMap(ServerConfig, (config) =>
     make({
       dataDir: path.resolve(config.dataDir),

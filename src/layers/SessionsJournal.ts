@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
+import { Duration, Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -84,6 +84,14 @@ export const make = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
+  /** Cancels every running turn as `interrupted` and waits until each has closed. */
+  const interruptAll = Effect.suspend(() =>
+    Effect.forEach(
+      [...running],
+      (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
+      { concurrency: "unbounded", discard: true }
+    )
+  )
   const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
   deps.live = { delta: feeds.delta }
 
@@ -207,6 +215,19 @@ export const make = Effect.gen(function*() {
       Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
         Effect.tap((outcome) => void started.done.give(outcome)),
         Effect.ensuring(Effect.suspend(() => {
+          // Interrupted before it answered (its runtime closing past the bound above): whoever
+          // waits is told so, not left waiting. Its closing records may or may not have landed;
+          // if not, the next start's recovery records it interrupted.
+          if (!started.done.isDone) {
+            started.done.give({
+              ...summary(cell),
+              turn: {
+                sequence: started.sequence,
+                status: "failed",
+                failure: failure("interrupted", "the runtime stopped before the turn closed: whether its end was recorded is not known", { ambiguous: true })
+              }
+            })
+          }
           clearTimeout(flushLater)
           cell.running = undefined
           cell.opening = undefined
@@ -407,13 +428,21 @@ export const make = Effect.gen(function*() {
     follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
     drain: Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })),
-    interruptAll: Effect.suspend(() =>
-      Effect.forEach(
-        [...running],
-        (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
-        { concurrency: "unbounded", discard: true }
-      ))
+    interruptAll
   }
+  // A runtime closed while turns run (an application disposing its own; the server has already
+  // drained them, main.ts): each turn is cancelled as `interrupted` and closes as a stop past the
+  // drain deadline closes it, within the loops' cancel grace and the closing append's deadline.
+  // Added last, so it runs first: the live feeds (their streams then end, after the turns'
+  // closing records), the deadlines and the turns' FiberSet (which interrupts what is left) close
+  // after it.
+  yield* Effect.addFinalizer(() =>
+    Effect.suspend(() =>
+      running.size === 0
+        ? Effect.void
+        : Effect.asVoid(Effect.timeoutOption(interruptAll, Duration.millis(2 * config.cancelGraceMs + config.cleanupDeadlineMs)))
+    )
+  )
   return service
 })
 

@@ -1012,21 +1012,21 @@ describe("across restarts", () => {
     }
   })
 
-  it("the drain is bounded: past BRAIN_DRAIN_DEADLINE_MS a turn that will not finish is interrupted and the process still exits 0 (the product, a model that never answers)", async () => {
+  it("the drain is bounded: past BRAIN_DRAIN_DEADLINE_MS a turn that will not finish is interrupted, its stream is sent the turn's end before its stream_error, and the process still exits 0 (the product, a model that never answers)", async () => {
     const server = await startServer({ entry: "product", env: { BRAIN_DRAIN_DEADLINE_MS: "500", BRAIN_CANCEL_GRACE_MS: "500" } })
     try {
       const api = new Client(server)
       const id = await api.created({ model: scripted([{ text: "never", delay_ms: 600_000 }]) })
+      const stream = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
       const inFlight = api.send(id, "forever").then((r) => r.status, () => 0)
-      await eventually("the model call to start", async () => {
-        const { events } = await api.allEvents(id)
-        return events.some((e) => e.kind === "model_call_started") ? true : undefined
-      })
+      await stream.until("the model call to start", () => stream.frames.some((f) => f.event === "model_call_started"))
       const t0 = Date.now()
       server.signal("SIGTERM")
       const exit = await server.waitExit(6_000).catch((err: Error) => err.message.split("\n")[0])
       expect(exit, `${Date.now() - t0} ms after SIGTERM\n${server.output}`).toEqual({ code: 0, signal: null })
       expect(fs.existsSync(server.lockFile)).toBe(false)
+      await stream.done
+      expect(stream.frames.slice(-2).map((f) => f.event)).toEqual(["turn_failed", "stream_error"])
       await inFlight
       await server.restart()
       const { events } = await api.allEvents(id)

@@ -68,6 +68,9 @@ export interface LiveFeeds {
   ) => Effect.Effect<Following, FollowError, Scope.Scope>
 }
 
+/** Records read at most, per open feed, for what its stream is sent before the feeds close. */
+const FINAL_RECORDS = 1000
+
 const internal = (defect: unknown) =>
   new Internal({ message: `reading the journal failed unexpectedly: ${String(defect)}`, retryable: false })
 
@@ -84,6 +87,27 @@ export const make = (
     /** Runs the catch-up reads a socket's demand starts, in fibers these feeds own. */
     const run = yield* FiberSet.makeRuntime<never>()
     const entries = new Map<SessionId, Entry>()
+    /**
+     * Publishes what the feed's session has committed and the pump (a fiber of its own) has not
+     * yet: a stream that stops is sent its session's last records first, the closing records of
+     * the turns a stop has just closed among them. Best effort; a record published is skipped.
+     */
+    const caughtUp = (feed: Feed) =>
+      journal.read(feed.session, { after: feed.through, limit: FINAL_RECORDS }).pipe(
+        Effect.map((records) => publish(feed, records)),
+        Effect.ignore
+      )
+    // Closed (an application disposing its runtime; a server stops its streams itself first):
+    // every open stream ends as a stop ends it, with a retryable stream_error to resume by cursor.
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach([...entries.values()], (entry) => {
+        const feed = entry.opened
+        if (feed === undefined || feed.taps.size === 0) return Effect.void
+        return Effect.ensuring(caughtUp(feed), Effect.sync(() => {
+          for (const tap of feed.taps) tap.stop()
+        }))
+      }, { discard: true })
+    )
     let subscribers = 0
     const limits: TapLimits = {
       events: SUBSCRIBER_BACKLOG_RECORDS,
@@ -250,7 +274,7 @@ export const make = (
         yield* Effect.addFinalizer(() => Effect.sync(() => feed.taps.delete(tap)))
         if (feed.failed) tap.cutOff("the session's live feed fell behind the journal")
         yield* tap.prime
-        return { body: tap, stop: Effect.sync(() => tap.stop()) }
+        return { body: tap, stop: Effect.ensuring(caughtUp(feed), Effect.sync(() => tap.stop())) }
       })
 
     const delta: LiveFeeds["delta"] = (session, sequence) => (d) => {

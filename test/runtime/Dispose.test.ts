@@ -1,0 +1,171 @@
+/**
+ * An application that composes Brain's services into its own runtime and disposes it while turns
+ * run and streams are open: every caller waiting on a turn gets its answer, and what it is told is
+ * what the journal recorded before it closed (not left for the next start's recovery to find);
+ * every open stream ends, as a server's stop ends it (DESIGN: "close subscriptions").
+ */
+import { Effect, Exit, type Layer, ManagedRuntime, Scope } from "effect"
+import { afterEach, describe, expect, it } from "vitest"
+import type { SessionId } from "../../src/domain/Ids.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import type { MemorySessions } from "../../src/layers/JournalMemory.js"
+import type { AgentloopShape } from "../../src/services/Agentloop.js"
+import type { ModelsShape } from "../../src/services/Models.js"
+import { Hosts } from "../../src/services/Hosts.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import { framesOf } from "../support/hosts.js"
+import { runtimeLayer, type RuntimeOptions } from "../support/runtime.js"
+
+const GRACE_MS = 200
+const CLEANUP_MS = 500
+
+type Runtime = ManagedRuntime.ManagedRuntime<Sessions, unknown>
+const runtimes: Array<Runtime> = []
+afterEach(async () => {
+  for (const rt of runtimes.splice(0)) await rt.dispose()
+})
+
+const runtimeOver = (shared: MemorySessions, options: RuntimeOptions = {}) => {
+  const rt = ManagedRuntime.make(
+    runtimeLayer({
+      ...options,
+      journal: JournalMemory.layerOver(shared),
+      config: { cancelGraceMs: GRACE_MS, cleanupDeadlineMs: CLEANUP_MS, ...options.config }
+    }) as unknown as Layer.Layer<Sessions, unknown>
+  )
+  runtimes.push(rt)
+  return rt
+}
+
+/** A model that tells when it is called and never answers. */
+const hangingModel = () => {
+  let called!: () => void
+  const calledOnce = new Promise<void>((resolve) => (called = resolve))
+  const models: ModelsShape = { call: () => Effect.zipRight(Effect.sync(() => called()), Effect.never) }
+  return { models, calledOnce }
+}
+
+/** Settles as `p` does, or with "pending" if it has not after `ms`. */
+const within = <A>(p: Promise<A>, ms: number): Promise<A | "pending"> =>
+  Promise.race([p, new Promise<"pending">((resolve) => setTimeout(() => resolve("pending"), ms))])
+
+const journaled = async (shared: MemorySessions, id: SessionId) => {
+  // A second owner of the same store, opened after the first is gone (its recovery runs now).
+  const rt = runtimeOver(shared)
+  return rt.runPromise(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })))
+}
+
+describe("disposing a runtime that composed Brain's services", () => {
+  it("answers a send waiting on its model with the turn interrupted, recorded before the journal closed", async () => {
+    const shared: MemorySessions = new Map()
+    const { calledOnce, models } = hangingModel()
+    const rt = runtimeOver(shared, { models })
+    const sessions = await rt.runPromise(Sessions)
+    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" } }))
+    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
+    await calledOnce
+    await rt.dispose()
+    const answer = await within(sent, 2 * GRACE_MS + CLEANUP_MS + 2000)
+    expect(answer).not.toBe("pending")
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: "the server is stopping" } } })
+    const { events } = await journaled(shared, id)
+    // The closing records are the stopping runtime's own (recovery would say "nothing was re-run").
+    const failed = events.filter((e) => e.kind === "turn_failed")
+    expect(failed).toHaveLength(1)
+    expect(failed[0]!.data).toMatchObject({ failure: { code: "interrupted", message: "the server is stopping" } })
+    const model = events.find((e) => e.kind === "model_call_failed")
+    expect(model?.data).toMatchObject({ failure: { ambiguous: true } })
+  })
+
+  it("answers a send whose loop ignores the cancel, once its grace has passed", async () => {
+    const shared: MemorySessions = new Map()
+    let entered!: () => void
+    const inLoop = new Promise<void>((resolve) => (entered = resolve))
+    // A loop that never returns and never makes another host call: the cancel cannot reach it.
+    const stubborn: AgentloopShape = { activate: () => Effect.zipRight(Effect.sync(() => entered()), Effect.never) }
+    const rt = runtimeOver(shared, { loops: { stubborn } })
+    const sessions = await rt.runPromise(Sessions)
+    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" }, agentloop: "stubborn" }))
+    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
+    await inLoop
+    await rt.dispose()
+    const answer = await within(sent, 2 * GRACE_MS + CLEANUP_MS + 2000)
+    expect(answer).not.toBe("pending")
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: "the server is stopping" } } })
+    const { events } = await journaled(shared, id)
+    const failed = events.filter((e) => e.kind === "turn_failed")
+    expect(failed).toHaveLength(1)
+    expect(failed[0]!.data).toMatchObject({ failure: { code: "interrupted", message: "the server is stopping" } })
+  })
+
+  it("answers a send whose turn cannot close within the stop's bound, once it has closed; the turn recorded closed once", async () => {
+    const shared: MemorySessions = new Map()
+    let entered!: () => void
+    const inLoop = new Promise<void>((resolve) => (entered = resolve))
+    // Deaf to the cancel, and not to be interrupted for longer than the stop waits (2 × 50 + 50 ms).
+    const stuck: AgentloopShape = {
+      activate: () => Effect.zipRight(Effect.sync(() => entered()), Effect.zipRight(Effect.uninterruptible(Effect.sleep("600 millis")), Effect.never))
+    }
+    const rt = runtimeOver(shared, { loops: { stuck }, config: { cancelGraceMs: 50, cleanupDeadlineMs: 50 } })
+    const sessions = await rt.runPromise(Sessions)
+    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" }, agentloop: "stuck" }))
+    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
+    await inLoop
+    await rt.dispose()
+    const answer = await within(sent, 3000)
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted" } } })
+    const { events } = await journaled(shared, id)
+    expect(events.filter((e) => e.kind === "turn_failed" || e.kind === "turn_ended")).toHaveLength(1)
+  })
+
+  it("a runtime disposed with no turn running leaves its sessions idle, with no turn recorded failed", async () => {
+    const shared: MemorySessions = new Map()
+    const rt = runtimeOver(shared)
+    const sessions = await rt.runPromise(Sessions)
+    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" } }))
+    const answer = await rt.runPromise(sessions.send(id, { message: "hi" }))
+    expect(answer.turn.status).toBe("ended")
+    await rt.dispose()
+    const again = runtimeOver(shared)
+    const status = await again.runPromise(Effect.flatMap(Sessions, (s) => s.get(id)))
+    expect(status.status).toBe("idle")
+    const { events } = await again.runPromise(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })))
+    expect(events.filter((e) => e.kind === "turn_failed")).toHaveLength(0)
+  })
+
+  it("ends an open follow stream after the turns' closing records, with a retryable stream_error (resume by cursor), as a server's stop does", async () => {
+    const shared: MemorySessions = new Map()
+    const { calledOnce, models } = hangingModel()
+    const rt = runtimeOver(shared, { models })
+    const sessions = await rt.runPromise(Sessions)
+    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" } }))
+    const scope = Effect.runSync(Scope.make())
+    const following = await rt.runPromise(Scope.extend(sessions.follow(id, 0), scope))
+    let text = ""
+    const ended = new Promise<void>((resolve) => {
+      following.body.on("data", (chunk) => (text += String(chunk)))
+      following.body.on("end", () => resolve())
+    })
+    void rt.runPromise(sessions.send(id, { message: "go" })).catch(() => undefined)
+    await calledOnce
+    // Live: the model call's start has reached the stream.
+    while (!text.includes("model_call_started")) await new Promise((resolve) => setTimeout(resolve, 10))
+    await rt.dispose()
+    expect(await within(ended, 2000)).not.toBe("pending")
+    const kinds = [...text.matchAll(/^event: (\S+)$/gm)].map((m) => m[1])
+    expect(kinds.slice(-2)).toEqual(["turn_failed", "stream_error"])
+    expect(text).toMatch(/event: stream_error\ndata: \{[^\n]*"retryable":true/)
+    await Effect.runPromise(Scope.close(scope, Exit.void))
+  })
+
+  it("ends a host's open command stream, as a server's stop does", async () => {
+    const rt = ManagedRuntime.make(runtimeLayer({ hosts: {} }) as unknown as Layer.Layer<Hosts, unknown>)
+    const hosts = await rt.runPromise(Hosts)
+    const { host_id } = await rt.runPromise(hosts.register)
+    const stream = await rt.runPromise(hosts.connect(host_id))
+    const ended = new Promise<void>((resolve) => stream.body.on("end", () => resolve()))
+    expect((await framesOf(stream.body).expect("ready")).data).toMatchObject({ host_id })
+    await rt.dispose()
+    expect(await within(ended, 2000)).not.toBe("pending")
+  })
+})
