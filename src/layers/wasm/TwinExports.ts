@@ -22,7 +22,7 @@ export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 3
+export const TWIN_FORMAT = 4
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`
