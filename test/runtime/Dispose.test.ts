@@ -4,6 +4,9 @@
  * what the journal recorded before it closed (not left for the next start's recovery to find);
  * every open stream ends, as a server's stop ends it (DESIGN: "close subscriptions").
  */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { Effect, Exit, type Layer, ManagedRuntime, Scope } from "effect"
 import { afterEach, describe, expect, it } from "vitest"
 import type { SessionId } from "../../src/domain/Ids.js"
@@ -25,17 +28,20 @@ afterEach(async () => {
   for (const rt of runtimes.splice(0)) await rt.dispose()
 })
 
-const runtimeOver = (shared: MemorySessions, options: RuntimeOptions = {}) => {
+/** A runtime of the server's composition with this file's grace and cleanup deadline, disposed after the test. */
+const runtimeOf = (options: RuntimeOptions) => {
   const rt = ManagedRuntime.make(
     runtimeLayer({
       ...options,
-      journal: JournalMemory.layerOver(shared),
       config: { cancelGraceMs: GRACE_MS, cleanupDeadlineMs: CLEANUP_MS, ...options.config }
     }) as unknown as Layer.Layer<Sessions, unknown>
   )
   runtimes.push(rt)
   return rt
 }
+
+/** A runtime over the memory store `shared`, which later runtimes can open again. */
+const runtimeOver = (shared: MemorySessions, options: RuntimeOptions = {}) => runtimeOf({ ...options, journal: JournalMemory.layerOver(shared) })
 
 /** A model that tells when it is called and never answers. */
 const hangingModel = () => {
@@ -45,76 +51,85 @@ const hangingModel = () => {
   return { models, calledOnce }
 }
 
+/** A loop that tells when it runs, then does `rest` (it never returns). */
+const loopThat = (rest: Effect.Effect<never>) => {
+  let entered!: () => void
+  const inLoop = new Promise<void>((resolve) => (entered = resolve))
+  const loop: AgentloopShape = { activate: () => Effect.zipRight(Effect.sync(() => entered()), rest) }
+  return { loop, inLoop }
+}
+
 /** Settles as `p` does, or with "pending" if it has not after `ms`. */
 const within = <A>(p: Promise<A>, ms: number): Promise<A | "pending"> =>
   Promise.race([p, new Promise<"pending">((resolve) => setTimeout(() => resolve("pending"), ms))])
 
-const journaled = async (shared: MemorySessions, id: SessionId) => {
-  // A second owner of the same store, opened after the first is gone (its recovery runs now).
-  const rt = runtimeOver(shared)
-  return rt.runPromise(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })))
+/** Creates a session on `rt`, sends to it, disposes `rt` once `reached`: the session and the send's answer ("pending" if none came). */
+const sendThenDispose = async (rt: Runtime, reached: Promise<void>, agentloop?: string) => {
+  const sessions = await rt.runPromise(Sessions)
+  const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" }, ...(agentloop ? { agentloop } : {}) }))
+  const sent = rt.runPromise(sessions.send(id, { message: "go" }))
+  await reached
+  await rt.dispose()
+  return { id, answer: await within(sent, 2 * GRACE_MS + CLEANUP_MS + 2000) }
+}
+
+/** How the stopping runtime itself closes a turn (recovery would say "nothing was re-run"). */
+const STOPPING = { code: "interrupted", message: "the server is stopping" }
+
+/** The session's Events as a new runtime reads them (its recovery runs first). */
+const eventsIn = async (rt: Runtime, id: SessionId) => (await rt.runPromise(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })))).events
+
+/** The one turn_failed the journal holds, written by the stopping runtime. */
+const closedByTheStop = (events: ReadonlyArray<{ readonly kind: string; readonly data: unknown }>) => {
+  const failed = events.filter((e) => e.kind === "turn_failed")
+  expect(failed).toHaveLength(1)
+  expect(failed[0]!.data).toMatchObject({ failure: STOPPING })
 }
 
 describe("disposing a runtime that composed Brain's services", () => {
   it("answers a send waiting on its model with the turn interrupted, recorded before the journal closed", async () => {
     const shared: MemorySessions = new Map()
     const { calledOnce, models } = hangingModel()
-    const rt = runtimeOver(shared, { models })
-    const sessions = await rt.runPromise(Sessions)
-    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" } }))
-    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
-    await calledOnce
-    await rt.dispose()
-    const answer = await within(sent, 2 * GRACE_MS + CLEANUP_MS + 2000)
-    expect(answer).not.toBe("pending")
-    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: "the server is stopping" } } })
-    const { events } = await journaled(shared, id)
-    // The closing records are the stopping runtime's own (recovery would say "nothing was re-run").
-    const failed = events.filter((e) => e.kind === "turn_failed")
-    expect(failed).toHaveLength(1)
-    expect(failed[0]!.data).toMatchObject({ failure: { code: "interrupted", message: "the server is stopping" } })
-    const model = events.find((e) => e.kind === "model_call_failed")
-    expect(model?.data).toMatchObject({ failure: { ambiguous: true } })
+    const { answer, id } = await sendThenDispose(runtimeOver(shared, { models }), calledOnce)
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: STOPPING } })
+    const events = await eventsIn(runtimeOver(shared), id)
+    closedByTheStop(events)
+    expect(events.find((e) => e.kind === "model_call_failed")?.data).toMatchObject({ failure: { ambiguous: true } })
+  })
+
+  it("on the file journal, the interrupted turn's closing records are on disk when dispose returns: a new runtime reads them, recovery adds nothing", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-dispose-"))
+    try {
+      const { calledOnce, models } = hangingModel()
+      const { answer, id } = await sendThenDispose(runtimeOf({ models, journal: { dataDir: dir } }), calledOnce)
+      expect(answer).toMatchObject({ turn: { status: "failed", failure: STOPPING } })
+      const again = runtimeOf({ journal: { dataDir: dir } })
+      const events = await eventsIn(again, id)
+      closedByTheStop(events)
+      expect(events.filter((e) => e.kind === "model_call_failed")).toHaveLength(1)
+      await again.dispose()
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it("answers a send whose loop ignores the cancel, once its grace has passed", async () => {
     const shared: MemorySessions = new Map()
-    let entered!: () => void
-    const inLoop = new Promise<void>((resolve) => (entered = resolve))
     // A loop that never returns and never makes another host call: the cancel cannot reach it.
-    const stubborn: AgentloopShape = { activate: () => Effect.zipRight(Effect.sync(() => entered()), Effect.never) }
-    const rt = runtimeOver(shared, { loops: { stubborn } })
-    const sessions = await rt.runPromise(Sessions)
-    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" }, agentloop: "stubborn" }))
-    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
-    await inLoop
-    await rt.dispose()
-    const answer = await within(sent, 2 * GRACE_MS + CLEANUP_MS + 2000)
-    expect(answer).not.toBe("pending")
-    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: "the server is stopping" } } })
-    const { events } = await journaled(shared, id)
-    const failed = events.filter((e) => e.kind === "turn_failed")
-    expect(failed).toHaveLength(1)
-    expect(failed[0]!.data).toMatchObject({ failure: { code: "interrupted", message: "the server is stopping" } })
+    const { inLoop, loop } = loopThat(Effect.never)
+    const { answer, id } = await sendThenDispose(runtimeOver(shared, { loops: { stubborn: loop } }), inLoop, "stubborn")
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: STOPPING } })
+    closedByTheStop(await eventsIn(runtimeOver(shared), id))
   })
 
   it("answers a send whose turn cannot close within the stop's bound, once it has closed; the turn recorded closed once", async () => {
     const shared: MemorySessions = new Map()
-    let entered!: () => void
-    const inLoop = new Promise<void>((resolve) => (entered = resolve))
     // Deaf to the cancel, and not to be interrupted for longer than the stop waits (2 × 50 + 50 ms).
-    const stuck: AgentloopShape = {
-      activate: () => Effect.zipRight(Effect.sync(() => entered()), Effect.zipRight(Effect.uninterruptible(Effect.sleep("600 millis")), Effect.never))
-    }
-    const rt = runtimeOver(shared, { loops: { stuck }, config: { cancelGraceMs: 50, cleanupDeadlineMs: 50 } })
-    const sessions = await rt.runPromise(Sessions)
-    const { session_id: id } = await rt.runPromise(sessions.create({ model: { provider: "scripted" }, agentloop: "stuck" }))
-    const sent = rt.runPromise(sessions.send(id, { message: "go" }))
-    await inLoop
-    await rt.dispose()
-    const answer = await within(sent, 3000)
+    const { inLoop, loop } = loopThat(Effect.zipRight(Effect.uninterruptible(Effect.sleep("600 millis")), Effect.never))
+    const rt = runtimeOver(shared, { loops: { stuck: loop }, config: { cancelGraceMs: 50, cleanupDeadlineMs: 50 } })
+    const { answer, id } = await sendThenDispose(rt, inLoop, "stuck")
     expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted" } } })
-    const { events } = await journaled(shared, id)
+    const events = await eventsIn(runtimeOver(shared), id)
     expect(events.filter((e) => e.kind === "turn_failed" || e.kind === "turn_ended")).toHaveLength(1)
   })
 
@@ -129,8 +144,7 @@ describe("disposing a runtime that composed Brain's services", () => {
     const again = runtimeOver(shared)
     const status = await again.runPromise(Effect.flatMap(Sessions, (s) => s.get(id)))
     expect(status.status).toBe("idle")
-    const { events } = await again.runPromise(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })))
-    expect(events.filter((e) => e.kind === "turn_failed")).toHaveLength(0)
+    expect((await eventsIn(again, id)).filter((e) => e.kind === "turn_failed")).toHaveLength(0)
   })
 
   it("ends an open follow stream after the turns' closing records, with a retryable stream_error (resume by cursor), as a server's stop does", async () => {
