@@ -54,7 +54,7 @@ import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts, type HostsShape } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
-import type { ServerConfigShape } from "./services/ServerConfig.js"
+import { interruptWaitMs, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
@@ -317,7 +317,7 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
       // cancel grace the loops get plus the time to record the outcomes.
       yield* Effect.log("drain deadline passed: interrupting the turns still running")
       yield* sessions.interruptAll.pipe(
-        Effect.timeoutOption(Duration.millis(2 * config.cancelGraceMs + config.cleanupDeadlineMs))
+        Effect.timeoutOption(Duration.millis(interruptWaitMs(config)))
       )
     }
     admission.stop()

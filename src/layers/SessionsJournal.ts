@@ -30,7 +30,7 @@ import { type RecordedBinding, toolNameRule } from "../domain/ModelBinding.js"
 import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
-import { ServerConfig } from "../services/ServerConfig.js"
+import { interruptWaitMs, ServerConfig } from "../services/ServerConfig.js"
 import {
   type Keyed,
   type KeptRequest,
@@ -215,8 +215,8 @@ export const make = Effect.gen(function*() {
       Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
         Effect.tap((outcome) => void started.done.give(outcome)),
         Effect.ensuring(Effect.suspend(() => {
-          // Interrupted before it answered (its runtime closing past the bound above): whoever
-          // waits is told so, not left waiting. Its closing records may or may not have landed;
+          // Interrupted before it answered (its runtime closing past the wait of the finalizer at
+          // the end of `make`): whoever waits is told so, not left waiting. Its closing records may or may not have landed;
           // if not, the next start's recovery records it interrupted.
           if (!started.done.isDone) {
             started.done.give({
@@ -440,7 +440,7 @@ export const make = Effect.gen(function*() {
     Effect.suspend(() =>
       running.size === 0
         ? Effect.void
-        : Effect.asVoid(Effect.timeoutOption(interruptAll, Duration.millis(2 * config.cancelGraceMs + config.cleanupDeadlineMs)))
+        : Effect.asVoid(Effect.timeoutOption(interruptAll, Duration.millis(interruptWaitMs(config))))
     )
   )
   return service

@@ -122,6 +122,13 @@ export interface ServerConfigShape {
 
 export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig, ServerConfigShape>() {}
 
+/**
+ * How long a stop waits for the turns it cancels (`Sessions.interruptAll`) to close: a grace for
+ * executors to confirm they stopped, one for the loop to return, and the closing append's deadline.
+ */
+export const interruptWaitMs = (c: Pick<ServerConfigShape, "cancelGraceMs" | "cleanupDeadlineMs">): number =>
+  2 * c.cancelGraceMs + c.cleanupDeadlineMs
+
 export const defaults: ServerConfigShape = {
   maxModelCalls: 128,
   maxModelMs: 300 * 1000,
