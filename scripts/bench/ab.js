@@ -9,15 +9,17 @@
 //   node scripts/bench/ab.js /tmp/before . [phases 6] [ms per phase 3000] [--tools]
 //
 // --tools: tool-loop turns (2 rounds × 4 calls of the example Wasm tool) instead of text turns;
+// --http-tools: the same loop with an echo http Environment served by this process (BRAIN_ENVIRONMENTS);
 // --host-tools: the same loop with an echo host served by this process (its command stream, its
 // results POSTed), as the harness's host-tool row runs it. --sessions N: N sessions instead of 64
 // (at 1, the p50 is the figure: each phase's p50 is printed, and their median).
 import fs from "node:fs"
 import path from "node:path"
-import { admitEchoTool, createSessions, echoHost, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp, toolLoop } from "./lib.js"
+import { admitEchoTool, createSessions, echoEnvironment, echoHost, expectStatus, freePort, keyed, mainThreadCpuSeconds, request, spawnProcess, tmp, toolLoop } from "./lib.js"
 import { measure, numberFlag } from "./stats.js"
 const hostTools = process.argv.includes("--host-tools")
-const tools = process.argv.includes("--tools") || hostTools
+const httpTools = process.argv.includes("--http-tools")
+const tools = process.argv.includes("--tools") || hostTools || httpTools
 const sessions = numberFlag("--sessions", 64)
 const flagValues = new Set(process.argv.slice(2).flatMap((a, i) => (a === "--sessions" ? [i + 1] : [])))
 const positional = process.argv.slice(2).filter((a, i) => !a.startsWith("--") && !flagValues.has(i))
@@ -25,14 +27,17 @@ const roots = positional.slice(0, 2).map((r) => path.resolve(r))
 if (roots.length !== 2) throw new Error("usage: node scripts/bench/ab.js <root A> <root B> [phases] [ms per phase]")
 const phases = Number(positional[2] ?? 6)
 const phaseMs = Number(positional[3] ?? 3000)
-console.log(`method: both servers started; ${sessions} sessions of keyed ${hostTools ? "tool-loop turns (2 rounds × 4 calls of an echo host's tool)" : tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
+const environment = httpTools ? await echoEnvironment() : undefined
+console.log(`method: both servers started; ${sessions} sessions of keyed ${hostTools ? "tool-loop turns (2 rounds × 4 calls of an echo host's tool)" : httpTools ? "tool-loop turns (2 rounds × 4 calls of an echo http Environment's tool, in this process)" : tools ? "tool-loop turns (2 rounds × 4 calls of the example Wasm tool)" : "text turns"} drive one at a time, ${phases} phases of ${phaseMs} ms each, alternating (after 3 s of warm-up each); main-thread CPU from /proc`)
 const servers = []
 for (const root of roots) {
   const port = await freePort()
-  const s = await spawnProcess(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin/brain.js"), "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", fs.mkdtempSync(path.join(tmp, "ab-"))], { ready: /brain listening/, env: { UV_THREADPOOL_SIZE: "64" } })
+  const s = await spawnProcess(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin/brain.js"), "serve", "--listen", `127.0.0.1:${port}`, "--data-dir", fs.mkdtempSync(path.join(tmp, "ab-"))], { ready: /brain listening/, env: { UV_THREADPOOL_SIZE: "64", ...(environment ? { BRAIN_ENVIRONMENTS: environment.bindings } : {}) } })
   const host = hostTools ? await echoHost(port) : undefined
   const body = host
     ? toolLoop({ name: "app", driver: "host", host: host.host_id })
+    : environment
+    ? toolLoop(environment.environment)
     : tools
     ? toolLoop({ name: "wasm", driver: "brain" }, { module: await admitEchoTool(port) })
     : { model: { provider: "scripted" } }
@@ -60,3 +65,4 @@ for (const sv of servers) {
   sv.host?.close()
   await sv.s.stop()
 }
+environment?.close()

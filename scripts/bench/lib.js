@@ -269,6 +269,39 @@ export const openSse = (port, p, onFrame) =>
   })
 
 /**
+ * An http Environment that answers every tool call with its input (`{"ok": input}`), set-ups and
+ * the rest with `{"ok": {}}`, in this process on loopback: what a server is given through
+ * BRAIN_ENVIRONMENTS (`binding`) and a session through `environment`.
+ */
+export const echoEnvironment = async () => {
+  let answered = 0
+  const server = http.createServer((req, res) => {
+    const chunks = []
+    req.on("data", (c) => chunks.push(c))
+    req.on("end", () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString() || "{}")
+      const answer = req.url === "/tools/call" ? (answered++, { ok: body.input }) : req.url === "/tools/cancel" ? { stopped: true } : { ok: {} }
+      const text = JSON.stringify(answer)
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
+      res.end(text)
+    })
+  })
+  server.keepAliveTimeout = 60_000
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve))
+  const url = `http://127.0.0.1:${server.address().port}`
+  return {
+    /** BRAIN_ENVIRONMENTS for a server, naming this Environment `echo`. */
+    bindings: JSON.stringify({ echo: { driver: "http", base_url: url } }),
+    /** A session's Environment on it. */
+    environment: { name: "app", driver: "http", binding: "echo" },
+    get answered() {
+      return answered
+    },
+    close: () => server.close()
+  }
+}
+
+/**
  * A host over plain HTTP (docs/environments.md, "The `host` driver"): every call answered with its
  * input at once; the calls that arrive in one read of the command stream (the calls of one
  * dispatch) are answered in one POST (`{"results": [...]}`), as the SDK's host does.
