@@ -10,8 +10,13 @@
  *   larger body stops the read at the bound (`too_large`). Any other status keeps only the first
  *   ERROR_BODY_BYTES for the failure's details; a read error there changes nothing (the status
  *   already says what happened).
- * - Every exchange runs in its own scope: leaving it — done, failed, timed out or interrupted —
- *   closes the request, so an unread or oversized body is never left streaming in.
+ * - Leaving an exchange — done, failed, timed out or interrupted — closes its request, so an
+ *   unread or oversized body is never left streaming in: the client aborts a request interrupted
+ *   in flight or in its body's read, and a read by stream aborts it when it stops (a body refused
+ *   on its length is read so, up to its first chunk). A 200 whose `Content-Length` is within the
+ *   bound is read whole instead (the client holds the body to that length), which needs no abort:
+ *   an abort makes an `AbortError`, whose stack V8 captures, on every call (docs/benchmarks.md,
+ *   "An http Environment's calls").
  *
  * Secret headers are sent and never shown: their names join the tracer's redacted header names, and
  * no message here quotes a header, a body or a transport error's text (only its code).
@@ -76,7 +81,7 @@ export const exchange = (
   post: Post
 ): Effect.Effect<Reply, EnvironmentNotSent | EnvironmentUncertain, HttpClient.HttpClient> =>
   Effect.gen(function*() {
-    const client = HttpClient.withScope(yield* HttpClient.HttpClient)
+    const client = yield* HttpClient.HttpClient
     let request = HttpClientRequest.post(post.url).pipe(
       HttpClientRequest.bodyUnsafeJson(post.body),
       HttpClientRequest.setHeaders({
@@ -96,6 +101,9 @@ export const exchange = (
           (code !== undefined ? ` (${code})` : "")
       })
     const response = yield* client.execute(request).pipe(
+      // No span of the client's own per request (as the server's middleware, main.ts): its
+      // attributes cost more than the rest of the exchange, and Brain exports no traces.
+      Effect.withTracerEnabled(false),
       Effect.mapError((e) => {
         const code = causeCode(e)
         return notSent(code)
@@ -113,21 +121,30 @@ export const exchange = (
       )
       return { status: response.status, body, truncated: over }
     }
-    const tooLarge = new EnvironmentUncertain({
-      environment: post.environment,
-      reason: "too_large",
-      status: 200,
-      message: `Environment ${JSON.stringify(post.environment)} answered ${post.path} with more than ${post.maxBytes} bytes ` +
-        "(BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES)"
-    })
+    // Made only when it is the answer: an error's construction captures a stack.
+    const tooLarge = () =>
+      new EnvironmentUncertain({
+        environment: post.environment,
+        reason: "too_large",
+        status: 200,
+        message: `Environment ${JSON.stringify(post.environment)} answered ${post.path} with more than ${post.maxBytes} bytes ` +
+          "(BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES)"
+      })
     const declared = Number(response.headers["content-length"])
-    if (Number.isFinite(declared) && declared > post.maxBytes) return yield* Effect.fail(tooLarge)
+    if (Number.isFinite(declared) && declared > post.maxBytes) {
+      // Refused unread: the stream's read stops at once, and that closes the request.
+      yield* Effect.ignore(readAtMost(response.stream, 0))
+      return yield* Effect.fail(tooLarge())
+    }
+    if (Number.isFinite(declared)) {
+      const whole = yield* response.arrayBuffer.pipe(Effect.mapError((e) => lost(causeCode(e) ?? e.reason)))
+      return { status: 200, body: new Uint8Array(whole), truncated: false }
+    }
     const { body, over } = yield* readAtMost(response.stream, post.maxBytes).pipe(
       Effect.mapError((e) => lost(causeCode(e) ?? e.reason))
     )
-    if (over) return yield* Effect.fail(tooLarge)
+    if (over) return yield* Effect.fail(tooLarge())
     return { status: 200, body, truncated: false }
   }).pipe(
-    Effect.scoped,
     Effect.locallyWith(Headers.currentRedactedNames, (names) => [...names, ...post.secretHeaders.map(([name]) => name)])
   )
