@@ -6,8 +6,8 @@
  * - Not sent (connection refused, a name that does not resolve, no route, a TLS failure):
  *   `EnvironmentNotSent` `unreachable`. Any other transport failure happened after the request may
  *   have left: `EnvironmentUncertain` `connection_lost`.
- * - A 200's body is read whole up to `maxBytes`: a larger `Content-Length` is refused unread, a
- *   larger body stops the read at the bound (`too_large`). Any other status keeps only the first
+ * - A 200's body is read whole up to `maxBytes`: a larger `Content-Length` is refused before its
+ *   body is read (`too_large`), a larger body without one stops the read at the bound (`too_large`). Any other status keeps only the first
  *   ERROR_BODY_BYTES for the failure's details; a read error there changes nothing (the status
  *   already says what happened).
  * - Leaving an exchange — done, failed, timed out or interrupted — closes its request, so an
