@@ -18,7 +18,7 @@
  * `driver_unavailable`.
  */
 import type * as HttpClient from "@effect/platform/HttpClient"
-import { Duration, Effect, Either, Layer, Redacted } from "effect"
+import { Duration, Effect, Either, type Exit, FiberId, Layer, Redacted, Runtime } from "effect"
 import {
   type AdmittedEnvironment,
   type EnvironmentBindings,
@@ -31,6 +31,7 @@ import {
   EnvironmentBindings as ConfiguredBindings,
   type CallAnswer,
   type CancelAnswer,
+  type EnvironmentCall,
   type EnvironmentFailed,
   EnvironmentNotSent,
   EnvironmentRefused,
@@ -39,7 +40,8 @@ import {
   EnvironmentUncertain,
   type LifecycleEnded,
   type LifecycleOperation,
-  type LifecycleStep
+  type LifecycleStep,
+  type SentCall
 } from "../services/Environments.js"
 import { readReply, type Reading } from "./environments/Answers.js"
 import { exchange } from "./environments/Exchange.js"
@@ -94,6 +96,8 @@ const targetOf = (bindings: EnvironmentBindings, environment: AdmittedEnvironmen
 export const make = (options: EnvironmentsHttpOptions): Effect.Effect<EnvironmentsShape, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const context = yield* Effect.context<HttpClient.HttpClient>()
+    /** Where a call sent with no caller's fiber runs (`send`): the layer's runtime, its scheduler. */
+    const runtime = yield* Effect.runtime<never>()
 
     /** One POST to `path` and what its reply means, read with `shape`. */
     const send = <A>(target: Target, path: string, body: unknown, shape: Reading<A>["shape"]) =>
@@ -141,20 +145,50 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
         )
       }).pipe(Effect.withSpan(`Environments.${step}`))
 
+    /** A tool call's POST to `target` and what its answer means. */
+    const callTo = (target: Target, call: EnvironmentCall): Effect.Effect<CallAnswer, EnvironmentFailed> =>
+      Effect.map(
+        send(target, "/tools/call", {
+          session_id: call.session,
+          sequence: call.sequence,
+          environment: target.environment,
+          name: call.name,
+          call_id: call.callId,
+          input: call.input,
+          deadline_at_ms: call.deadlineAtMs
+        }, readAnswer),
+        (answer): CallAnswer => ("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error })
+      )
+
     const call: EnvironmentsShape["call"] = Effect.fn("Environments.call")(function*(call) {
-      const target = yield* targetOf(options.bindings, call.environment)
-      const body = {
-        session_id: call.session,
-        sequence: call.sequence,
-        environment: target.environment,
-        name: call.name,
-        call_id: call.callId,
-        input: call.input,
-        deadline_at_ms: call.deadlineAtMs
-      }
-      const answer = yield* send(target, "/tools/call", body, readAnswer)
-      return ("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }) satisfies CallAnswer
+      return yield* callTo(yield* targetOf(options.bindings, call.environment), call)
     })
+
+    /**
+     * `call` sent now in a fiber of its own (the exchange's), its answer by callback: the caller
+     * (RemoteNow.ts) waits with no fiber, and only a cancel or a deadline starts one. Abandoning it
+     * interrupts the exchange, which closes the request, as interrupting `call` does.
+     */
+    const sendCall: NonNullable<EnvironmentsShape["send"]> = (c) => {
+      const target = targetOf(options.bindings, c.environment)
+      if (Either.isLeft(target)) return target.left
+      const fiber = Runtime.runFork(runtime)(callTo(target.right, c))
+      let listener: ((exit: Exit.Exit<CallAnswer, EnvironmentFailed>) => void) | undefined
+      return {
+        await: (f) => {
+          if (listener !== undefined) fiber.removeObserver(listener)
+          listener = f
+          const done = fiber.unsafePoll()
+          if (done !== null) f(done)
+          else fiber.addObserver(f)
+        },
+        abandon: () => {
+          if (listener !== undefined) fiber.removeObserver(listener)
+          listener = undefined
+          fiber.unsafeInterruptAsFork(FiberId.none)
+        }
+      } satisfies SentCall
+    }
 
     const cancel: EnvironmentsShape["cancel"] = Effect.fn("Environments.cancel")(function*(request) {
       const target = yield* targetOf(options.bindings, request.environment)
@@ -187,6 +221,7 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
       detach: lifecycle("detach"),
       teardown: lifecycle("teardown"),
       call,
+      send: sendCall,
       cancel
     } satisfies EnvironmentsShape
   })

@@ -135,12 +135,13 @@ export class EnvironmentUncertain extends Data.TaggedError("EnvironmentUncertain
 export type EnvironmentFailed = EnvironmentNotSent | EnvironmentRefused | EnvironmentUncertain
 
 /**
- * A tool call sent (`send`), its answer to come: one `EnvironmentUncertain` when it may have run
- * without a definite answer, as `call` fails.
+ * A tool call sent (`send`), its answer to come, or its failure as `call` fails: `EnvironmentNotSent`
+ * when it turned out not to have left, `EnvironmentRefused` when it was refused, and
+ * `EnvironmentUncertain` when it may have run without a definite answer.
  */
-export interface SentCall {
+export interface SentCall<E extends EnvironmentFailed = EnvironmentFailed> {
   /** Calls `f` with the answer once it comes (at once when it has); a later `await` replaces `f`. */
-  readonly await: (f: (answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) => void
+  readonly await: (f: (answer: Exit.Exit<CallAnswer, E>) => void) => void
   /** Stops waiting (what interrupting `call` does): the answer, if it comes, is no one's. */
   readonly abandon: () => void
 }

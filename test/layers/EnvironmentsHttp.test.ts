@@ -195,6 +195,39 @@ describe("the http Environment driver: tool calls", () => {
       expectWellFormed(f)
     }))
 
+  it.scopedLive("a call sent with no caller's fiber (send) answers by callback as call does, and abandoning one closes its request at the Environment", () =>
+    Effect.gen(function*() {
+      const f = yield* fake()
+      yield* withDriver(
+        { bindings: bindingsOf({ base_url: f.url }) },
+        Effect.gen(function*() {
+          const e = yield* Environments
+          const sent = (sequence: number, name: string) =>
+            e.send!({ session: SESSION, sequence, environment: sandbox(f.url), name, callId: `call_${sequence}`, input: { n: sequence }, deadlineAtMs: 0 })
+          const ok = sent(5, "ok")
+          if (ok === undefined || !("await" in ok)) throw new Error("the http driver did not send the call")
+          const answer = yield* Effect.async<Exit.Exit<unknown, EnvironmentFailed>>((resume) => ok.await((exit) => resume(Effect.succeed(exit))))
+          expect(answer).toEqual(Exit.succeed({ outcome: "ok", output: { echo: { n: 5 }, sequence: 5 } }))
+          // The same answer as `call` gives for the same call.
+          expect(yield* call(sandbox(f.url), 6, "ok", { n: 6 })).toEqual({ outcome: "ok", output: { echo: { n: 6 }, sequence: 6 } })
+          // A binding that points elsewhere now: nothing is sent, and send says so at once.
+          const moved = e.send!({ session: SESSION, sequence: 7, environment: sandbox("http://127.0.0.1:9"), name: "ok", callId: "call_7", input: {}, deadlineAtMs: 0 })
+          expect(moved).toMatchObject({ _tag: "EnvironmentNotSent", reason: "binding_moved" })
+          const hanging = sent(8, "hang")
+          if (hanging === undefined || !("await" in hanging)) throw new Error("the http driver did not send the call")
+          const late: Array<unknown> = []
+          hanging.await((exit) => void late.push(exit))
+          yield* logged(f, (l) => l.path === "/tools/call" && l.sequence === 8 && l.event === undefined)
+          hanging.abandon()
+          yield* logged(f, (l) => l.path === "/tools/call" && l.sequence === 8 && l.event === "closed")
+          yield* Effect.sleep(Duration.millis(50))
+          expect(late).toEqual([])
+        })
+      )
+      expect(f.requests().filter((r) => r.path === "/tools/call").map((r) => r.sequence)).toEqual([5, 6, 8])
+      expectWellFormed(f)
+    }))
+
   it.scopedLive("a hanging call's cancel answered {\"stopped\": false}, or not answered within graceMs, is unconfirmed with a reason; cancel never fails", () =>
     Effect.gen(function*() {
       const f = yield* fake()

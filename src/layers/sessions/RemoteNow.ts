@@ -1,7 +1,7 @@
 /**
- * A remote tool call (a host's) sent without a fiber of its own: the fence waits for its end by
- * callback (EffectFence's `Dispatching`), and only a cancel or a deadline that comes first starts
- * a fiber, to stop it as ToolCalls.ts stops every call. A tool-loop turn of eight host calls had
+ * A remote tool call (a host's, an http Environment's) sent without a fiber of its own: the fence
+ * waits for its end by callback (EffectFence's `Dispatching`), and only a cancel or a deadline that
+ * comes first starts a fiber, to stop it as ToolCalls.ts stops every call. A tool-loop turn of eight host calls had
  * sixteen fibers for them, and some sixty of the runtime's instructions each (docs/benchmarks.md,
  * "Host calls sent with no fiber").
  */
@@ -10,7 +10,7 @@ import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import { failure } from "../../domain/Failure.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import type { Dispatching } from "../../services/EffectFence.js"
-import { type CallAnswer, EnvironmentNotSent, type EnvironmentUncertain } from "../../services/Environments.js"
+import { type CallAnswer, type EnvironmentFailed, EnvironmentNotSent } from "../../services/Environments.js"
 import { CallStop } from "../CallStop.js"
 import type { CancelReason } from "./Cell.js"
 import { refuse } from "./HostFailures.js"
@@ -39,7 +39,7 @@ export const remoteInvocation = (
 
 /**
  * A remote call sent now, with no fiber (`dispatchNowOf`), where its Environment's driver can
- * (`Environments.send`: a host's): the fence waits for its end by callback. Its answer, when it
+ * (`Environments.send`: a host's, the http driver's): the fence waits for its end by callback. Its answer, when it
  * comes first, is its verdict at once. When the turn's cancel or the call's deadline comes first,
  * the call is stopped as `dispatchOf` stops one (`stopping`), in a fiber forked then from the
  * round's `runtime`, which waits for the same answer; and `interrupt` (the fence's caller was
@@ -84,7 +84,7 @@ export const remoteNowOf = (
     signal.listeners.delete(onCancel)
     deadline?.removeObserver(onDeadline)
   }
-  const onAnswer = (answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => {
+  const onAnswer = (answer: Exit.Exit<CallAnswer, EnvironmentFailed>) => {
     if (stopper !== undefined || exit !== undefined) return
     unlisten()
     if (Exit.isSuccess(answer)) return end(Exit.succeed(checked(verdictOf(Either.right(answer.value)), schema)))

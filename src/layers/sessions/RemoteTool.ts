@@ -14,9 +14,10 @@
  *
  * Nothing here retries; the call and the cancel are each sent at most once.
  *
- * A driver that can send a call with no fiber (`Environments.send`: a host's) has it sent so
+ * A driver that can send a call with no fiber of the caller's (`Environments.send`: a host's, and
+ * the http driver's, whose exchange runs in a fiber of its own) has it sent so
  * (RemoteNow.ts), and `awaitSent` is this wait for it once a cancel or a deadline came first;
- * `callRemote` sends and waits for the others (`http`).
+ * `callRemote` sends and waits for the others (a driver without `send`).
  */
 import { Effect, Either, Fiber, Runtime } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
