@@ -12,7 +12,7 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as zlib from "node:zlib"
-import { spawnSync } from "node:child_process"
+import { spawn, spawnSync } from "node:child_process"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Exit, Scope, TestClock } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
@@ -636,7 +636,7 @@ describe("JournalFile recovery: time", () => {
 })
 
 describe("JournalFile data directory", () => {
-  it.scopedLive("a second open of a locked data directory fails with DataDirError after the bounded wait; once the first closes, it opens", () =>
+  it.scopedLive("a second open in the process that holds the data directory is refused at once, the holder unaffected; once the first closes, it opens", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const s = yield* mintSessionId
@@ -645,12 +645,12 @@ describe("JournalFile data directory", () => {
       yield* journal.create(s)
       yield* journal.append(s, [kv("k", 1)])
 
+      // This process will not exit to let go of it: waiting (here up to 5 s) would only delay the refusal.
       const started = Date.now()
-      const second = yield* Effect.either(Effect.scoped(openJournal(dir, { lockWaitMs: 200 })))
-      const waited = Date.now() - started
+      const second = yield* Effect.either(Effect.scoped(openJournal(dir, { lockWaitMs: 5_000 })))
       expect(Either.isLeft(second) && second.left._tag).toBe("DataDirError")
-      expect(waited).toBeGreaterThanOrEqual(190)
-      expect(waited).toBeLessThan(3000)
+      expect(Either.isLeft(second) && String((second.left as { reason?: string }).reason)).toContain("another runtime of this process")
+      expect(Date.now() - started).toBeLessThan(2_000)
       // The holder is unaffected by the refused open.
       expect(yield* journal.append(s, [kv("k", 2)])).toEqual([2])
 
@@ -660,6 +660,33 @@ describe("JournalFile data directory", () => {
       const last = yield* withJournal(dir, (j) => j.lastSequence(s), { lockWaitMs: 0 })
       expect(last).toBe(2)
       expect(Date.now() - reopened).toBeLessThan(1000)
+    }))
+
+  it.scopedLive("a lock another live process holds is waited for the bounded time, then refused; once that process is gone, it is taken", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* writeSession(dir, s, 2)
+      const lock = path.join(dir, "lock")
+      const holder = spawn("sleep", ["30"], { stdio: "ignore" })
+      yield* Effect.addFinalizer(() => Effect.sync(() => holder.kill("SIGKILL")))
+      const stat = fs.readFileSync(`/proc/${holder.pid}/stat`, "utf8")
+      fs.writeFileSync(lock, `${holder.pid} ${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}\n`)
+
+      const started = Date.now()
+      const refused = yield* Effect.either(Effect.scoped(openJournal(dir, { lockWaitMs: 200 })))
+      const waited = Date.now() - started
+      expect(Either.isLeft(refused) && refused.left._tag).toBe("DataDirError")
+      expect(Either.isLeft(refused) && String((refused.left as { reason?: string }).reason)).toContain("another live process")
+      expect(waited).toBeGreaterThanOrEqual(190)
+      expect(waited).toBeLessThan(3000)
+      expect(fs.readFileSync(lock, "utf8")).toContain(String(holder.pid))
+
+      const exited = new Promise((resolve) => holder.once("exit", resolve))
+      holder.kill("SIGKILL")
+      yield* Effect.promise(() => exited)
+      expect(yield* withJournal(dir, (j) => j.lastSequence(s), { lockWaitMs: 0 })).toBe(2)
+      expect(fs.existsSync(lock)).toBe(false)
     }))
 
   it.scopedLive("a new empty directory gets the format marker; a non-empty directory without one is refused and left as found", () =>

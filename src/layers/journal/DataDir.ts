@@ -130,6 +130,10 @@ export const acquireLock = (dir: string, waitMs: number = DATA_DIR_LOCK_WAIT_MS)
         if (attempt._tag === "Right") return attempt.right
         const err = attempt.left
         if (err._tag === "DataDirError") return yield* Effect.fail(err)
+        // This process holds it (a runtime an application composed and has not closed): it will not exit to let go.
+        if (err.owner.split(" ")[0] === String(process.pid)) {
+          return yield* Effect.fail(new DataDirError({ dir, reason: `held by another runtime of this process, still open (pid, start: ${err.owner}); close it first` }))
+        }
         if ((yield* Clock.currentTimeMillis) >= deadline) {
           return yield* Effect.fail(new DataDirError({ dir, reason: `locked by another live process (pid, start: ${err.owner})` }))
         }
