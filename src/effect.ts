@@ -1,0 +1,75 @@
+/**
+ * Brain for Effect applications, exported from the package as `brain/effect`: the services the
+ * server runs, as one layer an application provides to its own program (docs/embedding.md).
+ *
+ * `layer(overrides, extensions)` is the embedded default `brain serve` runs — the journal under
+ * `dataDir`, the official loop in WebAssembly, the scripted model unless a binding names another —
+ * without the HTTP server: the application calls `Sessions` itself. Its scope owns the data
+ * directory (a lock file) and the journals; closing it answers every turn still running (recorded
+ * `interrupted`, "the server is stopping") and ends every open stream before the journals close
+ * (docs/runtime.md, "a closing runtime"). `serve` is the whole server, for an application that
+ * wants it in its own process.
+ *
+ * This module is the package's contract for Effect users: what it exports is kept working, and
+ * what it does not export (the layers' internals, the journal's formats) may change.
+ */
+import type { Layer } from "effect"
+import { type Extensions, servicesLayer } from "./main.js"
+import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
+
+export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
+export { sharedScheduler } from "./SharedScheduler.js"
+export { defaults as configDefaults, fromConfig as configFromEnv, ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+
+// The services, by their tags, with what each method takes, answers and fails with.
+export type { AgentloopShape, AgentloopsShape, Host, ActivationInput, RuntimeEnvelope, ToolResult } from "./services/Agentloop.js"
+// What a loop's `activate` fails with (the turn's failure); the Sessions' error of the same name is domain/Errors.ts's.
+export { AgentloopFailed as LoopFailed, Agentloops, HostCallFailed } from "./services/Agentloop.js"
+export { EffectFence, type EffectFenceShape } from "./services/EffectFence.js"
+export { EnvironmentBindings, Environments, type EnvironmentsShape } from "./services/Environments.js"
+export { Hosts, type HostsShape } from "./services/Hosts.js"
+export { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
+export { Journal, type JournalShape } from "./services/Journal.js"
+export { ModelBindings } from "./services/ModelBindings.js"
+export { Models, type ModelsShape } from "./services/Models.js"
+export { CheckpointStore, Projection, type ProjectionShape } from "./services/Projection.js"
+export {
+  type CreateError,
+  type CreateSession,
+  type DeleteError,
+  type EndError,
+  type EventPage,
+  type FollowError,
+  type Following,
+  type Receipt,
+  Sessions,
+  type SessionsShape,
+  type SessionSummary,
+  type TranscriptView,
+  type TurnError,
+  type TurnOutcome
+} from "./services/Sessions.js"
+export { Telemetry, type TelemetryShape } from "./services/Telemetry.js"
+export { Tools, type ToolsShape } from "./services/Tools.js"
+export { WasmHost, type WasmHostShape } from "./services/WasmHost.js"
+
+// The values they exchange, and their errors (each a tagged error with its `code`).
+export * from "./domain/Errors.js"
+export { Failure, failure, FailureCode, FailureCodes } from "./domain/Failure.js"
+export { isSessionId, SessionId } from "./domain/Ids.js"
+export { Message, TurnInput } from "./domain/Messages.js"
+export type { Event, SessionStatus } from "./domain/Projection.js"
+export type { SessionConfiguration } from "./domain/Configuration.js"
+// An in-process tool's handler (`Extensions.tools`), and two ready-made ones.
+export { failWith, succeedAfter, type ToolHandler } from "./layers/ToolsInProcess.js"
+
+/**
+ * Sessions and every service they run on, as `brain serve` composes them, over `defaults` with
+ * `overrides` (`dataDir` above all), plus an application's own loops, tools or model provider.
+ * Configuration from the environment (`BRAIN_*`) instead: `configFromEnv`, then `servicesLayer`.
+ */
+export const layer = (overrides: Partial<ServerConfigShape> = {}, extensions: Extensions = {}) =>
+  servicesLayer({ ...defaults, ...overrides }, extensions)
+
+/** What `layer` provides (every service above). */
+export type Services = Layer.Layer.Success<ReturnType<typeof layer>>
