@@ -170,7 +170,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
           const host = EnvironmentsHost.make(yield* Hosts)
           return EnvironmentsHost.byDriver({ http, host })
         })
-      ).pipe(Layer.provide(NodeHttpClient.layerUndici)),
+      ).pipe(Layer.provide(NodeHttpClient.dispatcherLayer)),
       telemetryLayer(config.telemetry),
       // The idempotency store lives beside the journal; the journal layer holds the directory lock.
       IdempotencyFile.layerNode({

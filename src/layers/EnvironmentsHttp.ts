@@ -17,7 +17,7 @@
  * Only `http` Environments are this driver's: any other is `EnvironmentNotSent`
  * `driver_unavailable`.
  */
-import type * as HttpClient from "@effect/platform/HttpClient"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Duration, Effect, Either, type Exit, FiberId, Layer, Redacted, Runtime } from "effect"
 import {
   type AdmittedEnvironment,
@@ -93,24 +93,23 @@ const targetOf = (bindings: EnvironmentBindings, environment: AdmittedEnvironmen
   })
 }
 
-export const make = (options: EnvironmentsHttpOptions): Effect.Effect<EnvironmentsShape, never, HttpClient.HttpClient> =>
+export const make = (options: EnvironmentsHttpOptions): Effect.Effect<EnvironmentsShape, never, NodeHttpClient.Dispatcher> =>
   Effect.gen(function*() {
-    const context = yield* Effect.context<HttpClient.HttpClient>()
+    const dispatcher = yield* NodeHttpClient.Dispatcher
     /** Where a call sent with no caller's fiber runs (`send`): the layer's runtime, its scheduler. */
     const runtime = yield* Effect.runtime<never>()
 
     /** One POST to `path` and what its reply means, read with `shape`. */
     const send = <A>(target: Target, path: string, body: unknown, shape: Reading<A>["shape"]) =>
-      exchange({
+      exchange(dispatcher, {
         environment: target.environment,
-        url: `${target.baseUrl}${path}`,
+        baseUrl: target.baseUrl,
         path,
         body,
         secretHeaders: target.secretHeaders,
         maxBytes: options.maxResponseBytes
       }).pipe(
-        Effect.flatMap((reply) => readReply(reply, { environment: target.environment, path, secrets: target.secrets, shape })),
-        Effect.provide(context)
+        Effect.flatMap((reply) => readReply(reply, { environment: target.environment, path, secrets: target.secrets, shape }))
       )
 
     const lifecycle = (step: LifecycleStep) => (operation: LifecycleOperation): Effect.Effect<LifecycleEnded, EnvironmentFailed> =>
@@ -226,11 +225,11 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
     } satisfies EnvironmentsShape
   })
 
-export const layer = (options: EnvironmentsHttpOptions): Layer.Layer<Environments, never, HttpClient.HttpClient> =>
+export const layer = (options: EnvironmentsHttpOptions): Layer.Layer<Environments, never, NodeHttpClient.Dispatcher> =>
   Layer.effect(Environments, make(options))
 
 /** The driver over the server's bindings (BRAIN_ENVIRONMENTS) and settings. */
-export const makeConfigured: Effect.Effect<EnvironmentsShape, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Effect.gen(
+export const makeConfigured: Effect.Effect<EnvironmentsShape, never, NodeHttpClient.Dispatcher | ConfiguredBindings | ServerConfig> = Effect.gen(
   function*() {
     const bindings = yield* ConfiguredBindings
     const config = yield* ServerConfig
@@ -238,7 +237,7 @@ export const makeConfigured: Effect.Effect<EnvironmentsShape, never, HttpClient.
   }
 )
 
-export const layerConfigured: Layer.Layer<Environments, never, HttpClient.HttpClient | ConfiguredBindings | ServerConfig> = Layer.effect(
+export const layerConfigured: Layer.Layer<Environments, never, NodeHttpClient.Dispatcher | ConfiguredBindings | ServerConfig> = Layer.effect(
   Environments,
   makeConfigured
 )

@@ -40,7 +40,7 @@ interface Setting {
 const withDriver = <A, E>(setting: Setting, body: Effect.Effect<A, E, Environments>) =>
   body.pipe(
     Effect.provide(
-      EnvironmentsHttp.layer({ maxResponseBytes: 4 * 1024 * 1024, graceMs: 30_000, ...setting }).pipe(Layer.provide(NodeHttpClient.layerUndici))
+      EnvironmentsHttp.layer({ maxResponseBytes: 4 * 1024 * 1024, graceMs: 30_000, ...setting }).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))
     )
   )
 
@@ -104,13 +104,16 @@ describe("the http Environment driver: lifecycle", () => {
     Effect.gen(function*() {
       const f = yield* fake({ HTTP_ENV_LIFECYCLE: JSON.stringify({ setup: "hang" }) })
       // The binding says nothing about the timeout: the session's recorded 200 ms is what counts.
+      // Closed by the timeout itself, while the driver (and its connections) still live.
       const r = yield* withDriver(
         { bindings: bindingsOf({ base_url: f.url }) },
-        Effect.flatMap(Environments, (e) => e.setup({ session: SESSION, sequence: 2, environment: sandbox(f.url, 200) })).pipe(Effect.either)
+        Effect.flatMap(Environments, (e) => e.setup({ session: SESSION, sequence: 2, environment: sandbox(f.url, 200) })).pipe(
+          Effect.either,
+          Effect.tap(() => logged(f, (l) => l.event === "closed" && l.path === "/setup"))
+        )
       )
       expect(failureOf(r)).toMatchObject({ _tag: "EnvironmentUncertain", reason: "timeout" })
       expect(failureOf(r)!.failure.ambiguous).toBe(true)
-      yield* logged(f, (l) => l.event === "closed" && l.path === "/setup")
       expect(f.requests()).toHaveLength(1)
       expectWellFormed(f)
     }))
@@ -189,9 +192,10 @@ describe("the http Environment driver: tool calls", () => {
           yield* logged(f, (l) => l.path === "/tools/call" && l.event === undefined)
           const exit = yield* Fiber.interrupt(running)
           expect(Exit.isInterrupted(exit)).toBe(true)
+          // Closed by the interrupt itself, while the driver (and its connections) still live.
+          yield* logged(f, (l) => l.path === "/tools/call" && l.event === "closed")
         })
       )
-      yield* logged(f, (l) => l.path === "/tools/call" && l.event === "closed")
       expectWellFormed(f)
     }))
 
@@ -269,13 +273,15 @@ describe("the http Environment driver: tool calls", () => {
       const env = sandbox(f.url)
       const [declared, endless] = yield* withDriver(
         { bindings: bindingsOf({ base_url: f.url }), maxResponseBytes: 64 * 1024 },
-        Effect.all([call(env, 5, "oversized", { bytes: 8 * 1024 * 1024 }).pipe(Effect.either), call(env, 7, "endless").pipe(Effect.either)])
+        Effect.all([call(env, 5, "oversized", { bytes: 8 * 1024 * 1024 }).pipe(Effect.either), call(env, 7, "endless").pipe(Effect.either)]).pipe(
+          // The endless one closed by the refusal itself, while the driver (and its connections) still live.
+          Effect.tap(() => logged(f, (l) => l.sequence === 7 && l.event === "closed"))
+        )
       )
       expect(failureOf(declared)).toMatchObject({ _tag: "EnvironmentUncertain", reason: "too_large", status: 200 })
       // A body that never ends would never be read whole: the read stopped at the bound and closed the request.
       expect(failureOf(endless)).toMatchObject({ _tag: "EnvironmentUncertain", reason: "too_large", status: 200 })
       expect(failureOf(endless)!.failure.ambiguous).toBe(true)
-      yield* logged(f, (l) => l.sequence === 7 && l.event === "closed")
       expectWellFormed(f)
     }))
 

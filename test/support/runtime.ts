@@ -77,14 +77,14 @@ const environmentsLayer = (
         bindings: choice.bindings,
         maxResponseBytes: choice.maxResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes,
         graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs
-      }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+      })
       : Effect.succeed(undefined)
     const driver = Layer.effect(
       EnvironmentsTag,
       Effect.gen(function*() {
         return EnvironmentsHost.byDriver({ http: yield* http, host: EnvironmentsHost.make(yield* Hosts) })
       })
-    )
+    ).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))
     const bindings = Layer.succeed(EnvironmentBindings, choice?.bindings ?? { names: [], get: () => undefined })
     return Layer.merge(driver, bindings).pipe(Layer.provideMerge(hosts))
   }
@@ -96,7 +96,7 @@ const environmentsLayer = (
       bindings: choice.bindings,
       maxResponseBytes: choice.maxResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes,
       graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs
-    }).pipe(Layer.provide(NodeHttpClient.layerUndici))
+    }).pipe(Layer.provide(NodeHttpClient.dispatcherLayer))
   return Layer.merge(driver, bindings)
 }
 
