@@ -12,7 +12,7 @@
 //
 // It starts real servers (`bin/brain.js serve`, as `npm start` runs it, each on a fresh data
 // directory) and drives them only through HTTP and SSE, with the scripted instant model and an
-// echo tool (a host tool over HTTP, and the example Wasm tool in Brain's own pool); every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
+// echo tool (a host tool over HTTP, a tool of an http Environment, and the example Wasm tool in Brain's own pool); every mutating request carries a fresh Idempotency-Key, as the SDK's do. The
 // baseline, measured in the same run: plain node:http answering after K group-committed
 // fdatasyncs of ~200 B (K = 1, 4, and at one client K = 3, the sequential commits of a text turn,
 // keyed or not, against which its one-session p50 is printed as a ratio). `--peer`
@@ -31,6 +31,7 @@ import {
   createSessions,
   diskOf,
   duBytes,
+  echoEnvironment,
   echoHost,
   expectStatus,
   keyed,
@@ -135,7 +136,9 @@ for (const K of runs("baseline") ? [1, 3, 4] : []) {
 // Brain: requests, turns, SSE, tools on one server
 
 if (["create", "text", "admission", "tools", "growth"].some(runs)) {
-  const brain = await startBrain()
+  // An echo http Environment served by this process, bound as `echo` (the tool loop's http row).
+  const echoEnv = runs("tools") ? await echoEnvironment() : undefined
+  const brain = await startBrain(echoEnv ? { env: { BRAIN_ENVIRONMENTS: echoEnv.bindings } } : {})
   const { port, pid } = brain
   const checkTurn = (outcome) => {
     if (outcome.turn.status !== "ended") throw new Error(`a turn did not end: ${JSON.stringify(outcome.turn)}`)
@@ -223,6 +226,17 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
       row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel Wasm-tool calls, ${c} session${c > 1 ? "s" : ""}`,
         await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
     }
+    // The same loop with the tool in an http Environment (docs/environments.md, "The http
+    // protocol"): one POST per call from Brain to the echo Environment this process serves.
+    const HTTP_TOOLS = toolLoop(echoEnv.environment, {}, ROUNDS, CALLS)
+    for (const c of [1, 64]) {
+      const ids = await createSessions(port, c, HTTP_TOOLS)
+      await Promise.all(ids.map(async (id) => checkTurn(await send(port, id)))) // warm-up
+      row(`brain: tool loop ${ROUNDS} rounds × ${CALLS} parallel http-tool calls, ${c} session${c > 1 ? "s" : ""}`,
+        await measureWithCpu(pid, async (i) => checkTurn(await send(port, ids[i])), c, seconds * 1000))
+    }
+    notes.push(`tool loop: the echo http Environment answered ${echoEnv.answered} calls`)
+    echoEnv.close()
   }
 
   if (runs("growth")) {
