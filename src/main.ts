@@ -149,7 +149,7 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     ),
     models: extensions.models
       ? Layer.succeed(Models, extensions.models)
-      : ModelsBound.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.layerUndici)),
+      : ModelsBound.layer(PROVIDERS).pipe(Layer.provide(NodeHttpClient.dispatcherLayer)),
     wasm: WasmHostWorkers.layer,
     agentloops: Layer.unwrapEffect(
       Effect.map(readOfficialLoop, (officialModule) =>

@@ -4,7 +4,7 @@
  * key the binding names now. A binding that has since disappeared fails the call before anything
  * is sent (`model_binding_missing`); nothing falls over to another provider.
  */
-import * as HttpClient from "@effect/platform/HttpClient"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Layer } from "effect"
 import type { ModelProvider } from "../domain/ModelBinding.js"
 import { ModelBindings } from "../services/ModelBindings.js"
@@ -21,7 +21,7 @@ export const make = (providers: Providers) =>
   Effect.gen(function*() {
     const bindings = yield* ModelBindings
     const config = yield* ServerConfig
-    const http = yield* HttpClient.HttpClient
+    const dispatcher = yield* NodeHttpClient.Dispatcher
     const limits = { stallMs: config.maxModelMs, maxOutputBytes: config.maxModelOutputBytes }
     const service: ModelsShape = {
       call: (call) =>
@@ -41,11 +41,11 @@ export const make = (providers: Providers) =>
             request: call.request,
             onDelta: call.onDelta ?? (() => undefined),
             limits
-          }).pipe(Effect.provideService(HttpClient.HttpClient, http))
+          }).pipe(Effect.provideService(NodeHttpClient.Dispatcher, dispatcher))
         })
     }
     return service
   })
 
-/** Models with these providers; needs ModelBindings, ServerConfig and an HttpClient. */
+/** Models with these providers; needs ModelBindings, ServerConfig and undici's Dispatcher (`NodeHttpClient.dispatcherLayer`). */
 export const layer = (providers: Providers) => Layer.effect(Models, make(providers))

@@ -33,7 +33,7 @@ describe("named model bindings", () => {
           return { text: "hi", tool_calls: [], stop_reason: "end" as const }
         })
       const models = yield* ModelsBound.make({ "openai-chat": provider }).pipe(
-        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.layerUndici))
+        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.dispatcherLayer))
       )
       yield* Effect.gen(function*() {
         const sessions = yield* Sessions
@@ -84,7 +84,7 @@ describe("named model bindings", () => {
       const bindings: ModelBindingsShape = { get names() { return [...table.keys()].sort() }, get: (n) => table.get(n) }
       const provider = () => Effect.succeed({ text: "hi", tool_calls: [], stop_reason: "end" as const })
       const models = yield* ModelsBound.make({ anthropic: provider, "openai-responses": provider, "openai-chat": provider }).pipe(
-        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.layerUndici))
+        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.dispatcherLayer))
       )
       yield* Effect.gen(function*() {
         const sessions = yield* Sessions

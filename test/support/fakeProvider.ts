@@ -47,6 +47,8 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 export class FakeProvider {
   readonly requests: Array<RecordedRequest> = []
   private readonly sockets = new Set<net.Socket>()
+  /** Connections accepted since it started. */
+  connections = 0
   private constructor(private readonly server: http.Server, readonly url: string) {}
 
   static start(handler: Handler): Promise<FakeProvider> {
@@ -57,6 +59,7 @@ export class FakeProvider {
         const fake = new FakeProvider(server, `http://127.0.0.1:${address.port}`)
         server.on("connection", (socket) => {
           fake.sockets.add(socket)
+          fake.connections++
           socket.on("close", () => fake.sockets.delete(socket))
         })
         server.on("request", (req, res) => void fake.answer(handler, req, res))

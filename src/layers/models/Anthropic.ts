@@ -11,7 +11,7 @@
  *   whole: reading stops there, without waiting for the server to close the stream. A stream
  *   that closes before `message_stop` is `model_stream_broken`, ambiguous.
  *
- * Built on @effect/platform's HttpClient, not on @effect/ai-anthropic's client: that client
+ * Built on models/Http.ts (one POST through undici), not on @effect/ai-anthropic's client: that client
  * decodes every event against closed unions, so a new event, block or delta type, an error type
  * or stop reason it does not list (`model_context_window_exceeded`), or a `message_start` without
  * usage fails the whole answer; it also treats a stream that ends without `message_stop` as

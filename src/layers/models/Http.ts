@@ -24,11 +24,17 @@
  *
  * Events are parsed by domain/SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
+ *
+ * The request goes to undici's dispatcher directly (`Dispatcher.dispatch`, one handler object per
+ * request), as environments/Exchange.ts does, not through `@effect/platform`'s HttpClient: each
+ * chunk is parsed as it arrives, with no Effect stream, fiber or AbortController per call. The
+ * provider's final event answers the call at once; the connection is then left to finish its
+ * response for DONE_GRACE_MS (so that it is kept for the next call instead of closed, which for a
+ * provider over TLS saves the next call a handshake) and closed after that.
  */
-import * as HttpClient from "@effect/platform/HttpClient"
-import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
-import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
-import { Duration, Effect, Redacted, Stream } from "effect"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import { Effect, Redacted } from "effect"
+import type { Dispatcher } from "undici"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
 import { causeCode, notSent } from "../OutboundHttp.js"
@@ -101,16 +107,6 @@ const shouldRetry = (value: string | undefined): boolean | undefined => {
   return word === "true" ? true : word === "false" ? false : undefined
 }
 
-/** Reads at most `max` bytes of a response body (an error's), then lets the rest go. */
-const boundedText = (response: HttpClientResponse.HttpClientResponse, max: number) =>
-  response.stream.pipe(
-    Stream.mapAccum(0, (seen, chunk: Uint8Array) => [seen + chunk.length, seen < max ? chunk.subarray(0, max - seen) : undefined] as const),
-    Stream.takeWhile((chunk) => chunk !== undefined),
-    Stream.runCollect,
-    Effect.map((chunks) => Buffer.concat([...chunks].map((c) => Buffer.from(c!))).toString("utf8")),
-    Effect.orElseSucceed(() => "")
-  )
-
 const asJson = (text: string): unknown => {
   try {
     return JSON.parse(text)
@@ -119,14 +115,21 @@ const asJson = (text: string): unknown => {
   }
 }
 
-const statusFailure = (provider: string, response: HttpClientResponse.HttpClientResponse, body: string, now: number) => {
-  const status = response.status
+/** A response's headers as undici gives them: lower-case names, a repeated one as an array. */
+type ResponseHeaders = Record<string, string | Array<string> | undefined>
+
+const headerOf = (headers: ResponseHeaders, name: string): string | undefined => {
+  const value = headers[name]
+  return Array.isArray(value) ? value[0] : value
+}
+
+const statusFailure = (provider: string, status: number, headers: ResponseHeaders, body: string, now: number) => {
   const parsed = asJson(body)
   const details: Record<string, unknown> = { status, body: parsed }
-  const advice = retryAdviceMs(response.headers, now)
+  const advice = retryAdviceMs({ "retry-after-ms": headerOf(headers, "retry-after-ms"), "retry-after": headerOf(headers, "retry-after") }, now)
   if (advice !== undefined) details.retry_after_ms = advice
   const judged = byStatus(provider, status, parsed)
-  const retryable = shouldRetry(response.headers["x-should-retry"]) ?? judged.retryable
+  const retryable = shouldRetry(headerOf(headers, "x-should-retry")) ?? judged.retryable
   return failed(judged.code, judged.message, { ambiguous: judged.ambiguous, retryable, details })
 }
 
@@ -158,43 +161,35 @@ const byStatus = (provider: string, status: number, body: unknown): {
   return { code: "model_rejected", message: `${provider} refused the request with ${status}`, ambiguous: false, retryable: false }
 }
 
+/** Milliseconds a response may take to end after the provider's final event before its connection is closed. */
+export const DONE_GRACE_MS = 1_000
+
+/** Why a call left its request before the response ended (never shown: it only closes the connection). */
+class Left extends Error {}
+
 /**
  * POSTs `body` as JSON once and feeds the response's events to `onEvent` until the stream ends.
- * Resolves when the server has closed the stream cleanly; the provider then checks that it saw
- * its final event.
+ * Resolves when the server has closed the stream cleanly, or at the provider's final event; the
+ * provider then checks that it saw that event.
  */
-export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFailed, HttpClient.HttpClient> =>
-  Effect.gen(function*() {
-    const client = yield* HttpClient.HttpClient
-    let request = HttpClientRequest.post(post.url).pipe(
-      HttpClientRequest.setHeaders({ ...post.headers, accept: "text/event-stream" }),
-      HttpClientRequest.bodyUnsafeJson(post.body)
-    )
-    for (const [name, value] of Object.entries(post.secretHeaders ?? {})) {
-      request = HttpClientRequest.setHeader(request, name, Redacted.value(value))
-    }
-    const stall = post.limits.stallMs > 0 ? Duration.millis(post.limits.stallMs) : undefined
-    const stalled = () =>
-      failed("model_timeout", `${post.provider} sent nothing for ${post.limits.stallMs} ms (BRAIN_MAX_MODEL_SECS)`, {
-        ambiguous: true,
-        retryable: true
-      })
+export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFailed, NodeHttpClient.Dispatcher> =>
+  Effect.flatMap(NodeHttpClient.Dispatcher, (dispatcher) => posted(dispatcher, post))
 
-    const sent = client.execute(request).pipe(
-      Effect.mapError((e) => {
-        const code = causeCode(e)
-        return notSent(code)
-          ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
-          : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? e.reason})`, { ambiguous: true, retryable: true })
-      })
-    )
-    const response = yield* (stall ? Effect.timeoutFail(sent, { duration: stall, onTimeout: stalled }) : sent)
-    if (response.status < 200 || response.status >= 300) {
-      const body = yield* boundedText(response, ERROR_BODY_BYTES)
-      return yield* Effect.fail(statusFailure(post.provider, response, body, Date.now()))
-    }
-
+const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void, ModelFailed> =>
+  Effect.async<void, ModelFailed>((resume) => {
+    const { stallMs, maxOutputBytes } = post.limits
+    /** The call's answer is given (a failure, or the stream whole): what comes after is only read to its end. */
+    let answered = false
+    let ended = false
+    let controller: Dispatcher.DispatchController | undefined
+    /** Left before the request reached a connection: aborted as soon as it does. */
+    let leftEarly = false
+    let timer: ReturnType<typeof setTimeout> | undefined
+    let status = 0
+    let responseHeaders: ResponseHeaders = {}
     let bytes = 0
+    const errorChunks: Array<Uint8Array> = []
+    let errorBytes = 0
     let eventFailure: ModelFailed | undefined
     let done = false
     const decoder = new TextDecoder()
@@ -203,35 +198,130 @@ export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFaile
       const verdict = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
       if (verdict === "done") done = true
       else eventFailure = verdict
-    }, post.limits.maxOutputBytes)
-    const body = stall ? Stream.timeoutFail(response.stream, stalled, stall) : response.stream
-    yield* body.pipe(
-      Stream.mapError((e) =>
-        e instanceof ModelFailed
-          ? e
-          : failed("model_stream_broken", `the stream from ${post.provider} was cut (${causeCode(e) ?? e.reason})`, {
-            ambiguous: true,
-            retryable: true
-          })
-      ),
-      Stream.runForEachWhile((chunk) => {
-        bytes += chunk.length
-        if (post.limits.maxOutputBytes > 0 && bytes > post.limits.maxOutputBytes) {
-          eventFailure = failed(
-            "model_output_limit",
-            `${post.provider} sent more than ${post.limits.maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`,
-            { ambiguous: true, retryable: false }
-          )
-          return Effect.succeed(false)
+    }, maxOutputBytes)
+
+    /** Closes the request's connection, wherever the request is. */
+    const leave = () => {
+      if (timer !== undefined) clearTimeout(timer)
+      if (ended) return
+      ended = true
+      if (controller === undefined) leftEarly = true
+      else if (!controller.aborted) controller.abort(new Left("left"))
+    }
+    const answer = (effect: Effect.Effect<void, ModelFailed>) => {
+      if (answered) return
+      answered = true
+      resume(effect)
+    }
+    const fail = (failure: ModelFailed) => {
+      answer(Effect.fail(failure))
+      leave()
+    }
+    const stalled = () =>
+      failed("model_timeout", `${post.provider} sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, { ambiguous: true, retryable: true })
+    if (stallMs > 0) timer = setTimeout(() => fail(stalled()), stallMs)
+    const errorBody = () => Buffer.concat(errorChunks, errorBytes).toString("utf8")
+
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(c) {
+        controller = c
+        if (leftEarly && !c.aborted) c.abort(new Left("left"))
+      },
+      onResponseStart(_c, statusCode, headers) {
+        timer?.refresh()
+        status = statusCode
+        responseHeaders = headers as ResponseHeaders
+      },
+      onResponseData(_c, chunk) {
+        if (ended) return
+        timer?.refresh()
+        if (status < 200 || status >= 300) {
+          const room = ERROR_BODY_BYTES - errorBytes
+          if (chunk.length < room) {
+            errorChunks.push(chunk)
+            errorBytes += chunk.length
+            return
+          }
+          errorChunks.push(chunk.subarray(0, room))
+          errorBytes += room
+          return fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now()))
         }
+        bytes += chunk.length
+        if (maxOutputBytes > 0 && bytes > maxOutputBytes) {
+          return fail(failed("model_output_limit", `${post.provider} sent more than ${maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`, {
+            ambiguous: true,
+            retryable: false
+          }))
+        }
+        if (answered) return
         const fits = parser.feed(decoder.decode(chunk, { stream: true }))
         if (!fits && eventFailure === undefined) {
           eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
         }
-        return Effect.succeed(eventFailure === undefined && !done)
-      })
-    )
-    if (eventFailure !== undefined) return yield* Effect.fail(eventFailure)
-    // An event the server never finished (no blank line after it) is dropped: the provider then
-    // misses its final event and says the stream ended early.
+        if (eventFailure !== undefined) return fail(eventFailure)
+        if (done) {
+          answer(Effect.void)
+          // The rest of the response (its end, as a rule) is read for DONE_GRACE_MS at most.
+          if (timer !== undefined) clearTimeout(timer)
+          timer = setTimeout(leave, DONE_GRACE_MS)
+          timer.unref()
+        }
+      },
+      onResponseEnd() {
+        if (timer !== undefined) clearTimeout(timer)
+        ended = true
+        if (status < 200 || status >= 300) return answer(Effect.fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now())))
+        // An event the server never finished (no blank line after it) is dropped: the provider then
+        // misses its final event and says the stream ended early.
+        answer(eventFailure !== undefined ? Effect.fail(eventFailure) : Effect.void)
+      },
+      onResponseError(_c, err) {
+        if (timer !== undefined) clearTimeout(timer)
+        ended = true
+        if (answered) return
+        const code = causeCode(err)
+        if (status === 0) {
+          return answer(Effect.fail(
+            notSent(code)
+              ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
+              : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? (err instanceof Error ? err.name : "error")})`, {
+                ambiguous: true,
+                retryable: true
+              })
+          ))
+        }
+        // An error status says what happened; a body cut short is only detail.
+        if (status < 200 || status >= 300) return answer(Effect.fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now())))
+        answer(Effect.fail(
+          failed("model_stream_broken", `the stream from ${post.provider} was cut (${code ?? (err instanceof Error ? err.name : "error")})`, {
+            ambiguous: true,
+            retryable: true
+          })
+        ))
+      }
+    }
+
+    const headers: Record<string, string> = { ...post.headers, accept: "text/event-stream" }
+    for (const [name, value] of Object.entries(post.secretHeaders ?? {})) headers[name] = Redacted.value(value)
+    try {
+      const url = new URL(post.url)
+      dispatcher.dispatch({
+        origin: url.origin,
+        path: url.pathname + url.search,
+        method: "POST",
+        headers,
+        body: JSON.stringify(post.body),
+        // The stall bound above is the call's own (BRAIN_MAX_MODEL_SECS); undici's would be a second one.
+        headersTimeout: 0,
+        bodyTimeout: 0
+      }, handler)
+    } catch (err) {
+      const code = causeCode(err) ?? "ERR_INVALID_URL"
+      fail(failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true }))
+    }
+    // Interrupted (a cancel, the turn's deadline): the request is closed wherever it is.
+    return Effect.sync(() => {
+      answered = true
+      leave()
+    })
   })

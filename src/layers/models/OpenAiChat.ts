@@ -9,7 +9,7 @@
  * openaiChat/ChatRequest.ts (refusing parts it cannot carry before anything is sent) and the
  * stream is folded in openaiChat/ChatStream.ts.
  *
- * Written on @effect/platform's HttpClient: the Effect AI packages speak only OpenAI's Responses
+ * Written on models/Http.ts (one POST through undici): the Effect AI packages speak only OpenAI's Responses
  * API, and @effect/ai-openai's generated schemas have no chunk of a streamed chat completion.
  */
 import { Effect, Redacted } from "effect"

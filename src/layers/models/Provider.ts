@@ -4,7 +4,7 @@
  * folds the stream into the complete result. It never retries, never falls over to another
  * target, and fails with a typed ModelFailed (services/Models.ts) saying what Brain knows.
  */
-import type * as HttpClient from "@effect/platform/HttpClient"
+import type * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type { Effect, Redacted } from "effect"
 import type { ModelDelta, ModelRequest, ModelResult } from "../../domain/Model.js"
 import type { RecordedBinding } from "../../domain/ModelBinding.js"
@@ -21,7 +21,7 @@ export interface ProviderCall {
   readonly limits: StreamLimits
 }
 
-export type Provider = (call: ProviderCall) => Effect.Effect<ModelResult, ModelFailed, HttpClient.HttpClient>
+export type Provider = (call: ProviderCall) => Effect.Effect<ModelResult, ModelFailed, NodeHttpClient.Dispatcher>
 
 /**
  * The request options of a call: the binding's, overridden by the call's own (an object). Brain's

@@ -61,7 +61,7 @@ const against = (
           return { result, deltas, fake } satisfies Outcome
         })),
     (fake) => Effect.promise(() => fake.close())
-  ).pipe(Effect.provide(NodeHttpClient.layerUndici))
+  ).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
 
 const once = (script: Script, request: ModelRequest = ask, options?: Parameters<typeof against>[2]) =>
   against([script], [request], options).pipe(Effect.map((all) => all[0]!))
@@ -634,7 +634,7 @@ describe("the anthropic provider: failures", () => {
         request: ask,
         onDelta: () => undefined,
         limits: { stallMs: 2_000, maxOutputBytes: 0 }
-      })).pipe(Effect.provide(NodeHttpClient.layerUndici))
+      })).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
       expect(failure(result)).toMatchObject({ code: "model_unreachable", ambiguous: false })
     }))
 
@@ -660,7 +660,7 @@ describe("the anthropic provider: failures", () => {
       expect(keyless.fake.requests[0]!.headers["x-api-key"]).toBeUndefined()
     }))
 
-  it.live("a cancel aborts the request: the provider's connection is closed", () =>
+  it.live("a cancel aborts the request: the provider's connection is closed (by the cancel, the dispatcher still open)", () =>
     Effect.gen(function*() {
       // A server that streams the start of an answer and then holds the connection open.
       const closed = yield* Deferred.make<void>()
@@ -680,12 +680,12 @@ describe("the anthropic provider: failures", () => {
         request: ask,
         onDelta: () => void Effect.runFork(Deferred.succeed(firstDelta, undefined)),
         limits: { stallMs: 0, maxOutputBytes: 0 }
-      }).pipe(Effect.provide(NodeHttpClient.layerUndici), Effect.fork)
+      }).pipe(Effect.fork)
       yield* Deferred.await(firstDelta)
       yield* Fiber.interrupt(fiber)
       const seen = yield* Deferred.await(closed).pipe(Effect.timeoutOption("5 seconds"))
       server.closeAllConnections()
       yield* Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve())))
       expect(seen._tag).toBe("Some")
-    }))
+    }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer)))
 })

@@ -6,12 +6,18 @@
 import { NodeHttpClient } from "@effect/platform-node"
 import * as net from "node:net"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either } from "effect"
-import { type SseEvent, streamedPost } from "../../../src/layers/models/Http.js"
+import { Effect, Either, Layer } from "effect"
+import { Agent } from "undici"
+import { DONE_GRACE_MS, type SseEvent, streamedPost } from "../../../src/layers/models/Http.js"
 import type { ModelFailed } from "../../../src/services/Models.js"
 import { FakeProvider, type Script, sse } from "../../support/fakeProvider.js"
 
-const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }, final?: string) =>
+const run = (
+  url: string,
+  limits = { stallMs: 2_000, maxOutputBytes: 0 },
+  final?: string,
+  dispatcher: Layer.Layer<NodeHttpClient.Dispatcher> = NodeHttpClient.dispatcherLayer
+) =>
   Effect.gen(function*() {
     const events: Array<SseEvent> = []
     const result = yield* Effect.either(streamedPost({
@@ -26,7 +32,7 @@ const run = (url: string, limits = { stallMs: 2_000, maxOutputBytes: 0 }, final?
       }
     }))
     return { events, result }
-  }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+  }).pipe(Effect.provide(dispatcher))
 
 const withFake = <A>(script: Script, use: (fake: FakeProvider) => Promise<A>) =>
   Effect.promise(async () => {
@@ -56,6 +62,34 @@ describe("a streamed model request", () => {
       expect(Either.isRight(result)).toBe(true)
       expect(events.map((e) => e.data)).toEqual(['{"n":1}', "[DONE]"])
     }))
+
+  it.live("after the final event a response that ends keeps its connection for the next call; one left open is closed within DONE_GRACE_MS", () =>
+    Effect.gen(function*() {
+      // One dispatcher for every call, as the server's Models layer has.
+      const agent = new Agent()
+      yield* Effect.addFinalizer(() => Effect.promise(() => agent.close()))
+      const dispatcher = Layer.succeed(NodeHttpClient.Dispatcher, agent)
+      const ending = yield* Effect.promise(() => FakeProvider.start(() => ({ steps: [sse({ n: 1 }), "data: [DONE]\n\n"] })))
+      yield* Effect.addFinalizer(() => Effect.promise(() => ending.close()))
+      for (let i = 0; i < 3; i++) {
+        const { result } = yield* run(`${ending.url}/v1/x`, { stallMs: 5_000, maxOutputBytes: 0 }, "[DONE]", dispatcher)
+        expect(Either.isRight(result)).toBe(true)
+        // The answer comes at the final event, the response's end a moment later (as between a turn's model calls: its commits).
+        yield* Effect.sleep("20 millis")
+      }
+      expect(ending.requests).toHaveLength(3)
+      expect(ending.connections).toBe(1)
+
+      const open = yield* Effect.promise(() => FakeProvider.start(() => ({ steps: [sse({ n: 1 }), "data: [DONE]\n\n", { stall: true }] })))
+      yield* Effect.addFinalizer(() => Effect.promise(() => open.close()))
+      const { result } = yield* run(`${open.url}/v1/x`, { stallMs: 60_000, maxOutputBytes: 0 }, "[DONE]", dispatcher)
+      expect(Either.isRight(result)).toBe(true)
+      expect(open.openConnections).toBe(1)
+      const left = Date.now()
+      while (open.openConnections > 0 && Date.now() - left < 10_000) yield* Effect.sleep("20 millis")
+      expect(open.openConnections).toBe(0)
+      expect(Date.now() - left).toBeGreaterThanOrEqual(DONE_GRACE_MS - 100)
+    }).pipe(Effect.scoped))
 
   it.live("connection refused is model_unreachable, not ambiguous: nothing was sent", () =>
     Effect.gen(function*() {

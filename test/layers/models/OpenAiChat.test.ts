@@ -56,7 +56,7 @@ const call = (fake: FakeProvider, run: Run = {}) =>
       limits: run.limits ?? LIMITS
     }))
     return { deltas, result }
-  }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+  }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
 
 const scripted = (steps: Script["steps"], run: Run = {}) =>
   Effect.gen(function*() {
@@ -504,7 +504,7 @@ describe("the openai-chat provider", () => {
       for (let waited = 0; openSockets() > 0 && waited < 2_000; waited += 20) yield* Effect.sleep(Duration.millis(20))
       expect(openSockets()).toBe(0)
       expect(fake.requests).toHaveLength(1)
-    }).pipe(Effect.provide(NodeHttpClient.layerUndici)))
+    }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer)))
 
   it("the URL is {base_url}/chat/completions, OpenAI's public endpoint by default", () => {
     expect(chatCompletionsUrl(undefined)).toBe("https://api.openai.com/v1/chat/completions")

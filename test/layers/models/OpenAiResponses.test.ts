@@ -4,8 +4,8 @@
  * (test/fixtures/providers/openaiResponses.ts): the request it sends, how the stream folds into
  * the result, and every way the call can fail.
  */
-import { HttpClient, HttpClientResponse } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
+import { MockAgent } from "undici"
 import * as http from "node:http"
 import * as net from "node:net"
 import { inspect } from "node:util"
@@ -58,7 +58,7 @@ const callProvider = (url: string | undefined, request: ModelRequest, opts: RunO
   })
 
 const run = (url: string | undefined, request: ModelRequest, opts: RunOptions = {}) =>
-  callProvider(url, request, opts).pipe(Effect.provide(NodeHttpClient.layerUndici))
+  callProvider(url, request, opts).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
 
 /** Runs `use` against a fake answering every request with `script`. */
 const withFake = <A>(
@@ -537,7 +537,7 @@ describe("the openai-responses provider", () => {
       expect(keyless.authorization).toBeUndefined()
     }))
 
-  it.live("a cancel aborts the request: the provider's connection is closed", () =>
+  it.live("a cancel aborts the request: the provider's connection is closed (by the cancel, the dispatcher still open)", () =>
     Effect.gen(function*() {
       // A bare server: the fake does not say when a connection closes.
       const closed = yield* Deferred.make<void>()
@@ -557,7 +557,7 @@ describe("the openai-responses provider", () => {
         request: HELLO,
         onDelta: () => Deferred.unsafeDone(firstDelta, Effect.void),
         limits: { stallMs: 0, maxOutputBytes: 0 }
-      }).pipe(Effect.provide(NodeHttpClient.layerUndici), Effect.fork)
+      }).pipe(Effect.fork)
       yield* Deferred.await(firstDelta)
       yield* Fiber.interrupt(fiber)
       const wasClosed = yield* Deferred.await(closed).pipe(
@@ -565,7 +565,7 @@ describe("the openai-responses provider", () => {
       )
       yield* Effect.promise(() => new Promise<void>((resolve) => server.close(() => resolve())))
       expect(wasClosed).toBe(true)
-    }))
+    }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer)))
 
   it.live("options from the binding and the call reach the request, the call's winning; model, input and stream stay Brain's; store is false unless an option sets it", () =>
     withFake({ steps: Fixture.textAnswer() }, (fake) =>
@@ -587,14 +587,18 @@ describe("the openai-responses provider", () => {
 
   it.effect("with no base_url the call goes to https://api.openai.com/v1/responses", () =>
     Effect.gen(function*() {
+      // undici's own mock dispatcher: nothing leaves the machine, and the request's target is recorded.
+      const mock = new MockAgent()
+      mock.disableNetConnect()
       const urls: Array<string> = []
-      const recording = HttpClient.make((request) => {
-        urls.push(request.url)
-        return Effect.succeed(HttpClientResponse.fromWeb(request, new Response('{"error":{"message":"offline test"}}', { status: 401 })))
+      mock.get("https://api.openai.com").intercept({ path: "/v1/responses", method: "POST" }).reply(401, (request) => {
+        urls.push(`https://api.openai.com${request.path}`)
+        return '{"error":{"message":"offline test"}}'
       })
       const r = yield* callProvider(undefined, HELLO, { baseUrl: null }).pipe(
-        Effect.provide(Layer.succeed(HttpClient.HttpClient, recording))
+        Effect.provide(Layer.succeed(NodeHttpClient.Dispatcher, mock))
       )
+      yield* Effect.promise(() => mock.close())
       expect(urls).toEqual(["https://api.openai.com/v1/responses"])
       expect(failure(r)).toMatchObject({ code: "model_rejected", details: { status: 401 } })
       expect(failure(r).message).toContain("OpenAI")
