@@ -2,7 +2,9 @@
  * What Brain can tell from an outbound HTTP request's failure (to a model provider, to an
  * Environment): whether the request was sent at all. A request that never reached a server did
  * not happen; any other failure after it was handed to the connection may have had its effect.
+ * And how a request is handed to undici's dispatcher (environments/Exchange.ts, models/Http.ts).
  */
+import type { Dispatcher } from "undici"
 
 /** Error codes of a request that never left this machine, or never reached a server. */
 const NOT_SENT_CODES: ReadonlySet<string> = new Set([
@@ -34,3 +36,38 @@ export const causeCode = (e: unknown): string | undefined => {
 
 /** Whether an error code shows that the request was never sent. */
 export const notSent = (code: string | undefined): code is string => code !== undefined && NOT_SENT_CODES.has(code)
+
+/** A URL as undici's dispatcher takes it, parsed once per URL (those of bindings: few and fixed). */
+const targets = new Map<string, { readonly origin: string; readonly path: string }>()
+const TARGETS_KEPT = 1024
+
+const targetOf = (url: string) => {
+  let target = targets.get(url)
+  if (target === undefined) {
+    const parsed = new URL(url)
+    target = { origin: parsed.origin, path: parsed.pathname + parsed.search }
+    if (targets.size < TARGETS_KEPT) targets.set(url, target)
+  }
+  return target
+}
+
+/**
+ * Hands one POST of `body` as JSON to `url` to undici's dispatcher, its answer to `handler`, with
+ * no timeout of undici's own (its caller bounds it). Answers the code of a refusal when undici
+ * would not take it (a URL or an option it refuses): then nothing was sent.
+ */
+export const dispatchPost = (
+  dispatcher: Dispatcher,
+  url: string,
+  headers: Record<string, string>,
+  body: unknown,
+  handler: Dispatcher.DispatchHandler
+): string | undefined => {
+  try {
+    const { origin, path } = targetOf(url)
+    dispatcher.dispatch({ origin, path, method: "POST", headers, body: JSON.stringify(body), headersTimeout: 0, bodyTimeout: 0 }, handler)
+    return undefined
+  } catch (err) {
+    return causeCode(err) ?? "ERR_INVALID_URL"
+  }
+}

@@ -28,7 +28,7 @@ import { Effect, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
-import { causeCode, notSent } from "../OutboundHttp.js"
+import { causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details (the doc's 16 KiB). */
 export const ERROR_BODY_BYTES = 16 * 1024
@@ -53,18 +53,6 @@ export interface Reply {
   readonly body: Uint8Array
   /** True when `body` is only the first bytes of a longer one (never for a 200). */
   readonly truncated: boolean
-}
-
-/** A base URL's origin and path prefix, parsed once per base URL (bindings are few and fixed). */
-const bases = new Map<string, { readonly origin: string; readonly prefix: string }>()
-const baseOf = (baseUrl: string) => {
-  let base = bases.get(baseUrl)
-  if (base === undefined) {
-    const url = new URL(baseUrl)
-    base = { origin: url.origin, prefix: url.pathname === "/" ? "" : url.pathname.replace(/\/$/, "") }
-    if (bases.size < 1024) bases.set(baseUrl, base)
-  }
-  return base
 }
 
 /** Why an exchange left its request before the answer was whole (never shown: it only closes the connection). */
@@ -174,26 +162,14 @@ export const exchange = (dispatcher: Dispatcher, post: Post): Effect.Effect<Repl
       "brain-environment-protocol": ENVIRONMENT_PROTOCOL_VERSION
     }
     for (const [name, value] of post.secretHeaders) headers[name] = Redacted.value(value)
-    try {
-      const base = baseOf(post.baseUrl)
-      dispatcher.dispatch({
-        origin: base.origin,
-        path: base.prefix + post.path,
-        method: "POST",
-        headers,
-        body: JSON.stringify(post.body),
-        // Its callers bound it (a call's deadline, a lifecycle's timeout, the cancel grace).
-        headersTimeout: 0,
-        bodyTimeout: 0
-      }, handler)
-    } catch (err) {
-      // Refused before anything was sent (a URL or option undici will not take).
-      const code = causeCode(err) ?? "ERR_INVALID_URL"
+    const refused = dispatchPost(dispatcher, post.baseUrl + post.path, headers, post.body, handler)
+    // Refused before anything was sent (a URL or option undici will not take).
+    if (refused !== undefined) {
       answer(Effect.fail(
         new EnvironmentNotSent({
           environment: post.environment,
           reason: "unreachable",
-          message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code}): ${post.path} was not sent`
+          message: `Environment ${JSON.stringify(post.environment)} could not be reached (${refused}): ${post.path} was not sent`
         })
       ))
     }

@@ -37,7 +37,7 @@ import { Effect, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
-import { causeCode, notSent } from "../OutboundHttp.js"
+import { causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
 import { quotaExhausted } from "./Quota.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
@@ -303,22 +303,9 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
 
     const headers: Record<string, string> = { ...post.headers, accept: "text/event-stream" }
     for (const [name, value] of Object.entries(post.secretHeaders ?? {})) headers[name] = Redacted.value(value)
-    try {
-      const url = new URL(post.url)
-      dispatcher.dispatch({
-        origin: url.origin,
-        path: url.pathname + url.search,
-        method: "POST",
-        headers,
-        body: JSON.stringify(post.body),
-        // The stall bound above is the call's own (BRAIN_MAX_MODEL_SECS); undici's would be a second one.
-        headersTimeout: 0,
-        bodyTimeout: 0
-      }, handler)
-    } catch (err) {
-      const code = causeCode(err) ?? "ERR_INVALID_URL"
-      fail(failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true }))
-    }
+    // The stall bound above is the call's own (BRAIN_MAX_MODEL_SECS): undici has none of its own here.
+    const refused = dispatchPost(dispatcher, post.url, headers, post.body, handler)
+    if (refused !== undefined) fail(failed("model_unreachable", `${post.provider} could not be reached (${refused})`, { ambiguous: false, retryable: true }))
     // Interrupted (a cancel, the turn's deadline): the request is closed wherever it is.
     return Effect.sync(() => {
       answered = true
