@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 // Whole turns over HTTP with the official loop as WebAssembly (as served: a session naming no
 // agentloop) beside its TypeScript reference run in the main thread (agentloop "official-ts"),
-// in ONE server process (scripts/bench/loopsServer.js), next to plain node:http doing one
+// in ONE server process (scripts/bench/loopsServer.js; one each with --two-servers), next to plain node:http doing one
 // fdatasync per request, all measured in the same run.
 //
 //   npm run bench:loops [-- --seconds 4] [--turns-per-session 20] [--schemas 30] [--answer-bytes 2000]
+//                       [--two-servers] [--shapes text,schemas,answers,tools]
 //
 // Each sync send is a complete turn with the scripted instant model. The "schemas" rows are text
 // turns of sessions that declare --schemas tools with their input schemas, as agents' sessions
@@ -15,6 +16,10 @@
 // transcript never grows past it (creation is outside the timed calls). At one session a single
 // client alternates a Wasm turn and a TypeScript turn; at 64, phases alternate between the loops
 // and are pooled per loop; either way neither loop gets the quieter stretch of a noisy machine.
+// `--two-servers`: each loop in a server process of its own (the Wasm loop's server as served, the
+// TypeScript loop's the same program), phases alternating between them as they do in one: what a
+// deployment of either loop alone would do, without the other loop's code and objects in the same
+// heap and caches. `--shapes`: only those rows.
 // Targets (the WasmHost issue): the Wasm turn's p50 at one session ≤ 1.15× the in-process turn's;
 // its turns/s at 64 sessions ≥ 0.9× the in-process loop's.
 import { spawn } from "node:child_process"
@@ -30,6 +35,9 @@ const seconds = numberFlag("--seconds", 4)
 const TURNS_PER_SESSION = numberFlag("--turns-per-session", 20)
 const SCHEMAS = numberFlag("--schemas", 30)
 const ANSWER_BYTES = numberFlag("--answer-bytes", 2000)
+const TWO_SERVERS = process.argv.includes("--two-servers")
+const shapesAt = process.argv.indexOf("--shapes")
+const SHAPE_NAMES = shapesAt > 0 ? process.argv[shapesAt + 1].split(",") : ["text", "schemas", "answers", "tools"]
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bench-loops-"))
 const children = []
@@ -112,18 +120,26 @@ const closedLoop = async (turn, concurrency, durationMs) => {
 const baseline = await spawnUntil(["-e", BASELINE, path.join(tmp, "baseline.log")], /listening (\d+)/)
 const baselinePort = Number(baseline.match[1])
 
-const brainPort = await new Promise((resolve) => {
-  const probe = http.createServer().listen(0, "127.0.0.1", () => {
-    const { port } = probe.address()
-    probe.close(() => resolve(port))
+const freePort = () =>
+  new Promise((resolve) => {
+    const probe = http.createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address()
+      probe.close(() => resolve(port))
+    })
   })
-})
-// As bin/brain.js and `npm start` run the server: its young generation and threadpool size.
-const server = await spawnUntil(["--max-semi-space-size=32", path.join(ROOT, "scripts/bench/loopsServer.js")], /listening/i, {
-  UV_THREADPOOL_SIZE: "64",
-  BRAIN_LISTEN: `127.0.0.1:${brainPort}`,
-  BRAIN_DATA_DIR: path.join(tmp, "data")
-})
+/** The server each loop's sessions live on: one for both, or one each (--two-servers). */
+const servers = {}
+for (const loop of TWO_SERVERS ? ["wasm", "ts"] : ["wasm"]) {
+  const port = await freePort()
+  // As bin/brain.js and `npm start` run the server: its young generation and threadpool size.
+  const started = await spawnUntil(["--max-semi-space-size=32", path.join(ROOT, "scripts/bench/loopsServer.js")], /listening/i, {
+    UV_THREADPOOL_SIZE: "64",
+    BRAIN_LISTEN: `127.0.0.1:${port}`,
+    BRAIN_DATA_DIR: path.join(tmp, `data-${loop}`)
+  })
+  servers[loop] = { port, pid: started.child.pid }
+}
+if (!TWO_SERVERS) servers.ts = servers.wasm
 
 /** A tool as agents declare them: a description and an input schema of three described properties (about 470 bytes of JSON). */
 const declared = (i) => ({
@@ -165,11 +181,11 @@ const client = (loop, shape) => {
   return async (i) => {
     const s = (state[i] ??= { id: undefined, turns: 0 })
     if (s.id === undefined || s.turns >= TURNS_PER_SESSION) {
-      s.id = (await request(brainPort, "POST", "/v1/sessions", { model: SHAPES[shape].model, tools: SHAPES[shape].declared ?? [{ name: "t" }], ...LOOPS[loop] })).session_id
+      s.id = (await request(servers[loop].port, "POST", "/v1/sessions", { model: SHAPES[shape].model, tools: SHAPES[shape].declared ?? [{ name: "t" }], ...LOOPS[loop] })).session_id
       s.turns = 0
     }
     const t0 = performance.now()
-    await request(brainPort, "POST", `/v1/sessions/${s.id}/messages`, { input: { message: "hello" } })
+    await request(servers[loop].port, "POST", `/v1/sessions/${s.id}/messages`, { input: { message: "hello" } })
     s.turns++
     return performance.now() - t0
   }
@@ -178,10 +194,9 @@ const client = (loop, shape) => {
 // Before any phase: the server makes the official loop's instrumented twin in the background after
 // it starts (docs/abi.md, "Where a guest runs"), and runs it on worker threads until then. Three
 // seconds of turns first, so that every phase measures the loop as a running server serves it.
-{
-  const turn = client("wasm", "text")
-  await closedLoop(turn, 4, 3000)
-}
+await closedLoop(client("wasm", "text"), 4, 3000)
+// A server of the TypeScript loop's own is warmed the same way.
+if (TWO_SERVERS) await closedLoop(client("ts", "text"), 4, 3000)
 
 /**
  * The server's main thread's CPU so far, in ms, as the kernel counts it (user + system; the
@@ -189,8 +204,9 @@ const client = (loop, shape) => {
  * less with the machine's load than rates and latencies do.
  */
 const TICK_MS = 10
-const mainThreadCpuMs = () => {
-  const fields = fs.readFileSync(`/proc/${server.child.pid}/task/${server.child.pid}/stat`, "utf8").split(") ")[1].split(" ")
+const mainThreadCpuMs = (loop) => {
+  const { pid } = servers[loop]
+  const fields = fs.readFileSync(`/proc/${pid}/task/${pid}/stat`, "utf8").split(") ")[1].split(" ")
   return (Number(fields[11]) + Number(fields[12])) * TICK_MS
 }
 
@@ -215,9 +231,9 @@ const paired = async (shape, durationMs) => {
   const deadline = performance.now() + durationMs
   for (let i = 0; performance.now() < deadline; i++) {
     for (const loop of i % 2 === 0 ? ["wasm", "ts"] : ["ts", "wasm"]) {
-      const c0 = mainThreadCpuMs()
+      const c0 = mainThreadCpuMs(loop)
       const t = await turns[loop](0)
-      runs[loop].cpuMs += mainThreadCpuMs() - c0
+      runs[loop].cpuMs += mainThreadCpuMs(loop) - c0
       runs[loop].latencies.push(t)
       runs[loop].elapsed += t / 1000
     }
@@ -237,16 +253,16 @@ const alternated = async (shape, concurrency, durationMs) => {
     for (const loop of phase % 2 === 0 ? ["wasm", "ts"] : ["ts", "wasm"]) {
       const turn = client(loop, shape)
       await Promise.all(Array.from({ length: concurrency }, (_, i) => turn(i)))
-      const c0 = mainThreadCpuMs()
+      const c0 = mainThreadCpuMs(loop)
       const r = await closedLoop(turn, concurrency, durationMs / PHASES)
-      runs[loop].push({ ...r, cpuMs: mainThreadCpuMs() - c0 })
+      runs[loop].push({ ...r, cpuMs: mainThreadCpuMs(loop) - c0 })
     }
   }
   return { wasm: pooled(runs.wasm), ts: pooled(runs.ts) }
 }
 
 const results = []
-for (const shape of ["text", "schemas", "answers", "tools"]) {
+for (const shape of SHAPE_NAMES) {
   results.push({ shape, concurrency: 1, ...(await paired(shape, seconds * 2000)) })
   results.push({ shape, concurrency: 64, ...(await alternated(shape, 64, seconds * 1000)) })
 }
@@ -269,7 +285,7 @@ try {
 } catch {}
 
 console.log(`# Whole turns over HTTP: the official loop in WebAssembly beside its in-process TypeScript reference
-method: one server process (scripts/bench/loopsServer.js: brain serve + the TypeScript loop as "official-ts"),
+method: ${TWO_SERVERS ? "two server processes, one per loop (--two-servers; each" : "one server process ("}scripts/bench/loopsServer.js: brain serve + the TypeScript loop as "official-ts"),
   closed-loop clients over keep-alive HTTP, sync sends (a whole turn each), the scripted instant model;
   "schemas" = text turns of sessions that declare ${SCHEMAS} tools, each with a description and an input schema
   (about 470 bytes of JSON each: --schemas N), as agents' sessions do; "answers" = text turns whose answer is
@@ -294,7 +310,7 @@ for (const r of results) {
 }
 const text1 = results.find((r) => r.shape === "text" && r.concurrency === 1)
 const text64 = results.find((r) => r.shape === "text" && r.concurrency === 64)
-console.log(`
+if (text1 !== undefined && text64 !== undefined) console.log(`
 targets: text p50 at 1 session wasm/ts ${(text1.wasm.p50 / text1.ts.p50).toFixed(2)} (≤ 1.15: ${text1.wasm.p50 / text1.ts.p50 <= 1.15 ? "met" : "not met"}); ` +
   `text turns/s at 64 sessions wasm/ts ${(text64.wasm.rate / text64.ts.rate).toFixed(2)} (≥ 0.9: ${text64.wasm.rate / text64.ts.rate >= 0.9 ? "met" : "not met"})`)
 process.exit(0)
