@@ -18,9 +18,10 @@
  * `driver_unavailable`.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Duration, Effect, Either, type Exit, FiberId, Layer, Redacted, Runtime } from "effect"
+import { Duration, Effect, Either, Exit, Layer, Redacted } from "effect"
 import {
   type AdmittedEnvironment,
+  type EnvironmentAnswer,
   type EnvironmentBindings,
   readAnswer,
   readCancelAnswer,
@@ -44,7 +45,7 @@ import {
   type SentCall
 } from "../services/Environments.js"
 import { readReply, type Reading } from "./environments/Answers.js"
-import { exchange } from "./environments/Exchange.js"
+import { exchange, exchangeNow, type Post } from "./environments/Exchange.js"
 
 export interface EnvironmentsHttpOptions {
   /** BRAIN_ENVIRONMENTS, parsed: the bindings as configured now (credentials included). */
@@ -96,19 +97,20 @@ const targetOf = (bindings: EnvironmentBindings, environment: AdmittedEnvironmen
 export const make = (options: EnvironmentsHttpOptions): Effect.Effect<EnvironmentsShape, never, NodeHttpClient.Dispatcher> =>
   Effect.gen(function*() {
     const dispatcher = yield* NodeHttpClient.Dispatcher
-    /** Where a call sent with no caller's fiber runs (`send`): the layer's runtime, its scheduler. */
-    const runtime = yield* Effect.runtime<never>()
+
+    /** The POST of `body` to `path` of `target`. */
+    const postOf = (target: Target, path: string, body: unknown): Post => ({
+      environment: target.environment,
+      baseUrl: target.baseUrl,
+      path,
+      body,
+      secretHeaders: target.secretHeaders,
+      maxBytes: options.maxResponseBytes
+    })
 
     /** One POST to `path` and what its reply means, read with `shape`. */
     const send = <A>(target: Target, path: string, body: unknown, shape: Reading<A>["shape"]) =>
-      exchange(dispatcher, {
-        environment: target.environment,
-        baseUrl: target.baseUrl,
-        path,
-        body,
-        secretHeaders: target.secretHeaders,
-        maxBytes: options.maxResponseBytes
-      }).pipe(
+      exchange(dispatcher, postOf(target, path, body)).pipe(
         Effect.flatMap((reply) => readReply(reply, { environment: target.environment, path, secrets: target.secrets, shape }))
       )
 
@@ -144,47 +146,53 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
         )
       }).pipe(Effect.withSpan(`Environments.${step}`))
 
+    /** A tool call's request body to `target`. */
+    const callBody = (target: Target, call: EnvironmentCall) => ({
+      session_id: call.session,
+      sequence: call.sequence,
+      environment: target.environment,
+      name: call.name,
+      call_id: call.callId,
+      input: call.input,
+      deadline_at_ms: call.deadlineAtMs
+    })
+    const callAnswerOf = (answer: EnvironmentAnswer): CallAnswer => ("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error })
+
     /** A tool call's POST to `target` and what its answer means. */
     const callTo = (target: Target, call: EnvironmentCall): Effect.Effect<CallAnswer, EnvironmentFailed> =>
-      Effect.map(
-        send(target, "/tools/call", {
-          session_id: call.session,
-          sequence: call.sequence,
-          environment: target.environment,
-          name: call.name,
-          call_id: call.callId,
-          input: call.input,
-          deadline_at_ms: call.deadlineAtMs
-        }, readAnswer),
-        (answer): CallAnswer => ("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error })
-      )
+      Effect.map(send(target, "/tools/call", callBody(target, call), readAnswer), callAnswerOf)
 
     const call: EnvironmentsShape["call"] = Effect.fn("Environments.call")(function*(call) {
       return yield* callTo(yield* targetOf(options.bindings, call.environment), call)
     })
 
     /**
-     * `call` sent now in a fiber of its own (the exchange's), its answer by callback: the caller
-     * (RemoteNow.ts) waits with no fiber, and only a cancel or a deadline starts one. Abandoning it
-     * interrupts the exchange, which closes the request, as interrupting `call` does.
+     * `call` sent now, with no fiber and no Effect (environments/Exchange.ts, `exchangeNow`), its
+     * answer by callback: the caller (RemoteNow.ts) waits with no fiber, and only a cancel or a
+     * deadline starts one. Abandoning it leaves the exchange, which closes the request, as
+     * interrupting `call` does.
      */
     const sendCall: NonNullable<EnvironmentsShape["send"]> = (c) => {
       const target = targetOf(options.bindings, c.environment)
       if (Either.isLeft(target)) return target.left
-      const fiber = Runtime.runFork(runtime)(callTo(target.right, c))
+      const t = target.right
+      let exit: Exit.Exit<CallAnswer, EnvironmentFailed> | undefined
       let listener: ((exit: Exit.Exit<CallAnswer, EnvironmentFailed>) => void) | undefined
+      const leave = exchangeNow(dispatcher, postOf(t, "/tools/call", callBody(t, c)), (exchanged) => {
+        const read: Either.Either<EnvironmentAnswer, EnvironmentFailed> = Either.isLeft(exchanged)
+          ? Either.left(exchanged.left)
+          : readReply(exchanged.right, { environment: t.environment, path: "/tools/call", secrets: t.secrets, shape: readAnswer })
+        exit = Either.isLeft(read) ? Exit.fail(read.left) : Exit.succeed(callAnswerOf(read.right))
+        listener?.(exit)
+      })
       return {
         await: (f) => {
-          if (listener !== undefined) fiber.removeObserver(listener)
           listener = f
-          const done = fiber.unsafePoll()
-          if (done !== null) f(done)
-          else fiber.addObserver(f)
+          if (exit !== undefined) f(exit)
         },
         abandon: () => {
-          if (listener !== undefined) fiber.removeObserver(listener)
           listener = undefined
-          fiber.unsafeInterruptAsFork(FiberId.none)
+          leave()
         }
       } satisfies SentCall
     }

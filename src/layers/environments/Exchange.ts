@@ -24,7 +24,7 @@
  * Secret headers are sent and never shown: no message here quotes a header, a body or a transport
  * error's text (only its code), and nothing here logs or traces a request.
  */
-import { Effect, Redacted } from "effect"
+import { Effect, Either, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
@@ -61,122 +61,137 @@ class Left extends Error {}
 const bytesOf = (chunks: Array<Uint8Array>, size: number): Uint8Array =>
   chunks.length === 1 ? chunks[0]! : chunks.length === 0 ? new Uint8Array(0) : Buffer.concat(chunks, size)
 
-/** POSTs `post.body` once through `dispatcher` and reads the answer with its bound. */
-export const exchange = (dispatcher: Dispatcher, post: Post): Effect.Effect<Reply, EnvironmentNotSent | EnvironmentUncertain> =>
-  Effect.async<Reply, EnvironmentNotSent | EnvironmentUncertain>((resume) => {
-    const lost = (code: string | undefined) =>
-      new EnvironmentUncertain({
-        environment: post.environment,
-        reason: "connection_lost",
-        message: `the connection to Environment ${JSON.stringify(post.environment)} was lost after ${post.path} was sent` +
-          (code !== undefined ? ` (${code})` : "")
-      })
-    // Made only when it is the answer: an error's construction captures a stack.
-    const tooLarge = () =>
-      new EnvironmentUncertain({
-        environment: post.environment,
-        reason: "too_large",
-        status: 200,
-        message: `Environment ${JSON.stringify(post.environment)} answered ${post.path} with more than ${post.maxBytes} bytes ` +
-          "(BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES)"
-      })
-    let done = false
-    /** Set once the request is on a connection: aborting it closes that connection. */
-    let controller: Dispatcher.DispatchController | undefined
-    /** Left before the request reached a connection: it is aborted as soon as it does. */
-    let leftEarly = false
-    let status = 0
-    let limit = 0
-    let size = 0
-    const chunks: Array<Uint8Array> = []
-    const answer = (effect: Effect.Effect<Reply, EnvironmentNotSent | EnvironmentUncertain>) => {
+/** How an exchange ended: the reply, or why there is none. */
+export type Exchanged = Either.Either<Reply, EnvironmentNotSent | EnvironmentUncertain>
+
+/**
+ * POSTs `post.body` once through `dispatcher` and reads the answer with its bound; `then` is
+ * called once with how it ended (perhaps before this returns, when undici refuses the request
+ * outright). Answers a function that leaves the exchange (its request closed wherever it is; `then`
+ * is never called after it). No fiber and no Effect: a call sent with no caller's fiber
+ * (EnvironmentsHttp's `send`) waits on it as it is.
+ */
+export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged: Exchanged) => void): () => void => {
+  const lost = (code: string | undefined) =>
+    new EnvironmentUncertain({
+      environment: post.environment,
+      reason: "connection_lost",
+      message: `the connection to Environment ${JSON.stringify(post.environment)} was lost after ${post.path} was sent` +
+        (code !== undefined ? ` (${code})` : "")
+    })
+  // Made only when it is the answer: an error's construction captures a stack.
+  const tooLarge = () =>
+    new EnvironmentUncertain({
+      environment: post.environment,
+      reason: "too_large",
+      status: 200,
+      message: `Environment ${JSON.stringify(post.environment)} answered ${post.path} with more than ${post.maxBytes} bytes ` +
+        "(BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES)"
+    })
+  let done = false
+  /** Set once the request is on a connection: aborting it closes that connection. */
+  let controller: Dispatcher.DispatchController | undefined
+  /** Left before the request reached a connection: it is aborted as soon as it does. */
+  let leftEarly = false
+  let status = 0
+  let limit = 0
+  let size = 0
+  const chunks: Array<Uint8Array> = []
+  const answer = (exchanged: Exchanged) => {
+    if (done) return
+    done = true
+    then(exchanged)
+  }
+  /** Stops the request where it is (its connection closed), the answer given already. */
+  const leave = (c: Dispatcher.DispatchController) => {
+    if (!c.aborted) c.abort(new Left("left"))
+  }
+  const handler: Dispatcher.DispatchHandler = {
+    onRequestStart(c) {
+      controller = c
+      if (leftEarly) leave(c)
+    },
+    onResponseStart(c, statusCode, headers) {
       if (done) return
-      done = true
-      resume(effect)
-    }
-    /** Stops the request where it is (its connection closed), the answer given already. */
-    const leave = (c: Dispatcher.DispatchController) => {
-      if (!c.aborted) c.abort(new Left("left"))
-    }
-    const handler: Dispatcher.DispatchHandler = {
-      onRequestStart(c) {
-        controller = c
-        if (leftEarly) leave(c)
-      },
-      onResponseStart(c, statusCode, headers) {
-        if (done) return
-        status = statusCode
-        if (statusCode !== 200) {
-          limit = Math.min(ERROR_BODY_BYTES, post.maxBytes)
-          return
-        }
-        limit = post.maxBytes
-        const length = headers["content-length"]
-        const declared = typeof length === "string" ? Number(length) : NaN
-        if (Number.isFinite(declared) && declared > post.maxBytes) {
-          // Refused unread: the request is closed before its body comes.
-          answer(Effect.fail(tooLarge()))
-          leave(c)
-        }
-      },
-      onResponseData(c, chunk) {
-        if (done) return
-        const room = limit - size
-        if (chunk.length <= room) {
-          chunks.push(chunk)
-          size += chunk.length
-          return
-        }
-        if (room > 0) chunks.push(chunk.subarray(0, room))
-        size = limit
-        answer(status === 200 ? Effect.fail(tooLarge()) : Effect.succeed({ status, body: bytesOf(chunks, size), truncated: true }))
+      status = statusCode
+      if (statusCode !== 200) {
+        limit = Math.min(ERROR_BODY_BYTES, post.maxBytes)
+        return
+      }
+      limit = post.maxBytes
+      const length = headers["content-length"]
+      const declared = typeof length === "string" ? Number(length) : NaN
+      if (Number.isFinite(declared) && declared > post.maxBytes) {
+        // Refused unread: the request is closed before its body comes.
+        answer(Either.left(tooLarge()))
         leave(c)
-      },
-      onResponseEnd() {
-        answer(Effect.succeed({ status, body: bytesOf(chunks, size), truncated: false }))
-      },
-      onResponseError(_c, err) {
-        if (done) return
-        const code = causeCode(err)
-        if (status === 0) {
-          answer(Effect.fail(
-            notSent(code)
-              ? new EnvironmentNotSent({
-                environment: post.environment,
-                reason: "unreachable",
-                message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code}): ${post.path} was not sent`
-              })
-              : lost(code ?? (err instanceof Error ? err.name : undefined))
-          ))
-        } else if (status !== 200) {
-          // The status says what happened; its body is only detail.
-          answer(Effect.succeed({ status, body: new Uint8Array(0), truncated: false }))
-        } else {
-          answer(Effect.fail(lost(code ?? (err instanceof Error ? err.name : undefined))))
-        }
+      }
+    },
+    onResponseData(c, chunk) {
+      if (done) return
+      const room = limit - size
+      if (chunk.length <= room) {
+        chunks.push(chunk)
+        size += chunk.length
+        return
+      }
+      if (room > 0) chunks.push(chunk.subarray(0, room))
+      size = limit
+      answer(status === 200 ? Either.left(tooLarge()) : Either.right({ status, body: bytesOf(chunks, size), truncated: true }))
+      leave(c)
+    },
+    onResponseEnd() {
+      answer(Either.right({ status, body: bytesOf(chunks, size), truncated: false }))
+    },
+    onResponseError(_c, err) {
+      if (done) return
+      const code = causeCode(err)
+      if (status === 0) {
+        answer(Either.left(
+          notSent(code)
+            ? new EnvironmentNotSent({
+              environment: post.environment,
+              reason: "unreachable",
+              message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code}): ${post.path} was not sent`
+            })
+            : lost(code ?? (err instanceof Error ? err.name : undefined))
+        ))
+      } else if (status !== 200) {
+        // The status says what happened; its body is only detail.
+        answer(Either.right({ status, body: new Uint8Array(0), truncated: false }))
+      } else {
+        answer(Either.left(lost(code ?? (err instanceof Error ? err.name : undefined))))
       }
     }
-    const headers: Record<string, string> = {
-      "content-type": "application/json",
-      accept: "application/json",
-      "brain-environment-protocol": ENVIRONMENT_PROTOCOL_VERSION
-    }
-    for (const [name, value] of post.secretHeaders) headers[name] = Redacted.value(value)
-    const refused = dispatchPost(dispatcher, post.baseUrl + post.path, headers, post.body, handler)
-    // Refused before anything was sent (a URL or option undici will not take).
-    if (refused !== undefined) {
-      answer(Effect.fail(
-        new EnvironmentNotSent({
-          environment: post.environment,
-          reason: "unreachable",
-          message: `Environment ${JSON.stringify(post.environment)} could not be reached (${refused}): ${post.path} was not sent`
-        })
-      ))
-    }
-    return Effect.sync(() => {
-      if (done) return
-      done = true
-      if (controller !== undefined) leave(controller)
-      else leftEarly = true
-    })
+  }
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    accept: "application/json",
+    "brain-environment-protocol": ENVIRONMENT_PROTOCOL_VERSION
+  }
+  for (const [name, value] of post.secretHeaders) headers[name] = Redacted.value(value)
+  const refused = dispatchPost(dispatcher, post.baseUrl + post.path, headers, post.body, handler)
+  // Refused before anything was sent (a URL or option undici will not take).
+  if (refused !== undefined) {
+    answer(Either.left(
+      new EnvironmentNotSent({
+        environment: post.environment,
+        reason: "unreachable",
+        message: `Environment ${JSON.stringify(post.environment)} could not be reached (${refused}): ${post.path} was not sent`
+      })
+    ))
+  }
+  return () => {
+    if (done) return
+    done = true
+    if (controller !== undefined) leave(controller)
+    else leftEarly = true
+  }
+}
+
+/** `exchangeNow` as an Effect: interrupting it leaves the exchange. */
+export const exchange = (dispatcher: Dispatcher, post: Post): Effect.Effect<Reply, EnvironmentNotSent | EnvironmentUncertain> =>
+  Effect.async<Reply, EnvironmentNotSent | EnvironmentUncertain>((resume) => {
+    const leave = exchangeNow(dispatcher, post, (exchanged) => resume(exchanged))
+    return Effect.sync(leave)
   })
