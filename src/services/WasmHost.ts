@@ -6,6 +6,8 @@
  */
 import { Context, Data, type Effect, type Exit } from "effect"
 import type { AgentloopFailed, ActivationInput, Host } from "./Agentloop.js"
+// `WebAssembly.Module` below, declared for users of brain/effect who compile without the DOM library.
+import "../domain/WebAssemblyModule.js"
 
 /** A module refused at admission, and why. */
 export class ModuleRejected extends Data.TaggedError("ModuleRejected")<{ readonly reason: string }> {

@@ -3,7 +3,9 @@
  * application outside the repository's sources would: a child Node process imports it through
  * the package's `exports` map (test/fixtures/effect-probe.mjs), composes the services into its own
  * `ManagedRuntime` with a tool of its own, runs a turn and disposes the runtime; a second process
- * opens the same data directory and continues the session.
+ * opens the same data directory and continues the session. And a TypeScript application
+ * (test/fixtures/effect-app) type-checks against its declarations as a consumer's compiler reads
+ * them: strict, lib checks on, with and without the DOM library; the same calls mistyped do not.
  */
 import { execFile, execSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -14,6 +16,14 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ROOT } from "../support/server.js"
 
 const run = promisify(execFile)
+const TSC = path.join(ROOT, "node_modules/typescript/bin/tsc")
+const APP = path.join(ROOT, "test/fixtures/effect-app")
+/** `tsc -p <project>`: its exit code and what it printed. */
+const typecheck = (project: string) =>
+  run(process.execPath, [TSC, "-p", path.join(APP, project)], { cwd: ROOT }).then(
+    ({ stdout }) => ({ code: 0, out: stdout }),
+    (e: { code: number; stdout: string }) => ({ code: e.code, out: e.stdout })
+  )
 const PROBE = path.join(ROOT, "test/fixtures/effect-probe.mjs")
 const lines = (stdout: string) => stdout.trim().split("\n").map((l) => JSON.parse(l))
 
@@ -32,6 +42,19 @@ describe("brain/effect", () => {
     expect(pkg.exports["./effect"]).toEqual({ types: "./dist/effect.d.ts", default: "./dist/effect.js" })
     expect(fs.existsSync(path.join(ROOT, "dist/effect.d.ts"))).toBe(true)
   })
+
+  it("an application type-checks against brain/effect's declarations, with and without the DOM library; mistyped calls are refused", async () => {
+    for (const project of ["tsconfig.json", "tsconfig.dom.json"]) {
+      const { code, out } = await typecheck(project)
+      expect(out, project).toBe("")
+      expect(code, project).toBe(0)
+    }
+    const wrong = await typecheck("tsconfig.wrong.json")
+    expect(wrong.code).not.toBe(0)
+    expect(wrong.out).toContain("wrong.ts(9,")
+    expect(wrong.out).toContain("wrong.ts(12,")
+    expect(wrong.out.match(/error TS/g)).toHaveLength(2)
+  }, 120_000)
 
   it("an application's runtime runs a turn with its own tool through the official loop, meets typed errors, holds the data directory until disposed, and a later runtime continues the session", async () => {
     const first = lines((await run(process.execPath, [PROBE, dataDir, "first"], { cwd: ROOT })).stdout)
