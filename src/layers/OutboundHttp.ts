@@ -37,6 +37,14 @@ export const causeCode = (e: unknown): string | undefined => {
 /** Whether an error code shows that the request was never sent. */
 export const notSent = (code: string | undefined): code is string => code !== undefined && NOT_SENT_CODES.has(code)
 
+/** Why Brain left a request before its response ended (never shown: it only closes the connection). */
+class RequestLeft extends Error {}
+
+/** Aborts a request undici runs, which closes its connection; nothing when it is aborted already. */
+export const abortRequest = (c: Dispatcher.DispatchController) => {
+  if (!c.aborted) c.abort(new RequestLeft("left"))
+}
+
 /** A URL as undici's dispatcher takes it, parsed once per URL (those of bindings: few and fixed). */
 const targets = new Map<string, { readonly origin: string; readonly path: string }>()
 const TARGETS_KEPT = 1024

@@ -28,7 +28,7 @@ import { Effect, Either, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
-import { causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
+import { abortRequest, causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details (the doc's 16 KiB). */
 export const ERROR_BODY_BYTES = 16 * 1024
@@ -54,9 +54,6 @@ export interface Reply {
   /** True when `body` is only the first bytes of a longer one (never for a 200). */
   readonly truncated: boolean
 }
-
-/** Why an exchange left its request before the answer was whole (never shown: it only closes the connection). */
-class Left extends Error {}
 
 const bytesOf = (chunks: Array<Uint8Array>, size: number): Uint8Array =>
   chunks.length === 1 ? chunks[0]! : chunks.length === 0 ? new Uint8Array(0) : Buffer.concat(chunks, size)
@@ -102,14 +99,10 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
     done = true
     then(exchanged)
   }
-  /** Stops the request where it is (its connection closed), the answer given already. */
-  const leave = (c: Dispatcher.DispatchController) => {
-    if (!c.aborted) c.abort(new Left("left"))
-  }
   const handler: Dispatcher.DispatchHandler = {
     onRequestStart(c) {
       controller = c
-      if (leftEarly) leave(c)
+      if (leftEarly) abortRequest(c)
     },
     onResponseStart(c, statusCode, headers) {
       if (done) return
@@ -124,7 +117,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
       if (Number.isFinite(declared) && declared > post.maxBytes) {
         // Refused unread: the request is closed before its body comes.
         answer(Either.left(tooLarge()))
-        leave(c)
+        abortRequest(c)
       }
     },
     onResponseData(c, chunk) {
@@ -138,7 +131,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
       if (room > 0) chunks.push(chunk.subarray(0, room))
       size = limit
       answer(status === 200 ? Either.left(tooLarge()) : Either.right({ status, body: bytesOf(chunks, size), truncated: true }))
-      leave(c)
+      abortRequest(c)
     },
     onResponseEnd() {
       answer(Either.right({ status, body: bytesOf(chunks, size), truncated: false }))
@@ -184,7 +177,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
   return () => {
     if (done) return
     done = true
-    if (controller !== undefined) leave(controller)
+    if (controller !== undefined) abortRequest(controller)
     else leftEarly = true
   }
 }

@@ -37,7 +37,7 @@ import { Effect, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
-import { causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
+import { abortRequest, causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
 import { quotaExhausted } from "./Quota.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
@@ -164,9 +164,6 @@ const byStatus = (provider: string, status: number, body: unknown): {
 /** Milliseconds a response may take to end after the provider's final event before its connection is closed. */
 export const DONE_GRACE_MS = 1_000
 
-/** Why a call left its request before the response ended (never shown: it only closes the connection). */
-class Left extends Error {}
-
 /**
  * POSTs `body` as JSON once and feeds the response's events to `onEvent` until the stream ends.
  * Resolves when the server has closed the stream cleanly, or at the provider's final event; the
@@ -206,7 +203,7 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
       if (ended) return
       ended = true
       if (controller === undefined) leftEarly = true
-      else if (!controller.aborted) controller.abort(new Left("left"))
+      else abortRequest(controller)
     }
     const answer = (effect: Effect.Effect<void, ModelFailed>) => {
       if (answered) return
@@ -225,7 +222,7 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
         controller = c
-        if (leftEarly && !c.aborted) c.abort(new Left("left"))
+        if (leftEarly) abortRequest(c)
       },
       onResponseStart(_c, statusCode, headers) {
         timer?.refresh()
