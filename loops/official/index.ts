@@ -46,6 +46,10 @@ export { brain_abi_v1, brain_alloc, brain_configuration_unread, brain_events_fro
 // last ones beyond them. Every message given is one Brain encodes and this loop parses for nothing.
 export const brain_transcript_tail_length: i32 = 0
 
+// Of its Events it reads only a `turn_failed` (how the previous turn ended when it did not finish):
+// its input carries no other kind, so a turn that follows one that ended well is given none.
+export const brain_events_kind_turn_failed: i32 = 1
+
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
   const transcript = new Transcript(activation.transcript, activation.transcriptStart)

@@ -51,6 +51,13 @@ export interface AgentloopsOptions {
 
 const infoOf = (m: AdmittedModule): ModuleInfo => ({ id: m.hash, bytes: m.bytes, loop: m.loop, tool: m.tool })
 
+/** An admitted loop module as a loop: `activate`, with the input the module's exports ask for. */
+const moduleLoop = (module: AdmittedModule, activate: AgentloopShape["activate"]): AgentloopShape => ({
+  activate,
+  eventsFromEnd: module.eventsFromEnd,
+  ...(module.eventKinds === undefined ? {} : { eventKinds: module.eventKinds })
+})
+
 export const make = (options: AgentloopsOptions = {}) =>
   Effect.gen(function*() {
     const wasm = yield* Effect.serviceOption(WasmHost)
@@ -64,7 +71,7 @@ export const make = (options: AgentloopsOptions = {}) =>
       const host = wasm.value
       // A build that produced an inadmissible official loop is a bug of the build, not of a request.
       const module = yield* Effect.orDie(host.admit(options.officialModule))
-      official = { activate: (input, h) => host.runLoop(module, input, h), eventsFromEnd: module.eventsFromEnd }
+      official = moduleLoop(module, (input, h) => host.runLoop(module, input, h))
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])
     const compiled = new Map<string, AdmittedModule>()
@@ -112,10 +119,9 @@ export const make = (options: AgentloopsOptions = {}) =>
           const builtin = builtins.get(id)
           if (builtin) return Effect.succeed(builtin)
           return loopModule(id).pipe(
-            Effect.map((module): AgentloopShape => ({
-              activate: (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host)),
-              eventsFromEnd: module.eventsFromEnd
-            })),
+            Effect.map((module) =>
+              moduleLoop(module, (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host)))
+            ),
             Effect.mapError((e) => new AgentloopFailed({ failure: failure("agentloop_failed", e.reason) }))
           )
         }),

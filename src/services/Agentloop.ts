@@ -99,6 +99,12 @@ export interface AgentloopShape {
    * `brain_events_from_end` (docs/abi.md).
    */
   readonly eventsFromEnd?: boolean
+  /**
+   * The only kinds of Event the loop's input carries, when set: the others in its range are left
+   * out (the range is the same; the `events` host call still reads every Event). A WebAssembly
+   * loop names each with a global `brain_events_kind_<kind>` (docs/abi.md, "The input's Events").
+   */
+  readonly eventKinds?: ReadonlyArray<string>
 }
 
 /** An admitted module, as listed. */

@@ -45,6 +45,8 @@ export interface AdmittedModule {
   readonly tailMessages: number
   /** A loop that exports the `brain_events_from_end` global: its input Events start at its predecessor's end (docs/abi.md). */
   readonly eventsFromEnd: boolean
+  /** The kinds a loop's `brain_events_kind_<kind>` globals name: its input Events are only those (docs/abi.md); none exported, undefined. */
+  readonly eventKinds?: ReadonlyArray<string>
   /** A loop that exports the `brain_configuration_unread` global: its input leaves out the session's configuration (docs/abi.md). */
   readonly configurationUnread: boolean
   readonly bytes: number

@@ -749,6 +749,39 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
+    it.scopedLive("a loop that names the kinds of Event it reads is given only those, from the same range as without them; the events host call still reads every kind", () => {
+      const probe = new Probe()
+      const inputs: Array<ActivationInput> = []
+      const read: Array<ReadonlyArray<string>> = []
+      const loops = {
+        t: {
+          eventsFromEnd: true,
+          eventKinds: ["turn_failed", "note"],
+          activate: (input: ActivationInput, host: Host) =>
+            Effect.gen(function*() {
+              inputs.push(input)
+              read.push((yield* host.events({ after: 0, limit: 1000 })).map((e) => e.kind))
+              yield* host.emit("note", { turn: inputs.length })
+              if (input.input!.message === "fail") return yield* Effect.fail(new AgentloopFailed({ failure: failure("agentloop_failed", "asked to fail") }))
+            })
+        } satisfies AgentloopShape
+      }
+      return run({ loops }, probe, ({ events, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted() })
+          yield* sessions.send(s, { message: "one" })
+          yield* Effect.either(sessions.send(s, { message: "fail" }))
+          yield* sessions.send(s, { message: "three" })
+          const evs = yield* events(s)
+          expect(inputs.length).toBe(3)
+          // The previous activation's own note is before its end: outside the range.
+          expect(inputs.map((i) => i.events.map((e) => e.kind))).toEqual([[], [], ["turn_failed"]])
+          expect(inputs[2]!.events).toEqual(evs.filter((e) => e.kind === "turn_failed"))
+          expect(read[2]).toContain("activation_started")
+          expect(read[2]).toContain("note")
+        }))
+    })
+
     // ---------------------------------------------------------------- dispatch
 
     it.scopedLive("dispatch returns results in call order even when later calls finish first", () => {

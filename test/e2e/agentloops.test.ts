@@ -69,6 +69,24 @@ describe("uploaded modules", () => {
     ])
   })
 
+  it("a loop exporting brain_events_kind_<kind> globals is given only Events of those kinds, from the same range as without them", async () => {
+    const kindsSeen = async (bytes: Uint8Array) => {
+      const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(admitted.status).toBe(201)
+      const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
+      await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      const second = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "two" } } })
+      expect(second.body.turn.status).toBe("ended")
+      return (second.body.turn.result.events as ReadonlyArray<{ kind: string }>).map((e) => e.kind)
+    }
+    expect(await kindsSeen(await wat(echoing("brain_run", undefined, { eventsFromEnd: true, eventKinds: ["turn_ended", "activation_started"] })))).toEqual([
+      "turn_ended",
+      "activation_started"
+    ])
+    expect(await kindsSeen(await wat(echoing("brain_run", undefined, { eventKinds: ["activation_started"] })))).toEqual(["activation_started", "activation_started"])
+    expect(await kindsSeen(await wat(echoing("brain_run", undefined, { eventKinds: ["turn_failed"] })))).toEqual([])
+  })
+
   it("a loop exporting brain_configuration_unread is given no configuration in its input; one without it, the session's configuration", async () => {
     const fieldsSeen = async (bytes: Uint8Array) => {
       const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))

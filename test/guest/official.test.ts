@@ -18,6 +18,7 @@ import { runTypeScriptLoop } from "./reference.js"
 import type { Message } from "../../src/domain/Messages.js"
 import { transcriptTail } from "../../src/domain/TranscriptTail.js"
 import { admitModule } from "../../src/layers/wasm/Module.js"
+import { officialLoop } from "../../src/loops/official.js"
 
 const official = shippedGuest("official")
 /** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
@@ -217,6 +218,22 @@ describe("the official loop, compiled", () => {
     expect([officialTail.tail, officialTail.tailMessages]).toEqual([true, 0])
     const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` })) as Array<Message>
     expect(tailOf({ transcript: talk })).toEqual({ transcript: [], transcript_start: 40 })
+  })
+
+  it("it names turn_failed as the only kind of Event it reads (brain_events_kind_turn_failed), as its TypeScript reference does; given other kinds as well, it makes the same calls and gives the same output", () => {
+    expect(officialTail.eventKinds).toEqual(["turn_failed"])
+    expect(officialLoop.eventKinds).toEqual(["turn_failed"])
+    const failedTurn = { session_id: "ses_1", sequence: 9, recorded_at_ms: 1, kind: "turn_failed", data: { sequence: 5, failure: { code: "interrupted", message: "the server restarted", retryable: true } } }
+    const others = ["activation_ended", "turn_ended", "turn_started", "activation_started"].map((kind, i) => ({ session_id: "ses_1", sequence: 10 + i, recorded_at_ms: 1, kind, data: { sequence: 1 } }))
+    const runWith = (events: Array<unknown>) => {
+      const run = runGuest(official, JSON.stringify(tailOf({ ...activation({ events }), transcript: [] as ReadonlyArray<Message> })), script([{ text: "done" }])())
+      return [run.calls, run.output, run.failed]
+    }
+    const only = runWith([failedTurn])
+    expect(only[2]).toBeUndefined()
+    expect(JSON.stringify(only[0])).toContain("the previous turn did not finish (interrupted: the server restarted)")
+    expect(runWith([failedTurn, ...others])).toEqual(only)
+    expect(runWith(others)).toEqual(runWith([]))
   })
 
   it("it does not read its configuration (brain_configuration_unread): Brain leaves it out, and given one, large or not, it makes the same calls and gives the same output", () => {

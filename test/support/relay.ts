@@ -64,6 +64,7 @@ const decode = <A>(answer: string, value: (ok: any) => A): Effect.Effect<A, Host
 export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool, limits: ActivationLimits): AgentloopShape => ({
   // Which Events the input carries is the loop's choice, made before the activation: the relay keeps it.
   ...(loop.eventsFromEnd === true ? { eventsFromEnd: true } : {}),
+  ...(loop.eventKinds === undefined ? {} : { eventKinds: loop.eventKinds }),
   activate: (input, host) =>
     Effect.gen(function*() {
       const calls = yield* Queue.unbounded<Pending>()

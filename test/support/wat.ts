@@ -41,6 +41,8 @@ export const guest = (
     readonly eventsFromEnd?: boolean
     /** Exports `brain_configuration_unread`: a loop whose input leaves out the session's configuration. */
     readonly configurationUnread?: boolean
+    /** Exports a global `brain_events_kind_<kind>` for each: a loop whose input Events are of those kinds only. */
+    readonly eventKinds?: ReadonlyArray<string>
   } = {}
 ) => `
 (module
@@ -53,6 +55,7 @@ export const guest = (
   ${options.tailLength !== undefined ? `(global (export "brain_transcript_tail_length") ${options.tailLength})` : ""}
   ${options.eventsFromEnd === true ? `(global (export "brain_events_from_end") i32 (i32.const 1))` : ""}
   ${options.configurationUnread === true ? `(global (export "brain_configuration_unread") i32 (i32.const 1))` : ""}
+  ${(options.eventKinds ?? []).map((kind) => `(global (export "brain_events_kind_${kind}") i32 (i32.const 1))`).join("\n  ")}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
     (local $p i32)
@@ -102,7 +105,13 @@ export const calling = (op: string, request: string, entry: Entry = "brain_run",
 export const echoing = (
   entry: Entry = "brain_run",
   first?: { readonly op: string; readonly request: string },
-  options: { readonly tail?: boolean; readonly tailLength?: string; readonly eventsFromEnd?: boolean; readonly configurationUnread?: boolean } = {}
+  options: {
+    readonly tail?: boolean
+    readonly tailLength?: string
+    readonly eventsFromEnd?: boolean
+    readonly configurationUnread?: boolean
+    readonly eventKinds?: ReadonlyArray<string>
+  } = {}
 ) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")

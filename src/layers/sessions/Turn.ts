@@ -64,12 +64,16 @@ const stringSeed = (s: string) => {
 // prototype and a hidden class of its own the first time it runs (docs/benchmarks.md,
 // "Generator bodies made once").
 
-/** The activation: the loop given its input (the Events after `start.eventsAfter` among it) and its host. */
+/**
+ * The activation: the loop given its input (the Events after `start.eventsAfter` among it, of the
+ * kinds it reads when it names them) and its host.
+ */
 function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof makeHost>, now: number) {
   const { cell, turn, activation } = start
   const { journal } = deps
+  const kinds = start.loop.eventKinds
   const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
-    Effect.map((p) => p.events),
+    Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.includes(e.kind)))),
     Effect.orElseSucceed(() => [])
   )
   return yield* start.loop.activate(

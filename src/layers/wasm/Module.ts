@@ -217,6 +217,9 @@ const ABI_TYPES: ReadonlyArray<readonly ["imports" | "exports", string, string]>
   ["exports", "brain_tool", "(i32, i32) -> i64"]
 ]
 
+/** A loop's global named this and then an Event kind: its input carries Events of the kinds so named only (docs/abi.md, "The input's Events"). */
+export const EVENT_KIND_EXPORT = "brain_events_kind_"
+
 export interface AdmissionLimits {
   readonly maxModuleBytes: number
   readonly maxMemoryBytes: number
@@ -288,7 +291,9 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     }
     // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
     const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
+    // And one that reads only some kinds of Event in its input, with a global for each.
+    const eventKinds = loop ? [...exports].flatMap(([name, kind]) => kind === "global" && name.startsWith(EVENT_KIND_EXPORT) && name.length > EVENT_KIND_EXPORT.length ? [name.slice(EVENT_KIND_EXPORT.length)] : []) : []
     // And one that does not read its configuration, which its input then leaves out ("The entries").
     const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, configurationUnread, bytes: bytes.length })
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.length > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length })
   })

@@ -196,6 +196,19 @@ describe("rogue guests", () => {
       expect(yield* read(loop(mark, "brain_tool"))).toBe(false)
     }).pipe(Effect.scoped))
 
+  it.effect("brain_events_kind_<kind> globals a loop exports are read at admission as the kinds its input Events are limited to; functions of such names, the bare prefix, or a tool's globals are not", () =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
+      const mark = (kind: string) => `(global (export "brain_events_kind_${kind}") i32 (i32.const 1))`
+      const read = (text: string) => Effect.map(Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes))), (m) => m.eventKinds)
+      expect(yield* read(loop(mark("turn_failed")))).toEqual(["turn_failed"])
+      expect(yield* read(loop(`${mark("turn_failed")} ${mark("note")}`))).toEqual(["turn_failed", "note"])
+      expect(yield* read(loop(""))).toBeUndefined()
+      expect(yield* read(loop(`(func (export "brain_events_kind_turn_failed")) (global (export "brain_events_kind_") i32 (i32.const 1))`))).toBeUndefined()
+      expect(yield* read(loop(mark("turn_failed"), "brain_tool"))).toBeUndefined()
+    }).pipe(Effect.scoped))
+
   it.scopedLive("every activation gets a fresh instance: a guest counting in a global sees 1 on every turn", () =>
     Effect.gen(function*() {
       const one = data(100, '{"ok":1}')
