@@ -125,7 +125,7 @@ class Run implements Resting {
   /** The host call the guest unwound from. */
   pending: { readonly op: string; readonly request: string } | undefined = undefined
   /** The answer to give when the guest is rewound into its call. */
-  answer: Uint8Array | undefined = undefined
+  answer: string | undefined = undefined
   /** Where the suspended stack goes (0: not taken yet). */
   suspendAt = 0
   /** Milliseconds computed here so far, and when the current stretch began. */
@@ -199,6 +199,14 @@ class Run implements Resting {
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }
 
+  /** Writes `text` as UTF-8 straight into memory the guest allocates (no copy made first); the packed (ptr, len). */
+  giveText(text: string): bigint {
+    const length = Buffer.byteLength(text, "utf8")
+    const ptr = this.alloc(length)
+    encoder.encodeInto(text, this.bytesAt(ptr, length))
+    return (BigInt(ptr) << 32n) | BigInt(length)
+  }
+
   readonly imports = {
     env: { memory: undefined as unknown as WebAssembly.Memory },
     brain: {
@@ -209,7 +217,7 @@ class Run implements Resting {
           this.state = NORMAL
           const answer = this.answer!
           this.answer = undefined
-          return this.give(answer)
+          return this.giveText(answer)
         }
         if (this.starting) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
         if (this.allocating) throw new GuestError(FROM_ALLOC)
@@ -365,7 +373,7 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
       }
       return Effect.flatMap(activation.perform(op, request), (answer) => {
         run.calls.push({ op, request: requestKey(request), answer })
-        run.answer = encoder.encode(answer)
+        run.answer = answer
         run.state = REWINDING
         run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
         return step()

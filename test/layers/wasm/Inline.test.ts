@@ -235,6 +235,17 @@ describe("WasmHost on the main thread", () => {
       expect(wasm.stats).toEqual({ inline: 3, moved: 0, pool: 0 })
     }))
 
+  it.scopedLive("a host answer on the main thread reaches the guest as its UTF-8 bytes, whole: two-, three- and four-byte characters, and an empty string", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, calling("kv_read", '{"key":"k"}'))
+      for (const value of ["é", "naïve café — 中文 😀🎉", "", "x".repeat(5000) + "😀"]) {
+        const host = hostWith({ kvRead: () => Effect.succeed(Option.some(value)) })
+        expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value })
+      }
+      expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
+    }))
+
   it.scopedLive("with a compute budget below the allowance, a spinning guest fails at its budget on the main thread, and the next activation completes", () =>
     Effect.gen(function*() {
       const wasm = yield* inlineHost(10_000, { computeMs: 100 })
