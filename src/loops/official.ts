@@ -71,7 +71,7 @@ const interruptionNote = (events: ReadonlyArray<{ kind: string; data: any }>): s
 export const officialLoop: AgentloopShape = {
   // It reads its Events only for how the previous turn ended (a `turn_failed`), as the WebAssembly loop does.
   eventsFromEnd: true,
-  eventKinds: ["turn_failed"],
+  eventKinds: new Set(["turn_failed"]),
   activate: (input, host: Host) => Effect.gen(() => activationOf(input, host))
 }
 

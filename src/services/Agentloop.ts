@@ -104,7 +104,7 @@ export interface AgentloopShape {
    * out (the range is the same; the `events` host call still reads every Event). A WebAssembly
    * loop names each with a global `brain_events_kind_<kind>` (docs/abi.md, "The input's Events").
    */
-  readonly eventKinds?: ReadonlyArray<string>
+  readonly eventKinds?: ReadonlySet<string>
 }
 
 /** An admitted module, as listed. */

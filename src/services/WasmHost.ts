@@ -46,7 +46,7 @@ export interface AdmittedModule {
   /** A loop that exports the `brain_events_from_end` global: its input Events start at its predecessor's end (docs/abi.md). */
   readonly eventsFromEnd: boolean
   /** The kinds a loop's `brain_events_kind_<kind>` globals name: its input Events are only those (docs/abi.md); none exported, undefined. */
-  readonly eventKinds?: ReadonlyArray<string>
+  readonly eventKinds?: ReadonlySet<string>
   /** A loop that exports the `brain_configuration_unread` global: its input leaves out the session's configuration (docs/abi.md). */
   readonly configurationUnread: boolean
   readonly bytes: number

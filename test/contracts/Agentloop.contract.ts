@@ -756,7 +756,7 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
       const loops = {
         t: {
           eventsFromEnd: true,
-          eventKinds: ["turn_failed", "note"],
+          eventKinds: new Set(["turn_failed", "note"]),
           activate: (input: ActivationInput, host: Host) =>
             Effect.gen(function*() {
               inputs.push(input)

@@ -73,7 +73,7 @@ function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof
   const { journal } = deps
   const kinds = start.loop.eventKinds
   const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
-    Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.includes(e.kind)))),
+    Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.has(e.kind)))),
     Effect.orElseSucceed(() => [])
   )
   return yield* start.loop.activate(

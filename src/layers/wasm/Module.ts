@@ -292,8 +292,13 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
     const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
     // And one that reads only some kinds of Event in its input, with a global for each.
-    const eventKinds = loop ? [...exports].flatMap(([name, kind]) => kind === "global" && name.startsWith(EVENT_KIND_EXPORT) && name.length > EVENT_KIND_EXPORT.length ? [name.slice(EVENT_KIND_EXPORT.length)] : []) : []
+    const eventKinds = new Set<string>()
+    if (loop) {
+      for (const [name, kind] of exports) {
+        if (kind === "global" && name.startsWith(EVENT_KIND_EXPORT) && name.length > EVENT_KIND_EXPORT.length) eventKinds.add(name.slice(EVENT_KIND_EXPORT.length))
+      }
+    }
     // And one that does not read its configuration, which its input then leaves out ("The entries").
     const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.length > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length })
+    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.size > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length })
   })
