@@ -35,6 +35,11 @@ export const ASC_FLAGS = [
   // of a new one whose pages must all be mapped again; the put-back writes the whole initial size, so
   // it is no larger than a usual turn needs (docs/agentloops.md, "Build").
   "--initialMemory", "2",
+  // No bulk memory instructions (asc copies and fills with its own loops instead, as fast for a
+  // turn's strings): a module whose every write is a plain store has its writes counted on the main
+  // thread, and an instance put back has only what it wrote zeroed (src/layers/wasm/Instrument.ts,
+  // "Written"; docs/agentloops.md, "Build").
+  "--disable", "bulk-memory",
   "--optimize",
   "--use", "abort=guest/brain/abi/brainAbort",
   "--noColors"

@@ -30,7 +30,7 @@
 import * as crypto from "node:crypto"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
@@ -134,6 +134,8 @@ class Run implements Resting {
   calls: Array<RecordedCall> = []
   /** Its twin has RESET_EXPORTS, and they saved the globals as instantiation left them. */
   resettable = false
+  /** One past the highest byte of its memory the host wrote (or read) since it was put back. */
+  hostEnd = 0
 
   constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }, readonly key: string) {
     this.memory = memoryFor(memory)
@@ -162,12 +164,20 @@ class Run implements Resting {
     this.used = 0
     this.calls = []
     this.allocating = false
+    this.hostEnd = 0
+  }
+
+  /** One past the highest byte of memory written since instantiation or the last put-back: the guest's (WRITTEN_EXPORT) and the host's; the memory's size when its twin does not count. */
+  written(): number {
+    const counted = this.exports[WRITTEN_EXPORT] as { readonly value: number } | undefined
+    return counted === undefined ? this.memory.buffer.byteLength : Math.max(counted.value >>> 0, this.hostEnd)
   }
 
   bytesAt(ptr: number, len: number): Uint8Array {
     if (ptr < 0 || len < 0 || ptr + len > this.memory.buffer.byteLength) {
       throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${this.memory.buffer.byteLength} bytes)`)
     }
+    if (ptr + len > this.hostEnd) this.hostEnd = ptr + len
     return new Uint8Array(this.memory.buffer, ptr, len)
   }
 

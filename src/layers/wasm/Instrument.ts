@@ -20,6 +20,15 @@
  *   (Inline.ts): its globals, its memory, its tables (which its code cannot change) and its
  *   segments (which it cannot drop or copy from).
  *
+ * - **Written** (WRITTEN_EXPORT), for a module whose every store to memory is a plain load-store
+ *   instruction (no `memory.copy`, `memory.fill`, atomic or SIMD store): each store raises a global
+ *   to one past the last byte it writes (Binaryen's `instrument-memory` pass, its imports defined
+ *   here and inlined, as the metering's are), so that an instance put back has only that much of
+ *   its memory zeroed: what its guest never wrote is still zero, and writing it again cost a turn
+ *   of the official loop about 20 µs of cache (docs/benchmarks.md, "The cost of zeroing a memory
+ *   the guest did not touch"). A store whose end wraps past 2^32 traps, and a failed activation's
+ *   memory is zeroed whole.
+ *
  * The twin exports only what the host calls (the entry points, the allocator, and the exports
  * above): an instance of a module with fewer exports is made faster, and a guest never sees its
  * own exports.
@@ -32,7 +41,7 @@
  * milliseconds, which the main thread must not spend.
  */
 import binaryen from "binaryen"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
 export const TICK_IMPORT = { module: "brain", name: "tick" } as const
@@ -84,6 +93,8 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
     ]))
     m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
+    // After Asyncify, so that the stores it added (its suspension buffer's) are counted too.
+    if (storesCounted(m)) addWritten(m)
     if (resettable(m)) addReset(m)
     for (const name of exportNames(m)) if (!HOST_CALLS.has(name)) m.removeExport(name)
     if (!m.validate()) throw new Error("the instrumented module does not validate")
@@ -94,7 +105,7 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
 }
 
 /** The exports the host calls on a twin; the rest (the ABI's markers, the memory) are read from the admitted module, never from an instance. */
-const HOST_CALLS: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc", ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore])
+const HOST_CALLS: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc", ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT])
 
 const exportNames = (m: binaryen.Module): Array<string> =>
   Array.from({ length: m.getNumExports() }, (_, i) => binaryen.getExportInfo(m.getExportByIndex(i)).name)
@@ -114,6 +125,75 @@ const resettable = (m: binaryen.Module): boolean => {
     if (body !== 0 && UNRESETTABLE.test(binaryen.emitText(body))) return false
   }
   return true
+}
+
+/**
+ * The instructions that write memory other than a plain store, which `instrument-memory` does not
+ * see: bulk operations, atomics (`i32.atomic.store`, `….atomic.rmw…`, their `cmpxchg`) and SIMD
+ * stores (`v128.store`, a lane's). A module with any of them gets no WRITTEN_EXPORT.
+ */
+const UNCOUNTED_STORES = /\((memory\.(copy|fill|init)|[a-z0-9]+\.atomic\.[a-z0-9_.]+|v128\.store[a-z0-9_]*)\b/
+
+/** Whether every write to memory in the module's code is a plain store `instrument-memory` counts. */
+const storesCounted = (m: binaryen.Module): boolean => {
+  for (let i = 0; i < m.getNumFunctions(); i++) {
+    const body = binaryen.getFunctionInfo(m.getFunctionByIndex(i)).body
+    if (body !== 0 && UNCOUNTED_STORES.test(binaryen.emitText(body))) return false
+  }
+  return true
+}
+
+/**
+ * Adds WRITTEN_EXPORT: `instrument-memory` routes every load's and store's address and value
+ * through imported functions; each is defined here instead, answering what it was given, and the
+ * store's address one also raises the global to `address + offset + bytes`. Then inlined.
+ */
+const addWritten = (m: binaryen.Module) => {
+  m.addGlobal(WRITTEN_EXPORT, binaryen.i32, true, m.i32.const(0))
+  m.runPasses(["instrument-memory"])
+  for (let i = m.getNumFunctions() - 1; i >= 0; i--) {
+    const info = binaryen.getFunctionInfo(m.getFunctionByIndex(i))
+    if (info.module !== "env" || !INSTRUMENT_MEMORY_IMPORTS.has(info.base ?? "")) continue
+    const params = binaryen.expandType(info.params)
+    const last = m.local.get(params.length - 1, params[params.length - 1]!)
+    m.removeFunction(info.name)
+    if (info.base === "store_ptr") {
+      // (id, bytes, offset, address) -> address
+      const end = () => m.i32.add(m.i32.add(m.local.get(3, binaryen.i32), m.local.get(2, binaryen.i32)), m.local.get(1, binaryen.i32))
+      const written = () => m.global.get(WRITTEN_EXPORT, binaryen.i32)
+      m.addFunction(info.name, info.params, info.results, [], m.block(null, [
+        m.if(m.i32.gt_u(end(), written()), m.global.set(WRITTEN_EXPORT, end())),
+        last
+      ], info.results))
+    } else {
+      m.addFunction(info.name, info.params, info.results, [], last)
+    }
+  }
+  // A guest imports no function from `env` (admission): any left is one this host does not define.
+  const left = importedEnvFunction(m)
+  if (left !== undefined) throw new Error(`instrument-memory imports env.${left}, which this host does not define`)
+  m.runPasses(["inlining", "coalesce-locals", "vacuum"])
+  m.addGlobalExport(WRITTEN_EXPORT, WRITTEN_EXPORT)
+}
+
+/** What `instrument-memory` imports from `env` (Binaryen 131): each answers its last argument, `store_ptr` also counting the store. */
+const INSTRUMENT_MEMORY_IMPORTS: ReadonlySet<string> = new Set([
+  "memory_grow_pre", "memory_grow_post", "load_ptr", "load_val_i32", "load_val_i64", "load_val_f32", "load_val_f64",
+  "store_ptr", "store_val_i32", "store_val_i64", "store_val_f32", "store_val_f64",
+  "struct_get_val_i32", "struct_get_val_i64", "struct_get_val_f32", "struct_get_val_f64",
+  "struct_set_val_i32", "struct_set_val_i64", "struct_set_val_f32", "struct_set_val_f64",
+  "array_get_val_i32", "array_get_val_i64", "array_get_val_f32", "array_get_val_f64",
+  "array_set_val_i32", "array_set_val_i64", "array_set_val_f32", "array_set_val_f64",
+  "array_get_index", "array_set_index"
+])
+
+/** The base name of a function the module imports from `env`, if any. */
+const importedEnvFunction = (m: binaryen.Module): string | undefined => {
+  for (let i = 0; i < m.getNumFunctions(); i++) {
+    const info = binaryen.getFunctionInfo(m.getFunctionByIndex(i))
+    if (info.module === "env") return info.base ?? ""
+  }
+  return undefined
 }
 
 /** Adds `brain$save` and `brain$restore` over every mutable global the module defines (Asyncify's and the fuel included). */

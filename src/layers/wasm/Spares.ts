@@ -17,6 +17,11 @@ export interface Resting {
   readonly resettable: boolean
   /** Its memory limits, `initial:maximum`. */
   readonly key: string
+  /**
+   * One past the highest byte of its memory written since it was made or last put back (by its
+   * guest, as its twin counts, and by the host); its memory's size when its twin does not count.
+   */
+  written(): number
   /** Clears what the activation left in the instance's host-side state. */
   rest(): void
 }
@@ -57,8 +62,8 @@ const peaks: Array<number> = []
 const SPARE_TRIM_MS = 1_000
 let trimming: ReturnType<typeof setInterval> | undefined
 
-/** Instances made and instances reused on the main thread, since the process started (for tests and benchmarks). */
-export const instanceStats = { made: 0, reused: 0 }
+/** Instances made, reused and put back on the main thread, and the bytes put-backs zeroed above their images, since the process started (for tests and benchmarks). */
+export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0 }
 
 /** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
@@ -156,8 +161,14 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
     return false
   }
   const memory = new Uint8Array(run.memory.buffer)
+  // Above what was written, the memory is still as the last put-back (or instantiation) left it:
+  // zeros. Not writing them again spares the cache (docs/benchmarks.md, "The cost of zeroing a
+  // memory the guest did not touch").
+  const written = Math.min(bytes, run.written())
   memory.set(image)
-  memory.fill(0, image.length)
+  if (written > image.length) memory.fill(0, image.length, written)
+  instanceStats.putBack++
+  instanceStats.zeroed += Math.max(0, written - image.length)
   run.exports[RESET_EXPORTS.restore]()
   run.rest()
   const list = spareRuns.get(instrumented) ?? []

@@ -18,11 +18,18 @@ export const ASYNCIFY_OPS = { startUnwind: 0, stopUnwind: 1, startRewind: 2, sto
 export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as const
 
 /**
+ * A twin's exported global (an i32) holding one past the highest byte of memory its code stored
+ * to, when every store it can make is counted (Instrument.ts, "Written"): what the host must zero
+ * at most when it puts the instance back. A twin without it may have written anywhere.
+ */
+export const WRITTEN_EXPORT = "brain$written"
+
+/**
  * The version of what Instrument.ts makes of a module: a twin made ahead of time (by the build,
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 4
+export const TWIN_FORMAT = 5
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`
