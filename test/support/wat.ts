@@ -19,32 +19,32 @@ export const wat = async (text: string, features: { readonly threads?: boolean; 
   }
 }
 
+/** What `guest` puts around a body besides the plumbing, or leaves out of it. */
+export interface GuestOptions {
+  readonly imports?: string
+  readonly marker?: boolean
+  readonly memory?: string
+  readonly ownMemory?: boolean
+  readonly alloc?: boolean
+  /** Exports `brain_transcript_tail`: a loop that reads the transcript's tail. */
+  readonly tail?: boolean
+  /** Exports `brain_transcript_tail_length` with this WAT global type and initializer (`i32 (i32.const 3)`). */
+  readonly tailLength?: string
+  /** Exports `brain_events_from_end`: a loop whose input Events start at the previous activation's end. */
+  readonly eventsFromEnd?: boolean
+  /** Exports `brain_configuration_unread`: a loop whose input leaves out the session's configuration. */
+  readonly configurationUnread?: boolean
+  /** Exports a global `brain_events_kind_<kind>` for each: a loop whose input Events are of those kinds only. */
+  readonly eventKinds?: ReadonlyArray<string>
+}
+
 /**
  * The ABI's plumbing around `body` (WAT module fields). Options break it on purpose, for admission
  * tests: `memory` is the limits of the `env.memory` import (default `1`: one page, no maximum),
  * `ownMemory` defines the memory in the module instead of importing it, `marker: false` leaves
  * out `brain_abi_v1`, `alloc: false` leaves out `brain_alloc`'s export.
  */
-export const guest = (
-  body: string,
-  options: {
-    readonly imports?: string
-    readonly marker?: boolean
-    readonly memory?: string
-    readonly ownMemory?: boolean
-    readonly alloc?: boolean
-    /** Exports `brain_transcript_tail`: a loop that reads the transcript's tail. */
-    readonly tail?: boolean
-    /** Exports `brain_transcript_tail_length` with this WAT global type and initializer (`i32 (i32.const 3)`). */
-    readonly tailLength?: string
-    /** Exports `brain_events_from_end`: a loop whose input Events start at the previous activation's end. */
-    readonly eventsFromEnd?: boolean
-    /** Exports `brain_configuration_unread`: a loop whose input leaves out the session's configuration. */
-    readonly configurationUnread?: boolean
-    /** Exports a global `brain_events_kind_<kind>` for each: a loop whose input Events are of those kinds only. */
-    readonly eventKinds?: ReadonlyArray<string>
-  } = {}
-) => `
+export const guest = (body: string, options: GuestOptions = {}) => `
 (module
   ${options.ownMemory === true ? "" : `(import "env" "memory" (memory $mem ${options.memory ?? "1"}))`}
   (import "brain" "call" (func $call (param i32 i32 i32 i32) (result i64)))
@@ -105,13 +105,7 @@ export const calling = (op: string, request: string, entry: Entry = "brain_run",
 export const echoing = (
   entry: Entry = "brain_run",
   first?: { readonly op: string; readonly request: string },
-  options: {
-    readonly tail?: boolean
-    readonly tailLength?: string
-    readonly eventsFromEnd?: boolean
-    readonly configurationUnread?: boolean
-    readonly eventKinds?: ReadonlyArray<string>
-  } = {}
+  options: Pick<GuestOptions, "tail" | "tailLength" | "eventsFromEnd" | "configurationUnread" | "eventKinds"> = {}
 ) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")
