@@ -93,9 +93,12 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
     ]))
     m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
-    // After Asyncify, so that the stores it added (its suspension buffer's) are counted too.
-    if (storesCounted(m)) addWritten(m)
-    if (resettable(m)) addReset(m)
+    // After Asyncify, so that the stores it added (its suspension buffer's) are counted too. The
+    // code is read once for both: what addWritten adds can neither change a table nor write memory
+    // any way but a plain store.
+    const [unresettable, uncounted] = codeHas(m, [UNRESETTABLE, UNCOUNTED_STORES])
+    if (!uncounted) addWritten(m)
+    if (!unresettable) addReset(m)
     for (const name of exportNames(m)) if (!HOST_CALLS.has(name)) m.removeExport(name)
     if (!m.validate()) throw new Error("the instrumented module does not validate")
     return m.emitBinary()
@@ -118,15 +121,6 @@ const exportNames = (m: binaryen.Module): Array<string> =>
  */
 const UNRESETTABLE = /\((table\.(set|grow|fill|copy|init)|elem\.drop|data\.drop|memory\.init)\b/
 
-/** Whether no function body has an UNRESETTABLE instruction (each body printed alone: a large module's whole text is never held). */
-const resettable = (m: binaryen.Module): boolean => {
-  for (let i = 0; i < m.getNumFunctions(); i++) {
-    const body = binaryen.getFunctionInfo(m.getFunctionByIndex(i)).body
-    if (body !== 0 && UNRESETTABLE.test(binaryen.emitText(body))) return false
-  }
-  return true
-}
-
 /**
  * The instructions that write memory other than a plain store, which `instrument-memory` does not
  * see: bulk operations, atomics (`i32.atomic.store`, `….atomic.rmw…`, their `cmpxchg`) and SIMD
@@ -134,13 +128,19 @@ const resettable = (m: binaryen.Module): boolean => {
  */
 const UNCOUNTED_STORES = /\((memory\.(copy|fill|init)|[a-z0-9]+\.atomic\.[a-z0-9_.]+|v128\.store[a-z0-9_]*)\b/
 
-/** Whether every write to memory in the module's code is a plain store `instrument-memory` counts. */
-const storesCounted = (m: binaryen.Module): boolean => {
-  for (let i = 0; i < m.getNumFunctions(); i++) {
+/**
+ * For each pattern, whether some function body has an instruction it matches: each body printed
+ * once, alone (a large module's whole text is never held), and no longer once every pattern matched.
+ */
+const codeHas = (m: binaryen.Module, patterns: ReadonlyArray<RegExp>): Array<boolean> => {
+  const found = patterns.map(() => false)
+  for (let i = 0; i < m.getNumFunctions() && found.includes(false); i++) {
     const body = binaryen.getFunctionInfo(m.getFunctionByIndex(i)).body
-    if (body !== 0 && UNCOUNTED_STORES.test(binaryen.emitText(body))) return false
+    if (body === 0) continue
+    const text = binaryen.emitText(body)
+    patterns.forEach((p, j) => void (found[j] ||= p.test(text)))
   }
-  return true
+  return found
 }
 
 /**
