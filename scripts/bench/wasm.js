@@ -91,9 +91,10 @@ const inline = async (bytes, module) => {
   const t = await twinOf(module.hash, bytes)
   if (!("module" in t)) throw new Error(`no twin: ${t.failure}`)
   return (activation) =>
-    Effect.map(runInline(t.module, activation, INLINE_LIMITS), (out) => {
-      if (out._tag !== "done") throw new Error("moved")
-      return out.output
+    runInline(t.module, activation, INLINE_LIMITS, {
+      done: Effect.succeed,
+      moved: (reason) => Effect.die(new Error(`moved: ${reason}`)),
+      failed: Effect.fail
     })
 }
 

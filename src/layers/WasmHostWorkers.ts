@@ -30,7 +30,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
-import { type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
+import { type InlineEnds, type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
@@ -67,8 +67,6 @@ export interface WasmHostStats {
 export const WASM_THREADS_PER_WORKER = 8
 
 const isCode = Schema.is(FailureCode)
-
-const encoder = new TextEncoder()
 
 /** A loop's `ok` may come with `transcript`, a set_transcript request to save before the turn takes the result. */
 type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown; readonly details?: unknown } }
@@ -149,22 +147,28 @@ export const make = (options: WasmHostOptions) =>
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
-    /** An activation on the main thread when its module's twin is ready, else (or once moved) on the pool. */
-    const run = (activation: Activation): Effect.Effect<string, ActivationFailure> => {
+    /**
+     * An activation on the main thread when its module's twin is ready, else (or once moved) on
+     * the pool; then `done` with its output, or `failed`.
+     */
+    const run = <A, E>(activation: Activation, ends: Omit<InlineEnds<A, E>, "moved">): Effect.Effect<A, E> => {
       const twin = inlineMs > 0 ? twins.take(activation.moduleId) : undefined
       if (twin === undefined) {
         stats.pool++
-        return activate(pool, activation, limits)
+        return Effect.matchEffect(activate(pool, activation, limits), { onFailure: ends.failed, onSuccess: ends.done })
       }
       stats.inline++
-      return Effect.flatMap(runInline(twin, activation, inlineLimits), (outcome) => {
-        if (outcome._tag === "done") {
+      return runInline(twin, activation, inlineLimits, {
+        done: (output) => {
           twins.completed(activation.moduleId)
-          return Effect.succeed(outcome.output)
-        }
-        stats.moved++
-        twins.moved(activation.moduleId)
-        return replayed(pool, limits, activation, outcome.calls)
+          return ends.done(output)
+        },
+        moved: (_reason, calls) => {
+          stats.moved++
+          twins.moved(activation.moduleId)
+          return Effect.matchEffect(replayed(pool, limits, activation, calls), { onFailure: ends.failed, onSuccess: ends.done })
+        },
+        failed: ends.failed
       })
     }
 
@@ -190,22 +194,25 @@ export const make = (options: WasmHostOptions) =>
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
-        return run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: encoder.encode(guestInputJson(input, module)), perform: services }).pipe(
-          Effect.mapError((f: ActivationFailure) => loopFailed(f.message)),
-          Effect.flatMap((text) => {
+        // The input as text: the main thread writes it into the guest's memory as UTF-8 itself.
+        const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module), perform: services }
+        return run(activation, {
+          failed: (f) => Effect.fail(loopFailed(f.message)),
+          done: (text) => {
             const output = readOutput(text)
             if (output === undefined) return Effect.fail(loopFailed('the guest\'s output is not {"ok": …} or {"error": {…}} JSON'))
             if ("ok" in output) {
               if (!("transcript" in output)) return Effect.succeed(output.ok)
               // Checked as the set_transcript call it stands for; committed with the turn's closing records.
-              return services.save(output.transcript).pipe(
-                Effect.mapError((e) =>
-                  e._tag === "TranscriptRefused"
-                    ? loopFailed(`the output's transcript is not a valid set_transcript request: ${e.reason}`)
-                    : new AgentloopFailed({ failure: e.failure })
-                ),
-                Effect.as(output.ok)
-              )
+              return Effect.matchEffect(services.save(output.transcript), {
+                onFailure: (e) =>
+                  Effect.fail(
+                    e._tag === "TranscriptRefused"
+                      ? loopFailed(`the output's transcript is not a valid set_transcript request: ${e.reason}`)
+                      : new AgentloopFailed({ failure: e.failure })
+                  ),
+                onSuccess: () => Effect.succeed(output.ok)
+              })
             }
             if ("transcript" in output) return Effect.fail(loopFailed('the guest\'s output carries a transcript with an error: a transcript goes only with {"ok": …}'))
             const e = output.error
@@ -221,13 +228,13 @@ export const make = (options: WasmHostOptions) =>
                   : failure("agentloop_failed", message)
               })
             )
-          })
-        )
+          }
+        })
       },
       runTool: (module, activation, services) =>
-        Effect.match(
-          run({ moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) }),
-          { onFailure: toolFailed, onSuccess: toolRunOf }
+        run(
+          { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) },
+          { failed: (f) => Effect.succeed(toolFailed(f)), done: (text) => Effect.succeed(toolRunOf(text)) }
         ),
       tryTool: (module, activation, services) => {
         const twin = inlineMs > 0 ? twins.tryable(module.hash) : undefined

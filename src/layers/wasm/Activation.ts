@@ -35,12 +35,13 @@ export interface Activation {
   readonly memory: MemoryLimits
   readonly entry: "brain_run" | "brain_tool"
   /**
-   * The input JSON as UTF-8 (`jsonBytes`). Copied into the thread's shared buffer when it fits
-   * (WorkerProtocol.ts), else its buffer is handed to the worker: either way the caller keeps no
-   * copy of a big one, so a turn with a big transcript holds it on no JavaScript heap while the
-   * guest runs.
+   * The input JSON: as UTF-8 (`jsonBytes`), or as text, which the main thread writes into its
+   * guest's memory as UTF-8 directly (Inline.ts) and a worker's activation encodes first. Bytes
+   * are copied into the thread's shared buffer when they fit (WorkerProtocol.ts), else their buffer
+   * is handed to the worker: either way the caller keeps no copy of a big input, so a turn with a
+   * big transcript holds it on no JavaScript heap while the guest runs on a worker.
    */
-  readonly input: Uint8Array
+  readonly input: Uint8Array | string
   /** Performs one host call; the answer's JSON text (never fails: errors are answers too). */
   readonly perform: (op: string, request: string) => Effect.Effect<string>
 }
@@ -56,6 +57,9 @@ export const memoryLimitsOf = (memory: MemoryLimits, memoryBytes: number): { rea
   return { initial: memory.initial, maximum: Math.max(memory.initial, Math.min(maxPages, memory.maximum ?? maxPages)) }
 }
 
+/** The input's size in UTF-8 bytes. */
+export const inputBytes = (input: Uint8Array | string): number => typeof input === "string" ? Buffer.byteLength(input, "utf8") : input.byteLength
+
 /** A value's JSON as UTF-8 in a buffer of its own (it may be transferred, so never a pooled Buffer). */
 export const jsonBytes = (value: unknown): Uint8Array => encoder.encode(JSON.stringify(value))
 
@@ -66,7 +70,7 @@ export const jsonBytes = (value: unknown): Uint8Array => encoder.encode(JSON.str
 export const activate = (pool: Pool, activation: Activation, limits: ActivationLimits): Effect.Effect<string, ActivationFailure> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.suspend(() => {
-      if (activation.input.byteLength > limits.ioBytes) {
+      if (inputBytes(activation.input) > limits.ioBytes) {
         return Effect.fail<ActivationFailure>({
           _tag: "guest",
           message: `the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`
@@ -203,7 +207,7 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
       thread.start({
         moduleId: activation.moduleId,
         entry: activation.entry,
-        input: activation.input,
+        input: typeof activation.input === "string" ? encoder.encode(activation.input) : activation.input,
         memory: memoryLimitsOf(activation.memory, limits.memoryBytes),
         maxRequestBytes: limits.ioBytes
       }, activation.module)

@@ -29,7 +29,7 @@
  */
 import * as crypto from "node:crypto"
 import { Effect, Exit } from "effect"
-import { type Activation, type ActivationFailure, type ActivationLimits, memoryLimitsOf } from "./Activation.js"
+import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
@@ -60,6 +60,25 @@ export type InlineOutcome =
   | { readonly _tag: "done"; readonly output: string }
   /** The activation must run again on a worker thread, answered `calls` first. */
   | { readonly _tag: "moved"; readonly reason: string; readonly calls: ReadonlyArray<RecordedCall> }
+
+/**
+ * What each way an activation can end here goes on to: its output, its move to a worker thread
+ * (to run again from its start, answered `calls` first), its failure. Taken at the end itself, so
+ * that what the caller does with the output is the next step of the same effect, not a step
+ * mapped over an outcome value.
+ */
+export interface InlineEnds<A, E> {
+  readonly done: (output: string) => Effect.Effect<A, E>
+  readonly moved: (reason: string, calls: ReadonlyArray<RecordedCall>) => Effect.Effect<A, E>
+  readonly failed: (failure: ActivationFailure) => Effect.Effect<A, E>
+}
+
+/** The ends as values (`tryInline`): an `Exit` of the outcome. */
+const asOutcome: InlineEnds<InlineOutcome, ActivationFailure> = {
+  done: (output) => Exit.succeed({ _tag: "done", output }),
+  moved: (reason, calls) => Exit.succeed({ _tag: "moved", reason, calls }),
+  failed: (failure) => Exit.fail(failure)
+}
 
 /** Metering units between two reads of the clock. */
 const FUEL = 20_000
@@ -111,8 +130,7 @@ class Overrun extends Error {}
 const encoder = new TextEncoder()
 const decoder = new TextDecoder("utf-8", { fatal: true })
 
-/** An `Exit`: an activation that failed before any host call has its outcome as a value (`tryInline`). */
-const failed = (message: string): Effect.Effect<never, ActivationFailure> => Exit.fail({ _tag: "guest", message })
+const guestFailure = (message: string): ActivationFailure => ({ _tag: "guest", message })
 
 /** One activation's instance and where it stands. */
 class Run implements Resting {
@@ -210,8 +228,7 @@ class Run implements Resting {
   }
 
   /** Writes `text` as UTF-8 straight into memory the guest allocates (no copy made first); the packed (ptr, len). */
-  giveText(text: string): bigint {
-    const length = Buffer.byteLength(text, "utf8")
+  giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
     const ptr = this.alloc(length)
     encoder.encodeInto(text, this.bytesAt(ptr, length))
     return (BigInt(ptr) << 32n) | BigInt(length)
@@ -264,27 +281,32 @@ class Run implements Resting {
 }
 
 /**
- * Runs `activation` here with `instrumented` (Instrument.ts's module of the same code). Fails as
- * the worker would; `moved` when the rest must run on a worker thread.
+ * Runs `activation` here with `instrumented` (Instrument.ts's module of the same code), and goes
+ * on to what `ends` makes of its end: its output, its failure (as the worker would fail), or its
+ * move when the rest must run on a worker thread.
  */
-export const runInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Effect.Effect<InlineOutcome, ActivationFailure> =>
+export const runInline = <A, E>(instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits, ends: InlineEnds<A, E>): Effect.Effect<A, E> =>
   Effect.suspend(() => {
     activationStarted()
-    let started: Started
-    try {
-      started = start(instrumented, activation, limits)
-    } catch (err) {
+    // Counted out once: when the activation ends here, or when its wait in a host call ends
+    // otherwise (interrupted, or the call died).
+    let over = false
+    const ended = () => {
+      if (over) return
+      over = true
       activationEnded()
+    }
+    let started: Started<A, E>
+    try {
+      started = start(instrumented, activation, limits, false, ends, ended)
+    } catch (err) {
+      ended()
       throw err
     }
     // An activation that ended before any host call (a Wasm tool's usual case) is over already:
-    // what is left is its outcome, a value. One waiting in a host call is over when that wait and
-    // the rest are, however they end (interrupted too).
-    if (!started.inHostCall) {
-      activationEnded()
-      return started.outcome
-    }
-    return Effect.ensuring(started.outcome, Effect.sync(activationEnded))
+    // what is left is what its end goes on to. One waiting in a host call is over when that wait
+    // and the rest here are, however they end.
+    return started.inHostCall ? Effect.ensuring(started.outcome, Effect.sync(ended)) : started.outcome
   })
 
 /**
@@ -300,26 +322,41 @@ export const runInline = (instrumented: WebAssembly.Module, activation: Activati
 export const tryInline = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits): Exit.Exit<InlineOutcome, ActivationFailure> | undefined => {
   activationStarted()
   try {
-    const started = start(instrumented, activation, limits, true)
+    const started = start(instrumented, activation, limits, true, asOutcome, noop)
     return started.inHostCall ? undefined : (started.outcome as Exit.Exit<InlineOutcome, ActivationFailure>)
   } finally {
     activationEnded()
   }
 }
 
+const noop = () => {}
+
 /** An activation run up to its end or its first host call: what is left of it, and which. */
-interface Started {
-  readonly outcome: Effect.Effect<InlineOutcome, ActivationFailure>
+interface Started<A, E> {
+  readonly outcome: Effect.Effect<A, E>
   readonly inHostCall: boolean
 }
 
 /**
  * Runs the activation, synchronously, up to its end or its first host call. `giveUp`: at that
- * call, the guest is unwound and dropped instead of waiting for the call (`tryInline`).
+ * call, the guest is unwound and dropped instead of waiting for the call (`tryInline`). `ended`
+ * is called as the activation ends here, before what its end goes on to.
  */
-const start = (instrumented: WebAssembly.Module, activation: Activation, limits: InlineLimits, giveUp = false): Started => {
-  const done = (outcome: Effect.Effect<InlineOutcome, ActivationFailure>): Started => ({ outcome, inHostCall: false })
-  if (activation.input.byteLength > limits.ioBytes) return done(failed(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`))
+const start = <A, E>(
+  instrumented: WebAssembly.Module,
+  activation: Activation,
+  limits: InlineLimits,
+  giveUp: boolean,
+  ends: InlineEnds<A, E>,
+  ended: () => void
+): Started<A, E> => {
+  const done = (outcome: Effect.Effect<A, E>): Started<A, E> => ({ outcome, inHostCall: false })
+  const input = activation.input
+  const inputLength = inputBytes(input)
+  if (inputLength > limits.ioBytes) {
+    ended()
+    return done(ends.failed(guestFailure(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)))
+  }
   const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
   const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
   const cap = budgetFirst ? limits.computeMs : limits.inlineMs
@@ -344,15 +381,15 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
     try {
       run.instantiate(instrumented)
     } catch (err) {
-      return done(end(run, memoryLimits, err, budgetFirst))
+      return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
     }
   }
   run.starting = false
   let packed: bigint
   try {
-    packed = run.give(activation.input)
+    packed = typeof input === "string" ? run.giveText(input, inputLength) : run.give(input)
   } catch (err) {
-    return done(end(run, memoryLimits, err, budgetFirst))
+    return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
   }
   const ptr = Number(packed >> 32n)
   const len = Number(packed & 0xffffffffn)
@@ -360,13 +397,13 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
-  const step = (): Effect.Effect<InlineOutcome, ActivationFailure> => {
+  const step = (): Effect.Effect<A, E> => {
     let result: unknown
     run.stretchStart = performance.now()
     try {
       result = entry(ptr, len)
     } catch (err) {
-      return end(run, memoryLimits, err, budgetFirst)
+      return end(run, memoryLimits, err, budgetFirst, ends, ended)
     } finally {
       run.used += performance.now() - run.stretchStart
     }
@@ -393,11 +430,12 @@ const start = (instrumented: WebAssembly.Module, activation: Activation, limits:
     try {
       output = unpack(run, result, activation.entry)
     } catch (err) {
-      return end(run, memoryLimits, err, budgetFirst)
+      return end(run, memoryLimits, err, budgetFirst, ends, ended)
     }
     // Its instance kept for the next activation, else one made for it when the thread is idle.
     if (!putBack(run, instrumented, memoryLimits)) makeAhead(instrumented, limits, cap, memoryLimits, key)
-    return Effect.succeed<InlineOutcome>({ _tag: "done", output })
+    ended()
+    return ends.done(output)
   }
   const outcome = step()
   return { outcome, inHostCall }
@@ -413,12 +451,21 @@ const unpack = (run: Run, packed: unknown, entry: string): string => {
   return text
 }
 
-/** How an activation that threw ends: moved, or failed with the worker's message for the same cause. */
-const end = (run: Run, memoryLimits: { initial: number; maximum: number }, err: unknown, budgetFirst: boolean): Effect.Effect<InlineOutcome, ActivationFailure> => {
-  const moved = (reason: string) => Effect.succeed<InlineOutcome>({ _tag: "moved", reason, calls: run.calls })
+/** How an activation that threw ends (`ended` called first): moved, or failed with the worker's message for the same cause. */
+const end = <A, E>(
+  run: Run,
+  memoryLimits: { initial: number; maximum: number },
+  err: unknown,
+  budgetFirst: boolean,
+  ends: InlineEnds<A, E>,
+  ended: () => void
+): Effect.Effect<A, E> => {
+  ended()
+  const moved = (reason: string) => ends.moved(reason, run.calls)
+  const failed = (message: string) => ends.failed(guestFailure(message))
   if (err instanceof Overrun) {
     if (budgetFirst) {
-      return Exit.fail<ActivationFailure>({
+      return ends.failed({
         _tag: "budget",
         message: `the guest ran past its compute budget of ${run.limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
       })
