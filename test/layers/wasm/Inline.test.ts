@@ -15,7 +15,7 @@ import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
 import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
-import { calling, data, guest, wat } from "../../support/wat.js"
+import { calling, data, echoing, guest, wat } from "../../support/wat.js"
 
 const LIMITS = { memoryBytes: 4 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
@@ -329,6 +329,19 @@ describe("WasmHost on the main thread", () => {
       for (const value of ["é", "naïve café — 中文 😀🎉", "", "x".repeat(5000) + "😀"]) {
         const host = hostWith({ kvRead: () => Effect.succeed(Option.some(value)) })
         expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value })
+      }
+      expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
+    }))
+
+  it.scopedLive("a loop's input on the main thread reaches the guest as its UTF-8 bytes, whole: two-, three- and four-byte characters in the message and the transcript", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, echoing())
+      for (const message of ["é", "naïve café — 中文 😀🎉", "", "x".repeat(5000) + "😀"]) {
+        const input = { ...activationInput(), input: { message }, transcript: [{ role: "user" as const, content: `${message}✓` }] }
+        const echoed = (yield* wasm.runLoop(module, input, hostWith({}))) as Record<string, unknown>
+        expect(echoed.input).toEqual({ message })
+        expect(echoed.transcript).toEqual([{ role: "user", content: `${message}✓` }])
       }
       expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
     }))
