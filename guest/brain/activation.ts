@@ -75,6 +75,16 @@ export class Activation {
   }
 
   /**
+   * The committed outcomes of the transcript's unanswered tool calls, each `{call_id, name, outcome,
+   * output, is_error}` as `dispatch` answers: given only after a round of calls was cut short (a
+   * cancel, a restart), until a save answers those calls; empty otherwise.
+   */
+  get toolResults(): Json {
+    const v = present(this.field("tool_results"))
+    return v !== null && v.isArray() ? v : Json.array()
+  }
+
+  /**
    * The session's configuration (`agentloop`, `model`, `system`, `tools`, …); an empty object for
    * a loop that exports `brain_configuration_unread`, whose input leaves it out.
    */

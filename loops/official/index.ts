@@ -54,7 +54,7 @@ export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
   const transcript = new Transcript(activation.transcript, activation.transcriptStart)
   // The repair keeps the saved messages' values: the delta keeps all of them up to its first insertion.
-  transcript.replace(repairTranscript(activation.transcript))
+  transcript.replace(repairTranscript(activation.transcript, activation.toolResults))
   const note = interruptionNote(activation.eventsOfKind("turn_failed"))
   if (note !== null) transcript.push(message("system", note))
   const input = activation.input

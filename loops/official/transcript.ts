@@ -24,10 +24,11 @@ export function toolMessage(callId: Json | null, output: Json | null, isError: b
 }
 
 /**
- * Adds a result to every tool call that has none, right after its assistant message's results. A
- * call is answered by a tool message with its id anywhere after it.
+ * Adds a result to every tool call that has none, right after its assistant message's results:
+ * its committed outcome when `committed` (the input's `tool_results`) has one, else that it was
+ * interrupted. A call is answered by a tool message with its id anywhere after it.
  */
-export function repairTranscript(transcript: Json): Json {
+export function repairTranscript(transcript: Json, committed: Json): Json {
   const n = transcript.length
   // From the end: the ids of the tool messages after each assistant message.
   const open = new Map<i32, Array<Json | null>>()
@@ -60,10 +61,29 @@ export function repairTranscript(transcript: Json): Json {
     let j = i + 1
     while (j < n && roleOf(transcript.at(j)) == "tool") out.push(transcript.at(j++))
     const unanswered = open.get(i)
-    for (let k = 0; k < unanswered.length; k++) out.push(toolMessage(unanswered[k], Json.string(INTERRUPTED), true, Json.string("unknown")))
+    for (let k = 0; k < unanswered.length; k++) {
+      const id = unanswered[k]
+      const r = committedFor(committed, id)
+      out.push(r !== null
+        ? toolMessage(id, r.get("output"), truthy(r.get("is_error")), r.get("outcome"))
+        : toolMessage(id, Json.string(INTERRUPTED), true, Json.string("unknown")))
+    }
     i = j - 1
   }
   return out
+}
+
+/** The entry of `committed` whose `call_id` is `id`, or null. */
+function committedFor(committed: Json, id: Json | null): Json | null {
+  if (id === null || !id.isString()) return null
+  const wanted = id.asString()
+  for (let i = 0; i < committed.length; i++) {
+    const r = committed.at(i)
+    if (!r.isObject()) continue
+    const callId = r.get("call_id")
+    if (callId !== null && callId.isString() && callId.asString() == wanted) return r
+  }
+  return null
 }
 
 /** The system note about the last failed turn among `events`, or null when none failed. */

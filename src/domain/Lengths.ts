@@ -62,6 +62,12 @@ export class Lengths {
     return found
   }
 
+  /** The sequence of the last pair whose length is at most `length` (0 when none is): from the end, so a recent one costs little. */
+  lastAtMost(length: number): number {
+    for (let i = this.size - 1; i >= 0; i--) if (this.#lengths[i]! <= length) return this.#sequences[i]!
+    return 0
+  }
+
   toArray(): Array<readonly [number, number]> {
     const out: Array<readonly [number, number]> = []
     for (let i = 0; i < this.size; i++) out.push([this.#sequences[i]!, this.#lengths[i]!])

@@ -86,7 +86,7 @@ const readOutput = (text: string): Output | undefined => {
 }
 
 /** The input's fields `guestInputJson` writes, and the one it leaves out (the state's bookkeeping). */
-type WrittenField = "input" | "transcript" | "configuration" | "events" | "runtime" | "unanswered"
+type WrittenField = "input" | "transcript" | "configuration" | "events" | "runtime" | "unanswered" | "tool_results"
 type NoneLeft<T extends never> = T
 /** Compiles only while every field of ActivationInput is a WrittenField: a field added to it fails here until it is written. */
 export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, WrittenField>>
@@ -105,7 +105,9 @@ export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModu
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
   return `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
-  }${module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`}"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
+  }${input.tool_results === undefined ? "" : `"tool_results":${JSON.stringify(input.tool_results)},`}${
+    module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`
+  }"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })

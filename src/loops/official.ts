@@ -6,14 +6,15 @@
  * It keeps the transcript as the WebAssembly loop does, each save riding on the host call after
  * it: the request for tools on `dispatch`, their results on the next `model` call, the final
  * answer on the activation's end (setTranscriptAtEnd); a save costs no commit of its own. Before anything else it repairs what an interruption left:
- * every assistant tool call without a result gets one saying it was interrupted (a model refuses a
- * tool call without its result), and a system note tells the model the last turn was interrupted.
+ * every assistant tool call without a result gets one (a model refuses a tool call without its
+ * result): its committed outcome, or that it was interrupted; and a system note tells the model
+ * the last turn was interrupted.
  */
 import { Effect } from "effect"
 import type { Message } from "../domain/Messages.js"
 import type { ModelResult } from "../domain/Model.js"
 import { transcriptChange } from "../domain/Projection.js"
-import type { AgentloopShape, Host } from "../services/Agentloop.js"
+import type { AgentloopShape, Host, ToolResult } from "../services/Agentloop.js"
 
 /**
  * The assistant message's content: the model's text; or, when the model sent reasoning to keep
@@ -24,6 +25,8 @@ const assistantContent = (reply: ModelResult): Message["content"] =>
     ? [...reply.reasoning, ...(reply.text !== "" ? [{ type: "text", text: reply.text }] : [])]
     : reply.text
 
+const INTERRUPTED = "the call was interrupted; it may or may not have run"
+
 const toolMessage = (callId: string, output: unknown, isError: boolean, outcome: string): Message => ({
   role: "tool",
   tool_call_id: callId,
@@ -31,10 +34,13 @@ const toolMessage = (callId: string, output: unknown, isError: boolean, outcome:
 })
 
 /**
- * Adds a result to every tool call that has none, so the transcript is always valid for a model.
- * A call is answered by a tool message with its id anywhere after it.
+ * Adds a result to every tool call that has none, so the transcript is always valid for a model:
+ * the call's committed outcome when the input gives one (`tool_results`: the journal's record of
+ * a call that finished, or was cancelled, timed out or recovered as unknown, before its round was
+ * cut short), else that it was interrupted. A call is answered by a tool message with its id
+ * anywhere after it.
  */
-export const repairTranscript = (transcript: ReadonlyArray<Message>): ReadonlyArray<Message> => {
+export const repairTranscript = (transcript: ReadonlyArray<Message>, committed: ReadonlyArray<ToolResult> = []): ReadonlyArray<Message> => {
   // From the end: the ids of the tool messages after each assistant message.
   const open = new Map<number, ReadonlyArray<string>>()
   const later = new Set<string>()
@@ -55,7 +61,10 @@ export const repairTranscript = (transcript: ReadonlyArray<Message>): ReadonlyAr
     // Results belong right after their assistant message, before the next non-tool message.
     let j = i + 1
     while (j < transcript.length && transcript[j]!.role === "tool") out.push(transcript[j++]!)
-    for (const id of unanswered) out.push(toolMessage(id, "the call was interrupted; it may or may not have run", true, "unknown"))
+    for (const id of unanswered) {
+      const r = committed.find((c) => c.call_id === id)
+      out.push(r !== undefined ? toolMessage(id, r.output, r.is_error, r.outcome) : toolMessage(id, INTERRUPTED, true, "unknown"))
+    }
     i = j - 1
   }
   return out
@@ -77,7 +86,7 @@ export const officialLoop: AgentloopShape = {
 
 /** The loop's body: a module function, made once (docs/benchmarks.md, "Generator bodies made once"). */
 function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: Host) {
-  let transcript = repairTranscript(input.transcript)
+  let transcript = repairTranscript(input.transcript, input.tool_results)
   /** The transcript as last saved. */
   let saved = input.transcript
   const note = interruptionNote(input.events)

@@ -28,6 +28,11 @@ export interface ActivationInput {
   readonly transcript: ReadonlyArray<Message>
   /** The transcript's unanswered tool calls, as the session's state keeps them; a loop's host scans for them when absent. */
   readonly unanswered?: UnansweredCalls
+  /**
+   * The committed outcomes of the transcript's unanswered tool calls (CommittedResults.ts), as a
+   * dispatch would have answered them: present, and not empty, only after a round was cut short.
+   */
+  readonly tool_results?: ReadonlyArray<ToolResult>
   readonly configuration: SessionConfiguration
   /**
    * Public Events (at most 1,000) from the previous activation's `activation_started` on, or, for

@@ -333,6 +333,41 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
     expect(transcript.at(-1)).toEqual({ role: "assistant", content: "back again" })
   }, TEST_MS)
 
+  it("an interrupt after one call of a round finished: the next turn's model is shown that call's committed result and the other's committed cancel, not told either may or may not have run", async () => {
+    const id = await api.create({
+      model: scripted([
+        { text: "two at once", tool_calls: [{ name: "slow", input: { ms: 0 } }, { name: "hang", input: { forever: true } }] },
+        { text: "back again" }
+      ]),
+      tools: TOOLS
+    })
+    await api.submit(id, "start both")
+    const started = await eventually("the slow call to end while hang runs", async () => {
+      const events = await api.events(id)
+      const calls = events.filter((e) => e.kind === "tool_call_started")
+      const slow = calls.find((e) => e.data.tool === "slow")
+      return calls.length === 2 && slow !== undefined && closing(events, slow.sequence).length === 1 ? calls : undefined
+    }, WAIT_MS)
+    const cancelled = await api.cancel(id)
+    expect(cancelled.status, cancelled.text).toBe(200)
+    const events = await api.events(id)
+    const [slow, hang] = ["slow", "hang"].map((tool) => started.find((e: any) => e.data.tool === tool)!)
+    expect(closing(events, slow.sequence)).toMatchObject([{ kind: "tool_call_ended", data: { outcome: "ok", output: { slept: 0 } } }])
+    const [hangOutcome] = closing(events, hang.sequence)
+    expect(hangOutcome).toMatchObject({ kind: "tool_call_failed", data: { outcome: "cancelled" } })
+
+    expect((await api.send(id, "what happened?")).turn).toMatchObject({ status: "ended", result: { text: "back again" } })
+    expect(dispatchesOf(server, id), "nothing is dispatched again").toHaveLength(2)
+    const after = await api.events(id)
+    const transcript = await api.transcript(id)
+    const told = modelRequests(after, transcript)[1]!
+    const results = new Map(told.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, toolResult(m)]))
+    expect(results.get(slow.data.call_id)).toEqual({ slept: 0 })
+    expect(results.get(hang.data.call_id)).toEqual({ outcome: "cancelled", error: { code: hangOutcome.data.failure.code, message: hangOutcome.data.failure.message } })
+    // What the model was shown is what the transcript keeps.
+    expect(transcript.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, toolResult(m)])).toEqual([...results])
+  }, TEST_MS)
+
   it("the example loop uploaded: listed by GET /v1/agentloops, and a session naming it counts its turns in kv and answers from the saved transcript across turns and a restart", async () => {
     const bytes = new Uint8Array(fs.readFileSync(EXAMPLE_LOOP))
     const sha = crypto.createHash("sha256").update(bytes).digest("hex")
@@ -379,7 +414,7 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
 })
 
 describe("the official Wasm loop and kill -9", () => {
-  it("killed while the guest waits in its dispatch host call: the restart records the call as unknown (ambiguous) and the turn as interrupted, dispatches nothing again, and the next turn answers the orphaned call", async () => {
+  it("killed while the guest waits in its dispatch host call: the restart records the call as unknown (ambiguous) and the turn as interrupted, dispatches nothing again, and the next turn answers the orphaned call with that recorded outcome", async () => {
     const server = await startServer()
     try {
       const api = new Api(server)
@@ -431,7 +466,8 @@ describe("the official Wasm loop and kill -9", () => {
       expect(told[0]).toEqual({ role: "user", content: "do it once" })
       expect(told[1]).toEqual({ role: "assistant", content: "on it", tool_calls: [{ id: callId, name: "slow", input: { ms: 60_000 } }] })
       expect(told[2]).toMatchObject({ role: "tool", tool_call_id: callId })
-      expect(toolResult(told[2])).toEqual({ outcome: "unknown", error: "the call was interrupted; it may or may not have run" })
+      // The outcome recovery committed for it, as a dispatch would have shown it.
+      expect(toolResult(told[2])).toEqual({ outcome: "unknown", error: { code: "unknown", message: toolOutcome.data.failure.message } })
       expect(told[3]?.role).toBe("system")
       const note = INTERRUPTION_NOTE.exec(String(told[3]!.content))
       expect(note?.slice(1), String(told[3]!.content)).toEqual(["interrupted", turnOutcome.data.failure.message])

@@ -365,6 +365,27 @@ describe("the official loop, compiled", () => {
     expect(run.calls[0]!.request).toContain(`{"role":"tool","tool_call_id":"e","content":${JSON.stringify(interrupted)}}`)
   })
 
+  it("a repair answers each unanswered call with its committed outcome when the input has one (tool_results), as dispatch would have; only a call without one is told interrupted", () => {
+    const transcript = [
+      { role: "user", content: "go" },
+      { role: "assistant", content: "", tool_calls: [{ id: "a", name: "echo", input: { e: 1 } }, { id: "b", name: "slow", input: {} }, { id: "c", name: "t", input: {} }] }
+    ]
+    const tool_results = [
+      { call_id: "b", name: "slow", outcome: "cancelled", output: { code: "cancelled", message: "the tool call was cancelled" }, is_error: true },
+      { call_id: "a", name: "echo", outcome: "ok", output: { e: 1, "é": [1.5, null] }, is_error: false },
+      { call_id: "zz", name: "t", outcome: "ok", output: "not asked for", is_error: false }
+    ]
+    const input = { ...activation({ transcript }), tool_results }
+    const run = same(input, script([{ text: "ok" }]))
+    const messages = JSON.parse(run.calls[0]!.request).messages
+    expect(messages.slice(2, 5)).toEqual([
+      { role: "tool", tool_call_id: "a", content: JSON.stringify({ e: 1, "é": [1.5, null] }) },
+      { role: "tool", tool_call_id: "b", content: JSON.stringify({ outcome: "cancelled", error: { code: "cancelled", message: "the tool call was cancelled" } }) },
+      { role: "tool", tool_call_id: "c", content: JSON.stringify({ outcome: "unknown", error: "the call was interrupted; it may or may not have run" }) }
+    ])
+    expect(run.calls[0]!.request, "a result for a call the transcript does not leave open is not used").not.toContain("not asked for")
+  })
+
   it("after a failed turn, a system note names the last failure (events without a failure do not count)", () => {
     const events = [
       { session_id: "ses_1", sequence: 5, recorded_at_ms: 1, kind: "turn_failed", data: { sequence: 2, failure: { code: "timeout", message: "first" } }, origin: "brain" },

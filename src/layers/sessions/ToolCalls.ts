@@ -15,6 +15,7 @@ import type { Failure } from "../../domain/Failure.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolInvocation } from "../../services/Tools.js"
 import { CallStop } from "../CallStop.js"
+import { toolResultOf } from "./CommittedResults.js"
 import { exitOrCancel } from "./Cell.js"
 import type { ActivationScope, HostDeps } from "./Host.js"
 import { refuse, storageFailure } from "./HostFailures.js"
@@ -79,16 +80,8 @@ export const makeDispatch = (ctx: ToolCallContext) => {
       inFlight = false
       return (recorded = toolOutcome(sequence, exit, dispatched, budget))
     }
-    const result = (): ToolResult => {
-      const p = recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure }
-      return {
-        call_id: call.id,
-        name: call.name,
-        outcome: p.outcome,
-        output: p.output !== undefined ? p.output : { code: p.failure!.code, message: p.failure!.message },
-        is_error: p.outcome !== "ok"
-      }
-    }
+    const result = (): ToolResult =>
+      toolResultOf(call.id, call.name, recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure })
     return { effect: { started, dispatch, dispatchNow, outcome }, result }
   }
 

@@ -32,6 +32,7 @@ import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceJournal.js"
 import { turnOutcome } from "./Requests.js"
 import { Writes } from "./Writes.js"
+import { committedResults } from "./CommittedResults.js"
 
 export interface TurnStart {
   readonly cell: Cell
@@ -76,11 +77,16 @@ function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof
     Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.has(e.kind)))),
     Effect.orElseSucceed(() => [])
   )
+  // Only after a round was cut short; a read that fails leaves the loop its placeholders.
+  const results = cell.state.unanswered.length === 0
+    ? undefined
+    : yield* committedResults(journal, cell.session, cell.state).pipe(Effect.orElseSucceed(() => undefined))
   return yield* start.loop.activate(
     {
       input: start.input,
       transcript: cell.state.transcript,
       unanswered: cell.state.unanswered,
+      ...(results !== undefined && results.length > 0 ? { tool_results: results } : {}),
       configuration: cell.state.configuration!,
       events,
       runtime: {
