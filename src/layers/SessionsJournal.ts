@@ -15,6 +15,7 @@ import {
   CreationFailed,
   Internal,
   InvalidRequest,
+  PayloadTooLarge,
   SessionBusy,
   SessionEnded,
   toFailure
@@ -49,10 +50,24 @@ import { Once } from "./Waits.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
+import type { TurnInput } from "../domain/Messages.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
+
+/**
+ * A turn input above `maxBytes` (BRAIN_MAX_INPUT_BYTES; 0 = no bound) as the refusal it gets
+ * before anything is journaled, or undefined. Its UTF-8 JSON is measured only when a bound on it
+ * (six bytes a character at most, as an escape) does not already answer.
+ */
+export const inputTooLarge = (input: TurnInput, maxBytes: number): PayloadTooLarge | undefined => {
+  if (maxBytes <= 0 || (input.media === undefined && 6 * input.message.length + 16 <= maxBytes)) return undefined
+  const bytes = Buffer.byteLength(JSON.stringify(input))
+  return bytes <= maxBytes
+    ? undefined
+    : new PayloadTooLarge({ message: `the turn's input is ${bytes} bytes of JSON, above BRAIN_MAX_INPUT_BYTES (${maxBytes})` })
+}
 
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
@@ -133,7 +148,7 @@ export const make = Effect.gen(function*() {
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
-  function* sendKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
+  function* sendKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest) {
     const now = keyedAccess(cell)
     const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
     if (seen) return seen
@@ -141,7 +156,7 @@ export const make = Effect.gen(function*() {
     return { _tag: "Answered", value: yield* turn.done.await } satisfies Keyed<TurnOutcome>
   }
 
-  function* submitKeyedOf(cell: Cell, input: { message: string }, request: TurnRequest) {
+  function* submitKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest) {
     const now = keyedAccess(cell)
     const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
     if (seen) return seen
@@ -153,7 +168,9 @@ export const make = Effect.gen(function*() {
    * Admits a turn: checks the state, then commits turn_started with activation_started (and a
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
    */
-  const startTurn = Effect.fnUntraced(function*(cell: Cell, input: { message: string }, mode: "send" | "submit", request?: TurnRequest) {
+  const startTurn = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest) {
+    const tooLarge = inputTooLarge(input, config.maxInputBytes)
+    if (tooLarge !== undefined) return yield* Effect.fail(tooLarge)
     const status = cell.state.status
     if (cell.ending || status === "ending" || status === "ended") {
       return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))

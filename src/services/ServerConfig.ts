@@ -54,6 +54,11 @@ export interface ServerConfigShape {
   readonly maxToolMs: number
   /** Bytes of extension Events (kinds and payloads serialized) one turn may emit. 0 = no bound. */
   readonly maxEmittedBytes: number
+  /**
+   * Bytes of a turn's input (its JSON: the message and any media) at most; a larger send or
+   * submit is refused (413) before anything is journaled. 0 = no bound.
+   */
+  readonly maxInputBytes: number
   /** How long cancellation waits for executors and the loop to stop, in milliseconds. */
   readonly cancelGraceMs: number
   /**
@@ -147,6 +152,8 @@ export const defaults: ServerConfigShape = {
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
+  // A quarter of maxWasmIoBytes: a loop's output carries the message again, with the model's answer.
+  maxInputBytes: 4 * 1024 * 1024,
   cancelGraceMs: 5000,
   stagedOpeningMs: 100,
   journalLogBytes: COMMIT_LOG_BYTES,
@@ -237,6 +244,7 @@ export const fromConfig = Config.all({
   maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
+  maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
   cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: positive("BRAIN_STAGED_OPENING_MS", defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
   journalLogBytes: nonNegative(
@@ -304,6 +312,7 @@ export const fromConfig = Config.all({
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,
+    maxInputBytes: c.maxInputBytes,
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,
     journalLogBytes: c.journalLogBytes,

@@ -12,6 +12,7 @@ import type {
   Internal,
   InvalidRequest,
   Overloaded,
+  PayloadTooLarge,
   SessionBusy,
   SessionEnded,
   SessionStorageError,
@@ -35,7 +36,7 @@ export type CreateError =
   | Internal
   | SessionStorageError
 /** A turn refused: by the session's state, its loop, or its storage. */
-export type TurnError = SessionStorageError | SessionEnded | SessionBusy | Conflict | AgentloopFailed
+export type TurnError = SessionStorageError | SessionEnded | SessionBusy | Conflict | AgentloopFailed | PayloadTooLarge
 export type EndError = SessionStorageError | Conflict
 export type DeleteError = SessionStorageError | Conflict | TeardownFailed
 /** An SSE subscription refused: beyond the subscriber limits, or a catch-up read that failed unexpectedly. */

@@ -885,6 +885,34 @@ describe("the product: node bin/brain.js serve", () => {
     }
   })
 
+  it("a turn's input above BRAIN_MAX_INPUT_BYTES (its UTF-8 JSON) is refused 413 by send and submit before anything is journaled (a keyed refusal replayed as any definite one is); an input of exactly the limit runs", async () => {
+    const limit = 4096
+    const server = await startServer({ entry: "product", env: { BRAIN_MAX_INPUT_BYTES: String(limit) } })
+    try {
+      const api = new Client(server)
+      const id = await api.created()
+      const before = (await api.get(id)).body.last_sequence
+      // {"message":"…"} is 14 bytes around the text; "é" is two bytes of UTF-8.
+      const fits = "é".repeat((limit - 14) / 2)
+      const over = fits + "x"
+      const key = { "Idempotency-Key": "big-one" }
+      const refused = await api.send(id, over, key)
+      expectError(refused, 413, "payload_too_large")
+      expect(refused.body.message).toContain("BRAIN_MAX_INPUT_BYTES")
+      expectError(await api.send(id, over), 413, "payload_too_large")
+      expectError(await api.submit(id, over), 413, "payload_too_large")
+      expect((await api.get(id)).body.last_sequence, "nothing was journaled").toBe(before)
+      // docs/api.md, Idempotency: a definite refusal is replayed byte for byte.
+      const replayed = await api.send(id, over, key)
+      expect([replayed.status, replayed.text]).toEqual([refused.status, refused.text])
+      const sent = await api.send(id, fits, { "Idempotency-Key": "fits" })
+      expect(sent.status, sent.text.slice(0, 300)).toBe(200)
+      expect(sent.body.turn.result).toEqual({ text: fits })
+    } finally {
+      await server.dispose()
+    }
+  })
+
   it("refuses to listen beyond loopback without a token: a non-zero exit that says why", async () => {
     const server = new ServerProcess({ entry: "product", env: { BRAIN_LISTEN: "0.0.0.0:0" } })
     try {

@@ -8,7 +8,7 @@ import { Lengths } from "../../src/domain/Lengths.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
 
 let sequence = 0
-const record = (kind: string, payload: unknown): JournalRecord => ({ sequence: ++sequence, recorded_at_ms: 0, kind, payload })
+const record = (kind: string, payload: unknown): JournalRecord => ({ sequence: ++sequence, recorded_at_ms: 0, kind: kind as JournalRecord["kind"], payload })
 const started = (callId: string, tool = "t") => record("tool_call_started", { tool, call_id: callId, input: {}, deadline_at_ms: 0 })
 
 describe("committed results", () => {
