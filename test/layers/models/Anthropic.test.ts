@@ -455,6 +455,38 @@ describe("the anthropic provider: answers", () => {
       const late = [...F.textAnswer.slice(0, -2), F.messageDelta("end_turn", { output_tokens: 15, cache_read_input_tokens: 7 }), F.messageStop]
       expect(ok((yield* once({ steps: late })).result).usage).toEqual({ input_tokens: 25, output_tokens: 15, cache_read_input_tokens: 7 })
     }))
+
+  it.live("message_delta's usage is cumulative: each count it carries replaces message_start's (input and cache counts too), a count it leaves out keeps message_start's, the last message_delta wins", () =>
+    Effect.gen(function*() {
+      const grown = [
+        F.messageStart("msg_01Grown", { input_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }),
+        ...F.textAnswer.slice(1, -2),
+        F.messageDelta("end_turn", { input_tokens: 7, cache_creation_input_tokens: 100, cache_read_input_tokens: 200, output_tokens: 42 }),
+        F.messageStop
+      ]
+      expect(ok((yield* once({ steps: grown })).result).usage).toEqual({
+        input_tokens: 7,
+        output_tokens: 42,
+        cache_read_input_tokens: 200,
+        cache_creation_input_tokens: 100
+      })
+      const partial = [
+        F.messageStart("msg_01Partial", { input_tokens: 12, cache_creation_input_tokens: 2_048, cache_read_input_tokens: 30_000, output_tokens: 1 }),
+        ...F.textAnswer.slice(1, -2),
+        F.messageDelta("end_turn", { output_tokens: 9, cache_read_input_tokens: 31_000 }),
+        F.messageDelta("end_turn", { output_tokens: 20, input_tokens: 13 }),
+        F.messageStop
+      ]
+      expect(ok((yield* once({ steps: partial })).result).usage).toEqual({
+        input_tokens: 13,
+        output_tokens: 20,
+        cache_read_input_tokens: 31_000,
+        cache_creation_input_tokens: 2_048
+      })
+      // A message_delta without usage: message_start's counts stand, its output count included.
+      const silent = [...F.textAnswer.slice(0, -2), F.messageDelta("end_turn", null), F.messageStop]
+      expect(ok((yield* once({ steps: silent })).result).usage).toEqual({ input_tokens: 25, output_tokens: 1 })
+    }))
 })
 
 describe("the anthropic provider: failures", () => {

@@ -7,8 +7,9 @@
  * - An event is known by its data's `type` (the same word as its `event:` line, which stands in
  *   when the data has none).
  * - `message_start`: the message `id` (the result's `response_id`), `model`, and the usage:
- *   `input_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens` (Anthropic counts the
- *   three apart: `input_tokens` excludes the cached prompt, so all three are carried).
+ *   `input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`
+ *   (Anthropic counts the three input counts apart: `input_tokens` excludes the cached prompt, so
+ *   all three are carried).
  * - `content_block_start` / `_delta` / `_stop`, by block `index`: `text` blocks make the text
  *   (joined in order, so the text deltas join to it exactly); `tool_use` blocks make the tool
  *   calls, in order. A tool call's delta `index` is its place among this answer's tool calls; its
@@ -27,9 +28,10 @@
  *   blocks). They are not streamed as deltas.
  * - Other block types (`server_tool_use`, `web_search_tool_result`, …) and other delta types
  *   (`citations_delta`, …) are not Brain's to carry: ignored.
- * - `message_delta`: `stop_reason` and `usage.output_tokens` (the last sent wins; the counts are
- *   cumulative); the input counts only when message_start had none. A count never sent stays
- *   absent.
+ * - `message_delta`: `stop_reason` and the usage. Its counts are cumulative (Anthropic docs,
+ *   "Streaming Messages"; the input and cache counts too, which can grow after message_start, e.g.
+ *   with server tools): each count it carries replaces the one before, the last sent winning; a
+ *   count it leaves out keeps message_start's. A count never sent stays absent.
  * - `message_stop` is the final event: a stream that ends without it is `model_stream_broken`.
  * - `ping` and any type not named here (a heartbeat, a new feature) are ignored.
  * - `error` (sent inside a 200 stream, e.g. `overloaded_error`) fails the call with a typed code
@@ -47,12 +49,13 @@ import { quotaExhausted } from "../Quota.js"
 
 // Lenient shapes: only what Brain reads is required; unknown fields and values pass.
 const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
-const Usage = Schema.optional(Schema.NullOr(Schema.Struct({
+const Counts = Schema.Struct({
   input_tokens: Count,
   output_tokens: Count,
   cache_read_input_tokens: Count,
   cache_creation_input_tokens: Count
-})))
+})
+const Usage = Schema.optional(Schema.NullOr(Counts))
 
 const MessageStart = Schema.Struct({
   message: Schema.Struct({ id: Schema.optional(Schema.String), model: Schema.optional(Schema.String), usage: Usage })
@@ -186,6 +189,14 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
    */
   let begun = false
 
+  /** The counts an event carries, each the latest (they are cumulative); a count it leaves out keeps its earlier value. */
+  const takeUsage = (usage: typeof Counts.Type | null | undefined) => {
+    inputTokens = usage?.input_tokens ?? inputTokens
+    outputTokens = usage?.output_tokens ?? outputTokens
+    cacheReadTokens = usage?.cache_read_input_tokens ?? cacheReadTokens
+    cacheCreationTokens = usage?.cache_creation_input_tokens ?? cacheCreationTokens
+  }
+
   const decode = <A, I>(schema: Schema.Schema<A, I>, type: string, data: unknown): A | ModelFailed => {
     const decoded = Schema.decodeUnknownEither(schema)(data)
     return decoded._tag === "Right" ? decoded.right : badResponse(`a ${type} event of the wrong shape`, { event: type, issue: decoded.left.message })
@@ -299,9 +310,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
         begun = true
         responseId = start.message.id
         model = start.message.model
-        inputTokens = start.message.usage?.input_tokens ?? undefined
-        cacheReadTokens = start.message.usage?.cache_read_input_tokens ?? undefined
-        cacheCreationTokens = start.message.usage?.cache_creation_input_tokens ?? undefined
+        takeUsage(start.message.usage)
         return undefined
       }
       case "content_block_start": {
@@ -323,15 +332,7 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
         const delta = decode(MessageDelta, type, data)
         if (delta instanceof ModelFailed) return delta
         if (delta.delta.stop_reason != null) rawStop = delta.delta.stop_reason
-        if (delta.usage?.output_tokens != null) outputTokens = delta.usage.output_tokens
-        // The input counts belong to message_start; taken from here only when that had none.
-        if (inputTokens === undefined && delta.usage?.input_tokens != null) inputTokens = delta.usage.input_tokens
-        if (cacheReadTokens === undefined && delta.usage?.cache_read_input_tokens != null) {
-          cacheReadTokens = delta.usage.cache_read_input_tokens
-        }
-        if (cacheCreationTokens === undefined && delta.usage?.cache_creation_input_tokens != null) {
-          cacheCreationTokens = delta.usage.cache_creation_input_tokens
-        }
+        takeUsage(delta.usage)
         return undefined
       }
       case "message_stop":
