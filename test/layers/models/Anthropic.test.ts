@@ -237,7 +237,7 @@ describe("the anthropic provider: requests", () => {
     expect(messagesUrl("http://127.0.0.1:8080/")).toBe("http://127.0.0.1:8080/v1/messages")
   })
 
-  it("user parts become text and image blocks (base64 or URL); empty text is left out and a message left empty disappears, so the roles still alternate", () => {
+  it("user parts become text and image blocks (base64 or URL); empty text is left out and an assistant message left empty disappears, its neighbours merging, so the roles still alternate", () => {
     const body = requestBody(pureCall({
       messages: [
         {
@@ -269,6 +269,61 @@ describe("the anthropic provider: requests", () => {
     ])
     expect((body as any).system).toBeUndefined()
     expect((body as any).tools).toBeUndefined()
+  })
+
+  it("a user turn with nothing to carry (an empty user message on its own, or no message at all) is refused before sending: model_rejected, not ambiguous, naming the message (Anthropic refuses empty content)", () => {
+    const cases: Array<[ModelRequest["messages"], string]> = [
+      [[{ role: "user", content: "" }], "messages[0]"],
+      [[{ role: "user", content: [{ type: "text", text: "" }] }], "messages[0]"],
+      [[{ role: "user", content: [] }], "messages[0]"],
+      [[{ role: "system", content: "note" }, { role: "user", content: "" }], "messages[1]"],
+      // Left out, it would make the assistant's text a prefill to continue, or the first turn the assistant's.
+      [[{ role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "user", content: "" }], "messages[2]"],
+      [[{ role: "user", content: "" }, { role: "assistant", content: "b" }, { role: "user", content: "c" }], "messages[0]"],
+      [[{ role: "user", content: "" }, { role: "assistant", content: "" }, { role: "user", content: "" }], "messages[0]"],
+      [[], "no user or assistant message"],
+      [[{ role: "system", content: "note" }], "no user or assistant message"]
+    ]
+    for (const [messages, named] of cases) {
+      const body = requestBody(pureCall({ messages }))
+      expect(body, JSON.stringify(messages)).toBeInstanceOf(ModelFailed)
+      expect(body).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: false })
+      expect((body as ModelFailed).message).toContain(named)
+    }
+  })
+
+  it("an empty user message in a turn that has other content (tool results, or another user message) is left out, so a session is not stuck on it", () => {
+    const body = requestBody(pureCall({
+      messages: [
+        { role: "user", content: "" },
+        { role: "user", content: "Look it up." },
+        { role: "assistant", content: "", tool_calls: [{ id: "tu_1", name: "look", input: {} }] },
+        { role: "tool", tool_call_id: "tu_1", content: "found" },
+        { role: "user", content: "" }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    expect((body as any).messages).toEqual([
+      { role: "user", content: [{ type: "text", text: "Look it up." }] },
+      { role: "assistant", content: [{ type: "tool_use", id: "tu_1", name: "look", input: {} }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "tu_1", content: "found" }] }
+    ])
+  })
+
+  it("an empty tool result is a tool_result block without content (optional in the API; empty text is refused), its pairing kept", () => {
+    const body = requestBody(pureCall({
+      messages: [
+        { role: "user", content: "Touch both." },
+        { role: "assistant", content: "", tool_calls: [{ id: "tu_1", name: "touch", input: {} }, { id: "tu_2", name: "touch", input: {} }] },
+        { role: "tool", tool_call_id: "tu_1", content: "" },
+        { role: "tool", tool_call_id: "tu_2", content: [{ type: "text", text: "" }] }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    expect((body as any).messages[2]).toEqual({
+      role: "user",
+      content: [{ type: "tool_result", tool_use_id: "tu_1" }, { type: "tool_result", tool_use_id: "tu_2" }]
+    })
   })
 
   it("a merged user message puts all its tool_result blocks first, in their order, then its other blocks in theirs (the API's rule)", () => {
@@ -377,11 +432,13 @@ describe("the anthropic provider: requests", () => {
     }
   })
 
-  it.live("a request Anthropic cannot carry is never sent", () =>
+  it.live("a request Anthropic cannot carry is never sent, an empty user message included", () =>
     Effect.gen(function*() {
-      const { result, fake } = yield* once({ steps: F.textAnswer }, { messages: [{ role: "user", content: [{ type: "video", url: "x" }] }] })
-      expect(failure(result)).toMatchObject({ code: "model_rejected", ambiguous: false })
-      expect(fake.requests).toHaveLength(0)
+      for (const content of [[{ type: "video", url: "x" }], ""]) {
+        const { result, fake } = yield* once({ steps: F.textAnswer }, { messages: [{ role: "user", content }] })
+        expect(failure(result)).toMatchObject({ code: "model_rejected", ambiguous: false })
+        expect(fake.requests).toHaveLength(0)
+      }
     }))
 })
 

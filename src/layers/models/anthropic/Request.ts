@@ -14,8 +14,14 @@
  * - System text. `request.system` first, then the text of every `system` message in transcript
  *   order, joined by a blank line, is the body's `system`. Anthropic has no system turn inside the
  *   conversation, so a note in the middle of it loses its place and reads as standing instruction.
- * - Empty text is left out (the API refuses empty text blocks); a message left with nothing is
- *   left out too.
+ * - Empty content. The API refuses an empty text block and a message without content (but for a
+ *   final assistant message). Empty text is left out. An assistant message left with nothing is
+ *   left out (the user turns around it merge, as the API itself merges turns of one role). A tool
+ *   result with nothing is a `tool_result` without `content`, which the API makes optional. A user
+ *   message with nothing is left out when its turn has other blocks (tool results, another user
+ *   message); a user turn left with nothing has no faithful form (left out, the assistant text
+ *   before it would become a prefill to continue), so it fails BEFORE sending, `model_rejected`,
+ *   naming its first message; so does a request with no user or assistant message at all.
  * - Parts. `text`; `image` as base64 (`data` + `mime_type`: JPEG, PNG, GIF or WebP, what the
  *   vision docs list) or by `url`, in user and tool messages only; `thinking` (with its `signature`)
  *   and `redacted_thinking` (with its `data`), in assistant messages only, sent back as the blocks
@@ -152,26 +158,33 @@ const assistantBlocks = (content: Message["content"], where: string) =>
       ? thinkingBlock(part, at)
       : rejected(`${at}: a part of type "${part.type}" in an assistant message`))
 
+/** One turn of the conversation: consecutive messages of one role, merged; `where` names the first. */
+interface Turn {
+  readonly role: "user" | "assistant"
+  readonly content: Array<Block>
+  readonly where: string
+}
+
 interface Turns {
   readonly system: Array<string>
-  readonly messages: Array<{ role: "user" | "assistant"; content: Array<Block> }>
+  readonly messages: Array<Turn>
 }
 
-const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Block>) => {
-  if (blocks.length === 0) return
+/** Adds a message's blocks to the last turn if it has the same role, else starts one (never for an empty assistant message). */
+const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Block>, where: string) => {
   const last = turns.messages[turns.messages.length - 1]
   if (last?.role === role) last.content.push(...blocks)
-  else turns.messages.push({ role, content: [...blocks] })
+  else if (blocks.length > 0 || role === "user") turns.messages.push({ role, content: [...blocks], where })
 }
 
-/** A user message with its tool_result blocks first, each group in its own order (the API's rule). */
-const resultsFirst = (message: Turns["messages"][number]): Turns["messages"][number] =>
-  message.role === "user"
+/** A turn as sent: a user turn with its tool_result blocks first, each group in its own order (the API's rule). */
+const wireMessage = (turn: Turn): WireMessage =>
+  turn.role === "user"
     ? {
       role: "user",
-      content: [...message.content.filter((b) => b.type === "tool_result"), ...message.content.filter((b) => b.type !== "tool_result")]
+      content: [...turn.content.filter((b) => b.type === "tool_result"), ...turn.content.filter((b) => b.type !== "tool_result")]
     }
-    : message
+    : { role: "assistant", content: turn.content }
 
 /** Folds one Brain message into the turns, or says why Anthropic cannot carry it. */
 const addMessage = (turns: Turns, message: Message, where: string): ModelFailed | undefined => {
@@ -186,7 +199,7 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
     case "user": {
       const blocks = contentBlocks(message.content, where, message.role)
       if (blocks instanceof ModelFailed) return blocks
-      push(turns, "user", blocks)
+      push(turns, "user", blocks, where)
       return undefined
     }
     case "assistant": {
@@ -196,14 +209,15 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
         if (!isObject(call.input)) return rejected(`${where}.tool_calls[${i}]: a tool call input that is not a JSON object`)
         blocks.push({ type: "tool_use", id: call.id, name: call.name, input: call.input })
       }
-      push(turns, "assistant", blocks)
+      push(turns, "assistant", blocks, where)
       return undefined
     }
     case "tool": {
       if (message.tool_call_id === undefined) return rejected(`${where}: a tool result without \`tool_call_id\``)
       const content = typeof message.content === "string" ? message.content : contentBlocks(message.content, where, message.role)
       if (content instanceof ModelFailed) return content
-      push(turns, "user", [{ type: "tool_result", tool_use_id: message.tool_call_id, content }])
+      const result: ToolResultBlock = { type: "tool_result", tool_use_id: message.tool_call_id }
+      push(turns, "user", [content.length > 0 ? { ...result, content } : result], where)
       return undefined
     }
   }
@@ -231,10 +245,13 @@ export const requestBody = (call: ProviderCall): Record<string, unknown> | Model
     const failure = addMessage(turns, message, `messages[${i}]`)
     if (failure !== undefined) return failure
   }
+  if (turns.messages.length === 0) return rejected(`a request with no user or assistant message (it takes at least one)`)
+  const empty = turns.messages.find((turn) => turn.content.length === 0)
+  if (empty !== undefined) return rejected(`${empty.where}: an empty user message (it refuses a message without content)`)
   const tools = toolsOf(call)
   if (tools instanceof ModelFailed) return tools
   const options = mergedOptions(call)
-  const messages: Array<WireMessage> = turns.messages.map(resultsFirst)
+  const messages = turns.messages.map(wireMessage)
   return {
     ...options,
     model: call.binding.model,
