@@ -326,6 +326,18 @@ describe("the anthropic provider: requests", () => {
     })
   })
 
+  it("a failed tool's result goes as its content alone, without is_error: a Brain tool message has no such flag, and content that looks like a failure may be an ok output", () => {
+    const failed = JSON.stringify({ outcome: "error", error: { error: "no tool named \"x\"" } })
+    const body = requestBody(pureCall({
+      messages: [
+        { role: "user", content: "Go." },
+        { role: "assistant", content: "", tool_calls: [{ id: "tu_1", name: "x", input: {} }] },
+        { role: "tool", tool_call_id: "tu_1", content: failed }
+      ]
+    }))
+    expect((body as any).messages[2]).toEqual({ role: "user", content: [{ type: "tool_result", tool_use_id: "tu_1", content: failed }] })
+  })
+
   it("a merged user message puts all its tool_result blocks first, in their order, then its other blocks in theirs (the API's rule)", () => {
     const body = requestBody(pureCall({
       messages: [

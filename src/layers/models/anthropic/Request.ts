@@ -8,7 +8,8 @@
  *   user turn; each `tool` result is a `tool_result` block in a user turn; an `assistant` message
  *   is an assistant turn (its text, then one `tool_use` block per tool call). Consecutive turns of
  *   one role merge into one message: the results of parallel calls share one user message, and a
- *   user message among or right after them joins it. The API wants a user message's
+ *   user message among or right after them joins it. A result carries no `is_error`: a Brain tool
+ *   message has no such flag (a failure is only in its content). The API wants a user message's
  *   `tool_result` blocks before anything else in it, so a merged user message holds its results
  *   first (in transcript order), then its other blocks (in transcript order).
  * - System text. `request.system` first, then the text of every `system` message in transcript
