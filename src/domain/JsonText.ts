@@ -42,3 +42,23 @@ export const stringifyOnce = (value: unknown): string => {
   }
   return text
 }
+
+/**
+ * The deepest nesting of objects and arrays in JSON text (strings skipped); cheap, no parse, no
+ * recursion. Text deeper than MAX_JSON_DEPTH is refused before anything parses it.
+ */
+export const nestingDepth = (text: string): number => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // backslash: skip the escaped character
+      else if (c === 34) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 123 || c === 91) max = Math.max(max, ++depth)
+    else if (c === 125 || c === 93) depth--
+  }
+  return max
+}

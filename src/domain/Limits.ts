@@ -45,6 +45,14 @@ export const PAGE_EVENTS = 1_000
 /** Bytes. About the most journal frame bytes one page returns (a single larger Event comes alone). */
 export const PAGE_BYTES = 8 * 1024 * 1024
 
+/**
+ * Levels. JSON nested deeper is refused wherever it comes in — an HTTP body, and every text a
+ * Wasm guest hands the host (a host call's request, a loop's or a tool's output) — checked by a
+ * scan of the text before it is parsed: no request needs it, and deep values overflow the
+ * recursive code they reach (JSON.stringify, the journal's encoder).
+ */
+export const MAX_JSON_DEPTH = 64
+
 /** Bytes. The largest kind name; the kind length field also carries the atomic-group flag. */
 export const MAX_KIND_BYTES = 255
 

@@ -24,6 +24,8 @@ import {
   Unauthorized,
   UnsupportedMediaType
 } from "../domain/Errors.js"
+import { nestingDepth } from "../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
 
@@ -200,26 +202,6 @@ const routeWithBody = <E, R>(
     }
     return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
   })
-
-/** Levels. JSON nested deeper is refused: no request needs it, and deep values overflow recursive code. */
-export const MAX_JSON_DEPTH = 64
-
-/** The deepest nesting of objects and arrays in JSON text (strings skipped); cheap, no parse. */
-export const nestingDepth = (text: string): number => {
-  let depth = 0
-  let max = 0
-  let inString = false
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (inString) {
-      if (c === 92) i++ // backslash: skip the escaped character
-      else if (c === 34) inString = false
-    } else if (c === 34) inString = true
-    else if (c === 123 || c === 91) max = Math.max(max, ++depth)
-    else if (c === 125 || c === 93) depth--
-  }
-  return max
-}
 
 /**
  * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413

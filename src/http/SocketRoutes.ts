@@ -31,6 +31,8 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Cause, Effect, Either, Exit, type Runtime, Schema } from "effect"
 import * as RuntimeOps from "effect/Runtime"
 import { Internal } from "../domain/Errors.js"
+import { nestingDepth } from "../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import type { HostsShape } from "../services/Hosts.js"
 import type { IdempotencyShape } from "../services/Idempotency.js"
 import type { SessionsShape } from "../services/Sessions.js"
@@ -38,7 +40,7 @@ import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, digest, type GateOptions, MAX_JSON_DEPTH, nestingDepth, preRead, shapeError } from "./Middleware.js"
+import { bearerToken, digest, type GateOptions, preRead, shapeError } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 

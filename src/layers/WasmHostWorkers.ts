@@ -8,7 +8,8 @@
  * A loop's output `{"ok": value}` is the turn's result; `{"error": {code, message, …}}` fails the
  * turn with that code when it is one of Brain's failure codes (a host failure the guest passes on,
  * as the official loop does), else with `agentloop_failed`. Anything else the guest does wrong — a
- * trap, output that is not that JSON, its compute budget, ABI misuse — is `agentloop_failed`.
+ * trap, output that is not that JSON (or nests deeper than MAX_JSON_DEPTH, refused before it is
+ * parsed), its compute budget, ABI misuse — is `agentloop_failed`.
  * `{"ok": value, "transcript": request}` saves `request` as a `set_transcript` call would
  * (through the activation's own host services, so a delta counts from what it last saved), in the
  * same atomic append as the activation's closing records (`Host.setTranscriptAtEnd`): a request of
@@ -22,7 +23,8 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Cause, Effect, Exit, Layer, Option, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
-import { stringifyOnce } from "../domain/JsonText.js"
+import { nestingDepth, stringifyOnce } from "../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
@@ -70,6 +72,10 @@ const isCode = Schema.is(FailureCode)
 
 /** A loop's `ok` may come with `transcript`, a set_transcript request to save before the turn takes the result. */
 type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown; readonly details?: unknown } }
+
+/** Why a guest's output text is refused before it is parsed: JSON nested past the bound every guest text has. */
+const tooDeep = (text: string): string | undefined =>
+  nestingDepth(text) > MAX_JSON_DEPTH ? `the guest's output nests deeper than ${MAX_JSON_DEPTH} levels (docs/abi.md, "Limits")` : undefined
 
 const readOutput = (text: string): Output | undefined => {
   try {
@@ -176,6 +182,8 @@ export const make = (options: WasmHostOptions) =>
 
     /** A tool's output text as its run. */
     const toolRunOf = (text: string): ToolRun => {
+      const deep = tooDeep(text)
+      if (deep !== undefined) return { _tag: "error", output: { message: deep } }
       const output = readOutput(text)
       if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
       if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
@@ -201,6 +209,8 @@ export const make = (options: WasmHostOptions) =>
         return run(activation, {
           failed: (f) => Effect.fail(loopFailed(f.message)),
           done: (text) => {
+            const deep = tooDeep(text)
+            if (deep !== undefined) return Effect.fail(loopFailed(deep))
             const output = readOutput(text)
             if (output === undefined) return Effect.fail(loopFailed('the guest\'s output is not {"ok": …} or {"error": {…}} JSON'))
             if ("ok" in output) {

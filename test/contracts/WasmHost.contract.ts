@@ -22,6 +22,7 @@ import { Deferred, Duration, Effect, Either, Exit, Fiber, Option, Queue, type Sc
 import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
 import type { Event } from "../../src/domain/Projection.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
@@ -128,6 +129,31 @@ const seen = (f: Failure) => ({ code: f.code, message: f.message, retryable: f.r
 
 // ---------------------------------------------------------------------------------------------
 // Guests (WAT, compiled in the test)
+
+/** JSON text of arrays nested `levels` deep: `[[…]]`. */
+const nested = (levels: number) => "[".repeat(levels) + "]".repeat(levels)
+
+/** Each op's request, of its shape, nested `depth` levels deep in all. */
+const requestsAtDepth = (depth: number): Array<[string, string]> => [
+  ["emit", `{"kind":"deep","payload":${nested(depth - 1)}}`],
+  ["kv_put", `{"key":"k","value":${nested(depth - 1)}}`],
+  ["telemetry", nested(depth)],
+  ["model", `{"messages":[{"role":"user","content":"hi"}],"options":${nested(depth - 1)}}`],
+  ["dispatch", `{"calls":[{"id":"c","name":"echo","input":${nested(depth - 3)}}]}`],
+  ["set_transcript", `{"messages":[{"role":"user","content":[{"type":"x","v":${nested(depth - 5)}}]}]}`]
+]
+
+/** Makes the host call `first` and drops its answer, then makes `then` and returns its answer as its output. */
+const callingTwice = (first: readonly [string, string], then: readonly [string, string], entry: Entry = "brain_run") => {
+  const o1 = data(100, first[0])
+  const o2 = data(130, then[0])
+  const r2 = data(160, then[1])
+  const r1 = data(300, first[1])
+  return guest(`${o1.segment} ${o2.segment} ${r2.segment} ${r1.segment}
+    (func (export "${entry}") (param i32 i32) (result i64)
+      (drop (call $call (i32.const ${o1.ptr}) (i32.const ${o1.len}) (i32.const ${r1.ptr}) (i32.const ${r1.len})))
+      (call $call (i32.const ${o2.ptr}) (i32.const ${o2.len}) (i32.const ${r2.ptr}) (i32.const ${r2.len})))`)
+}
 
 const spinning = (entry: Entry = "brain_run") => guest(`(func (export "${entry}") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
 
@@ -649,6 +675,46 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           }
         }))
 
+      it.scopedLive(`a request nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH}) answers invalid_request before it is parsed and reaches no Host method, for every op`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const [op, request] of requestsAtDepth(MAX_JSON_DEPTH + 1)) {
+            const { result, calls } = yield* runLoop(host, yield* admitted(host, calling(op, request)))
+            expect(Either.isLeft(result) && seen(result.left.failure), op).toMatchObject({ code: "invalid_request", message: expect.stringMatching(/nests deeper than 64 levels/) })
+            expect(calls, op).toEqual([])
+          }
+        }))
+
+      it.scopedLive(`a request nested exactly MAX_JSON_DEPTH (${MAX_JSON_DEPTH}) deep reaches its Host method`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const [op, request] of requestsAtDepth(MAX_JSON_DEPTH)) {
+            const { calls } = yield* runLoop(host, yield* admitted(host, calling(op, request)))
+            expect(calls.map((c) => c.method), op).toHaveLength(1)
+          }
+        }))
+
+      it.scopedLive("an emit whose payload nests 10,000 deep is answered invalid_request, not a crash: the guest goes on and its next call is performed", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const deep = `{"kind":"deep","payload":${nested(10_000)}}`
+          const { result, calls } = yield* runLoop(host, yield* admitted(host, callingTwice(["emit", deep], ["kv_read", '{"key":"k"}'])))
+          expect(result).toEqual(Either.right({ found: true, value: { v: 1 } }))
+          expect(calls).toEqual([{ method: "kvRead", args: ["k"] }])
+        }))
+
+      it.scopedLive(`a loop's output nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH}) fails agentloop_failed saying so; one at the bound is its value`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const levels of [MAX_JSON_DEPTH, 10_000]) {
+            const f = yield* loopFailure(host.runLoop(yield* admitted(host, returning(`{"ok":${nested(levels)}}`)), input(), recordingHost().host))
+            expect(seen(f), `ok nested ${levels}`).toMatchObject({ code: "agentloop_failed", message: expect.stringMatching(/nests deeper than 64 levels/) })
+          }
+          const { result } = yield* runLoop(host, yield* admitted(host, returning(`{"ok":${nested(MAX_JSON_DEPTH - 1)}}`)))
+          expect(result).toEqual(Either.right(JSON.parse(nested(MAX_JSON_DEPTH - 1))))
+          yield* servesNext(host)
+        }))
+
       it.scopedLive("an op the ABI does not name answers invalid_request, and no Host method is called", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
@@ -759,6 +825,29 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect(run._tag).toBe("error")
           expect((run.output as { message: string }).message).toMatch(/compute budget/)
           expect((yield* runTool(host, yield* admitted(host, FINE_TOOL))).run).toEqual({ _tag: "ok", output: "fine" })
+        }))
+
+      it.scopedLive(`a tool's output nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH}) is outcome error saying so; one at the bound is outcome ok`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const levels of [MAX_JSON_DEPTH, 10_000]) {
+            const { run } = yield* runTool(host, yield* admitted(host, returning(`{"ok":${nested(levels)}}`, "brain_tool")))
+            expect(run._tag, `ok nested ${levels}`).toBe("error")
+            expect((run.output as { message: string }).message, `ok nested ${levels}`).toMatch(/nests deeper than 64 levels/)
+          }
+          const { run } = yield* runTool(host, yield* admitted(host, returning(`{"ok":${nested(MAX_JSON_DEPTH - 1)}}`, "brain_tool")))
+          expect(run).toEqual({ _tag: "ok", output: JSON.parse(nested(MAX_JSON_DEPTH - 1)) })
+        }))
+
+      it.scopedLive(`a tool's emit nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH}) answers invalid_request and reaches no service; the tool goes on`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const levels of [MAX_JSON_DEPTH + 1, 10_000]) {
+            const deep = `{"kind":"deep","payload":${nested(levels - 1)}}`
+            const { run, calls } = yield* runTool(host, yield* admitted(host, callingTwice(["emit", deep], ["emit", '{"kind":"fine"}'], "brain_tool")))
+            expect(run, `nested ${levels}`).toEqual({ _tag: "ok", output: { sequence: 7 } })
+            expect(calls, `nested ${levels}`).toEqual([{ method: "emit", args: ["fine", {}] }])
+          }
         }))
 
       it.scopedLive("a tool's emit and telemetry reach its services with the request decoded, and their answers reach the tool", () =>

@@ -8,9 +8,13 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { request, ROOT, sharedServer } from "../support/server.js"
 import { TWIN_FORMAT } from "../../src/layers/wasm/TwinExports.js"
-import { echoing, helloLoop, padded, wat } from "../support/wat.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
+import { calling, echoing, helloLoop, padded, returning, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
+
+/** JSON text of arrays nested `levels` deep: `[[…]]`. */
+const nested = (levels: number) => "[".repeat(levels) + "]".repeat(levels)
 
 describe("uploaded modules", () => {
   const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "100000", BRAIN_MAX_WASM_STORE_BYTES: "150000" } })
@@ -147,5 +151,62 @@ describe("uploaded modules", () => {
     const full = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 80_000)))
     expect(full.status).toBe(409)
     expect(full.body.message).toContain("BRAIN_MAX_WASM_STORE_BYTES")
+  })
+})
+
+describe(`guest JSON nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH})`, () => {
+  const server = sharedServer()
+
+  const upload = async (text: string) => {
+    const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(await wat(text)))
+    expect(admitted.status, admitted.text).toBe(201)
+    return admitted.body.id as string
+  }
+  const events = async (session: string) =>
+    (await request(server().baseUrl, `/v1/sessions/${session}/events`)).body.events as ReadonlyArray<{ sequence: number; kind: string; data: any }>
+
+  it("a Wasm tool's output nested 10,000 deep is outcome error: tool_call_ended closes its tool_call_started before the loop sees that outcome", async () => {
+    const tool = await upload(returning(`{"ok":${nested(10_000)}}`, "brain_tool"))
+    const loop = await upload(calling("dispatch", '{"calls":[{"id":"a","name":"deep","input":{}}]}'))
+    const created = await request(server().baseUrl, "/v1/sessions", {
+      json: {
+        agentloop: loop,
+        model: { provider: "scripted" },
+        environments: [{ name: "w", driver: "brain" }],
+        tools: [{ name: "deep", description: "answers deep JSON", module: tool, environment: "w" }]
+      }
+    })
+    expect(created.status, created.text).toBe(201)
+    const session = created.body.session_id
+    const sent = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "go" } } })
+    expect(sent.body.turn.status, sent.text).toBe("ended")
+    expect(sent.body.turn.result).toEqual([
+      { call_id: "a", name: "deep", outcome: "error", output: { message: expect.stringMatching(/nests deeper than 64 levels/) }, is_error: true }
+    ])
+    const evs = await events(session)
+    const started = evs.find((e) => e.kind === "tool_call_started")!
+    const ended = evs.find((e) => e.kind === "tool_call_ended")
+    expect(ended?.data).toMatchObject({ sequence: started.sequence, outcome: "error", is_error: true })
+    expect(ended!.sequence).toBeLessThan(evs.find((e) => e.kind === "activation_ended")!.sequence)
+  })
+
+  it("a loop's output nested 10,000 deep fails the turn agentloop_failed, answered and journaled alike; the next turn runs", async () => {
+    const loop = await upload(returning(`{"ok":${nested(10_000)}}`))
+    const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: loop, model: { provider: "scripted" } } })).body.session_id
+    for (const message of ["one", "two"]) {
+      const sent = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message } } })
+      expect(sent.body.turn, message).toMatchObject({ status: "failed", failure: { code: "agentloop_failed", message: expect.stringMatching(/nests deeper than 64 levels/) } })
+      const failed = (await events(session)).filter((e) => e.kind === "turn_failed").at(-1)
+      expect(failed?.data, message).toMatchObject({ sequence: sent.body.turn.sequence, failure: { code: "agentloop_failed" } })
+    }
+  })
+
+  it("an emit whose payload nests 10,000 deep is answered invalid_request, not a crash of the activation", async () => {
+    const loop = await upload(calling("emit", `{"kind":"deep","payload":${nested(10_000)}}`))
+    const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: loop, model: { provider: "scripted" } } })).body.session_id
+    const sent = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "go" } } })
+    // The guest returns the answer it got as its error output: the turn fails with that answer's code.
+    expect(sent.body.turn).toMatchObject({ status: "failed", failure: { code: "invalid_request", message: expect.stringMatching(/nests deeper than 64 levels/) } })
+    expect((await events(session)).filter((e) => e.kind === "deep")).toEqual([])
   })
 })

@@ -2,8 +2,9 @@
  * The ABI's host services (docs/abi.md, `brain.call`) over the runtime's Host: each op's JSON
  * request decoded, the Host service performed (journaled exactly as for an in-process loop), and
  * the answer encoded as `{"ok": value}` or `{"error": {code, message, retryable, ambiguous}}`.
- * A request that is not JSON or not of its op's shape is answered `invalid_request`; nothing of it
- * reaches the journal.
+ * A request that is not JSON, nests deeper than MAX_JSON_DEPTH (refused by a scan of the text,
+ * before anything parses or walks it) or is not of its op's shape is answered `invalid_request`;
+ * nothing of it reaches the journal.
  *
  * `model` and `set_transcript` take the transcript whole (`messages`) or as a delta against the
  * saved transcript (`context: {keep, append}` / `{keep, append}`). The bridge keeps the saved
@@ -30,6 +31,8 @@
 import { Data, Effect, Either, Option, Schema } from "effect"
 import { appendMessages } from "../../domain/Appended.js"
 import { failure, type Failure } from "../../domain/Failure.js"
+import { nestingDepth } from "../../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { Host, HostCallFailed } from "../../services/Agentloop.js"
 import type { ToolServices } from "../../services/WasmHost.js"
@@ -140,6 +143,7 @@ export const asSetTranscriptRequest = (u: unknown): SetTranscriptRequest | undef
 }
 
 const parse = (request: string): Either.Either<unknown, string> => {
+  if (nestingDepth(request) > MAX_JSON_DEPTH) return Either.left(`the request nests deeper than ${MAX_JSON_DEPTH} levels`)
   try {
     return Either.right(JSON.parse(request))
   } catch {
