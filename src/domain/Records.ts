@@ -5,7 +5,7 @@
  */
 import { Either, ParseResult, Schema } from "effect"
 import { SessionConfiguration } from "./Configuration.js"
-import { Failure } from "./Failure.js"
+import { Failure, FailureCodes } from "./Failure.js"
 import { IDEMPOTENCY_KEY_MAX_BYTES } from "./Limits.js"
 import { Json, Message, TranscriptDelta, TurnInput } from "./Messages.js"
 import { type Guard, guard } from "./SchemaGuard.js"
@@ -164,8 +164,19 @@ export const STREAM_LAGGED = "stream_lagged"
 /** The SSE event name of a live-only model delta (no sequence, never journaled). */
 export const MODEL_DELTA = "model_delta"
 
-/** Kinds an extension can never emit: every system kind, the projected kinds, control frames' names. */
-export const ReservedKinds: ReadonlySet<string> = new Set<string>([...RecordKinds, TRANSCRIPT_REPLACED, STREAM_ERROR, STREAM_LAGGED, MODEL_DELTA])
+/**
+ * Kinds an extension can never emit: every system kind, the projected kinds, control frames' names,
+ * and every public failure code (an Event named `cancelled` or `agentloop_failed` would pass for
+ * Brain's own word on an outcome; the seed reserves the public system codes).
+ */
+export const ReservedKinds: ReadonlySet<string> = new Set<string>([
+  ...RecordKinds,
+  TRANSCRIPT_REPLACED,
+  STREAM_ERROR,
+  STREAM_LAGGED,
+  MODEL_DELTA,
+  ...FailureCodes
+])
 
 /** Started kinds whose outcome must be recorded; the value lists the kinds that close them. */
 export const EffectKinds = {

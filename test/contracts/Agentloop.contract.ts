@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, type Layer, Option, type Scope } from "effect"
-import { failure } from "../../src/domain/Failure.js"
+import { failure, FailureCodes } from "../../src/domain/Failure.js"
 import type { SessionId } from "../../src/domain/Ids.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
@@ -559,9 +559,9 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
-    it.scopedLive("emit refuses every reserved kind (catalogue kinds, transcript_replaced, extension) with reserved_kind and writes nothing", () => {
+    it.scopedLive("emit refuses every reserved kind (catalogue kinds, public failure codes, transcript_replaced, extension) with reserved_kind and writes nothing", () => {
       const probe = new Probe()
-      const reserved = [...new Set([...RecordKinds, TRANSCRIPT_REPLACED, EXTENSION_KIND])]
+      const reserved = [...new Set([...RecordKinds, ...FailureCodes, TRANSCRIPT_REPLACED, EXTENSION_KIND])]
       const outcomes: Array<[string, string]> = []
       let unchanged = false
       const loops = {
@@ -584,6 +584,8 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           expect(out.turn.status).toBe("ended")
           expect(reserved).toContain("turn_started")
           expect(reserved).toContain("kv_put")
+          expect(reserved).toContain("cancelled")
+          expect(reserved).toContain("agentloop_failed")
           expect(outcomes).toEqual([["allowed", "ok"], ...reserved.map((k) => [k, "reserved_kind"])])
           expect(unchanged).toBe(true)
           expect(ofKind(yield* records(s), EXTENSION_KIND).map((r) => r.payload.kind)).toEqual(["allowed"])

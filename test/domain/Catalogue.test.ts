@@ -17,6 +17,10 @@ describe("Record catalogue", () => {
     expect(ReservedKinds.has("progress")).toBe(false)
   })
 
+  it("every public failure code is reserved against extensions: no Event can pass for a system outcome", () => {
+    for (const code of FailureCodes) expect(ReservedKinds.has(code), code).toBe(true)
+  })
+
   it("failure codes are a closed set without duplicates", () => {
     expect(new Set(FailureCodes).size).toBe(FailureCodes.length)
   })

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
-import type { Failure } from "../../src/domain/Failure.js"
+import { type Failure, FailureCodes } from "../../src/domain/Failure.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
@@ -47,5 +47,35 @@ describe("a tool's own Events", () => {
       expect(started).toBeLessThan(progress)
       expect(progress).toBeLessThan(ended)
     }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools: { chatty } })))
+  })
+
+  it.effect("a tool's emit of a reserved kind — a record kind or a public failure code — is refused reserved_kind, and so is a payload that is not JSON (invalid_request); nothing is written", () => {
+    const kinds = ["turn_failed", "tool_call_ended", ...FailureCodes]
+    const answers: Array<[string, string]> = []
+    const circular: Record<string, unknown> = {}
+    circular.self = circular
+    const emitter: ToolsInProcess.ToolHandler = (input, invocation) =>
+      Effect.gen(function*() {
+        for (const kind of kinds) {
+          const r = yield* Effect.either(invocation.emit(kind, { x: 1 }))
+          answers.push([kind, Either.isLeft(r) ? r.left.failure.code : "accepted"])
+        }
+        const r = yield* Effect.either(invocation.emit("progress", circular))
+        answers.push(["circular", Either.isLeft(r) ? r.left.failure.code : "accepted"])
+        return { outcome: "ok", output: input }
+      })
+    const agentloop: AgentloopShape = {
+      activate: (_input, host) => Effect.as(host.dispatch([{ id: "c1", name: "emitter", input: {} }]), "done")
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({ agentloop: "t", model: { provider: "scripted" }, tools: [{ name: "emitter" }] })
+      const out = yield* sessions.send(session_id, { message: "go" })
+      expect(out.turn.status).toBe("ended")
+      expect(answers).toEqual([...kinds.map((k) => [k, "reserved_kind"]), ["circular", "invalid_request"]])
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      expect(records.filter((r) => r.kind === "extension")).toEqual([])
+    }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools: { emitter } })))
   })
 })

@@ -196,7 +196,11 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       if (typeof kind !== "string" || kind.length === 0 || ReservedKinds.has(kind)) {
         return yield* refuse(failure("reserved_kind", `the Event kind ${JSON.stringify(kind)} is reserved or invalid`))
       }
-      const size = Buffer.byteLength(JSON.stringify(kind) + (JSON.stringify(payload) ?? ""), "utf8")
+      // A payload JSON cannot write (a cycle, a BigInt, nesting past the engine's stack) is refused
+      // here as data, not thrown into a defect; a guest's is already bounded (MAX_JSON_DEPTH).
+      const payloadJson = jsonOrUndefined(payload)
+      if (payloadJson === undefined) return yield* refuse(failure("invalid_request", "the Event's payload is not serializable as JSON"))
+      const size = Buffer.byteLength(JSON.stringify(kind) + payloadJson, "utf8")
       if (config.maxEmittedBytes > 0 && scope.emittedBytes + size > config.maxEmittedBytes) {
         return yield* refuse(
           failure("emitted_bytes_limit", `this turn would pass BRAIN_MAX_EMITTED_BYTES (${config.maxEmittedBytes})`)
@@ -242,6 +246,15 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           Effect.mapError((e) => new HostCallFailed({ failure: failure(e._tag === "JournalCorrupt" ? "journal_corrupt" : "not_found", e.message) }))
         )
       )
+  }
+}
+
+/** `JSON.stringify(value)` (`""` for a value it leaves out), or undefined when it throws. */
+const jsonOrUndefined = (value: unknown): string | undefined => {
+  try {
+    return JSON.stringify(value) ?? ""
+  } catch {
+    return undefined
   }
 }
 
