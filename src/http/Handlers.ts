@@ -71,7 +71,8 @@ const removeRefused = (e: AgentloopRejected | AgentloopInUse | AgentloopStoreFai
     ? new Conflict({ message: e.reason })
     : new Internal({ message: e.reason })
 
-const WASM_TYPES = ["application/wasm", "application/octet-stream"]
+/** The one media type of a module upload (docs/api.md): nothing shipped sends another. */
+const WASM_TYPE = "application/wasm"
 
 export const healthLive = (admission: Admission) =>
   HttpApiBuilder.group(BrainApi, "health", (h) =>
@@ -88,7 +89,7 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
     return h.handle("admit", ({ headers, request }) =>
       Effect.gen(function*() {
         const type = (request.headers["content-type"] ?? "").toLowerCase().split(";")[0]!.trim()
-        if (!WASM_TYPES.includes(type)) {
+        if (type !== WASM_TYPE) {
           return yield* Effect.fail(new UnsupportedMediaType({ message: "the body must be application/wasm" }))
         }
         const bytes = new Uint8Array(

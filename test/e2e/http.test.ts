@@ -480,6 +480,7 @@ describe("the HTTP API against a running server", () => {
     expectError(await api.req("/v1/agentloops", { raw: new Uint8Array(0), headers: { "content-type": "application/wasm" } }), 400, "invalid_request")
     expectError(await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "application/json" } }), 415, "unsupported_media_type")
     expectError(await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "text/plain" } }), 415, "unsupported_media_type")
+    expectError(await api.req("/v1/agentloops", { raw: loop, headers: { "content-type": "application/octet-stream" } }), 415, "unsupported_media_type")
     // The admitted module names an agentloop a session can be created with, and it runs.
     const created = await api.create({ agentloop: expected, model: scripted() })
     expect(created.status).toBe(201)
