@@ -70,7 +70,8 @@ export const make = (options: AgentloopsOptions = {}) =>
       if (Option.isNone(wasm)) return yield* Effect.dieMessage("the official WebAssembly loop needs a WebAssembly host")
       const host = wasm.value
       // A build that produced an inadmissible official loop is a bug of the build, not of a request.
-      const module = yield* Effect.orDie(host.admit(options.officialModule))
+      // Shipped, not uploaded: the upload limit (BRAIN_MAX_WASM_MODULE_BYTES) does not bound it.
+      const module = yield* Effect.orDie(host.admit(options.officialModule, { shipped: true }))
       official = moduleLoop(module, (input, h) => host.runLoop(module, input, h))
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])

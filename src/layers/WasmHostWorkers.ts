@@ -193,8 +193,8 @@ export const make = (options: WasmHostOptions) =>
 
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,
-      admit: (bytes) =>
-        admitModule(bytes, { maxModuleBytes: options.moduleBytes, maxMemoryBytes: options.memoryBytes }).pipe(
+      admit: (bytes, admission) =>
+        admitModule(bytes, { maxModuleBytes: admission?.shipped === true ? Infinity : options.moduleBytes, maxMemoryBytes: options.memoryBytes }).pipe(
           Effect.tap((module) => {
             if (inlineMs === 0) return Effect.void
             const prepared = twins.prepare(module.hash, bytes)

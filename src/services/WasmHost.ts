@@ -71,8 +71,12 @@ export type ToolRun =
   | { readonly _tag: "error"; readonly output: unknown }
 
 export interface WasmHostShape {
-  /** Validates and compiles a module (docs/abi.md, Admission). */
-  readonly admit: (bytes: Uint8Array) => Effect.Effect<AdmittedModule, ModuleRejected>
+  /**
+   * Validates and compiles a module (docs/abi.md, Admission). `shipped`: a module built with Brain
+   * (the official loop), not uploaded, so BRAIN_MAX_WASM_MODULE_BYTES, which bounds one upload,
+   * does not apply: a deployment that lowers it must still start.
+   */
+  readonly admit: (bytes: Uint8Array, options?: { readonly shipped?: boolean }) => Effect.Effect<AdmittedModule, ModuleRejected>
   /** One activation of an Agentloop module: the turn's result, or why it failed. */
   readonly runLoop: (module: AdmittedModule, input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed>
   /** One call of a Wasm tool. */

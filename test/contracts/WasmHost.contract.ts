@@ -343,6 +343,15 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect((yield* refusal(host, above)).reason).toMatch(/BRAIN_MAX_WASM_MODULE_BYTES/)
         }))
 
+      it.scopedLive("a shipped module (built with Brain, not uploaded) is not held to the module-size limit, which bounds uploads", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const above = padded(yield* compile(FINE), LIMITS.moduleBytes)
+          expect(above.length).toBeGreaterThan(LIMITS.moduleBytes)
+          expect((yield* host.admit(above, { shipped: true })).bytes).toBe(above.length)
+          expect((yield* refusal(host, above)).reason).toMatch(/BRAIN_MAX_WASM_MODULE_BYTES/)
+        }))
+
       it.scopedLive("a module without the brain_abi_v1 marker is refused; the marker may be a global or a function", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()

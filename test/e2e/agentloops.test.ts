@@ -210,3 +210,19 @@ describe(`guest JSON nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH})`, () 
     expect((await events(session)).filter((e) => e.kind === "deep")).toEqual([])
   })
 })
+
+describe("BRAIN_MAX_WASM_MODULE_BYTES below the official loop's size", () => {
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "20000" } })
+
+  it("the server starts and runs the shipped official loop, which the limit does not bound; an upload above it is still refused 400", async () => {
+    const official = fs.statSync(path.join(ROOT, "dist/loops/official.wasm")).size
+    expect(official).toBeGreaterThan(20_000)
+    const created = await request(server().baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies: [{ text: "hi back" }] } } })
+    expect(created.status, created.text).toBe(201)
+    const sent = await request(server().baseUrl, `/v1/sessions/${created.body.session_id}/messages`, { json: { input: { message: "hi" } } })
+    expect(sent.body.turn, sent.text).toMatchObject({ status: "ended" })
+    const tooBig = await request(server().baseUrl, "/v1/agentloops", wasm(padded(await helloLoop(), 20_000)))
+    expect(tooBig.status).toBe(400)
+    expect(tooBig.body.message).toContain("BRAIN_MAX_WASM_MODULE_BYTES")
+  })
+})
