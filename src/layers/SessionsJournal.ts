@@ -146,6 +146,9 @@ export const make = Effect.gen(function*() {
 
   const write = (cell: Cell, entries: ReadonlyArray<Entry>) => Effect.mapError(commit(journal, cell, entries), fromJournal)
 
+  /** A mutating request on a session whose creation is still under way in this process. */
+  const beingCreated = () => new Conflict({ message: "the session is being created; retry once its create has answered" })
+
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
   function* sendKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest) {
@@ -176,6 +179,7 @@ export const make = Effect.gen(function*() {
       return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
     }
     if (status === "failed") return yield* Effect.fail(new Conflict({ message: "the session's creation failed" }))
+    if (status === "creating") return yield* Effect.fail(beingCreated())
     if (cell.running || status === "running") {
       return yield* Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
     }
@@ -315,38 +319,46 @@ export const make = Effect.gen(function*() {
           Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         const cell = new Cell(session, empty)
-        const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
-        if (request.transcript && request.transcript.length > 0) {
-          opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
-        }
-        const [first] = yield* write(cell, opening).pipe(
-          // Nothing was recorded: leave no empty session behind.
-          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
-        )
-        // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
-        const setup = yield* setUpEnvironments(steps, cell, environments).pipe(
-          Effect.mapError(fromFence),
-          Effect.tapError(() => registry.abandon(session))
-        )
-        if (setup !== undefined) {
-          const { environment, failure: why } = setup
-          const message = `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
-          yield* write(cell, [
-            entry("session_creation_failed", { sequence: first!, failure: failure("creation_failed", message, { details: { environment, failure: why } }) })
-          ]).pipe(Effect.tapError(() => registry.abandon(session)))
-          yield* registry.adopt(cell)
-          return yield* Effect.fail(
-            new CreationFailed({
-              message: `${message}; the session ${session} has failed and can be deleted`,
-              details: { session_id: session, environment, failure: why }
-            })
+        // The creation is live work of this process: registered before its first record, so that
+        // an access meanwhile sees it `creating` and never recovers it (Registry.creating), and
+        // uninterruptible from here, so that it always ends with `adopt` or `abandon`.
+        yield* registry.creating(cell)
+        return yield* Effect.uninterruptible(Effect.gen(function*() {
+          const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
+          if (request.transcript && request.transcript.length > 0) {
+            opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
+          }
+          const [first] = yield* write(cell, opening).pipe(
+            // Nothing was recorded: leave no empty session behind.
+            Effect.tapError(() => Effect.zipRight(registry.abandon(cell), Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
           )
-        }
-        yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
-          Effect.tapError(() => registry.abandon(session))
-        )
-        yield* registry.adopt(cell)
-        return summary(cell)
+          // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
+          const setup = yield* setUpEnvironments(steps, cell, environments).pipe(
+            Effect.mapError(fromFence),
+            Effect.tapError(() => registry.abandon(cell))
+          )
+          if (setup !== undefined) {
+            const { environment, failure: why } = setup
+            const message = `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
+            yield* write(cell, [
+              entry("session_creation_failed", { sequence: first!, failure: failure("creation_failed", message, { details: { environment, failure: why } }) })
+            ]).pipe(Effect.tapError(() => registry.abandon(cell)))
+            yield* registry.adopt(cell)
+            return yield* Effect.fail(
+              new CreationFailed({
+                message: `${message}; the session ${session} has failed and can be deleted`,
+                details: { session_id: session, environment, failure: why }
+              })
+            )
+          }
+          yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
+            Effect.tapError(() => registry.abandon(cell))
+          )
+          // The answer is the creation's: taken before another request can use the session.
+          const created = summary(cell)
+          yield* registry.adopt(cell)
+          return created
+        }))
       }),
     get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
@@ -384,9 +396,8 @@ export const make = Effect.gen(function*() {
       using(session, (cell) =>
         Effect.gen(function*() {
           if (cell.state.status === "ended") return summary(cell)
-          if (cell.state.status === "failed" || cell.state.status === "creating") {
-            return yield* Effect.fail(new Conflict({ message: `the session is ${cell.state.status}` }))
-          }
+          if (cell.state.status === "creating") return yield* Effect.fail(beingCreated())
+          if (cell.state.status === "failed") return yield* Effect.fail(new Conflict({ message: "the session is failed" }))
           cell.ending = true
           while (cell.running) yield* cell.running.done.await
           if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
@@ -421,9 +432,9 @@ export const make = Effect.gen(function*() {
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
             state = cell.state
-            return cell.state.status === "ended" || cell.state.status === "failed"
-              ? tearDown(steps, journal, cell)
-              : Effect.fail(new Conflict({ message: "only an ended or failed session can be deleted" }))
+            const status = cell.state.status
+            if (status === "ended" || status === "failed") return tearDown(steps, journal, cell)
+            return Effect.fail(status === "creating" ? beingCreated() : new Conflict({ message: "only an ended or failed session can be deleted" }))
           },
           Effect.zipRight(
             handOn,

@@ -3,7 +3,9 @@
  * concurrent first accesses, released when unused.
  *
  * - Recovery: the first access of any kind in this process (reads included) records what a
- *   stopped process left open, before anything else uses the session.
+ *   stopped process left open, before anything else uses the session. It never runs on work this
+ *   process is doing: a session being created is registered by its creation (`creating`) before
+ *   its first record, so every access meanwhile uses that live cell (and sees `creating`).
  * - Release: an unused cell with no turn is released at once, after its idle TTL, or kept (TTL 0).
  *   Cells kept warm and idle share a byte budget; past it the least recently used are released
  *   early (a TTL buys latency only; a released session reopens on its next access).
@@ -199,29 +201,40 @@ export class Registry {
 
   /** Takes a use of an opened cell (refused when it broke or its session is being deleted). */
   private readonly use = (cell: Cell): Effect.Effect<Cell, SessionStorageError> => {
-    if (cell.broken) return Effect.fail(brokenFailure())
-    if (cell.deleted) return Effect.fail(notFound())
+    const refused = refusal(cell)
+    if (refused !== undefined) return Effect.fail(refused)
     cell.users++
     this.unwarm(cell)
     return Effect.as(FiberMap.remove(this.timers, cell.session), cell)
   }
 
-  /** Registers the cell of a session just created (its records are in the cell already). */
-  adopt(cell: Cell): Effect.Effect<void> {
-    return Effect.suspend(() => {
+  /**
+   * Registers the cell of a session being created, before its first record, held by its creation
+   * until `adopt` or `abandon`: every access meanwhile uses this cell (not_found until the first
+   * record, then `creating`), and none recovers the creation, which is live.
+   */
+  creating(cell: Cell): Effect.Effect<void> {
+    return Effect.sync(() => {
       this.checked.add(cell.session)
       this.cells.set(cell.session, { opened: undefined, settled: Exit.succeed(cell) })
       cell.users++
-      return this.release(cell)
     })
   }
 
-  /** Forgets what this process knew of a session whose creation could not be recorded whole. */
-  abandon(session: SessionId): Effect.Effect<void> {
+  /** Releases the creation's hold on the cell of a session whose creation is recorded closed. */
+  adopt(cell: Cell): Effect.Effect<void> {
+    return this.release(cell)
+  }
+
+  /**
+   * Releases the creation's hold on the cell of a session whose creation could not be recorded
+   * whole: broken, so once unused the journal is reset and the next access reopens the session
+   * and records the creation failed.
+   */
+  abandon(cell: Cell): Effect.Effect<void> {
     return Effect.suspend(() => {
-      this.checked.delete(session)
-      this.broken.add(session)
-      return this.options.journal.reset(session)
+      cell.broken = true
+      return this.release(cell)
     })
   }
 
@@ -258,9 +271,8 @@ export class Registry {
       const settled = this.cells.get(session)?.settled
       if (settled !== undefined && Exit.isSuccess(settled)) {
         const cell = settled.value
-        if (cell.broken) return Effect.fail(brokenFailure())
-        if (cell.deleted) return Effect.fail(notFound())
-        return body(cell)
+        const refused = refusal(cell)
+        return refused === undefined ? body(cell) : Effect.fail(refused)
       }
       return Effect.acquireUseRelease(this.acquire(session), body, (cell) =>
         Effect.suspend(() => {
@@ -359,3 +371,10 @@ export class Registry {
     })
   }
 }
+
+/**
+ * Why an opened cell is refused: its write failed, its session is being deleted, or it has no
+ * creation record yet (a create that has written nothing: nobody was given its id).
+ */
+const refusal = (cell: Cell): SessionStorageError | undefined =>
+  cell.broken ? brokenFailure() : cell.deleted || cell.state.status === "none" ? notFound() : undefined

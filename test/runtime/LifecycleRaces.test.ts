@@ -1,0 +1,132 @@
+/**
+ * Lifecycle operations racing each other in one process, over an Environment driver whose steps
+ * wait at a gate the test opens (so each race is held open, not hoped for):
+ *
+ * - a creation in flight is live work: a read sees it `creating` and changes nothing (recovery is
+ *   only for work nobody in this process is doing), and a mutating request is refused `conflict`.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Fiber, FiberId, Layer } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
+import {
+  EnvironmentRefused,
+  Environments,
+  type EnvironmentsShape,
+  type LifecycleOperation,
+  type LifecycleStep
+} from "../../src/services/Environments.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import { bindingsOf } from "../support/httpEnvironment.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+interface Gated {
+  /** Every step the driver was asked for, in order. */
+  readonly calls: Array<{ readonly step: LifecycleStep; readonly session: SessionId; readonly sequence: number }>
+  /** Completed at a step's first call. */
+  readonly called: Record<LifecycleStep, Deferred.Deferred<LifecycleOperation>>
+  /** A gated step answers once its gate is open. */
+  readonly gates: Record<LifecycleStep, Deferred.Deferred<void>>
+  readonly layer: Layer.Layer<Environments>
+}
+
+/** A driver whose `gated` steps wait for their gate; a `failing` step's first call then answers a refusal. */
+const gatedDriver = (gated: ReadonlyArray<LifecycleStep>, failing: ReadonlyArray<LifecycleStep> = []): Gated => {
+  const deferreds = <A>() => ({
+    setup: Deferred.unsafeMake<A>(FiberId.none),
+    detach: Deferred.unsafeMake<A>(FiberId.none),
+    teardown: Deferred.unsafeMake<A>(FiberId.none)
+  })
+  const calls: Gated["calls"] = []
+  const called = deferreds<LifecycleOperation>()
+  const gates = deferreds<void>()
+  const step = (name: LifecycleStep) => (operation: LifecycleOperation) =>
+    Effect.gen(function*() {
+      calls.push({ step: name, session: operation.session, sequence: operation.sequence })
+      yield* Deferred.succeed(called[name], operation)
+      if (gated.includes(name)) yield* Deferred.await(gates[name])
+      if (failing.includes(name) && calls.filter((c) => c.step === name).length === 1) {
+        return yield* Effect.fail(
+          new EnvironmentRefused({ environment: operation.environment.name, status: 400, body: null, message: `${name} refused on purpose` })
+        )
+      }
+      return { result: { step: name } }
+    })
+  const shape: EnvironmentsShape = {
+    setup: step("setup"),
+    detach: step("detach"),
+    teardown: step("teardown"),
+    // No tool runs in these sessions.
+    call: () => Effect.fail(new EnvironmentRefused({ environment: "sandbox", status: 400, body: null, message: "no calls here" })),
+    cancel: () => Effect.succeed({ confirmed: true })
+  }
+  return { calls, called, gates, layer: Layer.succeed(Environments, shape) }
+}
+
+const runtime = (driver: Gated) =>
+  runtimeLayer({ environments: { layer: driver.layer, bindings: bindingsOf({ sandboxes: "http://127.0.0.1:1" }) } })
+
+const sandbox = { name: "sandbox", driver: "http" as const, binding: "sandboxes", options: {} }
+const scripted = { provider: "scripted" as const }
+
+const kindsOf = (id: SessionId) =>
+  Effect.map(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })), (p) => p.events.map((e) => e.kind))
+
+describe("a creation in flight", () => {
+  it.scoped("reads during it see the session creating and change nothing; the creation closes with exactly its own records", () => {
+    const driver = gatedDriver(["setup"])
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const creating = yield* Effect.fork(sessions.create({ model: scripted, environments: [sandbox] }))
+      const id = (yield* Deferred.await(driver.called.setup)).session
+
+      for (let i = 0; i < 2; i++) {
+        expect(yield* sessions.get(id)).toMatchObject({ session_id: id, status: "creating" })
+        expect((yield* sessions.list({ limit: 10 })).sessions).toMatchObject([{ session_id: id, status: "creating" }])
+        expect(yield* kindsOf(id)).toEqual(["session_creation_started", "environment_setup_started"])
+        expect((yield* sessions.transcript(id)).messages).toEqual([])
+      }
+
+      yield* Deferred.succeed(driver.gates.setup, undefined)
+      const created = yield* Fiber.join(creating)
+      expect(created).toMatchObject({ session_id: id, status: "idle" })
+      expect(yield* kindsOf(id)).toEqual([
+        "session_creation_started",
+        "environment_setup_started",
+        "environment_setup_ended",
+        "session_creation_ended"
+      ])
+      expect((yield* sessions.get(id)).status).toBe("idle")
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+
+  it.scoped("a delete, an end or a message during it is refused conflict and changes nothing; the creation then answers idle and the session lives", () => {
+    const driver = gatedDriver(["setup"])
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const creating = yield* Effect.fork(sessions.create({ model: scripted, environments: [sandbox] }))
+      const id = (yield* Deferred.await(driver.called.setup)).session
+
+      const refused = yield* Effect.all([
+        Effect.flip(sessions.delete(id)),
+        Effect.flip(sessions.end(id)),
+        Effect.flip(sessions.send(id, { message: "too soon" })),
+        Effect.flip(sessions.submit(id, { message: "too soon" }))
+      ], { concurrency: "unbounded" })
+      for (const r of refused) {
+        expect(r).toMatchObject({ code: "conflict", message: expect.stringContaining("being created") })
+      }
+      expect(yield* kindsOf(id)).toEqual(["session_creation_started", "environment_setup_started"])
+
+      yield* Deferred.succeed(driver.gates.setup, undefined)
+      expect(yield* Fiber.join(creating)).toMatchObject({ session_id: id, status: "idle" })
+      expect(yield* kindsOf(id)).toEqual([
+        "session_creation_started",
+        "environment_setup_started",
+        "environment_setup_ended",
+        "session_creation_ended"
+      ])
+      expect((yield* sessions.send(id, { message: "now" })).turn.status).toBe("ended")
+      expect(driver.calls.map((c) => c.step)).toEqual(["setup"])
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+})
