@@ -3,7 +3,7 @@
  * (sessions/Registry.ts: open on demand, recovery on first access, release, delete). Turns run in
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
-import { Duration, Effect, Either, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
+import { Duration, Effect, Either, Exit, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
 import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
@@ -33,6 +33,7 @@ import { Models } from "../services/Models.js"
 import { Projection } from "../services/Projection.js"
 import { interruptWaitMs, ServerConfig } from "../services/ServerConfig.js"
 import {
+  type EndError,
   type Keyed,
   type KeptRequest,
   type Receipt,
@@ -261,6 +262,21 @@ export const make = Effect.gen(function*() {
     return started
   })
 
+  /**
+   * Commits an ending: `session_end_started` first, so that a partly detached session never
+   * accepts a message, then each Environment's detach (a failed one is recorded and does not
+   * prevent the ending), then `session_ended`.
+   */
+  const closeOf = (cell: Cell) =>
+    Effect.gen(function*() {
+      const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
+      for (const environment of cell.state.configuration?.environments ?? []) {
+        yield* runStep(steps, cell, "detach", environment).pipe(Effect.mapError(fromFence))
+      }
+      yield* write(cell, [entry("session_ended", { sequence: started! })])
+      return summary(cell)
+    })
+
   const service: SessionsShape = {
     create: (request) =>
       Effect.gen(function*() {
@@ -399,16 +415,17 @@ export const make = Effect.gen(function*() {
           if (cell.state.status === "creating") return yield* Effect.fail(beingCreated())
           if (cell.state.status === "failed") return yield* Effect.fail(new Conflict({ message: "the session is failed" }))
           cell.ending = true
+          // Each end waits for the running turn itself (its wait is its own to give up) ...
           while (cell.running) yield* cell.running.done.await
           if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
-          const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
-          // The ending is recorded first, so a partly detached session never accepts a message; a
-          // failed detach is recorded and does not prevent the ending.
-          for (const environment of cell.state.configuration?.environments ?? []) {
-            yield* runStep(steps, cell, "detach", environment).pipe(Effect.mapError(fromFence))
-          }
-          yield* write(cell, [entry("session_ended", { sequence: started! })])
-          return summary(cell)
+          // ... and the first to get here commits the ending, once; the others answer what it did.
+          if (cell.closing !== undefined) return yield* Effect.flatten(cell.closing.await)
+          const closing = new Once<Exit.Exit<SessionSummary, EndError>>()
+          cell.closing = closing
+          const closed = yield* Effect.exit(Effect.uninterruptible(closeOf(cell)))
+          if (Exit.isFailure(closed)) cell.closing = undefined
+          closing.give(closed)
+          return yield* closed
         })),
     delete: <E>(session: SessionId, keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>) =>
       Effect.suspend(() => {

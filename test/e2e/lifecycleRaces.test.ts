@@ -4,7 +4,8 @@
  *
  * - requests during a create: reads answer the session `creating` (and its Events so far) and
  *   change nothing; DELETE and end answer 409 `conflict`; the create then answers 201 `idle` and
- *   the journal holds exactly the creation's records.
+ *   the journal holds exactly the creation's records;
+ * - concurrent ends: one ending, one `/detach`, the same 200 for all.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -91,5 +92,31 @@ describe("lifecycle races through a real server", () => {
     ])
     expect((await request(server.baseUrl, base)).body.status).toBe("idle")
     expect(slowSetup.requests().filter((r) => r.session_id === id).map((r) => r.path)).toEqual(["/setup"])
+  }, 60_000)
+
+  /** A session with an Environment whose detach and teardown are slow. */
+  const slowEnding = async () => {
+    const created = await request(server.baseUrl, "/v1/sessions", {
+      json: { model: { provider: "scripted" }, environments: [{ name: "box", driver: "http", binding: "slow_end" }] }
+    })
+    expect(created.status, created.text).toBe(201)
+    return created.body.session_id as string
+  }
+
+  it("concurrent ends send one /detach, record one ending and answer one summary", async () => {
+    const id = await slowEnding()
+    const ends = await Promise.all(Array.from({ length: 3 }, () => request(server.baseUrl, `/v1/sessions/${id}/end`, { method: "POST" })))
+    for (const e of ends) {
+      expect(e.status, e.text).toBe(200)
+      expect(e.body).toEqual(ends[0]!.body)
+    }
+    expect(ends[0]!.body.status).toBe("ended")
+    expect((await kindsOf(id)).slice(4)).toEqual([
+      "session_end_started",
+      "environment_detach_started",
+      "environment_detach_ended",
+      "session_ended"
+    ])
+    expect(slowEnd.requests().filter((r) => r.session_id === id).map((r) => r.path)).toEqual(["/setup", "/detach"])
   }, 60_000)
 })

@@ -3,7 +3,9 @@
  * wait at a gate the test opens (so each race is held open, not hoped for):
  *
  * - a creation in flight is live work: a read sees it `creating` and changes nothing (recovery is
- *   only for work nobody in this process is doing), and a mutating request is refused `conflict`.
+ *   only for work nobody in this process is doing), and a mutating request is refused `conflict`;
+ * - ending is single-flight: concurrent ends commit one `session_end_started`, send one detach per
+ *   Environment, commit one `session_ended`, and all answer the same summary.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, FiberId, Layer } from "effect"
@@ -71,6 +73,8 @@ const scripted = { provider: "scripted" as const }
 const kindsOf = (id: SessionId) =>
   Effect.map(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })), (p) => p.events.map((e) => e.kind))
 
+const stepsOf = (driver: Gated, step: LifecycleStep) => driver.calls.filter((c) => c.step === step)
+
 describe("a creation in flight", () => {
   it.scoped("reads during it see the session creating and change nothing; the creation closes with exactly its own records", () => {
     const driver = gatedDriver(["setup"])
@@ -127,6 +131,46 @@ describe("a creation in flight", () => {
       ])
       expect((yield* sessions.send(id, { message: "now" })).turn.status).toBe("ended")
       expect(driver.calls.map((c) => c.step)).toEqual(["setup"])
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+})
+
+describe("concurrent ends", () => {
+  it.scoped("of an idle session commit one session_end_started and one session_ended, and all answer the same summary", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id: id } = yield* sessions.create({ model: scripted })
+      const ends = yield* Effect.all(Array.from({ length: 5 }, () => sessions.end(id)), { concurrency: "unbounded" })
+      const kinds = yield* kindsOf(id)
+      expect(kinds.filter((k) => k === "session_end_started")).toHaveLength(1)
+      expect(kinds.filter((k) => k === "session_ended")).toHaveLength(1)
+      expect(kinds.at(-1)).toBe("session_ended")
+      for (const e of ends) expect(e).toEqual(ends[0])
+      expect(ends[0]).toMatchObject({ status: "ended" })
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("of a session with an Environment send one detach, record the ending once, and all answer the same summary", () => {
+    const driver = gatedDriver(["detach"])
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id: id } = yield* sessions.create({ model: scripted, environments: [sandbox] })
+      const ending = yield* Effect.fork(Effect.all(Array.from({ length: 3 }, () => sessions.end(id)), { concurrency: "unbounded" }))
+      yield* Deferred.await(driver.called.detach)
+      // The others reach the session while the first ending waits on its detach.
+      const late = yield* Effect.fork(Effect.all(Array.from({ length: 2 }, () => sessions.end(id)), { concurrency: "unbounded" }))
+      yield* Effect.yieldNow()
+      expect((yield* sessions.get(id)).status).toBe("ending")
+      yield* Deferred.succeed(driver.gates.detach, undefined)
+      const ends = [...(yield* Fiber.join(ending)), ...(yield* Fiber.join(late))]
+      for (const e of ends) expect(e).toEqual(ends[0])
+      expect(ends[0]).toMatchObject({ status: "ended" })
+      expect(stepsOf(driver, "detach")).toHaveLength(1)
+      expect((yield* kindsOf(id)).slice(4)).toEqual([
+        "session_end_started",
+        "environment_detach_started",
+        "environment_detach_ended",
+        "session_ended"
+      ])
     }).pipe(Effect.provide(runtime(driver)))
   })
 })

@@ -8,7 +8,7 @@ import type { Message } from "../../domain/Messages.js"
 import { fold, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
-import type { TurnOutcome } from "../../services/Sessions.js"
+import type { EndError, SessionSummary, TurnOutcome } from "../../services/Sessions.js"
 import type { Queueable } from "../../services/EffectFence.js"
 import type { Once } from "../Waits.js"
 
@@ -118,6 +118,12 @@ export class Cell {
    * nothing more and is dropped once unused; the next access reopens the session.
    */
   broken = false
+  /**
+   * The ending's commit (`session_end_started`, detaches, `session_ended`) once one `end` has
+   * begun it: every other `end` waits for it and answers the same. Cleared when it fails, so that
+   * a later `end` tries again.
+   */
+  closing: Once<Exit.Exit<SessionSummary, EndError>> | undefined = undefined
   /** A delete is tearing down the session's Environments: another waits its turn (409, retryable). */
   tearingDown = false
   /** Its session is being deleted: once released it is forgotten, never remembered. */
