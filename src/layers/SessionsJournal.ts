@@ -444,14 +444,17 @@ export const make = Effect.gen(function*() {
         return registry.delete(
           session,
           (cell) => {
+            const status = cell.state.status
+            if (status === "ended" || status === "failed") return undefined
+            return status === "creating" ? beingCreated() : new Conflict({ message: "only an ended or failed session can be deleted" })
+          },
+          (cell) => {
             const configuration = cell.state.configuration
             uses = configuration
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
             state = cell.state
-            const status = cell.state.status
-            if (status === "ended" || status === "failed") return tearDown(steps, journal, cell)
-            return Effect.fail(status === "creating" ? beingCreated() : new Conflict({ message: "only an ended or failed session can be deleted" }))
+            return tearDown(steps, journal, cell)
           },
           Effect.zipRight(
             handOn,

@@ -5,7 +5,9 @@
  * - requests during a create: reads answer the session `creating` (and its Events so far) and
  *   change nothing; DELETE and end answer 409 `conflict`; the create then answers 201 `idle` and
  *   the journal holds exactly the creation's records;
- * - concurrent ends: one ending, one `/detach`, the same 200 for all.
+ * - concurrent ends: one ending, one `/detach`, the same 200 for all;
+ * - concurrent DELETEs: one `/teardown`, one 204 and the others 404, and reads during the
+ *   teardown 404; never a 5xx.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -14,7 +16,7 @@ import * as path from "node:path"
 import * as readline from "node:readline"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { FAKE_ENVIRONMENT, type LogLine } from "../support/httpEnvironment.js"
-import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, request, type ServerProcess, sleep, startServer } from "../support/server.js"
 
 const STEP_MS = 1_500
 
@@ -118,5 +120,24 @@ describe("lifecycle races through a real server", () => {
       "session_ended"
     ])
     expect(slowEnd.requests().filter((r) => r.session_id === id).map((r) => r.path)).toEqual(["/setup", "/detach"])
+  }, 60_000)
+
+  it("concurrent DELETEs send one /teardown and answer one 204 and 404s, never a 5xx; reads during the teardown are 404", async () => {
+    const id = await slowEnding()
+    const base = `/v1/sessions/${id}`
+    expect((await request(server.baseUrl, `${base}/end`, { method: "POST" })).status).toBe(200)
+
+    const deletes = Promise.all(Array.from({ length: 5 }, () => request(server.baseUrl, base, { method: "DELETE" })))
+    await eventually("the teardown to reach the Environment", async () => slowEnd.requests().find((r) => r.path === "/teardown"))
+    const during = await Promise.all([base, `${base}/events`, `${base}/transcript`].map((p) => request(server.baseUrl, p)))
+    for (const r of during) expect(r.status, r.text).toBe(404)
+    expect((await request(server.baseUrl, "/v1/sessions")).body.sessions.map((s: { session_id: string }) => s.session_id)).not.toContain(id)
+
+    const statuses = (await deletes).map((r) => r.status).sort()
+    expect(statuses).toEqual([204, 404, 404, 404, 404])
+    await sleep(200)
+    expect(slowEnd.requests().filter((r) => r.session_id === id).map((r) => r.path)).toEqual(["/setup", "/detach", "/teardown"])
+    expect((await request(server.baseUrl, base)).status).toBe(404)
+    expect(server.exited).toBeUndefined()
   }, 60_000)
 })

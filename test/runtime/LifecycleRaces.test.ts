@@ -5,10 +5,13 @@
  * - a creation in flight is live work: a read sees it `creating` and changes nothing (recovery is
  *   only for work nobody in this process is doing), and a mutating request is refused `conflict`;
  * - ending is single-flight: concurrent ends commit one `session_end_started`, send one detach per
- *   Environment, commit one `session_ended`, and all answer the same summary.
+ *   Environment, commit one `session_ended`, and all answer the same summary;
+ * - delete is exclusive from its admission: one teardown per Environment, one delete succeeds and
+ *   the others are `not_found`, and every read during the teardown is `not_found`. A delete whose
+ *   teardown fails gives the session back, as it was.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, FiberId, Layer } from "effect"
+import { Deferred, Effect, Either, Fiber, FiberId, Layer } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import {
   EnvironmentRefused,
@@ -72,6 +75,9 @@ const scripted = { provider: "scripted" as const }
 
 const kindsOf = (id: SessionId) =>
   Effect.map(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })), (p) => p.events.map((e) => e.kind))
+
+const codeOf = <A, E extends { readonly code: string }, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.map(Effect.either(effect), (r) => (Either.isLeft(r) ? r.left.code : "ok"))
 
 const stepsOf = (driver: Gated, step: LifecycleStep) => driver.calls.filter((c) => c.step === step)
 
@@ -171,6 +177,54 @@ describe("concurrent ends", () => {
         "environment_detach_ended",
         "session_ended"
       ])
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+})
+
+describe("concurrent deletes of a session with an Environment", () => {
+  it.scoped("send one teardown; one succeeds and the others are not_found; every read during the teardown is not_found", () => {
+    const driver = gatedDriver(["teardown"])
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id: id } = yield* sessions.create({ model: scripted, environments: [sandbox] })
+      yield* sessions.end(id)
+      const first = yield* Effect.fork(codeOf(sessions.delete(id)))
+      yield* Deferred.await(driver.called.teardown)
+      const others = yield* Effect.all(Array.from({ length: 4 }, () => codeOf(sessions.delete(id))), { concurrency: "unbounded" })
+      expect(others).toEqual(["not_found", "not_found", "not_found", "not_found"])
+      expect(yield* codeOf(sessions.get(id))).toBe("not_found")
+      expect(yield* codeOf(sessions.events(id, { after: 0, limit: 10 }))).toBe("not_found")
+      expect(yield* codeOf(sessions.transcript(id))).toBe("not_found")
+      expect(yield* codeOf(sessions.end(id))).toBe("not_found")
+      expect((yield* sessions.list({ limit: 10 })).sessions).toEqual([])
+
+      yield* Deferred.succeed(driver.gates.teardown, undefined)
+      expect(yield* Fiber.join(first)).toBe("ok")
+      expect(stepsOf(driver, "teardown")).toHaveLength(1)
+      expect(yield* codeOf(sessions.get(id))).toBe("not_found")
+      expect(yield* codeOf(sessions.delete(id))).toBe("not_found")
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+
+  it.scoped("whose teardown fails: that delete answers teardown_failed, the others not_found, and the session is back as it was for a later delete", () => {
+    const driver = gatedDriver(["teardown"], ["teardown"])
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id: id } = yield* sessions.create({ model: scripted, environments: [sandbox] })
+      const ended = yield* sessions.end(id)
+      const deletes = yield* Effect.fork(Effect.all(Array.from({ length: 4 }, () => codeOf(sessions.delete(id))), { concurrency: "unbounded" }))
+      yield* Deferred.await(driver.called.teardown)
+      expect(yield* codeOf(sessions.get(id))).toBe("not_found")
+      yield* Deferred.succeed(driver.gates.teardown, undefined)
+      expect([...(yield* Fiber.join(deletes))].sort()).toEqual(["not_found", "not_found", "not_found", "teardown_failed"])
+      expect(stepsOf(driver, "teardown")).toHaveLength(1)
+      const back = yield* sessions.get(id)
+      expect(back.status).toBe("ended")
+      expect(back.last_sequence).toBe(ended.last_sequence + 2)
+      expect((yield* kindsOf(id)).slice(-2)).toEqual(["environment_teardown_started", "environment_teardown_failed"])
+      yield* sessions.delete(id)
+      expect(stepsOf(driver, "teardown")).toHaveLength(2)
+      expect(yield* codeOf(sessions.get(id))).toBe("not_found")
     }).pipe(Effect.provide(runtime(driver)))
   })
 })

@@ -124,8 +124,6 @@ export class Cell {
    * a later `end` tries again.
    */
   closing: Once<Exit.Exit<SessionSummary, EndError>> | undefined = undefined
-  /** A delete is tearing down the session's Environments: another waits its turn (409, retryable). */
-  tearingDown = false
   /** Its session is being deleted: once released it is forgotten, never remembered. */
   deleted = false
   /**

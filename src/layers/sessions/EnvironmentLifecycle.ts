@@ -5,7 +5,7 @@
  */
 import { Effect } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
-import { Conflict, JournalWriteFailed, TeardownFailed } from "../../domain/Errors.js"
+import { JournalWriteFailed, TeardownFailed } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import type { FenceError } from "../../services/EffectFence.js"
@@ -55,16 +55,13 @@ const allRecords = (journal: JournalShape, session: SessionId) =>
 /**
  * Tears down, in reverse declaration order, every Environment still standing, trying all of
  * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
- * delete tries again. One delete at a time tears down a session's Environments.
+ * delete tries again. Only an admitted delete calls it, and only one is admitted at a time
+ * (Registry.delete): one teardown per Environment.
  */
 export const tearDown = (steps: StepDeps, journal: JournalShape, cell: Cell) =>
   Effect.gen(function*() {
     const declared = cell.state.configuration?.environments ?? []
     if (declared.length === 0) return
-    if (cell.tearingDown) {
-      return yield* Effect.fail(new Conflict({ message: "a delete of this session is tearing down its Environments", retryable: true }))
-    }
-    cell.tearingDown = true
     const up = standing(yield* allRecords(journal, cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
     const failed: Array<{ readonly environment: string; readonly failure: unknown }> = []
     for (const environment of [...declared].reverse()) {
@@ -80,4 +77,4 @@ export const tearDown = (steps: StepDeps, journal: JournalShape, cell: Cell) =>
         details: { environments: failed.map((f) => f.environment), failures: failed }
       }))
     }
-  }).pipe(Effect.ensuring(Effect.sync(() => void (cell.tearingDown = false))))
+  })

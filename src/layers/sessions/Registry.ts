@@ -14,8 +14,9 @@
  *   is really stored and records the recovery of the interrupted work. While the disk still
  *   refuses writes, that access fails with `journal_write_failed`; once it accepts them, the
  *   session works again, without a restart.
- * - Delete: from the moment a delete is admitted every access answers `not_found`, a cell in use
- *   then is never remembered when released, and nothing of the session is served from memory.
+ * - Delete: admitted in one synchronous step, before its teardown; from then on every access
+ *   answers `not_found`, a cell in use then is never remembered when released, and nothing of the
+ *   session is served from memory. A teardown that fails gives the session back as it was.
  */
 import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, type Scope } from "effect"
 import * as Refusal from "../../domain/Errors.js"
@@ -341,34 +342,46 @@ export class Registry {
   }
 
   /**
-   * Deletes a session exclusively: `admit` checks the cell (and may refuse), then every access
-   * answers not_found while `remove` runs; one delete wins, the others are not_found.
+   * Deletes a session exclusively. Admission is one synchronous step (of concurrent deletes
+   * sharing the cell, one is admitted, the others are not_found): `admit` may refuse; once
+   * admitted, every access answers not_found while `prepare` runs (the teardown) and then
+   * `remove`. A `prepare` that fails gives the session back as it was.
    */
-  delete<E1, E2>(
+  delete<E0, E1, E2>(
     session: SessionId,
-    admit: (cell: Cell) => Effect.Effect<void, E1>,
+    admit: (cell: Cell) => E0 | undefined,
+    prepare: (cell: Cell) => Effect.Effect<void, E1>,
     remove: Effect.Effect<void, E2>
-  ): Effect.Effect<void, E1 | E2 | SessionStorageError> {
-    return Effect.gen(this, function*() {
-      yield* this.using(session, (cell) =>
-        Effect.flatMap(admit(cell), () =>
-          Effect.suspend(() => {
-            // Decided in one synchronous step: of concurrent deletes sharing the cell, one wins.
-            if (cell.deleted) return Effect.fail(notFound())
+  ): Effect.Effect<void, E0 | E1 | E2 | SessionStorageError> {
+    // Uninterruptible from admission to the end but for the teardown, so that an admitted delete
+    // always either finishes or gives the session back.
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.gen(this, function*() {
+        yield* this.using(session, (cell) =>
+          Effect.suspend((): Effect.Effect<void, E0 | E1 | SessionStorageError> => {
+            if (cell.deleted || this.deleting.has(session)) return Effect.fail(notFound())
+            const refused = admit(cell)
+            if (refused !== undefined) return Effect.fail(refused)
             cell.deleted = true
             this.deleting.add(session)
-            return Effect.void
-          })))
-      yield* Effect.gen(this, function*() {
-        this.cells.delete(session)
-        this.checked.delete(session)
-        this.broken.delete(session)
-        this.checkpointedAt.delete(session)
-        yield* FiberMap.remove(this.timers, session)
-        yield* this.options.projection.forget(session)
-        yield* remove
-      }).pipe(Effect.ensuring(Effect.sync(() => this.deleting.delete(session))), Effect.uninterruptible)
-    })
+            return restore(prepare(cell)).pipe(Effect.onError(() =>
+              Effect.sync(() => {
+                cell.deleted = false
+                this.deleting.delete(session)
+              })
+            ))
+          }))
+        yield* Effect.gen(this, function*() {
+          this.cells.delete(session)
+          this.checked.delete(session)
+          this.broken.delete(session)
+          this.checkpointedAt.delete(session)
+          yield* FiberMap.remove(this.timers, session)
+          yield* this.options.projection.forget(session)
+          yield* remove
+        }).pipe(Effect.ensuring(Effect.sync(() => this.deleting.delete(session))))
+      })
+    )
   }
 }
 
