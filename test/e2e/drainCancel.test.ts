@@ -90,7 +90,8 @@ describe("cancel during a graceful drain", () => {
 
 describe("answers in flight when a drain ends", () => {
   it("a sync send's answer still being written into a slow reader's socket when the drain begins reaches it whole before the process exits", async () => {
-    server = await startServer()
+    // A message above the default BRAIN_MAX_INPUT_BYTES (4 MiB): its echo must outgrow the socket's buffers.
+    server = await startServer({ env: { BRAIN_MAX_INPUT_BYTES: String(8 * 1024 * 1024) } })
     const s = server
     // The scripted model echoes the message: an answer of ANSWER_BYTES and more, far more than the
     // loopback socket's buffers hold while its reader is paused (and under the activation's 16 MiB

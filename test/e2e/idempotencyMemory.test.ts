@@ -37,7 +37,12 @@ describe("idempotency under a small heap", () => {
   it("multi-MB keyed answers under a 128 MB heap: the server keeps serving, the idempotency log stays empty, answers above its maximum replay whole, a restart succeeds and replays are byte-identical; a deleted session's keys replay from the log", async () => {
     server = await new ServerProcess({
       nodeArgs: [`--max-old-space-size=${HEAP_MB}`],
-      env: { BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES: String(MAX_ANSWER_BYTES), BRAIN_MAX_REQUEST_BYTES: String(16 * 1024 * 1024) }
+      env: {
+        BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES: String(MAX_ANSWER_BYTES),
+        BRAIN_MAX_REQUEST_BYTES: String(16 * 1024 * 1024),
+        // Messages of BIG_MESSAGE_BYTES, above the default 4 MiB (their echo still fits a loop's output).
+        BRAIN_MAX_INPUT_BYTES: String(2 * BIG_MESSAGE_BYTES)
+      }
     }).start()
     const s = server
     // A server that died of its heap shows why, instead of a bare "fetch failed".
