@@ -326,6 +326,54 @@ describe("the anthropic provider: requests", () => {
     })
   })
 
+  it("whitespace-only text is empty text (Anthropic refuses both): a whitespace-only part beside others is left out, a whitespace-only assistant message is left out, its neighbours merging, a whitespace-only tool result has no content, a whitespace-only system text is left out (whitespace within one is kept)", () => {
+    const body = requestBody(pureCall({
+      system: " \n",
+      messages: [
+        { role: "system", content: "\t" },
+        { role: "system", content: [{ type: "text", text: "Be" }, { type: "text", text: " " }, { type: "text", text: "brief." }] },
+        { role: "user", content: [{ type: "text", text: "Look." }, { type: "text", text: " \n\t" }, { type: "image", url: "https://example.com/cat.jpg" }] },
+        { role: "assistant", content: "  " },
+        { role: "user", content: "\n\n" },
+        { role: "user", content: "Well?" },
+        { role: "assistant", content: [{ type: "text", text: " " }], tool_calls: [{ id: "tu_1", name: "look", input: {} }, { id: "tu_2", name: "look", input: {} }] },
+        { role: "tool", tool_call_id: "tu_1", content: " " },
+        { role: "tool", tool_call_id: "tu_2", content: [{ type: "text", text: "\n" }] }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    // A system text's own whitespace stays in it; one that is only whitespace is left out.
+    expect((body as any).system).toBe("Be brief.")
+    expect((body as any).messages).toEqual([
+      {
+        role: "user",
+        content: [
+          { type: "text", text: "Look." },
+          { type: "image", source: { type: "url", url: "https://example.com/cat.jpg" } },
+          { type: "text", text: "Well?" }
+        ]
+      },
+      { role: "assistant", content: [{ type: "tool_use", id: "tu_1", name: "look", input: {} }, { type: "tool_use", id: "tu_2", name: "look", input: {} }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "tu_1" }, { type: "tool_result", tool_use_id: "tu_2" }] }
+    ])
+  })
+
+  it("a user turn with only whitespace-only text is refused before sending as an empty one is: model_rejected, not ambiguous, naming the message", () => {
+    const cases: Array<[ModelRequest["messages"], string]> = [
+      [[{ role: "user", content: " " }], "messages[0]"],
+      [[{ role: "user", content: [{ type: "text", text: "\n\t " }] }], "messages[0]"],
+      [[{ role: "user", content: "a" }, { role: "assistant", content: "b" }, { role: "user", content: "  " }], "messages[2]"],
+      [[{ role: "user", content: " " }, { role: "assistant", content: " " }, { role: "user", content: "\n" }], "messages[0]"]
+    ]
+    for (const [messages, named] of cases) {
+      const body = requestBody(pureCall({ messages }))
+      expect(body, JSON.stringify(messages)).toBeInstanceOf(ModelFailed)
+      expect(body).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: false })
+      expect((body as ModelFailed).message).toContain(named)
+      expect((body as ModelFailed).message).toContain("an empty user message")
+    }
+  })
+
   it("a failed tool's result goes as its content alone, without is_error: a Brain tool message has no such flag, and content that looks like a failure may be an ok output", () => {
     const failed = JSON.stringify({ outcome: "error", error: { error: "no tool named \"x\"" } })
     const body = requestBody(pureCall({
@@ -444,9 +492,9 @@ describe("the anthropic provider: requests", () => {
     }
   })
 
-  it.live("a request Anthropic cannot carry is never sent, an empty user message included", () =>
+  it.live("a request Anthropic cannot carry is never sent, an empty or whitespace-only user message included", () =>
     Effect.gen(function*() {
-      for (const content of [[{ type: "video", url: "x" }], ""]) {
+      for (const content of [[{ type: "video", url: "x" }], "", " \n"]) {
         const { result, fake } = yield* once({ steps: F.textAnswer }, { messages: [{ role: "user", content }] })
         expect(failure(result)).toMatchObject({ code: "model_rejected", ambiguous: false })
         expect(fake.requests).toHaveLength(0)

@@ -16,7 +16,8 @@
  *   order, joined by a blank line, is the body's `system`. Anthropic has no system turn inside the
  *   conversation, so a note in the middle of it loses its place and reads as standing instruction.
  * - Empty content. The API refuses an empty text block and a message without content (but for a
- *   final assistant message). Empty text is left out. An assistant message left with nothing is
+ *   final assistant message); text that is only whitespace is empty to it (a block of it is
+ *   refused as well), so here too. Empty text is left out. An assistant message left with nothing is
  *   left out (the user turns around it merge, as the API itself merges turns of one role). A tool
  *   result with nothing is a `tool_result` without `content`, which the API makes optional. A user
  *   message with nothing is left out when its turn has other blocks (tool results, another user
@@ -80,10 +81,13 @@ const isObject = (u: unknown): u is Record<string, unknown> => u !== null && typ
 const partsOf = (content: Message["content"]): ReadonlyArray<ContentPart> =>
   typeof content === "string" ? [{ type: "text", text: content }] : content
 
+/** Empty or only whitespace: text the API refuses as a block ("must contain non-whitespace text"). */
+const isEmptyText = (text: string) => text.trim() === ""
+
 /** A text part as a block (undefined when empty), or why it cannot be one. */
 const textBlock = (part: ContentPart, where: string): TextBlock | undefined | ModelFailed => {
   if (typeof part.text !== "string") return rejected(`${where}: a text part without a string \`text\``)
-  return part.text === "" ? undefined : { type: "text", text: part.text }
+  return isEmptyText(part.text) ? undefined : { type: "text", text: part.text }
 }
 
 const base64Image = (mime: unknown, data: string, where: string): ImageBlock | ModelFailed => {
@@ -193,8 +197,9 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
     case "system": {
       const blocks = contentBlocks(message.content, where, message.role)
       if (blocks instanceof ModelFailed) return blocks
-      const text = blocks.map((b) => (b as TextBlock).text).join("")
-      if (text !== "") turns.system.push(text)
+      // Its parts' text as written (whitespace between them kept): all of them are text (checked).
+      const text = partsOf(message.content).map((p) => p.text as string).join("")
+      if (!isEmptyText(text)) turns.system.push(text)
       return undefined
     }
     case "user": {
@@ -215,7 +220,9 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
     }
     case "tool": {
       if (message.tool_call_id === undefined) return rejected(`${where}: a tool result without \`tool_call_id\``)
-      const content = typeof message.content === "string" ? message.content : contentBlocks(message.content, where, message.role)
+      const content = typeof message.content === "string"
+        ? isEmptyText(message.content) ? "" : message.content
+        : contentBlocks(message.content, where, message.role)
       if (content instanceof ModelFailed) return content
       const result: ToolResultBlock = { type: "tool_result", tool_use_id: message.tool_call_id }
       push(turns, "user", [content.length > 0 ? { ...result, content } : result], where)
@@ -241,7 +248,8 @@ const toolsOf = (call: ProviderCall): Array<WireTool> | ModelFailed => {
 
 /** The JSON body of the call, or a `model_rejected` naming what Anthropic cannot carry. */
 export const requestBody = (call: ProviderCall): Record<string, unknown> | ModelFailed => {
-  const turns: Turns = { system: call.request.system ? [call.request.system] : [], messages: [] }
+  const system = call.request.system
+  const turns: Turns = { system: system !== undefined && !isEmptyText(system) ? [system] : [], messages: [] }
   for (const [i, message] of call.request.messages.entries()) {
     const failure = addMessage(turns, message, `messages[${i}]`)
     if (failure !== undefined) return failure
