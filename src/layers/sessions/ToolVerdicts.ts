@@ -6,6 +6,8 @@
 import { Duration, Effect, Exit, Fiber, Option } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import { failure, type Failure } from "../../domain/Failure.js"
+import { nestingDepth } from "../../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import { entry } from "../../domain/Records.js"
@@ -40,12 +42,37 @@ export const checked = (v: ToolVerdict, schema: unknown): ToolVerdict => {
 export const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
   schema === undefined ? verdict : Effect.map(verdict, (v) => checked(v, schema))
 
+/**
+ * Why JSON cannot write a tool's output (a cycle, a BigInt, nesting past MAX_JSON_DEPTH or the
+ * engine's stack), or undefined when it can: an in-process tool answers with any value, and its
+ * outcome record must still be written. Plain code, like the journal's encoder, which it spares.
+ */
+const unwritableJson = (output: unknown): string | undefined => {
+  let text: string | undefined
+  try {
+    text = JSON.stringify(output)
+  } catch (e) {
+    return (e instanceof Error ? e.message : String(e)).split("\n")[0]
+  }
+  return text !== undefined && nestingDepth(text) > MAX_JSON_DEPTH ? `it nests deeper than ${MAX_JSON_DEPTH} levels` : undefined
+}
+
 /** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
 export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
   const v: ToolVerdict = Exit.isSuccess(exit)
     ? exit.value
     : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
   if (v._tag === "reply" && v.reply.outcome !== "stopped") {
+    // An output the journal cannot write would leave the call's start unclosed: it is the error.
+    const unwritable = unwritableJson(v.reply.output)
+    if (unwritable !== undefined) {
+      return entry("tool_call_ended", {
+        sequence,
+        outcome: "error",
+        output: { code: "invalid_output", message: `the tool's output cannot be written as JSON: ${unwritable}` },
+        is_error: true
+      })
+    }
     return entry("tool_call_ended", {
       sequence,
       outcome: v.reply.outcome,

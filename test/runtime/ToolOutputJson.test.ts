@@ -1,0 +1,79 @@
+/**
+ * A tool's output that JSON cannot write (a cycle, a BigInt, nesting deeper than MAX_JSON_DEPTH):
+ * the journal cannot record it, yet the call's start must be closed before the loop observes an
+ * answer (the seed: "Brain commits *_ended or *_failed referencing the started sequence"). Such an
+ * output is the call's `error` outcome, committed, and the loop is shown exactly that.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
+import type { AgentloopShape, ToolResult } from "../../src/services/Agentloop.js"
+import { Journal } from "../../src/services/Journal.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import type * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+/** A value `levels` arrays deep. */
+const nested = (levels: number): unknown => {
+  let value: unknown = 0
+  for (let i = 0; i < levels; i++) value = [value]
+  return value
+}
+
+const cyclic = (): unknown => {
+  const value: Record<string, unknown> = { a: 1 }
+  value.self = value
+  return value
+}
+
+const outputs: Record<string, () => unknown> = {
+  cycle: cyclic,
+  bigint: () => ({ n: 10n }),
+  deep: () => nested(MAX_JSON_DEPTH + 1),
+  "deep error": () => nested(MAX_JSON_DEPTH + 1),
+  "deep enough": () => nested(MAX_JSON_DEPTH)
+}
+
+const tools: Record<string, ToolsInProcess.ToolHandler> = Object.fromEntries(
+  Object.entries(outputs).map(([name, output]) => [
+    name,
+    () => Effect.sync(() => ({ outcome: name.endsWith("error") ? "error" : "ok", output: output() }) as const)
+  ])
+)
+
+describe("a tool output JSON cannot write", () => {
+  it.effect("a cycle, a BigInt or nesting deeper than MAX_JSON_DEPTH is the call's committed error outcome, closing its start, and the loop is shown exactly that; nesting at MAX_JSON_DEPTH is ok", () => {
+    const seen: Array<ToolResult> = []
+    const agentloop: AgentloopShape = {
+      activate: (_input, host) =>
+        Effect.gen(function*() {
+          for (const name of Object.keys(outputs)) seen.push(...yield* host.dispatch([{ id: `c-${name}`, name, input: {} }]))
+          return "done"
+        })
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({
+        agentloop: "t",
+        model: { provider: "scripted" },
+        tools: Object.keys(outputs).map((name) => ({ name }))
+      })
+      const out = yield* sessions.send(session_id, { message: "go" })
+      expect(out.turn.status).toBe("ended")
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      for (const name of ["cycle", "bigint", "deep", "deep error"]) {
+        const started = records.find((r) => r.kind === "tool_call_started" && r.payload.call_id === `c-${name}`)!
+        const closing = records.filter((r) => (r.kind === "tool_call_ended" || r.kind === "tool_call_failed") && r.payload.sequence === started.sequence)
+        expect(closing, name).toHaveLength(1)
+        expect(closing[0]!.kind).toBe("tool_call_ended")
+        expect(closing[0]!.payload, name).toMatchObject({ outcome: "error", is_error: true, output: { code: "invalid_output" } })
+        expect(closing[0]!.payload.output.message, name).toMatch(/^the tool's output cannot be written as JSON: /)
+        const result = seen.find((r) => r.call_id === `c-${name}`)
+        expect(result, name).toEqual({ call_id: `c-${name}`, name, outcome: "error", output: closing[0]!.payload.output, is_error: true })
+      }
+      expect(seen.find((r) => r.call_id === "c-deep")!.output).toMatchObject({ message: expect.stringContaining(`${MAX_JSON_DEPTH}`) })
+      expect(seen.find((r) => r.call_id === "c-deep enough")).toMatchObject({ outcome: "ok", output: nested(MAX_JSON_DEPTH) })
+    }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools })))
+  })
+})
