@@ -69,9 +69,12 @@ export const make = (options: AgentloopsOptions = {}) =>
     if (options.officialModule) {
       if (Option.isNone(wasm)) return yield* Effect.dieMessage("the official WebAssembly loop needs a WebAssembly host")
       const host = wasm.value
-      // A build that produced an inadmissible official loop is a bug of the build, not of a request.
-      // Shipped, not uploaded: the upload limit (BRAIN_MAX_WASM_MODULE_BYTES) does not bound it.
-      const module = yield* Effect.orDie(host.admit(options.officialModule, { shipped: true }))
+      // Shipped, not uploaded: the upload limit (BRAIN_MAX_WASM_MODULE_BYTES) does not bound it. A
+      // refusal stops startup with its reason, which names what to change: a deployment's
+      // BRAIN_MAX_WASM_MEMORY_BYTES below the memory the loop asks for at start (or a broken build).
+      const module = yield* host.admit(options.officialModule, { shipped: true }).pipe(
+        Effect.mapError((e) => new AgentloopRejected({ reason: `the official loop cannot be admitted: ${e.reason}` }))
+      )
       official = moduleLoop(module, (input, h) => host.runLoop(module, input, h))
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])

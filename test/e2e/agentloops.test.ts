@@ -6,7 +6,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { request, ROOT, sharedServer } from "../support/server.js"
+import { request, ROOT, ServerProcess, sharedServer } from "../support/server.js"
+import { moduleLayout, PAGE_BYTES } from "../../src/layers/wasm/Module.js"
 import { TWIN_FORMAT } from "../../src/layers/wasm/TwinExports.js"
 import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import { calling, echoing, helloLoop, padded, returning, wat } from "../support/wat.js"
@@ -224,5 +225,27 @@ describe("BRAIN_MAX_WASM_MODULE_BYTES below the official loop's size", () => {
     const tooBig = await request(server().baseUrl, "/v1/agentloops", wasm(padded(await helloLoop(), 20_000)))
     expect(tooBig.status).toBe(400)
     expect(tooBig.body.message).toContain("BRAIN_MAX_WASM_MODULE_BYTES")
+  })
+})
+
+describe("BRAIN_MAX_WASM_MEMORY_BYTES below the official loop's memory at start", () => {
+  it("brain serve refuses to start with one line naming the setting and the loop's need: a non-zero exit, not a crash", async () => {
+    const official = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/official.wasm")))
+    const needs = moduleLayout(official).memory.limits!.initial * PAGE_BYTES
+    expect(needs).toBeGreaterThan(65_536)
+    const server = new ServerProcess({ entry: "product", env: { BRAIN_MAX_WASM_MEMORY_BYTES: "65536" } })
+    try {
+      const r = await server.spawn()
+      expect(r.listening, server.output).toBe(false)
+      // 1, as other configuration refusals; not 70, a defect's.
+      if (!r.listening) expect(r.exited.code, server.output).toBe(1)
+      const said = server.output.split("\n").filter((l) => l.includes("BRAIN_MAX_WASM_MEMORY_BYTES"))
+      expect(said, server.output).toHaveLength(1)
+      expect(said[0]).toContain("official loop")
+      expect(said[0]).toContain(`${needs} bytes`)
+      expect(server.output).not.toMatch(/FiberFailure|\n\s+at /)
+    } finally {
+      await server.dispose()
+    }
   })
 })
