@@ -197,7 +197,8 @@ export const httpLayer = (config: ServerConfigShape, admission: Admission, serve
   // Sends, every turn, are routed by the gate itself (FastSend.ts) with the route's own schemas and handler.
   const gateLayer = Layer.unwrapEffect(Effect.gen(function*() {
     const route = fastSend(yield* Sessions, yield* Idempotency)
-    return HttpApiBuilder.middleware(gate({ ...options, route }))
+    const hosts = yield* Hosts
+    return HttpApiBuilder.middleware(gate({ ...options, route, authorizeHost: hosts.authorize }))
   }))
   return HttpApiBuilder.serve().pipe(
     Layer.provide(gateLayer),

@@ -26,7 +26,7 @@ import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
 import { MutatingHeaders } from "./Schemas.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
-import { bearerToken } from "./Middleware.js"
+import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
 import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
@@ -284,7 +284,7 @@ const authorizedHost = (hosts: HostsShape, id: string, headers: Readonly<Record<
   const header = headers["authorization"]
   return hosts.authorize(id, bearerToken(typeof header === "string" ? header : undefined))
     ? Effect.void
-    : Effect.fail(new Unauthorized({ message: "this route needs the host's own token: `Authorization: Bearer <host token>`" }))
+    : Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED }))
 }
 
 export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "hosts", (h) =>

@@ -64,6 +64,11 @@ export interface GateOptions {
   readonly onProbation?: (socket: net.Socket) => boolean
   /** A route the gate answers itself once a JSON body passed its checks (FastSend.ts); else HttpApi routes it. */
   readonly route?: GateRoute
+  /**
+   * Whether `token` is host `host`'s own (Hosts.authorize): checked on a host's results and Events
+   * before their bodies are read, so a caller without the token learns nothing of their schemas.
+   */
+  readonly authorizeHost?: (host: string, token: string) => boolean
 }
 
 /** SHA-256 of a token, so tokens of any length compare in constant time. */
@@ -76,6 +81,9 @@ const NO_PAYLOAD = /^(POST \/v1\/sessions\/[^/]+\/(cancel|end)|DELETE \/v1\/(ses
 
 /** A host's own routes: they carry the host's token (checked by the handler), not the server's API token. */
 const HOST_ROUTE = /^\/v1\/hosts\/[^/]+(\/(commands|results|events))?\/?$/
+/** A host's routes that take a JSON body: its results and its Events (the host id is the first group). */
+const HOST_BODY_ROUTE = /^\/v1\/hosts\/([^/]+)\/(results|events)\/?$/
+
 
 /**
  * What a draining server still takes (seed, Lifecycle: the drain stops admitting work, while
@@ -93,6 +101,9 @@ export const bearerToken = (header: string | undefined) => {
   const m = /^bearer +(\S+) *$/i.exec(header ?? "")
   return m ? m[1]! : ""
 }
+
+/** What a host route answers a caller without the host's own token. */
+export const HOST_TOKEN_NEEDED = "this route needs the host's own token: `Authorization: Bearer <host token>`"
 
 export const gate = (options: GateOptions) => {
   const expected = options.apiToken !== undefined ? digest(options.apiToken) : undefined
@@ -114,6 +125,12 @@ export const gate = (options: GateOptions) => {
         // Compared as digests in constant time, whatever the length of what was sent.
         if (!crypto.timingSafeEqual(digest(bearerToken(request.headers["authorization"])), expected)) {
           return yield* Effect.fail(new Unauthorized({ message: "a valid `Authorization: Bearer <token>` is required" }))
+        }
+      }
+      if (options.authorizeHost !== undefined && request.method === "POST") {
+        const host = HOST_BODY_ROUTE.exec(path)?.[1]
+        if (host !== undefined && !options.authorizeHost(host, bearerToken(request.headers["authorization"]))) {
+          return yield* Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED }))
         }
       }
       if (BODY_METHODS.has(request.method)) {

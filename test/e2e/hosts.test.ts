@@ -357,6 +357,31 @@ describe("a host Environment through a real server", () => {
     for (const id of ids) expect((await events(id)).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "ok", output: id })
   })
 
+  it("a host's results and Events without its own token are 401 before their body is read: malformed JSON, a wrong shape or an empty body tell nothing of the schema; with the token the same bodies are 400", async () => {
+    const a = await register()
+    const b = await register()
+    const bodies: ReadonlyArray<RequestOptions> = [
+      { raw: "{not json", headers: { "content-type": "application/json" } },
+      { json: { results: "nope" } },
+      { json: [1, 2, 3] },
+      { raw: "", headers: { "content-type": "application/json" } }
+    ]
+    for (const route of ["results", "events"]) {
+      for (const body of bodies) {
+        for (const token of [undefined, b.token, API_TOKEN]) {
+          const r = await request(server.baseUrl, `/v1/hosts/${a.host_id}/${route}`, {
+            ...body,
+            headers: { ...body.headers, ...(token !== undefined ? { authorization: `Bearer ${token}` } : {}) }
+          })
+          expect(r.status, `${route} ${JSON.stringify(body)} ${token === undefined ? "no token" : "a wrong token"}: ${r.text}`).toBe(401)
+          expect(r.body).toEqual({ code: "unauthorized", message: expect.any(String), retryable: false })
+        }
+        const own = await request(server.baseUrl, `/v1/hosts/${a.host_id}/${route}`, { ...body, headers: { ...body.headers, authorization: `Bearer ${a.token}` } })
+        expect(own.status, `${route} ${JSON.stringify(body)} with the host's token: ${own.text}`).toBe(400)
+      }
+    }
+  })
+
   it("a host's token reaches only its own routes: another host's token, the API token and an unknown host id are 401", async () => {
     const a = await register()
     const b = await register()
