@@ -230,4 +230,23 @@ export const checkPayload = (kind: string, payload: unknown): string | undefined
     : undefined
 }
 
+/**
+ * A committed frame's record read back: its payload, or why it is not a record of the catalogue —
+ * its kind unknown, its payload not JSON or not its kind's schema. A frame whose checksums hold
+ * but whose record cannot be read is damage like a failed checksum (docs/journal.md, Opening and
+ * recovery). It is checked where frames are read from storage; appends were checked by
+ * `checkPayload` before they were written.
+ */
+export const readPayload = (kind: string, json: string): Either.Either<unknown, string> => {
+  if (!isRecordKind(kind)) return Either.left(`unknown record kind ${JSON.stringify(kind)}`)
+  let payload: unknown
+  try {
+    payload = JSON.parse(json)
+  } catch {
+    return Either.left(`${kind} payload is not JSON`)
+  }
+  const refused = checkPayload(kind, payload)
+  return refused === undefined ? Either.right(payload) : Either.left(refused)
+}
+
 export { Json, Message }

@@ -6,6 +6,7 @@
 import { execSync, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import * as zlib from "node:zlib"
 import { fileURLToPath } from "node:url"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -193,6 +194,48 @@ describe("brain journal verify", () => {
       const other = yield* tempDir()
       fs.writeFileSync(path.join(other, "notes.txt"), "x")
       expect(brain("journal", "verify", other).code).toBe(2)
+    }))
+})
+
+/** A whole frame whose checksums hold (DESIGN §2 layout, built here), carrying whatever record it is given. */
+const wellFramed = (sequence: number, kind: string, json: string) => {
+  const k = Buffer.from(kind, "utf8")
+  const body = Buffer.concat([Buffer.alloc(18), k, Buffer.from(json, "utf8")])
+  body.writeUInt32LE(sequence, 0)
+  body.writeUInt32LE(Date.now() % 2 ** 32, 8)
+  body.writeUInt32LE(Math.floor(Date.now() / 2 ** 32), 12)
+  body.writeUInt16LE(k.length, 16)
+  const header = Buffer.alloc(12)
+  header.writeUInt32LE(body.length, 0)
+  header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
+  header.writeUInt32LE(zlib.crc32(body), 8)
+  return Buffer.concat([header, body])
+}
+
+describe("brain journal verify and remove: a well-framed record that cannot be read", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a final frame whose checksums hold but whose record is not JSON, of an unknown kind or against its schema: verify exits 2 naming the file and offset, and remove takes the session away", () =>
+    Effect.gen(function*() {
+      const cases = [
+        { name: "not JSON", kind: "kv_put", json: "{not json" },
+        { name: "unknown kind", kind: "bogus_kind", json: "{}" },
+        { name: "against its schema", kind: "turn_ended", json: `{"sequence":"x"}` }
+      ]
+      for (const c of cases) {
+        const dir = yield* tempDir()
+        const s = yield* mintSessionId
+        yield* writeSession(dir, s, simple(5))
+        const [seg] = segmentsOf(dir, s)
+        const offset = fs.statSync(seg!).size
+        fs.appendFileSync(seg!, wellFramed(6, c.kind, c.json))
+        const r = brain("journal", "verify", dir, s)
+        expect(r.code, `${c.name}: ${r.output}`).toBe(2)
+        expect(r.stdout, c.name).toContain(`${s}: corrupt: ${seg} offset ${offset}: unreadable record`)
+        const removed = brain("journal", "remove", dir, s)
+        expect(removed.code, `${c.name}: ${removed.output}`).toBe(0)
+        expect(fs.existsSync(path.join(dir, "sessions", s)), c.name).toBe(false)
+      }
     }))
 })
 

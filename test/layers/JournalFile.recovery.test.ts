@@ -449,6 +449,110 @@ describe("JournalFile recovery: corruption refuses the session", () => {
     }))
 })
 
+/**
+ * A whole frame with valid checksums (the DESIGN §2 layout, built here independently of the code
+ * under test) whose record is whatever `json` says: what a bug or a foreign writer leaves, which
+ * no checksum catches.
+ */
+const wellFramed = (sequence: number, recordedAtMs: number, kind: string, json: string) => {
+  const k = Buffer.from(kind, "utf8")
+  const body = Buffer.concat([Buffer.alloc(18), k, Buffer.from(json, "utf8")])
+  body.writeUInt32LE(sequence, 0)
+  body.writeUInt32LE(0, 4)
+  body.writeUInt32LE(recordedAtMs % 2 ** 32, 8)
+  body.writeUInt32LE(Math.floor(recordedAtMs / 2 ** 32), 12)
+  body.writeUInt16LE(k.length, 16)
+  const header = Buffer.alloc(12)
+  header.writeUInt32LE(body.length, 0)
+  header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
+  header.writeUInt32LE(zlib.crc32(body), 8)
+  return Buffer.concat([header, body])
+}
+
+/** Records that are not records of the catalogue, each in a frame whose checksums hold. */
+const unreadable = [
+  { name: "a payload that is not JSON", kind: "kv_put", json: "{not json" },
+  { name: "an unknown kind", kind: "bogus_kind", json: "{}" },
+  { name: "a known kind whose payload breaks its schema", kind: "turn_ended", json: `{"sequence":"x"}` }
+]
+
+describe("JournalFile recovery: a well-framed record that cannot be read is corruption", () => {
+  it.scopedLive("a middle or final frame whose checksums hold but whose record is not JSON, of an unknown kind or against its kind's schema refuses the session with JournalCorrupt at that frame, and nothing is truncated", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* writeSession(dir, s, 5)
+      const seg = onlySegment(dir, s)
+      const original = fs.readFileSync(seg)
+      const frames = framesOf(original)
+      const middle = frames[2]!
+      for (const bad of unreadable) {
+        const cases = [
+          {
+            where: "middle",
+            bytes: Buffer.concat([
+              original.subarray(0, middle.start),
+              wellFramed(3, Date.now(), bad.kind, bad.json),
+              original.subarray(middle.end)
+            ]),
+            offset: middle.start
+          },
+          {
+            where: "final",
+            bytes: Buffer.concat([original, wellFramed(6, Date.now(), bad.kind, bad.json)]),
+            offset: original.length
+          }
+        ]
+        for (const c of cases) {
+          const what = `${bad.name}, ${c.where} frame`
+          fs.writeFileSync(seg, c.bytes)
+          const errors = yield* withJournal(dir, (journal) =>
+            Effect.all([
+              Effect.flip(journal.lastSequence(s)),
+              Effect.flip(journal.read(s, { after: 0, limit: 100 })),
+              Effect.flip(journal.append(s, [kv("refused", 1)]))
+            ]))
+          for (const err of errors) {
+            expect(err._tag, what).toBe("JournalCorrupt")
+            if (err._tag === "JournalCorrupt") {
+              expect(err.file, what).toBe(path.relative(dir, seg))
+              expect(err.offset, what).toBe(c.offset)
+              expect(err.reason, what).toContain("unreadable record")
+            }
+          }
+          expect(fs.readFileSync(seg).equals(c.bytes), `${what}: file left as found`).toBe(true)
+        }
+      }
+    }))
+
+  it.scopedLive("a well-framed unreadable record that appears after open is refused by the read that meets it, as JournalCorrupt naming the frame, never a defect", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      // Enough records that the early ones are read from the file, not the recent tail in memory.
+      yield* writeSession(dir, s, 100)
+      const seg = onlySegment(dir, s)
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          expect(yield* journal.lastSequence(s)).toBe(100)
+          const bytes = fs.readFileSync(seg)
+          const tenth = framesOf(bytes)[9]!
+          // The same size, so every offset the open found still holds.
+          const jsonBytes = tenth.end - tenth.start - 12 - 18 - Buffer.byteLength(tenth.kind)
+          const replaced = wellFramed(10, Date.now(), tenth.kind, "x".repeat(jsonBytes))
+          expect(replaced.length).toBe(tenth.end - tenth.start)
+          replaced.copy(bytes, tenth.start)
+          fs.writeFileSync(seg, bytes)
+          const err = yield* Effect.flip(journal.read(s, { after: 0, limit: 100 }))
+          expect(err._tag).toBe("JournalCorrupt")
+          if (err._tag === "JournalCorrupt") {
+            expect(err.offset).toBe(tenth.start)
+            expect(err.reason).toContain("kv_put payload is not JSON")
+          }
+        }))
+    }))
+})
+
 describe("JournalFile recovery: segments", () => {
   it.scopedLive("a session of many segments reads back dense and in order across every boundary after reopen; segments are named by their first sequence", () =>
     Effect.gen(function*() {

@@ -5,10 +5,10 @@
  * before anything else sees the journal; reading checks every frame again on the way out.
  */
 import * as path from "node:path"
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import { READ_INDEX_STRIDE } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
-import type { JournalRecord, RecordKind } from "../../domain/Records.js"
+import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
 import type { FileDriverShape, FileError } from "./FileDriver.js"
@@ -129,14 +129,14 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       const result = scanSegment(buf, {
         isFinal,
         firstSequence: seg.firstSequence,
-        onFrame: (frame, offset) => {
+        onFrame: (frame, offset, json) => {
           handle.remember(frame.sequence, segIndex, offset)
           if (isFinal) {
             tail.keep([{
               sequence: frame.sequence,
               recordedAtMs: frame.recordedAtMs,
               kind: frame.kind,
-              json: frame.json.toString("utf8"),
+              json,
               size: frame.size
             }])
           }
@@ -234,12 +234,11 @@ export const readRecords = (
           if (f.sequence > last) return true
           bytes += f.size
           if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) return true
-          out.push({
-            sequence: f.sequence,
-            recorded_at_ms: f.recordedAtMs,
-            kind: f.kind as RecordKind,
-            payload: JSON.parse(f.json.toString("utf8"))
-          })
+          const payload = readPayload(f.kind, f.json.toString("utf8"))
+          if (Either.isLeft(payload)) {
+            return yield* Effect.fail(corrupt(handle.session, seg.path, offset - f.size, `unreadable record: ${payload.left}`))
+          }
+          out.push({ sequence: f.sequence, recorded_at_ms: f.recordedAtMs, kind: f.kind as RecordKind, payload: payload.right })
           if (out.length >= limit) return true
         }
       }).pipe(Effect.ensuring(Effect.ignore(driver.close(fd))))
