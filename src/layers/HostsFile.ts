@@ -119,7 +119,7 @@ const eventRefused = (f: Failure): HostEventError => {
     case "not_found":
       return new NotFound({ message: f.message, retryable: f.retryable })
     case "journal_corrupt":
-      return new JournalCorrupt({ message: f.message, retryable: f.retryable })
+      return new JournalCorrupt({ message: f.message, retryable: f.retryable, ...(f.details !== undefined ? { details: f.details } : {}) })
     case "journal_write_failed":
       return new JournalWriteFailed({ message: f.message, retryable: f.retryable })
     default:

@@ -39,6 +39,11 @@ export class JournalCorrupt extends Data.TaggedError("JournalCorrupt")<{
   override get message() {
     return `journal of ${this.session} is corrupt at ${this.file} offset ${this.offset}: ${this.reason}`
   }
+
+  /** Where the damage is, as a refusal's `details` carries it (docs/api.md). */
+  get details(): { readonly file: string; readonly offset: number; readonly reason: string } {
+    return { file: this.file, offset: this.offset, reason: this.reason }
+  }
 }
 
 /**

@@ -9,10 +9,12 @@ import * as fs from "node:fs"
 import * as http from "node:http"
 import * as net from "node:net"
 import * as path from "node:path"
+import * as zlib from "node:zlib"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { BIN, ensureBuilt, eventually, request, ROOT, ServerProcess, startServer } from "../support/server.js"
 import { forgetCommitLog } from "../support/journals.js"
 import { helloLoop } from "../support/wat.js"
+import { Brain, BrainError } from "../../src/sdk/index.js"
 
 /** Connections the flood opens, above what a process limited to 1,024 open files can hold. */
 const FLOOD = 1_100
@@ -259,7 +261,7 @@ describe("a corrupt session", () => {
     await server?.dispose()
   })
 
-  it("is listed with status corrupt and where the damage is (relative to the data directory), and `brain journal remove` takes it away", async () => {
+  it("is listed with status corrupt and where the damage is (relative to the data directory, in the message and in details {file, offset, reason}), and `brain journal remove` takes it away", async () => {
     const make = async () => (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body.session_id
     const [healthy, damaged] = [await make(), await make()]
     await server.stop()
@@ -279,10 +281,35 @@ describe("a corrupt session", () => {
     const entry = list.body.sessions.find((s: any) => s.session_id === damaged)
     expect(entry).toMatchObject({ status: "corrupt", failure: { code: "journal_corrupt" } })
     expect(entry.failure.message).toContain(`sessions/${damaged}/journal/00000000000000000001.seg`)
+    const where = { file: `sessions/${damaged}/journal/00000000000000000001.seg`, offset: 0, reason: "frame body checksum mismatch" }
+    expect(entry.failure.details).toEqual(where)
     expect(list.body.sessions.find((s: any) => s.session_id === healthy)).toMatchObject({ status: "idle" })
     const get = await request(server.baseUrl, `/v1/sessions/${damaged}`)
     expect(get.status).toBe(500)
-    expect(get.body.code).toBe("journal_corrupt")
+    expect(get.body).toEqual({ code: "journal_corrupt", message: expect.stringContaining(where.file), retryable: false, details: where })
+    // Every route of the session answers the same refusal, with where the damage is.
+    const routes: Array<[string, string, unknown?]> = [
+      ["GET", `/v1/sessions/${damaged}/events?after=0`],
+      ["GET", `/v1/sessions/${damaged}/transcript`],
+      ["POST", `/v1/sessions/${damaged}/messages`, { input: { message: "x" } }],
+      ["POST", `/v1/sessions/${damaged}/cancel`],
+      ["POST", `/v1/sessions/${damaged}/end`],
+      ["DELETE", `/v1/sessions/${damaged}`]
+    ]
+    for (const [method, route, json] of routes) {
+      const r = await request(server.baseUrl, route, { method, ...(json !== undefined ? { json } : {}) })
+      expect(r.status, `${method} ${route}`).toBe(500)
+      expect(r.body, `${method} ${route}`).toEqual(get.body)
+    }
+    // The SDK's error carries the same details.
+    const sdk = new Brain({ baseUrl: server.baseUrl })
+    try {
+      const refused = await sdk.sessions.get(damaged).then(() => undefined, (e) => e)
+      expect(refused).toBeInstanceOf(BrainError)
+      expect(refused).toMatchObject({ status: 500, code: "journal_corrupt", retryable: false, details: where })
+    } finally {
+      await sdk.close()
+    }
     // No error body names where the server keeps its files.
     for (const text of [list.text, get.text]) expect(text).not.toContain(server.dataDir)
 
@@ -296,5 +323,51 @@ describe("a corrupt session", () => {
     const after = await request(server.baseUrl, "/v1/sessions")
     expect(after.body.sessions.map((s: any) => s.session_id)).toEqual([healthy])
     expect((await request(server.baseUrl, `/v1/sessions/${damaged}`)).status).toBe(404)
+  }, 60_000)
+
+  it("a final frame whose checksums hold but whose record cannot be read (not JSON) is the same damage: every route answers 500 journal_corrupt with details naming the frame, it is listed corrupt, and `brain journal remove` takes it away", async () => {
+    const id = (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body.session_id
+    expect((await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "hi" } } })).status).toBe(200)
+    const last = (await request(server.baseUrl, `/v1/sessions/${id}`)).body.last_sequence as number
+    await server.stop()
+    const seg = path.join(server.dataDir, "sessions", id, "journal", "00000000000000000001.seg")
+    const offset = fs.statSync(seg).size
+    // A whole frame (DESIGN §2 layout) with the next sequence and both checksums right; its payload is not JSON.
+    const kind = Buffer.from("kv_put")
+    const body = Buffer.concat([Buffer.alloc(18), kind, Buffer.from("{not json")])
+    body.writeUInt32LE(last + 1, 0)
+    body.writeUInt32LE(Date.now() % 2 ** 32, 8)
+    body.writeUInt32LE(Math.floor(Date.now() / 2 ** 32), 12)
+    body.writeUInt16LE(kind.length, 16)
+    const header = Buffer.alloc(12)
+    header.writeUInt32LE(body.length, 0)
+    header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
+    header.writeUInt32LE(zlib.crc32(body), 8)
+    fs.appendFileSync(seg, Buffer.concat([header, body]))
+    forgetCommitLog(server.dataDir)
+    await server.start()
+    const where = { file: `sessions/${id}/journal/00000000000000000001.seg`, offset, reason: "unreadable record: kv_put payload is not JSON" }
+    for (
+      const [method, route] of [
+        ["GET", `/v1/sessions/${id}`],
+        ["GET", `/v1/sessions/${id}/events?after=0`],
+        ["GET", `/v1/sessions/${id}/transcript`],
+        ["POST", `/v1/sessions/${id}/end`],
+        ["DELETE", `/v1/sessions/${id}`]
+      ]
+    ) {
+      const r = await request(server.baseUrl, route!, { method })
+      expect(r.status, `${method} ${route}: ${r.text}`).toBe(500)
+      expect(r.body, `${method} ${route}`).toMatchObject({ code: "journal_corrupt", retryable: false, details: where })
+    }
+    const list = await request(server.baseUrl, "/v1/sessions")
+    expect(list.body.sessions.find((s: any) => s.session_id === id)).toMatchObject({ status: "corrupt", failure: { code: "journal_corrupt", details: where } })
+    await server.stop()
+    const verified = brain("journal", "verify", server.dataDir, id)
+    expect(verified.code, verified.output).toBe(2)
+    const removed = brain("journal", "remove", server.dataDir, id)
+    expect(removed.code, removed.output).toBe(0)
+    await server.start()
+    expect((await request(server.baseUrl, `/v1/sessions/${id}`)).status).toBe(404)
   }, 60_000)
 })

@@ -61,6 +61,7 @@ describe("SSE failures are told, not hidden", () => {
     expect(page.body.code).toBe("journal_corrupt")
     expect(page.body.message).toContain(damaged.file)
     expect(page.body.message).toContain(`offset ${damaged.offset}`)
+    expect(page.body.details).toEqual({ file: damaged.file, offset: damaged.offset, reason: "frame body checksum mismatch" })
 
     const sse = await openSse(server.url(`/v1/sessions/${id}/events?after=0`), {}, true)
     expect(sse.status, sse.raw).toBe(500)
@@ -68,7 +69,7 @@ describe("SSE failures are told, not hidden", () => {
     expect(JSON.parse(sse.raw)).toEqual(page.body)
   })
 
-  it("a journal corrupt past the first catch-up page: the stream sends every Event before the damage, then a stream_error frame without id (code, message with file and offset, retryable), then ends; reconnecting from there is refused 500, not looped", async () => {
+  it("a journal corrupt past the first catch-up page: the stream sends every Event before the damage, then a stream_error frame without id (code, message with file and offset, retryable, details {file, offset, reason}), then ends; reconnecting from there is refused 500, not looped", async () => {
     const id = await emitting(1_500)
     const damaged = corrupt(id, 1_200)
     const sse = await openSse(server.url(`/v1/sessions/${id}/events?after=0`), {}, true)
@@ -79,7 +80,12 @@ describe("SSE failures are told, not hidden", () => {
     expect(last.event).toBe("stream_error")
     expect(last.id).toBeUndefined()
     expect(sse.controls).toEqual([last])
-    expect(last.json).toEqual({ code: "journal_corrupt", message: expect.stringContaining(damaged.file), retryable: false })
+    expect(last.json).toEqual({
+      code: "journal_corrupt",
+      message: expect.stringContaining(damaged.file),
+      retryable: false,
+      details: { file: damaged.file, offset: damaged.offset, reason: "frame body checksum mismatch" }
+    })
     expect(last.json.message).toContain(`offset ${damaged.offset}`)
     expect(sse.raw).toMatch(/\n\nevent: stream_error\ndata: \{[^\n]*\}\n\n$/)
     // Every Event before the damaged page came, in order, without gaps.

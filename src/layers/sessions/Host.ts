@@ -243,7 +243,13 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       live(
         readEvents(journal, cell.session, cell.state, Math.max(0, after), Math.max(1, Math.min(limit, PAGE_EVENTS)), undefined, cell.opening).pipe(
           Effect.map((page) => page.events),
-          Effect.mapError((e) => new HostCallFailed({ failure: failure(e._tag === "JournalCorrupt" ? "journal_corrupt" : "not_found", e.message) }))
+          Effect.mapError((e) =>
+            new HostCallFailed({
+              failure: e._tag === "JournalCorrupt"
+                ? failure("journal_corrupt", e.message, { details: e.details })
+                : failure("not_found", e.message)
+            })
+          )
         )
       )
   }

@@ -26,7 +26,7 @@ export const storageFailure = (e: FenceError): HostCallFailed =>
       : e._tag === "RecordRejected"
       ? failure("invalid_request", e.reason)
       : e._tag === "JournalCorrupt"
-      ? failure("journal_corrupt", e.message)
+      ? failure("journal_corrupt", e.message, { details: e.details })
       : e._tag === "SessionNotFound"
       ? failure("not_found", e.message)
       : failure("journal_write_failed", e.message, { ambiguous: true })

@@ -76,7 +76,7 @@ export const fromJournal = <E extends JournalReadError | JournalAppendError | Se
     j._tag === "SessionNotFound"
       ? notFound()
       : j._tag === "JournalCorrupt"
-      ? new Refusal.JournalCorrupt({ message: j.message })
+      ? new Refusal.JournalCorrupt({ message: j.message, details: j.details })
       : j._tag === "RecordRejected"
       ? new Refusal.InvalidRequest({ message: j.reason })
       : j._tag === "SessionAlreadyExists"

@@ -7,7 +7,7 @@
  * a reconnecting client's Last-Event-ID stays at the last recorded Event, and their names are
  * reserved kinds (Records.ts), so no Event can be taken for one:
  * - `stream_lagged`, `data: {after, message}`: the reader fell too far behind; resume after `after`.
- * - `stream_error`, `data: {code, message, retryable}` (the error body): the stream failed.
+ * - `stream_error`, `data: {code, message, retryable, details?}` (the error body): the stream failed.
  *
  * Live model deltas are frames without `id:` too: `event: model_delta`, `data: {session_id,
  * model_call, type, …}` where `model_call` is the sequence of the call's `model_call_started`. They
@@ -38,8 +38,13 @@ export const namedFrame = (event: string, data: unknown): Uint8Array => encode(`
 
 export const laggedFrame = (after: number, message: string): Uint8Array => namedFrame(STREAM_LAGGED, { after, message })
 
-export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable">): Uint8Array =>
-  namedFrame(STREAM_ERROR, { code: f.code, message: f.message, retryable: f.retryable })
+export const errorFrame = (f: Pick<Failure, "code" | "message" | "retryable" | "details">): Uint8Array =>
+  namedFrame(STREAM_ERROR, {
+    code: f.code,
+    message: f.message,
+    retryable: f.retryable,
+    ...(f.details !== undefined ? { details: f.details } : {})
+  })
 
 export const deltaFrame = (session: string, modelCall: number, delta: ModelDelta): Uint8Array =>
   namedFrame(MODEL_DELTA, { session_id: session, model_call: modelCall, ...delta })
