@@ -6,7 +6,6 @@
 import { execSync, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import * as zlib from "node:zlib"
 import { fileURLToPath } from "node:url"
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -15,6 +14,7 @@ import { entry, type Entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
+import { wellFramed } from "../support/frames.js"
 import { forgetCommitLog, tempDir } from "../support/journals.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
@@ -197,20 +197,6 @@ describe("brain journal verify", () => {
     }))
 })
 
-/** A whole frame whose checksums hold (DESIGN §2 layout, built here), carrying whatever record it is given. */
-const wellFramed = (sequence: number, kind: string, json: string) => {
-  const k = Buffer.from(kind, "utf8")
-  const body = Buffer.concat([Buffer.alloc(18), k, Buffer.from(json, "utf8")])
-  body.writeUInt32LE(sequence, 0)
-  body.writeUInt32LE(Date.now() % 2 ** 32, 8)
-  body.writeUInt32LE(Math.floor(Date.now() / 2 ** 32), 12)
-  body.writeUInt16LE(k.length, 16)
-  const header = Buffer.alloc(12)
-  header.writeUInt32LE(body.length, 0)
-  header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
-  header.writeUInt32LE(zlib.crc32(body), 8)
-  return Buffer.concat([header, body])
-}
 
 describe("brain journal verify and remove: a well-framed record that cannot be read", () => {
   beforeAll(ensureBuilt, 120_000)

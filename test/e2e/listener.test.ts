@@ -9,9 +9,9 @@ import * as fs from "node:fs"
 import * as http from "node:http"
 import * as net from "node:net"
 import * as path from "node:path"
-import * as zlib from "node:zlib"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { BIN, ensureBuilt, eventually, request, ROOT, ServerProcess, startServer } from "../support/server.js"
+import { wellFramed } from "../support/frames.js"
 import { forgetCommitLog } from "../support/journals.js"
 import { helloLoop } from "../support/wat.js"
 import { Brain, BrainError } from "../../src/sdk/index.js"
@@ -333,17 +333,7 @@ describe("a corrupt session", () => {
     const seg = path.join(server.dataDir, "sessions", id, "journal", "00000000000000000001.seg")
     const offset = fs.statSync(seg).size
     // A whole frame (DESIGN §2 layout) with the next sequence and both checksums right; its payload is not JSON.
-    const kind = Buffer.from("kv_put")
-    const body = Buffer.concat([Buffer.alloc(18), kind, Buffer.from("{not json")])
-    body.writeUInt32LE(last + 1, 0)
-    body.writeUInt32LE(Date.now() % 2 ** 32, 8)
-    body.writeUInt32LE(Math.floor(Date.now() / 2 ** 32), 12)
-    body.writeUInt16LE(kind.length, 16)
-    const header = Buffer.alloc(12)
-    header.writeUInt32LE(body.length, 0)
-    header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
-    header.writeUInt32LE(zlib.crc32(body), 8)
-    fs.appendFileSync(seg, Buffer.concat([header, body]))
+    fs.appendFileSync(seg, wellFramed(last + 1, "kv_put", "{not json"))
     forgetCommitLog(server.dataDir)
     await server.start()
     const where = { file: `sessions/${id}/journal/00000000000000000001.seg`, offset, reason: "unreadable record: kv_put payload is not JSON" }

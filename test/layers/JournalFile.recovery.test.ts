@@ -21,7 +21,7 @@ import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
-import { type FrameAt, framesOf } from "../support/frames.js"
+import { type FrameAt, framesOf, wellFramed } from "../support/frames.js"
 
 const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
 
@@ -449,25 +449,6 @@ describe("JournalFile recovery: corruption refuses the session", () => {
     }))
 })
 
-/**
- * A whole frame with valid checksums (the DESIGN §2 layout, built here independently of the code
- * under test) whose record is whatever `json` says: what a bug or a foreign writer leaves, which
- * no checksum catches.
- */
-const wellFramed = (sequence: number, recordedAtMs: number, kind: string, json: string) => {
-  const k = Buffer.from(kind, "utf8")
-  const body = Buffer.concat([Buffer.alloc(18), k, Buffer.from(json, "utf8")])
-  body.writeUInt32LE(sequence, 0)
-  body.writeUInt32LE(0, 4)
-  body.writeUInt32LE(recordedAtMs % 2 ** 32, 8)
-  body.writeUInt32LE(Math.floor(recordedAtMs / 2 ** 32), 12)
-  body.writeUInt16LE(k.length, 16)
-  const header = Buffer.alloc(12)
-  header.writeUInt32LE(body.length, 0)
-  header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
-  header.writeUInt32LE(zlib.crc32(body), 8)
-  return Buffer.concat([header, body])
-}
 
 /** Records that are not records of the catalogue, each in a frame whose checksums hold. */
 const unreadable = [
@@ -492,14 +473,14 @@ describe("JournalFile recovery: a well-framed record that cannot be read is corr
             where: "middle",
             bytes: Buffer.concat([
               original.subarray(0, middle.start),
-              wellFramed(3, Date.now(), bad.kind, bad.json),
+              wellFramed(3, bad.kind, bad.json),
               original.subarray(middle.end)
             ]),
             offset: middle.start
           },
           {
             where: "final",
-            bytes: Buffer.concat([original, wellFramed(6, Date.now(), bad.kind, bad.json)]),
+            bytes: Buffer.concat([original, wellFramed(6, bad.kind, bad.json)]),
             offset: original.length
           }
         ]
@@ -539,7 +520,7 @@ describe("JournalFile recovery: a well-framed record that cannot be read is corr
           const tenth = framesOf(bytes)[9]!
           // The same size, so every offset the open found still holds.
           const jsonBytes = tenth.end - tenth.start - 12 - 18 - Buffer.byteLength(tenth.kind)
-          const replaced = wellFramed(10, Date.now(), tenth.kind, "x".repeat(jsonBytes))
+          const replaced = wellFramed(10, tenth.kind, "x".repeat(jsonBytes))
           expect(replaced.length).toBe(tenth.end - tenth.start)
           replaced.copy(bytes, tenth.start)
           fs.writeFileSync(seg, bytes)

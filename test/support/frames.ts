@@ -1,7 +1,9 @@
 /**
  * Reads frame boundaries straight from file bytes with the DESIGN §2 layout (u32 length, two u32
- * CRCs, body), independently of the code under test, so tests can cut and damage exact frames.
+ * CRCs, body), independently of the code under test, so tests can cut and damage exact frames;
+ * and builds whole frames of that layout carrying any record, damaged ones included.
  */
+import * as zlib from "node:zlib"
 
 export interface FrameAt {
   readonly start: number
@@ -26,4 +28,24 @@ export const framesOf = (buf: Buffer): Array<FrameAt> => {
     offset = end
   }
   return out
+}
+
+/**
+ * A whole frame with valid checksums (the DESIGN §2 layout, built here independently of the code
+ * under test) whose record is whatever `json` says: what a bug or a foreign writer leaves, which
+ * no checksum catches.
+ */
+export const wellFramed = (sequence: number, kind: string, json: string, recordedAtMs: number = Date.now()): Buffer => {
+  const k = Buffer.from(kind, "utf8")
+  const body = Buffer.concat([Buffer.alloc(18), k, Buffer.from(json, "utf8")])
+  body.writeUInt32LE(sequence % 2 ** 32, 0)
+  body.writeUInt32LE(Math.floor(sequence / 2 ** 32), 4)
+  body.writeUInt32LE(recordedAtMs % 2 ** 32, 8)
+  body.writeUInt32LE(Math.floor(recordedAtMs / 2 ** 32), 12)
+  body.writeUInt16LE(k.length, 16)
+  const header = Buffer.alloc(12)
+  header.writeUInt32LE(body.length, 0)
+  header.writeUInt32LE(zlib.crc32(header.subarray(0, 4)), 4)
+  header.writeUInt32LE(zlib.crc32(body), 8)
+  return Buffer.concat([header, body])
 }
