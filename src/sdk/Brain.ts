@@ -26,7 +26,7 @@
  */
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
-import { BrainError, withIdempotencyKey } from "./Errors.js"
+import { BrainClosed, BrainError, withIdempotencyKey } from "./Errors.js"
 import { type EventsOptions, eventsOnly, readEvents } from "./Events.js"
 import { Host } from "./Host.js"
 import {
@@ -120,8 +120,12 @@ export class Brain {
     return this.host.hostId()
   }
 
-  /** A new client for the same server with another token and its own lifetime. */
+  /**
+   * A new client for the same server with another token and its own lifetime. Like every call
+   * after `close`, refused (it throws BrainClosed) once this client is closed.
+   */
   withToken(token: string): Brain {
+    if (this.transport.closed) throw new BrainClosed()
     return new Brain({ ...this.options, token })
   }
 

@@ -55,6 +55,12 @@ describe("the Promise client with an API token", () => {
     await second.close()
   })
 
+  it("a closed client refuses withToken as it refuses every later call: BrainClosed, and no new client", async () => {
+    const parent = new Brain({ baseUrl: server.baseUrl, token: TOKEN })
+    await parent.close()
+    expect(() => parent.withToken(TOKEN)).toThrow(BrainClosed)
+  })
+
   it("host tools: the host registers with the client's API token and serves calls with its own; with a refused token the create is a typed 401 and no host is registered", async () => {
     const echo = tool({ name: "echo", input: Schema.Struct({ q: Schema.Number }), run: ({ q }) => ({ q }) })
     const body = {
