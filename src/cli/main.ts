@@ -27,6 +27,7 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   if (group === "journal" && command === "remove" && rest.length === 2) return remove(rest[0]!, rest[1]!)
   if (group === "idempotency" && command === "repair" && rest.length === 1) return repair(rest[0]!)
   if (group === "demo" && argv.length <= 2) return demo(command ?? "./brain-data")
+  if (group === "serve" && argv.slice(1).some((a) => a === "--help" || a === "-h")) return Effect.as(Console.log(USAGE), 0)
   if (group === "serve") return serveCommand(argv.slice(1))
   return Effect.as(Console.error(USAGE), 64)
 }

@@ -3,7 +3,7 @@
  * BRAIN_DATA_DIR, BRAIN_API_TOKEN, the limits) and the same name as a flag: `--listen`,
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
-import { type ConfigError, ConfigProvider, Effect } from "effect"
+import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
 import { serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
 
@@ -21,6 +21,46 @@ export const flagsToEnv = (args: ReadonlyArray<string>): Map<string, string> => 
     out.set(`BRAIN_${m[1]!.replace(/-/g, "_").toUpperCase()}`, value)
   }
   return out
+}
+
+/** The settings `fromConfig` reads, found by reading it from a provider that records each name and holds none. */
+const knownSettings = Effect.gen(function*() {
+  const names = new Set<string>()
+  const recorder = ConfigProvider.fromFlat(ConfigProvider.makeFlat({
+    load: (path) => {
+      names.add(path.join("."))
+      return Effect.fail(ConfigError.MissingData([...path], "unset"))
+    },
+    enumerateChildren: () => Effect.succeed(HashSet.empty<string>()),
+    patch: ConfigProviderPathPatch.empty
+  }))
+  yield* Effect.ignore(Effect.withConfigProvider(fromConfig, recorder))
+  return names
+})
+
+const flagOf = (setting: string) => `--${setting.replace(/^BRAIN_/, "").replace(/_/g, "-").toLowerCase()}`
+
+/** Edits (insert, delete, substitute) from `a` to `b`. */
+const distance = (a: string, b: string): number => {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i]
+    for (let j = 1; j <= b.length; j++) next.push(Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)))
+    row = next
+  }
+  return row[b.length]!
+}
+
+/** A flag no setting has is refused, not ignored: a typo would otherwise leave the default in force unseen. */
+export const unknownFlag = (flags: ReadonlyMap<string, string>, known: ReadonlySet<string>): string | undefined => {
+  for (const setting of flags.keys()) {
+    if (known.has(setting)) continue
+    const flag = flagOf(setting)
+    const nearest = [...known].map(flagOf).sort((x, y) => distance(flag, x) - distance(flag, y))[0]
+    const hint = nearest !== undefined && distance(flag, nearest) <= 3 ? ` (did you mean ${nearest}?)` : ""
+    return `unknown flag ${flag}${hint}`
+  }
+  return undefined
 }
 
 /**
@@ -42,6 +82,8 @@ export const describeConfigError = (e: ConfigError.ConfigError): string => {
 export const serveCommand = (args: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const flags = yield* Effect.try({ try: () => flagsToEnv(args), catch: (e) => e as Error })
+    const unknown = unknownFlag(flags, yield* knownSettings)
+    if (unknown !== undefined) return yield* Effect.fail(new FlagError(unknown))
     const provider = ConfigProvider.fromMap(flags).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
       Effect.mapError((e) => new FlagError(describeConfigError(e)))

@@ -13,6 +13,12 @@ export const MAX_FRAME_BYTES = 64 * 1024 * 1024 - 64
  */
 export const OUTCOME_SETTING_CEILING_BYTES = 32 * 1024 * 1024
 
+/**
+ * Milliseconds. The largest value of a setting that ends up in a timer (2^31 − 1, about 24.8 days):
+ * Node's `setTimeout` takes no longer delay and fires a longer one after 1 ms instead.
+ */
+export const TIMER_SETTING_MAX_MS = 2 ** 31 - 1
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

@@ -11,7 +11,8 @@ import {
   SSE_SUBSCRIBERS,
   SSE_SUBSCRIBERS_PER_SESSION,
   OUTCOME_SETTING_CEILING_BYTES,
-  TELEMETRY_QUEUE_BYTES
+  TELEMETRY_QUEUE_BYTES,
+  TIMER_SETTING_MAX_MS
 } from "../domain/Limits.js"
 
 import { noSink, parseTelemetrySink, type TelemetrySink } from "./Telemetry.js"
@@ -178,19 +179,46 @@ export const defaults: ServerConfigShape = {
   telemetryQueueBytes: TELEMETRY_QUEUE_BYTES
 }
 
-const nonNegative = (name: string, fallback: number, description: string) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: `${name} must be a whole number ≥ 0`, validation: (n) => n >= 0 }),
+/**
+ * A whole number from `min` to `max`, as `range` says it. An empty or blank value is refused like
+ * any other invalid one (Number("") is 0, which would often mean "no bound"); the refusal names
+ * the setting and the value as given.
+ */
+const wholeNumber = (name: string, min: number, max: number, range: string) =>
+  Config.string(name).pipe(
+    Config.mapOrFail((text) => {
+      const n = text.trim() === "" ? Number.NaN : Number(text)
+      return Number.isInteger(n) && n >= min && n <= max
+        ? Either.right(n)
+        : Either.left(ConfigError.InvalidData([], `${name} must be ${range}, not ${JSON.stringify(text)}`))
+    })
+  )
+
+const atLeast = (name: string, min: number, fallback: number, description: string) =>
+  wholeNumber(name, min, Number.POSITIVE_INFINITY, `a whole number ≥ ${min}`).pipe(
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
 
-const positive = (name: string, fallback: number, description: string) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: `${name} must be a whole number ≥ 1`, validation: (n) => n >= 1 }),
+const nonNegative = (name: string, fallback: number, description: string) => atLeast(name, 0, fallback, description)
+
+const positive = (name: string, fallback: number, description: string) => atLeast(name, 1, fallback, description)
+
+/** Milliseconds that end up in a timer: `min` to TIMER_SETTING_MAX_MS, past which Node's timer fires at once. */
+const timerMs = (name: string, min: number, fallback: number, description: string) =>
+  wholeNumber(name, min, TIMER_SETTING_MAX_MS, `a whole number from ${min} to ${TIMER_SETTING_MAX_MS} (Node's timer maximum, about 24.8 days)`).pipe(
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
+
+/** Seconds that end up in a timer (in milliseconds): 0 to TIMER_SETTING_MAX_MS / 1000. */
+const timerSecs = (name: string, fallback: number, description: string) => {
+  const max = Math.floor(TIMER_SETTING_MAX_MS / 1000)
+  return wholeNumber(name, 0, max, `a whole number from 0 to ${max} (Node's timer maximum, in seconds)`).pipe(
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+}
 
 /**
  * Bytes, 1 to OUTCOME_SETTING_CEILING_BYTES: a setting that bounds what one outcome record
@@ -198,27 +226,22 @@ const positive = (name: string, fallback: number, description: string) =>
  * always fits one journal frame and is never refused after its effect has happened.
  */
 const outcomeBytes = (name: string, fallback: number, description: string) =>
-  Config.integer(name).pipe(
-    Config.validate({
-      message: `${name} must be a whole number from 1 to ${OUTCOME_SETTING_CEILING_BYTES} (32 MiB)`,
-      validation: (n) => n >= 1 && n <= OUTCOME_SETTING_CEILING_BYTES
-    }),
+  wholeNumber(name, 1, OUTCOME_SETTING_CEILING_BYTES, `a whole number from 1 to ${OUTCOME_SETTING_CEILING_BYTES} (32 MiB)`).pipe(
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
 
-/** A whole number ≥ `min` that may be unset (its default is computed elsewhere, so unset stays distinguishable). */
-const optionalAtLeast = (name: string, min: number, description: string) =>
+/** A whole number ≥ `min` (and ≤ `max`) that may be unset: its default is computed elsewhere, so unset stays distinguishable. */
+const optionalAtLeast = (name: string, min: number, description: string, max = Number.POSITIVE_INFINITY) =>
   Config.option(
-    Config.integer(name).pipe(
-      Config.validate({ message: `${name} must be a whole number ≥ ${min}`, validation: (n) => n >= min }),
+    wholeNumber(name, min, max, max === Number.POSITIVE_INFINITY ? `a whole number ≥ ${min}` : `a whole number from ${min} to ${max}`).pipe(
       Config.withDescription(description)
     )
   )
 
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
-  maxModelSecs: nonNegative("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
+  maxModelSecs: timerSecs("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
   maxModelOutputBytes: outcomeBytes("BRAIN_MAX_MODEL_OUTPUT_BYTES", defaults.maxModelOutputBytes, "bytes of one model response"),
   models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
   environments: Config.option(
@@ -237,40 +260,46 @@ export const fromConfig = Config.all({
     "a guest's compute on the main thread per activation before it moves to a worker thread (0 = always a worker thread)"
   ),
   maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
-  maxWasmComputeMs: nonNegative("BRAIN_MAX_WASM_COMPUTE_MS", defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
+  maxWasmComputeMs: timerMs("BRAIN_MAX_WASM_COMPUTE_MS", 0, defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
   maxWasmIoBytes: outcomeBytes("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
   maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),
   maxWasmStoreBytes: positive("BRAIN_MAX_WASM_STORE_BYTES", defaults.maxWasmStoreBytes, "bytes of all stored modules together"),
-  maxTurnSecs: nonNegative("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
-  maxToolSecs: nonNegative("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
+  maxTurnSecs: timerSecs("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
+  maxToolSecs: timerSecs("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
   maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
-  cancelGraceMs: nonNegative("BRAIN_CANCEL_GRACE_MS", defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
-  stagedOpeningMs: positive("BRAIN_STAGED_OPENING_MS", defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
+  cancelGraceMs: timerMs("BRAIN_CANCEL_GRACE_MS", 0, defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
+  stagedOpeningMs: timerMs("BRAIN_STAGED_OPENING_MS", 1, defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
   journalLogBytes: nonNegative(
     "BRAIN_JOURNAL_LOG_BYTES",
     defaults.journalLogBytes,
     "bytes of each journal commit-log file before rounds switch to the other (0 = no commit log: every touched segment synced per round)"
   ),
   // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
-  sessionIdleTtlMs: optionalAtLeast("BRAIN_SESSION_IDLE_TTL_MS", 0, "keep idle session actors warm this long (0 = forever; unset = release at once)"),
-  cleanupDeadlineMs: nonNegative("BRAIN_CLEANUP_DEADLINE_MS", defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
+  sessionIdleTtlMs: optionalAtLeast(
+    "BRAIN_SESSION_IDLE_TTL_MS",
+    0,
+    "keep idle session actors warm this long (0 = forever; unset = release at once)",
+    TIMER_SETTING_MAX_MS
+  ),
+  cleanupDeadlineMs: timerMs("BRAIN_CLEANUP_DEADLINE_MS", 0, defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
   dataDir: Config.string("BRAIN_DATA_DIR").pipe(Config.withDefault(defaults.dataDir), Config.withDescription("the data directory")),
   apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
-  maxRequestBytes: nonNegative("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body"),
-  drainDeadlineMs: nonNegative("BRAIN_DRAIN_DEADLINE_MS", defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
-  sseHeartbeatMs: nonNegative("BRAIN_SSE_HEARTBEAT_MS", defaults.sseHeartbeatMs, "SSE heartbeat interval"),
+  maxRequestBytes: positive("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body (at least 1: 0 would refuse every body)"),
+  drainDeadlineMs: timerMs("BRAIN_DRAIN_DEADLINE_MS", 0, defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
+  sseHeartbeatMs: timerMs("BRAIN_SSE_HEARTBEAT_MS", 0, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
   cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
   inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
-  headersTimeoutMs: positive("BRAIN_HEADERS_TIMEOUT_MS", defaults.headersTimeoutMs, "time allowed to send a request's headers"),
-  idempotencyMaxAnswerBytes: Config.integer("BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES").pipe(
-    Config.validate({
-      message: `BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES must be a whole number from 1 to ${IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES}`,
-      validation: (n) => n >= 1 && n <= IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES
-    }),
+  headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
+  idempotencyMaxAnswerBytes: wholeNumber(
+    "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES",
+    1,
+    IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
+    `a whole number from 1 to ${IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES}`
+  ).pipe(
     Config.withDefault(defaults.idempotencyMaxAnswerBytes),
     Config.withDescription("bytes: the largest idempotent answer kept for replay; a larger one is recorded as not kept")
   ),

@@ -209,7 +209,7 @@ describe("start-up failures say what and why", () => {
       [{ BRAIN_LISTEN: new URL(holder.baseUrl).host }, /already in use.*EADDRINUSE/],
       [{ BRAIN_LISTEN: "no-such-host.invalid:4000", BRAIN_API_TOKEN: "t" }, /does not resolve.*ENOTFOUND|could not be resolved/],
       [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /beyond loopback without BRAIN_API_TOKEN/],
-      [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*integer/],
+      [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*whole number.*soon/],
       [{ BRAIN_DATA_DIR: blocked.dataDir }, /idempotency store cannot be opened.*EEXIST/]
     ]
     try {

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
+import { describeConfigError } from "../../src/cli/serve.js"
 import { fromConfig } from "../../src/services/ServerConfig.js"
 
 const read = (env: Record<string, string>) =>
@@ -79,5 +80,68 @@ describe("ServerConfig from the environment", () => {
       }
       const unset = yield* read({})
       expect(Either.isRight(unset) && [unset.right.maxModelOutputBytes, unset.right.maxWasmIoBytes]).toEqual([16 * MiB, 16 * MiB])
+    }))
+  const NUMERIC_SETTINGS = [
+    "BRAIN_MAX_MODEL_CALLS", "BRAIN_MAX_MODEL_SECS", "BRAIN_MAX_MODEL_OUTPUT_BYTES", "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES",
+    "BRAIN_WASM_WORKERS", "BRAIN_WASM_THREADS", "BRAIN_WASM_INLINE_MS", "BRAIN_MAX_WASM_MEMORY_BYTES", "BRAIN_MAX_WASM_COMPUTE_MS",
+    "BRAIN_MAX_WASM_IO_BYTES", "BRAIN_MAX_WASM_MODULE_BYTES", "BRAIN_MAX_WASM_STORE_BYTES", "BRAIN_MAX_TURN_SECS", "BRAIN_MAX_TOOL_SECS",
+    "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
+    "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
+    "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
+    "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
+    "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_TELEMETRY_QUEUE_BYTES"
+  ]
+
+  it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
+    Effect.gen(function*() {
+      for (const name of NUMERIC_SETTINGS) {
+        for (const blank of ["", " ", "\t"]) {
+          const r = yield* read({ [name]: blank })
+          expect(Either.isLeft(r), `${name}=${JSON.stringify(blank)}`).toBe(true)
+          if (Either.isLeft(r)) {
+            const said = describeConfigError(r.left)
+            expect(said, name).toContain(name)
+            expect(said, name).toContain(JSON.stringify(blank))
+            expect(said, name).not.toContain("\n")
+          }
+        }
+      }
+    }))
+
+  it.effect("an invalid numeric value is reported with the value itself", () =>
+    Effect.gen(function*() {
+      const r = yield* read({ BRAIN_MAX_TURN_SECS: "5abc" })
+      expect(Either.isLeft(r) && describeConfigError(r.left)).toMatch(/BRAIN_MAX_TURN_SECS.*"5abc"/)
+    }))
+
+  it.effect("BRAIN_MAX_REQUEST_BYTES is at least 1: 0 would refuse every request body, so it is refused at start", () =>
+    Effect.gen(function*() {
+      const zero = yield* read({ BRAIN_MAX_REQUEST_BYTES: "0" })
+      expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_MAX_REQUEST_BYTES must be a whole number ≥ 1")
+      const one = yield* read({ BRAIN_MAX_REQUEST_BYTES: "1" })
+      expect(Either.isRight(one) && one.right.maxRequestBytes).toBe(1)
+    }))
+
+  it.effect("every setting that ends up in a timer is at most 2,147,483,647 ms (Node's timer maximum), so it never fires at once instead", () =>
+    Effect.gen(function*() {
+      const MAX = 2_147_483_647
+      for (const name of [
+        "BRAIN_STAGED_OPENING_MS", "BRAIN_CANCEL_GRACE_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS",
+        "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_MAX_WASM_COMPUTE_MS"
+      ]) {
+        expect(Either.isRight(yield* read({ [name]: String(MAX) })), name).toBe(true)
+        for (const bad of [String(MAX + 1), "1e23"]) {
+          const r = yield* read({ [name]: bad })
+          expect(Either.isLeft(r), `${name}=${bad}`).toBe(true)
+          expect(Either.isLeft(r) && describeConfigError(r.left), name).toContain(`${name} must be a whole number from`)
+        }
+      }
+      const SECS = Math.floor(MAX / 1000)
+      for (const name of ["BRAIN_MAX_TURN_SECS", "BRAIN_MAX_TOOL_SECS", "BRAIN_MAX_MODEL_SECS"]) {
+        expect(Either.isRight(yield* read({ [name]: String(SECS) })), name).toBe(true)
+        expect(Either.isLeft(yield* read({ [name]: String(SECS + 1) })), name).toBe(true)
+      }
+      // A setting that is no timer keeps no such bound.
+      expect(Either.isRight(yield* read({ BRAIN_REQUEST_RETENTION_SECS: String(10 * MAX) }))).toBe(true)
     }))
 })

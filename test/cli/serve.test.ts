@@ -1,0 +1,76 @@
+/**
+ * `brain serve` refuses a start it cannot honour: exit 1 and one line saying what and why, before
+ * anything listens (docs/operations.md, "Start-up failures"); `--help` prints the usage.
+ */
+import { execSync, spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url))
+const BIN = path.join(ROOT, "bin/brain.js")
+let dataDir = ""
+
+beforeAll(() => {
+  // `npm test` builds first; a direct `vitest run` of this file builds only when dist is missing.
+  if (!fs.existsSync(path.join(ROOT, "dist/cli/main.js"))) execSync("npm run build", { cwd: ROOT, stdio: "inherit" })
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-serve-cli-"))
+})
+afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }))
+
+/** A refused start ends at once; one that is wrongly accepted would serve until the timeout kills it. */
+const serve = (args: Array<string>, env: Record<string, string> = {}) => {
+  const r = spawnSync(process.execPath, [BIN, "serve", ...args], {
+    cwd: ROOT,
+    encoding: "utf8",
+    timeout: 15_000,
+    env: { ...process.env, BRAIN_LISTEN: "127.0.0.1:0", BRAIN_DATA_DIR: dataDir, ...env }
+  })
+  const output = r.stdout + r.stderr
+  return { code: r.status, output, lines: output.split("\n").filter((l) => l.trim().length > 0) }
+}
+
+describe("brain serve refuses a start it cannot honour", () => {
+  it("an empty numeric setting, by variable or by flag, exits 1 with one line naming the setting and the value", () => {
+    for (const r of [serve([], { BRAIN_MAX_INPUT_BYTES: "" }), serve(["--max-input-bytes", ""]), serve(["--max-request-bytes="])]) {
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      expect(r.output).toMatch(/BRAIN_MAX_(INPUT|REQUEST)_BYTES/)
+      expect(r.output).toContain(`\\"\\"`)
+    }
+  })
+
+  it("an unknown flag exits 1 with one line naming it and the nearest known flag", () => {
+    const typo = serve(["--max-turn-sec", "1"])
+    expect(typo.code, typo.output).toBe(1)
+    expect(typo.lines, typo.output).toHaveLength(1)
+    expect(typo.output).toContain("--max-turn-sec")
+    expect(typo.output).toContain("--max-turn-secs")
+    const bogus = serve(["--bogus-flag", "5"])
+    expect(bogus.code, bogus.output).toBe(1)
+    expect(bogus.output).toContain("--bogus-flag")
+  })
+
+  it("BRAIN_MAX_REQUEST_BYTES=0 would refuse every body: it exits 1 saying the setting must be at least 1", () => {
+    const r = serve(["--max-request-bytes", "0"])
+    expect(r.code, r.output).toBe(1)
+    expect(r.output).toContain("BRAIN_MAX_REQUEST_BYTES must be a whole number ≥ 1")
+  })
+
+  it("a timer setting past Node's timer maximum exits 1 instead of firing after 1 ms", () => {
+    const r = serve([], { BRAIN_STAGED_OPENING_MS: "99999999999999999999999" })
+    expect(r.code, r.output).toBe(1)
+    expect(r.output).toContain("BRAIN_STAGED_OPENING_MS")
+    expect(r.output).toContain("2147483647")
+    expect(r.output).not.toContain("TimeoutOverflowWarning")
+  })
+
+  it("--help prints the usage and exits 0", () => {
+    const r = serve(["--help"])
+    expect(r.code, r.output).toBe(0)
+    expect(r.output).toContain("brain serve")
+    expect(r.output).not.toContain("needs a value")
+  })
+})
