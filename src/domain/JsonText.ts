@@ -62,3 +62,23 @@ export const nestingDepth = (text: string): number => {
   }
   return max
 }
+
+/**
+ * The UTF-8 bytes of `JSON.stringify(s)`, counted without writing it: a message may be megabytes,
+ * and a copy of it only to be measured is memory a small heap may not have.
+ */
+export const jsonStringBytes = (s: string): number => {
+  let bytes = 2
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i)
+    if (c < 0x80) {
+      bytes += c === 34 || c === 92 ? 2 : c >= 0x20 ? 1 : c === 8 || c === 9 || c === 10 || c === 12 || c === 13 ? 2 : 6
+    } else if (c < 0x800) bytes += 2
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      bytes += 4
+      i++
+    } else if (c >= 0xd800 && c <= 0xdfff) bytes += 6 // a lone surrogate: written as \uXXXX
+    else bytes += 3
+  }
+  return bytes
+}

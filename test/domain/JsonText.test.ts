@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { jsonStringBytes, parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -76,6 +76,20 @@ describe("JSON text kept with the value parsed from it", () => {
         expect(eventJson(e)).toBe(JSON.stringify(e))
       }),
       { numRuns: 500 }
+    )
+  })
+})
+
+describe("jsonStringBytes", () => {
+  it("is the UTF-8 length of JSON.stringify of any string: escapes, multi-byte characters, surrogate pairs and lone surrogates", () => {
+    for (const s of ["", "a", "\"\\", "\n\t\b\f\r", "\u0000\u001f", "é€😀", "\ud800", "x\udc00y", "\ud83d\ude00\ud83d"]) {
+      expect(jsonStringBytes(s), JSON.stringify(s)).toBe(Buffer.byteLength(JSON.stringify(s)))
+    }
+    fc.assert(
+      fc.property(fc.oneof(fc.string({ unit: "binary" }), fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)) })), (s) => {
+        expect(jsonStringBytes(s)).toBe(Buffer.byteLength(JSON.stringify(s)))
+      }),
+      { numRuns: 2000 }
     )
   })
 })
