@@ -15,7 +15,6 @@ import {
   CreationFailed,
   Internal,
   InvalidRequest,
-  PayloadTooLarge,
   SessionBusy,
   SessionEnded,
   toFailure
@@ -51,31 +50,12 @@ import { Once } from "./Waits.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
-import { jsonStringBytes } from "../domain/JsonText.js"
 import type { TurnInput } from "../domain/Messages.js"
+import { inputTooLarge } from "./sessions/InputBytes.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
-
-/**
- * A turn input above `maxBytes` (BRAIN_MAX_INPUT_BYTES; 0 = no bound) as the refusal it gets
- * before anything is journaled, or undefined. Its UTF-8 JSON is counted (the message without
- * being copied) only when a bound on it (six bytes a character at most, as an escape) does not
- * already answer.
- */
-export const inputTooLarge = (input: TurnInput, maxBytes: number): PayloadTooLarge | undefined => {
-  if (maxBytes <= 0 || (input.media === undefined && 6 * input.message.length + 16 <= maxBytes)) return undefined
-  // {"message":…} and, with media, ,"media":[…] around it.
-  let bytes = 12 + jsonStringBytes(input.message)
-  if (input.media !== undefined) {
-    bytes += 11 + Math.max(0, input.media.length - 1)
-    for (const m of input.media) bytes += Buffer.byteLength(JSON.stringify(m))
-  }
-  return bytes <= maxBytes
-    ? undefined
-    : new PayloadTooLarge({ message: `the turn's input is ${bytes} bytes of JSON, above BRAIN_MAX_INPUT_BYTES (${maxBytes})` })
-}
 
 export const make = Effect.gen(function*() {
   const journal = yield* Journal

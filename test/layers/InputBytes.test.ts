@@ -1,13 +1,13 @@
-/** A turn input's size against BRAIN_MAX_INPUT_BYTES (src/layers/SessionsJournal.ts, `inputTooLarge`). */
+/** A turn input's size against BRAIN_MAX_INPUT_BYTES (src/layers/sessions/InputBytes.ts). */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { inputTooLarge } from "../../src/layers/SessionsJournal.js"
+import { inputTooLarge } from "../../src/layers/sessions/InputBytes.js"
 
 describe("a turn input's size", () => {
   it("is refused exactly when the UTF-8 bytes of its JSON pass the bound, message and media alike; 0 is no bound", () => {
-    const media = fc.array(fc.record({ type: fc.constant("image"), data: fc.string({ unit: "binary", maxLength: 40 }) }), { maxLength: 3 })
+    const media = fc.array(fc.record({ type: fc.constant("image"), data: fc.fullUnicodeString({ maxLength: 40 }) }), { maxLength: 3 })
     fc.assert(
-      fc.property(fc.string({ unit: "binary", maxLength: 200 }), fc.option(media, { nil: undefined }), fc.integer({ min: 1, max: 2000 }), (message, m, max) => {
+      fc.property(fc.oneof(fc.fullUnicodeString({ maxLength: 200 }), fc.stringOf(fc.char16bits(), { maxLength: 200 })), fc.option(media, { nil: undefined }), fc.integer({ min: 1, max: 2000 }), (message, m, max) => {
         const input = m === undefined ? { message } : { message, media: m as any }
         const bytes = Buffer.byteLength(JSON.stringify(input))
         expect(inputTooLarge(input, max) !== undefined, `${bytes} bytes against ${max}`).toBe(bytes > max)

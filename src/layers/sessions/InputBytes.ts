@@ -1,0 +1,23 @@
+/** A turn input's size against BRAIN_MAX_INPUT_BYTES, checked before anything of the turn is journaled. */
+import { PayloadTooLarge } from "../../domain/Errors.js"
+import { jsonStringBytes } from "../../domain/JsonText.js"
+import type { TurnInput } from "../../domain/Messages.js"
+
+/**
+ * A turn input above `maxBytes` (BRAIN_MAX_INPUT_BYTES; 0 = no bound) as the refusal it gets
+ * before anything is journaled, or undefined. Its UTF-8 JSON is counted (the message without
+ * being copied) only when a bound on it (six bytes a character at most, as an escape) does not
+ * already answer.
+ */
+export const inputTooLarge = (input: TurnInput, maxBytes: number): PayloadTooLarge | undefined => {
+  if (maxBytes <= 0 || (input.media === undefined && 6 * input.message.length + 16 <= maxBytes)) return undefined
+  // {"message":…} and, with media, ,"media":[…] around it.
+  let bytes = 12 + jsonStringBytes(input.message)
+  if (input.media !== undefined) {
+    bytes += 11 + Math.max(0, input.media.length - 1)
+    for (const m of input.media) bytes += Buffer.byteLength(JSON.stringify(m))
+  }
+  return bytes <= maxBytes
+    ? undefined
+    : new PayloadTooLarge({ message: `the turn's input is ${bytes} bytes of JSON, above BRAIN_MAX_INPUT_BYTES (${maxBytes})` })
+}
