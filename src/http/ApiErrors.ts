@@ -25,7 +25,7 @@ import { Json } from "../domain/Messages.js"
 import { statusOf } from "./Errors.js"
 
 const descriptions: { readonly [C in Errors.ApiErrorCode]: string } = {
-  invalid_request: "malformed JSON, unknown fields, wrong types, bad ids, cursors or headers",
+  invalid_request: "malformed JSON, unknown fields, wrong types, bad ids, cursors or headers; `details` lists the issues (`{path, message}`), or for a cursor past the end is `{last_sequence}`",
   unauthorized: "a missing or wrong bearer token",
   not_found: "no such session (or module)",
   conflict: "the request conflicts with the state (another body under the same Idempotency-Key, a failed session, …)",

@@ -52,8 +52,9 @@ export const fitToFileLimit = (wanted: { readonly connections: number; readonly 
   return { connections: Math.min(wanted.connections, share), journalFiles: Math.min(wanted.journalFiles, share) }
 }
 
-const rawAnswer = (status: number, reason: string, code: string, message: string, retryable: boolean) => {
-  const body = JSON.stringify({ code, message, retryable })
+/** An `invalid_request` written straight to the socket, its issue the request as a whole (docs/api.md, Errors). */
+const rawAnswer = (status: number, reason: string, message: string, retryable: boolean) => {
+  const body = JSON.stringify({ code: "invalid_request", message, retryable, details: [{ path: [], message }] })
   return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
 }
 
@@ -61,10 +62,10 @@ const rawAnswer = (status: number, reason: string, code: string, message: string
 const onClientError = (err: NodeJS.ErrnoException, socket: net.Socket) => {
   if (!socket.writable) return socket.destroy()
   const answer = err.code === "HPE_HEADER_OVERFLOW"
-    ? rawAnswer(431, "Request Header Fields Too Large", "invalid_request", "the request's headers are too large", false)
+    ? rawAnswer(431, "Request Header Fields Too Large", "the request's headers are too large", false)
     : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
-    ? rawAnswer(408, "Request Timeout", "invalid_request", "the request's headers did not arrive in time", true)
-    : rawAnswer(400, "Bad Request", "invalid_request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
+    ? rawAnswer(408, "Request Timeout", "the request's headers did not arrive in time", true)
+    : rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
   socket.end(answer)
 }
 

@@ -4,7 +4,7 @@
  * and every error the framework would otherwise answer in its own shape, into that body.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import type { ApiError } from "../domain/Errors.js"
+import { type ApiError, InvalidRequest } from "../domain/Errors.js"
 import type { FailureCode } from "../domain/Failure.js"
 
 export const statusOf = (code: FailureCode): number => {
@@ -62,8 +62,34 @@ export const bodyOf = (e: ApiError) =>
     ...(e.details !== undefined ? { details: clipDetails(e.details) } : {})
   })
 
-export const toResponse = (e: ApiError) =>
-  HttpServerResponse.text(bodyOf(e), {
+/**
+ * One issue of a request that is not well formed (docs/api.md, Errors): where it is — `path`
+ * within the body, the query, the path parameters or the headers (a header by its lower-case
+ * name); `[]` for the request as a whole — and what. The decoders' issues have this shape too,
+ * with `_tag` naming the kind of issue (`Missing`, `Unexpected`, `Type`, `Refinement`, …).
+ */
+export interface Issue {
+  readonly path: ReadonlyArray<string | number>
+  readonly message: string
+}
+
+/** A 400 saying `message` and listing `issues`: by default one, about the request as a whole. */
+export const invalid = (message: string, issues: ReadonlyArray<Issue> = [{ path: [], message }]) =>
+  new InvalidRequest({ message, details: issues })
+
+/**
+ * The refusal as it is answered: every `invalid_request` carries `details` (docs/api.md, Errors),
+ * so one raised without any — a value a service cannot take, named in its message — lists that
+ * message as its one issue, about the request as a whole.
+ */
+export const withIssues = (e: ApiError): ApiError =>
+  e.code === "invalid_request" && e.details === undefined
+    ? new InvalidRequest({ message: e.message, retryable: e.retryable, details: [{ path: [], message: e.message }] })
+    : e
+
+export const toResponse = (refusal: ApiError) => {
+  const e = withIssues(refusal)
+  return HttpServerResponse.text(bodyOf(e), {
     status: statusOf(e.code),
     contentType: "application/json",
     // RFC 7235: a 401 names the scheme it wants; a refusal for load asks the client to close.
@@ -73,4 +99,5 @@ export const toResponse = (e: ApiError) =>
       ? { headers: { connection: "close" } }
       : {})
   })
+}
 

@@ -27,6 +27,7 @@ import type * as Schemas from "./Schemas.js"
 import { MutatingHeaders } from "./Schemas.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
+import { invalid } from "./Errors.js"
 import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
@@ -208,7 +209,9 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             const lastId = request.headers["last-event-id"]
             let after = urlParams.after
             if (lastId !== undefined) {
-              if (!/^\d{1,15}$/.test(lastId)) return yield* Effect.fail(new InvalidRequest({ message: "Last-Event-ID must be a sequence" }))
+              if (!/^\d{1,15}$/.test(lastId)) {
+                return yield* Effect.fail(invalid("Last-Event-ID must be a sequence", [{ path: ["last-event-id"], message: "expected decimal digits" }]))
+              }
               after = Math.max(after ?? 0, Number(lastId))
             }
             return yield* sseResponse(sessions, path.id, after ?? 0, admission.stopped)

@@ -27,7 +27,7 @@ import { Effect } from "effect"
 import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects } from "../domain/Errors.js"
 import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
 import type { Keyed, TurnRequest } from "../services/Sessions.js"
-import { bodyOf, statusOf } from "./Errors.js"
+import { bodyOf, statusOf, withIssues } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`
@@ -62,7 +62,7 @@ const ambiguousAnswer = (e: ApiError) =>
 const failureAnswer = (e: ApiError): Answer => ({
   status: statusOf(e.code),
   headers: { "content-type": "application/json" },
-  body: bodyOf(e)
+  body: bodyOf(withIssues(e))
 })
 
 export const respond = (a: Answer) => {

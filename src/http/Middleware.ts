@@ -26,7 +26,7 @@ import {
 } from "../domain/Errors.js"
 import { nestingDepth } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
-import { toResponse } from "./Errors.js"
+import { invalid, toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
 
 /**
@@ -198,18 +198,16 @@ const routeWithBody = <E, R>(
         return yield* Effect.fail(new UnsupportedMediaType({ message: "the body must be application/json" }))
       }
       // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
-      if (!isUtf8(body)) return yield* Effect.fail(new InvalidRequest({ message: "the body is not valid UTF-8" }))
+      if (!isUtf8(body)) return yield* Effect.fail(invalid("the body is not valid UTF-8"))
       const text = body.toString("utf8")
-      if (bodiless && body.length > 0 && text.trim() !== "{}") {
-        return yield* Effect.fail(new InvalidRequest({ message: "this route takes no body (or an empty object)" }))
-      }
+      if (bodiless && body.length > 0 && text.trim() !== "{}") return yield* Effect.fail(unexpectedBody(text))
       if (body.length > 0) {
         if (nestingDepth(text) > MAX_JSON_DEPTH) {
-          return yield* Effect.fail(new InvalidRequest({ message: `the JSON nests deeper than ${MAX_JSON_DEPTH} levels` }))
+          return yield* Effect.fail(invalid(`the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
         }
         const parsed = yield* Effect.try({
           try: () => JSON.parse(text) as unknown,
-          catch: (err) => new InvalidRequest({ message: `malformed JSON: ${(err as Error).message}` })
+          catch: (err) => invalid(`malformed JSON: ${(err as Error).message}`)
         })
         const routed = options.route?.(request, path, parsed)
         if (routed !== undefined) return yield* routed
@@ -219,6 +217,20 @@ const routeWithBody = <E, R>(
     }
     return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
   })
+
+/** Bodies of a route that takes none: each field of an object is an unexpected one; anything else is unexpected as a whole. */
+const NO_BODY = "this route takes no body (or an empty object)"
+
+const unexpectedBody = (text: string) => {
+  let fields: ReadonlyArray<string> = []
+  try {
+    const parsed: unknown = JSON.parse(text)
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) fields = Object.keys(parsed)
+  } catch {
+    // not JSON: unexpected as a whole
+  }
+  return invalid(NO_BODY, fields.length > 0 ? fields.map((f) => ({ path: [f], message: `is unexpected: ${NO_BODY}` })) : undefined)
+}
 
 /**
  * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
@@ -267,7 +279,7 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
     }
     const onError = (err: Error) => {
       detach()
-      resume(Effect.fail(new InvalidRequest({ message: `the body could not be read: ${err.message}` })))
+      resume(Effect.fail(invalid(`the body could not be read: ${err.message}`)))
     }
     if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
     held.detach = detach
@@ -314,7 +326,7 @@ export const shapeError = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServe
     }
     if (e._tag === "RouteNotFound") return Effect.succeed(toResponse(new NotFound({ message: "no such route" })))
     if (e._tag === "RequestError") {
-      return Effect.succeed(toResponse(new InvalidRequest({ message: `the request could not be read: ${e.message}` })))
+      return Effect.succeed(toResponse(invalid(`the request could not be read: ${e.message}`)))
     }
   }
   if (Cause.isInterruptedOnly(cause)) return Effect.succeed(HttpServerResponse.empty({ status: 499 }))

@@ -1,0 +1,115 @@
+/**
+ * docs/api.md, Errors: every 400 `invalid_request` carries `details`. A request that is not well
+ * formed — its body (not JSON, not UTF-8, nested too deep, a body on a route that takes none,
+ * unknown fields, wrong types), its path parameters, its query, its headers, or a value the
+ * server cannot take (an unknown model binding, Agentloop or module, a bad Environment) — lists
+ * its issues, each `{path, message}`; a well-formed request the state refuses says what it knows
+ * as an object (a cursor past the end: `{last_sequence}`; a host's Event of a reserved kind:
+ * `{reason}`). Checked on a real server process, route class by route class, and on the raw
+ * answer Node's parser gives a request it cannot read.
+ */
+import * as net from "node:net"
+import { describe, expect, it } from "@effect/vitest"
+import { type Reply, request, type RequestOptions, sharedServer } from "../support/server.js"
+
+const JSON_TYPE = { "content-type": "application/json" }
+const SCRIPTED = { model: { provider: "scripted" } }
+
+/** A 400 invalid_request whose `details` lists issues, each with a path (an array) and a message. */
+const expectIssues = (r: Reply, what: string) => {
+  expect(r.status, `${what}: ${r.text}`).toBe(400)
+  expect(r.body?.code, what).toBe("invalid_request")
+  const details = r.body?.details
+  expect(Array.isArray(details) && details.length > 0, `${what}: details lists the issues: ${r.text}`).toBe(true)
+  for (const issue of details) {
+    expect(Array.isArray(issue.path), `${what}: an issue has a path: ${r.text}`).toBe(true)
+    expect(typeof issue.message === "string" && issue.message.length > 0, `${what}: an issue has a message: ${r.text}`).toBe(true)
+  }
+  return details as Array<{ readonly path: Array<string | number>; readonly message: string }>
+}
+
+describe("every 400 carries the details docs/api.md promises", () => {
+  const server = sharedServer()
+  const call = (p: string, options: RequestOptions = {}) => request(server().baseUrl, p, options)
+  const created = async () => {
+    const r = await call("/v1/sessions", { json: SCRIPTED })
+    expect(r.status, r.text).toBe(201)
+    return r.body.session_id as string
+  }
+
+  it("bodies: malformed JSON, a body that is not UTF-8, JSON nested too deep, a body on a route that takes none, unknown fields and wrong types each list their issues", async () => {
+    const id = await created()
+    expectIssues(await call("/v1/sessions", { raw: "{", headers: JSON_TYPE }), "malformed JSON")
+    expectIssues(await call("/v1/sessions", { raw: new Uint8Array([0x7b, 0xff, 0x7d]), headers: JSON_TYPE }), "not UTF-8")
+    expectIssues(await call("/v1/sessions", { raw: "[".repeat(70) + "]".repeat(70), headers: JSON_TYPE }), "nested too deep")
+    const unexpected = expectIssues(await call(`/v1/sessions/${id}/cancel`, { json: { force: true } }), "a body on cancel")
+    expect(unexpected.map((i) => i.path)).toEqual([["force"]])
+    expectIssues(await call(`/v1/sessions/${id}/end`, { json: [1] }), "an array on end")
+    const unknown = expectIssues(await call("/v1/sessions", { json: { ...SCRIPTED, colour: "red" } }), "an unknown field")
+    expect(unknown.map((i) => i.path)).toEqual([["colour"]])
+    expectIssues(await call(`/v1/sessions/${id}/messages`, { json: { input: { message: 7 } } }), "a wrong type in a send")
+    expectIssues(await call(`/v1/sessions/${id}/messages`, { raw: "{", headers: JSON_TYPE }), "malformed JSON in a send")
+  })
+
+  it("values the server cannot take in a create: an unknown model binding, Agentloop or tool module, and Environments it refuses", async () => {
+    expectIssues(await call("/v1/sessions", { json: { model: "no-such-binding" } }), "an unknown model binding")
+    expectIssues(await call("/v1/sessions", { json: { ...SCRIPTED, agentloop: "no-such-loop" } }), "an unknown agentloop")
+    expectIssues(
+      await call("/v1/sessions", {
+        json: { ...SCRIPTED, tools: [{ name: "t", input_schema: { type: "object" }, module: "0".repeat(64) }] }
+      }),
+      "an unknown tool module"
+    )
+    expectIssues(
+      await call("/v1/sessions", {
+        json: { ...SCRIPTED, environments: [{ name: "a", driver: "http", binding: "nowhere" }] }
+      }),
+      "an Environment binding that is not configured"
+    )
+  })
+
+  it("path parameters, query and headers: a malformed session, module or host id, a bad or unknown query key, a bad Idempotency-Key or Last-Event-ID each list their issues", async () => {
+    const id = await created()
+    expect(expectIssues(await call("/v1/sessions/nope"), "a malformed session id")[0]!.path).toEqual(["id"])
+    expectIssues(await call("/v1/agentloops/nope", { method: "DELETE" }), "a malformed module id")
+    expectIssues(await call("/v1/hosts/nope", { method: "DELETE" }), "a malformed host id")
+    expect(expectIssues(await call(`/v1/sessions/${id}/events?after=-1`), "a bad cursor")[0]!.path).toEqual(["after"])
+    expect(expectIssues(await call(`/v1/sessions/${id}/events?colour=red`), "an unknown query key")[0]!.path).toEqual(["colour"])
+    expectIssues(await call("/v1/sessions?limit=0"), "a bad page size")
+    const key = expectIssues(await call(`/v1/sessions/${id}/end`, { method: "POST", headers: { "idempotency-key": "k".repeat(257) } }), "a long key")
+    expect(key[0]!.path).toEqual(["idempotency-key"])
+    expectIssues(await call("/v1/hosts", { method: "POST", headers: { "idempotency-key": "k".repeat(257) } }), "a long key on a host route")
+    const lastId = expectIssues(
+      await call(`/v1/sessions/${id}/events`, { headers: { accept: "text/event-stream", "last-event-id": "seven" } }),
+      "a bad Last-Event-ID"
+    )
+    expect(lastId.map((i) => i.path)).toEqual([["last-event-id"]])
+  })
+
+  it("a module upload that is not a module lists its issue", async () => {
+    expectIssues(await call("/v1/agentloops", { raw: "not wasm", headers: { "content-type": "application/wasm" } }), "not Wasm")
+  })
+
+  it("a well-formed request the state refuses says what it knows as an object: a cursor past the end names the last sequence", async () => {
+    const id = await created()
+    const past = await call(`/v1/sessions/${id}/events?after=1000`)
+    expect(past.status, past.text).toBe(400)
+    expect(past.body).toMatchObject({ code: "invalid_request", details: { last_sequence: 2 } })
+  })
+
+  it("a request Node cannot parse is answered 400 invalid_request with its issue, in the same body", async () => {
+    const url = new URL(server().baseUrl)
+    const text = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(url.port), url.hostname, () => socket.write("NOT A REQUEST\r\n\r\n"))
+      let got = ""
+      socket.setEncoding("utf8")
+      socket.on("data", (c: string) => void (got += c))
+      socket.on("end", () => resolve(got))
+      socket.on("error", reject)
+    })
+    expect(text.split("\r\n")[0]).toBe("HTTP/1.1 400 Bad Request")
+    const body = JSON.parse(text.slice(text.indexOf("\r\n\r\n") + 4))
+    expect(body).toMatchObject({ code: "invalid_request", retryable: false })
+    expect(body.details).toEqual([{ path: [], message: body.message }])
+  })
+})
