@@ -39,6 +39,8 @@ export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("Payl
 export class UnsupportedMediaType
   extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fieldsOf("unsupported_media_type"))
 {}
+/** A method the path does not take; `details.allow` lists the ones it does (as the `Allow` header). */
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", fieldsOf("method_not_allowed")) {}
 
 // 5xx: the server's (or a dependency's) fault
 
@@ -64,6 +66,7 @@ export const ApiErrorClasses = [
   TeardownFailed,
   PayloadTooLarge,
   UnsupportedMediaType,
+  MethodNotAllowed,
   Overloaded,
   IdempotencyUnavailable,
   CreationFailed,

@@ -17,6 +17,7 @@ export const FailureCodes = [
   "teardown_failed",
   "payload_too_large",
   "unsupported_media_type",
+  "method_not_allowed",
   "overloaded",
   // turns and effects
   "interrupted",

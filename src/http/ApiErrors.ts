@@ -36,6 +36,7 @@ const descriptions: { readonly [C in Errors.ApiErrorCode]: string } = {
   teardown_failed: "an Environment's teardown failed; the session stays",
   payload_too_large: "the body (or a value in it) is above its limit",
   unsupported_media_type: "the body's media type is not the route's",
+  method_not_allowed: "the path takes other methods, which the `Allow` header and `details.allow` list",
   overloaded: "the server is draining or at a limit; retry later",
   idempotency_unavailable: "the idempotency log is damaged: keyed requests are refused until an operator repairs it",
   creation_failed: "an Environment the session needed could not be set up; the session exists, failed",
@@ -76,6 +77,8 @@ export const Ambiguous = onTheWire(Errors.Ambiguous, "ambiguous")
 export const TeardownFailed = onTheWire(Errors.TeardownFailed, "teardown_failed")
 export const PayloadTooLarge = onTheWire(Errors.PayloadTooLarge, "payload_too_large")
 export const UnsupportedMediaType = onTheWire(Errors.UnsupportedMediaType, "unsupported_media_type")
+/** Answered by the gate for a path the contract has under other methods only: no route declares it (a route is a method and a path). */
+export const MethodNotAllowed = onTheWire(Errors.MethodNotAllowed, "method_not_allowed")
 export const Overloaded = onTheWire(Errors.Overloaded, "overloaded")
 export const IdempotencyUnavailable = onTheWire(Errors.IdempotencyUnavailable, "idempotency_unavailable")
 export const CreationFailed = onTheWire(Errors.CreationFailed, "creation_failed")
@@ -96,6 +99,7 @@ export const wireSchemas = [
   TeardownFailed,
   PayloadTooLarge,
   UnsupportedMediaType,
+  MethodNotAllowed,
   Overloaded,
   IdempotencyUnavailable,
   CreationFailed,

@@ -28,6 +28,8 @@ export const statusOf = (code: FailureCode): number => {
       return 502
     case "unsupported_media_type":
       return 415
+    case "method_not_allowed":
+      return 405
     case "overloaded":
     case "idempotency_unavailable":
       return 503
@@ -87,14 +89,23 @@ export const withIssues = (e: ApiError): ApiError =>
     ? new InvalidRequest({ message: e.message, retryable: e.retryable, details: [{ path: [], message: e.message }] })
     : e
 
+/** The `Allow` header of a 405, from its `details.allow`. */
+const allowOf = (details: unknown): string => {
+  const allow = typeof details === "object" && details !== null ? (details as { readonly allow?: unknown }).allow : undefined
+  return Array.isArray(allow) ? allow.filter((m) => typeof m === "string").join(", ") : ""
+}
+
 export const toResponse = (refusal: ApiError) => {
   const e = withIssues(refusal)
   return HttpServerResponse.text(bodyOf(e), {
     status: statusOf(e.code),
     contentType: "application/json",
-    // RFC 7235: a 401 names the scheme it wants; a refusal for load asks the client to close.
+    // RFC 7235: a 401 names the scheme it wants; RFC 9110: a 405 the methods the path takes; a
+    // refusal for load asks the client to close.
     ...(e.code === "unauthorized"
       ? { headers: { "www-authenticate": 'Bearer realm="brain"' } }
+      : e.code === "method_not_allowed"
+      ? { headers: { allow: allowOf(e.details) } }
       : e.code === "overloaded"
       ? { headers: { connection: "close" } }
       : {})

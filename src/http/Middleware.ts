@@ -1,8 +1,8 @@
 /**
  * The gate every request passes before routing, and the error shaping after it:
- * auth, draining, body size and media type, JSON well-formedness — then every failure, including
- * the framework's own (decode errors, unknown routes, defects), answered as `{code, message,
- * retryable, details?}`.
+ * auth, a method the path does not take (405), draining, body size and media type, JSON
+ * well-formedness — then every failure, including the framework's own (decode errors, unknown
+ * routes, defects), answered as `{code, message, retryable, details?}`.
  */
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
@@ -18,6 +18,7 @@ import {
   InvalidRequest,
   Internal,
   isApiError,
+  MethodNotAllowed,
   NotFound,
   Overloaded,
   PayloadTooLarge,
@@ -28,6 +29,7 @@ import { nestingDepth } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { invalid, toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
+import { methodsOf } from "./Methods.js"
 
 /**
  * Request bodies held in memory at once, in bytes. A body is held from its first byte until its
@@ -132,6 +134,13 @@ export const gate = (options: GateOptions) => {
         if (host !== undefined && !options.authorizeHost(host, bearerToken(request.headers["authorization"]))) {
           return yield* Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED }))
         }
+      }
+      // A path the contract has under other methods only: 405 before its body is read (RFC 9110).
+      const methods = methodsOf(path)
+      if (methods !== undefined && !methods.includes(request.method)) {
+        return yield* Effect.fail(
+          new MethodNotAllowed({ message: `this path takes ${methods.join(", ")}, not ${request.method}`, details: { allow: methods } })
+        )
       }
       if (BODY_METHODS.has(request.method)) {
         if (options.draining() && !WHILE_DRAINING.test(`${request.method} ${path}`)) {

@@ -278,6 +278,8 @@ const check = (c: Case, a: Answer): Array<{ kind: string; detail: string }> => {
         v(`a ${status} with an unknown code`, String(o["code"]))
       } else if (statusOf(o["code"] as any) !== status) {
         v(`code ${String(o["code"])} answered with status ${status}`, text.slice(0, 200))
+      } else if (o["code"] === "invalid_request" && o["details"] === undefined) {
+        v(`an invalid_request without details`, text.slice(0, 200))
       }
     }
   }

@@ -401,9 +401,9 @@ describe("the HTTP API against a running server", () => {
     expect(noType.status, noType.text).toBe(415)
     expect(noType.body.code).toBe("unsupported_media_type")
 
-    // Unknown routes are 404 in the same shape.
+    // Unknown routes are 404 in the same shape; a method a known path does not take is 405.
     expectError(await api.req("/v1/nope"), 404, "not_found")
-    expectError(await api.req("/v1/sessions", { method: "PUT", json: {} }), 404)
+    expectError(await api.req("/v1/sessions", { method: "PUT", json: {} }), 405, "method_not_allowed")
 
     // Nothing reached the journal.
     const after = await api.get(id)

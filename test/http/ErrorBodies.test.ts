@@ -84,6 +84,7 @@ describe("error bodies", () => {
         ["a cursor past the end", await call(`/v1/sessions/${id}/events?after=100000`)],
         ["no token", await request(server.baseUrl, "/v1/sessions")],
         ["an unknown route", await call("/v1/nowhere")],
+        ["a method the path does not take", await call(`/v1/sessions/${id}`, { method: "PUT" })],
         ["an unknown session", await call(`/v1/sessions/${UNKNOWN_ID}`)],
         ["a reused Idempotency-Key", await call("/v1/sessions", { json: { model: { provider: "scripted" }, system: "other" }, headers: key })],
         ["a message after the end", await call(`/v1/sessions/${id}/messages`, { json: { input: { message: "late" } } })],
@@ -106,6 +107,7 @@ describe("error bodies", () => {
       expect([...seen].sort()).toEqual([
         "conflict",
         "invalid_request",
+        "method_not_allowed",
         "not_found",
         "payload_too_large",
         "session_ended",
