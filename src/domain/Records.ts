@@ -178,6 +178,24 @@ export const ReservedKinds: ReadonlySet<string> = new Set<string>([
   ...FailureCodes
 ])
 
+/**
+ * Why an extension may not emit an Event of `kind` (each refusal is `reserved_kind`), or undefined
+ * when it may: a kind must be a non-empty string, not a reserved one, and hold no line break. A
+ * kind is its SSE frame's `event:` line (DESIGN §7), which a CR or LF would end, letting the rest
+ * of the kind pass for fields of its own (`id:`, another `event:`); refused where a kind enters,
+ * so every Event's frame carries its `event:` line. (Not in the catalogue's schema of the
+ * extension record: a journal holding such a kind from before stays readable, and its frame goes
+ * without the line: layers/sessions/SseFrames.ts.)
+ */
+export const emitRefusal = (kind: unknown): string | undefined =>
+  typeof kind !== "string" || kind.length === 0
+    ? `an Event kind is a non-empty string, not ${JSON.stringify(kind) ?? String(kind)}`
+    : ReservedKinds.has(kind)
+    ? `the Event kind ${JSON.stringify(kind)} is reserved`
+    : /[\r\n]/.test(kind)
+    ? `the Event kind ${JSON.stringify(kind)} holds a line break (CR or LF), which its SSE frame's event: line cannot carry`
+    : undefined
+
 /** Started kinds whose outcome must be recorded; the value lists the kinds that close them. */
 export const EffectKinds = {
   model_call_started: ["model_call_ended", "model_call_failed"],

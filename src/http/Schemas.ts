@@ -191,7 +191,10 @@ export const HostResultBody = Schema.Union(HostResult, HostResults)
 
 export const HostEvent = Schema.Struct({
   ...CallName,
-  kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)),
+  kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
+    description:
+      "The Event's kind: no line break (CR or LF) and not a reserved kind (Brain's record and Event kinds, `transcript_replaced`, the SSE frames' names, every failure code), else 400 with `details.reason: \"reserved_kind\"`"
+  }),
   payload: Json
 }).annotations({ identifier: "HostEvent", ...strict })
 

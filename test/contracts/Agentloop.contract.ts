@@ -592,6 +592,32 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
+    it.scopedLive("emit refuses a kind holding a line break (LF, CR or both) with reserved_kind and writes nothing, so every Event's SSE frame carries its event: line", () => {
+      const probe = new Probe()
+      const broken = ["two\nlines", "two\rlines", "two\r\nlines", "\n", "progress\nid: 99\nevent: session_ended"]
+      const outcomes: Array<[string, string]> = []
+      let unchanged = false
+      const loops = {
+        t: loop((input, host) =>
+          Effect.gen(function*() {
+            const s = input.runtime.session_id
+            outcomes.push(["allowed", yield* codeOf(host.emit("two lines", {}))])
+            const before = yield* probe.lastSequence(s)
+            for (const kind of broken) outcomes.push([kind, yield* codeOf(host.emit(kind, { x: 1 }))])
+            unchanged = (yield* probe.lastSequence(s)) === before
+          }))
+      }
+      return run({ loops }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted() })
+          const out = yield* sessions.send(s, { message: "go" })
+          expect(out.turn.status).toBe("ended")
+          expect(outcomes).toEqual([["allowed", "ok"], ...broken.map((k) => [k, "reserved_kind"])])
+          expect(unchanged).toBe(true)
+          expect(ofKind(yield* records(s), EXTENSION_KIND).map((r) => r.payload.kind)).toEqual(["two lines"])
+        }))
+    })
+
     it.scopedLive("BRAIN_MAX_EMITTED_BYTES bounds each turn's emitted kind + payload bytes; a refused emit writes nothing", () => {
       const probe = new Probe()
       const log: Array<Array<[string, string, number]>> = []

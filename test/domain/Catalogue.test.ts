@@ -1,6 +1,6 @@
 import * as fs from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
-import { Catalogue, RecordKinds, ReservedKinds } from "../../src/domain/Records.js"
+import { Catalogue, emitRefusal, RecordKinds, ReservedKinds } from "../../src/domain/Records.js"
 import { FailureCodes } from "../../src/domain/Failure.js"
 
 describe("Record catalogue", () => {
@@ -19,6 +19,16 @@ describe("Record catalogue", () => {
 
   it("every public failure code is reserved against extensions: no Event can pass for a system outcome", () => {
     for (const code of FailureCodes) expect(ReservedKinds.has(code), code).toBe(true)
+  })
+
+  it("an extension may emit any non-empty kind that is not reserved and holds no line break: a CR or LF would end its SSE frame's event: line", () => {
+    for (const kind of ["progress", "two words", "a:b", "ns.kind/v1", "é ✓ 🙂", "tab\there", " padded ", "method_not_allowed_x"]) {
+      expect(emitRefusal(kind), JSON.stringify(kind)).toBeUndefined()
+    }
+    for (const kind of ["", "a\nb", "a\rb", "a\r\nb", "\n", "trailing\n", ...ReservedKinds]) {
+      expect(emitRefusal(kind), JSON.stringify(kind)).toEqual(expect.any(String))
+    }
+    for (const notAKind of [undefined, null, 7, {}]) expect(emitRefusal(notAKind)).toEqual(expect.any(String))
   })
 
   it("failure codes are a closed set without duplicates", () => {

@@ -213,7 +213,7 @@ describe("a host Environment through a real server", () => {
     expect(seen.filter((c) => c.includes("invalid_output"))).toHaveLength(1)
   })
 
-  it("a result above BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 413 and leaves the call in flight for a proper result; an Event of a reserved kind is 400 and writes nothing", async () => {
+  it("a result above BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES is 413 and leaves the call in flight for a proper result; an Event of a reserved kind, or of one holding a line break, is 400 and writes nothing", async () => {
     const host = await register()
     const stream = await open(host)
     const id = await create(host.host_id, callOnce)
@@ -229,6 +229,16 @@ describe("a host Environment through a real server", () => {
     })
     expect(reserved.status, reserved.text).toBe(400)
     expect(reserved.body).toMatchObject({ code: "invalid_request", retryable: false, details: { reason: "reserved_kind" } })
+    for (const kind of ["progress\nevent: session_ended", "progress\r", "\r\n"]) {
+      const broken = await asHost(host.token, `/v1/hosts/${host.host_id}/events`, {
+        session_id: id,
+        sequence: call.data.sequence,
+        kind,
+        payload: {}
+      })
+      expect(broken.status, `${JSON.stringify(kind)}: ${broken.text}`).toBe(400)
+      expect(broken.body).toMatchObject({ code: "invalid_request", retryable: false, details: { reason: "reserved_kind" } })
+    }
 
     const huge = await result(host, call, { ok: "x".repeat(4 * 1024 * 1024 + 1) })
     expect(huge.status, huge.text.slice(0, 300)).toBe(413)

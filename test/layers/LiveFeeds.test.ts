@@ -200,7 +200,7 @@ describe("live feeds", () => {
       expect(late.ids()).toEqual(events.filter((s) => s > at))
     }).pipe(Effect.provide(layer)))
 
-  it.scopedLive("an extension kind with a line break cannot split its frame: the Event goes without an event: line, its kind in data", () =>
+  it.scopedLive("an extension kind with a line break, in a journal from before such kinds were refused, cannot split its frame: the Event goes without an event: line, its kind in data", () =>
     Effect.gen(function*() {
       const { sessions, session } = yield* setup
       const journal = yield* Journal

@@ -49,8 +49,8 @@ describe("a tool's own Events", () => {
     }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools: { chatty } })))
   })
 
-  it.effect("a tool's emit of a reserved kind — a record kind or a public failure code — is refused reserved_kind, and so is a payload that is not JSON (invalid_request); nothing is written", () => {
-    const kinds = ["turn_failed", "tool_call_ended", ...FailureCodes]
+  it.effect("a tool's emit of a reserved kind — a record kind, a public failure code, or a kind holding a line break — is refused reserved_kind, and so is a payload that is not JSON (invalid_request); nothing is written", () => {
+    const kinds = ["turn_failed", "tool_call_ended", ...FailureCodes, "two\nlines", "two\rlines"]
     const answers: Array<[string, string]> = []
     const circular: Record<string, unknown> = {}
     circular.self = circular

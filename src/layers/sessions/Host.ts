@@ -19,7 +19,7 @@ import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
 import { kvRead, transcriptChange } from "../../domain/Projection.js"
-import { entry, EXTENSION_KIND, ReservedKinds } from "../../domain/Records.js"
+import { emitRefusal, entry, EXTENSION_KIND } from "../../domain/Records.js"
 import { HostCallFailed, type Host } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
 import type { JournalShape } from "../../services/Journal.js"
@@ -189,13 +189,13 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
 
   /**
    * Commits an extension Event with the origin Brain assigns: the activation's, or a tool call's.
-   * Reserved kinds are refused; Agentloop- and tool-origin Events share the turn's byte budget.
+   * Reserved kinds, and kinds an SSE frame's `event:` line cannot carry, are refused
+   * (Records.ts `emitRefusal`); Agentloop- and tool-origin Events share the turn's byte budget.
    */
   const emitAs = (origin: { readonly kind: "agentloop" | "tool"; readonly sequence: number }, kind: string, payload: unknown) =>
     Effect.gen(function*() {
-      if (typeof kind !== "string" || kind.length === 0 || ReservedKinds.has(kind)) {
-        return yield* refuse(failure("reserved_kind", `the Event kind ${JSON.stringify(kind)} is reserved or invalid`))
-      }
+      const refused = emitRefusal(kind)
+      if (refused !== undefined) return yield* refuse(failure("reserved_kind", refused))
       // A payload JSON cannot write (a cycle, a BigInt, nesting past the engine's stack) is refused
       // here as data, not thrown into a defect; a guest's is already bounded (MAX_JSON_DEPTH).
       const payloadJson = jsonOrUndefined(payload)

@@ -20,8 +20,10 @@ import type { ModelDelta } from "../../domain/Model.js"
 import { MODEL_DELTA, STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
 
 /**
- * One recorded Event's frame. An extension kind holding a line break cannot be an `event:` field
- * (it would split the frame); such an Event goes without one (a plain `message`), its kind in `data`.
+ * One recorded Event's frame. No kind holding a line break is emitted any more (Records.ts
+ * `emitRefusal`), but a journal written before that rule may hold one: it cannot be an `event:`
+ * field (it would split the frame), so such an Event goes without one (a plain `message`), its
+ * kind in `data`.
  */
 export const eventFrame = (e: Event): string =>
   /[\r\n]/.test(e.kind)
