@@ -78,7 +78,10 @@ export const TurnOutcome = Schema.Struct({
 export const Receipt = Schema.Struct({
   session_id: SessionId,
   sequence: Schema.Int
-}).annotations({ identifier: "Receipt", description: "The committed turn_started of an async submission" })
+}).annotations({
+  identifier: "Receipt",
+  description: "The committed turn_started of an async submission. `after` is exclusive: read its Events from the turn_started on with `after` = `sequence` − 1"
+})
 
 export const Event = Schema.Struct({
   session_id: SessionId,

@@ -55,6 +55,11 @@ import type {
 
 export type BrainOptions = TransportOptions
 
+/** An iterator that rejects with `e` when it is first read, as a refused request would. */
+async function* refusing(e: BrainError): AsyncGenerator<never, void, undefined> {
+  throw e
+}
+
 /** A tool definition of the wire (`input_schema`, `environment`, `module`, `timeout_ms`). */
 export type ToolDefinition = NonNullable<CreateSessionRequest["tools"]>[number]
 
@@ -334,7 +339,7 @@ export class Session {
   }
 
   /** `POST …/messages` with `Prefer: respond-async`: resolves once the turn's `turn_started` is
-   * committed, with its `{session_id, sequence}`; read `events(sequence - 1)` to follow it. */
+   * committed, with its `{session_id, sequence}`; `events(receipt)` follows it from there. */
   async submit(input: TurnInput | string, options: MutationOptions = {}): Promise<Receipt> {
     return this.transport.call(
       (client) => client.sessions.submit(this.id, inputOf(input), keyOf(options)),
@@ -343,17 +348,31 @@ export class Session {
   }
 
   /**
-   * The recorded Events after `cursor` (default 0): pages, then live until `session_ended`
-   * (Events.ts). With `{ deltas: true }` the live model deltas come too, every item tagged
-   * `{type: "event", event}` or `{type: "delta", delta}`.
+   * The recorded Events, pages then live until `session_ended` (Events.ts): after `from` when it
+   * is a sequence (an exclusive cursor, default 0: the last Event handled), or from a submit's
+   * receipt on, its `turn_started` first (the seed: "read Events from the receipt's sequence";
+   * the same as `events(receipt.sequence - 1)`). With `{ deltas: true }` the live model deltas
+   * come too, every item tagged `{type: "event", event}` or `{type: "delta", delta}`.
    */
-  events(cursor?: number, options?: EventsOptions & { readonly deltas?: false }): AsyncGenerator<Event, void, undefined>
-  events(cursor: number, options: EventsOptions & { readonly deltas: true }): AsyncGenerator<EventOrDelta, void, undefined>
+  events(from?: number | Receipt, options?: EventsOptions & { readonly deltas?: false }): AsyncGenerator<Event, void, undefined>
+  events(from: number | Receipt, options: EventsOptions & { readonly deltas: true }): AsyncGenerator<EventOrDelta, void, undefined>
   events(
-    cursor = 0,
+    from: number | Receipt = 0,
     options: EventsOptions & { readonly deltas?: boolean } = {}
   ): AsyncGenerator<Event, void, undefined> | AsyncGenerator<EventOrDelta, void, undefined> {
-    const items = readEvents(this.transport, this.id, cursor, options, options.deltas === true)
+    const items = typeof from === "number"
+      ? readEvents(this.transport, this.id, from, options, options.deltas === true)
+      : from.session_id === this.id
+      ? readEvents(this.transport, this.id, from.sequence - 1, options, options.deltas === true)
+      : refusing(
+        new BrainError({
+          code: "invalid_request",
+          status: 400,
+          retryable: false,
+          message: `the receipt is of session ${from.session_id}, not ${this.id}`,
+          details: [{ path: ["session_id"], message: `expected ${this.id}` }]
+        })
+      )
     return options.deltas === true ? items : eventsOnly(items)
   }
 

@@ -46,10 +46,26 @@ describe("the Promise client", () => {
     const session = await brain.sessions.create(scripted)
     const receipt = await session.submit({ message: "in the background" })
     expect(receipt.session_id).toBe(session.id)
-    const events = await takeUntil(session.events(receipt.sequence - 1), isTurnEnd)
+    const events = await takeUntil(session.events(receipt), isTurnEnd)
     expect(events[0]).toMatchObject({ sequence: receipt.sequence, kind: "turn_started", data: { input: { message: "in the background" }, mode: "submit" } })
     expect(events.at(-1)!.kind).toBe("turn_ended")
     expect((await brain.sessions.get(session.id)).summary.status).toBe("idle")
+  })
+
+  it("events(receipt) reads from the receipt's sequence, its turn_started first (the seed's \"read Events from the receipt's sequence\"), as events(receipt.sequence - 1) does; a number is an exclusive cursor; another session's receipt is refused", async () => {
+    const session = await brain.sessions.create(scripted)
+    const receipt = await session.submit("from the receipt")
+    const fromReceipt = await takeUntil(session.events(receipt), isTurnEnd)
+    expect(fromReceipt[0]).toMatchObject({ sequence: receipt.sequence, kind: "turn_started", data: { mode: "submit" } })
+    expect(fromReceipt.at(-1)!.kind).toBe("turn_ended")
+    expect(await takeUntil(session.events(receipt.sequence - 1), isTurnEnd)).toEqual(fromReceipt)
+    const afterIt = await takeUntil(session.events(receipt.sequence), isTurnEnd)
+    expect(afterIt[0]!.sequence).toBeGreaterThan(receipt.sequence)
+    expect(afterIt).toEqual(fromReceipt.slice(1))
+    const other = await brain.sessions.create(scripted)
+    const refused = await takeUntil(other.events(receipt), isTurnEnd).then(() => undefined, (e: unknown) => e)
+    expect(refused).toBeInstanceOf(BrainError)
+    expect(refused).toMatchObject({ code: "invalid_request", status: 400 })
   })
 
   it("events yields pages then the live stream, each sequence once and in order, with data and origin identical to the pages'", async () => {
