@@ -4,6 +4,7 @@
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
 import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
+import { createDataDir, FORMAT, inspectDataDir } from "../layers/journal/DataDir.js"
 import { serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
 
@@ -79,6 +80,25 @@ export const describeConfigError = (e: ConfigError.ConfigError): string => {
   return invalid.length > 0 ? `invalid setting: ${[...new Set(invalid)].join("; ")}` : e.toString()
 }
 
+/**
+ * The data directory setting, checked (and a missing directory made) before anything starts, so a
+ * mistaken path is refused in one line naming the setting as the operator gave it, not with the
+ * errno of whichever file the server would have touched first.
+ */
+const dataDirSetting = (dataDir: string, flags: ReadonlyMap<string, string>) =>
+  Effect.gen(function*() {
+    const setting = flags.has("BRAIN_DATA_DIR") ? "--data-dir" : "BRAIN_DATA_DIR"
+    if (dataDir.trim() === "") return yield* Effect.fail(new FlagError(`invalid setting: ${setting}: an empty value names no directory`))
+    const state = inspectDataDir(dataDir)
+    if (state._tag === "Unusable" || state._tag === "Foreign") {
+      const what = state._tag === "Foreign" ? `; not a ${FORMAT} data directory` : ""
+      return yield* Effect.fail(new FlagError(`invalid setting: ${setting} ${dataDir}: ${state.reason}${what}`))
+    }
+    if (state._tag === "Missing") {
+      yield* createDataDir(dataDir).pipe(Effect.mapError((e) => new FlagError(`invalid setting: ${setting} ${dataDir}: ${e.reason}`)))
+    }
+  })
+
 export const serveCommand = (args: ReadonlyArray<string>) =>
   Effect.gen(function*() {
     const flags = yield* Effect.try({ try: () => flagsToEnv(args), catch: (e) => e as Error })
@@ -88,6 +108,7 @@ export const serveCommand = (args: ReadonlyArray<string>) =>
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
       Effect.mapError((e) => new FlagError(describeConfigError(e)))
     )
+    yield* dataDirSetting(config.dataDir, flags)
     yield* serve(config)
     return 0
   }).pipe(Effect.catchAll((e) => Effect.as(Effect.logError(`brain serve: ${e.message}`), 1)))

@@ -20,12 +20,16 @@ beforeAll(() => {
 })
 afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 
-/** A refused start ends at once; one that is wrongly accepted would serve until the timeout kills it. */
+/**
+ * A refused start ends at once; one that is wrongly accepted would serve until the timeout kills it
+ * (SIGKILL: a server stuck in a synchronous loop never runs its SIGTERM handler).
+ */
 const serve = (args: Array<string>, env: Record<string, string> = {}) => {
   const r = spawnSync(process.execPath, [BIN, "serve", ...args], {
     cwd: ROOT,
     encoding: "utf8",
     timeout: 15_000,
+    killSignal: "SIGKILL",
     env: { ...process.env, BRAIN_LISTEN: "127.0.0.1:0", BRAIN_DATA_DIR: dataDir, ...env }
   })
   const output = r.stdout + r.stderr
@@ -65,6 +69,53 @@ describe("brain serve refuses a start it cannot honour", () => {
     expect(r.output).toContain("BRAIN_STAGED_OPENING_MS")
     expect(r.output).toContain("2147483647")
     expect(r.output).not.toContain("TimeoutOverflowWarning")
+  })
+
+  it("a data directory setting that names a regular file, or a path through one, exits 1 with one line naming the setting and the path, no errno text", () => {
+    const file = path.join(dataDir, "a-file")
+    fs.writeFileSync(file, "not a directory\n")
+    const cases = [
+      { r: serve([], { BRAIN_DATA_DIR: file }), setting: "BRAIN_DATA_DIR", says: `${file}: not a directory` },
+      { r: serve(["--data-dir", file]), setting: "--data-dir", says: `${file}: not a directory` },
+      { r: serve([], { BRAIN_DATA_DIR: path.join(file, "sub") }), setting: "BRAIN_DATA_DIR", says: `a part of its path, ${file}, is not a directory` }
+    ]
+    for (const { r, setting, says } of cases) {
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      expect(r.output).toContain(`invalid setting: ${setting} `)
+      expect(r.output).toContain(says)
+      expect(r.output).not.toMatch(/EEXIST|ENOTDIR|Error:/)
+    }
+    expect(fs.readFileSync(file, "utf8")).toBe("not a directory\n")
+  })
+
+  it("an empty data directory setting exits 1 naming it, instead of using the working directory", () => {
+    for (const r of [serve([], { BRAIN_DATA_DIR: "" }), serve(["--data-dir", " "])]) {
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      expect(r.output).toMatch(/invalid setting: (BRAIN_DATA_DIR|--data-dir): an empty value/)
+    }
+  })
+
+  it("a data directory that cannot be created exits 1 at once, saying where and why (Node's recursive mkdir would loop forever under /proc)", () => {
+    const r = serve([], { BRAIN_DATA_DIR: "/proc/brain-no-such-dir/data" })
+    expect(r.code, r.output).toBe(1)
+    expect(r.lines, r.output).toHaveLength(1)
+    expect(r.output).toContain("invalid setting: BRAIN_DATA_DIR /proc/brain-no-such-dir/data: cannot create /proc/brain-no-such-dir")
+  })
+
+  it("a directory that holds other files and no format marker exits 1 naming the setting", () => {
+    const other = fs.mkdtempSync(path.join(os.tmpdir(), "brain-serve-other-"))
+    try {
+      fs.writeFileSync(path.join(other, "notes.txt"), "x")
+      const r = serve([], { BRAIN_DATA_DIR: other })
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      expect(r.output).toContain(`invalid setting: BRAIN_DATA_DIR ${other}: not empty, and has no format marker`)
+      expect(fs.readdirSync(other)).toEqual(["notes.txt"])
+    } finally {
+      fs.rmSync(other, { recursive: true, force: true })
+    }
   })
 
   it("--help prints the usage and exits 0", () => {

@@ -18,6 +18,8 @@ export const SESSIONS_DIR = "sessions"
 export class DataDirError extends Data.TaggedError("DataDirError")<{
   readonly dir: string
   readonly reason: string
+  /** Another live process holds the lock: stopping it, not fixing the directory, is the remedy. */
+  readonly held?: boolean
 }> {
   override get message() {
     return `data directory ${this.dir}: ${this.reason}`
@@ -54,6 +56,123 @@ const readOrEmpty = (file: string): string | undefined => {
   } catch (err) {
     if (errno(err) === "ENOENT") return undefined
     throw err
+  }
+}
+
+/** Words an operator can act on for the errors a mistaken data directory path gives. */
+const ERRNO_WORDS: Readonly<Record<string, string>> = {
+  ENOENT: "no such file or directory",
+  ENOTDIR: "not a directory",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  EROFS: "read-only file system",
+  ENOSPC: "no space left on the device",
+  EDQUOT: "disk quota exceeded",
+  ELOOP: "too many symbolic links",
+  ENAMETOOLONG: "name too long",
+  EISDIR: "is a directory"
+}
+
+/** A file-system error in words, with its code for a search: never Node's raw `Error: CODE: …, op 'path'`. */
+export const fsFailure = (err: unknown): string => {
+  const code = errno(err)
+  if (code === undefined) return err instanceof Error ? err.message : String(err)
+  return `${ERRNO_WORDS[code] ?? (err as Error).message.replace(/^\w+: /, "").replace(/, \w+ '.*'$/, "")} (${code})`
+}
+
+const notDirectory = (dir: string, at: string) => at === path.resolve(dir) ? "not a directory" : `a part of its path, ${at}, is not a directory`
+
+/** The directory the path names, or why there is none there: the first part of the path that is not a directory. */
+const notDirectoryOnPath = (dir: string): string => {
+  const parts = path.resolve(dir).split(path.sep)
+  for (let i = 2; i <= parts.length; i++) {
+    const prefix = parts.slice(0, i).join(path.sep)
+    try {
+      if (!fs.statSync(prefix).isDirectory()) return notDirectory(dir, prefix)
+    } catch {
+      break
+    }
+  }
+  return "not a directory"
+}
+
+/** Names a data directory may hold before its format marker: a lock, its private files, a marker whose rename a crash interrupted. */
+const beforeMarker = (name: string) => name === LOCK_FILE || name.startsWith(`${LOCK_FILE}.`) || name === `${FORMAT_FILE}.tmp`
+
+/**
+ * What a path holds, as a data directory, read without writing anything:
+ * - Missing: nothing (a server creates it);
+ * - Unusable: not a directory, a part of its path not a directory, or unreadable;
+ * - Empty: a directory a server takes as new (nothing but what a start leaves before the marker);
+ * - Foreign: a directory a server refuses (other files and no marker, or another format);
+ * - Marked: a data directory of this format.
+ */
+export type DataDirState =
+  | { readonly _tag: "Missing" }
+  | { readonly _tag: "Unusable"; readonly reason: string }
+  | { readonly _tag: "Empty" }
+  | { readonly _tag: "Foreign"; readonly reason: string }
+  | { readonly _tag: "Marked" }
+
+export const inspectDataDir = (dir: string): DataDirState => {
+  let names: Array<string>
+  try {
+    if (!fs.statSync(dir).isDirectory()) return { _tag: "Unusable", reason: "not a directory" }
+    names = fs.readdirSync(dir)
+  } catch (err) {
+    const code = errno(err)
+    if (code === "ENOENT") return { _tag: "Missing" }
+    if (code === "ENOTDIR") return { _tag: "Unusable", reason: notDirectoryOnPath(dir) }
+    return { _tag: "Unusable", reason: `cannot be read: ${fsFailure(err)}` }
+  }
+  if (!names.includes(FORMAT_FILE)) {
+    return names.some((name) => !beforeMarker(name))
+      ? { _tag: "Foreign", reason: `not empty, and has no ${FORMAT_FILE} marker` }
+      : { _tag: "Empty" }
+  }
+  let found: string
+  try {
+    found = fs.readFileSync(path.join(dir, FORMAT_FILE), "utf8").trim()
+  } catch (err) {
+    return { _tag: "Unusable", reason: `its ${FORMAT_FILE} marker cannot be read: ${fsFailure(err)}` }
+  }
+  return found === FORMAT ? { _tag: "Marked" } : { _tag: "Foreign", reason: `holds format ${JSON.stringify(found)}, this version reads ${FORMAT}` }
+}
+
+const isDirectory = (at: string) => {
+  try {
+    return fs.statSync(at).isDirectory()
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Creates the directory and its missing parents one at a time. Not `mkdir -p` (`recursive`):
+ * Node's loops forever where a parent refuses a child with ENOENT (under /proc, say).
+ */
+const createDirs = (dir: string) => {
+  const missing: Array<string> = []
+  for (let at = path.resolve(dir);; at = path.dirname(at)) {
+    try {
+      if (fs.statSync(at).isDirectory()) break
+      throw new Error(notDirectory(dir, at))
+    } catch (err) {
+      const code = errno(err)
+      if (code !== "ENOENT" && code !== "ENOTDIR") throw err
+      missing.push(at)
+      if (path.dirname(at) === at) break
+    }
+  }
+  for (const at of missing.reverse()) {
+    try {
+      fs.mkdirSync(at)
+    } catch (err) {
+      if (errno(err) === "EEXIST" && isDirectory(at)) continue
+      // ENOENT with the parent there: a file system that takes no new directory (/proc, say).
+      const why = errno(err) === "ENOENT" ? "the file system there takes no new directory (ENOENT)" : fsFailure(err)
+      throw new Error(errno(err) === "EEXIST" ? notDirectory(dir, at) : `cannot create ${at}: ${why}`)
+    }
   }
 }
 
@@ -111,7 +230,8 @@ const tryLock = (lockPath: string) =>
         fs.rmSync(mine, { force: true })
       }
     },
-    catch: (err) => err instanceof LockHeld ? err : new DataDirError({ dir: path.dirname(lockPath), reason: String(err) })
+    catch: (err) =>
+      err instanceof LockHeld ? err : new DataDirError({ dir: path.dirname(lockPath), reason: `cannot take its ${LOCK_FILE}: ${fsFailure(err)}` })
   })
 
 /**
@@ -132,10 +252,12 @@ export const acquireLock = (dir: string, waitMs: number = DATA_DIR_LOCK_WAIT_MS)
         if (err._tag === "DataDirError") return yield* Effect.fail(err)
         // This process holds it (a runtime an application composed and has not closed): it will not exit to let go.
         if (err.owner.split(" ")[0] === String(process.pid)) {
-          return yield* Effect.fail(new DataDirError({ dir, reason: `held by another runtime of this process, still open (pid, start: ${err.owner}); close it first` }))
+          return yield* Effect.fail(
+            new DataDirError({ dir, reason: `held by another runtime of this process, still open (pid, start: ${err.owner}); close it first`, held: true })
+          )
         }
         if ((yield* Clock.currentTimeMillis) >= deadline) {
-          return yield* Effect.fail(new DataDirError({ dir, reason: `locked by another live process (pid, start: ${err.owner})` }))
+          return yield* Effect.fail(new DataDirError({ dir, reason: `locked by another live process (pid, start: ${err.owner})`, held: true }))
         }
         yield* Effect.sleep(Duration.millis(50))
       }
@@ -151,16 +273,20 @@ export const acquireLock = (dir: string, waitMs: number = DATA_DIR_LOCK_WAIT_MS)
   )
 }
 
+/** Creates the data directory if it is missing, with its missing parents; a path that cannot hold one fails saying why. */
+export const createDataDir = (dir: string) =>
+  Effect.try({
+    try: () => createDirs(dir),
+    catch: (err) => new DataDirError({ dir, reason: errno(err) === undefined ? (err as Error).message : fsFailure(err) })
+  })
+
 /**
  * Opens (creating if new) a data directory for exclusive use by this process for the life of
  * the scope: takes the lock, then checks or writes the format marker.
  */
 export const openDataDir = (dir: string, lockWaitMs?: number) =>
   Effect.gen(function*() {
-    yield* Effect.try({
-      try: () => fs.mkdirSync(dir, { recursive: true }),
-      catch: (err) => new DataDirError({ dir, reason: String(err) })
-    })
+    yield* createDataDir(dir)
     yield* acquireLock(dir, lockWaitMs)
     yield* Effect.try({
       try: () => {
@@ -170,9 +296,7 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
           if (found !== FORMAT) throw new Error(`holds format ${JSON.stringify(found)}, this server writes ${FORMAT}`)
         } else {
           // Our own lock, its private files, and a marker whose rename a crash interrupted.
-          const others = fs.readdirSync(dir).filter((name) =>
-            name !== LOCK_FILE && !name.startsWith(`${LOCK_FILE}.`) && name !== `${FORMAT_FILE}.tmp`
-          )
+          const others = fs.readdirSync(dir).filter((name) => !beforeMarker(name))
           if (others.length > 0) throw new Error(`is not empty and has no ${FORMAT_FILE} marker; refusing to use it`)
           const tmp = `${marker}.tmp`
           fs.writeFileSync(tmp, `${FORMAT}\n`)
@@ -186,7 +310,7 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
         fs.fsyncSync(dfd)
         fs.closeSync(dfd)
       },
-      catch: (err) => new DataDirError({ dir, reason: err instanceof Error ? err.message : String(err) })
+      catch: (err) => new DataDirError({ dir, reason: errno(err) === undefined ? (err as Error).message : fsFailure(err) })
     })
   })
 
