@@ -13,19 +13,21 @@
  *   none. The new log is written to a temporary file, fdatasync'd, renamed over the log, and the
  *   directory fsync'd.
  * - It prints what it kept and what was lost. Exit 0 when the log is clean (or only torn, which
- *   the server truncates itself) or repaired; 1 when it could not repair.
+ *   the server truncates itself) or repaired, or the data directory is empty; 1 when it could not
+ *   repair; 66 when there is no such data directory (cli/dataDir.ts).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { Clock, Console, Effect, Either } from "effect"
 import { IDEMPOTENCY_READ_CHUNK_BYTES } from "../domain/Limits.js"
-import { acquireLock, FORMAT, FORMAT_FILE } from "../layers/journal/DataDir.js"
+import { acquireLock } from "../layers/journal/DataDir.js"
 import { batchedWriter, FileError, nodeDriver } from "../layers/journal/FileDriver.js"
 import { encodeFrame } from "../layers/journal/Frame.js"
 import { IDEMPOTENCY_DIR, inspectLog, logPath } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_FILE, LOG_NAME } from "../layers/idempotency/Log.js"
 import { salvageLog, type Skipped } from "../layers/idempotency/Reader.js"
 import { decodeIndexRecord } from "../layers/idempotency/Records.js"
+import { existingDataDir, exitOnRefusal } from "./dataDir.js"
 
 export const REPAIR_OK = 0
 export const REPAIR_FAILED = 1
@@ -104,14 +106,13 @@ const report = (r: Rebuilt) =>
 export const repair = (dataDirArg: string): Effect.Effect<number> => {
   const dataDir = path.resolve(dataDirArg)
   return Effect.gen(function*() {
-    const marker = path.join(dataDir, FORMAT_FILE)
-    if (!fs.existsSync(marker) || fs.readFileSync(marker, "utf8").trim() !== FORMAT) {
-      yield* Console.error(`${dataDir}: not a ${FORMAT} data directory`)
-      return REPAIR_FAILED
+    if ((yield* existingDataDir(dataDir, REPAIR_FAILED)) === "Empty") {
+      yield* Console.log(`${dataDir}: an empty data directory (a server takes it as a new one); nothing to repair`)
+      return REPAIR_OK
     }
     const locked = yield* Effect.either(acquireLock(dataDir, 0))
     if (Either.isLeft(locked)) {
-      yield* Console.error(`${dataDir}: ${locked.left.reason}; stop the server before repairing its idempotency log`)
+      yield* Console.error(`${dataDir}: ${locked.left.reason}${locked.left.held ? "; stop the server before repairing its idempotency log" : ""}`)
       return REPAIR_FAILED
     }
     const found = yield* inspectLog(driver, dataDir)
@@ -134,6 +135,7 @@ export const repair = (dataDirArg: string): Effect.Effect<number> => {
     }
   }).pipe(
     Effect.scoped,
+    exitOnRefusal,
     Effect.catchAll((e) => Effect.as(Console.error(`${LOG_NAME}: repair failed: ${failedBy(e, dataDir)}`), REPAIR_FAILED))
   )
 }

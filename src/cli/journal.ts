@@ -2,12 +2,14 @@
  * `brain journal verify|dump`: read-only operator tools. They never take the lock and never
  * write: verify reports what an open would truncate instead of truncating it. Verifying a whole
  * data directory also checks the idempotency log by the rules the server opens it with.
+ * `brain journal remove`, with the server stopped, takes a damaged session away. All three refuse
+ * a data directory or session that is not there with the codes of cli/dataDir.ts.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { Console, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
-import { acquireLock, FORMAT, FORMAT_FILE, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
+import { acquireLock, fsFailure, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
@@ -15,16 +17,22 @@ import { openHandle, readRecords } from "../layers/journal/Handle.js"
 import type { JournalReadError } from "../services/Journal.js"
 import { inspectLog } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_NAME } from "../layers/idempotency/Log.js"
+import { existingDataDir, existingSession, exitOnRefusal, noSuchSession, sessionArg } from "./dataDir.js"
 
 /** Exit codes of `verify`: the worst finding across the sessions checked. */
 export const VERIFY_CLEAN = 0
 export const VERIFY_TORN = 1
 export const VERIFY_CORRUPT = 2
 
-const sessionsIn = (dataDir: string): Array<SessionId> => {
+/** The session ids in the data directory, or why its sessions directory cannot be listed. */
+const sessionsIn = (dataDir: string): Array<SessionId> | string => {
   const dir = path.join(dataDir, SESSIONS_DIR)
   if (!fs.existsSync(dir)) return []
-  return fs.readdirSync(dir).filter(isSessionId).sort() as Array<SessionId>
+  try {
+    return fs.readdirSync(dir).filter(isSessionId).sort() as Array<SessionId>
+  } catch (err) {
+    return `${dir} cannot be listed: ${fsFailure(err)}`
+  }
 }
 
 /** An error as the operator needs it: a damaged file named by its full path. */
@@ -32,22 +40,20 @@ const shown = (dataDir: string, e: JournalReadError) =>
   e._tag === "JournalCorrupt" ? `journal of ${e.session} is corrupt at ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}` : e.message
 
 export const verify = (dataDir: string, only?: string) =>
-  Effect.gen(function*() {
-    const marker = path.join(dataDir, FORMAT_FILE)
-    if (!fs.existsSync(marker)) {
-      yield* Console.error(`${dataDir}: no ${FORMAT_FILE} marker; not a Brain data directory`)
+  exitOnRefusal(Effect.gen(function*() {
+    const session = only === undefined ? undefined : yield* sessionArg(only)
+    const state = yield* existingDataDir(dataDir, VERIFY_CORRUPT)
+    if (session !== undefined) yield* existingSession(dataDir, session, state)
+    if (state === "Empty") {
+      yield* Console.log(`${dataDir}: an empty data directory (a server takes it as a new one); nothing to verify`)
+      return VERIFY_CLEAN
+    }
+    const listed = session !== undefined ? [session] : sessionsIn(dataDir)
+    if (typeof listed === "string") {
+      yield* Console.log(`corrupt: ${listed}`)
       return VERIFY_CORRUPT
     }
-    const format = fs.readFileSync(marker, "utf8").trim()
-    if (format !== FORMAT) {
-      yield* Console.error(`${dataDir}: format ${JSON.stringify(format)}, this tool reads ${FORMAT}`)
-      return VERIFY_CORRUPT
-    }
-    if (only !== undefined && !isSessionId(only)) {
-      yield* Console.error(`${only}: not a session id`)
-      return VERIFY_CORRUPT
-    }
-    const sessions = only !== undefined ? [only as SessionId] : sessionsIn(dataDir)
+    const sessions = listed
     let worst = VERIFY_CLEAN
     for (const session of sessions) {
       const result = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
@@ -84,7 +90,7 @@ export const verify = (dataDir: string, only?: string) =>
     const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
     yield* Console.log(`verified ${what}: ${["clean", "torn write found", "corruption found"][worst]}`)
     return worst
-  })
+  }))
 
 /** How many whole batches the data directory's commit log holds (CommitLog.ts); unreadable counts as none. */
 const commitLogBatches = (dataDir: string): number => {
@@ -114,36 +120,40 @@ const RESIDUE = "not a session: the residue of a creation cut off before its fir
  * opens cleanly with records.
  */
 export const remove = (dataDir: string, session: string) =>
-  Effect.scoped(Effect.gen(function*() {
-    if (!isSessionId(session)) {
-      yield* Console.error(`${session}: not a session id`)
-      return VERIFY_CORRUPT
-    }
+  exitOnRefusal(Effect.scoped(Effect.gen(function*() {
+    const id = yield* sessionArg(session)
+    const state = yield* existingDataDir(dataDir, VERIFY_CORRUPT)
+    if (state === "Empty") return yield* Effect.fail(noSuchSession(dataDir, id))
     const locked = yield* Effect.either(acquireLock(path.resolve(dataDir), 0))
     if (locked._tag === "Left") {
-      yield* Console.error(`${locked.left.message}; stop the server first`)
+      yield* Console.error(`${locked.left.message}${locked.left.held ? "; stop the server first" : ""}`)
       return VERIFY_CORRUPT
     }
-    const dir = sessionDir(dataDir, session)
-    if (!fs.existsSync(dir)) {
-      yield* Console.error(`${session}: no such session in ${dataDir}`)
-      return VERIFY_CORRUPT
-    }
-    const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
+    yield* existingSession(dataDir, id, state)
+    const dir = sessionDir(dataDir, id)
+    const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (opened._tag === "Right" && (opened.right.lastSequence > 0 || opened.right.torn)) {
-      yield* Console.error(`${session}: its journal is not corrupt; end and delete it through the API instead`)
+      yield* Console.error(`${id}: its journal is not corrupt; end and delete it through the API instead`)
       return VERIFY_CORRUPT
     }
-    yield* Effect.sync(() => {
-      fs.rmSync(dir, { recursive: true, force: true })
-      const parent = fs.openSync(path.dirname(dir), fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
-      fs.fsyncSync(parent)
-      fs.closeSync(parent)
-    })
+    const removed = yield* Effect.either(Effect.try({
+      try: () => {
+        fs.rmSync(dir, { recursive: true, force: true })
+        const parent = fs.openSync(path.dirname(dir), fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
+        fs.fsyncSync(parent)
+        fs.closeSync(parent)
+      },
+      catch: fsFailure
+    }))
+    if (removed._tag === "Left") {
+      yield* Console.error(`${id}: cannot remove ${dir}: ${removed.left}`)
+      return VERIFY_CORRUPT
+    }
     const why = opened._tag === "Right" ? RESIDUE : opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : RESIDUE
-    yield* Console.log(`${session}: removed (${why})`)
+    yield* Console.log(`${id}: removed (${why})`)
     return VERIFY_CLEAN
-  }))
+  })))
+
 /** Checks `idempotency/claims.log` as the server would open it; returns its verdict's exit code. */
 const verifyIdempotencyLog = (dataDir: string) =>
   Effect.gen(function*() {
@@ -174,12 +184,10 @@ const verifyIdempotencyLog = (dataDir: string) =>
   })
 
 export const dump = (dataDir: string, session: string) =>
-  Effect.gen(function*() {
-    if (!isSessionId(session)) {
-      yield* Console.error(`${session}: not a session id`)
-      return VERIFY_CORRUPT
-    }
-    const result = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
+  exitOnRefusal(Effect.gen(function*() {
+    const id = yield* sessionArg(session)
+    yield* existingSession(dataDir, id, yield* existingDataDir(dataDir, VERIFY_CORRUPT))
+    const result = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (result._tag === "Left") {
       yield* Console.error(shown(dataDir, result.left))
       return VERIFY_CORRUPT
@@ -198,4 +206,4 @@ export const dump = (dataDir: string, session: string) =>
       after = page.right[page.right.length - 1]!.sequence
     }
     return VERIFY_CLEAN
-  })
+  }))

@@ -16,10 +16,21 @@ const USAGE = `usage:
   brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped)
   brain idempotency repair <data-dir>         with the server stopped: rebuild a damaged idempotency log
                                               from its intact records; exit 0 clean or repaired, 1 not
-  brain demo [data-dir]                       write a demo session durably, then verify the data directory`
+  brain demo [data-dir]                       write a demo session durably (default ./brain-data), then verify
+                                              the data directory; exit as verify, 66 when it cannot use it
+every command but serve: exit 64 on wrong arguments, 66 when the data directory (or the session)
+named is not there or is not a directory`
+
+const isHelp = (arg: string) => arg === "--help" || arg === "-h"
 
 const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   const [group, command, ...rest] = argv
+  // Asked for, the usage goes to stdout with 0; a wrong command line gets it on stderr with 64.
+  if (argv.length === 0 || group === "help" || isHelp(group!) || (group !== "serve" && argv.some(isHelp))) {
+    return argv.length === 0 ? Effect.as(Console.error(USAGE), 64) : Effect.as(Console.log(USAGE), 0)
+  }
+  // A flag where a directory or a session goes is a mistyped command line, not a path to create.
+  if (group !== "serve" && argv.some((a) => a.startsWith("-"))) return Effect.as(Console.error(USAGE), 64)
   if (group === "journal" && command === "verify" && rest.length >= 1 && rest.length <= 2) {
     return verify(rest[0]!, rest[1])
   }
@@ -27,7 +38,7 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   if (group === "journal" && command === "remove" && rest.length === 2) return remove(rest[0]!, rest[1]!)
   if (group === "idempotency" && command === "repair" && rest.length === 1) return repair(rest[0]!)
   if (group === "demo" && argv.length <= 2) return demo(command ?? "./brain-data")
-  if (group === "serve" && argv.slice(1).some((a) => a === "--help" || a === "-h")) return Effect.as(Console.log(USAGE), 0)
+  if (group === "serve" && argv.slice(1).some(isHelp)) return Effect.as(Console.log(USAGE), 0)
   if (group === "serve") return serveCommand(argv.slice(1))
   return Effect.as(Console.error(USAGE), 64)
 }

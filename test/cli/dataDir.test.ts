@@ -1,0 +1,178 @@
+/**
+ * The operator commands on a mistaken data directory, as child processes: each refuses in one line
+ * saying what is wrong, with a documented exit code (docs/operations.md, "Operator commands"),
+ * never a raw errno or a stack trace, and writes nothing there. An empty directory — what a server
+ * takes as a new data directory — is clean: nothing to verify, nothing to repair.
+ */
+import { spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { mintSessionId } from "../../src/domain/Ids.js"
+import { entry } from "../../src/domain/Records.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
+import { tempDir } from "../support/journals.js"
+import { BIN, ensureBuilt, ROOT } from "../support/server.js"
+
+const NOT_FOUND = 66
+const USAGE = 64
+
+/** SIGKILL at the timeout: a command stuck in a synchronous loop would not end on SIGTERM. */
+const brain = (...args: Array<string>) => {
+  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: "utf8", timeout: 30_000, killSignal: "SIGKILL" })
+  const output = r.stdout + r.stderr
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, output, lines: output.split("\n").filter((l) => l.trim().length > 0) }
+}
+
+/** What the operator should never see for a mistaken path. */
+const RAW = /ENOENT|EEXIST|ENOTDIR|Error:|FiberFailure|\n\s+at /
+
+/** Every command that names a data directory and a session, and the one that names a data directory only. */
+const withSession = (session: string) => [
+  ["journal", "verify"],
+  ["journal", "dump"],
+  ["journal", "remove"]
+].map((c) => (dir: string) => [...c, dir, session])
+
+const snapshot = (dir: string) => fs.readdirSync(dir, { recursive: true }).map(String).sort()
+
+describe("the operator commands refuse a mistaken data directory in one line, with a documented exit code", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a data directory that does not exist: `no such data directory`, exit 66, for every command, and nothing is created", () =>
+    Effect.gen(function*() {
+      const parent = yield* tempDir()
+      const missing = path.join(parent, "missing")
+      const session = yield* mintSessionId
+      const commands = [
+        ...withSession(session),
+        (dir: string) => ["journal", "verify", dir],
+        (dir: string) => ["idempotency", "repair", dir]
+      ]
+      for (const command of commands) {
+        const args = command(missing)
+        const r = brain(...args)
+        expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
+        expect(r.lines, r.output).toEqual([`${missing}: no such data directory`])
+        expect(r.output).not.toContain("stop the server")
+        expect(fs.existsSync(missing), args.join(" ")).toBe(false)
+      }
+    }))
+
+  it.scopedLive("a path that is a regular file, or runs through one: `not a directory` naming the file, exit 66, for every command and the demo", () =>
+    Effect.gen(function*() {
+      const parent = yield* tempDir()
+      const file = path.join(parent, "a-file")
+      fs.writeFileSync(file, "x")
+      const session = yield* mintSessionId
+      const commands = [
+        ...withSession(session),
+        (dir: string) => ["journal", "verify", dir],
+        (dir: string) => ["idempotency", "repair", dir],
+        (dir: string) => ["demo", dir]
+      ]
+      for (const command of commands) {
+        for (const [dir, says] of [[file, "not a directory"], [path.join(file, "sub"), `a part of its path, ${file}, is not a directory`]] as const) {
+          const args = command(dir)
+          const r = brain(...args)
+          expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
+          expect(r.lines, r.output).toEqual([`${dir}: ${says}`])
+          expect(r.output).not.toMatch(RAW)
+        }
+      }
+      expect(fs.readFileSync(file, "utf8")).toBe("x")
+      expect(fs.readdirSync(parent)).toEqual(["a-file"])
+    }))
+
+  it.scopedLive("an empty directory is a new data directory: verify exits 0 with nothing to verify, repair exits 0 with nothing to repair, and neither writes", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const verified = brain("journal", "verify", dir)
+      expect(verified.code, verified.output).toBe(0)
+      expect(verified.lines).toEqual([`${dir}: an empty data directory (a server takes it as a new one); nothing to verify`])
+      const repaired = brain("idempotency", "repair", dir)
+      expect(repaired.code, repaired.output).toBe(0)
+      expect(repaired.lines).toEqual([`${dir}: an empty data directory (a server takes it as a new one); nothing to repair`])
+      expect(fs.readdirSync(dir)).toEqual([])
+    }))
+
+  it.scopedLive("a session that is not there, in an empty or a Brain data directory: `no such session`, exit 66, for verify, dump and remove, and nothing is written", () =>
+    Effect.gen(function*() {
+      const empty = yield* tempDir()
+      const brainDir = yield* tempDir()
+      const kept = yield* mintSessionId
+      yield* Effect.scoped(Effect.gen(function*() {
+        const journal = yield* JournalFile.make({ dataDir: brainDir }).pipe(Effect.provide(nodeFiles))
+        yield* journal.create(kept)
+        yield* journal.append(kept, [entry("kv_put", { key: "k", value: 1 })])
+      }))
+      const before = snapshot(brainDir)
+      const absent = yield* mintSessionId
+      for (const dir of [empty, brainDir]) {
+        for (const command of withSession(absent)) {
+          const args = command(dir)
+          const r = brain(...args)
+          expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
+          expect(r.lines, r.output).toEqual([`${absent}: no such session in ${dir}`])
+        }
+      }
+      expect(fs.readdirSync(empty)).toEqual([])
+      expect(snapshot(brainDir)).toEqual(before)
+      // The session that is there is untouched and still verifies.
+      const kept1 = brain("journal", "verify", brainDir, kept)
+      expect(kept1.code, kept1.output).toBe(0)
+      expect(kept1.stdout).toContain(`${kept}: ok, 1 records`)
+    }))
+
+  it.scopedLive("a session argument that is not a session id is a usage error: exit 64, for verify, dump and remove", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      for (const command of withSession("not-a-session")) {
+        const args = command(dir)
+        const r = brain(...args)
+        expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(USAGE)
+        expect(r.lines, r.output).toHaveLength(1)
+        expect(r.output).toContain("not-a-session: not a session id")
+      }
+    }))
+
+  it.scopedLive("asked for, the usage goes to stdout with exit 0; a flag where a path goes is a usage error (64) and creates nothing", () =>
+    Effect.gen(function*() {
+      const cwd = yield* tempDir()
+      const run = (...args: Array<string>) => spawnSync(process.execPath, [BIN, ...args], { cwd, encoding: "utf8", timeout: 30_000, killSignal: "SIGKILL" })
+      for (const args of [["--help"], ["-h"], ["help"], ["demo", "--help"], ["journal", "verify", "--help"]]) {
+        const r = run(...args)
+        expect(r.status, `${args.join(" ")}: ${r.stderr}`).toBe(0)
+        expect(r.stdout).toContain("brain journal verify <data-dir>")
+        expect(r.stdout).toContain("brain demo [data-dir]")
+      }
+      for (const args of [[], ["demo", "-x"], ["journal", "verify", "--data-dir"], ["idempotency", "repair", "--force"]]) {
+        const r = run(...args)
+        expect(r.status, `${args.join(" ")}: ${r.stderr}`).toBe(USAGE)
+        expect(r.stderr).toContain("usage:")
+      }
+      expect(fs.readdirSync(cwd)).toEqual([])
+    }))
+
+  it("the demo on a path it cannot create, or a directory that holds other files, exits 66 in one line at once (Node's recursive mkdir would loop forever under /proc)", () => {
+    const proc = brain("demo", "/proc/brain-no-such-dir/data")
+    expect(proc.code, proc.output).toBe(NOT_FOUND)
+    expect(proc.lines, proc.output).toHaveLength(1)
+    expect(proc.output).toContain("cannot create /proc/brain-no-such-dir")
+    expect(proc.output).not.toMatch(/FiberFailure|\n\s+at /)
+
+    const other = fs.mkdtempSync(path.join(os.tmpdir(), "brain-demo-other-"))
+    try {
+      fs.writeFileSync(path.join(other, "notes.txt"), "x")
+      const r = brain("demo", other)
+      expect(r.code, r.output).toBe(NOT_FOUND)
+      expect(r.lines, r.output).toEqual([`${other}: not empty, and has no format marker; not a brain-ts/1 data directory`])
+      expect(fs.readdirSync(other)).toEqual(["notes.txt"])
+    } finally {
+      fs.rmSync(other, { recursive: true, force: true })
+    }
+  })
+})
