@@ -273,8 +273,10 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
 if (runs("cold")) {
   const brain = await startBrain()
   const ids = await createSessions(brain.port, COLD_SESSIONS, SCRIPTED)
-  // A text turn is 7 records (see docs/runtime.md); creation 2.
-  const turns = Math.ceil((COLD_RECORDS - 2) / 7)
+  // Creation is 2 records, and the harness's sends are keyed: a keyed text turn is 9 (turn_started,
+  // activation_started, request_claimed, model_call_started, model_call_ended, transcript_delta,
+  // activation_ended, turn_ended, request_answered; 7 without a key).
+  const turns = Math.ceil((COLD_RECORDS - 2) / 9)
   await Promise.all(ids.map(async (id) => {
     for (let t = 0; t < turns; t++) await send(brain.port, id)
   }))
