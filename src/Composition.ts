@@ -22,24 +22,25 @@ import { ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js
 /**
  * The parts a composition chooses. `W`: the WebAssembly host (`WasmHost`, or nothing); `B`: what
  * the base holds besides the journal and the configuration (model and environment bindings,
- * hosts), which every other part may use; `X`: the services beside Sessions.
+ * hosts), which every other part may use; `X`: the services beside Sessions. `EJ` … `EX`: what
+ * building each part can fail with, so that the composition's error is exactly their union.
  */
-export interface Parts<W, B, X> {
+export interface Parts<W, B, X, EJ = never, EC = never, EB = never, EM = never, EW = never, EA = never, EX = never> {
   readonly config: ServerConfigShape
-  readonly journal: Layer.Layer<Journal, unknown>
-  readonly checkpoints: Layer.Layer<CheckpointStore, unknown>
-  readonly base: Layer.Layer<B, unknown, ServerConfig>
-  readonly models: Layer.Layer<Models, unknown, ServerConfig | B>
-  readonly wasm: Layer.Layer<W, unknown, ServerConfig>
+  readonly journal: Layer.Layer<Journal, EJ>
+  readonly checkpoints: Layer.Layer<CheckpointStore, EC>
+  readonly base: Layer.Layer<B, EB, ServerConfig>
+  readonly models: Layer.Layer<Models, EM, ServerConfig | B>
+  readonly wasm: Layer.Layer<W, EW, ServerConfig>
   /** The loops: given the journal and the Wasm host (AgentloopsModules.layer). */
-  readonly agentloops: Layer.Layer<Agentloops, unknown, Journal | W>
+  readonly agentloops: Layer.Layer<Agentloops, EA, Journal | W>
   /** In-process tools, by name. */
   readonly tools: Readonly<Record<string, ToolHandler>>
-  readonly beside: Layer.Layer<X, unknown, ServerConfig | Journal | B>
+  readonly beside: Layer.Layer<X, EX, ServerConfig | Journal | B>
 }
 
 /** Sessions and every service it runs on, from `parts`. */
-export const sessionServices = <W, B, X>(parts: Parts<W, B, X>) => {
+export const sessionServices = <W, B, X, EJ, EC, EB, EM, EW, EA, EX>(parts: Parts<W, B, X, EJ, EC, EB, EM, EW, EA, EX>) => {
   const config = Layer.succeed(ServerConfig, parts.config)
   const base = Layer.mergeAll(parts.journal, config, parts.base.pipe(Layer.provide(config)))
   const wasm = parts.wasm.pipe(Layer.provide(config))

@@ -14,10 +14,18 @@
  * what it does not export (the layers' internals, the journal's formats) may change.
  */
 import type { Layer } from "effect"
-import { type Extensions, servicesLayer } from "./main.js"
+import type { Event as EventShape } from "./domain/Projection.js"
+import { EventSchema, type Extensions, servicesLayer } from "./main.js"
 import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
 
 export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
+// What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union).
+export { DataDirError } from "./layers/journal/DataDir.js"
+export type { AgentloopRejected } from "./services/Agentloop.js"
+export type { EnvironmentBindingsInvalid } from "./domain/Environment.js"
+export type { IdempotencyStoreFailed } from "./services/Idempotency.js"
+export type { ModelBindingsInvalid } from "./services/ModelBindings.js"
+export type { TelemetrySinkFailed } from "./services/Telemetry.js"
 export { sharedScheduler } from "./SharedScheduler.js"
 export { defaults as configDefaults, fromConfig as configFromEnv, ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 
@@ -58,7 +66,7 @@ export * from "./domain/Errors.js"
 export { Failure, failure, FailureCode, FailureCodes } from "./domain/Failure.js"
 export { isSessionId, SessionId } from "./domain/Ids.js"
 export { Message, TurnInput } from "./domain/Messages.js"
-export type { Event, SessionStatus } from "./domain/Projection.js"
+export type { SessionStatus } from "./domain/Projection.js"
 export type { SessionConfiguration } from "./domain/Configuration.js"
 // An in-process tool's handler (`Extensions.tools`), and two ready-made ones.
 export { failWith, succeedAfter, type ToolHandler } from "./layers/ToolsInProcess.js"
@@ -73,3 +81,18 @@ export const layer = (overrides: Partial<ServerConfigShape> = {}, extensions: Ex
 
 /** What `layer` provides (every service above). */
 export type Services = Layer.Layer.Success<ReturnType<typeof layer>>
+
+/**
+ * What building `layer` (or `servicesLayer`) fails with, each a tagged error: `DataDirError` (the
+ * data directory is locked by another runtime or process, is not Brain's, or cannot be used), or a
+ * configuration or store the runtime cannot start with.
+ */
+export type StartupError = Layer.Layer.Error<ReturnType<typeof layer>>
+
+/**
+ * A public Event (`session_id`, `sequence`, `recorded_at_ms`, `kind`, `data`, `origin`), as the
+ * services answer it, and its schema: the API's own, so `Schema.decodeUnknown(Event)` checks an
+ * Event read back from elsewhere (a file, another process) as the HTTP contract does.
+ */
+export const Event = EventSchema
+export type Event = EventShape

@@ -60,6 +60,12 @@ import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
 import { sharedScheduler } from "./SharedScheduler.js"
 
+/**
+ * The public Event's schema, as the API's contract declares it: `brain/effect` exports it (as
+ * `Event`) from here, the one module that may sit above both layers/ and http/.
+ */
+export { Event as EventSchema } from "./http/Schemas.js"
+
 export class StartupRefused extends Data.TaggedError("StartupRefused")<{ readonly reason: string }> {
   override get message() {
     return this.reason

@@ -56,7 +56,7 @@ describe("brain/effect", () => {
     expect(wrong.out.match(/error TS/g)).toHaveLength(2)
   }, 120_000)
 
-  it("an application's runtime runs a turn with its own tool through the official loop, meets typed errors, holds the data directory until disposed, and a later runtime continues the session", async () => {
+  it("an application's runtime runs a turn with its own tool through the official loop, decodes its Events with the exported schema, meets typed errors, holds the data directory until disposed (a second runtime is refused with a DataDirError caught by tag), and a later runtime continues the session", async () => {
     const first = lines((await run(process.execPath, [PROBE, dataDir, "first"], { cwd: ROOT })).stdout)
     const [turn, second, disposed] = first
     expect(turn.status).toBe("ended")
@@ -79,7 +79,16 @@ describe("brain/effect", () => {
       "turn_ended"
     ])
     expect(turn.missing).toEqual({ tag: "NotFound", code: "not_found" })
-    expect(second.second).toContain("another runtime of this process")
+    // The values it exports are schemas at run time; `Event`, the public Event's, decodes the Events the runtime answers, unchanged, and refuses a misshapen one.
+    expect(turn.notSchemas).toEqual([])
+    expect(turn.decoded).toEqual(turn.events)
+    expect(turn.misshapen).toBe(true)
+    expect(second.second).toEqual({
+      tag: "DataDirError",
+      isClass: true,
+      dir: path.resolve(dataDir),
+      reason: expect.stringContaining("held by another runtime of this process")
+    })
     expect(disposed).toEqual({ disposed: true })
 
     const again = lines((await run(process.execPath, [PROBE, dataDir, "again", turn.session], { cwd: ROOT })).stdout)
