@@ -15,7 +15,8 @@
  * `brain.fail`, and `--optimize`; its data segments are then merged into one (mergeDataSegments).
  * It is then checked the way admission checks it (docs/abi.md):
  * it imports only `env.memory`, `brain.call` and `brain.fail`, exports `brain_abi_v1` and
- * `brain_alloc`, and `brain_run` or `brain_tool`. A module that would be refused fails the build.
+ * `brain_alloc`, and `brain_run` or `brain_tool`. A module that would be refused fails the build
+ * and is not written.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -173,21 +174,42 @@ export const mergeDataSegments = (bytes) => {
  * Compiles `entry` (a path) to `outFile`; throws with asc's diagnostics when it fails or the
  * module would be refused, else returns them (warnings). `checkEntry: false` skips the check for
  * `brain_run`/`brain_tool` (test probes).
+ *
+ * asc's output is kept in memory, and `outFile` is written only once the module has passed the
+ * checks (whole: a file beside it, then renamed over it). A refused module is never written, so
+ * nothing at `outFile` can be taken for it: a file already there is left as it was (and stays
+ * older than the sources, so the shipped loops are built again next time).
  */
 export const compileGuest = async (entry, outFile, { checkEntry = true } = {}) => {
   // Loaded here, not at the top: a start that finds the guests up to date does not pay for it.
   const { default: asc } = await import("assemblyscript/asc")
   let diagnostics = ""
   const sink = { write: (chunk) => void (diagnostics += String(chunk)) }
+  const target = path.resolve(outFile)
+  let compiled
   const { error } = await asc.main(
-    [path.relative(ROOT, path.resolve(entry)), "--outFile", path.resolve(outFile), "--baseDir", ROOT, ...ASC_FLAGS],
-    { stdout: sink, stderr: sink }
+    [path.relative(ROOT, path.resolve(entry)), "--outFile", target, "--baseDir", ROOT, ...ASC_FLAGS],
+    {
+      stdout: sink,
+      stderr: sink,
+      writeFile: (name, contents, baseDir) => {
+        if (path.resolve(baseDir, name) !== target) throw new Error(`asc wrote ${name}, not the module`)
+        compiled = contents
+      }
+    }
   )
   if (error) throw new Error(`asc failed for ${entry}: ${error.message}\n${diagnostics}`)
-  const bytes = mergeDataSegments(fs.readFileSync(outFile))
-  fs.writeFileSync(outFile, bytes)
+  if (!(compiled instanceof Uint8Array)) throw new Error(`asc wrote no module for ${entry}\n${diagnostics}`)
+  const bytes = mergeDataSegments(compiled)
   const problem = admissionProblem(bytes, { entry: checkEntry })
   if (problem) throw new Error(`${entry}: Brain would refuse this module: it ${problem}`)
+  const partial = `${target}.${process.pid}.tmp`
+  try {
+    fs.writeFileSync(partial, bytes)
+    fs.renameSync(partial, target)
+  } finally {
+    fs.rmSync(partial, { force: true })
+  }
   return diagnostics
 }
 
