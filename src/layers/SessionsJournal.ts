@@ -15,6 +15,7 @@ import {
   CreationFailed,
   Internal,
   InvalidRequest,
+  JournalWriteFailed,
   SessionBusy,
   SessionEnded,
   toFailure
@@ -331,9 +332,17 @@ export const make = Effect.gen(function*() {
           if (request.transcript && request.transcript.length > 0) {
             opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
           }
-          const [first] = yield* write(cell, opening).pipe(
-            // Nothing was recorded: leave no empty session behind.
-            Effect.tapError(() => Effect.zipRight(registry.abandon(cell), Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
+          const [first] = yield* commit(journal, cell, opening).pipe(
+            // Nothing was recorded: no session is left behind (Registry.abandon), and the caller is
+            // told so; if its journal could not be removed, the refusal stays ambiguous.
+            Effect.catchAll((e) =>
+              Effect.flatMap(Effect.zipLeft(registry.abandon(cell), unuse), (removed) =>
+                Effect.fail(
+                  removed && e._tag === "JournalWriteFailed"
+                    ? new JournalWriteFailed({ message: `${e.message}; the session's creation was not recorded, and nothing was created` })
+                    : fromJournal(e)
+                ))
+            )
           )
           // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
           const setup = yield* setUpEnvironments(steps, cell, environments).pipe(

@@ -13,7 +13,8 @@
  *   the journal is reset and the cell dropped, so the next access reopens the session from what
  *   is really stored and records the recovery of the interrupted work. While the disk still
  *   refuses writes, that access fails with `journal_write_failed`; once it accepts them, the
- *   session works again, without a restart.
+ *   session works again, without a restart. A creation whose first record failed is no session
+ *   (nobody was given its id): it is removed, and nothing of it is remembered (`abandon`).
  * - Delete: admitted in one synchronous step, before its teardown; from then on every access
  *   answers `not_found`, a cell in use then is never remembered when released, and nothing of the
  *   session is served from memory. A teardown that fails gives the session back as it was.
@@ -140,6 +141,14 @@ export class Registry {
     return this.cells.size
   }
 
+  /**
+   * Sessions this registry keeps anything of: a cell, a check, a broken mark, a checkpoint
+   * position or a delete under way. Bounded by the sessions that exist (tests check it).
+   */
+  get remembered() {
+    return new Set<SessionId>([...this.cells.keys(), ...this.checked, ...this.broken, ...this.checkpointedAt.keys(), ...this.deleting]).size
+  }
+
   private ttlOf(cell: Cell) {
     return cell.state.configuration?.idle_ttl_ms ?? this.options.idleTtlMs
   }
@@ -229,13 +238,28 @@ export class Registry {
 
   /**
    * Releases the creation's hold on the cell of a session whose creation could not be recorded
-   * whole: broken, so once unused the journal is reset and the next access reopens the session
-   * and records the creation failed.
+   * whole. One whose first record was never written is no session (nobody was given its id): its
+   * journal is removed and nothing of it is remembered, and this answers true. Otherwise (a
+   * record written, or the removal failed) the cell is broken: once unused the journal is reset
+   * and the next access reopens the session and records the creation failed.
    */
-  abandon(cell: Cell): Effect.Effect<void> {
+  abandon(cell: Cell): Effect.Effect<boolean> {
     return Effect.suspend(() => {
-      cell.broken = true
-      return this.release(cell)
+      const broken = () => {
+        cell.broken = true
+        return Effect.as(this.release(cell), false)
+      }
+      // Until it is gone, accesses answer not_found (`refusal`: no creation record).
+      if (cell.state.status !== "none") return broken()
+      return Effect.flatMap(Effect.either(this.options.journal.remove(cell.session)), (removed) => {
+        if (removed._tag === "Left") return broken()
+        // Released as a deleted session is: forgotten, never remembered.
+        cell.deleted = true
+        this.checked.delete(cell.session)
+        this.broken.delete(cell.session)
+        this.checkpointedAt.delete(cell.session)
+        return Effect.as(this.release(cell), true)
+      })
     })
   }
 
