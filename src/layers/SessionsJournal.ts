@@ -48,6 +48,7 @@ import { Tools } from "../services/Tools.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { cancelSignal, cancelTurn, Cell, commit, flushOpening, type RunningTurn, stage } from "./sessions/Cell.js"
 import { Once } from "./Waits.js"
+import { Creations } from "./sessions/Creations.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
@@ -88,12 +89,20 @@ export const make = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
-  /** Cancels every running turn as `interrupted` and waits until each has closed. */
+  const creations = new Creations()
+  /**
+   * Cancels every running turn as `interrupted` and interrupts every create in flight, and waits
+   * until each turn has closed and each create has answered.
+   */
   const interruptAll = Effect.suspend(() =>
-    Effect.forEach(
-      [...running],
-      (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
-      { concurrency: "unbounded", discard: true }
+    Effect.zip(
+      Effect.forEach(
+        [...running],
+        (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
+        { concurrency: "unbounded", discard: true }
+      ),
+      creations.interruptAll,
+      { concurrent: true }
     )
   )
   const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
@@ -327,7 +336,8 @@ export const make = Effect.gen(function*() {
         // an access meanwhile sees it `creating` and never recovers it (Registry.creating), and
         // uninterruptible from here, so that it always ends with `adopt` or `abandon`.
         yield* registry.creating(cell)
-        return yield* Effect.uninterruptible(Effect.gen(function*() {
+        // In flight until it answers: a stop drains it, and past its drain deadline interrupts it.
+        return yield* Effect.uninterruptible(creations.track((stop) => Effect.gen(function*() {
           const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
           if (request.transcript && request.transcript.length > 0) {
             opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
@@ -345,15 +355,19 @@ export const make = Effect.gen(function*() {
             )
           )
           // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
-          const setup = yield* setUpEnvironments(steps, cell, environments).pipe(
+          const setup = yield* setUpEnvironments(steps, cell, environments, stop).pipe(
             Effect.mapError(fromFence),
             Effect.tapError(() => registry.abandon(cell))
           )
           if (setup !== undefined) {
-            const { environment, failure: why } = setup
-            const message = `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
+            const { environment, failure: why, stopped } = setup
+            // Interrupted by a stop, the creation is recorded failed as the restart's recovery would record it.
+            const message = stopped
+              ? `the server is stopping: the creation was interrupted before Environment ${JSON.stringify(environment)} was set up`
+              : `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
+            const code = stopped ? "interrupted" : "creation_failed"
             yield* write(cell, [
-              entry("session_creation_failed", { sequence: first!, failure: failure("creation_failed", message, { details: { environment, failure: why } }) })
+              entry("session_creation_failed", { sequence: first!, failure: failure(code, message, { details: { environment, failure: why } }) })
             ]).pipe(Effect.tapError(() => registry.abandon(cell)))
             yield* registry.adopt(cell)
             return yield* Effect.fail(
@@ -370,7 +384,7 @@ export const make = Effect.gen(function*() {
           const created = summary(cell)
           yield* registry.adopt(cell)
           return created
-        }))
+        })))
       }),
     get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
@@ -471,18 +485,19 @@ export const make = Effect.gen(function*() {
         )),
     follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
-    drain: Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })),
+    drain: Effect.zipRight(Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })), creations.drain),
     interruptAll
   }
-  // A runtime closed while turns run (an application disposing its own; the server has already
-  // drained them, main.ts): each turn is cancelled as `interrupted` and closes as a stop past the
-  // drain deadline closes it, within the loops' cancel grace and the closing append's deadline.
+  // A runtime closed while turns or creates run (an application disposing its own; the server has
+  // already drained them, main.ts): each turn is cancelled as `interrupted` and closes as a stop
+  // past the drain deadline closes it, within the loops' cancel grace and the closing append's
+  // deadline, and each create is interrupted as that stop interrupts it.
   // Added last, so it runs first: the live feeds (their streams then end, after the turns'
   // closing records), the deadlines and the turns' FiberSet (which interrupts what is left) close
   // after it.
   yield* Effect.addFinalizer(() =>
     Effect.suspend(() =>
-      running.size === 0
+      running.size === 0 && creations.size === 0
         ? Effect.void
         : Effect.asVoid(Effect.timeoutOption(interruptAll, Duration.millis(interruptWaitMs(config))))
     )

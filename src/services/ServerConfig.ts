@@ -90,7 +90,7 @@ export interface ServerConfigShape {
   readonly requestRetentionMs: number
   /** The largest request body, in bytes. */
   readonly maxRequestBytes: number
-  /** How long a graceful stop waits for admitted turns, in milliseconds. */
+  /** How long a graceful stop waits for admitted turns and creates in flight, in milliseconds. */
   readonly drainDeadlineMs: number
   /** Seconds between SSE heartbeat comments, in milliseconds. */
   readonly sseHeartbeatMs: number
@@ -288,7 +288,7 @@ export const fromConfig = Config.all({
   apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: positive("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body (at least 1: 0 would refuse every body)"),
-  drainDeadlineMs: timerMs("BRAIN_DRAIN_DEADLINE_MS", 0, defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns"),
+  drainDeadlineMs: timerMs("BRAIN_DRAIN_DEADLINE_MS", 0, defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns and creates in flight"),
   sseHeartbeatMs: timerMs("BRAIN_SSE_HEARTBEAT_MS", 0, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
   cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
   inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),

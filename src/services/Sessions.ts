@@ -178,9 +178,12 @@ export interface SessionsShape {
   readonly follow: (session: SessionId, after: number) => Effect.Effect<Following, FollowError, Scope.Scope>
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
-  /** Waits until every running turn has closed (graceful drain). */
+  /** Waits until every running turn has closed and every create in flight has answered (graceful drain). */
   readonly drain: Effect.Effect<void>
-  /** Cancels every running turn as `interrupted` (a stop past its drain deadline) and waits for them to close. */
+  /**
+   * Cancels every running turn as `interrupted` and interrupts every create in flight (a stop past
+   * its drain deadline), and waits for them to close and answer.
+   */
   readonly interruptAll: Effect.Effect<void>
 }
 

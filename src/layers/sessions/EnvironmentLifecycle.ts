@@ -8,9 +8,11 @@ import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import { JournalWriteFailed, TeardownFailed } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
+import { failure, type Failure } from "../../domain/Failure.js"
 import type { FenceError } from "../../services/EffectFence.js"
 import { nothingSent } from "../../services/Environments.js"
 import type { JournalShape } from "../../services/Journal.js"
+import type { Once } from "../Waits.js"
 import type { Cell } from "./Cell.js"
 import { runStep, standing, type StepDeps } from "./EnvironmentSteps.js"
 import { fromJournal } from "./Registry.js"
@@ -21,22 +23,45 @@ export const fromFence = (e: FenceError) =>
     ? new JournalWriteFailed({ message: `${e.message}; the session recovers on its next access`, details: { ambiguous: true } })
     : fromJournal(e)
 
+/** Why a creation's setup stopped: the Environment that was not set up, and why. */
+export interface SetupFailed {
+  readonly environment: string
+  readonly failure: Failure
+  /** The stop ended it: nothing more was sent, teardowns included (a delete sends them). */
+  readonly stopped: boolean
+}
+
 /**
  * Sets up each Environment in declaration order, each step durable before the next. On the
  * first failure nothing more is set up: every Environment whose setup was sent (all but a failed
  * one that nothing reached) is torn down (journaled), in reverse order, and the failure is returned.
+ *
+ * Once `stop` is given (the server is stopping past its drain), the setup in flight is abandoned
+ * (recorded `interrupted`, ambiguous), no other step is sent, and nothing is torn down: as after a
+ * crash, the failed session's delete tears down what may stand (docs/environments.md, "Restart").
  */
-export const setUpEnvironments = (steps: StepDeps, cell: Cell, environments: ReadonlyArray<AdmittedEnvironment>) =>
+export const setUpEnvironments = (
+  steps: StepDeps,
+  cell: Cell,
+  environments: ReadonlyArray<AdmittedEnvironment>,
+  stop?: Once<void>
+): Effect.Effect<SetupFailed | undefined, FenceError> =>
   Effect.gen(function*() {
     const started: Array<AdmittedEnvironment> = []
     for (const environment of environments) {
+      if (stop?.isDone) {
+        return { environment: environment.name, failure: failure("interrupted", "the server is stopping: its setup was not sent"), stopped: true }
+      }
       started.push(environment)
-      const outcome = yield* runStep(steps, cell, "setup", environment)
+      const outcome = yield* runStep(steps, cell, "setup", environment, stop)
       if (outcome.ok) continue
       // A setup that never reached its Environment left nothing there to tear down.
       if (nothingSent(outcome.failure)) started.pop()
-      for (const e of [...started].reverse()) yield* runStep(steps, cell, "teardown", e)
-      return { environment: environment.name, failure: outcome.failure }
+      for (const e of [...started].reverse()) {
+        if (stop?.isDone) break
+        yield* runStep(steps, cell, "teardown", e, stop)
+      }
+      return { environment: environment.name, failure: outcome.failure, stopped: stop?.isDone === true && outcome.failure.code === "interrupted" }
     }
     return undefined
   })

@@ -19,6 +19,7 @@ import {
   type LifecycleStep,
   nothingSent
 } from "../../services/Environments.js"
+import type { Once } from "../Waits.js"
 import type { Cell } from "./Cell.js"
 
 export interface StepDeps {
@@ -39,7 +40,19 @@ const startedOf = (step: LifecycleStep, environment: AdmittedEnvironment): Entry
     ? entry("environment_detach_started", { environment: environment.name })
     : entry("environment_teardown_started", { environment: environment.name })
 
-const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<LifecycleEnded, EnvironmentFailed>, dispatched: boolean): Entry => {
+/**
+ * A step in flight abandoned because the server is stopping (`runStep`'s `stop`): it was sent, so
+ * whether the Environment did it is not known, as after a crash.
+ */
+class StepStopped {
+  readonly _tag = "StepStopped"
+  constructor(readonly step: LifecycleStep) {}
+  get failure(): Failure {
+    return failure("interrupted", `the server is stopping: the ${this.step} was abandoned before its answer`, { ambiguous: true })
+  }
+}
+
+const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<LifecycleEnded, EnvironmentFailed | StepStopped>, dispatched: boolean): Entry => {
   if (Exit.isSuccess(exit)) {
     const result = exit.value.result ?? null
     return step === "setup"
@@ -60,14 +73,24 @@ const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<Lifecy
 
 /**
  * Runs one step through the fence. Fails only when the journal did not take a record: the cell
- * is then broken, and the session recovers on its next access.
+ * is then broken, and the session recovers on its next access. Once `stop` is given (the server
+ * is stopping), a step in flight stops waiting for its Environment: its request is closed and it
+ * ends `interrupted`, ambiguous.
  */
 export const runStep = (
   deps: StepDeps,
   cell: Cell,
   step: LifecycleStep,
-  environment: AdmittedEnvironment
+  environment: AdmittedEnvironment,
+  stop?: Once<void>
 ): Effect.Effect<StepOutcome, FenceError> => {
+  const sendOrStop = (sequence: number): Effect.Effect<LifecycleEnded, EnvironmentFailed | StepStopped> => {
+    const sent = send(sequence)
+    if (stop === undefined) return sent
+    // Interruptible, as the send is, whatever the caller's region: the loser is interrupted.
+    const stopped = Effect.interruptible(Effect.zipRight(stop.await, Effect.fail(new StepStopped(step))))
+    return Effect.raceFirst(sent, stopped)
+  }
   const send = (sequence: number): Effect.Effect<LifecycleEnded, EnvironmentFailed> => {
     if (environment.driver === "brain") return Effect.succeed({ result: null })
     const driver = deps.environments
@@ -85,7 +108,7 @@ export const runStep = (
     // that the driver's lifecycle timeout can close the request.
     return Effect.interruptible(step === "setup" ? driver.setup(operation) : step === "detach" ? driver.detach(operation) : driver.teardown(operation))
   }
-  return deps.fence.fence(cell.session, startedOf(step, environment), send, (seq, exit, dispatched) => outcomeOf(step, seq, exit, dispatched), {
+  return deps.fence.fence(cell.session, startedOf(step, environment), sendOrStop, (seq, exit, dispatched) => outcomeOf(step, seq, exit, dispatched), {
     committed: (committed) => cell.foldIn(committed),
     unrecorded: () => void (cell.broken = true)
   }).pipe(
