@@ -213,6 +213,17 @@ export interface Entry<K extends RecordKind = RecordKind> {
 
 export const entry = <K extends RecordKind>(kind: K, payload: PayloadOf<K>): Entry<K> => ({ kind, payload })
 
+/**
+ * A record to append whose payload its maker has already written as JSON: `json` must be
+ * `JSON.stringify(payload)`, which the journal then writes as it is rather than write the payload
+ * again (a tool's outcome, written once to learn whether it can be: sessions/ToolVerdicts.ts).
+ */
+export interface WrittenEntry<K extends RecordKind = RecordKind> extends Entry<K> {
+  readonly json: string
+}
+
+export const writtenEntry = <K extends RecordKind>(kind: K, payload: PayloadOf<K>, json: string): WrittenEntry<K> => ({ kind, payload, json })
+
 /** A committed record, as read back from a journal. */
 export interface JournalRecord {
   readonly sequence: number

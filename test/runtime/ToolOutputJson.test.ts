@@ -2,7 +2,8 @@
  * A tool's output that JSON cannot write (a cycle, a BigInt, nesting deeper than MAX_JSON_DEPTH):
  * the journal cannot record it, yet the call's start must be closed before the loop observes an
  * answer (the seed: "Brain commits *_ended or *_failed referencing the started sequence"). Such an
- * output is the call's `error` outcome, committed, and the loop is shown exactly that.
+ * output is the call's `error` outcome, committed, and the loop is shown exactly that. An output
+ * JSON can write is written once: the check's text is what the journal records.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -40,6 +41,27 @@ const tools: Record<string, ToolsInProcess.ToolHandler> = Object.fromEntries(
     () => Effect.sync(() => ({ outcome: name.endsWith("error") ? "error" : "ok", output: output() }) as const)
   ])
 )
+
+describe("a tool output JSON can write", () => {
+  it.effect("is written as JSON once per call: the check that it can be written is the text the journal records", () => {
+    let written = 0
+    // JSON calls toJSON each time it writes the value: the count is how often the output was written.
+    const output = { toJSON: () => (written++, { answer: 42 }) }
+    const agentloop: AgentloopShape = {
+      activate: (_input, host) => Effect.as(host.dispatch([{ id: "c-1", name: "counted", input: {} }]), "done")
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({ agentloop: "t", model: { provider: "scripted" }, tools: [{ name: "counted" }] })
+      const out = yield* sessions.send(session_id, { message: "go" })
+      expect(out.turn.status).toBe("ended")
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      expect(records.find((r) => r.kind === "tool_call_ended")!.payload).toMatchObject({ outcome: "ok", output: { answer: 42 } })
+      expect(written).toBe(1)
+    }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools: { counted: () => Effect.succeed({ outcome: "ok", output }) } })))
+  })
+})
 
 describe("a tool output JSON cannot write", () => {
   it.effect("a cycle, a BigInt or nesting deeper than MAX_JSON_DEPTH is the call's committed error outcome, closing its start, and the loop is shown exactly that; nesting at MAX_JSON_DEPTH is ok", () => {

@@ -4,7 +4,7 @@
  */
 import { BODY_FIXED_BYTES, HEADER_BYTES } from "./Frame.js"
 import { MAX_FRAME_BYTES, MAX_KIND_BYTES } from "../../domain/Limits.js"
-import { checkPayload, type Entry, type RecordKind } from "../../domain/Records.js"
+import { checkPayload, type Entry, type RecordKind, type WrittenEntry } from "../../domain/Records.js"
 import { RecordRejected } from "../../services/Journal.js"
 
 export interface Prepared {
@@ -39,7 +39,8 @@ export const prepareEntries = (entries: ReadonlyArray<Entry>): ReadonlyArray<Pre
   for (const e of entries) {
     const refused = checkPayload(e.kind, e.payload)
     if (refused !== undefined) return new RecordRejected({ reason: refused })
-    const jsonText = stringify(e.payload)
+    // Written already by its maker (`writtenEntry`), or now.
+    const jsonText = (e as Partial<WrittenEntry>).json ?? stringify(e.payload)
     if (jsonText === undefined) return new RecordRejected({ reason: `${e.kind} payload is not serializable as JSON` })
     const kb = kindBytes(e.kind)
     if (kb.length > MAX_KIND_BYTES) return new RecordRejected({ reason: "kind name too long" })

@@ -10,7 +10,7 @@ import { nestingDepth } from "../../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
-import { entry } from "../../domain/Records.js"
+import { entry, writtenEntry } from "../../domain/Records.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { ToolReply } from "../../services/Tools.js"
 import type { CallStop } from "../CallStop.js"
@@ -43,18 +43,20 @@ export const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unkno
   schema === undefined ? verdict : Effect.map(verdict, (v) => checked(v, schema))
 
 /**
- * Why JSON cannot write a tool's output (a cycle, a BigInt, nesting past MAX_JSON_DEPTH or the
- * engine's stack), or undefined when it can: an in-process tool answers with any value, and its
- * outcome record must still be written. Plain code, like the journal's encoder, which it spares.
+ * A tool's outcome record, written as JSON once: its text, which the journal then writes as it is
+ * (`writtenEntry`), or why JSON cannot write the output (a cycle, a BigInt, nesting past
+ * MAX_JSON_DEPTH or the engine's stack): an in-process tool answers with any value, and its
+ * outcome record must still be written. Plain code, like the journal's encoder.
  */
-const unwritableJson = (output: unknown): string | undefined => {
-  let text: string | undefined
+const writtenOutcome = (payload: { readonly output: unknown }): { readonly json: string } | { readonly unwritable: string } => {
+  let json: string
   try {
-    text = JSON.stringify(output)
+    json = JSON.stringify(payload)
   } catch (e) {
-    return (e instanceof Error ? e.message : String(e)).split("\n")[0]
+    return { unwritable: (e instanceof Error ? e.message : String(e)).split("\n")[0]! }
   }
-  return text !== undefined && nestingDepth(text) > MAX_JSON_DEPTH ? `it nests deeper than ${MAX_JSON_DEPTH} levels` : undefined
+  // The output nests one level below the payload (its other members are scalars).
+  return nestingDepth(json) > MAX_JSON_DEPTH + 1 ? { unwritable: `it nests deeper than ${MAX_JSON_DEPTH} levels` } : { json }
 }
 
 /** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
@@ -63,21 +65,15 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     ? exit.value
     : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
   if (v._tag === "reply" && v.reply.outcome !== "stopped") {
+    const payload = { sequence, outcome: v.reply.outcome, output: v.reply.output ?? null, is_error: v.reply.outcome === "error" }
+    const written = writtenOutcome(payload)
+    if ("json" in written) return writtenEntry("tool_call_ended", payload, written.json)
     // An output the journal cannot write would leave the call's start unclosed: it is the error.
-    const unwritable = unwritableJson(v.reply.output)
-    if (unwritable !== undefined) {
-      return entry("tool_call_ended", {
-        sequence,
-        outcome: "error",
-        output: { code: "invalid_output", message: `the tool's output cannot be written as JSON: ${unwritable}` },
-        is_error: true
-      })
-    }
     return entry("tool_call_ended", {
       sequence,
-      outcome: v.reply.outcome,
-      output: v.reply.output ?? null,
-      is_error: v.reply.outcome === "error"
+      outcome: "error",
+      output: { code: "invalid_output", message: `the tool's output cannot be written as JSON: ${written.unwritable}` },
+      is_error: true
     })
   }
   if (v._tag === "unsent" && v.deadline) {
