@@ -32,18 +32,25 @@ import type { GateRoute } from "./FastSend.js"
 import { methodsOf } from "./Methods.js"
 
 /**
- * Request bodies held in memory at once, in bytes. A body is held from its first byte until its
- * request is answered (its parsed value lives that long). One body is always admitted when
- * nothing else is held, so every legal request can be served; past the budget, others are
- * refused with 503 `overloaded` rather than let concurrent large bodies exhaust the heap.
+ * Request bodies held in memory at once, in bytes. A body is charged as its bytes arrive — never
+ * by the length it declares, so a slow client holds only what it has sent — and holds them until
+ * its request is answered (its parsed value lives that long). A body whose bytes are all that is
+ * held is always admitted, so every legal request can be served alone; past the budget, a body
+ * whose next bytes do not fit is refused with 503 `overloaded` rather than let concurrent large
+ * bodies exhaust the heap.
  */
 export class BodyBudget {
   private held = 0
   constructor(readonly limit: number) {}
-  take(bytes: number): boolean {
-    if (this.held > 0 && this.held + bytes > this.limit) return false
+  /** Takes `bytes` more for a body that holds `mine` already; false (nothing taken) when they do not fit beside the others. */
+  take(bytes: number, mine = 0): boolean {
+    if (this.held > mine && this.held + bytes > this.limit) return false
     this.held += bytes
     return true
+  }
+  /** Counts bytes already in memory, handed over by another reader (SocketRoutes.ts's `preRead`): never refused. */
+  hold(bytes: number) {
+    this.held += bytes
   }
   give(bytes: number) {
     this.held -= bytes
@@ -53,7 +60,7 @@ export class BodyBudget {
   }
 }
 
-const busyBodies = () =>
+export const busyBodies = () =>
   new Overloaded({ message: "the server holds as many request bodies as it can at once (BRAIN_INFLIGHT_BODY_BYTES); try again shortly" })
 
 export interface GateOptions {
@@ -150,12 +157,9 @@ export const gate = (options: GateOptions) => {
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
           return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
         }
+        // The budget is charged by the bytes that arrive (readBody), not by the length declared.
         const held: Held = { bytes: 0, detach: undefined }
         const budget = options.bodies
-        if (budget && declared !== undefined && Number(declared) > 0) {
-          if (!budget.take(Number(declared))) return yield* Effect.fail(busyBodies())
-          held.bytes = Number(declared)
-        }
         return yield* Effect.ensuring(
           routeWithBody(request, path, app, options, held),
           Effect.sync(() => {
@@ -242,13 +246,15 @@ const unexpectedBody = (text: string) => {
 }
 
 /**
- * Reads the whole body, counting bytes: past `max` it keeps reading and discarding (so the 413
- * is answered on a live connection, never by resetting it) and returns undefined. Bytes beyond
- * what `held` already reserved are taken from the budget as they arrive; when it refuses, the
- * rest is discarded the same way and the answer is "busy". The listeners come off when the body
- * ends or fails, or by `held.detach`, which the gate's finalizer calls: a request interrupted
- * while its body arrives (its connection closed) takes no more of the budget once the finalizer
- * has given back what it held. No canceler of its own, so the wait is a plain `Effect.async`.
+ * Reads the whole body, taking its bytes from the budget as they arrive. Past `max`, or when the
+ * budget cannot take the next bytes, the body is refused: what it held is given back at once, and
+ * the rest is read and discarded (so the refusal is answered on a live connection, never by
+ * resetting it), then the answer is undefined (too large) or "busy". A slow body holds only the
+ * bytes it has sent; the listener's request timeout (Connections.ts) bounds how long it may take.
+ * The listeners come off when the body ends or fails, or by `held.detach`, which the gate's
+ * finalizer calls: a request interrupted while its body arrives (its connection closed) takes no
+ * more of the budget once the finalizer has given back what it held. No canceler of its own, so
+ * the wait is a plain `Effect.async`.
  */
 const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: Held) =>
   Effect.async<Buffer | undefined | "busy", InvalidRequest>((resume) => {
@@ -257,25 +263,29 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
     if (read !== undefined) {
       preRead.delete(source)
       if (read.length > max) return resume(Effect.succeed(undefined))
-      if (budget && read.length > held.bytes) {
-        if (!budget.take(read.length - held.bytes)) return resume(Effect.succeed("busy"))
-        held.bytes = read.length
-      }
+      // Already in memory: its reader gave its bytes back as it handed it over; counted again here.
+      budget?.hold(read.length)
+      held.bytes += read.length
       return resume(Effect.succeed(read))
     }
     const chunks: Array<Buffer> = []
     let size = 0
-    let tooLarge = false
-    let busy = false
+    let refused: "tooLarge" | "busy" | undefined
+    const refuse = (why: "tooLarge" | "busy") => {
+      refused = why
+      chunks.length = 0
+      budget?.give(held.bytes)
+      held.bytes = 0
+    }
     const onData = (chunk: Buffer) => {
+      if (refused !== undefined) return
       size += chunk.length
-      if (!tooLarge && !busy && budget && size > held.bytes) {
-        if (budget.take(size - held.bytes)) held.bytes = size
-        else busy = true
+      if (size > max) return refuse("tooLarge")
+      if (budget) {
+        if (!budget.take(chunk.length, held.bytes)) return refuse("busy")
+        held.bytes += chunk.length
       }
-      if (size > max) tooLarge = true
-      if (tooLarge || busy) chunks.length = 0
-      else chunks.push(chunk)
+      chunks.push(chunk)
     }
     const detach = () => {
       source.off("data", onData)
@@ -284,7 +294,7 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
     }
     const onEnd = () => {
       detach()
-      resume(Effect.succeed(tooLarge ? undefined : busy ? "busy" : Buffer.concat(chunks)))
+      resume(Effect.succeed(refused === "tooLarge" ? undefined : refused ?? Buffer.concat(chunks)))
     }
     const onError = (err: Error) => {
       detach()

@@ -14,14 +14,16 @@
  * - before the body is read: another route, a socket on probation, a send whose token does not
  *   match (a host's results carry the host's own token, which their handler checks), a send
  *   while the server drains, a media type other than JSON, no or an oversized
- *   `content-length`, a body budget that cannot hold it now;
+ *   `content-length`;
  * - after the body is read (not UTF-8, nested too deep, not JSON, not the route's payload or
  *   headers): with the body handed over already read (`preRead`, which the gate takes instead
  *   of reading the socket again).
  *
- * What the gate gives a request holds here too: its bytes are held in the body budget from before
- * the first byte until the answer (or the client's going away), and a client that goes away
- * interrupts the fiber answering it, as the platform's handler does.
+ * What the gate gives a request holds here too: its bytes are taken from the body budget as they
+ * arrive and held until the answer (or the client's going away); bytes the budget cannot take are
+ * refused as the gate refuses them (what the body held given back at once, the rest discarded,
+ * then 503 `overloaded`); and a client that goes away interrupts the fiber answering it, as the
+ * platform's handler does.
  */
 import { isUtf8 } from "node:buffer"
 import * as crypto from "node:crypto"
@@ -40,7 +42,7 @@ import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, digest, type GateOptions, preRead, shapeError } from "./Middleware.js"
+import { bearerToken, busyBodies, digest, type GateOptions, preRead, shapeError } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -97,19 +99,19 @@ export const socketListener = (
   const expected = options.apiToken !== undefined ? digest(options.apiToken) : undefined
   const runFork = RuntimeOps.runFork(runtime)
 
-  /** The declared body's length if the gate would admit this request to `route` as it stands; else undefined. */
-  const admits = (request: http.IncomingMessage, route: SocketRoute): number | undefined => {
-    if (options.onProbation?.(request.socket)) return undefined
+  /** Whether the gate would admit this request to `route` as it stands, before its body. */
+  const admits = (request: http.IncomingMessage, route: SocketRoute): boolean => {
+    if (options.onProbation?.(request.socket)) return false
     if (route.serverToken && expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) {
-      return undefined
+      return false
     }
-    if (!route.whileDraining && options.draining()) return undefined
+    if (!route.whileDraining && options.draining()) return false
     const type = request.headers["content-type"]
-    if (type === undefined || type.split(";")[0]!.trim().toLowerCase() !== "application/json") return undefined
+    if (type === undefined || type.split(";")[0]!.trim().toLowerCase() !== "application/json") return false
     const declared = request.headers["content-length"]
-    if (declared === undefined || request.headers["transfer-encoding"] !== undefined) return undefined
+    if (declared === undefined || request.headers["transfer-encoding"] !== undefined) return false
     const bytes = Number(declared)
-    return Number.isSafeInteger(bytes) && bytes > 0 && bytes <= options.maxRequestBytes ? bytes : undefined
+    return Number.isSafeInteger(bytes) && bytes > 0 && bytes <= options.maxRequestBytes
   }
 
   /** The route and its match for a request's path, if one takes it. */
@@ -127,19 +129,31 @@ export const socketListener = (
 
   return (request, response) => {
     const found = routeOf(request)
-    const bytes = found === undefined ? undefined : admits(request, found[0])
-    if (found === undefined || bytes === undefined || (options.bodies !== undefined && !options.bodies.take(bytes))) {
-      return platform(request, response)
-    }
+    if (found === undefined || !admits(request, found[0])) return platform(request, response)
     const [route, id] = found
-    let held = true
+    const budget = options.bodies
+    /** Bytes of the budget this body holds: those that have arrived, until the answer. */
+    let held = 0
+    let busy = false
     const giveBack = () => {
-      if (!held) return
-      held = false
-      options.bodies?.give(bytes)
+      if (held === 0) return
+      budget!.give(held)
+      held = 0
     }
     const chunks: Array<Buffer> = []
-    const onData = (chunk: Buffer) => void chunks.push(chunk)
+    const onData = (chunk: Buffer) => {
+      if (busy) return
+      if (budget !== undefined) {
+        if (!budget.take(chunk.length, held)) {
+          // Refused as the gate refuses: what it held given back now, the rest read and discarded.
+          busy = true
+          chunks.length = 0
+          return giveBack()
+        }
+        held += chunk.length
+      }
+      chunks.push(chunk)
+    }
     const detach = () => {
       request.off("data", onData)
       request.off("end", onEnd)
@@ -153,11 +167,13 @@ export const socketListener = (
     }
     const onEnd = () => {
       detach()
+      if (busy) return write(response, toResponse(busyBodies()))
       const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
       const parsed = parse(body)
       const answering = parsed === undefined ? undefined : route.take(id, request.headers, parsed)
       if (answering === undefined) {
-        // Refused by the gate or by HttpApi, which shape the answer: the body goes to them read.
+        // Refused by the gate or by HttpApi, which shape the answer: the body goes to them read,
+        // its bytes given back here and counted again by the gate.
         giveBack()
         preRead.set(request, body)
         return platform(request, response)

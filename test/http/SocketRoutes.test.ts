@@ -1,8 +1,8 @@
 /**
  * Which requests the listener for the routes taken at the socket (src/http/SocketRoutes.ts)
  * answers itself and which it passes to the platform's handler, unread or with the body it read;
- * and that a request's bytes are held in the body budget from before its first byte until its
- * answer or its client's going away. On a real `node:http` server, with the platform's handler a
+ * and that a request's bytes are taken from the body budget as they arrive (never by the length it
+ * declares) and held until its answer or its client's going away. On a real `node:http` server, with the platform's handler a
  * spy and the send route over a stand-in for Sessions.
  */
 import * as http from "node:http"
@@ -96,9 +96,9 @@ describe("the routes taken at the socket: sends", () => {
     expect(bodies.inUse).toBe(0)
   })
 
-  it("passes on, unread, every request the gate must judge before a body: another route, a wrong token, draining, probation, no JSON media type, no or an oversized length, a full budget", async () => {
+  it("passes on, unread, every request the gate must judge before a body: another route, a wrong token, draining, probation, no JSON media type, no or an oversized length", async () => {
     const oversized = JSON.stringify({ input: { message: "x".repeat(20_000) } })
-    const cases: ReadonlyArray<{ what: string; options?: Parameters<typeof start>[0]; path?: string; headers?: Record<string, string>; body?: string; chunked?: true; fill?: true }> = [
+    const cases: ReadonlyArray<{ what: string; options?: Parameters<typeof start>[0]; path?: string; headers?: Record<string, string>; body?: string; chunked?: true }> = [
       { what: "another route", path: `/v1/sessions/${ID}/cancel` },
       { what: "a trailing slash", path: `${PATH}/` },
       { what: "a wrong token", options: { token: "t" }, headers: { authorization: "Bearer x" } },
@@ -106,12 +106,10 @@ describe("the routes taken at the socket: sends", () => {
       { what: "a socket on probation", options: { probation: true } },
       { what: "text/plain", headers: { "content-type": "text/plain" } },
       { what: "chunked", chunked: true },
-      { what: "oversized", body: oversized },
-      { what: "a full budget", options: { budget: 10 }, fill: true }
+      { what: "oversized", body: oversized }
     ]
     for (const c of cases) {
       const s = await start(c.options)
-      if (c.fill) s.bodies.take(1)
       const body = c.body ?? SEND
       const r = c.chunked
         ? await new Promise<{ status: number }>((resolve, reject) => {
@@ -142,7 +140,7 @@ describe("the routes taken at the socket: sends", () => {
     expect(bodies.inUse).toBe(0)
   })
 
-  it("holds a send's bytes in the budget from before its first byte until its answer, and gives them back when its client goes away first", async () => {
+  it("holds a send's bytes in the budget as they arrive (not the length it declares) until its answer, and gives them back when its client goes away first", async () => {
     const gate = Effect.runSync(Deferred.make<void>())
     const { port, bodies } = await start({ gate })
     const answer = post(port, PATH, SEND)
@@ -150,13 +148,51 @@ describe("the routes taken at the socket: sends", () => {
     Effect.runSync(Deferred.succeed(gate, undefined))
     expect((await answer).status).toBe(200)
     expect(bodies.inUse).toBe(0)
-    // A client gone in the middle of its body.
+    // A client gone in the middle of its body: it held what it had sent, not what it declared.
     const gone = http.request({ port, host: "127.0.0.1", path: PATH, method: "POST", headers: { "content-type": "application/json", "content-length": "1000" } })
     gone.on("error", () => {})
     gone.write("{")
-    await expect.poll(() => bodies.inUse).toBe(1000)
+    await expect.poll(() => bodies.inUse).toBe(1)
+    gone.write('"input"')
+    await expect.poll(() => bodies.inUse).toBe(8)
     gone.destroy()
     await expect.poll(() => bodies.inUse).toBe(0)
+  })
+
+  it("refuses a send whose arriving bytes the budget cannot hold beside the others: what it held is given back at once, the rest discarded, then 503 overloaded with the connection closed", async () => {
+    const { port, bodies, passed } = await start({ budget: 100 })
+    // Another body holds 60 bytes.
+    bodies.take(60)
+    const declared = 1_000
+    const refused = new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
+      const req = http.request({ port, host: "127.0.0.1", path: PATH, method: "POST", headers: { "content-type": "application/json", "content-length": String(declared) } })
+      req.on("response", (res) => {
+        let text = ""
+        res.on("data", (d) => (text += d))
+        res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body: text }))
+      })
+      req.on("error", reject)
+      // 30 bytes fit beside the 60 held; the next 30 do not.
+      req.write("x".repeat(30))
+      setTimeout(() => {
+        req.write("x".repeat(30))
+        setTimeout(() => {
+          // Refused already: nothing it sent is held while the rest arrives.
+          void expect.poll(() => bodies.inUse).toBe(60).then(() => req.end("x".repeat(declared - 60)), reject)
+        }, 50)
+      }, 50)
+    })
+    const r = await refused
+    expect(r.status).toBe(503)
+    expect(r.headers.connection).toBe("close")
+    expect(JSON.parse(r.body)).toMatchObject({ code: "overloaded", retryable: true })
+    expect(passed).toEqual([])
+    expect(bodies.inUse).toBe(60)
+    // Alone, a body larger than the whole budget is served: every legal request can succeed.
+    bodies.give(60)
+    const alone = JSON.stringify({ input: { message: "y".repeat(500) } })
+    expect((await post(port, PATH, alone)).status).toBe(200)
+    expect(bodies.inUse).toBe(0)
   })
 
   it("takes a host's results itself, with the host's own token and while the server drains (the gate lets a host answer work already admitted), answering 204", async () => {

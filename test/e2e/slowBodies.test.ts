@@ -1,0 +1,138 @@
+/**
+ * Request bodies that arrive slowly, against real server processes. The body budget
+ * (BRAIN_INFLIGHT_BODY_BYTES) counts the bytes a body holds as they arrive, not the length it
+ * declares: slow uploads that declare more than the budget cannot close the server to everyone
+ * else's writes, and bytes really held past it are still refused. Each path that reads a body is
+ * exercised: a send (taken at the socket) and a create (the gate).
+ */
+import * as net from "node:net"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, eventually, request, type ServerProcess, sleep, startServer } from "../support/server.js"
+
+const BUDGET = 1_000_000
+
+/** A request on its own connection whose body is sent when the test says: what it was answered, once the server closes. */
+class SlowBody {
+  readonly socket: net.Socket
+  private received = ""
+  /** The answer's raw text, once the connection is closed; and when that was. */
+  readonly answered: Promise<{ readonly text: string; readonly at: number }>
+  constructor(port: number, path: string, declared: number | "chunked", first: string) {
+    this.socket = net.connect(port, "127.0.0.1")
+    this.socket.setEncoding("utf8")
+    this.socket.on("data", (d: string) => void (this.received += d))
+    this.socket.on("error", () => {})
+    this.answered = new Promise((resolve) => this.socket.on("close", () => resolve({ text: this.received, at: Date.now() })))
+    const length = declared === "chunked" ? "transfer-encoding: chunked" : `content-length: ${declared}`
+    this.socket.write(`POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n${length}\r\n\r\n${first}`)
+  }
+  send(bytes: string) {
+    if (!this.socket.destroyed) this.socket.write(bytes)
+  }
+  /** What the server has answered so far. */
+  get text() {
+    return this.received
+  }
+  /** Whether the server has answered anything yet. */
+  get answeredYet() {
+    return this.received.length > 0
+  }
+}
+
+const statusOf = (raw: string) => Number(/^HTTP\/1\.1 (\d{3}) /.exec(raw)?.[1] ?? 0)
+const bodyOf = (raw: string) => JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4)) as { code: string; message: string; retryable: boolean }
+
+const portOf = (server: ServerProcess) => Number(new URL(server.baseUrl).port)
+
+const createBody = (bytes: number) => {
+  const head = '{"model":{"provider":"scripted"},"system":"'
+  return head + "s".repeat(bytes - head.length - 2) + '"}'
+}
+
+const newSession = async (server: ServerProcess) => {
+  const created = await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })
+  expect(created.status, created.text).toBe(201)
+  return (created.body as { session_id: string }).session_id
+}
+
+describe("slow bodies and the body budget", () => {
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_INFLIGHT_BODY_BYTES: String(BUDGET) } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("slow uploads that together declare several times the budget hold only what has arrived: other clients' creates and sends are served while they trickle", async () => {
+    const session = await newSession(server)
+    const port = portOf(server)
+    // Six legal uploads that together declare more than the budget, the first four exactly the
+    // budget: sends taken at the socket, creates read by the gate, and one chunked.
+    const slow = [
+      ...Array.from({ length: 3 }, () => new SlowBody(port, `/v1/sessions/${session}/messages`, BUDGET / 4, "{")),
+      ...Array.from({ length: 2 }, () => new SlowBody(port, "/v1/sessions", BUDGET / 4, "{")),
+      new SlowBody(port, "/v1/sessions", "chunked", "1\r\n{\r\n")
+    ]
+    const trickle = setInterval(() => slow.forEach((s, i) => s.send(i === 5 ? "1\r\n \r\n" : " ")), 200)
+    try {
+      await sleep(500)
+      for (let round = 0; round < 3; round++) {
+        const created = await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })
+        expect(created.status, created.text).toBe(201)
+        const id = (created.body as { session_id: string }).session_id
+        const sent = await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "hi" } } })
+        expect(sent.status, sent.text).toBe(200)
+        await sleep(200)
+      }
+      // The slow uploads were neither refused nor cut: they are still arriving.
+      expect(slow.map((s) => s.answeredYet)).toEqual(slow.map(() => false))
+    } finally {
+      clearInterval(trickle)
+      for (const s of slow) s.socket.destroy()
+    }
+  }, 60_000)
+
+  it("bytes really held past the budget are refused 503 overloaded (retryable, connection closed), and a refused body's bytes are given back at once", async () => {
+    const session = await newSession(server)
+    const port = portOf(server)
+    // A create read by the gate holds 600 kB of its 900 kB.
+    const held = new SlowBody(port, "/v1/sessions", 900_000, createBody(900_000).slice(0, 600_000))
+    await sleep(500)
+    // A fast body that would take the total past the budget is refused.
+    const refused = await eventually("a fast body past the budget to be refused", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions", { raw: createBody(600_000), headers: { "content-type": "application/json" } })
+      return r.status === 503 ? r : undefined
+    })
+    expect(refused.body).toMatchObject({ code: "overloaded", retryable: true })
+    expect(refused.body.message).toContain("BRAIN_INFLIGHT_BODY_BYTES")
+    expect(refused.headers.get("connection")).toBe("close")
+    // A send taken at the socket holds 300 kB (900 kB held in all), then 200 kB more arrive: refused.
+    const message = JSON.stringify({ input: { message: "m".repeat(900_000 - 24) } })
+    expect(Buffer.byteLength(message)).toBe(900_000)
+    const grown = new SlowBody(port, `/v1/sessions/${session}/messages`, 900_000, message.slice(0, 300_000))
+    await sleep(300)
+    grown.send(message.slice(300_000, 500_000))
+    // Its bytes were given back when it was refused, before its body ends: 350 kB more fit.
+    const served = await eventually("a 350 kB body to fit beside the 600 kB held", async () => {
+      const r = await request(server.baseUrl, "/v1/sessions", { raw: createBody(350_000), headers: { "content-type": "application/json" } })
+      return r.status === 201 ? r : undefined
+    })
+    expect(served.status).toBe(201)
+    expect(grown.answeredYet).toBe(false)
+    grown.send(message.slice(500_000))
+    const grownAnswer = (await grown.answered).text
+    expect(statusOf(grownAnswer), grownAnswer.slice(0, 300)).toBe(503)
+    expect(grownAnswer.toLowerCase()).toContain("connection: close")
+    expect(bodyOf(grownAnswer)).toMatchObject({ code: "overloaded", retryable: true })
+    // The body that held its bytes all along is served.
+    held.send(createBody(900_000).slice(600_000))
+    const heldAnswer = await eventually("the held body's answer", async () => {
+      await sleep(50)
+      return held.answeredYet ? held.text : undefined
+    })
+    expect(statusOf(heldAnswer), heldAnswer.slice(0, 300)).toBe(201)
+    held.socket.destroy()
+  }, 60_000)
+})
