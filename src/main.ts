@@ -286,7 +286,11 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
         `the open-file limit (${openFileLimit()}) allows ${fitted.connections} connections and ${fitted.journalFiles} open journal files; raise it (ulimit -n) to serve BRAIN_MAX_CONNECTIONS (${config.maxConnections})`
       )
     }
-    const guard = guardConnections(server, { maxConnections: fitted.connections, headersTimeoutMs: config.headersTimeoutMs })
+    const guard = guardConnections(server, {
+      maxConnections: fitted.connections,
+      headersTimeoutMs: config.headersTimeoutMs,
+      requestTimeoutMs: config.requestTimeoutMs
+    })
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(
       Layer.provideMerge(servicesLayer(config, extensions))

@@ -9,9 +9,12 @@
  *   room for the newcomer: a flood of silent connections never holds more than its share of
  *   descriptors, and a health check or a new client always gets an answer.
  * - A connection that has not sent its headers within `headersTimeoutMs` is answered 408 and
- *   closed (Node checks every CONNECTION_CHECK_MS).
+ *   closed; so is a request whose body has not all arrived within `requestTimeoutMs` of the
+ *   request's first byte, whatever reads it (Node checks every CONNECTION_CHECK_MS). With bodies
+ *   charged to the body budget as they arrive (Middleware.ts), a slow body holds only what it has
+ *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
- *   408 for headers too slow, 400 for anything unparsable.
+ *   408 for headers or a body too slow (saying which), 400 for anything unparsable.
  */
 import type * as http from "node:http"
 import type * as net from "node:net"
@@ -29,6 +32,8 @@ export const FD_RESERVE = 128
 export interface ConnectionLimits {
   readonly maxConnections: number
   readonly headersTimeoutMs: number
+  /** How long a whole request (headers and body) may take to arrive, from its first byte. */
+  readonly requestTimeoutMs: number
 }
 
 /** The process's open-file limit (soft), where the platform says; undefined elsewhere. */
@@ -58,13 +63,33 @@ const rawAnswer = (status: number, reason: string, message: string, retryable: b
   return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
 }
 
-/** Answers a request Node could not parse, in Brain's error shape. */
-const onClientError = (err: NodeJS.ErrnoException, socket: net.Socket) => {
+/**
+ * What Node keeps on a socket (not in its types): the request being parsed, once its headers
+ * have arrived (`complete` once its body has too), and the response being answered.
+ */
+interface SocketState {
+  readonly parser?: { readonly incoming?: { readonly complete: boolean } | null } | null
+  readonly _httpMessage?: { readonly headersSent: boolean } | null
+}
+
+/** Answers a request Node could not parse, or that did not arrive in time, in Brain's error shape. */
+const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException, socket: net.Socket) => {
   if (!socket.writable) return socket.destroy()
+  if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+    const state = socket as SocketState
+    const bodyPending = state.parser?.incoming?.complete === false
+    // A body still arriving after its request was answered (or while its answer is being
+    // written): nothing more may be said on the connection, it is only closed.
+    if (bodyPending && (state._httpMessage ?? undefined)?.headersSent !== false) return socket.destroy()
+    const answer = bodyPending
+      ? rawAnswer(408, "Request Timeout", `the request's body did not arrive in time (BRAIN_REQUEST_TIMEOUT_MS: the whole request within ${limits.requestTimeoutMs} ms of its first byte)`, true)
+      : rawAnswer(408, "Request Timeout", `the request's headers did not arrive in time (BRAIN_HEADERS_TIMEOUT_MS: ${limits.headersTimeoutMs} ms)`, true)
+    // Closed once the answer is written, whatever the client goes on sending.
+    socket.write(answer)
+    return socket.destroySoon()
+  }
   const answer = err.code === "HPE_HEADER_OVERFLOW"
     ? rawAnswer(431, "Request Header Fields Too Large", "the request's headers are too large", false)
-    : err.code === "ERR_HTTP_REQUEST_TIMEOUT"
-    ? rawAnswer(408, "Request Timeout", "the request's headers did not arrive in time", true)
     : rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
   socket.end(answer)
 }
@@ -80,9 +105,11 @@ export interface ConnectionGuard {
 
 /** Applies the limits to a server before it listens. */
 export const guardConnections = (server: http.Server, limits: ConnectionLimits): ConnectionGuard => {
-  server.headersTimeout = limits.headersTimeoutMs
-  server.requestTimeout = Math.max(server.requestTimeout, limits.headersTimeoutMs)
-  server.on("clientError", onClientError)
+  // Node counts both from the request's first byte; the headers' bound is the tighter one.
+  const timeouts = { ...limits, requestTimeoutMs: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs) }
+  server.headersTimeout = timeouts.headersTimeoutMs
+  server.requestTimeout = timeouts.requestTimeoutMs
+  server.on("clientError", onClientError(timeouts))
   const sockets = new Set<net.Socket>()
   /** Sockets on probation, oldest first. */
   const probation = new Set<net.Socket>()

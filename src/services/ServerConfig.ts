@@ -109,6 +109,8 @@ export interface ServerConfigShape {
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
   readonly headersTimeoutMs: number
+  /** How long a whole request (headers and body) may take to arrive from its first byte, in milliseconds (then 408). */
+  readonly requestTimeoutMs: number
   /**
    * Bytes: the largest answer (its JSON: status, headers, body) the idempotency log keeps for
    * replay; a larger one is recorded as "completed with status N, answer not kept".
@@ -171,6 +173,7 @@ export const defaults: ServerConfigShape = {
   inflightBodyBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
@@ -294,6 +297,7 @@ export const fromConfig = Config.all({
   inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
+  requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
   idempotencyMaxAnswerBytes: wholeNumber(
     "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES",
     1,
@@ -359,6 +363,7 @@ export const fromConfig = Config.all({
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
+    requestTimeoutMs: c.requestTimeoutMs,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
     sseMaxSubscribers: c.sseMaxSubscribers,

@@ -2,8 +2,9 @@
  * Request bodies that arrive slowly, against real server processes. The body budget
  * (BRAIN_INFLIGHT_BODY_BYTES) counts the bytes a body holds as they arrive, not the length it
  * declares: slow uploads that declare more than the budget cannot close the server to everyone
- * else's writes, and bytes really held past it are still refused. Each path that reads a body is
- * exercised: a send (taken at the socket) and a create (the gate).
+ * else's writes, and bytes really held past it are still refused. A body still arriving at
+ * BRAIN_REQUEST_TIMEOUT_MS is answered 408 saying that its body (not its headers) was late.
+ * Each path that reads a body is exercised: a send (taken at the socket) and a create (the gate).
  */
 import * as net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
@@ -134,5 +135,67 @@ describe("slow bodies and the body budget", () => {
     })
     expect(statusOf(heldAnswer), heldAnswer.slice(0, 300)).toBe(201)
     held.socket.destroy()
+  }, 60_000)
+})
+
+describe("a body that does not arrive in time", () => {
+  const TIMEOUT_MS = 3_000
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({ env: { BRAIN_INFLIGHT_BODY_BYTES: String(BUDGET), BRAIN_HEADERS_TIMEOUT_MS: "1000", BRAIN_REQUEST_TIMEOUT_MS: String(TIMEOUT_MS) } })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("is answered 408 at BRAIN_REQUEST_TIMEOUT_MS saying its body was late, and its connection closed; a turn outlasting it is not cut; late headers are still said to be headers", async () => {
+    const session = await newSession(server)
+    const port = portOf(server)
+    const started = Date.now()
+    const slow = [
+      new SlowBody(port, `/v1/sessions/${session}/messages`, 1_000, "{"),
+      new SlowBody(port, "/v1/sessions", 1_000, "{"),
+      new SlowBody(port, "/v1/sessions", "chunked", "1\r\n{\r\n")
+    ]
+    // A body declared over BRAIN_MAX_REQUEST_BYTES is answered 413 at once; if it goes on
+    // arriving, its connection is closed at the timeout with nothing more said on it.
+    const answered = new SlowBody(port, "/v1/sessions", 40 * 1024 * 1024, "{")
+    const trickle = setInterval(() => [...slow, answered].forEach((s, i) => s.send(i === 2 ? "1\r\n \r\n" : " ")), 250)
+    try {
+      const { text: refused, at: closedAt } = await answered.answered
+      expect(refused.match(/HTTP\/1\.1 /g), refused).toEqual(["HTTP/1.1 "])
+      expect(statusOf(refused)).toBe(413)
+      expect(closedAt - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 100)
+      for (const s of slow) {
+        const { text, at } = await s.answered
+        expect(statusOf(text), text.slice(0, 300)).toBe(408)
+        expect(at - started).toBeGreaterThanOrEqual(TIMEOUT_MS - 100)
+        expect(at - started).toBeLessThan(TIMEOUT_MS + 5_000)
+        const body = bodyOf(text)
+        expect(body).toMatchObject({ code: "invalid_request", retryable: true })
+        expect(body.message).toMatch(/body did not arrive/)
+        expect(body.message).toContain("BRAIN_REQUEST_TIMEOUT_MS")
+        expect(body.message).not.toMatch(/headers/)
+      }
+    } finally {
+      clearInterval(trickle)
+      for (const s of [...slow, answered]) s.socket.destroy()
+    }
+    // Only a request's arrival is timed: a sync send whose turn outlasts the timeout is answered.
+    const long = await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies: [{ text: "late", delay_ms: TIMEOUT_MS + 1_500 }] } } })
+    expect(long.status, long.text).toBe(201)
+    const turn = await request(server.baseUrl, `/v1/sessions/${(long.body as { session_id: string }).session_id}/messages`, { json: { input: { message: "hi" } } })
+    expect(turn.status, turn.text).toBe(200)
+    expect((turn.body as { turn: { status: string } }).turn.status).toBe("ended")
+    // Headers that do not arrive in time are still said to be headers.
+    const headers = net.connect(port, "127.0.0.1", () => headers.write("POST /v1/sessions HTTP/1.1\r\nhost: x\r\n"))
+    let said = ""
+    headers.setEncoding("utf8")
+    headers.on("data", (d: string) => void (said += d))
+    await new Promise((resolve) => headers.on("close", resolve))
+    expect(statusOf(said)).toBe(408)
+    expect(bodyOf(said).message).toMatch(/headers did not arrive/)
+    expect(bodyOf(said).message).toContain("BRAIN_HEADERS_TIMEOUT_MS")
   }, 60_000)
 })

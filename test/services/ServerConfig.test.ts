@@ -35,6 +35,15 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "big" }))).toBe(true)
     }))
 
+  it.effect("BRAIN_REQUEST_TIMEOUT_MS, the time a whole request may take to arrive, is 60 s unset and at least 1 ms", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && [unset.right.requestTimeoutMs, unset.right.headersTimeoutMs]).toEqual([60_000, 10_000])
+      const set = yield* read({ BRAIN_REQUEST_TIMEOUT_MS: "120000" })
+      expect(Either.isRight(set) && set.right.requestTimeoutMs).toBe(120_000)
+      expect(Either.isLeft(yield* read({ BRAIN_REQUEST_TIMEOUT_MS: "0" }))).toBe(true)
+    }))
+
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
     Effect.gen(function*() {
       for (const token of ["", " ", "\t \n"]) {
@@ -88,7 +97,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
     "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
-    "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
+    "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_TELEMETRY_QUEUE_BYTES"
   ]
 
@@ -127,7 +136,7 @@ describe("ServerConfig from the environment", () => {
       const MAX = 2_147_483_647
       for (const name of [
         "BRAIN_STAGED_OPENING_MS", "BRAIN_CANCEL_GRACE_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS",
-        "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_MAX_WASM_COMPUTE_MS"
+        "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_MAX_WASM_COMPUTE_MS"
       ]) {
         expect(Either.isRight(yield* read({ [name]: String(MAX) })), name).toBe(true)
         for (const bad of [String(MAX + 1), "1e23"]) {
