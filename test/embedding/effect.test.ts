@@ -54,7 +54,8 @@ describe("brain/effect", () => {
     expect(wrong.out).toContain("wrong.ts(9,")
     expect(wrong.out).toContain("wrong.ts(12,")
     expect(wrong.out.match(/error TS/g)).toHaveLength(2)
-  }, 120_000)
+    // Three whole type checks of Effect's types: about 20 s each on a quiet 2-core machine, past 40 s each on a loaded one.
+  }, 300_000)
 
   it("an application's runtime runs a turn with its own tool through the official loop, decodes its Events with the exported schema, meets typed errors, holds the data directory until disposed (a second runtime is refused with a DataDirError caught by tag), and a later runtime continues the session", async () => {
     const first = lines((await run(process.execPath, [PROBE, dataDir, "first"], { cwd: ROOT })).stdout)
