@@ -182,7 +182,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       IdempotencyFile.layerNode({
         dataDir,
         retentionMs: config.requestRetentionMs,
-        maxAnswerBytes: config.idempotencyMaxAnswerBytes
+        maxAnswerBytes: config.idempotencyMaxAnswerBytes,
+        maxKeys: config.maxIdempotencyKeys
       })
     )
   })

@@ -19,12 +19,15 @@
  *   refused before its turn started (but `not_found`, which frees it), or once its session is
  *   deleted (the delete hands the journal's keys over: `adopt`).
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
- *   `idempotency_unavailable` (not retryable: an operator must repair the log).
+ *   `idempotency_unavailable` (not retryable: an operator must repair the log); a store at its
+ *   bound on live keys (BRAIN_MAX_IDEMPOTENCY_KEYS) is 503 `overloaded`, retryable, for a new key:
+ *   nothing ran, nothing is kept. A turn refused before it started whose refusal the full store
+ *   cannot keep is answered so too; an outcome that may have had effects is kept past the bound.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
-import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects } from "../domain/Errors.js"
+import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects, Overloaded } from "../domain/Errors.js"
 import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
 import type { Keyed, TurnRequest } from "../services/Sessions.js"
 import { bodyOf, statusOf, withIssues } from "./Errors.js"
@@ -73,11 +76,16 @@ export const respond = (a: Answer) => {
 }
 
 /** The store's own failure, as the client sees it. */
-export const storeFailure = (e: IdempotencyError): IdempotencyUnavailable | Internal =>
+export const storeFailure = (e: IdempotencyError): IdempotencyUnavailable | Overloaded | Internal =>
   e._tag === "IdempotencyLogDamaged"
     ? new IdempotencyUnavailable({
       message:
         `${e.message}. The log must be repaired: an operator stops the server and runs \`brain idempotency repair <data-dir>\`. Requests without an Idempotency-Key are served.`
+    })
+    : e._tag === "IdempotencyFull"
+    ? new Overloaded({
+      message:
+        `the server holds its maximum of ${e.maxKeys} live Idempotency-Keys (BRAIN_MAX_IDEMPOTENCY_KEYS) and takes a new one once older ones expire (BRAIN_REQUEST_RETENTION_SECS); nothing was done: retry later with the same key. Keys already used still answer, and requests without a key are served`
     })
     : new Internal({ message: `the idempotency store failed: ${e.reason}`, retryable: true })
 
@@ -90,7 +98,7 @@ export const notKeptFailure = (status: number, bytes: number) =>
   })
 
 /** What a keyed request can be refused with before its work runs (the store's own failures included). */
-export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Internal
+export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Overloaded | Internal
 
 /** The refusal a key used with another body, or claimed and not answered, stands for (in the store or a session's journal). */
 const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>) =>
@@ -117,21 +125,29 @@ const refusedClaim = (claim: Exclude<ClaimResult, { readonly _tag: "Claimed" }>)
 }
 
 /**
- * What a claimed key keeps when its request failed: 409 ambiguous if it may have had effects; a
- * release when nothing happened and a retry may succeed; the refusal itself otherwise. Returns the
- * failure's answer for the caller.
+ * What a claimed key keeps when its request failed: 409 ambiguous if it may have had effects (past
+ * the store's bound if need be); a release when nothing happened and a retry may succeed; the
+ * refusal itself otherwise. Returns the answer for the caller: the failure's, or 503 `overloaded`
+ * for a refusal of a reserved key (a turn refused before it started) that the store, at its bound,
+ * could not keep: nothing happened and nothing is kept, so the retry with the key runs.
  */
 const settleFailure = (store: IdempotencyShape, scope: string, key: string, e: ApiError) =>
   Effect.gen(function*() {
     if (mayHaveHadEffects(e)) {
-      yield* store.complete(scope, key, ambiguousAnswer(e)).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
+      yield* store.complete(scope, key, ambiguousAnswer(e), BEYOND_BOUND).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
     } else if ((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") {
       yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
     } else {
-      yield* store.complete(scope, key, failureAnswer(e)).pipe(Effect.catchAll(logFailure("recording an idempotent refusal")))
+      const full = yield* store.complete(scope, key, failureAnswer(e)).pipe(
+        Effect.as(undefined),
+        Effect.catchAll((err) => err._tag === "IdempotencyFull" ? Effect.succeed(err) : Effect.as(logFailure("recording an idempotent refusal")(err), undefined))
+      )
+      if (full !== undefined) return failureAnswer(storeFailure(full))
     }
     return failureAnswer(e)
   })
+
+const BEYOND_BOUND = { beyondBound: true } as const
 
 const logFailure = (what: string) => (e: IdempotencyError) => Effect.logError(`${what} failed: ${e.message}`)
 

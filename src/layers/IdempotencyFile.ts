@@ -22,6 +22,11 @@
  *   would let old keys run twice.
  * - Compaction drops expired entries from the index and, once enough of the log is dead, the
  *   writer rewrites it between rounds by copying the live frames from the file.
+ * - The index holds at most `maxKeys` entries (BRAIN_MAX_IDEMPOTENCY_KEYS): at the bound a claim
+ *   of a new key, the completion of a reservation and an adoption that would pass it are refused
+ *   (`IdempotencyFull`) before anything is written, once the expired entries in the way are
+ *   dropped (Index.ts). Keys already held answer as always; a live key is never dropped for room.
+ *   A log holding more live keys than the bound (a lowered setting) is opened whole.
  *
  * Concurrent claims of one key are decided in memory, at once: the first reserves the key and
  * waits for its frame; the others see the reservation (Ambiguous, in flight) without waiting.
@@ -42,13 +47,16 @@ import {
   type AdoptedKey,
   type Answer,
   type ClaimResult,
+  type CompleteOptions,
   Idempotency,
   IdempotencyLogDamaged,
+  type IdempotencyError,
+  IdempotencyFull,
   type IdempotencyShape,
   IdempotencyStoreFailed
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
-import { type Entry, idOf, Index, newEntry } from "./idempotency/Index.js"
+import { type Entry, idOf, Index, maxIdempotencyKeys, newEntry } from "./idempotency/Index.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -82,6 +90,8 @@ export interface IdempotencyFileOptions {
   readonly retentionMs: number
   /** Bytes: the largest answer JSON kept; a larger one is recorded as not kept. Default 1 MiB. */
   readonly maxAnswerBytes?: number
+  /** Live keys held at most (BRAIN_MAX_IDEMPOTENCY_KEYS); default `maxIdempotencyKeys(undefined)`. */
+  readonly maxKeys?: number
   readonly limits?: Partial<IdempotencyFileLimits>
   /** Background compaction interval of the layer; default retention / 4 (at least the named minimum). */
   readonly compactEveryMs?: number
@@ -118,7 +128,8 @@ export const make = (
     const dataDir = path.resolve(options.dataDir)
     const dir = path.join(dataDir, IDEMPOTENCY_DIR)
     const file = path.join(dir, LOG_FILE)
-    const index = new Index(options.retentionMs)
+    const index = new Index(options.retentionMs, maxIdempotencyKeys(options.maxKeys))
+    const full = new IdempotencyFull({ maxKeys: index.maxKeys })
     const storeFailed = (e: FileError) => new IdempotencyStoreFailed({ reason: `${LOG_NAME}: ${failedBy(e, dataDir)}` })
 
     // Open: a rewrite a crash interrupted before its rename left only a temporary file.
@@ -165,9 +176,9 @@ export const make = (
       e._tag === "IdempotencyLogDamaged" ? Effect.logError(`${e.message}; the key's answer cannot be replayed: ${REPAIR_HINT}`) : Effect.void
 
     /** Writes the claim frame of `entry` (reserved until now); a refused or failed write drops it. */
-    const writeClaim = (id: string, entry: Entry) => {
+    const writeClaim = (id: string, scope: string, key: string, entry: Entry) => {
       entry.state = "running"
-      return log.append({ kind: claimKind, json: claimJson(entry.scope, entry.key, entry.bodyHash, entry.claimAtMs), atMs: entry.claimAtMs }, (offset, size) => {
+      return log.append({ kind: claimKind, json: claimJson(scope, key, entry.bodyHash, entry.atMs), atMs: entry.atMs }, (offset, size) => {
         entry.claimOffset = offset
         entry.claimSize = size
         if (index.entries.get(id) === entry) index.liveBytes += size
@@ -178,19 +189,20 @@ export const make = (
     }
 
     /** Writes the answer frame of a claimed `entry`; a failed write leaves it ambiguous. */
-    const writeAnswer = (id: string, entry: Entry, answer: Answer, atMs: number) => {
+    const writeAnswer = (id: string, scope: string, key: string, entry: Entry, answer: Answer, atMs: number) => {
       const text = answerText(answer)
       const bytes = Buffer.byteLength(text, "utf8")
       const notKept = bytes > maxAnswerBytes ? { status: answer.status, bytes } : undefined
-      const json = notKept ? notKeptJson(entry.scope, entry.key, atMs, notKept) : keptAnswerJson(entry.scope, entry.key, atMs, text)
+      const json = notKept ? notKeptJson(scope, key, atMs, notKept) : keptAnswerJson(scope, key, atMs, text)
       entry.state = "answering"
       return log.append({ kind: answerKind, json, atMs }, (offset, size) => {
         entry.state = "answered"
         entry.answerOffset = offset
         entry.answerSize = size
-        entry.answerAtMs = atMs
+        entry.atMs = atMs
         entry.notKept = notKept
         if (index.entries.get(id) === entry) index.liveBytes += size
+        index.settled(id, entry)
       }).pipe(
         // The work happened but its answer is not recorded: ambiguous from now on, as after a restart.
         Effect.tapError(() => Effect.sync(() => (entry.state = "unanswered")))
@@ -198,28 +210,45 @@ export const make = (
     }
 
     /**
-     * One adopted key: its claim, then its answer, each with its original time (a crash between
-     * them leaves the key ambiguous; adopting it again completes it).
+     * What adopting `keys` writes, decided at once for all of them: per new key, its claim, then
+     * its answer, each with its original time (a crash between them leaves the key ambiguous;
+     * adopting it again completes it); an answer for a key held unanswered with the same body.
+     * Undefined when the new keys would take the index past its bound: nothing is adopted.
      */
-    const adoptOne = (k: AdoptedKey, now: number): Effect.Effect<void, IdempotencyStoreFailed> => {
-      if (options.retentionMs > 0 && now - k.atMs >= options.retentionMs) return Effect.void
-      const id = idOf(k.scope, k.key)
-      const found = index.entries.get(id)
-      // A reservation (a retry racing the delete, refused not_found, nothing written) gives way.
-      if (found && !index.expired(found, now) && found.state !== "reserved") {
-        return found.state === "unanswered" && k.answer !== undefined && found.bodyHash === k.bodyHash
-          ? writeAnswer(id, found, k.answer, k.atMs)
-          : Effect.void
-      }
-      if (found) index.drop(id, found)
-      const entry = newEntry(k.scope, k.key, k.bodyHash, k.atMs, "reserved")
-      entry.adopted = true
-      index.entries.set(id, entry)
-      const answer = k.answer
-      return Effect.zipRight(
-        writeClaim(id, entry),
-        Effect.suspend(() => answer === undefined ? Effect.sync(() => void (entry.state = "unanswered")) : writeAnswer(id, entry, answer, k.atMs))
-      )
+    const adoptions = (keys: ReadonlyArray<AdoptedKey>, now: number): Array<Effect.Effect<void, IdempotencyStoreFailed>> | undefined => {
+      const live = keys.filter((k) => !(options.retentionMs > 0 && now - k.atMs >= options.retentionMs))
+      const ids = live.map((k) => idOf(k.scope, k.key))
+      // Counted against the entries as they stand: an expired entry still held is replaced in place.
+      const added = () => new Set(ids.filter((id) => !index.entries.has(id))).size
+      // Adding none is never refused (a held key, a reservation replaced in place).
+      index.makeRoom(now, added)
+      const n = added()
+      if (n > 0 && index.entries.size + n > index.maxKeys) return undefined
+      const writes: Array<Effect.Effect<void, IdempotencyStoreFailed>> = []
+      live.forEach((k, i) => {
+        const id = ids[i]!
+        const found = index.entries.get(id)
+        // A reservation (a retry racing the delete, refused not_found, nothing written) gives way.
+        if (found && !index.expired(found, now) && found.state !== "reserved") {
+          if (found.state === "unanswered" && k.answer !== undefined && found.bodyHash === k.bodyHash) {
+            // writeAnswer marks it answering at once: a second adopted answer for it is not written too.
+            writes.push(writeAnswer(id, k.scope, k.key, found, k.answer, k.atMs))
+          }
+          return
+        }
+        if (found) index.drop(id, found)
+        const entry = newEntry(k.bodyHash, k.atMs, "reserved")
+        entry.adopted = true
+        index.entries.set(id, entry)
+        const answer = k.answer
+        writes.push(Effect.zipRight(
+          writeClaim(id, k.scope, k.key, entry),
+          Effect.suspend(() =>
+            answer === undefined ? Effect.sync(() => void (entry.state = "unanswered")) : writeAnswer(id, k.scope, k.key, entry, answer, k.atMs)
+          )
+        ))
+      })
+      return writes
     }
 
     /** `claim` (durable) and `reserve` (in memory only until `complete`). */
@@ -252,9 +281,11 @@ export const make = (
         // A closed or failed log refuses a reservation as it would refuse the claim's write.
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        const entry = newEntry(scope, key, bodyHash, now, "reserved")
+        // A new key at the bound; a reservation counts while it lasts, and its `complete` is checked.
+        if (durable && !index.hasRoom(now, 1)) return yield* Effect.fail(full)
+        const entry = newEntry(bodyHash, now, "reserved")
         index.entries.set(id, entry)
-        if (durable) yield* writeClaim(id, entry)
+        if (durable) yield* writeClaim(id, scope, key, entry)
         return CLAIMED
       }
     })
@@ -265,7 +296,7 @@ export const make = (
     const store: IdempotencyShape = {
       claim: (scope, key, bodyHash) => decide(scope, key, bodyHash, true),
       reserve: (scope, key, bodyHash) => decide(scope, key, bodyHash, false),
-      complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer) {
+      complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer, completeOptions?: CompleteOptions) {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
         const now = clock.unsafeCurrentTimeMillis()
@@ -274,17 +305,24 @@ export const make = (
         // The first answer stands; an answer for a key never claimed (or already dropped) has no
         // body hash to be replayed against and is not kept.
         if (!entry || entry.adopted || (entry.state !== "running" && entry.state !== "reserved")) return
-        // Reserved: its claim goes first, then the answer (a crash between them leaves the key
-        // ambiguous, the cautious reading).
-        if (entry.state === "reserved") yield* writeClaim(id, entry)
-        yield* writeAnswer(id, entry, answer, now)
+        if (entry.state === "reserved") {
+          // Reserved, so not yet kept: at the bound it goes, and nothing is written.
+          if (completeOptions?.beyondBound !== true && !index.hasRoom(now, 0)) {
+            index.drop(id, entry)
+            return yield* Effect.fail(full)
+          }
+          // Its claim goes first, then the answer (a crash between them leaves the key
+          // ambiguous, the cautious reading).
+          yield* writeClaim(id, scope, key, entry)
+        }
+        yield* writeAnswer(id, scope, key, entry, answer, now)
       }),
       adopt: (keys) =>
-        Effect.suspend(() => {
+        Effect.suspend((): Effect.Effect<void, IdempotencyError> => {
           const refused = log.refused()
           if (refused) return Effect.fail(refused)
-          const now = clock.unsafeCurrentTimeMillis()
-          return Effect.forEach(keys, (k) => adoptOne(k, now), { concurrency: ADOPT_CONCURRENCY, discard: true })
+          const writes = adoptions(keys, clock.unsafeCurrentTimeMillis())
+          return writes === undefined ? Effect.fail(full) : Effect.all(writes, { concurrency: ADOPT_CONCURRENCY, discard: true })
         }),
       release: Effect.fnUntraced(function*(scope: string, key: string) {
         const refused = log.refused()
@@ -304,14 +342,7 @@ export const make = (
       compact: Effect.gen(function*() {
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        const now = clock.unsafeCurrentTimeMillis()
-        let dropped = 0
-        for (const [id, e] of index.entries) {
-          if (index.expired(e, now)) {
-            index.drop(id, e)
-            dropped++
-          }
-        }
+        const dropped = index.sweep(clock.unsafeCurrentTimeMillis())
         const dead = log.size - index.liveBytes
         if (dead > 0 && dead >= limits.rewriteDeadBytes && dead >= index.liveBytes) yield* log.rewrite(() => index.live())
         return dropped

@@ -10,6 +10,9 @@
  *   free again, durably, so a retry with it runs.
  * - An answer that could not be recorded leaves its key ambiguous (the work happened), never
  *   "in progress".
+ * - The live keys held are bounded (`maxKeys`): at the bound a new key is refused with
+ *   `IdempotencyFull` and nothing changes, while every key already held keeps answering. A live
+ *   key is never dropped to make room: room comes from keys expiring, and from releases.
  */
 import { Context, Data, type Effect } from "effect"
 
@@ -65,7 +68,17 @@ export class IdempotencyLogDamaged extends Data.TaggedError("IdempotencyLogDamag
   }
 }
 
-export type IdempotencyError = IdempotencyStoreFailed | IdempotencyLogDamaged
+/**
+ * The store holds its maximum of live keys (`maxKeys`): a new key is refused and nothing changed.
+ * Worth a retry once older keys expire (their retention) or are released.
+ */
+export class IdempotencyFull extends Data.TaggedError("IdempotencyFull")<{ readonly maxKeys: number }> {
+  override get message() {
+    return `the idempotency store holds its maximum of ${this.maxKeys} live keys; a new key is taken once older ones expire`
+  }
+}
+
+export type IdempotencyError = IdempotencyStoreFailed | IdempotencyLogDamaged | IdempotencyFull
 
 /**
  * A key claimed and answered outside the store (a keyed send or submit, whose claim and answer
@@ -82,19 +95,37 @@ export interface AdoptedKey {
   readonly answer: Answer | undefined
 }
 
+/** How `complete` treats the bound on live keys. */
+export interface CompleteOptions {
+  /**
+   * The answer of a reservation is kept even past the bound (an outcome that may have had
+   * effects: forgetting it would let a retry run the request again). Otherwise a reservation
+   * completed at the bound is refused with `IdempotencyFull` and its key freed.
+   */
+  readonly beyondBound?: boolean
+}
+
 export interface IdempotencyShape {
-  /** Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns Claimed. */
+  /**
+   * Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns
+   * Claimed. A key not held, when the store holds `maxKeys` live keys, is `IdempotencyFull`.
+   */
   readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
   /**
    * Decides like `claim`, but a free key is only reserved in this process: nothing is written.
    * For requests whose own durable record carries the key (a turn's `request_claimed`, in its
    * session's journal): concurrent claims see the reservation (Ambiguous, in flight); `release`
    * drops it without writing; `complete` writes the claim and its answer, for a request refused
-   * before its record was written.
+   * before its record was written. A reservation is never refused by the bound (it counts while
+   * it lasts); its `complete` is.
    */
   readonly reserve: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
-  /** Records the answer of a claimed request (or that it was not kept); durable when it returns. */
-  readonly complete: (scope: Scope, key: string, answer: Answer) => Effect.Effect<void, IdempotencyError>
+  /**
+   * Records the answer of a claimed request (or that it was not kept); durable when it returns.
+   * Completing a reservation when the store holds more than `maxKeys` live keys with it is
+   * `IdempotencyFull` (the reservation is dropped, nothing written) unless `beyondBound`.
+   */
+  readonly complete: (scope: Scope, key: string, answer: Answer, options?: CompleteOptions) => Effect.Effect<void, IdempotencyError>
   /**
    * Frees a claimed, unanswered key whose request had no effect, so that a retry runs; durable
    * when it returns. An answered key, or one never claimed, is left as it is.
@@ -103,7 +134,8 @@ export interface IdempotencyShape {
   /**
    * Takes over keys claimed and answered elsewhere (`AdoptedKey`); durable when it returns. A key
    * the store already holds is left as it is, except that a claim it holds unanswered, with the
-   * same body hash, takes the adopted answer. Keys already past retention are not kept.
+   * same body hash, takes the adopted answer. Keys already past retention are not kept. When the
+   * new keys would take the store past `maxKeys`, none is adopted: `IdempotencyFull`.
    */
   readonly adopt: (keys: ReadonlyArray<AdoptedKey>) => Effect.Effect<void, IdempotencyError>
   /** Drops claims and answers older than the retention period; returns how many were dropped. */

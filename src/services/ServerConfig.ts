@@ -116,6 +116,11 @@ export interface ServerConfigShape {
    * replay; a larger one is recorded as "completed with status N, answer not kept".
    */
   readonly idempotencyMaxAnswerBytes: number
+  /**
+   * Live keys the idempotency log holds at most; at the bound a new key is refused with 503
+   * `overloaded`. Undefined = as many as a sixteenth of the heap limit holds (layers/idempotency/Index.ts).
+   */
+  readonly maxIdempotencyKeys: number | undefined
   /** SSE streams one session may have; a new one beyond it is refused with 503 overloaded. */
   readonly sseMaxSubscribersPerSession: number
   /** SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
@@ -175,6 +180,7 @@ export const defaults: ServerConfigShape = {
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
+  maxIdempotencyKeys: undefined,
   sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
   sseBacklogBytes: SSE_BACKLOG_BYTES,
@@ -307,6 +313,11 @@ export const fromConfig = Config.all({
     Config.withDefault(defaults.idempotencyMaxAnswerBytes),
     Config.withDescription("bytes: the largest idempotent answer kept for replay; a larger one is recorded as not kept")
   ),
+  maxIdempotencyKeys: optionalAtLeast(
+    "BRAIN_MAX_IDEMPOTENCY_KEYS",
+    1,
+    "live idempotency keys held at most; past it a new key is refused 503 overloaded (unset: a sixteenth of the heap limit at 512 B a key)"
+  ),
   sseMaxSubscribersPerSession: positive(
     "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION",
     defaults.sseMaxSubscribersPerSession,
@@ -365,6 +376,7 @@ export const fromConfig = Config.all({
     headersTimeoutMs: c.headersTimeoutMs,
     requestTimeoutMs: c.requestTimeoutMs,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
+    maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),
     sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
     sseMaxSubscribers: c.sseMaxSubscribers,
     sseBacklogBytes: c.sseBacklogBytes,

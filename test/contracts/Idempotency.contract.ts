@@ -7,7 +7,7 @@ import { Effect, type Scope, TestClock } from "effect"
 import type { Answer, ClaimResult, IdempotencyShape } from "../../src/services/Idempotency.js"
 
 export type IdempotencyHarness = (
-  options: { readonly retentionMs: number; readonly maxAnswerBytes?: number }
+  options: { readonly retentionMs: number; readonly maxAnswerBytes?: number; readonly maxKeys?: number }
 ) => Effect.Effect<IdempotencyShape, unknown, Scope.Scope>
 
 const RETENTION_MS = 60_000

@@ -130,6 +130,23 @@ describe("idempotent: what a request leaves under its key", () => {
       expect(JSON.parse(damaged.text)).toMatchObject({ code: "idempotency_unavailable", retryable: false })
       expect(state.runs).toBe(0)
     }))
+  it.effect("at the store's bound on live keys a new key is 503 overloaded (retryable) before any work, naming the setting; a key already held still replays", () =>
+    Effect.gen(function*() {
+      const store = yield* IdempotencyMemory.make({ retentionMs: 60_000, maxKeys: 1 })
+      const { state, work } = counted(Effect.succeed(jsonAnswer(200, { ok: true })))
+      const first = yield* call(store, work)
+      expect(first.status).toBe(200)
+      const other = idempotent(store, "send:ses_x", "key-2", { input: "x" }, work).pipe(
+        Effect.map((res) => ({ status: res.status, text: "" })),
+        Effect.catchAll((e) => Effect.succeed({ status: statusOf(e.code), text: JSON.stringify(e) }))
+      )
+      const refused = yield* other
+      expect(refused.status).toBe(503)
+      expect(JSON.parse(refused.text)).toMatchObject({ code: "overloaded", retryable: true })
+      expect(JSON.parse(refused.text).message).toContain("BRAIN_MAX_IDEMPOTENCY_KEYS")
+      expect(yield* call(store, work)).toEqual(first)
+      expect(state.runs).toBe(1)
+    }))
 })
 
 /**
@@ -245,6 +262,34 @@ describe("idempotentTurn: a turn's key lives in its session's journal", () => {
       expect(JSON.parse(retry.text)).toMatchObject({ code: "ambiguous", retryable: false, details: { ambiguous: true, failure: { code: "journal_write_failed" } } })
       expect(failed.state.runs).toBe(1)
       expect(writes.completes).toBe(1)
+    }))
+
+  it.effect("at the store's bound a keyed turn still runs and replays (its key lives in the session); one refused before it started is 503 overloaded and keeps nothing, so its retry runs once there is room; an ambiguous one is kept past the bound", () =>
+    Effect.gen(function*() {
+      const store = yield* IdempotencyMemory.make({ retentionMs: 60_000, maxKeys: 1 })
+      expect(yield* store.claim("other", "filler", "h")).toEqual({ _tag: "Claimed" })
+      const { state, work } = fakeSession()
+      const first = yield* turn(store, work, "k")
+      expect(first).toEqual({ status: 200, text: JSON.stringify({ n: 1 }) })
+      expect(yield* turn(store, work, "k")).toEqual(first)
+      expect(state.runs).toBe(1)
+      const ended = fakeSession(new SessionEnded({ message: "the session has ended" }))
+      for (let i = 1; i <= 2; i++) {
+        const refused = yield* turn(store, ended.work, "e")
+        expect(refused.status).toBe(503)
+        expect(JSON.parse(refused.text)).toMatchObject({ code: "overloaded", retryable: true })
+        expect(ended.state.runs).toBe(i)
+      }
+      // Room again: the refusal is kept and replayed, the session no longer asked.
+      yield* store.release("other", "filler")
+      expect((yield* turn(store, ended.work, "e")).status).toBe(409)
+      expect((yield* turn(store, ended.work, "e")).status).toBe(409)
+      expect(ended.state.runs).toBe(3)
+      // Full again (the refusal kept is the one key): an outcome that may have had effects is kept all the same.
+      const failed = fakeSession(new JournalWriteFailed({ message: "the write of turn_started failed", details: { ambiguous: true } }))
+      expect((yield* turn(store, failed.work, "a")).status).toBe(500)
+      expect(JSON.parse((yield* turn(store, failed.work, "a")).text)).toMatchObject({ code: "ambiguous", retryable: false })
+      expect(failed.state.runs).toBe(1)
     }))
 
   it.effect("without a key the turn runs every time and the store is not asked", () =>

@@ -716,6 +716,6 @@ describe("IdempotencyFile: durability and group commit", () => {
       const store = yield* Effect.scoped(open(dir))
       const err = yield* Effect.flip(store.claim("s", "k", "h"))
       expect(err._tag).toBe("IdempotencyStoreFailed")
-      expect(err.reason).toContain("closed")
+      expect(err.message).toContain("closed")
     }))
 })

@@ -1,7 +1,7 @@
 /**
- * The idempotency store's in-memory index: per (scope, key), the claim's body hash and times,
- * the entry's state, and where its records lie in the log — never an answer's body, so memory
- * grows with the number of keys, not with the size of their answers.
+ * The idempotency store's in-memory index: per (scope, key), the claim's body hash, a time, the
+ * entry's state, and where its records lie in the log — never an answer's body, so memory grows
+ * with the number of keys, not with the size of their answers.
  *
  * - An entry claimed or reserved by this process and not yet answered (reserved, running,
  *   answering, releasing) is a request in flight: it never expires under it.
@@ -9,7 +9,19 @@
  *   retention 0 keeps everything.
  * - `liveBytes` counts the log bytes of the entries in the index; the rest of the log is dead
  *   weight that a rewrite drops.
+ * - The entries are bounded by `maxKeys`: `hasRoom` says whether more fit, first dropping the
+ *   expired ones when they stand in the way. A live entry is never dropped to make room.
+ * - The map keeps its entries in the order they expire, nearly: an entry moves to the end when
+ *   it is answered (`settled`), so the oldest answers lead. Room is made from the front, where
+ *   the expired entries are, passing over requests in flight (`sweepFront`: a few steps, not a
+ *   walk over every key). An entry out of that order (an adopted key, with its original time)
+ *   is found by a full sweep, made at most once per IDEMPOTENCY_FULL_SWEEP_MS while the index is
+ *   full, and by every compaction.
+ * - An entry is found by a digest of its scope and key (`idOf`), so neither is held in memory: a
+ *   key of 256 bytes costs what a key of 1 byte does. The log's records carry them.
  */
+import * as crypto from "node:crypto"
+import * as v8 from "node:v8"
 import type { LiveRecord } from "./Log.js"
 import type { IndexRecord, NotKept } from "./Records.js"
 
@@ -28,17 +40,15 @@ export type EntryState =
   | "unanswered"
 
 export interface Entry {
-  readonly scope: string
-  readonly key: string
   readonly bodyHash: string
-  readonly claimAtMs: number
+  /** When it was claimed, or answered once it is (the time its expiry runs from). */
+  atMs: number
   state: EntryState
   claimOffset: number
   /** Bytes of the claim frame in the log; 0 until it is durable. */
   claimSize: number
   answerOffset: number
   answerSize: number
-  answerAtMs: number
   notKept: NotKept | undefined
   /**
    * Handed over by `adopt` (a deleted session's key), possibly in place of a reservation a request
@@ -47,20 +57,58 @@ export interface Entry {
   adopted: boolean
 }
 
-/** Scope and key as one map key; the length prefix keeps `("ab", "c")` apart from `("a", "bc")`. */
-export const idOf = (scope: string, key: string) => `${scope.length}:${scope}${key}`
+/** Any UTF-16 surrogate: text holding one is hashed as UTF-16 (a lone one has no UTF-8 form). */
+const SURROGATE = /[\uD800-\uDFFF]/
 
-export const newEntry = (scope: string, key: string, bodyHash: string, claimAtMs: number, state: EntryState): Entry => ({
-  scope,
-  key,
+/**
+ * Scope and key as one map key: the SHA-256 of both, its 32 bytes as a one-byte string ("binary").
+ * The length prefix keeps `("ab", "c")` apart from `("a", "bc")`. Text with a surrogate is hashed
+ * as UTF-16 (UTF-8 would turn every lone surrogate into the same replacement character) under
+ * another leading byte, so no two different pairs hash the same bytes.
+ */
+export const idOf = (scope: string, key: string): string => {
+  const text = `${scope.length}:${scope}${key}`
+  return SURROGATE.test(text)
+    ? crypto.hash("sha256", Buffer.from(`6${text}`, "utf16le"), "binary")
+    : crypto.hash("sha256", `8${text}`, "binary")
+}
+
+/**
+ * Milliseconds: the shortest interval between the full sweeps a full index makes for expired
+ * entries its front sweep cannot reach (a full sweep of half a million keys takes tens of ms).
+ */
+export const IDEMPOTENCY_FULL_SWEEP_MS = 60_000
+
+/** Entries in flight a front sweep passes over at most, before it stops. */
+const FRONT_SWEEP_SKIPS = 4_096
+
+/**
+ * Bytes of heap the default bound allows a live key: the measured 320 B (docs/operations.md, "The
+ * idempotency log") with room for the map's growth and the collector's slack.
+ */
+const KEY_HEAP_BYTES = 512
+
+/** The default bound's share of the heap limit: a sixteenth. */
+const KEYS_HEAP_FRACTION = 1 / 16
+
+/**
+ * Live keys the store holds at most (BRAIN_MAX_IDEMPOTENCY_KEYS): the setting, or as many as a
+ * sixteenth of the heap limit holds at KEY_HEAP_BYTES each (524,288 under a 4 GiB heap).
+ */
+export const maxIdempotencyKeys = (setting: number | undefined): number =>
+  setting ?? Math.max(1, Math.floor(v8.getHeapStatistics().heap_size_limit * KEYS_HEAP_FRACTION / KEY_HEAP_BYTES))
+
+/** Claimed or reserved by this process and not yet answered: it never expires under the request. */
+const inFlight = (e: Entry) => e.state === "reserved" || e.state === "running" || e.state === "answering" || e.state === "releasing"
+
+export const newEntry = (bodyHash: string, atMs: number, state: EntryState): Entry => ({
   bodyHash,
-  claimAtMs,
+  atMs,
   state,
   claimOffset: 0,
   claimSize: 0,
   answerOffset: 0,
   answerSize: 0,
-  answerAtMs: 0,
   notKept: undefined,
   adopted: false
 })
@@ -68,13 +116,19 @@ export const newEntry = (scope: string, key: string, bodyHash: string, claimAtMs
 export class Index {
   readonly entries = new Map<string, Entry>()
   liveBytes = 0
+  private lastFullSweepMs = Number.NEGATIVE_INFINITY
 
-  constructor(private readonly retentionMs: number) {}
+  constructor(private readonly retentionMs: number, readonly maxKeys: number = Number.POSITIVE_INFINITY) {}
 
   expired(e: Entry, now: number) {
-    return this.retentionMs > 0 &&
-      e.state !== "reserved" && e.state !== "running" && e.state !== "answering" && e.state !== "releasing" &&
-      now - (e.state === "answered" ? e.answerAtMs : e.claimAtMs) >= this.retentionMs
+    return this.retentionMs > 0 && !inFlight(e) && now - e.atMs >= this.retentionMs
+  }
+
+  /** Moves an entry just answered to the end, behind every entry that expires before it. */
+  settled(id: string, e: Entry) {
+    if (this.entries.get(id) !== e) return
+    this.entries.delete(id)
+    this.entries.set(id, e)
   }
 
   drop(id: string, e: Entry) {
@@ -83,14 +137,59 @@ export class Index {
     this.liveBytes -= e.claimSize + e.answerSize
   }
 
+  /** Drops every expired entry; returns how many. */
+  sweep(now: number) {
+    this.lastFullSweepMs = now
+    let dropped = 0
+    for (const [id, e] of this.entries) {
+      if (this.expired(e, now)) {
+        this.drop(id, e)
+        dropped++
+      }
+    }
+    return dropped
+  }
+
+  /**
+   * Drops the expired entries at the front, passing over requests in flight (at most
+   * FRONT_SWEEP_SKIPS of them); stops at the first entry that is neither.
+   */
+  private sweepFront(now: number) {
+    let skipped = 0
+    for (const [id, e] of this.entries) {
+      if (this.expired(e, now)) this.drop(id, e)
+      else if (!inFlight(e) || ++skipped > FRONT_SWEEP_SKIPS) return
+    }
+  }
+
+  /**
+   * Makes what room expiry allows for `more` entries: the front first, then, when that is not
+   * enough, a full sweep unless one ran less than IDEMPOTENCY_FULL_SWEEP_MS ago (a full index
+   * refusing a stream of new keys walks every key at most once per interval).
+   */
+  makeRoom(now: number, more: () => number) {
+    if (this.entries.size + more() <= this.maxKeys) return
+    this.sweepFront(now)
+    if (this.entries.size + more() <= this.maxKeys) return
+    if (now - this.lastFullSweepMs >= IDEMPOTENCY_FULL_SWEEP_MS || now < this.lastFullSweepMs) this.sweep(now)
+  }
+
+  /** Whether `more` entries fit beside those held, once the expired ones in the way are dropped. */
+  hasRoom(now: number, more: number) {
+    this.makeRoom(now, () => more)
+    return this.entries.size + more <= this.maxKeys
+  }
+
   /** Applies one record read at open, in log order (before `opened`). */
   apply(record: IndexRecord, offset: number, size: number) {
     const id = idOf(record.scope, record.key)
     if (record._tag === "Claim") {
       // A claim for a key already present follows that entry's expiry: it starts a new entry.
-      const e = newEntry(record.scope, record.key, record.bodyHash, record.atMs, "unanswered")
+      const e = newEntry(record.bodyHash, record.atMs, "unanswered")
       e.claimOffset = offset
       e.claimSize = size
+      // At the end, as a new entry is: the map stays in the order entries expire.
+      this.entries.delete(id)
       this.entries.set(id, e)
       return
     }
@@ -101,10 +200,11 @@ export class Index {
       this.entries.delete(id)
       return
     }
+    this.settled(id, e)
     e.state = "answered"
     e.answerOffset = offset
     e.answerSize = size
-    e.answerAtMs = record.atMs
+    e.atMs = record.atMs
     e.notKept = record.notKept
   }
 

@@ -1,0 +1,92 @@
+/**
+ * The bound on live idempotency keys (BRAIN_MAX_IDEMPOTENCY_KEYS), in a real server process with a
+ * bound of 3 and a retention of a few seconds: at the bound a request with a new key is 503
+ * `overloaded` (retryable) and changes nothing — no session created or cancelled, nothing written
+ * to the idempotency log, a delete that would hand keys over refused with its session kept — while
+ * every key already held replays, requests without a key are served and keyed sends still run
+ * (their keys live in their sessions' journals). Once the keys' retention has passed, new keys are
+ * taken again.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, eventually, request, type Reply, ServerProcess } from "../support/server.js"
+
+const MAX_KEYS = 3
+const RETENTION_SECS = 8
+
+describe("idempotency: the bound on live keys", () => {
+  let server: ServerProcess | undefined
+  beforeAll(ensureBuilt, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  it("at the bound a new key is 503 overloaded and changes nothing; held keys replay, keyless requests and keyed sends are served; after retention new keys are taken again", async () => {
+    server = await new ServerProcess({
+      env: { BRAIN_MAX_IDEMPOTENCY_KEYS: String(MAX_KEYS), BRAIN_REQUEST_RETENTION_SECS: String(RETENTION_SECS) }
+    }).start()
+    const s = server
+    const model = { model: { provider: "scripted" } }
+    const keyed = (key: string) => ({ "idempotency-key": key })
+    const create = (key?: string) => request(s.baseUrl, "/v1/sessions", { json: model, headers: key === undefined ? {} : keyed(key) })
+    const post = (p: string, key?: string, json?: unknown) =>
+      request(s.baseUrl, p, { method: "POST", ...(json === undefined ? {} : { json }), headers: key === undefined ? {} : keyed(key) })
+    const count = async () => (await request(s.baseUrl, "/v1/sessions?limit=100")).body.sessions.length as number
+    const log = path.join(s.dataDir, "idempotency", "claims.log")
+    const expectFull = (r: Reply) => {
+      expect(r.status, r.text).toBe(503)
+      expect(r.body).toMatchObject({ code: "overloaded", retryable: true })
+      expect(r.body.message).toContain("BRAIN_MAX_IDEMPOTENCY_KEYS")
+    }
+
+    const a = (await create()).body.session_id as string
+    const b = (await create()).body.session_id as string
+    const cancel1 = await post(`/v1/sessions/${a}/cancel`, "cancel-1")
+    expect(cancel1.status, cancel1.text).toBe(200)
+    const cancel2 = await post(`/v1/sessions/${a}/cancel`, "cancel-2")
+    expect(cancel2.status, cancel2.text).toBe(200)
+    const created = await create("create-1")
+    expect(created.status, created.text).toBe(201)
+    const sessions = await count()
+    expect(sessions).toBe(3)
+    const logBytes = fs.statSync(log).size
+
+    // Full: new keys are refused, on every route, and nothing is done or written.
+    expectFull(await post(`/v1/sessions/${a}/cancel`, "cancel-3"))
+    expectFull(await create("create-2"))
+    expect(await count()).toBe(sessions)
+    expect(fs.statSync(log).size).toBe(logBytes)
+    // Keys held replay byte for byte.
+    expect((await post(`/v1/sessions/${a}/cancel`, "cancel-1")).text).toBe(cancel1.text)
+    const again = await create("create-1")
+    expect([again.status, again.text]).toEqual([201, created.text])
+    // A keyed send runs: its key lives in the session's journal, and replays from there.
+    const sent = await post(`/v1/sessions/${a}/messages`, "send-1", { input: { message: "hi" } })
+    expect(sent.status, sent.text).toBe(200)
+    expect((await post(`/v1/sessions/${a}/messages`, "send-1", { input: { message: "hi" } })).text).toBe(sent.text)
+    // A keyed send refused before its turn started would have kept its refusal: it cannot, so it
+    // is overloaded (nothing happened); without a key it is the refusal itself.
+    expect((await post(`/v1/sessions/${b}/end`)).status).toBe(200)
+    expectFull(await post(`/v1/sessions/${b}/messages`, "send-ended", { input: { message: "hi" } }))
+    expect((await post(`/v1/sessions/${b}/messages`, undefined, { input: { message: "hi" } })).body.code).toBe("session_ended")
+    // A delete that must hand a send's key over to the log is refused, and its session stays.
+    expect((await post(`/v1/sessions/${a}/end`)).status).toBe(200)
+    expectFull(await request(s.baseUrl, `/v1/sessions/${a}`, { method: "DELETE" }))
+    expect((await request(s.baseUrl, `/v1/sessions/${a}`)).status).toBe(200)
+    expect((await post(`/v1/sessions/${a}/messages`, "send-1", { input: { message: "hi" } })).text).toBe(sent.text)
+    // Keyless requests are served.
+    expect((await create()).status).toBe(201)
+    expect(fs.statSync(log).size).toBe(logBytes)
+
+    // Once the keys have lived their retention, new keys are taken again.
+    const taken = await eventually("a new key taken after retention", async () => {
+      const r = await create("create-2")
+      if (r.status === 503) return undefined
+      return r
+    }, (RETENTION_SECS + 10) * 1000, 250)
+    expect(taken.status, taken.text).toBe(201)
+    expect((await post(`/v1/sessions/${b}/messages`, "send-ended", { input: { message: "hi" } })).body.code).toBe("session_ended")
+    expect((await request(s.baseUrl, `/v1/sessions/${a}`, { method: "DELETE" })).status).toBe(204)
+  }, 60_000)
+})

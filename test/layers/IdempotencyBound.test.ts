@@ -1,0 +1,131 @@
+/**
+ * The durable idempotency store's bound on live keys, on real files: a refused key writes nothing,
+ * a log holding more live keys than the bound (a lowered setting) opens whole and every key in it
+ * still answers, and the index finds a key by a digest of its scope and key (never the key
+ * itself), which keeps every pair apart. The contract suite (test/contracts) covers the semantics.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import * as v8 from "node:v8"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, TestClock } from "effect"
+import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
+import { IDEMPOTENCY_FULL_SWEEP_MS, idOf, maxIdempotencyKeys } from "../../src/layers/idempotency/Index.js"
+import { FileDriver, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import type { Answer, IdempotencyShape } from "../../src/services/Idempotency.js"
+import { tempDir } from "../support/journals.js"
+
+const RETENTION_MS = 60_000
+
+const withStore = <A, E>(dataDir: string, maxKeys: number, use: (store: IdempotencyShape) => Effect.Effect<A, E>, retentionMs = RETENTION_MS) =>
+  Effect.scoped(
+    Effect.flatMap(
+      IdempotencyFile.make({ dataDir, retentionMs, maxKeys }).pipe(Effect.provide(Layer.succeed(FileDriver, nodeDriver))),
+      use
+    )
+  )
+
+const answer = (body: string): Answer => ({ status: 200, headers: { "content-type": "application/json" }, body })
+const logSize = (dataDir: string) => fs.statSync(path.join(dataDir, "idempotency", "claims.log")).size
+
+describe("IdempotencyFile: the bound on live keys", () => {
+  it.scoped("a key refused at the bound writes nothing to the log; a lower bound at the next open keeps every live key, which replays, and refuses new ones", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir("brain-idem-")
+      yield* withStore(dir, 4, (store) =>
+        Effect.gen(function*() {
+          for (const k of ["a", "b", "c"]) {
+            yield* store.claim("s", k, `h-${k}`)
+            yield* store.complete("s", k, answer(k))
+          }
+          yield* store.claim("s", "unanswered", "h-u")
+          const before = logSize(dir)
+          expect((yield* Effect.flip(store.claim("s", "new", "h")))._tag).toBe("IdempotencyFull")
+          expect(yield* store.reserve("s", "reserved", "h")).toEqual({ _tag: "Claimed" })
+          expect((yield* Effect.flip(store.complete("s", "reserved", answer("refused"))))._tag).toBe("IdempotencyFull")
+          expect((yield* Effect.flip(store.adopt([{ scope: "s", key: "adopted", bodyHash: "h", atMs: 0, answer: answer("x") }])))._tag)
+            .toBe("IdempotencyFull")
+          expect(logSize(dir)).toBe(before)
+        }))
+      yield* withStore(dir, 2, (store) =>
+        Effect.gen(function*() {
+          for (const k of ["a", "b", "c"]) expect(yield* store.claim("s", k, `h-${k}`)).toEqual({ _tag: "Replay", answer: answer(k) })
+          expect(yield* store.claim("s", "unanswered", "h-u")).toEqual({ _tag: "Ambiguous", inFlight: false })
+          expect(yield* Effect.flip(store.claim("s", "new", "h"))).toMatchObject({ _tag: "IdempotencyFull", maxKeys: 2 })
+          // The refused keys of the first open were never kept.
+          expect(yield* store.reserve("s", "reserved", "other")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.reserve("s", "adopted", "other")).toEqual({ _tag: "Claimed" })
+        }))
+    }))
+
+  it.scoped("room is made from the front, where keys expire first, each key placed by its answer: a long request answered late does not hold back the keys answered before it; a key out of that order waits for the next full sweep", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir("brain-idem-")
+      // Long enough that no key expires within a full sweep's interval unless the test says so.
+      const retentionMs = 10 * IDEMPOTENCY_FULL_SWEEP_MS
+      yield* withStore(dir, 3, (store) =>
+        Effect.gen(function*() {
+          expect(yield* store.claim("s", "long", "h")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.claim("s", "quick", "h")).toEqual({ _tag: "Claimed" })
+          yield* store.complete("s", "quick", answer("quick"))
+          yield* TestClock.adjust(retentionMs / 2)
+          yield* store.complete("s", "long", answer("long"))
+          yield* store.adopt([{ scope: "s", key: "adopted", bodyHash: "h", atMs: 0, answer: answer("adopted") }])
+          // Full, one millisecond before "quick" and "adopted" expire: the full sweep this makes finds nothing.
+          yield* TestClock.adjust(retentionMs / 2 - 1)
+          expect((yield* Effect.flip(store.claim("s", "new", "h")))._tag).toBe("IdempotencyFull")
+          yield* TestClock.adjust(1)
+          // "quick" leads (answered first): the front sweep takes it at once.
+          expect(yield* store.claim("s", "new", "h")).toEqual({ _tag: "Claimed" })
+          // "adopted" is behind "long", which is live: found only by the next full sweep.
+          expect((yield* Effect.flip(store.claim("s", "newer", "h")))._tag).toBe("IdempotencyFull")
+          // The last full sweep was 1 ms before "quick" expired.
+          yield* TestClock.adjust(IDEMPOTENCY_FULL_SWEEP_MS - 2)
+          expect((yield* Effect.flip(store.claim("s", "newer", "h")))._tag).toBe("IdempotencyFull")
+          yield* TestClock.adjust(1)
+          expect(yield* store.claim("s", "newer", "h")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.claim("s", "long", "h")).toEqual({ _tag: "Replay", answer: answer("long") })
+        }), retentionMs)
+    }))
+
+  it.scoped("the order is rebuilt from the log at an open: a key answered before one claimed earlier still leads", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir("brain-idem-")
+      const retentionMs = 10 * IDEMPOTENCY_FULL_SWEEP_MS
+      yield* withStore(dir, 2, (store) =>
+        Effect.gen(function*() {
+          yield* store.claim("s", "long", "h")
+          yield* store.claim("s", "quick", "h")
+          yield* store.complete("s", "quick", answer("quick"))
+          yield* TestClock.adjust(retentionMs / 2)
+          yield* store.complete("s", "long", answer("long"))
+        }), retentionMs)
+      yield* TestClock.adjust(retentionMs / 2 - 1)
+      yield* withStore(dir, 2, (store) =>
+        Effect.gen(function*() {
+          // Full, and the full sweep this makes finds nothing; then "quick" expires, at the front.
+          expect((yield* Effect.flip(store.claim("s", "new", "h")))._tag).toBe("IdempotencyFull")
+          yield* TestClock.adjust(1)
+          expect(yield* store.claim("s", "new", "h")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.claim("s", "long", "h")).toEqual({ _tag: "Replay", answer: answer("long") })
+        }), retentionMs)
+    }))
+
+  it("the index's key is a 32-byte digest whatever the key's length, and keeps apart pairs that run together or differ only in a lone surrogate", () => {
+    expect(idOf("cancel:ses_x", "k".repeat(256)).length).toBe(32)
+    expect(idOf("s", "").length).toBe(32)
+    const pairs: ReadonlyArray<readonly [string, string]> = [
+      ["ab", "c"], ["a", "bc"], ["abc", ""], ["", "abc"],
+      ["s", "\ud800"], ["s", "\ud801"], ["s", "\ufffd"], ["s", "\ud83d\ude00"], ["s", "😀"]
+    ]
+    const ids = pairs.map(([scope, key]) => idOf(scope, key))
+    // "\ud83d\ude00" and "😀" are the same string; every other pair differs.
+    expect(new Set(ids).size).toBe(pairs.length - 1)
+    expect(idOf("s", "k")).toBe(idOf("s", "k"))
+  })
+
+  it("unset, the bound is a sixteenth of the heap limit at 512 bytes a key; a setting is taken as it is", () => {
+    expect(maxIdempotencyKeys(7)).toBe(7)
+    expect(maxIdempotencyKeys(undefined)).toBe(Math.floor(v8.getHeapStatistics().heap_size_limit / 16 / 512))
+  })
+})
