@@ -37,6 +37,12 @@ export const SUBSCRIBER_BACKLOG_RECORDS = 4_096
 /** Records. How often the file journal remembers a frame position, to seek without a full scan. */
 export const READ_INDEX_STRIDE = 64
 
+/**
+ * Bytes. The file journal also remembers a frame position this far past the last one remembered:
+ * a read from any sequence skips less than this (not up to READ_INDEX_STRIDE large records).
+ */
+export const READ_INDEX_BYTES = 256 * 1024
+
 /** Files. Open segment descriptors kept before the least recently used ones are closed. */
 export const OPEN_JOURNAL_FILES = 1_024
 /** Bytes a commit-log file takes before rounds switch to the other one (the journal's recovery reads at most twice this). */

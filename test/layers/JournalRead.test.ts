@@ -2,15 +2,21 @@
  * Reading committed frames back from the files: a frame larger than a read chunk is read whole
  * wherever it falls, including when the chunk before it ends inside its header (its length not
  * yet known), and is never mistaken for corruption.
+ *
+ * A read from any sequence of a journal of large records reads about what it returns: the read
+ * index remembers a position at least every READ_INDEX_BYTES (not only every READ_INDEX_STRIDE
+ * records, which for 3 MB records meant checksumming up to 190 MB to serve one), and a read that
+ * is full by bytes does not read the frame after.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, layerNode as nodeFiles, nodeDriver } from "../../src/layers/journal/FileDriver.js"
+import { READ_INDEX_BYTES } from "../../src/domain/Limits.js"
 import { framesOf } from "../support/frames.js"
 import { tempDir } from "../support/journals.js"
 
@@ -50,4 +56,33 @@ describe("reading frames back from the journal files", () => {
         expect(records[1]!.payload.value).toBe(big)
       }))
   }
+})
+
+describe("reading from the middle of a journal of large records", () => {
+  it.scoped("a read after any sequence reads from the file little more than the records it returns, and nothing past a full read", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir()
+      const session = yield* mintSessionId
+      const RECORD = 3 * READ_INDEX_BYTES
+      const RECORDS = 40 // fewer than READ_INDEX_STRIDE: only the first would be remembered by count
+      yield* Effect.scoped(Effect.gen(function*() {
+        const journal = yield* JournalFile.make({ dataDir }).pipe(Effect.provide(nodeFiles))
+        yield* journal.create(session)
+        for (let i = 0; i < RECORDS; i++) yield* journal.append(session, [kvOfFrameSize(`k${i}`, RECORD)])
+      }))
+      let bytesRead = 0
+      const counting = Layer.succeed(FileDriver, {
+        ...nodeDriver,
+        read: (fd, buffer, position) => Effect.tap(nodeDriver.read(fd, buffer, position), (n) => Effect.sync(() => (bytesRead += n)))
+      })
+      yield* Effect.scoped(Effect.gen(function*() {
+        const journal = yield* JournalFile.make({ dataDir }).pipe(Effect.provide(counting))
+        for (const after of [1, 17, 30, 38]) {
+          bytesRead = 0
+          const records = yield* journal.read(session, { after, limit: 10, maxBytes: 1 })
+          expect(records.map((r) => r.payload.key)).toEqual([`k${after}`])
+          expect(bytesRead, `after ${after}`).toBeLessThanOrEqual(RECORD + READ_INDEX_BYTES)
+        }
+      }))
+    }))
 })

@@ -6,7 +6,7 @@
  */
 import * as path from "node:path"
 import { Effect, Either } from "effect"
-import { READ_INDEX_STRIDE } from "../../domain/Limits.js"
+import { READ_INDEX_BYTES, READ_INDEX_STRIDE } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, SessionNotFound } from "../../services/Journal.js"
@@ -44,7 +44,11 @@ export class SessionHandle {
   }
 
   remember(sequence: number, segment: number, offset: number) {
-    if (offset === 0 || sequence % READ_INDEX_STRIDE === 0) this.index.push({ sequence, segment, offset })
+    const last = this.index[this.index.length - 1]
+    if (
+      offset === 0 || sequence % READ_INDEX_STRIDE === 0 ||
+      (last !== undefined && (last.segment !== segment || offset - last.offset >= READ_INDEX_BYTES))
+    ) this.index.push({ sequence, segment, offset })
   }
 
   /** The index entry to start reading from to find the record after `after`. */
@@ -204,6 +208,8 @@ export const readRecords = (
         let bufLen = 0
         for (;;) {
           if (offset >= end) return false
+          // Full: the next frame would not be taken, so it is not read.
+          if (maxBytes !== undefined && out.length > 0 && bytes >= maxBytes) return true
           let read = readFrame(buf, offset - bufStart, bufLen)
           // Refill from this frame's start. A first refill may show only the header, which says
           // how big the frame is (a valid header's length is at most the frame maximum): then grow
