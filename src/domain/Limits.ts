@@ -154,8 +154,24 @@ export const SSE_BACKLOG_BYTES = 16 * 1024 * 1024
  */
 export const SSE_WRITE_BYTES = 256 * 1024
 
-/** Bytes. About the most journal frame bytes one SSE catch-up read takes (a larger Event comes alone). */
+/**
+ * Bytes. About the most journal frame bytes one SSE catch-up read takes, and no more than
+ * BRAIN_SSE_BACKLOG_BYTES (a larger Event comes alone).
+ */
 export const SSE_CATCH_UP_BYTES = 1024 * 1024
+
+/**
+ * Reads. SSE catch-up pages read at once in the process; more wait their turn. Reading a page of
+ * large Events is main-thread work (checksums, UTF-8, JSON): without a bound, a few dozen readers
+ * reconnecting to a session of 3 MB Events held other sessions' sends up for seconds.
+ */
+export const SSE_CATCH_UP_READS = 2
+
+/** Milliseconds. How long an SSE reader still catching up may leave its socket undrained before it is cut off; BRAIN_SSE_STALL_MS. */
+export const SSE_STALL_MS = 30_000
+
+/** Milliseconds. How long a cut-off SSE stream's socket has to take what it was handed before it is closed; BRAIN_SSE_CLOSE_GRACE_MS. */
+export const SSE_CLOSE_GRACE_MS = 5_000
 
 /** Subscribers. SSE streams on one session, and in the process, before new ones are refused (503). */
 export const SSE_SUBSCRIBERS_PER_SESSION = 1_000

@@ -8,6 +8,8 @@ import {
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
   SSE_BACKLOG_BYTES,
+  SSE_CLOSE_GRACE_MS,
+  SSE_STALL_MS,
   SSE_SUBSCRIBERS,
   SSE_SUBSCRIBERS_PER_SESSION,
   OUTCOME_SETTING_CEILING_BYTES,
@@ -127,6 +129,10 @@ export interface ServerConfigShape {
   readonly sseMaxSubscribers: number
   /** Bytes of frames a live SSE subscriber may fall behind before it is cut off (it resumes by cursor). */
   readonly sseBacklogBytes: number
+  /** Milliseconds an SSE reader still catching up may leave its socket undrained before it is cut off; 0: no bound. */
+  readonly sseStallMs: number
+  /** Milliseconds a cut-off SSE stream's socket has to take what it was handed before it is closed; 0: no bound. */
+  readonly sseCloseGraceMs: number
   /** Where the loops' telemetry goes (BRAIN_TELEMETRY); `None` drops it. */
   readonly telemetry: TelemetrySink
   /** Bytes of telemetry (serialized) waiting for its sink before new records are dropped. */
@@ -184,6 +190,8 @@ export const defaults: ServerConfigShape = {
   sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
   sseBacklogBytes: SSE_BACKLOG_BYTES,
+  sseStallMs: SSE_STALL_MS,
+  sseCloseGraceMs: SSE_CLOSE_GRACE_MS,
   telemetry: noSink,
   telemetryQueueBytes: TELEMETRY_QUEUE_BYTES
 }
@@ -325,6 +333,8 @@ export const fromConfig = Config.all({
   ),
   sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "SSE streams the process may have"),
   sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind"),
+  sseStallMs: timerMs("BRAIN_SSE_STALL_MS", 0, defaults.sseStallMs, "how long an SSE reader still catching up may leave its socket undrained (0 = no bound)"),
+  sseCloseGraceMs: timerMs("BRAIN_SSE_CLOSE_GRACE_MS", 0, defaults.sseCloseGraceMs, "how long a cut-off SSE stream's socket has to drain before it is closed (0 = no bound)"),
   telemetry: Config.string("BRAIN_TELEMETRY").pipe(
     Config.withDefault(""),
     Config.mapOrFail((value) =>
@@ -380,6 +390,8 @@ export const fromConfig = Config.all({
     sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
     sseMaxSubscribers: c.sseMaxSubscribers,
     sseBacklogBytes: c.sseBacklogBytes,
+    sseStallMs: c.sseStallMs,
+    sseCloseGraceMs: c.sseCloseGraceMs,
     telemetry: c.telemetry,
     telemetryQueueBytes: c.telemetryQueueBytes
   }))

@@ -13,6 +13,10 @@
  *
  * Under a small heap (256 MiB), a stalled reader of a session whose Events carry 1 MiB each is cut
  * off by bytes long before it could hold enough to exhaust the heap: the server keeps serving.
+ *
+ * The stalled readers here read again only after the flood, long after they were cut off, to see
+ * the `stream_lagged` frame: their servers keep a cut-off stream's connection open until it
+ * drains (BRAIN_SSE_CLOSE_GRACE_MS=0; by default it is closed after 5 s, sseStall.test.ts).
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import * as fs from "node:fs"
@@ -30,7 +34,7 @@ describe("per-session SSE backlog", () => {
   let server: ServerProcess
   beforeAll(async () => {
     ensureBuilt()
-    server = await startServer({ env: { BRAIN_MAX_EMITTED_BYTES: "0" } })
+    server = await startServer({ env: { BRAIN_MAX_EMITTED_BYTES: "0", BRAIN_SSE_CLOSE_GRACE_MS: "0" } })
   }, 120_000)
   afterAll(async () => {
     await server?.dispose()
@@ -129,7 +133,10 @@ describe("SSE backlog bounded in bytes, under a small heap", () => {
   let server: ServerProcess
   beforeAll(async () => {
     ensureBuilt()
-    server = await startServer({ env: { BRAIN_MAX_EMITTED_BYTES: "0" }, nodeArgs: [`--max-old-space-size=${HEAP_MIB}`] })
+    server = await startServer({
+      env: { BRAIN_MAX_EMITTED_BYTES: "0", BRAIN_SSE_CLOSE_GRACE_MS: "0" },
+      nodeArgs: [`--max-old-space-size=${HEAP_MIB}`]
+    })
   }, 120_000)
   afterAll(async () => {
     await server?.dispose()

@@ -14,11 +14,15 @@
  *   subscribers is cut off with `stream_lagged`, and the next subscriber opens a fresh feed.
  * - While a feed is open, one fiber sends each of its subscribers a heartbeat comment every
  *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
+ * - Catch-up pages are read SSE_CATCH_UP_READS at a time in the whole process, each about
+ *   SSE_CATCH_UP_BYTES and at most BRAIN_SSE_BACKLOG_BYTES (a larger Event comes alone): decoding
+ *   large Events is main-thread work, and readers reconnecting by the dozen must not hold the
+ *   other sessions' requests up for seconds (docs/operations.md, "SSE streams").
  */
 import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
 import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
+import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_CATCH_UP_READS, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
 import { type SessionState, toEvent } from "../../domain/Projection.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
@@ -79,13 +83,18 @@ const tooMany = (setting: string, limit: number) =>
 
 export const make = (
   journal: JournalShape,
-  config: Pick<ServerConfigShape, "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs">,
+  config: Pick<
+    ServerConfigShape,
+    "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs" | "sseStallMs" | "sseCloseGraceMs"
+  >,
   fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt
 ): Effect.Effect<LiveFeeds, never, Scope.Scope> =>
   Effect.gen(function*() {
     const owner = yield* Effect.scope
     /** Runs the catch-up reads a socket's demand starts, in fibers these feeds own. */
     const run = yield* FiberSet.makeRuntime<never>()
+    /** Catch-up reads under way in the process: the rest wait their turn. */
+    const reads = yield* Effect.makeSemaphore(SSE_CATCH_UP_READS)
     const entries = new Map<SessionId, Entry>()
     /**
      * Publishes what the feed's session has committed and the pump (a fiber of its own) has not
@@ -112,8 +121,12 @@ export const make = (
     const limits: TapLimits = {
       events: SUBSCRIBER_BACKLOG_RECORDS,
       bytes: config.sseBacklogBytes,
-      writeBytes: SSE_WRITE_BYTES
+      writeBytes: SSE_WRITE_BYTES,
+      stallMs: config.sseStallMs,
+      closeMs: config.sseCloseGraceMs
     }
+    /** What one catch-up page holds at most: about a read, and no more than a live backlog (a larger Event comes alone). */
+    const pageBytes = Math.min(SSE_CATCH_UP_BYTES, config.sseBacklogBytes)
 
     /** A heartbeat comment to every subscriber of a feed, each BRAIN_SSE_HEARTBEAT_MS, while it is open. */
     const heartbeats = (feed: Feed) =>
@@ -228,7 +241,7 @@ export const make = (
       })
 
     const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, FollowError> =>
-      readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: SSE_CATCH_UP_BYTES }, (e) => {
+      readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: pageBytes }, (e) => {
         const frame = eventFrame(e)
         return { item: frame, size: Buffer.byteLength(frame) }
       }).pipe(
@@ -238,6 +251,7 @@ export const make = (
           length: page.length,
           ended: page.ended
         })),
+        reads.withPermits(1),
         Effect.mapError(fromJournal)
       )
 
@@ -262,11 +276,13 @@ export const make = (
           atEnd: state.status === "ended" || state.status === "failed",
           limits,
           read: readCatchUp(session),
-          run: (read, done) =>
-            void run(Effect.match(Effect.catchAllDefect(read, (defect) => Effect.fail(internal(defect))), {
+          run: (read, done) => {
+            const fiber = run(Effect.match(Effect.catchAllDefect(read, (defect) => Effect.fail(internal(defect))), {
               onFailure: done,
               onSuccess: done
-            })),
+            }))
+            return () => fiber.unsafeInterruptAsFork(FiberId.none)
+          },
           position: () => feed.through,
           onDone: () => void feed.taps.delete(tap)
         })

@@ -17,64 +17,26 @@
  * - Bytes are handed to the socket only while it asks for more (Node's stream demand, about
  *   SSE_WRITE_BYTES buffered): a slow reader holds its backlog plus one write, no more. A live
  *   commit goes out from the feed's own call, so a subscriber costs about a socket write per commit.
+ * - Catch-up reads the next page only once the socket has taken the last one (the pipe pauses this
+ *   stream while the socket has not drained) and never in the turn of the event loop that asked:
+ *   a reader that stops reading holds one page and what its socket buffers, and pages of many
+ *   readers take turns with the rest of the server's work. A reader whose socket has not drained
+ *   for `stallMs` while still catching up is cut off as a lagging live one is (`stream_lagged`).
+ * - Once the stream has ended, its socket has `closeMs` (after a cut: `stream_lagged`,
+ *   `stream_error`) or `stallMs` (after the session's final Event) to take what it was handed;
+ *   then the connection is closed and its unsent bytes let go.
  * - The stream ends after the session's final Event (`session_ended`, or a failed creation's
  *   `session_creation_failed`: Records.ts `isFinalKind`); a read failure after the 200 ends it with a
  *   `stream_error` frame, and so does a server stop (retryable). Once it has ended (or its client
  *   went away) the feed forgets it at once (`onDone`), whatever the socket still has to send.
  */
-import { Readable } from "node:stream"
+import { finished, Readable, type Writable } from "node:stream"
 import { Effect } from "effect"
 import { type ApiError, isApiError } from "../../domain/Errors.js"
 import { CONNECTED, errorFrame, framesAfter, HEARTBEAT, laggedFrame } from "./SseFrames.js"
+import type { CatchUpPage, Commit, TapOptions } from "./TapOptions.js"
 
-/** One commit's frames, as the feed offers them to every subscriber. */
-export interface Commit {
-  /** The first and last sequences it covers. */
-  readonly first: number
-  readonly last: number
-  readonly bytes: Uint8Array
-  /** How many Events (frames) it holds. */
-  readonly events: number
-  /** Whether it holds the session's final Event (`isFinalKind`). */
-  readonly ended: boolean
-}
-
-/** One catch-up read: the frames of about a page of the Events in (after, until]. */
-export interface CatchUpPage {
-  readonly bytes: Uint8Array | undefined
-  /** The last sequence examined. */
-  readonly next: number
-  /** The transcript's length just after `next`. */
-  readonly length: number
-  readonly ended: boolean
-}
-
-export type ReadCatchUp<E> = (after: number, length: number, until: number) => Effect.Effect<CatchUpPage, E>
-
-export interface TapLimits {
-  /** Events the backlog may hold. */
-  readonly events: number
-  /** Bytes the backlog may hold. */
-  readonly bytes: number
-  /** About the most bytes buffered toward the socket before offering more waits for it to drain. */
-  readonly writeBytes: number
-}
-
-export interface TapOptions<E extends ApiError> {
-  readonly from: { readonly after: number; readonly length: number }
-  /** The feed's position when this subscriber is registered on it. */
-  readonly registeredAt: number
-  /** The session had ended or failed when this subscriber came: the stream ends once caught up. */
-  readonly atEnd: boolean
-  readonly limits: TapLimits
-  readonly read: ReadCatchUp<E>
-  /** Runs a catch-up read in a fiber the feeds own; `done` gets its outcome. */
-  readonly run: (read: Effect.Effect<CatchUpPage, E>, done: (page: CatchUpPage | E) => void) => void
-  /** The feed's position now. */
-  readonly position: () => number
-  /** Called once, when the stream has ended or was torn down. */
-  readonly onDone: () => void
-}
+export type { CatchUpPage, Commit, ReadCatchUp, TapLimits, TapOptions } from "./TapOptions.js"
 
 const END = Symbol("end")
 
@@ -102,12 +64,28 @@ export class Tap<E extends ApiError> extends Readable {
   private wanting = false
   private delivering = false
   private again = false
+  /** A catch-up read is asked for: it starts on a later turn of the event loop, once the socket has drained. */
+  private due = false
+  /** Interrupts the catch-up read under way. */
+  private cancelRead: (() => void) | undefined
+  /** Cuts the stream off: its socket has not drained for `stallMs` while it was catching up. */
+  private stall: ReturnType<typeof setTimeout> | undefined
+  /** Where this body is piped: the response, which a stream that ended and does not drain is closed by. */
+  private sink: Writable | undefined
 
   constructor(private readonly options: TapOptions<E>) {
     super({ highWaterMark: options.limits.writeBytes })
     this.cursor = options.from.after
     this.length = options.from.length
     this.until = options.registeredAt
+    // A pipe pauses its source while the destination has not drained, and resumes it once it has.
+    this.on("pause", () => this.onPause())
+    this.on("resume", () => this.onResume())
+  }
+
+  override pipe<T extends NodeJS.WritableStream>(destination: T, options?: { end?: boolean | undefined }): T {
+    this.sink ??= destination as unknown as Writable
+    return super.pipe(destination, options)
   }
 
   /** The first catch-up read, made before the response is answered so that a failure is a plain error. */
@@ -215,7 +193,7 @@ export class Tap<E extends ApiError> extends Readable {
       while (this.wanting && !this.over) {
         const part = this.nextPart()
         if (part === undefined) break
-        if (part === END) this.conclude(true)
+        if (part === END) this.conclude(true, this.options.limits.stallMs)
         else this.wanting = this.push(part)
       }
     } while (this.again && this.wanting && !this.over)
@@ -243,17 +221,75 @@ export class Tap<E extends ApiError> extends Readable {
     return this.finished ? END : undefined
   }
 
+  /**
+   * Asks for the next page. It is read on a later turn of the event loop (other work goes first,
+   * and by then the socket has said whether it took the last page), and only once the socket has
+   * drained: while the pipe holds this stream paused, its `resume` reads it.
+   */
   private catchUp() {
-    if (this.reading) return
+    if (this.reading || this.due) return
+    this.due = true
+    setImmediate(() => this.readDue())
+  }
+
+  private readDue() {
+    if (!this.due || this.over || this.readableFlowing === false) return
+    this.due = false
     this.reading = true
     const from = this.cursor
-    this.options.run(this.options.read(from, this.length, this.until), (outcome) => {
+    const cancel = this.options.run(this.options.read(from, this.length, this.until), (outcome) => {
       this.reading = false
+      this.cancelRead = undefined
       if (this.over) return
       if (isApiError(outcome)) return this.endWith(errorFrame(outcome))
       this.accept(outcome, from)
       this.deliver()
     })
+    if (this.reading) this.cancelRead = cancel
+  }
+
+  private onPause() {
+    const { stallMs } = this.options.limits
+    if (this.live || this.over || stallMs === 0 || this.stall !== undefined) return
+    this.stall = setTimeout(() => this.stalled(), stallMs)
+    this.stall.unref()
+  }
+
+  private onResume() {
+    this.clearStall()
+    // Not at once: a pipe emits `resume` before it hands on what this stream holds, which may fill the socket again.
+    if (this.due) setImmediate(() => this.readDue())
+  }
+
+  private clearStall() {
+    if (this.stall === undefined) return
+    clearTimeout(this.stall)
+    this.stall = undefined
+  }
+
+  /** The socket has not drained for `stallMs` while this stream was catching up. */
+  private stalled() {
+    this.stall = undefined
+    if (this.over || this.live) return
+    // Its final Events are read but not taken: nothing is left to say, the connection just closes.
+    if (this.finished) return this.close()
+    this.cutOff(`the reader's socket did not drain for ${this.options.limits.stallMs} ms while it was catching up`)
+  }
+
+  /** Closes the connection, dropping what its socket has not taken. */
+  private close() {
+    const sink = this.sink
+    if (sink === undefined) {
+      if (!this.readableEnded) this.destroy()
+    } else if (!sink.writableFinished) sink.destroy()
+  }
+
+  /** Closes the connection unless its socket has taken everything within `ms` (0: no bound). */
+  private closeUnlessDrained(ms: number) {
+    if (ms === 0) return
+    const timer = setTimeout(() => this.close(), ms)
+    timer.unref()
+    if (this.sink !== undefined) finished(this.sink, () => clearTimeout(timer))
   }
 
   private accept(page: CatchUpPage, from: number) {
@@ -274,7 +310,10 @@ export class Tap<E extends ApiError> extends Readable {
       if (this.cursor < this.until) return
     }
     if (this.options.atEnd) this.finished = true
-    else this.live = true
+    else {
+      this.live = true
+      this.clearStall()
+    }
   }
 
   /**
@@ -288,15 +327,23 @@ export class Tap<E extends ApiError> extends Readable {
     for (const part of this.pending) if (part !== HEARTBEAT) this.push(part)
     this.pending = []
     this.push(frame)
-    this.conclude(true)
+    this.conclude(true, this.options.limits.closeMs)
   }
 
-  private conclude(graceful: boolean) {
+  /** Ends the stream: gracefully (what was handed over goes out, within `closeAfterMs`) or torn down. */
+  private conclude(graceful: boolean, closeAfterMs = 0) {
     if (this.over) return
     this.over = true
+    this.due = false
+    this.clearStall()
+    this.cancelRead?.()
+    this.cancelRead = undefined
     this.dropBacklog()
     this.pending = []
-    if (graceful) this.push(null)
+    if (graceful) {
+      this.push(null)
+      this.closeUnlessDrained(closeAfterMs)
+    }
     this.options.onDone()
   }
 
