@@ -26,7 +26,8 @@
  *   of a new key, the completion of a reservation and an adoption that would pass it are refused
  *   (`IdempotencyFull`) before anything is written, once the expired entries in the way are
  *   dropped (Index.ts). Keys already held answer as always; a live key is never dropped for room.
- *   A log holding more live keys than the bound (a lowered setting) is opened whole.
+ *   A log holding more live keys than the bound (a lowered setting) is opened whole. Refusing, the
+ *   store logs a warning, at most once per IDEMPOTENCY_FULL_SWEEP_MS.
  *
  * Concurrent claims of one key are decided in memory, at once: the first reserves the key and
  * waits for its frame; the others see the reservation (Ambiguous, in flight) without waiting.
@@ -56,7 +57,7 @@ import {
   IdempotencyStoreFailed
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
-import { type Entry, idOf, Index, maxIdempotencyKeys, newEntry } from "./idempotency/Index.js"
+import { type Entry, IDEMPOTENCY_FULL_SWEEP_MS, idOf, Index, maxIdempotencyKeys, newEntry } from "./idempotency/Index.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -130,6 +131,18 @@ export const make = (
     const file = path.join(dir, LOG_FILE)
     const index = new Index(options.retentionMs, maxIdempotencyKeys(options.maxKeys))
     const full = new IdempotencyFull({ maxKeys: index.maxKeys })
+    let warnedAtMs = Number.NEGATIVE_INFINITY
+    /** The refusal at the bound, said in the log at most once per interval (a full store may be refusing a flood). */
+    const refuseFull = (now: number): Effect.Effect<never, IdempotencyFull> => {
+      if (now - warnedAtMs < IDEMPOTENCY_FULL_SWEEP_MS && now >= warnedAtMs) return Effect.fail(full)
+      warnedAtMs = now
+      return Effect.zipRight(
+        Effect.logWarning(
+          `${full.message} (BRAIN_MAX_IDEMPOTENCY_KEYS): requests with a new Idempotency-Key are refused with 503 overloaded until keys expire (BRAIN_REQUEST_RETENTION_SECS); keys already held still answer. Said at most once a minute`
+        ),
+        Effect.fail(full)
+      )
+    }
     const storeFailed = (e: FileError) => new IdempotencyStoreFailed({ reason: `${LOG_NAME}: ${failedBy(e, dataDir)}` })
 
     // Open: a rewrite a crash interrupted before its rename left only a temporary file.
@@ -282,7 +295,7 @@ export const make = (
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
         // A new key at the bound; a reservation counts while it lasts, and its `complete` is checked.
-        if (durable && !index.hasRoom(now, 1)) return yield* Effect.fail(full)
+        if (durable && !index.hasRoom(now, 1)) return yield* refuseFull(now)
         const entry = newEntry(bodyHash, now, "reserved")
         index.entries.set(id, entry)
         if (durable) yield* writeClaim(id, scope, key, entry)
@@ -309,7 +322,7 @@ export const make = (
           // Reserved, so not yet kept: at the bound it goes, and nothing is written.
           if (completeOptions?.beyondBound !== true && !index.hasRoom(now, 0)) {
             index.drop(id, entry)
-            return yield* Effect.fail(full)
+            return yield* refuseFull(now)
           }
           // Its claim goes first, then the answer (a crash between them leaves the key
           // ambiguous, the cautious reading).
@@ -321,8 +334,9 @@ export const make = (
         Effect.suspend((): Effect.Effect<void, IdempotencyError> => {
           const refused = log.refused()
           if (refused) return Effect.fail(refused)
-          const writes = adoptions(keys, clock.unsafeCurrentTimeMillis())
-          return writes === undefined ? Effect.fail(full) : Effect.all(writes, { concurrency: ADOPT_CONCURRENCY, discard: true })
+          const now = clock.unsafeCurrentTimeMillis()
+          const writes = adoptions(keys, now)
+          return writes === undefined ? refuseFull(now) : Effect.all(writes, { concurrency: ADOPT_CONCURRENCY, discard: true })
         }),
       release: Effect.fnUntraced(function*(scope: string, key: string) {
         const refused = log.refused()

@@ -8,7 +8,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import * as v8 from "node:v8"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, TestClock } from "effect"
+import { Effect, Layer, Logger, TestClock } from "effect"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
 import { IDEMPOTENCY_FULL_SWEEP_MS, idOf, maxIdempotencyKeys } from "../../src/layers/idempotency/Index.js"
 import { FileDriver, nodeDriver } from "../../src/layers/journal/FileDriver.js"
@@ -109,6 +109,29 @@ describe("IdempotencyFile: the bound on live keys", () => {
           expect(yield* store.claim("s", "new", "h")).toEqual({ _tag: "Claimed" })
           expect(yield* store.claim("s", "long", "h")).toEqual({ _tag: "Replay", answer: answer("long") })
         }), retentionMs)
+    }))
+
+  it.scoped("refusing at the bound is said in the log, at most once a minute however many keys are refused", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir("brain-idem-")
+      const warnings: Array<string> = []
+      const capture = Logger.replace(Logger.defaultLogger, Logger.make(({ logLevel, message }) => {
+        if (logLevel._tag === "Warning") warnings.push(String(message))
+      }))
+      yield* withStore(dir, 1, (store) =>
+        Effect.gen(function*() {
+          yield* store.claim("s", "held", "h")
+          yield* store.complete("s", "held", answer("held"))
+          for (let i = 0; i < 50; i++) expect((yield* Effect.flip(store.claim("s", `new-${i}`, "h")))._tag).toBe("IdempotencyFull")
+          expect(warnings.length).toBe(1)
+          expect(warnings[0]).toContain("BRAIN_MAX_IDEMPOTENCY_KEYS")
+          yield* TestClock.adjust(IDEMPOTENCY_FULL_SWEEP_MS - 1)
+          yield* Effect.flip(store.claim("s", "new", "h"))
+          expect(warnings.length).toBe(1)
+          yield* TestClock.adjust(1)
+          yield* Effect.flip(store.claim("s", "new", "h"))
+          expect(warnings.length).toBe(2)
+        }).pipe(Effect.provide(capture)), 10 * IDEMPOTENCY_FULL_SWEEP_MS)
     }))
 
   it("the index's key is a 32-byte digest whatever the key's length, and keeps apart pairs that run together or differ only in a lone surrogate", () => {
