@@ -93,7 +93,8 @@ const KEYS_HEAP_FRACTION = 1 / 16
 
 /**
  * Live keys the store holds at most (BRAIN_MAX_IDEMPOTENCY_KEYS): the setting, or as many as a
- * sixteenth of the heap limit holds at KEY_HEAP_BYTES each (524,288 under a 4 GiB heap).
+ * sixteenth of the heap limit holds at KEY_HEAP_BYTES each (530,432 under Node's 4,144 MiB limit
+ * for a 4 GiB old space).
  */
 export const maxIdempotencyKeys = (setting: number | undefined): number =>
   setting ?? Math.max(1, Math.floor(v8.getHeapStatistics().heap_size_limit * KEYS_HEAP_FRACTION / KEY_HEAP_BYTES))
