@@ -44,6 +44,39 @@ export const stringifyOnce = (value: unknown): string => {
 }
 
 /**
+ * Whether `JSON.parse(JSON.stringify(value))` would give `value` back, member for member: only
+ * null, booleans, finite numbers (not -0), strings, arrays of such and plain objects of such (no prototype
+ * but Object's or none, no `toJSON`, no undefined member, no symbol key). What JSON.parse makes
+ * always is; what a caller's code hands over (an in-process tool's output) may not be. Called on
+ * text-checked values only (nesting bounded), so its recursion is bounded too.
+ */
+export const isJsonData = (value: unknown): boolean => {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return true
+    case "number":
+      // JSON writes -0 as 0.
+      return Number.isFinite(value) && !Object.is(value, -0)
+    case "object": {
+      if (value === null) return true
+      if (Array.isArray(value)) {
+        for (let i = 0; i < value.length; i++) if (!isJsonData(value[i])) return false
+        return true
+      }
+      const proto = Object.getPrototypeOf(value)
+      if ((proto !== Object.prototype && proto !== null) || Object.getOwnPropertySymbols(value).length > 0) return false
+      for (const key in value) {
+        if (key === "toJSON" || !isJsonData((value as Record<string, unknown>)[key])) return false
+      }
+      return true
+    }
+    default:
+      return false
+  }
+}
+
+/**
  * The deepest nesting of objects and arrays in JSON text (strings skipped); cheap, no parse, no
  * recursion. Text deeper than MAX_JSON_DEPTH is refused before anything parses it.
  */

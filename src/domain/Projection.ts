@@ -100,8 +100,13 @@ const LENGTH_ENTRY_BYTES = 16
 const PENDING_BYTES = 96
 /** Bytes. One kv entry besides its key's and value's own bytes (the map's node). */
 const KV_ENTRY_BYTES = 64
-/** Bytes. One request entry besides its id's and hash's own bytes (the object and the map's node). */
-const REQUEST_ENTRY_BYTES = 128
+/**
+ * Bytes. One request entry besides its id's and hash's JSON bytes: the entry object, the map's
+ * node, the id (a concatenation) and both strings' headers. Measured: 100,000 entries as
+ * `request_claimed` folds them take 393 bytes each on the heap after a full collection, their id
+ * and hash 109 of them as JSON (a UUID key, a SHA-256 hash).
+ */
+const REQUEST_ENTRY_BYTES = 288
 
 const messagesBytes = (messages: ReadonlyArray<unknown>) => {
   let n = 0

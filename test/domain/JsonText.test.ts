@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { jsonStringBytes, parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { isJsonData, jsonStringBytes, parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -90,6 +90,22 @@ describe("jsonStringBytes", () => {
         expect(jsonStringBytes(s)).toBe(Buffer.byteLength(JSON.stringify(s)))
       }),
       { numRuns: 2000 }
+    )
+  })
+})
+
+describe("isJsonData", () => {
+  it("holds for every value JSON.parse makes", () => {
+    fc.assert(fc.property(fc.jsonValue(), (v) => isJsonData(JSON.parse(JSON.stringify(v)))))
+  })
+
+  it("fails for a value with anything JSON would write other than as it is, at any depth", () => {
+    const odd = [-0, new Date(0), () => 1, undefined, NaN, Infinity, Symbol("s"), 1n, new Map(), { toJSON: () => 1 }, { [Symbol("k")]: 1 }, Object.create({ inherited: 1 })]
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.constantFrom(...odd), fc.boolean(), (v, bad, inArray) => {
+        const holder = inArray ? [v, bad] : { v, bad }
+        return !isJsonData(holder) && !isJsonData({ deeper: [holder] })
+      })
     )
   })
 })

@@ -3,7 +3,9 @@
  * the journal cannot record it, yet the call's start must be closed before the loop observes an
  * answer (the seed: "Brain commits *_ended or *_failed referencing the started sequence"). Such an
  * output is the call's `error` outcome, committed, and the loop is shown exactly that. An output
- * JSON can write is written once: the check's text is what the journal records.
+ * JSON can write is written once: the check's text is what the journal records. An output that is
+ * not plain JSON data (a Date, a function, an undefined member, NaN) reaches the loop as the journal
+ * wrote it, so that what a loop acts on is what a reopened session reads back.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -60,6 +62,42 @@ describe("a tool output JSON can write", () => {
       expect(records.find((r) => r.kind === "tool_call_ended")!.payload).toMatchObject({ outcome: "ok", output: { answer: 42 } })
       expect(written).toBe(1)
     }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop }, tools: { counted: () => Effect.succeed({ outcome: "ok", output }) } })))
+  })
+})
+
+describe("a tool output that is not plain JSON data", () => {
+  it.effect("reaches the loop exactly as the journal records it (a Date as its text, a function or an undefined member left out, NaN as null), and plain data as it was", () => {
+    const seen: Array<ToolResult> = []
+    const mixed = { when: new Date(0), f: () => 1, u: undefined, n: NaN, list: [undefined, () => 2, Infinity], inner: { s: Symbol("s"), keep: "yes" }, [Symbol("k")]: 1 }
+    const plain = { a: [1, "two", null, { b: true }] }
+    const agentloop: AgentloopShape = {
+      activate: (_input, host) =>
+        Effect.gen(function*() {
+          seen.push(...yield* host.dispatch([{ id: "c-mixed", name: "mixed", input: {} }, { id: "c-plain", name: "plain", input: {} }]))
+          return "done"
+        })
+    }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({ agentloop: "t", model: { provider: "scripted" }, tools: [{ name: "mixed" }, { name: "plain" }] })
+      const out = yield* sessions.send(session_id, { message: "go" })
+      expect(out.turn.status).toBe("ended")
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      const ended = records.filter((r) => r.kind === "tool_call_ended")
+      expect(ended).toHaveLength(2)
+      const recorded = ended.map((r) => r.payload.output)
+      expect(recorded).toContainEqual({ when: "1970-01-01T00:00:00.000Z", n: null, list: [null, null, null], inner: { keep: "yes" } })
+      expect(recorded).toContainEqual(plain)
+      for (const result of seen) {
+        const record = ended.find((r) => records.find((s) => s.sequence === r.payload.sequence)!.payload.call_id === result.call_id)!
+        // Deep equality that tells a Date from its text and a missing member from an undefined one.
+        expect(result.output).toStrictEqual(record.payload.output)
+      }
+    }).pipe(Effect.provide(runtimeLayer({
+      loops: { t: agentloop },
+      tools: { mixed: () => Effect.succeed({ outcome: "ok", output: mixed }), plain: () => Effect.succeed({ outcome: "ok", output: plain }) }
+    })))
   })
 })
 

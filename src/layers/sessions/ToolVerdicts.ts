@@ -6,7 +6,7 @@
 import { Duration, Effect, Exit, Fiber, Option } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import { failure, type Failure } from "../../domain/Failure.js"
-import { nestingDepth } from "../../domain/JsonText.js"
+import { isJsonData, nestingDepth } from "../../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
@@ -67,7 +67,11 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
   if (v._tag === "reply" && v.reply.outcome !== "stopped") {
     const payload = { sequence, outcome: v.reply.outcome, output: v.reply.output ?? null, is_error: v.reply.outcome === "error" }
     const written = writtenOutcome(payload)
-    if ("json" in written) return writtenEntry("tool_call_ended", payload, written.json)
+    if ("json" in written) {
+      // The loop is shown what the journal records: an output that JSON writes other than as it
+      // is (an in-process tool's Date, function, undefined member or NaN) is read back from the text.
+      return writtenEntry("tool_call_ended", isJsonData(payload.output) ? payload : JSON.parse(written.json), written.json)
+    }
     // An output the journal cannot write would leave the call's start unclosed: it is the error.
     return entry("tool_call_ended", {
       sequence,
