@@ -59,6 +59,9 @@ import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
 
+/** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
+const refusedAt = (message: string, path: ReadonlyArray<string | number>) => new InvalidRequest({ message, details: [{ path, message }] })
+
 export const make = Effect.gen(function*() {
   const journal = yield* Journal
   const projection = yield* Projection
@@ -278,15 +281,23 @@ export const make = Effect.gen(function*() {
     create: (request) =>
       Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
+        const tools = request.tools ?? []
         // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
-        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => new InvalidRequest({ message: e.reason })))
-        const modules = [...new Set((request.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
+        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => refusedAt(e.reason, ["agentloop"])))
+        const modules = [...new Set(tools.flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
         for (const module of modules) {
-          yield* agentloops.tool(module).pipe(Effect.mapError((e) => new InvalidRequest({ message: e.reason })))
+          yield* agentloops.tool(module).pipe(Effect.mapError((e) => refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"])))
+        }
+        // A model's call names a tool by its name alone: one name declared twice has no one meaning.
+        const twice = tools.findIndex((t, i) => tools.findIndex((u) => u.name === t.name) < i)
+        if (twice >= 0) {
+          return yield* Effect.fail(
+            refusedAt(`the tool name ${JSON.stringify(tools[twice]!.name)} is declared twice (tools ${tools.findIndex((t) => t.name === tools[twice]!.name)} and ${twice}): a model's call names one tool`, ["tools", twice, "name"])
+          )
         }
         // Environments are admitted now: names, bindings and placements, before anything is written.
         const declared = request.environments ?? []
-        const admitted = admitEnvironments(declared, request.tools ?? [], environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
+        const admitted = admitEnvironments(declared, tools, environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
         if (Either.isLeft(admitted)) return yield* Effect.fail(new InvalidRequest({ message: admitted.left }))
         const environments = admitted.right
         // A binding name is resolved now and its non-secret fields recorded with the session.
@@ -295,17 +306,18 @@ export const make = Effect.gen(function*() {
           const bound = bindings.get(request.model)
           if (!bound) {
             const known = bindings.names.length > 0 ? `the configured bindings are ${bindings.names.map((n) => JSON.stringify(n)).join(", ")}` : "no bindings are configured (BRAIN_MODELS)"
-            return yield* Effect.fail(new InvalidRequest({ message: `no model binding named ${JSON.stringify(request.model)}; ${known}` }))
+            return yield* Effect.fail(refusedAt(`no model binding named ${JSON.stringify(request.model)}; ${known}`, ["model"]))
           }
           modelBinding = { name: request.model, ...bound.binding }
           // A tool name the provider's API would refuse fails the create, not every model call.
           const rule = toolNameRule(bound.binding)
-          const misnamed = rule === undefined ? undefined : (request.tools ?? []).find((t) => !rule.pattern.test(t.name))
-          if (rule !== undefined && misnamed !== undefined) {
+          const misnamed = rule === undefined ? -1 : tools.findIndex((t) => !rule.pattern.test(t.name))
+          if (rule !== undefined && misnamed >= 0) {
             return yield* Effect.fail(
-              new InvalidRequest({
-                message: `the tool name ${JSON.stringify(misnamed.name)} is not one ${bound.binding.provider} takes (${rule.says}), as binding ${JSON.stringify(request.model)} would send it`
-              })
+              refusedAt(
+                `the tool name ${JSON.stringify(tools[misnamed]!.name)} is not one ${bound.binding.provider} takes (${rule.says}), as binding ${JSON.stringify(request.model)} would send it`,
+                ["tools", misnamed, "name"]
+              )
             )
           }
         }
