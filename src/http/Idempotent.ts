@@ -108,7 +108,9 @@ const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" 
       message: seen.inFlight
         ? "a request with this Idempotency-Key is still in progress; retry later with the same key to get its answer (a new key would run the request again)"
         : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-      retryable: seen.inFlight
+      retryable: seen.inFlight,
+      // It may have taken effect (it is running, or ran without its answer recorded).
+      details: { ambiguous: true, in_flight: seen.inFlight }
     })
 
 /** A key already claimed or answered: its replay, or why the request is refused. */

@@ -182,7 +182,7 @@ describe("request edges against a running server", () => {
       await eventually("the slow tool to start", async () => (server().toolCalls().some((c) => c.session === id) ? true : undefined))
       const early = await call(`/v1/sessions/${id}/messages`, { json: { input: { message: "go" } }, headers: key })
       expect(early.status, early.text).toBe(409)
-      expect(early.body).toMatchObject({ code: "ambiguous", retryable: true })
+      expect(early.body).toMatchObject({ code: "ambiguous", retryable: true, details: { ambiguous: true, in_flight: true } })
       expect(early.body.message).toMatch(/same key/)
       expect(early.body.message).toMatch(/new key/)
       const answered = await first

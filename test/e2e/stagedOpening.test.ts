@@ -94,7 +94,7 @@ describe("a sync send killed after its opening waited past BRAIN_STAGED_OPENING_
     expect(events.at(-1)!.data.failure).toMatchObject({ code: "interrupted" })
     const retry = await request(server().baseUrl, `/v1/sessions/${session}/messages`, send)
     expect(retry.status).toBe(409)
-    expect(retry.body).toMatchObject({ code: "ambiguous", retryable: false })
+    expect(retry.body).toMatchObject({ code: "ambiguous", retryable: false, details: { ambiguous: true, in_flight: false } })
 
     // Deleted, the session's never-answered key outlives it: still ambiguous, never run, never 404.
     expect((await request(server().baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })).status).toBe(200)
