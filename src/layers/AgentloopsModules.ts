@@ -102,7 +102,7 @@ export const make = (options: AgentloopsOptions = {}) =>
     const compile = Effect.fnUntraced(function*(id: string) {
       if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
       const bytes = yield* store.read(id)
-      if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
+      if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)} (POST /v1/agentloops uploads one)`, { missing: true }))
       const admitted = yield* wasm.value.admit(bytes.value).pipe(
         Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
       )
@@ -167,7 +167,7 @@ export const make = (options: AgentloopsOptions = {}) =>
       remove: (id) =>
         Effect.gen(function*() {
           if (builtins.has(id)) return yield* Effect.fail(rejected(`${JSON.stringify(id)} is built in and cannot be removed`))
-          if (Option.isNone(yield* store.read(id))) return yield* Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}`, { missing: true }))
+          if (Option.isNone(yield* store.read(id))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
           // A use whose session no longer exists (deleted, or a create that never finished) is swept.
           const live: Array<string> = []
           for (const session of yield* store.users(id)) {

@@ -46,8 +46,16 @@ export const make = (handlers: Readonly<Record<string, ToolHandler>>): ToolsShap
     const handler = Object.prototype.hasOwnProperty.call(handlers, invocation.call.name)
       ? handlers[invocation.call.name]
       : undefined
-    if (!handler || !invocation.definition) {
-      return Effect.succeed({ outcome: "error", output: { error: `no tool named ${JSON.stringify(invocation.call.name)}` } })
+    if (!invocation.definition) {
+      return Effect.succeed({ outcome: "error", output: { error: `no tool named ${JSON.stringify(invocation.call.name)}: the session declares none` } })
+    }
+    if (!handler) {
+      return Effect.succeed({
+        outcome: "error",
+        output: {
+          error: `the tool ${JSON.stringify(invocation.call.name)} is declared, but nothing runs it: give it an environment (an http or host Environment) or a module (a Wasm tool)`
+        }
+      })
     }
     return handler(invocation.call.input, invocation)
   }

@@ -2,7 +2,10 @@
  * The README's Environment example, as the README runs it: `examples/environment.mjs` as its own
  * process, a real server with BRAIN_ENVIRONMENTS naming it, and the README's create body (read
  * from the README itself, so the two cannot drift). The tool runs there once with the words
- * counted, and the session's end and delete reach the Environment.
+ * counted, and the session's end and delete reach the Environment. It keeps the protocol's rules
+ * (docs/environments.md) for what a client other than Brain sends it: a request that is not an
+ * operation is refused with a JSON error and the process keeps serving; a cancel that arrives
+ * before its call is confirmed and the call is then refused with 409, never run.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -54,5 +57,23 @@ describe("the README's example http Environment", () => {
     // A teardown the Environment failed would answer 409 teardown_failed and keep the session.
     expect((await request(server.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })).status).toBe(204)
     expect((await request(server.baseUrl, `/v1/sessions/${id}`)).status).toBe(404)
+
+    // What a health probe or a stray client sends: a JSON refusal, and the Environment lives on.
+    const probe = await request(url!, "/")
+    expect([probe.status, probe.body?.code], probe.text).toEqual([404, "not_found"])
+    const notJson = await request(url!, "/tools/call", { method: "POST", raw: "not json", headers: { "content-type": "application/json" } })
+    expect([notJson.status, notJson.body?.code], notJson.text).toEqual([400, "invalid_request"])
+    // A cancel that overtakes its call: confirmed, and the call is refused unrun (409).
+    const op = { session_id: "ses_x", sequence: 7, environment: "local" }
+    const cancel = await request(url!, "/tools/cancel", { json: { ...op, name: "word_count", reason: "cancel" } })
+    expect([cancel.status, cancel.body], cancel.text).toEqual([200, { stopped: true }])
+    const late = await request(url!, "/tools/call", { json: { ...op, name: "word_count", call_id: "c", input: { text: "a b" }, deadline_at_ms: 0 } })
+    expect(late.status, late.text).toBe(409)
+    // A call that finished before its cancel: not stopped (its own answer carried its outcome).
+    const done = { session_id: "ses_x", sequence: 9, environment: "local" }
+    const ran = await request(url!, "/tools/call", { json: { ...done, name: "word_count", call_id: "d", input: { text: "a b" }, deadline_at_ms: 0 } })
+    expect([ran.status, ran.body]).toEqual([200, { ok: { words: 2 } }])
+    expect((await request(url!, "/tools/cancel", { json: { ...done, name: "word_count", reason: "cancel" } })).body).toEqual({ stopped: false })
+    expect(environment.exitCode).toBeNull()
   }, 60_000)
 })
