@@ -313,9 +313,14 @@ export class Session {
     if (next !== "admitted") return posting
     try {
       await this.interrupt()
-    } finally {
+    } catch (e) {
       request.abort()
+      throw e
     }
+    // The turn is closed now, and its own answer follows: a turn that ended (or failed) on its own
+    // before the cancel reached it resolves as usual, since nothing was cancelled.
+    const outcome = await posting.catch(() => undefined)
+    if (outcome !== undefined && !(outcome.turn.status === "failed" && outcome.turn.failure?.code === "cancelled")) return outcome
     throw signal.reason
   }
 

@@ -8,6 +8,7 @@ import { Schema } from "effect"
 import { describe, expect, it } from "@effect/vitest"
 import { Brain, type Event, type Session, tool, ToolAborted, type ToolContext } from "../../src/sdk/index.js"
 import { gate, history, serverAndClient } from "./support.js"
+import type { ServerProcess } from "../support/server.js"
 
 /** A model that takes a long time to answer: only a cancel ends its turn soon. */
 const slowModel = { model: { provider: "scripted" as const, replies: [{ text: "much later", delay_ms: 30_000 }] } }
@@ -16,7 +17,8 @@ const turnEnds = (events: ReadonlyArray<Event>) => events.filter((e) => e.kind =
 
 describe("send with a signal (child sessions)", () => {
   let brain: Brain
-  serverAndClient((started) => ({ brain } = started), { BRAIN_CANCEL_GRACE_MS: "10000" })
+  let server: ServerProcess
+  serverAndClient((started) => ({ brain, server } = started), { BRAIN_CANCEL_GRACE_MS: "10000" })
 
   it("an abort right after send waits for admission, then cancels: the turn is started and failed cancelled, and send rejects with the signal's reason", async () => {
     const child = await brain.sessions.create(slowModel)
@@ -39,6 +41,33 @@ describe("send with a signal (child sessions)", () => {
     expect((await history(brain, child.id)).filter((e) => e.kind === "turn_started")).toHaveLength(0)
     const live = new AbortController()
     expect((await child.send("echo me", { signal: live.signal })).turn).toMatchObject({ status: "ended", result: { text: "echo me" } })
+  })
+
+  it("a turn that ends on its own after its admission, before the cancel reaches it, resolves with its outcome: nothing was cancelled", async () => {
+    // The cancel is held back until the turn has ended, as a slow network would hold it.
+    let ended: () => void = () => undefined
+    const turnEnded = new Promise<void>((resolve) => (ended = resolve))
+    const client = new Brain({
+      baseUrl: server.baseUrl,
+      fetch: async (url, init) => {
+        if (url.endsWith("/cancel")) await turnEnded
+        const answer = await fetch(url, init)
+        if (url.includes("/messages") && init.method === "POST") ended()
+        return answer
+      }
+    })
+    try {
+      const child = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "finished", delay_ms: 300 }] } })
+      const controller = new AbortController()
+      const sending = child.send("work", { signal: controller.signal })
+      controller.abort(new Error("the owner stopped"))
+      const outcome = await sending
+      expect(outcome.turn).toMatchObject({ status: "ended", result: { text: "finished" } })
+      const ends = turnEnds(await history(brain, child.id))
+      expect(ends.map((e) => e.kind)).toEqual(["turn_ended"])
+    } finally {
+      await client.close()
+    }
   })
 
   it("an owning host tool's child is cancelled through the parent's signal: the child's turn is closed cancelled before the tool sees send reject, and the parent's call is cancelled", async () => {
