@@ -168,6 +168,17 @@ export const make = Effect.gen(function*() {
     return { _tag: "Answered", value: { session_id: cell.session, sequence: turn.sequence } } satisfies Keyed<Receipt>
   }
 
+  /** Why the session cannot start a turn now, if it cannot. */
+  const refusedStart = (cell: Cell): SessionEnded | Conflict | SessionBusy | undefined => {
+    const status = cell.state.status
+    if (cell.ending || status === "ending" || status === "ended") return new SessionEnded({ message: "the session has ended" })
+    if (status === "failed") return new Conflict({ message: "the session's creation failed" })
+    if (status === "creating") return beingCreated()
+    if (cell.running || status === "running") return new SessionBusy({ message: "a turn is running in this session" })
+    if (status !== "idle") return new Conflict({ message: `the session is ${status}` })
+    return undefined
+  }
+
   /**
    * Admits a turn: checks the state, then commits turn_started with activation_started (and a
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
@@ -175,20 +186,16 @@ export const make = Effect.gen(function*() {
   const startTurn = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest) {
     const tooLarge = inputTooLarge(input, config.maxInputBytes)
     if (tooLarge !== undefined) return yield* Effect.fail(tooLarge)
-    const status = cell.state.status
-    if (cell.ending || status === "ending" || status === "ended") {
-      return yield* Effect.fail(new SessionEnded({ message: "the session has ended" }))
-    }
-    if (status === "failed") return yield* Effect.fail(new Conflict({ message: "the session's creation failed" }))
-    if (status === "creating") return yield* Effect.fail(beingCreated())
-    if (cell.running || status === "running") {
-      return yield* Effect.fail(new SessionBusy({ message: "a turn is running in this session" }))
-    }
-    if (status !== "idle") return yield* Effect.fail(new Conflict({ message: `the session is ${status}` }))
+    const refused = refusedStart(cell)
+    if (refused !== undefined) return yield* Effect.fail(refused)
     const agentloop = cell.state.configuration!.agentloop
     const loop = yield* agentloops.resolve(agentloop).pipe(
       Effect.mapError((e) => new AgentloopFailed({ message: e.failure.message, retryable: e.failure.retryable }))
     )
+    // Resolving may have waited (an uploaded module read from the store) while another start or
+    // an end went ahead: the session is checked again, and claimed in the same synchronous step.
+    const changed = refusedStart(cell)
+    if (changed !== undefined) return yield* Effect.fail(changed)
     const turn: RunningTurn = {
       sequence: 0,
       done: new Once<TurnOutcome>(),

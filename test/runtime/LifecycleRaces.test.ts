@@ -6,6 +6,8 @@
  *   only for work nobody in this process is doing), and a mutating request is refused `conflict`;
  * - ending is single-flight: concurrent ends commit one `session_end_started`, send one detach per
  *   Environment, commit one `session_ended`, and all answer the same summary;
+ * - one turn at a time: sends that arrive together, each waiting while its loop resolves (an
+ *   uploaded module read from the store), start one turn; the others are refused `session_busy`;
  * - delete is exclusive from its admission: one teardown per Environment, one delete succeeds and
  *   the others are `not_found`, and every read during the teardown is `not_found`. A delete whose
  *   teardown fails gives the session back, as it was.
@@ -22,7 +24,7 @@ import {
 } from "../../src/services/Environments.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { bindingsOf } from "../support/httpEnvironment.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { heldResolution, runtimeLayer } from "../support/runtime.js"
 
 interface Gated {
   /** Every step the driver was asked for, in order. */
@@ -226,5 +228,21 @@ describe("concurrent deletes of a session with an Environment", () => {
       expect(stepsOf(driver, "teardown")).toHaveLength(2)
       expect(yield* codeOf(sessions.get(id))).toBe("not_found")
     }).pipe(Effect.provide(runtime(driver)))
+  })
+})
+
+describe("concurrent sends", () => {
+  it.scoped("that all pass the session's checks while their loop resolves start one turn; the others are refused session_busy and write nothing", () => {
+    const loops = heldResolution()
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id: id } = yield* sessions.create({ model: scripted })
+      const turns = Effect.map(kindsOf(id), (kinds) => kinds.filter((k) => k === "turn_started").length)
+      loops.hold(3)
+      const sent = yield* Effect.all(Array.from({ length: 3 }, (_, i) => codeOf(sessions.send(id, { message: `${i}` }))), { concurrency: "unbounded" })
+      expect([...sent].sort()).toEqual(["ok", "session_busy", "session_busy"])
+      expect(yield* turns).toBe(1)
+      expect((yield* sessions.get(id)).status).toBe("idle")
+    }).pipe(Effect.provide(runtimeLayer({ agentloops: loops.wrap })))
   })
 })

@@ -3,7 +3,7 @@
  * Sessions over a memory or file journal, the scripted model (optionally wrapped to record what it
  * was asked), in-process tools and loops.
  */
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Exit, FiberId, Layer } from "effect"
 import { sessionServices } from "../../src/Composition.js"
 import * as AgentloopsModules from "../../src/layers/AgentloopsModules.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
@@ -14,7 +14,7 @@ import type * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import * as WasmHostWorkers from "../../src/layers/WasmHostWorkers.js"
 import { WasmHost, type WasmHostShape } from "../../src/services/WasmHost.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
-import type { AgentloopShape } from "../../src/services/Agentloop.js"
+import { Agentloops, type AgentloopShape, type AgentloopsShape } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import { type ModelCall, Models, type ModelsShape } from "../../src/services/Models.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
@@ -33,6 +33,8 @@ export interface RuntimeOptions {
   readonly tools?: Readonly<Record<string, ToolsInProcess.ToolHandler>>
   readonly loops?: Readonly<Record<string, AgentloopShape>>
   readonly config?: Partial<ServerConfig.ServerConfigShape>
+  /** The loops as the runtime sees them, made from the real ones (to slow or watch their resolution). */
+  readonly agentloops?: (loops: AgentloopsShape) => AgentloopsShape
   /** Receives every model call before the scripted provider answers it. */
   readonly onModelCall?: (call: ModelCall) => void
   readonly models?: ModelsShape
@@ -107,6 +109,37 @@ export const journalLayer = (choice: RuntimeOptions["journal"]): Layer.Layer<Jou
     ? JournalFile.layerNode({ dataDir: choice.dataDir })
     : choice
 
+/**
+ * Loops whose resolution can be held (for `RuntimeOptions.agentloops`): once `hold(n)` is called,
+ * the next `n` resolutions each wait until all `n` are waiting, then go on together; every turn
+ * start among them is then between its checks of the session's state and its claim at once.
+ */
+export const heldResolution = () => {
+  let held: { readonly n: number; waiting: number; readonly gate: Deferred.Deferred<void> } | undefined
+  return {
+    hold: (n: number) => {
+      held = { n, waiting: 0, gate: Deferred.unsafeMake<void>(FiberId.none) }
+    },
+    wrap: (loops: AgentloopsShape): AgentloopsShape => ({
+      ...loops,
+      resolve: (loop) =>
+        Effect.suspend(() => {
+          const h = held
+          if (h === undefined) return loops.resolve(loop)
+          if (++h.waiting === h.n) {
+            held = undefined
+            Deferred.unsafeDone(h.gate, Exit.void)
+          }
+          return Effect.zipRight(Deferred.await(h.gate), loops.resolve(loop))
+        })
+    })
+  }
+}
+
+/** The loops' layer, its service wrapped by `wrap` if given. */
+const wrapAgentloops = <E, R>(loops: Layer.Layer<Agentloops, E, R>, wrap: RuntimeOptions["agentloops"]) =>
+  wrap === undefined ? loops : Layer.effect(Agentloops, Effect.map(Agentloops, wrap)).pipe(Layer.provide(loops))
+
 /** The server's own composition (src/Composition.ts) with the parts a test chooses. */
 export const runtimeLayer = (options: RuntimeOptions = {}) => {
   const base = options.models ?? ModelsScripted.scripted
@@ -127,10 +160,13 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     wasm: options.wasm
       ? Layer.scoped(WasmHost, Effect.map(WasmHostWorkers.make(options.wasm), (host) => options.wasmHost?.(host) ?? host))
       : Layer.empty,
-    agentloops: AgentloopsModules.layer({
-      loops: options.loops ?? {},
-      ...(options.officialModule ? { officialModule: options.officialModule } : {})
-    }),
+    agentloops: wrapAgentloops(
+      AgentloopsModules.layer({
+        loops: options.loops ?? {},
+        ...(options.officialModule ? { officialModule: options.officialModule } : {})
+      }),
+      options.agentloops
+    ),
     tools: options.tools ?? {},
     beside: Layer.merge(
       options.telemetry ? Layer.succeed(Telemetry, options.telemetry) : Layer.empty,
