@@ -49,6 +49,7 @@ export {
   type EventPage,
   type FollowError,
   type Following,
+  type KeyedTurnError,
   type Receipt,
   Sessions,
   type SessionsShape,

@@ -115,6 +115,23 @@ export const IDEMPOTENCY_MAX_ANSWER_BYTES = 1024 * 1024
 export const IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES = 32 * 1024 * 1024
 
 /**
+ * Keys. The default of BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS: the keys of keyed sends and submits one
+ * session holds at most (each an entry of its state while it is open, about 0.4 KiB of heap, and
+ * of each of its checkpoints, about 0.2 KiB): about 40 MiB and 20 MiB at the bound. Past it a new
+ * key is refused, so one session sent keyed turns without pause cannot grow its state, its
+ * checkpoints and the heap until its keys expire.
+ */
+export const SESSION_IDEMPOTENCY_KEYS = 100_000
+
+/**
+ * Milliseconds. A session at BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS drops its expired keys once the
+ * oldest is this long past its expiry (an eighth of retention otherwise): each prune walks every
+ * key, so a full session refused a stream of new keys walks them at most once per interval. Also
+ * how often the server says at most that a session is refusing new keys.
+ */
+export const SESSION_KEYS_PRUNE_MS = 60_000
+
+/**
  * Bytes. The idempotency log is read in chunks of this size at open (a larger frame is read
  * whole, up to the frame maximum), and compaction writes its copy in batches of about this size.
  */

@@ -346,12 +346,12 @@ export const liveRequest = (state: SessionState, id: string, now: number, retent
 
 /**
  * The state without its expired requests (the running turn's kept): they are answered as never
- * seen either way, and dropping them frees their memory. Only once the oldest is an eighth of
- * retention past it, so that a session with steady traffic prunes once per eighth of retention,
- * not on every request.
+ * seen either way, and dropping them frees their memory. Only once the oldest is `slackMs` past
+ * its expiry (by default an eighth of retention), so that a session with steady traffic prunes
+ * once per `slackMs`, not on every request: a prune walks every request.
  */
-export const pruneRequests = (state: SessionState, now: number, retentionMs: number): SessionState => {
-  if (retentionMs <= 0 || HashMap.size(state.requests) === 0 || now - state.requestsOldest < retentionMs + retentionMs / 8) return state
+export const pruneRequests = (state: SessionState, now: number, retentionMs: number, slackMs = retentionMs / 8): SessionState => {
+  if (retentionMs <= 0 || HashMap.size(state.requests) === 0 || now - state.requestsOldest < retentionMs + slackMs) return state
   let requests = state.requests
   let bytes = state.bytes
   let oldest = Infinity

@@ -23,6 +23,8 @@
  *   bound on live keys (BRAIN_MAX_IDEMPOTENCY_KEYS) is 503 `overloaded`, retryable, for a new key:
  *   nothing ran, nothing is kept. A turn refused before it started whose refusal the full store
  *   cannot keep is answered so too; an outcome that may have had effects is kept past the bound.
+ *   A send or submit whose session holds its maximum of keys (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS)
+ *   is refused by the session the same way, and its key released like any retryable refusal's.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"

@@ -22,7 +22,8 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { mintSessionId, type SessionId } from "../domain/Ids.js"
-import { empty, pruneRequests, type SessionState, type SessionStatus } from "../domain/Projection.js"
+import { SESSION_KEYS_PRUNE_MS } from "../domain/Limits.js"
+import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
@@ -35,11 +36,13 @@ import { interruptWaitMs, ServerConfig } from "../services/ServerConfig.js"
 import {
   type EndError,
   type Keyed,
+  type KeyedTurnError,
   type KeptRequest,
   type Receipt,
   Sessions,
   type SessionsShape,
   type SessionSummary,
+  type TurnError,
   type TurnOutcome,
   type TurnRequest
 } from "../services/Sessions.js"
@@ -56,7 +59,7 @@ import type { TurnInput } from "../domain/Messages.js"
 import { inputTooLarge } from "./sessions/InputBytes.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
-import { keptRequests, seenSend, seenSubmit } from "./sessions/Requests.js"
+import { keptRequests, seenSend, seenSubmit, sessionKeysFull } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
 
 /** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
@@ -180,10 +183,49 @@ export const make = Effect.gen(function*() {
   }
 
   /**
-   * Admits a turn: checks the state, then commits turn_started with activation_started (and a
-   * keyed request's `request_claimed`: its key is claimed exactly when the turn starts).
+   * How many keys the session holds when a keyed request's key does not fit in it
+   * (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS), or undefined when it fits. A key the session holds
+   * (expired, not yet pruned) is claimed again in its place; a new one needs room, which a full
+   * session makes by dropping the keys SESSION_KEYS_PRUNE_MS past their expiry (an eighth of
+   * retention, when that is sooner).
    */
-  const startTurn = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest) {
+  const noRoomFor = (cell: Cell, id: string): number | undefined => {
+    const maxKeys = config.maxSessionIdempotencyKeys
+    if (HashMap.size(cell.state.requests) < maxKeys || HashMap.has(cell.state.requests, id)) return undefined
+    const retentionMs = config.requestRetentionMs
+    const now = deps.clock.unsafeCurrentTimeMillis()
+    cell.state = pruneRequests(cell.state, now, retentionMs, Math.min(retentionMs / 8, SESSION_KEYS_PRUNE_MS))
+    const keys = HashMap.size(cell.state.requests)
+    return keys < maxKeys ? undefined : keys
+  }
+
+  let keysFullSaidAtMs = Number.NEGATIVE_INFINITY
+  /** A full session's refusal, said in the log at most once per SESSION_KEYS_PRUNE_MS for all sessions (they may be refusing a flood). */
+  const refuseFull = (cell: Cell, keys: number) => {
+    const full = sessionKeysFull(keys, config.maxSessionIdempotencyKeys)
+    const now = deps.clock.unsafeCurrentTimeMillis()
+    if (now - keysFullSaidAtMs < SESSION_KEYS_PRUNE_MS && now >= keysFullSaidAtMs) return Effect.fail(full)
+    keysFullSaidAtMs = now
+    return Effect.zipRight(
+      Effect.logWarning(
+        `the session ${cell.session} holds ${keys} Idempotency-Keys, its maximum (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS is ${config.maxSessionIdempotencyKeys}): its keyed sends and submits with a new key are refused with 503 overloaded until keys expire (BRAIN_REQUEST_RETENTION_SECS); keys it holds still answer. Said at most once a minute, whichever sessions refuse`
+      ),
+      Effect.fail(full)
+    )
+  }
+
+  /**
+   * Admits a turn: checks the state, then commits turn_started with activation_started (and a
+   * keyed request's `request_claimed`: its key is claimed exactly when the turn starts). Only a
+   * keyed request can be refused `overloaded` (its session's keys at their bound).
+   */
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit"): Effect.Effect<RunningTurn, TurnError>
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest): Effect.Effect<RunningTurn, KeyedTurnError>
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest): Effect.Effect<RunningTurn, KeyedTurnError> {
+    return startTurnOf(cell, input, mode, request)
+  }
+
+  const startTurnOf = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest) {
     const tooLarge = inputTooLarge(input, config.maxInputBytes)
     if (tooLarge !== undefined) return yield* Effect.fail(tooLarge)
     const refused = refusedStart(cell)
@@ -196,6 +238,10 @@ export const make = Effect.gen(function*() {
     // an end went ahead: the session is checked again, and claimed in the same synchronous step.
     const changed = refusedStart(cell)
     if (changed !== undefined) return yield* Effect.fail(changed)
+    // So is the room for a key: no other start passes `refusedStart` until this turn is over, and
+    // by then its `request_claimed` is folded into the state (or was never written).
+    const heldKeys = request === undefined ? undefined : noRoomFor(cell, requestId(mode, request.key))
+    if (heldKeys !== undefined) return yield* refuseFull(cell, heldKeys)
     const turn: RunningTurn = {
       sequence: 0,
       done: new Once<TurnOutcome>(),

@@ -13,6 +13,7 @@ import {
   SSE_SUBSCRIBERS,
   SSE_SUBSCRIBERS_PER_SESSION,
   OUTCOME_SETTING_CEILING_BYTES,
+  SESSION_IDEMPOTENCY_KEYS,
   TELEMETRY_QUEUE_BYTES,
   TIMER_SETTING_MAX_MS
 } from "../domain/Limits.js"
@@ -123,6 +124,12 @@ export interface ServerConfigShape {
    * `overloaded`. Undefined = as many as a sixteenth of the heap limit holds (layers/idempotency/Index.ts).
    */
   readonly maxIdempotencyKeys: number | undefined
+  /**
+   * Idempotency keys one session holds at most (its keyed sends' and submits', live or expired and
+   * not yet pruned); at the bound a keyed send or submit with a new key is refused with 503
+   * `overloaded` before anything is journaled.
+   */
+  readonly maxSessionIdempotencyKeys: number
   /** SSE streams one session may have; a new one beyond it is refused with 503 overloaded. */
   readonly sseMaxSubscribersPerSession: number
   /** SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
@@ -187,6 +194,7 @@ export const defaults: ServerConfigShape = {
   requestTimeoutMs: 60_000,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
+  maxSessionIdempotencyKeys: SESSION_IDEMPOTENCY_KEYS,
   sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
   sseBacklogBytes: SSE_BACKLOG_BYTES,
@@ -326,6 +334,11 @@ export const fromConfig = Config.all({
     1,
     "live idempotency keys held at most; past it a new key is refused 503 overloaded (unset: a sixteenth of the heap limit at 512 B a key)"
   ),
+  maxSessionIdempotencyKeys: positive(
+    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS",
+    defaults.maxSessionIdempotencyKeys,
+    "idempotency keys one session holds at most; past it a keyed send or submit with a new key is refused 503 overloaded"
+  ),
   sseMaxSubscribersPerSession: positive(
     "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION",
     defaults.sseMaxSubscribersPerSession,
@@ -387,6 +400,7 @@ export const fromConfig = Config.all({
     requestTimeoutMs: c.requestTimeoutMs,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),
+    maxSessionIdempotencyKeys: c.maxSessionIdempotencyKeys,
     sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
     sseMaxSubscribers: c.sseMaxSubscribers,
     sseBacklogBytes: c.sseBacklogBytes,

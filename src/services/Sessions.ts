@@ -37,6 +37,8 @@ export type CreateError =
   | SessionStorageError
 /** A turn refused: by the session's state, its loop, or its storage. */
 export type TurnError = SessionStorageError | SessionEnded | SessionBusy | Conflict | AgentloopFailed | PayloadTooLarge
+/** A keyed turn refused: as any turn, or `Overloaded` for a new key when its session holds BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS. */
+export type KeyedTurnError = TurnError | Overloaded
 export type EndError = SessionStorageError | Conflict
 export type DeleteError = SessionStorageError | Conflict | TeardownFailed
 /** An SSE subscription refused: beyond the subscriber limits, or a catch-up read that failed unexpectedly. */
@@ -149,10 +151,14 @@ export interface SessionsShape {
   readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, TurnError>
   /** Starts a turn and returns once `turn_started` is durable. */
   readonly submit: (session: SessionId, input: TurnInput) => Effect.Effect<Receipt, TurnError>
-  /** `send` under an `Idempotency-Key` kept in the session's journal (`Keyed`); keys expire after `BRAIN_REQUEST_RETENTION_SECS`. */
-  readonly sendKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<TurnOutcome>, TurnError>
-  /** `submit` under an `Idempotency-Key` kept in the session's journal (`Keyed`). */
-  readonly submitKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<Receipt>, TurnError>
+  /**
+   * `send` under an `Idempotency-Key` kept in the session's journal (`Keyed`); keys expire after
+   * `BRAIN_REQUEST_RETENTION_SECS`. A session holds at most `BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS`
+   * keys: at the bound a new key is refused `Overloaded` before anything is journaled.
+   */
+  readonly sendKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<TurnOutcome>, KeyedTurnError>
+  /** `submit` under an `Idempotency-Key` kept in the session's journal (`Keyed`), bounded as `sendKeyed`. */
+  readonly submitKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<Receipt>, KeyedTurnError>
   /** Cancels the running turn, if any, and waits until it is closed. */
   readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
   /** Waits for active work, then records the ending. */

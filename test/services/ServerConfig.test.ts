@@ -98,7 +98,8 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
-    "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS"
+    "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",
+    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS"
   ]
 
   it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
@@ -132,6 +133,18 @@ describe("ServerConfig from the environment", () => {
       for (const bad of ["0", "-1", "1.5"]) {
         const r = yield* read({ BRAIN_MAX_IDEMPOTENCY_KEYS: bad })
         expect(Either.isLeft(r) && describeConfigError(r.left), bad).toContain("BRAIN_MAX_IDEMPOTENCY_KEYS must be a whole number ≥ 1")
+      }
+    }))
+
+  it.effect("BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS is a whole number ≥ 1, 100,000 unset", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.maxSessionIdempotencyKeys).toBe(100_000)
+      const set = yield* read({ BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS: "3" })
+      expect(Either.isRight(set) && set.right.maxSessionIdempotencyKeys).toBe(3)
+      for (const bad of ["0", "-1", "1.5", "many"]) {
+        const r = yield* read({ BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS: bad })
+        expect(Either.isLeft(r) && describeConfigError(r.left), bad).toContain(`BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS must be a whole number ≥ 1, not ${JSON.stringify(bad)}`)
       }
     }))
 

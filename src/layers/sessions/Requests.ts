@@ -7,6 +7,7 @@
  * (`turnOutcome`), so its JSON is equal byte for byte.
  */
 import { Effect } from "effect"
+import { Overloaded } from "../../domain/Errors.js"
 import { type JournalRecord } from "../../domain/Records.js"
 import { liveRequest, requestExpired, requestId, type SessionState } from "../../domain/Projection.js"
 import type { JournalShape } from "../../services/Journal.js"
@@ -98,3 +99,15 @@ export const seenSubmit = (cell: Cell, request: TurnRequest, now: number, retent
   if (e.hash !== request.hash) return CONFLICT
   return { _tag: "Answered", value: { session_id: cell.session, sequence: e.turn } }
 }
+
+/**
+ * The refusal of a keyed send or submit with a new key by a session holding `keys` keys, its
+ * maximum `maxKeys` or more (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS): nothing was done, and a retry
+ * with the key runs once older keys have expired.
+ */
+export const sessionKeysFull = (keys: number, maxKeys: number) =>
+  new Overloaded({
+    message:
+      `the session holds ${keys} Idempotency-Keys of keyed sends and submits, its maximum (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS is ${maxKeys}), and takes a new one once older ones expire (BRAIN_REQUEST_RETENTION_SECS); nothing was done: retry later with the same key. Keys it already holds still answer, and sends without a key are served`,
+    details: { setting: "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", keys, max_keys: maxKeys }
+  })
