@@ -117,7 +117,7 @@ export const IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES = 32 * 1024 * 1024
 /**
  * Keys. The default of BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS: the keys of keyed sends and submits one
  * session holds at most (each an entry of its state while it is open, about 0.4 KiB of heap, and
- * of each of its checkpoints, about 0.2 KiB): about 40 MiB and 20 MiB at the bound. Past it a new
+ * of each of its checkpoints, about 0.2 KiB): about 37 MiB and 20 MiB at the bound. Past it a new
  * key is refused, so one session sent keyed turns without pause cannot grow its state, its
  * checkpoints and the heap until its keys expire.
  */
