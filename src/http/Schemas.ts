@@ -135,11 +135,20 @@ export const ListParams = Schema.Struct({
 
 const utf8Length = (s: string) => new TextEncoder().encode(s).length
 
-/** `Idempotency-Key`: optional; when present, 1–256 bytes. */
+/** Printable ASCII, space included: what a header value carries as it is everywhere (fetch, Node, proxies). */
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/
+
+/**
+ * `Idempotency-Key`: optional; when present, 1–256 bytes of printable ASCII (the IETF draft's
+ * Idempotency-Key is a Structured Field string, which is exactly that). Anything else cannot be
+ * sent as it is: fetch refuses a character above U+00FF or a line break, and Node reads a byte
+ * above 0x7E as Latin-1, so one key could reach the server as several.
+ */
 export const IdempotencyKey = Schema.String.pipe(
   Schema.filter((s) =>
     (utf8Length(s) >= 1 && utf8Length(s) <= IDEMPOTENCY_KEY_MAX_BYTES) || `Idempotency-Key must be 1 to ${IDEMPOTENCY_KEY_MAX_BYTES} bytes`
-  )
+  ),
+  Schema.filter((s) => PRINTABLE_ASCII.test(s) || "Idempotency-Key must be printable ASCII (space to ~): no control character, line break or other character")
 )
 
 export const MutatingHeaders = Schema.Struct({

@@ -213,7 +213,10 @@ const isNotAnAnswer = (e: unknown): e is NotAnAnswer => HttpClientError.isHttpCl
  * contract refuses, the InvalidRequest the server would answer). */
 const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError | InvalidRequest> => {
   // Answers are decoded under `transformResponse`: a ParseError here is the request's own.
-  if (ParseResult.isParseError(e)) return Effect.succeed(new InvalidRequest({ message: `the request is not valid: ${e.message}` }))
+  // Its issues as the server lists them in `details` (docs/api.md, Errors): `_tag`, `path`, `message`.
+  if (ParseResult.isParseError(e)) {
+    return Effect.succeed(new InvalidRequest({ message: `the request is not valid: ${e.message}`, details: ParseResult.ArrayFormatter.formatErrorSync(e) }))
+  }
   if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
   const response = e.response
   // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.

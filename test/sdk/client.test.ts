@@ -162,6 +162,37 @@ describe("the Promise client", () => {
     expect(pastTheEnd).toMatchObject({ code: "invalid_request", status: 400, details: { last_sequence: session.summary.last_sequence } })
   })
 
+  it("a request the contract refuses is not sent, and rejects as the server answers it: invalid_request with details listing each issue at the server's path", async () => {
+    const recording = new RecordingFetch()
+    const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
+    const session = await client.sessions.create(scripted)
+    const sentBefore = recording.sent.length
+    const pathsOf = (e: { details?: ReadonlyArray<{ path: ReadonlyArray<unknown> }> }) => e.details?.map((i) => i.path)
+    const unknownField = await client.sessions.create({ ...scripted, bogus: 1 } as never).catch((e) => e)
+    expect(unknownField).toMatchObject({ code: "invalid_request", status: 400, retryable: false })
+    expect(pathsOf(unknownField)).toEqual([["bogus"]])
+    // A key a header cannot carry as it is (outside printable ASCII), an empty one and a long one.
+    const refusals: Record<string, { details?: unknown }> = {}
+    for (const key of ["ключ", "a\nb", "tab\there", "caf\u00e9", "", "k".repeat(257)]) {
+      const refused = await session.send("x", { idempotencyKey: key }).catch((e) => e)
+      expect(refused, JSON.stringify(key)).toMatchObject({ code: "invalid_request", status: 400, retryable: false })
+      expect(pathsOf(refused)?.[0], JSON.stringify(key)).toEqual(["idempotency-key"])
+      refusals[key] = refused
+    }
+    expect(recording.sent.slice(sentBefore)).toEqual([])
+    // The server lists the same issues for the keys a header can carry at all (a Latin-1 byte, a long key).
+    for (const key of ["caf\u00e9", "k".repeat(257)]) {
+      const raw = await fetch(`${server.baseUrl}/v1/sessions/${session.id}/messages`, {
+        method: "POST",
+        headers: { "idempotency-key": key, "content-type": "application/json" },
+        body: JSON.stringify({ input: { message: "x" } })
+      })
+      const body = (await raw.json()) as { code: string; details: unknown }
+      expect([raw.status, body.code, body.details], JSON.stringify(key)).toEqual([400, "invalid_request", refusals[key]!.details])
+    }
+    await client.close()
+  })
+
   it("a request whose answer was lost is retried with the same Idempotency-Key, body and mode, and its turn runs once", async () => {
     const recording = new RecordingFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
