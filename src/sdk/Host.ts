@@ -386,7 +386,12 @@ export class Host {
       callId: call.call_id,
       deadlineAtMs: call.deadline_at_ms,
       emit: (kind, payload) => {
-        if (run.settled || run.lost) return Promise.reject(new Error("this tool call is over: its Events can no longer be committed"))
+        if (run.settled || run.lost) {
+          // Refused here as the server refuses an Event for a call not in flight: nothing is sent.
+          return Promise.reject(
+            new BrainError({ code: "conflict", status: 409, retryable: false, message: "this tool call is over: its Events can no longer be committed" })
+          )
+        }
         const sent = transport.call((client) => client.hosts.events(hostId, { ...callOf(call), kind, payload: payload ?? null }))
           .then((r) => r.sequence)
         const tracked = sent.catch(() => undefined)

@@ -48,6 +48,8 @@ export const sleep = (ms: number, signal: AbortSignal): Promise<void> =>
 
 export class Transport {
   private readonly lifetime = new AbortController()
+  /** The controllers of the calls and streams in flight (`link`): closing the client aborts each. */
+  private readonly live = new Set<AbortController>()
   private readonly fetchFn: Fetch
   private readonly runtime: ManagedRuntime.ManagedRuntime<BrainClient, never>
   readonly baseUrl: string
@@ -78,6 +80,8 @@ export class Transport {
   close(): void {
     if (this.closed) return
     this.lifetime.abort(new BrainClosed())
+    for (const controller of this.live) controller.abort(this.lifetime.signal.reason)
+    this.live.clear()
     void this.runtime.dispose()
   }
 
@@ -91,14 +95,26 @@ export class Transport {
    */
   link(signal?: AbortSignal): { readonly controller: AbortController; readonly release: () => void } {
     const controller = new AbortController()
-    const sources = signal === undefined ? [this.lifetime.signal] : [this.lifetime.signal, signal]
-    const listeners = sources.map((source) => {
-      const onAbort = () => controller.abort(source.reason)
-      if (source.aborted) controller.abort(source.reason)
-      else source.addEventListener("abort", onAbort, { once: true })
-      return () => source.removeEventListener("abort", onAbort)
-    })
-    return { controller, release: () => listeners.forEach((remove) => remove()) }
+    // The client's own end is reached through `live`, not a listener on a client-wide signal per
+    // call: a server application's many calls in flight would collect them (and Node would warn).
+    if (this.closed) controller.abort(this.lifetime.signal.reason)
+    else this.live.add(controller)
+    let detach = () => {}
+    if (signal !== undefined) {
+      const onAbort = () => controller.abort(signal.reason)
+      if (signal.aborted) controller.abort(signal.reason)
+      else {
+        signal.addEventListener("abort", onAbort, { once: true })
+        detach = () => signal.removeEventListener("abort", onAbort)
+      }
+    }
+    return {
+      controller,
+      release: () => {
+        this.live.delete(controller)
+        detach()
+      }
+    }
   }
 
   /**

@@ -193,6 +193,29 @@ describe("the Promise client", () => {
     await client.close()
   })
 
+  it("many calls in flight on one client add no listener per call to a client-wide signal: no MaxListenersExceededWarning, and close still aborts them all", async () => {
+    const warnings: Array<Error> = []
+    const onWarning = (w: Error) => void warnings.push(w)
+    process.on("warning", onWarning)
+    const client = new Brain({ baseUrl: server.baseUrl })
+    try {
+      const sessions = await Promise.all(Array.from({ length: 12 }, () => client.sessions.create(scripted)))
+      await Promise.all(sessions.map((s) => s.send("at once")))
+      const slow = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "late", delay_ms: 30_000 }] } })
+      const pending = Array.from({ length: 12 }, () => client.sessions.get(slow.id).then(() => slow.send("wait")).catch((e) => e))
+      await new Promise((r) => setTimeout(r, 200))
+      await client.close()
+      const settled = await Promise.all(pending)
+      expect(settled.every((e) => e instanceof BrainClosed || e?.code === "session_busy"), JSON.stringify(settled.map((e) => e?.constructor?.name ?? e?.code))).toBe(true)
+      expect(settled.some((e) => e instanceof BrainClosed)).toBe(true)
+    } finally {
+      process.off("warning", onWarning)
+      await client.close()
+    }
+    await new Promise((r) => setImmediate(r))
+    expect(warnings.filter((w) => w.name === "MaxListenersExceededWarning")).toEqual([])
+  })
+
   it("a request whose answer was lost is retried with the same Idempotency-Key, body and mode, and its turn runs once", async () => {
     const recording = new RecordingFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })

@@ -183,6 +183,24 @@ describe("host tools", () => {
     expect(ended!.data).toMatchObject({ outcome: "ok", output: "said" })
   })
 
+  it("an emit once the call is over is refused as the server refuses an Event for a call not in flight (BrainError conflict 409), and nothing is sent", async () => {
+    let kept: ToolContext | undefined
+    const quick = tool({
+      name: "quick",
+      input: Schema.Struct({}),
+      run: (_, ctx) => {
+        kept = ctx
+        return "done"
+      }
+    })
+    const session = await brain.sessions.create({ ...callsOnce("quick", {}), tools: [quick] })
+    expect((await session.send("go")).turn.status).toBe("ended")
+    const late = await kept!.emit("late", {}).catch((e) => e)
+    expect(late).toBeInstanceOf(BrainError)
+    expect(late).toMatchObject({ code: "conflict", status: 409, retryable: false })
+    expect(kindOf(await history(brain, session.id), "late")).toEqual([])
+  })
+
   it("one host serves two sessions at once: both calls run concurrently and each answer reaches its own session", async () => {
     const both = gate()
     const arrived: Array<string> = []
