@@ -61,10 +61,15 @@ export const fromAnswer = (status: number, text: string): BrainError => {
   return new BrainError({
     code: "bad_response",
     status,
-    retryable: false,
+    // A gateway's page (a load balancer while the server restarts): whether the request reached
+    // the server is unknown, and a retry under the same key settles it.
+    retryable: GATEWAY_STATUSES.has(status),
     message: `HTTP ${status} without an error body${text.length > 0 ? `: ${text.slice(0, 200)}` : ""}`
   })
 }
+
+/** Statuses a gateway answers for a server it could not reach or that did not answer in time. */
+const GATEWAY_STATUSES: ReadonlySet<number> = new Set([502, 503, 504])
 
 /** A typed refusal of the contract (domain/Errors.ts) as the BrainError of its answer: the same
  * code, message, retryable and details, with the status the contract gives its code. */
@@ -99,9 +104,10 @@ export const networkError = (cause: unknown): BrainError =>
 
 /**
  * Whether a request's outcome is uncertain in a way a retry under the same Idempotency-Key
- * settles: no answer arrived, or the server refused for load before it took the request and said
+ * settles: no answer arrived, a gateway answered for the server (502, 503, 504 without the
+ * contract's body), or the server refused for load before it took the request and said
  * a retry may succeed (an `overloaded` with `retryable: false`, such as a full host registry, is
  * final).
  */
 export const isUncertain = (e: BrainError): boolean =>
-  e.code === "network_error" || (e.status === 503 && e.code === "overloaded" && e.retryable)
+  e.code === "network_error" || (e.code === "bad_response" && e.retryable) || (e.status === 503 && e.code === "overloaded" && e.retryable)

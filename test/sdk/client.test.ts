@@ -264,21 +264,38 @@ describe("the Promise client", () => {
     expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(1)
   })
 
-  it("an answer outside the contract is final: a proxy's 502 page is bad_response 502, a refusal its route does not declare keeps the server's code", async () => {
+  it("a gateway's page (502, 503, 504 without the contract's body) is bad_response, retryable, and sent again under the same key: the request runs once; any other answer outside the contract is final", async () => {
     const recording = new RecordingFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
     const session = await client.sessions.create(scripted)
     const isGet = (s: { url: string; method: string }) => s.method === "GET" && s.url.endsWith(session.id)
-    recording.answerOnce(isGet, () => new Response("<html>bad gateway</html>", { status: 502, headers: { "content-type": "text/html" } }))
-    const proxied = await client.sessions.get(session.id).catch((e) => e)
+    const isMessage = (s: { url: string; method: string }) => s.method === "POST" && s.url.endsWith("/messages")
+    // A load balancer's page while the server restarts: whether the request reached it is unknown.
+    for (const status of [502, 503, 504]) {
+      recording.answerOnce(isMessage, () => new Response(`<html>${status}</html>`, { status, headers: { "content-type": "text/html" } }))
+      const outcome = await session.send(`through ${status}`, { idempotencyKey: `gateway-${status}` })
+      expect(outcome.turn).toMatchObject({ status: "ended", result: { text: `through ${status}` } })
+      expect(recording.sent.filter(isMessage).filter((s) => s.headers["idempotency-key"] === `gateway-${status}`)).toHaveLength(2)
+    }
+    expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(3)
+    // Past the attempts, the last one's error: retryable, with its status.
+    let pages = 0
+    const behindGateway = new Brain({
+      baseUrl: server.baseUrl,
+      fetch: async (url, init) => url.endsWith(session.id) ? (pages++, new Response("<html>bad gateway</html>", { status: 502 })) : fetch(url, init)
+    })
+    const proxied = await behindGateway.sessions.get(session.id).catch((e) => e)
+    await behindGateway.close()
     expect(proxied).toBeInstanceOf(BrainError)
-    expect(proxied).toMatchObject({ code: "bad_response", status: 502, retryable: false })
-    // A 503 whose body is not a refusal of the contract is not `overloaded`: never retried.
-    recording.answerOnce(isGet, () => new Response("<html>unavailable</html>", { status: 503, headers: { "content-type": "text/html" } }))
-    expect(await client.sessions.get(session.id).catch((e) => e)).toMatchObject({ code: "bad_response", status: 503 })
+    expect(proxied).toMatchObject({ code: "bad_response", status: 502, retryable: true })
+    expect(pages).toBe(4)
+    const gets = recording.sent.filter(isGet).length
+    // Other pages are final: sent once.
+    recording.answerOnce(isGet, () => new Response("<html>teapot</html>", { status: 418, headers: { "content-type": "text/html" } }))
+    expect(await client.sessions.get(session.id).catch((e) => e)).toMatchObject({ code: "bad_response", status: 418, retryable: false })
     recording.answerOnce(isGet, () => jsonAnswer(409, { code: "session_busy", message: "busy", retryable: true }))
     expect(await client.sessions.get(session.id).catch((e) => e)).toMatchObject({ code: "session_busy", status: 409, retryable: true })
-    expect(recording.sent.filter(isGet)).toHaveLength(3)
+    expect(recording.sent.filter(isGet).length - gets).toBe(2)
     await client.close()
   })
 
