@@ -79,9 +79,9 @@ export class ToolAborted extends Data.TaggedError("ToolAborted")<{
 /** Describes a host tool; pass it in `brain.sessions.create({ tools: [...] })`. */
 export const tool = <I extends Validator, O extends Validator | undefined = undefined>(options: ToolOptions<I, O>): HostTool => {
   if (typeof options.name !== "string" || options.name.length === 0) throw new TypeError("tool(): name must be a non-empty string")
-  if (!isValidator(options.input)) throw new TypeError(`tool ${options.name}: input must be an Effect Schema or a Standard Schema validator`)
+  if (!isValidator(options.input)) throw new TypeError(`tool ${options.name}: input must be an Effect Schema (of effect 3, this package's line) or a Standard Schema validator`)
   if (options.output !== undefined && !isValidator(options.output)) {
-    throw new TypeError(`tool ${options.name}: output must be an Effect Schema or a Standard Schema validator`)
+    throw new TypeError(`tool ${options.name}: output must be an Effect Schema (of effect 3, this package's line) or a Standard Schema validator`)
   }
   const inputSchema = options.inputSchema ?? jsonSchemaOf(options.input)
   if (inputSchema === undefined) {
