@@ -342,11 +342,15 @@ export const make = Effect.gen(function*() {
           yield* agentloops.tool(module).pipe(Effect.mapError((e) => refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"])))
         }
         // A model's call names a tool by its name alone: one name declared twice has no one meaning.
-        const twice = tools.findIndex((t, i) => tools.findIndex((u) => u.name === t.name) < i)
-        if (twice >= 0) {
-          return yield* Effect.fail(
-            refusedAt(`the tool name ${JSON.stringify(tools[twice]!.name)} is declared twice (tools ${tools.findIndex((t) => t.name === tools[twice]!.name)} and ${twice}): a model's call names one tool`, ["tools", twice, "name"])
-          )
+        const firstOf = new Map<string, number>()
+        for (let i = 0; i < tools.length; i++) {
+          const first = firstOf.get(tools[i]!.name)
+          if (first !== undefined) {
+            return yield* Effect.fail(
+              refusedAt(`the tool name ${JSON.stringify(tools[i]!.name)} is declared twice (tools ${first} and ${i}): a model's call names one tool`, ["tools", i, "name"])
+            )
+          }
+          firstOf.set(tools[i]!.name, i)
         }
         // Environments are admitted now: names, bindings and placements, before anything is written.
         const declared = request.environments ?? []
