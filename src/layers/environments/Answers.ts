@@ -1,6 +1,6 @@
 /**
  * What an `http` Environment's reply means (docs/environments.md, "How Brain reads an answer"),
- * and the redaction of the binding's secrets from anything it sent back. Pure.
+ * with the binding's secrets redacted from anything it sent back (domain/Redaction.ts). Pure.
  *
  * - 200: the body is UTF-8 JSON whatever its Content-Type, of the endpoint's shape; not JSON or
  *   not of the shape is `EnvironmentUncertain` (it may have run).
@@ -11,46 +11,9 @@
  * An error status's body goes into the failure as JSON when it parses, else as text.
  */
 import { Either } from "effect"
+import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
 import { EnvironmentRefused, EnvironmentUncertain } from "../../services/Environments.js"
 import type { Reply } from "./Exchange.js"
-
-export const REDACTED = "<redacted>"
-
-const replaceAll = (text: string, secrets: ReadonlyArray<string>) => {
-  let out = text
-  for (const secret of secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED)
-  return out
-}
-
-/**
- * `value` with every occurrence of a secret replaced by `<redacted>`: in strings, in member names,
- * and a number whose digits hold one becomes the string `<redacted>`.
- */
-export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown => {
-  if (secrets.length === 0) return value
-  if (typeof value === "string") return replaceAll(value, secrets)
-  if (typeof value === "number") return secrets.some((s) => String(value).includes(s)) ? REDACTED : value
-  if (Array.isArray(value)) return value.map((v) => redact(v, secrets))
-  if (value !== null && typeof value === "object") {
-    const out: Record<string, unknown> = {}
-    for (const [k, v] of Object.entries(value)) out[replaceAll(k, secrets)] = redact(v, secrets)
-    return out
-  }
-  return value
-}
-
-/**
- * The first bytes of a longer text may end in the first characters of a secret: drop such a tail
- * (a false match only costs a few characters of a truncated error body).
- */
-const redactCutTail = (text: string, secrets: ReadonlyArray<string>) => {
-  for (const secret of secrets) {
-    for (let k = Math.min(secret.length - 1, text.length); k > 0; k--) {
-      if (text.endsWith(secret.slice(0, k))) return text.slice(0, text.length - k) + REDACTED
-    }
-  }
-  return text
-}
 
 /** A 200 body with its members' values redacted (their names are the protocol's: `ok`, `error`, `stopped`). */
 const redactMembers = (body: unknown, secrets: ReadonlyArray<string>): unknown =>
@@ -69,8 +32,8 @@ export const errorBody = (reply: Reply, secrets: ReadonlyArray<string>): unknown
   if (reply.body.length === 0) return undefined
   const parsed = reply.truncated ? Either.left(undefined) : parseJson(reply.body)
   if (Either.isRight(parsed)) return redact(parsed.right, secrets)
-  const text = replaceAll(Buffer.from(reply.body).toString("utf8"), secrets)
-  return reply.truncated ? redactCutTail(text, secrets) : text
+  const text = Buffer.from(reply.body).toString("utf8")
+  return reply.truncated ? redactCutText(text, secrets) : redactText(text, secrets)
 }
 
 export interface Reading<A> {
