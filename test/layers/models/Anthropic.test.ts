@@ -809,6 +809,20 @@ describe("the anthropic provider: failures", () => {
       expect(keyless.fake.requests[0]!.headers["x-api-key"]).toBeUndefined()
     }))
 
+  it.live("a usage count that is not a non-negative integer (a fraction, a negative, a string) is treated as not sent: the answer is kept, and a later count still counts", () =>
+    Effect.gen(function*() {
+      const { result } = yield* once({
+        steps: [
+          F.messageStart("msg_odd", { input_tokens: 2.5, output_tokens: -1, cache_read_input_tokens: "3" }),
+          ...F.textAnswer.slice(1, -2),
+          F.messageDelta("end_turn", { output_tokens: 15, input_tokens: -4 }),
+          F.messageStop
+        ]
+      })
+      expect(ok(result).text).toBe("Hello, world!")
+      expect(ok(result).usage).toEqual({ output_tokens: 15 })
+    }))
+
   it.live("a cancel aborts the request: the provider's connection is closed (by the cancel, the dispatcher still open)", () =>
     Effect.gen(function*() {
       // A server that streams the start of an answer and then holds the connection open.

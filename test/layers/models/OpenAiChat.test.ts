@@ -483,6 +483,16 @@ describe("the openai-chat provider", () => {
       }
     }))
 
+  it.scopedLive("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
+    Effect.gen(function*() {
+      const answered = (usage: unknown) => scripted([...openAiText.steps.slice(0, -2), openAi.chunk([], usage), DONE])
+      const odd = yield* answered({ prompt_tokens: 1.5, completion_tokens: -1 })
+      expect(ok(odd.result).text).toBe(openAiText.text)
+      expect("usage" in ok(odd.result)).toBe(false)
+      const half = yield* answered({ prompt_tokens: "12", completion_tokens: 7 })
+      expect(ok(half.result).usage).toEqual({ output_tokens: 7 })
+    }))
+
   it.scopedLive("a cancel aborts the request: the connection to the server is closed", () =>
     Effect.gen(function*() {
       const fake = yield* fakeServer({ steps: [...openAiText.steps.slice(0, 2), { stall: true }] })

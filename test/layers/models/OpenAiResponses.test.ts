@@ -537,6 +537,15 @@ describe("the openai-responses provider", () => {
       expect(keyless.authorization).toBeUndefined()
     }))
 
+  it.live("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
+    Effect.gen(function*() {
+      const odd = yield* answer({ steps: Fixture.answerWithUsage({ input_tokens: 1.5, output_tokens: -1 }) })
+      expect(ok(odd).text).toBe("ok")
+      expect("usage" in ok(odd)).toBe(false)
+      const half = yield* answer({ steps: Fixture.answerWithUsage({ input_tokens: "9", output_tokens: 4 }) })
+      expect(ok(half).usage).toEqual({ output_tokens: 4 })
+    }))
+
   it.live("a cancel aborts the request: the provider's connection is closed (by the cancel, the dispatcher still open)", () =>
     Effect.gen(function*() {
       // A bare server: the fake does not say when a connection closes.

@@ -46,14 +46,15 @@ import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.
 import { ModelFailed } from "../../../services/Models.js"
 import type { EventVerdict, SseEvent } from "../Http.js"
 import { quotaExhausted } from "../Quota.js"
+import { UsageCount } from "../Usage.js"
 
 // Lenient shapes: only what Brain reads is required; unknown fields and values pass.
-const Count = Schema.optional(Schema.NullOr(Schema.NonNegativeInt))
+// A count that is not a non-negative integer is taken as not sent (Usage.ts).
 const Counts = Schema.Struct({
-  input_tokens: Count,
-  output_tokens: Count,
-  cache_read_input_tokens: Count,
-  cache_creation_input_tokens: Count
+  input_tokens: UsageCount,
+  output_tokens: UsageCount,
+  cache_read_input_tokens: UsageCount,
+  cache_creation_input_tokens: UsageCount
 })
 const Usage = Schema.optional(Schema.NullOr(Counts))
 

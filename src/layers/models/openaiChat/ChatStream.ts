@@ -19,7 +19,8 @@
  *   `model_unavailable` (ambiguous). A rate limit or refusal is ambiguous once the answer had
  *   begun (a chunk had come: the server had taken the prompt in and may bill it), not before.
  * - Usage comes from the chunk that carries it (the last, with `include_usage`); a counter the
- *   server did not send is absent, and a server that sends no usage gives a result without it.
+ *   server did not send is absent, and a server that sends no usage gives a result without it. A
+ *   counter that is not a non-negative integer is taken as not sent (Usage.ts).
  * - finish_reason: `stop` → end, `tool_calls` → tool_calls (also `stop` with tool calls, as some
  *   servers say), `length` → max_tokens, `content_filter` → refusal, anything else → other; the
  *   raw word is kept in `provider_stop_reason`. A streamed `refusal` is the answer's text, and
@@ -35,6 +36,7 @@ import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.
 import { ModelFailed } from "../../../services/Models.js"
 import type { EventVerdict, SseEvent } from "../Http.js"
 import { quotaExhausted } from "../Quota.js"
+import { UsageCount } from "../Usage.js"
 
 /** Characters of a bad event or bad arguments kept in a failure's details. */
 const EXCERPT_CHARS = 1_000
@@ -67,8 +69,8 @@ export const ChatChunk = Schema.Struct({
   model: optionalNullable(Schema.String),
   choices: optionalNullable(Schema.Array(Choice)),
   usage: optionalNullable(Schema.Struct({
-    prompt_tokens: optionalNullable(Schema.NonNegativeInt),
-    completion_tokens: optionalNullable(Schema.NonNegativeInt)
+    prompt_tokens: UsageCount,
+    completion_tokens: UsageCount
   }))
 })
 const decodeChunk = Schema.decodeUnknownEither(ChatChunk)

@@ -11,6 +11,7 @@
  *   recognised only by their `type` and ignored.
  */
 import { Schema } from "effect"
+import { UsageCount } from "../Usage.js"
 
 const Index = Schema.Int.pipe(Schema.nonNegative())
 const Optional = <S extends Schema.Schema.Any>(schema: S) => Schema.optional(Schema.NullOr(schema))
@@ -43,10 +44,13 @@ export const FunctionCallItem = Schema.Struct({
 export const OutputItem = Schema.Union(MessageItem, FunctionCallItem, Ignored("message", "function_call"))
 export type OutputItem = typeof OutputItem.Type
 
-/** Token counts; a counter the server leaves out (or sends as null) stays absent. */
+/**
+ * Token counts; a counter the server leaves out (or sends as null) stays absent, and so does one
+ * that is not a non-negative integer (Usage.ts).
+ */
 export const Usage = Schema.Struct({
-  input_tokens: Optional(Index),
-  output_tokens: Optional(Index)
+  input_tokens: UsageCount,
+  output_tokens: UsageCount
 })
 
 /** The response object of the lifecycle events, as far as Brain reads it. */
