@@ -18,7 +18,7 @@
  * complete, honours an SSE `retry:` by waiting, and reads error bodies without a bound
  * (docs/models.md).
  */
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import { ModelFailed } from "../../services/Models.js"
 import { makeAnswerFold } from "./anthropic/Events.js"
 import { API_VERSION, messagesUrl, requestBody } from "./anthropic/Request.js"
@@ -29,15 +29,17 @@ export const anthropic: Provider = Effect.fn("Models.anthropic")(function*(call)
   const body = requestBody(call)
   if (body instanceof ModelFailed) return yield* Effect.fail(body)
   const answer = makeAnswerFold(call.onDelta)
-  yield* streamedPost({
+  return yield* streamedPost({
     url: messagesUrl(call.binding.base_url),
     headers: { "anthropic-version": API_VERSION, "content-type": "application/json" },
     ...(call.apiKey !== undefined ? { secretHeaders: { "x-api-key": call.apiKey } } : {}),
     body,
     limits: call.limits,
     provider: "Anthropic",
-    onEvent: answer.onEvent
+    onEvent: answer.onEvent,
+    finish: () => {
+      const result = answer.finish()
+      return result instanceof ModelFailed ? Either.left(result) : Either.right(result)
+    }
   })
-  const result = answer.finish()
-  return result instanceof ModelFailed ? yield* Effect.fail(result) : result
 })

@@ -22,6 +22,10 @@
  * - More than `maxOutputBytes` of response: `model_output_limit`, ambiguous (it ran).
  * - Interrupted (a cancel): the request is aborted; the caller records what that means.
  *
+ * The call's secrets (each secret header's value, and the key in `Bearer <key>`) are redacted
+ * from every failure it answers, the provider's fold's too: a provider or a gateway may quote
+ * the key back (a 401 body, an error event), and a failure is journaled and shown.
+ *
  * Events are parsed by domain/SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
  *
@@ -33,8 +37,9 @@
  * provider over TLS saves the next call a handshake) and closed after that.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Effect, Redacted } from "effect"
+import { Effect, Either, Redacted } from "effect"
 import type { Dispatcher } from "undici"
+import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
 import { abortRequest, causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
@@ -56,7 +61,7 @@ export interface SseEvent {
   readonly data: string
 }
 
-export interface StreamedPost {
+export interface StreamedPost<A> {
   readonly url: string
   readonly headers: Readonly<Record<string, string>>
   /** Headers whose values are secrets: sent, never logged or shown. */
@@ -71,6 +76,8 @@ export interface StreamedPost {
    * close the stream. Synchronous: folding an event into the answer never waits.
    */
   readonly onEvent: (event: SseEvent) => EventVerdict
+  /** The answer once the events are whole (at the final event, or the stream's clean end), or why there is none. */
+  readonly finish: () => Either.Either<A, ModelFailed>
 }
 
 /** What a provider makes of one event: go on (undefined), fail, or stop reading: the answer is whole. */
@@ -81,6 +88,36 @@ const failed = (
   message: string,
   options: { readonly ambiguous: boolean; readonly retryable: boolean; readonly details?: unknown }
 ) => new ModelFailed({ code, message, ...options })
+
+/**
+ * The secret values a call sends, longest first: each secret header's value, and an
+ * `Authorization` value's credentials without their scheme (`Bearer <key>` → the key), which is
+ * what a server quoting the key back quotes.
+ */
+const secretsOf = (headers: Readonly<Record<string, Redacted.Redacted>> | undefined): ReadonlyArray<string> => {
+  const found = new Set<string>()
+  for (const secret of Object.values(headers ?? {})) {
+    const value = Redacted.value(secret)
+    found.add(value)
+    const credentials = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+ +(\S.*)$/.exec(value)?.[1]
+    if (credentials !== undefined) found.add(credentials)
+  }
+  return [...found].filter((s) => s !== "").sort((a, b) => b.length - a.length)
+}
+
+/**
+ * `failure` with the call's secrets redacted from its message and details, where what the provider
+ * sent back goes (an error body, an error event's message): a provider or a gateway may quote the
+ * key, and a failure is journaled and shown.
+ */
+const withoutSecrets = (failure: ModelFailed, secrets: ReadonlyArray<string>): ModelFailed =>
+  secrets.length === 0 ? failure : new ModelFailed({
+    code: failure.code,
+    message: redactText(failure.message, secrets),
+    ambiguous: failure.ambiguous,
+    retryable: failure.retryable,
+    ...(failure.details !== undefined ? { details: redact(failure.details, secrets) } : {})
+  })
 
 /** `retry-after` (seconds or an HTTP date) in milliseconds, when it says something usable. */
 export const retryAfterMs = (value: string | undefined, now: number): number | undefined => {
@@ -107,14 +144,6 @@ const shouldRetry = (value: string | undefined): boolean | undefined => {
   return word === "true" ? true : word === "false" ? false : undefined
 }
 
-const asJson = (text: string): unknown => {
-  try {
-    return JSON.parse(text)
-  } catch {
-    return text
-  }
-}
-
 /** A response's headers as undici gives them: lower-case names, a repeated one as an array. */
 type ResponseHeaders = Record<string, string | Array<string> | undefined>
 
@@ -123,8 +152,20 @@ const headerOf = (headers: ResponseHeaders, name: string): string | undefined =>
   return Array.isArray(value) ? value[0] : value
 }
 
-const statusFailure = (provider: string, status: number, headers: ResponseHeaders, body: string, now: number) => {
-  const parsed = asJson(body)
+/**
+ * A response body kept for a failure's details: JSON when it parses, else text; redacted, and when
+ * it is not all of the body (cut at its bound, or by a reset), a tail that may begin a secret
+ * dropped too.
+ */
+const keptBody = (text: string, whole: boolean, secrets: ReadonlyArray<string>): unknown => {
+  try {
+    return redact(JSON.parse(text), secrets)
+  } catch {
+    return whole ? redactText(text, secrets) : redactCutText(text, secrets)
+  }
+}
+
+const statusFailure = (provider: string, status: number, headers: ResponseHeaders, parsed: unknown, now: number) => {
   const details: Record<string, unknown> = { status, body: parsed }
   const advice = retryAdviceMs({ "retry-after-ms": headerOf(headers, "retry-after-ms"), "retry-after": headerOf(headers, "retry-after") }, now)
   if (advice !== undefined) details.retry_after_ms = advice
@@ -166,15 +207,16 @@ export const DONE_GRACE_MS = 1_000
 
 /**
  * POSTs `body` as JSON once and feeds the response's events to `onEvent` until the stream ends.
- * Resolves when the server has closed the stream cleanly, or at the provider's final event; the
- * provider then checks that it saw that event.
+ * Answers `finish()` when the server has closed the stream cleanly, or at the provider's final
+ * event. Every failure it answers, the fold's too, has the call's secrets redacted.
  */
-export const streamedPost = (post: StreamedPost): Effect.Effect<void, ModelFailed, NodeHttpClient.Dispatcher> =>
+export const streamedPost = <A>(post: StreamedPost<A>): Effect.Effect<A, ModelFailed, NodeHttpClient.Dispatcher> =>
   Effect.flatMap(NodeHttpClient.Dispatcher, (dispatcher) => posted(dispatcher, post))
 
-const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void, ModelFailed> =>
-  Effect.async<void, ModelFailed>((resume) => {
+const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect<A, ModelFailed> =>
+  Effect.async<A, ModelFailed>((resume) => {
     const { stallMs, maxOutputBytes } = post.limits
+    const secrets = secretsOf(post.secretHeaders)
     /** The call's answer is given (a failure, or the stream whole): what comes after is only read to its end. */
     let answered = false
     let ended = false
@@ -205,19 +247,20 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
       if (controller === undefined) leftEarly = true
       else abortRequest(controller)
     }
-    const answer = (effect: Effect.Effect<void, ModelFailed>) => {
+    const answer = (outcome: Either.Either<A, ModelFailed>) => {
       if (answered) return
       answered = true
-      resume(effect)
+      resume(Either.isLeft(outcome) ? Effect.fail(withoutSecrets(outcome.left, secrets)) : Effect.succeed(outcome.right))
     }
     const fail = (failure: ModelFailed) => {
-      answer(Effect.fail(failure))
+      answer(Either.left(failure))
       leave()
     }
     const stalled = () =>
       failed("model_timeout", `${post.provider} sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, { ambiguous: true, retryable: true })
     if (stallMs > 0) timer = setTimeout(() => fail(stalled()), stallMs)
-    const errorBody = () => Buffer.concat(errorChunks, errorBytes).toString("utf8")
+    /** The error body kept (`whole`: all of it). */
+    const errorBody = (whole: boolean) => keptBody(Buffer.concat(errorChunks, errorBytes).toString("utf8"), whole, secrets)
 
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
@@ -241,7 +284,7 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
           }
           errorChunks.push(chunk.subarray(0, room))
           errorBytes += room
-          return fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now()))
+          return fail(statusFailure(post.provider, status, responseHeaders, errorBody(false), Date.now()))
         }
         bytes += chunk.length
         if (maxOutputBytes > 0 && bytes > maxOutputBytes) {
@@ -257,7 +300,7 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
         }
         if (eventFailure !== undefined) return fail(eventFailure)
         if (done) {
-          answer(Effect.void)
+          answer(post.finish())
           // The rest of the response (its end, as a rule) is read for DONE_GRACE_MS at most.
           if (timer !== undefined) clearTimeout(timer)
           timer = setTimeout(leave, DONE_GRACE_MS)
@@ -267,10 +310,11 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
       onResponseEnd() {
         if (timer !== undefined) clearTimeout(timer)
         ended = true
-        if (status < 200 || status >= 300) return answer(Effect.fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now())))
+        if (answered) return
+        if (status < 200 || status >= 300) return answer(Either.left(statusFailure(post.provider, status, responseHeaders, errorBody(true), Date.now())))
         // An event the server never finished (no blank line after it) is dropped: the provider then
         // misses its final event and says the stream ended early.
-        answer(eventFailure !== undefined ? Effect.fail(eventFailure) : Effect.void)
+        answer(eventFailure !== undefined ? Either.left(eventFailure) : post.finish())
       },
       onResponseError(_c, err) {
         if (timer !== undefined) clearTimeout(timer)
@@ -278,7 +322,7 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
         if (answered) return
         const code = causeCode(err)
         if (status === 0) {
-          return answer(Effect.fail(
+          return answer(Either.left(
             notSent(code)
               ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
               : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? (err instanceof Error ? err.name : "error")})`, {
@@ -288,8 +332,8 @@ const posted = (dispatcher: Dispatcher, post: StreamedPost): Effect.Effect<void,
           ))
         }
         // An error status says what happened; a body cut short is only detail.
-        if (status < 200 || status >= 300) return answer(Effect.fail(statusFailure(post.provider, status, responseHeaders, errorBody(), Date.now())))
-        answer(Effect.fail(
+        if (status < 200 || status >= 300) return answer(Either.left(statusFailure(post.provider, status, responseHeaders, errorBody(false), Date.now())))
+        answer(Either.left(
           failed("model_stream_broken", `the stream from ${post.provider} was cut (${code ?? (err instanceof Error ? err.name : "error")})`, {
             ambiguous: true,
             retryable: true

@@ -23,14 +23,14 @@ export const openAiChat: Provider = Effect.fn("OpenAiChat.call")(function*(call)
   const provider = `openai-chat "${call.binding.name}"`
   const stream = makeChatStream(provider, call.onDelta)
   const key = call.apiKey
-  yield* streamedPost({
+  return yield* streamedPost({
     url: chatCompletionsUrl(call.binding.base_url),
     headers: { "content-type": "application/json" },
     ...(key !== undefined ? { secretHeaders: { authorization: Redacted.make(`Bearer ${Redacted.value(key)}`) } } : {}),
     body,
     limits: call.limits,
     provider,
-    onEvent: stream.onEvent
+    onEvent: stream.onEvent,
+    finish: stream.finish
   })
-  return yield* stream.finish()
 })

@@ -40,7 +40,7 @@ export const openAiResponses: Provider = (call) =>
     const body = yield* requestBody(call)
     const provider = providerLabel(call.binding.base_url)
     const fold = makeFold(provider, call.onDelta)
-    yield* streamedPost({
+    return yield* streamedPost({
       url: `${(call.binding.base_url ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/responses`,
       headers: { "content-type": "application/json" },
       ...(call.apiKey !== undefined
@@ -49,7 +49,7 @@ export const openAiResponses: Provider = (call) =>
       body,
       limits: call.limits,
       provider,
-      onEvent: fold.onEvent
+      onEvent: fold.onEvent,
+      finish: fold.result
     })
-    return yield* fold.result()
   })

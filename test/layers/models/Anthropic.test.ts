@@ -809,6 +809,21 @@ describe("the anthropic provider: failures", () => {
       expect(keyless.fake.requests[0]!.headers["x-api-key"]).toBeUndefined()
     }))
 
+  it.live("a key Anthropic or a gateway echoes back (in a 401 body, or in an error event's message) is redacted from the failure's message and details", () =>
+    Effect.gen(function*() {
+      const outcomes = [
+        yield* once({ status: 401, headers: { "content-type": "application/json" }, steps: [F.errorBody("authentication_error", `invalid x-api-key ${KEY}`)] }),
+        yield* once({ steps: [...F.overloadedMidStream.slice(0, -1), F.event("error", { error: { type: "authentication_error", message: `invalid x-api-key ${KEY}` } })] })
+      ]
+      for (const outcome of outcomes) {
+        const f = failure(outcome.result)
+        expect(f.code).toBe("model_rejected")
+        expect(JSON.stringify(f.details)).toContain("invalid x-api-key <redacted>")
+        expect(`${f.message} ${JSON.stringify(f.details)}`).not.toContain(KEY)
+      }
+      expect(failure(outcomes[1]!.result).message).toContain("invalid x-api-key <redacted>")
+    }))
+
   it.live("a usage count that is not a non-negative integer (a fraction, a negative, a string) is treated as not sent: the answer is kept, and a later count still counts", () =>
     Effect.gen(function*() {
       const { result } = yield* once({

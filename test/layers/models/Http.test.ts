@@ -6,10 +6,10 @@
 import { NodeHttpClient } from "@effect/platform-node"
 import * as net from "node:net"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Layer } from "effect"
+import { Effect, Either, Layer, Redacted } from "effect"
 import { Agent } from "undici"
-import { DONE_GRACE_MS, type SseEvent, streamedPost } from "../../../src/layers/models/Http.js"
-import type { ModelFailed } from "../../../src/services/Models.js"
+import { DONE_GRACE_MS, ERROR_BODY_BYTES, type SseEvent, type StreamedPost, streamedPost } from "../../../src/layers/models/Http.js"
+import { ModelFailed } from "../../../src/services/Models.js"
 import { FakeProvider, type Script, sse } from "../../support/fakeProvider.js"
 
 const run = (
@@ -29,7 +29,8 @@ const run = (
       onEvent: (e) => {
         events.push(e)
         return e.data === final ? "done" : undefined
-      }
+      },
+      finish: () => Either.right(undefined)
     }))
     return { events, result }
   }).pipe(Effect.provide(dispatcher))
@@ -45,6 +46,34 @@ const withFake = <A>(script: Script, use: (fake: FakeProvider) => Promise<A>) =>
   })
 
 const failureOf = (r: Either.Either<void, ModelFailed>) => (Either.isLeft(r) ? r.left : undefined)
+
+/** One call with `over` in place of the defaults: its events and its result. */
+const posted = (url: string, over: Partial<StreamedPost<void>> = {}) =>
+  Effect.gen(function*() {
+    const events: Array<SseEvent> = []
+    const result = yield* Effect.either(streamedPost<void>({
+      url,
+      headers: { "content-type": "application/json" },
+      body: { hello: "world" },
+      limits: { stallMs: 2_000, maxOutputBytes: 0 },
+      provider: "Fake",
+      onEvent: (e) => {
+        events.push(e)
+        return e.data === "[DONE]" ? "done" : undefined
+      },
+      finish: () => Either.right(undefined),
+      ...over
+    }))
+    return { events, result }
+  }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
+
+/** A fake provider for the test's scope. */
+const fakeServer = (script: Script) =>
+  Effect.acquireRelease(Effect.promise(() => FakeProvider.start(() => script)), (fake) => Effect.promise(() => fake.close()))
+
+const ONE = "sk-SECRET-one-1111"
+const TWO = "sk-SECRET-two-2222"
+const secretHeaders = { authorization: Redacted.make(`Bearer ${ONE}`), "x-api-key": Redacted.make(TWO) }
 
 describe("a streamed model request", () => {
   it.live("delivers every event whole, however its bytes are split, and sends the body once", () =>
@@ -217,5 +246,41 @@ describe("a streamed model request", () => {
       const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`, { stallMs: 2_000, maxOutputBytes: 1_000 }))
       expect(events.length).toBeLessThan(50)
       expect(failureOf(result)).toMatchObject({ code: "model_output_limit", ambiguous: true, retryable: false })
+    }))
+  it.scopedLive("the call's secrets never come back in a failure: a secret header's value, and an Authorization header's credentials without their scheme, are redacted from an error body (JSON, text, or cut at its bound inside a key), an event's failure and the fold's", () =>
+    Effect.gen(function*() {
+      const answered = (script: Script, over: Partial<StreamedPost<void>> = {}) =>
+        Effect.gen(function*() {
+          const fake = yield* fakeServer(script)
+          const { result } = yield* posted(`${fake.url}/v1/x`, { secretHeaders, ...over })
+          // They were sent.
+          expect(fake.requests[0]!.headers.authorization).toBe(`Bearer ${ONE}`)
+          expect(fake.requests[0]!.headers["x-api-key"]).toBe(TWO)
+          return failureOf(result)!
+        })
+      const json = yield* answered({
+        status: 401,
+        headers: { "content-type": "application/json" },
+        steps: [JSON.stringify({ error: { message: `Incorrect API key provided: ${ONE}`, [TWO]: `Bearer ${ONE}` } })]
+      })
+      expect(json).toMatchObject({
+        code: "model_rejected",
+        details: { status: 401, body: { error: { message: "Incorrect API key provided: <redacted>", "<redacted>": "<redacted>" } } }
+      })
+      const text = yield* answered({ status: 401, steps: [`bad key ${TWO}`] })
+      expect(text.details).toMatchObject({ status: 401, body: "bad key <redacted>" })
+      // The bound cuts the body 6 characters into the key: those go too.
+      const cut = yield* answered({ status: 401, steps: ["x".repeat(ERROR_BODY_BYTES - 6) + ONE + " and more"] })
+      expect((cut.details as { body: string }).body.endsWith("x<redacted>")).toBe(true)
+      const inEvent = yield* answered({ steps: [sse({ n: 1 })] }, {
+        onEvent: () =>
+          new ModelFailed({ code: "model_rejected", message: `it said ${TWO}`, ambiguous: false, retryable: false, details: { error: { message: `key ${ONE}` } } })
+      })
+      expect(inEvent).toMatchObject({ message: "it said <redacted>", details: { error: { message: "key <redacted>" } } })
+      const inFinish = yield* answered({ steps: [sse({ n: 1 })] }, {
+        finish: () => Either.left(new ModelFailed({ code: "model_stream_broken", message: `ended ${ONE}`, ambiguous: true, retryable: true, details: [TWO] }))
+      })
+      expect(inFinish).toMatchObject({ message: "ended <redacted>", details: ["<redacted>"] })
+      for (const failure of [json, text, cut, inEvent, inFinish]) expect(JSON.stringify(failure)).not.toContain("sk-SEC")
     }))
 })

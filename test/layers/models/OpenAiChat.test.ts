@@ -483,6 +483,22 @@ describe("the openai-chat provider", () => {
       }
     }))
 
+  it.scopedLive("a key the server echoes back (in a 401 body, with or without its Bearer, or in an error inside the stream) is redacted from the failure's message and details", () =>
+    Effect.gen(function*() {
+      const echoed = [
+        { status: 401, headers: { "content-type": "application/json" }, steps: [JSON.stringify({ error: { message: `Incorrect API key provided: ${KEY}` } })] },
+        { status: 401, steps: [`Authorization: Bearer ${KEY} is not valid`] },
+        { steps: [openAi.delta({ role: "assistant", content: "" }), sse({ error: { message: `key ${KEY} revoked`, type: "invalid_request_error" } })] },
+        { steps: [sse({ message: `no such key ${KEY}` }, "error")] }
+      ]
+      for (const script of echoed) {
+        const rejected = yield* fakeServer(script)
+        const failed = failure((yield* call(rejected)).result)
+        expect(`${failed.message} ${JSON.stringify(failed.details)}`).toContain("<redacted>")
+        expect(`${failed.message} ${JSON.stringify(failed.details)} ${util.inspect(failed, { depth: 10 })}`).not.toContain(KEY)
+      }
+    }))
+
   it.scopedLive("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
     Effect.gen(function*() {
       const answered = (usage: unknown) => scripted([...openAiText.steps.slice(0, -2), openAi.chunk([], usage), DONE])

@@ -537,6 +537,20 @@ describe("the openai-responses provider", () => {
       expect(keyless.authorization).toBeUndefined()
     }))
 
+  it.live("a key a compatible server echoes back (in a 401 body, an error event or response.failed) is redacted from the failure's message and details", () =>
+    Effect.gen(function*() {
+      const scripts: Array<Script> = [
+        { status: 401, headers: { "content-type": "application/json" }, steps: [JSON.stringify({ error: { message: `Incorrect API key provided: ${KEY}` } })] },
+        { steps: Fixture.errorEvent("invalid_api_key", `Incorrect API key provided: ${KEY}`) },
+        { steps: Fixture.failed("invalid_api_key", `Incorrect API key provided: Bearer ${KEY}`) }
+      ]
+      for (const script of scripts) {
+        const f = failure(yield* answer(script))
+        expect(`${f.message} ${JSON.stringify(f.details)}`).toContain("Incorrect API key provided: <redacted>")
+        expect(`${f.message} ${JSON.stringify(f.details)} ${inspect(f, { depth: 10 })}`).not.toContain(KEY)
+      }
+    }))
+
   it.live("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
     Effect.gen(function*() {
       const odd = yield* answer({ steps: Fixture.answerWithUsage({ input_tokens: 1.5, output_tokens: -1 }) })
