@@ -6,7 +6,11 @@
  */
 import type { Dispatcher } from "undici"
 
-/** Error codes of a request that never left this machine, or never reached a server. */
+/**
+ * Error codes of a request that never left this machine, or never reached a server. Only a
+ * second opinion: `neverSent` judges first by whether the request ever had a connection, which
+ * covers every TLS failure (a certificate, a protocol error, a reset mid-handshake) without a list.
+ */
 const NOT_SENT_CODES: ReadonlySet<string> = new Set([
   "ECONNREFUSED",
   "ENOTFOUND",
@@ -34,8 +38,14 @@ export const causeCode = (e: unknown): string | undefined => {
   return undefined
 }
 
-/** Whether an error code shows that the request was never sent. */
-export const notSent = (code: string | undefined): code is string => code !== undefined && NOT_SENT_CODES.has(code)
+/**
+ * Whether a request that failed before any response was never sent: it never had a connection, or
+ * its error's code says it never left. undici hands a request its connection (the handler's
+ * `onRequestStart`) only once the connection is ready, its TLS handshake done, and writes the
+ * request only after that; a request that fails before it has not sent a byte of HTTP.
+ */
+export const neverSent = (onConnection: boolean, code: string | undefined): boolean =>
+  !onConnection || (code !== undefined && NOT_SENT_CODES.has(code))
 
 /** Why Brain left a request before its response ended (never shown: it only closes the connection). */
 class RequestLeft extends Error {}

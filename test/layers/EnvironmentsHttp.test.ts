@@ -339,6 +339,26 @@ describe("the http Environment driver: where a request goes, and secrets", () =>
       expect(f.log()).toEqual([])
     }))
 
+  it.scopedLive("a TLS handshake that fails (https to a plain-HTTP server, a reset mid-handshake) is not sent (unreachable, not ambiguous): no HTTP byte left", () =>
+    Effect.gen(function*() {
+      const f = yield* fake()
+      const resetting = yield* Effect.acquireRelease(
+        Effect.promise(() =>
+          new Promise<net.Server>((resolve) => {
+            const s = net.createServer((socket) => socket.destroy()).listen(0, "127.0.0.1", () => resolve(s))
+          })
+        ),
+        (s) => Effect.promise(() => new Promise<void>((resolve) => s.close(() => resolve())))
+      )
+      const reset = `https://127.0.0.1:${(resetting.address() as net.AddressInfo).port}`
+      for (const url of [f.url.replace("http:", "https:"), reset]) {
+        const r = yield* withDriver({ bindings: bindingsOf({ base_url: url }) }, call(sandbox(url), 5, "ok").pipe(Effect.either))
+        expect({ url, failure: failureOf(r) }).toMatchObject({ url, failure: { _tag: "EnvironmentNotSent", reason: "unreachable" } })
+        expect(failureOf(r)!.failure).toMatchObject({ ambiguous: false })
+      }
+      expect(f.log()).toEqual([])
+    }))
+
   it.scopedLive("a binding that now points elsewhere, or is gone, fails before anything is sent (binding_moved, binding_missing)", () =>
     Effect.gen(function*() {
       const f = yield* fake({ HTTP_ENV_TOKEN: TOKEN })

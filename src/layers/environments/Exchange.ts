@@ -28,7 +28,7 @@ import { Effect, Either, Redacted } from "effect"
 import type { Dispatcher } from "undici"
 import { ENVIRONMENT_PROTOCOL_VERSION } from "../../domain/Environment.js"
 import { EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
-import { abortRequest, causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
+import { abortRequest, causeCode, dispatchPost, neverSent } from "../OutboundHttp.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details (the doc's 16 KiB). */
 export const ERROR_BODY_BYTES = 16 * 1024
@@ -141,11 +141,11 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
       const code = causeCode(err)
       if (status === 0) {
         answer(Either.left(
-          notSent(code)
+          neverSent(controller !== undefined, code)
             ? new EnvironmentNotSent({
               environment: post.environment,
               reason: "unreachable",
-              message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code}): ${post.path} was not sent`
+              message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code ?? (err instanceof Error ? err.name : "error")}): ${post.path} was not sent`
             })
             : lost(code ?? (err instanceof Error ? err.name : undefined))
         ))

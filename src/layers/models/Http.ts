@@ -3,8 +3,11 @@
  * its Server-Sent Events handed to the provider as they arrive, and every way it can go wrong
  * named by what Brain knows about it afterwards.
  *
- * - Not sent (connection refused, a name that does not resolve, no route, a TLS failure):
- *   `model_unreachable`, not ambiguous: the provider never saw it.
+ * - Not sent: `model_unreachable`, not ambiguous: the provider never saw it. Judged by whether the
+ *   request ever had a connection, not by the error's code: undici hands a request its connection
+ *   only once that is ready (its TLS handshake done), and writes it only then. So a connection
+ *   refused, a name that does not resolve, no route, any TLS failure (a certificate, a protocol
+ *   error, a reset mid-handshake) and a stall before any connection are all not sent.
  * - An error status: its body (the first ERROR_BODY_BYTES, as JSON when it parses) goes into the
  *   failure's details, with the provider's wait advice in `retry_after_ms` whatever the status
  *   (`retry-after-ms` first, then `retry-after` in seconds or as a date). By status:
@@ -42,7 +45,7 @@ import type { Dispatcher } from "undici"
 import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
-import { abortRequest, causeCode, dispatchPost, notSent } from "../OutboundHttp.js"
+import { abortRequest, causeCode, dispatchPost, neverSent } from "../OutboundHttp.js"
 import { quotaExhausted } from "./Quota.js"
 
 /** Bytes. The most of an error response's body kept in a failure's details. */
@@ -257,7 +260,13 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
       leave()
     }
     const stalled = () =>
-      failed("model_timeout", `${post.provider} sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, { ambiguous: true, retryable: true })
+      controller === undefined
+        // Never on a connection (a TLS handshake that never ends, say): nothing was sent.
+        ? failed("model_unreachable", `${post.provider} could not be reached: no connection within ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, {
+          ambiguous: false,
+          retryable: true
+        })
+        : failed("model_timeout", `${post.provider} sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, { ambiguous: true, retryable: true })
     if (stallMs > 0) timer = setTimeout(() => fail(stalled()), stallMs)
     /** The error body kept (`whole`: all of it). */
     const errorBody = (whole: boolean) => keptBody(Buffer.concat(errorChunks, errorBytes).toString("utf8"), whole, secrets)
@@ -321,20 +330,18 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
         ended = true
         if (answered) return
         const code = causeCode(err)
+        const named = code ?? (err instanceof Error ? err.name : "error")
+        // Never on a connection (refused, no such name, a TLS handshake that failed): nothing was sent.
+        if (status === 0 && neverSent(controller !== undefined, code)) {
+          return answer(Either.left(failed("model_unreachable", `${post.provider} could not be reached (${named})`, { ambiguous: false, retryable: true })))
+        }
         if (status === 0) {
-          return answer(Either.left(
-            notSent(code)
-              ? failed("model_unreachable", `${post.provider} could not be reached (${code})`, { ambiguous: false, retryable: true })
-              : failed("model_stream_broken", `the connection to ${post.provider} failed (${code ?? (err instanceof Error ? err.name : "error")})`, {
-                ambiguous: true,
-                retryable: true
-              })
-          ))
+          return answer(Either.left(failed("model_stream_broken", `the connection to ${post.provider} failed (${named})`, { ambiguous: true, retryable: true })))
         }
         // An error status says what happened; a body cut short is only detail.
         if (status < 200 || status >= 300) return answer(Either.left(statusFailure(post.provider, status, responseHeaders, errorBody(false), Date.now())))
         answer(Either.left(
-          failed("model_stream_broken", `the stream from ${post.provider} was cut (${code ?? (err instanceof Error ? err.name : "error")})`, {
+          failed("model_stream_broken", `the stream from ${post.provider} was cut (${named})`, {
             ambiguous: true,
             retryable: true
           })

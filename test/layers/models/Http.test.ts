@@ -4,12 +4,15 @@
  * named by what is known afterwards (sent or not, ambiguous or not, the provider's error body).
  */
 import { NodeHttpClient } from "@effect/platform-node"
+import * as http from "node:http"
+import * as https from "node:https"
 import * as net from "node:net"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Redacted } from "effect"
 import { Agent } from "undici"
 import { DONE_GRACE_MS, ERROR_BODY_BYTES, type SseEvent, type StreamedPost, streamedPost } from "../../../src/layers/models/Http.js"
 import { ModelFailed } from "../../../src/services/Models.js"
+import { LEAF_CERT, LEAF_KEY, SELF_SIGNED_CERT, SELF_SIGNED_KEY, TEST_CA_CERT } from "../../fixtures/tls.js"
 import { FakeProvider, type Script, sse } from "../../support/fakeProvider.js"
 
 const run = (
@@ -70,6 +73,26 @@ const posted = (url: string, over: Partial<StreamedPost<void>> = {}) =>
 /** A fake provider for the test's scope. */
 const fakeServer = (script: Script) =>
   Effect.acquireRelease(Effect.promise(() => FakeProvider.start(() => script)), (fake) => Effect.promise(() => fake.close()))
+
+/** `server` listening on loopback for the test's scope (its connections destroyed at the end); answers its port. */
+const serving = (server: net.Server) =>
+  Effect.acquireRelease(
+    Effect.promise(() => {
+      const sockets = new Set<net.Socket>()
+      server.on("connection", (socket: net.Socket) => {
+        sockets.add(socket)
+        socket.on("close", () => sockets.delete(socket))
+      })
+      return new Promise<{ readonly port: number; readonly sockets: Set<net.Socket> }>((resolve) =>
+        server.listen(0, "127.0.0.1", () => resolve({ port: (server.address() as net.AddressInfo).port, sockets }))
+      )
+    }),
+    ({ sockets }) =>
+      Effect.promise(() => {
+        for (const socket of sockets) socket.destroy()
+        return new Promise<void>((resolve) => server.close(() => resolve()))
+      })
+  ).pipe(Effect.map(({ port }) => port))
 
 const ONE = "sk-SECRET-one-1111"
 const TWO = "sk-SECRET-two-2222"
@@ -282,5 +305,49 @@ describe("a streamed model request", () => {
       })
       expect(inFinish).toMatchObject({ message: "ended <redacted>", details: ["<redacted>"] })
       for (const failure of [json, text, cut, inEvent, inFinish]) expect(JSON.stringify(failure)).not.toContain("sk-SEC")
+    }))
+
+  it.scopedLive("a TLS handshake that fails is model_unreachable, not ambiguous, whatever its error: no HTTP byte left (a plain-HTTP server, a reset mid-handshake, a self-signed certificate, one of an unknown issuer with or without its chain)", () =>
+    Effect.gen(function*() {
+      const plain = yield* fakeServer({ steps: [] })
+      let seen = 0
+      const counting = (_req: http.IncomingMessage, res: http.ServerResponse) => {
+        seen++
+        res.end()
+      }
+      const targets = {
+        plain: plain.url.replace("http:", "https:"),
+        reset: `https://127.0.0.1:${yield* serving(net.createServer((socket) => socket.destroy()))}`,
+        selfSigned: `https://127.0.0.1:${yield* serving(https.createServer({ key: SELF_SIGNED_KEY, cert: SELF_SIGNED_CERT }, counting))}`,
+        unknownIssuer: `https://127.0.0.1:${yield* serving(https.createServer({ key: LEAF_KEY, cert: LEAF_CERT }, counting))}`,
+        untrustedChain: `https://127.0.0.1:${yield* serving(https.createServer({ key: LEAF_KEY, cert: `${LEAF_CERT}\n${TEST_CA_CERT}` }, counting))}`
+      }
+      for (const [name, url] of Object.entries(targets)) {
+        const failure = failureOf((yield* posted(`${url}/v1/x`)).result)
+        expect({ name, failure }).toMatchObject({ name, failure: { code: "model_unreachable", ambiguous: false, retryable: true } })
+      }
+      expect(plain.requests).toHaveLength(0)
+      expect(seen).toBe(0)
+    }))
+
+  it.scopedLive("a stall before the connection is made (a TLS handshake that never ends) is model_unreachable, not ambiguous: nothing was sent", () =>
+    Effect.gen(function*() {
+      const port = yield* serving(net.createServer(() => undefined))
+      const failure = failureOf((yield* posted(`https://127.0.0.1:${port}/v1/x`, { limits: { stallMs: 300, maxOutputBytes: 0 } })).result)
+      expect(failure).toMatchObject({ code: "model_unreachable", ambiguous: false, retryable: true })
+    }))
+
+  it.scopedLive("a connection lost once the request was on it (a server that reads the request and closes) stays model_stream_broken, ambiguous", () =>
+    Effect.gen(function*() {
+      let read = 0
+      const port = yield* serving(net.createServer((socket) =>
+        socket.on("data", () => {
+          read++
+          socket.destroy()
+        })
+      ))
+      const failure = failureOf((yield* posted(`http://127.0.0.1:${port}/v1/x`)).result)
+      expect(failure).toMatchObject({ code: "model_stream_broken", ambiguous: true, retryable: true })
+      expect(read).toBeGreaterThan(0)
     }))
 })
