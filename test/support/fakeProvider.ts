@@ -23,6 +23,8 @@ export interface RecordedRequest {
 export type Step =
   /** Raw text written as one chunk. */
   | string
+  /** Raw bytes written as one chunk (an encoded body, say). */
+  | Uint8Array
   /** Waits before the next step. */
   | { readonly pauseMs: number }
   /** Destroys the connection (a cut mid-stream). */
@@ -85,7 +87,7 @@ export class FakeProvider {
     res.flushHeaders()
     for (const step of script.steps) {
       if (res.destroyed) return
-      if (typeof step === "string") res.write(step)
+      if (typeof step === "string" || step instanceof Uint8Array) res.write(step)
       else if ("pauseMs" in step) await sleep(step.pauseMs)
       else if ("cut" in step) return void req.socket.destroy()
       else return // a stall: nothing more, the connection stays open

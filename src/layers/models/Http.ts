@@ -15,15 +15,25 @@
  *     spend limit is spent (Quota.ts): then not retryable, since waiting does not fix it;
  *   - 408 `model_timeout`, ambiguous (the provider timed out a request it had received), retryable;
  *   - 409 `model_rejected`, not ambiguous, retryable (a lock timeout: refused, try again);
- *   - other 4xx `model_rejected`, neither (refused, not run);
+ *   - 3xx (a redirect, never followed; its `location` kept) and other 4xx `model_rejected`,
+ *     neither (refused, not run);
  *   - 5xx (529 included) `model_unavailable`, ambiguous (it may have run part of it), retryable.
  *   An `x-should-retry: true|false` header is the provider's own word on this response and
- *   overrides the retryable above; it never changes `ambiguous`.
+ *   overrides the retryable above; it never changes `ambiguous`. The status says what happened
+ *   whatever then befalls its body (a stall, a reset): the failure keeps what of it came.
+ * - A 2xx whose Content-Type is not `text/event-stream` (a JSON completion from a server that does
+ *   not stream, a gateway's error page): `model_bad_response`, ambiguous (it may have run), not
+ *   retryable (the same request gets the same answer), its body kept like an error body. A 2xx
+ *   without a Content-Type is read as a stream.
  * - Cut after it was sent (a reset mid-stream): `model_stream_broken`, ambiguous. A stream that
  *   ends cleanly but without the provider's final event is the provider's to call broken.
  * - No byte for `stallMs` (before the headers or between chunks): `model_timeout`, ambiguous.
- * - More than `maxOutputBytes` of response: `model_output_limit`, ambiguous (it ran).
+ * - More than `maxOutputBytes` of response (decoded): `model_output_limit`, ambiguous (it ran).
  * - Interrupted (a cancel): the request is aborted; the caller records what that means.
+ *
+ * The request asks for `accept-encoding: identity`; a body coded anyway (a proxy that gzips) is
+ * decoded with node:zlib (gzip, deflate, br), and one Brain cannot decode fails clearly: the
+ * status's own failure for an error status, `model_bad_response` for a 2xx.
  *
  * The call's secrets (each secret header's value, and the key in `Bearer <key>`) are redacted
  * from every failure it answers, the provider's fold's too: a provider or a gateway may quote
@@ -41,6 +51,8 @@
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Either, Redacted } from "effect"
+import type { Transform } from "node:stream"
+import * as zlib from "node:zlib"
 import type { Dispatcher } from "undici"
 import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
@@ -157,8 +169,8 @@ const headerOf = (headers: ResponseHeaders, name: string): string | undefined =>
 
 /**
  * A response body kept for a failure's details: JSON when it parses, else text; redacted, and when
- * it is not all of the body (cut at its bound, or by a reset), a tail that may begin a secret
- * dropped too.
+ * it is not all of the body (cut at its bound, by a stall or a reset), a tail that may begin a
+ * secret dropped too.
  */
 const keptBody = (text: string, whole: boolean, secrets: ReadonlyArray<string>): unknown => {
   try {
@@ -168,11 +180,14 @@ const keptBody = (text: string, whole: boolean, secrets: ReadonlyArray<string>):
   }
 }
 
-const statusFailure = (provider: string, status: number, headers: ResponseHeaders, parsed: unknown, now: number) => {
-  const details: Record<string, unknown> = { status, body: parsed }
+/** An error status's failure; `details` holds the body kept (or why there is none). */
+const statusFailure = (provider: string, status: number, headers: ResponseHeaders, kept: Record<string, unknown>, now: number) => {
+  const details: Record<string, unknown> = { status, ...kept }
   const advice = retryAdviceMs({ "retry-after-ms": headerOf(headers, "retry-after-ms"), "retry-after": headerOf(headers, "retry-after") }, now)
   if (advice !== undefined) details.retry_after_ms = advice
-  const judged = byStatus(provider, status, parsed)
+  const location = headerOf(headers, "location")
+  if (status >= 300 && status < 400 && location !== undefined) details.location = location
+  const judged = byStatus(provider, status, kept.body)
   const retryable = shouldRetry(headerOf(headers, "x-should-retry")) ?? judged.retryable
   return failed(judged.code, judged.message, { ambiguous: judged.ambiguous, retryable, details })
 }
@@ -202,7 +217,35 @@ const byStatus = (provider: string, status: number, body: unknown): {
     return { code: "model_rejected", message, ambiguous: false, retryable: true }
   }
   if (status >= 500) return { code: "model_unavailable", message: `${provider} answered ${status}`, ambiguous: true, retryable: true }
+  if (status >= 300 && status < 400) {
+    const message = `${provider} answered ${status}, a redirect, which Brain does not follow (the binding's base_url may need to be where it points)`
+    return { code: "model_rejected", message, ambiguous: false, retryable: false }
+  }
   return { code: "model_rejected", message: `${provider} refused the request with ${status}`, ambiguous: false, retryable: false }
+}
+
+/** A 2xx whose Content-Type names another media type than an event stream; none at all is read as one. */
+const notEventStream = (contentType: string | undefined): boolean =>
+  contentType !== undefined && contentType.split(";")[0]!.trim().toLowerCase() !== "text/event-stream"
+
+/**
+ * How to read a body's content coding: "identity" for none, a decoder for gzip, deflate (zlib
+ * wrapped, as RFC 9110 defines it) and br, undefined for one Brain cannot decode (zstd, compress,
+ * several stacked). Brain asks for identity; a proxy may code a response anyway. The decoders
+ * flush what they can at each chunk (an event must not wait for the next one) and do not fail a
+ * body that ends early: the provider then misses its final event and says so.
+ */
+const decoderFor = (coding: string | undefined): "identity" | (() => Transform) | undefined => {
+  const word = coding?.trim().toLowerCase() ?? ""
+  if (word === "" || word === "identity") return "identity"
+  const flushing = { flush: zlib.constants.Z_SYNC_FLUSH, finishFlush: zlib.constants.Z_SYNC_FLUSH }
+  if (word === "gzip" || word === "x-gzip") return () => zlib.createGunzip(flushing)
+  if (word === "deflate") return () => zlib.createInflate(flushing)
+  if (word === "br") {
+    return () =>
+      zlib.createBrotliDecompress({ flush: zlib.constants.BROTLI_OPERATION_FLUSH, finishFlush: zlib.constants.BROTLI_OPERATION_FLUSH })
+  }
+  return undefined
 }
 
 /** Milliseconds a response may take to end after the provider's final event before its connection is closed. */
@@ -222,19 +265,30 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     const secrets = secretsOf(post.secretHeaders)
     /** The call's answer is given (a failure, or the stream whole): what comes after is only read to its end. */
     let answered = false
-    let ended = false
+    /** Brain has left the response: nothing more of it is read. */
+    let left = false
+    /** The request needs no abort any more: the response ended or failed, or it was aborted. */
+    let closed = false
     let controller: Dispatcher.DispatchController | undefined
     /** Left before the request reached a connection: aborted as soon as it does. */
     let leftEarly = false
     let timer: ReturnType<typeof setTimeout> | undefined
     let status = 0
-    let responseHeaders: ResponseHeaders = {}
+    /**
+     * Set at the headers when the response cannot be an answer (an error status, a 2xx that is not
+     * an event stream): its failure, given what of its body was kept. Whatever then happens to the
+     * body (its end, a stall, a reset, a decoding error), the response fails this way.
+     */
+    let refusal: ((kept: Record<string, unknown>) => ModelFailed) | undefined
+    /** The decoder of a body sent with a content coding in spite of `accept-encoding: identity`. */
+    let decoder: Transform | undefined
+    let coding: string | undefined
     let bytes = 0
-    const errorChunks: Array<Uint8Array> = []
-    let errorBytes = 0
+    const keptChunks: Array<Uint8Array> = []
+    let keptBytes = 0
     let eventFailure: ModelFailed | undefined
     let done = false
-    const decoder = new TextDecoder()
+    const decoder8 = new TextDecoder()
     const parser = makeSseParser((event) => {
       if (eventFailure !== undefined || done) return
       const verdict = post.onEvent({ event: event.event === "message" ? undefined : event.event, data: event.data })
@@ -245,8 +299,10 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     /** Closes the request's connection, wherever the request is. */
     const leave = () => {
       if (timer !== undefined) clearTimeout(timer)
-      if (ended) return
-      ended = true
+      left = true
+      decoder?.destroy()
+      if (closed) return
+      closed = true
       if (controller === undefined) leftEarly = true
       else abortRequest(controller)
     }
@@ -259,6 +315,9 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
       answer(Either.left(failure))
       leave()
     }
+    /** The refused response's failure with what of its body was kept (`whole`: all of it). */
+    const refused = (whole: boolean) =>
+      refusal!({ body: keptBody(Buffer.concat(keptChunks, keptBytes).toString("utf8"), whole, secrets) })
     const stalled = () =>
       controller === undefined
         // Never on a connection (a TLS handshake that never ends, say): nothing was sent.
@@ -266,68 +325,125 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
           ambiguous: false,
           retryable: true
         })
+        : refusal !== undefined
+        ? refused(false)
         : failed("model_timeout", `${post.provider} sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`, { ambiguous: true, retryable: true })
     if (stallMs > 0) timer = setTimeout(() => fail(stalled()), stallMs)
-    /** The error body kept (`whole`: all of it). */
-    const errorBody = (whole: boolean) => keptBody(Buffer.concat(errorChunks, errorBytes).toString("utf8"), whole, secrets)
+
+    /** One piece of the (decoded) body. */
+    const onBody = (chunk: Uint8Array) => {
+      if (left) return
+      if (refusal !== undefined) {
+        const room = ERROR_BODY_BYTES - keptBytes
+        if (chunk.length < room) {
+          keptChunks.push(chunk)
+          keptBytes += chunk.length
+          return
+        }
+        keptChunks.push(chunk.subarray(0, room))
+        keptBytes += room
+        return fail(refused(false))
+      }
+      bytes += chunk.length
+      if (maxOutputBytes > 0 && bytes > maxOutputBytes) {
+        return fail(failed("model_output_limit", `${post.provider} sent more than ${maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`, {
+          ambiguous: true,
+          retryable: false
+        }))
+      }
+      if (answered) return
+      const fits = parser.feed(decoder8.decode(chunk, { stream: true }))
+      if (!fits && eventFailure === undefined) {
+        eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
+      }
+      if (eventFailure !== undefined) return fail(eventFailure)
+      if (done) {
+        answer(post.finish())
+        // The rest of the response (its end, as a rule) is read for DONE_GRACE_MS at most.
+        if (timer !== undefined) clearTimeout(timer)
+        timer = setTimeout(leave, DONE_GRACE_MS)
+        timer.unref()
+      }
+    }
+    /** The (decoded) body's clean end. */
+    const onBodyEnd = () => {
+      if (timer !== undefined) clearTimeout(timer)
+      if (answered) return
+      if (refusal !== undefined) return answer(Either.left(refused(true)))
+      // An event the server never finished (no blank line after it) is dropped: the provider then
+      // misses its final event and says the stream ended early.
+      answer(eventFailure !== undefined ? Either.left(eventFailure) : post.finish())
+    }
 
     const handler: Dispatcher.DispatchHandler = {
       onRequestStart(c) {
         controller = c
         if (leftEarly) abortRequest(c)
       },
-      onResponseStart(_c, statusCode, headers) {
+      onResponseStart(_c, statusCode, rawHeaders) {
         timer?.refresh()
         status = statusCode
-        responseHeaders = headers as ResponseHeaders
+        const headers = rawHeaders as ResponseHeaders
+        const error = statusCode < 200 || statusCode >= 300
+        coding = headerOf(headers, "content-encoding")
+        const decoding = decoderFor(coding)
+        if (decoding === undefined) {
+          const unread = { content_encoding: coding }
+          return fail(
+            error
+              ? statusFailure(post.provider, statusCode, headers, unread, Date.now())
+              : failed("model_bad_response", `${post.provider} answered ${statusCode} in Content-Encoding ${coding}, which Brain cannot decode (it asks for identity)`, {
+                ambiguous: true,
+                retryable: false,
+                details: { status: statusCode, ...unread }
+              })
+          )
+        }
+        const contentType = headerOf(headers, "content-type")
+        if (error) refusal = (kept) => statusFailure(post.provider, statusCode, headers, kept, Date.now())
+        else if (notEventStream(contentType)) {
+          refusal = (kept) =>
+            failed("model_bad_response", `${post.provider} answered ${statusCode} with ${contentType}, not an event stream`, {
+              ambiguous: true,
+              retryable: false,
+              details: { status: statusCode, content_type: contentType, ...kept }
+            })
+        }
+        if (decoding !== "identity") {
+          const d = decoding()
+          decoder = d
+          d.on("data", onBody)
+          d.on("end", onBodyEnd)
+          d.on("error", (err) => {
+            if (left || answered) return
+            fail(
+              refusal !== undefined
+                ? refused(false)
+                : failed("model_bad_response", `${post.provider}'s ${coding} body could not be decoded (${causeCode(err) ?? "error"})`, {
+                  ambiguous: true,
+                  retryable: true,
+                  details: { status: statusCode, content_encoding: coding }
+                })
+            )
+          })
+        }
       },
       onResponseData(_c, chunk) {
-        if (ended) return
+        if (left) return
         timer?.refresh()
-        if (status < 200 || status >= 300) {
-          const room = ERROR_BODY_BYTES - errorBytes
-          if (chunk.length < room) {
-            errorChunks.push(chunk)
-            errorBytes += chunk.length
-            return
-          }
-          errorChunks.push(chunk.subarray(0, room))
-          errorBytes += room
-          return fail(statusFailure(post.provider, status, responseHeaders, errorBody(false), Date.now()))
-        }
-        bytes += chunk.length
-        if (maxOutputBytes > 0 && bytes > maxOutputBytes) {
-          return fail(failed("model_output_limit", `${post.provider} sent more than ${maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`, {
-            ambiguous: true,
-            retryable: false
-          }))
-        }
-        if (answered) return
-        const fits = parser.feed(decoder.decode(chunk, { stream: true }))
-        if (!fits && eventFailure === undefined) {
-          eventFailure = failed("model_output_limit", `${post.provider} sent an event above the output limit`, { ambiguous: true, retryable: false })
-        }
-        if (eventFailure !== undefined) return fail(eventFailure)
-        if (done) {
-          answer(post.finish())
-          // The rest of the response (its end, as a rule) is read for DONE_GRACE_MS at most.
-          if (timer !== undefined) clearTimeout(timer)
-          timer = setTimeout(leave, DONE_GRACE_MS)
-          timer.unref()
-        }
+        if (decoder !== undefined) decoder.write(chunk)
+        else onBody(chunk)
       },
       onResponseEnd() {
-        if (timer !== undefined) clearTimeout(timer)
-        ended = true
-        if (answered) return
-        if (status < 200 || status >= 300) return answer(Either.left(statusFailure(post.provider, status, responseHeaders, errorBody(true), Date.now())))
-        // An event the server never finished (no blank line after it) is dropped: the provider then
-        // misses its final event and says the stream ended early.
-        answer(eventFailure !== undefined ? Either.left(eventFailure) : post.finish())
+        closed = true
+        // A decoder ends the body once it has given out all it holds.
+        if (decoder !== undefined) decoder.end()
+        else onBodyEnd()
       },
       onResponseError(_c, err) {
         if (timer !== undefined) clearTimeout(timer)
-        ended = true
+        closed = true
+        decoder?.destroy()
         if (answered) return
         const code = causeCode(err)
         const named = code ?? (err instanceof Error ? err.name : "error")
@@ -338,22 +454,20 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
         if (status === 0) {
           return answer(Either.left(failed("model_stream_broken", `the connection to ${post.provider} failed (${named})`, { ambiguous: true, retryable: true })))
         }
-        // An error status says what happened; a body cut short is only detail.
-        if (status < 200 || status >= 300) return answer(Either.left(statusFailure(post.provider, status, responseHeaders, errorBody(false), Date.now())))
-        answer(Either.left(
-          failed("model_stream_broken", `the stream from ${post.provider} was cut (${named})`, {
-            ambiguous: true,
-            retryable: true
-          })
-        ))
+        // An error status (or a body that is no stream) says what happened; a body cut short is only detail.
+        if (refusal !== undefined) return answer(Either.left(refused(false)))
+        answer(Either.left(failed("model_stream_broken", `the stream from ${post.provider} was cut (${named})`, { ambiguous: true, retryable: true })))
       }
     }
 
-    const headers: Record<string, string> = { ...post.headers, accept: "text/event-stream" }
+    // Brain reads the body as sent: no content coding, please (RFC 9110 §12.5.3).
+    const headers: Record<string, string> = { ...post.headers, accept: "text/event-stream", "accept-encoding": "identity" }
     for (const [name, value] of Object.entries(post.secretHeaders ?? {})) headers[name] = Redacted.value(value)
     // The stall bound above is the call's own (BRAIN_MAX_MODEL_SECS): undici has none of its own here.
-    const refused = dispatchPost(dispatcher, post.url, headers, post.body, handler)
-    if (refused !== undefined) fail(failed("model_unreachable", `${post.provider} could not be reached (${refused})`, { ambiguous: false, retryable: true }))
+    const refusedOutright = dispatchPost(dispatcher, post.url, headers, post.body, handler)
+    if (refusedOutright !== undefined) {
+      fail(failed("model_unreachable", `${post.provider} could not be reached (${refusedOutright})`, { ambiguous: false, retryable: true }))
+    }
     // Interrupted (a cancel, the turn's deadline): the request is closed wherever it is.
     return Effect.sync(() => {
       answered = true

@@ -7,6 +7,7 @@ import { NodeHttpClient } from "@effect/platform-node"
 import * as http from "node:http"
 import * as https from "node:https"
 import * as net from "node:net"
+import * as zlib from "node:zlib"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Redacted } from "effect"
 import { Agent } from "undici"
@@ -93,6 +94,13 @@ const serving = (server: net.Server) =>
         return new Promise<void>((resolve) => server.close(() => resolve()))
       })
   ).pipe(Effect.map(({ port }) => port))
+
+/** `bytes` cut every `n` bytes, as separate writes. */
+const inPieces = (bytes: Uint8Array, n: number): Script["steps"] => {
+  const steps: Array<Script["steps"][number]> = []
+  for (let i = 0; i < bytes.length; i += n) steps.push(bytes.subarray(i, i + n), { pauseMs: 1 })
+  return steps
+}
 
 const ONE = "sk-SECRET-one-1111"
 const TWO = "sk-SECRET-two-2222"
@@ -307,6 +315,79 @@ describe("a streamed model request", () => {
       for (const failure of [json, text, cut, inEvent, inFinish]) expect(JSON.stringify(failure)).not.toContain("sk-SEC")
     }))
 
+  it.scopedLive("an error status whose body then stalls fails as its status says, with what of the body came: a 429 stays model_rate_limited with its retry advice, a 400 model_rejected, neither ambiguous", () =>
+    Effect.gen(function*() {
+      const limits = { stallMs: 300, maxOutputBytes: 0 }
+      const limited = yield* fakeServer({ status: 429, headers: { "retry-after": "5", "content-length": "100" }, steps: ["{\"error\":{\"mess", { stall: true }] })
+      expect(failureOf((yield* posted(`${limited.url}/v1/x`, { limits })).result)).toMatchObject({
+        code: "model_rate_limited",
+        ambiguous: false,
+        retryable: true,
+        details: { status: 429, retry_after_ms: 5_000, body: "{\"error\":{\"mess" }
+      })
+      const refused = yield* fakeServer({ status: 400, headers: { "content-length": "100" }, steps: ["invalid", { stall: true }] })
+      expect(failureOf((yield* posted(`${refused.url}/v1/x`, { limits })).result)).toMatchObject({
+        code: "model_rejected",
+        ambiguous: false,
+        retryable: false,
+        details: { status: 400, body: "invalid" }
+      })
+    }))
+
+  it.scopedLive("a 2xx that is not an event stream (a JSON completion, a gateway's error, a page) is model_bad_response, ambiguous and not retryable, with its Content-Type and body (bounded) in details; its bytes are never read as events", () =>
+    Effect.gen(function*() {
+      const completion = { object: "chat.completion", choices: [{ message: { role: "assistant", content: "data: [DONE]\n\n" } }] }
+      const json = yield* fakeServer({ headers: { "content-type": "application/json" }, steps: [JSON.stringify(completion)] })
+      const answered = yield* posted(`${json.url}/v1/x`)
+      expect(answered.events).toEqual([])
+      expect(failureOf(answered.result)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: false,
+        details: { status: 200, content_type: "application/json", body: completion }
+      })
+      const page = yield* fakeServer({ headers: { "content-type": "text/html" }, steps: ["<p>", "y".repeat(ERROR_BODY_BYTES * 2)] })
+      const long = failureOf((yield* posted(`${page.url}/v1/x`)).result)
+      expect(long).toMatchObject({ code: "model_bad_response", details: { status: 200, content_type: "text/html" } })
+      expect((long?.details as { body: string }).body).toHaveLength(ERROR_BODY_BYTES)
+      // One that stalls fails the same way, with what came.
+      const stalled = yield* fakeServer({ headers: { "content-type": "application/json", "content-length": "100" }, steps: ["{\"error\"", { stall: true }] })
+      expect(failureOf((yield* posted(`${stalled.url}/v1/x`, { limits: { stallMs: 300, maxOutputBytes: 0 } })).result)).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        details: { status: 200, body: "{\"error\"" }
+      })
+    }))
+
+  it.scopedLive("an event stream is known by its media type whatever its case and parameters, and a 2xx without a Content-Type is read as one", () =>
+    Effect.gen(function*() {
+      const steps = [sse({ n: 1 }), "data: [DONE]\n\n"]
+      for (const type of ["text/event-stream; charset=utf-8", "Text/Event-Stream"]) {
+        const fake = yield* fakeServer({ headers: { "content-type": type }, steps })
+        const { events, result } = yield* posted(`${fake.url}/v1/x`)
+        expect(Either.isRight(result)).toBe(true)
+        expect(events.map((e) => e.data)).toEqual(["{\"n\":1}", "[DONE]"])
+      }
+      const port = yield* serving(http.createServer((_req, res) => {
+        res.writeHead(200)
+        res.end(steps.join(""))
+      }))
+      const untyped = yield* posted(`http://127.0.0.1:${port}/v1/x`)
+      expect(Either.isRight(untyped.result)).toBe(true)
+      expect(untyped.events).toHaveLength(2)
+    }))
+
+  it.scopedLive("a 3xx is model_rejected, neither ambiguous nor retryable: a redirect is never followed, its Location kept in details", () =>
+    Effect.gen(function*() {
+      for (const status of [301, 307, 308]) {
+        const fake = yield* fakeServer({ status, headers: { location: "https://elsewhere.example/v1/x" }, steps: [] })
+        const failure = failureOf((yield* posted(`${fake.url}/v1/x`)).result)
+        expect(failure).toMatchObject({ code: "model_rejected", ambiguous: false, retryable: false, details: { status, location: "https://elsewhere.example/v1/x" } })
+        expect(failure?.message).toContain("redirect")
+        expect(fake.requests).toHaveLength(1)
+      }
+    }))
+
   it.scopedLive("a TLS handshake that fails is model_unreachable, not ambiguous, whatever its error: no HTTP byte left (a plain-HTTP server, a reset mid-handshake, a self-signed certificate, one of an unknown issuer with or without its chain)", () =>
     Effect.gen(function*() {
       const plain = yield* fakeServer({ steps: [] })
@@ -349,5 +430,55 @@ describe("a streamed model request", () => {
       const failure = failureOf((yield* posted(`http://127.0.0.1:${port}/v1/x`)).result)
       expect(failure).toMatchObject({ code: "model_stream_broken", ambiguous: true, retryable: true })
       expect(read).toBeGreaterThan(0)
+    }))
+
+  it.scopedLive("the request asks for no content coding (accept-encoding: identity); a stream encoded anyway with gzip, deflate or br is decoded, however its bytes are split", () =>
+    Effect.gen(function*() {
+      const text = Buffer.from(sse({ n: 1 }) + sse({ n: 2 }) + "data: [DONE]\n\n")
+      const codings = [["gzip", zlib.gzipSync], ["x-gzip", zlib.gzipSync], ["deflate", zlib.deflateSync], ["br", zlib.brotliCompressSync]] as const
+      for (const [coding, encode] of codings) {
+        const fake = yield* fakeServer({ headers: { "content-encoding": coding }, steps: inPieces(encode(text), 5) })
+        const { events, result } = yield* posted(`${fake.url}/v1/x`)
+        expect(fake.requests[0]!.headers["accept-encoding"]).toBe("identity")
+        expect({ coding, ok: Either.isRight(result) }).toEqual({ coding, ok: true })
+        expect(events.map((e) => e.data)).toEqual(["{\"n\":1}", "{\"n\":2}", "[DONE]"])
+      }
+    }))
+
+  it.scopedLive("an encoded error body is decoded into details.body, to its bound; a coding Brain cannot decode fails clearly (the status's own failure without a body, model_bad_response for a 2xx); a corrupt encoded stream is model_bad_response, ambiguous", () =>
+    Effect.gen(function*() {
+      const failing = (script: Script) => fakeServer(script).pipe(Effect.flatMap((fake) => posted(`${fake.url}/v1/x`)), Effect.map(({ result }) => failureOf(result)))
+      const body = { error: { message: "slow down" } }
+      expect(yield* failing({ status: 429, headers: { "content-encoding": "gzip" }, steps: [zlib.gzipSync(JSON.stringify(body))] })).toMatchObject({
+        code: "model_rate_limited",
+        details: { status: 429, body }
+      })
+      const inflated = yield* failing({ status: 500, headers: { "content-encoding": "gzip" }, steps: [zlib.gzipSync("z".repeat(4 * 1024 * 1024))] })
+      expect((inflated?.details as { body: string }).body).toBe("z".repeat(ERROR_BODY_BYTES))
+      const unknownError = yield* failing({ status: 429, headers: { "content-encoding": "zstd" }, steps: ["\u0028\u00b5"] })
+      expect(unknownError).toMatchObject({ code: "model_rate_limited", ambiguous: false, details: { status: 429, content_encoding: "zstd" } })
+      expect(unknownError?.details).not.toHaveProperty("body")
+      expect(yield* failing({ headers: { "content-encoding": "zstd" }, steps: ["\u0028\u00b5"] })).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        retryable: false,
+        details: { status: 200, content_encoding: "zstd" }
+      })
+      const gzipped = zlib.gzipSync(sse({ n: 1 }))
+      const corrupt = Buffer.concat([gzipped.subarray(0, 10), Buffer.from("not deflate data at all")])
+      expect(yield* failing({ headers: { "content-encoding": "gzip" }, steps: [corrupt] })).toMatchObject({
+        code: "model_bad_response",
+        ambiguous: true,
+        details: { content_encoding: "gzip" }
+      })
+    }))
+
+  it.scopedLive("the output bound counts decoded bytes: a small gzip that inflates past it is model_output_limit", () =>
+    Effect.gen(function*() {
+      const bomb = zlib.gzipSync(`: ${"a".repeat(8 * 1024 * 1024)}\n\n`)
+      expect(bomb.length).toBeLessThan(100_000)
+      const fake = yield* fakeServer({ headers: { "content-encoding": "gzip" }, steps: [bomb] })
+      const failure = failureOf((yield* posted(`${fake.url}/v1/x`, { limits: { stallMs: 2_000, maxOutputBytes: 100_000 } })).result)
+      expect(failure).toMatchObject({ code: "model_output_limit", ambiguous: true, retryable: false })
     }))
 })
