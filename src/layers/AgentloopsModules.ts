@@ -8,10 +8,17 @@
  * - A session may name an uploaded module only if it exports `brain_run`; `check` says so at
  *   create (a 400 then, never a 500 at the first turn), and `use` records the session's use of it
  *   before its creation is journaled. A module is removed only when no live session uses it.
+ * - The store's check-then-act steps hold one lock, so that each is atomic against the others:
+ *   an admission's bound check and write (concurrent uploads never pass `storeBytes`; identical
+ *   ones all find one stored copy), a removal's check of the module's users and the removal, and a
+ *   use's check that the module is stored and its marker. A removal and a create that names the
+ *   module are therefore ordered: the removal first, and the create's `use` is refused (the create
+ *   answers 400); the use first, and the removal sees it (409).
  * - Compiled modules are kept in memory, least recently used dropped past MODULE_CACHE_ENTRIES;
- *   one dropped is read and admitted again on its next use.
+ *   one dropped is read and admitted again on its next use. A module's `loop` and `tool` flags are
+ *   kept by id once known (at admission, or its first compile), so a list compiles none it knows.
  */
-import { Effect, Layer, Option } from "effect"
+import { Effect, Either, Layer, Option } from "effect"
 import { failure } from "../domain/Failure.js"
 import { officialLoop } from "../loops/official.js"
 import {
@@ -79,6 +86,12 @@ export const make = (options: AgentloopsOptions = {}) =>
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])
     const compiled = new Map<string, AdmittedModule>()
+    /** What each known module exports, by id: what a list reports, without compiling. */
+    const flags = new Map<string, { readonly loop: boolean; readonly tool: boolean }>()
+    /** Removals so far: a compile that read a module before its removal does not cache it after. */
+    let removals = 0
+    const lock = yield* Effect.makeSemaphore(1)
+    const exclusive = lock.withPermits(1)
 
     const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
 
@@ -98,18 +111,30 @@ export const make = (options: AgentloopsOptions = {}) =>
       return cached !== undefined ? Effect.succeed(cached) : compile(id)
     }
 
-    /** Reads and admits a stored module that is not cached, and caches it. */
-    const compile = Effect.fnUntraced(function*(id: string) {
+    /** Caches a compiled module (the most recently used), dropping the least recently used past MODULE_CACHE_ENTRIES. */
+    const cache = (admitted: AdmittedModule) => {
+      compiled.delete(admitted.hash)
+      compiled.set(admitted.hash, admitted)
+      flags.set(admitted.hash, { loop: admitted.loop, tool: admitted.tool })
+      for (const oldest of compiled.keys()) {
+        if (compiled.size <= MODULE_CACHE_ENTRIES) break
+        compiled.delete(oldest)
+      }
+    }
+
+    /** Reads and admits a stored module that is not cached, and caches it (unless `keep` is false). */
+    const compile = Effect.fnUntraced(function*(id: string, keep: boolean = true) {
       if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
+      const before = removals
       const bytes = yield* store.read(id)
       if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)} (POST /v1/agentloops uploads one)`, { missing: true }))
       const admitted = yield* wasm.value.admit(bytes.value).pipe(
         Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
       )
-      compiled.set(id, admitted)
-      for (const oldest of compiled.keys()) {
-        if (compiled.size <= MODULE_CACHE_ENTRIES) break
-        compiled.delete(oldest)
+      // A removal meanwhile may have taken the module: what was read is not kept.
+      if (removals === before) {
+        if (keep) cache(admitted)
+        else flags.set(id, { loop: admitted.loop, tool: admitted.tool })
       }
       return admitted
     })
@@ -136,50 +161,66 @@ export const make = (options: AgentloopsOptions = {}) =>
           ? Effect.asVoid(loopModule(id))
           : Effect.fail(rejected(`no agentloop ${JSON.stringify(id)}: name a built-in loop (${[...builtins.keys()].join(", ")}) or an uploaded module's id`, { missing: true })),
       use: (id, session) =>
-        builtins.has(id) ? Effect.void : store.use(id, session).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason }))),
+        builtins.has(id) ? Effect.void : exclusive(Effect.gen(function*() {
+          // Checked with the marker's write, under the lock: a removal is before both or after both.
+          if (!(yield* store.has(id))) {
+            return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}: it was removed (POST /v1/agentloops uploads one)`, { missing: true }))
+          }
+          yield* store.use(id, session).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+        })),
       unuse: (id, session) => (builtins.has(id) ? Effect.void : store.unuse(id, session)),
       admit: (bytes) =>
         Effect.gen(function*() {
           if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
           const admitted = yield* wasm.value.admit(bytes).pipe(Effect.mapError((e) => rejected(e.reason)))
-          const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
-          if (!stored.some((m) => m.id === admitted.hash) && options.storeBytes !== undefined) {
-            const total = stored.reduce((n, m) => n + m.bytes, 0)
-            if (total + admitted.bytes > options.storeBytes) {
-              return yield* Effect.fail(
-                rejected(`the module store holds ${total} bytes; this module would pass BRAIN_MAX_WASM_STORE_BYTES (${options.storeBytes}): remove unused modules first`, { full: true })
-              )
+          // The bound's check and the write under the lock: concurrent uploads are counted one after another.
+          return yield* exclusive(Effect.gen(function*() {
+            const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            if (!stored.some((m) => m.id === admitted.hash) && options.storeBytes !== undefined) {
+              const total = stored.reduce((n, m) => n + m.bytes, 0)
+              if (total + admitted.bytes > options.storeBytes) {
+                return yield* Effect.fail(
+                  rejected(`the module store holds ${total} bytes; this module would pass BRAIN_MAX_WASM_STORE_BYTES (${options.storeBytes}): remove unused modules first`, { full: true })
+                )
+              }
             }
-          }
-          yield* store.write(admitted.hash, bytes).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
-          compiled.set(admitted.hash, admitted)
-          return infoOf(admitted)
+            // Stored already (the same bytes uploaded before, or meanwhile): kept as it is.
+            yield* store.write(admitted.hash, bytes).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            cache(admitted)
+            return infoOf(admitted)
+          }))
         }),
       list: Effect.gen(function*() {
         const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
         const out: Array<ModuleInfo> = []
         for (const m of stored) {
-          const admitted = yield* Effect.either(load(m.id))
-          out.push(admitted._tag === "Right" ? infoOf(admitted.right) : { id: m.id, bytes: m.bytes, loop: false, tool: false })
+          // Known flags are reported as they are; a module not yet known is compiled once, not cached.
+          const known = flags.get(m.id) ?? Either.getOrUndefined(yield* Effect.either(compile(m.id, false)))
+          out.push({ id: m.id, bytes: m.bytes, loop: known?.loop ?? false, tool: known?.tool ?? false })
         }
         return out
       }),
       remove: (id) =>
         Effect.gen(function*() {
           if (builtins.has(id)) return yield* Effect.fail(rejected(`${JSON.stringify(id)} is built in and cannot be removed`))
-          if (Option.isNone(yield* store.read(id))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
-          // A use whose session no longer exists (deleted, or a create that never finished) is swept.
-          const live: Array<string> = []
-          for (const session of yield* store.users(id)) {
-            const exists = Option.isSome(journal) ? yield* journal.value.exists(session as SessionId) : true
-            if (exists) live.push(session)
-            else yield* store.unuse(id, session)
-          }
-          if (live.length > 0) {
-            return yield* Effect.fail(new AgentloopInUse({ reason: `${live.length} session(s) use this module (${live.slice(0, 3).join(", ")}${live.length > 3 ? ", …" : ""}); delete them first` }))
-          }
-          compiled.delete(id)
-          yield* store.remove(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+          // The users' check and the removal under the lock: a use is recorded before both or after both.
+          return yield* exclusive(Effect.gen(function*() {
+            if (!(yield* store.has(id))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
+            // A use whose session no longer exists (deleted, or a create that never finished) is swept.
+            const live: Array<string> = []
+            for (const session of yield* store.users(id)) {
+              const exists = Option.isSome(journal) ? yield* journal.value.exists(session as SessionId) : true
+              if (exists) live.push(session)
+              else yield* store.unuse(id, session)
+            }
+            if (live.length > 0) {
+              return yield* Effect.fail(new AgentloopInUse({ reason: `${live.length} session(s) use this module (${live.slice(0, 3).join(", ")}${live.length > 3 ? ", …" : ""}); delete them first` }))
+            }
+            removals++
+            compiled.delete(id)
+            flags.delete(id)
+            yield* store.remove(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+          }))
         }),
       tool: (id) => {
         if (!MODULE_ID.test(id)) return Effect.fail(rejected(`no module ${JSON.stringify(id)}`, { missing: true }))

@@ -393,11 +393,15 @@ export const make = Effect.gen(function*() {
         if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
-        // The modules' uses are recorded before the session names them, so none is removed under it.
+        // The modules' uses are recorded before the session names them, so none is removed under it;
+        // one removed since its check above is refused here as it would have been there.
         const uses = [agentloop, ...modules]
         const unuse = Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })
-        yield* Effect.forEach(uses, (id) => agentloops.use(id, session), { discard: true }).pipe(
-          Effect.mapError((e) => new Internal({ message: e.reason })),
+        const fieldOf = (id: string) => (id === agentloop ? ["agentloop"] : ["tools", tools.findIndex((t) => t.module === id), "module"])
+        yield* Effect.forEach(uses, (id) =>
+          agentloops.use(id, session).pipe(
+            Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : new Internal({ message: e.reason })))
+          ), { discard: true }).pipe(
           Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
         )
         const cell = new Cell(session, empty)

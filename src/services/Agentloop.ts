@@ -132,8 +132,11 @@ export interface AgentloopsShape {
   readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
   /** At create: `id` names a loop that can run (built in, or an admitted module with `brain_run`). */
   readonly check: (id: string) => Effect.Effect<void, AgentloopRejected>
-  /** Records that a session uses an uploaded module (before its creation is journaled); built-ins need nothing. */
-  readonly use: (id: string, session: string) => Effect.Effect<void, AgentloopStoreFailed>
+  /**
+   * Records that a session uses an uploaded module (before its creation is journaled); built-ins
+   * need nothing. Refused (`missing`) if the module is no longer stored: a removal came first.
+   */
+  readonly use: (id: string, session: string) => Effect.Effect<void, AgentloopRejected | AgentloopStoreFailed>
   /** Forgets a deleted session's use of a module. */
   readonly unuse: (id: string, session: string) => Effect.Effect<void>
   /** Validates, compiles and stores a module durably under its content hash. */

@@ -155,6 +155,49 @@ describe("uploaded modules", () => {
   })
 })
 
+describe("uploaded modules under concurrent requests", () => {
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "150000", BRAIN_MAX_WASM_STORE_BYTES: "350000" } })
+
+  it("a DELETE racing a create that names the module never both succeed: the create is 400 or the DELETE 409, and a created session runs", async () => {
+    const loop = await helloLoop()
+    for (let trial = 0; trial < 12; trial++) {
+      const id = (await request(server().baseUrl, "/v1/agentloops", wasm(loop))).body.id
+      const remove = () => request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })
+      const create = () => request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })
+      const [removed, created] = trial % 2 === 0 ? await Promise.all([remove(), create()]) : (await Promise.all([create(), remove()])).reverse()
+      if (created!.status === 201) {
+        expect(removed!.status, `trial ${trial}`).toBe(409)
+        const session = created!.body.session_id
+        const sent = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "hi" } } })
+        expect(sent.body.turn.status, `trial ${trial}`).toBe("ended")
+        await request(server().baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
+        expect((await request(server().baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
+        expect((await remove()).status).toBe(204)
+      } else {
+        expect([removed!.status, created!.status, created!.body.code], `trial ${trial}`).toEqual([204, 400, "invalid_request"])
+      }
+      expect((await request(server().baseUrl, "/v1/agentloops")).body.agentloops, `trial ${trial}`).toEqual([])
+    }
+  })
+
+  it("20 identical concurrent uploads all answer 201 with one id and one stored copy; 10 distinct concurrent ones never pass BRAIN_MAX_WASM_STORE_BYTES", async () => {
+    const loop = await helloLoop()
+    const same = padded(loop, 100_000)
+    const answers = await Promise.all(Array.from({ length: 20 }, () => request(server().baseUrl, "/v1/agentloops", wasm(same))))
+    expect(new Set(answers.map((a) => `${a.status} ${a.body.id}`)).size).toBe(1)
+    expect(answers[0]!.status).toBe(201)
+    const stored = fs.readdirSync(path.join(server().dataDir, "agentloops")).filter((n) => n.endsWith(".wasm") || n.endsWith(".tmp"))
+    expect(stored).toEqual([`${answers[0]!.body.id}.wasm`])
+    expect((await request(server().baseUrl, `/v1/agentloops/${answers[0]!.body.id}`, { method: "DELETE" })).status).toBe(204)
+
+    const distinct = await Promise.all(Array.from({ length: 10 }, (_, i) => request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 100_000 + i)))))
+    expect(distinct.map((a) => a.status).sort()).toEqual([201, 201, 201, 409, 409, 409, 409, 409, 409, 409])
+    const listed = (await request(server().baseUrl, "/v1/agentloops")).body.agentloops as ReadonlyArray<{ bytes: number }>
+    expect(listed).toHaveLength(3)
+    expect(listed.reduce((n, m) => n + m.bytes, 0)).toBeLessThanOrEqual(350_000)
+  })
+})
+
 describe(`guest JSON nested deeper than MAX_JSON_DEPTH (${MAX_JSON_DEPTH})`, () => {
   const server = sharedServer()
 

@@ -6,6 +6,7 @@
 import { Deferred, Effect, Exit, FiberId, Layer } from "effect"
 import { sessionServices } from "../../src/Composition.js"
 import * as AgentloopsModules from "../../src/layers/AgentloopsModules.js"
+import type { ModuleStoreShape } from "../../src/layers/agentloops/ModuleStore.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
@@ -46,6 +47,8 @@ export interface RuntimeOptions {
   readonly wasmHost?: (host: WasmHostShape) => WasmHostShape
   /** With `wasm`: the official loop runs as this module (dist/loops/official.wasm), not in TypeScript. */
   readonly officialModule?: Uint8Array
+  /** With `wasm`: where uploaded modules are kept (in memory without it), and their bound in bytes. */
+  readonly modules?: { readonly store?: ModuleStoreShape; readonly storeBytes?: number }
   /** Where loops' and tools' telemetry goes (dropped without one). */
   readonly telemetry?: TelemetryShape
   /**
@@ -163,7 +166,9 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
     agentloops: wrapAgentloops(
       AgentloopsModules.layer({
         loops: options.loops ?? {},
-        ...(options.officialModule ? { officialModule: options.officialModule } : {})
+        ...(options.officialModule ? { officialModule: options.officialModule } : {}),
+        ...(options.modules?.store ? { store: options.modules.store } : {}),
+        ...(options.modules?.storeBytes !== undefined ? { storeBytes: options.modules.storeBytes } : {})
       }),
       options.agentloops
     ),

@@ -4,12 +4,16 @@
  * an empty marker file `{dataDir}/agentloops/uses/{sha256}/{session}` written before the session's
  * creation is journaled and removed when the session is deleted. A module is removed only when no
  * session still uses it; a marker left by a create that never finished names a session with no
- * directory and is swept when the module's removal is asked for. A removed module's instrumented
+ * directory and is swept when the module's removal is asked for. The store does not order its
+ * callers: AgentloopsModules holds one lock around each check-then-act step (admission, removal,
+ * use); a write of a module already stored keeps the stored file, and each write's temporary file
+ * has its own name. A removed module's instrumented
  * twin (`{dataDir}/agentloops/twins/`, kept by the WasmHost) goes with it; a twin written after
  * its module's removal (the removal raced the twin's write) and the temporary files of writes a
  * crash cut short, and twins of an older twin format (never read again), are swept at start
  * (`sweep`).
  */
+import { randomUUID } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Data, Effect, Option } from "effect"
@@ -24,6 +28,8 @@ export interface StoredModule {
 
 export interface ModuleStoreShape {
   readonly read: (id: string) => Effect.Effect<Option.Option<Uint8Array>>
+  /** Whether the module is stored, without reading it. */
+  readonly has: (id: string) => Effect.Effect<boolean>
   readonly write: (id: string, bytes: Uint8Array) => Effect.Effect<void, StoreFailed>
   readonly remove: (id: string) => Effect.Effect<void, StoreFailed>
   readonly list: Effect.Effect<ReadonlyArray<StoredModule>, StoreFailed>
@@ -60,12 +66,14 @@ export const fileStore = (dir: string): ModuleStoreShape => {
       ID.test(id)
         ? Effect.promise(() => fs.readFile(file(id)).then((b) => Option.some(new Uint8Array(b)), () => Option.none()))
         : Effect.succeed(Option.none()),
+    has: (id) => ID.test(id) ? Effect.promise(() => fs.access(file(id)).then(() => true, () => false)) : Effect.succeed(false),
     write: (id, bytes) =>
       Effect.gen(function*() {
         yield* tryFs("creating the modules directory", () => fs.mkdir(dir, { recursive: true }))
         const exists = yield* Effect.promise(() => fs.access(file(id)).then(() => true, () => false))
         if (exists) return
-        const tmp = `${file(id)}.${process.pid}.${Date.now()}.tmp`
+        // Its own name: a failed write removes only its own temporary file.
+        const tmp = `${file(id)}.${process.pid}.${randomUUID()}.tmp`
         yield* tryFs("writing the module", async () => {
           const handle = await fs.open(tmp, "wx")
           try {
@@ -127,6 +135,7 @@ export const memoryStore = (): ModuleStoreShape => {
   const usesOf = (id: string) => uses.get(id) ?? uses.set(id, new Set()).get(id)!
   return {
     read: (id) => Effect.sync(() => Option.fromNullable(modules.get(id))),
+    has: (id) => Effect.sync(() => modules.has(id)),
     write: (id, bytes) => Effect.sync(() => void modules.set(id, bytes)),
     remove: (id) =>
       Effect.sync(() => {
