@@ -29,7 +29,8 @@ export interface Parts<W, B, X, EJ = never, EC = never, EB = never, EM = never, 
   readonly config: ServerConfigShape
   readonly journal: Layer.Layer<Journal, EJ>
   readonly checkpoints: Layer.Layer<CheckpointStore, EC>
-  readonly base: Layer.Layer<B, EB, ServerConfig>
+  /** Given the journal too: the host registry asks it whether a session still exists. */
+  readonly base: Layer.Layer<B, EB, ServerConfig | Journal>
   readonly models: Layer.Layer<Models, EM, ServerConfig | B>
   readonly wasm: Layer.Layer<W, EW, ServerConfig>
   /** The loops: given the journal and the Wasm host (AgentloopsModules.layer). */
@@ -42,7 +43,7 @@ export interface Parts<W, B, X, EJ = never, EC = never, EB = never, EM = never, 
 /** Sessions and every service it runs on, from `parts`. */
 export const sessionServices = <W, B, X, EJ, EC, EB, EM, EW, EA, EX>(parts: Parts<W, B, X, EJ, EC, EB, EM, EW, EA, EX>) => {
   const config = Layer.succeed(ServerConfig, parts.config)
-  const base = Layer.mergeAll(parts.journal, config, parts.base.pipe(Layer.provide(config)))
+  const base = Layer.mergeAll(parts.journal, config, parts.base.pipe(Layer.provide(Layer.merge(config, parts.journal))))
   const wasm = parts.wasm.pipe(Layer.provide(config))
   const agentloops = parts.agentloops.pipe(Layer.provide(Layer.merge(wasm, parts.journal)))
   const deps = Layer.mergeAll(

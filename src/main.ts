@@ -147,7 +147,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
       limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles, commitLogBytes: config.journalLogBytes }
     }),
     checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
-    // Registrations live under the data directory (the journal layer holds its lock).
+    // Registrations live under the data directory (the journal layer holds its lock); a session's
+    // naming of its host holds while the journal has the session.
     base: Layer.mergeAll(
       ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)),
       EnvironmentBindingsConfig.layer,

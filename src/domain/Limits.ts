@@ -235,5 +235,23 @@ export const HOST_RESULTS_BATCH = 1_024
  */
 export const MAX_HOSTS = 4_096
 
+/**
+ * Milliseconds. The longest wait between two sweeps for host registrations idle past
+ * BRAIN_HOST_IDLE_EXPIRY_SECS, so one is removed at most this long after it is due. Sweeps come
+ * every tenth of the expiry within HOST_EXPIRY_SWEEP_MIN_MS and this.
+ */
+export const HOST_EXPIRY_SWEEP_MS = 60_000
+
+/** Milliseconds. The shortest wait between two sweeps: a short expiry does not keep the registry busy. */
+export const HOST_EXPIRY_SWEEP_MIN_MS = 1_000
+
+/**
+ * Lines. The most host-file records waiting to be appended that nothing waits for (a stream
+ * closed, a session deleted). Past it a record is dropped: the file then says less, never
+ * something false (the host counts as connected until the next start; the deleted session still
+ * holds the host until a sweep finds it gone).
+ */
+export const HOST_RECORDS_QUEUE = 4_096
+
 /** Bytes of randomness in a host token (256 bits): unguessable; only its SHA-256 is stored. */
 export const HOST_TOKEN_BYTES = 32

@@ -308,7 +308,10 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
-          const stream = yield* hosts.connect(path.id)
+          // A host removed since its token was checked gets the same 401 as any unknown host.
+          const stream = yield* hosts.connect(path.id).pipe(
+            Effect.catchTag("Unauthorized", () => Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED })))
+          )
           // A server stop ends the stream; its calls in flight become uncertain.
           yield* Effect.forkScoped(Effect.zipRight(Deferred.await(admission.stopped), stream.stop))
           return HttpServerResponse.raw(stream.body, {

@@ -1,13 +1,20 @@
 /**
  * The host registry (services/Hosts.ts; docs/environments.md, "The `host` driver").
  *
- * - Registrations: `{host_id, token_sha256, registered_at_ms}`, one JSON line each in
- *   `{dataDir}/hosts/registrations.jsonl`, appended and fsynced before `register` answers, read
- *   back at start (a torn last line — a registration that never answered — is ignored). The token
- *   itself is never stored. At most MAX_HOSTS at once. A host removes itself (`unregister`): a line
- *   `{host_id, removed_at_ms}`, fsynced before it answers, and the registration is gone for good.
- *   At start, a file with more lines than it needs (removals and what they removed) is rewritten
- *   with only the registrations that stand (a new file, synced, then renamed over the old).
+ * - Registrations: one JSON line each in `{dataDir}/hosts/registrations.jsonl` (hosts/Registrations.ts
+ *   has the lines), appended and fsynced before `register` answers, read back at start (a torn
+ *   last line — a registration that never answered — is ignored). The token itself is never
+ *   stored. At most MAX_HOSTS at once. A removal (by the host or the idle expiry) is a
+ *   line fsynced before it counts, and the registration is gone for good. At start, a file with
+ *   more lines than it needs is rewritten with only what stands (a new file, synced, then renamed
+ *   over the old).
+ * - Idle expiry: a registration that has had no command stream for `idleExpiryMs` and that no
+ *   existing session names is removed. The clock is on file: a stream's opening is fsynced before
+ *   its `ready` frame, its close appended after (`idle_since_ms`). A host whose stream was open when
+ *   the server stopped (or whose close was not written) counts as connected until this start,
+ *   which is recorded, so a restart moves its clock once and never again. A session's naming is
+ *   fsynced before the session's first record (`use`) and released when it is deleted; a sweep
+ *   drops a naming whose session no longer exists (a release lost in a crash, a create cut off).
  * - Connections: a host has at most one command stream; a new one replaces it. Every call in flight
  *   belongs to the stream it was written to; when that stream is over, each of its calls fails
  *   `EnvironmentUncertain` `connection_lost` (it may have run) and is forgotten, so a late result is
@@ -17,9 +24,8 @@
  *   (and not yet answered) before the result is committed before the outcome.
  */
 import * as crypto from "node:crypto"
-import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { Deferred, Duration, Effect, Exit, FiberId, Layer } from "effect"
+import { Chunk, Clock, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Queue, type Scope } from "effect"
 import {
   Conflict,
   Internal,
@@ -28,11 +34,19 @@ import {
   JournalWriteFailed,
   NotFound,
   Overloaded,
-  PayloadTooLarge
+  PayloadTooLarge,
+  Unauthorized
 } from "../domain/Errors.js"
 import type { Failure } from "../domain/Failure.js"
-import { type HostId, isHostId, mintHostId } from "../domain/Ids.js"
-import { HOST_COMMAND_QUEUE, HOST_TOKEN_BYTES, MAX_HOSTS } from "../domain/Limits.js"
+import { type HostId, mintHostId, type SessionId } from "../domain/Ids.js"
+import {
+  HOST_COMMAND_QUEUE,
+  HOST_EXPIRY_SWEEP_MIN_MS,
+  HOST_EXPIRY_SWEEP_MS,
+  HOST_RECORDS_QUEUE,
+  HOST_TOKEN_BYTES,
+  MAX_HOSTS
+} from "../domain/Limits.js"
 import {
   type CallAnswer,
   type CancelAnswer,
@@ -41,8 +55,24 @@ import {
   EnvironmentUncertain
 } from "../services/Environments.js"
 import { type CallName, type HostAnswer, type HostEventError, Hosts, type HostsShape, type ResultError } from "../services/Hosts.js"
+import { Journal } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CommandStreamBody } from "./hosts/CommandStream.js"
+import {
+  appendDurably,
+  connectedLine,
+  idleLine,
+  idleSince,
+  linesOf,
+  namedLine,
+  readRegistrations,
+  registrationLine,
+  registrationsFile,
+  releasedLine,
+  removalLine,
+  type RemovedBy,
+  rewriteDurably
+} from "./hosts/Registrations.js"
 import { namedFrame as frame } from "./sessions/SseFrames.js"
 import { waitFor } from "./Waits.js"
 
@@ -55,6 +85,19 @@ export interface HostsOptions {
   readonly heartbeatMs: number
   /** Bytes of a result's `ok`/`error` value (as JSON) at most (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES). */
   readonly maxResultBytes: number
+  /**
+   * Milliseconds a registration may stand with no command stream and no existing session naming it
+   * before it is removed (BRAIN_HOST_IDLE_EXPIRY_SECS); 0 or undefined: never.
+   */
+  readonly idleExpiryMs?: number | undefined
+  /**
+   * Whether a session still exists (the journal's `exists`): a naming whose session is gone no
+   * longer holds its host. Undefined: every recorded naming holds (the journal is read when the
+   * layer is built, if it has one).
+   */
+  readonly sessionExists?: ((session: SessionId) => Effect.Effect<boolean>) | undefined
+  /** Milliseconds a stop waits to write the records still queued (BRAIN_CLEANUP_DEADLINE_MS); 0: no bound. */
+  readonly cleanupDeadlineMs?: number | undefined
 }
 
 interface Connection {
@@ -94,6 +137,12 @@ interface Host {
   readonly digest: Buffer
   connection: Connection | undefined
   readonly calls: Map<string, InFlight>
+  /** Since when it has had no stream (meaningful while `connection` is undefined). */
+  idleSinceMs: number
+  /** Sessions recorded as naming it, not known to be deleted. */
+  readonly sessions: Set<SessionId>
+  /** False for a registration from a server that did not record sessions: it never expires by itself. */
+  readonly sessionsRecorded: boolean
 }
 
 const sha256 = (s: string) => crypto.createHash("sha256").update(s).digest()
@@ -127,100 +176,83 @@ const eventRefused = (f: Failure): HostEventError => {
   }
 }
 
-const registrationsFile = (dataDir: string) => path.join(dataDir, "hosts", "registrations.jsonl")
-
-/** The registrations that stand (each with its line, to rewrite the file), and how many lines the file has. */
-const readRegistrations = (file: string) =>
-  Effect.promise(() => fs.readFile(file, "utf8").catch(() => "")).pipe(
-    Effect.map((text) => {
-      const standing = new Map<HostId, { readonly digest: Buffer; readonly line: string }>()
-      const removed = new Set<string>()
-      let lines = 0
-      for (const line of text.split("\n")) {
-        if (line.trim() === "") continue
-        lines++
-        try {
-          const r = JSON.parse(line) as { host_id?: unknown; token_sha256?: unknown; removed_at_ms?: unknown }
-          if (!isHostId(r.host_id)) continue
-          if (typeof r.removed_at_ms === "number") {
-            standing.delete(r.host_id)
-            removed.add(r.host_id)
-          } else if (typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256) && !removed.has(r.host_id)) {
-            standing.set(r.host_id, { digest: Buffer.from(r.token_sha256, "hex"), line })
-          }
-        } catch {
-          // A torn line: its registration (or removal) never answered.
-        }
-      }
-      return { standing, lines }
-    })
-  )
-
 /** Lines past what the standing registrations need before the file is rewritten at start. */
 const SPARE_LINES = 64
 
-/** Replaces the file with `lines`: a new file, synced, renamed over the old, the directory synced. */
-const rewriteDurably = async (file: string, lines: ReadonlyArray<string>) => {
-  const next = `${file}.next`
-  const handle = await fs.open(next, "w", 0o600)
-  try {
-    await handle.writeFile(lines.map((l) => `${l}\n`).join(""))
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
-  await fs.rename(next, file)
-  const d = await fs.open(path.dirname(file), "r")
-  try {
-    await d.sync()
-  } finally {
-    await d.close()
-  }
-}
+/** How often the expiry sweep runs: a tenth of the expiry, within HOST_EXPIRY_SWEEP_MIN_MS and HOST_EXPIRY_SWEEP_MS. */
+export const sweepEveryMs = (expiryMs: number) => Math.min(HOST_EXPIRY_SWEEP_MS, Math.max(HOST_EXPIRY_SWEEP_MIN_MS, Math.ceil(expiryMs / 10)))
 
-/** Appends one line and makes it durable (the directory too, the first time). */
-const appendDurably = async (file: string, line: string) => {
-  const dir = path.dirname(file)
-  const created = await fs.mkdir(dir, { recursive: true })
-  const handle = await fs.open(file, "a", 0o600)
-  try {
-    await handle.appendFile(line)
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
-  if (created !== undefined) {
-    const d = await fs.open(dir, "r")
-    try {
-      await d.sync()
-    } finally {
-      await d.close()
-    }
-  }
-}
+const failedWrite = (what: string) => (e: unknown) => new Internal({ message: `${what} could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
 
-export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
+export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Scope.Scope> =>
   Effect.gen(function*() {
+    const clock = yield* Effect.clock
+    const expiryMs = options.idleExpiryMs ?? 0
     const hosts = new Map<string, Host>()
     const file = options.dataDir !== undefined ? registrationsFile(options.dataDir) : undefined
     if (file !== undefined) {
-      const { standing, lines } = yield* readRegistrations(file)
-      for (const [id, r] of standing) hosts.set(id, { id, digest: r.digest, connection: undefined, calls: new Map() })
-      if (lines > standing.size + SPARE_LINES) {
-        // Only a start rewrites: nothing appends meanwhile. A failure keeps the old file, which reads the same.
-        yield* Effect.tryPromise(() => rewriteDurably(file, [...standing.values()].map((r) => r.line))).pipe(
-          Effect.catchAll((e) => Effect.logWarning(`the host registrations file was not compacted: ${String(e.error)}`))
+      const { lines, standing } = yield* readRegistrations(file)
+      const startedAt = clock.unsafeCurrentTimeMillis()
+      // A host whose stream was open when the server stopped, or whose close was never written,
+      // counts as connected until now; recorded, so that the next start does not move it again.
+      const settled: Array<string> = []
+      for (const [id, r] of standing) {
+        const since = idleSince(r)
+        if (since === undefined) {
+          r.idleSinceMs = startedAt
+          settled.push(idleLine(id, startedAt))
+        }
+        hosts.set(id, {
+          id,
+          digest: r.digest,
+          connection: undefined,
+          calls: new Map(),
+          idleSinceMs: since ?? startedAt,
+          sessions: new Set(r.sessions.keys()),
+          sessionsRecorded: r.sessionsRecorded
+        })
+      }
+      const compacted = [...standing.values()].flatMap(linesOf)
+      // Only a start rewrites: nothing appends meanwhile. A failure keeps the old file, which reads
+      // the same but for what `settled` adds (appended instead).
+      const rewritten = lines > compacted.length + SPARE_LINES &&
+        (yield* Effect.tryPromise(() => rewriteDurably(file, compacted)).pipe(
+          Effect.as(true),
+          Effect.catchAll((e) => Effect.as(Effect.logWarning(`the host registrations file was not compacted: ${String(e.error)}`), false))
+        ))
+      if (!rewritten && settled.length > 0) {
+        // Not written, the next start counts these hosts as connected until then: later, never sooner.
+        yield* Effect.tryPromise(() => appendDurably(file, settled)).pipe(
+          Effect.catchAll((e) => Effect.logWarning(`the host registrations' idle times were not recorded: ${String(e.error)}`))
         )
       }
     }
     const appends = yield* Effect.makeSemaphore(1)
+    /** Appends `lines` durably, one writer at a time; nothing to do without a file. */
+    const append = (lines: ReadonlyArray<string>, what: string) =>
+      file === undefined ? Effect.void : appends.withPermits(1)(Effect.tryPromise({ try: () => appendDurably(file, lines), catch: failedWrite(what) }))
+    // Records nothing waits for (a stream's close, a deleted session's release), written in the
+    // background in batches. One dropped (the queue full) or lost makes the file say less, never
+    // something false: see HOST_RECORDS_QUEUE.
+    const records = yield* Queue.dropping<string>(HOST_RECORDS_QUEUE)
+    const record = (line: string) => {
+      if (file !== undefined) Queue.unsafeOffer(records, line)
+    }
+    const writeRecords = (lines: ReadonlyArray<string>) =>
+      lines.length === 0 ? Effect.void : Effect.catchAll(append(lines, "the host records"), (e) => Effect.logWarning(e.message))
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(records, 1, HOST_RECORDS_QUEUE), (c) => writeRecords(Chunk.toReadonlyArray(c)))))
     let connections = 0
 
     const name = (host: string) => `host ${JSON.stringify(host)}`
 
     /** The stream `connection` of `host` is over: its calls in flight may have run. */
     const gone = (host: Host, connection: number) => {
-      if (host.connection?.id === connection) host.connection = undefined
+      if (host.connection?.id === connection) {
+        // Not replaced by a newer stream: the host is idle from now.
+        host.connection = undefined
+        host.idleSinceMs = clock.unsafeCurrentTimeMillis()
+        record(idleLine(host.id, host.idleSinceMs))
+      }
       for (const [key, call] of host.calls) {
         if (call.connection !== connection) continue
         host.calls.delete(key)
@@ -237,38 +269,112 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       }
     }
 
-    const register: HostsShape["register"] = Effect.gen(function*() {
-      if (hosts.size >= MAX_HOSTS) {
-        return yield* Effect.fail(new Overloaded({ message: `this server keeps at most ${MAX_HOSTS} host registrations (MAX_HOSTS)`, retryable: false }))
+    /** Removes `host`'s registration, durably first: its stream ends (its calls in flight become uncertain, `gone`). */
+    const remove = (host: Host, by: RemovedBy) =>
+      Effect.gen(function*() {
+        yield* append([removalLine(host.id, clock.unsafeCurrentTimeMillis(), by)], "the removal")
+        hosts.delete(host.id)
+        host.connection?.body.close()
+      })
+
+    /** Whether `host` has been idle past the expiry at `now`, with nothing that could still need it. */
+    const expired = (host: Host, now: number) =>
+      expiryMs > 0 && host.sessionsRecorded && host.connection === undefined && host.sessions.size === 0 &&
+      hosts.get(host.id) === host && now - host.idleSinceMs >= expiryMs
+
+    const expire: HostsShape["expire"] = Effect.gen(function*() {
+      if (expiryMs === 0) return []
+      const now = yield* Clock.currentTimeMillis
+      const removed: Array<HostId> = []
+      for (const host of [...hosts.values()]) {
+        if (!host.sessionsRecorded || host.connection !== undefined || now - host.idleSinceMs < expiryMs) continue
+        // A naming whose session is gone (deleted with its release lost, or a create cut off) holds
+        // nothing. One session that exists holds the host: the rest wait for a later sweep.
+        if (options.sessionExists !== undefined) {
+          for (const session of [...host.sessions]) {
+            if (yield* options.sessionExists(session)) break
+            host.sessions.delete(session)
+            record(releasedLine(host.id, session, now))
+          }
+        }
+        if (!expired(host, now)) continue
+        // Checked again with the appends held: a stream or a session that came meanwhile keeps it.
+        const done = yield* appends.withPermits(1)(Effect.suspend(() => {
+          if (!expired(host, now)) return Effect.succeed(false)
+          const durable = file === undefined
+            ? Effect.void
+            : Effect.tryPromise({ try: () => appendDurably(file, [removalLine(host.id, now, "expiry")]), catch: failedWrite("the expiry") })
+          return Effect.as(Effect.tap(durable, () => Effect.sync(() => hosts.delete(host.id))), true)
+        })).pipe(Effect.catchAll((e) => Effect.as(Effect.logWarning(`${name(host.id)} was not expired: ${e.message}`), false)))
+        if (done) removed.push(host.id)
       }
+      if (removed.length > 0) yield* Effect.logInfo(`expired ${removed.length} host registration(s) idle for ${expiryMs / 1000} s (BRAIN_HOST_IDLE_EXPIRY_SECS)`)
+      return removed
+    })
+
+    /** The refusal at MAX_HOSTS: what frees room, and whether waiting will (an idle registration nothing needs expires). */
+    const full = (now: number) => {
+      let next: number | undefined
+      if (expiryMs > 0) {
+        for (const host of hosts.values()) {
+          if (!host.sessionsRecorded || host.connection !== undefined || host.sessions.size > 0) continue
+          const due = host.idleSinceMs + expiryMs
+          if (next === undefined || due < next) next = due
+        }
+      }
+      const frees = `a registration is removed by its host (DELETE /v1/hosts/{id})` +
+        (expiryMs > 0
+          ? `, or by itself once it has had no command stream and no session naming it for ${expiryMs / 1000} s (BRAIN_HOST_IDLE_EXPIRY_SECS)`
+          : " (registrations do not expire: BRAIN_HOST_IDLE_EXPIRY_SECS is 0)")
+      const wait = next === undefined
+        ? expiryMs > 0 ? "; none will expire by itself now: each is connected or named by a session that is not deleted" : ""
+        : `; the next expires in ${Math.ceil(Math.max(0, next - now) / 1000)} s`
+      return new Overloaded({
+        message: `this server holds ${MAX_HOSTS} host registrations, its most (MAX_HOSTS): ${frees}${wait}`,
+        retryable: next !== undefined,
+        details: next === undefined ? { reason: "max_hosts" } : { reason: "max_hosts", retry_after_ms: Math.max(0, next - now) }
+      })
+    }
+
+    const register: HostsShape["register"] = Effect.gen(function*() {
+      // At the bound, what is due goes first (the sweep may not have come yet).
+      if (hosts.size >= MAX_HOSTS) yield* expire
+      if (hosts.size >= MAX_HOSTS) return yield* Effect.fail(full(clock.unsafeCurrentTimeMillis()))
       const host_id = yield* mintHostId
       const token = `bht_${crypto.randomBytes(HOST_TOKEN_BYTES).toString("base64url")}`
       const digest = sha256(token)
-      if (file !== undefined) {
-        const line = JSON.stringify({ host_id, token_sha256: digest.toString("hex"), registered_at_ms: Date.now() }) + "\n"
-        yield* appends.withPermits(1)(Effect.tryPromise({
-          try: () => appendDurably(file, line),
-          catch: (e) =>
-            new Internal({ message: `the registration could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
-        }))
-      }
-      hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map() })
+      const now = clock.unsafeCurrentTimeMillis()
+      yield* append([registrationLine(host_id, digest, now)], "the registration")
+      hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map(), idleSinceMs: now, sessions: new Set(), sessionsRecorded: true })
       return { host_id, token }
     })
 
     const unregister: HostsShape["unregister"] = (id) =>
-      Effect.gen(function*() {
-        if (file !== undefined) {
-          const line = JSON.stringify({ host_id: id, removed_at_ms: Date.now() }) + "\n"
-          yield* appends.withPermits(1)(Effect.tryPromise({
-            try: () => appendDurably(file, line),
-            catch: (e) => new Internal({ message: `the removal could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
-          }))
-        }
+      Effect.suspend(() => {
         const host = hosts.get(id)
-        hosts.delete(id)
-        // Its stream ends: the calls in flight on it become uncertain (`gone`), as when a host drops it.
-        host?.connection?.body.close()
+        return host === undefined ? Effect.void : remove(host, "host")
+      })
+
+    const use: HostsShape["use"] = (id, session) =>
+      appends.withPermits(1)(Effect.suspend((): Effect.Effect<void, InvalidRequest | Internal> => {
+        const host = hosts.get(id)
+        if (host === undefined) {
+          return Effect.fail(new InvalidRequest({ message: `no host is registered with id ${JSON.stringify(id)} (POST /v1/hosts)` }))
+        }
+        if (host.sessions.has(session)) return Effect.void
+        // Held from now: a sweep waiting for the appends sees it.
+        host.sessions.add(session)
+        if (file === undefined) return Effect.void
+        return Effect.tryPromise({
+          try: () => appendDurably(file, [namedLine(id, session, clock.unsafeCurrentTimeMillis())]),
+          catch: failedWrite("the session's naming of its host")
+        }).pipe(Effect.tapError(() => Effect.sync(() => host.sessions.delete(session))))
+      }))
+
+    const release: HostsShape["release"] = (id, session) =>
+      Effect.sync(() => {
+        const host = hosts.get(id)
+        if (host?.sessions.delete(session)) record(releasedLine(id, session, clock.unsafeCurrentTimeMillis()))
       })
 
     const authorize: HostsShape["authorize"] = (host, token) => {
@@ -278,18 +384,24 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     }
 
     const connect: HostsShape["connect"] = (id) =>
-      Effect.sync(() => {
-        const host = hosts.get(id)!
+      appends.withPermits(1)(Effect.gen(function*() {
+        const host = hosts.get(id)
+        // Removed since its token was checked.
+        if (host === undefined) return yield* Effect.fail(new Unauthorized({ message: `${name(id)} is not registered` }))
+        if (file !== undefined) {
+          yield* Effect.tryPromise({ try: () => appendDurably(file, [connectedLine(id, clock.unsafeCurrentTimeMillis())]), catch: failedWrite("the stream's opening") })
+        }
         const previous = host.connection
         const connection = ++connections
         const body = new CommandStreamBody({ commands: HOST_COMMAND_QUEUE, heartbeatMs: options.heartbeatMs }, () => gone(host, connection))
-        // The old stream is over first: its calls become uncertain and never reach the new one.
-        previous?.body.close()
+        // The new stream is the host's before the old one is over: the host is never idle between
+        // them. The old one's calls become uncertain and never reach the new one (they are its own).
         host.connection = { id: connection, body }
+        previous?.body.close()
         // The heartbeat interval lets the host tell a silent stream from a quiet one (0: no heartbeats).
         body.offer(frame("ready", { host_id: id, heartbeat_ms: options.heartbeatMs }))
         return { body, stop: Effect.sync(() => body.close()) }
-      })
+      }))
 
     /** A refusal's details; in a batch they also name the result (`index`). */
     const detailsOf = (details: Record<string, unknown>, index: number | undefined) => (index === undefined ? details : { ...details, index })
@@ -475,10 +587,28 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
       for (const host of hosts.values()) host.connection?.body.close()
     })
 
+    if (expiryMs > 0) {
+      yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(sweepEveryMs(expiryMs))), expire)))
+    }
+    // Closing: every stream ends (their hosts idle from now), then what is queued is written,
+    // within the cleanup deadline. Added last, so run first.
+    const deadline = options.cleanupDeadlineMs ?? 0
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(
+        stopAll,
+        Effect.interruptible(Effect.flatMap(Queue.takeAll(records), (c) => writeRecords(Chunk.toReadonlyArray(c)))).pipe(
+          (flush) => (deadline > 0 ? Effect.asVoid(Effect.timeoutOption(flush, Duration.millis(deadline))) : flush)
+        )
+      )
+    )
+
     return {
       register,
       unregister,
       isRegistered: (host) => hosts.has(host),
+      use,
+      release,
+      expire,
       authorize,
       connect,
       result,
@@ -491,19 +621,31 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape> =>
     } satisfies HostsShape
   })
 
-/** The registry as a layer: closing it ends every command stream, as a server's stop does. */
-const scoped = <E, R>(made: Effect.Effect<HostsShape, E, R>): Layer.Layer<Hosts, E, R> =>
-  Layer.scoped(Hosts, Effect.tap(made, (hosts) => Effect.addFinalizer(() => hosts.stopAll)))
+/**
+ * The registry as a layer: closing it ends every command stream, as a server's stop does. A
+ * naming's session is looked up in the journal, when the layer is given one.
+ */
+export const layer = (options: HostsOptions): Layer.Layer<Hosts> =>
+  Layer.scoped(
+    Hosts,
+    Effect.flatMap(Effect.serviceOption(Journal), (journal) =>
+      make({ ...options, sessionExists: options.sessionExists ?? Option.getOrUndefined(Option.map(journal, (j) => j.exists)) }))
+  )
 
-export const layer = (options: HostsOptions): Layer.Layer<Hosts> => scoped(make(options))
-
-/** The registry over the server's data directory and settings, as main.ts wires it. */
-export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig> = scoped(
-  Effect.flatMap(ServerConfig, (config) =>
-    make({
+/** The registry over the server's data directory, settings and journal, as main.ts wires it. */
+export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig | Journal> = Layer.scoped(
+  Hosts,
+  Effect.gen(function*() {
+    const config = yield* ServerConfig
+    const journal = yield* Journal
+    return yield* make({
       dataDir: path.resolve(config.dataDir),
       graceMs: config.cancelGraceMs,
       heartbeatMs: config.sseHeartbeatMs,
-      maxResultBytes: config.maxEnvironmentResponseBytes
-    }))
+      maxResultBytes: config.maxEnvironmentResponseBytes,
+      idleExpiryMs: config.hostIdleExpiryMs,
+      sessionExists: journal.exists,
+      cleanupDeadlineMs: config.cleanupDeadlineMs
+    })
+  })
 )

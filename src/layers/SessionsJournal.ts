@@ -4,7 +4,7 @@
  * fibers owned by this service, not by callers. Startup reads nothing.
  */
 import { Duration, Effect, Either, Exit, FiberSet, HashMap, Layer, Option, Runtime } from "effect"
-import { admitEnvironments, noEnvironmentBindings } from "../domain/Environment.js"
+import { admitEnvironments, type AdmittedEnvironment, noEnvironmentBindings } from "../domain/Environment.js"
 import { EnvironmentBindings, Environments } from "../services/Environments.js"
 import { Hosts } from "../services/Hosts.js"
 import { runStep } from "./sessions/EnvironmentSteps.js"
@@ -21,7 +21,7 @@ import {
   toFailure
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
-import { mintSessionId, type SessionId } from "../domain/Ids.js"
+import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
 import { SESSION_KEYS_PRUNE_MS } from "../domain/Limits.js"
 import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
@@ -61,6 +61,11 @@ import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit, sessionKeysFull } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
+
+/** The hosts a session's Environments name, each once. */
+const namedHosts = (environments: ReadonlyArray<AdmittedEnvironment>): ReadonlyArray<HostId> => [
+  ...new Set(environments.flatMap((e) => (e.driver === "host" ? [e.host] : [])))
+]
 
 /** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
 const refusedAt = (message: string, path: ReadonlyArray<string | number>) => new InvalidRequest({ message, details: [{ path, message }] })
@@ -393,17 +398,23 @@ export const make = Effect.gen(function*() {
         if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
         const session = yield* mintSessionId
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
-        // The modules' uses are recorded before the session names them, so none is removed under it;
-        // one removed since its check above is refused here as it would have been there.
+        // The modules' uses are recorded before the session names them, so none is removed under
+        // it (one removed since its check above is refused here as it would have been there); so
+        // are its hosts', so that no registration expires under it (HostsFile.ts).
         const uses = [agentloop, ...modules]
-        const unuse = Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })
-        const fieldOf = (id: string) => (id === agentloop ? ["agentloop"] : ["tools", tools.findIndex((t) => t.module === id), "module"])
-        yield* Effect.forEach(uses, (id) =>
-          agentloops.use(id, session).pipe(
-            Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : new Internal({ message: e.reason })))
-          ), { discard: true }).pipe(
-          Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse))
+        const named = namedHosts(environments)
+        const unuse = Effect.zipRight(
+          Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true }),
+          Effect.forEach(named, (host) => hosts?.release(host, session) ?? Effect.void, { discard: true })
         )
+        const fieldOf = (id: string) => (id === agentloop ? ["agentloop"] : ["tools", tools.findIndex((t) => t.module === id), "module"])
+        yield* Effect.zipRight(
+          Effect.forEach(uses, (id) =>
+            agentloops.use(id, session).pipe(
+              Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : new Internal({ message: e.reason })))
+            ), { discard: true }),
+          Effect.forEach(named, (host) => hosts?.use(host, session) ?? Effect.void, { discard: true })
+        ).pipe(Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
         const cell = new Cell(session, empty)
         // The creation is live work of this process: registered before its first record, so that
         // an access meanwhile sees it `creating` and never recovers it (Registry.creating), and
@@ -513,6 +524,7 @@ export const make = Effect.gen(function*() {
     delete: <E>(session: SessionId, keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>) =>
       Effect.suspend(() => {
         let uses: Array<string> = []
+        let named: ReadonlyArray<HostId> = []
         let state: SessionState | undefined
         // Its keyed sends and submits are handed on (`keep`) while the journal that answers them
         // is still there: their keys outlive the session (DESIGN §7).
@@ -536,6 +548,7 @@ export const make = Effect.gen(function*() {
             uses = configuration
               ? [configuration.agentloop, ...(configuration.tools ?? []).flatMap((t) => (t.module !== undefined ? [t.module] : []))]
               : []
+            named = namedHosts(configuration?.environments ?? [])
             state = cell.state
             return tearDown(steps, journal, cell)
           },
@@ -543,7 +556,9 @@ export const make = Effect.gen(function*() {
             handOn,
             journal.remove(session).pipe(
               Effect.mapError(fromJournal),
-              Effect.zipRight(Effect.suspend(() => Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true })))
+              Effect.zipRight(Effect.suspend(() => Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true }))),
+              // Deleted: it no longer holds its hosts (a release lost in a crash is found by the expiry's sweep).
+              Effect.zipRight(Effect.suspend(() => Effect.forEach(named, (host) => hosts?.release(host, session) ?? Effect.void, { discard: true })))
             )
           )
         )

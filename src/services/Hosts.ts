@@ -10,10 +10,14 @@
  * - A host answers a call with a result and may commit the call's Events before it; both name the
  *   call by `{session_id, sequence}` (its `tool_call_started`) and are refused for a call that is
  *   not in flight on that host.
+ * - A registration that has had no command stream, and that no session still existing names, for
+ *   the idle expiry (BRAIN_HOST_IDLE_EXPIRY_SECS) is removed as its host's own removal would remove
+ *   it. A session holds the hosts it names from before its first record until it is deleted, so no
+ *   session can name an expired host.
  */
 import { Context, type Effect } from "effect"
 import type { Readable } from "node:stream"
-import type { Conflict, Internal, InvalidRequest, Overloaded, PayloadTooLarge, SessionStorageError } from "../domain/Errors.js"
+import type { Conflict, Internal, InvalidRequest, Overloaded, PayloadTooLarge, SessionStorageError, Unauthorized } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain, SentCall } from "./Environments.js"
 
@@ -58,10 +62,28 @@ export interface HostsShape {
    */
   readonly unregister: (host: HostId) => Effect.Effect<void, Internal>
   readonly isRegistered: (host: string) => boolean
+  /**
+   * Records, durably, that `session` names `host`: from then until the session is deleted the
+   * registration does not expire. Made before the session's first record; refused
+   * (`invalid_request`) when the host is no longer registered, and nothing is recorded then.
+   */
+  readonly use: (host: HostId, session: SessionId) => Effect.Effect<void, InvalidRequest | Internal>
+  /** `session` is deleted (or its creation left nothing behind): it no longer holds `host`. */
+  readonly release: (host: HostId, session: SessionId) => Effect.Effect<void>
+  /**
+   * Removes every registration idle past the expiry (no command stream for that long) that no
+   * existing session names, each durably; answers their ids. Also run on a schedule, and by a
+   * registration at MAX_HOSTS.
+   */
+  readonly expire: Effect.Effect<ReadonlyArray<HostId>>
   /** Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown host. */
   readonly authorize: (host: string, token: string) => boolean
-  /** Opens `host`'s command stream, replacing (and dropping) the one it had. */
-  readonly connect: (host: HostId) => Effect.Effect<CommandStream>
+  /**
+   * Opens `host`'s command stream, replacing (and dropping) the one it had, once the opening is
+   * recorded (the idle clock counts from the last stream's close). Refused (`unauthorized`) for a
+   * host removed meanwhile.
+   */
+  readonly connect: (host: HostId) => Effect.Effect<CommandStream, Unauthorized | Internal>
   /** Settles a call in flight on `host` with the host's answer. */
   readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, ResultError>
   /**

@@ -70,6 +70,11 @@ export interface ServerConfigShape {
    * carry it, before it is written on its own, in milliseconds (docs/runtime.md).
    */
   readonly stagedOpeningMs: number
+  /**
+   * How long a host registration may stand with no command stream and no session naming it before
+   * it is removed, in milliseconds (docs/environments.md, "Registering"). 0 = never.
+   */
+  readonly hostIdleExpiryMs: number
   /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
   /**
@@ -178,6 +183,7 @@ export const defaults: ServerConfigShape = {
   cancelGraceMs: 5000,
   stagedOpeningMs: 100,
   journalLogBytes: COMMIT_LOG_BYTES,
+  hostIdleExpiryMs: 24 * 3600 * 1000,
   sessionIdleTtlMs: undefined,
   cleanupDeadlineMs: 30_000,
   listen: "127.0.0.1:3210",
@@ -300,6 +306,11 @@ export const fromConfig = Config.all({
     defaults.journalLogBytes,
     "bytes of each journal commit-log file before rounds switch to the other (0 = no commit log: every touched segment synced per round)"
   ),
+  hostIdleExpirySecs: nonNegative(
+    "BRAIN_HOST_IDLE_EXPIRY_SECS",
+    defaults.hostIdleExpiryMs / 1000,
+    "a host registration with no command stream and no session naming it is removed after this long (0 = never)"
+  ),
   // No default inside the option: unset must stay distinguishable from 0 ("keep forever").
   sessionIdleTtlMs: optionalAtLeast(
     "BRAIN_SESSION_IDLE_TTL_MS",
@@ -383,6 +394,7 @@ export const fromConfig = Config.all({
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,
     journalLogBytes: c.journalLogBytes,
+    hostIdleExpiryMs: c.hostIdleExpirySecs * 1000,
     sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,

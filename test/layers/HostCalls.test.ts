@@ -47,7 +47,7 @@ const setup = Effect.gen(function*() {
 })
 
 describe("a host's Events and results for its calls", () => {
-  it.live("a result that comes while the call's Event is being committed settles the call only after that Event", () =>
+  it.scopedLive("a result that comes while the call's Event is being committed settles the call only after that Event", () =>
     Effect.gen(function*() {
       const { call, committed, hold, hosts, host, name, stream } = yield* setup
       const answered = yield* Effect.fork(call(7))
@@ -66,7 +66,7 @@ describe("a host's Events and results for its calls", () => {
       yield* stream.stop
     }))
 
-  it.live("a batch waits for an Event that one of its calls starts while the batch waits for another's", () =>
+  it.scopedLive("a batch waits for an Event that one of its calls starts while the batch waits for another's", () =>
     Effect.gen(function*() {
       const { call, committed, hold, hosts, host, name, stream } = yield* setup
       const first = yield* Effect.fork(call(1))
@@ -96,7 +96,7 @@ describe("a host's Events and results for its calls", () => {
       yield* stream.stop
     }))
 
-  it.live("a caller that stops waiting takes its call out: a later result for it is refused as not in flight", () =>
+  it.scopedLive("a caller that stops waiting takes its call out: a later result for it is refused as not in flight", () =>
     Effect.gen(function*() {
       const { call, hosts, host, name, stream } = yield* setup
       const answered = yield* Effect.fork(call(5))
@@ -108,7 +108,7 @@ describe("a host's Events and results for its calls", () => {
       yield* stream.stop
     }))
 
-  it.live("a result for a call that posted no Event settles it at once", () =>
+  it.scopedLive("a result for a call that posted no Event settles it at once", () =>
     Effect.gen(function*() {
       const { call, hosts, host, name, stream } = yield* setup
       const answered = yield* Effect.fork(call(3))

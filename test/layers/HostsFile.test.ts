@@ -2,12 +2,20 @@
  * The host registry's file (`{dataDir}/hosts/registrations.jsonl`): a removal is durable and final,
  * a removed host frees its place under MAX_HOSTS' count, and a start compacts a file that holds
  * more removals than it needs, keeping exactly the registrations that stand.
+ *
+ * Idle expiry, on the test clock: a registration with no command stream and no existing session
+ * naming it is removed once it has been idle for the expiry, durably, and not before; a connected
+ * host and one a session names never expire; a restart does not reset the idle clock, and counts
+ * a host whose stream was open when it stopped as connected until the restart, once. At MAX_HOSTS
+ * a registration is refused, retryable only when expiry will free room by itself.
  */
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, TestClock } from "effect"
+import type { HostId, SessionId } from "../../src/domain/Ids.js"
+import { MAX_HOSTS } from "../../src/domain/Limits.js"
 import { make } from "../../src/layers/HostsFile.js"
 
 const options = (dataDir: string) => ({ dataDir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024 })
@@ -15,7 +23,7 @@ const fileOf = (dataDir: string) => path.join(dataDir, "hosts", "registrations.j
 const linesOf = (dataDir: string) => fs.readFileSync(fileOf(dataDir), "utf8").split("\n").filter((l) => l !== "")
 
 describe("the host registry's file", () => {
-  it.effect("a removed host stays removed after a restart, its token authorizes nothing, and the others stand", () =>
+  it.scoped("a removed host stays removed after a restart, its token authorizes nothing, and the others stand", () =>
     Effect.gen(function*() {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
       const first = yield* make(options(dir))
@@ -30,7 +38,7 @@ describe("the host registry's file", () => {
       expect(again.authorize(b.host_id, b.token)).toBe(true)
     }))
 
-  it.effect("a start rewrites a file of many removals to the registrations that stand, which keep their tokens", () =>
+  it.scoped("a start rewrites a file of many removals to the registrations that stand, which keep their tokens", () =>
     Effect.gen(function*() {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
       const first = yield* make(options(dir))
@@ -48,4 +56,194 @@ describe("the host registry's file", () => {
       expect(third.authorize(kept.host_id, kept.token)).toBe(true)
       expect(fs.readdirSync(path.dirname(fileOf(dir)))).toEqual(["registrations.jsonl"])
     }))
+})
+
+const EXPIRY_MS = 10_000
+const expiring = (dataDir: string | undefined, live?: Set<string>) => ({
+  dataDir,
+  graceMs: 100,
+  heartbeatMs: 0,
+  maxResultBytes: 1024,
+  idleExpiryMs: EXPIRY_MS,
+  ...(live ? { sessionExists: (s: SessionId) => Effect.sync(() => live.has(s)) } : {})
+})
+const session = (n: number) => `ses_${String(n).padStart(26, "0")}` as SessionId
+const recorded = (dataDir: string) => linesOf(dataDir).map((l) => JSON.parse(l) as Record<string, unknown>)
+
+/** Waits (in real time: the test clock stands still) until the file shows what `check` looks for. */
+const fileShows = (dataDir: string, check: (lines: Array<Record<string, unknown>>) => boolean) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 500; i++) {
+      if (fs.existsSync(fileOf(dataDir)) && check(recorded(dataDir))) return
+      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+    }
+    return yield* Effect.die(new Error(`the file never showed it: ${fs.readFileSync(fileOf(dataDir), "utf8")}`))
+  })
+
+describe("host registrations' idle expiry", () => {
+  it.scoped("a registration with no stream and no session naming it is removed once idle for the expiry, not a millisecond before, durably: after a restart it is gone and its token opens nothing", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const hosts = yield* make(expiring(dir))
+      const a = yield* hosts.register
+      yield* TestClock.adjust(EXPIRY_MS - 1)
+      expect(yield* hosts.expire).toEqual([])
+      expect(hosts.isRegistered(a.host_id)).toBe(true)
+      yield* TestClock.adjust(1)
+      yield* hosts.expire
+      expect(hosts.isRegistered(a.host_id)).toBe(false)
+      expect(hosts.authorize(a.host_id, a.token)).toBe(false)
+      expect(recorded(dir).at(-1)).toEqual({ host_id: a.host_id, removed_at_ms: EXPIRY_MS, by: "expiry" })
+      const again = yield* make(expiring(dir))
+      expect(again.isRegistered(a.host_id)).toBe(false)
+      expect(again.authorize(a.host_id, a.token)).toBe(false)
+    }))
+
+  it.scoped("a host whose command stream is open never expires; its idle time counts from the stream's close, and a replaced stream leaves it connected", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const hosts = yield* make(expiring(dir))
+      const a = yield* hosts.register
+      const first = yield* hosts.connect(a.host_id)
+      yield* TestClock.adjust(2 * EXPIRY_MS)
+      // A new stream replaces the old one: the host is never idle between them.
+      const second = yield* hosts.connect(a.host_id)
+      yield* first.stop
+      yield* TestClock.adjust(2 * EXPIRY_MS)
+      yield* hosts.expire
+      expect(hosts.isRegistered(a.host_id)).toBe(true)
+      yield* second.stop
+      const closedAt = 4 * EXPIRY_MS
+      yield* fileShows(dir, (lines) => lines.some((l) => l.idle_since_ms === closedAt))
+      yield* TestClock.adjust(EXPIRY_MS - 1)
+      yield* hosts.expire
+      expect(hosts.isRegistered(a.host_id)).toBe(true)
+      yield* TestClock.adjust(1)
+      yield* hosts.expire
+      expect(hosts.isRegistered(a.host_id)).toBe(false)
+    }))
+
+  it.scoped("a registration named by a session that still exists never expires, across a restart; once the session is released or found gone, it expires", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const live = new Set<string>([session(1), session(2)])
+      const hosts = yield* make(expiring(dir, live))
+      const a = yield* hosts.register
+      const b = yield* hosts.register
+      yield* hosts.use(a.host_id, session(1))
+      yield* hosts.use(b.host_id, session(2))
+      expect(recorded(dir).filter((l) => l.session_id !== undefined)).toEqual([
+        { host_id: a.host_id, session_id: session(1), named_at_ms: 0 },
+        { host_id: b.host_id, session_id: session(2), named_at_ms: 0 }
+      ])
+      yield* TestClock.adjust(3 * EXPIRY_MS)
+      expect(yield* hosts.expire).toEqual([])
+      // The naming is on file: a restart keeps it.
+      const again = yield* make(expiring(dir, live))
+      yield* TestClock.adjust(3 * EXPIRY_MS)
+      expect(yield* again.expire).toEqual([])
+      expect([again.isRegistered(a.host_id), again.isRegistered(b.host_id)]).toEqual([true, true])
+      // Session 1 is deleted (its release); session 2's directory is gone with no release (a crash).
+      yield* again.release(a.host_id, session(1))
+      live.delete(session(2))
+      expect([...(yield* again.expire)].sort()).toEqual([a.host_id, b.host_id].sort())
+      expect([again.isRegistered(a.host_id), again.isRegistered(b.host_id)]).toEqual([false, false])
+    }))
+
+  it.scoped("naming a host removed meanwhile is refused (invalid_request) and records nothing", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const hosts = yield* make(expiring(dir))
+      const a = yield* hosts.register
+      yield* TestClock.adjust(EXPIRY_MS)
+      yield* hosts.expire
+      const before = fs.readFileSync(fileOf(dir), "utf8")
+      const refused = yield* Effect.flip(hosts.use(a.host_id, session(1)))
+      expect(refused._tag).toBe("InvalidRequest")
+      expect(refused.message).toContain("no host is registered")
+      expect(fs.readFileSync(fileOf(dir), "utf8")).toBe(before)
+    }))
+
+  it.scoped("a restart does not reset the idle clock: a host idle before it expires on time; one whose stream was open when the server died counts as connected until the restart, and a second restart moves that no further", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      // This registry is never closed, as a server killed with its streams open.
+      const first = yield* make(expiring(dir))
+      const idle = yield* first.register
+      const open = yield* first.register
+      const stream = yield* first.connect(idle.host_id)
+      yield* first.connect(open.host_id)
+      yield* TestClock.adjust(1_000)
+      yield* stream.stop
+      yield* fileShows(dir, (lines) => lines.some((l) => l.host_id === idle.host_id && l.idle_since_ms === 1_000))
+      // Restarted at 9 s: `idle` has been idle since 1 s; `open` counts as connected until 9 s.
+      yield* TestClock.adjust(8_000)
+      const second = yield* make(expiring(dir))
+      expect(recorded(dir).at(-1)).toEqual({ host_id: open.host_id, idle_since_ms: 9_000 })
+      yield* TestClock.adjust(1_000 + EXPIRY_MS - 9_000 - 1)
+      yield* second.expire
+      expect(second.isRegistered(idle.host_id)).toBe(true)
+      yield* TestClock.adjust(1)
+      yield* second.expire
+      expect(second.isRegistered(idle.host_id)).toBe(false)
+      expect(second.isRegistered(open.host_id)).toBe(true)
+      // Restarted again at 15 s: `open` is still idle since 9 s, not since 15 s.
+      yield* TestClock.adjust(4_000)
+      const third = yield* make(expiring(dir))
+      expect(third.isRegistered(idle.host_id)).toBe(false)
+      yield* TestClock.adjust(9_000 + EXPIRY_MS - 15_000 - 1)
+      yield* third.expire
+      expect(third.isRegistered(open.host_id)).toBe(true)
+      yield* TestClock.adjust(1)
+      yield* third.expire
+      expect(third.isRegistered(open.host_id)).toBe(false)
+    }))
+
+  it.scoped("a registration recorded before sessions were recorded (no sessions_recorded) never expires by itself", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const id = "host_01hzzzzzzzzzzzzzzzzzzzzzzz" as HostId
+      fs.mkdirSync(path.dirname(fileOf(dir)), { recursive: true })
+      fs.writeFileSync(fileOf(dir), JSON.stringify({ host_id: id, token_sha256: "0".repeat(64), registered_at_ms: 0 }) + "\n")
+      const hosts = yield* make(expiring(dir))
+      yield* TestClock.adjust(3 * EXPIRY_MS)
+      expect(yield* hosts.expire).toEqual([])
+      expect(hosts.isRegistered(id)).toBe(true)
+    }))
+
+  it.scoped("at MAX_HOSTS a registration is refused 503 overloaded: retryable, with retry_after_ms, while an idle registration nothing names will expire; at once when one is due; not retryable when each is connected or named", () =>
+    Effect.gen(function*() {
+      const hosts = yield* make(expiring(undefined, new Set([session(1)])))
+      const ids: Array<HostId> = []
+      for (let i = 0; i < MAX_HOSTS; i++) ids.push((yield* hosts.register).host_id)
+      for (const id of ids.slice(1)) yield* hosts.use(id, session(1))
+      yield* TestClock.adjust(4_000)
+      const waiting = yield* Effect.flip(hosts.register)
+      expect(waiting._tag).toBe("Overloaded")
+      expect(waiting).toMatchObject({ retryable: true, details: { reason: "max_hosts", retry_after_ms: EXPIRY_MS - 4_000 } })
+      expect(waiting.message).toContain("BRAIN_HOST_IDLE_EXPIRY_SECS")
+      expect(waiting.message).toContain("the next expires in 6 s")
+      // Due, it makes room for the next registration without waiting for a sweep.
+      yield* TestClock.adjust(EXPIRY_MS - 4_000)
+      const next = yield* hosts.register
+      expect(hosts.isRegistered(ids[0]!)).toBe(false)
+      yield* hosts.connect(next.host_id)
+      yield* TestClock.adjust(3 * EXPIRY_MS)
+      const stuck = yield* Effect.flip(hosts.register)
+      expect(stuck).toMatchObject({ _tag: "Overloaded", retryable: false, details: { reason: "max_hosts" } })
+      expect(stuck.message).toContain("none will expire by itself")
+    }), 60_000)
+
+  it.scoped("with expiry off (0) nothing expires, and the refusal at MAX_HOSTS is not retryable", () =>
+    Effect.gen(function*() {
+      const hosts = yield* make({ ...expiring(undefined), idleExpiryMs: 0 })
+      const first = yield* hosts.register
+      for (let i = 1; i < MAX_HOSTS; i++) yield* hosts.register
+      yield* TestClock.adjust(3 * EXPIRY_MS)
+      expect(yield* hosts.expire).toEqual([])
+      expect(hosts.isRegistered(first.host_id)).toBe(true)
+      const refused = yield* Effect.flip(hosts.register)
+      expect(refused).toMatchObject({ _tag: "Overloaded", retryable: false })
+      expect(refused.message).toContain("BRAIN_HOST_IDLE_EXPIRY_SECS is 0")
+    }), 60_000)
 })

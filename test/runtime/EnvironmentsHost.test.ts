@@ -28,11 +28,11 @@ afterEach(async () => {
   for (const rt of runtimes.splice(0)) await rt.dispose()
 })
 
-const start = (modelCalls: Array<ModelCall> = [], dataDir?: string, journal?: Layer.Layer<Journal>) => {
+const start = (modelCalls: Array<ModelCall> = [], dataDir?: string, journal?: Layer.Layer<Journal>, hostIdleExpiryMs?: number) => {
   const layer = runtimeLayer({
     ...(journal !== undefined ? { journal } : {}),
     hosts: dataDir !== undefined ? { dataDir } : {},
-    config: { cancelGraceMs: GRACE_MS },
+    config: { cancelGraceMs: GRACE_MS, ...(hostIdleExpiryMs !== undefined ? { hostIdleExpiryMs } : {}) },
     onModelCall: (call) => void modelCalls.push(call)
   }) as unknown as Layer.Layer<Sessions | Hosts, unknown>
   const rt = ManagedRuntime.make(layer)
@@ -304,14 +304,43 @@ describe("a host Environment's tool calls", () => {
 })
 
 describe("host registrations", () => {
+  it("a session holds the host it names from its creation until its delete: idle past the expiry, the host stands while the session exists and expires once it is deleted", async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+    try {
+      const { run, sessions: s, hosts: h } = start([], dataDir, undefined, 200)
+      const sessions = await s()
+      const hosts = await h()
+      const named = (await run(hosts.register)).host_id
+      const unnamed = (await run(hosts.register)).host_id
+      const { session_id: id } = await run(createWith(sessions, named, [{ text: "hi" }]))
+      const lines = fs.readFileSync(path.join(dataDir, "hosts", "registrations.jsonl"), "utf8").split("\n").filter((l) => l !== "")
+      expect(lines.map((l) => JSON.parse(l)).filter((l) => l.session_id !== undefined)).toEqual([
+        { host_id: named, session_id: id, named_at_ms: expect.any(Number) }
+      ])
+      await new Promise((r) => setTimeout(r, 300))
+      // (The sweep may come first: what stands is checked, not who removed it.)
+      await run(hosts.expire)
+      expect([hosts.isRegistered(named), hosts.isRegistered(unnamed)]).toEqual([true, false])
+      // Ended, the session still exists (it can be read): the host stands until the delete.
+      await run(sessions.end(id))
+      await run(hosts.expire)
+      expect(hosts.isRegistered(named)).toBe(true)
+      await run(sessions.delete(id))
+      await run(hosts.expire)
+      expect(hosts.isRegistered(named)).toBe(false)
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true })
+    }
+  })
+
   it("survive a restart by id and token hash; the token itself is not stored, and another token is refused", async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
     try {
       const options = { dataDir, graceMs: GRACE_MS, heartbeatMs: 0, maxResultBytes: 1024 }
-      const first = await Effect.runPromise(HostsFile.make(options))
+      const first = await Effect.runPromise(Effect.scoped(HostsFile.make(options)))
       const one = await Effect.runPromise(first.register)
       const two = await Effect.runPromise(first.register)
-      const again = await Effect.runPromise(HostsFile.make(options))
+      const again = await Effect.runPromise(Effect.scoped(HostsFile.make(options)))
       expect(again.isRegistered(one.host_id)).toBe(true)
       expect(again.authorize(one.host_id, one.token)).toBe(true)
       expect(again.authorize(one.host_id, two.token)).toBe(false)

@@ -99,7 +99,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",
-    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS"
+    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", "BRAIN_HOST_IDLE_EXPIRY_SECS"
   ]
 
   it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
@@ -148,6 +148,20 @@ describe("ServerConfig from the environment", () => {
       }
     }))
 
+  it.effect("BRAIN_HOST_IDLE_EXPIRY_SECS is a day unset, 0 means registrations never expire, N means N seconds, and a negative or fractional value is refused", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.hostIdleExpiryMs).toBe(86_400_000)
+      const never = yield* read({ BRAIN_HOST_IDLE_EXPIRY_SECS: "0" })
+      expect(Either.isRight(never) && never.right.hostIdleExpiryMs).toBe(0)
+      const set = yield* read({ BRAIN_HOST_IDLE_EXPIRY_SECS: "3600" })
+      expect(Either.isRight(set) && set.right.hostIdleExpiryMs).toBe(3_600_000)
+      for (const bad of ["-1", "1.5", "a day"]) {
+        const r = yield* read({ BRAIN_HOST_IDLE_EXPIRY_SECS: bad })
+        expect(Either.isLeft(r) && describeConfigError(r.left), bad).toContain("BRAIN_HOST_IDLE_EXPIRY_SECS must be a whole number ≥ 0")
+      }
+    }))
+
   it.effect("BRAIN_MAX_REQUEST_BYTES is at least 1: 0 would refuse every request body, so it is refused at start", () =>
     Effect.gen(function*() {
       const zero = yield* read({ BRAIN_MAX_REQUEST_BYTES: "0" })
@@ -178,5 +192,6 @@ describe("ServerConfig from the environment", () => {
       }
       // A setting that is no timer keeps no such bound.
       expect(Either.isRight(yield* read({ BRAIN_REQUEST_RETENTION_SECS: String(10 * MAX) }))).toBe(true)
+      expect(Either.isRight(yield* read({ BRAIN_HOST_IDLE_EXPIRY_SECS: String(10 * MAX) }))).toBe(true)
     }))
 })

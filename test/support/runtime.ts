@@ -75,7 +75,8 @@ const environmentsLayer = (
       dataDir: hostsChoice.dataDir,
       graceMs: config.cancelGraceMs ?? ServerConfig.defaults.cancelGraceMs,
       heartbeatMs: hostsChoice.heartbeatMs ?? 0,
-      maxResultBytes: config.maxEnvironmentResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes
+      maxResultBytes: config.maxEnvironmentResponseBytes ?? ServerConfig.defaults.maxEnvironmentResponseBytes,
+      idleExpiryMs: config.hostIdleExpiryMs ?? ServerConfig.defaults.hostIdleExpiryMs
     })
     const http = choice !== undefined && !("layer" in choice)
       ? EnvironmentsHttp.make({

@@ -1,0 +1,186 @@
+/**
+ * The host registry's file, `{dataDir}/hosts/registrations.jsonl` (docs/environments.md,
+ * "Registering"): one JSON object a line, appended, read back whole at start. What the registry
+ * (layers/HostsFile.ts) reads at start.
+ *
+ * | line | written |
+ * | --- | --- |
+ * | `{host_id, token_sha256, registered_at_ms, sessions_recorded: true}` | a registration, fsynced before its answer |
+ * | `{host_id, removed_at_ms, by?}` | a removal (`by`: `host`, `expiry`), fsynced before it counts |
+ * | `{host_id, connected_at_ms}` | a command stream opened, fsynced before its `ready` |
+ * | `{host_id, idle_since_ms}` | no stream from then on: the last one closed, or the server started without knowing it closed |
+ * | `{host_id, session_id, named_at_ms}` | a session names the host, fsynced before the session's first record |
+ * | `{host_id, session_id, released_at_ms}` | that session was deleted |
+ *
+ * Reading, a torn line (a write that never answered) and a line of no known shape are skipped;
+ * lines about a host not registered (before its registration, or after its removal) are ignored,
+ * and a removed host is never known again. The connection clock is folded by timestamps, not by
+ * line order (a close and the next open can be appended in either order): a host whose latest
+ * `connected_at_ms` is not older than its latest `idle_since_ms` had its stream open when the file
+ * was last written, so its idle time is not known from the file.
+ *
+ * A registration line without `sessions_recorded` was written by a server that did not record the
+ * sessions naming a host: any session may still need it, so it never expires by itself.
+ */
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import { Effect } from "effect"
+import { type HostId, isHostId, isSessionId, type SessionId } from "../../domain/Ids.js"
+
+export const HOSTS_DIR = "hosts"
+export const REGISTRATIONS_FILE = "registrations.jsonl"
+
+export const registrationsFile = (dataDir: string) => path.join(dataDir, HOSTS_DIR, REGISTRATIONS_FILE)
+
+/** Who removed a registration: the host itself (its token), or the idle expiry. */
+export type RemovedBy = "host" | "expiry"
+
+/** A registration that stands, as the file tells it. */
+export interface Recorded {
+  readonly id: HostId
+  readonly digest: Buffer
+  /** Its registration line, kept as written (a compaction copies it). */
+  readonly line: string
+  readonly registeredAtMs: number
+  /** Whether the sessions naming it are recorded (false: registered by a server that did not record them). */
+  readonly sessionsRecorded: boolean
+  /** The latest time a stream of it opened; undefined: never. */
+  connectedAtMs: number | undefined
+  /** The latest time it was recorded idle (no stream from then on); undefined: never. */
+  idleSinceMs: number | undefined
+  /** Sessions recorded as naming it and not recorded deleted, with when each named it. */
+  readonly sessions: Map<SessionId, number>
+}
+
+/**
+ * Since when the file shows `host` without a command stream: its last recorded idle time, or its
+ * registration when it never connected and nothing later is recorded. Undefined when its stream
+ * was open when the file was last written (the server stopped or crashed with it open).
+ */
+export const idleSince = (host: Recorded): number | undefined => {
+  if (host.connectedAtMs === undefined) return host.idleSinceMs ?? host.registeredAtMs
+  return host.idleSinceMs !== undefined && host.idleSinceMs > host.connectedAtMs ? host.idleSinceMs : undefined
+}
+
+export const registrationLine = (host: HostId, digest: Buffer, atMs: number) =>
+  JSON.stringify({ host_id: host, token_sha256: digest.toString("hex"), registered_at_ms: atMs, sessions_recorded: true })
+export const removalLine = (host: HostId, atMs: number, by: RemovedBy) => JSON.stringify({ host_id: host, removed_at_ms: atMs, by })
+export const connectedLine = (host: HostId, atMs: number) => JSON.stringify({ host_id: host, connected_at_ms: atMs })
+export const idleLine = (host: HostId, atMs: number) => JSON.stringify({ host_id: host, idle_since_ms: atMs })
+export const namedLine = (host: HostId, session: SessionId, atMs: number) => JSON.stringify({ host_id: host, session_id: session, named_at_ms: atMs })
+export const releasedLine = (host: HostId, session: SessionId, atMs: number) =>
+  JSON.stringify({ host_id: host, session_id: session, released_at_ms: atMs })
+
+interface Line {
+  readonly host_id?: unknown
+  readonly token_sha256?: unknown
+  readonly registered_at_ms?: unknown
+  readonly sessions_recorded?: unknown
+  readonly removed_at_ms?: unknown
+  readonly connected_at_ms?: unknown
+  readonly idle_since_ms?: unknown
+  readonly session_id?: unknown
+  readonly named_at_ms?: unknown
+  readonly released_at_ms?: unknown
+}
+
+const isTime = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v)
+const later = (a: number | undefined, b: number) => (a === undefined || b > a ? b : a)
+
+/** The registrations that stand in `text`, in registration order, and how many lines it has. */
+export const foldRegistrations = (text: string) => {
+  const standing = new Map<HostId, Recorded>()
+  const removed = new Set<string>()
+  let lines = 0
+  for (const line of text.split("\n")) {
+    if (line.trim() === "") continue
+    lines++
+    let r: Line
+    try {
+      r = JSON.parse(line) as Line
+    } catch {
+      // A torn line: its write never answered.
+      continue
+    }
+    if (r === null || typeof r !== "object" || !isHostId(r.host_id)) continue
+    const id = r.host_id
+    if (isTime(r.removed_at_ms)) {
+      standing.delete(id)
+      removed.add(id)
+      continue
+    }
+    if (typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256)) {
+      if (removed.has(id) || standing.has(id)) continue
+      standing.set(id, {
+        id,
+        digest: Buffer.from(r.token_sha256, "hex"),
+        line,
+        registeredAtMs: isTime(r.registered_at_ms) ? r.registered_at_ms : 0,
+        sessionsRecorded: r.sessions_recorded === true,
+        connectedAtMs: undefined,
+        idleSinceMs: undefined,
+        sessions: new Map()
+      })
+      continue
+    }
+    const host = standing.get(id)
+    if (host === undefined) continue
+    if (isTime(r.connected_at_ms)) host.connectedAtMs = later(host.connectedAtMs, r.connected_at_ms)
+    else if (isTime(r.idle_since_ms)) host.idleSinceMs = later(host.idleSinceMs, r.idle_since_ms)
+    else if (isSessionId(r.session_id) && isTime(r.named_at_ms)) host.sessions.set(r.session_id, r.named_at_ms)
+    else if (isSessionId(r.session_id) && isTime(r.released_at_ms)) host.sessions.delete(r.session_id)
+  }
+  return { standing, lines }
+}
+
+/** The file read and folded; a missing file holds nothing. */
+export const readRegistrations = (file: string) =>
+  Effect.map(Effect.promise(() => fs.readFile(file, "utf8").catch(() => "")), foldRegistrations)
+
+/** The lines that say exactly what `host` is now (a compaction writes these). */
+export const linesOf = (host: Recorded): Array<string> => [
+  host.line,
+  ...(host.connectedAtMs !== undefined ? [connectedLine(host.id, host.connectedAtMs)] : []),
+  ...(host.idleSinceMs !== undefined ? [idleLine(host.id, host.idleSinceMs)] : []),
+  ...[...host.sessions].map(([s, at]) => namedLine(host.id, s, at))
+]
+
+/** Replaces the file with `lines`: a new file, synced, renamed over the old, the directory synced. */
+export const rewriteDurably = async (file: string, lines: ReadonlyArray<string>) => {
+  const next = `${file}.next`
+  const handle = await fs.open(next, "w", 0o600)
+  try {
+    await handle.writeFile(lines.map((l) => `${l}\n`).join(""))
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+  await fs.rename(next, file)
+  const d = await fs.open(path.dirname(file), "r")
+  try {
+    await d.sync()
+  } finally {
+    await d.close()
+  }
+}
+
+/** Appends lines and makes them durable (the directory too, the first time). */
+export const appendDurably = async (file: string, lines: ReadonlyArray<string>) => {
+  const dir = path.dirname(file)
+  const created = await fs.mkdir(dir, { recursive: true })
+  const handle = await fs.open(file, "a", 0o600)
+  try {
+    await handle.appendFile(lines.map((l) => `${l}\n`).join(""))
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+  if (created !== undefined) {
+    const d = await fs.open(dir, "r")
+    try {
+      await d.sync()
+    } finally {
+      await d.close()
+    }
+  }
+}
