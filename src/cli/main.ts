@@ -3,6 +3,7 @@
  */
 import { Console, Effect, Logger, RuntimeFlags, RuntimeFlagsPatch } from "effect"
 import { demo } from "./demo.js"
+import * as hosts from "./hosts.js"
 import { repair } from "./idempotency.js"
 import { dump, remove, verify } from "./journal.js"
 import { serveCommand } from "./serve.js"
@@ -16,6 +17,10 @@ const USAGE = `usage:
   brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped)
   brain idempotency repair <data-dir>         with the server stopped: rebuild a damaged idempotency log
                                               from its intact records; exit 0 clean or repaired, 1 not
+  brain hosts list <data-dir>                 list the host registrations: id, registered, last connected, idle
+                                              since, the sessions naming it (never a token); beside a server too
+  brain hosts remove <data-dir> <host_id>…    with the server stopped: remove host registrations (their
+                                              sessions' calls of their tools then fail host_unknown)
   brain demo [data-dir]                       write a demo session durably (default ./brain-data), then verify
                                               the data directory; exit as verify, 66 when it cannot use it
 every command but serve: exit 64 on wrong arguments, 66 when the data directory (or the session)
@@ -37,6 +42,8 @@ const main = (argv: ReadonlyArray<string>): Effect.Effect<number, unknown> => {
   if (group === "journal" && command === "dump" && rest.length === 2) return dump(rest[0]!, rest[1]!)
   if (group === "journal" && command === "remove" && rest.length === 2) return remove(rest[0]!, rest[1]!)
   if (group === "idempotency" && command === "repair" && rest.length === 1) return repair(rest[0]!)
+  if (group === "hosts" && command === "list" && rest.length === 1) return hosts.list(rest[0]!)
+  if (group === "hosts" && command === "remove" && rest.length >= 2) return hosts.remove(rest[0]!, rest.slice(1))
   if (group === "demo" && argv.length <= 2) return demo(command ?? "./brain-data")
   if (group === "serve" && argv.slice(1).some(isHelp)) return Effect.as(Console.log(USAGE), 0)
   if (group === "serve") return serveCommand(argv.slice(1))

@@ -4,7 +4,7 @@
  * - Registrations: one JSON line each in `{dataDir}/hosts/registrations.jsonl` (hosts/Registrations.ts
  *   has the lines), appended and fsynced before `register` answers, read back at start (a torn
  *   last line — a registration that never answered — is ignored). The token itself is never
- *   stored. At most MAX_HOSTS at once. A removal (by the host or the idle expiry) is a
+ *   stored. At most MAX_HOSTS at once. A removal (by the host, the idle expiry or an operator) is a
  *   line fsynced before it counts, and the registration is gone for good. At start, a file with
  *   more lines than it needs is rewritten with only what stands (a new file, synced, then renamed
  *   over the old).
@@ -322,7 +322,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
           if (next === undefined || due < next) next = due
         }
       }
-      const frees = `a registration is removed by its host (DELETE /v1/hosts/{id})` +
+      const frees = `a registration is removed by its host (DELETE /v1/hosts/{id}), by an operator (\`brain hosts remove\`, the server stopped)` +
         (expiryMs > 0
           ? `, or by itself once it has had no command stream and no session naming it for ${expiryMs / 1000} s (BRAIN_HOST_IDLE_EXPIRY_SECS)`
           : " (registrations do not expire: BRAIN_HOST_IDLE_EXPIRY_SECS is 0)")

@@ -50,7 +50,9 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       const commands = [
         ...withSession(session),
         (dir: string) => ["journal", "verify", dir],
-        (dir: string) => ["idempotency", "repair", dir]
+        (dir: string) => ["idempotency", "repair", dir],
+        (dir: string) => ["hosts", "list", dir],
+        (dir: string) => ["hosts", "remove", dir, "host_01hzzzzzzzzzzzzzzzzzzzzzzz"]
       ]
       for (const command of commands) {
         const args = command(missing)
@@ -72,6 +74,8 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
         ...withSession(session),
         (dir: string) => ["journal", "verify", dir],
         (dir: string) => ["idempotency", "repair", dir],
+        (dir: string) => ["hosts", "list", dir],
+        (dir: string) => ["hosts", "remove", dir, "host_01hzzzzzzzzzzzzzzzzzzzzzzz"],
         (dir: string) => ["demo", dir]
       ]
       for (const command of commands) {
@@ -87,7 +91,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       expect(fs.readdirSync(parent)).toEqual(["a-file"])
     }))
 
-  it.scopedLive("an empty directory is a new data directory: verify exits 0 with nothing to verify, repair exits 0 with nothing to repair, and neither writes", () =>
+  it.scopedLive("an empty directory is a new data directory: verify exits 0 with nothing to verify, repair exits 0 with nothing to repair, hosts list exits 0 with no registration, and none writes", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const verified = brain("journal", "verify", dir)
@@ -96,6 +100,9 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       const repaired = brain("idempotency", "repair", dir)
       expect(repaired.code, repaired.output).toBe(0)
       expect(repaired.lines).toEqual([`${dir}: an empty data directory (a server takes it as a new one); nothing to repair`])
+      const listed = brain("hosts", "list", dir)
+      expect(listed.code, listed.output).toBe(0)
+      expect(listed.lines).toEqual(["0 host registration(s) in hosts/registrations.jsonl (a server keeps at most 4096)"])
       expect(fs.readdirSync(dir)).toEqual([])
     }))
 

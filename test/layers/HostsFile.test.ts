@@ -231,6 +231,7 @@ describe("host registrations' idle expiry", () => {
       yield* TestClock.adjust(3 * EXPIRY_MS)
       const stuck = yield* Effect.flip(hosts.register)
       expect(stuck).toMatchObject({ _tag: "Overloaded", retryable: false, details: { reason: "max_hosts" } })
+      expect(stuck.message).toContain("brain hosts remove")
       expect(stuck.message).toContain("none will expire by itself")
     }), 60_000)
 

@@ -1,12 +1,12 @@
 /**
  * The host registry's file, `{dataDir}/hosts/registrations.jsonl` (docs/environments.md,
  * "Registering"): one JSON object a line, appended, read back whole at start. What the registry
- * (layers/HostsFile.ts) reads at start.
+ * (layers/HostsFile.ts) and the operator's `brain hosts` (cli/hosts.ts) both read.
  *
  * | line | written |
  * | --- | --- |
  * | `{host_id, token_sha256, registered_at_ms, sessions_recorded: true}` | a registration, fsynced before its answer |
- * | `{host_id, removed_at_ms, by?}` | a removal (`by`: `host`, `expiry`), fsynced before it counts |
+ * | `{host_id, removed_at_ms, by?}` | a removal (`by`: `host`, `expiry`, `operator`), fsynced before it counts |
  * | `{host_id, connected_at_ms}` | a command stream opened, fsynced before its `ready` |
  * | `{host_id, idle_since_ms}` | no stream from then on: the last one closed, or the server started without knowing it closed |
  * | `{host_id, session_id, named_at_ms}` | a session names the host, fsynced before the session's first record |
@@ -20,7 +20,8 @@
  * was last written, so its idle time is not known from the file.
  *
  * A registration line without `sessions_recorded` was written by a server that did not record the
- * sessions naming a host: any session may still need it, so it never expires by itself.
+ * sessions naming a host: any session may still need it, so it never expires by itself (an
+ * operator removes it, `brain hosts remove`).
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
@@ -32,8 +33,8 @@ export const REGISTRATIONS_FILE = "registrations.jsonl"
 
 export const registrationsFile = (dataDir: string) => path.join(dataDir, HOSTS_DIR, REGISTRATIONS_FILE)
 
-/** Who removed a registration: the host itself (its token), or the idle expiry. */
-export type RemovedBy = "host" | "expiry"
+/** Who removed a registration: the host itself (its token), the idle expiry, or an operator (`brain hosts remove`). */
+export type RemovedBy = "host" | "expiry" | "operator"
 
 /** A registration that stands, as the file tells it. */
 export interface Recorded {
