@@ -327,7 +327,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
           ? `, or by itself once it has had no command stream and no session naming it for ${expiryMs / 1000} s (BRAIN_HOST_IDLE_EXPIRY_SECS)`
           : " (registrations do not expire: BRAIN_HOST_IDLE_EXPIRY_SECS is 0)")
       const wait = next === undefined
-        ? expiryMs > 0 ? "; none will expire by itself now: each is connected or named by a session that is not deleted" : ""
+        ? expiryMs > 0 ? "; none will expire by itself now: each is connected, named by a session that is not deleted, or registered by an older server that did not record its sessions" : ""
         : `; the next expires in ${Math.ceil(Math.max(0, next - now) / 1000)} s`
       return new Overloaded({
         message: `this server holds ${MAX_HOSTS} host registrations, its most (MAX_HOSTS): ${frees}${wait}`,
