@@ -12,12 +12,27 @@ export type ModelProvider = typeof ModelProvider.Type
 /** A binding name: what a create body says as `model`. */
 export const BindingName = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/))
 
+/**
+ * A base URL: http or https, no credentials (undici drops them, and they would be recorded with
+ * the session), no query or fragment (the API's path is appended to the base URL's path).
+ */
+const BaseUrl = Schema.String.pipe(
+  Schema.filter((s) => {
+    if (/\s/.test(s) || !URL.canParse(s)) return "must be an absolute http:// or https:// URL"
+    const url = new URL(s)
+    if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
+    if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the key in api_key_env"
+    if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
+    return true
+  })
+)
+
 export const ModelBinding = Schema.Struct({
   provider: ModelProvider,
   /** The provider's model id (`gpt-4.1`, `claude-sonnet-4-5`, `llama3.1`, …). */
   model: Schema.String.pipe(Schema.minLength(1)),
   /** The API's base URL; the provider's public endpoint when absent. */
-  base_url: Schema.optional(Schema.String.pipe(Schema.pattern(/^https?:\/\/[^\s]+$/))),
+  base_url: Schema.optional(BaseUrl),
   /** The environment variable holding the API key (never the key itself). */
   api_key_env: Schema.optional(Schema.String.pipe(Schema.pattern(/^[A-Za-z_][A-Za-z0-9_]*$/))),
   /** Request options sent with every call (temperature, max tokens, …), merged under a call's own. */
@@ -25,10 +40,16 @@ export const ModelBinding = Schema.Struct({
 }).annotations({ parseOptions: { onExcessProperty: "error" } })
 export type ModelBinding = typeof ModelBinding.Type
 
-/** What a session records of its binding at creation: the name and the fields it stood for. */
+/**
+ * What a session records of its binding at creation: the name and the fields it stood for. Its
+ * `base_url` is read as any earlier server accepted it (http or https, no whitespace), so that a
+ * session recorded before credentials, queries and fragments were refused still opens; where such
+ * a session may send is judged at each call (`endpointChange`).
+ */
 export const RecordedBinding = Schema.Struct({
   name: Schema.String,
-  ...ModelBinding.fields
+  ...ModelBinding.fields,
+  base_url: Schema.optional(Schema.String.pipe(Schema.pattern(/^https?:\/\/[^\s]+$/)))
 })
 export type RecordedBinding = typeof RecordedBinding.Type
 
@@ -58,4 +79,22 @@ export const toolNameRule = (binding: ModelBinding): { readonly pattern: RegExp;
   return binding.provider === "anthropic"
     ? { pattern: /^[a-zA-Z0-9_-]{1,128}$/, says: "1 to 128 letters, digits, _ or -" }
     : { pattern: /^[a-zA-Z0-9_-]{1,64}$/, says: "1 to 64 letters, digits, _ or -" }
+}
+
+/** Where a binding that names no `base_url` sends: the provider's public endpoint. */
+export const DEFAULT_BASE_URLS: Readonly<Record<ModelProvider, string>> = {
+  "openai-responses": "https://api.openai.com/v1",
+  "openai-chat": "https://api.openai.com/v1",
+  anthropic: "https://api.anthropic.com"
+}
+
+/**
+ * `path` under `base`: the base URL's path without its trailing slashes, then `path`. A query a
+ * base URL recorded before they were refused stays a query, after the path.
+ */
+export const endpointUrl = (base: string, path: string): string => {
+  if (!URL.canParse(base)) return `${base.replace(/\/+$/, "")}${path}`
+  const url = new URL(base)
+  url.pathname = `${url.pathname.replace(/\/+$/, "")}${path}`
+  return url.href
 }

@@ -2,9 +2,10 @@
  * Loads BRAIN_MODELS: a JSON file's path, or inline JSON (anything starting with `{` or `[`), mapping a
  * name to `{provider, model, base_url?, api_key_env?, options?}`. The server refuses to start on
  * anything it cannot use, naming the file (or "inline"), the field and the reason: a file it cannot
- * read, text that is not JSON, a bad name, an unknown or missing field, a provider this build does
- * not carry, an `api_key_env` that is not set. Messages never quote a value (a key pasted into the
- * wrong field must not reach a log).
+ * read, text that is not JSON, a bad name, an unknown or missing field, a `base_url` that is not an
+ * http(s) URL or holds credentials, a query or a fragment, a provider this build does not carry,
+ * an `api_key_env` that is not set. Messages never quote a value (a key pasted into the wrong
+ * field must not reach a log).
  */
 import * as fs from "node:fs"
 import { Config, Effect, Either, Layer, Option, ParseResult, Schema } from "effect"

@@ -6,8 +6,9 @@
  *   subscriber, the journal holds the complete results.
  * - Secrets: after the run, the key appears nowhere in the data directory, the server's output,
  *   the error bodies or the OpenAPI document.
- * - Start: the loaded binding names are printed (never keys); a malformed file refuses the start
- *   naming the file, the field and the reason; an unknown name is refused at create.
+ * - Start: the loaded binding names are printed (never keys); a malformed file or a base_url with
+ *   credentials, a query or a fragment refuses the start naming the file, the field and the
+ *   reason; an unknown name is refused at create.
  * - Crash: `kill -9` in the middle of a streamed answer; after the restart the call is recorded
  *   failed and ambiguous, and the provider counted exactly one request.
  */
@@ -115,6 +116,30 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
       await refused.dispose()
       fs.rmSync(file, { force: true })
     }
+  }, 60_000)
+
+  it("brain serve refuses to start on a base_url holding credentials, a query or a fragment: one line naming the binding and the setting, never the value", async () => {
+    const cases: Array<{ readonly binding: Record<string, unknown>; readonly key?: string; readonly says: string }> = [
+      { binding: { base_url: `http://user:${KEY}@127.0.0.1:1/v1` }, says: "gw.base_url: must not hold credentials" },
+      { binding: { base_url: `http://127.0.0.1:1/openai/deployments/gpt4?api-version=${KEY}` }, says: "gw.base_url: must have no query or fragment" },
+      { binding: { base_url: `http://127.0.0.1:1/v1#${KEY}` }, says: "gw.base_url: must have no query or fragment" },
+    ]
+    await Promise.all(cases.map(async ({ binding, key, says }) => {
+      const models = JSON.stringify({ gw: { provider: "openai-chat", model: "m", ...binding } })
+      const refused = new ServerProcess({ entry: "product", env: { BRAIN_MODELS: models, ...(key !== undefined ? { E2E_BAD_KEY: key } : {}) } })
+      try {
+        const r = await refused.spawn()
+        expect(r.listening, refused.output).toBe(false)
+        if (!r.listening) expect(r.exited.code, refused.output).toBe(1)
+        const said = refused.output.split("\n").filter((l) => l.includes("gw."))
+        expect(said, refused.output).toHaveLength(1)
+        expect(said[0], refused.output).toContain(`BRAIN_MODELS (inline JSON): ${says}`)
+        expect(refused.output).not.toContain(KEY)
+        expect(refused.output).not.toMatch(/FiberFailure|\n\s+at /)
+      } finally {
+        await refused.dispose()
+      }
+    }))
   }, 60_000)
 })
 

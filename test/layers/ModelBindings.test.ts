@@ -49,7 +49,7 @@ describe("model bindings", () => {
         [{ a: { provider: "openai-chat", model: "m", api_key: SECRET } }, "a.api_key", /never holds a key/],
         [{ a: { provider: "gemini", model: "m" } }, "a.provider", /openai-responses|anthropic/],
         [{ a: { provider: "openai-chat" } }, "a.model", /missing/i],
-        [{ a: { provider: "openai-chat", model: "m", base_url: SECRET } }, "a.base_url", /pattern/],
+        [{ a: { provider: "openai-chat", model: "m", base_url: SECRET } }, "a.base_url", /absolute http/],
         [{ a: { provider: "openai-chat", model: "m", api_key_env: "NOT_SET_ANYWHERE" } }, "a.api_key_env", /NOT_SET_ANYWHERE is not set/],
         [{ "bad name!": { provider: "openai-chat", model: "m" } }, "bad name!", /binding name/],
         [[1, 2], "(file)", /JSON object/]
@@ -67,4 +67,30 @@ describe("model bindings", () => {
       const unavailable = yield* Effect.either(load(JSON.stringify({ a: { provider: "anthropic", model: "m" } }), new Set(["openai-chat"] as const)))
       expect(Either.isLeft(unavailable) && unavailable.left.message).toBe("BRAIN_MODELS (inline JSON): a.provider: anthropic is not available in this build")
     }))
+
+  it.effect("a base_url holding credentials, a query or a fragment is refused naming the binding and the setting, never quoting the credential", () =>
+    Effect.gen(function*() {
+      const cases: Array<[string, RegExp]> = [
+        [`http://user:${SECRET}@127.0.0.1:8080/v1`, /must not hold credentials: name the variable holding the key in api_key_env/],
+        [`https://${SECRET}@gateway.example.com/v1`, /must not hold credentials/],
+        [`http://127.0.0.1:8080/openai/deployments/gpt4?api-version=${SECRET}`, /must have no query or fragment/],
+        ["http://127.0.0.1:8080/v1?", /must have no query or fragment/],
+        [`http://127.0.0.1:8080/v1#${SECRET}`, /must have no query or fragment/],
+        ["ftp://127.0.0.1/v1", /http:\/\/ or https:\/\//],
+        ["http://127.0.0.1:8080/ v1", /absolute http/]
+      ]
+      for (const [base_url, reason] of cases) {
+        const e = yield* Effect.flip(withEnv({}, load(JSON.stringify({ gw: { provider: "anthropic", model: "m", base_url } }), ALL)))
+        expect(e.field, base_url).toBe("gw.base_url")
+        expect(e.reason, base_url).toMatch(reason)
+        expect(e.message, base_url).toBe(`BRAIN_MODELS (inline JSON): gw.base_url: ${e.reason}`)
+        expect(e.message, base_url).not.toContain(SECRET)
+      }
+      // What stays accepted: a path, a port, a trailing slash, an IPv6 host.
+      for (const base_url of ["http://127.0.0.1:11434/v1", "https://gateway.example.com/openai/v1/", "http://[::1]:8080"]) {
+        const bindings = yield* withEnv({}, load(JSON.stringify({ ok: { provider: "openai-chat", model: "m", base_url } }), ALL))
+        expect(bindings.get("ok")!.binding.base_url).toBe(base_url)
+      }
+    }))
+
 })

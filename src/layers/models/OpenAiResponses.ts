@@ -21,12 +21,16 @@
  * compile time.
  */
 import { Effect, Redacted } from "effect"
+import { DEFAULT_BASE_URLS, endpointUrl } from "../../domain/ModelBinding.js"
 import { streamedPost } from "./Http.js"
 import { makeFold } from "./openaiResponses/Fold.js"
 import { requestBody } from "./openaiResponses/Request.js"
 import type { Provider } from "./Provider.js"
 
-export const DEFAULT_BASE_URL = "https://api.openai.com/v1"
+export const DEFAULT_BASE_URL = DEFAULT_BASE_URLS["openai-responses"]
+
+/** `{base_url}/responses`, whether or not the base URL ends with a slash. */
+export const responsesUrl = (baseUrl: string | undefined): string => endpointUrl(baseUrl ?? DEFAULT_BASE_URL, "/responses")
 
 /** How failures name the provider: OpenAI itself, or the host of a compatible server. */
 const providerLabel = (baseUrl: string | undefined) => {
@@ -41,7 +45,7 @@ export const openAiResponses: Provider = (call) =>
     const provider = providerLabel(call.binding.base_url)
     const fold = makeFold(provider, call.onDelta)
     return yield* streamedPost({
-      url: `${(call.binding.base_url ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/responses`,
+      url: responsesUrl(call.binding.base_url),
       headers: { "content-type": "application/json" },
       ...(call.apiKey !== undefined
         ? { secretHeaders: { authorization: Redacted.make(`Bearer ${Redacted.value(call.apiKey)}`) } }

@@ -232,9 +232,10 @@ describe("the anthropic provider: requests", () => {
       expect(body.messages).toHaveLength(1)
     }))
 
-  it("the URL is {base_url}/v1/messages, Anthropic's public endpoint by default; a trailing slash is not doubled", () => {
+  it("the URL is {base_url}/v1/messages, Anthropic's public endpoint by default; a trailing slash is not doubled and a query stays after the path", () => {
     expect(messagesUrl(undefined)).toBe("https://api.anthropic.com/v1/messages")
     expect(messagesUrl("http://127.0.0.1:8080/")).toBe("http://127.0.0.1:8080/v1/messages")
+    expect(messagesUrl("http://127.0.0.1:8080/?token=x")).toBe("http://127.0.0.1:8080/v1/messages?token=x")
   })
 
   it("user parts become text and image blocks (base64 or URL); empty text is left out and an assistant message left empty disappears, its neighbours merging, so the roles still alternate", () => {

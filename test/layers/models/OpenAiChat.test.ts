@@ -532,9 +532,11 @@ describe("the openai-chat provider", () => {
       expect(fake.requests).toHaveLength(1)
     }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer)))
 
-  it("the URL is {base_url}/chat/completions, OpenAI's public endpoint by default", () => {
+  it("the URL is {base_url}/chat/completions, OpenAI's public endpoint by default; the path is joined to the base URL's path, before any query", () => {
     expect(chatCompletionsUrl(undefined)).toBe("https://api.openai.com/v1/chat/completions")
     expect(chatCompletionsUrl("http://localhost:11434/v1")).toBe("http://localhost:11434/v1/chat/completions")
     expect(chatCompletionsUrl("http://localhost:11434/v1/")).toBe("http://localhost:11434/v1/chat/completions")
+    // A query is refused at start; one recorded before that stays a query.
+    expect(chatCompletionsUrl("http://h/openai/deployments/gpt4?api-version=2024-10-21")).toBe("http://h/openai/deployments/gpt4/chat/completions?api-version=2024-10-21")
   })
 })

@@ -41,11 +41,12 @@
  */
 import type * as Generated from "@effect/ai-anthropic/Generated"
 import type { ContentPart, Message } from "../../../domain/Messages.js"
+import { DEFAULT_BASE_URLS, endpointUrl } from "../../../domain/ModelBinding.js"
 import { ModelFailed } from "../../../services/Models.js"
 import { mergedOptions, type ProviderCall } from "../Provider.js"
 
 /** The public endpoint, used when the binding names no `base_url`. */
-export const DEFAULT_BASE_URL = "https://api.anthropic.com"
+export const DEFAULT_BASE_URL = DEFAULT_BASE_URLS.anthropic
 
 /** The `anthropic-version` header: the API version whose wire format this module speaks. */
 export const API_VERSION = "2023-06-01"
@@ -71,7 +72,7 @@ export type WireTool = typeof Generated.Tool.Encoded
 type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock
 
 /** `{base_url}/v1/messages`, the base URL taken as the API's root (no `/v1`). */
-export const messagesUrl = (baseUrl: string | undefined) => `${(baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/v1/messages`
+export const messagesUrl = (baseUrl: string | undefined): string => endpointUrl(baseUrl ?? DEFAULT_BASE_URL, "/v1/messages")
 
 const rejected = (message: string) =>
   new ModelFailed({ code: "model_rejected", message: `Anthropic cannot carry ${message}`, ambiguous: false, retryable: false })

@@ -21,15 +21,15 @@
  */
 import { Either } from "effect"
 import type { ContentPart, Message } from "../../../domain/Messages.js"
+import { DEFAULT_BASE_URLS, endpointUrl } from "../../../domain/ModelBinding.js"
 import { ModelFailed } from "../../../services/Models.js"
 import { mergedOptions, type ProviderCall } from "../Provider.js"
 
 /** OpenAI's own endpoint, used when a binding names no `base_url`. */
-export const DEFAULT_BASE_URL = "https://api.openai.com/v1"
+export const DEFAULT_BASE_URL = DEFAULT_BASE_URLS["openai-chat"]
 
 /** `{base_url}/chat/completions`, whether or not the base URL ends with a slash. */
-export const chatCompletionsUrl = (baseUrl: string | undefined): string =>
-  `${(baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "")}/chat/completions`
+export const chatCompletionsUrl = (baseUrl: string | undefined): string => endpointUrl(baseUrl ?? DEFAULT_BASE_URL, "/chat/completions")
 
 type Wire = Record<string, unknown>
 
