@@ -98,3 +98,16 @@ export const endpointUrl = (base: string, path: string): string => {
   url.pathname = `${url.pathname.replace(/\/+$/, "")}${path}`
   return url.href
 }
+
+/**
+ * Why the value of `variable` cannot be a key, or undefined: an empty key sends an empty
+ * credential, and a line break (or another control character) cannot be carried in a header, so
+ * every call would fail as if the network had.
+ */
+export const keyRefusal = (variable: string, value: string): string | undefined => {
+  if (value.length === 0) return `the environment variable ${variable} is empty`
+  if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(value)) {
+    return `the environment variable ${variable} holds a line break or another character a header cannot carry`
+  }
+  return undefined
+}

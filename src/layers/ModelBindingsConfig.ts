@@ -4,12 +4,12 @@
  * anything it cannot use, naming the file (or "inline"), the field and the reason: a file it cannot
  * read, text that is not JSON, a bad name, an unknown or missing field, a `base_url` that is not an
  * http(s) URL or holds credentials, a query or a fragment, a provider this build does not carry,
- * an `api_key_env` that is not set. Messages never quote a value (a key pasted into the wrong
- * field must not reach a log).
+ * an `api_key_env` that is not set, empty, or holds a line break. Messages never quote a value (a
+ * key pasted into the wrong field must not reach a log).
  */
 import * as fs from "node:fs"
-import { Config, Effect, Either, Layer, Option, ParseResult, Schema } from "effect"
-import { BindingName, ModelBinding, type ModelProvider } from "../domain/ModelBinding.js"
+import { Config, Effect, Either, Layer, Option, ParseResult, Redacted, Schema } from "effect"
+import { BindingName, keyRefusal, ModelBinding, type ModelProvider } from "../domain/ModelBinding.js"
 import { type BoundModel, ModelBindings, ModelBindingsInvalid, type ModelBindingsShape } from "../services/ModelBindings.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 
@@ -68,6 +68,8 @@ export const load = (
       if (binding.api_key_env !== undefined) {
         const key = yield* Config.option(Config.redacted(binding.api_key_env)).pipe(Effect.orElseSucceed(() => Option.none()))
         if (Option.isNone(key)) return yield* invalid(`${name}.api_key_env`, `the environment variable ${binding.api_key_env} is not set`)
+        const refusal = keyRefusal(binding.api_key_env, Redacted.value(key.value))
+        if (refusal !== undefined) return yield* invalid(`${name}.api_key_env`, refusal)
         apiKey = key.value
       }
       bound.set(name, { binding, apiKey })

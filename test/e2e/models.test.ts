@@ -6,9 +6,9 @@
  *   subscriber, the journal holds the complete results.
  * - Secrets: after the run, the key appears nowhere in the data directory, the server's output,
  *   the error bodies or the OpenAPI document.
- * - Start: the loaded binding names are printed (never keys); a malformed file or a base_url with
- *   credentials, a query or a fragment refuses the start naming the file, the field and the
- *   reason; an unknown name is refused at create.
+ * - Start: the loaded binding names are printed (never keys); a malformed file, a base_url with
+ *   credentials, a query or a fragment, or a key that is empty or holds a line break refuses the
+ *   start naming the file, the field and the reason; an unknown name is refused at create.
  * - Crash: `kill -9` in the middle of a streamed answer; after the restart the call is recorded
  *   failed and ambiguous, and the provider counted exactly one request.
  */
@@ -118,11 +118,13 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
     }
   }, 60_000)
 
-  it("brain serve refuses to start on a base_url holding credentials, a query or a fragment: one line naming the binding and the setting, never the value", async () => {
+  it("brain serve refuses to start on a base_url holding credentials, a query or a fragment, and on a key that is empty or holds a line break: one line naming the binding and the setting, never the value", async () => {
     const cases: Array<{ readonly binding: Record<string, unknown>; readonly key?: string; readonly says: string }> = [
       { binding: { base_url: `http://user:${KEY}@127.0.0.1:1/v1` }, says: "gw.base_url: must not hold credentials" },
       { binding: { base_url: `http://127.0.0.1:1/openai/deployments/gpt4?api-version=${KEY}` }, says: "gw.base_url: must have no query or fragment" },
       { binding: { base_url: `http://127.0.0.1:1/v1#${KEY}` }, says: "gw.base_url: must have no query or fragment" },
+      { binding: { api_key_env: "E2E_BAD_KEY" }, key: "", says: "gw.api_key_env: the environment variable E2E_BAD_KEY is empty" },
+      { binding: { api_key_env: "E2E_BAD_KEY" }, key: `${KEY}\r\nX-Injected: 1`, says: "gw.api_key_env: the environment variable E2E_BAD_KEY holds a line break" }
     ]
     await Promise.all(cases.map(async ({ binding, key, says }) => {
       const models = JSON.stringify({ gw: { provider: "openai-chat", model: "m", ...binding } })

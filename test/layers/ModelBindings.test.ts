@@ -93,4 +93,24 @@ describe("model bindings", () => {
       }
     }))
 
+  it.effect("an api_key_env that is empty or holds a line break is refused at start naming the binding and the variable, never the value", () =>
+    Effect.gen(function*() {
+      const cases: Array<[string, RegExp]> = [
+        ["", /the environment variable MODEL_KEY is empty/],
+        [`${SECRET}\r\nX-Injected: 1`, /the environment variable MODEL_KEY holds a line break or another character a header cannot carry/],
+        [`${SECRET}\n`, /holds a line break/],
+        [`\r${SECRET}`, /holds a line break/],
+        [`${SECRET}\u0000`, /a header cannot carry/]
+      ]
+      for (const [value, reason] of cases) {
+        const e = yield* Effect.flip(withEnv({ MODEL_KEY: value }, load(JSON.stringify({ chat: { provider: "openai-chat", model: "m", api_key_env: "MODEL_KEY" } }), ALL)))
+        expect(e.field, JSON.stringify(value)).toBe("chat.api_key_env")
+        expect(e.reason, JSON.stringify(value)).toMatch(reason)
+        expect(e.message, JSON.stringify(value)).not.toContain(SECRET)
+        expect(e.message, JSON.stringify(value)).not.toMatch(/[\r\n]/)
+      }
+      // A key with a space inside is still a header value.
+      const spaced = yield* withEnv({ MODEL_KEY: "sk abc" }, load(JSON.stringify({ chat: { provider: "anthropic", model: "m", api_key_env: "MODEL_KEY" } }), ALL))
+      expect(Redacted.value(spaced.get("chat")!.apiKey!)).toBe("sk abc")
+    }))
 })
