@@ -38,6 +38,7 @@ export const FailureCodes = [
   "model_output_limit",
   "model_bad_response",
   "model_binding_missing",
+  "model_binding_moved",
   "tool_failed",
   "environment_failed",
   "agentloop_failed",

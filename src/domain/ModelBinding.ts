@@ -2,6 +2,11 @@
  * Named model bindings (BRAIN_MODELS): a name a create body gives as `model`, and what it stands
  * for. Only these non-secret fields are ever recorded (in `session_creation_started`); the API key
  * lives in the environment variable `api_key_env` names and is read by the server, never stored.
+ *
+ * Where a binding sends is its provider at its base URL (the provider's public endpoint when it
+ * names none). A session keeps sending where it recorded; the key is the binding's current one,
+ * and only while the binding still sends to that same place (`endpointChange`), so a key never
+ * reaches a server, or a provider, it was not configured for.
  */
 import { Schema } from "effect"
 import { Json } from "./Messages.js"
@@ -97,6 +102,46 @@ export const endpointUrl = (base: string, path: string): string => {
   const url = new URL(base)
   url.pathname = `${url.pathname.replace(/\/+$/, "")}${path}`
   return url.href
+}
+
+/** A base URL as compared: parsed (a host's case, a default port), without trailing slashes. */
+const comparable = (base: string): string => {
+  if (!URL.canParse(base)) return base
+  const url = new URL(base)
+  url.pathname = url.pathname.replace(/\/+$/, "")
+  return url.href
+}
+
+/** A base URL as said in a message: origin and path only, never credentials, a query or a fragment. */
+const shown = (binding: Pick<ModelBinding, "provider" | "base_url">): string => {
+  if (binding.base_url === undefined) return `${DEFAULT_BASE_URLS[binding.provider]} (the provider's default)`
+  if (!URL.canParse(binding.base_url)) return "an unreadable URL"
+  const url = new URL(binding.base_url)
+  const where = `${url.origin}${url.pathname.replace(/\/+$/, "")}`
+  return url.username !== "" || url.password !== "" || url.search !== "" || url.hash !== "" || /[?#]/.test(binding.base_url)
+    ? `${where} (with credentials, a query or a fragment)`
+    : where
+}
+
+/**
+ * How `now` sends elsewhere than `recorded`, in words (never a credential): another provider
+ * (another wire format, the key in another header), another base URL (the provider's default
+ * counting as written out). Undefined when both send to the same place; the model, the options
+ * and the key's variable are not where a binding sends.
+ */
+export const endpointChange = (
+  recorded: Pick<ModelBinding, "provider" | "base_url">,
+  now: Pick<ModelBinding, "provider" | "base_url">
+): string | undefined => {
+  const baseOf = (b: Pick<ModelBinding, "provider" | "base_url">) => comparable(b.base_url ?? DEFAULT_BASE_URLS[b.provider])
+  const provider = recorded.provider !== now.provider
+  const base = baseOf(recorded) !== baseOf(now)
+  if (provider && base) {
+    return `its provider changed from ${recorded.provider} to ${now.provider} and its base_url from ${shown(recorded)} to ${shown(now)}`
+  }
+  if (provider) return `its provider changed from ${recorded.provider} to ${now.provider}`
+  if (base) return `its base_url changed from ${shown(recorded)} to ${shown(now)}`
+  return undefined
 }
 
 /**

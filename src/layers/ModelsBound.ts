@@ -1,12 +1,15 @@
 /**
  * Models over the scripted provider and the named bindings: a session created with a binding name
  * talks to what that binding stood for at its creation (recorded in its configuration), with the
- * key the binding names now. A binding that has since disappeared fails the call before anything
- * is sent (`model_binding_missing`); nothing falls over to another provider.
+ * key the binding names now, and only while the binding still sends to the recorded place (its
+ * provider at its base URL, docs/models.md): a key is never sent to a server, or as a provider,
+ * it was not configured for. Otherwise the call fails before anything is sent, not ambiguous: a
+ * binding that has since disappeared `model_binding_missing`, one that now sends elsewhere
+ * `model_binding_moved`. Nothing falls over to another provider.
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Layer } from "effect"
-import type { ModelProvider } from "../domain/ModelBinding.js"
+import { endpointChange, type ModelProvider } from "../domain/ModelBinding.js"
 import { ModelBindings } from "../services/ModelBindings.js"
 import { ModelFailed, Models, type ModelsShape } from "../services/Models.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -16,6 +19,7 @@ import type { Provider } from "./models/Provider.js"
 export type Providers = Partial<Record<ModelProvider, Provider>>
 
 const missing = (message: string) => new ModelFailed({ code: "model_binding_missing", message, ambiguous: false, retryable: false })
+const moved = (message: string) => new ModelFailed({ code: "model_binding_moved", message, ambiguous: false, retryable: false })
 
 export const make = (providers: Providers) =>
   Effect.gen(function*() {
@@ -33,6 +37,10 @@ export const make = (providers: Providers) =>
             return Effect.fail(missing(`the model binding ${JSON.stringify(name)} this session was created with is no longer configured`))
           }
           const binding = call.binding ?? { name, ...bound.binding }
+          const change = endpointChange(binding, bound.binding)
+          if (change !== undefined) {
+            return Effect.fail(moved(`the model binding ${JSON.stringify(name)} this session was created with now sends elsewhere: ${change}; nothing was sent`))
+          }
           const provider = providers[binding.provider]
           if (!provider) return Effect.fail(missing(`the provider ${binding.provider} is not available in this build`))
           return provider({

@@ -48,7 +48,8 @@ const PROVIDER_FAILURES = {
   model_timeout: { ambiguous: true, retryable: true },
   model_output_limit: { ambiguous: true, retryable: false },
   model_bad_response: { ambiguous: true, retryable: false },
-  model_binding_missing: { ambiguous: false, retryable: false }
+  model_binding_missing: { ambiguous: false, retryable: false },
+  model_binding_moved: { ambiguous: false, retryable: false }
 } as const satisfies Partial<Record<ModelFailureCode, { readonly ambiguous: boolean; readonly retryable: boolean }>>
 type ProviderFailure = keyof typeof PROVIDER_FAILURES
 

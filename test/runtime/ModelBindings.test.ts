@@ -2,7 +2,9 @@
  * Named model bindings in sessions (DESIGN §9): a create body names a binding; an unknown name is
  * refused at create listing the known ones; the binding's non-secret fields are recorded at
  * creation, so editing the bindings later never changes what an existing session talks to; a
- * binding that has since disappeared fails the turn with model_binding_missing, sending nothing.
+ * binding that has since disappeared fails the turn with model_binding_missing, sending nothing;
+ * a binding that now sends elsewhere (another provider, another base URL) fails it with
+ * model_binding_moved, sending nothing: its current key never reaches the recorded server.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { NodeHttpClient } from "@effect/platform-node"
@@ -15,6 +17,11 @@ import { Journal } from "../../src/services/Journal.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
+import { FakeProvider } from "../support/fakeProvider.js"
+import { openAiText } from "../fixtures/providers/openaiChat.js"
+import * as AnthropicFixture from "../fixtures/providers/anthropic.js"
+import { anthropic } from "../../src/layers/models/Anthropic.js"
+import { openAiChat } from "../../src/layers/models/OpenAiChat.js"
 
 const KEY = "sk-bound-secret-key"
 
@@ -55,7 +62,7 @@ describe("named model bindings", () => {
         // The file changes: the same name now means another model. The session keeps the one it recorded.
         table.set("fast", { binding: { provider: "openai-chat", model: "model-two" }, apiKey: Redacted.make(KEY) })
         const first = yield* sessions.send(session_id, { message: "hello" })
-        expect(first.turn.status).toBe("ended")
+        expect(first.turn.status, JSON.stringify(first.turn.failure)).toBe("ended")
         expect(calls[0]!.binding.model).toBe("model-one")
         expect(Redacted.value(calls[0]!.apiKey!)).toBe(KEY)
         // A new session gets what the name means now.
@@ -101,6 +108,87 @@ describe("named model bindings", () => {
         expect(yield* refused("local", "read file")).toBeUndefined()
         const listed = yield* sessions.list({ limit: 100 })
         expect(listed.sessions).toHaveLength(3)
+      }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
+    }))
+
+  it.scoped("a binding re-pointed to another server or provider fails an existing session's model call before anything is sent: its current key never reaches the recorded server", () =>
+    Effect.gen(function*() {
+      const OLD_KEY = "sk-old-gateway-111"
+      const ROTATED_KEY = "sk-rotated-222"
+      const NEW_KEY = "sk-REAL-OPENAI-333"
+      const ANT_KEY = "sk-ant-444"
+      const answer = (req: { path: string }) => ({ steps: req.path.endsWith("/v1/messages") ? AnthropicFixture.textAnswer : openAiText.steps })
+      const oldGateway = yield* Effect.acquireRelease(Effect.promise(() => FakeProvider.start(answer)), (f) => Effect.promise(() => f.close()))
+      const newServer = yield* Effect.acquireRelease(Effect.promise(() => FakeProvider.start(answer)), (f) => Effect.promise(() => f.close()))
+      const table = new Map<string, BoundModel>()
+      const bind = (binding: ModelBinding, key: string) => table.set("chat", { binding, apiKey: Redacted.make(key) })
+      bind({ provider: "openai-chat", model: "m", base_url: `${oldGateway.url}/v1`, api_key_env: "GATEWAY_KEY" }, OLD_KEY)
+      const bindings: ModelBindingsShape = { get names() { return [...table.keys()].sort() }, get: (n) => table.get(n) }
+      // Built in the test's scope: the real providers use undici's dispatcher until the test ends.
+      const context = yield* Layer.build(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.dispatcherLayer))
+      const models = yield* ModelsBound.make({ "openai-chat": openAiChat, anthropic }).pipe(Effect.provide(context))
+      const keysSeen = (fake: FakeProvider) => fake.requests.map((r) => r.headers.authorization ?? r.headers["x-api-key"])
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const journal = yield* Journal
+        const { session_id } = yield* sessions.create({ model: "chat" })
+        const first = yield* sessions.send(session_id, { message: "first" })
+        expect(first.turn.status, JSON.stringify(first.turn.failure)).toBe("ended")
+        expect(keysSeen(oldGateway)).toEqual([`Bearer ${OLD_KEY}`])
+
+        // A rotated key (another variable, the same place, written with a trailing slash) applies at once.
+        bind({ provider: "openai-chat", model: "m", base_url: `${oldGateway.url}/v1/`, api_key_env: "ROTATED" }, ROTATED_KEY)
+        const rotated = yield* sessions.send(session_id, { message: "rotated" })
+        expect(rotated.turn.status).toBe("ended")
+        expect(keysSeen(oldGateway)).toEqual([`Bearer ${OLD_KEY}`, `Bearer ${ROTATED_KEY}`])
+
+        // The name now points at another server: the old session's call fails, sent to neither.
+        bind({ provider: "openai-chat", model: "m", base_url: `${newServer.url}/v1`, api_key_env: "OPENAI_KEY" }, NEW_KEY)
+        const moved = yield* sessions.send(session_id, { message: "moved" })
+        expect(moved.turn.status).toBe("failed")
+        expect(moved.turn.failure).toMatchObject({ code: "model_binding_moved", ambiguous: false, retryable: false })
+        expect(moved.turn.failure!.message).toBe(
+          `the model binding "chat" this session was created with now sends elsewhere: its base_url changed from ${oldGateway.url}/v1 to ${newServer.url}/v1; nothing was sent`
+        )
+        expect(oldGateway.requests).toHaveLength(2)
+        expect(newServer.requests).toHaveLength(0)
+
+        // A new session gets what the name means now, with its key.
+        const later = yield* sessions.create({ model: "chat" })
+        const fresh = yield* sessions.send(later.session_id, { message: "hello" })
+        expect(fresh.turn.status).toBe("ended")
+        expect(keysSeen(newServer)).toEqual([`Bearer ${NEW_KEY}`])
+        expect(oldGateway.requests).toHaveLength(2)
+
+        // The same base URL under another provider: Anthropic's key would go to the recorded server as a bearer.
+        bind({ provider: "anthropic", model: "claude", base_url: `${oldGateway.url}/v1`, api_key_env: "ANT" }, ANT_KEY)
+        const otherProvider = yield* sessions.send(session_id, { message: "other provider" })
+        expect(otherProvider.turn.failure).toMatchObject({ code: "model_binding_moved", ambiguous: false })
+        expect(otherProvider.turn.failure!.message).toContain("its provider changed from openai-chat to anthropic")
+        expect(oldGateway.requests).toHaveLength(2)
+        expect(newServer.requests).toHaveLength(1)
+
+        // Each refused call is journaled as started, then failed not ambiguous: a call that was never sent.
+        const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+        const calls = records.filter((r) => r.kind === "model_call_started" || r.kind === "model_call_failed" || r.kind === "model_call_ended")
+        expect(calls.map((r) => r.kind)).toEqual([
+          "model_call_started", "model_call_ended",
+          "model_call_started", "model_call_ended",
+          "model_call_started", "model_call_failed",
+          "model_call_started", "model_call_failed"
+        ])
+        for (const failed of calls.filter((r) => r.kind === "model_call_failed")) {
+          expect(failed.payload.failure).toMatchObject({ code: "model_binding_moved", ambiguous: false, retryable: false })
+        }
+        const written = JSON.stringify(records)
+        for (const key of [OLD_KEY, ROTATED_KEY, NEW_KEY, ANT_KEY]) expect(written).not.toContain(key)
+
+        // Pointed back where the session recorded, the old session talks again.
+        bind({ provider: "openai-chat", model: "m", base_url: `${oldGateway.url}/v1`, api_key_env: "GATEWAY_KEY" }, OLD_KEY)
+        const back = yield* sessions.send(session_id, { message: "back" })
+        expect(back.turn.status).toBe("ended")
+        expect(keysSeen(oldGateway)).toEqual([`Bearer ${OLD_KEY}`, `Bearer ${ROTATED_KEY}`, `Bearer ${OLD_KEY}`])
+        expect(newServer.requests).toHaveLength(1)
       }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
     }))
 })
