@@ -8,7 +8,7 @@ import { Effect, Layer, Option, Random } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
 import { sessionDir } from "./journal/DataDir.js"
-import { FileDriver } from "./journal/FileDriver.js"
+import { FileDriver, withFile } from "./journal/FileDriver.js"
 
 export const CHECKPOINT_FILE = "checkpoint"
 
@@ -18,10 +18,7 @@ export const makeFile = (dataDir: string) =>
     function* saveOf(session: SessionId, text: string) {
       const dir = sessionDir(dataDir, session)
       const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
-      const fd = yield* driver.open(tmp, "wx")
-      yield* driver.writev(fd, [Buffer.from(text, "utf8")], 0).pipe(
-        Effect.zipRight(driver.fdatasync(fd)),
-        Effect.ensuring(Effect.ignore(driver.close(fd))),
+      yield* withFile(driver, tmp, "wx", (fd) => Effect.zipRight(driver.writev(fd, [Buffer.from(text, "utf8")], 0), driver.fdatasync(fd))).pipe(
         Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
       )
       yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))

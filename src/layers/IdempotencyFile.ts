@@ -149,10 +149,12 @@ export const make = (
     yield* driver.mkdir(dir).pipe(Effect.mapError(storeFailed))
     yield* Effect.ignore(driver.unlink(path.join(dir, REWRITE_FILE)))
     const isNew = !(yield* driver.exists(file))
-    const fd = yield* driver.open(file, isNew ? "wx+" : "r+").pipe(Effect.mapError(storeFailed))
-    // Until the writer owns the descriptor (a failed or refusing open must not leak it).
+    // Until the writer owns the descriptor (a failed, refusing or interrupted open must not leak it).
     let handedOver = false
-    yield* Effect.addFinalizer(() => handedOver ? Effect.void : Effect.ignore(driver.close(fd)))
+    const fd = yield* Effect.acquireRelease(
+      driver.open(file, isNew ? "wx+" : "r+").pipe(Effect.mapError(storeFailed)),
+      (fd) => handedOver ? Effect.void : Effect.ignore(driver.close(fd))
+    )
     if (isNew) {
       yield* driver.syncDir(dir).pipe(Effect.zipRight(driver.syncDir(dataDir)), Effect.mapError(storeFailed))
     }

@@ -5,7 +5,7 @@
  */
 import * as path from "node:path"
 import { Effect, Either } from "effect"
-import type { FileDriverShape, FileError } from "../journal/FileDriver.js"
+import { type FileDriverShape, type FileError, withFile } from "../journal/FileDriver.js"
 import { LOG_FILE } from "./Log.js"
 import { scanLog, type ScanVerdict } from "./Reader.js"
 import { decodeIndexRecord } from "./Records.js"
@@ -23,11 +23,11 @@ export const inspectLog = (driver: FileDriverShape, dataDir: string): Effect.Eff
   Effect.gen(function*() {
     const file = logPath(dataDir)
     if (!(yield* driver.exists(file))) return { _tag: "Absent" } as const
-    const fd = yield* driver.open(file, "r")
-    return yield* Effect.gen(function*() {
-      const fileSize = yield* driver.size(fd)
-      const verdict = yield* scanLog(driver, fd, fileSize, (frame) =>
-        Either.match(decodeIndexRecord(frame.kind, frame.json), { onLeft: (reason) => reason, onRight: () => undefined }))
-      return { ...verdict, fileSize }
-    }).pipe(Effect.ensuring(Effect.ignore(driver.close(fd))))
+    return yield* withFile(driver, file, "r", (fd) =>
+      Effect.gen(function*() {
+        const fileSize = yield* driver.size(fd)
+        const verdict = yield* scanLog(driver, fd, fileSize, (frame) =>
+          Either.match(decodeIndexRecord(frame.kind, frame.json), { onLeft: (reason) => reason, onRight: () => undefined }))
+        return { ...verdict, fileSize }
+      }))
   })

@@ -188,32 +188,34 @@ const REDO_FILES_AT_ONCE = 32
  * syncs it; false when the file no longer exists (its session was deleted).
  */
 const redoFile = (driver: FileDriverShape, dataDir: string, name: string, entries: ReadonlyArray<LogEntry>) =>
-  Effect.gen(function*() {
-    const opened = yield* Effect.either(driver.open(path.join(dataDir, name), fs.constants.O_RDWR))
-    if (opened._tag === "Left") {
-      if (opened.left.code === "ENOENT") return false
-      return yield* Effect.fail(failed(dataDir, "cannot open a segment to recover")(opened.left))
-    }
-    const fd = opened.right
-    const write = Effect.gen(function*() {
-      let i = 0
-      while (i < entries.length) {
-        const from = entries[i]!.position
-        const buffers: Array<Buffer> = []
-        let end = from
-        while (i < entries.length && entries[i]!.position === end) {
-          const bytes = entries[i]!.bytes
-          buffers.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
-          end += bytes.byteLength
-          i++
-        }
-        yield* driver.writev(fd, buffers, from)
+  // The files are redone concurrently: one that fails interrupts the others, whose descriptors are released all the same.
+  Effect.acquireUseRelease(
+    Effect.either(driver.open(path.join(dataDir, name), fs.constants.O_RDWR)),
+    (opened) => {
+      if (opened._tag === "Left") {
+        return opened.left.code === "ENOENT" ? Effect.succeed(false) : Effect.fail(failed(dataDir, "cannot open a segment to recover")(opened.left))
       }
-      yield* driver.fdatasync(fd)
-      return true
-    }).pipe(Effect.mapError(failed(dataDir, "cannot write a segment to recover")))
-    return yield* Effect.ensuring(write, Effect.ignore(driver.close(fd)))
-  })
+      const fd = opened.right
+      return Effect.gen(function*() {
+        let i = 0
+        while (i < entries.length) {
+          const from = entries[i]!.position
+          const buffers: Array<Buffer> = []
+          let end = from
+          while (i < entries.length && entries[i]!.position === end) {
+            const bytes = entries[i]!.bytes
+            buffers.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+            end += bytes.byteLength
+            i++
+          }
+          yield* driver.writev(fd, buffers, from)
+        }
+        yield* driver.fdatasync(fd)
+        return true
+      }).pipe(Effect.mapError(failed(dataDir, "cannot write a segment to recover")))
+    },
+    (opened) => opened._tag === "Right" ? Effect.ignore(driver.close(opened.right)) : Effect.void
+  )
 
 /** The commit log as the file store writes it, from what `recover` opened. */
 export const make = (driver: FileDriverShape, dataDir: string, recovered: Recovered, capacity: number) => {

@@ -179,6 +179,45 @@ const call = <A>(op: string, path: string, run: (cb: (err: NodeJS.ErrnoException
 
 const fdName = (fd: number) => `fd ${fd}`
 
+const ignoreClose = () => {}
+
+/**
+ * `fs.open` as an effect that never loses its descriptor: interrupted while the open is in flight,
+ * the fiber goes on at once and the descriptor the late callback brings is closed there. (An
+ * `Effect.async` without a canceller drops that callback's result: an aborted read kept its
+ * segment open for the life of the process.)
+ */
+const openFd = (path: string, flags: string | number, mode?: number) =>
+  Effect.async<number, FileError>((resume) => {
+    let abandoned = false
+    fs.open(path, flags, mode, (err, fd) => {
+      if (err) return resume(Effect.fail(fail("open", path, err)))
+      if (abandoned) return fs.close(fd, ignoreClose)
+      resume(Effect.succeed(fd))
+    })
+    return Effect.sync(() => {
+      abandoned = true
+    })
+  })
+
+/**
+ * The open-file limit was reached (EMFILE: this process's, ENFILE: the system's): nothing is wrong
+ * with the file, the call can succeed once descriptors are given back.
+ */
+export const isExhausted = (e: FileError) => e.code === "EMFILE" || e.code === "ENFILE"
+
+/**
+ * `use` with a descriptor of `path`, closed whatever `use` comes to (interrupted included): the
+ * open is uninterruptible and its descriptor is always released, so nothing between the open
+ * and the close can keep it (Effect.acquireUseRelease).
+ */
+export const withFile = <A, E, R>(
+  driver: Pick<FileDriverShape, "open" | "close">,
+  path: string,
+  flags: string | number,
+  use: (fd: number) => Effect.Effect<A, E, R>
+): Effect.Effect<A, E | FileError, R> => Effect.acquireUseRelease(driver.open(path, flags), use, (fd) => Effect.ignore(driver.close(fd)))
+
 /** The buffers left after the first `written` bytes of `buffers`. */
 export const remainingAfter = (buffers: ReadonlyArray<Buffer>, written: number): Array<Buffer> => {
   const out: Array<Buffer> = []
@@ -283,7 +322,7 @@ const loggedDirect = (
 
 export const nodeDriver: FileDriverShape = {
   syncMany: nodeSyncMany,
-  open: (path, flags) => call("open", path, (cb) => fs.open(path, flags, 0o644, cb)),
+  open: (path, flags) => openFd(path, flags, 0o644),
   close: (fd) => call("close", fdName(fd), (cb) => fs.close(fd, cb)),
   // Whole or failed: a short write is continued, so the count returned is always every byte.
   writev: (fd, buffers, position) =>
@@ -306,12 +345,10 @@ export const nodeDriver: FileDriverShape = {
   rmrf: (path) => call("rm", path, (cb) => fs.rm(path, { recursive: true, force: true }, cb)),
   exists: (path) => Effect.async<boolean>((resume) => fs.access(path, (err) => resume(Effect.succeed(!err)))),
   syncDir: (path) =>
-    call<number>("open", path, (cb) => fs.open(path, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY, cb)).pipe(
-      Effect.flatMap((fd) =>
-        call("fsync", path, (cb) => fs.fsync(fd, cb)).pipe(
-          Effect.ensuring(Effect.async<void>((resume) => fs.close(fd, () => resume(Effect.void))))
-        )
-      )
+    Effect.acquireUseRelease(
+      openFd(path, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY),
+      (fd) => call("fsync", path, (cb) => fs.fsync(fd, cb)),
+      (fd) => Effect.async<void>((resume) => fs.close(fd, () => resume(Effect.void)))
     )
 }
 

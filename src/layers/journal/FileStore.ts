@@ -17,7 +17,7 @@ import { COMMIT_LOG_BYTES, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../.
 import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
-import { type FileDriverShape, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
+import { type FileDriverShape, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
@@ -226,8 +226,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           const jdir = journalDir(dataDir, session)
           yield* Effect.gen(function*() {
             yield* driver.mkdir(jdir)
-            const fd = yield* driver.open(path.join(jdir, segmentName(1)), "wx")
-            yield* driver.close(fd)
+            yield* withFile(driver, path.join(jdir, segmentName(1)), "wx", () => Effect.void)
             yield* driver.syncDir(jdir)
             yield* driver.syncDir(dir)
             yield* driver.syncDir(path.join(dataDir, SESSIONS_DIR))

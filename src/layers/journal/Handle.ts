@@ -11,7 +11,7 @@ import type { SessionId } from "../../domain/Ids.js"
 import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
-import type { FileDriverShape, FileError } from "./FileDriver.js"
+import { type FileDriverShape, type FileError, withFile } from "./FileDriver.js"
 import { HEADER_BYTES, readFrame } from "./Frame.js"
 import { scanSegment } from "./Scan.js"
 import { RecentTail } from "./Tail.js"
@@ -153,10 +153,7 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       if (result._tag === "Torn") {
         torn = { file, offset: result.end, bytes: buf.length - result.end, reason: result.reason ?? "torn write" }
         if (repair) {
-          const fd = yield* driver.open(file, "r+").pipe(Effect.mapError(asCorrupt(session, file)))
-          yield* driver.ftruncate(fd, result.end).pipe(
-            Effect.zipRight(driver.fdatasync(fd)),
-            Effect.ensuring(Effect.ignore(driver.close(fd))),
+          yield* withFile(driver, file, "r+", (fd) => Effect.zipRight(driver.ftruncate(fd, result.end), driver.fdatasync(fd))).pipe(
             Effect.mapError(asCorrupt(session, file))
           )
         }
@@ -201,53 +198,61 @@ export const readRecords = (
       const end = seg.size
       let offset = s === start.segment ? start.offset : 0
       if (offset >= end) continue
-      const fd = yield* driver.open(seg.path, "r").pipe(Effect.mapError(asCorrupt(handle.session, seg.path)))
-      const done = yield* Effect.gen(function*() {
-        let buf = Buffer.allocUnsafe(READ_CHUNK)
-        let bufStart = offset
-        let bufLen = 0
-        for (;;) {
-          if (offset >= end) return false
-          // Full: the next frame would not be taken, so it is not read.
-          if (maxBytes !== undefined && out.length > 0 && bytes >= maxBytes) return true
-          let read = readFrame(buf, offset - bufStart, bufLen)
-          // Refill from this frame's start. A first refill may show only the header, which says
-          // how big the frame is (a valid header's length is at most the frame maximum): then grow
-          // the buffer and read again. Still incomplete with every byte up to `end` read means
-          // the committed frame cannot be read whole: corruption.
-          while (read._tag === "Incomplete") {
-            const at = offset - bufStart
-            const known = bufLen - at >= HEADER_BYTES ? buf.readUInt32LE(at) + HEADER_BYTES : 0
-            const available = end - offset
-            if (bufStart === offset && bufLen >= Math.min(Math.max(known, buf.length), available)) {
-              return yield* Effect.fail(corrupt(handle.session, seg.path, offset, `committed frame unreadable: ${read.reason}`))
+      // Opened and closed in one interruption-safe step: a reader that goes away (a client that
+      // hangs up) interrupts the read anywhere, and the descriptor is given back all the same.
+      const done = yield* Effect.acquireUseRelease(
+        driver.open(seg.path, "r").pipe(Effect.mapError(asCorrupt(handle.session, seg.path))),
+        (fd) =>
+          Effect.gen(function*() {
+            let buf = Buffer.allocUnsafe(READ_CHUNK)
+            let bufStart = offset
+            let bufLen = 0
+            for (;;) {
+              if (offset >= end) return false
+              // Full: the next frame would not be taken, so it is not read.
+              if (maxBytes !== undefined && out.length > 0 && bytes >= maxBytes) return true
+              let read = readFrame(buf, offset - bufStart, bufLen)
+              // Refill from this frame's start. A first refill may show only the header, which says
+              // how big the frame is (a valid header's length is at most the frame maximum): then grow
+              // the buffer and read again. Still incomplete with every byte up to `end` read means
+              // the committed frame cannot be read whole: corruption.
+              while (read._tag === "Incomplete") {
+                const at = offset - bufStart
+                const known = bufLen - at >= HEADER_BYTES ? buf.readUInt32LE(at) + HEADER_BYTES : 0
+                const available = end - offset
+                if (bufStart === offset && bufLen >= Math.min(Math.max(known, buf.length), available)) {
+                  return yield* Effect.fail(corrupt(handle.session, seg.path, offset, `committed frame unreadable: ${read.reason}`))
+                }
+                if (known > buf.length) buf = Buffer.allocUnsafe(known)
+                bufStart = offset
+                const wanted = Math.min(buf.length, available)
+                // Never abandoned in flight: the descriptor is closed only once no call on it is under way.
+                bufLen = yield* driver.read(fd, buf.subarray(0, wanted), offset).pipe(
+                  Effect.uninterruptible,
+                  Effect.mapError(asCorrupt(handle.session, seg.path))
+                )
+                if (bufLen < wanted) {
+                  return yield* Effect.fail(corrupt(handle.session, seg.path, offset, "the file is shorter than what was committed to it"))
+                }
+                read = readFrame(buf, 0, bufLen)
+              }
+              if (read._tag === "Corrupt") return yield* Effect.fail(corrupt(handle.session, seg.path, offset, read.reason))
+              const f = read.frame
+              offset += f.size
+              if (f.sequence <= after) continue
+              if (f.sequence > last) return true
+              bytes += f.size
+              if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) return true
+              const payload = readPayload(f.kind, f.json.toString("utf8"))
+              if (Either.isLeft(payload)) {
+                return yield* Effect.fail(corrupt(handle.session, seg.path, offset - f.size, `unreadable record: ${payload.left}`))
+              }
+              out.push({ sequence: f.sequence, recorded_at_ms: f.recordedAtMs, kind: f.kind as RecordKind, payload: payload.right })
+              if (out.length >= limit) return true
             }
-            if (known > buf.length) buf = Buffer.allocUnsafe(known)
-            bufStart = offset
-            const wanted = Math.min(buf.length, available)
-            bufLen = yield* driver.read(fd, buf.subarray(0, wanted), offset).pipe(
-              Effect.mapError(asCorrupt(handle.session, seg.path))
-            )
-            if (bufLen < wanted) {
-              return yield* Effect.fail(corrupt(handle.session, seg.path, offset, "the file is shorter than what was committed to it"))
-            }
-            read = readFrame(buf, 0, bufLen)
-          }
-          if (read._tag === "Corrupt") return yield* Effect.fail(corrupt(handle.session, seg.path, offset, read.reason))
-          const f = read.frame
-          offset += f.size
-          if (f.sequence <= after) continue
-          if (f.sequence > last) return true
-          bytes += f.size
-          if (maxBytes !== undefined && out.length > 0 && bytes > maxBytes) return true
-          const payload = readPayload(f.kind, f.json.toString("utf8"))
-          if (Either.isLeft(payload)) {
-            return yield* Effect.fail(corrupt(handle.session, seg.path, offset - f.size, `unreadable record: ${payload.left}`))
-          }
-          out.push({ sequence: f.sequence, recorded_at_ms: f.recordedAtMs, kind: f.kind as RecordKind, payload: payload.right })
-          if (out.length >= limit) return true
-        }
-      }).pipe(Effect.ensuring(Effect.ignore(driver.close(fd))))
+          }),
+        (fd) => Effect.ignore(driver.close(fd))
+      )
       if (done) break
     }
     return out
