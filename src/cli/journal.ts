@@ -61,6 +61,10 @@ export const verify = (dataDir: string, only?: string) =>
         const e = result.left
         if (e._tag === "SessionNotFound") {
           yield* Console.log(`${session}: ${RESIDUE} (no journal directory)`)
+        } else if (e._tag === "JournalUnavailable") {
+          // Not checked, and not damage either: this process is out of descriptors.
+          yield* Console.log(`${session}: not checked: ${e.message}`)
+          worst = VERIFY_CORRUPT
         } else {
           yield* Console.log(`${session}: corrupt: ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}`)
           worst = VERIFY_CORRUPT
@@ -134,6 +138,11 @@ export const remove = (dataDir: string, session: string) =>
     const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (opened._tag === "Right" && (opened.right.lastSequence > 0 || opened.right.torn)) {
       yield* Console.error(`${id}: its journal is not corrupt; end and delete it through the API instead`)
+      return VERIFY_CORRUPT
+    }
+    // A journal that could not be read for want of descriptors may be healthy: never removed on that.
+    if (opened._tag === "Left" && opened.left._tag === "JournalUnavailable") {
+      yield* Console.error(`${id}: ${opened.left.message}; nothing removed`)
       return VERIFY_CORRUPT
     }
     const removed = yield* Effect.either(Effect.try({

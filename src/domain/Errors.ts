@@ -80,8 +80,12 @@ export type ApiErrorClass = typeof ApiErrorClasses[number]
 export type ApiError = InstanceType<ApiErrorClass>
 export type ApiErrorCode = ApiError["code"]
 
-/** A refused storage access of a session: unknown, damaged, a write that failed, a record the journal refused. */
-export type SessionStorageError = NotFound | JournalCorrupt | JournalWriteFailed | InvalidRequest
+/**
+ * A refused storage access of a session: unknown, damaged, a write that failed, a record the
+ * journal refused, or a journal that cannot be reached now for want of open-file descriptors
+ * (`overloaded`, retryable: nothing is damaged).
+ */
+export type SessionStorageError = NotFound | JournalCorrupt | JournalWriteFailed | InvalidRequest | Overloaded
 
 export const isApiError = (u: unknown): u is ApiError => ApiErrorClasses.some((c) => u instanceof c)
 

@@ -45,6 +45,13 @@ export const READ_INDEX_BYTES = 256 * 1024
 
 /** Files. Open segment descriptors kept before the least recently used ones are closed. */
 export const OPEN_JOURNAL_FILES = 1_024
+
+/**
+ * Milliseconds. At most one warning per interval that the file journal could not open a file for
+ * want of descriptors (EMFILE, ENFILE), with the count of accesses refused since the last one.
+ */
+export const JOURNAL_EXHAUSTED_WARN_MS = 60_000
+
 /** Bytes a commit-log file takes before rounds switch to the other one (the journal's recovery reads at most twice this). */
 export const COMMIT_LOG_BYTES = 16 * 1024 * 1024
 

@@ -100,7 +100,7 @@ export const sessions = HttpApiGroup.make("sessions")
       .addSuccess(SessionSummary, { status: 201 })
       .pipe(addErrors(...withBody, ...keyed, ...storage, E.CreationFailed))
   )
-  .add(HttpApiEndpoint.get("list", "/v1/sessions").setUrlParams(ListParams).addSuccess(SessionList))
+  .add(HttpApiEndpoint.get("list", "/v1/sessions").setUrlParams(ListParams).addSuccess(SessionList).addError(E.JournalWriteFailed))
   .add(HttpApiEndpoint.get("get", "/v1/sessions/:id").setPath(SessionPath).addSuccess(SessionSummary).pipe(addErrors(...storage)))
   .add(
     HttpApiEndpoint.post("send", "/v1/sessions/:id/messages")

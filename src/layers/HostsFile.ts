@@ -171,6 +171,8 @@ const eventRefused = (f: Failure): HostEventError => {
       return new JournalCorrupt({ message: f.message, retryable: f.retryable, ...(f.details !== undefined ? { details: f.details } : {}) })
     case "journal_write_failed":
       return new JournalWriteFailed({ message: f.message, retryable: f.retryable })
+    case "overloaded":
+      return new Overloaded({ message: f.message, retryable: f.retryable })
     default:
       return new Internal({ message: `${f.code}: ${f.message}`, retryable: f.retryable })
   }

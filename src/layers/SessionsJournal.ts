@@ -16,6 +16,8 @@ import {
   Internal,
   InvalidRequest,
   JournalWriteFailed,
+  Overloaded,
+  type SessionStorageError,
   SessionBusy,
   SessionEnded,
   toFailure
@@ -27,7 +29,7 @@ import { empty, pruneRequests, requestId, type SessionState, type SessionStatus 
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { EffectFence } from "../services/EffectFence.js"
-import { Journal } from "../services/Journal.js"
+import { Journal, type JournalListError } from "../services/Journal.js"
 import { type RecordedBinding, toolNameRule } from "../domain/ModelBinding.js"
 import { ModelBindings, noBindings } from "../services/ModelBindings.js"
 import { Models } from "../services/Models.js"
@@ -38,6 +40,7 @@ import {
   type Keyed,
   type KeyedTurnError,
   type KeptRequest,
+  type ListError,
   type Receipt,
   Sessions,
   type SessionsShape,
@@ -473,16 +476,17 @@ export const make = Effect.gen(function*() {
     get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
-        const ids = [...(yield* journal.list)].sort().filter((id) => after === undefined || id > after)
+        const ids = [...(yield* journal.list.pipe(Effect.mapError(listingFailed)))].sort().filter((id) => after === undefined || id > after)
         const page = ids.slice(0, limit)
         const sessions: Array<SessionSummary> = []
         for (const id of page) {
           const s = yield* Effect.either(service.get(id))
           if (s._tag === "Right") sessions.push(s.right)
-          // A damaged session is listed as such (GET of it names the damage); a vanished one is not.
+          // A damaged session is listed as such (GET of it names the damage); a vanished one is not;
+          // one that cannot be read now fails the list, which without it would say it is gone.
           else if (s.left._tag === "JournalCorrupt") {
             sessions.push({ session_id: id, status: "corrupt", last_sequence: 0, failure: toFailure(s.left) })
-          }
+          } else if (s.left._tag !== "NotFound") return yield* Effect.fail(unlisted(id, s.left))
         }
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
       }),
@@ -592,5 +596,15 @@ export const make = Effect.gen(function*() {
   )
   return service
 })
+
+/** The sessions directory could not be listed: an error, never an empty list. */
+const listingFailed = (e: JournalListError): Overloaded | Internal =>
+  e._tag === "JournalUnavailable"
+    ? new Overloaded({ message: e.message })
+    : new Internal({ message: e.message, retryable: false })
+
+/** A listed session that cannot be read now (other than damaged or gone), as the list's failure. */
+const unlisted = (session: SessionId, e: Exclude<SessionStorageError, { readonly _tag: "NotFound" | "JournalCorrupt" }>): ListError =>
+  e._tag === "InvalidRequest" ? new Internal({ message: `session ${session} cannot be read: ${e.message}`, retryable: false }) : e
 
 export const layer = Layer.scoped(Sessions, make)

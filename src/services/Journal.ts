@@ -59,6 +59,31 @@ export class JournalWriteFailed extends Data.TaggedError("JournalWriteFailed")<{
   }
 }
 
+/**
+ * The store cannot serve this now for want of something it gets back: open-file descriptors, at
+ * the process's or the system's limit (EMFILE, ENFILE). Nothing is damaged and nothing was written;
+ * the same call can succeed once descriptors are given back. Never sticky.
+ */
+export class JournalUnavailable extends Data.TaggedError("JournalUnavailable")<{
+  /** The session whose journal was being reached; undefined for the list of sessions. */
+  readonly session: string | undefined
+  readonly reason: string
+}> {
+  override get message() {
+    const what = this.session === undefined ? "the sessions directory" : `the journal of ${this.session}`
+    return `${what} cannot be reached now: ${this.reason} (the open-file limit is reached); nothing is damaged, try again shortly`
+  }
+}
+
+/** The list of sessions cannot be read (its directory refuses: EACCES, EIO), for a reason that is not a lack of descriptors. */
+export class JournalListFailed extends Data.TaggedError("JournalListFailed")<{
+  readonly reason: string
+}> {
+  override get message() {
+    return `the sessions directory cannot be listed: ${this.reason}`
+  }
+}
+
 /** Bad input: unknown kind, payload that does not match its schema, not JSON, or too large. */
 export class RecordRejected extends Data.TaggedError("RecordRejected")<{
   readonly reason: string
@@ -74,8 +99,10 @@ export class SubscriberLagged extends Data.TaggedError("SubscriberLagged")<{
   }
 }
 
-export type JournalReadError = SessionNotFound | JournalCorrupt
-export type JournalAppendError = SessionNotFound | JournalCorrupt | JournalWriteFailed | RecordRejected
+export type JournalReadError = SessionNotFound | JournalCorrupt | JournalUnavailable
+export type JournalAppendError = SessionNotFound | JournalCorrupt | JournalUnavailable | JournalWriteFailed | RecordRejected
+/** Why the sessions cannot be listed: never an empty list instead. */
+export type JournalListError = JournalUnavailable | JournalListFailed
 
 export interface ReadOptions {
   /** Records with a sequence greater than this (0 reads from the start). */
@@ -96,11 +123,11 @@ export type Staged =
 
 export interface JournalShape {
   /** Creates an empty journal for a new session; durable (directories synced) when it resolves. */
-  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed>
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
   /** Whether a journal exists for this session, without opening it. */
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
-  /** Every session that has a journal (a directory listing; opens nothing). */
-  readonly list: Effect.Effect<ReadonlyArray<SessionId>>
+  /** Every session that has a journal (a directory listing; opens nothing). A listing that fails fails: it is never shorter. */
+  readonly list: Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
   /**
    * Appends records atomically and in order; resolves with their sequences once durable.
    * Bad input is refused before anything is written.

@@ -11,6 +11,7 @@ import type {
   CreationFailed,
   Internal,
   InvalidRequest,
+  JournalWriteFailed,
   Overloaded,
   PayloadTooLarge,
   SessionBusy,
@@ -41,6 +42,11 @@ export type TurnError = SessionStorageError | SessionEnded | SessionBusy | Confl
 export type KeyedTurnError = TurnError | Overloaded
 export type EndError = SessionStorageError | Conflict
 export type DeleteError = SessionStorageError | Conflict | TeardownFailed
+/**
+ * A list refused rather than shortened: the sessions directory cannot be read (`overloaded` when
+ * the process is out of descriptors, `internal` otherwise), or a session in it cannot be read now.
+ */
+export type ListError = Overloaded | JournalWriteFailed | Internal
 /** An SSE subscription refused: beyond the subscriber limits, or a catch-up read that failed unexpectedly. */
 export type FollowError = SessionStorageError | Overloaded | Internal
 
@@ -143,9 +149,13 @@ export interface EventPage {
 export interface SessionsShape {
   readonly create: (request: CreateSession) => Effect.Effect<SessionSummary, CreateError>
   readonly get: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
-  /** A damaged session is listed as `corrupt`; nothing fails a list. */
+  /**
+   * A damaged session is listed as `corrupt`, a vanished one left out; a list that cannot be read
+   * whole fails (ListError), never answering fewer sessions than there are.
+   */
   readonly list: (options: { readonly after?: SessionId; readonly limit: number }) => Effect.Effect<
-    { readonly sessions: ReadonlyArray<SessionSummary>; readonly next_cursor: SessionId | undefined }
+    { readonly sessions: ReadonlyArray<SessionSummary>; readonly next_cursor: SessionId | undefined },
+    ListError
   >
   /** Runs a turn and waits for its end. The turn belongs to the session: interrupting the caller does not cancel it. */
   readonly send: (session: SessionId, input: TurnInput) => Effect.Effect<TurnOutcome, TurnError>

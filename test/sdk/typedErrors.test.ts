@@ -104,7 +104,7 @@ describe("the Effect client's typed errors", () => {
       IdempotencyUnavailable: true,
       Internal: true
     })).toHaveLength(15)
-    expect(exactly<Tags<Sessions["list"]>>({ InvalidRequest: true, Unauthorized: true, Overloaded: true, Internal: true })).toHaveLength(4)
+    expect(exactly<Tags<Sessions["list"]>>({ InvalidRequest: true, Unauthorized: true, JournalWriteFailed: true, Overloaded: true, Internal: true })).toHaveLength(5)
     expect(exactly<Tags<BrainApiClient["health"]["live"]>>({ Internal: true })).toHaveLength(1)
   })
 

@@ -82,6 +82,42 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
   }
 }
 
+export type Refusal = (op: "open" | "readFile" | "readdir", file: string, flags?: string | number) => string | undefined
+
+/**
+ * A driver (the Node one by default) but for the calls `refuse` names, which fail with the code it
+ * gives, as Node reports them (EMFILE: the process is out of descriptors).
+ */
+export const refusingDriver = (base: FileDriverShape = nodeDriver) => {
+  let refuse: Refusal = () => undefined
+  const fail = (op: string, file: string, code: string) =>
+    Effect.fail(new FileError({ op, path: file, code, detail: `${code}: injected` }))
+  const driver: FileDriverShape = {
+    ...base,
+    // Decided when the call runs (the store builds some effects once, its list among them).
+    open: (file, flags) =>
+      Effect.suspend(() => {
+        const code = refuse("open", file, flags)
+        return code ? fail("open", file, code) : base.open(file, flags)
+      }),
+    readFile: (file) =>
+      Effect.suspend(() => {
+        const code = refuse("readFile", file)
+        return code ? fail("readFile", file, code) : base.readFile(file)
+      }),
+    readdir: (dir) =>
+      Effect.suspend(() => {
+        const code = refuse("readdir", dir)
+        return code ? fail("readdir", dir, code) : base.readdir(dir)
+      })
+  }
+  return {
+    driver,
+    set: (r: Refusal) => void (refuse = r),
+    clear: () => void (refuse = () => undefined)
+  }
+}
+
 export const memoryHarness: Effect.Effect<JournalHarness, never, Scope.Scope> = Effect.map(
   JournalMemory.make,
   (m) => ({ journal: m.journal, failNextWrite: m.control.failNextWrite })

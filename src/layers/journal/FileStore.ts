@@ -13,13 +13,13 @@
 import * as path from "node:path"
 import { Effect } from "effect"
 import { isSessionId, type SessionId } from "../../domain/Ids.js"
-import { COMMIT_LOG_BYTES, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
-import { JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
+import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
 import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
-import { type FileDriverShape, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
+import { type FileDriverShape, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
-import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle } from "./Handle.js"
+import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
 
 export interface FileStoreLimits {
@@ -63,6 +63,23 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
     let inRound = false
     /** Descriptors to close once the round in flight ends. */
     const releasing = new Set<SessionHandle>()
+
+    // Out of descriptors: said in the log at most once per interval (a leak or a flood refuses many at once).
+    let refusedSinceWarning = 0
+    let warnedAtMs = Number.NEGATIVE_INFINITY
+    const warnExhausted = (e: JournalUnavailable) =>
+      Effect.clockWith((clock) => {
+        refusedSinceWarning++
+        const now = clock.unsafeCurrentTimeMillis()
+        if (now - warnedAtMs < JOURNAL_EXHAUSTED_WARN_MS && now >= warnedAtMs) return Effect.void
+        warnedAtMs = now
+        const refused = refusedSinceWarning
+        refusedSinceWarning = 0
+        return Effect.logWarning(
+          `the journal cannot open files: ${e.reason} (the open-file limit is reached). ${refused} journal access(es) refused with 503 overloaded since the last warning; nothing is damaged. Raise the open-file limit (ulimit -n) or lower BRAIN_MAX_CONNECTIONS. Said at most once a minute`
+        )
+      })
+    const noting = <A, E>(effect: Effect.Effect<A, E>) => Effect.tapError(effect, (e) => e instanceof JournalUnavailable ? warnExhausted(e) : Effect.void)
 
     const closeFd = (handle: SessionHandle) =>
       Effect.suspend(() => {
@@ -230,12 +247,23 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
             yield* driver.syncDir(jdir)
             yield* driver.syncDir(dir)
             yield* driver.syncDir(path.join(dataDir, SESSIONS_DIR))
-          }).pipe(Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason })))
-        }),
+          }).pipe(
+            // A lack of descriptors is not a failed write: nothing was written, and a retry can work.
+            Effect.mapError((e) => isExhausted(e) ? unavailable(session, e) : new JournalWriteFailed({ session, reason: e.reason })),
+            // Nothing of a creation that failed is kept (its id was never given out); best effort.
+            Effect.tapError(() => Effect.ignore(driver.rmrf(dir)))
+          )
+        }).pipe(noting),
       exists: (session) => driver.exists(journalDir(dataDir, session)),
+      // A directory that cannot be listed is an error, never "no sessions".
       list: driver.readdir(path.join(dataDir, SESSIONS_DIR)).pipe(
         Effect.map((names) => names.filter(isSessionId) as Array<SessionId>),
-        Effect.orElseSucceed(() => [] as Array<SessionId>)
+        Effect.catchAll((e) =>
+          e.code === "ENOENT"
+            ? Effect.succeed([] as Array<SessionId>)
+            : Effect.fail(isExhausted(e) ? unavailable(undefined, e) : new JournalListFailed({ reason: e.reason }))
+        ),
+        noting
       ),
       open: (session) =>
         Effect.map(openHandle(driver, dataDir, session, true), (o) => ({
@@ -243,9 +271,9 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           lastSequence: o.lastSequence,
           lastRecordedAtMs: o.lastRecordedAtMs,
           recent: o.recent
-        })),
+        })).pipe(noting),
       commit,
-      read: (handle, after, last, limit, maxBytes) => readRecords(driver, handle, after, last, limit, maxBytes),
+      read: (handle, after, last, limit, maxBytes) => noting(readRecords(driver, handle, after, last, limit, maxBytes)),
       remove: (session, handle) =>
         Effect.gen(function*() {
           const dir = sessionDir(dataDir, session)

@@ -9,9 +9,9 @@ import { Effect, Either } from "effect"
 import { READ_INDEX_BYTES, READ_INDEX_STRIDE } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
-import { JournalCorrupt, SessionNotFound } from "../../services/Journal.js"
+import { JournalCorrupt, JournalUnavailable, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
-import { type FileDriverShape, type FileError, withFile } from "./FileDriver.js"
+import { type FileDriverShape, type FileError, isExhausted, withFile } from "./FileDriver.js"
 import { HEADER_BYTES, readFrame } from "./Frame.js"
 import { scanSegment } from "./Scan.js"
 import { RecentTail } from "./Tail.js"
@@ -75,18 +75,34 @@ export class SessionHandle {
 const corrupt = (session: string, file: string, offset: number, reason: string) =>
   new JournalCorrupt({ session, file: path.join(SESSIONS_DIR, session, "journal", path.basename(file)), offset, reason })
 
+/** Out of descriptors (EMFILE, ENFILE): the journal cannot be reached now, and nothing is wrong with it. */
+export const unavailable = (session: SessionId | undefined, e: FileError) => new JournalUnavailable({ session, reason: e.reason })
+
 /**
  * A file that cannot be read. One that vanished was removed with its session (a delete racing
- * this read): the session is not found, which is not corruption.
+ * this read): the session is not found, which is not corruption; nor is a lack of descriptors.
  */
-const asCorrupt = (session: SessionId, file: string) => (e: FileError): JournalCorrupt | SessionNotFound =>
-  e.code === "ENOENT" ? new SessionNotFound({ session }) : corrupt(session, file, 0, `cannot read: ${e.code} ${e.detail}`)
+const asCorrupt = (session: SessionId, file: string) => (e: FileError): JournalCorrupt | SessionNotFound | JournalUnavailable =>
+  e.code === "ENOENT"
+    ? new SessionNotFound({ session })
+    : isExhausted(e)
+    ? unavailable(session, e)
+    : corrupt(session, file, 0, `cannot read: ${e.code} ${e.detail}`)
 
-/** Lists a journal's segments in order; fails if the session has no journal directory. */
+/**
+ * Lists a journal's segments in order; fails if the session has no journal directory (not found),
+ * if descriptors are lacking (unavailable), or if the directory is there and cannot be listed.
+ */
 export const listSegments = (driver: FileDriverShape, dataDir: string, session: SessionId) => {
   const dir = journalDir(dataDir, session)
   return driver.readdir(dir).pipe(
-    Effect.mapError(() => new SessionNotFound({ session })),
+    Effect.mapError((e) =>
+      e.code === "ENOENT" || e.code === "ENOTDIR"
+        ? new SessionNotFound({ session })
+        : isExhausted(e)
+        ? unavailable(session, e)
+        : corrupt(session, path.join(dir, "."), 0, `cannot list the journal directory: ${e.code} ${e.detail}`)
+    ),
     Effect.map((names) =>
       names
         .map((name) => ({ name, first: parseSegmentName(name) }))

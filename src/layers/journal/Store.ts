@@ -14,6 +14,9 @@
  *   affects another's. The round itself never fails.
  * - `open` returns only committed records' end: a torn final write is repaired (dropped and the
  *   store synced) before anything is returned; damage anywhere else is `JournalCorrupt`.
+ * - A lack of something the store gets back (the file store's descriptors: EMFILE, ENFILE) is
+ *   `JournalUnavailable`, never corruption nor an answer that leaves something out: nothing is
+ *   damaged, and the same call succeeds later. `list` fails rather than list fewer sessions.
  * - Between `commit` rounds nothing of a session changes but through `remove`.
  * - Ownership: a store that several journal cores (owners) can share has `claim`. A core claims a
  *   session once, before its first append to it (its open: reads, recovery); each claim takes a
@@ -26,7 +29,14 @@
 import type { Effect } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
-import type { JournalCorrupt, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import type {
+  JournalCorrupt,
+  JournalListError,
+  JournalUnavailable,
+  JournalWriteFailed,
+  SessionAlreadyExists,
+  SessionNotFound
+} from "../../services/Journal.js"
 import type { Prepared } from "./Encode.js"
 import type { RecentRecord } from "./Tail.js"
 
@@ -58,10 +68,10 @@ export interface CommitItem<S> {
 }
 
 export interface JournalStore<S> {
-  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed>
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
-  readonly list: Effect.Effect<ReadonlyArray<SessionId>>
-  readonly open: (session: SessionId) => Effect.Effect<Opened<S>, SessionNotFound | JournalCorrupt>
+  readonly list: Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
+  readonly open: (session: SessionId) => Effect.Effect<Opened<S>, SessionNotFound | JournalCorrupt | JournalUnavailable>
   /**
    * Makes the caller the session's owner: a generation above every earlier claim, which its
    * commits then carry. Only on stores several owners can share (see the module's rules).
@@ -79,7 +89,7 @@ export interface JournalStore<S> {
     last: number,
     limit: number,
     maxBytes: number | undefined
-  ) => Effect.Effect<Array<JournalRecord>, SessionNotFound | JournalCorrupt>
+  ) => Effect.Effect<Array<JournalRecord>, SessionNotFound | JournalCorrupt | JournalUnavailable>
   /**
    * Deletes a session for good. `state` is its open state, if it was open (its appends are
    * refused by then); the store lets go of what it holds for it first.

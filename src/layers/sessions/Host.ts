@@ -247,6 +247,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
             new HostCallFailed({
               failure: e._tag === "JournalCorrupt"
                 ? failure("journal_corrupt", e.message, { details: e.details })
+                : e._tag === "JournalUnavailable"
+                ? failure("overloaded", e.message, { retryable: true })
                 : failure("not_found", e.message)
             })
           )

@@ -27,6 +27,9 @@ export const storageFailure = (e: FenceError): HostCallFailed =>
       ? failure("invalid_request", e.reason)
       : e._tag === "JournalCorrupt"
       ? failure("journal_corrupt", e.message, { details: e.details })
+      // Refused before anything was written (the session's journal could not be opened).
+      : e._tag === "JournalUnavailable"
+      ? failure("overloaded", e.message, { retryable: true })
       : e._tag === "SessionNotFound"
       ? failure("not_found", e.message)
       : failure("journal_write_failed", e.message, { ambiguous: true })

@@ -87,7 +87,7 @@ export const make = (
     ServerConfigShape,
     "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs" | "sseStallMs" | "sseCloseGraceMs"
   >,
-  fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt
+  fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt | Overloaded
 ): Effect.Effect<LiveFeeds, never, Scope.Scope> =>
   Effect.gen(function*() {
     const owner = yield* Effect.scope
@@ -261,7 +261,8 @@ export const make = (
         yield* checkCursor(journal, session, after).pipe(
           Effect.catchTags({
             SessionNotFound: (e) => Effect.fail(fromJournal(e)),
-            JournalCorrupt: (e) => Effect.fail(fromJournal(e))
+            JournalCorrupt: (e) => Effect.fail(fromJournal(e)),
+            JournalUnavailable: (e) => Effect.fail(fromJournal(e))
           })
         )
         const length = yield* transcriptLengthThrough(journal, session, state, after).pipe(Effect.mapError(fromJournal))

@@ -29,6 +29,7 @@ import type {
   JournalCorrupt,
   JournalReadError,
   JournalShape,
+  JournalUnavailable,
   RecordRejected,
   SessionAlreadyExists,
   SessionNotFound
@@ -63,6 +64,7 @@ export const notFound = () => new Refusal.NotFound({ message: "no such session" 
 /** The refusal each journal error stands for. */
 export type FromJournal<E> = E extends SessionNotFound ? Refusal.NotFound
   : E extends JournalCorrupt ? Refusal.JournalCorrupt
+  : E extends JournalUnavailable ? Refusal.Overloaded
   : E extends RecordRejected ? Refusal.InvalidRequest
   : E extends SessionAlreadyExists ? Refusal.Conflict
   : Refusal.JournalWriteFailed
@@ -78,6 +80,9 @@ export const fromJournal = <E extends JournalReadError | JournalAppendError | Se
       ? notFound()
       : j._tag === "JournalCorrupt"
       ? new Refusal.JournalCorrupt({ message: j.message, details: j.details })
+      : j._tag === "JournalUnavailable"
+      // Nothing was read or written: whatever the operation, retrying it later is safe.
+      ? new Refusal.Overloaded({ message: j.message })
       : j._tag === "RecordRejected"
       ? new Refusal.InvalidRequest({ message: j.reason })
       : j._tag === "SessionAlreadyExists"
@@ -159,6 +164,7 @@ export class Registry {
       // Loading is not the request's own effect: a failure here changed nothing it asked for.
       SessionNotFound: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       JournalCorrupt: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
+      JournalUnavailable: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       JournalWriteFailed: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       RecordRejected: (e) => Effect.fail(fromJournal(e, { ambiguous: false }))
     }))
