@@ -208,7 +208,8 @@ export const make = (options: AgentloopsOptions = {}) =>
             if (!(yield* store.has(id))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
             // A use whose session no longer exists (deleted, or a create that never finished) is swept.
             const live: Array<string> = []
-            for (const session of yield* store.users(id)) {
+            const users = yield* store.users(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            for (const session of users) {
               const exists = Option.isSome(journal) ? yield* journal.value.exists(session as SessionId) : true
               if (exists) live.push(session)
               else yield* store.unuse(id, session)

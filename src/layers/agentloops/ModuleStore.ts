@@ -36,8 +36,8 @@ export interface ModuleStoreShape {
   /** Records that `session` uses the module (before its creation is journaled). */
   readonly use: (id: string, session: string) => Effect.Effect<void, StoreFailed>
   readonly unuse: (id: string, session: string) => Effect.Effect<void>
-  /** The sessions recorded as using the module. */
-  readonly users: (id: string) => Effect.Effect<ReadonlyArray<string>>
+  /** The sessions recorded as using the module; fails rather than answer none when they cannot be listed. */
+  readonly users: (id: string) => Effect.Effect<ReadonlyArray<string>, StoreFailed>
   /** At start, before any write: removes twins without their module or of another twin format, and temporary files. */
   readonly sweep: Effect.Effect<void, StoreFailed>
 }
@@ -46,6 +46,17 @@ const ID = /^[0-9a-f]{64}$/
 
 const tryFs = <A>(what: string, run: () => Promise<A>) =>
   Effect.tryPromise({ try: run, catch: (err) => new StoreFailed({ reason: `${what}: ${(err as NodeJS.ErrnoException).code ?? "error"}` }) })
+
+/**
+ * A directory's names; one that does not exist has none. Any other failure (EMFILE at the
+ * open-file limit, EACCES) is thrown: a listing that cannot be read is never "none", which would
+ * let a module in use be removed, or say that the uploaded ones are gone.
+ */
+const namesIn = (dir: string) =>
+  fs.readdir(dir).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === "ENOENT") return [] as Array<string>
+    throw err
+  })
 
 const syncDir = (dir: string) =>
   tryFs("fsync of the modules directory", async () => {
@@ -97,7 +108,7 @@ export const fileStore = (dir: string): ModuleStoreShape => {
         Effect.zipRight(syncDir(dir))
       ),
     list: tryFs("listing the modules", async () => {
-      const names = await fs.readdir(dir).catch(() => [] as Array<string>)
+      const names = await namesIn(dir)
       const out: Array<StoredModule> = []
       for (const name of names.sort()) {
         const id = name.slice(0, -5)
@@ -114,7 +125,7 @@ export const fileStore = (dir: string): ModuleStoreShape => {
         await handle.close()
       }).pipe(Effect.zipRight(syncDir(usesDir(id)))),
     unuse: (id, session) => Effect.promise(() => fs.rm(path.join(usesDir(id), session), { force: true })),
-    users: (id) => Effect.promise(() => fs.readdir(usesDir(id)).catch(() => [] as Array<string>)),
+    users: (id) => tryFs("listing the module's uses", () => namesIn(usesDir(id))),
     sweep: tryFs("sweeping the modules directory", async () => {
       const names = await fs.readdir(dir).catch(() => [] as Array<string>)
       const stored = new Set(names.filter((n) => n.endsWith(".wasm") && ID.test(n.slice(0, -5))).map((n) => n.slice(0, -5)))
