@@ -315,6 +315,14 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
   })
 
 export const sessionDir = (dataDir: string, session: string) => path.join(dataDir, SESSIONS_DIR, session)
+/**
+ * Where a deleted session's directory is renamed before its files are removed, so that a delete is
+ * one atomic step (a crash in the middle of removing files never leaves a session missing some).
+ * Outside `sessions/`, so that no listing takes it for a session and a start that removes what a
+ * stop left there reads nothing under `sessions/`.
+ */
+export const DELETED_DIR = "deleted"
+export const tombstoneDir = (dataDir: string, session: string) => path.join(dataDir, DELETED_DIR, session)
 export const journalDir = (dataDir: string, session: string) => path.join(dataDir, SESSIONS_DIR, session, "journal")
 
 /** Segment files are named by the first sequence they hold, zero-padded so names sort. */

@@ -16,7 +16,7 @@ import { isSessionId, type SessionId } from "../../domain/Ids.js"
 import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
-import { journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir } from "./DataDir.js"
+import { DELETED_DIR, journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
 import { type FileDriverShape, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
@@ -48,9 +48,23 @@ interface Write {
   readonly position: number
 }
 
+/**
+ * Removes what deletes left half done: the tombstones of sessions whose delete was committed (its
+ * rename) before the process stopped. A failure leaves them for the next start: nothing reads them.
+ */
+const removeTombstones = (driver: FileDriverShape, dataDir: string) =>
+  Effect.gen(function*() {
+    const deleted = path.join(dataDir, DELETED_DIR)
+    const tombs = yield* Effect.orElseSucceed(driver.readdir(deleted), () => [] as ReadonlyArray<string>)
+    if (tombs.length === 0) return
+    for (const name of tombs) yield* Effect.ignore(driver.rmrf(path.join(deleted, name)))
+    yield* Effect.ignore(driver.syncDir(deleted))
+  })
+
 export const make = (driver: FileDriverShape, dataDir: string, options: { readonly lockWaitMs?: number; readonly limits?: Partial<FileStoreLimits> } = {}) =>
   Effect.gen(function*() {
     yield* openDataDir(dataDir, options.lockWaitMs)
+    yield* removeTombstones(driver, dataDir)
     const limits = { ...defaultFileStoreLimits, ...options.limits }
     // What the last process's commit log holds is written again first, whichever way this one writes.
     const recovered = yield* CommitLog.recover(driver, dataDir, limits.commitLogBytes)
@@ -283,10 +297,20 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           }
           if (!(yield* driver.exists(dir))) return yield* Effect.fail(new SessionNotFound({ session }))
           log?.deletedSession(session)
-          yield* driver.rmrf(dir).pipe(
+          // The delete is the rename: a crash before it leaves the session whole, after it leaves a
+          // tombstone that no list or open sees and the next start removes (`removeTombstones`).
+          const tomb = tombstoneDir(dataDir, session)
+          const deleted = path.dirname(tomb)
+          yield* driver.mkdir(deleted).pipe(
+            Effect.zipRight(driver.rmrf(tomb)),
+            Effect.zipRight(driver.rename(dir, tomb)),
+            // The tombstone's entry first, then the session's entry gone: never neither.
+            Effect.zipRight(driver.syncDir(deleted)),
             Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
             Effect.mapError((e) => new JournalWriteFailed({ session, reason: e.reason }))
           )
+          // The session is gone by now: a tombstone left by a failure here is the next start's to remove.
+          yield* Effect.ignore(Effect.zipRight(driver.rmrf(tomb), driver.syncDir(deleted)))
         }),
       release,
       close: Effect.gen(function*() {
