@@ -184,6 +184,12 @@ export interface JournalShape {
    * must know that nothing still appends on behalf of what was in flight when the write failed.
    */
   readonly reset: (session: SessionId) => Effect.Effect<void>
+  /**
+   * The bytes of the session's durable journal as the store keeps them (its frames): it grows by
+   * each append's frames. What a later open of the session has to read past a point is the
+   * difference between two answers.
+   */
+  readonly size: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

@@ -50,6 +50,21 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(yield* journal.lastSequence(s)).toBe(10)
       }))
 
+    it.scoped("size is 0 for an empty journal and grows with each durable append by at least its records' JSON, by the same for the same records", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        expect(yield* journal.size(s)).toBe(0)
+        const big = "x".repeat(10_000)
+        yield* journal.append(s, [kv("a", big)])
+        const one = yield* journal.size(s)
+        expect(one).toBeGreaterThan(10_000)
+        yield* journal.append(s, [kv("b", big)])
+        expect(yield* journal.size(s)).toBe(2 * one)
+        expect(yield* Effect.flip(journal.size(yield* mintSessionId))).toMatchObject({ _tag: "SessionNotFound" })
+      }))
+
     it.scoped("a multi-record append gets consecutive sequences, never interleaved with concurrent appends", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

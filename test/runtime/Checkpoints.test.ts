@@ -1,52 +1,85 @@
 /**
  * When a released session writes its checkpoint (sessions/Registry.ts, `checkpointDue`): every
- * 256 records folded at least, and at least one record per 256 bytes of its state. A checkpoint
- * encodes the whole state, so at a fixed interval a long conversation paid for its whole
- * transcript again every few dozen turns, quadratic over its life; with the interval growing with
- * the state, the bytes encoded stay linear in the records folded, and an open after a crash folds
- * at most one interval of records after the checkpoint.
+ * 256 records folded at least, and at least one record per 256 bytes of its state; or every
+ * 64 KiB of journal folded at least, and at least the state's bytes. A checkpoint encodes the
+ * whole state, so at a fixed interval a long conversation paid for its whole transcript again
+ * every few dozen turns, quadratic over its life; with the interval growing with the state, the
+ * bytes encoded stay linear in the records and journal bytes folded, and an open after a crash
+ * folds at most one interval after the checkpoint. Counting records alone, a session of large
+ * records (MiB messages, kv values) never checkpointed and was folded from its start on every access.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
 import fc from "fast-check"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import type { SessionId } from "../../src/domain/Ids.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Sessions } from "../../src/services/Sessions.js"
-import { CHECKPOINT_BYTES_PER_RECORD, CHECKPOINT_EVERY_RECORDS, checkpointDue } from "../../src/layers/sessions/Registry.js"
+import { CHECKPOINT_BYTES_PER_RECORD, CHECKPOINT_EVERY_BYTES, CHECKPOINT_EVERY_RECORDS, checkpointDue } from "../../src/layers/sessions/Registry.js"
+import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
+import * as JournalFile from "../../src/layers/JournalFile.js"
+import * as FileDriver from "../../src/layers/journal/FileDriver.js"
+import * as ProjectionCheckpointed from "../../src/layers/ProjectionCheckpointed.js"
+import { Projection } from "../../src/services/Projection.js"
+import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { tempDir } from "../support/journals.js"
 import { runtimeLayer } from "../support/runtime.js"
 
+/** A fold of `records` records of `each` journal bytes apiece. */
+const folded = (records: number, each: number) => ({ records, bytes: records * each })
+
 describe("checkpointDue", () => {
-  it("a state up to 64 KiB is due every 256 records; one of 1 MiB only after 4,096", () => {
-    expect(checkpointDue(255, 1_000)).toBe(false)
-    expect(checkpointDue(256, 1_000)).toBe(true)
-    expect(checkpointDue(256, 64 * 1024)).toBe(true)
-    expect(checkpointDue(256, 1 << 20)).toBe(false)
-    expect(checkpointDue(4_095, 1 << 20)).toBe(false)
-    expect(checkpointDue(4_096, 1 << 20)).toBe(true)
+  it("a state up to 64 KiB of small records is due every 256 records; one of 1 MiB only after 4,096", () => {
+    expect(checkpointDue(folded(255, 200), 1_000)).toBe(false)
+    expect(checkpointDue(folded(256, 200), 1_000)).toBe(true)
+    expect(checkpointDue(folded(256, 200), 64 * 1024)).toBe(true)
+    expect(checkpointDue(folded(256, 200), 1 << 20)).toBe(false)
+    expect(checkpointDue(folded(4_095, 200), 1 << 20)).toBe(false)
+    expect(checkpointDue(folded(4_096, 200), 1 << 20)).toBe(true)
   })
 
-  it("over any life of a session, the bytes its checkpoints encode are at most 256 per record folded, and fewer than max(256, state / 256) records are ever past the last checkpoint", () => {
+  it("large records are due once the journal bytes folded reach the state's bytes (64 KiB at least), however few they are", () => {
+    expect(checkpointDue(folded(1, 4 << 20), 84 << 20)).toBe(false)
+    expect(checkpointDue(folded(20, 4 << 20), 84 << 20)).toBe(false)
+    expect(checkpointDue(folded(21, 4 << 20), 84 << 20)).toBe(true)
+    expect(checkpointDue(folded(1, 10 << 20), 10 << 20)).toBe(true)
+    expect(checkpointDue(folded(1, CHECKPOINT_EVERY_BYTES - 1), 1_000)).toBe(false)
+    expect(checkpointDue(folded(1, CHECKPOINT_EVERY_BYTES), 1_000)).toBe(true)
+  })
+
+  it("records of 256 journal bytes or fewer are due exactly when the records' bound says, as before bytes were counted", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 100_000 }), fc.integer({ min: 0, max: CHECKPOINT_BYTES_PER_RECORD }), fc.integer({ min: 0, max: 50_000_000 }), (records, each, state) => {
+        const byRecords = records >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(state / CHECKPOINT_BYTES_PER_RECORD))
+        expect(checkpointDue(folded(records, each), state)).toBe(byRecords)
+      })
+    )
+  })
+
+  it("over any life of a session, its checkpoints encode at most 256 bytes per record plus one per journal byte folded, and past the last one stay fewer than max(256, state / 256) records and max(64 KiB, state) journal bytes", () => {
     fc.assert(
       fc.property(
-        // The state's size after each record: it grows, shrinks (a kv delete, a rewritten transcript) or stays.
-        fc.array(fc.integer({ min: -20_000, max: 20_000 }), { minLength: 1, maxLength: 3_000 }),
+        // Each record: how it changes the state's size (it grows, shrinks or stays) and its journal bytes.
+        fc.array(fc.tuple(fc.integer({ min: -20_000, max: 20_000 }), fc.integer({ min: 30, max: 3_000_000 })), { minLength: 1, maxLength: 3_000 }),
         fc.integer({ min: 0, max: 5_000_000 }),
         (changes, start) => {
           let bytes = start
-          let last = 0
+          let last = { records: 0, bytes: 0 }
+          let journal = 0
           let encoded = 0
           for (let record = 1; record <= changes.length; record++) {
-            bytes = Math.max(0, bytes + changes[record - 1]!)
-            if (checkpointDue(record - last, bytes)) {
+            const [change, size] = changes[record - 1]!
+            bytes = Math.max(0, bytes + change)
+            journal += size
+            if (checkpointDue({ records: record - last.records, bytes: journal - last.bytes }, bytes)) {
               encoded += bytes
-              last = record
+              last = { records: record, bytes: journal }
             }
-            expect(record - last).toBeLessThan(Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(bytes / CHECKPOINT_BYTES_PER_RECORD)))
+            expect(record - last.records).toBeLessThan(Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(bytes / CHECKPOINT_BYTES_PER_RECORD)))
+            expect(journal - last.bytes).toBeLessThan(Math.max(CHECKPOINT_EVERY_BYTES, bytes))
           }
-          expect(encoded).toBeLessThanOrEqual(CHECKPOINT_BYTES_PER_RECORD * changes.length)
+          expect(encoded).toBeLessThanOrEqual(CHECKPOINT_BYTES_PER_RECORD * changes.length + journal)
         }
       )
     )
@@ -64,8 +97,26 @@ const keeping = (bytes: number): AgentloopShape => ({
     })
 })
 
+/** A text turn that first puts a fresh value of `bytes` characters under one kv key: the state stays, the journal grows by it. */
+const rewriting = (bytes: number): AgentloopShape => ({
+  activate: (input, host) =>
+    Effect.gen(function*() {
+      yield* host.kvPut("blob", `${input.input!.message}:${"x".repeat(bytes)}`)
+      const reply = yield* host.model({ messages: [...input.transcript, { role: "user", content: input.input!.message }] })
+      yield* host.setTranscriptAtEnd([...input.transcript, { role: "user", content: input.input!.message }, { role: "assistant", content: reply.text }])
+      return { text: reply.text }
+    })
+})
+
+/** The projection over a data directory no server holds. */
+const projectionOver = (dataDir: string) => {
+  const journal = JournalFile.layerNode({ dataDir })
+  const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
+  return ProjectionCheckpointed.layer.pipe(Layer.provide(Layer.mergeAll(journal, checkpoints, ServerConfig.layerWith({}))))
+}
+
 describe("a released session's checkpoint", () => {
-  it.scopedLive("a small session has one after 256 records; one whose state is 200 KB only after about ceil(200 KB / 256) records", () =>
+  it.scopedLive("a small session has one after 256 records; one whose 200 KB state came in one record has one once its journal holds as many bytes, at its first release", () =>
     Effect.gen(function*() {
       const dataDir = yield* tempDir()
       const checkpointed = (id: string) => fs.existsSync(path.join(dataDir, "sessions", id, "checkpoint"))
@@ -78,17 +129,38 @@ describe("a released session's checkpoint", () => {
             for (let i = 0; i < n; i++) expect((yield* sessions.send(id, { message: `turn ${i}` })).turn.status).toBe("ended")
             return (yield* sessions.get(id)).last_sequence
           })
-        // 40 turns: about 280 records each.
-        expect(yield* turns(small, 40)).toBeGreaterThan(CHECKPOINT_EVERY_RECORDS)
-        expect(yield* turns(large, 40)).toBeGreaterThan(CHECKPOINT_EVERY_RECORDS)
+        // 30 turns: about 210 records.
+        expect(yield* turns(small, 30)).toBeLessThan(CHECKPOINT_EVERY_RECORDS)
+        expect(checkpointed(small)).toBe(false)
+        // 10 turns more: about 280 records.
+        expect(yield* turns(small, 10)).toBeGreaterThan(CHECKPOINT_EVERY_RECORDS)
         expect(checkpointed(small)).toBe(true)
-        expect(checkpointed(large)).toBe(false)
-        // It comes once about one record per 256 bytes of its state was folded: past
-        // ceil(200,000 / 256) = 782 records (the transcript adds a little to the state meanwhile).
-        let at = 0
-        for (let i = 0; i < 200 && !checkpointed(large); i++) at = yield* turns(large, 1)
-        expect(at).toBeGreaterThanOrEqual(Math.ceil(200_000 / CHECKPOINT_BYTES_PER_RECORD))
-        expect(at).toBeLessThan(1.2 * Math.ceil(200_000 / CHECKPOINT_BYTES_PER_RECORD))
+        expect(yield* turns(large, 1)).toBeLessThan(CHECKPOINT_EVERY_RECORDS)
+        expect(checkpointed(large)).toBe(true)
       }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir }, loops: { small: keeping(0), large: keeping(200_000) } })))
+    }), 60_000)
+
+  it.scopedLive("a session whose every turn writes 100 KB keeps a checkpoint within about two turns of its end, and a later open folds only that tail", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir()
+      const { id, last, perTurn } = yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const id = (yield* sessions.create({ agentloop: "large", model: { provider: "scripted" } })).session_id
+        let last = 0
+        let perTurn = 0
+        for (let i = 0; i < 20; i++) {
+          expect((yield* sessions.send(id, { message: `turn ${i}` })).turn.status).toBe("ended")
+          const now = (yield* sessions.get(id)).last_sequence
+          perTurn = now - last
+          last = now
+        }
+        return { id, last, perTurn }
+      }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir }, loops: { large: rewriting(100_000) } })))
+      // Far fewer records than the records' bound: only the journal's bytes make it due.
+      expect(last).toBeLessThan(CHECKPOINT_EVERY_RECORDS)
+      const projected = yield* Effect.flatMap(Projection, (p) => p.state(id)).pipe(Effect.provide(projectionOver(dataDir)))
+      expect(projected.state.lastSequence).toBe(last)
+      expect(projected.source).toBe("checkpoint")
+      expect(projected.folded).toBeLessThanOrEqual(2 * perTurn)
     }), 60_000)
 })

@@ -252,6 +252,13 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           return letGo(open)
         }),
       lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
+      size: (session) =>
+        Effect.suspend(() => {
+          const open = opens.get(session)
+          return open !== undefined && !removing.has(session)
+            ? Effect.succeed(store.size(open.state))
+            : Effect.map(openOf(session), (o) => store.size(o.state))
+        }),
       subscribe: (session) => Effect.flatMap(openOf(session), (o) => hub.subscribe(session, o.lastSequence))
     }
     return journal

@@ -288,6 +288,11 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         })).pipe(noting),
       commit,
       read: (handle, after, last, limit, maxBytes) => noting(readRecords(driver, handle, after, last, limit, maxBytes)),
+      size: (handle) => {
+        let bytes = 0
+        for (const seg of handle.segments) bytes += seg.size
+        return bytes
+      },
       remove: (session, handle) =>
         Effect.gen(function*() {
           const dir = sessionDir(dataDir, session)

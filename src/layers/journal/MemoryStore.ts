@@ -20,6 +20,8 @@ import type { RecentRecord } from "./Tail.js"
 export interface MemorySession {
   readonly session: SessionId
   readonly records: Array<RecentRecord>
+  /** The records' frame bytes, as the file store would write them. */
+  bytes: number
   removed: boolean
   /** The latest claim on the session (0: never claimed). */
   generation: number
@@ -44,7 +46,7 @@ export const make = (
     create: (session) =>
       Effect.suspend(() => {
         if (sessions.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
-        sessions.set(session, { session, records: [], removed: false, generation: 0 })
+        sessions.set(session, { session, records: [], bytes: 0, removed: false, generation: 0 })
         return Effect.void
       }),
     exists: (session) => Effect.sync(() => sessions.has(session)),
@@ -78,13 +80,15 @@ export const make = (
             continue
           }
           for (const r of records) {
+            const size = frameBytes(r.prepared.kindBytes, r.prepared.json)
             state.records.push({
               sequence: r.sequence,
               recordedAtMs: r.recordedAtMs ?? recordedAtMs,
               kind: r.prepared.kind,
               json: r.prepared.jsonText,
-              size: frameBytes(r.prepared.kindBytes, r.prepared.json)
+              size
             })
+            state.bytes += size
           }
           onDone(i, undefined)
         }
@@ -116,6 +120,7 @@ export const make = (
         sessions.delete(session)
         return Effect.void
       }),
+    size: (state) => state.bytes,
     release: () => Effect.void,
     close: Effect.void
   }

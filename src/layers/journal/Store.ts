@@ -100,6 +100,8 @@ export interface JournalStore<S> {
     /** The deleting owner's claim (stores with `claim`): refused, nothing removed, when another owner's overtook it. */
     generation: number | undefined
   ) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
+  /** The bytes of the session's committed frames. */
+  readonly size: (state: S) => number
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
   readonly release: (state: S) => Effect.Effect<void>
   /** After the last round: lets go of everything. */

@@ -47,17 +47,35 @@ export const CHECKPOINT_EVERY_RECORDS = 256
 export const CHECKPOINT_BYTES_PER_RECORD = 256
 
 /**
- * Whether a released cell writes a checkpoint: once CHECKPOINT_EVERY_RECORDS records were folded
- * since the last one, and once at least one record per CHECKPOINT_BYTES_PER_RECORD bytes of the
- * state. A checkpoint encodes the whole state, so at a fixed interval a long conversation paid
- * for its whole transcript again every few dozen turns: quadratic over its life, about a tenth of
- * a long session's main-thread time (docs/benchmarks.md, "Long conversations"). With the
- * interval growing with the state, the bytes encoded stay at most CHECKPOINT_BYTES_PER_RECORD per
- * record folded, and an open folds at most that interval's records after the checkpoint: about
- * as many bytes of journal as the checkpoint holds.
+ * Journal bytes folded since the last checkpoint before a released cell writes a new one, at
+ * least (the records' floor, counting each record at CHECKPOINT_BYTES_PER_RECORD bytes).
  */
-export const checkpointDue = (recordsSince: number, stateBytes: number): boolean =>
-  recordsSince >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD))
+export const CHECKPOINT_EVERY_BYTES = CHECKPOINT_EVERY_RECORDS * CHECKPOINT_BYTES_PER_RECORD
+
+/** What was folded into a session's state since its last checkpoint: records, and their journal bytes. */
+export interface FoldedSince {
+  readonly records: number
+  readonly bytes: number
+}
+
+/**
+ * Whether a released cell writes a checkpoint: once as many records or as many journal bytes were
+ * folded since the last one as the state would take to encode. By records: CHECKPOINT_EVERY_RECORDS
+ * at least, and at least one per CHECKPOINT_BYTES_PER_RECORD bytes of the state. By bytes:
+ * CHECKPOINT_EVERY_BYTES at least, and at least the state's bytes. A checkpoint encodes the whole
+ * state, so at a fixed interval a long conversation paid for its whole transcript again every few
+ * dozen turns: quadratic over its life, about a tenth of a long session's main-thread time
+ * (docs/benchmarks.md, "Long conversations"). With the interval growing with the state, the
+ * bytes encoded stay at most CHECKPOINT_BYTES_PER_RECORD per record folded plus one per journal
+ * byte folded, and an open folds after the checkpoint at most about as many bytes of journal as
+ * the checkpoint holds. Records count alone missed sessions of large records (MiB messages or kv
+ * values): thousands of records of them are a journal many times the state, and such a session
+ * was folded from its start on every access. Records of CHECKPOINT_BYTES_PER_RECORD bytes or
+ * fewer meet the records' bound first, as before the bytes were counted.
+ */
+export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =>
+  since.records >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD)) ||
+  since.bytes >= Math.max(CHECKPOINT_EVERY_BYTES, stateBytes)
 
 export const notFound = () => new Refusal.NotFound({ message: "no such session" })
 
@@ -132,7 +150,8 @@ export class Registry {
   private readonly checked = new Set<SessionId>()
   /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
   private readonly broken = new Set<SessionId>()
-  private readonly checkpointedAt = new Map<SessionId, number>()
+  /** Where each session's last checkpoint written by this process is: its sequence and the journal's size then. */
+  private readonly checkpointedAt = new Map<SessionId, { readonly sequence: number; readonly bytes: number }>()
   /** Idle cells kept warm by a TTL, least recently used first, with the bytes each was counted at. */
   private readonly warm = new Map<Cell, number>()
   private warmTotal = 0
@@ -364,9 +383,12 @@ export class Registry {
       return yield* journal.reset(cell.session)
     }
     yield* projection.remember(cell.session, cell.state)
-    const last = this.checkpointedAt.get(cell.session) ?? 0
-    if (checkpointDue(cell.state.lastSequence - last, cell.state.bytes)) {
-      this.checkpointedAt.set(cell.session, cell.state.lastSequence)
+    const last = this.checkpointedAt.get(cell.session)
+    // A journal that cannot say its size is checkpointed by records alone.
+    const bytes = yield* Effect.orElseSucceed(journal.size(cell.session), () => last?.bytes ?? 0)
+    const since = { records: cell.state.lastSequence - (last?.sequence ?? 0), bytes: bytes - (last?.bytes ?? 0) }
+    if (checkpointDue(since, cell.state.bytes)) {
+      this.checkpointedAt.set(cell.session, { sequence: cell.state.lastSequence, bytes })
       yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
     }
   }
