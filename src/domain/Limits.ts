@@ -197,6 +197,13 @@ export const SSE_STALL_MS = 30_000
 /** Milliseconds. How long a cut-off SSE stream's socket has to take what it was handed before it is closed; BRAIN_SSE_CLOSE_GRACE_MS. */
 export const SSE_CLOSE_GRACE_MS = 5_000
 
+/**
+ * Reads. Events pages and transcripts built at once in the process; BRAIN_PAGE_READS. Building one
+ * (reading and decoding the journal's frames, encoding the answer's JSON) is main-thread work: a
+ * hundred readers of an 8 MiB page at once held health checks up for 20 s.
+ */
+export const PAGE_READS = 2
+
 /** Subscribers. SSE streams on one session, and in the process, before new ones are refused (503). */
 export const SSE_SUBSCRIBERS_PER_SESSION = 1_000
 export const SSE_SUBSCRIBERS = 10_000

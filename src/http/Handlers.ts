@@ -24,7 +24,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, type KeptRequest, type Receipt, Sessions, type SessionsShape, type TurnOutcome } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
-import { MutatingHeaders } from "./Schemas.js"
+import { EventPage as EventPageSchema, MutatingHeaders, Transcript as TranscriptSchema } from "./Schemas.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
 import { invalid } from "./Errors.js"
@@ -41,6 +41,21 @@ export class Admission {
     Deferred.unsafeDone(this.stopped, Effect.void)
   }
 }
+
+/** Resumes on a later turn of the event loop: what waits for I/O (a health check, other sessions' requests) goes first. */
+const laterTurn = Effect.async<void>((resume) => {
+  const pending = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(pending))
+})
+
+/**
+ * The answer the contract gives `value` (its schema's JSON encoding), built now, so that the
+ * work — encoding every Event or message, then the JSON text — is done while its builder holds
+ * its turn (`pageTurn`), not after it as the router would. An encoding that fails is a bug (the
+ * value has the contract's type), answered 500 `internal`.
+ */
+const builtAnswer = <A, I>(schema: Schema.Schema<A, I>, value: A) =>
+  Effect.map(Effect.orDie(Schema.encode(schema)(value)), (encoded) => HttpServerResponse.unsafeJson(encoded))
 
 /*
  * Handlers may answer with a ready HttpServerResponse (a replayed idempotent answer, a 202, an SSE
@@ -181,6 +196,13 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
   Effect.gen(function*() {
     const sessions = yield* Sessions
     const store = yield* Idempotency
+    /**
+     * Pages and transcripts built at once (BRAIN_PAGE_READS), each from a later turn of the event
+     * loop: building one is main-thread work (reading and decoding up to 8 MiB of journal frames,
+     * encoding the answer), and readers by the hundred must not hold every other request up.
+     */
+    const turns = yield* Effect.makeSemaphore((yield* ServerConfig).pageReads)
+    const pageTurn = <A, E>(build: Effect.Effect<A, E>) => turns.withPermits(1)(Effect.zipRight(laterTurn, build))
     /** A body-less lifecycle route on one session, under its own idempotency scope. */
     const lifecycle = <E extends ApiError>(scope: string, run: (id: SessionId) => Effect.Effect<Answer, E>) =>
     ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
@@ -216,9 +238,13 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             }
             return yield* sseResponse(sessions, path.id, after ?? 0, admission.stopped)
           }
-          return yield* Effect.map(sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }), onTheWire)
+          return yield* pageTurn(Effect.flatMap(
+            sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }),
+            (page) => builtAnswer(EventPageSchema, onTheWire(page))
+          ))
         }))
-      .handle("transcript", ({ path }) => sessions.transcript(path.id))
+      .handle("transcript", ({ path }) =>
+        pageTurn(Effect.flatMap(sessions.transcript(path.id), (transcript) => builtAnswer(TranscriptSchema, transcript))))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
       .handle("delete", lifecycle("delete", (id) =>

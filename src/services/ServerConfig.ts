@@ -7,6 +7,7 @@ import {
   COMMIT_LOG_BYTES,
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
+  PAGE_READS,
   SSE_BACKLOG_BYTES,
   SSE_CLOSE_GRACE_MS,
   SSE_STALL_MS,
@@ -119,6 +120,8 @@ export interface ServerConfigShape {
   readonly headersTimeoutMs: number
   /** How long a whole request (headers and body) may take to arrive from its first byte, in milliseconds (then 408). */
   readonly requestTimeoutMs: number
+  /** Events pages and transcripts built at once in the process; more wait their turn. */
+  readonly pageReads: number
   /**
    * Bytes: the largest answer (its JSON: status, headers, body) the idempotency log keeps for
    * replay; a larger one is recorded as "completed with status N, answer not kept".
@@ -198,6 +201,7 @@ export const defaults: ServerConfigShape = {
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
+  pageReads: PAGE_READS,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
   maxSessionIdempotencyKeys: SESSION_IDEMPOTENCY_KEYS,
@@ -331,6 +335,7 @@ export const fromConfig = Config.all({
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
   requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
+  pageReads: positive("BRAIN_PAGE_READS", defaults.pageReads, "Events pages and transcripts built at once; more wait their turn"),
   idempotencyMaxAnswerBytes: wholeNumber(
     "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES",
     1,
@@ -410,6 +415,7 @@ export const fromConfig = Config.all({
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
     requestTimeoutMs: c.requestTimeoutMs,
+    pageReads: c.pageReads,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),
     maxSessionIdempotencyKeys: c.maxSessionIdempotencyKeys,

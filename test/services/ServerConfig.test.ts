@@ -44,6 +44,16 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(yield* read({ BRAIN_REQUEST_TIMEOUT_MS: "0" }))).toBe(true)
     }))
 
+  it.effect("BRAIN_PAGE_READS, the Events pages and transcripts built at once, is 2 unset and at least 1", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.pageReads).toBe(2)
+      const set = yield* read({ BRAIN_PAGE_READS: "4" })
+      expect(Either.isRight(set) && set.right.pageReads).toBe(4)
+      const zero = yield* read({ BRAIN_PAGE_READS: "0" })
+      expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_PAGE_READS must be a whole number ≥ 1")
+    }))
+
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
     Effect.gen(function*() {
       for (const token of ["", " ", "\t \n"]) {
@@ -99,7 +109,8 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",
-    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", "BRAIN_HOST_IDLE_EXPIRY_SECS"
+    "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", "BRAIN_HOST_IDLE_EXPIRY_SECS",
+    "BRAIN_PAGE_READS"
   ]
 
   it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
