@@ -279,19 +279,20 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
       )
     }
     const signalled = yield* firstSignal
-    const admission = new Admission()
     const server = http.createServer({ connectionsCheckingInterval: CONNECTION_CHECK_MS })
-    server.keepAliveTimeout = 5_000
     const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
     if (fitted.connections < config.maxConnections) {
       yield* Effect.logWarning(
         `the open-file limit (${openFileLimit()}) allows ${fitted.connections} connections and ${fitted.journalFiles} open journal files; raise it (ulimit -n) to serve BRAIN_MAX_CONNECTIONS (${config.maxConnections})`
       )
     }
+    const admission = new Admission()
     const guard = guardConnections(server, {
       maxConnections: fitted.connections,
       headersTimeoutMs: config.headersTimeoutMs,
-      requestTimeoutMs: config.requestTimeoutMs
+      requestTimeoutMs: config.requestTimeoutMs,
+      keepAliveTimeoutMs: config.keepAliveTimeoutMs,
+      responseStallMs: config.responseStallMs
     })
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(

@@ -198,6 +198,15 @@ export const SSE_STALL_MS = 30_000
 export const SSE_CLOSE_GRACE_MS = 5_000
 
 /**
+ * Milliseconds. How long a connection may hold bytes of an answer its client takes none of before
+ * it is closed and those bytes let go; BRAIN_RESPONSE_STALL_MS. As BRAIN_SSE_STALL_MS for a stream.
+ */
+export const RESPONSE_STALL_MS = 30_000
+
+/** Milliseconds. How long an idle keep-alive connection is kept for its next request; BRAIN_KEEP_ALIVE_TIMEOUT_MS (Node's default). */
+export const KEEP_ALIVE_TIMEOUT_MS = 5_000
+
+/**
  * Reads. Events pages and transcripts built at once in the process; BRAIN_PAGE_READS. Building one
  * (reading and decoding the journal's frames, encoding the answer's JSON) is main-thread work: a
  * hundred readers of an 8 MiB page at once held health checks up for 20 s.

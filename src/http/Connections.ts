@@ -15,6 +15,11 @@
  *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
  *   408 for headers or a body too slow (saying which), 400 for anything unparsable.
+ * - A connection whose socket holds bytes of an answer its client takes none of for
+ *   `responseStallMs` is closed, and the bytes let go: otherwise a client that never reads holds
+ *   its whole answer (an 8 MiB page, a transcript) for as long as it stays connected. SSE streams
+ *   have bounds of their own (Tap.ts) and are left to them. An idle keep-alive connection is kept
+ *   `keepAliveTimeoutMs`.
  */
 import type * as http from "node:http"
 import type * as net from "node:net"
@@ -34,6 +39,10 @@ export interface ConnectionLimits {
   readonly headersTimeoutMs: number
   /** How long a whole request (headers and body) may take to arrive, from its first byte. */
   readonly requestTimeoutMs: number
+  /** How long an idle keep-alive connection is kept for its next request. */
+  readonly keepAliveTimeoutMs: number
+  /** How long a socket may hold bytes of an answer (not an SSE stream) its client takes none of; 0: no bound. */
+  readonly responseStallMs: number
 }
 
 /** The process's open-file limit (soft), where the platform says; undefined elsewhere. */
@@ -94,6 +103,48 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
   socket.end(answer)
 }
 
+/** What Node keeps on a socket (not in its types): libuv's queue of bytes not yet taken by the kernel, and the response being written. */
+interface SocketInternals {
+  readonly _handle?: { readonly writeQueueSize?: number } | null
+  readonly _httpMessage?: { readonly _header?: string | null } | null
+}
+
+/** Bytes of answers a socket holds that the kernel has not taken (Node's buffer and libuv's queue; a write in flight counts in both). */
+const unsentBytes = (socket: net.Socket) => socket.writableLength + ((socket as SocketInternals)._handle?.writeQueueSize ?? 0)
+
+/** Whether the socket is writing an SSE stream, whose stalls its own bounds handle (Tap.ts). */
+const streaming = (socket: net.Socket) => /\r\ncontent-type: *text\/event-stream/i.test((socket as SocketInternals)._httpMessage?._header ?? "")
+
+/**
+ * Closes the connections whose sockets have held bytes of an answer for `stallMs` while the
+ * kernel took none of them (their clients read nothing). Looked at every quarter of `stallMs`
+ * (at most every CONNECTION_CHECK_MS): a socket's unsent bytes that shrank since the last look
+ * count as progress. Answers a stop function.
+ */
+const closeStalled = (sockets: ReadonlySet<net.Socket>, stallMs: number) => {
+  const watched = new Map<net.Socket, { unsent: number; since: number }>()
+  const look = () => {
+    const now = Date.now()
+    for (const [socket] of watched) if (!sockets.has(socket)) watched.delete(socket)
+    for (const socket of sockets) {
+      const unsent = unsentBytes(socket)
+      if (unsent === 0 || streaming(socket)) {
+        watched.delete(socket)
+        continue
+      }
+      const seen = watched.get(socket)
+      if (seen === undefined || unsent < seen.unsent) watched.set(socket, { unsent, since: now })
+      else if (now - seen.since >= stallMs) {
+        watched.delete(socket)
+        socket.destroy()
+      } else seen.unsent = unsent
+    }
+  }
+  const timer = setInterval(look, Math.max(10, Math.min(CONNECTION_CHECK_MS, Math.floor(stallMs / 4))))
+  timer.unref()
+  return () => clearInterval(timer)
+}
+
 export interface ConnectionGuard {
   /** Whether a request arrived on a connection accepted past the limit (only health is served there). */
   readonly onProbation: (socket: net.Socket) => boolean
@@ -109,8 +160,10 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   const timeouts = { ...limits, requestTimeoutMs: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs) }
   server.headersTimeout = timeouts.headersTimeoutMs
   server.requestTimeout = timeouts.requestTimeoutMs
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs
   server.on("clientError", onClientError(timeouts))
   const sockets = new Set<net.Socket>()
+  if (limits.responseStallMs > 0) server.once("close", closeStalled(sockets, limits.responseStallMs))
   /** Sockets on probation, oldest first. */
   const probation = new Set<net.Socket>()
   server.on("connection", (socket: net.Socket) => {

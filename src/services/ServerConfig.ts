@@ -7,7 +7,9 @@ import {
   COMMIT_LOG_BYTES,
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
+  KEEP_ALIVE_TIMEOUT_MS,
   PAGE_READS,
+  RESPONSE_STALL_MS,
   SSE_BACKLOG_BYTES,
   SSE_CLOSE_GRACE_MS,
   SSE_STALL_MS,
@@ -120,6 +122,13 @@ export interface ServerConfigShape {
   readonly headersTimeoutMs: number
   /** How long a whole request (headers and body) may take to arrive from its first byte, in milliseconds (then 408). */
   readonly requestTimeoutMs: number
+  /** How long an idle keep-alive connection is kept for its next request, in milliseconds. */
+  readonly keepAliveTimeoutMs: number
+  /**
+   * Milliseconds a connection may hold bytes of an answer (not an SSE stream) its client takes
+   * none of before it is closed and those bytes let go; 0: no bound.
+   */
+  readonly responseStallMs: number
   /** Events pages and transcripts built at once in the process; more wait their turn. */
   readonly pageReads: number
   /**
@@ -201,6 +210,8 @@ export const defaults: ServerConfigShape = {
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: KEEP_ALIVE_TIMEOUT_MS,
+  responseStallMs: RESPONSE_STALL_MS,
   pageReads: PAGE_READS,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
@@ -335,6 +346,18 @@ export const fromConfig = Config.all({
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
   requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
+  keepAliveTimeoutMs: timerMs(
+    "BRAIN_KEEP_ALIVE_TIMEOUT_MS",
+    1,
+    defaults.keepAliveTimeoutMs,
+    "how long an idle keep-alive connection is kept for its next request (longer than a load balancer's idle timeout)"
+  ),
+  responseStallMs: timerMs(
+    "BRAIN_RESPONSE_STALL_MS",
+    0,
+    defaults.responseStallMs,
+    "how long a connection may hold bytes of an answer its client takes none of before it is closed (0 = no bound)"
+  ),
   pageReads: positive("BRAIN_PAGE_READS", defaults.pageReads, "Events pages and transcripts built at once; more wait their turn"),
   idempotencyMaxAnswerBytes: wholeNumber(
     "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES",
@@ -415,6 +438,8 @@ export const fromConfig = Config.all({
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
     requestTimeoutMs: c.requestTimeoutMs,
+    keepAliveTimeoutMs: c.keepAliveTimeoutMs,
+    responseStallMs: c.responseStallMs,
     pageReads: c.pageReads,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),

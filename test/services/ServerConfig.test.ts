@@ -54,6 +54,16 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_PAGE_READS must be a whole number ≥ 1")
     }))
 
+  it.effect("BRAIN_KEEP_ALIVE_TIMEOUT_MS is 5 s unset and at least 1 ms; BRAIN_RESPONSE_STALL_MS, how long an answer may go untaken, is 30 s unset and 0 turns it off", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && [unset.right.keepAliveTimeoutMs, unset.right.responseStallMs]).toEqual([5_000, 30_000])
+      const set = yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "65000", BRAIN_RESPONSE_STALL_MS: "0" })
+      expect(Either.isRight(set) && [set.right.keepAliveTimeoutMs, set.right.responseStallMs]).toEqual([65_000, 0])
+      expect(Either.isLeft(yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "0" }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_RESPONSE_STALL_MS: "-1" }))).toBe(true)
+    }))
+
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
     Effect.gen(function*() {
       for (const token of ["", " ", "\t \n"]) {
@@ -110,7 +120,8 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",
     "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", "BRAIN_HOST_IDLE_EXPIRY_SECS",
-    "BRAIN_PAGE_READS"
+    "BRAIN_PAGE_READS",
+    "BRAIN_KEEP_ALIVE_TIMEOUT_MS", "BRAIN_RESPONSE_STALL_MS"
   ]
 
   it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
@@ -187,7 +198,7 @@ describe("ServerConfig from the environment", () => {
       for (const name of [
         "BRAIN_STAGED_OPENING_MS", "BRAIN_CANCEL_GRACE_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS",
         "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_MAX_WASM_COMPUTE_MS", "BRAIN_SSE_STALL_MS",
-        "BRAIN_SSE_CLOSE_GRACE_MS"
+        "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_KEEP_ALIVE_TIMEOUT_MS", "BRAIN_RESPONSE_STALL_MS"
       ]) {
         expect(Either.isRight(yield* read({ [name]: String(MAX) })), name).toBe(true)
         for (const bad of [String(MAX + 1), "1e23"]) {

@@ -1,0 +1,90 @@
+/**
+ * How long the transport keeps a connection, on a real server process and raw
+ * sockets (docs/operations.md, "Connections"):
+ *
+ * - a client that takes none of its answer for BRAIN_RESPONSE_STALL_MS loses its connection (and
+ *   the server the answer's bytes), while one that reads slowly throughout gets all of it;
+ * - an idle keep-alive connection lasts BRAIN_KEEP_ALIVE_TIMEOUT_MS.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, eventually, request, type ServerProcess, sleep, startServer } from "../support/server.js"
+import { connect, portOf, tcpEntry } from "../support/wire.js"
+
+describe("answers a client does not take, keep-alive", () => {
+  const STALL_MS = 1_500
+  const KEEP_ALIVE_MS = 1_500
+  let server: ServerProcess
+  beforeAll(async () => {
+    ensureBuilt()
+    server = await startServer({
+      env: {
+        BRAIN_RESPONSE_STALL_MS: String(STALL_MS),
+        BRAIN_KEEP_ALIVE_TIMEOUT_MS: String(KEEP_ALIVE_MS)
+      }
+    })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.dispose()
+  })
+
+  /** A session whose transcript is `bytes` long: its answer is larger than the kernel's socket buffers take. */
+  const largeTranscript = async (bytes: number) => {
+    const r = await request(server.baseUrl, "/v1/sessions", {
+      json: { model: { provider: "scripted" }, transcript: [{ role: "user", content: "x".repeat(bytes) }] }
+    })
+    expect(r.status, r.text).toBe(201)
+    return r.body.session_id as string
+  }
+
+  it("a client that takes none of a large answer has its connection closed after about BRAIN_RESPONSE_STALL_MS, its bytes let go; one that reads with pauses shorter than that gets all of it", async () => {
+    const id = await largeTranscript(12 * 1024 * 1024)
+    const port = portOf(server)
+    const ask = `GET /v1/sessions/${id}/transcript HTTP/1.1\r\nhost: brain\r\n\r\n`
+
+    const still = await connect(port)
+    still.socket.pause()
+    still.socket.write(ask)
+    // The answer fills the kernel's queues (and the rest waits in the server); once the server
+    // lets go of the connection, no process owns its side.
+    await eventually("the answer to start", async () => ((tcpEntry(port, still.socket.localPort!)?.tx ?? 0) > 0 ? true : undefined), 10_000, 20)
+    const asked = Date.now()
+    await eventually("the server's side to let go", async () => {
+      const entry = tcpEntry(port, still.socket.localPort!)
+      return entry === undefined || !entry.owned ? true : undefined
+    }, STALL_MS + 8_000, 50)
+    const elapsed = Date.now() - asked
+    expect(elapsed).toBeGreaterThanOrEqual(STALL_MS - 100)
+    still.socket.destroy()
+
+    const slow = await connect(port)
+    slow.socket.write(ask)
+    // Reads a while, pauses for a third of the stall bound, and again, until the whole answer is in.
+    for (;;) {
+      slow.socket.pause()
+      await sleep(STALL_MS / 3)
+      if (slow.responses().length > 0 || slow.ended) break
+      slow.socket.resume()
+      await sleep(50)
+    }
+    const [answer] = slow.responses()
+    expect(answer?.status).toBe(200)
+    expect(answer!.body.messages[0].content.length).toBe(12 * 1024 * 1024)
+    slow.socket.destroy()
+  })
+
+  it("an idle keep-alive connection is kept BRAIN_KEEP_ALIVE_TIMEOUT_MS for its next request, then closed", async () => {
+    const wire = await connect(portOf(server))
+    wire.socket.write("GET /health/live HTTP/1.1\r\nhost: brain\r\n\r\n")
+    await wire.until("the answer", () => wire.responses().length > 0)
+    const answered = Date.now()
+    await sleep(KEEP_ALIVE_MS / 2)
+    expect(wire.ended).toBe(false)
+    wire.socket.write("GET /health/live HTTP/1.1\r\nhost: brain\r\n\r\n")
+    await wire.until("the second answer", () => wire.responses().length > 1)
+    const again = Date.now()
+    await wire.until("the close", () => wire.ended, KEEP_ALIVE_MS + 5_000)
+    expect(Date.now() - again).toBeGreaterThanOrEqual(KEEP_ALIVE_MS - 100)
+    expect(again - answered).toBeLessThan(KEEP_ALIVE_MS)
+    wire.socket.destroy()
+  })
+})
