@@ -14,7 +14,17 @@
  *   charged to the body budget as they arrive (Middleware.ts), a slow body holds only what it has
  *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
- *   408 for headers or a body too slow (saying which), 400 for anything unparsable.
+ *   408 for headers or a body too slow (saying which), 400 for anything unparsable, 417 for an
+ *   `Expect` other than `100-continue`, 405 for CONNECT (this server is no proxy). A request
+ *   without `Host` is the gate's to refuse (Middleware.ts), in the same body.
+ * - Headers are bounded by their size (Node's 16 KiB), not by a count: Node would otherwise drop
+ *   the headers past its 2,000th without a word.
+ * - `Expect: 100-continue` is answered `100 Continue` only once the request's body is read: a
+ *   request refused as it stands (a declared length over the limit, a missing token, a draining
+ *   server) is answered before its client sends the body, and its connection closed (the client
+ *   sends no body to read past).
+ * - A client that closes its side after its requests (a half-close) still gets their answers;
+ *   the connection closes after the last.
  * - A connection whose socket holds bytes of an answer its client takes none of for
  *   `responseStallMs` is closed, and the bytes let go: otherwise a client that never reads holds
  *   its whole answer (an 8 MiB page, a transcript) for as long as it stays connected. SSE streams
@@ -24,6 +34,8 @@
 import type * as http from "node:http"
 import type * as net from "node:net"
 import * as fs from "node:fs"
+import { type ApiError, InvalidRequest, MethodNotAllowed } from "../domain/Errors.js"
+import { bodyOf, withIssues } from "./Errors.js"
 
 /** Connections. Accepted past the limit on probation, so that health checks still get in. */
 export const OVERFLOW_CONNECTIONS = 64
@@ -66,11 +78,15 @@ export const fitToFileLimit = (wanted: { readonly connections: number; readonly 
   return { connections: Math.min(wanted.connections, share), journalFiles: Math.min(wanted.journalFiles, share) }
 }
 
-/** An `invalid_request` written straight to the socket, its issue the request as a whole (docs/api.md, Errors). */
-const rawAnswer = (status: number, reason: string, message: string, retryable: boolean) => {
-  const body = JSON.stringify({ code: "invalid_request", message, retryable, details: [{ path: [], message }] })
-  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+/** A refusal written straight to the socket in Brain's error body (docs/api.md, Errors); the connection closes after it. */
+const rawRefusal = (status: number, reason: string, refusal: ApiError, headers = "") => {
+  const body = bodyOf(withIssues(refusal))
+  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${headers}connection: close\r\n\r\n${body}`
 }
+
+/** An `invalid_request`, its issue the request as a whole, written straight to the socket. */
+const rawAnswer = (status: number, reason: string, message: string, retryable: boolean) =>
+  rawRefusal(status, reason, new InvalidRequest({ message, retryable }))
 
 /**
  * What Node keeps on a socket (not in its types): the request being parsed, once its headers
@@ -101,6 +117,49 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
     ? rawAnswer(431, "Request Header Fields Too Large", "the request's headers are too large", false)
     : rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
   socket.end(answer)
+}
+
+/** Answers an `Expect` other than `100-continue` (RFC 9110 §10.1.1: 417), where Node would answer with no body. */
+const onUnknownExpectation = (request: http.IncomingMessage, response: http.ServerResponse) => {
+  const message = `the Expect header ${JSON.stringify(request.headers.expect ?? "")} is not understood: only 100-continue is`
+  const body = bodyOf(withIssues(new InvalidRequest({ message, details: [{ path: ["expect"], message }] })))
+  response.shouldKeepAlive = false
+  response.writeHead(417, { "content-type": "application/json", "content-length": Buffer.byteLength(body) })
+  response.end(body)
+}
+
+/** Answers CONNECT, which Node would meet by closing the connection in silence: this server is no proxy. */
+const onConnect = (_request: http.IncomingMessage, socket: net.Socket) => {
+  const refusal = new MethodNotAllowed({ message: "CONNECT is not served: this server is no proxy", details: { allow: [] } })
+  socket.end(rawRefusal(405, "Method Not Allowed", refusal, "allow: \r\n"))
+}
+
+/** Node's `IncomingMessage._read`, which every way of reading a request's body goes through. */
+type ReadBody = (this: http.IncomingMessage, size: number) => void
+
+/**
+ * Passes a request with `Expect: 100-continue` on to the `request` listeners, and answers
+ * `100 Continue` only when its body is first read. A final answer that comes first (a refusal as
+ * the request stands) closes the connection: the client, told before it sent the body, sends none
+ * to read past. A request that declares no body is passed on as it is.
+ */
+const continueOnRead = (server: http.Server) => (request: http.IncomingMessage, response: http.ServerResponse) => {
+  const declared = request.headers["content-length"]
+  if ((declared !== undefined && declared !== "0") || request.headers["transfer-encoding"] !== undefined) {
+    const keepAlive = response.shouldKeepAlive
+    response.shouldKeepAlive = false
+    const target = request as unknown as { _read: ReadBody }
+    const read = target._read
+    target._read = function(size) {
+      delete (target as { _read?: ReadBody })._read
+      if (!response.headersSent) {
+        response.shouldKeepAlive = keepAlive
+        response.writeContinue()
+      }
+      read.call(this, size)
+    }
+  }
+  server.emit("request", request, response)
 }
 
 /** What Node keeps on a socket (not in its types): libuv's queue of bytes not yet taken by the kernel, and the response being written. */
@@ -161,7 +220,16 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   server.headersTimeout = timeouts.headersTimeoutMs
   server.requestTimeout = timeouts.requestTimeoutMs
   server.keepAliveTimeout = limits.keepAliveTimeoutMs
+  // Bounded by the headers' size (maxHeaderSize) instead, so none is dropped without a word.
+  server.maxHeadersCount = 0
+  // The gate refuses a request without Host in Brain's body; Node's own refusal has none.
+  ;(server as { requireHostHeader?: boolean }).requireHostHeader = false
+  // A half-closed client still gets the answers to the requests it sent.
+  ;(server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true
   server.on("clientError", onClientError(timeouts))
+  server.on("checkExpectation", onUnknownExpectation)
+  server.on("checkContinue", continueOnRead(server))
+  server.on("connect", onConnect)
   const sockets = new Set<net.Socket>()
   if (limits.responseStallMs > 0) server.once("close", closeStalled(sockets, limits.responseStallMs))
   /** Sockets on probation, oldest first. */

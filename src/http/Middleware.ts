@@ -105,6 +105,65 @@ const WHILE_DRAINING = /^(POST \/v1\/hosts\/[^/]+\/(results|events)|POST \/v1\/s
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
 
+/**
+ * Whether a request's headers carry what the gate refuses before it reads a body (checkHeaders,
+ * checkCodings): no Host, a repeated Idempotency-Key, a Content-Encoding. One constant check,
+ * for the listener that takes requests at the socket (SocketRoutes.ts) to pass such a request on.
+ */
+export const oddHeaders = (headers: IncomingMessage["headers"]): boolean => {
+  const key = headers["idempotency-key"]
+  return headers.host === undefined || headers["content-encoding"] !== undefined ||
+    (key !== undefined && key.includes(","))
+}
+
+/** How many times a header (by its lower-case name) appears among the raw headers. */
+const countOf = (raw: ReadonlyArray<string>, name: string) => {
+  let n = 0
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === name) n++
+  return n
+}
+
+/**
+ * The header refusals, before auth and routing: an HTTP/1.1 request without Host (RFC 9112
+ * §3.2: 400); an Idempotency-Key sent twice (Node joins the two with ", " into one key nobody
+ * sent: 400). Undefined when none applies.
+ */
+const checkHeaders = (incoming: IncomingMessage) => {
+  const headers = incoming.headers
+  if (headers.host === undefined && incoming.httpVersionMajor === 1 && incoming.httpVersionMinor >= 1) {
+    const message = "an HTTP/1.1 request must carry a Host header (RFC 9112 §3.2)"
+    return invalid(message, [{ path: ["host"], message: "is missing" }])
+  }
+  const key = headers["idempotency-key"]
+  if (key !== undefined && key.includes(",") && countOf(incoming.rawHeaders, "idempotency-key") > 1) {
+    return invalid("the Idempotency-Key header is sent more than once: send one key", [
+      { path: ["idempotency-key"], message: "appears more than once" }
+    ])
+  }
+  return undefined
+}
+
+/**
+ * A body's codings, before it is read: a content coding Brain does not decode (RFC 9110 §8.4.1:
+ * 415), or a transfer coding other than chunked (400: Brain would read it as no other; RFC 9112
+ * §6.1 suggests 501, a status Brain's error codes do not have). Undefined when the body is read as it is.
+ */
+const checkCodings = (headers: IncomingMessage["headers"]) => {
+  const coding = headers["content-encoding"]
+  if (coding !== undefined && coding.trim().toLowerCase() !== "identity") {
+    return new UnsupportedMediaType({
+      message: `the body's Content-Encoding ${JSON.stringify(coding)} is not accepted: send the body as it is (identity), with no Content-Encoding`,
+      details: { content_encoding: coding }
+    })
+  }
+  const transfer = headers["transfer-encoding"]
+  if (transfer !== undefined && transfer.trim().toLowerCase() !== "chunked") {
+    const message = `the Transfer-Encoding ${JSON.stringify(transfer)} is not understood: only chunked is`
+    return invalid(message, [{ path: ["transfer-encoding"], message: "only chunked is understood" }])
+  }
+  return undefined
+}
+
 /** The token of an `Authorization: Bearer <token>` header; the scheme is case-insensitive (RFC 7235). */
 export const bearerToken = (header: string | undefined) => {
   const m = /^bearer +(\S+) *$/i.exec(header ?? "")
@@ -121,7 +180,10 @@ export const gate = (options: GateOptions) => {
       const request = yield* HttpServerRequest.HttpServerRequest
       const path = request.url.split("?")[0]!
       const health = path.startsWith("/health/")
-      if (options.onProbation?.(NodeHttpServerRequest.toIncomingMessage(request).socket)) {
+      const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+      const odd = checkHeaders(incoming)
+      if (odd !== undefined) return yield* Effect.fail(odd)
+      if (options.onProbation?.(incoming.socket)) {
         if (!health) {
           return yield* Effect.fail(
             new Overloaded({ message: "the server holds its maximum of connections (BRAIN_MAX_CONNECTIONS); try again later" })
@@ -153,6 +215,8 @@ export const gate = (options: GateOptions) => {
         if (options.draining() && !WHILE_DRAINING.test(`${request.method} ${path}`)) {
           return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
         }
+        const coded = checkCodings(incoming.headers)
+        if (coded !== undefined) return yield* Effect.fail(coded)
         const declared = request.headers["content-length"]
         if (declared !== undefined && Number(declared) > options.maxRequestBytes) {
           return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))

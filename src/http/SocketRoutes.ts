@@ -11,7 +11,8 @@
  * The contract stays in one place, the gate and HttpApi: anything this listener does not take as
  * it is goes to the platform's handler, which answers it as it answers every request —
  *
- * - before the body is read: another route, a socket on probation, a send whose token does not
+ * - before the body is read: another route, a socket on probation, headers the gate refuses
+ *   before anything else (no Host, a repeated Idempotency-Key, a Content-Encoding), a send whose token does not
  *   match (a host's results carry the host's own token, which their handler checks), a send
  *   while the server drains, a media type other than JSON, no or an oversized
  *   `content-length`;
@@ -42,7 +43,7 @@ import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, busyBodies, digest, type GateOptions, preRead, shapeError } from "./Middleware.js"
+import { bearerToken, busyBodies, digest, type GateOptions, oddHeaders, preRead, shapeError } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -101,7 +102,7 @@ export const socketListener = (
 
   /** Whether the gate would admit this request to `route` as it stands, before its body. */
   const admits = (request: http.IncomingMessage, route: SocketRoute): boolean => {
-    if (options.onProbation?.(request.socket)) return false
+    if (options.onProbation?.(request.socket) || oddHeaders(request.headers)) return false
     if (route.serverToken && expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) {
       return false
     }

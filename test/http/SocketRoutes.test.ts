@@ -67,15 +67,24 @@ const start = async (options: { token?: string; draining?: boolean; probation?: 
     Runtime.defaultRuntime,
     platform
   )
-  const server = http.createServer(listener)
+  // As the real listener (Connections.ts): a request without Host reaches the listeners, for the gate to refuse.
+  const server = http.createServer({ requireHostHeader: false }, listener)
   servers.push(server)
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
   return { port: (server.address() as AddressInfo).port, passed, bodies }
 }
 
-const post = (port: number, path: string, body: string, headers: Record<string, string> = {}) =>
+/** A POST; a `host` header given as "" is left out (no Host at all). */
+const post = (port: number, path: string, body: string, { host, ...headers }: Record<string, string> = {}) =>
   new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = http.request({ port, host: "127.0.0.1", path, method: "POST", headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)), ...headers } })
+    const req = http.request({
+      port,
+      host: "127.0.0.1",
+      path,
+      method: "POST",
+      setHost: host !== "",
+      headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)), ...(host ? { host } : {}), ...headers }
+    })
     req.on("response", (res) => {
       let text = ""
       res.on("data", (d) => (text += d))
@@ -96,7 +105,7 @@ describe("the routes taken at the socket: sends", () => {
     expect(bodies.inUse).toBe(0)
   })
 
-  it("passes on, unread, every request the gate must judge before a body: another route, a wrong token, draining, probation, no JSON media type, no or an oversized length", async () => {
+  it("passes on, unread, every request the gate must judge before a body: another route, a wrong token, draining, probation, no JSON media type, no or an oversized length, a Content-Encoding, a repeated Idempotency-Key, no Host", async () => {
     const oversized = JSON.stringify({ input: { message: "x".repeat(20_000) } })
     const cases: ReadonlyArray<{ what: string; options?: Parameters<typeof start>[0]; path?: string; headers?: Record<string, string>; body?: string; chunked?: true }> = [
       { what: "another route", path: `/v1/sessions/${ID}/cancel` },
@@ -106,7 +115,11 @@ describe("the routes taken at the socket: sends", () => {
       { what: "a socket on probation", options: { probation: true } },
       { what: "text/plain", headers: { "content-type": "text/plain" } },
       { what: "chunked", chunked: true },
-      { what: "oversized", body: oversized }
+      { what: "oversized", body: oversized },
+      { what: "a content coding", headers: { "content-encoding": "gzip" } },
+      { what: "a content coding named identity", headers: { "content-encoding": "identity" } },
+      { what: "two Idempotency-Keys (joined by Node into one with a comma)", headers: { "idempotency-key": "a, b" } },
+      { what: "no Host", headers: { host: "" } }
     ]
     for (const c of cases) {
       const s = await start(c.options)
