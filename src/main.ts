@@ -54,7 +54,7 @@ import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts, type HostsShape } from "./services/Hosts.js"
 import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
-import { interruptWaitMs, type ServerConfigShape } from "./services/ServerConfig.js"
+import { interruptWaitMs, reservedConnections, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
@@ -278,6 +278,14 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
         new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN (set and not blank)` })
       )
     }
+    const reserved = reservedConnections(config)
+    if (reserved >= config.maxConnections) {
+      return yield* Effect.fail(
+        new StartupRefused({
+          reason: `BRAIN_RESERVED_CONNECTIONS (${reserved}) must be below BRAIN_MAX_CONNECTIONS (${config.maxConnections}): SSE streams would get no connection`
+        })
+      )
+    }
     const signalled = yield* firstSignal
     const server = http.createServer({ connectionsCheckingInterval: CONNECTION_CHECK_MS })
     const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
@@ -285,8 +293,13 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
       yield* Effect.logWarning(
         `the open-file limit (${openFileLimit()}) allows ${fitted.connections} connections and ${fitted.journalFiles} open journal files; raise it (ulimit -n) to serve BRAIN_MAX_CONNECTIONS (${config.maxConnections})`
       )
+      if (reserved >= fitted.connections) {
+        yield* Effect.logWarning(
+          `BRAIN_RESERVED_CONNECTIONS (${reserved}) keeps every connection the open-file limit allows from SSE streams: every stream is refused`
+        )
+      }
     }
-    const admission = new Admission()
+    const admission = new Admission({ streams: Math.max(0, fitted.connections - reserved), reserved })
     const guard = guardConnections(server, {
       maxConnections: fitted.connections,
       headersTimeoutMs: config.headersTimeoutMs,

@@ -3,7 +3,7 @@
  * shape answers. Every mutating route runs under its Idempotency-Key.
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
-import { Deferred, Effect, Either, FiberId, Layer, ParseResult, Schema } from "effect"
+import { Deferred, Effect, Either, FiberId, Layer, ParseResult, Schema, type Scope } from "effect"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import {
@@ -32,14 +32,43 @@ import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
 
-/** Whether the server is draining (the gate refuses new work, readiness answers 503), and the
- * signal that ends long-lived streams when it stops. */
+/** What an Admission bounds: SSE streams, by the connections not kept for other requests. */
+export interface StreamConnections {
+  /** Connections SSE streams may hold at most: the connections served less the reserve. */
+  readonly streams: number
+  /** Connections kept for requests other than SSE streams (BRAIN_RESERVED_CONNECTIONS). */
+  readonly reserved: number
+}
+
+/**
+ * Whether the server is draining (the gate refuses new work, readiness answers 503), the signal
+ * that ends long-lived streams when it stops, and the SSE streams it holds: each is a connection,
+ * and streams never take the last `reserved` ones, so that they cannot lock every other client
+ * out (a stream holds its connection for as long as its reader stays).
+ */
 export class Admission {
   draining = false
   readonly stopped = Deferred.unsafeMake<void>(FiberId.none)
+  private streams = 0
+  constructor(readonly connections: StreamConnections = { streams: Number.POSITIVE_INFINITY, reserved: 0 }) {}
   stop() {
     Deferred.unsafeDone(this.stopped, Effect.void)
   }
+  /** Takes a stream's connection for as long as the scope (the response) lasts; refused 503 when streams hold all they may. */
+  readonly stream: Effect.Effect<void, Overloaded, Scope.Scope> = Effect.acquireRelease(
+    Effect.suspend(() => {
+      if (this.streams >= this.connections.streams) {
+        return Effect.fail(
+          new Overloaded({
+            message: `SSE streams hold all the connections they may (${this.connections.streams}): the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`
+          })
+        )
+      }
+      this.streams++
+      return Effect.void
+    }),
+    () => Effect.sync(() => void this.streams--)
+  )
 }
 
 /** Resumes on a later turn of the event loop: what waits for I/O (a health check, other sessions' requests) goes first. */
@@ -236,6 +265,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
               }
               after = Math.max(after ?? 0, Number(lastId))
             }
+            yield* admission.stream
             return yield* sseResponse(sessions, path.id, after ?? 0, admission.stopped)
           }
           return yield* pageTurn(Effect.flatMap(

@@ -184,7 +184,8 @@ export const gate = (options: GateOptions) => {
       const odd = checkHeaders(incoming)
       if (odd !== undefined) return yield* Effect.fail(odd)
       if (options.onProbation?.(incoming.socket)) {
-        if (!health) {
+        // Not ready while a new client would be refused: live, but every connection is taken.
+        if (!health || path === "/health/ready") {
           return yield* Effect.fail(
             new Overloaded({ message: "the server holds its maximum of connections (BRAIN_MAX_CONNECTIONS); try again later" })
           )

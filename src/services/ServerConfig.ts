@@ -129,6 +129,12 @@ export interface ServerConfigShape {
    * none of before it is closed and those bytes let go; 0: no bound.
    */
   readonly responseStallMs: number
+  /**
+   * Connections SSE streams never take, kept for every other request: a stream beyond
+   * `maxConnections` minus these is refused 503. Undefined = a quarter of `maxConnections`
+   * (`reservedConnections`).
+   */
+  readonly reservedConnections: number | undefined
   /** Events pages and transcripts built at once in the process; more wait their turn. */
   readonly pageReads: number
   /**
@@ -172,6 +178,10 @@ export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig
 export const interruptWaitMs = (c: Pick<ServerConfigShape, "cancelGraceMs" | "cleanupDeadlineMs">): number =>
   2 * c.cancelGraceMs + c.cleanupDeadlineMs
 
+/** The connections SSE streams never take (BRAIN_RESERVED_CONNECTIONS; unset: a quarter of the connections). */
+export const reservedConnections = (c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">): number =>
+  c.reservedConnections ?? Math.floor(c.maxConnections / 4)
+
 export const defaults: ServerConfigShape = {
   maxModelCalls: 128,
   maxModelMs: 300 * 1000,
@@ -212,6 +222,7 @@ export const defaults: ServerConfigShape = {
   requestTimeoutMs: 60_000,
   keepAliveTimeoutMs: KEEP_ALIVE_TIMEOUT_MS,
   responseStallMs: RESPONSE_STALL_MS,
+  reservedConnections: undefined,
   pageReads: PAGE_READS,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
@@ -358,6 +369,11 @@ export const fromConfig = Config.all({
     defaults.responseStallMs,
     "how long a connection may hold bytes of an answer its client takes none of before it is closed (0 = no bound)"
   ),
+  reservedConnections: optionalAtLeast(
+    "BRAIN_RESERVED_CONNECTIONS",
+    0,
+    "connections SSE streams never take, kept for other requests (unset: a quarter of BRAIN_MAX_CONNECTIONS)"
+  ),
   pageReads: positive("BRAIN_PAGE_READS", defaults.pageReads, "Events pages and transcripts built at once; more wait their turn"),
   idempotencyMaxAnswerBytes: wholeNumber(
     "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES",
@@ -440,6 +456,7 @@ export const fromConfig = Config.all({
     requestTimeoutMs: c.requestTimeoutMs,
     keepAliveTimeoutMs: c.keepAliveTimeoutMs,
     responseStallMs: c.responseStallMs,
+    reservedConnections: Option.getOrUndefined(c.reservedConnections),
     pageReads: c.pageReads,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),

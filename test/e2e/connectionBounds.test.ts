@@ -1,25 +1,32 @@
 /**
- * How long the transport keeps a connection, on a real server process and raw
+ * How long and how many connections the transport keeps, on a real server process and raw
  * sockets (docs/operations.md, "Connections"):
  *
  * - a client that takes none of its answer for BRAIN_RESPONSE_STALL_MS loses its connection (and
  *   the server the answer's bytes), while one that reads slowly throughout gets all of it;
+ * - SSE streams never take the connections kept for other requests (BRAIN_RESERVED_CONNECTIONS),
+ *   and `/health/ready` says 503 while a new client would be refused;
  * - an idle keep-alive connection lasts BRAIN_KEEP_ALIVE_TIMEOUT_MS.
  */
+import * as http from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, eventually, request, type ServerProcess, sleep, startServer } from "../support/server.js"
-import { connect, portOf, tcpEntry } from "../support/wire.js"
+import { connect, exchange, expectBrainError, portOf, tcpEntry } from "../support/wire.js"
 
-describe("answers a client does not take, keep-alive", () => {
+describe("answers a client does not take, connections SSE streams may not take, keep-alive", () => {
   const STALL_MS = 1_500
   const KEEP_ALIVE_MS = 1_500
+  const MAX_CONNECTIONS = 10
+  const RESERVED = 4
   let server: ServerProcess
   beforeAll(async () => {
     ensureBuilt()
     server = await startServer({
       env: {
         BRAIN_RESPONSE_STALL_MS: String(STALL_MS),
-        BRAIN_KEEP_ALIVE_TIMEOUT_MS: String(KEEP_ALIVE_MS)
+        BRAIN_KEEP_ALIVE_TIMEOUT_MS: String(KEEP_ALIVE_MS),
+        BRAIN_MAX_CONNECTIONS: String(MAX_CONNECTIONS),
+        BRAIN_RESERVED_CONNECTIONS: String(RESERVED)
       }
     })
   }, 120_000)
@@ -70,6 +77,51 @@ describe("answers a client does not take, keep-alive", () => {
     expect(answer?.status).toBe(200)
     expect(answer!.body.messages[0].content.length).toBe(12 * 1024 * 1024)
     slow.socket.destroy()
+  })
+
+  it(`SSE streams take at most BRAIN_MAX_CONNECTIONS − BRAIN_RESERVED_CONNECTIONS (${MAX_CONNECTIONS - RESERVED}) connections: the next is refused 503 naming the setting, and other requests are still served`, async () => {
+    const id = (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body.session_id as string
+    const streams: Array<http.ClientRequest> = []
+    const open = () =>
+      new Promise<http.IncomingMessage>((resolve, reject) => {
+        const req = http.get(`${server.baseUrl}/v1/sessions/${id}/events?after=0`, { headers: { accept: "text/event-stream" }, agent: false }, resolve)
+        req.on("error", reject)
+        streams.push(req)
+      })
+    try {
+      for (let i = 0; i < MAX_CONNECTIONS - RESERVED; i++) expect((await open()).statusCode).toBe(200)
+      const refused = await open()
+      expect(refused.statusCode).toBe(503)
+      const text = await new Promise<string>((resolve) => {
+        let t = ""
+        refused.setEncoding("utf8")
+        refused.on("data", (c: string) => (t += c))
+        refused.on("end", () => resolve(t))
+      })
+      expect(JSON.parse(text)).toMatchObject({ code: "overloaded", retryable: true, message: expect.stringContaining("BRAIN_RESERVED_CONNECTIONS") })
+      const summary = await request(server.baseUrl, `/v1/sessions/${id}`)
+      expect(summary.status, summary.text).toBe(200)
+      expect((await request(server.baseUrl, "/health/ready")).status).toBe(204)
+    } finally {
+      for (const s of streams) s.destroy()
+    }
+  })
+
+  it("/health/ready answers 503 while every connection is taken (a new client would be refused), /health/live 204; ready again once they go", async () => {
+    const port = portOf(server)
+    const held = await Promise.all(Array.from({ length: MAX_CONNECTIONS }, () => connect(port)))
+    try {
+      // Each holds its connection: a request in flight would free it soon, so these just hold it open.
+      await sleep(100)
+      const [ready] = await exchange(port, "GET /health/ready HTTP/1.1\r\nhost: brain\r\n\r\n")
+      expectBrainError(ready, 503, "overloaded")
+      expect(ready!.body.message).toContain("BRAIN_MAX_CONNECTIONS")
+      const [live] = await exchange(port, "GET /health/live HTTP/1.1\r\nhost: brain\r\n\r\n")
+      expect(live?.status).toBe(204)
+    } finally {
+      for (const h of held) h.socket.destroy()
+    }
+    await eventually("ready again", async () => ((await request(server.baseUrl, "/health/ready")).status === 204 ? true : undefined))
   })
 
   it("an idle keep-alive connection is kept BRAIN_KEEP_ALIVE_TIMEOUT_MS for its next request, then closed", async () => {

@@ -196,7 +196,7 @@ describe("auth", () => {
 })
 
 describe("start-up failures say what and why", () => {
-  it("a port in use, a host that does not resolve, a blank token beyond loopback, a bad setting, an idempotency store that cannot open: each exits 1 naming the cause", async () => {
+  it("a port in use, a host that does not resolve, a blank token beyond loopback, a bad setting, an idempotency store that cannot open, a connection reserve that leaves SSE streams none: each exits 1 naming the cause", async () => {
     ensureBuilt()
     const holder = await startServer({ entry: "product" })
     // A data directory whose idempotency store cannot be created: a file where its directory goes.
@@ -210,7 +210,8 @@ describe("start-up failures say what and why", () => {
       [{ BRAIN_LISTEN: "no-such-host.invalid:4000", BRAIN_API_TOKEN: "t" }, /does not resolve.*ENOTFOUND|could not be resolved/],
       [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /beyond loopback without BRAIN_API_TOKEN/],
       [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*whole number.*soon/],
-      [{ BRAIN_DATA_DIR: blocked.dataDir }, /idempotency store cannot be opened.*EEXIST/]
+      [{ BRAIN_DATA_DIR: blocked.dataDir }, /idempotency store cannot be opened.*EEXIST/],
+      [{ BRAIN_MAX_CONNECTIONS: "10", BRAIN_RESERVED_CONNECTIONS: "10" }, /BRAIN_RESERVED_CONNECTIONS \(10\) must be below BRAIN_MAX_CONNECTIONS \(10\)/]
     ]
     try {
       for (const [env, expected] of cases) {

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { describeConfigError } from "../../src/cli/serve.js"
-import { fromConfig } from "../../src/services/ServerConfig.js"
+import { fromConfig, reservedConnections } from "../../src/services/ServerConfig.js"
 
 const read = (env: Record<string, string>) =>
   Effect.either(Effect.withConfigProvider(fromConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
@@ -62,6 +62,18 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isRight(set) && [set.right.keepAliveTimeoutMs, set.right.responseStallMs]).toEqual([65_000, 0])
       expect(Either.isLeft(yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "0" }))).toBe(true)
       expect(Either.isLeft(yield* read({ BRAIN_RESPONSE_STALL_MS: "-1" }))).toBe(true)
+    }))
+
+  it.effect("BRAIN_RESERVED_CONNECTIONS is unset by default, which keeps a quarter of BRAIN_MAX_CONNECTIONS from SSE streams; set, it is 0 or more", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && [unset.right.reservedConnections, reservedConnections(unset.right)]).toEqual([undefined, 256])
+      const small = yield* read({ BRAIN_MAX_CONNECTIONS: "10" })
+      expect(Either.isRight(small) && reservedConnections(small.right)).toBe(2)
+      const none = yield* read({ BRAIN_RESERVED_CONNECTIONS: "0" })
+      expect(Either.isRight(none) && reservedConnections(none.right)).toBe(0)
+      const bad = yield* read({ BRAIN_RESERVED_CONNECTIONS: "-1" })
+      expect(Either.isLeft(bad) && describeConfigError(bad.left)).toContain("BRAIN_RESERVED_CONNECTIONS must be a whole number ≥ 0")
     }))
 
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
@@ -121,7 +133,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",
     "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS", "BRAIN_HOST_IDLE_EXPIRY_SECS",
     "BRAIN_PAGE_READS",
-    "BRAIN_KEEP_ALIVE_TIMEOUT_MS", "BRAIN_RESPONSE_STALL_MS"
+    "BRAIN_KEEP_ALIVE_TIMEOUT_MS", "BRAIN_RESPONSE_STALL_MS", "BRAIN_RESERVED_CONNECTIONS"
   ]
 
   it.effect("an empty or blank value of any numeric setting is refused, naming the setting and the value, never read as 0", () =>
