@@ -23,8 +23,12 @@
  *   request refused as it stands (a declared length over the limit, a missing token, a draining
  *   server) is answered before its client sends the body, and its connection closed (the client
  *   sends no body to read past).
- * - A client that closes its side after its requests (a half-close) still gets their answers;
- *   the connection closes after the last.
+ * - A client that closes its side after a request that changes something (a half-close: `nc -N`,
+ *   some proxies) still gets its answer, and the ones after it; the connection closes after the
+ *   last. Its turn ran: dropping the answer left an unkeyed client no way to learn the outcome. A
+ *   read in flight (GET, HEAD) is abandoned as Node abandons every request, as a client gone: it
+ *   is asked again at no cost, and an SSE stream, which waits for its reader for ever, or a page
+ *   still waiting its turn, must not hold its connection and its place for a client that left.
  * - A connection whose socket holds bytes of an answer its client takes none of for
  *   `responseStallMs` is closed, and the bytes let go: otherwise a client that never reads holds
  *   its whole answer (an 8 MiB page, a transcript) for as long as it stays connected. SSE streams
@@ -165,7 +169,16 @@ const continueOnRead = (server: http.Server) => (request: http.IncomingMessage, 
 /** What Node keeps on a socket (not in its types): libuv's queue of bytes not yet taken by the kernel, and the response being written. */
 interface SocketInternals {
   readonly _handle?: { readonly writeQueueSize?: number } | null
-  readonly _httpMessage?: { readonly _header?: string | null } | null
+  readonly _httpMessage?: { readonly _header?: string | null; readonly req?: { readonly method?: string } } | null
+}
+
+/**
+ * The client closed its side (Node, told to allow it, has marked the answer in flight as the
+ * connection's last): a read in flight is abandoned, the connection closed.
+ */
+const onClientEnd = (socket: net.Socket) => () => {
+  const method = (socket as SocketInternals)._httpMessage?.req?.method
+  if (method === "GET" || method === "HEAD") socket.destroy()
 }
 
 /** Bytes of answers a socket holds that the kernel has not taken (Node's buffer and libuv's queue; a write in flight counts in both). */
@@ -224,7 +237,7 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   server.maxHeadersCount = 0
   // The gate refuses a request without Host in Brain's body; Node's own refusal has none.
   ;(server as { requireHostHeader?: boolean }).requireHostHeader = false
-  // A half-closed client still gets the answers to the requests it sent.
+  // A half-closed client still gets the answer to a request that changed something (onClientEnd).
   ;(server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true
   server.on("clientError", onClientError(timeouts))
   server.on("checkExpectation", onUnknownExpectation)
@@ -236,6 +249,7 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   const probation = new Set<net.Socket>()
   server.on("connection", (socket: net.Socket) => {
     sockets.add(socket)
+    socket.once("end", onClientEnd(socket))
     socket.once("close", () => {
       sockets.delete(socket)
       probation.delete(socket)

@@ -107,6 +107,31 @@ describe("answers a client does not take, connections SSE streams may not take, 
     }
   })
 
+  it("a read whose client closes its sending side is abandoned as a client gone: an SSE stream ends at once and gives its connection back, though the client could still read", async () => {
+    const id = (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body.session_id as string
+    const port = portOf(server)
+    const streams = await Promise.all(Array.from({ length: MAX_CONNECTIONS - RESERVED }, async () => {
+      const wire = await connect(port, { allowHalfOpen: true })
+      wire.socket.write(`GET /v1/sessions/${id}/events?after=0 HTTP/1.1\r\nhost: brain\r\naccept: text/event-stream\r\n\r\n`)
+      await wire.until("the stream's 200", () => wire.responses().length > 0 || wire.received().includes("200 OK"))
+      return wire
+    }))
+    try {
+      const [leaving, ...staying] = streams
+      leaving!.socket.end()
+      await leaving!.until("the server to end the stream", () => leaving!.ended, 5_000)
+      // Its connection is free for another stream at once; the others go on.
+      const next = await connect(port)
+      next.socket.write(`GET /v1/sessions/${id}/events?after=0 HTTP/1.1\r\nhost: brain\r\naccept: text/event-stream\r\n\r\n`)
+      await next.until("the next stream's 200", () => next.received().includes("200 OK") || next.received().includes("503"))
+      expect(next.received().toString("latin1").slice(0, 600)).toContain("200 OK")
+      next.socket.destroy()
+      expect(staying.every((w) => !w.ended)).toBe(true)
+    } finally {
+      for (const w of streams) w.socket.destroy()
+    }
+  })
+
   it("/health/ready answers 503 while every connection is taken (a new client would be refused), /health/live 204; ready again once they go", async () => {
     const port = portOf(server)
     const held = await Promise.all(Array.from({ length: MAX_CONNECTIONS }, () => connect(port)))
