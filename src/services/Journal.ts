@@ -158,11 +158,21 @@ export interface JournalShape {
    * ahead of its records, in the same atomic write, durable with it or not at all. Until then no
    * read, `lastSequence` or subscriber sees them, and the session is kept open in memory. For
    * records that promise nothing until what follows them is written: a sync send's turn opening
-   * rides on the turn's first effect. When the session has appends in flight (or records already
-   * staged) they are appended instead, and this resolves once they are durable. Bad input is
-   * refused as `append` refuses it; `reset` and `remove` drop what is staged.
+   * rides on the turn's first effect. Records staged while others are (and no append is in
+   * flight) join them, after them. When the session has appends in flight they are appended
+   * instead, and this resolves once they are durable. Bad input is refused as `append` refuses
+   * it; `reset` and `remove` drop what is staged.
    */
   readonly stage: (session: SessionId, entries: ReadonlyArray<Entry>) => Effect.Effect<Staged, JournalAppendError>
+  /**
+   * `stage` without an effect, where the journal can stage at once: the staged records, as `stage`
+   * answers them. Undefined, having done nothing, in every other case (the session not open in
+   * memory, an append in flight, bad input, a broken session, a journal that does not offer it,
+   * or one decorating another's `stage`): the caller then runs `stage`, which answers for it. For
+   * the save riding on a loop's host call, which every text turn makes (docs/abi.md, "A save that
+   * rides on a call").
+   */
+  readonly stageNow?: (session: SessionId, entries: ReadonlyArray<Entry>) => ReadonlyArray<JournalRecord> | undefined
   /**
    * Writes what is staged on the session on its own (one atomic append of the staged records),
    * and resolves once it is durable; with nothing staged (or already written) it writes nothing.

@@ -265,16 +265,64 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b", "c", "d"])
       }))
 
-    it.scoped("a stage while records are staged appends at once, after them; bad input to stage is refused and stages nothing", () =>
+    it.scoped("a stage while records are staged and nothing else is in flight joins them: the sequences after theirs, their time, nothing durable yet, all written ahead of the next append; bad input to stage is refused and stages nothing", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness
         const s = yield* mintSessionId
         yield* journal.create(s)
         const refused = yield* Effect.either(journal.stage(s, [entry("kv_put", { nope: true } as never)]))
         expect(Either.isLeft(refused) && refused.left._tag).toBe("RecordRejected")
-        expect(yield* journal.stage(s, [kv("a", 0)])).toMatchObject({ _tag: "Staged" })
+        const first = yield* journal.stage(s, [kv("a", 0), kv("b", 1)])
+        const second = yield* journal.stage(s, [kv("c", 2)])
+        expect(first._tag).toBe("Staged")
+        expect(second._tag).toBe("Staged")
+        const staged = [...(first._tag === "Staged" ? first.records : []), ...(second._tag === "Staged" ? second.records : [])]
+        expect(staged.map((r) => [r.sequence, r.payload.key])).toEqual([[1, "a"], [2, "b"], [3, "c"]])
+        expect(new Set(staged.map((r) => r.recorded_at_ms)).size).toBe(1)
+        expect(yield* journal.lastSequence(s)).toBe(0)
+        expect(yield* journal.read(s, { after: 0, limit: 10 })).toEqual([])
+        expect(yield* journal.append(s, [kv("d", 3)])).toEqual([4])
+        const all = yield* journal.read(s, { after: 0, limit: 10 })
+        expect(all.slice(0, 3)).toEqual(staged)
+        expect(all.map((r) => r.payload.key)).toEqual(["a", "b", "c", "d"])
+      }))
+
+    it.scoped("a stage while an append is in flight (records staged or not) appends, after it: a staged record never overtakes an append", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        const alone = yield* Effect.fork(journal.append(s, [kv("a", 0)]))
+        yield* Effect.yieldNow()
         expect(yield* journal.stage(s, [kv("b", 1)])).toEqual({ _tag: "Appended", sequences: [2] })
-        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b"])
+        expect(yield* Fiber.join(alone)).toEqual([1])
+        yield* journal.stage(s, [kv("c", 2)])
+        const carrying = yield* Effect.fork(journal.append(s, [kv("d", 3)]))
+        yield* Effect.yieldNow()
+        expect(yield* journal.stage(s, [kv("e", 4)])).toEqual({ _tag: "Appended", sequences: [5] })
+        expect(yield* Fiber.join(carrying)).toEqual([4])
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => r.payload.key)).toEqual(["a", "b", "c", "d", "e"])
+      }))
+
+    it.scoped("stageNow stages as stage does, in the same step, joining records already staged; it does nothing (undefined) where stage would append or refuse: an append in flight, bad input, a session not open", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("a", 0)])
+        const staged = yield* journal.stage(s, [kv("b", 1)])
+        const now = journal.stageNow?.(s, [kv("c", 2)])
+        expect(now?.map((r) => [r.sequence, r.payload.key])).toEqual([[3, "c"]])
+        expect(now![0]!.recorded_at_ms).toBe(staged._tag === "Staged" ? staged.records[0]!.recorded_at_ms : -1)
+        expect(journal.stageNow?.(s, [entry("kv_put", { nope: true } as never)])).toBeUndefined()
+        expect(yield* journal.lastSequence(s)).toBe(1)
+        const carrying = yield* Effect.fork(journal.append(s, [kv("d", 3)]))
+        yield* Effect.yieldNow()
+        expect(journal.stageNow?.(s, [kv("e", 4)])).toBeUndefined()
+        expect(yield* Fiber.join(carrying)).toEqual([4])
+        expect((yield* journal.read(s, { after: 0, limit: 10 })).map((r) => [r.sequence, r.payload.key])).toEqual([[1, "a"], [2, "b"], [3, "c"], [4, "d"]])
+        const other = yield* mintSessionId
+        expect(journal.stageNow?.(other, [kv("x", 0)])).toBeUndefined()
       }))
 
     it.scoped("reset drops staged records (the next append takes their sequences); a failed write loses them with its own records", () =>

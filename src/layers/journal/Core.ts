@@ -27,15 +27,29 @@ import {
   SessionAlreadyExists,
   SessionNotFound
 } from "../../services/Journal.js"
-import { prepareEntries } from "./Encode.js"
+import { type Prepared, prepareEntries } from "./Encode.js"
 import type { JournalStore } from "./Store.js"
 import { Subscribers } from "./Subscribers.js"
-import { defaultWriterLimits, HANDLE_EVICTED, OpenSession, Writer, type WriterLimits } from "./Writer.js"
+import { defaultWriterLimits, HANDLE_EVICTED, OpenSession, type StagedRecords, Writer, type WriterLimits } from "./Writer.js"
 
 export interface CoreOptions {
   readonly limits?: Partial<WriterLimits>
   /** Opened journals kept in memory (default OPEN_JOURNAL_HANDLES). */
   readonly maxHandles?: number
+}
+
+/**
+ * The records `prepared` became when staged (the last of the session's staged records, after any
+ * staged before them, which they joined): their sequences, and the staged records' time.
+ */
+const stagedRecords = <S>(open: OpenSession<S>, staged: StagedRecords, prepared: ReadonlyArray<Prepared>): Array<JournalRecord> => {
+  let sequence = open.lastSequence + staged.prepared.length - prepared.length
+  return prepared.map((p): JournalRecord => ({
+    sequence: ++sequence,
+    recorded_at_ms: staged.recordedAt,
+    kind: p.kind,
+    payload: JSON.parse(p.jsonText)
+  }))
 }
 
 export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effect.Effect<JournalShape, never, Scope.Scope> =>
@@ -190,20 +204,24 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
                 return Effect.map(writer.append(open, prepared, "latency"), (sequences): Staged => ({ _tag: "Appended", sequences }))
               }
               if (staged instanceof JournalWriteFailed) return Effect.fail(staged)
-              let sequence = open.lastSequence
-              const records = prepared.map((p): JournalRecord => ({
-                sequence: ++sequence,
-                recorded_at_ms: staged.recordedAt,
-                kind: p.kind,
-                payload: JSON.parse(p.jsonText)
-              }))
-              return Effect.succeed<Staged>({ _tag: "Staged", records })
+              return Effect.succeed<Staged>({ _tag: "Staged", records: stagedRecords(open, staged, prepared) })
             }
           )
           // The session was dropped from memory between lookup and staging: use a fresh open.
           const retried: Effect.Effect<Staged, JournalAppendError> = Effect.catchIf(attempt, (e) => e === HANDLE_EVICTED, () => retried)
           return retried
         }),
+      stageNow(this: JournalShape, session, entries) {
+        // A journal decorating this one's `stage` (spread, with its own) must see every stage.
+        if (this.stage !== journal.stage) return undefined
+        const open = opens.get(session)
+        if (!open || removing.has(session) || !ready.has(session)) return undefined
+        const prepared = prepareEntries(entries)
+        if (prepared instanceof RecordRejected) return undefined
+        const staged = writer.stage(touch(open), prepared, clock.unsafeCurrentTimeMillis())
+        if (staged === undefined || staged instanceof JournalWriteFailed) return undefined
+        return stagedRecords(open, staged, prepared)
+      },
       flush: (session) =>
         Effect.suspend(() => {
           // Only an open session can have records staged (staging keeps it open).

@@ -178,13 +178,22 @@ export class Writer<S> {
   /**
    * Stages records on a session with nothing in flight: they take the sequences after its durable
    * end and the time now, and the next round writes them ahead of the session's first append (see
-   * `Journal.stage`). A staged session counts as in flight, so it is never dropped from memory
-   * and nothing else is staged on it. Answers undefined when something is in flight: append then.
+   * `Journal.stage`). A staged session counts as in flight, so it is never dropped from memory.
+   * Records staged while others are, with no append in flight (the staged ones are all it has
+   * in flight, not yet taken by a round), join them: the sequences after theirs, their time (a
+   * sync send's opening, then the transcript save riding on the turn's first model call, both
+   * written with the call's start). Answers the session's staged records, the new ones last, or
+   * undefined when an append is in flight: append then, so that nothing staged overtakes it.
    */
   stage(open: OpenSession<S>, prepared: ReadonlyArray<Prepared>, now: number): StagedRecords | JournalWriteFailed | undefined {
     if (open.broken) return open.broken
     if (open.evicted) return HANDLE_EVICTED
     if (this.closed) return new JournalWriteFailed({ session: open.session, reason: "the journal is closed" })
+    const already = open.staged
+    if (already !== undefined && open.inflight === 1) {
+      open.staged = { prepared: [...already.prepared, ...prepared], recordedAt: already.recordedAt }
+      return open.staged
+    }
     if (open.inflight > 0) return undefined
     const staged: StagedRecords = { prepared, recordedAt: Math.max(now, open.lastRecordedAtMs) }
     open.staged = staged
