@@ -248,6 +248,18 @@ export const stageRiding = (journal: JournalShape, cell: Cell, e: Entry, transcr
   }))
 
 /**
+ * `stageRiding` in this synchronous step, where the journal can stage at once (`Journal.stageNow`):
+ * true once staged; false, having done nothing, otherwise (`stageRiding` then answers for it).
+ */
+export const stageRidingNow = (journal: JournalShape, cell: Cell, e: Entry, transcript: ReadonlyArray<Message>): boolean => {
+  if (cell.broken || cell.riding !== undefined) return false
+  const records = journal.stageNow?.(cell.session, [e])
+  if (records === undefined) return false
+  cell.riding = { sequence: records[0]!.sequence, entry: e, transcript }
+  return true
+}
+
+/**
  * Writes a staged riding save on its own when the append it was to ride on did not happen (the
  * call ended first), and folds it in; nothing when none is left. A failed write breaks the cell.
  */
