@@ -6,10 +6,11 @@
  * model → if the model asked for tools, save the request and dispatch them all together, append
  * one result message each, save them and call the model again … until an answer without tool
  * calls, which is saved and returned as `{"text"}`. Each save rides on the host call after it
- * (docs/abi.md, "A save that rides on a call"): the request's on `dispatch` (`dispatchSaving`),
- * the results' on the next `model` (`modelSaving`), the answer's on the output (`returnOkSaving`),
- * so a save costs no host call and no durable commit of its own. It first repairs what an
- * interruption left (transcript.ts). A host call that answers an error (the model failed, a limit,
+ * (docs/abi.md, "A save that rides on a call"): the turn's user message on the first `model`
+ * (`modelSaving`), so it is durable from that call on, the request's on `dispatch`
+ * (`dispatchSaving`), the results' on the next `model`, the answer's on the output
+ * (`returnOkSaving`), so a save costs no host call and no durable commit of its own. It first
+ * repairs what an interruption left (transcript.ts). A host call that answers an error (the model failed, a limit,
  * a cancel) ends the activation with that error's code and message; nothing is retried. Tool
  * failures are results the model sees.
  *
@@ -63,14 +64,15 @@ export function brain_run(ptr: usize, len: usize): u64 {
     setPresent(user, "content", input!.isObject() ? input!.get("message") : null)
     transcript.push(user)
   }
-  // Tool results appended since the last model call: saved with the next one (modelSaving).
-  let resultsUnsaved = false
   while (true) {
-    const reply = resultsUnsaved ? modelSaving(transcript) : modelContext(transcript)
+    // What is not saved yet rides on the call (modelSaving): the turn's message, the repair and
+    // the note on the first call, the tool results on the next.
+    const reply = transcript.changed ? modelSaving(transcript) : modelContext(transcript)
     if (!reply.ok) {
       // A failure on the model's side (`model_…`) ends the turn, but what it added (the user's
-      // message) is kept: saved before the failure is passed on, best effort (its own failure is
-      // not the turn's). After a cancel or a journal failure nothing more is written.
+      // message) is kept: saved before the failure is passed on (the save that rode on the call
+      // may not have landed), best effort (its own failure is not the turn's). After a cancel or a
+      // journal failure nothing more is written.
       if (transcript.changed && reply.error!.code.startsWith("model_")) setTranscriptDelta(transcript)
       return failed(reply)
     }
@@ -95,7 +97,6 @@ export function brain_run(ptr: usize, len: usize): u64 {
       const r = results.value.at(i)
       transcript.push(toolMessage(r.get("call_id"), r.get("output"), truthy(r.get("is_error")), r.get("outcome")))
     }
-    resultsUnsaved = true
   }
 }
 

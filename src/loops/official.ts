@@ -4,8 +4,10 @@
  * results → model again … until a final answer or a limit.
  *
  * It keeps the transcript as the WebAssembly loop does, each save riding on the host call after
- * it: the request for tools on `dispatch`, their results on the next `model` call, the final
- * answer on the activation's end (setTranscriptAtEnd); a save costs no commit of its own. Before anything else it repairs what an interruption left:
+ * it: the turn's user message (with the repair and the note below) on the first `model` call, so
+ * it is durable from that call on; the request for tools on `dispatch`, their results on the next
+ * `model` call, the final answer on the activation's end (setTranscriptAtEnd); a save costs no
+ * commit of its own. Before anything else it repairs what an interruption left:
  * every assistant tool call without a result gets one (a model refuses a tool call without its
  * result): its committed outcome, or that it was interrupted; and a system note tells the model
  * the last turn was interrupted.
@@ -92,13 +94,15 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
   const note = interruptionNote(input.events)
   if (note) transcript = [...transcript, { role: "system", content: note }]
   if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
-  /** Tool results appended since the last model call: saved with the next one. */
-  let resultsUnsaved = false
   for (;;) {
+    // What is not saved yet rides on the call (the loop only adds messages, so a longer transcript
+    // is an unsaved one): the turn's message, the repair and the note on the first call, the
+    // tool results on the next.
+    const save = transcript.length !== saved.length ? transcript : undefined
     // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
-    // (the user's message) is kept: saved before the failure is passed on, best effort (its
-    // own failure is not the turn's). After a cancel or a journal failure nothing more is written.
-    const save = resultsUnsaved ? transcript : undefined
+    // (the user's message) is kept: saved before the failure is passed on (the save that rode on
+    // the call may not have landed), best effort (its own failure is not the turn's). After a
+    // cancel or a journal failure nothing more is written.
     const reply = yield* host.model({ messages: transcript }, save).pipe(
       Effect.tapError((e) =>
         e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
@@ -106,6 +110,7 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
           : Effect.void
       )
     )
+    if (save !== undefined) saved = save
     const content = assistantContent(reply)
     const assistant: Message = reply.tool_calls.length > 0
       ? { role: "assistant", content, tool_calls: reply.tool_calls }
@@ -116,11 +121,9 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
       yield* host.setTranscriptAtEnd(transcript)
       return { text: reply.text }
     }
-    if (save !== undefined) saved = save
     // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
     const results = yield* host.dispatch(reply.tool_calls, transcript)
     saved = transcript
     transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
-    resultsUnsaved = true
   }
 }

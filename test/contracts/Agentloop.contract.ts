@@ -1038,6 +1038,26 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
+    it.scopedLive("the official loop saves a text turn's user message with its first model call's start, just ahead of it: durable from the first call on, the call's context an empty delta after it, the answer's save only the answer", () => {
+      const probe = new Probe()
+      const calls: Array<ModelCall> = []
+      return run({ onModelCall: (c) => void calls.push(c) }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const earlier = [msg("user", "earlier"), msg("assistant", "noted")]
+          const { session_id: s } = yield* sessions.create({ model: scripted([{ text: "hi there" }]), transcript: earlier })
+          yield* sessions.send(s, { message: "hello" })
+          const all = yield* records(s)
+          const [save, answer] = ofKind(all, "transcript_delta").slice(-2)
+          const [started] = ofKind(all, "model_call_started")
+          expect(save!.payload).toEqual({ keep: 2, append: [msg("user", "hello")] })
+          expect(started!.sequence).toBe(save!.sequence + 1)
+          expect(started!.payload).toEqual({ message_count: 3, context: { through_sequence: save!.sequence, delta: { keep: 3, append: [] } } })
+          expect(rebuildModelRequest(all, started!.sequence)).toEqual(calls[0]!.request)
+          expect(answer!.payload).toEqual({ keep: 3, append: [msg("assistant", "hi there")] })
+          expect((yield* sessions.transcript(s)).messages).toEqual([...earlier, msg("user", "hello"), msg("assistant", "hi there")])
+        }))
+    })
+
     it.scopedLive("the official loop tells the model about a tool timeout as an is_error tool message", () => {
       const probe = new Probe()
       const calls: Array<ModelCall> = []

@@ -414,6 +414,38 @@ describe("the official Wasm loop over HTTP (sessions naming no agentloop)", () =
 })
 
 describe("the official Wasm loop and kill -9", () => {
+  it("killed during a turn's first model call (a slow scripted reply): the acknowledged message is in the saved transcript, and the next turn's model is asked with it, then the note, then the new message", async () => {
+    const server = await startServer()
+    try {
+      const api = new Api(server)
+      const id = await api.create({ model: scripted([{ text: "too late", delay_ms: 600_000 }, { text: "after the crash" }]) })
+      const receipt = await api.submit(id, "what was I asking?")
+      await eventually("the first model call to start", async () => ((await api.events(id)).some((e) => e.kind === "model_call_started") ? true : undefined), WAIT_MS)
+      const killed = await server.kill()
+      expect(killed.signal).toBe("SIGKILL")
+      await server.restart()
+
+      const recovered = await api.events(id)
+      const [turnOutcome] = closing(recovered, receipt.sequence)
+      expect(turnOutcome).toMatchObject({ kind: "turn_failed", data: { failure: { code: "interrupted", ambiguous: true } } })
+      expect(await api.transcript(id)).toEqual([{ role: "user", content: "what was I asking?" }])
+
+      const next = await api.send(id, "well?")
+      expect(next.turn).toMatchObject({ status: "ended", result: { text: "after the crash" } })
+      const events = await api.events(id)
+      const requests = modelRequests(events, await api.transcript(id))
+      expect(requests).toHaveLength(2)
+      const told = requests[1]!
+      expect(told[0]).toEqual({ role: "user", content: "what was I asking?" })
+      expect(told[1]?.role).toBe("system")
+      const note = INTERRUPTION_NOTE.exec(String(told[1]!.content))
+      expect(note?.slice(1), String(told[1]!.content)).toEqual(["interrupted", turnOutcome.data.failure.message])
+      expect(told.slice(2)).toEqual([{ role: "user", content: "well?" }])
+    } finally {
+      await server.dispose()
+    }
+  }, TEST_MS)
+
   it("killed while the guest waits in its dispatch host call: the restart records the call as unknown (ambiguous) and the turn as interrupted, dispatches nothing again, and the next turn answers the orphaned call with that recorded outcome", async () => {
     const server = await startServer()
     try {

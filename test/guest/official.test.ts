@@ -127,13 +127,23 @@ describe("the official loop, compiled", () => {
     expect(official.memory.initial).toBe(2)
   })
 
-  it("a plain answer: one model call, the transcript saved with the answer, {text} returned (exact bytes)", () => {
+  it("a plain answer: one model call (carrying the user's message's save), the answer saved with the output, {text} returned (exact bytes)", () => {
     const run = same(activation(), script([{ text: "hi there" }]))
     expect(run.calls).toEqual([
-      { op: "model", request: `{"messages":[{"role":"user","content":"hello"}]}` },
+      { op: "model", request: `{"transcript":{"messages":[{"role":"user","content":"hello"}]},"messages":[{"role":"user","content":"hello"}]}` },
       { op: "set_transcript", request: `{"messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"}]}` }
     ])
     expect(run.output).toBe(`{"ok":{"text":"hi there"}}`)
+  })
+
+  it("a text turn's user message rides on its first model call: saved in the call's start, the call asks with an empty context after it, and the answer's save rides on the output with only the answer: one host call per text turn (exact bytes)", () => {
+    const run = same(activation(), script([{ text: "hi there" }]))
+    const user = `{"role":"user","content":"hello"}`
+    expect(run.raw).toEqual([{ op: "model", request: `{"transcript":{"keep":0,"append":[${user}]},"context":{"keep":1,"append":[]}}` }])
+    expect(run.rawOutput).toBe(`{"ok":{"text":"hi there"},"transcript":{"keep":1,"append":[{"role":"assistant","content":"hi there"}]}}`)
+    // Nothing new to save (no input, nothing repaired, no note): the call carries no save.
+    const resumed = same(activation({ message: null, transcript: [{ role: "user", content: "earlier" }] }), script([{ text: "resumed" }]))
+    expect(resumed.raw).toEqual([{ op: "model", request: `{"context":{"keep":1,"append":[]}}` }])
   })
 
   it("a message of 8 MiB answered by a reply as large fits Brain's default guest memory of 128 MiB: each string is written with the room it needs, not three times it", () => {
@@ -143,7 +153,8 @@ describe("the official loop, compiled", () => {
     expect(run.memoryBytes).toBeLessThanOrEqual(128 * 1024 * 1024)
     const output = JSON.parse(run.output!)
     expect(output.ok.text).toBe(`${big}!`)
-    expect(output.transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length, big.length + 1])
+    expect(JSON.parse(run.calls[0]!.request).transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length])
+    expect(output.transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length + 1])
   })
 
   it("the model's reasoning (Anthropic's thinking blocks) is kept first in the assistant message's content, its text after it as a part, and sent back with it (exact bytes)", () => {
@@ -164,15 +175,7 @@ describe("the official loop, compiled", () => {
     expect(run.output).toBe(`{"ok":{"text":"Sunny."}}`)
   })
 
-  it("the answer's save rides on the output: one host call per text turn, the output {ok, transcript} (exact bytes)", () => {
-    const run = same(activation(), script([{ text: "hi there" }]))
-    expect(run.raw).toEqual([{ op: "model", request: `{"context":{"keep":0,"append":[{"role":"user","content":"hello"}]}}` }])
-    expect(run.rawOutput).toBe(
-      `{"ok":{"text":"hi there"},"transcript":{"keep":0,"append":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi there"}]}}`
-    )
-  })
-
-  it("the transcript travels as a delta, each save riding on the next call: the request's on dispatch, the results' on the model call, the answer's on the output, each sending only the messages added since the last successful save (exact bytes)", () => {
+  it("the transcript travels as a delta, each save riding on the next call: the user's message on the first model call, the request's on dispatch, the results' on the next model call, the answer's on the output, each sending only the messages added since the last successful save (exact bytes)", () => {
     const earlier = [{ role: "user", content: "earlier" }, { role: "assistant", content: "noted" }]
     const calls = [{ id: "c1", name: "read", input: { path: "/a" } }]
     const run = same(activation({ transcript: earlier }), script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false })))
@@ -181,8 +184,8 @@ describe("the official loop, compiled", () => {
     const result = `{"role":"tool","tool_call_id":"c1","content":"7"}`
     const done = `{"role":"assistant","content":"done"}`
     expect(run.raw).toEqual([
-      { op: "model", request: `{"context":{"keep":2,"append":[${user}]}}` },
-      { op: "dispatch", request: `{"calls":${JSON.stringify(calls)},"transcript":{"keep":2,"append":[${user},${ask}]}}` },
+      { op: "model", request: `{"transcript":{"keep":2,"append":[${user}]},"context":{"keep":3,"append":[]}}` },
+      { op: "dispatch", request: `{"calls":${JSON.stringify(calls)},"transcript":{"keep":3,"append":[${ask}]}}` },
       { op: "model", request: `{"transcript":{"keep":4,"append":[${result}]},"context":{"keep":5,"append":[]}}` }
     ])
     expect(run.rawOutput).toBe(`{"ok":{"text":"done"},"transcript":{"keep":5,"append":[${done}]}}`)
@@ -207,11 +210,11 @@ describe("the official loop, compiled", () => {
     const interrupted = JSON.stringify({ role: "tool", tool_call_id: "a", content: `{"outcome":"unknown","error":"the call was interrupted; it may or may not have run"}` })
     const rest = transcript.slice(3).map((m) => JSON.stringify(m)).join(",")
     const user = `{"role":"user","content":"hello"}`
-    expect(run.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":3,"append":[${interrupted},${rest},${user}]}}` })
-    expect(run.rawOutput).toBe(`{"ok":{"text":"ok"},"transcript":{"keep":3,"append":[${interrupted},${rest},${user},{"role":"assistant","content":"ok"}]}}`)
+    expect(run.raw[0]).toEqual({ op: "model", request: `{"transcript":{"keep":3,"append":[${interrupted},${rest},${user}]},"context":{"keep":7,"append":[]}}` })
+    expect(run.rawOutput).toBe(`{"ok":{"text":"ok"},"transcript":{"keep":7,"append":[{"role":"assistant","content":"ok"}]}}`)
     // Nothing to repair: everything saved is kept.
     const whole = same(activation({ transcript: transcript.slice(0, 1) }), script([{ text: "ok" }]))
-    expect(whole.raw[0]).toEqual({ op: "model", request: `{"context":{"keep":1,"append":[${user}]}}` })
+    expect(whole.raw[0]).toEqual({ op: "model", request: `{"transcript":{"keep":1,"append":[${user}]},"context":{"keep":2,"append":[]}}` })
   })
 
   it("it asks Brain for the transcript's tail with none of the last messages (brain_transcript_tail_length 0): only what its repair may touch, which every test here gives it", () => {
@@ -265,7 +268,7 @@ describe("the official loop, compiled", () => {
       // The repair's insertion is where the saved transcript stops being kept.
       const keep = transcript.indexOf(answeredY) + 1
       expect(start).toBeLessThanOrEqual(transcript.indexOf(round))
-      expect(run.raw[0]!.request).toMatch(new RegExp(`^\\{"context":\\{"keep":${keep},"append":\\[\\{"role":"tool","tool_call_id":"x"`))
+      expect(run.raw[0]!.request).toMatch(new RegExp(`^\\{"transcript":\\{"keep":${keep},"append":\\[\\{"role":"tool","tool_call_id":"x"`))
     }
   })
 
@@ -424,13 +427,10 @@ describe("the official loop, compiled", () => {
     it(`a host error ends the activation with its code, message, flags and details as they came, with no retry: ${what}`, () => {
       const errors = { [at]: { code, message: `${code} happened`, retryable, ambiguous, ...(details !== undefined ? { details } : {}) } }
       const run = same(activation(), script([{ text: "", tool_calls: [{ id: "c1", name: "t", input: {} }] }, { text: "done" }], undefined, errors))
-      if (at === 0) {
-        // The first model call failed before anything was saved: the user's message is saved first.
-        expect(run.calls).toHaveLength(2)
-        expect(run.calls[1]).toEqual({ op: "set_transcript", request: JSON.stringify({ messages: [{ role: "user", content: "hello" }] }) })
-      } else if (code.startsWith("model_")) {
-        // A model call that carried a save and failed on the model's side: the save may not have
-        // been made (an error says nothing of it), so it is sent again, and Brain writes only what is not saved yet.
+      if (code.startsWith("model_")) {
+        // A model call that carried a save (the first one the user's message) and failed on the
+        // model's side: the save may not have been made (an error says nothing of it), so it is
+        // sent again, and Brain writes only what is not saved yet.
         expect(run.calls).toHaveLength(at + 2)
         expect(run.calls[at + 1]!.op).toBe("set_transcript")
         expect(JSON.parse(run.calls[at + 1]!.request).messages).toEqual(JSON.parse(run.calls[at]!.request).transcript.messages)
@@ -478,9 +478,10 @@ describe("the official loop, compiled", () => {
         fc.array(reply, { minLength: 1, maxLength: 4 }),
         fc.array(result, { minLength: 1, maxLength: 4 }),
         fc.option(fc.nat({ max: 12 }), { nil: undefined }),
-        (transcript, events, text, replies, results, errorAt) => {
+        fc.constantFrom("cancelled", "model_rejected", "model_unavailable"),
+        (transcript, events, text, replies, results, errorAt, code) => {
           const tool: ToolAnswer = (_, n) => results[n % results.length]!
-          const errors = errorAt === undefined ? {} : { [errorAt]: { code: "cancelled", message: "stop" } }
+          const errors = errorAt === undefined ? {} : { [errorAt]: { code, message: "stop" } }
           same(activation({ message: text, transcript, events }), script(replies, tool, errors))
         }
       ),

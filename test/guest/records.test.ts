@@ -115,8 +115,11 @@ describe("the official loop's journal, Wasm and TypeScript", () => {
         { outcome: "cancelled", error: { code: stuckOutcome.payload.failure.code, message: stuckOutcome.payload.failure.message } }
       ])
       expect(ts.transcript.some((m) => m.role === "system" && String(m.content).startsWith("Note from Brain: the previous turn did not finish (cancelled"))).toBe(true)
-      // The first model call's context kept the created transcript up to the inserted result.
+      // The save riding on the first model call (the repair and the user's message) kept the
+      // created transcript up to the inserted result; the call's context is the saved transcript.
       const started = ts.records.filter((r) => r.kind === "model_call_started")
-      expect(started[0]!.payload.context.delta.keep).toBe(3)
+      const save = ts.records.find((r) => r.sequence === started[0]!.sequence - 1)!
+      expect([save.kind, save.payload.keep]).toEqual(["transcript_delta", 3])
+      expect(started[0]!.payload.context).toEqual({ through_sequence: save.sequence, delta: { keep: 7, append: [] } })
     }), 60_000)
 })

@@ -67,6 +67,31 @@ describe("a sync send's staged opening", () => {
       }).pipe(Effect.provide(runtimeLayer({ journal, loops: { text } })))
     }))
 
+  it.scopedLive("the official loop's sync text turn costs three fdatasyncs too: its user message, saved riding on the first model call, is written in the opening's append, just ahead of the call's start", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir()
+      const probe = instrumentedDriver()
+      const journal = Layer.scoped(Journal, Effect.orDie(JournalFile.make({ dataDir }))).pipe(Layer.provide(Layer.succeed(FileDriver, probe.driver)))
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const read = yield* Journal
+        const sent = (yield* sessions.create({ model: { provider: "scripted" } })).session_id
+        const before = probe.counts.fdatasync
+        yield* sessions.send(sent, { message: "hello" })
+        expect(probe.counts.fdatasync - before).toBe(3)
+        expect(kinds(yield* read.read(sent as SessionId, { after: 0, limit: 100 })).slice(2)).toEqual([
+          "turn_started",
+          "activation_started",
+          "transcript_delta",
+          "model_call_started",
+          "model_call_ended",
+          "transcript_delta",
+          "activation_ended",
+          "turn_ended"
+        ])
+      }).pipe(Effect.provide(runtimeLayer({ journal })))
+    }))
+
   it.scopedLive("before the turn's first write nothing durable shows it: reads and the summary's last_sequence stop before it (its status is running), and the turn sees its opening as it is then written", () => {
     const reached = Deferred.unsafeMake<void>(undefined as never)
     const go = Deferred.unsafeMake<void>(undefined as never)
