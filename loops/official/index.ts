@@ -9,8 +9,10 @@
  * (docs/abi.md, "A save that rides on a call"): the turn's user message on the first `model`
  * (`modelSaving`), so it is durable from that call on, the request's on `dispatch`
  * (`dispatchSaving`), the results' on the next `model`, the answer's on the output
- * (`returnOkSaving`), so a save costs no host call and no durable commit of its own. It first
- * repairs what an interruption left (transcript.ts). A host call that answers an error (the model failed, a limit,
+ * (`returnOkSaving`), so a save costs no host call and no durable commit of its own. A turn
+ * input's media go to the model as parts of the user message, after its text
+ * (transcript.ts `userMessage`); such a message is saved only once a call has taken it. It first repairs what an
+ * interruption left (transcript.ts). A host call that answers an error (the model failed, a limit,
  * a cancel) ends the activation with that error's code and message; nothing is retried. Tool
  * failures are results the model sees.
  *
@@ -32,7 +34,7 @@ import {
   setTranscriptDelta,
   Transcript
 } from "../../guest/brain"
-import { interruptionNote, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy } from "./transcript"
+import { hasMedia, interruptionNote, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy, userMessage } from "./transcript"
 
 // It reads only the transcript's tail: Brain gives it every message an interruption can have left
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
@@ -59,23 +61,29 @@ export function brain_run(ptr: usize, len: usize): u64 {
   const note = interruptionNote(activation.eventsOfKind("turn_failed"))
   if (note !== null) transcript.push(message("system", note))
   const input = activation.input
+  // The turn's media, not yet taken by a model call: its message is saved only once one has taken
+  // it, since a provider may refuse a part of it, and a message kept with a refused part would
+  // have every later call refused too.
+  let mediaUntaken = false
   if (truthy(input)) {
-    const user = Json.object().set("role", Json.string("user"))
-    setPresent(user, "content", input!.isObject() ? input!.get("message") : null)
-    transcript.push(user)
+    transcript.push(userMessage(input!))
+    mediaUntaken = hasMedia(input!)
   }
   while (true) {
     // What is not saved yet rides on the call (modelSaving): the turn's message, the repair and
     // the note on the first call, the tool results on the next.
-    const reply = transcript.changed ? modelSaving(transcript) : modelContext(transcript)
+    const reply = transcript.changed && !mediaUntaken ? modelSaving(transcript) : modelContext(transcript)
     if (!reply.ok) {
       // A failure on the model's side (`model_…`) ends the turn, but what it added (the user's
       // message) is kept: saved before the failure is passed on (the save that rode on the call
-      // may not have landed), best effort (its own failure is not the turn's). After a cancel or a
-      // journal failure nothing more is written.
-      if (transcript.changed && reply.error!.code.startsWith("model_")) setTranscriptDelta(transcript)
+      // may not have landed), best effort (its own failure is not the turn's); not the message of
+      // media the model refused (`model_rejected`). After a cancel or a journal failure nothing
+      // more is written.
+      const code = reply.error!.code
+      if (transcript.changed && code.startsWith("model_") && !(mediaUntaken && code == "model_rejected")) setTranscriptDelta(transcript)
       return failed(reply)
     }
+    mediaUntaken = false
     const text = reply.value.get("text")
     const requested = reply.value.get("tool_calls")
     const calls = requested !== null && requested.isArray() ? requested : Json.array()

@@ -104,6 +104,34 @@ export function interruptionNote(events: Json): string | null {
     "). Effects it started may or may not have happened; check before repeating them."
 }
 
+/** Whether a turn input carries media (a non-empty `media` list). */
+export function hasMedia(input: Json): bool {
+  const media = input.isObject() ? input.get("media") : null
+  return media !== null && media.isArray() && media.length > 0
+}
+
+/**
+ * The user message for a turn input: its `message` as the content; with media, parts — the
+ * message as a text part (none for an empty message), then each media item as it came.
+ */
+export function userMessage(input: Json): Json {
+  const user = Json.object().set("role", Json.string("user"))
+  const message = input.isObject() ? input.get("message") : null
+  if (!hasMedia(input)) {
+    setPresent(user, "content", message)
+    return user
+  }
+  const parts = Json.array()
+  if (message === null || !message.isString() || message.asString().length > 0) {
+    const text = Json.object().set("type", Json.string("text"))
+    setPresent(text, "text", message)
+    parts.push(text)
+  }
+  const media = input.get("media")!
+  for (let i = 0; i < media.length; i++) parts.push(media.at(i))
+  return user.set("content", parts)
+}
+
 /** Sets `key` unless `value` is absent (where the TypeScript loop's field would be undefined). */
 export function setPresent(target: Json, key: string, value: Json | null): void {
   if (value !== null) target.set(key, value)

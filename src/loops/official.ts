@@ -7,13 +7,14 @@
  * it: the turn's user message (with the repair and the note below) on the first `model` call, so
  * it is durable from that call on; the request for tools on `dispatch`, their results on the next
  * `model` call, the final answer on the activation's end (setTranscriptAtEnd); a save costs no
- * commit of its own. Before anything else it repairs what an interruption left:
+ * commit of its own. A turn input's media go to the model as parts of the user message, after its
+ * text (userMessage). Before anything else it repairs what an interruption left:
  * every assistant tool call without a result gets one (a model refuses a tool call without its
  * result): its committed outcome, or that it was interrupted; and a system note tells the model
  * the last turn was interrupted.
  */
 import { Effect } from "effect"
-import type { Message } from "../domain/Messages.js"
+import type { Message, TurnInput } from "../domain/Messages.js"
 import type { ModelResult } from "../domain/Model.js"
 import { transcriptChange } from "../domain/Projection.js"
 import type { AgentloopShape, Host, ToolResult } from "../services/Agentloop.js"
@@ -28,6 +29,20 @@ const assistantContent = (reply: ModelResult): Message["content"] =>
     : reply.text
 
 const INTERRUPTED = "the call was interrupted; it may or may not have run"
+
+/** Whether a turn input carries media. */
+const hasMedia = (input: TurnInput): boolean => input.media !== undefined && input.media.length > 0
+
+/**
+ * The user message for a turn input: its message as the content; with media, parts — the message
+ * as a text part (none for an empty message: an empty text part carries nothing, and Anthropic's
+ * API refuses one), then each media item as it came. Whether a provider can carry a part is its
+ * adapter's to say (docs/models.md): one it cannot fails the call before sending.
+ */
+const userMessage = (input: TurnInput): Message =>
+  hasMedia(input)
+    ? { role: "user", content: [...(input.message !== "" ? [{ type: "text", text: input.message }] : []), ...input.media!] }
+    : { role: "user", content: input.message }
 
 const toolMessage = (callId: string, output: unknown, isError: boolean, outcome: string): Message => ({
   role: "tool",
@@ -93,24 +108,33 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
   let saved = input.transcript
   const note = interruptionNote(input.events)
   if (note) transcript = [...transcript, { role: "system", content: note }]
-  if (input.input) transcript = [...transcript, { role: "user", content: input.input.message }]
+  if (input.input) transcript = [...transcript, userMessage(input.input)]
+  /**
+   * The turn's media, not yet taken by a model call: its message is saved only once one has taken
+   * it, since a provider may refuse a part of it, and a message kept with a refused part would
+   * have every later call refused too.
+   */
+  let mediaUntaken = input.input ? hasMedia(input.input) : false
   for (;;) {
     // What is not saved yet rides on the call (the loop only adds messages, so a longer transcript
     // is an unsaved one): the turn's message, the repair and the note on the first call, the
     // tool results on the next.
-    const save = transcript.length !== saved.length ? transcript : undefined
+    const save = transcript.length !== saved.length && !mediaUntaken ? transcript : undefined
     // A model call the model's side failed (`model_…`) ends the turn, but what the turn added
     // (the user's message) is kept: saved before the failure is passed on (the save that rode on
-    // the call may not have landed), best effort (its own failure is not the turn's). After a
-    // cancel or a journal failure nothing more is written.
+    // the call may not have landed), best effort (its own failure is not the turn's); not the
+    // message of media the model refused (`model_rejected`). After a cancel or a journal failure
+    // nothing more is written.
     const reply = yield* host.model({ messages: transcript }, save).pipe(
       Effect.tapError((e) =>
-        e.failure.code.startsWith("model_") && transcriptChange(saved, transcript) !== undefined
+        e.failure.code.startsWith("model_") && !(mediaUntaken && e.failure.code === "model_rejected") &&
+          transcriptChange(saved, transcript) !== undefined
           ? Effect.ignore(host.setTranscript(transcript))
           : Effect.void
       )
     )
     if (save !== undefined) saved = save
+    mediaUntaken = false
     const content = assistantContent(reply)
     const assistant: Message = reply.tool_calls.length > 0
       ? { role: "assistant", content, tool_calls: reply.tool_calls }

@@ -75,7 +75,7 @@ const eventually = (what: string, check: Effect.Effect<boolean>) =>
     return yield* Effect.dieMessage(`timed out waiting for ${what}`)
   })
 
-const scripted = (replies?: ReadonlyArray<{ text?: string; tool_calls?: ReadonlyArray<{ name: string; input: unknown }> }>) =>
+const scripted = (replies?: ReadonlyArray<{ text?: string; tool_calls?: ReadonlyArray<{ name: string; input: unknown }>; fail?: { code: string; message: string } }>) =>
   replies === undefined ? { provider: "scripted" as const } : { provider: "scripted" as const, replies }
 
 export const agentloopHostContract = (name: string, layerFactory: HostContractLayer) =>
@@ -1055,6 +1055,39 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           expect(rebuildModelRequest(all, started!.sequence)).toEqual(calls[0]!.request)
           expect(answer!.payload).toEqual({ keep: 3, append: [msg("assistant", "hi there")] })
           expect((yield* sessions.transcript(s)).messages).toEqual([...earlier, msg("user", "hello"), msg("assistant", "hi there")])
+        }))
+    })
+
+    it.scopedLive("the official loop asks the model with a turn input's media as parts of the user's message after its text, and keeps them in the transcript with the answer", () => {
+      const probe = new Probe()
+      const calls: Array<ModelCall> = []
+      const media = [{ type: "image", url: "https://example.com/a.png" }, { type: "image", data: "iVBORw0KGgo=", mime_type: "image/png" }]
+      return run({ onModelCall: (c) => void calls.push(c) }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ model: scripted([{ text: "two pictures" }]) })
+          const out = yield* sessions.send(s, { message: "what are these?", media })
+          expect(out.turn).toMatchObject({ status: "ended", result: { text: "two pictures" } })
+          const user: Message = { role: "user", content: [{ type: "text", text: "what are these?" }, ...media] }
+          expect(calls.map((c) => c.request.messages)).toEqual([[user]])
+          const all = yield* records(s)
+          expect(rebuildModelRequest(all, ofKind(all, "model_call_started")[0]!.sequence)).toEqual(calls[0]!.request)
+          expect((yield* sessions.transcript(s)).messages).toEqual([user, msg("assistant", "two pictures")])
+        }))
+    })
+
+    it.scopedLive("the official loop keeps no media turn whose first model call was refused (model_rejected): the transcript is as it was, and the next turn goes through without it", () => {
+      const probe = new Probe()
+      const calls: Array<ModelCall> = []
+      const model = scripted([{ fail: { code: "model_rejected", message: "message 0 part 1 is an \"audio\" part" } }, { text: "fine" }])
+      return run({ onModelCall: (c) => void calls.push(c) }, probe, ({ sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ model })
+          const refused = yield* sessions.send(s, { message: "listen", media: [{ type: "audio", data: "UklGRg==", mime_type: "audio/wav" }] })
+          expect(refused.turn).toMatchObject({ status: "failed", failure: { code: "model_rejected" } })
+          expect((yield* sessions.transcript(s)).messages).toEqual([])
+          const next = yield* sessions.send(s, { message: "hello" })
+          expect(next.turn).toMatchObject({ status: "ended", result: { text: "fine" } })
+          expect(calls[1]!.request.messages.filter((m) => m.role === "user")).toEqual([msg("user", "hello")])
         }))
     })
 

@@ -29,8 +29,12 @@ const tailOf = <I extends { readonly transcript: ReadonlyArray<Message>; readonl
   return { ...rest, ...(officialTail.configurationUnread ? {} : { configuration }), ...transcriptTail(input.transcript, undefined, officialTail.tailMessages) }
 }
 
-const activation = (fields: { message?: string | null; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
-  input: fields.message === undefined ? { message: "hello", media: [] } : fields.message === null ? null : { message: fields.message },
+const activation = (fields: { message?: string | null; media?: Array<unknown>; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
+  input: fields.message === undefined
+    ? { message: "hello", media: fields.media ?? [] }
+    : fields.message === null
+    ? null
+    : { message: fields.message, ...(fields.media !== undefined ? { media: fields.media } : {}) },
   transcript: fields.transcript ?? [],
   configuration: { agentloop: "official", model: { provider: "scripted" }, system: "be brief", tools: [] },
   events: fields.events ?? [],
@@ -144,6 +148,41 @@ describe("the official loop, compiled", () => {
     // Nothing new to save (no input, nothing repaired, no note): the call carries no save.
     const resumed = same(activation({ message: null, transcript: [{ role: "user", content: "earlier" }] }), script([{ text: "resumed" }]))
     expect(resumed.raw).toEqual([{ op: "model", request: `{"context":{"keep":1,"append":[]}}` }])
+  })
+
+  it("a turn input's media reaches the model as parts of the user's message: a text part with the message, then each media item as it is; an empty message gives the media alone; no media (or an empty list) leaves the content a plain string (exact bytes)", () => {
+    const url = { type: "image", url: "https://example.com/a.png" }
+    const inline = { type: "image", data: "iVBORw0KGgo=", mime_type: "image/png" }
+    // Kept as it came, keys in its order: whether a provider can carry it is the adapter's to say.
+    const audio = { mime_type: "audio/wav", data: "UklGRg==", type: "audio" }
+    const withMedia = same(activation({ message: "what are these?", media: [url, inline, audio] }), script([{ text: "a cat" }]))
+    const user = `{"role":"user","content":[{"type":"text","text":"what are these?"},${JSON.stringify(url)},${JSON.stringify(inline)},${JSON.stringify(audio)}]}`
+    expect(withMedia.calls).toEqual([
+      { op: "model", request: `{"messages":[${user}]}` },
+      { op: "set_transcript", request: `{"messages":[${user},{"role":"assistant","content":"a cat"}]}` }
+    ])
+    const mediaOnly = same(activation({ message: "", media: [url] }), script([{ text: "a png" }]))
+    expect(mediaOnly.calls[0]).toEqual({ op: "model", request: `{"messages":[{"role":"user","content":[${JSON.stringify(url)}]}]}` })
+    for (const media of [undefined, []]) {
+      const plain = same(activation({ message: "just text", ...(media !== undefined ? { media } : {}) }), script([{ text: "ok" }]))
+      expect(JSON.parse(plain.calls[0]!.request).messages).toEqual([{ role: "user", content: "just text" }])
+    }
+  })
+
+  it("a media turn's message is saved once a model call has taken it, not riding on the first: refused there (model_rejected) it is not kept, so later turns are not refused with it; another model failure keeps it", () => {
+    const audio = { type: "audio", data: "UklGRg==", mime_type: "audio/wav" }
+    const user = `{"role":"user","content":[{"type":"text","text":"listen"},${JSON.stringify(audio)}]}`
+    for (const [code, kept] of [["model_rejected", false], ["model_unavailable", true]] as const) {
+      const run = same(activation({ message: "listen", media: [audio] }), script([{ text: "heard" }], undefined, { 0: { code, message: `${code} happened` } }))
+      expect(run.raw[0], code).toEqual({ op: "model", request: `{"context":{"keep":0,"append":[${user}]}}` })
+      expect(run.calls.slice(1), code).toEqual(kept ? [{ op: "set_transcript", request: `{"messages":[${user}]}` }] : [])
+      expect(JSON.parse(run.output!).error.code).toBe(code)
+    }
+    // Taken, it is saved with the request for tools or with the answer.
+    const calls = [{ id: "c1", name: "t", input: {} }]
+    const round = same(activation({ message: "listen", media: [audio] }), script([{ text: "", tool_calls: calls }, { text: "done" }]))
+    expect(round.raw[1]!.op).toBe("dispatch")
+    expect(round.raw[1]!.request).toContain(`"transcript":{"keep":0,"append":[${user},`)
   })
 
   it("a message of 8 MiB answered by a reply as large fits Brain's default guest memory of 128 MiB: each string is written with the room it needs, not three times it", () => {
@@ -439,7 +478,7 @@ describe("the official loop, compiled", () => {
     })
   }
 
-  it("random transcripts, events, replies, tool results and errors: the same calls and result as the TypeScript loop", () => {
+  it("random transcripts, events, inputs with or without media, replies, tool results and errors: the same calls and result as the TypeScript loop", () => {
     const id = fc.constantFrom("c1", "c2", "c3", "c4")
     const call = fc.record({ id, name: fc.constantFrom("read", "write"), input: fc.jsonValue({ maxDepth: 2 }) })
     const content = fc.oneof(fc.string(), fc.fullUnicodeString(), fc.array(fc.record({ type: fc.constant("text"), text: fc.string() }), { maxLength: 2 }))
@@ -465,6 +504,11 @@ describe("the official loop, compiled", () => {
       { text: fc.fullUnicodeString(), tool_calls: fc.array(call, { maxLength: 3 }), reasoning: fc.array(thinking, { maxLength: 2 }) },
       { requiredKeys: ["text", "tool_calls"] }
     )
+    const media = fc.oneof(
+      fc.record({ type: fc.constant("image"), url: fc.webUrl() }),
+      fc.record({ type: fc.constantFrom("image", "audio", "file"), data: fc.base64String(), mime_type: fc.constantFrom("image/png", "audio/wav") }),
+      fc.record({ mime_type: fc.string(), type: fc.fullUnicodeString() }, { requiredKeys: ["type"] })
+    )
     const result = fc.record({
       outcome: fc.constantFrom("ok", "error", "timeout", "cancelled", "unknown"),
       output: fc.unicodeJsonValue({ maxDepth: 3 }),
@@ -475,14 +519,15 @@ describe("the official loop, compiled", () => {
         fc.array(message, { maxLength: 40 }),
         fc.array(event, { maxLength: 4 }),
         fc.option(fc.fullUnicodeString(), { nil: null }),
+        fc.option(fc.array(media, { maxLength: 3 }), { nil: undefined }),
         fc.array(reply, { minLength: 1, maxLength: 4 }),
         fc.array(result, { minLength: 1, maxLength: 4 }),
         fc.option(fc.nat({ max: 12 }), { nil: undefined }),
         fc.constantFrom("cancelled", "model_rejected", "model_unavailable"),
-        (transcript, events, text, replies, results, errorAt, code) => {
+        (transcript, events, text, mediaItems, replies, results, errorAt, code) => {
           const tool: ToolAnswer = (_, n) => results[n % results.length]!
           const errors = errorAt === undefined ? {} : { [errorAt]: { code, message: "stop" } }
-          same(activation({ message: text, transcript, events }), script(replies, tool, errors))
+          same(activation({ message: text, ...(mediaItems !== undefined ? { media: mediaItems } : {}), transcript, events }), script(replies, tool, errors))
         }
       ),
       { numRuns: 300 }

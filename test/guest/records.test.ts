@@ -2,8 +2,8 @@
  * The compiled official loop (dist/loops/official.wasm, which sends its transcript as deltas)
  * and the TypeScript official loop (src/loops/official.ts, which sends it whole) journal the same
  * records, byte for byte but for the times, over a multi-turn session with tool calls, a repair of
- * a transcript it was created with, a turn interrupted during a tool call, and the repair and
- * note the next turn makes of it: the real sessions runtime and Host, the scripted model and
+ * a transcript it was created with, a turn interrupted during a tool call, the repair and
+ * note the next turn makes of it, and a turn with media: the real sessions runtime and Host, the scripted model and
  * in-process tools; the Wasm loop through the WebAssembly host's worker threads and host bridge.
  */
 import * as fs from "node:fs"
@@ -33,8 +33,12 @@ const REPLIES = [
   { text: "waiting", tool_calls: [{ name: "stuck", input: {} }] },
   // turn 3: after the repair and the note, a call and the answer
   { text: "again", tool_calls: [{ name: "read", input: { path: "/c" } }] },
-  { text: "recovered" }
+  { text: "recovered" },
+  // turn 4: a message with media, answered at once
+  { text: "two pictures" }
 ]
+
+const MEDIA = [{ type: "image", url: "https://example.com/a.png" }, { type: "image", data: "iVBORw0KGgo=", mime_type: "image/png" }]
 
 /** Created with an assistant message whose first call has no result, in the middle of the transcript. */
 const CREATED = [
@@ -80,9 +84,10 @@ const scenario = (wasm: boolean) =>
     yield* sessions.interrupt(s)
     yield* eventually("the interrupted turn to close", Effect.map(recordsOf(s), (rs) => rs.filter((r) => r.kind === "turn_failed").length === 1))
     const third = yield* sessions.send(s, { message: "try again" })
+    const fourth = yield* sessions.send(s, { message: "look", media: MEDIA })
     const records = yield* recordsOf(s)
     const transcript = (yield* sessions.transcript(s)).messages
-    return { turns: [first.turn, third.turn].map(({ sequence: _, ...t }) => t), records, transcript }
+    return { turns: [first.turn, third.turn, fourth.turn].map(({ sequence: _, ...t }) => t), records, transcript }
   }).pipe(
     Effect.provide(runtimeLayer({
       tools: TOOLS,
@@ -91,19 +96,23 @@ const scenario = (wasm: boolean) =>
   )
 
 describe("the official loop's journal, Wasm and TypeScript", () => {
-  it.scopedLive("a multi-turn session with tool calls, a repair of its created transcript, an interrupted turn and its repair (from the committed outcome): the same records, byte for byte but for the times", () =>
+  it.scopedLive("a multi-turn session with tool calls, a repair of its created transcript, an interrupted turn and its repair (from the committed outcome), and a turn with media: the same records, byte for byte but for the times", () =>
     Effect.gen(function*() {
       const ts = yield* scenario(false)
       const wasm = yield* scenario(true)
       expect(wasm.turns).toEqual(ts.turns)
-      expect(wasm.turns).toEqual([{ status: "ended", result: { text: "done" } }, { status: "ended", result: { text: "recovered" } }])
+      expect(wasm.turns).toEqual([
+        { status: "ended", result: { text: "done" } },
+        { status: "ended", result: { text: "recovered" } },
+        { status: "ended", result: { text: "two pictures" } }
+      ])
       expect(comparable(wasm.records)).toEqual(comparable(ts.records))
       expect(wasm.transcript).toEqual(ts.transcript)
 
       // The scenario did what it says: both repairs happened and the interrupted turn was noted.
       const kinds = ts.records.map((r) => r.kind)
       expect(kinds.filter((k) => k === "turn_failed")).toHaveLength(1)
-      expect(kinds.filter((k) => k === "model_call_started")).toHaveLength(5)
+      expect(kinds.filter((k) => k === "model_call_started")).toHaveLength(6)
       expect(kinds.filter((k) => k === "tool_call_started")).toHaveLength(4)
       // The created transcript's call never ran here: it is told interrupted. The interrupted
       // turn's call is answered with the cancel its record committed.
@@ -121,5 +130,10 @@ describe("the official loop's journal, Wasm and TypeScript", () => {
       const save = ts.records.find((r) => r.sequence === started[0]!.sequence - 1)!
       expect([save.kind, save.payload.keep]).toEqual(["transcript_delta", 3])
       expect(started[0]!.payload.context).toEqual({ through_sequence: save.sequence, delta: { keep: 7, append: [] } })
+      // The media went to the model as parts after the text, and are kept in the transcript.
+      expect(ts.transcript.slice(-2)).toEqual([
+        { role: "user", content: [{ type: "text", text: "look" }, ...MEDIA] },
+        { role: "assistant", content: "two pictures" }
+      ])
     }), 60_000)
 })
