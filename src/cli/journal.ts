@@ -192,6 +192,12 @@ const verifyIdempotencyLog = (dataDir: string) =>
     }
   })
 
+/** Writes `text` to stdout and waits until it has left the process (or stdout failed: a closed pipe). */
+const written = (text: string) =>
+  Effect.async<void>((resume) => {
+    process.stdout.write(text, () => resume(Effect.void))
+  })
+
 export const dump = (dataDir: string, session: string) =>
   exitOnRefusal(Effect.gen(function*() {
     const id = yield* sessionArg(session)
@@ -211,7 +217,8 @@ export const dump = (dataDir: string, session: string) =>
       }
       if (page.right.length === 0) break
       const lines = page.right.map((r) => JSON.stringify(r)).join("\n")
-      yield* Effect.sync(() => process.stdout.write(lines + "\n"))
+      // Each page once the previous one has left: a slow reader (a pipe into `less`) gets it all.
+      yield* written(lines + "\n")
       after = page.right[page.right.length - 1]!.sequence
     }
     return VERIFY_CLEAN

@@ -55,10 +55,24 @@ const logger = process.stdout.isTTY ? Logger.pretty : Logger.json
 
 // Signals are handled by `serve` itself (drain first, ignore repeats), so no runtime-level handler.
 // Effect's own per-fiber metrics (fibers started, active, lifetimes) are kept by no one here: off.
+/**
+ * Exits once what was written to stdout and stderr has left the process, or after a second: a
+ * write to a pipe is asynchronous, and `process.exit` drops what is still queued. (A command that
+ * prints much, as `journal dump`, waits for its own writes; a server's last log lines must not keep
+ * it from exiting when nobody reads them.) An empty write's callback runs after the writes queued
+ * before it.
+ */
+const exitFlushed = (code: number) => {
+  const flushed = (stream: NodeJS.WriteStream) => new Promise<void>((resolve) => stream.write("", () => resolve()))
+  const exit = () => process.exit(code)
+  setTimeout(exit, 1000).unref()
+  void Promise.all([flushed(process.stdout), flushed(process.stderr)]).then(exit)
+}
+
 Effect.runPromise(main(process.argv.slice(2)).pipe(Effect.provide(logger), Effect.withRuntimeFlagsPatch(RuntimeFlagsPatch.disable(RuntimeFlags.RuntimeMetrics)))).then(
-  (code) => process.exit(code),
+  exitFlushed,
   (err) => {
     console.error(err)
-    process.exit(70)
+    exitFlushed(70)
   }
 )

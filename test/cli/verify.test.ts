@@ -3,7 +3,7 @@
  * (exit 0 clean, 1 torn final write, 2 corrupt) and `brain journal dump <dir> <session>`.
  * Both are read-only: they report what an open would truncate and never truncate it.
  */
-import { execSync, spawnSync } from "node:child_process"
+import { execFile, execSync, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -291,6 +291,29 @@ describe("brain journal dump", () => {
       const r = brain("journal", "dump", dir, s)
       expect(r.code, r.stderr).toBe(0)
       expect(r.stdout.endsWith("\n")).toBe(true)
+      const lines = r.stdout.slice(0, -1).split("\n")
+      expect(lines.length).toBe(records.length)
+      expect(lines.map((line) => JSON.parse(line))).toEqual(records.map((rec) => ({ ...rec })))
+    }))
+
+  it.scopedLive("dump through a pipe whose reader starts late prints every record, not only what fits the pipe's buffer", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      // About 600 KiB of records: many times a pipe's 64 KiB buffer.
+      const records = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (let i = 0; i < 300; i++) yield* journal.append(s, [kv(`k${i}`, "x".repeat(2000))])
+          return yield* journal.read(s, { after: 0, limit: 10_000 })
+        }))
+      // The reader sleeps first, so the dump fills the pipe and must wait for it before exiting.
+      // (Spawned without blocking this worker: a long synchronous spawn stalls vitest's own calls.)
+      const r = yield* Effect.async<{ code: number | null; stdout: string; stderr: string }>((resume) => {
+        execFile("sh", ["-c", `"${process.execPath}" "${BIN}" journal dump "${dir}" "${s}" | (sleep 1; cat)`], { cwd: ROOT, encoding: "utf8", timeout: 60_000, maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) =>
+          resume(Effect.succeed({ code: error === null ? 0 : typeof error.code === "number" ? error.code : null, stdout, stderr })))
+      })
+      expect(r.code, r.stderr).toBe(0)
       const lines = r.stdout.slice(0, -1).split("\n")
       expect(lines.length).toBe(records.length)
       expect(lines.map((line) => JSON.parse(line))).toEqual(records.map((rec) => ({ ...rec })))
