@@ -4,7 +4,7 @@
  */
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, Either, FiberId, Layer, ParseResult, Schema, type Scope } from "effect"
-import type { HostId, SessionId } from "../domain/Ids.js"
+import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import {
   type ApiError,
@@ -238,13 +238,17 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, run(path.id))
     return h
       .handle("create", ({ headers, payload }) =>
-        idempotent(
-          store,
-          "create",
-          headers["idempotency-key"],
-          payload,
-          Effect.map(sessions.create(payload), (s) => jsonAnswer(201, s))
-        ))
+        // The id is minted before the claim, which records it: a retry whose answer was lost (the
+        // server stopped between claim and answer) is told which session to inspect.
+        Effect.flatMap(mintSessionId, (id) =>
+          idempotent(
+            store,
+            "create",
+            headers["idempotency-key"],
+            payload,
+            Effect.map(sessions.create(payload, id), (s) => jsonAnswer(201, s)),
+            id
+          )))
       .handle("list", ({ urlParams }) =>
         Effect.map(
           sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? 100 }),

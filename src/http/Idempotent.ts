@@ -102,18 +102,32 @@ export const notKeptFailure = (status: number, bytes: number) =>
 /** What a keyed request can be refused with before its work runs (the store's own failures included). */
 export type IdempotencyRefusal = Conflict | Ambiguous | IdempotencyUnavailable | Overloaded | Internal
 
-/** The refusal a key used with another body, or claimed and not answered, stands for (in the store or a session's journal). */
-const keyedRefusal = (seen: Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>) =>
-  seen._tag === "Conflict"
-    ? new Conflict({ message: "this Idempotency-Key was used with a different request" })
-    : new Ambiguous({
-      message: seen.inFlight
-        ? "a request with this Idempotency-Key is still in progress; retry later with the same key to get its answer (a new key would run the request again)"
-        : "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key",
-      retryable: seen.inFlight,
-      // It may have taken effect (it is running, or ran without its answer recorded).
-      details: { ambiguous: true, in_flight: seen.inFlight }
-    })
+/** A key used with another body, or claimed and not answered (with the session its claim named, if any). */
+type Unanswered =
+  | Exclude<Keyed<unknown>, { readonly _tag: "Answered" }>
+  | Extract<ClaimResult, { readonly _tag: "Ambiguous" }>
+
+/**
+ * The refusal a key used with another body, or claimed and not answered, stands for (in the store
+ * or a session's journal). A claim that named its session (a create's) names it in
+ * `details.session_id`: the answer that would have carried the id was lost, and the client must
+ * be able to inspect what the request left.
+ */
+const keyedRefusal = (seen: Unanswered) => {
+  if (seen._tag === "Conflict") return new Conflict({ message: "this Idempotency-Key was used with a different request" })
+  const session = "session" in seen ? seen.session : undefined
+  const named = session === undefined ? "" : ` (session ${session})`
+  return new Ambiguous({
+    message: seen.inFlight
+      ? `a request with this Idempotency-Key is still in progress${named}; retry later with the same key to get its answer (a new key would run the request again)`
+      : session === undefined
+      ? "a request with this Idempotency-Key was accepted but its answer was never recorded; inspect the session before choosing a new key"
+      : `a request with this Idempotency-Key was accepted but its answer was never recorded; it is not run again. It named session ${session} (details.session_id): inspect it before choosing a new key (a 404 means it was never created)`,
+    retryable: seen.inFlight,
+    // It may have taken effect (it is running, or ran without its answer recorded).
+    details: session === undefined ? { ambiguous: true, in_flight: seen.inFlight } : { ambiguous: true, in_flight: seen.inFlight, session_id: session }
+  })
+}
 
 /** A key already claimed or answered: its replay, or why the request is refused. */
 const refusedClaim = (claim: Exclude<ClaimResult, { readonly _tag: "Claimed" }>) => {
@@ -213,16 +227,22 @@ function* claimedTurnOf<A, E extends ApiError>({ answer, hash, key, scope, store
   return respond(yield* settleFailure(store, scope, key, outcome.left))
 }
 
+/**
+ * A request under its `Idempotency-Key`, claimed in the store. `session` is the session the
+ * request will act on when it picks the id itself (a create's, minted before the claim): the
+ * claim records it durably, so a retry whose first answer was lost learns it (`keyedRefusal`).
+ */
 export const idempotent = <E extends ApiError>(
   store: IdempotencyShape,
   scope: string,
   key: string | undefined,
   request: unknown,
-  work: Effect.Effect<Answer, E>
+  work: Effect.Effect<Answer, E>,
+  session?: string
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, IdempotencyRefusal> => {
   if (key === undefined) return Effect.map(Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e))), respond)
   return Effect.gen(function*() {
-    const claim = yield* store.claim(scope, key, hashRequest(request)).pipe(Effect.mapError(storeFailure))
+    const claim = yield* store.claim(scope, key, hashRequest(request), session).pipe(Effect.mapError(storeFailure))
     if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
     return yield* Effect.uninterruptible(
       Effect.gen(function*() {

@@ -103,6 +103,12 @@ const CONFLICT: ClaimResult = { _tag: "Conflict" }
 const IN_FLIGHT: ClaimResult = { _tag: "Ambiguous", inFlight: true }
 const NEVER_ANSWERED: ClaimResult = { _tag: "Ambiguous", inFlight: false }
 
+/** An unanswered entry's Ambiguous, naming the session its claim named. */
+const ambiguous = (entry: Entry): ClaimResult => {
+  const plain = entry.state === "unanswered" ? NEVER_ANSWERED : IN_FLIGHT
+  return entry.session === undefined ? plain : { ...plain, session: entry.session }
+}
+
 /** Adopted keys written at once: their frames share the log's rounds. */
 const ADOPT_CONCURRENCY = 64
 
@@ -193,7 +199,7 @@ export const make = (
     /** Writes the claim frame of `entry` (reserved until now); a refused or failed write drops it. */
     const writeClaim = (id: string, scope: string, key: string, entry: Entry) => {
       entry.state = "running"
-      return log.append({ kind: claimKind, json: claimJson(scope, key, entry.bodyHash, entry.atMs), atMs: entry.atMs }, (offset, size) => {
+      return log.append({ kind: claimKind, json: claimJson(scope, key, entry.bodyHash, entry.atMs, entry.session), atMs: entry.atMs }, (offset, size) => {
         entry.claimOffset = offset
         entry.claimSize = size
         if (index.entries.get(id) === entry) index.liveBytes += size
@@ -267,7 +273,7 @@ export const make = (
     }
 
     /** `claim` (durable) and `reserve` (in memory only until `complete`). */
-    const decide = Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string, durable: boolean) {
+    const decide = Effect.fnUntraced(function*(scope: string, key: string, bodyHash: string, durable: boolean, session?: string) {
       const id = idOf(scope, key)
       for (;;) {
         const now = clock.unsafeCurrentTimeMillis()
@@ -275,8 +281,7 @@ export const make = (
         const found = index.entries.get(id)
         if (found && !index.expired(found, now)) {
           if (found.bodyHash !== bodyHash) return CONFLICT
-          if (found.state === "unanswered") return NEVER_ANSWERED
-          if (found.state !== "answered") return IN_FLIGHT
+          if (found.state !== "answered") return ambiguous(found)
           if (found.notKept) return { _tag: "AnswerNotKept", ...found.notKept } satisfies ClaimResult
           const frame = yield* log.readAt(() =>
             index.entries.get(id) === found ? { offset: found.answerOffset, size: found.answerSize } : undefined
@@ -298,7 +303,7 @@ export const make = (
         if (refused) return yield* Effect.fail(refused)
         // A new key at the bound; a reservation counts while it lasts, and its `complete` is checked.
         if (durable && !index.hasRoom(now, 1)) return yield* refuseFull(now)
-        const entry = newEntry(bodyHash, now, "reserved")
+        const entry = newEntry(bodyHash, now, "reserved", session)
         index.entries.set(id, entry)
         if (durable) yield* writeClaim(id, scope, key, entry)
         return CLAIMED
@@ -309,7 +314,7 @@ export const make = (
     // its call site, a span and its clock reads, which no tracer of this server exports
     // (docs/benchmarks.md, "Main-thread CPU of a keyed text turn").
     const store: IdempotencyShape = {
-      claim: (scope, key, bodyHash) => decide(scope, key, bodyHash, true),
+      claim: (scope, key, bodyHash, session) => decide(scope, key, bodyHash, true, session),
       reserve: (scope, key, bodyHash) => decide(scope, key, bodyHash, false),
       complete: Effect.fnUntraced(function*(scope: string, key: string, answer: Answer, completeOptions?: CompleteOptions) {
         const refused = log.refused()

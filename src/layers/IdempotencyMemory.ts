@@ -38,6 +38,8 @@ interface Entry {
   neverAnswered?: true
   /** Reserved (`reserve`), not claimed: a deleted session's key handed over (`adopt`) takes its place. */
   reservation?: true
+  /** The session its claim named (a create's minted id): an Ambiguous answer for the key names it. */
+  session?: string
 }
 
 export const make = (options: IdempotencyMemoryOptions) =>
@@ -74,13 +76,16 @@ export const make = (options: IdempotencyMemoryOptions) =>
 
     // Nothing here is durable, so a reservation and a claim decide the same; a reservation is
     // marked, as `adopt` takes its place, and is not refused by the bound (its `complete` is).
-    const decide = (scope: string, key: string, bodyHash: string, reservation: boolean) =>
+    const decide = (scope: string, key: string, bodyHash: string, reservation: boolean, session?: string) =>
       Effect.flatMap(Clock.currentTimeMillis, (now): Effect.Effect<ClaimResult, IdempotencyError> => {
         const id = idOf(scope, key)
         const found = entries.get(id)
         if (found && !expired(found, now)) {
           if (found.bodyHash !== bodyHash) return Effect.succeed({ _tag: "Conflict" })
-          if (found.answer === undefined) return Effect.succeed({ _tag: "Ambiguous", inFlight: found.neverAnswered !== true })
+          if (found.answer === undefined) {
+            const inFlight = found.neverAnswered !== true
+            return Effect.succeed(found.session === undefined ? { _tag: "Ambiguous", inFlight } : { _tag: "Ambiguous", inFlight, session: found.session })
+          }
           return Effect.succeed(
             typeof found.answer === "string"
               ? { _tag: "Replay", answer: JSON.parse(found.answer) as Answer }
@@ -89,7 +94,12 @@ export const make = (options: IdempotencyMemoryOptions) =>
         }
         if (found) entries.delete(id)
         if (!reservation && !hasRoom(now, 1)) return Effect.fail(full)
-        entries.set(id, reservation ? { bodyHash, atMs: now, answer: undefined, reservation: true } : { bodyHash, atMs: now, answer: undefined })
+        entries.set(
+          id,
+          reservation
+            ? { bodyHash, atMs: now, answer: undefined, reservation: true }
+            : { bodyHash, atMs: now, answer: undefined, ...(session === undefined ? {} : { session }) }
+        )
         return Effect.succeed({ _tag: "Claimed" })
       })
 
@@ -99,7 +109,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
         : { bodyHash: k.bodyHash, atMs: k.atMs, answer: kept(k.answer) }
 
     const store: IdempotencyShape = {
-      claim: (scope, key, bodyHash) => decide(scope, key, bodyHash, false),
+      claim: (scope, key, bodyHash, session) => decide(scope, key, bodyHash, false, session),
       reserve: (scope, key, bodyHash) => decide(scope, key, bodyHash, true),
       complete: (scope: string, key: string, answer: Answer, completeOptions?: CompleteOptions) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => {

@@ -339,7 +339,7 @@ export const make = Effect.gen(function*() {
     })
 
   const service: SessionsShape = {
-    create: (request) =>
+    create: (request, id) =>
       Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
         const tools = request.tools ?? []
@@ -399,7 +399,7 @@ export const make = Effect.gen(function*() {
         const refused = checkPayload("session_creation_started", { configuration }) ??
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
         if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
-        const session = yield* mintSessionId
+        const session = id ?? (yield* mintSessionId)
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
         // The modules' uses are recorded before the session names them, so none is removed under
         // it (one removed since its check above is refused here as it would have been there); so

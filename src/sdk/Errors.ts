@@ -31,7 +31,18 @@ export class BrainError extends Data.TaggedError("BrainError")<{
    * does): a retry by the caller must send this same key, or it may run the request twice.
    */
   readonly idempotencyKey?: string | undefined
-}> {}
+}> {
+  /**
+   * The session the refusal names (`details.session_id`), if it names one: a create whose
+   * Environments failed (502 `creation_failed`: the failed session exists), or a retried create
+   * whose first answer was lost (409 `ambiguous`: the session its first request minted, to
+   * inspect before choosing a new key; a 404 for it means it was never created).
+   */
+  get sessionId(): string | undefined {
+    const details = this.details
+    return isRecord(details) && typeof details.session_id === "string" ? details.session_id : undefined
+  }
+}
 
 export class BrainClosed extends Data.TaggedError("BrainClosed")<{ readonly message: string }> {
   constructor() {

@@ -42,9 +42,9 @@ export type ClaimResult =
   /**
    * Claimed earlier with the same body but never answered (a crash between claim and answer, an
    * answer that could not be recorded, or still in flight in this process): 409 `ambiguous`;
-   * never executed again.
+   * never executed again. `session` is the session the claim named (a create's minted id), if any.
    */
-  | { readonly _tag: "Ambiguous"; readonly inFlight: boolean }
+  | { readonly _tag: "Ambiguous"; readonly inFlight: boolean; readonly session?: string }
 
 /** The store could not do what was asked (a failed write, a closed store). Worth a retry. */
 export class IdempotencyStoreFailed extends Data.TaggedError("IdempotencyStoreFailed")<{ readonly reason: string }> {
@@ -109,8 +109,11 @@ export interface IdempotencyShape {
   /**
    * Claims `key` in `scope` for a request whose body hashes to `bodyHash`; durable when it returns
    * Claimed. A key not held, when the store holds `maxKeys` live keys, is `IdempotencyFull`.
+   * `session` names the session the request will act on when the request itself picks it (a
+   * create's id, minted before its journal exists): it is durable with the claim, and every
+   * `Ambiguous` for the key names it, so that a client whose answer was lost can find the session.
    */
-  readonly claim: (scope: Scope, key: string, bodyHash: string) => Effect.Effect<ClaimResult, IdempotencyError>
+  readonly claim: (scope: Scope, key: string, bodyHash: string, session?: string) => Effect.Effect<ClaimResult, IdempotencyError>
   /**
    * Decides like `claim`, but a free key is only reserved in this process: nothing is written.
    * For requests whose own durable record carries the key (a turn's `request_claimed`, in its

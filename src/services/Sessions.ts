@@ -147,7 +147,12 @@ export interface EventPage {
 }
 
 export interface SessionsShape {
-  readonly create: (request: CreateSession) => Effect.Effect<SessionSummary, CreateError>
+  /**
+   * Creates a session under `id` (one `mintSessionId` minted for it, never used before), or under
+   * a fresh id: a caller that must name the session before it exists (a keyed create's claim)
+   * mints it first.
+   */
+  readonly create: (request: CreateSession, id?: SessionId) => Effect.Effect<SessionSummary, CreateError>
   readonly get: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
   /**
    * A damaged session is listed as `corrupt`, a vanished one left out; a list that cannot be read

@@ -62,6 +62,25 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(yield* store.claim("s", "k", "h")).toEqual({ _tag: "Ambiguous", inFlight: true })
       }))
 
+    it.scoped("a claim that names its session (a create's minted id) is Ambiguous naming it until answered; a claim that names none names none; the answer replays as ever", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        expect(yield* store.claim("create", "k", "h", "ses_named")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.claim("create", "plain", "h")).toEqual({ _tag: "Claimed" })
+        for (let i = 0; i < 2; i++) {
+          // A retry names no session of its own; the claim's is what it learns.
+          expect(yield* store.claim("create", "k", "h", i === 0 ? undefined : "ses_other")).toStrictEqual({ _tag: "Ambiguous", inFlight: true, session: "ses_named" })
+          expect(yield* store.claim("create", "plain", "h")).toStrictEqual({ _tag: "Ambiguous", inFlight: true })
+        }
+        expect(yield* store.claim("create", "k", "other body")).toEqual({ _tag: "Conflict" })
+        yield* store.complete("create", "k", answer("{\"session_id\":\"ses_named\"}", 201))
+        expect(yield* store.claim("create", "k", "h")).toEqual({ _tag: "Replay", answer: answer("{\"session_id\":\"ses_named\"}", 201) })
+        // Released (nothing happened), the key is free and a new claim names its own session.
+        yield* store.release("create", "plain")
+        expect(yield* store.claim("create", "plain", "h", "ses_new")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.claim("create", "plain", "h")).toStrictEqual({ _tag: "Ambiguous", inFlight: true, session: "ses_new" })
+      }))
+
     it.scoped("scopes are independent: the same key in two scopes is two claims with their own answers", () =>
       Effect.gen(function*() {
         const store = yield* harness({ retentionMs: RETENTION_MS })

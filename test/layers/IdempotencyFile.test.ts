@@ -207,6 +207,30 @@ describe("IdempotencyFile: restart", () => {
       yield* withStore(dir, (store) => Effect.zipRight(expectReplay(store, "d"), expectAmbiguousFromLog(store, "c")))
     }))
 
+  it.scoped("the session a claim names is durable with the claim: after a restart its unanswered key is Ambiguous not in flight naming it, and an answered one replays", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect(yield* store.claim("create", "lost", "h", "ses_lost")).toEqual({ _tag: "Claimed" })
+          expect(yield* store.claim("create", "done", "h", "ses_done")).toEqual({ _tag: "Claimed" })
+          yield* store.complete("create", "done", answer("created"))
+          expect(yield* store.claim("create", "plain", "h")).toEqual({ _tag: "Claimed" })
+        }))
+      const log = fs.readFileSync(logOf(dir))
+      // A frame's record follows its 30-byte header and its kind.
+      const claims = framesOf(log).filter((f) => f.kind === "idem_claim").map((f) => JSON.parse(log.toString("utf8", f.start + 30 + f.kind.length, f.end)))
+      expect(claims.map((c) => c.session)).toEqual(["ses_lost", "ses_done", undefined])
+      for (let reopen = 0; reopen < 2; reopen++) {
+        yield* withStore(dir, (store) =>
+          Effect.gen(function*() {
+            expect(yield* store.claim("create", "lost", "h")).toStrictEqual({ _tag: "Ambiguous", inFlight: false, session: "ses_lost" })
+            expect(yield* store.claim("create", "plain", "h")).toStrictEqual({ _tag: "Ambiguous", inFlight: false })
+            expect(yield* store.claim("create", "done", "h")).toEqual({ _tag: "Replay", answer: answer("created") })
+          }))
+      }
+    }))
+
   it.scoped("adopted keys are durable when adopt returns: after a restart an answered one replays and a never-answered one is Ambiguous", () =>
     Effect.gen(function*() {
       const dataDir = yield* tempDir("brain-idem-")

@@ -50,6 +50,8 @@ export interface Entry {
   answerOffset: number
   answerSize: number
   notKept: NotKept | undefined
+  /** The session its claim named (a create's minted id): an Ambiguous answer for the key names it. */
+  session: string | undefined
   /**
    * Handed over by `adopt` (a deleted session's key), possibly in place of a reservation a request
    * in flight holds: that request's own `complete` or `release` leaves it alone.
@@ -102,7 +104,7 @@ export const maxIdempotencyKeys = (setting: number | undefined): number =>
 /** Claimed or reserved by this process and not yet answered: it never expires under the request. */
 const inFlight = (e: Entry) => e.state === "reserved" || e.state === "running" || e.state === "answering" || e.state === "releasing"
 
-export const newEntry = (bodyHash: string, atMs: number, state: EntryState): Entry => ({
+export const newEntry = (bodyHash: string, atMs: number, state: EntryState, session?: string): Entry => ({
   bodyHash,
   atMs,
   state,
@@ -111,6 +113,7 @@ export const newEntry = (bodyHash: string, atMs: number, state: EntryState): Ent
   answerOffset: 0,
   answerSize: 0,
   notKept: undefined,
+  session,
   adopted: false
 })
 
@@ -186,7 +189,7 @@ export class Index {
     const id = idOf(record.scope, record.key)
     if (record._tag === "Claim") {
       // A claim for a key already present follows that entry's expiry: it starts a new entry.
-      const e = newEntry(record.bodyHash, record.atMs, "unanswered")
+      const e = newEntry(record.bodyHash, record.atMs, "unanswered", record.session)
       e.claimOffset = offset
       e.claimSize = size
       // At the end, as a new entry is: the map stays in the order entries expire.

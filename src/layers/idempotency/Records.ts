@@ -1,7 +1,9 @@
 /**
  * The records of the idempotency log, one JSON payload per frame:
  *
- *   idem_claim   {scope, key, bodyHash, atMs}           a key claimed for a request body
+ *   idem_claim   {scope, key, bodyHash, atMs, session?} a key claimed for a request body, with
+ *                                                       the session it will act on when the
+ *                                                       request picks it (a create's minted id)
  *   idem_answer  {scope, key, atMs, answer}             its answer {status, headers, body}, kept
  *   idem_answer  {scope, key, atMs, notKept}            its answer was above the maximum: only
  *                                                       {status, bytes} are kept
@@ -27,7 +29,13 @@ export const AnswerSchema = Schema.Struct({
 })
 const NotKeptSchema = Schema.Struct({ status: Schema.Number, bytes: Schema.Number })
 const ClaimPayload = Schema.parseJson(
-  Schema.Struct({ scope: Schema.String, key: Schema.String, bodyHash: Schema.String, atMs: Schema.Number })
+  Schema.Struct({
+    scope: Schema.String,
+    key: Schema.String,
+    bodyHash: Schema.String,
+    atMs: Schema.Number,
+    session: Schema.optional(Schema.String)
+  })
 )
 const AnswerPayload = Schema.parseJson(
   Schema.Union(
@@ -47,7 +55,14 @@ export interface NotKept {
 
 /** What the index learns from one record: never an answer's body. */
 export type IndexRecord =
-  | { readonly _tag: "Claim"; readonly scope: string; readonly key: string; readonly bodyHash: string; readonly atMs: number }
+  | {
+    readonly _tag: "Claim"
+    readonly scope: string
+    readonly key: string
+    readonly bodyHash: string
+    readonly atMs: number
+    readonly session?: string | undefined
+  }
   | { readonly _tag: "Answer"; readonly scope: string; readonly key: string; readonly atMs: number; readonly notKept: NotKept | undefined }
   | { readonly _tag: "Release"; readonly scope: string; readonly key: string; readonly atMs: number }
 
@@ -88,8 +103,8 @@ export const decodeKeptAnswer = (
   })
 }
 
-export const claimJson = (scope: string, key: string, bodyHash: string, atMs: number) =>
-  Buffer.from(JSON.stringify({ scope, key, bodyHash, atMs }), "utf8")
+export const claimJson = (scope: string, key: string, bodyHash: string, atMs: number, session: string | undefined) =>
+  Buffer.from(JSON.stringify(session === undefined ? { scope, key, bodyHash, atMs } : { scope, key, bodyHash, atMs, session }), "utf8")
 
 /** The JSON of an answer as it is kept (serialized once: its length decides whether it is kept). */
 export const answerText = (answer: Answer) => JSON.stringify({ status: answer.status, headers: answer.headers, body: answer.body })
