@@ -137,8 +137,9 @@ describe("cancellation", () => {
           "cancelled",
           true
         ])
-        expect(ofKind(all, "turn_failed").map((r) => [r.payload.sequence, r.payload.failure.code])).toEqual([
-          [receipt.sequence, "cancelled"]
+        // The call was sent and cancelled (nothing promises it was rolled back): the turn says so.
+        expect(ofKind(all, "turn_failed").map((r) => [r.payload.sequence, r.payload.failure.code, r.payload.failure.ambiguous])).toEqual([
+          [receipt.sequence, "cancelled", true]
         ])
         expect(ofKind(all, "activation_failed").map((r) => r.payload.failure.code)).toEqual(["cancelled"])
         expect(ofKind(all, "kv_put")).toEqual([])
@@ -203,6 +204,54 @@ describe("cancellation", () => {
         expect(ofKind(all, "turn_failed").map((r) => r.payload.failure.code)).toEqual(["cancelled"])
         const next = yield* sessions.send(s, { message: "again" })
         expect(next.turn).toEqual({ sequence: next.turn.sequence, status: "ended", result: { text: "fast" } })
+      }))
+  })
+
+  it.scoped("a cancelled turn's failure is ambiguous exactly when the cancel cut short an effect that was sent: the model call's record, the loop's error, activation_failed, turn_failed and the send's answer agree", () => {
+    const grace = 1000
+    const seen: { model?: { code: string; ambiguous: boolean } } = {}
+    const loops = {
+      // Calls a model that never answers and keeps what its call failed with.
+      m: loop((_input, host) =>
+        Effect.gen(function*() {
+          const called = yield* Effect.either(host.model({ messages: [{ role: "user", content: "go" }] }))
+          if (Either.isRight(called)) return called.right
+          seen.model = { code: called.left.failure.code, ambiguous: called.left.failure.ambiguous }
+          return yield* Effect.fail(called.left)
+        })),
+      // Computes (waits on nothing Brain runs) and never makes a host call.
+      idle: loop(() => Effect.never)
+    }
+    const model = { provider: "scripted" as const, replies: [{ text: "slow", delay_ms: 600_000 }] }
+    const closing = (all: ReadonlyArray<JournalRecord>) =>
+      ["activation_failed", "turn_failed"].map((k) => ofKind(all, k).map((r) => [r.payload.failure.code, r.payload.failure.ambiguous]))
+    return withRuntime({ loops, config: config({ cancelGraceMs: grace }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        // A model call in flight: sent, so the provider may have run it.
+        const { session_id: s } = yield* sessions.create({ agentloop: "m", model })
+        const sending = yield* Effect.fork(sessions.send(s, { message: "go" }))
+        yield* eventually("the model call to start", Effect.map(records(s), (all) => ofKind(all, "model_call_started").length === 1))
+        yield* sessions.interrupt(s)
+        const out = yield* Fiber.join(sending)
+        const all = yield* records(s)
+        const started = ofKind(all, "model_call_started")[0]!
+        expect(outcomeOf(all, started.sequence)!.payload.failure).toMatchObject({ code: "cancelled", ambiguous: true })
+        expect(seen.model).toEqual({ code: "cancelled", ambiguous: true })
+        expect(closing(all)).toEqual([[["cancelled", true]], [["cancelled", true]]])
+        expect(out.turn.failure).toMatchObject({ code: "cancelled", ambiguous: true })
+
+        // Nothing in flight (the loop computes): the cancel cut nothing short.
+        const { session_id: quiet } = yield* sessions.create({ agentloop: "idle", model: scripted })
+        const waiting = yield* Effect.fork(sessions.send(quiet, { message: "go" }))
+        yield* eventually("the turn to start", Effect.map(records(quiet), (all) => ofKind(all, "activation_started").length === 1))
+        const interrupting = yield* Effect.fork(sessions.interrupt(quiet))
+        yield* pause(20)
+        // The loop ignores the cancel: it is stopped after its graces.
+        yield* TestClock.adjust(2 * grace)
+        yield* Fiber.join(interrupting)
+        const quietOut = yield* Fiber.join(waiting)
+        expect(closing(yield* records(quiet))).toEqual([[["cancelled", false]], [["cancelled", false]]])
+        expect(quietOut.turn.failure).toMatchObject({ code: "cancelled", ambiguous: false })
       }))
   })
 

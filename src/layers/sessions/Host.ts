@@ -74,6 +74,12 @@ export interface ActivationScope {
    */
   readonly unsettled: Array<Effect.Effect<void>>
   /**
+   * Whether a cancel of the turn cut short an effect that was already sent, so that its outcome
+   * was recorded ambiguous (a model call abandoned, a tool call stopped or lost): the turn's own
+   * failure is then ambiguous too.
+   */
+  cutShort: boolean
+  /**
    * The transcript the loop saved with its end (`setTranscriptAtEnd`): the turn's closing append
    * carries its difference from the saved one. Once set, every host call is refused.
    */
@@ -345,14 +351,14 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
       )),
     (sequence, exit, dispatched) => {
       if (Exit.isSuccess(exit)) {
-        return exit.value._tag === "result"
-          ? entry("model_call_ended", { sequence, result: exit.value.result })
-          : entry("model_call_failed", {
-            sequence,
-            failure: { ...cancelFailure(exit.value.reason), ambiguous: exit.value.sent }
-          })
+        if (exit.value._tag === "result") return entry("model_call_ended", { sequence, result: exit.value.result })
+        // Cancelled once sent: the provider may have run it.
+        if (exit.value.sent) scope.cutShort = true
+        return entry("model_call_failed", { sequence, failure: cancelFailure(exit.value.reason, exit.value.sent) })
       }
       const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+      // Abandoned (the activation interrupted): cut short if it was sent.
+      if (!err && dispatched) scope.cutShort = true
       return entry("model_call_failed", {
         sequence,
         failure: err
@@ -365,7 +371,8 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
   const exit = fenced.exit
   if (Exit.isSuccess(exit)) {
     if (exit.value._tag === "result") return exit.value.result
-    return yield* refuse(cancelFailure(exit.value.reason))
+    // The loop is told what the record says: ambiguous if the call had been sent.
+    return yield* refuse(cancelFailure(exit.value.reason, exit.value.sent))
   }
   const err = exit.cause._tag === "Fail" ? exit.cause.error : undefined
   return yield* refuse(

@@ -5,12 +5,18 @@ import { HostCallFailed } from "../../services/Agentloop.js"
 import type { FenceError } from "../../services/EffectFence.js"
 import type { CancelReason } from "./Cell.js"
 
-export const cancelFailure = (reason: CancelReason): Failure =>
+/**
+ * What a cancel (`interrupt`, the wall deadline, a stop) makes of the work it stopped. `ambiguous`
+ * when it cut short an effect that was already sent (its record says so too): nothing is rolled
+ * back, so what the work did is uncertain (seed: "Neither promises that external effects were
+ * rolled back").
+ */
+export const cancelFailure = (reason: CancelReason, ambiguous = false): Failure =>
   reason === "timeout"
-    ? failure("timeout", "the turn's wall deadline passed")
+    ? failure("timeout", "the turn's wall deadline passed", { ambiguous })
     : reason === "cancelled"
-    ? failure("cancelled", "the turn was cancelled")
-    : failure("interrupted", "the server is stopping")
+    ? failure("cancelled", "the turn was cancelled", { ambiguous })
+    : failure("interrupted", "the server is stopping", { ambiguous })
 
 export const refuse = (f: Failure) => Effect.fail(new HostCallFailed({ failure: f }))
 

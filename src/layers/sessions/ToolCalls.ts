@@ -78,7 +78,12 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     let recorded: Entry | undefined
     const outcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
       inFlight = false
-      return (recorded = toolOutcome(sequence, exit, dispatched, budget))
+      recorded = toolOutcome(sequence, exit, dispatched, budget)
+      // Stopped by the turn's cancel (or its activation interrupted) with its outcome uncertain.
+      if ((scope.signal.reason !== undefined || !Exit.isSuccess(exit)) && (recorded.payload as { failure?: Failure }).failure?.ambiguous === true) {
+        scope.cutShort = true
+      }
+      return recorded
     }
     const result = (): ToolResult =>
       toolResultOf(call.id, call.name, recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure })

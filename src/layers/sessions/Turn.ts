@@ -122,7 +122,8 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     writes: new Writes(),
     modelCalls: 0,
     emittedBytes: 0,
-    unsettled: []
+    unsettled: [],
+    cutShort: false
   }
   const host = makeHost(deps, scope)
   const now = deps.clock.unsafeCurrentTimeMillis()
@@ -139,11 +140,12 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   const reason = turn.signal.reason
   let closing: Failure | undefined
   let result: unknown = undefined
-  if (reason !== undefined) closing = cancelFailure(reason)
-  else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted")
+  // A cancelled turn's failure is ambiguous when the cancel cut short an effect already sent.
+  if (reason !== undefined) closing = cancelFailure(reason, scope.cutShort)
+  else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted", scope.cutShort)
   else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
   else if (Exit.isFailure(exit.value)) {
-    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted") : failureOf(exit.value.cause)
+    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted", scope.cutShort) : failureOf(exit.value.cause)
   } else result = exit.value.value ?? null
 
   // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
