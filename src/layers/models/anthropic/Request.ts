@@ -32,7 +32,9 @@
  *   which Anthropic takes only as a base64 source: `data:<image type>;base64,<data>` becomes one,
  *   and a data: URL without a media type or not in base64 is refused. Anything else, or a tool
  *   call whose input is not a JSON object, fails BEFORE sending: `model_rejected`, not ambiguous,
- *   naming the message and the part.
+ *   naming the message and the part, in its message and in `details` as every provider does
+ *   (`{message_index, role, part_index?, part_type?}`; `tool_call_index` for a tool call,
+ *   `{tool_index, tool}` for a tool).
  * - Fields. The options (the binding's, overridden by the call's) come first; Brain's own fields
  *   win over them: `model` (the binding's), `messages`, `stream: true`, and `system` and `tools`
  *   when Brain has any. `max_tokens`, which the API requires, is the options' or DEFAULT_MAX_TOKENS.
@@ -74,8 +76,33 @@ type Block = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingB
 /** `{base_url}/v1/messages`, the base URL taken as the API's root (no `/v1`). */
 export const messagesUrl = (baseUrl: string | undefined): string => endpointUrl(baseUrl ?? DEFAULT_BASE_URL, "/v1/messages")
 
-const rejected = (message: string) =>
-  new ModelFailed({ code: "model_rejected", message: `Anthropic cannot carry ${message}`, ambiguous: false, retryable: false })
+/**
+ * Where a refusal points: the path its message names (`messages[2].content[1]`), and the same
+ * place as `details`, in the words every provider uses (`message_index`, `role`, `part_index`,
+ * `part_type`, `tool_call_index`, `tool_index`, `tool`).
+ */
+interface Where {
+  readonly path: string
+  readonly details: Readonly<Record<string, unknown>>
+}
+
+/** A message's place. */
+const messageAt = (index: number, role: Message["role"]): Where => ({ path: `messages[${index}]`, details: { message_index: index, role } })
+
+/** A part's place in its message (a string content is its message's own place). */
+const partAt = (at: Where, index: number, part: ContentPart): Where => ({
+  path: `${at.path}.content[${index}]`,
+  details: { ...at.details, part_index: index, part_type: part.type }
+})
+
+const rejected = (at: Where, what: string) =>
+  new ModelFailed({
+    code: "model_rejected",
+    message: `Anthropic cannot carry ${at.path}: ${what}`,
+    ambiguous: false,
+    retryable: false,
+    details: at.details
+  })
 
 const isObject = (u: unknown): u is Record<string, unknown> => u !== null && typeof u === "object" && !Array.isArray(u)
 
@@ -86,60 +113,60 @@ const partsOf = (content: Message["content"]): ReadonlyArray<ContentPart> =>
 const isEmptyText = (text: string) => text.trim() === ""
 
 /** A text part as a block (undefined when empty), or why it cannot be one. */
-const textBlock = (part: ContentPart, where: string): TextBlock | undefined | ModelFailed => {
-  if (typeof part.text !== "string") return rejected(`${where}: a text part without a string \`text\``)
+const textBlock = (part: ContentPart, where: Where): TextBlock | undefined | ModelFailed => {
+  if (typeof part.text !== "string") return rejected(where, "a text part without a string `text`")
   return isEmptyText(part.text) ? undefined : { type: "text", text: part.text }
 }
 
-const base64Image = (mime: unknown, data: string, where: string): ImageBlock | ModelFailed => {
+const base64Image = (mime: unknown, data: string, where: Where): ImageBlock | ModelFailed => {
   if (typeof mime !== "string" || !IMAGE_TYPES.has(mime)) {
-    return rejected(`${where}: an image of type ${String(mime)} (it takes image/jpeg, image/png, image/gif, image/webp)`)
+    return rejected(where, `an image of type ${String(mime)} (it takes image/jpeg, image/png, image/gif, image/webp)`)
   }
   return { type: "image", source: { type: "base64", media_type: mime as ImageMediaType, data } }
 }
 
 /** A `data:` URL (RFC 2397: `data:[<media type>][;<parameter>]*[;base64],<data>`) as an inline image. */
-const dataUrlImage = (url: string, where: string): ImageBlock | ModelFailed => {
+const dataUrlImage = (url: string, where: Where): ImageBlock | ModelFailed => {
   const comma = url.indexOf(",")
   const meta = (comma < 0 ? url.slice(5) : url.slice(5, comma)).split(";").map((p) => p.trim().toLowerCase())
   if (comma < 0 || meta.length < 2 || meta[meta.length - 1] !== "base64") {
-    return rejected(`${where}: an image data: URL that is not base64 (it takes inline images only as base64)`)
+    return rejected(where, "an image data: URL that is not base64 (it takes inline images only as base64)")
   }
-  if (meta[0] === "") return rejected(`${where}: an image data: URL without a media type`)
+  if (meta[0] === "") return rejected(where, "an image data: URL without a media type")
   return base64Image(meta[0], url.slice(comma + 1), where)
 }
 
-const imageBlock = (part: ContentPart, where: string): ImageBlock | ModelFailed => {
+const imageBlock = (part: ContentPart, where: Where): ImageBlock | ModelFailed => {
   if (typeof part.data === "string") return base64Image(part.mime_type, part.data, where)
   if (typeof part.url === "string") {
     return /^data:/i.test(part.url) ? dataUrlImage(part.url, where) : { type: "image", source: { type: "url", url: part.url } }
   }
-  return rejected(`${where}: an image part with neither \`data\` + \`mime_type\` nor \`url\``)
+  return rejected(where, "an image part with neither `data` + `mime_type` nor `url`")
 }
 
 /**
  * A reasoning part of an assistant message (a model result's `reasoning`) as the block Anthropic
  * sent: `thinking` with its `signature`, or `redacted_thinking` with its `data`, unchanged.
  */
-const thinkingBlock = (part: ContentPart, where: string): ThinkingBlock | RedactedThinkingBlock | ModelFailed =>
+const thinkingBlock = (part: ContentPart, where: Where): ThinkingBlock | RedactedThinkingBlock | ModelFailed =>
   part.type === "thinking"
     ? typeof part.thinking === "string" && typeof part.signature === "string"
       ? { type: "thinking", thinking: part.thinking, signature: part.signature }
-      : rejected(`${where}: a thinking part without a string \`thinking\` and \`signature\``)
+      : rejected(where, "a thinking part without a string `thinking` and `signature`")
     : typeof part.data === "string"
     ? { type: "redacted_thinking", data: part.data }
-    : rejected(`${where}: a redacted_thinking part without a string \`data\``)
+    : rejected(where, "a redacted_thinking part without a string `data`")
 
 /** A message's parts as blocks, each made by `blockOf` (undefined: left out), or the first refusal. */
 const blocksOf = <B>(
   content: Message["content"],
-  where: string,
-  blockOf: (part: ContentPart, at: string) => B | undefined | ModelFailed
+  where: Where,
+  blockOf: (part: ContentPart, at: Where) => B | undefined | ModelFailed
 ): Array<B> | ModelFailed => {
   const out: Array<B> = []
   const parts = partsOf(content)
   for (let i = 0; i < parts.length; i++) {
-    const block = blockOf(parts[i]!, typeof content === "string" ? where : `${where}.content[${i}]`)
+    const block = blockOf(parts[i]!, typeof content === "string" ? where : partAt(where, i, parts[i]!))
     if (block instanceof ModelFailed) return block
     if (block !== undefined) out.push(block)
   }
@@ -147,28 +174,28 @@ const blocksOf = <B>(
 }
 
 /** The blocks of a user, tool or system message's content: text, and images in user and tool messages. */
-const contentBlocks = (content: Message["content"], where: string, role: Message["role"]) =>
+const contentBlocks = (content: Message["content"], where: Where, role: Message["role"]) =>
   blocksOf<TextBlock | ImageBlock>(content, where, (part, at) =>
     part.type === "text"
       ? textBlock(part, at)
       : part.type === "image" && (role === "user" || role === "tool")
       ? imageBlock(part, at)
-      : rejected(`${at}: a part of type "${part.type}" in a ${role} message`))
+      : rejected(at, `a part of type "${part.type}" in a ${role} message`))
 
 /** The blocks of an assistant message's content: its thinking, as it came, and its text. */
-const assistantBlocks = (content: Message["content"], where: string) =>
+const assistantBlocks = (content: Message["content"], where: Where) =>
   blocksOf<Block>(content, where, (part, at) =>
     part.type === "text"
       ? textBlock(part, at)
       : part.type === "thinking" || part.type === "redacted_thinking"
       ? thinkingBlock(part, at)
-      : rejected(`${at}: a part of type "${part.type}" in an assistant message`))
+      : rejected(at, `a part of type "${part.type}" in an assistant message`))
 
 /** One turn of the conversation: consecutive messages of one role, merged; `where` names the first. */
 interface Turn {
   readonly role: "user" | "assistant"
   readonly content: Array<Block>
-  readonly where: string
+  readonly where: Where
 }
 
 interface Turns {
@@ -177,7 +204,7 @@ interface Turns {
 }
 
 /** Adds a message's blocks to the last turn if it has the same role, else starts one (never for an empty assistant message). */
-const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Block>, where: string) => {
+const push = (turns: Turns, role: "user" | "assistant", blocks: ReadonlyArray<Block>, where: Where) => {
   const last = turns.messages[turns.messages.length - 1]
   if (last?.role === role) last.content.push(...blocks)
   else if (blocks.length > 0 || role === "user") turns.messages.push({ role, content: [...blocks], where })
@@ -193,7 +220,8 @@ const wireMessage = (turn: Turn): WireMessage =>
     : { role: "assistant", content: turn.content }
 
 /** Folds one Brain message into the turns, or says why Anthropic cannot carry it. */
-const addMessage = (turns: Turns, message: Message, where: string): ModelFailed | undefined => {
+const addMessage = (turns: Turns, message: Message, index: number): ModelFailed | undefined => {
+  const where = messageAt(index, message.role)
   switch (message.role) {
     case "system": {
       const blocks = contentBlocks(message.content, where, message.role)
@@ -213,14 +241,17 @@ const addMessage = (turns: Turns, message: Message, where: string): ModelFailed 
       const blocks = assistantBlocks(message.content, where)
       if (blocks instanceof ModelFailed) return blocks
       for (const [i, call] of (message.tool_calls ?? []).entries()) {
-        if (!isObject(call.input)) return rejected(`${where}.tool_calls[${i}]: a tool call input that is not a JSON object`)
+        if (!isObject(call.input)) {
+          const at = { path: `${where.path}.tool_calls[${i}]`, details: { ...where.details, tool_call_index: i } }
+          return rejected(at, "a tool call input that is not a JSON object")
+        }
         blocks.push({ type: "tool_use", id: call.id, name: call.name, input: call.input })
       }
       push(turns, "assistant", blocks, where)
       return undefined
     }
     case "tool": {
-      if (message.tool_call_id === undefined) return rejected(`${where}: a tool result without \`tool_call_id\``)
+      if (message.tool_call_id === undefined) return rejected(where, "a tool result without `tool_call_id`")
       const content = typeof message.content === "string"
         ? isEmptyText(message.content) ? "" : message.content
         : contentBlocks(message.content, where, message.role)
@@ -236,7 +267,9 @@ const toolsOf = (call: ProviderCall): Array<WireTool> | ModelFailed => {
   const out: Array<WireTool> = []
   for (const [i, tool] of (call.request.tools ?? []).entries()) {
     const schema = tool.input_schema ?? { type: "object", properties: {} }
-    if (!isObject(schema)) return rejected(`tools[${i}] (${tool.name}): an input_schema that is not a JSON Schema object`)
+    if (!isObject(schema)) {
+      return rejected({ path: `tools[${i}] (${tool.name})`, details: { tool_index: i, tool: tool.name } }, "an input_schema that is not a JSON Schema object")
+    }
     out.push({
       name: tool.name,
       ...(tool.description !== undefined ? { description: tool.description } : {}),
@@ -252,12 +285,15 @@ export const requestBody = (call: ProviderCall): Record<string, unknown> | Model
   const system = call.request.system
   const turns: Turns = { system: system !== undefined && !isEmptyText(system) ? [system] : [], messages: [] }
   for (const [i, message] of call.request.messages.entries()) {
-    const failure = addMessage(turns, message, `messages[${i}]`)
+    const failure = addMessage(turns, message, i)
     if (failure !== undefined) return failure
   }
-  if (turns.messages.length === 0) return rejected(`a request with no user or assistant message (it takes at least one)`)
+  if (turns.messages.length === 0) {
+    const messages = call.request.messages.length
+    return rejected({ path: "the request", details: { message_count: messages } }, "no user or assistant message (it takes at least one)")
+  }
   const empty = turns.messages.find((turn) => turn.content.length === 0)
-  if (empty !== undefined) return rejected(`${empty.where}: an empty user message (it refuses a message without content)`)
+  if (empty !== undefined) return rejected(empty.where, "an empty user message (it refuses a message without content)")
   const tools = toolsOf(call)
   if (tools instanceof ModelFailed) return tools
   const options = mergedOptions(call)
