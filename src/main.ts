@@ -98,7 +98,11 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
       reason: `cannot listen on ${listen.host}:${listen.port}: ${LISTEN_ERRORS[code] ?? err.cause?.message ?? "unknown error"} (${code})`
     })
   }
-  if (err._tag === "ModelBindingsInvalid") return new StartupRefused({ reason: `BRAIN_MODELS: ${err.message}` })
+  // Its message names where the bindings came from: "BRAIN_MODELS (inline JSON)" already says the
+  // setting, a file's path does not.
+  if (err._tag === "ModelBindingsInvalid") {
+    return new StartupRefused({ reason: err.message?.startsWith("BRAIN_MODELS") ? err.message : `BRAIN_MODELS: ${err.message}` })
+  }
   if (err._tag === "EnvironmentBindingsInvalid") {
     return new StartupRefused({ reason: err.message?.startsWith("BRAIN_ENVIRONMENTS") ? err.message : `BRAIN_ENVIRONMENTS: ${err.message}` })
   }

@@ -103,14 +103,17 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
     expect(leaks).toEqual([])
   }, 60_000)
 
-  it("a malformed BRAIN_MODELS refuses the start naming the file, the field and the reason", async () => {
+  it("a malformed BRAIN_MODELS refuses the start naming the setting once, the file, the field and the reason", async () => {
     const file = path.join(server.dataDir, "..", `models-${process.pid}.json`)
     fs.writeFileSync(file, JSON.stringify({ bad: { provider: "openai-chat", model: "m", api_key: KEY } }))
     const refused = new ServerProcess({ entry: "product", env: { BRAIN_MODELS: file } })
     try {
       const r = await refused.spawn()
       expect(r.listening).toBe(false)
-      expect(refused.output).toContain(`${file}: bad.api_key: unexpected field`)
+      const said = refused.output.split("\n").filter((l) => l.includes("bad.api_key"))
+      expect(said, refused.output).toHaveLength(1)
+      expect(said[0], refused.output).toContain(`BRAIN_MODELS: ${file}: bad.api_key: unexpected field`)
+      expect(said[0]!.match(/BRAIN_MODELS/g), refused.output).toHaveLength(1)
       expect(refused.output).not.toContain(KEY)
     } finally {
       await refused.dispose()
@@ -118,7 +121,7 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
     }
   }, 60_000)
 
-  it("brain serve refuses to start on a base_url holding credentials, a query or a fragment, and on a key that is empty or holds a line break: one line naming the binding and the setting, never the value", async () => {
+  it("brain serve refuses to start on a base_url holding credentials, a query or a fragment, and on a key that is empty or holds a line break: one line naming the binding and the setting (once), never the value", async () => {
     const cases: Array<{ readonly binding: Record<string, unknown>; readonly key?: string; readonly says: string }> = [
       { binding: { base_url: `http://user:${KEY}@127.0.0.1:1/v1` }, says: "gw.base_url: must not hold credentials" },
       { binding: { base_url: `http://127.0.0.1:1/openai/deployments/gpt4?api-version=${KEY}` }, says: "gw.base_url: must have no query or fragment" },
@@ -136,6 +139,7 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
         const said = refused.output.split("\n").filter((l) => l.includes("gw."))
         expect(said, refused.output).toHaveLength(1)
         expect(said[0], refused.output).toContain(`BRAIN_MODELS (inline JSON): ${says}`)
+        expect(said[0]!.match(/BRAIN_MODELS/g), said[0]).toHaveLength(1)
         expect(refused.output).not.toContain(KEY)
         expect(refused.output).not.toMatch(/FiberFailure|\n\s+at /)
       } finally {
