@@ -14,6 +14,13 @@ export const MAX_FRAME_BYTES = 64 * 1024 * 1024 - 64
 export const OUTCOME_SETTING_CEILING_BYTES = 32 * 1024 * 1024
 
 /**
+ * Bytes. What a WebAssembly loop's input is kept free for besides the transcript, the
+ * configuration and a turn's input: the runtime envelope, field names and a small turn's Events.
+ * A save leaves the transcript no more than BRAIN_MAX_WASM_IO_BYTES less these (layers/sessions/TranscriptRoom.ts).
+ */
+export const INPUT_ENVELOPE_BYTES = 16 * 1024
+
+/**
  * Milliseconds. The largest value of a setting that ends up in a timer (2^31 − 1, about 24.8 days):
  * Node's `setTimeout` takes no longer delay and fires a longer one after 1 ms instead.
  */

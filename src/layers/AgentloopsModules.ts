@@ -62,6 +62,7 @@ const infoOf = (m: AdmittedModule): ModuleInfo => ({ id: m.hash, bytes: m.bytes,
 const moduleLoop = (module: AdmittedModule, activate: AgentloopShape["activate"]): AgentloopShape => ({
   activate,
   eventsFromEnd: module.eventsFromEnd,
+  input: { tailMessages: module.tail ? module.tailMessages : undefined, configurationRead: !module.configurationUnread },
   ...(module.eventKinds === undefined ? {} : { eventKinds: module.eventKinds })
 })
 

@@ -28,6 +28,8 @@ import { SESSION_KEYS_PRUNE_MS } from "../domain/Limits.js"
 import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { Agentloops } from "../services/Agentloop.js"
+import { carriedBytes, refusalText, transcriptRoom } from "./sessions/TranscriptRoom.js"
+import { noUnanswered } from "../domain/TranscriptTail.js"
 import { EffectFence } from "../services/EffectFence.js"
 import { Journal, type JournalListError } from "../services/Journal.js"
 import { type RecordedBinding, toolNameRule } from "../domain/ModelBinding.js"
@@ -399,6 +401,15 @@ export const make = Effect.gen(function*() {
         const refused = checkPayload("session_creation_started", { configuration }) ??
           (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
         if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
+        // An opening transcript the loop's input could not carry would fail every turn: refused now.
+        if (request.transcript !== undefined && request.transcript.length > 0) {
+          const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) => refusedAt(e.failure.message, ["agentloop"])))
+          const room = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
+          if (room !== undefined) {
+            const bytes = carriedBytes(room, [], noUnanswered, request.transcript, 0)
+            if (bytes > room.bytes) return yield* Effect.fail(refusedAt(`the opening ${refusalText(room, bytes)}`, ["transcript"]))
+          }
+        }
         const session = id ?? (yield* mintSessionId)
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
         // The modules' uses are recorded before the session names them, so none is removed under

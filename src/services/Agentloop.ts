@@ -93,6 +93,16 @@ export interface Host {
 /** The activation failed: a guest error, bad output or a host failure it did not handle. */
 export class AgentloopFailed extends Data.TaggedError("AgentloopFailed")<{ readonly failure: Failure }> {}
 
+/**
+ * How a WebAssembly loop's input carries the session's state, which BRAIN_MAX_WASM_IO_BYTES bounds
+ * (layers/sessions/TranscriptRoom.ts): the whole transcript, or its tail of at least
+ * `tailMessages` messages; the configuration, or not.
+ */
+export interface LoopInput {
+  readonly tailMessages: number | undefined
+  readonly configurationRead: boolean
+}
+
 export interface AgentloopShape {
   /** Runs one activation; the value is the turn's result (JSON). */
   readonly activate: (input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed | HostCallFailed>
@@ -110,6 +120,12 @@ export interface AgentloopShape {
    * loop names each with a global `brain_events_kind_<kind>` (docs/abi.md, "The input's Events").
    */
   readonly eventKinds?: ReadonlySet<string>
+  /**
+   * How the loop's input, bounded by BRAIN_MAX_WASM_IO_BYTES, carries the transcript: a save or an
+   * opening transcript it could not carry is refused. Absent (a loop given its input as values,
+   * in process): nothing bounds it.
+   */
+  readonly input?: LoopInput
 }
 
 /** An admitted module, as listed. */

@@ -292,3 +292,48 @@ describe("BRAIN_MAX_WASM_MEMORY_BYTES below the official loop's memory at start"
     }
   })
 })
+
+describe("a loop given the whole transcript, with BRAIN_MAX_WASM_IO_BYTES of 256 KiB", () => {
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_IO_BYTES: String(256 * 1024) } })
+  const EXAMPLE = path.join(ROOT, "dist/loops/examples/echo-with-memory.wasm")
+
+  it("is never left with a transcript its next input could not carry: the save past the room fails its turn payload_too_large, the transcript stays, and the next turn runs", async () => {
+    const id = (await request(server().baseUrl, "/v1/agentloops", wasm(fs.readFileSync(EXAMPLE)))).body.id
+    const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })).body.session_id
+    const send = (message: string) => request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message } } })
+    // Each turn saves the message and the model's echo of it, about 20 KB for a message of 10 KB,
+    // until a save would pass the room (about 176 KB here): that turn fails and saves nothing.
+    let saved: unknown
+    let refused: { status: string; failure?: { code: string; message: string } } | undefined
+    for (let i = 0; i < 12 && refused === undefined; i++) {
+      const before = (await request(server().baseUrl, `/v1/sessions/${session}/transcript`)).body
+      const turn = (await send("m".repeat(10_000))).body.turn
+      if (turn.status === "failed") {
+        refused = turn
+        saved = before
+      }
+    }
+    expect(refused?.failure?.code).toBe("payload_too_large")
+    expect(refused?.failure?.message).toContain("BRAIN_MAX_WASM_IO_BYTES")
+    const after = (await request(server().baseUrl, `/v1/sessions/${session}/transcript`)).body
+    expect(after, "the transcript as it was").toEqual(saved)
+    for (let i = 0; i < 3; i++) {
+      const next = await send("hi")
+      expect(next.body.turn.status, `turn ${i} after the refusal`).toBe("ended")
+    }
+    expect((await request(server().baseUrl, `/v1/sessions/${session}/transcript`)).body.messages).toHaveLength(after.messages.length + 6)
+  })
+
+  it("a create whose opening transcript the loop could not receive is refused 400 naming transcript; the official loop, which reads the tail, takes it and runs", async () => {
+    const id = (await request(server().baseUrl, "/v1/agentloops", wasm(fs.readFileSync(EXAMPLE)))).body.id
+    const transcript = [{ role: "user", content: "x".repeat(300 * 1024) }]
+    const refused = await request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" }, transcript } })
+    expect(refused.status).toBe(400)
+    expect(refused.body.code).toBe("invalid_request")
+    expect(refused.body.details).toEqual([{ path: ["transcript"], message: expect.stringContaining("BRAIN_MAX_WASM_IO_BYTES") }])
+    const official = await request(server().baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" }, transcript } })
+    expect(official.status).toBe(201)
+    const turn = await request(server().baseUrl, `/v1/sessions/${official.body.session_id}/messages`, { json: { input: { message: "hello" } } })
+    expect(turn.body.turn.status).toBe("ended")
+  })
+})

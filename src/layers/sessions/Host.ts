@@ -33,6 +33,7 @@ import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
+import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
@@ -84,6 +85,11 @@ export interface ActivationScope {
    * carries its difference from the saved one. Once set, every host call is refused.
    */
   atEnd?: ReadonlyArray<Message> | undefined
+  /**
+   * The room the loop's next input leaves for the transcript (TranscriptRoom.ts): a save past it
+   * is refused `payload_too_large`, nothing of it journaled. Undefined: nothing bounds it.
+   */
+  readonly room?: TranscriptRoom | undefined
 }
 
 /** A host call after setTranscriptAtEnd: the loop said it was ending. */
@@ -138,6 +144,10 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const write = <A>(body: Effect.Effect<A, FenceError>) =>
     scope.writes.run(Effect.mapError(body, storageFailure))
 
+  /** A save of `to` (keeping the saved transcript's first `keep` messages) the loop's next input could not carry: its refusal. */
+  const tooLarge = (to: ReadonlyArray<Message>, keep: number) =>
+    scope.room === undefined ? undefined : roomRefusal(scope.room, cell.state.transcript, cell.state.unanswered, to, keep)
+
   const hooks: FenceHooks = {
     committed: (committed) => cell.foldIn(committed),
     unrecorded: (settled) => {
@@ -177,11 +187,16 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       if (!scope.writes.inFlight) {
         const delta = transcriptChange(cell.state.transcript, save)
         if (delta === undefined) return call
+        const refused = tooLarge(save, delta.keep)
+        if (refused !== undefined) return refuse(refused)
         if (stageRidingNow(journal, cell, entry("transcript_delta", delta), save)) return afterRiding(call)
       }
-      const staged = write(Effect.suspend(() => {
+      const staged = scope.writes.run(Effect.suspend(() => {
         const delta = transcriptChange(cell.state.transcript, save)
-        return delta === undefined ? Effect.void : stageRiding(journal, cell, entry("transcript_delta", delta), save)
+        if (delta === undefined) return Effect.void
+        const refused = tooLarge(save, delta.keep)
+        if (refused !== undefined) return refuse(refused)
+        return Effect.mapError(stageRiding(journal, cell, entry("transcript_delta", delta), save), storageFailure)
       }))
       return Effect.flatMap(staged, () => afterRiding(call))
     })
@@ -241,16 +256,22 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const emit: Host["emit"] = (kind, payload) => live(emitAs({ kind: "agentloop", sequence: scope.activation }, kind, payload))
 
   const setTranscript: Host["setTranscript"] = (messages: ReadonlyArray<Message>) =>
-    live(write(Effect.suspend(() => {
+    live(scope.writes.run(Effect.suspend(() => {
       const delta = transcriptChange(cell.state.transcript, messages)
       if (delta === undefined) return Effect.void
-      return Effect.asVoid(commit(journal, cell, [entry("transcript_delta", delta)]))
+      const refused = tooLarge(messages, delta.keep)
+      if (refused !== undefined) return refuse(refused)
+      return Effect.asVoid(Effect.mapError(commit(journal, cell, [entry("transcript_delta", delta)]), storageFailure))
     })))
 
   /** Validated now; committed by the turn with the activation's closing records (Turn.ts). */
   const setTranscriptAtEnd: Host["setTranscriptAtEnd"] = (messages: ReadonlyArray<Message>) =>
-    live(write(Effect.sync(() => {
+    live(scope.writes.run(Effect.suspend(() => {
+      const delta = transcriptChange(cell.state.transcript, messages)
+      const refused = delta === undefined ? undefined : tooLarge(messages, delta.keep)
+      if (refused !== undefined) return refuse(refused)
       scope.atEnd = messages
+      return Effect.void
     })))
 
   return {

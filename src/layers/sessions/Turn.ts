@@ -20,6 +20,7 @@
 import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
+import { stringifyOnce } from "../../domain/JsonText.js"
 import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
@@ -27,6 +28,7 @@ import type { TurnOutcome } from "../../services/Sessions.js"
 import { type Cell, commitQueueable, exitOrCancel, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, type HostDeps, makeHost } from "./Host.js"
+import { transcriptRoom } from "./TranscriptRoom.js"
 import { cancelFailure } from "./HostFailures.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceJournal.js"
@@ -123,7 +125,8 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     modelCalls: 0,
     emittedBytes: 0,
     unsettled: [],
-    cutShort: false
+    cutShort: false,
+    room: transcriptRoom(config, start.loop.input, () => stringifyOnce(cell.state.configuration))
   }
   const host = makeHost(deps, scope)
   const now = deps.clock.unsafeCurrentTimeMillis()
