@@ -24,7 +24,8 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { type EventPage, type KeptRequest, type Receipt, Sessions, type SessionsShape, type TurnOutcome } from "../services/Sessions.js"
 import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
-import { EventPage as EventPageSchema, MutatingHeaders, Transcript as TranscriptSchema } from "./Schemas.js"
+import { EventPage as EventPageSchema, MutatingHeaders } from "./Schemas.js"
+import { transcriptAnswer } from "./TranscriptAnswer.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
 import { invalid } from "./Errors.js"
@@ -278,7 +279,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           ))
         }))
       .handle("transcript", ({ path }) =>
-        pageTurn(Effect.flatMap(sessions.transcript(path.id), (transcript) => builtAnswer(TranscriptSchema, transcript))))
+        pageTurn(Effect.flatMap(sessions.transcript(path.id), transcriptAnswer)))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
       .handle("delete", lifecycle("delete", (id) =>
