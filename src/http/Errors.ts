@@ -95,20 +95,44 @@ const allowOf = (details: unknown): string => {
   return Array.isArray(allow) ? allow.filter((m) => typeof m === "string").join(", ") : ""
 }
 
+/**
+ * Seconds a client retrying a 503 `overloaded` is first asked to wait (RFC 9110 §10.2.3) when the
+ * refusal names no wait of its own: long enough that a client following it does not spin, short
+ * enough that a limit freed in the meantime (a body answered, a connection closed) is soon used.
+ */
+export const RETRY_AFTER_SECS = 1
+
+/**
+ * The `Retry-After` of a refusal, in whole seconds: a 503 `overloaded` that is retryable waits its
+ * `details.retry_after_ms` rounded up (the idle expiry of a host registration), else
+ * RETRY_AFTER_SECS. Undefined for every other refusal, and for one that says a retry will not help
+ * (`retryable: false`).
+ */
+export const retryAfterOf = (e: ApiError): string | undefined => {
+  if (e.code !== "overloaded" || !e.retryable) return undefined
+  const ms = typeof e.details === "object" && e.details !== null ? (e.details as { readonly retry_after_ms?: unknown }).retry_after_ms : undefined
+  return String(typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? Math.ceil(ms / 1000) : RETRY_AFTER_SECS)
+}
+
+/** A refusal's headers besides its content type (toResponse; an idempotent refusal's answer, Idempotent.ts). */
+export const refusalHeaders = (e: ApiError): Record<string, string> => {
+  // RFC 7235: a 401 names the scheme it wants; RFC 9110: a 405 the methods the path takes; a
+  // refusal for load asks the client to close, and when to come back.
+  if (e.code === "unauthorized") return { "www-authenticate": 'Bearer realm="brain"' }
+  if (e.code === "method_not_allowed") return { allow: allowOf(e.details) }
+  if (e.code === "overloaded") {
+    const after = retryAfterOf(e)
+    return after !== undefined ? { connection: "close", "retry-after": after } : { connection: "close" }
+  }
+  return {}
+}
+
 export const toResponse = (refusal: ApiError) => {
   const e = withIssues(refusal)
   return HttpServerResponse.text(bodyOf(e), {
     status: statusOf(e.code),
     contentType: "application/json",
-    // RFC 7235: a 401 names the scheme it wants; RFC 9110: a 405 the methods the path takes; a
-    // refusal for load asks the client to close.
-    ...(e.code === "unauthorized"
-      ? { headers: { "www-authenticate": 'Bearer realm="brain"' } }
-      : e.code === "method_not_allowed"
-      ? { headers: { allow: allowOf(e.details) } }
-      : e.code === "overloaded"
-      ? { headers: { connection: "close" } }
-      : {})
+    headers: refusalHeaders(e)
   })
 }
 

@@ -32,7 +32,7 @@ import { Effect } from "effect"
 import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects, Overloaded } from "../domain/Errors.js"
 import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
 import type { Keyed, TurnRequest } from "../services/Sessions.js"
-import { bodyOf, statusOf, withIssues } from "./Errors.js"
+import { bodyOf, refusalHeaders, statusOf, withIssues } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`
@@ -66,7 +66,7 @@ const ambiguousAnswer = (e: ApiError) =>
 
 const failureAnswer = (e: ApiError): Answer => ({
   status: statusOf(e.code),
-  headers: { "content-type": "application/json" },
+  headers: { "content-type": "application/json", ...refusalHeaders(e) },
   body: bodyOf(withIssues(e))
 })
 
