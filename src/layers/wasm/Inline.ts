@@ -385,11 +385,18 @@ const start = <A, E>(
     }
   }
   run.starting = false
+  // The input's allocation is the activation's first stretch of compute: an instance put back or
+  // made ahead rested since its last stretch, and that rest is not the activation's (a guest whose
+  // allocator runs out of fuel would tick against it and be moved). A new instance's stretch began
+  // with its start function, which is this activation's.
+  if (spare !== undefined || run === made?.run) run.stretchStart = performance.now()
   let packed: bigint
   try {
     packed = typeof input === "string" ? run.giveText(input, inputLength) : run.give(input)
   } catch (err) {
     return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
+  } finally {
+    run.used += performance.now() - run.stretchStart
   }
   const ptr = Number(packed >> 32n)
   const len = Number(packed & 0xffffffffn)

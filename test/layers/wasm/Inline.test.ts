@@ -260,6 +260,26 @@ describe("WasmHost on the main thread", () => {
       expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
     }))
 
+  it.scopedLive("an activation on an instance that rested longer than the allowance is metered from its own start: the input's allocation, which runs out of fuel, counts only its own compute, and nothing moves", () =>
+    Effect.gen(function*() {
+      // Its allocator counts down past one allowance of fuel (a tick in every allocation), in far less than the allowance's time.
+      const ticking = guest(`${data(100, '{"ok":"fine"}').segment}
+        (global $next (mut i32) (i32.const 4096))
+        (func (export "brain_alloc") (param $n i32) (result i32) (local $i i32) (local $p i32)
+          (local.set $i (i32.const 50000))
+          (loop $l (br_if $l (i32.ne (local.tee $i (i32.sub (local.get $i) (i32.const 1))) (i32.const 0))))
+          (local.set $p (global.get $next)) (global.set $next (i32.add (global.get $next) (local.get $n))) (local.get $p))
+        (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 13)))`, { alloc: false })
+      const wasm = yield* inlineHost(300)
+      const module = yield* admit(wasm, ticking)
+      for (let i = 0; i < 3; i++) {
+        expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("fine")
+        // Its instance put back rests past the allowance before the next activation takes it.
+        yield* Effect.sleep("600 millis")
+      }
+      expect(wasm.stats).toEqual({ inline: 3, moved: 0, pool: 0 })
+    }))
+
   it.scopedLive("a guest that computes past its main-thread allowance moves to a worker and completes there; the host call it made before the move is performed once", () =>
     Effect.gen(function*() {
       const wasm = yield* inlineHost(5)
