@@ -356,12 +356,17 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
     // written: a connection is closed once no request is in flight on it (SSE streams end with the
     // stop), and whatever is still open after DRAIN_ANSWERS_MS is abandoned. Node counts a
     // connection idle once its answer has ended, though a slow reader may not have taken all of it
-    // yet: idle ones are closed only when no socket still holds bytes to write.
+    // yet: idle ones are closed only when no socket still holds bytes to write. A connection that
+    // never sent a byte has no answer to wait for (`closeUnused`).
     for (let waited = 0;; waited += DRAIN_POLL_MS) {
+      guard.closeUnused()
       if (!guard.writing()) server.closeIdleConnections()
       if (guard.open() === 0 || waited >= DRAIN_ANSWERS_MS) break
       yield* Effect.sleep(Duration.millis(DRAIN_POLL_MS))
     }
+    const abandoned = guard.open()
     server.closeAllConnections()
-    yield* Effect.log("drained; closing")
+    yield* Effect.log(
+      abandoned === 0 ? "drained; closing" : `drained; closing ${abandoned} connection(s) still open after ${DRAIN_ANSWERS_MS} ms`
+    )
   }))

@@ -224,6 +224,14 @@ export interface ConnectionGuard {
   readonly open: () => number
   /** Whether any connection holds response bytes its socket has not yet handed to the kernel (a slow reader). */
   readonly writing: () => boolean
+  /**
+   * Closes the connections that have not sent a byte (a client's spare connection, opened ahead
+   * of a request it never made); answers how many. Node counts such a connection busy, not idle,
+   * from its first moment (so that a client cannot hold one open by sending nothing), so
+   * `closeIdleConnections` leaves it, and a stop would wait its whole grace for a request that
+   * never comes.
+   */
+  readonly closeUnused: () => number
 }
 
 /** Applies the limits to a server before it listens. */
@@ -272,6 +280,16 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
     writing: () => {
       for (const socket of sockets) if (socket.writableLength > 0) return true
       return false
+    },
+    closeUnused: () => {
+      let closed = 0
+      for (const socket of sockets) {
+        if (socket.bytesRead === 0 && (socket as SocketInternals)._httpMessage == null) {
+          socket.destroy()
+          closed++
+        }
+      }
+      return closed
     }
   }
 }

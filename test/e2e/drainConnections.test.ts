@@ -1,0 +1,58 @@
+/**
+ * What a graceful stop waits for once its turns are closed: the answers still being written, and
+ * nothing else. A connection that never sent a byte (a client's spare connection, such as the one
+ * a fetch client opens after an aborted SSE stream) has no answer to wait for; Node counts it busy,
+ * not idle, so the stop closes it itself rather than wait out its grace for it. Against a real
+ * server process.
+ */
+import * as net from "node:net"
+import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
+import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+
+beforeAll(ensureBuilt, 120_000)
+
+let server: ServerProcess | undefined
+afterEach(async () => {
+  await server?.dispose()
+  server = undefined
+})
+
+/** Milliseconds a stop lets answers still in flight be written (src/main.ts, DRAIN_ANSWERS_MS). */
+const DRAIN_ANSWERS_MS = 2_000
+
+/** The server's log lines: each message and when it was logged. */
+const logged = (s: ServerProcess) =>
+  s.lines.flatMap((l) => {
+    try {
+      const line = JSON.parse(l) as { readonly message: unknown; readonly timestamp: string }
+      return [{ message: String(line.message), at: Date.parse(line.timestamp) }]
+    } catch {
+      return []
+    }
+  })
+
+describe("a graceful stop's connections", () => {
+  it("a connection that never sent a byte, and one whose SSE stream its client aborted, are closed at once: the stop does not wait out its grace for them, and the client's silent connection is closed", async () => {
+    server = await startServer({ entry: "product" })
+    const { session_id } = (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body
+    // An SSE stream its client aborts after the first bytes.
+    const aborted = new AbortController()
+    const stream = await fetch(server.url(`/v1/sessions/${session_id}/events?after=0`), { headers: { accept: "text/event-stream" }, signal: aborted.signal })
+    expect(stream.status).toBe(200)
+    aborted.abort()
+    // A connection that sends nothing.
+    const { port, hostname } = new URL(server.baseUrl)
+    const silent = net.connect(Number(port), hostname)
+    await new Promise<void>((resolve, reject) => silent.once("connect", resolve).once("error", reject))
+    const closed = new Promise<void>((resolve) => silent.once("close", () => resolve()))
+    silent.on("error", () => undefined)
+    expect(await server.stop()).toMatchObject({ code: 0 })
+    await closed
+    const lines = logged(server)
+    const signalled = lines.find((l) => l.message.startsWith("SIGTERM"))!
+    const drained = lines.filter((l) => l.message.startsWith("drained"))
+    expect(drained.map((l) => l.message), server.output).toEqual(["drained; closing"])
+    // Closed without waiting out the grace (which a stop spends only on connections still open).
+    expect(drained[0]!.at - signalled.at, server.output).toBeLessThan(DRAIN_ANSWERS_MS)
+  })
+})
