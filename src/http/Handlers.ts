@@ -103,18 +103,23 @@ const builtAnswer = <A, I>(schema: Schema.Schema<A, I>, value: A) =>
  */
 const onTheWire = (page: EventPage): typeof Schemas.EventPage.Type => page as typeof Schemas.EventPage.Type
 
-/** An admission refused: a module that is not one (400) or a full store (409); a store that failed (500). */
+/**
+ * An admission refused: a module that is not one (400) or a full store (409); a store that failed
+ * (500). A full store is retryable: it lasts only until modules are removed, so the refusal is not
+ * kept as its Idempotency-Key's answer (Idempotent.ts frees the key of a retryable refusal), and the
+ * same keyed upload runs once there is room.
+ */
 const admitRefused = (e: AgentloopRejected | AgentloopStoreFailed) =>
   e._tag === "AgentloopRejected"
-    ? e.full ? new Conflict({ message: e.reason }) : new InvalidRequest({ message: e.reason })
+    ? e.full ? new Conflict({ message: e.reason, retryable: true }) : new InvalidRequest({ message: e.reason })
     : new Internal({ message: e.reason })
 
-/** A removal refused: no such module (404), a module in use (409), a store that failed (500). */
+/** A removal refused: no such module (404), a module in use (409, retryable: until its sessions are deleted), a store that failed (500). */
 const removeRefused = (e: AgentloopRejected | AgentloopInUse | AgentloopStoreFailed) =>
   e._tag === "AgentloopRejected"
     ? e.missing ? new NotFound({ message: e.reason }) : new Conflict({ message: e.reason })
     : e._tag === "AgentloopInUse"
-    ? new Conflict({ message: e.reason })
+    ? new Conflict({ message: e.reason, retryable: true })
     : new Internal({ message: e.reason })
 
 /** The one media type of a module upload (docs/api.md): nothing shipped sends another. */

@@ -33,13 +33,17 @@ describe("uploaded modules", () => {
     expect(listed.body.agentloops).toEqual([{ id, bytes: loop.length, loop: true, tool: false }])
 
     const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: id, model: { provider: "scripted" } } })).body.session_id
-    const inUse = await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })
+    // Refused while in use, retryable: its key keeps nothing, and the same keyed removal runs once the session is gone.
+    const removal = { method: "DELETE", headers: { "idempotency-key": "remove-in-use" } }
+    const inUse = await request(server().baseUrl, `/v1/agentloops/${id}`, removal)
     expect(inUse.status).toBe(409)
+    expect(inUse.body).toMatchObject({ code: "conflict", retryable: true })
     expect(inUse.body.message).toContain(session)
 
     await request(server().baseUrl, `/v1/sessions/${session}/end`, { method: "POST" })
     expect((await request(server().baseUrl, `/v1/sessions/${session}`, { method: "DELETE" })).status).toBe(204)
-    expect((await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(204)
+    expect((await request(server().baseUrl, `/v1/agentloops/${id}`, removal)).status).toBe(204)
+    expect((await request(server().baseUrl, `/v1/agentloops/${id}`, removal)).status).toBe(204)
     expect(fs.existsSync(twin), "the twin goes with the module").toBe(false)
     expect((await request(server().baseUrl, `/v1/agentloops/${id}`, { method: "DELETE" })).status).toBe(404)
     expect((await request(server().baseUrl, "/v1/agentloops")).body.agentloops).toEqual([])
@@ -143,15 +147,25 @@ describe("uploaded modules", () => {
     expect(kinds.filter((k: string) => k === "tool_call_ended")).toHaveLength(6)
   })
 
-  it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409", async () => {
+  it("a module above BRAIN_MAX_WASM_MODULE_BYTES is refused 400; one that would pass BRAIN_MAX_WASM_STORE_BYTES 409 retryable, which its key does not keep: once room is made, the same keyed upload is admitted", async () => {
     const loop = await helloLoop()
     const tooBig = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 120_000)))
     expect(tooBig.status).toBe(400)
     expect(tooBig.body.message).toContain("BRAIN_MAX_WASM_MODULE_BYTES")
-    expect((await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 90_000)))).status).toBe(201)
-    const full = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 80_000)))
-    expect(full.status).toBe(409)
-    expect(full.body.message).toContain("BRAIN_MAX_WASM_STORE_BYTES")
+    const first = await request(server().baseUrl, "/v1/agentloops", wasm(padded(loop, 90_000)))
+    expect(first.status).toBe(201)
+    const keyed = { ...wasm(padded(loop, 80_000)), headers: { "content-type": "application/wasm", "idempotency-key": "upload-while-full" } }
+    for (let i = 0; i < 2; i++) {
+      const full = await request(server().baseUrl, "/v1/agentloops", keyed)
+      expect(full.status).toBe(409)
+      expect(full.body).toMatchObject({ code: "conflict", retryable: true })
+      expect(full.body.message).toContain("BRAIN_MAX_WASM_STORE_BYTES")
+    }
+    expect((await request(server().baseUrl, `/v1/agentloops/${first.body.id}`, { method: "DELETE" })).status).toBe(204)
+    const admitted = await request(server().baseUrl, "/v1/agentloops", keyed)
+    expect(admitted.status, admitted.text).toBe(201)
+    expect((await request(server().baseUrl, "/v1/agentloops", keyed)).text).toBe(admitted.text)
+    expect((await request(server().baseUrl, `/v1/agentloops/${admitted.body.id}`, { method: "DELETE" })).status).toBe(204)
   })
 })
 
