@@ -112,7 +112,7 @@ const onTheWire = (page: EventPage): typeof Schemas.EventPage.Type => page as ty
 const admitRefused = (e: AgentloopRejected | AgentloopStoreFailed) =>
   e._tag === "AgentloopRejected"
     ? e.full ? new Conflict({ message: e.reason, retryable: true }) : new InvalidRequest({ message: e.reason })
-    : new Internal({ message: e.reason })
+    : storeRefused(e)
 
 /** A removal refused: no such module (404), a module in use (409, retryable: until its sessions are deleted), a store that failed (500). */
 const removeRefused = (e: AgentloopRejected | AgentloopInUse | AgentloopStoreFailed) =>
@@ -120,7 +120,10 @@ const removeRefused = (e: AgentloopRejected | AgentloopInUse | AgentloopStoreFai
     ? e.missing ? new NotFound({ message: e.reason }) : new Conflict({ message: e.reason })
     : e._tag === "AgentloopInUse"
     ? new Conflict({ message: e.reason, retryable: true })
-    : new Internal({ message: e.reason })
+    : storeRefused(e)
+
+/** A module store that failed: 503 `overloaded` out of descriptors (nothing is wrong with it), else a retryable 500. */
+const storeRefused = (e: AgentloopStoreFailed) => (e.exhausted === true ? new Overloaded({ message: e.reason }) : new Internal({ message: e.reason }))
 
 /** The one media type of a module upload (docs/api.md): nothing shipped sends another. */
 const WASM_TYPE = "application/wasm"

@@ -34,7 +34,7 @@ import {
 import { Journal } from "../services/Journal.js"
 import type { SessionId } from "../domain/Ids.js"
 import { type AdmittedModule, WasmHost } from "../services/WasmHost.js"
-import { memoryStore, type ModuleStoreShape } from "./agentloops/ModuleStore.js"
+import { memoryStore, type ModuleStoreShape, type StoreFailed } from "./agentloops/ModuleStore.js"
 
 export const OFFICIAL = "official"
 
@@ -95,6 +95,8 @@ export const make = (options: AgentloopsOptions = {}) =>
     const exclusive = lock.withPermits(1)
 
     const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
+    /** The store could not answer (a module that exists but cannot be read now is never "no such module"). */
+    const storeFailed = (e: StoreFailed) => new AgentloopStoreFailed({ reason: e.reason, ...(e.exhausted === true ? { exhausted: true } : {}) })
 
     /** The compiled module of a stored id, if it is cached (and now the most recently used). */
     const cachedModule = (id: string): AdmittedModule | undefined => {
@@ -107,7 +109,7 @@ export const make = (options: AgentloopsOptions = {}) =>
     }
 
     /** The compiled module of a stored id. */
-    const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected> => {
+    const load = (id: string): Effect.Effect<AdmittedModule, AgentloopRejected | AgentloopStoreFailed> => {
       const cached = cachedModule(id)
       return cached !== undefined ? Effect.succeed(cached) : compile(id)
     }
@@ -127,7 +129,7 @@ export const make = (options: AgentloopsOptions = {}) =>
     const compile = Effect.fnUntraced(function*(id: string, keep: boolean = true) {
       if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
       const before = removals
-      const bytes = yield* store.read(id)
+      const bytes = yield* store.read(id).pipe(Effect.mapError(storeFailed))
       if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)} (POST /v1/agentloops uploads one)`, { missing: true }))
       const admitted = yield* wasm.value.admit(bytes.value).pipe(
         Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
@@ -152,7 +154,16 @@ export const make = (options: AgentloopsOptions = {}) =>
             Effect.map((module) =>
               moduleLoop(module, (input, host) => Effect.flatMap(Effect.orDie(Effect.fromNullable(Option.getOrUndefined(wasm))), (w) => w.runLoop(module, input, host)))
             ),
-            Effect.mapError((e) => new AgentloopFailed({ failure: failure("agentloop_failed", e.reason) }))
+            Effect.mapError((e) =>
+              new AgentloopFailed({
+                failure: e._tag === "AgentloopRejected"
+                  ? failure("agentloop_failed", e.reason)
+                  // Stored, but not readable now: a retry can run it.
+                  : e.exhausted === true
+                  ? failure("overloaded", `the module ${id} cannot be read now: ${e.reason}`, { retryable: true })
+                  : failure("agentloop_failed", `the module ${id} cannot be read now: ${e.reason}`, { retryable: true })
+              })
+            )
           )
         }),
       check: (id) =>
@@ -164,10 +175,10 @@ export const make = (options: AgentloopsOptions = {}) =>
       use: (id, session) =>
         builtins.has(id) ? Effect.void : exclusive(Effect.gen(function*() {
           // Checked with the marker's write, under the lock: a removal is before both or after both.
-          if (!(yield* store.has(id))) {
+          if (!(yield* store.has(id).pipe(Effect.mapError(storeFailed)))) {
             return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}: it was removed (POST /v1/agentloops uploads one)`, { missing: true }))
           }
-          yield* store.use(id, session).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+          yield* store.use(id, session).pipe(Effect.mapError(storeFailed))
         })),
       unuse: (id, session) => (builtins.has(id) ? Effect.void : store.unuse(id, session)),
       admit: (bytes) =>
@@ -176,7 +187,7 @@ export const make = (options: AgentloopsOptions = {}) =>
           const admitted = yield* wasm.value.admit(bytes).pipe(Effect.mapError((e) => rejected(e.reason)))
           // The bound's check and the write under the lock: concurrent uploads are counted one after another.
           return yield* exclusive(Effect.gen(function*() {
-            const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            const stored = yield* store.list.pipe(Effect.mapError(storeFailed))
             if (!stored.some((m) => m.id === admitted.hash) && options.storeBytes !== undefined) {
               const total = stored.reduce((n, m) => n + m.bytes, 0)
               if (total + admitted.bytes > options.storeBytes) {
@@ -186,13 +197,13 @@ export const make = (options: AgentloopsOptions = {}) =>
               }
             }
             // Stored already (the same bytes uploaded before, or meanwhile): kept as it is.
-            yield* store.write(admitted.hash, bytes).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            yield* store.write(admitted.hash, bytes).pipe(Effect.mapError(storeFailed))
             cache(admitted)
             return infoOf(admitted)
           }))
         }),
       list: Effect.gen(function*() {
-        const stored = yield* store.list.pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+        const stored = yield* store.list.pipe(Effect.mapError(storeFailed))
         const out: Array<ModuleInfo> = []
         for (const m of stored) {
           // Known flags are reported as they are; a module not yet known is compiled once, not cached.
@@ -206,10 +217,10 @@ export const make = (options: AgentloopsOptions = {}) =>
           if (builtins.has(id)) return yield* Effect.fail(rejected(`${JSON.stringify(id)} is built in and cannot be removed`))
           // The users' check and the removal under the lock: a use is recorded before both or after both.
           return yield* exclusive(Effect.gen(function*() {
-            if (!(yield* store.has(id))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
+            if (!(yield* store.has(id).pipe(Effect.mapError(storeFailed)))) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)}`, { missing: true }))
             // A use whose session no longer exists (deleted, or a create that never finished) is swept.
             const live: Array<string> = []
-            const users = yield* store.users(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            const users = yield* store.users(id).pipe(Effect.mapError(storeFailed))
             for (const session of users) {
               const exists = Option.isSome(journal) ? yield* journal.value.exists(session as SessionId) : true
               if (exists) live.push(session)
@@ -221,7 +232,7 @@ export const make = (options: AgentloopsOptions = {}) =>
             removals++
             compiled.delete(id)
             flags.delete(id)
-            yield* store.remove(id).pipe(Effect.mapError((e) => new AgentloopStoreFailed({ reason: e.reason })))
+            yield* store.remove(id).pipe(Effect.mapError(storeFailed))
           }))
         }),
       tool: (id) => {

@@ -1,14 +1,19 @@
 /**
  * Checkpoint stores. The file store writes `sessions/{id}/checkpoint` atomically: a temporary
  * file, fdatasync, rename, directory fsync — so a crash leaves the old checkpoint or the new
- * one, never a mix. Checkpoints are disposable: any failure to read one means "none".
+ * one, never a mix. Checkpoints are disposable: a checkpoint that is missing, or cannot be read
+ * for what is wrong with it (EIO, EISDIR, …), means "none", and the state is folded from the
+ * journal. One that cannot be read *now* for want of descriptors (EMFILE, ENFILE) is not "none":
+ * the read fails `JournalUnavailable` (503 `overloaded`, retryable) as the journal's own reads do,
+ * rather than fold a long journal from its start — through files it could not open either.
  */
 import * as path from "node:path"
 import { Effect, Layer, Option, Random } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
 import { sessionDir } from "./journal/DataDir.js"
-import { FileDriver, withFile } from "./journal/FileDriver.js"
+import { FileDriver, isExhausted, withFile } from "./journal/FileDriver.js"
+import { unavailable } from "./journal/Handle.js"
 
 export const CHECKPOINT_FILE = "checkpoint"
 
@@ -28,7 +33,7 @@ export const makeFile = (dataDir: string) =>
       load: (session) =>
         driver.readFile(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)).pipe(
           Effect.map((buf) => Option.some(buf.toString("utf8"))),
-          Effect.orElseSucceed(() => Option.none())
+          Effect.catchAll((e) => (isExhausted(e) ? Effect.fail(unavailable(session, e)) : Effect.succeed(Option.none())))
         ),
       save: (session, text) =>
         Effect.gen(() => saveOf(session, text)).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason })))

@@ -27,7 +27,7 @@ import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
 import { SESSION_KEYS_PRUNE_MS } from "../domain/Limits.js"
 import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
-import { Agentloops } from "../services/Agentloop.js"
+import { type AgentloopStoreFailed, Agentloops } from "../services/Agentloop.js"
 import { carriedBytes, refusalText, transcriptRoom } from "./sessions/TranscriptRoom.js"
 import { noUnanswered } from "../domain/TranscriptTail.js"
 import { EffectFence } from "../services/EffectFence.js"
@@ -346,10 +346,12 @@ export const make = Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
         const tools = request.tools ?? []
         // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
-        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => refusedAt(e.reason, ["agentloop"])))
+        yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["agentloop"]) : moduleStoreFailed(e)))
         const modules = [...new Set(tools.flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
         for (const module of modules) {
-          yield* agentloops.tool(module).pipe(Effect.mapError((e) => refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"])))
+          yield* agentloops.tool(module).pipe(
+            Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"]) : moduleStoreFailed(e))
+          )
         }
         // A model's call names a tool by its name alone: one name declared twice has no one meaning.
         const firstOf = new Map<string, number>()
@@ -403,7 +405,10 @@ export const make = Effect.gen(function*() {
         if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
         // An opening transcript the loop's input could not carry would fail every turn: refused now.
         if (request.transcript !== undefined && request.transcript.length > 0) {
-          const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) => refusedAt(e.failure.message, ["agentloop"])))
+          // (A loop that cannot be loaded now, its store out of descriptors, is no fault of the request.)
+          const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) =>
+            e.failure.retryable ? new Overloaded({ message: `the agentloop cannot be loaded now: ${e.failure.message}` }) : refusedAt(e.failure.message, ["agentloop"])
+          ))
           const room = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
           if (room !== undefined) {
             const bytes = carriedBytes(room, [], noUnanswered, request.transcript, 0)
@@ -425,7 +430,7 @@ export const make = Effect.gen(function*() {
         yield* Effect.zipRight(
           Effect.forEach(uses, (id) =>
             agentloops.use(id, session).pipe(
-              Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : new Internal({ message: e.reason })))
+              Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : moduleStoreFailed(e)))
             ), { discard: true }),
           Effect.forEach(named, (host) => hosts?.use(host, session) ?? Effect.void, { discard: true })
         ).pipe(Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
@@ -607,6 +612,15 @@ export const make = Effect.gen(function*() {
   )
   return service
 })
+
+/**
+ * The module store could not answer (a module that exists but cannot be read now is never "no such
+ * module", which would refuse the create 400): 503 `overloaded` out of descriptors, else a 500.
+ */
+const moduleStoreFailed = (e: AgentloopStoreFailed): Overloaded | Internal =>
+  e.exhausted === true
+    ? new Overloaded({ message: `the module store cannot be read now: ${e.reason}; try again shortly` })
+    : new Internal({ message: `the module store failed: ${e.reason}` })
 
 /** The sessions directory could not be listed: an error, never an empty list. */
 const listingFailed = (e: JournalListError): Overloaded | Internal =>

@@ -147,7 +147,7 @@ export interface AgentloopsShape {
   /** The loop to run for this id. */
   readonly resolve: (id: string) => Effect.Effect<AgentloopShape, AgentloopFailed>
   /** At create: `id` names a loop that can run (built in, or an admitted module with `brain_run`). */
-  readonly check: (id: string) => Effect.Effect<void, AgentloopRejected>
+  readonly check: (id: string) => Effect.Effect<void, AgentloopRejected | AgentloopStoreFailed>
   /**
    * Records that a session uses an uploaded module (before its creation is journaled); built-ins
    * need nothing. Refused (`missing`) if the module is no longer stored: a removal came first.
@@ -161,7 +161,7 @@ export interface AgentloopsShape {
   /** Removes an uploaded module that no session uses. */
   readonly remove: (id: string) => Effect.Effect<void, AgentloopRejected | AgentloopInUse | AgentloopStoreFailed>
   /** An admitted module exporting `brain_tool`, compiled, for a Wasm tool. */
-  readonly tool: (id: string) => Effect.Effect<import("./WasmHost.js").AdmittedModule, AgentloopRejected>
+  readonly tool: (id: string) => Effect.Effect<import("./WasmHost.js").AdmittedModule, AgentloopRejected | AgentloopStoreFailed>
 }
 
 /** An uploaded module was refused (not WebAssembly, not the ABI, too large, unknown). */
@@ -177,6 +177,10 @@ export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{
 export class AgentloopInUse extends Data.TaggedError("AgentloopInUse")<{ readonly reason: string }> {}
 
 /** A valid module could not be stored (the server's fault, not the request's). */
-export class AgentloopStoreFailed extends Data.TaggedError("AgentloopStoreFailed")<{ readonly reason: string }> {}
+export class AgentloopStoreFailed extends Data.TaggedError("AgentloopStoreFailed")<{
+  readonly reason: string
+  /** Out of descriptors (EMFILE, ENFILE): the store cannot be reached now, nothing is wrong with it (503 `overloaded`). */
+  readonly exhausted?: boolean
+}> {}
 
 export class Agentloops extends Context.Tag("brain/Agentloops")<Agentloops, AgentloopsShape>() {}

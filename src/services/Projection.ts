@@ -5,7 +5,7 @@
 import { Context, Data, type Effect, type Option } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { SessionState } from "../domain/Projection.js"
-import type { JournalReadError } from "./Journal.js"
+import type { JournalReadError, JournalUnavailable } from "./Journal.js"
 
 export interface Projected {
   readonly state: SessionState
@@ -42,7 +42,8 @@ export class Projection extends Context.Tag("brain/Projection")<Projection, Proj
 
 /** Where checkpoints are kept: opaque text per session. */
 export interface CheckpointStoreShape {
-  readonly load: (session: SessionId) => Effect.Effect<Option.Option<string>>
+  /** The session's checkpoint, none when there is none or it cannot be read; `JournalUnavailable` when it cannot be read now (out of descriptors). */
+  readonly load: (session: SessionId) => Effect.Effect<Option.Option<string>, JournalUnavailable>
   readonly save: (session: SessionId, text: string) => Effect.Effect<void, CheckpointWriteFailed>
 }
 

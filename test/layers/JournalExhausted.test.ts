@@ -14,10 +14,11 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Logger, TestClock } from "effect"
+import { Effect, Layer, Logger, Option, TestClock } from "effect"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { JOURNAL_EXHAUSTED_WARN_MS } from "../../src/domain/Limits.js"
 import { entry } from "../../src/domain/Records.js"
+import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import { refusingDriver as refusing, tempDir } from "../support/journals.js"
@@ -136,5 +137,24 @@ describe("the file journal at the open-file limit", () => {
         expect(warnings).toHaveLength(2)
         expect(warnings[1]).toMatch(/5 journal access\(es\) refused/)
       }).pipe(Effect.provide(capture))
+    }))
+  it.scoped("a checkpoint that cannot be read for want of descriptors is unavailable, never \"no checkpoint\" (which would fold the journal from its start); one that cannot be read for another reason, or is missing, is none", () =>
+    Effect.gen(function*() {
+      const { dataDir, session } = yield* withSession
+      fs.writeFileSync(path.join(dataDir, "sessions", session, CheckpointStore.CHECKPOINT_FILE), "a checkpoint")
+      const files = refusing()
+      const store = yield* CheckpointStore.makeFile(dataDir).pipe(Effect.provide(Layer.succeed(FileDriver, files.driver)))
+      expect(yield* store.load(session)).toEqual(Option.some("a checkpoint"))
+      for (const code of ["EMFILE", "ENFILE"]) {
+        files.set((op, file) => op === "readFile" && file.endsWith(CheckpointStore.CHECKPOINT_FILE) ? code : undefined)
+        const refused = yield* Effect.flip(store.load(session))
+        expect(refused._tag).toBe("JournalUnavailable")
+        expect(refused.message).toContain(code)
+      }
+      files.set((op, file) => op === "readFile" && file.endsWith(CheckpointStore.CHECKPOINT_FILE) ? "EIO" : undefined)
+      expect(yield* store.load(session)).toEqual(Option.none())
+      files.clear()
+      expect(yield* store.load(session)).toEqual(Option.some("a checkpoint"))
+      expect(yield* store.load(yield* mintSessionId)).toEqual(Option.none())
     }))
 })

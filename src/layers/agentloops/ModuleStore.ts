@@ -19,7 +19,11 @@ import * as path from "node:path"
 import { Data, Effect, Option } from "effect"
 import { prebuiltTwinName } from "../wasm/TwinExports.js"
 
-export class StoreFailed extends Data.TaggedError("StoreFailed")<{ readonly reason: string }> {}
+export class StoreFailed extends Data.TaggedError("StoreFailed")<{
+  readonly reason: string
+  /** Out of descriptors (EMFILE, ENFILE): nothing is wrong with the store, and the same call can succeed shortly. */
+  readonly exhausted?: boolean
+}> {}
 
 export interface StoredModule {
   readonly id: string
@@ -27,9 +31,14 @@ export interface StoredModule {
 }
 
 export interface ModuleStoreShape {
-  readonly read: (id: string) => Effect.Effect<Option.Option<Uint8Array>>
-  /** Whether the module is stored, without reading it. */
-  readonly has: (id: string) => Effect.Effect<boolean>
+  /**
+   * The module's bytes; none when no such module is stored. A module that cannot be read now (EMFILE
+   * at the open-file limit, EIO) is `StoreFailed`, never none: "no such module" would tell a caller
+   * that an upload it made is gone.
+   */
+  readonly read: (id: string) => Effect.Effect<Option.Option<Uint8Array>, StoreFailed>
+  /** Whether the module is stored, without reading it; `StoreFailed` when that cannot be known now. */
+  readonly has: (id: string) => Effect.Effect<boolean, StoreFailed>
   readonly write: (id: string, bytes: Uint8Array) => Effect.Effect<void, StoreFailed>
   readonly remove: (id: string) => Effect.Effect<void, StoreFailed>
   readonly list: Effect.Effect<ReadonlyArray<StoredModule>, StoreFailed>
@@ -44,8 +53,20 @@ export interface ModuleStoreShape {
 
 const ID = /^[0-9a-f]{64}$/
 
-const tryFs = <A>(what: string, run: () => Promise<A>) =>
-  Effect.tryPromise({ try: run, catch: (err) => new StoreFailed({ reason: `${what}: ${(err as NodeJS.ErrnoException).code ?? "error"}` }) })
+const storeFailed = (what: string, err: unknown) => {
+  const code = (err as NodeJS.ErrnoException).code ?? "error"
+  return new StoreFailed({ reason: `${what}: ${code}`, ...(code === "EMFILE" || code === "ENFILE" ? { exhausted: true } : {}) })
+}
+
+const tryFs = <A>(what: string, run: () => Promise<A>) => Effect.tryPromise({ try: run, catch: (err) => storeFailed(what, err) })
+
+/** `run`'s answer, or `missing` when the file does not exist (ENOENT); any other failure is `StoreFailed`. */
+const unlessMissing = <A>(what: string, run: () => Promise<A>, missing: A) =>
+  tryFs(what, () =>
+    run().catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return missing
+      throw err
+    }))
 
 /**
  * A directory's names; one that does not exist has none. Any other failure (EMFILE at the
@@ -75,9 +96,9 @@ export const fileStore = (dir: string): ModuleStoreShape => {
   return {
     read: (id) =>
       ID.test(id)
-        ? Effect.promise(() => fs.readFile(file(id)).then((b) => Option.some(new Uint8Array(b)), () => Option.none()))
+        ? unlessMissing("reading the module", () => fs.readFile(file(id)).then((b) => Option.some<Uint8Array>(new Uint8Array(b))), Option.none())
         : Effect.succeed(Option.none()),
-    has: (id) => ID.test(id) ? Effect.promise(() => fs.access(file(id)).then(() => true, () => false)) : Effect.succeed(false),
+    has: (id) => ID.test(id) ? unlessMissing("looking for the module", () => fs.access(file(id)).then(() => true), false) : Effect.succeed(false),
     write: (id, bytes) =>
       Effect.gen(function*() {
         yield* tryFs("creating the modules directory", () => fs.mkdir(dir, { recursive: true }))
