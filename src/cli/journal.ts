@@ -9,7 +9,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { Console, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
-import { acquireLock, fsFailure, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
+import { acquireLock, fsFailure, journalDir, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
@@ -60,7 +60,7 @@ export const verify = (dataDir: string, only?: string) =>
       if (result._tag === "Left") {
         const e = result.left
         if (e._tag === "SessionNotFound") {
-          yield* Console.log(`${session}: ${RESIDUE} (no journal directory)`)
+          yield* Console.log(`${session}: ${residueOf(dataDir, session)} (no journal directory)`)
         } else if (e._tag === "JournalUnavailable") {
           // Not checked, and not damage either: this process is out of descriptors.
           yield* Console.log(`${session}: not checked: ${e.message}`)
@@ -73,7 +73,7 @@ export const verify = (dataDir: string, only?: string) =>
       }
       const { handle, lastSequence, torn } = result.right
       if (lastSequence === 0 && !torn) {
-        yield* Console.log(`${session}: ${RESIDUE} (a journal with no record)`)
+        yield* Console.log(`${session}: ${residueOf(dataDir, session)} (a journal with no record)`)
       } else if (torn) {
         yield* Console.log(
           `${session}: torn final write: open would truncate ${torn.bytes} bytes of ${torn.file} at offset ${torn.offset} (${torn.reason}); ${lastSequence} records committed`
@@ -118,6 +118,26 @@ const commitLogBatches = (dataDir: string): number => {
 const RESIDUE = "not a session: the residue of a creation cut off before its first record; the server answers not_found, `brain journal remove` takes it away"
 
 /**
+ * Empty directories (`sessions/{id}/`, with at most an empty `journal/`): what a creation cut off
+ * before it wrote anything, or a delete cut off by a crash, leaves. They hold nothing; the server
+ * answers `not_found` for them.
+ */
+const EMPTY_RESIDUE =
+  "not a session: empty directories, left by a creation or a delete cut off by a crash; the server answers not_found, `brain journal remove` takes them away"
+
+/** Whether a session's directory holds nothing but, at most, an empty journal directory. */
+const emptyResidue = (dataDir: string, session: string): boolean => {
+  try {
+    const names = fs.readdirSync(sessionDir(dataDir, session))
+    return names.every((n) => n === "journal") && (names.length === 0 || fs.readdirSync(journalDir(dataDir, session)).length === 0)
+  } catch {
+    return false
+  }
+}
+
+const residueOf = (dataDir: string, session: string) => (emptyResidue(dataDir, session) ? EMPTY_RESIDUE : RESIDUE)
+
+/**
  * Removes a damaged session's directory: the repair path for a session whose journal is corrupt,
  * or the residue of a cut-off creation (a healthy one is ended and deleted through the API).
  * Takes the data directory's lock, so the server must be stopped; refuses a session whose journal
@@ -145,6 +165,7 @@ export const remove = (dataDir: string, session: string) =>
       yield* Console.error(`${id}: ${opened.left.message}; nothing removed`)
       return VERIFY_CORRUPT
     }
+    const residue = residueOf(dataDir, id)
     const removed = yield* Effect.either(Effect.try({
       try: () => {
         fs.rmSync(dir, { recursive: true, force: true })
@@ -158,7 +179,7 @@ export const remove = (dataDir: string, session: string) =>
       yield* Console.error(`${id}: cannot remove ${dir}: ${removed.left}`)
       return VERIFY_CORRUPT
     }
-    const why = opened._tag === "Right" ? RESIDUE : opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : RESIDUE
+    const why = opened._tag === "Right" ? residue : opened.left._tag === "JournalCorrupt" ? shown(dataDir, opened.left) : residue
     yield* Console.log(`${id}: removed (${why})`)
     return VERIFY_CLEAN
   })))

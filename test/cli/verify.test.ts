@@ -234,21 +234,25 @@ describe("brain journal verify and remove: the residue of a cut-off creation", (
       const clean = yield* mintSessionId
       yield* writeSession(dir, clean, simple(3))
       // What kill -9 leaves when it lands inside a create: before the journal directory, or before the first record.
-      const noJournal = yield* mintSessionId
-      fs.mkdirSync(path.join(dir, "sessions", noJournal))
       const noRecord = yield* mintSessionId
       yield* withJournal(dir, (journal) => journal.create(noRecord))
       expect(segmentsOf(dir, noRecord).map((f) => fs.statSync(f).size)).toEqual([0])
+      const noJournal = yield* mintSessionId
+      fs.mkdirSync(path.join(dir, "sessions", noJournal))
+      // What kill -9 leaves when it lands inside a delete: an empty journal directory in an empty session directory.
+      const emptyJournal = yield* mintSessionId
+      fs.mkdirSync(path.join(dir, "sessions", emptyJournal, "journal"), { recursive: true })
 
       const all = brain("journal", "verify", dir)
       expect(all.code, all.output).toBe(0)
-      expect(all.stdout).toContain(`${noJournal}: not a session: the residue of a creation cut off before its first record`)
+      expect(all.stdout).toContain(`${noJournal}: not a session: empty directories, left by a creation or a delete cut off by a crash; the server answers not_found`)
+      expect(all.stdout).toContain(`${emptyJournal}: not a session: empty directories, left by a creation or a delete cut off by a crash`)
       expect(all.stdout).toContain(`${noRecord}: not a session: the residue of a creation cut off before its first record`)
       expect(all.stdout).toContain(`${clean}: ok, 3 records`)
       expect(all.stdout).toContain("clean")
       expect(brain("journal", "verify", dir, noRecord).code).toBe(0)
 
-      for (const s of [noJournal, noRecord]) {
+      for (const s of [noJournal, noRecord, emptyJournal]) {
         const removed = brain("journal", "remove", dir, s)
         expect(removed.code, removed.output).toBe(0)
         expect(removed.stdout).toContain(`${s}: removed (not a session`)

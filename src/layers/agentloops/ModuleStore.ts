@@ -17,6 +17,7 @@ import { randomUUID } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Data, Effect, Option } from "effect"
+import { syncDirectory } from "../journal/FileDriver.js"
 import { prebuiltTwinName } from "../wasm/TwinExports.js"
 
 export class StoreFailed extends Data.TaggedError("StoreFailed")<{
@@ -79,15 +80,7 @@ const namesIn = (dir: string) =>
     throw err
   })
 
-const syncDir = (dir: string) =>
-  tryFs("fsync of the modules directory", async () => {
-    const handle = await fs.open(dir, "r")
-    try {
-      await handle.sync()
-    } finally {
-      await handle.close()
-    }
-  })
+const syncDir = (dir: string) => tryFs("fsync of the modules directory", () => syncDirectory(dir))
 
 export const fileStore = (dir: string): ModuleStoreShape => {
   const file = (id: string) => path.join(dir, `${id}.wasm`)

@@ -27,6 +27,7 @@ import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Effect } from "effect"
 import { type HostId, isHostId, isSessionId, type SessionId } from "../../domain/Ids.js"
+import { syncDirectory } from "../journal/FileDriver.js"
 
 export const HOSTS_DIR = "hosts"
 export const REGISTRATIONS_FILE = "registrations.jsonl"
@@ -157,12 +158,7 @@ export const rewriteDurably = async (file: string, lines: ReadonlyArray<string>)
     await handle.close()
   }
   await fs.rename(next, file)
-  const d = await fs.open(path.dirname(file), "r")
-  try {
-    await d.sync()
-  } finally {
-    await d.close()
-  }
+  await syncDirectory(path.dirname(file))
 }
 
 /** Appends lines and makes them durable (the directory too, the first time). */
@@ -176,12 +172,5 @@ export const appendDurably = async (file: string, lines: ReadonlyArray<string>) 
   } finally {
     await handle.close()
   }
-  if (created !== undefined) {
-    const d = await fs.open(dir, "r")
-    try {
-      await d.sync()
-    } finally {
-      await d.close()
-    }
-  }
+  if (created !== undefined) await syncDirectory(dir)
 }

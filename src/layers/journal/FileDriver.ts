@@ -355,6 +355,20 @@ export const nodeDriver: FileDriverShape = {
 export const layerNode = Layer.succeed(FileDriver, nodeDriver)
 
 /**
+ * `syncDir` as a promise, for the stores written with `fs/promises` (host registrations, uploaded
+ * modules): the directory opened read-only (`O_DIRECTORY`), fsynced and closed, so that a file
+ * created or renamed in it survives a crash.
+ */
+export const syncDirectory = async (dir: string): Promise<void> => {
+  const handle = await fs.promises.open(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
+  try {
+    await handle.sync()
+  } finally {
+    await handle.close()
+  }
+}
+
+/**
  * Writes a new file from its start in batches of about `batchBytes`: `push` queues frames and
  * writes once a batch is full, `flush` writes the rest. For rewrites that copy a file record by
  * record without holding it all in memory.
