@@ -36,7 +36,13 @@ export const makeFile = (dataDir: string) =>
           Effect.catchAll((e) => (isExhausted(e) ? Effect.fail(unavailable(session, e)) : Effect.succeed(Option.none())))
         ),
       save: (session, text) =>
-        Effect.gen(() => saveOf(session, text)).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason })))
+        Effect.gen(() => saveOf(session, text)).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason }))),
+      size: (session) => {
+        const fileSize = driver.fileSize
+        return fileSize === undefined
+          ? Effect.succeed(0)
+          : Effect.orElseSucceed(fileSize(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)), () => 0)
+      }
     }
     return store
   })
@@ -47,7 +53,8 @@ export const makeMemory = Effect.sync(() => {
   const texts = new Map<string, string>()
   const store: CheckpointStoreShape = {
     load: (session) => Effect.sync(() => Option.fromNullable(texts.get(session))),
-    save: (session, text) => Effect.sync(() => void texts.set(session, text))
+    save: (session, text) => Effect.sync(() => void texts.set(session, text)),
+    size: (session) => Effect.sync(() => texts.get(session)?.length ?? 0)
   }
   return { store, texts }
 })

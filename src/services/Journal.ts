@@ -200,6 +200,12 @@ export interface JournalShape {
    * difference between two answers.
    */
   readonly size: (session: SessionId) => Effect.Effect<number, JournalReadError>
+  /**
+   * What opening the session's journal would read now, told without reading a record: the bytes
+   * of its journal, and whether it is open in memory already (then its next access reads none of
+   * them to open it). For weighing a session's open before it is admitted (BRAIN_WORKING_MEMORY_BYTES).
+   */
+  readonly stored?: (session: SessionId) => Effect.Effect<{ readonly bytes: number; readonly open: boolean }, JournalReadError>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

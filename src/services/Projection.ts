@@ -34,6 +34,14 @@ export interface ProjectionShape {
   readonly remember: (session: SessionId, state: SessionState) => Effect.Effect<void>
   /** Drops a session's cached state (session delete). */
   readonly forget: (session: SessionId) => Effect.Effect<void>
+  /**
+   * About the bytes `state` would read now, told without reading a record: the checkpoint and the
+   * journal for a state not in memory, the journal alone when it must be opened (then validated:
+   * read whole) beside a state in memory, nothing for a state in memory over a journal already
+   * open. The larger of what opening the journal reads and what the fold reads, for these come one
+   * after the other. For the working-memory admission (BRAIN_WORKING_MEMORY_BYTES).
+   */
+  readonly openBytes?: (session: SessionId) => Effect.Effect<number>
   /** Writes a checkpoint of this state (taken at a quiet point); atomic, never required. */
   readonly checkpoint: (session: SessionId, state: SessionState) => Effect.Effect<void, JournalReadError | CheckpointWriteFailed>
 }
@@ -45,6 +53,8 @@ export interface CheckpointStoreShape {
   /** The session's checkpoint, none when there is none or it cannot be read; `JournalUnavailable` when it cannot be read now (out of descriptors). */
   readonly load: (session: SessionId) => Effect.Effect<Option.Option<string>, JournalUnavailable>
   readonly save: (session: SessionId, text: string) => Effect.Effect<void, CheckpointWriteFailed>
+  /** The bytes of the session's checkpoint, told without reading it (0: none); optional: without it, `load` is weighed as the journal. */
+  readonly size?: (session: SessionId) => Effect.Effect<number>
 }
 
 export class CheckpointStore extends Context.Tag("brain/CheckpointStore")<CheckpointStore, CheckpointStoreShape>() {}

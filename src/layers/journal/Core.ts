@@ -269,6 +269,14 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           drop(session)
           return letGo(open)
         }),
+      stored: (session) =>
+        Effect.suspend(() => {
+          const open = opens.get(session)
+          if (open !== undefined && !removing.has(session)) return Effect.succeed({ bytes: store.size(open.state), open: true })
+          const opened = Effect.map(openOf(session), (o) => ({ bytes: store.size(o.state), open: true }))
+          if (store.storedBytes === undefined) return opened
+          return Effect.flatMap(store.storedBytes(session), (bytes) => bytes === undefined ? opened : Effect.succeed({ bytes, open: false }))
+        }),
       lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
       size: (session) =>
         Effect.suspend(() => {

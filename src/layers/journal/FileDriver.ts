@@ -33,6 +33,8 @@ export interface FileDriverShape {
   readonly ftruncate: (fd: number, length: number) => Effect.Effect<void, FileError>
   readonly size: (fd: number) => Effect.Effect<number, FileError>
   readonly readFile: (path: string) => Effect.Effect<Buffer, FileError>
+  /** A file's size by its path (stat), without opening it; optional: a driver without it is never asked. */
+  readonly fileSize?: (path: string) => Effect.Effect<number, FileError>
   readonly writeFile: (path: string, data: Buffer | string, flag?: string) => Effect.Effect<void, FileError>
   readonly readdir: (path: string) => Effect.Effect<ReadonlyArray<string>, FileError>
   readonly mkdir: (path: string) => Effect.Effect<void, FileError>
@@ -337,6 +339,7 @@ export const nodeDriver: FileDriverShape = {
   ftruncate: (fd, length) => call("ftruncate", fdName(fd), (cb) => fs.ftruncate(fd, length, cb)),
   size: (fd) => call<number>("fstat", fdName(fd), (cb) => fs.fstat(fd, (err, st) => cb(err, st?.size))),
   readFile: (path) => call<Buffer>("readFile", path, (cb) => fs.readFile(path, cb)),
+  fileSize: (path) => call<number>("stat", path, (cb) => fs.stat(path, (err, st) => cb(err, st?.size))),
   writeFile: (path, data, flag = "w") => call("writeFile", path, (cb) => fs.writeFile(path, data, { flag }, cb)),
   readdir: (path) => call<Array<string>>("readdir", path, (cb) => fs.readdir(path, cb)),
   mkdir: (path) => call("mkdir", path, (cb) => fs.mkdir(path, { recursive: true }, (err) => cb(err))),

@@ -19,7 +19,7 @@ import * as CommitLog from "./CommitLog.js"
 import { DELETED_DIR, journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
 import { type FileDriverShape, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
-import { newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
+import { listSegments, newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
 
 export interface FileStoreLimits {
@@ -292,6 +292,16 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         let bytes = 0
         for (const seg of handle.segments) bytes += seg.size
         return bytes
+      },
+      storedBytes: (session) => {
+        const fileSize = driver.fileSize
+        if (fileSize === undefined) return Effect.succeed(undefined)
+        return listSegments(driver, dataDir, session).pipe(
+          Effect.flatMap(({ segments }) => Effect.forEach(segments, (s) => fileSize(s.path))),
+          Effect.map((sizes) => sizes.reduce((n, b) => n + b, 0)),
+          // Whatever keeps the sizes from being told, the open that follows finds out and says.
+          Effect.orElseSucceed(() => undefined)
+        )
       },
       remove: (session, handle) =>
         Effect.gen(function*() {

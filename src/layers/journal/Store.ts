@@ -102,6 +102,11 @@ export interface JournalStore<S> {
   ) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
   /** The bytes of the session's committed frames. */
   readonly size: (state: S) => number
+  /**
+   * The bytes of a session's journal as stored, read from its files' sizes without opening it (a
+   * torn final write included); undefined when they cannot be told so (then the session is opened).
+   */
+  readonly storedBytes?: (session: SessionId) => Effect.Effect<number | undefined>
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
   readonly release: (state: S) => Effect.Effect<void>
   /** After the last round: lets go of everything. */
