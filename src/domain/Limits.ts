@@ -285,3 +285,32 @@ export const HOST_RECORDS_QUEUE = 4_096
 
 /** Bytes of randomness in a host token (256 bits): unguessable; only its SHA-256 is stored. */
 export const HOST_TOKEN_BYTES = 32
+
+/**
+ * Milliseconds. How long a session open or a turn waits, in order, for its share of the working
+ * memory (BRAIN_WORKING_MEMORY_BYTES) before it is refused 503 `overloaded`, having changed
+ * nothing: long enough to ride out a burst of large opens (one takes about a second), short
+ * enough that a client is told to come back rather than left waiting behind long turns.
+ */
+export const WORKING_MEMORY_WAIT_MS = 10_000
+
+/**
+ * The share of the V8 heap limit a session open's and a turn's working memory may take at once
+ * when BRAIN_WORKING_MEMORY_BYTES is unset: as much as the request bodies (BRAIN_INFLIGHT_BODY_BYTES).
+ */
+export const WORKING_MEMORY_HEAP_FRACTION = 1 / 4
+
+/**
+ * Heap bytes a session open takes per byte it reads (the journal it has to open, the checkpoint):
+ * measured, with the audit's probe (16 sessions of one 4 MiB turn: a 25 MB journal and an 8 MB
+ * checkpoint each), at about 55 MiB of V8 heap per open, 1.65 per byte read; 2 counts it whole.
+ */
+export const OPEN_HEAP_PER_BYTE = 2
+
+/**
+ * Heap bytes a turn takes per byte of its input (its message and media): measured at 50 to 62
+ * MiB of V8 heap for a turn of a 4 MiB message (its body parsed, journaled, sent to the model and
+ * the model's answer), 12 to 15 per byte; 16 counts it whole. The session's state is counted
+ * besides, once (what a model request or a loop's input encodes of it).
+ */
+export const TURN_HEAP_PER_INPUT_BYTE = 16

@@ -9,7 +9,7 @@
  * - recent: the journals' newest records, for the reads a turn makes of what it just wrote.
  */
 import * as v8 from "node:v8"
-import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP } from "../domain/Limits.js"
+import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, WORKING_MEMORY_HEAP_FRACTION } from "../domain/Limits.js"
 
 export interface MemoryBudget {
   readonly warmBytes: number
@@ -20,6 +20,10 @@ export interface MemoryBudget {
 /** Request bodies held at once: the setting, or a quarter of the heap limit. */
 export const inflightBodyBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4)
+
+/** Heap session opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
+export const workingMemoryBytes = (setting: number | undefined): number =>
+  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * WORKING_MEMORY_HEAP_FRACTION)
 
 export const totalCacheBytes = (cacheBytes: number | undefined): number =>
   cacheBytes ?? Math.min(DEFAULT_CACHE_BYTES_CAP, Math.floor(v8.getHeapStatistics().heap_size_limit * CACHE_HEAP_FRACTION))

@@ -24,7 +24,7 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
-import { SESSION_KEYS_PRUNE_MS } from "../domain/Limits.js"
+import { SESSION_KEYS_PRUNE_MS, TURN_HEAP_PER_INPUT_BYTE, WORKING_MEMORY_WAIT_MS } from "../domain/Limits.js"
 import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { type AgentloopStoreFailed, Agentloops } from "../services/Agentloop.js"
@@ -53,7 +53,8 @@ import {
 } from "../services/Sessions.js"
 import { Telemetry } from "../services/Telemetry.js"
 import { Tools } from "../services/Tools.js"
-import { memoryBudget } from "./MemoryBudget.js"
+import { memoryBudget, workingMemoryBytes } from "./MemoryBudget.js"
+import { type Held, WorkingMemory } from "./WorkingMemory.js"
 import { cancelSignal, cancelTurn, Cell, commit, flushOpening, type RunningTurn, stage } from "./sessions/Cell.js"
 import { Once } from "./Waits.js"
 import { Creations } from "./sessions/Creations.js"
@@ -61,11 +62,16 @@ import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import type { TurnInput } from "../domain/Messages.js"
-import { inputTooLarge } from "./sessions/InputBytes.js"
+import { inputTooLarge, inputWeight } from "./sessions/InputBytes.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit, sessionKeysFull } from "./sessions/Requests.js"
 import { runTurn } from "./sessions/Turn.js"
+
+/** A turn's share of the working memory: `keep` hands it to the turn's fiber, which gives it back when the turn closes. */
+interface TurnHold extends Held {
+  readonly keep: () => void
+}
 
 /** The hosts a session's Environments name, each once. */
 const namedHosts = (environments: ReadonlyArray<AdmittedEnvironment>): ReadonlyArray<HostId> => [
@@ -97,11 +103,13 @@ export const make = Effect.gen(function*() {
   // Optional: without the host registry no host is registered, and a `host` Environment is refused at create.
   const hosts = Option.getOrUndefined(yield* Effect.serviceOption(Hosts))
   const steps = { fence: deps.fence, environments: deps.environments }
+  const workingMemory = new WorkingMemory(workingMemoryBytes(config.workingMemoryBytes), WORKING_MEMORY_WAIT_MS)
   const registry = yield* makeRegistry({
     journal,
     projection,
     idleTtlMs: config.sessionIdleTtlMs,
-    warmBytes: memoryBudget(config.cacheBytes).warmBytes
+    warmBytes: memoryBudget(config.cacheBytes).warmBytes,
+    workingMemory
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
@@ -128,6 +136,8 @@ export const make = Effect.gen(function*() {
   const deadlines = yield* makeDeadlines((turn) => cancelTurn(turn, "timeout"))
 
   const using = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.using(session, body)
+  /** `using` for a turn's request, which holds the working memory its session's open takes (`admitTurn`). */
+  const admittedUsing = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.using(session, body, true)
   /** A read: it neither activates the session nor keeps it warm (Registry.reading). */
   const reading = <A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>) => registry.reading(session, body)
   const release = (cell: Cell) => registry.release(cell)
@@ -165,19 +175,19 @@ export const make = Effect.gen(function*() {
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
-  function* sendKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest) {
+  function* sendKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest, held: TurnHold) {
     const now = keyedAccess(cell)
     const seen = yield* seenSend(journal, cell, request, now, config.requestRetentionMs)
     if (seen) return seen
-    const turn = yield* startTurn(cell, input, "send", request)
+    const turn = yield* startTurn(cell, input, "send", request, held)
     return { _tag: "Answered", value: yield* turn.done.await } satisfies Keyed<TurnOutcome>
   }
 
-  function* submitKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest) {
+  function* submitKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest, held: TurnHold) {
     const now = keyedAccess(cell)
     const seen = seenSubmit(cell, request, now, config.requestRetentionMs)
     if (seen) return seen
-    const turn = yield* startTurn(cell, input, "submit", request)
+    const turn = yield* startTurn(cell, input, "submit", request, held)
     return { _tag: "Answered", value: { session_id: cell.session, sequence: turn.sequence } } satisfies Keyed<Receipt>
   }
 
@@ -229,13 +239,42 @@ export const make = Effect.gen(function*() {
    * keyed request's `request_claimed`: its key is claimed exactly when the turn starts). Only a
    * keyed request can be refused `overloaded` (its session's keys at their bound).
    */
-  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit"): Effect.Effect<RunningTurn, TurnError>
-  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest): Effect.Effect<RunningTurn, KeyedTurnError>
-  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest): Effect.Effect<RunningTurn, KeyedTurnError> {
-    return startTurnOf(cell, input, mode, request)
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest | undefined, held: TurnHold): Effect.Effect<RunningTurn, TurnError>
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest, held: TurnHold): Effect.Effect<RunningTurn, KeyedTurnError>
+  function startTurn(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest | undefined, held: TurnHold): Effect.Effect<RunningTurn, KeyedTurnError> {
+    return startTurnOf(cell, input, mode, request, held)
   }
 
-  const startTurnOf = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request?: TurnRequest) {
+  /**
+   * Runs a turn's request holding its share of the working memory (BRAIN_WORKING_MEMORY_BYTES),
+   * taken before its session is opened: TURN_HEAP_PER_INPUT_BYTE per byte of its input, and what
+   * reaching the session's state takes (its state in memory, or its open: Registry.openWeight),
+   * so a turn waiting for its share holds nothing of its session. Several large turns at once took
+   * more heap than the process has; past the bound a turn waits in order, or is refused overloaded
+   * with nothing written. A turn that starts keeps its share until it closes (its fiber gives it
+   * back); an input above BRAIN_MAX_INPUT_BYTES, and a session in memory that cannot start a turn,
+   * are refused first, without waiting.
+   */
+  const admitTurn = <A, E>(session: SessionId, input: TurnInput, body: (held: TurnHold) => Effect.Effect<A, E>): Effect.Effect<A, E | TurnError> =>
+    Effect.suspend((): Effect.Effect<A, E | TurnError> => {
+      const tooLarge = inputTooLarge(input, config.maxInputBytes)
+      if (tooLarge !== undefined) return Effect.fail(tooLarge)
+      // A session in memory that cannot start a turn (busy, ended) says so now, not after a wait.
+      const cell = registry.opened(session)
+      const refused = cell === undefined ? undefined : refusedStart(cell)
+      if (refused !== undefined) return Effect.fail(refused)
+      // Kept past the request only once a turn's fiber has taken it (a keyed replay starts none).
+      let kept = false
+      return Effect.flatMap(registry.openWeight(session), (reach) =>
+        workingMemory.holding(
+          TURN_HEAP_PER_INPUT_BYTE * inputWeight(input) + reach,
+          "this turn",
+          (held) => body({ bytes: held.bytes, release: held.release, keep: () => void (kept = true) }),
+          () => kept
+        ))
+    })
+
+  const startTurnOf = Effect.fnUntraced(function*(cell: Cell, input: TurnInput, mode: "send" | "submit", request: TurnRequest | undefined, held: TurnHold) {
     const tooLarge = inputTooLarge(input, config.maxInputBytes)
     if (tooLarge !== undefined) return yield* Effect.fail(tooLarge)
     const refused = refusedStart(cell)
@@ -293,6 +332,7 @@ export const make = Effect.gen(function*() {
     running.add(started)
     if (config.maxTurnMs > 0) deadlines.add(started, deps.clock.unsafeCurrentTimeMillis() + config.maxTurnMs)
     cell.users++ // the turn holds the cell until it closes
+    held.keep() // the turn's fiber gives it back when the turn closes
     // The turn's fiber belongs to the registry and is interruptible whatever the caller's
     // region (an idempotent request runs uninterruptibly so its answer is always recorded).
     yield* FiberSet.run(
@@ -314,6 +354,7 @@ export const make = Effect.gen(function*() {
             })
           }
           clearTimeout(flushLater)
+          held.release()
           cell.running = undefined
           cell.opening = undefined
           running.delete(started)
@@ -507,11 +548,15 @@ export const make = Effect.gen(function*() {
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
       }),
     send: (session, input) =>
-      using(session, (cell) => Effect.flatMap(startTurn(cell, input, "send"), (turn) => turn.done.await)),
+      admitTurn(session, input, (held) =>
+        admittedUsing(session, (cell) => Effect.flatMap(startTurn(cell, input, "send", undefined, held), (turn) => turn.done.await))),
     submit: (session, input) =>
-      using(session, (cell) => Effect.map(startTurn(cell, input, "submit"), (turn) => ({ session_id: session, sequence: turn.sequence }))),
-    sendKeyed: (session, input, request) => using(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request))),
-    submitKeyed: (session, input, request) => using(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request))),
+      admitTurn(session, input, (held) =>
+        admittedUsing(session, (cell) => Effect.map(startTurn(cell, input, "submit", undefined, held), (turn) => ({ session_id: session, sequence: turn.sequence })))),
+    sendKeyed: (session, input, request) =>
+      admitTurn(session, input, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held)))),
+    submitKeyed: (session, input, request) =>
+      admitTurn(session, input, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held)))),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

@@ -116,6 +116,12 @@ export interface ServerConfigShape {
    * body is refused with 503, unless nothing else is held. Undefined = a quarter of the heap limit.
    */
   readonly inflightBodyBytes: number | undefined
+  /**
+   * Bytes of V8 heap session opens and turns may take at once, each weighted by what it will take
+   * (layers/WorkingMemory.ts); past it they wait in order, then are refused with 503. Undefined =
+   * a quarter of the heap limit.
+   */
+  readonly workingMemoryBytes: number | undefined
   /** Open HTTP connections; past this a new connection is refused with 503 (health still answers). */
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
@@ -217,6 +223,7 @@ export const defaults: ServerConfigShape = {
   sseHeartbeatMs: 15_000,
   cacheBytes: undefined,
   inflightBodyBytes: undefined,
+  workingMemoryBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
@@ -354,6 +361,11 @@ export const fromConfig = Config.all({
   sseHeartbeatMs: timerMs("BRAIN_SSE_HEARTBEAT_MS", 0, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
   cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
   inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
+  workingMemoryBytes: optionalAtLeast(
+    "BRAIN_WORKING_MEMORY_BYTES",
+    1,
+    "heap bytes session opens and turns may take at once, each weighted by what it reads or brings (unset: 1/4 of the heap limit)"
+  ),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
   requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
@@ -451,6 +463,7 @@ export const fromConfig = Config.all({
     sseHeartbeatMs: c.sseHeartbeatMs,
     cacheBytes: Option.getOrUndefined(c.cacheBytes),
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
+    workingMemoryBytes: Option.getOrUndefined(c.workingMemoryBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
     requestTimeoutMs: c.requestTimeoutMs,

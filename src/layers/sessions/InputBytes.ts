@@ -21,3 +21,13 @@ export const inputTooLarge = (input: TurnInput, maxBytes: number): PayloadTooLar
     ? undefined
     : new PayloadTooLarge({ message: `the turn's input is ${bytes} bytes of JSON, above BRAIN_MAX_INPUT_BYTES (${maxBytes})` })
 }
+
+/**
+ * About the bytes of a turn's input, told without encoding it: its message's characters and its
+ * media's. For weighing the turn's working memory (BRAIN_WORKING_MEMORY_BYTES), not for a bound.
+ */
+export const inputWeight = (input: TurnInput): number => {
+  let bytes = input.message.length
+  for (const m of input.media ?? []) for (const value of Object.values(m)) if (typeof value === "string") bytes += value.length
+  return bytes
+}

@@ -35,6 +35,8 @@ import type {
   SessionNotFound
 } from "../../services/Journal.js"
 import type { ProjectionShape } from "../../services/Projection.js"
+import { OPEN_HEAP_PER_BYTE } from "../../domain/Limits.js"
+import type { WorkingMemory } from "../WorkingMemory.js"
 import { Cell, commit } from "./Cell.js"
 
 /** Records folded since the last checkpoint before a released cell writes a new one, at least. */
@@ -124,6 +126,11 @@ export interface RegistryOptions {
   readonly idleTtlMs: number | undefined
   /** Bytes of idle cells kept warm by a TTL before the least recently used are released. */
   readonly warmBytes: number
+  /**
+   * The working-memory admission (BRAIN_WORKING_MEMORY_BYTES): an open holds its share, weighed
+   * by the bytes it will read (Projection.openBytes, OPEN_HEAP_PER_BYTE each), while it reads them.
+   */
+  readonly workingMemory?: WorkingMemory
 }
 
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
@@ -178,8 +185,34 @@ export class Registry {
   }
 
   /** Loads the state, recovering interrupted work first if this process has not yet looked. */
-  private load(session: SessionId): Effect.Effect<Cell, SessionStorageError> {
-    return Effect.gen(() => this.loadOf(session)).pipe(Effect.catchTags({
+  /** The session's cell when it is open in memory (nothing is opened, nothing taken). */
+  opened(session: SessionId): Cell | undefined {
+    const settled = this.cells.get(session)?.settled
+    return settled !== undefined && Exit.isSuccess(settled) ? settled.value : undefined
+  }
+
+  /**
+   * The heap a use of the session takes to reach its state: its state's bytes when its cell is in
+   * memory, else what its open reads, OPEN_HEAP_PER_BYTE per byte (Projection.openBytes).
+   */
+  openWeight(session: SessionId): Effect.Effect<number> {
+    const cell = this.opened(session)
+    if (cell !== undefined) return Effect.succeed(cell.state.bytes)
+    const { projection } = this.options
+    return projection.openBytes === undefined ? Effect.succeed(0) : Effect.map(projection.openBytes(session), (bytes) => bytes * OPEN_HEAP_PER_BYTE)
+  }
+
+  /** Loads the state (its open admitted by the working memory unless `admitted`: its caller holds its share). */
+  private load(session: SessionId, admitted: boolean): Effect.Effect<Cell, SessionStorageError> {
+    const { projection, workingMemory } = this.options
+    const open = Effect.gen(() => this.loadOf(session))
+    // Many opens of large sessions at once took more heap than the process has: each waits for
+    // its share, in order, or is refused overloaded having read nothing.
+    const weighed = admitted || workingMemory === undefined || projection.openBytes === undefined
+      ? open
+      : Effect.flatMap(projection.openBytes(session), (bytes) =>
+        workingMemory.holding(bytes * OPEN_HEAP_PER_BYTE, `this session's open (${bytes} bytes to read)`, () => open))
+    return weighed.pipe(Effect.catchTags({
       // Loading is not the request's own effect: a failure here changed nothing it asked for.
       SessionNotFound: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
       JournalCorrupt: (e) => Effect.fail(fromJournal(e, { ambiguous: false })),
@@ -206,8 +239,12 @@ export class Registry {
     return cell
   }
 
-  /** The session's cell, opened on demand and shared; the caller must `release` it. */
-  acquire(session: SessionId): Effect.Effect<Cell, SessionStorageError> {
+  /**
+   * The session's cell, opened on demand and shared; the caller must `release` it. `admitted`:
+   * the caller holds the working memory an open takes (a turn weighed with it), so an open it
+   * makes does not wait for more.
+   */
+  acquire(session: SessionId, admitted = false): Effect.Effect<Cell, SessionStorageError> {
     return Effect.suspend(() => {
       if (this.deleting.has(session)) return Effect.fail(notFound())
       const existing = this.cells.get(session)
@@ -220,7 +257,7 @@ export class Registry {
       const slot: Slot = { opened: undefined, settled: undefined }
       this.cells.set(session, slot)
       // The opener takes the cell from its own load; others wait on `opened`.
-      return this.load(session).pipe(
+      return this.load(session, admitted).pipe(
         Effect.exit,
         Effect.flatMap((exit) => {
           if (Exit.isFailure(exit) && this.cells.get(session) === slot) this.cells.delete(session)
@@ -305,8 +342,8 @@ export class Registry {
     })
   }
 
-  using<A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>): Effect.Effect<A, E | SessionStorageError> {
-    return Effect.acquireUseRelease(this.acquire(session), body, (cell) => this.release(cell))
+  using<A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>, admitted = false): Effect.Effect<A, E | SessionStorageError> {
+    return Effect.acquireUseRelease(this.acquire(session, admitted), body, (cell) => this.release(cell))
   }
 
   /**

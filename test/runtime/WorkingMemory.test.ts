@@ -1,0 +1,79 @@
+/**
+ * Turns and the working-memory bound (BRAIN_WORKING_MEMORY_BYTES): a turn holds its share from
+ * its admission until it closes, whichever way it closes, and gives it back; a turn that cannot
+ * get its share in time is refused `overloaded` and journals nothing. With a bound of one byte
+ * every turn takes the whole bound, so a share never given back shows as the next turn refused.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Either, Fiber, FiberId, TestClock } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
+import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
+import { Journal } from "../../src/services/Journal.js"
+import { ModelFailed, type ModelsShape } from "../../src/services/Models.js"
+import { Sessions } from "../../src/services/Sessions.js"
+import { runtimeLayer } from "../support/runtime.js"
+
+const scripted = { model: { provider: "scripted" as const } }
+const records = (session: SessionId) => Effect.flatMap(Journal, (journal) => journal.read(session, { after: 0, limit: 100_000 }))
+
+/** The scripted model, but a message "hold" waits for `release`, and "fail" fails. */
+const gate = Deferred.unsafeMake<void>(FiberId.none)
+const models: ModelsShape = {
+  call: (call) => {
+    const last = JSON.stringify(call.request.messages[call.request.messages.length - 1] ?? "")
+    
+    if (last.includes("hold")) return Effect.zipRight(Deferred.await(gate), ModelsScripted.scripted.call(call))
+    if (last.includes("fail")) return Effect.fail(new ModelFailed({ code: "model_unavailable", message: "down", ambiguous: false, retryable: true }))
+    return ModelsScripted.scripted.call(call)
+  }
+}
+
+/** A send forked, given time past the admission's wait, and its answer. */
+const sendPastTheWait = (session: SessionId, message: string) =>
+  Effect.gen(function*() {
+    const sessions = yield* Sessions
+    const fiber = yield* Effect.fork(Effect.either(sessions.send(session, { message })))
+    yield* TestClock.adjust("11 seconds")
+    return yield* Fiber.join(fiber)
+  })
+
+describe("turns and the working-memory bound", () => {
+  it.scoped("a turn holds its share of the working memory until it closes (ended, failed or cancelled) and then gives it back; one that cannot get its share in time is refused overloaded and journals nothing", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const a = (yield* sessions.create(scripted)).session_id
+      const b = (yield* sessions.create(scripted)).session_id
+
+      // A running turn holds the whole bound: another session's send waits, then is refused.
+      yield* sessions.submit(a, { message: "hold" })
+      const before = yield* records(b)
+      const refused = yield* sendPastTheWait(b, "hello")
+      expect(Either.isLeft(refused) && refused.left).toMatchObject({ _tag: "Overloaded", code: "overloaded", retryable: true })
+      expect(Either.isLeft(refused) ? refused.left.message : "").toContain("BRAIN_WORKING_MEMORY_BYTES")
+      expect(yield* records(b)).toEqual(before)
+      expect((yield* sessions.get(b)).status).toBe("idle")
+
+      // Cancelled: its share is given back.
+      yield* sessions.interrupt(a)
+      const afterCancel = yield* sendPastTheWait(b, "hello")
+      expect(Either.isRight(afterCancel) && afterCancel.right.turn.status).toBe("ended")
+
+      // Failed: given back too.
+      const failed = yield* sendPastTheWait(a, "fail")
+      expect(Either.isRight(failed) && failed.right.turn.status).toBe("failed")
+      const afterFailure = yield* sendPastTheWait(b, "hello")
+      expect(Either.isRight(afterFailure) && afterFailure.right.turn.status).toBe("ended")
+
+      // Refused before it started (a busy session): nothing kept.
+      yield* sessions.submit(a, { message: "hold" })
+      const busy = yield* Effect.either(sessions.send(a, { message: "again" }))
+      expect(Either.isLeft(busy)).toBe(true)
+      yield* Deferred.succeed(gate, undefined)
+      yield* sessions.drain
+      // A keyed send answered from its key starts no turn, and keeps nothing.
+      yield* sessions.sendKeyed(b, { message: "keyed" }, { key: "k", hash: "h" })
+      yield* sessions.sendKeyed(b, { message: "keyed" }, { key: "k", hash: "h" })
+      const last = yield* sendPastTheWait(b, "hello")
+      expect(Either.isRight(last) && last.right.turn.status).toBe("ended")
+    }).pipe(Effect.provide(runtimeLayer({ models, config: { workingMemoryBytes: 1 } }))))
+})
