@@ -25,7 +25,7 @@ import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
 import * as HostsFile from "./layers/HostsFile.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
-import { inflightBodyBytes, memoryBudget } from "./layers/MemoryBudget.js"
+import { inflightBodyBytes, memoryBudget, moduleCacheBytes } from "./layers/MemoryBudget.js"
 import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
 import * as ModelsBound from "./layers/ModelsBound.js"
 import { anthropic } from "./layers/models/Anthropic.js"
@@ -168,7 +168,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
           loops: extensions.loops ?? {},
           officialModule,
           store: fileStore(path.join(dataDir, "agentloops")),
-          storeBytes: config.maxWasmStoreBytes
+          storeBytes: config.maxWasmStoreBytes,
+          cacheBytes: moduleCacheBytes(config.moduleCacheBytes)
         }))
     ),
     tools: extensions.tools ?? {},

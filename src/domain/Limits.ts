@@ -314,3 +314,10 @@ export const OPEN_HEAP_PER_BYTE = 2
  * besides, once (what a model request or a loop's input encodes of it).
  */
 export const TURN_HEAP_PER_INPUT_BYTE = 16
+
+/**
+ * The share of the V8 heap limit compiled uploaded modules may keep in memory when
+ * BRAIN_MODULE_CACHE_BYTES is unset (V8 keeps a module's bytes besides its code): as much as the
+ * idempotency keys, so a store of large modules cannot fill the heap by being used.
+ */
+export const MODULE_CACHE_HEAP_FRACTION = 1 / 16

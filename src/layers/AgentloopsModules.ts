@@ -14,8 +14,11 @@
  *   use's check that the module is stored and its marker. A removal and a create that names the
  *   module are therefore ordered: the removal first, and the create's `use` is refused (the create
  *   answers 400); the use first, and the removal sees it (409).
- * - Compiled modules are kept in memory, least recently used dropped past MODULE_CACHE_ENTRIES;
- *   one dropped is read and admitted again on its next use. A module's `loop` and `tool` flags are
+ * - Compiled modules are kept in memory, least recently used dropped past MODULE_CACHE_ENTRIES or
+ *   past `cacheBytes` of module bytes (BRAIN_MODULE_CACHE_BYTES: V8 keeps a module's bytes beside
+ *   its code), on admission as on a compile; the one just used is always kept, so a module larger
+ *   than the bound is not compiled again on every use. One dropped is read and admitted again on
+ *   its next use. A module's `loop` and `tool` flags are
  *   kept by id once known (at admission, or its first compile), so a list compiles none it knows.
  */
 import { Effect, Either, Layer, Option } from "effect"
@@ -54,6 +57,8 @@ export interface AgentloopsOptions {
   readonly store?: ModuleStoreShape
   /** Bytes: all stored modules together. */
   readonly storeBytes?: number
+  /** Bytes: compiled modules kept in memory (BRAIN_MODULE_CACHE_BYTES); unbounded but by count without it. */
+  readonly cacheBytes?: number
 }
 
 const infoOf = (m: AdmittedModule): ModuleInfo => ({ id: m.hash, bytes: m.bytes, loop: m.loop, tool: m.tool })
@@ -87,6 +92,13 @@ export const make = (options: AgentloopsOptions = {}) =>
     }
     const builtins = new Map<string, AgentloopShape>([[OFFICIAL, official], ...Object.entries(options.loops ?? {})])
     const compiled = new Map<string, AdmittedModule>()
+    let compiledBytes = 0
+    const uncache = (id: string) => {
+      const m = compiled.get(id)
+      if (m === undefined) return
+      compiled.delete(id)
+      compiledBytes -= m.bytes
+    }
     /** What each known module exports, by id: what a list reports, without compiling. */
     const flags = new Map<string, { readonly loop: boolean; readonly tool: boolean }>()
     /** Removals so far: a compile that read a module before its removal does not cache it after. */
@@ -114,14 +126,19 @@ export const make = (options: AgentloopsOptions = {}) =>
       return cached !== undefined ? Effect.succeed(cached) : compile(id)
     }
 
-    /** Caches a compiled module (the most recently used), dropping the least recently used past MODULE_CACHE_ENTRIES. */
+    /**
+     * Caches a compiled module (the most recently used), dropping the least recently used past
+     * MODULE_CACHE_ENTRIES or `cacheBytes`; the newest is kept whatever its size.
+     */
     const cache = (admitted: AdmittedModule) => {
-      compiled.delete(admitted.hash)
+      uncache(admitted.hash)
       compiled.set(admitted.hash, admitted)
+      compiledBytes += admitted.bytes
       flags.set(admitted.hash, { loop: admitted.loop, tool: admitted.tool })
+      const maxBytes = options.cacheBytes ?? Number.POSITIVE_INFINITY
       for (const oldest of compiled.keys()) {
-        if (compiled.size <= MODULE_CACHE_ENTRIES) break
-        compiled.delete(oldest)
+        if (compiled.size <= 1 || (compiled.size <= MODULE_CACHE_ENTRIES && compiledBytes <= maxBytes)) break
+        uncache(oldest)
       }
     }
 
@@ -230,7 +247,7 @@ export const make = (options: AgentloopsOptions = {}) =>
               return yield* Effect.fail(new AgentloopInUse({ reason: `${live.length} session(s) use this module (${live.slice(0, 3).join(", ")}${live.length > 3 ? ", …" : ""}); delete them first` }))
             }
             removals++
-            compiled.delete(id)
+            uncache(id)
             flags.delete(id)
             yield* store.remove(id).pipe(Effect.mapError(storeFailed))
           }))

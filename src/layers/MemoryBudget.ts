@@ -9,7 +9,7 @@
  * - recent: the journals' newest records, for the reads a turn makes of what it just wrote.
  */
 import * as v8 from "node:v8"
-import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, WORKING_MEMORY_HEAP_FRACTION } from "../domain/Limits.js"
+import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, MODULE_CACHE_HEAP_FRACTION, WORKING_MEMORY_HEAP_FRACTION } from "../domain/Limits.js"
 
 export interface MemoryBudget {
   readonly warmBytes: number
@@ -24,6 +24,10 @@ export const inflightBodyBytes = (setting: number | undefined): number =>
 /** Heap session opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
 export const workingMemoryBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * WORKING_MEMORY_HEAP_FRACTION)
+
+/** Compiled uploaded modules kept in memory (BRAIN_MODULE_CACHE_BYTES): the setting, or a sixteenth of the heap limit. */
+export const moduleCacheBytes = (setting: number | undefined): number =>
+  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * MODULE_CACHE_HEAP_FRACTION)
 
 export const totalCacheBytes = (cacheBytes: number | undefined): number =>
   cacheBytes ?? Math.min(DEFAULT_CACHE_BYTES_CAP, Math.floor(v8.getHeapStatistics().heap_size_limit * CACHE_HEAP_FRACTION))

@@ -122,6 +122,11 @@ export interface ServerConfigShape {
    * a quarter of the heap limit.
    */
   readonly workingMemoryBytes: number | undefined
+  /**
+   * Bytes of compiled uploaded modules kept in memory (least recently used dropped past it; the
+   * one in use is always kept). Undefined = a sixteenth of the heap limit.
+   */
+  readonly moduleCacheBytes: number | undefined
   /** Open HTTP connections; past this a new connection is refused with 503 (health still answers). */
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
@@ -224,6 +229,7 @@ export const defaults: ServerConfigShape = {
   cacheBytes: undefined,
   inflightBodyBytes: undefined,
   workingMemoryBytes: undefined,
+  moduleCacheBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
@@ -366,6 +372,7 @@ export const fromConfig = Config.all({
     1,
     "heap bytes session opens and turns may take at once, each weighted by what it reads or brings (unset: 1/4 of the heap limit)"
   ),
+  moduleCacheBytes: optionalAtLeast("BRAIN_MODULE_CACHE_BYTES", 0, "bytes of compiled uploaded modules kept in memory (unset: 1/16 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
   requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
@@ -464,6 +471,7 @@ export const fromConfig = Config.all({
     cacheBytes: Option.getOrUndefined(c.cacheBytes),
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     workingMemoryBytes: Option.getOrUndefined(c.workingMemoryBytes),
+    moduleCacheBytes: Option.getOrUndefined(c.moduleCacheBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,
     requestTimeoutMs: c.requestTimeoutMs,

@@ -48,7 +48,7 @@ export interface RuntimeOptions {
   /** With `wasm`: the official loop runs as this module (dist/loops/official.wasm), not in TypeScript. */
   readonly officialModule?: Uint8Array
   /** With `wasm`: where uploaded modules are kept (in memory without it), and their bound in bytes. */
-  readonly modules?: { readonly store?: ModuleStoreShape; readonly storeBytes?: number }
+  readonly modules?: { readonly store?: ModuleStoreShape; readonly storeBytes?: number; readonly cacheBytes?: number }
   /** Where loops' and tools' telemetry goes (dropped without one). */
   readonly telemetry?: TelemetryShape
   /**
@@ -169,7 +169,8 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
         loops: options.loops ?? {},
         ...(options.officialModule ? { officialModule: options.officialModule } : {}),
         ...(options.modules?.store ? { store: options.modules.store } : {}),
-        ...(options.modules?.storeBytes !== undefined ? { storeBytes: options.modules.storeBytes } : {})
+        ...(options.modules?.storeBytes !== undefined ? { storeBytes: options.modules.storeBytes } : {}),
+        ...(options.modules?.cacheBytes !== undefined ? { cacheBytes: options.modules.cacheBytes } : {})
       }),
       options.agentloops
     ),

@@ -169,3 +169,41 @@ describe("listing uploaded modules", () => {
       }).pipe(Effect.provide(runtime()), Effect.scoped)
     }))
 })
+
+describe("the compiled-module cache", () => {
+  it.scoped("holds at most BRAIN_MODULE_CACHE_BYTES of modules: past it the least recently used is dropped, on admission as on a compile, and compiled again on its next use; the newest is kept even when larger than the bound", () =>
+    Effect.gen(function*() {
+      let admissions = 0
+      const counting = (host: WasmHostShape): WasmHostShape => ({ ...host, admit: (bytes, options) => Effect.suspend(() => (admissions++, host.admit(bytes, options))) })
+      const loop = yield* Effect.promise(() => helloLoop())
+      const SIZE = 20_000
+      yield* Effect.gen(function*() {
+        const agentloops = yield* Agentloops
+        const ids: Array<string> = []
+        for (let i = 0; i < 3; i++) ids.push((yield* agentloops.admit(padded(loop, SIZE + i))).id)
+        // Two fit in the bound: the first admitted was dropped when the third came.
+        let before = admissions
+        yield* agentloops.resolve(ids[2]!)
+        yield* agentloops.resolve(ids[1]!)
+        expect(admissions - before, "the two most recent are kept").toBe(0)
+        yield* agentloops.resolve(ids[0]!)
+        expect(admissions - before, "the oldest was dropped on admission").toBe(1)
+        // Its compile dropped the least recently used in turn (ids[2]).
+        before = admissions
+        yield* agentloops.resolve(ids[1]!)
+        expect(admissions - before).toBe(0)
+        yield* agentloops.resolve(ids[2]!)
+        expect(admissions - before).toBe(1)
+        // One larger than the whole bound is kept alone, not compiled on every use.
+        const big = (yield* agentloops.admit(padded(loop, 3 * SIZE))).id
+        before = admissions
+        yield* agentloops.resolve(big)
+        yield* agentloops.resolve(big)
+        expect(admissions - before).toBe(0)
+        yield* agentloops.resolve(ids[2]!)
+        expect(admissions - before).toBe(1)
+      }).pipe(
+        Effect.provide(runtimeLayer({ wasm: WASM, wasmHost: counting, modules: { cacheBytes: Math.floor(2.5 * SIZE) } }) as Layer.Layer<Agentloops>)
+      )
+    }))
+})
