@@ -143,7 +143,8 @@ const calling = admit(caller)
 const fixed = await roundTrips(onPool, calling, () => Effect.succeed('{"ok":{"found":false}}'))
 const host = {
   kvRead: () => Effect.succeed({ _tag: "None" }),
-  telemetry: () => Effect.void
+  telemetry: () => Effect.void,
+  refusal: () => undefined
 }
 const bridged = await roundTrips(onPool, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 const callingInline = await inline(caller, calling)
@@ -205,6 +206,7 @@ const instantHost = () => {
     dispatch: () => Effect.succeed([]),
     emit: () => Effect.succeed(1),
     telemetry: () => Effect.void,
+    refusal: () => undefined,
     kvRead: () => Effect.succeedNone,
     kvPut: () => Effect.void,
     kvDelete: () => Effect.void,

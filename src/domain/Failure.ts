@@ -3,6 +3,8 @@
  * `ambiguous: true` means the effect may have happened; Brain never resends it.
  */
 import { Schema } from "effect"
+import { characterStart, cutMarker } from "./CutText.js"
+import { MAX_FAILURE_DETAILS_BYTES, MAX_FAILURE_MESSAGE_BYTES } from "./Limits.js"
 
 /** The closed set of failure codes. Adding one is a contract change: update docs/api.md. */
 export const FailureCodes = [
@@ -74,3 +76,55 @@ export const failure = (
     ambiguous: options.ambiguous ?? false,
     ...(options.details !== undefined ? { details: options.details } : {})
   })
+
+/**
+ * `text` when its UTF-8 is at most MAX_FAILURE_MESSAGE_BYTES, else its first bytes up to that
+ * bound (cut at a character's start), with a marker saying how much was cut. Plain, and costs
+ * one comparison for a short text: it runs wherever a failure is built from text Brain did not write.
+ */
+export const boundedMessage = (text: string): string => {
+  // A UTF-16 unit is at most 3 bytes of UTF-8 (a pair, 4 for 2 units).
+  if (text.length * 3 <= MAX_FAILURE_MESSAGE_BYTES) return text
+  const bytes = Buffer.from(text, "utf8")
+  if (bytes.length <= MAX_FAILURE_MESSAGE_BYTES) return text
+  const end = characterStart(bytes, MAX_FAILURE_MESSAGE_BYTES)
+  return bytes.toString("utf8", 0, end) + cutMarker(bytes.length - end)
+}
+
+/** The JSON size of `details` (UTF-8 bytes), or undefined when JSON cannot write them. */
+const detailsBytes = (details: unknown): number | undefined => {
+  try {
+    const json = JSON.stringify(details)
+    return json === undefined ? 0 : json.length * 3 <= MAX_FAILURE_DETAILS_BYTES ? json.length : Buffer.byteLength(json, "utf8")
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * `f` with its message bounded (`boundedMessage`) and its details replaced by a note when their
+ * JSON passes MAX_FAILURE_DETAILS_BYTES (or cannot be written): what every failure built from
+ * text Brain did not write goes through before it is put in a record, so that an outcome record
+ * is always writable. `f` itself when nothing needed bounding.
+ */
+export const boundedFailure = (f: Failure): Failure => {
+  const message = boundedMessage(f.message)
+  const size = f.details === undefined ? 0 : detailsBytes(f.details)
+  const detailsFit = size !== undefined && size <= MAX_FAILURE_DETAILS_BYTES
+  if (message === f.message && detailsFit) return f
+  return failure(f.code, message, {
+    retryable: f.retryable,
+    ambiguous: f.ambiguous,
+    ...(f.details === undefined
+      ? {}
+      : detailsFit
+      ? { details: f.details }
+      : {
+        details: {
+          cut: size === undefined
+            ? "the details could not be written as JSON"
+            : `the details were ${size} bytes of JSON, above the ${MAX_FAILURE_DETAILS_BYTES} Brain keeps`
+        }
+      })
+  })
+}

@@ -7,6 +7,13 @@
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024 - 64
 
 /**
+ * Bytes. The most a record's payload JSON may take when Brain checks it before building the record
+ * (a tool's outcome): the frame maximum less room for the frame's header and kind, so a payload
+ * within it always fits.
+ */
+export const MAX_PAYLOAD_BYTES = MAX_FRAME_BYTES - 1024
+
+/**
  * Bytes. The largest value of a setting that bounds one outcome's payload (BRAIN_MAX_MODEL_OUTPUT_BYTES,
  * BRAIN_MAX_WASM_IO_BYTES, BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES): half a frame, so the outcome
  * record with its JSON escaping and envelope always fits MAX_FRAME_BYTES.
@@ -321,3 +328,18 @@ export const TURN_HEAP_PER_INPUT_BYTE = 16
  * idempotency keys, so a store of large modules cannot fill the heap by being used.
  */
 export const MODULE_CACHE_HEAP_FRACTION = 1 / 16
+
+/**
+ * Bytes (UTF-8). The most of a failure's message Brain keeps when the text comes from outside its
+ * own code (a guest's `brain.fail`, a loop's or a tool's error, a provider's or an Environment's
+ * answer): a longer one is cut and says so (`boundedFailure`). A failure is journaled, twice for a
+ * turn (its activation's record and its turn's), and JSON escapes a byte as up to 6: bounded so
+ * that its record always fits a frame, whatever the text holds.
+ */
+export const MAX_FAILURE_MESSAGE_BYTES = 64 * 1024
+
+/**
+ * Bytes. The most a failure's `details` may take as JSON when they come from outside Brain's own
+ * code: larger ones are replaced by a note of their size (`boundedFailure`), for the same reason.
+ */
+export const MAX_FAILURE_DETAILS_BYTES = 64 * 1024

@@ -9,9 +9,10 @@
  * recorded `cancelled` or `timeout`.
  */
 import { Effect, Exit, Layer, Option } from "effect"
+import { failure } from "../domain/Failure.js"
 import { Agentloops } from "../services/Agentloop.js"
 import { type ToolInvocation, type ToolReply, Tools, type ToolsShape } from "../services/Tools.js"
-import { type AdmittedModule, type ToolActivation, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
+import { type AdmittedModule, type ToolActivation, type ToolRun, type ToolServices, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { stopOf } from "./CallStop.js"
 import * as ToolsInProcess from "./ToolsInProcess.js"
 
@@ -27,6 +28,15 @@ const activationOf = (invocation: ToolInvocation): ToolActivation => ({
 })
 
 /** A Wasm tool's run as the call's reply. */
+/** A Wasm tool's host call after its call was stopped (docs/abi.md, "Host services": every call then answers an error). */
+const stopped = failure("cancelled", "the tool call was stopped (the turn's cancel or the call's deadline)")
+
+/** A Wasm tool's host services for one call: refused once the call is stopped. */
+const servicesOf = (invocation: ToolInvocation): ToolServices => {
+  const stop = stopOf(invocation)
+  return { emit: invocation.emit, telemetry: invocation.telemetry, refusal: () => (stop.aborted ? stopped : undefined) }
+}
+
 const replyOf = (r: ToolRun): ToolReply => (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })
 
 export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
@@ -37,7 +47,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
 
     /** A Wasm tool's call, its module admitted; plain effects, no generator (a tool-loop turn has eight calls). */
     const runModule = (host: WasmHostShape, module: AdmittedModule, invocation: ToolInvocation): Effect.Effect<ToolReply> => {
-      const run = host.runTool(module, activationOf(invocation), { emit: invocation.emit, telemetry: invocation.telemetry })
+      const run = host.runTool(module, activationOf(invocation), servicesOf(invocation))
       // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
       // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
       // own and takes that interrupted end as the executor's confirmation that it stopped
@@ -73,7 +83,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       if (Option.isNone(wasm) || Option.isNone(agentloops) || wasm.value.tryTool === undefined) return undefined
       const found = agentloops.value.tool(id)
       if (!Exit.isExit(found) || Exit.isFailure(found) || stopOf(invocation).aborted) return undefined
-      const run = wasm.value.tryTool(found.value as AdmittedModule, activationOf(invocation), { emit: invocation.emit, telemetry: invocation.telemetry })
+      const run = wasm.value.tryTool(found.value as AdmittedModule, activationOf(invocation), servicesOf(invocation))
       return run === undefined ? undefined : Exit.map(run, replyOf)
     }
 

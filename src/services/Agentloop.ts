@@ -74,6 +74,13 @@ export interface Host {
   readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, HostCallFailed>
   /** Fire and forget; not journaled. */
   readonly telemetry: (data: unknown) => Effect.Effect<void>
+  /**
+   * The failure every host call now fails with (after a cancel: its code; after a journal failure;
+   * after `setTranscriptAtEnd`), or undefined while calls may be made. For the services a Wasm
+   * loop's host answers without a call of its own (a transcript read, a malformed request,
+   * telemetry), so that those too answer a cancel (docs/abi.md, "Host services").
+   */
+  readonly refusal: () => Failure | undefined
   readonly kvRead: (key: string) => Effect.Effect<Option.Option<unknown>, HostCallFailed>
   readonly kvPut: (key: string, value: unknown) => Effect.Effect<void, HostCallFailed>
   readonly kvDelete: (key: string) => Effect.Effect<void, HostCallFailed>

@@ -87,7 +87,13 @@ export class JournalListFailed extends Data.TaggedError("JournalListFailed")<{
 /** Bad input: unknown kind, payload that does not match its schema, not JSON, or too large. */
 export class RecordRejected extends Data.TaggedError("RecordRejected")<{
   readonly reason: string
-}> {}
+  /** The kind of the record refused, when one record was (its payload, its size). */
+  readonly kind?: string
+}> {
+  override get message() {
+    return this.reason
+  }
+}
 
 /** A subscriber fell too far behind the committed feed; resume by reading from its cursor. */
 export class SubscriberLagged extends Data.TaggedError("SubscriberLagged")<{

@@ -62,6 +62,8 @@ export interface ToolServices {
   /** Emits a tool-origin Event; returns its sequence. */
   readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: import("../domain/Failure.js").Failure }>
   readonly telemetry: (data: unknown) => Effect.Effect<void>
+  /** The error every host call of the tool now answers (its call was stopped), or undefined while it may call. */
+  readonly refusal?: () => import("../domain/Failure.js").Failure | undefined
 }
 
 /** How a Wasm tool's call ended. */

@@ -22,7 +22,7 @@ import { Deferred, Duration, Effect, Either, Exit, Fiber, Option, Queue, type Sc
 import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
-import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
+import { MAX_FAILURE_MESSAGE_BYTES, MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
 import type { Event } from "../../src/domain/Projection.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
@@ -112,9 +112,12 @@ const recordingHost = (overrides: Partial<Host> = {}) => {
     setTranscript: () => Effect.void,
     setTranscriptAtEnd: () => Effect.void,
     events: () => Effect.succeed([EVENT]),
+    refusal: () => undefined,
     ...overrides
   }
-  return { host: recordAll(answers as unknown as Record<string, Fn>, calls) as unknown as Host, calls }
+  // `refusal` is a plain check, not a call: left as it is.
+  const { refusal, ...performed } = answers
+  return { host: { ...recordAll(performed as unknown as Record<string, Fn>, calls), refusal } as unknown as Host, calls }
 }
 
 /** ToolServices that record every call: emit answers sequence 7. */
@@ -181,6 +184,13 @@ const giving = (message: string, entry: Entry = "brain_run") => {
   return guest(`${m.segment}
     (func (export "${entry}") (param i32 i32) (result i64) (call $fail (i32.const ${m.ptr}) (i32.const ${m.len})) (unreachable))`, { imports: FAIL_IMPORT })
 }
+
+/** Gives up with `brain.fail` over `len` bytes of "a" from address 0 (its memory grown to hold them). */
+const givingLong = (len: number, entry: Entry = "brain_run") =>
+  guest(`(func (export "${entry}") (param i32 i32) (result i64)
+      (drop (memory.grow (i32.const ${Math.ceil(len / 65536) + 1})))
+      (memory.fill (i32.const 0) (i32.const 97) (i32.const ${len}))
+      (call $fail (i32.const 0) (i32.const ${len})) (unreachable))`, { imports: FAIL_IMPORT })
 
 /** Counts activations in a global and in memory: `{"ok":1}` when both read 1, else `{"ok":"again"}`. */
 const counting = (() => {
@@ -552,6 +562,20 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           const host = yield* makeHost()
           const f = yield* loopFailure(host.runLoop(yield* admitted(host, giving("no way forward")), input(), recordingHost().host))
           expect(seen(f)).toEqual({ code: "agentloop_failed", message: "no way forward", retryable: false, ambiguous: false })
+          yield* servesNext(host)
+        }))
+
+      it.scopedLive("a brain.fail message longer than MAX_FAILURE_MESSAGE_BYTES is cut to it with a marker, for a loop and for a tool, and the pool serves the next", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const len = 2 * 1024 * 1024
+          const cut = new RegExp(`^a{${MAX_FAILURE_MESSAGE_BYTES}} … \\[cut: ${len - MAX_FAILURE_MESSAGE_BYTES} more bytes; Brain keeps at most ${MAX_FAILURE_MESSAGE_BYTES} bytes of a failure's message\\]$`)
+          const f = yield* loopFailure(host.runLoop(yield* admitted(host, givingLong(len)), input(), recordingHost().host))
+          expect(f.code).toBe("agentloop_failed")
+          expect(f.message).toMatch(cut)
+          const tool = yield* host.runTool(yield* admitted(host, givingLong(len, "brain_tool")), TOOL_ACTIVATION, recordingServices().services)
+          expect(tool._tag).toBe("error")
+          expect((tool.output as { message: string }).message).toMatch(cut)
           yield* servesNext(host)
         }))
 

@@ -20,6 +20,7 @@ export const runTypeScriptLoop = (input: unknown, answer: Answerer): Omit<GuestR
       return "ok" in reply ? Effect.succeed(reply.ok) : Effect.fail(new HostCallFailed({ failure: reply.error }))
     })
   const host: Host = {
+    refusal: () => undefined,
     // A save riding on the call, as the host sees the guest's once its deltas are expanded (delta.ts).
     model: (request, save) => ask("model", save !== undefined ? { transcript: { messages: save }, ...request } : request),
     dispatch: (toolCalls, save) => ask("dispatch", save !== undefined ? { calls: toolCalls, transcript: { messages: save } } : { calls: toolCalls }),

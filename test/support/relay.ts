@@ -75,6 +75,7 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
           return yield* Effect.flatMap(Deferred.await(answer), (text) => decode(text, value))
         })
       const relayHost: Host = {
+        refusal: () => undefined,
         model: (r) => ask("model", r, (ok) => ok),
         dispatch: (c) => ask("dispatch", { calls: c }, (ok) => ok),
         emit: (kind, payload) => ask("emit", { kind, payload }, (ok) => ok.sequence),

@@ -30,6 +30,7 @@ export const hostWith = (methods: Partial<Host>): Host => ({
   setTranscript: unused,
   setTranscriptAtEnd: unused,
   events: unused,
+  refusal: () => undefined,
   ...methods
 })
 

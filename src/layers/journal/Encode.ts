@@ -38,15 +38,18 @@ export const prepareEntries = (entries: ReadonlyArray<Entry>): ReadonlyArray<Pre
   const out: Array<Prepared> = []
   for (const e of entries) {
     const refused = checkPayload(e.kind, e.payload)
-    if (refused !== undefined) return new RecordRejected({ reason: refused })
+    if (refused !== undefined) return new RecordRejected({ reason: refused, kind: e.kind })
     // Written already by its maker (`writtenEntry`), or now.
     const jsonText = (e as Partial<WrittenEntry>).json ?? stringify(e.payload)
-    if (jsonText === undefined) return new RecordRejected({ reason: `${e.kind} payload is not serializable as JSON` })
+    if (jsonText === undefined) return new RecordRejected({ reason: `${e.kind} payload is not serializable as JSON`, kind: e.kind })
     const kb = kindBytes(e.kind)
     if (kb.length > MAX_KIND_BYTES) return new RecordRejected({ reason: "kind name too long" })
     const json = Buffer.from(jsonText, "utf8")
     if (BODY_FIXED_BYTES + kb.length + json.length > MAX_FRAME_BYTES) {
-      return new RecordRejected({ reason: `${e.kind} record of ${HEADER_BYTES + json.length} bytes is above the frame maximum` })
+      return new RecordRejected({
+        reason: `${e.kind} record of ${HEADER_BYTES + json.length} bytes is above the journal's frame maximum (${MAX_FRAME_BYTES} bytes)`,
+        kind: e.kind
+      })
     }
     out.push({ kind: e.kind, kindBytes: kb, jsonText, json })
   }

@@ -7,7 +7,7 @@
  */
 import { Effect, Exit } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
-import { failure, type Failure } from "../../domain/Failure.js"
+import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import { entry, type Entry } from "../../domain/Records.js"
 import type { EffectFenceShape, FenceError } from "../../services/EffectFence.js"
@@ -62,7 +62,8 @@ const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<Lifecy
       : entry("environment_teardown_ended", { sequence, result })
   }
   const f = exit.cause._tag === "Fail"
-    ? exit.cause.error.failure
+    // An Environment's text (its message, its answer as details): bounded before it is recorded.
+    ? boundedFailure(exit.cause.error.failure)
     : failure("interrupted", `the ${step} was abandoned before its answer`, { ambiguous: dispatched })
   return step === "setup"
     ? entry("environment_setup_failed", { sequence, failure: f })

@@ -13,7 +13,7 @@
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
 import { Cause, Clock, Effect, Exit, Fiber, Option } from "effect"
-import { failure } from "../../domain/Failure.js"
+import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
 import type { Message } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
@@ -103,22 +103,29 @@ const brokenFailure = failure(
 
 /** A provider's failure as recorded in `model_call_failed` and shown to the loop. */
 const modelFailure = (err: ModelFailed) =>
-  failure(err.code, err.message, { ambiguous: err.ambiguous, retryable: err.retryable, details: err.details })
+  // A provider's text (its message, its error body as details): bounded before it is recorded.
+  boundedFailure(failure(err.code, err.message, { ambiguous: err.ambiguous, retryable: err.retryable, details: err.details }))
 
 export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const { cell } = scope
   const { config, journal } = deps
 
-  /** Fails at once if the turn has been cancelled, or if the cell is broken (nothing more is written through it). */
+  /** What every host call now fails with: the turn's cancel, a broken cell (nothing more is written through it), the loop's end. */
+  const refusal = (): Failure | undefined =>
+    scope.signal.reason !== undefined
+      ? cancelFailure(scope.signal.reason)
+      : cell.broken
+      ? brokenFailure
+      : scope.atEnd !== undefined
+      ? afterEnd
+      : undefined
+
+  /** Fails at once with `refusal`'s failure when there is one. */
   const live = <A>(body: Effect.Effect<A, HostCallFailed>): Effect.Effect<A, HostCallFailed> =>
-    Effect.suspend(() =>
-      scope.signal.reason !== undefined
-        ? refuse(cancelFailure(scope.signal.reason))
-        : cell.broken
-        ? refuse(brokenFailure)
-        : scope.atEnd !== undefined
-        ? refuse(afterEnd)
-        : body)
+    Effect.suspend(() => {
+      const refused = refusal()
+      return refused !== undefined ? refuse(refused) : body
+    })
 
   /**
    * Telemetry, the loop's or a tool's (`toolCall`: its started sequence). Fire and forget, after a
@@ -279,6 +286,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     dispatch,
     emit,
     telemetry: (data) => report(data),
+    refusal,
     kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
     kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
     kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),

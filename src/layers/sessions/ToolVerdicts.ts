@@ -5,9 +5,9 @@
  */
 import { Duration, Effect, Exit, Fiber, Option } from "effect"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
-import { failure, type Failure } from "../../domain/Failure.js"
+import { boundedFailure, boundedMessage, failure, type Failure } from "../../domain/Failure.js"
 import { isJsonData, nestingDepth } from "../../domain/JsonText.js"
-import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
+import { MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES } from "../../domain/Limits.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import { entry, writtenEntry } from "../../domain/Records.js"
@@ -56,7 +56,14 @@ const writtenOutcome = (payload: { readonly output: unknown }): { readonly json:
     return { unwritable: (e instanceof Error ? e.message : String(e)).split("\n")[0]! }
   }
   // The output nests one level below the payload (its other members are scalars).
-  return nestingDepth(json) > MAX_JSON_DEPTH + 1 ? { unwritable: `it nests deeper than ${MAX_JSON_DEPTH} levels` } : { json }
+  if (nestingDepth(json) > MAX_JSON_DEPTH + 1) return { unwritable: `it nests deeper than ${MAX_JSON_DEPTH} levels` }
+  // A JSON text longer than a frame takes (its escaping can make 6 bytes of one: a NUL) is not
+  // written either; one comparison for an ordinary output (a UTF-16 unit is at most 3 bytes).
+  if (json.length * 3 > MAX_PAYLOAD_BYTES) {
+    const bytes = Buffer.byteLength(json, "utf8")
+    if (bytes > MAX_PAYLOAD_BYTES) return { unwritable: `it is ${bytes} bytes as JSON, above the ${MAX_PAYLOAD_BYTES} one journal record takes` }
+  }
+  return { json }
 }
 
 /** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
@@ -97,13 +104,14 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     })
   }
   if (v._tag === "failed") {
-    return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: v.failure, is_error: true })
+    // An Environment's failure may carry its text (a message, a body as details): bounded.
+    return entry("tool_call_failed", { sequence, outcome: v.outcome, failure: boundedFailure(v.failure), is_error: true })
   }
   if (v._tag === "lost") {
     return entry("tool_call_failed", {
       sequence,
       outcome: "unknown",
-      failure: failure("unknown", v.message, { ambiguous: true }),
+      failure: failure("unknown", boundedMessage(v.message), { ambiguous: true }),
       is_error: true
     })
   }

@@ -18,7 +18,7 @@
  * stalled disk anyway. A server stop interrupts the wait; the restart recovers from the files.
  */
 import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
-import { failure, type Failure } from "../../domain/Failure.js"
+import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
 import { stringifyOnce } from "../../domain/JsonText.js"
 import { transcriptChange } from "../../domain/Projection.js"
@@ -146,9 +146,10 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   // A cancelled turn's failure is ambiguous when the cancel cut short an effect already sent.
   if (reason !== undefined) closing = cancelFailure(reason, scope.cutShort)
   else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted", scope.cutShort)
-  else if (Exit.isFailure(exit)) closing = failureOf(exit.cause)
+  else if (Exit.isFailure(exit)) closing = boundedFailure(failureOf(exit.cause))
   else if (Exit.isFailure(exit.value)) {
-    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted", scope.cutShort) : failureOf(exit.value.cause)
+    // The loop's own failure (its message, its details) is its text: bounded before it is recorded.
+    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted", scope.cutShort) : boundedFailure(failureOf(exit.value.cause))
   } else result = exit.value.value ?? null
 
   // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
@@ -170,19 +171,25 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
   // one commit, durable together with the close or not at all.
   const atEnd = scope.atEnd === undefined ? undefined : transcriptChange(cell.state.transcript, scope.atEnd)
-  const saving = atEnd !== undefined
-  const entries = saving ? [entry("transcript_delta", atEnd), ...closingEntries(closing)] : closingEntries(closing)
+  let saving = atEnd !== undefined
+  const entriesOf = () => (saving ? [entry("transcript_delta", atEnd!), ...closingEntries(closing)] : closingEntries(closing))
   const lateOutcomes = scope.unsettled.length
-  let closed = yield* appendWithin(commitQueueable(journal, cell, entries), config.cleanupDeadlineMs)
-  if (saving && closed._tag === "Answered" && Exit.isFailure(closed.exit)) {
+  let closed = yield* appendWithin(commitQueueable(journal, cell, entriesOf()), config.cleanupDeadlineMs)
+  // A closing append the journal refused wrote nothing (RecordRejected: a record it cannot take,
+  // such as one above its frame maximum). The turn must still close, healthy: without the saved
+  // transcript when that was the record refused (as a refused set_transcript would fail it), else
+  // as agentloop_failed naming the limit instead of the loop's result or failure. At most twice.
+  for (let tries = 0; tries < 2 && closed._tag === "Answered" && Exit.isFailure(closed.exit); tries++) {
     const refused = Cause.failureOption(closed.exit.cause)
-    if (Option.isSome(refused) && refused.value._tag === "RecordRejected") {
-      // The journal refused the transcript (nothing was written): the turn fails as a refused
-      // set_transcript would have failed it, and closes without it.
+    if (Option.isNone(refused) || refused.value._tag !== "RecordRejected") break
+    if (saving && refused.value.kind === "transcript_delta") {
+      saving = false
       closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)
-      result = undefined
-      closed = yield* appendWithin(commitQueueable(journal, cell, closingEntries(closing)), config.cleanupDeadlineMs)
+    } else {
+      closing = failure("agentloop_failed", `the turn's ${closing === undefined ? "result" : `failure (${closing.code})`} could not be recorded: ${refused.value.reason}`)
     }
+    result = undefined
+    closed = yield* appendWithin(commitQueueable(journal, cell, entriesOf()), config.cleanupDeadlineMs)
   }
   if (closed._tag === "Unsettled") {
     // Its state now lacks records that may still land: the cell commits nothing more.

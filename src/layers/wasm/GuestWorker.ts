@@ -21,6 +21,7 @@
  * spinning one, and nothing here may outlive an activation.
  */
 import { isUtf8 } from "node:buffer"
+import { guestMessage } from "../../domain/CutText.js"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
 import {
   type ActivateMessage,
@@ -186,7 +187,15 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
         return give(received.message as Uint8Array)
       },
       fail: (ptr: number, len: number): never => {
-        throw new GuestError(textAt(ptr >>> 0, len >>> 0, "the guest's failure message"))
+        // Read no further than the bound Brain keeps of a failure's message (docs/abi.md, "Limits").
+        const bytes = bytesAt(ptr >>> 0, len >>> 0)
+        let message: string
+        try {
+          message = guestMessage(bytes, (b) => decoder.decode(b))
+        } catch {
+          throw new GuestError("the guest's failure message is not UTF-8")
+        }
+        throw new GuestError(message)
       }
     }
   }

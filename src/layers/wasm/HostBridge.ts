@@ -231,6 +231,9 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   const savedWith = <A, E>(call: Effect.Effect<A, E>, save: ReadonlyArray<Message> | undefined): Effect.Effect<A, E> =>
     save === undefined ? call : Effect.tap(call, () => void (saved = save))
   const perform = (op: string, request: string): Effect.Effect<string> => {
+    // After a cancel every call answers it, those the Host does not perform too (docs/abi.md).
+    const refused = host.refusal()
+    if (refused !== undefined) return Effect.succeed(errorAnswer(refused))
     const parsed = parse(request)
     if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
     switch (op as Op) {
@@ -306,6 +309,8 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
 
 /** A Wasm tool's host services: emit (tool-origin Events) and telemetry. */
 export const toolServices = (services: ToolServices) => (op: string, request: string): Effect.Effect<string> => {
+  const refused = services.refusal?.()
+  if (refused !== undefined) return Effect.succeed(errorAnswer(refused))
   const parsed = parse(request)
   if (Either.isLeft(parsed)) return invalid(`${op}: ${parsed.left}`)
   if (op === "telemetry") return Effect.as(services.telemetry(parsed.right), ok(null))

@@ -28,6 +28,7 @@
  * and instances put back, and their bounds, are Spares.ts's.
  */
 import * as crypto from "node:crypto"
+import { guestMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
@@ -270,7 +271,15 @@ class Run implements Resting {
         return 0n
       },
       fail: (ptr: number, len: number): never => {
-        throw new GuestError(this.textAt(ptr >>> 0, len >>> 0, "the guest's failure message"))
+        // Read no further than the bound Brain keeps of a failure's message (docs/abi.md, "Limits").
+        const bytes = this.bytesAt(ptr >>> 0, len >>> 0)
+        let message: string
+        try {
+          message = guestMessage(bytes, (b) => decoder.decode(b))
+        } catch {
+          throw new GuestError("the guest's failure message is not UTF-8")
+        }
+        throw new GuestError(message)
       },
       tick: (): number => {
         if (this.used + (performance.now() - this.stretchStart) > this.cap) throw new Overrun()

@@ -13,7 +13,7 @@ import { failure } from "../../../src/domain/Failure.js"
 import type { SessionId } from "../../../src/domain/Ids.js"
 import { Message } from "../../../src/domain/Messages.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
-import { asModelRequest, asSetTranscriptRequest, isMessage, loopServices, ModelRequest, SetTranscriptRequest } from "../../../src/layers/wasm/HostBridge.js"
+import { asModelRequest, asSetTranscriptRequest, isMessage, loopServices, ModelRequest, SetTranscriptRequest, toolServices } from "../../../src/layers/wasm/HostBridge.js"
 import { type ActivationInput, type AgentloopShape, type Host, HostCallFailed } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
@@ -38,6 +38,7 @@ const recordingHost = () => {
     dispatch: never,
     emit: never,
     telemetry: () => Effect.void,
+    refusal: () => undefined,
     kvRead: never,
     kvPut: never,
     kvDelete: never,
@@ -392,3 +393,41 @@ describe("the host bridge: request shapes checked by hand", () => {
     for (const u of messages) expect(isMessage(u), JSON.stringify(u)).toBe(is(u))
   })
 })
+
+describe("the host bridge: after a cancel", () => {
+  it.effect("every host call answers the cancel's error, those the Host does not perform too (telemetry, transcript, an unknown op, a request that is not JSON), and none reaches the Host", () =>
+    Effect.gen(function*() {
+      const reached: Array<string> = []
+      const { host } = recordingHost()
+      let cancelled = false
+      const services = loopServices(
+        { ...host, telemetry: () => Effect.sync(() => void reached.push("telemetry")), refusal: () => (cancelled ? failure("cancelled", "the turn was cancelled") : undefined) },
+        [msg("user", "one")]
+      )
+      expect(yield* perform(services, "transcript", { from: 0, to: 1 })).toEqual({ ok: [msg("user", "one")] })
+      cancelled = true
+      const error = { error: { code: "cancelled", message: "the turn was cancelled", retryable: false, ambiguous: false } }
+      for (const [op, request] of [["telemetry", { x: 1 }], ["transcript", { from: 0, to: 1 }], ["nope", {}], ["kv_read", "not json"], ["model", { messages: [] }]] as const) {
+        expect(yield* perform(services, op, request), op).toEqual(error)
+      }
+      expect(reached).toEqual([])
+    }))
+
+  it.effect("a tool's host calls answer its stop's error once its call is stopped", () =>
+    Effect.gen(function*() {
+      let stopped = false
+      const reached: Array<string> = []
+      const services = toolServices({
+        emit: () => Effect.sync(() => (reached.push("emit"), 1)),
+        telemetry: () => Effect.sync(() => void reached.push("telemetry")),
+        refusal: () => (stopped ? failure("cancelled", "the tool call was stopped") : undefined)
+      })
+      expect(JSON.parse(yield* services("telemetry", "{}"))).toEqual({ ok: null })
+      stopped = true
+      for (const op of ["telemetry", "emit", "nope"]) {
+        expect(JSON.parse(yield* services(op, '{"kind":"k"}')), op).toMatchObject({ error: { code: "cancelled" } })
+      }
+      expect(reached).toEqual(["telemetry"])
+    }))
+})
+
