@@ -115,3 +115,52 @@ export const jsonStringBytes = (s: string): number => {
   }
   return bytes
 }
+
+/**
+ * The deepest nesting of objects and arrays in JSON text (as `nestingDepth`), and whether the text
+ * may hold a number JSON.parse makes Infinity (outside strings: an exponent of three digits or
+ * more, or 210 digits in a row; with an exponent of two digits at most, fewer digits stay below
+ * 1.8e308, the largest double). One pass, as cheap as `nestingDepth`'s: the number check costs a
+ * comparison per character outside strings. When it may, the parsed value is walked (`holdsNonFinite`).
+ */
+export const scanJsonText = (text: string): { readonly depth: number; readonly mayOverflow: boolean } => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  /** Digits in a row; those of the exponent, once an `e` came (-1 before). */
+  let digits = 0
+  let exponent = -1
+  let mayOverflow = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++ // backslash: skip the escaped character
+      else if (c === 34) inString = false
+    } else if (c >= 48 && c <= 57) {
+      if (++digits >= 210 || (exponent >= 0 && ++exponent >= 3)) mayOverflow = true
+    } else {
+      if (c === 101 || c === 69) exponent = 0
+      else if (c !== 43 && c !== 45) exponent = -1 // a sign keeps the exponent going
+      digits = 0
+      if (c === 34) inString = true
+      else if (c === 123 || c === 91) max = Math.max(max, ++depth)
+      else if (c === 125 || c === 93) depth--
+    }
+  }
+  return { depth: max, mayOverflow }
+}
+
+/** Why guest JSON holding such a number is refused (docs/abi.md, "Numbers"). */
+export const NOT_FINITE = "a number is beyond the range of a double (such as 1e400): JSON would keep it as null, so it is refused (docs/abi.md, \"Numbers\")"
+
+/** Whether a number in `value` is not finite. Called on text-checked values only (nesting bounded). */
+export const holdsNonFinite = (value: unknown): boolean => {
+  if (typeof value === "number") return !Number.isFinite(value)
+  if (value === null || typeof value !== "object") return false
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (holdsNonFinite(value[i])) return true
+    return false
+  }
+  for (const key in value) if (holdsNonFinite((value as Record<string, unknown>)[key])) return true
+  return false
+}

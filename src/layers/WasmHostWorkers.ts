@@ -23,7 +23,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Cause, Effect, Exit, Layer, Option, Schema } from "effect"
 import { failure, FailureCode } from "../domain/Failure.js"
-import { nestingDepth, stringifyOnce } from "../domain/JsonText.js"
+import { holdsNonFinite, NOT_FINITE, scanJsonText, stringifyOnce } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
@@ -73,13 +73,18 @@ const isCode = Schema.is(FailureCode)
 /** A loop's `ok` may come with `transcript`, a set_transcript request to save before the turn takes the result. */
 type Output = { readonly ok: unknown; readonly transcript?: unknown } | { readonly transcript?: unknown; readonly error: { readonly code?: unknown; readonly message?: unknown; readonly retryable?: unknown; readonly ambiguous?: unknown; readonly details?: unknown } }
 
-/** Why a guest's output text is refused before it is parsed: JSON nested past the bound every guest text has. */
-const tooDeep = (text: string): string | undefined =>
-  nestingDepth(text) > MAX_JSON_DEPTH ? `the guest's output nests deeper than ${MAX_JSON_DEPTH} levels (docs/abi.md, "Limits")` : undefined
+/** Why a guest's output text is refused: JSON nested past the bound every guest text has (checked before it is parsed), or a number JSON would not keep. */
+class Refused {
+  constructor(readonly reason: string) {}
+}
 
-const readOutput = (text: string): Output | undefined => {
+/** The guest's output, or why it is refused (`Refused`); undefined when it is not `{"ok": …}` or `{"error": {…}}` JSON. */
+const readOutput = (text: string): Output | Refused | undefined => {
+  const scan = scanJsonText(text)
+  if (scan.depth > MAX_JSON_DEPTH) return new Refused(`the guest's output nests deeper than ${MAX_JSON_DEPTH} levels (docs/abi.md, "Limits")`)
   try {
     const value = JSON.parse(text) as unknown
+    if (scan.mayOverflow && holdsNonFinite(value)) return new Refused(`the guest's output is refused: ${NOT_FINITE}`)
     if (value === null || typeof value !== "object" || Array.isArray(value)) return undefined
     if ("ok" in value) return value as Output
     if ("error" in value && (value as { error: unknown }).error !== null && typeof (value as { error: unknown }).error === "object") {
@@ -182,9 +187,8 @@ export const make = (options: WasmHostOptions) =>
 
     /** A tool's output text as its run. */
     const toolRunOf = (text: string): ToolRun => {
-      const deep = tooDeep(text)
-      if (deep !== undefined) return { _tag: "error", output: { message: deep } }
       const output = readOutput(text)
+      if (output instanceof Refused) return { _tag: "error", output: { message: output.reason } }
       if (output === undefined) return { _tag: "error", output: { message: 'the tool\'s output is not {"ok": …} or {"error": {…}} JSON' } }
       if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
       return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
@@ -209,9 +213,8 @@ export const make = (options: WasmHostOptions) =>
         return run(activation, {
           failed: (f) => Effect.fail(loopFailed(f.message)),
           done: (text) => {
-            const deep = tooDeep(text)
-            if (deep !== undefined) return Effect.fail(loopFailed(deep))
             const output = readOutput(text)
+            if (output instanceof Refused) return Effect.fail(loopFailed(output.reason))
             if (output === undefined) return Effect.fail(loopFailed('the guest\'s output is not {"ok": …} or {"error": {…}} JSON'))
             if ("ok" in output) {
               if (!("transcript" in output)) return Effect.succeed(output.ok)

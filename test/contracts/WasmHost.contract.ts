@@ -579,6 +579,17 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           yield* servesNext(host)
         }))
 
+      it.scopedLive("an output holding a number beyond a double's range (1e400) fails agentloop_failed, and a tool's is its error outcome: refused, never kept as null", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const f = yield* loopFailure(host.runLoop(yield* admitted(host, returning('{"ok":[1,1e400]}')), input(), recordingHost().host))
+          expect(f.code).toBe("agentloop_failed")
+          expect(f.message).toMatch(/beyond the range of a double/)
+          const tool = yield* host.runTool(yield* admitted(host, returning('{"ok":{"x":1e400}}', "brain_tool")), TOOL_ACTIVATION, recordingServices().services)
+          expect(tool).toEqual({ _tag: "error", output: { message: expect.stringMatching(/beyond the range of a double/) } })
+          yield* servesNext(host)
+        }))
+
       it.scopedLive("an output pair that runs past the guest's memory is ABI misuse: agentloop_failed", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()

@@ -31,7 +31,7 @@
 import { Data, Effect, Either, Option, Schema } from "effect"
 import { appendMessages } from "../../domain/Appended.js"
 import { failure, type Failure } from "../../domain/Failure.js"
-import { nestingDepth } from "../../domain/JsonText.js"
+import { holdsNonFinite, NOT_FINITE, scanJsonText } from "../../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { Host, HostCallFailed } from "../../services/Agentloop.js"
@@ -143,12 +143,16 @@ export const asSetTranscriptRequest = (u: unknown): SetTranscriptRequest | undef
 }
 
 const parse = (request: string): Either.Either<unknown, string> => {
-  if (nestingDepth(request) > MAX_JSON_DEPTH) return Either.left(`the request nests deeper than ${MAX_JSON_DEPTH} levels`)
+  const scan = scanJsonText(request)
+  if (scan.depth > MAX_JSON_DEPTH) return Either.left(`the request nests deeper than ${MAX_JSON_DEPTH} levels`)
+  let value: unknown
   try {
-    return Either.right(JSON.parse(request))
+    value = JSON.parse(request)
   } catch {
     return Either.left("the request is not JSON")
   }
+  // Refused, not changed: JSON.parse makes such a number Infinity, which JSON writes as null.
+  return scan.mayOverflow && holdsNonFinite(value) ? Either.left(NOT_FINITE) : Either.right(value)
 }
 
 /** Runs a Host effect and encodes its value or its failure. */

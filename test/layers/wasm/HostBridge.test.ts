@@ -431,3 +431,20 @@ describe("the host bridge: after a cancel", () => {
     }))
 })
 
+describe("the host bridge: numbers", () => {
+  it.effect("a request holding a number beyond a double's range (1e400, 400 digits) is refused invalid_request and reaches no Host method; numbers within it pass as doubles", () =>
+    Effect.gen(function*() {
+      const puts: Array<unknown> = []
+      const { host } = recordingHost()
+      const services = loopServices({ ...host, kvPut: (_key, value) => Effect.sync(() => void puts.push(value)) }, [])
+      for (const request of ['{"key":"k","value":[1e400]}', '{"key":"k","value":{"x":-1E+400}}', `{"key":"k","value":${"9".repeat(400)}}`, '{"key":"k","value":[1,{"a":[2,1.5e309]}]}']) {
+        expect(yield* perform(services, "kv_put", request), request).toEqual({ error: { ...invalid.error, message: expect.stringContaining("beyond the range of a double") } })
+      }
+      expect(puts).toEqual([])
+      // Within range: kept as IEEE-754 doubles (docs/abi.md, "Numbers"); text that only looks large is not refused.
+      for (const request of ['{"key":"k","value":[1e308,1.50,12345678901234567890123,"1e400"]}', `{"key":"k","value":"${"9".repeat(400)}"}`]) {
+        expect(yield* perform(services, "kv_put", request), request).toEqual({ ok: null })
+      }
+      expect(puts).toEqual([[1e308, 1.5, 12345678901234567890123, "1e400"], "9".repeat(400)])
+    }))
+})
