@@ -65,9 +65,9 @@ export function emit(kind: string, payload: Json): Answer {
   return call("emit", Json.object().set("kind", Json.string(kind)).set("payload", payload))
 }
 
-/** Best effort and never journaled: the answer is ignored. */
-export function telemetry(data: Json): void {
-  call("telemetry", data)
+/** Best effort and never journaled: the value is `null`; after a cancel it answers the cancel's error, as every call does. */
+export function telemetry(data: Json): Answer {
+  return call("telemetry", data)
 }
 
 /** The value is `{"found": true, "value": v}` or `{"found": false}` (a stored null is found). */

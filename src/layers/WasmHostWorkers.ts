@@ -86,7 +86,8 @@ const readOutput = (text: string): Output | Refused | undefined => {
     const value = JSON.parse(text) as unknown
     if (scan.mayOverflow && holdsNonFinite(value)) return new Refused(`the guest's output is refused: ${NOT_FINITE}`)
     if (value === null || typeof value !== "object" || Array.isArray(value)) return undefined
-    if ("ok" in value) return value as Output
+    // Both is neither: an output that says it succeeded and failed is not the ABI's (docs/abi.md, "The entries").
+    if ("ok" in value) return "error" in value ? undefined : value as Output
     if ("error" in value && (value as { error: unknown }).error !== null && typeof (value as { error: unknown }).error === "object") {
       return value as Output
     }

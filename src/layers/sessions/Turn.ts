@@ -182,6 +182,9 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   for (let tries = 0; tries < 2 && closed._tag === "Answered" && Exit.isFailure(closed.exit); tries++) {
     const refused = Cause.failureOption(closed.exit.cause)
     if (Option.isNone(refused) || refused.value._tag !== "RecordRejected") break
+    yield* Effect.logWarning(`the journal refused the turn's closing records (${refused.value.reason}); the turn closes without them`).pipe(
+      Effect.annotateLogs({ session_id: cell.session })
+    )
     if (saving && refused.value.kind === "transcript_delta") {
       saving = false
       closing = failure("invalid_request", `the transcript could not be saved: ${refused.value.reason}`)

@@ -32,7 +32,7 @@ import { Data, Effect, Either, Option, Schema } from "effect"
 import { appendMessages } from "../../domain/Appended.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import { holdsNonFinite, NOT_FINITE, scanJsonText } from "../../domain/JsonText.js"
-import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
+import { MAX_JSON_DEPTH, PAGE_EVENTS } from "../../domain/Limits.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
 import type { Host, HostCallFailed } from "../../services/Agentloop.js"
 import type { ToolServices } from "../../services/WasmHost.js"
@@ -60,7 +60,8 @@ const requests = {
   kv_read: Schema.Struct({ key: Schema.String }),
   kv_put: Schema.Struct({ key: Schema.String, value: Schema.optional(Json) }),
   kv_delete: Schema.Struct({ key: Schema.String }),
-  events: Schema.Struct({ after: Schema.Int, limit: Schema.Int }),
+  // Any number: brought to the nearest page (docs/abi.md, "Host services").
+  events: Schema.Struct({ after: Schema.Number, limit: Schema.Number }),
   transcript: Schema.Struct({ from: Schema.Int, to: Schema.Int })
 } as const
 
@@ -291,7 +292,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
       case "kv_delete":
         return answer(host.kvDelete(r.key), () => null)
       case "events":
-        return answer(host.events({ after: r.after, limit: r.limit }))
+        return answer(host.events({ after: Math.max(0, Math.floor(r.after)), limit: Math.max(1, Math.min(Math.floor(r.limit), PAGE_EVENTS)) }))
       case "transcript":
         // The saved transcript as this activation last saw it, from `from` up to `to` (excluded).
         return 0 <= r.from && r.from <= r.to && r.to <= saved.length

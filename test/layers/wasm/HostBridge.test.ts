@@ -448,3 +448,16 @@ describe("the host bridge: numbers", () => {
       expect(puts).toEqual([[1e308, 1.5, 12345678901234567890123, "1e400"], "9".repeat(400)])
     }))
 })
+
+describe("the host bridge: events", () => {
+  it.effect("after and limit outside their range are brought to the nearest (limit 1 to 1,000, after from 0), however far outside, and fractions round down", () =>
+    Effect.gen(function*() {
+      const asked: Array<{ after: number; limit: number }> = []
+      const { host } = recordingHost()
+      const services = loopServices({ ...host, events: (o) => Effect.sync(() => (asked.push(o), [])) }, [])
+      for (const request of [{ after: 0, limit: 1e300 }, { after: -1, limit: 0 }, { after: -1e300, limit: -5 }, { after: 9007199254740993, limit: 2.5 }, { after: 3.7, limit: 1000 }]) {
+        expect(yield* perform(services, "events", request), JSON.stringify(request)).toEqual({ ok: [] })
+      }
+      expect(asked).toEqual([{ after: 0, limit: 1000 }, { after: 0, limit: 1 }, { after: 0, limit: 1 }, { after: 9007199254740992, limit: 2 }, { after: 3, limit: 1000 }])
+    }))
+})
