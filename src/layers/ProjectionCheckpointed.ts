@@ -72,6 +72,18 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
   }
 
+  /** What opening `session` reads (its journal unless open, and its checkpoint unless its state is in memory). */
+  function* openBytesOf(session: SessionId) {
+    // A journal that cannot say (a session that is not there) weighs nothing: its open fails.
+    const stored = journal.stored === undefined ? undefined : yield* Effect.option(journal.stored(session))
+    const journalBytes = stored === undefined ? 0 : Option.match(stored, { onNone: () => 0, onSome: (s) => s.bytes })
+    const opening = stored !== undefined && Option.isSome(stored) && stored.value.open ? 0 : journalBytes
+    if (cache.has(session)) return opening
+    // Not in memory: the checkpoint, and at most the whole journal after it.
+    const checkpointBytes = store.size === undefined ? 0 : yield* store.size(session)
+    return Math.max(opening, checkpointBytes + journalBytes)
+  }
+
   function* checkpointOf(session: SessionId, state: SessionState) {
     if (state.lastSequence < 1) return
     const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
@@ -103,17 +115,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
       }),
     forget: (session) => Effect.sync(() => drop(session)),
     checkpoint: (session, state) => Effect.gen(() => checkpointOf(session, state)),
-    openBytes: (session) =>
-      Effect.gen(function*() {
-        // A journal that cannot say (a session that is not there) weighs nothing: its open fails.
-        const stored = journal.stored === undefined ? undefined : yield* Effect.option(journal.stored(session))
-        const journalBytes = stored === undefined ? 0 : Option.match(stored, { onNone: () => 0, onSome: (s) => s.bytes })
-        const opening = stored !== undefined && Option.isSome(stored) && stored.value.open ? 0 : journalBytes
-        if (cache.has(session)) return opening
-        // Not in memory: the checkpoint, and at most the whole journal after it.
-        const checkpointBytes = store.size === undefined ? 0 : yield* store.size(session)
-        return Math.max(opening, checkpointBytes + journalBytes)
-      })
+    openBytes: (session) => Effect.gen(() => openBytesOf(session))
   }
   return service
 })

@@ -184,11 +184,14 @@ export class Registry {
     return cell.state.configuration?.idle_ttl_ms ?? this.options.idleTtlMs
   }
 
-  /** Loads the state, recovering interrupted work first if this process has not yet looked. */
-  /** The session's cell when it is open in memory (nothing is opened, nothing taken). */
+  /**
+   * The session's cell when it is open in memory and not refused (nothing is opened, nothing
+   * taken). A refused cell (its write failed, its session being deleted) is left to the access,
+   * which answers its refusal: a caller must not tell of the session's state first.
+   */
   opened(session: SessionId): Cell | undefined {
     const settled = this.cells.get(session)?.settled
-    return settled !== undefined && Exit.isSuccess(settled) ? settled.value : undefined
+    return settled !== undefined && Exit.isSuccess(settled) && refusal(settled.value) === undefined ? settled.value : undefined
   }
 
   /**
@@ -222,6 +225,7 @@ export class Registry {
     }))
   }
 
+  /** Loads the state, recovering interrupted work first if this process has not yet looked. */
   private *loadOf(session: SessionId) {
     const { journal, projection } = this.options
     const { state } = yield* projection.state(session)
