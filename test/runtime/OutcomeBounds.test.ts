@@ -59,6 +59,35 @@ describe("an outcome record is always writable", () => {
     })))
   })
 
+  it.effect("a model answer too large for one record closes its call model_output_limit (ambiguous) naming the limit, the loop is told so, and the session stays usable", () => {
+    const answers: Array<string> = []
+    const agentloop: AgentloopShape = {
+      activate: (_input, host) =>
+        host.model({ messages: [{ role: "user", content: "go" }] }).pipe(
+          Effect.map((r) => r.text),
+          Effect.catchAll((e) => Effect.succeed(`${e.failure.code} ${e.failure.ambiguous}`)),
+          Effect.tap((a) => Effect.sync(() => answers.push(a)))
+        )
+    }
+    let calls = 0
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* create()
+      expect((yield* sessions.send(session_id, { message: "go" })).turn.status).toBe("ended")
+      expect((yield* sessions.send(session_id, { message: "again" })).turn.status).toBe("ended")
+      expect(answers).toEqual(["model_output_limit true", "small"])
+      const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+      expect(outcomesOf(records)).toEqual([1, 1])
+      const failed = records.find((r) => r.kind === "model_call_failed")!.payload as { failure: { code: string; message: string } }
+      expect(failed.failure.code).toBe("model_output_limit")
+      expect(failed.failure.message).toMatch(/above the \d+ one journal record takes/)
+    }).pipe(Effect.provide(runtimeLayer({
+      loops: { t: agentloop },
+      models: { call: () => Effect.succeed({ text: calls++ === 0 ? NULS : "small", tool_calls: [], stop_reason: "end" }) }
+    })))
+  })
+
   it.effect("a loop's failure message is cut to MAX_FAILURE_MESSAGE_BYTES with a marker, recorded with its code, and the session stays usable", () => {
     let turns = 0
     const agentloop: AgentloopShape = {

@@ -19,7 +19,7 @@ import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
 import { kvRead, transcriptChange } from "../../domain/Projection.js"
-import { emitRefusal, entry, EXTENSION_KIND } from "../../domain/Records.js"
+import { emitRefusal, entry, EXTENSION_KIND, writtenEntry } from "../../domain/Records.js"
 import { HostCallFailed, type Host } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
 import type { JournalShape } from "../../services/Journal.js"
@@ -34,7 +34,7 @@ import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
 import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
-import { PAGE_EVENTS } from "../../domain/Limits.js"
+import { MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
   readonly journal: JournalShape
@@ -347,6 +347,7 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
     ),
     ...(request.options !== undefined ? { options: request.options } : {})
   })
+  let unrecordable: Failure | undefined
   type Race =
     | { readonly _tag: "result"; readonly result: ModelResult }
     | { readonly _tag: "cancelled"; readonly reason: CancelReason; readonly sent: boolean }
@@ -380,7 +381,11 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
       )),
     (sequence, exit, dispatched) => {
       if (Exit.isSuccess(exit)) {
-        if (exit.value._tag === "result") return entry("model_call_ended", { sequence, result: exit.value.result })
+        if (exit.value._tag === "result") {
+          const ended = modelEnded(sequence, exit.value.result)
+          if (ended.kind === "model_call_failed") unrecordable = ended.payload.failure
+          return ended
+        }
         // Cancelled once sent: the provider may have run it.
         if (exit.value.sent) scope.cutShort = true
         return entry("model_call_failed", { sequence, failure: cancelFailure(exit.value.reason, exit.value.sent) })
@@ -398,6 +403,8 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
     hooks
   ).pipe(Effect.mapError(storageFailure))
   const exit = fenced.exit
+  // An answer its record could not take: the loop is told what the record says instead.
+  if (unrecordable !== undefined) return yield* refuse(unrecordable)
   if (Exit.isSuccess(exit)) {
     if (exit.value._tag === "result") return exit.value.result
     // The loop is told what the record says: ambiguous if the call had been sent.
@@ -409,4 +416,26 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
       ? modelFailure(err)
       : failure("cancelled", "the model call was abandoned", { ambiguous: true })
   )
+}
+
+/**
+ * The record of a model call's answer, its JSON written once here for the journal. An answer
+ * within BRAIN_MAX_MODEL_OUTPUT_BYTES can still pass what one record takes (JSON writes a control
+ * character as 6 bytes): its call is closed `model_output_limit` instead, ambiguous (the provider
+ * ran it), so that the call's start always has its outcome.
+ */
+const modelEnded = (sequence: number, result: ModelResult) => {
+  const payload = { sequence, result }
+  const json = JSON.stringify(payload)
+  // One comparison for an ordinary answer (a UTF-16 unit is at most 3 bytes of UTF-8).
+  if (json.length * 3 > MAX_PAYLOAD_BYTES) {
+    const bytes = Buffer.byteLength(json, "utf8")
+    if (bytes > MAX_PAYLOAD_BYTES) {
+      return entry("model_call_failed", {
+        sequence,
+        failure: failure("model_output_limit", `the model's answer is ${bytes} bytes as JSON, above the ${MAX_PAYLOAD_BYTES} one journal record takes`, { ambiguous: true })
+      })
+    }
+  }
+  return writtenEntry("model_call_ended", payload, json)
 }
