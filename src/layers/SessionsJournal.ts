@@ -253,14 +253,15 @@ export const make = Effect.gen(function*() {
    * more heap than the process has; past the bound a turn waits in order, or is refused overloaded
    * with nothing written. A turn that starts keeps its share until it closes (its fiber gives it
    * back); an input above BRAIN_MAX_INPUT_BYTES, and a session in memory that cannot start a turn,
-   * are refused first, without waiting.
+   * are refused first, without waiting; but not a keyed request's: its key may have been answered
+   * (a retry), and its answer is what the retry gets whatever the session is doing now.
    */
-  const admitTurn = <A, E>(session: SessionId, input: TurnInput, body: (held: TurnHold) => Effect.Effect<A, E>): Effect.Effect<A, E | TurnError> =>
+  const admitTurn = <A, E>(session: SessionId, input: TurnInput, keyed: boolean, body: (held: TurnHold) => Effect.Effect<A, E>): Effect.Effect<A, E | TurnError> =>
     Effect.suspend((): Effect.Effect<A, E | TurnError> => {
       const tooLarge = inputTooLarge(input, config.maxInputBytes)
       if (tooLarge !== undefined) return Effect.fail(tooLarge)
       // A session in memory that cannot start a turn (busy, ended) says so now, not after a wait.
-      const cell = registry.opened(session)
+      const cell = keyed ? undefined : registry.opened(session)
       const refused = cell === undefined ? undefined : refusedStart(cell)
       if (refused !== undefined) return Effect.fail(refused)
       // Kept past the request only once a turn's fiber has taken it (a keyed replay starts none).
@@ -548,15 +549,15 @@ export const make = Effect.gen(function*() {
         return { sessions, next_cursor: ids.length > limit ? page[page.length - 1] : undefined }
       }),
     send: (session, input) =>
-      admitTurn(session, input, (held) =>
+      admitTurn(session, input, false, (held) =>
         admittedUsing(session, (cell) => Effect.flatMap(startTurn(cell, input, "send", undefined, held), (turn) => turn.done.await))),
     submit: (session, input) =>
-      admitTurn(session, input, (held) =>
+      admitTurn(session, input, false, (held) =>
         admittedUsing(session, (cell) => Effect.map(startTurn(cell, input, "submit", undefined, held), (turn) => ({ session_id: session, sequence: turn.sequence })))),
     sendKeyed: (session, input, request) =>
-      admitTurn(session, input, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held)))),
+      admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held)))),
     submitKeyed: (session, input, request) =>
-      admitTurn(session, input, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held)))),
+      admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held)))),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

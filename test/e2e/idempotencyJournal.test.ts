@@ -140,6 +140,30 @@ describe("idempotency keys in the session's journal", () => {
     await replays()
   }, 60_000)
 
+  it("a retry of an answered keyed send or submit to a warm session that has since ended replays the first bytes, never 409 session_ended, and the delete keeps that answer", async () => {
+    const s = await new ServerProcess().start()
+    servers.push(s)
+    // idle_ttl_ms keeps the ended session in memory, as a retry soon after its end finds it.
+    const created = await request(s.baseUrl, "/v1/sessions", { json: { ...SCRIPTED, idle_ttl_ms: 60_000 } })
+    expect(created.status, created.text).toBe(201)
+    const id = created.body.session_id as string
+    const send = sender(s, id)
+    const sent = await send("hello", "send-1")
+    expect(sent.status, sent.text).toBe(200)
+    const submitted = await send("later", "submit-1", { prefer: "respond-async" })
+    expect(submitted.status, submitted.text).toBe(202)
+    await eventually("the submitted turn to end", async () => ((await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "idle" ? true : undefined))
+    expect((await request(s.baseUrl, `/v1/sessions/${id}/end`, { method: "POST" })).status).toBe(200)
+
+    for (const round of ["ended", "deleted"]) {
+      const again = await send("hello", "send-1")
+      expect([round, again.status, again.text]).toEqual([round, 200, sent.text])
+      const resubmitted = await send("later", "submit-1", { prefer: "respond-async" })
+      expect([round, resubmitted.status, resubmitted.text]).toEqual([round, 202, submitted.text])
+      if (round === "ended") expect((await request(s.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })).status).toBe(204)
+    }
+  })
+
   it("a key past BRAIN_REQUEST_RETENTION_SECS is free: the same send runs again as a new turn", async () => {
     const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
     servers.push(s)
