@@ -249,6 +249,9 @@ export const defaults: ServerConfigShape = {
   telemetryQueueBytes: TELEMETRY_QUEUE_BYTES
 }
 
+/** 65,536 pages of 64 KiB: the most a 32-bit WebAssembly memory can hold. */
+const WASM_MEMORY_CEILING_BYTES = 65536 * 65536
+
 /**
  * A whole number from `min` to `max`, as `range` says it. An empty or blank value is refused like
  * any other invalid one (Number("") is 0, which would often mean "no bound"); the refusal names
@@ -257,8 +260,10 @@ export const defaults: ServerConfigShape = {
 const wholeNumber = (name: string, min: number, max: number, range: string) =>
   Config.string(name).pipe(
     Config.mapOrFail((text) => {
-      const n = text.trim() === "" ? Number.NaN : Number(text)
-      return Number.isInteger(n) && n >= min && n <= max
+      // Decimal digits only: Number() also reads hex, binary, octal and exponents ("0x10", "1e21").
+      const digits = text.trim()
+      const n = /^[0-9]+$/.test(digits) ? Number(digits) : Number.NaN
+      return Number.isSafeInteger(n) && n >= min && n <= max
         ? Either.right(n)
         : Either.left(ConfigError.InvalidData([], `${name} must be ${range}, not ${JSON.stringify(text)}`))
     })
@@ -329,7 +334,11 @@ export const fromConfig = Config.all({
     defaults.wasmInlineMs,
     "a guest's compute on the main thread per activation before it moves to a worker thread (0 = always a worker thread)"
   ),
-  maxWasmMemoryBytes: positive("BRAIN_MAX_WASM_MEMORY_BYTES", defaults.maxWasmMemoryBytes, "bytes of a guest's memory at most"),
+  // WebAssembly's 32-bit memories hold at most 65,536 pages of 64 KiB: a larger maximum fails every instantiation.
+  maxWasmMemoryBytes: wholeNumber("BRAIN_MAX_WASM_MEMORY_BYTES", 1, WASM_MEMORY_CEILING_BYTES, `a whole number from 1 to ${WASM_MEMORY_CEILING_BYTES} (4 GiB, WebAssembly's 32-bit memory maximum)`).pipe(
+    Config.withDefault(defaults.maxWasmMemoryBytes),
+    Config.withDescription("bytes of a guest's memory at most")
+  ),
   maxWasmComputeMs: timerMs("BRAIN_MAX_WASM_COMPUTE_MS", 0, defaults.maxWasmComputeMs, "a guest's compute per activation, host calls excluded (0 = no bound)"),
   maxWasmIoBytes: outcomeBytes("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
   maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),

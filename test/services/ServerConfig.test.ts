@@ -152,6 +152,28 @@ describe("ServerConfig from the environment", () => {
       }
     }))
 
+  it.effect("a numeric setting is decimal digits only: hex, exponents, signs, fractions and values past 2^53 are refused, naming the setting", () =>
+    Effect.gen(function*() {
+      for (const text of ["0x10", "1e3", "1e21", "+5", "5.0", "0b11", "0o7", "9007199254740993", "1_000"]) {
+        const refused = yield* read({ BRAIN_MAX_REQUEST_BYTES: text })
+        expect([text, Either.isLeft(refused)]).toEqual([text, true])
+        if (Either.isLeft(refused)) expect(describeConfigError(refused.left)).toContain("BRAIN_MAX_REQUEST_BYTES")
+      }
+      const spaced = yield* read({ BRAIN_MAX_REQUEST_BYTES: " 4096 " })
+      expect(Either.isRight(spaced) && spaced.right.maxRequestBytes).toBe(4096)
+    }))
+
+  it.effect("BRAIN_MAX_WASM_MEMORY_BYTES is at most 4 GiB (65,536 pages, WebAssembly's 32-bit memory maximum): a larger value is refused at start, not by every activation", () =>
+    Effect.gen(function*() {
+      const four = yield* read({ BRAIN_MAX_WASM_MEMORY_BYTES: String(4 * 1024 ** 3) })
+      expect(Either.isRight(four) && four.right.maxWasmMemoryBytes).toBe(4 * 1024 ** 3)
+      for (const text of [String(4 * 1024 ** 3 + 65536), "10000000000000"]) {
+        const refused = yield* read({ BRAIN_MAX_WASM_MEMORY_BYTES: text })
+        expect([text, Either.isLeft(refused)]).toEqual([text, true])
+        if (Either.isLeft(refused)) expect(describeConfigError(refused.left)).toContain("BRAIN_MAX_WASM_MEMORY_BYTES")
+      }
+    }))
+
   it.effect("an invalid numeric value is reported with the value itself", () =>
     Effect.gen(function*() {
       const r = yield* read({ BRAIN_MAX_TURN_SECS: "5abc" })
