@@ -45,7 +45,7 @@ import {
 } from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { fastSend } from "./http/FastSend.js"
-import { BodyBudget, gate, type GateOptions } from "./http/Middleware.js"
+import { BodyBudget, gate, type GateOptions, refuseArrivingBodies } from "./http/Middleware.js"
 import { hostResultsRoute, sends, socketListener } from "./http/SocketRoutes.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
@@ -343,6 +343,8 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
     const signal = yield* Deferred.await(signalled)
     yield* Effect.log(`${signal}: draining admitted turns, admitting no new work`)
     admission.draining = true
+    // A request whose body is still arriving on a route the drain no longer admits is answered now.
+    refuseArrivingBodies()
     const drained = yield* sessions.drain.pipe(Effect.timeoutOption(Duration.millis(config.drainDeadlineMs)))
     if (drained._tag === "None") {
       // Past the deadline: cancel what is still running (recorded as interrupted), bounded by the

@@ -237,6 +237,32 @@ export const gate = (options: GateOptions) => {
     }).pipe(Effect.catchAllCause(shapeError))
 }
 
+/**
+ * Bodies still arriving on routes a draining server no longer admits, each with how to refuse it
+ * at once: when the drain starts (`refuseArrivingBodies`), a request whose headers came before it
+ * but whose body has not arrived whole is answered 503 `overloaded` (nothing of it was done), its
+ * bytes given back and the rest discarded, instead of its connection being cut at the drain's end
+ * with no answer.
+ */
+const arriving = new Set<() => void>()
+
+/** Refuses every body still arriving on a route not taken while draining (the drain has started). */
+export const refuseArrivingBodies = (): void => {
+  const refusals = [...arriving]
+  arriving.clear()
+  for (const refuse of refusals) refuse()
+}
+
+/** Registers a body's refusal while it arrives; the returned function unregisters it. */
+export const whileArriving = (refuse: () => void): (() => void) => {
+  arriving.add(refuse)
+  return () => void arriving.delete(refuse)
+}
+
+/** The answer to a request whose body was still arriving when the drain started. */
+export const drainedBody = () =>
+  new Overloaded({ message: "the server is stopping and admits no new work: this request's body had not arrived whole when the stop began, and nothing of it was done" })
+
 /** A request's share of the body budget, and how to stop reading its body. */
 interface Held {
   bytes: number
@@ -259,8 +285,9 @@ const routeWithBody = <E, R>(
   held: Held
 ) =>
   Effect.gen(function*() {
-    const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held)
+    const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held, !WHILE_DRAINING.test(`${request.method} ${path}`))
     if (body === "busy") return yield* Effect.fail(busyBodies())
+    if (body === "drained") return yield* Effect.fail(drainedBody())
     if (body === undefined) {
       return yield* Effect.fail(new PayloadTooLarge({ message: `the body is larger than ${options.maxRequestBytes} bytes` }))
     }
@@ -321,8 +348,8 @@ const unexpectedBody = (text: string) => {
  * more of the budget once the finalizer has given back what it held. No canceler of its own, so
  * the wait is a plain `Effect.async`.
  */
-const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: Held) =>
-  Effect.async<Buffer | undefined | "busy", InvalidRequest>((resume) => {
+const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, budget: BodyBudget | undefined, held: Held, refusedByDrain: boolean) =>
+  Effect.async<Buffer | undefined | "busy" | "drained", InvalidRequest>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(request)
     const read = preRead.get(source)
     if (read !== undefined) {
@@ -335,13 +362,20 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
     }
     const chunks: Array<Buffer> = []
     let size = 0
-    let refused: "tooLarge" | "busy" | undefined
-    const refuse = (why: "tooLarge" | "busy") => {
+    let refused: "tooLarge" | "busy" | "drained" | undefined
+    const refuse = (why: "tooLarge" | "busy" | "drained") => {
       refused = why
       chunks.length = 0
       budget?.give(held.bytes)
       held.bytes = 0
     }
+    // Refused by a drain: answered now, its bytes given back, the rest read and discarded.
+    const unregister = refusedByDrain
+      ? whileArriving(() => {
+        if (refused === undefined) refuse("drained")
+        resume(Effect.succeed("drained"))
+      })
+      : undefined
     const onData = (chunk: Buffer) => {
       if (refused !== undefined) return
       size += chunk.length
@@ -353,19 +387,26 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
       chunks.push(chunk)
     }
     const detach = () => {
+      unregister?.()
       source.off("data", onData)
       source.off("end", onEnd)
       source.off("error", onError)
     }
     const onEnd = () => {
       detach()
+      // A body refused by the drain was answered already.
+      if (refused === "drained") return
       resume(Effect.succeed(refused === "tooLarge" ? undefined : refused ?? Buffer.concat(chunks)))
     }
     const onError = (err: Error) => {
       detach()
+      if (refused === "drained") return
       resume(Effect.fail(invalid(`the body could not be read: ${err.message}`)))
     }
-    if (source.readableEnded) return resume(Effect.succeed(Buffer.alloc(0)))
+    if (source.readableEnded) {
+      unregister?.()
+      return resume(Effect.succeed(Buffer.alloc(0)))
+    }
     held.detach = detach
     source.on("data", onData)
     source.once("end", onEnd)

@@ -43,7 +43,7 @@ import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, busyBodies, digest, type GateOptions, oddHeaders, preRead, shapeError } from "./Middleware.js"
+import { bearerToken, busyBodies, digest, drainedBody, type GateOptions, oddHeaders, preRead, shapeError, whileArriving } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -156,11 +156,20 @@ export const socketListener = (
       chunks.push(chunk)
     }
     const detach = () => {
+      unregister?.()
       request.off("data", onData)
       request.off("end", onEnd)
       request.off("error", onGone)
       response.off("close", onGone)
     }
+    // The drain began while the body arrived: refused at once as the gate refuses it (Middleware.ts,
+    // `refuseArrivingBodies`), its bytes given back and the rest left unread.
+    const unregister = found[0].whileDraining ? undefined : whileArriving(() => {
+      detach()
+      chunks.length = 0
+      giveBack()
+      write(response, toResponse(drainedBody()))
+    })
     // The client went away before its body ended: nothing is answered, the bytes are given back.
     const onGone = () => {
       detach()

@@ -55,4 +55,33 @@ describe("a graceful stop's connections", () => {
     // Closed without waiting out the grace (which a stop spends only on connections still open).
     expect(drained[0]!.at - signalled.at, server.output).toBeLessThan(DRAIN_ANSWERS_MS)
   })
+
+  it("a request whose body is still arriving when the stop begins is answered 503 overloaded at once (an upload through the gate, a send taken at the socket), never cut with no answer", async () => {
+    server = await startServer({ entry: "product" })
+    const { session_id } = (await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })).body
+    const { port, hostname } = new URL(server.baseUrl)
+    /** A raw request that declares `length` bytes of body and sends only the first `sent`, keeping everything it is answered. */
+    const partial = async (path: string, type: string, length: number, sent: Buffer) => {
+      const socket = net.connect(Number(port), hostname)
+      await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject))
+      socket.on("error", () => undefined)
+      let answer = ""
+      socket.on("data", (b) => (answer += b.toString("latin1")))
+      const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()))
+      socket.write(`POST ${path} HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: ${type}\r\ncontent-length: ${length}\r\n\r\n`)
+      socket.write(sent)
+      return { answer: () => answer, closed }
+    }
+    const upload = await partial("/v1/agentloops", "application/wasm", 8 << 20, Buffer.alloc(1 << 20))
+    const send = await partial(`/v1/sessions/${session_id}/messages`, "application/json", 100, Buffer.from('{"input":{"mess'))
+    // Both bodies are on their way before the stop: give the server a moment to have read what was sent.
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(await server.stop()).toMatchObject({ code: 0 })
+    await Promise.all([upload.closed, send.closed])
+    for (const [what, got] of [["upload", upload.answer()], ["send", send.answer()]] as const) {
+      expect([what, got.split("\r\n")[0]], server.output).toEqual([what, "HTTP/1.1 503 Service Unavailable"])
+      expect(got).toContain('"code":"overloaded"')
+      expect(got).toContain("had not arrived whole")
+    }
+  })
 })
