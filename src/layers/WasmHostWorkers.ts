@@ -110,16 +110,47 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
  * Event's `data` is the payload's JSON as the journal kept it (`eventJson`) and the configuration
  * the text its first turn wrote (`stringifyOnce`), not written again; the same text
  * `JSON.stringify` gives the same object.
+ *
+ * The Events are the input's only part nothing bounds where it is made (the transcript has its
+ * room, TranscriptRoom.ts; a turn's input BRAIN_MAX_INPUT_BYTES): a previous activation may emit or
+ * be answered more than the next input can carry. So the input carries the first of them, in
+ * order, as many as fit in `ioBytes` after the rest of the input, and the loop reads on with the
+ * `events` host call, as after a range cut at 1,000 ("The input's Events"). Counted without a
+ * second pass in the common case: a UTF-16 unit is at most 3 bytes of UTF-8, so while three times
+ * the text's length is within the bound nothing is measured; past it, the bytes are counted once
+ * and each further Event's as it is added.
  */
-export const guestInputJson = (input: ActivationInput, module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">): string => {
-  let events = ""
-  for (let i = 0; i < input.events.length; i++) events += (i === 0 ? "" : ",") + eventJson(input.events[i]!)
+export const guestInputJson = (
+  input: ActivationInput,
+  module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">,
+  ioBytes: number
+): string => {
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
-  return `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
+  const head = `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
   }${input.tool_results === undefined ? "" : `"tool_results":${JSON.stringify(input.tool_results)},`}${
     module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`
-  }"events":[${events}],"runtime":${JSON.stringify(input.runtime)}}`
+  }"events":[`
+  const end = `],"runtime":${JSON.stringify(input.runtime)}}`
+  let events = ""
+  // At most this many bytes so far (3 a UTF-16 unit), until it passes the bound; then the exact count.
+  let most = 3 * (head.length + end.length)
+  let bytes = -1
+  for (let i = 0; i < input.events.length; i++) {
+    const piece = (i === 0 ? "" : ",") + eventJson(input.events[i]!)
+    if (bytes < 0) {
+      most += 3 * piece.length
+      if (most <= ioBytes) {
+        events += piece
+        continue
+      }
+      bytes = Buffer.byteLength(head, "utf8") + Buffer.byteLength(events, "utf8") + Buffer.byteLength(end, "utf8")
+    }
+    bytes += Buffer.byteLength(piece, "utf8")
+    if (bytes > ioBytes) break
+    events += piece
+  }
+  return head + events + end
 }
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
@@ -210,7 +241,7 @@ export const make = (options: WasmHostOptions) =>
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
         const services = loopServices(host, input.transcript)
         // The input as text: the main thread writes it into the guest's memory as UTF-8 itself.
-        const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module), perform: services }
+        const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module, options.ioBytes), perform: services }
         return run(activation, {
           failed: (f) => Effect.fail(loopFailed(f.message)),
           done: (text) => {

@@ -37,7 +37,8 @@ export interface ActivationInput {
   /**
    * Public Events (at most 1,000) from the previous activation's `activation_started` on, or, for
    * a loop with `eventsFromEnd`, from its `activation_ended` / `activation_failed` on; all of them
-   * for the session's first activation.
+   * for the session's first activation. A WebAssembly loop's input carries only the first of them
+   * that fit in BRAIN_MAX_WASM_IO_BYTES after the rest of it (WasmHostWorkers.ts `guestInputJson`).
    */
   readonly events: ReadonlyArray<Event>
   readonly runtime: RuntimeEnvelope

@@ -13,9 +13,11 @@
  * The room: BRAIN_MAX_WASM_IO_BYTES, less what the rest of the next input may need — the
  * session's configuration (when the loop reads it), a turn's input of BRAIN_MAX_INPUT_BYTES (at
  * most a quarter of the bound, the default's ratio), and INPUT_ENVELOPE_BYTES for the runtime
- * envelope and a small turn's Events. A turn whose input still passes the bound (a big message
- * after a turn with big Events) fails, as before; the next turn with a small message runs, since
- * the transcript leaves room for it.
+ * envelope and a small turn's Events. The Events need no room of their own: the input carries only
+ * as many as fit after the rest of it (WasmHostWorkers.ts `guestInputJson`), so a previous
+ * activation's cannot make the next input too large. A turn whose message is larger than the
+ * quarter set aside for it (BRAIN_MAX_INPUT_BYTES above it, or 0) beside a transcript near the
+ * room still fails; the next turn with a small message runs.
  *
  * Counting costs what changed for a loop that reads the tail (its tail only) and, for one that
  * reads the whole transcript, what was appended: each transcript's byte count is remembered with

@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { parseKept } from "../../../src/domain/JsonText.js"
 import type { Message } from "../../../src/domain/Messages.js"
-import { eventsOf } from "../../../src/domain/Projection.js"
+import { type Event, eventsOf } from "../../../src/domain/Projection.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
 import { transcriptTail, unansweredOf } from "../../../src/domain/TranscriptTail.js"
 import { guestInputJson } from "../../../src/layers/WasmHostWorkers.js"
@@ -29,7 +29,49 @@ const tools = fc.array(
   { maxLength: 4 }
 )
 
+/** An Event's data of any JSON, as text of one, two, three and four bytes a character in UTF-8. */
+const text = fc.array(fc.constantFrom("a", "é", "€", "😀", "\u2028", "\ud800", '"'), { maxLength: 200 }).map((cs) => cs.join(""))
+
 describe("a loop's input JSON", () => {
+  it("carries the first Events, in order, as many as fit in the I/O bound after the rest of the input: within it, and one more would pass it", () => {
+    fc.assert(
+      fc.property(
+        fc.array(text, { maxLength: 40 }),
+        fc.array(message, { maxLength: 5 }),
+        fc.boolean(),
+        fc.double({ min: 0, max: 1.2, noNaN: true }),
+        (payloads, transcript, configurationUnread, share) => {
+          const base = activationInput()
+          const events = payloads.map((p, i): Event => ({
+            session_id: base.runtime.session_id,
+            sequence: i + 1,
+            recorded_at_ms: 1,
+            kind: "emitted",
+            data: { text: p },
+            origin: { kind: "agentloop", sequence: 1 }
+          }))
+          const input: ActivationInput = { ...base, transcript, events }
+          const module = { tail: false, tailMessages: 16, configurationUnread }
+          const withEvents = (n: number) =>
+            JSON.stringify({
+              input: input.input,
+              transcript,
+              ...(configurationUnread ? {} : { configuration: input.configuration }),
+              events: input.events.slice(0, n),
+              runtime: input.runtime
+            })
+          const bound = Math.floor(Buffer.byteLength(withEvents(input.events.length)) * share)
+          const written = guestInputJson(input, module, bound)
+          const carried = (JSON.parse(written) as { events: ReadonlyArray<unknown> }).events.length
+          expect(written).toBe(withEvents(carried))
+          if (carried > 0) expect(Buffer.byteLength(written)).toBeLessThanOrEqual(bound)
+          if (carried < input.events.length) expect(Buffer.byteLength(withEvents(carried + 1))).toBeGreaterThan(bound)
+        }
+      ),
+      { numRuns: 300 }
+    )
+  })
+
   it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime", () => {
     fc.assert(
       fc.property(
@@ -62,10 +104,13 @@ describe("a loop's input JSON", () => {
             events: input.events,
             runtime: input.runtime
           }
-          expect(guestInputJson(input, module)).toBe(JSON.stringify(expected))
+          const whole = JSON.stringify(expected)
+          expect(guestInputJson(input, module, Infinity)).toBe(whole)
+          // Within the bound exactly: every Event carried.
+          expect(guestInputJson(input, module, Buffer.byteLength(whole))).toBe(whole)
           // The next turn's input, with the same configuration: its text as written the first time.
           const next = { ...input, runtime: { ...input.runtime, turn: input.runtime.turn + 2 } }
-          expect(guestInputJson(next, module)).toBe(JSON.stringify({ ...expected, runtime: next.runtime }))
+          expect(guestInputJson(next, module, Infinity)).toBe(JSON.stringify({ ...expected, runtime: next.runtime }))
         }
       ),
       { numRuns: 300 }
