@@ -1,0 +1,272 @@
+/**
+ * A host's calls in flight (docs/environments.md, "The `host` driver"): each sent on the host's
+ * command stream as a `call` frame, answered by the host's result, cancelled by a `cancel` frame.
+ *
+ * - Calls in flight are kept per host, named `{session_id, sequence}`: a host reaches only its own.
+ * - Every call belongs to the stream it was written to; when that stream is over, each of its calls
+ *   fails `EnvironmentUncertain` `connection_lost` (it may have run) and is forgotten
+ *   (`loseCalls`), so a late result is refused and nothing is ever written to another stream.
+ * - A call's Events and its result pass one at a time through the call's lock, so an Event posted
+ *   (and not yet answered) before the result is committed before the outcome.
+ * - A batch of results is all or none: a refusal changes nothing.
+ */
+import { Deferred, Duration, Effect, Exit, FiberId } from "effect"
+import {
+  Conflict,
+  Internal,
+  InvalidRequest,
+  JournalCorrupt,
+  JournalWriteFailed,
+  NotFound,
+  Overloaded,
+  PayloadTooLarge
+} from "../../domain/Errors.js"
+import type { Failure } from "../../domain/Failure.js"
+import type { HostId } from "../../domain/Ids.js"
+import { HOST_COMMAND_QUEUE } from "../../domain/Limits.js"
+import { type CallAnswer, type CancelAnswer, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
+import type { CallName, HostAnswer, HostEventError, HostsShape, ResultError } from "../../services/Hosts.js"
+import { namedFrame as frame } from "../sessions/SseFrames.js"
+import { waitFor } from "../Waits.js"
+import { answerCall, type Host, hostName, type InFlight, keyOf } from "./Host.js"
+
+/**
+ * A tool-origin Event the session refused, as the host's answer: a reserved kind is the request's
+ * fault (400) and the turn's byte budget its size (413), both saying which in `details.reason`;
+ * the session's storage refusals keep their code. The session answers nothing else here.
+ */
+const eventRefused = (f: Failure): HostEventError => {
+  switch (f.code) {
+    case "reserved_kind":
+      return new InvalidRequest({ message: f.message, details: { reason: f.code } })
+    case "emitted_bytes_limit":
+      return new PayloadTooLarge({ message: f.message, details: { reason: f.code } })
+    case "conflict":
+      return new Conflict({ message: f.message, retryable: f.retryable })
+    case "invalid_request":
+      return new InvalidRequest({ message: f.message, retryable: f.retryable })
+    case "not_found":
+      return new NotFound({ message: f.message, retryable: f.retryable })
+    case "journal_corrupt":
+      return new JournalCorrupt({ message: f.message, retryable: f.retryable, ...(f.details !== undefined ? { details: f.details } : {}) })
+    case "journal_write_failed":
+      return new JournalWriteFailed({ message: f.message, retryable: f.retryable })
+    case "overloaded":
+      return new Overloaded({ message: f.message, retryable: f.retryable })
+    default:
+      return new Internal({ message: `${f.code}: ${f.message}`, retryable: f.retryable })
+  }
+}
+
+/** The stream `connection` of `host` is over: each of its calls in flight fails uncertain (it may have run) and is forgotten. */
+export const loseCalls = (host: Host, connection: number) => {
+  for (const [key, call] of host.calls) {
+    if (call.connection !== connection) continue
+    host.calls.delete(key)
+    answerCall(
+      call,
+      Exit.fail(
+        new EnvironmentUncertain({
+          environment: call.environment,
+          reason: "connection_lost",
+          message: `the command stream of ${hostName(host.id)} was closed while the call was in flight; it may have run`
+        })
+      )
+    )
+  }
+}
+
+export interface CallsOptions {
+  /** Milliseconds a cancel waits for the host's confirmation (BRAIN_CANCEL_GRACE_MS). */
+  readonly graceMs: number
+  /** Bytes of a result's `ok`/`error` value (as JSON) at most (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES). */
+  readonly maxResultBytes: number
+}
+
+/** The registry's methods for calls in flight, over its registered `hosts`. */
+export const makeCalls = (
+  hosts: ReadonlyMap<string, Host>,
+  options: CallsOptions
+): Pick<HostsShape, "result" | "results" | "event" | "send" | "call" | "cancel"> => {
+  /** A refusal's details; in a batch they also name the result (`index`). */
+  const detailsOf = (details: Record<string, unknown>, index: number | undefined) => (index === undefined ? details : { ...details, index })
+
+  const notInFlight = (call: CallName, index?: number) =>
+    new Conflict({
+      message: `no call ${call.session}/${call.sequence} is in flight on this host: it never came, it has ended, or its stream was closed`,
+      details: detailsOf({ reason: "not_in_flight" }, index)
+    })
+
+  const inFlight = (id: HostId, call: CallName) => {
+    const found = hosts.get(id)?.calls.get(keyOf(call))
+    return found !== undefined ? Effect.succeed(found) : Effect.fail(notInFlight(call))
+  }
+
+  /** Whether `pending` is still in flight (not settled by another request meanwhile). */
+  const still = (id: HostId, call: CallName, pending: InFlight) => hosts.get(id)?.calls.get(keyOf(call)) === pending
+
+  /** Why `answer` cannot settle `pending`, or undefined when it can. */
+  const refusal = (pending: InFlight, answer: HostAnswer, index: number | undefined): Conflict | PayloadTooLarge | undefined => {
+    if ("stopped" in answer) {
+      return pending.cancelSent
+        ? undefined
+        : new Conflict({
+          message: "no cancel was sent for this call: answer it with ok or error",
+          details: detailsOf({ reason: "not_cancelled" }, index)
+        })
+    }
+    const value = "ok" in answer ? answer.ok : answer.error
+    const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
+    return bytes > options.maxResultBytes
+      ? new PayloadTooLarge({
+        message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`,
+        ...(index === undefined ? {} : { details: { index } })
+      })
+      : undefined
+  }
+
+  /**
+   * Settles calls in flight on `host`, all or none: each result is checked first (in flight on
+   * this host, named once, `stopped` only after a cancel, its value within bounds), then every
+   * call's lock is taken (in one order, so two batches never wait on each other), each is checked
+   * again, and only then are they all settled, in one step. A refusal changes nothing.
+   */
+  const settle = (id: HostId, items: ReadonlyArray<{ readonly call: CallName; readonly answer: HostAnswer }>, batch: boolean) =>
+    Effect.suspend((): Effect.Effect<void, ResultError | InvalidRequest> => {
+      const named = new Set<string>()
+      const checked: Array<{ readonly key: string; readonly index: number; readonly call: CallName; readonly answer: HostAnswer; readonly pending: InFlight }> = []
+      for (let i = 0; i < items.length; i++) {
+        const { answer, call } = items[i]
+        const index = batch ? i : undefined
+        const key = keyOf(call)
+        if (named.has(key)) {
+          return Effect.fail(new InvalidRequest({ message: `the batch names the call ${key} more than once`, details: { index: i } }))
+        }
+        named.add(key)
+        const pending = hosts.get(id)?.calls.get(key)
+        if (pending === undefined) return Effect.fail(notInFlight(call, index))
+        const refused = refusal(pending, answer, index)
+        if (refused !== undefined) return Effect.fail(refused)
+        checked.push({ key, index: i, call, answer, pending })
+      }
+      // The locks of the calls that have posted Events: an Event in flight is committed first.
+      const ordered = checked.filter((c) => c.pending.lock !== undefined).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+      const held = new Set(ordered.map((c) => c.pending.lock))
+      /** Settles the calls once their locks are held; false (nothing settled) when a call posted its first Event meanwhile. */
+      const take = Effect.suspend((): Effect.Effect<boolean, Conflict> => {
+        if (checked.some((c) => c.pending.lock !== undefined && !held.has(c.pending.lock))) return Effect.succeed(false)
+        // Settled meanwhile (another result, or the stream closed): nothing is taken.
+        const gone = checked.findIndex((c) => !still(id, c.call, c.pending))
+        if (gone >= 0) return Effect.fail(notInFlight(checked[gone].call, batch ? checked[gone].index : undefined))
+        const calls = hosts.get(id)!.calls
+        for (const { answer, key, pending } of checked) {
+          calls.delete(key)
+          if ("stopped" in answer) Deferred.unsafeDone(pending.stopped!, Exit.void)
+          else answerCall(pending, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
+        }
+        return Effect.succeed(true)
+      })
+      const locked = ordered.reduceRight<Effect.Effect<boolean, Conflict>>((inner, c) => c.pending.lock!.withPermits(1)(inner), take)
+      // A call that posted its first Event while this waited: again, with its lock too (locks are only ever made, so this ends).
+      return Effect.flatMap(locked, (settled) => (settled ? Effect.void : settle(id, items, batch)))
+    })
+
+  // One result names one call: never twice.
+  const result: HostsShape["result"] = (id, call, answer) => Effect.catchTag(settle(id, [{ call, answer }], false), "InvalidRequest", Effect.die)
+  const results: HostsShape["results"] = (id, items) => settle(id, items, true)
+
+  const event: HostsShape["event"] = (id, call, kind, payload) =>
+    Effect.gen(function*() {
+      const pending = yield* inFlight(id, call)
+      const lock = (pending.lock ??= Effect.unsafeMakeSemaphore(1))
+      return yield* lock.withPermits(1)(Effect.gen(function*() {
+        if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
+        if (pending.emit === undefined) {
+          return yield* Effect.fail(new Conflict({ message: "this call takes no Events" }))
+        }
+        return yield* pending.emit(kind, payload).pipe(Effect.mapError(({ failure: f }) => eventRefused(f)))
+      }))
+    })
+
+  const send: HostsShape["send"] = (id, request) => {
+    const environment = request.environment.name
+    const notSent = (reason: EnvironmentNotSent["reason"], why: string) =>
+      new EnvironmentNotSent({ environment, reason, message: `Environment ${JSON.stringify(environment)}: ${why}; nothing was sent` })
+    const host = hosts.get(id)
+    if (host === undefined) return notSent("host_unknown", `${hostName(id)} is not registered`)
+    const connection = host.connection
+    if (connection === undefined) return notSent("host_disconnected", `${hostName(id)} has no open command stream`)
+    const key = keyOf(request)
+    const pending: InFlight = {
+      connection: connection.id,
+      environment,
+      answered: undefined,
+      resume: undefined,
+      stopped: undefined,
+      cancelSent: false,
+      emit: request.emit,
+      lock: undefined
+    }
+    host.calls.set(key, pending)
+    const sent = connection.body.offer(frame("call", {
+      session_id: request.session,
+      sequence: request.sequence,
+      environment,
+      name: request.name,
+      call_id: request.callId,
+      input: request.input,
+      deadline_at_ms: request.deadlineAtMs
+    }))
+    if (!sent) {
+      host.calls.delete(key)
+      return notSent("host_busy", `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
+    }
+    // One callback, not a Deferred and a finalizer: a caller that stops waiting takes the call
+    // out of the host's calls (an answered one is out already).
+    return {
+      await: (f) => {
+        if (pending.answered !== undefined) f(pending.answered)
+        else pending.resume = f
+      },
+      abandon: () => {
+        pending.resume = undefined
+        if (host.calls.get(key) === pending) host.calls.delete(key)
+      }
+    }
+  }
+
+  const call: HostsShape["call"] = (id, request) =>
+    Effect.suspend((): Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain> => {
+      const sent = send(id, request)
+      if (sent instanceof EnvironmentNotSent) return Effect.fail(sent)
+      return waitFor<CallAnswer, EnvironmentUncertain>((resume) => {
+        sent.await(resume)
+        return sent.abandon
+      })
+    })
+
+  const cancel: HostsShape["cancel"] = (id, request) =>
+    Effect.suspend((): Effect.Effect<CancelAnswer> => {
+      const unconfirmed = (why: string) => Effect.succeed<CancelAnswer>({ confirmed: false, why })
+      const host = hosts.get(id)
+      const pending = host?.calls.get(keyOf(request))
+      if (host === undefined || pending === undefined) return unconfirmed(`the call is not in flight on ${hostName(id)}`)
+      const connection = host.connection
+      if (connection === undefined || connection.id !== pending.connection) return unconfirmed(`the command stream of ${hostName(id)} was closed`)
+      if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
+        return unconfirmed(`${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent`)
+      }
+      const stopped = (pending.stopped ??= Deferred.unsafeMake(FiberId.none))
+      pending.cancelSent = true
+      return Deferred.await(stopped).pipe(
+        Effect.as<CancelAnswer>({ confirmed: true }),
+        Effect.timeoutTo({
+          duration: Duration.millis(options.graceMs),
+          onSuccess: (a) => a,
+          onTimeout: (): CancelAnswer => ({ confirmed: false, why: `${hostName(id)} did not confirm the cancel within ${options.graceMs} ms (BRAIN_CANCEL_GRACE_MS)` })
+        })
+      )
+    })
+
+  return { result, results, event, send, call, cancel }
+}

@@ -1,0 +1,62 @@
+/**
+ * A registered host as the registry holds it in memory (layers/HostsFile.ts): its token's digest,
+ * its command stream if it has one, its calls in flight (hosts/Calls.ts), and what its idle
+ * expiry reads (since when it has had no stream, the sessions naming it).
+ */
+import type { Deferred, Effect, Exit } from "effect"
+import type { HostId, SessionId } from "../../domain/Ids.js"
+import type { CallAnswer, EnvironmentCall, EnvironmentUncertain } from "../../services/Environments.js"
+import type { CallName } from "../../services/Hosts.js"
+import type { CommandStreamBody } from "./CommandStream.js"
+
+/** One command stream of a host, numbered in the order streams opened. */
+export interface Connection {
+  readonly id: number
+  readonly body: CommandStreamBody
+}
+
+export interface InFlight {
+  readonly connection: number
+  readonly environment: string
+  /** The call's answer once it has one (`answerCall`). */
+  answered: Exit.Exit<CallAnswer, EnvironmentUncertain> | undefined
+  /** The waiting caller's callback, while it waits. */
+  resume: ((answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) | undefined
+  /** Done when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
+  stopped: Deferred.Deferred<void> | undefined
+  cancelSent: boolean
+  readonly emit: EnvironmentCall["emit"]
+  /**
+   * Events and the result, one at a time; made by the call's first Event (most calls post none,
+   * and a result for a call without one takes no lock: nothing can be in flight before it).
+   */
+  lock: Effect.Semaphore | undefined
+}
+
+export interface Host {
+  readonly id: HostId
+  readonly digest: Buffer
+  connection: Connection | undefined
+  readonly calls: Map<string, InFlight>
+  /** Since when it has had no stream (meaningful while `connection` is undefined). */
+  idleSinceMs: number
+  /** Sessions recorded as naming it, not known to be deleted. */
+  readonly sessions: Set<SessionId>
+  /** False for a registration from a server that did not record sessions: it never expires by itself. */
+  readonly sessionsRecorded: boolean
+}
+
+/** Answers a call in flight, once: its waiting caller now, or the caller that comes to wait. */
+export const answerCall = (pending: InFlight, answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => {
+  if (pending.answered !== undefined) return
+  pending.answered = answer
+  const resume = pending.resume
+  pending.resume = undefined
+  resume?.(answer)
+}
+
+/** A call's key among its host's calls in flight. */
+export const keyOf = (call: CallName) => `${call.session}/${call.sequence}`
+
+/** A host as messages name it. */
+export const hostName = (host: string) => `host ${JSON.stringify(host)}`
