@@ -57,7 +57,8 @@ import {
   IdempotencyStoreFailed
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
-import { type Entry, IDEMPOTENCY_FULL_SWEEP_MS, idOf, Index, maxIdempotencyKeys, newEntry } from "./idempotency/Index.js"
+import { type Entry, idOf, Index, newEntry } from "./idempotency/Index.js"
+import { IDEMPOTENCY_FULL_SWEEP_MS, maxIdempotencyKeys } from "./idempotency/KeyBound.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -239,12 +240,8 @@ export const make = (
     const adoptions = (keys: ReadonlyArray<AdoptedKey>, now: number): Array<Effect.Effect<void, IdempotencyStoreFailed>> | undefined => {
       const live = keys.filter((k) => !(options.retentionMs > 0 && now - k.atMs >= options.retentionMs))
       const ids = live.map((k) => idOf(k.scope, k.key))
-      // Counted against the entries as they stand: an expired entry still held is replaced in place.
-      const added = () => new Set(ids.filter((id) => !index.entries.has(id))).size
       // Adding none is never refused (a held key, a reservation replaced in place).
-      index.makeRoom(now, added)
-      const n = added()
-      if (n > 0 && index.entries.size + n > index.maxKeys) return undefined
+      if (!index.hasRoomFor(now, ids)) return undefined
       const writes: Array<Effect.Effect<void, IdempotencyStoreFailed>> = []
       live.forEach((k, i) => {
         const id = ids[i]!

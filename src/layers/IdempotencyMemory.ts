@@ -16,7 +16,8 @@ import {
   IdempotencyFull,
   type IdempotencyShape
 } from "../services/Idempotency.js"
-import { idOf, maxIdempotencyKeys } from "./idempotency/Index.js"
+import { idOf } from "./idempotency/Index.js"
+import { KeyBound, maxIdempotencyKeys } from "./idempotency/KeyBound.js"
 import { answerText } from "./idempotency/Records.js"
 
 export interface IdempotencyMemoryOptions {
@@ -42,36 +43,32 @@ interface Entry {
   session?: string
 }
 
+/**
+ * The entries, bounded as the file store's index is (KeyBound.ts), but for room made by a walk
+ * over every key each time (this store is for tests). An unanswered claim is in flight in this
+ * process: it never expires under a running request.
+ */
+class Entries extends KeyBound<Entry> {
+  constructor(retentionMs: number, maxKeys: number) {
+    super(retentionMs, maxKeys, 0)
+  }
+
+  protected inFlight(e: Entry) {
+    return e.answer === undefined && e.neverAnswered !== true
+  }
+}
+
 export const make = (options: IdempotencyMemoryOptions) =>
   Effect.sync(() => {
-    const entries = new Map<string, Entry>()
+    const bound = new Entries(options.retentionMs, maxIdempotencyKeys(options.maxKeys))
+    const entries = bound.entries
     const maxAnswerBytes = options.maxAnswerBytes ?? IDEMPOTENCY_MAX_ANSWER_BYTES
-    const maxKeys = maxIdempotencyKeys(options.maxKeys)
-    const full = new IdempotencyFull({ maxKeys })
-    // An unanswered claim is in flight in this process: it never expires under a running request.
-    const expired = (e: Entry, now: number) =>
-      options.retentionMs > 0 && (e.answer !== undefined || e.neverAnswered === true) && now - e.atMs >= options.retentionMs
+    const full = new IdempotencyFull({ maxKeys: bound.maxKeys })
     // Kept as the file store keeps it (its JSON), so both replay exactly the same value.
     const kept = (answer: Answer): Entry["answer"] => {
       const text = answerText(answer)
       const bytes = Buffer.byteLength(text, "utf8")
       return bytes > maxAnswerBytes ? { notKept: { status: answer.status, bytes } } : text
-    }
-    const sweep = (now: number) => {
-      let dropped = 0
-      for (const [id, e] of entries) {
-        if (expired(e, now)) {
-          entries.delete(id)
-          dropped++
-        }
-      }
-      return dropped
-    }
-    // Room is made by dropping every expired entry (a walk over all keys: this store is for tests).
-    const hasRoom = (now: number, more: number) => {
-      if (entries.size + more <= maxKeys) return true
-      sweep(now)
-      return entries.size + more <= maxKeys
     }
 
     // Nothing here is durable, so a reservation and a claim decide the same; a reservation is
@@ -80,7 +77,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
       Effect.flatMap(Clock.currentTimeMillis, (now): Effect.Effect<ClaimResult, IdempotencyError> => {
         const id = idOf(scope, key)
         const found = entries.get(id)
-        if (found && !expired(found, now)) {
+        if (found && !bound.expired(found, now)) {
           if (found.bodyHash !== bodyHash) return Effect.succeed({ _tag: "Conflict" })
           if (found.answer === undefined) {
             const inFlight = found.neverAnswered !== true
@@ -93,7 +90,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           )
         }
         if (found) entries.delete(id)
-        if (!reservation && !hasRoom(now, 1)) return Effect.fail(full)
+        if (!reservation && !bound.hasRoom(now, 1)) return Effect.fail(full)
         entries.set(
           id,
           reservation
@@ -119,7 +116,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           // no body hash to be replayed against and is not kept.
           if (!entry || entry.answer || entry.neverAnswered) return Effect.void
           // A reservation is not kept yet: at the bound it goes.
-          if (entry.reservation && completeOptions?.beyondBound !== true && !hasRoom(now, 0)) {
+          if (entry.reservation && completeOptions?.beyondBound !== true && !bound.hasRoom(now, 0)) {
             entries.delete(id)
             return Effect.fail(full)
           }
@@ -130,18 +127,14 @@ export const make = (options: IdempotencyMemoryOptions) =>
         }),
       adopt: (keys) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => {
-          const live = keys.map((k) => ({ k, id: idOf(k.scope, k.key), entry: adopted(k) })).filter((a) => !expired(a.entry, now))
-          // All or none; counted against the entries as they stand (an expired one is replaced in place).
-          const added = () => new Set(live.filter((a) => !entries.has(a.id)).map((a) => a.id)).size
-          // Adding none is never refused (a held key, a reservation replaced in place). Counted
-          // again after a sweep: an expired entry it dropped is then added, not replaced.
-          if (added() > 0 && entries.size + added() > maxKeys) sweep(now)
-          if (added() > 0 && entries.size + added() > maxKeys) return Effect.fail(full)
+          const live = keys.map((k) => ({ k, id: idOf(k.scope, k.key), entry: adopted(k) })).filter((a) => !bound.expired(a.entry, now))
+          // All or none; adding none is never refused (a held key, a reservation replaced in place).
+          if (!bound.hasRoomFor(now, live.map((a) => a.id))) return Effect.fail(full)
           for (const { entry, id, k } of live) {
             const found = entries.get(id)
             // A reservation (a retry racing the delete, refused not_found) gives way: its own
             // complete or release then finds the adopted entry and leaves it.
-            if (found && !expired(found, now) && found.reservation !== true) {
+            if (found && !bound.expired(found, now) && found.reservation !== true) {
               // Adopted earlier without its answer: the adopted answer completes it. A request in
               // flight here is left to its own answer.
               if (found.neverAnswered === true && entry.answer !== undefined && found.bodyHash === k.bodyHash) entries.set(id, entry)
@@ -157,7 +150,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           const entry = entries.get(id)
           if (entry !== undefined && entry.answer === undefined && entry.neverAnswered !== true) entries.delete(id)
         }),
-      compact: Effect.map(Clock.currentTimeMillis, sweep)
+      compact: Effect.map(Clock.currentTimeMillis, (now) => bound.sweep(now))
     }
     return store
   })

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
-import { IDEMPOTENCY_FULL_SWEEP_MS } from "../../src/layers/idempotency/Index.js"
+import { IDEMPOTENCY_FULL_SWEEP_MS } from "../../src/layers/idempotency/KeyBound.js"
 import type { AdoptedKey, Answer, IdempotencyShape } from "../../src/services/Idempotency.js"
 import type { IdempotencyHarness } from "./Idempotency.contract.js"
 

@@ -4,24 +4,20 @@
  * with the number of keys, not with the size of their answers.
  *
  * - An entry claimed or reserved by this process and not yet answered (reserved, running,
- *   answering, releasing) is a request in flight: it never expires under it.
- * - Any other entry expires `retentionMs` after its answer, or after its claim when it has none;
- *   retention 0 keeps everything.
+ *   answering, releasing) is a request in flight: it never expires under it. Expiry and the bound
+ *   on the entries (`maxKeys`, `hasRoom`) are KeyBound.ts's, shared with the memory store.
  * - `liveBytes` counts the log bytes of the entries in the index; the rest of the log is dead
  *   weight that a rewrite drops.
- * - The entries are bounded by `maxKeys`: `hasRoom` says whether more fit, first dropping the
- *   expired ones when they stand in the way. A live entry is never dropped to make room.
  * - The map keeps its entries in the order they expire, nearly: an entry moves to the end when
- *   it is answered (`settled`), so the oldest answers lead. Room is made from the front, where
- *   the expired entries are, passing over requests in flight (`sweepFront`: a few steps, not a
- *   walk over every key). An entry out of that order (an adopted key, with its original time)
- *   is found by a full sweep, made at most once per IDEMPOTENCY_FULL_SWEEP_MS while the index is
- *   full, and by every compaction.
+ *   it is answered (`settled`), so the oldest answers lead and room is made from the front. An
+ *   entry out of that order (an adopted key, with its original time) is found by a full sweep,
+ *   made at most once per IDEMPOTENCY_FULL_SWEEP_MS while the index is full, and by every
+ *   compaction.
  * - An entry is found by a digest of its scope and key (`idOf`), so neither is held in memory: a
  *   key of 256 bytes costs what a key of 1 byte does. The log's records carry them.
  */
 import * as crypto from "node:crypto"
-import * as v8 from "node:v8"
+import { IDEMPOTENCY_FULL_SWEEP_MS, KeyBound } from "./KeyBound.js"
 import type { LiveRecord } from "./Log.js"
 import type { IndexRecord, NotKept } from "./Records.js"
 
@@ -75,35 +71,6 @@ export const idOf = (scope: string, key: string): string => {
     : crypto.hash("sha256", `8${text}`, "binary")
 }
 
-/**
- * Milliseconds: the shortest interval between the full sweeps a full index makes for expired
- * entries its front sweep cannot reach (a full sweep of half a million keys takes tens of ms).
- */
-export const IDEMPOTENCY_FULL_SWEEP_MS = 60_000
-
-/** Entries in flight a front sweep passes over at most, before it stops. */
-const FRONT_SWEEP_SKIPS = 4_096
-
-/**
- * Bytes of heap the default bound allows a live key: the measured 320 B (docs/operations.md, "The
- * idempotency log") with room for the map's growth and the collector's slack.
- */
-const KEY_HEAP_BYTES = 512
-
-/** The default bound's share of the heap limit: a sixteenth. */
-const KEYS_HEAP_FRACTION = 1 / 16
-
-/**
- * Live keys the store holds at most (BRAIN_MAX_IDEMPOTENCY_KEYS): the setting, or as many as a
- * sixteenth of the heap limit holds at KEY_HEAP_BYTES each (530,432 under Node's 4,144 MiB limit
- * for a 4 GiB old space).
- */
-export const maxIdempotencyKeys = (setting: number | undefined): number =>
-  setting ?? Math.max(1, Math.floor(v8.getHeapStatistics().heap_size_limit * KEYS_HEAP_FRACTION / KEY_HEAP_BYTES))
-
-/** Claimed or reserved by this process and not yet answered: it never expires under the request. */
-const inFlight = (e: Entry) => e.state === "reserved" || e.state === "running" || e.state === "answering" || e.state === "releasing"
-
 export const newEntry = (bodyHash: string, atMs: number, state: EntryState, session?: string): Entry => ({
   bodyHash,
   atMs,
@@ -117,15 +84,15 @@ export const newEntry = (bodyHash: string, atMs: number, state: EntryState, sess
   adopted: false
 })
 
-export class Index {
-  readonly entries = new Map<string, Entry>()
+export class Index extends KeyBound<Entry> {
   liveBytes = 0
-  private lastFullSweepMs = Number.NEGATIVE_INFINITY
 
-  constructor(private readonly retentionMs: number, readonly maxKeys: number = Number.POSITIVE_INFINITY) {}
+  constructor(retentionMs: number, maxKeys: number = Number.POSITIVE_INFINITY) {
+    super(retentionMs, maxKeys, IDEMPOTENCY_FULL_SWEEP_MS)
+  }
 
-  expired(e: Entry, now: number) {
-    return this.retentionMs > 0 && !inFlight(e) && now - e.atMs >= this.retentionMs
+  protected inFlight(e: Entry) {
+    return e.state === "reserved" || e.state === "running" || e.state === "answering" || e.state === "releasing"
   }
 
   /** Moves an entry just answered to the end, behind every entry that expires before it. */
@@ -135,53 +102,10 @@ export class Index {
     this.entries.set(id, e)
   }
 
-  drop(id: string, e: Entry) {
+  override drop(id: string, e: Entry) {
     if (this.entries.get(id) !== e) return
     this.entries.delete(id)
     this.liveBytes -= e.claimSize + e.answerSize
-  }
-
-  /** Drops every expired entry; returns how many. */
-  sweep(now: number) {
-    this.lastFullSweepMs = now
-    let dropped = 0
-    for (const [id, e] of this.entries) {
-      if (this.expired(e, now)) {
-        this.drop(id, e)
-        dropped++
-      }
-    }
-    return dropped
-  }
-
-  /**
-   * Drops the expired entries at the front, passing over requests in flight (at most
-   * FRONT_SWEEP_SKIPS of them); stops at the first entry that is neither.
-   */
-  private sweepFront(now: number) {
-    let skipped = 0
-    for (const [id, e] of this.entries) {
-      if (this.expired(e, now)) this.drop(id, e)
-      else if (!inFlight(e) || ++skipped > FRONT_SWEEP_SKIPS) return
-    }
-  }
-
-  /**
-   * Makes what room expiry allows for `more` entries: the front first, then, when that is not
-   * enough, a full sweep unless one ran less than IDEMPOTENCY_FULL_SWEEP_MS ago (a full index
-   * refusing a stream of new keys walks every key at most once per interval).
-   */
-  makeRoom(now: number, more: () => number) {
-    if (this.entries.size + more() <= this.maxKeys) return
-    this.sweepFront(now)
-    if (this.entries.size + more() <= this.maxKeys) return
-    if (now - this.lastFullSweepMs >= IDEMPOTENCY_FULL_SWEEP_MS || now < this.lastFullSweepMs) this.sweep(now)
-  }
-
-  /** Whether `more` entries fit beside those held, once the expired ones in the way are dropped. */
-  hasRoom(now: number, more: number) {
-    this.makeRoom(now, () => more)
-    return this.entries.size + more <= this.maxKeys
   }
 
   /** Applies one record read at open, in log order (before `opened`). */
