@@ -155,7 +155,7 @@ export interface ServerConfigShape {
   readonly idempotencyMaxAnswerBytes: number
   /**
    * Live keys the idempotency log holds at most; at the bound a new key is refused with 503
-   * `overloaded`. Undefined = as many as a sixteenth of the heap limit holds (layers/idempotency/Index.ts).
+   * `overloaded`. Undefined = as many as a sixteenth of the heap limit holds (layers/idempotency/KeyBound.ts).
    */
   readonly maxIdempotencyKeys: number | undefined
   /**
