@@ -28,3 +28,17 @@ export const guestMessage = (bytes: Uint8Array, decode: (bytes: Uint8Array) => s
   const end = characterStart(bytes, MAX_FAILURE_MESSAGE_BYTES)
   return end === bytes.length ? decode(bytes) : decode(bytes.subarray(0, end)) + cutMarker(bytes.length - end)
 }
+
+/**
+ * The message of a guest's `brain.fail`, from its `bytes` (in its memory): `guestMessage` decoded
+ * by `decoder` (fatal: it throws on bytes that are not UTF-8), or, when they are not UTF-8, a
+ * message that says so. One reading for the worker thread (GuestWorker.ts) and the main thread
+ * (Inline.ts), so a guest fails with the same message on either.
+ */
+export const guestFailureMessage = (bytes: Uint8Array, decoder: { decode(bytes: Uint8Array): string }): string => {
+  try {
+    return guestMessage(bytes, (b) => decoder.decode(b))
+  } catch {
+    return "the guest's failure message is not UTF-8"
+  }
+}

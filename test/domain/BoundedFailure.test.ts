@@ -5,7 +5,7 @@
  * within the bounds is the same object.
  */
 import { describe, expect, it } from "vitest"
-import { guestMessage } from "../../src/domain/CutText.js"
+import { guestFailureMessage, guestMessage } from "../../src/domain/CutText.js"
 import { boundedFailure, boundedMessage, failure } from "../../src/domain/Failure.js"
 import { MAX_FAILURE_MESSAGE_BYTES } from "../../src/domain/Limits.js"
 
@@ -31,6 +31,14 @@ describe("a failure's text is bounded", () => {
     expect(message.startsWith("a".repeat(MAX_FAILURE_MESSAGE_BYTES) + " … [cut: 10 more bytes")).toBe(true)
     expect(guestMessage(new Uint8Array([0x68, 0x69]), (b) => decoder.decode(b))).toBe("hi")
     expect(() => guestMessage(new Uint8Array([0xff]), (b) => decoder.decode(b))).toThrow()
+  })
+
+  it("a guest's brain.fail message reads the same on either thread: cut at the bound, and bytes that are not UTF-8 say so instead", () => {
+    const bytes = new Uint8Array(MAX_FAILURE_MESSAGE_BYTES + 10).fill(0x61)
+    bytes[MAX_FAILURE_MESSAGE_BYTES + 5] = 0xff // past the cut: never read
+    expect(guestFailureMessage(bytes, decoder)).toBe(guestMessage(bytes, (b) => decoder.decode(b)))
+    expect(guestFailureMessage(new Uint8Array([0x68, 0x69]), decoder)).toBe("hi")
+    expect(guestFailureMessage(new Uint8Array([0x68, 0xff]), decoder)).toBe("the guest's failure message is not UTF-8")
   })
 
   it("details past the bound are replaced by a note of their size; a failure within the bounds is the same object", () => {

@@ -21,7 +21,7 @@
  * spinning one, and nothing here may outlive an activation.
  */
 import { isUtf8 } from "node:buffer"
-import { guestMessage } from "../../domain/CutText.js"
+import { guestFailureMessage } from "../../domain/CutText.js"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
 import {
   type ActivateMessage,
@@ -188,14 +188,7 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
       },
       fail: (ptr: number, len: number): never => {
         // Read no further than the bound Brain keeps of a failure's message (docs/abi.md, "Limits").
-        const bytes = bytesAt(ptr >>> 0, len >>> 0)
-        let message: string
-        try {
-          message = guestMessage(bytes, (b) => decoder.decode(b))
-        } catch {
-          throw new GuestError("the guest's failure message is not UTF-8")
-        }
-        throw new GuestError(message)
+        throw new GuestError(guestFailureMessage(bytesAt(ptr >>> 0, len >>> 0), decoder))
       }
     }
   }

@@ -28,7 +28,7 @@
  * and instances put back, and their bounds, are Spares.ts's.
  */
 import * as crypto from "node:crypto"
-import { guestMessage } from "../../domain/CutText.js"
+import { guestFailureMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
@@ -272,14 +272,7 @@ class Run implements Resting {
       },
       fail: (ptr: number, len: number): never => {
         // Read no further than the bound Brain keeps of a failure's message (docs/abi.md, "Limits").
-        const bytes = this.bytesAt(ptr >>> 0, len >>> 0)
-        let message: string
-        try {
-          message = guestMessage(bytes, (b) => decoder.decode(b))
-        } catch {
-          throw new GuestError("the guest's failure message is not UTF-8")
-        }
-        throw new GuestError(message)
+        throw new GuestError(guestFailureMessage(this.bytesAt(ptr >>> 0, len >>> 0), decoder))
       },
       tick: (): number => {
         if (this.used + (performance.now() - this.stretchStart) > this.cap) throw new Overrun()
