@@ -6,8 +6,9 @@
  */
 import * as fs from "node:fs"
 import { Context, Data, Effect, Layer } from "effect"
-import { encodeBatch, type LogUse } from "./CommitLogFormat.js"
+import { encodeBatch } from "./CommitLogFormat.js"
 import { syncRound } from "./SyncThread.js"
+import type { SyncRoundLog } from "./SyncWorker.js"
 
 export class FileError extends Data.TaggedError("FileError")<{
   readonly op: string
@@ -66,16 +67,8 @@ export interface FileDriverShape {
   ) => Effect.Effect<void>
 }
 
-/** A round's batch for the commit log (`syncMany`). */
-export interface CommitLogWrite {
-  readonly fd: number
-  readonly position: number
-  /** The log file's use (CommitLogFormat.ts): its batches' epoch and salt. */
-  readonly use: LogUse
-  /** The log file was opened with `O_DSYNC`: its write is durable when it returns, no fdatasync follows. */
-  readonly synced: boolean
-  /** Each item's file as the log names it (UTF-8, relative to the data directory), in the items' order. */
-  readonly paths: ReadonlyArray<Uint8Array>
+/** A round's batch for the commit log (`syncMany`): what the sync thread writes, and who is told what it took. */
+export interface CommitLogWrite extends SyncRoundLog {
   readonly onWritten: (bytes: number, error: FileError | undefined) => void
 }
 

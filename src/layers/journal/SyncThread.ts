@@ -15,8 +15,7 @@
  */
 import { Worker } from "node:worker_threads"
 import { DIST_ROOT } from "../../DistRoot.js"
-import type { LogUse } from "./CommitLogFormat.js"
-import type { LogFailure, SyncAnswer, SyncFailure, SyncRequest } from "./SyncWorker.js"
+import type { LogFailure, SyncAnswer, SyncFailure, SyncRequest, SyncRoundLog } from "./SyncWorker.js"
 
 /** The sync thread's module (compiled; under the tests too). */
 export const WORKER_URL = new URL("layers/journal/SyncWorker.js", DIST_ROOT)
@@ -31,15 +30,6 @@ export interface SyncRoundItem {
 
 /** What one file of a round came to: undefined when written and synced, else why not (`log`: the commit log's write failed). */
 export type SyncOutcome = (Omit<SyncFailure, "index"> & { readonly log?: boolean }) | undefined
-
-/** A round's commit-log batch, as the sync thread writes it (FileDriver.ts, `CommitLogWrite`). */
-export interface SyncRoundLog {
-  readonly fd: number
-  readonly position: number
-  readonly use: LogUse
-  readonly synced: boolean
-  readonly paths: ReadonlyArray<Uint8Array>
-}
 
 /** What the commit log's write came to: the batch's bytes, or its failure. */
 export interface LoggedOutcome {

@@ -17,18 +17,24 @@ import * as fs from "node:fs"
 import { parentPort } from "node:worker_threads"
 import { encodeBatch, type LogPiece, type LogUse } from "./CommitLogFormat.js"
 
+/** A round's batch for the commit log, as this thread writes it (FileDriver.ts `CommitLogWrite` adds the caller's callback). */
+export interface SyncRoundLog {
+  readonly fd: number
+  readonly position: number
+  /** The log file's use (CommitLogFormat.ts): its batches' epoch and salt. */
+  readonly use: LogUse
+  /** The log file was opened with `O_DSYNC`: its write is durable when it returns, no fdatasync follows. */
+  readonly synced: boolean
+  /** Each item's file as the log names it (UTF-8, relative to the data directory), in the items' order. */
+  readonly paths: ReadonlyArray<Uint8Array>
+}
+
 export interface SyncRequest {
   readonly id: number
   readonly data: ArrayBuffer
   /** Per file: fd, position in the file, offset in `data`, bytes, and 1 when the file has `O_DSYNC` (no fdatasync follows its write). */
   readonly items: ReadonlyArray<readonly [number, number, number, number, 0 | 1]>
-  readonly log?: {
-    readonly fd: number
-    readonly position: number
-    readonly use: LogUse
-    readonly synced: boolean
-    readonly paths: ReadonlyArray<Uint8Array>
-  }
+  readonly log?: SyncRoundLog
 }
 
 export interface LogFailure {
