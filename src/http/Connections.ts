@@ -39,6 +39,7 @@ import type * as http from "node:http"
 import type * as net from "node:net"
 import * as fs from "node:fs"
 import { type ApiError, InvalidRequest, MethodNotAllowed } from "../domain/Errors.js"
+import type { ServerConfigShape } from "../services/ServerConfig.js"
 import { bodyOf, withIssues } from "./Errors.js"
 
 /** Connections. Accepted past the limit on probation, so that health checks still get in. */
@@ -50,16 +51,14 @@ export const CONNECTION_CHECK_MS = 1_000
 /** Descriptors. Kept for everything but connections and journal files (stdio, logs, directories, checkpoints). */
 export const FD_RESERVE = 128
 
-export interface ConnectionLimits {
-  readonly maxConnections: number
-  readonly headersTimeoutMs: number
-  /** How long a whole request (headers and body) may take to arrive, from its first byte. */
-  readonly requestTimeoutMs: number
-  /** How long an idle keep-alive connection is kept for its next request. */
-  readonly keepAliveTimeoutMs: number
-  /** How long a socket may hold bytes of an answer (not an SSE stream) its client takes none of; 0: no bound. */
-  readonly responseStallMs: number
-}
+/**
+ * The settings the guard holds connections to, as ServerConfig describes them (`maxConnections`
+ * as fitted to the open-file limit, main.ts).
+ */
+export type ConnectionLimits = Pick<
+  ServerConfigShape,
+  "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "keepAliveTimeoutMs" | "responseStallMs"
+>
 
 /** The process's open-file limit (soft), where the platform says; undefined elsewhere. */
 export const openFileLimit = (): number | undefined => {
