@@ -25,9 +25,9 @@
  * - The index holds at most `maxKeys` entries (BRAIN_MAX_IDEMPOTENCY_KEYS): at the bound a claim
  *   of a new key, the completion of a reservation and an adoption that would pass it are refused
  *   (`IdempotencyFull`) before anything is written, once the expired entries in the way are
- *   dropped (idempotency/KeyBound.ts). Keys already held answer as always; a live key is never dropped for room.
- *   A log holding more live keys than the bound (a lowered setting) is opened whole. Refusing, the
- *   store logs a warning, at most once per IDEMPOTENCY_FULL_SWEEP_MS.
+ *   dropped (idempotency/KeyBound.ts). Keys already held answer as always; a live key is never
+ *   dropped for room. A log holding more live keys than the bound (a lowered setting) is opened
+ *   whole. Refusing, the store logs a warning, at most once per IDEMPOTENCY_FULL_SWEEP_MS.
  *
  * Concurrent claims of one key are decided in memory, at once: the first reserves the key and
  * waits for its frame; the others see the reservation (Ambiguous, in flight) without waiting.
