@@ -14,6 +14,7 @@ import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } fro
 import { sessionDir } from "./journal/DataDir.js"
 import { FileDriver, isExhausted, withFile } from "./journal/FileDriver.js"
 import { unavailable } from "./journal/Handle.js"
+import { CHECKPOINT_HEAD_BYTES, checkpointThrough } from "./projection/Checkpoint.js"
 
 export const CHECKPOINT_FILE = "checkpoint"
 
@@ -42,7 +43,16 @@ export const makeFile = (dataDir: string) =>
         return fileSize === undefined
           ? Effect.succeed(0)
           : Effect.orElseSucceed(fileSize(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)), () => 0)
-      }
+      },
+      through: (session) =>
+        Effect.suspend(() => {
+          const head = Buffer.alloc(CHECKPOINT_HEAD_BYTES)
+          return withFile(driver, path.join(sessionDir(dataDir, session), CHECKPOINT_FILE), "r", (fd) => driver.read(fd, head, 0)).pipe(
+            Effect.map((read) => checkpointThrough(head.subarray(0, read).toString("utf8"))),
+            // Whatever keeps it from being read now, the open that follows finds out and says.
+            Effect.orElseSucceed(() => undefined)
+          )
+        })
     }
     return store
   })
@@ -54,7 +64,8 @@ export const makeMemory = Effect.sync(() => {
   const store: CheckpointStoreShape = {
     load: (session) => Effect.sync(() => Option.fromNullable(texts.get(session))),
     save: (session, text) => Effect.sync(() => void texts.set(session, text)),
-    size: (session) => Effect.sync(() => texts.get(session)?.length ?? 0)
+    size: (session) => Effect.sync(() => texts.get(session)?.length ?? 0),
+    through: (session) => Effect.sync(() => checkpointThrough(texts.get(session)?.slice(0, CHECKPOINT_HEAD_BYTES) ?? ""))
   }
   return { store, texts }
 })

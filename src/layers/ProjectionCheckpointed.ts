@@ -7,13 +7,26 @@
 import { Effect, Layer, Option } from "effect"
 import { deserializeState, empty, foldAll, serializeState, type SessionState } from "../domain/Projection.js"
 import type { SessionId } from "../domain/Ids.js"
-import { Journal } from "../services/Journal.js"
+import { Journal, type StoredSegment } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
 
 const PAGE = 1000
+
+/**
+ * The bytes of the segments that may hold a record after `sequence`: the one holding the next
+ * record and every one after it (an upper bound: the first of them is counted whole).
+ */
+export const bytesAfter = (segments: ReadonlyArray<StoredSegment>, sequence: number): number => {
+  let bytes = 0
+  for (let i = 0; i < segments.length; i++) {
+    const next = segments[i + 1]
+    if (next === undefined || next.firstSequence > sequence + 1) bytes += segments[i]!.bytes
+  }
+  return bytes
+}
 
 /**
  * The cache of released sessions' states holds at most `cacheBytes`, counted by each state's own
@@ -72,16 +85,23 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
   }
 
-  /** What opening `session` reads (its journal unless open, and its checkpoint unless its state is in memory). */
+  /**
+   * What opening `session` reads, told from file names and sizes (O(segments), no record read).
+   * Opening its journal (unless open) validates it a segment at a time, so it holds about its
+   * largest segment; the fold (unless the state is in memory) holds the checkpoint and reads the
+   * journal after the sequence it covers: every segment that may hold a later record, whole. The
+   * two come one after the other, so the larger counts.
+   */
   function* openBytesOf(session: SessionId) {
     // A journal that cannot say (a session that is not there) weighs nothing: its open fails.
     const stored = journal.stored === undefined ? undefined : yield* Effect.option(journal.stored(session))
-    const journalBytes = stored === undefined ? 0 : Option.match(stored, { onNone: () => 0, onSome: (s) => s.bytes })
-    const opening = stored !== undefined && Option.isSome(stored) && stored.value.open ? 0 : journalBytes
+    if (stored === undefined || Option.isNone(stored)) return 0
+    const { bytes, open, segments } = stored.value
+    const opening = open ? 0 : segments === undefined ? bytes : Math.max(0, ...segments.map((s) => s.bytes))
     if (cache.has(session)) return opening
-    // Not in memory: the checkpoint, and at most the whole journal after it.
     const checkpointBytes = store.size === undefined ? 0 : yield* store.size(session)
-    return Math.max(opening, checkpointBytes + journalBytes)
+    const through = checkpointBytes === 0 || store.through === undefined ? undefined : yield* store.through(session)
+    return Math.max(opening, checkpointBytes + (through === undefined || segments === undefined ? bytes : bytesAfter(segments, through)))
   }
 
   function* checkpointOf(session: SessionId, state: SessionState) {

@@ -127,6 +127,19 @@ export type Staged =
   | { readonly _tag: "Staged"; readonly records: ReadonlyArray<JournalRecord> }
   | { readonly _tag: "Appended"; readonly sequences: ReadonlyArray<number> }
 
+/** A journal segment as stored: the sequence its first record has (or would have) and its bytes. */
+export interface StoredSegment {
+  readonly firstSequence: number
+  readonly bytes: number
+}
+
+/** What `stored` tells of a session's journal without reading a record. */
+export interface StoredJournal {
+  readonly bytes: number
+  readonly open: boolean
+  readonly segments?: ReadonlyArray<StoredSegment>
+}
+
 export interface JournalShape {
   /** Creates an empty journal for a new session; durable (directories synced) when it resolves. */
   readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
@@ -208,10 +221,13 @@ export interface JournalShape {
   readonly size: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**
    * What opening the session's journal would read now, told without reading a record: the bytes
-   * of its journal, and whether it is open in memory already (then its next access reads none of
-   * them to open it). For weighing a session's open before it is admitted (BRAIN_WORKING_MEMORY_BYTES).
+   * of its journal, whether it is open in memory already (then its next access reads none of
+   * them to open it), and, where the store keeps its journal in segments, each segment's first
+   * sequence and bytes (in order; from the files' names and sizes), so that what a read after a
+   * sequence reaches can be told too. For weighing a session's open before it is admitted
+   * (BRAIN_WORKING_MEMORY_BYTES).
    */
-  readonly stored?: (session: SessionId) => Effect.Effect<{ readonly bytes: number; readonly open: boolean }, JournalReadError>
+  readonly stored?: (session: SessionId) => Effect.Effect<StoredJournal, JournalReadError>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

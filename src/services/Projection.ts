@@ -35,11 +35,13 @@ export interface ProjectionShape {
   /** Drops a session's cached state (session delete). */
   readonly forget: (session: SessionId) => Effect.Effect<void>
   /**
-   * About the bytes `state` would read now, told without reading a record: the checkpoint and the
-   * journal for a state not in memory, the journal alone when it must be opened (then validated:
-   * read whole) beside a state in memory, nothing for a state in memory over a journal already
-   * open. The larger of what opening the journal reads and what the fold reads, for these come one
-   * after the other. For the working-memory admission (BRAIN_WORKING_MEMORY_BYTES).
+   * About the bytes `state` would hold at once, told without reading a record (from file names and
+   * sizes): for a state not in memory, the checkpoint and the journal segments that may hold
+   * records after the sequence it covers (the whole journal without one); for a journal that must
+   * be opened (validated a segment at a time), its largest segment; nothing for a state in memory
+   * over a journal already open. The larger of what opening the journal holds and what the fold
+   * holds, for these come one after the other. For the working-memory admission
+   * (BRAIN_WORKING_MEMORY_BYTES).
    */
   readonly openBytes?: (session: SessionId) => Effect.Effect<number>
   /** Writes a checkpoint of this state (taken at a quiet point); atomic, never required. */
@@ -55,6 +57,12 @@ export interface CheckpointStoreShape {
   readonly save: (session: SessionId, text: string) => Effect.Effect<void, CheckpointWriteFailed>
   /** The bytes of the session's checkpoint, told without reading it (0: none); optional: without it, `load` is weighed as the journal. */
   readonly size?: (session: SessionId) => Effect.Effect<number>
+  /**
+   * The sequence the session's checkpoint says it covers, read from its first bytes alone
+   * (undefined: none, or its start does not say); optional: without it, an open with a
+   * checkpoint is weighed as reading the whole journal after it.
+   */
+  readonly through?: (session: SessionId) => Effect.Effect<number | undefined>
 }
 
 export class CheckpointStore extends Context.Tag("brain/CheckpointStore")<CheckpointStore, CheckpointStoreShape>() {}

@@ -15,8 +15,8 @@ import * as FileDriver from "../../src/layers/journal/FileDriver.js"
 import { crc32 } from "../../src/layers/journal/Frame.js"
 import { forgetCommitLog, tempDir } from "../support/journals.js"
 
-const layerFor = (dataDir: string) => {
-  const journal = JournalFile.layerNode({ dataDir })
+const layerFor = (dataDir: string, rotateBytes?: number) => {
+  const journal = JournalFile.layerNode({ dataDir, ...(rotateBytes === undefined ? {} : { limits: { rotateBytes } }) })
   const checkpoints = CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode))
   return Layer.merge(journal, ProjectionCheckpointed.layer.pipe(Layer.provide(Layer.mergeAll(journal, checkpoints, ServerConfig.layerWith({})))))
 }
@@ -49,8 +49,14 @@ const wholeFold = (session: SessionId) =>
   })
 
 /** Runs `body` with the file journal and projection on dataDir, closing them afterwards. */
-const withServices = <A, E>(dataDir: string, body: Effect.Effect<A, E, Journal | Projection>) =>
-  Effect.scoped(Effect.provide(body, layerFor(dataDir)))
+const withServices = <A, E>(dataDir: string, body: Effect.Effect<A, E, Journal | Projection>, rotateBytes?: number) =>
+  Effect.scoped(Effect.provide(body, layerFor(dataDir, rotateBytes)))
+
+/** The session's segment files as [first sequence, bytes], in order. */
+const segmentFiles = (dataDir: string, session: SessionId) => {
+  const dir = path.join(dataDir, "sessions", session, "journal")
+  return fs.readdirSync(dir).filter((n) => n.endsWith(".seg")).sort().map((n) => [Number.parseInt(n, 10), fs.statSync(path.join(dir, n)).size] as const)
+}
 
 describe("Projection with checkpoints on the file journal", () => {
   it.scoped("a checkpoint of the current state is used on open and matches the whole fold", () =>
@@ -89,6 +95,47 @@ describe("Projection with checkpoints on the file journal", () => {
         expect(projected.folded).toBe(4 * 4)
         expect(serializeState(projected.state)).toEqual(serializeState(yield* wholeFold(session)))
       }))
+    }))
+
+  it.scoped("a cold open of a long session with a checkpoint is weighed as its largest segment or the checkpoint and the segments that may hold records after its sequence, whichever is larger, never the whole journal; without a checkpoint, as the whole journal", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const session = yield* mintSessionId
+      const rotateBytes = 1024
+      let through = 0
+      yield* withServices(dir, Effect.gen(function*() {
+        yield* writeSession(session, 60)
+        const projection = yield* Projection
+        const { state } = yield* projection.state(session)
+        through = state.lastSequence
+        yield* projection.checkpoint(session, state)
+        yield* writeSession(session, 2)
+      }), rotateBytes)
+      const segments = segmentFiles(dir, session)
+      expect(segments.length).toBeGreaterThan(10)
+      expect(segments[0]![0]).toBe(1)
+      const journalBytes = segments.reduce((n, [, b]) => n + b, 0)
+      const largest = Math.max(...segments.map(([, b]) => b))
+      // The segment holding the record after the checkpoint's, and every later one.
+      const from = segments.filter(([first]) => first <= through + 1).length - 1
+      const tail = segments.slice(from).reduce((n, [, b]) => n + b, 0)
+      const checkpointBytes = fs.statSync(path.join(dir, "sessions", session, "checkpoint")).size
+      expect(tail).toBeLessThan(journalBytes / 4)
+      yield* withServices(dir, Effect.gen(function*() {
+        const projection = yield* Projection
+        const weight = yield* projection.openBytes!(session)
+        expect(weight).toBe(Math.max(largest, checkpointBytes + tail))
+        expect(weight).toBeLessThan(journalBytes)
+        // What the open then reads: the checkpoint and the tail.
+        const projected = yield* projection.state(session)
+        expect(projected.source).toBe("checkpoint")
+        expect(projected.folded).toBe(2 * 4)
+      }), rotateBytes)
+      // Without its checkpoint the open folds the whole journal, and is weighed so.
+      fs.rmSync(path.join(dir, "sessions", session, "checkpoint"))
+      yield* withServices(dir, Effect.gen(function*() {
+        expect(yield* (yield* Projection).openBytes!(session)).toBe(journalBytes)
+      }), rotateBytes)
     }))
 
   it.scoped("a damaged, missing or mismatched checkpoint is ignored and the state is rebuilt from the journal", () =>

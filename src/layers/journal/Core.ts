@@ -25,7 +25,8 @@ import {
   type Staged,
   RecordRejected,
   SessionAlreadyExists,
-  SessionNotFound
+  SessionNotFound,
+  type StoredJournal
 } from "../../services/Journal.js"
 import { type Prepared, prepareEntries } from "./Encode.js"
 import type { JournalStore } from "./Store.js"
@@ -271,11 +272,18 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         }),
       stored: (session) =>
         Effect.suspend(() => {
+          const inMemory = (state: S): StoredJournal => {
+            const segments = store.segments?.(state)
+            return { bytes: store.size(state), open: true, ...(segments === undefined ? {} : { segments }) }
+          }
           const open = opens.get(session)
-          if (open !== undefined && !removing.has(session)) return Effect.succeed({ bytes: store.size(open.state), open: true })
-          const opened = Effect.map(openOf(session), (o) => ({ bytes: store.size(o.state), open: true }))
+          if (open !== undefined && !removing.has(session)) return Effect.succeed(inMemory(open.state))
+          const opened = Effect.map(openOf(session), (o) => inMemory(o.state))
           if (store.storedBytes === undefined) return opened
-          return Effect.flatMap(store.storedBytes(session), (bytes) => bytes === undefined ? opened : Effect.succeed({ bytes, open: false }))
+          return Effect.flatMap(store.storedBytes(session), (segments): Effect.Effect<StoredJournal, JournalReadError> =>
+            segments === undefined
+              ? opened
+              : Effect.succeed({ bytes: segments.reduce((n, s) => n + s.bytes, 0), open: false, segments }))
         }),
       lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
       size: (session) =>

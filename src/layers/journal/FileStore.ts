@@ -293,12 +293,14 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         for (const seg of handle.segments) bytes += seg.size
         return bytes
       },
+      segments: (handle) => handle.segments.map((seg) => ({ firstSequence: seg.firstSequence, bytes: seg.size })),
       storedBytes: (session) => {
         const fileSize = driver.fileSize
         if (fileSize === undefined) return Effect.succeed(undefined)
         return listSegments(driver, dataDir, session).pipe(
-          Effect.flatMap(({ segments }) => Effect.forEach(segments, (s) => fileSize(s.path))),
-          Effect.map((sizes) => sizes.reduce((n, b) => n + b, 0)),
+          Effect.flatMap(({ segments }) =>
+            Effect.forEach(segments, (s) => Effect.map(fileSize(s.path), (bytes) => ({ firstSequence: s.firstSequence, bytes })))
+          ),
           // Whatever keeps the sizes from being told, the open that follows finds out and says.
           Effect.orElseSucceed(() => undefined)
         )

@@ -35,7 +35,8 @@ import type {
   JournalUnavailable,
   JournalWriteFailed,
   SessionAlreadyExists,
-  SessionNotFound
+  SessionNotFound,
+  StoredSegment
 } from "../../services/Journal.js"
 import type { Prepared } from "./Encode.js"
 import type { RecentRecord } from "./Tail.js"
@@ -103,10 +104,13 @@ export interface JournalStore<S> {
   /** The bytes of the session's committed frames. */
   readonly size: (state: S) => number
   /**
-   * The bytes of a session's journal as stored, read from its files' sizes without opening it (a
-   * torn final write included); undefined when they cannot be told so (then the session is opened).
+   * A session's journal segments as stored, each with its bytes, read from its files' names and
+   * sizes without opening it (a torn final write included); undefined when they cannot be told so
+   * (then the session is opened).
    */
-  readonly storedBytes?: (session: SessionId) => Effect.Effect<number | undefined>
+  readonly storedBytes?: (session: SessionId) => Effect.Effect<ReadonlyArray<StoredSegment> | undefined>
+  /** The segments of an open session's journal, each with its committed bytes (stores that keep segments). */
+  readonly segments?: (state: S) => ReadonlyArray<StoredSegment>
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
   readonly release: (state: S) => Effect.Effect<void>
   /** After the last round: lets go of everything. */

@@ -25,6 +25,19 @@ export const encodeCheckpoint = (body: CheckpointBody): string => {
   return `${crc32(Buffer.from(json, "utf8")).toString(16).padStart(8, "0")}\n${json}`
 }
 
+/** Bytes. How much of a checkpoint's start `checkpointThrough` needs: its header and `format`, `session` and `through`, which come first. */
+export const CHECKPOINT_HEAD_BYTES = 256
+
+/**
+ * The sequence a checkpoint says it covers, read from its first bytes (CHECKPOINT_HEAD_BYTES)
+ * without checking the rest: for weighing what an open with it will read, never for using it
+ * (`decodeCheckpoint` does that). Undefined when its start does not say.
+ */
+export const checkpointThrough = (head: string): number | undefined => {
+  const found = /^[0-9a-f]{8}\n\{"format":"[^"]*","session":"[^"]*","through":\{"sequence":(\d{1,15})[,}]/.exec(head)
+  return found === null ? undefined : Number(found[1])
+}
+
 /** The body if the text is whole and of this format; undefined when damaged. */
 export const decodeCheckpoint = (text: string, session: string): CheckpointBody | undefined => {
   const nl = text.indexOf("\n")
