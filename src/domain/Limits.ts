@@ -323,6 +323,14 @@ export const OPEN_HEAP_PER_BYTE = 2
 export const TURN_HEAP_PER_INPUT_BYTE = 16
 
 /**
+ * Heap bytes a session create takes per byte of its request (its configuration and opening
+ * transcript): not measured on its own; the opening transcript is checked, sized against the
+ * loop's input, journaled and folded as a turn's input is (without the model call), so it is
+ * counted as a turn's input, TURN_HEAP_PER_INPUT_BYTE.
+ */
+export const CREATE_HEAP_PER_BODY_BYTE = TURN_HEAP_PER_INPUT_BYTE
+
+/**
  * The share of the V8 heap limit compiled uploaded modules may keep in memory when
  * BRAIN_MODULE_CACHE_BYTES is unset (V8 keeps a module's bytes besides its code): as much as the
  * idempotency keys, so a store of large modules cannot fill the heap by being used.

@@ -24,7 +24,7 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
-import { SESSION_KEYS_PRUNE_MS, TURN_HEAP_PER_INPUT_BYTE, WORKING_MEMORY_WAIT_MS } from "../domain/Limits.js"
+import { CREATE_HEAP_PER_BODY_BYTE, SESSION_KEYS_PRUNE_MS, TURN_HEAP_PER_INPUT_BYTE, WORKING_MEMORY_WAIT_MS } from "../domain/Limits.js"
 import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { type AgentloopStoreFailed, Agentloops } from "../services/Agentloop.js"
@@ -62,7 +62,7 @@ import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
 import type { TurnInput } from "../domain/Messages.js"
-import { inputTooLarge, inputWeight } from "./sessions/InputBytes.js"
+import { inputTooLarge, inputWeight, jsonWeight } from "./sessions/InputBytes.js"
 import { fromJournal, makeRegistry } from "./sessions/Registry.js"
 import * as LiveFeeds from "./sessions/LiveFeeds.js"
 import { keptRequests, seenSend, seenSubmit, sessionKeysFull } from "./sessions/Requests.js"
@@ -382,9 +382,19 @@ export const make = Effect.gen(function*() {
       return summary(cell)
     })
 
+  /**
+   * Runs a create holding its share of the working memory (BRAIN_WORKING_MEMORY_BYTES) from its
+   * checks to its answer: CREATE_HEAP_PER_BODY_BYTE per byte of its request (its configuration and
+   * opening transcript). Many creates of large opening transcripts at once took more heap than the
+   * process has; past the bound a create waits in order, or is refused overloaded having checked
+   * and written nothing.
+   */
+  const admitCreate = <A, E>(request: Parameters<SessionsShape["create"]>[0], create: Effect.Effect<A, E>): Effect.Effect<A, E | Overloaded> =>
+    Effect.suspend(() => workingMemory.holding(CREATE_HEAP_PER_BODY_BYTE * jsonWeight(request), "this session's create", () => create))
+
   const service: SessionsShape = {
     create: (request, id) =>
-      Effect.gen(function*() {
+      admitCreate(request, Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
         const tools = request.tools ?? []
         // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
@@ -530,7 +540,7 @@ export const make = Effect.gen(function*() {
           yield* registry.adopt(cell)
           return created
         })))
-      }),
+      })),
     get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
       Effect.gen(function*() {

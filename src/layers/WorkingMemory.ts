@@ -1,8 +1,8 @@
 /**
- * The working-memory admission (BRAIN_WORKING_MEMORY_BYTES): session opens and turns hold bytes
- * of it while they run, each weighted by the heap it will take (a session open by the bytes it
- * reads, a turn by its input and the session's state; domain/Limits.ts says how those weights
- * were measured). Request bodies have their own bound (BRAIN_INFLIGHT_BODY_BYTES); this one counts
+ * The working-memory admission (BRAIN_WORKING_MEMORY_BYTES): session creates, opens and turns hold
+ * bytes of it while they run, each weighted by the heap it will take (a create by its request, a
+ * session open by the bytes it reads, a turn by its input and the session's state;
+ * domain/Limits.ts says how those weights were measured). Request bodies have their own bound (BRAIN_INFLIGHT_BODY_BYTES); this one counts
  * what a request makes of the data it reads or brings, which is many times its body.
  *
  * - What does not fit beside what is held waits, in order of arrival: a small request never
@@ -82,7 +82,7 @@ export class WorkingMemory {
 
   private refusal(bytes: number, what: string) {
     return new Overloaded({
-      message: `the server's working memory for session opens and turns is in use (BRAIN_WORKING_MEMORY_BYTES, ${this.limit} bytes); ${what} needs about ${bytes} bytes of it and waited ${this.waitMs} ms: try again shortly`
+      message: `the server's working memory for session creates, opens and turns is in use (BRAIN_WORKING_MEMORY_BYTES, ${this.limit} bytes); ${what} needs about ${bytes} bytes of it and waited ${this.waitMs} ms: try again shortly`
     })
   }
 

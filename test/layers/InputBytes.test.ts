@@ -1,7 +1,7 @@
 /** A turn input's size against BRAIN_MAX_INPUT_BYTES (src/layers/sessions/InputBytes.ts). */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { inputTooLarge } from "../../src/layers/sessions/InputBytes.js"
+import { inputTooLarge, jsonWeight } from "../../src/layers/sessions/InputBytes.js"
 
 describe("a turn input's size", () => {
   it("is refused exactly when the UTF-8 bytes of its JSON pass the bound, message and media alike; 0 is no bound", () => {
@@ -15,6 +15,19 @@ describe("a turn input's size", () => {
         expect(inputTooLarge(input, 0)).toBeUndefined()
       }),
       { numRuns: 2000 }
+    )
+  })
+
+  it("a request's weight counts every character of its strings and keys, and is never more than its JSON's characters", () => {
+    const strings = (v: unknown): number =>
+      typeof v === "string" ? v.length : Array.isArray(v) ? v.reduce((n: number, x) => n + strings(x), 0) : typeof v === "object" && v !== null ? Object.entries(v).reduce((n, [k, x]) => n + k.length + strings(x), 0) : 0
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        const weight = jsonWeight(value)
+        expect(weight).toBeGreaterThanOrEqual(strings(value))
+        expect(weight).toBeLessThanOrEqual(JSON.stringify(value).length)
+      }),
+      { numRuns: 1000 }
     )
   })
 })

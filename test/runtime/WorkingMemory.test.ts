@@ -76,4 +76,44 @@ describe("turns and the working-memory bound", () => {
       const last = yield* sendPastTheWait(b, "hello")
       expect(Either.isRight(last) && last.right.turn.status).toBe("ended")
     }).pipe(Effect.provide(runtimeLayer({ models, config: { workingMemoryBytes: 1 } }))))
+
+  it.scoped("a create holds a share of the working memory by its body: large creates past the bound wait in order or are refused overloaded having created nothing, while a small one that fits beside what is held goes ahead", () => {
+    const held = Deferred.unsafeMake<void>(FiberId.none)
+    const holding: ModelsShape = {
+      call: (call) =>
+        JSON.stringify(call.request.messages[call.request.messages.length - 1] ?? "").includes("hold")
+          ? Effect.zipRight(Deferred.await(held), ModelsScripted.scripted.call(call))
+          : ModelsScripted.scripted.call(call)
+    }
+    const large = { ...scripted, transcript: [{ role: "user" as const, content: "x".repeat(150_000) }] }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const a = (yield* sessions.create(scripted)).session_id
+      // A running turn holds 16 bytes a byte of its 150 kB message: 2.4 of the 4 MiB.
+      yield* sessions.submit(a, { message: "hold" + "y".repeat(150_000) })
+      // A small create fits beside it.
+      const small = yield* Effect.either(sessions.create({ ...scripted, transcript: [{ role: "user", content: "hi" }] }))
+      expect(Either.isRight(small)).toBe(true)
+      const before = [...(yield* journal.list)].sort()
+      // A large one (2.4 MB more) does not: it waits, then is refused, having created nothing.
+      const refusedFiber = yield* Effect.fork(Effect.either(sessions.create(large)))
+      yield* TestClock.adjust("11 seconds")
+      const refused = yield* Fiber.join(refusedFiber)
+      expect(Either.isLeft(refused) && refused.left).toMatchObject({ _tag: "Overloaded", code: "overloaded", retryable: true })
+      expect(Either.isLeft(refused) ? refused.left.message : "").toContain("BRAIN_WORKING_MEMORY_BYTES")
+      expect([...(yield* journal.list)].sort()).toEqual(before)
+      // Two large ones at once: the first waits until the turn gives its share back, the second
+      // until the first has answered (the two together pass the bound); both are created.
+      const first = yield* Effect.fork(sessions.create(large))
+      const second = yield* Effect.fork(sessions.create(large))
+      yield* TestClock.adjust("5 seconds")
+      expect(first.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(held, undefined)
+      yield* sessions.drain
+      const created = [yield* Fiber.join(first), yield* Fiber.join(second)]
+      expect(created.map((c) => c.status)).toEqual(["idle", "idle"])
+      for (const c of created) expect((yield* sessions.transcript(c.session_id)).messages).toHaveLength(1)
+    }).pipe(Effect.provide(runtimeLayer({ models: holding, config: { workingMemoryBytes: 4 * 1024 * 1024 } })))
+  })
 })

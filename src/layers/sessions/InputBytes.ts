@@ -31,3 +31,28 @@ export const inputWeight = (input: TurnInput): number => {
   for (const m of input.media ?? []) for (const value of Object.values(m)) if (typeof value === "string") bytes += value.length
   return bytes
 }
+
+/**
+ * About the bytes of a JSON value as a request brought it, told without encoding it: its strings'
+ * characters and its keys', and a byte for every other value. For weighing a create's working
+ * memory by its body (BRAIN_WORKING_MEMORY_BYTES), not for a bound; walked without recursion.
+ */
+export const jsonWeight = (value: unknown): number => {
+  let bytes = 0
+  const pending: Array<unknown> = [value]
+  while (pending.length > 0) {
+    const v = pending.pop()
+    if (typeof v === "string") bytes += v.length
+    else if (Array.isArray(v)) {
+      bytes += 1
+      for (const item of v) pending.push(item)
+    } else if (typeof v === "object" && v !== null) {
+      bytes += 1
+      for (const [key, item] of Object.entries(v)) {
+        bytes += key.length
+        pending.push(item)
+      }
+    } else if (v !== undefined) bytes += 1
+  }
+  return bytes
+}
