@@ -133,6 +133,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
           drop(oldest)
         }
       }),
+    cached: (session) => cache.get(session)?.state,
     forget: (session) => Effect.sync(() => drop(session)),
     checkpoint: (session, state) => Effect.gen(() => checkpointOf(session, state)),
     openBytes: (session) => Effect.gen(() => openBytesOf(session))

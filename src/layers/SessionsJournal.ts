@@ -24,8 +24,8 @@ import {
 } from "../domain/Errors.js"
 import { failure } from "../domain/Failure.js"
 import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
-import { CREATE_HEAP_PER_BODY_BYTE, SESSION_KEYS_PRUNE_MS, TURN_HEAP_PER_INPUT_BYTE, WORKING_MEMORY_WAIT_MS } from "../domain/Limits.js"
-import { empty, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
+import { CREATE_HEAP_PER_BODY_BYTE, OPEN_HEAP_PER_BYTE, SESSION_KEYS_PRUNE_MS, TURN_HEAP_PER_INPUT_BYTE, WORKING_MEMORY_WAIT_MS } from "../domain/Limits.js"
+import { empty, liveRequest, pruneRequests, requestId, type SessionState, type SessionStatus } from "../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../domain/Records.js"
 import { type AgentloopStoreFailed, Agentloops } from "../services/Agentloop.js"
 import { carriedBytes, refusalText, transcriptRoom } from "./sessions/TranscriptRoom.js"
@@ -174,6 +174,32 @@ export const make = Effect.gen(function*() {
   const beingCreated = () => new Conflict({ message: "the session is being created; retry once its create has answered" })
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+
+  /**
+   * A keyed send or submit whose key its session's state in memory already holds (its cell's, or
+   * the projection's cache): answered from the session's state without the turn's share of the
+   * working memory, which a replay never uses (a send's holds what reading its stored answer back
+   * takes). Undefined when the key is not known there, or no longer held once the session's state
+   * is reached: then the request runs as a turn (`admitTurn`), which answers a key it finds too.
+   */
+  const replayOf = <A>(session: SessionId, mode: "send" | "submit", request: TurnRequest, answer: (cell: Cell, now: number) => Effect.Effect<Keyed<A> | undefined, SessionStorageError | Overloaded>) =>
+    Effect.suspend(() => {
+      const known = registry.opened(session)?.state ?? projection.cached?.(session)
+      if (known === undefined || !HashMap.has(known.requests, requestId(mode, request.key))) return Effect.succeed(undefined)
+      return using(session, (cell) => Effect.suspend(() => answer(cell, keyedAccess(cell))))
+    })
+
+  /** A keyed send's replay (`replayOf`), holding what reading its closing record takes. */
+  const sendReplayOf = (cell: Cell, request: TurnRequest, now: number) =>
+    Effect.suspend(() => {
+      const e = liveRequest(cell.state, requestId("send", request.key), now, config.requestRetentionMs)
+      if (e === undefined) return Effect.succeed(undefined)
+      const reads = e.hash === request.hash && e.closed !== undefined && journal.readBytes !== undefined
+        ? Effect.orElseSucceed(journal.readBytes(cell.session, e.closed - 1), () => 0)
+        : Effect.succeed(0)
+      return Effect.flatMap(reads, (bytes) =>
+        workingMemory.holding(OPEN_HEAP_PER_BYTE * bytes, "this keyed send's stored answer", () => seenSend(journal, cell, request, now, config.requestRetentionMs)))
+    })
 
   function* sendKeyedOf(cell: Cell, input: TurnInput, request: TurnRequest, held: TurnHold) {
     const now = keyedAccess(cell)
@@ -565,9 +591,15 @@ export const make = Effect.gen(function*() {
       admitTurn(session, input, false, (held) =>
         admittedUsing(session, (cell) => Effect.map(startTurn(cell, input, "submit", undefined, held), (turn) => ({ session_id: session, sequence: turn.sequence })))),
     sendKeyed: (session, input, request) =>
-      admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held)))),
+      Effect.flatMap(replayOf(session, "send", request, (cell, now) => sendReplayOf(cell, request, now)), (replayed) =>
+        replayed !== undefined
+          ? Effect.succeed(replayed)
+          : admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held))))),
     submitKeyed: (session, input, request) =>
-      admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held)))),
+      Effect.flatMap(replayOf(session, "submit", request, (cell, now) => Effect.succeed(seenSubmit(cell, request, now, config.requestRetentionMs))), (replayed) =>
+        replayed !== undefined
+          ? Effect.succeed(replayed)
+          : admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held))))),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

@@ -228,6 +228,12 @@ export interface JournalShape {
    * (BRAIN_WORKING_MEMORY_BYTES).
    */
   readonly stored?: (session: SessionId) => Effect.Effect<StoredJournal, JournalReadError>
+  /**
+   * About the bytes a read of the one record after `after` goes through (an upper bound: from the
+   * read index's entry at or before it to the next), told from what is kept in memory of the open
+   * journal, without reading. For weighing a read of one stored record (BRAIN_WORKING_MEMORY_BYTES).
+   */
+  readonly readBytes?: (session: SessionId, after: number) => Effect.Effect<number, JournalReadError>
   /** The last durable sequence (0 for an empty journal). */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**

@@ -32,6 +32,11 @@ export interface ProjectionShape {
    * is always read.
    */
   readonly remember: (session: SessionId, state: SessionState) => Effect.Effect<void>
+  /**
+   * The state `remember` keeps of the session, if it keeps one: without a read, so it may be
+   * behind the journal. For a look that the journal's state then confirms (a keyed request's key).
+   */
+  readonly cached?: (session: SessionId) => SessionState | undefined
   /** Drops a session's cached state (session delete). */
   readonly forget: (session: SessionId) => Effect.Effect<void>
   /**

@@ -18,6 +18,7 @@ import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver, layerNode as nodeFiles, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import { READ_INDEX_BYTES } from "../../src/domain/Limits.js"
 import { framesOf } from "../support/frames.js"
+import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
 
 /** Bytes the file journal reads at a time (Handle.ts READ_CHUNK). */
@@ -84,5 +85,32 @@ describe("reading from the middle of a journal of large records", () => {
           expect(bytesRead, `after ${after}`).toBeLessThanOrEqual(RECORD + READ_INDEX_BYTES)
         }
       }))
+    }))
+
+  it.scoped("what a read of one record goes through is told without reading (readBytes): never less than the record's frame, never more than READ_INDEX_BYTES and one frame more, both before and after the journal is opened again", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir()
+      const session = yield* mintSessionId
+      const sizes = [100, 300_000, 200, 5_000, 400_000, 64, 64, 90_000, 300, 600_000, 128]
+      const check = (journal: JournalShape) =>
+        Effect.gen(function*() {
+          const dir = path.join(dataDir, "sessions", session, "journal")
+          const frames = fs.readdirSync(dir).filter((n) => n.endsWith(".seg")).sort().flatMap((n) => framesOf(fs.readFileSync(path.join(dir, n))))
+          expect(frames.map((f) => f.sequence)).toEqual(sizes.map((_, i) => i + 1))
+          for (const f of frames) {
+            const bytes = yield* journal.readBytes!(session, f.sequence - 1)
+            expect(bytes, `record ${f.sequence}`).toBeGreaterThanOrEqual(f.end - f.start)
+            // The frames from the read index's entry before it to the next entry: under READ_INDEX_BYTES, and the one that passes it.
+            expect(bytes, `record ${f.sequence}`).toBeLessThanOrEqual(f.end - f.start + READ_INDEX_BYTES + Math.max(...frames.map((g) => g.end - g.start)))
+          }
+        })
+      const opened = JournalFile.make({ dataDir, limits: { rotateBytes: 1024 * 1024 } }).pipe(Effect.provide(nodeFiles))
+      yield* Effect.scoped(Effect.gen(function*() {
+        const journal = yield* opened
+        yield* journal.create(session)
+        for (const [i, size] of sizes.entries()) yield* journal.append(session, [kvOfFrameSize(`k${i}`, size)])
+        yield* check(journal)
+      }))
+      yield* Effect.scoped(Effect.flatMap(opened, check))
     }))
 })

@@ -116,4 +116,50 @@ describe("turns and the working-memory bound", () => {
       for (const c of created) expect((yield* sessions.transcript(c.session_id)).messages).toHaveLength(1)
     }).pipe(Effect.provide(runtimeLayer({ models: holding, config: { workingMemoryBytes: 4 * 1024 * 1024 } })))
   })
+
+  for (const [where, config] of [["its cell in memory", { sessionIdleTtlMs: 0 }], ["its state cached, its cell released", {}]] as const) {
+    it.scoped(`a keyed send or submit whose answer is stored (${where}) is answered without waiting for a turn's share of the working memory; a new key still waits for one`, () => {
+      const held = Deferred.unsafeMake<void>(FiberId.none)
+      const holding: ModelsShape = {
+        call: (call) =>
+          JSON.stringify(call.request.messages[call.request.messages.length - 1] ?? "").includes("hold")
+            ? Effect.zipRight(Deferred.await(held), ModelsScripted.scripted.call(call))
+            : ModelsScripted.scripted.call(call)
+      }
+      /** A message whose turn would take 160 kB, more than is left beside the running turn's. */
+      const large = (m: string) => m + "f".repeat(10_000)
+      /** Its answer, given a second (no more) to come. */
+      const within = <A, E>(effect: Effect.Effect<A, E>) =>
+        Effect.gen(function*() {
+          const fiber = yield* Effect.fork(effect)
+          yield* TestClock.adjust("1 second")
+          const answered = yield* Fiber.poll(fiber)
+          expect(answered._tag).toBe("Some")
+          return yield* Fiber.join(fiber)
+        })
+      return Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const a = (yield* sessions.create(scripted)).session_id
+        const b = (yield* sessions.create(scripted)).session_id
+        const sent = yield* sessions.sendKeyed(b, { message: large("first") }, { key: "k", hash: "h" })
+        const submitted = yield* sessions.submitKeyed(b, { message: large("second") }, { key: "s", hash: "h" })
+        yield* sessions.drain
+        // A running turn holds 16 bytes a byte of its 60 kB message: all but about 80 kB of the 1 MiB.
+        yield* sessions.submit(a, { message: "hold" + "y".repeat(60_000) })
+        const before = yield* records(b)
+        expect(yield* within(sessions.sendKeyed(b, { message: large("first") }, { key: "k", hash: "h" }))).toEqual(sent)
+        expect(yield* within(sessions.submitKeyed(b, { message: large("second") }, { key: "s", hash: "h" }))).toEqual(submitted)
+        expect((yield* within(sessions.sendKeyed(b, { message: large("other") }, { key: "k", hash: "other" })))._tag).toBe("Conflict")
+        expect(yield* records(b)).toEqual(before)
+        // A new key runs a turn (160 kB for its 10 kB message): it waits for its share, and is refused past the wait.
+        const fresh = yield* Effect.fork(Effect.either(sessions.sendKeyed(b, { message: "z".repeat(10_000) }, { key: "n", hash: "h" })))
+        yield* TestClock.adjust("11 seconds")
+        const refused = yield* Fiber.join(fresh)
+        expect(Either.isLeft(refused) && refused.left._tag).toBe("Overloaded")
+        expect(yield* records(b)).toEqual(before)
+        yield* Deferred.succeed(held, undefined)
+        yield* sessions.drain
+      }).pipe(Effect.provide(runtimeLayer({ models: holding, config: { workingMemoryBytes: 1024 * 1024, ...config } })))
+    })
+  }
 })

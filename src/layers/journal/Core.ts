@@ -285,6 +285,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
               ? opened
               : Effect.succeed({ bytes: segments.reduce((n, s) => n + s.bytes, 0), open: false, segments }))
         }),
+      ...(store.readBytes === undefined ? {} : { readBytes: (session: SessionId, after: number) => Effect.map(openOf(session), (o) => store.readBytes!(o.state, after)) }),
       lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
       size: (session) =>
         Effect.suspend(() => {

@@ -293,6 +293,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         for (const seg of handle.segments) bytes += seg.size
         return bytes
       },
+      readBytes: (handle, after) => handle.bytesToRead(after),
       segments: (handle) => handle.segments.map((seg) => ({ firstSequence: seg.firstSequence, bytes: seg.size })),
       storedBytes: (session) => {
         const fileSize = driver.fileSize

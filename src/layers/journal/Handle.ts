@@ -51,6 +51,29 @@ export class SessionHandle {
     ) this.index.push({ sequence, segment, offset })
   }
 
+  /**
+   * An upper bound on the bytes a read of the record after `after` goes through: from the index
+   * entry it starts at (`seek`) to the next entry in that segment, or the segment's end. Every
+   * segment's start is indexed, so the record lies between the two.
+   */
+  bytesToRead(after: number): number {
+    let lo = 0
+    let hi = this.index.length - 1
+    let at = -1
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1
+      if (this.index[mid]!.sequence <= after + 1) {
+        at = mid
+        lo = mid + 1
+      } else hi = mid - 1
+    }
+    const start = this.index[at]
+    if (start === undefined) return 0
+    const next = this.index[at + 1]
+    const end = next !== undefined && next.segment === start.segment ? next.offset : this.segments[start.segment]?.size ?? start.offset
+    return Math.max(0, end - start.offset)
+  }
+
   /** The index entry to start reading from to find the record after `after`. */
   seek(after: number): IndexEntry | undefined {
     let lo = 0

@@ -121,6 +121,7 @@ export const make = (
         return Effect.void
       }),
     size: (state) => state.bytes,
+    readBytes: (state, after) => state.records[Math.max(0, after)]?.size ?? 0,
     release: () => Effect.void,
     close: Effect.void
   }

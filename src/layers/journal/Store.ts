@@ -109,6 +109,8 @@ export interface JournalStore<S> {
    * (then the session is opened).
    */
   readonly storedBytes?: (session: SessionId) => Effect.Effect<ReadonlyArray<StoredSegment> | undefined>
+  /** About the bytes a read of the one record after `after` goes through (an upper bound, Journal.readBytes), told from memory. */
+  readonly readBytes?: (state: S, after: number) => number
   /** The segments of an open session's journal, each with its committed bytes (stores that keep segments). */
   readonly segments?: (state: S) => ReadonlyArray<StoredSegment>
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
