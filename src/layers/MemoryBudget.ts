@@ -21,7 +21,7 @@ export interface MemoryBudget {
 export const inflightBodyBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4)
 
-/** Heap session opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
+/** Heap session creates, opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
 export const workingMemoryBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * WORKING_MEMORY_HEAP_FRACTION)
 

@@ -117,7 +117,7 @@ export interface ServerConfigShape {
    */
   readonly inflightBodyBytes: number | undefined
   /**
-   * Bytes of V8 heap session opens and turns may take at once, each weighted by what it will take
+   * Bytes of V8 heap session creates, opens and turns may take at once, each weighted by what it will take
    * (layers/WorkingMemory.ts); past it they wait in order, then are refused with 503. Undefined =
    * a quarter of the heap limit.
    */
@@ -379,7 +379,7 @@ export const fromConfig = Config.all({
   workingMemoryBytes: optionalAtLeast(
     "BRAIN_WORKING_MEMORY_BYTES",
     1,
-    "heap bytes session opens and turns may take at once, each weighted by what it reads or brings (unset: 1/4 of the heap limit)"
+    "heap bytes session creates, opens and turns may take at once, each weighted by what it reads or brings (unset: 1/4 of the heap limit)"
   ),
   moduleCacheBytes: optionalAtLeast("BRAIN_MODULE_CACHE_BYTES", 0, "bytes of compiled uploaded modules kept in memory (unset: 1/16 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
