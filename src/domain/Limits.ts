@@ -324,11 +324,11 @@ export const TURN_HEAP_PER_INPUT_BYTE = 16
 
 /**
  * Heap bytes a session create takes per byte of its request (its configuration and opening
- * transcript): not measured on its own; the opening transcript is checked, sized against the
- * loop's input, journaled and folded as a turn's input is (without the model call), so it is
- * counted as a turn's input, TURN_HEAP_PER_INPUT_BYTE.
+ * transcript): not measured on its own. Its state is built from the parsed body as an open builds
+ * one from what it reads (OPEN_HEAP_PER_BYTE), and its first records are encoded once (their JSON
+ * text and frame, a byte each): 4. No model is called, so not a turn's input's 16.
  */
-export const CREATE_HEAP_PER_BODY_BYTE = TURN_HEAP_PER_INPUT_BYTE
+export const CREATE_HEAP_PER_BODY_BYTE = 2 * OPEN_HEAP_PER_BYTE
 
 /**
  * The share of the V8 heap limit compiled uploaded modules may keep in memory when
