@@ -16,21 +16,47 @@ export const redactText = (text: string, secrets: ReadonlyArray<string>): string
   return out
 }
 
+/** A string or a number redacted; any other scalar as it is. */
+const redactScalar = (value: unknown, secrets: ReadonlyArray<string>): unknown => {
+  if (typeof value === "string") return redactText(value, secrets)
+  if (typeof value === "number") return secrets.some((s) => s !== "" && String(value).includes(s)) ? REDACTED : value
+  return value
+}
+
 /**
  * `value` with every occurrence of a secret replaced by `<redacted>`: in strings, in member names,
  * and a number whose digits hold one becomes the string `<redacted>`.
+ *
+ * A copy built with a list of work, not by recursion: a server's JSON may nest as deep as its
+ * bytes allow, and what is too deep is refused later by its record's bound (MAX_JSON_DEPTH), as it
+ * would be with no secret, not here by the stack. Every member is the copy's own, whatever its name:
+ * `__proto__` is defined, not assigned (an assignment would set the copy's prototype and lose it).
  */
 export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown => {
   if (secrets.length === 0) return value
-  if (typeof value === "string") return redactText(value, secrets)
-  if (typeof value === "number") return secrets.some((s) => s !== "" && String(value).includes(s)) ? REDACTED : value
-  if (Array.isArray(value)) return value.map((v) => redact(v, secrets))
-  if (value !== null && typeof value === "object") {
-    const out: Record<string, unknown> = {}
-    for (const [k, v] of Object.entries(value)) out[redactText(k, secrets)] = redact(v, secrets)
-    return out
+  if (value === null || typeof value !== "object") return redactScalar(value, secrets)
+  const work: Array<readonly [from: object, to: Record<string, unknown> | Array<unknown>]> = []
+  const copy = (v: unknown): unknown => {
+    if (v === null || typeof v !== "object") return redactScalar(v, secrets)
+    const to = Array.isArray(v) ? new Array<unknown>(v.length) : {}
+    work.push([v, to])
+    return to
   }
-  return value
+  const root = copy(value)
+  while (work.length > 0) {
+    const [from, to] = work.pop()!
+    if (Array.isArray(to)) {
+      const items = from as ReadonlyArray<unknown>
+      for (let i = 0; i < items.length; i++) to[i] = copy(items[i])
+      continue
+    }
+    for (const [k, v] of Object.entries(from)) {
+      const name = redactText(k, secrets)
+      if (name === "__proto__") Object.defineProperty(to, name, { value: copy(v), writable: true, enumerable: true, configurable: true })
+      else to[name] = copy(v)
+    }
+  }
+  return root
 }
 
 /**

@@ -24,4 +24,32 @@ describe("redaction", () => {
     expect(redactText("body ends in sk-1", ["sk-123"])).toBe("body ends in sk-1")
     expect(redactCutText("nothing here", ["sk-123"])).toBe("nothing here")
   })
+
+  it("redaction walks a value of any depth without the stack: 100,000 nested arrays and objects keep their shape, the secret at the bottom redacted", () => {
+    const depth = 100_000
+    let value: unknown = "x sk-123 y"
+    for (let i = 0; i < depth; i++) value = i % 2 === 0 ? [value] : { ["k sk-123"]: value }
+    let out = redact(value, ["sk-123"])
+    let shaped = 0
+    for (let i = depth - 1; i >= 0; i--) {
+      const level = i % 2 === 0
+        ? Array.isArray(out) && out.length === 1 ? out[0] : undefined
+        : out !== null && typeof out === "object" && Object.keys(out).join() === `k ${REDACTED}` ? (out as Record<string, unknown>)[`k ${REDACTED}`] : undefined
+      if (level === undefined) break
+      shaped++
+      out = level
+    }
+    expect(shaped).toBe(depth)
+    expect(out).toBe(`x ${REDACTED} y`)
+  })
+
+  it("members named __proto__, constructor and prototype survive redaction as the value's own members, byte for byte as JSON", () => {
+    const text = '{"__proto__":{"x":1,"__proto__":[2]},"constructor":{"prototype":3},"prototype":"sk-123","y":[{"__proto__":null}]}'
+    const out = redact(JSON.parse(text), ["sk-123"])
+    expect(JSON.stringify(out)).toBe(text.replace("sk-123", REDACTED))
+    expect(Object.getPrototypeOf(out)).toBe(Object.prototype)
+    expect(Object.keys(out as object)).toEqual(["__proto__", "constructor", "prototype", "y"])
+    // Not a prototype: an own member, which nothing inherits.
+    expect((out as { x?: unknown }).x).toBeUndefined()
+  })
 })
