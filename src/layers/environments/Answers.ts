@@ -8,7 +8,11 @@
  * - Other 3xx and 4xx: refused, not run: `EnvironmentRefused`.
  * - 5xx, a 2xx other than 200, anything else: `EnvironmentUncertain` `status`.
  *
- * An error status's body goes into the failure as JSON when it parses, else as text.
+ * An error status's body goes into the failure as JSON when it parses, else as text. A 200 in a
+ * content coding (Brain asks for none: `Accept-Encoding: identity`) is `not_json`, naming the
+ * coding. Reading never throws: whatever fails while reading a 200 (a bug here, the engine's
+ * limits) is that answer's `bad_shape`, so a call always has an outcome; an answer handed to a
+ * callback that threw would be lost, and its call left waiting for its deadline.
  */
 import { Either } from "effect"
 import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
@@ -20,6 +24,12 @@ const redactMembers = (body: unknown, secrets: ReadonlyArray<string>): unknown =
   body !== null && typeof body === "object" && !Array.isArray(body)
     ? Object.fromEntries(Object.entries(body).map(([k, v]) => [k, redact(v, secrets)]))
     : body
+
+/** A coding as a message shows it: one line, its first 64 characters, redacted (it came from the Environment). */
+const codingShown = (coding: string, secrets: ReadonlyArray<string>): string => {
+  const line = JSON.stringify(coding).slice(1, -1)
+  return line.length > 64 ? redactCutText(line.slice(0, 64), secrets) : redactText(line, secrets)
+}
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 
@@ -49,11 +59,32 @@ export const readReply = <A>(
   reply: Reply,
   reading: Reading<A>
 ): Either.Either<A, EnvironmentRefused | EnvironmentUncertain> => {
+  const read = Either.try({
+    try: () => meaningOf(reply, reading),
+    catch: (e) =>
+      new EnvironmentUncertain({
+        environment: reading.environment,
+        reason: "bad_shape",
+        status: reply.status,
+        message: `Environment ${JSON.stringify(reading.environment)} answered ${reading.path} with a body Brain could not read (` +
+          `${e instanceof Error ? e.name : "error"})`
+      })
+  })
+  return Either.isLeft(read) ? Either.left(read.left) : read.right
+}
+
+const meaningOf = <A>(
+  reply: Reply,
+  reading: Reading<A>
+): Either.Either<A, EnvironmentRefused | EnvironmentUncertain> => {
   const env = JSON.stringify(reading.environment)
   const { status } = reply
   if (status === 200) {
     const uncertain = (reason: "not_json" | "bad_shape", what: string) =>
       Either.left(new EnvironmentUncertain({ environment: reading.environment, reason, status, message: `Environment ${env} answered ${reading.path} with ${what}` }))
+    if (reply.coding !== undefined) {
+      return uncertain("not_json", `a body in Content-Encoding ${codingShown(reply.coding, reading.secrets)}, which Brain does not decode (it sends Accept-Encoding: identity)`)
+    }
     const parsed = parseJson(reply.body)
     if (Either.isLeft(parsed)) return uncertain("not_json", "a body that is not UTF-8 JSON")
     const answer = reading.shape(redactMembers(parsed.right, reading.secrets))

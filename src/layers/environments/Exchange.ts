@@ -10,6 +10,11 @@
  *   body is read (`too_large`), a larger body without one stops the read at the bound
  *   (`too_large`). Any other status keeps only the first ERROR_BODY_BYTES for the failure's
  *   details; a read error there changes nothing (the status already says what happened).
+ * - Brain asks for no content coding (`Accept-Encoding: identity`) and decodes none: a 200 in
+ *   one keeps its `Content-Encoding` in the reply, for Answers.ts to refuse by name.
+ * - undici reads past a 1xx (102, 103) to the answer, except a 100 Continue: Brain never asks for
+ *   one (it sends no `Expect`), and undici's HTTP/1 parser drops the connection on it, so the call
+ *   is uncertain (`connection_lost`: it was sent), its message naming the 100.
  * - Leaving an exchange before its answer is whole — interrupted (a timeout, a cancel, an
  *   abandoned call), or a body refused at its bound — aborts the request, which closes its
  *   connection: an unread or oversized body is never left streaming in. An exchange that ends
@@ -53,10 +58,20 @@ export interface Reply {
   readonly body: Uint8Array
   /** True when `body` is only the first bytes of a longer one (never for a 200). */
   readonly truncated: boolean
+  /** A 200's `Content-Encoding` other than `identity`: its body is coded, not JSON. */
+  readonly coding?: string
 }
 
 const bytesOf = (chunks: Array<Uint8Array>, size: number): Uint8Array =>
   chunks.length === 1 ? chunks[0]! : chunks.length === 0 ? new Uint8Array(0) : Buffer.concat(chunks, size)
+
+/**
+ * Whether a request's failure before any response is undici refusing a 100 Continue: its HTTP/1
+ * parser destroys the connection with a `bad response` socket error on any 100 (it has no
+ * `Expect: 100-continue`), and that error reaches a request in flight for nothing else.
+ */
+const informational = (err: unknown): boolean =>
+  err instanceof Error && err.message === "bad response" && causeCode(err) === "UND_ERR_SOCKET"
 
 /** How an exchange ended: the reply, or why there is none. */
 export type Exchanged = Either.Either<Reply, EnvironmentNotSent | EnvironmentUncertain>
@@ -91,6 +106,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
   /** Left before the request reached a connection: it is aborted as soon as it does. */
   let leftEarly = false
   let status = 0
+  let coding: string | undefined
   let limit = 0
   let size = 0
   const chunks: Array<Uint8Array> = []
@@ -112,6 +128,8 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
         return
       }
       limit = post.maxBytes
+      const encoding = headers["content-encoding"]
+      if (typeof encoding === "string" && encoding.trim().toLowerCase() !== "identity" && encoding.trim() !== "") coding = encoding.trim()
       const length = headers["content-length"]
       const declared = typeof length === "string" ? Number(length) : NaN
       if (Number.isFinite(declared) && declared > post.maxBytes) {
@@ -134,7 +152,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
       abortRequest(c)
     },
     onResponseEnd() {
-      answer(Either.right({ status, body: bytesOf(chunks, size), truncated: false }))
+      answer(Either.right({ status, body: bytesOf(chunks, size), truncated: false, ...(coding !== undefined ? { coding } : {}) }))
     },
     onResponseError(_c, err) {
       if (done) return
@@ -147,7 +165,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
               reason: "unreachable",
               message: `Environment ${JSON.stringify(post.environment)} could not be reached (${code ?? (err instanceof Error ? err.name : "error")}): ${post.path} was not sent`
             })
-            : lost(code ?? (err instanceof Error ? err.name : undefined))
+            : lost(informational(err) ? `${code}: it answered 100 Continue, which Brain never asks for and cannot read` : code ?? (err instanceof Error ? err.name : undefined))
         ))
       } else if (status !== 200) {
         // The status says what happened; its body is only detail.
@@ -160,6 +178,7 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
   const headers: Record<string, string> = {
     "content-type": "application/json",
     accept: "application/json",
+    "accept-encoding": "identity",
     "brain-environment-protocol": ENVIRONMENT_PROTOCOL_VERSION
   }
   for (const [name, value] of post.secretHeaders) headers[name] = Redacted.value(value)
