@@ -1,7 +1,7 @@
 /**
  * The wire shapes of the HTTP API. Every request schema rejects unknown fields.
  */
-import { Schema } from "effect"
+import { type ParseResult, Schema } from "effect"
 import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
@@ -198,8 +198,37 @@ export const HostResults = Schema.Struct({
   description: `several calls' results at once (1 to ${HOST_RESULTS_BATCH}), each as the single form: all are taken, or none`
 })
 
+const ANSWERS = ["ok", "error", "stopped"] as const
+
+/** The answer members a result holds, when it holds more than one (then no form of the union takes it). */
+const answersHeld = (result: unknown): ReadonlyArray<string> => {
+  if (result === null || typeof result !== "object" || Array.isArray(result)) return []
+  const held = ANSWERS.filter((k) => Object.hasOwn(result, k))
+  return held.length > 1 ? held : []
+}
+
+/**
+ * One line for the commonest mistake, a result holding two answers, in place of the union's tree
+ * of every form it failed (each other failure keeps that tree, which names the member at fault).
+ */
+const oneAnswerMessage = (issue: ParseResult.ParseIssue): { readonly message: string; readonly override: boolean } => {
+  const rule = `a result holds exactly one of "ok", "error" or "stopped"`
+  const held = (where: string, keys: ReadonlyArray<string>) => ({ message: `${where} holds ${keys.map((k) => JSON.stringify(k)).join(" and ")}: ${rule}`, override: true })
+  const body: unknown = "actual" in issue ? issue.actual : undefined
+  const single = answersHeld(body)
+  if (single.length > 0) return held("the result", single)
+  const results = body !== null && typeof body === "object" ? (body as { results?: unknown }).results : undefined
+  if (Array.isArray(results)) {
+    for (let i = 0; i < results.length; i++) {
+      const keys = answersHeld(results[i])
+      if (keys.length > 0) return held(`results[${i}]`, keys)
+    }
+  }
+  return { message: "", override: false }
+}
+
 /** The results route's body: one call's result, or several at once. */
-export const HostResultBody = Schema.Union(HostResult, HostResults)
+export const HostResultBody = Schema.Union(HostResult, HostResults).annotations({ message: oneAnswerMessage })
 
 export const HostEvent = Schema.Struct({
   ...CallName,

@@ -367,6 +367,26 @@ describe("a host Environment through a real server", () => {
     for (const id of ids) expect((await events(id)).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "ok", output: id })
   })
 
+  it("a result holding more than one of ok, error and stopped, alone or in a batch, is 400 with a one-line message naming the rule, and ends no call", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    const named = { session_id: call.data.session_id, sequence: call.data.sequence }
+    const bodies = [{ ...named, ok: 1, error: 2 }, { ...named, ok: 1, stopped: true }, { results: [{ ...named, ok: "a" }, { ...named, error: 2, stopped: true }] }]
+    for (const body of bodies) {
+      const r = await asHost(host.token, `/v1/hosts/${host.host_id}/results`, body)
+      expect(r.status, r.text).toBe(400)
+      expect(r.body.code).toBe("invalid_request")
+      expect(r.body.message, r.text).not.toContain("\n")
+      expect(r.body.message).toMatch(/exactly one of "ok", "error" or "stopped"/)
+    }
+    expect((await events(id)).filter((e) => e.kind === "tool_call_ended"), "no call ended").toEqual([])
+    expect((await result(host, call, { ok: "fine" })).status).toBe(204)
+    expect((await turn).body.turn).toMatchObject({ status: "ended" })
+  })
+
   it("a host's results and Events without its own token are 401 before their body is read: malformed JSON, a wrong shape or an empty body tell nothing of the schema; with the token the same bodies are 400", async () => {
     const a = await register()
     const b = await register()
