@@ -82,6 +82,10 @@ export type Exchanged = Either.Either<Reply, EnvironmentNotSent | EnvironmentUnc
  * outright). Answers a function that leaves the exchange (its request closed wherever it is; `then`
  * is never called after it). No fiber and no Effect: a call sent with no caller's fiber
  * (EnvironmentsHttp's `send`) waits on it as it is.
+ *
+ * `then` runs inside undici's callbacks, after `done` is set: it must not throw, since undici would
+ * only close the connection and the exchange, done, would say nothing more, leaving its caller
+ * waiting for a deadline. Its callers read the reply with Answers.ts's `readReply`, which never throws.
  */
 export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged: Exchanged) => void): () => void => {
   const lost = (code: string | undefined) =>
