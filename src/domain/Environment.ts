@@ -214,6 +214,7 @@ export const RESERVED_HEADERS: ReadonlySet<string> = new Set([
   "transfer-encoding",
   "connection",
   "accept",
+  "accept-encoding",
   "brain-environment-protocol"
 ])
 

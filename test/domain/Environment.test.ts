@@ -126,6 +126,7 @@ describe("BRAIN_ENVIRONMENTS", () => {
       [{ a: { ...ok, token_env: "T" } }, { T: "" }, "a.token_env", /T is empty/],
       [{ a: { ...ok, token_env: "T" } }, { T: `${SECRET}\r\nX-Evil: 1` }, "a.token_env", /cannot carry/],
       [{ a: { ...ok, headers_env: { "Content-Type": "K" } } }, { K: SECRET }, "a.headers_env.Content-Type", /sets this header itself/],
+      [{ a: { ...ok, headers_env: { "Accept-Encoding": "K" } } }, { K: SECRET }, "a.headers_env.Accept-Encoding", /sets this header itself/],
       [{ a: { ...ok, token_env: "T", headers_env: { Authorization: "K" } } }, { T: SECRET, K: SECRET }, "a.headers_env.Authorization", /token_env already sets/],
       [{ a: { ...ok, headers_env: { "X-K": "K", "x-k": "K" } } }, { K: SECRET }, "a.headers_env.x-k", /named twice/],
       [{ a: { ...ok, lifecycle_timeout_ms: 0 } }, {}, "a.lifecycle_timeout_ms", /1/],
