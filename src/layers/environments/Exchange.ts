@@ -156,7 +156,8 @@ export const exchangeNow = (dispatcher: Dispatcher, post: Post, then: (exchanged
       abortRequest(c)
     },
     onResponseEnd() {
-      answer(Either.right({ status, body: bytesOf(chunks, size), truncated: false, ...(coding !== undefined ? { coding } : {}) }))
+      const body = bytesOf(chunks, size)
+      answer(Either.right(coding === undefined ? { status, body, truncated: false } : { status, body, truncated: false, coding }))
     },
     onResponseError(_c, err) {
       if (done) return
