@@ -235,7 +235,7 @@ describe("JournalFile recovery: torn final writes", () => {
         }))
     }))
 
-  it.scopedLive("a torn first record leaves an empty journal that starts again at sequence 1", () =>
+  it.scopedLive("a torn first record leaves what a creation cut off leaves: the open truncates it, finds no record, and the session is not found and removed", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const s = yield* mintSessionId
@@ -244,8 +244,22 @@ describe("JournalFile recovery: torn final writes", () => {
       fs.truncateSync(seg, fs.statSync(seg).size - 1)
       yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
+          expect((yield* Effect.flip(journal.lastSequence(s)))._tag).toBe("SessionNotFound")
+          expect(fs.existsSync(path.join(dir, "sessions", s))).toBe(false)
+          expect((yield* Effect.flip(journal.read(s, { after: 0, limit: 10 })))._tag).toBe("SessionNotFound")
+          expect(yield* journal.list).toEqual([])
+        }))
+    }))
+
+  it.scopedLive("a journal this process created holds no record until its first append, and is no debris meanwhile", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          expect(yield* journal.exists(s)).toBe(true)
           expect(yield* journal.lastSequence(s)).toBe(0)
-          expect(fs.statSync(seg).size).toBe(0)
           expect(yield* journal.read(s, { after: 0, limit: 10 })).toEqual([])
           expect(yield* journal.append(s, [kv("first", 1)])).toEqual([1])
         }))

@@ -12,6 +12,12 @@
  * session they are refused (a sticky write failure here) and never land after the other owner's
  * recovery. The core never claims a session again by itself; it lets go of a claim only when the
  * session is deleted.
+ *
+ * Debris (Store.ts): over a store with `sweep`, an open that finds no record of a session no
+ * request of this process is creating (from its `create` until an open finds a record of it) is
+ * a creation a crash cut off: the store removes it, and the session is not found. The open is the
+ * session's only one meanwhile (a create of its id is refused, other accesses share the open), so
+ * nothing of this process's can be under way in what is removed.
  */
 import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
@@ -63,6 +69,13 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     const handles = new Map<string, Deferred.Deferred<OpenSession<S>, JournalReadError>>()
     const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
     const creating = new Set<string>()
+    /**
+     * Sessions this core created that may still hold no record (the creator's first append under
+     * way): never debris. Dropped once an open finds a record, or the session is deleted.
+     */
+    const fresh = new Set<string>()
+    /** A session an open found no record of is debris unless this process is creating it. */
+    const mayBeDebris = (session: string) => store.sweep !== undefined && !creating.has(session) && !fresh.has(session)
     /** Sessions being deleted: no new open may start, so nothing of them lingers in memory. */
     const removing = new Set<string>()
     /** This core's claim on each session it has opened (stores with `claim` only). */
@@ -96,6 +109,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         if (o && o.inflight === 0) victims.push(o)
       }
       for (const o of victims) {
+        if (o.lastSequence > 0) fresh.delete(o.session)
         o.evicted = true
         ready.delete(o.session)
         opens.delete(o.session)
@@ -132,6 +146,16 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         const opened = Deferred.unsafeMake<OpenSession<S>, JournalReadError>(FiberId.none)
         handles.set(session, opened)
         return store.open(session).pipe(
+          // No journal: what a crash left of its directory, if anything, is removed.
+          Effect.tapErrorTag("SessionNotFound", () => mayBeDebris(session) ? store.sweep!(session) : Effect.void),
+          Effect.flatMap((o) => {
+            if (o.lastSequence > 0) fresh.delete(session)
+            else if (mayBeDebris(session)) {
+              return Effect.flatMap(store.sweep!(session), (removed) =>
+                removed ? Effect.zipRight(store.release(o.state), Effect.fail(new SessionNotFound({ session }))) : Effect.succeed(o))
+            }
+            return Effect.succeed(o)
+          }),
           Effect.flatMap((o) =>
             Effect.map(claimOf(session), (generation) => {
               const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs, generation)
@@ -159,9 +183,17 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         Effect.suspend(() => {
           if (creating.has(session) || handles.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
           creating.add(session)
-          return store.create(session).pipe(Effect.ensuring(Effect.sync(() => creating.delete(session))))
+          return store.create(session).pipe(
+            Effect.tap(() => void fresh.add(session)),
+            Effect.ensuring(Effect.sync(() => creating.delete(session)))
+          )
         }),
-      exists: store.exists,
+      // Debris is no session: a use recorded by a creation a crash cut off names nothing (Store.ts).
+      exists: (session) =>
+        Effect.flatMap(store.exists(session), (stored) =>
+          !stored || store.isDebris === undefined || !mayBeDebris(session) || opens.has(session)
+            ? Effect.succeed(stored)
+            : Effect.map(store.isDebris(session), (debris) => !debris)),
       list: store.list,
       append: (session, entries, opts) =>
         Effect.suspend(() => {
@@ -242,6 +274,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           if (removing.has(session)) return yield* Effect.fail(new SessionNotFound({ session }))
           // From here no open starts; one already under way is awaited below and then dropped.
           removing.add(session)
+          fresh.delete(session)
           const opened = handles.get(session)
           drop(session)
           let state: S | undefined

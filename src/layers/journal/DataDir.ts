@@ -323,7 +323,8 @@ export const sessionDir = (dataDir: string, session: string) => path.join(dataDi
  */
 export const DELETED_DIR = "deleted"
 export const tombstoneDir = (dataDir: string, session: string) => path.join(dataDir, DELETED_DIR, session)
-export const journalDir = (dataDir: string, session: string) => path.join(dataDir, SESSIONS_DIR, session, "journal")
+export const JOURNAL_DIR = "journal"
+export const journalDir = (dataDir: string, session: string) => path.join(dataDir, SESSIONS_DIR, session, JOURNAL_DIR)
 
 /** Segment files are named by the first sequence they hold, zero-padded so names sort. */
 export const segmentName = (firstSequence: number) => `${String(firstSequence).padStart(20, "0")}.seg`

@@ -16,7 +16,7 @@ import { isSessionId, type SessionId } from "../../domain/Ids.js"
 import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
-import { DELETED_DIR, journalDir, openDataDir, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
+import { DELETED_DIR, JOURNAL_DIR, journalDir, openDataDir, parseSegmentName, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
 import { type FileDriverShape, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { listSegments, newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
@@ -60,6 +60,32 @@ const removeTombstones = (driver: FileDriverShape, dataDir: string) =>
     for (const name of tombs) yield* Effect.ignore(driver.rmrf(path.join(deleted, name)))
     yield* Effect.ignore(driver.syncDir(deleted))
   })
+
+/**
+ * What a creation cut off by a crash leaves of a session (`create` makes these one after another,
+ * and its creator writes the first record next): the session's directory alone, with its empty
+ * `journal/`, or with empty segments in it (a torn first write is truncated to nothing by the open
+ * before anyone asks). Anything else there, a byte of a segment or a file of another name, is not
+ * debris. `absent`: the directory is not there at all.
+ */
+const debrisOf = (driver: FileDriverShape, dataDir: string, session: SessionId): Effect.Effect<"absent" | "debris" | "kept"> =>
+  Effect.gen(function*() {
+    const names = yield* driver.readdir(sessionDir(dataDir, session))
+    if (names.some((name) => name !== JOURNAL_DIR)) return "kept"
+    if (names.length === 0) return "debris"
+    const jdir = journalDir(dataDir, session)
+    const segments = yield* driver.readdir(jdir)
+    if (segments.some((name) => parseSegmentName(name) === undefined)) return "kept"
+    for (const name of segments) {
+      const file = path.join(jdir, name)
+      const bytes = driver.fileSize !== undefined ? yield* driver.fileSize(file) : yield* withFile(driver, file, "r", driver.size)
+      if (bytes > 0) return "kept"
+    }
+    return "debris"
+  }).pipe(
+    // Not known to be debris (a directory gone meanwhile, or one that cannot be read): nothing is removed.
+    Effect.catchAll((e) => Effect.succeed(e.code === "ENOENT" && e.path === sessionDir(dataDir, session) ? "absent" as const : "kept" as const))
+  )
 
 export const make = (driver: FileDriverShape, dataDir: string, options: { readonly lockWaitMs?: number; readonly limits?: Partial<FileStoreLimits> } = {}) =>
   Effect.gen(function*() {
@@ -329,6 +355,19 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           )
           // The session is gone by now: a tombstone left by a failure here is the next start's to remove.
           yield* Effect.ignore(Effect.zipRight(driver.rmrf(tomb), driver.syncDir(deleted)))
+        }),
+      isDebris: (session) => Effect.map(debrisOf(driver, dataDir, session), (found) => found === "debris"),
+      // Removed in place, not through a tombstone: whatever part of it a crash in the middle leaves is debris still.
+      sweep: (session) =>
+        Effect.flatMap(debrisOf(driver, dataDir, session), (found) => {
+          if (found !== "debris") return Effect.succeed(found === "absent")
+          // Its id is not created again while the commit log may name its files (a deleted session's rule).
+          log?.deletedSession(session)
+          return driver.rmrf(sessionDir(dataDir, session)).pipe(
+            Effect.zipRight(driver.syncDir(path.join(dataDir, SESSIONS_DIR))),
+            Effect.as(true),
+            Effect.orElseSucceed(() => false)
+          )
         }),
       release,
       close: Effect.gen(function*() {

@@ -17,7 +17,12 @@
  * - A lack of something the store gets back (the file store's descriptors: EMFILE, ENFILE) is
  *   `JournalUnavailable`, never corruption nor an answer that leaves something out: nothing is
  *   damaged, and the same call succeeds later. `list` fails rather than list fewer sessions.
- * - Between `commit` rounds nothing of a session changes but through `remove`.
+ * - Between `commit` rounds nothing of a session changes but through `remove` (and `sweep`, which
+ *   removes only what holds no record).
+ * - Debris: a journal that holds no record when this process did not create it is what a crash
+ *   left of a creation (every creator writes a record once its create returns, and nobody is given
+ *   a session's id before that record is durable). Over a store with `sweep`, the core treats it
+ *   as absent and removes it when an open meets it; never at startup, which reads no session.
  * - Ownership: a store that several journal cores (owners) can share has `claim`. A core claims a
  *   session once, before its first append to it (its open: reads, recovery); each claim takes a
  *   new generation, and `commit` (and `remove`) refuses an item whose `generation` is not the
@@ -113,6 +118,21 @@ export interface JournalStore<S> {
   readonly readBytes?: (state: S, after: number) => number
   /** The segments of an open session's journal, each with its committed bytes (stores that keep segments). */
   readonly segments?: (state: S) => ReadonlyArray<StoredSegment>
+  /**
+   * Removes what a crash left of a session that holds no record, and answers whether the session
+   * is now absent: the file store's creation cut off before its first record was written (a
+   * session directory without a journal, a journal without a segment, or with empty segments
+   * only). Anything else (a record, a file it does not know) keeps the directory as it is, and the
+   * answer is false. The core asks only about a session no request of this process is creating,
+   * and holds every other access to it meanwhile (Core.ts); stores a crash leaves no such debris
+   * in (memory) have none.
+   */
+  readonly sweep?: (session: SessionId) => Effect.Effect<boolean>
+  /**
+   * Whether the session's stored journal is such debris, told from its directory listings and file
+   * sizes without opening it (`sweep`'s check, removing nothing): for `exists`, which opens nothing.
+   */
+  readonly isDebris?: (session: SessionId) => Effect.Effect<boolean>
   /** Lets go of what the store holds for a session dropped from memory (descriptors); never under a round in flight. */
   readonly release: (state: S) => Effect.Effect<void>
   /** After the last round: lets go of everything. */
