@@ -1,7 +1,7 @@
 /**
  * Checkpoint stores. The file store writes `sessions/{id}/checkpoint` atomically: a temporary
  * file, fdatasync, rename, directory fsync — so a crash leaves the old checkpoint or the new
- * one, never a mix. Checkpoints are disposable: a checkpoint that is missing, or cannot be read
+ * one, never a mix, and perhaps a temporary file, which the session's next save removes. Checkpoints are disposable: a checkpoint that is missing, or cannot be read
  * for what is wrong with it (EIO, EISDIR, …), means "none", and the state is folded from the
  * journal. One that cannot be read *now* for want of descriptors (EMFILE, ENFILE) is not "none":
  * the read fails `JournalUnavailable` (503 `overloaded`, retryable) as the journal's own reads do,
@@ -18,16 +18,37 @@ import { CHECKPOINT_HEAD_BYTES, checkpointThrough } from "./projection/Checkpoin
 
 export const CHECKPOINT_FILE = "checkpoint"
 
+/** A checkpoint's temporary file: `checkpoint.{random}.tmp`. */
+const TEMPORARY = /^checkpoint\.\d+\.tmp$/
+
 export const makeFile = (dataDir: string) =>
   Effect.gen(function*() {
     const driver = yield* FileDriver
+    /** Temporary files this process is writing now; any other in a session's directory a crash left there. */
+    const writing = new Set<string>()
+    /**
+     * Removes the temporary files of the session's earlier saves that a crash cut short (a kill -9
+     * between the write and the rename): nothing else ever would, and each is a whole state's bytes.
+     * Best effort, before the directory's fsync that makes the new checkpoint durable.
+     */
+    const sweepTemporaries = (dir: string) =>
+      Effect.ignore(Effect.flatMap(driver.readdir(dir), (names) =>
+        Effect.forEach(
+          names.filter((name) => TEMPORARY.test(name) && !writing.has(path.join(dir, name))),
+          (name) => driver.unlink(path.join(dir, name)),
+          { discard: true }
+        )))
     function* saveOf(session: SessionId, text: string) {
       const dir = sessionDir(dataDir, session)
       const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
-      yield* withFile(driver, tmp, "wx", (fd) => Effect.zipRight(driver.writev(fd, [Buffer.from(text, "utf8")], 0), driver.fdatasync(fd))).pipe(
-        Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
-      )
-      yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
+      writing.add(tmp)
+      yield* Effect.gen(function*() {
+        yield* withFile(driver, tmp, "wx", (fd) => Effect.zipRight(driver.writev(fd, [Buffer.from(text, "utf8")], 0), driver.fdatasync(fd))).pipe(
+          Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
+        )
+        yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
+      }).pipe(Effect.ensuring(Effect.sync(() => writing.delete(tmp))))
+      yield* sweepTemporaries(dir)
       yield* driver.syncDir(dir)
     }
     const store: CheckpointStoreShape = {
