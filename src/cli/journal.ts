@@ -113,9 +113,10 @@ const commitLogBatches = (dataDir: string): number => {
  * A session directory with no journal, or a journal with no record: what a creation cut off by a
  * crash before its first record was durable leaves (or a creation under way right now). No client
  * was told such a session exists (create answers after that record), the server answers
- * `not_found` for it, and it is not damage.
+ * `not_found` for it and removes it when it meets it (journal/Core.ts), and it is not damage.
  */
-const RESIDUE = "not a session: the residue of a creation cut off before its first record; the server answers not_found, `brain journal remove` takes it away"
+const RESIDUE =
+  "not a session: the residue of a creation cut off before its first record; the server answers not_found and removes it when a list or an access meets it, `brain journal remove` takes it away"
 
 /**
  * Empty directories (`sessions/{id}/`, with at most an empty `journal/`): what a creation cut off
@@ -123,7 +124,7 @@ const RESIDUE = "not a session: the residue of a creation cut off before its fir
  * answers `not_found` for them.
  */
 const EMPTY_RESIDUE =
-  "not a session: empty directories, left by a creation or a delete cut off by a crash; the server answers not_found, `brain journal remove` takes them away"
+  "not a session: empty directories, left by a creation or a delete cut off by a crash; the server answers not_found and removes them when a list or an access meets them, `brain journal remove` takes them away"
 
 /** Whether a session's directory holds nothing but, at most, an empty journal directory. */
 const emptyResidue = (dataDir: string, session: string): boolean => {
