@@ -22,6 +22,8 @@ import { encodeFrame } from "../../src/layers/journal/Frame.js"
 import { segmentName } from "../../src/layers/journal/DataDir.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver } from "../../src/layers/journal/FileDriver.js"
+import * as AgentloopsModules from "../../src/layers/AgentloopsModules.js"
+import { memoryStore } from "../../src/layers/agentloops/ModuleStore.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
@@ -193,5 +195,25 @@ describe("what a creation cut off by a crash leaves", () => {
         // Checking removes nothing: an access does.
         expect(fs.readdirSync(sessionsDir(dataDir)).length).toBe(5)
       }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir } })))
+    }))
+
+  it.scopedLive("a module whose use was recorded by a creation a crash cut off can be removed; one a whole session uses cannot", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir()
+      const whole = yield* createWhole(dataDir)
+      const { directoryOnly, emptySegment } = yield* layOutDebris(dataDir)
+      const store = memoryStore()
+      const [cutOff, used] = ["a", "b"].map((c) => c.repeat(64))
+      for (const id of [cutOff!, used!]) yield* Effect.orDie(store.write(id, new Uint8Array([0])))
+      yield* Effect.orDie(store.use(cutOff!, directoryOnly))
+      yield* Effect.orDie(store.use(cutOff!, emptySegment))
+      yield* Effect.orDie(store.use(used!, whole))
+      yield* Effect.gen(function*() {
+        const loops = yield* AgentloopsModules.make({ store })
+        yield* loops.remove(cutOff!)
+        expect(yield* Effect.orDie(store.has(cutOff!))).toBe(false)
+        const refused = yield* Effect.flip(loops.remove(used!))
+        expect(refused._tag).toBe("AgentloopInUse")
+      }).pipe(Effect.provide(JournalFile.layerNode({ dataDir })))
     }))
 })
