@@ -133,7 +133,9 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     }
     const openOf = (session: SessionId): Effect.Effect<OpenSession<S>, JournalReadError> =>
       Effect.suspend(() => {
-        if (removing.has(session)) return Effect.fail(new SessionNotFound({ session }))
+        // Nor is one this process is still creating there for anyone but its creator, who opens it
+        // once its create has returned: a handle opened half made would lack its first segment.
+        if (removing.has(session) || creating.has(session)) return Effect.fail(new SessionNotFound({ session }))
         const known = ready.get(session)
         if (known) {
           // Most recently used last, so the oldest idle sessions are dropped first.
