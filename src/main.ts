@@ -267,7 +267,7 @@ const firstSignal = Effect.gen(function*() {
 })
 
 /**
- * Serves until SIGTERM/SIGINT, then stops admitting (503), drains admitted turns (bounded by
+ * Serves until SIGTERM/SIGINT, then stops admitting (503), drains admitted turns, creates, ends and deletes (bounded by
  * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams and closes the listener, the journal and the lock.
  */
 export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
@@ -341,7 +341,7 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
       `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )
     const signal = yield* Deferred.await(signalled)
-    yield* Effect.log(`${signal}: draining admitted turns, admitting no new work`)
+    yield* Effect.log(`${signal}: draining admitted turns, creates, ends and deletes, admitting no new work`)
     admission.draining = true
     // A request whose body is still arriving on a route the drain no longer admits is answered now.
     refuseArrivingBodies()
@@ -349,7 +349,7 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
     if (drained._tag === "None") {
       // Past the deadline: cancel what is still running (recorded as interrupted), bounded by the
       // cancel grace the loops get plus the time to record the outcomes.
-      yield* Effect.log("drain deadline passed: interrupting the turns still running")
+      yield* Effect.log("drain deadline passed: interrupting the turns, creates, ends and deletes still running")
       yield* sessions.interruptAll.pipe(
         Effect.timeoutOption(Duration.millis(interruptWaitMs(config)))
       )

@@ -57,7 +57,7 @@ import { memoryBudget, workingMemoryBytes } from "./MemoryBudget.js"
 import { type Held, WorkingMemory } from "./WorkingMemory.js"
 import { cancelSignal, cancelTurn, Cell, commit, flushOpening, type RunningTurn, stage } from "./sessions/Cell.js"
 import { Once } from "./Waits.js"
-import { Creations } from "./sessions/Creations.js"
+import { Admitted } from "./sessions/Admitted.js"
 import { makeDeadlines } from "./sessions/Deadlines.js"
 import { readEvents } from "./sessions/Events.js"
 import type { HostDeps } from "./sessions/Host.js"
@@ -113,10 +113,13 @@ export const make = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
-  const creations = new Creations()
+  // Creates, ends and deletes in flight: a stop drains them, and past its deadline stops them.
+  const admitted = new Admitted()
+  /** Refused once the drain has begun: a request taken just before it that reaches here after it does nothing. */
+  const stopping = () => new Overloaded({ message: "the server is stopping and admits no new work" })
   /**
-   * Cancels every running turn as `interrupted` and interrupts every create in flight, and waits
-   * until each turn has closed and each create has answered.
+   * Cancels every running turn as `interrupted` and interrupts every create, end and delete in
+   * flight, and waits until each turn has closed and each of those has answered.
    */
   const interruptAll = Effect.suspend(() =>
     Effect.zip(
@@ -125,7 +128,7 @@ export const make = Effect.gen(function*() {
         (t) => Effect.zipRight(cancelTurn(t, "interrupted"), t.done.await),
         { concurrency: "unbounded", discard: true }
       ),
-      creations.interruptAll,
+      admitted.interruptAll,
       { concurrent: true }
     )
   )
@@ -396,13 +399,16 @@ export const make = Effect.gen(function*() {
   /**
    * Commits an ending: `session_end_started` first, so that a partly detached session never
    * accepts a message, then each Environment's detach (a failed one is recorded and does not
-   * prevent the ending), then `session_ended`.
+   * prevent the ending), then `session_ended`. Once `stop` is given (a stop past its drain
+   * deadline) the detach in flight is abandoned (recorded `interrupted`) and no other is sent: the
+   * ending is closed as a restart's recovery closes it.
    */
-  const closeOf = (cell: Cell) =>
+  const closeOf = (cell: Cell, stop: Once<void>) =>
     Effect.gen(function*() {
       const [started] = cell.state.ending !== undefined ? [cell.state.ending] : yield* write(cell, [entry("session_end_started", {})])
       for (const environment of cell.state.configuration?.environments ?? []) {
-        yield* runStep(steps, cell, "detach", environment).pipe(Effect.mapError(fromFence))
+        if (stop.isDone) break
+        yield* runStep(steps, cell, "detach", environment, stop).pipe(Effect.mapError(fromFence))
       }
       yield* write(cell, [entry("session_ended", { sequence: started! })])
       return summary(cell)
@@ -419,8 +425,9 @@ export const make = Effect.gen(function*() {
     Effect.suspend(() => workingMemory.holding(CREATE_HEAP_PER_BODY_BYTE * jsonWeight(request), "this session's create", () => create))
 
   const service: SessionsShape = {
+    // In flight from here until it answers (`admitted`): a stop drains it, and past its drain deadline stops it.
     create: (request, id) =>
-      admitCreate(request, Effect.gen(function*() {
+      admitted.admit(stopping, (stop) => admitCreate(request, Effect.gen(function*() {
         const agentloop = request.agentloop ?? "official"
         const tools = request.tools ?? []
         // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
@@ -493,6 +500,8 @@ export const make = Effect.gen(function*() {
             if (bytes > room.bytes) return yield* Effect.fail(refusedAt(`the opening ${refusalText(room, bytes)}`, ["transcript"]))
           }
         }
+        // Stopped before anything exists: refused as a request that arrived after the drain began.
+        if (stop.isDone) return yield* Effect.fail(stopping())
         const session = id ?? (yield* mintSessionId)
         yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
         // The modules' uses are recorded before the session names them, so none is removed under
@@ -517,8 +526,7 @@ export const make = Effect.gen(function*() {
         // an access meanwhile sees it `creating` and never recovers it (Registry.creating), and
         // uninterruptible from here, so that it always ends with `adopt` or `abandon`.
         yield* registry.creating(cell)
-        // In flight until it answers: a stop drains it, and past its drain deadline interrupts it.
-        return yield* Effect.uninterruptible(creations.track((stop) => Effect.gen(function*() {
+        return yield* Effect.uninterruptible(Effect.gen(function*() {
           const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
           if (request.transcript && request.transcript.length > 0) {
             opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
@@ -565,8 +573,8 @@ export const make = Effect.gen(function*() {
           const created = summary(cell)
           yield* registry.adopt(cell)
           return created
-        })))
-      })),
+        }))
+      }))),
     get: (session) => reading(session, durableSummary),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
@@ -611,7 +619,7 @@ export const make = Effect.gen(function*() {
           return summary(cell)
         })),
     end: (session) =>
-      using(session, (cell) =>
+      admitted.admit(stopping, (stop) => using(session, (cell) =>
         Effect.gen(function*() {
           if (cell.state.status === "ended") return summary(cell)
           if (cell.state.status === "creating") return yield* Effect.fail(beingCreated())
@@ -624,13 +632,13 @@ export const make = Effect.gen(function*() {
           if (cell.closing !== undefined) return yield* Effect.flatten(cell.closing.await)
           const closing = new Once<Exit.Exit<SessionSummary, EndError>>()
           cell.closing = closing
-          const closed = yield* Effect.exit(Effect.uninterruptible(closeOf(cell)))
+          const closed = yield* Effect.exit(Effect.uninterruptible(closeOf(cell, stop)))
           if (Exit.isFailure(closed)) cell.closing = undefined
           closing.give(closed)
           return yield* closed
-        })),
+        }))),
     delete: <E>(session: SessionId, keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>) =>
-      Effect.suspend(() => {
+      admitted.admit(stopping, (stop) => Effect.suspend(() => {
         let uses: Array<string> = []
         let named: ReadonlyArray<HostId> = []
         let state: SessionState | undefined
@@ -658,7 +666,7 @@ export const make = Effect.gen(function*() {
               : []
             named = namedHosts(configuration?.environments ?? [])
             state = cell.state
-            return tearDown(steps, journal, cell)
+            return tearDown(steps, journal, cell, stop)
           },
           Effect.zipRight(
             handOn,
@@ -670,7 +678,7 @@ export const make = Effect.gen(function*() {
             )
           )
         )
-      }),
+      })),
     transcript: (session) =>
       reading(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),
@@ -681,7 +689,8 @@ export const make = Effect.gen(function*() {
         )),
     follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),
     warm: Effect.sync(() => registry.size),
-    drain: Effect.zipRight(Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true })), creations.drain),
+    // The operations' admission closes first, in the drain's first step; then every turn is waited for.
+    drain: Effect.zipRight(admitted.drain, Effect.suspend(() => Effect.forEach([...running], (t) => t.done.await, { discard: true }))),
     interruptAll
   }
   // A runtime closed while turns or creates run (an application disposing its own; the server has
@@ -693,7 +702,7 @@ export const make = Effect.gen(function*() {
   // after it.
   yield* Effect.addFinalizer(() =>
     Effect.suspend(() =>
-      running.size === 0 && creations.size === 0
+      running.size === 0 && admitted.size === 0
         ? Effect.void
         : Effect.asVoid(Effect.timeoutOption(interruptAll, Duration.millis(interruptWaitMs(config))))
     )

@@ -199,11 +199,16 @@ export interface SessionsShape {
   readonly follow: (session: SessionId, after: number) => Effect.Effect<Following, FollowError, Scope.Scope>
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
-  /** Waits until every running turn has closed and every create in flight has answered (graceful drain). */
+  /**
+   * A graceful stop's drain: admits no create, end or delete from now on (each is refused
+   * `overloaded`, having done nothing), and waits until each in flight has answered and every
+   * running turn has closed.
+   */
   readonly drain: Effect.Effect<void>
   /**
-   * Cancels every running turn as `interrupted` and interrupts every create in flight (a stop past
-   * its drain deadline), and waits for them to close and answer.
+   * Cancels every running turn as `interrupted` and interrupts every create, end and delete in
+   * flight (a stop past its drain deadline: the Environment step in flight is abandoned, recorded
+   * `interrupted`, and nothing more is sent), and waits for them to close and answer.
    */
   readonly interruptAll: Effect.Effect<void>
 }

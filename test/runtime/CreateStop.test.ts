@@ -13,6 +13,7 @@ import type { SessionId } from "../../src/domain/Ids.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import type { MemorySessions } from "../../src/layers/JournalMemory.js"
 import { EnvironmentRefused, Environments, type EnvironmentsShape, type LifecycleStep } from "../../src/services/Environments.js"
+import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { bindingsOf } from "../support/httpEnvironment.js"
 import { runtimeLayer } from "../support/runtime.js"
@@ -114,6 +115,25 @@ describe("a create in flight when the server stops", () => {
       // The failed session can be deleted: its delete tears down the Environment that may stand.
       yield* sessions.delete(id)
       expect(driver.calls.map((c) => `${c.step} ${c.environment}`)).toEqual(["setup a", "teardown a"])
+    }).pipe(Effect.provide(runtime(driver)))
+  })
+
+  it.scoped("once the drain has begun, a create, an end or a delete that reaches Sessions is refused overloaded having done nothing: no session journaled, nothing sent to an Environment", () => {
+    const driver = slowSetup()
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const plain = (yield* sessions.create({ model: { provider: "scripted" } })).session_id
+      const before = yield* journal.list
+      yield* sessions.drain
+      for (const refused of [sessions.create(request), sessions.end(plain), sessions.delete(plain)] as ReadonlyArray<Effect.Effect<unknown, { readonly code: string }>>) {
+        const exit = yield* Effect.exit(refused)
+        const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
+        expect(error).toMatchObject({ code: "overloaded", message: expect.stringContaining("stopping") })
+      }
+      expect(yield* journal.list).toEqual(before)
+      expect((yield* sessions.get(plain)).status).toBe("idle")
+      expect(driver.calls).toEqual([])
     }).pipe(Effect.provide(runtime(driver)))
   })
 

@@ -82,23 +82,33 @@ const allRecords = (journal: JournalShape, session: SessionId) =>
  * them. Any failure keeps the session: 409 `teardown_failed` naming them, and only a new
  * delete tries again. Only an admitted delete calls it, and only one is admitted at a time
  * (Registry.delete): one teardown per Environment.
+ *
+ * Once `stop` is given (a stop past its drain deadline), the teardown in flight is abandoned
+ * (recorded `interrupted`, ambiguous) and no other is sent: each Environment not torn down is a
+ * failure, and a delete once the server is back tries them again.
  */
-export const tearDown = (steps: StepDeps, journal: JournalShape, cell: Cell) =>
+export const tearDown = (steps: StepDeps, journal: JournalShape, cell: Cell, stop?: Once<void>) =>
   Effect.gen(function*() {
     const declared = cell.state.configuration?.environments ?? []
     if (declared.length === 0) return
     const up = standing(yield* allRecords(journal, cell.session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false }))))
-    const failed: Array<{ readonly environment: string; readonly failure: unknown }> = []
+    const failed: Array<{ readonly environment: string; readonly failure: Failure }> = []
     for (const environment of [...declared].reverse()) {
       if (!up.has(environment.name)) continue
-      const outcome = yield* runStep(steps, cell, "teardown", environment).pipe(Effect.mapError(fromFence))
+      if (stop?.isDone) {
+        failed.push({ environment: environment.name, failure: failure("interrupted", "the server is stopping: its teardown was not sent") })
+        continue
+      }
+      const outcome = yield* runStep(steps, cell, "teardown", environment, stop).pipe(Effect.mapError(fromFence))
       if (!outcome.ok) failed.push({ environment: environment.name, failure: outcome.failure })
     }
     if (failed.length > 0) {
       const names = failed.map((f) => JSON.stringify(f.environment)).join(", ")
+      const message = stop?.isDone
+        ? `the server is stopping: the teardown of Environment ${names} was interrupted; the session and its journal stay, and a delete with a new Idempotency-Key tries again once the server is back`
+        : `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`
       return yield* Effect.fail(new TeardownFailed({
-        message:
-          `the teardown of Environment ${names} failed; the session and its journal stay, and a delete with a new Idempotency-Key tries again`,
+        message,
         details: { environments: failed.map((f) => f.environment), failures: failed }
       }))
     }
