@@ -6,7 +6,8 @@
  * keeps a definite refusal under the key for good (docs/api.md, "Idempotency").
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either } from "effect"
+import { Effect, Either, Schedule } from "effect"
+import type { SessionId } from "../../src/domain/Ids.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
 
@@ -14,10 +15,15 @@ const keyed = (key: string, hash = `hash of ${key}`) => ({ key, hash })
 /** Two instant answers, then one that takes ten minutes of the test clock (it never advances here). */
 const model = { provider: "scripted" as const, replies: [{ text: "one" }, { text: "two" }, { text: "slow", delay_ms: 600_000 }] }
 
+/** Waits for the session's turns to end (not Sessions.drain, which is the stop's: it admits no create, end or delete after it). */
+const untilIdle = (id: SessionId) =>
+  Effect.flatMap(Sessions, (sessions) =>
+    Effect.repeat(Effect.map(sessions.get(id), (s) => s.status), { until: (status) => status === "idle", schedule: Schedule.spaced("5 millis") }))
+
 const failureTag = (e: Either.Either<unknown, unknown>) => (Either.isLeft(e) ? (e.left as { readonly _tag: string })._tag : "answered")
 
 describe("keyed retries answered from the session's journal", () => {
-  it.scoped("while another turn runs, a retry of an answered keyed send or submit replays its answer (another body is conflict), never session_busy; a new key is busy", () =>
+  it.scopedLive("while another turn runs, a retry of an answered keyed send or submit replays its answer (another body is conflict), never session_busy; a new key is busy", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions
       const id = (yield* sessions.create({ model })).session_id
@@ -25,7 +31,7 @@ describe("keyed retries answered from the session's journal", () => {
       expect(sent._tag).toBe("Answered")
       const receipt = yield* sessions.submitKeyed(id, { message: "2" }, keyed("k2"))
       expect(receipt._tag).toBe("Answered")
-      yield* sessions.drain
+      yield* untilIdle(id)
       // A third turn, its model call held: the session is running.
       yield* sessions.submit(id, { message: "3" })
       expect((yield* sessions.get(id)).status).toBe("running")
@@ -39,14 +45,14 @@ describe("keyed retries answered from the session's journal", () => {
       expect(failureTag(yield* Effect.either(sessions.submitKeyed(id, { message: "4" }, keyed("k4"))))).toBe("SessionBusy")
     }).pipe(Effect.provide(runtimeLayer())))
 
-  it.scoped("after the session ended, a retry of an answered keyed send or submit replays its answer, never session_ended; a new key is refused session_ended", () =>
+  it.scopedLive("after the session ended, a retry of an answered keyed send or submit replays its answer, never session_ended; a new key is refused session_ended", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions
       // Kept in memory after its end (a warm session), as a retry soon after often finds it.
       const id = (yield* sessions.create({ model, idle_ttl_ms: 60_000 })).session_id
       const sent = yield* sessions.sendKeyed(id, { message: "1" }, keyed("k1"))
       const receipt = yield* sessions.submitKeyed(id, { message: "2" }, keyed("k2"))
-      yield* sessions.drain
+      yield* untilIdle(id)
       yield* sessions.end(id)
       expect((yield* sessions.get(id)).status).toBe("ended")
 
