@@ -63,4 +63,49 @@ describe("a journal write failure during a turn", () => {
       expect(next.turn.status).toBe("ended")
       expect((yield* s.transcript(session_id)).messages.map((m) => m.content)).toContain("after")
     }))
+
+  it.scoped("a send whose turn's first write fails names no turn sequence, is not ambiguous, and its key and sequence are free for the next send", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const inst = instrumentedDriver()
+      const journal = JournalFile.layer({ dataDir: dir, lockWaitMs: 0 }).pipe(
+        Layer.provide(Layer.succeed(FileDriver, inst.driver)),
+        Layer.orDie
+      )
+      const context = yield* Layer.build(runtimeLayer({ journal }))
+      const s = Context.get(context, Sessions)
+      const j = Context.get(context, Journal)
+
+      const { session_id } = yield* s.create({ model: { provider: "scripted" } })
+      const before = (yield* s.get(session_id)).last_sequence
+      // The disk is full before the send: its staged opening is never written.
+      inst.diskFull(session_id)
+      const refused = yield* s.sendKeyed(session_id, { message: "A" }, { key: "ka", hash: "ha" })
+      expect(refused._tag).toBe("Answered")
+      const outcome = (refused as Extract<typeof refused, { _tag: "Answered" }>).value
+      expect(outcome.turn.status).toBe("failed")
+      // Sequence 0 names no record: the turn's opening was never durable.
+      expect(outcome.turn.sequence).toBe(0)
+      expect(outcome.last_sequence).toBe(before)
+      expect(outcome.turn.failure?.code).toBe("journal_write_failed")
+      expect(outcome.turn.failure?.message).toMatch(/^the turn could not be started: /)
+      expect(outcome.turn.failure?.message).toContain("ENOSPC")
+      expect(outcome.turn.failure?.ambiguous).toBe(false)
+      expect(outcome.turn.failure?.retryable).toBe(false)
+
+      // Room again: nothing of A is in the journal, and the next send takes the next sequence.
+      inst.diskFreed(session_id)
+      expect((yield* s.get(session_id)).status).toBe("idle")
+      const b = yield* s.sendKeyed(session_id, { message: "B" }, { key: "kb", hash: "hb" })
+      expect(b._tag === "Answered" && b.value.turn.status).toBe("ended")
+      const records = yield* j.read(session_id, { after: 0, limit: 100 })
+      const started = records.filter((r) => r.kind === "turn_started")
+      expect(started.map((r) => r.payload.input)).toEqual([{ message: "B" }])
+      expect(b._tag === "Answered" && b.value.turn.sequence).toBe(started[0]!.sequence)
+      expect(records.some((r) => r.kind === "request_claimed" && r.payload.key === "ka")).toBe(false)
+      // The refused send's key is free: a retry with it runs.
+      const retried = yield* s.sendKeyed(session_id, { message: "A" }, { key: "ka", hash: "ha" })
+      expect(retried._tag === "Answered" && retried.value.turn.status).toBe("ended")
+      expect(retried._tag === "Answered" && retried.value.turn.sequence).toBeGreaterThan(started[0]!.sequence)
+    }))
 })

@@ -118,6 +118,8 @@ export class Cell {
    * nothing more and is dropped once unused; the next access reopens the session.
    */
   broken = false
+  /** Why: the message of the failed journal write that broke it, when one did (a turn that never started names it). */
+  brokenBy: string | undefined = undefined
   /**
    * The ending's commit (`session_end_started`, detaches, `session_ended`) once one `end` has
    * begun it: every other `end` waits for it and answers the same. Cleared when it fails, so that
@@ -174,12 +176,18 @@ const viaCell = <A>(
   Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) return Effect.fail(brokenCell(cell))
     return write().pipe(
-      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
+      Effect.tapErrorTag("JournalWriteFailed", (e) => Effect.sync(() => breakBy(cell, e))),
       Effect.map((written) => foldedIn(cell, entries, sequencesOf(written)))
     )
   }))
 
 const brokenCell = (cell: Cell) => new JournalWriteFailed({ session: cell.session, reason: "an earlier write of this session failed" })
+
+/** Breaks the cell on a failed write, keeping the first failure's message. */
+export const breakBy = (cell: Cell, why: { readonly message: string }) => {
+  cell.broken = true
+  cell.brokenBy ??= why.message
+}
 
 const foldedIn = (cell: Cell, entries: ReadonlyArray<Entry>, sequences: ReadonlyArray<number>) => {
   cell.foldIn(entries.map((e, i) => [sequences[i]!, e] as const))
@@ -203,7 +211,10 @@ export const commitQueueable = (journal: JournalShape, cell: Cell, entries: Read
     }
     return journal.enqueue?.(cell.session, entries, (exit) => {
       if (Exit.isSuccess(exit)) foldedIn(cell, entries, exit.value)
-      else if (Option.getOrUndefined(Cause.failureOption(exit.cause))?._tag === "JournalWriteFailed") cell.broken = true
+      else {
+        const e = Option.getOrUndefined(Cause.failureOption(exit.cause))
+        if (e?._tag === "JournalWriteFailed") breakBy(cell, e)
+      }
       done(exit)
     }) ?? false
   },
@@ -216,7 +227,7 @@ export const commitQueueable = (journal: JournalShape, cell: Cell, entries: Read
  */
 export const flushOpening = (journal: JournalShape, cell: Cell): Effect.Effect<void> =>
   journal.flush(cell.session).pipe(
-    Effect.catchAll((e) => Effect.sync(() => void (e._tag === "JournalWriteFailed" && (cell.broken = true))))
+    Effect.catchAll((e) => Effect.sync(() => void (e._tag === "JournalWriteFailed" && breakBy(cell, e))))
   )
 
 /**
@@ -239,7 +250,7 @@ export const stageRiding = (journal: JournalShape, cell: Cell, e: Entry, transcr
   Effect.uninterruptible(Effect.suspend(() => {
     if (cell.broken) return Effect.fail(brokenCell(cell))
     return journal.stage(cell.session, [e]).pipe(
-      Effect.tapErrorTag("JournalWriteFailed", () => Effect.sync(() => void (cell.broken = true))),
+      Effect.tapErrorTag("JournalWriteFailed", (e) => Effect.sync(() => breakBy(cell, e))),
       Effect.map((staged) => {
         if (staged._tag === "Appended") cell.foldIn([[staged.sequences[0]!, e]])
         else cell.riding = { sequence: staged.records[0]!.sequence, entry: e, transcript }

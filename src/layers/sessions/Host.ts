@@ -28,7 +28,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolsShape } from "../../services/Tools.js"
-import { type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening, landRiding, stageRiding, stageRidingNow } from "./Cell.js"
+import { breakBy, type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening, landRiding, stageRiding, stageRidingNow } from "./Cell.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
@@ -224,7 +224,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     const failed = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
     if (cell.broken || failed?.failure.code === "journal_write_failed" || failed?.failure.code === "journal_corrupt") {
       cell.riding = undefined
-      cell.broken = true
+      if (failed === undefined) cell.broken = true
+      else breakBy(cell, failed.failure)
       // An answer of ok promises the save was made: not so here.
       return Exit.isSuccess(exit) ? refuse(brokenFailure) : exit
     }

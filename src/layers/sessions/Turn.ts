@@ -212,6 +212,15 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
     })
   const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit) ? closed.exit.value : undefined
+  const durable = recorded ? undefined : yield* Effect.option(journal.lastSequence(cell.session))
+  // A staged opening the journal never acknowledged (the turn's first write failed, and every
+  // write after it): nothing was sent, since an effect is dispatched only once its start, which
+  // carries the opening, is durable (the fence), so the failure is not ambiguous. Its sequence is
+  // not named: the next turn takes it when the failed write left nothing, and when the failed
+  // write's records stand after all (with the commit log, docs/operations.md "A full disk"),
+  // recovery closes them on the next open. An append still in flight may land yet: not this case.
+  const neverStarted = !recorded && closed._tag === "Answered" && scope.unsettled.length === 0 &&
+    cell.opening !== undefined && durable !== undefined && Option.isSome(durable) && durable.value < turn.sequence
   const outcome: TurnOutcome = recorded
     ? turnOutcome(
       cell.session,
@@ -224,15 +233,19 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       // Unrecorded, the turn is closed in memory all the same: the session's next access records
       // it failed (recovery), leaving the session idle, never running for ever.
       status: "idle",
-      last_sequence: yield* Effect.orElseSucceed(
-        Effect.map(journal.lastSequence(cell.session), (durable) => Math.min(durable, cell.state.lastSequence)),
-        () => cell.state.lastSequence
-      ),
-      turn: {
-        sequence: turn.sequence,
-        status: "failed",
-        failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
-      }
+      last_sequence: durable !== undefined && Option.isSome(durable) ? Math.min(durable.value, cell.state.lastSequence) : cell.state.lastSequence,
+      turn: neverStarted
+        ? {
+          // 0 names no record: the turn's start was never acknowledged durable.
+          sequence: 0,
+          status: "failed",
+          failure: failure("journal_write_failed", `the turn could not be started: ${cell.brokenBy ?? notRecorded}; nothing of it was sent`, { ambiguous: false })
+        }
+        : {
+          sequence: turn.sequence,
+          status: "failed",
+          failure: failure("journal_write_failed", `the turn's end could not be recorded: ${notRecorded}`, { ambiguous: true })
+        }
     }
   if (scope.unsettled.length > 0) {
     // The caller has its answer now; the session stays refused until the late appends settle.
