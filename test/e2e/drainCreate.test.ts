@@ -9,13 +9,8 @@
  * after a crash, the stop sends no teardown). Against a real server process and the fake http
  * Environment (test/fixtures/httpEnvironment.mjs).
  */
-import { type ChildProcess, spawn } from "node:child_process"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import * as readline from "node:readline"
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { FAKE_ENVIRONMENT, type LogLine } from "../support/httpEnvironment.js"
+import { type FakeProcess, startFake } from "../support/httpEnvironment.js"
 import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
 
 /** Milliseconds the slow setup takes: longer than a stop lets answers still in flight be written once its drain is over (2 s). */
@@ -23,23 +18,6 @@ const SLOW_SETUP_MS = 3_500
 /** The hanging Environment's lifecycle timeout: far beyond the test, so only the stop ends its setup. */
 const LIFECYCLE_TIMEOUT_MS = 120_000
 
-interface FakeProcess {
-  readonly url: string
-  readonly child: ChildProcess
-  /** Every line logged: requests, and `closed` events (a request Brain closed before its answer). */
-  readonly log: () => ReadonlyArray<LogLine>
-}
-
-const startFake = async (lifecycle: Record<string, unknown>): Promise<FakeProcess> => {
-  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "brain-e2e-drain-")), "requests.jsonl")
-  const child = spawn(process.execPath, [FAKE_ENVIRONMENT], {
-    env: { ...process.env, HTTP_ENV_LOG: file, HTTP_ENV_LIFECYCLE: JSON.stringify(lifecycle) },
-    stdio: ["ignore", "pipe", "inherit"]
-  })
-  const first = await new Promise<string>((resolve) => readline.createInterface({ input: child.stdout! }).once("line", resolve))
-  const log = () => (fs.existsSync(file) ? fs.readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as LogLine) : [])
-  return { url: `http://127.0.0.1:${JSON.parse(first).port}`, child, log }
-}
 
 beforeAll(ensureBuilt, 120_000)
 

@@ -2,7 +2,7 @@
  * The fake http Environment (test/fixtures/httpEnvironment.mjs) as a scoped resource: a real
  * process on loopback whose request log a test reads to count what Brain sent.
  */
-import { spawn } from "node:child_process"
+import { type ChildProcess, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -65,3 +65,23 @@ export const bindingsOf = (bindings: Record<string, string | Record<string, unkn
     },
     (n) => env[n]
   ))
+
+/** The fake Environment run as a process of its own (a stop's tests kill the server around it). */
+export interface FakeProcess {
+  readonly url: string
+  readonly child: ChildProcess
+  /** Every line logged: requests, and `closed` events (a request Brain closed before its answer). */
+  readonly log: () => ReadonlyArray<LogLine>
+}
+
+/** Starts the fake Environment in a child process with the lifecycle behaviour given (HTTP_ENV_LIFECYCLE). */
+export const startFake = async (lifecycle: Record<string, unknown>): Promise<FakeProcess> => {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "brain-e2e-fake-env-")), "requests.jsonl")
+  const child = spawn(process.execPath, [FAKE_ENVIRONMENT], {
+    env: { ...process.env, HTTP_ENV_LOG: file, HTTP_ENV_LIFECYCLE: JSON.stringify(lifecycle) },
+    stdio: ["ignore", "pipe", "inherit"]
+  })
+  const first = await new Promise<string>((resolve) => readline.createInterface({ input: child.stdout! }).once("line", resolve))
+  const log = () => (fs.existsSync(file) ? fs.readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as LogLine) : [])
+  return { url: `http://127.0.0.1:${JSON.parse(first).port}`, child, log }
+}
