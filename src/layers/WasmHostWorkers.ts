@@ -27,7 +27,7 @@ import { holdsNonFinite, NOT_FINITE, scanJsonText, stringifyOnce } from "../doma
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
-import { AgentloopFailed, type ActivationInput } from "../services/Agentloop.js"
+import { AgentloopFailed, type ActivationInput, type ToolResult } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
@@ -120,18 +120,55 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
  * the text's length is within the bound nothing is measured; past it, the bytes are counted once
  * and each further Event's as it is added.
  */
+/** `"tool_results":` and the comma after it. */
+const TOOL_RESULTS_FIELD_BYTES = 16
+
+/**
+ * The input's tool results (docs/abi.md, "The input's tool results") in at most `room` bytes: all
+ * of them as they are when they fit; else each in order as it is while the ones after it can still
+ * be carried as a note, and the rest with their output replaced by a note saying where it is. The
+ * outputs of a round cut short are each within their bound, but together they could pass what an
+ * input can hold, and then every next activation would fail before its loop could repair the
+ * transcript: the session would never run a turn again.
+ */
+const toolResultsJson = (results: ReadonlyArray<ToolResult>, room: number): string => {
+  const whole = JSON.stringify(results)
+  if (3 * whole.length <= room || Buffer.byteLength(whole, "utf8") <= room) return whole
+  const full = results.map((r) => JSON.stringify(r))
+  const notes = results.map((r, i) =>
+    JSON.stringify({
+      ...r,
+      output: `[not carried: this output is ${Buffer.byteLength(full[i]!, "utf8")} bytes as JSON, more than this activation's input holds beside the rest (BRAIN_MAX_WASM_IO_BYTES); the call's tool_call_ended Event holds it]`
+    })
+  )
+  let laterNotes = notes.reduce((n, note) => n + Buffer.byteLength(note, "utf8") + 1, 1)
+  let used = 0
+  const carried: Array<string> = []
+  for (let i = 0; i < results.length; i++) {
+    const note = Buffer.byteLength(notes[i]!, "utf8") + 1
+    laterNotes -= note
+    const bytes = Buffer.byteLength(full[i]!, "utf8") + 1
+    const piece = used + bytes + laterNotes <= room ? full[i]! : notes[i]!
+    used += piece === full[i] ? bytes : note
+    carried.push(piece)
+  }
+  return `[${carried.join(",")}]`
+}
+
 export const guestInputJson = (
   input: ActivationInput,
   module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">,
   ioBytes: number
 ): string => {
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
-  const head = `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
+  const before = `{${input.input === undefined ? "" : `"input":${JSON.stringify(input.input)},`}"transcript":${JSON.stringify(tail === undefined ? input.transcript : tail.transcript)},${
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
-  }${input.tool_results === undefined ? "" : `"tool_results":${JSON.stringify(input.tool_results)},`}${
-    module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`
-  }"events":[`
+  }`
+  const after = `${module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`}"events":[`
   const end = `],"runtime":${JSON.stringify(input.runtime)}}`
+  const head = input.tool_results === undefined
+    ? before + after
+    : `${before}"tool_results":${toolResultsJson(input.tool_results, ioBytes - Buffer.byteLength(before + after + end, "utf8") - TOOL_RESULTS_FIELD_BYTES)},${after}`
   let events = ""
   // At most this many bytes so far (3 a UTF-16 unit), until it passes the bound; then the exact count.
   let most = 3 * (head.length + end.length)

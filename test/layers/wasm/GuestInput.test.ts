@@ -72,6 +72,25 @@ describe("a loop's input JSON", () => {
     )
   })
 
+  it("carries a cut-short round's tool results whole when they fit, else in order each whole while the rest can be carried as notes, the others with their output replaced by a note: within the bound, every call present with its outcome", () => {
+    const base = activationInput()
+    const result = (i: number, bytes: number) => ({ call_id: `call_${i}`, name: "t", outcome: "ok" as const, output: "x".repeat(bytes), is_error: false })
+    const tool_results = [result(0, 30_000), result(1, 30_000), result(2, 30_000), result(3, 10)]
+    const input: ActivationInput = { ...base, transcript: [], events: [], tool_results }
+    const module = { tail: false, tailMessages: 16, configurationUnread: true }
+    // Room for all: exactly JSON.stringify's text.
+    const roomy = guestInputJson(input, module, 1 << 20)
+    expect(roomy).toBe(JSON.stringify({ input: input.input, transcript: [], tool_results, events: [], runtime: input.runtime }))
+    // Room for about two: the first two whole, the third as a note, the small last one whole; within the bound.
+    const bound = 70_000
+    const written = guestInputJson(input, module, bound)
+    expect(Buffer.byteLength(written)).toBeLessThanOrEqual(bound)
+    const carried = (JSON.parse(written) as { tool_results: ReadonlyArray<{ call_id: string; outcome: string; output: unknown; is_error: boolean }> }).tool_results
+    expect(carried.map((r) => [r.call_id, r.outcome, r.is_error])).toEqual(tool_results.map((r) => [r.call_id, r.outcome, r.is_error]))
+    expect(carried.map((r) => r.output === tool_results[carried.indexOf(r)]!.output)).toEqual([true, true, false, true])
+    expect(String(carried[2]!.output)).toMatch(/^\[not carried: this output is \d+ bytes as JSON/)
+  })
+
   it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime", () => {
     fc.assert(
       fc.property(
