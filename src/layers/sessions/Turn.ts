@@ -212,7 +212,8 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       onFailure: (cause) => Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: (e) => e.message })
     })
   const recorded = closed._tag === "Answered" && Exit.isSuccess(closed.exit) ? closed.exit.value : undefined
-  const durable = recorded ? undefined : yield* Effect.option(journal.lastSequence(cell.session))
+  /** The journal's durable end, when the turn's close was not recorded and the journal can say. */
+  const durable = recorded ? undefined : yield* Effect.orElseSucceed(journal.lastSequence(cell.session), () => undefined)
   // A staged opening the journal never acknowledged (the turn's first write failed, and every
   // write after it): nothing was sent, since an effect is dispatched only once its start, which
   // carries the opening, is durable (the fence), so the failure is not ambiguous. Its sequence is
@@ -220,7 +221,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   // write's records stand after all (with the commit log, docs/operations.md "A full disk"),
   // recovery closes them on the next open. An append still in flight may land yet: not this case.
   const neverStarted = !recorded && closed._tag === "Answered" && scope.unsettled.length === 0 &&
-    cell.opening !== undefined && durable !== undefined && Option.isSome(durable) && durable.value < turn.sequence
+    cell.opening !== undefined && durable !== undefined && durable < turn.sequence
   const outcome: TurnOutcome = recorded
     ? turnOutcome(
       cell.session,
@@ -233,7 +234,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       // Unrecorded, the turn is closed in memory all the same: the session's next access records
       // it failed (recovery), leaving the session idle, never running for ever.
       status: "idle",
-      last_sequence: durable !== undefined && Option.isSome(durable) ? Math.min(durable.value, cell.state.lastSequence) : cell.state.lastSequence,
+      last_sequence: durable !== undefined ? Math.min(durable, cell.state.lastSequence) : cell.state.lastSequence,
       turn: neverStarted
         ? {
           // 0 names no record: the turn's start was never acknowledged durable.
