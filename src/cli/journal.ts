@@ -9,6 +9,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { Console, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
+import { PAGE_BYTES, PAGE_EVENTS } from "../domain/Limits.js"
 import { acquireLock, fsFailure, journalDir, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
@@ -220,6 +221,9 @@ const written = (text: string) =>
     process.stdout.write(text, () => resume(Effect.void))
   })
 
+/** How much text `dump` gathers before writing it out. */
+const DUMP_WRITE_CHARS = 1024 * 1024
+
 export const dump = (dataDir: string, session: string) =>
   exitOnRefusal(Effect.gen(function*() {
     const id = yield* sessionArg(session)
@@ -232,15 +236,28 @@ export const dump = (dataDir: string, session: string) =>
     const { handle, lastSequence } = result.right
     let after = 0
     for (;;) {
-      const page = yield* Effect.either(readRecords(nodeDriver, handle, after, lastSequence, 1000, undefined))
+      // Pages bounded in bytes as the server's are (a page of 1,000 records of megabytes each would
+      // not fit the heap, nor its text one string), written a few lines at a time.
+      const page = yield* Effect.either(readRecords(nodeDriver, handle, after, lastSequence, PAGE_EVENTS, PAGE_BYTES))
       if (page._tag === "Left") {
         yield* Console.error(shown(dataDir, page.left))
         return VERIFY_CORRUPT
       }
       if (page.right.length === 0) break
-      const lines = page.right.map((r) => JSON.stringify(r)).join("\n")
-      // Each page once the previous one has left: a slow reader (a pipe into `less`) gets it all.
-      yield* written(lines + "\n")
+      let lines: Array<string> = []
+      let bytes = 0
+      for (const record of page.right) {
+        const line = JSON.stringify(record)
+        lines.push(line)
+        bytes += line.length
+        if (bytes >= DUMP_WRITE_CHARS) {
+          // Each part once the previous one has left: a slow reader (a pipe into `less`) gets it all.
+          yield* written(lines.join("\n") + "\n")
+          lines = []
+          bytes = 0
+        }
+      }
+      if (lines.length > 0) yield* written(lines.join("\n") + "\n")
       after = page.right[page.right.length - 1]!.sequence
     }
     return VERIFY_CLEAN

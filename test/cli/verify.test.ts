@@ -323,6 +323,39 @@ describe("brain journal dump", () => {
       expect(lines.map((line) => JSON.parse(line))).toEqual(records.map((rec) => ({ ...rec })))
     }))
 
+  it.scopedLive("dump of a journal far larger than its heap prints every record, whole and in order, within that heap", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      // 30 records of 4 MiB: 120 MiB of journal, dumped by a process held to a 64 MiB heap.
+      const big = "x".repeat(4 * 1024 * 1024)
+      const count = 30
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (let i = 0; i < count; i++) yield* journal.append(s, [kv(`k${i}`, big)])
+        }))
+      const out = path.join(dir, "dump.jsonl")
+      const fd = fs.openSync(out, "w")
+      const r = spawnSync(process.execPath, ["--max-old-space-size=64", BIN, "journal", "dump", dir, s], {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 120_000,
+        stdio: ["ignore", fd, "pipe"]
+      })
+      fs.closeSync(fd)
+      expect(r.status, r.stderr).toBe(0)
+      const lines = fs.readFileSync(out, "utf8").split("\n")
+      expect(lines.pop()).toBe("")
+      expect(lines.length).toBe(count)
+      lines.forEach((line, i) => {
+        const record = JSON.parse(line)
+        expect(record.sequence).toBe(i + 1)
+        expect(record.payload.key).toBe(`k${i}`)
+        expect(record.payload.value).toBe(big)
+      })
+    }), 180_000)
+
   it.scopedLive("dump of a torn session prints the committed records only and leaves the file as is; of a corrupt one, exits 2 naming file and offset", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
