@@ -36,23 +36,49 @@ export const forgetCommitLog = (dataDir: string) => {
   }
 }
 
+/** How a write that fails after landing (`landsThenFails`) goes: how many of its bytes reach the file, then the error's code. */
+export interface Landing {
+  readonly landed: (bytes: number) => number
+  readonly code: "ENOSPC" | "EIO"
+}
+
 /**
  * Wraps a driver: counts calls, and fails writes to files whose path contains a marked session:
  * the next write only (`failNextWrite`, EIO), or every write until `diskFreed` (`diskFull`, ENOSPC
- * as a full disk answers).
+ * as a full disk answers), or the next write after part or all of it reached the file
+ * (`landsThenFails`: a disk filling up in the middle of a write, or an `O_DSYNC` write whose data
+ * landed and whose sync failed). `failTruncates`: every ftruncate of such a file fails (EIO) until `diskFreed`.
  */
 export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
   const counts = { fdatasync: 0, writev: 0 }
   const failing = new Set<string>()
   const full = new Set<string>()
+  const landing = new Map<string, Landing>()
+  const noTruncate = new Set<string>()
   const fdPaths = new Map<number, string>()
   const driver: FileDriverShape = {
     ...base,
     open: (p, flags) => Effect.tap(base.open(p, flags), (fd) => Effect.sync(() => fdPaths.set(fd, p))),
+    ftruncate: (fd, length) =>
+      Effect.suspend(() => {
+        const p = fdPaths.get(fd) ?? ""
+        for (const s of noTruncate) {
+          if (p.includes(s)) return Effect.fail(new FileError({ op: "ftruncate", path: p, code: "EIO", detail: "injected" }))
+        }
+        return base.ftruncate(fd, length)
+      }),
     writev: (fd, buffers, position) =>
       Effect.suspend(() => {
         counts.writev++
         const p = fdPaths.get(fd) ?? ""
+        for (const [s, how] of landing) {
+          if (!p.includes(s)) continue
+          landing.delete(s)
+          const all = Buffer.concat(buffers)
+          const n = Math.max(0, Math.min(all.length, how.landed(all.length)))
+          const failure = new FileError({ op: "write", path: p, code: how.code, detail: `${how.code}: injected after ${n} of ${all.length} bytes landed` })
+          return Effect.zipRight(n > 0 ? base.writev(fd, [all.subarray(0, n)], position) : Effect.void, Effect.fail(failure))
+        }
         for (const s of full) {
           if (p.includes(s)) {
             return Effect.fail(new FileError({ op: "write", path: p, code: "ENOSPC", detail: "ENOSPC: no space left on device" }))
@@ -78,7 +104,13 @@ export const instrumentedDriver = (base: FileDriverShape = nodeDriver) => {
     counts,
     failNextWrite: (session: string) => void failing.add(session),
     diskFull: (session: string) => void full.add(session),
-    diskFreed: (session: string) => void full.delete(session)
+    landsThenFails: (part: string, how: Landing) => void landing.set(part, how),
+    failTruncates: (part: string) => void noTruncate.add(part),
+    diskFreed: (part: string) => {
+      full.delete(part)
+      landing.delete(part)
+      noTruncate.delete(part)
+    }
   }
 }
 
