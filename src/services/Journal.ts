@@ -48,7 +48,9 @@ export class JournalCorrupt extends Data.TaggedError("JournalCorrupt")<{
 
 /**
  * A write or sync failed. Sticky: the session's journal refuses every later append rather than
- * continue past a hole. The failed append's records may or may not have reached the disk.
+ * continue past a hole. What landed of the failed append is taken back before it is reported, so
+ * its records never read as committed later; when that cannot be done, the session's durable end
+ * is refused (`lastSequence`) until `reset`, and what is stored then stands.
  */
 export class JournalWriteFailed extends Data.TaggedError("JournalWriteFailed")<{
   readonly session: string
@@ -63,14 +65,22 @@ export class JournalWriteFailed extends Data.TaggedError("JournalWriteFailed")<{
  * The store cannot serve this now for want of something it gets back: open-file descriptors, at
  * the process's or the system's limit (EMFILE, ENFILE). Nothing is damaged and nothing was written;
  * the same call can succeed once descriptors are given back. Never sticky.
+ *
+ * `outcome_unknown`: a session's durable end, asked (`lastSequence`) after a failed write whose
+ * records may stand all the same (the store could not take back what landed of it): it is known
+ * again once the session is reset and opened from what is stored.
  */
 export class JournalUnavailable extends Data.TaggedError("JournalUnavailable")<{
   /** The session whose journal was being reached; undefined for the list of sessions. */
   readonly session: string | undefined
   readonly reason: string
+  readonly why?: "descriptors" | "outcome_unknown"
 }> {
   override get message() {
     const what = this.session === undefined ? "the sessions directory" : `the journal of ${this.session}`
+    if (this.why === "outcome_unknown") {
+      return `${what} cannot say its durable end now: ${this.reason}; it is known again once the session is opened again from what is stored`
+    }
     return `${what} cannot be reached now: ${this.reason} (the open-file limit is reached); nothing is damaged, try again shortly`
   }
 }
@@ -234,7 +244,10 @@ export interface JournalShape {
    * journal, without reading. For weighing a read of one stored record (BRAIN_WORKING_MEMORY_BYTES).
    */
   readonly readBytes?: (session: SessionId, after: number) => Effect.Effect<number, JournalReadError>
-  /** The last durable sequence (0 for an empty journal). */
+  /**
+   * The last durable sequence (0 for an empty journal). Refused (`JournalUnavailable`,
+   * `outcome_unknown`) after a failed write whose records may stand, until `reset`.
+   */
   readonly lastSequence: (session: SessionId) => Effect.Effect<number, JournalReadError>
   /**
    * Records committed from now on, as they become durable. The subscription is registered when

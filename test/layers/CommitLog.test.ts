@@ -267,12 +267,12 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
         }), undefined, { commitLogBytes: 4096 })
     }))
 
-  it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed, their segment files are synced instead, and the journals go on; a power loss then keeps what landed and what followed", () =>
+  it.scopedLive("a log write that fails fails its round's appends with JournalWriteFailed, what landed of them in their segment files is cut back, and the journals go on; a power loss then keeps what followed and nothing of the failed appends", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const rec = recordingDriver()
       const [s, t] = [yield* mintSessionId, yield* mintSessionId]
-      const { failed, later, logs, synced } = yield* withJournal(dir, (journal) =>
+      const { failed, k3, later, logs, synced } = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {
           yield* journal.create(s)
           yield* journal.create(t)
@@ -280,21 +280,21 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
           // s's first write is the one whose batch fails: nothing of s is synced or logged before it.
           rec.failLogWrites(1)
           const failed = yield* Effect.flip(journal.append(s, [kv("k1")]))
-          // s's journal refuses appends until it is reset (DESIGN §2); then it goes on after what landed.
+          // s's journal refuses appends until it is reset (DESIGN §2); then it goes on from its committed end.
           const later = yield* Effect.flip(journal.append(s, [kv("k2")]))
           yield* journal.reset(s)
-          yield* journal.append(s, [kv("k3")])
+          const k3 = yield* journal.append(s, [kv("k3")])
           yield* journal.append(t, [kv("t2")])
-          return { failed, later, synced: rec.synced(), logs: logsNow(dir) }
+          return { failed, later, k3, synced: rec.synced(), logs: logsNow(dir) }
         }), rec.driver)
       expect(failed._tag).toBe("JournalWriteFailed")
       expect(later._tag).toBe("JournalWriteFailed")
       restoreLogs(dir, logs)
       losePower(dir, synced, () => "zeros")
       const read = yield* withJournal(dir, (journal) => Effect.all([readAll(journal, s), readAll(journal, t)]))
-      // k1 was reported failed (ambiguous) and landed; synced after its batch failed, it stands, and
-      // k3, logged after it, follows it (unsynced, k1 would be a hole before k3: a corrupt journal).
-      expect(read[0].filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["k1", "k3"])
+      // k1 was reported failed and landed in its segment: cut back before it was answered, it never
+      // stands, and k3 took its place (logged after it, never after a hole).
+      expect(read[0].filter((r) => r.kind === "kv_put").map((r) => [r.sequence, r.payload.key])).toEqual([[k3[0], "k3"]])
       expect(read[1].filter((r) => r.kind === "kv_put").map((r) => r.payload.key)).toEqual(["t1", "t2"])
     }))
 

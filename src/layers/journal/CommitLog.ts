@@ -25,11 +25,14 @@
  *   Writing a batch again is harmless when its bytes already are there: segment files are only
  *   appended to, and a torn end is cut only after this, at open. A file that no longer exists was
  *   deleted with its session, and is skipped.
- * - A failed write of the log fails its round's appends (what landed of them is then synced in
- *   their segment files, `afterRound`, so that nothing a later append relies on is missing after a
- *   power loss); the next round writes its batch where the failed one began. A failure of such a
- *   sync, or of a segment's sync before its log is written over, is sticky: nothing more is
- *   acknowledged (a log that cannot be trusted cannot be written over).
+ * - A failed write of the log fails its round's appends, and nothing of them may stand (Store.ts):
+ *   the batch, whatever of it landed, is erased (`erased`: its header, if it landed, zeroed durably) before they
+ *   are answered, and the file store cuts their segment files back to where the round began. The
+ *   next round writes its batch where the failed one began. A segment that cannot be cut back is
+ *   synced instead (`notCutBack`: what stands of the failed write is durable then, so that nothing
+ *   a later append follows is missing after a power loss). A batch that cannot be erased, a failure
+ *   of such a sync, or of a segment's sync before its log is written over, is sticky: nothing more
+ *   is acknowledged (a log that cannot be trusted cannot be written over).
  */
 import * as crypto from "node:crypto"
 import * as fs from "node:fs"
@@ -38,7 +41,7 @@ import { Cause, Deferred, Effect, Exit, Fiber, FiberId, Option } from "effect"
 import { isSessionId } from "../../domain/Ids.js"
 import { DataDirError } from "./DataDir.js"
 import { type CommitLogWrite, type FileDriverShape, type FileError, SEGMENT_WRITES_SYNCED } from "./FileDriver.js"
-import { BATCH_HEADER_BYTES, type LogEntry, type LogUse, type ScannedLog, scanLog, scanNeedsMore } from "./CommitLogFormat.js"
+import { BATCH_HEADER_BYTES, isBatchHeader, type LogEntry, type LogUse, type ScannedLog, scanLog, scanNeedsMore } from "./CommitLogFormat.js"
 import type { Segment, SessionHandle } from "./Handle.js"
 
 export const COMMIT_LOG_DIR = "commit-log"
@@ -227,7 +230,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
   let flushing = new Set<SessionHandle>()
   let flush: Fiber.RuntimeFiber<void> | undefined
   let failure: string | undefined
-  /** The last round's batch failed (its segment files are synced before the next round: `afterRound`). */
+  /** The last round's batch failed (it is erased before its appends are answered: `erased`). */
   let roundFailed: string | undefined
   /** Sessions deleted while either log may still hold their writes: created again, a start after a crash would write those into the new one. */
   let deleted = new Set<string>()
@@ -302,24 +305,42 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
       return failure
     },
     /**
-     * After a round: when its batch failed, the segment files it wrote, synced here, stand for it
-     * (the round's appends were reported failed, and what landed of them is durable now, as
-     * without the log); a sync that fails too is sticky (`failure`). The position did not move:
-     * the next batch is written over what the failed one left, which its salt keeps from passing
-     * for a batch. Undefined when the round's batch was written.
+     * After a round, before its failures are answered: when its batch failed, whatever of it landed
+     * is erased from the log (a zeroed header where it began, made durable), so that no start
+     * writes it into a segment file again. False when the batch failed and could not be erased:
+     * the failure is sticky (`failure`), and what the batch held may stand. True otherwise.
      */
-    afterRound: (handles: ReadonlyArray<SessionHandle>): Effect.Effect<void> | undefined => {
-      if (roundFailed === undefined) return undefined
+    erased: (): Effect.Effect<boolean> => {
+      if (roundFailed === undefined) return Effect.succeed(true)
       const why = roundFailed
       roundFailed = undefined
-      return Effect.forEach(handles, (h) => {
-        const fd = h.fd
-        if (fd === undefined) return Effect.void
-        return Effect.map(syncOf(fd), (failed) => {
-          if (failed !== undefined) fail(`${why}, and a journal file's sync after it failed: ${failed}`)
-        })
-      }, { concurrency: "unbounded", discard: true })
+      const fd = recovered.fds[current]
+      const at = position
+      const header = Buffer.alloc(BATCH_HEADER_BYTES)
+      // Only a header that landed is written over: bytes already there take no new space on a full
+      // disk, where zeros written over a hole (a log sized ahead) or past the file's end could fail.
+      const erase = Effect.flatMap(driver.read(fd, header, at), (n) =>
+        isBatchHeader(header.subarray(0, n))
+          ? Effect.zipRight(driver.writev(fd, [Buffer.alloc(BATCH_HEADER_BYTES)], at), driver.fdatasync(fd))
+          : Effect.void)
+      return Effect.map(
+        Effect.exit(erase),
+        (exit) => {
+          if (Exit.isSuccess(exit)) return true
+          fail(`${why}, and the failed batch could not be erased from the log: ${Cause.failureOption(exit.cause).pipe(Option.match({ onNone: () => Cause.pretty(exit.cause), onSome: (e) => e.reason }))}`)
+          return false
+        }
+      )
     },
+    /**
+     * A failed write's segment file could not be cut back to where the write began: it is synced,
+     * so that what stands of the write is durable before anything follows it (without that, a later
+     * append logged after it would follow a hole after a power loss); a sync that fails too is sticky.
+     */
+    notCutBack: (fd: number, why: string): Effect.Effect<void> =>
+      Effect.map(syncOf(fd), (failed) => {
+        if (failed !== undefined) fail(`${why}, and a journal file's sync after it failed: ${failed}`)
+      }),
     /** What must happen before the next round's batch: a switch when the current log is full (else undefined). */
     beforeRound: (): Effect.Effect<void> | undefined => position >= capacity && failure === undefined ? switchLog : undefined,
     /** The round's batch, naming each write's segment; `written` is told which handles it made dirty once the round is done. */

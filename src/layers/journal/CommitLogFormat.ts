@@ -76,6 +76,11 @@ export const encodeBatch = (use: LogUse, entries: ReadonlyArray<LogPiece>): Buff
   return out
 }
 
+/** Whether `header` (BATCH_HEADER_BYTES of a log, or fewer where the file ends) is a sound batch header of any use. */
+export const isBatchHeader = (header: Buffer): boolean =>
+  header.length >= BATCH_HEADER_BYTES && header.readUInt32LE(0) === BATCH_MAGIC &&
+  zlib.crc32(header.subarray(0, 24)) === header.readUInt32LE(24)
+
 /** What a log file holds: its epoch (undefined when it holds no whole batch) and its batches' entries, in order. */
 export interface ScannedLog {
   readonly epoch: number | undefined

@@ -27,6 +27,7 @@ import {
   type JournalAppendError,
   type JournalReadError,
   type JournalShape,
+  JournalUnavailable,
   JournalWriteFailed,
   type Staged,
   RecordRejected,
@@ -321,7 +322,18 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
               : Effect.succeed({ bytes: segments.reduce((n, s) => n + s.bytes, 0), open: false, segments }))
         }),
       ...(store.readBytes === undefined ? {} : { readBytes: (session: SessionId, after: number) => Effect.map(openOf(session), (o) => store.readBytes!(o.state, after)) }),
-      lastSequence: (session) => Effect.map(openOf(session), (o) => o.lastSequence),
+      // After a failed write that may stand all the same, the durable end is not known until a reset reopens the session.
+      lastSequence: (session) =>
+        Effect.flatMap(openOf(session), (o) =>
+          o.outcomeUnknown
+            ? Effect.fail(
+              new JournalUnavailable({
+                session,
+                reason: `a failed write's records may stand (${o.broken?.reason ?? "a failed write"}): its outcome is not known`,
+                why: "outcome_unknown"
+              })
+            )
+            : Effect.succeed(o.lastSequence)),
       size: (session) =>
         Effect.suspend(() => {
           const open = opens.get(session)

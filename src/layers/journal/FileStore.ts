@@ -9,9 +9,19 @@
  * Write descriptors are kept open for the next round, at most OPEN_JOURNAL_FILES, least recently
  * written closed first (synced first when the commit log needs it), and never closed under a
  * write in flight.
+ *
+ * A failed write: part or all of it may have landed (a disk that fills up in the middle of a
+ * write, an `O_DSYNC` write whose data landed and whose sync failed, a round whose segment writes
+ * landed and whose commit-log batch failed). Before it is answered, what landed is taken back: the
+ * round's batch erased from the commit log when that write failed (CommitLog.ts `erased`), then
+ * the segment cut back (ftruncate) to where the write began and synced. So a write reported failed
+ * is never read back later, by a reopen or after a crash: no frame of it stays in the segment for
+ * the open's scan to take (a whole atomic append that landed would read as committed; a torn one
+ * only as a torn tail), and no batch of it stays in the log for a start to write again. When that
+ * cannot be done the failure is answered `unknown` (Store.ts): its records may stand.
  */
 import * as path from "node:path"
-import { Effect } from "effect"
+import { Effect, Exit } from "effect"
 import { isSessionId, type SessionId } from "../../domain/Ids.js"
 import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
@@ -36,6 +46,13 @@ export const defaultFileStoreLimits: FileStoreLimits = {
   openFiles: OPEN_JOURNAL_FILES,
   rotateBytes: SEGMENT_ROTATE_BYTES,
   commitLogBytes: COMMIT_LOG_BYTES
+}
+
+/** A write of a round that failed: answered once what landed of it is taken back. */
+interface FailedWrite {
+  readonly write: Write
+  readonly index: number
+  readonly reason: string
 }
 
 interface Write {
@@ -223,6 +240,8 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
               indexOf.push(index)
             }
           }), { discard: true })
+        /** The round's failed writes: answered once what landed of them is taken back (`takeBack`). */
+        let failed: Array<FailedWrite> | undefined
         const synced = Effect.suspend(() =>
           writes.length === 0 ? Effect.void : driver.syncMany(
             writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: log === undefined && SEGMENT_WRITES_SYNCED })),
@@ -231,7 +250,8 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
               if (error) {
                 w.handle.failed = true
                 releasing.add(w.handle)
-                return onDone(indexOf[k]!, error.reason)
+                ;(failed ??= []).push({ write: w, index: indexOf[k]!, reason: error.reason })
+                return
               }
               const segIndex = w.handle.segments.indexOf(w.segment)
               let offset = w.position
@@ -246,9 +266,34 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
             log?.batch(writes.map((w) => w.segment))
           )
         )
-        // A round whose batch failed is made durable in its segment files instead (CommitLog.ts).
-        const logged = log === undefined ? synced : Effect.zipRight(synced, Effect.suspend(() => log.afterRound(writes.map((w) => w.handle)) ?? Effect.void))
+        const logged = Effect.zipRight(synced, Effect.suspend(() => failed === undefined ? Effect.void : takeBack(failed, onDone)))
         return Effect.ensuring(slow === undefined ? logged : Effect.zipRight(opened, logged), endRound(items))
+      })
+
+    /**
+     * A round's failed writes taken back before they are answered (the module's "A failed write"):
+     * the round's batch erased from the commit log when its write failed, then each failed write's
+     * segment cut back to where the write began, and synced. A failure answered `unknown` is one
+     * where either could not be done: what landed of it may stand.
+     */
+    const takeBack = (failed: ReadonlyArray<FailedWrite>, onDone: (index: number, failure: string | undefined, unknown?: boolean) => void) =>
+      Effect.flatMap(log?.erased() ?? Effect.succeed(true), (erased) =>
+        Effect.forEach(
+          failed,
+          ({ index, reason, write }) => Effect.map(cutBack(write, reason), (cut) => onDone(index, reason, !(erased && cut))),
+          { concurrency: "unbounded", discard: true }
+        ))
+
+    /** A failed write's segment cut back to where the write began, and synced; false when that failed. */
+    const cutBack = (w: Write, reason: string): Effect.Effect<boolean> =>
+      Effect.suspend(() => {
+        // Still open: a failed handle's descriptor is closed only once the round ends.
+        const fd = w.handle.fd
+        if (fd === undefined) return Effect.succeed(false)
+        return Effect.flatMap(Effect.exit(Effect.zipRight(driver.ftruncate(fd, w.position), driver.fdatasync(fd))), (exit) =>
+          Exit.isSuccess(exit)
+            ? Effect.succeed(true)
+            : Effect.as(log?.notCutBack(fd, `${reason}, and the journal file could not be cut back to its committed end`) ?? Effect.void, false))
       })
 
     /** After a round: descriptors released meanwhile are closed, and idle ones past the limit. */

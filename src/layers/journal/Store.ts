@@ -12,6 +12,10 @@
  *   which records belong together, so recovery drops an incomplete group). `onDone` is called
  *   exactly once per item, with the reason when that item failed; one item's failure never
  *   affects another's. The round itself never fails.
+ * - An item reported failed leaves nothing that a later `open`, `read` or start would take as
+ *   committed: what landed of it is taken back before `onDone` is called. When the store cannot
+ *   make sure of that, it says so (`onDone`'s `unknown`): the failure's records may stand, and a
+ *   later open reads them as committed. No failure is reported before it is one or the other.
  * - `open` returns only committed records' end: a torn final write is repaired (dropped and the
  *   store synced) before anything is returned; damage anywhere else is `JournalCorrupt`.
  * - A lack of something the store gets back (the file store's descriptors: EMFILE, ENFILE) is
@@ -83,10 +87,13 @@ export interface JournalStore<S> {
    * commits then carry. Only on stores several owners can share (see the module's rules).
    */
   readonly claim?: (session: SessionId) => Effect.Effect<number, SessionNotFound>
-  /** One group-commit round; see the module's rules. */
+  /**
+   * One group-commit round; see the module's rules. `unknown`, with a failure only: what landed of
+   * the item could not be taken back, so its records may stand.
+   */
   readonly commit: (
     items: ReadonlyArray<CommitItem<S>>,
-    onDone: (index: number, failure: string | undefined) => void
+    onDone: (index: number, failure: string | undefined, unknown?: boolean) => void
   ) => Effect.Effect<void>
   /** Committed records after `after` and up to `last`, in order (`maxBytes` as Journal.read). */
   readonly read: (

@@ -32,6 +32,11 @@ import { type RecentRecord, RecentTail } from "./Tail.js"
 export class OpenSession<S> {
   readonly tail = new RecentTail()
   broken: JournalWriteFailed | undefined = undefined
+  /**
+   * The failure that broke it may have left its records standing (the store could not take back
+   * what landed, Store.ts): the durable end is not known until the session is opened again.
+   */
+  outcomeUnknown = false
   /** Appends queued or being written; an open session is dropped from memory only at zero. */
   inflight = 0
   /** Dropped from memory: appends must go to a freshly opened one. */
@@ -315,7 +320,7 @@ export class Writer<S> {
         shares.push({ open, appends, sequences, recordedAt, next, staged })
         items.push({ session: open.session, state: open.state, generation: open.generation, recordedAtMs: recordedAt, records })
       }
-      return items.length > 0 ? this.store.commit(items, (i, failure) => this.settle(shares[i]!, failure)) : Effect.void
+      return items.length > 0 ? this.store.commit(items, (i, failure, unknown) => this.settle(shares[i]!, failure, unknown)) : Effect.void
     }).pipe(
       Effect.catchAllCause((cause) =>
         Effect.zipRight(
@@ -325,6 +330,8 @@ export class Writer<S> {
             for (const p of batch) {
               if (!p.open.broken) {
                 p.open.broken = new JournalWriteFailed({ session: p.open.session, reason: "the writer failed unexpectedly" })
+                // Nothing says how far the store got with it.
+                p.open.outcomeUnknown = true
               }
               p.done(Exit.fail(p.open.broken))
             }
@@ -335,11 +342,12 @@ export class Writer<S> {
   }
 
   /** Called by the store when one session's share is durable, or failed. */
-  private settle(share: RoundShare<S>, failure: string | undefined) {
+  private settle(share: RoundShare<S>, failure: string | undefined, unknown = false) {
     const { appends, open, recordedAt, sequences, staged } = share
     if (staged) open.inflight--
     if (failure !== undefined) {
       open.broken = new JournalWriteFailed({ session: open.session, reason: failure })
+      if (unknown) open.outcomeUnknown = true
       for (const p of appends) p.done(Exit.fail(open.broken))
       return
     }
