@@ -3,7 +3,9 @@
  *
  * The lock is a file holding the owner's pid and kernel start time. A lock whose owner is gone
  * (killed with `kill -9`, say) or whose pid now names another process is stale and is taken
- * over, so a crash never blocks the restart; a live owner is waited for a bounded interval.
+ * over, so a crash never blocks the restart; a live owner is waited for a bounded interval. What
+ * an attempt killed in the middle leaves (its private files) is removed by the next attempt
+ * (`removeLockDebris`).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -177,7 +179,69 @@ const createDirs = (dir: string) => {
 }
 
 let lockAttempts = 0
-const uniqueName = (lockPath: string, suffix: string) => `${lockPath}.${process.pid}.${Date.now()}.${lockAttempts++}.${suffix}`
+/**
+ * A private file of a lock attempt: `lock.{pid}.{start}.{ms}.{n}.{new|stale}`, naming the process
+ * that made it by its pid and kernel start time (`-` where unknown), as the lock itself does.
+ */
+const uniqueName = (lockPath: string, suffix: "new" | "stale") =>
+  `${lockPath}.${process.pid}.${startTimeOf(process.pid) ?? "-"}.${Date.now()}.${lockAttempts++}.${suffix}`
+
+/** A lock attempt's private file: its maker (pid, and start time when the name has one) and kind; undefined for any other name. */
+const lockFileOf = (name: string): { readonly pid: number; readonly start: string | undefined; readonly kind: "new" | "stale" } | undefined => {
+  // lock.{pid}.{start}.{ms}.{n}.{kind}, or lock.{pid}.{ms}.{n}.{kind} as earlier versions named them.
+  const m = /^lock\.(\d+)\.(?:(\d+|-)\.)?\d+\.\d+\.(new|stale)$/.exec(name)
+  if (m === null) return undefined
+  return { pid: Number(m[1]), start: m[2] === undefined || m[2] === "-" ? undefined : m[2], kind: m[3] as "new" | "stale" }
+}
+
+/**
+ * Removes what lock attempts cut off by a crash left (`lock.*.new`, `lock.*.stale`: `tryLock`
+ * removes its own before it returns, so a file is left only by a process that died in the middle).
+ * Best effort: a file that cannot be removed is left for the next start; nothing reads them.
+ *
+ * The race. A file is a live attempt's only while its maker lives: an attempt is one synchronous
+ * step that ends by removing its files. So only files whose maker is gone are touched, told as a
+ * stale lock is told (its pid not alive, or alive with another kernel start time: a new process
+ * that reuses the pid never matches the start time in an old name). A live maker's file (another
+ * process's attempt under way, or this process's, made by another thread) is never touched; where
+ * start times are unknown (off Linux) a pid that lives keeps its files, this process's own too.
+ * A dead maker's `.stale` file holds a lock it moved aside; when that lock's owner still lives (the
+ * maker died between its rename and its link back), the lock is linked back first, so its owner
+ * keeps it. Several starts cleaning at once: a file already removed (ENOENT) and a lock already
+ * back (EEXIST) are no failure.
+ */
+const removeLockDebris = (dir: string, lockPath: string) => {
+  let names: Array<string>
+  try {
+    names = fs.readdirSync(dir)
+  } catch {
+    return
+  }
+  const me = startTimeOf(process.pid)
+  for (const name of names) {
+    const made = lockFileOf(name)
+    if (made === undefined) continue
+    if (made.pid === process.pid && (made.start === undefined || me === undefined || made.start === me)) continue
+    if (isAlive(made.pid, made.start)) continue
+    const file = path.join(dir, name)
+    try {
+      if (made.kind === "stale") {
+        const [pidText, start] = (readOrEmpty(file) ?? "").trim().split(" ")
+        const owner = Number(pidText)
+        if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner, start === "-" ? undefined : start)) {
+          try {
+            fs.linkSync(file, lockPath)
+          } catch (err) {
+            if (errno(err) !== "EEXIST") throw err
+          }
+        }
+      }
+      fs.unlinkSync(file)
+    } catch {
+      // Left for the next start (ENOENT: another start removed it first).
+    }
+  }
+}
 
 /**
  * One attempt. The lock appears whole or not at all: the owner line is written to a private file
@@ -242,6 +306,8 @@ export const acquireLock = (dir: string, waitMs: number = DATA_DIR_LOCK_WAIT_MS)
   const lockPath = path.join(dir, LOCK_FILE)
   return Effect.acquireRelease(
     Effect.gen(function*() {
+      // Before the first attempt: a live lock a crashed attempt left moved aside is back in place.
+      yield* Effect.sync(() => removeLockDebris(dir, lockPath))
       const deadline = (yield* Clock.currentTimeMillis) + waitMs
       // Poll a live owner until it exits or the wait runs out (a starting server may overlap
       // with an exiting one for a moment).
