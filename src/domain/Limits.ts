@@ -79,10 +79,12 @@ export const PAGE_EVENTS = 1_000
 export const PAGE_BYTES = 8 * 1024 * 1024
 
 /**
- * Levels. JSON nested deeper is refused wherever it comes in — an HTTP body, and every text a
- * Wasm guest hands the host (a host call's request, a loop's or a tool's output) — checked by a
- * scan of the text before it is parsed: no request needs it, and deep values overflow the
- * recursive code they reach (JSON.stringify, the journal's encoder).
+ * Levels. JSON nested deeper is refused wherever it comes in — an HTTP body, every text a Wasm
+ * guest hands the host (a host call's request, a loop's or a tool's output), an http
+ * Environment's answer to a lifecycle step and an error body it sends — checked by a scan of the
+ * text before it is parsed: no request needs it, and deep values overflow the recursive code they
+ * reach (JSON.stringify, the journal's encoder). A tool's output is checked where its outcome is
+ * recorded.
  */
 export const MAX_JSON_DEPTH = 64
 

@@ -108,10 +108,16 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
       maxBytes: options.maxResponseBytes
     })
 
+    /** What a reply from `target` to `path` means, read with `shape` (a tool call's: `outputDepthChecked`). */
+    const readingOf = <A>(target: Target, path: string, shape: Reading<A>["shape"]): Reading<A> =>
+      path === "/tools/call"
+        ? { environment: target.environment, path, secrets: target.secrets, shape, outputDepthChecked: true }
+        : { environment: target.environment, path, secrets: target.secrets, shape }
+
     /** One POST to `path` and what its reply means, read with `shape`. */
     const send = <A>(target: Target, path: string, body: unknown, shape: Reading<A>["shape"]) =>
       exchange(dispatcher, postOf(target, path, body)).pipe(
-        Effect.flatMap((reply) => readReply(reply, { environment: target.environment, path, secrets: target.secrets, shape }))
+        Effect.flatMap((reply) => readReply(reply, readingOf(target, path, shape)))
       )
 
     const lifecycle = (step: LifecycleStep) => (operation: LifecycleOperation): Effect.Effect<LifecycleEnded, EnvironmentFailed> =>
@@ -181,7 +187,7 @@ export const make = (options: EnvironmentsHttpOptions): Effect.Effect<Environmen
       const leave = exchangeNow(dispatcher, postOf(t, "/tools/call", callBody(t, c)), (exchanged) => {
         const read: Either.Either<EnvironmentAnswer, EnvironmentFailed> = Either.isLeft(exchanged)
           ? Either.left(exchanged.left)
-          : readReply(exchanged.right, { environment: t.environment, path: "/tools/call", secrets: t.secrets, shape: readAnswer })
+          : readReply(exchanged.right, readingOf(t, "/tools/call", readAnswer))
         exit = Either.isLeft(read) ? Exit.fail(read.left) : Exit.succeed(callAnswerOf(read.right))
         listener?.(exit)
       })

@@ -4,9 +4,10 @@
  * the step's) typed outcome at once, the same with a secret configured as without one, and never
  * a wait for a deadline.
  *
- * - A 200 `{"ok": v}` nested far past any stack is its answer (the bound of 64 levels is the
- *   outcome record's, ToolVerdicts.ts: `invalid_output`, checked end to end in
- *   test/e2e/environmentAnswers.test.ts).
+ * - A tool call's 200 `{"ok": v}` nested far past any stack is its answer (the bound of 64 levels
+ *   is the outcome record's, ToolVerdicts.ts: `invalid_output`, checked end to end in
+ *   test/e2e/environmentAnswers.test.ts). A lifecycle step's or a cancel's answer, and an error
+ *   response's body, are held to the 64 levels here, before they are parsed.
  * - Members named `__proto__`, `constructor`, `prototype` are the output's own, as sent.
  * - An exception while reading an answer is a typed failure, never lost.
  * - A 100 Continue Brain never asked for, and a body in a content coding, are refused by name.
@@ -17,7 +18,8 @@ import * as http from "node:http"
 import type * as net from "node:net"
 import * as zlib from "node:zlib"
 import { Effect, Either, Exit, Layer } from "effect"
-import { type AdmittedEnvironment, type EnvironmentBindings, parseEnvironmentBindings } from "../../src/domain/Environment.js"
+import { type AdmittedEnvironment, type EnvironmentBindings, parseEnvironmentBindings, readAnswer, readCancelAnswer } from "../../src/domain/Environment.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import type { SessionId } from "../../src/domain/Ids.js"
 import { readReply } from "../../src/layers/environments/Answers.js"
 import * as EnvironmentsHttp from "../../src/layers/EnvironmentsHttp.js"
@@ -117,7 +119,7 @@ const bottomOf = (v: unknown): readonly [number, unknown] => {
 }
 
 describe("the http Environment driver: unusual answers", () => {
-  it.scopedLive("an answer nested far past the stack is the call's answer at once, redacted, with a secret configured as without one (setup's result too)", () =>
+  it.scopedLive("a tool call's answer nested far past the stack is the call's answer at once, redacted, with a secret configured as without one", () =>
     Effect.gen(function*() {
       const url = yield* environment
       for (const secured of [true, false]) {
@@ -128,13 +130,58 @@ describe("the http Environment driver: unusual answers", () => {
           expect(v.outcome).toBe("ok")
           expect(bottomOf(v.output)).toEqual([DEPTH, secured ? "<redacted>" : TOKEN])
         }
-        const setup = yield* withDriver(
-          bindingsOf(url, secured),
-          Effect.flatMap(Environments, (e) => e.setup({ session: SESSION, sequence: 2, environment: sandbox(url) }))
-        )
-        expect(bottomOf(setup.result)).toEqual([DEPTH, secured ? "<redacted>" : TOKEN])
       }
     }))
+
+  it.scopedLive("a setup answered with a result nested past 64 levels is a malformed answer (uncertain bad_shape, ambiguous), never its result", () =>
+    Effect.gen(function*() {
+      const url = yield* environment
+      for (const secured of [true, false]) {
+        const setup = yield* withDriver(
+          bindingsOf(url, secured),
+          Effect.exit(Effect.flatMap(Environments, (e) => e.setup({ session: SESSION, sequence: 2, environment: sandbox(url) })))
+        )
+        expect(setup).toMatchObject({ _tag: "Failure", cause: { error: { _tag: "EnvironmentUncertain", reason: "bad_shape", status: 200 } } })
+        if (!Exit.isFailure(setup) || setup.cause._tag !== "Fail") throw new Error(String(setup))
+        expect(setup.cause.error.message).toContain("nested deeper than 64 levels")
+        expect(setup.cause.error.failure).toMatchObject({ code: "environment_failed", ambiguous: true })
+      }
+    }))
+
+  it("every lifecycle answer is held to 64 levels below its one member: 64 is its result, 65 malformed, whatever the member", () => {
+    const nested = (levels: number, member: string) => `{"${member}":${"[".repeat(levels)}1${"]".repeat(levels)}}`
+    const reading = (path: string) => ({ environment: "sandbox", path, secrets: [TOKEN], shape: readAnswer })
+    for (const path of ["/setup", "/detach", "/teardown"]) {
+      for (const member of ["ok", "error"]) {
+        const at = readReply({ status: 200, body: new TextEncoder().encode(nested(MAX_JSON_DEPTH, member)), truncated: false }, reading(path))
+        expect(Either.isRight(at), `${path} ${member}`).toBe(true)
+        const past = readReply({ status: 200, body: new TextEncoder().encode(nested(MAX_JSON_DEPTH + 1, member)), truncated: false }, reading(path))
+        expect(past, `${path} ${member}`).toMatchObject({ _tag: "Left", left: { _tag: "EnvironmentUncertain", reason: "bad_shape", status: 200 } })
+      }
+    }
+    // A cancel's answer too: only a boolean is read from it, and nothing deeper is parsed.
+    const cancel = readReply({ status: 200, body: new TextEncoder().encode(nested(MAX_JSON_DEPTH + 1, "stopped")), truncated: false }, {
+      environment: "sandbox",
+      path: "/tools/cancel",
+      secrets: [],
+      shape: readCancelAnswer
+    })
+    expect(cancel).toMatchObject({ _tag: "Left", left: { _tag: "EnvironmentUncertain", reason: "bad_shape" } })
+  })
+
+  it("an error response's body nested past 64 levels is kept as text in the failure's details, not parsed; one within them as JSON", () => {
+    const deep = `${"[".repeat(MAX_JSON_DEPTH + 1)}"${TOKEN}"${"]".repeat(MAX_JSON_DEPTH + 1)}`
+    const shallow = `${"[".repeat(MAX_JSON_DEPTH)}"x"${"]".repeat(MAX_JSON_DEPTH)}`
+    const reading = { environment: "sandbox", path: "/setup", secrets: [TOKEN], shape: readAnswer }
+    for (const status of [400, 409, 500]) {
+      const past = readReply({ status, body: new TextEncoder().encode(deep), truncated: false }, reading)
+      if (Either.isRight(past)) throw new Error(`${status}: answered`)
+      expect(past.left.failure.details, `${status}`).toMatchObject({ body: deep.replace(TOKEN, "<redacted>") })
+      const within = readReply({ status, body: new TextEncoder().encode(shallow), truncated: false }, reading)
+      if (Either.isRight(within)) throw new Error(`${status}: answered`)
+      expect(bottomOf((within.left.failure.details as { body: unknown }).body), `${status}`).toEqual([MAX_JSON_DEPTH, "x"])
+    }
+  })
 
   it.scopedLive("members named __proto__, constructor and prototype are the output's own, as sent, with a secret configured", () =>
     Effect.gen(function*() {
