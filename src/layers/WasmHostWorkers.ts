@@ -123,36 +123,63 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
 /** `"tool_results":` and the comma after it. */
 const TOOL_RESULTS_FIELD_BYTES = 16
 
+/** The note that ends a cut-short round's tool results when `left` entries are not carried. */
+const notCarriedNote = (left: number): string =>
+  JSON.stringify(
+    `[not carried: ${left} more tool result${left === 1 ? "" : "s"}, more than this activation's input holds beside the rest ` +
+      "(BRAIN_MAX_WASM_IO_BYTES); each call's tool_call_ended or tool_call_failed Event holds its outcome: read them with the events host call]"
+  )
+
 /**
- * The input's tool results (docs/abi.md, "The input's tool results") in at most `room` bytes: all
- * of them as they are when they fit; else each in order as it is while the ones after it can still
- * be carried as a note, and the rest with their output replaced by a note saying where it is. The
- * outputs of a round cut short are each within their bound, but together they could pass what an
- * input can hold, and then every next activation would fail before its loop could repair the
- * transcript: the session would never run a turn again.
+ * The input's tool results (docs/abi.md, "The input's tool results") in at most `room` bytes (at
+ * least `[]` when not even a note fits). All of them as they are when they fit. Else as many
+ * entries as fit, in order, each at its smallest (its output replaced by a note saying where it
+ * is, when that is shorter), and when some are left out, one final note (a string, not an entry)
+ * saying how many and where to read them; then, in order, each carried entry's output whole while
+ * the entries after it still fit at their smallest. The outputs of a round cut short are each
+ * within their bound, but together — or the entries alone, for a round of thousands of calls —
+ * they could pass what an input can hold, and then every next activation would fail before its
+ * loop could repair the transcript: the session would never run a turn again.
  */
 const toolResultsJson = (results: ReadonlyArray<ToolResult>, room: number): string => {
   const whole = JSON.stringify(results)
   if (3 * whole.length <= room || Buffer.byteLength(whole, "utf8") <= room) return whole
   const full = results.map((r) => JSON.stringify(r))
-  const notes = results.map((r, i) =>
-    JSON.stringify({
+  const fullBytes = full.map((f) => Buffer.byteLength(f, "utf8"))
+  const smallest = results.map((r, i) => {
+    const note = JSON.stringify({
       ...r,
-      output: `[not carried: this output is ${Buffer.byteLength(full[i]!, "utf8")} bytes as JSON, more than this activation's input holds beside the rest (BRAIN_MAX_WASM_IO_BYTES); the call's tool_call_ended Event holds it]`
+      output: `[not carried: this output is ${fullBytes[i]} bytes as JSON, more than this activation's input holds beside the rest (BRAIN_MAX_WASM_IO_BYTES); the call's tool_call_ended Event holds it]`
     })
-  )
-  let laterNotes = notes.reduce((n, note) => n + Buffer.byteLength(note, "utf8") + 1, 1)
+    const bytes = Buffer.byteLength(note, "utf8")
+    return bytes < fullBytes[i]! ? { text: note, bytes } : { text: full[i]!, bytes: fullBytes[i]! }
+  })
+  // The most entries that fit at their smallest, with the final note when some are left out. An
+  // array's text is its brackets and a comma between each two pieces: 1 + each piece's bytes + 1.
+  let carried = -1
   let used = 0
-  const carried: Array<string> = []
-  for (let i = 0; i < results.length; i++) {
-    const note = Buffer.byteLength(notes[i]!, "utf8") + 1
-    laterNotes -= note
-    const bytes = Buffer.byteLength(full[i]!, "utf8") + 1
-    const piece = used + bytes + laterNotes <= room ? full[i]! : notes[i]!
-    used += piece === full[i] ? bytes : note
-    carried.push(piece)
+  for (let k = 0, prefix = 1; k <= results.length; k++) {
+    if (k > 0) prefix += smallest[k - 1]!.bytes + 1
+    if (prefix > room) break
+    const left = results.length - k
+    const bytes = prefix + (left > 0 ? Buffer.byteLength(notCarriedNote(left), "utf8") + 1 : 0)
+    if (bytes <= room) {
+      carried = k
+      used = bytes
+    }
   }
-  return `[${carried.join(",")}]`
+  if (carried < 0) return "[]"
+  // Then each carried output whole, in order, while the entries after it still fit at their smallest.
+  const pieces: Array<string> = []
+  for (let i = 0; i < carried; i++) {
+    const grown = fullBytes[i]! - smallest[i]!.bytes
+    if (grown > 0 && used + grown <= room) {
+      pieces.push(full[i]!)
+      used += grown
+    } else pieces.push(smallest[i]!.text)
+  }
+  if (carried < results.length) pieces.push(notCarriedNote(results.length - carried))
+  return `[${pieces.join(",")}]`
 }
 
 export const guestInputJson = (

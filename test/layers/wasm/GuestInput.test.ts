@@ -13,6 +13,7 @@ import { guestInputJson } from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput } from "../../../src/services/Agentloop.js"
 import { journalArb } from "../../support/records.js"
 import { activationInput } from "../../support/wasmHost.js"
+import { runGuest, shippedGuest } from "../../guest/harness.js"
 
 const message: fc.Arbitrary<Message> = fc.oneof(
   fc.record({ role: fc.constantFrom("user" as const, "assistant" as const), content: fc.unicodeString() }),
@@ -89,6 +90,65 @@ describe("a loop's input JSON", () => {
     expect(carried.map((r) => [r.call_id, r.outcome, r.is_error])).toEqual(tool_results.map((r) => [r.call_id, r.outcome, r.is_error]))
     expect(carried.map((r) => r.output === tool_results[carried.indexOf(r)]!.output)).toEqual([true, true, false, true])
     expect(String(carried[2]!.output)).toMatch(/^\[not carried: this output is \d+ bytes as JSON/)
+  })
+
+  it("carries a round of thousands of calls whose entries alone pass the bound within it: the first entries in order, as many as fit, then one note naming how many more were left out and the events host call", () => {
+    const base = activationInput()
+    const n = 3_000
+    const tool_results = Array.from({ length: n }, (_, i) => ({
+      call_id: `call_${String(i).padStart(6, "0")}`,
+      name: "lookup",
+      outcome: i % 3 === 0 ? ("cancelled" as const) : ("ok" as const),
+      output: i % 3 === 0 ? { code: "cancelled", message: "the tool call was cancelled" } : "é".repeat(i % 50),
+      is_error: i % 3 === 0
+    }))
+    const input: ActivationInput = { ...base, transcript: [], events: [], tool_results }
+    const module = { tail: false, tailMessages: 16, configurationUnread: true }
+    const entriesAlone = Buffer.byteLength(JSON.stringify(tool_results.map((r) => ({ ...r, output: null }))))
+    for (const bound of [600, 4_096, 20_000, 100_000, entriesAlone]) {
+      const written = guestInputJson(input, module, bound)
+      expect(Buffer.byteLength(written), `bound ${bound}`).toBeLessThanOrEqual(bound)
+      const carried = (JSON.parse(written) as { tool_results: ReadonlyArray<unknown> }).tool_results
+      const entries = carried.slice(0, -1) as ReadonlyArray<{ call_id: string; outcome: string; is_error: boolean }>
+      const note = carried[carried.length - 1]
+      expect(typeof note, `bound ${bound}`).toBe("string")
+      expect(entries.length, `bound ${bound}: some entries`).toBeGreaterThan(0)
+      expect(entries.map((r) => [r.call_id, r.outcome, r.is_error])).toEqual(tool_results.slice(0, entries.length).map((r) => [r.call_id, r.outcome, r.is_error]))
+      expect(note).toMatch(new RegExp(`^\\[not carried: ${n - entries.length} more tool results, .*BRAIN_MAX_WASM_IO_BYTES.*events host call\\]$`))
+      // As many as fit: one more entry (each is at its smallest whole: its output is shorter than a note) would pass the bound.
+      expect(Buffer.byteLength(written) + Buffer.byteLength(JSON.stringify(tool_results[entries.length])) + 1, `bound ${bound}`).toBeGreaterThan(bound)
+    }
+    // Not even the note fits: none are carried, and the tool results add two bytes.
+    const tiny = guestInputJson(input, module, 100)
+    expect((JSON.parse(tiny) as { tool_results: ReadonlyArray<unknown> }).tool_results).toEqual([])
+  })
+
+  it("the official loop runs on such an input: it answers the carried calls with their outcomes, the rest as interrupted, and asks its model", () => {
+    const n = 3_000
+    const calls = Array.from({ length: n }, (_, i) => ({ id: `c${i}`, name: "lookup", input: {} }))
+    const transcript: Array<Message> = [{ role: "user", content: "go" }, { role: "assistant", content: "", tool_calls: calls }]
+    const tool_results = calls.map((c, i) => ({ call_id: c.id, name: c.name, outcome: "ok" as const, output: { n: i }, is_error: false }))
+    const input: ActivationInput = { ...activationInput(), transcript, events: [], tool_results }
+    const bound = 200_000
+    const written = guestInputJson(input, { tail: false, tailMessages: 16, configurationUnread: true }, bound)
+    expect(Buffer.byteLength(written)).toBeLessThanOrEqual(bound)
+    const carried = (JSON.parse(written) as { tool_results: ReadonlyArray<unknown> }).tool_results.length - 1
+    expect(carried).toBeGreaterThan(0)
+    expect(carried).toBeLessThan(n)
+    let asked: any
+    const run = runGuest(shippedGuest("official"), written, (op, request) => {
+      if (op === "model") {
+        asked ??= request
+        return { ok: { text: "done", tool_calls: [], stop_reason: "end" } }
+      }
+      return { ok: null }
+    })
+    expect(run.failed).toBeUndefined()
+    expect(run.output).toMatch(/^\{"ok":/)
+    const results = (asked.transcript.append as ReadonlyArray<{ role: string; tool_call_id?: string; content: string }>).filter((m) => m.role === "tool")
+    expect(results.map((m) => m.tool_call_id)).toEqual(calls.map((c) => c.id))
+    expect(results.slice(0, carried).map((m) => m.content)).toEqual(tool_results.slice(0, carried).map((r) => JSON.stringify(r.output)))
+    for (const m of results.slice(carried)) expect(m.content).toContain("interrupted")
   })
 
   it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime", () => {
