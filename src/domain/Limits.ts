@@ -326,11 +326,12 @@ export const TURN_HEAP_PER_INPUT_BYTE = 16
 
 /**
  * Heap bytes a session create takes per byte of its request (its configuration and opening
- * transcript): not measured on its own. Its state is built from the parsed body as an open builds
- * one from what it reads (OPEN_HEAP_PER_BYTE), and its first records are encoded once (their JSON
- * text and frame, a byte each): 4. No model is called, so not a turn's input's 16.
+ * transcript, as jsonWeight counts it): measured at its peak (scripts/bench/createHeap.js: creates
+ * of about 30 MB bodies on a 4 GiB heap, docs/benchmarks.md "The create's weight, measured") at
+ * 12.4 to 13.5 for a long opening transcript (most of it live, not garbage), 6.0 for a long tools
+ * list, 5.0 for a long system prompt; 14 counts the heaviest whole.
  */
-export const CREATE_HEAP_PER_BODY_BYTE = 2 * OPEN_HEAP_PER_BYTE
+export const CREATE_HEAP_PER_BODY_BYTE = 14
 
 /**
  * The share of the V8 heap limit compiled uploaded modules may keep in memory when

@@ -96,7 +96,7 @@ describe("turns and the working-memory bound", () => {
       const small = yield* Effect.either(sessions.create({ ...scripted, transcript: [{ role: "user", content: "hi" }] }))
       expect(Either.isRight(small)).toBe(true)
       const before = [...(yield* journal.list)].sort()
-      // A large one (4 bytes a byte of its 600 kB transcript: 2.4 MB more) does not: it waits, then is refused, having created nothing.
+      // A large one (CREATE_HEAP_PER_BODY_BYTE a byte of its 600 kB transcript: more than the 1.6 MiB left) does not: it waits, then is refused, having created nothing.
       const refusedFiber = yield* Effect.fork(Effect.either(sessions.create(large)))
       yield* TestClock.adjust("11 seconds")
       const refused = yield* Fiber.join(refusedFiber)
