@@ -4,7 +4,7 @@
  * never a raw errno or a stack trace, and writes nothing there. An empty directory — what a server
  * takes as a new data directory — is clean: nothing to verify, nothing to repair.
  */
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -20,12 +20,47 @@ import { BIN, ensureBuilt, ROOT } from "../support/server.js"
 const NOT_FOUND = 66
 const USAGE = 64
 
-/** SIGKILL at the timeout: a command stuck in a synchronous loop would not end on SIGTERM. */
-const brain = (...args: Array<string>) => {
-  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: "utf8", timeout: 30_000, killSignal: "SIGKILL" })
-  const output = r.stdout + r.stderr
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr, output, lines: output.split("\n").filter((l) => l.trim().length > 0) }
-}
+/**
+ * Milliseconds one command may run before it is killed (SIGKILL: a command stuck in a synchronous
+ * loop would not end on SIGTERM): a hang guard, not a timing claim. A command takes under a second
+ * alone, and many times that on a 2-core machine shared with other suites (load 20-30).
+ */
+const COMMAND_MS = 60_000
+/**
+ * Milliseconds one test may take: up to 16 commands one after another, each a fresh Node process
+ * (about 10 s alone, well past vitest's default 60 s at load 20-30).
+ */
+const TEST_MS = 600_000
+
+/**
+ * Runs the CLI as a child process and collects its output. Not spawnSync: that blocks this worker's
+ * event loop for the whole command, so under load vitest's own calls to the worker time out
+ * ("Timeout calling onTaskUpdate") and fail the run though every test passed.
+ */
+const run = (cwd: string, args: ReadonlyArray<string>) =>
+  new Promise<{ readonly code: number | null; readonly stdout: string; readonly stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => void (stdout += chunk))
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => void (stderr += chunk))
+    const timer = setTimeout(() => child.kill("SIGKILL"), COMMAND_MS)
+    child.on("error", (err) => {
+      clearTimeout(timer)
+      reject(err)
+    })
+    child.on("close", (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
+  })
+
+/** A command run from the repository: its exit code (null when killed at COMMAND_MS), output and non-empty lines. */
+const brain = (...args: Array<string>) =>
+  Effect.promise(() => run(ROOT, args)).pipe(Effect.map((r) => {
+    const output = r.stdout + r.stderr
+    return { ...r, output, lines: output.split("\n").filter((l) => l.trim().length > 0) }
+  }))
 
 /** What the operator should never see for a mistaken path. */
 const RAW = /ENOENT|EEXIST|ENOTDIR|Error:|FiberFailure|\n\s+at /
@@ -39,7 +74,7 @@ const withSession = (session: string) => [
 
 const snapshot = (dir: string) => fs.readdirSync(dir, { recursive: true }).map(String).sort()
 
-describe("the operator commands refuse a mistaken data directory in one line, with a documented exit code", () => {
+describe("the operator commands refuse a mistaken data directory in one line, with a documented exit code", { timeout: TEST_MS }, () => {
   beforeAll(ensureBuilt, 120_000)
 
   it.scopedLive("a data directory that does not exist: `no such data directory`, exit 66, for every command, and nothing is created", () =>
@@ -56,7 +91,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       ]
       for (const command of commands) {
         const args = command(missing)
-        const r = brain(...args)
+        const r = yield* brain(...args)
         expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
         expect(r.lines, r.output).toEqual([`${missing}: no such data directory`])
         expect(r.output).not.toContain("stop the server")
@@ -81,7 +116,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       for (const command of commands) {
         for (const [dir, says] of [[file, "not a directory"], [path.join(file, "sub"), `a part of its path, ${file}, is not a directory`]] as const) {
           const args = command(dir)
-          const r = brain(...args)
+          const r = yield* brain(...args)
           expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
           expect(r.lines, r.output).toEqual([`${dir}: ${says}`])
           expect(r.output).not.toMatch(RAW)
@@ -94,13 +129,13 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
   it.scopedLive("an empty directory is a new data directory: verify exits 0 with nothing to verify, repair exits 0 with nothing to repair, hosts list exits 0 with no registration, and none writes", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      const verified = brain("journal", "verify", dir)
+      const verified = yield* brain("journal", "verify", dir)
       expect(verified.code, verified.output).toBe(0)
       expect(verified.lines).toEqual([`${dir}: an empty data directory (a server takes it as a new one); nothing to verify`])
-      const repaired = brain("idempotency", "repair", dir)
+      const repaired = yield* brain("idempotency", "repair", dir)
       expect(repaired.code, repaired.output).toBe(0)
       expect(repaired.lines).toEqual([`${dir}: an empty data directory (a server takes it as a new one); nothing to repair`])
-      const listed = brain("hosts", "list", dir)
+      const listed = yield* brain("hosts", "list", dir)
       expect(listed.code, listed.output).toBe(0)
       expect(listed.lines).toEqual(["0 host registration(s) in hosts/registrations.jsonl (a server keeps at most 4096)"])
       expect(fs.readdirSync(dir)).toEqual([])
@@ -121,7 +156,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       for (const dir of [empty, brainDir]) {
         for (const command of withSession(absent)) {
           const args = command(dir)
-          const r = brain(...args)
+          const r = yield* brain(...args)
           expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(NOT_FOUND)
           expect(r.lines, r.output).toEqual([`${absent}: no such session in ${dir}`])
         }
@@ -129,7 +164,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       expect(fs.readdirSync(empty)).toEqual([])
       expect(snapshot(brainDir)).toEqual(before)
       // The session that is there is untouched and still verifies.
-      const kept1 = brain("journal", "verify", brainDir, kept)
+      const kept1 = yield* brain("journal", "verify", brainDir, kept)
       expect(kept1.code, kept1.output).toBe(0)
       expect(kept1.stdout).toContain(`${kept}: ok, 1 records`)
     }))
@@ -139,7 +174,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       const dir = yield* tempDir()
       for (const command of withSession("not-a-session")) {
         const args = command(dir)
-        const r = brain(...args)
+        const r = yield* brain(...args)
         expect(r.code, `${args.join(" ")}: ${r.output}`).toBe(USAGE)
         expect(r.lines, r.output).toHaveLength(1)
         expect(r.output).toContain("not-a-session: not a session id")
@@ -149,23 +184,22 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
   it.scopedLive("asked for, the usage goes to stdout with exit 0; a flag where a path goes is a usage error (64) and creates nothing", () =>
     Effect.gen(function*() {
       const cwd = yield* tempDir()
-      const run = (...args: Array<string>) => spawnSync(process.execPath, [BIN, ...args], { cwd, encoding: "utf8", timeout: 30_000, killSignal: "SIGKILL" })
       for (const args of [["--help"], ["-h"], ["help"], ["demo", "--help"], ["journal", "verify", "--help"]]) {
-        const r = run(...args)
-        expect(r.status, `${args.join(" ")}: ${r.stderr}`).toBe(0)
+        const r = yield* Effect.promise(() => run(cwd, args))
+        expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(0)
         expect(r.stdout).toContain("brain journal verify <data-dir>")
         expect(r.stdout).toContain("brain demo [data-dir]")
       }
       for (const args of [[], ["demo", "-x"], ["journal", "verify", "--data-dir"], ["idempotency", "repair", "--force"]]) {
-        const r = run(...args)
-        expect(r.status, `${args.join(" ")}: ${r.stderr}`).toBe(USAGE)
+        const r = yield* Effect.promise(() => run(cwd, args))
+        expect(r.code, `${args.join(" ")}: ${r.stderr}`).toBe(USAGE)
         expect(r.stderr).toContain("usage:")
       }
       expect(fs.readdirSync(cwd)).toEqual([])
     }))
 
-  it("the demo on a path it cannot create, or a directory that holds other files, exits 66 in one line at once (Node's recursive mkdir would loop forever under /proc)", () => {
-    const proc = brain("demo", "/proc/brain-no-such-dir/data")
+  it("the demo on a path it cannot create, or a directory that holds other files, exits 66 in one line at once (Node's recursive mkdir would loop forever under /proc)", async () => {
+    const proc = await Effect.runPromise(brain("demo", "/proc/brain-no-such-dir/data"))
     expect(proc.code, proc.output).toBe(NOT_FOUND)
     expect(proc.lines, proc.output).toHaveLength(1)
     expect(proc.output).toContain("cannot create /proc/brain-no-such-dir")
@@ -174,7 +208,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
     const other = fs.mkdtempSync(path.join(os.tmpdir(), "brain-demo-other-"))
     try {
       fs.writeFileSync(path.join(other, "notes.txt"), "x")
-      const r = brain("demo", other)
+      const r = await Effect.runPromise(brain("demo", other))
       expect(r.code, r.output).toBe(NOT_FOUND)
       expect(r.lines, r.output).toEqual([`${other}: not empty, and has no format marker; not a brain-ts/1 data directory`])
       expect(fs.readdirSync(other)).toEqual(["notes.txt"])
