@@ -18,11 +18,16 @@ export const BIN = path.join(ROOT, "bin/brain.js")
 
 /**
  * Milliseconds a server may take to print its listening line: a hang guard, not a timing claim
- * (on a 2-core machine shared with other suites, at load 20, a start has taken past 15 s).
+ * (on a 2-core machine shared with other suites, at load 20, a start has taken past 15 s; at load
+ * 30 it gets a fifteenth of a core). Below vitest's hookTimeout, so that a hook starting a server
+ * fails with this deadline's message and the server's output.
  */
-const START_DEADLINE_MS = 30_000
-/** Milliseconds a stopping server may take to exit before the harness gives up on it. */
-const EXIT_DEADLINE_MS = 15_000
+const START_DEADLINE_MS = 90_000
+/**
+ * Milliseconds a stopping server may take to exit before the harness gives up on it: a hang guard
+ * too (a graceful stop drains and closes every journal, under the same load).
+ */
+const EXIT_DEADLINE_MS = 60_000
 
 /** `npm test` builds first; a direct `vitest run` of one file builds only when dist is missing. */
 export const ensureBuilt = () => {
