@@ -11,7 +11,27 @@ import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, request, ROOT } from "../support/server.js"
 
-describe("npm start", () => {
+/**
+ * Milliseconds `npm start` may take to print the server's listening line: a hang guard, not a
+ * timing claim. npm, the start script and the server are three Node processes started one after
+ * another: a few seconds alone, many times that on a 2-core machine shared with other suites
+ * (load 20-30).
+ */
+const LISTEN_MS = 120_000
+/** Milliseconds one test may take: the start above, a drain and three processes' exits. */
+const TEST_MS = 300_000
+
+/** Whether any process of the process group `pgid` is still there (signal 0 only checks). */
+const groupAlive = (pgid: number) => {
+  try {
+    process.kill(-pgid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe("npm start", { timeout: TEST_MS }, () => {
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     it(`${signal} to the npm start process drains the server and exits 0, leaving no server behind`, async () => {
       ensureBuilt()
@@ -19,12 +39,15 @@ describe("npm start", () => {
       const npm = spawn("npm", ["start"], {
         cwd: ROOT,
         env: { ...process.env, BRAIN_LISTEN: "127.0.0.1:0", BRAIN_DATA_DIR: dataDir },
-        stdio: ["ignore", "pipe", "pipe"]
+        stdio: ["ignore", "pipe", "pipe"],
+        // Its own process group, so that a failed test can kill npm, the start script and the server
+        // together (the signals under test are still sent to the npm process alone).
+        detached: true
       })
       try {
         let output = ""
         const baseUrl = await new Promise<string>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`npm start did not listen in time:\n${output}`)), 30_000)
+          const timer = setTimeout(() => reject(new Error(`npm start did not listen within ${LISTEN_MS} ms:\n${output}`)), LISTEN_MS)
           npm.stdout.setEncoding("utf8")
           npm.stdout.on("data", (chunk: string) => {
             output += chunk
@@ -40,13 +63,19 @@ describe("npm start", () => {
         const exited = new Promise<number | null>((resolve) => npm.on("close", (code) => resolve(code)))
         npm.kill(signal)
         expect(await exited).toBe(0)
-        // The server is gone too: nothing answers where it listened, and its lock is released.
+        // The server is gone too: nothing answers where it listened, its lock is released, and no
+        // process of the group npm started is left.
         await expect(request(baseUrl, "/health/live")).rejects.toThrow()
         expect(fs.existsSync(path.join(dataDir, "lock"))).toBe(false)
+        expect(groupAlive(npm.pid!)).toBe(false)
       } finally {
-        if (npm.exitCode === null) npm.kill("SIGKILL")
+        try {
+          process.kill(-npm.pid!, "SIGKILL")
+        } catch {
+          // the group is gone: everything in it has exited
+        }
         fs.rmSync(dataDir, { recursive: true, force: true })
       }
-    }, 60_000)
+    })
   }
 })
