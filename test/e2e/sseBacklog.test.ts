@@ -36,12 +36,13 @@ const BACKLOG_PAD = Number(process.env.BRAIN_TEST_BACKLOG_PAD ?? 3_000)
 const OTHER_EVENTS = 200
 const OTHER_TURNS = 3
 /**
- * Milliseconds any one wait here may take before the test gives up on it, and each test: hang
- * guards, not timing claims. Alone each test takes under 20 s; at load 20-30 the small-heap one
- * has taken past 160 s, a resumed reader alone past 60 s of it.
+ * Milliseconds any one wait here may take before the test gives up on it (the flood's send among
+ * them), and each test: hang guards, not timing claims. Alone each test takes under 20 s; at load
+ * 20-30 the small-heap one has taken past 160 s, a resumed reader alone past 60 s of it, and at
+ * load 35-40 the first test's flood took its send past 300 s and the small-heap test 390 s.
  */
-const WAIT_MS = 300_000
-const TEST_MS = 600_000
+const WAIT_MS = 600_000
+const TEST_MS = 900_000
 
 describe("per-session SSE backlog", () => {
   let server: ServerProcess
@@ -53,7 +54,8 @@ describe("per-session SSE backlog", () => {
     await server?.dispose()
   })
 
-  const post = (p: string, json: unknown) => request(server.baseUrl, p, { json })
+  // A flood's send answers when its turn has ended: at load 30-40, past fetch's own 300 s.
+  const post = (p: string, json: unknown) => request(server.baseUrl, p, { json, answerDeadlineMs: WAIT_MS })
   const allEvents = async (id: string, after = 0) => {
     const events: Array<any> = []
     let cursor = after
@@ -163,7 +165,7 @@ describe("SSE backlog bounded in bytes, under a small heap", () => {
   })
 
   it(`a stalled reader of a session whose turn emits ${HEAP_EVENTS} Events of 1 MiB is cut off by bytes with stream_lagged; the server (${HEAP_MIB} MiB heap) keeps serving with bounded memory, and the reader resumes by cursor`, async () => {
-    const post = (p: string, json: unknown) => request(server.baseUrl, p, { json })
+    const post = (p: string, json: unknown) => request(server.baseUrl, p, { json, answerDeadlineMs: WAIT_MS })
     const id = (await post("/v1/sessions", { agentloop: "emitter", model: { provider: "scripted" } })).body.session_id
     const stalled = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
     await stalled.until("the stalled reader's catch-up", () => stalled.frames.length >= 2, WAIT_MS)

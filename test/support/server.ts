@@ -11,6 +11,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll } from "@effect/vitest"
+import { Agent } from "undici"
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 export const FIXTURE = path.join(ROOT, "test/fixtures/server.mjs")
@@ -259,6 +260,23 @@ export interface RequestOptions {
   readonly raw?: string | Uint8Array
   readonly headers?: Readonly<Record<string, string>>
   readonly signal?: AbortSignal
+  /**
+   * Milliseconds the answer may take to begin, and between its pieces, for a request the server
+   * answers only when a long turn has ended (a sync send of thousands of Events, on a loaded
+   * machine). Unset: fetch's own 300 s, which at load 30-40 such a send has passed.
+   */
+  readonly answerDeadlineMs?: number
+}
+
+/** One dispatcher per answer deadline asked for (connections are pooled per dispatcher). */
+const patientDispatchers = new Map<number, Agent>()
+const patientDispatcher = (ms: number) => {
+  let agent = patientDispatchers.get(ms)
+  if (agent === undefined) {
+    agent = new Agent({ headersTimeout: ms, bodyTimeout: ms })
+    patientDispatchers.set(ms, agent)
+  }
+  return agent
 }
 
 export const request = async (baseUrl: string, p: string, options: RequestOptions = {}): Promise<Reply> => {
@@ -272,8 +290,9 @@ export const request = async (baseUrl: string, p: string, options: RequestOption
     method: options.method ?? (body !== undefined ? "POST" : "GET"),
     headers,
     ...(body !== undefined ? { body } : {}),
-    ...(options.signal ? { signal: options.signal } : {})
-  })
+    ...(options.signal ? { signal: options.signal } : {}),
+    ...(options.answerDeadlineMs !== undefined ? { dispatcher: patientDispatcher(options.answerDeadlineMs) } : {})
+  } as RequestInit)
   const text = await res.text()
   let parsed: unknown
   try {
