@@ -217,9 +217,11 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   // A staged opening the journal never acknowledged (the turn's first write failed, and every
   // write after it): nothing was sent, since an effect is dispatched only once its start, which
   // carries the opening, is durable (the fence), so the failure is not ambiguous. Its sequence is
-  // not named: the next turn takes it when the failed write left nothing, and when the failed
-  // write's records stand after all (with the commit log, docs/operations.md "A full disk"),
-  // recovery closes them on the next open. An append still in flight may land yet: not this case.
+  // not named: the next turn takes it, since a write reported failed leaves nothing standing (the
+  // store takes back what landed of it, docs/journal.md "A failed write"). When the store could
+  // not, the durable end is unknown (`lastSequence` fails until the session is reopened), so this
+  // is not the case and the failure stays ambiguous. An append still in flight may land yet: not
+  // this case either.
   const neverStarted = !recorded && closed._tag === "Answered" && scope.unsettled.length === 0 &&
     cell.opening !== undefined && durable !== undefined && durable < turn.sequence
   const outcome: TurnOutcome = recorded
