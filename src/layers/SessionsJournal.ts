@@ -113,13 +113,16 @@ export const make = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
-  // Creates, ends and deletes in flight: a stop drains them, and past its deadline stops them.
+  // Creates, ends, deletes, sends and submits in flight: a stop drains them, and past its deadline stops them.
   const admitted = new Admitted()
   /** Refused once the drain has begun: a request taken just before it that reaches here after it does nothing. */
   const stopping = () => new Overloaded({ message: "the server is stopping and admits no new work" })
+  /** Ends a turn's wait for its share of the working memory once the drain has begun: it would start no turn. */
+  const cutByDrain: Effect.Effect<never, Overloaded> = Effect.zipRight(admitted.closing, Effect.failSync(stopping))
   /**
    * Cancels every running turn as `interrupted` and interrupts every create, end and delete in
-   * flight, and waits until each turn has closed and each of those has answered.
+   * flight (and ends a keyed send's or submit's wait for its share of the working memory), and
+   * waits until each turn has closed and each of those has answered.
    */
   const interruptAll = Effect.suspend(() =>
     Effect.zip(
@@ -220,8 +223,9 @@ export const make = Effect.gen(function*() {
     return { _tag: "Answered", value: { session_id: cell.session, sequence: turn.sequence } } satisfies Keyed<Receipt>
   }
 
-  /** Why the session cannot start a turn now, if it cannot. */
-  const refusedStart = (cell: Cell): SessionEnded | Conflict | SessionBusy | undefined => {
+  /** Why the session cannot start a turn now, if it cannot (the first: the drain has begun). */
+  const refusedStart = (cell: Cell): Overloaded | SessionEnded | Conflict | SessionBusy | undefined => {
+    if (admitted.closed) return stopping()
     const status = cell.state.status
     if (cell.ending || status === "ending" || status === "ended") return new SessionEnded({ message: "the session has ended" })
     if (status === "failed") return new Conflict({ message: "the session's creation failed" })
@@ -284,8 +288,23 @@ export const make = Effect.gen(function*() {
    * back); an input above BRAIN_MAX_INPUT_BYTES, and a session in memory that cannot start a turn,
    * are refused first, without waiting; but not a keyed request's: its key may have been answered
    * (a retry), and its answer is what the retry gets whatever the session is doing now.
+   *
+   * The request is in flight (`admitted`) from here to its answer: a stop's drain waits for it.
+   * Once the drain has begun no turn starts (`refusedStart`): a request still waiting for its share
+   * then is refused at once, and one whose session is being opened once the open is over. A keyed
+   * one is the exception to both: its share is waited for until its stop (past the drain
+   * deadline), and one arriving after the drain began is still run, for its key's stored answer.
    */
   const admitTurn = <A, E>(session: SessionId, input: TurnInput, keyed: boolean, body: (held: TurnHold) => Effect.Effect<A, E>): Effect.Effect<A, E | TurnError> =>
+    admitted.admit(stopping, (stop) => weighTurn(session, input, keyed, keyed ? Effect.zipRight(stop.await, Effect.failSync(stopping)) : cutByDrain, body), { lookups: keyed })
+
+  const weighTurn = <A, E>(
+    session: SessionId,
+    input: TurnInput,
+    keyed: boolean,
+    cutShort: Effect.Effect<never, Overloaded>,
+    body: (held: TurnHold) => Effect.Effect<A, E>
+  ): Effect.Effect<A, E | TurnError> =>
     Effect.suspend((): Effect.Effect<A, E | TurnError> => {
       const tooLarge = inputTooLarge(input, config.maxInputBytes)
       if (tooLarge !== undefined) return Effect.fail(tooLarge)
@@ -300,7 +319,8 @@ export const make = Effect.gen(function*() {
           TURN_HEAP_PER_INPUT_BYTE * inputWeight(input) + reach,
           "this turn",
           (held) => body({ bytes: held.bytes, release: held.release, keep: () => void (kept = true) }),
-          () => kept
+          () => kept,
+          cutShort
         ))
     })
 

@@ -89,16 +89,19 @@ export class WorkingMemory {
   /**
    * Runs `use` with `weight` bytes taken (at most the whole bound), then gives them back; when
    * `use` succeeds and `keep` says so, they stay taken and `use`'s `Held` is the caller's to
-   * release. Waits in line for them at most `waitMs`, then fails `overloaded` having run nothing.
+   * release. Waits in line for them at most `waitMs`, then fails `overloaded` having run nothing;
+   * `cutShort`, if it fails first, ends the wait with its failure, having run nothing too (a turn's
+   * request waiting when a stop's drain begins).
    */
   holding<A, E, R>(
     weight: number,
     what: string,
     use: (held: Held) => Effect.Effect<A, E, R>,
-    keep: (a: A) => boolean = () => false
+    keep: (a: A) => boolean = () => false,
+    cutShort?: Effect.Effect<never, Overloaded>
   ): Effect.Effect<A, E | Overloaded, R> {
     return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(this.take(weight, what, restore), (held) =>
+      Effect.flatMap(this.take(weight, what, restore, cutShort), (held) =>
         restore(Effect.suspend(() => use(held))).pipe(
           Effect.onExit((exit) => Effect.sync(() => Exit.isSuccess(exit) && keep(exit.value) ? undefined : held.release()))
         ))
@@ -106,7 +109,12 @@ export class WorkingMemory {
   }
 
   /** Takes the bytes, waiting in line; called uninterruptibly, with `restore` for the wait. */
-  private take(weight: number, what: string, restore: <A, E, R>(e: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>): Effect.Effect<Held, Overloaded> {
+  private take(
+    weight: number,
+    what: string,
+    restore: <A, E, R>(e: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>,
+    cutShort: Effect.Effect<never, Overloaded> | undefined
+  ): Effect.Effect<Held, Overloaded> {
     return Effect.suspend(() => {
       const bytes = Math.min(this.limit, Math.max(0, Math.ceil(weight)))
       if (bytes === 0) return Effect.succeed(nothingHeld)
@@ -115,8 +123,10 @@ export class WorkingMemory {
       this.queue.push(waiter)
       // The wait itself interruptible, so its deadline fires in an uninterruptible caller too (a
       // session's shared open is one); the caller's own interruptibility is kept around it.
-      return restore(Effect.interruptible(Deferred.await(waiter.granted)).pipe(Effect.timeoutOption(Duration.millis(this.waitMs)))).pipe(
-        // Whatever ended the wait (its deadline, an interruption, even one racing the grant),
+      const granted = Deferred.await(waiter.granted)
+      const wait = cutShort === undefined ? granted : Effect.raceFirst(granted, cutShort)
+      return restore(Effect.interruptible(wait).pipe(Effect.timeoutOption(Duration.millis(this.waitMs)))).pipe(
+        // Whatever ended the wait (its deadline, an interruption, `cutShort`, even one racing the grant),
         // bytes granted and not handed over are given back.
         Effect.onExit((exit) => Exit.isSuccess(exit) && exit.value._tag === "Some" ? Effect.void : Effect.sync(() => this.leave(waiter))),
         Effect.flatMap((granted) => granted._tag === "Some" && waiter.held !== undefined ? Effect.succeed(waiter.held) : Effect.fail(this.refusal(bytes, what)))

@@ -200,8 +200,10 @@ export interface SessionsShape {
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
   /**
-   * A graceful stop's drain: admits no create, end or delete from now on (each is refused
-   * `overloaded`, having done nothing), and waits until each in flight has answered and every
+   * A graceful stop's drain: admits no create, end, delete, send or submit from now on (each is
+   * refused `overloaded`, having done nothing), starts no turn (a send or submit taken before it
+   * that has not started its turn is refused so, having written nothing; a keyed one whose answer
+   * is stored is still answered), and waits until each request in flight has answered and every
    * running turn has closed.
    */
   readonly drain: Effect.Effect<void>

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, FiberId, TestClock } from "effect"
 import fc from "fast-check"
+import { Overloaded } from "../../src/domain/Errors.js"
 import { WorkingMemory } from "../../src/layers/WorkingMemory.js"
 
 const settle = Effect.forEach(Array.from({ length: 50 }), () => Effect.yieldNow(), { discard: true })
@@ -128,6 +129,40 @@ describe("the working-memory admission", () => {
       expect(memory.waiting).toBe(0)
       yield* Deferred.succeed(first, undefined)
       yield* Fiber.join(a)
+      expect(memory.held).toBe(0)
+    }))
+
+  it.effect("a wait cut short (a stop's drain beginning) fails with the cut's refusal at once, in an uninterruptible region too; it ran nothing and holds nothing, those behind it move up; a wait whose cut never comes is granted as any other", () =>
+    Effect.gen(function*() {
+      const memory = new WorkingMemory(100, 600_000)
+      const first = gate()
+      const cut = gate()
+      const refusal = new Overloaded({ message: "stopping" })
+      const cutShort = Effect.zipRight(Deferred.await(cut), Effect.fail(refusal))
+      const a = yield* Effect.fork(memory.holding(90, "a", () => Deferred.await(first)))
+      yield* settle
+      let ran = false
+      const b = yield* Effect.fork(Effect.uninterruptible(memory.holding(50, "b", () => Effect.sync(() => void (ran = true)), undefined, cutShort)))
+      const c = yield* Effect.fork(memory.holding(10, "c", () => Effect.void))
+      yield* settle
+      expect(memory.waiting).toBe(2)
+      yield* Deferred.succeed(cut, undefined)
+      const exit = yield* Fiber.await(b)
+      expect(exit).toEqual(Exit.fail(refusal))
+      expect(ran).toBe(false)
+      // c, behind b, fits beside a once b has gone.
+      yield* Fiber.join(c)
+      expect(memory.waiting).toBe(0)
+      expect(memory.held).toBe(90)
+      // A cut that never comes: the wait is granted once a gives its share back.
+      const later = gate()
+      const d = yield* Effect.fork(memory.holding(50, "d", () => Deferred.await(later), undefined, Effect.zipRight(Deferred.await(gate()), Effect.fail(refusal))))
+      yield* Deferred.succeed(first, undefined)
+      yield* Fiber.join(a)
+      yield* settle
+      expect(memory.held).toBe(50)
+      yield* Deferred.succeed(later, undefined)
+      yield* Fiber.join(d)
       expect(memory.held).toBe(0)
     }))
 

@@ -14,7 +14,7 @@ import { SESSION_KEYS_PRUNE_MS } from "../../src/domain/Limits.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { tempDir } from "../support/journals.js"
-import { heldResolution, runtimeLayer } from "../support/runtime.js"
+import { heldResolution, runtimeLayer, untilIdle } from "../support/runtime.js"
 
 const BOUND = 3
 const scripted = { model: { provider: "scripted" as const } }
@@ -40,13 +40,11 @@ describe("the bound on a session's idempotency keys", () => {
     Effect.gen(function*() {
       const sessions = yield* Sessions
       const id = (yield* sessions.create(scripted)).session_id
-      // Created now: once drained (as a stop drains), Sessions admits no create.
-      const other = (yield* sessions.create(scripted)).session_id
       const first = yield* sessions.sendKeyed(id, { message: "1" }, keyed("k1"))
       expect(first._tag).toBe("Answered")
       yield* sessions.sendKeyed(id, { message: "2" }, keyed("k2"))
       const receipt = yield* sessions.submitKeyed(id, { message: "3" }, keyed("k3"))
-      yield* sessions.drain
+      yield* untilIdle(id)
       const before = yield* records(id)
 
       // A new key, as a send or a submit (a submit's key is its own scope: `k1` is new there).
@@ -64,6 +62,7 @@ describe("the bound on a session's idempotency keys", () => {
 
       // A send without a key runs; so does a new key on another session.
       expect((yield* sessions.send(id, { message: "5" })).turn.status).toBe("ended")
+      const other = (yield* sessions.create(scripted)).session_id
       expect((yield* sessions.sendKeyed(other, { message: "4" }, keyed("k4")))._tag).toBe("Answered")
       expectFull(yield* Effect.either(sessions.sendKeyed(id, { message: "4" }, keyed("k4"))))
     }).pipe(Effect.provide(runtimeLayer({ config: { maxSessionIdempotencyKeys: BOUND } }))))

@@ -11,7 +11,7 @@ import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
 import { Journal } from "../../src/services/Journal.js"
 import { ModelFailed, type ModelsShape } from "../../src/services/Models.js"
 import { Sessions } from "../../src/services/Sessions.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { runtimeLayer, untilIdle } from "../support/runtime.js"
 
 const scripted = { model: { provider: "scripted" as const } }
 const records = (session: SessionId) => Effect.flatMap(Journal, (journal) => journal.read(session, { after: 0, limit: 100_000 }))
@@ -69,7 +69,7 @@ describe("turns and the working-memory bound", () => {
       const busy = yield* Effect.either(sessions.send(a, { message: "again" }))
       expect(Either.isLeft(busy)).toBe(true)
       yield* Deferred.succeed(gate, undefined)
-      yield* sessions.drain
+      yield* untilIdle(a)
       // A keyed send answered from its key starts no turn, and keeps nothing.
       yield* sessions.sendKeyed(b, { message: "keyed" }, { key: "k", hash: "h" })
       yield* sessions.sendKeyed(b, { message: "keyed" }, { key: "k", hash: "h" })
@@ -110,7 +110,7 @@ describe("turns and the working-memory bound", () => {
       yield* TestClock.adjust("5 seconds")
       expect(first.unsafePoll()).toBeNull()
       yield* Deferred.succeed(held, undefined)
-      yield* sessions.drain
+      yield* untilIdle(a)
       const created = [yield* Fiber.join(first), yield* Fiber.join(second)]
       expect(created.map((c) => c.status)).toEqual(["idle", "idle"])
       for (const c of created) expect((yield* sessions.transcript(c.session_id)).messages).toHaveLength(1)
@@ -143,7 +143,7 @@ describe("turns and the working-memory bound", () => {
         const b = (yield* sessions.create(scripted)).session_id
         const sent = yield* sessions.sendKeyed(b, { message: large("first") }, { key: "k", hash: "h" })
         const submitted = yield* sessions.submitKeyed(b, { message: large("second") }, { key: "s", hash: "h" })
-        yield* sessions.drain
+        yield* untilIdle(b)
         // A running turn holds 16 bytes a byte of its 60 kB message: all but about 80 kB of the 1 MiB.
         yield* sessions.submit(a, { message: "hold" + "y".repeat(60_000) })
         const before = yield* records(b)
@@ -158,7 +158,7 @@ describe("turns and the working-memory bound", () => {
         expect(Either.isLeft(refused) && refused.left._tag).toBe("Overloaded")
         expect(yield* records(b)).toEqual(before)
         yield* Deferred.succeed(held, undefined)
-        yield* sessions.drain
+        yield* untilIdle(a)
       }).pipe(Effect.provide(runtimeLayer({ models: holding, config: { workingMemoryBytes: 1024 * 1024, ...config } })))
     })
   }

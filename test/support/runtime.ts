@@ -28,6 +28,8 @@ import { EnvironmentBindings, type Environments, Environments as EnvironmentsTag
 import * as EnvironmentsHost from "../../src/layers/EnvironmentsHost.js"
 import * as HostsFile from "../../src/layers/HostsFile.js"
 import { Hosts } from "../../src/services/Hosts.js"
+import type { SessionId } from "../../src/domain/Ids.js"
+import { Sessions } from "../../src/services/Sessions.js"
 
 export interface RuntimeOptions {
   readonly journal?: "memory" | { readonly dataDir: string } | Layer.Layer<Journal>
@@ -183,3 +185,24 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
 }
 
 export type { JournalShape }
+
+/**
+ * Waits until none of `sessions` runs a turn: a test's "until idle" (not Sessions.drain, which is
+ * a stop's: once it has begun, Sessions admits no new work). It yields instead of sleeping, so it
+ * works under the TestClock too, and fails as a defect after a generous number of looks.
+ */
+export const untilIdle = (...sessions: ReadonlyArray<SessionId>) =>
+  Effect.gen(function*() {
+    const service = yield* Sessions
+    for (let looks = 0;; looks++) {
+      const statuses = yield* Effect.forEach(sessions, (id) => Effect.map(service.get(id), (s) => s.status))
+      if (statuses.every((status) => status !== "running")) {
+        // A status reads idle once the turn's end is folded in; the turn's close (the session's
+        // claim and its share of the working memory given back) follows in a few steps of its fiber.
+        for (let i = 0; i < 100; i++) yield* Effect.yieldNow()
+        return
+      }
+      if (looks > 100_000) return yield* Effect.dieMessage(`sessions still running: ${sessions.join(", ")}`)
+      yield* Effect.yieldNow()
+    }
+  })
