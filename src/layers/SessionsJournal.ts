@@ -182,20 +182,51 @@ export const make = Effect.gen(function*() {
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
   /**
-   * A keyed send or submit whose key its session's state in memory already holds (its cell's, or
-   * the projection's cache): answered from the session's state without the turn's share of the
-   * working memory, which a replay never uses (a send's holds what reading its stored answer back
-   * takes). Undefined when the key is not known there, or no longer held once the session's state
-   * is reached: then the request runs as a turn (`admitTurn`), which answers a key it finds too.
+   * A keyed send or submit. Its key is looked up before it is weighed as a turn, since a replay
+   * never uses a turn's share of the working memory (a send's holds what reading its stored answer
+   * back takes):
+   * - its session's state in memory (its cell's, or the projection's cache) holds the key: the
+   *   request is answered from it;
+   * - nothing of the session is in memory: it is opened with its open's weight alone (Registry)
+   *   and its key looked up there; a new key runs its turn on that open if the turn's share is
+   *   free now (`holdingNow`: the open is not held while a share is waited for), else the session
+   *   is let go and the request runs as a turn (`admitTurn`), waiting for its share holding nothing;
+   * - otherwise (its key not held) it runs as a turn, which answers a key it finds too.
+   * The lookup is in flight as the turn's request is (`admitTurn`), and starts no turn once the
+   * drain has begun.
    */
-  const replayOf = <A>(session: SessionId, mode: "send" | "submit", request: TurnRequest, answer: (cell: Cell, now: number) => Effect.Effect<Keyed<A> | undefined, SessionStorageError | Overloaded>) =>
+  const keyedTurn = <A>(
+    session: SessionId,
+    mode: "send" | "submit",
+    input: TurnInput,
+    request: TurnRequest,
+    answer: (cell: Cell, now: number) => Effect.Effect<Keyed<A> | undefined, SessionStorageError | Overloaded>,
+    run: (cell: Cell, held: TurnHold) => Effect.Effect<Keyed<A>, KeyedTurnError>
+  ): Effect.Effect<Keyed<A>, KeyedTurnError> =>
     Effect.suspend(() => {
+      const asTurn = admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => run(cell, held)))
       const known = registry.opened(session)?.state ?? projection.cached?.(session)
-      if (known === undefined || !HashMap.has(known.requests, requestId(mode, request.key))) return Effect.succeed(undefined)
-      return using(session, (cell) => Effect.suspend(() => answer(cell, keyedAccess(cell))))
+      if (known !== undefined) {
+        if (!HashMap.has(known.requests, requestId(mode, request.key))) return asTurn
+        return Effect.flatMap(using(session, (cell) => Effect.suspend(() => answer(cell, keyedAccess(cell)))), (replayed) => replayed === undefined ? asTurn : Effect.succeed(replayed))
+      }
+      const tooLarge = inputTooLarge(input, config.maxInputBytes)
+      if (tooLarge !== undefined) return Effect.fail(tooLarge)
+      const opened = admitted.admit(stopping, () =>
+        using(session, (cell) =>
+          Effect.flatMap(Effect.suspend(() => answer(cell, keyedAccess(cell))), (replayed) => {
+            if (replayed !== undefined) return Effect.succeed(replayed)
+            let kept = false
+            return workingMemory.holdingNow(
+              TURN_HEAP_PER_INPUT_BYTE * inputWeight(input) + cell.state.bytes,
+              (held) => run(cell, { bytes: held.bytes, release: held.release, keep: () => void (kept = true) }),
+              () => kept
+            )
+          })), { lookups: true })
+      return Effect.flatMap(opened, (done) => done === undefined ? asTurn : Effect.succeed(done))
     })
 
-  /** A keyed send's replay (`replayOf`), holding what reading its closing record takes. */
+  /** A keyed send's replay (`keyedTurn`), holding what reading its closing record takes. */
   const sendReplayOf = (cell: Cell, request: TurnRequest, now: number) =>
     Effect.suspend(() => {
       const e = liveRequest(cell.state, requestId("send", request.key), now, config.requestRetentionMs)
@@ -619,15 +650,16 @@ export const make = Effect.gen(function*() {
       admitTurn(session, input, false, (held) =>
         admittedUsing(session, (cell) => Effect.map(startTurn(cell, input, "submit", undefined, held), (turn) => ({ session_id: session, sequence: turn.sequence })))),
     sendKeyed: (session, input, request) =>
-      Effect.flatMap(replayOf(session, "send", request, (cell, now) => sendReplayOf(cell, request, now)), (replayed) =>
-        replayed !== undefined
-          ? Effect.succeed(replayed)
-          : admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => sendKeyedOf(cell, input, request, held))))),
+      keyedTurn(session, "send", input, request, (cell, now) => sendReplayOf(cell, request, now), (cell, held) => Effect.gen(() => sendKeyedOf(cell, input, request, held))),
     submitKeyed: (session, input, request) =>
-      Effect.flatMap(replayOf(session, "submit", request, (cell, now) => Effect.succeed(seenSubmit(cell, request, now, config.requestRetentionMs))), (replayed) =>
-        replayed !== undefined
-          ? Effect.succeed(replayed)
-          : admitTurn(session, input, true, (held) => admittedUsing(session, (cell) => Effect.gen(() => submitKeyedOf(cell, input, request, held))))),
+      keyedTurn(
+        session,
+        "submit",
+        input,
+        request,
+        (cell, now) => Effect.succeed(seenSubmit(cell, request, now, config.requestRetentionMs)),
+        (cell, held) => Effect.gen(() => submitKeyedOf(cell, input, request, held))
+      ),
     interrupt: (session) =>
       using(session, (cell) =>
         Effect.gen(function*() {

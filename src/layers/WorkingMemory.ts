@@ -108,6 +108,24 @@ export class WorkingMemory {
     )
   }
 
+  /**
+   * `holding` without a wait: runs `use` only if `weight` fits now and nobody waits before it
+   * (so it never overtakes a waiter); otherwise answers undefined at once, having run nothing.
+   * For work that already holds something a wait must not hold (a session opened in memory).
+   */
+  holdingNow<A, E, R>(weight: number, use: (held: Held) => Effect.Effect<A, E, R>, keep: (a: A) => boolean = () => false): Effect.Effect<A | undefined, E, R> {
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.suspend((): Effect.Effect<A | undefined, E, R> => {
+        const bytes = Math.min(this.limit, Math.max(0, Math.ceil(weight)))
+        if (bytes > 0 && (this.queue.length > 0 || this.taken + bytes > this.limit)) return Effect.succeed(undefined)
+        const held = bytes === 0 ? nothingHeld : this.hold(bytes)
+        return restore(Effect.suspend(() => use(held))).pipe(
+          Effect.onExit((exit) => Effect.sync(() => Exit.isSuccess(exit) && keep(exit.value) ? undefined : held.release()))
+        )
+      })
+    )
+  }
+
   /** Takes the bytes, waiting in line; called uninterruptibly, with `restore` for the wait. */
   private take(
     weight: number,

@@ -166,6 +166,33 @@ describe("the working-memory admission", () => {
       expect(memory.held).toBe(0)
     }))
 
+  it.effect("a request that must not wait (holdingNow) runs at once when it fits and nobody waits before it, else runs nothing and holds nothing; what it takes is given back, or kept as `keep` says", () =>
+    Effect.gen(function*() {
+      const memory = new WorkingMemory(100, 600_000)
+      const first = gate()
+      const a = yield* Effect.fork(memory.holding(60, "a", () => Deferred.await(first)))
+      yield* settle
+      expect(yield* memory.holdingNow(30, () => Effect.succeed("ran"))).toBe("ran")
+      expect(memory.held).toBe(60)
+      expect(yield* memory.holdingNow(50, () => Effect.succeed("ran"))).toBeUndefined()
+      // A waiter before it: a request that would fit does not overtake it.
+      const b = yield* Effect.fork(memory.holding(50, "b", () => Effect.void))
+      yield* settle
+      expect(memory.waiting).toBe(1)
+      expect(yield* memory.holdingNow(10, () => Effect.succeed("ran"))).toBeUndefined()
+      expect(memory.held).toBe(60)
+      yield* Deferred.succeed(first, undefined)
+      yield* Fiber.join(a)
+      yield* Fiber.join(b)
+      expect(memory.held).toBe(0)
+      const kept = yield* memory.holdingNow(40, (held) => Effect.succeed(held), () => true)
+      expect(memory.held).toBe(40)
+      kept!.release()
+      expect(memory.held).toBe(0)
+      expect(Exit.isFailure(yield* Effect.exit(memory.holdingNow(40, () => Effect.fail("no"))))).toBe(true)
+      expect(memory.held).toBe(0)
+    }))
+
   it.effect("what is taken is given back when the work fails, dies or is interrupted, and when a waiter is interrupted", () =>
     Effect.gen(function*() {
       const memory = new WorkingMemory(100, 600_000)

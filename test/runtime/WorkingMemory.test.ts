@@ -9,6 +9,7 @@ import { Deferred, Effect, Either, Fiber, FiberId, TestClock } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
 import { Journal } from "../../src/services/Journal.js"
+import { Projection } from "../../src/services/Projection.js"
 import { ModelFailed, type ModelsShape } from "../../src/services/Models.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer, untilIdle } from "../support/runtime.js"
@@ -117,7 +118,13 @@ describe("turns and the working-memory bound", () => {
     }).pipe(Effect.provide(runtimeLayer({ models: holding, config: { workingMemoryBytes: 4 * 1024 * 1024 } })))
   })
 
-  for (const [where, config] of [["its cell in memory", { sessionIdleTtlMs: 0 }], ["its state cached, its cell released", {}]] as const) {
+  for (
+    const [where, config] of [
+      ["its cell in memory", { sessionIdleTtlMs: 0 }],
+      ["its state cached, its cell released", {}],
+      ["nothing of it in memory: weighed as its open alone", { cacheBytes: 0 }]
+    ] as const
+  ) {
     it.scoped(`a keyed send or submit whose answer is stored (${where}) is answered without waiting for a turn's share of the working memory; a new key still waits for one`, () => {
       const held = Deferred.unsafeMake<void>(FiberId.none)
       const holding: ModelsShape = {
@@ -145,14 +152,20 @@ describe("turns and the working-memory bound", () => {
         const submitted = yield* sessions.submitKeyed(b, { message: large("second") }, { key: "s", hash: "h" })
         yield* untilIdle(b)
         // A running turn holds 16 bytes a byte of its 60 kB message: all but about 80 kB of the 1 MiB.
-        yield* sessions.submit(a, { message: "hold" + "y".repeat(60_000) })
+        // With nothing of b in memory, its open is weighed too (2 bytes a byte it reads): the
+        // running turn leaves room for that open and 80 kB more, still short of a turn's share.
+        const cold = Object.hasOwn(config, "cacheBytes")
+        const projection = yield* Projection
+        const openOf = (id: SessionId) => Effect.map(projection.openBytes!(id), (bytes) => 2 * bytes)
+        const hold = cold ? Math.floor((1024 * 1024 - (yield* openOf(a)) - (yield* openOf(b)) - 80_000) / 16) : 60_000
+        yield* sessions.submit(a, { message: "hold" + "y".repeat(hold) })
         const before = yield* records(b)
         expect(yield* within(sessions.sendKeyed(b, { message: large("first") }, { key: "k", hash: "h" }))).toEqual(sent)
         expect(yield* within(sessions.submitKeyed(b, { message: large("second") }, { key: "s", hash: "h" }))).toEqual(submitted)
         expect((yield* within(sessions.sendKeyed(b, { message: large("other") }, { key: "k", hash: "other" })))._tag).toBe("Conflict")
         expect(yield* records(b)).toEqual(before)
-        // A new key runs a turn (160 kB for its 10 kB message): it waits for its share, and is refused past the wait.
-        const fresh = yield* Effect.fork(Effect.either(sessions.sendKeyed(b, { message: "z".repeat(10_000) }, { key: "n", hash: "h" })))
+        // A new key runs a turn (640 kB for its 40 kB message): it waits for its share, and is refused past the wait.
+        const fresh = yield* Effect.fork(Effect.either(sessions.sendKeyed(b, { message: "z".repeat(40_000) }, { key: "n", hash: "h" })))
         yield* TestClock.adjust("11 seconds")
         const refused = yield* Fiber.join(fresh)
         expect(Either.isLeft(refused) && refused.left._tag).toBe("Overloaded")
