@@ -19,13 +19,13 @@ import { EventSchema, type Extensions, servicesLayer } from "./main.js"
 import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
 
 export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
-// What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union).
+// What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union): classes, so `instanceof` works as `catchTag` does.
 export { DataDirError } from "./layers/journal/DataDir.js"
-export type { AgentloopRejected } from "./services/Agentloop.js"
-export type { EnvironmentBindingsInvalid } from "./domain/Environment.js"
-export type { IdempotencyStoreFailed } from "./services/Idempotency.js"
-export type { ModelBindingsInvalid } from "./services/ModelBindings.js"
-export type { TelemetrySinkFailed } from "./services/Telemetry.js"
+export { AgentloopRejected } from "./services/Agentloop.js"
+export { EnvironmentBindingsInvalid } from "./domain/Environment.js"
+export { IdempotencyStoreFailed } from "./services/Idempotency.js"
+export { ModelBindingsInvalid } from "./services/ModelBindings.js"
+export { TelemetrySinkFailed } from "./services/Telemetry.js"
 export { sharedScheduler } from "./SharedScheduler.js"
 export { defaults as configDefaults, fromConfig as configFromEnv, ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
 
@@ -39,7 +39,9 @@ export { Hosts, type HostsShape } from "./services/Hosts.js"
 export { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 export { Journal, type JournalShape } from "./services/Journal.js"
 export { ModelBindings } from "./services/ModelBindings.js"
-export { Models, type ModelsShape } from "./services/Models.js"
+export { type ModelCall, ModelFailed, type ModelFailureCode, Models, type ModelsShape } from "./services/Models.js"
+// What a model provider (`Extensions.models`) is asked and answers: each a type and, at run time, its schema.
+export { type ModelDelta, ModelRequest, ModelResult } from "./domain/Model.js"
 export { CheckpointStore, Projection, type ProjectionShape } from "./services/Projection.js"
 export {
   type CreateError,
@@ -49,6 +51,8 @@ export {
   type EventPage,
   type FollowError,
   type Following,
+  type KeptRequest,
+  type Keyed,
   type KeyedTurnError,
   type Receipt,
   Sessions,
@@ -56,10 +60,11 @@ export {
   type SessionSummary,
   type TranscriptView,
   type TurnError,
-  type TurnOutcome
+  type TurnOutcome,
+  type TurnRequest
 } from "./services/Sessions.js"
 export { Telemetry, type TelemetryShape } from "./services/Telemetry.js"
-export { Tools, type ToolsShape } from "./services/Tools.js"
+export { type ToolInvocation, ToolLost, type ToolReply, Tools, type ToolsShape } from "./services/Tools.js"
 export { WasmHost, type WasmHostShape } from "./services/WasmHost.js"
 
 // The values they exchange, and their errors (each a tagged error with its `code`).
@@ -69,8 +74,8 @@ export { isSessionId, SessionId } from "./domain/Ids.js"
 export { Message, TurnInput } from "./domain/Messages.js"
 export type { SessionStatus } from "./domain/Projection.js"
 export type { SessionConfiguration } from "./domain/Configuration.js"
-// An in-process tool's handler (`Extensions.tools`), and two ready-made ones.
-export { failWith, succeedAfter, type ToolHandler } from "./layers/ToolsInProcess.js"
+// An in-process tool's handler (`Extensions.tools`), two ready-made ones, and `aborted` (waits for the call's AbortSignal).
+export { aborted, failWith, succeedAfter, type ToolHandler } from "./layers/ToolsInProcess.js"
 
 /**
  * Sessions and every service they run on, as `brain serve` composes them, over `defaults` with
