@@ -12,7 +12,7 @@
  * it. The outcome append still in flight is handed to the turn (`ActivationScope.unsettled`),
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
-import { Cause, Clock, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Clock, Effect, Exit, Option } from "effect"
 import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
 import type { Message } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
@@ -29,6 +29,7 @@ import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolsShape } from "../../services/Tools.js"
 import { breakBy, type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening, landRiding, stageRiding, stageRidingNow } from "./Cell.js"
+import { interruptWithin } from "./Abandon.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
@@ -165,17 +166,19 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
 
   /**
    * Runs `call` until it ends or the turn is cancelled, whichever is first; a cancel interrupts it
-   * (and waits for that) and answers `cancelled`; so does an interrupt of the caller. One forked
-   * fiber and a callback on the turn's signal, where a race forked two.
+   * and answers `cancelled`; so does an interrupt of the caller. The call (a model layer the
+   * application may supply) is waited for the grace at most once interrupted, then abandoned: it
+   * runs in a daemon fiber, so nothing waits for it (Abandon.ts). One forked fiber and a callback
+   * on the turn's signal, where a race forked two.
    */
   const callOrCancel = <A, E>(call: Effect.Effect<A, E>, cancelled: (reason: CancelReason) => A): Effect.Effect<A, E> =>
-    Effect.flatMap(Effect.fork(call), (fiber) =>
+    Effect.flatMap(Effect.forkDaemon(call), (fiber) =>
       Effect.flatMap(
-        exitOrCancel(fiber, scope.signal, undefined, true),
+        Effect.onInterrupt(exitOrCancel(fiber, scope.signal), () => interruptWithin(fiber, deps.config.cancelGraceMs)),
         (first) =>
           first._tag === "done"
             ? first.exit
-            : Effect.as(Fiber.interrupt(fiber), cancelled(first._tag === "cancel" ? first.reason : "cancelled"))
+            : Effect.as(interruptWithin(fiber, deps.config.cancelGraceMs), cancelled(first._tag === "cancel" ? first.reason : "cancelled"))
       ))
 
   /**

@@ -21,7 +21,8 @@ import type { ActivationScope, HostDeps } from "./Host.js"
 import { refuse, storageFailure } from "./HostFailures.js"
 import { remoteInvocation, remoteNowOf } from "./RemoteNow.js"
 import { callRemote } from "./RemoteTool.js"
-import { checkedOutput, notSentOf, stopping, type ToolDefinition, type ToolVerdict, toolOutcome } from "./ToolVerdicts.js"
+import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type ToolVerdict, toolOutcome } from "./ToolVerdicts.js"
+import { interruptWithin } from "./Abandon.js"
 
 /** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
 const budgetOf = (config: ServerConfigShape, definition: ToolDefinition | undefined): number | undefined => {
@@ -224,7 +225,9 @@ function* dispatchOf(
   const stop = new CallStop()
   /** Why the call is being stopped, once it is: its own deadline, or the turn's cancel (a wall deadline included). */
   let stoppedBy: "cancel" | "deadline" = "cancel"
-  const executor = yield* Effect.fork(
+  // A daemon: the dispatch ending (or interrupted) never waits for an executor that does not stop;
+  // its interruption is bounded by the grace (`interruptWithin`), then the executor is abandoned.
+  const executor = yield* Effect.forkDaemon(
     remote !== undefined
       ? deps.environments !== undefined
         ? checkedOutput(
@@ -238,15 +241,34 @@ function* dispatchOf(
             details: { environment: remote.name, reason: "driver_unavailable" }
           })
         })
-      : deps.tools.invoke(invocationOf(ctx, call, definition, deadlineAtMs, sequence, stop, inFlight)).pipe(Effect.match({
+      // An executor that throws as it is called, or dies (a defect), failed: `crashed`.
+      : Effect.suspend(() => deps.tools.invoke(invocationOf(ctx, call, definition, deadlineAtMs, sequence, stop, inFlight))).pipe(Effect.match({
       onFailure: (lost): ToolVerdict => ({ _tag: "lost", message: lost.message }),
       onSuccess: (reply): ToolVerdict => ({ _tag: "reply", reply })
-    }))
+    }), Effect.catchAllDefect((defect) => Effect.succeed(crashed(defect))))
   )
-  // Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the
-  // round's sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
-  const first = yield* exitOrCancel(executor, scope.signal, deadline)
-  // An executor answers every outcome as a verdict; one that died or was interrupted ends the call so.
-  if (first._tag === "done") return yield* first.exit
-  return yield* stopping(config, first, executor, stop, (by) => (stoppedBy = by))
+  // The dispatch interrupted (its activation is, a server stop): the call is stopped, and its
+  // executor interrupted and given the grace, no more; the fence records the call unconfirmed.
+  return yield* Effect.onInterrupt(
+    Effect.gen(() => verdictOf(config, scope.signal, executor, deadline, stop, (by) => (stoppedBy = by))),
+    () => Effect.zipRight(Effect.sync(() => stop.abort("interrupted")), interruptWithin(executor, config.cancelGraceMs))
+  )
+}
+
+/**
+ * Whichever is first: the executor's verdict, the turn's cancel, the call's deadline (the round's
+ * sleeper on the Clock). One callback each way (`exitOrCancel`), not a race of three fibers.
+ */
+function* verdictOf(
+  config: ServerConfigShape,
+  signal: ToolCallContext["scope"]["signal"],
+  executor: Fiber.RuntimeFiber<ToolVerdict>,
+  deadline: Fiber.RuntimeFiber<void> | undefined,
+  stop: CallStop,
+  stoppedBy: (by: "cancel" | "deadline") => void
+) {
+  const first = yield* exitOrCancel(executor, signal, deadline)
+  // An executor answers every outcome as a verdict; one that was interrupted ends the call so.
+  if (first._tag === "done") return Exit.isFailure(first.exit) && !Exit.isInterrupted(first.exit) ? crashed(Cause.squash(first.exit.cause)) : yield* first.exit
+  return yield* stopping(config, first, executor, stop, stoppedBy)
 }

@@ -3,7 +3,8 @@
  * commits and the loop is shown exactly; what a call comes to before anything is sent; and how a
  * call is stopped when the turn's cancel or its own deadline comes first (ToolCalls.ts, RemoteNow.ts).
  */
-import { Duration, Effect, Exit, Fiber, Option } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
+import { interruptWithin } from "./Abandon.js"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
 import { boundedFailure, boundedMessage, failure, type Failure } from "../../domain/Failure.js"
 import { isJsonData, nestingDepth } from "../../domain/JsonText.js"
@@ -26,9 +27,30 @@ export type ToolVerdict =
   /** Never sent: the turn was cancelled (`reason`), or the call's own deadline had passed (`deadline`). */
   | { readonly _tag: "unsent"; readonly reason: CancelReason; readonly deadline?: true }
   | { readonly _tag: "lost"; readonly message: string }
-  /** An Environment's failure: `error` when the call did not run, `unknown` when it may have. */
+  /**
+   * An Environment's failure: `error` when the call did not run, `unknown` when it may have; or
+   * an executor that threw or died (`crashed`): `error`, `tool_failed`, since it is over.
+   */
   | { readonly _tag: "failed"; readonly outcome: "error" | "unknown"; readonly failure: Failure }
   | { readonly _tag: "stopped"; readonly by: "cancel" | "deadline"; readonly confirmed: boolean; readonly reason: CancelReason }
+
+/**
+ * An executor that threw or died (a defect: an in-process tool's bug) failed: nothing was cancelled
+ * and nothing of it runs any more, so the call is the tool's failure, `tool_failed`, not
+ * ambiguous, with what it threw (bounded).
+ */
+export const crashed = (defect: unknown): ToolVerdict => {
+  const text = defect instanceof Error ? `${defect.name}: ${defect.message}` : typeof defect === "string" ? defect : safeText(defect)
+  return { _tag: "failed", outcome: "error", failure: failure("tool_failed", boundedMessage(`the tool threw: ${text}`)) }
+}
+
+const safeText = (value: unknown): string => {
+  try {
+    return String(value)
+  } catch {
+    return "a value that cannot be shown"
+  }
+}
 
 /** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
 export const checked = (v: ToolVerdict, schema: unknown): ToolVerdict => {
@@ -68,9 +90,12 @@ const writtenOutcome = (payload: { readonly output: unknown }): { readonly json:
 
 /** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
 export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
+  // Only an interruption is a stop; a dispatch that died (and was not interrupted) failed.
   const v: ToolVerdict = Exit.isSuccess(exit)
     ? exit.value
-    : { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
+    : Exit.isInterrupted(exit)
+    ? { _tag: "stopped", by: "cancel", confirmed: !dispatched, reason: "interrupted" }
+    : crashed(Cause.squash(exit.cause))
   if (v._tag === "reply" && v.reply.outcome !== "stopped") {
     const payload = { sequence, outcome: v.reply.outcome, output: v.reply.output ?? null, is_error: v.reply.outcome === "error" }
     const written = writtenOutcome(payload)
@@ -179,9 +204,10 @@ export function* stopping(
       return ended.value // It finished anyway: record what really happened.
     }
     // An executor may confirm it stopped by ending interrupted after the abort (a Wasm tool:
-    // services/Tools.ts); one that died ends the call so.
-    if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return yield* ended
+    // services/Tools.ts); one that died failed.
+    if (Exit.isFailure(ended) && !Exit.isInterrupted(ended)) return crashed(Cause.squash(ended.cause))
   }
-  if (Option.isNone(after)) yield* Fiber.interrupt(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  // Interrupted, it has the grace again, no more: one still running is abandoned (Abandon.ts).
+  if (Option.isNone(after)) yield* interruptWithin(executor, config.cancelGraceMs)
   return { _tag: "stopped", by, confirmed: Option.isSome(after), reason } as ToolVerdict
 }

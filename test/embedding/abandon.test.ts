@@ -1,0 +1,129 @@
+/**
+ * An application's in-process tools, run by the runtime `layer` builds (docs/embedding.md): work
+ * Brain does not control is interrupted with a bound. A tool that ignores interruption does not
+ * hold the runtime's close, nor another session's send: it is abandoned after the grace and its
+ * call recorded unconfirmed. A tool that throws or dies failed (`tool_failed`, with what it
+ * threw), which is not a cancellation. Real time: the tool's sleep is real.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterEach, describe, expect, it } from "@effect/vitest"
+import { Effect, ManagedRuntime } from "effect"
+import { layer, Sessions } from "../../src/effect.js"
+import type { ToolHandler } from "../../src/layers/ToolsInProcess.js"
+import type { JournalRecord } from "../../src/domain/Records.js"
+import { Journal } from "../../src/services/Journal.js"
+
+const dirs: Array<string> = []
+const freshDir = () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-abandon-"))
+  dirs.push(dir)
+  return dir
+}
+afterEach(() => {
+  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
+})
+
+/** A session whose scripted model calls `tool` once, then answers "done". */
+const withTool = (tool: string) => ({
+  model: { provider: "scripted" as const, replies: [{ tool_calls: [{ name: tool, input: {} }] }, { text: "done" }] },
+  tools: [{ name: tool }]
+})
+
+const toolOutcome = (records: ReadonlyArray<JournalRecord>) =>
+  records.find((r) => r.kind === "tool_call_ended" || r.kind === "tool_call_failed")
+
+/** Sleeps 60 s whatever happens: interruption waits for it (a non-abortable native call, say). */
+const stubborn: ToolHandler = () => Effect.uninterruptible(Effect.sleep("60 seconds")).pipe(Effect.as({ outcome: "ok", output: "late" } as const))
+/** Never answers, and yields to interruption. */
+const hanging: ToolHandler = () => Effect.never
+
+describe("work Brain does not control is interrupted with a bound", () => {
+  it("closing the runtime while an in-process tool ignores interruption ends within the stop's bound, records the call unknown (unconfirmed) and answers another session's waiting send", async () => {
+    const dataDir = freshDir()
+    const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 500, cleanupDeadlineMs: 1000 }, { tools: { stubborn, hanging } }))
+    const { a, b } = await runtime.runPromise(Effect.gen(function*() {
+      const sessions = yield* Sessions
+      return { a: (yield* sessions.create(withTool("stubborn"))).session_id, b: (yield* sessions.create(withTool("hanging"))).session_id }
+    }))
+    const answered: Record<string, number> = {}
+    const send = (s: string) =>
+      runtime.runPromiseExit(Effect.flatMap(Sessions, (sessions) => sessions.send(s as typeof a, { message: "go" }))).then((exit) => {
+        answered[s] = Date.now()
+        return exit
+      })
+    const sendA = send(a)
+    const sendB = send(b)
+    // Both tools called.
+    await runtime.runPromise(Effect.gen(function*() {
+      const journal = yield* Journal
+      for (let i = 0; i < 2000; i++) {
+        const ra = yield* Effect.orDie(journal.read(a, { after: 0, limit: 1000 }))
+        const rb = yield* Effect.orDie(journal.read(b, { after: 0, limit: 1000 }))
+        if (ra.some((r) => r.kind === "tool_call_started") && rb.some((r) => r.kind === "tool_call_started")) return
+        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+      }
+      return yield* Effect.dieMessage("the tools were not called")
+    }))
+    const started = Date.now()
+    await runtime.dispose()
+    const took = Date.now() - started
+    // The stop's own bound is 2 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the tool's 60 s.
+    expect(took).toBeLessThan(20_000)
+    await Promise.all([sendA, sendB])
+    // The other session's send was answered within the same bound, not held by the stubborn tool.
+    expect(answered[b]! - started).toBeLessThan(20_000)
+    expect(answered[a]! - started).toBeLessThan(20_000)
+
+    // Reopened: what the journal says.
+    const again = ManagedRuntime.make(layer({ dataDir }))
+    const [ra, rb] = await again.runPromise(Effect.gen(function*() {
+      const journal = yield* Journal
+      yield* (yield* Sessions).get(a)
+      yield* (yield* Sessions).get(b)
+      return [
+        yield* Effect.orDie(journal.read(a, { after: 0, limit: 1000 })),
+        yield* Effect.orDie(journal.read(b, { after: 0, limit: 1000 }))
+      ] as const
+    }))
+    await again.dispose()
+    const outcome = toolOutcome(ra)!
+    expect(outcome.kind).toBe("tool_call_failed")
+    expect(outcome.payload).toMatchObject({ outcome: "unknown", failure: { code: "unknown", ambiguous: true } })
+    expect(ra.some((r) => r.kind === "turn_failed")).toBe(true)
+    expect(toolOutcome(rb)!.kind).toBe("tool_call_failed")
+  }, 60_000)
+})
+
+describe("an in-process tool that throws or dies failed; nothing was cancelled", () => {
+  const thrower: ToolHandler = () => {
+    throw new Error("tool bug: thrown")
+  }
+  const dier: ToolHandler = () => Effect.die(new Error("tool bug: died"))
+  for (const [name, handler, text] of [["thrower", thrower, "tool bug: thrown"], ["dier", dier, "tool bug: died"]] as const) {
+    it(`a ${name === "thrower" ? "synchronously throwing" : "dying (Effect.die)"} handler is recorded tool_call_failed error tool_failed with what it threw, not ambiguous, and the turn goes on`, async () => {
+      const dataDir = freshDir()
+      const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 500, cleanupDeadlineMs: 1000 }, { tools: { [name]: handler } }))
+      try {
+        const { outcome, records } = await runtime.runPromise(Effect.gen(function*() {
+          const sessions = yield* Sessions
+          const s = (yield* sessions.create(withTool(name))).session_id
+          const outcome = yield* sessions.send(s, { message: "go" })
+          const records = yield* Effect.orDie((yield* Journal).read(s, { after: 0, limit: 1000 }))
+          return { outcome, records }
+        }))
+        expect(outcome.turn.status).toBe("ended")
+        const recorded = toolOutcome(records)!
+        expect(recorded.kind).toBe("tool_call_failed")
+        expect(recorded.payload).toMatchObject({ outcome: "error", is_error: true, failure: { code: "tool_failed", ambiguous: false } })
+        const message = (recorded.payload as { failure: { message: string } }).failure.message
+        expect(message).toContain("threw")
+        expect(message).toContain(text)
+        expect(message).not.toContain("cancelled")
+      } finally {
+        await runtime.dispose()
+      }
+    }, 60_000)
+  }
+})
