@@ -13,10 +13,10 @@
  * This module is the package's contract for Effect users: what it exports is kept working, and
  * what it does not export (the layers' internals, the journal's formats) may change.
  */
-import type { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import type { Event as EventShape } from "./domain/Projection.js"
 import { EventSchema, type Extensions, servicesLayer } from "./main.js"
-import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
+import { type ServerConfigShape, validated } from "./services/ServerConfig.js"
 
 export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
 // What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union): classes, so `instanceof` works as `catchTag` does.
@@ -83,15 +83,18 @@ export { aborted, failWith, succeedAfter, type ToolHandler } from "./layers/Tool
  * Configuration from the environment (`BRAIN_*`) instead: `configFromEnv`, then `servicesLayer`.
  */
 export const layer = (overrides: Partial<ServerConfigShape> = {}, extensions: Extensions = {}) =>
-  servicesLayer({ ...defaults, ...overrides }, extensions)
+  // Checked by the rules the environment's settings are (`configFromEnv`): a refusal is the same
+  // typed ConfigError, naming the setting, before anything is opened.
+  Layer.unwrapEffect(Effect.map(validated(overrides), (config) => servicesLayer(config, extensions)))
 
 /** What `layer` provides (every service above). */
 export type Services = Layer.Layer.Success<ReturnType<typeof layer>>
 
 /**
  * What building `layer` (or `servicesLayer`) fails with, each a tagged error: `DataDirError` (the
- * data directory is locked by another runtime or process, is not Brain's, or cannot be used), or a
- * configuration or store the runtime cannot start with.
+ * data directory is locked by another runtime or process, is not Brain's, or cannot be used), a
+ * `ConfigError` (a setting given to `layer` that its variable's rule refuses), or a configuration
+ * or store the runtime cannot start with.
  */
 export type StartupError = Layer.Layer.Error<ReturnType<typeof layer>>
 

@@ -1,0 +1,81 @@
+/**
+ * Settings given in code (`layer(overrides)`, docs/embedding.md) are checked by the same rules as
+ * the environment's (`configFromEnv`): a setting its rule refuses fails the layer with a typed
+ * ConfigError naming it, before anything is opened (no file, no descriptor, the data directory
+ * untouched).
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterEach, describe, expect, it } from "@effect/vitest"
+import { ConfigError, Effect, Exit, Layer } from "effect"
+import { layer, Sessions, type ServerConfigShape } from "../../src/effect.js"
+
+const dirs: Array<string> = []
+afterEach(() => {
+  for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
+})
+const freshDir = () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-layercfg-"))
+  dirs.push(dir)
+  return dir
+}
+const openFds = () => fs.readdirSync("/proc/self/fd").map((fd) => {
+  try {
+    return fs.readlinkSync(`/proc/self/fd/${fd}`)
+  } catch {
+    return ""
+  }
+})
+
+/** Builds the layer with `overrides` over a fresh directory: its exit, and what it left in the directory and among the descriptors. */
+const build = async (overrides: Record<string, unknown>) => {
+  const dataDir = freshDir()
+  const exit = await Effect.runPromiseExit(Effect.scoped(Layer.build(layer({ dataDir, ...overrides } as Partial<ServerConfigShape>))))
+  return { exit, left: fs.readdirSync(dataDir), leaked: openFds().filter((f) => f.startsWith(dataDir)) }
+}
+
+const refusal = (exit: Exit.Exit<unknown, unknown>) => {
+  expect(Exit.isFailure(exit)).toBe(true)
+  if (!Exit.isFailure(exit)) return ""
+  // A typed failure, not a defect.
+  expect(exit.cause._tag).toBe("Fail")
+  const error = (exit.cause as { error: unknown }).error
+  expect(ConfigError.isConfigError(error)).toBe(true)
+  return String((error as ConfigError.ConfigError).message ?? error)
+}
+
+describe("layer(overrides) checks each setting by its variable's rule", () => {
+  const refused: ReadonlyArray<readonly [string, Record<string, unknown>]> = [
+    ["journalLogBytes", { journalLogBytes: Number.NaN }],
+    ["cancelGraceMs", { cancelGraceMs: -5 }],
+    ["maxTurnMs", { maxTurnMs: -1 }],
+    ["wasmWorkers", { wasmWorkers: 0, wasmInlineMs: 0 }],
+    ["sessionIdleTtlMs", { sessionIdleTtlMs: "abc" }],
+    ["cleanupDeadlineMs", { cleanupDeadlineMs: 1.5 }],
+    ["maxConnections", { maxConnections: 0 }]
+  ]
+  for (const [field, overrides] of refused) {
+    it(`${JSON.stringify(overrides, (_k, v) => (Number.isNaN(v) ? "NaN" : v))} is refused with a typed ConfigError naming ${field}, before anything is opened`, async () => {
+      const { exit, left, leaked } = await build(overrides)
+      expect(refusal(exit)).toContain(field)
+      expect(left).toEqual([])
+      expect(leaked).toEqual([])
+    }, 60_000)
+  }
+
+  it("a blank dataDir is refused (it would silently be the current directory), naming dataDir", async () => {
+    const exit = await Effect.runPromiseExit(Effect.scoped(Layer.build(layer({ dataDir: "" }))))
+    expect(refusal(exit)).toContain("dataDir")
+  })
+
+  it("valid settings in code still build and run, milliseconds below a second included for a setting the environment gives in seconds", async () => {
+    const dataDir = freshDir()
+    const status = await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ model: { provider: "scripted", replies: [{ text: "ok" }] } })
+      return (yield* sessions.send(session_id, { message: "hi" })).turn.status
+    }).pipe(Effect.provide(layer({ dataDir, maxTurnMs: 1500, cancelGraceMs: 0, sessionIdleTtlMs: undefined, wasmWorkers: 1 })))))
+    expect(status).toBe("ended")
+  }, 60_000)
+})
