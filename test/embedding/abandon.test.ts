@@ -14,6 +14,7 @@ import { layer, Sessions } from "../../src/effect.js"
 import type { ToolHandler } from "../../src/layers/ToolsInProcess.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
 import { Journal } from "../../src/services/Journal.js"
+import type { ModelsShape } from "../../src/services/Models.js"
 
 const dirs: Array<string> = []
 const freshDir = () => {
@@ -93,6 +94,38 @@ describe("work Brain does not control is interrupted with a bound", () => {
     expect(outcome.payload).toMatchObject({ outcome: "unknown", failure: { code: "unknown", ambiguous: true } })
     expect(ra.some((r) => r.kind === "turn_failed")).toBe(true)
     expect(toolOutcome(rb)!.kind).toBe("tool_call_failed")
+  }, 60_000)
+})
+
+describe("a model provider the application supplies is interrupted with a bound", () => {
+  it("closing the runtime while the application's model call ignores interruption ends within the stop's bound and records the model call failed, ambiguous", async () => {
+    const dataDir = freshDir()
+    const models = { call: () => Effect.uninterruptible(Effect.sleep("60 seconds")).pipe(Effect.zipRight(Effect.never)) } as unknown as ModelsShape
+    const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 500, cleanupDeadlineMs: 1000 }, { models }))
+    const s = await runtime.runPromise(Effect.flatMap(Sessions, (sessions) => Effect.map(sessions.create({ model: { provider: "scripted", replies: [{ text: "x" }] } }), (c) => c.session_id)))
+    const sent = runtime.runPromiseExit(Effect.flatMap(Sessions, (sessions) => sessions.send(s, { message: "go" })))
+    await runtime.runPromise(Effect.gen(function*() {
+      const journal = yield* Journal
+      for (let i = 0; i < 2000; i++) {
+        if ((yield* Effect.orDie(journal.read(s, { after: 0, limit: 1000 }))).some((r) => r.kind === "model_call_started")) return
+        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+      }
+      return yield* Effect.dieMessage("the model was not called")
+    }))
+    const started = Date.now()
+    await runtime.dispose()
+    await sent
+    // The stop's own bound is 2 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the call's 60 s.
+    expect(Date.now() - started).toBeLessThan(20_000)
+    const again = ManagedRuntime.make(layer({ dataDir }))
+    const records = await again.runPromise(Effect.gen(function*() {
+      yield* (yield* Sessions).get(s)
+      return yield* Effect.orDie((yield* Journal).read(s, { after: 0, limit: 1000 }))
+    }))
+    await again.dispose()
+    const failed = records.find((r) => r.kind === "model_call_failed")
+    expect(failed?.payload).toMatchObject({ failure: { ambiguous: true } })
+    expect(records.some((r) => r.kind === "turn_failed")).toBe(true)
   }, 60_000)
 })
 
