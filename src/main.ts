@@ -148,7 +148,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     config,
     journal: JournalFile.layerNode({
       dataDir,
-      limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles, commitLogBytes: config.journalLogBytes }
+      limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles, commitLogBytes: config.journalLogBytes },
+      maxHandleBytes: budget.journalBytes
     }),
     checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
     // Registrations live under the data directory (the journal layer holds its lock); a session's

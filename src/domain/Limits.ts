@@ -182,6 +182,21 @@ export const RECENT_TOTAL_BYTES = 64 * 1024 * 1024
 export const OPEN_JOURNAL_HANDLES = 16_384
 
 /**
+ * Bytes. The heap one opened journal keeps besides its recent tail (counted in the tails' bound)
+ * and what its store says it keeps (JOURNAL_SEGMENT_BYTES, JOURNAL_INDEX_ENTRY_BYTES): the core's
+ * map entries, its shared open and its handle object, rounded up. A listing of 6,000 small
+ * sessions kept about 3.3 KiB of heap per session after forced collections, tails and released
+ * states included, before open journals were weighed (docs/journal.md, "Memory").
+ */
+export const OPEN_JOURNAL_BYTES = 2048
+
+/** Bytes. One segment as an open file journal keeps it (its path and sizes). */
+export const JOURNAL_SEGMENT_BYTES = 256
+
+/** Bytes. One entry of an open file journal's read index (READ_INDEX_STRIDE). */
+export const JOURNAL_INDEX_ENTRY_BYTES = 48
+
+/**
  * Bytes. How far a live SSE subscriber may fall behind (frames not yet handed to its socket)
  * before it is cut off and resumes by cursor; BRAIN_SSE_BACKLOG_BYTES. Bounded in Events too, by
  * SUBSCRIBER_BACKLOG_RECORDS. An empty backlog always takes the next commit, however large.

@@ -19,6 +19,8 @@ export interface JournalFileOptions {
   readonly limits?: Partial<WriterLimits & FileStore.FileStoreLimits>
   /** Opened journals kept in memory (default OPEN_JOURNAL_HANDLES). */
   readonly maxHandles?: number
+  /** Heap the opened journals kept in memory may hold (Core.ts); default: no bound. */
+  readonly maxHandleBytes?: number
 }
 
 export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, DataDirError, FileDriver | Scope.Scope> =>
@@ -30,7 +32,8 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, D
     })
     return yield* Core.make(store, {
       ...(options.limits ? { limits: options.limits } : {}),
-      ...(options.maxHandles !== undefined ? { maxHandles: options.maxHandles } : {})
+      ...(options.maxHandles !== undefined ? { maxHandles: options.maxHandles } : {}),
+      ...(options.maxHandleBytes !== undefined ? { maxHandleBytes: options.maxHandleBytes } : {})
     })
   })
 

@@ -6,7 +6,9 @@
  * - warm: idle actors kept by an idle TTL; past it the least recently used are released early
  *   (a TTL keeps an actor warm for latency only, so releasing one changes nothing but speed);
  * - projection: folded states of released sessions, so their next open reads only the tail;
- * - recent: the journals' newest records, for the reads a turn makes of what it just wrote.
+ * - recent: the journals' newest records, for the reads a turn makes of what it just wrote;
+ * - journals: opened journals kept in memory (segments, read index), so the next access of the
+ *   session reads no file to open it; past it the least recently used idle ones are dropped.
  */
 import * as v8 from "node:v8"
 import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, MODULE_CACHE_HEAP_FRACTION, WORKING_MEMORY_HEAP_FRACTION } from "../domain/Limits.js"
@@ -15,6 +17,7 @@ export interface MemoryBudget {
   readonly warmBytes: number
   readonly projectionBytes: number
   readonly recentBytes: number
+  readonly journalBytes: number
 }
 
 /** Request bodies held at once: the setting, or a quarter of the heap limit. */
@@ -37,6 +40,7 @@ export const memoryBudget = (cacheBytes: number | undefined): MemoryBudget => {
   return {
     warmBytes: Math.floor(total / 2),
     projectionBytes: Math.floor(total / 4),
-    recentBytes: Math.floor(total / 4)
+    recentBytes: Math.floor(total / 8),
+    journalBytes: Math.floor(total / 8)
   }
 }

@@ -5,6 +5,7 @@ import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as FileDriverModule from "../../src/layers/journal/FileDriver.js"
 import { FileDriver, type FileDriverShape, syncManyVia } from "../../src/layers/journal/FileDriver.js"
+import { OPEN_JOURNAL_BYTES } from "../../src/domain/Limits.js"
 import { instrumentedDriver, tempDir } from "../support/journals.js"
 
 const kv = (key: string) => entry("kv_put", { key, value: "x".repeat(150) })
@@ -180,5 +181,77 @@ describe("Journal handles under a memory bound", () => {
       }
       // Handles were dropped and their journals reopened (each open reads the segment).
       expect(opens).toBeGreaterThan(12)
+    }))
+})
+
+describe("Opened journals within their byte bound", () => {
+  /** Twelve sessions of a record each, written by one journal and then opened by a fresh one over `driver`. */
+  const stored = (dir: string) =>
+    Effect.gen(function*() {
+      const sessions: Array<SessionId> = []
+      yield* Effect.scoped(Effect.gen(function*() {
+        const journal = yield* JournalFile.make({ dataDir: dir }).pipe(Effect.provide(Layer.succeed(FileDriver, FileDriverModule.nodeDriver)))
+        for (let i = 0; i < 12; i++) {
+          const s = yield* mintSessionId
+          yield* journal.create(s)
+          yield* journal.append(s, [kv("a")])
+          sessions.push(s)
+        }
+      }))
+      return sessions
+    })
+
+  it.scoped("a walk opening many sessions keeps no more opened journals than maxHandleBytes holds: the first is reopened afterwards", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const sessions = yield* stored(dir)
+      let opens = 0
+      const driver: FileDriverShape = {
+        ...FileDriverModule.nodeDriver,
+        readFile: (p) => Effect.zipRight(Effect.sync(() => void opens++), FileDriverModule.nodeDriver.readFile(p))
+      }
+      const journal = yield* JournalFile.make({ dataDir: dir, maxHandleBytes: 4 * OPEN_JOURNAL_BYTES }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+      for (const s of sessions) expect(yield* journal.lastSequence(s)).toBe(1)
+      expect(opens).toBe(12)
+      // The newest few are still open; the first was dropped and is read from its files again.
+      expect(yield* journal.lastSequence(sessions[11]!)).toBe(1)
+      expect(opens).toBe(12)
+      expect(yield* journal.lastSequence(sessions[0]!)).toBe(1)
+      expect(opens).toBe(13)
+    }))
+
+  it.scoped("a journal alone past maxHandleBytes stays usable: concurrent appends on sessions each past the bound stay dense", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const sessions = yield* stored(dir)
+      const journal = yield* JournalFile.make({ dataDir: dir, maxHandleBytes: 1 }).pipe(Effect.provide(Layer.succeed(FileDriver, FileDriverModule.nodeDriver)))
+      const some = sessions.slice(0, 3)
+      yield* Effect.forEach(
+        Array.from({ length: 3 * 10 }, (_, i) => i),
+        (i) => journal.append(some[i % 3]!, [kv(`k${i}`)]),
+        { concurrency: 6, discard: true }
+      )
+      for (const s of some) {
+        const records = yield* journal.read(s, { after: 0, limit: 100 })
+        expect(records.map((r) => r.sequence)).toEqual(Array.from({ length: 11 }, (_, i) => i + 1))
+      }
+    }))
+
+  it.scoped("the newest records an open reads are counted in the recent tails' bound: past it, a read after the open goes to the files", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const sessions = yield* stored(dir)
+      let reads = 0
+      const driver: FileDriverShape = {
+        ...FileDriverModule.nodeDriver,
+        open: (p, flags) => Effect.zipRight(Effect.sync(() => void (flags === "r" && reads++)), FileDriverModule.nodeDriver.open(p, flags))
+      }
+      const journal = yield* JournalFile.make({ dataDir: dir, limits: { recentTotalBytes: 1 } }).pipe(Effect.provide(Layer.succeed(FileDriver, driver)))
+      for (const s of sessions) expect(yield* journal.lastSequence(s)).toBe(1)
+      expect(reads).toBe(0)
+      // Each open's tail was dropped by the next's: the records come from the file.
+      const records = yield* journal.read(sessions[0]!, { after: 0, limit: 10 })
+      expect(records.map((r) => r.sequence)).toEqual([1])
+      expect(reads).toBe(1)
     }))
 })

@@ -22,7 +22,7 @@
 import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
-import { OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
+import { OPEN_JOURNAL_BYTES, OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
 import {
   type JournalAppendError,
   type JournalReadError,
@@ -44,6 +44,12 @@ export interface CoreOptions {
   readonly limits?: Partial<WriterLimits>
   /** Opened journals kept in memory (default OPEN_JOURNAL_HANDLES). */
   readonly maxHandles?: number
+  /**
+   * Heap the opened journals kept in memory may hold together (OPEN_JOURNAL_BYTES each, plus what
+   * the store says it keeps of each: `JournalStore.weight`), besides their recent tails (counted
+   * by the writer); past it the least recently used idle ones are dropped. Default: no bound.
+   */
+  readonly maxHandleBytes?: number
 }
 
 /**
@@ -69,6 +75,19 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits }, clock)
     const handles = new Map<string, Deferred.Deferred<OpenSession<S>, JournalReadError>>()
     const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
+    const maxHandleBytes = options.maxHandleBytes ?? Number.POSITIVE_INFINITY
+    /** The heap each opened session was last weighed at (`weigh`), and their total. */
+    const weights = new Map<string, number>()
+    let handleBytes = 0
+    const weigh = (o: OpenSession<S>) => {
+      const w = OPEN_JOURNAL_BYTES + (store.weight?.(o.state) ?? 0)
+      handleBytes += w - (weights.get(o.session) ?? 0)
+      weights.set(o.session, w)
+    }
+    const unweigh = (session: string) => {
+      handleBytes -= weights.get(session) ?? 0
+      weights.delete(session)
+    }
     const creating = new Set<string>()
     /**
      * Sessions this core created that may still hold no record (the creator's first append under
@@ -100,14 +119,23 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       writer.forget(o)
       return store.release(o.state)
     }
-    /** Past maxHandles, drops the least recently used sessions with no append in flight. */
-    const dropIdle = Effect.suspend(() => {
-      if (ready.size <= maxHandles) return Effect.void
+    /**
+     * Past maxHandles or maxHandleBytes, drops the least recently used sessions with no append in
+     * flight. `opened`, the one just opened, which its caller is about to use, only past the count
+     * (as before the bytes were counted): a journal alone past the bytes dropped at each open would
+     * send an append on it to open it again, and again.
+     */
+    const dropIdle = (opened: string) => Effect.suspend(() => {
+      if (ready.size <= maxHandles && handleBytes <= maxHandleBytes) return Effect.void
       const victims: Array<OpenSession<S>> = []
+      let bytes = handleBytes
       for (const session of ready.keys()) {
-        if (ready.size - victims.length <= maxHandles) break
+        if (ready.size - victims.length <= maxHandles && bytes <= maxHandleBytes) break
         const o = opens.get(session)
-        if (o && o.inflight === 0) victims.push(o)
+        if (o && o.inflight === 0 && (session !== opened || ready.size - victims.length > maxHandles)) {
+          victims.push(o)
+          bytes -= weights.get(session) ?? 0
+        }
       }
       for (const o of victims) {
         if (o.lastSequence > 0) fresh.delete(o.session)
@@ -115,6 +143,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         ready.delete(o.session)
         opens.delete(o.session)
         handles.delete(o.session)
+        unweigh(o.session)
       }
       return Effect.forEach(victims, letGo, { discard: true })
     })
@@ -122,6 +151,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       handles.delete(session)
       ready.delete(session)
       opens.delete(session)
+      unweigh(session)
     }
     /** Marks an opened session most recently used (last), so the oldest idle ones are dropped first. */
     const touch = (open: OpenSession<S>) => {
@@ -129,6 +159,8 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       if (known) {
         ready.delete(open.session)
         ready.set(open.session, known)
+        // Its read index grows with its appends.
+        weigh(open)
       }
       return open
     }
@@ -162,7 +194,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           Effect.flatMap((o) =>
             Effect.map(claimOf(session), (generation) => {
               const open = new OpenSession(session, o.state, o.lastSequence, o.lastRecordedAtMs, generation)
-              open.tail.keep(o.recent)
+              writer.seed(open, o.recent)
               return open
             })
           ),
@@ -172,8 +204,9 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
             else {
               ready.set(session, Effect.succeed(exit.value))
               opens.set(session, exit.value)
+              weigh(exit.value)
             }
-            return Effect.zipRight(Deferred.done(opened, exit), dropIdle)
+            return Effect.zipRight(Deferred.done(opened, exit), dropIdle(session))
           }),
           // One caller going away must not abandon an open others are waiting on.
           Effect.uninterruptible,

@@ -23,7 +23,7 @@
 import * as path from "node:path"
 import { Effect, Exit } from "effect"
 import { isSessionId, type SessionId } from "../../domain/Ids.js"
-import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
+import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, JOURNAL_INDEX_ENTRY_BYTES, JOURNAL_SEGMENT_BYTES, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
 import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
 import { DELETED_DIR, JOURNAL_DIR, journalDir, openDataDir, parseSegmentName, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
@@ -364,6 +364,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         for (const seg of handle.segments) bytes += seg.size
         return bytes
       },
+      weight: (handle) => handle.segments.length * JOURNAL_SEGMENT_BYTES + handle.index.length * JOURNAL_INDEX_ENTRY_BYTES,
       readBytes: (handle, after) => handle.bytesToRead(after),
       segments: (handle) => handle.segments.map((seg) => ({ firstSequence: seg.firstSequence, bytes: seg.size })),
       storedBytes: (session) => {

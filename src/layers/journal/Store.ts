@@ -113,6 +113,11 @@ export interface JournalStore<S> {
     /** The deleting owner's claim (stores with `claim`): refused, nothing removed, when another owner's overtook it. */
     generation: number | undefined
   ) => Effect.Effect<void, SessionNotFound | JournalWriteFailed>
+  /**
+   * About the heap the store keeps for an open session (its segments' names and sizes, its read
+   * index), for the core's bound on opened journals (Core.ts, `maxHandleBytes`); none when omitted.
+   */
+  readonly weight?: (state: S) => number
   /** The bytes of the session's committed frames. */
   readonly size: (state: S) => number
   /**

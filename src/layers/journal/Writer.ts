@@ -265,6 +265,29 @@ export class Writer<S> {
     this.background.length = 0
   })
 
+  /**
+   * Seeds a freshly opened session's recent tail with the newest records its open read, counted
+   * with every other tail (an open's tail was kept outside the bound: a walk opening thousands of
+   * sessions kept each one's, about 24 KiB apiece, for as long as it stayed open).
+   */
+  seed(open: OpenSession<S>, records: ReadonlyArray<RecentRecord>) {
+    if (records.length === 0) return
+    open.tail.keep(records)
+    this.recentTotal += open.tail.bytes
+    this.recentOrder.add(open)
+    this.trimRecent()
+  }
+
+  /** Past the bound on all tails: drops the least recently written sessions' tails. */
+  private trimRecent() {
+    for (const oldest of this.recentOrder) {
+      if (this.recentTotal <= this.limits.recentTotalBytes) break
+      this.recentTotal -= oldest.tail.bytes
+      oldest.tail.drop()
+      this.recentOrder.delete(oldest)
+    }
+  }
+
   /** Lets go of a session dropped from memory (no appends in flight): its recent tail. */
   forget(open: OpenSession<S>) {
     if (this.recentOrder.delete(open)) this.recentTotal -= open.tail.bytes
@@ -375,12 +398,7 @@ export class Writer<S> {
     this.recentTotal += open.tail.bytes
     this.recentOrder.delete(open)
     this.recentOrder.add(open)
-    for (const oldest of this.recentOrder) {
-      if (this.recentTotal <= this.limits.recentTotalBytes) break
-      this.recentTotal -= oldest.tail.bytes
-      oldest.tail.drop()
-      this.recentOrder.delete(oldest)
-    }
+    this.trimRecent()
     open.lastSequence = share.next - 1
     open.lastRecordedAtMs = recordedAt
     for (let a = 0; a < appends.length; a++) appends[a]!.done(Exit.succeed(sequences[a]!))
