@@ -329,7 +329,7 @@ export const foldAll = (records: Iterable<JournalRecord>, from: SessionState = e
 }
 
 /** The transcript's length just after `sequence` (0 before any change). */
-export const transcriptLengthAt = (state: SessionState, sequence: number): number => state.transcriptLengths.at(sequence)
+export const transcriptLengthAt = (state: Pick<SessionState, "transcriptLengths">, sequence: number): number => state.transcriptLengths.at(sequence)
 
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
 export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)

@@ -6,6 +6,8 @@
  * - warm: idle actors kept by an idle TTL; past it the least recently used are released early
  *   (a TTL keeps an actor warm for latency only, so releasing one changes nothing but speed);
  * - projection: folded states of released sessions, so their next open reads only the tail;
+ * - views: what reads of released sessions need of their states (status, transcript lengths),
+ *   so an Events page or a status GET does not rebuild a state too large for the projection's share;
  * - recent: the journals' newest records, for the reads a turn makes of what it just wrote;
  * - journals: opened journals kept in memory (segments, read index), so the next access of the
  *   session reads no file to open it; past it the least recently used idle ones are dropped.
@@ -16,6 +18,7 @@ import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, MODULE_CACHE_HEAP_FRACTIO
 export interface MemoryBudget {
   readonly warmBytes: number
   readonly projectionBytes: number
+  readonly viewBytes: number
   readonly recentBytes: number
   readonly journalBytes: number
 }
@@ -39,7 +42,8 @@ export const memoryBudget = (cacheBytes: number | undefined): MemoryBudget => {
   const total = totalCacheBytes(cacheBytes)
   return {
     warmBytes: Math.floor(total / 2),
-    projectionBytes: Math.floor(total / 4),
+    projectionBytes: Math.floor((total * 3) / 16),
+    viewBytes: Math.floor(total / 16),
     recentBytes: Math.floor(total / 8),
     journalBytes: Math.floor(total / 8)
   }

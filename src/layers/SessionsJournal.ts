@@ -109,6 +109,7 @@ export const make = Effect.gen(function*() {
     projection,
     idleTtlMs: config.sessionIdleTtlMs,
     warmBytes: memoryBudget(config.cacheBytes).warmBytes,
+    viewBytes: memoryBudget(config.cacheBytes).viewBytes,
     workingMemory
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
@@ -626,7 +627,12 @@ export const make = Effect.gen(function*() {
           return created
         }))
       }))),
-    get: (session) => reading(session, durableSummary),
+    // A released session's status is its view's when nothing was written since (Registry.currentView).
+    get: (session) =>
+      Effect.flatMap(registry.currentView(session), (view) =>
+        view === undefined
+          ? reading(session, durableSummary)
+          : Effect.succeed<SessionSummary>({ session_id: session, status: view.status as SessionStatus, last_sequence: view.lastSequence })),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
         const ids = [...(yield* journal.list.pipe(Effect.mapError(listingFailed)))].sort().filter((id) => after === undefined || id > after)
@@ -735,8 +741,8 @@ export const make = Effect.gen(function*() {
       reading(session, (cell) =>
         Effect.succeed({ messages: cell.state.transcript, through_sequence: cell.state.transcriptThrough })),
     events: (session, { after, limit }) =>
-      Effect.flatMap(reading(session, (cell) => Effect.succeed(cell.state)), (state) =>
-        readEvents(journal, session, state, after, limit).pipe(
+      Effect.flatMap(registry.view(session), (view) =>
+        readEvents(journal, session, view, after, limit).pipe(
           Effect.mapError((e) => (e._tag === "InvalidRequest" ? e : fromJournal(e)))
         )),
     follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),

@@ -20,12 +20,15 @@ import type { EventPage } from "../../services/Sessions.js"
 
 const RECORDS_PER_READ = 1000
 
+/** What reading Events needs of a folded state: how far it reaches, and its transcript's lengths (a view, Views.ts, is enough). */
+export type Folded = Pick<SessionState, "lastSequence" | "transcriptLengths">
+
 /** The transcript's length just after `record`, given its length just before. */
 export const lengthAfter = (length: number, record: JournalRecord) =>
   record.kind === "transcript_delta" ? Math.min(length, record.payload.keep) + record.payload.append.length : length
 
 /** The transcript's length just after `sequence`: from the state, or folded on from the journal. */
-export const transcriptLengthThrough = Effect.fnUntraced(function*(journal: JournalShape, session: SessionId, state: SessionState, sequence: number) {
+export const transcriptLengthThrough = Effect.fnUntraced(function*(journal: JournalShape, session: SessionId, state: Folded, sequence: number) {
   if (sequence <= state.lastSequence) return transcriptLengthAt(state, sequence)
   let length = transcriptLengthAt(state, state.lastSequence)
   let cursor = state.lastSequence
@@ -118,7 +121,7 @@ const eventSize = (e: Event) => stringifyKept(e.data).length + 64
 export const readEvents = Effect.fnUntraced(function*(
   journal: JournalShape,
   session: SessionId,
-  state: SessionState,
+  state: Folded,
   after: number,
   limit: number,
   maxBytes: number = PAGE_BYTES,

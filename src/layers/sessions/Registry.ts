@@ -19,7 +19,7 @@
  *   answers `not_found`, a cell in use then is never remembered when released, and nothing of the
  *   session is served from memory. A teardown that fails gives the session back as it was.
  */
-import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, type Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, Option, type Scope } from "effect"
 import * as Refusal from "../../domain/Errors.js"
 import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
@@ -38,6 +38,7 @@ import type { ProjectionShape } from "../../services/Projection.js"
 import { OPEN_HEAP_PER_BYTE } from "../../domain/Limits.js"
 import type { WorkingMemory } from "../WorkingMemory.js"
 import { Cell, commit } from "./Cell.js"
+import { type View, viewOf, Views } from "./Views.js"
 
 /** Records folded since the last checkpoint before a released cell writes a new one, at least. */
 export const CHECKPOINT_EVERY_RECORDS = 256
@@ -131,6 +132,8 @@ export interface RegistryOptions {
    * by the bytes it will read (Projection.openBytes, OPEN_HEAP_PER_BYTE each), while it reads them.
    */
   readonly workingMemory?: WorkingMemory
+  /** Bytes of released sessions' views (Views.ts) kept for their reads; none kept when omitted. */
+  readonly viewBytes?: number
 }
 
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
@@ -164,8 +167,12 @@ export class Registry {
   private warmTotal = 0
   /** Sessions being deleted (admitted, not finished): every access answers not_found. */
   private readonly deleting = new Set<SessionId>()
+  /** What reads of released sessions need of their states (Views.ts). */
+  private readonly views: Views
 
-  constructor(private readonly options: RegistryOptions, private readonly timers: FiberMap.FiberMap<SessionId>) {}
+  constructor(private readonly options: RegistryOptions, private readonly timers: FiberMap.FiberMap<SessionId>) {
+    this.views = new Views(options.viewBytes ?? 0)
+  }
 
   /** Cells in memory (warm or in use). */
   get size() {
@@ -177,7 +184,7 @@ export class Registry {
    * position or a delete under way. Bounded by the sessions that exist (tests check it).
    */
   get remembered() {
-    return new Set<SessionId>([...this.cells.keys(), ...this.checked, ...this.broken, ...this.checkpointedAt.keys(), ...this.deleting]).size
+    return new Set<SessionId>([...this.cells.keys(), ...this.checked, ...this.broken, ...this.checkpointedAt.keys(), ...this.deleting, ...this.views.sessions()]).size
   }
 
   private ttlOf(cell: Cell) {
@@ -324,6 +331,7 @@ export class Registry {
         this.checked.delete(cell.session)
         this.broken.delete(cell.session)
         this.checkpointedAt.delete(cell.session)
+        this.views.forget(cell.session)
         return Effect.as(this.release(cell), true)
       })
     })
@@ -370,6 +378,36 @@ export class Registry {
           cell.users--
           return cell.users > 0 || cell.running ? Effect.void : this.evict(cell)
         }))
+    })
+  }
+
+  /**
+   * What a read of the session's Events needs of its state (Views.ts): its cell's when it is in
+   * memory, else the view its release kept, else the state read (`reading`), which keeps one. A
+   * view may be behind the journal: the reader folds on from it.
+   */
+  view(session: SessionId): Effect.Effect<View, SessionStorageError> {
+    return Effect.suspend(() => {
+      if (!this.deleting.has(session) && !this.cells.has(session)) {
+        const kept = this.views.get(session)
+        if (kept !== undefined && kept.status !== "none") return Effect.succeed(kept)
+      }
+      return this.reading(session, (cell) => Effect.succeed(viewOf(cell.state)))
+    })
+  }
+
+  /**
+   * The view its release kept of a session not in memory, when it is still the session's whole
+   * state as of the journal's durable end (nothing was written since): a status read answered
+   * from it reads nothing else. Undefined otherwise (then the state is read).
+   */
+  currentView(session: SessionId): Effect.Effect<View | undefined> {
+    return Effect.suspend(() => {
+      if (this.deleting.has(session) || this.cells.has(session)) return Effect.succeed(undefined)
+      const kept = this.views.get(session)
+      if (kept === undefined || kept.status === "none") return Effect.succeed(undefined)
+      return Effect.map(Effect.option(this.options.journal.lastSequence(session)), (last) =>
+        Option.isSome(last) && last.value === kept.lastSequence && this.views.get(session) === kept ? kept : undefined)
     })
   }
 
@@ -420,9 +458,11 @@ export class Registry {
       this.checked.delete(cell.session)
       this.broken.add(cell.session)
       this.checkpointedAt.delete(cell.session)
+      this.views.forget(cell.session)
       yield* projection.forget(cell.session)
       return yield* journal.reset(cell.session)
     }
+    this.views.keep(cell.session, cell.state)
     yield* projection.remember(cell.session, cell.state)
     const last = this.checkpointedAt.get(cell.session)
     // A journal that cannot say its size is checkpointed by records alone.
@@ -469,6 +509,7 @@ export class Registry {
           this.checked.delete(session)
           this.broken.delete(session)
           this.checkpointedAt.delete(session)
+          this.views.forget(session)
           yield* FiberMap.remove(this.timers, session)
           yield* this.options.projection.forget(session)
           yield* remove
