@@ -25,7 +25,7 @@ import * as EnvironmentsHttp from "./layers/EnvironmentsHttp.js"
 import * as HostsFile from "./layers/HostsFile.js"
 import * as IdempotencyFile from "./layers/IdempotencyFile.js"
 import * as JournalFile from "./layers/JournalFile.js"
-import { inflightBodyBytes, memoryBudget, moduleCacheBytes } from "./layers/MemoryBudget.js"
+import { inflightBodyBytes, listedSessions, memoryBudget, moduleCacheBytes } from "./layers/MemoryBudget.js"
 import * as ModelBindingsConfig from "./layers/ModelBindingsConfig.js"
 import * as ModelsBound from "./layers/ModelsBound.js"
 import { anthropic } from "./layers/models/Anthropic.js"
@@ -149,7 +149,8 @@ export const servicesLayer = (config: ServerConfigShape, extensions: Extensions 
     journal: JournalFile.layerNode({
       dataDir,
       limits: { recentTotalBytes: budget.recentBytes, openFiles: files.journalFiles, commitLogBytes: config.journalLogBytes },
-      maxHandleBytes: budget.journalBytes
+      maxHandleBytes: budget.journalBytes,
+      maxListed: listedSessions()
     }),
     checkpoints: CheckpointStore.layerFile(dataDir).pipe(Layer.provide(FileDriver.layerNode)),
     // Registrations live under the data directory (the journal layer holds its lock); a session's

@@ -190,6 +190,15 @@ export const OPEN_JOURNAL_HANDLES = 16_384
  */
 export const OPEN_JOURNAL_BYTES = 2048
 
+/**
+ * Bytes. One session id in the journal's in-memory listing (journal/Listing.ts): its string and
+ * its slot in the sorted array, rounded up. The index holds at most LISTING_HEAP_FRACTION of the
+ * heap limit of them (about 21,800 ids with a 128 MiB heap); past that each page lists the sessions
+ * directory again.
+ */
+export const LISTED_ID_BYTES = 96
+export const LISTING_HEAP_FRACTION = 1 / 64
+
 /** Bytes. One segment as an open file journal keeps it (its path and sizes). */
 export const JOURNAL_SEGMENT_BYTES = 256
 

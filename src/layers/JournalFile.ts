@@ -21,6 +21,8 @@ export interface JournalFileOptions {
   readonly maxHandles?: number
   /** Heap the opened journals kept in memory may hold (Core.ts); default: no bound. */
   readonly maxHandleBytes?: number
+  /** Sessions the in-memory listing index holds at most (journal/Listing.ts); default: no bound. */
+  readonly maxListed?: number
 }
 
 export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, DataDirError, FileDriver | Scope.Scope> =>
@@ -33,7 +35,8 @@ export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, D
     return yield* Core.make(store, {
       ...(options.limits ? { limits: options.limits } : {}),
       ...(options.maxHandles !== undefined ? { maxHandles: options.maxHandles } : {}),
-      ...(options.maxHandleBytes !== undefined ? { maxHandleBytes: options.maxHandleBytes } : {})
+      ...(options.maxHandleBytes !== undefined ? { maxHandleBytes: options.maxHandleBytes } : {}),
+      ...(options.maxListed !== undefined ? { maxListed: options.maxListed } : {})
     })
   })
 

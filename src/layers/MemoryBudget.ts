@@ -13,7 +13,14 @@
  *   session reads no file to open it; past it the least recently used idle ones are dropped.
  */
 import * as v8 from "node:v8"
-import { CACHE_HEAP_FRACTION, DEFAULT_CACHE_BYTES_CAP, MODULE_CACHE_HEAP_FRACTION, WORKING_MEMORY_HEAP_FRACTION } from "../domain/Limits.js"
+import {
+  CACHE_HEAP_FRACTION,
+  DEFAULT_CACHE_BYTES_CAP,
+  LISTED_ID_BYTES,
+  LISTING_HEAP_FRACTION,
+  MODULE_CACHE_HEAP_FRACTION,
+  WORKING_MEMORY_HEAP_FRACTION
+} from "../domain/Limits.js"
 
 export interface MemoryBudget {
   readonly warmBytes: number
@@ -34,6 +41,10 @@ export const workingMemoryBytes = (setting: number | undefined): number =>
 /** Compiled uploaded modules kept in memory (BRAIN_MODULE_CACHE_BYTES): the setting, or a sixteenth of the heap limit. */
 export const moduleCacheBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * MODULE_CACHE_HEAP_FRACTION)
+
+/** Sessions the journal's sorted listing holds in memory at most (journal/Listing.ts): 1/64 of the heap limit. */
+export const listedSessions = (): number =>
+  Math.floor((v8.getHeapStatistics().heap_size_limit * LISTING_HEAP_FRACTION) / LISTED_ID_BYTES)
 
 export const totalCacheBytes = (cacheBytes: number | undefined): number =>
   cacheBytes ?? Math.min(DEFAULT_CACHE_BYTES_CAP, Math.floor(v8.getHeapStatistics().heap_size_limit * CACHE_HEAP_FRACTION))

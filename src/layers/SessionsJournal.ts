@@ -635,7 +635,10 @@ export const make = Effect.gen(function*() {
           : Effect.succeed<SessionSummary>({ session_id: session, status: view.status as SessionStatus, last_sequence: view.lastSequence })),
     list: ({ after, limit }) =>
       Effect.gen(function*() {
-        const ids = [...(yield* journal.list.pipe(Effect.mapError(listingFailed)))].sort().filter((id) => after === undefined || id > after)
+        // One more than the page: whether another follows.
+        const ids = journal.listPage !== undefined
+          ? yield* journal.listPage(after, limit + 1).pipe(Effect.mapError(listingFailed))
+          : [...(yield* journal.list.pipe(Effect.mapError(listingFailed)))].sort().filter((id) => after === undefined || id > after)
         const page = ids.slice(0, limit)
         const sessions: Array<SessionSummary> = []
         for (const id of page) {

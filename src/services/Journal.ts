@@ -158,6 +158,12 @@ export interface JournalShape {
   /** Every session that has a journal (a directory listing; opens nothing). A listing that fails fails: it is never shorter. */
   readonly list: Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
   /**
+   * Up to `limit` of the sessions `list` answers, those whose id is greater than `after` (all when
+   * undefined), in ascending order of id: a page of them, at about the cost of the page once the
+   * journal holds them in order (journal/Listing.ts). Optional: without it, `list` and sort.
+   */
+  readonly listPage?: (after: SessionId | undefined, limit: number) => Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
+  /**
    * Appends records atomically and in order; resolves with their sequences once durable.
    * Bad input is refused before anything is written.
    */

@@ -37,6 +37,7 @@ import {
 } from "../../services/Journal.js"
 import { type Prepared, prepareEntries } from "./Encode.js"
 import type { JournalStore } from "./Store.js"
+import { Listing } from "./Listing.js"
 import { Subscribers } from "./Subscribers.js"
 import { defaultWriterLimits, HANDLE_EVICTED, OpenSession, type StagedRecords, Writer, type WriterLimits } from "./Writer.js"
 
@@ -50,6 +51,8 @@ export interface CoreOptions {
    * by the writer); past it the least recently used idle ones are dropped. Default: no bound.
    */
   readonly maxHandleBytes?: number
+  /** Sessions the in-memory listing index holds at most (Listing.ts); default: no bound. */
+  readonly maxListed?: number
 }
 
 /**
@@ -89,6 +92,9 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
       weights.delete(session)
     }
     const creating = new Set<string>()
+    const listing = new Listing(store.list, options.maxListed ?? Number.POSITIVE_INFINITY, store.listable)
+    /** A sweep's answer, the session gone from the listing when it removed it. */
+    const swept = (session: SessionId) => Effect.tap(store.sweep!(session), (removed) => void (removed && listing.removed(session)))
     /**
      * Sessions this core created that may still hold no record (the creator's first append under
      * way): never debris. Dropped once an open finds a record, or the session is deleted.
@@ -182,11 +188,11 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
         handles.set(session, opened)
         return store.open(session).pipe(
           // No journal: what a crash left of its directory, if anything, is removed.
-          Effect.tapErrorTag("SessionNotFound", () => mayBeDebris(session) ? store.sweep!(session) : Effect.void),
+          Effect.tapErrorTag("SessionNotFound", () => mayBeDebris(session) ? swept(session) : Effect.void),
           Effect.flatMap((o) => {
             if (o.lastSequence > 0) fresh.delete(session)
             else if (mayBeDebris(session)) {
-              return Effect.flatMap(store.sweep!(session), (removed) =>
+              return Effect.flatMap(swept(session), (removed) =>
                 removed ? Effect.zipRight(store.release(o.state), Effect.fail(new SessionNotFound({ session }))) : Effect.succeed(o))
             }
             return Effect.succeed(o)
@@ -220,7 +226,12 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           if (creating.has(session) || handles.has(session)) return Effect.fail(new SessionAlreadyExists({ session }))
           creating.add(session)
           return store.create(session).pipe(
-            Effect.tap(() => void fresh.add(session)),
+            Effect.tap(() => {
+              fresh.add(session)
+              listing.added(session)
+            }),
+            // A create that failed left nothing (the store removed what it made); one refused as taken, the session that has it.
+            Effect.tapError((e) => Effect.sync(() => e._tag === "SessionAlreadyExists" ? undefined : listing.removed(session))),
             Effect.ensuring(Effect.sync(() => creating.delete(session)))
           )
         }),
@@ -231,6 +242,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
             ? Effect.succeed(stored)
             : Effect.map(store.isDebris(session), (debris) => !debris)),
       list: store.list,
+      listPage: (after, limit) => listing.page(after, limit),
       append: (session, entries, opts) =>
         Effect.suspend(() => {
           const prepared = prepareEntries(entries)
@@ -326,7 +338,10 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           // A delete is a write: under this core's claim, taken now if it never opened the session.
           yield* claimOf(session).pipe(
             Effect.flatMap((generation) => store.remove(session, state, generation)),
-            Effect.tap(() => void claims.delete(session)),
+            Effect.tap(() => {
+              claims.delete(session)
+              listing.removed(session)
+            }),
             Effect.ensuring(Effect.sync(() => removing.delete(session)))
           )
         }).pipe(Effect.uninterruptible),

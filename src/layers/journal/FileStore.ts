@@ -350,6 +350,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         ),
         noting
       ),
+      listable: isSessionId,
       open: (session) =>
         Effect.map(openHandle(driver, dataDir, session, true), (o) => ({
           state: o.handle,

@@ -81,6 +81,8 @@ export interface JournalStore<S> {
   readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
   readonly list: Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
+  /** Whether `list` names a session of this id (the file store lists only well-formed ids); all when omitted. */
+  readonly listable?: (session: SessionId) => boolean
   readonly open: (session: SessionId) => Effect.Effect<Opened<S>, SessionNotFound | JournalCorrupt | JournalUnavailable>
   /**
    * Makes the caller the session's owner: a generation above every earlier claim, which its
