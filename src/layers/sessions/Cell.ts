@@ -61,15 +61,14 @@ export type ExitOrCancel<A, E> =
 /**
  * Whichever comes first: `fiber`'s exit, the turn's cancel (`cancelTurn`), or the end of
  * `deadline` (a fiber sleeping on the Clock, so that tests drive it). One callback each way, where a
- * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here,
- * unless `interruptOnInterrupt`: then a waiter that is interrupted interrupts `fiber` and waits
- * until it has ended (what an `onInterrupt` around the wait would do, with no mask of its own).
+ * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here: a
+ * waiter that wants its fiber stopped when it is itself interrupted says so around the wait
+ * (`Abandon.ts`, bounded by the grace).
  */
 export const exitOrCancel = <A, E>(
   fiber: Fiber.RuntimeFiber<A, E>,
   signal: CancelSignal,
-  deadline?: Fiber.RuntimeFiber<unknown, unknown>,
-  interruptOnInterrupt = false
+  deadline?: Fiber.RuntimeFiber<unknown, unknown>
 ): Effect.Effect<ExitOrCancel<A, E>> =>
   Effect.async<ExitOrCancel<A, E>>((resume) => {
     if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
@@ -95,7 +94,7 @@ export const exitOrCancel = <A, E>(
     // Each called at once if its fiber has already ended.
     fiber.addObserver(onExit)
     if (!settled) deadline?.addObserver(onDeadline)
-    return interruptOnInterrupt ? Effect.zipRight(Effect.sync(stop), Fiber.interrupt(fiber)) : Effect.sync(stop)
+    return Effect.sync(stop)
   })
 
 /** A transcript save staged to ride on the next append (`Cell.riding`). */
