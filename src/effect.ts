@@ -16,7 +16,8 @@
 import { Effect, Layer } from "effect"
 import type { Event as EventShape } from "./domain/Projection.js"
 import { EventSchema, type Extensions, servicesLayer } from "./main.js"
-import { type ServerConfigShape, validated } from "./services/ServerConfig.js"
+import type { ServerConfigShape } from "./services/ServerConfig.js"
+import { validated } from "./services/ServerConfigOverrides.js"
 
 export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
 // What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union): classes, so `instanceof` works as `catchTag` does.
