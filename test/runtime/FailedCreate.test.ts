@@ -43,7 +43,7 @@ describe("a create whose first write fails", () => {
       const registry = yield* makeRegistry({ journal, projection, idleTtlMs: undefined, warmBytes: 1 << 20 })
       const failed: Array<string> = []
       for (let i = 0; i < FAILURES; i++) {
-        // What a create does (SessionsJournal.ts): the journal made, the cell registered, the first record refused.
+        // What a create does (sessions/Create.ts): the journal made, the cell registered, the first record refused.
         const session = yield* mintSessionId
         yield* journal.create(session)
         const cell = new Cell(session, empty)

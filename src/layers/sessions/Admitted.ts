@@ -4,7 +4,7 @@
  * turns (seed, Lifecycle: the drain "drains admitted operations"): the drain waits for them, and a
  * stop past its drain deadline gives each its stop. A stopped lifecycle operation stops waiting for
  * the Environment step in flight (recorded `interrupted`), sends nothing more, and answers
- * (EnvironmentLifecycle.ts, SessionsJournal's end).
+ * (EnvironmentLifecycle.ts, Lifecycle.ts's end).
  *
  * Admission and the drain meet in one synchronous step (`admit`, `drain`): an operation taken
  * before the drain began is waited for; one that arrives after it (a request the HTTP gate let in

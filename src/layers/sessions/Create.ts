@@ -1,0 +1,202 @@
+/**
+ * Creating a session: its request checked (the loop, its tools, Environments, model binding and
+ * opening transcript) before anything is written, its journal made and its modules' and hosts'
+ * uses recorded, then its creation recorded and its Environments set up, each step answered with
+ * the create's own typed refusal. A create holds its share of the working memory from its checks
+ * to its answer, and is in flight (`admitted`) for a stop's drain.
+ */
+import { Effect, Either } from "effect"
+import { admitEnvironments } from "../../domain/Environment.js"
+import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloaded } from "../../domain/Errors.js"
+import { failure } from "../../domain/Failure.js"
+import { mintSessionId } from "../../domain/Ids.js"
+import { CREATE_HEAP_PER_BODY_BYTE } from "../../domain/Limits.js"
+import { type RecordedBinding, toolNameRule } from "../../domain/ModelBinding.js"
+import { empty } from "../../domain/Projection.js"
+import { checkPayload, entry, type Entry } from "../../domain/Records.js"
+import { noUnanswered } from "../../domain/TranscriptTail.js"
+import type { AgentloopStoreFailed } from "../../services/Agentloop.js"
+import type { SessionsShape } from "../../services/Sessions.js"
+import { Cell, commit } from "./Cell.js"
+import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
+import { jsonWeight } from "./InputBytes.js"
+import { fromJournal } from "./Registry.js"
+import { namedHosts, type Shared, stopping, summary } from "./Shared.js"
+import { carriedBytes, refusalText, transcriptRoom } from "./TranscriptRoom.js"
+
+/** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
+const refusedAt = (message: string, path: ReadonlyArray<string | number>) => new InvalidRequest({ message, details: [{ path, message }] })
+
+export const makeCreate = (shared: Shared): SessionsShape["create"] => {
+  const { admitted, agentloops, bindings, config, environmentBindings, hosts, journal, registry, steps, workingMemory, write } = shared
+
+  /**
+   * Runs a create holding its share of the working memory (BRAIN_WORKING_MEMORY_BYTES) from its
+   * checks to its answer: CREATE_HEAP_PER_BODY_BYTE per byte of its request (its configuration and
+   * opening transcript). Many creates of large opening transcripts at once took more heap than the
+   * process has; past the bound a create waits in order, or is refused overloaded having checked
+   * and written nothing.
+   */
+  const admitCreate = <A, E>(request: Parameters<SessionsShape["create"]>[0], create: Effect.Effect<A, E>): Effect.Effect<A, E | Overloaded> =>
+    Effect.suspend(() => workingMemory.holding(CREATE_HEAP_PER_BODY_BYTE * jsonWeight(request), "this session's create", () => create))
+
+  // In flight from here until it answers (`admitted`): a stop drains it, and past its drain deadline stops it.
+  return (request, id) =>
+    admitted.admit(stopping, (stop) => admitCreate(request, Effect.gen(function*() {
+      const agentloop = request.agentloop ?? "official"
+      const tools = request.tools ?? []
+      // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
+      yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["agentloop"]) : moduleStoreFailed(e)))
+      const modules = [...new Set(tools.flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
+      for (const module of modules) {
+        yield* agentloops.tool(module).pipe(
+          Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"]) : moduleStoreFailed(e))
+        )
+      }
+      // A model's call names a tool by its name alone: one name declared twice has no one meaning.
+      const firstOf = new Map<string, number>()
+      for (let i = 0; i < tools.length; i++) {
+        const first = firstOf.get(tools[i]!.name)
+        if (first !== undefined) {
+          return yield* Effect.fail(
+            refusedAt(`the tool name ${JSON.stringify(tools[i]!.name)} is declared twice (tools ${first} and ${i}): a model's call names one tool`, ["tools", i, "name"])
+          )
+        }
+        firstOf.set(tools[i]!.name, i)
+      }
+      // Environments are admitted now: names, bindings and placements, before anything is written.
+      const declared = request.environments ?? []
+      const admitted = admitEnvironments(declared, tools, environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
+      if (Either.isLeft(admitted)) return yield* Effect.fail(new InvalidRequest({ message: admitted.left }))
+      const environments = admitted.right
+      // A binding name is resolved now and its non-secret fields recorded with the session.
+      let modelBinding: RecordedBinding | undefined
+      if (typeof request.model === "string") {
+        const bound = bindings.get(request.model)
+        if (!bound) {
+          const known = bindings.names.length > 0 ? `the configured bindings are ${bindings.names.map((n) => JSON.stringify(n)).join(", ")}` : "no bindings are configured (BRAIN_MODELS)"
+          return yield* Effect.fail(refusedAt(`no model binding named ${JSON.stringify(request.model)}; ${known}`, ["model"]))
+        }
+        modelBinding = { name: request.model, ...bound.binding }
+        // A tool name the provider's API would refuse fails the create, not every model call.
+        const rule = toolNameRule(bound.binding)
+        const misnamed = rule === undefined ? -1 : tools.findIndex((t) => !rule.pattern.test(t.name))
+        if (rule !== undefined && misnamed >= 0) {
+          return yield* Effect.fail(
+            refusedAt(
+              `the tool name ${JSON.stringify(tools[misnamed]!.name)} is not one ${bound.binding.provider} takes (${rule.says}), as binding ${JSON.stringify(request.model)} would send it`,
+              ["tools", misnamed, "name"]
+            )
+          )
+        }
+      }
+      // The opening transcript is recorded once, as the session's first transcript_delta (a
+      // record carries references, not copies): not in the configuration every activation gets.
+      const { environments: _declared, transcript: _opening, ...rest } = request
+      const configuration = {
+        ...rest,
+        agentloop,
+        ...(modelBinding ? { model_binding: modelBinding } : {}),
+        ...(environments.length > 0 ? { environments } : {})
+      }
+      // Refuse bad input before anything exists on disk.
+      const refused = checkPayload("session_creation_started", { configuration }) ??
+        (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
+      if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
+      // An opening transcript the loop's input could not carry would fail every turn: refused now.
+      if (request.transcript !== undefined && request.transcript.length > 0) {
+        // (A loop that cannot be loaded now, its store out of descriptors, is no fault of the request.)
+        const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) =>
+          e.failure.retryable ? new Overloaded({ message: `the agentloop cannot be loaded now: ${e.failure.message}` }) : refusedAt(e.failure.message, ["agentloop"])
+        ))
+        const room = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
+        if (room !== undefined) {
+          const bytes = carriedBytes(room, [], noUnanswered, request.transcript, 0)
+          if (bytes > room.bytes) return yield* Effect.fail(refusedAt(`the opening ${refusalText(room, bytes)}`, ["transcript"]))
+        }
+      }
+      // Stopped before anything exists: refused as a request that arrived after the drain began.
+      if (stop.isDone) return yield* Effect.fail(stopping())
+      const session = id ?? (yield* mintSessionId)
+      yield* journal.create(session).pipe(Effect.mapError((e) => fromJournal(e, { ambiguous: false })))
+      // The modules' uses are recorded before the session names them, so none is removed under
+      // it (one removed since its check above is refused here as it would have been there); so
+      // are its hosts', so that no registration expires under it (HostsFile.ts).
+      const uses = [agentloop, ...modules]
+      const named = namedHosts(environments)
+      const unuse = Effect.zipRight(
+        Effect.forEach(uses, (id) => agentloops.unuse(id, session), { discard: true }),
+        Effect.forEach(named, (host) => hosts?.release(host, session) ?? Effect.void, { discard: true })
+      )
+      const fieldOf = (id: string) => (id === agentloop ? ["agentloop"] : ["tools", tools.findIndex((t) => t.module === id), "module"])
+      yield* Effect.zipRight(
+        Effect.forEach(uses, (id) =>
+          agentloops.use(id, session).pipe(
+            Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : moduleStoreFailed(e)))
+          ), { discard: true }),
+        Effect.forEach(named, (host) => hosts?.use(host, session) ?? Effect.void, { discard: true })
+      ).pipe(Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
+      const cell = new Cell(session, empty)
+      // The creation is live work of this process: registered before its first record, so that
+      // an access meanwhile sees it `creating` and never recovers it (Registry.creating), and
+      // uninterruptible from here, so that it always ends with `adopt` or `abandon`.
+      yield* registry.creating(cell)
+      return yield* Effect.uninterruptible(Effect.gen(function*() {
+        const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
+        if (request.transcript && request.transcript.length > 0) {
+          opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
+        }
+        const [first] = yield* commit(journal, cell, opening).pipe(
+          // Nothing was recorded: no session is left behind (Registry.abandon), and the caller is
+          // told so; if its journal could not be removed, the refusal stays ambiguous.
+          Effect.catchAll((e) =>
+            Effect.flatMap(Effect.zipLeft(registry.abandon(cell), unuse), (removed) =>
+              Effect.fail(
+                removed && e._tag === "JournalWriteFailed"
+                  ? new JournalWriteFailed({ message: `${e.message}; the session's creation was not recorded, and nothing was created` })
+                  : fromJournal(e)
+              ))
+          )
+        )
+        // The creation is left open when a write fails: the next access (by whoever learns the id) records it failed.
+        const setup = yield* setUpEnvironments(steps, cell, environments, stop).pipe(
+          Effect.mapError(fromFence),
+          Effect.tapError(() => registry.abandon(cell))
+        )
+        if (setup !== undefined) {
+          const { environment, failure: why, stopped } = setup
+          // Interrupted by a stop, the creation is recorded failed as the restart's recovery would record it.
+          const message = stopped
+            ? `the server is stopping: the creation was interrupted before Environment ${JSON.stringify(environment)} was set up`
+            : `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
+          const code = stopped ? "interrupted" : "creation_failed"
+          yield* write(cell, [
+            entry("session_creation_failed", { sequence: first!, failure: failure(code, message, { details: { environment, failure: why } }) })
+          ]).pipe(Effect.tapError(() => registry.abandon(cell)))
+          yield* registry.adopt(cell)
+          return yield* Effect.fail(
+            new CreationFailed({
+              message: `${message}; the session ${session} has failed and can be deleted`,
+              details: { session_id: session, environment, failure: why }
+            })
+          )
+        }
+        yield* write(cell, [entry("session_creation_ended", { sequence: first! })]).pipe(
+          Effect.tapError(() => registry.abandon(cell))
+        )
+        // The answer is the creation's: taken before another request can use the session.
+        const created = summary(cell)
+        yield* registry.adopt(cell)
+        return created
+      }))
+    })))
+}
+
+/**
+ * The module store could not answer (a module that exists but cannot be read now is never "no such
+ * module", which would refuse the create 400): 503 `overloaded` out of descriptors, else a 500.
+ */
+const moduleStoreFailed = (e: AgentloopStoreFailed): Overloaded | Internal =>
+  e.exhausted === true
+    ? new Overloaded({ message: `the module store cannot be read now: ${e.reason}; try again shortly` })
+    : new Internal({ message: `the module store failed: ${e.reason}` })
