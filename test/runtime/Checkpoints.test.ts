@@ -1,5 +1,5 @@
 /**
- * When a released session writes its checkpoint (sessions/Registry.ts, `checkpointDue`): every
+ * When a released session writes its checkpoint (sessions/Registry.ts, by `checkpointDue` in sessions/Checkpoints.ts): every
  * 256 records folded at least, and at least one record per 256 bytes of its state; or every
  * 64 KiB of journal folded at least, and at least the state's bytes. A checkpoint encodes the
  * whole state, so at a fixed interval a long conversation paid for its whole transcript again
@@ -16,7 +16,7 @@ import * as path from "node:path"
 import type { SessionId } from "../../src/domain/Ids.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import { Sessions } from "../../src/services/Sessions.js"
-import { CHECKPOINT_BYTES_PER_RECORD, CHECKPOINT_EVERY_BYTES, CHECKPOINT_EVERY_RECORDS, checkpointDue } from "../../src/layers/sessions/Registry.js"
+import { CHECKPOINT_BYTES_PER_RECORD, CHECKPOINT_EVERY_BYTES, CHECKPOINT_EVERY_RECORDS, checkpointDue } from "../../src/layers/sessions/Checkpoints.js"
 import * as CheckpointStore from "../../src/layers/CheckpointStore.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"

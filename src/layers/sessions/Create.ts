@@ -20,7 +20,7 @@ import type { SessionsShape } from "../../services/Sessions.js"
 import { Cell, commit } from "./Cell.js"
 import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
 import { jsonWeight } from "./InputBytes.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 import { namedHosts, type Shared, stopping, summary } from "./Shared.js"
 import { carriedBytes, refusalText, transcriptRoom } from "./TranscriptRoom.js"
 

@@ -15,7 +15,7 @@ import type { JournalShape } from "../../services/Journal.js"
 import type { Once } from "../Waits.js"
 import type { Cell } from "./Cell.js"
 import { runStep, standing, type StepDeps } from "./EnvironmentSteps.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 
 /** A lifecycle step whose record the journal did not take: the session recovers on its next access. */
 export const fromFence = (e: FenceError) =>

@@ -14,7 +14,7 @@ import { Once } from "../Waits.js"
 import { cancelTurn, type Cell } from "./Cell.js"
 import { fromFence, tearDown } from "./EnvironmentLifecycle.js"
 import { runStep } from "./EnvironmentSteps.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 import { keptRequests } from "./Requests.js"
 import { beingCreated, namedHosts, type Shared, stopping, summary } from "./Shared.js"
 

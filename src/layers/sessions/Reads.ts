@@ -12,7 +12,7 @@ import type { JournalListError } from "../../services/Journal.js"
 import type { ListError, SessionsShape, SessionSummary } from "../../services/Sessions.js"
 import type { Cell } from "./Cell.js"
 import { readEvents } from "./Events.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 import { type Shared, summary } from "./Shared.js"
 
 export const makeReads = (shared: Shared): Pick<SessionsShape, "get" | "list" | "transcript" | "events" | "follow" | "warm"> => {

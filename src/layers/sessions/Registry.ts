@@ -24,96 +24,14 @@ import * as Refusal from "../../domain/Errors.js"
 import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { needsRecovery, recoveryEntries } from "../../domain/Recovery.js"
-import type {
-  JournalAppendError,
-  JournalCorrupt,
-  JournalReadError,
-  JournalShape,
-  JournalUnavailable,
-  RecordRejected,
-  SessionAlreadyExists,
-  SessionNotFound
-} from "../../services/Journal.js"
+import type { JournalShape } from "../../services/Journal.js"
 import type { ProjectionShape } from "../../services/Projection.js"
 import { OPEN_HEAP_PER_BYTE } from "../../domain/Limits.js"
 import type { WorkingMemory } from "../WorkingMemory.js"
 import { Cell, commit } from "./Cell.js"
+import { checkpointDue } from "./Checkpoints.js"
+import { fromJournal, notFound } from "./FromJournal.js"
 import { type View, viewOf, Views } from "./Views.js"
-
-/** Records folded since the last checkpoint before a released cell writes a new one, at least. */
-export const CHECKPOINT_EVERY_RECORDS = 256
-
-/**
- * Bytes of folded state a checkpoint may encode per record folded since the previous one: a
- * session whose state is larger waits for more records (`checkpointDue`).
- */
-export const CHECKPOINT_BYTES_PER_RECORD = 256
-
-/**
- * Journal bytes folded since the last checkpoint before a released cell writes a new one, at
- * least (the records' floor, counting each record at CHECKPOINT_BYTES_PER_RECORD bytes).
- */
-export const CHECKPOINT_EVERY_BYTES = CHECKPOINT_EVERY_RECORDS * CHECKPOINT_BYTES_PER_RECORD
-
-/** What was folded into a session's state since its last checkpoint: records, and their journal bytes. */
-export interface FoldedSince {
-  readonly records: number
-  readonly bytes: number
-}
-
-/**
- * Whether a released cell writes a checkpoint: once as many records or as many journal bytes were
- * folded since the last one as the state would take to encode. By records: CHECKPOINT_EVERY_RECORDS
- * at least, and at least one per CHECKPOINT_BYTES_PER_RECORD bytes of the state. By bytes:
- * CHECKPOINT_EVERY_BYTES at least, and at least the state's bytes. A checkpoint encodes the whole
- * state, so at a fixed interval a long conversation paid for its whole transcript again every few
- * dozen turns: quadratic over its life, about a tenth of a long session's main-thread time
- * (docs/benchmarks.md, "Long conversations"). With the interval growing with the state, the
- * bytes encoded stay at most CHECKPOINT_BYTES_PER_RECORD per record folded plus one per journal
- * byte folded, and an open folds after the checkpoint at most about as many bytes of journal as
- * the checkpoint holds. Records count alone missed sessions of large records (MiB messages or kv
- * values): thousands of records of them are a journal many times the state, and such a session
- * was folded from its start on every access. Records of CHECKPOINT_BYTES_PER_RECORD bytes or
- * fewer meet the records' bound first, as before the bytes were counted.
- */
-export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =>
-  since.records >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD)) ||
-  since.bytes >= Math.max(CHECKPOINT_EVERY_BYTES, stateBytes)
-
-export const notFound = () => new Refusal.NotFound({ message: "no such session" })
-
-/** The refusal each journal error stands for. */
-export type FromJournal<E> = E extends SessionNotFound ? Refusal.NotFound
-  : E extends JournalCorrupt ? Refusal.JournalCorrupt
-  : E extends JournalUnavailable ? Refusal.Overloaded
-  : E extends RecordRejected ? Refusal.InvalidRequest
-  : E extends SessionAlreadyExists ? Refusal.Conflict
-  : Refusal.JournalWriteFailed
-
-/** A journal error as the session operation's failure; `ambiguous` when the operation's own write may have landed. */
-export const fromJournal = <E extends JournalReadError | JournalAppendError | SessionAlreadyExists>(
-  e: E,
-  options: { readonly ambiguous: boolean } = { ambiguous: true }
-): FromJournal<E> => {
-  const j = e as JournalReadError | JournalAppendError | SessionAlreadyExists
-  return (
-    j._tag === "SessionNotFound"
-      ? notFound()
-      : j._tag === "JournalCorrupt"
-      ? new Refusal.JournalCorrupt({ message: j.message, details: j.details })
-      : j._tag === "JournalUnavailable"
-      // Nothing was read or written: whatever the operation, retrying it later is safe.
-      ? new Refusal.Overloaded({ message: j.message })
-      : j._tag === "RecordRejected"
-      ? new Refusal.InvalidRequest({ message: j.reason })
-      : j._tag === "SessionAlreadyExists"
-      ? new Refusal.Conflict({ message: j.message })
-      : new Refusal.JournalWriteFailed({
-        message: `${j.message}; the session recovers on its next access once the disk accepts writes`,
-        ...(options.ambiguous ? { details: { ambiguous: true } } : {})
-      })
-  ) as FromJournal<E>
-}
 
 const brokenFailure = () =>
   new Refusal.JournalWriteFailed({

@@ -15,7 +15,7 @@ import type { Keyed, KeptRequest, Receipt, TurnOutcome, TurnRequest } from "../.
 import type { SessionId } from "../../domain/Ids.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { Cell } from "./Cell.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 
 /** How a turn closed, as its closing record says. */
 export type TurnClose =

@@ -31,7 +31,8 @@ import { cancelTurn, type Cell, commit, type RunningTurn } from "./Cell.js"
 import { makeDeadlines } from "./Deadlines.js"
 import type { HostDeps } from "./Host.js"
 import * as LiveFeeds from "./LiveFeeds.js"
-import { fromJournal, makeRegistry } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
+import { makeRegistry } from "./Registry.js"
 
 /** A turn's share of the working memory: `keep` hands it to the turn's fiber, which gives it back when the turn closes. */
 export interface TurnHold extends Held {

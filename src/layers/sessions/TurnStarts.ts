@@ -15,7 +15,7 @@ import type { KeyedTurnError, TurnError, TurnOutcome, TurnRequest } from "../../
 import { Once } from "../Waits.js"
 import { cancelSignal, type Cell, flushOpening, type RunningTurn, stage } from "./Cell.js"
 import { inputTooLarge } from "./InputBytes.js"
-import { fromJournal } from "./Registry.js"
+import { fromJournal } from "./FromJournal.js"
 import { sessionKeysFull } from "./Requests.js"
 import { beingCreated, type Shared, stopping, summary, type TurnHold } from "./Shared.js"
 import { runTurn } from "./Turn.js"

@@ -1,0 +1,45 @@
+/**
+ * When a released session cell writes a checkpoint of its folded state (Registry.ts calls
+ * `checkpointDue` as it releases one): the bounds, in records and in journal bytes, that grow with
+ * the state so that checkpoints cost at most a constant per record and byte folded.
+ */
+
+/** Records folded since the last checkpoint before a released cell writes a new one, at least. */
+export const CHECKPOINT_EVERY_RECORDS = 256
+
+/**
+ * Bytes of folded state a checkpoint may encode per record folded since the previous one: a
+ * session whose state is larger waits for more records (`checkpointDue`).
+ */
+export const CHECKPOINT_BYTES_PER_RECORD = 256
+
+/**
+ * Journal bytes folded since the last checkpoint before a released cell writes a new one, at
+ * least (the records' floor, counting each record at CHECKPOINT_BYTES_PER_RECORD bytes).
+ */
+export const CHECKPOINT_EVERY_BYTES = CHECKPOINT_EVERY_RECORDS * CHECKPOINT_BYTES_PER_RECORD
+
+/** What was folded into a session's state since its last checkpoint: records, and their journal bytes. */
+export interface FoldedSince {
+  readonly records: number
+  readonly bytes: number
+}
+
+/**
+ * Whether a released cell writes a checkpoint: once as many records or as many journal bytes were
+ * folded since the last one as the state would take to encode. By records: CHECKPOINT_EVERY_RECORDS
+ * at least, and at least one per CHECKPOINT_BYTES_PER_RECORD bytes of the state. By bytes:
+ * CHECKPOINT_EVERY_BYTES at least, and at least the state's bytes. A checkpoint encodes the whole
+ * state, so at a fixed interval a long conversation paid for its whole transcript again every few
+ * dozen turns: quadratic over its life, about a tenth of a long session's main-thread time
+ * (docs/benchmarks.md, "Long conversations"). With the interval growing with the state, the
+ * bytes encoded stay at most CHECKPOINT_BYTES_PER_RECORD per record folded plus one per journal
+ * byte folded, and an open folds after the checkpoint at most about as many bytes of journal as
+ * the checkpoint holds. Records count alone missed sessions of large records (MiB messages or kv
+ * values): thousands of records of them are a journal many times the state, and such a session
+ * was folded from its start on every access. Records of CHECKPOINT_BYTES_PER_RECORD bytes or
+ * fewer meet the records' bound first, as before the bytes were counted.
+ */
+export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =>
+  since.records >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD)) ||
+  since.bytes >= Math.max(CHECKPOINT_EVERY_BYTES, stateBytes)
