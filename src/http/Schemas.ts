@@ -89,7 +89,7 @@ export const Event = Schema.Struct({
   recorded_at_ms: Schema.Int,
   kind: Schema.String,
   data: Json,
-  origin: Schema.optional(Origin)
+  origin: Schema.optionalWith(Origin, { exact: true })
 }).annotations({ identifier: "Event" })
 
 export const EventPage = Schema.Struct({
