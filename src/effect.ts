@@ -13,11 +13,10 @@
  * This module is the package's contract for Effect users: what it exports is kept working, and
  * what it does not export (the layers' internals, the journal's formats) may change.
  */
-import { Effect, Layer } from "effect"
+import type { Layer } from "effect"
 import type { Event as EventShape } from "./domain/Projection.js"
 import { EventSchema, type Extensions, servicesLayer } from "./main.js"
-import type { ServerConfigShape } from "./services/ServerConfig.js"
-import { validated } from "./services/ServerConfigOverrides.js"
+import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
 
 export { type Extensions, serve, servicesLayer, StartupRefused } from "./main.js"
 // What building the layer can fail with besides StartupRefused (`StartupError` below is the whole union): classes, so `instanceof` works as `catchTag` does.
@@ -84,9 +83,10 @@ export { aborted, failWith, succeedAfter, type ToolHandler } from "./layers/Tool
  * Configuration from the environment (`BRAIN_*`) instead: `configFromEnv`, then `servicesLayer`.
  */
 export const layer = (overrides: Partial<ServerConfigShape> = {}, extensions: Extensions = {}) =>
-  // Checked by the rules the environment's settings are (`configFromEnv`): a refusal is the same
-  // typed ConfigError, naming the setting, before anything is opened.
-  Layer.unwrapEffect(Effect.map(validated(overrides), (config) => servicesLayer(config, extensions)))
+  // Checked (by `servicesLayer`, once) by the rules the environment's settings are
+  // (`configFromEnv`): a refusal is the same typed ConfigError, naming the setting, before
+  // anything is opened.
+  servicesLayer({ ...defaults, ...overrides }, extensions)
 
 /** What `layer` provides (every service above). */
 export type Services = Layer.Layer.Success<ReturnType<typeof layer>>
@@ -94,7 +94,7 @@ export type Services = Layer.Layer.Success<ReturnType<typeof layer>>
 /**
  * What building `layer` (or `servicesLayer`) fails with, each a tagged error: `DataDirError` (the
  * data directory is locked by another runtime or process, is not Brain's, or cannot be used), a
- * `ConfigError` (a setting given to `layer` that its variable's rule refuses), or a configuration
+ * `ConfigError` (a setting given to `layer`, or in `servicesLayer`'s configuration, that its variable's rule refuses), or a configuration
  * or store the runtime cannot start with.
  */
 export type StartupError = Layer.Layer.Error<ReturnType<typeof layer>>

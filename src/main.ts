@@ -56,6 +56,7 @@ import { resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { interruptWaitMs, reservedConnections, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
+import { validated } from "./services/ServerConfigOverrides.js"
 import { Sessions, type SessionsShape } from "./services/Sessions.js"
 import { describeSink, type TelemetrySink } from "./services/Telemetry.js"
 import { sharedScheduler } from "./SharedScheduler.js"
@@ -139,8 +140,17 @@ export const telemetryLayer = (sink: TelemetrySink) =>
     ? TelemetryOtlp.layer(sink.url).pipe(Layer.provide(NodeHttpClient.layerUndici))
     : TelemetryNone.layer
 
-/** Every service of the embedded default, over the data directory. */
-export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) => {
+/**
+ * Every service of the embedded default, over the data directory. The configuration is checked
+ * first, by the rules the environment's settings are (`validated`, ServerConfigOverrides.ts): a
+ * setting its rule refuses (a NaN, a negative grace, a blank data directory) fails the layer with a
+ * typed ConfigError naming it, before anything is opened.
+ */
+export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) =>
+  Layer.unwrapEffect(Effect.map(validated(config), (checked) => servicesOf(checked, extensions)))
+
+/** `servicesLayer` over a configuration already checked. */
+const servicesOf = (config: ServerConfigShape, extensions: Extensions) => {
   const dataDir = path.resolve(config.dataDir)
   const budget = memoryBudget(config.cacheBytes)
   const files = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
@@ -276,8 +286,11 @@ export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
   Effect.withScheduler(serveOn(config, extensions), sharedScheduler)
 
 /** The server as `serve` runs it, on whichever scheduler the caller's fiber has. */
-const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
+const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
   Effect.scoped(Effect.gen(function*() {
+    // Checked once, before anything is opened or listened on (a configuration from `fromConfig`
+    // passes as it stands; one given in code may not).
+    const config = yield* Effect.mapError(validated(given), (e) => new StartupRefused({ reason: e.message }))
     const listen = parseListen(config.listen)
     if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
     if (!isLoopback(listen.host) && config.apiToken === undefined) {
@@ -316,7 +329,7 @@ const serveOn = (config: ServerConfigShape, extensions: Extensions) =>
     })
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(
-      Layer.provideMerge(servicesLayer(config, extensions))
+      Layer.provideMerge(servicesOf(config, extensions))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
     const services = { sessions, store: Context.get(context, Idempotency), hosts: Context.get(context, Hosts) }

@@ -1,6 +1,7 @@
 /**
- * Settings given in code (`brain/effect`'s `layer(overrides)`), checked by the same rule per
- * setting as the environment's (`fromConfig` in ServerConfig.ts).
+ * Settings given in code (`brain/effect`'s `layer(overrides)`, the configuration `servicesLayer`
+ * and `serve` are given), checked by the same rule per setting as the environment's (`fromConfig`
+ * in ServerConfig.ts).
  */
 import { ConfigError, ConfigProvider, Effect } from "effect"
 import { defaults, fromConfig, type ServerConfigShape } from "./ServerConfig.js"
@@ -94,17 +95,19 @@ export const validated = (overrides: Partial<ServerConfigShape>): Effect.Effect<
       } else given.set(name, value as string)
     }
     return Effect.withConfigProvider(fromConfig, ConfigProvider.fromMap(given)).pipe(
-      Effect.mapError((e) => {
-        // The rule names the variable; the refusal names the setting as it was given too.
-        let text = configErrorText(e)
-        for (const [key, names] of Object.entries(settingNames)) {
-          if (names !== undefined && given.has(names[0])) text = text.split(names[0]).join(`${key} (${names[0]})`)
-        }
-        return ConfigError.InvalidData([], text)
-      }),
+      Effect.mapError((e) =>
+        // The rule names the variable; the refusal names the setting as it was given too. Whole
+        // names only: one variable's name can begin another's (BRAIN_SSE_MAX_SUBSCRIBERS).
+        ConfigError.InvalidData([], configErrorText(e).replace(/BRAIN_[A-Z0-9_]+/g, (name) => (given.has(name) ? `${settingOf.get(name)} (${name})` : name)))
+      ),
       Effect.as({ ...defaults, ...overrides })
     )
   })
+
+/** Each variable's setting, by the variable's name. */
+const settingOf = new Map(
+  Object.entries(settingNames).flatMap(([key, names]) => (names === undefined ? [] : [[names[0], key] as const]))
+)
 
 const shown = (value: unknown): string => {
   try {
