@@ -131,6 +131,14 @@ const notCarriedNote = (left: number): string =>
   )
 
 /**
+ * The Event that holds a call's outcome, by the outcome: `ok` is only ever a call that ended, a
+ * timeout, cancel or unknown only one that failed; an `error` is either (a tool's own error
+ * answer ends the call, a tool that threw fails it).
+ */
+const holdingEvent = (outcome: ToolResult["outcome"]): string =>
+  outcome === "ok" ? "tool_call_ended" : outcome === "error" ? "tool_call_ended or tool_call_failed" : "tool_call_failed"
+
+/**
  * The input's tool results (docs/abi.md, "The input's tool results") in at most `room` bytes (at
  * least `[]` when not even a note fits). All of them as they are when they fit. Else as many
  * entries as fit, in order, each at its smallest (its output replaced by a note saying where it
@@ -149,7 +157,7 @@ const toolResultsJson = (results: ReadonlyArray<ToolResult>, room: number): stri
   const smallest = results.map((r, i) => {
     const note = JSON.stringify({
       ...r,
-      output: `[not carried: this output is ${fullBytes[i]} bytes as JSON, more than this activation's input holds beside the rest (BRAIN_MAX_WASM_IO_BYTES); the call's tool_call_ended Event holds it]`
+      output: `[not carried: this output is ${fullBytes[i]} bytes as JSON, more than this activation's input holds beside the rest (BRAIN_MAX_WASM_IO_BYTES); the call's ${holdingEvent(r.outcome)} Event holds it]`
     })
     const bytes = Buffer.byteLength(note, "utf8")
     return bytes < fullBytes[i]! ? { text: note, bytes } : { text: full[i]!, bytes: fullBytes[i]! }

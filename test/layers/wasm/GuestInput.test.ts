@@ -92,6 +92,26 @@ describe("a loop's input JSON", () => {
     expect(String(carried[2]!.output)).toMatch(/^\[not carried: this output is \d+ bytes as JSON/)
   })
 
+  it("an output replaced by a note names the Event that holds it: tool_call_ended for a call that ended, tool_call_failed for one that failed, either for an error (a tool's error answer ends it, a tool that threw fails it)", () => {
+    const base = activationInput()
+    const big = "x".repeat(30_000)
+    const tool_results = [
+      { call_id: "ended", name: "t", outcome: "ok" as const, output: big, is_error: false },
+      { call_id: "timeout", name: "t", outcome: "timeout" as const, output: { code: "timeout", message: big }, is_error: true },
+      { call_id: "cancelled", name: "t", outcome: "cancelled" as const, output: { code: "cancelled", message: big }, is_error: true },
+      { call_id: "unknown", name: "t", outcome: "unknown" as const, output: { code: "unknown", message: big }, is_error: true },
+      { call_id: "error", name: "t", outcome: "error" as const, output: big, is_error: true }
+    ]
+    const input: ActivationInput = { ...base, transcript: [], events: [], tool_results }
+    const written = guestInputJson(input, { tail: false, tailMessages: 16, configurationUnread: true }, 4_096)
+    const carried = (JSON.parse(written) as { tool_results: ReadonlyArray<{ call_id: string; output: unknown }> }).tool_results
+    const notes = Object.fromEntries(carried.map((r) => [r.call_id, String(r.output)]))
+    for (const note of Object.values(notes)) expect(note).toMatch(/^\[not carried: this output is \d+ bytes as JSON/)
+    expect(notes.ended).toMatch(/the call's tool_call_ended Event holds it\]$/)
+    for (const failed of ["timeout", "cancelled", "unknown"]) expect(notes[failed]).toMatch(/the call's tool_call_failed Event holds it\]$/)
+    expect(notes.error).toMatch(/the call's tool_call_ended or tool_call_failed Event holds it\]$/)
+  })
+
   it("carries a round of thousands of calls whose entries alone pass the bound within it: the first entries in order, as many as fit, then one note naming how many more were left out and the events host call", () => {
     const base = activationInput()
     const n = 3_000
