@@ -79,6 +79,16 @@ export const PAGE_EVENTS = 1_000
 export const PAGE_BYTES = 8 * 1024 * 1024
 
 /**
+ * Bytes. What a page's first read of the journal asks for per Event it still wants (about a
+ * typical Event's frame; each further read of the page asks for twice as much): a page of one
+ * Event reads about its frame from disk, not PAGE_BYTES.
+ */
+export const PAGE_READ_BYTES_PER_EVENT = 16 * 1024
+
+/** Records. What that read asks for per Event it still wants: private records (transcript, kv) lie between Events. */
+export const PAGE_READ_RECORDS_PER_EVENT = 4
+
+/**
  * Levels. JSON nested deeper is refused wherever it comes in — an HTTP body, every text a Wasm
  * guest hands the host (a host call's request, a loop's or a tool's output), an http
  * Environment's answer to a lifecycle step and an error body it sends — checked by a scan of the

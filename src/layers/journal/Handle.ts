@@ -212,6 +212,12 @@ export const newSegmentPath = (handle: SessionHandle, firstSequence: number) =>
   path.join(handle.dir, segmentName(firstSequence))
 
 const READ_CHUNK = 256 * 1024
+/**
+ * Bytes a read asking for fewer than READ_CHUNK (`maxBytes`: a small Events page) starts with; it
+ * doubles at each refill, up to READ_CHUNK, so that reading past frames to the first one wanted
+ * takes a few calls, not one per chunk.
+ */
+const FIRST_READ_CHUNK = 16 * 1024
 
 /**
  * Reads durable records after `after`, up to `last` (the committed end). Every frame is checked
@@ -243,7 +249,7 @@ export const readRecords = (
         driver.open(seg.path, "r").pipe(Effect.mapError(asCorrupt(handle.session, seg.path))),
         (fd) =>
           Effect.gen(function*() {
-            let buf = Buffer.allocUnsafe(READ_CHUNK)
+            let buf = Buffer.allocUnsafe(maxBytes === undefined ? READ_CHUNK : Math.min(READ_CHUNK, Math.max(FIRST_READ_CHUNK, maxBytes)))
             let bufStart = offset
             let bufLen = 0
             for (;;) {
@@ -263,6 +269,7 @@ export const readRecords = (
                   return yield* Effect.fail(corrupt(handle.session, seg.path, offset, `committed frame unreadable: ${read.reason}`))
                 }
                 if (known > buf.length) buf = Buffer.allocUnsafe(known)
+                else if (bufLen > 0 && buf.length < READ_CHUNK) buf = Buffer.allocUnsafe(Math.min(READ_CHUNK, 2 * buf.length))
                 bufStart = offset
                 const wanted = Math.min(buf.length, available)
                 // Never abandoned in flight: the descriptor is closed only once no call on it is under way.

@@ -1,6 +1,7 @@
 /**
  * Public Events read from the journal, a page at a time: at most `limit` Events and about
- * `maxBytes`; a single larger Event comes alone so the cursor always advances. A page's
+ * `maxBytes`; a single larger Event comes alone so the cursor always advances. The journal is
+ * read in steps scaled to the Events still wanted, so a small page reads about its own frames. A page's
  * `next_cursor` is the last sequence examined, so private records between Events are never re-read.
  *
  * A cursor may be anywhere from 0 to the journal's last durable sequence — which can be ahead of
@@ -12,7 +13,7 @@ import { Effect } from "effect"
 import { InvalidRequest } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { stringifyKept } from "../../domain/JsonText.js"
-import { PAGE_BYTES } from "../../domain/Limits.js"
+import { PAGE_BYTES, PAGE_READ_BYTES_PER_EVENT, PAGE_READ_RECORDS_PER_EVENT } from "../../domain/Limits.js"
 import { type Event, type SessionState, toEvent, transcriptLengthAt } from "../../domain/Projection.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { JournalReadError, JournalShape } from "../../services/Journal.js"
@@ -85,11 +86,18 @@ function* readPageOf<A>(
   let length = from.length
   let bytes = 0
   let ended = false
+  // Each read asks for about what the Events still wanted take, and twice as much as the read
+  // before it (PAGE_READ_BYTES_PER_EVENT): a small page reads about its own frames, not a whole
+  // page's bytes. Where the reads end changes nothing of the page: each record is taken in order,
+  // the page's bounds checked at each.
+  let scale = 1
   while (items.length < limits.events && cursor < until) {
+    const wanted = (limits.events - items.length) * scale
+    scale *= 2
     const records = yield* journal.read(session, {
       after: cursor,
-      limit: Math.min(RECORDS_PER_READ, until - cursor),
-      maxBytes: Math.max(1, limits.bytes - bytes)
+      limit: Math.min(RECORDS_PER_READ, until - cursor, wanted * PAGE_READ_RECORDS_PER_EVENT),
+      maxBytes: Math.max(1, Math.min(limits.bytes - bytes, wanted * PAGE_READ_BYTES_PER_EVENT))
     })
     if (records.length === 0) break
     for (const r of records) {
