@@ -6,19 +6,13 @@
  * keeps a definite refusal under the key for good (docs/api.md, "Idempotency").
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Schedule } from "effect"
-import type { SessionId } from "../../src/domain/Ids.js"
+import { Effect, Either } from "effect"
 import { Sessions } from "../../src/services/Sessions.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { runtimeLayer, untilIdle } from "../support/runtime.js"
 
 const keyed = (key: string, hash = `hash of ${key}`) => ({ key, hash })
 /** Two instant answers, then one that takes ten minutes of the test clock (it never advances here). */
 const model = { provider: "scripted" as const, replies: [{ text: "one" }, { text: "two" }, { text: "slow", delay_ms: 600_000 }] }
-
-/** Waits for the session's turns to end (not Sessions.drain, which is the stop's: it admits no create, end or delete after it). */
-const untilIdle = (id: SessionId) =>
-  Effect.flatMap(Sessions, (sessions) =>
-    Effect.repeat(Effect.map(sessions.get(id), (s) => s.status), { until: (status) => status === "idle", schedule: Schedule.spaced("5 millis") }))
 
 const failureTag = (e: Either.Either<unknown, unknown>) => (Either.isLeft(e) ? (e.left as { readonly _tag: string })._tag : "answered")
 

@@ -186,23 +186,37 @@ export const runtimeLayer = (options: RuntimeOptions = {}) => {
 
 export type { JournalShape }
 
+/** Milliseconds of wall time `untilIdle` waits at most: a hang guard, which the TestClock does not move. */
+const IDLE_DEADLINE_MS = 30_000
+
+/** A millisecond of wall time, whatever the test's clock: a look that found a turn running does not spin. */
+const wallPause = Effect.async<void>((resume) => {
+  const timer = setTimeout(() => resume(Effect.void), 1)
+  return Effect.sync(() => clearTimeout(timer))
+})
+
 /**
- * Waits until none of `sessions` runs a turn: a test's "until idle" (not Sessions.drain, which is
- * a stop's: once it has begun, Sessions admits no new work). It yields instead of sleeping, so it
- * works under the TestClock too, and fails as a defect after a generous number of looks.
+ * Waits until none of `sessions` runs a turn, and each turn that ran has closed: a test's "until
+ * idle" (not Sessions.drain, which is a stop's: once it has begun, Sessions admits no new work).
+ * It reads each session's status through the service until none is `running`, pausing on the
+ * wall clock between looks (so it works under the TestClock too), and fails as a defect past
+ * IDLE_DEADLINE_MS of wall time.
+ *
+ * A status reads idle once the turn's closing records are folded in, which the journal does in
+ * its answer to their append, in the same step as it resumes the turn's fiber: that fiber is then
+ * already queued, and it runs the rest of its close (the session's claim and its share of the
+ * working memory given back) without suspending. So one yield, which queues this fiber behind it,
+ * is enough for the close to be over.
  */
 export const untilIdle = (...sessions: ReadonlyArray<SessionId>) =>
   Effect.gen(function*() {
     const service = yield* Sessions
-    for (let looks = 0;; looks++) {
+    const deadline = Date.now() + IDLE_DEADLINE_MS
+    for (;;) {
       const statuses = yield* Effect.forEach(sessions, (id) => Effect.map(service.get(id), (s) => s.status))
-      if (statuses.every((status) => status !== "running")) {
-        // A status reads idle once the turn's end is folded in; the turn's close (the session's
-        // claim and its share of the working memory given back) follows in a few steps of its fiber.
-        for (let i = 0; i < 100; i++) yield* Effect.yieldNow()
-        return
-      }
-      if (looks > 100_000) return yield* Effect.dieMessage(`sessions still running: ${sessions.join(", ")}`)
-      yield* Effect.yieldNow()
+      if (statuses.every((status) => status !== "running")) break
+      if (Date.now() > deadline) return yield* Effect.dieMessage(`sessions still running after ${IDLE_DEADLINE_MS} ms: ${sessions.join(", ")}`)
+      yield* wallPause
     }
+    yield* Effect.yieldNow()
   })
