@@ -184,10 +184,11 @@ export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig
 
 /**
  * How long a stop waits for the turns it cancels (`Sessions.interruptAll`) to close: a grace for
- * executors to confirm they stopped, one for the loop to return, and the closing append's deadline.
+ * executors to confirm they stopped, one for the loop to return, one for a loop interrupted after
+ * those to end before it is abandoned, and the closing append's deadline.
  */
 export const interruptWaitMs = (c: Pick<ServerConfigShape, "cancelGraceMs" | "cleanupDeadlineMs">): number =>
-  2 * c.cancelGraceMs + c.cleanupDeadlineMs
+  3 * c.cancelGraceMs + c.cleanupDeadlineMs
 
 /** The connections SSE streams never take (BRAIN_RESERVED_CONNECTIONS; unset: a quarter of the connections). */
 export const reservedConnections = (c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">): number =>

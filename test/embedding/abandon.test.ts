@@ -15,6 +15,7 @@ import type { ToolHandler } from "../../src/layers/ToolsInProcess.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
 import { Journal } from "../../src/services/Journal.js"
 import type { ModelsShape } from "../../src/services/Models.js"
+import type { AgentloopShape } from "../../src/services/Agentloop.js"
 
 const dirs: Array<string> = []
 const freshDir = () => {
@@ -70,7 +71,7 @@ describe("work Brain does not control is interrupted with a bound", () => {
     const started = Date.now()
     await runtime.dispose()
     const took = Date.now() - started
-    // The stop's own bound is 2 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the tool's 60 s.
+    // The stop's own bound is 3 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the tool's 60 s.
     expect(took).toBeLessThan(20_000)
     await Promise.all([sendA, sendB])
     // The other session's send was answered within the same bound, not held by the stubborn tool.
@@ -115,7 +116,7 @@ describe("a model provider the application supplies is interrupted with a bound"
     const started = Date.now()
     await runtime.dispose()
     await sent
-    // The stop's own bound is 2 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the call's 60 s.
+    // The stop's own bound is 3 × 500 + 1000 ms; 20 s is a generous correctness bound, well under the call's 60 s.
     expect(Date.now() - started).toBeLessThan(20_000)
     const again = ManagedRuntime.make(layer({ dataDir }))
     const records = await again.runPromise(Effect.gen(function*() {
@@ -159,4 +160,88 @@ describe("an in-process tool that throws or dies failed; nothing was cancelled",
       }
     }, 60_000)
   }
+})
+
+/** Waits on the runtime until the session's journal holds a record of `kind`. */
+const untilRecorded = (runtime: ManagedRuntime.ManagedRuntime<Journal, unknown>, session: string, kind: string) =>
+  runtime.runPromise(Effect.gen(function*() {
+    const journal = yield* Journal
+    for (let i = 0; i < 2000; i++) {
+      if ((yield* Effect.orDie(journal.read(session as never, { after: 0, limit: 1000 }))).some((r) => r.kind === kind)) return
+      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+    }
+    return yield* Effect.dieMessage(`no ${kind} was recorded`)
+  }))
+
+describe("an application's in-process Agentloop is interrupted with a bound", () => {
+  it("closing the runtime while the application's loop ignores interruption ends within the stop's bound, answers the send, and records the turn failed interrupted once, the loop abandoned", async () => {
+    const dataDir = freshDir()
+    // Uninterruptible for good: only abandoning it lets the runtime close.
+    const deaf: AgentloopShape = { activate: () => Effect.uninterruptible(Effect.never) }
+    const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 500, cleanupDeadlineMs: 1000 }, { loops: { deaf } }))
+    const s = await runtime.runPromise(Effect.flatMap(Sessions, (sessions) => Effect.map(sessions.create({ model: { provider: "scripted" }, agentloop: "deaf" }), (c) => c.session_id)))
+    const sent = runtime.runPromiseExit(Effect.flatMap(Sessions, (sessions) => sessions.send(s, { message: "go" })))
+    await untilRecorded(runtime, s, "activation_started")
+    const started = Date.now()
+    await runtime.dispose()
+    // The stop's own bound is 3 × 500 + 1000 ms; 20 s is a generous correctness bound (without the bound: never).
+    expect(Date.now() - started).toBeLessThan(20_000)
+    const answer = await sent
+    expect(answer._tag === "Success" && answer.value.turn).toMatchObject({ status: "failed", failure: { code: "interrupted" } })
+
+    const again = ManagedRuntime.make(layer({ dataDir }))
+    const records = await again.runPromise(Effect.gen(function*() {
+      yield* (yield* Sessions).get(s)
+      return yield* Effect.orDie((yield* Journal).read(s, { after: 0, limit: 1000 }))
+    }))
+    await again.dispose()
+    const closes = records.filter((r) => r.kind === "turn_failed" || r.kind === "turn_ended")
+    expect(closes).toHaveLength(1)
+    expect(closes[0]!.payload).toMatchObject({ failure: { code: "interrupted", message: expect.stringContaining("abandoned") } })
+    expect(records.find((r) => r.kind === "activation_failed")?.payload).toMatchObject({ failure: { code: "interrupted" } })
+  }, 60_000)
+
+  it("an interrupt of a turn whose loop ignores interruption answers within the grace's bound, records it cancelled, the loop abandoned; the session runs its next turn, and the abandoned loop's later host calls are refused, nothing of them recorded", async () => {
+    const dataDir = freshDir()
+    let activations = 0
+    const late: Array<string> = []
+    // The first activation is deaf for 5 s, then tries a model call and an Event; later ones wait 1 s and answer.
+    const stubborn: AgentloopShape = {
+      activate: (_input, host) =>
+        Effect.suspend(() => {
+          if (++activations > 1) return Effect.as(Effect.sleep("1 second"), { text: "next" })
+          // Wholly uninterruptible: an interrupt that arrived during it would stop the fiber on the way out of a shorter region.
+          return Effect.uninterruptible(Effect.sleep("5 seconds").pipe(
+            Effect.zipRight(Effect.either(host.model({ messages: [{ role: "user", content: "late" }] }))),
+            Effect.tap((model) => Effect.sync(() => void late.push(model._tag === "Left" ? model.left.failure.code : "model answered"))),
+            Effect.zipRight(Effect.either(host.emit("late", {}))),
+            Effect.tap((emitted) => Effect.sync(() => void late.push(emitted._tag === "Left" ? emitted.left.failure.code : "emitted"))),
+            Effect.as({ text: "late" })
+          ))
+        })
+    }
+    const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 100, cleanupDeadlineMs: 1000 }, { loops: { stubborn } }))
+    try {
+      const s = await runtime.runPromise(Effect.flatMap(Sessions, (sessions) => Effect.map(sessions.create({ model: { provider: "scripted" }, agentloop: "stubborn" }), (c) => c.session_id)))
+      const sent = runtime.runPromise(Effect.flatMap(Sessions, (sessions) => sessions.send(s, { message: "go" })))
+      await untilRecorded(runtime, s, "activation_started")
+      const started = Date.now()
+      await runtime.runPromise(Effect.flatMap(Sessions, (sessions) => sessions.interrupt(s)))
+      // Three graces of 100 ms and an append; well under the loop's 5 s (without the bound: those 5 s).
+      expect(Date.now() - started).toBeLessThan(4_000)
+      const first = await sent
+      expect(first.turn).toMatchObject({ status: "failed", failure: { code: "cancelled", message: expect.stringContaining("abandoned") } })
+      // The next turn runs while the abandoned loop still sleeps.
+      const next = await runtime.runPromise(Effect.flatMap(Sessions, (sessions) => sessions.send(s, { message: "again" })))
+      expect(next.turn).toMatchObject({ status: "ended", result: { text: "next" } })
+      // The abandoned loop wakes: its host calls are refused with the cancel's code, nothing journaled.
+      while (late.length < 2) await new Promise((r) => setTimeout(r, 50))
+      expect(late).toEqual(["cancelled", "cancelled"])
+      const records = await runtime.runPromise(Effect.orDie(Effect.flatMap(Journal, (journal) => journal.read(s, { after: 0, limit: 1000 }))))
+      expect(records.filter((r) => r.kind === "model_call_started" || r.kind === "extension")).toEqual([])
+      expect(records.filter((r) => r.kind === "turn_failed" || r.kind === "turn_ended").map((r) => r.kind)).toEqual(["turn_failed", "turn_ended"])
+    } finally {
+      await runtime.dispose()
+    }
+  }, 60_000)
 })

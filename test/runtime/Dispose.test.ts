@@ -122,13 +122,13 @@ describe("disposing a runtime that composed Brain's services", () => {
     closedByTheStop(await eventsIn(runtimeOver(shared), id))
   })
 
-  it("answers a send whose turn cannot close within the stop's bound, once it has closed; the turn recorded closed once", async () => {
+  it("answers a send whose loop is deaf to the cancel and to interruption for longer than the stop waits: the loop is abandoned, the turn recorded closed once, by the stop", async () => {
     const shared: MemorySessions = new Map()
-    // Deaf to the cancel, and not to be interrupted for longer than the stop waits (2 × 50 + 50 ms).
+    // Deaf to the cancel, and not to be interrupted for longer than the stop waits (3 × 50 + 50 ms).
     const { inLoop, loop } = loopThat(Effect.zipRight(Effect.uninterruptible(Effect.sleep("600 millis")), Effect.never))
     const rt = runtimeOver(shared, { loops: { stuck: loop }, config: { cancelGraceMs: 50, cleanupDeadlineMs: 50 } })
     const { answer, id } = await sendThenDispose(rt, inLoop, "stuck")
-    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted" } } })
+    expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: expect.stringContaining("abandoned") } } })
     const events = await eventsIn(runtimeOver(shared), id)
     expect(events.filter((e) => e.kind === "turn_failed" || e.kind === "turn_ended")).toHaveLength(1)
   })

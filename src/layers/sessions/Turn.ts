@@ -25,7 +25,8 @@ import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
-import { type Cell, commitQueueable, exitOrCancel, type RunningTurn } from "./Cell.js"
+import { interruptWithin } from "./Abandon.js"
+import { cancelTurn, type Cell, commitQueueable, exitOrCancel, type RunningTurn } from "./Cell.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, type HostDeps, makeHost } from "./Host.js"
 import { transcriptRoom } from "./TranscriptRoom.js"
@@ -103,16 +104,36 @@ function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof
   )
 }
 
-/** Waits for the activation's fiber; after the turn's cancel, a bounded grace, then interrupts it. */
+/** Waits for the activation's fiber; after the turn's cancel, stops it (`stopping`). */
 function* waitForActivation<A, E>(fiber: Fiber.RuntimeFiber<A, E>, signal: RunningTurn["signal"], cancelGraceMs: number) {
   // The wall deadline arrives as a cancel with reason "timeout" (the registry's deadline fiber).
   const first = yield* exitOrCancel(fiber, signal)
   if (first._tag === "done") return first.exit
-  // One grace for executors to confirm they stopped, one for the loop to see the error and return.
-  const settled = yield* Fiber.await(fiber).pipe(Effect.timeoutOption(Duration.millis(2 * cancelGraceMs)))
-  if (Option.isSome(settled)) return settled.value
-  return yield* Fiber.interrupt(fiber)
+  return yield* Effect.gen(() => stopping(fiber, cancelGraceMs))
 }
+
+/**
+ * A cancelled activation's end: two graces for it to return (one for executors to confirm they
+ * stopped, one for the loop to see the error and return), then it is interrupted and given one
+ * more. Its exit, or undefined when it had not ended by then (abandoned). Interruptible waits, so
+ * that their deadlines hold in an uninterruptible region too.
+ */
+function* stopping<A, E>(fiber: Fiber.RuntimeFiber<A, E>, cancelGraceMs: number) {
+  const settled = yield* Effect.interruptible(Fiber.await(fiber)).pipe(Effect.timeoutOption(Duration.millis(2 * cancelGraceMs)))
+  if (Option.isSome(settled)) return settled.value
+  return (yield* interruptWithin(fiber, cancelGraceMs)) ? yield* Fiber.await(fiber) : undefined
+}
+
+/**
+ * The turn's failure when its loop was abandoned: it did not end within the grace once interrupted
+ * (an application's loop in an uninterruptible region). It runs on, and every host call it makes
+ * is refused with the cancel's failure, so nothing more of it is recorded.
+ */
+const abandonedLoop = (f: Failure): Failure =>
+  failure(f.code, `${f.message}; the agentloop did not end within BRAIN_CANCEL_GRACE_MS of its interruption and was abandoned, its host calls refused`, {
+    ambiguous: f.ambiguous,
+    retryable: f.retryable
+  })
 
 function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) {
   const { cell, turn, activation } = start
@@ -133,24 +154,35 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
 
   const activate = Effect.gen(() => activationOf(deps, start, host, now))
 
-  // The activation runs in a fiber of its own, forked here where nothing can interrupt. If the
-  // wait for it is interrupted (a server stop), the activation is interrupted and waited for
-  // before the turn is closed, so its in-flight fences commit their outcomes first.
-  // Cancellation waits a bounded grace for it to notice.
-  const fiber = yield* Effect.fork(Effect.interruptible(activate))
-  const exit = yield* Effect.exit(restore(Effect.gen(() => waitForActivation(fiber, turn.signal, config.cancelGraceMs))))
-  if (Exit.isFailure(exit)) yield* Fiber.interrupt(fiber)
+  // The activation runs in a fiber of its own, forked here where nothing can interrupt, as a
+  // daemon: nothing that ends (this fiber, the runtime's scope) waits for it unbounded, since an
+  // application's loop may not yield to interruption (Abandon.ts). A cancel stops it (`stopping`).
+  // If the wait for it is interrupted (a runtime closing past the stop's wait, which cancelled
+  // the turn long before), it is interrupted at once; a turn not yet cancelled is cancelled as a
+  // stop cancels it, and stopped. Either way it has a grace to end once interrupted, so that its
+  // in-flight fences commit their outcomes first; one that has not ended by then is abandoned: it
+  // runs on, its host calls refused (the turn's cancel), and the turn closes without it. A host
+  // call it had in flight was cut short at the cancel, three graces before, and has appended its
+  // outcome (a model call gives its provider a grace, a tool its executor two): that append is
+  // ahead of the turn's close, and the journal keeps a session's appends in order.
+  const fiber = yield* Effect.forkDaemon(Effect.interruptible(activate))
+  const waited = yield* Effect.exit(restore(Effect.gen(() => waitForActivation(fiber, turn.signal, config.cancelGraceMs))))
+  let activated = Exit.isSuccess(waited) ? waited.value : undefined
+  if (Exit.isFailure(waited)) {
+    if (yield* cancelTurn(turn, "interrupted")) activated = yield* Effect.gen(() => stopping(fiber, config.cancelGraceMs))
+    else if (yield* interruptWithin(fiber, config.cancelGraceMs)) activated = yield* Fiber.await(fiber)
+  }
   const reason = turn.signal.reason
   let closing: Failure | undefined
   let result: unknown = undefined
   // A cancelled turn's failure is ambiguous when the cancel cut short an effect already sent.
   if (reason !== undefined) closing = cancelFailure(reason, scope.cutShort)
-  else if (Exit.isInterrupted(exit)) closing = cancelFailure("interrupted", scope.cutShort)
-  else if (Exit.isFailure(exit)) closing = boundedFailure(failureOf(exit.cause))
-  else if (Exit.isFailure(exit.value)) {
+  else if (activated === undefined) closing = cancelFailure("interrupted", scope.cutShort) // abandoned: only after a cancel
+  else if (Exit.isFailure(activated)) {
     // The loop's own failure (its message, its details) is its text: bounded before it is recorded.
-    closing = Exit.isInterrupted(exit.value) ? cancelFailure("interrupted", scope.cutShort) : boundedFailure(failureOf(exit.value.cause))
-  } else result = exit.value.value ?? null
+    closing = Exit.isInterrupted(activated) ? cancelFailure("interrupted", scope.cutShort) : boundedFailure(failureOf(activated.cause))
+  } else result = activated.value ?? null
+  if (activated === undefined) closing = abandonedLoop(closing!)
 
   // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
   const answered = turn.answers === undefined
