@@ -17,6 +17,12 @@
  *   408 for headers or a body too slow (saying which), 400 for anything unparsable, 417 for an
  *   `Expect` other than `100-continue`, 405 for CONNECT (this server is no proxy). A request
  *   without `Host` is the gate's to refuse (Middleware.ts), in the same body.
+ * - Bytes that cannot be parsed after requests that arrived whole (a body Node's client does not
+ *   frame, as on a DELETE; junk after a pipelined request) are refused only after those requests'
+ *   answers, each in its order, never in place of one: the request ran (a turn, a delete), and an
+ *   unkeyed client has no other way to learn it did. Then the 400 is written and the connection
+ *   closed. An SSE stream runs to its end first; nothing is ever written inside it. Bytes that
+ *   break the request being read (a bad chunk in its body) are that request's answer, at once.
  * - Headers are bounded by their size (Node's 16 KiB), not by a count: Node would otherwise drop
  *   the headers past its 2,000th without a word.
  * - `Expect: 100-continue` is answered `100 Continue` only once the request's body is read: a
@@ -93,15 +99,47 @@ const rawAnswer = (status: number, reason: string, message: string, retryable: b
 
 /**
  * What Node keeps on a socket (not in its types): the request being parsed, once its headers
- * have arrived (`complete` once its body has too), and the response being answered.
+ * have arrived (`complete` once its body has too), and the response being answered (its request
+ * in `req`); the responses to later pipelined requests wait behind it, each put here in turn as
+ * the one before finishes.
  */
 interface SocketState {
   readonly parser?: { readonly incoming?: { readonly complete: boolean } | null } | null
-  readonly _httpMessage?: { readonly headersSent: boolean } | null
+  readonly _httpMessage?: PendingResponse | null
+}
+
+/** A response Node is answering on a socket (not in its types: `req`). */
+interface PendingResponse {
+  readonly headersSent: boolean
+  readonly req?: { readonly complete: boolean }
+  once(event: "finish", listener: () => void): unknown
+}
+
+/** Sockets whose client sent bytes Node could not parse: refused once, after the answers owed on them. */
+const refusing = new WeakSet<net.Socket>()
+
+/**
+ * Writes `answer` (a refusal of bytes that could not be parsed) once every answer owed on the
+ * socket before it is written, then closes the connection. A response whose request the bytes
+ * broke (its body was still being read) and that has not begun gets the refusal in its place.
+ * Node answers the requests of a connection one at a time, in order; a response that finishes
+ * hands the socket to the next (its `finish` listener, registered before this one, does), or
+ * closes it when it was the connection's last (then there is nothing more to say).
+ */
+const refuseAfterPending = (socket: net.Socket, answer: string): void => {
+  if (!socket.writable) return
+  const pending = (socket as SocketState)._httpMessage
+  if (pending == null || (pending.req?.complete === false && !pending.headersSent)) {
+    socket.end(answer)
+    return
+  }
+  pending.once("finish", () => refuseAfterPending(socket, answer))
 }
 
 /** Answers a request Node could not parse, or that did not arrive in time, in Brain's error shape. */
 const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException, socket: net.Socket) => {
+  // Node reports the parser's error again for every chunk that follows: the refusal is written once.
+  if (refusing.has(socket)) return
   if (!socket.writable) return socket.destroy()
   if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
     const state = socket as SocketState
@@ -119,7 +157,8 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
   const answer = err.code === "HPE_HEADER_OVERFLOW"
     ? rawAnswer(431, "Request Header Fields Too Large", "the request's headers are too large", false)
     : rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
-  socket.end(answer)
+  refusing.add(socket)
+  refuseAfterPending(socket, answer)
 }
 
 /** Answers an `Expect` other than `100-continue` (RFC 9110 §10.1.1: 417), where Node would answer with no body. */

@@ -135,6 +135,53 @@ describe("refusals in Brain's body, codings, repeated keys, half-closed clients"
     expect(health?.status).toBe(204)
   })
 
+  it("a request that ran gets its own answer first even when bytes Node cannot parse follow it: a DELETE with an unframed body is answered 204, a keyed sync send followed by junk 200; the junk's 400 comes only after, then the connection closes", async () => {
+    // Node frames no body on a DELETE it sends: `{}` follows the request as if it were the next one.
+    const ended = await created()
+    expect((await request(server().baseUrl, `/v1/sessions/${ended}/end`, { method: "POST" })).status).toBe(200)
+    const deletion = await connect(port())
+    deletion.socket.write(`DELETE /v1/sessions/${ended} HTTP/1.1\r\nhost: brain\r\ncontent-type: application/json\r\n\r\n{}`)
+    await deletion.until("the answer and the close", () => deletion.ended && deletion.responses().length > 0)
+    const [deleted, junk] = deletion.responses()
+    expect(deleted?.status, deletion.received().toString("latin1")).toBe(204)
+    if (junk !== undefined) expectBrainError(junk, 400, "invalid_request")
+    expect((await request(server().baseUrl, `/v1/sessions/${ended}`)).status).toBe(404)
+    // The turn is still running when the junk arrives: its answer is pending on the connection.
+    const r = await request(server().baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies: [{ text: "done", delay_ms: 300 }] } } })
+    const id = r.body.session_id as string
+    const send = await connect(port())
+    send.socket.write(json("POST", `/v1/sessions/${id}/messages`, { input: { message: "hi" } }, { "idempotency-key": "junk-after" }) + "GARBAGE\r\n\r\n")
+    await send.until("the answer and the close", () => send.ended && send.responses().length > 0)
+    const [outcome, refusal] = send.responses()
+    expect(outcome?.status, send.received().toString("latin1")).toBe(200)
+    expect(outcome!.body.turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    if (refusal !== undefined) expectBrainError(refusal, 400, "invalid_request")
+    // Junk that breaks the body of the request being read is that request's answer, at once (not a 408 later).
+    const before = await lastSequence(id)
+    const chunked = await connect(port())
+    chunked.socket.write(`POST /v1/sessions/${id}/messages HTTP/1.1\r\nhost: brain\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nZZ\r\n{}\r\n`)
+    await chunked.until("the refusal", () => chunked.responses().length > 0, 5_000)
+    expectBrainError(chunked.responses()[0], 400, "invalid_request")
+    chunked.socket.destroy()
+    expect(await lastSequence(id)).toBe(before)
+  })
+
+  it("bytes Node cannot parse after an SSE request never land inside the stream: it goes on carrying the session's Events and ends after session_ended", async () => {
+    const id = await created()
+    const wire = await connect(port())
+    wire.socket.write(`GET /v1/sessions/${id}/events HTTP/1.1\r\nhost: brain\r\naccept: text/event-stream\r\n\r\nGARBAGE\r\n\r\n`)
+    await wire.until("the stream's head", () => wire.received().includes("\r\n\r\n"))
+    expect(wire.received().toString("latin1")).toMatch(/^HTTP\/1\.1 200 /)
+    expect((await request(server().baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "hi" } } })).status).toBe(200)
+    expect((await request(server().baseUrl, `/v1/sessions/${id}/end`, { method: "POST" })).status).toBe(200)
+    await wire.until("the stream's end", () => wire.received().includes("event: session_ended"))
+    const text = wire.received().toString("latin1")
+    const streamEnd = text.indexOf("event: session_ended")
+    expect(text.slice(0, streamEnd)).not.toContain("HTTP/1.1 400")
+    expect(text.slice(0, streamEnd)).toContain("event: turn_ended")
+    wire.socket.destroy()
+  })
+
   it("headers are bounded by their size (16 KiB), not cut at a count: a create whose Content-Type follows 2,100 other headers is read whole; 17 KiB of headers is 431 in Brain's body", async () => {
     const many = "x: 1\r\n".repeat(2_100)
     const [read] = await exchange(port(), json("POST", "/v1/sessions", { model: { provider: "scripted" } }).replace("host: brain\r\n", `host: brain\r\n${many}`))
