@@ -28,7 +28,7 @@ import { EventPage as EventPageSchema, MutatingHeaders } from "./Schemas.js"
 import { transcriptAnswer } from "./TranscriptAnswer.js"
 import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
-import { invalid } from "./Errors.js"
+import { decodeRefused, invalid } from "./Errors.js"
 import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
 import { PAGE_EVENTS } from "../domain/Limits.js"
@@ -312,12 +312,7 @@ const checkedKey = (headers: Readonly<Record<string, string | Array<string> | un
   Either.match(decodeKey({ "idempotency-key": headers["idempotency-key"] }), {
     onRight: () => Effect.void,
     onLeft: (error) =>
-      Effect.fail(
-        new InvalidRequest({
-          message: ParseResult.TreeFormatter.formatErrorSync(error),
-          details: ParseResult.ArrayFormatter.formatErrorSync(error)
-        })
-      )
+      Effect.fail(decodeRefused(ParseResult.ArrayFormatter.formatErrorSync(error)))
   })
 
 /**

@@ -13,6 +13,8 @@ const OPENAPI_ROUTE = { method: "GET", path: "/openapi.json" } as const
 interface PathMethods {
   readonly pattern: RegExp
   readonly methods: Set<string>
+  /** The methods whose route on this path answers a query itself (declares its keys, or ignores it). */
+  readonly queried: Set<string>
 }
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
@@ -23,16 +25,22 @@ const patternOf = (path: string) =>
 const byPath = (() => {
   const paths = new Map<string, PathMethods>()
   const routes = [
-    ...Object.values(BrainApi.groups).flatMap((group) => Object.values(group.endpoints)),
-    OPENAPI_ROUTE
+    ...Object.values(BrainApi.groups).flatMap((group) =>
+      Object.values(group.endpoints).map((e) => ({ method: e.method, path: e.path, query: e.urlParamsSchema._tag === "Some" }))
+    ),
+    // The document reads no input: a query (a cache-buster, say) changes nothing, and is ignored.
+    { ...OPENAPI_ROUTE, query: true }
   ]
-  for (const { method, path } of routes) {
-    const entry = paths.get(path) ?? { pattern: patternOf(path), methods: new Set<string>() }
-    entry.methods.add(method)
-    if (method === "GET") entry.methods.add("HEAD")
+  for (const { method, path, query } of routes) {
+    const entry = paths.get(path) ?? { pattern: patternOf(path), methods: new Set<string>(), queried: new Set<string>() }
+    const methods = method === "GET" ? [method, "HEAD"] : [method]
+    for (const m of methods) {
+      entry.methods.add(m)
+      if (query) entry.queried.add(m)
+    }
     paths.set(path, entry)
   }
-  return [...paths.values()].map(({ methods, pattern }) => ({ pattern, methods: [...methods].sort() }))
+  return [...paths.values()].map(({ methods, pattern, queried }) => ({ pattern, methods: [...methods].sort(), queried }))
 })()
 
 /** The methods `path` (no query) takes, sorted; undefined when no route has this path. */
@@ -42,4 +50,14 @@ export const methodsOf = (path: string): ReadonlyArray<string> | undefined => {
     if (pattern.test(path)) found = [...new Set([...(found ?? []), ...methods])].sort()
   }
   return found
+}
+
+/**
+ * Whether the route of `method` on `path` (no query) answers a query itself: its keys are declared
+ * and its decoder refuses the others, or (the OpenAPI document, which reads no input) it ignores
+ * it. Every other route takes no query key at all (the gate refuses one).
+ */
+export const takesQuery = (method: string, path: string): boolean => {
+  for (const { pattern, queried } of byPath) if (queried.has(method) && pattern.test(path)) return true
+  return false
 }

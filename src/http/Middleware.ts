@@ -27,9 +27,9 @@ import {
 } from "../domain/Errors.js"
 import { nestingDepth } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
-import { invalid, toResponse } from "./Errors.js"
+import { decodeRefused, invalid, toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
-import { methodsOf } from "./Methods.js"
+import { methodsOf, takesQuery } from "./Methods.js"
 
 /**
  * Request bodies held in memory at once, in bytes. A body is charged as its bytes arrive — never
@@ -212,6 +212,14 @@ export const gate = (options: GateOptions) => {
           new MethodNotAllowed({ message: `this path takes ${methods.join(", ")}, not ${request.method}`, details: { allow: methods } })
         )
       }
+      // A query key the route does not take is a mistake (an unknown field) to refuse, never to
+      // ignore: `/transcript?after=5` would answer the whole transcript. Routes that declare
+      // their keys refuse the others as they decode them. Health and the document take no input.
+      const query = request.url.indexOf("?")
+      if (query >= 0 && methods !== undefined && !health && !takesQuery(request.method, path)) {
+        const refused = unexpectedQuery(request.url.slice(query + 1))
+        if (refused !== undefined) return yield* Effect.fail(refused)
+      }
       if (BODY_METHODS.has(request.method)) {
         if (options.draining() && !WHILE_DRAINING.test(`${request.method} ${path}`)) {
           return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
@@ -322,6 +330,15 @@ const routeWithBody = <E, R>(
     }
     return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
   })
+
+/** The refusal of a query on a route that takes none, naming each key; undefined when the query holds no key (`?`, `?&`). */
+const unexpectedQuery = (query: string) => {
+  const keys = [...new Set(new URLSearchParams(query).keys())]
+  if (keys.length === 0) return undefined
+  const named = keys.map((k) => JSON.stringify(k)).join(", ")
+  const message = `this route takes no query: ${keys.length === 1 ? `the key ${named} is` : `the keys ${named} are`} unexpected`
+  return invalid(message, keys.map((k) => ({ path: [k], message: "is unexpected: this route takes no query" })))
+}
 
 /** Bodies of a route that takes none: each field of an object is an unexpected one; anything else is unexpected as a whole. */
 const NO_BODY = "this route takes no body (or an empty object)"
@@ -466,7 +483,7 @@ export const shapeError = (cause: Cause.Cause<unknown>): Effect.Effect<HttpServe
           Effect.succeed(toResponse(new Internal({ message: "the server could not encode its answer; see its log" })))
         )
       }
-      return Effect.succeed(toResponse(new InvalidRequest({ message: e.message ?? "the request is invalid", details: e.issues })))
+      return Effect.succeed(toResponse(decodeRefused(Array.isArray(e.issues) ? e.issues : [])))
     }
     if (e._tag === "RouteNotFound") return Effect.succeed(toResponse(new NotFound({ message: "no such route" })))
     if (e._tag === "RequestError") {

@@ -11,7 +11,7 @@
  * The contract stays in one place, the gate and HttpApi: anything this listener does not take as
  * it is goes to the platform's handler, which answers it as it answers every request —
  *
- * - before the body is read: another route, a socket on probation, headers the gate refuses
+ * - before the body is read: another route, a query, a socket on probation, headers the gate refuses
  *   before anything else (no Host, a repeated Idempotency-Key, a Content-Encoding), a send whose token does not
  *   match (a host's results carry the host's own token, which their handler checks), a send
  *   while the server drains, a media type other than JSON, no or an oversized
@@ -115,14 +115,13 @@ export const socketListener = (
     return Number.isSafeInteger(bytes) && bytes > 0 && bytes <= options.maxRequestBytes
   }
 
-  /** The route and its match for a request's path, if one takes it. */
+  /** The route and its match for a request's path, if one takes it; a query (which these routes refuse) is the gate's to answer. */
   const routeOf = (request: http.IncomingMessage): readonly [SocketRoute, string] | undefined => {
     if (request.method !== "POST") return undefined
     const url = request.url ?? ""
-    const q = url.indexOf("?")
-    const path = q < 0 ? url : url.slice(0, q)
+    if (url.includes("?")) return undefined
     for (const route of routes) {
-      const match = route.path.exec(path)
+      const match = route.path.exec(url)
       if (match !== null) return [route, match[1]!]
     }
     return undefined

@@ -59,6 +59,7 @@ import { Clock, Context, Duration, Effect, Either, FiberRef, Layer, ParseResult,
 import { InvalidRequest } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import { BrainApi } from "../http/Api.js"
+import { decodeRefused } from "../http/Errors.js"
 import type * as Schemas from "../http/Schemas.js"
 import { BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 
@@ -215,7 +216,8 @@ const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError | InvalidRequest
   // Answers are decoded under `transformResponse`: a ParseError here is the request's own.
   // Its issues as the server lists them in `details` (docs/api.md, Errors): `_tag`, `path`, `message`.
   if (ParseResult.isParseError(e)) {
-    return Effect.succeed(new InvalidRequest({ message: `the request is not valid: ${e.message}`, details: ParseResult.ArrayFormatter.formatErrorSync(e) }))
+    const refused = decodeRefused(ParseResult.ArrayFormatter.formatErrorSync(e))
+    return Effect.succeed(new InvalidRequest({ message: `the request is not valid: ${refused.message}`, details: refused.details }))
   }
   if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
   const response = e.response

@@ -86,6 +86,70 @@ describe("every 400 carries the details docs/api.md promises", () => {
     expect(lastId.map((i) => i.path)).toEqual([["last-event-id"]])
   })
 
+  it("a bad path parameter, query value or header is refused with a one-line message naming each offending parameter, and one issue per mistake (an optional value's \"Expected undefined\" is not a second one)", async () => {
+    const id = await created()
+    const cases: ReadonlyArray<readonly [string, Reply, string]> = [
+      ["a malformed session id", await call("/v1/sessions/nope"), "id"],
+      ["a malformed module id", await call("/v1/agentloops/official", { method: "DELETE" }), "id"],
+      ["a malformed host id", await call("/v1/hosts/nope", { method: "DELETE" }), "id"],
+      ["a page size of 0", await call("/v1/sessions?limit=0"), "limit"],
+      ["a negative cursor", await call(`/v1/sessions/${id}/events?after=-1`), "after"],
+      ["an unknown query key", await call(`/v1/sessions/${id}/events?colour=red`), "colour"],
+      ["a long key", await call(`/v1/sessions/${id}/end`, { method: "POST", headers: { "idempotency-key": "k".repeat(257) } }), "idempotency-key"],
+      ["a key that is not ASCII", await call(`/v1/sessions/${id}/cancel`, { method: "POST", headers: { "idempotency-key": "caf\u00e9" } }), "idempotency-key"],
+      ["a long key on a host route", await call("/v1/hosts", { method: "POST", headers: { "idempotency-key": "k".repeat(257) } }), "idempotency-key"]
+    ]
+    for (const [what, reply, parameter] of cases) {
+      const issues = expectIssues(reply, what)
+      expect(issues.map((i) => i.path), `${what}: ${reply.text}`).toEqual([[parameter]])
+      const message = reply.body.message as string
+      expect(message, what).not.toMatch(/\n/)
+      expect(message, what).not.toMatch(/readonly|└─|Expected undefined/)
+      expect(message, what).toBe(`${parameter}: ${issues[0]!.message}`)
+    }
+  })
+
+  it("every /v1 route refuses a query key it does not take with 400 invalid_request naming the key, and does nothing; /health and /openapi.json take no input and ignore a query", async () => {
+    const id = await created()
+    const hostReply = await call("/v1/hosts", { method: "POST" })
+    expect(hostReply.status, hostReply.text).toBe(201)
+    const host = hostReply.body as { host_id: string; token: string }
+    const asHost = { authorization: `Bearer ${host.token}` }
+    const before = (await call(`/v1/sessions/${id}`)).body.last_sequence as number
+    const sessionsBefore = (await call("/v1/sessions?limit=1000")).body.sessions.length as number
+    const routes: ReadonlyArray<readonly [string, string, RequestOptions]> = [
+      ["GET", `/v1/sessions/${id}?bogus=1`, {}],
+      ["GET", `/v1/sessions/${id}/transcript?after=5`, {}],
+      ["GET", "/v1/agentloops?bogus=1", {}],
+      ["POST", "/v1/sessions?bogus=1", { json: SCRIPTED }],
+      ["POST", `/v1/sessions/${id}/messages?bogus=1`, { json: { input: { message: "hi" } } }],
+      ["POST", `/v1/sessions/${id}/cancel?bogus=1`, {}],
+      ["POST", `/v1/sessions/${id}/end?bogus=1`, {}],
+      ["DELETE", `/v1/sessions/${id}?bogus=1`, {}],
+      ["POST", "/v1/agentloops?bogus=1", { raw: "not wasm", headers: { "content-type": "application/wasm" } }],
+      ["DELETE", `/v1/agentloops/${"0".repeat(64)}?bogus=1`, {}],
+      ["POST", "/v1/hosts?bogus=1", {}],
+      ["GET", `/v1/hosts/${host.host_id}/commands?bogus=1`, { headers: asHost }],
+      ["POST", `/v1/hosts/${host.host_id}/results?bogus=1`, { json: { session_id: id, sequence: 1, ok: 1 }, headers: asHost }],
+      ["POST", `/v1/hosts/${host.host_id}/events?bogus=1`, { json: { session_id: id, sequence: 1, kind: "k", payload: {} }, headers: asHost }],
+      ["DELETE", `/v1/hosts/${host.host_id}?bogus=1`, { headers: asHost }]
+    ]
+    for (const [method, p, options] of routes) {
+      const what = `${method} ${p}`
+      const issues = expectIssues(await call(p, { ...options, method }), what)
+      expect(issues.map((i) => i.path), what).toEqual([[p.includes("after=5") ? "after" : "bogus"]])
+    }
+    expect((await call(`/v1/sessions/${id}`)).body).toMatchObject({ status: "idle", last_sequence: before })
+    expect((await call("/v1/sessions?limit=1000")).body.sessions.length).toBe(sessionsBefore)
+    // The host is still registered: its removal with its token is answered 204.
+    expect((await call(`/v1/hosts/${host.host_id}`, { method: "DELETE", headers: asHost })).status).toBe(204)
+    // Routes that take a query still take theirs, and refuse the others by name.
+    expect((await call(`/v1/sessions?limit=1`)).status).toBe(200)
+    expect((await call(`/v1/sessions/${id}/events?after=0&limit=1`)).status).toBe(200)
+    for (const p of ["/health/live?probe=1", "/health/ready?probe=1"]) expect((await call(p)).status, p).toBe(204)
+    expect((await call("/openapi.json?v=1")).status).toBe(200)
+  })
+
   it("a module upload that is not a module lists its issue", async () => {
     expectIssues(await call("/v1/agentloops", { raw: "not wasm", headers: { "content-type": "application/wasm" } }), "not Wasm")
   })

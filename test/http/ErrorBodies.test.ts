@@ -7,10 +7,10 @@
  * encodes back to the very body it sent.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { Option, Schema, SchemaAST } from "effect"
+import { Either, Option, ParseResult, Schema, SchemaAST } from "effect"
 import * as Refusal from "../../src/domain/Errors.js"
 import { wireSchemas } from "../../src/http/ApiErrors.js"
-import { bodyOf, statusOf } from "../../src/http/Errors.js"
+import { bodyOf, decodeRefused, statusOf } from "../../src/http/Errors.js"
 import { ensureBuilt, type Reply, request, type ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "error-bodies-token"
@@ -47,6 +47,25 @@ describe("error bodies", () => {
         expect(Schema.decodeUnknownSync(schema)(encoded)).toBeInstanceOf(errorClass)
       }
     }
+  })
+
+  it("a decode refusal's message is one line naming each issue where it is; an optional field's \"Expected undefined\" beside a mistake in its value is no issue of its own", () => {
+    const Body = Schema.Struct({
+      limit: Schema.optional(Schema.NumberFromString.pipe(Schema.between(1, 10))),
+      options: Schema.optional(Schema.Struct({ depth: Schema.Number }).annotations({ parseOptions: { onExcessProperty: "error" } }))
+    })
+    const refusal = (input: unknown) => {
+      const decoded = Schema.decodeUnknownEither(Body, { errors: "all" })(input)
+      if (Either.isRight(decoded)) throw new Error("expected a refusal")
+      return decodeRefused(ParseResult.ArrayFormatter.formatErrorSync(decoded.left))
+    }
+    const limit = refusal({ limit: "0" })
+    expect(limit.message).toBe("limit: Expected a number between 1 and 10, actual 0")
+    expect(limit.details).toEqual([{ _tag: "Refinement", path: ["limit"], message: "Expected a number between 1 and 10, actual 0" }])
+    const nested = refusal({ limit: "0", options: { depth: 1, colour: "red" } })
+    expect((nested.details as Array<{ path: unknown }>).map((i) => i.path)).toEqual([["limit"], ["options", "colour"]])
+    expect(nested.message).toBe(`limit: Expected a number between 1 and 10, actual 0; options.colour: is unexpected, expected: "depth"`)
+    expect(decodeRefused([{ _tag: "Type", path: [], message: "Expected Body,\n actual null" }]).message).toBe("Expected Body, actual null")
   })
 
   it("the schemas sharing a status are told apart by code: a body decodes only with its own code's schema", () => {
