@@ -9,6 +9,7 @@ import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import type { HttpMethod } from "@effect/platform/HttpMethod"
 import * as OpenApi from "@effect/platform/OpenApi"
 import { Schema } from "effect"
+import { checkedKeyHeader, completeDocument, eventStream, moduleBody, preferenceApplied } from "./ApiDocument.js"
 import * as E from "./ApiErrors.js"
 import {
   AgentloopAdmitted,
@@ -79,6 +80,7 @@ export const agentloops = HttpApiGroup.make("agentloops")
         OpenApi.Description,
         "Admit a WebAssembly module (docs/abi.md): an Agentloop (exports brain_run) or a tool (brain_tool). The body is the module's bytes (application/wasm); it is validated and compiled before it is stored."
       )
+      .annotate(OpenApi.Transform, moduleBody)
   )
   .add(HttpApiEndpoint.get("list", "/v1/agentloops").addSuccess(AgentloopList))
   .add(
@@ -89,6 +91,7 @@ export const agentloops = HttpApiGroup.make("agentloops")
       .pipe(addErrors(...withBody, ...keyed, E.NotFound))
       .annotate(OpenApi.Description, "Remove an uploaded module; refused (409) while a session uses it")
   )
+  .addError(E.InvalidRequest)
   .addError(E.Unauthorized)
   .addError(E.Overloaded)
 
@@ -114,6 +117,7 @@ export const sessions = HttpApiGroup.make("sessions")
         OpenApi.Description,
         "Send a message. Synchronous by default (200 with the turn's outcome); with `Prefer: respond-async`, 202 with the receipt of the committed turn_started and `Preference-Applied: respond-async`."
       )
+      .annotate(OpenApi.Transform, preferenceApplied)
   )
   .add(
     HttpApiEndpoint.get("events", "/v1/sessions/:id/events")
@@ -125,6 +129,7 @@ export const sessions = HttpApiGroup.make("sessions")
         OpenApi.Description,
         "A page of public Events after `after`; a cursor past the session's last sequence is 400 with `details.last_sequence`. With `Accept: text/event-stream`: SSE, catching up from `after` (or Last-Event-ID) then following live; beyond the subscriber limits 503 `overloaded`; a stream that ends other than after `session_ended` says why in a `stream_lagged` or `stream_error` frame without `id`. While a model call streams, live readers also get `event: model_delta` frames without `id` (never journaled, never in a page): `data: {session_id, model_call (the sequence of its model_call_started), type: \"text\", text} | {session_id, model_call, type: \"tool_call\", index, id?, name?, input_delta}`; a reader that reconnects gets the committed model_call_ended instead."
       )
+      .annotate(OpenApi.Transform, eventStream)
   )
   .add(
     HttpApiEndpoint.get("transcript", "/v1/sessions/:id/transcript").setPath(SessionPath).addSuccess(Transcript).pipe(
@@ -159,6 +164,7 @@ export const hosts = HttpApiGroup.make("hosts")
         OpenApi.Description,
         "Register a host: an application process that runs the tools of `host` Environments (docs/environments.md, \"The `host` driver\"). Needs the server's API token when one is set. Not idempotent: the answer holds the host's token, a secret the idempotency store must never keep, so no answer is recorded and a retry registers another host. An `Idempotency-Key` is checked as on every mutating route (1 to 256 bytes, else 400) and otherwise ignored."
       )
+      .annotate(OpenApi.Transform, checkedKeyHeader)
   )
   .add(
     HttpApiEndpoint.del("unregister", "/v1/hosts/:id")
@@ -169,6 +175,7 @@ export const hosts = HttpApiGroup.make("hosts")
         OpenApi.Description,
         "Removes the host's registration, with the host's own token, durably before it answers 204: its command stream ends (calls in flight on it become `unknown`), its token opens nothing more (a repeat is 401), sessions may no longer name it, and later calls to it are not sent (`host_unknown`). An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored."
       )
+      .annotate(OpenApi.Transform, checkedKeyHeader)
   )
   .add(
     HttpApiEndpoint.get("commands", "/v1/hosts/:id/commands")
@@ -189,6 +196,7 @@ export const hosts = HttpApiGroup.make("hosts")
         OpenApi.Description,
         "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result). An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored: a result names its call, which takes one."
       )
+      .annotate(OpenApi.Transform, checkedKeyHeader)
   )
   .add(
     HttpApiEndpoint.post("events", "/v1/hosts/:id/events")
@@ -200,33 +208,11 @@ export const hosts = HttpApiGroup.make("hosts")
         OpenApi.Description,
         "Commits a tool-origin Event of a call in flight (`origin: {kind: \"tool\", sequence}`) before the call's outcome; answered once it is durable. An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored."
       )
+      .annotate(OpenApi.Transform, checkedKeyHeader)
   )
   .addError(E.InvalidRequest)
   .addError(E.Unauthorized)
   .addError(E.Overloaded)
-
-/**
- * Each error status of the OpenAPI document says which codes it carries: the generator describes
- * a status by its first schema only, while the schemas under it (one per code) are listed in its
- * `anyOf`.
- */
-const describeErrorStatuses = (spec: Record<string, any>): Record<string, any> => {
-  const schemas: Record<string, any> = spec.components?.schemas ?? {}
-  const codeOf = (ref: unknown) =>
-    typeof ref === "string" ? schemas[ref.replace("#/components/schemas/", "")]?.properties?.code?.enum?.[0] : undefined
-  for (const operations of Object.values<Record<string, any>>(spec.paths ?? {})) {
-    for (const operation of Object.values<Record<string, any>>(operations)) {
-      for (const [status, response] of Object.entries<Record<string, any>>(operation.responses ?? {})) {
-        if (Number(status) < 400) continue
-        const schema = response.content?.["application/json"]?.schema
-        const refs: Array<unknown> = schema?.anyOf?.map((s: { $ref?: string }) => s.$ref) ?? [schema?.$ref]
-        const codes = refs.map(codeOf).filter((c): c is string => typeof c === "string")
-        if (codes.length > 0) response.description = `code ${codes.map((c) => `\`${c}\``).join(", ")}`
-      }
-    }
-  }
-  return spec
-}
 
 export const BrainApi = withoutFrameworkErrors(HttpApi.make("brain"))
   .add(health)
@@ -236,7 +222,7 @@ export const BrainApi = withoutFrameworkErrors(HttpApi.make("brain"))
   .annotate(OpenApi.Title, "Brain")
   .annotate(OpenApi.Version, "0.1.0")
   .annotate(OpenApi.Description, "A durable session server for AI agents")
-  .annotate(OpenApi.Transform, describeErrorStatuses)
+  .annotate(OpenApi.Transform, completeDocument)
   .addError(E.Internal)
 
 export { Schema }

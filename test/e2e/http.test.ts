@@ -706,6 +706,45 @@ describe("the HTTP API against a running server", () => {
     }
   })
 
+  it("the served OpenAPI document tells what the server does: bearer auth on /v1 (the host's own token on its routes), the SSE form of Events with Last-Event-ID, the listener's statuses, the module upload's body, host routes' Idempotency-Key, and the response headers the contract names", async () => {
+    const doc = (await api.req("/openapi.json")).body
+    const operations = Object.entries<Record<string, any>>(doc.paths).flatMap(([p, ops]) => Object.entries<any>(ops).map(([m, op]) => ({ route: `${m.toUpperCase()} ${p}`, op })))
+    const op = (route: string) => operations.find((o) => o.route === route)!.op
+    // Auth: a bearer token, the server's or (on a host's own routes) the host's; none on health.
+    expect(doc.components.securitySchemes.bearer).toMatchObject({ type: "http", scheme: "bearer" })
+    expect(doc.components.securitySchemes.hostToken).toMatchObject({ type: "http", scheme: "bearer" })
+    for (const { op: operation, route } of operations) {
+      const hostOwn = /\/v1\/hosts\/\{id\}/.test(route)
+      const expected = route.includes("/health/") ? [] : [{ [hostOwn ? "hostToken" : "bearer"]: [] }]
+      expect(operation.security, route).toEqual(expected)
+      // Any request may be refused by the listener (too slow, an unknown Expect, headers too large, unparsable).
+      for (const status of ["400", "408", "417", "431"]) {
+        expect(operation.responses[status]?.content?.["application/json"]?.schema, `${route} ${status}`).toBeDefined()
+      }
+      if (!route.includes("/health/")) expect(operation.responses["401"].headers["WWW-Authenticate"], route).toBeDefined()
+      if (operation.responses["503"] !== undefined) expect(operation.responses["503"].headers["Retry-After"], route).toBeDefined()
+    }
+    // 405 belongs to no operation (it answers a method a path lacks): its answer is a component, with Allow.
+    expect(doc.components.responses.MethodNotAllowed.headers.Allow).toBeDefined()
+    expect(doc.components.schemas.MethodNotAllowed.properties.code.enum).toEqual(["method_not_allowed"])
+    // The SSE form of the Events route, and its resume header.
+    const events = op("GET /v1/sessions/{id}/events")
+    expect(Object.keys(events.responses["200"].content).sort()).toEqual(["application/json", "text/event-stream"])
+    expect(events.parameters.find((p: any) => p.name === "Last-Event-ID")).toMatchObject({ in: "header", required: false })
+    // The module upload's body.
+    expect(op("POST /v1/agentloops").requestBody).toMatchObject({ required: true, content: { "application/wasm": { schema: { type: "string" } } } })
+    // Every mutating route declares the Idempotency-Key it checks, the host routes included.
+    for (const { op: operation, route } of operations.filter((o) => /^(POST|DELETE) /.test(o.route))) {
+      expect(operation.parameters.find((p: any) => p.name === "idempotency-key"), route).toMatchObject({ in: "header", required: false })
+    }
+    expect(op("POST /v1/sessions/{id}/messages").responses["202"].headers["Preference-Applied"]).toMatchObject({ required: true })
+    // What the document says is what the server does.
+    expect((await api.req("/v1/hosts", { method: "POST", headers: { "idempotency-key": "k".repeat(300) } })).status).toBe(400)
+    const id = await api.created()
+    const stream = await api.req(`/v1/sessions/${id}/events`, { headers: { accept: "text/event-stream", "last-event-id": "x" } })
+    expect(stream.status).toBe(400)
+  })
+
   it("async submit: the receipt's sequence is the committed turn_started; Events read from it show the turn's end", async () => {
     const id = await api.created({ model: slowModel(600, "late answer"), tools: SLOW_TOOLS })
     const r = await api.submit(id, "take your time", { "idempotency-key": "submit-receipt" })

@@ -4,6 +4,9 @@ import { statusOf } from "../../src/http/Errors.js"
 import { openApiDocument } from "../../src/http/OpenApiDoc.js"
 import type { FailureCode } from "../../src/domain/Failure.js"
 
+/** Statuses the listener answers any request with, before routing (Connections.ts): each `invalid_request`. */
+const LISTENER_STATUSES = ["408", "417", "431"]
+
 describe("OpenAPI document", () => {
   it("the committed docs/openapi.json is exactly what the contract generates (run `npm run openapi` after changing the API)", () => {
     const committed = JSON.parse(fs.readFileSync(new URL("../../docs/openapi.json", import.meta.url), "utf8"))
@@ -36,10 +39,10 @@ describe("OpenAPI document", () => {
       "POST /v1/sessions/{id}/messages"
     ])
     const send = doc.paths["/v1/sessions/{id}/messages"].post
-    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "409", "413", "415", "500", "503"])
+    expect(Object.keys(send.responses).sort()).toEqual(["200", "202", "400", "401", "404", "408", "409", "413", "415", "417", "431", "500", "503"])
   })
 
-  it("each error status lists, by schema and in its description, only the codes answered with that status; no framework error shape is documented", () => {
+  it("each error status lists, by schema and in its description, only the codes answered with that status (the listener's 408, 417 and 431 are `invalid_request`); no framework error shape is documented", () => {
     const doc = openApiDocument() as any
     expect(Object.keys(doc.components.schemas)).not.toContain("HttpApiDecodeError")
     const codeOf = (ref: string) => doc.components.schemas[ref.replace("#/components/schemas/", "")].properties.code.enum[0] as FailureCode
@@ -50,8 +53,11 @@ describe("OpenAPI document", () => {
           if (Number(status) < 400) continue
           const schema = response.content["application/json"].schema
           const codes = (schema.anyOf ?? [schema]).map((s: { $ref: string }) => codeOf(s.$ref))
-          for (const code of codes) expect(statusOf(code), `${code} under ${status}`).toBe(Number(status))
-          expect(response.description).toBe(`code ${codes.map((c: string) => `\`${c}\``).join(", ")}`)
+          for (const code of codes) {
+            if (LISTENER_STATUSES.includes(status)) expect(code, `${code} under ${status}`).toBe("invalid_request")
+            else expect(statusOf(code), `${code} under ${status}`).toBe(Number(status))
+          }
+          expect(response.description.startsWith(`code ${codes.map((c: string) => `\`${c}\``).join(", ")}`), response.description).toBe(true)
           for (const schemaRef of schema.anyOf ?? [schema]) {
             const body = doc.components.schemas[schemaRef.$ref.replace("#/components/schemas/", "")]
             expect(Object.keys(body.properties).sort()).toEqual(["code", "details", "message", "retryable"])
