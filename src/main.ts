@@ -353,7 +353,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     yield* Effect.log(describeSink(config.telemetry))
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
     yield* Effect.log(
-      `try: curl -s -X POST http://${where}/v1/sessions -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
+      `try: curl -s -X POST http://${where}/v1/sessions${config.apiToken === undefined ? "" : ` -H "Authorization: Bearer $BRAIN_API_TOKEN"`} -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )
     const signal = yield* Deferred.await(signalled)
     yield* Effect.log(`${signal}: draining admitted turns, creates, ends and deletes, admitting no new work`)

@@ -877,10 +877,21 @@ describe("the HTTP API against a running server", () => {
 // Auth and startup refusal (the product: `node bin/brain.js serve`)
 
 describe("the product: node bin/brain.js serve", () => {
-  it("with BRAIN_API_TOKEN: no or a wrong bearer is 401, /health/* is open, the right token works; SIGTERM exits 0 and releases the lock", async () => {
+  it("with BRAIN_API_TOKEN: no or a wrong bearer is 401, /health/* is open, the right token works, the startup hint's curl sends the token by its variable (never the secret); SIGTERM exits 0 and releases the lock", async () => {
     const token = "s3cret-token"
     const server = await startServer({ entry: "product", env: { BRAIN_API_TOKEN: token } })
     try {
+      const messageOf = (line: string) => {
+        try {
+          return String(JSON.parse(line).message ?? line)
+        } catch {
+          return line
+        }
+      }
+      // Printed just after the listening line the harness waits for.
+      const hint = await eventually("the startup hint", async () => server.lines.map(messageOf).find((l) => l.includes("try: curl")))
+      expect(hint, server.output).toContain(`-H "Authorization: Bearer $BRAIN_API_TOKEN"`)
+      expect(server.output).not.toContain(token)
       const none = new Client(server)
       const wrong = new Client(server, { authorization: "Bearer wrong" })
       const right = new Client(server, { authorization: `Bearer ${token}` })
