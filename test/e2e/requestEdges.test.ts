@@ -133,6 +133,38 @@ describe("request edges against a running server", () => {
     })
   })
 
+  describe("`{}` on the routes that take no payload", () => {
+    it("every route that takes no payload takes the JSON `{}` as no body; any other JSON (a field, an array, null) is 400 invalid_request and changes nothing", async () => {
+      const id = await created()
+      const host = (await call("/v1/hosts", { method: "POST", json: {} })).body as { host_id: string; token: string }
+      expect(host.host_id).toBeDefined()
+      const asHost = { authorization: `Bearer ${host.token}` }
+      for (const other of ['{"x":1}', "[]", "null"]) {
+        for (const [method, p, headers] of [
+          ["POST", `/v1/sessions/${id}/cancel`, {}],
+          ["POST", `/v1/sessions/${id}/end`, {}],
+          ["DELETE", `/v1/sessions/${id}`, {}],
+          ["DELETE", `/v1/agentloops/${"0".repeat(64)}`, {}],
+          ["POST", "/v1/hosts", {}],
+          ["DELETE", `/v1/hosts/${host.host_id}`, asHost]
+        ] as const) {
+          const refused = await call(p, { method, raw: other, headers: { ...headers, "content-type": "application/json" } })
+          expect(refused.status, `${method} ${p} ${other}: ${refused.text}`).toBe(400)
+          expect(refused.body.code).toBe("invalid_request")
+        }
+      }
+      expect((await call(`/v1/sessions/${id}`)).body.status).toBe("idle")
+      const empty = (method: string, p: string, headers: Record<string, string> = {}) =>
+        call(p, { method, raw: " {} ", headers: { ...headers, "content-type": "application/json" } })
+      expect((await empty("POST", `/v1/sessions/${id}/cancel`)).status).toBe(200)
+      expect((await empty("POST", `/v1/sessions/${id}/end`)).body).toMatchObject({ status: "ended" })
+      expect((await empty("DELETE", `/v1/sessions/${id}`)).status).toBe(204)
+      expect((await empty("DELETE", `/v1/agentloops/${"0".repeat(64)}`)).status).toBe(404)
+      expect((await empty("POST", "/v1/hosts")).status).toBe(201)
+      expect((await empty("DELETE", `/v1/hosts/${host.host_id}`, asHost)).status).toBe(204)
+    })
+  })
+
   describe("an Events page or SSE, by the Accept header", () => {
     /** What the Events route answers for `accept`: "sse" or "page" (by the response's content type). */
     const answerFor = async (id: string, accept: string | undefined): Promise<"sse" | "page"> => {
