@@ -59,7 +59,10 @@ export interface ServerConfigShape {
   readonly maxTurnMs: number
   /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
   readonly maxToolMs: number
-  /** Bytes of extension Events (kinds and payloads serialized) one turn may emit. 0 = no bound. */
+  /**
+   * Bytes of extension Events one turn may emit, each weighed by its journal record (its kind,
+   * payload and origin as JSON, its record kind and its frame). 0 = no bound.
+   */
   readonly maxEmittedBytes: number
   /**
    * Bytes of a turn's input (its JSON: the message and any media) at most; a larger send or
@@ -346,7 +349,7 @@ export const fromConfig = Config.all({
   maxWasmStoreBytes: positive("BRAIN_MAX_WASM_STORE_BYTES", defaults.maxWasmStoreBytes, "bytes of all stored modules together"),
   maxTurnSecs: timerSecs("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: timerSecs("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
-  maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn (0 = no bound)"),
+  maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn, each Event weighed by its journal record (0 = no bound)"),
   maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
   cancelGraceMs: timerMs("BRAIN_CANCEL_GRACE_MS", 0, defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: timerMs("BRAIN_STAGED_OPENING_MS", 1, defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),

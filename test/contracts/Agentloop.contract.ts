@@ -61,6 +61,12 @@ const OPENING = new Set(["turn_started", "activation_started", "request_claimed"
 
 const ofKind = (records: ReadonlyArray<JournalRecord>, kind: string) => records.filter((r) => r.kind === kind)
 
+/**
+ * What a record weighs in the journal, as BRAIN_MAX_EMITTED_BYTES counts it (docs/operations.md):
+ * its frame (30 bytes), its record kind and its payload, as UTF-8.
+ */
+const recordBytes = (r: JournalRecord) => 30 + Buffer.byteLength(r.kind, "utf8") + Buffer.byteLength(JSON.stringify(r.payload), "utf8")
+
 /** The record that closes the effect started at `sequence`. */
 const outcomeOf = (records: ReadonlyArray<JournalRecord>, sequence: number) =>
   records.find((r) => (r.kind.endsWith("_ended") || r.kind.endsWith("_failed")) && r.payload?.sequence === sequence)
@@ -618,10 +624,10 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
-    it.scopedLive("BRAIN_MAX_EMITTED_BYTES bounds each turn's emitted kind + payload bytes; a refused emit writes nothing", () => {
+    it.scopedLive("BRAIN_MAX_EMITTED_BYTES bounds each turn's Events by the bytes of their journal records (kind, payload and origin as JSON, the record kind and the frame); a refused emit writes nothing", () => {
       const probe = new Probe()
       const log: Array<Array<[string, string, number]>> = []
-      const limit = 100
+      const limit = 400
       let turn = 0
       const loops = {
         t: loop((input, host) =>
@@ -637,14 +643,14 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
                 const written = (yield* probe.records(s)).filter((r) => r.sequence > before && !OPENING.has(r.kind))
                 entries.push([label, code, written.length])
               })
-            // About 65 bytes of the 100.
+            // About 170 bytes of the 400.
             yield* attempt("first", "a", "x".repeat(60))
             if (turn === 1) {
-              // The payload alone (22) would fit; with its 20-byte kind it does not.
-              yield* attempt("long kind", "k".repeat(20), "y".repeat(20))
-              // 22 characters would fit; 42 UTF-8 bytes do not.
-              yield* attempt("wide payload", "b", "é".repeat(20))
+              // Its kind and payload (174 bytes) would fit in what is left; its record (about 280) does not.
+              yield* attempt("long kind", "k".repeat(150), "y".repeat(20))
+              // About 130 bytes.
               yield* attempt("fits", "c", "z".repeat(20))
+              // Its kind and payload are 25 bytes, its record about 130: about 100 are left.
               yield* attempt("over", "d", "w".repeat(20))
             }
             log.push(entries)
@@ -659,7 +665,6 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
             [
               ["first", "ok", 1],
               ["long kind", "emitted_bytes_limit", 0],
-              ["wide payload", "emitted_bytes_limit", 0],
               ["fits", "ok", 1],
               ["over", "emitted_bytes_limit", 0]
             ],
@@ -667,8 +672,11 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           ])
           const extension = ofKind(yield* records(s), EXTENSION_KIND)
           expect(extension.map((r) => r.payload.kind)).toEqual(["a", "c", "a"])
-          const bytesOf = (r: JournalRecord) => Buffer.byteLength(r.payload.kind + JSON.stringify(r.payload.payload), "utf8")
-          expect(bytesOf(extension[0]!) + bytesOf(extension[1]!)).toBeLessThanOrEqual(limit)
+          // What is counted is what the journal holds: the two Events of the first turn within the bound ...
+          expect(recordBytes(extension[0]!) + recordBytes(extension[1]!)).toBeLessThanOrEqual(limit)
+          // ... and the refused "over" would have passed it by its record, not by its kind and payload.
+          const kindAndPayload = Buffer.byteLength(JSON.stringify("d") + JSON.stringify("w".repeat(20)), "utf8")
+          expect(recordBytes(extension[0]!) + recordBytes(extension[1]!) + kindAndPayload).toBeLessThanOrEqual(limit)
         }))
     })
 

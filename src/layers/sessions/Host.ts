@@ -35,6 +35,7 @@ import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
 import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
+import { recordBytes } from "./TurnWrites.js"
 import { MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
@@ -69,6 +70,7 @@ export interface ActivationScope {
   /** Serializes state writes so each delta is computed against the state it will follow. */
   readonly writes: Writes
   modelCalls: number
+  /** Bytes of the turn's Events, each weighed by its journal record, against BRAIN_MAX_EMITTED_BYTES. */
   emittedBytes: number
   /**
    * Appends that missed the cleanup deadline and are still on their way to the journal: each
@@ -241,23 +243,27 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
    * Commits an extension Event with the origin Brain assigns: the activation's, or a tool call's.
    * Reserved kinds, and kinds an SSE frame's `event:` line cannot carry, are refused
    * (Records.ts `emitRefusal`); Agentloop- and tool-origin Events share the turn's byte budget.
+   * An Event weighs its journal record (TurnWrites.ts `recordBytes`): its kind, payload and origin
+   * as JSON, its record kind and its frame, so that the bound is what the journal takes, however
+   * small each Event (a payload of `0` makes a record of about 100 bytes).
    */
   const emitAs = (origin: { readonly kind: "agentloop" | "tool"; readonly sequence: number }, kind: string, payload: unknown) =>
     Effect.gen(function*() {
       const refused = emitRefusal(kind)
       if (refused !== undefined) return yield* refuse(failure("reserved_kind", refused))
+      const event = { kind, payload: payload ?? {}, origin }
       // A payload JSON cannot write (a cycle, a BigInt, nesting past the engine's stack) is refused
       // here as data, not thrown into a defect; a guest's is already bounded (MAX_JSON_DEPTH).
-      const payloadJson = jsonOrUndefined(payload)
-      if (payloadJson === undefined) return yield* refuse(failure("invalid_request", "the Event's payload is not serializable as JSON"))
-      const size = Buffer.byteLength(JSON.stringify(kind) + payloadJson, "utf8")
-      if (config.maxEmittedBytes > 0 && scope.emittedBytes + size > config.maxEmittedBytes) {
+      const json = jsonOrUndefined(event)
+      if (json === undefined) return yield* refuse(failure("invalid_request", "the Event's payload is not serializable as JSON"))
+      const bytes = recordBytes(EXTENSION_KIND, json)
+      if (config.maxEmittedBytes > 0 && scope.emittedBytes + bytes > config.maxEmittedBytes) {
         return yield* refuse(
-          failure("emitted_bytes_limit", `this turn would pass BRAIN_MAX_EMITTED_BYTES (${config.maxEmittedBytes})`)
+          failure("emitted_bytes_limit", `this turn would pass BRAIN_MAX_EMITTED_BYTES (${config.maxEmittedBytes}): its Events' records hold ${scope.emittedBytes} bytes, and this one ${bytes}`)
         )
       }
-      scope.emittedBytes += size
-      const [seq] = yield* write(commit(journal, cell, [entry(EXTENSION_KIND, { kind, payload: payload ?? {}, origin })]))
+      scope.emittedBytes += bytes
+      const [seq] = yield* write(commit(journal, cell, [writtenEntry(EXTENSION_KIND, event, json)]))
       return seq!
     })
 
