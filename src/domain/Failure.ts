@@ -28,6 +28,7 @@ export const FailureCodes = [
   "unknown",
   "model_call_limit",
   "emitted_bytes_limit",
+  "turn_write_limit",
   "reserved_kind",
   "model_failed",
   // a model provider: what went wrong, so a loop can choose (Brain itself never retries)

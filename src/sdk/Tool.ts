@@ -26,7 +26,8 @@ export interface ToolContext {
    * Commits an Event of this call (`origin: {kind: "tool", sequence}`) and resolves with its
    * sequence once it is durable. The call's result is posted after every emit has settled, so an
    * Event always lands before the call's `tool_call_ended`. Rejects once the call is over, for a
-   * reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES; it is sent once, never retried.
+   * reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES or BRAIN_MAX_TURN_WRITE_BYTES; it is
+   * sent once, never retried.
    */
   readonly emit: (kind: string, payload?: unknown) => Promise<number>
   readonly sessionId: string

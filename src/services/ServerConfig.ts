@@ -65,6 +65,11 @@ export interface ServerConfigShape {
    */
   readonly maxEmittedBytes: number
   /**
+   * Journal bytes one turn's host calls may write (kv, transcript saves, Events, model and tool
+   * calls: sessions/TurnWrites.ts); a write past it is refused with `turn_write_limit`. 0 = no bound.
+   */
+  readonly maxTurnWriteBytes: number
+  /**
    * Bytes of a turn's input (its JSON: the message and any media) at most; a larger send or
    * submit is refused (413) before anything is journaled. 0 = no bound.
    */
@@ -215,6 +220,10 @@ export const defaults: ServerConfigShape = {
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
+  // Sixteen times BRAIN_MAX_WASM_IO_BYTES: far above what an honest turn writes (its transcript's
+  // growth, bounded by the room its next input leaves it, its model and tool calls, 1 MiB of
+  // Events), far below the gigabytes a loop repeating its largest request could write.
+  maxTurnWriteBytes: 256 * 1024 * 1024,
   // A quarter of maxWasmIoBytes: a loop's output carries the message again, with the model's answer.
   maxInputBytes: 4 * 1024 * 1024,
   cancelGraceMs: 5000,
@@ -350,6 +359,7 @@ export const fromConfig = Config.all({
   maxTurnSecs: timerSecs("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: timerSecs("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn, each Event weighed by its journal record (0 = no bound)"),
+  maxTurnWriteBytes: nonNegative("BRAIN_MAX_TURN_WRITE_BYTES", defaults.maxTurnWriteBytes, "journal bytes a turn's host calls may write (0 = no bound)"),
   maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
   cancelGraceMs: timerMs("BRAIN_CANCEL_GRACE_MS", 0, defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: timerMs("BRAIN_STAGED_OPENING_MS", 1, defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
@@ -471,6 +481,7 @@ export const fromConfig = Config.all({
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,
+    maxTurnWriteBytes: c.maxTurnWriteBytes,
     maxInputBytes: c.maxInputBytes,
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,

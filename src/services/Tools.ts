@@ -30,7 +30,8 @@ export interface ToolInvocation {
   readonly stop?: Stop
   /**
    * Emits an Event with the tool's origin (`{kind: "tool", sequence}`), durable before it returns;
-   * refused once the call is over, for a reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES.
+   * refused once the call is over, for a reserved kind, or past the turn's BRAIN_MAX_EMITTED_BYTES or
+   * BRAIN_MAX_TURN_WRITE_BYTES.
    */
   readonly emit: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
   /** Best effort, never journaled. */

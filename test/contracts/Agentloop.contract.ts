@@ -62,8 +62,8 @@ const OPENING = new Set(["turn_started", "activation_started", "request_claimed"
 const ofKind = (records: ReadonlyArray<JournalRecord>, kind: string) => records.filter((r) => r.kind === kind)
 
 /**
- * What a record weighs in the journal, as BRAIN_MAX_EMITTED_BYTES counts it (docs/operations.md):
- * its frame (30 bytes), its record kind and its payload, as UTF-8.
+ * What a record weighs in the journal, as BRAIN_MAX_EMITTED_BYTES and BRAIN_MAX_TURN_WRITE_BYTES
+ * count it (docs/operations.md): its frame (30 bytes), its record kind and its payload, as UTF-8.
  */
 const recordBytes = (r: JournalRecord) => 30 + Buffer.byteLength(r.kind, "utf8") + Buffer.byteLength(JSON.stringify(r.payload), "utf8")
 
@@ -677,6 +677,117 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
           // ... and the refused "over" would have passed it by its record, not by its kind and payload.
           const kindAndPayload = Buffer.byteLength(JSON.stringify("d") + JSON.stringify("w".repeat(20)), "utf8")
           expect(recordBytes(extension[0]!) + recordBytes(extension[1]!) + kindAndPayload).toBeLessThanOrEqual(limit)
+        }))
+    })
+
+    it.scopedLive("BRAIN_MAX_TURN_WRITE_BYTES bounds the journal bytes a turn's host calls write: past it a kv change, a transcript save (riding on a call or at the end too), an Event, a model or tool call is refused turn_write_limit with nothing written; the next turn has the whole bound", () => {
+      const probe = new Probe()
+      const log: Array<Array<[string, string, number]>> = []
+      const limit = 8000
+      const big = "x".repeat(3000)
+      let turn = 0
+      let modelCalls = 0
+      let toolCalls = 0
+      const tools = {
+        echo: ((input) => Effect.sync(() => (toolCalls++, { outcome: "ok", output: input } as const))) satisfies ToolsInProcess.ToolHandler
+      }
+      const loops = {
+        t: loop((input, host) =>
+          Effect.gen(function*() {
+            const s = input.runtime.session_id
+            turn++
+            const entries: Array<[string, string, number]> = []
+            const attempt = <A>(label: string, call: Effect.Effect<A, HostCallFailed>) =>
+              Effect.gen(function*() {
+                const before = yield* probe.lastSequence(s)
+                const code = yield* codeOf(call)
+                const written = (yield* probe.records(s)).filter((r) => r.sequence > before && !OPENING.has(r.kind))
+                entries.push([label, code, written.length])
+              })
+            // About 3,060 bytes each: 6,120 of the 8,000.
+            yield* attempt("put a", host.kvPut("a", big))
+            yield* attempt("put b", host.kvPut("b", big))
+            if (turn === 1) {
+              // Each of these writes more than the 1,880 bytes left.
+              yield* attempt("put c", host.kvPut("c", big))
+              yield* attempt("delete", host.kvDelete("k".repeat(3000)))
+              yield* attempt("save", host.setTranscript([msg("user", big)]))
+              yield* attempt("emit", host.emit("note", { big }))
+              yield* attempt("model", host.model({ messages: [msg("user", big)] }))
+              yield* attempt("a save riding on a model call", host.model({ messages: [msg("user", "hi")] }, [msg("user", big)]))
+              yield* attempt("dispatch", host.dispatch([{ id: "c1", name: "echo", input: { big } }]))
+              yield* attempt("a save riding on a dispatch", host.dispatch([{ id: "c2", name: "echo", input: {} }], [msg("user", big)]))
+              // About 60 bytes: it fits.
+              yield* attempt("small put", host.kvPut("d", 1))
+              yield* attempt("save at the end", host.setTranscriptAtEnd([msg("user", big)]))
+            }
+            log.push(entries)
+          }))
+      }
+      return run({ loops, tools, config: { maxTurnWriteBytes: limit }, onModelCall: () => void modelCalls++ }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted(), tools: [{ name: "echo" }] })
+          const first = yield* sessions.send(s, { message: "one" })
+          expect(first.turn.status).toBe("ended")
+          const second = yield* sessions.send(s, { message: "two" }) // the bound is per turn
+          expect(second.turn.status).toBe("ended")
+          const refused = (label: string): [string, string, number] => [label, "turn_write_limit", 0]
+          expect(log).toEqual([
+            [
+              ["put a", "ok", 1],
+              ["put b", "ok", 1],
+              refused("put c"),
+              refused("delete"),
+              refused("save"),
+              refused("emit"),
+              refused("model"),
+              refused("a save riding on a model call"),
+              refused("dispatch"),
+              refused("a save riding on a dispatch"),
+              ["small put", "ok", 1],
+              refused("save at the end")
+            ],
+            [["put a", "ok", 1], ["put b", "ok", 1]]
+          ])
+          // Nothing was sent for a refused call.
+          expect([modelCalls, toolCalls]).toEqual([0, 0])
+          const all = yield* records(s)
+          const firstTurn = all.filter((r) => r.sequence > first.turn.sequence && r.sequence < second.turn.sequence)
+          expect(firstTurn.filter((r) => r.kind === "transcript_delta" || r.kind === EXTENSION_KIND || r.kind.startsWith("model_call") || r.kind.startsWith("tool_call"))).toEqual([])
+          const written = firstTurn.filter((r) => r.kind === "kv_put")
+          expect(written.map((r) => r.payload.key)).toEqual(["a", "b", "d"])
+          expect(written.reduce((n, r) => n + recordBytes(r), 0)).toBeLessThanOrEqual(limit)
+        }))
+    })
+
+    it.scopedLive("a model or tool call's outcome is always recorded whole and counted against BRAIN_MAX_TURN_WRITE_BYTES: the writes after it are refused turn_write_limit", () => {
+      const probe = new Probe()
+      const limit = 4000
+      const codes: Array<Array<string>> = []
+      let turn = 0
+      const tools = {
+        large: (() => Effect.succeed({ outcome: "ok", output: "y".repeat(6000) } as const)) satisfies ToolsInProcess.ToolHandler
+      }
+      const loops = {
+        t: loop((_input, host) =>
+          Effect.gen(function*() {
+            turn++
+            const answered = turn === 1
+              ? codeOf(Effect.map(host.dispatch([{ id: "c1", name: "large", input: {} }]), (rs) => expect(rs[0]!.output).toBe("y".repeat(6000))))
+              : codeOf(Effect.map(host.model({ messages: [msg("user", "hi")] }), (r) => expect(r.text).toBe("z".repeat(6000))))
+            codes.push([yield* answered, yield* codeOf(host.kvPut("k", 1))])
+          }))
+      }
+      return run({ loops, tools, config: { maxTurnWriteBytes: limit } }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted([{ text: "z".repeat(6000) }]), tools: [{ name: "large" }] })
+          yield* sessions.send(s, { message: "one" })
+          yield* sessions.send(s, { message: "two" })
+          expect(codes).toEqual([["ok", "turn_write_limit"], ["ok", "turn_write_limit"]])
+          const all = yield* records(s)
+          expect(ofKind(all, "tool_call_ended").map((r) => r.payload.output)).toEqual(["y".repeat(6000)])
+          expect(ofKind(all, "model_call_ended").map((r) => r.payload.result.text)).toEqual(["z".repeat(6000)])
+          expect(ofKind(all, "kv_put")).toEqual([])
         }))
     })
 

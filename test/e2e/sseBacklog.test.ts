@@ -156,7 +156,8 @@ describe("SSE backlog bounded in bytes, under a small heap", () => {
   beforeAll(async () => {
     ensureBuilt()
     server = await startServer({
-      env: { BRAIN_MAX_EMITTED_BYTES: "0", BRAIN_SSE_CLOSE_GRACE_MS: "0" },
+      // The flood (384 MiB of Events in one turn) passes the turn's bounds on its Events and its writes on purpose.
+      env: { BRAIN_MAX_EMITTED_BYTES: "0", BRAIN_MAX_TURN_WRITE_BYTES: "0", BRAIN_SSE_CLOSE_GRACE_MS: "0" },
       nodeArgs: [`--max-old-space-size=${HEAP_MIB}`]
     })
   }, 120_000)

@@ -1,8 +1,8 @@
 /**
  * What one turn of a hostile WebAssembly loop may write to its session's journal: each host call
  * is cheap for the guest (a pointer) and costs the host its whole request, parsed and journaled,
- * so the turn's Events are bounded by their records' bytes (BRAIN_MAX_EMITTED_BYTES), not by their
- * payloads alone.
+ * so the turn's writes are bounded by their bytes in the journal (BRAIN_MAX_TURN_WRITE_BYTES), and
+ * its Events by their records' bytes (BRAIN_MAX_EMITTED_BYTES), not by their payloads alone.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -13,6 +13,7 @@ import type { AgentloopShape } from "../../src/services/Agentloop.js"
 import type * as ServerConfig from "../../src/services/ServerConfig.js"
 import { Journal } from "../../src/services/Journal.js"
 import { Sessions } from "../../src/services/Sessions.js"
+import { tempDir } from "../support/journals.js"
 import { runtimeLayer } from "../support/runtime.js"
 import { data, guest, wat } from "../support/wat.js"
 
@@ -47,6 +48,24 @@ const repeating = (op: string, times: number, request: { readonly segment: strin
       (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`)
 }
 
+/** `{"key":"k","value":"xxx…"}` with a value of `size` bytes, built at 64 KiB in the guest's memory (grown to hold it). */
+const largePut = (size: number) => {
+  const head = data(400, '{"key":"k","value":"')
+  const at = 65536
+  const len = head.len + size + 2
+  const pages = Math.ceil((at + len) / 65536) + 1
+  return {
+    segment: head.segment,
+    ptr: at,
+    len,
+    heap: pages * 65536,
+    build: `(drop (memory.grow (i32.const ${pages})))
+      (memory.copy (i32.const ${at}) (i32.const ${head.ptr}) (i32.const ${head.len}))
+      (memory.fill (i32.const ${at + head.len}) (i32.const 120) (i32.const ${size}))
+      (i32.store16 (i32.const ${at + head.len + size}) (i32.const 0x7d22))`
+  }
+}
+
 const withLoop = <A, E>(
   text: string,
   options: { readonly config: Partial<ServerConfig.ServerConfigShape>; readonly dataDir?: string },
@@ -63,6 +82,36 @@ const withLoop = <A, E>(
 const recordsOf = (session: SessionId) => Effect.flatMap(Journal, (j) => Effect.orDie(j.read(session, { after: 0, limit: 1_000_000 })))
 
 describe("a turn's writes are bounded by their bytes in the journal", () => {
+  it.scopedLive("a loop that puts 8 MiB again and again is refused turn_write_limit once past BRAIN_MAX_TURN_WRITE_BYTES: the refused put leaves nothing in the journal, and the session's next turn has the whole bound again", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-turn-writes-")
+      const size = 8 * MiB
+      // Two puts of 8 MiB fit in 20 MiB, a third does not.
+      const limit = 20 * MiB
+      const loop = repeating("kv_put", 4, largePut(size))
+      const turns = yield* withLoop(loop, { config: { maxTurnWriteBytes: limit }, dataDir }, Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id: s } = yield* sessions.create({ agentloop: "hostile", model: { provider: "scripted" } })
+        const first = yield* sessions.send(s, { message: "one" })
+        const second = yield* sessions.send(s, { message: "two" })
+        return { s, first, second, status: (yield* sessions.get(s)).status }
+      }))
+      for (const t of [turns.first, turns.second]) {
+        expect(t.turn.status).toBe("failed")
+        expect(t.turn.failure?.code).toBe("turn_write_limit")
+        expect(t.turn.failure?.message).toMatch(/BRAIN_MAX_TURN_WRITE_BYTES/)
+      }
+      expect(turns.status).toBe("idle")
+      // Read back from the files by a journal opened afresh: every record whole, two puts per turn.
+      const records = yield* recordsOf(turns.s).pipe(Effect.provide(runtimeLayer({ journal: { dataDir } })))
+      const puts = records.filter((r) => r.kind === "kv_put")
+      expect(puts.map((r) => r.sequence < turns.second.turn.sequence)).toEqual([true, true, false, false])
+      for (const put of puts) expect(put.payload).toEqual({ key: "k", value: "x".repeat(size) })
+      const [a, b] = puts
+      expect(recordBytes(a!) + recordBytes(b!)).toBeLessThanOrEqual(limit)
+      expect(records.map((r) => r.sequence)).toEqual(records.map((_, i) => i + 1))
+    }), 120_000)
+
   it.scopedLive("many tiny emits are refused emitted_bytes_limit at the count their records' bytes allow: kind, payload and origin as JSON, plus the record kind and the frame", () =>
     Effect.gen(function*() {
       const limit = 20_000

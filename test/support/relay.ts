@@ -76,8 +76,9 @@ export const relayed = (loop: AgentloopShape, module: AdmittedModule, pool: Pool
         })
       const relayHost: Host = {
         refusal: () => undefined,
-        model: (r) => ask("model", r, (ok) => ok),
-        dispatch: (c) => ask("dispatch", { calls: c }, (ok) => ok),
+        // A save riding on the call goes as the request's `transcript` (docs/abi.md, "A save that rides on a call").
+        model: (r, save) => ask("model", save === undefined ? r : { ...r, transcript: { messages: save } }, (ok) => ok),
+        dispatch: (c, save) => ask("dispatch", save === undefined ? { calls: c } : { calls: c, transcript: { messages: save } }, (ok) => ok),
         emit: (kind, payload) => ask("emit", { kind, payload }, (ok) => ok.sequence),
         telemetry: (d) => Effect.orDie(ask("telemetry", d, () => undefined)),
         kvRead: (key) => ask("kv_read", { key }, (ok) => (ok.found ? Option.some(ok.value) : Option.none())),

@@ -32,14 +32,16 @@ import { answerCall, type Host, hostName, type InFlight, keyOf } from "./Host.js
 
 /**
  * A tool-origin Event the session refused, as the host's answer: a reserved kind is the request's
- * fault (400) and the turn's byte budget its size (413), both saying which in `details.reason`;
- * the session's storage refusals keep their code. The session answers nothing else here.
+ * fault (400) and the turn's byte budgets (its Events', its writes') its size (413), each saying
+ * which in `details.reason`; the session's storage refusals keep their code. The session answers
+ * nothing else here.
  */
 const eventRefused = (f: Failure): HostEventError => {
   switch (f.code) {
     case "reserved_kind":
       return new InvalidRequest({ message: f.message, details: { reason: f.code } })
     case "emitted_bytes_limit":
+    case "turn_write_limit":
       return new PayloadTooLarge({ message: f.message, details: { reason: f.code } })
     case "conflict":
       return new Conflict({ message: f.message, retryable: f.retryable })

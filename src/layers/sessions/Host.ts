@@ -13,8 +13,8 @@
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
 import { Cause, Clock, Effect, Exit, Option } from "effect"
-import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
-import type { Message } from "../../domain/Messages.js"
+import { boundedFailure, failure, Failure } from "../../domain/Failure.js"
+import type { Message, TranscriptDelta } from "../../domain/Messages.js"
 import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
@@ -35,7 +35,7 @@ import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
 import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
-import { recordBytes } from "./TurnWrites.js"
+import { counted, countWrite, recordBytes, type Weighed, weigh, writeRefusal } from "./TurnWrites.js"
 import { MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
@@ -72,6 +72,11 @@ export interface ActivationScope {
   modelCalls: number
   /** Bytes of the turn's Events, each weighed by its journal record, against BRAIN_MAX_EMITTED_BYTES. */
   emittedBytes: number
+  /**
+   * Bytes the turn's host calls have written to the journal, against BRAIN_MAX_TURN_WRITE_BYTES
+   * (TurnWrites.ts); absent until the first write.
+   */
+  writtenBytes?: number | undefined
   /**
    * Appends that missed the cleanup deadline and are still on their way to the journal: each
    * waits until its append has landed or failed. The turn holds the session until they settle.
@@ -158,6 +163,26 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const tooLarge = (to: ReadonlyArray<Message>, keep: number) =>
     scope.room === undefined ? undefined : roomRefusal(scope.room, cell.state.transcript, cell.state.unanswered, to, keep)
 
+  /**
+   * A save of `to` as its record (`delta`, from the saved transcript), weighed; or why it is
+   * refused: the loop's next input could not carry the transcript, or the turn's writes would pass
+   * BRAIN_MAX_TURN_WRITE_BYTES. Not yet counted: the caller counts it once it is written or staged.
+   */
+  const saveOf = (to: ReadonlyArray<Message>, delta: TranscriptDelta): Weighed<"transcript_delta"> | Failure => {
+    const refused = tooLarge(to, delta.keep)
+    if (refused !== undefined) return refused
+    const record = weigh("transcript_delta", delta)
+    return writeRefusal(config, scope, record.bytes) ?? record
+  }
+
+  /** Commits `record` as one of the turn's writes, counted; refused, nothing written, past BRAIN_MAX_TURN_WRITE_BYTES. */
+  const commitCounted = (record: Weighed): Effect.Effect<ReadonlyArray<number>, HostCallFailed> => {
+    const refused = writeRefusal(config, scope, record.bytes)
+    if (refused !== undefined) return refuse(refused)
+    countWrite(scope, record.bytes)
+    return write(commit(journal, cell, [record.entry]))
+  }
+
   const hooks: FenceHooks = {
     committed: (committed) => cell.foldIn(committed),
     unrecorded: (settled) => {
@@ -199,16 +224,20 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       if (!scope.writes.inFlight) {
         const delta = transcriptChange(cell.state.transcript, save)
         if (delta === undefined) return call
-        const refused = tooLarge(save, delta.keep)
-        if (refused !== undefined) return refuse(refused)
-        if (stageRidingNow(journal, cell, entry("transcript_delta", delta), save)) return afterRiding(call)
+        const saved = saveOf(save, delta)
+        if (saved instanceof Failure) return refuse(saved)
+        if (stageRidingNow(journal, cell, saved.entry, save)) {
+          countWrite(scope, saved.bytes)
+          return afterRiding(call)
+        }
       }
       const staged = scope.writes.run(Effect.suspend(() => {
         const delta = transcriptChange(cell.state.transcript, save)
         if (delta === undefined) return Effect.void
-        const refused = tooLarge(save, delta.keep)
-        if (refused !== undefined) return refuse(refused)
-        return Effect.mapError(stageRiding(journal, cell, entry("transcript_delta", delta), save), storageFailure)
+        const saved = saveOf(save, delta)
+        if (saved instanceof Failure) return refuse(saved)
+        countWrite(scope, saved.bytes)
+        return Effect.mapError(stageRiding(journal, cell, saved.entry, save), storageFailure)
       }))
       return Effect.flatMap(staged, () => afterRiding(call))
     })
@@ -262,7 +291,10 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
           failure("emitted_bytes_limit", `this turn would pass BRAIN_MAX_EMITTED_BYTES (${config.maxEmittedBytes}): its Events' records hold ${scope.emittedBytes} bytes, and this one ${bytes}`)
         )
       }
+      const over = writeRefusal(config, scope, bytes)
+      if (over !== undefined) return yield* refuse(over)
       scope.emittedBytes += bytes
+      countWrite(scope, bytes)
       const [seq] = yield* write(commit(journal, cell, [writtenEntry(EXTENSION_KIND, event, json)]))
       return seq!
     })
@@ -276,17 +308,21 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     live(scope.writes.run(Effect.suspend(() => {
       const delta = transcriptChange(cell.state.transcript, messages)
       if (delta === undefined) return Effect.void
-      const refused = tooLarge(messages, delta.keep)
-      if (refused !== undefined) return refuse(refused)
-      return Effect.asVoid(Effect.mapError(commit(journal, cell, [entry("transcript_delta", delta)]), storageFailure))
+      const saved = saveOf(messages, delta)
+      if (saved instanceof Failure) return refuse(saved)
+      countWrite(scope, saved.bytes)
+      return Effect.asVoid(Effect.mapError(commit(journal, cell, [saved.entry]), storageFailure))
     })))
 
-  /** Validated now; committed by the turn with the activation's closing records (Turn.ts). */
+  /** Validated and counted now; committed by the turn with the activation's closing records (Turn.ts). */
   const setTranscriptAtEnd: Host["setTranscriptAtEnd"] = (messages: ReadonlyArray<Message>) =>
     live(scope.writes.run(Effect.suspend(() => {
       const delta = transcriptChange(cell.state.transcript, messages)
-      const refused = delta === undefined ? undefined : tooLarge(messages, delta.keep)
-      if (refused !== undefined) return refuse(refused)
+      if (delta !== undefined) {
+        const saved = saveOf(messages, delta)
+        if (saved instanceof Failure) return refuse(saved)
+        countWrite(scope, saved.bytes)
+      }
       scope.atEnd = messages
       return Effect.void
     })))
@@ -298,8 +334,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     telemetry: (data) => report(data),
     refusal,
     kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
-    kvPut: (key, value) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_put", { key, value: value ?? null })])))),
-    kvDelete: (key) => live(write(Effect.asVoid(commit(journal, cell, [entry("kv_delete", { key })])))),
+    kvPut: (key, value) => live(Effect.suspend(() => Effect.asVoid(commitCounted(weigh("kv_put", { key, value: value ?? null }))))),
+    kvDelete: (key) => live(Effect.suspend(() => Effect.asVoid(commitCounted(weigh("kv_delete", { key }))))),
     setTranscript,
     setTranscriptAtEnd,
     events: ({ after, limit }) =>
@@ -342,11 +378,10 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
   if (config.maxModelCalls > 0 && scope.modelCalls >= config.maxModelCalls) {
     return yield* refuse(failure("model_call_limit", `this turn reached BRAIN_MAX_MODEL_CALLS (${config.maxModelCalls})`))
   }
-  scope.modelCalls++
   const configuration = cell.state.configuration!
   const system = request.system ?? configuration.system
   const index = cell.state.modelCalls
-  const started = entry("model_call_started", {
+  const started = weigh("model_call_started", {
     ...modelCallContext(
       // Against the transcript as a save riding on this call leaves it: that save's record comes first.
       cell.riding === undefined
@@ -357,13 +392,18 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
     ),
     ...(request.options !== undefined ? { options: request.options } : {})
   })
+  // Refused before anything is journaled for it, as past BRAIN_MAX_MODEL_CALLS.
+  const over = writeRefusal(config, scope, started.bytes)
+  if (over !== undefined) return yield* refuse(over)
+  scope.modelCalls++
+  countWrite(scope, started.bytes)
   let unrecordable: Failure | undefined
   type Race =
     | { readonly _tag: "result"; readonly result: ModelResult }
     | { readonly _tag: "cancelled"; readonly reason: CancelReason; readonly sent: boolean }
   const fenced = yield* fence.fence(
     cell.session,
-    started,
+    started.entry,
     (sequence) =>
       // A cancel that arrived while the start was being committed: do not send at all.
       Effect.suspend(() =>
@@ -389,26 +429,27 @@ function* modelCallOf(deps: HostDeps, scope: ActivationScope, request: Parameter
         ),
         (reason): Race => ({ _tag: "cancelled", reason, sent: true })
       )),
+    // The outcome is always recorded, and counted against the turn's writes (TurnWrites.ts).
     (sequence, exit, dispatched) => {
       if (Exit.isSuccess(exit)) {
         if (exit.value._tag === "result") {
           const ended = modelEnded(sequence, exit.value.result)
           if (ended.kind === "model_call_failed") unrecordable = ended.payload.failure
-          return ended
+          return counted(scope, ended)
         }
         // Cancelled once sent: the provider may have run it.
         if (exit.value.sent) scope.cutShort = true
-        return entry("model_call_failed", { sequence, failure: cancelFailure(exit.value.reason, exit.value.sent) })
+        return counted(scope, entry("model_call_failed", { sequence, failure: cancelFailure(exit.value.reason, exit.value.sent) }))
       }
       const err = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
       // Abandoned (the activation interrupted): cut short if it was sent.
       if (!err && dispatched) scope.cutShort = true
-      return entry("model_call_failed", {
+      return counted(scope, entry("model_call_failed", {
         sequence,
         failure: err
           ? modelFailure(err)
           : failure("cancelled", "the model call was abandoned", { ambiguous: dispatched })
-      })
+      }))
     },
     hooks
   ).pipe(Effect.mapError(storageFailure))

@@ -8,7 +8,7 @@ import { Cause, Duration, Effect, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure } from "../../domain/Failure.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
-import { entry, type Entry } from "../../domain/Records.js"
+import type { Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
 import type { Dispatching, FencedEffect, FenceHooks } from "../../services/EffectFence.js"
 import type { Failure } from "../../domain/Failure.js"
@@ -23,6 +23,7 @@ import { remoteInvocation, remoteNowOf } from "./RemoteNow.js"
 import { callRemote } from "./RemoteTool.js"
 import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type ToolVerdict, toolOutcome } from "./ToolVerdicts.js"
 import { interruptWithin } from "./Abandon.js"
+import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
 
 /** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
 const budgetOf = (config: ServerConfigShape, definition: ToolDefinition | undefined): number | undefined => {
@@ -58,7 +59,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
    */
   const toolCall: ToolCallOf = (call, definition, now, budget, deadline, runtime) => {
     const deadlineAtMs = budget !== undefined ? now + budget : undefined
-    const started = entry("tool_call_started", {
+    const started = weigh("tool_call_started", {
       tool: call.name,
       call_id: call.id,
       input: call.input ?? null,
@@ -79,7 +80,8 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     let recorded: Entry | undefined
     const outcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
       inFlight = false
-      recorded = toolOutcome(sequence, exit, dispatched, budget)
+      // Always recorded, and counted against the turn's writes (TurnWrites.ts).
+      recorded = counted(scope, toolOutcome(sequence, exit, dispatched, budget))
       // Stopped by the turn's cancel (or its activation interrupted) with its outcome uncertain.
       if ((scope.signal.reason !== undefined || !Exit.isSuccess(exit)) && (recorded.payload as { failure?: Failure }).failure?.ambiguous === true) {
         scope.cutShort = true
@@ -88,15 +90,24 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     }
     const result = (): ToolResult =>
       toolResultOf(call.id, call.name, recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure })
-    return { effect: { started, dispatch, dispatchNow, outcome }, result }
+    return { effect: { started: started.entry, dispatch, dispatchNow, outcome }, result, bytes: started.bytes }
   }
 
-  /** A round's calls through the fence: their starts in one commit, then each run at once. */
+  /**
+   * A round's calls through the fence: their starts in one commit, then each run at once. Refused
+   * whole, nothing journaled, when their starts would take the turn past BRAIN_MAX_TURN_WRITE_BYTES.
+   */
   const runCalls: RunCalls = (calls) =>
-    fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks).pipe(
-      Effect.mapError(storageFailure),
-      Effect.map(() => calls.map((c) => c.result()))
-    )
+    Effect.suspend(() => {
+      const bytes = calls.reduce((n, c) => n + c.bytes, 0)
+      const refused = writeRefusal(deps.config, scope, bytes)
+      if (refused !== undefined) return refuse(refused)
+      countWrite(scope, bytes)
+      return fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks).pipe(
+        Effect.mapError(storageFailure),
+        Effect.map(() => calls.map((c) => c.result()))
+      )
+    })
 
   return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
     Effect.gen(() => roundOf(ctx, calls, toolCall, runCalls))
@@ -106,6 +117,8 @@ export const makeDispatch = (ctx: ToolCallContext) => {
 interface ToolCall {
   readonly effect: FencedEffect<ToolVerdict, never>
   readonly result: () => ToolResult
+  /** Its start's bytes in the journal. */
+  readonly bytes: number
 }
 
 /** What `toolCall` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
