@@ -4,6 +4,7 @@
  */
 import { Schema } from "effect"
 import { AdmittedEnvironment } from "./Environment.js"
+import { TOOL_TIMEOUT_MAX_MS } from "./Limits.js"
 import { Json, Message } from "./Messages.js"
 import { RecordedBinding } from "./ModelBinding.js"
 
@@ -34,7 +35,14 @@ export const ToolDefinition = Schema.Struct({
   environment: Schema.optional(Schema.String),
   /** A Wasm tool: the id (SHA-256) of an admitted module exporting `brain_tool`, run in the built-in environment. */
   module: Schema.optional(Schema.String.pipe(Schema.pattern(/^[0-9a-f]{64}$/))),
+  /** Read from journals as written: one written before the create body's bound may hold more (ToolCalls.ts caps it). */
   timeout_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)))
+})
+
+/** A tool as a create body declares it: its `timeout_ms` within TOOL_TIMEOUT_MAX_MS. */
+export const ToolDeclaration = Schema.Struct({
+  ...ToolDefinition.fields,
+  timeout_ms: Schema.optional(Schema.Int.pipe(Schema.between(1, TOOL_TIMEOUT_MAX_MS)))
 })
 
 export const SessionConfiguration = Schema.Struct({

@@ -33,6 +33,14 @@ export const INPUT_ENVELOPE_BYTES = 16 * 1024
  */
 export const TIMER_SETTING_MAX_MS = 2 ** 31 - 1
 
+/**
+ * Milliseconds. A tool's `timeout_ms` at most, as a create body gives it: Node's timer maximum, as
+ * for a session's `idle_ttl_ms`, so that a call's `deadline_at_ms` (now + it) is a whole time a
+ * timer can wait for. A stored configuration with a larger one (written before the bound) counts
+ * as this.
+ */
+export const TOOL_TIMEOUT_MAX_MS = TIMER_SETTING_MAX_MS
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

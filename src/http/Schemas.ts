@@ -2,7 +2,7 @@
  * The wire shapes of the HTTP API. Every request schema rejects unknown fields.
  */
 import { type ParseResult, Schema } from "effect"
-import { ModelChoice, ToolDefinition } from "../domain/Configuration.js"
+import { ModelChoice, ToolDeclaration } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { HostId, SessionId } from "../domain/Ids.js"
@@ -28,7 +28,7 @@ export const CreateSessionRequest = Schema.Struct({
   agentloop: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))),
   model: ModelChoice,
   system: Schema.optional(Schema.String),
-  tools: Schema.optional(Schema.Array(ToolDefinition)),
+  tools: Schema.optional(Schema.Array(ToolDeclaration)),
   environments: Schema.optional(Schema.Array(EnvironmentDeclaration)),
   transcript: Schema.optional(Schema.Array(Message)),
   idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.between(0, 2_147_483_647)))

@@ -411,6 +411,26 @@ describe("the HTTP API against a running server", () => {
     expect((await api.allEvents(id)).events.map((e) => e.kind)).toEqual(["session_creation_started", "session_creation_ended"])
   })
 
+  it("a tool's timeout_ms is 1 to 2,147,483,647 (Node's timer maximum), as idle_ttl_ms is bounded: past it the create is 400 naming tools[i].timeout_ms and no session is made; at it the tool's call runs with that deadline", async () => {
+    const sessionsNow = async () => (await api.req("/v1/sessions?limit=1000")).body.sessions.length as number
+    const before = await sessionsNow()
+    for (const timeout_ms of [2 ** 31, 9007199254740991, 0]) {
+      const r = await api.create({ model: scripted(), tools: [{ name: "slow" }, { name: "hang", timeout_ms }] })
+      expectError(r, 400, "invalid_request")
+      expect(r.body.details, r.text).toContainEqual(expect.objectContaining({ path: ["tools", 1, "timeout_ms"] }))
+    }
+    expect(await sessionsNow()).toBe(before)
+    const id = await api.created({ model: slowModel(10), tools: [{ name: "slow", timeout_ms: 2 ** 31 - 1 }] })
+    const sent = await api.send(id, "go")
+    expect(sent.status, sent.text).toBe(200)
+    expect(sent.body.turn.status, sent.text).toBe("ended")
+    const started = (await api.allEvents(id)).events.find((e) => e.kind === "tool_call_started")
+    // The lower of it and the server's BRAIN_MAX_TOOL_SECS.
+    expect(Number.isSafeInteger(started.data.deadline_at_ms)).toBe(true)
+    expect(started.data.deadline_at_ms).toBeGreaterThan(started.recorded_at_ms)
+    expect(started.data.deadline_at_ms).toBeLessThanOrEqual(started.recorded_at_ms + 2 ** 31 - 1)
+  })
+
   it("a body over BRAIN_MAX_REQUEST_BYTES with a declared length is answered 413, and nothing is written", async () => {
     const id = await api.created()
     const big = JSON.stringify({ input: { message: "x".repeat(MAX_REQUEST_BYTES * 3) } })

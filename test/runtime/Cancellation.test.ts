@@ -322,6 +322,22 @@ describe("cancellation", () => {
         }
       }))
   })
+  it.scoped("a tool's timeout_ms above Node's timer maximum (a configuration the create body's bound did not check) counts as that maximum: its call is sent with a whole deadline and ends ok, never a failed turn", () => {
+    const quick = watched((input) => Effect.succeed({ outcome: "ok", output: input } as const))
+    const loops = { t: loop((_input, host) => host.dispatch([{ id: "a", name: "far", input: { n: 1 } }])) }
+    return withRuntime({ loops, tools: { far: quick.handler }, config: config({ maxToolMs: 0 }) }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        // Past 0, the clock plus such a timeout is no safe integer.
+        yield* TestClock.adjust(1_000)
+        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "far", timeout_ms: Number.MAX_SAFE_INTEGER }] })
+        const t0 = yield* Clock.currentTimeMillis
+        const out = yield* sessions.send(s, { message: "go" })
+        expect(out.turn.status, JSON.stringify(out.turn)).toBe("ended")
+        expect((out.turn.result as ReadonlyArray<ToolResult>).map((r) => [r.call_id, r.outcome])).toEqual([["a", "ok"]])
+        const started = ofKind(yield* records(s), "tool_call_started")
+        expect(started.map((r) => r.payload.deadline_at_ms)).toEqual([t0 + 2 ** 31 - 1])
+      }))
+  })
 })
 
 describe("deadlines of a round of calls", () => {

@@ -7,6 +7,7 @@
 import { Cause, Duration, Effect, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure } from "../../domain/Failure.js"
+import { TOOL_TIMEOUT_MAX_MS } from "../../domain/Limits.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import type { Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
@@ -25,9 +26,13 @@ import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type 
 import { interruptWithin } from "./Abandon.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
 
-/** A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined: none). */
+/**
+ * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined:
+ * none). A `timeout_ms` above TOOL_TIMEOUT_MAX_MS (a configuration from before the create body's
+ * bound) counts as that: now + it stays a whole `deadline_at_ms`.
+ */
 const budgetOf = (config: ServerConfigShape, definition: ToolDefinition | undefined): number | undefined => {
-  const limits = [config.maxToolMs, definition?.timeout_ms ?? 0].filter((n) => n > 0)
+  const limits = [config.maxToolMs, Math.min(definition?.timeout_ms ?? 0, TOOL_TIMEOUT_MAX_MS)].filter((n) => n > 0)
   return limits.length > 0 ? Math.min(...limits) : undefined
 }
 
