@@ -9,12 +9,16 @@
  *   more lines than it needs is rewritten with only what stands (a new file, synced, then renamed
  *   over the old).
  * - Idle expiry: a registration that has had no command stream for `idleExpiryMs` and that no
- *   existing session names is removed. The clock is on file: a stream's opening is fsynced before
+ *   existing session names is removed. It is gone from the moment it is due, not from the next
+ *   sweep: its token authorizes nothing, and its stream and a session naming it are refused (and
+ *   remove it, durably), and a start sweeps before it answers anything. The clock is on file: a stream's opening is fsynced before
  *   its `ready` frame, its close appended after (`idle_since_ms`). A host whose stream was open when
  *   the server stopped (or whose close was not written) counts as connected until this start,
  *   which is recorded, so a restart moves its clock once and never again. A session's naming is
  *   fsynced before the session's first record (`use`) and released when it is deleted; a sweep
  *   drops a naming whose session no longer exists (a release lost in a crash, a create cut off).
+ * - At most MAX_HOSTS registrations, counting those whose line is still being written: a
+ *   registration takes its place before its write and gives it back if the write fails.
  * - Connections: a host has at most one command stream; a new one replaces it. Its calls in flight
  *   belong to the stream they were written to (hosts/Calls.ts): when that stream is over they fail
  *   `EnvironmentUncertain` `connection_lost` and are forgotten.
@@ -24,7 +28,7 @@
  */
 import * as crypto from "node:crypto"
 import * as path from "node:path"
-import { Chunk, Clock, Duration, Effect, Layer, Option, Queue, type Scope } from "effect"
+import { Chunk, Clock, Duration, Effect, Exit, Layer, Option, Queue, type Scope } from "effect"
 import { Internal, InvalidRequest, Overloaded, Unauthorized } from "../domain/Errors.js"
 import { type HostId, mintHostId, type SessionId } from "../domain/Ids.js"
 import {
@@ -129,10 +133,37 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
         host.connection?.body.close()
       })
 
-    /** Whether `host` has been idle past the expiry at `now`, with nothing that could still need it. */
+    /**
+     * Whether `host` has been idle past the expiry at `now`, with nothing that could still need it:
+     * gone from then, whether or not a sweep has removed it yet.
+     */
     const expired = (host: Host, now: number) =>
       expiryMs > 0 && host.sessionsRecorded && host.connection === undefined && host.sessions.size === 0 &&
       hosts.get(host.id) === host && now - host.idleSinceMs >= expiryMs
+
+    /** `id`'s registration unless it is missing or due (`expired`). */
+    const standing = (id: string): Host | undefined => {
+      const host = hosts.get(id)
+      return host === undefined || expired(host, clock.unsafeCurrentTimeMillis()) ? undefined : host
+    }
+
+    /**
+     * Removes `id`'s registration now if it is due, durably (the caller holds the appends): found
+     * due by a use rather than a sweep. A failed write is logged; the registration stays gone
+     * all the same (`standing`), and a later use or sweep writes its removal.
+     */
+    const removeIfDue = (id: string): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const host = hosts.get(id)
+        const now = clock.unsafeCurrentTimeMillis()
+        if (host === undefined || !expired(host, now)) return Effect.void
+        const durable = file === undefined
+          ? Effect.void
+          : Effect.tryPromise({ try: () => appendDurably(file, [removalLine(host.id, now, "expiry")]), catch: failedWrite("the expiry") })
+        return Effect.tap(durable, () => Effect.sync(() => hosts.delete(host.id))).pipe(
+          Effect.catchAll((e) => Effect.logWarning(`${hostName(host.id)} was not expired: ${e.message}`))
+        )
+      })
 
     const expire: HostsShape["expire"] = Effect.gen(function*() {
       if (expiryMs === 0) return []
@@ -188,16 +219,26 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
       })
     }
 
+    /** Registrations whose line is being written: each holds its place under MAX_HOSTS meanwhile. */
+    let writing = 0
     const register: HostsShape["register"] = Effect.gen(function*() {
       // At the bound, what is due goes first (the sweep may not have come yet).
-      if (hosts.size >= MAX_HOSTS) yield* expire
-      if (hosts.size >= MAX_HOSTS) return yield* Effect.fail(full(clock.unsafeCurrentTimeMillis()))
+      if (hosts.size + writing >= MAX_HOSTS) yield* expire
+      // Checked and taken in one step: concurrent registrations cannot all pass the check.
+      if (hosts.size + writing >= MAX_HOSTS) return yield* Effect.fail(full(clock.unsafeCurrentTimeMillis()))
+      writing++
       const host_id = yield* mintHostId
       const token = `bht_${crypto.randomBytes(HOST_TOKEN_BYTES).toString("base64url")}`
       const digest = sha256(token)
       const now = clock.unsafeCurrentTimeMillis()
-      yield* append([registrationLine(host_id, digest, now)], "the registration")
-      hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map(), idleSinceMs: now, sessions: new Set(), sessionsRecorded: true })
+      // The place goes to the host once its line is durable, or back if the write failed.
+      yield* Effect.onExit(append([registrationLine(host_id, digest, now)], "the registration"), (exit) =>
+        Effect.sync(() => {
+          writing--
+          if (Exit.isSuccess(exit)) {
+            hosts.set(host_id, { id: host_id, digest, connection: undefined, calls: new Map(), idleSinceMs: now, sessions: new Set(), sessionsRecorded: true })
+          }
+        }))
       return { host_id, token }
     })
 
@@ -209,9 +250,12 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
 
     const use: HostsShape["use"] = (id, session) =>
       appends.withPermits(1)(Effect.suspend((): Effect.Effect<void, InvalidRequest | Internal> => {
-        const host = hosts.get(id)
+        const host = standing(id)
         if (host === undefined) {
-          return Effect.fail(new InvalidRequest({ message: `no host is registered with id ${JSON.stringify(id)} (POST /v1/hosts)` }))
+          return Effect.zipRight(
+            removeIfDue(id),
+            Effect.fail(new InvalidRequest({ message: `no host is registered with id ${JSON.stringify(id)} (POST /v1/hosts)` }))
+          )
         }
         if (host.sessions.has(session)) return Effect.void
         // Held from now: a sweep waiting for the appends sees it.
@@ -230,16 +274,19 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
       })
 
     const authorize: HostsShape["authorize"] = (host, token) => {
-      const known = hosts.get(host)
+      const known = standing(host)
       const same = crypto.timingSafeEqual(sha256(token), known?.digest ?? NOBODY)
       return known !== undefined && same
     }
 
     const connect: HostsShape["connect"] = (id) =>
       appends.withPermits(1)(Effect.gen(function*() {
-        const host = hosts.get(id)
-        // Removed since its token was checked.
-        if (host === undefined) return yield* Effect.fail(new Unauthorized({ message: `${hostName(id)} is not registered` }))
+        const host = standing(id)
+        // Removed (or come due) since its token was checked.
+        if (host === undefined) {
+          yield* removeIfDue(id)
+          return yield* Effect.fail(new Unauthorized({ message: `${hostName(id)} is not registered` }))
+        }
         if (file !== undefined) {
           yield* Effect.tryPromise({ try: () => appendDurably(file, [connectedLine(id, clock.unsafeCurrentTimeMillis())]), catch: failedWrite("the stream's opening") })
         }
@@ -262,6 +309,9 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
     })
 
     if (expiryMs > 0) {
+      // What came due while the server was down goes before anything is answered: a restart never
+      // makes an idle registration look fresh.
+      yield* expire
       yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(Duration.millis(sweepEveryMs(expiryMs))), expire)))
     }
     // Closing: every stream ends (their hosts idle from now), then what is queued is written,
@@ -279,7 +329,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
     return {
       register,
       unregister,
-      isRegistered: (host) => hosts.has(host),
+      isRegistered: (host) => standing(host) !== undefined,
       use,
       release,
       expire,

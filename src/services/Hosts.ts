@@ -53,7 +53,10 @@ export type ResultError = Conflict | PayloadTooLarge
 export type HostEventError = Conflict | InvalidRequest | PayloadTooLarge | SessionStorageError | Internal
 
 export interface HostsShape {
-  /** Registers a new host, durably before it answers. Refused (`overloaded`) past MAX_HOSTS. */
+  /**
+   * Registers a new host, durably before it answers. Refused (`overloaded`) past MAX_HOSTS, counting
+   * the registrations still being written.
+   */
   readonly register: Effect.Effect<Registered, RegisterError>
   /**
    * Removes `host`'s registration, durably before it answers: its command stream ends (its calls
@@ -76,7 +79,10 @@ export interface HostsShape {
    * registration at MAX_HOSTS.
    */
   readonly expire: Effect.Effect<ReadonlyArray<HostId>>
-  /** Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown host. */
+  /**
+   * Whether `token` is `host`'s own (compared as digests in constant time). False for an unknown
+   * host, and for one whose registration has come due for expiry (removed or not yet).
+   */
   readonly authorize: (host: string, token: string) => boolean
   /**
    * Opens `host`'s command stream, replacing (and dropping) the one it had, once the opening is

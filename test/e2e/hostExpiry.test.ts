@@ -3,8 +3,8 @@
  * (BRAIN_HOST_IDLE_EXPIRY_SECS): a registration with no command stream and no session naming it
  * is removed, so its token opens nothing; a host whose stream stays open, and one a session that
  * is not deleted names, stand; a deleted session lets its host go. Across a `kill -9`, the idle
- * clock is kept: a host idle before the crash expires on time, one connected when it died counts
- * as connected until the restart.
+ * clock is kept: a host that came due while the server was down is gone as soon as it answers,
+ * one connected when it died counts as connected until the restart.
  *
  * Whether a registration stands is probed without touching its clock: a result for a call that
  * was never sent answers 409 `not_in_flight` to a known host, 401 to an unknown one.
@@ -96,7 +96,10 @@ describe("host registrations' idle expiry through a real server", () => {
     await eventually("the idle registrations to expire", async () => ((await stands(idle)) || (await stands(dropped)) ? undefined : true), 3 * EXPIRY_SECS * 1000, 200)
     expect(await stands(open)).toBe(true)
     expect(await stands(named)).toBe(true)
-    expect(records().filter((r) => r.by === "expiry").map((r) => r.host_id).sort()).toEqual([idle.host_id, dropped.host_id].sort())
+    // Refused from the moment they were due; their removals are written by the next sweep.
+    const removals = () => records().filter((r) => r.by === "expiry").map((r) => r.host_id).sort()
+    await eventually("the expiries on file", async () => (removals().length === 2 ? true : undefined), 5_000, 100)
+    expect(removals()).toEqual([idle.host_id, dropped.host_id].sort())
     // An expired host's token opens nothing, its stream included.
     const reopen = await fetch(server.url(`/v1/hosts/${idle.host_id}/commands`), { headers: { authorization: `Bearer ${idle.token}` } })
     expect(reopen.status).toBe(401)
@@ -121,10 +124,19 @@ describe("host registrations' idle expiry through a real server", () => {
     await sleep((EXPIRY_SECS - 1) * 1000)
     await server.kill()
     for (const a of aborts) a.abort()
+    // Down long enough for `before` to come due meanwhile.
+    await sleep(1500)
     await server.start()
-    // `before` has been idle since before the crash: due about when the server is back.
-    await sleep(2000)
+    // `before` came due while the server was down: gone as soon as the server answers, before any
+    // sweep; its stream is refused and no session can name it.
     expect(await stands(before)).toBe(false)
+    const reopen = await fetch(server.url(`/v1/hosts/${before.host_id}/commands`), { headers: { authorization: `Bearer ${before.token}` } })
+    expect(reopen.status).toBe(401)
+    await reopen.body?.cancel()
+    const naming = await request(server.baseUrl, "/v1/sessions", {
+      json: { model: { provider: "scripted" }, environments: [{ name: "app", driver: "host", host: before.host_id }] }
+    })
+    expect(naming.status, naming.text).toBe(400)
     // `connected` counts as connected until the restart: it stands for the expiry after it.
     expect(await stands(connected)).toBe(true)
     await eventually("the host connected at the crash to expire after the restart", async () => ((await stands(connected)) ? undefined : true), 3 * EXPIRY_SECS * 1000, 200)

@@ -13,10 +13,11 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, TestClock } from "effect"
+import { Effect, Either, TestClock } from "effect"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
 import { MAX_HOSTS } from "../../src/domain/Limits.js"
 import { make } from "../../src/layers/HostsFile.js"
+import { registrationLine } from "../../src/layers/hosts/Registrations.js"
 
 const options = (dataDir: string) => ({ dataDir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024 })
 const fileOf = (dataDir: string) => path.join(dataDir, "hosts", "registrations.jsonl")
@@ -56,6 +57,48 @@ describe("the host registry's file", () => {
       expect(third.authorize(kept.host_id, kept.token)).toBe(true)
       expect(fs.readdirSync(path.dirname(fileOf(dir)))).toEqual(["registrations.jsonl"])
     }))
+})
+
+describe("MAX_HOSTS", () => {
+  /** A registrations file holding `n` registrations, as a server that made them leaves it. */
+  const filled = (n: number) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+    fs.mkdirSync(path.dirname(fileOf(dir)), { recursive: true })
+    const lines = Array.from({ length: n }, (_, i) => registrationLine(`host_${String(i).padStart(26, "0")}` as HostId, Buffer.alloc(32, 1), 0))
+    fs.writeFileSync(fileOf(dir), lines.join("\n") + "\n")
+    return dir
+  }
+  const standing = (dataDir: string) => new Set(recorded(dataDir).filter((l) => l.token_sha256 !== undefined).map((l) => l.host_id)).size
+
+  it.scoped("concurrent registrations at the bound never pass it: as many succeed as there is room for, the rest are refused overloaded, and the file holds MAX_HOSTS", () =>
+    Effect.gen(function*() {
+      const room = 8
+      const dir = filled(MAX_HOSTS - room)
+      const hosts = yield* make(options(dir))
+      const outcomes = yield* Effect.all(Array.from({ length: 4 * room }, () => Effect.either(hosts.register)), { concurrency: "unbounded" })
+      const refused = outcomes.filter(Either.isLeft).map((o) => o.left._tag)
+      expect(outcomes.filter(Either.isRight)).toHaveLength(room)
+      expect(new Set(refused)).toEqual(new Set(["Overloaded"]))
+      expect(standing(dir)).toBe(MAX_HOSTS)
+      const again = yield* make(options(dir))
+      expect((yield* Effect.flip(again.register))._tag).toBe("Overloaded")
+    }), 60_000)
+
+  it.scoped("a registration whose write fails gives its place back: the next one takes it", () =>
+    Effect.gen(function*() {
+      const dir = filled(MAX_HOSTS - 1)
+      const hosts = yield* make(options(dir))
+      const saved = fs.readFileSync(fileOf(dir))
+      // The file cannot be opened for appending (a directory in its place).
+      fs.rmSync(fileOf(dir))
+      fs.mkdirSync(fileOf(dir))
+      expect((yield* Effect.flip(hosts.register))._tag).toBe("Internal")
+      fs.rmdirSync(fileOf(dir))
+      fs.writeFileSync(fileOf(dir), saved)
+      const last = yield* hosts.register
+      expect(hosts.isRegistered(last.host_id)).toBe(true)
+      expect((yield* Effect.flip(hosts.register))._tag).toBe("Overloaded")
+    }), 60_000)
 })
 
 const EXPIRY_MS = 10_000
@@ -197,6 +240,45 @@ describe("host registrations' idle expiry", () => {
       yield* TestClock.adjust(1)
       yield* third.expire
       expect(third.isRegistered(open.host_id)).toBe(false)
+    }))
+
+  it.scoped("a restart never makes an idle registration look fresh: one that came due while the server was down is gone at start, before any sweep: its token authorizes nothing, its stream and a session naming it are refused, and its expiry is on file", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      // Registered, then the server stops (its scope closes: no sweep runs after).
+      const { due, young } = yield* Effect.scoped(Effect.gen(function*() {
+        const first = yield* make(expiring(dir))
+        const due = yield* first.register
+        yield* TestClock.adjust(EXPIRY_MS / 2)
+        return { due, young: yield* first.register }
+      }))
+      yield* TestClock.adjust(EXPIRY_MS / 2 + 1)
+      const again = yield* make(expiring(dir))
+      expect(again.isRegistered(due.host_id)).toBe(false)
+      expect(again.authorize(due.host_id, due.token)).toBe(false)
+      expect((yield* Effect.flip(again.connect(due.host_id)))._tag).toBe("Unauthorized")
+      expect((yield* Effect.flip(again.use(due.host_id, session(1))))._tag).toBe("InvalidRequest")
+      expect(recorded(dir).filter((l) => l.by === "expiry")).toEqual([{ host_id: due.host_id, removed_at_ms: EXPIRY_MS + 1, by: "expiry" }])
+      // One not yet due stands.
+      expect(again.authorize(young.host_id, young.token)).toBe(true)
+    }))
+
+  it.scoped("a registration that has come due is refused at once, not at the next sweep: its token authorizes nothing, its stream and a session naming it are refused, and its removal is on file", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const hosts = yield* make(expiring(dir))
+      // Registered between two sweeps (every EXPIRY_MS / 10), so it comes due between two.
+      yield* TestClock.adjust(EXPIRY_MS / 20)
+      const a = yield* hosts.register
+      const b = yield* hosts.register
+      const c = yield* hosts.register
+      yield* TestClock.adjust(EXPIRY_MS - 1)
+      expect([hosts.authorize(a.host_id, a.token), hosts.isRegistered(a.host_id)]).toEqual([true, true])
+      yield* TestClock.adjust(1)
+      expect([hosts.authorize(a.host_id, a.token), hosts.isRegistered(a.host_id)]).toEqual([false, false])
+      expect((yield* Effect.flip(hosts.connect(b.host_id)))._tag).toBe("Unauthorized")
+      expect((yield* Effect.flip(hosts.use(c.host_id, session(1))))._tag).toBe("InvalidRequest")
+      expect(recorded(dir).filter((l) => l.by === "expiry").map((l) => l.host_id).sort()).toEqual([b.host_id, c.host_id].sort())
     }))
 
   it.scoped("a registration recorded before sessions were recorded (no sessions_recorded) never expires by itself", () =>
