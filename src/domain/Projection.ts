@@ -83,7 +83,7 @@ export interface SessionState {
   readonly requests: HashMap.HashMap<string, RequestEntry>
   /** The running turn's request (its `requestId`), if the turn was keyed. */
   readonly turnRequest: string | undefined
-  /** No request's `atMs` is older than this (0 when there are none): when pruning could drop one. */
+  /** No request that can expire has an `atMs` older than this (0 when there are none): when pruning could drop one. */
   readonly requestsOldest: number
   /**
    * The memory this state holds, in bytes (`jsonBytes` of its configuration, transcript and kv,
@@ -334,21 +334,31 @@ export const transcriptLengthAt = (state: Pick<SessionState, "transcriptLengths"
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
 export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)
 
-/** Whether a request entry is past retention at `now` (retention 0 keeps it for ever). */
-export const requestExpired = (e: RequestEntry, now: number, retentionMs: number) =>
-  retentionMs > 0 && now - e.atMs >= retentionMs
+/**
+ * Whether the request under `id` is a send never answered: its turn still running, or closed
+ * without its answer (by recovery, after a crash). A retry is ambiguous and never runs it again
+ * (the seed: "never executes the request again"), so it never expires: it stays until the session
+ * is deleted. A submit is answered by its receipt as soon as it is claimed.
+ */
+export const unansweredSend = (id: string, e: RequestEntry) => e.answered === undefined && id.startsWith("send:")
+
+/** Whether the request under `id` is past retention at `now` (retention 0 keeps it for ever; an unanswered send never expires). */
+export const requestExpired = (id: string, e: RequestEntry, now: number, retentionMs: number) =>
+  retentionMs > 0 && now - e.atMs >= retentionMs && !unansweredSend(id, e)
 
 /** The request under `id` if it is within retention. */
 export const liveRequest = (state: SessionState, id: string, now: number, retentionMs: number): RequestEntry | undefined => {
   const e = HashMap.get(state.requests, id)
-  return Option.isSome(e) && !requestExpired(e.value, now, retentionMs) ? e.value : undefined
+  return Option.isSome(e) && !requestExpired(id, e.value, now, retentionMs) ? e.value : undefined
 }
 
 /**
  * The state without its expired requests (the running turn's kept): they are answered as never
  * seen either way, and dropping them frees their memory. Only once the oldest is `slackMs` past
  * its expiry (by default an eighth of retention), so that a session with steady traffic prunes
- * once per `slackMs`, not on every request: a prune walks every request.
+ * once per `slackMs`, not on every request: a prune walks every request. The oldest counts only
+ * requests that can expire (not an unanswered send): with none left, the next prune is a
+ * retention from now (a send answered later takes its answer's time, no sooner).
  */
 export const pruneRequests = (state: SessionState, now: number, retentionMs: number, slackMs = retentionMs / 8): SessionState => {
   if (retentionMs <= 0 || HashMap.size(state.requests) === 0 || now - state.requestsOldest < retentionMs + slackMs) return state
@@ -356,12 +366,13 @@ export const pruneRequests = (state: SessionState, now: number, retentionMs: num
   let bytes = state.bytes
   let oldest = Infinity
   for (const [id, e] of state.requests) {
-    if (id !== state.turnRequest && requestExpired(e, now, retentionMs)) {
+    if (id !== state.turnRequest && requestExpired(id, e, now, retentionMs)) {
       requests = HashMap.remove(requests, id)
       bytes -= requestBytes(id, e)
-    } else oldest = Math.min(oldest, e.atMs)
+    } else if (!unansweredSend(id, e)) oldest = Math.min(oldest, e.atMs)
   }
-  return { ...state, requests, bytes, requestsOldest: oldest === Infinity ? 0 : oldest }
+  const requestsOldest = oldest !== Infinity ? oldest : HashMap.size(requests) === 0 ? 0 : now
+  return { ...state, requests, bytes, requestsOldest }
 }
 
 /** The public Event envelope. */

@@ -21,7 +21,8 @@
  *   repair`); requests without a key are not its business. It never starts a fresh log, which
  *   would let old keys run twice.
  * - Compaction drops expired entries from the index and, once enough of the log is dead, the
- *   writer rewrites it between rounds by copying the live frames from the file.
+ *   writer rewrites it between rounds by copying the live frames from the file. A claim never
+ *   answered and an ambiguous verdict never expire (idempotency/Index.ts): they are always live.
  * - The index holds at most `maxKeys` entries (BRAIN_MAX_IDEMPOTENCY_KEYS): at the bound a claim
  *   of a new key, the completion of a reservation and an adoption that would pass it are refused
  *   (`IdempotencyFull`) before anything is written, once the expired entries in the way are
@@ -69,6 +70,7 @@ import {
   claimKind,
   decodeIndexRecord,
   decodeKeptAnswer,
+  isAmbiguousVerdict,
   keptAnswerJson,
   notKeptJson,
   releaseJson,
@@ -200,7 +202,7 @@ export const make = (
     /** Writes the claim frame of `entry` (reserved until now); a refused or failed write drops it. */
     const writeClaim = (id: string, scope: string, key: string, entry: Entry) => {
       entry.state = "running"
-      return log.append({ kind: claimKind, json: claimJson(scope, key, entry.bodyHash, entry.atMs, entry.session), atMs: entry.atMs }, (offset, size) => {
+      return log.append({ kind: claimKind, json: claimJson(scope, key, entry.bodyHash, entry.atMs, entry.session, entry.adopted), atMs: entry.atMs }, (offset, size) => {
         entry.claimOffset = offset
         entry.claimSize = size
         if (index.entries.get(id) === entry) index.liveBytes += size
@@ -223,6 +225,7 @@ export const make = (
         entry.answerSize = size
         entry.atMs = atMs
         entry.notKept = notKept
+        entry.verdict = isAmbiguousVerdict(answer)
         if (index.entries.get(id) === entry) index.liveBytes += size
         index.settled(id, entry)
       }).pipe(

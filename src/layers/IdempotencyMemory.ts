@@ -18,7 +18,7 @@ import {
 } from "../services/Idempotency.js"
 import { idOf } from "./idempotency/Index.js"
 import { KeyBound, maxIdempotencyKeys } from "./idempotency/KeyBound.js"
-import { answerText } from "./idempotency/Records.js"
+import { answerText, isAmbiguousVerdict } from "./idempotency/Records.js"
 
 export interface IdempotencyMemoryOptions {
   /** How long a claim (or, once answered, its answer) is kept, in milliseconds. 0 = forever. */
@@ -37,6 +37,8 @@ interface Entry {
   answer: string | { readonly notKept: { readonly status: number; readonly bytes: number } } | undefined
   /** Claimed elsewhere and never answered (an adopted key): ambiguous, not in flight, and it expires. */
   neverAnswered?: true
+  /** Its answer is an ambiguous verdict (`isAmbiguousVerdict`): it never expires. */
+  verdict?: true
   /** Reserved (`reserve`), not claimed: a deleted session's key handed over (`adopt`) takes its place. */
   reservation?: true
   /** The session its claim named (a create's minted id): an Ambiguous answer for the key names it. */
@@ -55,6 +57,11 @@ class Entries extends KeyBound<Entry> {
 
   protected inFlight(e: Entry) {
     return e.answer === undefined && e.neverAnswered !== true
+  }
+
+  /** Every claim of this store is this process's (in flight until answered); only a verdict is unresolved. */
+  protected unresolved(e: Entry) {
+    return e.verdict === true
   }
 }
 
@@ -122,6 +129,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
           }
           entry.answer = kept(answer)
           entry.atMs = now
+          if (isAmbiguousVerdict(answer)) entry.verdict = true
           delete entry.reservation
           return Effect.void
         }),

@@ -10,6 +10,10 @@
  *   free again, durably, so a retry with it runs.
  * - An answer that could not be recorded leaves its key ambiguous (the work happened), never
  *   "in progress".
+ * - A claim never answered (by an earlier process, or whose answer could not be recorded) and an
+ *   ambiguous verdict (a 409 `ambiguous` answer kept for a request that may have had effects)
+ *   never expire, whatever the retention: their requests are never run again under their keys.
+ *   An adopted key never answered expires as any (its session is deleted: nothing can run it).
  * - The live keys held are bounded (`maxKeys`): at the bound a new key is refused with
  *   `IdempotencyFull` and nothing changes, while every key already held keeps answering. A live
  *   key is never dropped to make room: room comes from keys expiring, and from releases.
@@ -141,7 +145,7 @@ export interface IdempotencyShape {
    * new keys would take the store past `maxKeys`, none is adopted: `IdempotencyFull`.
    */
   readonly adopt: (keys: ReadonlyArray<AdoptedKey>) => Effect.Effect<void, IdempotencyError>
-  /** Drops claims and answers older than the retention period; returns how many were dropped. */
+  /** Drops answers (and adopted claims) older than the retention period; returns how many were dropped. */
   readonly compact: Effect.Effect<number, IdempotencyError>
 }
 

@@ -135,6 +135,32 @@ export const idempotencyContract = (name: string, harness: IdempotencyHarness) =
         expect(old._tag === "Replay" && old.answer.body).toBe("old again")
       }))
 
+    it.scoped("a recorded ambiguous verdict (409 ambiguous, details.ambiguous: the request may have had effects) never expires: compact keeps it and a retry long past retention still gets it; any other answer, a 409 too, expires", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS })
+        const verdict: Answer = {
+          status: 409,
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ code: "ambiguous", message: "it may have taken effect", retryable: false, details: { ambiguous: true, status: 500 } })
+        }
+        const refusal: Answer = {
+          status: 409,
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ code: "teardown_failed", message: "a teardown failed", retryable: false, details: { environments: [] } })
+        }
+        yield* store.claim("s", "verdict", "h")
+        yield* store.complete("s", "verdict", verdict, { beyondBound: true })
+        yield* store.claim("s", "refusal", "h")
+        yield* store.complete("s", "refusal", refusal)
+        yield* TestClock.adjust(10 * RETENTION_MS)
+        expect(yield* store.compact).toBe(1)
+        for (let i = 0; i < 2; i++) {
+          expect(yield* store.claim("s", "verdict", "h")).toEqual({ _tag: "Replay", answer: verdict })
+          expect(yield* store.claim("s", "verdict", "other")).toEqual({ _tag: "Conflict" })
+        }
+        expect(yield* store.claim("s", "refusal", "h")).toEqual({ _tag: "Claimed" })
+      }))
+
     it.scoped("an answer above the maximum is recorded as not kept: later claims get its status and JSON size, never in flight; one at the maximum is kept", () =>
       Effect.gen(function*() {
         const maxAnswerBytes = 2_048

@@ -238,6 +238,37 @@ describe("Projection folds", () => {
     expect(pruneRequests(s, 2_000, 0)).toBe(s)
   })
 
+  it("a send claimed and never answered (its turn closed by recovery, or still running) never expires and is never pruned, whatever the retention; answered sends and submits expire; with only such sends left, pruning does not walk again within retention", () => {
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }], // 3
+      ["request_claimed", { mode: "send", key: "crashed", request_hash: "h", at_ms: 0 }],
+      ["turn_failed", { sequence: 3, failure }], // recovery's close: no request_answered
+      ["turn_started", { input: { message: "hi" }, mode: "send" }], // 6
+      ["request_claimed", { mode: "send", key: "answered", request_hash: "h", at_ms: 10 }],
+      ["turn_ended", { sequence: 6 }],
+      ["request_answered", { key: "answered", at_ms: 20 }],
+      ["turn_started", { input: { message: "hi" }, mode: "submit" }], // 10
+      ["request_claimed", { mode: "submit", key: "submitted", request_hash: "h", at_ms: 30 }],
+      ["turn_ended", { sequence: 10 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }], // 13
+      ["request_claimed", { mode: "send", key: "running", request_hash: "h", at_ms: 40 }]
+    )
+    const s = foldAll(rs)
+    const retention = 800
+    const late = 1_000 * retention
+    expect(liveRequest(s, requestId("send", "crashed"), late, retention)).toBeDefined()
+    expect(liveRequest(s, requestId("send", "running"), late, retention)).toBeDefined()
+    expect(liveRequest(s, requestId("send", "answered"), late, retention)).toBeUndefined()
+    expect(liveRequest(s, requestId("submit", "submitted"), late, retention)).toBeUndefined()
+    const pruned = pruneRequests(s, late, retention)
+    expect([...HashMap.keys(pruned.requests)].sort()).toEqual([requestId("send", "crashed"), requestId("send", "running")])
+    expect(pruned.bytes).toBe(stateBytes(pruned))
+    // Nothing left can expire: no walk until a retention (and its slack) from now.
+    expect(pruneRequests(pruned, late + retention, retention)).toBe(pruned)
+  })
+
   it("the empty state serializes and restores to itself", () => {
     expect(serializeState(deserializeState(serializeState(empty)))).toEqual(serializeState(empty))
   })

@@ -1,7 +1,8 @@
 /**
  * A keyed create whose answer was lost: a real server is killed (`kill -9`) between the create's
  * claim and its answer (while its Environment's setup hangs), and restarted. The retry under the
- * same key is 409 `ambiguous` and is never run again (docs/api.md, "Idempotency"), and it names the
+ * same key is 409 `ambiguous` and is never run again (docs/api.md, "Idempotency"), past the
+ * retention (BRAIN_REQUEST_RETENTION_SECS) too, and it names the
  * session the first request minted (`details.session_id`, the SDK's `BrainError.sessionId`), so
  * the client can inspect what the create left and clean it up. The id is recorded with the claim,
  * before the session's journal exists.
@@ -14,7 +15,7 @@ import * as readline from "node:readline"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Brain, BrainError } from "../../src/sdk/index.js"
 import { FAKE_ENVIRONMENT, type LogLine } from "../support/httpEnvironment.js"
-import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, request, type ServerProcess, sleep, startServer } from "../support/server.js"
 
 interface FakeProcess {
   readonly url: string
@@ -40,7 +41,10 @@ describe("a keyed create killed between its claim and its answer", () => {
     ensureBuilt()
     // Every setup hangs: the create is in flight, claimed and unanswered, for as long as the test needs.
     env = await startFake({ HTTP_ENV_LIFECYCLE: JSON.stringify({ setup: "hang" }) })
-    server = await startServer({ env: { BRAIN_ENVIRONMENTS: JSON.stringify({ boxes: { driver: "http", base_url: env.url } }) } })
+    // A short retention: the unanswered claim must outlive it.
+    server = await startServer({
+      env: { BRAIN_ENVIRONMENTS: JSON.stringify({ boxes: { driver: "http", base_url: env.url } }), BRAIN_REQUEST_RETENTION_SECS: "2" }
+    })
   }, 120_000)
   afterAll(async () => {
     await server?.dispose()
@@ -96,8 +100,13 @@ describe("a keyed create killed between its claim and its answer", () => {
     const deleted = await request(server.baseUrl, `/v1/sessions/${id}`, { method: "DELETE" })
     expect(deleted.status, deleted.text).toBe(204)
     expect(env.requests().map((r) => [r.path, r.session_id])).toEqual([["/setup", id], ["/teardown", id]])
-    // The key still answers the same, the session gone or not.
+    // The key still answers the same, the session gone or not, past the retention and a restart too.
     const after = await request(server.baseUrl, "/v1/sessions", { json: body, headers: key })
     expect(after.text).toBe(retried.text)
+    await server.restart()
+    await sleep(2_500)
+    const long = await request(server.baseUrl, "/v1/sessions", { json: body, headers: key })
+    expect(long.text).toBe(retried.text)
+    expect(env.requests().map((r) => r.path)).toEqual(["/setup", "/teardown"])
   }, 90_000)
 })

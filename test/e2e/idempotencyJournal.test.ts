@@ -164,6 +164,38 @@ describe("idempotency keys in the session's journal", () => {
     }
   })
 
+  it("a keyed send cut by kill -9 is never run again, however long after: past BRAIN_REQUEST_RETENTION_SECS its retry is still 409 ambiguous, while an answered key is free", async () => {
+    const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
+    servers.push(s)
+    const replies = [{ text: "first" }, { delay_ms: 60_000, text: "never" }, { text: "again" }]
+    const created = await request(s.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies } } })
+    const id = created.body.session_id as string
+    const send = sender(s, id)
+    const answered = await send("hello", "answered")
+    expect(answered.status, answered.text).toBe(200)
+    const cut = send("slow", "cut").then((r) => r, (e: unknown) => e)
+    await eventually("the keyed turn to run", async () => (await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "running" || undefined)
+    await s.kill()
+    expect(await cut).toBeInstanceOf(Error)
+    await s.start()
+    await sleep(1_500)
+    for (let i = 0; i < 2; i++) {
+      const retried = await send("slow", "cut")
+      expect(retried.status, retried.text).toBe(409)
+      expect(retried.body).toMatchObject({ code: "ambiguous", details: { ambiguous: true, in_flight: false } })
+    }
+    // The answered key has lived its retention: the same send runs again.
+    const rerun = await send("hello", "answered")
+    expect(rerun.status, rerun.text).toBe(200)
+    expect(rerun.body.turn.sequence).toBeGreaterThan(answered.body.turn.sequence)
+    // And after another restart, past the retention again, the cut send is still refused.
+    await s.restart()
+    await sleep(1_100)
+    expect((await send("slow", "cut")).status).toBe(409)
+    const turns = (await request(s.baseUrl, `/v1/sessions/${id}/events?limit=1000`)).body.events.filter((e: { kind: string }) => e.kind === "turn_started")
+    expect(turns.length).toBe(3)
+  }, 60_000)
+
   it("a key past BRAIN_REQUEST_RETENTION_SECS is free: the same send runs again as a new turn", async () => {
     const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
     servers.push(s)

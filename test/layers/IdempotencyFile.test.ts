@@ -246,7 +246,7 @@ describe("IdempotencyFile: restart", () => {
         }))
     }))
 
-  it.scoped("an entry that expired while the server was down is gone after the restart", () =>
+  it.scoped("an answer that expired while the server was down is gone after the restart; a claim never answered is not: it stays ambiguous however long the server was down, and under a lowered retention", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       yield* withStore(dir, (store) => record(store, ["old"], ["old-unanswered"]))
@@ -256,9 +256,58 @@ describe("IdempotencyFile: restart", () => {
       yield* withStore(dir, (store) =>
         Effect.gen(function*() {
           expect(yield* store.claim("s", "old", "new body")).toEqual({ _tag: "Claimed" })
-          expect(yield* store.claim("s", "old-unanswered", "new body")).toEqual({ _tag: "Claimed" })
+          yield* expectAmbiguousFromLog(store, "old-unanswered")
+          expect(yield* store.claim("s", "old-unanswered", "new body")).toEqual({ _tag: "Conflict" })
           yield* expectReplay(store, "young")
         }))
+      yield* TestClock.adjust(100 * RETENTION_MS)
+      yield* withStore(dir, (store) => expectAmbiguousFromLog(store, "old-unanswered"), { retentionMs: 1 })
+    }))
+
+  it.scoped("claims never answered and ambiguous verdicts outlive the retention through compaction, a rewrite of the log and restarts, still answering as they did; the answers beside them expire", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const verdict: Answer = {
+        status: 409,
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ code: "ambiguous", message: "it may have taken effect", retryable: false, details: { ambiguous: true } })
+      }
+      const limits = { limits: { rewriteDeadBytes: 1 } }
+      const answered = Array.from({ length: 50 }, (_, i) => `answered-${i}`)
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* record(store, answered, ["crashed"])
+          expect((yield* store.claim("s", "verdict", "h-verdict"))._tag).toBe("Claimed")
+          yield* store.complete("s", "verdict", verdict, { beyondBound: true })
+        }), limits)
+      const before = fs.statSync(logOf(dir)).size
+      yield* TestClock.adjust(2 * RETENTION_MS)
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          expect(yield* store.compact).toBe(0) // what expired was dropped at the open
+          expect(fs.statSync(logOf(dir)).size).toBeLessThan(before / 4)
+          yield* expectAmbiguousFromLog(store, "crashed")
+          expect(yield* store.claim("s", "verdict", "h-verdict")).toEqual({ _tag: "Replay", answer: verdict })
+          expect(yield* store.claim("s", "answered-0", "other")).toEqual({ _tag: "Claimed" })
+        }), limits)
+      // The rewritten log holds them.
+      expect(framesOf(fs.readFileSync(logOf(dir))).map((f) => f.kind).sort()).toEqual(["idem_answer", "idem_claim", "idem_claim", "idem_claim"])
+      yield* TestClock.adjust(2 * RETENTION_MS)
+      yield* withStore(dir, (store) =>
+        Effect.gen(function*() {
+          yield* expectAmbiguousFromLog(store, "crashed")
+          expect(yield* store.claim("s", "verdict", "h-verdict")).toEqual({ _tag: "Replay", answer: verdict })
+        }))
+    }))
+
+  it.scoped("a key adopted without its answer (a deleted session's send: nothing can run it again) expires with the retention, also after a restart", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      yield* withStore(dir, (store) => store.adopt([{ scope: "s", key: "u", bodyHash: "h-u", atMs: 0, answer: undefined }]))
+      yield* TestClock.adjust(RETENTION_MS - 1)
+      yield* withStore(dir, (store) => expectAmbiguousFromLog(store, "u"))
+      yield* TestClock.adjust(1)
+      yield* withStore(dir, (store) => Effect.map(store.claim("s", "u", "other"), (r) => expect(r).toEqual({ _tag: "Claimed" })))
     }))
 })
 

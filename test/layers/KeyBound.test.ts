@@ -1,7 +1,7 @@
 /**
  * The bound on live idempotency keys both stores share (src/layers/idempotency/KeyBound.ts), on its
- * own: a request in flight is never dropped to make room, the front sweep stops at the first live
- * entry, a full sweep is made at most once per interval (every time at interval 0), and an
+ * own: a request in flight and an unresolved entry are never dropped to make room, the front sweep
+ * stops at the first live entry, a full sweep is made at most once per interval (every time at interval 0), and an
  * adoption is all or none, adding none never refused.
  */
 import { describe, expect, it } from "vitest"
@@ -10,11 +10,16 @@ import { KeyBound } from "../../src/layers/idempotency/KeyBound.js"
 interface TestEntry {
   readonly atMs: number
   readonly running: boolean
+  readonly unresolved?: boolean
 }
 
 class Bound extends KeyBound<TestEntry> {
   protected inFlight(e: TestEntry) {
     return e.running
+  }
+
+  protected unresolved(e: TestEntry) {
+    return e.unresolved === true
   }
 }
 
@@ -56,6 +61,21 @@ describe("KeyBound", () => {
     expect(bound.entries.has("late")).toBe(true)
     expect(bound.hasRoom(now + FULL_SWEEP_MS, 1)).toBe(true)
     expect([...bound.entries.keys()]).toEqual(["running", "live", "other"])
+  })
+
+  it("an unresolved entry (a claim never answered, an ambiguous verdict) never expires and is never dropped to make room; the front sweep passes over it to the expired entries behind", () => {
+    const now = 5 * RETENTION_MS
+    const bound = filled(FULL_SWEEP_MS, [
+      ["crashed", { atMs: 0, running: false, unresolved: true }],
+      ["old", { atMs: 0, running: false }],
+      ["live", { atMs: now, running: false }]
+    ])
+    expect(bound.expired(bound.entries.get("crashed")!, 10 * RETENTION_MS)).toBe(false)
+    expect(bound.hasRoom(now, 1)).toBe(true)
+    expect([...bound.entries.keys()]).toEqual(["crashed", "live"])
+    expect(bound.hasRoom(now + FULL_SWEEP_MS, 2)).toBe(false)
+    expect(bound.sweep(100 * RETENTION_MS)).toBe(1)
+    expect([...bound.entries.keys()]).toEqual(["crashed"])
   })
 
   it("at interval 0 every lack of room is a full sweep", () => {

@@ -4,8 +4,11 @@
  * with the number of keys, not with the size of their answers.
  *
  * - An entry claimed or reserved by this process and not yet answered (reserved, running,
- *   answering, releasing) is a request in flight: it never expires under it. Expiry and the bound
- *   on the entries (`maxKeys`, `hasRoom`) are KeyBound.ts's, shared with the memory store.
+ *   answering, releasing) is a request in flight: it never expires under it. A claim never
+ *   answered (by an earlier process, or whose answer could not be written) and an answered
+ *   ambiguous verdict are unresolved: they never expire, but an adopted key (a deleted session's,
+ *   which nothing can run again) expires as any. Expiry and the bound on the entries (`maxKeys`,
+ *   `hasRoom`) are KeyBound.ts's, shared with the memory store.
  * - `liveBytes` counts the log bytes of the entries in the index; the rest of the log is dead
  *   weight that a rewrite drops.
  * - The map keeps its entries in the order they expire, nearly: an entry moves to the end when
@@ -46,6 +49,8 @@ export interface Entry {
   answerOffset: number
   answerSize: number
   notKept: NotKept | undefined
+  /** Its answer is an ambiguous verdict (Records.ts, `isAmbiguousVerdict`). */
+  verdict: boolean
   /** The session its claim named (a create's minted id): an Ambiguous answer for the key names it. */
   session: string | undefined
   /**
@@ -80,6 +85,7 @@ export const newEntry = (bodyHash: string, atMs: number, state: EntryState, sess
   answerOffset: 0,
   answerSize: 0,
   notKept: undefined,
+  verdict: false,
   session,
   adopted: false
 })
@@ -93,6 +99,10 @@ export class Index extends KeyBound<Entry> {
 
   protected inFlight(e: Entry) {
     return e.state === "reserved" || e.state === "running" || e.state === "answering" || e.state === "releasing"
+  }
+
+  protected unresolved(e: Entry) {
+    return (e.state === "unanswered" && !e.adopted) || (e.state === "answered" && e.verdict)
   }
 
   /** Moves an entry just answered to the end, behind every entry that expires before it. */
@@ -114,6 +124,7 @@ export class Index extends KeyBound<Entry> {
     if (record._tag === "Claim") {
       // A claim for a key already present follows that entry's expiry: it starts a new entry.
       const e = newEntry(record.bodyHash, record.atMs, "unanswered", record.session)
+      e.adopted = record.adopted === true
       e.claimOffset = offset
       e.claimSize = size
       // At the end, as a new entry is: the map stays in the order entries expire.
@@ -134,6 +145,7 @@ export class Index extends KeyBound<Entry> {
     e.answerSize = size
     e.atMs = record.atMs
     e.notKept = record.notKept
+    e.verdict = record.verdict
   }
 
   /** After the records are applied: drops what expired while the server was down, counts the rest. */

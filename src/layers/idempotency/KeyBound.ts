@@ -3,12 +3,16 @@
  * for both stores: the file store's index (Index.ts) and the memory store (IdempotencyMemory.ts).
  *
  * - An entry claimed or reserved by this process and not yet answered is a request in flight
- *   (`inFlight`): it never expires under it. Any other entry expires `retentionMs` after its time
- *   (its answer's, or its claim's when it has none); retention 0 keeps everything.
+ *   (`inFlight`): it never expires under it. An entry whose request is never run again under its
+ *   key and has no answer to give but that (`unresolved`: a claim never answered, an ambiguous
+ *   verdict) never expires either: expiring it would let a retry run the request a second time.
+ *   Any other entry expires `retentionMs` after its time (its answer's); retention 0 keeps
+ *   everything.
  * - The entries are bounded by `maxKeys`: `hasRoom` says whether more fit, first dropping the
  *   expired ones when they stand in the way. A live entry is never dropped to make room.
  * - Room is made from the front of the map, where the entries that expire first are, passing over
- *   requests in flight (`sweepFront`: a few steps, not a walk over every key); when that is not
+ *   requests in flight and unresolved entries (`sweepFront`: a few steps, not a walk over every
+ *   key); when that is not
  *   enough, by a full sweep, made at most once per `fullSweepEveryMs`. With `fullSweepEveryMs` 0
  *   (the memory store, whose map is not kept in expiry order) every lack of room is a full sweep.
  */
@@ -54,8 +58,11 @@ export abstract class KeyBound<E extends { readonly atMs: number }> {
   /** Claimed or reserved by this process and not yet answered: it never expires under the request. */
   protected abstract inFlight(e: E): boolean
 
+  /** Never run again under its key and never answered but so (a claim never answered, an ambiguous verdict): it never expires. */
+  protected abstract unresolved(e: E): boolean
+
   expired(e: E, now: number) {
-    return this.retentionMs > 0 && !this.inFlight(e) && now - e.atMs >= this.retentionMs
+    return this.retentionMs > 0 && !this.inFlight(e) && !this.unresolved(e) && now - e.atMs >= this.retentionMs
   }
 
   drop(id: string, e: E) {
@@ -77,14 +84,14 @@ export abstract class KeyBound<E extends { readonly atMs: number }> {
   }
 
   /**
-   * Drops the expired entries at the front, passing over requests in flight (at most
-   * FRONT_SWEEP_SKIPS of them); stops at the first entry that is neither.
+   * Drops the expired entries at the front, passing over requests in flight and unresolved
+   * entries (at most FRONT_SWEEP_SKIPS of them); stops at the first entry that is none of these.
    */
   private sweepFront(now: number) {
     let skipped = 0
     for (const [id, e] of this.entries) {
       if (this.expired(e, now)) this.drop(id, e)
-      else if (!this.inFlight(e) || ++skipped > FRONT_SWEEP_SKIPS) return
+      else if (!(this.inFlight(e) || this.unresolved(e)) || ++skipped > FRONT_SWEEP_SKIPS) return
     }
   }
 

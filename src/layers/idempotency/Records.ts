@@ -1,9 +1,12 @@
 /**
  * The records of the idempotency log, one JSON payload per frame:
  *
- *   idem_claim   {scope, key, bodyHash, atMs, session?} a key claimed for a request body, with
+ *   idem_claim   {scope, key, bodyHash, atMs, session?, adopted?}
+ *                                                       a key claimed for a request body, with
  *                                                       the session it will act on when the
- *                                                       request picks it (a create's minted id)
+ *                                                       request picks it (a create's minted id);
+ *                                                       `adopted`: a deleted session's key,
+ *                                                       handed over (`adopt`)
  *   idem_answer  {scope, key, atMs, answer}             its answer {status, headers, body}, kept
  *   idem_answer  {scope, key, atMs, notKept}            its answer was above the maximum: only
  *                                                       {status, bytes} are kept
@@ -11,6 +14,8 @@
  *
  * Records are applied in log order; a claim for a key already present starts a new entry.
  * Opening reads every payload but keeps no answer body: a replay reads its answer frame back.
+ * Fields a record does not know are ignored, so a log written with `adopted` opens on a server
+ * that does not write it.
  */
 import { Either, Schema } from "effect"
 import type { Answer } from "../../services/Idempotency.js"
@@ -34,7 +39,8 @@ const ClaimPayload = Schema.parseJson(
     key: Schema.String,
     bodyHash: Schema.String,
     atMs: Schema.Number,
-    session: Schema.optional(Schema.String)
+    session: Schema.optional(Schema.String),
+    adopted: Schema.optional(Schema.Boolean)
   })
 )
 const AnswerPayload = Schema.parseJson(
@@ -62,8 +68,17 @@ export type IndexRecord =
     readonly bodyHash: string
     readonly atMs: number
     readonly session?: string | undefined
+    readonly adopted?: boolean | undefined
   }
-  | { readonly _tag: "Answer"; readonly scope: string; readonly key: string; readonly atMs: number; readonly notKept: NotKept | undefined }
+  | {
+    readonly _tag: "Answer"
+    readonly scope: string
+    readonly key: string
+    readonly atMs: number
+    readonly notKept: NotKept | undefined
+    /** The answer is an ambiguous verdict (`isAmbiguousVerdict`). */
+    readonly verdict: boolean
+  }
   | { readonly _tag: "Release"; readonly scope: string; readonly key: string; readonly atMs: number }
 
 /** Decodes a record for the index, or says why it cannot be read (the log is then damaged). */
@@ -79,7 +94,14 @@ export const decodeIndexRecord = (kind: string, json: Buffer): Either.Either<Ind
     return Either.match(decodeAnswerPayload(text), {
       onLeft: () => Either.left(`unreadable ${ANSWER_KIND} payload`),
       onRight: (a) =>
-        Either.right({ _tag: "Answer" as const, scope: a.scope, key: a.key, atMs: a.atMs, notKept: "notKept" in a ? a.notKept : undefined })
+        Either.right({
+          _tag: "Answer" as const,
+          scope: a.scope,
+          key: a.key,
+          atMs: a.atMs,
+          notKept: "notKept" in a ? a.notKept : undefined,
+          verdict: "answer" in a && isAmbiguousVerdict(a.answer)
+        })
     })
   }
   if (kind === RELEASE_KIND) {
@@ -103,8 +125,26 @@ export const decodeKeptAnswer = (
   })
 }
 
-export const claimJson = (scope: string, key: string, bodyHash: string, atMs: number, session: string | undefined) =>
-  Buffer.from(JSON.stringify(session === undefined ? { scope, key, bodyHash, atMs } : { scope, key, bodyHash, atMs, session }), "utf8")
+export const claimJson = (scope: string, key: string, bodyHash: string, atMs: number, session: string | undefined, adopted = false) =>
+  Buffer.from(
+    JSON.stringify({ scope, key, bodyHash, atMs, ...(session === undefined ? {} : { session }), ...(adopted ? { adopted } : {}) }),
+    "utf8"
+  )
+
+/**
+ * Whether `answer` is an ambiguous verdict: the 409 `ambiguous` (`details.ambiguous: true`) kept for
+ * a request that failed after it may have taken effect (http/Idempotent.ts). Like a claim never
+ * answered, it stands for a request that is never run again under its key, so neither expires.
+ */
+export const isAmbiguousVerdict = (answer: Answer): boolean => {
+  if (answer.status !== 409) return false
+  try {
+    const body = JSON.parse(answer.body) as { readonly code?: unknown; readonly details?: { readonly ambiguous?: unknown } | null }
+    return body?.code === "ambiguous" && body.details?.ambiguous === true
+  } catch {
+    return false
+  }
+}
 
 /** The JSON of an answer as it is kept (serialized once: its length decides whether it is kept). */
 export const answerText = (answer: Answer) => JSON.stringify({ status: answer.status, headers: answer.headers, body: answer.body })

@@ -71,13 +71,13 @@ export const seenSend = Effect.fnUntraced(function*(journal: JournalShape, cell:
 /**
  * The keyed sends and submits the session's journal answers within retention, each with the
  * answer a retry gets (`seenSend` and `seenSubmit`'s): what a delete hands on (`KeptRequest`). A
- * send never answered, or whose close cannot be read back, is kept without its outcome (a retry
- * is ambiguous).
+ * send never answered (kept whatever its age), or whose close cannot be read back, is kept without
+ * its outcome (a retry is ambiguous).
  */
 export const keptRequests = Effect.fnUntraced(function*(journal: JournalShape, session: SessionId, state: SessionState, now: number, retentionMs: number) {
   const kept: Array<KeptRequest> = []
   for (const [id, e] of state.requests) {
-    if (requestExpired(e, now, retentionMs)) continue
+    if (requestExpired(id, e, now, retentionMs)) continue
     const colon = id.indexOf(":")
     const mode = id.slice(0, colon)
     const key = id.slice(colon + 1)
