@@ -43,7 +43,8 @@ import {
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
   IDEMPOTENCY_QUEUE_BYTES,
   IDEMPOTENCY_QUEUE_RECORDS,
-  IDEMPOTENCY_REWRITE_DEAD_BYTES
+  IDEMPOTENCY_REWRITE_DEAD_BYTES,
+  TIMER_SETTING_MAX_MS
 } from "../domain/Limits.js"
 import {
   type AdoptedKey,
@@ -372,9 +373,14 @@ export const make = (
     return store
   })
 
-/** The interval of the layer's background compaction. */
+/**
+ * The interval of the layer's background compaction: retention / 4, within
+ * IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS and Node's timer maximum (a longer sleep never fires, and
+ * compaction would stop for a retention above about 99 days).
+ */
 export const compactInterval = (options: IdempotencyFileOptions) =>
-  options.compactEveryMs ?? Math.max(IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS, Math.floor(options.retentionMs / 4))
+  options.compactEveryMs ??
+    Math.min(TIMER_SETTING_MAX_MS, Math.max(IDEMPOTENCY_COMPACT_MIN_INTERVAL_MS, Math.floor(options.retentionMs / 4)))
 
 /**
  * The file store over a data directory, with the given file driver. A fiber owned by the

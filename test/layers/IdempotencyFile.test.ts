@@ -642,6 +642,13 @@ describe("IdempotencyFile: compaction", () => {
         }), { retentionMs: 60_000 })
     }))
 
+  it("the background compaction's interval is within Node's timer maximum whatever the retention (a longer sleep would never fire): retention / 4, at most 2,147,483,647 ms", () => {
+    const of = (retentionMs: number) => IdempotencyFile.compactInterval({ dataDir: "unused", retentionMs })
+    expect(of(4 * (2 ** 31 - 1))).toBe(2 ** 31 - 1)
+    for (const days of [100, 1_000, 100_000_000]) expect(of(days * 24 * 3600 * 1000)).toBe(2 ** 31 - 1)
+    expect(of(99 * 24 * 3600 * 1000)).toBe(Math.floor(99 * 24 * 3600 * 1000 / 4))
+  })
+
   it.scopedLive("the layer compacts in the background on its interval (retention / 4 by default)", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
