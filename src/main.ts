@@ -37,7 +37,7 @@ import * as TelemetryOtlp from "./layers/TelemetryOtlp.js"
 import type { ToolHandler } from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
-  CONNECTION_CHECK_MS,
+  TIMEOUT_CHECK_MS,
   type ConnectionGuard,
   fitToFileLimit,
   guardConnections,
@@ -306,8 +306,15 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         })
       )
     }
+    if (config.requestTimeoutMs < config.headersTimeoutMs) {
+      return yield* Effect.fail(
+        new StartupRefused({
+          reason: `BRAIN_REQUEST_TIMEOUT_MS (${config.requestTimeoutMs}) must be at least BRAIN_HEADERS_TIMEOUT_MS (${config.headersTimeoutMs}): both count from a request's first byte, and its headers are part of it`
+        })
+      )
+    }
     const signalled = yield* firstSignal
-    const server = http.createServer({ connectionsCheckingInterval: CONNECTION_CHECK_MS })
+    const server = http.createServer({ connectionsCheckingInterval: TIMEOUT_CHECK_MS })
     const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
     if (fitted.connections < config.maxConnections) {
       yield* Effect.logWarning(

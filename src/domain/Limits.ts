@@ -265,6 +265,19 @@ export const RESPONSE_STALL_MS = 30_000
 export const KEEP_ALIVE_TIMEOUT_MS = 5_000
 
 /**
+ * Milliseconds. The shortest BRAIN_KEEP_ALIVE_TIMEOUT_MS: clients are told a whole second less
+ * (`Keep-Alive: timeout=`, in whole seconds, rounded down), so that they stop reusing a connection
+ * before the server closes it; below 2 s they would be told `timeout=0`, not to reuse it at all.
+ */
+export const KEEP_ALIVE_TIMEOUT_MIN_MS = 2_000
+
+/**
+ * Milliseconds. The shortest BRAIN_SSE_HEARTBEAT_MS but 0 (none): a comment on every stream each
+ * millisecond would cost 10,000 streams ten million writes a second.
+ */
+export const SSE_HEARTBEAT_MIN_MS = 100
+
+/**
  * Reads. Events pages and transcripts built at once in the process; BRAIN_PAGE_READS. Building one
  * (reading and decoding the journal's frames, encoding the answer's JSON) is main-thread work: a
  * hundred readers of an 8 MiB page at once held health checks up for 20 s.

@@ -10,7 +10,8 @@
  *   descriptors, and a health check or a new client always gets an answer.
  * - A connection that has not sent its headers within `headersTimeoutMs` is answered 408 and
  *   closed; so is a request whose body has not all arrived within `requestTimeoutMs` of the
- *   request's first byte, whatever reads it (Node checks every CONNECTION_CHECK_MS). With bodies
+ *   request's first byte, whatever reads it (Node checks every TIMEOUT_CHECK_MS, so the 408
+ *   comes at most that much after the bound). With bodies
  *   charged to the body budget as they arrive (Middleware.ts), a slow body holds only what it has
  *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
@@ -39,7 +40,9 @@
  *   `responseStallMs` is closed, and the bytes let go: otherwise a client that never reads holds
  *   its whole answer (an 8 MiB page, a transcript) for as long as it stays connected. SSE streams
  *   have bounds of their own (Tap.ts) and are left to them. An idle keep-alive connection is kept
- *   `keepAliveTimeoutMs`.
+ *   `keepAliveTimeoutMs` (Node keeps it NODE_KEEP_ALIVE_BUFFER_MS past its own setting, so that is
+ *   set that much lower), and its answers tell clients a whole second less (`Keep-Alive: timeout=`,
+ *   rounded down), so that they stop reusing it before the server closes it.
  */
 import type * as http from "node:http"
 import type * as net from "node:net"
@@ -52,8 +55,21 @@ import { bodyOf, withIssues } from "./Errors.js"
 export const OVERFLOW_CONNECTIONS = 64
 /** Milliseconds. How long a probationary connection may take to send its request. */
 export const OVERFLOW_WAIT_MS = 2_000
-/** Milliseconds. How often Node checks connections for the headers timeout. */
+/** Milliseconds. How often the response stall is looked for (closeStalled), at most. */
 export const CONNECTION_CHECK_MS = 1_000
+/**
+ * Milliseconds. How often Node checks connections for the headers and request timeouts (its
+ * `connectionsCheckingInterval`): a late request's 408 comes at most this much after its bound.
+ * Node walks only the connections with a request under way; 1,000 of them checked this often cost
+ * no CPU measurable beside checking every second.
+ */
+export const TIMEOUT_CHECK_MS = 100
+/**
+ * Milliseconds. What Node (20) adds to `keepAliveTimeout` before it closes an idle connection, so
+ * that a client told `Keep-Alive: timeout=` (that setting, in whole seconds) stops reusing the
+ * connection before the server closes it.
+ */
+export const NODE_KEEP_ALIVE_BUFFER_MS = 1_000
 /** Descriptors. Kept for everything but connections and journal files (stdio, logs, directories, checkpoints). */
 export const FD_RESERVE = 128
 
@@ -278,7 +294,8 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   const timeouts = { ...limits, requestTimeoutMs: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs) }
   server.headersTimeout = timeouts.headersTimeoutMs
   server.requestTimeout = timeouts.requestTimeoutMs
-  server.keepAliveTimeout = limits.keepAliveTimeoutMs
+  // Closed at `keepAliveTimeoutMs` (at least 2 s, ServerConfig): Node adds its buffer back.
+  server.keepAliveTimeout = Math.max(1, limits.keepAliveTimeoutMs - NODE_KEEP_ALIVE_BUFFER_MS)
   // Bounded by the headers' size (maxHeaderSize) instead, so none is dropped without a word.
   server.maxHeadersCount = 0
   // The gate refuses a request without Host in Brain's body; Node's own refusal has none.

@@ -7,11 +7,13 @@ import {
   COMMIT_LOG_BYTES,
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES,
+  KEEP_ALIVE_TIMEOUT_MIN_MS,
   KEEP_ALIVE_TIMEOUT_MS,
   PAGE_READS,
   RESPONSE_STALL_MS,
   SSE_BACKLOG_BYTES,
   SSE_CLOSE_GRACE_MS,
+  SSE_HEARTBEAT_MIN_MS,
   SSE_STALL_MS,
   SSE_SUBSCRIBERS,
   SSE_SUBSCRIBERS_PER_SESSION,
@@ -105,13 +107,19 @@ export interface ServerConfigShape {
   readonly dataDir: string
   /** Bearer token required on every route but /health/*; undefined = no auth (loopback only). */
   readonly apiToken: string | undefined
-  /** How long idempotent answers are kept, in milliseconds. */
+  /**
+   * How long idempotent answers are kept, from each answer, in milliseconds; 0 = for ever. A claim
+   * never answered and an ambiguous verdict are kept whatever it is.
+   */
   readonly requestRetentionMs: number
   /** The largest request body, in bytes. */
   readonly maxRequestBytes: number
-  /** How long a graceful stop waits for admitted turns and creates in flight, in milliseconds. */
+  /**
+   * How long a graceful stop waits for admitted turns and creates in flight, in milliseconds; 0 =
+   * no wait: they are interrupted at once (unlike the cleanup deadline's 0, which is no bound).
+   */
   readonly drainDeadlineMs: number
-  /** Seconds between SSE heartbeat comments, in milliseconds. */
+  /** Time between SSE heartbeat comments, in milliseconds: 0 (none) or SSE_HEARTBEAT_MIN_MS or more. */
   readonly sseHeartbeatMs: number
   /**
    * Bytes of memory for what sessions not in use keep: warm idle actors, the folded states of
@@ -139,9 +147,15 @@ export interface ServerConfigShape {
   readonly maxConnections: number
   /** How long a connection may take to send a request's headers, in milliseconds (then 408). */
   readonly headersTimeoutMs: number
-  /** How long a whole request (headers and body) may take to arrive from its first byte, in milliseconds (then 408). */
+  /**
+   * How long a whole request (headers and body) may take to arrive from its first byte, in
+   * milliseconds (then 408); at least `headersTimeoutMs` (`brain serve` refuses to start otherwise).
+   */
   readonly requestTimeoutMs: number
-  /** How long an idle keep-alive connection is kept for its next request, in milliseconds. */
+  /**
+   * How long an idle keep-alive connection is kept for its next request, in milliseconds, at least
+   * KEEP_ALIVE_TIMEOUT_MIN_MS; clients are told a whole second less.
+   */
   readonly keepAliveTimeoutMs: number
   /**
    * Milliseconds a connection may hold bytes of an answer (not an SSE stream) its client takes
@@ -270,13 +284,13 @@ const WASM_MEMORY_CEILING_BYTES = 65536 * 65536
  * any other invalid one (Number("") is 0, which would often mean "no bound"); the refusal names
  * the setting and the value as given.
  */
-const wholeNumber = (name: string, min: number, max: number, range: string) =>
+const wholeNumber = (name: string, min: number, max: number, range: string, orZero = false) =>
   Config.string(name).pipe(
     Config.mapOrFail((text) => {
       // Decimal digits only: Number() also reads hex, binary, octal and exponents ("0x10", "1e21").
       const digits = text.trim()
       const n = /^[0-9]+$/.test(digits) ? Number(digits) : Number.NaN
-      return Number.isSafeInteger(n) && n >= min && n <= max
+      return Number.isSafeInteger(n) && ((n >= min && n <= max) || (orZero && n === 0))
         ? Either.right(n)
         : Either.left(ConfigError.InvalidData([], `${name} must be ${range}, not ${JSON.stringify(text)}`))
     })
@@ -295,6 +309,13 @@ const positive = (name: string, fallback: number, description: string) => atLeas
 /** Milliseconds that end up in a timer: `min` to TIMER_SETTING_MAX_MS, past which Node's timer fires at once. */
 const timerMs = (name: string, min: number, fallback: number, description: string) =>
   wholeNumber(name, min, TIMER_SETTING_MAX_MS, `a whole number from ${min} to ${TIMER_SETTING_MAX_MS} (Node's timer maximum, about 24.8 days)`).pipe(
+    Config.withDefault(fallback),
+    Config.withDescription(description)
+  )
+
+/** Milliseconds that end up in a timer, 0 turning it off: 0, or `min` to TIMER_SETTING_MAX_MS. */
+const offOrTimerMs = (name: string, off: string, min: number, fallback: number, description: string) =>
+  wholeNumber(name, min, TIMER_SETTING_MAX_MS, `a whole number from ${min} to ${TIMER_SETTING_MAX_MS} (Node's timer maximum, about 24.8 days), or 0 (${off})`, true).pipe(
     Config.withDefault(fallback),
     Config.withDescription(description)
   )
@@ -391,8 +412,13 @@ export const fromConfig = Config.all({
   apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: positive("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body (at least 1: 0 would refuse every body)"),
-  drainDeadlineMs: timerMs("BRAIN_DRAIN_DEADLINE_MS", 0, defaults.drainDeadlineMs, "how long a graceful stop waits for admitted turns and creates in flight"),
-  sseHeartbeatMs: timerMs("BRAIN_SSE_HEARTBEAT_MS", 0, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
+  drainDeadlineMs: timerMs(
+    "BRAIN_DRAIN_DEADLINE_MS",
+    0,
+    defaults.drainDeadlineMs,
+    "how long a graceful stop waits for admitted turns and creates in flight (0 = no wait: they are interrupted at once)"
+  ),
+  sseHeartbeatMs: offOrTimerMs("BRAIN_SSE_HEARTBEAT_MS", "no heartbeats", SSE_HEARTBEAT_MIN_MS, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
   cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
   inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
   workingMemoryBytes: optionalAtLeast(
@@ -406,7 +432,7 @@ export const fromConfig = Config.all({
   requestTimeoutMs: timerMs("BRAIN_REQUEST_TIMEOUT_MS", 1, defaults.requestTimeoutMs, "time allowed to send a whole request, its body included, from its first byte"),
   keepAliveTimeoutMs: timerMs(
     "BRAIN_KEEP_ALIVE_TIMEOUT_MS",
-    1,
+    KEEP_ALIVE_TIMEOUT_MIN_MS,
     defaults.keepAliveTimeoutMs,
     "how long an idle keep-alive connection is kept for its next request (longer than a load balancer's idle timeout)"
   ),

@@ -63,6 +63,14 @@ describe("brain serve refuses a start it cannot honour", () => {
     expect(r.output).toContain("BRAIN_MAX_REQUEST_BYTES must be a whole number ≥ 1")
   })
 
+  it("BRAIN_REQUEST_TIMEOUT_MS below BRAIN_HEADERS_TIMEOUT_MS (both counted from the request's first byte) exits 1 with one line naming both, instead of being raised to it", () => {
+    const r = serve([], { BRAIN_REQUEST_TIMEOUT_MS: "500", BRAIN_HEADERS_TIMEOUT_MS: "1500" })
+    expect(r.code, r.output).toBe(1)
+    expect(r.lines, r.output).toHaveLength(1)
+    expect(r.output).toContain("BRAIN_REQUEST_TIMEOUT_MS (500)")
+    expect(r.output).toContain("BRAIN_HEADERS_TIMEOUT_MS (1500)")
+  })
+
   it("a timer setting past Node's timer maximum exits 1 instead of firing after 1 ms", () => {
     const r = serve([], { BRAIN_STAGED_OPENING_MS: "99999999999999999999999" })
     expect(r.code, r.output).toBe(1)

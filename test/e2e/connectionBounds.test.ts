@@ -6,7 +6,8 @@
  *   the server the answer's bytes), while one that reads slowly throughout gets all of it;
  * - SSE streams never take the connections kept for other requests (BRAIN_RESERVED_CONNECTIONS),
  *   and `/health/ready` says 503 while a new client would be refused;
- * - an idle keep-alive connection lasts BRAIN_KEEP_ALIVE_TIMEOUT_MS.
+ * - an idle keep-alive connection lasts BRAIN_KEEP_ALIVE_TIMEOUT_MS, not a second more, and its
+ *   clients are told a whole second less.
  */
 import * as http from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
@@ -15,7 +16,7 @@ import { connect, exchange, expectBrainError, portOf, tcpEntry } from "../suppor
 
 describe("answers a client does not take, connections SSE streams may not take, keep-alive", () => {
   const STALL_MS = 1_500
-  const KEEP_ALIVE_MS = 1_500
+  const KEEP_ALIVE_MS = 2_500
   const MAX_CONNECTIONS = 10
   const RESERVED = 4
   let server: ServerProcess
@@ -149,7 +150,7 @@ describe("answers a client does not take, connections SSE streams may not take, 
     await eventually("ready again", async () => ((await request(server.baseUrl, "/health/ready")).status === 204 ? true : undefined))
   })
 
-  it("an idle keep-alive connection is kept BRAIN_KEEP_ALIVE_TIMEOUT_MS for its next request, then closed", async () => {
+  it("an idle keep-alive connection is kept BRAIN_KEEP_ALIVE_TIMEOUT_MS for its next request, then closed, not a second later; the answer tells clients a whole second less", async () => {
     const wire = await connect(portOf(server))
     wire.socket.write("GET /health/live HTTP/1.1\r\nhost: brain\r\n\r\n")
     await wire.until("the answer", () => wire.responses().length > 0)
@@ -161,7 +162,9 @@ describe("answers a client does not take, connections SSE streams may not take, 
     const again = Date.now()
     await wire.until("the close", () => wire.ended, KEEP_ALIVE_MS + 5_000)
     expect(Date.now() - again).toBeGreaterThanOrEqual(KEEP_ALIVE_MS - 100)
+    expect(Date.now() - again).toBeLessThan(KEEP_ALIVE_MS + 500)
     expect(again - answered).toBeLessThan(KEEP_ALIVE_MS)
+    expect(wire.responses()[1]!.headers["keep-alive"]).toBe("timeout=1")
     wire.socket.destroy()
   })
 })

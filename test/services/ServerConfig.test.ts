@@ -54,14 +54,32 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_PAGE_READS must be a whole number ≥ 1")
     }))
 
-  it.effect("BRAIN_KEEP_ALIVE_TIMEOUT_MS is 5 s unset and at least 1 ms; BRAIN_RESPONSE_STALL_MS, how long an answer may go untaken, is 30 s unset and 0 turns it off", () =>
+  it.effect("BRAIN_KEEP_ALIVE_TIMEOUT_MS is 5 s unset and at least 2 s (a client is told a whole second less, so that it stops reusing a connection before the server closes it); BRAIN_RESPONSE_STALL_MS, how long an answer may go untaken, is 30 s unset and 0 turns it off", () =>
     Effect.gen(function*() {
       const unset = yield* read({})
       expect(Either.isRight(unset) && [unset.right.keepAliveTimeoutMs, unset.right.responseStallMs]).toEqual([5_000, 30_000])
       const set = yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "65000", BRAIN_RESPONSE_STALL_MS: "0" })
       expect(Either.isRight(set) && [set.right.keepAliveTimeoutMs, set.right.responseStallMs]).toEqual([65_000, 0])
-      expect(Either.isLeft(yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "0" }))).toBe(true)
+      expect(Either.isRight(yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: "2000" }))).toBe(true)
+      for (const bad of ["0", "1", "1999"]) {
+        const r = yield* read({ BRAIN_KEEP_ALIVE_TIMEOUT_MS: bad })
+        expect(Either.isLeft(r) && describeConfigError(r.left), bad).toContain("BRAIN_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 2000 to")
+      }
       expect(Either.isLeft(yield* read({ BRAIN_RESPONSE_STALL_MS: "-1" }))).toBe(true)
+    }))
+
+  it.effect("BRAIN_SSE_HEARTBEAT_MS is 15 s unset, 0 for none, or 100 ms or more: a shorter one (a comment per stream every millisecond) is refused naming the setting", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.sseHeartbeatMs).toBe(15_000)
+      for (const good of [0, 100, 30_000]) {
+        const r = yield* read({ BRAIN_SSE_HEARTBEAT_MS: String(good) })
+        expect(Either.isRight(r) && r.right.sseHeartbeatMs, String(good)).toBe(good)
+      }
+      for (const bad of ["1", "99"]) {
+        const r = yield* read({ BRAIN_SSE_HEARTBEAT_MS: bad })
+        expect(Either.isLeft(r) && describeConfigError(r.left), bad).toContain("BRAIN_SSE_HEARTBEAT_MS must be a whole number from 100 to 2147483647 (Node's timer maximum, about 24.8 days), or 0 (no heartbeats)")
+      }
     }))
 
   it.effect("BRAIN_RESERVED_CONNECTIONS is unset by default, which keeps a quarter of BRAIN_MAX_CONNECTIONS from SSE streams; set, it is 0 or more", () =>
