@@ -428,6 +428,23 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect((yield* refusal(host, yield* compile(guest(`(func (export "brain_other") (param i32 i32) (result i64) (i64.const 0))`)))).reason)
             .toMatch(/neither brain_run .* nor brain_tool/)
         }))
+
+      it.scopedLive("a module exporting a name in the host's namespace (brain$…, the names of its instrumented twin's exports) is refused, naming it: a global or a function, a loop's or a tool's", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          for (const entry of ["brain_run", "brain_tool"] as const) {
+            for (const [name, field] of [
+              ["brain$written", `(global (export "brain$written") i32 (i32.const 0))`],
+              ["brain$save", `(func (export "brain$save"))`],
+              ["brain$restore", `(func (export "brain$restore"))`],
+              ["brain$asyncify", `(func (export "brain$asyncify") (param i32 i32))`],
+              ["brain$anything", `(global (export "brain$anything") (mut i32) (i32.const 0))`]
+            ] as const) {
+              const bytes = yield* compile(guest(`${field} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`))
+              expect((yield* refusal(host, bytes)).reason, `${entry} ${name}`).toMatch(new RegExp(`exports ${name.replace("$", "\\$")}: names starting with brain\\$ are reserved for the host`))
+            }
+          }
+        }))
     })
 
     describe("runLoop", () => {

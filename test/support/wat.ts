@@ -8,12 +8,20 @@ import wabtInit from "wabt"
 
 let wabt: Awaited<ReturnType<typeof wabtInit>> | undefined
 
-/** Compiles WAT text to module bytes; `features` turns on more of wabt's proposals (`threads` for a shared memory, `reference_types` for `table.set`). */
-export const wat = async (text: string, features: { readonly threads?: boolean; readonly reference_types?: boolean } = {}): Promise<Uint8Array> => {
+/**
+ * Compiles WAT text to module bytes; `features` turns on more of wabt's proposals (`threads` for a
+ * shared memory, `reference_types` for `table.set`); `names` writes the module's `name` section
+ * (its functions' and globals' `$names`).
+ */
+export const wat = async (
+  text: string,
+  features: { readonly threads?: boolean; readonly reference_types?: boolean; readonly names?: boolean } = {}
+): Promise<Uint8Array> => {
   wabt ??= await wabtInit()
-  const module = wabt.parseWat("guest.wat", text, { mutable_globals: true, bulk_memory: true, ...features })
+  const { names, ...proposals } = features
+  const module = wabt.parseWat("guest.wat", text, { mutable_globals: true, bulk_memory: true, ...proposals })
   try {
-    return new Uint8Array(module.toBinary({}).buffer)
+    return new Uint8Array(module.toBinary({ write_debug_names: names === true }).buffer)
   } finally {
     module.destroy()
   }

@@ -161,7 +161,11 @@ class Run implements Resting {
     this.imports.env.memory = this.memory
   }
 
-  /** Makes the instance (its start function metered from now); throws what instantiation throws. */
+  /**
+   * Makes the instance (its start function metered from now); throws what instantiation throws. The
+   * twin's exports named in the host's namespace (RESET_EXPORTS, WRITTEN_EXPORT) are the
+   * instrumentation's own: admission refuses a guest's, and Instrument.ts drops them (TwinExports.ts).
+   */
   instantiate(instrumented: WebAssembly.Module) {
     this.stretchStart = performance.now()
     this.exports = new WebAssembly.Instance(instrumented, this.imports).exports as Record<string, any>

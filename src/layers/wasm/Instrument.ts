@@ -31,7 +31,12 @@
  *
  * The twin exports only what the host calls (the entry points, the allocator, and the exports
  * above): an instance of a module with fewer exports is made faster, and a guest never sees its
- * own exports.
+ * own exports. Every other export of the guest's is dropped before anything is added, and its
+ * custom sections (its names among them) before Binaryen reads it, so that no name of the guest's
+ * is one the instrumentation uses (TwinExports.ts, HOST_NAME_PREFIX): the host's exports on a twin
+ * are the instrumentation's, never a guest's own `brain$written` or `brain$restore` (which would
+ * have the host skip zeroing its memory or restoring its globals). Each name added is checked
+ * free first.
  *
  * None of this changes what the guest computes: a guest run instrumented and one run plain make the same
  * host calls with the same requests and give the same output, which is what lets an activation
@@ -49,25 +54,33 @@ export const TICK_IMPORT = { module: "brain", name: "tick" } as const
 /** The functions Asyncify exports, called by ASYNCIFY_EXPORT instead (their exports and `asyncify_get_state` are dropped). */
 const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "asyncify_start_rewind", "asyncify_stop_rewind"] as const
 
+/** The exports of a guest's that its twin keeps: what the host calls on it. */
+const GUEST_ENTRIES: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc"])
+
+/** The fuel global, as the instrumented module names it. */
+const FUEL_GLOBAL = "brain$fuel"
+const TICK_FUNCTION = "brain$tick"
+
 /** Returns the instrumented module's bytes; throws when Binaryen cannot read or instrument `bytes`. */
 export const instrument = (bytes: Uint8Array): Uint8Array => {
   settle()
-  const m = binaryen.readBinary(bytes)
+  const m = binaryen.readBinary(withoutCustomSections(bytes))
   try {
     m.setFeatures(binaryen.Features.All)
+    // The guest's own exports but its entries, before anything is added: a twin's other exports are the instrumentation's.
+    for (const name of exportNames(m)) if (!GUEST_ENTRIES.has(name)) m.removeExport(name)
+    // The code is read once for what the twin needs to know of it (nothing below adds an instruction these match).
+    const [unresettable, uncounted] = codeHas(m, [UNRESETTABLE, UNCOUNTED_STORES])
     // A call of an imported `log_execution(i32)` at every function entry and loop header...
     m.runPasses(["log-execution"])
     const logName = importedFunctionNamed(m, "log_execution")
     if (logName === undefined) throw new Error("Binaryen's log-execution pass added no import")
     // ...made a defined function that spends fuel and asks the host for more when it runs out,
     m.removeFunction(logName)
-    m.addGlobal("brain$fuel", binaryen.i32, true, m.i32.const(0))
-    m.addFunctionImport("brain$tick", TICK_IMPORT.module, TICK_IMPORT.name, binaryen.none, binaryen.i32)
-    const fuel = () => m.global.get("brain$fuel", binaryen.i32)
-    m.addFunction(logName, binaryen.createType([binaryen.i32]), binaryen.none, [], m.block(null, [
-      m.global.set("brain$fuel", m.i32.sub(fuel(), m.i32.const(1))),
-      m.if(m.i32.lt_s(fuel(), m.i32.const(0)), m.global.set("brain$fuel", m.call("brain$tick", [], binaryen.i32)))
-    ]))
+    fresh(m, FUEL_GLOBAL, TICK_FUNCTION)
+    m.addGlobal(FUEL_GLOBAL, binaryen.i32, true, m.i32.const(0))
+    m.addFunctionImport(TICK_FUNCTION, TICK_IMPORT.module, TICK_IMPORT.name, binaryen.none, binaryen.i32)
+    m.addFunction(logName, binaryen.createType([binaryen.i32]), binaryen.none, [], spend(m, m.i32.const(1)))
     // ...and inlined at every site (settle: functions this small always are), so metering costs a
     // global decrement and a branch. The pass numbers its call sites from a counter Binaryen keeps
     // for the process; the inlined function ignores the number, so the dead store of it and its
@@ -86,6 +99,7 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
     const op = () => m.local.get(0, binaryen.i32)
     const ptr = () => m.local.get(1, binaryen.i32)
     const when = (code: number, call: binaryen.ExpressionRef) => m.if(m.i32.eq(op(), m.i32.const(code)), call)
+    fresh(m, ASYNCIFY_EXPORT)
     m.addFunction(ASYNCIFY_EXPORT, binaryen.createType([binaryen.i32, binaryen.i32]), binaryen.none, [], m.block(null, [
       when(ASYNCIFY_OPS.startUnwind, m.call(startUnwind!, [ptr()], binaryen.none)),
       when(ASYNCIFY_OPS.stopUnwind, m.call(stopUnwind!, [], binaryen.none)),
@@ -93,10 +107,8 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
     ]))
     m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
-    // After Asyncify, so that the stores it added (its suspension buffer's) are counted too. The
-    // code is read once for both: what addWritten adds can neither change a table nor write memory
-    // any way but a plain store.
-    const [unresettable, uncounted] = codeHas(m, [UNRESETTABLE, UNCOUNTED_STORES])
+    // After Asyncify, so that the stores it added (its suspension buffer's) are counted too (they
+    // are plain stores, as are what addWritten adds: `uncounted` was read from the guest's code).
     if (!uncounted) addWritten(m)
     if (!unresettable) addReset(m)
     for (const name of exportNames(m)) if (!HOST_CALLS.has(name)) m.removeExport(name)
@@ -108,7 +120,53 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
 }
 
 /** The exports the host calls on a twin; the rest (the ABI's markers, the memory) are read from the admitted module, never from an instance. */
-const HOST_CALLS: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc", ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT])
+const HOST_CALLS: ReadonlySet<string> = new Set([...GUEST_ENTRIES, ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT])
+
+/** Throws unless no function, global or export of the module is named any of `names` (the guest's names are Binaryen's own, its custom sections dropped: only a bug here would take one). */
+const fresh = (m: binaryen.Module, ...names: ReadonlyArray<string>) => {
+  for (const name of names) {
+    if (m.getFunction(name) !== 0 || m.getGlobal(name) !== 0 || m.getExport(name) !== 0) throw new Error(`the module already has something named ${name}, which the instrumentation adds`)
+  }
+}
+
+/**
+ * `bytes` without its custom sections (id 0): they change nothing a module computes, and the
+ * `name` section would give Binaryen the guest's own names for its functions and globals, any of
+ * which could be one the instrumentation adds. Without it they are Binaryen's (`0`, `global$0`, …).
+ * The sections are only walked (the module was validated at admission); a length that runs past
+ * the end leaves the rest as it is, for Binaryen to refuse.
+ */
+export const withoutCustomSections = (bytes: Uint8Array): Uint8Array => {
+  const kept: Array<Uint8Array> = [bytes.subarray(0, 8)]
+  let at = 8
+  while (at < bytes.length) {
+    const start = at
+    let size = 0
+    let shift = 0
+    let i = at + 1
+    for (; i < bytes.length && shift < 35; i++, shift += 7) {
+      size += (bytes[i]! & 0x7f) * 2 ** shift
+      if ((bytes[i]! & 0x80) === 0) break
+    }
+    const end = i + 1 + size
+    if (end > bytes.length) {
+      kept.push(bytes.subarray(start))
+      break
+    }
+    if (bytes[start] !== 0) kept.push(bytes.subarray(start, end))
+    at = end
+  }
+  return kept.length === 1 ? bytes.subarray(0, 8) : new Uint8Array(Buffer.concat(kept))
+}
+
+/** Spends `units` (an i32 expression) of fuel; asks the host for more when it runs out (it throws when the guest has computed past what the main thread lends it). */
+const spend = (m: binaryen.Module, units: binaryen.ExpressionRef): binaryen.ExpressionRef => {
+  const fuel = () => m.global.get(FUEL_GLOBAL, binaryen.i32)
+  return m.block(null, [
+    m.global.set(FUEL_GLOBAL, m.i32.sub(fuel(), units)),
+    m.if(m.i32.lt_s(fuel(), m.i32.const(0)), m.global.set(FUEL_GLOBAL, m.call(TICK_FUNCTION, [], binaryen.i32)))
+  ])
+}
 
 const exportNames = (m: binaryen.Module): Array<string> =>
   Array.from({ length: m.getNumExports() }, (_, i) => binaryen.getExportInfo(m.getExportByIndex(i)).name)
@@ -149,6 +207,7 @@ const codeHas = (m: binaryen.Module, patterns: ReadonlyArray<RegExp>): Array<boo
  * store's address one also raises the global to `address + offset + bytes`. Then inlined.
  */
 const addWritten = (m: binaryen.Module) => {
+  fresh(m, WRITTEN_EXPORT)
   m.addGlobal(WRITTEN_EXPORT, binaryen.i32, true, m.i32.const(0))
   m.runPasses(["instrument-memory"])
   for (let i = m.getNumFunctions() - 1; i >= 0; i--) {
@@ -204,6 +263,7 @@ const addReset = (m: binaryen.Module) => {
     if (!info.mutable || info.module) continue
     saved.push({ name: info.name, shadow: `${info.name}$brain_saved`, type: info.type })
   }
+  fresh(m, RESET_EXPORTS.save, RESET_EXPORTS.restore, ...saved.map((g) => g.shadow))
   for (const g of saved) m.addGlobal(g.shadow, g.type, true, m.copyExpression(binaryen.getGlobalInfo(m.getGlobal(g.name)).init))
   const copy = (from: "name" | "shadow", to: "name" | "shadow") =>
     m.block(null, saved.map((g) => m.global.set(g[to], m.global.get(g[from], g.type))), binaryen.none)

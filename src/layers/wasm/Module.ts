@@ -7,12 +7,14 @@
  *
  * The memory import's limits and the ABI functions' types are read from the binary (the JS API does
  * not show them): the host creates the memory with the guest's initial size and its own maximum, and
- * a function of the wrong type is refused here, not at its first call.
+ * a function of the wrong type is refused here, not at its first call. A module may export no name
+ * in the host's namespace (HOST_NAME_PREFIX, `brain$`: the names its instrumented twin's exports have).
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { TRANSCRIPT_TAIL } from "../../domain/TranscriptTail.js"
 import { type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
+import { HOST_NAME_PREFIX } from "./TwinExports.js"
 
 /** Bytes of one Wasm page. */
 export const PAGE_BYTES = 65536
@@ -246,6 +248,12 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
       }
     }
     const exports = new Map(WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]))
+    // The host's names on a twin (TwinExports.ts): a guest's own would be taken for the instrumentation's.
+    for (const name of exports.keys()) {
+      if (name.startsWith(HOST_NAME_PREFIX)) {
+        return refuse(`the module exports ${name}: names starting with ${HOST_NAME_PREFIX} are reserved for the host (docs/abi.md, "Exports")`)
+      }
+    }
     if (!exports.has("brain_abi_v1")) return refuse("the module has no brain_abi_v1 export: it does not declare ABI version 1")
     if (exports.get("brain_alloc") !== "function") return refuse("the module does not export the function brain_alloc")
     const marker = exports.get("brain_abi_v1")

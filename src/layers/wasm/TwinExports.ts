@@ -25,11 +25,19 @@ export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as
 export const WRITTEN_EXPORT = "brain$written"
 
 /**
+ * The host's namespace: every name the instrumentation adds to a twin (its exports above, its
+ * fuel global and refill import) starts with it. Admission refuses a module exporting such a name
+ * (Module.ts), and Instrument.ts drops every export of a guest's but its entries before adding its
+ * own, so a twin's exports in it are the instrumentation's only: the host reads them as such.
+ */
+export const HOST_NAME_PREFIX = "brain$"
+
+/**
  * The version of what Instrument.ts makes of a module: a twin made ahead of time (by the build,
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 5
+export const TWIN_FORMAT = 6
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`

@@ -1,0 +1,176 @@
+/**
+ * Hostile guests (the sandbox audit): what a module's own names can reach of the instrumentation.
+ * WAT fixtures compiled in the test; modules that admission refuses are given straight to the
+ * layer below it where the test is of that layer's own defence.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
+import { type InlineEnds, runInline } from "../../../src/layers/wasm/Inline.js"
+import { instrument } from "../../../src/layers/wasm/Instrument.js"
+import { instanceStats } from "../../../src/layers/wasm/Spares.js"
+import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
+import { data, guest, wat } from "../../support/wat.js"
+
+const LIMITS = { memoryBytes: 8 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
+
+const inlineHost = (inlineMs: number, limits: Partial<typeof LIMITS> = {}) =>
+  WasmHostWorkers.make({ workers: 1, inlineMs, inlineAtAdmission: true, ...LIMITS, ...limits })
+
+/** The twin the instrumenter itself makes of `bytes` (admission bypassed), and the plain module. */
+const twinOf = (bytes: Uint8Array) => ({ twin: new WebAssembly.Module(instrument(bytes)), plain: new WebAssembly.Module(bytes) })
+
+/** Runs one activation on the main thread with `modules.twin`: its output, or why it did not give one. */
+const runTwin = (modules: ReturnType<typeof twinOf>, input: string, entry: "brain_run" | "brain_tool" = "brain_run") =>
+  Effect.suspend(() => {
+    const ends: InlineEnds<string, string> = {
+      done: (output) => Effect.succeed(output),
+      moved: (reason) => Effect.fail(`moved: ${reason}`),
+      failed: (f) => Effect.fail(f.message)
+    }
+    return runInline(modules.twin, {
+      moduleId: "admission-bypassed",
+      module: modules.plain,
+      memory: { initial: 4, maximum: undefined },
+      entry,
+      input,
+      perform: () => Effect.die("no host call expected")
+    }, { ...LIMITS, inlineMs: 1_000 }, ends)
+  })
+
+/**
+ * The audit's leak: exports a global named `brain$written` (the twin's count of the bytes its
+ * guest wrote, which says how much of the memory to zero) and writes with `memory.copy` (so the
+ * twin adds no count of its own). Returns what the previous activation left at 70000 (`null` when
+ * nothing), then keeps its own input there.
+ */
+const leaking = (entry: "brain_run" | "brain_tool") => {
+  const pre = data(100, '{"ok":')
+  const none = data(120, "null")
+  const close = data(130, "}")
+  return guest(`${pre.segment} ${none.segment} ${close.segment}
+    (global (export "brain$written") i32 (i32.const 0))
+    (func (export "${entry}") (param $ip i32) (param $il i32) (result i64)
+      (local $o i32) (local $n i32)
+      (local.set $n (i32.load (i32.const 70000)))
+      (local.set $o (call $alloc (i32.add (local.get $n) (i32.const 16))))
+      (memory.copy (local.get $o) (i32.const ${pre.ptr}) (i32.const ${pre.len}))
+      (if (i32.eqz (local.get $n))
+        (then (memory.copy (i32.add (local.get $o) (i32.const 6)) (i32.const ${none.ptr}) (i32.const 4)) (local.set $n (i32.const 4)))
+        (else (memory.copy (i32.add (local.get $o) (i32.const 6)) (i32.const 70004) (local.get $n))))
+      (memory.copy (i32.add (local.get $o) (i32.add (local.get $n) (i32.const 6))) (i32.const ${close.ptr}) (i32.const 1))
+      (i32.store (i32.const 70000) (local.get $il))
+      (memory.copy (i32.const 70004) (local.get $ip) (local.get $il))
+      (call $out (local.get $o) (i32.add (local.get $n) (i32.const 7))))`, { memory: "4" })
+}
+
+/**
+ * The audit's counter: exports its own no-op `brain$save` and `brain$restore` (the twin's reset of
+ * its globals) and has a `data.drop` in dead code (so the twin adds no reset of its own). Counts
+ * its activations in a global and answers the count.
+ */
+const counting = guest(`(data $d "x")
+  (global $count (mut i32) (i32.const 0))
+  (func $never (data.drop $d))
+  (func (export "brain$save"))
+  (func (export "brain$restore"))
+  (func (export "brain_run") (param $ip i32) (param $il i32) (result i64)
+    (local $o i32)
+    (global.set $count (i32.add (global.get $count) (i32.const 1)))
+    (local.set $o (call $alloc (i32.const 8)))
+    (i64.store (local.get $o) (i64.const 0x7d303a226b6f227b))
+    (i32.store8 offset=6 (local.get $o) (i32.add (i32.const 48) (i32.rem_u (global.get $count) (i32.const 10))))
+    (call $out (local.get $o) (i32.const 8)))`, { memory: "4" })
+
+const PRISTINE = data(100, '{"ok":"pristine"}')
+const DIRTY = data(130, '{"ok":"dirty"}')
+
+/**
+ * Names its own functions and globals (in its `name` section) as the instrumentation names what it
+ * adds, and answers "pristine" when its globals and memory are as instantiation left them, then
+ * changes them. Its stores are plain ones and its code changes no table: its twin counts what it
+ * writes and is put back.
+ */
+const namedLikeTheHost = guest(`${PRISTINE.segment} ${DIRTY.segment}
+  (global $brain$fuel (mut i32) (i32.const 5))
+  (global $brain$written (mut i32) (i32.const 6))
+  (global $__asyncify_state (mut i32) (i32.const 7))
+  (global $g (mut i32) (i32.const 8))
+  (global $g$brain_saved (mut i32) (i32.const 9))
+  (func $brain$save (global.set $brain$fuel (i32.const 0)))
+  (func $brain$tick (result i32) (i32.const 0))
+  (func $__memory_fill)
+  (func $log_execution (param i32))
+  (func (export "brain_run") (param i32 i32) (result i64) (local $ok i32)
+    (local.set $ok (i32.and
+      (i32.and (i32.eq (global.get $brain$fuel) (i32.const 5)) (i32.eq (global.get $brain$written) (i32.const 6)))
+      (i32.and (i32.and (i32.eq (global.get $__asyncify_state) (i32.const 7)) (i32.eq (global.get $g) (i32.const 8)))
+        (i32.and (i32.eq (global.get $g$brain_saved) (i32.const 9)) (i32.eqz (i32.load8_u (i32.const 60000)))))))
+    (call $brain$save)
+    (global.set $brain$written (i32.const 0))
+    (global.set $__asyncify_state (i32.const 0))
+    (global.set $g (i32.const 0))
+    (global.set $g$brain_saved (i32.const 0))
+    (i32.store8 (i32.const 60000) (i32.const 1))
+    (if (result i64) (local.get $ok)
+      (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+      (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`, { memory: "2" })
+
+describe("hostile guests", () => {
+  describe("the host's names", () => {
+    it.scopedLive("a twin's exports in the host's namespace are only the instrumentation's: a module exporting its own brain$written, given to the instrumenter past admission, has its memory zeroed whole, and the next activation never reads the last one's input (a loop's, a tool's)", () =>
+      Effect.gen(function*() {
+        for (const entry of ["brain_run", "brain_tool"] as const) {
+          const modules = twinOf(yield* Effect.promise(() => wat(leaking(entry))))
+          expect(WebAssembly.Module.exports(modules.twin).map((e) => e.name), entry).not.toContain("brain$written")
+          const before = { ...instanceStats }
+          expect(yield* runTwin(modules, '{"secret":"the launch code is 0000"}', entry), entry).toBe('{"ok":null}')
+          expect(yield* runTwin(modules, '{"from":"another session"}', entry), entry).toBe('{"ok":null}')
+          expect(instanceStats.putBack - before.putBack, `${entry}: its instances were put back`).toBeGreaterThan(0)
+        }
+      }))
+
+    it.scopedLive("a module exporting its own no-op brain$save and brain$restore, given to the instrumenter past admission, is never put back: a counter in a global reads 1 on every activation", () =>
+      Effect.gen(function*() {
+        const modules = twinOf(yield* Effect.promise(() => wat(counting)))
+        const exported = WebAssembly.Module.exports(modules.twin).map((e) => e.name)
+        expect(exported).not.toContain("brain$save")
+        expect(exported).not.toContain("brain$restore")
+        const seen: Array<string> = []
+        for (let i = 0; i < 3; i++) seen.push(yield* runTwin(modules, JSON.stringify({ session: `ses_${i}` })))
+        expect(seen).toEqual(['{"ok":1}', '{"ok":1}', '{"ok":1}'])
+      }))
+
+    it.scopedLive("a counter guest on the main thread reads 1 on every activation, of every session, whether its twin is reset or made new", () =>
+      Effect.gen(function*() {
+        const wasm = yield* inlineHost(1_000)
+        const count = (extra: string) =>
+          guest(`(global $count (mut i32) (i32.const 0)) ${extra}
+            (func (export "brain_run") (param $ip i32) (param $il i32) (result i64)
+              (local $o i32)
+              (global.set $count (i32.add (global.get $count) (i32.const 1)))
+              (local.set $o (call $alloc (i32.const 8)))
+              (i64.store (local.get $o) (i64.const 0x7d303a226b6f227b))
+              (i32.store8 offset=6 (local.get $o) (i32.add (i32.const 48) (i32.rem_u (global.get $count) (i32.const 10))))
+              (call $out (local.get $o) (i32.const 8)))`)
+        for (const [name, extra] of [["reset", ""], ["made new", `(data $d "x") (func $never (data.drop $d))`]] as const) {
+          const module = yield* admit(wasm, count(extra))
+          for (let i = 0; i < 3; i++) {
+            const input = { ...activationInput(), runtime: { ...activationInput().runtime, session_id: `ses_000000000000000000000000${i}` } }
+            expect(yield* wasm.runLoop(module, input, hostWith({})), `${name} ${i}`).toBe(1)
+          }
+        }
+        expect(wasm.stats).toEqual({ inline: 6, moved: 0, pool: 0 })
+      }))
+
+    it.scopedLive("a guest whose name section names its functions and globals as the instrumentation names its own still gets a twin, put back as new every activation", () =>
+      Effect.gen(function*() {
+        const wasm = yield* inlineHost(1_000)
+        const module = yield* Effect.orDie(wasm.admit(yield* Effect.promise(() => wat(namedLikeTheHost, { names: true }))))
+        const before = { ...instanceStats }
+        for (let i = 0; i < 4; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
+        expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
+        expect(instanceStats.reused - before.reused).toBeGreaterThanOrEqual(3)
+      }))
+  })
+})
