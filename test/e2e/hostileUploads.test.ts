@@ -1,15 +1,21 @@
 /**
  * Hostile uploads against a real server (the sandbox audit): a module naming the host's own
- * exports is refused at upload, and the server goes on answering.
+ * exports, a loop of bulk memory operations. Each is refused at upload or
+ * stopped at its bound, and the server goes on answering. No assertion is timed: where the main
+ * thread's freedom is the point, the test asserts an order (a request sent while a turn runs is
+ * answered before the turn ends).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { request, sharedServer } from "../support/server.js"
-import { guest, wat } from "../support/wat.js"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { TWIN_FORMAT } from "../../src/layers/wasm/TwinExports.js"
+import { eventually, request, sharedServer, sleep } from "../support/server.js"
+import { data, guest, wat } from "../support/wat.js"
 
 const wasm = (raw: Uint8Array) => ({ raw, headers: { "content-type": "application/wasm" } })
 
 describe("hostile uploads", () => {
-  const server = sharedServer()
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_COMPUTE_MS: "1000" } })
 
   const stored = async () => (await request(server().baseUrl, "/v1/agentloops")).body.agentloops as ReadonlyArray<{ readonly id: string }>
 
@@ -36,6 +42,44 @@ describe("hostile uploads", () => {
       }
     }
     expect(await stored()).toEqual(before)
+    await serves()
+  })
+
+  it("a loop of memory.fill on the main thread is stopped at its compute budget, and the server answers meanwhile: /health/live, asked while the turn runs, is answered before the turn ends", async () => {
+    const done = data(100, '{"ok":"filled"}')
+    // 2,500 fills of 96 MiB: seconds of writing (far more than the budget, even at the speed of
+    // memory), in far fewer loop iterations than one allowance of fuel. Its memory grows to fit
+    // first (a memory that large at start costs its instantiation time, and the main thread's
+    // first clock read would move it before any fill).
+    const bytes = await wat(guest(`${done.segment}
+      (func (export "brain_run") (param i32 i32) (result i64) (local $i i32)
+        (drop (memory.grow (i32.const 1537)))
+        (block $end (loop $l
+          (br_if $end (i32.ge_u (local.get $i) (i32.const 2500)))
+          (memory.fill (i32.const 65536) (local.get $i) (i32.const ${96 << 20}))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $l)))
+        (call $out (i32.const ${done.ptr}) (i32.const ${done.len})))`))
+    const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+    expect(admitted.status, admitted.text).toBe(201)
+    // Its twin (the main thread's) is made in the background and kept: the turn runs on the main thread once it is.
+    const twin = path.join(server().dataDir, "agentloops", "twins", `${admitted.body.id}.v${TWIN_FORMAT}.wasm`)
+    await eventually("the twin is kept", async () => (fs.existsSync(twin) ? true : undefined))
+    const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
+    const order: Array<string> = []
+    const turn = request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "fill" } } }).then((reply) => {
+      order.push("turn")
+      return reply
+    })
+    await sleep(200)
+    const live = await request(server().baseUrl, "/health/live")
+    order.push("live")
+    expect(live.status).toBe(204)
+    const ended = await turn
+    expect(ended.body.turn.status).toBe("failed")
+    expect(ended.body.turn.failure).toMatchObject({ code: "agentloop_failed" })
+    expect(ended.body.turn.failure.message).toMatch(/compute budget of 1000 ms/)
+    expect(order).toEqual(["live", "turn"])
     await serves()
   })
 })

@@ -6,7 +6,14 @@
  *   runs out, the guest calls the host's `brain.tick`, which answers the next allowance or throws
  *   (the guest has computed past what the main thread lends it). A guest can therefore never hold
  *   the main thread longer than one allowance past its bound: every unbounded computation in core
- *   Wasm goes through a loop or a call. (Bulk memory operations are bounded by the memory maximum.)
+ *   Wasm goes through a loop or a call. A bulk operation is one instruction whose cost is its
+ *   length, so `memory.fill` and `memory.copy` take one unit more per BULK_BYTES_PER_UNIT of it,
+ *   before they run (Binaryen's `llvm-memory-copy-fill-lowering` turns each into a call of one
+ *   function per operation, whose body is replaced here by the charge and the operation itself,
+ *   then inlined): one allowance of them is 20 MiB, not 20,000 times the memory. A module whose
+ *   code has a bulk operation this does not charge (`memory.init`, `table.fill`, `table.copy`,
+ *   `table.init`), or `memory.fill`/`memory.copy` beside a passive data segment (which the lowering
+ *   does not take), gets no twin: it runs on worker threads, where the budget is a timer.
  * - **Asyncify** on `brain.call`: a host call can unwind the guest's stack into its own memory and
  *   return to the host, which performs the call asynchronously and later rewinds the guest into the
  *   same call, which then returns the answer. No thread is held while a host call is performed.
@@ -54,8 +61,18 @@ export const TICK_IMPORT = { module: "brain", name: "tick" } as const
 /** The functions Asyncify exports, called by ASYNCIFY_EXPORT instead (their exports and `asyncify_get_state` are dropped). */
 const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "asyncify_start_rewind", "asyncify_stop_rewind"] as const
 
+/**
+ * The features Binaryen reads and writes a twin with: all it knows but 64-bit and multiple
+ * memories, which no admitted guest has (its one memory is a plain 32-bit import) and which the
+ * bulk-memory lowering refuses.
+ */
+const FEATURES = binaryen.Features.All & ~binaryen.Features.Memory64 & ~binaryen.Features.MultiMemory
+
 /** The exports of a guest's that its twin keeps: what the host calls on it. */
 const GUEST_ENTRIES: ReadonlySet<string> = new Set(["brain_run", "brain_tool", "brain_alloc"])
+
+/** Bytes of `memory.fill` or `memory.copy` per unit of fuel (one more for the operation itself). */
+export const BULK_BYTES_PER_UNIT = 1024
 
 /** The fuel global, as the instrumented module names it. */
 const FUEL_GLOBAL = "brain$fuel"
@@ -66,11 +83,19 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
   settle()
   const m = binaryen.readBinary(withoutCustomSections(bytes))
   try {
-    m.setFeatures(binaryen.Features.All)
+    m.setFeatures(FEATURES)
     // The guest's own exports but its entries, before anything is added: a twin's other exports are the instrumentation's.
     for (const name of exportNames(m)) if (!GUEST_ENTRIES.has(name)) m.removeExport(name)
     // The code is read once for what the twin needs to know of it (nothing below adds an instruction these match).
-    const [unresettable, uncounted] = codeHas(m, [UNRESETTABLE, UNCOUNTED_STORES])
+    const [unmetered, bulk, unresettable, uncounted] = codeHas(m, [UNMETERED, BULK_MEMORY, UNRESETTABLE, UNCOUNTED_STORES])
+    if (unmetered) throw new Error("its code has memory.init, table.fill, table.copy or table.init, whose cost metering does not charge: it runs on worker threads")
+    if (bulk) {
+      if (hasPassiveDataSegment(m)) throw new Error("its code has memory.fill or memory.copy beside a passive data segment, which metering does not take: it runs on worker threads")
+      fresh(m, ...Object.values(BULK_FUNCTIONS))
+      // Each memory.fill and memory.copy a call of one function per operation (charged and made the operation again below).
+      m.runPasses(["llvm-memory-copy-fill-lowering"])
+      m.setFeatures(FEATURES)
+    }
     // A call of an imported `log_execution(i32)` at every function entry and loop header...
     m.runPasses(["log-execution"])
     const logName = importedFunctionNamed(m, "log_execution")
@@ -81,6 +106,7 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
     m.addGlobal(FUEL_GLOBAL, binaryen.i32, true, m.i32.const(0))
     m.addFunctionImport(TICK_FUNCTION, TICK_IMPORT.module, TICK_IMPORT.name, binaryen.none, binaryen.i32)
     m.addFunction(logName, binaryen.createType([binaryen.i32]), binaryen.none, [], spend(m, m.i32.const(1)))
+    if (bulk) meterBulk(m)
     // ...and inlined at every site (settle: functions this small always are), so metering costs a
     // global decrement and a branch. The pass numbers its call sites from a counter Binaryen keeps
     // for the process; the inlined function ignores the number, so the dead store of it and its
@@ -167,6 +193,44 @@ const spend = (m: binaryen.Module, units: binaryen.ExpressionRef): binaryen.Expr
     m.if(m.i32.lt_s(fuel(), m.i32.const(0)), m.global.set(FUEL_GLOBAL, m.call(TICK_FUNCTION, [], binaryen.i32)))
   ])
 }
+
+/** The functions `llvm-memory-copy-fill-lowering` calls in place of each operation, `(dest, source or value, size) -> ()`. */
+const BULK_FUNCTIONS = { copy: "__memory_copy", fill: "__memory_fill" } as const
+
+/**
+ * Makes each function the lowering called (a loop of byte stores, which would spend a unit per
+ * byte and be far slower) the operation itself, charged first: one unit, and one per
+ * BULK_BYTES_PER_UNIT of its size. The operands were evaluated in order at the call, and the
+ * operation traps where it would have: the guest computes the same.
+ */
+const meterBulk = (m: binaryen.Module) => {
+  const arg = (i: number) => m.local.get(i, binaryen.i32)
+  const units = () => m.i32.add(m.i32.shr_u(arg(2), m.i32.const(Math.log2(BULK_BYTES_PER_UNIT))), m.i32.const(1))
+  const operations = [
+    [BULK_FUNCTIONS.copy, () => m.memory.copy(arg(0), arg(1), arg(2))],
+    [BULK_FUNCTIONS.fill, () => m.memory.fill(arg(0), arg(1), arg(2))]
+  ] as const
+  for (const [name, operation] of operations) {
+    const f = m.getFunction(name)
+    if (f === 0) continue
+    const info = binaryen.getFunctionInfo(f)
+    m.removeFunction(name)
+    m.addFunction(name, info.params, info.results, [], m.block(null, [spend(m, units()), operation()]))
+  }
+}
+
+/** Whether the module has a passive data segment (read through Binaryen's C API: its JS wrapper reads an active segment's offset, which need not be a constant). */
+const hasPassiveDataSegment = (m: binaryen.Module): boolean => {
+  const passive = (binaryen as unknown as { _BinaryenGetDataSegmentPassive: (segment: number) => number })._BinaryenGetDataSegmentPassive
+  for (let i = 0; i < (m as unknown as { getNumDataSegments: () => number }).getNumDataSegments(); i++) if (passive(m.getDataSegmentByIndex(i)) !== 0) return true
+  return false
+}
+
+/** Bulk operations metering charges by their length (meterBulk). */
+const BULK_MEMORY = /\(memory\.(copy|fill)\b/
+
+/** Bulk operations it does not: each is one unit however long, so a loop of them could hold the main thread for seconds per allowance. */
+const UNMETERED = /\((memory\.init|table\.(fill|copy|init))\b/
 
 const exportNames = (m: binaryen.Module): Array<string> =>
   Array.from({ length: m.getNumExports() }, (_, i) => binaryen.getExportInfo(m.getExportByIndex(i)).name)

@@ -1,10 +1,14 @@
 /**
- * Hostile guests (the sandbox audit): what a module's own names can reach of the instrumentation.
- * WAT fixtures compiled in the test; modules that admission refuses are given straight to the
- * layer below it where the test is of that layer's own defence.
+ * Hostile guests (the sandbox audit): what a module's own names can reach of the instrumentation,
+ * and what a bulk operation costs it on the main thread. WAT fixtures compiled in the test; modules that
+ * admission refuses are given straight to the layer below it where the test is of that layer's own
+ * defence.
+ *
+ * No assertion is timed: where the main thread's freedom is the point, the test asserts what ran
+ * (an activation that cannot complete within its budget fails with the budget's error).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Either, Exit } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { type InlineEnds, runInline } from "../../../src/layers/wasm/Inline.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
@@ -116,6 +120,24 @@ const namedLikeTheHost = guest(`${PRISTINE.segment} ${DIRTY.segment}
       (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
       (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`, { memory: "2" })
 
+/** A loop whose `brain_run` (or start function) runs `times` bulk operations of `bytes` each (`op`: a WAT instruction over `$i`), then answers "done". */
+const bulkLoop = (op: (bytes: number) => string, times: number, bytes: number, options: { readonly entry?: "brain_run" | "brain_tool"; readonly atStart?: boolean } = {}) => {
+  const done = data(100, '{"ok":"done"}')
+  const loop = `(local $i i32)
+    (block $end (loop $l
+      (br_if $end (i32.ge_u (local.get $i) (i32.const ${times})))
+      ${op(bytes)}
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))`
+  return guest(`${done.segment}
+    ${options.atStart === true ? `(func $init ${loop}) (start $init)` : ""}
+    (func (export "${options.entry ?? "brain_run"}") (param i32 i32) (result i64) ${options.atStart === true ? "" : loop}
+      (call $out (i32.const ${done.ptr}) (i32.const ${done.len})))`, { memory: `${(bytes >> 16) + 2}` })
+}
+
+const fill = (bytes: number) => `(memory.fill (i32.const 65536) (local.get $i) (i32.const ${bytes}))`
+const copy = (bytes: number) => `(memory.copy (i32.const 65536) (i32.const 65537) (i32.const ${bytes}))`
+
 describe("hostile guests", () => {
   describe("the host's names", () => {
     it.scopedLive("a twin's exports in the host's namespace are only the instrumentation's: a module exporting its own brain$written, given to the instrumenter past admission, has its memory zeroed whole, and the next activation never reads the last one's input (a loop's, a tool's)", () =>
@@ -171,6 +193,50 @@ describe("hostile guests", () => {
         for (let i = 0; i < 4; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
         expect(wasm.stats).toEqual({ inline: 4, moved: 0, pool: 0 })
         expect(instanceStats.reused - before.reused).toBeGreaterThanOrEqual(3)
+      }))
+  })
+
+  describe("bulk operations on the main thread", () => {
+    it.scopedLive("memory.fill and memory.copy are charged by their length before they run: a loop of 5,000 fills or copies of 4 MiB, in brain_run, in a start function or in a tool, is stopped at its compute budget on the main thread (it would not be before one allowance of fuel, 20,000 units, ran out)", () =>
+      Effect.gen(function*() {
+        const wasm = yield* inlineHost(10_000, { computeMs: 100 })
+        const MiB4 = 4 << 20
+        for (const [name, text] of [
+          ["fill", bulkLoop(fill, 5_000, MiB4)],
+          ["copy", bulkLoop(copy, 5_000, MiB4)],
+          ["start", bulkLoop(fill, 5_000, MiB4, { atStart: true })]
+        ] as const) {
+          const module = yield* admit(wasm, text)
+          const result = yield* Effect.either(wasm.runLoop(module, activationInput(), hostWith({})))
+          if (Either.isRight(result)) return expect.fail(`${name}: the loop completed`)
+          expect(result.left.failure.message, name).toMatch(/compute budget of 100 ms/)
+        }
+        // On the main thread, each of them: its twin was made, and nothing was moved.
+        expect(wasm.stats).toEqual({ inline: 3, moved: 0, pool: 0 })
+        const tool = yield* admit(wasm, bulkLoop(fill, 5_000, MiB4, { entry: "brain_tool" }))
+        const call = { input: null, call: { session_id: "s", sequence: 1, name: "t", deadline_at_ms: 0 } }
+        const services = { emit: () => Effect.die("no emit"), telemetry: () => Effect.void }
+        const tried = wasm.tryTool!(tool, call, services)
+        expect(tried !== undefined && Exit.isSuccess(tried) && tried.value).toEqual({ _tag: "error", output: { message: expect.stringMatching(/compute budget of 100 ms/) } })
+        expect(wasm.stats.pool).toBe(0)
+      }))
+
+    it.scopedLive("a module whose code has a bulk operation metering does not charge (memory.init, table.fill, table.copy, table.init) gets no twin: it runs on worker threads, and computes the same there", () =>
+      Effect.gen(function*() {
+        const wasm = yield* inlineHost(1_000)
+        const ok = data(100, '{"ok":"ran"}')
+        const entry = `(func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`
+        for (const [name, fields] of [
+          ["memory.init", `(data $d "x") (func $f (memory.init $d (i32.const 0) (i32.const 0) (i32.const 1)))`],
+          ["table.fill", `(table $t 1 1 funcref) (func $f (table.fill $t (i32.const 0) (ref.null func) (i32.const 1)))`],
+          ["table.copy", `(table $t 1 1 funcref) (func $f (table.copy $t $t (i32.const 0) (i32.const 0) (i32.const 1)))`],
+          ["table.init", `(table $t 1 1 funcref) (elem $e func $f) (func $f (table.init $t $e (i32.const 0) (i32.const 0) (i32.const 1)))`]
+        ] as const) {
+          const module = yield* Effect.orDie(wasm.admit(yield* Effect.promise(() => wat(guest(`${ok.segment} ${fields} ${entry}`), { reference_types: true }))))
+          const pool = wasm.stats.pool
+          expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), name).toBe("ran")
+          expect(wasm.stats.pool - pool, name).toBe(1)
+        }
       }))
   })
 })
