@@ -23,6 +23,7 @@ import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
 import { MAX_FAILURE_MESSAGE_BYTES, MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
+import { MAX_WASM_TABLE_ENTRIES } from "../../src/layers/wasm/Module.js"
 import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
 import type { Event } from "../../src/domain/Projection.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
@@ -266,7 +267,7 @@ const FINE_TOOL = returning('{"ok":"fine"}', "brain_tool")
 
 // ---------------------------------------------------------------------------------------------
 
-const compile = (text: string, features: { readonly threads?: boolean } = {}) => Effect.promise(() => wat(text, features))
+const compile = (text: string, features: { readonly threads?: boolean; readonly reference_types?: boolean } = {}) => Effect.promise(() => wat(text, features))
 
 const admitted = (host: WasmHostShape, text: string) => Effect.flatMap(compile(text), (bytes) => Effect.orDie(host.admit(bytes)))
 
@@ -444,6 +445,21 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
               expect((yield* refusal(host, bytes)).reason, `${entry} ${name}`).toMatch(new RegExp(`exports ${name.replace("$", "\\$")}: names starting with brain\\$ are reserved for the host`))
             }
           }
+        }))
+
+      it.scopedLive(`tables are bounded: each must declare a maximum, and their maxima together at most MAX_WASM_TABLE_ENTRIES (${MAX_WASM_TABLE_ENTRIES}); thirteen tables of 10,000,000 entries are refused, and one at the bound is admitted`, () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const withTables = (tables: string) => compile(guest(`${tables} (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`), { reference_types: true })
+          const thirteen = Array.from({ length: 13 }, (_, i) => `(table $t${i} 10000000 funcref)`).join(" ")
+          expect((yield* refusal(host, yield* withTables(thirteen))).reason).toMatch(/table 0 declares no maximum/)
+          const bounded = Array.from({ length: 13 }, (_, i) => `(table $t${i} 10000000 10000000 funcref)`).join(" ")
+          expect((yield* refusal(host, yield* withTables(bounded))).reason).toMatch(new RegExp(`130000000 entries in all .*above ${MAX_WASM_TABLE_ENTRIES}`))
+          expect((yield* refusal(host, yield* withTables("(table 1 1 funcref) (table 1 externref)"))).reason).toMatch(/table 1 declares no maximum/)
+          const half = MAX_WASM_TABLE_ENTRIES / 2
+          expect((yield* refusal(host, yield* withTables(`(table 1 ${half} funcref) (table 0 ${half + 1} externref)`))).reason).toMatch(/above/)
+          const atBound = yield* withTables(`(table 1 ${half} funcref) (table 0 ${half} externref)`)
+          expect((yield* host.admit(atBound)).loop).toBe(true)
         }))
     })
 

@@ -1,6 +1,6 @@
 /**
  * Hostile uploads against a real server (the sandbox audit): a module naming the host's own
- * exports, a loop of bulk memory operations. Each is refused at upload or
+ * exports, a module of huge tables, a loop of bulk memory operations. Each is refused at upload or
  * stopped at its bound, and the server goes on answering. No assertion is timed: where the main
  * thread's freedom is the point, the test asserts an order (a request sent while a turn runs is
  * answered before the turn ends).
@@ -42,6 +42,18 @@ describe("hostile uploads", () => {
       }
     }
     expect(await stored()).toEqual(before)
+    await serves()
+  })
+
+  it("a module of thirteen tables of 10,000,000 entries (308 bytes) is refused at upload, naming its tables, and the server serves on", async () => {
+    const tables = Array.from({ length: 13 }, (_, i) => `(table $t${i} 10000000 funcref)`).join(" ")
+    const ok = data(100, '{"ok":1}')
+    for (const declared of [tables, tables.replaceAll("10000000 funcref", "10000000 10000000 funcref")]) {
+      const bytes = await wat(guest(`${ok.segment} ${declared} (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`), { reference_types: true })
+      const refused = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(refused.status, refused.text).toBe(400)
+      expect(refused.body.message).toMatch(/declares no maximum|entries in all/)
+    }
     await serves()
   })
 

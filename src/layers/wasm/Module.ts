@@ -5,10 +5,13 @@
  * exports the `brain_abi_v1` marker, `brain_alloc` and `brain_run` and/or `brain_tool`. An admitted
  * module is compiled once and kept by its content hash.
  *
- * The memory import's limits and the ABI functions' types are read from the binary (the JS API does
- * not show them): the host creates the memory with the guest's initial size and its own maximum, and
- * a function of the wrong type is refused here, not at its first call. A module may export no name
- * in the host's namespace (HOST_NAME_PREFIX, `brain$`: the names its instrumented twin's exports have).
+ * The memory import's limits, the tables' and the ABI functions' types are read from the binary
+ * (the JS API does not show them): the host creates the memory with the guest's initial size and
+ * its own maximum, a function of the wrong type is refused here, not at its first call, and tables
+ * (which V8 makes on the JavaScript heap at every instantiation, 16 bytes an entry, up to 10,000,000
+ * entries each) must each declare a maximum, all together at most MAX_WASM_TABLE_ENTRIES. A module
+ * may export no name in the host's namespace (HOST_NAME_PREFIX, `brain$`: the names its
+ * instrumented twin's exports have).
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
@@ -18,6 +21,15 @@ import { HOST_NAME_PREFIX } from "./TwinExports.js"
 
 /** Bytes of one Wasm page. */
 export const PAGE_BYTES = 65536
+
+/**
+ * Entries. The most a module's tables may hold together, counting each at its declared maximum
+ * (which `table.grow` cannot pass): V8 makes every table whole at each instantiation, on the
+ * JavaScript heap (16 bytes an entry), outside BRAIN_MAX_WASM_MEMORY_BYTES, and a heap that runs out
+ * ends the process. At this bound an instance's tables take 1 MiB of heap; a compiler's table of
+ * function pointers holds one entry per function whose address is taken.
+ */
+export const MAX_WASM_TABLE_ENTRIES = 65_536
 
 const ALLOWED_IMPORTS = new Map([
   ["env.memory", "memory"],
@@ -56,6 +68,8 @@ interface ModuleLayout {
   /** The index of each exported global, by name, and where the global section's entries are (read only when needed: `i32Global`). */
   readonly globals: Map<string, number>
   readonly globalSection: { readonly start: number; readonly end: number } | undefined
+  /** The tables it defines, in order: their initial and maximum sizes (undefined when it declares none). */
+  readonly tables: ReadonlyArray<{ readonly initial: number; readonly maximum: number | undefined }>
 }
 
 /**
@@ -86,6 +100,7 @@ export const moduleLayout = (b: Uint8Array): ModuleLayout => {
   const imports = new Map<string, string>()
   const exports = new Map<string, string>()
   const globals = new Map<string, number>()
+  const tables: Array<{ initial: number; maximum: number | undefined }> = []
   let globalSection: ModuleLayout["globalSection"]
   let memory: ModuleLayout["memory"] = { limits: undefined, shared: false, memory64: false }
   while (at < b.length) {
@@ -148,10 +163,25 @@ export const moduleLayout = (b: Uint8Array): ModuleLayout => {
       }
     } else if (id === 6) {
       globalSection = { start, end }
+    } else if (id === 4) {
+      const [count, first] = leb(b, at)
+      at = first
+      for (let i = 0; i < count; i++) {
+        // funcref or externref, then limits: flags (bit 0: a maximum follows), the initial size, the maximum.
+        const type = b[at++]
+        if (type !== 0x70 && type !== 0x6f) throw new Error("a table of a type this host does not read")
+        const flags = b[at++]!
+        if (flags > 1) throw new Error("a table whose limits this host does not read")
+        const [initial, next] = leb(b, at)
+        at = next
+        let maximum: number | undefined
+        if (flags & 1) [maximum, at] = leb(b, at)
+        tables.push({ initial, maximum })
+      }
     }
     at = end
   }
-  return { memory, imports, exports, globals, globalSection }
+  return { memory, imports, exports, globals, globalSection, tables }
 }
 
 /** Reads a signed LEB128 of at most 32 bits at `at`; returns the value and the next offset. */
@@ -271,6 +301,16 @@ export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.
     for (const [where, fn, expected] of ABI_TYPES) {
       const actual = layout[where].get(fn)
       if (actual !== undefined && actual !== expected) return refuse(`${fn} must be ${expected}, not ${actual} (docs/abi.md)`)
+    }
+    let tableEntries = 0
+    for (const [i, table] of layout.tables.entries()) {
+      if (table.maximum === undefined) {
+        return refuse(`table ${i} declares no maximum: every table must declare one, ${MAX_WASM_TABLE_ENTRIES} entries at most for all of them (docs/abi.md, "Limits")`)
+      }
+      tableEntries += table.maximum
+    }
+    if (tableEntries > MAX_WASM_TABLE_ENTRIES) {
+      return refuse(`the module's tables may hold ${tableEntries} entries in all (their declared maxima), above ${MAX_WASM_TABLE_ENTRIES} (docs/abi.md, "Limits")`)
     }
     const { memory } = layout
     if (!memory.limits) return refuse("the module does not import its memory as env.memory")

@@ -35,6 +35,17 @@ import {
 const WORKER_MODULES = 64
 
 /**
+ * MiB. A worker's JavaScript heap (its old generation). What a guest costs there is its instance
+ * and its tables (bounded at admission, wasm/Module.ts: 1 MiB at most); its memory and compiled
+ * code are outside the heap, and every payload crosses as bytes. Without a bound a worker shares
+ * the process's, and a worker whose heap runs out ends the process; with one, Node stops only the
+ * worker (ERR_WORKER_OUT_OF_MEMORY): its activation fails and the thread is replaced. (One
+ * allocation far past the bound still ends the process — V8 gives the heap no more than a little
+ * room to finish — which is why admission bounds tables, the one large allocation a guest asks for.)
+ */
+export const WORKER_HEAP_MB = 128
+
+/**
  * The worker's script, compiled. Run from the sources (the test runner loads .ts files), this
  * module finds it in the build: a worker thread cannot load TypeScript.
  */
@@ -100,7 +111,8 @@ export class GuestThread {
     this.toMainBytes = Buffer.from(shared, TO_MAIN_OFFSET, INLINE_BYTES)
     this.worker = new Worker(WORKER_URL, {
       workerData: { toWorker: toWorker.port2, toMain: toMain.port1, shared },
-      transferList: [toWorker.port2, toMain.port1]
+      transferList: [toWorker.port2, toMain.port1],
+      resourceLimits: { maxOldGenerationSizeMb: WORKER_HEAP_MB }
     })
     this.worker.on("message", (m: WorkerMessage) => {
       if (m.type !== "ready") return

@@ -1,6 +1,7 @@
 /**
  * Hostile guests (the sandbox audit): what a module's own names can reach of the instrumentation,
- * and what a bulk operation costs it on the main thread. WAT fixtures compiled in the test; modules that
+ * what a bulk operation costs it on the main thread, and what a worker's heap bounds. WAT fixtures
+ * compiled in the test; modules that
  * admission refuses are given straight to the layer below it where the test is of that layer's own
  * defence.
  *
@@ -10,11 +11,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Exit } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
+import { activate, jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { type InlineEnds, runInline } from "../../../src/layers/wasm/Inline.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
+import { Pool } from "../../../src/layers/wasm/Pool.js"
 import { instanceStats } from "../../../src/layers/wasm/Spares.js"
 import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
-import { data, guest, wat } from "../../support/wat.js"
+import { data, guest, returning, wat } from "../../support/wat.js"
 
 const LIMITS = { memoryBytes: 8 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
@@ -237,6 +240,32 @@ describe("hostile guests", () => {
           expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), name).toBe("ran")
           expect(wasm.stats.pool - pool, name).toBe(1)
         }
+      }))
+  })
+
+  describe("a worker's heap", () => {
+    it.scopedLive("a worker whose heap runs out (twenty tables of 1,000,000 entries, a module admission would refuse) fails only its activation: the thread is replaced, and the next activation completes", () =>
+      Effect.gen(function*() {
+        const pool = new Pool({ compute: 1, threads: 2 })
+        yield* Effect.addFinalizer(() => pool.close)
+        const run = (text: string, features = {}) =>
+          Effect.gen(function*() {
+            const bytes = yield* Effect.promise(() => wat(text, features))
+            const module = new WebAssembly.Module(bytes)
+            return yield* Effect.either(activate(pool, {
+              moduleId: `m${bytes.length}`,
+              module,
+              memory: { initial: 1, maximum: undefined },
+              entry: "brain_run",
+              input: jsonBytes(activationInput()),
+              perform: () => Effect.die("no host call expected")
+            }, LIMITS))
+          })
+        const tables = Array.from({ length: 20 }, (_, i) => `(table $t${i} 1000000 1000000 funcref)`).join(" ")
+        const heavy = yield* run(guest(`${tables} (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`), { reference_types: true })
+        if (Either.isRight(heavy)) return expect.fail("the activation completed")
+        expect(heavy.left.message).toMatch(/memory limit|out of memory/i)
+        expect(yield* run(returning('{"ok":"fine"}'))).toEqual(Either.right('{"ok":"fine"}'))
       }))
   })
 })

@@ -224,7 +224,7 @@ describe("WasmHost on the main thread", () => {
     Effect.gen(function*() {
       const wasm = yield* inlineHost(1_000)
       const tables = yield* Effect.orDie(wasm.admit(yield* Effect.promise(() =>
-        wat(stateful("(table.set $t (i32.const 0) (ref.func $init))", "(table $t 1 funcref) (elem declare func $init)"), { reference_types: true })
+        wat(stateful("(table.set $t (i32.const 0) (ref.func $init))", "(table $t 1 1 funcref) (elem declare func $init)"), { reference_types: true })
       )))
       const grows = yield* admit(wasm, stateful("(drop (memory.grow (i32.const 1)))"))
       const fails = yield* admit(wasm, stateful("(global.set $g (i32.const 6)) (unreachable)"))
