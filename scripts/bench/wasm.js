@@ -78,7 +78,8 @@ const caller = compile(`(module ${prelude}
       (br_if $more (local.get $n)))
     (i64.or (i64.shl (i64.const 200) (i64.const 32)) (i64.const 8))))`)
 
-const admit = (bytes) => Effect.runSync(admitModule(bytes, { maxModuleBytes: 1 << 20, maxMemoryBytes: LIMITS.memoryBytes }))
+// Admission compiles off the main thread (wasm/Compiler.ts): asynchronous.
+const admit = (bytes) => Effect.runPromise(admitModule(bytes, { maxModuleBytes: 1 << 20, maxMemoryBytes: LIMITS.memoryBytes }))
 const pool = new Pool(1)
 const input = { input: { message: "x" }, transcript: [], configuration: {}, events: [], runtime: {} }
 
@@ -124,7 +125,7 @@ const roundTrips = async (run, module, perform) => {
   return gaps.sort((a, b) => a - b)
 }
 
-const answering = admit(answer)
+const answering = await admit(answer)
 const answeringInline = await inline(answer, answering)
 await activations(answeringInline, answering, 200) // warm-up
 const timesInline = await activations(answeringInline, answering, ACTIVATIONS)
@@ -139,7 +140,7 @@ for (let i = 0; i < ACTIVATIONS; i++) {
 }
 plain.sort((a, b) => a - b)
 
-const calling = admit(caller)
+const calling = await admit(caller)
 const fixed = await roundTrips(onPool, calling, () => Effect.succeed('{"ok":{"found":false}}'))
 const host = {
   kvRead: () => Effect.succeed({ _tag: "None" }),
@@ -152,7 +153,7 @@ const fixedInline = await roundTrips(callingInline, calling, () => Effect.succee
 const bridgedInline = await roundTrips(callingInline, calling, loopServices({ ...host, kvRead: () => Effect.sync(() => ({ _id: "Option", _tag: "None" })) }, []))
 await Effect.runPromise(pool.close)
 
-const admittedOfficial = admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url))))
+const admittedOfficial = await admit(new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url))))
 const official = admittedOfficial.module
 const officialImports = (memory) => ({ env: { memory }, brain: { call: () => 0n, fail: () => {} } })
 const OFFICIAL_LIMITS = { initial: admittedOfficial.memory.initial, maximum: LIMITS.memoryBytes / 65536 }
@@ -182,7 +183,7 @@ const scope = Effect.runSync(Scope.make())
 const HOST_LIMITS = { workers: 2, memoryBytes: 128 << 20, computeMs: 10_000, ioBytes: 16 << 20, moduleBytes: 8 << 20 }
 const officialBytes = new Uint8Array(fs.readFileSync(new URL("../../dist/loops/official.wasm", import.meta.url)))
 const poolHost = Effect.runSync(Scope.extend(makeWasmHost({ ...HOST_LIMITS, inlineMs: 0 }), scope))
-const poolModule = Effect.runSync(poolHost.admit(officialBytes))
+const poolModule = await Effect.runPromise(poolHost.admit(officialBytes))
 const inlineHost = Effect.runSync(Scope.extend(makeWasmHost({ ...HOST_LIMITS, inlineMs: 10, inlineAtAdmission: true }), scope))
 const inlineModule = await Effect.runPromise(inlineHost.admit(officialBytes))
 const transcript = []

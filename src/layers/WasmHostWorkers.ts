@@ -34,7 +34,7 @@ import { activate, type Activation, type ActivationFailure, jsonBytes, type Acti
 import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
 import { type InlineEnds, type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
-import { admitModule } from "./wasm/Module.js"
+import { admitModule, Verdicts } from "./wasm/Module.js"
 import { Pool } from "./wasm/Pool.js"
 
 export interface WasmHostOptions extends ActivationLimits {
@@ -261,6 +261,8 @@ export const make = (options: WasmHostOptions) =>
     const inlineMs = options.inlineMs ?? 0
     const inlineLimits: InlineLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes, inlineMs }
     const twins = new InlineModules(options.twinCacheDir)
+    // What this host decided of each module it was given, by content hash (wasm/Module.ts).
+    const verdicts = new Verdicts()
 
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
@@ -302,7 +304,7 @@ export const make = (options: WasmHostOptions) =>
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,
       admit: (bytes, admission) =>
-        admitModule(bytes, { maxModuleBytes: admission?.shipped === true ? Infinity : options.moduleBytes, maxMemoryBytes: options.memoryBytes }).pipe(
+        admitModule(bytes, { maxModuleBytes: admission?.shipped === true ? Infinity : options.moduleBytes, maxMemoryBytes: options.memoryBytes }, verdicts, admission ?? {}).pipe(
           Effect.tap((module) => {
             if (inlineMs === 0) return Effect.void
             const prepared = twins.prepare(module.hash, bytes)

@@ -22,7 +22,7 @@ import { officialLoop } from "../../src/loops/official.js"
 
 const official = shippedGuest("official")
 /** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
-const officialTail = Effect.runSync(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
+const officialTail = await Effect.runPromise(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
 /** The input as Brain gives it to the official loop: the transcript's tail it asks for, and no configuration (it exports brain_configuration_unread). */
 const tailOf = <I extends { readonly transcript: ReadonlyArray<Message>; readonly configuration?: unknown }>(input: I) => {
   const { configuration, ...rest } = input

@@ -25,10 +25,10 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { Worker } from "node:worker_threads"
 import { Effect } from "effect"
 import { DIST_ROOT } from "../../DistRoot.js"
-import type { InstrumentAnswer, InstrumentRequest } from "./InstrumentWorker.js"
+import type { InstrumentRequest } from "./InstrumentWorker.js"
+import { type Answer, oneThread } from "./OneThread.js"
 import { prebuiltTwinName, twinFile, twinInFile } from "./TwinExports.js"
 
 /** Activations a module runs on the pool, at most, after one of its activations was moved. */
@@ -44,9 +44,6 @@ export const MAX_TWIN_MODULE_BYTES = 4 << 20
 /** Twins kept in the process (the oldest is dropped past this; it is made again when admitted again). */
 const KEPT = 256
 
-/** Milliseconds the instrumenting thread stays after its last answer. */
-const IDLE_MS = 5_000
-
 /** The instrumenting thread's module (compiled; under the tests too). */
 export const WORKER_URL = new URL("layers/wasm/InstrumentWorker.js", DIST_ROOT)
 
@@ -59,50 +56,17 @@ export const instrumenterStats = { requests: 0 }
 /** A twin, or why there is none. */
 export type Twin = { readonly module: WebAssembly.Module } | { readonly failure: string }
 
-/** Binaryen's answer; `transient` when the thread failed, not the module. */
-type Answer = { readonly ok: Uint8Array } | { readonly error: string; readonly transient?: boolean }
+/** The one instrumenting thread of the process (OneThread.ts). */
+const instrumenting = oneThread<InstrumentRequest, Uint8Array>(WORKER_URL)
 
-/** The one instrumenting thread of the process: started on demand, stopped when idle; it never keeps the process alive. */
-const instrumenter = (() => {
-  let worker: Worker | undefined
-  let idle: ReturnType<typeof setTimeout> | undefined
-  let nextId = 0
-  const pending = new Map<number, (answer: Answer) => void>()
-  const stop = (reason: string) => {
-    const w = worker
-    worker = undefined
-    for (const resolve of pending.values()) resolve({ error: reason, transient: true })
-    pending.clear()
-    if (w !== undefined) void w.terminate()
-  }
-  const start = () => {
-    const w = new Worker(WORKER_URL)
-    w.unref()
-    w.on("message", (answer: InstrumentAnswer) => {
-      const resolve = pending.get(answer.id)
-      pending.delete(answer.id)
-      resolve?.(answer)
-      if (pending.size === 0) idle = setTimeout(() => pending.size === 0 && worker === w && stop("stopped"), IDLE_MS)
-      idle?.unref()
-    })
-    w.on("error", (err) => worker === w && stop(`the instrumenting thread failed: ${err.message}`))
-    w.on("exit", () => worker === w && stop("the instrumenting thread exited"))
-    return w
-  }
-  return (bytes: Uint8Array): Promise<Answer> =>
-    new Promise((resolve) => {
-      instrumenterStats.requests++
-      if (idle !== undefined) clearTimeout(idle)
-      idle = undefined
-      worker ??= start()
-      const id = nextId++
-      pending.set(id, resolve)
-      // A copy of its own to hand over: `slice` of a Node Buffer is a view, and handing its memory
-      // over would empty the caller's bytes (a module still to be stored, say).
-      const copy = new Uint8Array(bytes)
-      worker.postMessage({ id, bytes: copy } satisfies InstrumentRequest, [copy.buffer as ArrayBuffer])
-    })
-})()
+/** Binaryen's answer for `bytes`; `transient` when the thread failed, not the module. */
+const instrumenter = (bytes: Uint8Array): Promise<Answer<Uint8Array>> => {
+  instrumenterStats.requests++
+  // A copy of its own to hand over: `slice` of a Node Buffer is a view, and handing its memory
+  // over would empty the caller's bytes (a module still to be stored, say).
+  const copy = new Uint8Array(bytes)
+  return instrumenting({ bytes: copy }, [copy.buffer as ArrayBuffer])
+}
 
 const twins = new Map<string, Promise<Twin>>()
 

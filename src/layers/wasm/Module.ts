@@ -12,11 +12,18 @@
  * entries each) must each declare a maximum, all together at most MAX_WASM_TABLE_ENTRIES. A module
  * may export no name in the host's namespace (HOST_NAME_PREFIX, `brain$`: the names its
  * instrumented twin's exports have).
+ *
+ * Compiling — which validates — is V8's work of seconds for a large module (about 2 s for 28 MiB of
+ * nested blocks), so it runs on a thread of its own (Compiler.ts), never the main thread; the main
+ * thread only hashes the bytes, a slice at a time. A WasmHost remembers its verdicts by content hash
+ * (Verdicts): the same bytes refused again are refused with the same reason without being compiled
+ * again, and admitted again while their compiled module is still held, are that module.
  */
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { TRANSCRIPT_TAIL } from "../../domain/TranscriptTail.js"
 import { type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
+import { compileOffThread } from "./Compiler.js"
 import { HOST_NAME_PREFIX } from "./TwinExports.js"
 
 /** Bytes of one Wasm page. */
@@ -38,6 +45,24 @@ const ALLOWED_IMPORTS = new Map([
 ])
 
 export const sha256 = (bytes: Uint8Array) => crypto.createHash("sha256").update(bytes).digest("hex")
+
+/** Bytes hashed in one step of `sha256InSlices`: about a millisecond of the main thread. */
+const HASH_SLICE_BYTES = 1 << 20
+
+/** `sha256`, a slice at a time, the event loop turning between slices: a 32 MiB module is never tens of milliseconds of one step. */
+export const sha256InSlices = (bytes: Uint8Array): Promise<string> =>
+  new Promise((resolve) => {
+    const hash = crypto.createHash("sha256")
+    let at = 0
+    const step = () => {
+      const end = Math.min(bytes.length, at + HASH_SLICE_BYTES)
+      hash.update(bytes.subarray(at, end))
+      at = end
+      if (at < bytes.length) setImmediate(step)
+      else resolve(hash.digest("hex"))
+    }
+    step()
+  })
 
 /** Reads an unsigned LEB128 at `at`; returns the value and the next offset. */
 const leb = (b: Uint8Array, at: number): [number, number] => {
@@ -257,96 +282,164 @@ export interface AdmissionLimits {
   readonly maxMemoryBytes: number
 }
 
-/** Validates, checks and compiles a guest module. */
-export const admitModule = (bytes: Uint8Array, limits: AdmissionLimits): Effect.Effect<AdmittedModule, ModuleRejected> =>
-  Effect.suspend(() => {
+/** Modules. Refusals a WasmHost remembers, and admitted modules it can find again (Verdicts). */
+export const VERDICTS_KEPT = 1_024
+
+/**
+ * What one WasmHost decided of the modules it was given, by content hash: why it refused one, and
+ * an admitted module while anything else still holds it (a weak reference: the compiled-module
+ * cache of AgentloopsModules.ts, a session's activation; this keeps no compiled module alive). At
+ * most VERDICTS_KEPT of each, the oldest dropped first. Its limits are the host's, so a verdict
+ * holds for every later admission of the same bytes but for the size bound, checked first.
+ */
+export class Verdicts {
+  private readonly refused = new Map<string, string>()
+  private readonly admitted = new Map<string, WeakRef<AdmittedModule>>()
+
+  /** Why `hash` was refused, the module admitted under it, or undefined when neither is known. */
+  find(hash: string): string | AdmittedModule | undefined {
+    const reason = this.refused.get(hash)
+    if (reason !== undefined) return reason
+    const module = this.admitted.get(hash)?.deref()
+    if (module === undefined) this.admitted.delete(hash)
+    return module
+  }
+
+  refuse(hash: string, reason: string) {
+    keep(this.refused, hash, reason)
+  }
+
+  admit(module: AdmittedModule) {
+    keep(this.admitted, module.hash, new WeakRef(module))
+  }
+}
+
+const keep = <V>(map: Map<string, V>, key: string, value: V) => {
+  map.delete(key)
+  map.set(key, value)
+  if (map.size > VERDICTS_KEPT) map.delete(map.keys().next().value!)
+}
+
+/**
+ * Admits a guest module: refused past the size bound, else found among `verdicts` by the SHA-256 of
+ * its bytes, else compiled (off the main thread, Compiler.ts; a `shipped` module, which is Brain's
+ * own, here with `WebAssembly.compile`) and checked, and the verdict kept.
+ */
+export const admitModule = (
+  bytes: Uint8Array,
+  limits: AdmissionLimits,
+  verdicts: Verdicts = new Verdicts(),
+  options: { readonly shipped?: boolean } = {}
+): Effect.Effect<AdmittedModule, ModuleRejected> =>
+  Effect.gen(function*() {
     const refuse = (reason: string) => Effect.fail(new ModuleRejected({ reason }))
     if (bytes.length > limits.maxModuleBytes) {
-      return refuse(`the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`)
+      return yield* refuse(`the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`)
     }
-    if (!WebAssembly.validate(bytes)) return refuse("the body is not a valid WebAssembly module")
-    let module: WebAssembly.Module
-    try {
-      module = new WebAssembly.Module(bytes)
-    } catch (err) {
-      return refuse(`the module does not compile: ${(err as Error).message}`)
+    const hash = yield* Effect.promise(() => sha256InSlices(bytes))
+    const known = verdicts.find(hash)
+    if (typeof known === "string") return yield* refuse(known)
+    if (known !== undefined) return known
+    const compiled = yield* Effect.promise(() =>
+      options.shipped === true
+        ? WebAssembly.compile(bytes).then((ok) => ({ ok }), (err: Error) => ({ error: err.message }))
+        : compileOffThread(bytes)
+    )
+    if ("error" in compiled) {
+      // A thread that failed says nothing of the module: the next admission compiles it again.
+      if ("transient" in compiled && compiled.transient === true) return yield* refuse(`the module could not be compiled now: ${compiled.error}`)
+      const reason = `the body is not a valid WebAssembly module: ${compiled.error}`
+      verdicts.refuse(hash, reason)
+      return yield* refuse(reason)
     }
-    for (const i of WebAssembly.Module.imports(module)) {
-      const allowed = ALLOWED_IMPORTS.get(`${i.module}.${i.name}`)
-      if (allowed !== i.kind) {
-        return refuse(`the module imports ${i.module}.${i.name} (${i.kind}); the ABI allows only env.memory, brain.call and brain.fail (docs/abi.md)`)
-      }
+    const checked = checkModule(bytes, compiled.ok, limits, hash)
+    if (typeof checked === "string") {
+      verdicts.refuse(hash, checked)
+      return yield* refuse(checked)
     }
-    const exports = new Map(WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]))
-    // The host's names on a twin (TwinExports.ts): a guest's own would be taken for the instrumentation's.
-    for (const name of exports.keys()) {
-      if (name.startsWith(HOST_NAME_PREFIX)) {
-        return refuse(`the module exports ${name}: names starting with ${HOST_NAME_PREFIX} are reserved for the host (docs/abi.md, "Exports")`)
-      }
-    }
-    if (!exports.has("brain_abi_v1")) return refuse("the module has no brain_abi_v1 export: it does not declare ABI version 1")
-    if (exports.get("brain_alloc") !== "function") return refuse("the module does not export the function brain_alloc")
-    const marker = exports.get("brain_abi_v1")
-    if (marker !== "function" && marker !== "global") return refuse(`brain_abi_v1 must be a function or a global, not a ${marker}`)
-    const loop = exports.get("brain_run") === "function"
-    const tool = exports.get("brain_tool") === "function"
-    if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
-    let layout: ModuleLayout
-    try {
-      layout = moduleLayout(bytes)
-    } catch (err) {
-      return refuse(`the module's sections cannot be read: ${(err as Error).message}`)
-    }
-    // Each ABI function with its type, so that a wrong one is refused now rather than at its first call.
-    for (const [where, fn, expected] of ABI_TYPES) {
-      const actual = layout[where].get(fn)
-      if (actual !== undefined && actual !== expected) return refuse(`${fn} must be ${expected}, not ${actual} (docs/abi.md)`)
-    }
-    let tableEntries = 0
-    for (const [i, table] of layout.tables.entries()) {
-      if (table.maximum === undefined) {
-        return refuse(`table ${i} declares no maximum: every table must declare one, ${MAX_WASM_TABLE_ENTRIES} entries at most for all of them (docs/abi.md, "Limits")`)
-      }
-      tableEntries += table.maximum
-    }
-    if (tableEntries > MAX_WASM_TABLE_ENTRIES) {
-      return refuse(`the module's tables may hold ${tableEntries} entries in all (their declared maxima), above ${MAX_WASM_TABLE_ENTRIES} (docs/abi.md, "Limits")`)
-    }
-    const { memory } = layout
-    if (!memory.limits) return refuse("the module does not import its memory as env.memory")
-    if (memory.shared || memory.memory64) return refuse("env.memory must be a plain 32-bit memory, neither shared nor 64-bit")
-    const maxPages = Math.floor(limits.maxMemoryBytes / PAGE_BYTES)
-    if (memory.limits.initial > maxPages) {
-      return refuse(
-        `the module asks for ${memory.limits.initial * PAGE_BYTES} bytes of memory at start, above BRAIN_MAX_WASM_MEMORY_BYTES (${limits.maxMemoryBytes})`
-      )
-    }
-    // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a
-    // global, and may say with another how many of the last messages it needs.
-    const tail = loop && exports.get("brain_transcript_tail") === "global"
-    let tailMessages = TRANSCRIPT_TAIL
-    if (exports.has("brain_transcript_tail_length")) {
-      if (!tail) return refuse("brain_transcript_tail_length is only for a loop that also exports the global brain_transcript_tail (docs/abi.md)")
-      let value: number | string
-      try {
-        value = i32Global(bytes, layout, "brain_transcript_tail_length")
-      } catch (err) {
-        value = `the global section cannot be read: ${(err as Error).message}`
-      }
-      if (typeof value === "string") return refuse(`${value} (docs/abi.md, "The transcript's tail")`)
-      if (value < 0) return refuse(`brain_transcript_tail_length is ${value}: a number of messages cannot be negative`)
-      tailMessages = value
-    }
-    // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
-    const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
-    // And one that reads only some kinds of Event in its input, with a global for each.
-    const eventKinds = new Set<string>()
-    if (loop) {
-      for (const [name, kind] of exports) {
-        if (kind === "global" && name.startsWith(EVENT_KIND_EXPORT) && name.length > EVENT_KIND_EXPORT.length) eventKinds.add(name.slice(EVENT_KIND_EXPORT.length))
-      }
-    }
-    // And one that does not read its configuration, which its input then leaves out ("The entries").
-    const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
-    return Effect.succeed({ hash: sha256(bytes), module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.size > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length })
+    verdicts.admit(checked)
+    return checked
   })
+
+/** The admitted module `module` (compiled from `bytes`) is, or why it is refused. */
+const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: AdmissionLimits, hash: string): AdmittedModule | string => {
+  const refuse = (reason: string) => reason
+  for (const i of WebAssembly.Module.imports(module)) {
+    const allowed = ALLOWED_IMPORTS.get(`${i.module}.${i.name}`)
+    if (allowed !== i.kind) {
+      return refuse(`the module imports ${i.module}.${i.name} (${i.kind}); the ABI allows only env.memory, brain.call and brain.fail (docs/abi.md)`)
+    }
+  }
+  const exports = new Map(WebAssembly.Module.exports(module).map((e) => [e.name, e.kind]))
+  // The host's names on a twin (TwinExports.ts): a guest's own would be taken for the instrumentation's.
+  for (const name of exports.keys()) {
+    if (name.startsWith(HOST_NAME_PREFIX)) {
+      return refuse(`the module exports ${name}: names starting with ${HOST_NAME_PREFIX} are reserved for the host (docs/abi.md, "Exports")`)
+    }
+  }
+  if (!exports.has("brain_abi_v1")) return refuse("the module has no brain_abi_v1 export: it does not declare ABI version 1")
+  if (exports.get("brain_alloc") !== "function") return refuse("the module does not export the function brain_alloc")
+  const marker = exports.get("brain_abi_v1")
+  if (marker !== "function" && marker !== "global") return refuse(`brain_abi_v1 must be a function or a global, not a ${marker}`)
+  const loop = exports.get("brain_run") === "function"
+  const tool = exports.get("brain_tool") === "function"
+  if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
+  let layout: ModuleLayout
+  try {
+    layout = moduleLayout(bytes)
+  } catch (err) {
+    return refuse(`the module's sections cannot be read: ${(err as Error).message}`)
+  }
+  // Each ABI function with its type, so that a wrong one is refused now rather than at its first call.
+  for (const [where, fn, expected] of ABI_TYPES) {
+    const actual = layout[where].get(fn)
+    if (actual !== undefined && actual !== expected) return refuse(`${fn} must be ${expected}, not ${actual} (docs/abi.md)`)
+  }
+  let tableEntries = 0
+  for (const [i, table] of layout.tables.entries()) {
+    if (table.maximum === undefined) {
+      return refuse(`table ${i} declares no maximum: every table must declare one, ${MAX_WASM_TABLE_ENTRIES} entries at most for all of them (docs/abi.md, "Limits")`)
+    }
+    tableEntries += table.maximum
+  }
+  if (tableEntries > MAX_WASM_TABLE_ENTRIES) {
+    return refuse(`the module's tables may hold ${tableEntries} entries in all (their declared maxima), above ${MAX_WASM_TABLE_ENTRIES} (docs/abi.md, "Limits")`)
+  }
+  const { memory } = layout
+  if (!memory.limits) return refuse("the module does not import its memory as env.memory")
+  if (memory.shared || memory.memory64) return refuse("env.memory must be a plain 32-bit memory, neither shared nor 64-bit")
+  const maxPages = Math.floor(limits.maxMemoryBytes / PAGE_BYTES)
+  if (memory.limits.initial > maxPages) {
+    return refuse(
+      `the module asks for ${memory.limits.initial * PAGE_BYTES} bytes of memory at start, above BRAIN_MAX_WASM_MEMORY_BYTES (${limits.maxMemoryBytes})`
+    )
+  }
+  // A loop that reads the transcript's tail (docs/abi.md, "The transcript's tail") says so with a
+  // global, and may say with another how many of the last messages it needs.
+  const tail = loop && exports.get("brain_transcript_tail") === "global"
+  let tailMessages = TRANSCRIPT_TAIL
+  if (exports.has("brain_transcript_tail_length")) {
+    if (!tail) return refuse("brain_transcript_tail_length is only for a loop that also exports the global brain_transcript_tail (docs/abi.md)")
+    let value: number | string
+    try {
+      value = i32Global(bytes, layout, "brain_transcript_tail_length")
+    } catch (err) {
+      value = `the global section cannot be read: ${(err as Error).message}`
+    }
+    if (typeof value === "string") return refuse(`${value} (docs/abi.md, "The transcript's tail")`)
+    if (value < 0) return refuse(`brain_transcript_tail_length is ${value}: a number of messages cannot be negative`)
+    tailMessages = value
+  }
+  // And one whose input Events start at its predecessor's end ("The input's Events"), with another.
+  const eventsFromEnd = loop && exports.get("brain_events_from_end") === "global"
+  // And one that reads only some kinds of Event in its input, with a global for each.
+  const eventKinds = new Set<string>()
+  if (loop) {
+    for (const [name, kind] of exports) {
+      if (kind === "global" && name.startsWith(EVENT_KIND_EXPORT) && name.length > EVENT_KIND_EXPORT.length) eventKinds.add(name.slice(EVENT_KIND_EXPORT.length))
+    }
+  }
+  // And one that does not read its configuration, which its input then leaves out ("The entries").
+  const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
+  return { hash, module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.size > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length }
+}
