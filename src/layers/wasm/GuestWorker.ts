@@ -36,6 +36,7 @@ import {
   EVENT_WORD,
   HEADER_BYTES,
   INLINE_BYTES,
+  INSTANCES_WORD,
   START_KIND_WORD,
   START_LENGTH_WORD,
   START_POSTED,
@@ -132,6 +133,8 @@ interface Instance {
   readonly memory: WebAssembly.Memory
   readonly context: Context
   readonly guest: Record<string, any>
+  /** Milliseconds V8 took to make it, its start function included. */
+  readonly madeMs: number
 }
 
 const keyOf = (msg: ActivateMessage) => `${msg.moduleId}:${msg.memory.initial}:${msg.memory.maximum}`
@@ -219,19 +222,31 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
       return checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
     }
   }
+  Atomics.add(words, INSTANCES_WORD, 1)
+  const began = performance.now()
   context.exports = new WebAssembly.Instance(module, imports).exports as Record<string, any>
-  return { key, module, memory, context, guest }
+  return { key, module, memory, context, guest, madeMs: performance.now() - began }
 }
 
 /**
  * The instance the next activation of the same module (and memory limits) will take: made
- * after each activation whose own instantiation succeeded, before this thread waits for the next
- * one (unless that one is already there), so instantiation leaves the activation's path. It is
- * still a fresh instance per activation — nothing has run in it but its start function, which is
- * deterministic (a start function can neither call the host nor see the time) and ran to its end
- * for the activation just finished.
+ * after each activation whose own instantiation succeeded within AHEAD_MAX_MS, before this thread
+ * waits for the next one (unless that one is already there), so instantiation leaves the
+ * activation's path. It is still a fresh instance per activation — nothing has run in it but its
+ * start function, which is deterministic (a start function can neither call the host nor see the
+ * time) and ran to its end for the activation just finished.
  */
 let ready: Instance | undefined
+
+/**
+ * Milliseconds. An instance is made ahead only when the one it follows took at most this to make:
+ * made ahead, its start function computes outside any activation — after the activation gave back
+ * its compute slot (BRAIN_WASM_WORKERS) and outside its budget, on a thread the pool may already
+ * have handed the next activation, whose budget would then run while it waits. Instantiation takes
+ * tens of microseconds (the official loop); a start function that computes for long runs only
+ * inside activations, each instantiating its own instance.
+ */
+const AHEAD_MAX_MS = 2
 
 const run = (msg: ActivateMessage, input: Uint8Array) => {
   let instance: Instance | undefined
@@ -288,11 +303,14 @@ const serve = () => {
   }
 }
 
-/** After an activation: keep its memory if it may be, and make the next instance unless the next activation is already waiting. */
+/**
+ * After an activation: keep its memory if it may be, and make the next instance, when its module's
+ * instantiation is quick (AHEAD_MAX_MS) and the next activation is not already waiting.
+ */
 const after = (instance: Instance | undefined, msg: ActivateMessage) => {
   if (!instance) return
   recycle(instance.memory, msg.memory)
-  if (ready !== undefined || Atomics.load(words, START_WORD) !== started) return
+  if (ready !== undefined || instance.madeMs > AHEAD_MAX_MS || Atomics.load(words, START_WORD) !== started) return
   try {
     ready = instantiate(instance.module, msg.memory, instance.key)
   } catch {

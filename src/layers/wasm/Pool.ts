@@ -20,6 +20,7 @@ import {
   EVENT_WORD,
   HEADER_BYTES,
   INLINE_BYTES,
+  INSTANCES_WORD,
   SHARED_BYTES,
   START_KIND_WORD,
   START_LENGTH_WORD,
@@ -238,6 +239,11 @@ export class GuestThread {
     if (event.type !== "call") this.worker.unref()
     this.listener?.(event)
     return true
+  }
+
+  /** Instances the worker has begun to make, its activations' and those made ahead (WorkerProtocol.ts, INSTANCES). */
+  get instancesBegun(): number {
+    return Atomics.load(this.words, INSTANCES_WORD)
   }
 
   terminate() {

@@ -31,7 +31,9 @@ export const INLINE_BYTES = 64 * 1024
  * - EVENT: bumped after each event (the main thread waits on it with `Atomics.waitAsync`);
  * - EVENT_KIND: EVENT_CALL (a host call: the op's EVENT_OP_LENGTH bytes then the request's,
  *   EVENT_LENGTH bytes in all, in the `toMain` region), EVENT_DONE (the output's EVENT_LENGTH
- *   bytes in `toMain`), EVENT_POSTED (a WorkerMessage on `toMain`).
+ *   bytes in `toMain`), EVENT_POSTED (a WorkerMessage on `toMain`);
+ * - INSTANCES: bumped as the worker begins each instantiation, an activation's or one made ahead
+ *   (read by tests; nothing waits on it).
  */
 export const ANSWER_WORD = 0
 export const ANSWER_LENGTH_WORD = 1
@@ -42,6 +44,7 @@ export const EVENT_WORD = 5
 export const EVENT_KIND_WORD = 6
 export const EVENT_LENGTH_WORD = 7
 export const EVENT_OP_LENGTH_WORD = 8
+export const INSTANCES_WORD = 9
 
 export const START_SAME = 1
 export const START_POSTED = 2

@@ -1,15 +1,16 @@
 /**
  * Hostile guests (the sandbox audit): what a module's own names can reach of the instrumentation,
- * what a bulk operation costs it on the main thread, and what a worker's heap bounds. WAT fixtures
- * compiled in the test; modules that
- * admission refuses are given straight to the layer below it where the test is of that layer's own
- * defence.
+ * what a bulk operation costs it on the main thread, what a worker's heap bounds, and what an
+ * instance made ahead may run (admission: Admission.test.ts). WAT fixtures compiled in the test;
+ * modules that admission refuses are given straight to the layer below it where the test is of
+ * that layer's own defence.
  *
  * No assertion is timed: where the main thread's freedom is the point, the test asserts what ran
- * (an activation that cannot complete within its budget fails with the budget's error).
+ * (an activation that cannot complete within its budget fails with the budget's error); where a
+ * worker's, what it began (each instantiation is counted as it begins).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Exit } from "effect"
+import { Duration, Effect, Either, Exit } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { activate, jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { type InlineEnds, runInline } from "../../../src/layers/wasm/Inline.js"
@@ -266,6 +267,52 @@ describe("hostile guests", () => {
         if (Either.isRight(heavy)) return expect.fail("the activation completed")
         expect(heavy.left.message).toMatch(/memory limit|out of memory/i)
         expect(yield* run(returning('{"ok":"fine"}'))).toEqual(Either.right('{"ok":"fine"}'))
+      }))
+  })
+
+  describe("instances made ahead on a worker", () => {
+    it.scopedLive("a worker makes the next instance ahead only of a module whose instantiation is quick: one whose start function computes for long is instantiated only by activations, inside their compute slot and budget", () =>
+      Effect.gen(function*() {
+        const pool = new Pool({ compute: 1, threads: 2 })
+        yield* Effect.addFinalizer(() => pool.close)
+        const ok = data(100, '{"ok":"ran"}')
+        const entry = `(func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const ${ok.ptr}) (i32.const ${ok.len})))`
+        // Counts down from 100,000,000 at start: far above a millisecond on any machine.
+        const slowStart = guest(`${ok.segment} (global $n (mut i32) (i32.const 0))
+          (func $init (local $i i32) (local.set $i (i32.const 100000000))
+            (loop $l (br_if $l (i32.ne (local.tee $i (i32.sub (local.get $i) (i32.const 1))) (i32.const 0)))) (global.set $n (local.get $i)))
+          (start $init) ${entry}`)
+        const quick = guest(`${ok.segment} ${entry}`)
+        /** Runs `text` `times` on the pool's thread; the instances that thread has begun to make, once it has settled (`settle`: until made ahead, or a while after). */
+        const instancesAfter = (text: string, times: number, settle: (thread: { readonly instancesBegun: number }, start: number) => Effect.Effect<void>) =>
+          Effect.gen(function*() {
+            const bytes = yield* Effect.promise(() => wat(text))
+            const module = new WebAssembly.Module(bytes)
+            const thread = pool.tryAcquire(true)!
+            const start = thread.instancesBegun
+            pool.releaseNow(thread, true)
+            for (let i = 0; i < times; i++) {
+              const result = yield* activate(pool, {
+                moduleId: `m${bytes.length}`,
+                module,
+                memory: { initial: 1, maximum: undefined },
+                entry: "brain_run",
+                input: jsonBytes(activationInput()),
+                perform: () => Effect.die("no host call expected")
+              }, LIMITS)
+              expect(result).toBe('{"ok":"ran"}')
+            }
+            yield* settle(thread, start)
+            return thread.instancesBegun - start
+          })
+        // The quick module's next instance is made ahead once an activation ends whose instance was
+        // quick to make: after the second at the latest (a thread's first instantiation of a module
+        // compiles its start, and may be slow). Two activations, then: three instances.
+        const madeAhead = (thread: { readonly instancesBegun: number }, start: number) =>
+          Effect.repeat(Effect.sleep("10 millis"), { until: () => thread.instancesBegun - start >= 3 }).pipe(Effect.timeout(Duration.seconds(10)), Effect.orDie, Effect.asVoid)
+        expect(yield* instancesAfter(quick, 2, madeAhead)).toBe(3)
+        // The slow one's would begin right after its activations ended: a while later, none has.
+        expect(yield* instancesAfter(slowStart, 2, () => Effect.sleep("500 millis"))).toBe(2)
       }))
   })
 })
