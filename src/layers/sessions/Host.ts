@@ -19,7 +19,7 @@ import type { ModelDelta, ModelResult } from "../../domain/Model.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { modelCallContext } from "../../domain/ModelContext.js"
 import { kvRead, transcriptChange } from "../../domain/Projection.js"
-import { emitRefusal, entry, EXTENSION_KIND, writtenEntry } from "../../domain/Records.js"
+import { emitRefusal, entry, type Entry, EXTENSION_KIND, writtenEntry } from "../../domain/Records.js"
 import { HostCallFailed, type Host } from "../../services/Agentloop.js"
 import type { EffectFenceShape, FenceError, FenceHooks } from "../../services/EffectFence.js"
 import type { JournalShape } from "../../services/Journal.js"
@@ -89,10 +89,12 @@ export interface ActivationScope {
    */
   cutShort: boolean
   /**
-   * The transcript the loop saved with its end (`setTranscriptAtEnd`): the turn's closing append
-   * carries its difference from the saved one. Once set, every host call is refused.
+   * The transcript the loop saved with its end (`setTranscriptAtEnd`), as the record of its
+   * difference from the saved one, made and weighed once (null: no difference): the turn's closing
+   * append carries it. Once set, every host call is refused, so the saved transcript it was made
+   * against is still the saved one when the turn closes.
    */
-  atEnd?: ReadonlyArray<Message> | undefined
+  atEnd?: Entry<"transcript_delta"> | null | undefined
   /**
    * The room the loop's next input leaves for the transcript (TranscriptRoom.ts): a save past it
    * is refused `payload_too_large`, nothing of it journaled. Undefined: nothing bounds it.
@@ -318,12 +320,14 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const setTranscriptAtEnd: Host["setTranscriptAtEnd"] = (messages: ReadonlyArray<Message>) =>
     live(scope.writes.run(Effect.suspend(() => {
       const delta = transcriptChange(cell.state.transcript, messages)
-      if (delta !== undefined) {
-        const saved = saveOf(messages, delta)
-        if (saved instanceof Failure) return refuse(saved)
-        countWrite(scope, saved.bytes)
+      if (delta === undefined) {
+        scope.atEnd = null
+        return Effect.void
       }
-      scope.atEnd = messages
+      const saved = saveOf(messages, delta)
+      if (saved instanceof Failure) return refuse(saved)
+      countWrite(scope, saved.bytes)
+      scope.atEnd = saved.entry
       return Effect.void
     })))
 

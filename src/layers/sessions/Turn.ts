@@ -21,7 +21,6 @@ import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { boundedFailure, failure, type Failure } from "../../domain/Failure.js"
 import type { TurnInput } from "../../domain/Messages.js"
 import { stringifyOnce } from "../../domain/JsonText.js"
-import { transcriptChange } from "../../domain/Projection.js"
 import { entry } from "../../domain/Records.js"
 import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
@@ -202,9 +201,9 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       ]
   // The transcript the loop saved with its end (setTranscriptAtEnd) shares the closing append:
   // one commit, durable together with the close or not at all.
-  const atEnd = scope.atEnd === undefined ? undefined : transcriptChange(cell.state.transcript, scope.atEnd)
+  const atEnd = scope.atEnd ?? undefined
   let saving = atEnd !== undefined
-  const entriesOf = () => (saving ? [entry("transcript_delta", atEnd!), ...closingEntries(closing)] : closingEntries(closing))
+  const entriesOf = () => (saving ? [atEnd!, ...closingEntries(closing)] : closingEntries(closing))
   const lateOutcomes = scope.unsettled.length
   let closed = yield* appendWithin(commitQueueable(journal, cell, entriesOf()), config.cleanupDeadlineMs)
   // A closing append the journal refused wrote nothing (RecordRejected: a record it cannot take,
