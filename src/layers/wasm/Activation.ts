@@ -1,7 +1,8 @@
 /**
  * One activation on a pool thread: start the guest, answer its host calls one at a time through
- * `perform`, and take its output — within the compute budget, which counts only the time the
- * guest has control (not the time Brain spends performing its host calls).
+ * `perform`, and take its output — within the compute budget, which counts the time the guest
+ * has control and the main thread's own work on its host calls (HostCallCost.ts), not the time
+ * Brain waits for the effects they ask for.
  *
  * - The budget passes, the thread dies, or the activation is interrupted (a cancel the guest
  *   ignored past its grace, a server stop): the thread is terminated and replaced; the guest never
@@ -12,6 +13,7 @@
 import { Effect, Option } from "effect"
 import type { MemoryLimits } from "../../services/WasmHost.js"
 import { PAGE_BYTES } from "./Module.js"
+import { chargedCall, eventLoopTurn, YIELD_AFTER_HOST_MS } from "./HostCallCost.js"
 import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
 
 export interface ActivationLimits {
@@ -171,21 +173,23 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
     // With a budget, a wait that outlasts what is left of it ends the activation (at least 1 ms: 0 would mean no timer).
     const wait = () => Effect.flatMap(next(limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0, spent), onEvent)
     const onEvent = (got: Option.Option<ThreadEvent>): Effect.Effect<string, ActivationFailure> => {
-      if (Option.isNone(got)) {
-        return Effect.fail({
-          _tag: "budget",
-          message: `the guest ran past its compute budget of ${limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
-        })
-      }
+      if (Option.isNone(got)) return Effect.fail(overBudget(limits))
       const event = got.value
       switch (event.type) {
         case "call":
           // The guest waits: other guests may compute until its answer is ready.
           giveSlot(pool, held)
-          return Effect.flatMap(activation.perform(event.op, event.request), (answer) => {
+          // The main thread's work on the call is the guest's compute (HostCallCost.ts).
+          let hostMs = 0
+          const charge = (ms: number) => {
+            hostMs = ms
+            spent(ms)
+          }
+          return Effect.flatMap(chargedCall(activation.perform, event.op, event.request, charge), (answer) => {
+            if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
             const resume = () => {
               thread.answer(answer)
-              return wait()
+              return hostMs < YIELD_AFTER_HOST_MS ? wait() : Effect.flatMap(eventLoopTurn, wait)
             }
             return takeSlotNow(pool, held) ? resume() : Effect.flatMap(takeSlot(pool, held), resume)
           })
@@ -218,6 +222,11 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
   // A new thread may still be loading: its start-up is not the guest's compute.
   return thread.loaded ? Effect.suspend(begin) : Effect.flatMap(Effect.promise(() => thread.ready), begin)
 }
+
+const overBudget = (limits: ActivationLimits): ActivationFailure => ({
+  _tag: "budget",
+  message: `the guest ran past its compute budget of ${limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
+})
 
 const describe = (kind: "guest" | "trap" | "link" | "error", reason: string) =>
   kind === "trap"

@@ -31,6 +31,7 @@ import * as crypto from "node:crypto"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
+import { chargedCall, eventLoopTurn, YIELD_AFTER_HOST_MS } from "./HostCallCost.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
@@ -83,6 +84,7 @@ const asOutcome: InlineEnds<InlineOutcome, ActivationFailure> = {
 
 /** Metering units between two reads of the clock. */
 const FUEL = 20_000
+
 
 /** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack. */
 export const SUSPEND_BYTES = 8 * 1024
@@ -431,12 +433,22 @@ const start = <A, E>(
         recycle(run.memory, memoryLimits)
         return Effect.never
       }
-      return Effect.flatMap(activation.perform(op, request), (answer) => {
+      let hostMs = 0
+      return Effect.flatMap(chargedCall(activation.perform, op, request, (ms) => void (hostMs = ms)), (answer) => {
+        const keyed = performance.now()
         run.calls.push({ op, request: requestKey(request), answer })
-        run.answer = answer
-        run.state = REWINDING
-        run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
-        return step()
+        // The main thread's work on the call is the guest's compute (HostCallCost.ts): past the
+        // main thread's allowance, the activation moves (or fails at its budget) here, between calls.
+        run.used += hostMs + (performance.now() - keyed)
+        if (run.used > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
+        const rewind = () => {
+          run.answer = answer
+          run.state = REWINDING
+          run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
+          return step()
+        }
+        // A call that held the main thread a while gives the event loop a turn before the guest goes on.
+        return hostMs < YIELD_AFTER_HOST_MS ? rewind() : Effect.flatMap(eventLoopTurn, rewind)
       })
     }
     let output: string
