@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { isJsonData, jsonStringBytes, parseKept, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { isJsonData, jsonStringBytes, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -107,5 +107,53 @@ describe("isJsonData", () => {
         return !isJsonData(holder) && !isJsonData({ deeper: [holder] })
       })
     )
+  })
+})
+
+/** scanJsonText's meaning, one character at a time: what it computed before it crossed strings by indexOf. */
+const scanByCharacter = (text: string) => {
+  let depth = 0
+  let max = 0
+  let inString = false
+  let digits = 0
+  let exponent = -1
+  let mayOverflow = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92) i++
+      else if (c === 34) inString = false
+    } else if (c >= 48 && c <= 57) {
+      if (++digits >= 210 || (exponent >= 0 && ++exponent >= 3)) mayOverflow = true
+    } else {
+      if (c === 101 || c === 69) exponent = 0
+      else if (c !== 43 && c !== 45) exponent = -1
+      digits = 0
+      if (c === 34) inString = true
+      else if (c === 123 || c === 91) max = Math.max(max, ++depth)
+      else if (c === 125 || c === 93) depth--
+    }
+  }
+  return { depth: max, mayOverflow }
+}
+
+describe("scanJsonText", () => {
+  it("gives the nesting depth and the overflow flag a character-by-character scan gives, for any JSON text and any text at all (unterminated strings, stray backslashes, brackets and digits inside strings)", () => {
+    const jsonLike = fc.stringOf(fc.constantFrom("\"", "\\", "[", "]", "{", "}", "1", "9", "e", "E", "+", "-", "x", ",", ":", " ", "é"), { maxLength: 300 })
+    const deepAndLong = fc.tuple(fc.nat(80), fc.nat(300), fc.constantFrom("1e", "0.", "")).map(([depth, n, head]) =>
+      `${"[".repeat(depth)}"${"\\\"]".repeat(n % 7)}"${head}${"9".repeat(n)}${"]".repeat(depth)}`
+    )
+    fc.assert(
+      fc.property(fc.oneof(jsonText, fc.string(), fc.unicodeString(), jsonLike, deepAndLong), (text) => {
+        expect(scanJsonText(text)).toEqual(scanByCharacter(text))
+      }),
+      { numRuns: 3000 }
+    )
+  })
+
+  it("does not count brackets or digits inside strings, escaped quotes included", () => {
+    expect(scanJsonText(JSON.stringify({ a: "[[[{{{ \" 1e999 " + "9".repeat(300), b: [[1]] }))).toEqual({ depth: 3, mayOverflow: false })
+    expect(scanJsonText("[1e400]")).toEqual({ depth: 1, mayOverflow: true })
+    expect(scanJsonText('"unterminated [[[ \\')).toEqual({ depth: 0, mayOverflow: false })
   })
 })
