@@ -8,39 +8,29 @@
  * BRAIN_MAX_TURN_WRITE_BYTES, pays a pointer per call while the main thread parses 4 MiB. Uncharged,
  * such a loop ran on the main thread until its turn's wall-time bound, every other session waiting.
  *
- * So a call is charged the main thread's time on it: all of it when the call was answered without
- * the event loop turning (nothing waited for: a refusal, a read, a telemetry report), else the part
- * before its effect began (the checks and the parse). Waiting for the effect itself (a model's
- * answer, a tool, the journal's fdatasync) is never charged (docs/abi.md, "Limits").
+ * So a call is charged for reading its request, by its length: READ_CHARS_PER_MS characters a
+ * millisecond, about what checking and parsing JSON costs the main thread (JsonText.ts
+ * `scanJsonText` and JSON.parse: 2-6 ms a MiB of strings, up to 20 of numbers, on this project's
+ * 2-core machine). By length, not by the clock: a clock would also count a garbage collection or
+ * a loaded machine's descheduling that happened to fall inside a small request's parse, and move
+ * an honest activation off the main thread for it. What the call's effect does is not charged:
+ * the time it waits (a model's answer, a tool, the journal's fdatasync) never is (docs/abi.md,
+ * "Limits").
  *
- * And a call whose work held the main thread for a millisecond or more gives the event loop a turn
- * before its guest goes on (`eventLoopTurn`): without it, the calls of such a loop, each answered
- * at once, ran back to back for hundreds of milliseconds with no other request served.
+ * And a call whose request is long enough to take a millisecond to read gives the event loop a
+ * turn before its guest goes on (`eventLoopTurn`): without it, the calls of such a loop, each
+ * answered at once, ran back to back for hundreds of milliseconds with no other request served.
  */
 import { Effect } from "effect"
 
-/** `perform(op, request)`, telling `charge` the milliseconds of the main thread's own work on it once it is answered. */
-export const chargedCall = (
-  perform: (op: string, request: string) => Effect.Effect<string>,
-  op: string,
-  request: string,
-  charge: (ms: number) => void
-): Effect.Effect<string> => {
-  const started = performance.now()
-  // Set when the event loop turns before the answer: the call waited for something.
-  let waited = false
-  const watch = setImmediate(() => void (waited = true))
-  const call = perform(op, request)
-  const prepared = performance.now()
-  return Effect.map(call, (answer) => {
-    clearImmediate(watch)
-    charge((waited ? prepared : performance.now()) - started)
-    return answer
-  })
-}
+/** Characters of a host request read per millisecond of its guest's compute budget. */
+export const READ_CHARS_PER_MS = 256 * 1024
 
-/** A host call whose main-thread work took this long (ms) or more gives the event loop a turn before its guest goes on. */
-export const YIELD_AFTER_HOST_MS = 1
+/** The milliseconds of compute a host request of `length` characters is charged (HostCallCost.ts). */
+export const readingMs = (length: number): number => length / READ_CHARS_PER_MS
+
+/** Whether a call whose reading was charged `ms` gives the event loop a turn before its guest goes on. */
+export const yieldsAfter = (ms: number): boolean => ms >= 1
 
 /** One turn of the event loop (its I/O and timers run), not only of Effect's run queue. */
 export const eventLoopTurn: Effect.Effect<void> = Effect.async<void>((resume) => {

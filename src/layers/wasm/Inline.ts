@@ -31,7 +31,7 @@ import * as crypto from "node:crypto"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
-import { chargedCall, eventLoopTurn, YIELD_AFTER_HOST_MS } from "./HostCallCost.js"
+import { eventLoopTurn, readingMs, yieldsAfter } from "./HostCallCost.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
@@ -412,6 +412,8 @@ const start = <A, E>(
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
+  /** Milliseconds of compute the activation's host requests were charged for their reading (HostCallCost.ts). */
+  let reading = 0
   const step = (): Effect.Effect<A, E> => {
     let result: unknown
     run.stretchStart = performance.now()
@@ -433,14 +435,15 @@ const start = <A, E>(
         recycle(run.memory, memoryLimits)
         return Effect.never
       }
-      let hostMs = 0
-      return Effect.flatMap(chargedCall(activation.perform, op, request, (ms) => void (hostMs = ms)), (answer) => {
-        const keyed = performance.now()
+      // Reading the request is the guest's compute (HostCallCost.ts): the next tick counts it, and
+      // once the reading alone passes what the main thread lends the activation, it moves (or fails
+      // at its budget) here, between calls.
+      const readMs = readingMs(request.length)
+      run.used += readMs
+      reading += readMs
+      return Effect.flatMap(activation.perform(op, request), (answer) => {
         run.calls.push({ op, request: requestKey(request), answer })
-        // The main thread's work on the call is the guest's compute (HostCallCost.ts): past the
-        // main thread's allowance, the activation moves (or fails at its budget) here, between calls.
-        run.used += hostMs + (performance.now() - keyed)
-        if (run.used > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
+        if (reading > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
         const rewind = () => {
           run.answer = answer
           run.state = REWINDING
@@ -448,7 +451,7 @@ const start = <A, E>(
           return step()
         }
         // A call that held the main thread a while gives the event loop a turn before the guest goes on.
-        return hostMs < YIELD_AFTER_HOST_MS ? rewind() : Effect.flatMap(eventLoopTurn, rewind)
+        return yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, rewind) : rewind()
       })
     }
     let output: string
