@@ -39,6 +39,7 @@ export const make = Effect.gen(function*() {
     events: reads.events,
     follow: reads.follow,
     warm: reads.warm,
+    whenIdle: reads.whenIdle,
     drain: lifecycle.drain,
     interruptAll: lifecycle.interruptAll
   }

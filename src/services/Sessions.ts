@@ -200,6 +200,13 @@ export interface SessionsShape {
   /** How many actors are in memory (warm), for tests and metrics. */
   readonly warm: Effect.Effect<number>
   /**
+   * Waits until the session runs no turn in this process: the turn running now, if any, has
+   * closed, its claim on the session and its share of the working memory given back, so that a
+   * send is admitted at once. Opens nothing, reads nothing; unbounded (bound it with a timeout).
+   * A session's status reads `idle` a little earlier, once the turn's closing records are in.
+   */
+  readonly whenIdle: (session: SessionId) => Effect.Effect<void>
+  /**
    * A graceful stop's drain: admits no create, end, delete, send or submit from now on (each is
    * refused `overloaded`, having done nothing), starts no turn (a send or submit taken before it
    * that has not started its turn is refused so, having written nothing; a keyed one whose answer

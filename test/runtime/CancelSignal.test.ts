@@ -13,6 +13,7 @@ const turnWith = () =>
   ({
     sequence: 1,
     done: new Once<TurnOutcome>(),
+    closed: new Once<void>(),
     signal: cancelSignal()
   }) satisfies RunningTurn
 

@@ -189,34 +189,27 @@ export type { JournalShape }
 /** Milliseconds of wall time `untilIdle` waits at most: a hang guard, which the TestClock does not move. */
 const IDLE_DEADLINE_MS = 30_000
 
-/** A millisecond of wall time, whatever the test's clock: a look that found a turn running does not spin. */
-const wallPause = Effect.async<void>((resume) => {
-  const timer = setTimeout(() => resume(Effect.void), 1)
-  return Effect.sync(() => clearTimeout(timer))
-})
+/** Fails as a defect once IDLE_DEADLINE_MS of wall time have passed (a timer of Node's, not the test's clock). */
+const idleDeadline = (sessions: ReadonlyArray<SessionId>) =>
+  Effect.async<never>((resume) => {
+    const timer = setTimeout(
+      () => resume(Effect.dieMessage(`sessions still running after ${IDLE_DEADLINE_MS} ms: ${sessions.join(", ")}`)),
+      IDLE_DEADLINE_MS
+    )
+    return Effect.sync(() => clearTimeout(timer))
+  })
 
 /**
  * Waits until none of `sessions` runs a turn, and each turn that ran has closed: a test's "until
  * idle" (not Sessions.drain, which is a stop's: once it has begun, Sessions admits no new work).
- * It reads each session's status through the service until none is `running`, pausing on the
- * wall clock between looks (so it works under the TestClock too), and fails as a defect past
- * IDLE_DEADLINE_MS of wall time.
- *
- * A status reads idle once the turn's closing records are folded in, which the journal does in
- * its answer to their append, in the same step as it resumes the turn's fiber: that fiber is then
- * already queued, and it runs the rest of its close (the session's claim and its share of the
- * working memory given back) without suspending. So one yield, which queues this fiber behind it,
- * is enough for the close to be over.
+ * It waits on each turn's own signal that it has closed (`Sessions.whenIdle`: the session's claim,
+ * its working memory and its cell given back, the release over), not on the status, which reads
+ * idle once the closing records are in, before the release; and fails as a defect past
+ * IDLE_DEADLINE_MS of wall time, so it works under the TestClock too.
  */
 export const untilIdle = (...sessions: ReadonlyArray<SessionId>) =>
-  Effect.gen(function*() {
-    const service = yield* Sessions
-    const deadline = Date.now() + IDLE_DEADLINE_MS
-    for (;;) {
-      const statuses = yield* Effect.forEach(sessions, (id) => Effect.map(service.get(id), (s) => s.status))
-      if (statuses.every((status) => status !== "running")) break
-      if (Date.now() > deadline) return yield* Effect.dieMessage(`sessions still running after ${IDLE_DEADLINE_MS} ms: ${sessions.join(", ")}`)
-      yield* wallPause
-    }
-    yield* Effect.yieldNow()
-  })
+  Effect.flatMap(Sessions, (service) =>
+    Effect.raceFirst(
+      Effect.forEach(sessions, (id) => service.whenIdle(id), { concurrency: "unbounded", discard: true }),
+      idleDeadline(sessions)
+    ))

@@ -18,6 +18,11 @@ export type CancelReason = "cancelled" | "timeout" | "interrupted"
 export interface RunningTurn {
   readonly sequence: number
   readonly done: Once<TurnOutcome>
+  /**
+   * Given once the turn is wholly over, after `done`: its claim on the session, its share of the
+   * working memory and its use of the cell given back (the release finished), its fiber ending.
+   */
+  readonly closed: Once<void>
   /** The cancel as the turn's own wait sees it (shared by every copy of the turn); see `cancelTurn`. */
   readonly signal: CancelSignal
   /** A keyed send's `Idempotency-Key`: its closing append records the answer (`request_answered`). */

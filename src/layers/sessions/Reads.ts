@@ -1,6 +1,6 @@
 /**
  * The reads of sessions: a summary (`get`), the paged listing, the transcript, Events and their
- * live feed, and how many cells are warm. A read neither activates a session nor keeps it warm
+ * live feed, how many cells are warm, and the wait for a session's turns to close. A read neither activates a session nor keeps it warm
  * (Registry.reading); a released session's summary and Events are answered from the view its
  * release kept when that is still current.
  */
@@ -15,8 +15,15 @@ import { readEvents } from "./Events.js"
 import { fromJournal } from "./FromJournal.js"
 import { type Shared, summary } from "./Shared.js"
 
-export const makeReads = (shared: Shared): Pick<SessionsShape, "get" | "list" | "transcript" | "events" | "follow" | "warm"> => {
-  const { feeds, journal, reading, registry } = shared
+export const makeReads = (shared: Shared): Pick<SessionsShape, "get" | "list" | "transcript" | "events" | "follow" | "warm" | "whenIdle"> => {
+  const { feeds, journal, open, reading, registry } = shared
+
+  /** Each turn of the session until none is open (one closing may be followed by the next's start). */
+  const whenIdle = (session: SessionId): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      const turn = open.get(session)
+      return turn === undefined ? Effect.void : Effect.zipRight(turn.closed.await, whenIdle(session))
+    })
 
   /**
    * The summary, its `last_sequence` durable: while a turn's opening is only staged, the journal's
@@ -68,7 +75,8 @@ export const makeReads = (shared: Shared): Pick<SessionsShape, "get" | "list" | 
           Effect.mapError((e) => (e._tag === "InvalidRequest" ? e : fromJournal(e)))
         )),
     follow: (session, after) => feeds.follow(session, after, reading(session, (cell) => Effect.succeed(cell.state))),
-    warm: Effect.sync(() => registry.size)
+    warm: Effect.sync(() => registry.size),
+    whenIdle
   }
 }
 

@@ -72,6 +72,8 @@ export const makeShared = Effect.gen(function*() {
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
   const running = new Set<RunningTurn>()
+  /** Each session's turn from its start until it has closed (`RunningTurn.closed`): what `whenIdle` waits on. */
+  const open = new Map<SessionId, RunningTurn>()
   // Creates, ends, deletes, sends and submits in flight: a stop drains them, and past its deadline stops them.
   const admitted = new Admitted()
   const feeds = yield* LiveFeeds.make(journal, config, fromJournal)
@@ -105,6 +107,7 @@ export const makeShared = Effect.gen(function*() {
     registry,
     turns,
     running,
+    open,
     admitted,
     feeds,
     deadlines,

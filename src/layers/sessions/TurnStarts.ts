@@ -35,7 +35,7 @@ export interface TurnStarts {
 }
 
 export const makeTurnStarts = (shared: Shared): TurnStarts => {
-  const { admitted, agentloops, config, deadlines, deps, journal, release, running, runFork, turns, write } = shared
+  const { admitted, agentloops, config, deadlines, deps, journal, open, release, running, runFork, turns, write } = shared
 
   const refusedStart = (cell: Cell): Overloaded | SessionEnded | Conflict | SessionBusy | undefined => {
     if (admitted.closed) return stopping()
@@ -106,6 +106,7 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
     const turn: RunningTurn = {
       sequence: 0,
       done: new Once<TurnOutcome>(),
+      closed: new Once<void>(),
       signal: cancelSignal(),
       ...(request && mode === "send" ? { answers: request.key } : {})
     }
@@ -132,6 +133,7 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
         ...summary(cell),
         turn: { sequence: 0, status: "failed", failure: toFailure(committed.left) }
       })
+      turn.closed.give()
       return yield* Effect.fail(committed.left)
     }
     const [turnSeq, activation] = committed.right
@@ -142,6 +144,7 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
     const started: RunningTurn = { ...turn, sequence: turnSeq! }
     cell.running = started
     running.add(started)
+    open.set(cell.session, started)
     if (config.maxTurnMs > 0) deadlines.add(started, deps.clock.unsafeCurrentTimeMillis() + config.maxTurnMs)
     cell.users++ // the turn holds the cell until it closes
     held.keep() // the turn's fiber gives it back when the turn closes
@@ -172,7 +175,11 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
           cell.opening = undefined
           running.delete(started)
           deadlines.remove(started)
-          return release(cell)
+          // Closed only once the release is over, whatever it waited on (an evicted cell's checkpoint).
+          return Effect.ensuring(release(cell), Effect.sync(() => {
+            if (open.get(cell.session) === started) open.delete(cell.session)
+            started.closed.give()
+          }))
         }))
       )
     )
