@@ -4,7 +4,7 @@
  */
 import { Schema } from "effect"
 import { AdmittedEnvironment } from "./Environment.js"
-import { TOOL_TIMEOUT_MAX_MS } from "./Limits.js"
+import { TIMER_SETTING_MAX_MS, TOOL_TIMEOUT_MAX_MS } from "./Limits.js"
 import { Json, Message } from "./Messages.js"
 import { RecordedBinding } from "./ModelBinding.js"
 
@@ -39,11 +39,49 @@ export const ToolDefinition = Schema.Struct({
   timeout_ms: Schema.optional(Schema.Int.pipe(Schema.greaterThanOrEqualTo(1)))
 })
 
+/** A tool's `timeout_ms` as a create gives it: whole milliseconds within TOOL_TIMEOUT_MAX_MS (a timer waits for it). */
+export const ToolTimeoutMs = Schema.Int.pipe(Schema.between(1, TOOL_TIMEOUT_MAX_MS))
+
+/** A session's `idle_ttl_ms` as a create gives it: whole milliseconds within TIMER_SETTING_MAX_MS (a timer waits for it). */
+export const IdleTtlMs = Schema.Int.pipe(Schema.between(0, TIMER_SETTING_MAX_MS))
+
 /** A tool as a create body declares it: its `timeout_ms` within TOOL_TIMEOUT_MAX_MS. */
 export const ToolDeclaration = Schema.Struct({
   ...ToolDefinition.fields,
-  timeout_ms: Schema.optional(Schema.Int.pipe(Schema.between(1, TOOL_TIMEOUT_MAX_MS)))
+  timeout_ms: Schema.optional(ToolTimeoutMs)
 })
+
+const isToolTimeout = Schema.is(ToolTimeoutMs)
+const isIdleTtl = Schema.is(IdleTtlMs)
+
+/**
+ * The first field of a create's request past the bound a timer sets (ToolTimeoutMs, IdleTtlMs):
+ * its path and why, or undefined. `Sessions.create` checks it, so that an application calling the
+ * service directly is held where an HTTP body's schema holds its client (the same schemas).
+ */
+export const timerBoundsRefusal = (request: {
+  readonly tools?: ReadonlyArray<{ readonly timeout_ms?: number | undefined }> | undefined
+  readonly idle_ttl_ms?: number | undefined
+}): { readonly path: ReadonlyArray<string | number>; readonly message: string } | undefined => {
+  const tools = request.tools ?? []
+  for (let i = 0; i < tools.length; i++) {
+    const timeout = tools[i]!.timeout_ms
+    if (timeout !== undefined && !isToolTimeout(timeout)) {
+      return {
+        path: ["tools", i, "timeout_ms"],
+        message: `tools[${i}].timeout_ms is ${timeout}: a tool's timeout_ms is a whole number of milliseconds from 1 to ${TOOL_TIMEOUT_MAX_MS} (Node's timer maximum, about 24.8 days)`
+      }
+    }
+  }
+  const ttl = request.idle_ttl_ms
+  if (ttl !== undefined && !isIdleTtl(ttl)) {
+    return {
+      path: ["idle_ttl_ms"],
+      message: `idle_ttl_ms is ${ttl}: it is a whole number of milliseconds from 0 to ${TIMER_SETTING_MAX_MS} (Node's timer maximum, about 24.8 days)`
+    }
+  }
+  return undefined
+}
 
 export const SessionConfiguration = Schema.Struct({
   agentloop: Schema.String,

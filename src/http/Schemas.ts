@@ -2,7 +2,7 @@
  * The wire shapes of the HTTP API. Every request schema rejects unknown fields.
  */
 import { type ParseResult, Schema } from "effect"
-import { ModelChoice, ToolDeclaration } from "../domain/Configuration.js"
+import { IdleTtlMs, ModelChoice, ToolDeclaration } from "../domain/Configuration.js"
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { HostId, SessionId } from "../domain/Ids.js"
@@ -31,7 +31,7 @@ export const CreateSessionRequest = Schema.Struct({
   tools: Schema.optional(Schema.Array(ToolDeclaration)),
   environments: Schema.optional(Schema.Array(EnvironmentDeclaration)),
   transcript: Schema.optional(Schema.Array(Message)),
-  idle_ttl_ms: Schema.optional(Schema.Int.pipe(Schema.between(0, 2_147_483_647)))
+  idle_ttl_ms: Schema.optional(IdleTtlMs)
 }).annotations({ identifier: "CreateSession", ...strict })
 
 export const SessionStatus = Schema.Literal("creating", "idle", "running", "ending", "ended", "failed", "corrupt").annotations({

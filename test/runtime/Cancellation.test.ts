@@ -4,8 +4,8 @@
  */
 import { beforeAll, describe, expect, it } from "@effect/vitest"
 import { Clock, Deferred, Effect, Either, Fiber, FiberId, Layer, Option, TestClock } from "effect"
-import type { SessionId } from "../../src/domain/Ids.js"
-import type { JournalRecord } from "../../src/domain/Records.js"
+import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
+import { entry, type JournalRecord } from "../../src/domain/Records.js"
 import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import type { AgentloopShape, HostCallFailed, ToolResult } from "../../src/services/Agentloop.js"
 import { Journal, type JournalShape } from "../../src/services/Journal.js"
@@ -71,6 +71,7 @@ const withRuntime = <A, E, R>(
   body: (rt: {
     readonly sessions: typeof Sessions.Service
     readonly records: (s: SessionId) => Effect.Effect<ReadonlyArray<JournalRecord>>
+    readonly journal: JournalShape
   }) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function*() {
@@ -79,7 +80,7 @@ const withRuntime = <A, E, R>(
       const sessions = yield* Sessions
       const journal = yield* Journal
       const records = (s: SessionId) => Effect.orDie(journal.read(s, { after: 0, limit: 100_000 }))
-      return yield* body({ sessions, records })
+      return yield* body({ sessions, records, journal })
     }).pipe(Effect.provide(runtimeLayer({ ...options, journal: journalChoice })))
   })
 
@@ -322,14 +323,19 @@ describe("cancellation", () => {
         }
       }))
   })
-  it.scoped("a tool's timeout_ms above Node's timer maximum (a configuration the create body's bound did not check) counts as that maximum: its call is sent with a whole deadline and ends ok, never a failed turn", () => {
+  it.scoped("a tool's timeout_ms above Node's timer maximum (a configuration journaled before create bounded it) counts as that maximum: its call is sent with a whole deadline and ends ok, never a failed turn", () => {
     const quick = watched((input) => Effect.succeed({ outcome: "ok", output: input } as const))
     const loops = { t: loop((_input, host) => host.dispatch([{ id: "a", name: "far", input: { n: 1 } }])) }
-    return withRuntime({ loops, tools: { far: quick.handler }, config: config({ maxToolMs: 0 }) }, ({ records, sessions }) =>
+    return withRuntime({ loops, tools: { far: quick.handler }, config: config({ maxToolMs: 0 }) }, ({ journal, records, sessions }) =>
       Effect.gen(function*() {
         // Past 0, the clock plus such a timeout is no safe integer.
         yield* TestClock.adjust(1_000)
-        const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted, tools: [{ name: "far", timeout_ms: Number.MAX_SAFE_INTEGER }] })
+        // Create refuses it now (test/embedding/createBounds.test.ts): the session is journaled as an older server wrote it.
+        const s = yield* mintSessionId
+        const configuration = { agentloop: "t", model: scripted, tools: [{ name: "far", timeout_ms: Number.MAX_SAFE_INTEGER }] }
+        yield* Effect.orDie(journal.create(s))
+        const [first] = yield* Effect.orDie(journal.append(s, [entry("session_creation_started", { configuration })]))
+        yield* Effect.orDie(journal.append(s, [entry("session_creation_ended", { sequence: first! })]))
         const t0 = yield* Clock.currentTimeMillis
         const out = yield* sessions.send(s, { message: "go" })
         expect(out.turn.status, JSON.stringify(out.turn)).toBe("ended")

@@ -6,6 +6,7 @@
  * to its answer, and is in flight (`admitted`) for a stop's drain.
  */
 import { Effect, Either } from "effect"
+import { timerBoundsRefusal } from "../../domain/Configuration.js"
 import { admitEnvironments } from "../../domain/Environment.js"
 import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloaded } from "../../domain/Errors.js"
 import { failure } from "../../domain/Failure.js"
@@ -43,6 +44,9 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
   // In flight from here until it answers (`admitted`): a stop drains it, and past its drain deadline stops it.
   return (request, id) =>
     admitted.admit(stopping, (stop) => admitCreate(request, Effect.gen(function*() {
+      // What ends up in a timer, bounded here for every caller (an application's too, with no HTTP schema before it).
+      const pastTimer = timerBoundsRefusal(request)
+      if (pastTimer !== undefined) return yield* Effect.fail(refusedAt(pastTimer.message, pastTimer.path))
       const agentloop = request.agentloop ?? "official"
       const tools = request.tools ?? []
       // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
