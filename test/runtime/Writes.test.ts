@@ -1,10 +1,12 @@
 /**
  * An activation's writes one at a time (sessions/Writes.ts): a write waits for the one in flight;
  * the lock is given back however a write ends; an interrupted waiter never holds it; a write,
- * once started, runs to its end even if its caller is interrupted.
+ * once started, runs to its end even if its caller is interrupted; once the turn has closed them,
+ * no write runs.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber } from "effect"
+import { Deferred, Effect, Either, Exit, Fiber } from "effect"
+import { failure } from "../../src/domain/Failure.js"
 import { Writes } from "../../src/layers/sessions/Writes.js"
 
 /** Real time, whatever the test's clock. */
@@ -27,7 +29,7 @@ describe("an activation's writes, one at a time", () => {
       const b = yield* Effect.fork(write("b", 1))
       const c = yield* Effect.fork(write("c", 1))
       // Bounded: a lock never given back fails here rather than hanging the suite.
-      const join = <A>(f: Fiber.RuntimeFiber<A>) => Fiber.join(f).pipe(Effect.timeout("2 seconds"))
+      const join = <A, E>(f: Fiber.RuntimeFiber<A, E>) => Fiber.join(f).pipe(Effect.timeout("2 seconds"))
       expect(yield* join(a)).toBe("a")
       expect(yield* join(b)).toBe("b")
       expect(yield* join(c)).toBe("c")
@@ -79,5 +81,23 @@ describe("an activation's writes, one at a time", () => {
       yield* Fiber.interrupt(fiber)
       expect(ended).toBe(true)
       expect(writes.inFlight).toBe(false)
+    }))
+
+  it.live("once closed, a write waiting behind the one in flight is refused with the close's failure, its body never run, and so is every later one; the one in flight ends", () =>
+    Effect.gen(function*() {
+      const writes = new Writes()
+      const ran: Array<string> = []
+      const write = (name: string, ms: number) => writes.run(Effect.sync(() => void ran.push(name)).pipe(Effect.zipRight(pause(ms)), Effect.as(name)))
+      const inFlight = yield* Effect.fork(write("in flight", 30))
+      yield* pause(5)
+      const waiting = yield* Effect.fork(Effect.either(write("waiting", 1)))
+      yield* pause(5)
+      writes.close(failure("cancelled", "the turn was cancelled"))
+      expect(yield* Fiber.join(inFlight).pipe(Effect.timeout("2 seconds"))).toBe("in flight")
+      const refused = yield* Fiber.join(waiting).pipe(Effect.timeout("2 seconds"))
+      expect(Either.isLeft(refused) && refused.left.failure.code).toBe("cancelled")
+      const later = yield* Effect.either(write("later", 1))
+      expect(Either.isLeft(later) && later.left.failure.code).toBe("cancelled")
+      expect(ran).toEqual(["in flight"])
     }))
 })

@@ -182,6 +182,8 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     closing = Exit.isInterrupted(activated) ? cancelFailure("interrupted", scope.cutShort) : boundedFailure(failureOf(activated.cause))
   } else result = activated.value ?? null
   if (activated === undefined) closing = abandonedLoop(closing!)
+  // No write of the loop runs after this (an abandoned loop's, queued behind a stalled one): refused (Writes.ts).
+  scope.writes.close(host.refusal())
 
   // A keyed send's answer is this append: `request_answered` marks it (recovery's close has none).
   const answered = turn.answers === undefined

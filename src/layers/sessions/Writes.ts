@@ -12,17 +12,38 @@
  *   tries again: a waiter is never handed the lock, so an interrupted waiter cannot hold it.
  * - The body runs uninterruptibly, and the lock is given back however it ends (success, failure,
  *   defect), in the step that observes its end.
+ * - The turn closes the writes (`close`) before its closing append: a write that takes the lock
+ *   after that is refused, its body never run. A loop abandoned after its cancel (Turn.ts) may
+ *   still have a call waiting here behind a write the journal has not answered; once that write
+ *   lands, the call must not write after the turn's close. The write in flight is not waited for:
+ *   its body started before the close, and an opened session's append takes its place in the
+ *   journal's queue in the step it runs (journal/Core.ts), so it lands ahead of the close.
  */
 import { Effect } from "effect"
+import { failure, type Failure } from "../../domain/Failure.js"
+import { HostCallFailed } from "../../services/Agentloop.js"
 import { waitFor } from "../Waits.js"
+
+/** A write after the turn closed, with no cancel or end to name (a fiber the loop forked that outlived it). */
+const turnClosed = failure("invalid_request", "a host call after its turn closed: nothing of it is written")
 
 export class Writes {
   private busy = false
   private waiters: Array<() => void> = []
+  /** Set once the turn has closed the writes: what every write that takes the lock from then on fails with. */
+  private closed: HostCallFailed | undefined = undefined
 
-  /** Runs `body` after the writes in flight before it; the wait for them is interruptible, `body` is not. */
-  run<A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, E> {
+  /**
+   * Runs `body` after the writes in flight before it; the wait for them is interruptible, `body` is
+   * not. Refused, `body` not run, once the writes are closed.
+   */
+  run<A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, E | HostCallFailed> {
     return Effect.uninterruptibleMask((restore) => this.take(body, restore))
+  }
+
+  /** Closes the writes for good: every write that takes the lock from now on fails with `refused` (or says the turn closed). */
+  close(refused: Failure | undefined): void {
+    this.closed ??= new HostCallFailed({ failure: refused ?? turnClosed })
   }
 
   /** Whether a write is in flight now. */
@@ -30,8 +51,9 @@ export class Writes {
     return this.busy
   }
 
-  private take<A, E>(body: Effect.Effect<A, E>, restore: <X, Y>(e: Effect.Effect<X, Y>) => Effect.Effect<X, Y>): Effect.Effect<A, E> {
-    return Effect.suspend(() => {
+  private take<A, E>(body: Effect.Effect<A, E>, restore: <X, Y>(e: Effect.Effect<X, Y>) => Effect.Effect<X, Y>): Effect.Effect<A, E | HostCallFailed> {
+    return Effect.suspend((): Effect.Effect<A, E | HostCallFailed> => {
+      if (this.closed !== undefined) return Effect.fail(this.closed)
       if (this.busy) return Effect.zipRight(restore(this.free()), this.take(body, restore))
       this.busy = true
       return Effect.flatMap(Effect.exit(body), (exit) => {
