@@ -10,7 +10,7 @@
 import * as fs from "node:fs"
 import { Console, Data, Effect } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
-import { FORMAT, inspectDataDir, sessionDir } from "../layers/journal/DataDir.js"
+import { inspectDataDir, sessionDir } from "../layers/journal/DataDir.js"
 
 export const EXIT_USAGE = 64
 export const EXIT_NOT_FOUND = 66
@@ -47,7 +47,7 @@ export const dataDirAt = (dataDir: string, foreignCode: number): Effect.Effect<"
       case "Unusable":
         return Effect.fail(new Refused({ line: `${dataDir}: ${state.reason}`, code: EXIT_NOT_FOUND }))
       case "Foreign":
-        return Effect.fail(new Refused({ line: `${dataDir}: ${state.reason}; not a ${FORMAT} data directory`, code: foreignCode }))
+        return Effect.fail(new Refused({ line: `${dataDir}: ${state.reason}`, code: foreignCode }))
       default:
         return Effect.succeed(state._tag)
     }

@@ -4,7 +4,7 @@
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
 import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
-import { createDataDir, FORMAT, inspectDataDir } from "../layers/journal/DataDir.js"
+import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
 import { serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
 
@@ -91,8 +91,7 @@ const dataDirSetting = (dataDir: string, flags: ReadonlyMap<string, string>) =>
     if (dataDir.trim() === "") return yield* Effect.fail(new FlagError(`invalid setting: ${setting}: an empty value names no directory`))
     const state = inspectDataDir(dataDir)
     if (state._tag === "Unusable" || state._tag === "Foreign") {
-      const what = state._tag === "Foreign" ? `; not a ${FORMAT} data directory` : ""
-      return yield* Effect.fail(new FlagError(`invalid setting: ${setting} ${dataDir}: ${state.reason}${what}`))
+      return yield* Effect.fail(new FlagError(`invalid setting: ${setting} ${dataDir}: ${state.reason}`))
     }
     if (state._tag === "Missing") {
       yield* createDataDir(dataDir).pipe(Effect.mapError((e) => new FlagError(`invalid setting: ${setting} ${dataDir}: ${e.reason}`)))

@@ -210,7 +210,7 @@ describe("the operator commands refuse a mistaken data directory in one line, wi
       fs.writeFileSync(path.join(other, "notes.txt"), "x")
       const r = await Effect.runPromise(brain("demo", other))
       expect(r.code, r.output).toBe(NOT_FOUND)
-      expect(r.lines, r.output).toEqual([`${other}: not empty, and has no format marker; not a brain-ts/1 data directory`])
+      expect(r.lines, r.output).toEqual([`${other}: not empty, and has no format marker; not a brain-ts/2 data directory`])
       expect(fs.readdirSync(other)).toEqual(["notes.txt"])
     } finally {
       fs.rmSync(other, { recursive: true, force: true })

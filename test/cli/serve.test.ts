@@ -126,6 +126,25 @@ describe("brain serve refuses a start it cannot honour", () => {
     }
   })
 
+  it("a directory a newer build has opened (format brain-ts/99) exits 1 in one line naming its format and the ones this build reads, and is left as found", () => {
+    const newer = fs.mkdtempSync(path.join(os.tmpdir(), "brain-serve-newer-"))
+    try {
+      fs.writeFileSync(path.join(newer, "format"), "brain-ts/99\n")
+      fs.mkdirSync(path.join(newer, "sessions"))
+      const r = serve(["--data-dir", newer])
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      // The line is the log's JSON where the logger writes JSON: its message, quotes unescaped.
+      const said = r.lines[0]!.startsWith("{") ? String(JSON.parse(r.lines[0]!).message) : r.lines[0]!
+      expect(said).toContain(`invalid setting: --data-dir ${newer}: holds format "brain-ts/99", which this build does not read (it reads brain-ts/1 and brain-ts/2`)
+      expect(fs.readdirSync(newer).sort()).toEqual(["format", "sessions"])
+      expect(fs.readFileSync(path.join(newer, "format"), "utf8")).toBe("brain-ts/99\n")
+      expect(fs.readdirSync(path.join(newer, "sessions"))).toEqual([])
+    } finally {
+      fs.rmSync(newer, { recursive: true, force: true })
+    }
+  })
+
   it("--help prints the usage and exits 0", () => {
     const r = serve(["--help"])
     expect(r.code, r.output).toBe(0)

@@ -793,7 +793,7 @@ describe("JournalFile data directory", () => {
       const root = yield* tempDir()
       const fresh = path.join(root, "fresh")
       yield* withJournal(fresh, () => Effect.void)
-      expect(fs.readFileSync(path.join(fresh, "format"), "utf8").trim()).toBe("brain-ts/1")
+      expect(fs.readFileSync(path.join(fresh, "format"), "utf8").trim()).toBe("brain-ts/2")
       // Reopening its own format is fine.
       yield* withJournal(fresh, () => Effect.void)
 
@@ -813,7 +813,7 @@ describe("JournalFile data directory", () => {
       fs.writeFileSync(path.join(dir, "format.tmp"), "brain-t")
       const opened = yield* Effect.either(withJournal(dir, () => Effect.void, { lockWaitMs: 0 }))
       expect(Either.isRight(opened), Either.isLeft(opened) ? opened.left.message : "").toBe(true)
-      expect(fs.readFileSync(path.join(dir, "format"), "utf8").trim()).toBe("brain-ts/1")
+      expect(fs.readFileSync(path.join(dir, "format"), "utf8").trim()).toBe("brain-ts/2")
     }))
 
   it.scopedLive("a format marker naming another format is refused and left unchanged", () =>

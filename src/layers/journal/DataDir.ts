@@ -12,7 +12,24 @@ import * as path from "node:path"
 import { Clock, Data, Duration, Effect } from "effect"
 import { DATA_DIR_LOCK_WAIT_MS } from "../../domain/Limits.js"
 
-export const FORMAT = "brain-ts/1"
+/**
+ * The format this build writes in `format`. Bump it (to `brain-ts/N+1`, kept in READ_FORMATS) with
+ * any change to what is on disk that a build reading the last format would misread or not see: a
+ * journal record kind it does not know (`request_claimed`: its keys would be new to it and run
+ * again), the commit log (records only it holds would be lost), where idempotency keys or hosts are
+ * kept, a segment's frame. A change older builds read correctly (a checkpoint's format, which each
+ * build checks and rebuilds; a twin's, which it remakes) needs none. A start re-marks a directory of
+ * an older format it reads, so from then on the builds that read only that format refuse it at
+ * start instead of misreading it; a format leaves READ_FORMATS only when this build can no longer
+ * read what it marks.
+ *
+ * `brain-ts/1`: every build up to 2026-12-06, whatever it wrote (a build of 2026-12-01 keeps keys
+ * only in `idempotency/claims.log`; later ones in journals, and a commit log). `brain-ts/2`: the
+ * same files as the last `brain-ts/1` builds wrote, marked so that none of those builds opens them.
+ */
+export const FORMAT = "brain-ts/2"
+/** Every format this build opens: its own, and each earlier one, which it re-marks FORMAT at open. */
+export const READ_FORMATS: ReadonlyArray<string> = ["brain-ts/1", FORMAT]
 export const FORMAT_FILE = "format"
 export const LOCK_FILE = "lock"
 export const SESSIONS_DIR = "sessions"
@@ -129,7 +146,7 @@ export const inspectDataDir = (dir: string): DataDirState => {
   }
   if (!names.includes(FORMAT_FILE)) {
     return names.some((name) => !beforeMarker(name))
-      ? { _tag: "Foreign", reason: `not empty, and has no ${FORMAT_FILE} marker` }
+      ? { _tag: "Foreign", reason: `not empty, and has no ${FORMAT_FILE} marker; not a ${FORMAT} data directory` }
       : { _tag: "Empty" }
   }
   let found: string
@@ -138,7 +155,37 @@ export const inspectDataDir = (dir: string): DataDirState => {
   } catch (err) {
     return { _tag: "Unusable", reason: `its ${FORMAT_FILE} marker cannot be read: ${fsFailure(err)}` }
   }
-  return found === FORMAT ? { _tag: "Marked" } : { _tag: "Foreign", reason: `holds format ${JSON.stringify(found)}, this version reads ${FORMAT}` }
+  return READ_FORMATS.includes(found) ? { _tag: "Marked" } : { _tag: "Foreign", reason: unreadFormat(found) }
+}
+
+/** Why a marker this build does not read is refused: what it holds, what this build reads and writes. */
+const unreadFormat = (found: string) =>
+  `holds format ${JSON.stringify(found)}, which this build does not read (it reads ${READ_FORMATS.join(" and ")}, and writes ${FORMAT}): ` +
+  `a newer build has opened it, or it is not a Brain data directory`
+
+/**
+ * Writes the marker as one step: a temporary file, fsynced, renamed over `format`, and the
+ * directory fsynced, so that a crash leaves the old marker or the new one (and at most a
+ * `format.tmp`, which the next start writes over), never a torn one.
+ */
+const writeMarker = (dir: string) => {
+  const marker = path.join(dir, FORMAT_FILE)
+  const tmp = `${marker}.tmp`
+  fs.writeFileSync(tmp, `${FORMAT}\n`)
+  const fd = fs.openSync(tmp, "r+")
+  fs.fsyncSync(fd)
+  fs.closeSync(fd)
+  fs.renameSync(tmp, marker)
+  syncDir(dir)
+}
+
+const syncDir = (dir: string) => {
+  const dfd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
+  try {
+    fs.fsyncSync(dfd)
+  } finally {
+    fs.closeSync(dfd)
+  }
 }
 
 const isDirectory = (at: string) => {
@@ -349,6 +396,14 @@ export const createDataDir = (dir: string) =>
 /**
  * Opens (creating if new) a data directory for exclusive use by this process for the life of
  * the scope: takes the lock, then checks or writes the format marker.
+ *
+ * A directory of an earlier format this build reads (READ_FORMATS) is re-marked FORMAT here, after
+ * the lock is taken and before anything else in the directory is written (only the lock, and what
+ * earlier lock attempts left, is touched before it; the journal, the commit log and the stores
+ * beside it are all opened after it): a directory holding anything this build wrote is never left
+ * marked for a build that would misread it. A start killed in the middle leaves the old marker (and
+ * a `format.tmp` the next start writes over) or the new one; either opens. A marker this build does
+ * not read is refused, and the directory left as it was.
  */
 export const openDataDir = (dir: string, lockWaitMs?: number) =>
   Effect.gen(function*() {
@@ -359,22 +414,16 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
         const marker = path.join(dir, FORMAT_FILE)
         if (fs.existsSync(marker)) {
           const found = fs.readFileSync(marker, "utf8").trim()
-          if (found !== FORMAT) throw new Error(`holds format ${JSON.stringify(found)}, this server writes ${FORMAT}`)
+          if (!READ_FORMATS.includes(found)) throw new Error(unreadFormat(found))
+          if (found !== FORMAT) writeMarker(dir)
         } else {
           // Our own lock, its private files, and a marker whose rename a crash interrupted.
           const others = fs.readdirSync(dir).filter((name) => !beforeMarker(name))
           if (others.length > 0) throw new Error(`is not empty and has no ${FORMAT_FILE} marker; refusing to use it`)
-          const tmp = `${marker}.tmp`
-          fs.writeFileSync(tmp, `${FORMAT}\n`)
-          const fd = fs.openSync(tmp, "r+")
-          fs.fsyncSync(fd)
-          fs.closeSync(fd)
-          fs.renameSync(tmp, marker)
+          writeMarker(dir)
         }
         fs.mkdirSync(path.join(dir, SESSIONS_DIR), { recursive: true })
-        const dfd = fs.openSync(dir, fs.constants.O_RDONLY | fs.constants.O_DIRECTORY)
-        fs.fsyncSync(dfd)
-        fs.closeSync(dfd)
+        syncDir(dir)
       },
       catch: (err) => new DataDirError({ dir, reason: errno(err) === undefined ? (err as Error).message : fsFailure(err) })
     })
