@@ -2,11 +2,22 @@
  * Makes an admitted guest module fit to run on Brain's main thread (Inline.ts): the same code,
  * with two things added by Binaryen that the guest cannot see.
  *
- * - **Metering.** Every function entry and loop header takes one unit of a fuel global; when it
- *   runs out, the guest calls the host's `brain.tick`, which answers the next allowance or throws
- *   (the guest has computed past what the main thread lends it). A guest can therefore never hold
- *   the main thread longer than one allowance past its bound: every unbounded computation in core
- *   Wasm goes through a loop or a call. A bulk operation is one instruction whose cost is its
+ * - **Metering.** Every function entry and loop header takes fuel from a global for the code it
+ *   guards: the function's instructions outside its loops, the loop body's outside nested loops,
+ *   one unit per INSTRUCTIONS_PER_UNIT (64) of them, at least one (Metering.ts); when the fuel runs
+ *   out, the guest calls the host's `brain.tick`, which answers the next allowance or throws (the
+ *   guest has computed past what the main thread lends it). A guest can therefore never hold the
+ *   main thread longer than one allowance (or one site's charge, when larger) past its bound:
+ *   every unbounded computation in core Wasm goes through a loop or a call, and within one entry
+ *   or iteration each instruction runs at most once (forward branches only skip code already
+ *   charged). Charging by length rather than one unit a site is what bounds a guest of long
+ *   straight-line bodies: at one unit a site, a function of 600,000 instructions called in a loop
+ *   held the thread 2.4 s with a 100 ms budget, a loop of 60,000 instructions an iteration 5.3 s
+ *   (test/layers/wasm/Metering.test.ts); charged by length, about the budget. Sending such modules
+ *   to worker threads instead would leave a bound (how long is too long) to pick and pass; the
+ *   charge costs a guest of ordinary code nothing (64 instructions a unit: the official loop spends
+ *   what it did at one unit a site, about 5,300 a turn) and its instrumentation one walk of the
+ *   code. A bulk operation is one instruction whose cost is its
  *   length, so `memory.fill` and `memory.copy` take one unit more per BULK_BYTES_PER_UNIT of it,
  *   before they run (Binaryen's `llvm-memory-copy-fill-lowering` turns each into a call of one
  *   function per operation, whose body is replaced here by the charge and the operation itself,
@@ -53,6 +64,7 @@
  * milliseconds, which the main thread must not spend.
  */
 import binaryen from "binaryen"
+import { chargeSites, nextSiteNumber } from "./Metering.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
@@ -96,22 +108,24 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
       m.runPasses(["llvm-memory-copy-fill-lowering"])
       m.setFeatures(FEATURES)
     }
-    // A call of an imported `log_execution(i32)` at every function entry and loop header...
+    // A call of an imported `log_execution(i32)` at every function entry, loop header, return and
+    // function end, numbered from a counter Binaryen keeps for the process...
+    const first = nextSiteNumber()
     m.runPasses(["log-execution"])
+    const sites = nextSiteNumber() - 1 - first
     const logName = importedFunctionNamed(m, "log_execution")
     if (logName === undefined) throw new Error("Binaryen's log-execution pass added no import")
-    // ...made a defined function that spends fuel and asks the host for more when it runs out,
-    m.removeFunction(logName)
+    // ...each at an entry or loop header made a charge of the code it guards, which spends fuel and
+    // asks the host for more when it runs out, the others removed (Metering.ts); no number of the
+    // pass's is left, so a module's twin is the same bytes however many were made before it.
     fresh(m, FUEL_GLOBAL, TICK_FUNCTION)
     m.addGlobal(FUEL_GLOBAL, binaryen.i32, true, m.i32.const(0))
     m.addFunctionImport(TICK_FUNCTION, TICK_IMPORT.module, TICK_IMPORT.name, binaryen.none, binaryen.i32)
-    m.addFunction(logName, binaryen.createType([binaryen.i32]), binaryen.none, [], spend(m, m.i32.const(1)))
+    chargeSites(m, logName, first, sites, (units) => spend(m, m.i32.const(units)))
+    m.removeFunction(logName)
+    // Each bulk operation's function charged by its length, and inlined (settle: functions this
+    // small always are), so metering costs a global decrement and a branch.
     if (bulk) meterBulk(m)
-    // ...and inlined at every site (settle: functions this small always are), so metering costs a
-    // global decrement and a branch. The pass numbers its call sites from a counter Binaryen keeps
-    // for the process; the inlined function ignores the number, so the dead store of it and its
-    // dropped constant are removed, and a module's twin is the same bytes however many were made
-    // before it.
     m.runPasses(["inlining", "coalesce-locals", "vacuum"])
     // Asyncify optimizes the code it instruments when asked to (Binaryen runs its local passes on
     // each function it changed): the official loop's twin 78.5 → 56.5 KB, a text turn's guest
@@ -357,7 +371,7 @@ const settle = () => {
   binaryen.setFastMath(false)
   binaryen.setGenerateStackIR(false)
   binaryen.setOptimizeStackIR(false)
-  // The metering function (the log-execution call's body) is below this: always inlined.
+  // The bulk operations' charged functions (meterBulk) are below this: always inlined.
   binaryen.setAlwaysInlineMaxSize(40)
   binaryen.setFlexibleInlineMaxSize(20)
   binaryen.setOneCallerInlineMaxSize(-1)

@@ -37,7 +37,7 @@ export const HOST_NAME_PREFIX = "brain$"
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 6
+export const TWIN_FORMAT = 7
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`
