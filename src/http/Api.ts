@@ -191,10 +191,10 @@ export const hosts = HttpApiGroup.make("hosts")
       .setPath(HostPath)
       .setPayload(HostResultBody)
       .addSuccess(HttpApiSchema.NoContent)
-      .pipe(addErrors(...withBody, E.Conflict))
+      .pipe(addErrors(...withBody, E.Conflict, E.JournalWriteFailed))
       .annotate(
         OpenApi.Description,
-        "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result). An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored: a result names its call, which takes one."
+        "A call's result: `ok`, `error`, or after a cancel `stopped: true`; or `{\"results\": [...]}`, several at once, all taken or none. Answered 204 once the outcome record of each call it answers is durable: a crash after the 204 loses nothing. 409 `conflict` for a call not in flight on this host (in a batch, `details.index` names the result). 500 `journal_write_failed` (`details.reason: \"outcome_unrecorded\"`) when the answer was taken but its outcome could not be recorded: the call counts as unknown, and a repeat is 409. An `Idempotency-Key` is checked (1 to 256 bytes, else 400) and otherwise ignored: a result names its call, which takes one."
       )
       .annotate(OpenApi.Transform, checkedKeyHeader)
   )

@@ -53,6 +53,12 @@ export interface EnvironmentCall extends OperationName {
    * sequence; refused once the call is over. A `host` Environment posts them; `http` has none.
    */
   readonly emit?: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
+  /**
+   * Answers true once the call's outcome record is durable, false once it will not be (its commit
+   * failed or missed BRAIN_CLEANUP_DEADLINE_MS): what a host's result waits for before its 204, so
+   * that nothing acknowledged is lost. Given by a session's tool calls; absent, nobody records one.
+   */
+  readonly recorded?: Effect.Effect<boolean>
 }
 
 /** A definite answer to a tool call: the tool's output, or its own error for the model. */

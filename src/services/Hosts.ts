@@ -17,7 +17,7 @@
  */
 import { Context, type Effect } from "effect"
 import type { Readable } from "node:stream"
-import type { Conflict, Internal, InvalidRequest, Overloaded, PayloadTooLarge, SessionStorageError, Unauthorized } from "../domain/Errors.js"
+import type { Conflict, Internal, InvalidRequest, JournalWriteFailed, Overloaded, PayloadTooLarge, SessionStorageError, Unauthorized } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import type { CallAnswer, CancelAnswer, CancelRequest, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain, SentCall } from "./Environments.js"
 
@@ -44,8 +44,11 @@ export interface CallName {
 
 /** A registration refused: past MAX_HOSTS, or not stored. */
 export type RegisterError = Overloaded | Internal
-/** A result refused: the call is not in flight (or was not cancelled, for `stopped`), or its value is too large. */
-export type ResultError = Conflict | PayloadTooLarge
+/**
+ * A result refused: the call is not in flight (or was not cancelled, for `stopped`), or its value is
+ * too large; or taken, but the call's outcome could not be recorded durably (`journal_write_failed`).
+ */
+export type ResultError = Conflict | PayloadTooLarge | JournalWriteFailed
 /**
  * An Event refused: the call is not in flight or takes no Events, a reserved kind, the turn's byte
  * budget, or the session's storage.
@@ -90,7 +93,11 @@ export interface HostsShape {
    * host removed meanwhile.
    */
   readonly connect: (host: HostId) => Effect.Effect<CommandStream, Unauthorized | Internal>
-  /** Settles a call in flight on `host` with the host's answer. */
+  /**
+   * Settles a call in flight on `host` with the host's answer; answers once the call's outcome
+   * record is durable (when a session records one), or fails `journal_write_failed` when it could
+   * not be recorded.
+   */
   readonly result: (host: HostId, call: CallName, answer: HostAnswer) => Effect.Effect<void, ResultError>
   /**
    * Settles several calls in flight on `host` at once, all or none: a refusal of any (its

@@ -9,6 +9,9 @@
  * - A call's Events and its result pass one at a time through the call's lock, so an Event posted
  *   (and not yet answered) before the result is committed before the outcome.
  * - A batch of results is all or none: a refusal changes nothing.
+ * - A result is acknowledged only once the outcome record of each call it answers is durable (the
+ *   session's tool call tells: `EnvironmentCall.recorded`), so that a crash after the 204 loses
+ *   nothing; an outcome that could not be recorded is `journal_write_failed` instead, never a 204.
  */
 import { Deferred, Duration, Effect, Exit, FiberId } from "effect"
 import {
@@ -83,6 +86,8 @@ export interface CallsOptions {
   readonly graceMs: number
   /** Bytes of a result's `ok`/`error` value (as JSON) at most (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES). */
   readonly maxResultBytes: number
+  /** The bound on an outcome's commit (BRAIN_CLEANUP_DEADLINE_MS); 0 or undefined: none. */
+  readonly cleanupDeadlineMs?: number | undefined
 }
 
 /** The registry's methods for calls in flight, over its registered `hosts`. */
@@ -92,6 +97,37 @@ export const makeCalls = (
 ): Pick<HostsShape, "result" | "results" | "event" | "send" | "call" | "cancel"> => {
   /** A refusal's details; in a batch they also name the result (`index`). */
   const detailsOf = (details: Record<string, unknown>, index: number | undefined) => (index === undefined ? details : { ...details, index })
+
+  /**
+   * How long a result waits for its outcome records: each commit is bounded by the cleanup deadline
+   * (one may wait behind another of its round), and a cancelled call's stop by the grace. 0: as
+   * long as the journal takes, as the fence waits (no bound on its commit either).
+   */
+  const cleanupMs = options.cleanupDeadlineMs ?? 0
+  const recordWithinMs = cleanupMs > 0 ? 2 * cleanupMs + options.graceMs : 0
+
+  const unrecorded = (call: CallName, index: number | undefined, why: string) =>
+    new JournalWriteFailed({
+      message: `the answer to ${call.session}/${call.sequence} was taken, but its outcome ${why}; the call counts as unknown and cannot be answered again`,
+      details: detailsOf({ reason: "outcome_unrecorded", ambiguous: true }, index)
+    })
+
+  /** Waits for the outcome records of the calls just settled: fails naming the first that is not durable. */
+  const recordedAll = (settled: ReadonlyArray<{ readonly index: number; readonly call: CallName; readonly pending: InFlight }>, batch: boolean) =>
+    Effect.suspend((): Effect.Effect<void, JournalWriteFailed> => {
+      const waiting = settled.filter((c) => c.pending.recorded !== undefined)
+      if (waiting.length === 0) return Effect.void
+      const all = Effect.forEach(waiting, (c) =>
+        Effect.flatMap(c.pending.recorded!, (recorded) =>
+          recorded ? Effect.void : Effect.fail(unrecorded(c.call, batch ? c.index : undefined, "could not be recorded (the journal failed or did not answer in time)"))), {
+        discard: true
+      })
+      if (recordWithinMs <= 0) return all
+      return Effect.timeoutFail(all, {
+        duration: Duration.millis(recordWithinMs),
+        onTimeout: () => unrecorded(waiting[0]!.call, batch ? waiting[0]!.index : undefined, `was not recorded within ${recordWithinMs} ms`)
+      })
+    })
 
   const notInFlight = (call: CallName, index?: number) =>
     new Conflict({
@@ -170,7 +206,7 @@ export const makeCalls = (
       })
       const locked = ordered.reduceRight<Effect.Effect<boolean, Conflict>>((inner, c) => c.pending.lock!.withPermits(1)(inner), take)
       // A call that posted its first Event while this waited: again, with its lock too (locks are only ever made, so this ends).
-      return Effect.flatMap(locked, (settled) => (settled ? Effect.void : settle(id, items, batch)))
+      return Effect.flatMap(locked, (settled) => (settled ? recordedAll(checked, batch) : settle(id, items, batch)))
     })
 
   // One result names one call: never twice.
@@ -207,6 +243,7 @@ export const makeCalls = (
       stopped: undefined,
       cancelSent: false,
       emit: request.emit,
+      recorded: request.recorded,
       lock: undefined
     }
     host.calls.set(key, pending)

@@ -26,6 +26,8 @@ export interface InFlight {
   stopped: Deferred.Deferred<void> | undefined
   cancelSent: boolean
   readonly emit: EnvironmentCall["emit"]
+  /** Whether the call's outcome record became durable, once it is answered (a result's 204 waits for it). */
+  readonly recorded: EnvironmentCall["recorded"]
   /**
    * Events and the result, one at a time; made by the call's first Event (most calls post none,
    * and a result for a call without one takes no lock: nothing can be in flight before it).

@@ -34,7 +34,8 @@ export const remoteInvocation = (
   deadlineAtMs,
   stop,
   stoppedBy,
-  emit: (kind, payload) => (inFlight() ? ctx.emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over")))
+  emit: (kind, payload) => (inFlight() ? ctx.emitAs({ kind: "tool", sequence }, kind, payload) : refuse(failure("conflict", "the tool call is over"))),
+  ...(ctx.recorded !== undefined ? { recorded: ctx.recorded(sequence) } : {})
 })
 
 /**

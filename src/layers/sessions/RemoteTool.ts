@@ -44,6 +44,8 @@ export interface RemoteInvocation {
   readonly stoppedBy: () => "cancel" | "deadline"
   /** Commits a tool-origin Event of this call (a host posts them); refused once the call is over. */
   readonly emit?: EnvironmentCall["emit"]
+  /** Whether the call's outcome record became durable (a host's result waits for it). */
+  readonly recorded?: EnvironmentCall["recorded"]
 }
 
 /** The call as its Environment is sent it. */
@@ -55,7 +57,8 @@ export const environmentCall = (environment: AdmittedEnvironment, invocation: Re
   callId: invocation.call.id,
   input: invocation.call.input ?? null,
   deadlineAtMs: invocation.deadlineAtMs ?? 0,
-  ...(invocation.emit !== undefined ? { emit: invocation.emit } : {})
+  ...(invocation.emit !== undefined ? { emit: invocation.emit } : {}),
+  ...(invocation.recorded !== undefined ? { recorded: invocation.recorded } : {})
 })
 
 /** A call's answer (or failure) as its verdict, before any abort. */

@@ -24,6 +24,7 @@ import { remoteInvocation, remoteNowOf } from "./RemoteNow.js"
 import { callRemote } from "./RemoteTool.js"
 import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type ToolVerdict, toolOutcome } from "./ToolVerdicts.js"
 import { interruptWithin } from "./Abandon.js"
+import { Once } from "../Waits.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
 
 /**
@@ -49,13 +50,50 @@ export interface ToolCallContext {
   ) => Effect.Effect<number, HostCallFailed>
   /** The call's telemetry, never journaled. */
   readonly report: (data: unknown, toolCall: number) => Effect.Effect<void>
+  /**
+   * Whether the outcome record of the call started at `sequence` became durable (true) or will not
+   * (false), for a remote call's Environment (a host's result answers only then). Made by
+   * `makeDispatch`.
+   */
+  readonly recorded?: (sequence: number) => Effect.Effect<boolean>
 }
 
 /** `Host.dispatch` of one activation, before the host's own checks (a cancel, a broken cell). */
-export const makeDispatch = (ctx: ToolCallContext) => {
-  const { deps, scope, hooks } = ctx
+export const makeDispatch = (given: ToolCallContext) => {
+  const { deps, scope } = given
   const { cell } = scope
   const { fence } = deps
+
+  /**
+   * The calls whose outcome record someone waits for (a host's result, before its 204), by their
+   * start's sequence: told true when the fence says the record is committed, false when the round
+   * ends without it (its commit failed, missed the deadline); then forgotten.
+   */
+  const receipts = new Map<number, Once<boolean>>()
+  const settleReceipt = (sequence: number, recorded: boolean) => {
+    const receipt = receipts.get(sequence)
+    if (receipt === undefined) return
+    receipts.delete(sequence)
+    receipt.give(recorded)
+  }
+  const ctx: ToolCallContext = {
+    ...given,
+    recorded: (sequence) => {
+      let receipt = receipts.get(sequence)
+      if (receipt === undefined) receipts.set(sequence, receipt = new Once<boolean>())
+      return receipt.await
+    }
+  }
+  const hooks: FenceHooks = {
+    ...given.hooks,
+    committed: (entries) => {
+      given.hooks.committed?.(entries)
+      if (receipts.size === 0) return
+      for (const [, entry] of entries) {
+        if (entry.kind === "tool_call_ended" || entry.kind === "tool_call_failed") settleReceipt((entry.payload as { readonly sequence: number }).sequence, true)
+      }
+    }
+  }
 
   /**
    * One call with its `budget` (`budgetOf`), as the fence takes it, and the result the loop is
@@ -72,10 +110,16 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     })
     /** The call is being executed: the tool may still emit Events. */
     let inFlight = true
-    const dispatch = (sequence: number): Effect.Effect<ToolVerdict> =>
-      Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
-    const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | Dispatching<ToolVerdict, never> | undefined =>
-      dispatchNowOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight, runtime)
+    /** Its start's sequence, once dispatched. */
+    let startedAt: number | undefined
+    const dispatch = (sequence: number): Effect.Effect<ToolVerdict> => {
+      startedAt = sequence
+      return Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
+    }
+    const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | Dispatching<ToolVerdict, never> | undefined => {
+      startedAt = sequence
+      return dispatchNowOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight, runtime)
+    }
 
     /**
      * The outcome record the fence committed (it asks once); the loop is shown exactly it. The fence
@@ -95,7 +139,7 @@ export const makeDispatch = (ctx: ToolCallContext) => {
     }
     const result = (): ToolResult =>
       toolResultOf(call.id, call.name, recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure })
-    return { effect: { started: started.entry, dispatch, dispatchNow, outcome }, result, bytes: started.bytes }
+    return { effect: { started: started.entry, dispatch, dispatchNow, outcome }, result, bytes: started.bytes, started: () => startedAt }
   }
 
   /**
@@ -109,6 +153,14 @@ export const makeDispatch = (ctx: ToolCallContext) => {
       if (refused !== undefined) return refuse(refused)
       countWrite(scope, bytes)
       return fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks).pipe(
+        // A call whose outcome was not committed by the round's end never will be by this round.
+        Effect.ensuring(Effect.sync(() => {
+          if (receipts.size === 0) return
+          for (const c of calls) {
+            const sequence = c.started()
+            if (sequence !== undefined) settleReceipt(sequence, false)
+          }
+        })),
         Effect.mapError(storageFailure),
         Effect.map(() => calls.map((c) => c.result()))
       )
@@ -124,6 +176,8 @@ interface ToolCall {
   readonly result: () => ToolResult
   /** Its start's bytes in the journal. */
   readonly bytes: number
+  /** Its start's sequence, once dispatched. */
+  readonly started: () => number | undefined
 }
 
 /** What `toolCall` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
