@@ -183,7 +183,7 @@ export const hosts = HttpApiGroup.make("hosts")
       .addSuccess(HttpApiSchema.Text({ contentType: "text/event-stream" }))
       .annotate(
         OpenApi.Description,
-        "The host's command stream (SSE), with the host's own token. First `event: ready` `{host_id, heartbeat_ms}` (the interval of the heartbeat comments, 0 when there are none), then `event: call` `{session_id, sequence, environment, name, call_id, input, deadline_at_ms}` and `event: cancel` `{session_id, sequence, reason}` frames, and heartbeat comments. Each command is written once: a new stream replaces the previous one, whose calls in flight become `unknown`, and carries only new commands."
+        "The host's command stream (SSE), with the host's own token. First `event: ready` `{host_id, heartbeat_ms}` (the interval of the heartbeat comments, 0 when there are none), then `event: call` `{session_id, sequence, environment, name, call_id, input, deadline_at_ms}` and `event: cancel` `{session_id, sequence, reason}` frames, and heartbeat comments. Each command is written once: a new stream replaces the previous one, whose calls in flight become `unknown`, and carries only new commands. 503 `overloaded` (nothing changed) when SSE streams, command streams included, hold all the connections they may: `BRAIN_RESERVED_CONNECTIONS` are kept for other requests."
       )
   )
   .add(

@@ -43,7 +43,8 @@ export interface StreamConnections {
 
 /**
  * Whether the server is draining (the gate refuses new work, readiness answers 503), the signal
- * that ends long-lived streams when it stops, and the SSE streams it holds: each is a connection,
+ * that ends long-lived streams when it stops, and the SSE streams it holds (sessions' streams and
+ * hosts' command streams alike): each is a connection,
  * and streams never take the last `reserved` ones, so that they cannot lock every other client
  * out (a stream holds its connection for as long as its reader stays).
  */
@@ -61,7 +62,7 @@ export class Admission {
       if (this.streams >= this.connections.streams) {
         return Effect.fail(
           new Overloaded({
-            message: `SSE streams hold all the connections they may (${this.connections.streams}): the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`
+            message: `SSE streams (sessions' and hosts' command streams) hold all the connections they may (${this.connections.streams}): the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`
           })
         )
       }
@@ -372,6 +373,10 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
+          // A command stream holds its connection as a session's stream does, and shares their
+          // bound: hosts that stay connected never take the connections kept for other requests
+          // (their own results among them). Refused before the stream is opened: nothing changes.
+          yield* admission.stream
           // A host removed since its token was checked gets the same 401 as any unknown host.
           const stream = yield* hosts.connect(path.id).pipe(
             Effect.catchTag("Unauthorized", () => Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED })))
