@@ -180,9 +180,15 @@ const CallName = {
   sequence: Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
 }
 
+/**
+ * Any JSON value, which must be there: a member declared `Json` alone (`Schema.Unknown`) takes a
+ * missing key as `undefined`, so `{session_id, sequence}` would be a result `ok` with no output.
+ */
+const Given = Json.pipe(Schema.filter((u) => u !== undefined, { message: () => "is missing", jsonSchema: {} }))
+
 export const HostResult = Schema.Union(
-  Schema.Struct({ ...CallName, ok: Json }).annotations({ ...strict, description: "the tool's output" }),
-  Schema.Struct({ ...CallName, error: Json }).annotations({ ...strict, description: "the tool's own error, shown to the model" }),
+  Schema.Struct({ ...CallName, ok: Given }).annotations({ ...strict, description: "the tool's output" }),
+  Schema.Struct({ ...CallName, error: Given }).annotations({ ...strict, description: "the tool's own error, shown to the model" }),
   Schema.Struct({ ...CallName, stopped: Schema.Literal(true) }).annotations({
     ...strict,
     description: "after a cancel command only: the call has stopped and will do nothing further"
@@ -200,30 +206,40 @@ export const HostResults = Schema.Struct({
 
 const ANSWERS = ["ok", "error", "stopped"] as const
 
-/** The answer members a result holds, when it holds more than one (then no form of the union takes it). */
-const answersHeld = (result: unknown): ReadonlyArray<string> => {
-  if (result === null || typeof result !== "object" || Array.isArray(result)) return []
+/**
+ * The answer members a result holds when they are not exactly one (then no form of the union takes
+ * it): the two or three it holds, or none; undefined when it holds one, or is not an object.
+ */
+const answersHeld = (result: unknown): ReadonlyArray<string> | undefined => {
+  if (result === null || typeof result !== "object" || Array.isArray(result)) return undefined
   const held = ANSWERS.filter((k) => Object.hasOwn(result, k))
-  return held.length > 1 ? held : []
+  return held.length === 1 ? undefined : held
 }
 
 /**
- * One line for the commonest mistake, a result holding two answers, in place of the union's tree
- * of every form it failed (each other failure keeps that tree, which names the member at fault).
+ * One line for the commonest mistakes, a result holding two answers or none, in place of the
+ * union's tree of every form it failed (each other failure keeps that tree, which names the member
+ * at fault).
  */
 const oneAnswerMessage = (issue: ParseResult.ParseIssue): { readonly message: string; readonly override: boolean } => {
   const rule = `a result holds exactly one of "ok", "error" or "stopped"`
-  const held = (where: string, keys: ReadonlyArray<string>) => ({ message: `${where} holds ${keys.map((k) => JSON.stringify(k)).join(" and ")}: ${rule}`, override: true })
+  const held = (where: string, keys: ReadonlyArray<string>) => ({
+    message: keys.length === 0
+      ? `${where} holds none of "ok", "error" or "stopped": ${rule}`
+      : `${where} holds ${keys.map((k) => JSON.stringify(k)).join(" and ")}: ${rule}`,
+    override: true
+  })
   const body: unknown = "actual" in issue ? issue.actual : undefined
-  const single = answersHeld(body)
-  if (single.length > 0) return held("the result", single)
   const results = body !== null && typeof body === "object" ? (body as { results?: unknown }).results : undefined
   if (Array.isArray(results)) {
     for (let i = 0; i < results.length; i++) {
       const keys = answersHeld(results[i])
-      if (keys.length > 0) return held(`results[${i}]`, keys)
+      if (keys !== undefined) return held(`results[${i}]`, keys)
     }
+    return { message: "", override: false }
   }
+  const single = answersHeld(body)
+  if (single !== undefined && !(body !== null && typeof body === "object" && Object.hasOwn(body, "results"))) return held("the result", single)
   return { message: "", override: false }
 }
 
@@ -236,7 +252,7 @@ export const HostEvent = Schema.Struct({
     description:
       "The Event's kind: no line break (CR or LF) and not a reserved kind (Brain's record and Event kinds, `transcript_replaced`, the SSE frames' names, every failure code), else 400 with `details.reason: \"reserved_kind\"`"
   }),
-  payload: Json
+  payload: Given
 }).annotations({ identifier: "HostEvent", ...strict })
 
 export const HostEventCommitted = Schema.Struct({

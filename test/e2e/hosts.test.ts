@@ -387,6 +387,32 @@ describe("a host Environment through a real server", () => {
     expect((await turn).body.turn).toMatchObject({ status: "ended" })
   })
 
+  it("a result holding none of ok, error and stopped (alone or in a batch) and an Event with no payload are 400 naming the fields: nothing is recorded and the call stays in flight", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    const named = { session_id: call.data.session_id, sequence: call.data.sequence }
+    // `{ok: undefined}` is what a JavaScript host posts for a tool that answered nothing: JSON drops the key.
+    for (const body of [named, { ...named, ok: undefined }, { results: [named] }, { results: [{ ...named, ok: 1 }, named] }]) {
+      const r = await asHost(host.token, `/v1/hosts/${host.host_id}/results`, body)
+      expect(r.status, r.text).toBe(400)
+      expect(r.body.code).toBe("invalid_request")
+      expect(r.body.message, r.text).toMatch(/none of "ok", "error" or "stopped"/)
+    }
+    const event = await asHost(host.token, `/v1/hosts/${host.host_id}/events`, { ...named, kind: "progress" })
+    expect(event.status, event.text).toBe(400)
+    expect(event.body.code).toBe("invalid_request")
+    expect(event.text).toContain("payload")
+    const recorded = await events(id)
+    expect(recorded.filter((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed" || e.kind === "progress"), "nothing recorded").toEqual([])
+    // Still in flight: the host's real answer is taken.
+    expect((await result(host, call, { ok: "fine" })).status).toBe(204)
+    expect((await turn).body.turn).toMatchObject({ status: "ended" })
+    expect((await events(id)).find((e) => e.kind === "tool_call_ended")!.data).toMatchObject({ outcome: "ok", output: "fine" })
+  })
+
   it("a host's results and Events without its own token are 401 before their body is read: malformed JSON, a wrong shape or an empty body tell nothing of the schema; with the token the same bodies are 400", async () => {
     const a = await register()
     const b = await register()
