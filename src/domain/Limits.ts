@@ -308,10 +308,11 @@ export const TELEMETRY_FLUSH_MS = 2_000
 export const TELEMETRY_WARN_INTERVAL_MS = 60_000
 
 /**
- * Commands (tool calls and cancels). The most commands waiting in one host's command stream
- * before they reach its socket. A call offered beyond it is not sent (`error`, nothing happened)
- * rather than let a host that stopped reading grow the server's memory; a cancel beyond it is not
- * sent (the call ends unconfirmed).
+ * Commands (tool calls and cancels). The most commands waiting in one host's command stream while
+ * its socket takes no more (a host that does not read). A call offered beyond it is not sent
+ * (`error`, nothing happened) rather than let a host that stopped reading grow the server's memory;
+ * a cancel beyond it is not sent (the call ends unconfirmed). Commands offered while the socket
+ * takes what it is given are not counted: a burst goes out whole (hosts/CommandStream.ts).
  */
 export const HOST_COMMAND_QUEUE = 1_024
 

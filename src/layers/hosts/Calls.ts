@@ -258,7 +258,7 @@ export const makeCalls = (
     }))
     if (!sent) {
       host.calls.delete(key)
-      return notSent("host_busy", `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read (HOST_COMMAND_QUEUE)`)
+      return notSent("host_busy", `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read and its connection takes no more (HOST_COMMAND_QUEUE)`)
     }
     // One callback, not a Deferred and a finalizer: a caller that stops waiting takes the call
     // out of the host's calls (an answered one is out already).

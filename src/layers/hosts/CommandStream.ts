@@ -2,9 +2,12 @@
  * One host's command stream (docs/environments.md, "The `host` driver"): the body of one SSE
  * response, a byte stream the server pipes to the socket.
  *
- * - Frames wait in a backlog bounded in commands (HOST_COMMAND_QUEUE) and are handed to the
- *   socket only while it asks for more (Node's stream demand): `offer` answers false when the
- *   backlog is full or the stream is over, and the caller then sends nothing.
+ * - Frames wait in a backlog and are handed to the socket only while it asks for more (Node's
+ *   stream demand). The bound (HOST_COMMAND_QUEUE, in commands) is on what waits while the socket
+ *   takes no more, a host that does not read: `offer` answers false when that many wait then, or
+ *   the stream is over, and the caller then sends nothing. While the socket takes what it is given,
+ *   a burst of any size (the calls of many dispatches at once) is taken, and handed over whole at
+ *   the end of the step; a reader that then stops leaves at most that burst and the bound waiting.
  * - Frames offered in one run of the event loop's microtasks (the calls of one dispatch, started
  *   together) go to the socket as one chunk: one write, not one per call.
  * - A heartbeat comment goes out every `heartbeatMs` while nothing else waits, so that a dead
@@ -37,9 +40,12 @@ export class CommandStreamBody extends Readable {
     }
   }
 
-  /** Queues a frame for the socket; false (nothing queued) when the backlog is full or the stream is over. */
+  /**
+   * Queues a frame for the socket; false (nothing queued) when the stream is over, or when the
+   * socket takes no more and the bound's worth of frames waits already.
+   */
   offer(bytes: Uint8Array): boolean {
-    if (this.over || this.backlog.length >= this.limits.commands) return false
+    if (this.over || (!this.wanting && this.backlog.length >= this.limits.commands)) return false
     this.enqueue(bytes)
     return true
   }
