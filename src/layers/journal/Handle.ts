@@ -6,13 +6,13 @@
  */
 import * as path from "node:path"
 import { Effect, Either } from "effect"
-import { READ_INDEX_BYTES, READ_INDEX_STRIDE } from "../../domain/Limits.js"
+import { READ_INDEX_BYTES, READ_INDEX_STRIDE, RECENT_RECORDS } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, JournalUnavailable, SessionNotFound } from "../../services/Journal.js"
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
 import { type FileDriverShape, type FileError, isExhausted, withFile } from "./FileDriver.js"
-import { HEADER_BYTES, readFrame } from "./Frame.js"
+import { type DecodedFrame, HEADER_BYTES, readFrame } from "./Frame.js"
 import { scanSegment } from "./Scan.js"
 import { RecentTail } from "./Tail.js"
 
@@ -169,22 +169,29 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       const buf = yield* driver.readFile(file).pipe(Effect.mapError(asCorrupt(session, file)))
       const isFinal = i === segments.length - 1
       const segIndex = handle.segments.length
-      const result = scanSegment(buf, {
+      // The recent tail can only hold the final segment's last RECENT_RECORDS frames: only those
+      // are remembered (trimmed now and then, not at every frame) and only those become text.
+      let last: Array<DecodedFrame> = []
+      const result = yield* scanSegment(buf, {
         isFinal,
         firstSequence: seg.firstSequence,
-        onFrame: (frame, offset, json) => {
+        onFrame: (frame, offset) => {
           handle.remember(frame.sequence, segIndex, offset)
           if (isFinal) {
-            tail.keep([{
-              sequence: frame.sequence,
-              recordedAtMs: frame.recordedAtMs,
-              kind: frame.kind,
-              json,
-              size: frame.size
-            }])
+            last.push(frame)
+            if (last.length >= 2 * RECENT_RECORDS) last = last.slice(-RECENT_RECORDS)
           }
         }
       })
+      if (isFinal) {
+        tail.keep(last.slice(-RECENT_RECORDS).map((frame) => ({
+          sequence: frame.sequence,
+          recordedAtMs: frame.recordedAtMs,
+          kind: frame.kind,
+          json: frame.json.toString("utf8"),
+          size: frame.size
+        })))
+      }
       if (result._tag === "Corrupt") return yield* Effect.fail(corrupt(session, file, result.offset, result.reason))
       if (!isFinal && result.lastSequence < seg.firstSequence) {
         return yield* Effect.fail(corrupt(session, file, 0, "empty non-final segment"))

@@ -9,20 +9,31 @@
  * - In the final segment, a tail of zero bytes is space the file system allocated for a write
  *   that never landed: torn too. No valid frame starts with a zero byte run, because the header
  *   checksum of a zero length is not zero.
+ *
+ * Every record is checked, so a segment (up to 64 MiB) is a lot of main-thread work: it is done
+ * in slices of at most SCAN_SLICE_BYTES of frames or SCAN_SLICE_MS, and the event loop gets a turn
+ * (`setImmediate`: timers and sockets too, not only other fibers) between two slices, so that
+ * opening a long session does not hold every other request for the whole scan.
  */
-import { Either } from "effect"
+import { Effect, Either } from "effect"
 import { readPayload } from "../../domain/Records.js"
 import { readFrame, isZeroTail, type DecodedFrame } from "./Frame.js"
+
+/** Bytes of frames checked between two turns of the event loop. */
+export const SCAN_SLICE_BYTES = 256 * 1024
+/** Milliseconds of checking between two turns of the event loop (whichever of the two comes first). */
+export const SCAN_SLICE_MS = 10
 
 export interface ScanOptions {
   readonly isFinal: boolean
   /** The sequence the first frame must carry. */
   readonly firstSequence: number
   /**
-   * Called for each committed frame, in order (frames of an atomic append only once it is whole),
-   * with its payload's JSON text.
+   * Called for each committed frame, in order (frames of an atomic append only once it is whole).
+   * Its payload is `frame.json` (a view of the segment's bytes): a caller that keeps the text
+   * makes it, so that the frames nobody keeps are not turned into strings twice.
    */
-  readonly onFrame?: (frame: DecodedFrame, offset: number, json: string) => void
+  readonly onFrame?: (frame: DecodedFrame, offset: number) => void
 }
 
 export type ScanResult =
@@ -38,51 +49,67 @@ export type ScanResult =
   }
   | { readonly _tag: "Corrupt"; readonly offset: number; readonly reason: string }
 
-export const scanSegment = (buf: Buffer, options: ScanOptions): ScanResult => {
-  let offset = 0
-  let expected = options.firstSequence
-  let committedEnd = 0
-  let lastSequence = options.firstSequence - 1
-  let lastRecordedAtMs = 0
-  let group: Array<[DecodedFrame, number, string]> = []
-  let groupStart = -1
+/**
+ * One turn of the event loop: what is queued behind the scan (timers, sockets, other sessions)
+ * runs before the next slice. Effect's own yield is a microtask and would not let them.
+ */
+export const eventLoopTurn: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const turn = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(turn))
+})
 
-  const torn = (reason: string): ScanResult =>
-    options.isFinal
-      ? { _tag: "Torn", end: committedEnd, lastSequence, lastRecordedAtMs, reason }
-      : {
-        _tag: "Corrupt",
-        offset: groupStart >= 0 ? groupStart : offset,
-        reason: `incomplete non-final segment: ${reason}`
+export const scanSegment = (buf: Buffer, options: ScanOptions): Effect.Effect<ScanResult> =>
+  Effect.gen(function*() {
+    let offset = 0
+    let expected = options.firstSequence
+    let committedEnd = 0
+    let lastSequence = options.firstSequence - 1
+    let lastRecordedAtMs = 0
+    let group: Array<[DecodedFrame, number]> = []
+    let groupStart = -1
+    let sliceStart = 0
+    let sliceStartedMs = performance.now()
+
+    const torn = (reason: string): ScanResult =>
+      options.isFinal
+        ? { _tag: "Torn", end: committedEnd, lastSequence, lastRecordedAtMs, reason }
+        : {
+          _tag: "Corrupt",
+          offset: groupStart >= 0 ? groupStart : offset,
+          reason: `incomplete non-final segment: ${reason}`
+        }
+
+    while (offset < buf.length) {
+      if (offset - sliceStart >= SCAN_SLICE_BYTES || performance.now() - sliceStartedMs >= SCAN_SLICE_MS) {
+        yield* eventLoopTurn
+        sliceStart = offset
+        sliceStartedMs = performance.now()
       }
-
-  while (offset < buf.length) {
-    const read = readFrame(buf, offset)
-    if (read._tag === "Incomplete") return torn(read.reason)
-    if (read._tag === "Corrupt") {
-      if (options.isFinal && isZeroTail(buf, offset)) return torn("the segment ends in unwritten (zero) space")
-      return { _tag: "Corrupt", offset, reason: read.reason }
+      const read = readFrame(buf, offset)
+      if (read._tag === "Incomplete") return torn(read.reason)
+      if (read._tag === "Corrupt") {
+        if (options.isFinal && isZeroTail(buf, offset)) return torn("the segment ends in unwritten (zero) space")
+        return { _tag: "Corrupt", offset, reason: read.reason } satisfies ScanResult
+      }
+      const frame = read.frame
+      if (frame.sequence !== expected) {
+        return { _tag: "Corrupt", offset, reason: `sequence ${frame.sequence} where ${expected} was expected` } satisfies ScanResult
+      }
+      const record = readPayload(frame.kind, frame.json.toString("utf8"))
+      if (Either.isLeft(record)) return { _tag: "Corrupt", offset, reason: `unreadable record: ${record.left}` } satisfies ScanResult
+      if (groupStart < 0) groupStart = offset
+      group.push([frame, offset])
+      offset += frame.size
+      expected++
+      if (!frame.groupContinues) {
+        for (const [f, at] of group) options.onFrame?.(f, at)
+        lastSequence = frame.sequence
+        lastRecordedAtMs = frame.recordedAtMs
+        committedEnd = offset
+        group = []
+        groupStart = -1
+      }
     }
-    const frame = read.frame
-    if (frame.sequence !== expected) {
-      return { _tag: "Corrupt", offset, reason: `sequence ${frame.sequence} where ${expected} was expected` }
-    }
-    const json = frame.json.toString("utf8")
-    const record = readPayload(frame.kind, json)
-    if (Either.isLeft(record)) return { _tag: "Corrupt", offset, reason: `unreadable record: ${record.left}` }
-    if (groupStart < 0) groupStart = offset
-    group.push([frame, offset, json])
-    offset += frame.size
-    expected++
-    if (!frame.groupContinues) {
-      for (const [f, at, json] of group) options.onFrame?.(f, at, json)
-      lastSequence = frame.sequence
-      lastRecordedAtMs = frame.recordedAtMs
-      committedEnd = offset
-      group = []
-      groupStart = -1
-    }
-  }
-  if (group.length > 0) return torn("the segment ends inside an atomic append")
-  return { _tag: "Clean", end: committedEnd, lastSequence, lastRecordedAtMs }
-}
+    if (group.length > 0) return torn("the segment ends inside an atomic append")
+    return { _tag: "Clean", end: committedEnd, lastSequence, lastRecordedAtMs } satisfies ScanResult
+  })
