@@ -30,20 +30,25 @@ export const bytesAfter = (segments: ReadonlyArray<StoredSegment>, sequence: num
 
 /**
  * The cache of released sessions' states holds at most `cacheBytes`, counted by each state's own
- * byte count (its content, not a guess per message); one state larger than a quarter of it is
- * not kept at all.
+ * byte count (its content, not a guess per message), least recently released dropped first. Of
+ * the states larger than a quarter of it only the latest is kept (one larger than the whole is
+ * not kept at all): without it, every turn of such a session (thousands of idempotency keys)
+ * parsed its whole checkpoint and folded again, hundreds of milliseconds of the main thread.
  */
 export const make = (cacheBytes: number) => Effect.gen(function*() {
   const journal = yield* Journal
   const store = yield* CheckpointStore
   const cache = new Map<SessionId, { readonly state: SessionState; readonly bytes: number }>()
   let cachedBytes = 0
+  /** The cached state above a quarter of the cache, if any: at most one is kept. */
+  let big: SessionId | undefined
   const drop = (session: SessionId) => {
     const c = cache.get(session)
     if (c) {
       cache.delete(session)
       cachedBytes -= c.bytes
     }
+    if (big === session) big = undefined
   }
 
   const fromCheckpoint = Effect.fnUntraced(function*(session: SessionId) {
@@ -125,7 +130,14 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
       Effect.sync(() => {
         drop(session)
         const bytes = state.bytes
-        if (bytes > cacheBytes / 4) return
+        if (bytes > cacheBytes) return
+        if (bytes > cacheBytes / 4) {
+          // One big state at a time: a big session's next turn finds its state here instead of
+          // parsing its checkpoint and folding again, and big sessions taking turns cannot empty
+          // the cache of every small one.
+          if (big !== undefined) drop(big)
+          big = session
+        }
         cache.set(session, { state, bytes })
         cachedBytes += bytes
         for (const [oldest] of cache) {
