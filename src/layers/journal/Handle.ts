@@ -6,7 +6,7 @@
  */
 import * as path from "node:path"
 import { Effect, Either } from "effect"
-import { READ_INDEX_BYTES, READ_INDEX_STRIDE, RECENT_RECORDS } from "../../domain/Limits.js"
+import { READ_INDEX_BYTES, READ_INDEX_STRIDE, RECENT_BYTES, RECENT_RECORDS } from "../../domain/Limits.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { type JournalRecord, readPayload, type RecordKind } from "../../domain/Records.js"
 import { JournalCorrupt, JournalUnavailable, SessionNotFound } from "../../services/Journal.js"
@@ -184,7 +184,17 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
         }
       })
       if (isFinal) {
-        tail.keep(last.slice(-RECENT_RECORDS).map((frame) => ({
+        // The frames the tail keeps (its bounds, RECENT_RECORDS and RECENT_BYTES, at least one):
+        // only they are made text, not a record of megabytes the tail would drop at once.
+        let from = last.length
+        let bytes = 0
+        while (from > 0) {
+          const size = last[from - 1]!.size
+          if (from < last.length && (last.length - from >= RECENT_RECORDS || bytes + size > RECENT_BYTES)) break
+          bytes += size
+          from--
+        }
+        tail.keep(last.slice(from).map((frame) => ({
           sequence: frame.sequence,
           recordedAtMs: frame.recordedAtMs,
           kind: frame.kind,
