@@ -6,6 +6,7 @@ import {
   diffTranscript,
   empty,
   eventsOf,
+  fold,
   foldAll,
   kvRead,
   liveRequest,
@@ -271,5 +272,37 @@ describe("Projection folds", () => {
 
   it("the empty state serializes and restores to itself", () => {
     expect(serializeState(deserializeState(serializeState(empty)))).toEqual(serializeState(empty))
+  })
+})
+
+describe("folding many records at once", () => {
+  it("foldAll gives the state folding one record at a time gives, from any state, and never changes the state it starts from (its own transcripts are appended to in place)", () => {
+    fc.assert(
+      fc.property(journalArb, fc.nat(), (rs, at) => {
+        const split = at % (rs.length + 1)
+        const from = foldAll(rs.slice(0, split))
+        const fromTranscript = [...from.transcript]
+        const fromJson = JSON.stringify(serializeState(from))
+        const all = foldAll(rs.slice(split), from)
+        const oneByOne = rs.slice(split).reduce(fold, from)
+        expect(serializeState(all)).toEqual(serializeState(oneByOne))
+        expect(all.transcript).toEqual(oneByOne.transcript)
+        expect(all.bytes).toBe(oneByOne.bytes)
+        expect(from.transcript).toEqual(fromTranscript)
+        expect(JSON.stringify(serializeState(from))).toBe(fromJson)
+      }),
+      { numRuns: 500 }
+    )
+  })
+
+  it("a second foldAll from the first one's state leaves the first one's transcript as it was", () => {
+    const message = (i: number) => ({ role: "user" as const, content: `m${i}` })
+    const deltas = (from: number, n: number): Array<JournalRecord> =>
+      Array.from({ length: n }, (_, i) => ({ sequence: from + i, recorded_at_ms: 0, kind: "transcript_delta", payload: { keep: from + i - 1, append: [message(from + i)] } }))
+    const first = foldAll(deltas(1, 5))
+    const kept = [...first.transcript]
+    const second = foldAll(deltas(6, 5), first)
+    expect(first.transcript).toEqual(kept)
+    expect(second.transcript.map((m) => m.content)).toEqual(Array.from({ length: 10 }, (_, i) => `m${i + 1}`))
   })
 })
