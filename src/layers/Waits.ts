@@ -60,3 +60,12 @@ export class Once<A> {
     return () => void this.waiters.delete(wake)
   })
 }
+
+/**
+ * One turn of the event loop: what is queued behind the caller (timers, sockets, other sessions'
+ * requests) runs before it goes on. Effect's own yield is a microtask and would not let them.
+ */
+export const eventLoopTurn: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const turn = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(turn))
+})

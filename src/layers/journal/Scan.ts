@@ -18,6 +18,7 @@
 import { Effect, Either } from "effect"
 import { readPayload } from "../../domain/Records.js"
 import { readFrame, isZeroTail, type DecodedFrame } from "./Frame.js"
+import { eventLoopTurn } from "../Waits.js"
 
 /** Bytes of frames checked between two turns of the event loop. */
 export const SCAN_SLICE_BYTES = 256 * 1024
@@ -48,15 +49,6 @@ export type ScanResult =
     readonly reason?: string
   }
   | { readonly _tag: "Corrupt"; readonly offset: number; readonly reason: string }
-
-/**
- * One turn of the event loop: what is queued behind the scan (timers, sockets, other sessions)
- * runs before the next slice. Effect's own yield is a microtask and would not let them.
- */
-export const eventLoopTurn: Effect.Effect<void> = Effect.async<void>((resume) => {
-  const turn = setImmediate(() => resume(Effect.void))
-  return Effect.sync(() => clearImmediate(turn))
-})
 
 export const scanSegment = (buf: Buffer, options: ScanOptions): Effect.Effect<ScanResult> =>
   Effect.gen(function*() {

@@ -13,7 +13,8 @@
 import { Effect, Option } from "effect"
 import type { MemoryLimits } from "../../services/WasmHost.js"
 import { PAGE_BYTES } from "./Module.js"
-import { eventLoopTurn, readingMs, yieldsAfter } from "./HostCallCost.js"
+import { eventLoopTurn } from "../Waits.js"
+import { readingMs, yieldsAfter } from "./HostCallCost.js"
 import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
 
 export interface ActivationLimits {

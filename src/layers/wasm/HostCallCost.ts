@@ -18,10 +18,9 @@
  * "Limits").
  *
  * And a call whose request is long enough to take a millisecond to read gives the event loop a
- * turn before its guest goes on (`eventLoopTurn`): without it, the calls of such a loop, each
+ * turn before its guest goes on (Waits.ts `eventLoopTurn`): without it, the calls of such a loop, each
  * answered at once, ran back to back for hundreds of milliseconds with no other request served.
  */
-import { Effect } from "effect"
 
 /** Characters of a host request read per millisecond of its guest's compute budget. */
 export const READ_CHARS_PER_MS = 256 * 1024
@@ -31,9 +30,3 @@ export const readingMs = (length: number): number => length / READ_CHARS_PER_MS
 
 /** Whether a call whose reading was charged `ms` gives the event loop a turn before its guest goes on. */
 export const yieldsAfter = (ms: number): boolean => ms >= 1
-
-/** One turn of the event loop (its I/O and timers run), not only of Effect's run queue. */
-export const eventLoopTurn: Effect.Effect<void> = Effect.async<void>((resume) => {
-  const turn = setImmediate(() => resume(Effect.void))
-  return Effect.sync(() => clearImmediate(turn))
-})
