@@ -11,13 +11,14 @@ import { ensureBuilt } from "../support/server.js"
 describe("the stand-alone benchmarks", () => {
   it("bench:wasm runs the official loop's text turn inline, on the pool and in TypeScript, and reports each", async () => {
     ensureBuilt()
-    const { code, out } = await runScript("scripts/bench/wasm.js", ["--activations", "40", "--calls", "200", "--turns", "60"])
+    const { code, out } = await runScript("scripts/bench/wasm.js", ["--activations", "40", "--calls", "200", "--turns", "60", "--inline-ms", "2000"])
     expect(code, out).toBe(0)
     for (const loop of ["inline", "pool", "ts"]) {
       expect(out, out).toMatch(new RegExp(`^\\| 1 \\| ${loop} \\| \\d+\\.\\d+ \\|`, "m"))
       expect(out, out).toMatch(new RegExp(`^\\| 64 \\| ${loop} \\| \\d+\\.\\d+ \\|`, "m"))
     }
-    // Every activation of the inline host ran where it was meant to: none failed over to the pool.
+    // Every activation of the inline host ran where it was meant to: none failed over to the pool
+    // (with an allowance no pause of a loaded machine reaches, so this checks where, not how fast).
     expect(out).toMatch(/Where the inline host's activations ran: \{"inline":\d+,"moved":0,"pool":0\}/)
   }, 120_000)
 
