@@ -194,7 +194,7 @@ describe("idempotency keys in the session's journal", () => {
     expect((await send("slow", "cut")).status).toBe(409)
     const turns = (await request(s.baseUrl, `/v1/sessions/${id}/events?limit=1000`)).body.events.filter((e: { kind: string }) => e.kind === "turn_started")
     expect(turns.length).toBe(3)
-  }, 60_000)
+  }, 120_000)
 
   it("a key past BRAIN_REQUEST_RETENTION_SECS is free: the same send runs again as a new turn", async () => {
     const s = await new ServerProcess({ env: { BRAIN_REQUEST_RETENTION_SECS: "1" } }).start()
