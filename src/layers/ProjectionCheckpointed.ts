@@ -11,6 +11,7 @@ import { Journal, type StoredSegment } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
 import { memoryBudget } from "./MemoryBudget.js"
+import { eventLoopTurn } from "./Waits.js"
 import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
 
 const PAGE = 1000
@@ -63,12 +64,20 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     return deserializeState(body.state)
   })
 
+  /**
+   * Folds the journal after `start`, a page at a time, with a turn of the event loop between two
+   * pages (as the open's scan has between its slices, journal/Scan.ts): a cold open of a long
+   * session without a checkpoint folds its whole journal, seconds at 15,000 turns, and held every
+   * other request (`/health/live` included) for all of it. A tail of one page, a warm session's
+   * usual, folds without one.
+   */
   const foldTail = Effect.fnUntraced(function*(session: SessionId, start: SessionState) {
     let state = start
     let folded = 0
     for (;;) {
       const page = yield* journal.read(session, { after: state.lastSequence, limit: PAGE })
       if (page.length === 0) return { state, folded }
+      if (folded > 0) yield* eventLoopTurn
       state = foldAll(page, state)
       folded += page.length
     }
