@@ -11,7 +11,7 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
-import { Context, Data, Deferred, Duration, Effect, Layer, type Runtime } from "effect"
+import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Option, type Runtime } from "effect"
 import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
@@ -280,7 +280,8 @@ const firstSignal = Effect.gen(function*() {
 
 /**
  * Serves until SIGTERM/SIGINT, then stops admitting (503), drains admitted turns, creates, ends and deletes (bounded by
- * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams and closes the listener, the journal and the lock.
+ * BRAIN_DRAIN_DEADLINE_MS), ends SSE streams, writes the checkpoints warm sessions are due (within what is left
+ * of that deadline) and closes the listener, the journal and the lock.
  */
 export const serve = (config: ServerConfigShape, extensions: Extensions = {}) =>
   Effect.withScheduler(serveOn(config, extensions), sharedScheduler)
@@ -363,6 +364,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
       `try: curl -s -X POST http://${where}/v1/sessions${config.apiToken === undefined ? "" : ` -H "Authorization: Bearer $BRAIN_API_TOKEN"`} -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )
     const signal = yield* Deferred.await(signalled)
+    const signalledAt = yield* Clock.currentTimeMillis
     yield* Effect.log(`${signal}: draining admitted turns, creates, ends and deletes, admitting no new work`)
     admission.draining = true
     // A request whose body is still arriving on a route the drain no longer admits is answered now.
@@ -394,4 +396,16 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     yield* Effect.log(
       abandoned === 0 ? "drained; closing" : `drained; closing ${abandoned} connection(s) still open after ${DRAIN_ANSWERS_MS} ms`
     )
+    // Sessions kept warm by a TTL were never released, so none wrote its checkpoint: each that is
+    // due one writes it now, within what is left of the drain deadline (counted from the signal),
+    // and whatever is still being written then is abandoned.
+    const left = signalledAt + config.drainDeadlineMs - (yield* Clock.currentTimeMillis)
+    if (left > 0) {
+      const written = yield* sessions.checkpointWarm.pipe(Effect.timeoutOption(Duration.millis(left)))
+      yield* Effect.log(
+        Option.isSome(written)
+          ? `checkpointed ${written.value} warm session(s)`
+          : "drain deadline passed while checkpointing warm sessions: the rest open from their journals"
+      )
+    }
   }))

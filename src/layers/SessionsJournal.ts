@@ -41,7 +41,8 @@ export const make = Effect.gen(function*() {
     warm: reads.warm,
     whenIdle: reads.whenIdle,
     drain: lifecycle.drain,
-    interruptAll: lifecycle.interruptAll
+    interruptAll: lifecycle.interruptAll,
+    checkpointWarm: shared.registry.checkpointWarm
   }
   // A runtime closed while turns or creates run (an application disposing its own; the server has
   // already drained them, main.ts): each turn is cancelled as `interrupted` and closes as a stop

@@ -220,6 +220,13 @@ export interface SessionsShape {
    * `interrupted`, and nothing more is sent), and waits for them to close and answer.
    */
   readonly interruptAll: Effect.Effect<void>
+  /**
+   * A graceful stop's last step, once the drain is over: writes the checkpoint of each session kept
+   * warm (`BRAIN_SESSION_IDLE_TTL_MS`) that is due one, as its release would have, so that its next
+   * open folds from it rather than from its journal's start. Answers how many were written.
+   * Unbounded: the caller bounds it (a checkpoint cut short leaves the one before it).
+   */
+  readonly checkpointWarm: Effect.Effect<number>
 }
 
 export class Sessions extends Context.Tag("brain/Sessions")<Sessions, SessionsShape>() {}

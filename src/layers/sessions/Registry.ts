@@ -382,15 +382,38 @@ export class Registry {
     }
     this.views.keep(cell.session, cell.state)
     yield* projection.remember(cell.session, cell.state)
+    yield* this.checkpointIfDue(cell)
+  }
+
+  /** Writes a checkpoint of the cell's state when one is due (`checkpointDue`); true when it wrote one. */
+  private *checkpointIfDue(cell: Cell) {
+    const { journal, projection } = this.options
+    const state = cell.state
     const last = this.checkpointedAt.get(cell.session)
     // A journal that cannot say its size is checkpointed by records alone.
     const bytes = yield* Effect.orElseSucceed(journal.size(cell.session), () => last?.bytes ?? 0)
-    const since = { records: cell.state.lastSequence - (last?.sequence ?? 0), bytes: bytes - (last?.bytes ?? 0) }
-    if (checkpointDue(since, cell.state.bytes)) {
-      this.checkpointedAt.set(cell.session, { sequence: cell.state.lastSequence, bytes })
-      yield* Effect.ignore(projection.checkpoint(cell.session, cell.state))
-    }
+    const since = { records: state.lastSequence - (last?.sequence ?? 0), bytes: bytes - (last?.bytes ?? 0) }
+    if (!checkpointDue(since, state.bytes)) return false
+    this.checkpointedAt.set(cell.session, { sequence: state.lastSequence, bytes })
+    return yield* Effect.match(projection.checkpoint(cell.session, state), { onFailure: () => false, onSuccess: () => true })
   }
+
+  /**
+   * A graceful stop's last step (main.ts): writes the checkpoint of each cell kept warm by a TTL
+   * that is due one, as its release would have, one after another, most recently used first.
+   * Without it a warm session stopped by SIGTERM had none, and its next open folded its whole
+   * journal. Answers how many it wrote. Unbounded: its caller bounds it with a timeout (a
+   * checkpoint cut short leaves the previous one, or none, and a temporary file the next save
+   * removes).
+   */
+  readonly checkpointWarm: Effect.Effect<number> = Effect.gen(this, function*() {
+    let written = 0
+    for (const cell of [...this.warm.keys()].reverse()) {
+      if (cell.users > 0 || cell.running || cell.broken || cell.deleted || !this.warm.has(cell)) continue
+      if (yield* this.checkpointIfDue(cell)) written++
+    }
+    return written
+  })
 
   /**
    * Deletes a session exclusively. Admission is one synchronous step (of concurrent deletes
