@@ -30,11 +30,19 @@ export const bytesAfter = (segments: ReadonlyArray<StoredSegment>, sequence: num
 }
 
 /**
+ * States this process rebuilt, from a checkpoint (its text parsed, then the tail folded) or from
+ * the journal's start: what a state kept in memory saves. For tests and probes.
+ */
+export const rebuiltStates = { fromCheckpoint: 0, fromJournal: 0 }
+
+/**
  * The cache of released sessions' states holds at most `cacheBytes`, counted by each state's own
  * byte count (its content, not a guess per message), least recently released dropped first. Of
  * the states larger than a quarter of it only the latest is kept (one larger than the whole is
  * not kept at all): without it, every turn of such a session (thousands of idempotency keys)
- * parsed its whole checkpoint and folded again, hundreds of milliseconds of the main thread.
+ * parsed its whole checkpoint and folded again, hundreds of milliseconds of the main thread. (A
+ * session released at once whose state is larger than the whole cache is kept warm by the
+ * session registry instead, in the warm share: sessions/Registry.ts, `tooBigToRelease`.)
  */
 export const make = (cacheBytes: number) => Effect.gen(function*() {
   const journal = yield* Journal
@@ -95,6 +103,8 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
       drop(session)
     }
     const restored = yield* fromCheckpoint(session)
+    if (restored) rebuiltStates.fromCheckpoint++
+    else rebuiltStates.fromJournal++
     const { state, folded } = yield* foldTail(session, restored ?? empty)
     return { state, folded, source: restored ? "checkpoint" : "journal" } satisfies Projected
   }

@@ -7,8 +7,10 @@
  *   process is doing: a session being created is registered by its creation (`creating`) before
  *   its first record, so every access meanwhile uses that live cell (and sees `creating`).
  * - Release: an unused cell with no turn is released at once, after its idle TTL, or kept (TTL 0).
- *   Cells kept warm and idle share a byte budget; past it the least recently used are released
- *   early (a TTL buys latency only; a released session reopens on its next access).
+ *   Without a TTL, a cell whose state the projection's cache could not keep (larger than its whole
+ *   share) is kept too, rather than rebuilt at its next turn. Cells kept warm and idle share a
+ *   byte budget; past it the least recently used are released early (warmth buys latency only; a
+ *   released session reopens on its next access).
  * - A failed write breaks the cell: it refuses every later use, and once its last user has gone
  *   the journal is reset and the cell dropped, so the next access reopens the session from what
  *   is really stored and records the recovery of the interrupted work. While the disk still
@@ -52,6 +54,12 @@ export interface RegistryOptions {
   readonly workingMemory?: WorkingMemory
   /** Bytes of released sessions' views (Views.ts) kept for their reads; none kept when omitted. */
   readonly viewBytes?: number
+  /**
+   * Bytes of the projection's cache of released states (its share of BRAIN_CACHE_BYTES): a session
+   * released at once (no TTL) whose state is larger is kept warm instead, within `warmBytes`.
+   * Omitted: every such session is released to the projection.
+   */
+  readonly releasedBytes?: number
 }
 
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
@@ -261,7 +269,19 @@ export class Registry {
       cell.users--
       if (cell.users > 0 || cell.running) return Effect.void
       const ttl = this.ttlOf(cell)
-      if (cell.broken || cell.deleted || ttl === undefined) return this.evict(cell)
+      if (cell.broken || cell.deleted) return this.evict(cell)
+      if (ttl === undefined) {
+        if (!this.tooBigToRelease(cell)) return this.evict(cell)
+        // Released, its state would be dropped by the projection's cache, and its next turn would
+        // parse its checkpoint and fold again (hundreds of ms at the key bound): it stays warm, in
+        // the warm share, until that share needs the room; its checkpoint is written as a
+        // release would write it.
+        this.keepWarm(cell)
+        return Effect.zipRight(
+          Effect.zipRight(this.options.projection.forget(cell.session), Effect.gen(() => this.checkpointIfDue(cell))),
+          this.trimWarm()
+        )
+      }
       this.keepWarm(cell)
       const trim = this.trimWarm()
       if (ttl === 0) return trim
@@ -327,6 +347,16 @@ export class Registry {
       return Effect.map(Effect.option(this.options.journal.lastSequence(session)), (last) =>
         Option.isSome(last) && last.value === kept.lastSequence && this.views.get(session) === kept ? kept : undefined)
     })
+  }
+
+  /**
+   * Whether the cell's state is larger than the projection's whole cache of released states (which
+   * would not keep it) and fits the warm share: a session with tens of thousands of idempotency
+   * keys (at BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS, about 40 MiB against a default share of 36 MiB).
+   */
+  private tooBigToRelease(cell: Cell): boolean {
+    const { releasedBytes, warmBytes } = this.options
+    return releasedBytes !== undefined && cell.state.bytes > releasedBytes && cell.state.bytes <= warmBytes
   }
 
   private keepWarm(cell: Cell) {

@@ -68,6 +68,7 @@ export const makeShared = Effect.gen(function*() {
     idleTtlMs: config.sessionIdleTtlMs,
     warmBytes: memoryBudget(config.cacheBytes).warmBytes,
     viewBytes: memoryBudget(config.cacheBytes).viewBytes,
+    releasedBytes: memoryBudget(config.cacheBytes).projectionBytes,
     workingMemory
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
