@@ -396,9 +396,9 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     yield* Effect.log(
       abandoned === 0 ? "drained; closing" : `drained; closing ${abandoned} connection(s) still open after ${DRAIN_ANSWERS_MS} ms`
     )
-    // Sessions kept warm by a TTL were never released, so none wrote its checkpoint: each that is
-    // due one writes it now, within what is left of the drain deadline (counted from the signal),
-    // and whatever is still being written then is abandoned.
+    // Sessions kept warm (by a TTL, or for their size) were never released, so none wrote its
+    // checkpoint: each that is due one writes it now, within what is left of the drain deadline
+    // (counted from the signal), and whatever is still being written then is abandoned.
     const left = signalledAt + config.drainDeadlineMs - (yield* Clock.currentTimeMillis)
     if (left > 0) {
       const written = yield* sessions.checkpointWarm.pipe(Effect.timeoutOption(Duration.millis(left)))

@@ -75,9 +75,9 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
   /**
    * Folds the journal after `start`, a page at a time, with a turn of the event loop between two
    * pages (as the open's scan has between its slices, journal/Scan.ts): a cold open of a long
-   * session without a checkpoint folds its whole journal, seconds at 15,000 turns, and held every
-   * other request (`/health/live` included) for all of it. A tail of one page, a warm session's
-   * usual, folds without one.
+   * session without a checkpoint folds its whole journal, and over a store whose reads wait for no
+   * IO (the memory store, records kept in memory) it held every other request (`/health/live`
+   * included) for all of it. A tail of one page, a warm session's usual, folds without one.
    */
   const foldTail = Effect.fnUntraced(function*(session: SessionId, start: SessionState) {
     let state = start
