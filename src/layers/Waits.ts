@@ -49,16 +49,21 @@ export class Once<A> {
     return this.given !== undefined
   }
 
-  /** The value, once given. */
-  readonly await: Effect.Effect<A> = waitFor<A>((resume) => {
+  /**
+   * Calls `wake` with the value once it is given (at once if it was); answers what stops it being
+   * called. A callback and no fiber, for a waiter of many values with one wait of its own.
+   */
+  listen(wake: (value: A) => void): () => void {
     if (this.given !== undefined) {
-      resume(Effect.succeed(this.given.value))
+      wake(this.given.value)
       return () => {}
     }
-    const wake = (value: A) => resume(Effect.succeed(value))
     this.waiters.add(wake)
     return () => void this.waiters.delete(wake)
-  })
+  }
+
+  /** The value, once given. */
+  readonly await: Effect.Effect<A> = waitFor<A>((resume) => this.listen((value) => resume(Effect.succeed(value))))
 }
 
 /**

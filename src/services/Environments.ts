@@ -54,11 +54,13 @@ export interface EnvironmentCall extends OperationName {
    */
   readonly emit?: (kind: string, payload: unknown) => Effect.Effect<number, { readonly failure: Failure }>
   /**
-   * Answers true once the call's outcome record is durable, false once it will not be (its commit
-   * failed or missed BRAIN_CLEANUP_DEADLINE_MS): what a host's result waits for before its 204, so
-   * that nothing acknowledged is lost. Given by a session's tool calls; absent, nobody records one.
+   * The call's receipt: tells its listener true once the call's outcome record is durable, false
+   * once it will not be (its commit failed or missed BRAIN_CLEANUP_DEADLINE_MS), at once if that
+   * is known already; answers what stops telling it. What a host's result waits for before its
+   * 204, so that nothing acknowledged is lost: a callback, so that a result waits for all its
+   * calls' receipts with no fiber each. Given by a session's tool calls; absent, nobody records one.
    */
-  readonly recorded?: Effect.Effect<boolean>
+  readonly recorded?: (tell: (recorded: boolean) => void) => () => void
 }
 
 /** A definite answer to a tool call: the tool's output, or its own error for the model. */

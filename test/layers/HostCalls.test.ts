@@ -8,10 +8,12 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
+import { vi } from "vitest"
 import { Deferred, Effect, Fiber } from "effect"
 import type { AdmittedEnvironment } from "../../src/domain/Environment.js"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
 import { make } from "../../src/layers/HostsFile.js"
+import { Once } from "../../src/layers/Waits.js"
 
 const SESSION = "ses_0000000000000000000000000a" as SessionId
 
@@ -115,6 +117,117 @@ describe("a host's Events and results for its calls", () => {
       yield* Effect.sleep(10)
       yield* hosts.result(host, name(3), { error: { message: "no" } })
       expect(yield* Fiber.join(answered)).toEqual({ outcome: "error", output: { message: "no" } })
+      yield* stream.stop
+    }))
+})
+
+/**
+ * The calls' receipts (`EnvironmentCall.recorded`) as the test gives them: a result is acknowledged
+ * only once each call it answers says its outcome record is durable.
+ */
+const receiptsSetup = (cleanupDeadlineMs: number) =>
+  Effect.gen(function*() {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-host-receipts-"))
+    const hosts = yield* make({ dataDir: dir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024, cleanupDeadlineMs })
+    const { host_id } = yield* hosts.register
+    const stream = yield* hosts.connect(host_id as HostId)
+    const environment = { name: "box", driver: "host", host: host_id } as AdmittedEnvironment
+    const receipts = new Map<number, Once<boolean>>()
+    const call = (sequence: number) => {
+      const receipt = new Once<boolean>()
+      receipts.set(sequence, receipt)
+      return hosts.call(host_id, {
+        session: SESSION,
+        sequence,
+        environment,
+        name: "echo",
+        callId: `call_${sequence}`,
+        input: {},
+        deadlineAtMs: 0,
+        recorded: (tell) => receipt.listen(tell)
+      })
+    }
+    const name = (sequence: number) => ({ session: SESSION, sequence })
+    return { hosts, host: host_id as HostId, stream, call, name, receipts }
+  })
+
+describe("a host's result and its calls' receipts", () => {
+  it.scopedLive("a batch is acknowledged once every receipt says recorded, and its deadline's timer is cleared then", () =>
+    Effect.gen(function*() {
+      // 2 × the cleanup deadline + the grace: a delay no other timer of this test uses.
+      const cleanupMs = 4_321
+      const bound = 2 * cleanupMs + 100
+      const set = vi.spyOn(globalThis, "setTimeout")
+      const cleared = vi.spyOn(globalThis, "clearTimeout")
+      try {
+        const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(cleanupMs)
+        const first = yield* Effect.fork(call(1))
+        const second = yield* Effect.fork(call(2))
+        yield* Effect.sleep(10)
+        const batch = yield* Effect.fork(hosts.results(host, [{ call: name(1), answer: { ok: 1 } }, { call: name(2), answer: { ok: 2 } }]))
+        yield* Effect.sleep(10)
+        expect(yield* Fiber.join(first)).toEqual({ outcome: "ok", output: 1 })
+        receipts.get(2)!.give(true)
+        yield* Effect.sleep(10)
+        // One receipt of two: not yet acknowledged.
+        expect(batch.unsafePoll()).toBeNull()
+        receipts.get(1)!.give(true)
+        yield* Fiber.join(batch)
+        yield* Fiber.join(second)
+        const deadlines = set.mock.calls.flatMap((args, i) => (args[1] === bound ? [set.mock.results[i]!.value] : []))
+        // One timer for the request (not one per call), and it no longer stands.
+        expect(deadlines).toHaveLength(1)
+        expect(cleared.mock.calls.map((args) => args[0])).toContain(deadlines[0])
+        yield* stream.stop
+      } finally {
+        set.mockRestore()
+        cleared.mockRestore()
+      }
+    }))
+
+  it.scopedLive("a receipt that says not recorded refuses the result at once (outcome_unrecorded, naming it), whatever another still waits for", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      yield* Effect.fork(call(1))
+      yield* Effect.fork(call(2))
+      yield* Effect.sleep(10)
+      const batch = yield* Effect.fork(Effect.flip(hosts.results(host, [{ call: name(1), answer: { ok: 1 } }, { call: name(2), answer: { ok: 2 } }])))
+      yield* Effect.sleep(10)
+      // Call 1's receipt never answers; call 2's says its outcome will not be durable.
+      receipts.get(2)!.give(false)
+      const refused = yield* Fiber.join(batch).pipe(Effect.timeoutFail({ duration: "2 seconds", onTimeout: () => "still waiting" as const }))
+      expect(refused._tag).toBe("JournalWriteFailed")
+      expect((refused as { details?: unknown }).details).toEqual({ reason: "outcome_unrecorded", ambiguous: true, index: 1 })
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a receipt that never answers refuses the result at the deadline (2 × the cleanup deadline + the grace): outcome_unrecorded", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, stream } = yield* receiptsSetup(50)
+      yield* Effect.fork(call(4))
+      yield* Effect.sleep(10)
+      const started = Date.now()
+      const refused = yield* Effect.flip(hosts.result(host, name(4), { ok: 4 }))
+      expect(Date.now() - started).toBeGreaterThanOrEqual(190)
+      expect(refused._tag).toBe("JournalWriteFailed")
+      expect(refused.message).toMatch(/was not recorded within 200 ms/)
+      expect((refused as { details?: unknown }).details).toEqual({ reason: "outcome_unrecorded", ambiguous: true })
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a receipt known already answers the result at once, with no timer", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      yield* Effect.fork(call(6))
+      yield* Effect.sleep(10)
+      receipts.get(6)!.give(true)
+      const set = vi.spyOn(globalThis, "setTimeout")
+      try {
+        yield* hosts.result(host, name(6), { ok: 6 })
+        expect(set.mock.calls.filter((args) => args[1] === 2 * 60_000 + 100)).toHaveLength(0)
+      } finally {
+        set.mockRestore()
+      }
       yield* stream.stop
     }))
 })

@@ -26,7 +26,7 @@ import {
 } from "../../domain/Errors.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { HostId } from "../../domain/Ids.js"
-import { HOST_COMMAND_QUEUE } from "../../domain/Limits.js"
+import { HOST_COMMAND_QUEUE, TIMER_SETTING_MAX_MS } from "../../domain/Limits.js"
 import { type CallAnswer, type CancelAnswer, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
 import type { CallName, HostAnswer, HostEventError, HostsShape, ResultError } from "../../services/Hosts.js"
 import { namedFrame as frame } from "../sessions/SseFrames.js"
@@ -112,20 +112,56 @@ export const makeCalls = (
       details: detailsOf({ reason: "outcome_unrecorded", ambiguous: true }, index)
     })
 
-  /** Waits for the outcome records of the calls just settled: fails naming the first that is not durable. */
+  /**
+   * Waits for the outcome records of the calls just settled: one callback on each call's receipt
+   * and one timer for the whole request (no fiber, no timer per call: a result is the hot path of
+   * a host tool). Fails at the first receipt that says not durable, naming it, or at the deadline,
+   * naming the first not yet recorded; whatever ends the wait stops every callback and the timer.
+   */
   const recordedAll = (settled: ReadonlyArray<{ readonly index: number; readonly call: CallName; readonly pending: InFlight }>, batch: boolean) =>
     Effect.suspend((): Effect.Effect<void, JournalWriteFailed> => {
       const waiting = settled.filter((c) => c.pending.recorded !== undefined)
       if (waiting.length === 0) return Effect.void
-      const all = Effect.forEach(waiting, (c) =>
-        Effect.flatMap(c.pending.recorded!, (recorded) =>
-          recorded ? Effect.void : Effect.fail(unrecorded(c.call, batch ? c.index : undefined, "could not be recorded (the journal failed or did not answer in time)"))), {
-        discard: true
-      })
-      if (recordWithinMs <= 0) return all
-      return Effect.timeoutFail(all, {
-        duration: Duration.millis(recordWithinMs),
-        onTimeout: () => unrecorded(waiting[0]!.call, batch ? waiting[0]!.index : undefined, `was not recorded within ${recordWithinMs} ms`)
+      return waitFor<void, JournalWriteFailed>((resume) => {
+        const done = new Array<boolean>(waiting.length).fill(false)
+        const stops: Array<() => void> = []
+        let left = waiting.length
+        let over = false
+        let timer: ReturnType<typeof setTimeout> | undefined
+        const end = () => {
+          over = true
+          if (timer !== undefined) clearTimeout(timer)
+          for (const stop of stops) stop()
+        }
+        for (let i = 0; i < waiting.length && !over; i++) {
+          const c = waiting[i]!
+          // Called at once when the receipt is known already.
+          stops.push(c.pending.recorded!((recorded) => {
+            if (over || done[i]) return
+            done[i] = true
+            if (!recorded) {
+              end()
+              return resume(Effect.fail(unrecorded(c.call, batch ? c.index : undefined, "could not be recorded (the journal failed or did not answer in time)")))
+            }
+            if (--left === 0) {
+              end()
+              resume(Effect.void)
+            }
+          }))
+        }
+        // Past the host timer's range a deadline cannot fire: the same as no bound.
+        if (!over && recordWithinMs > 0 && recordWithinMs <= TIMER_SETTING_MAX_MS) {
+          timer = setTimeout(() => {
+            if (over) return
+            const first = waiting[done.indexOf(false)]!
+            end()
+            resume(Effect.fail(unrecorded(first.call, batch ? first.index : undefined, `was not recorded within ${recordWithinMs} ms`)))
+          }, recordWithinMs)
+        }
+        // An interrupted caller stops waiting; the records go on.
+        return () => {
+          if (!over) end()
+        }
       })
     })
 

@@ -11,6 +11,7 @@ import { TOOL_TIMEOUT_MAX_MS } from "../../domain/Limits.js"
 import type { ToolCallRequest } from "../../domain/Messages.js"
 import type { Entry } from "../../domain/Records.js"
 import type { HostCallFailed, ToolResult } from "../../services/Agentloop.js"
+import type { EnvironmentCall } from "../../services/Environments.js"
 import type { Dispatching, FencedEffect, FenceHooks } from "../../services/EffectFence.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
@@ -55,7 +56,7 @@ export interface ToolCallContext {
    * (false), for a remote call's Environment (a host's result answers only then). Made by
    * `makeDispatch`.
    */
-  readonly recorded?: (sequence: number) => Effect.Effect<boolean>
+  readonly recorded?: (sequence: number) => NonNullable<EnvironmentCall["recorded"]>
 }
 
 /** `Host.dispatch` of one activation, before the host's own checks (a cancel, a broken cell). */
@@ -81,7 +82,8 @@ export const makeDispatch = (given: ToolCallContext) => {
     recorded: (sequence) => {
       let receipt = receipts.get(sequence)
       if (receipt === undefined) receipts.set(sequence, receipt = new Once<boolean>())
-      return receipt.await
+      const made = receipt
+      return (tell) => made.listen(tell)
     }
   }
   const hooks: FenceHooks = {
