@@ -152,7 +152,20 @@ export interface SentCall<E extends EnvironmentFailed = EnvironmentFailed> {
   readonly await: (f: (answer: Exit.Exit<CallAnswer, E>) => void) => void
   /** Stops waiting (what interrupting `call` does): the answer, if it comes, is no one's. */
   readonly abandon: () => void
+  /**
+   * Sends the call's cancel now, in this step, for a driver that can (optional; `cancel` does it
+   * otherwise): a host's `cancel` frame is offered to its command stream at once, so the cancels
+   * of calls stopped together (the calls of a round sharing a deadline) go out as one write,
+   * before any of their outcomes is committed. `confirmed` is called once if the Environment
+   * confirms the stop (`{"stopped": true}`); `listening` undoes that. Not sent: why.
+   */
+  readonly cancel?: (reason: CancelReason, confirmed: () => void) => CancelSent
 }
+
+/** A cancel sent now (`SentCall.cancel`), or why it was not. */
+export type CancelSent =
+  | { readonly sent: true; readonly stopListening: () => void }
+  | { readonly sent: false; readonly why: string }
 
 export interface EnvironmentsShape {
   /** At creation, before `session_creation_ended`. A failure fails the creation. */

@@ -13,7 +13,7 @@
  *   session's tool call tells: `EnvironmentCall.recorded`), so that a crash after the 204 loses
  *   nothing; an outcome that could not be recorded is `journal_write_failed` instead, never a 204.
  */
-import { Deferred, Duration, Effect, Exit, FiberId } from "effect"
+import { Duration, Effect, Exit } from "effect"
 import {
   Conflict,
   Internal,
@@ -27,10 +27,10 @@ import {
 import type { Failure } from "../../domain/Failure.js"
 import type { HostId } from "../../domain/Ids.js"
 import { HOST_COMMAND_QUEUE, TIMER_SETTING_MAX_MS } from "../../domain/Limits.js"
-import { type CallAnswer, type CancelAnswer, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
+import { type CallAnswer, type CancelAnswer, type CancelRequest, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
 import type { CallName, HostAnswer, HostEventError, HostsShape, ResultError } from "../../services/Hosts.js"
 import { namedFrame as frame } from "../sessions/SseFrames.js"
-import { waitFor } from "../Waits.js"
+import { Once, waitFor } from "../Waits.js"
 import { answerCall, type Host, hostName, type InFlight, keyOf } from "./Host.js"
 
 /**
@@ -235,7 +235,7 @@ export const makeCalls = (
         const calls = hosts.get(id)!.calls
         for (const { answer, key, pending } of checked) {
           calls.delete(key)
-          if ("stopped" in answer) Deferred.unsafeDone(pending.stopped!, Exit.void)
+          if ("stopped" in answer) pending.stopped!.give(undefined)
           else answerCall(pending, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
         }
         return Effect.succeed(true)
@@ -306,8 +306,33 @@ export const makeCalls = (
       abandon: () => {
         pending.resume = undefined
         if (host.calls.get(key) === pending) host.calls.delete(key)
+      },
+      cancel: (reason, confirmed) => {
+        const sentNow = cancelNow(id, { session: request.session, sequence: request.sequence, reason })
+        return sentNow.sent ? { sent: true, stopListening: sentNow.stopped.listen(confirmed) } : sentNow
       }
     }
+  }
+
+  /**
+   * Offers a call's `cancel` frame to the stream the call went out on, in this step (the frames
+   * offered in one step are one write: CommandStream.ts); its confirmation to come, or why
+   * nothing was sent.
+   */
+  const cancelNow = (
+    id: string,
+    request: CallName & { readonly reason: CancelRequest["reason"] }
+  ): { readonly sent: true; readonly stopped: Once<void> } | { readonly sent: false; readonly why: string } => {
+    const host = hosts.get(id)
+    const pending = host?.calls.get(keyOf(request))
+    if (host === undefined || pending === undefined) return { sent: false, why: `the call is not in flight on ${hostName(id)}` }
+    const connection = host.connection
+    if (connection === undefined || connection.id !== pending.connection) return { sent: false, why: `the command stream of ${hostName(id)} was closed` }
+    if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
+      return { sent: false, why: `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent` }
+    }
+    pending.cancelSent = true
+    return { sent: true, stopped: (pending.stopped ??= new Once<void>()) }
   }
 
   const call: HostsShape["call"] = (id, request) =>
@@ -322,18 +347,9 @@ export const makeCalls = (
 
   const cancel: HostsShape["cancel"] = (id, request) =>
     Effect.suspend((): Effect.Effect<CancelAnswer> => {
-      const unconfirmed = (why: string) => Effect.succeed<CancelAnswer>({ confirmed: false, why })
-      const host = hosts.get(id)
-      const pending = host?.calls.get(keyOf(request))
-      if (host === undefined || pending === undefined) return unconfirmed(`the call is not in flight on ${hostName(id)}`)
-      const connection = host.connection
-      if (connection === undefined || connection.id !== pending.connection) return unconfirmed(`the command stream of ${hostName(id)} was closed`)
-      if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
-        return unconfirmed(`${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent`)
-      }
-      const stopped = (pending.stopped ??= Deferred.unsafeMake(FiberId.none))
-      pending.cancelSent = true
-      return Deferred.await(stopped).pipe(
+      const sentNow = cancelNow(id, request)
+      if (!sentNow.sent) return Effect.succeed<CancelAnswer>({ confirmed: false, why: sentNow.why })
+      return sentNow.stopped.await.pipe(
         Effect.as<CancelAnswer>({ confirmed: true }),
         Effect.timeoutTo({
           duration: Duration.millis(options.graceMs),

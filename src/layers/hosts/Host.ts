@@ -3,10 +3,11 @@
  * its command stream if it has one, its calls in flight (hosts/Calls.ts), and what its idle
  * expiry reads (since when it has had no stream, the sessions naming it).
  */
-import type { Deferred, Effect, Exit } from "effect"
+import type { Effect, Exit } from "effect"
 import type { HostId, SessionId } from "../../domain/Ids.js"
 import type { CallAnswer, EnvironmentCall, EnvironmentUncertain } from "../../services/Environments.js"
 import type { CallName } from "../../services/Hosts.js"
+import type { Once } from "../Waits.js"
 import type { CommandStreamBody } from "./CommandStream.js"
 
 /** One command stream of a host, numbered in the order streams opened. */
@@ -22,8 +23,8 @@ export interface InFlight {
   answered: Exit.Exit<CallAnswer, EnvironmentUncertain> | undefined
   /** The waiting caller's callback, while it waits. */
   resume: ((answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) | undefined
-  /** Done when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
-  stopped: Deferred.Deferred<void> | undefined
+  /** Given when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
+  stopped: Once<void> | undefined
   cancelSent: boolean
   readonly emit: EnvironmentCall["emit"]
   /** Whether the call's outcome record became durable, once it is answered (a result's 204 waits for it). */

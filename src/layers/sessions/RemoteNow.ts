@@ -1,7 +1,9 @@
 /**
  * A remote tool call (a host's, an http Environment's) sent without a fiber of its own: the fence
- * waits for its end by callback (EffectFence's `Dispatching`), and only a cancel or a deadline that
- * comes first starts a fiber, to stop it as ToolCalls.ts stops every call. A tool-loop turn of eight host calls had
+ * waits for its end by callback (EffectFence's `Dispatching`). A cancel or a deadline that comes
+ * first stops it as ToolCalls.ts stops every call: a host's with no fiber either (its cancel frame
+ * offered in the stop's own step, then a callback and one timer), an http Environment's in a fiber
+ * then. A tool-loop turn of eight host calls had
  * sixteen fibers for them, and some sixty of the runtime's instructions each (docs/benchmarks.md,
  * "Host calls sent with no fiber").
  */
@@ -72,8 +74,10 @@ export const remoteNowOf = (
   const signal = ctx.scope.signal
   let exit: Exit.Exit<ToolVerdict> | undefined
   let ends: Array<(exit: Exit.Exit<ToolVerdict>) => void> = []
-  /** The fiber stopping the call, once the cancel or the deadline came first. */
+  /** The fiber stopping the call, once the cancel or the deadline came first (a driver that cannot cancel now). */
   let stopper: Fiber.RuntimeFiber<ToolVerdict> | undefined
+  /** The call's stop under way with no fiber (`stopWithoutFiber`): its grace's timer and its confirmation's listener. */
+  let stopped: { timer: ReturnType<typeof setTimeout> | undefined; stopListening: () => void } | undefined
   const end = (e: Exit.Exit<ToolVerdict>) => {
     if (exit !== undefined) return
     exit = e
@@ -87,14 +91,49 @@ export const remoteNowOf = (
   }
   const onAnswer = (answer: Exit.Exit<CallAnswer, EnvironmentFailed>) => {
     if (stopper !== undefined || exit !== undefined) return
+    if (stopped !== undefined) {
+      // After the stop only a definite answer (it finished anyway) settles the call, as `stopping` reads it.
+      if (Exit.isSuccess(answer)) settleStop(checked(verdictOf(Either.right(answer.value)), schema))
+      return
+    }
     unlisten()
     if (Exit.isSuccess(answer)) return end(Exit.succeed(checked(verdictOf(Either.right(answer.value)), schema)))
     const failed = Cause.failureOption(answer.cause)
     end(Option.isSome(failed) ? Exit.succeed(verdictOf(Either.left(failed.value))) : Exit.failCause(answer.cause as Cause.Cause<never>))
   }
+  const settleStop = (verdict: ToolVerdict) => {
+    if (stopped === undefined || exit !== undefined) return
+    clearTimeout(stopped.timer)
+    stopped.stopListening()
+    end(Exit.succeed(verdict))
+  }
+  /**
+   * The stop of a call whose driver sends its cancel now (`SentCall.cancel`: a host's), as
+   * `stopping` stops one but with no fiber: the cancel is offered in this step (the deadline's
+   * callback, which stops every call of the round sharing it: their cancels go out as one write,
+   * before any outcome is committed), then the first of the call's own answer, the host's
+   * confirmation or the grace (BRAIN_CANCEL_GRACE_MS, one timer) is the verdict.
+   */
+  const stopWithoutFiber = (first: { readonly _tag: "cancel"; readonly reason: CancelReason } | { readonly _tag: "deadline" }, cancel: NonNullable<typeof sent.cancel>) => {
+    const by = first._tag === "deadline" ? "deadline" : "cancel"
+    const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
+    stoppedBy = by
+    stop.abort(by === "deadline" ? "timeout" : reason)
+    const state: NonNullable<typeof stopped> = { timer: undefined, stopListening: () => {} }
+    stopped = state
+    const cancelled = cancel(by, () => settleStop({ _tag: "stopped", by, confirmed: true, reason }))
+    if (exit !== undefined) return
+    if (cancelled.sent) state.stopListening = cancelled.stopListening
+    // Past the grace the call is abandoned (a late answer is refused) and recorded unconfirmed.
+    state.timer = setTimeout(() => {
+      sent.abandon()
+      settleStop({ _tag: "stopped", by, confirmed: false, reason })
+    }, ctx.deps.config.cancelGraceMs)
+  }
   const stopNow = (first: { readonly _tag: "cancel"; readonly reason: CancelReason } | { readonly _tag: "deadline" }) => {
-    if (stopper !== undefined || exit !== undefined) return
+    if (stopper !== undefined || stopped !== undefined || exit !== undefined) return
     unlisten()
+    if (sent.cancel !== undefined) return stopWithoutFiber(first, sent.cancel)
     stopper = Runtime.runFork(runtime)(Effect.interruptible(Effect.gen(function*() {
       // Its executor now waits for the call's answer (in place of `onAnswer`), as `dispatchOf`'s does.
       const executor = yield* Effect.fork(checkedOutput(awaitSent(environments, remote, invocation, sent, runtime), schema))
@@ -117,6 +156,10 @@ export const remoteNowOf = (
     interrupt: () => {
       if (exit !== undefined) return
       if (stopper !== undefined) return stopper.unsafeInterruptAsFork(FiberId.none)
+      if (stopped !== undefined) {
+        clearTimeout(stopped.timer)
+        stopped.stopListening()
+      }
       unlisten()
       sent.abandon()
       end(Exit.interrupt(FiberId.none))
