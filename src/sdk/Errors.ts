@@ -52,6 +52,14 @@ export class BrainClosed extends Data.TaggedError("BrainClosed")<{ readonly mess
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
 
+/**
+ * Whether `e` is a host result's refusal `outcome_unrecorded` (500 `journal_write_failed`,
+ * docs/api.md): Brain took the answer, but could not record the call's outcome durably; the call
+ * counts as unknown and a repeat of the result is refused (409).
+ */
+export const isOutcomeUnrecorded = (e: unknown): e is BrainError =>
+  e instanceof BrainError && e.code === "journal_write_failed" && isRecord(e.details) && e.details.reason === "outcome_unrecorded"
+
 /** The error an answer of `status` with body `text` stands for. */
 export const fromAnswer = (status: number, text: string): BrainError => {
   let body: unknown

@@ -28,9 +28,9 @@
  */
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
-import { BrainClosed, BrainError, fromAnswer, networkError } from "./Errors.js"
+import { BrainClosed, BrainError, fromAnswer, isOutcomeUnrecorded, networkError } from "./Errors.js"
 import { sseFrames } from "./Sse.js"
-import { type HostTool, ToolAborted, type ToolContext } from "./Tool.js"
+import { type HostTool, ToolAborted, type ToolContext, ToolResultUnrecorded } from "./Tool.js"
 import { sleep, Transport } from "./Transport.js"
 import { decode, describeIssues, encode } from "./Validate.js"
 
@@ -371,12 +371,28 @@ export class Host {
         // down to its code and the start of its message — or the call would wait for its deadline
         // and end `timeout`, ambiguous. A 409 means it is over already (an earlier attempt of
         // this very post landed, or its stream closed); a closed client posts nothing.
+        // Taken, but its outcome could not be recorded: a repeat would be refused; the tool is told.
+        if (isOutcomeUnrecorded(e)) return unrecorded(e)
         if (replacing || !(e instanceof BrainError) || e.status === 409 || e.code === "network_error") return
         if ("ok" in answer) {
           await post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } }, true)
         } else if ("error" in answer) {
           await post({ error: boundedError(answer.error, e) }, true)
         }
+      }
+    }
+    const unrecorded = (refusal: BrainError) => {
+      const tool = this.toolFor(call.session_id, call.name)
+      const error = new ToolResultUnrecorded({
+        message: `Brain took the result of ${call.name} (${call.session_id}/${call.sequence}) but could not record the call's outcome: ${refusal.message}`,
+        sessionId: call.session_id,
+        sequence: call.sequence,
+        refusal
+      })
+      try {
+        tool?.onUnrecorded?.(error)
+      } catch {
+        // The application's hook threw: nothing of the host's depends on it.
       }
     }
     const ctx: ToolContext = {
@@ -470,7 +486,10 @@ export class Host {
       await batch.transport.call((client) => client.hosts.results(hostId, { results: batch.items.map((i) => i.result) }))
       for (const item of batch.items) item.resolve()
     } catch (e) {
-      if (e instanceof BrainError && e.code !== "network_error") await Promise.all(batch.items.map(single))
+      // Taken, all of it (a batch is all or none), but not every outcome is known to be recorded:
+      // each result is told so; posting them again would be refused.
+      if (isOutcomeUnrecorded(e)) for (const item of batch.items) item.reject(e)
+      else if (e instanceof BrainError && e.code !== "network_error") await Promise.all(batch.items.map(single))
       else for (const item of batch.items) item.reject(e)
     }
   }

@@ -11,6 +11,7 @@
  *   is none, so that a model is never shown a tool without its parameters.
  */
 import { Data } from "effect"
+import type { BrainError } from "./Errors.js"
 import { type Decoded, type Encodable, isEffectSchema, isValidator, jsonSchemaOf, type Validator } from "./Validate.js"
 
 /** What a running tool is given besides its input. */
@@ -52,6 +53,14 @@ export interface ToolOptions<I extends Validator, O extends Validator | undefine
   /** A deadline shorter than the server's BRAIN_MAX_TOOL_SECS, in milliseconds. */
   readonly timeoutMs?: number
   readonly run: (input: Decoded<I>, ctx: ToolContext) => Promise<OutputOf<O>> | OutputOf<O>
+  /**
+   * Called when Brain took a call's result but could not record its outcome (500
+   * `journal_write_failed`, `details.reason: "outcome_unrecorded"`): the call is recorded unknown
+   * (or the server stopped before recording anything), the model is not shown this result, and a
+   * repeat would be refused, so nothing is posted again. What `run` did stands: reconcile here
+   * (log it, compensate). Not called for any other refusal.
+   */
+  readonly onUnrecorded?: (error: ToolResultUnrecorded) => void
 }
 
 type OutputOf<O> = O extends Validator ? Encodable<O> : unknown
@@ -67,7 +76,21 @@ export interface HostTool {
   readonly input: Validator
   readonly output: Validator | undefined
   readonly run: (input: unknown, ctx: ToolContext) => unknown
+  readonly onUnrecorded: ((error: ToolResultUnrecorded) => void) | undefined
 }
+
+/**
+ * A host tool's result Brain took without recording the call's outcome (`ToolOptions.onUnrecorded`):
+ * the server answered 500 `journal_write_failed` with `details.reason: "outcome_unrecorded"`.
+ */
+export class ToolResultUnrecorded extends Data.TaggedError("ToolResultUnrecorded")<{
+  readonly message: string
+  readonly sessionId: string
+  /** The call's name in the session: the sequence of its `tool_call_started`. */
+  readonly sequence: number
+  /** The server's refusal as the client read it. */
+  readonly refusal: BrainError
+}> {}
 
 /** Why a tool's `ctx.signal` aborted. */
 export class ToolAborted extends Data.TaggedError("ToolAborted")<{
@@ -98,7 +121,8 @@ export const tool = <I extends Validator, O extends Validator | undefined = unde
     timeoutMs: options.timeoutMs,
     input: options.input,
     output: options.output,
-    run: options.run as HostTool["run"]
+    run: options.run as HostTool["run"],
+    onUnrecorded: options.onUnrecorded
   }
 }
 

@@ -23,7 +23,7 @@ export {
   MAX_CORRECTIONS,
   type StructuredOutcome
 } from "./Output.js"
-export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type ToolOptions } from "./Tool.js"
+export { type HostTool, isHostTool, tool, ToolAborted, type ToolContext, type ToolOptions, ToolResultUnrecorded } from "./Tool.js"
 export { type Issue, type StandardSchemaV1, type Validator } from "./Validate.js"
 export {
   BrainClient,
@@ -35,7 +35,7 @@ export {
   RETRY_BASE_MS,
   type WithKey
 } from "./BrainClient.js"
-export { BrainClosed, BrainError, type BrainErrorCode } from "./Errors.js"
+export { BrainClosed, BrainError, type BrainErrorCode, isOutcomeUnrecorded } from "./Errors.js"
 /** The Effect client's refusals, one tagged error per code (`catchTag("SessionBusy", …)`). */
 export {
   AgentloopFailed,

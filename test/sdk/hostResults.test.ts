@@ -9,7 +9,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { Schema } from "effect"
 import { describe, expect, it } from "@effect/vitest"
-import { Brain, type Event, tool } from "../../src/sdk/index.js"
+import { Brain, type Event, isOutcomeUnrecorded, tool, ToolResultUnrecorded } from "../../src/sdk/index.js"
 import { ROOT, sharedServer } from "../support/server.js"
 import { history, HostFetch } from "./support.js"
 
@@ -58,6 +58,56 @@ describe("host tool results the server refuses", () => {
       const posted = recording.resultsFor(session.id, call!.sequence) as Array<{ error: { code: string; message: string } }>
       expect(posted.map((p) => p.error.message.length > 5 * 1024 * 1024)).toEqual([true, false])
       expect(posted[1]!.error).toEqual(data.output)
+    } finally {
+      await client.close()
+    }
+  })
+})
+
+describe("a host tool's result taken but not recorded", () => {
+  const server = sharedServer()
+
+  it("a result refused outcome_unrecorded (500 journal_write_failed) is not posted again, and the tool's onUnrecorded is told with a typed ToolResultUnrecorded", async () => {
+    // The result reaches the real server, which takes it; its answer is then replaced by the
+    // refusal the server gives when the outcome's commit fails (a journal failure cannot be made
+    // to happen on demand in a server process).
+    const recording = new HostFetch()
+    const refusal = {
+      code: "journal_write_failed",
+      message: "the answer to the call was taken, but its outcome could not be recorded",
+      retryable: false,
+      details: { reason: "outcome_unrecorded", ambiguous: true }
+    }
+    const fetch: typeof recording.fetch = async (url, init) => {
+      const answer = await recording.fetch(url, init)
+      if (!(init?.method === "POST" && url.endsWith("/results"))) return answer
+      await answer.arrayBuffer()
+      return new Response(JSON.stringify(refusal), { status: 500, headers: { "content-type": "application/json" } })
+    }
+    const client = new Brain({ baseUrl: server().baseUrl, fetch })
+    const told: Array<ToolResultUnrecorded> = []
+    const lookup = tool({
+      name: "lookup",
+      input: Schema.Struct({}),
+      run: () => ({ answer: 42 }),
+      onUnrecorded: (e) => void told.push(e)
+    })
+    try {
+      const session = await client.sessions.create({
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "lookup", input: {} }] }, { text: "done" }] },
+        tools: [lookup]
+      })
+      await session.send("go")
+      const [call] = kindOf(await history(client, session.id), "tool_call_started")
+      expect(told).toHaveLength(1)
+      const [error] = told
+      expect(error).toBeInstanceOf(ToolResultUnrecorded)
+      expect(error!._tag).toBe("ToolResultUnrecorded")
+      expect({ sessionId: error!.sessionId, sequence: error!.sequence }).toEqual({ sessionId: session.id, sequence: call!.sequence })
+      expect(isOutcomeUnrecorded(error!.refusal)).toBe(true)
+      expect(error!.refusal).toMatchObject({ code: "journal_write_failed", status: 500, details: { reason: "outcome_unrecorded" } })
+      // Posted once: no stand-in, no repeat.
+      expect(recording.resultsFor(session.id, call!.sequence)).toEqual([{ session_id: session.id, sequence: call!.sequence, ok: { answer: 42 } }])
     } finally {
       await client.close()
     }
