@@ -304,7 +304,9 @@ export const echoEnvironment = async () => {
 /**
  * A host over plain HTTP (docs/environments.md, "The `host` driver"): every call answered with its
  * input at once; the calls that arrive in one read of the command stream (the calls of one
- * dispatch) are answered in one POST (`{"results": [...]}`), as the SDK's host does.
+ * dispatch) are answered in one POST (`{"results": [...]}`), as the SDK's host does. A command
+ * stream that fails (a reset connection, the server gone) ends the host quietly (`ended`): an
+ * 'error' with no listener would end the benchmark's process instead.
  */
 export const echoHost = async (port) => {
   const registered = await expectStatus(request(port, "POST", "/v1/hosts", {}), 201)
@@ -312,11 +314,16 @@ export const echoHost = async (port) => {
   let answered = 0
   let refused = 0
   let req
+  let endHost
+  const ended = new Promise((resolve) => (endHost = resolve))
   await new Promise((resolve, reject) => {
     req = http.request({
       host: "127.0.0.1", port, path: `/v1/hosts/${registered.host_id}/commands`, headers: { ...auth, accept: "text/event-stream" }
     }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`command stream: ${res.statusCode}`))
+      // The stream is over, however it ended: the host is done.
+      res.on("error", () => req.destroy())
+      res.on("close", () => endHost())
       res.setEncoding("utf8")
       let ready = []
       const parser = makeSseParser((frame) => {
@@ -334,10 +341,13 @@ export const echoHost = async (port) => {
           .then((r) => (r.status === 204 ? (answered += results.length) : (refused += results.length)), () => (refused += results.length))
       })
     })
-    req.on("error", reject)
+    req.on("error", (e) => {
+      reject(e)
+      endHost()
+    })
     req.end()
   })
-  return { host_id: registered.host_id, counts: () => ({ answered, refused }), close: () => req.destroy() }
+  return { host_id: registered.host_id, counts: () => ({ answered, refused }), ended, close: () => req.destroy() }
 }
 
 // ---------------------------------------------------------------------------------------------
