@@ -4,7 +4,7 @@
  * keys handed on, its Environments torn down, its modules and hosts let go), and the stop's
  * `drain` and `interruptAll` over every turn and operation in flight.
  */
-import { Effect, Exit, HashMap } from "effect"
+import { Duration, Effect, Exit, HashMap } from "effect"
 import { Conflict } from "../../domain/Errors.js"
 import type { HostId, SessionId } from "../../domain/Ids.js"
 import type { SessionState, SessionStatus } from "../../domain/Projection.js"
@@ -64,6 +64,12 @@ export const makeLifecycle = (shared: Shared): Pick<SessionsShape, "interrupt" |
           if (turn) {
             yield* cancelTurn(turn, "cancelled")
             yield* turn.done.await
+            // Answered once the turn is closed as well (its claim on the session given back), so
+            // that a send right after it is admitted, never refused busy for this turn. Bounded: a
+            // turn whose late appends hold the session past its answer (BRAIN_CLEANUP_DEADLINE_MS)
+            // is waited for that long at most; the session stays refused until they settle.
+            const closing = turn.closed.await
+            yield* config.cleanupDeadlineMs > 0 ? Effect.timeoutOption(closing, Duration.millis(config.cleanupDeadlineMs)) : closing
           }
           return summary(cell)
         })),
