@@ -18,7 +18,9 @@
  *   Events are posted first: the result waits until every `emit` has been answered. A result the
  *   server refuses (too large) is answered once more, so that the call does not wait for its
  *   deadline: an output as the error `invalid_output`, an error cut down to its code and the
- *   start of its message (REFUSED_ERROR_MESSAGE_CHARS).
+ *   start of its message (REFUSED_ERROR_MESSAGE_CHARS). A result taken whose outcome Brain could
+ *   not record (`outcome_unrecorded`) is posted no more (a repeat would be refused) and told to
+ *   the tool's `onUnrecorded` as a `ToolResultUnrecorded`.
  * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
  *   that returns anyway is answered with its output. A local deadline aborts the signal at
  *   `deadline_at_ms`; Brain sends a cancel at the same time, and the stop is confirmed to it.
@@ -455,8 +457,9 @@ export class Host {
   /**
    * Posts one call's result: with the others ready in the same turn of the event loop (the calls
    * of one dispatch that finish together) in one request, `{"results": [...]}`, which Brain takes
-   * all or none. A batch refused for any reason but the network is posted again one result at a
-   * time, so each result meets its own answer; nothing of a refused batch was taken. Rejects with
+   * all or none. A batch refused for any reason but the network or `outcome_unrecorded` (taken,
+   * all of it) is posted again one result at a time, so each result meets its own answer; nothing
+   * of such a refused batch was taken. Rejects with
    * this result's own refusal, as a single post would. A run lost meanwhile posts nothing.
    */
   private postResult(transport: Transport, hostId: string, result: HostResult, run: Run): Promise<void> {
