@@ -9,7 +9,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, ManagedRuntime } from "effect"
+import { Deferred, Effect, Exit, Fiber, FiberId, ManagedRuntime } from "effect"
 import { layer, Sessions } from "../../src/effect.js"
 
 const ROUNDS = 25
@@ -23,7 +23,7 @@ describe("interrupt, then send at once", () => {
   it(`a send right after interrupt answers is never refused busy: the interrupted turn is closed by then (${ROUNDS} rounds)`, async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-interrupt-send-"))
     dirs.push(dataDir)
-    let called = Deferred.unsafeMake<void>(undefined as never)
+    let called = Deferred.unsafeMake<void>(FiberId.none)
     const runtime = ManagedRuntime.make(layer({ dataDir, cancelGraceMs: 200 }, {
       tools: {
         // Tells the test it runs, then never answers (and yields to interruption).
