@@ -27,6 +27,7 @@ export const FailureCodes = [
   "timeout",
   "unknown",
   "model_call_limit",
+  "tool_call_limit",
   "emitted_bytes_limit",
   "turn_write_limit",
   "reserved_kind",

@@ -28,6 +28,8 @@ import { noSink, parseTelemetrySink, type TelemetrySink } from "./Telemetry.js"
 export interface ServerConfigShape {
   /** Model calls per turn; the next one is refused with `model_call_limit`. 0 = no bound. */
   readonly maxModelCalls: number
+  /** Tool calls in one `dispatch` (a model reply's round); more are refused whole with `tool_call_limit`. 0 = no bound. */
+  readonly maxToolCallsPerDispatch: number
   /** How long a model call may send nothing (before its headers or between chunks), in milliseconds. 0 = no bound. */
   readonly maxModelMs: number
   /** Bytes of one model response before the call fails with `model_output_limit` (1 B to 32 MiB). */
@@ -218,6 +220,7 @@ export const reservedConnections = (c: Pick<ServerConfigShape, "maxConnections" 
 
 export const defaults: ServerConfigShape = {
   maxModelCalls: 128,
+  maxToolCallsPerDispatch: 128,
   maxModelMs: 300 * 1000,
   maxModelOutputBytes: 16 * 1024 * 1024,
   models: undefined,
@@ -350,6 +353,11 @@ const optionalAtLeast = (name: string, min: number, description: string, max = N
 
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
+  maxToolCallsPerDispatch: nonNegative(
+    "BRAIN_MAX_TOOL_CALLS_PER_DISPATCH",
+    defaults.maxToolCallsPerDispatch,
+    "tool calls in one dispatch, a model reply's round (0 = no bound)"
+  ),
   maxModelSecs: timerSecs("BRAIN_MAX_MODEL_SECS", defaults.maxModelMs / 1000, "seconds a model call may send nothing (0 = no bound)"),
   maxModelOutputBytes: outcomeBytes("BRAIN_MAX_MODEL_OUTPUT_BYTES", defaults.maxModelOutputBytes, "bytes of one model response"),
   models: Config.option(Config.string("BRAIN_MODELS").pipe(Config.withDescription("model bindings: a JSON file's path or inline JSON"))),
@@ -491,6 +499,7 @@ export const fromConfig = Config.all({
 }).pipe(
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
+    maxToolCallsPerDispatch: c.maxToolCallsPerDispatch,
     maxModelMs: c.maxModelSecs * 1000,
     maxModelOutputBytes: c.maxModelOutputBytes,
     models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),

@@ -12,6 +12,7 @@ import { defaults, fromConfig, type ServerConfigShape } from "./ServerConfig.js"
  */
 const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "telemetry" ? undefined : readonly [string, "secs"?] } = {
   maxModelCalls: ["BRAIN_MAX_MODEL_CALLS"],
+  maxToolCallsPerDispatch: ["BRAIN_MAX_TOOL_CALLS_PER_DISPATCH"],
   maxModelMs: ["BRAIN_MAX_MODEL_SECS", "secs"],
   maxModelOutputBytes: ["BRAIN_MAX_MODEL_OUTPUT_BYTES"],
   models: ["BRAIN_MODELS"],

@@ -486,6 +486,39 @@ export const agentloopHostContract = (name: string, layerFactory: HostContractLa
         }))
     })
 
+    // ---------------------------------------------------------------- BRAIN_MAX_TOOL_CALLS_PER_DISPATCH
+
+    it.scopedLive("BRAIN_MAX_TOOL_CALLS_PER_DISPATCH: a dispatch of more calls is refused whole with tool_call_limit, nothing of it journaled or run; one at the bound runs", () => {
+      const probe = new Probe()
+      const seen: Array<{ code: string; before: number; after: number }> = []
+      let ran = 0
+      const tools = { echo: ((input: unknown) => Effect.sync(() => (ran++, { outcome: "ok", output: input } as const))) satisfies ToolsInProcess.ToolHandler }
+      const calls = (n: number): Array<ToolCallRequest> => Array.from({ length: n }, (_, i) => ({ id: `c${i}`, name: "echo", input: { i } }))
+      const loops = {
+        t: loop((input, host) =>
+          Effect.gen(function*() {
+            const s = input.runtime.session_id
+            const before = yield* probe.lastSequence(s)
+            const code = yield* codeOf(host.dispatch(calls(3)))
+            seen.push({ code, before, after: yield* probe.lastSequence(s) })
+            expect((yield* host.dispatch(calls(2))).map((r) => r.outcome)).toEqual(["ok", "ok"])
+            // An unhandled refusal fails the turn with the same code.
+            yield* host.dispatch(calls(3))
+          }))
+      }
+      return run({ loops, tools, config: { maxToolCallsPerDispatch: 2 } }, probe, ({ records, sessions }) =>
+        Effect.gen(function*() {
+          const { session_id: s } = yield* sessions.create({ agentloop: "t", model: scripted(), tools: [{ name: "echo" }] })
+          const out = yield* sessions.send(s, { message: "go" })
+          expect(seen).toEqual([{ code: "tool_call_limit", before: seen[0]!.before, after: seen[0]!.before }])
+          expect(out.turn.status).toBe("failed")
+          expect(out.turn.failure?.code).toBe("tool_call_limit")
+          expect(ran).toBe(2)
+          const all = yield* records(s)
+          expect(ofKind(all, "tool_call_started").map((r) => r.payload.call_id)).toEqual(["c0", "c1"])
+        }))
+    })
+
     it.scopedLive("BRAIN_MAX_MODEL_CALLS is per turn: the next turn can call the model again", () => {
       const probe = new Probe()
       const codes: Array<Array<string>> = []

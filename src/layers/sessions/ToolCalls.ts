@@ -3,6 +3,12 @@
  * EffectFence before it is sent, run where its tool is placed (in process, a Wasm tool, an
  * Environment), stopped by its deadline or the turn's cancel, and its outcome committed before
  * the loop sees it, exactly as recorded. The calls of one round run at once.
+ *
+ * A round of more than BRAIN_MAX_TOOL_CALLS_PER_DISPATCH calls is refused whole with
+ * `tool_call_limit` before anything of it is journaled or sent, as a model call past
+ * BRAIN_MAX_MODEL_CALLS is: a model reply of hundreds of calls would otherwise hold the main thread
+ * while they are journaled and forked (512 held /health/live for 300 ms), and the loop decides
+ * what to do with the refusal (the official loop fails its turn with it).
  */
 import { Cause, Duration, Effect, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
@@ -168,9 +174,20 @@ export const makeDispatch = (given: ToolCallContext) => {
       )
     })
 
-  return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
-    Effect.gen(() => roundOf(ctx, calls, toolCall, runCalls))
+  return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> => {
+    const refused = callsRefusal(deps.config, calls.length)
+    return refused !== undefined ? refuse(refused) : Effect.gen(() => roundOf(ctx, calls, toolCall, runCalls))
+  }
 }
+
+/** Why a round of `count` calls is refused: more than BRAIN_MAX_TOOL_CALLS_PER_DISPATCH; undefined when it is not. */
+export const callsRefusal = (config: Pick<ServerConfigShape, "maxToolCallsPerDispatch">, count: number): Failure | undefined =>
+  config.maxToolCallsPerDispatch > 0 && count > config.maxToolCallsPerDispatch
+    ? failure(
+      "tool_call_limit",
+      `this dispatch has ${count} tool calls, more than BRAIN_MAX_TOOL_CALLS_PER_DISPATCH (${config.maxToolCallsPerDispatch}); none of them was journaled or sent`
+    )
+    : undefined
 
 /** One call of a round as the fence takes it, and what the loop is shown once the fence answered. */
 interface ToolCall {
