@@ -5,12 +5,31 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
-import { runRound } from "../../src/layers/sessions/Round.js"
+import { ROUND_FORKS_PER_TURN, runRound } from "../../src/layers/sessions/Round.js"
 
 /** Real time, whatever the test's clock. */
 const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
 
 describe("a round of calls run at once", () => {
+  it.live("a large round yields to the event loop while it starts its calls: I/O waiting since before it runs between them, not after them all", () =>
+    Effect.gen(function*() {
+      const n = 8 * ROUND_FORKS_PER_TURN
+      const order: Array<string> = []
+      const call = (i: number) =>
+        Effect.sync(() => {
+          // The first call asks for a callback the event loop runs once the main thread lets it (as a socket's would).
+          if (i === 0) setImmediate(() => order.push("io"))
+          order.push(`call ${i}`)
+          return i
+        })
+      const results = yield* runRound(Array.from({ length: n }, (_, i) => call(i)))
+      expect(results).toEqual(Array.from({ length: n }, (_, i) => i))
+      const io = order.indexOf("io")
+      expect(io).toBeGreaterThan(0)
+      // The round's own turn was asked for before the first call ran: the callback comes after at most two batches.
+      expect(io).toBeLessThanOrEqual(2 * ROUND_FORKS_PER_TURN + 1)
+    }))
+
   it.effect("no calls answer an empty array", () =>
     Effect.gen(function*() {
       expect(yield* runRound([])).toEqual([])

@@ -8,11 +8,17 @@
  *   cause once every call has ended, so nothing of the round is still running when it answers.
  * - An interrupted round interrupts every call and waits until each has stopped.
  *
+ * - It starts ROUND_FORKS_PER_TURN calls, then lets the event loop turn before it starts more.
+ *
  * Each call runs with the interruptibility the round was entered with. A round entered inside an
  * uninterruptible region (the fence's, whose calls each restore only their dispatch) is given that
  * region's `restore` as `awaitWith`, so that its wait, and only its wait, can be interrupted.
  */
 import { Effect, Exit, Fiber, type FiberId } from "effect"
+import { eventLoopTurn } from "../Waits.js"
+
+/** Calls. A round starts this many, then lets the event loop turn once before it starts more. */
+export const ROUND_FORKS_PER_TURN = 32
 
 /** An uninterruptible region's `restore`. */
 export type Restore = <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
@@ -22,14 +28,23 @@ export const runRound = <A, E>(calls: ReadonlyArray<Effect.Effect<A, E>>, awaitW
   return Effect.uninterruptibleMask((restore) =>
     Effect.fiberIdWith((self) => {
       const fibers: Array<Fiber.RuntimeFiber<A, E>> = []
-      /** Forks the calls from the i-th on, one after another; nothing can interrupt between two forks. */
+      /**
+       * Forks the calls from the i-th on, one after another; nothing can interrupt between two
+       * forks. After each ROUND_FORKS_PER_TURN, the event loop turns once (the calls forked so far
+       * run meanwhile, up to their first wait): a round of hundreds of calls does not hold the main
+       * thread, and its sockets, from its first call to its last.
+       */
       const forkFrom = (i: number): Effect.Effect<Array<A>, E> =>
         i === calls.length
           ? (awaitWith ?? restore)(awaitAll(fibers, self))
-          : Effect.flatMap(Effect.fork(restore(calls[i]!)), (fiber) => {
-            fibers.push(fiber)
-            return forkFrom(i + 1)
-          })
+          : i > 0 && i % ROUND_FORKS_PER_TURN === 0
+          ? Effect.zipRight(eventLoopTurn, forkOne(i))
+          : forkOne(i)
+      const forkOne = (i: number): Effect.Effect<Array<A>, E> =>
+        Effect.flatMap(Effect.fork(restore(calls[i]!)), (fiber) => {
+          fibers.push(fiber)
+          return forkFrom(i + 1)
+        })
       return forkFrom(0)
     })
   )
