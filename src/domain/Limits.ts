@@ -249,6 +249,22 @@ export const SSE_CATCH_UP_BYTES = 1024 * 1024
  */
 export const SSE_CATCH_UP_READS = 2
 
+/**
+ * Milliseconds. A session's live fan-out (one write of the shared frames to each of its SSE
+ * subscribers' sockets) that took less than this is not paced: the next commit goes out at once.
+ */
+export const SSE_FAN_OUT_PACE_MIN_MS = 1
+
+/**
+ * Milliseconds. After a fan-out that took t ms (at least SSE_FAN_OUT_PACE_MIN_MS), the session's
+ * next commits wait min(3t, this) and go out together, in one write per subscriber: a socket write
+ * costs a system call whatever it holds, and a turn commits an Event at a time, so hundreds of
+ * subscribers of one session were written to once per Event and slowed every other session's
+ * turns. Paced, a fan-out takes at most about a quarter of the main thread, and a live Event
+ * waits at most this.
+ */
+export const SSE_FAN_OUT_PACE_MAX_MS = 25
+
 /** Milliseconds. How long an SSE reader still catching up may leave its socket undrained before it is cut off; BRAIN_SSE_STALL_MS. */
 export const SSE_STALL_MS = 30_000
 

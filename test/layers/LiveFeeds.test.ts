@@ -12,7 +12,8 @@ import type { Readable } from "node:stream"
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
-import { SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../src/domain/Limits.js"
+import { SSE_FAN_OUT_PACE_MAX_MS, SSE_FAN_OUT_PACE_MIN_MS, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../src/domain/Limits.js"
+import { paceAfter } from "../../src/layers/sessions/LiveFeeds.js"
 import { entry, ReservedKinds, STREAM_ERROR, STREAM_LAGGED } from "../../src/domain/Records.js"
 import { Journal } from "../../src/services/Journal.js"
 import type { ModelCall } from "../../src/services/Models.js"
@@ -182,6 +183,38 @@ describe("live feeds", () => {
       expect(a).toBe(b)
       expect(b).toBe(c)
     }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("however many subscribers, each commit is encoded once: all 200 are handed the very same Buffer objects, so identical byte streams, every Event once, in order", () =>
+    Effect.gen(function*() {
+      const { sessions, session, emit, all } = yield* setup
+      const readers = []
+      for (let k = 0; k < 200; k++) {
+        const r = reader((yield* sessions.follow(session, 2)).body)
+        readers.push(r)
+      }
+      for (const r of readers) yield* r.until("the connection", () => r.chunks.length > 0)
+      const connected = readers.map((r) => r.chunks.length)
+      // Spaced and back to back: the feed may hand several commits over together (its pace), never a subscriber its own copy.
+      yield* emit(0, 20, 50)
+      yield* emit(20, 20, 50, false)
+      const events = (yield* all).filter((s) => s > 2)
+      for (const r of readers) yield* r.until("every Event", () => r.ids().length === events.length)
+      const live = readers.map((r, k) => r.chunks.slice(connected[k]))
+      for (const chunks of live) {
+        expect(chunks.length).toBe(live[0]!.length)
+        chunks.forEach((chunk, i) => expect(chunk).toBe(live[0]![i]))
+      }
+      for (const r of readers) expect(r.ids()).toEqual(events)
+    }).pipe(Effect.provide(layer)))
+
+  it("the fan-out's pace: none after a cheap fan-out, at least as long as a costly one took, never more than SSE_FAN_OUT_PACE_MAX_MS", () => {
+    expect(paceAfter(0)).toBe(0)
+    expect(paceAfter(SSE_FAN_OUT_PACE_MIN_MS / 2)).toBe(0)
+    expect(paceAfter(SSE_FAN_OUT_PACE_MIN_MS)).toBeGreaterThanOrEqual(SSE_FAN_OUT_PACE_MIN_MS)
+    expect(paceAfter(5)).toBeGreaterThanOrEqual(5)
+    expect(paceAfter(5)).toBeLessThanOrEqual(SSE_FAN_OUT_PACE_MAX_MS)
+    expect(paceAfter(10 * SSE_FAN_OUT_PACE_MAX_MS)).toBe(SSE_FAN_OUT_PACE_MAX_MS)
+  })
 
   it.scopedLive("a cursor ahead of what the feed has published yet (a page already showed the newest commit) gets nothing at or before it twice", () =>
     Effect.gen(function*() {

@@ -12,6 +12,13 @@
  *   held as long as the response: until it has been sent, or its client has gone.
  * - If the journal cuts a feed off (it fell behind: only a starved process does), each of its
  *   subscribers is cut off with `stream_lagged`, and the next subscriber opens a fresh feed.
+ * - A fan-out costs each subscriber a socket write (a system call) per commit, and a turn commits
+ *   an Event at a time. A fan-out that took t ms (SSE_FAN_OUT_PACE_MIN_MS or more: many
+ *   subscribers) paces the feed: the commits of the next min(3t, SSE_FAN_OUT_PACE_MAX_MS) are
+ *   gathered and go out together, one write per subscriber. So one session's subscribers take at
+ *   most about a quarter of the main thread, whatever their number; each still gets every Event once, in
+ *   order, the same bytes as every other subscriber. The cost is measured in wall time (it is the
+ *   time the main thread spent), not on the Clock.
  * - While a feed is open, one fiber sends each of its subscribers a heartbeat comment every
  *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
  * - Catch-up pages are read SSE_CATCH_UP_READS at a time in the whole process, each about
@@ -22,7 +29,15 @@
 import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
 import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import { PAGE_EVENTS, SSE_CATCH_UP_BYTES, SSE_CATCH_UP_READS, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../domain/Limits.js"
+import {
+  PAGE_EVENTS,
+  SSE_CATCH_UP_BYTES,
+  SSE_FAN_OUT_PACE_MAX_MS,
+  SSE_FAN_OUT_PACE_MIN_MS,
+  SSE_CATCH_UP_READS,
+  SSE_WRITE_BYTES,
+  SUBSCRIBER_BACKLOG_RECORDS
+} from "../../domain/Limits.js"
 import { type SessionState, toEvent } from "../../domain/Projection.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
@@ -46,7 +61,21 @@ interface Feed {
   /** Deltas of a model call whose `model_call_started` the feed has not published yet, and their bytes. */
   early: Array<{ readonly sequence: number; readonly bytes: Uint8Array }>
   earlyBytes: number
+  /** Records committed while the feed is paced, not yet published (all after `through`). */
+  held: Array<JournalRecord>
+  /** Until when (performance.now()) commits are held, after a costly fan-out. */
+  pacedUntil: number
+  /** Publishes what is held once the pace is over. */
+  timer: ReturnType<typeof setTimeout> | undefined
 }
+
+/**
+ * Milliseconds the commits after a fan-out that took `costMs` wait to go out together: none after
+ * a cheap one, else three times as long as it took (the fan-out's share of the main thread at most
+ * a quarter), at most SSE_FAN_OUT_PACE_MAX_MS.
+ */
+export const paceAfter = (costMs: number): number =>
+  costMs < SSE_FAN_OUT_PACE_MIN_MS ? 0 : Math.min(3 * costMs, SSE_FAN_OUT_PACE_MAX_MS)
 
 /** Bytes. Deltas held for a call whose start the feed has not yet published (it is a moment behind). */
 const EARLY_DELTA_BYTES = 256 * 1024
@@ -140,7 +169,7 @@ export const make = (
         : Effect.void
 
     /** Publishes committed records: their frames, encoded once, to every subscriber. */
-    const publish = (feed: Feed, records: Iterable<JournalRecord>) => {
+    const publish = (feed: Feed, records: Iterable<JournalRecord>): void => {
       const first = feed.through + 1
       let text = ""
       let events = 0
@@ -162,6 +191,39 @@ export const make = (
       releaseEarly(feed)
     }
 
+    /**
+     * Takes what the journal committed: published at once, unless the last fan-out was costly;
+     * then held, with whatever else commits meanwhile, until its pace is over (a bounded wait, and
+     * no more than a backlog's worth of records).
+     */
+    const gather = (feed: Feed, records: Iterable<JournalRecord>) => {
+      for (const r of records) feed.held.push(r)
+      if (feed.timer !== undefined) {
+        if (feed.held.length >= SUBSCRIBER_BACKLOG_RECORDS) fanOut(feed)
+        return
+      }
+      const wait = feed.pacedUntil - performance.now()
+      if (wait <= 0) return fanOut(feed)
+      feed.timer = setTimeout(() => fanOut(feed), wait)
+    }
+
+    /** Publishes what is held, and sets the pace by what that cost, socket writes included. */
+    const fanOut = (feed: Feed) => {
+      if (feed.timer !== undefined) clearTimeout(feed.timer)
+      feed.timer = undefined
+      const records = feed.held
+      feed.held = []
+      if (feed.failed) return
+      const start = performance.now()
+      publish(feed, records)
+      // A response's writes reach its socket in a tick queued by its write (Node corks them until
+      // then); this tick comes after all of them, so the cost counts the system calls too.
+      process.nextTick(() => {
+        const cost = performance.now() - start
+        feed.pacedUntil = start + cost + paceAfter(cost)
+      })
+    }
+
     /** Offers the held deltas whose call's start is now published, in the order they came. */
     const releaseEarly = (feed: Feed) => {
       if (feed.early.length === 0 || feed.early[0]!.sequence > feed.through) return
@@ -180,8 +242,21 @@ export const make = (
           const records = yield* Scope.extend(journal.subscribe(session), scope)
           const through = yield* journal.lastSequence(session)
           const length = yield* transcriptLengthThrough(journal, session, state, through)
-          const feed: Feed = { session, through, length, taps: new Set(), scope, failed: false, early: [], earlyBytes: 0 }
+          const feed: Feed = {
+            session,
+            through,
+            length,
+            taps: new Set(),
+            scope,
+            failed: false,
+            early: [],
+            earlyBytes: 0,
+            held: [],
+            pacedUntil: 0,
+            timer: undefined
+          }
           entry.opened = feed
+          yield* Scope.addFinalizer(scope, Effect.sync(() => clearTimeout(feed.timer)))
           // Opening runs uninterruptibly (a slot's acquisition); the feed's fibers must not inherit that.
           yield* Effect.forkIn(Effect.interruptible(pump(feed, entry, records)), scope)
           yield* Effect.forkIn(Effect.interruptible(heartbeats(feed)), scope)
@@ -190,7 +265,7 @@ export const make = (
       }).pipe(Effect.mapError(fromJournal))
 
     const pump = (feed: Feed, entry: Entry, records: Stream.Stream<JournalRecord, SubscriberLagged>) =>
-      Stream.runForEachChunk(records, (chunk) => Effect.sync(() => publish(feed, chunk))).pipe(
+      Stream.runForEachChunk(records, (chunk) => Effect.sync(() => gather(feed, chunk))).pipe(
         Effect.onExit((exit) =>
           Exit.isInterrupted(exit) ? Effect.void : Effect.sync(() => {
             // Cut off: the subscribers resume by cursor, and the next one opens a fresh feed.
