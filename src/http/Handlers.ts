@@ -110,9 +110,14 @@ const onTheWire = (page: EventPage): typeof Schemas.EventPage.Type => page as ty
  * kept as its Idempotency-Key's answer (Idempotent.ts frees the key of a retryable refusal), and the
  * same keyed upload runs once there is room.
  */
-const admitRefused = (e: AgentloopRejected | AgentloopStoreFailed) =>
+/** An upload refused: a full store (409, retryable), too many compiling (503 `overloaded`, Retry-After), a bad module (400), a store that failed. */
+export const admitRefused = (e: AgentloopRejected | AgentloopStoreFailed) =>
   e._tag === "AgentloopRejected"
-    ? e.full ? new Conflict({ message: e.reason, retryable: true }) : new InvalidRequest({ message: e.reason })
+    ? e.full
+      ? new Conflict({ message: e.reason, retryable: true })
+      : e.overloaded === true
+      ? new Overloaded({ message: e.reason })
+      : new InvalidRequest({ message: e.reason })
     : storeRefused(e)
 
 /** A removal refused: no such module (404), a module in use (409, retryable: until its sessions are deleted), a store that failed (500). */

@@ -106,7 +106,7 @@ export const make = (options: AgentloopsOptions = {}) =>
     const lock = yield* Effect.makeSemaphore(1)
     const exclusive = lock.withPermits(1)
 
-    const rejected = (reason: string, extra: { missing?: boolean; full?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
+    const rejected = (reason: string, extra: { missing?: boolean; full?: boolean; overloaded?: boolean } = {}) => new AgentloopRejected({ reason, ...extra })
     /** The store could not answer (a module that exists but cannot be read now is never "no such module"). */
     const storeFailed = (e: StoreFailed) => new AgentloopStoreFailed({ reason: e.reason, ...(e.exhausted === true ? { exhausted: true } : {}) })
 
@@ -201,7 +201,9 @@ export const make = (options: AgentloopsOptions = {}) =>
       admit: (bytes) =>
         Effect.gen(function*() {
           if (Option.isNone(wasm)) return yield* Effect.fail(rejected("this server runs no WebAssembly host"))
-          const admitted = yield* wasm.value.admit(bytes).pipe(Effect.mapError((e) => rejected(e.reason)))
+          const admitted = yield* wasm.value.admit(bytes, { upload: true }).pipe(
+            Effect.mapError((e) => rejected(e.reason, e.overloaded === true ? { overloaded: true } : {}))
+          )
           // The bound's check and the write under the lock: concurrent uploads are counted one after another.
           return yield* exclusive(Effect.gen(function*() {
             const stored = yield* store.list.pipe(Effect.mapError(storeFailed))

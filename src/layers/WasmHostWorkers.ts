@@ -35,6 +35,8 @@ import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
 import { type InlineEnds, type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule, Verdicts } from "./wasm/Module.js"
+import { CompileQueue } from "./wasm/Compiler.js"
+import type { Answer } from "./wasm/OneThread.js"
 import { Pool } from "./wasm/Pool.js"
 
 export interface WasmHostOptions extends ActivationLimits {
@@ -56,6 +58,10 @@ export interface WasmHostOptions extends ActivationLimits {
   readonly inlineAtAdmission?: boolean
   /** Where admitted modules' instrumented twins are kept across restarts (InlineModules.ts); none: made again in each process. */
   readonly twinCacheDir?: string
+  /** Uploads compiling or waiting to (BRAIN_WASM_COMPILE_QUEUE) past which another is refused `overloaded`; default no bound. */
+  readonly compileQueue?: number
+  /** What compiles an uploaded module (default: the compiling thread, Compiler.ts); for tests that must hold a compile. */
+  readonly compile?: (bytes: Uint8Array) => Promise<Answer<WebAssembly.Module>>
 }
 
 /** Where activations ran: started on the main thread, moved from it to the pool, or run on the pool from the start. */
@@ -261,6 +267,7 @@ export const make = (options: WasmHostOptions) =>
     const inlineMs = options.inlineMs ?? 0
     const inlineLimits: InlineLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes, inlineMs }
     const twins = new InlineModules(options.twinCacheDir)
+    const compiling = new CompileQueue(options.compileQueue, options.compile)
     // What this host decided of each module it was given, by content hash (wasm/Module.ts).
     const verdicts = new Verdicts()
 
@@ -304,7 +311,13 @@ export const make = (options: WasmHostOptions) =>
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,
       admit: (bytes, admission) =>
-        admitModule(bytes, { maxModuleBytes: admission?.shipped === true ? Infinity : options.moduleBytes, maxMemoryBytes: options.memoryBytes }, verdicts, admission ?? {}).pipe(
+        admitModule(
+          bytes,
+          { maxModuleBytes: admission?.shipped === true ? Infinity : options.moduleBytes, maxMemoryBytes: options.memoryBytes },
+          verdicts,
+          admission ?? {},
+          compiling
+        ).pipe(
           Effect.tap((module) => {
             if (inlineMs === 0) return Effect.void
             const prepared = twins.prepare(module.hash, bytes)
@@ -398,6 +411,7 @@ export const layer = Layer.scoped(
       memoryBytes: config.maxWasmMemoryBytes,
       computeMs: config.maxWasmComputeMs,
       ioBytes: config.maxWasmIoBytes,
-      moduleBytes: config.maxWasmModuleBytes
+      moduleBytes: config.maxWasmModuleBytes,
+      compileQueue: config.wasmCompileQueue
     }))
 )

@@ -179,6 +179,8 @@ export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{
   readonly missing?: boolean
   /** The store is full (BRAIN_MAX_WASM_STORE_BYTES). */
   readonly full?: boolean
+  /** Too many uploads are compiling now (BRAIN_WASM_COMPILE_QUEUE): nothing was stored; a retry may pass (503). */
+  readonly overloaded?: boolean
 }> {}
 
 /** A module a session still uses cannot be removed. */

@@ -59,6 +59,8 @@ export interface ServerConfigShape {
   readonly maxWasmModuleBytes: number
   /** Bytes of all stored modules together. */
   readonly maxWasmStoreBytes: number
+  /** Uploaded modules compiling or waiting for the compiling thread; an upload past it is refused 503 `overloaded`. */
+  readonly wasmCompileQueue: number
   /** Wall time of a turn in milliseconds; reaching it starts cancellation. 0 = no bound. */
   readonly maxTurnMs: number
   /** The deadline handed to every tool call, in milliseconds. 0 = no bound. */
@@ -234,6 +236,7 @@ export const defaults: ServerConfigShape = {
   maxWasmIoBytes: 16 * 1024 * 1024,
   maxWasmModuleBytes: 32 * 1024 * 1024,
   maxWasmStoreBytes: 1024 * 1024 * 1024,
+  wasmCompileQueue: 8,
   maxTurnMs: 1800 * 1000,
   maxToolMs: 120 * 1000,
   maxEmittedBytes: 1024 * 1024,
@@ -385,6 +388,7 @@ export const fromConfig = Config.all({
   maxWasmIoBytes: outcomeBytes("BRAIN_MAX_WASM_IO_BYTES", defaults.maxWasmIoBytes, "bytes of a guest's input, output and each host request"),
   maxWasmModuleBytes: positive("BRAIN_MAX_WASM_MODULE_BYTES", defaults.maxWasmModuleBytes, "bytes of an admitted module"),
   maxWasmStoreBytes: positive("BRAIN_MAX_WASM_STORE_BYTES", defaults.maxWasmStoreBytes, "bytes of all stored modules together"),
+  wasmCompileQueue: positive("BRAIN_WASM_COMPILE_QUEUE", defaults.wasmCompileQueue, "uploaded modules compiling or waiting to compile; more are refused 503"),
   maxTurnSecs: timerSecs("BRAIN_MAX_TURN_SECS", defaults.maxTurnMs / 1000, "turn wall time in seconds (0 = no bound)"),
   maxToolSecs: timerSecs("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn, each Event weighed by its journal record (0 = no bound)"),
@@ -513,6 +517,7 @@ export const fromConfig = Config.all({
     maxWasmIoBytes: c.maxWasmIoBytes,
     maxWasmModuleBytes: c.maxWasmModuleBytes,
     maxWasmStoreBytes: c.maxWasmStoreBytes,
+    wasmCompileQueue: c.wasmCompileQueue,
     maxTurnMs: c.maxTurnSecs * 1000,
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,

@@ -26,6 +26,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   maxWasmIoBytes: ["BRAIN_MAX_WASM_IO_BYTES"],
   maxWasmModuleBytes: ["BRAIN_MAX_WASM_MODULE_BYTES"],
   maxWasmStoreBytes: ["BRAIN_MAX_WASM_STORE_BYTES"],
+  wasmCompileQueue: ["BRAIN_WASM_COMPILE_QUEUE"],
   maxTurnMs: ["BRAIN_MAX_TURN_SECS", "secs"],
   maxToolMs: ["BRAIN_MAX_TOOL_SECS", "secs"],
   maxEmittedBytes: ["BRAIN_MAX_EMITTED_BYTES"],

@@ -10,7 +10,11 @@ import type { AgentloopFailed, ActivationInput, Host } from "./Agentloop.js"
 import "../domain/WebAssemblyModule.js"
 
 /** A module refused at admission, and why. */
-export class ModuleRejected extends Data.TaggedError("ModuleRejected")<{ readonly reason: string }> {
+export class ModuleRejected extends Data.TaggedError("ModuleRejected")<{
+  readonly reason: string
+  /** Nothing is wrong with the module: too many uploads are compiling now (BRAIN_WASM_COMPILE_QUEUE); a retry may pass. */
+  readonly overloaded?: boolean
+}> {
   override get message() {
     return this.reason
   }
@@ -72,13 +76,25 @@ export type ToolRun =
   /** The tool answered an error (its object is what the model sees), or failed (trap, budget, bad output). */
   | { readonly _tag: "error"; readonly output: unknown }
 
+/** How a module comes to admission. */
+export interface AdmitOptions {
+  /** Brain's own module (the official loop), not uploaded: no size bound, compiled here. */
+  readonly shipped?: boolean
+  /**
+   * A client's upload: refused `overloaded` (nothing compiled, nothing kept) when
+   * BRAIN_WASM_COMPILE_QUEUE modules are compiling or waiting to already. A stored module compiled
+   * again for a session waits its turn instead: it was accepted once.
+   */
+  readonly upload?: boolean
+}
+
 export interface WasmHostShape {
   /**
    * Validates and compiles a module (docs/abi.md, Admission). `shipped`: a module built with Brain
    * (the official loop), not uploaded, so BRAIN_MAX_WASM_MODULE_BYTES, which bounds one upload,
    * does not apply: a deployment that lowers it must still start.
    */
-  readonly admit: (bytes: Uint8Array, options?: { readonly shipped?: boolean }) => Effect.Effect<AdmittedModule, ModuleRejected>
+  readonly admit: (bytes: Uint8Array, options?: AdmitOptions) => Effect.Effect<AdmittedModule, ModuleRejected>
   /** One activation of an Agentloop module: the turn's result, or why it failed. */
   readonly runLoop: (module: AdmittedModule, input: ActivationInput, host: Host) => Effect.Effect<unknown, AgentloopFailed>
   /** One call of a Wasm tool. */

@@ -16,6 +16,33 @@ export const compilerStats = { requests: 0 }
 
 const compiler = oneThread<CompileRequest, WebAssembly.Module>(COMPILE_WORKER_URL)
 
+/**
+ * What one WasmHost has handed the compiling thread and not had answered: compiling, or waiting
+ * their turn (one at a time, in order). An upload is refused while `max` are (BRAIN_WASM_COMPILE_QUEUE):
+ * without a bound, a burst of uploads of large modules queued without limit, each holding its bytes
+ * (up to BRAIN_MAX_WASM_MODULE_BYTES, twice) and its request for seconds each.
+ */
+export class CompileQueue {
+  /** Modules handed over and not yet answered. */
+  queued = 0
+  constructor(
+    readonly max: number = Number.POSITIVE_INFINITY,
+    private readonly compile: (bytes: Uint8Array) => Promise<Answer<WebAssembly.Module>> = compileOffThread
+  ) {}
+
+  /** Whether an upload is refused now. */
+  get full(): boolean {
+    return this.queued >= this.max
+  }
+
+  run(bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> {
+    this.queued++
+    return this.compile(bytes).finally(() => {
+      this.queued--
+    })
+  }
+}
+
 /** `bytes` compiled off the main thread, or V8's reason it does not compile (`transient` when the thread failed instead). */
 export const compileOffThread = (bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> => {
   compilerStats.requests++

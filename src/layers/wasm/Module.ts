@@ -22,8 +22,8 @@
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { TRANSCRIPT_TAIL } from "../../domain/TranscriptTail.js"
-import { type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
-import { compileOffThread } from "./Compiler.js"
+import { type AdmitOptions, type AdmittedModule, type MemoryLimits, ModuleRejected } from "../../services/WasmHost.js"
+import { CompileQueue } from "./Compiler.js"
 import { HOST_NAME_PREFIX } from "./TwinExports.js"
 
 /** Bytes of one Wasm page. */
@@ -329,7 +329,8 @@ export const admitModule = (
   bytes: Uint8Array,
   limits: AdmissionLimits,
   verdicts: Verdicts = new Verdicts(),
-  options: { readonly shipped?: boolean } = {}
+  options: AdmitOptions = {},
+  queue: CompileQueue = new CompileQueue()
 ): Effect.Effect<AdmittedModule, ModuleRejected> =>
   Effect.gen(function*() {
     const refuse = (reason: string) => Effect.fail(new ModuleRejected({ reason }))
@@ -340,10 +341,18 @@ export const admitModule = (
     const known = verdicts.find(hash)
     if (typeof known === "string") return yield* refuse(known)
     if (known !== undefined) return known
+    if (options.upload === true && options.shipped !== true && queue.full) {
+      return yield* Effect.fail(
+        new ModuleRejected({
+          reason: `BRAIN_WASM_COMPILE_QUEUE (${queue.max}) uploaded modules are compiling or waiting to already; nothing was stored, retry later`,
+          overloaded: true
+        })
+      )
+    }
     const compiled = yield* Effect.promise(() =>
       options.shipped === true
         ? WebAssembly.compile(bytes).then((ok) => ({ ok }), (err: Error) => ({ error: err.message }))
-        : compileOffThread(bytes)
+        : queue.run(bytes)
     )
     if ("error" in compiled) {
       // A thread that failed says nothing of the module: the next admission compiles it again.

@@ -1,0 +1,58 @@
+/**
+ * The bound on uploads waiting for the compiling thread (BRAIN_WASM_COMPILE_QUEUE; Compiler.ts
+ * `CompileQueue`): past it an upload is refused `overloaded` (503 with Retry-After) before anything
+ * is compiled or stored, and a stored module compiled again for a session is never refused by it.
+ */
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Effect, Either, Fiber, Layer } from "effect"
+import { fileStore } from "../../../src/layers/agentloops/ModuleStore.js"
+import { compileOffThread } from "../../../src/layers/wasm/Compiler.js"
+import type { Answer } from "../../../src/layers/wasm/OneThread.js"
+import { admitRefused } from "../../../src/http/Handlers.js"
+import { toResponse } from "../../../src/http/Errors.js"
+import { Agentloops, AgentloopRejected } from "../../../src/services/Agentloop.js"
+import { tempDir } from "../../support/journals.js"
+import { runtimeLayer } from "../../support/runtime.js"
+import { helloLoop, padded } from "../../support/wat.js"
+
+const WASM = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 5_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
+
+describe("the compile queue's bound", () => {
+  it.scopedLive("with BRAIN_WASM_COMPILE_QUEUE at 1 and a compile held, a second concurrent upload is refused overloaded and stores nothing; once the first is done, uploads pass again", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-compile-queue-")
+      const store = fileStore(path.join(dataDir, "agentloops"))
+      const held = yield* Deferred.make<void>()
+      const compiling = yield* Deferred.make<void>()
+      let compiles = 0
+      const compile = (bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> => {
+        compiles++
+        if (compiles > 1) return compileOffThread(bytes)
+        return Effect.runPromise(Effect.zipRight(Deferred.succeed(compiling, undefined), Deferred.await(held))).then(() => compileOffThread(bytes))
+      }
+      const layer = runtimeLayer({ journal: { dataDir }, wasm: { ...WASM, compileQueue: 1, compile }, modules: { store } })
+      yield* Effect.gen(function*() {
+        const agentloops = yield* Agentloops
+        const first = yield* Effect.promise(() => helloLoop())
+        const second = padded(first, first.length + 64) // another module: not answered from the first one's verdict
+        const upload = yield* Effect.fork(agentloops.admit(first))
+        yield* Deferred.await(compiling)
+        const refused = yield* Effect.either(agentloops.admit(second))
+        expect(Either.isLeft(refused) && refused.left._tag === "AgentloopRejected" && refused.left.overloaded).toBe(true)
+        expect(compiles).toBe(1) // the refused upload was not compiled
+        expect(yield* store.list).toEqual([]) // nor stored
+        yield* Deferred.succeed(held, undefined)
+        const admitted = yield* Fiber.join(upload)
+        // The bound counts what is compiling now: the next upload passes.
+        const again = yield* agentloops.admit(second)
+        expect((yield* store.list).map((m) => m.id).sort()).toEqual([admitted.id, again.id].sort())
+      }).pipe(Effect.provide(layer as Layer.Layer<Agentloops>))
+    }))
+
+  it("an upload refused for the compile queue answers 503 overloaded, retryable, with Retry-After", () => {
+    const response = toResponse(admitRefused(new AgentloopRejected({ reason: "busy", overloaded: true })))
+    expect(response.status).toBe(503)
+    expect(response.headers["retry-after"]).toBe("1")
+  })
+})
