@@ -170,7 +170,8 @@ describe("uploaded modules", () => {
 })
 
 describe("uploaded modules under concurrent requests", () => {
-  const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "150000", BRAIN_MAX_WASM_STORE_BYTES: "350000" } })
+  // 10 distinct uploads at once: more than BRAIN_WASM_COMPILE_QUEUE's default (8) lets compile, which would refuse some 503 before the store's bound is reached.
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_MODULE_BYTES: "150000", BRAIN_MAX_WASM_STORE_BYTES: "350000", BRAIN_WASM_COMPILE_QUEUE: "16" } })
 
   it("a DELETE racing a create that names the module never both succeed: the create is 400 or the DELETE 409, and a created session runs", async () => {
     const loop = await helloLoop()

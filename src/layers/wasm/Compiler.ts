@@ -25,6 +25,8 @@ const compiler = oneThread<CompileRequest, WebAssembly.Module>(COMPILE_WORKER_UR
 export class CompileQueue {
   /** Modules handed over and not yet answered. */
   queued = 0
+  /** Their answers, by content hash: the same bytes uploaded again meanwhile wait for that answer, not in the queue. */
+  private readonly underWay = new Map<string, Promise<Answer<WebAssembly.Module>>>()
   constructor(
     readonly max: number = Number.POSITIVE_INFINITY,
     private readonly compile: (bytes: Uint8Array) => Promise<Answer<WebAssembly.Module>> = compileOffThread
@@ -35,11 +37,19 @@ export class CompileQueue {
     return this.queued >= this.max
   }
 
-  run(bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> {
+  /** The answer for the module of `hash` being compiled now, if it is. */
+  underWayFor(hash: string): Promise<Answer<WebAssembly.Module>> | undefined {
+    return this.underWay.get(hash)
+  }
+
+  run(bytes: Uint8Array, hash: string): Promise<Answer<WebAssembly.Module>> {
     this.queued++
-    return this.compile(bytes).finally(() => {
+    const answer = this.compile(bytes).finally(() => {
       this.queued--
+      this.underWay.delete(hash)
     })
+    this.underWay.set(hash, answer)
+    return answer
   }
 }
 

@@ -341,7 +341,8 @@ export const admitModule = (
     const known = verdicts.find(hash)
     if (typeof known === "string") return yield* refuse(known)
     if (known !== undefined) return known
-    if (options.upload === true && options.shipped !== true && queue.full) {
+    const underWay = options.shipped === true ? undefined : queue.underWayFor(hash)
+    if (options.upload === true && options.shipped !== true && underWay === undefined && queue.full) {
       return yield* Effect.fail(
         new ModuleRejected({
           reason: `BRAIN_WASM_COMPILE_QUEUE (${queue.max}) uploaded modules are compiling or waiting to already; nothing was stored, retry later`,
@@ -352,7 +353,7 @@ export const admitModule = (
     const compiled = yield* Effect.promise(() =>
       options.shipped === true
         ? WebAssembly.compile(bytes).then((ok) => ({ ok }), (err: Error) => ({ error: err.message }))
-        : queue.run(bytes)
+        : underWay ?? queue.run(bytes, hash)
     )
     if ("error" in compiled) {
       // A thread that failed says nothing of the module: the next admission compiles it again.

@@ -19,7 +19,7 @@ import { helloLoop, padded } from "../../support/wat.js"
 const WASM = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 5_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
 describe("the compile queue's bound", () => {
-  it.scopedLive("with BRAIN_WASM_COMPILE_QUEUE at 1 and a compile held, a second concurrent upload is refused overloaded and stores nothing; once the first is done, uploads pass again", () =>
+  it.scopedLive("with BRAIN_WASM_COMPILE_QUEUE at 1 and a compile held, a second concurrent upload is refused overloaded and stores nothing, the same bytes again wait for that compile; once it is done, uploads pass again", () =>
     Effect.gen(function*() {
       const dataDir = yield* tempDir("brain-compile-queue-")
       const store = fileStore(path.join(dataDir, "agentloops"))
@@ -42,8 +42,13 @@ describe("the compile queue's bound", () => {
         expect(Either.isLeft(refused) && refused.left._tag === "AgentloopRejected" && refused.left.overloaded).toBe(true)
         expect(compiles).toBe(1) // the refused upload was not compiled
         expect(yield* store.list).toEqual([]) // nor stored
+        // The same bytes as the one compiling are not another compile: they wait for its answer.
+        const same = yield* Effect.fork(agentloops.admit(first))
+        yield* Effect.sleep("20 millis")
+        expect(compiles).toBe(1)
         yield* Deferred.succeed(held, undefined)
         const admitted = yield* Fiber.join(upload)
+        expect((yield* Fiber.join(same)).id).toBe(admitted.id)
         // The bound counts what is compiling now: the next upload passes.
         const again = yield* agentloops.admit(second)
         expect((yield* store.list).map((m) => m.id).sort()).toEqual([admitted.id, again.id].sort())
