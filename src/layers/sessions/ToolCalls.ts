@@ -35,7 +35,7 @@ import { Once } from "../Waits.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
 
 /**
- * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_MS and its tool's `timeout_ms` (undefined:
+ * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_SECS (in ms) and its tool's `timeout_ms` (undefined:
  * none). A `timeout_ms` above TOOL_TIMEOUT_MAX_MS (a configuration from before the create body's
  * bound) counts as that: now + it stays a whole `deadline_at_ms`.
  */
