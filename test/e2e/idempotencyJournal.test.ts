@@ -174,7 +174,13 @@ describe("idempotency keys in the session's journal", () => {
     const answered = await send("hello", "answered")
     expect(answered.status, answered.text).toBe(200)
     const cut = send("slow", "cut").then((r) => r, (e: unknown) => e)
-    await eventually("the keyed turn to run", async () => (await request(s.baseUrl, `/v1/sessions/${id}`)).body.status === "running" || undefined)
+    // Killed once its model call is durably started (an Event is served once it is committed), so
+    // the key is in the journal: "running" alone can be seen before the turn's first commit lands,
+    // and a send killed before it was never started and may rightly run on its retry.
+    await eventually("the keyed turn's model call to be started", async () => {
+      const page = await request(s.baseUrl, `/v1/sessions/${id}/events?limit=1000`)
+      return page.body.events.filter((e: { kind: string }) => e.kind === "model_call_started").length === 2 || undefined
+    })
     await s.kill()
     expect(await cut).toBeInstanceOf(Error)
     await s.start()
