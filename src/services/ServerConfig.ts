@@ -76,6 +76,12 @@ export interface ServerConfigShape {
    */
   readonly maxTurnWriteBytes: number
   /**
+   * Bytes one session's kv may hold across its turns, each entry measured as its state counts it
+   * (Projection.ts `kvEntryBytes`); a `kv_put` that would grow it past this is refused with
+   * `kv_limit`, nothing written. 0 = no bound.
+   */
+  readonly maxSessionKvBytes: number
+  /**
    * Bytes of a turn's input (its JSON: the message and any media) at most; a larger send or
    * submit is refused (413) before anything is journaled. 0 = no bound.
    */
@@ -244,6 +250,8 @@ export const defaults: ServerConfigShape = {
   // growth, bounded by the room its next input leaves it, its model and tool calls, 1 MiB of
   // Events), far below the gigabytes a loop repeating its largest request could write.
   maxTurnWriteBytes: 256 * 1024 * 1024,
+  // A session's kv is held in memory whole, across turns: a quarter of what one turn may write.
+  maxSessionKvBytes: 64 * 1024 * 1024,
   // A quarter of maxWasmIoBytes: a loop's output carries the message again, with the model's answer.
   maxInputBytes: 4 * 1024 * 1024,
   cancelGraceMs: 5000,
@@ -393,6 +401,7 @@ export const fromConfig = Config.all({
   maxToolSecs: timerSecs("BRAIN_MAX_TOOL_SECS", defaults.maxToolMs / 1000, "tool call deadline in seconds (0 = no bound)"),
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn, each Event weighed by its journal record (0 = no bound)"),
   maxTurnWriteBytes: nonNegative("BRAIN_MAX_TURN_WRITE_BYTES", defaults.maxTurnWriteBytes, "journal bytes a turn's host calls may write (0 = no bound)"),
+  maxSessionKvBytes: nonNegative("BRAIN_MAX_SESSION_KV_BYTES", defaults.maxSessionKvBytes, "bytes one session's kv may hold across its turns, each entry as its state counts it (0 = no bound)"),
   maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
   cancelGraceMs: timerMs("BRAIN_CANCEL_GRACE_MS", 0, defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: timerMs("BRAIN_STAGED_OPENING_MS", 1, defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
@@ -522,6 +531,7 @@ export const fromConfig = Config.all({
     maxToolMs: c.maxToolSecs * 1000,
     maxEmittedBytes: c.maxEmittedBytes,
     maxTurnWriteBytes: c.maxTurnWriteBytes,
+    maxSessionKvBytes: c.maxSessionKvBytes,
     maxInputBytes: c.maxInputBytes,
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,

@@ -31,6 +31,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   maxToolMs: ["BRAIN_MAX_TOOL_SECS", "secs"],
   maxEmittedBytes: ["BRAIN_MAX_EMITTED_BYTES"],
   maxTurnWriteBytes: ["BRAIN_MAX_TURN_WRITE_BYTES"],
+  maxSessionKvBytes: ["BRAIN_MAX_SESSION_KV_BYTES"],
   maxInputBytes: ["BRAIN_MAX_INPUT_BYTES"],
   cancelGraceMs: ["BRAIN_CANCEL_GRACE_MS"],
   stagedOpeningMs: ["BRAIN_STAGED_OPENING_MS"],

@@ -6,6 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { describeConfigError } from "../../src/cli/serve.js"
 import { fromConfig, reservedConnections } from "../../src/services/ServerConfig.js"
+import { validated } from "../../src/services/ServerConfigOverrides.js"
 
 const read = (env: Record<string, string>) =>
   Effect.either(Effect.withConfigProvider(fromConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
@@ -33,6 +34,28 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isRight(small) && small.right.journalLogBytes).toBe(65536)
       expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "-1" }))).toBe(true)
       expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "big" }))).toBe(true)
+    }))
+
+  it.effect("BRAIN_MAX_SESSION_KV_BYTES is 64 MiB unset, 0 means no bound, and a negative, fractional or non-number value is refused at start by name, from the environment and from code alike", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.maxSessionKvBytes).toBe(64 * 1024 * 1024)
+      const off = yield* read({ BRAIN_MAX_SESSION_KV_BYTES: "0" })
+      expect(Either.isRight(off) && off.right.maxSessionKvBytes).toBe(0)
+      const some = yield* read({ BRAIN_MAX_SESSION_KV_BYTES: "4096" })
+      expect(Either.isRight(some) && some.right.maxSessionKvBytes).toBe(4096)
+      for (const bad of ["-1", "1.5", "lots", ""]) {
+        const r = yield* read({ BRAIN_MAX_SESSION_KV_BYTES: bad })
+        expect(Either.isLeft(r), bad).toBe(true)
+        if (Either.isLeft(r)) expect(describeConfigError(r.left), bad).toContain("BRAIN_MAX_SESSION_KV_BYTES")
+      }
+      const given = yield* Effect.either(validated({ maxSessionKvBytes: 2048 }))
+      expect(Either.isRight(given) && given.right.maxSessionKvBytes).toBe(2048)
+      for (const bad of [-1, 1.5, Number.NaN]) {
+        const r = yield* Effect.either(validated({ maxSessionKvBytes: bad }))
+        expect(Either.isLeft(r), String(bad)).toBe(true)
+        if (Either.isLeft(r)) expect(describeConfigError(r.left), String(bad)).toContain("BRAIN_MAX_SESSION_KV_BYTES")
+      }
     }))
 
   it.effect("BRAIN_REQUEST_TIMEOUT_MS, the time a whole request may take to arrive, is 60 s unset and at least 1 ms", () =>
@@ -144,7 +167,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_MAX_MODEL_CALLS", "BRAIN_MAX_TOOL_CALLS_PER_DISPATCH", "BRAIN_WASM_COMPILE_QUEUE", "BRAIN_MAX_MODEL_SECS", "BRAIN_MAX_MODEL_OUTPUT_BYTES", "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES",
     "BRAIN_WASM_WORKERS", "BRAIN_WASM_THREADS", "BRAIN_WASM_INLINE_MS", "BRAIN_MAX_WASM_MEMORY_BYTES", "BRAIN_MAX_WASM_COMPUTE_MS",
     "BRAIN_MAX_WASM_IO_BYTES", "BRAIN_MAX_WASM_MODULE_BYTES", "BRAIN_MAX_WASM_STORE_BYTES", "BRAIN_MAX_TURN_SECS", "BRAIN_MAX_TOOL_SECS",
-    "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_TURN_WRITE_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
+    "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_TURN_WRITE_BYTES", "BRAIN_MAX_SESSION_KV_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
     "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
