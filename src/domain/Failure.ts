@@ -30,6 +30,7 @@ export const FailureCodes = [
   "tool_call_limit",
   "emitted_bytes_limit",
   "turn_write_limit",
+  "kv_limit",
   "reserved_kind",
   "model_failed",
   // a model provider: what went wrong, so a loop can choose (Brain itself never retries)

@@ -90,6 +90,11 @@ export interface SessionState {
    * plus fixed costs per entry), kept current by every fold: what the memory budgets count.
    */
   readonly bytes: number
+  /**
+   * The part of `bytes` its kv holds (`kvEntryBytes` of each entry), kept current by every fold
+   * and recounted from the entries when a checkpoint is read: what BRAIN_MAX_SESSION_KV_BYTES bounds.
+   */
+  readonly kvBytes: number
 }
 
 /** Bytes. The fixed part of a state. */
@@ -113,14 +118,28 @@ const messagesBytes = (messages: ReadonlyArray<unknown>) => {
   for (const m of messages) n += jsonBytes(m)
   return n
 }
-const kvEntryBytes = (key: string, value: unknown) => KV_ENTRY_BYTES + jsonBytes(key) + jsonBytes(value)
+/** The bytes one kv entry holds in a state (`bytes`, `kvBytes`). */
+export const kvEntryBytes = (key: string, value: unknown) => KV_ENTRY_BYTES + jsonBytes(key) + jsonBytes(value)
+
+/** The bytes a state's kv holds, counted from scratch; a fold keeps the same count incrementally. */
+export const kvBytesOf = (kv: HashMap.HashMap<string, unknown>): number => {
+  let n = 0
+  for (const [k, v] of kv) n += kvEntryBytes(k, v)
+  return n
+}
+
+/** How many bytes putting `value` under `key` adds to the state's kv (negative or 0 when it does not grow it). */
+export const kvPutGrowth = (state: Pick<SessionState, "kv">, key: string, value: unknown): number => {
+  const old = HashMap.get(state.kv, key)
+  return kvEntryBytes(key, value) - (Option.isSome(old) ? kvEntryBytes(key, old.value) : 0)
+}
 const requestBytes = (id: string, e: RequestEntry) => REQUEST_ENTRY_BYTES + jsonBytes(id) + jsonBytes(e.hash)
 
 /** The bytes of a state counted from scratch; a fold keeps the same count incrementally. */
-export const stateBytes = (s: Omit<SessionState, "bytes">): number => {
+export const stateBytes = (s: Omit<SessionState, "bytes" | "kvBytes">): number => {
   let n = STATE_BYTES + (s.configuration ? jsonBytes(s.configuration) : 0) + messagesBytes(s.transcript)
   n += s.transcriptLengths.size * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
-  for (const [k, v] of s.kv) n += kvEntryBytes(k, v)
+  n += kvBytesOf(s.kv)
   for (const [id, e] of s.requests) n += requestBytes(id, e)
   return n
 }
@@ -145,7 +164,8 @@ export const empty: SessionState = {
   requests: HashMap.empty(),
   turnRequest: undefined,
   requestsOldest: 0,
-  bytes: STATE_BYTES
+  bytes: STATE_BYTES,
+  kvBytes: 0
 }
 
 const closingKinds = new Map<string, keyof typeof EffectKinds>(
@@ -305,14 +325,19 @@ const foldWith = (state: SessionState, record: JournalRecord, transcripts: FoldT
       break
     }
     case "kv_put": {
-      const old = HashMap.get(state.kv, p.key as string)
-      next.bytes += kvEntryBytes(p.key, p.value) - (Option.isSome(old) ? kvEntryBytes(p.key, old.value) : 0)
+      const growth = kvPutGrowth(state, p.key, p.value)
+      next.bytes += growth
+      next.kvBytes += growth
       next.kv = HashMap.set(state.kv, p.key as string, p.value)
       break
     }
     case "kv_delete": {
       const old = HashMap.get(state.kv, p.key as string)
-      if (Option.isSome(old)) next.bytes -= kvEntryBytes(p.key, old.value)
+      if (Option.isSome(old)) {
+        const freed = kvEntryBytes(p.key, old.value)
+        next.bytes -= freed
+        next.kvBytes -= freed
+      }
       next.kv = HashMap.remove(state.kv, p.key as string)
       break
     }
@@ -531,5 +556,5 @@ export const deserializeState = (j: SerializedState): SessionState => {
     requestsOldest: j.requestsOldest
   }
   // Counted from the content, never taken from the file.
-  return { ...state, bytes: stateBytes(state) }
+  return { ...state, bytes: stateBytes(state), kvBytes: kvBytesOf(state.kv) }
 }

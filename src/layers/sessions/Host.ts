@@ -35,7 +35,7 @@ import { makeDispatch } from "./ToolCalls.js"
 import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
 import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
-import { counted, countWrite, recordBytes, type Weighed, weigh, writeRefusal } from "./TurnWrites.js"
+import { counted, countWrite, kvRefusal, recordBytes, type Weighed, weigh, writeRefusal } from "./TurnWrites.js"
 import { MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
@@ -184,6 +184,23 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     countWrite(scope, record.bytes)
     return write(commit(journal, cell, [record.entry]))
   }
+
+  /**
+   * A kv put: refused, nothing written and the state unchanged, when it would grow the session's kv
+   * past BRAIN_MAX_SESSION_KV_BYTES (`kv_limit`) or the turn's writes past
+   * BRAIN_MAX_TURN_WRITE_BYTES. Checked in the turn's write lock, against the state every earlier
+   * write of the turn has folded into, so that puts made at once cannot pass the bound together.
+   */
+  const kvPut: Host["kvPut"] = (key, value) =>
+    live(scope.writes.run(Effect.suspend(() => {
+      const put = { key, value: value ?? null }
+      const record = weigh("kv_put", put)
+      // A value JSON cannot write weighs nothing, and the journal refuses it whole.
+      const refused = (record.bytes > 0 ? kvRefusal(config, cell.state, key, put.value) : undefined) ?? writeRefusal(config, scope, record.bytes)
+      if (refused !== undefined) return refuse(refused)
+      countWrite(scope, record.bytes)
+      return Effect.asVoid(Effect.mapError(commit(journal, cell, [record.entry]), storageFailure))
+    })))
 
   const hooks: FenceHooks = {
     committed: (committed) => cell.foldIn(committed),
@@ -338,7 +355,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     telemetry: (data) => report(data),
     refusal,
     kvRead: (key) => live(Effect.sync(() => kvRead(cell.state, key))),
-    kvPut: (key, value) => live(Effect.suspend(() => Effect.asVoid(commitCounted(weigh("kv_put", { key, value: value ?? null }))))),
+    kvPut,
     kvDelete: (key) => live(Effect.suspend(() => Effect.asVoid(commitCounted(weigh("kv_delete", { key }))))),
     setTranscript,
     setTranscriptAtEnd,

@@ -24,6 +24,7 @@
  * weighing a record costs no second serialization.
  */
 import { failure, type Failure } from "../../domain/Failure.js"
+import { kvPutGrowth, type SessionState } from "../../domain/Projection.js"
 import { type Entry, entry, type PayloadOf, type RecordKind, type WrittenEntry, writtenEntry } from "../../domain/Records.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import { BODY_FIXED_BYTES, HEADER_BYTES } from "../journal/Frame.js"
@@ -65,6 +66,24 @@ export const writeRefusal = (config: Pick<ServerConfigShape, "maxTurnWriteBytes"
   return failure(
     "turn_write_limit",
     `this turn would pass BRAIN_MAX_TURN_WRITE_BYTES (${config.maxTurnWriteBytes}): its host calls have written ${written} bytes to the journal, and this write is ${bytes}`
+  )
+}
+
+/**
+ * Why a `kv_put` of `value` under `key` is refused: it would grow the session's kv past
+ * BRAIN_MAX_SESSION_KV_BYTES (each entry as the state counts it, Projection.ts `kvEntryBytes`);
+ * undefined when it fits. A put that does not grow the kv (a value no larger than the one it
+ * replaces) always fits, as does every `kv_delete`. Unlike a turn's writes, the kv stays: the
+ * bound holds across the session's turns, and only a delete or a smaller value makes room.
+ */
+export const kvRefusal = (config: Pick<ServerConfigShape, "maxSessionKvBytes">, state: Pick<SessionState, "kv" | "kvBytes">, key: string, value: unknown): Failure | undefined => {
+  if (config.maxSessionKvBytes <= 0) return undefined
+  const growth = kvPutGrowth(state, key, value)
+  if (growth <= 0 || state.kvBytes + growth <= config.maxSessionKvBytes) return undefined
+  return failure(
+    "kv_limit",
+    `this put would take the session's kv past BRAIN_MAX_SESSION_KV_BYTES (${config.maxSessionKvBytes}): it holds ${state.kvBytes} bytes, and this put adds ${growth}; delete keys or store smaller values to make room`,
+    { details: { setting: "BRAIN_MAX_SESSION_KV_BYTES", limit: config.maxSessionKvBytes, kv_bytes: state.kvBytes, growth } }
   )
 }
 
