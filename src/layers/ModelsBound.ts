@@ -13,7 +13,7 @@ import { endpointChange, type ModelProvider } from "../domain/ModelBinding.js"
 import { ModelBindings } from "../services/ModelBindings.js"
 import { ModelFailed, Models, type ModelsShape } from "../services/Models.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { scripted } from "./ModelsScripted.js"
+import { scriptedWithin } from "./ModelsScripted.js"
 import type { Provider } from "./models/Provider.js"
 
 export type Providers = Partial<Record<ModelProvider, Provider>>
@@ -27,6 +27,8 @@ export const make = (providers: Providers) =>
     const config = yield* ServerConfig
     const dispatcher = yield* NodeHttpClient.Dispatcher
     const limits = { stallMs: config.maxModelMs, maxOutputBytes: config.maxModelOutputBytes }
+    // The scripted provider is held to the same bounds as an HTTP one (docs/operations.md).
+    const scripted = scriptedWithin(limits)
     const service: ModelsShape = {
       call: (call) =>
         Effect.suspend(() => {

@@ -3,7 +3,11 @@
  * Replies are used in order, cyclically, indexed by the session's count of model calls so far, so
  * a session behaves the same across restarts. With no replies it echoes the last user message.
  * Like a real provider it streams: its text goes to `onDelta` word by word (spread over the
- * reply's `delay_ms` when it has one), then the whole result is returned.
+ * reply's `delay_ms` when it has one), then the whole result is returned. And like a real provider
+ * it is held to BRAIN_MAX_MODEL_SECS and BRAIN_MAX_MODEL_OUTPUT_BYTES (`scriptedWithin`): a wait
+ * between two pieces (or before the first) longer than the stall bound fails the call
+ * `model_timeout` once the bound has passed, and an answer (its text, then its tool calls as JSON)
+ * over the output bound fails it `model_output_limit`, both ambiguous as for an HTTP provider.
  */
 import { Duration, Effect, Layer } from "effect"
 import type { Message } from "../domain/Messages.js"
@@ -18,19 +22,61 @@ const textOf = (m: Message): string =>
 /** Words with the space that follows them, so the deltas join back into the text exactly. */
 const pieces = (text: string) => text.match(/\S+\s*|\s+/g) ?? []
 
-/** Hands the text to `onDelta` piece by piece, spread evenly over `delayMs`. */
-const stream = Effect.fnUntraced(function*(call: ModelCall, text: string, delayMs: number) {
+/** The bounds a real provider's call is held to (ServerConfig's maxModelMs / maxModelOutputBytes); 0 = no bound. */
+export interface ScriptedLimits {
+  /** Milliseconds a call may send nothing before it fails `model_timeout`. */
+  readonly stallMs: number
+  /** Bytes of answer before the call fails `model_output_limit`. */
+  readonly maxOutputBytes: number
+}
+
+const UNBOUNDED: ScriptedLimits = { stallMs: 0, maxOutputBytes: 0 }
+
+const utf8 = new TextEncoder()
+const bytesOf = (text: string) => utf8.encode(text).byteLength
+
+const stalled = (stallMs: number) =>
+  new ModelFailed({
+    code: "model_timeout",
+    message: `the scripted provider sent nothing for ${stallMs} ms (BRAIN_MAX_MODEL_SECS)`,
+    ambiguous: true,
+    retryable: true
+  })
+
+const overOutput = (maxOutputBytes: number) =>
+  new ModelFailed({
+    code: "model_output_limit",
+    message: `the scripted provider sent more than ${maxOutputBytes} bytes (BRAIN_MAX_MODEL_OUTPUT_BYTES)`,
+    ambiguous: true,
+    retryable: false
+  })
+
+/**
+ * Hands the text to `onDelta` piece by piece, spread evenly over `delayMs` (the whole delay at once
+ * when nobody listens), within `limits`: returns the answer's bytes so far.
+ */
+const stream = Effect.fnUntraced(function*(call: ModelCall, text: string, delayMs: number, limits: ScriptedLimits) {
   const parts = pieces(text)
   const onDelta = call.onDelta
+  const step = onDelta && parts.length > 0 ? delayMs / parts.length : delayMs
+  if (limits.stallMs > 0 && step > limits.stallMs) {
+    yield* Effect.sleep(Duration.millis(limits.stallMs))
+    return yield* Effect.fail(stalled(limits.stallMs))
+  }
   if (!onDelta || parts.length === 0) {
     if (delayMs > 0) yield* Effect.sleep(Duration.millis(delayMs))
-    return
+    const bytes = bytesOf(text)
+    if (limits.maxOutputBytes > 0 && bytes > limits.maxOutputBytes) return yield* Effect.fail(overOutput(limits.maxOutputBytes))
+    return bytes
   }
-  const step = delayMs / parts.length
+  let bytes = 0
   for (const part of parts) {
     if (step > 0) yield* Effect.sleep(Duration.millis(step))
+    bytes += bytesOf(part)
+    if (limits.maxOutputBytes > 0 && bytes > limits.maxOutputBytes) return yield* Effect.fail(overOutput(limits.maxOutputBytes))
     onDelta({ type: "text", text: part })
   }
+  return bytes
 })
 
 /**
@@ -53,11 +99,15 @@ const PROVIDER_FAILURES = {
 } as const satisfies Partial<Record<ModelFailureCode, { readonly ambiguous: boolean; readonly retryable: boolean }>>
 type ProviderFailure = keyof typeof PROVIDER_FAILURES
 
-export const scripted: ModelsShape = {
-  call: (call) => Effect.gen(() => callOf(call))
-}
+/** The scripted provider held to `limits`, as ModelsBound serves it. */
+export const scriptedWithin = (limits: ScriptedLimits): ModelsShape => ({
+  call: (call) => Effect.gen(() => callOf(call, limits))
+})
 
-function* callOf(call: ModelCall) {
+/** The scripted provider with no bound (tests that wrap it; the server serves `scriptedWithin`). */
+export const scripted: ModelsShape = scriptedWithin(UNBOUNDED)
+
+function* callOf(call: ModelCall, limits: ScriptedLimits) {
   const { index, model, request, sequence } = call
   if (typeof model === "string") {
     return yield* Effect.fail(
@@ -72,11 +122,11 @@ function* callOf(call: ModelCall) {
   const replies = model.replies ?? []
   if (replies.length === 0) {
     const text = lastUserText(request.messages)
-    yield* stream(call, text, 0)
+    yield* stream(call, text, 0, limits)
     return { text, tool_calls: [], stop_reason: "end" } satisfies ModelResult
   }
   const reply = replies[index % replies.length]!
-  yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0)
+  const textBytes = yield* stream(call, reply.text ?? "", reply.delay_ms ?? 0, limits)
   if (reply.fail) {
     const known = Object.hasOwn(PROVIDER_FAILURES, reply.fail.code) ? PROVIDER_FAILURES[reply.fail.code as ProviderFailure] : undefined
     return yield* Effect.fail(
@@ -86,6 +136,9 @@ function* callOf(call: ModelCall) {
     )
   }
   const toolCalls = (reply.tool_calls ?? []).map((c, i) => ({ id: `call_${sequence}_${i}`, name: c.name, input: c.input }))
+  if (limits.maxOutputBytes > 0 && toolCalls.length > 0 && textBytes + bytesOf(JSON.stringify(toolCalls)) > limits.maxOutputBytes) {
+    return yield* Effect.fail(overOutput(limits.maxOutputBytes))
+  }
   return {
     text: reply.text ?? "",
     tool_calls: toolCalls,

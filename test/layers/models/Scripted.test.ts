@@ -5,9 +5,13 @@
  * unknown) is `model_failed` naming it.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { NodeHttpClient } from "@effect/platform-node"
+import { Effect, Layer } from "effect"
 import type { SessionId } from "../../../src/domain/Ids.js"
+import * as ModelsBound from "../../../src/layers/ModelsBound.js"
 import { scripted } from "../../../src/layers/ModelsScripted.js"
+import { ModelBindings } from "../../../src/services/ModelBindings.js"
+import * as ServerConfig from "../../../src/services/ServerConfig.js"
 
 const callFailing = (fail: { code: string; message: string }) =>
   Effect.flip(scripted.call({
@@ -35,5 +39,58 @@ describe("the scripted provider's scripted failures", () => {
       expect(other).toMatchObject({ code: "model_failed", message: "boom: the model fell over", retryable: false, ambiguous: false })
       const notModel = yield* callFailing({ code: "model_call_limit", message: "no" })
       expect(notModel).toMatchObject({ code: "model_failed", message: "model_call_limit: no" })
+    }))
+})
+
+describe("the scripted provider is held to the model bounds, as served", () => {
+  const served = (overrides: { maxModelMs: number; maxModelOutputBytes: number }) =>
+    ModelsBound.make({}).pipe(
+      Effect.provide(Layer.mergeAll(
+        Layer.succeed(ModelBindings, { names: [], get: () => undefined }),
+        ServerConfig.layerWith(overrides),
+        NodeHttpClient.dispatcherLayer
+      ))
+    )
+  const call = (reply: Record<string, unknown>, onDelta?: (d: unknown) => void) => ({
+    session: "ses_01m8xye3qb8kn08yv6gx15teh2" as SessionId,
+    sequence: 5,
+    index: 0,
+    model: { provider: "scripted", replies: [reply] },
+    request: { messages: [{ role: "user", content: "hi" }] },
+    onDelta
+  } as any)
+
+  it.live("a wait longer than BRAIN_MAX_MODEL_SECS fails the call model_timeout, ambiguous, once the bound has passed (not after the scripted delay)", () =>
+    Effect.gen(function*() {
+      const models = yield* served({ maxModelMs: 100, maxModelOutputBytes: 0 })
+      const started = Date.now()
+      const failed = yield* Effect.flip(models.call(call({ text: "slow", delay_ms: 5000 })))
+      expect(failed).toMatchObject({ code: "model_timeout", ambiguous: true, retryable: true })
+      expect(failed.message).toContain("BRAIN_MAX_MODEL_SECS")
+      expect(Date.now() - started).toBeLessThan(3000)
+      const deltas: Array<unknown> = []
+      const streamed = yield* Effect.flip(models.call(call({ text: "a b c d", delay_ms: 2000 }, (d) => deltas.push(d))))
+      expect(streamed.code).toBe("model_timeout")
+      expect(deltas).toEqual([])
+      // Deltas closer together than the bound pass, however long the whole answer takes.
+      const within = yield* models.call(call({ text: "a b c d", delay_ms: 200 }, (d) => deltas.push(d)))
+      expect(within.text).toBe("a b c d")
+      expect(deltas).toHaveLength(4)
+    }))
+
+  it.live("an answer over BRAIN_MAX_MODEL_OUTPUT_BYTES fails the call model_output_limit, ambiguous, and one within it is whole", () =>
+    Effect.gen(function*() {
+      const models = yield* served({ maxModelMs: 0, maxModelOutputBytes: 100 })
+      const failed = yield* Effect.flip(models.call(call({ text: "y".repeat(500) })))
+      expect(failed).toMatchObject({ code: "model_output_limit", ambiguous: true, retryable: false })
+      expect(failed.message).toContain("BRAIN_MAX_MODEL_OUTPUT_BYTES")
+      const deltas: Array<string> = []
+      const streamed = yield* Effect.flip(models.call(call({ text: "word ".repeat(40) }, (d: any) => deltas.push(d.text))))
+      expect(streamed.code).toBe("model_output_limit")
+      expect(deltas.join("").length).toBeLessThanOrEqual(100)
+      const tools = yield* Effect.flip(models.call(call({ text: "x", tool_calls: [{ name: "t", input: { pad: "z".repeat(200) } }] })))
+      expect(tools.code).toBe("model_output_limit")
+      const whole = yield* models.call(call({ text: "y".repeat(100) }))
+      expect(whole.text).toBe("y".repeat(100))
     }))
 })
