@@ -233,6 +233,7 @@ export const gate = (options: GateOptions) => {
         // The budget is charged by the bytes that arrive (readBody), not by the length declared.
         const held: Held = { bytes: 0, detach: undefined }
         const budget = options.bodies
+        reading.add(incoming)
         return yield* Effect.ensuring(
           routeWithBody(request, path, app, options, held),
           Effect.sync(() => {
@@ -242,7 +243,35 @@ export const gate = (options: GateOptions) => {
         )
       }
       return yield* app
-    }).pipe(Effect.catchAllCause(shapeError))
+    }).pipe(
+      Effect.catchAllCause(shapeError),
+      Effect.flatMap((response) =>
+        Effect.map(HttpServerRequest.HttpServerRequest, (request) => {
+          const incoming = NodeHttpServerRequest.toIncomingMessage(request)
+          return closesAfterAnswer(incoming) ? HttpServerResponse.setHeader(response, "connection", "close") : response
+        })
+      )
+    )
+}
+
+/** Requests whose body the gate began to read (routeWithBody): answered after it, or as it ran past the bound. */
+const reading = new WeakSet<IncomingMessage>()
+/** Requests whose body was refused while it arrived, as it passed BRAIN_MAX_REQUEST_BYTES (readBody). */
+const cutShort = new WeakSet<IncomingMessage>()
+
+/**
+ * Whether the answer closes the connection (docs/api.md 413, docs/operations.md): a request that
+ * declares a body and is refused before the gate reads it (a declared length over the bound, a
+ * missing token, a method the path does not take, …), or one whose body ran past the bound as it
+ * arrived. Kept alive, the connection would read the rest of the body only to discard it, and a
+ * client taking the answer's `keep-alive` at its word would have its next request read as that
+ * body. A request that declares no body keeps its connection.
+ */
+const closesAfterAnswer = (incoming: IncomingMessage): boolean => {
+  if (cutShort.has(incoming)) return true
+  if (reading.has(incoming)) return false
+  const declared = incoming.headers["content-length"]
+  return (declared !== undefined && declared !== "0") || incoming.headers["transfer-encoding"] !== undefined
 }
 
 /**
@@ -355,10 +384,12 @@ const unexpectedBody = (text: string) => {
 }
 
 /**
- * Reads the whole body, taking its bytes from the budget as they arrive. Past `max`, or when the
- * budget cannot take the next bytes, the body is refused: what it held is given back at once, and
- * the rest is read and discarded (so the refusal is answered on a live connection, never by
- * resetting it), then the answer is undefined (too large) or "busy". A slow body holds only the
+ * Reads the whole body, taking its bytes from the budget as they arrive. Past `max` the body is
+ * refused at once: what it held is given back, the answer is undefined (too large) and the
+ * connection is closed after it (`cutShort`), so a client streaming a large body learns at the
+ * bound rather than after uploading all of it. When the budget cannot take the next bytes, the body
+ * is refused "busy": what it held is given back at once, and the rest is read and discarded (the
+ * refusal is answered on a live connection, never by resetting it). A slow body holds only the
  * bytes it has sent; the listener's request timeout (Connections.ts) bounds how long it may take.
  * The listeners come off when the body ends or fails, or by `held.detach`, which the gate's
  * finalizer calls: a request interrupted while its body arrives (its connection closed) takes no
@@ -396,7 +427,14 @@ const readBody = (request: HttpServerRequest.HttpServerRequest, max: number, bud
     const onData = (chunk: Buffer) => {
       if (refused !== undefined) return
       size += chunk.length
-      if (size > max) return refuse("tooLarge")
+      if (size > max) {
+        // Answered now, the connection closed after the answer: the client learns at the bound,
+        // not after uploading the rest (docs/api.md 413).
+        refuse("tooLarge")
+        cutShort.add(source)
+        detach()
+        return resume(Effect.succeed(undefined))
+      }
       if (budget) {
         if (!budget.take(chunk.length, held.bytes)) return refuse("busy")
         held.bytes += chunk.length
