@@ -181,16 +181,29 @@ export class AgentloopRejected extends Data.TaggedError("AgentloopRejected")<{
   readonly full?: boolean
   /** Too many uploads are compiling now (BRAIN_WASM_COMPILE_QUEUE): nothing was stored; a retry may pass (503). */
   readonly overloaded?: boolean
-}> {}
+}> {
+  // The reason is the message: an embedding's `runPromise` rejects with it (docs/embedding.md).
+  override get message() {
+    return this.reason
+  }
+}
 
 /** A module a session still uses cannot be removed. */
-export class AgentloopInUse extends Data.TaggedError("AgentloopInUse")<{ readonly reason: string }> {}
+export class AgentloopInUse extends Data.TaggedError("AgentloopInUse")<{ readonly reason: string }> {
+  override get message() {
+    return this.reason
+  }
+}
 
 /** A valid module could not be stored (the server's fault, not the request's). */
 export class AgentloopStoreFailed extends Data.TaggedError("AgentloopStoreFailed")<{
   readonly reason: string
   /** Out of descriptors (EMFILE, ENFILE): the store cannot be reached now, nothing is wrong with it (503 `overloaded`). */
   readonly exhausted?: boolean
-}> {}
+}> {
+  override get message() {
+    return this.reason
+  }
+}
 
 export class Agentloops extends Context.Tag("brain/Agentloops")<Agentloops, AgentloopsShape>() {}
