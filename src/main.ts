@@ -49,10 +49,10 @@ import { BodyBudget, gate, type GateOptions, refuseArrivingBodies } from "./http
 import { hostResultsRoute, sends, socketListener } from "./http/SocketRoutes.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
 import type { ModelProvider } from "./domain/ModelBinding.js"
-import { ModelBindings } from "./services/ModelBindings.js"
+import { ModelBindings, type ModelBindingsInvalid, type ModelBindingsShape } from "./services/ModelBindings.js"
 import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts, type HostsShape } from "./services/Hosts.js"
-import { resolve } from "./domain/Environment.js"
+import { type EnvironmentBindingsInvalid, resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
 import { interruptWaitMs, reservedConnections, type ServerConfigShape } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
@@ -91,6 +91,12 @@ const LISTEN_ERRORS: Readonly<Record<string, string>> = {
 }
 
 /** Why the server could not start, in words an operator can act on. */
+/** An unusable binding as the start's refusal. Its message names where the bindings came from: "BRAIN_MODELS (inline JSON)" already says the setting, a file's path does not. */
+const bindingsRefused = (e: ModelBindingsInvalid | EnvironmentBindingsInvalid): StartupRefused => {
+  const setting = e._tag === "ModelBindingsInvalid" ? "BRAIN_MODELS" : "BRAIN_ENVIRONMENTS"
+  return new StartupRefused({ reason: e.message.startsWith(setting) ? e.message : `${setting}: ${e.message}` })
+}
+
 const describeStartupFailure = (listen: { readonly host: string; readonly port: number }) => (e: unknown): StartupRefused => {
   const err = e as { _tag?: string; message?: string; reason?: string; cause?: NodeJS.ErrnoException }
   if (err._tag === "ServeError") {
@@ -99,13 +105,8 @@ const describeStartupFailure = (listen: { readonly host: string; readonly port: 
       reason: `cannot listen on ${listen.host}:${listen.port}: ${LISTEN_ERRORS[code] ?? err.cause?.message ?? "unknown error"} (${code})`
     })
   }
-  // Its message names where the bindings came from: "BRAIN_MODELS (inline JSON)" already says the
-  // setting, a file's path does not.
-  if (err._tag === "ModelBindingsInvalid") {
-    return new StartupRefused({ reason: err.message?.startsWith("BRAIN_MODELS") ? err.message : `BRAIN_MODELS: ${err.message}` })
-  }
-  if (err._tag === "EnvironmentBindingsInvalid") {
-    return new StartupRefused({ reason: err.message?.startsWith("BRAIN_ENVIRONMENTS") ? err.message : `BRAIN_ENVIRONMENTS: ${err.message}` })
+  if (err._tag === "ModelBindingsInvalid" || err._tag === "EnvironmentBindingsInvalid") {
+    return bindingsRefused(e as ModelBindingsInvalid | EnvironmentBindingsInvalid)
   }
   if (err._tag === "IdempotencyStoreFailed") return new StartupRefused({ reason: `the idempotency store cannot be opened: ${err.reason}` })
   return new StartupRefused({ reason: err.message || err.reason || `${err._tag ?? "error"}: ${String(e)}` })
@@ -147,10 +148,37 @@ export const telemetryLayer = (sink: TelemetrySink) =>
  * typed ConfigError naming it, before anything is opened.
  */
 export const servicesLayer = (config: ServerConfigShape, extensions: Extensions = {}) =>
-  Layer.unwrapEffect(Effect.map(validated(config), (checked) => servicesOf(checked, extensions)))
+  Layer.unwrapEffect(Effect.gen(function*() {
+    const checked = yield* validated(config)
+    return servicesOf(checked, extensions, yield* loadBindings(checked))
+  }))
 
-/** `servicesLayer` over a configuration already checked. */
-const servicesOf = (config: ServerConfigShape, extensions: Extensions) => {
+/** The bindings BRAIN_MODELS and BRAIN_ENVIRONMENTS give, parsed at start. */
+interface Bindings {
+  readonly models: ModelBindingsShape
+  readonly environments: typeof EnvironmentBindings.Service
+}
+
+/**
+ * BRAIN_MODELS and BRAIN_ENVIRONMENTS parsed, before anything is opened or listened on
+ * (docs/embedding.md): an unusable binding refuses the start without creating or touching the
+ * data directory.
+ */
+const loadBindings = (config: ServerConfigShape) =>
+  Effect.all({
+    models: ModelBindingsConfig.load(config.models, new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)),
+    environments: EnvironmentBindingsConfig.load(config.environments)
+  })
+
+/**
+ * The start's refusal of unusable BRAIN_MODELS or BRAIN_ENVIRONMENTS, for `brain serve` to ask
+ * before it creates a missing data directory (`serve` checks them again, before it opens anything).
+ */
+export const checkBindings = (config: ServerConfigShape): Effect.Effect<void, StartupRefused> =>
+  Effect.asVoid(Effect.mapError(loadBindings(config), bindingsRefused))
+
+/** `servicesLayer` over a configuration already checked, with its bindings parsed. */
+const servicesOf = (config: ServerConfigShape, extensions: Extensions, bindings: Bindings) => {
   const dataDir = path.resolve(config.dataDir)
   const budget = memoryBudget(config.cacheBytes)
   const files = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
@@ -166,8 +194,8 @@ const servicesOf = (config: ServerConfigShape, extensions: Extensions) => {
     // Registrations live under the data directory (the journal layer holds its lock); a session's
     // naming of its host holds while the journal has the session.
     base: Layer.mergeAll(
-      ModelBindingsConfig.layer(new Set(Object.keys(PROVIDERS) as Array<ModelProvider>)),
-      EnvironmentBindingsConfig.layer,
+      Layer.succeed(ModelBindings, bindings.models),
+      Layer.succeed(EnvironmentBindings, bindings.environments),
       HostsFile.layerConfigured
     ),
     models: extensions.models
@@ -314,6 +342,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         })
       )
     }
+    const parsed = yield* Effect.mapError(loadBindings(config), bindingsRefused)
     const signalled = yield* firstSignal
     const server = http.createServer({ connectionsCheckingInterval: TIMEOUT_CHECK_MS })
     const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
@@ -337,7 +366,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     })
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(
-      Layer.provideMerge(servicesOf(config, extensions))
+      Layer.provideMerge(servicesOf(config, extensions, parsed))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
     const services = { sessions, store: Context.get(context, Idempotency), hosts: Context.get(context, Hosts) }

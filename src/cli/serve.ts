@@ -5,7 +5,7 @@
  */
 import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
 import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
-import { serve } from "../main.js"
+import { checkBindings, serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
 
 export class FlagError extends Error {}
@@ -107,6 +107,8 @@ export const serveCommand = (args: ReadonlyArray<string>) =>
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
       Effect.mapError((e) => new FlagError(describeConfigError(e)))
     )
+    // An unusable binding refuses the start before a missing data directory is made.
+    yield* checkBindings(config)
     yield* dataDirSetting(config.dataDir, flags)
     yield* serve(config)
     return 0

@@ -13,6 +13,7 @@
  *   failed and ambiguous, and the provider counted exactly one request.
  */
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { FakeProvider, type Script } from "../support/fakeProvider.js"
@@ -118,6 +119,27 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
     } finally {
       await refused.dispose()
       fs.rmSync(file, { force: true })
+    }
+  }, 60_000)
+
+  it("brain serve refuses unusable BRAIN_MODELS or BRAIN_ENVIRONMENTS before it creates the data directory", async () => {
+    const parent = fs.mkdtempSync(path.join(os.tmpdir(), "brain-bindings-refused-"))
+    try {
+      for (const setting of ["BRAIN_MODELS", "BRAIN_ENVIRONMENTS"]) {
+        const dataDir = path.join(parent, setting, "new")
+        const refused = new ServerProcess({ entry: "product", dataDir, env: { [setting]: "{not json" } })
+        try {
+          const r = await refused.spawn()
+          expect(r.listening, refused.output).toBe(false)
+          if (!r.listening) expect(r.exited.code, refused.output).toBe(1)
+          expect(refused.output).toContain(setting)
+          expect(fs.existsSync(dataDir), `${setting}: the data directory was created\n${refused.output}`).toBe(false)
+        } finally {
+          await refused.dispose()
+        }
+      }
+    } finally {
+      fs.rmSync(parent, { recursive: true, force: true })
     }
   }, 60_000)
 

@@ -123,6 +123,23 @@ describe("servicesLayer(config) checks its whole configuration as layer(override
     expect(openFds().filter((f) => f.startsWith(dataDir))).toEqual([])
   }, 60_000)
 
+  it("unusable BRAIN_MODELS or BRAIN_ENVIRONMENTS refuse serve(config) and the layer before the data directory is created", async () => {
+    const parent = freshDir()
+    for (const [setting, changes] of [["BRAIN_MODELS", { models: "{not json" }], ["BRAIN_ENVIRONMENTS", { environments: "{not json" }]] as const) {
+      const dataDir = path.join(parent, `${setting}-serve`)
+      const exit = await Effect.runPromiseExit(serve({ ...configDefaults, dataDir, listen: "127.0.0.1:0", ...changes }))
+      const error = Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : undefined
+      expect(error, setting).toBeInstanceOf(StartupRefused)
+      expect((error as StartupRefused).reason, setting).toContain(setting)
+      expect(fs.existsSync(dataDir), `${setting}: serve created the data directory`).toBe(false)
+
+      const layered = path.join(parent, `${setting}-layer`)
+      const built = await Effect.runPromiseExit(Effect.scoped(Layer.build(servicesLayer({ ...configDefaults, dataDir: layered, ...changes }))))
+      expect(Exit.isFailure(built), setting).toBe(true)
+      expect(fs.existsSync(layered), `${setting}: the layer created the data directory`).toBe(false)
+    }
+  }, 60_000)
+
   it("a configuration read from the environment (configFromEnv) is taken as it stands: it builds and runs a turn", async () => {
     const dataDir = freshDir()
     const env = new Map([
