@@ -66,15 +66,20 @@ export const unknownFlag = (flags: ReadonlyMap<string, string>, known: ReadonlyS
 
 /**
  * A configuration error as the operator needs it: flags fall back to the environment, so a bad
- * value reads "missing here or invalid there"; the invalid values are what to report.
+ * value reads "missing here or invalid there"; the invalid values are what to report, each named
+ * as the operator gave it (a setting given as a flag by its flag).
  */
-export const describeConfigError = (e: ConfigError.ConfigError): string => {
+export const describeConfigError = (e: ConfigError.ConfigError, flags: ReadonlyMap<string, string> = new Map()): string => {
   const invalid: Array<string> = []
+  const named = (path: ReadonlyArray<string>) => {
+    const setting = path.join(".")
+    return flags.has(setting) ? flagOf(setting) : setting
+  }
   const walk = (err: ConfigError.ConfigError) => {
     if (err._op === "And" || err._op === "Or") {
       walk(err.left)
       walk(err.right)
-    } else if (err._op === "InvalidData") invalid.push(`${err.path.join(".")}: ${err.message}`)
+    } else if (err._op === "InvalidData") invalid.push(`${named(err.path)}: ${err.message}`)
   }
   walk(e)
   return invalid.length > 0 ? `invalid setting: ${[...new Set(invalid)].join("; ")}` : e.toString()
@@ -105,7 +110,7 @@ export const serveCommand = (args: ReadonlyArray<string>) =>
     if (unknown !== undefined) return yield* Effect.fail(new FlagError(unknown))
     const provider = ConfigProvider.fromMap(flags).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
-      Effect.mapError((e) => new FlagError(describeConfigError(e)))
+      Effect.mapError((e) => new FlagError(describeConfigError(e, flags)))
     )
     // An unusable binding refuses the start before a missing data directory is made.
     yield* checkBindings(config)

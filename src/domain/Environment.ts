@@ -241,7 +241,7 @@ export class EnvironmentBindingsInvalid extends Data.TaggedError("EnvironmentBin
   readonly reason: string
 }> {
   override get message() {
-    return `${this.source}: ${this.field}: ${this.reason}`
+    return this.field === "" ? `${this.source}: ${this.reason}` : `${this.source}: ${this.field}: ${this.reason}`
   }
 }
 
@@ -282,14 +282,16 @@ export const parseEnvironmentBindings = (
   env: (name: string) => string | undefined
 ): Either.Either<EnvironmentBindings, EnvironmentBindingsInvalid> => {
   const invalid = (field: string, reason: string) => Either.left(new EnvironmentBindingsInvalid({ source: input.source, field, reason }))
+  // A refusal of the whole text names "(file)" for a file; inline JSON's source says so already.
+  const whole = input.source.endsWith("(inline JSON)") ? "" : "(file)"
   let root: unknown
   try {
     root = JSON.parse(input.text)
   } catch {
-    return invalid("(file)", "not JSON")
+    return invalid(whole, "not JSON")
   }
   if (root === null || typeof root !== "object" || Array.isArray(root)) {
-    return invalid("(file)", "must be a JSON object mapping binding names to bindings")
+    return invalid(whole, "must be a JSON object mapping binding names to bindings")
   }
   const secret = (field: string, variable: string): Either.Either<Redacted.Redacted, EnvironmentBindingsInvalid> => {
     const value = env(variable)

@@ -9,12 +9,15 @@
  */
 import * as fs from "node:fs"
 import { Config, Effect, Either, Layer, Option, ParseResult, Redacted, Schema } from "effect"
-import { BindingName, keyRefusal, ModelBinding, type ModelProvider } from "../domain/ModelBinding.js"
+import { BindingName, keyRefusal, ModelBinding, ModelProvider } from "../domain/ModelBinding.js"
 import { type BoundModel, ModelBindings, ModelBindingsInvalid, type ModelBindingsShape } from "../services/ModelBindings.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 
 const decodeBinding = Schema.decodeUnknownEither(ModelBinding, { errors: "all", onExcessProperty: "error" })
 const isName = Schema.is(BindingName)
+
+/** Every provider a binding may name, for the refusal of another (the schema's own message names only the first). */
+const PROVIDERS_NAMED = ModelProvider.literals.map((p) => JSON.stringify(p)).join(", ")
 
 /** A schema issue as a field path and a reason, without the offending value. */
 const describeIssue = (issue: ParseResult.ArrayFormatterIssue) => ({
@@ -23,8 +26,13 @@ const describeIssue = (issue: ParseResult.ArrayFormatterIssue) => ({
     ? issue.path[issue.path.length - 1] === "api_key"
       ? "unexpected field: a binding never holds a key; name the environment variable that does in api_key_env"
       : "unexpected field"
+    : issue._tag === "Type" && issue.path.length === 1 && issue.path[0] === "provider"
+    ? `must be one of ${PROVIDERS_NAMED}`
     : issue.message.replace(/,?\s*actual\b[\s\S]*$/, "").trim()
 })
+
+/** The field a refusal of the whole text names: "(file)" for a file, none for inline JSON (its source says so). */
+const wholeField = (source: string) => (source.endsWith("(inline JSON)") ? "" : "(file)")
 
 /** Reads the text of BRAIN_MODELS and where it came from. */
 const sourceOf = (models: string) =>
@@ -46,10 +54,10 @@ export const load = (
     const { source, text } = yield* sourceOf(models)
     const invalid = (field: string, reason: string) => Effect.fail(new ModelBindingsInvalid({ source, field, reason }))
     const parsed = Either.try(() => JSON.parse(text) as unknown)
-    if (Either.isLeft(parsed)) return yield* invalid("(file)", "not JSON")
+    if (Either.isLeft(parsed)) return yield* invalid(wholeField(source), "not JSON")
     const root = parsed.right
     if (root === null || typeof root !== "object" || Array.isArray(root)) {
-      return yield* invalid("(file)", "must be a JSON object mapping binding names to bindings")
+      return yield* invalid(wholeField(source), "must be a JSON object mapping binding names to bindings")
     }
     const bound = new Map<string, BoundModel>()
     for (const [name, value] of Object.entries(root)) {

@@ -28,7 +28,7 @@ export class ModelBindingsInvalid extends Data.TaggedError("ModelBindingsInvalid
   readonly reason: string
 }> {
   override get message() {
-    return `${this.source}: ${this.field}: ${this.reason}`
+    return this.field === "" ? `${this.source}: ${this.reason}` : `${this.source}: ${this.field}: ${this.reason}`
   }
 }
 

@@ -105,6 +105,13 @@ describe("brain serve refuses a start it cannot honour", () => {
     }
   })
 
+  it("an empty --data-dir= flag is refused naming the flag, an empty BRAIN_DATA_DIR naming the variable", () => {
+    for (const [r, named] of [[serve(["--data-dir="]), "--data-dir"], [serve(["--data-dir", ""]), "--data-dir"], [serve([], { BRAIN_DATA_DIR: "" }), "BRAIN_DATA_DIR"]] as const) {
+      expect(r.code, r.output).toBe(1)
+      expect(r.output).toContain(`invalid setting: ${named}: an empty value names no directory`)
+    }
+  })
+
   it("a data directory that cannot be created exits 1 at once, saying where and why (Node's recursive mkdir would loop forever under /proc)", () => {
     const r = serve([], { BRAIN_DATA_DIR: "/proc/brain-no-such-dir/data" })
     expect(r.code, r.output).toBe(1)

@@ -131,7 +131,7 @@ describe("BRAIN_ENVIRONMENTS", () => {
       [{ a: { ...ok, headers_env: { "X-K": "K", "x-k": "K" } } }, { K: SECRET }, "a.headers_env.x-k", /named twice/],
       [{ a: { ...ok, lifecycle_timeout_ms: 0 } }, {}, "a.lifecycle_timeout_ms", /1/],
       [{ "bad name!": ok }, {}, "bad name!", /binding name/],
-      [[1, 2], {}, "(file)", /JSON object/]
+      [[1, 2], {}, "", /JSON object/]
     ]
     for (const [value, vars, field, reason] of cases) {
       const e = refusal(value, vars)
@@ -144,6 +144,9 @@ describe("BRAIN_ENVIRONMENTS", () => {
       _tag: "Some",
       value: { source: "f.json", field: "(file)", reason: "not JSON" }
     })
+    // Inline JSON that is not JSON is named as inline, not as a file.
+    const inline = parseEnvironmentBindings({ source: "BRAIN_ENVIRONMENTS (inline JSON)", text: "{not json" }, envOf({})).pipe(Either.getLeft)
+    expect(inline._tag === "Some" && inline.value.message).toBe("BRAIN_ENVIRONMENTS (inline JSON): not JSON")
   })
 })
 

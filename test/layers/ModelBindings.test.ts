@@ -41,18 +41,21 @@ describe("model bindings", () => {
       expect(bindings.names).toEqual(["claude"])
       const missing = yield* Effect.flip(load(path.join(dir, "absent.json"), ALL))
       expect(missing.message).toBe(`${path.join(dir, "absent.json")}: (file): cannot be read (ENOENT)`)
+      const notJsonFile = path.join(dir, "not-json.json")
+      fs.writeFileSync(notJsonFile, "{not json")
+      expect((yield* Effect.flip(load(notJsonFile, ALL))).message).toBe(`${notJsonFile}: (file): not JSON`)
     }))
 
   it.effect("each malformed binding is refused with the source, the field and the reason, and no value is ever quoted", () =>
     Effect.gen(function*() {
       const cases: Array<[unknown, string, RegExp]> = [
         [{ a: { provider: "openai-chat", model: "m", api_key: SECRET } }, "a.api_key", /never holds a key/],
-        [{ a: { provider: "gemini", model: "m" } }, "a.provider", /openai-responses|anthropic/],
+        [{ a: { provider: "gemini", model: "m" } }, "a.provider", /^must be one of "openai-responses", "openai-chat", "anthropic"$/],
         [{ a: { provider: "openai-chat" } }, "a.model", /missing/i],
         [{ a: { provider: "openai-chat", model: "m", base_url: SECRET } }, "a.base_url", /absolute http/],
         [{ a: { provider: "openai-chat", model: "m", api_key_env: "NOT_SET_ANYWHERE" } }, "a.api_key_env", /NOT_SET_ANYWHERE is not set/],
         [{ "bad name!": { provider: "openai-chat", model: "m" } }, "bad name!", /binding name/],
-        [[1, 2], "(file)", /JSON object/]
+        [[1, 2], "", /JSON object/]
       ]
       for (const [value, field, reason] of cases) {
         const e = yield* Effect.flip(withEnv({}, load(JSON.stringify(value), ALL)))
@@ -62,7 +65,8 @@ describe("model bindings", () => {
         expect(e.message, field).not.toContain(SECRET)
       }
       const notJson = yield* Effect.flip(load(`{ "a": ${SECRET} }`, ALL))
-      expect([notJson.field, notJson.reason]).toEqual(["(file)", "not JSON"])
+      expect([notJson.field, notJson.reason]).toEqual(["", "not JSON"])
+      expect(notJson.message).toBe("BRAIN_MODELS (inline JSON): not JSON")
       expect(notJson.message).not.toContain(SECRET)
       const unavailable = yield* Effect.either(load(JSON.stringify({ a: { provider: "anthropic", model: "m" } }), new Set(["openai-chat"] as const)))
       expect(Either.isLeft(unavailable) && unavailable.left.message).toBe("BRAIN_MODELS (inline JSON): a.provider: anthropic is not available in this build")

@@ -134,6 +134,7 @@ describe("the transcript room of a loop's input", () => {
       const refused = yield* Effect.flip(sessions.create({ agentloop: "whole", model: { provider: "scripted" }, transcript: opening }))
       expect(refused._tag).toBe("InvalidRequest")
       expect((refused as { details?: unknown }).details).toEqual([{ path: ["transcript"], message: expect.stringContaining("BRAIN_MAX_WASM_IO_BYTES") }])
+      expect((refused as { details: Array<{ message: string }> }).details[0]!.message).toMatch(/^the opening transcript would be \d+ bytes of JSON/)
       expect((yield* sessions.list({ limit: 100 })).sessions.length).toBe(listed)
       // One that fits is taken, and its turn runs.
       const fits = yield* sessions.create({ agentloop: "whole", model: { provider: "scripted" }, transcript: [user("x".repeat(20000))] })

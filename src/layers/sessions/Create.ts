@@ -116,7 +116,7 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
         const room = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
         if (room !== undefined) {
           const bytes = carriedBytes(room, [], noUnanswered, request.transcript, 0)
-          if (bytes > room.bytes) return yield* Effect.fail(refusedAt(`the opening ${refusalText(room, bytes)}`, ["transcript"]))
+          if (bytes > room.bytes) return yield* Effect.fail(refusedAt(refusalText(room, bytes, "the opening transcript"), ["transcript"]))
         }
       }
       // Stopped before anything exists: refused as a request that arrived after the drain began.

@@ -118,7 +118,7 @@ export const roomRefusal = (
 }
 
 /** Why a transcript of `bytes` does not fit `room`, in words. */
-export const refusalText = (room: TranscriptRoom, bytes: number): string =>
-  `the transcript would be ${bytes} bytes of JSON in the loop's next input (${
+export const refusalText = (room: TranscriptRoom, bytes: number, what = "the transcript"): string =>
+  `${what} would be ${bytes} bytes of JSON in the loop's next input (${
     room.tailMessages === undefined ? "all of it" : "its tail"
   }), above the ${room.bytes} bytes BRAIN_MAX_WASM_IO_BYTES leaves it (docs/abi.md, "Limits")`
