@@ -83,6 +83,9 @@ export const DATA_DIR_LOCK_WAIT_MS = 5_000
 /** Events. The most Events one page returns. */
 export const PAGE_EVENTS = 1_000
 
+/** Sessions in one page of `GET /v1/sessions` when the request names no `limit`. */
+export const LIST_PAGE_SESSIONS = 100
+
 /** Bytes. About the most journal frame bytes one page returns (a single larger Event comes alone). */
 export const PAGE_BYTES = 8 * 1024 * 1024
 

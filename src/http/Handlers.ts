@@ -31,7 +31,7 @@ import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
 import { decodeRefused, invalid } from "./Errors.js"
 import { sseResponse } from "./Sse.js"
 import { prefersEventStream } from "./Accept.js"
-import { PAGE_EVENTS } from "../domain/Limits.js"
+import { LIST_PAGE_SESSIONS, PAGE_EVENTS } from "../domain/Limits.js"
 
 /** What an Admission bounds: SSE streams, by the connections not kept for other requests. */
 export interface StreamConnections {
@@ -266,7 +266,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           )))
       .handle("list", ({ urlParams }) =>
         Effect.map(
-          sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? 100 }),
+          sessions.list({ ...(urlParams.after ? { after: urlParams.after } : {}), limit: urlParams.limit ?? LIST_PAGE_SESSIONS }),
           (page) => ({ sessions: page.sessions, next_cursor: page.next_cursor ?? null })
         ))
       .handle("get", ({ path }) => sessions.get(path.id))

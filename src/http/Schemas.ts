@@ -6,7 +6,7 @@ import { IdleTtlMs, ModelChoice, ToolDeclaration } from "../domain/Configuration
 import { EnvironmentDeclaration } from "../domain/Environment.js"
 import { FailureCode } from "../domain/Failure.js"
 import { HostId, SessionId } from "../domain/Ids.js"
-import { HOST_RESULTS_BATCH, IDEMPOTENCY_KEY_MAX_BYTES } from "../domain/Limits.js"
+import { HOST_RESULTS_BATCH, IDEMPOTENCY_KEY_MAX_BYTES, LIST_PAGE_SESSIONS, PAGE_EVENTS } from "../domain/Limits.js"
 import { Json, Message, TurnInput } from "../domain/Messages.js"
 import { Origin } from "../domain/Records.js"
 
@@ -121,16 +121,24 @@ const Digits = Schema.compose(
   Schema.NumberFromString
 )
 const Cursor = Digits.pipe(Schema.int(), Schema.between(0, Number.MAX_SAFE_INTEGER))
-const PageSize = Digits.pipe(Schema.int(), Schema.between(1, 1000))
+
+/** A page size, 1 to 1000, described with its default for the OpenAPI document (its query string is what a client sends). */
+const pageSize = (defaultSize: number) =>
+  Schema.compose(
+    Schema.String.pipe(Schema.pattern(/^\d{1,15}$/, { message: () => "expected decimal digits" })).annotations({
+      description: `the page size: a whole number from 1 to 1000 (default ${defaultSize})`
+    }),
+    Schema.NumberFromString
+  ).pipe(Schema.int(), Schema.between(1, 1000))
 
 export const EventsParams = Schema.Struct({
   after: Schema.optional(Cursor),
-  limit: Schema.optional(PageSize)
+  limit: Schema.optional(pageSize(PAGE_EVENTS))
 }).annotations(strict)
 
 export const ListParams = Schema.Struct({
   after: Schema.optional(SessionId),
-  limit: Schema.optional(PageSize)
+  limit: Schema.optional(pageSize(LIST_PAGE_SESSIONS))
 }).annotations(strict)
 
 const utf8Length = (s: string) => new TextEncoder().encode(s).length
