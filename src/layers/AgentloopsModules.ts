@@ -149,7 +149,11 @@ export const make = (options: AgentloopsOptions = {}) =>
       const bytes = yield* store.read(id).pipe(Effect.mapError(storeFailed))
       if (Option.isNone(bytes)) return yield* Effect.fail(rejected(`no uploaded module ${JSON.stringify(id)} (POST /v1/agentloops uploads one)`, { missing: true }))
       const admitted = yield* wasm.value.admit(bytes.value).pipe(
-        Effect.mapError((e) => rejected(`the stored module ${id} no longer passes admission: ${e.reason}`))
+        Effect.mapError((e) =>
+          e.overloaded === true
+            ? rejected(`the stored module ${id} cannot be compiled now: ${e.reason}`, { overloaded: true })
+            : rejected(`the stored module ${id} no longer passes admission: ${e.reason}`)
+        )
       )
       // A removal meanwhile may have taken the module: what was read is not kept.
       if (removals === before) {
@@ -174,7 +178,9 @@ export const make = (options: AgentloopsOptions = {}) =>
             Effect.mapError((e) =>
               new AgentloopFailed({
                 failure: e._tag === "AgentloopRejected"
-                  ? failure("agentloop_failed", e.reason)
+                  ? e.overloaded === true
+                    ? failure("overloaded", e.reason, { retryable: true })
+                    : failure("agentloop_failed", e.reason)
                   // Stored, but not readable now: a retry can run it.
                   : e.exhausted === true
                   ? failure("overloaded", `the module ${id} cannot be read now: ${e.reason}`, { retryable: true })

@@ -12,7 +12,10 @@ import "../domain/WebAssemblyModule.js"
 /** A module refused at admission, and why. */
 export class ModuleRejected extends Data.TaggedError("ModuleRejected")<{
   readonly reason: string
-  /** Nothing is wrong with the module: too many uploads are compiling now (BRAIN_WASM_COMPILE_QUEUE); a retry may pass. */
+  /**
+   * Nothing is known wrong with the module: too many uploads are compiling now
+   * (BRAIN_WASM_COMPILE_QUEUE), or the compile thread failed; a retry may pass.
+   */
   readonly overloaded?: boolean
 }> {
   override get message() {

@@ -16,7 +16,7 @@ import { type RecordedBinding, toolNameRule } from "../../domain/ModelBinding.js
 import { empty } from "../../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../../domain/Records.js"
 import { noUnanswered } from "../../domain/TranscriptTail.js"
-import type { AgentloopStoreFailed } from "../../services/Agentloop.js"
+import type { AgentloopRejected, AgentloopStoreFailed } from "../../services/Agentloop.js"
 import type { SessionsShape } from "../../services/Sessions.js"
 import { Cell, commit } from "./Cell.js"
 import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
@@ -50,11 +50,11 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       const agentloop = request.agentloop ?? "official"
       const tools = request.tools ?? []
       // A loop or a Wasm tool that cannot run is refused now, not at the first turn.
-      yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["agentloop"]) : moduleStoreFailed(e)))
+      yield* agentloops.check(agentloop).pipe(Effect.mapError((e) => moduleRefused(e, ["agentloop"])))
       const modules = [...new Set(tools.flatMap((t) => (t.module !== undefined ? [t.module] : [])))]
       for (const module of modules) {
         yield* agentloops.tool(module).pipe(
-          Effect.mapError((e) => e._tag === "AgentloopRejected" ? refusedAt(e.reason, ["tools", tools.findIndex((t) => t.module === module), "module"]) : moduleStoreFailed(e))
+          Effect.mapError((e) => moduleRefused(e, ["tools", tools.findIndex((t) => t.module === module), "module"]))
         )
       }
       // A model's call names a tool by its name alone: one name declared twice has no one meaning.
@@ -136,7 +136,7 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       yield* Effect.zipRight(
         Effect.forEach(uses, (id) =>
           agentloops.use(id, session).pipe(
-            Effect.mapError((e) => (e._tag === "AgentloopRejected" ? refusedAt(e.reason, fieldOf(id)) : moduleStoreFailed(e)))
+            Effect.mapError((e) => moduleRefused(e, fieldOf(id)))
           ), { discard: true }),
         Effect.forEach(named, (host) => hosts?.use(host, session) ?? Effect.void, { discard: true })
       ).pipe(Effect.tapError(() => Effect.zipRight(Effect.ignore(journal.remove(session)), unuse)))
@@ -195,6 +195,18 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       }))
     })))
 }
+
+/**
+ * A loop or tool module a create names, refused: a module that cannot run is the request's fault
+ * (400 at its field); one that cannot be compiled now (the compile thread failed) is the server's
+ * passing fault (503 `overloaded`); a store that cannot answer as `moduleStoreFailed` says.
+ */
+const moduleRefused = (e: AgentloopRejected | AgentloopStoreFailed, path: ReadonlyArray<string | number>): InvalidRequest | Overloaded | Internal =>
+  e._tag === "AgentloopStoreFailed"
+    ? moduleStoreFailed(e)
+    : e.overloaded === true
+    ? new Overloaded({ message: `${e.reason}; try again shortly` })
+    : refusedAt(e.reason, path)
 
 /**
  * The module store could not answer (a module that exists but cannot be read now is never "no such

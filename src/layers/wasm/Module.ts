@@ -357,7 +357,12 @@ export const admitModule = (
     )
     if ("error" in compiled) {
       // A thread that failed says nothing of the module: the next admission compiles it again.
-      if ("transient" in compiled && compiled.transient === true) return yield* refuse(`the module could not be compiled now: ${compiled.error}`)
+      // Nothing is known wrong with the module: refused as the server's own passing fault (503, retryable), not a bad request.
+      if ("transient" in compiled && compiled.transient === true) {
+        return yield* Effect.fail(
+          new ModuleRejected({ reason: `the module could not be compiled now (the compile thread failed: ${compiled.error}); nothing was stored, retry later`, overloaded: true })
+        )
+      }
       const reason = `the body is not a valid WebAssembly module: ${compiled.error}`
       verdicts.refuse(hash, reason)
       return yield* refuse(reason)

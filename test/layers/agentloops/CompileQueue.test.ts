@@ -60,4 +60,30 @@ describe("the compile queue's bound", () => {
     expect(response.status).toBe(503)
     expect(response.headers["retry-after"]).toBe("1")
   })
+
+  it.scopedLive("an upload whose compile thread failed is refused overloaded (the server's fault, retryable), stores nothing and keeps no verdict: the same bytes compile again and are admitted", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-compile-transient-")
+      const store = fileStore(path.join(dataDir, "agentloops"))
+      let compiles = 0
+      const compile = (bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> => {
+        compiles++
+        return compiles === 1 ? Promise.resolve({ error: "the compile thread exited", transient: true }) : compileOffThread(bytes)
+      }
+      const layer = runtimeLayer({ journal: { dataDir }, wasm: { ...WASM, compile }, modules: { store } })
+      yield* Effect.gen(function*() {
+        const agentloops = yield* Agentloops
+        const bytes = yield* Effect.promise(() => helloLoop())
+        const refused = yield* Effect.either(agentloops.admit(bytes))
+        expect(Either.isLeft(refused) && refused.left._tag === "AgentloopRejected" && refused.left.overloaded).toBe(true)
+        if (Either.isLeft(refused) && refused.left._tag === "AgentloopRejected") {
+          expect(refused.left.reason).toContain("the compile thread failed")
+          expect(toResponse(admitRefused(refused.left)).status).toBe(503)
+        }
+        expect(yield* store.list).toEqual([])
+        const admitted = yield* agentloops.admit(bytes)
+        expect(compiles).toBe(2)
+        expect((yield* store.list).map((m) => m.id)).toEqual([admitted.id])
+      }).pipe(Effect.provide(layer as Layer.Layer<Agentloops>))
+    }))
 })
