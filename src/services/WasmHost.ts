@@ -85,7 +85,7 @@ export interface AdmitOptions {
   readonly shipped?: boolean
   /**
    * A client's upload: refused `overloaded` (nothing compiled, nothing kept) when
-   * BRAIN_WASM_COMPILE_QUEUE modules are compiling or waiting to already. A stored module compiled
+   * BRAIN_WASM_COMPILE_QUEUE modules are already compiling or waiting to. A stored module compiled
    * again for a session waits its turn instead: it was accepted once.
    */
   readonly upload?: boolean

@@ -98,7 +98,9 @@ const startServer = async (): Promise<Server> => {
       "--max-request-bytes",
       String(MAX_BYTES)
     ],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] }
+    // More uploads may compile at once than the fuzz sends at once: a 503 at BRAIN_WASM_COMPILE_QUEUE
+    // is the bound working (test/layers/agentloops/CompileQueue.test.ts), not what this checks.
+    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, BRAIN_WASM_COMPILE_QUEUE: String(2 * CONCURRENCY) } }
   )
   const server: Server = { child, port, dataDir, log: "", errors: [] }
   // Logs are JSON lines on stdout; anything on stderr is a crash trace or worse.

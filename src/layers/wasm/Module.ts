@@ -345,7 +345,7 @@ export const admitModule = (
     if (options.upload === true && options.shipped !== true && underWay === undefined && queue.full) {
       return yield* Effect.fail(
         new ModuleRejected({
-          reason: `BRAIN_WASM_COMPILE_QUEUE (${queue.max}) uploaded modules are compiling or waiting to already; nothing was stored, retry later`,
+          reason: `BRAIN_WASM_COMPILE_QUEUE (${queue.max}) uploaded modules are already compiling or waiting to; nothing was stored, retry later`,
           overloaded: true
         })
       )
