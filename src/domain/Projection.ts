@@ -135,11 +135,11 @@ export const kvPutGrowth = (state: Pick<SessionState, "kv">, key: string, value:
 }
 const requestBytes = (id: string, e: RequestEntry) => REQUEST_ENTRY_BYTES + jsonBytes(id) + jsonBytes(e.hash)
 
-/** The bytes of a state counted from scratch; a fold keeps the same count incrementally. */
-export const stateBytes = (s: Omit<SessionState, "bytes" | "kvBytes">): number => {
+/** The bytes of a state counted from scratch (its kv's given when already counted); a fold keeps the same count incrementally. */
+export const stateBytes = (s: Omit<SessionState, "bytes" | "kvBytes">, kvBytes: number = kvBytesOf(s.kv)): number => {
   let n = STATE_BYTES + (s.configuration ? jsonBytes(s.configuration) : 0) + messagesBytes(s.transcript)
   n += s.transcriptLengths.size * LENGTH_ENTRY_BYTES + HashMap.size(s.pending) * PENDING_BYTES
-  n += kvBytesOf(s.kv)
+  n += kvBytes
   for (const [id, e] of s.requests) n += requestBytes(id, e)
   return n
 }
@@ -555,6 +555,7 @@ export const deserializeState = (j: SerializedState): SessionState => {
     turnRequest: orUndefined(j.turnRequest),
     requestsOldest: j.requestsOldest
   }
-  // Counted from the content, never taken from the file.
-  return { ...state, bytes: stateBytes(state), kvBytes: kvBytesOf(state.kv) }
+  // Counted from the content, never taken from the file; the kv once (each value's JSON measured).
+  const kvBytes = kvBytesOf(state.kv)
+  return { ...state, bytes: stateBytes(state, kvBytes), kvBytes }
 }
