@@ -157,7 +157,7 @@ describe("the anthropic provider: requests", () => {
       expect(deltas.map((d) => (d.type === "text" ? "t" : d.index)).join("")).toBe("tt00001112")
     }))
 
-  it.live("tool results round trip: the calls go back as tool_use blocks, the results as tool_result blocks in ONE user message that the next user message joins, the mid-conversation system note is appended to system, tools keep their JSON Schema", () =>
+  it.live("tool results round trip: the calls go back as tool_use blocks, the results as tool_result blocks in ONE user message that the next user message joins, the mid-conversation system note stays in its place as text of that user message (and out of `system`), tools keep their JSON Schema", () =>
     Effect.gen(function*() {
       const tools = [
         { name: "get_weather", description: "Weather for a city", input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
@@ -182,7 +182,7 @@ describe("the anthropic provider: requests", () => {
       const [call2] = yield* against([{ steps: F.afterToolResults }], [second])
       expect(ok(call2!.result)).toMatchObject({ text: "Sunny and 21 °C; it is 14:05 in Paris.", stop_reason: "end" })
       const body = call2!.fake.requests[0]!.body
-      expect(body.system).toBe("You are terse.\n\nNote from Brain: the previous turn did not finish.")
+      expect(body.system).toBe("You are terse.")
       expect(body.tools).toEqual([
         tools[0],
         tools[1],
@@ -205,6 +205,7 @@ describe("the anthropic provider: requests", () => {
             { type: "tool_result", tool_use_id: "toolu_01Weather", content: "{\"temp_c\":21,\"sky\":\"sunny\"}" },
             { type: "tool_result", tool_use_id: "toolu_01Time", content: "\"14:05\"" },
             { type: "tool_result", tool_use_id: "toolu_01Files", content: "{\"outcome\":\"error\",\"error\":\"denied\"}" },
+            { type: "text", text: "Note from Brain: the previous turn did not finish." },
             { type: "text", text: "And tomorrow?" }
           ]
         }
@@ -270,6 +271,31 @@ describe("the anthropic provider: requests", () => {
     ])
     expect((body as any).system).toBeUndefined()
     expect((body as any).tools).toBeUndefined()
+  })
+
+  it("system messages before the conversation's first user or assistant message are the body's system text; one after it keeps its place as user text, so a note about one turn does not read as standing instruction on every later call", () => {
+    const body = requestBody(pureCall({
+      system: "You are terse.",
+      messages: [
+        { role: "system", content: "Answer in French." },
+        { role: "user", content: "Hello" },
+        { role: "assistant", content: "Bonjour" },
+        { role: "system", content: [{ type: "text", text: "Note from Brain:" }, { type: "text", text: " the previous turn did not finish." }] },
+        { role: "user", content: "Again" },
+        { role: "assistant", content: "Encore" },
+        { role: "system", content: "A later note." },
+        { role: "system", content: " " }
+      ]
+    }))
+    expect(body).not.toBeInstanceOf(ModelFailed)
+    expect((body as any).system).toBe("You are terse.\n\nAnswer in French.")
+    expect((body as any).messages).toEqual([
+      { role: "user", content: [{ type: "text", text: "Hello" }] },
+      { role: "assistant", content: [{ type: "text", text: "Bonjour" }] },
+      { role: "user", content: [{ type: "text", text: "Note from Brain: the previous turn did not finish." }, { type: "text", text: "Again" }] },
+      { role: "assistant", content: [{ type: "text", text: "Encore" }] },
+      { role: "user", content: [{ type: "text", text: "A later note." }] }
+    ])
   })
 
   it("a user turn with nothing to carry (an empty user message on its own, or no message at all) is refused before sending: model_rejected, not ambiguous, naming the message (Anthropic refuses empty content)", () => {

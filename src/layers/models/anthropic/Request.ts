@@ -12,9 +12,12 @@
  *   message has no such flag (a failure is only in its content). The API wants a user message's
  *   `tool_result` blocks before anything else in it, so a merged user message holds its results
  *   first (in transcript order), then its other blocks (in transcript order).
- * - System text. `request.system` first, then the text of every `system` message in transcript
- *   order, joined by a blank line, is the body's `system`. Anthropic has no system turn inside the
- *   conversation, so a note in the middle of it loses its place and reads as standing instruction.
+ * - System text. `request.system` first, then the text of every `system` message before the
+ *   conversation's first user or assistant message, joined by a blank line, is the body's `system`.
+ *   Anthropic has no system turn inside the conversation: a `system` message after that (a note
+ *   such as the official loop's "the previous turn did not finish") is a text block of a user turn
+ *   in its place, merging with the user turn around it; in `system` it would lose its place and
+ *   read as standing instruction on every later call.
  * - Empty content. The API refuses an empty text block and a message without content (but for a
  *   final assistant message); text that is only whitespace is empty to it (a block of it is
  *   refused as well), so here too. Empty text is left out. An assistant message left with nothing is
@@ -228,7 +231,12 @@ const addMessage = (turns: Turns, message: Message, index: number): ModelFailed 
       if (blocks instanceof ModelFailed) return blocks
       // Its parts' text as written (whitespace between them kept): all of them are text (checked).
       const text = partsOf(message.content).map((p) => p.text as string).join("")
-      if (!isEmptyText(text)) turns.system.push(text)
+      if (isEmptyText(text)) return undefined
+      // Before the conversation it is standing instruction; inside it, a note about where it
+      // stands (the official loop's "the previous turn did not finish"), kept there as user text:
+      // in `system` it would read as true of every later call.
+      if (turns.messages.length === 0) turns.system.push(text)
+      else push(turns, "user", [{ type: "text", text }], where)
       return undefined
     }
     case "user": {
