@@ -15,6 +15,7 @@ export class CallStop implements Stop {
   #reason: unknown = undefined
   #listeners: Array<() => void> | undefined = undefined
   #controller: AbortController | undefined = undefined
+  #notStarted = false
 
   get aborted(): boolean {
     return this.#stopped
@@ -42,6 +43,16 @@ export class CallStop implements Stop {
       const i = listeners.indexOf(listener)
       if (i >= 0) listeners[i] = nothing
     }
+  }
+
+  /** The executor says it was stopped before its work began (`Stop.notStarted`). */
+  notStarted(): void {
+    this.#notStarted = true
+  }
+
+  /** Whether the executor said its work never began. */
+  get neverStarted(): boolean {
+    return this.#notStarted
   }
 
   /** Stops the call (once: a later abort changes nothing): the signal, if made, then each listener. */

@@ -47,7 +47,9 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
 
     /** A Wasm tool's call, its module admitted; plain effects, no generator (a tool-loop turn has eight calls). */
     const runModule = (host: WasmHostShape, module: AdmittedModule, invocation: ToolInvocation): Effect.Effect<ToolReply> => {
-      const run = host.runTool(module, activationOf(invocation), servicesOf(invocation))
+      // Whether its guest has started: stopped before (still waiting for a thread), it never ran.
+      let began = false
+      const run = host.runTool(module, activationOf(invocation), { ...servicesOf(invocation), began: () => void (began = true) })
       // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
       // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
       // own and takes that interrupted end as the executor's confirmation that it stopped
@@ -57,8 +59,14 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       // on a fiber that has ended), so no finalizer is armed for it.
       return Effect.withFiberRuntime<ToolReply>((fiber) => {
         const stop = stopOf(invocation)
-        if (stop.aborted) return Effect.succeed({ outcome: "stopped" })
-        const unlisten = stop.onAbort(() => fiber.unsafeInterruptAsFork(fiber.id()))
+        if (stop.aborted) {
+          stop.notStarted?.()
+          return Effect.succeed({ outcome: "stopped" })
+        }
+        const unlisten = stop.onAbort(() => {
+          if (!began) stop.notStarted?.()
+          fiber.unsafeInterruptAsFork(fiber.id())
+        })
         return Effect.flatMap(Effect.exit(run), (exit): Effect.Effect<ToolReply> => {
           unlisten()
           if (Exit.isFailure(exit)) return Effect.failCause(exit.cause)

@@ -284,6 +284,7 @@ export const make = (options: WasmHostOptions) =>
         return Effect.matchEffect(activate(pool, activation, limits), { onFailure: ends.failed, onSuccess: ends.done })
       }
       stats.inline++
+      activation.began?.()
       return runInline(twin, activation, inlineLimits, {
         done: (output) => {
           twins.completed(activation.moduleId)
@@ -367,7 +368,15 @@ export const make = (options: WasmHostOptions) =>
       },
       runTool: (module, activation, services) =>
         run(
-          { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform: toolServices(services) },
+          {
+            moduleId: module.hash,
+            module: module.module,
+            memory: module.memory,
+            entry: "brain_tool",
+            input: jsonBytes(activation),
+            perform: toolServices(services),
+            ...(services.began !== undefined ? { began: services.began } : {})
+          },
           { failed: (f) => Effect.succeed(toolFailed(f)), done: (text) => Effect.succeed(toolRunOf(text)) }
         ),
       tryTool: (module, activation, services) => {

@@ -43,6 +43,12 @@ export interface Stop {
   readonly aborted: boolean
   /** Calls `listener` once when the call is stopped (at once if it already is); answers what removes it. */
   readonly onAbort: (listener: () => void) => () => void
+  /**
+   * An executor stopped before its work began says so, before it confirms the stop (a Wasm tool
+   * still waiting for a thread): nothing of the call ran, so it is recorded not sent, not
+   * ambiguous. Absent when the caller has only a signal.
+   */
+  readonly notStarted?: () => void
 }
 
 /** A definite answer from the executor. `stopped`: it confirms it stopped after an abort. */

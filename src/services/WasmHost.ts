@@ -71,6 +71,11 @@ export interface ToolServices {
   readonly telemetry: (data: unknown) => Effect.Effect<void>
   /** The error every host call of the tool now answers (its call was stopped), or undefined while it may call. */
   readonly refusal?: () => import("../domain/Failure.js").Failure | undefined
+  /**
+   * Called once when the tool's guest starts to run (on the main thread, or on a pool thread once a
+   * thread and a compute slot are taken): a call stopped before it never ran.
+   */
+  readonly began?: () => void
 }
 
 /** How a Wasm tool's call ended. */

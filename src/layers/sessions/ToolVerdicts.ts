@@ -199,6 +199,8 @@ export function* stopping(
   stop.abort(by === "deadline" ? "timeout" : reason)
   const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
   if (Option.isSome(after)) {
+    // Stopped before its work began (a Wasm tool still waiting for a thread): it never ran.
+    if (stop.neverStarted) return { _tag: "unsent", reason, ...(by === "deadline" ? { deadline: true } : {}) } as ToolVerdict
     const ended = after.value
     if (Exit.isSuccess(ended) && ended.value._tag === "reply" && ended.value.reply.outcome !== "stopped") {
       return ended.value // It finished anyway: record what really happened.

@@ -47,6 +47,8 @@ export interface Activation {
   readonly input: Uint8Array | string
   /** Performs one host call; the answer's JSON text (never fails: errors are answers too). */
   readonly perform: (op: string, request: string) => Effect.Effect<string>
+  /** Called when the guest starts (its thread and compute slot taken), if the caller wants to know. */
+  readonly began?: () => void
 }
 
 const encoder = new TextEncoder()
@@ -206,6 +208,7 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
       }
     }
     const go = () => {
+      activation.began?.()
       thread.start({
         moduleId: activation.moduleId,
         entry: activation.entry,

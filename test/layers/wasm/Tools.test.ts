@@ -184,6 +184,68 @@ describe("Wasm tools", () => {
       expect(next.turn.status).toBe("ended")
     }).pipe(Effect.provide(runtimeLayer({ wasm: WASM }))))
 
+  /** Emits `ran` (so a test sees it started), then spins until stopped. */
+  const emitsThenSpins = (() => {
+    const op = data(100, "emit")
+    const req = data(120, '{"kind":"ran"}')
+    return guest(`${op.segment} ${req.segment}
+      (func (export "brain_tool") (param i32 i32) (result i64)
+        (drop (call $call (i32.const ${op.ptr}) (i32.const ${op.len}) (i32.const ${req.ptr}) (i32.const ${req.len})))
+        (loop $l (br $l)) (unreachable))`)
+  })()
+  /**
+   * One guest computing at once and two threads: of a round of three spinning calls the third never
+   * gets a thread (the first spins holding one; the second holds the other, started or waiting for
+   * the compute slot).
+   */
+  const TWO_THREADS = { ...WASM, workers: 1, threads: 2 }
+
+  it.scopedLive.each([["a cancel", "cancel"], ["their deadlines", "deadline"]] as const)(
+    "Wasm tool calls stopped by %s before their guest started never ran: recorded not sent and not ambiguous; a call whose guest ran is not",
+    ([, by]) =>
+      Effect.gen(function*() {
+        const agentloops = yield* Agentloops
+        const spin = (yield* agentloops.admit(yield* Effect.promise(() => wat(emitsThenSpins)))).id
+        const sessions = yield* Sessions
+        const journal = yield* Journal
+        const { session_id } = yield* sessions.create({
+          model: { provider: "scripted", replies: [{ tool_calls: [{ name: "spin", input: { i: 1 } }, { name: "spin", input: { i: 2 } }, { name: "spin", input: { i: 3 } }] }, { text: "ok" }] },
+          tools: [{ name: "spin", module: spin, ...(by === "deadline" ? { timeout_ms: 1_000 } : {}) }]
+        })
+        const turn = yield* Effect.fork(sessions.send(session_id, { message: "go" }))
+        const read = journal.read(session_id, { after: 0, limit: 100 })
+        if (by === "cancel") {
+          // A guest has started (its Event is written): the round's third call cannot have.
+          while (!(yield* read).some((r) => r.kind === "extension")) yield* Effect.sleep("10 millis")
+          yield* sessions.interrupt(session_id)
+        }
+        const outcome = yield* Fiber.join(turn)
+        const records = yield* read
+        const ran = new Set(records.filter((r) => r.kind === "extension").map((r) => (r.payload.origin as { sequence: number }).sequence))
+        expect(ran.size).toBeGreaterThanOrEqual(1)
+        const closings = records.filter((r) => r.kind === "tool_call_failed").map((r) =>
+          r.payload as { sequence: number; outcome: string; failure: { ambiguous: boolean; message: string } }
+        )
+        expect(closings).toHaveLength(3)
+        const unsent = closings.filter((c) => /the call was not sent/.test(c.failure.message))
+        expect(unsent.length).toBeGreaterThanOrEqual(1)
+        for (const closing of closings) expect(closing.outcome).toBe(by === "cancel" ? "cancelled" : "timeout")
+        for (const closing of unsent) {
+          expect(ran.has(closing.sequence)).toBe(false)
+          expect(closing.failure.ambiguous).toBe(false)
+        }
+        for (const closing of closings.filter((c) => ran.has(c.sequence))) {
+          expect(unsent).not.toContain(closing)
+          // Stopped while it ran: a cancel leaves what it did uncertain; its own deadline is confirmed, as before.
+          expect(closing.failure.ambiguous).toBe(by === "cancel")
+        }
+        if (by === "cancel") expect(outcome.turn.failure).toMatchObject({ code: "cancelled", ambiguous: true })
+        else expect(outcome.turn.status).toBe("ended")
+        const next = yield* sessions.send(session_id, { message: "again" })
+        expect(next.turn.status).toBe("ended")
+      }).pipe(Effect.provide(runtimeLayer({ wasm: TWO_THREADS })))
+  )
+
   it.scopedLive("a tool naming a module that is not a tool, or no module, is refused at create", () =>
     Effect.gen(function*() {
       const agentloops = yield* Agentloops
