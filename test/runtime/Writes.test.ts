@@ -12,22 +12,45 @@ import { Writes } from "../../src/layers/sessions/Writes.js"
 /** Real time, whatever the test's clock. */
 const pause = (ms: number) => Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, ms)))
 
+/** Yields until `ready()` holds (bounded, so a broken write fails the test rather than hanging it). */
+const until = (ready: () => boolean) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 10_000 && !ready(); i++) yield* pause(1)
+    expect(ready()).toBe(true)
+  })
+
+/** Waits until `fiber` is suspended (waiting behind the write in flight). */
+const suspended = <A, E>(fiber: Fiber.RuntimeFiber<A, E>) =>
+  Effect.gen(function*() {
+    let status = yield* Fiber.status(fiber)
+    for (let i = 0; i < 10_000 && status._tag !== "Suspended"; i++) {
+      yield* pause(1)
+      status = yield* Fiber.status(fiber)
+    }
+    expect(status._tag).toBe("Suspended")
+  })
+
 describe("an activation's writes, one at a time", () => {
   it.live("a write waits until the one in flight has ended, and writes run in the order they came", () =>
     Effect.gen(function*() {
       const writes = new Writes()
       const log: Array<string> = []
-      const write = (name: string, ms: number) =>
+      const release = yield* Deferred.make<void>()
+      const write = (name: string, wait: Effect.Effect<void>) =>
         writes.run(Effect.gen(function*() {
           log.push(`${name} starts`)
-          yield* pause(ms)
+          yield* wait
           log.push(`${name} ends`)
           return name
         }))
-      const a = yield* Effect.fork(write("a", 30))
-      yield* pause(5)
-      const b = yield* Effect.fork(write("b", 1))
-      const c = yield* Effect.fork(write("c", 1))
+      const a = yield* Effect.fork(write("a", Deferred.await(release)))
+      yield* until(() => log.includes("a starts"))
+      const b = yield* Effect.fork(write("b", pause(1)))
+      const c = yield* Effect.fork(write("c", pause(1)))
+      // Both wait behind `a`, which is held until they do: no timing decides the order.
+      yield* suspended(b)
+      yield* suspended(c)
+      yield* Deferred.succeed(release, undefined)
       // Bounded: a lock never given back fails here rather than hanging the suite.
       const join = <A, E>(f: Fiber.RuntimeFiber<A, E>) => Fiber.join(f).pipe(Effect.timeout("2 seconds"))
       expect(yield* join(a)).toBe("a")
@@ -87,16 +110,20 @@ describe("an activation's writes, one at a time", () => {
     Effect.gen(function*() {
       const writes = new Writes()
       const ran: Array<string> = []
-      const write = (name: string, ms: number) => writes.run(Effect.sync(() => void ran.push(name)).pipe(Effect.zipRight(pause(ms)), Effect.as(name)))
-      const inFlight = yield* Effect.fork(write("in flight", 30))
-      yield* pause(5)
-      const waiting = yield* Effect.fork(Effect.either(write("waiting", 1)))
-      yield* pause(5)
+      const release = yield* Deferred.make<void>()
+      const write = (name: string, wait: Effect.Effect<void>) =>
+        writes.run(Effect.sync(() => void ran.push(name)).pipe(Effect.zipRight(wait), Effect.as(name)))
+      const inFlight = yield* Effect.fork(write("in flight", Deferred.await(release)))
+      yield* until(() => ran.includes("in flight"))
+      const waiting = yield* Effect.fork(Effect.either(write("waiting", pause(1))))
+      yield* suspended(waiting)
+      // Closed while the first is still held in flight and the second waits behind it.
       writes.close(failure("cancelled", "the turn was cancelled"))
+      yield* Deferred.succeed(release, undefined)
       expect(yield* Fiber.join(inFlight).pipe(Effect.timeout("2 seconds"))).toBe("in flight")
       const refused = yield* Fiber.join(waiting).pipe(Effect.timeout("2 seconds"))
       expect(Either.isLeft(refused) && refused.left.failure.code).toBe("cancelled")
-      const later = yield* Effect.either(write("later", 1))
+      const later = yield* Effect.either(write("later", pause(1)))
       expect(Either.isLeft(later) && later.left.failure.code).toBe("cancelled")
       expect(ran).toEqual(["in flight"])
     }))
