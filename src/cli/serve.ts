@@ -3,10 +3,11 @@
  * BRAIN_DATA_DIR, BRAIN_API_TOKEN, the limits) and the same name as a flag: `--listen`,
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
-import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
+import { type ConfigError, ConfigProvider, Effect } from "effect"
 import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
 import { checkBindings, serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfig.js"
+import { distance, knownSettings, recordingReads, unreadSettings } from "./settingNames.js"
 
 export class FlagError extends Error {}
 
@@ -24,33 +25,7 @@ export const flagsToEnv = (args: ReadonlyArray<string>): Map<string, string> => 
   return out
 }
 
-/** The settings `fromConfig` reads, found by reading it from a provider that records each name and holds none. */
-const knownSettings = Effect.gen(function*() {
-  const names = new Set<string>()
-  const recorder = ConfigProvider.fromFlat(ConfigProvider.makeFlat({
-    load: (path) => {
-      names.add(path.join("."))
-      return Effect.fail(ConfigError.MissingData([...path], "unset"))
-    },
-    enumerateChildren: () => Effect.succeed(HashSet.empty<string>()),
-    patch: ConfigProviderPathPatch.empty
-  }))
-  yield* Effect.ignore(Effect.withConfigProvider(fromConfig, recorder))
-  return names
-})
-
 const flagOf = (setting: string) => `--${setting.replace(/^BRAIN_/, "").replace(/_/g, "-").toLowerCase()}`
-
-/** Edits (insert, delete, substitute) from `a` to `b`. */
-const distance = (a: string, b: string): number => {
-  let row = Array.from({ length: b.length + 1 }, (_, j) => j)
-  for (let i = 1; i <= a.length; i++) {
-    const next = [i]
-    for (let j = 1; j <= b.length; j++) next.push(Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1)))
-    row = next
-  }
-  return row[b.length]!
-}
 
 /** A flag no setting has is refused, not ignored: a typo would otherwise leave the default in force unseen. */
 export const unknownFlag = (flags: ReadonlyMap<string, string>, known: ReadonlySet<string>): string | undefined => {
@@ -103,17 +78,23 @@ const dataDirSetting = (dataDir: string, flags: ReadonlyMap<string, string>) =>
     }
   })
 
-export const serveCommand = (args: ReadonlyArray<string>) =>
+/** `environment`: the names of the process's environment variables (only names: a value may be a secret). */
+export const serveCommand = (args: ReadonlyArray<string>, environment: ReadonlyArray<string> = Object.keys(process.env)) =>
   Effect.gen(function*() {
     const flags = yield* Effect.try({ try: () => flagsToEnv(args), catch: (e) => e as Error })
-    const unknown = unknownFlag(flags, yield* knownSettings)
+    const read = yield* knownSettings
+    const unknown = unknownFlag(flags, read)
     if (unknown !== undefined) return yield* Effect.fail(new FlagError(unknown))
     const provider = ConfigProvider.fromMap(flags).pipe(ConfigProvider.orElse(() => ConfigProvider.fromEnv()))
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
       Effect.mapError((e) => new FlagError(describeConfigError(e, flags)))
     )
-    // An unusable binding refuses the start before a missing data directory is made.
-    yield* checkBindings(config)
+    // An unusable binding refuses the start before a missing data directory is made. The variables
+    // the bindings name are read as they load: Brain reads them too.
+    yield* recordingReads(checkBindings(config), read)
+    // A misspelled setting would leave its default in force unseen: one warning each, never a value,
+    // never a refusal. (Only once the bindings loaded: a refused one may not have read all its names.)
+    for (const warning of unreadSettings(environment, read)) yield* Effect.logWarning(warning)
     yield* dataDirSetting(config.dataDir, flags)
     yield* serve(config)
     return 0
