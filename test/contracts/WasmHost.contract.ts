@@ -23,7 +23,7 @@ import { failure, type Failure } from "../../src/domain/Failure.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
 import { MAX_FAILURE_MESSAGE_BYTES, MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
-import { MAX_WASM_TABLE_ENTRIES } from "../../src/layers/wasm/Module.js"
+import { MAX_WASM_TABLE_ENTRIES, MIN_WASM_MODULE_BYTES } from "../../src/layers/wasm/Module.js"
 import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
 import type { Event } from "../../src/domain/Projection.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
@@ -333,11 +333,21 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           expect(yield* admitted(host, both)).toMatchObject({ loop: true, tool: true })
         }))
 
-      it.scopedLive("bytes that are not a WebAssembly module are refused: empty, text, a Wasm header with garbage after it", () =>
+      it.scopedLive("bytes that are not a WebAssembly module are refused: empty, text, another version's header, a Wasm header with garbage after it, too few bytes to be a module", () =>
         Effect.gen(function*() {
           const host = yield* makeHost()
-          const bodies = [new Uint8Array(), new TextEncoder().encode("hello, world"), new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 2, 3])]
+          const header = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]
+          const bodies = [
+            new Uint8Array(),
+            new TextEncoder().encode("hello, world"),
+            // A component's header: the magic, then another version.
+            new Uint8Array([0, 0x61, 0x73, 0x6d, 0x0d, 0, 1, 0, ...new Array<number>(MIN_WASM_MODULE_BYTES).fill(0)]),
+            // Past the first bytes' check: V8's compile refuses it.
+            new Uint8Array([...header, ...new Array<number>(MIN_WASM_MODULE_BYTES).fill(0xff)])
+          ]
           for (const bytes of bodies) expect((yield* refusal(host, bytes)).reason).toMatch(/not a valid WebAssembly module/)
+          const short = new Uint8Array([...header, 1, 2, 3])
+          expect((yield* refusal(host, short)).reason).toContain(`the module is 11 bytes, fewer than the ${MIN_WASM_MODULE_BYTES}`)
         }))
 
       it.scopedLive("a module of exactly the module-size limit is admitted; one byte more is refused, naming BRAIN_MAX_WASM_MODULE_BYTES", () =>

@@ -38,6 +38,37 @@ export const PAGE_BYTES = 65536
  */
 export const MAX_WASM_TABLE_ENTRIES = 65_536
 
+/** The 8 bytes every core WebAssembly module begins with: the magic `\0asm`, then version 1 (little-endian). */
+const WASM_HEADER = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00] as const
+
+/**
+ * Bytes. Below this no body can be a module the ABI admits: its header (8), its `env.memory`
+ * import with its section (17) and its exports of `brain_abi_v1`, `brain_alloc` and `brain_run`
+ * (or `brain_tool`) with theirs (44) alone take 69. A body shorter, or without the header, is
+ * refused before it is hashed or waits for the compiling thread (BRAIN_WASM_COMPILE_QUEUE), so
+ * junk never takes an upload's place there.
+ */
+export const MIN_WASM_MODULE_BYTES = 64
+
+/** Why `bytes` cannot be a module the ABI admits, told by their first bytes and their length alone; undefined when they may be. */
+export const notAModule = (bytes: Uint8Array): string | undefined => {
+  const invalid = (why: string) => `the body is not a valid WebAssembly module: ${why}`
+  for (let i = 0; i < 4 && i < bytes.length; i++) {
+    if (bytes[i] !== WASM_HEADER[i]) return invalid("it does not begin with the WebAssembly magic bytes \\0asm (00 61 73 6d)")
+  }
+  if (bytes.length < WASM_HEADER.length) return invalid(`it is ${bytes.length} bytes, shorter than the 8-byte WebAssembly header`)
+  for (let i = 4; i < WASM_HEADER.length; i++) {
+    if (bytes[i] !== WASM_HEADER[i]) {
+      const version = [...bytes.subarray(4, 8)].map((b) => b.toString(16).padStart(2, "0")).join(" ")
+      return invalid(`its header's version is ${version}, not 01 00 00 00 (version 1, a core module; a component or another version is not admitted)`)
+    }
+  }
+  if (bytes.length < MIN_WASM_MODULE_BYTES) {
+    return `the module is ${bytes.length} bytes, fewer than the ${MIN_WASM_MODULE_BYTES} any module the ABI admits takes (its header, its env.memory import and its exports of brain_abi_v1, brain_alloc and an entry; docs/abi.md)`
+  }
+  return undefined
+}
+
 const ALLOWED_IMPORTS = new Map([
   ["env.memory", "memory"],
   ["brain.call", "function"],
@@ -321,7 +352,7 @@ const keep = <V>(map: Map<string, V>, key: string, value: V) => {
 }
 
 /**
- * Admits a guest module: refused past the size bound, else found among `verdicts` by the SHA-256 of
+ * Admits a guest module: refused past the size bound or without the Wasm header (`notAModule`), else found among `verdicts` by the SHA-256 of
  * its bytes, else compiled (off the main thread, Compiler.ts; a `shipped` module, which is Brain's
  * own, here with `WebAssembly.compile`) and checked, and the verdict kept.
  */
@@ -337,6 +368,9 @@ export const admitModule = (
     if (bytes.length > limits.maxModuleBytes) {
       return yield* refuse(`the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`)
     }
+    // Junk is refused by its first bytes, before it is hashed or takes a place in the compile queue.
+    const junk = notAModule(bytes)
+    if (junk !== undefined) return yield* refuse(junk)
     const hash = yield* Effect.promise(() => sha256InSlices(bytes))
     const known = verdicts.find(hash)
     if (typeof known === "string") return yield* refuse(known)

@@ -55,6 +55,54 @@ describe("the compile queue's bound", () => {
       }).pipe(Effect.provide(layer as Layer.Layer<Agentloops>))
     }))
 
+  it.scopedLive("with BRAIN_WASM_COMPILE_QUEUE full (at 1, a compile held), a body that is not a module is still refused 400 invalid_request at once, as a module that fails to compile is: it takes no place, is not compiled and stores nothing", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-compile-junk-")
+      const store = fileStore(path.join(dataDir, "agentloops"))
+      const held = yield* Deferred.make<void>()
+      const compiling = yield* Deferred.make<void>()
+      let compiles = 0
+      const compile = (bytes: Uint8Array): Promise<Answer<WebAssembly.Module>> => {
+        compiles++
+        if (compiles > 1) return compileOffThread(bytes)
+        return Effect.runPromise(Effect.zipRight(Deferred.succeed(compiling, undefined), Deferred.await(held))).then(() => compileOffThread(bytes))
+      }
+      const layer = runtimeLayer({ journal: { dataDir }, wasm: { ...WASM, compileQueue: 1, compile }, modules: { store } })
+      yield* Effect.gen(function*() {
+        const agentloops = yield* Agentloops
+        const first = yield* Effect.promise(() => helloLoop())
+        const upload = yield* Effect.fork(agentloops.admit(first))
+        yield* Deferred.await(compiling)
+        // The queue is full: a real module is refused overloaded.
+        const busy = yield* Effect.either(agentloops.admit(padded(first, first.length + 64)))
+        expect(Either.isLeft(busy) && busy.left._tag === "AgentloopRejected" && busy.left.overloaded).toBe(true)
+        const header = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]
+        const junk = [
+          new Uint8Array(),
+          new TextEncoder().encode('{"module": "not one"}'),
+          new Uint8Array(4096).fill(0x41),
+          new Uint8Array([0, 0x61, 0x73, 0x6d, 0x0d, 0, 1, 0, ...new Array<number>(4096).fill(0)]),
+          new Uint8Array([...header, 1, 2, 3])
+        ]
+        for (const bytes of junk) {
+          const refused = yield* Effect.either(agentloops.admit(bytes))
+          expect(Either.isLeft(refused) && refused.left._tag === "AgentloopRejected").toBe(true)
+          if (Either.isLeft(refused) && refused.left._tag === "AgentloopRejected") {
+            expect(refused.left.overloaded).not.toBe(true)
+            const response = toResponse(admitRefused(refused.left))
+            expect(response.status).toBe(400)
+            expect(admitRefused(refused.left).code).toBe("invalid_request")
+            expect(refused.left.reason).toMatch(/not a valid WebAssembly module|fewer than the \d+ any module the ABI admits/)
+          }
+        }
+        expect(compiles).toBe(1) // none of them was compiled
+        expect(yield* store.list).toEqual([]) // nor stored
+        yield* Deferred.succeed(held, undefined)
+        const admitted = yield* Fiber.join(upload)
+        expect((yield* store.list).map((m) => m.id)).toEqual([admitted.id])
+      }).pipe(Effect.provide(layer as Layer.Layer<Agentloops>))
+    }))
+
   it("an upload refused for the compile queue answers 503 overloaded, retryable, with Retry-After", () => {
     const response = toResponse(admitRefused(new AgentloopRejected({ reason: "busy", overloaded: true })))
     expect(response.status).toBe(503)

@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Fiber, Option } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { compilerStats } from "../../../src/layers/wasm/Compiler.js"
+import { MIN_WASM_MODULE_BYTES, notAModule } from "../../../src/layers/wasm/Module.js"
 import { guest, returning, wat } from "../../support/wat.js"
 
 const LIMITS = { memoryBytes: 4 * 1024 * 1024, computeMs: 30_000, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
@@ -83,4 +84,29 @@ describe("admission", () => {
       expect(yield* wasm.admit(new Uint8Array(bytes))).toBe(admitted)
       expect(compilerStats.requests - compiles).toBe(1)
     }))
+
+  it.scopedLive("MIN_WASM_MODULE_BYTES refuses no module the ABI admits: the smallest such module (one function serving as marker and brain_alloc, one brain_run) is admitted and is at least that long", () =>
+    Effect.gen(function*() {
+      const wasm = yield* WasmHostWorkers.make({ workers: 1, ...LIMITS })
+      const smallest = yield* Effect.promise(() =>
+        wat(`(module (import "env" "memory" (memory 0))
+          (func $alloc (export "brain_abi_v1") (export "brain_alloc") (param i32) (result i32) unreachable)
+          (func (export "brain_run") (param i32 i32) (result i64) unreachable))`)
+      )
+      const admitted = yield* wasm.admit(smallest)
+      expect(admitted.loop).toBe(true)
+      expect(smallest.length).toBeGreaterThanOrEqual(MIN_WASM_MODULE_BYTES)
+    }))
+
+  it("a body refused by its first bytes alone: no magic, a header cut short, another version, fewer bytes than any admitted module; a header of version 1 with enough bytes passes to the compile", () => {
+    const header = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]
+    const enough = (bytes: ReadonlyArray<number>) => new Uint8Array([...bytes, ...new Array<number>(MIN_WASM_MODULE_BYTES).fill(0)])
+    expect(notAModule(new Uint8Array())).toContain("shorter than the 8-byte WebAssembly header")
+    expect(notAModule(new TextEncoder().encode('{"not": "wasm"}'))).toContain("magic bytes")
+    expect(notAModule(enough([0x7f, 0x45, 0x4c, 0x46]))).toContain("magic bytes")
+    expect(notAModule(new Uint8Array([0, 0x61, 0x73]))).toContain("shorter than the 8-byte WebAssembly header")
+    expect(notAModule(enough([0, 0x61, 0x73, 0x6d, 0x0d, 0, 1, 0]))).toContain("version is 0d 00 01 00, not 01 00 00 00")
+    expect(notAModule(new Uint8Array([...header, ...new Array<number>(MIN_WASM_MODULE_BYTES - 9).fill(0)]))).toContain(`the module is ${MIN_WASM_MODULE_BYTES - 1} bytes`)
+    expect(notAModule(new Uint8Array([...header, ...new Array<number>(MIN_WASM_MODULE_BYTES - 8).fill(0)]))).toBeUndefined()
+  })
 })

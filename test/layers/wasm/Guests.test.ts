@@ -8,6 +8,7 @@ import { TRANSCRIPT_TAIL } from "../../../src/domain/TranscriptTail.js"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Fiber } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
+import { MIN_WASM_MODULE_BYTES } from "../../../src/layers/wasm/Module.js"
 import type { AgentloopShape } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
@@ -140,7 +141,7 @@ describe("rogue guests", () => {
         ["no marker", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`, { marker: false }))), /brain_abi_v1/],
         ["no entry", yield* Effect.promise(() => refused(guest(``))), /neither brain_run/],
         ["own memory", yield* Effect.promise(() => refused(`(module (memory 1) (global (export "brain_abi_v1") i32 (i32.const 1)) (func (export "brain_alloc") (param i32) (result i32) (i32.const 0)) (func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)))`)), /env.memory/],
-        ["not wasm", new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 2, 3]), /not a valid WebAssembly module/],
+        ["not wasm", new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, ...new Array<number>(MIN_WASM_MODULE_BYTES).fill(0xff)]), /not a valid WebAssembly module/],
         // Each ABI function with the wrong type: refused now, not at the first turn.
         ["brain_run's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_run") (result i32) (i32.const 0))`))), /brain_run must be \(i32, i32\) -> i64, not \(\) -> i32/],
         ["brain_tool's type", yield* Effect.promise(() => refused(guest(`(func (export "brain_tool") (param i64 i32) (result i64) (i64.const 0))`))), /brain_tool must be \(i32, i32\) -> i64/],
