@@ -32,9 +32,9 @@ export interface RequestEntry {
   /** When it was claimed, or (a send) answered: retention counts from here. */
   readonly atMs: number
   /** The `turn_ended` or `turn_failed` that closed its turn, once closed. */
-  readonly closed?: number
+  readonly closed?: number | undefined
   /** A send's `request_answered`: the last record of the closing append that answered it. */
-  readonly answered?: number
+  readonly answered?: number | undefined
 }
 
 /**

@@ -96,7 +96,7 @@ export interface IdempotencyFileOptions {
   /** Bytes: the largest answer JSON kept; a larger one is recorded as not kept. Default 1 MiB. */
   readonly maxAnswerBytes?: number
   /** Live keys held at most (BRAIN_MAX_IDEMPOTENCY_KEYS); default `maxIdempotencyKeys(undefined)`. */
-  readonly maxKeys?: number
+  readonly maxKeys?: number | undefined
   readonly limits?: Partial<IdempotencyFileLimits>
   /** Background compaction interval of the layer; default retention / 4 (at least the named minimum). */
   readonly compactEveryMs?: number

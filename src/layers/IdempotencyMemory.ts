@@ -26,7 +26,7 @@ export interface IdempotencyMemoryOptions {
   /** Bytes: the largest answer JSON kept; a larger one is recorded as not kept. Default 1 MiB. */
   readonly maxAnswerBytes?: number
   /** Live keys held at most; default `maxIdempotencyKeys(undefined)`. */
-  readonly maxKeys?: number
+  readonly maxKeys?: number | undefined
 }
 
 interface Entry {

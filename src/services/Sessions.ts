@@ -66,9 +66,9 @@ export interface Following {
 }
 
 export type CreateSession = Omit<SessionConfiguration, "agentloop" | "environments"> & {
-  readonly agentloop?: string
+  readonly agentloop?: string | undefined
   /** Declarations (docs/environments.md); the server admits them and records what their bindings stand for. */
-  readonly environments?: ReadonlyArray<EnvironmentDeclaration>
+  readonly environments?: ReadonlyArray<EnvironmentDeclaration> | undefined
 }
 
 export interface SessionSummary {

@@ -93,7 +93,7 @@ const script = (
  * `set_transcript`), `raw` as the guest sent them; `output` as the host takes it, `rawOutput` as
  * the guest returned it.
  */
-const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): GuestRun & { readonly raw: ReadonlyArray<HostCall>; readonly rawOutput: string | undefined } => {
+const same = (input: { transcript?: ReadonlyArray<unknown> }, make: () => Answerer): Omit<GuestRun, "output"> & { readonly output: string | undefined; readonly raw: ReadonlyArray<HostCall>; readonly rawOutput: string | undefined } => {
   const answerer = make()
   const host = remembering(answerer)
   // As Brain gives it to a loop that exports brain_transcript_tail: the transcript's tail.

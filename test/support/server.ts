@@ -279,6 +279,12 @@ const patientDispatcher = (ms: number) => {
   return agent
 }
 
+/**
+ * An undici Agent as fetch's `dispatcher`. The global fetch's types name undici-types 6's
+ * Dispatcher and the Agent is undici 7's: the same interface at run time, two versions to the compiler.
+ */
+const asDispatcher = (agent: Agent): NonNullable<RequestInit["dispatcher"]> => agent as unknown as NonNullable<RequestInit["dispatcher"]>
+
 export const request = async (baseUrl: string, p: string, options: RequestOptions = {}): Promise<Reply> => {
   const headers: Record<string, string> = { ...options.headers }
   let body: string | Uint8Array | undefined = options.raw
@@ -291,8 +297,8 @@ export const request = async (baseUrl: string, p: string, options: RequestOption
     headers,
     ...(body !== undefined ? { body } : {}),
     ...(options.signal ? { signal: options.signal } : {}),
-    ...(options.answerDeadlineMs !== undefined ? { dispatcher: patientDispatcher(options.answerDeadlineMs) } : {})
-  } as RequestInit)
+    ...(options.answerDeadlineMs !== undefined ? { dispatcher: asDispatcher(patientDispatcher(options.answerDeadlineMs)) } : {})
+  })
   const text = await res.text()
   let parsed: unknown
   try {

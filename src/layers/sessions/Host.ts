@@ -46,10 +46,10 @@ export interface HostDeps {
   readonly config: ServerConfigShape
   /** Where live-only deltas go (the session's SSE subscribers): never journaled. */
   readonly live?: LiveDeltas
-  /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; absent, it is dropped. */
-  readonly telemetry?: TelemetryShape
-  /** The `http` and `host` Environments' drivers; absent, a tool placed in one ends in `error` (nothing sent). */
-  readonly environments?: EnvironmentsShape
+  /** Where the loop's telemetry goes (BRAIN_TELEMETRY): never journaled; undefined, it is dropped. */
+  readonly telemetry: TelemetryShape | undefined
+  /** The `http` and `host` Environments' drivers; undefined, a tool placed in one ends in `error` (nothing sent). */
+  readonly environments: EnvironmentsShape | undefined
   /**
    * The clock of the fiber that built the sessions (the test clock in a test), read directly: a
    * turn reads the time several times, and through the fiber's services each read is instructions.

@@ -205,7 +205,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
   let saved = transcript
   /** The transcript a decoded `set_transcript` request names, or why it is refused. */
-  const saveOf = (r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> }): Either.Either<ReadonlyArray<Message>, string> => {
+  const saveOf = (r: SetTranscriptRequest): Either.Either<ReadonlyArray<Message>, string> => {
     const delta = r.keep !== undefined || r.append !== undefined
     if (delta === (r.messages !== undefined) || (delta && (r.keep === undefined || r.append === undefined))) {
       return Either.left("give either messages, or keep and append")
@@ -214,7 +214,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
   }
   /** A decoded `set_transcript` request: the save, or why it is refused. */
   const setTranscript = (
-    r: { messages?: ReadonlyArray<unknown>; keep?: number; append?: ReadonlyArray<unknown> },
+    r: SetTranscriptRequest,
     through: Host["setTranscript"] = host.setTranscript
   ): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
     const messages = saveOf(r)

@@ -156,7 +156,7 @@ describe("rogue guests", () => {
             ["a mutable tail length", { tail: true, tailLength: "(mut i32) (i32.const 2)" }, /must be an immutable i32 global/],
             ["an i64 tail length", { tail: true, tailLength: "i64 (i64.const 2)" }, /must be an immutable i32 global/],
             ["a negative tail length", { tail: true, tailLength: "i32 (i32.const -1)" }, /is -1: a number of messages cannot be negative/],
-            ["a tail length that is a function", { tail: true, tailLength: undefined, extra: `(func (export "brain_transcript_tail_length"))` }, /brain_transcript_tail_length is not a global/]
+            ["a tail length that is a function", { tail: true, extra: `(func (export "brain_transcript_tail_length"))` }, /brain_transcript_tail_length is not a global/]
           ] as const,
           ([name, options, reason]) =>
             Effect.map(
