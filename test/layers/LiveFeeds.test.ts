@@ -2,21 +2,27 @@
  * The live feed and its subscribers, through Sessions.follow on the memory journal: the rules of
  * LiveFeeds.ts and Tap.ts that an end-to-end test cannot set up exactly — what a full backlog
  * does while a subscriber is live and while it is still catching up, a commit larger than the
- * budget, and one encoding shared by every subscriber.
+ * budget, one encoding shared by every subscriber, and the fan-out's pace on a clock the test
+ * moves (`LiveFeeds.Pacing`): what is gathered during a pause, who joins during one, and the bounds.
  *
  * Extension Events are appended straight to the journal (the actor's folded state then lags the
  * journal, as it does for a moment after every commit). A subscriber's body is read like the server
  * reads it: as a byte stream, paused to stand for a client that stops reading.
  */
-import type { Readable } from "node:stream"
+import { type Readable, Writable } from "node:stream"
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber } from "effect"
-import type { SessionId } from "../../src/domain/Ids.js"
+import { Chunk, Deferred, Effect, Fiber, Option, Stream } from "effect"
+import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { SSE_FAN_OUT_PACE_MAX_MS, SSE_FAN_OUT_PACE_MIN_MS, SSE_WRITE_BYTES, SUBSCRIBER_BACKLOG_RECORDS } from "../../src/domain/Limits.js"
+import { foldAll } from "../../src/domain/Projection.js"
+import * as JournalMemory from "../../src/layers/JournalMemory.js"
+import { fromJournal } from "../../src/layers/sessions/FromJournal.js"
+import * as LiveFeeds from "../../src/layers/sessions/LiveFeeds.js"
 import { paceAfter } from "../../src/layers/sessions/LiveFeeds.js"
 import { entry, ReservedKinds, STREAM_ERROR, STREAM_LAGGED } from "../../src/domain/Records.js"
-import { Journal } from "../../src/services/Journal.js"
+import { Journal, type JournalShape } from "../../src/services/Journal.js"
 import type { ModelCall } from "../../src/services/Models.js"
+import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
 
@@ -67,6 +73,7 @@ const reader = (body: Readable) => {
       })
     )
   return {
+    body,
     frames,
     chunks,
     get ended() {
@@ -317,5 +324,225 @@ describe("live model deltas", () => {
         const page = yield* sessions.events(session_id as SessionId, { after: 0, limit: 1000 })
         expect(r.ids()).toEqual(page.events.map((e) => e.sequence))
       }).pipe(Effect.provide(runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0 }, models: streaming(400, 2_000, go, 50) })))
+    }))
+})
+
+/** Waits, without timing anything, until `predicate` holds (a guard fails the test after 10 s). */
+const eventually = (what: string, predicate: () => boolean) =>
+  Effect.promise(() =>
+    new Promise<void>((resolve, reject) => {
+      const guard = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), 10_000)
+      const check = () => {
+        if (!predicate()) return void setTimeout(check, 1)
+        clearTimeout(guard)
+        resolve()
+      }
+      check()
+    })
+  )
+
+/**
+ * A pace the test sets instead of the wall clock's: the clock moves when a fan-out's writes cost
+ * (`cost`, in milliseconds) or when the test advances it, and a pause is over only when the test
+ * advances past its end.
+ */
+const manualPacing = () => {
+  let now = 0
+  const pauses: Array<{ readonly at: number; readonly ms: number; readonly run: () => void; state: "waiting" | "over" | "cancelled" }> = []
+  const self = {
+    /** Milliseconds each fan-out's writes take from now on. */
+    cost: 0,
+    pacing: {
+      now: () => now,
+      afterWrites: (f: () => void) => {
+        now += self.cost
+        f()
+      },
+      after: (ms: number, run: () => void) => {
+        const pause = { at: now + ms, ms, run, state: "waiting" as "waiting" | "over" | "cancelled" }
+        pauses.push(pause)
+        return () => void (pause.state = "cancelled")
+      }
+    } satisfies LiveFeeds.Pacing,
+    /** The pauses the feed has asked for, in milliseconds. */
+    asked: () => pauses.map((p) => p.ms),
+    /** Moves the clock on, ending the pauses it passes. */
+    advance: (ms: number) => {
+      now += ms
+      for (const p of pauses) {
+        if (p.state !== "waiting" || p.at > now) continue
+        p.state = "over"
+        p.run()
+      }
+    }
+  }
+  return self
+}
+
+/**
+ * One session's live feeds over the memory journal, paced by `manualPacing`. Its subscription is
+ * watched: `gathered(s)` waits until the feed has taken every record through sequence `s` and is
+ * asking for more, so that what it holds and what it has written can be checked exactly.
+ */
+const pacedFeeds = (config: Partial<ServerConfig.ServerConfigShape> = {}) =>
+  Effect.gen(function*() {
+    const { journal: base } = yield* JournalMemory.make
+    let taken = 0
+    let asking = false
+    const journal: JournalShape = {
+      ...base,
+      subscribe: (session) =>
+        Effect.flatMap(base.subscribe(session), (records) =>
+          Effect.map(Stream.toPull(records), (pull) =>
+            Stream.repeatEffectChunkOption(Effect.suspend(() => {
+              asking = true
+              return Effect.tap(pull, (chunk) =>
+                Effect.sync(() => {
+                  asking = false
+                  taken = Option.match(Chunk.last(chunk), { onNone: () => taken, onSome: (r) => r.sequence })
+                }))
+            }))))
+    }
+    const pace = manualPacing()
+    const feeds = yield* LiveFeeds.make(
+      journal,
+      { ...ServerConfig.defaults, sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0, ...config },
+      fromJournal,
+      pace.pacing
+    )
+    const session = yield* mintSessionId
+    yield* base.create(session)
+    yield* base.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+    const snapshot = Effect.orDie(Effect.map(base.read(session, { after: 0, limit: 100_000 }), foldAll))
+    return {
+      pace,
+      follow: (after: number) => Effect.map(feeds.follow(session, after, snapshot), (f) => reader(f.body)),
+      /** The stream's body, unread. */
+      body: (after: number) => Effect.map(feeds.follow(session, after, snapshot), (f) => f.body),
+      /** Commits tick `i` on its own; answers its sequence. */
+      commit: (i: number, pad = 0) => Effect.zipRight(base.append(session, [tick(i, pad)]), base.lastSequence(session)),
+      gathered: (sequence: number) => eventually(`the feed to take ${sequence}`, () => asking && taken >= sequence),
+      all: Effect.map(base.read(session, { after: 0, limit: 100_000 }), (records) => records.map((r) => r.sequence))
+    }
+  })
+
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => from + k)
+
+describe("the fan-out's pace, on a clock the test moves", () => {
+  it.scopedLive("commits gathered during a pause reach every reader once each, in order, with their ids, in one write per reader; the pause is three times the fan-out's cost, at most SSE_FAN_OUT_PACE_MAX_MS; after it a cheap fan-out is written at once", () =>
+    Effect.gen(function*() {
+      const { pace, follow, commit, gathered, all } = yield* pacedFeeds()
+      const readers = [yield* follow(0), yield* follow(0), yield* follow(0)]
+      for (const r of readers) yield* r.until("the catch-up", () => r.ids().length === 1)
+      // A fan-out that costs 5 ms: the commits of the next 15 ms wait.
+      pace.cost = 5
+      yield* gathered(yield* commit(0))
+      for (const r of readers) yield* r.until("the first commit", () => r.ids().length === 2)
+      expect(pace.asked(), "nothing was paced yet").toEqual([])
+      pace.cost = 0
+      const chunks = readers.map((r) => r.chunks.length)
+      yield* commit(1)
+      yield* commit(2)
+      yield* gathered(yield* commit(3))
+      expect(pace.asked()).toEqual([15])
+      pace.advance(14)
+      for (const r of readers) expect(r.ids(), "nothing is written during the pause").toEqual([1, 2])
+      pace.advance(1)
+      for (const r of readers) yield* r.until("the gathered commits", () => r.ids().length === 5)
+      for (const [k, r] of readers.entries()) {
+        expect(r.ids()).toEqual([1, 2, 3, 4, 5])
+        expect(r.chunks.length, "one write per reader").toBe(chunks[k]! + 1)
+        expect(r.chunks.at(-1), "the same bytes for every reader").toBe(readers[0]!.chunks.at(-1))
+        expect(r.frames.slice(2).map((f) => f.json.data.i)).toEqual([1, 2, 3])
+      }
+      // That fan-out was cheap: the next commit goes out at once.
+      yield* gathered(yield* commit(4))
+      for (const r of readers) yield* r.until("the commit after the pause", () => r.ids().length === 6)
+      expect(pace.asked(), "no pause after a cheap fan-out").toEqual([15])
+      // A fan-out of 10 ms holds the next commits for 25 ms (SSE_FAN_OUT_PACE_MAX_MS), not 30.
+      pace.cost = 10
+      yield* gathered(yield* commit(5))
+      for (const r of readers) yield* r.until("the costly commit", () => r.ids().length === 7)
+      pace.cost = 0
+      yield* gathered(yield* commit(6))
+      expect(pace.asked()).toEqual([15, SSE_FAN_OUT_PACE_MAX_MS])
+      pace.advance(SSE_FAN_OUT_PACE_MAX_MS)
+      for (const r of readers) yield* r.until("the last commit", () => r.ids().length === 8)
+      const events = yield* all
+      for (const r of readers) expect(r.ids()).toEqual(events)
+    }))
+
+  it.scopedLive("a reader that joins during a pause, from the start, from the feed's position or from a cursor a page showed past it, gets every Event after its cursor once: no duplicate, no gap", () =>
+    Effect.gen(function*() {
+      const { pace, follow, commit, gathered, all } = yield* pacedFeeds()
+      const first = yield* follow(0)
+      yield* first.until("the catch-up", () => first.ids().length === 1)
+      pace.cost = 5
+      const published = yield* commit(0)
+      yield* gathered(published)
+      yield* first.until("the first commit", () => first.ids().length === 2)
+      pace.cost = 0
+      yield* commit(1)
+      const held = yield* commit(2)
+      yield* gathered(held)
+      expect(pace.asked()).toEqual([15])
+      // Joining while two commits are held: the feed's position is still `published`.
+      const joiners = [] as Array<readonly [number, ReturnType<typeof reader>]>
+      for (const after of [0, 1, published, published + 1, held]) joiners.push([after, yield* follow(after)])
+      for (const [after, r] of joiners) {
+        const caughtUp = range(after + 1, published)
+        yield* r.until("the catch-up", () => r.ids().length === caughtUp.length && r.chunks.length > 0)
+        expect(r.ids()).toEqual(caughtUp)
+      }
+      // And a commit gathered after they joined.
+      const last = yield* commit(3)
+      yield* gathered(last)
+      pace.advance(15)
+      const events = yield* all
+      for (const [after, r] of [[0, first] as const, ...joiners]) {
+        yield* r.until("the gathered commits", () => r.ids().at(-1) === last)
+        expect(r.ids()).toEqual(events.filter((s) => s > after))
+        expect(r.frames.filter((f) => f.id === undefined)).toEqual([])
+      }
+    }))
+
+  it.scopedLive("a reader that joins during a pause and whose socket does not drain while it catches up is cut off after BRAIN_SSE_STALL_MS, the gathered write offered meanwhile notwithstanding, after every Event handed over", () =>
+    Effect.gen(function*() {
+      const { pace, follow, body: unread, commit, gathered, all } = yield* pacedFeeds({ sseStallMs: 50, sseCloseGraceMs: 1 })
+      const live = yield* follow(0)
+      yield* live.until("the catch-up", () => live.ids().length === 1)
+      // More than one catch-up page (each at most BACKLOG_BYTES).
+      let i = 0
+      let last = 0
+      while (i < 12) last = yield* commit(i++, 1024)
+      yield* gathered(last)
+      pace.cost = 5
+      yield* gathered(yield* commit(i++, 1024))
+      yield* live.until("the commits", () => live.ids().length === i + 1)
+      pace.cost = 0
+      yield* commit(i++)
+      yield* gathered(yield* commit(i++))
+      expect(pace.asked()).toEqual([15])
+      // A socket that takes one write and never drains: the pipe pauses the stream at once.
+      const socket = new Writable({ highWaterMark: 1, write: () => {} })
+      const body = yield* unread(0)
+      body.pipe(socket)
+      pace.advance(15)
+      yield* live.until("the gathered commits", () => live.ids().length === i + 1)
+      yield* eventually("the stalled stream's connection to close", () => socket.destroyed)
+      // What the stream still held for its socket: the page it had read, then the cut.
+      const rest = reader(body)
+      body.resume()
+      yield* rest.until("the end", () => rest.ended)
+      const ids = rest.ids()
+      const events = yield* all
+      expect(ids.length).toBeGreaterThan(0)
+      expect(ids).toEqual(events.slice(0, ids.length))
+      expect(ids.length).toBeLessThan(events.length)
+      const lagged = rest.frames.at(-1)!
+      expect(lagged.event).toBe("stream_lagged")
+      expect(lagged.json.after).toBe(ids.at(-1))
+      expect(lagged.json.message).toMatch(/did not drain for 50 ms/)
+      expect(live.ids()).toEqual(events)
     }))
 })

@@ -18,7 +18,7 @@
  *   gathered and go out together, one write per subscriber. So one session's subscribers take at
  *   most about a quarter of the main thread, whatever their number; each still gets every Event once, in
  *   order, the same bytes as every other subscriber. The cost is measured in wall time (it is the
- *   time the main thread spent), not on the Clock.
+ *   time the main thread spent), not on the Clock (`Pacing`: tests give their own).
  * - While a feed is open, one fiber sends each of its subscribers a heartbeat comment every
  *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
  * - Catch-up pages are read SSE_CATCH_UP_READS at a time in the whole process, each about
@@ -63,10 +63,35 @@ interface Feed {
   earlyBytes: number
   /** Records committed while the feed is paced, not yet published (all after `through`). */
   held: Array<JournalRecord>
-  /** Until when (performance.now()) commits are held, after a costly fan-out. */
+  /** Until when (`Pacing.now`) commits are held, after a costly fan-out. */
   pacedUntil: number
-  /** Publishes what is held once the pace is over. */
-  timer: ReturnType<typeof setTimeout> | undefined
+  /** Cancels the publishing of what is held once the pace is over; undefined when nothing waits. */
+  pause: (() => void) | undefined
+}
+
+/**
+ * How a feed measures what a fan-out cost and waits out its pace. The server's (`wallPacing`) is
+ * the wall clock and a timer: the cost is the main thread's time, which the Clock does not see.
+ * Tests give their own, to say what a fan-out costs and when a pause is over.
+ */
+export interface Pacing {
+  /** Milliseconds, monotonic. */
+  readonly now: () => number
+  /** Runs `f` once the socket writes a fan-out queued have been made. */
+  readonly afterWrites: (f: () => void) => void
+  /** Runs `f` in `ms` milliseconds; what it answers cancels that. */
+  readonly after: (ms: number, f: () => void) => () => void
+}
+
+export const wallPacing: Pacing = {
+  now: () => performance.now(),
+  // A response's writes reach its socket in a tick queued by its write (Node corks them until
+  // then); this tick comes after all of them, so the cost counts the system calls too.
+  afterWrites: (f) => process.nextTick(f),
+  after: (ms, f) => {
+    const timer = setTimeout(f, ms)
+    return () => clearTimeout(timer)
+  }
 }
 
 /**
@@ -116,7 +141,8 @@ export const make = (
     ServerConfigShape,
     "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs" | "sseStallMs" | "sseCloseGraceMs"
   >,
-  fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt | Overloaded
+  fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt | Overloaded,
+  pacing: Pacing = wallPacing
 ): Effect.Effect<LiveFeeds, never, Scope.Scope> =>
   Effect.gen(function*() {
     const owner = yield* Effect.scope
@@ -198,28 +224,26 @@ export const make = (
      */
     const gather = (feed: Feed, records: Iterable<JournalRecord>) => {
       for (const r of records) feed.held.push(r)
-      if (feed.timer !== undefined) {
+      if (feed.pause !== undefined) {
         if (feed.held.length >= SUBSCRIBER_BACKLOG_RECORDS) fanOut(feed)
         return
       }
-      const wait = feed.pacedUntil - performance.now()
+      const wait = feed.pacedUntil - pacing.now()
       if (wait <= 0) return fanOut(feed)
-      feed.timer = setTimeout(() => fanOut(feed), wait)
+      feed.pause = pacing.after(wait, () => fanOut(feed))
     }
 
     /** Publishes what is held, and sets the pace by what that cost, socket writes included. */
     const fanOut = (feed: Feed) => {
-      if (feed.timer !== undefined) clearTimeout(feed.timer)
-      feed.timer = undefined
+      feed.pause?.()
+      feed.pause = undefined
       const records = feed.held
       feed.held = []
       if (feed.failed) return
-      const start = performance.now()
+      const start = pacing.now()
       publish(feed, records)
-      // A response's writes reach its socket in a tick queued by its write (Node corks them until
-      // then); this tick comes after all of them, so the cost counts the system calls too.
-      process.nextTick(() => {
-        const cost = performance.now() - start
+      pacing.afterWrites(() => {
+        const cost = pacing.now() - start
         feed.pacedUntil = start + cost + paceAfter(cost)
       })
     }
@@ -253,10 +277,10 @@ export const make = (
             earlyBytes: 0,
             held: [],
             pacedUntil: 0,
-            timer: undefined
+            pause: undefined
           }
           entry.opened = feed
-          yield* Scope.addFinalizer(scope, Effect.sync(() => clearTimeout(feed.timer)))
+          yield* Scope.addFinalizer(scope, Effect.sync(() => feed.pause?.()))
           // Opening runs uninterruptibly (a slot's acquisition); the feed's fibers must not inherit that.
           yield* Effect.forkIn(Effect.interruptible(pump(feed, entry, records)), scope)
           yield* Effect.forkIn(Effect.interruptible(heartbeats(feed)), scope)
