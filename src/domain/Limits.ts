@@ -229,7 +229,8 @@ export const JOURNAL_INDEX_ENTRY_BYTES = 48
 /**
  * Bytes. How far a live SSE subscriber may fall behind (frames not yet handed to its socket)
  * before it is cut off and resumes by cursor; BRAIN_SSE_BACKLOG_BYTES. Bounded in Events too, by
- * SUBSCRIBER_BACKLOG_RECORDS. An empty backlog always takes the next commit, however large.
+ * SUBSCRIBER_BACKLOG_RECORDS. An empty backlog always takes the next Event, however large (commits
+ * gathered into one write that no backlog holds are offered in parts that one does).
  */
 export const SSE_BACKLOG_BYTES = 16 * 1024 * 1024
 

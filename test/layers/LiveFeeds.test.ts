@@ -17,6 +17,7 @@ import { SSE_FAN_OUT_PACE_MAX_MS, SSE_FAN_OUT_PACE_MIN_MS, SSE_WRITE_BYTES, SUBS
 import { foldAll } from "../../src/domain/Projection.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import { fromJournal } from "../../src/layers/sessions/FromJournal.js"
+import { frameParts } from "../../src/layers/sessions/SseFrames.js"
 import * as LiveFeeds from "../../src/layers/sessions/LiveFeeds.js"
 import { paceAfter } from "../../src/layers/sessions/LiveFeeds.js"
 import { entry, ReservedKinds, STREAM_ERROR, STREAM_LAGGED } from "../../src/domain/Records.js"
@@ -506,6 +507,41 @@ describe("the fan-out's pace, on a clock the test moves", () => {
       }
     }))
 
+  it.scopedLive("a gathered write is bounded as its commits are: a live reader that stops reading is cut off once its backlog would pass the byte budget, after every Event handed over", () =>
+    Effect.gen(function*() {
+      const { pace, follow, commit, gathered, all } = yield* pacedFeeds()
+      const r = yield* follow(0)
+      yield* r.until("the catch-up", () => r.ids().length === 1)
+      r.body.pause()
+      // Costly fan-outs, each written at once (the clock moved past the last one's pause), until
+      // what the socket side buffers is full.
+      pace.cost = 5
+      let i = 0
+      while (r.body.readableLength < r.body.readableHighWaterMark) {
+        pace.advance(SSE_FAN_OUT_PACE_MAX_MS)
+        yield* gathered(yield* commit(i++, 1024))
+      }
+      expect(pace.asked()).toEqual([])
+      // The reader's backlog is empty. Three commits gathered in the last fan-out's pause, that no
+      // backlog of BACKLOG_BYTES holds together, each alone well within it.
+      pace.cost = 0
+      const pad = BACKLOG_BYTES / 2
+      yield* commit(i++, pad)
+      yield* commit(i++, pad)
+      yield* gathered(yield* commit(i++, pad))
+      expect(pace.asked()).toEqual([15])
+      pace.advance(15)
+      const events = yield* all
+      r.body.resume()
+      yield* r.until("every Event or the end", () => r.ended || r.ids().length === events.length)
+      const ids = r.ids()
+      expect(ids).toEqual(events.slice(0, ids.length))
+      const lagged = r.frames.at(-1)!
+      expect(lagged.event, "cut off").toBe("stream_lagged")
+      expect(lagged.json.after).toBe(ids.at(-1))
+      expect(ids.length).toBeLessThan(events.length)
+    }))
+
   it.scopedLive("a reader that joins during a pause and whose socket does not drain while it catches up is cut off after BRAIN_SSE_STALL_MS, the gathered write offered meanwhile notwithstanding, after every Event handed over", () =>
     Effect.gen(function*() {
       const { pace, follow, body: unread, commit, gathered, all } = yield* pacedFeeds({ sseStallMs: 50, sseCloseGraceMs: 1 })
@@ -545,4 +581,20 @@ describe("the fan-out's pace, on a clock the test moves", () => {
       expect(lagged.json.message).toMatch(/did not drain for 50 ms/)
       expect(live.ids()).toEqual(events)
     }))
+})
+
+describe("frame parts", () => {
+  const frames = (sizes: ReadonlyArray<number>) => sizes.map((n, k) => `id: ${k + 10}\nevent: tick\ndata: ${"x".repeat(n)}\n\n`)
+
+  it("whole frames, each part within the bytes and the count given unless it is one larger frame, views of the one buffer, with the sequence of each part's last", () => {
+    const text = frames([10, 10, 100, 10, 10, 10, 10])
+    const bytes = Buffer.from(text.join(""))
+    const size = Buffer.byteLength(text[0]!)
+    const parts = frameParts(bytes, 2 * size, 3)
+    expect(parts.map((p) => Buffer.from(p.bytes).toString())).toEqual([text[0]! + text[1]!, text[2]!, text[3]! + text[4]!, text[5]! + text[6]!])
+    expect(parts.map((p) => [p.events, p.last])).toEqual([[2, 11], [1, 12], [2, 14], [2, 16]])
+    for (const p of parts) expect(p.bytes.buffer).toBe(bytes.buffer)
+    expect(frameParts(bytes, bytes.length, 3).map((p) => p.events)).toEqual([3, 3, 1])
+    expect(frameParts(bytes, bytes.length, 100)).toHaveLength(1)
+  })
 })

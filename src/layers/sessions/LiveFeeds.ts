@@ -17,8 +17,10 @@
  *   subscribers) paces the feed: the commits of the next min(3t, SSE_FAN_OUT_PACE_MAX_MS) are
  *   gathered and go out together, one write per subscriber. So one session's subscribers take at
  *   most about a quarter of the main thread, whatever their number; each still gets every Event once, in
- *   order, the same bytes as every other subscriber. The cost is measured in wall time (it is the
- *   time the main thread spent), not on the Clock (`Pacing`: tests give their own).
+ *   order, the same bytes as every other subscriber. What no backlog holds at once goes in parts
+ *   that one does (whole Events), so a subscriber's backlog is bounded as it is commit by commit.
+ *   The cost is measured in wall time (it is the time the main thread spent), not on the Clock
+ *   (`Pacing`: tests give their own).
  * - While a feed is open, one fiber sends each of its subscribers a heartbeat comment every
  *   BRAIN_SSE_HEARTBEAT_MS (nothing runs for sessions nobody follows).
  * - Catch-up pages are read SSE_CATCH_UP_READS at a time in the whole process, each about
@@ -45,7 +47,7 @@ import type { JournalReadError, JournalShape, SubscriberLagged } from "../../ser
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { Following, FollowError } from "../../services/Sessions.js"
 import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
-import { deltaFrame, encode, eventFrame } from "./SseFrames.js"
+import { deltaFrame, encode, eventFrame, frameParts } from "./SseFrames.js"
 import { type CatchUpPage, Tap, type TapLimits } from "./Tap.js"
 
 interface Feed {
@@ -212,9 +214,30 @@ export const make = (
         }
       }
       if (events === 0) return
-      const commit = { first, last: feed.through, bytes: encode(text), events, ended }
-      for (const tap of feed.taps) tap.offer(commit)
+      const bytes = encode(text)
+      if (bytes.length <= limits.bytes && events <= limits.events) {
+        const commit = { first, last: feed.through, bytes, events, ended }
+        for (const tap of feed.taps) tap.offer(commit)
+      } else offerInParts(feed, first, bytes, ended)
       releaseEarly(feed)
+    }
+
+    /**
+     * Offers frames that no backlog holds at once (commits gathered while the feed was paced, or
+     * many in one chunk of the journal's) in parts a backlog can take, whole Events each, as the
+     * commits would have come one by one: the backlog's bounds hold for them too, and an empty
+     * backlog takes a part past them only when it is one Event. The parts are views of the one encoding.
+     */
+    const offerInParts = (feed: Feed, first: number, bytes: Uint8Array, ended: boolean) => {
+      const parts = frameParts(bytes, limits.bytes, limits.events)
+      let from = first
+      for (let k = 0; k < parts.length; k++) {
+        const final = k === parts.length - 1
+        const part = parts[k]!
+        const commit = { first: from, last: final ? feed.through : part.last, bytes: part.bytes, events: part.events, ended: ended && final }
+        for (const tap of feed.taps) tap.offer(commit)
+        from = commit.last + 1
+      }
     }
 
     /**

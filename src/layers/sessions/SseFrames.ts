@@ -53,6 +53,40 @@ export const deltaFrame = (session: string, modelCall: number, delta: ModelDelta
 
 const FRAME_END = Buffer.from("\n\n")
 
+/** The sequence of the recorded frame at `at` ("id: <sequence>\n"). */
+const sequenceAt = (buf: Buffer, at: number): number => Number(buf.toString("latin1", at + 4, buf.indexOf(10, at)))
+
+/**
+ * `bytes` (recorded frames as `eventFrame` writes them) in parts of whole frames, each at most
+ * `maxBytes` and `maxEvents` (a larger frame alone): views of `bytes`, not copies, with how many
+ * frames each holds and the sequence of its last.
+ */
+export const frameParts = (
+  bytes: Uint8Array,
+  maxBytes: number,
+  maxEvents: number
+): Array<{ readonly bytes: Uint8Array; readonly events: number; readonly last: number }> => {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const parts: Array<{ readonly bytes: Uint8Array; readonly events: number; readonly last: number }> = []
+  let start = 0
+  let events = 0
+  let last = 0
+  for (let at = 0; at < buf.length;) {
+    const end = buf.indexOf(FRAME_END, at)
+    const next = end < 0 ? buf.length : end + 2
+    if (events > 0 && (next - start > maxBytes || events >= maxEvents)) {
+      parts.push({ bytes: buf.subarray(start, at), events, last })
+      start = at
+      events = 0
+    }
+    last = sequenceAt(buf, at)
+    events++
+    at = next
+  }
+  if (events > 0) parts.push({ bytes: buf.subarray(start), events, last })
+  return parts
+}
+
 /**
  * The frames of `bytes` (recorded frames as `eventFrame` writes them) whose sequence is past
  * `after`, and how many. A frame ends at its first blank line: its JSON data holds no line break.
@@ -64,9 +98,7 @@ export const framesAfter = (bytes: Uint8Array, after: number): { readonly bytes:
   for (let at = 0; at < buf.length;) {
     const end = buf.indexOf(FRAME_END, at)
     const next = end < 0 ? buf.length : end + 2
-    const lineEnd = buf.indexOf(10, at)
-    const sequence = Number(buf.toString("latin1", at + 4, lineEnd)) // "id: <sequence>\n"
-    if (sequence > after) {
+    if (sequenceAt(buf, at) > after) {
       if (start < 0) start = at
       events++
     }

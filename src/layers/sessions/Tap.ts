@@ -13,7 +13,8 @@
  *     `stream_lagged` frame naming the cursor to resume after (the last Event handed to the socket);
  *   - only drops the backlog of one still catching up: its catch-up goes on, through the feed's
  *     position at that time.
- *   An empty backlog always takes the next commit, so one larger than the budget still comes through.
+ *   An empty backlog always takes the next commit, so one larger than the budget still comes through
+ *   (the feed offers what no backlog holds at once in parts of whole Events: only one Event is larger).
  * - Bytes are handed to the socket only while it asks for more (Node's stream demand, about
  *   SSE_WRITE_BYTES buffered): a slow reader holds its backlog plus one write, no more. A live
  *   commit goes out from the feed's own call, so a subscriber costs about a socket write per commit.
