@@ -274,11 +274,12 @@ export const make = (options: WasmHostOptions) =>
     const stats: WasmHostStats = { inline: 0, moved: 0, pool: 0 }
 
     /**
-     * An activation on the main thread when its module's twin is ready, else (or once moved) on
-     * the pool; then `done` with its output, or `failed`.
+     * `session`'s activation on the main thread when its module's twin is ready and the session
+     * is not cooling down after a move (InlineModules.ts), else (or once moved) on the pool; then
+     * `done` with its output, or `failed`.
      */
-    const run = <A, E>(activation: Activation, ends: Omit<InlineEnds<A, E>, "moved">): Effect.Effect<A, E> => {
-      const twin = inlineMs > 0 ? twins.take(activation.moduleId) : undefined
+    const run = <A, E>(activation: Activation, session: string, ends: Omit<InlineEnds<A, E>, "moved">): Effect.Effect<A, E> => {
+      const twin = inlineMs > 0 ? twins.take(activation.moduleId, session) : undefined
       if (twin === undefined) {
         stats.pool++
         return Effect.matchEffect(activate(pool, activation, limits), { onFailure: ends.failed, onSuccess: ends.done })
@@ -287,12 +288,12 @@ export const make = (options: WasmHostOptions) =>
       activation.began?.()
       return runInline(twin, activation, inlineLimits, {
         done: (output) => {
-          twins.completed(activation.moduleId)
+          twins.completed(activation.moduleId, session)
           return ends.done(output)
         },
         moved: (_reason, calls) => {
           stats.moved++
-          twins.moved(activation.moduleId)
+          twins.moved(activation.moduleId, session)
           return Effect.matchEffect(replayed(pool, limits, activation, calls), { onFailure: ends.failed, onSuccess: ends.done })
         },
         failed: ends.failed
@@ -330,7 +331,7 @@ export const make = (options: WasmHostOptions) =>
         const services = loopServices(host, input.transcript)
         // The input as text: the main thread writes it into the guest's memory as UTF-8 itself.
         const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module, options.ioBytes), perform: services }
-        return run(activation, {
+        return run(activation, input.runtime.session_id, {
           failed: (f) => Effect.fail(loopFailed(f.message)),
           done: (text) => {
             const output = readOutput(text)
@@ -377,10 +378,11 @@ export const make = (options: WasmHostOptions) =>
             perform: toolServices(services),
             ...(services.began !== undefined ? { began: services.began } : {})
           },
+          activation.call.session_id,
           { failed: (f) => Effect.succeed(toolFailed(f)), done: (text) => Effect.succeed(toolRunOf(text)) }
         ),
       tryTool: (module, activation, services) => {
-        const twin = inlineMs > 0 ? twins.tryable(module.hash) : undefined
+        const twin = inlineMs > 0 ? twins.tryable(module.hash, activation.call.session_id) : undefined
         if (twin === undefined) return undefined
         const perform = toolServices(services)
         const exit = tryInline(twin, { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_tool", input: jsonBytes(activation), perform }, inlineLimits)
@@ -398,10 +400,10 @@ export const make = (options: WasmHostOptions) =>
         if (exit.value._tag === "moved") {
           // Past what the main thread lends: counted as a move, and run from its start on the pool.
           stats.moved++
-          twins.moved(module.hash)
+          twins.moved(module.hash, activation.call.session_id)
           return undefined
         }
-        twins.completed(module.hash, true)
+        twins.completed(module.hash, activation.call.session_id, true)
         return Exit.succeed(toolRunOf(exit.value.output))
       }
     }

@@ -12,12 +12,20 @@
  * `agentloops/twins/`) once made. Both are files of one form (TwinExports.ts, `twinFile`): one that
  * does not match its digest is ignored and the twin made again.
  *
- * A module whose activation was moved off the main thread (Inline.ts) runs its next activations on
- * the pool before the main thread tries it again: 2 after its first move, doubling with each move
- * in a row up to MOVED_COOLDOWN, back to none once an activation completes on the main thread. A
- * guest that always computes that much would otherwise spend the main thread's allowance on every
- * turn and then run again anyway; one that moved once (a long transcript, a busy machine) is soon
- * back. A Wasm tool's call is first tried on the main thread to its end (`tryable`; Inline.ts,
+ * A session whose activation of a module was moved off the main thread (Inline.ts) runs its next
+ * activations of that module on the pool before the main thread tries them again: 2 after its
+ * first move, doubling with each move in a row up to MOVED_COOLDOWN, back to none once one of its
+ * activations of the module completes on the main thread. A guest that always computes that much
+ * for the session (its long transcript, its heavy loop) would otherwise spend the main thread's
+ * allowance on every turn and then run again anyway; one that moved once (a busy machine) is soon
+ * back. The rule is the session's, not the module's: the official loop is one module shared by
+ * every session, and one session's heavy turns must not send the others' to the pool, where a loop
+ * holds a thread while it waits for its model and tools (docs/operations.md, "Concurrent turns and
+ * the Wasm thread limit"). Sessions cooling down are kept in a map bounded by MOVED_SESSIONS (the
+ * session that moved last is kept longest), each with at most MOVED_MODULES_PER_SESSION modules;
+ * one forgotten is tried on the main thread again, which
+ * costs at most one more allowance and move. A session none of whose activations moved has no
+ * entry: the lookup on each activation finds none, allocating nothing. A Wasm tool's call is first tried on the main thread to its end (`tryable`; Inline.ts,
  * `tryInline`); a try that gives up at a host call is paid for twice, so after one the module's
  * next calls are not tried, as many in a row as a move's cooldown, back to every call once a try
  * goes to its end.
@@ -31,8 +39,26 @@ import type { InstrumentRequest } from "./InstrumentWorker.js"
 import { type Answer, oneThread } from "./OneThread.js"
 import { prebuiltTwinName, twinFile, twinInFile } from "./TwinExports.js"
 
-/** Activations a module runs on the pool, at most, after one of its activations was moved. */
+/** Activations of a module a session runs on the pool, at most, after one of them was moved. */
 export const MOVED_COOLDOWN = 64
+
+/**
+ * Sessions whose moves are remembered (each with one small entry per module it moved in): past it
+ * the one whose last move is oldest is forgotten. Far above the sessions that move at once on a
+ * busy server; about a hundred bytes each.
+ */
+export const MOVED_SESSIONS = 4096
+
+/** Modules whose cooldown one session keeps (its loop and its Wasm tools): past it its oldest is forgotten. */
+export const MOVED_MODULES_PER_SESSION = 16
+
+/** A session's cooldown for one module after its activations moved (see the module's comment). */
+interface Cooling {
+  /** Activations still to run on the pool. */
+  cooldown: number
+  /** Moves in a row, without an activation completed on the main thread between. */
+  moves: number
+}
 
 /**
  * Bytes of the largest module given a twin: Binaryen's memory grows with the module (its IR is
@@ -129,9 +155,14 @@ const compiled = (bytes: Uint8Array): Promise<Twin> =>
     (err: Error) => ({ failure: `its instrumented twin does not compile: ${err.message}` })
   )
 
-/** One WasmHost's view: the twins ready for its modules, and each module's cooldown after a move. */
+/**
+ * One WasmHost's view: the twins ready for its modules, each session's cooldown in a module after
+ * its moves, and each module's tries that gave up.
+ */
 export class InlineModules {
-  private readonly ready = new Map<string, { readonly module: WebAssembly.Module; cooldown: number; moves: number; untried: number; giveUps: number }>()
+  private readonly ready = new Map<string, { readonly module: WebAssembly.Module; untried: number; giveUps: number }>()
+  /** By session, then by module hash: only sessions that moved, at most MOVED_SESSIONS (the oldest move first). */
+  private readonly cooling = new Map<string, Map<string, Cooling>>()
 
   /** `cacheDir`: where twins made here are kept for later processes (none: made again in each). */
   constructor(private readonly cacheDir?: string) {}
@@ -141,32 +172,42 @@ export class InlineModules {
     return Effect.promise(() => twinOf(hash, bytes, this.cacheDir)).pipe(
       Effect.map((twin) => {
         if ("module" in twin && !this.ready.has(hash)) {
-          this.ready.set(hash, { module: twin.module, cooldown: 0, moves: 0, untried: 0, giveUps: 0 })
+          this.ready.set(hash, { module: twin.module, untried: 0, giveUps: 0 })
           if (this.ready.size > KEPT) this.ready.delete(this.ready.keys().next().value!)
         }
       })
     )
   }
 
-  /** The twin to run `hash`'s next activation on the main thread, or none (the pool runs it). */
-  take(hash: string): WebAssembly.Module | undefined {
+  /** `session`'s cooldown in `hash`, when it has one (a map lookup; nothing allocated). */
+  private coolingOf(hash: string, session: string): Cooling | undefined {
+    const modules = this.cooling.get(session)
+    return modules === undefined ? undefined : modules.get(hash)
+  }
+
+  /** The twin to run `session`'s next activation of `hash` on the main thread, or none (the pool runs it). */
+  take(hash: string, session: string): WebAssembly.Module | undefined {
     const twin = this.ready.get(hash)
     if (twin === undefined) return undefined
-    if (twin.cooldown > 0) {
-      twin.cooldown--
+    const cooling = this.coolingOf(hash, session)
+    if (cooling !== undefined && cooling.cooldown > 0) {
+      cooling.cooldown--
       return undefined
     }
     return twin.module
   }
 
   /**
-   * The twin to try `hash`'s next call on (Inline.ts, `tryInline`), without counting a take: none
-   * while it cools down after a move, or after tries of it gave up (it made a host call, and
-   * computed twice what it computed before it), as many tries in a row as after as many moves.
+   * The twin to try `session`'s next call of `hash` on (Inline.ts, `tryInline`), without counting
+   * a take: none while the session cools down in it after a move, or after tries of it gave up (it
+   * made a host call, and computed twice what it computed before it), as many tries in a row as
+   * after as many moves.
    */
-  tryable(hash: string): WebAssembly.Module | undefined {
+  tryable(hash: string, session: string): WebAssembly.Module | undefined {
     const twin = this.ready.get(hash)
-    if (twin === undefined || twin.cooldown > 0) return undefined
+    if (twin === undefined) return undefined
+    const cooling = this.coolingOf(hash, session)
+    if (cooling !== undefined && cooling.cooldown > 0) return undefined
     if (twin.untried > 0) {
       twin.untried--
       return undefined
@@ -182,19 +223,49 @@ export class InlineModules {
     twin.untried = Math.min(MOVED_COOLDOWN, 2 ** twin.giveUps)
   }
 
-  /** One of `hash`'s activations was moved to the pool. */
-  moved(hash: string) {
-    const twin = this.ready.get(hash)
-    if (twin === undefined) return
-    twin.moves++
-    twin.cooldown = Math.min(MOVED_COOLDOWN, 2 ** twin.moves)
+  /** One of `session`'s activations of `hash` was moved to the pool. */
+  moved(hash: string, session: string) {
+    if (!this.ready.has(hash)) return
+    let modules = this.cooling.get(session)
+    if (modules === undefined) modules = new Map()
+    // To the end of the order: the session that moved last is forgotten last.
+    else this.cooling.delete(session)
+    this.cooling.set(session, modules)
+    if (this.cooling.size > MOVED_SESSIONS) this.cooling.delete(this.cooling.keys().next().value!)
+    let cooling = modules.get(hash)
+    if (cooling === undefined) {
+      cooling = { cooldown: 0, moves: 0 }
+      modules.set(hash, cooling)
+      if (modules.size > MOVED_MODULES_PER_SESSION) modules.delete(modules.keys().next().value!)
+    }
+    cooling.moves++
+    cooling.cooldown = Math.min(MOVED_COOLDOWN, 2 ** cooling.moves)
   }
 
-  /** One of `hash`'s activations completed on the main thread (`tried`: a try, which made no host call). */
-  completed(hash: string, tried = false) {
-    const twin = this.ready.get(hash)
-    if (twin === undefined) return
-    twin.moves = 0
-    if (tried) twin.giveUps = 0
+  /**
+   * One of `session`'s activations of `hash` completed on the main thread (`tried`: a try, which
+   * made no host call): its moves in a row are over.
+   */
+  completed(hash: string, session: string, tried = false) {
+    if (tried) {
+      const twin = this.ready.get(hash)
+      if (twin !== undefined) twin.giveUps = 0
+    }
+    const modules = this.cooling.get(session)
+    if (modules === undefined) return
+    const cooling = modules.get(hash)
+    if (cooling === undefined) return
+    // A move of a call running beside it (a round of tool calls) may have begun a cooldown since.
+    if (cooling.cooldown > 0) {
+      cooling.moves = 0
+      return
+    }
+    modules.delete(hash)
+    if (modules.size === 0) this.cooling.delete(session)
+  }
+
+  /** Sessions whose moves are remembered now (for tests of the bound). */
+  get coolingSessions(): number {
+    return this.cooling.size
   }
 }

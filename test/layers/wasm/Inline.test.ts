@@ -6,11 +6,11 @@
  */
 import * as fs from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Option } from "effect"
+import { Effect, Either, Exit, Option } from "effect"
 import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { instanceStats } from "../../../src/layers/wasm/Spares.js"
 import { admitModule } from "../../../src/layers/wasm/Module.js"
-import { MAX_TWIN_MODULE_BYTES, twinOf } from "../../../src/layers/wasm/InlineModules.js"
+import { InlineModules, MAX_TWIN_MODULE_BYTES, MOVED_SESSIONS, twinOf } from "../../../src/layers/wasm/InlineModules.js"
 import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput, Host } from "../../../src/services/Agentloop.js"
@@ -62,6 +62,48 @@ const deepRead = (depth: number) =>
         (else (i64.add (call $down (i32.sub (local.get $n) (i32.const 1)) (local.get $a) (local.get $b) (local.get $c)) (i64.const 0)))))
     (func (export "brain_run") (param i32 i32) (result i64)
       (call $down (i32.const ${depth}) (i64.const 1) (i64.const 2) (i64.const 3)))`)
+
+/**
+ * Reads k `deepRead`'s way when its message starts with "d" (2,000 calls deep: a stack that moves it
+ * off the main thread at the call, whatever the machine's speed), else at once.
+ */
+const deepWhenAsked = guest(`${SEGMENTS}
+    (func $down (param $n i32) (param $a i64) (param $b i64) (param $c i64) (result i64)
+      (if (result i64) (i32.eqz (local.get $n))
+        (then ${read})
+        (else (i64.add (call $down (i32.sub (local.get $n) (i32.const 1)) (local.get $a) (local.get $b) (local.get $c)) (i64.const 0)))))
+    (func (export "brain_run") (param i32 i32) (result i64)
+      ;; The message's first character: {"input":{"message":" is 21 bytes.
+      (call $down
+        (select (i32.const 2000) (i32.const 0) (i32.eq (i32.load8_u (i32.add (local.get 0) (i32.const 21))) (i32.const 100)))
+        (i64.const 1) (i64.const 2) (i64.const 3)))`)
+
+const EMIT = data(200, "emit")
+const EMIT_REQUEST = data(220, '{"kind":"progress","payload":{}}')
+const OK_ONE = data(300, '{"ok":1}')
+
+/**
+ * A tool that answers `{"ok":1}` at once, unless its input is a string starting with "d": then it
+ * emits 2,000 calls deep first (a stack that moves its try off the main thread at the call).
+ */
+const deepToolWhenAsked = guest(`${EMIT.segment} ${EMIT_REQUEST.segment} ${OK_ONE.segment}
+    (func $down (param $n i32) (param $a i64) (param $b i64) (param $c i64) (result i64)
+      (if (result i64) (i32.eqz (local.get $n))
+        (then
+          (drop (call $call (i32.const ${EMIT.ptr}) (i32.const ${EMIT.len}) (i32.const ${EMIT_REQUEST.ptr}) (i32.const ${EMIT_REQUEST.len})))
+          (call $out (i32.const ${OK_ONE.ptr}) (i32.const ${OK_ONE.len})))
+        (else (i64.add (call $down (i32.sub (local.get $n) (i32.const 1)) (local.get $a) (local.get $b) (local.get $c)) (i64.const 0)))))
+    (func (export "brain_tool") (param i32 i32) (result i64)
+      ;; The input's first character: {"input":" is 10 bytes.
+      (if (result i64) (i32.eq (i32.load8_u (i32.add (local.get 0) (i32.const 10))) (i32.const 100))
+        (then (call $down (i32.const 2000) (i64.const 1) (i64.const 2) (i64.const 3)))
+        (else (call $out (i32.const ${OK_ONE.ptr}) (i32.const ${OK_ONE.len})))))`)
+
+/** `session`'s activation input with `message`. */
+const sessionInput = (session: string, message: string): ActivationInput => {
+  const input = activationInput(message)
+  return { ...input, runtime: { ...input.runtime, session_id: session } }
+}
 
 const spinning = guest(`(func (export "brain_run") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
 const fine = guest(`${data(100, '{"ok":"fine"}').segment} (func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 13)))`)
@@ -154,6 +196,33 @@ const PLAIN_STORES = [
   { at: 120000, code: "(f64.store (i32.const 120000) (f64.const 1.5e300))" },
   { at: 131071, code: "(i32.store8 (i32.const 131071) (i32.const 1))" }
 ]
+
+describe("InlineModules' cooldowns after moves", () => {
+  it.live("are kept for at most MOVED_SESSIONS sessions, the one whose last move is oldest forgotten first; a session with none has no entry", () =>
+    Effect.gen(function*() {
+      const twins = new InlineModules()
+      const bytes = yield* Effect.promise(() => wat(fine))
+      const hash = "cooldown-bound-test"
+      yield* twins.prepare(hash, bytes)
+      const onMain = (session: string) => twins.take(hash, session) !== undefined
+      expect(onMain("first")).toBe(true)
+      expect(twins.coolingSessions).toBe(0)
+      twins.moved(hash, "first")
+      twins.moved(hash, "second")
+      for (let i = 2; i < MOVED_SESSIONS; i++) twins.moved(hash, `s${i}`)
+      // Moved again: now the last to be forgotten.
+      twins.moved(hash, "first")
+      twins.moved(hash, "one more")
+      expect(twins.coolingSessions).toBe(MOVED_SESSIONS)
+      expect(onMain("second")).toBe(true)
+      expect(onMain("s2")).toBe(false)
+      expect(onMain("first")).toBe(false)
+      // Its cooldown after two moves in a row is 4: 3 more on the pool, then the main thread.
+      expect([onMain("first"), onMain("first"), onMain("first"), onMain("first")]).toEqual([false, false, false, true])
+      twins.completed(hash, "first")
+      expect(twins.coolingSessions).toBe(MOVED_SESSIONS - 1)
+    }))
+})
 
 describe("WasmHost on the main thread", () => {
   it.scopedLive("an instance put back after its activation completed is reused, and its guest finds every global, its memory and its allocator as a new instance's", () =>
@@ -308,6 +377,58 @@ describe("WasmHost on the main thread", () => {
       expect(yield* wasm.runLoop(module, activationInput(), host)).toEqual({ found: true, value: 1 })
       expect(calls).toEqual(["read k"])
       expect(wasm.stats).toEqual({ inline: 1, moved: 1, pool: 0 })
+    }))
+
+  it.scopedLive("after a session's activation moves, that session's next activations of the module run on the pool (2, then 4 after a second move in a row), while another session's activations of the same module stay on the main thread", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* admit(wasm, deepWhenAsked)
+      /** Runs one activation of `session`; where it ran (the stats that grew). */
+      const where = (session: string, message = "flat") =>
+        Effect.gen(function*() {
+          const before = { ...wasm.stats }
+          const { host, calls } = countingHost()
+          expect(yield* wasm.runLoop(module, sessionInput(session, message), host)).toEqual({ found: true, value: 1 })
+          expect(calls).toEqual(["read k"])
+          return wasm.stats.moved > before.moved ? "moved" : wasm.stats.pool > before.pool ? "pool" : "main"
+        })
+      expect(yield* where("ses_heavy", "deep")).toBe("moved")
+      expect([yield* where("ses_quiet"), yield* where("ses_heavy"), yield* where("ses_quiet"), yield* where("ses_heavy"), yield* where("ses_quiet")])
+        .toEqual(["main", "pool", "main", "pool", "main"])
+      // Back on the main thread, and moved again: the move before counts in a row, as none completed here between.
+      expect(yield* where("ses_heavy", "deep")).toBe("moved")
+      const heavy: Array<string> = []
+      for (let i = 0; i < 5; i++) {
+        heavy.push(yield* where("ses_heavy"))
+        expect(yield* where("ses_quiet")).toBe("main")
+      }
+      expect(heavy).toEqual(["pool", "pool", "pool", "pool", "main"])
+      // Completed on the main thread: the next move cools down for 2 again.
+      expect(yield* where("ses_heavy", "deep")).toBe("moved")
+      expect([yield* where("ses_heavy"), yield* where("ses_heavy"), yield* where("ses_heavy")]).toEqual(["pool", "pool", "main"])
+    }))
+
+  it.scopedLive("after a session's Wasm tool call moves, the session's calls of the tool run on the pool (the moved call, run again from its start, and the next), not tried, while another session's calls are tried on the main thread", () =>
+    Effect.gen(function*() {
+      const host = yield* inlineHost(1_000)
+      const tool = yield* admit(host, deepToolWhenAsked)
+      const services = { emit: () => Effect.succeed(1), telemetry: () => Effect.void }
+      const call = (session: string, input: string) => ({ input, call: { session_id: session, sequence: 1, name: "t", deadline_at_ms: 0 } })
+      /** Tries one call of `session`, then runs it if the try did not end it: where it ran. */
+      const where = (session: string, input = "flat") =>
+        Effect.gen(function*() {
+          const before = { ...host.stats }
+          const tried = host.tryTool!(tool, call(session, input), services)
+          if (tried !== undefined) {
+            expect(tried).toEqual(Exit.succeed({ _tag: "ok", output: 1 }))
+            return "tried"
+          }
+          expect(yield* host.runTool(tool, call(session, input), services)).toEqual({ _tag: "ok", output: 1 })
+          return host.stats.moved > before.moved ? "moved" : host.stats.pool > before.pool ? "pool" : "main"
+        })
+      expect(yield* where("ses_heavy", "deep")).toBe("moved")
+      expect([yield* where("ses_quiet"), yield* where("ses_heavy"), yield* where("ses_quiet"), yield* where("ses_heavy"), yield* where("ses_quiet"), yield* where("ses_heavy")])
+        .toEqual(["tried", "pool", "tried", "tried", "tried", "tried"])
     }))
 
   it.scopedLive("a tool whose try gave up at a host call is not tried for its next calls (2 after one give-up, 4 after two in a row), then tried again; nothing it asked is performed by a try", () =>
