@@ -54,7 +54,14 @@ import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts, type HostsShape } from "./services/Hosts.js"
 import { type EnvironmentBindingsInvalid, resolve } from "./domain/Environment.js"
 import { Models, type ModelsShape } from "./services/Models.js"
-import { interruptWaitMs, reservedConnections, type ServerConfigShape } from "./services/ServerConfig.js"
+import {
+  hostStreamReserve,
+  interruptWaitMs,
+  readerStreams,
+  reservedConnections,
+  type ServerConfigShape,
+  sessionStreams
+} from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 import { validated } from "./services/ServerConfigOverrides.js"
 import { Sessions, type SessionsShape } from "./services/Sessions.js"
@@ -356,7 +363,18 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         )
       }
     }
-    const admission = new Admission({ streams: Math.max(0, fitted.connections - reserved), reserved })
+    const streams = Math.max(0, fitted.connections - reserved)
+    const admission = new Admission({ streams, reserved, forHosts: hostStreamReserve(streams) })
+    // One session's readers may hold a share of the readers' streams, never all of them: a bound
+    // set above them would never apply, so it is lowered to them, and said.
+    const readers = readerStreams(config, fitted.connections)
+    const perSession = sessionStreams(config, fitted.connections)
+    if (config.sseMaxSubscribersPerSession !== undefined && perSession < config.sseMaxSubscribersPerSession) {
+      yield* Effect.logWarning(
+        `BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION (${config.sseMaxSubscribersPerSession}) is above the streams sessions' readers may hold (${readers}: BRAIN_MAX_CONNECTIONS less BRAIN_RESERVED_CONNECTIONS less the eighth kept for hosts' command streams, at most BRAIN_SSE_MAX_SUBSCRIBERS), so it would never apply: one session may hold ${perSession}`
+      )
+    }
+    const served: ServerConfigShape = { ...config, sseMaxSubscribersPerSession: perSession }
     const guard = guardConnections(server, {
       maxConnections: fitted.connections,
       headersTimeoutMs: config.headersTimeoutMs,
@@ -365,8 +383,8 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
       responseStallMs: config.responseStallMs
     })
     const gating = gateOptions(config, admission, guard)
-    const context = yield* Layer.build(Layer.merge(httpLayer(config, admission, server, gating), Layer.empty).pipe(
-      Layer.provideMerge(servicesOf(config, extensions, parsed))
+    const context = yield* Layer.build(Layer.merge(httpLayer(served, admission, server, gating), Layer.empty).pipe(
+      Layer.provideMerge(servicesOf(served, extensions, parsed))
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
     const services = { sessions, store: Context.get(context, Idempotency), hosts: Context.get(context, Hosts) }

@@ -304,9 +304,27 @@ export const SSE_HEARTBEAT_MIN_MS = 100
  */
 export const PAGE_READS = 2
 
-/** Subscribers. SSE streams on one session, and in the process, before new ones are refused (503). */
-export const SSE_SUBSCRIBERS_PER_SESSION = 1_000
+/** Subscribers. SSE streams of sessions in the process before new ones are refused (503). */
 export const SSE_SUBSCRIBERS = 10_000
+
+/**
+ * A divisor. Unless BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION is set, one session may hold this
+ * fraction (an eighth) of the streams sessions' readers may take (84 with the defaults): a
+ * session's honest followers are a few (a UI, a logger, some tabs), and one session's readers, or
+ * one client's on one session, must leave the other sessions seven eighths of the streams. A
+ * bound above the process's streams would never apply.
+ */
+export const SSE_SESSION_SHARE = 8
+
+/**
+ * A divisor. Of the connections SSE streams may hold (BRAIN_MAX_CONNECTIONS less
+ * BRAIN_RESERVED_CONNECTIONS), this fraction (an eighth: 96 with the defaults) is kept for hosts'
+ * command streams, which sessions' readers never take: a host reconnecting its stream must not be
+ * refused because other tenants' readers hold every stream, or its sessions' calls fail
+ * `host_disconnected`. An application has few hosts, each with one stream; command streams may
+ * take every stream connection.
+ */
+export const HOST_STREAM_SHARE = 8
 
 /**
  * Bytes. The default bound on telemetry waiting for its sink (BRAIN_TELEMETRY_QUEUE_BYTES),

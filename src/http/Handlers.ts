@@ -39,14 +39,18 @@ export interface StreamConnections {
   readonly streams: number
   /** Connections kept for requests other than SSE streams (BRAIN_RESERVED_CONNECTIONS). */
   readonly reserved: number
+  /** Of `streams`, those kept for hosts' command streams: sessions' streams never take them (none when absent). */
+  readonly forHosts?: number
 }
 
 /**
  * Whether the server is draining (the gate refuses new work, readiness answers 503), the signal
  * that ends long-lived streams when it stops, and the SSE streams it holds (sessions' streams and
- * hosts' command streams alike): each is a connection,
- * and streams never take the last `reserved` ones, so that they cannot lock every other client
- * out (a stream holds its connection for as long as its reader stays).
+ * hosts' command streams alike): each is a connection, and streams never take the last `reserved`
+ * ones, so that they cannot lock every other client out (a stream holds its connection for as
+ * long as its reader stays). Sessions' streams never take the last `forHosts` of the streams'
+ * connections either, so that readers cannot lock hosts out of their command streams (their
+ * sessions' tool calls would fail `host_disconnected`); command streams may take every one.
  */
 export class Admission {
   draining = false
@@ -56,21 +60,28 @@ export class Admission {
   stop() {
     Deferred.unsafeDone(this.stopped, Effect.void)
   }
-  /** Takes a stream's connection for as long as the scope (the response) lasts; refused 503 when streams hold all they may. */
-  readonly stream: Effect.Effect<void, Overloaded, Scope.Scope> = Effect.acquireRelease(
-    Effect.suspend(() => {
-      if (this.streams >= this.connections.streams) {
-        return Effect.fail(
-          new Overloaded({
-            message: `SSE streams (sessions' and hosts' command streams) hold all the connections they may (${this.connections.streams}): the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`
-          })
-        )
-      }
-      this.streams++
-      return Effect.void
-    }),
-    () => Effect.sync(() => void this.streams--)
-  )
+  /** Streams sessions' readers may hold at once: all the streams' connections but those kept for command streams. */
+  get readerStreams(): number {
+    return this.connections.streams - (this.connections.forHosts ?? 0)
+  }
+  /** Takes a connection for a host's command stream for as long as the scope (the response) lasts; refused 503 when streams hold all they may. */
+  readonly commandStream: Effect.Effect<void, Overloaded, Scope.Scope> = this.take(() => this.connections.streams, () =>
+    `SSE streams (sessions' and hosts' command streams) hold all the connections they may (${this.connections.streams}): the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`)
+  /** Takes a connection for a session's stream for as long as the scope lasts; refused 503 past the readers' streams. */
+  readonly stream: Effect.Effect<void, Overloaded, Scope.Scope> = this.take(() => this.readerStreams, () =>
+    `sessions' SSE streams hold all the connections they may (${this.readerStreams}): of the ${this.connections.streams} SSE streams may hold, ${
+      this.connections.forHosts ?? 0
+    } are kept for hosts' command streams, and the server keeps ${this.connections.reserved} (BRAIN_RESERVED_CONNECTIONS) of its BRAIN_MAX_CONNECTIONS for other requests; retry later`)
+  private take(bound: () => number, refusal: () => string): Effect.Effect<void, Overloaded, Scope.Scope> {
+    return Effect.acquireRelease(
+      Effect.suspend(() => {
+        if (this.streams >= bound()) return Effect.fail(new Overloaded({ message: refusal() }))
+        this.streams++
+        return Effect.void
+      }),
+      () => Effect.sync(() => void this.streams--)
+    )
+  }
 }
 
 /** Resumes on a later turn of the event loop: what waits for I/O (a health check, other sessions' requests) goes first. */
@@ -380,8 +391,9 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
           yield* authorized(path.id, request.headers)
           // A command stream holds its connection as a session's stream does, and shares their
           // bound: hosts that stay connected never take the connections kept for other requests
-          // (their own results among them). Refused before the stream is opened: nothing changes.
-          yield* admission.stream
+          // (their own results among them). Sessions' readers never take the streams' connections
+          // kept for command streams. Refused before the stream is opened: nothing changes.
+          yield* admission.commandStream
           // A host removed since its token was checked gets the same 401 as any unknown host.
           const stream = yield* hosts.connect(path.id).pipe(
             Effect.catchTag("Unauthorized", () => Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED })))

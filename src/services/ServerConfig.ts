@@ -15,8 +15,9 @@ import {
   SSE_CLOSE_GRACE_MS,
   SSE_HEARTBEAT_MIN_MS,
   SSE_STALL_MS,
+  HOST_STREAM_SHARE,
+  SSE_SESSION_SHARE,
   SSE_SUBSCRIBERS,
-  SSE_SUBSCRIBERS_PER_SESSION,
   OUTCOME_SETTING_CEILING_BYTES,
   SESSION_IDEMPOTENCY_KEYS,
   TELEMETRY_QUEUE_BYTES,
@@ -196,9 +197,13 @@ export interface ServerConfigShape {
    * `overloaded` before anything is journaled.
    */
   readonly maxSessionIdempotencyKeys: number
-  /** SSE streams one session may have; a new one beyond it is refused with 503 overloaded. */
-  readonly sseMaxSubscribersPerSession: number
-  /** SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
+  /**
+   * SSE streams one session may have; a new one beyond it is refused with 503 overloaded. Unset:
+   * an eighth of the streams sessions' readers may hold (`sessionStreams`); set above those, it is
+   * lowered to them (with a warning at start).
+   */
+  readonly sseMaxSubscribersPerSession: number | undefined
+  /** Sessions' SSE streams the process may have; a new one beyond it is refused with 503 overloaded. */
   readonly sseMaxSubscribers: number
   /** Bytes of frames a live SSE subscriber may fall behind before it is cut off (it resumes by cursor). */
   readonly sseBacklogBytes: number
@@ -225,6 +230,35 @@ export const interruptWaitMs = (c: Pick<ServerConfigShape, "cancelGraceMs" | "cl
 /** The connections SSE streams never take (BRAIN_RESERVED_CONNECTIONS; unset: a quarter of the connections). */
 export const reservedConnections = (c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">): number =>
   c.reservedConnections ?? Math.floor(c.maxConnections / 4)
+
+/** Connections SSE streams (sessions' and hosts' command streams alike) may hold, of `connections` served: all but the reserve. */
+export const streamConnections = (
+  c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">,
+  connections: number = c.maxConnections
+): number => Math.max(0, connections - reservedConnections(c))
+
+/** Of `streams` stream connections, those kept for hosts' command streams: sessions' readers never take them. */
+export const hostStreamReserve = (streams: number): number => Math.floor(streams / HOST_STREAM_SHARE)
+
+type StreamSettings = Pick<ServerConfigShape, "maxConnections" | "reservedConnections" | "sseMaxSubscribers" | "sseMaxSubscribersPerSession">
+
+/** Streams sessions' readers may hold at once, with `connections` served: the stream connections less the hosts' reserve, at most BRAIN_SSE_MAX_SUBSCRIBERS. */
+export const readerStreams = (c: StreamSettings, connections: number = c.maxConnections): number => {
+  const streams = streamConnections(c, connections)
+  return Math.min(c.sseMaxSubscribers, streams - hostStreamReserve(streams))
+}
+
+/**
+ * Streams one session may hold, with `connections` served: BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION,
+ * at most the readers' streams (above them it would never apply, and one session could take every
+ * stream); unset, an eighth of the readers' streams (SSE_SESSION_SHARE), at least 1.
+ */
+export const sessionStreams = (c: StreamSettings, connections: number = c.maxConnections): number => {
+  const readers = Math.max(1, readerStreams(c, connections))
+  return c.sseMaxSubscribersPerSession === undefined
+    ? Math.max(1, Math.floor(readers / SSE_SESSION_SHARE))
+    : Math.min(c.sseMaxSubscribersPerSession, readers)
+}
 
 export const defaults: ServerConfigShape = {
   maxModelCalls: 128,
@@ -281,7 +315,7 @@ export const defaults: ServerConfigShape = {
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
   maxSessionIdempotencyKeys: SESSION_IDEMPOTENCY_KEYS,
-  sseMaxSubscribersPerSession: SSE_SUBSCRIBERS_PER_SESSION,
+  sseMaxSubscribersPerSession: undefined,
   sseMaxSubscribers: SSE_SUBSCRIBERS,
   sseBacklogBytes: SSE_BACKLOG_BYTES,
   sseStallMs: SSE_STALL_MS,
@@ -488,12 +522,12 @@ export const fromConfig = Config.all({
     defaults.maxSessionIdempotencyKeys,
     "idempotency keys one session holds at most; past it a keyed send or submit with a new key is refused 503 overloaded"
   ),
-  sseMaxSubscribersPerSession: positive(
+  sseMaxSubscribersPerSession: optionalAtLeast(
     "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION",
-    defaults.sseMaxSubscribersPerSession,
-    "SSE streams one session may have"
+    1,
+    "SSE streams one session may have, at most the streams sessions' readers may hold (unset: an eighth of those)"
   ),
-  sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "SSE streams the process may have"),
+  sseMaxSubscribers: positive("BRAIN_SSE_MAX_SUBSCRIBERS", defaults.sseMaxSubscribers, "sessions' SSE streams the process may have"),
   sseBacklogBytes: positive("BRAIN_SSE_BACKLOG_BYTES", defaults.sseBacklogBytes, "bytes a live SSE subscriber may fall behind"),
   sseStallMs: timerMs("BRAIN_SSE_STALL_MS", 0, defaults.sseStallMs, "how long an SSE reader still catching up may leave its socket undrained (0 = no bound)"),
   sseCloseGraceMs: timerMs("BRAIN_SSE_CLOSE_GRACE_MS", 0, defaults.sseCloseGraceMs, "how long a cut-off SSE stream's socket has to drain before it is closed (0 = no bound)"),
@@ -561,7 +595,7 @@ export const fromConfig = Config.all({
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),
     maxSessionIdempotencyKeys: c.maxSessionIdempotencyKeys,
-    sseMaxSubscribersPerSession: c.sseMaxSubscribersPerSession,
+    sseMaxSubscribersPerSession: Option.getOrUndefined(c.sseMaxSubscribersPerSession),
     sseMaxSubscribers: c.sseMaxSubscribers,
     sseBacklogBytes: c.sseBacklogBytes,
     sseStallMs: c.sseStallMs,

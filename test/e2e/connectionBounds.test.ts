@@ -27,7 +27,9 @@ describe("answers a client does not take, connections SSE streams may not take, 
         BRAIN_RESPONSE_STALL_MS: String(STALL_MS),
         BRAIN_KEEP_ALIVE_TIMEOUT_MS: String(KEEP_ALIVE_MS),
         BRAIN_MAX_CONNECTIONS: String(MAX_CONNECTIONS),
-        BRAIN_RESERVED_CONNECTIONS: String(RESERVED)
+        BRAIN_RESERVED_CONNECTIONS: String(RESERVED),
+        // Every stream here is on one session, which by default may hold only a share of them.
+        BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: String(MAX_CONNECTIONS - RESERVED)
       }
     })
   }, 120_000)

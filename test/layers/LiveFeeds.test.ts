@@ -113,7 +113,8 @@ const setup = Effect.gen(function*() {
   return { sessions, session: session_id as SessionId, emit, all }
 })
 
-const layer = runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0 } })
+// Hundreds of subscribers follow one session here, more than a session's default share of streams.
+const layer = runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0, sseMaxSubscribersPerSession: 256 } })
 
 describe("live feeds", () => {
   it.scopedLive("a live subscriber that stops reading is cut off once its backlog would pass the byte budget: after every Event handed over, a stream_lagged frame names the last one", () =>

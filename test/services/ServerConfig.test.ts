@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { describeConfigError } from "../../src/cli/serve.js"
-import { fromConfig, reservedConnections } from "../../src/services/ServerConfig.js"
+import { fromConfig, hostStreamReserve, readerStreams, reservedConnections, sessionStreams } from "../../src/services/ServerConfig.js"
 import { validated } from "../../src/services/ServerConfigOverrides.js"
 
 const read = (env: Record<string, string>) =>
@@ -115,6 +115,25 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isRight(none) && reservedConnections(none.right)).toBe(0)
       const bad = yield* read({ BRAIN_RESERVED_CONNECTIONS: "-1" })
       expect(Either.isLeft(bad) && describeConfigError(bad.left)).toContain("BRAIN_RESERVED_CONNECTIONS must be a whole number ≥ 0")
+    }))
+
+  it.effect("by default one session may hold an eighth of the streams sessions' readers may (84 of 672), who leave an eighth of the 768 stream connections (96) to hosts' command streams; a BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION above the readers' streams is lowered to them, and 0 is refused", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.sseMaxSubscribersPerSession).toBe(undefined)
+      expect(Either.isRight(unset) && [hostStreamReserve(768), readerStreams(unset.right), sessionStreams(unset.right)]).toEqual([96, 672, 84])
+      // The open-file limit may serve fewer connections than BRAIN_MAX_CONNECTIONS: the share follows them.
+      expect(Either.isRight(unset) && sessionStreams(unset.right, 400)).toBe(15)
+      const above = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: "1000" })
+      expect(Either.isRight(above) && sessionStreams(above.right)).toBe(672)
+      const fewer = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: "3" })
+      expect(Either.isRight(fewer) && sessionStreams(fewer.right)).toBe(3)
+      const processBound = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS: "40" })
+      expect(Either.isRight(processBound) && [readerStreams(processBound.right), sessionStreams(processBound.right)]).toEqual([40, 5])
+      const tiny = yield* read({ BRAIN_MAX_CONNECTIONS: "3", BRAIN_RESERVED_CONNECTIONS: "2" })
+      expect(Either.isRight(tiny) && sessionStreams(tiny.right)).toBe(1)
+      const zero = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: "0" })
+      expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION")
     }))
 
   it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>

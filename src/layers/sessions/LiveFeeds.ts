@@ -44,7 +44,7 @@ import { type SessionState, toEvent } from "../../domain/Projection.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
-import type { ServerConfigShape } from "../../services/ServerConfig.js"
+import { type ServerConfigShape, sessionStreams } from "../../services/ServerConfig.js"
 import type { Following, FollowError } from "../../services/Sessions.js"
 import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
 import { deltaFrame, encode, eventFrame, frameParts } from "./SseFrames.js"
@@ -141,7 +141,14 @@ export const make = (
   journal: JournalShape,
   config: Pick<
     ServerConfigShape,
-    "sseMaxSubscribersPerSession" | "sseMaxSubscribers" | "sseBacklogBytes" | "sseHeartbeatMs" | "sseStallMs" | "sseCloseGraceMs"
+    | "sseMaxSubscribersPerSession"
+    | "sseMaxSubscribers"
+    | "maxConnections"
+    | "reservedConnections"
+    | "sseBacklogBytes"
+    | "sseHeartbeatMs"
+    | "sseStallMs"
+    | "sseCloseGraceMs"
   >,
   fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt | Overloaded,
   pacing: Pacing = wallPacing
@@ -153,6 +160,8 @@ export const make = (
     /** Catch-up reads under way in the process: the rest wait their turn. */
     const reads = yield* Effect.makeSemaphore(SSE_CATCH_UP_READS)
     const entries = new Map<SessionId, Entry>()
+    /** Streams one session may hold: its setting, or its share of the readers' streams. */
+    const perSession = sessionStreams(config)
     /**
      * Publishes what the feed's session has committed and the pump (a fiber of its own) has not
      * yet: a stream that stops is sent its session's last records first, the closing records of
@@ -330,8 +339,8 @@ export const make = (
           return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS", config.sseMaxSubscribers))
         }
         const existing = entries.get(session)
-        if (existing && existing.users >= config.sseMaxSubscribersPerSession) {
-          return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", config.sseMaxSubscribersPerSession))
+        if (existing && existing.users >= perSession) {
+          return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", perSession))
         }
         subscribers++
         if (existing) {
