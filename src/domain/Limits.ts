@@ -353,6 +353,13 @@ export const TELEMETRY_WARN_INTERVAL_MS = 60_000
  * takes what it is given are not counted: a burst goes out whole (hosts/CommandStream.ts).
  */
 export const HOST_COMMAND_QUEUE = 1_024
+/**
+ * Bytes. The most of a host's command stream handed to its connection at a time (one frame larger
+ * than it goes alone). A frame handed over cannot be taken back, one still queued can (a stopped
+ * call is then never sent): small, so that a host that stops reading leaves little beyond recall
+ * past the socket buffers; large enough that a dispatch's calls still go out in one write.
+ */
+export const HOST_COMMAND_CHUNK_BYTES = 16 * 1024
 
 /**
  * Hosts. The most results one `POST /v1/hosts/{id}/results` may carry (`{"results": [...]}`):

@@ -398,7 +398,7 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
           const stream = yield* hosts.connect(path.id).pipe(
             Effect.catchTag("Unauthorized", () => Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED })))
           )
-          // A server stop ends the stream; its calls in flight become uncertain.
+          // A server stop ends the stream; its calls in flight end (not sent if still queued, else uncertain).
           yield* Effect.forkScoped(Effect.zipRight(Deferred.await(admission.stopped), stream.stop))
           return HttpServerResponse.raw(stream.body, {
             contentType: "text/event-stream",

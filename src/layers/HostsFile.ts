@@ -20,8 +20,9 @@
  * - At most MAX_HOSTS registrations, counting those whose line is still being written: a
  *   registration takes its place before its write and gives it back if the write fails.
  * - Connections: a host has at most one command stream; a new one replaces it. Its calls in flight
- *   belong to the stream they were written to (hosts/Calls.ts): when that stream is over they fail
- *   `EnvironmentUncertain` `connection_lost` and are forgotten.
+ *   belong to the stream they were offered to (hosts/Calls.ts): when that stream is over they fail
+ *   and are forgotten, `EnvironmentNotSent` `host_disconnected` those whose frame still waited in
+ *   its queue (never written), `EnvironmentUncertain` `connection_lost` the others.
  *
  * The in-memory host is hosts/Host.ts, what a start reads back hosts/Restore.ts, the calls in
  * flight hosts/Calls.ts, a command stream hosts/CommandStream.ts.
@@ -294,7 +295,8 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
         const connection = ++connections
         const body = new CommandStreamBody({ commands: HOST_COMMAND_QUEUE, heartbeatMs: options.heartbeatMs }, () => gone(host, connection))
         // The new stream is the host's before the old one is over: the host is never idle between
-        // them. The old one's calls become uncertain and never reach the new one (they are its own).
+        // them. The old one's calls end (not sent if still queued on it, else uncertain) and never
+        // reach the new one (they are its own).
         host.connection = { id: connection, body }
         previous?.body.close()
         // The heartbeat interval lets the host tell a silent stream from a quiet one (0: no heartbeats).

@@ -162,10 +162,14 @@ export interface SentCall<E extends EnvironmentFailed = EnvironmentFailed> {
   readonly cancel?: (reason: CancelReason, confirmed: () => void) => CancelSent
 }
 
-/** A cancel sent now (`SentCall.cancel`), or why it was not. */
+/**
+ * A cancel sent now (`SentCall.cancel`), or why it was not. `withdrawn`: the call itself had not
+ * left yet (a host's `call` frame still waiting in Brain's queue) and was taken back: it was never
+ * sent, will never run, and needs no cancel.
+ */
 export type CancelSent =
   | { readonly sent: true; readonly stopListening: () => void }
-  | { readonly sent: false; readonly why: string }
+  | { readonly sent: false; readonly withdrawn?: true; readonly why: string }
 
 export interface EnvironmentsShape {
   /** At creation, before `session_creation_ended`. A failure fails the creation. */

@@ -110,7 +110,7 @@ export interface HostsShape {
   /** Commits a tool-origin Event of a call in flight on `host`; answers its sequence. */
   readonly event: (host: HostId, call: CallName, kind: string, payload: unknown) => Effect.Effect<number, HostEventError>
   /** Sends a call to `host` now, its answer to come by callback (the `host` driver's `send`). */
-  readonly send: (host: string, call: EnvironmentCall) => SentCall<EnvironmentUncertain> | EnvironmentNotSent
+  readonly send: (host: string, call: EnvironmentCall) => SentCall<EnvironmentNotSent | EnvironmentUncertain> | EnvironmentNotSent
   /** Sends a call to `host` and waits for its answer (the `host` driver's `call`). */
   readonly call: (host: string, call: EnvironmentCall) => Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>
   /** Sends a cancel for a call in flight and waits up to the grace for the host to confirm it stopped. */

@@ -2,7 +2,9 @@
  * A host's command stream body (layers/hosts/CommandStream.ts): the frames offered together reach
  * the socket as one chunk, in order, and the backlog stays bounded in commands — the commands that
  * wait while the socket takes no more (a host that does not read), not those of a burst offered
- * while it takes what it is given.
+ * while it takes what it is given. A frame still waiting can be withdrawn and is then never
+ * written; one handed over cannot; the body hands over a chunk at a time and buffers nothing, so
+ * a reader that stops leaves the rest withdrawable; a closed body writes nothing more.
  */
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -11,7 +13,7 @@ import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
 import type { AdmittedEnvironment } from "../../src/domain/Environment.js"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
-import { HOST_COMMAND_QUEUE } from "../../src/domain/Limits.js"
+import { HOST_COMMAND_CHUNK_BYTES, HOST_COMMAND_QUEUE } from "../../src/domain/Limits.js"
 import { make } from "../../src/layers/HostsFile.js"
 import { CommandStreamBody } from "../../src/layers/hosts/CommandStream.js"
 import { EnvironmentNotSent } from "../../src/services/Environments.js"
@@ -24,13 +26,15 @@ const chunksOf = (body: CommandStreamBody) => {
   return chunks
 }
 const tick = () => new Promise((r) => setImmediate(r))
+/** Whether each offer was taken. */
+const taken = (body: CommandStreamBody, frames: ReadonlyArray<string>) => frames.map((f) => body.offer(bytes(f)) !== undefined)
 
 describe("a host's command stream body", () => {
   it("frames offered in one step go out as one chunk, in order; a later frame is a chunk of its own", async () => {
     const body = new CommandStreamBody({ commands: 16, heartbeatMs: 0 }, () => {})
     const chunks = chunksOf(body)
     await tick()
-    expect(["a\n\n", "b\n\n", "c\n\n"].map((f) => body.offer(bytes(f)))).toEqual([true, true, true])
+    expect(taken(body, ["a\n\n", "b\n\n", "c\n\n"])).toEqual([true, true, true])
     await tick()
     expect(chunks).toEqual(["a\n\nb\n\nc\n\n"])
     body.offer(bytes("d\n\n"))
@@ -43,14 +47,13 @@ describe("a host's command stream body", () => {
     let gone = 0
     const body = new CommandStreamBody({ commands: 3, heartbeatMs: 0 }, () => void gone++)
     // No reader yet: nothing is asked for, so every offered frame waits in the backlog.
-    const offered = ["1", "2", "3", "4"].map((f) => body.offer(bytes(`${f}\n\n`)))
-    expect(offered).toEqual([true, true, true, false])
+    expect(taken(body, ["1\n\n", "2\n\n", "3\n\n", "4\n\n"])).toEqual([true, true, true, false])
     const chunks = chunksOf(body)
     await tick()
     expect(chunks.join("")).toBe("1\n\n2\n\n3\n\n")
     body.close()
     expect(gone).toBe(1)
-    expect(body.offer(bytes("5\n\n"))).toBe(false)
+    expect(body.offer(bytes("5\n\n"))).toBeUndefined()
   })
 
   it("a burst of more commands than the bound, offered while the socket takes what it is given, is taken whole and goes out as one chunk", async () => {
@@ -58,7 +61,7 @@ describe("a host's command stream body", () => {
     const chunks = chunksOf(body)
     await tick()
     const burst = Array.from({ length: 10 }, (_, i) => `${i}\n\n`)
-    expect(burst.map((f) => body.offer(bytes(f)))).toEqual(burst.map(() => true))
+    expect(taken(body, burst)).toEqual(burst.map(() => true))
     await tick()
     expect(chunks).toEqual([burst.join("")])
     body.close()
@@ -69,15 +72,60 @@ describe("a host's command stream body", () => {
     const chunks = chunksOf(body)
     await tick()
     body.pause()
-    // More than the stream buffers: once handed over, the stream wants no more until it is read.
-    expect(body.offer(bytes(`${"x".repeat(body.readableHighWaterMark * 2)}\n\n`))).toBe(true)
+    // Once a chunk is handed over, the stream wants no more until it is read.
+    expect(taken(body, [`${"x".repeat(HOST_COMMAND_CHUNK_BYTES * 2)}\n\n`])).toEqual([true])
     await tick()
-    expect(["1", "2", "3", "4"].map((f) => body.offer(bytes(`${f}\n\n`)))).toEqual([true, true, true, false])
+    expect(taken(body, ["1\n\n", "2\n\n", "3\n\n", "4\n\n"])).toEqual([true, true, true, false])
     body.resume()
     await tick()
     await tick()
     expect(chunks.join("").endsWith("1\n\n2\n\n3\n\n")).toBe(true)
     body.close()
+  })
+
+  it("a frame withdrawn while it waits is never written and frees its place in the bound; one already handed over cannot be withdrawn", async () => {
+    const body = new CommandStreamBody({ commands: 2, heartbeatMs: 0 }, () => {})
+    const a = body.offer(bytes("a\n\n"))!
+    const b = body.offer(bytes("b\n\n"))!
+    expect(body.offer(bytes("c\n\n"))).toBeUndefined()
+    expect(b.withdraw()).toBe(true)
+    expect(b.withdraw()).toBe(false)
+    // Its place is free again.
+    expect(body.offer(bytes("d\n\n"))).toBeDefined()
+    const chunks = chunksOf(body)
+    await tick()
+    expect(chunks.join("")).toBe("a\n\nd\n\n")
+    expect(a.withdraw()).toBe(false)
+    body.close()
+  })
+
+  it(`a burst larger than HOST_COMMAND_CHUNK_BYTES (${HOST_COMMAND_CHUNK_BYTES}) to a reader that has stopped is handed over one chunk at a time: the frames not handed over can still be withdrawn, and are never written`, async () => {
+    const body = new CommandStreamBody({ commands: 64, heartbeatMs: 0 }, () => {})
+    const chunks = chunksOf(body)
+    await tick()
+    body.pause()
+    const frame = (i: number) => `${String(i).padEnd(HOST_COMMAND_CHUNK_BYTES / 2 - 2, "x")}\n\n`
+    const queued = Array.from({ length: 10 }, (_, i) => body.offer(bytes(frame(i)))!)
+    await tick()
+    // The first chunk (two frames) is handed over; the rest still waits in the backlog.
+    expect(queued.map((q) => q.withdraw())).toEqual([false, false, true, true, true, true, true, true, true, true])
+    body.resume()
+    await tick()
+    await tick()
+    expect(chunks.join("")).toBe(frame(0) + frame(1))
+    body.close()
+  })
+
+  it("a closed body writes nothing more: what still waits is dropped, and the stream ends", async () => {
+    let gone = 0
+    const body = new CommandStreamBody({ commands: 8, heartbeatMs: 0 }, () => void gone++)
+    const waiting = body.offer(bytes("a\n\n"))!
+    body.close()
+    expect(gone).toBe(1)
+    expect(waiting.withdraw()).toBe(false)
+    const chunks = chunksOf(body)
+    await new Promise((r) => body.once("end", r))
+    expect(chunks).toEqual([])
   })
 
   it(`a dispatch of more calls than HOST_COMMAND_QUEUE (${HOST_COMMAND_QUEUE}) to a host that reads its stream is sent whole: no host_busy`, async () => {

@@ -3,9 +3,15 @@
  * command stream as a `call` frame, answered by the host's result, cancelled by a `cancel` frame.
  *
  * - Calls in flight are kept per host, named `{session_id, sequence}`: a host reaches only its own.
+ * - A call whose `call` frame still waits in its stream's backlog (CommandStream.ts) when it is
+ *   stopped — cancelled, past its deadline, abandoned, or its stream over — has the frame
+ *   withdrawn: it is never written, it is not sent (`EnvironmentNotSent`, or a cancel answered
+ *   `withdrawn`), and no `cancel` frame follows it. Only a call whose frame was handed to the
+ *   connection is sent, and may have run.
  * - Every call belongs to the stream it was written to; when that stream is over, each of its calls
- *   fails `EnvironmentUncertain` `connection_lost` (it may have run) and is forgotten
- *   (`loseCalls`), so a late result is refused and nothing is ever written to another stream.
+ *   fails, `EnvironmentNotSent` `host_disconnected` if its frame was withdrawn, else
+ *   `EnvironmentUncertain` `connection_lost` (it may have run), and is forgotten (`loseCalls`), so
+ *   a late result is refused and nothing is ever written to another stream.
  * - A call's Events and its result pass one at a time through the call's lock, so an Event posted
  *   (and not yet answered) before the result is committed before the outcome.
  * - A batch of results is all or none: a refusal changes nothing.
@@ -63,7 +69,10 @@ const eventRefused = (f: Failure): HostEventError => {
   }
 }
 
-/** The stream `connection` of `host` is over: each of its calls in flight fails uncertain (it may have run) and is forgotten. */
+/**
+ * The stream `connection` of `host` is over: each of its calls in flight fails, not sent if its
+ * frame still waited in the backlog (withdrawn now), else uncertain (it may have run), and is forgotten.
+ */
 export const loseCalls = (host: Host, connection: number) => {
   for (const [key, call] of host.calls) {
     if (call.connection !== connection) continue
@@ -71,11 +80,17 @@ export const loseCalls = (host: Host, connection: number) => {
     answerCall(
       call,
       Exit.fail(
-        new EnvironmentUncertain({
-          environment: call.environment,
-          reason: "connection_lost",
-          message: `the command stream of ${hostName(host.id)} was closed while the call was in flight; it may have run`
-        })
+        call.frame?.withdraw() === true
+          ? new EnvironmentNotSent({
+            environment: call.environment,
+            reason: "host_disconnected",
+            message: `Environment ${JSON.stringify(call.environment)}: the command stream of ${hostName(host.id)} was closed while the call still waited in Brain's queue; nothing was sent`
+          })
+          : new EnvironmentUncertain({
+            environment: call.environment,
+            reason: "connection_lost",
+            message: `the command stream of ${hostName(host.id)} was closed while the call was in flight; it may have run`
+          })
       )
     )
   }
@@ -274,6 +289,7 @@ export const makeCalls = (
     const pending: InFlight = {
       connection: connection.id,
       environment,
+      frame: undefined,
       answered: undefined,
       resume: undefined,
       stopped: undefined,
@@ -283,7 +299,7 @@ export const makeCalls = (
       lock: undefined
     }
     host.calls.set(key, pending)
-    const sent = connection.body.offer(frame("call", {
+    const queued = connection.body.offer(frame("call", {
       session_id: request.session,
       sequence: request.sequence,
       environment,
@@ -292,12 +308,14 @@ export const makeCalls = (
       input: request.input,
       deadline_at_ms: request.deadlineAtMs
     }))
-    if (!sent) {
+    if (queued === undefined) {
       host.calls.delete(key)
       return notSent("host_busy", `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read and its connection takes no more (HOST_COMMAND_QUEUE)`)
     }
+    pending.frame = queued
     // One callback, not a Deferred and a finalizer: a caller that stops waiting takes the call
-    // out of the host's calls (an answered one is out already).
+    // out of the host's calls (an answered one is out already), and its frame out of the backlog
+    // if it still waits there: nobody would hear its answer.
     return {
       await: (f) => {
         if (pending.answered !== undefined) f(pending.answered)
@@ -305,7 +323,10 @@ export const makeCalls = (
       },
       abandon: () => {
         pending.resume = undefined
-        if (host.calls.get(key) === pending) host.calls.delete(key)
+        if (host.calls.get(key) === pending) {
+          host.calls.delete(key)
+          queued.withdraw()
+        }
       },
       cancel: (reason, confirmed) => {
         const sentNow = cancelNow(id, { session: request.session, sequence: request.sequence, reason })
@@ -317,18 +338,26 @@ export const makeCalls = (
   /**
    * Offers a call's `cancel` frame to the stream the call went out on, in this step (the frames
    * offered in one step are one write: CommandStream.ts); its confirmation to come, or why
-   * nothing was sent.
+   * nothing was sent. A call whose own frame still waits in the backlog is withdrawn instead: it
+   * was never sent, so it gets no cancel, and it is answered not sent (`withdrawn`).
    */
   const cancelNow = (
     id: string,
     request: CallName & { readonly reason: CancelRequest["reason"] }
-  ): { readonly sent: true; readonly stopped: Once<void> } | { readonly sent: false; readonly why: string } => {
+  ): { readonly sent: true; readonly stopped: Once<void> } | { readonly sent: false; readonly withdrawn?: true; readonly why: string } => {
     const host = hosts.get(id)
-    const pending = host?.calls.get(keyOf(request))
+    const key = keyOf(request)
+    const pending = host?.calls.get(key)
     if (host === undefined || pending === undefined) return { sent: false, why: `the call is not in flight on ${hostName(id)}` }
+    if (pending.frame?.withdraw() === true) {
+      host.calls.delete(key)
+      const why = `the call still waited in Brain's queue for ${hostName(id)}, which was not reading its command stream: it was taken back, never sent`
+      answerCall(pending, Exit.fail(new EnvironmentNotSent({ environment: pending.environment, reason: "host_busy", message: `Environment ${JSON.stringify(pending.environment)}: ${why}` })))
+      return { sent: false, withdrawn: true, why }
+    }
     const connection = host.connection
     if (connection === undefined || connection.id !== pending.connection) return { sent: false, why: `the command stream of ${hostName(id)} was closed` }
-    if (!connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason }))) {
+    if (connection.body.offer(frame("cancel", { session_id: request.session, sequence: request.sequence, reason: request.reason })) === undefined) {
       return { sent: false, why: `${hostName(id)} has ${HOST_COMMAND_QUEUE} commands waiting to be read: the cancel was not sent` }
     }
     pending.cancelSent = true
@@ -339,7 +368,7 @@ export const makeCalls = (
     Effect.suspend((): Effect.Effect<CallAnswer, EnvironmentNotSent | EnvironmentUncertain> => {
       const sent = send(id, request)
       if (sent instanceof EnvironmentNotSent) return Effect.fail(sent)
-      return waitFor<CallAnswer, EnvironmentUncertain>((resume) => {
+      return waitFor<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>((resume) => {
         sent.await(resume)
         return sent.abandon
       })
@@ -348,7 +377,8 @@ export const makeCalls = (
   const cancel: HostsShape["cancel"] = (id, request) =>
     Effect.suspend((): Effect.Effect<CancelAnswer> => {
       const sentNow = cancelNow(id, request)
-      if (!sentNow.sent) return Effect.succeed<CancelAnswer>({ confirmed: false, why: sentNow.why })
+      // A call taken back before it was sent will never run: as good as a confirmed stop.
+      if (!sentNow.sent) return Effect.succeed<CancelAnswer>(sentNow.withdrawn === true ? { confirmed: true } : { confirmed: false, why: sentNow.why })
       return sentNow.stopped.await.pipe(
         Effect.as<CancelAnswer>({ confirmed: true }),
         Effect.timeoutTo({

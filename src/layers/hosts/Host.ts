@@ -5,10 +5,10 @@
  */
 import type { Effect, Exit } from "effect"
 import type { HostId, SessionId } from "../../domain/Ids.js"
-import type { CallAnswer, EnvironmentCall, EnvironmentUncertain } from "../../services/Environments.js"
+import type { CallAnswer, EnvironmentCall, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
 import type { CallName } from "../../services/Hosts.js"
 import type { Once } from "../Waits.js"
-import type { CommandStreamBody } from "./CommandStream.js"
+import type { CommandStreamBody, Queued } from "./CommandStream.js"
 
 /** One command stream of a host, numbered in the order streams opened. */
 export interface Connection {
@@ -16,13 +16,18 @@ export interface Connection {
   readonly body: CommandStreamBody
 }
 
+/** A call's answer: the host's, or not sent (its frame withdrawn from the backlog), or uncertain (its stream lost). */
+export type CallExit = Exit.Exit<CallAnswer, EnvironmentNotSent | EnvironmentUncertain>
+
 export interface InFlight {
   readonly connection: number
   readonly environment: string
+  /** Its `call` frame in the stream's backlog: withdrawn, while it still waits there, when the call stops. */
+  frame: Queued | undefined
   /** The call's answer once it has one (`answerCall`). */
-  answered: Exit.Exit<CallAnswer, EnvironmentUncertain> | undefined
+  answered: CallExit | undefined
   /** The waiting caller's callback, while it waits. */
-  resume: ((answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => void) | undefined
+  resume: ((answer: CallExit) => void) | undefined
   /** Given when the host confirms a cancel (`{"stopped": true}`); made when the cancel is sent. */
   stopped: Once<void> | undefined
   cancelSent: boolean
@@ -50,7 +55,7 @@ export interface Host {
 }
 
 /** Answers a call in flight, once: its waiting caller now, or the caller that comes to wait. */
-export const answerCall = (pending: InFlight, answer: Exit.Exit<CallAnswer, EnvironmentUncertain>) => {
+export const answerCall = (pending: InFlight, answer: CallExit) => {
   if (pending.answered !== undefined) return
   pending.answered = answer
   const resume = pending.resume

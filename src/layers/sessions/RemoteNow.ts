@@ -112,7 +112,9 @@ export const remoteNowOf = (
    * `stopping` stops one but with no fiber: the cancel is offered in this step (the deadline's
    * callback, which stops every call of the round sharing it: their cancels go out as one write,
    * before any outcome is committed), then the first of the call's own answer, the host's
-   * confirmation or the grace (BRAIN_CANCEL_GRACE_MS, one timer) is the verdict.
+   * confirmation or the grace (BRAIN_CANCEL_GRACE_MS, one timer) is the verdict. A call the
+   * driver took back instead, never sent (`withdrawn`: its frame still waited in Brain's queue),
+   * is at once the verdict of a call stopped before it was sent (`unsent`).
    */
   const stopWithoutFiber = (first: { readonly _tag: "cancel"; readonly reason: CancelReason } | { readonly _tag: "deadline" }, cancel: NonNullable<typeof sent.cancel>) => {
     const by = first._tag === "deadline" ? "deadline" : "cancel"
@@ -123,6 +125,10 @@ export const remoteNowOf = (
     stopped = state
     const cancelled = cancel(by, () => settleStop({ _tag: "stopped", by, confirmed: true, reason }))
     if (exit !== undefined) return
+    // Taken back before it left: never sent, so recorded as a call stopped before it was sent.
+    if (!cancelled.sent && cancelled.withdrawn === true) {
+      return end(Exit.succeed(by === "deadline" ? { _tag: "unsent", reason: "timeout", deadline: true } : { _tag: "unsent", reason }))
+    }
     if (cancelled.sent) state.stopListening = cancelled.stopListening
     // Past the grace the call is abandoned (a late answer is refused) and recorded unconfirmed.
     state.timer = setTimeout(() => {
