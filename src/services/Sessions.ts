@@ -176,7 +176,7 @@ export interface SessionsShape {
   readonly submitKeyed: (session: SessionId, input: TurnInput, request: TurnRequest) => Effect.Effect<Keyed<Receipt>, KeyedTurnError>
   /** Cancels the running turn, if any, and waits until it is closed. */
   readonly interrupt: (session: SessionId) => Effect.Effect<SessionSummary, SessionStorageError>
-  /** Waits for active work, then records the ending. */
+  /** Waits for active work, then records the ending. Meanwhile no turn starts: a send or submit is refused `SessionBusy` until the ending is recorded, `SessionEnded` from then on. */
   readonly end: (session: SessionId) => Effect.Effect<SessionSummary, EndError>
   /**
    * Removes an ended or failed session. `keep` is given the keyed sends and submits its journal

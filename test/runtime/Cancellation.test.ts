@@ -489,18 +489,31 @@ describe("turns while busy", () => {
 })
 
 describe("lifecycle", () => {
-  it.scoped("end waits for the running turn, refuses new messages meanwhile, then records session_end_started and session_ended", () => {
+  it.scoped("end waits for the running turn, then records session_end_started and session_ended; meanwhile sends and submits, keyed or not, are refused session_busy (retryable) and journal nothing; from the ending's record on they are refused session_ended", () => {
     const g = gated()
+    const keyed = (key: string) => ({ key, hash: `hash of ${key}` })
     return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
       Effect.gen(function*() {
         const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted })
         yield* sessions.submit(s, { message: "work" })
         yield* eventually("the turn to run", Effect.sync(() => g.state.entered === 1))
         const ending = yield* Effect.fork(sessions.end(s))
+        // A chance for the end to reach the session and wait for the turn (not an assertion: the
+        // answers below are the same whether it has got there or not).
         yield* pause(20)
         expect(Option.isNone(yield* Fiber.poll(ending))).toBe(true)
-        expect(ofKind(yield* records(s), "session_end_started")).toEqual([])
-        expect(yield* refusal(sessions.send(s, { message: "more" }))).toBe("session_ended")
+        const before = yield* records(s)
+        expect(ofKind(before, "session_end_started")).toEqual([])
+        // Nothing of the ending is recorded yet: a crash now leaves the session idle, taking
+        // messages. So each refusal is one a retry outgrows, never a definite session_ended.
+        const refusals = [
+          yield* Effect.flip(sessions.send(s, { message: "more" })),
+          yield* Effect.flip(sessions.submit(s, { message: "more" })),
+          yield* Effect.flip(sessions.sendKeyed(s, { message: "more" }, keyed("k-send"))),
+          yield* Effect.flip(sessions.submitKeyed(s, { message: "more" }, keyed("k-submit")))
+        ]
+        expect(refusals.map((e) => [e.code, e.retryable])).toEqual(Array.from({ length: 4 }, () => ["session_busy", true]))
+        expect((yield* records(s)).length).toBe(before.length)
         yield* g.open
         const summary = yield* Fiber.join(ending)
         expect(summary.status).toBe("ended")
@@ -512,8 +525,53 @@ describe("lifecycle", () => {
         expect(endStarted.sequence).toBeLessThan(ended.sequence)
         expect(ended.payload).toEqual({ sequence: endStarted.sequence })
         expect(all[all.length - 1]).toEqual(ended)
+        expect(ofKind(all, "turn_started")).toHaveLength(1)
+        // The ending recorded, the same requests are refused for good.
+        expect(yield* refusal(sessions.send(s, { message: "more" }))).toBe("session_ended")
+        expect(yield* refusal(sessions.sendKeyed(s, { message: "more" }, keyed("k-send")))).toBe("session_ended")
+        expect(yield* refusal(sessions.submitKeyed(s, { message: "more" }, keyed("k-submit")))).toBe("session_ended")
       }))
   })
+
+  it.scoped("an end interrupted while it waits for the running turn holds nothing back: once the turn closes, the session takes messages again", () => {
+    const g = gated()
+    return withRuntime({ loops: { g: g.agentloop } }, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        // Kept in memory between turns, so that what the end left on the session is what the next send meets.
+        const { session_id: s } = yield* sessions.create({ agentloop: "g", model: scripted, idle_ttl_ms: 60_000 })
+        yield* sessions.submit(s, { message: "work" })
+        yield* eventually("the turn to run", Effect.sync(() => g.state.entered === 1))
+        const ending = yield* Effect.fork(sessions.end(s))
+        yield* pause(20)
+        yield* Fiber.interrupt(ending)
+        yield* g.open
+        yield* eventually("the turn to end", Effect.map(records(s), (all) => ofKind(all, "turn_ended").length === 1))
+        yield* eventually("the session to be idle", Effect.map(Effect.orDie(sessions.get(s)), (summary) => summary.status === "idle"))
+        const next = yield* sessions.send(s, { message: "again" })
+        expect(next.turn.status).toBe("ended")
+        expect(ofKind(yield* records(s), "session_end_started")).toEqual([])
+      }))
+  })
+
+  it.scoped("a cancel during an end's wait answers the session as recorded by its last_sequence (idle before the ending's record), and the end then records the ending", () =>
+    withRuntime({}, ({ records, sessions }) =>
+      Effect.gen(function*() {
+        // Its model call held for ten minutes of the test clock, which never advances here.
+        const { session_id: s } = yield* sessions.create({ model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 600_000 }] } })
+        yield* sessions.submit(s, { message: "work" })
+        yield* eventually("the model call to start", Effect.map(records(s), (all) => ofKind(all, "model_call_started").length === 1))
+        const ending = yield* Effect.fork(sessions.end(s))
+        yield* pause(20)
+        const cancelled = yield* sessions.interrupt(s)
+        // The summary names no ending that was not recorded by its last_sequence (one a crash could
+        // take back): idle before the end's session_end_started, then ending, then ended.
+        const through = (yield* records(s)).filter((r) => r.sequence <= cancelled.last_sequence)
+        const recorded = ofKind(through, "session_ended").length > 0 ? "ended" : ofKind(through, "session_end_started").length > 0 ? "ending" : "idle"
+        expect(cancelled.status).toBe(recorded)
+        const summary = yield* Fiber.join(ending)
+        expect(summary.status).toBe("ended")
+        expect(yield* refusal(sessions.send(s, { message: "more" }))).toBe("session_ended")
+      })))
 
   it.scoped("a message to an ended session is refused with session_ended", () =>
     withRuntime({}, ({ records, sessions }) =>

@@ -113,8 +113,14 @@ export interface Riding {
 
 export class Cell {
   running: RunningTurn | undefined = undefined
-  /** Set once `end` has begun: no new turn is admitted. */
-  ending = false
+  /**
+   * The ends admitted on this session that have not answered: while one waits for the running
+   * turn and commits `session_end_started`, no new turn starts (an end is never starved by
+   * sends), but what refuses them is a retryable `session_busy`: the ending is not recorded yet,
+   * and a crash now leaves the session taking messages. Counted, not flagged, so that an end
+   * that gives up (its request interrupted) leaves nothing behind.
+   */
+  endsWaiting = 0
   /** Callers currently using the cell; it may be released only at zero with no turn running. */
   users = 0
   /**

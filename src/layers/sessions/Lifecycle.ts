@@ -56,6 +56,22 @@ export const makeLifecycle = (shared: Shared): Pick<SessionsShape, "interrupt" |
       return summary(cell)
     })
 
+  /** An end admitted on an open session: waits for the running turn, then commits the ending or answers what another end committed. */
+  const endOf = (cell: Cell, stop: Once<void>) =>
+    Effect.gen(function*() {
+      // Each end waits for the running turn itself (its wait is its own to give up) ...
+      while (cell.running) yield* cell.running.done.await
+      if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
+      // ... and the first to get here commits the ending, once; the others answer what it did.
+      if (cell.closing !== undefined) return yield* Effect.flatten(cell.closing.await)
+      const closing = new Once<Exit.Exit<SessionSummary, EndError>>()
+      cell.closing = closing
+      const closed = yield* Effect.exit(Effect.uninterruptible(closeOf(cell, stop)))
+      if (Exit.isFailure(closed)) cell.closing = undefined
+      closing.give(closed)
+      return yield* closed
+    })
+
   return {
     interrupt: (session) =>
       using(session, (cell) =>
@@ -79,18 +95,12 @@ export const makeLifecycle = (shared: Shared): Pick<SessionsShape, "interrupt" |
           if (cell.state.status === "ended") return summary(cell)
           if (cell.state.status === "creating") return yield* Effect.fail(beingCreated())
           if (cell.state.status === "failed") return yield* Effect.fail(new Conflict({ message: "the session is failed" }))
-          cell.ending = true
-          // Each end waits for the running turn itself (its wait is its own to give up) ...
-          while (cell.running) yield* cell.running.done.await
-          if ((cell.state.status as SessionStatus) === "ended") return summary(cell)
-          // ... and the first to get here commits the ending, once; the others answer what it did.
-          if (cell.closing !== undefined) return yield* Effect.flatten(cell.closing.await)
-          const closing = new Once<Exit.Exit<SessionSummary, EndError>>()
-          cell.closing = closing
-          const closed = yield* Effect.exit(Effect.uninterruptible(closeOf(cell, stop)))
-          if (Exit.isFailure(closed)) cell.closing = undefined
-          closing.give(closed)
-          return yield* closed
+          // From here until it answers, no new turn starts (TurnStarts' `refusedStart`).
+          return yield* Effect.acquireUseRelease(
+            Effect.sync(() => void cell.endsWaiting++),
+            () => endOf(cell, stop),
+            () => Effect.sync(() => void cell.endsWaiting--)
+          )
         }))),
     delete: <E>(session: SessionId, keep?: (requests: ReadonlyArray<KeptRequest>) => Effect.Effect<void, E>) =>
       admitted.admit(stopping, (stop) => Effect.suspend(() => {

@@ -40,9 +40,17 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
   const refusedStart = (cell: Cell): Overloaded | SessionEnded | Conflict | SessionBusy | undefined => {
     if (admitted.closed) return stopping()
     const status = cell.state.status
-    if (cell.ending || status === "ending" || status === "ended") return new SessionEnded({ message: "the session has ended" })
+    // Only an ending that is recorded refuses for good: a refusal kept under a key must stay true after a crash.
+    if (status === "ending" || status === "ended") return new SessionEnded({ message: "the session has ended" })
     if (status === "failed") return new Conflict({ message: "the session's creation failed" })
     if (status === "creating") return beingCreated()
+    if (cell.endsWaiting > 0) {
+      return new SessionBusy({
+        message: cell.running !== undefined
+          ? "a turn is running in this session, and an end of the session is waiting for it: no new turn starts before the ending is recorded"
+          : "an end of this session is under way: no new turn starts before the ending is recorded"
+      })
+    }
     if (cell.running || status === "running") return new SessionBusy({ message: "a turn is running in this session" })
     if (status !== "idle") return new Conflict({ message: `the session is ${status}` })
     return undefined
