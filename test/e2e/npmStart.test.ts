@@ -67,6 +67,9 @@ describe("npm start", { timeout: TEST_MS }, () => {
         // process of the group npm started is left.
         await expect(request(baseUrl, "/health/live")).rejects.toThrow()
         expect(fs.existsSync(path.join(dataDir, "lock"))).toBe(false)
+        // A process of the group that has just exited may not be reaped yet (its parent, npm, is
+        // gone, so init reaps it): wait for that, bounded, rather than read the group at once.
+        for (let i = 0; i < 100 && groupAlive(npm.pid!); i++) await new Promise((r) => setTimeout(r, 50))
         expect(groupAlive(npm.pid!)).toBe(false)
       } finally {
         try {
