@@ -31,10 +31,13 @@ const activationOf = (invocation: ToolInvocation): ToolActivation => ({
 /** A Wasm tool's host call after its call was stopped (docs/abi.md, "Host services": every call then answers an error). */
 const stopped = failure("cancelled", "the tool call was stopped (the turn's cancel or the call's deadline)")
 
-/** A Wasm tool's host services for one call: refused once the call is stopped. */
-const servicesOf = (invocation: ToolInvocation): ToolServices => {
+/** A Wasm tool's host services for one call: refused once the call is stopped; `began` told when its guest starts. */
+const servicesOf = (invocation: ToolInvocation, began?: () => void): ToolServices => {
   const stop = stopOf(invocation)
-  return { emit: invocation.emit, telemetry: invocation.telemetry, refusal: () => (stop.aborted ? stopped : undefined) }
+  const refusal = () => (stop.aborted ? stopped : undefined)
+  return began === undefined
+    ? { emit: invocation.emit, telemetry: invocation.telemetry, refusal }
+    : { emit: invocation.emit, telemetry: invocation.telemetry, refusal, began }
 }
 
 const replyOf = (r: ToolRun): ToolReply => (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })
@@ -49,7 +52,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
     const runModule = (host: WasmHostShape, module: AdmittedModule, invocation: ToolInvocation): Effect.Effect<ToolReply> => {
       // Whether its guest has started: stopped before (still waiting for a thread), it never ran.
       let began = false
-      const run = host.runTool(module, activationOf(invocation), { ...servicesOf(invocation), began: () => void (began = true) })
+      const run = host.runTool(module, activationOf(invocation), servicesOf(invocation, () => void (began = true)))
       // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
       // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
       // own and takes that interrupted end as the executor's confirmation that it stopped
