@@ -24,6 +24,8 @@ const BACKLOG_BYTES = 64 * 1024
 /** Events of the session, each padded past the backlog (so each catch-up page holds one). */
 const EVENTS = 120
 const PAD = 100_000
+/** Milliseconds between a live reader's Events. */
+const PACE_MS = 20
 
 /** A TCP connection's kernel queues from /proc/net/tcp, by its local and remote ports. */
 const tcpEntry = (localPort: number, remotePort: number) => {
@@ -172,8 +174,11 @@ describe("SSE readers that never read", () => {
     await waitFor("the connected comment", () => client.received().includes(": connected"), 5_000)
     client.socket.pause()
 
-    // Far more than the kernel's buffers and the backlog: the reader is cut off during the turn.
-    const turn = await post(`/v1/sessions/${id}/messages`, { input: { message: `${EVENTS} ${PAD}` } })
+    // Far more than the kernel's buffers and the backlog: the reader is cut off during the turn. The
+    // Events come PACE_MS apart, so the socket hands each to the kernel before the next comes and the
+    // cut comes once the kernel's queues are full: a cut while they still had room (three commits
+    // before one write on a loaded machine) would let them take the rest, and the stream would drain.
+    const turn = await post(`/v1/sessions/${id}/messages`, { input: { message: `${EVENTS} ${PAD} ${PACE_MS}` } })
     expect(turn.status, turn.text).toBe(200)
     const answered = Date.now()
     const open = () => {
