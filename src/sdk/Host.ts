@@ -24,6 +24,13 @@
  * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
  *   that returns anyway is answered with its output. A local deadline aborts the signal at
  *   `deadline_at_ms`; Brain sends a cancel at the same time, and the stop is confirmed to it.
+ * - A call over before its tool would start is never started: the frames of one read are all
+ *   taken before any of its calls starts, and a call cancelled by then (its `cancel` came in the
+ *   same read, or while its input was being decoded), or whose `deadline_at_ms` has passed, is
+ *   not run. Its stop is confirmed `{"stopped": true}` to its cancel — at once, or when Brain's
+ *   cancel for the passed deadline comes (`stopped` is refused before a cancel). This is what a
+ *   host that was slow or paused meets: frames Brain wrote before it stopped the call, waiting in
+ *   the socket's buffers.
  * - `close` aborts every run's signal, removes the host's registration (`DELETE /v1/hosts/{id}`,
  *   waited for at most UNREGISTER_WAIT_MS, its failure ignored: the host is over either way) and
  *   ends the stream: it never waits for a tool, and no result or Event is posted after it.
@@ -31,7 +38,7 @@
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
 import { BrainClosed, BrainError, fromAnswer, isOutcomeUnrecorded, networkError } from "./Errors.js"
-import { sseFrames } from "./Sse.js"
+import { sseReads } from "./Sse.js"
 import { type HostTool, ToolAborted, type ToolContext, ToolResultUnrecorded } from "./Tool.js"
 import { sleep, Transport } from "./Transport.js"
 import { decode, describeIssues, encode } from "./Validate.js"
@@ -272,27 +279,33 @@ export class Host {
         if (!response.ok || response.body === null) {
           this.lastError = fromAnswer(response.status, await response.text().catch(() => ""))
         } else {
-          for await (const frame of sseFrames(response.body, () => void (lastBytes = Date.now()))) {
-            if (frame.event === "ready") {
-              this.open = true
-              this.lastError = undefined
-              pause = RECONNECT_FIRST_MS
-              const heartbeatMs = Number((JSON.parse(frame.data) as { heartbeat_ms?: unknown }).heartbeat_ms)
-              if (watch === undefined && Number.isFinite(heartbeatMs) && heartbeatMs > 0) {
-                const silentMs = SILENT_HEARTBEATS * heartbeatMs
-                watch = setInterval(() => {
-                  if (Date.now() - lastBytes <= silentMs) return
-                  stream.abort(networkError(`the host's command stream was silent for ${silentMs} ms, though Brain sends a heartbeat every ${heartbeatMs} ms`))
-                }, heartbeatMs)
-                // The watch never keeps a process alive by itself.
-                ;(watch as { unref?: () => void }).unref?.()
+          for await (const frames of sseReads(response.body, () => void (lastBytes = Date.now()))) {
+            // The calls of a read start once all of its frames are taken: a cancel read with its call stops it unstarted.
+            const starts: Array<() => void> = []
+            for (const frame of frames) {
+              if (frame.event === "ready") {
+                this.open = true
+                this.lastError = undefined
+                pause = RECONNECT_FIRST_MS
+                const heartbeatMs = Number((JSON.parse(frame.data) as { heartbeat_ms?: unknown }).heartbeat_ms)
+                if (watch === undefined && Number.isFinite(heartbeatMs) && heartbeatMs > 0) {
+                  const silentMs = SILENT_HEARTBEATS * heartbeatMs
+                  watch = setInterval(() => {
+                    if (Date.now() - lastBytes <= silentMs) return
+                    stream.abort(networkError(`the host's command stream was silent for ${silentMs} ms, though Brain sends a heartbeat every ${heartbeatMs} ms`))
+                  }, heartbeatMs)
+                  // The watch never keeps a process alive by itself.
+                  ;(watch as { unref?: () => void }).unref?.()
+                }
+                for (const w of this.readyWaiters.splice(0)) w.resolve()
+              } else if (frame.event === "call") {
+                const start = this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
+                if (start !== undefined) starts.push(start)
+              } else if (frame.event === "cancel") {
+                this.cancel(JSON.parse(frame.data) as CancelCommand, transport, hostId)
               }
-              for (const w of this.readyWaiters.splice(0)) w.resolve()
-            } else if (frame.event === "call") {
-              this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
-            } else if (frame.event === "cancel") {
-              this.cancel(JSON.parse(frame.data) as CancelCommand, transport, hostId)
             }
+            for (const start of starts) start()
           }
           this.lastError = networkError("the host's command stream ended")
         }
@@ -334,10 +347,11 @@ export class Host {
     return named !== undefined && named.size === 1 ? [...named][0] : undefined
   }
 
-  private run(call: CallCommand, connection: number, transport: Transport, hostId: string) {
+  /** Takes a call; the function returned starts it (nothing, for a call already seen). */
+  private run(call: CallCommand, connection: number, transport: Transport, hostId: string): (() => void) | undefined {
     const key = `${call.session_id}/${call.sequence}`
     // Brain never sends a call twice; should anything between it and here, it still runs once.
-    if (this.seen.has(key)) return
+    if (this.seen.has(key)) return undefined
     this.seen.add(key)
     if (this.seen.size > SEEN_CALLS) this.seen.delete(this.seen.values().next().value!)
 
@@ -419,7 +433,11 @@ export class Host {
       }
     }
 
+    /** Stopped before its tool started (cancelled, lost, closed, or past its deadline): it is not started. */
+    const overBeforeStart = () =>
+      run.cancelled || run.controller.signal.aborted || (call.deadline_at_ms > 0 && Date.now() >= call.deadline_at_ms)
     const execute = async (): Promise<void> => {
+      if (overBeforeStart()) return stopped()
       const tool = this.toolFor(call.session_id, call.name)
       if (tool === undefined) {
         return post({ error: { code: "unknown_tool", message: `this host has no tool ${JSON.stringify(call.name)} for this session` } })
@@ -428,6 +446,8 @@ export class Host {
       if (!input.ok) {
         return post({ error: { code: "invalid_input", message: `the input is not valid: ${describeIssues(input.issues)}`, issues: input.issues } })
       }
+      // A cancel may have come while the input was decoded.
+      if (overBeforeStart()) return stopped()
       let output: unknown
       try {
         output = await tool.run(input.value, ctx)
@@ -442,16 +462,17 @@ export class Host {
       }
       return post({ ok: encoded.value ?? null })
     }
-    /** The run stopped after its signal aborted: confirm it to Brain's cancel. */
+    /** The run stopped (or never started): confirm it to Brain's cancel. */
     const stopped = async (): Promise<void> => {
       if (run.cancelled) return post({ stopped: true })
       // Its own deadline came first: Brain's cancel for it follows; `cancel` confirms then.
       run.awaitingCancel = true
     }
-    void execute().catch(() => undefined).finally(() => {
-      if (run.timer !== undefined) clearTimeout(run.timer)
-      if (!run.awaitingCancel && this.runs.get(key) === run) this.runs.delete(key)
-    })
+    return () =>
+      void execute().catch(() => undefined).finally(() => {
+        if (run.timer !== undefined) clearTimeout(run.timer)
+        if (!run.awaitingCancel && this.runs.get(key) === run) this.runs.delete(key)
+      })
   }
 
   /**

@@ -17,9 +17,18 @@ export interface SseFrame {
 
 /** `onBytes` is told of every chunk read, comments (heartbeats) included: what an idle watch needs. */
 export async function* sseFrames(body: ReadableStream<Uint8Array>, onBytes?: () => void): AsyncGenerator<SseFrame> {
+  for await (const frames of sseReads(body, onBytes)) yield* frames
+}
+
+/**
+ * The frames of each read of `body`, one array per read that completed any (in order): what a
+ * reader needs to see a frame beside the ones that came with it (a call and its cancel, written
+ * together and read together, say) before it acts on any of them.
+ */
+export async function* sseReads(body: ReadableStream<Uint8Array>, onBytes?: () => void): AsyncGenerator<ReadonlyArray<SseFrame>> {
   const reader = body.getReader()
   const decoder = new TextDecoder()
-  const ready: Array<SseFrame> = []
+  let ready: Array<SseFrame> = []
   const parser = makeSseParser((e, id) => void ready.push({ id, event: e.event, data: e.data }))
   try {
     for (;;) {
@@ -27,9 +36,10 @@ export async function* sseFrames(body: ReadableStream<Uint8Array>, onBytes?: () 
       if (done) return
       onBytes?.()
       parser.feed(decoder.decode(value, { stream: true }))
-      // Handed on in order; `ready` is emptied before the next chunk is read.
-      for (let i = 0; i < ready.length; i++) yield ready[i]!
-      ready.length = 0
+      if (ready.length === 0) continue
+      const frames = ready
+      ready = []
+      yield frames
     }
   } finally {
     // Stops the download when the reader leaves early (a break, an abort, a close).
