@@ -455,3 +455,10 @@ export const MAX_FAILURE_MESSAGE_BYTES = 64 * 1024
  * code: larger ones are replaced by a note of their size (`boundedFailure`), for the same reason.
  */
 export const MAX_FAILURE_DETAILS_BYTES = 64 * 1024
+
+/**
+ * Milliseconds. How long a reading of the data directory's free bytes (statfs) stands before the
+ * next create, send or submit reads it again (BRAIN_MIN_FREE_DISK_BYTES): one system call a second
+ * at most, not one per request, and a disk filling at a gigabyte a second is seen within a second.
+ */
+export const DISK_STAT_INTERVAL_MS = 1000

@@ -3,6 +3,7 @@
  * (journal/FileStore.ts): segment files under `{dataDir}/sessions/{id}/journal/`, group-committed
  * by one writer per process, the data directory locked by this process.
  */
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { Effect, Layer, type Scope } from "effect"
 import { Journal, type JournalShape } from "../services/Journal.js"
@@ -28,17 +29,30 @@ export interface JournalFileOptions {
 export const make = (options: JournalFileOptions): Effect.Effect<JournalShape, DataDirError, FileDriver | Scope.Scope> =>
   Effect.gen(function*() {
     const driver = yield* FileDriver
-    const store = yield* FileStore.make(driver, path.resolve(options.dataDir), {
+    const root = path.resolve(options.dataDir)
+    const store = yield* FileStore.make(driver, root, {
       ...(options.lockWaitMs !== undefined ? { lockWaitMs: options.lockWaitMs } : {}),
       ...(options.limits ? { limits: options.limits } : {})
     })
-    return yield* Core.make(store, {
+    const journal = yield* Core.make(store, {
       ...(options.limits ? { limits: options.limits } : {}),
       ...(options.maxHandles !== undefined ? { maxHandles: options.maxHandles } : {}),
       ...(options.maxHandleBytes !== undefined ? { maxHandleBytes: options.maxHandleBytes } : {}),
       ...(options.maxListed !== undefined ? { maxListed: options.maxListed } : {})
     })
+    // Spread with the core's own `append` and `stage`: its `enqueue` and `stageNow` still serve.
+    return { ...journal, freeBytes: freeBytesOf(root) }
   })
+
+/**
+ * The bytes the file system holding `dir` has free for an unprivileged writer (statfs `bavail`
+ * blocks of `bsize`); undefined when it cannot be read (the watermark then refuses nothing).
+ */
+export const freeBytesOf = (dir: string): Effect.Effect<number | undefined> =>
+  Effect.orElseSucceed(
+    Effect.tryPromise(() => fs.promises.statfs(dir)).pipe(Effect.map((s) => s.bavail * s.bsize)),
+    () => undefined
+  )
 
 /** The file journal over a data directory, with the given file driver. */
 export const layer = (options: JournalFileOptions) => Layer.scoped(Journal, make(options))

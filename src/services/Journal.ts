@@ -251,6 +251,13 @@ export interface JournalShape {
    */
   readonly readBytes?: (session: SessionId, after: number) => Effect.Effect<number, JournalReadError>
   /**
+   * The bytes the store's file system has free for it now (statfs: the blocks an unprivileged
+   * writer may still take), read anew at each run; undefined when it cannot tell. Absent for a
+   * store that takes no disk (the memory journal). For the free-disk watermark
+   * (BRAIN_MIN_FREE_DISK_BYTES, sessions/StorageRoom.ts), which reads it at most once a second.
+   */
+  readonly freeBytes?: Effect.Effect<number | undefined>
+  /**
    * The last durable sequence (0 for an empty journal). Refused (`JournalUnavailable`,
    * `outcome_unknown`) after a failed write whose records may stand, until `reset`.
    */

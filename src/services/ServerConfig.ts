@@ -83,6 +83,21 @@ export interface ServerConfigShape {
    */
   readonly maxSessionKvBytes: number
   /**
+   * Bytes one session's journal may take on disk across its turns (Journal `size`, read from its
+   * segments when it is opened, so a restart measures the same): once it has reached this a send or
+   * submit is refused 409 `conflict` (`details.reason: "session_journal_limit"`), nothing written,
+   * and a turn's host-call writes that would take it past this are refused as past
+   * `maxTurnWriteBytes`. An end, a cancel and a turn's closing records are always written. 0 = no bound.
+   */
+  readonly maxSessionJournalBytes: number
+  /**
+   * Bytes the data directory's file system must keep free (statfs, what an unprivileged writer may
+   * use, read at most once a DISK_STAT_INTERVAL_MS, domain/Limits.ts): below it, creates, sends and submits are
+   * refused 503 `overloaded` (retryable), nothing written. Turns already running go on, bounded by
+   * their own limits. 0 = no watermark.
+   */
+  readonly minFreeDiskBytes: number
+  /**
    * Bytes of a turn's input (its JSON: the message and any media) at most; a larger send or
    * submit is refused (413) before anything is journaled. 0 = no bound.
    */
@@ -286,6 +301,12 @@ export const defaults: ServerConfigShape = {
   maxTurnWriteBytes: 256 * 1024 * 1024,
   // A session's kv is held in memory whole, across turns: a quarter of what one turn may write.
   maxSessionKvBytes: 64 * 1024 * 1024,
+  // Sixteen turns at BRAIN_MAX_TURN_WRITE_BYTES: far above what an honest session writes in its
+  // life (its transcript and calls, kilobytes a turn), far below a disk one session should fill.
+  maxSessionJournalBytes: 4 * 1024 * 1024 * 1024,
+  // Room for the turns running when the watermark is reached to close, for ends and deletes, and
+  // for the checkpoints and logs written beside the journals.
+  minFreeDiskBytes: 1024 * 1024 * 1024,
   // A quarter of maxWasmIoBytes: a loop's output carries the message again, with the model's answer.
   maxInputBytes: 4 * 1024 * 1024,
   cancelGraceMs: 5000,
@@ -436,6 +457,16 @@ export const fromConfig = Config.all({
   maxEmittedBytes: nonNegative("BRAIN_MAX_EMITTED_BYTES", defaults.maxEmittedBytes, "extension Event bytes per turn, each Event weighed by its journal record (0 = no bound)"),
   maxTurnWriteBytes: nonNegative("BRAIN_MAX_TURN_WRITE_BYTES", defaults.maxTurnWriteBytes, "journal bytes a turn's host calls may write (0 = no bound)"),
   maxSessionKvBytes: nonNegative("BRAIN_MAX_SESSION_KV_BYTES", defaults.maxSessionKvBytes, "bytes one session's kv may hold across its turns, each entry as its state counts it (0 = no bound)"),
+  maxSessionJournalBytes: nonNegative(
+    "BRAIN_MAX_SESSION_JOURNAL_BYTES",
+    defaults.maxSessionJournalBytes,
+    "bytes one session's journal may take on disk across its turns; once reached its sends and submits are refused 409 (0 = no bound)"
+  ),
+  minFreeDiskBytes: nonNegative(
+    "BRAIN_MIN_FREE_DISK_BYTES",
+    defaults.minFreeDiskBytes,
+    "free bytes the data directory's file system must keep; below it creates, sends and submits are refused 503 (0 = no watermark)"
+  ),
   maxInputBytes: nonNegative("BRAIN_MAX_INPUT_BYTES", defaults.maxInputBytes, "bytes of a turn's input (its message and media, as JSON) at most (0 = no bound)"),
   cancelGraceMs: timerMs("BRAIN_CANCEL_GRACE_MS", 0, defaults.cancelGraceMs, "grace for executors to confirm cancellation"),
   stagedOpeningMs: timerMs("BRAIN_STAGED_OPENING_MS", 1, defaults.stagedOpeningMs, "how long a sync send's turn opening waits for the turn's first write before it is written alone"),
@@ -566,6 +597,8 @@ export const fromConfig = Config.all({
     maxEmittedBytes: c.maxEmittedBytes,
     maxTurnWriteBytes: c.maxTurnWriteBytes,
     maxSessionKvBytes: c.maxSessionKvBytes,
+    maxSessionJournalBytes: c.maxSessionJournalBytes,
+    minFreeDiskBytes: c.minFreeDiskBytes,
     maxInputBytes: c.maxInputBytes,
     cancelGraceMs: c.cancelGraceMs,
     stagedOpeningMs: c.stagedOpeningMs,

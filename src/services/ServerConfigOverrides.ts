@@ -32,6 +32,8 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   maxEmittedBytes: ["BRAIN_MAX_EMITTED_BYTES"],
   maxTurnWriteBytes: ["BRAIN_MAX_TURN_WRITE_BYTES"],
   maxSessionKvBytes: ["BRAIN_MAX_SESSION_KV_BYTES"],
+  maxSessionJournalBytes: ["BRAIN_MAX_SESSION_JOURNAL_BYTES"],
+  minFreeDiskBytes: ["BRAIN_MIN_FREE_DISK_BYTES"],
   maxInputBytes: ["BRAIN_MAX_INPUT_BYTES"],
   cancelGraceMs: ["BRAIN_CANCEL_GRACE_MS"],
   stagedOpeningMs: ["BRAIN_STAGED_OPENING_MS"],

@@ -58,6 +58,35 @@ describe("ServerConfig from the environment", () => {
       }
     }))
 
+  it.effect("BRAIN_MAX_SESSION_JOURNAL_BYTES is 4 GiB and BRAIN_MIN_FREE_DISK_BYTES 1 GiB unset, 0 turns either off, and a negative, fractional, blank or non-number value is refused at start by name, from the environment and from code alike", () =>
+    Effect.gen(function*() {
+      const GiB = 1024 * 1024 * 1024
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && [unset.right.maxSessionJournalBytes, unset.right.minFreeDiskBytes]).toEqual([4 * GiB, GiB])
+      const cases = [["BRAIN_MAX_SESSION_JOURNAL_BYTES", "maxSessionJournalBytes"], ["BRAIN_MIN_FREE_DISK_BYTES", "minFreeDiskBytes"]] as const
+      for (const [name, key] of cases) {
+        const off = yield* read({ [name]: "0" })
+        expect(Either.isRight(off) && off.right[key], name).toBe(0)
+        const some = yield* read({ [name]: "65536" })
+        expect(Either.isRight(some) && some.right[key], name).toBe(65536)
+        // Above 2^32: a byte count, not a 32-bit one.
+        const large = yield* read({ [name]: String(64 * GiB) })
+        expect(Either.isRight(large) && large.right[key], name).toBe(64 * GiB)
+        for (const bad of ["-1", "1.5", "4GiB", "", " ", "0x10"]) {
+          const r = yield* read({ [name]: bad })
+          expect(Either.isLeft(r), `${name}=${bad}`).toBe(true)
+          if (Either.isLeft(r)) expect(describeConfigError(r.left), `${name}=${bad}`).toContain(name)
+        }
+        const given = yield* Effect.either(validated({ [key]: 2048 }))
+        expect(Either.isRight(given) && given.right[key], name).toBe(2048)
+        for (const bad of [-1, 1.5, Number.NaN]) {
+          const r = yield* Effect.either(validated({ [key]: bad }))
+          expect(Either.isLeft(r), `${key}=${bad}`).toBe(true)
+          if (Either.isLeft(r)) expect(describeConfigError(r.left), `${key}=${bad}`).toContain(name)
+        }
+      }
+    }))
+
   it.effect("BRAIN_REQUEST_TIMEOUT_MS, the time a whole request may take to arrive, is 60 s unset and at least 1 ms", () =>
     Effect.gen(function*() {
       const unset = yield* read({})
@@ -186,7 +215,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_MAX_MODEL_CALLS", "BRAIN_MAX_TOOL_CALLS_PER_DISPATCH", "BRAIN_WASM_COMPILE_QUEUE", "BRAIN_MAX_MODEL_SECS", "BRAIN_MAX_MODEL_OUTPUT_BYTES", "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES",
     "BRAIN_WASM_WORKERS", "BRAIN_WASM_THREADS", "BRAIN_WASM_INLINE_MS", "BRAIN_MAX_WASM_MEMORY_BYTES", "BRAIN_MAX_WASM_COMPUTE_MS",
     "BRAIN_MAX_WASM_IO_BYTES", "BRAIN_MAX_WASM_MODULE_BYTES", "BRAIN_MAX_WASM_STORE_BYTES", "BRAIN_MAX_TURN_SECS", "BRAIN_MAX_TOOL_SECS",
-    "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_TURN_WRITE_BYTES", "BRAIN_MAX_SESSION_KV_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
+    "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_TURN_WRITE_BYTES", "BRAIN_MAX_SESSION_KV_BYTES", "BRAIN_MAX_SESSION_JOURNAL_BYTES", "BRAIN_MIN_FREE_DISK_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
     "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",

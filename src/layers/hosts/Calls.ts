@@ -45,13 +45,16 @@ import { answerCall, type Host, hostName, type InFlight, keyOf } from "./Host.js
  * which in `details.reason`; the session's storage refusals keep their code. The session answers
  * nothing else here.
  */
+const isObject = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
+
 const eventRefused = (f: Failure): HostEventError => {
   switch (f.code) {
     case "reserved_kind":
       return new InvalidRequest({ message: f.message, details: { reason: f.code } })
     case "emitted_bytes_limit":
     case "turn_write_limit":
-      return new PayloadTooLarge({ message: f.message, details: { reason: f.code } })
+      // The session's journal bound keeps its own reason and figures (`session_journal_limit`).
+      return new PayloadTooLarge({ message: f.message, details: { reason: f.code, ...(isObject(f.details) ? f.details : {}) } })
     case "conflict":
       return new Conflict({ message: f.message, retryable: f.retryable })
     case "invalid_request":

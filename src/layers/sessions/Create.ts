@@ -29,7 +29,7 @@ import { carriedBytes, refusalText, transcriptRoom } from "./TranscriptRoom.js"
 const refusedAt = (message: string, path: ReadonlyArray<string | number>) => new InvalidRequest({ message, details: [{ path, message }] })
 
 export const makeCreate = (shared: Shared): SessionsShape["create"] => {
-  const { admitted, agentloops, bindings, config, environmentBindings, hosts, journal, registry, steps, workingMemory, write } = shared
+  const { admitted, agentloops, bindings, config, environmentBindings, hosts, journal, registry, room, steps, workingMemory, write } = shared
 
   /**
    * Runs a create holding its share of the working memory (BRAIN_WORKING_MEMORY_BYTES) from its
@@ -119,6 +119,8 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
           if (bytes > room.bytes) return yield* Effect.fail(refusedAt(refusalText(room, bytes, "the opening transcript"), ["transcript"]))
         }
       }
+      // Below BRAIN_MIN_FREE_DISK_BYTES: refused before anything exists (StorageRoom.ts).
+      yield* room.forCreate
       // Stopped before anything exists: refused as a request that arrived after the drain began.
       if (stop.isDone) return yield* Effect.fail(stopping())
       const session = id ?? (yield* mintSessionId)

@@ -78,6 +78,11 @@ export interface ActivationScope {
    */
   writtenBytes?: number | undefined
   /**
+   * The bytes of the session's journal when the turn was admitted, against
+   * BRAIN_MAX_SESSION_JOURNAL_BYTES with `writtenBytes` (TurnWrites.ts); undefined when that is off.
+   */
+  readonly journalBytes: number | undefined
+  /**
    * Appends that missed the cleanup deadline and are still on their way to the journal: each
    * waits until its append has landed or failed. The turn holds the session until they settle.
    */

@@ -33,6 +33,7 @@ import type { HostDeps } from "./Host.js"
 import * as LiveFeeds from "./LiveFeeds.js"
 import { fromJournal } from "./FromJournal.js"
 import { makeRegistry } from "./Registry.js"
+import { makeStorageRoom } from "./StorageRoom.js"
 
 /** A turn's share of the working memory: `keep` hands it to the turn's fiber, which gives it back when the turn closes. */
 export interface TurnHold extends Held {
@@ -93,6 +94,8 @@ export const makeShared = Effect.gen(function*() {
   const write = (cell: Cell, entries: ReadonlyArray<Entry>) => Effect.mapError(commit(journal, cell, entries), fromJournal)
 
   const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+  // BRAIN_MAX_SESSION_JOURNAL_BYTES and BRAIN_MIN_FREE_DISK_BYTES: whether a turn or a create may write.
+  const room = yield* makeStorageRoom(journal, config)
 
   return {
     journal,
@@ -117,7 +120,8 @@ export const makeShared = Effect.gen(function*() {
     reading,
     release,
     write,
-    runFork
+    runFork,
+    room
   }
 })
 

@@ -44,6 +44,8 @@ export interface TurnStart {
   readonly loop: AgentloopShape
   /** The activation sees the public Events after this sequence. */
   readonly eventsAfter: number
+  /** The bytes of the session's journal when the turn was admitted; undefined, BRAIN_MAX_SESSION_JOURNAL_BYTES is off. */
+  readonly journalBytes: number | undefined
 }
 
 const failureOf = (cause: Cause.Cause<unknown>): Failure => {
@@ -144,6 +146,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     writes: new Writes(),
     modelCalls: 0,
     emittedBytes: 0,
+    journalBytes: start.journalBytes,
     unsettled: [],
     cutShort: false,
     room: transcriptRoom(config, start.loop.input, () => stringifyOnce(cell.state.configuration))

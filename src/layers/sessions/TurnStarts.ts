@@ -1,7 +1,7 @@
 /**
  * Starting a turn on a session already open and its request admitted (TurnAdmission.ts): whether
  * the session can start one now (`refusedStart`), the room for a keyed request's key
- * (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS), the turn's opening records, and its fiber, owned by the
+ * (BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS), the room on disk for it (StorageRoom.ts), the turn's opening records, and its fiber, owned by the
  * service's FiberSet, which answers whoever waits for the turn when it closes.
  */
 import { Effect, FiberSet, HashMap } from "effect"
@@ -35,7 +35,7 @@ export interface TurnStarts {
 }
 
 export const makeTurnStarts = (shared: Shared): TurnStarts => {
-  const { admitted, agentloops, config, deadlines, deps, journal, open, release, running, runFork, turns, write } = shared
+  const { admitted, agentloops, config, deadlines, deps, journal, open, release, room, running, runFork, turns, write } = shared
 
   const refusedStart = (cell: Cell): Overloaded | SessionEnded | Conflict | SessionBusy | undefined => {
     if (admitted.closed) return stopping()
@@ -99,6 +99,8 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
     if (tooLarge !== undefined) return yield* Effect.fail(tooLarge)
     const refused = refusedStart(cell)
     if (refused !== undefined) return yield* Effect.fail(refused)
+    // A journal at BRAIN_MAX_SESSION_JOURNAL_BYTES, a disk below BRAIN_MIN_FREE_DISK_BYTES: refused, nothing written.
+    const journalBytes = yield* room.forTurn(cell)
     const agentloop = cell.state.configuration!.agentloop
     const loop = yield* agentloops.resolve(agentloop).pipe(
       Effect.mapError((e) => new AgentloopFailed({ message: e.failure.message, retryable: e.failure.retryable }))
@@ -160,7 +162,7 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
     // region (an idempotent request runs uninterruptibly so its answer is always recorded).
     yield* FiberSet.run(
       turns,
-      Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter })).pipe(
+      Effect.interruptible(runTurn(deps, { cell, turn: started, activation: activation!, input, loop, eventsAfter, journalBytes })).pipe(
         Effect.tap((outcome) => void started.done.give(outcome)),
         Effect.ensuring(Effect.suspend(() => {
           // Interrupted before it answered (its runtime closing past the wait of the finalizer at

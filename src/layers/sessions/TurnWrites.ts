@@ -32,6 +32,8 @@ import { BODY_FIXED_BYTES, HEADER_BYTES } from "../journal/Frame.js"
 /** What a turn has written so far (its `ActivationScope`'s count; absent, nothing). */
 export interface TurnWritten {
   writtenBytes?: number | undefined
+  /** The bytes of the session's journal when the turn was admitted; absent, BRAIN_MAX_SESSION_JOURNAL_BYTES is not applied. */
+  readonly journalBytes?: number | undefined
 }
 
 /** A record to write, its payload's JSON made once, and its bytes in the journal. */
@@ -59,13 +61,31 @@ export const weightOf = (e: Entry): number => {
   return json === undefined ? 0 : recordBytes(e.kind, json)
 }
 
-/** Why a write of `bytes` is refused: it would take the turn past BRAIN_MAX_TURN_WRITE_BYTES; undefined when it fits. */
-export const writeRefusal = (config: Pick<ServerConfigShape, "maxTurnWriteBytes">, turn: TurnWritten, bytes: number): Failure | undefined => {
+/**
+ * Why a write of `bytes` is refused: it would take the turn past BRAIN_MAX_TURN_WRITE_BYTES, or the
+ * session's journal (its bytes when the turn was admitted, and the turn's writes since) past
+ * BRAIN_MAX_SESSION_JOURNAL_BYTES (sessions/StorageRoom.ts); undefined when it fits. Both are
+ * `turn_write_limit`; the second says so in `details.reason: "session_journal_limit"`.
+ */
+export const writeRefusal = (
+  config: Pick<ServerConfigShape, "maxTurnWriteBytes" | "maxSessionJournalBytes">,
+  turn: TurnWritten,
+  bytes: number
+): Failure | undefined => {
   const written = turn.writtenBytes ?? 0
-  if (config.maxTurnWriteBytes <= 0 || written + bytes <= config.maxTurnWriteBytes) return undefined
+  if (config.maxTurnWriteBytes > 0 && written + bytes > config.maxTurnWriteBytes) {
+    return failure(
+      "turn_write_limit",
+      `this turn would pass BRAIN_MAX_TURN_WRITE_BYTES (${config.maxTurnWriteBytes}): its host calls have written ${written} bytes to the journal, and this write is ${bytes}`
+    )
+  }
+  const limit = config.maxSessionJournalBytes
+  const before = turn.journalBytes
+  if (limit <= 0 || before === undefined || before + written + bytes <= limit) return undefined
   return failure(
     "turn_write_limit",
-    `this turn would pass BRAIN_MAX_TURN_WRITE_BYTES (${config.maxTurnWriteBytes}): its host calls have written ${written} bytes to the journal, and this write is ${bytes}`
+    `this write would take the session's journal past BRAIN_MAX_SESSION_JOURNAL_BYTES (${limit}): it held ${before} bytes when this turn began, the turn's host calls have written ${written} since, and this write is ${bytes}`,
+    { details: { reason: "session_journal_limit", setting: "BRAIN_MAX_SESSION_JOURNAL_BYTES", limit, journal_bytes: before + written } }
   )
 }
 
