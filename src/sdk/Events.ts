@@ -9,10 +9,12 @@
  * after `session_ended` — the connection dropped, the server restarted (a retryable
  * `stream_error`), the reader fell behind (`stream_lagged`), the server closed it — it opens the
  * stream again after that cursor, backing off, until RECONNECT_DEADLINE_MS pass without a stream
- * that worked (one that delivered a recorded Event or stayed open STREAM_HELD_MS). It ends after
+ * that worked (one that delivered a recorded Event or stayed open STREAM_HELD_MS). The pages are
+ * tried again after the cursor the same way while they fail as a restart makes them fail. It ends after
  * `session_ended`; when the server closes the stream of a session that is over (ended, or failed:
  * a failed session records no `session_ended`), asked by reading its summary, after the pages
- * left after the cursor; and at the end of the pages when `live: false`.
+ * left after the cursor; when the server answers the stream 204 (over, nothing after the cursor);
+ * and at the end of the pages when `live: false`.
  *
  * Recorded Events are passed on as the contract's `Event` (its decoded form is its wire form), so
  * `event.data` and `event.origin` are the same whether they came from a page or the stream. Live
@@ -81,14 +83,50 @@ export async function* readEvents(
       cursor = Math.max(cursor, page.next_cursor)
     }
   }
+  const deadlineMs = options.reconnectDeadlineMs ?? RECONNECT_DEADLINE_MS
+  let failingSince: number | undefined
+  let pause = RECONNECT_FIRST_MS
+  /** After a failed attempt: waits its backoff, or throws `failure` once the deadline has passed. */
+  const backOff = async (failure: BrainError | undefined) => {
+    const now = Date.now()
+    failingSince ??= now
+    if (now - failingSince > deadlineMs) throw failure ?? networkError("the event stream kept ending")
+    await sleep(pause, controller.signal)
+    pause = Math.min(pause * 2, RECONNECT_MAX_MS)
+  }
+  /**
+   * The pages after the cursor, as `pages`, tried again after the cursor while they fail with an
+   * error a retry may mend (the server restarting, the connection dropped), backing off as the
+   * live stream does: a restart during a catch-up (or before it) is waited out, not reported
+   * once the transport's own few attempts have failed. A page that arrives starts the backoff afresh.
+   */
+  async function* pagesUntilRead(): AsyncGenerator<EventOrDelta, boolean, undefined> {
+    for (;;) {
+      let failure: BrainError
+      try {
+        for (const reading = pages(); ;) {
+          const step = await reading.next()
+          failingSince = undefined
+          pause = RECONNECT_FIRST_MS
+          if (step.done === true) return step.value
+          yield step.value
+        }
+      } catch (e) {
+        const done = stopped()
+        if (done !== undefined) throw done
+        failure = e instanceof BrainError ? e : networkError(e)
+        if (!isUncertain(failure)) throw failure
+      }
+      await backOff(failure)
+    }
+  }
   try {
-    if (yield* pages()) return
+    if (yield* pagesUntilRead()) return
     if (options.live === false) return
 
     // The live stream, reopened after the cursor until `session_ended` or the session is over.
-    const deadlineMs = options.reconnectDeadlineMs ?? RECONNECT_DEADLINE_MS
-    let failingSince: number | undefined
-    let pause = RECONNECT_FIRST_MS
+    failingSince = undefined
+    pause = RECONNECT_FIRST_MS
     for (;;) {
       let failure: BrainError | undefined
       let openedAt: number | undefined
@@ -99,7 +137,12 @@ export async function* readEvents(
           headers: transport.headers({ accept: "text/event-stream", "last-event-id": String(cursor) }),
           signal: controller.signal
         })
-        if (!response.ok || response.body === null) {
+        if (response.status === 204) {
+          // No Content: the session is over and nothing is left after the cursor to stream (an
+          // EventSource stops there too); what the pages still hold after the cursor ends it.
+          yield* pagesUntilRead()
+          return
+        } else if (!response.ok || response.body === null) {
           failure = fromAnswer(response.status, await response.text().catch(() => ""))
           if (!isUncertain(failure)) throw failure
         } else {
@@ -150,7 +193,7 @@ export async function* readEvents(
         try {
           const summary = await transport.call((client) => client.sessions.get(sessionId), controller.signal)
           if (summary.status === "ended" || summary.status === "failed") {
-            yield* pages()
+            yield* pagesUntilRead()
             return
           }
           failure = networkError("the server closed the event stream of a session that is not over")
@@ -162,11 +205,7 @@ export async function* readEvents(
         }
       }
       // The stream ended without `session_ended`, or could not open: reopen after the cursor.
-      const now = Date.now()
-      failingSince ??= now
-      if (now - failingSince > deadlineMs) throw failure ?? networkError("the event stream kept ending")
-      await sleep(pause, controller.signal)
-      pause = Math.min(pause * 2, RECONNECT_MAX_MS)
+      await backOff(failure)
     }
   } catch (e) {
     throw stopped() ?? e

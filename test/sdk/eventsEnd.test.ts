@@ -88,6 +88,32 @@ describe("the Events iterator's end and backoff", () => {
     }
   })
 
+  it("a stream answered 204 No Content (a session over, nothing left after the cursor) ends the iterator, without reconnecting or asking the summary", async () => {
+    const streams: Array<string> = []
+    const summaries: Array<string> = []
+    const fetch: Fetch = async (url, init) => {
+      if (isStream(init)) {
+        streams.push(url)
+        return new Response(null, { status: 204 })
+      }
+      if (init.method === "GET" && /\/v1\/sessions\/ses_[^/?]+$/.test(new URL(url).pathname)) summaries.push(url)
+      return globalThis.fetch(url, init)
+    }
+    const client = new Brain({ baseUrl: server.baseUrl, fetch })
+    try {
+      const session = await brain.sessions.create(scripted)
+      const ended = await session.end()
+      const handle = await client.sessions.get(session.id)
+      summaries.length = 0
+      const read = await collectWithin(5_000, "the iterator answered 204", handle.events(ended.last_sequence, { reconnectDeadlineMs: 1_000 }))
+      expect(read).toEqual([])
+      expect(streams).toHaveLength(1)
+      expect(summaries).toHaveLength(0)
+    } finally {
+      await client.close()
+    }
+  })
+
   it("a live session's stream that the server keeps closing without a recorded Event meets a growing backoff and rejects once reconnectDeadlineMs pass", async () => {
     const faked = closingStreams()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: faked.fetch })

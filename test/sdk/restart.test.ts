@@ -9,6 +9,7 @@ import { Schema } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Brain, type Event, tool, type ToolContext } from "../../src/sdk/index.js"
 import { ensureBuilt, ServerProcess } from "../support/server.js"
+import { MAX_ATTEMPTS } from "../../src/sdk/BrainClient.js"
 import { freePort, gate, history, HostFetch, RecordingFetch, takeUntil } from "./support.js"
 
 describe("the Events iterator across a server restart", () => {
@@ -55,6 +56,34 @@ describe("the Events iterator across a server restart", () => {
     expect(read).toEqual(await history(new Brain({ baseUrl }), session.id))
     expect(read.filter((e) => e.kind === "turn_ended")).toHaveLength(2)
     expect(read.filter((e) => e.kind === "tick")).toHaveLength(5)
+  })
+
+  it("an Events reader whose catch-up meets a server that is down keeps trying past the client's own attempts and, once it is back, yields every Event once", async () => {
+    const writer = new Brain({ baseUrl })
+    const session = await writer.sessions.create({ agentloop: "emitter", model: { provider: "scripted" } })
+    await session.send("3")
+    const expected = await history(writer, session.id)
+    await writer.close()
+
+    const recording = new RecordingFetch()
+    const reader = new Brain({ baseUrl, fetch: recording.fetch })
+    const handle = await reader.sessions.get(session.id)
+    await server.kill()
+    const live = handle.events(0)
+    let settled = false
+    const read = takeUntil(live, (e) => e.kind === "turn_ended").finally(() => (settled = true))
+    // Down for more than the client's own attempts at a request (MAX_ATTEMPTS) and then some (a
+    // reader that gives up before then fails the test with its error).
+    const pageAsks = () => recording.sent.filter((s) => new URL(s.url).pathname.endsWith("/events")).length
+    while (pageAsks() < MAX_ATTEMPTS + 2 && !settled) await new Promise((r) => setTimeout(r, 50))
+    await server.start()
+
+    const events = await read
+    await live.return()
+    await reader.close()
+    expect(events).toEqual(expected.slice(0, events.length))
+    expect(events.at(-1)?.kind).toBe("turn_ended")
+    expect(events.filter((e) => e.kind === "tick")).toHaveLength(3)
   })
 
   it("a host tool's call in flight at kill -9 is unknown after the restart; the host reconnects by itself and the call is never run or answered again", async () => {
