@@ -11,6 +11,7 @@ import { type JournalAppendError, type JournalShape, JournalWriteFailed, type La
 import type { EndError, SessionSummary, TurnOutcome } from "../../services/Sessions.js"
 import type { Queueable } from "../../services/EffectFence.js"
 import type { Once } from "../Waits.js"
+import type { Deadline } from "./Deadline.js"
 
 /** Why a turn is being cancelled: by interrupt, its wall deadline, or a server stop. */
 export type CancelReason = "cancelled" | "timeout" | "interrupted"
@@ -57,7 +58,7 @@ export const cancelTurn = (turn: RunningTurn, reason: CancelReason): Effect.Effe
     return true
   })
 
-/** What came first: the fiber's exit, the turn's cancel, or (with `deadline`) that fiber's end. */
+/** What came first: the fiber's exit, the turn's cancel, or (with `deadline`) its time running out. */
 export type ExitOrCancel<A, E> =
   | { readonly _tag: "done"; readonly exit: Exit.Exit<A, E> }
   | { readonly _tag: "cancel"; readonly reason: CancelReason }
@@ -65,15 +66,15 @@ export type ExitOrCancel<A, E> =
 
 /**
  * Whichever comes first: `fiber`'s exit, the turn's cancel (`cancelTurn`), or the end of
- * `deadline` (a fiber sleeping on the Clock, so that tests drive it). One callback each way, where a
- * race forked a fiber per side and interrupted the losers. Neither fiber is interrupted here: a
- * waiter that wants its fiber stopped when it is itself interrupted says so around the wait
- * (`Abandon.ts`, bounded by the grace).
+ * `deadline` (Deadline.ts: a host timer, or a fiber sleeping on a Clock that tests drive). One
+ * callback each way, where a race forked a fiber per side and interrupted the losers. Neither
+ * fiber is interrupted here: a waiter that wants its fiber stopped when it is itself interrupted
+ * says so around the wait (`Abandon.ts`, bounded by the grace).
  */
 export const exitOrCancel = <A, E>(
   fiber: Fiber.RuntimeFiber<A, E>,
   signal: CancelSignal,
-  deadline?: Fiber.RuntimeFiber<unknown, unknown>
+  deadline?: Deadline
 ): Effect.Effect<ExitOrCancel<A, E>> =>
   Effect.async<ExitOrCancel<A, E>>((resume) => {
     if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))

@@ -19,6 +19,7 @@ import { refuse } from "./HostFailures.js"
 import { awaitSent, environmentCall, type RemoteInvocation, verdictOf } from "./RemoteTool.js"
 import type { ToolCallContext } from "./ToolCalls.js"
 import { checked, checkedOutput, notSentOf, stopping, type ToolDefinition, type ToolVerdict } from "./ToolVerdicts.js"
+import type { Deadline } from "./Deadline.js"
 
 /** A remote call's invocation: its stop, and its Events (a host posts them), refused once the call is over. */
 export const remoteInvocation = (
@@ -54,7 +55,7 @@ export const remoteNowOf = (
   call: ToolCallRequest,
   definition: ToolDefinition | undefined,
   remote: AdmittedEnvironment,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   deadlineAtMs: number | undefined,
   sequence: number,
   inFlight: () => boolean,

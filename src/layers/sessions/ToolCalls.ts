@@ -10,7 +10,7 @@
  * while they are journaled and forked (512 held /health/live for 300 ms), and the loop decides
  * what to do with the refusal (the official loop fails its turn with it).
  */
-import { Cause, Duration, Effect, Exit, Fiber, Option, Runtime } from "effect"
+import { Cause, Effect, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure } from "../../domain/Failure.js"
 import { TOOL_TIMEOUT_MAX_MS } from "../../domain/Limits.js"
@@ -33,6 +33,7 @@ import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type 
 import { interruptWithin } from "./Abandon.js"
 import { Once } from "../Waits.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
+import { type Deadline, deadlinesOn } from "./Deadline.js"
 
 /**
  * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_SECS (in ms) and its tool's `timeout_ms` (undefined:
@@ -105,7 +106,7 @@ export const makeDispatch = (given: ToolCallContext) => {
 
   /**
    * One call with its `budget` (`budgetOf`), as the fence takes it, and the result the loop is
-   * shown once the fence has answered. `deadline` is a fiber sleeping on the Clock until the call's
+   * shown once the fence has answered. `deadline` ends (Deadline.ts) at the call's
    * `deadline_at_ms` (`now` + its budget), shared by the round's calls with the same budget.
    */
   const toolCall: ToolCallOf = (call, definition, now, budget, deadline, runtime) => {
@@ -205,7 +206,7 @@ type ToolCallOf = (
   definition: ToolDefinition | undefined,
   now: number,
   budget: number | undefined,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   /** The round's: what a remote call sent now is stopped in, if it must be. */
   runtime: Runtime.Runtime<never>
 ) => ToolCall
@@ -223,19 +224,21 @@ function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, t
   const now = ctx.deps.clock.unsafeCurrentTimeMillis()
   // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
   // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
-  const sleepers = new Map<number, Fiber.RuntimeFiber<void>>()
+  // On the live Clock a host timer each (Deadline.ts), on another a fiber sleeping on it.
+  const sleepers = new Map<number, Deadline>()
   const tools = cell.state.configuration?.tools
   const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
   const budgets = definitions.map((definition) => budgetOf(config, definition))
+  const deadlines = budgets.some((budget) => budget !== undefined) ? deadlinesOn(yield* Effect.clock) : undefined
   for (const budget of budgets) {
-    if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* Effect.fork(Effect.sleep(Duration.millis(budget))))
+    if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* deadlines!.make(budget))
   }
   const runtime = yield* Effect.runtime<never>()
   const round = runCalls(calls.map((call, i) => {
     const budget = budgets[i]
     return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined, runtime)
   }))
-  return yield* (sleepers.size > 0 ? Effect.ensuring(round, Fiber.interruptAll(sleepers.values())) : round)
+  return yield* (deadlines !== undefined ? Effect.ensuring(round, deadlines.stopAll) : round)
 }
 
 /** What a call's local executor is given (Tools). */
@@ -275,7 +278,7 @@ const dispatchNowOf = (
   ctx: ToolCallContext,
   call: ToolCallRequest,
   definition: ToolDefinition | undefined,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   deadlineAtMs: number | undefined,
   sequence: number,
   inFlight: () => boolean,
@@ -301,7 +304,7 @@ function* dispatchOf(
   ctx: ToolCallContext,
   call: ToolCallRequest,
   definition: ToolDefinition | undefined,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   deadlineAtMs: number | undefined,
   sequence: number,
   inFlight: () => boolean
@@ -354,7 +357,7 @@ function* verdictOf(
   config: ServerConfigShape,
   signal: ToolCallContext["scope"]["signal"],
   executor: Fiber.RuntimeFiber<ToolVerdict>,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   stop: CallStop,
   stoppedBy: (by: "cancel" | "deadline") => void
 ) {

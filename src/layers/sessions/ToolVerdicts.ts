@@ -19,6 +19,7 @@ import type { CancelReason } from "./Cell.js"
 import type { ToolCallContext } from "./ToolCalls.js"
 import { cancelFailure } from "./HostFailures.js"
 import { schemaIssues } from "./ToolSchemas.js"
+import type { Deadline } from "./Deadline.js"
 
 export type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
 
@@ -168,7 +169,7 @@ export const notSentOf = (
   ctx: ToolCallContext,
   call: ToolCallRequest,
   definition: ToolDefinition | undefined,
-  deadline: Fiber.RuntimeFiber<void> | undefined,
+  deadline: Deadline | undefined,
   remote: AdmittedEnvironment | undefined
 ): ToolVerdict | undefined => {
   const early = ctx.scope.signal.reason
