@@ -12,7 +12,7 @@
  * the caller keeps the decoder. test/domain/SchemaGuard.test.ts checks the two agree on every
  * catalogue kind, on payloads made by the schemas' arbitraries and on their mutations.
  */
-import { Option, type Schema, type SchemaAST as AST } from "effect"
+import { Either, Option, type ParseResult, type Schema, Schema as SchemaModule, type SchemaAST as AST } from "effect"
 
 export type Guard = (u: unknown) => boolean
 
@@ -146,4 +146,18 @@ export const guard = (schema: Schema.Schema<any, any, never>): Guard | undefined
     if (e instanceof Unsupported) return undefined
     throw e
   }
+}
+
+/**
+ * `Schema.decodeUnknownEither(schema)` for a request body, with the decoder's copy spared for a
+ * value the guard accepts: that value is answered as it is. Sound only for a schema with no
+ * transformation (`guard` compiles no other) and whose unions' members refuse excess properties
+ * (`onExcessProperty: "error"` in their annotations), so that the value the guard accepts is the
+ * value the decoder gives: test/http/GuardedDecode.test.ts checks the routes' schemas. Any value
+ * the guard refuses goes to the decoder, which accepts (stripping excess properties) or explains.
+ */
+export const guardedDecode = <A, I>(schema: Schema.Schema<A, I, never>): (u: unknown) => Either.Either<A, ParseResult.ParseError> => {
+  const decode = SchemaModule.decodeUnknownEither(schema)
+  const check = guard(schema)
+  return check === undefined ? decode : (u) => (check(u) ? Either.right(u as A) : decode(u))
 }

@@ -25,6 +25,7 @@ import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Either, Schema } from "effect"
 import type { Effect } from "effect"
+import { guardedDecode } from "../domain/SchemaGuard.js"
 import type { IdempotencyShape } from "../services/Idempotency.js"
 import type { SessionsShape } from "../services/Sessions.js"
 import { sendMessage } from "./Handlers.js"
@@ -35,7 +36,8 @@ export const SEND_PATH = /^\/v1\/sessions\/([^/%]+)\/messages$/
 
 const decodePath = Schema.decodeUnknownEither(SessionPath)
 const decodeHeaders = Schema.decodeUnknownEither(MessageHeaders)
-const decodePayload = Schema.decodeUnknownEither(SendMessageRequest)
+// A payload the schema's guard accepts is taken as it is, without the decoder's copy (SchemaGuard.ts).
+const decodePayload = guardedDecode(SendMessageRequest)
 
 /** A route the gate answers itself: its answer for a request it takes, undefined for one it leaves to HttpApi. */
 export type GateRoute = (

@@ -36,6 +36,7 @@ import * as RuntimeOps from "effect/Runtime"
 import { Internal } from "../domain/Errors.js"
 import { nestingDepth } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
+import { guardedDecode } from "../domain/SchemaGuard.js"
 import type { HostsShape } from "../services/Hosts.js"
 import type { IdempotencyShape } from "../services/Idempotency.js"
 import type { SessionsShape } from "../services/Sessions.js"
@@ -68,7 +69,8 @@ export const sends = (sessions: SessionsShape, store: IdempotencyShape): SocketR
 })
 
 const decodeHostPath = Schema.decodeUnknownEither(HostPath)
-const decodeHostResults = Schema.decodeUnknownEither(HostResultBody)
+// A body the schema's guard accepts is taken as it is, without the decoder's copy (SchemaGuard.ts).
+const decodeHostResults = guardedDecode(HostResultBody)
 
 /** A host's results: the route's own decoders and handler (Handlers.ts), answered 204 as HttpApi answers them. */
 export const hostResultsRoute = (hosts: HostsShape): SocketRoute => {
