@@ -2,8 +2,9 @@
  * The WasmHost (the embedded default): each activation a fresh instance of a module compiled once
  * at admission (wasm/Module.ts), with the host services of wasm/HostBridge.ts — on the main thread
  * (wasm/Inline.ts, the module's instrumented twin, BRAIN_WASM_INLINE_MS) once the twin is ready,
- * else, or once moved from there, on a pool of BRAIN_WASM_WORKERS worker threads
- * (wasm/Activation.ts). docs/abi.md, "Where a guest runs".
+ * else, or once moved from there, on a pool of BRAIN_WASM_WORKERS worker threads: the twin there
+ * too when it is ready, pinned (wasm/Pinned.ts: its host calls hold no thread), else the module as
+ * admitted, blocking its thread in host calls (wasm/Activation.ts). docs/abi.md, "Where a guest runs".
  *
  * A loop's output `{"ok": value}` is the turn's result; `{"error": {code, message, …}}` fails the
  * turn with that code when it is one of Brain's failure codes (a host failure the guest passes on,
@@ -30,13 +31,14 @@ import { transcriptTail } from "../domain/TranscriptTail.js"
 import { AgentloopFailed, type ActivationInput, type ToolResult } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
-import { activate, type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
-import { errorAnswer, loopServices, toolServices } from "./wasm/HostBridge.js"
-import { type InlineEnds, type InlineLimits, type RecordedCall, requestKey, runInline, tryInline } from "./wasm/Inline.js"
+import { type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
+import { loopServices, toolServices } from "./wasm/HostBridge.js"
+import { type InlineEnds, type InlineLimits, type RecordedCall, runInline, tryInline } from "./wasm/Inline.js"
 import { InlineModules } from "./wasm/InlineModules.js"
 import { admitModule, Verdicts } from "./wasm/Module.js"
 import { CompileQueue } from "./wasm/Compiler.js"
 import type { Answer } from "./wasm/OneThread.js"
+import { onPool } from "./wasm/Pinned.js"
 import { Pool } from "./wasm/Pool.js"
 
 export interface WasmHostOptions extends ActivationLimits {
@@ -233,31 +235,6 @@ export const guestInputJson = (
 
 const loopFailed = (message: string) => new AgentloopFailed({ failure: failure("agentloop_failed", message) })
 
-/**
- * Runs a moved activation again on the pool: the host calls it made on the main thread are answered
- * from the record, in order, and only the calls after them are performed. A guest that asks
- * anything else (it cannot, unless it is not the deterministic function of its input and answers
- * the ABI makes it) gets errors from then on, nothing performed, and the activation fails.
- */
-export const replayed = (pool: Pool, limits: ActivationLimits, activation: Activation, calls: ReadonlyArray<RecordedCall>): Effect.Effect<string, ActivationFailure> => {
-  let next = 0
-  let diverged = false
-  const differs = "the guest did not repeat its host calls when its activation moved to a worker thread (docs/abi.md, \"Where a guest runs\")"
-  const perform = (op: string, request: string): Effect.Effect<string> => {
-    if (!diverged && next < calls.length) {
-      const call = calls[next++]!
-      if (call.op === op && call.request === requestKey(request)) return Effect.succeed(call.answer)
-      diverged = true
-    }
-    if (diverged) return Effect.succeed(errorAnswer(failure("agentloop_failed", differs)))
-    return activation.perform(op, request)
-  }
-  return Effect.flatMap(
-    activate(pool, { ...activation, perform }, limits),
-    (output) => diverged || next < calls.length ? Effect.fail<ActivationFailure>({ _tag: "guest", message: differs }) : Effect.succeed(output)
-  )
-}
-
 export const make = (options: WasmHostOptions) =>
   Effect.gen(function*() {
     const workers = Math.max(1, options.workers)
@@ -282,7 +259,7 @@ export const make = (options: WasmHostOptions) =>
       const twin = inlineMs > 0 ? twins.take(activation.moduleId, session) : undefined
       if (twin === undefined) {
         stats.pool++
-        return Effect.matchEffect(activate(pool, activation, limits), { onFailure: ends.failed, onSuccess: ends.done })
+        return Effect.matchEffect(onPool(pool, limits, activation, twins.twin(activation.moduleId)), { onFailure: ends.failed, onSuccess: ends.done })
       }
       stats.inline++
       activation.began?.()
@@ -294,7 +271,7 @@ export const make = (options: WasmHostOptions) =>
         moved: (_reason, calls) => {
           stats.moved++
           twins.moved(activation.moduleId, session)
-          return Effect.matchEffect(replayed(pool, limits, activation, calls), { onFailure: ends.failed, onSuccess: ends.done })
+          return Effect.matchEffect(onPool(pool, limits, activation, twins.twin(activation.moduleId), calls), { onFailure: ends.failed, onSuccess: ends.done })
         },
         failed: ends.failed
       })
@@ -321,7 +298,7 @@ export const make = (options: WasmHostOptions) =>
           compiling
         ).pipe(
           Effect.tap((module) => {
-            if (inlineMs === 0) return Effect.void
+            // Its twin runs on the main thread, and on worker threads pinned (wasm/Pinned.ts) with BRAIN_WASM_INLINE_MS=0 too.
             const prepared = twins.prepare(module.hash, bytes)
             return options.inlineAtAdmission === true ? prepared : Effect.asVoid(Effect.forkDaemon(prepared))
           })
@@ -426,3 +403,7 @@ export const layer = Layer.scoped(
       compileQueue: config.wasmCompileQueue
     }))
 )
+
+/** Runs a moved activation again on the pool, blocking a thread: the host calls it made are answered from `calls` (wasm/Pinned.ts, `onPool`). */
+export const replayed = (pool: Pool, limits: ActivationLimits, activation: Activation, calls: ReadonlyArray<RecordedCall>): Effect.Effect<string, ActivationFailure> =>
+  onPool(pool, limits, activation, undefined, calls)

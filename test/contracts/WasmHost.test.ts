@@ -3,7 +3,9 @@
  * through its layer (the WasmHost Tag, limits from ServerConfig) with two — so the suite sees a
  * pool that must queue and replace its only thread, and one that shares work between threads —
  * and with activations on the main thread (BRAIN_WASM_INLINE_MS), moved to its one-worker pool
- * past 50 ms of compute: the spinning guests of the budget tests run there.
+ * past 50 ms of compute: the spinning guests of the budget tests run there; and on worker threads
+ * with each module's twin made at admission, so every activation runs pinned (wasm/Pinned.ts): its
+ * host calls unwind it and its thread serves others meanwhile.
  */
 import { Context, Effect, Layer } from "effect"
 import * as WasmHostWorkers from "../../src/layers/WasmHostWorkers.js"
@@ -33,4 +35,9 @@ wasmHostContract("the main thread, moved to 1 worker past 50 ms (make)", {
   workers: 1,
   inline: true,
   make: ((limits) => WasmHostWorkers.make({ workers: 1, inlineMs: 50, inlineAtAdmission: true, ...limits })) satisfies MakeWasmHost
+})
+
+wasmHostContract("worker threads, pinned: each module's twin ready at admission, 1 worker (make)", {
+  workers: 1,
+  make: ((limits) => WasmHostWorkers.make({ workers: 1, inlineMs: 0, inlineAtAdmission: true, ...limits })) satisfies MakeWasmHost
 })

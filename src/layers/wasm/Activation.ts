@@ -16,6 +16,7 @@ import { PAGE_BYTES } from "./Module.js"
 import { eventLoopTurn } from "../Waits.js"
 import { readingMs, yieldsAfter } from "./HostCallCost.js"
 import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
+import type { FailedKind } from "./WorkerProtocol.js"
 
 export interface ActivationLimits {
   /** Milliseconds the guest may run, host calls excluded; 0 = no bound. */
@@ -89,7 +90,7 @@ export const activate = (pool: Pool, activation: Activation, limits: ActivationL
   )
 
 /** What an activation holds: its compute slot (while its guest runs), and whether its thread may go back to the pool. */
-interface Hold {
+export interface Hold {
   computing: boolean
   healthy: boolean
 }
@@ -112,17 +113,17 @@ const hold = (
 }
 
 /** Takes a compute slot if one is free now (synchronously: nothing can interrupt between the take and its mark). */
-const takeSlotNow = (pool: Pool, held: Hold): boolean => {
+export const takeSlotNow = (pool: Pool, held: Hold): boolean => {
   if (!pool.compute.tryTake()) return false
   held.computing = true
   return true
 }
 
 /** Waits for a compute slot; marked held in the same uninterruptible step that took it, so the activation's end always gives it back. */
-const takeSlot = (pool: Pool, held: Hold): Effect.Effect<void> =>
+export const takeSlot = (pool: Pool, held: Hold): Effect.Effect<void> =>
   Effect.uninterruptibleMask((restore) => Effect.zipRight(restore(pool.compute.take), Effect.sync(() => void (held.computing = true))))
 
-const giveSlot = (pool: Pool, held: Hold) => {
+export const giveSlot = (pool: Pool, held: Hold) => {
   if (!held.computing) return
   held.computing = false
   pool.compute.give()
@@ -133,7 +134,7 @@ const giveSlot = (pool: Pool, held: Hold) => {
  * milliseconds pass first; `spent` is told how long it waited. A plain callback and one timer per
  * wait: this runs for every host call.
  */
-const eventsOf = (thread: GuestThread) => {
+export const eventsOf = (thread: GuestThread) => {
   const pending: Array<ThreadEvent> = []
   let wake: ((event: ThreadEvent) => void) | undefined
   thread.listener = (event) => {
@@ -224,12 +225,12 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
   return thread.loaded ? Effect.suspend(begin) : Effect.flatMap(Effect.promise(() => thread.ready), begin)
 }
 
-const overBudget = (limits: ActivationLimits): ActivationFailure => ({
+export const overBudget = (limits: ActivationLimits): ActivationFailure => ({
   _tag: "budget",
   message: `the guest ran past its compute budget of ${limits.computeMs} ms (BRAIN_MAX_WASM_COMPUTE_MS) and was stopped`
 })
 
-const describe = (kind: "guest" | "trap" | "link" | "error", reason: string) =>
+export const describe = (kind: FailedKind, reason: string) =>
   kind === "trap"
     ? `the guest trapped: ${reason}`
     : kind === "link"

@@ -1,7 +1,9 @@
 /**
  * The guest side of a pool worker (a `worker_threads` thread): it runs one activation at a time,
- * each in a fresh instance whose memory is new or indistinguishable from new (below), and blocks
- * on every host call until the main thread has answered.
+ * each in a fresh instance whose memory is new or indistinguishable from new (below). A guest run
+ * as uploaded blocks the thread on every host call until the main thread has answered; a pinned
+ * one (its module's twin, GuestTwin.ts) unwinds at the call, stays here suspended, and the thread
+ * takes the next job — another activation, or the answer that rewinds a suspended one.
  *
  * Protocol (WorkerProtocol.ts): the worker never returns to its event loop once it has said
  * `ready`. Idle, it waits with `Atomics.wait` on the START word; woken, it takes the activation
@@ -23,6 +25,7 @@
 import { isUtf8 } from "node:buffer"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
+import { GuestError, Overrun, type Step, TwinRun } from "./GuestTwin.js"
 import {
   type ActivateMessage,
   ANSWER_LENGTH_WORD,
@@ -40,10 +43,12 @@ import {
   START_KIND_WORD,
   START_LENGTH_WORD,
   START_POSTED,
+  START_RESUME,
   START_WORD,
   TO_MAIN_OFFSET,
   TO_WORKER_OFFSET,
   trapReason,
+  type ResumeMessage,
   type WorkerData,
   type WorkerMessage
 } from "./WorkerProtocol.js"
@@ -66,9 +71,6 @@ const SPARE_MEMORY_BYTES = 32 << 20
 
 const modules = new Map<string, WebAssembly.Module>()
 
-/** The guest broke the ABI or gave up: the activation fails with this message. */
-class GuestError extends Error {}
-
 /** Tells the main thread an event is ready (the words and the `toMain` region or port written first). */
 const signal = (kind: number, length: number, opLength: number) => {
   Atomics.store(words, EVENT_KIND_WORD, kind)
@@ -81,6 +83,29 @@ const signal = (kind: number, length: number, opLength: number) => {
 const post = (message: WorkerMessage, transfer: ReadonlyArray<ArrayBuffer> = []) => {
   toMain.postMessage(message, transfer as Array<ArrayBuffer>)
   signal(EVENT_POSTED, 0, 0)
+}
+
+/** Signals a host call: inline when it fits, else posted (its request copied, then transferred). */
+const sendCall = (op: Uint8Array, request: Uint8Array) => {
+  if (op.length + request.length <= INLINE_BYTES) {
+    toMainBytes.set(op)
+    toMainBytes.set(request, op.length)
+    signal(EVENT_CALL, op.length + request.length, op.length)
+  } else {
+    const copy = request.slice()
+    post({ type: "call", op: decoder.decode(op), request: copy }, [copy.buffer as ArrayBuffer])
+  }
+}
+
+/** Signals the activation's output: inline when it fits, else posted. */
+const sendDone = (output: Uint8Array) => {
+  if (output.length <= INLINE_BYTES) {
+    toMainBytes.set(output)
+    signal(EVENT_DONE, output.length, 0)
+  } else {
+    const copy = output.slice()
+    post({ type: "done", output: copy }, [copy.buffer as ArrayBuffer])
+  }
 }
 
 /** Memories left at their initial size by their activation, zero-filled, by `initial:maximum` (oldest first). */
@@ -168,20 +193,13 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
         const msg = context.msg
         if (!msg) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
         if (allocating) throw new GuestError('a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")')
-        const op = textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
+        textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > msg.maxRequestBytes) {
           return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
         }
         const request = checkedAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         const seen = Atomics.load(words, ANSWER_WORD)
-        if (opLen + request.length <= INLINE_BYTES) {
-          toMainBytes.set(bytesAt(opPtr >>> 0, opLen >>> 0))
-          toMainBytes.set(request, opLen)
-          signal(EVENT_CALL, opLen + request.length, opLen)
-        } else {
-          const copy = request.slice()
-          post({ type: "call", op, request: copy }, [copy.buffer as ArrayBuffer])
-        }
+        sendCall(bytesAt(opPtr >>> 0, opLen >>> 0), request)
         while (Atomics.load(words, ANSWER_WORD) === seen) Atomics.wait(words, ANSWER_WORD, seen)
         const length = Atomics.load(words, ANSWER_LENGTH_WORD)
         if (length >= 0) return give(fromMainBytes.subarray(0, length))
@@ -258,14 +276,7 @@ const run = (msg: ActivateMessage, input: Uint8Array) => {
     const { context, guest } = instance
     context.msg = msg
     const given = guest.give(input)
-    const output = guest.unpack(context.exports[msg.entry](Number(given >> 32n), Number(given & 0xffffffffn)), `${msg.entry}`)
-    if (output.length <= INLINE_BYTES) {
-      toMainBytes.set(output)
-      signal(EVENT_DONE, output.length, 0)
-    } else {
-      const copy = output.slice()
-      post({ type: "done", output: copy }, [copy.buffer as ArrayBuffer])
-    }
+    sendDone(guest.unpack(context.exports[msg.entry](Number(given >> 32n), Number(given & 0xffffffffn)), `${msg.entry}`))
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
     const message = err instanceof Error ? err.message : String(err)
@@ -273,6 +284,78 @@ const run = (msg: ActivateMessage, input: Uint8Array) => {
     post({ type: "failed", kind, reason })
   }
   return instance
+}
+
+/** Pinned activations suspended in a host call on this thread (GuestTwin.ts), by pin. */
+const pinned = new Map<number, TwinRun>()
+
+/** Drops the suspended instances of pinned activations the main thread gave up (their memory kept for reuse, zeroed). */
+const drop = (pins: ReadonlyArray<number> | undefined) => {
+  if (pins === undefined) return
+  for (const pin of pins) {
+    const run = pinned.get(pin)
+    if (run === undefined) continue
+    pinned.delete(pin)
+    recycle(run.memory, run.msg.memory)
+  }
+}
+
+/** Signals where a pinned activation's step stopped: its host call (it stays pinned), or its end. */
+const stepped = (pin: number, run: TwinRun, step: Step) => {
+  if (step._tag === "call") return sendCall(step.op, step.request)
+  pinned.delete(pin)
+  sendDone(step.output)
+  recycle(run.memory, run.msg.memory)
+}
+
+/** A pinned activation failed: its instance is dropped (its memory kept, zeroed), the thread is fine. */
+const failPinned = (pin: number, run: TwinRun | undefined, msg: ActivateMessage, err: unknown) => {
+  pinned.delete(pin)
+  const stack = err instanceof RangeError && /call stack/i.test(err.message)
+  const kind = err instanceof Overrun
+    ? "budget"
+    : (run?.unwinding ?? false) || stack
+    ? "unwind"
+    : err instanceof GuestError
+    ? "guest"
+    : err instanceof WebAssembly.RuntimeError
+    ? "trap"
+    : err instanceof WebAssembly.LinkError
+    ? "link"
+    : "error"
+  const message = err instanceof Error ? err.message : String(err)
+  const reason = kind === "trap" && run !== undefined ? trapReason(message, run.memory.buffer.byteLength, msg.memory.maximum) : message
+  if (run !== undefined) recycle(run.memory, msg.memory)
+  post({ type: "failed", kind, reason })
+}
+
+/** Starts a pinned activation: a fresh instance of its twin, run to its first host call or its end. */
+const begin = (msg: ActivateMessage, input: Uint8Array) => {
+  const pin = msg.pin!
+  let run: TwinRun | undefined
+  try {
+    const module = moduleOf(msg)
+    Atomics.add(words, INSTANCES_WORD, 1)
+    run = new TwinRun(msg, module, memoryFor(msg.memory))
+    pinned.set(pin, run)
+    stepped(pin, run, run.begin(input))
+  } catch (err) {
+    failPinned(pin, run, msg, err)
+  }
+}
+
+/** Rewinds a pinned activation into its host call with the answer. */
+const resume = (msg: ResumeMessage, answer: Uint8Array) => {
+  const run = pinned.get(msg.pin)
+  if (run === undefined) {
+    post({ type: "failed", kind: "error", reason: `the worker has no suspended activation ${msg.pin}` })
+    return
+  }
+  try {
+    stepped(msg.pin, run, run.resume(answer, msg.budgetMs))
+  } catch (err) {
+    failPinned(msg.pin, run, run.msg, err)
+  }
 }
 
 /** The START count this worker has taken; the thread's last activation (its input left out), for START_SAME. */
@@ -284,13 +367,28 @@ const serve = () => {
     while (Atomics.load(words, START_WORD) === started) Atomics.wait(words, START_WORD, started)
     started = Atomics.load(words, START_WORD)
     const length = Atomics.load(words, START_LENGTH_WORD)
-    if (Atomics.load(words, START_KIND_WORD) === START_POSTED) {
+    const kind = Atomics.load(words, START_KIND_WORD)
+    if (kind === START_RESUME) {
+      const received = receiveMessageOnPort(toWorker)
+      if (!received) {
+        post({ type: "failed", kind: "error", reason: "the answer was lost on its way to the worker" })
+        continue
+      }
+      const msg = received.message as ResumeMessage
+      drop(msg.drops)
+      resume(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.answer!)
+    } else if (kind === START_POSTED) {
       const received = receiveMessageOnPort(toWorker)
       if (!received) {
         post({ type: "failed", kind: "error", reason: "the activation was lost on its way to the worker" })
         continue
       }
       const msg = received.message as ActivateMessage
+      drop(msg.drops)
+      if (msg.pin !== undefined) {
+        begin(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.input!)
+        continue
+      }
       last = { ...msg, module: undefined, input: undefined }
       // The module is kept by moduleOf: `last` holds no module and no input.
       const instance = run(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.input!)

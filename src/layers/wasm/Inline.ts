@@ -33,7 +33,7 @@ import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { eventLoopTurn } from "../Waits.js"
 import { readingMs, yieldsAfter } from "./HostCallCost.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
@@ -87,8 +87,7 @@ const asOutcome: InlineEnds<InlineOutcome, ActivationFailure> = {
 const FUEL = 20_000
 
 
-/** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack. */
-export const SUSPEND_BYTES = 8 * 1024
+export { SUSPEND_BYTES }
 
 /**
  * Asyncify's states, as this host drives them (through the twin's ASYNCIFY_EXPORT, which does not

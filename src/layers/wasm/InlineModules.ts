@@ -1,8 +1,8 @@
 /**
  * The instrumented twin (Instrument.ts) of each admitted module, by content hash: made once per
  * process on a worker thread, started when the module is admitted. Until it is ready — or if
- * Binaryen cannot instrument the module — the module's activations run on the worker pool, as they
- * would with inline execution turned off.
+ * Binaryen cannot instrument the module — the module's activations run on the worker pool blocking
+ * their threads in host calls; once it is, the pool runs the twin too, pinned (Pinned.ts).
  *
  * The shipped modules (the official loop, the examples) have their twins made by the build
  * (`dist/loops/twins/`, named by the module's SHA-256 and TWIN_FORMAT): those are read and compiled,
@@ -20,8 +20,8 @@
  * allowance on every turn and then run again anyway; one that moved once (a busy machine) is soon
  * back. The rule is the session's, not the module's: the official loop is one module shared by
  * every session, and one session's heavy turns must not send the others' to the pool, where a loop
- * holds a thread while it waits for its model and tools (docs/operations.md, "Concurrent turns and
- * the Wasm thread limit"). Sessions cooling down are kept in a map bounded by MOVED_SESSIONS (the
+ * needs a compute slot and each host call crosses a thread (docs/operations.md, "Concurrent turns
+ * and the Wasm thread limit"). Sessions cooling down are kept in a map bounded by MOVED_SESSIONS (the
  * session that moved last is kept longest), each with at most MOVED_MODULES_PER_SESSION modules;
  * one forgotten is tried on the main thread again, which
  * costs at most one more allowance and move. A session none of whose activations moved has no
@@ -177,6 +177,11 @@ export class InlineModules {
         }
       })
     )
+  }
+
+  /** `hash`'s twin when it is ready, wherever it is to run (a worker's pinned activations too, Pinned.ts). */
+  twin(hash: string): WebAssembly.Module | undefined {
+    return this.ready.get(hash)?.module
   }
 
   /** `session`'s cooldown in `hash`, when it has one (a map lookup; nothing allocated). */

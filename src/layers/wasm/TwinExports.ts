@@ -11,6 +11,9 @@ import * as crypto from "node:crypto"
 export const ASYNCIFY_EXPORT = "brain$asyncify"
 export const ASYNCIFY_OPS = { startUnwind: 0, stopUnwind: 1, startRewind: 2, stopRewind: 3 } as const
 
+/** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack, on the main thread and on a worker alike. */
+export const SUSPEND_BYTES = 8 * 1024
+
 /**
  * A resettable twin's two exports (Instrument.ts): `save` copies every mutable global into a shadow
  * of its own, `restore` copies them back. A twin without them is never reset.

@@ -1,7 +1,8 @@
 /**
  * How the main thread and a guest worker (GuestWorker.ts) talk. Both directions go through one
  * SharedArrayBuffer per thread, woken with `Atomics.notify`: the worker blocks in `Atomics.wait`
- * (when idle, and while its guest waits in a host call), the main thread in `Atomics.waitAsync`
+ * (when idle, and while a guest run as uploaded waits in a host call; a pinned guest unwinds
+ * instead, and its answer comes as a job of its own, START_RESUME), the main thread in `Atomics.waitAsync`
  * (it never blocks). A payload up to INLINE_BYTES is copied into the buffer; a longer one, and
  * anything rare (a module the worker has not seen, a failure), goes on a MessagePort that the
  * other side reads with `receiveMessageOnPort` once woken — neither thread's event loop is in the
@@ -48,6 +49,8 @@ export const INSTANCES_WORD = 9
 
 export const START_SAME = 1
 export const START_POSTED = 2
+/** A ResumeMessage on `toWorker`: the answer to a pinned activation's host call, inline when START_LENGTH ≥ 0. */
+export const START_RESUME = 3
 
 export const EVENT_CALL = 1
 export const EVENT_DONE = 2
@@ -80,6 +83,26 @@ export interface ActivateMessage {
   readonly memory: { readonly initial: number; readonly maximum: number }
   /** Bytes: a host call request larger than this is answered `invalid_request` in the worker. */
   readonly maxRequestBytes: number
+  /**
+   * Set when `module` is the guest's instrumented twin (Instrument.ts): the activation is
+   * **pinned** to this thread under this number. At a host call its guest unwinds and the thread
+   * goes on to other work; a ResumeMessage with the answer rewinds it (GuestTwin.ts).
+   */
+  readonly pin?: number
+  /** A pinned activation's compute left, in milliseconds (0: no bound); its twin's metering stops it there. */
+  readonly budgetMs?: number
+  /** Pinned activations given up by the main thread: the worker drops their suspended instances. */
+  readonly drops?: ReadonlyArray<number>
+}
+
+/** The answer to a pinned activation's host call (START_RESUME). */
+export interface ResumeMessage {
+  readonly type: "resume"
+  readonly pin: number
+  /** The answer's JSON, UTF-8 (transferred), when it is not inline. */
+  readonly answer: Uint8Array | undefined
+  readonly budgetMs: number
+  readonly drops: ReadonlyArray<number>
 }
 
 /** What the worker posts on `toMain` (EVENT_POSTED), or on `parentPort` once (`ready`). */
@@ -90,7 +113,14 @@ export type WorkerMessage =
   | { readonly type: "call"; readonly op: string; readonly request: Uint8Array }
   /** An output too long to be inline: its JSON, UTF-8 (checked well-formed by the worker; transferred). */
   | { readonly type: "done"; readonly output: Uint8Array }
-  | { readonly type: "failed"; readonly kind: "guest" | "trap" | "link" | "error"; readonly reason: string }
+  | { readonly type: "failed"; readonly kind: FailedKind; readonly reason: string }
+
+/**
+ * Why an activation failed in the worker. A pinned one may also fail `budget` (its twin's metering
+ * stopped it at its budget; the thread is fine) or `unwind` (its call stack at a host call is above
+ * the suspension buffer: it runs again, blocking its thread, Pinned.ts).
+ */
+export type FailedKind = "guest" | "trap" | "link" | "error" | "budget" | "unwind"
 
 const MIB = 1024 * 1024
 

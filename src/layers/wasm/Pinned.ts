@@ -1,0 +1,254 @@
+/**
+ * An activation on a worker thread that waits in its host calls without holding its thread: its
+ * module's instrumented twin (Instrument.ts) runs there (GuestTwin.ts), so a host call unwinds the
+ * guest into its own memory and the thread goes on to other activations while Brain performs the
+ * call. The activation is **pinned** to that thread (its suspended instance lives there): once the
+ * answer is there it takes the thread back (`Pool.reclaim`, ahead of anything new) and a compute
+ * slot, and the worker rewinds it into the call. So loops waiting on their models and tools hold
+ * no thread: the threads bound only guests without a twin, which still block theirs
+ * (Activation.ts).
+ *
+ * Everything else is as for a blocking activation: a fresh instance, the same memory limits, the
+ * compute budget counting the time the guest has the thread (and the reading of its requests), not
+ * its waits; the same failures with the same messages. The budget is kept by the twin's metering
+ * in the worker (the thread survives it); a guest still running BACKSTOP_MS past it, or whose
+ * activation is interrupted while it computes (a cancel it ignored past its grace, a server stop),
+ * has its thread terminated and replaced, as a blocking one's.
+ *
+ * A thread that dies takes the instances pinned to it: each of those activations runs again from
+ * its start on another thread, its host calls so far answered from what was recorded, not
+ * performed again — as an activation moved off the main thread (Inline.ts); after AGAIN_AT_MOST
+ * such runs, or when its call stack at a host call does not fit the suspension buffer, it runs
+ * again blocking its own thread.
+ */
+import { Effect, Option } from "effect"
+import { failure } from "../../domain/Failure.js"
+import { readingMs, yieldsAfter } from "./HostCallCost.js"
+import { errorAnswer } from "./HostBridge.js"
+import {
+  activate,
+  type Activation,
+  type ActivationFailure,
+  type ActivationLimits,
+  describe,
+  eventsOf,
+  giveSlot,
+  type Hold,
+  inputBytes,
+  memoryLimitsOf,
+  overBudget,
+  takeSlot,
+  takeSlotNow
+} from "./Activation.js"
+import { type RecordedCall, requestKey, SUSPEND_BYTES } from "./Inline.js"
+import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
+import { eventLoopTurn } from "../Waits.js"
+
+/** Milliseconds past its budget a pinned guest's metering has to stop it before its thread is terminated. */
+export const BACKSTOP_MS = 1_000
+
+/** Runs again on another thread after the one it was pinned to died, at most; then it runs blocking. */
+export const AGAIN_AT_MOST = 3
+
+const encoder = new TextEncoder()
+
+/** How a pinned activation ended: its output, or a run again from its start, answered `calls` first. */
+type PinnedEnd =
+  | { readonly _tag: "done"; readonly output: string }
+  | { readonly _tag: "again"; readonly blocking: boolean; readonly calls: ReadonlyArray<RecordedCall> }
+
+/** What a pinned activation holds, for its end to give back. */
+interface PinHold extends Hold {
+  /** It holds its thread (running there, or taken back for its answer). */
+  busy: boolean
+  /** Its guest runs on the thread now: ended now, the thread must be terminated. */
+  running: boolean
+  /** Its number on the thread while its instance lives there. */
+  pin: number | undefined
+}
+
+/**
+ * Runs `activation` on the pool: pinned when `twin` is given and the shared threads have room,
+ * else blocking a thread (Activation.ts). `calls`: host calls already answered (a move from the
+ * main thread, a thread that died), answered from the record first.
+ */
+export const onPool = (
+  pool: Pool,
+  limits: ActivationLimits,
+  activation: Activation,
+  twin: WebAssembly.Module | undefined,
+  calls: ReadonlyArray<RecordedCall> = [],
+  again = 0
+): Effect.Effect<string, ActivationFailure> => {
+  const replay = replaying(activation, calls)
+  if (twin === undefined) return Effect.flatMap(activate(pool, replay.activation, limits), replay.check)
+  return Effect.flatMap(activatePinned(pool, replay.activation, twin, limits), (end) => {
+    if (end._tag === "done") return replay.check(end.output)
+    if (replay.diverged()) return Effect.fail<ActivationFailure>({ _tag: "guest", message: DIFFERS })
+    const blocking = end.blocking || again >= AGAIN_AT_MOST
+    return onPool(pool, limits, activation, blocking ? undefined : twin, end.calls, again + 1)
+  })
+}
+
+const DIFFERS = "the guest did not repeat its host calls when its activation ran again on a worker thread (docs/abi.md, \"Where a guest runs\")"
+
+/**
+ * `activation` with its first host calls answered from `calls`, in order, and only the calls after
+ * them performed. A guest that asks anything else (it cannot, unless it is not the deterministic
+ * function of its input and answers the ABI makes it) gets errors from then on, nothing performed,
+ * and the activation fails.
+ */
+const replaying = (activation: Activation, calls: ReadonlyArray<RecordedCall>) => {
+  let next = 0
+  let diverged = false
+  const perform = (op: string, request: string): Effect.Effect<string> => {
+    if (!diverged && next < calls.length) {
+      const call = calls[next++]!
+      if (call.op === op && call.request === requestKey(request)) return Effect.succeed(call.answer)
+      diverged = true
+    }
+    if (diverged) return Effect.succeed(errorAnswer(failure("agentloop_failed", DIFFERS)))
+    return activation.perform(op, request)
+  }
+  return {
+    activation: calls.length === 0 ? activation : { ...activation, perform },
+    diverged: () => diverged,
+    check: (output: string): Effect.Effect<string, ActivationFailure> =>
+      diverged || next < calls.length ? Effect.fail({ _tag: "guest", message: DIFFERS }) : Effect.succeed(output)
+  }
+}
+
+/** Runs one pinned activation of `twin`; blocking (`again`) when every shared thread is full. */
+const activatePinned = (pool: Pool, activation: Activation, twin: WebAssembly.Module, limits: ActivationLimits): Effect.Effect<PinnedEnd, ActivationFailure> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.suspend(() => {
+      if (inputBytes(activation.input) > limits.ioBytes) {
+        return Effect.fail<ActivationFailure>({ _tag: "guest", message: `the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})` })
+      }
+      if (pool.pinnedFull) return Effect.succeed<PinnedEnd>({ _tag: "again", blocking: true, calls: [] })
+      const hold = (thread: GuestThread) => pinnedOn(pool, thread, activation, twin, limits, restore)
+      const now = pool.tryAcquire("pinned")
+      return now !== undefined ? hold(now) : Effect.flatMap(restore(pool.acquire("pinned")), hold)
+    })
+  )
+
+/** Runs the activation pinned to `thread` (taken), and gives back what it holds however it ends. */
+const pinnedOn = (
+  pool: Pool,
+  thread: GuestThread,
+  activation: Activation,
+  twin: WebAssembly.Module,
+  limits: ActivationLimits,
+  restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+): Effect.Effect<PinnedEnd, ActivationFailure> => {
+  const held: PinHold = { computing: false, healthy: true, busy: true, running: false, pin: undefined }
+  return restore(run(pool, thread, activation, twin, limits, held, restore)).pipe(
+    Effect.ensuring(Effect.sync(() => {
+      giveSlot(pool, held)
+      // Given up while its guest runs: the thread is terminated (its other pins run again elsewhere).
+      if (held.running) held.healthy = false
+      if (held.pin !== undefined) {
+        const pin = held.pin
+        held.pin = undefined
+        pool.unpinned(thread, pin, true)
+      }
+      if (held.busy) pool.releaseNow(thread, held.healthy)
+    }))
+  )
+}
+
+const run = (
+  pool: Pool,
+  thread: GuestThread,
+  activation: Activation,
+  twin: WebAssembly.Module,
+  limits: ActivationLimits,
+  held: PinHold,
+  restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+): Effect.Effect<PinnedEnd, ActivationFailure> => {
+  let remaining = limits.computeMs
+  const spent = (ms: number) => void (remaining -= ms)
+  const calls: Array<RecordedCall> = []
+  const budgetMs = () => (limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0)
+  /**
+   * Gives the thread a job (`dispatch`), then waits for its next event; past the budget and the
+   * backstop, none. Its events are listened for first: the worker may answer before `dispatch` returns.
+   */
+  const dispatched = (dispatch: () => void): Effect.Effect<PinnedEnd, ActivationFailure> => {
+    const next = eventsOf(thread)
+    held.running = true
+    dispatch()
+    return Effect.flatMap(next(limits.computeMs > 0 ? budgetMs() + BACKSTOP_MS : 0, spent), onEvent)
+  }
+  /** Its instance is gone from the thread (ended, or failed there). */
+  const ended = () => {
+    held.running = false
+    giveSlot(pool, held)
+    if (held.pin !== undefined) pool.unpinned(thread, held.pin, false)
+    held.pin = undefined
+  }
+  const onEvent = (got: Option.Option<ThreadEvent>): Effect.Effect<PinnedEnd, ActivationFailure> => {
+    if (Option.isNone(got)) return Effect.fail(overBudget(limits))
+    const event = got.value
+    switch (event.type) {
+      case "call": {
+        held.running = false
+        giveSlot(pool, held)
+        const readMs = readingMs(event.request.length)
+        spent(readMs)
+        // The guest is unwound: the thread serves others while the call is performed.
+        held.busy = false
+        pool.releaseNow(thread, true)
+        return Effect.flatMap(activation.perform(event.op, event.request), (answer) => {
+          calls.push({ op: event.op, request: requestKey(event.request), answer })
+          if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
+          return Effect.flatMap(restore(pool.reclaim(thread, () => void (held.busy = true))), (back) => {
+            // Its thread died with its instance: it runs again from its start elsewhere.
+            if (!back) return Effect.succeed<PinnedEnd>({ _tag: "again", blocking: false, calls })
+            const resume = () => dispatched(() => thread.resume(held.pin!, answer, budgetMs()))
+            const go = () => yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, resume) : resume()
+            return takeSlotNow(pool, held) ? go() : Effect.flatMap(takeSlot(pool, held), go)
+          })
+        })
+      }
+      case "done":
+        ended()
+        if (event.bytes > limits.ioBytes) {
+          return Effect.fail({ _tag: "guest", message: `the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})` })
+        }
+        return Effect.succeed({ _tag: "done", output: event.output })
+      case "failed":
+        ended()
+        if (event.kind === "budget") return Effect.fail(overBudget(limits))
+        if (event.kind === "unwind") return Effect.succeed({ _tag: "again", blocking: true, calls })
+        if (event.kind === "error") held.healthy = false
+        return Effect.fail({ _tag: "guest", message: describe(event.kind, event.reason) })
+      case "died":
+        held.running = false
+        held.pin = undefined
+        return Effect.fail({ _tag: "guest", message: event.reason })
+    }
+  }
+  const start = (): Effect.Effect<PinnedEnd, ActivationFailure> => {
+    if (thread.dead) return Effect.fail({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
+    const go = () => {
+      activation.began?.()
+      const pin = thread.pin()
+      held.pin = pin
+      return dispatched(() => thread.startPinned({
+        moduleId: `${activation.moduleId}:twin`,
+        entry: activation.entry,
+        input: typeof activation.input === "string" ? encoder.encode(activation.input) : activation.input,
+        memory: memoryLimitsOf(activation.memory, limits.memoryBytes),
+        maxRequestBytes: limits.ioBytes,
+        pin,
+        budgetMs: budgetMs()
+      }, twin))
+    }
+    return takeSlotNow(pool, held) ? go() : Effect.flatMap(takeSlot(pool, held), go)
+  }
+  // A new thread may still be loading: its start-up is not the guest's compute.
+  return thread.loaded ? Effect.suspend(start) : Effect.flatMap(Effect.promise(() => thread.ready), start)
+}
+
+export { SUSPEND_BYTES }
