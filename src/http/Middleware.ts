@@ -102,6 +102,22 @@ const HOST_BODY_ROUTE = /^\/v1\/hosts\/([^/]+)\/(results|events)\/?$/
  */
 const WHILE_DRAINING = /^(POST \/v1\/hosts\/[^/]+\/(results|events)|POST \/v1\/sessions\/[^/]+\/cancel)\/?$/
 
+/** A send or submit (the one route of both), taken while draining when it carries an Idempotency-Key. */
+const TURN_ROUTE = /^POST \/v1\/sessions\/[^/]+\/messages\/?$/
+
+/**
+ * Whether a draining server takes this request: a route of `WHILE_DRAINING`, or a keyed send or
+ * submit. A key may hold an answer, which a retry gets whatever the server is doing
+ * (docs/operations.md, "Stopping"): the sessions answer a key they hold (or say its turn is still
+ * in flight), and start no turn for one they do not hold once the drain has begun (TurnStarts.ts,
+ * `refusedStart`), refusing it 503 `overloaded` having written nothing. Such a lookup is not
+ * waited for by the drain (Admitted.ts, `lookups`), so it never holds the stop.
+ */
+export const takenWhileDraining = (method: string, path: string, idempotencyKey: string | ReadonlyArray<string> | undefined): boolean => {
+  const line = `${method} ${path}`
+  return WHILE_DRAINING.test(line) || (idempotencyKey !== undefined && TURN_ROUTE.test(line))
+}
+
 /** Routes whose body is not JSON. */
 const RAW_BODY = new Set(["/v1/agentloops"])
 
@@ -221,7 +237,7 @@ export const gate = (options: GateOptions) => {
         if (refused !== undefined) return yield* Effect.fail(refused)
       }
       if (BODY_METHODS.has(request.method)) {
-        if (options.draining() && !WHILE_DRAINING.test(`${request.method} ${path}`)) {
+        if (options.draining() && !takenWhileDraining(request.method, path, request.headers["idempotency-key"])) {
           return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
         }
         const coded = checkCodings(incoming.headers)
@@ -322,7 +338,7 @@ const routeWithBody = <E, R>(
   held: Held
 ) =>
   Effect.gen(function*() {
-    const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held, !WHILE_DRAINING.test(`${request.method} ${path}`))
+    const body = yield* readBody(request, options.maxRequestBytes, options.bodies, held, !takenWhileDraining(request.method, path, request.headers["idempotency-key"]))
     if (body === "busy") return yield* Effect.fail(busyBodies())
     if (body === "drained") return yield* Effect.fail(drainedBody())
     if (body === undefined) {

@@ -44,7 +44,7 @@ import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
-import { bearerToken, busyBodies, digest, drainedBody, type GateOptions, oddHeaders, preRead, shapeError, whileArriving } from "./Middleware.js"
+import { bearerToken, busyBodies, digest, drainedBody, type GateOptions, oddHeaders, preRead, shapeError, takenWhileDraining, whileArriving } from "./Middleware.js"
 
 type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
 
@@ -164,8 +164,8 @@ export const socketListener = (
       response.off("close", onGone)
     }
     // The drain began while the body arrived: refused at once as the gate refuses it (Middleware.ts,
-    // `refuseArrivingBodies`), its bytes given back and the rest left unread.
-    const unregister = found[0].whileDraining ? undefined : whileArriving(() => {
+    // `refuseArrivingBodies`), its bytes given back and the rest left unread; a keyed send goes on.
+    const unregister = route.whileDraining || takenWhileDraining("POST", request.url ?? "", request.headers["idempotency-key"]) ? undefined : whileArriving(() => {
       detach()
       chunks.length = 0
       giveBack()
