@@ -163,6 +163,10 @@ export const eventStream = (operation: Json): Json => ({
           }
         }
       }
+    },
+    "204": {
+      description:
+        "SSE only: the session is over (ended, or its creation failed) and the cursor (`after` or Last-Event-ID, whichever is further) is at its last record: nothing more will be sent, and an EventSource stops reconnecting"
     }
   }
 })

@@ -4,7 +4,9 @@
  * before the 200 as a plain error; the subscription then lives as long as the response (the
  * request's scope). The frames themselves, encoded once per commit for every subscriber, and the
  * control frames that end a stream early are the Sessions layer's (layers/sessions/SseFrames.ts).
- * A server stop ends every stream with a retryable `stream_error`.
+ * A server stop ends every stream with a retryable `stream_error`. A session that is over, its
+ * reader at its last record, is answered 204 with no body: nothing will ever be sent, and an
+ * EventSource stops on a 204 where it would reconnect after a 200 that ends.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Deferred, Effect } from "effect"
@@ -19,6 +21,8 @@ export const sseResponse = (
 ) =>
   Effect.gen(function*() {
     const following = yield* sessions.follow(session, after)
+    // Nothing will ever come: 204 stops an EventSource, which reconnects after a 200 that ends.
+    if (following.over) return HttpServerResponse.empty({ status: 204 })
     yield* Effect.forkScoped(Effect.zipRight(Deferred.await(stopped), following.stop))
     return HttpServerResponse.raw(following.body, {
       contentType: "text/event-stream",

@@ -63,6 +63,12 @@ export interface Following {
   readonly body: Readable
   /** Ends the stream with a retryable `stream_error` (the server is stopping). */
   readonly stop: Effect.Effect<void>
+  /**
+   * The session is over (ended, or its creation failed) and the cursor is at its last record:
+   * nothing will ever be sent, and `body` ends at once. HTTP answers 204, which tells an
+   * EventSource to stop reconnecting (docs/api.md).
+   */
+  readonly over: boolean
 }
 
 export type CreateSession = Omit<SessionConfiguration, "agentloop" | "environments"> & {

@@ -28,6 +28,7 @@
  *   large Events is main-thread work, and readers reconnecting by the dozen must not hold the
  *   other sessions' requests up for seconds (docs/operations.md, "SSE streams").
  */
+import { Readable } from "node:stream"
 import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
 import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
@@ -396,6 +397,10 @@ export const make = (
             JournalUnavailable: (e) => Effect.fail(fromJournal(e))
           })
         )
+        // Over, and the reader has all of it: nothing to stream, so no slot is taken.
+        if ((state.status === "ended" || state.status === "failed") && after >= state.lastSequence) {
+          return { body: Readable.from([]), stop: Effect.void, over: true }
+        }
         const length = yield* transcriptLengthThrough(journal, session, state, after).pipe(Effect.mapError(fromJournal))
         // A slot is held while the response is: until it has been sent, or its client went away.
         const entry = yield* Effect.acquireRelease(admit(session, state), (entry) => release(session, entry))
@@ -422,7 +427,7 @@ export const make = (
         yield* Effect.addFinalizer(() => Effect.sync(() => feed.taps.delete(tap)))
         if (feed.failed) tap.cutOff("the session's live feed fell behind the journal")
         yield* tap.prime
-        return { body: tap, stop: Effect.ensuring(caughtUp(feed), Effect.sync(() => tap.stop())) }
+        return { body: tap, stop: Effect.ensuring(caughtUp(feed), Effect.sync(() => tap.stop())), over: false }
       })
 
     const delta: LiveFeeds["delta"] = (session, sequence) => (d) => {
