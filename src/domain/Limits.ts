@@ -109,6 +109,19 @@ export const PAGE_READ_RECORDS_PER_EVENT = 4
  */
 export const MAX_JSON_DEPTH = 64
 
+/**
+ * Milliseconds. How long a connection that closes after an answer given before its request's body
+ * was read (a 413 for a declared length over BRAIN_MAX_REQUEST_BYTES, a 401, a 405, a chunked
+ * body cut at the bound) goes on reading and discarding what its client still sends, once the
+ * answer is sent: a socket closed with bytes unread is reset, and the reset can destroy the
+ * answer before a client that uploads before it reads has read it. The client's own close ends
+ * the wait sooner.
+ */
+export const LINGER_MS = 5_000
+
+/** Bytes. What such a connection discards at most before it is closed anyway (twice BRAIN_MAX_REQUEST_BYTES's default). */
+export const LINGER_BYTES = 64 * 1024 * 1024
+
 /** Bytes. The largest kind name; the kind length field also carries the atomic-group flag. */
 export const MAX_KIND_BYTES = 255
 

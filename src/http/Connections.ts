@@ -48,6 +48,7 @@ import type * as http from "node:http"
 import type * as net from "node:net"
 import * as fs from "node:fs"
 import { type ApiError, InvalidRequest, MethodNotAllowed } from "../domain/Errors.js"
+import { LINGER_BYTES, LINGER_MS } from "../domain/Limits.js"
 import type { ServerConfigShape } from "../services/ServerConfig.js"
 import { bodyOf, withIssues } from "./Errors.js"
 
@@ -152,8 +153,58 @@ const refuseAfterPending = (socket: net.Socket, answer: string): void => {
   pending.once("finish", () => refuseAfterPending(socket, answer))
 }
 
+/** Sockets closing after their last answer, reading and discarding what their clients still send (lingerOnClose). */
+const lingering = new WeakSet<net.Socket>()
+
+/**
+ * Makes the close that follows the socket's last answer a lingering one. A connection closed with
+ * bytes of a request body unread is reset by the kernel, and the reset can reach the client before
+ * it has read the answer (a client that uploads before it reads finds only EPIPE or ECONNRESET):
+ * so once the answer is sent, HTTP stops reading the connection (the bytes are no request), and
+ * what still arrives is discarded until the client closes its side, LINGER_BYTES have come or
+ * LINGER_MS have passed; then the socket is closed. Node closes a connection after its last
+ * answer with `destroySoon`, replaced here for this socket alone.
+ */
+export const lingerOnClose = (socket: net.Socket): void => {
+  ;(socket as { destroySoon: () => void }).destroySoon = () => linger(socket)
+}
+
+const linger = (socket: net.Socket): void => {
+  if (socket.destroyed) return
+  lingering.add(socket)
+  let discarded = 0
+  const close = () => {
+    clearTimeout(timer)
+    socket.destroy()
+  }
+  // The answer's bytes go out before the socket is let go, unless the whole wait is over.
+  const closeOnceSent = () => {
+    if (socket.writableFinished) close()
+    else socket.once("finish", close)
+  }
+  const timer = setTimeout(close, LINGER_MS)
+  timer.unref()
+  const discard = (chunk: Buffer) => {
+    discarded += chunk.length
+    if (discarded <= LINGER_BYTES) return
+    socket.off("data", discard)
+    socket.pause()
+    closeOnceSent()
+  }
+  // Adding a `data` listener takes the socket from Node's parser (it reads through them then);
+  // Node's own are removed, so nothing after the answer is parsed as a request.
+  socket.on("data", discard)
+  for (const listener of socket.listeners("data")) if (listener !== discard) socket.off("data", listener as (chunk: Buffer) => void)
+  socket.once("end", closeOnceSent)
+  socket.once("close", () => clearTimeout(timer))
+  socket.end()
+  socket.resume()
+}
+
 /** Answers a request Node could not parse, or that did not arrive in time, in Brain's error shape. */
 const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException, socket: net.Socket) => {
+  // A lingering close (lingerOnClose) ends the connection on its own bounds: nothing more is said.
+  if (lingering.has(socket)) return
   // Node reports the parser's error again for every chunk that follows: the refusal is written once.
   if (refusing.has(socket)) return
   if (!socket.writable) return socket.destroy()

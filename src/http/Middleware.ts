@@ -27,6 +27,7 @@ import {
 } from "../domain/Errors.js"
 import { nestingDepth } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
+import { lingerOnClose } from "./Connections.js"
 import { decodeRefused, invalid, toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
 import { methodsOf, takesQuery } from "./Methods.js"
@@ -264,7 +265,10 @@ export const gate = (options: GateOptions) => {
       Effect.flatMap((response) =>
         Effect.map(HttpServerRequest.HttpServerRequest, (request) => {
           const incoming = NodeHttpServerRequest.toIncomingMessage(request)
-          return closesAfterAnswer(incoming) ? HttpServerResponse.setHeader(response, "connection", "close") : response
+          if (!closesAfterAnswer(incoming)) return response
+          // What the client still sends of its body is read and discarded before the close, never reset.
+          lingerOnClose(incoming.socket)
+          return HttpServerResponse.setHeader(response, "connection", "close")
         })
       )
     )
@@ -281,7 +285,9 @@ const cutShort = new WeakSet<IncomingMessage>()
  * missing token, a method the path does not take, …), or one whose body ran past the bound as it
  * arrived. Kept alive, the connection would read the rest of the body only to discard it, and a
  * client taking the answer's `keep-alive` at its word would have its next request read as that
- * body. A request that declares no body keeps its connection.
+ * body. A request that declares no body keeps its connection. The close lingers (Connections.ts's
+ * `lingerOnClose`): what the client sends after the answer is discarded for a while, so that the
+ * close does not reset the connection under an answer the client has not read yet.
  */
 const closesAfterAnswer = (incoming: IncomingMessage): boolean => {
   if (cutShort.has(incoming)) return true

@@ -5,7 +5,10 @@
  * `Connection: close` and the socket ended after the answer, never kept alive to read a body only
  * to discard it (where a client's next request would be taken for that body). A chunked body that
  * runs past BRAIN_MAX_REQUEST_BYTES is answered 413 as it passes the bound, while its client is
- * still sending, and the connection closed. Checked with raw sockets on a real server process.
+ * still sending, and the connection closed. Closed without a reset: what the client still sends
+ * after the answer is read and discarded (for at most LINGER_MS and LINGER_BYTES) before the socket
+ * is let go, so that a client that uploads before it reads still finds the answer. Checked with raw
+ * sockets on a real server process.
  */
 import * as net from "node:net"
 import { describe, expect, it } from "@effect/vitest"
@@ -98,6 +101,34 @@ describe("a refusal answered before the body is read closes the connection", () 
     expect(r.sentBeforeAnswer, "the answer came before the client had sent its body").toBeGreaterThan(0)
     expect(r.sentBeforeAnswer, "the answer came before the client had sent its body").toBeLessThan(total)
     expect(r.ended).toBe(true)
+  })
+
+  it("a client that writes megabytes of a body over the bound before it reads anything still reads the whole 413, not a reset", async () => {
+    const upload = 6 * 1024 * 1024
+    const r = await new Promise<{ readonly received: Buffer; readonly error: string | undefined }>((resolve) => {
+      const socket = net.connect(port(), "127.0.0.1")
+      const chunks: Array<Buffer> = []
+      let error: string | undefined
+      // Nothing is taken from the kernel until the whole upload has been handed to it.
+      socket.pause()
+      socket.on("data", (d) => chunks.push(d))
+      socket.on("error", (e: NodeJS.ErrnoException) => (error = e.code ?? e.message))
+      socket.on("close", () => resolve({ received: Buffer.concat(chunks), error }))
+      socket.on("connect", () => {
+        socket.write(declared("POST", "/v1/sessions", 64 * MAX + upload))
+        socket.write(Buffer.alloc(upload, 0x20), () => {
+          socket.resume()
+          socket.end()
+        })
+      })
+    })
+    const text = r.received.toString("latin1")
+    expect(statusOf(text), `${r.error}: ${text}`).toBe("413")
+    expect(connectionOf(text)).toBe("close")
+    const [head, body] = text.split("\r\n\r\n") as [string, string]
+    const length = Number(/\r\ncontent-length: (\d+)\r\n/i.exec(head + "\r\n")?.[1])
+    expect(Buffer.byteLength(body), text).toBe(length)
+    expect(JSON.parse(body)).toMatchObject({ code: "payload_too_large", retryable: false })
   })
 
   it("a refused request that declares no body keeps its connection, and the next request on it is answered", async () => {
