@@ -187,3 +187,25 @@ export const holdsNonFinite = (value: unknown): boolean => {
   for (const key in value) if (holdsNonFinite((value as Record<string, unknown>)[key])) return true
   return false
 }
+
+/**
+ * Where in `value` the first number that is not finite is: the keys and indexes leading to it, or
+ * undefined when there is none (what a refusal names). Called on text-checked values only
+ * (nesting bounded).
+ */
+export const nonFiniteAt = (value: unknown): Array<string | number> | undefined => {
+  if (typeof value === "number") return Number.isFinite(value) ? undefined : []
+  if (value === null || typeof value !== "object") return undefined
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const at = nonFiniteAt(value[i])
+      if (at !== undefined) return [i, ...at]
+    }
+    return undefined
+  }
+  for (const key in value) {
+    const at = nonFiniteAt((value as Record<string, unknown>)[key])
+    if (at !== undefined) return [key, ...at]
+  }
+  return undefined
+}

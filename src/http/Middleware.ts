@@ -25,7 +25,7 @@ import {
   Unauthorized,
   UnsupportedMediaType
 } from "../domain/Errors.js"
-import { nestingDepth } from "../domain/JsonText.js"
+import { nonFiniteAt, scanJsonText } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { lingerOnClose } from "./Connections.js"
 import { decodeRefused, invalid, toResponse } from "./Errors.js"
@@ -366,13 +366,18 @@ const routeWithBody = <E, R>(
       const text = body.toString("utf8")
       if (bodiless && body.length > 0 && text.trim() !== "{}") return yield* Effect.fail(unexpectedBody(text))
       if (body.length > 0) {
-        if (nestingDepth(text) > MAX_JSON_DEPTH) {
+        const scan = scanJsonText(text)
+        if (scan.depth > MAX_JSON_DEPTH) {
           return yield* Effect.fail(invalid(`the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
         }
         const parsed = yield* Effect.try({
           try: () => JSON.parse(text) as unknown,
           catch: (err) => invalid(`malformed JSON: ${(err as Error).message}`)
         })
+        // JSON.parse reads such a number as Infinity, which JSON writes as null: refused wherever
+        // it is, free-form JSON included, never kept as a value of another type.
+        const beyond = scan.mayOverflow ? nonFiniteAt(parsed) : undefined
+        if (beyond !== undefined) return yield* Effect.fail(beyondDouble(beyond))
         const routed = options.route?.(request, path, parsed)
         if (routed !== undefined) return yield* routed
         // Parsed once here; the payload decoder reads this value instead of parsing again.
@@ -381,6 +386,13 @@ const routeWithBody = <E, R>(
     }
     return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, body))
   })
+
+/** The refusal of a body holding a number beyond a double's range at `at` (docs/api.md, "Numbers"). */
+export const beyondDouble = (at: ReadonlyArray<string | number>) =>
+  invalid(
+    `a number ${at.length > 0 ? `at ${JSON.stringify(at)} ` : ""}is beyond the range of a double (such as 1e400): JSON would keep it as null, so it is refused`,
+    [{ path: at, message: "is a number beyond the range of a double" }]
+  )
 
 /** The refusal of a query on a route that takes none, naming each key; undefined when the query holds no key (`?`, `?&`). */
 const unexpectedQuery = (query: string) => {

@@ -16,8 +16,8 @@
  *   match (a host's results carry the host's own token, which their handler checks), a send
  *   while the server drains, a media type other than JSON, no or an oversized
  *   `content-length`;
- * - after the body is read (not UTF-8, nested too deep, not JSON, not the route's payload or
- *   headers): with the body handed over already read (`preRead`, which the gate takes instead
+ * - after the body is read (not UTF-8, nested too deep, not JSON, a number beyond a double's range,
+ *   not the route's payload or headers): with the body handed over already read (`preRead`, which the gate takes instead
  *   of reading the socket again).
  *
  * What the gate gives a request holds here too: its bytes are taken from the body budget as they
@@ -34,7 +34,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Cause, Effect, Either, Exit, type Runtime, Schema } from "effect"
 import * as RuntimeOps from "effect/Runtime"
 import { Internal } from "../domain/Errors.js"
-import { nestingDepth } from "../domain/JsonText.js"
+import { holdsNonFinite, scanJsonText } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { guardedDecode } from "../domain/SchemaGuard.js"
 import type { HostsShape } from "../services/Hosts.js"
@@ -225,12 +225,16 @@ export const socketListener = (
 const parse = (body: Buffer): unknown => {
   if (!isUtf8(body)) return undefined
   const text = body.toString("utf8")
-  if (nestingDepth(text) > MAX_JSON_DEPTH) return undefined
+  const scan = scanJsonText(text)
+  if (scan.depth > MAX_JSON_DEPTH) return undefined
+  let value: unknown
   try {
-    return JSON.parse(text) as unknown
+    value = JSON.parse(text) as unknown
   } catch {
     return undefined
   }
+  // A number beyond a double's range is the gate's to refuse, naming where it is.
+  return scan.mayOverflow && holdsNonFinite(value) ? undefined : value
 }
 
 /** Writes a response of the kinds these routes answer (a JSON or text body, or none). */

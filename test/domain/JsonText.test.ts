@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { isJsonData, jsonStringBytes, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { isJsonData, jsonStringBytes, nonFiniteAt, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -155,5 +155,14 @@ describe("scanJsonText", () => {
     expect(scanJsonText(JSON.stringify({ a: "[[[{{{ \" 1e999 " + "9".repeat(300), b: [[1]] }))).toEqual({ depth: 3, mayOverflow: false })
     expect(scanJsonText("[1e400]")).toEqual({ depth: 1, mayOverflow: true })
     expect(scanJsonText('"unterminated [[[ \\')).toEqual({ depth: 0, mayOverflow: false })
+  })
+})
+
+describe("nonFiniteAt", () => {
+  it("names the keys and indexes leading to the first number JSON.parse read as Infinity, and nothing when every number is finite", () => {
+    expect(nonFiniteAt(JSON.parse('{"a":[1,{"b":-1e400}],"c":1e999}'))).toEqual(["a", 1, "b"])
+    expect(nonFiniteAt(JSON.parse("1e400"))).toEqual([])
+    expect(nonFiniteAt(JSON.parse('{"__proto__":{"x":[1e400]}}'))).toEqual(["__proto__", "x", 0])
+    expect(nonFiniteAt(JSON.parse('{"a":[1e308,-5e-324,12345678901234567890123,"1e400",null,true]}'))).toBeUndefined()
   })
 })
