@@ -16,7 +16,7 @@
  */
 import { Data, Either, ParseResult, Redacted, Schema } from "effect"
 import { HostId } from "./Ids.js"
-import { Json } from "./Messages.js"
+import { Json, keptAsSent } from "./Messages.js"
 import { BindingName } from "./ModelBinding.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ export const EnvironmentDriver = Schema.Literal("brain", "host", "http")
 export type EnvironmentDriver = typeof EnvironmentDriver.Type
 
 /** Non-secret settings handed to the Environment in its setup request; journaled as given. */
-export const EnvironmentOptions = Schema.Record({ key: Schema.String, value: Json })
+export const EnvironmentOptions = keptAsSent(Schema.Record({ key: Schema.String, value: Json }))
 
 const exact = { parseOptions: { onExcessProperty: "error" } } as const
 

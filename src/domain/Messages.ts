@@ -1,14 +1,37 @@
 /**
  * Conversation shapes shared by the API, the journal and the Agentloop ABI.
  */
-import { Schema } from "effect"
+import { ParseResult, Schema, SchemaAST } from "effect"
+import { ChecksByParameter } from "./SchemaGuard.js"
 
 /** Any JSON value. Payloads are stored as JSON text; the journal refuses what JSON cannot hold. */
 export const Json = Schema.Unknown.annotations({ identifier: "Json", description: "any JSON value" })
 
-export const ContentPart = Schema.Struct({
+/**
+ * `schema` (one that only checks: its decoded value equals its input), decoding to its input
+ * itself once checked, not to the decoder's copy. The copy of an object with free keys is made by
+ * assignment, and assigning the key `__proto__` (an own property like any other in what JSON.parse
+ * makes) sets the copy's prototype instead: the key was lost without a word, while the same key
+ * in a value that is only `Json` is kept. Its issues, its name in them and its JSON Schema are
+ * `schema`'s, and so is its check without a decoded copy (SchemaGuard.ts).
+ */
+export const keptAsSent = <A, I>(schema: Schema.Schema<A, I, never>) =>
+  Schema.declare([schema], {
+    decode: (checked) => (input, options) => ParseResult.map(ParseResult.decodeUnknown(checked)(input, options), () => input as A),
+    encode: (checked) => (input, options) => ParseResult.map(ParseResult.encodeUnknown(checked)(input, options), () => input as I)
+  }, {
+    [SchemaAST.SurrogateAnnotationId]: schema.ast,
+    [ChecksByParameter]: true,
+    // Made, shown and compared as `schema`'s values (test arbitraries, messages).
+    arbitrary: (checked) => checked,
+    pretty: (checked) => checked,
+    equivalence: (checked) => checked
+  })
+
+/** A part of a message's content: its `type`, and any other keys, kept as sent. */
+export const ContentPart = keptAsSent(Schema.Struct({
   type: Schema.String
-}, { key: Schema.String, value: Json })
+}, { key: Schema.String, value: Json }))
 export type ContentPart = typeof ContentPart.Type
 
 export const ToolCallRequest = Schema.Struct({

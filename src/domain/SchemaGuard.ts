@@ -8,13 +8,19 @@
  *
  * Only the AST nodes that a decode answers by looking (no transformation) are compiled: structs
  * (property and string-index signatures), arrays and tuples, unions, literals, the keyword types
- * and refinements, whose own filter is called. For any other node `guard` returns `undefined` and
+ * and refinements, whose own filter is called, and a declaration marked `ChecksByParameter`. For any other node `guard` returns `undefined` and
  * the caller keeps the decoder. test/domain/SchemaGuard.test.ts checks the two agree on every
  * catalogue kind, on payloads made by the schemas' arbitraries and on their mutations.
  */
 import { Either, Option, type ParseResult, type Schema, Schema as SchemaModule, type SchemaAST as AST } from "effect"
 
 export type Guard = (u: unknown) => boolean
+
+/**
+ * Marks a declaration that checks its input by its sole type parameter and decodes to the input
+ * itself (Messages.ts's `keptAsSent`): its guard is that parameter's.
+ */
+export const ChecksByParameter: unique symbol = Symbol.for("brain/SchemaGuard/ChecksByParameter")
 
 const OPTIONS: AST.ParseOptions = { onExcessProperty: "error", errors: "first" }
 
@@ -129,6 +135,11 @@ const compileAst = (ast: AST.AST, memo: Map<AST.AST, Guard>): Guard => {
       guard = (u) => inner(u)
       memo.set(ast, guard)
       inner = compile(ast.f())
+      break
+    }
+    case "Declaration": {
+      if (ast.annotations[ChecksByParameter] !== true || ast.typeParameters.length !== 1) throw new Unsupported()
+      guard = compile(ast.typeParameters[0]!)
       break
     }
     default:
