@@ -229,6 +229,11 @@ export const gate = (options: GateOptions) => {
           new MethodNotAllowed({ message: `this path takes ${methods.join(", ")}, not ${request.method}`, details: { allow: methods } })
         )
       }
+      // An id the router cannot take as a parameter would be its 404 "no such route".
+      if (methods !== undefined) {
+        const malformed = unroutableId(path)
+        if (malformed !== undefined) return yield* Effect.fail(malformed)
+      }
       // A query key the route does not take is a mistake (an unknown field) to refuse, never to
       // ignore: `/transcript?after=5` would answer the whole transcript. Routes that declare
       // their keys refuse the others as they decode them. Health and the document take no input.
@@ -393,6 +398,29 @@ export const beyondDouble = (at: ReadonlyArray<string | number>) =>
     `a number ${at.length > 0 ? `at ${JSON.stringify(at)} ` : ""}is beyond the range of a double (such as 1e400): JSON would keep it as null, so it is refused`,
     [{ path: at, message: "is a number beyond the range of a double" }]
   )
+
+/** Characters. The longest path parameter the router (find-my-way's `maxParamLength`) matches; longer, it finds no route. */
+const ROUTER_MAX_PARAM = 100
+
+/**
+ * The refusal of a path of a known route whose id segment the router cannot take (over
+ * ROUTER_MAX_PARAM characters, or percent-encoding that does not decode to UTF-8), which no id
+ * can be: 400 naming the id, as any malformed id is (docs/api.md), not the router's 404.
+ */
+const unroutableId = (path: string) => {
+  for (const segment of path.split("/")) {
+    let decodes = true
+    try {
+      decodeURIComponent(segment)
+    } catch {
+      decodes = false
+    }
+    if (decodes && segment.length <= ROUTER_MAX_PARAM) continue
+    const why = decodes ? `is longer than any id (over ${ROUTER_MAX_PARAM} characters)` : "is not valid percent-encoded UTF-8, which no id is"
+    return invalid(`id: the path's id ${why}`, [{ path: ["id"], message: why }])
+  }
+  return undefined
+}
 
 /** The refusal of a query on a route that takes none, naming each key; undefined when the query holds no key (`?`, `?&`). */
 const unexpectedQuery = (query: string) => {

@@ -68,6 +68,27 @@ describe("every 400 carries the details docs/api.md promises", () => {
     )
   })
 
+  it("a malformed id the router cannot take as a parameter (over 100 characters, percent-encoding that does not decode to UTF-8) is 400 naming the id on every id route, not 404", async () => {
+    const ids = ["ses_" + "0".repeat(97), "host_" + "0".repeat(120), "%zz", "%C0%AF", "%ED%A0%80"]
+    const routes = (x: string): ReadonlyArray<readonly [string, string]> => [
+      ["GET", `/v1/sessions/${x}`],
+      ["GET", `/v1/sessions/${x}/events`],
+      ["GET", `/v1/sessions/${x}/transcript`],
+      ["POST", `/v1/sessions/${x}/cancel`],
+      ["POST", `/v1/sessions/${x}/end`],
+      ["DELETE", `/v1/sessions/${x}`],
+      ["GET", `/v1/hosts/${x}/commands`],
+      ["DELETE", `/v1/hosts/${x}`],
+      ["DELETE", `/v1/agentloops/${x}`]
+    ]
+    for (const x of ids) {
+      for (const [method, p] of routes(x)) {
+        const issues = expectIssues(await call(p, { method, headers: { authorization: "Bearer x" } }), `${method} ${p}`)
+        expect(issues[0]!.path, `${method} ${p}`).toEqual(["id"])
+      }
+    }
+  })
+
   it("path parameters, query and headers: a malformed session, module or host id, a bad or unknown query key, a bad Idempotency-Key or Last-Event-ID each list their issues", async () => {
     const id = await created()
     expect(expectIssues(await call("/v1/sessions/nope"), "a malformed session id")[0]!.path).toEqual(["id"])
