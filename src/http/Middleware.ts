@@ -369,7 +369,7 @@ const routeWithBody = <E, R>(
       // Decoding would turn bad bytes into U+FFFD silently and journal text nobody sent.
       if (!isUtf8(body)) return yield* Effect.fail(invalid("the body is not valid UTF-8"))
       const text = body.toString("utf8")
-      if (bodiless && body.length > 0 && text.trim() !== "{}") return yield* Effect.fail(unexpectedBody(text))
+      if (bodiless && body.length > 0 && !EMPTY_OBJECT.test(text)) return yield* Effect.fail(unexpectedBody(text))
       if (body.length > 0) {
         const scan = scanJsonText(text)
         if (scan.depth > MAX_JSON_DEPTH) {
@@ -430,6 +430,9 @@ const unexpectedQuery = (query: string) => {
   const message = `this route takes no query: ${keys.length === 1 ? `the key ${named} is` : `the keys ${named} are`} unexpected`
   return invalid(message, keys.map((k) => ({ path: [k], message: "is unexpected: this route takes no query" })))
 }
+
+/** The JSON `{}`, blanks around and inside it allowed (`{ }`, `{\n}`: a pretty-printed empty object): no body. */
+const EMPTY_OBJECT = /^\s*\{\s*\}\s*$/
 
 /** Bodies of a route that takes none: each field of an object is an unexpected one; anything else is unexpected as a whole. */
 const NO_BODY = "this route takes no body (or an empty object)"

@@ -163,6 +163,14 @@ describe("request edges against a running server", () => {
       expect((await empty("POST", "/v1/hosts")).status).toBe(201)
       expect((await empty("DELETE", `/v1/hosts/${host.host_id}`, asHost)).status).toBe(204)
     })
+
+    it("an empty object with blanks inside (`{ }`, `{\\n}`, as a pretty-printing client writes `{}`) is no body too, on cancel, end and delete", async () => {
+      const id = await created()
+      const spaced = (method: string, p: string, raw: string) => call(p, { method, raw, headers: { "content-type": "application/json" } })
+      expect((await spaced("POST", `/v1/sessions/${id}/cancel`, "{ }")).status).toBe(200)
+      expect((await spaced("POST", `/v1/sessions/${id}/end`, "{\n}")).body).toMatchObject({ status: "ended" })
+      expect((await spaced("DELETE", `/v1/sessions/${id}`, " {\r\n\t} ")).status).toBe(204)
+    })
   })
 
   describe("an Events page or SSE, by the Accept header", () => {
