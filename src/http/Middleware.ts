@@ -229,16 +229,17 @@ export const gate = (options: GateOptions) => {
           new MethodNotAllowed({ message: `this path takes ${methods.join(", ")}, not ${request.method}`, details: { allow: methods } })
         )
       }
+      // A path no route has, under any method: 404 before its body is read, whatever the body is
+      // (a mistyped path is not a media-type problem).
+      if (methods === undefined) return yield* Effect.fail(new NotFound({ message: "no such route" }))
       // An id the router cannot take as a parameter would be its 404 "no such route".
-      if (methods !== undefined) {
-        const malformed = unroutableId(path)
-        if (malformed !== undefined) return yield* Effect.fail(malformed)
-      }
+      const malformed = unroutableId(path)
+      if (malformed !== undefined) return yield* Effect.fail(malformed)
       // A query key the route does not take is a mistake (an unknown field) to refuse, never to
       // ignore: `/transcript?after=5` would answer the whole transcript. Routes that declare
       // their keys refuse the others as they decode them. Health and the document take no input.
       const query = request.url.indexOf("?")
-      if (query >= 0 && methods !== undefined && !health && !takesQuery(request.method, path)) {
+      if (query >= 0 && !health && !takesQuery(request.method, path)) {
         const refused = unexpectedQuery(request.url.slice(query + 1))
         if (refused !== undefined) return yield* Effect.fail(refused)
       }

@@ -173,6 +173,18 @@ describe("request edges against a running server", () => {
     })
   })
 
+  describe("an unknown path", () => {
+    it("is 404 not_found whatever its body's media type: a mistyped path is never reported as a 415", async () => {
+      for (const [method, p] of [["POST", "/v1/session"], ["POST", "/nope"], ["POST", "/v1/sessions/x/y/z"], ["DELETE", "/nope"]] as const) {
+        for (const type of ["application/x-www-form-urlencoded", "text/plain", "application/json"]) {
+          const r = await call(p, { method, raw: "{}", headers: { "content-type": type } })
+          expect(r.status, `${method} ${p} ${type}: ${r.text}`).toBe(404)
+          expect(r.body.code).toBe("not_found")
+        }
+      }
+    })
+  })
+
   describe("an Events page or SSE, by the Accept header", () => {
     /** What the Events route answers for `accept`: "sse" or "page" (by the response's content type). */
     const answerFor = async (id: string, accept: string | undefined): Promise<"sse" | "page"> => {
