@@ -153,10 +153,12 @@ const PRINTABLE_ASCII = /^[\x20-\x7e]*$/
  * above 0x7E as Latin-1, so one key could reach the server as several.
  */
 export const IdempotencyKey = Schema.String.pipe(
+  // Characters first: a non-ASCII key reaches here as Latin-1, two or more characters a character
+  // sent, and was refused for a length the client never gave it.
+  Schema.filter((s) => PRINTABLE_ASCII.test(s) || "Idempotency-Key must be printable ASCII (space to ~): no control character, line break or other character"),
   Schema.filter((s) =>
     (utf8Length(s) >= 1 && utf8Length(s) <= IDEMPOTENCY_KEY_MAX_BYTES) || `Idempotency-Key must be 1 to ${IDEMPOTENCY_KEY_MAX_BYTES} bytes`
-  ),
-  Schema.filter((s) => PRINTABLE_ASCII.test(s) || "Idempotency-Key must be printable ASCII (space to ~): no control character, line break or other character")
+  )
 )
 
 export const MutatingHeaders = Schema.Struct({
@@ -254,9 +256,13 @@ const oneAnswerMessage = (issue: ParseResult.ParseIssue): { readonly message: st
 /** The results route's body: one call's result, or several at once. */
 export const HostResultBody = Schema.Union(HostResult, HostResults).annotations({ message: oneAnswerMessage })
 
+const KIND_LENGTH = "an Event's kind is 1 to 255 characters"
+
 export const HostEvent = Schema.Struct({
   ...CallName,
-  kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)).annotations({
+  // Its own message for the length: the description below would otherwise be the refusal's text.
+  kind: Schema.String.pipe(Schema.minLength(1, { message: () => KIND_LENGTH }), Schema.maxLength(255)).annotations({
+    message: () => KIND_LENGTH,
     description:
       "The Event's kind: no line break (CR or LF) and not a reserved kind (Brain's record and Event kinds, `transcript_replaced`, the SSE frames' names, every failure code), else 400 with `details.reason: \"reserved_kind\"`"
   }),
