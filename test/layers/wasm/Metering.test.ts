@@ -102,8 +102,8 @@ const officialHost = (): Host => {
 }
 
 const BUDGET_MS = 100
-/** Milliseconds past the budget the main thread may be held: scheduling on a loaded machine, never an unmetered body's seconds. */
-const MARGIN_MS = 650
+/** Milliseconds past the budget the main thread may be held: scheduling on a loaded machine (one running several test suites held it 824 ms), never an unmetered body's run (these take minutes at least). */
+const MARGIN_MS = 2_900
 
 describe("metering on the main thread", () => {
   it.scopedLive("a guest calling a function of 600,000 straight-line instructions in a loop is stopped at its compute budget on the main thread, which it never holds much past the budget", () =>
