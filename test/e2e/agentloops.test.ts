@@ -308,8 +308,14 @@ describe("BRAIN_MAX_WASM_MEMORY_BYTES below the official loop's memory at start"
   })
 })
 
-describe("a loop given the whole transcript, with BRAIN_MAX_WASM_IO_BYTES of 256 KiB", () => {
-  const server = sharedServer({ env: { BRAIN_MAX_WASM_IO_BYTES: String(256 * 1024) } })
+// On the main thread, and on a worker thread from its first activation (BRAIN_WASM_INLINE_MS=0):
+// there a waiting guest is unwound, and a host call whose suspend buffer grows the memory still
+// sends its request whole.
+describe.each<[string, Record<string, string>]>([
+  ["", {}],
+  [", on worker threads", { BRAIN_WASM_INLINE_MS: "0" }]
+])("a loop given the whole transcript, with BRAIN_MAX_WASM_IO_BYTES of 256 KiB%s", (_where, env) => {
+  const server = sharedServer({ env: { BRAIN_MAX_WASM_IO_BYTES: String(256 * 1024), ...env } })
   const EXAMPLE = path.join(ROOT, "dist/loops/examples/echo-with-memory.wasm")
 
   it("is never left with a transcript its next input could not carry: the save past the room fails its turn payload_too_large, the transcript stays, and the next turn runs", async () => {

@@ -142,6 +142,12 @@ export class TwinRun {
           if (this.allocating) {
             throw new GuestError('a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")')
           }
+          // The suspend buffer first: its allocation may grow the memory, which detaches every view
+          // of it taken before (the op's and the request's below are sent after the unwind).
+          if (this.suspendAt === 0) {
+            const at = this.give(new Uint8Array(SUSPEND_BYTES))
+            this.suspendAt = Number(at >> 32n)
+          }
           const op = this.bytesAt(opPtr >>> 0, opLen >>> 0)
           try {
             decoder.decode(op)
@@ -154,10 +160,6 @@ export class TwinRun {
             })))
           }
           const request = this.checkedAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
-          if (this.suspendAt === 0) {
-            const at = this.give(new Uint8Array(SUSPEND_BYTES))
-            this.suspendAt = Number(at >> 32n)
-          }
           // Asyncify's buffer header: where its data goes next, and where it ends.
           const header = new DataView(this.memory.buffer, this.suspendAt, 8)
           header.setInt32(0, this.suspendAt + 8, true)
