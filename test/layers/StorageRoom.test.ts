@@ -6,7 +6,7 @@
  * and a running turn's write that would pass the journal's bound is refused `turn_write_limit`.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, TestClock } from "effect"
+import { Deferred, Effect, Either, Fiber, TestClock } from "effect"
 import { DISK_STAT_INTERVAL_MS } from "../../src/domain/Limits.js"
 import { freeBytesOf } from "../../src/layers/JournalFile.js"
 import type { Cell } from "../../src/layers/sessions/Cell.js"
@@ -56,6 +56,27 @@ describe("the room on disk for turns and creates", () => {
       yield* TestClock.adjust(DISK_STAT_INTERVAL_MS + 1)
       yield* room.forCreate
       expect(state.stats).toBe(3)
+    }))
+
+  it.effect("requests arriving while the free bytes are being read wait for that one reading, and one of them interrupted leaves the reading to the others", () =>
+    Effect.gen(function*() {
+      const gate = yield* Deferred.make<void>()
+      const state = { stats: 0 }
+      const journal = {
+        freeBytes: Effect.zipRight(Effect.sync(() => state.stats++), Effect.as(Deferred.await(gate), 100)),
+        size: () => Effect.succeed(0)
+      } as unknown as JournalShape
+      const room = yield* makeStorageRoom(journal, { ...defaults, minFreeDiskBytes: 5_000 })
+      const waiting = yield* Effect.forEach(Array.from({ length: 10 }, (_, i) => i), () => Effect.fork(Effect.either(room.forCreate)))
+      yield* Effect.yieldNow()
+      yield* Fiber.interrupt(waiting[0]!)
+      yield* Deferred.succeed(gate, undefined)
+      const answers = yield* Effect.forEach(waiting.slice(1), Fiber.join)
+      expect(state.stats).toBe(1)
+      for (const a of answers) expect(Either.isLeft(a) && a.left).toMatchObject({ code: "overloaded", details: { free_bytes: 100 } })
+      // The reading stands for its interval after it was taken.
+      expect(Either.isLeft(yield* Effect.either(room.forCreate))).toBe(true)
+      expect(state.stats).toBe(1)
     }))
 
   it.effect("with BRAIN_MIN_FREE_DISK_BYTES 0 the free bytes are never read, and a file system that cannot say them refuses nothing", () =>

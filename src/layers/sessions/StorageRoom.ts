@@ -18,7 +18,7 @@
  *   per DISK_STAT_INTERVAL_MS, shared by the requests in between. Turns already running are not
  *   stopped: their own bounds hold them, and what they write is what the watermark keeps room for.
  */
-import { Duration, Effect } from "effect"
+import { Deferred, Effect, Exit, FiberId } from "effect"
 import { Conflict, Overloaded } from "../../domain/Errors.js"
 import { DISK_STAT_INTERVAL_MS } from "../../domain/Limits.js"
 import type { JournalReadError, JournalShape } from "../../services/Journal.js"
@@ -62,16 +62,37 @@ export interface StorageRoom {
 export const makeStorageRoom = (journal: JournalShape, config: ServerConfigShape): Effect.Effect<StorageRoom> =>
   Effect.gen(function*() {
     const freeBytes = journal.freeBytes
-    // One reading serves every request for DISK_STAT_INTERVAL_MS, those arriving while it is taken too.
-    const reading = config.minFreeDiskBytes <= 0 || freeBytes === undefined
-      ? undefined
-      : yield* Effect.cachedWithTTL(freeBytes, Duration.millis(DISK_STAT_INTERVAL_MS))
-    const disk: Effect.Effect<void, Overloaded> = reading === undefined
-      ? Effect.void
-      : Effect.flatMap(reading, (free) => {
-        const low = diskLow(config, free)
-        return low === undefined ? Effect.void : Effect.fail(low)
+    const clock = yield* Effect.clock
+    const verdict = (free: number | undefined): Effect.Effect<void, Overloaded> => {
+      const low = diskLow(config, free)
+      return low === undefined ? Effect.void : Effect.fail(low)
+    }
+    // One reading serves every request for DISK_STAT_INTERVAL_MS from when it was taken, and the
+    // requests arriving while it is taken wait for it. Kept by hand, not with Effect.cachedWithTTL:
+    // its lock cost each send about 85 of the runtime's instructions (scripts/bench/effectOps.js),
+    // where a fresh reading here is a clock read and a comparison.
+    let reading: { readonly free: number | undefined; readonly at: number } | undefined
+    let taking: Deferred.Deferred<number | undefined> | undefined
+    const take = (statfs: Effect.Effect<number | undefined>): Effect.Effect<number | undefined> =>
+      Effect.suspend(() => {
+        if (taking !== undefined) return Deferred.await(taking)
+        const taken = Deferred.unsafeMake<number | undefined>(FiberId.none)
+        taking = taken
+        // On its own fiber: a request interrupted while it waits leaves the reading to the others.
+        const read = Effect.flatMap(Effect.exit(statfs), (exit) => {
+          if (Exit.isSuccess(exit)) reading = { free: exit.value, at: clock.unsafeCurrentTimeMillis() }
+          taking = undefined
+          return Deferred.done(taken, exit)
+        })
+        return Effect.zipRight(Effect.forkDaemon(read), Deferred.await(taken))
       })
+    const disk: Effect.Effect<void, Overloaded> = config.minFreeDiskBytes <= 0 || freeBytes === undefined
+      ? Effect.void
+      : Effect.suspend(() =>
+        reading !== undefined && clock.unsafeCurrentTimeMillis() - reading.at <= DISK_STAT_INTERVAL_MS
+          ? verdict(reading.free)
+          : Effect.flatMap(take(freeBytes), verdict)
+      )
     // The session's own bound first: it lasts, where the disk's may pass.
     const forTurn = (cell: Cell): Effect.Effect<number | undefined, Conflict | Overloaded | FromJournal<JournalReadError>> =>
       config.maxSessionJournalBytes <= 0
