@@ -27,7 +27,8 @@ export { IdempotencyStoreFailed } from "./services/Idempotency.js"
 export { ModelBindingsInvalid } from "./services/ModelBindings.js"
 export { TelemetrySinkFailed } from "./services/Telemetry.js"
 export { sharedScheduler } from "./SharedScheduler.js"
-export { defaults as configDefaults, fromConfig as configFromEnv, ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+export { defaults as configDefaults, ServerConfig, type ServerConfigShape } from "./services/ServerConfig.js"
+export { fromConfig as configFromEnv } from "./services/ServerConfigEnv.js"
 
 // The services, by their tags, with what each method takes, answers and fails with.
 export type { AgentloopShape, AgentloopsShape, Host, ActivationInput, RuntimeEnvelope, ToolResult } from "./services/Agentloop.js"

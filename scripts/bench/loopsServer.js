@@ -8,7 +8,7 @@ import { Effect } from "effect"
 import { succeedAfter } from "../../dist/layers/ToolsInProcess.js"
 import { officialLoop } from "../../dist/loops/official.js"
 import { serve } from "../../dist/main.js"
-import { fromConfig } from "../../dist/services/ServerConfig.js"
+import { fromConfig } from "../../dist/services/ServerConfigEnv.js"
 
 const program = Effect.flatMap(fromConfig, (config) => serve(config, { loops: { "official-ts": officialLoop }, tools: { t: succeedAfter(0) } }))
 Effect.runPromise(program).then(

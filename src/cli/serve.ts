@@ -6,7 +6,7 @@
 import { type ConfigError, ConfigProvider, Effect } from "effect"
 import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
 import { checkBindings, serve } from "../main.js"
-import { fromConfig } from "../services/ServerConfig.js"
+import { fromConfig } from "../services/ServerConfigEnv.js"
 import { distance, knownSettings, recordingReads, unreadSettings } from "./settingNames.js"
 
 export class FlagError extends Error {}

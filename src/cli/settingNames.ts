@@ -3,7 +3,7 @@
  * environment: a misspelled setting (`BRAIN_MAX_TURN_SEC`) would otherwise leave the default in
  * force unseen. The names come from the code, never from a second list kept by hand:
  *
- * - the settings: `fromConfig` (ServerConfig.ts) read from a provider that records each name it is
+ * - the settings: `fromConfig` (ServerConfigEnv.ts) read from a provider that records each name it is
  *   asked for and holds none, so every setting it declares is found, whatever its rule;
  * - the variables the start's bindings name (`api_key_env`, `token_env`, `headers_env`, which an
  *   operator may well call `BRAIN_…`): recorded as the bindings are read (`recordingReads`);
@@ -15,7 +15,7 @@
  * value, which may be a secret. It never refuses the start.
  */
 import { ConfigError, ConfigProvider, ConfigProviderPathPatch, Effect, HashSet } from "effect"
-import { fromConfig } from "../services/ServerConfig.js"
+import { fromConfig } from "../services/ServerConfigEnv.js"
 
 /**
  * Prefixes of variables read by the repository's harnesses, not by the server: `BRAIN_BENCH_`

@@ -1,10 +1,11 @@
 /**
  * Settings given in code (`brain/effect`'s `layer(overrides)`, the configuration `servicesLayer`
  * and `serve` are given), checked by the same rule per setting as the environment's (`fromConfig`
- * in ServerConfig.ts).
+ * in ServerConfigEnv.ts).
  */
 import { ConfigError, ConfigProvider, Effect } from "effect"
-import { defaults, fromConfig, type ServerConfigShape } from "./ServerConfig.js"
+import { defaults, type ServerConfigShape } from "./ServerConfig.js"
+import { fromConfig } from "./ServerConfigEnv.js"
 
 /**
  * Each setting given in code, by the variable whose rule in `fromConfig` checks it; `secs`: the

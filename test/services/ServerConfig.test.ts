@@ -5,7 +5,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { describeConfigError } from "../../src/cli/serve.js"
-import { fromConfig, hostStreamReserve, readerStreams, reservedConnections, sessionStreams } from "../../src/services/ServerConfig.js"
+import { hostStreamReserve, readerStreams, reservedConnections, sessionStreams } from "../../src/services/ServerConfig.js"
+import { fromConfig } from "../../src/services/ServerConfigEnv.js"
 import { validated } from "../../src/services/ServerConfigOverrides.js"
 
 const read = (env: Record<string, string>) =>

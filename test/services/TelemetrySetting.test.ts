@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
-import { fromConfig } from "../../src/services/ServerConfig.js"
+import { fromConfig } from "../../src/services/ServerConfigEnv.js"
 import { describeSink } from "../../src/services/Telemetry.js"
 
 const read = (env: Record<string, string>) =>
