@@ -5,8 +5,8 @@
  *
  * A Wasm tool's `{"ok": output}` is outcome `ok`; `{"error": …}`, a trap, bad output or its compute
  * budget is outcome `error` (the model sees the error). An abort (a cancel, the call's deadline)
- * stops the guest at once — its thread is terminated — and is confirmed as stopped, so the call is
- * recorded `cancelled` or `timeout`.
+ * stops the guest at once — by its twin's metering, or by terminating its thread (wasm/Pinned.ts) —
+ * and is confirmed as stopped, so the call is recorded `cancelled` or `timeout`.
  */
 import { Effect, Exit, Layer, Option } from "effect"
 import { failure } from "../domain/Failure.js"
@@ -54,7 +54,7 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
       let began = false
       const run = host.runTool(module, activationOf(invocation), servicesOf(invocation, () => void (began = true)))
       // The abort (the call's deadline, the turn's cancel) interrupts this fiber, which stops the
-      // guest at once (a pool thread is terminated): the caller runs `invoke` in a fiber of its
+      // guest at once (wasm/Pinned.ts: its metering, or its thread terminated): the caller runs `invoke` in a fiber of its
       // own and takes that interrupted end as the executor's confirmation that it stopped
       // (services/Tools.ts). No fiber of its own for the activation, no race. It listens on the call's
       // stop (no AbortSignal is made for it: CallStop.ts); the listener comes off when the run

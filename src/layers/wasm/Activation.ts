@@ -132,12 +132,14 @@ export const giveSlot = (pool: Pool, held: Hold) => {
 /**
  * The thread's events, one at a time: `next(ms, spent)` is the next one, or none when `ms` (> 0)
  * milliseconds pass first; `spent` is told how long it waited. A plain callback and one timer per
- * wait: this runs for every host call.
+ * wait: this runs for every host call. `seen` is told of each event as it arrives, before anyone
+ * takes it (an activation given up then knows its guest no longer runs).
  */
-export const eventsOf = (thread: GuestThread) => {
+export const eventsOf = (thread: GuestThread, seen?: (event: ThreadEvent) => void) => {
   const pending: Array<ThreadEvent> = []
   let wake: ((event: ThreadEvent) => void) | undefined
   thread.listener = (event) => {
+    seen?.(event)
     const w = wake
     if (w) {
       wake = undefined

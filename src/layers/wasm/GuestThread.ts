@@ -26,6 +26,7 @@ import {
   START_RESUME,
   START_SAME,
   START_WORD,
+  STOP_WORD,
   TO_MAIN_OFFSET,
   TO_WORKER_OFFSET,
   type ResumeMessage,
@@ -328,6 +329,19 @@ export class GuestThread {
     if (event.type !== "call" || this.pinnedJob) this.worker.unref()
     this.listener?.(event)
     return true
+  }
+
+  /**
+   * Asks the worker to stop pinned activation `pin`, whose guest runs there now, at its metering's
+   * next check (WorkerProtocol.ts, STOP); its job then reports `stopped`, or where it got first.
+   */
+  stop(pin: number) {
+    Atomics.store(this.words, STOP_WORD, pin + 1)
+  }
+
+  /** Withdraws the stop once the stopped activation's job has reported. */
+  clearStop() {
+    Atomics.store(this.words, STOP_WORD, 0)
   }
 
   /** Instances the worker has begun to make, its activations' and those made ahead (WorkerProtocol.ts, INSTANCES). */

@@ -7,8 +7,9 @@
  * activation is pinned here, and only its thread can resume it.
  *
  * The twin's metering (`brain.tick`) stops a guest at its compute budget (the milliseconds left,
- * given with each start and resume) without the thread being terminated, so one guest's runaway
- * never costs the activations pinned beside it.
+ * given with each start and resume), or when the main thread has given its activation up (`stopped`:
+ * its pin in the STOP word, WorkerProtocol.ts), without the thread being terminated, so one guest's
+ * runaway or interruption never costs the activations pinned beside it.
  *
  * Plain JavaScript, as GuestWorker.ts: it runs in the worker, never on the main thread.
  */
@@ -21,6 +22,8 @@ import type { ActivateMessage } from "./WorkerProtocol.js"
 export class GuestError extends Error {}
 /** The guest computed past its budget. */
 export class Overrun extends Error {}
+/** The guest's activation was given up while it computed (the main thread asked it stopped). */
+export class Stopped extends Error {}
 
 /** Metering units between two reads of the clock (as on the main thread, Inline.ts). */
 const FUEL = 20_000
@@ -51,8 +54,11 @@ export class TwinRun {
   private ptr = 0
   private len = 0
 
-  /** Instantiates `module` (a twin) with `memory`; throws what instantiation throws. */
-  constructor(readonly msg: ActivateMessage, module: WebAssembly.Module, memory: WebAssembly.Memory) {
+  /**
+   * Instantiates `module` (a twin) with `memory`; throws what instantiation throws. `stopped` says
+   * whether the main thread has asked this activation stopped: read where the clock is.
+   */
+  constructor(readonly msg: ActivateMessage, module: WebAssembly.Module, memory: WebAssembly.Memory, private readonly stopped: () => boolean) {
     this.memory = memory
     // Its start function is the activation's compute too.
     this.limit(msg.budgetMs ?? 0)
@@ -174,6 +180,7 @@ export class TwinRun {
           throw new GuestError(guestFailureMessage(this.bytesAt(ptr >>> 0, len >>> 0), decoder))
         },
         tick: (): number => {
+          if (this.stopped()) throw new Stopped("its activation was given up while it computed")
           if (this.deadline > 0 && performance.now() > this.deadline) throw new Overrun()
           return FUEL
         }

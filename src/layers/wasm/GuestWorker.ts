@@ -20,12 +20,13 @@
  * for the first). A memory the guest grew is dropped (it cannot shrink back).
  *
  * Plain JavaScript on purpose: a guest may spin, trap or exhaust memory; only `terminate()` stops a
- * spinning one, and nothing here may outlive an activation.
+ * spinning one run as uploaded (a twin's metering stops its own: its budget, the STOP word), and
+ * nothing here may outlive an activation.
  */
 import { isUtf8 } from "node:buffer"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { parentPort, receiveMessageOnPort, workerData } from "node:worker_threads"
-import { GuestError, Overrun, type Step, TwinRun } from "./GuestTwin.js"
+import { GuestError, Overrun, type Step, Stopped, TwinRun } from "./GuestTwin.js"
 import {
   type ActivateMessage,
   ANSWER_LENGTH_WORD,
@@ -45,6 +46,7 @@ import {
   START_POSTED,
   START_RESUME,
   START_WORD,
+  STOP_WORD,
   TO_MAIN_OFFSET,
   TO_WORKER_OFFSET,
   trapReason,
@@ -312,7 +314,9 @@ const stepped = (pin: number, run: TwinRun, step: Step) => {
 const failPinned = (pin: number, run: TwinRun | undefined, msg: ActivateMessage, err: unknown) => {
   pinned.delete(pin)
   const stack = err instanceof RangeError && /call stack/i.test(err.message)
-  const kind = err instanceof Overrun
+  const kind = err instanceof Stopped
+    ? "stopped"
+    : err instanceof Overrun
     ? "budget"
     : (run?.unwinding ?? false) || stack
     ? "unwind"
@@ -336,7 +340,8 @@ const begin = (msg: ActivateMessage, input: Uint8Array) => {
   try {
     const module = moduleOf(msg)
     Atomics.add(words, INSTANCES_WORD, 1)
-    run = new TwinRun(msg, module, memoryFor(msg.memory))
+    // The main thread writes pin + 1 into STOP to give this activation up while it computes.
+    run = new TwinRun(msg, module, memoryFor(msg.memory), () => Atomics.load(words, STOP_WORD) === pin + 1)
     pinned.set(pin, run)
     stepped(pin, run, run.begin(input))
   } catch (err) {

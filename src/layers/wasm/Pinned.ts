@@ -11,9 +11,16 @@
  * Everything else is as for a blocking activation: a fresh instance, the same memory limits, the
  * compute budget counting the time the guest has the thread (and the reading of its requests), not
  * its waits; the same failures with the same messages. The budget is kept by the twin's metering
- * in the worker (the thread survives it); a guest still running BACKSTOP_MS past it, or whose
- * activation is interrupted while it computes (a cancel it ignored past its grace, a server stop),
- * has its thread terminated and replaced, as a blocking one's.
+ * in the worker (the thread survives it); a guest still running BACKSTOP_MS past it has its thread
+ * terminated and replaced, as a blocking one's.
+ *
+ * An activation interrupted while its guest computes (a cancel it ignored past its grace, a tool's
+ * deadline, a server stop) ends at once, as a blocking one does; its guest is stopped by the same
+ * metering (`stopRunning`): the main thread writes its pin into the thread's STOP word, the twin
+ * reads it where it reads the clock and the worker drops the instance, and the thread goes on
+ * serving the activations pinned beside it. Until then the thread, the guest's compute slot and
+ * its pin stay held; a guest that does not heed the word within UNHEEDED_STOP_MS has its thread
+ * terminated after all (the others pinned there then run again, below).
  *
  * A thread that dies takes the instances pinned to it: each of those activations runs again from
  * its start on another thread, its host calls so far answered from what was recorded, not
@@ -47,6 +54,13 @@ import { eventLoopTurn } from "../Waits.js"
 /** Milliseconds past its budget a pinned guest's metering has to stop it before its thread is terminated. */
 export const BACKSTOP_MS = 1_000
 
+/**
+ * Milliseconds a pinned guest given up while it computes has to heed its stop before its thread is
+ * terminated. The metering reads the word about every millisecond of compute (GuestTwin.ts, FUEL);
+ * the rest is room for a loaded machine, where the worker may wait long for a core.
+ */
+export const UNHEEDED_STOP_MS = 1_000
+
 /** Runs again on another thread after the one it was pinned to died, at most; then it runs blocking. */
 export const AGAIN_AT_MOST = 3
 
@@ -65,6 +79,8 @@ interface PinHold extends Hold {
   running: boolean
   /** Its number on the thread while its instance lives there. */
   pin: number | undefined
+  /** The thread's event for the job running now, once it has come (taken or not): its guest no longer runs. */
+  arrived: ThreadEvent | undefined
 }
 
 /**
@@ -141,11 +157,13 @@ const pinnedOn = (
   limits: ActivationLimits,
   restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 ): Effect.Effect<PinnedEnd, ActivationFailure> => {
-  const held: PinHold = { computing: false, healthy: true, busy: true, running: false, pin: undefined }
+  const held: PinHold = { computing: false, healthy: true, busy: true, running: false, pin: undefined, arrived: undefined }
   return restore(run(pool, thread, activation, twin, limits, held, restore)).pipe(
     Effect.ensuring(Effect.sync(() => {
+      // Given up while its guest runs: stopped by its metering, the thread kept.
+      if (held.running && held.healthy && held.busy && held.pin !== undefined && !thread.dead) return stopRunning(pool, thread, held, held.pin)
       giveSlot(pool, held)
-      // Given up while its guest runs: the thread is terminated (its other pins run again elsewhere).
+      // Past the backstop: the thread is terminated (its other pins run again elsewhere).
       if (held.running) held.healthy = false
       if (held.pin !== undefined) {
         const pin = held.pin
@@ -155,6 +173,39 @@ const pinnedOn = (
       if (held.busy) pool.releaseNow(thread, held.healthy)
     }))
   )
+}
+
+/**
+ * Stops the guest of an activation given up while it runs on `thread` (its job dispatched, its
+ * event not handled): the activation has ended, and what it held — the thread, its compute slot,
+ * its pin — is given back once the job reports. That is `stopped` when the metering read the STOP
+ * word, else wherever the guest got first (a host call: its instance is suspended there and
+ * dropped, the call never performed; its output, discarded; a failure); or nothing within
+ * UNHEEDED_STOP_MS, and the thread is terminated as before the word existed.
+ */
+const stopRunning = (pool: Pool, thread: GuestThread, held: PinHold, pin: number) => {
+  let settled = false
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const settle = (event: ThreadEvent | undefined) => {
+    if (settled) return
+    settled = true
+    if (timer !== undefined) clearTimeout(timer)
+    thread.clearStop()
+    giveSlot(pool, held)
+    held.running = false
+    held.busy = false
+    held.pin = undefined
+    // Its instance left on the thread (suspended in a call, or still running) is dropped, or goes with the thread.
+    if (event?.type !== "died") pool.unpinned(thread, pin, event === undefined || event.type === "call")
+    pool.releaseNow(thread, event !== undefined && event.type !== "died" && !(event.type === "failed" && event.kind === "error"))
+  }
+  // Its job reported already (the event not yet taken when it was given up): nothing runs to stop.
+  if (held.arrived !== undefined) return settle(held.arrived)
+  thread.stop(pin)
+  thread.listener = settle
+  timer = setTimeout(() => settle(undefined), UNHEEDED_STOP_MS)
+  // A guest that spins on keeps its worker, which keeps the process alive until it is terminated.
+  timer.unref()
 }
 
 const run = (
@@ -169,13 +220,15 @@ const run = (
   let remaining = limits.computeMs
   const spent = (ms: number) => void (remaining -= ms)
   const calls: Array<RecordedCall> = []
+  const seen = (event: ThreadEvent) => void (held.arrived = event)
   const budgetMs = () => (limits.computeMs > 0 ? Math.max(1, Math.ceil(remaining)) : 0)
   /**
    * Gives the thread a job (`dispatch`), then waits for its next event; past the budget and the
    * backstop, none. Its events are listened for first: the worker may answer before `dispatch` returns.
    */
   const dispatched = (dispatch: () => void): Effect.Effect<PinnedEnd, ActivationFailure> => {
-    const next = eventsOf(thread)
+    const next = eventsOf(thread, seen)
+    held.arrived = undefined
     held.running = true
     dispatch()
     return Effect.flatMap(next(limits.computeMs > 0 ? budgetMs() + BACKSTOP_MS : 0, spent), onEvent)
@@ -188,7 +241,11 @@ const run = (
     held.pin = undefined
   }
   const onEvent = (got: Option.Option<ThreadEvent>): Effect.Effect<PinnedEnd, ActivationFailure> => {
-    if (Option.isNone(got)) return Effect.fail(overBudget(limits))
+    if (Option.isNone(got)) {
+      // Its metering did not stop it within the backstop: neither would the STOP word.
+      held.healthy = false
+      return Effect.fail(overBudget(limits))
+    }
     const event = got.value
     switch (event.type) {
       case "call": {

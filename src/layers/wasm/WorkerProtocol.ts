@@ -26,7 +26,11 @@ export const INLINE_BYTES = 64 * 1024
  *   START_POSTED: an ActivateMessage on `toWorker` (its input inline when START_LENGTH ≥ 0, else
  *   in the message);
  * - ANSWER (bumped after each answer) and ANSWER_LENGTH (the answer's length when its bytes are
- *   inline, -1 when it was posted on `toWorker`).
+ *   inline, -1 when it was posted on `toWorker`);
+ * - STOP: the pin + 1 of a pinned activation given up while its guest computes (0: none). Its
+ *   twin's metering reads the word where it reads the clock and stops the guest there (GuestTwin.ts):
+ *   the worker drops its instance, reports it `stopped`, and goes on serving the thread's other
+ *   pins. The main thread clears it once the activation's last job has reported (Pinned.ts).
  *
  * Worker → main:
  * - EVENT: bumped after each event (the main thread waits on it with `Atomics.waitAsync`);
@@ -46,6 +50,7 @@ export const EVENT_KIND_WORD = 6
 export const EVENT_LENGTH_WORD = 7
 export const EVENT_OP_LENGTH_WORD = 8
 export const INSTANCES_WORD = 9
+export const STOP_WORD = 10
 
 export const START_SAME = 1
 export const START_POSTED = 2
@@ -117,10 +122,11 @@ export type WorkerMessage =
 
 /**
  * Why an activation failed in the worker. A pinned one may also fail `budget` (its twin's metering
- * stopped it at its budget; the thread is fine) or `unwind` (its call stack at a host call is above
- * the suspension buffer: it runs again, blocking its thread, Pinned.ts).
+ * stopped it at its budget; the thread is fine), `unwind` (its call stack at a host call is above
+ * the suspension buffer: it runs again, blocking its thread, Pinned.ts) or `stopped` (its metering
+ * read its pin in STOP: its activation was given up; the thread is fine).
  */
-export type FailedKind = "guest" | "trap" | "link" | "error" | "budget" | "unwind"
+export type FailedKind = "guest" | "trap" | "link" | "error" | "budget" | "unwind" | "stopped"
 
 const MIB = 1024 * 1024
 
