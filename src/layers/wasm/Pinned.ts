@@ -144,7 +144,9 @@ const activatePinned = (pool: Pool, activation: Activation, twin: WebAssembly.Mo
       if (pool.pinnedFull) return Effect.succeed<PinnedEnd>({ _tag: "again", blocking: true, calls: [] })
       const hold = (thread: GuestThread) => pinnedOn(pool, thread, activation, twin, limits, restore)
       const now = pool.tryAcquire("pinned")
-      return now !== undefined ? hold(now) : Effect.flatMap(restore(pool.acquire("pinned")), hold)
+      if (now !== undefined) return hold(now)
+      // None: the shared threads filled while it waited.
+      return Effect.flatMap(restore(pool.acquirePinned), (thread) => thread === undefined ? Effect.succeed<PinnedEnd>({ _tag: "again", blocking: true, calls: [] }) : hold(thread))
     })
   )
 

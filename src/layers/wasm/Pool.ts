@@ -44,7 +44,10 @@ export type ThreadKind = "loop" | "tool" | "pinned"
  * (each keeps up to PINS_PER_THREAD): a shared thread runs one pinned guest (or a blocking tool)
  * at a time, and a pinned guest whose answer is there waits for its own thread to be free
  * (`reclaim`) — never for long, since nothing there waits on a host call. A shared thread whose
- * pins are all gone goes back to the idle threads.
+ * pins are all gone goes back to the idle threads. A pinned activation never waits for a pin to
+ * end: finding every shared thread full it runs blocking (`pinnedFull`, Pinned.ts), and so does one
+ * that waited for a busy shared thread while they filled (`acquirePinned`); room a pin frees on a
+ * free thread goes at once to an activation waiting for a shared thread.
  *
  * Blocking Agentloops (modules without a twin) may hold at most `threads - compute` threads, and
  * never a thread with pins (their wait would hold those pins' answers): a loop waits in `dispatch`
@@ -54,7 +57,8 @@ export type ThreadKind = "loop" | "tool" | "pinned"
  */
 export class Pool {
   private readonly idle: Array<{ readonly thread: GuestThread; readonly since: number }> = []
-  private readonly waiting: Array<{ readonly kind: ThreadKind; readonly deferred: Deferred.Deferred<GuestThread> }> = []
+  /** Activations waiting for a thread, first come first served; a pinned one is handed none when the shared threads fill (`acquirePinned`). */
+  private readonly waiting: Array<{ readonly kind: ThreadKind; readonly deferred: Deferred.Deferred<GuestThread | undefined> }> = []
   /** Threads shared by pinned activations (at most `compute`). */
   private readonly shared = new Set<GuestThread>()
   private started = 0
@@ -114,16 +118,28 @@ export class Pool {
   }
 
   /**
-   * A thread for one activation of `kind` (a blocking Agentloop's or Wasm tool's, or a pinned
-   * activation's turn): a free one it fits, a new one while under the size, else the next one
+   * A thread for one blocking activation of `kind` (an Agentloop's or a Wasm tool's; a pinned one's
+   * turn: `acquirePinned`): a free one it fits, a new one while under the size, else the next one
    * released that it fits. `true` and `false` stand for a blocking loop and tool.
    */
-  acquire(k: ThreadKind | boolean): Effect.Effect<GuestThread> {
-    const kind = kindOf(k)
+  acquire(k: Exclude<ThreadKind, "pinned"> | boolean): Effect.Effect<GuestThread> {
+    // Only a pinned activation's wait is ever handed none.
+    return this.wait(kindOf(k)) as Effect.Effect<GuestThread>
+  }
+
+  /**
+   * A shared thread with room for a pinned activation (`acquire`), or none once every shared thread
+   * has filled while it waited (it found room when it began to wait, taken since by those ahead of
+   * it): it runs blocking then (Pinned.ts), as one that finds them full at once, instead of waiting
+   * for a pin to end, which may be never.
+   */
+  readonly acquirePinned: Effect.Effect<GuestThread | undefined> = Effect.suspend(() => this.wait("pinned"))
+
+  private wait(kind: ThreadKind): Effect.Effect<GuestThread | undefined> {
     return Effect.suspend(() => {
       const now = this.tryAcquire(kind)
       if (now !== undefined) return Effect.succeed(now)
-      const deferred = Deferred.unsafeMake<GuestThread>(FiberId.none)
+      const deferred = Deferred.unsafeMake<GuestThread | undefined>(FiberId.none)
       const waiter = { kind, deferred }
       this.waiting.push(waiter)
       return Deferred.await(deferred).pipe(
@@ -134,7 +150,7 @@ export class Pool {
             if (i >= 0) this.waiting.splice(i, 1)
           }).pipe(
             Effect.zipRight(Deferred.poll(deferred)),
-            Effect.flatMap((got) => (got._tag === "Some" ? Effect.flatMap(got.value, (t) => this.release(t, true)) : Effect.void))
+            Effect.flatMap((got) => (got._tag === "Some" ? Effect.flatMap(got.value, (t) => (t === undefined ? Effect.void : this.release(t, true))) : Effect.void))
           )
         )
       )
@@ -204,13 +220,16 @@ export class Pool {
    */
   unpinned(thread: GuestThread, pin: number, suspended: boolean): void {
     thread.unpin(pin, suspended)
-    if (thread.dead || thread.pins > 0 || thread.busy || !thread.shared) return
-    this.unshare(thread)
-    if (this.closed) {
-      thread.terminate()
-      this.started--
-      return
+    if (thread.dead || thread.busy || !thread.shared) return
+    if (thread.pins === 0) {
+      this.unshare(thread)
+      if (this.closed) {
+        thread.terminate()
+        this.started--
+        return
+      }
     }
+    // Free, it has room now: an activation waiting for a shared thread may take it.
     this.handOn(thread)
   }
 
@@ -258,10 +277,27 @@ export class Pool {
       Deferred.unsafeDone(waiter!.deferred, Effect.succeed(this.take(thread, waiter!.kind)))
       return
     }
+    this.noRoomForPinned()
     // Free but keeping pins, it stays shared (tryAcquire finds it there).
     if (thread.pins > 0) return
     if (thread.shared) this.unshare(thread)
     this.idle.push({ thread, since: Date.now() })
+  }
+
+  /**
+   * Hands none to the pinned activations waiting for a shared thread once every one is full: each
+   * began to wait when one had room, and ran blocking had it found them full (`acquirePinned`).
+   * Checked whenever a free thread fits no waiter: a shared thread fills only while it is held, so
+   * its release (a free thread) is where the last room goes.
+   */
+  private noRoomForPinned() {
+    if (!this.waiting.some((w) => w.kind === "pinned") || !this.pinnedFull) return
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const waiter = this.waiting[i]!
+      if (waiter.kind !== "pinned") continue
+      this.waiting.splice(i, 1)
+      Deferred.unsafeDone(waiter.deferred, Effect.succeed(undefined))
+    }
   }
 
   /** Stops threads above `compute` that have been idle for SPARE_THREAD_IDLE_MS. */
@@ -272,6 +308,11 @@ export class Pool {
       this.idle.shift()!.thread.terminate()
       this.started--
     }
+  }
+
+  /** Activations waiting for a thread now (for tests). */
+  get waiters(): number {
+    return this.waiting.length
   }
 
   /** Terminates every idle thread; threads in use are terminated when given back. */
