@@ -90,7 +90,11 @@ let shared: Utf8Writer | null = null
 
 function out(): Utf8Writer {
   let w = shared
-  if (w === null) shared = w = new Utf8Writer(4096)
+  // 512 bytes to start: a text turn's request and output are about 100 each, and it doubles as a longer one
+  // needs. Every byte of it lies below what the activation allocates next, so an instance put back has it
+  // zeroed whether or not the guest wrote it (src/layers/wasm/Spares.ts): 4 KiB cost each turn 3.5 KiB of
+  // memory written for nothing (docs/benchmarks.md, "Wasm text turn, stop 58").
+  if (w === null) shared = w = new Utf8Writer(512)
   w.reset()
   return w
 }

@@ -289,6 +289,25 @@ describe("WasmHost on the main thread", () => {
       expect((instanceStats.zeroed - before.zeroed) / putBack).toBeLessThan(64 * 1024)
     }))
 
+  it.scopedLive("a text turn of the official loop writes (and its put-back zeroes) under 17 KiB above its image: its request writer starts at 512 bytes, not 4 KiB its turn never writes", () =>
+    Effect.gen(function*() {
+      const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* Effect.orDie(wasm.admit(bytes))
+      const host = hostWith({
+        model: () => Effect.succeed({ text: "done", tool_calls: [], stop_reason: "end" as const }),
+        setTranscriptAtEnd: () => Effect.void
+      })
+      // The first activation's instance is new (its image taken then); those after it are put back.
+      yield* wasm.runLoop(module, activationInput("again"), host)
+      const before = { ...instanceStats }
+      for (let i = 0; i < 3; i++) expect(yield* wasm.runLoop(module, activationInput("again"), host)).toEqual({ text: "done" })
+      const putBack = instanceStats.putBack - before.putBack
+      expect(putBack).toBe(3)
+      // The suspension buffer (8 KiB) among it: what Brain takes for the guest's stack at its model call.
+      expect((instanceStats.zeroed - before.zeroed) / putBack).toBeLessThan(17 * 1024)
+    }))
+
   it.scopedLive("an instance is never reused when its code can change a table, when its activation grew its memory, or when its activation failed: each activation gets a new one", () =>
     Effect.gen(function*() {
       const wasm = yield* inlineHost(1_000)
