@@ -28,7 +28,7 @@ import { holdsNonFinite, NOT_FINITE, scanJsonText, stringifyOnce } from "../doma
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { eventJson } from "../domain/Projection.js"
 import { transcriptTail } from "../domain/TranscriptTail.js"
-import { AgentloopFailed, type ActivationInput, type ToolResult } from "../services/Agentloop.js"
+import { AgentloopFailed, type ActivationInput, type RuntimeEnvelope, type ToolResult } from "../services/Agentloop.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { type AdmittedModule, type ToolRun, WasmHost, type WasmHostShape } from "../services/WasmHost.js"
 import { type Activation, type ActivationFailure, jsonBytes, type ActivationLimits } from "./wasm/Activation.js"
@@ -128,6 +128,23 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
  * the text's length is within the bound nothing is measured; past it, the bytes are counted once
  * and each further Event's as it is added.
  */
+/** A number as JSON.stringify writes it (a runtime's are integers; not one is ever NaN or infinite, but if it were, `null`). */
+const numberJson = (n: number): string => (Number.isFinite(n) ? String(n) : "null")
+
+/** The runtime envelope's fields `runtimeJson` writes. */
+type RuntimeField = "session_id" | "turn" | "activation" | "now_ms" | "seed"
+/** Compiles only while every field of RuntimeEnvelope is a RuntimeField: a field added to it fails here until it is written. */
+export type EveryRuntimeFieldWritten = NoneLeft<Exclude<keyof RuntimeEnvelope, RuntimeField>>
+
+/**
+ * The runtime envelope as JSON.stringify writes the object Turn.ts makes (its fields in that
+ * order), by hand: its `now_ms` is above a small integer's range, and JSON.stringify's own walk of
+ * the object cost a text turn about as much again as the rest of its input (docs/benchmarks.md,
+ * "Wasm text turn, stop 58"). test/layers/wasm/GuestInput.test.ts holds it to JSON.stringify.
+ */
+export const runtimeJson = (r: RuntimeEnvelope): string =>
+  `{"session_id":${JSON.stringify(r.session_id)},"turn":${numberJson(r.turn)},"activation":${numberJson(r.activation)},"now_ms":${numberJson(r.now_ms)},"seed":${numberJson(r.seed)}}`
+
 /** `"tool_results":` and the comma after it. */
 const TOOL_RESULTS_FIELD_BYTES = 16
 
@@ -208,7 +225,7 @@ export const guestInputJson = (
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
   }`
   const after = `${module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`}"events":[`
-  const end = `],"runtime":${JSON.stringify(input.runtime)}}`
+  const end = `],"runtime":${runtimeJson(input.runtime)}}`
   const head = input.tool_results === undefined
     ? before + after
     : `${before}"tool_results":${toolResultsJson(input.tool_results, ioBytes - Buffer.byteLength(before + after + end, "utf8") - TOOL_RESULTS_FIELD_BYTES)},${after}`

@@ -9,7 +9,7 @@ import type { Message } from "../../../src/domain/Messages.js"
 import { type Event, eventsOf } from "../../../src/domain/Projection.js"
 import type { JournalRecord } from "../../../src/domain/Records.js"
 import { transcriptTail, unansweredOf } from "../../../src/domain/TranscriptTail.js"
-import { guestInputJson } from "../../../src/layers/WasmHostWorkers.js"
+import { guestInputJson, runtimeJson } from "../../../src/layers/WasmHostWorkers.js"
 import type { ActivationInput } from "../../../src/services/Agentloop.js"
 import { journalArb } from "../../support/records.js"
 import { activationInput } from "../../support/wasmHost.js"
@@ -34,6 +34,23 @@ const tools = fc.array(
 const text = fc.array(fc.constantFrom("a", "é", "€", "😀", "\u2028", "\ud800", '"'), { maxLength: 200 }).map((cs) => cs.join(""))
 
 describe("a loop's input JSON", () => {
+  it("writes the runtime envelope as JSON.stringify writes it: any session id, any number (NaN and the infinities as null)", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          session_id: fc.unicodeString(),
+          turn: fc.nat(),
+          activation: fc.nat(),
+          now_ms: fc.oneof(fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }), fc.double()),
+          seed: fc.oneof(fc.integer({ min: -(2 ** 31), max: 2 ** 32 }), fc.double())
+        }),
+        (runtime) => {
+          expect(runtimeJson(runtime)).toBe(JSON.stringify(runtime))
+        }
+      )
+    )
+  })
+
   it("carries the first Events, in order, as many as fit in the I/O bound after the rest of the input: within it, and one more would pass it", () => {
     fc.assert(
       fc.property(
