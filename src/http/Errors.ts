@@ -4,8 +4,11 @@
  * and every error the framework would otherwise answer in its own shape, into that body.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { type ApiError, InvalidRequest } from "../domain/Errors.js"
+import { type ApiError, InvalidRequest, Overloaded } from "../domain/Errors.js"
 import type { FailureCode } from "../domain/Failure.js"
+
+/** The refusal of new work once the server has begun to stop (docs/operations.md, "Stopping"): nothing of the request was done. */
+export const stopping = () => new Overloaded({ message: "the server is stopping and admits no new work" })
 
 export const statusOf = (code: FailureCode): number => {
   switch (code) {

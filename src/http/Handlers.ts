@@ -26,7 +26,7 @@ import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
 import { EventPage as EventPageSchema, MutatingHeaders } from "./Schemas.js"
 import { transcriptAnswer } from "./TranscriptAnswer.js"
-import { emptyAnswer, idempotent, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
+import { emptyAnswer, idempotent, type IdempotentOptions, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Middleware.js"
 import { decodeRefused, invalid } from "./Errors.js"
 import { sseResponse } from "./Sse.js"
@@ -152,11 +152,13 @@ export const healthLive = (admission: Admission) =>
         ? Effect.fail(new Overloaded({ message: "the server is draining" }))
         : Effect.void))
 
-export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =>
+export const agentloopsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "agentloops", (h) =>
   Effect.gen(function*() {
     const agentloops = yield* Agentloops
     const store = yield* Idempotency
     const config = yield* ServerConfig
+    // Once the server is stopping, a keyed upload or removal only looks its key up.
+    const stopping = { stopping: () => admission.draining }
     return h.handle("admit", ({ headers, request }) =>
       Effect.gen(function*() {
         const type = (request.headers["content-type"] ?? "").toLowerCase().split(";")[0]!.trim()
@@ -175,7 +177,8 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
           "agentloops",
           headers["idempotency-key"],
           { sha256: hash },
-          agentloops.admit(bytes).pipe(Effect.map((info) => jsonAnswer(201, info)), Effect.mapError(admitRefused))
+          agentloops.admit(bytes).pipe(Effect.map((info) => jsonAnswer(201, info)), Effect.mapError(admitRefused)),
+          stopping
         )
       })
     ).handle("list", () =>
@@ -188,7 +191,8 @@ export const agentloopsLive = HttpApiBuilder.group(BrainApi, "agentloops", (h) =
           `agentloops:remove:${path.id}`,
           headers["idempotency-key"],
           {},
-          agentloops.remove(path.id).pipe(Effect.as(emptyAnswer(204)), Effect.mapError(removeRefused))
+          agentloops.remove(path.id).pipe(Effect.as(emptyAnswer(204)), Effect.mapError(removeRefused)),
+          stopping
         ))
   }))
 
@@ -259,9 +263,12 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
     const turns = yield* Effect.makeSemaphore((yield* ServerConfig).pageReads)
     const pageTurn = <A, E>(build: Effect.Effect<A, E>) => turns.withPermits(1)(Effect.zipRight(laterTurn, build))
     /** A body-less lifecycle route on one session, under its own idempotency scope. */
-    const lifecycle = <E extends ApiError>(scope: string, run: (id: SessionId) => Effect.Effect<Answer, E>) =>
+    const lifecycle = <E extends ApiError>(scope: string, run: (id: SessionId) => Effect.Effect<Answer, E>, options: IdempotentOptions = {}) =>
     ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
-      idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, run(path.id))
+      idempotent(store, `${scope}:${path.id}`, headers["idempotency-key"], {}, run(path.id), options)
+    // Once the server is stopping, a keyed create, end or delete only looks its key up (a cancel
+    // still runs: it ends admitted work and starts none).
+    const stopping = { stopping: () => admission.draining }
     return h
       .handle("create", ({ headers, payload }) =>
         // The id is minted before the claim, which records it: a retry whose answer was lost (the
@@ -273,7 +280,7 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
             headers["idempotency-key"],
             payload,
             Effect.map(sessions.create(payload, id), (s) => jsonAnswer(201, s)),
-            id
+            { session: id, ...stopping }
           )))
       .handle("list", ({ urlParams }) =>
         Effect.map(
@@ -306,12 +313,12 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
       .handle("transcript", ({ path }) =>
         pageTurn(Effect.flatMap(sessions.transcript(path.id), transcriptAnswer)))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
-      .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s))))
+      .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s)), stopping))
       .handle("delete", lifecycle("delete", (id) =>
         Effect.as(
           sessions.delete(id, (requests) => Effect.mapError(store.adopt(adoptedKeys(id, requests)), storeFailure)),
           emptyAnswer(204)
-        )))
+        ), stopping))
   }))
 
 const decodeKey = Schema.decodeUnknownEither(MutatingHeaders)
@@ -419,7 +426,7 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
 export const apiLive = (admission: Admission) =>
   HttpApiBuilder.api(BrainApi).pipe(
     Layer.provide(healthLive(admission)),
-    Layer.provide(agentloopsLive),
+    Layer.provide(agentloopsLive(admission)),
     Layer.provide(sessionsLive(admission)),
     Layer.provide(hostsLive(admission))
   )

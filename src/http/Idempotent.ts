@@ -18,6 +18,11 @@
  *   the store only holds it in memory while the request runs, and keeps it only for a request
  *   refused before its turn started (but `not_found`, which frees it), or once its session is
  *   deleted (the delete hands the journal's keys over: `adopt`).
+ * - Once the server has begun to stop (`stopping`), a key is only looked up: a key held answers as
+ *   ever (its answer, or 409 `ambiguous`, in flight or not), and one not held is refused 503
+ *   `overloaded` with nothing written under it and no work run, so that its retry runs once the
+ *   server is back. A retry whose first answer was lost (a create's, naming its session) gets it
+ *   during the drain too. Sends and submits look their keys up in their sessions (`idempotentTurn`).
  * - A store that failed is a retryable 500; a damaged idempotency log is 503
  *   `idempotency_unavailable` (not retryable: an operator must repair the log); a store at its
  *   bound on live keys (BRAIN_MAX_IDEMPOTENCY_KEYS) is 503 `overloaded`, retryable, for a new key:
@@ -32,7 +37,7 @@ import { Effect } from "effect"
 import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects, Overloaded } from "../domain/Errors.js"
 import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
 import type { Keyed, TurnRequest } from "../services/Sessions.js"
-import { bodyOf, refusalHeaders, statusOf, withIssues } from "./Errors.js"
+import { bodyOf, refusalHeaders, statusOf, stopping as stoppingRefusal, withIssues } from "./Errors.js"
 
 const canonical = (v: unknown): string => {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`
@@ -227,10 +232,24 @@ function* claimedTurnOf<A, E extends ApiError>({ answer, hash, key, scope, store
   return respond(yield* settleFailure(store, scope, key, outcome.left))
 }
 
+/** How `idempotent` runs a keyed request. */
+export interface IdempotentOptions {
+  /**
+   * The session the request will act on when it picks the id itself (a create's, minted before
+   * the claim): the claim records it durably, so a retry whose first answer was lost learns it
+   * (`keyedRefusal`).
+   */
+  readonly session?: string
+  /**
+   * Whether the server has begun to stop, asked as the request reaches its key: then the key is
+   * only looked up (`lookupWhileStopping`), and the work never runs.
+   */
+  readonly stopping?: () => boolean
+}
+
 /**
- * A request under its `Idempotency-Key`, claimed in the store. `session` is the session the
- * request will act on when it picks the id itself (a create's, minted before the claim): the
- * claim records it durably, so a retry whose first answer was lost learns it (`keyedRefusal`).
+ * A request under its `Idempotency-Key`, claimed in the store (or, once the server is stopping,
+ * only looked up there).
  */
 export const idempotent = <E extends ApiError>(
   store: IdempotencyShape,
@@ -238,11 +257,13 @@ export const idempotent = <E extends ApiError>(
   key: string | undefined,
   request: unknown,
   work: Effect.Effect<Answer, E>,
-  session?: string
+  options: IdempotentOptions = {}
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, IdempotencyRefusal> => {
   if (key === undefined) return Effect.map(Effect.catchAll(work, (e) => Effect.succeed(failureAnswer(e))), respond)
   return Effect.gen(function*() {
-    const claim = yield* store.claim(scope, key, hashRequest(request), session).pipe(Effect.mapError(storeFailure))
+    const hash = hashRequest(request)
+    if (options.stopping?.() === true) return yield* lookupWhileStopping(store, scope, key, hash)
+    const claim = yield* store.claim(scope, key, hash, options.session).pipe(Effect.mapError(storeFailure))
     if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
     return yield* Effect.uninterruptible(
       Effect.gen(function*() {
@@ -256,3 +277,18 @@ export const idempotent = <E extends ApiError>(
     )
   })
 }
+
+/**
+ * A keyed request's key looked up once the server has begun to stop: the answer it holds (or why
+ * it is refused: another body, a request in flight or never answered), else 503 `overloaded`. A
+ * free key is only reserved in this process and the reservation dropped at once, so nothing is
+ * written and a retry with it runs once the server is back. Uninterruptible, so that a client
+ * gone between the two steps leaves no reservation behind.
+ */
+const lookupWhileStopping = (store: IdempotencyShape, scope: string, key: string, hash: string) =>
+  Effect.uninterruptible(Effect.gen(function*() {
+    const claim = yield* store.reserve(scope, key, hash).pipe(Effect.mapError(storeFailure))
+    if (claim._tag !== "Claimed") return yield* refusedClaim(claim)
+    yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("dropping an idempotency reservation")))
+    return respond(failureAnswer(stoppingRefusal()))
+  }))

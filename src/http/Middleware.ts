@@ -28,7 +28,7 @@ import {
 import { nonFiniteAt, scanJsonText } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { lingerOnClose } from "./Connections.js"
-import { decodeRefused, invalid, toResponse } from "./Errors.js"
+import { decodeRefused, invalid, stopping, toResponse } from "./Errors.js"
 import type { GateRoute } from "./FastSend.js"
 import { methodsOf, takesQuery } from "./Methods.js"
 
@@ -103,20 +103,27 @@ const HOST_BODY_ROUTE = /^\/v1\/hosts\/([^/]+)\/(results|events)\/?$/
  */
 const WHILE_DRAINING = /^(POST \/v1\/hosts\/[^/]+\/(results|events)|POST \/v1\/sessions\/[^/]+\/cancel)\/?$/
 
-/** A send or submit (the one route of both), taken while draining when it carries an Idempotency-Key. */
-const TURN_ROUTE = /^POST \/v1\/sessions\/[^/]+\/messages\/?$/
+/**
+ * The routes whose Idempotency-Key holds an answer (Handlers.ts), taken while draining when they
+ * carry one: a create, a send or submit (the one route of both), an end, a delete, a module's
+ * upload and its removal. A host's registration and removal check their key and ignore it: no
+ * answer is kept under it, so a draining server refuses them as any new work.
+ */
+const KEYED_ROUTE =
+  /^(POST \/v1\/sessions|POST \/v1\/sessions\/[^/]+\/(messages|end)|DELETE \/v1\/sessions\/[^/]+|POST \/v1\/agentloops|DELETE \/v1\/agentloops\/[^/]+)\/?$/
 
 /**
- * Whether a draining server takes this request: a route of `WHILE_DRAINING`, or a keyed send or
- * submit. A key may hold an answer, which a retry gets whatever the server is doing
- * (docs/operations.md, "Stopping"): the sessions answer a key they hold (or say its turn is still
- * in flight), and start no turn for one they do not hold once the drain has begun (TurnStarts.ts,
- * `refusedStart`), refusing it 503 `overloaded` having written nothing. Such a lookup is not
- * waited for by the drain (Admitted.ts, `lookups`), so it never holds the stop.
+ * Whether a draining server takes this request: a route of `WHILE_DRAINING`, or a keyed route
+ * with its key. A key may hold an answer, which a retry gets whatever the server is doing
+ * (docs/operations.md, "Stopping"): a key held is answered (or said to be still in flight), and
+ * one not held is refused 503 `overloaded` having written nothing — by the sessions for a send or
+ * submit, which start no turn once the drain has begun (TurnStarts.ts, `refusedStart`), and by
+ * the idempotency lookup for the others (Idempotent.ts, `idempotent`'s `stopping`). The drain
+ * waits for neither lookup (Admitted.ts, `lookups`), so neither holds the stop.
  */
 export const takenWhileDraining = (method: string, path: string, idempotencyKey: string | ReadonlyArray<string> | undefined): boolean => {
   const line = `${method} ${path}`
-  return WHILE_DRAINING.test(line) || (idempotencyKey !== undefined && TURN_ROUTE.test(line))
+  return WHILE_DRAINING.test(line) || (idempotencyKey !== undefined && KEYED_ROUTE.test(line))
 }
 
 /** Routes whose body is not JSON. */
@@ -245,7 +252,7 @@ export const gate = (options: GateOptions) => {
       }
       if (BODY_METHODS.has(request.method)) {
         if (options.draining() && !takenWhileDraining(request.method, path, request.headers["idempotency-key"])) {
-          return yield* Effect.fail(new Overloaded({ message: "the server is stopping and admits no new work" }))
+          return yield* Effect.fail(stopping())
         }
         const coded = checkCodings(incoming.headers)
         if (coded !== undefined) return yield* Effect.fail(coded)

@@ -147,6 +147,52 @@ describe("idempotent: what a request leaves under its key", () => {
       expect(yield* call(store, work)).toEqual(first)
       expect(state.runs).toBe(1)
     }))
+
+  it.effect("once the server is stopping a key is only looked up: a key held replays its answer and one in flight is 409 in_flight, while a new key is 503 overloaded with the work not run and nothing claimed or completed in the store, so that it runs once the server is back", () =>
+    Effect.gen(function*() {
+      const inner = yield* memory
+      const writes = { claims: 0, completes: 0 }
+      const store: IdempotencyShape = {
+        ...inner,
+        claim: (...a) => Effect.tap(inner.claim(...a), () => void writes.claims++),
+        complete: (...a) => Effect.tap(inner.complete(...a), () => void writes.completes++)
+      }
+      let stopping = false
+      const keyed = (key: string, work: Effect.Effect<Answer, ApiError>) =>
+        idempotent(store, "create", key, { input: "x" }, work, { stopping: () => stopping }).pipe(
+          Effect.map((res) => ({ status: res.status, text: textOf(res) })),
+          Effect.catchAll((e) => Effect.succeed({ status: statusOf(e.code), text: JSON.stringify({ code: e.code, retryable: e.retryable, details: e.details }) }))
+        )
+      const answered = counted(Effect.succeed(jsonAnswer(201, { session_id: "ses_1" })))
+      const first = yield* keyed("held", answered.work)
+      const gate = yield* Deferred.make<void>()
+      const slow = counted(Effect.as(Deferred.await(gate), jsonAnswer(201, { session_id: "ses_2" })))
+      const inFlight = yield* Effect.fork(keyed("in-flight", slow.work))
+      yield* Effect.yieldNow()
+      const before = { ...writes }
+
+      stopping = true
+      const replayed = yield* keyed("held", answered.work)
+      const running = yield* keyed("in-flight", slow.work)
+      const fresh = counted(Effect.succeed(jsonAnswer(201, { session_id: "ses_3" })))
+      const refused = yield* keyed("new", fresh.work)
+      const during = { ...writes }
+      yield* Deferred.succeed(gate, undefined)
+      const ranThrough = yield* Fiber.join(inFlight)
+
+      expect(replayed).toEqual(first)
+      expect(answered.state.runs).toBe(1)
+      expect(running.status).toBe(409)
+      expect(JSON.parse(running.text)).toMatchObject({ code: "ambiguous", retryable: true, details: { in_flight: true } })
+      expect(refused.status).toBe(503)
+      expect(JSON.parse(refused.text)).toMatchObject({ code: "overloaded", retryable: true })
+      expect(fresh.state.runs, "the work never ran").toBe(0)
+      expect(during, "nothing written to the store").toEqual(before)
+      expect(ranThrough.status).toBe(201)
+      stopping = false
+      expect(yield* keyed("new", fresh.work)).toEqual({ status: 201, text: JSON.stringify({ session_id: "ses_3" }) })
+      expect(fresh.state.runs).toBe(1)
+    }))
 })
 
 /**
