@@ -110,14 +110,23 @@ export const PAGE_READ_RECORDS_PER_EVENT = 4
 export const MAX_JSON_DEPTH = 64
 
 /**
- * Milliseconds. How long a connection that closes after an answer given before its request's body
- * was read (a 413 for a declared length over BRAIN_MAX_REQUEST_BYTES, a 401, a 405, a chunked
- * body cut at the bound) goes on reading and discarding what its client still sends, once the
- * answer is sent: a socket closed with bytes unread is reset, and the reset can destroy the
- * answer before a client that uploads before it reads has read it. The client's own close ends
- * the wait sooner.
+ * Milliseconds. The silence that ends the linger of a connection closing after an answer given
+ * before its request's body was read (a 413 for a declared length over BRAIN_MAX_REQUEST_BYTES, a
+ * 401, a 405, a chunked body cut at the bound). Once the answer is sent, what the client still
+ * sends is read and discarded rather than left unread: a socket closed with bytes unread is reset,
+ * and the reset can destroy the answer before a client that uploads before it reads has read it.
+ * Each chunk that arrives gives the client this long again, so a slow upload keeps its connection
+ * for as long as it makes progress (up to LINGER_MAX_MS and LINGER_BYTES), and a silent client is
+ * let go after this long, as an idle keep-alive connection is by default
+ * (BRAIN_KEEP_ALIVE_TIMEOUT_MS). The client's own close ends the linger sooner.
  */
-export const LINGER_MS = 5_000
+export const LINGER_IDLE_MS = 5_000
+
+/**
+ * Milliseconds. The longest such a connection lingers, however steadily its client sends: a
+ * client dribbling bytes for ever cannot hold a socket for ever. 8 MiB sent at 0.3 MB/s fits.
+ */
+export const LINGER_MAX_MS = 30_000
 
 /** Bytes. What such a connection discards at most before it is closed anyway (twice BRAIN_MAX_REQUEST_BYTES's default). */
 export const LINGER_BYTES = 64 * 1024 * 1024

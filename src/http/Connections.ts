@@ -36,6 +36,13 @@
  *   read in flight (GET, HEAD) is abandoned as Node abandons every request, as a client gone: it
  *   is asked again at no cost, and an SSE stream, which waits for its reader for ever, or a page
  *   still waiting its turn, must not hold its connection and its place for a client that left.
+ * - A connection closed after an answer given before its request's body was read (a 413 for a
+ *   declared length over the bound, …) lingers: what its client still sends is discarded while
+ *   the client makes progress, within LINGER_IDLE_MS of silence, LINGER_MAX_MS and LINGER_BYTES
+ *   (lingerOnClose), so that the close does not reset the connection under the answer. It is
+ *   still a connection, counted against `maxConnections`, and the first to go when a new one
+ *   arrives at the bound: a flood of refused uploads holds no more descriptors than the bound, and
+ *   never keeps a new client out.
  * - A connection whose socket holds bytes of an answer its client takes none of for
  *   `responseStallMs` is closed, and the bytes let go: otherwise a client that never reads holds
  *   its whole answer (an 8 MiB page, a transcript) for as long as it stays connected. SSE streams
@@ -48,7 +55,7 @@ import type * as http from "node:http"
 import type * as net from "node:net"
 import * as fs from "node:fs"
 import { type ApiError, InvalidRequest, MethodNotAllowed } from "../domain/Errors.js"
-import { LINGER_BYTES, LINGER_MS } from "../domain/Limits.js"
+import { LINGER_BYTES, LINGER_IDLE_MS, LINGER_MAX_MS } from "../domain/Limits.js"
 import type { ServerConfigShape } from "../services/ServerConfig.js"
 import { bodyOf, withIssues } from "./Errors.js"
 
@@ -153,17 +160,24 @@ const refuseAfterPending = (socket: net.Socket, answer: string): void => {
   pending.once("finish", () => refuseAfterPending(socket, answer))
 }
 
-/** Sockets closing after their last answer, reading and discarding what their clients still send (lingerOnClose). */
-const lingering = new WeakSet<net.Socket>()
+/**
+ * Sockets closing after their last answer, reading and discarding what their clients still send
+ * (lingerOnClose), oldest first: each is still one of its server's connections, and the first to
+ * give way to a new one at the connection bound (guardConnections).
+ */
+const lingering = new Set<net.Socket>()
 
 /**
  * Makes the close that follows the socket's last answer a lingering one. A connection closed with
  * bytes of a request body unread is reset by the kernel, and the reset can reach the client before
  * it has read the answer (a client that uploads before it reads finds only EPIPE or ECONNRESET):
  * so once the answer is sent, HTTP stops reading the connection (the bytes are no request), and
- * what still arrives is discarded until the client closes its side, LINGER_BYTES have come or
- * LINGER_MS have passed; then the socket is closed. Node closes a connection after its last
- * answer with `destroySoon`, replaced here for this socket alone.
+ * what still arrives is discarded for as long as the client makes progress. The socket is closed
+ * when the client closes its side, once it has been silent for LINGER_IDLE_MS (each chunk gives it
+ * that long again), or at the latest after LINGER_MAX_MS or LINGER_BYTES, whatever it still sends:
+ * a slow upload's client reads its answer, and a client dribbling bytes cannot hold the socket for
+ * ever. Node closes a connection after its last answer with `destroySoon`, replaced here for this
+ * socket alone.
  */
 export const lingerOnClose = (socket: net.Socket): void => {
   ;(socket as { destroySoon: () => void }).destroySoon = () => linger(socket)
@@ -174,7 +188,8 @@ const linger = (socket: net.Socket): void => {
   lingering.add(socket)
   let discarded = 0
   const close = () => {
-    clearTimeout(timer)
+    clearTimeout(silence)
+    clearTimeout(cap)
     socket.destroy()
   }
   // The answer's bytes go out before the socket is let go, unless the whole wait is over.
@@ -182,11 +197,17 @@ const linger = (socket: net.Socket): void => {
     if (socket.writableFinished) close()
     else socket.once("finish", close)
   }
-  const timer = setTimeout(close, LINGER_MS)
-  timer.unref()
+  const silence = setTimeout(close, LINGER_IDLE_MS)
+  silence.unref()
+  const cap = setTimeout(close, LINGER_MAX_MS)
+  cap.unref()
   const discard = (chunk: Buffer) => {
     discarded += chunk.length
-    if (discarded <= LINGER_BYTES) return
+    if (discarded <= LINGER_BYTES) {
+      // Progress: the client has LINGER_IDLE_MS again from now (within the cap).
+      silence.refresh()
+      return
+    }
     socket.off("data", discard)
     socket.pause()
     closeOnceSent()
@@ -196,9 +217,38 @@ const linger = (socket: net.Socket): void => {
   socket.on("data", discard)
   for (const listener of socket.listeners("data")) if (listener !== discard) socket.off("data", listener as (chunk: Buffer) => void)
   socket.once("end", closeOnceSent)
-  socket.once("close", () => clearTimeout(timer))
+  socket.once("close", () => {
+    clearTimeout(silence)
+    clearTimeout(cap)
+    lingering.delete(socket)
+  })
   socket.end()
   socket.resume()
+  readAgain(socket)
+}
+
+/** What Node keeps on a socket's handle (not in its types): whether libuv reads it, and how to make it. */
+interface ReadingHandle {
+  reading?: boolean
+  readStart?: () => number
+}
+
+/**
+ * Starts the socket's handle reading again. Node's parser stops it (at the handle, behind the
+ * stream's back) when a request's body is not taken, as an early refusal's is not, and `resume`
+ * alone does not start it again: the bytes would stay unread in the kernel, and the close reset.
+ */
+const readAgain = (socket: net.Socket) => {
+  const handle = (socket as { _handle?: ReadingHandle | null })._handle
+  if (handle == null || handle.reading !== false || handle.readStart === undefined) return
+  handle.reading = true
+  handle.readStart()
+}
+
+/** The oldest of `sockets` that lingers (lingerOnClose), if any. */
+const oldestLingering = (sockets: ReadonlySet<net.Socket>): net.Socket | undefined => {
+  for (const socket of lingering) if (sockets.has(socket)) return socket
+  return undefined
 }
 
 /** Answers a request Node could not parse, or that did not arrive in time, in Brain's error shape. */
@@ -370,6 +420,14 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
     })
     const open = sockets.size
     if (open - probation.size <= limits.maxConnections) return
+    // A lingering close serves no request: it gives way to the newcomer, which is then served.
+    const idle = oldestLingering(sockets)
+    if (idle !== undefined) {
+      sockets.delete(idle)
+      probation.delete(idle)
+      idle.destroy()
+      return
+    }
     if (probation.size >= OVERFLOW_CONNECTIONS) {
       const oldest = probation.values().next().value!
       probation.delete(oldest)

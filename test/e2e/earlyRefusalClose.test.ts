@@ -6,8 +6,8 @@
  * to discard it (where a client's next request would be taken for that body). A chunked body that
  * runs past BRAIN_MAX_REQUEST_BYTES is answered 413 as it passes the bound, while its client is
  * still sending, and the connection closed. Closed without a reset: what the client still sends
- * after the answer is read and discarded (for at most LINGER_MS and LINGER_BYTES) before the socket
- * is let go, so that a client that uploads before it reads still finds the answer. Checked with raw
+ * after the answer is read and discarded (while the client makes progress, within LINGER_IDLE_MS,
+ * LINGER_MAX_MS and LINGER_BYTES: test/e2e/refusalLinger.test.ts) before the socket is let go, so that a client that uploads before it reads still finds the answer. Checked with raw
  * sockets on a real server process.
  */
 import * as net from "node:net"
@@ -105,7 +105,7 @@ describe("a refusal answered before the body is read closes the connection", () 
 
   it("a client that writes megabytes of a body over the bound before it reads anything still reads the whole 413, not a reset", async () => {
     // Enough that the server must read past its refusal (its kernel takes it while it discards), and
-    // small enough that a loaded machine hands it over well within the linger (LINGER_MS).
+    // small enough that a loaded machine hands it over well within the linger (LINGER_MAX_MS).
     const upload = 2 * 1024 * 1024
     const r = await new Promise<{ readonly received: Buffer; readonly error: string | undefined }>((resolve) => {
       const socket = net.connect(port(), "127.0.0.1")
