@@ -21,6 +21,8 @@ import { type Frames, framesOf } from "../support/hosts.js"
 import { runtimeLayer } from "../support/runtime.js"
 
 const GRACE_MS = 300
+/** Milliseconds a test waits for an idle registration to expire: a hang guard, far past the expiry. */
+const EXPIRY_WAIT_MS = 30_000
 
 type Runtime = ManagedRuntime.ManagedRuntime<Sessions | Hosts, unknown>
 const runtimes: Array<Runtime> = []
@@ -303,6 +305,16 @@ describe("a host Environment's tool calls", () => {
   })
 })
 
+/** Runs the expiry until `host` is gone (bounded by EXPIRY_WAIT_MS of real time, so a registration that never expires fails). */
+const expiredBy = async (run: <A, E>(e: Effect.Effect<A, E, never>) => Promise<A>, hosts: HostsShape, host: HostId) => {
+  const deadline = Date.now() + EXPIRY_WAIT_MS
+  while (hosts.isRegistered(host)) {
+    if (Date.now() > deadline) throw new Error(`${host} did not expire within ${EXPIRY_WAIT_MS} ms`)
+    await new Promise((r) => setTimeout(r, 50))
+    await run(hosts.expire)
+  }
+}
+
 describe("host registrations", () => {
   it("a session holds the host it names from its creation until its delete: idle past the expiry, the host stands while the session exists and expires once it is deleted", async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
@@ -310,17 +322,21 @@ describe("host registrations", () => {
       const { run, sessions: s, hosts: h } = start([], dataDir, undefined, 200)
       const sessions = await s()
       const hosts = await h()
-      const named = (await run(hosts.register)).host_id
-      const unnamed = (await run(hosts.register)).host_id
+      // Connected while the session is created, so that a slow create cannot see it expire; its
+      // idle time starts when its stream stops.
+      const { host_id: named, stream } = await connectedHost(hosts, run)
       const { session_id: id } = await run(createWith(sessions, named, [{ text: "hi" }]))
       const lines = fs.readFileSync(path.join(dataDir, "hosts", "registrations.jsonl"), "utf8").split("\n").filter((l) => l !== "")
       expect(lines.map((l) => JSON.parse(l)).filter((l) => l.session_id !== undefined)).toEqual([
         { host_id: named, session_id: id, named_at_ms: expect.any(Number) }
       ])
-      await new Promise((r) => setTimeout(r, 300))
-      // (The sweep may come first: what stands is checked, not who removed it.)
-      await run(hosts.expire)
-      expect([hosts.isRegistered(named), hosts.isRegistered(unnamed)]).toEqual([true, false])
+      await run(stream.stop)
+      // Registered after `named` went idle, never connected and never named: once it has expired,
+      // `named` has been idle past the expiry too. (The sweep may come first: what stands is
+      // checked, not who removed it.)
+      const unnamed = (await run(hosts.register)).host_id
+      await expiredBy(run, hosts, unnamed)
+      expect(hosts.isRegistered(named)).toBe(true)
       // Ended, the session still exists (it can be read): the host stands until the delete.
       await run(sessions.end(id))
       await run(hosts.expire)
