@@ -124,8 +124,9 @@ describe("disposing a runtime that composed Brain's services", () => {
 
   it("answers a send whose loop is deaf to the cancel and to interruption for longer than the stop waits: the loop is abandoned, the turn recorded closed once, by the stop", async () => {
     const shared: MemorySessions = new Map()
-    // Deaf to the cancel, and not to be interrupted for longer than the stop waits (3 × 50 + 50 ms).
-    const { inLoop, loop } = loopThat(Effect.zipRight(Effect.uninterruptible(Effect.sleep("600 millis")), Effect.never))
+    // Deaf to the cancel, and not to be interrupted for longer than the stop waits (3 × 50 + 50 ms)
+    // from whenever the stop begins: on a loaded machine that can be a second after the loop entered.
+    const { inLoop, loop } = loopThat(Effect.zipRight(Effect.uninterruptible(Effect.sleep("5 seconds")), Effect.never))
     const rt = runtimeOver(shared, { loops: { stuck: loop }, config: { cancelGraceMs: 50, cleanupDeadlineMs: 50 } })
     const { answer, id } = await sendThenDispose(rt, inLoop, "stuck")
     expect(answer).toMatchObject({ turn: { status: "failed", failure: { code: "interrupted", message: expect.stringContaining("abandoned") } } })
