@@ -161,7 +161,8 @@ describe("a sync send's staged opening", () => {
       const send = yield* Effect.fork(sessions.send(session_id, { message: "hi" }))
       yield* Deferred.await(reached)
       // Past the window (30 ms) with no write of the turn's own: its opening is durable.
-      for (let i = 0; i < 100 && (yield* journal.lastSequence(session)) === created; i++) yield* Effect.sleep("10 millis")
+      // (Polled for up to 30 s: a hang guard, not a claim about how soon.)
+      for (let i = 0; i < 3_000 && (yield* journal.lastSequence(session)) === created; i++) yield* Effect.sleep("10 millis")
       expect(kinds(yield* journal.read(session, { after: created, limit: 10 }))).toEqual(["turn_started", "activation_started"])
       expect((yield* sessions.get(session_id)).last_sequence).toBe(created + 2)
       yield* Deferred.succeed(go, undefined)

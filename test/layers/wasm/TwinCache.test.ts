@@ -53,7 +53,8 @@ describe("the twin cache", () => {
     expect("module" in made).toBe(true)
     expect(first.instrumenterStats.requests).toBe(1)
     const file = path.join(dir, prebuiltTwinName(hash))
-    for (let i = 0; i < 200 && !fs.existsSync(file); i++) await new Promise((r) => setTimeout(r, 10))
+    // Written in the background: polled for up to 30 s, a hang guard, not a claim about how soon.
+    for (let i = 0; i < 3_000 && !fs.existsSync(file); i++) await new Promise((r) => setTimeout(r, 10))
     expect(fs.existsSync(file)).toBe(true)
 
     vi.resetModules()
