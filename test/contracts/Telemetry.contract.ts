@@ -58,7 +58,7 @@ export const telemetryContract = (name: string, harness: MakeHarness) =>
         yield* h.stall
         const started = Date.now()
         for (let i = 0; i < 1_000; i++) yield* h.telemetry.record(rec(i, { i, pad: "x".repeat(100) }))
-        expect(Date.now() - started).toBeLessThan(2_000)
+        expect(Date.now() - started, "no caller waited for the stalled sink").toBeLessThan(10_000)
         const stats = yield* h.telemetry.stats
         expect(stats.accepted + stats.dropped).toBe(1_000)
         expect(stats.dropped).toBeGreaterThan(900) // about 4 KiB of ~170-byte records, plus one batch in flight

@@ -58,7 +58,7 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       const result = yield* Effect.either(
         Effect.uninterruptible(fence.fence(h.session, started, () => Effect.succeed({ secret: 42 }), ended, hooks))
       )
-      expect(Date.now() - startedAt).toBeLessThan(2_000)
+      expect(Date.now() - startedAt, "answered although the append is held").toBeLessThan(10_000)
       expect(result._tag === "Left" && result.left._tag === "OutcomeUnrecorded" && result.left.started).toBe(2)
       expect(unsettled).toHaveLength(1)
       expect(folded).toEqual([2]) // the started record only
