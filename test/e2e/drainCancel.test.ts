@@ -47,7 +47,7 @@ describe("cancel during a graceful drain", () => {
     await eventually("the slow tool to start", async () => (s.toolCalls().length > 0 ? true : undefined))
 
     s.signal("SIGTERM")
-    await eventually("readiness to drop", async () => ((await call("/health/ready")).status === 503 ? true : undefined), 2_000, 10)
+    await eventually("readiness to drop", async () => ((await call("/health/ready")).status === 503 ? true : undefined), 20_000, 10)
 
     // New work is refused, whatever the route.
     expectRefused(await call("/v1/sessions", { json: { model: { provider: "scripted" } } }), "create")
@@ -66,15 +66,15 @@ describe("cancel during a graceful drain", () => {
     const cancelled = await call(`/v1/sessions/${id}/cancel`, { method: "POST", headers: { "idempotency-key": "stop-during-drain" } })
     expect(cancelled.status, cancelled.text).toBe(200)
     expect(cancelled.body).toEqual({ session_id: id, status: "idle", last_sequence: expect.any(Number) })
-    expect(Date.now() - t0).toBeLessThan(5_000)
+    expect(Date.now() - t0, "answered without waiting for the tool").toBeLessThan(TOOL_MS / 3)
 
     const answered = await inFlight
     expect(answered.status, answered.text).toBe(200)
     expect(answered.body.turn).toMatchObject({ status: "failed", failure: { code: "cancelled" } })
 
     // With the turn closed the drain ends: the process exits 0 long before the tool would have.
-    expect(await s.waitExit(5_000), s.output).toEqual({ code: 0, signal: null })
-    expect(Date.now() - t0).toBeLessThan(TOOL_MS / 3)
+    expect(await s.waitExit(TOOL_MS / 2), s.output).toEqual({ code: 0, signal: null })
+    expect(Date.now() - t0).toBeLessThan(TOOL_MS / 2)
     expect(fs.existsSync(s.lockFile)).toBe(false)
     expect(s.toolCalls().length).toBe(1)
 
@@ -133,6 +133,6 @@ describe("answers in flight when a drain ends", () => {
     const outcome = JSON.parse(answer.toString("utf8"))
     expect(outcome.turn.status, JSON.stringify(outcome.turn.failure)).toBe("ended")
     expect(outcome.turn.result.text.length).toBeGreaterThanOrEqual(ANSWER_BYTES)
-    expect(await s.waitExit(5_000), s.output).toEqual({ code: 0, signal: null })
+    expect(await s.waitExit(20_000), s.output).toEqual({ code: 0, signal: null })
   }, 60_000)
 })

@@ -511,7 +511,8 @@ describe("the HTTP API against a running server", () => {
   })
 
   it("one turn at a time: a second send or submit while a turn runs is 409 session_busy; delete before end 409; cancel closes the turn; after end, messages are 409 session_ended", async () => {
-    const id = await api.created({ model: slowModel(3_000, "second turn"), tools: SLOW_TOOLS })
+    // The racing requests all come while this turn's tool runs: long enough for a loaded machine.
+    const id = await api.created({ model: slowModel(10_000, "second turn"), tools: SLOW_TOOLS })
     const receipt = await api.submit(id, "work")
     expect(receipt.status, receipt.text).toBe(202)
     await api.waitFor(id, "tool_call_started")
@@ -530,7 +531,7 @@ describe("the HTTP API against a running server", () => {
     const cancelled = await api.cancel(id)
     expect(cancelled.status, cancelled.text).toBe(200)
     expectSummary(cancelled.body, id, "idle")
-    expect(Date.now() - t0).toBeLessThan(2_500)
+    expect(Date.now() - t0, "answered without waiting for the tool").toBeLessThan(5_000)
     const { events } = await api.allEvents(id)
     expect(events.find((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed")?.data).toMatchObject({ outcome: "cancelled" })
     expect(events.find((e) => e.kind === "turn_failed")).toMatchObject({ data: { sequence: receipt.body.sequence, failure: { code: "cancelled" } } })
@@ -766,7 +767,8 @@ describe("the HTTP API against a running server", () => {
   })
 
   it("async submit: the receipt's sequence is the committed turn_started; Events read from it show the turn's end", async () => {
-    const id = await api.created({ model: slowModel(600, "late answer"), tools: SLOW_TOOLS })
+    // The tool outlasts the receipt and the look that follows it, on a loaded machine too.
+    const id = await api.created({ model: slowModel(3_000, "late answer"), tools: SLOW_TOOLS })
     const r = await api.submit(id, "take your time", { "idempotency-key": "submit-receipt" })
     expect(r.status, r.text).toBe(202)
     const receipt = r.body.sequence
@@ -863,7 +865,8 @@ describe("the HTTP API against a running server", () => {
   })
 
   it("a sync send whose client disconnects mid-turn: the turn ends normally, and a retry with the same key returns its recorded 200", async () => {
-    const id = await api.created({ model: slowModel(800, "finished anyway"), tools: SLOW_TOOLS })
+    // The tool outlasts the retry and the abort that follow its start, on a loaded machine too.
+    const id = await api.created({ model: slowModel(5_000, "finished anyway"), tools: SLOW_TOOLS })
     const abort = new AbortController()
     const pending = api.send(id, "go", { "idempotency-key": "gone-1" }, abort.signal).then(
       () => "answered",
@@ -876,7 +879,7 @@ describe("the HTTP API against a running server", () => {
     expect(early.body.retryable).toBe(true)
     abort.abort()
     expect(await pending).toBe("AbortError")
-    const ended = await api.waitFor(id, "turn_ended", undefined, 10_000)
+    const ended = await api.waitFor(id, "turn_ended", undefined, 30_000)
     const { events } = await api.allEvents(id)
     expect(events.some((e) => e.kind === "turn_failed")).toBe(false)
     expect(events.find((e) => e.kind === "tool_call_ended").data).toMatchObject({ outcome: "ok" })
@@ -885,7 +888,7 @@ describe("the HTTP API against a running server", () => {
       const r = await api.send(id, "go", { "idempotency-key": "gone-1" })
       if (r.status === 409 && r.body.code === "ambiguous" && r.body.retryable === true) return undefined
       return r
-    }, 5_000, 50)
+    }, 30_000, 50)
     expect(retry.status, retry.text).toBe(200)
     expect(retry.body.turn).toMatchObject({ sequence: ended.data.sequence, status: "ended", result: { text: "finished anyway" } })
     expect((await api.allEvents(id)).events.filter((e) => e.kind === "turn_started").length).toBe(1)
@@ -1139,7 +1142,8 @@ describe("across restarts", () => {
     const server = await startServer()
     try {
       const api = new Client(server)
-      const busy = await api.created({ model: slowModel(1_500, "drained"), tools: SLOW_TOOLS })
+      // The drain's checks all run while this turn's tool does: long enough for a loaded machine.
+      const busy = await api.created({ model: slowModel(8_000, "drained"), tools: SLOW_TOOLS })
       const idle = await api.created()
       const stream = await openSse(server.url(`/v1/sessions/${idle}/events?after=0`))
       await stream.until("the catch-up", () => stream.frames.length >= 2)
@@ -1150,7 +1154,7 @@ describe("across restarts", () => {
       const ready = await eventually("readiness to drop", async () => {
         const r = await api.req("/health/ready")
         return r.status === 503 ? r : undefined
-      }, 1_000, 10)
+      }, 4_000, 10)
       expectError(ready, 503, "overloaded")
       expect((await api.req("/health/live")).status).toBe(204)
       server.signal("SIGTERM") // repeated signals are ignored during the drain
@@ -1164,10 +1168,9 @@ describe("across restarts", () => {
       const answered = await inFlight
       expect(answered.status, answered.text).toBe(200)
       expect(answered.body.turn).toMatchObject({ status: "ended", result: { text: "drained" } })
-      const t0 = Date.now()
-      const exit = await server.waitExit(5_000)
+      // Once nothing is left to drain, well before the drain deadline (60 s).
+      const exit = await server.waitExit(20_000)
       expect(exit, server.output).toEqual({ code: 0, signal: null })
-      expect(Date.now() - t0).toBeLessThan(3_000)
       expect(fs.existsSync(server.lockFile)).toBe(false)
       await stream.done
       expect(stream.ended).toBeDefined()
