@@ -10,8 +10,14 @@
 // --ts-loop: text turns of the official loop's TypeScript reference (scripts/bench/loopsServer.js)
 // instead of the WebAssembly loop: what the Wasm turn adds is the difference.
 //
-// Prints instructions and fibers per turn, by instruction kind, and the sites (the source of the
-// function an instruction runs) with the most instructions per turn.
+// Prints instructions and fibers per turn, by instruction kind, the sites (the source of the
+// function an instruction runs) with the most instructions per turn, and the instructions by the
+// fiber that ran them (named by where it was started: the nearest frames of Brain's code).
+//
+// BRAIN_BENCH_OPS_ROOT=<text>: the sites table counts only fibers whose name holds <text> (e.g.
+// "SocketRoutes", the requests taken at the socket). BRAIN_BENCH_OPS_TRACE=<file>: the first
+// 20,000 instructions counted (of those fibers), in order, each with its fiber's number, written
+// to <file>: one fiber's lines are one turn's path through the runtime, instruction by instruction.
 import fs from "node:fs"
 import path from "node:path"
 import { admitEchoTool, createSessions, echoHost, toolLoop, expectStatus, freePort, keyed, request, ROOT, settle, spawnProcess, tmp } from "./lib.js"
@@ -39,7 +45,7 @@ const server = await spawnProcess(
   ],
   {
     ready: /brain listening/,
-    env: { BRAIN_BENCH_OPS: out, BRAIN_BENCH_OPS_TURNS: turnsFile, UV_THREADPOOL_SIZE: "64", ...(tsLoop ? { BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir } : {}) }
+    env: { BRAIN_BENCH_OPS: out, BRAIN_BENCH_OPS_ROOT: process.env.BRAIN_BENCH_OPS_ROOT ?? "", BRAIN_BENCH_OPS_TRACE: process.env.BRAIN_BENCH_OPS_TRACE ?? "", BRAIN_BENCH_OPS_TURNS: turnsFile, UV_THREADPOOL_SIZE: "64", ...(tsLoop ? { BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir } : {}) }
   }
 )
 let body = { model: { provider: "scripted" }, ...(tsLoop ? { agentloop: "official-ts" } : {}) }
@@ -83,6 +89,10 @@ ${c.bySite.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.re
 | fibers by where they were started (the nearest frames of Brain's code when they first resumed) | per turn |
 | --- | ---: |
 ${c.byRoot.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}
+
+| instructions by the root of the fiber that ran them | per turn |
+| --- | ---: |
+${c.byFiberRoot.sort((a, b) => b[1] - a[1]).slice(0, top).map(([k, n]) => `| \`${k.replace(/\|/g, "\\|").replace(/`/g, "'")}\` | ${per(n)} |`).join("\n")}
 
 | generator functions run for the first time (each a prototype and a hidden class of its own), by source | per turn |
 | --- | ---: |

@@ -27,6 +27,12 @@ let newGenerators = 0
 /** The generator functions run for the first time, by their source's start. */
 const newBySource = new Map()
 let on = false
+/** BRAIN_BENCH_OPS_ROOT: count sites only in fibers whose root (as byFiberRoot names it) holds this text. */
+const onlyRoot = process.env.BRAIN_BENCH_OPS_ROOT || undefined
+/** BRAIN_BENCH_OPS_TRACE (a file): the first instructions counted, in order, each with its fiber's number. */
+const trace = process.env.BRAIN_BENCH_OPS_TRACE ? [] : undefined
+const traceIds = new WeakMap()
+let traceCount = 0
 
 const fnOf = (kind, op) => {
   switch (kind) {
@@ -71,10 +77,25 @@ const describe = (effect, depth = 0) => {
 
 const resume = proto.resume
 let resumed = new WeakSet()
+/** Each fiber's root (as byRoot names it), kept from its first resume whether counting or not. */
+const rootOf = new WeakMap()
+/** Instructions by the root of the fiber that ran them. */
+const byFiberRoot = new Map()
+/** Where a fiber was started: the nearest frames of Brain's code (not the runtime's) on the stack that started it. */
+const startedAt = () => {
+  const frames = (new Error().stack ?? "").split("\n").slice(2).filter((l) => !l.includes("node_modules") && !l.includes("effectOpsPreload"))
+  return frames.slice(0, 3).map((l) => l.trim().replace(/^at /, "").replace(/\(?file:\/\/[^)]*\/(dist|src)\//, "(")).join(" < ") || "(no Brain frame)"
+}
+const start = proto.start
+proto.start = function(effect) {
+  if (!rootOf.has(this)) rootOf.set(this, `${startedAt()} :: ${describe(effect).slice(0, 60)}`)
+  return start.call(this, effect)
+}
 proto.resume = function(effect) {
+  if (!rootOf.has(this)) rootOf.set(this, `${startedAt()} :: ${describe(effect).slice(0, 60)}`)
   if (on && !resumed.has(this)) {
     resumed.add(this)
-    const root = describe(effect)
+    const root = rootOf.get(this)
     byRoot.set(root, (byRoot.get(root) ?? 0) + 1)
   }
   return resume.call(this, effect)
@@ -86,6 +107,8 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
   proto[kind] = function(op) {
     if (on) {
       byKind.set(kind, (byKind.get(kind) ?? 0) + 1)
+      const root = rootOf.get(this) ?? "(a fiber not resumed since the preload)"
+      byFiberRoot.set(root, (byFiberRoot.get(root) ?? 0) + 1)
       if (!fibers.has(this)) {
         fibers.add(this)
         fiberCount++
@@ -100,7 +123,11 @@ for (const kind of ["Sync", "Success", "Failure", "Async", "WithRuntime", "OnSuc
       const site = typeof fn === "function"
         ? `${kind}${kind === "Commit" ? ` ${op.constructor?.name ?? "?"} ${String(op._op ?? op._tag ?? "")} ${String(op.key ?? "")}` : ""} ${fn.toString().replace(/\s+/g, " ").slice(0, 160)}`
         : undefined
-      if (site !== undefined) bySite.set(site, (bySite.get(site) ?? 0) + 1)
+      if (trace !== undefined && trace.length < 20000 && (onlyRoot === undefined || root.includes(onlyRoot))) {
+        if (!traceIds.has(this)) traceIds.set(this, traceCount++)
+        trace.push(`${traceIds.get(this)} ${kind} ${typeof fn === "function" ? fn.toString().replace(/\s+/g, " ").slice(0, 120) : kind === "Success" ? "" : String(op?.constructor?.name)}`)
+      }
+      if (site !== undefined && (onlyRoot === undefined || root.includes(onlyRoot))) bySite.set(site, (bySite.get(site) ?? 0) + 1)
     }
     return handler.call(this, op)
   }
@@ -110,6 +137,7 @@ process.on("SIGTTIN", () => {
   byKind.clear()
   bySite.clear()
   byRoot.clear()
+  byFiberRoot.clear()
   resumed = new WeakSet()
   fibers = new WeakSet()
   fiberCount = 0
@@ -121,5 +149,6 @@ process.on("SIGTTOU", () => {
   on = false
   const turns = Number(fs.readFileSync(process.env.BRAIN_BENCH_OPS_TURNS, "utf8"))
   const total = [...byKind.values()].reduce((a, b) => a + b, 0)
-  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, newGenerators, newBySource: [...newBySource], byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot] }))
+  if (trace !== undefined) fs.writeFileSync(process.env.BRAIN_BENCH_OPS_TRACE, trace.join("\n"))
+  fs.writeFileSync(process.env.BRAIN_BENCH_OPS, JSON.stringify({ turns, total, fibers: fiberCount, newGenerators, newBySource: [...newBySource], byKind: [...byKind], bySite: [...bySite], byRoot: [...byRoot], byFiberRoot: [...byFiberRoot] }))
 })
