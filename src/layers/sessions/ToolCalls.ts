@@ -10,7 +10,7 @@
  * while they are journaled and forked (512 held /health/live for 300 ms), and the loop decides
  * what to do with the refusal (the official loop fails its turn with it).
  */
-import { Cause, Effect, Exit, Fiber, Option, Runtime } from "effect"
+import { Cause, Clock, Context, Effect, Either, Exit, Fiber, Option, Runtime } from "effect"
 import { placeOf } from "../../domain/Environment.js"
 import { failure } from "../../domain/Failure.js"
 import { TOOL_TIMEOUT_MAX_MS } from "../../domain/Limits.js"
@@ -33,7 +33,7 @@ import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type 
 import { interruptWithin } from "./Abandon.js"
 import { Once } from "../Waits.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
-import { type Deadline, deadlinesOn } from "./Deadline.js"
+import { type Deadline, deadlinesOn, isLiveClock, TimerDeadline } from "./Deadline.js"
 
 /**
  * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_SECS (in ms) and its tool's `timeout_ms` (undefined:
@@ -154,30 +154,48 @@ export const makeDispatch = (given: ToolCallContext) => {
   /**
    * A round's calls through the fence: their starts in one commit, then each run at once. Refused
    * whole, nothing journaled, when their starts would take the turn past BRAIN_MAX_TURN_WRITE_BYTES.
+   * `stop` (the round's deadlines) runs when the fence has answered, however it ended, or when the
+   * round is interrupted before the fence: one uninterruptible region whose handlers end the round
+   * (stop the deadlines, tell the receipts, map the answer), not an `ensuring` for each and a map
+   * and a mapError (some fifteen of Effect's instructions a round, docs/benchmarks.md "Host-tool
+   * turn, stop 58"). Run in the round's own step: nothing can come between it and the fence.
    */
-  const runCalls: RunCalls = (calls) =>
-    Effect.suspend(() => {
-      const bytes = calls.reduce((n, c) => n + c.bytes, 0)
-      const refused = writeRefusal(deps.config, scope, bytes)
-      if (refused !== undefined) return refuse(refused)
-      countWrite(scope, bytes)
-      return fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks).pipe(
-        // A call whose outcome was not committed by the round's end never will be by this round.
-        Effect.ensuring(Effect.sync(() => {
-          if (receipts.size === 0) return
-          for (const c of calls) {
-            const sequence = c.started()
-            if (sequence !== undefined) settleReceipt(sequence, false)
-          }
-        })),
-        Effect.mapError(storageFailure),
-        Effect.map(() => calls.map((c) => c.result()))
-      )
-    })
+  const runCalls: RunCalls = (calls, stop) => {
+    const bytes = calls.reduce((n, c) => n + c.bytes, 0)
+    const refused = writeRefusal(deps.config, scope, bytes)
+    if (refused !== undefined) return Effect.zipRight(Effect.suspend(() => stopped(stop) ?? Effect.void), refuse(refused))
+    countWrite(scope, bytes)
+    /** A call whose outcome was not committed by the round's end never will be by this round. */
+    const ended = () => {
+      if (receipts.size === 0) return
+      for (const c of calls) {
+        const sequence = c.started()
+        if (sequence !== undefined) settleReceipt(sequence, false)
+      }
+    }
+    const fenced = fence.fenceAll(cell.session, calls.map((c) => c.effect), hooks)
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.matchCauseEffect(restore(fenced), {
+        onFailure: (cause) => {
+          ended()
+          const failed = Cause.failureOrCause(cause)
+          const failing = Either.isLeft(failed) ? Effect.fail(storageFailure(failed.left)) : Effect.failCause(failed.right)
+          const stopping = stopped(stop)
+          return stopping === undefined ? failing : Effect.zipRight(stopping, failing)
+        },
+        onSuccess: () => {
+          ended()
+          const results = Effect.succeed(calls.map((c) => c.result()))
+          const stopping = stopped(stop)
+          return stopping === undefined ? results : Effect.zipRight(stopping, results)
+        }
+      })
+    )
+  }
 
   return (calls: ReadonlyArray<ToolCallRequest>): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> => {
     const refused = callsRefusal(deps.config, calls.length)
-    return refused !== undefined ? refuse(refused) : Effect.gen(() => roundOf(ctx, calls, toolCall, runCalls))
+    return refused !== undefined ? refuse(refused) : roundOf(ctx, calls, toolCall, runCalls)
   }
 }
 
@@ -211,35 +229,72 @@ type ToolCallOf = (
   runtime: Runtime.Runtime<never>
 ) => ToolCall
 
-/** What `runCalls` is (makeDispatch's): a round's calls through the fence, their results in order. */
-type RunCalls = (calls: ReadonlyArray<ToolCall>) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
+/**
+ * What stops a round's deadlines: host timers stopped in the step that ends the round, or an
+ * effect (fibers sleeping on a Clock that tests drive, to interrupt).
+ */
+type StopDeadlines = (() => void) | Effect.Effect<void>
 
-// A round's and a call's generator bodies are module functions, made once, not generators made per
-// call (docs/benchmarks.md, "Generator bodies made once").
-
-/** A round of calls: one deadline sleeper per distinct budget, the calls fenced together (`fenceAll`). */
-function* roundOf(ctx: ToolCallContext, calls: ReadonlyArray<ToolCallRequest>, toolCall: ToolCallOf, runCalls: RunCalls) {
-  const { cell } = ctx.scope
-  const { config } = ctx.deps
-  const now = ctx.deps.clock.unsafeCurrentTimeMillis()
-  // One sleeper per distinct budget among the round's calls (they share `now`, so calls with the
-  // same budget share their deadline_at_ms): a round of parallel calls to one tool starts one.
-  // On the live Clock a host timer each (Deadline.ts), on another a fiber sleeping on it.
-  const sleepers = new Map<number, Deadline>()
-  const tools = cell.state.configuration?.tools
-  const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
-  const budgets = definitions.map((definition) => budgetOf(config, definition))
-  const deadlines = budgets.some((budget) => budget !== undefined) ? deadlinesOn(yield* Effect.clock) : undefined
-  for (const budget of budgets) {
-    if (budget !== undefined && !sleepers.has(budget)) sleepers.set(budget, yield* deadlines!.make(budget))
-  }
-  const runtime = yield* Effect.runtime<never>()
-  const round = runCalls(calls.map((call, i) => {
-    const budget = budgets[i]
-    return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined, runtime)
-  }))
-  return yield* (deadlines !== undefined ? Effect.ensuring(round, deadlines.stopAll) : round)
+/** Stops the deadlines now, or answers the effect that does. */
+const stopped = (stop: StopDeadlines): Effect.Effect<void> | undefined => {
+  if (Effect.isEffect(stop)) return stop
+  stop()
+  return undefined
 }
+
+/**
+ * What `runCalls` is (makeDispatch's): a round's calls through the fence, their results in order;
+ * `stop` (the round's deadlines) runs when it ends, however.
+ */
+type RunCalls = (calls: ReadonlyArray<ToolCall>, stop: StopDeadlines) => Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed>
+
+// A call's generator bodies are module functions, made once, not generators made per call
+// (docs/benchmarks.md, "Generator bodies made once").
+
+/**
+ * A round of calls: one deadline per distinct budget, the calls fenced together (`fenceAll`). On
+ * the live Clock the deadlines are host timers (Deadline.ts) made in this step, and the round
+ * reads its fiber (its Clock, its runtime) once; on another a fiber sleeping on it each.
+ */
+const roundOf = (
+  ctx: ToolCallContext,
+  calls: ReadonlyArray<ToolCallRequest>,
+  toolCall: ToolCallOf,
+  runCalls: RunCalls
+): Effect.Effect<ReadonlyArray<ToolResult>, HostCallFailed> =>
+  Effect.withFiberRuntime((fiber, status) => {
+    const { cell } = ctx.scope
+    const { config } = ctx.deps
+    const now = ctx.deps.clock.unsafeCurrentTimeMillis()
+    const tools = cell.state.configuration?.tools
+    const definitions = calls.map((call) => tools?.find((t) => t.name === call.name))
+    const budgets = definitions.map((definition) => budgetOf(config, definition))
+    const runtime = Runtime.make({ context: fiber.currentContext, runtimeFlags: status.runtimeFlags, fiberRefs: fiber.getFiberRefs() })
+    /** The round with its deadlines, one per distinct budget among its calls (they share `now`, so calls with the same budget share their deadline_at_ms). */
+    const round = (sleepers: ReadonlyMap<number, Deadline>, stop: StopDeadlines) =>
+      runCalls(
+        calls.map((call, i) => {
+          const budget = budgets[i]
+          return toolCall(call, definitions[i], now, budget, budget !== undefined ? sleepers.get(budget) : undefined, runtime)
+        }),
+        stop
+      )
+    if (budgets.every((budget) => budget === undefined)) return round(new Map(), () => {})
+    const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+    if (isLiveClock(clock)) {
+      const timers = new Map<number, TimerDeadline>()
+      for (const budget of budgets) {
+        if (budget !== undefined && !timers.has(budget)) timers.set(budget, new TimerDeadline(budget))
+      }
+      return round(timers, () => timers.forEach((d) => d.stop()))
+    }
+    const deadlines = deadlinesOn(clock)
+    const distinct = [...new Set(budgets.filter((budget): budget is number => budget !== undefined))]
+    return Effect.flatMap(
+      Effect.forEach(distinct, (budget) => Effect.map(deadlines.make(budget), (d) => [budget, d] as const)),
+      (made) => round(new Map(made), deadlines.stopAll)
+    )
+  })
 
 /** What a call's local executor is given (Tools). */
 const invocationOf = (
