@@ -93,36 +93,36 @@ const answerOf = <A, E>(answering: Answering<A, E>): Effect.Effect<Exit.Exit<A, 
  * test clock drives either.
  */
 export const appendWithin = <A, E>(append: Queueable<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> =>
-  Effect.flatMap(
-    Effect.suspend(() => {
-      const now = queued(append)
-      return now !== undefined ? Effect.succeed(now) : forked(append.effect)
-    }),
-    (answering): Effect.Effect<Bounded<A, E>> => {
-      const unsettled: Bounded<A, E> = { _tag: "Unsettled", settled: Effect.asVoid(answerOf(answering)) }
-      // Past the host timer's range a deadline cannot fire: the same as no bound.
-      if (deadlineMs <= 0 || deadlineMs > MAX_TIMER_MS) {
-        return Effect.map(answerOf(answering), (exit) => ({ _tag: "Answered", exit }) as const)
-      }
-      return waitFor<Bounded<A, E>>((resume) => {
-        const onExit = (exit: Exit.Exit<A, E>) => {
-          clearTimeout(timer)
-          resume(Effect.succeed({ _tag: "Answered", exit }))
-        }
-        const timer = setTimeout(() => {
-          answering.remove(onExit)
-          resume(Effect.succeed(unsettled))
-        }, deadlineMs)
-        // Called at once when the append has already ended.
-        answering.add(onExit)
-        // An interruptible caller that is interrupted stops waiting; the append goes on.
-        return () => {
-          clearTimeout(timer)
-          answering.remove(onExit)
-        }
-      })
+  Effect.suspend(() => {
+    const now = queued(append)
+    return now !== undefined ? waitWithin(now, deadlineMs) : Effect.flatMap(forked(append.effect), (answering) => waitWithin(answering, deadlineMs))
+  })
+
+/** `appendWithin`'s wait for the append's answer, at most `deadlineMs` (0: no bound). */
+const waitWithin = <A, E>(answering: Answering<A, E>, deadlineMs: number): Effect.Effect<Bounded<A, E>> => {
+  const unsettled: Bounded<A, E> = { _tag: "Unsettled", settled: Effect.asVoid(answerOf(answering)) }
+  // Past the host timer's range a deadline cannot fire: the same as no bound.
+  if (deadlineMs <= 0 || deadlineMs > MAX_TIMER_MS) {
+    return Effect.map(answerOf(answering), (exit) => ({ _tag: "Answered", exit }) as const)
+  }
+  return waitFor<Bounded<A, E>>((resume) => {
+    const onExit = (exit: Exit.Exit<A, E>) => {
+      clearTimeout(timer)
+      resume(Effect.succeed({ _tag: "Answered", exit }))
     }
-  )
+    const timer = setTimeout(() => {
+      answering.remove(onExit)
+      resume(Effect.succeed(unsettled))
+    }, deadlineMs)
+    // Called at once when the append has already ended.
+    answering.add(onExit)
+    // An interruptible caller that is interrupted stops waiting; the append goes on.
+    return () => {
+      clearTimeout(timer)
+      answering.remove(onExit)
+    }
+  })
+}
 
 /** An effect's dispatch tried now; a try that threw is a defect of the dispatch, as if its effect had died. */
 const tryNow = <A, E>(effect: FencedEffect<A, E>, started: number): Exit.Exit<A, E> | Dispatching<A, E> | undefined => {
@@ -151,6 +151,31 @@ export const journalAppend = (journal: JournalShape, session: SessionId, entries
   effect: journal.append(session, entries)
 })
 
+/**
+ * `journal.append`, queued in this synchronous step where the journal can (`Journal.enqueue`) and
+ * waited for as one `Effect.async` on its callback: the starts of every fence (a model call's,
+ * each round of tool calls') cost three of Effect's instructions fewer than the append's own
+ * effects (docs/benchmarks.md, "Host-tool turn, stop 58"). Where it cannot, `journal.append`.
+ * Its wait has no canceler, as `journal.append`'s has none: an append once queued lands or fails.
+ */
+export const appendNow = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Effect.Effect<ReadonlyArray<number>, JournalAppendError> =>
+  journal.enqueue === undefined
+    ? journal.append(session, entries)
+    : Effect.suspend(() => {
+      let answer: Exit.Exit<ReadonlyArray<number>, JournalAppendError> | undefined
+      let resume: ((exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void) | undefined
+      const taken = journal.enqueue!(session, entries, (exit) => {
+        if (resume !== undefined) resume(exit)
+        else answer = exit
+      })
+      if (!taken) return journal.append(session, entries)
+      // Answered at once (a broken session, a closed journal), or to come.
+      return answer ?? Effect.async<ReadonlyArray<number>, JournalAppendError>((r) => {
+        if (answer !== undefined) r(answer)
+        else resume = r
+      })
+    })
+
 /** The longest delay a host timer takes (a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1
 
@@ -167,7 +192,7 @@ export const make = Effect.gen(function*() {
     hooks: FenceHooks | undefined,
     restore: Restore
   ) {
-    const [seq] = yield* journal.append(session, [started])
+    const [seq] = yield* appendNow(journal, session, [started])
     hooks?.committed?.([[seq!, started]])
     return yield* settled(session, seq!, dispatch, outcome, hooks, restore)
   }
@@ -177,7 +202,7 @@ export const make = Effect.gen(function*() {
    * its try gave) and outcome in a fiber of its own (`runRound`).
    */
   function* fencedAll<A, E>(session: SessionId, effects: ReadonlyArray<FencedEffect<A, E>>, hooks: FenceHooks | undefined, restore: Restore) {
-    const seqs = yield* journal.append(session, effects.map((e) => e.started))
+    const seqs = yield* appendNow(journal, session, effects.map((e) => e.started))
     hooks?.committed?.(effects.map((e, i) => [seqs[i]!, e.started] as const))
     const nows = effects.map((e, i) => tryNow(e, seqs[i]!))
     if (nows.every((now) => now !== undefined && !isDispatching(now))) {
@@ -231,11 +256,12 @@ export const make = Effect.gen(function*() {
         if (isDispatching(now) && exits[i] === undefined) now.interrupt()
       })
     }
-    const nextEnd = waitFor<void>((resume) => {
+    // A wait with no canceler, though it may be interrupted (`restore`): one `Effect.async`, not the
+    // mask and finalizer an interruptible one with a canceler is given (Waits.ts). A wait
+    // interrupted leaves `wake` to its resume, which is spent then (calling it does nothing);
+    // the next wait sets its own, and an end meanwhile is in `ended`, read before any wait.
+    const nextEnd = Effect.async<void>((resume) => {
       wake = () => resume(Effect.void)
-      return () => {
-        wake = undefined
-      }
     })
     let first: Cause.Cause<FenceError> | undefined
     let committed = 0

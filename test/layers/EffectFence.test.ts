@@ -6,14 +6,14 @@
  * the outcome append is held until the test lets it go.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberId, Layer, Option } from "effect"
+import { Cause, Deferred, Duration, Effect, Either, Exit, Fiber, FiberId, Layer, Option } from "effect"
 import { failure } from "../../src/domain/Failure.js"
 import { mintSessionId } from "../../src/domain/Ids.js"
 import { entry, type Entry } from "../../src/domain/Records.js"
 import * as EffectFenceJournal from "../../src/layers/EffectFenceJournal.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import type { Dispatching, FenceHooks } from "../../src/services/EffectFence.js"
-import { Journal, type JournalShape } from "../../src/services/Journal.js"
+import { Journal, type JournalAppendError, type JournalShape, JournalWriteFailed } from "../../src/services/Journal.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 
 /** A memory journal whose appends of `kind` wait for `release` (once `reached` says they arrived). */
@@ -343,6 +343,53 @@ describe("appendWithin: an append queued without a fiber where the journal can",
     }))
 })
 
+describe("appendNow: a fence's starts queued without the append's effects where the journal can", () => {
+  /** A journal whose `enqueue` takes the append (or not, or answers it at once) and whose `append` counts its runs. */
+  const journalWith = (takes: boolean, atOnce?: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => {
+    let answer: ((exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void) | undefined
+    let appended = 0
+    const journal = {
+      enqueue: (_session: unknown, _entries: unknown, done: (exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void) => {
+        if (!takes) return false
+        if (atOnce !== undefined) done(atOnce)
+        else answer = done
+        return true
+      },
+      append: () =>
+        Effect.sync(() => {
+          appended++
+          return [9]
+        })
+    } as unknown as JournalShape
+    return { journal, answer: (sequences: ReadonlyArray<number>) => answer!(Exit.succeed(sequences)), appended: () => appended }
+  }
+
+  it.scopedLive("a start the journal queues is answered by its callback, and `append` never runs; one it cannot queue goes through `append`", () =>
+    Effect.gen(function*() {
+      const session = yield* mintSessionId
+      const q = journalWith(true)
+      const waiting = yield* Effect.fork(EffectFenceJournal.appendNow(q.journal, session, [started]))
+      yield* Effect.sleep(Duration.millis(10))
+      expect(Option.isNone(yield* Fiber.poll(waiting))).toBe(true)
+      q.answer([4])
+      expect(yield* Fiber.join(waiting)).toEqual([4])
+      expect(q.appended()).toBe(0)
+      const refused = journalWith(false)
+      expect(yield* EffectFenceJournal.appendNow(refused.journal, session, [started])).toEqual([9])
+      expect(refused.appended()).toBe(1)
+    }))
+
+  it.scopedLive("a start the journal refuses as it queues it (a broken session) fails with the journal's error, and nothing else is tried", () =>
+    Effect.gen(function*() {
+      const session = yield* mintSessionId
+      const broken = new JournalWriteFailed({ session, reason: "a failed write" })
+      const q = journalWith(true, Exit.fail(broken))
+      const got = yield* Effect.either(EffectFenceJournal.appendNow(q.journal, session, [started]))
+      expect(got).toEqual(Either.left(broken))
+      expect(q.appended()).toBe(0)
+    }))
+})
+
 describe("EffectFence.fenceAll: effects under way with no fiber (Dispatching)", () => {
   /** A dispatch under way that the test ends (`finish`); `interrupt` ends it interrupted, as an interrupted fiber would. */
   const underWay = () => {
@@ -442,6 +489,30 @@ describe("EffectFence.fenceAll: effects under way with no fiber (Dispatching)", 
       yield* unsettled[0]!
       const after = yield* h.base.read(h.session, { after: 4, limit: 100 })
       expect(after.map((r) => [r.kind, (r.payload as { sequence: number }).sequence])).toEqual([["tool_call_ended", 2]])
+    }))
+
+  it.scopedLive("an interrupted caller whose effect's stop ends it only later waits for that end, and leaves only once every outcome is durable", () =>
+    Effect.gen(function*() {
+      const j = yield* counting
+      const fence = yield* fenceWith(j.journal, 5_000)
+      const slow = underWay()
+      let asked = 0
+      // Its stop is asked for now; the effect ends when the test says (a stop that takes a while).
+      const slowly: Dispatching<string, never> = { ...slow.dispatching, interrupt: () => void asked++ }
+      const ways = [slow, underWay()]
+      const effects = roundOf(ways, [])
+      const round = [{ ...effects[0]!, dispatchNow: () => slowly }, effects[1]!]
+      const fiber = yield* Effect.fork(fence.fenceAll(j.session, round))
+      yield* Effect.sleep(Duration.millis(20))
+      const interrupting = yield* Effect.fork(Fiber.interrupt(fiber))
+      yield* Effect.sleep(Duration.millis(20))
+      expect([asked, ways[1]!.interrupted()]).toEqual([1, 1])
+      // The other's outcome is durable; the caller still waits for the slow one.
+      expect(Option.isNone(yield* Fiber.poll(interrupting))).toBe(true)
+      slow.finish(Exit.succeed("late"))
+      expect(Exit.isInterrupted(yield* Fiber.join(interrupting))).toBe(true)
+      const records = yield* j.base.read(j.session, { after: 3, limit: 100 })
+      expect(records.map((r) => [r.kind, (r.payload as { sequence: number }).sequence])).toEqual([["tool_call_failed", 3], ["tool_call_ended", 2]])
     }))
 
   it.scopedLive("in a round that also has an effect to run in a fiber, the one under way is waited for in a fiber of its own and recorded as it ended", () =>
