@@ -69,4 +69,23 @@ describe("the turn's cancel signal", () => {
       expect(turn.signal.listeners.size).toBe(0)
       yield* Fiber.interrupt(never)
     }))
+  it.effect("an interrupted wait runs its onInterrupted after taking its callbacks off, once; a wait answered (or after a cancel) never runs it", () =>
+    Effect.gen(function*() {
+      const turn = turnWith()
+      const never = yield* Effect.fork(Effect.never)
+      const ran: Array<number> = []
+      const onInterrupted = Effect.sync(() => void ran.push(turn.signal.listeners.size))
+      const wait = yield* Effect.fork(exitOrCancel(never, turn.signal, undefined, onInterrupted))
+      yield* Effect.yieldNow()
+      expect(turn.signal.listeners.size).toBe(1)
+      yield* Fiber.interrupt(wait)
+      // It ran once, with the wait's callback already off the signal.
+      expect(ran).toEqual([0])
+      const done = yield* Effect.fork(Effect.succeed(1))
+      expect(yield* exitOrCancel(done, turn.signal, undefined, onInterrupted)).toEqual({ _tag: "done", exit: Exit.succeed(1) })
+      yield* cancelTurn(turn, "cancelled")
+      expect(yield* exitOrCancel(never, turn.signal, undefined, onInterrupted)).toEqual({ _tag: "cancel", reason: "cancelled" })
+      expect(ran).toEqual([0])
+      yield* Fiber.interrupt(never)
+    }))
 })

@@ -69,15 +69,23 @@ export type ExitOrCancel<A, E> =
  * `deadline` (Deadline.ts: a host timer, or a fiber sleeping on a Clock that tests drive). One
  * callback each way, where a race forked a fiber per side and interrupted the losers. Neither
  * fiber is interrupted here: a waiter that wants its fiber stopped when it is itself interrupted
- * says so around the wait (`Abandon.ts`, bounded by the grace).
+ * says so (`onInterrupted`, e.g. Abandon.ts's `interruptWithin`, bounded by the grace).
  */
 export const exitOrCancel = <A, E>(
   fiber: Fiber.RuntimeFiber<A, E>,
   signal: CancelSignal,
-  deadline?: Deadline
+  deadline?: Deadline,
+  /**
+   * What an interrupted waiter does then, after its callbacks are stopped (`Effect.onInterrupt`
+   * around the wait, in the wait's own canceler: one mask and finalizer, not two).
+   */
+  onInterrupted?: Effect.Effect<unknown>
 ): Effect.Effect<ExitOrCancel<A, E>> =>
   Effect.async<ExitOrCancel<A, E>>((resume) => {
-    if (signal.reason !== undefined) return resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
+    if (signal.reason !== undefined) {
+      resume(Effect.succeed({ _tag: "cancel", reason: signal.reason }))
+      return onInterrupted
+    }
     let settled = false
     const settle = (first: ExitOrCancel<A, E>) => {
       if (settled) return
@@ -100,7 +108,7 @@ export const exitOrCancel = <A, E>(
     // Each called at once if its fiber has already ended.
     fiber.addObserver(onExit)
     if (!settled) deadline?.addObserver(onDeadline)
-    return Effect.sync(stop)
+    return onInterrupted === undefined ? Effect.sync(stop) : Effect.zipRight(Effect.sync(stop), onInterrupted)
   })
 
 /** A transcript save staged to ride on the next append (`Cell.riding`). */

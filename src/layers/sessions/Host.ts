@@ -225,7 +225,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
   const callOrCancel = <A, E>(call: Effect.Effect<A, E>, cancelled: (reason: CancelReason) => A): Effect.Effect<A, E> =>
     Effect.flatMap(Effect.forkDaemon(call), (fiber) =>
       Effect.flatMap(
-        Effect.onInterrupt(exitOrCancel(fiber, scope.signal), () => interruptWithin(fiber, deps.config.cancelGraceMs)),
+        exitOrCancel(fiber, scope.signal, undefined, Effect.suspend(() => interruptWithin(fiber, deps.config.cancelGraceMs))),
         (first) =>
           first._tag === "done"
             ? first.exit
