@@ -57,9 +57,10 @@ export const BACKSTOP_MS = 1_000
 /**
  * Milliseconds a pinned guest given up while it computes has to heed its stop before its thread is
  * terminated. The metering reads the word about every millisecond of compute (GuestTwin.ts, FUEL);
- * the rest is room for a loaded machine, where the worker may wait long for a core.
+ * the rest is room for a loaded machine, where the worker may wait seconds for a core (a
+ * thread terminated there would rerun every guest pinned beside it).
  */
-export const UNHEEDED_STOP_MS = 1_000
+export const UNHEEDED_STOP_MS = 5_000
 
 /** Runs again on another thread after the one it was pinned to died, at most; then it runs blocking. */
 export const AGAIN_AT_MOST = 3
