@@ -154,11 +154,11 @@ export const makeDispatch = (given: ToolCallContext) => {
   /**
    * A round's calls through the fence: their starts in one commit, then each run at once. Refused
    * whole, nothing journaled, when their starts would take the turn past BRAIN_MAX_TURN_WRITE_BYTES.
-   * `stop` (the round's deadlines) runs when the fence has answered, however it ended, or when the
-   * round is interrupted before the fence: one uninterruptible region whose handlers end the round
-   * (stop the deadlines, tell the receipts, map the answer), not an `ensuring` for each and a map
-   * and a mapError (some fifteen of Effect's instructions a round, docs/benchmarks.md "Host-tool
-   * turn, stop 58"). Run in the round's own step: nothing can come between it and the fence.
+   * `stop` (the round's deadlines) runs when the fence has answered, however it ended (interrupted
+   * too): one uninterruptible region, entered in the step that made the deadlines, whose handlers
+   * end the round (stop the deadlines, tell the receipts, map the answer), not an `ensuring` for
+   * each and a map and a mapError (some fifteen of Effect's instructions a round,
+   * docs/benchmarks.md "Host-tool turn, stop 58").
    */
   const runCalls: RunCalls = (calls, stop) => {
     const bytes = calls.reduce((n, c) => n + c.bytes, 0)
