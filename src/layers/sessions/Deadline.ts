@@ -64,24 +64,11 @@ const liveSleep = Clock.make().sleep
 export const isLiveClock = (clock: Clock.Clock): boolean => clock.sleep === liveSleep
 
 /**
- * Deadlines of `ms` each on `clock`, and what stops them all: host timers on the live Clock, else
- * fibers forked (in the caller's scope) sleeping on it.
+ * Deadlines of `ms` each on a Clock that is not the live one (a TestClock), and what stops them
+ * all: fibers forked (in the caller's scope) sleeping on it. On the live Clock a round makes its
+ * `TimerDeadline`s itself (ToolCalls.ts `roundOf`).
  */
-export const deadlinesOn = (clock: Clock.Clock) => {
-  if (isLiveClock(clock)) {
-    const made: Array<TimerDeadline> = []
-    return {
-      make: (ms: number): Effect.Effect<Deadline> =>
-        Effect.sync(() => {
-          const d = new TimerDeadline(ms)
-          made.push(d)
-          return d
-        }),
-      stopAll: Effect.sync(() => {
-        for (const d of made) d.stop()
-      })
-    }
-  }
+export const sleepingDeadlines = () => {
   const fibers: Array<Fiber.RuntimeFiber<void>> = []
   return {
     make: (ms: number): Effect.Effect<Deadline> =>

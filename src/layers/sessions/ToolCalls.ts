@@ -33,7 +33,7 @@ import { checkedOutput, crashed, notSentOf, stopping, type ToolDefinition, type 
 import { interruptWithin } from "./Abandon.js"
 import { Once } from "../Waits.js"
 import { counted, countWrite, weigh, writeRefusal } from "./TurnWrites.js"
-import { type Deadline, deadlinesOn, isLiveClock, TimerDeadline } from "./Deadline.js"
+import { type Deadline, isLiveClock, sleepingDeadlines, TimerDeadline } from "./Deadline.js"
 
 /**
  * A call's time budget in ms: the lower of BRAIN_MAX_TOOL_SECS (in ms) and its tool's `timeout_ms` (undefined:
@@ -288,7 +288,7 @@ const roundOf = (
       }
       return round(timers, () => timers.forEach((d) => d.stop()))
     }
-    const deadlines = deadlinesOn(clock)
+    const deadlines = sleepingDeadlines()
     const distinct = [...new Set(budgets.filter((budget): budget is number => budget !== undefined))]
     return Effect.flatMap(
       Effect.forEach(distinct, (budget) => Effect.map(deadlines.make(budget), (d) => [budget, d] as const)),
