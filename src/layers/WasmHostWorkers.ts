@@ -60,6 +60,12 @@ export interface WasmHostOptions extends ActivationLimits {
   readonly inlineAtAdmission?: boolean
   /** Where admitted modules' instrumented twins are kept across restarts (InlineModules.ts); none: made again in each process. */
   readonly twinCacheDir?: string
+  /**
+   * Whether activations on the pool run their module's twin pinned (wasm/Pinned.ts: a guest waiting
+   * in a host call holds no thread). Default true; false, every one holds its thread through its
+   * host calls, as a module without a twin does: for tests that must fill the pool's threads.
+   */
+  readonly pinning?: boolean
   /** Uploads compiling or waiting to (BRAIN_WASM_COMPILE_QUEUE) past which another is refused `overloaded`; default no bound. */
   readonly compileQueue?: number
   /** What compiles an uploaded module (default: the compiling thread, Compiler.ts); for tests that must hold a compile. */
@@ -261,6 +267,8 @@ export const make = (options: WasmHostOptions) =>
     const inlineMs = options.inlineMs ?? 0
     const inlineLimits: InlineLimits = { computeMs: options.computeMs, ioBytes: options.ioBytes, memoryBytes: options.memoryBytes, inlineMs }
     const twins = new InlineModules(options.twinCacheDir)
+    /** The twin an activation on the pool runs pinned, if any. */
+    const pinnedTwin = (moduleId: string) => (options.pinning === false ? undefined : twins.twin(moduleId))
     const compiling = new CompileQueue(options.compileQueue, options.compile)
     // What this host decided of each module it was given, by content hash (wasm/Module.ts).
     const verdicts = new Verdicts()
@@ -276,7 +284,7 @@ export const make = (options: WasmHostOptions) =>
       const twin = inlineMs > 0 ? twins.take(activation.moduleId, session) : undefined
       if (twin === undefined) {
         stats.pool++
-        return Effect.matchEffect(onPool(pool, limits, activation, twins.twin(activation.moduleId)), { onFailure: ends.failed, onSuccess: ends.done })
+        return Effect.matchEffect(onPool(pool, limits, activation, pinnedTwin(activation.moduleId)), { onFailure: ends.failed, onSuccess: ends.done })
       }
       stats.inline++
       activation.began?.()
@@ -288,7 +296,7 @@ export const make = (options: WasmHostOptions) =>
         moved: (_reason, calls) => {
           stats.moved++
           twins.moved(activation.moduleId, session)
-          return Effect.matchEffect(onPool(pool, limits, activation, twins.twin(activation.moduleId), calls), { onFailure: ends.failed, onSuccess: ends.done })
+          return Effect.matchEffect(onPool(pool, limits, activation, pinnedTwin(activation.moduleId), calls), { onFailure: ends.failed, onSuccess: ends.done })
         },
         failed: ends.failed
       })

@@ -194,11 +194,12 @@ describe("Wasm tools", () => {
         (loop $l (br $l)) (unreachable))`)
   })()
   /**
-   * One guest computing at once and two threads: of a round of three spinning calls the third never
-   * gets a thread (the first spins holding one; the second holds the other, started or waiting for
-   * the compute slot).
+   * One guest computing at once and two threads, each activation holding its thread through its host
+   * calls (not pinned): of a round of three spinning calls the third never gets a thread (the first
+   * spins holding one; the second holds the other, started or waiting for the compute slot). Pinned,
+   * a guest waiting for its `emit`'s answer holds no thread, and the third could start then.
    */
-  const TWO_THREADS = { ...WASM, workers: 1, threads: 2 }
+  const TWO_THREADS = { ...WASM, workers: 1, threads: 2, pinning: false }
 
   it.scopedLive.each([["a cancel", "cancel"], ["their deadlines", "deadline"]] as const)(
     "Wasm tool calls stopped by %s before their guest started never ran: recorded not sent and not ambiguous; a call whose guest ran is not",
