@@ -163,7 +163,12 @@ export const makeDispatch = (given: ToolCallContext) => {
   const runCalls: RunCalls = (calls, stop) => {
     const bytes = calls.reduce((n, c) => n + c.bytes, 0)
     const refused = writeRefusal(deps.config, scope, bytes)
-    if (refused !== undefined) return Effect.zipRight(Effect.suspend(() => stopped(stop) ?? Effect.void), refuse(refused))
+    /** `next` once the round's deadlines are stopped (at once, for host timers). */
+    const afterStop = <A, E>(next: Effect.Effect<A, E>): Effect.Effect<A, E> => {
+      const stopping = stopped(stop)
+      return stopping === undefined ? next : Effect.zipRight(stopping, next)
+    }
+    if (refused !== undefined) return Effect.suspend(() => afterStop(refuse(refused)))
     countWrite(scope, bytes)
     /** A call whose outcome was not committed by the round's end never will be by this round. */
     const ended = () => {
@@ -179,15 +184,11 @@ export const makeDispatch = (given: ToolCallContext) => {
         onFailure: (cause) => {
           ended()
           const failed = Cause.failureOrCause(cause)
-          const failing = Either.isLeft(failed) ? Effect.fail(storageFailure(failed.left)) : Effect.failCause(failed.right)
-          const stopping = stopped(stop)
-          return stopping === undefined ? failing : Effect.zipRight(stopping, failing)
+          return afterStop(Either.isLeft(failed) ? Effect.fail(storageFailure(failed.left)) : Effect.failCause(failed.right))
         },
         onSuccess: () => {
           ended()
-          const results = Effect.succeed(calls.map((c) => c.result()))
-          const stopping = stopped(stop)
-          return stopping === undefined ? results : Effect.zipRight(stopping, results)
+          return afterStop(Effect.succeed(calls.map((c) => c.result())))
         }
       })
     )
