@@ -23,15 +23,25 @@ export enum JsonKind { Null, Bool, Number, String, Array, Object }
 /** Past this many keys an object keeps a key index, so building and reading it stays linear. */
 const INDEX_FROM: i32 = 16
 
+/**
+ * Room for this many items (an array's, an object's entries) is taken at the first; it doubles
+ * as more are added. An AssemblyScript `Array` takes two blocks (the array and its buffer, room
+ * for 8 items) at construction, and an object held two of them: 272 bytes for an empty object,
+ * 160 for an empty array. Now an empty one is its `Json` alone, and up to FIRST_ROOM items one
+ * block more per list (docs/benchmarks.md, "Wasm text turn, stop 59").
+ */
+const FIRST_ROOM: i32 = 4
+
 export class Json {
   kind: JsonKind = JsonKind.Null
   private flag: bool = false
   /** The string's value, or the number's text. */
   private text: string = ""
-  /** An array's items, or an object's values. */
-  private items: Array<Json> | null = null
-  /** An object's keys, in order. */
-  private names: Array<string> | null = null
+  /** An array's items, or an object's values: the first `count` of them (null until the first is added). */
+  private items: StaticArray<Json> | null = null
+  /** An object's keys, in order, beside its values (null until the first is set). */
+  private names: StaticArray<string> | null = null
+  private count: i32 = 0
   private index: Map<string, i32> | null = null
 
   static null(): Json {
@@ -82,15 +92,12 @@ export class Json {
   static array(): Json {
     const j = new Json()
     j.kind = JsonKind.Array
-    j.items = new Array<Json>()
     return j
   }
 
   static object(): Json {
     const j = new Json()
     j.kind = JsonKind.Object
-    j.items = new Array<Json>()
-    j.names = new Array<string>()
     return j
   }
 
@@ -142,7 +149,7 @@ export class Json {
   /** An array's items or an object's entries. */
   get length(): i32 {
     if (this.kind != JsonKind.Array && this.kind != JsonKind.Object) this.expect(JsonKind.Array, "an array or an object")
-    return this.items!.length
+    return this.count
   }
 
   /** An array's item, or an object's value, at `i`. */
@@ -154,14 +161,18 @@ export class Json {
 
   keyAt(i: i32): string {
     this.expect(JsonKind.Object, "an object")
-    const n = this.names!.length
+    const n = this.count
     if (i < 0 || i >= n) throw new Error("JSON index " + i.toString() + " is out of range (length " + n.toString() + ")")
     return unchecked(this.names![i])
   }
 
   push(value: Json): Json {
     this.expect(JsonKind.Array, "an array")
-    this.items!.push(value)
+    const n = this.count
+    let items = this.items
+    if (items === null || n == items.length) items = this.items = grown<Json>(items, n)
+    unchecked((items[n] = value))
+    this.count = n + 1
     return this
   }
 
@@ -172,12 +183,19 @@ export class Json {
       unchecked((this.items!)[i] = value)
       return this
     }
-    const names = this.names!
-    names.push(key)
-    this.items!.push(value)
+    const n = this.count
+    let items = this.items
+    let names = this.names
+    if (items === null || n == items.length) {
+      items = this.items = grown<Json>(items, n)
+      names = this.names = grown<string>(names, n)
+    }
+    unchecked((items[n] = value))
+    unchecked((names![n] = key))
+    this.count = n + 1
     const index = this.index
-    if (index !== null) index.set(key, names.length - 1)
-    else if (names.length > INDEX_FROM) this.buildIndex()
+    if (index !== null) index.set(key, n)
+    else if (n + 1 > INDEX_FROM) this.buildIndex()
     return this
   }
 
@@ -213,12 +231,16 @@ export class Json {
   shallowCopy(): Json {
     if (this.kind == JsonKind.Array) {
       const out = Json.array()
-      out.items = this.items!.slice(0)
+      const n = this.count
+      if (n > 0) {
+        out.items = withRoom<Json>(this.items!, n, n < FIRST_ROOM ? FIRST_ROOM : n)
+        out.count = n
+      }
       return out
     }
     if (this.kind == JsonKind.Object) {
       const out = Json.object()
-      const n = this.names!.length
+      const n = this.count
       for (let i = 0; i < n; i++) out.set(unchecked(this.names![i]), unchecked(this.items![i]))
       return out
     }
@@ -229,8 +251,9 @@ export class Json {
     this.expect(JsonKind.Object, "an object")
     const index = this.index
     if (index !== null) return index.has(key) ? index.get(key) : -1
+    const n = this.count
+    if (n == 0) return -1
     const names = this.names!
-    const n = names.length
     for (let i = 0; i < n; i++) if (unchecked(names[i]) == key) return i
     return -1
   }
@@ -238,13 +261,28 @@ export class Json {
   private buildIndex(): void {
     const index = new Map<string, i32>()
     const names = this.names!
-    for (let i = 0; i < names.length; i++) index.set(unchecked(names[i]), i)
+    for (let i = 0; i < this.count; i++) index.set(unchecked(names[i]), i)
     this.index = index
   }
 
   private expect(kind: JsonKind, what: string): void {
     if (this.kind != kind) throw new Error("expected " + what + " but the JSON value is " + kindName(this.kind))
   }
+}
+
+/** A list with room for more than its `n` items (FIRST_ROOM for the first, then twice as many), the first `n` copied from `old`. */
+function grown<T>(old: StaticArray<T> | null, n: i32): StaticArray<T> {
+  return withRoom<T>(old, n, n < FIRST_ROOM ? FIRST_ROOM : n << 1)
+}
+
+/**
+ * A list with room for `room` items, the first `n` copied from `old` (one by one, so a runtime
+ * with a collector sees each reference stored). The old one is left to the allocator.
+ */
+function withRoom<T>(old: StaticArray<T> | null, n: i32, room: i32): StaticArray<T> {
+  const out = new StaticArray<T>(room)
+  if (old !== null) for (let i = 0; i < n; i++) unchecked((out[i] = old[i]))
+  return out
 }
 
 export function kindName(kind: JsonKind): string {
