@@ -55,9 +55,12 @@ export const brain_events_kind_turn_failed: i32 = 1
 
 export function brain_run(ptr: usize, len: usize): u64 {
   const activation = readActivation(ptr, len)
-  const transcript = new Transcript(activation.transcript, activation.transcriptStart)
-  // The repair keeps the saved messages' values: the delta keeps all of them up to its first insertion.
-  transcript.replace(repairTranscript(activation.transcript, activation.toolResults))
+  const saved = activation.transcript
+  const transcript = new Transcript(saved, activation.transcriptStart)
+  // The repair keeps the saved messages' values: the delta keeps all of them up to its first
+  // insertion. A transcript it leaves as it is (every call answered) is the Transcript's already.
+  const repaired = repairTranscript(saved, activation.toolResults)
+  if (repaired !== saved) transcript.replace(repaired)
   const note = interruptionNote(activation.eventsOfKind("turn_failed"))
   if (note !== null) transcript.push(message("system", note))
   const input = activation.input

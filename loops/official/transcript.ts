@@ -26,19 +26,24 @@ export function toolMessage(callId: Json | null, output: Json | null, isError: b
 /**
  * Adds a result to every tool call that has none, right after its assistant message's results:
  * its committed outcome when `committed` (the input's `tool_results`) has one, else that it was
- * interrupted. A call is answered by a tool message with its id anywhere after it.
+ * interrupted. A call is answered by a tool message with its id anywhere after it. Answers
+ * `transcript` itself when every call has its result.
  */
 export function repairTranscript(transcript: Json, committed: Json): Json {
   const n = transcript.length
-  // From the end: the ids of the tool messages after each assistant message.
-  const open = new Map<i32, Array<Json | null>>()
-  const later = new Set<string>()
+  // From the end: the ids of the tool messages after each assistant message. Both made at their
+  // first entry: a transcript with no tool call left unanswered (a text turn's) makes neither.
+  let open: Map<i32, Array<Json | null>> | null = null
+  let later: Set<string> | null = null
   for (let i = n - 1; i >= 0; i--) {
     const m = transcript.at(i)
     const role = roleOf(m)
     if (role == "tool") {
       const id = m.get("tool_call_id")
-      if (id !== null && id.isString() && id.asString().length > 0) later.add(id.asString())
+      if (id !== null && id.isString() && id.asString().length > 0) {
+        if (later === null) later = new Set<string>()
+        later.add(id.asString())
+      }
       continue
     }
     if (role != "assistant") continue
@@ -48,11 +53,16 @@ export function repairTranscript(transcript: Json, committed: Json): Json {
     for (let k = 0; k < calls.length; k++) {
       const c = calls.at(k)
       const id = c.isObject() ? c.get("id") : null
-      if (id !== null && id.isString() && later.has(id.asString())) continue
+      if (id !== null && id.isString() && later !== null && later.has(id.asString())) continue
       unanswered.push(id)
     }
-    if (unanswered.length > 0) open.set(i, unanswered)
+    if (unanswered.length > 0) {
+      if (open === null) open = new Map<i32, Array<Json | null>>()
+      open.set(i, unanswered)
+    }
   }
+  // Nothing to add: the transcript itself (the loop's Transcript then keeps every message as saved).
+  if (open === null) return transcript
   const out = Json.array()
   for (let i = 0; i < n; i++) {
     const m = transcript.at(i)
