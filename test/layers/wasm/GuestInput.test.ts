@@ -51,6 +51,16 @@ describe("a loop's input JSON", () => {
     )
   })
 
+  it("writes a large integer (an epoch millisecond) as JSON.stringify does: at ten digits and just below, with zeros inside, up to the largest safe integer", () => {
+    const runtime = { session_id: "s", turn: 0, activation: 1, now_ms: 0, seed: 0 }
+    for (const n of [999_999_999, 1e9, 1e9 + 1, 1_764_590_000_000, 1_000_000_000_005, 1_234_000_000_000_000, 2 ** 31, 2 ** 32, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER + 1, 1e21, 1.5e9 + 0.5]) {
+      for (const field of ["now_ms", "seed", "turn"] as const) {
+        const r = { ...runtime, [field]: n }
+        expect(runtimeJson(r), `${field} ${n}`).toBe(JSON.stringify(r))
+      }
+    }
+  })
+
   it("carries the first Events, in order, as many as fit in the I/O bound after the rest of the input: within it, and one more would pass it", () => {
     fc.assert(
       fc.property(
