@@ -132,6 +132,24 @@ class Overrun extends Error {}
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder("utf-8", { fatal: true })
+const EMPTY = Buffer.alloc(0)
+
+/**
+ * The text of `view`'s bytes from `start` to `end` as the fatal UTF-8 decoder reads it (a leading
+ * byte-order mark dropped), or undefined when they are not UTF-8. Decoded without a view of their
+ * own: bytes that are not UTF-8 decode to U+FFFD, so text without one is the fatal decoder's, and
+ * only text with one (a replacement, or a U+FFFD the bytes hold) goes through that decoder to tell
+ * which. test/layers/wasm/Inline.test.ts holds it to the decoder on arbitrary bytes.
+ */
+export const utf8Text = (view: Buffer, start: number, end: number): string | undefined => {
+  const text = view.toString("utf8", start, end)
+  if (!text.includes("\ufffd")) return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text
+  try {
+    return decoder.decode(view.subarray(start, end))
+  } catch {
+    return undefined
+  }
+}
 
 const guestFailure = (message: string): ActivationFailure => ({ _tag: "guest", message })
 
@@ -198,21 +216,39 @@ class Run implements Resting {
     return counted === undefined ? this.memory.buffer.byteLength : Math.max(counted.value >>> 0, this.hostEnd)
   }
 
-  bytesAt(ptr: number, len: number): Uint8Array {
-    if (ptr < 0 || len < 0 || ptr + len > this.memory.buffer.byteLength) {
-      throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${this.memory.buffer.byteLength} bytes)`)
-    }
-    if (ptr + len > this.hostEnd) this.hostEnd = ptr + len
-    return new Uint8Array(this.memory.buffer, ptr, len)
+  /**
+   * The memory as one Buffer over its current ArrayBuffer, made again only once the guest grew it
+   * (which detaches the last: its view reads as empty). Each host call and the input and output
+   * used to take the memory's buffer (a call into V8's API) and a view of their own from it, three
+   * to four times a step; a turn's few hundred bytes are read and written through this one.
+   */
+  private view: Buffer = EMPTY
+
+  private memoryView(): Buffer {
+    let view = this.view
+    if (view.byteLength === 0) view = this.view = Buffer.from(this.memory.buffer)
+    return view
   }
 
-  textAt(ptr: number, len: number, what: string): string {
-    const bytes = this.bytesAt(ptr, len)
-    try {
-      return decoder.decode(bytes)
-    } catch {
-      throw new GuestError(`${what} is not UTF-8`)
+  /** The memory's view, once `len` bytes at `ptr` are checked to lie within it (and counted as the host's). */
+  private within(ptr: number, len: number): Buffer {
+    const view = this.memoryView()
+    if (ptr < 0 || len < 0 || ptr + len > view.byteLength) {
+      throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${view.byteLength} bytes)`)
     }
+    if (ptr + len > this.hostEnd) this.hostEnd = ptr + len
+    return view
+  }
+
+  bytesAt(ptr: number, len: number): Uint8Array {
+    return this.within(ptr, len).subarray(ptr, ptr + len)
+  }
+
+  /** The UTF-8 text of `len` bytes at `ptr` (utf8Text), or a GuestError when it is not UTF-8. */
+  textAt(ptr: number, len: number, what: string): string {
+    const text = utf8Text(this.within(ptr, len), ptr, ptr + len)
+    if (text === undefined) throw new GuestError(`${what} is not UTF-8`)
+    return text
   }
 
   /** Copies bytes into memory the guest allocates; the packed (ptr, len). */
@@ -230,14 +266,17 @@ class Run implements Resting {
 
   give(bytes: Uint8Array): bigint {
     const ptr = this.alloc(bytes.length)
-    this.bytesAt(ptr, bytes.length).set(bytes)
+    this.within(ptr, bytes.length).set(bytes, ptr)
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }
 
-  /** Writes `text` as UTF-8 straight into memory the guest allocates (no copy made first); the packed (ptr, len). */
+  /**
+   * Writes `text` as UTF-8 straight into memory the guest allocates (no copy made first; a lone
+   * surrogate as U+FFFD, as TextEncoder writes it); the packed (ptr, len).
+   */
   giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
     const ptr = this.alloc(length)
-    encoder.encodeInto(text, this.bytesAt(ptr, length))
+    this.within(ptr, length).write(text, ptr, length, "utf8")
     return (BigInt(ptr) << 32n) | BigInt(length)
   }
 
@@ -264,13 +303,13 @@ class Run implements Resting {
         const request = this.textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         if (this.suspendAt === 0) {
           const at = this.alloc(SUSPEND_BYTES)
-          this.bytesAt(at, SUSPEND_BYTES)
+          this.within(at, SUSPEND_BYTES)
           this.suspendAt = at
         }
         // Asyncify's buffer header: where its data goes next, and where it ends.
-        const header = new DataView(this.memory.buffer, this.suspendAt, 8)
-        header.setInt32(0, this.suspendAt + 8, true)
-        header.setInt32(4, this.suspendAt + SUSPEND_BYTES, true)
+        const memory = this.memoryView()
+        memory.writeInt32LE(this.suspendAt + 8, this.suspendAt)
+        memory.writeInt32LE(this.suspendAt + SUSPEND_BYTES, this.suspendAt + 4)
         this.pending = { op, request }
         this.state = UNWINDING
         ex[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startUnwind, this.suspendAt)

@@ -6,10 +6,12 @@
  */
 import * as fs from "node:fs"
 import { describe, expect, it } from "@effect/vitest"
+import fc from "fast-check"
 import { Effect, Either, Exit, Option } from "effect"
 import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { instanceStats } from "../../../src/layers/wasm/Spares.js"
 import { admitModule } from "../../../src/layers/wasm/Module.js"
+import { utf8Text } from "../../../src/layers/wasm/Inline.js"
 import { InlineModules, MAX_TWIN_MODULE_BYTES, MOVED_SESSIONS, twinOf } from "../../../src/layers/wasm/InlineModules.js"
 import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
@@ -196,6 +198,47 @@ const PLAIN_STORES = [
   { at: 120000, code: "(f64.store (i32.const 120000) (f64.const 1.5e300))" },
   { at: 131071, code: "(i32.store8 (i32.const 131071) (i32.const 1))" }
 ]
+
+describe("a guest's text as the main thread reads and writes it", () => {
+  const fatal = new TextDecoder("utf-8", { fatal: true })
+  /** Bytes of every kind: arbitrary, UTF-8 of any string (lone surrogates written as U+FFFD), and either after a byte-order mark or beside U+FFFD's own bytes. */
+  const bytes = fc.oneof(
+    fc.uint8Array({ maxLength: 40 }),
+    fc.fullUnicodeString({ maxLength: 20 }).map((s) => new Uint8Array(Buffer.from(s, "utf8"))),
+    fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)), maxLength: 20 }).map((s) => new Uint8Array(Buffer.from(s, "utf8")))
+  ).chain((b) => fc.constantFrom(b, Uint8Array.of(0xef, 0xbb, 0xbf, ...b), Uint8Array.of(0xef, 0xbf, 0xbd, ...b), Uint8Array.of(...b, 0xef, 0xbf, 0xbd), Uint8Array.of(0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf, ...b), Uint8Array.of(...b, 0xed, 0xa0, 0x80)))
+
+  it("reads bytes anywhere in the memory as the fatal UTF-8 decoder does: the same text (a leading byte-order mark dropped), or none where the decoder throws", () => {
+    fc.assert(
+      fc.property(bytes, fc.nat(7), fc.nat(7), (b, before, after) => {
+        const memory = Buffer.alloc(before + b.length + after, 0x41)
+        memory.set(b, before)
+        let expected: string | undefined
+        try {
+          expected = fatal.decode(b)
+        } catch {
+          expected = undefined
+        }
+        expect(utf8Text(memory, before, before + b.length)).toBe(expected)
+      }),
+      { numRuns: 2000 }
+    )
+  })
+
+  it("writes text into the memory as TextEncoder.encodeInto does, byte for byte, lone surrogates as U+FFFD, in the bytes Buffer.byteLength counts", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)), maxLength: 30 }), fc.nat(7), (text, at) => {
+        const length = Buffer.byteLength(text, "utf8")
+        const written = Buffer.alloc(at + length + 3)
+        const encoded = Buffer.alloc(at + length + 3)
+        expect(written.write(text, at, length, "utf8")).toBe(length)
+        expect(new TextEncoder().encodeInto(text, encoded.subarray(at, at + length)).written).toBe(length)
+        expect(written.equals(encoded)).toBe(true)
+      }),
+      { numRuns: 2000 }
+    )
+  })
+})
 
 describe("InlineModules' cooldowns after moves", () => {
   it.live("are kept for at most MOVED_SESSIONS sessions, the one whose last move is oldest forgotten first; a session with none has no entry", () =>
