@@ -1,9 +1,10 @@
 /**
  * The commit log (docs/journal.md, "The commit log"): how one durable write per group-commit round
  * stands for the writes of every session in it. A round writes each session's frames to its
- * segment file without syncing it, then one batch holding all of them — each file's name, the
- * position and the bytes — to the commit log, a file opened with `O_DSYNC`; a round's appends are
- * acknowledged once both are done. So a round of 40 sessions costs one durable write, not 40.
+ * segment file without syncing it, and one batch holding all of them — each file's name, the
+ * position and the bytes — to the commit log, a file opened with `O_DSYNC` (at once with the
+ * segment writes, or after them: FileDriver.ts `syncMany`); a round's appends are acknowledged once
+ * both are done. So a round of 40 sessions costs one durable write, not 40.
  *
  * - Two log files, `a.log` and `b.log`, under `{dataDir}/commit-log/`, each sized ahead to the
  *   capacity at start (`recover`). Rounds append batches to the current one; once it holds
@@ -25,7 +26,8 @@
  *   Writing a batch again is harmless when its bytes already are there: segment files are only
  *   appended to, and a torn end is cut only after this, at open. A file that no longer exists was
  *   deleted with its session, and is skipped.
- * - A failed write of the log fails its round's appends, and nothing of them may stand (Store.ts):
+ * - A failed write of the log (or a batch that landed while every segment write of its round
+ *   failed, which the driver reports as one) fails its round's appends, and nothing of them may stand (Store.ts):
  *   the batch, whatever of it landed, is erased (`erased`: its header, if it landed, zeroed durably) before they
  *   are answered, and the file store cuts their segment files back to where the round began. The
  *   next round writes its batch where the failed one began. A segment that cannot be cut back is

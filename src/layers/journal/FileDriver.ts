@@ -54,11 +54,16 @@ export interface FileDriverShape {
    * completes when all have. One call per group-commit round, so a round costs no fiber per file.
    *
    * With `log` (the file store's commit log, CommitLog.ts), the items are only written, never
-   * synced; then one batch (CommitLogFormat.ts) of every item whose write succeeded, its file's
-   * name, position and bytes, is written to the log at `log.position` and made durable; an item is
-   * done (`onDone` without error) only once both are. `log.onWritten` is called once, before any
-   * `onDone`, with the batch's size (0 when no item was written: nothing is logged) or the log
-   * write's failure, which is then every written item's failure too.
+   * synced, and one batch (CommitLogFormat.ts) of the items, each file's name, position and bytes,
+   * is written to the log at `log.position` and made durable; an item is done (`onDone` without
+   * error) only once both are. The batch may be written at once with the items, holding all of
+   * them (the small rounds from the main thread, `syncManyVia`), or after them, holding those
+   * written (the sync thread). Either way, once the call is done the batch that stands at
+   * `log.position` holds exactly the items written: one whose write failed is taken out of a batch
+   * that landed (`loggedOutcome`). `log.onWritten` is called once, before any `onDone`, with that
+   * batch's size (0 when no item was written and nothing stands) or a failure of the log's, which
+   * is then every written item's failure too, and after which whatever landed of a batch at
+   * `log.position` is the caller's to erase (CommitLog.ts `erased`).
    */
   readonly syncMany: (
     items: ReadonlyArray<SyncItem>,
@@ -129,7 +134,50 @@ export const syncManyVia = (driver: Pick<FileDriverShape, "writev" | "fdatasync"
 const shortWrite = (fd: number, n: number, bytes: number) =>
   new FileError({ op: "write", path: `fd ${fd}`, code: "EIO", detail: `short write: ${n} of ${bytes} bytes` })
 
-/** `syncMany` with a commit log, from a driver's own `writev` and `fdatasync`. */
+/**
+ * What a round's batch comes to once every write of it is done, the batch holding every item (it
+ * was written at once with them): when the log's write failed, that failure (every item's too);
+ * when every item's write landed, the batch as written; when some failed, their bytes in the batch
+ * are taken back before anything is answered — the batch is written again in its place holding
+ * only the items written (`rewrite`; its failure is the log's), or, when none was, reported as a
+ * failure of the log's, which the file store erases (CommitLog.ts `erased`).
+ */
+type LoggedOutcome =
+  | { readonly _tag: "failed"; readonly error: FileError }
+  | { readonly _tag: "written"; readonly bytes: number }
+  | { readonly _tag: "rewrite"; readonly batch: Buffer }
+
+const loggedOutcome = (
+  log: CommitLogWrite,
+  items: ReadonlyArray<SyncItem>,
+  errors: ReadonlyArray<FileError | undefined>,
+  logError: FileError | undefined,
+  batch: Buffer
+): LoggedOutcome => {
+  if (logError !== undefined) return { _tag: "failed", error: logError }
+  const first = errors.find((e) => e !== undefined)
+  if (first === undefined) return { _tag: "written", bytes: batch.length }
+  const reduced = batchOf(log, items, errors.map((e) => e === undefined))
+  if (reduced !== undefined) return { _tag: "rewrite", batch: reduced }
+  return {
+    _tag: "failed",
+    error: new FileError({ op: "write", path: fdName(log.fd), code: first.code, detail: `its round's writes failed (${first.reason}): the batch is taken back` })
+  }
+}
+
+/** Tells the round's outcome: the log's first, then each item's. */
+const tellLogged = (
+  log: CommitLogWrite,
+  errors: ReadonlyArray<FileError | undefined>,
+  onDone: (index: number, error: FileError | undefined) => void,
+  logError: FileError | undefined,
+  bytes: number
+) => {
+  log.onWritten(logError === undefined ? bytes : 0, logError)
+  errors.forEach((e, i) => onDone(i, e ?? logError))
+}
+
+/** `syncMany` with a commit log, from a driver's own `writev` and `fdatasync`: the items and the batch written at once. */
 const loggedVia = (
   driver: Pick<FileDriverShape, "writev" | "fdatasync">,
   items: ReadonlyArray<SyncItem>,
@@ -137,26 +185,31 @@ const loggedVia = (
   log: CommitLogWrite
 ) =>
   Effect.gen(function*() {
-    const errors: Array<FileError | undefined> = yield* Effect.forEach(
-      items,
-      (item) =>
-        driver.writev(item.fd, item.buffers, item.position).pipe(
-          Effect.flatMap((n) => n === item.bytes ? Effect.succeed(undefined) : Effect.fail(shortWrite(item.fd, n, item.bytes))),
-          Effect.merge
-        ),
-      { concurrency: "unbounded" }
-    )
-    const batch = batchOf(log, items, errors.map((e) => e === undefined))
-    let logError: FileError | undefined
-    if (batch !== undefined) {
-      logError = yield* driver.writev(log.fd, [batch], log.position).pipe(
-        Effect.flatMap((n) => n === batch.length ? driver.fdatasync(log.fd) : Effect.fail(shortWrite(log.fd, n, batch.length))),
+    const batch = batchOf(log, items, items.map(() => true))
+    if (batch === undefined) return log.onWritten(0, undefined)
+    const logged = (bytes: Buffer) =>
+      driver.writev(log.fd, [bytes], log.position).pipe(
+        Effect.flatMap((n) => n === bytes.length ? driver.fdatasync(log.fd) : Effect.fail(shortWrite(log.fd, n, bytes.length))),
         Effect.as(undefined),
         Effect.merge
       )
-    }
-    log.onWritten(batch === undefined || logError !== undefined ? 0 : batch.length, logError)
-    errors.forEach((e, i) => onDone(i, e ?? logError))
+    const [logError, errors] = yield* Effect.all([
+      logged(batch),
+      Effect.forEach(
+        items,
+        (item) =>
+          driver.writev(item.fd, item.buffers, item.position).pipe(
+            Effect.flatMap((n) => n === item.bytes ? Effect.succeed(undefined) : Effect.fail(shortWrite(item.fd, n, item.bytes))),
+            Effect.merge
+          ),
+        { concurrency: "unbounded" }
+      )
+    ], { concurrency: "unbounded" })
+    const outcome = loggedOutcome(log, items, errors, logError, batch)
+    if (outcome._tag === "failed") return tellLogged(log, errors, onDone, outcome.error, 0)
+    if (outcome._tag === "written") return tellLogged(log, errors, onDone, undefined, outcome.bytes)
+    const rewritten = yield* logged(outcome.batch)
+    tellLogged(log, errors, onDone, rewritten, outcome.batch.length)
   })
 
 export class FileDriver extends Context.Tag("brain/FileDriver")<FileDriver, FileDriverShape>() {}
@@ -287,33 +340,50 @@ const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone, log) =>
     })
   })
 
-/** A small round with a commit log, from this thread: the files written at once, then the batch. */
+/**
+ * A small round with a commit log, from this thread: the batch of every item submitted first, the
+ * items' writes at once with it, so a commit waits for the longer of the two, not for both one
+ * after the other (`loggedOutcome` for when an item's write failed).
+ */
 const loggedDirect = (
   items: ReadonlyArray<SyncItem>,
   onDone: (index: number, error: FileError | undefined) => void,
   log: CommitLogWrite,
   resume: () => void
 ) => {
+  const batch = batchOf(log, items, items.map(() => true))!
   const errors: Array<FileError | undefined> = new Array(items.length).fill(undefined)
-  let pending = items.length
-  const finish = (logError: FileError | undefined, bytes: number) => {
-    log.onWritten(logError === undefined ? bytes : 0, logError)
-    errors.forEach((e, i) => onDone(i, e ?? logError))
+  let logError: FileError | undefined
+  let pending = items.length + 1
+  const finish = (error: FileError | undefined, bytes: number) => {
+    tellLogged(log, errors, onDone, error, bytes)
     resume()
   }
+  const settle = () => {
+    if (--pending > 0) return
+    const outcome = loggedOutcome(log, items, errors, logError, batch)
+    if (outcome._tag === "failed") return finish(outcome.error, 0)
+    if (outcome._tag === "written") return finish(undefined, outcome.bytes)
+    logWrite(log, outcome.batch, (err) => finish(err, outcome.batch.length))
+  }
+  logWrite(log, batch, (err) => {
+    logError = err
+    settle()
+  })
   items.forEach((item, i) => {
     writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
       errors[i] = err
-      if (--pending > 0) return
-      const batch = batchOf(log, items, errors.map((e) => e === undefined))
-      if (batch === undefined) return finish(undefined, 0)
-      writeAll(log.fd, [batch], log.position, batch.length, (err2) => {
-        if (err2 || log.synced) return finish(err2, batch.length)
-        fs.fdatasync(log.fd, (err3) => finish(err3 ? fail("fdatasync", fdName(log.fd), err3) : undefined, batch.length))
-      })
+      settle()
     })
   })
 }
+
+/** A batch written to the log at its position and made durable (by the write itself when the log has `O_DSYNC`). */
+const logWrite = (log: CommitLogWrite, batch: Buffer, done: (err: FileError | undefined) => void) =>
+  writeAll(log.fd, [batch], log.position, batch.length, (err) => {
+    if (err || log.synced) return done(err)
+    fs.fdatasync(log.fd, (err2) => done(err2 ? fail("fdatasync", fdName(log.fd), err2) : undefined))
+  })
 
 export const nodeDriver: FileDriverShape = {
   syncMany: nodeSyncMany,

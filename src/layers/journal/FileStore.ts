@@ -3,7 +3,8 @@
  * (docs/journal.md). A round writes each touched session's frames with one vectored write at the
  * end of its final segment (rotating to a new segment first when this one would pass
  * SEGMENT_ROTATE_BYTES), all touched files through one `syncMany`, and makes the round durable with
- * one batch in the commit log (CommitLog.ts); without the log (`commitLogBytes: 0`) each segment is
+ * one batch in the commit log (CommitLog.ts), written at once with the segment writes in a small
+ * round (FileDriver.ts); without the log (`commitLogBytes: 0`) each segment is
  * opened with `O_DSYNC` so that its own write returns once it is durable (FileDriver.ts,
  * SEGMENT_FLAGS: no fdatasync follows it).
  * Write descriptors are kept open for the next round, at most OPEN_JOURNAL_FILES, least recently
@@ -12,9 +13,11 @@
  *
  * A failed write: part or all of it may have landed (a disk that fills up in the middle of a
  * write, an `O_DSYNC` write whose data landed and whose sync failed, a round whose segment writes
- * landed and whose commit-log batch failed). Before it is answered, what landed is taken back: the
- * round's batch erased from the commit log when that write failed (CommitLog.ts `erased`), then
- * the segment cut back (ftruncate) to where the write began and synced. So a write reported failed
+ * landed and whose commit-log batch failed, a round whose batch landed and one of whose segment
+ * writes failed). Before it is answered, what landed is taken back: its frames out of the commit
+ * log (the driver writes the batch of the other writes in the failed batch's place, FileDriver.ts
+ * `syncMany`; a batch reported failed is erased, CommitLog.ts `erased`), then the segment cut back
+ * (ftruncate) to where the write began and synced. So a write reported failed
  * is never read back later, by a reopen or after a crash: no frame of it stays in the segment for
  * the open's scan to take (a whole atomic append that landed would read as committed; a torn one
  * only as a torn tail), and no batch of it stays in the log for a start to write again. When that
