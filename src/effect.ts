@@ -14,7 +14,7 @@
  * what it does not export (the layers' internals, the journal's formats) may change.
  */
 import type { Layer } from "effect"
-import type { Event as EventShape } from "./domain/Projection.js"
+import type { Event as EventShape } from "./domain/Events.js"
 import { EventSchema, type Extensions, servicesLayer } from "./main.js"
 import { defaults, type ServerConfigShape } from "./services/ServerConfig.js"
 

@@ -4,7 +4,8 @@
  * rebuilds the exact request, from the journal alone.
  */
 import type { ModelRequest } from "./Model.js"
-import { applyDelta, diffTranscript, foldAll, type SessionState } from "./Projection.js"
+import { foldAll, type SessionState } from "./Projection.js"
+import { applyDelta, diffTranscript } from "./TranscriptDelta.js"
 import type { Message } from "./Messages.js"
 import type { JournalRecord } from "./Records.js"
 

@@ -1,17 +1,23 @@
 /**
  * Projections: pure folds over a session's journal. Status, the current transcript, kv and the
  * effects still waiting for an outcome are all derived here; nothing else is a source of truth.
- * Public Events are a per-record view that needs only the transcript length before the record.
+ * The views beside it: public Events (Events.ts), keyed requests and their retention
+ * (Requests.ts), transcript deltas (TranscriptDelta.ts), the checkpoint form (SerializedState.ts).
  */
 import { HashMap, Option } from "effect"
 import { Lengths } from "./Lengths.js"
 import type { SessionConfiguration } from "./Configuration.js"
-import { appendedTo, appendMessages } from "./Appended.js"
 import type { Message } from "./Messages.js"
-import { Catalogue, EffectKinds, EXTENSION_KIND, type JournalRecord, type Origin, TRANSCRIPT_REPLACED } from "./Records.js"
-import { stringifyKept } from "./JsonText.js"
+import { EffectKinds, type JournalRecord } from "./Records.js"
+import { requestBytes, requestEntry, type RequestEntry, requestId } from "./Requests.js"
 import { jsonBytes } from "./Size.js"
+import { applyDelta } from "./TranscriptDelta.js"
 import { noUnanswered, unansweredAfter, unansweredOf, type UnansweredCalls } from "./TranscriptTail.js"
+
+// Also named from here by the session layers (src/layers/sessions), which import them with the state.
+export { type Event, eventJson, toEvent } from "./Events.js"
+export { liveRequest, pruneRequests, requestExpired, requestId } from "./Requests.js"
+export { transcriptChange } from "./TranscriptDelta.js"
 
 export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed" | "corrupt"
 
@@ -19,38 +25,6 @@ export interface PendingEffect {
   readonly kind: keyof typeof EffectKinds
   readonly sequence: number
 }
-
-/**
- * A keyed send or submit as its session's journal holds it (`request_claimed`, and for a send
- * `request_answered`): what a retry with the same key is answered from.
- */
-export interface RequestEntry {
-  /** The hash of the request's body: another body under the key is a conflict. */
-  readonly hash: string
-  /** The `turn_started` it made. */
-  readonly turn: number
-  /** When it was claimed, or (a send) answered: retention counts from here. */
-  readonly atMs: number
-  /** The `turn_ended` or `turn_failed` that closed its turn, once closed. */
-  readonly closed?: number | undefined
-  /** A send's `request_answered`: the last record of the closing append that answered it. */
-  readonly answered?: number | undefined
-}
-
-/**
- * A request entry with every field in place (undefined until known), so each update keeps one
- * object shape: a spread adding a field spilled it into a separate property array.
- */
-const requestEntry = (hash: string, turn: number, atMs: number, closed?: number, answered?: number): RequestEntry => ({
-  hash,
-  turn,
-  atMs,
-  closed,
-  answered
-})
-
-/** A request's key in `requests`: its mode's scope and its key. */
-export const requestId = (mode: "send" | "submit", key: string) => `${mode}:${key}`
 
 export interface SessionState {
   /** "none" until session_creation_started is folded. */
@@ -105,13 +79,6 @@ const LENGTH_ENTRY_BYTES = 16
 const PENDING_BYTES = 96
 /** Bytes. One kv entry besides its key's and value's own bytes (the map's node). */
 const KV_ENTRY_BYTES = 64
-/**
- * Bytes. One request entry besides its id's and hash's JSON bytes: the entry object, the map's
- * node, the id (a concatenation) and both strings' headers. Measured: 100,000 entries as
- * `request_claimed` folds them take 393 bytes each on the heap after a full collection, their id
- * and hash 109 of them as JSON (a UUID key, a SHA-256 hash).
- */
-const REQUEST_ENTRY_BYTES = 288
 
 const messagesBytes = (messages: ReadonlyArray<unknown>) => {
   let n = 0
@@ -133,7 +100,6 @@ export const kvPutGrowth = (state: Pick<SessionState, "kv">, key: string, value:
   const old = HashMap.get(state.kv, key)
   return kvEntryBytes(key, value) - (Option.isSome(old) ? kvEntryBytes(key, old.value) : 0)
 }
-const requestBytes = (id: string, e: RequestEntry) => REQUEST_ENTRY_BYTES + jsonBytes(id) + jsonBytes(e.hash)
 
 /** The bytes of a state counted from scratch (its kv's given when already counted); a fold keeps the same count incrementally. */
 export const stateBytes = (s: Omit<SessionState, "bytes" | "kvBytes">, kvBytes: number = kvBytesOf(s.kv)): number => {
@@ -173,61 +139,6 @@ const closingKinds = new Map<string, keyof typeof EffectKinds>(
     closers.map((c) => [c, started as keyof typeof EffectKinds] as const)
   )
 )
-
-/**
- * Applies a transcript delta: keep the first `keep` messages, then append. With `concat`, whose
- * array is allocated at its final length: a spread grows its array as it goes (about 1.7 times
- * the bytes for a transcript of a few hundred messages, and slower), and every save folds one.
- */
-export const applyDelta = (
-  transcript: ReadonlyArray<Message>,
-  delta: { readonly keep: number; readonly append: ReadonlyArray<Message> }
-): ReadonlyArray<Message> => {
-  if (delta.keep < transcript.length) return transcript.slice(0, delta.keep).concat(delta.append)
-  // The transcript the delta was taken from, when it was made by appending these very messages
-  // (Appended.ts): that array, not a copy, so that the next comparison with it is cheap too.
-  const made = appendedTo(transcript)
-  if (made !== undefined && made.length === transcript.length + delta.append.length) {
-    let i = 0
-    while (i < delta.append.length && made[transcript.length + i] === delta.append[i]) i++
-    if (i === delta.append.length) return made
-  }
-  return appendMessages(transcript, delta.append)
-}
-
-/** The smallest delta that turns `from` into `to`: keep the common prefix, append the rest. */
-export const diffTranscript = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
-  // `to` is `from` itself, or was made by appending to it (Appended.ts): no message to compare.
-  if (to === from) return { keep: from.length, append: [] as ReadonlyArray<Message> }
-  if (appendedTo(from) === to) return { keep: from.length, append: to.slice(from.length) }
-  let keep = 0
-  const n = Math.min(from.length, to.length)
-  while (keep < n && (from[keep] === to[keep] || jsonEqual(from[keep], to[keep]))) keep++
-  return { keep, append: to.slice(keep) }
-}
-
-/** The delta that turns the saved transcript `from` into `to`, or undefined when `to` is `from` (nothing to save). */
-export const transcriptChange = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
-  const delta = diffTranscript(from, to)
-  return delta.keep === from.length && delta.append.length === 0 ? undefined : delta
-}
-
-/** Structural equality of JSON values (key order ignored, as JSON objects are unordered). */
-export const jsonEqual = (a: unknown, b: unknown): boolean => {
-  if (a === b) return true
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false
-    for (let i = 0; i < a.length; i++) if (!jsonEqual(a[i], b[i])) return false
-    return true
-  }
-  if (Array.isArray(b)) return false
-  const ka = Object.keys(a).filter((k) => (a as any)[k] !== undefined)
-  const kb = Object.keys(b).filter((k) => (b as any)[k] !== undefined)
-  if (ka.length !== kb.length) return false
-  for (const k of ka) if (!jsonEqual((a as any)[k], (b as any)[k])) return false
-  return true
-}
 
 /**
  * The transcripts one `foldAll` makes. Each fold of a `transcript_delta` used to copy the whole
@@ -387,175 +298,3 @@ export const transcriptLengthAt = (state: Pick<SessionState, "transcriptLengths"
 /** kv_read: missing (None) is distinct from a stored JSON null (Some(null)). */
 export const kvRead = (state: SessionState, key: string): Option.Option<unknown> => HashMap.get(state.kv, key)
 
-/**
- * Whether the request under `id` is a send never answered: its turn still running, or closed
- * without its answer (by recovery, after a crash). A retry is ambiguous and never runs it again
- * (the seed: "never executes the request again"), so it never expires: it stays until the session
- * is deleted. A submit is answered by its receipt as soon as it is claimed.
- */
-export const unansweredSend = (id: string, e: RequestEntry) => e.answered === undefined && id.startsWith("send:")
-
-/** Whether the request under `id` is past retention at `now` (retention 0 keeps it for ever; an unanswered send never expires). */
-export const requestExpired = (id: string, e: RequestEntry, now: number, retentionMs: number) =>
-  retentionMs > 0 && now - e.atMs >= retentionMs && !unansweredSend(id, e)
-
-/** The request under `id` if it is within retention. */
-export const liveRequest = (state: SessionState, id: string, now: number, retentionMs: number): RequestEntry | undefined => {
-  const e = HashMap.get(state.requests, id)
-  return Option.isSome(e) && !requestExpired(id, e.value, now, retentionMs) ? e.value : undefined
-}
-
-/**
- * The state without its expired requests (the running turn's kept): they are answered as never
- * seen either way, and dropping them frees their memory. Only once the oldest is `slackMs` past
- * its expiry (by default an eighth of retention), so that a session with steady traffic prunes
- * once per `slackMs`, not on every request: a prune walks every request. The oldest counts only
- * requests that can expire (not an unanswered send): with none left, the next prune is a
- * retention from now (a send answered later takes its answer's time, no sooner).
- */
-export const pruneRequests = (state: SessionState, now: number, retentionMs: number, slackMs = retentionMs / 8): SessionState => {
-  if (retentionMs <= 0 || HashMap.size(state.requests) === 0 || now - state.requestsOldest < retentionMs + slackMs) return state
-  let requests = state.requests
-  let bytes = state.bytes
-  let oldest = Infinity
-  for (const [id, e] of state.requests) {
-    if (id !== state.turnRequest && requestExpired(id, e, now, retentionMs)) {
-      requests = HashMap.remove(requests, id)
-      bytes -= requestBytes(id, e)
-    } else if (!unansweredSend(id, e)) oldest = Math.min(oldest, e.atMs)
-  }
-  const requestsOldest = oldest !== Infinity ? oldest : HashMap.size(requests) === 0 ? 0 : now
-  return { ...state, requests, bytes, requestsOldest }
-}
-
-/** The public Event envelope. */
-export interface Event {
-  readonly session_id: string
-  readonly sequence: number
-  readonly recorded_at_ms: number
-  readonly kind: string
-  readonly data: unknown
-  readonly origin?: Origin
-}
-
-/**
- * The public Event a record projects to, if any. `transcriptLength` is the transcript's length
- * just before this record: a delta that keeps fewer messages replaces part of the saved tail
- * and is public as `transcript_replaced`; pure appends and kv changes stay private.
- */
-export const toEvent = (session: string, record: JournalRecord, transcriptLength: number): Event | undefined => {
-  // Each Event written out as one literal, never `{ ...base, kind, data }`: on this runtime an
-  // object spread followed by fields its source lacks costs about a microsecond and gives every
-  // object a hidden class of its own, which slows each later read of its fields
-  // (docs/benchmarks.md, "Objects spread with new fields").
-  if (record.kind === EXTENSION_KIND) {
-    return {
-      session_id: session,
-      sequence: record.sequence,
-      recorded_at_ms: record.recorded_at_ms,
-      kind: record.payload.kind,
-      data: record.payload.payload ?? {},
-      origin: record.payload.origin
-    }
-  }
-  if (record.kind === "transcript_delta") {
-    return record.payload.keep < transcriptLength
-      ? { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms, kind: TRANSCRIPT_REPLACED, data: record.payload }
-      : undefined
-  }
-  if (Catalogue[record.kind].visibility === "private") return undefined
-  return { session_id: session, sequence: record.sequence, recorded_at_ms: record.recorded_at_ms, kind: record.kind, data: record.payload ?? {} }
-}
-
-/**
- * An Event's JSON, exactly as `JSON.stringify(event)` writes an Event `toEvent` made, without
- * writing its `data` again when that is a payload read with its text (JsonText.ts).
- */
-export const eventJson = (e: Event): string =>
-  `{"session_id":${JSON.stringify(e.session_id)},"sequence":${JSON.stringify(e.sequence)},"recorded_at_ms":${JSON.stringify(e.recorded_at_ms)},"kind":${JSON.stringify(e.kind)}${e.data === undefined ? "" : `,"data":${stringifyKept(e.data)}`}${e.origin === undefined ? "" : `,"origin":${JSON.stringify(e.origin)}`}}`
-
-/** The public Events of consecutive records, given the transcript length before the first. */
-export const eventsOf = (session: string, records: Iterable<JournalRecord>, transcriptLength: number): Array<Event> => {
-  const out: Array<Event> = []
-  let length = transcriptLength
-  for (const r of records) {
-    const e = toEvent(session, r, length)
-    if (e) out.push(e)
-    if (r.kind === "transcript_delta") length = Math.min(length, r.payload.keep) + r.payload.append.length
-  }
-  return out
-}
-
-/** The JSON form of a state, for checkpoints. */
-export interface SerializedState {
-  readonly status: SessionStatus | "none"
-  readonly lastSequence: number
-  readonly configuration: SessionConfiguration | null
-  readonly creation: number | null
-  readonly turn: number | null
-  readonly activation: number | null
-  readonly ending: number | null
-  readonly transcript: ReadonlyArray<Message>
-  readonly transcriptThrough: number
-  readonly kv: ReadonlyArray<readonly [string, unknown]>
-  readonly pending: ReadonlyArray<PendingEffect>
-  readonly modelCalls: number
-  readonly lastActivation: number
-  readonly lastActivationEnd: number
-  readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
-  readonly requests: ReadonlyArray<readonly [string, RequestEntry]>
-  readonly turnRequest: string | null
-  readonly requestsOldest: number
-}
-
-const orNull = <A>(a: A | undefined): A | null => (a === undefined ? null : a)
-const orUndefined = <A>(a: A | null): A | undefined => (a === null ? undefined : a)
-
-/** Serializes a state; entries are sorted so equal states serialize to equal text. */
-export const serializeState = (s: SessionState): SerializedState => ({
-  status: s.status,
-  lastSequence: s.lastSequence,
-  configuration: orNull(s.configuration),
-  creation: orNull(s.creation),
-  turn: orNull(s.turn),
-  activation: orNull(s.activation),
-  ending: orNull(s.ending),
-  transcript: s.transcript,
-  transcriptThrough: s.transcriptThrough,
-  kv: [...HashMap.toEntries(s.kv)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-  pending: [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence),
-  modelCalls: s.modelCalls,
-  lastActivation: s.lastActivation,
-  lastActivationEnd: s.lastActivationEnd,
-  transcriptLengths: s.transcriptLengths.toArray(),
-  requests: [...HashMap.toEntries(s.requests)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
-  turnRequest: orNull(s.turnRequest),
-  requestsOldest: s.requestsOldest
-})
-
-export const deserializeState = (j: SerializedState): SessionState => {
-  const state = {
-    status: j.status,
-    lastSequence: j.lastSequence,
-    configuration: orUndefined(j.configuration),
-    creation: orUndefined(j.creation),
-    turn: orUndefined(j.turn),
-    activation: orUndefined(j.activation),
-    ending: orUndefined(j.ending),
-    transcript: j.transcript,
-    transcriptThrough: j.transcriptThrough,
-    unanswered: unansweredOf(j.transcript),
-    kv: HashMap.fromIterable(j.kv.map(([k, v]) => [k, v] as const)),
-    pending: HashMap.fromIterable(j.pending.map((p) => [p.sequence, p] as const)),
-    modelCalls: j.modelCalls,
-    lastActivation: j.lastActivation,
-    lastActivationEnd: j.lastActivationEnd,
-    transcriptLengths: Lengths.fromPairs(j.transcriptLengths),
-    requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, requestEntry(e.hash, e.turn, e.atMs, e.closed, e.answered)] as const)),
-    turnRequest: orUndefined(j.turnRequest),
-    requestsOldest: j.requestsOldest
-  }
-  // Counted from the content, never taken from the file; the kv once (each value's JSON measured).
-  const kvBytes = kvBytesOf(state.kv)
-  return { ...state, bytes: stateBytes(state, kvBytes), kvBytes }
-}

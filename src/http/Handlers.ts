@@ -109,7 +109,7 @@ const builtAnswer = <A, I>(schema: Schema.Schema<A, I>, value: A) =>
 
 /**
  * A page as the contract types it. The domain's Events carry their session id as a plain string
- * (domain/Projection.ts, shared with the loops' ABI); here every Event is of the session the
+ * (domain/Events.ts, shared with the loops' ABI); here every Event is of the session the
  * decoded path names, and the builder's encoder checks each id against the contract's pattern again.
  * The only type assertion among the handlers, and on a success, never an error.
  */

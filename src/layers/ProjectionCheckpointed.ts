@@ -5,7 +5,8 @@
  * from another journal) is ignored and the state is rebuilt from the journal.
  */
 import { Effect, Layer, Option } from "effect"
-import { deserializeState, empty, foldAll, serializeState, type SessionState } from "../domain/Projection.js"
+import { empty, foldAll, type SessionState } from "../domain/Projection.js"
+import { deserializeState, serializeState } from "../domain/SerializedState.js"
 import type { SessionId } from "../domain/Ids.js"
 import { Journal, type StoredSegment } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"

@@ -16,7 +16,7 @@
 import { Effect } from "effect"
 import type { Message, TurnInput } from "../domain/Messages.js"
 import type { ModelResult } from "../domain/Model.js"
-import { transcriptChange } from "../domain/Projection.js"
+import { transcriptChange } from "../domain/TranscriptDelta.js"
 import type { AgentloopShape, Host, ToolResult } from "../services/Agentloop.js"
 
 /**

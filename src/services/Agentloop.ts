@@ -9,7 +9,7 @@ import type { SessionConfiguration } from "../domain/Configuration.js"
 import type { Failure } from "../domain/Failure.js"
 import type { Message, ToolCallRequest, TurnInput } from "../domain/Messages.js"
 import type { ModelRequest, ModelResult } from "../domain/Model.js"
-import type { Event } from "../domain/Projection.js"
+import type { Event } from "../domain/Events.js"
 import type { UnansweredCalls } from "../domain/TranscriptTail.js"
 
 export interface RuntimeEnvelope {

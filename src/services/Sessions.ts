@@ -22,7 +22,8 @@ import type {
 import type { SessionId } from "../domain/Ids.js"
 import type { Failure } from "../domain/Failure.js"
 import type { Message, TurnInput } from "../domain/Messages.js"
-import type { Event, SessionStatus } from "../domain/Projection.js"
+import type { Event } from "../domain/Events.js"
+import type { SessionStatus } from "../domain/Projection.js"
 import type { SessionConfiguration } from "../domain/Configuration.js"
 import type { EnvironmentDeclaration } from "../domain/Environment.js"
 

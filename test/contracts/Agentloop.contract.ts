@@ -11,7 +11,7 @@ import type { SessionId } from "../../src/domain/Ids.js"
 import type { Message, ToolCallRequest } from "../../src/domain/Messages.js"
 import type { ModelResult } from "../../src/domain/Model.js"
 import { rebuildModelRequest } from "../../src/domain/ModelContext.js"
-import type { Event } from "../../src/domain/Projection.js"
+import type { Event } from "../../src/domain/Events.js"
 import { EXTENSION_KIND, type JournalRecord, RecordKinds, TRANSCRIPT_REPLACED } from "../../src/domain/Records.js"
 import * as ToolsInProcess from "../../src/layers/ToolsInProcess.js"
 import {

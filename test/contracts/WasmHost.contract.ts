@@ -25,7 +25,7 @@ import type { ModelResult } from "../../src/domain/Model.js"
 import { MAX_FAILURE_MESSAGE_BYTES, MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import { MAX_WASM_TABLE_ENTRIES, MIN_WASM_MODULE_BYTES } from "../../src/layers/wasm/Module.js"
 import { TRANSCRIPT_TAIL } from "../../src/domain/TranscriptTail.js"
-import type { Event } from "../../src/domain/Projection.js"
+import type { Event } from "../../src/domain/Events.js"
 import { type ActivationInput, AgentloopFailed, type Host, HostCallFailed, type ToolResult } from "../../src/services/Agentloop.js"
 import {
   type AdmittedModule,

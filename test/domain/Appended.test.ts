@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { appendedTo, appendMessages } from "../../src/domain/Appended.js"
 import type { Message } from "../../src/domain/Messages.js"
-import { applyDelta, diffTranscript, jsonEqual } from "../../src/domain/Projection.js"
+import { applyDelta, diffTranscript, jsonEqual } from "../../src/domain/TranscriptDelta.js"
 
 const message = (content: string): Message => ({ role: "user", content })
 

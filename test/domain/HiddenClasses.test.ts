@@ -16,9 +16,9 @@ const sameMaps = (script: string): string =>
 
 describe("hidden classes on the turn path", () => {
   it("every Event toEvent makes of a public record has the same hidden class, whatever its kind or turn", () => {
-    const projection = path.join(ROOT, "dist/domain/Projection.js")
+    const eventsModule = path.join(ROOT, "dist/domain/Events.js")
     const out = sameMaps(`
-      const { toEvent } = await import(${JSON.stringify(projection)})
+      const { toEvent } = await import(${JSON.stringify(eventsModule)})
       const kinds = ["turn_started", "activation_started", "activation_ended", "turn_ended"]
       const payloads = [{ input: { message: "hi" }, mode: "send" }, { agentloop: "official" }, { sequence: 3, result: { text: "a" } }, { sequence: 2, result: { text: "a" } }]
       const events = []

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { isJsonData, jsonStringBytes, nonFiniteAt, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
-import { eventJson, eventsOf, toEvent } from "../../src/domain/Projection.js"
+import { eventJson, eventsOf, toEvent } from "../../src/domain/Events.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
 

@@ -1,20 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { HashMap, Option } from "effect"
-import {
-  deserializeState,
-  diffTranscript,
-  empty,
-  eventsOf,
-  fold,
-  foldAll,
-  kvRead,
-  liveRequest,
-  pruneRequests,
-  requestId,
-  serializeState,
-  stateBytes
-} from "../../src/domain/Projection.js"
+import { eventsOf } from "../../src/domain/Events.js"
+import { empty, fold, foldAll, kvRead, stateBytes } from "../../src/domain/Projection.js"
+import { liveRequest, pruneRequests, requestId } from "../../src/domain/Requests.js"
+import { deserializeState, serializeState } from "../../src/domain/SerializedState.js"
+import { diffTranscript } from "../../src/domain/TranscriptDelta.js"
 import { jsonBytes } from "../../src/domain/Size.js"
 import { checkPayload, type JournalRecord, type RecordKind } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"

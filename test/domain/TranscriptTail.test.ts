@@ -6,7 +6,8 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import type { Message } from "../../src/domain/Messages.js"
-import { deserializeState, empty, fold, serializeState, type SessionState } from "../../src/domain/Projection.js"
+import { empty, fold, type SessionState } from "../../src/domain/Projection.js"
+import { deserializeState, serializeState } from "../../src/domain/SerializedState.js"
 import {
   noUnanswered,
   TRANSCRIPT_TAIL,

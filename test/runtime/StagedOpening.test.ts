@@ -8,7 +8,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
-import type { Event } from "../../src/domain/Projection.js"
+import type { Event } from "../../src/domain/Events.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver } from "../../src/layers/journal/FileDriver.js"
 import type { AgentloopShape } from "../../src/services/Agentloop.js"

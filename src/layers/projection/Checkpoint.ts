@@ -5,7 +5,7 @@
  */
 import { crc32 } from "../journal/Frame.js"
 import type { JournalRecord } from "../../domain/Records.js"
-import type { SerializedState } from "../../domain/Projection.js"
+import type { SerializedState } from "../../domain/SerializedState.js"
 
 export const CHECKPOINT_FORMAT = "brain-checkpoint/3"
 
