@@ -116,7 +116,7 @@ describe("a host tool's result taken but not recorded", () => {
 
 describe("the host driver's documentation", () => {
   it("docs/environments.md names every error code the SDK's host posts", () => {
-    const source = fs.readFileSync(path.join(ROOT, "src/sdk/Host.ts"), "utf8")
+    const source = fs.readFileSync(path.join(ROOT, "src/sdk/HostCalls.ts"), "utf8")
     const posted = [...new Set([...source.matchAll(/error: \{ code: "([a-z_]+)"/g)].map((m) => m[1]!))].sort()
     expect(posted).toEqual(["invalid_input", "invalid_output", "tool_error", "unknown_tool"])
     const doc = fs.readFileSync(path.join(ROOT, "docs/environments.md"), "utf8")
