@@ -6,6 +6,11 @@
  * `overloaded` having done nothing (no session created, ended or deleted, no module stored or
  * removed) and kept nothing under the key, so that it runs once the server is back. A slow tool's
  * turn on another session holds the drain open meanwhile.
+ *
+ * A host's registration and removal keep no answer under their key (a registration's answer holds
+ * the host's token, a secret the idempotency store never keeps): while draining, both are refused
+ * 503 `overloaded` as new work, the retry of a registration answered before the stop included,
+ * having written nothing, so that each runs once the server is back.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -53,6 +58,12 @@ const ended = async (s: ServerProcess) => {
   return id
 }
 
+/** The lines of the host registry (HostsFile.ts): what a registration or a removal writes. */
+const hostLines = (s: ServerProcess) => {
+  const file = path.join(s.dataDir, "hosts", "registrations.jsonl")
+  return fs.existsSync(file) ? fs.readFileSync(file, "utf8") : ""
+}
+
 /** The sessions the data directory holds. */
 const sessionDirs = (s: ServerProcess) => fs.readdirSync(path.join(s.dataDir, "sessions")).filter((n) => !n.startsWith(".")).sort()
 
@@ -69,7 +80,7 @@ const expectRefusedAsNewWork = (what: string, answer: Answer, output: string) =>
 }
 
 describe("keyed lifecycle requests retried during a graceful stop", () => {
-  it("a retried create, end, delete, module upload and module removal gets its key's answer (a create the same session), and a new key is refused 503 overloaded having created, ended, deleted, stored and removed nothing", async () => {
+  it("a retried create, end, delete, module upload and module removal gets its key's answer (a create the same session), and a new key is refused 503 overloaded having created, ended, deleted, stored and removed nothing; a keyed host registration (a retry too) and removal are refused so, having registered and removed no host", async () => {
     const s = (server = await startServer())
     const slow = (await call(s, "/v1/sessions", {
       json: {
@@ -94,11 +105,16 @@ describe("keyed lifecycle requests retried during a graceful stop", () => {
     expect(toRemove.status, toRemove.text).toBe(201)
     const firstRemove = await call(s, `/v1/agentloops/${toRemove.body.id}`, { method: "DELETE", headers: keyed("remove-1") })
     expect(firstRemove.status, firstRemove.text).toBe(204)
+    const firstRegister = await call(s, "/v1/hosts", { method: "POST", headers: keyed("register-1") })
+    expect(firstRegister.status, firstRegister.text).toBe(201)
     // What a new key would act on.
     const idle = await created(s)
     const finished = await ended(s)
     const kept = await call(s, "/v1/agentloops", wasm(padded(loop, 2_000)))
     expect(kept.status, kept.text).toBe(201)
+    const host = (await call(s, "/v1/hosts", { method: "POST" })).body as { host_id: string; token: string }
+    const asHost = (key: string) => keyed(key, { authorization: `Bearer ${host.token}` })
+    const hostsBefore = hostLines(s)
     const sessionsBefore = sessionDirs(s)
     const modulesBefore = (await call(s, "/v1/agentloops")).body.agentloops.map((m: { id: string }) => m.id).sort()
 
@@ -122,6 +138,11 @@ describe("keyed lifecycle requests retried during a graceful stop", () => {
       remove: await call(s, `/v1/agentloops/${kept.body.id}`, { method: "DELETE", headers: keyed("remove-new") }),
       unkeyedCreate: await call(s, "/v1/sessions", { json: CREATE })
     }
+    const hosts = {
+      registrationRetry: await call(s, "/v1/hosts", { method: "POST", headers: keyed("register-1") }),
+      registration: await call(s, "/v1/hosts", { method: "POST", headers: keyed("register-new") }),
+      removal: await call(s, `/v1/hosts/${host.host_id}`, { method: "DELETE", headers: asHost("unregister-new") })
+    }
     const ran = await running
     expect(await s.waitExit(60_000), s.output).toEqual({ code: 0, signal: null })
 
@@ -132,6 +153,8 @@ describe("keyed lifecycle requests retried during a graceful stop", () => {
     expectAnswer("a retried upload", retries.upload, firstUpload, s.output)
     expectAnswer("a retried removal", retries.remove, firstRemove, s.output)
     for (const [what, answer] of Object.entries(fresh)) expectRefusedAsNewWork(`a new ${what}`, answer, s.output)
+    for (const [what, answer] of Object.entries(hosts)) expectRefusedAsNewWork(`a host's ${what}`, answer, s.output)
+    expect(hostLines(s), "no host registered or removed").toBe(hostsBefore)
     expect(ran.status, ran.text).toBe(200)
     expect(ran.body.turn).toMatchObject({ status: "ended", result: { text: "slow done" } })
 
@@ -151,5 +174,12 @@ describe("keyed lifecycle requests retried during a graceful stop", () => {
     expect((await call(s, `/v1/sessions/${finished}`, { method: "DELETE", headers: keyed("delete-new") })).status).toBe(204)
     expect((await call(s, "/v1/agentloops", wasm(padded(loop, 3_000), "upload-new"))).status).toBe(201)
     expect((await call(s, `/v1/agentloops/${kept.body.id}`, { method: "DELETE", headers: keyed("remove-new") })).status).toBe(204)
+    // The host is still registered (its token still opens its removal), and a registration's key,
+    // answered or not, holds nothing: each runs, another host.
+    expect((await call(s, `/v1/hosts/${host.host_id}`, { method: "DELETE", headers: asHost("unregister-new") })).status).toBe(204)
+    const registeredAgain = await call(s, "/v1/hosts", { method: "POST", headers: keyed("register-1") })
+    expect(registeredAgain.status, registeredAgain.text).toBe(201)
+    expect(registeredAgain.body.host_id).not.toBe(firstRegister.body.host_id)
+    expect((await call(s, "/v1/hosts", { method: "POST", headers: keyed("register-new") })).status).toBe(201)
   }, 240_000)
 })
