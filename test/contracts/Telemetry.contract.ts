@@ -56,9 +56,8 @@ export const telemetryContract = (name: string, harness: MakeHarness) =>
       Effect.gen(function*() {
         const h = yield* harness({ queueBytes: 4 * 1024 })
         yield* h.stall
-        const started = Date.now()
+        // The sink stays stalled until the test lets it answer: a caller that waited for it would never get past here.
         for (let i = 0; i < 1_000; i++) yield* h.telemetry.record(rec(i, { i, pad: "x".repeat(100) }))
-        expect(Date.now() - started, "no caller waited for the stalled sink").toBeLessThan(10_000)
         const stats = yield* h.telemetry.stats
         expect(stats.accepted + stats.dropped).toBe(1_000)
         expect(stats.dropped).toBeGreaterThan(900) // about 4 KiB of ~170-byte records, plus one batch in flight

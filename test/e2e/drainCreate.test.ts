@@ -15,7 +15,10 @@ import { ensureBuilt, eventually, request, type ServerProcess, startServer } fro
 
 /** Milliseconds the slow setup takes: longer than a stop lets answers still in flight be written once its drain is over (2 s). */
 const SLOW_SETUP_MS = 3_500
-/** The hanging Environment's lifecycle timeout: far beyond the test, so only the stop ends its setup. */
+/**
+ * The hanging Environment's lifecycle timeout: far beyond the test and the harness's wait for an
+ * exit (a hang guard), so a stop that waited for it, not for the drain deadline, fails the wait.
+ */
 const LIFECYCLE_TIMEOUT_MS = 120_000
 
 
@@ -45,7 +48,7 @@ describe("a create in flight during a graceful stop", () => {
     const created = await creating
     expect(created.status, created.text).toBe(201)
     expect(created.body).toMatchObject({ status: "idle" })
-    expect(await s.waitExit(10_000), s.output).toEqual({ code: 0, signal: null })
+    expect(await s.waitExit(), s.output).toEqual({ code: 0, signal: null })
 
     await s.start()
     const id: string = created.body.session_id
@@ -64,7 +67,6 @@ describe("a create in flight during a graceful stop", () => {
     const key = { "idempotency-key": "create-during-stop" }
     const creating = request(s.baseUrl, "/v1/sessions", { json: createBody, headers: key })
     await eventually("the setup to reach the Environment", async () => (f.log().some((l) => l.path === "/setup") ? true : undefined))
-    const t0 = Date.now()
     s.signal("SIGTERM")
     const answered = await creating
     expect(answered.status, answered.text).toBe(502)
@@ -74,8 +76,7 @@ describe("a create in flight during a graceful stop", () => {
     })
     expect(answered.body.message).toContain("the server is stopping")
     const id: string = answered.body.details.session_id
-    expect(await s.waitExit(10_000), s.output).toEqual({ code: 0, signal: null })
-    expect(Date.now() - t0, "the stop waited for the drain deadline, not the lifecycle timeout").toBeLessThan(8_000)
+    expect(await s.waitExit(), s.output).toEqual({ code: 0, signal: null })
     // The setup's request was closed by Brain, and nothing else was sent.
     expect(f.log().filter((l) => l.event === undefined).map((l) => l.path)).toEqual(["/setup"])
     expect(f.log().some((l) => l.event === "closed" && l.path === "/setup")).toBe(true)

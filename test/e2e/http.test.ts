@@ -512,7 +512,8 @@ describe("the HTTP API against a running server", () => {
 
   it("one turn at a time: a second send or submit while a turn runs is 409 session_busy; delete before end 409; cancel closes the turn; after end, messages are 409 session_ended", async () => {
     // The racing requests all come while this turn's tool runs: long enough for a loaded machine.
-    const id = await api.created({ model: slowModel(10_000, "second turn"), tools: SLOW_TOOLS })
+    // A tool far longer than the test: only the cancel ends it.
+    const id = await api.created({ model: slowModel(600_000, "second turn"), tools: SLOW_TOOLS })
     const receipt = await api.submit(id, "work")
     expect(receipt.status, receipt.text).toBe(202)
     await api.waitFor(id, "tool_call_started")
@@ -527,11 +528,10 @@ describe("the HTTP API against a running server", () => {
     expectError(await api.submit(id, "me too"), 409, "session_busy")
     expectError(await api.delete(id), 409, "conflict")
 
-    const t0 = Date.now()
+    // Answered at all within the test's timeout: without waiting for the tool.
     const cancelled = await api.cancel(id)
     expect(cancelled.status, cancelled.text).toBe(200)
     expectSummary(cancelled.body, id, "idle")
-    expect(Date.now() - t0, "answered without waiting for the tool").toBeLessThan(5_000)
     const { events } = await api.allEvents(id)
     expect(events.find((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed")?.data).toMatchObject({ outcome: "cancelled" })
     expect(events.find((e) => e.kind === "turn_failed")).toMatchObject({ data: { sequence: receipt.body.sequence, failure: { code: "cancelled" } } })

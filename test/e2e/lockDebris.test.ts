@@ -64,9 +64,8 @@ describe("kill -9 while a data directory's lock is being taken", () => {
         left = debrisIn(dir)
       }
       expect(left.length, `no kill in ${MAX_KILLS} landed inside a lock attempt`).toBeGreaterThan(0)
-      const started = Date.now()
+      // With no wait for a live owner (0 ms): taken at once, or refused.
       yield* Effect.scoped(acquireLock(dir, 0))
-      expect(Date.now() - started).toBeLessThan(1000)
       expect(fs.readdirSync(dir).filter((n) => n.startsWith("lock"))).toEqual([])
     }))
 })

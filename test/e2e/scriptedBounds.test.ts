@@ -13,18 +13,17 @@ describe("the scripted provider under the model bounds, over HTTP", () => {
     const created = await request(server().baseUrl, "/v1/sessions", { json: { model: { provider: "scripted", replies: [reply] } } })
     expect(created.status, created.text).toBe(201)
     const id = created.body.session_id as string
-    const started = Date.now()
     const sent = await request(server().baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "hi" } } })
-    const tookMs = Date.now() - started
     const events = await request(server().baseUrl, `/v1/sessions/${id}/events?after=0`)
     const failed = (events.body.events as Array<{ kind: string; data: any }>).find((e) => e.kind === "model_call_failed")
-    return { sent, tookMs, failure: failed?.data.failure, events: events.text }
+    return { sent, failure: failed?.data.failure, events: events.text }
   }
 
   it("a scripted reply delayed past BRAIN_MAX_MODEL_SECS fails its call model_timeout after the bound, not the delay", async () => {
-    const { failure, tookMs, events } = await failureOf({ text: "slow", delay_ms: 20_000 })
+    // A delay of ten minutes, far past the test's timeout: a call that waited for it, not for the
+    // bound, would not be answered here (the test's timeout is the hang guard, not a timing claim).
+    const { failure, events } = await failureOf({ text: "slow", delay_ms: 600_000 })
     expect(failure, events).toMatchObject({ code: "model_timeout", ambiguous: true })
-    expect(tookMs).toBeLessThan(15_000)
   })
 
   it("a scripted answer over BRAIN_MAX_MODEL_OUTPUT_BYTES fails its call model_output_limit", async () => {

@@ -54,11 +54,10 @@ describe("EffectFence: the outcome commit and the cleanup deadline", () => {
       const unsettled: Array<Effect.Effect<void>> = []
       const folded: Array<number> = []
       const hooks: FenceHooks = { committed: (es) => es.forEach(([s]) => folded.push(s)), unrecorded: (s) => void unsettled.push(s) }
-      const startedAt = Date.now()
+      // The append is held until released below: a fence that waited for it would never answer.
       const result = yield* Effect.either(
         Effect.uninterruptible(fence.fence(h.session, started, () => Effect.succeed({ secret: 42 }), ended, hooks))
       )
-      expect(Date.now() - startedAt, "answered although the append is held").toBeLessThan(10_000)
       expect(result._tag === "Left" && result.left._tag === "OutcomeUnrecorded" && result.left.started).toBe(2)
       expect(unsettled).toHaveLength(1)
       expect(folded).toEqual([2]) // the started record only

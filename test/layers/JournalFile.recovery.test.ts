@@ -744,22 +744,19 @@ describe("JournalFile data directory", () => {
       yield* journal.create(s)
       yield* journal.append(s, [kv("k", 1)])
 
-      // This process will not exit to let go of it: waiting (here up to 40 s, longer than a loaded
-      // machine takes to refuse at once) would only delay the refusal.
-      const started = Date.now()
-      const second = yield* Effect.either(Effect.scoped(openJournal(dir, { lockWaitMs: 40_000 })))
+      // This process will not exit to let go of it: waiting (here up to ten minutes, past the
+      // test's timeout, so an open that waited would not be refused here) would only delay the refusal.
+      const second = yield* Effect.either(Effect.scoped(openJournal(dir, { lockWaitMs: 600_000 })))
       expect(Either.isLeft(second) && second.left._tag).toBe("DataDirError")
       expect(Either.isLeft(second) && String((second.left as { reason?: string }).reason)).toContain("another runtime of this process")
-      expect(Date.now() - started, "refused without waiting for the lock").toBeLessThan(10_000)
       // The holder is unaffected by the refused open.
       expect(yield* journal.append(s, [kv("k", 2)])).toEqual([2])
 
       yield* Scope.close(first, Exit.void)
       expect(fs.existsSync(path.join(dir, "lock"))).toBe(false)
-      const reopened = Date.now()
+      // With no wait for a live owner (0 ms): taken at once, or refused.
       const last = yield* withJournal(dir, (j) => j.lastSequence(s), { lockWaitMs: 0 })
       expect(last).toBe(2)
-      expect(Date.now() - reopened).toBeLessThan(10_000)
     }))
 
   it.scopedLive("a lock another live process holds is waited for the bounded time, then refused; once that process is gone, it is taken", () =>
@@ -840,10 +837,9 @@ describe("JournalFile data directory", () => {
       const stale = [`${exited.pid} -\n`, `${exited.pid} 12345\n`, `${process.pid} 1\n`]
       for (const owner of stale) {
         fs.writeFileSync(lock, owner)
-        const started = Date.now()
+        // With no wait for a live owner (0 ms): a stale lock is taken at once, or the open refused.
         const last = yield* withJournal(dir, (j) => j.lastSequence(s), { lockWaitMs: 0 })
         expect(last, owner).toBe(2)
-        expect(Date.now() - started, owner).toBeLessThan(10_000)
         expect(fs.existsSync(lock), `${owner}: released on close`).toBe(false)
       }
     }))

@@ -26,7 +26,8 @@ describe("host tool results the server refuses", () => {
     const boom = tool({
       name: "boom",
       input: Schema.Struct({}),
-      timeoutMs: 20_000,
+      // Far past the test's timeout: a call left waiting for its deadline would not end here.
+      timeoutMs: 600_000,
       run: () => {
         runs++
         throw new Error(huge)
@@ -37,9 +38,7 @@ describe("host tool results the server refuses", () => {
         model: { provider: "scripted", replies: [{ tool_calls: [{ name: "boom", input: {} }] }, { text: "done" }] },
         tools: [boom]
       })
-      const started = Date.now()
       expect((await session.send("go")).turn.status).toBe("ended")
-      expect(Date.now() - started, "well before the call's 20 s deadline").toBeLessThan(10_000)
       expect(runs).toBe(1)
 
       const events = await history(client, session.id)

@@ -110,14 +110,13 @@ describe("rogue guests", () => {
         const { session_id } = yield* sessions.create({ agentloop: "poller", model: { provider: "scripted" } })
         const polled = yield* Effect.fork(sessions.send(session_id, { message: "go" }))
         yield* Effect.sleep("50 millis")
-        const asked = Date.now()
         yield* sessions.interrupt(session_id)
         const answered = yield* Fiber.join(polled)
         expect(answered.turn.failure?.code).toBe("cancelled")
-        // Stopped by its own answer, not by the host: the grace (30 s here) was not waited out.
-        expect(Date.now() - asked).toBeLessThan(10_000)
+        // Stopped by its own answer, not by the host: the grace (ten minutes here, past the test's
+        // timeout) was not waited out.
         expect((yield* turn("fine")).turn.status).toBe("ended")
-      }), { cancelGraceMs: 30_000 }))
+      }), { cancelGraceMs: 600_000 }))
 
   it.scopedLive("a guest that ignores a cancel (it makes no host call) is stopped after the grace; the pool serves the next turn", () =>
     withHost(() =>
