@@ -24,7 +24,7 @@ import * as ProjectionCheckpointed from "../../src/layers/ProjectionCheckpointed
 import { Projection } from "../../src/services/Projection.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { tempDir } from "../support/journals.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { runtimeLayer, untilIdle } from "../support/runtime.js"
 
 /** A fold of `records` records of `each` journal bytes apiece. */
 const folded = (records: number, each: number) => ({ records, bytes: records * each })
@@ -127,6 +127,8 @@ describe("a released session's checkpoint", () => {
         const turns = (id: SessionId, n: number) =>
           Effect.gen(function*() {
             for (let i = 0; i < n; i++) expect((yield* sessions.send(id, { message: `turn ${i}` })).turn.status).toBe("ended")
+            // The release (and its checkpoint) follows the last turn's answer: over once the turn has closed.
+            yield* untilIdle(id)
             return (yield* sessions.get(id)).last_sequence
           })
         // 30 turns: about 210 records.

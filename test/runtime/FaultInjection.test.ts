@@ -35,7 +35,7 @@ import type { ToolHandler } from "../../src/layers/ToolsInProcess.js"
 import { Agentloops } from "../../src/services/Agentloop.js"
 import type { WasmHostShape } from "../../src/services/WasmHost.js"
 import { tempDir } from "../support/journals.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { runtimeLayer, untilIdle } from "../support/runtime.js"
 import { echoing, wat } from "../support/wat.js"
 
 /** Milliseconds one faulty case (turn, stop, restart, next turn) may take before it counts as a hang. */
@@ -465,6 +465,8 @@ const runCase = (variant: Variant, k: number, tools: ToolsKind = "in-process") =
           const orphans = unansweredToolCalls(messages)
           if (orphans.length > 0) problems.push(`${label}: the next model request has tool calls without results: ${orphans.join(", ")}`)
         }
+        // Released once the turn has closed (its caller is answered first, the release follows).
+        yield* untilIdle(session)
         if ((yield* sessions.warm) !== 0) problems.push(`${label}: the session stayed warm after the next turn`)
         if (problems.length > 0) {
           problems.push(

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, TestClock } from "effect"
 import { Sessions } from "../../src/services/Sessions.js"
 import { Journal } from "../../src/services/Journal.js"
-import { runtimeLayer } from "../support/runtime.js"
+import { runtimeLayer, untilIdle } from "../support/runtime.js"
 import { tempDir } from "../support/journals.js"
 
 const scripted = { provider: "scripted" as const }
@@ -14,6 +14,8 @@ describe("Session lifecycle", () => {
       const { session_id } = yield* sessions.create({ model: scripted })
       expect(yield* sessions.warm).toBe(0)
       yield* sessions.send(session_id, { message: "hi" })
+      // Released once the turn has closed: its caller is answered first, the release follows.
+      yield* untilIdle(session_id)
       expect(yield* sessions.warm).toBe(0)
     }).pipe(Effect.provide(runtimeLayer())))
 

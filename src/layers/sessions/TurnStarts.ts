@@ -186,7 +186,14 @@ export const makeTurnStarts = (shared: Shared): TurnStarts => {
           running.delete(started)
           deadlines.remove(started)
           // Closed only once the release is over, whatever it waited on (an evicted cell's checkpoint).
-          return Effect.ensuring(release(cell), Effect.sync(() => {
+          // A healthy cell's release comes after a yield, so that the request given the outcome
+          // above answers its client first: its own release of the cell then finds the turn's use
+          // still held, and the eviction (the state to the projection's cache, in one synchronous
+          // step, then a checkpoint when due) is done here, after the answer is written. A broken
+          // or deleted cell is released first, as before: its eviction (a broken one's journal
+          // reset) is over before the answer, so a retry once answered finds the session recovered.
+          const releasing = cell.broken || cell.deleted ? release(cell) : Effect.zipRight(Effect.yieldNow(), release(cell))
+          return Effect.ensuring(releasing, Effect.sync(() => {
             if (open.get(cell.session) === started) open.delete(cell.session)
             started.closed.give()
           }))
