@@ -11,8 +11,10 @@
  * Everything else is as for a blocking activation: a fresh instance, the same memory limits, the
  * compute budget counting the time the guest has the thread (and the reading of its requests), not
  * its waits; the same failures with the same messages. The budget is kept by the twin's metering
- * in the worker (the thread survives it); a guest still running BACKSTOP_MS past it has its thread
- * terminated and replaced, as a blocking one's.
+ * in the worker (the thread survives it). A guest still running BACKSTOP_MS past it (its metering
+ * late, as on a loaded machine where the worker waits for a core, or absent) fails its activation
+ * at its budget all the same, and is stopped as an interrupted one is (below): its thread is
+ * terminated only if it does not heed that either.
  *
  * An activation interrupted while its guest computes (a cancel it ignored past its grace, a tool's
  * deadline, a server stop) ends at once, as a blocking one does; its guest is stopped by the same
@@ -51,7 +53,7 @@ import { type RecordedCall, requestKey, SUSPEND_BYTES } from "./Inline.js"
 import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
 import { eventLoopTurn } from "../Waits.js"
 
-/** Milliseconds past its budget a pinned guest's metering has to stop it before its thread is terminated. */
+/** Milliseconds past its budget a pinned guest's metering has to stop it before its activation fails at its budget without it (the guest then asked to stop, `stopRunning`). */
 export const BACKSTOP_MS = 1_000
 
 /**
@@ -166,7 +168,7 @@ const pinnedOn = (
       // Given up while its guest runs: stopped by its metering, the thread kept.
       if (held.running && held.healthy && held.busy && held.pin !== undefined && !thread.dead) return stopRunning(pool, thread, held, held.pin)
       giveSlot(pool, held)
-      // Past the backstop: the thread is terminated (its other pins run again elsewhere).
+      // Its guest still running on a thread that cannot be kept: terminated (its other pins run again elsewhere).
       if (held.running) held.healthy = false
       if (held.pin !== undefined) {
         const pin = held.pin
@@ -244,11 +246,10 @@ const run = (
     held.pin = undefined
   }
   const onEvent = (got: Option.Option<ThreadEvent>): Effect.Effect<PinnedEnd, ActivationFailure> => {
-    if (Option.isNone(got)) {
-      // Its metering did not stop it within the backstop: neither would the STOP word.
-      held.healthy = false
-      return Effect.fail(overBudget(limits))
-    }
+    // Its metering did not stop it within the backstop (late, as on a loaded machine, or absent):
+    // the activation fails at its budget, and its guest is asked to stop as an interrupted one is
+    // (`stopRunning`, when it ends), its thread terminated only if it does not heed that either.
+    if (Option.isNone(got)) return Effect.fail(overBudget(limits))
     const event = got.value
     switch (event.type) {
       case "call": {

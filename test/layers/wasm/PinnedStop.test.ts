@@ -1,8 +1,8 @@
 /**
  * A pinned guest (its module's twin, wasm/Pinned.ts) whose activation is given up while it
  * computes — interrupted, as a cancel ignored past its grace, a tool's deadline or a server stop
- * do — is stopped by its twin's metering, which reads the thread's STOP word where it reads the
- * clock: its thread is not terminated, so the guests pinned beside it, suspended in their host
+ * do, or failed at its budget when its metering did not stop it in time — is stopped by its twin's
+ * metering, which reads the thread's STOP word where it reads the clock: its thread is not terminated, so the guests pinned beside it, suspended in their host
  * calls, are not run again from the record. A guest that does not heed the word (no metering), or
  * has no twin, still has its thread terminated.
  *
@@ -10,12 +10,12 @@
  * began (a guest whose thread died begins again elsewhere), and whether the thread died; every
  * wait is on a Deferred, bounded by a generous timeout that turns a hang into a failure.
  */
-import { describe, expect, it } from "@effect/vitest"
+import { describe, expect, it, vi } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Fiber } from "effect"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
-import type { Activation } from "../../../src/layers/wasm/Activation.js"
+import { type Activation, overBudget } from "../../../src/layers/wasm/Activation.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
-import { onPool } from "../../../src/layers/wasm/Pinned.js"
+import { BACKSTOP_MS, onPool } from "../../../src/layers/wasm/Pinned.js"
 import { type GuestThread, Pool } from "../../../src/layers/wasm/Pool.js"
 import { admit } from "../../support/wasmHost.js"
 import { calling, data, guest, wat } from "../../support/wat.js"
@@ -64,7 +64,11 @@ const nextThread = (pool: Pool, kind: "pinned" | "tool"): GuestThread => {
  * `release`; then B (`spinner` as its twin) starts on the same thread and is given up by `giveUp`
  * once it began. What each began, and the thread A and B shared.
  */
-const besideAWaiter = <E>(spinner: "twin" | "plain", giveUp: (b: Effect.Effect<string, unknown>, started: Deferred.Deferred<void>) => Effect.Effect<Exit.Exit<string, unknown>, E>) =>
+const besideAWaiter = <E>(
+  spinner: "twin" | "plain",
+  giveUp: (b: Effect.Effect<string, unknown>, started: Deferred.Deferred<void>) => Effect.Effect<Exit.Exit<string, unknown>, E>,
+  limits: typeof LIMITS = LIMITS
+) =>
   Effect.gen(function*() {
     const pool = new Pool({ compute: 1, threads: 2 })
     yield* Effect.addFinalizer(() => pool.close)
@@ -81,13 +85,26 @@ const besideAWaiter = <E>(spinner: "twin" | "plain", giveUp: (b: Effect.Effect<s
     }), waiter.twin))
     yield* Deferred.await(inCall).pipe(Effect.timeout(STUCK))
     const b = { count: 0, started: yield* Deferred.make<void>() }
-    const bRun = onPool(pool, LIMITS, activationOf("spinner", spinner_.plain, b), spinner === "twin" ? spinner_.twin : spinner_.plain)
+    const bRun = onPool(pool, limits, activationOf("spinner", spinner_.plain, b), spinner === "plain" ? spinner_.plain : spinner_.twin)
     const bExit = yield* giveUp(bRun, b.started)
     const sharedDied = shared.dead
     yield* Deferred.succeed(release, undefined)
     const aOutput = yield* Fiber.join(aRun).pipe(Effect.timeout(STUCK))
     return { a: a.count, b: b.count, bExit, aOutput, performed, sharedDied, pool, shared }
   })
+
+/**
+ * The shared thread was kept: the waiter beside the stopped guest began once and completed with
+ * its answer, and the stopped guest gave back what it held (its compute slot and its pin).
+ */
+const keptBeside = (r: Effect.Effect.Success<ReturnType<typeof besideAWaiter>>) => {
+  expect(r.aOutput).toBe('{"ok":"answered"}')
+  expect(r.a).toBe(1)
+  expect(r.performed).toBe(1)
+  expect(r.shared.dead).toBe(false)
+  expect(r.pool.compute.available).toBe(1)
+  expect(r.shared.pins).toBe(0)
+}
 
 /** Interrupts `run` once its guest began. */
 const interrupted = (run: Effect.Effect<string, unknown>, started: Deferred.Deferred<void>) =>
@@ -104,13 +121,7 @@ describe("a pinned guest given up while it computes", () => {
       const r = yield* besideAWaiter("twin", interrupted)
       expect(Exit.isInterrupted(r.bExit)).toBe(true)
       expect(r.sharedDied).toBe(false)
-      expect(r.aOutput).toBe('{"ok":"answered"}')
-      expect(r.a).toBe(1)
-      expect(r.performed).toBe(1)
-      expect(r.shared.dead).toBe(false)
-      // The stopped guest gave back what it held: its compute slot and its pin.
-      expect(r.pool.compute.available).toBe(1)
-      expect(r.shared.pins).toBe(0)
+      keptBeside(r)
       // The thread serves on: the next pinned activation runs there and completes.
       const next = { count: 0 }
       const quick = yield* modulesOf(calling("kv_read", '{"key":"q"}'))
@@ -141,6 +152,43 @@ describe("a pinned guest given up while it computes", () => {
       expect(r.shared.dead).toBe(true)
       expect(r.a).toBe(2)
       expect(r.performed).toBe(1)
+    }))
+
+  it.scopedLive("past its compute budget and the backstop, its metering late (its worker waiting for a core), it fails at its budget and is stopped by the STOP word: its thread is kept and the waiter beside it is not run again", () =>
+    Effect.gen(function*() {
+      // A budget no other timer of this test uses, so long that the guest's own metering never
+      // stops it here: its backstop's timer is caught, and fired by the test, as it fires when the
+      // worker has not had a core for the budget and BACKSTOP_MS.
+      const limits = { ...LIMITS, computeMs: 54_321 }
+      const real = globalThis.setTimeout
+      let backstop: (() => void) | undefined
+      const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((f: () => void, ms?: number) => {
+        if (ms !== limits.computeMs + BACKSTOP_MS) return real(f, ms)
+        backstop = f
+        return real(() => {}, 2 ** 31 - 1)
+      }) as typeof setTimeout)
+      yield* Effect.addFinalizer(() => Effect.sync(() => set.mockRestore()))
+      const r = yield* besideAWaiter("twin", (run, started) =>
+        Effect.gen(function*() {
+          const fiber = yield* Effect.fork(run)
+          yield* Deferred.await(started).pipe(Effect.timeout(STUCK))
+          while (backstop === undefined) yield* Effect.sleep("5 millis")
+          backstop()
+          return yield* Fiber.await(fiber).pipe(Effect.timeout(STUCK))
+        }), limits)
+      expect(r.bExit).toEqual(Exit.fail(overBudget(limits)))
+      keptBeside(r)
+    }))
+
+  it.scopedLive("past its compute budget, heeding neither its budget nor the STOP word (its twin has no metering), it fails at its budget and has its thread terminated: the waiter beside it runs again and completes", () =>
+    Effect.gen(function*() {
+      const r = yield* besideAWaiter("plain", (run) => Effect.exit(run).pipe(Effect.timeout(STUCK)), { ...LIMITS, computeMs: 1 })
+      expect(r.bExit).toEqual(Exit.fail(overBudget({ ...LIMITS, computeMs: 1 })))
+      expect(r.aOutput).toBe('{"ok":"answered"}')
+      expect(r.shared.dead).toBe(true)
+      expect(r.a).toBe(2)
+      expect(r.performed).toBe(1)
+      expect(r.pool.compute.available).toBe(1)
     }))
 
   it.scopedLive("a guest without a twin, interrupted while it computes, has its thread terminated as before, and the pool serves the next activation", () =>
