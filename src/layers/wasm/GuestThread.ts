@@ -285,7 +285,9 @@ export class GuestThread {
 
   /** Waits (without blocking) for the worker's next event and hands it to the listener. */
   private await() {
-    if (this.waiting || this.dead) return
+    if (this.waiting) return
+    // A job given to a dead worker never reports: its death is what it reports (nothing waits for ever).
+    if (this.dead) return this.listener?.({ type: "died", reason: this.deathReason ?? "the worker died" })
     const result = waitAsync(this.words, EVENT_WORD, this.events)
     if (!result.async) {
       this.take()

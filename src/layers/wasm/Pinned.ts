@@ -238,6 +238,12 @@ const run = (
     dispatch()
     return Effect.flatMap(next(limits.computeMs > 0 ? budgetMs() + BACKSTOP_MS : 0, spent), onEvent)
   }
+  /**
+   * Its thread died while it waited there for a compute slot (or a turn of the event loop), with
+   * its instance if it had one: it runs again from its start elsewhere, its calls answered from the
+   * record. A job given to the dead thread would never report.
+   */
+  const diedWaiting = () => Effect.succeed<PinnedEnd>({ _tag: "again", blocking: false, calls })
   /** Its instance is gone from the thread (ended, or failed there). */
   const ended = () => {
     held.running = false
@@ -266,7 +272,7 @@ const run = (
           return Effect.flatMap(restore(pool.reclaim(thread, () => void (held.busy = true))), (back) => {
             // Its thread died with its instance: it runs again from its start elsewhere.
             if (!back) return Effect.succeed<PinnedEnd>({ _tag: "again", blocking: false, calls })
-            const resume = () => dispatched(() => thread.resume(held.pin!, answer, budgetMs()))
+            const resume = () => thread.dead ? diedWaiting() : dispatched(() => thread.resume(held.pin!, answer, budgetMs()))
             const go = () => yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, resume) : resume()
             return takeSlotNow(pool, held) ? go() : Effect.flatMap(takeSlot(pool, held), go)
           })
@@ -293,6 +299,7 @@ const run = (
   const start = (): Effect.Effect<PinnedEnd, ActivationFailure> => {
     if (thread.dead) return Effect.fail({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
     const go = () => {
+      if (thread.dead) return diedWaiting()
       activation.began?.()
       const pin = thread.pin()
       held.pin = pin

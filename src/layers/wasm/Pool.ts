@@ -3,7 +3,9 @@
  * activation at a time; the guests that run at once are bounded apart from the threads (see
  * Pool). An activation takes a thread, gives it back when done, and gives back a *broken* one
  * (terminated: a runaway guest, a crash, an interrupted activation) to be replaced: the pool
- * never hands out a thread in an unknown state.
+ * never hands out a thread in an unknown state. A thread that dies free (idle, or shared while its
+ * pinned guests wait on their calls) is counted out at once, its place handed to the activations
+ * waiting for a thread.
  */
 import { Deferred, Effect, FiberId } from "effect"
 import { ComputeSlots } from "./ComputeSlots.js"
@@ -102,14 +104,45 @@ export class Pool {
     if (kind === "pinned" && !thread.shared) {
       thread.shared = true
       this.shared.add(thread)
-      // Dying free (its pins waiting on their calls), it is counted out at once: nothing gives it back.
-      thread.onDeath = () => {
-        if (thread.busy || !thread.shared) return
-        this.unshare(thread)
-        this.started--
-      }
     }
     return thread
+  }
+
+  /** A new thread, counted by its taker (`started`) or in place of one that broke. */
+  private spawn(): GuestThread {
+    const thread = new GuestThread()
+    thread.onDeath = () => this.diedFree(thread)
+    return thread
+  }
+
+  /**
+   * A thread died. Held, its holder gives it back (`release`), which replaces it. Free (idle, or
+   * shared with its pins waiting on their calls), nothing would: it is counted out at once and its
+   * place goes to the activations waiting for a thread, which would otherwise wait for another to
+   * be given back, maybe for ever.
+   */
+  private diedFree(thread: GuestThread) {
+    if (thread.busy) return
+    const i = this.idle.findIndex((t) => t.thread === thread)
+    if (i >= 0) this.idle.splice(i, 1)
+    else if (!this.shared.has(thread)) return
+    if (thread.shared) this.unshare(thread)
+    this.started--
+    if (!this.closed) this.serveWaiting()
+  }
+
+  /** Hands each waiter, first come first served, a thread it can have now (a free one it fits, or a new one while under the size). */
+  private serveWaiting() {
+    for (let i = 0; i < this.waiting.length;) {
+      const waiter = this.waiting[i]!
+      const thread = this.tryAcquire(waiter.kind)
+      if (thread === undefined) {
+        i++
+        continue
+      }
+      this.waiting.splice(i, 1)
+      Deferred.unsafeDone(waiter.deferred, Effect.succeed(thread))
+    }
   }
 
   private unshare(thread: GuestThread) {
@@ -169,7 +202,7 @@ export class Pool {
     if (idle) return this.take(idle.thread, kind)
     if (this.started < this.size.threads) {
       this.started++
-      return this.take(new GuestThread(), kind)
+      return this.take(this.spawn(), kind)
     }
     if (kind === "tool") for (const t of this.shared) if (!t.busy && !t.dead) return this.take(t, kind)
     return undefined
@@ -250,7 +283,7 @@ export class Pool {
         if (!thread.dead) thread.terminate()
         // Its pinned activations find it dead (GuestThread: `resumers` woken) and run again elsewhere.
         if (thread.shared) this.unshare(thread)
-        next = this.closed ? undefined : new GuestThread()
+        next = this.closed ? undefined : this.spawn()
       }
       if (this.closed) {
         next?.terminate()
