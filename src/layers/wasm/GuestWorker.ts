@@ -373,31 +373,22 @@ const serve = () => {
     started = Atomics.load(words, START_WORD)
     const length = Atomics.load(words, START_LENGTH_WORD)
     const kind = Atomics.load(words, START_KIND_WORD)
-    if (kind === START_RESUME) {
-      const received = receiveMessageOnPort(toWorker)
-      if (!received) {
-        post({ type: "failed", kind: "error", reason: "the answer was lost on its way to the worker" })
+    if (kind === START_RESUME || kind === START_POSTED) {
+      const msg = receiveMessageOnPort(toWorker)?.message as ResumeMessage | ActivateMessage | undefined
+      if (msg === undefined) {
+        post({ type: "failed", kind: "error", reason: `the ${kind === START_RESUME ? "answer" : "activation"} was lost on its way to the worker` })
         continue
       }
-      const msg = received.message as ResumeMessage
       drop(msg.drops)
-      resume(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.answer!)
-    } else if (kind === START_POSTED) {
-      const received = receiveMessageOnPort(toWorker)
-      if (!received) {
-        post({ type: "failed", kind: "error", reason: "the activation was lost on its way to the worker" })
-        continue
+      // Its bytes (an answer, an input) are inline, or came with the message.
+      const bytes = length >= 0 ? fromMainBytes.subarray(0, length) : (msg.type === "resume" ? msg.answer : msg.input)!
+      if (msg.type === "resume") resume(msg, bytes)
+      else if (msg.pin !== undefined) begin(msg, bytes)
+      else {
+        // The module is kept by moduleOf: `last` holds no module and no input.
+        last = { ...msg, module: undefined, input: undefined }
+        after(run(msg, bytes), msg)
       }
-      const msg = received.message as ActivateMessage
-      drop(msg.drops)
-      if (msg.pin !== undefined) {
-        begin(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.input!)
-        continue
-      }
-      last = { ...msg, module: undefined, input: undefined }
-      // The module is kept by moduleOf: `last` holds no module and no input.
-      const instance = run(msg, length >= 0 ? fromMainBytes.subarray(0, length) : msg.input!)
-      after(instance, msg)
     } else if (last === undefined) {
       post({ type: "failed", kind: "error", reason: "the worker has no activation to repeat" })
     } else {
