@@ -14,11 +14,6 @@ import { jsonBytes } from "./Size.js"
 import { applyDelta } from "./TranscriptDelta.js"
 import { noUnanswered, unansweredAfter, unansweredOf, type UnansweredCalls } from "./TranscriptTail.js"
 
-// Also named from here by the session layers (src/layers/sessions), which import them with the state.
-export { type Event, eventJson, toEvent } from "./Events.js"
-export { liveRequest, pruneRequests, requestExpired, requestId } from "./Requests.js"
-export { transcriptChange } from "./TranscriptDelta.js"
-
 export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended" | "failed" | "corrupt"
 
 export interface PendingEffect {

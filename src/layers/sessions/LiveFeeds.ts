@@ -41,7 +41,8 @@ import {
   SSE_WRITE_BYTES,
   SUBSCRIBER_BACKLOG_RECORDS
 } from "../../domain/Limits.js"
-import { type SessionState, toEvent } from "../../domain/Projection.js"
+import { type SessionState } from "../../domain/Projection.js"
+import { toEvent } from "../../domain/Events.js"
 import { isFinalKind, type JournalRecord } from "../../domain/Records.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"

@@ -15,7 +15,7 @@
  * `model_call_ended` instead.
  */
 import type { Failure } from "../../domain/Failure.js"
-import { type Event, eventJson } from "../../domain/Projection.js"
+import { type Event, eventJson } from "../../domain/Events.js"
 import type { ModelDelta } from "../../domain/Model.js"
 import { MODEL_DELTA, STREAM_ERROR, STREAM_LAGGED } from "../../domain/Records.js"
 

@@ -9,7 +9,7 @@ import { AgentloopFailed, Conflict, Overloaded, SessionBusy, SessionEnded, toFai
 import { failure } from "../../domain/Failure.js"
 import { SESSION_KEYS_PRUNE_MS } from "../../domain/Limits.js"
 import type { TurnInput } from "../../domain/Messages.js"
-import { pruneRequests, requestId } from "../../domain/Projection.js"
+import { pruneRequests, requestId } from "../../domain/Requests.js"
 import { entry, type Entry } from "../../domain/Records.js"
 import type { KeyedTurnError, TurnError, TurnOutcome, TurnRequest } from "../../services/Sessions.js"
 import { Once } from "../Waits.js"
