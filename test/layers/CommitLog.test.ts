@@ -19,7 +19,7 @@ import { LOG_PREALLOCATED_MAX } from "../../src/layers/journal/CommitLog.js"
 import { encodeBatch, scanLog, scanNeedsMore } from "../../src/layers/journal/CommitLogFormat.js"
 import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
-import { tempDir } from "../support/journals.js"
+import { COMMIT_LOGS, logsNow, restoreLogs, tempDir } from "../support/journals.js"
 
 const kv = (key: string, value: unknown = { pad: "x".repeat(100) }) => entry("kv_put", { key, value })
 
@@ -70,17 +70,8 @@ const recordingDriver = () => {
   }
 }
 
-const LOGS = ["a.log", "b.log"] as const
-
 /** How many batches each log holds: none once it is emptied. */
-const batchesIn = (dataDir: string) => LOGS.map((n) => scanLog(fs.readFileSync(path.join(dataDir, "commit-log", n))).batches.length)
-
-/** The commit log's files as they are now: what a crash at this moment leaves of them (their writes are O_DSYNC). */
-const logsNow = (dataDir: string) => LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
-
-/** Puts the commit log back as `logsNow` found it (a clean stop since emptied it; the crash came before). */
-const restoreLogs = (dataDir: string, logs: ReadonlyArray<Buffer>) =>
-  LOGS.forEach((n, i) => fs.writeFileSync(path.join(dataDir, "commit-log", n), logs[i]!))
+const batchesIn = (dataDir: string) => COMMIT_LOGS.map((n) => scanLog(fs.readFileSync(path.join(dataDir, "commit-log", n))).batches.length)
 
 const segmentsUnder = (dataDir: string): Array<string> => {
   const root = path.join(dataDir, "sessions")
@@ -191,7 +182,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
         }), rec.driver)
       restoreLogs(dir, logs)
       // The last round (b3's) torn in the log: its batch cut in the middle.
-      const current = LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      const current = COMMIT_LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
       const bounds = batchBounds(fs.readFileSync(current))
       const [start, end] = bounds.at(-1)!
       fs.truncateSync(current, start + Math.floor((end - start) / 2))
@@ -218,7 +209,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
           return logsNow(dir)
         }))
       restoreLogs(dir, logs)
-      const current = LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
+      const current = COMMIT_LOGS.map((n) => path.join(dir, "commit-log", n)).find((f) => batchBounds(fs.readFileSync(f)).length > 0)!
       const [start, end] = batchBounds(fs.readFileSync(current)).at(-1)!
       fs.truncateSync(current, start + Math.floor((end - start) / 2))
       const read = yield* withJournal(dir, (journal) => readAll(journal, s))
@@ -350,7 +341,7 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
   it.scopedLive("both logs are zero-filled to their capacity (at most LOG_PREALLOCATED_MAX) at start: a round's log write changes no log's size, and a start after a clean stop finds them emptied in place", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
-      const sizes = () => LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)
+      const sizes = () => COMMIT_LOGS.map((n) => fs.statSync(path.join(dir, "commit-log", n)).size)
       const sessions = yield* Effect.all(Array.from({ length: 4 }, () => mintSessionId))
       const during = yield* withJournal(dir, (journal) =>
         Effect.gen(function*() {

@@ -9,8 +9,6 @@
  * The writes fail the way a disk fails them: part of a write lands and the next part finds the
  * disk full (ENOSPC), or the whole of an `O_DSYNC` write lands and its sync fails (EIO).
  */
-import * as fs from "node:fs"
-import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
@@ -18,16 +16,9 @@ import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { FileDriver } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
-import { instrumentedDriver, type Landing, tempDir } from "../support/journals.js"
+import { instrumentedDriver, type Landing, logsNow, restoreLogs, tempDir } from "../support/journals.js"
 
 const kv = (key: string) => entry("kv_put", { key, value: { pad: "x".repeat(200) } })
-
-const LOGS = ["a.log", "b.log"] as const
-/** The commit log's files now: what a crash at this moment leaves of them (their writes are `O_DSYNC`). */
-const logsNow = (dataDir: string) => LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
-/** Puts the commit log back as `logsNow` found it: a crash instead of the clean stop that emptied it. */
-const restoreLogs = (dataDir: string, logs: ReadonlyArray<Buffer>) =>
-  LOGS.forEach((n, i) => fs.writeFileSync(path.join(dataDir, "commit-log", n), logs[i]!))
 
 const keysOf = (journal: JournalShape, session: SessionId) =>
   Effect.map(journal.read(session, { after: 0, limit: 1000 }), (rs) => rs.filter((r) => r.kind === "kv_put").map((r) => [r.sequence, r.payload.key]))

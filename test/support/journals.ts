@@ -17,6 +17,16 @@ export interface JournalHarness {
   readonly failNextWrite: (session: SessionId) => void
 }
 
+/** The commit log's two files (CommitLog.ts). */
+export const COMMIT_LOGS = ["a.log", "b.log"] as const
+
+/** The commit log's files as they are now: what a crash at this moment leaves of them (their writes are `O_DSYNC`). */
+export const logsNow = (dataDir: string) => COMMIT_LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
+
+/** Puts the commit log back as `logsNow` found it: a crash then, instead of the clean stop that has since emptied it. */
+export const restoreLogs = (dataDir: string, logs: ReadonlyArray<Buffer>) =>
+  COMMIT_LOGS.forEach((n, i) => fs.writeFileSync(path.join(dataDir, "commit-log", n), logs[i]!))
+
 export const tempDir = (prefix = "brain-test-") =>
   Effect.acquireRelease(
     Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), prefix))),

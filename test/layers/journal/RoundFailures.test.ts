@@ -17,14 +17,9 @@ import { entry } from "../../../src/domain/Records.js"
 import * as JournalFile from "../../../src/layers/JournalFile.js"
 import { FileDriver, FileError, type FileDriverShape, syncManyVia } from "../../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../../src/services/Journal.js"
-import { instrumentedDriver, tempDir } from "../../support/journals.js"
+import { instrumentedDriver, logsNow, restoreLogs, tempDir } from "../../support/journals.js"
 
 const kv = (key: string) => entry("kv_put", { key, value: { pad: "x".repeat(200) } })
-
-const LOGS = ["a.log", "b.log"] as const
-const logsNow = (dataDir: string) => LOGS.map((n) => fs.readFileSync(path.join(dataDir, "commit-log", n)))
-const restoreLogs = (dataDir: string, logs: ReadonlyArray<Buffer>) =>
-  LOGS.forEach((n, i) => fs.writeFileSync(path.join(dataDir, "commit-log", n), logs[i]!))
 
 const keysOf = (journal: JournalShape, session: SessionId) =>
   Effect.map(journal.read(session, { after: 0, limit: 1000 }), (rs) => rs.filter((r) => r.kind === "kv_put").map((r) => [r.sequence, r.payload.key]))
