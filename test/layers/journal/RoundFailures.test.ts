@@ -112,6 +112,24 @@ const losePower = (dataDir: string, synced: ReadonlyMap<string, number>) => {
   }
 }
 
+/**
+ * Sessions a and b with one record each, c opened; then a round of a2 and b2, held while c1
+ * commits, in which b's segment write lands and fails (and, with `rewriteFails`, the batch of the
+ * writes that landed, written in its place, fails too). The round's two outcomes, b's disk freed.
+ */
+const failedRound = (h: Effect.Effect.Success<ReturnType<typeof harness>>, journal: JournalShape, [a, b, c]: ReadonlyArray<SessionId>, rewriteFails: boolean) =>
+  Effect.gen(function*() {
+    for (const s of [a!, b!, c!]) yield* journal.create(s)
+    yield* journal.append(a!, [kv("a1")])
+    yield* journal.append(b!, [kv("b1")])
+    yield* journal.lastSequence(c!)
+    h.inst.landsThenFails(b!, { landed: (n) => n, code: "EIO" })
+    if (rewriteFails) h.failRewrite()
+    const outcomes = yield* h.oneRound(journal.append(c!, [kv("c1")]), [journal.append(a!, [kv("a2")]), journal.append(b!, [kv("b2")])])
+    h.inst.diskFreed(b!)
+    return outcomes
+  })
+
 describe("a round whose segment write fails while its commit-log batch lands", () => {
   it.scopedLive("the other session's append in the round is acknowledged and survives a power loss; the failed one is read back neither by a reopen nor by a start after a crash", () =>
     Effect.gen(function*() {
@@ -120,13 +138,7 @@ describe("a round whose segment write fails while its commit-log batch lands", (
       const [a, b, c] = [yield* mintSessionId, yield* mintSessionId, yield* mintSessionId]
       const { logs, outcomes, reopened, synced } = yield* Effect.scoped(Effect.gen(function*() {
         const journal = yield* h.open
-        for (const s of [a, b, c]) yield* journal.create(s)
-        yield* journal.append(a, [kv("a1")])
-        yield* journal.append(b, [kv("b1")])
-        yield* journal.lastSequence(c)
-        h.inst.landsThenFails(b, { landed: (n) => n, code: "EIO" })
-        const outcomes = yield* h.oneRound(journal.append(c, [kv("c1")]), [journal.append(a, [kv("a2")]), journal.append(b, [kv("b2")])])
-        h.inst.diskFreed(b)
+        const outcomes = yield* failedRound(h, journal, [a, b, c], false)
         yield* journal.reset(b)
         const reopened = yield* keysOf(journal, b)
         return { outcomes, reopened, synced: h.synced(), logs: logsNow(dir) }
@@ -149,14 +161,7 @@ describe("a round whose segment write fails while its commit-log batch lands", (
       const [a, b, c] = [yield* mintSessionId, yield* mintSessionId, yield* mintSessionId]
       const { logs, outcomes, reopened, synced } = yield* Effect.scoped(Effect.gen(function*() {
         const journal = yield* h.open
-        for (const s of [a, b, c]) yield* journal.create(s)
-        yield* journal.append(a, [kv("a1")])
-        yield* journal.append(b, [kv("b1")])
-        yield* journal.lastSequence(c)
-        h.inst.landsThenFails(b, { landed: (n) => n, code: "EIO" })
-        h.failRewrite()
-        const outcomes = yield* h.oneRound(journal.append(c, [kv("c1")]), [journal.append(a, [kv("a2")]), journal.append(b, [kv("b2")])])
-        h.inst.diskFreed(b)
+        const outcomes = yield* failedRound(h, journal, [a, b, c], true)
         yield* journal.reset(a)
         yield* journal.reset(b)
         const reopened = [yield* keysOf(journal, a), yield* keysOf(journal, b)]
