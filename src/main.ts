@@ -11,7 +11,7 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
-import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Option, type Runtime } from "effect"
+import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Option, Runtime } from "effect"
 import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
 import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
@@ -37,6 +37,7 @@ import * as TelemetryOtlp from "./layers/TelemetryOtlp.js"
 import type { ToolHandler } from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
+  CLOSED_BY,
   TIMEOUT_CHECK_MS,
   type ConnectionGuard,
   fitToFileLimit,
@@ -375,13 +376,14 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
       )
     }
     const served: ServerConfigShape = { ...config, sseMaxSubscribersPerSession: perSession }
+    const logClosed = Runtime.runSync(yield* Effect.runtime<never>())
     const guard = guardConnections(server, {
       maxConnections: fitted.connections,
       headersTimeoutMs: config.headersTimeoutMs,
       requestTimeoutMs: config.requestTimeoutMs,
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
       responseStallMs: config.responseStallMs
-    })
+    }, ({ by, peer }) => logClosed(Effect.log(`connection ${peer} closed: ${CLOSED_BY[by]}`).pipe(Effect.annotateLogs({ closed_by: by, peer }))))
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(served, admission, server, gating), Layer.empty).pipe(
       Layer.provideMerge(servicesOf(served, extensions, parsed))

@@ -50,6 +50,9 @@
  *   `keepAliveTimeoutMs` (Node keeps it NODE_KEEP_ALIVE_BUFFER_MS past its own setting, so that is
  *   set that much lower), and its answers tell clients a whole second less (`Keep-Alive: timeout=`,
  *   rounded down), so that they stop reusing it before the server closes it.
+ * - Each connection one of these timers closes is told, with the timer (ClosedBy) and the client's
+ *   address, to the guard's `closed` callback (the server logs it): a client cut for its silence
+ *   is told apart from one cut at a cap, by the operator and by the tests, without a stopwatch.
  */
 import type * as http from "node:http"
 import type * as net from "node:net"
@@ -80,6 +83,48 @@ export const TIMEOUT_CHECK_MS = 100
 export const NODE_KEEP_ALIVE_BUFFER_MS = 1_000
 /** Descriptors. Kept for everything but connections and journal files (stdio, logs, directories, checkpoints). */
 export const FD_RESERVE = 128
+
+/**
+ * Which of the listener's timers closed a connection: the headers' or the whole request's
+ * timeout, the idle keep-alive, an answer its client took none of (responseStallMs), a
+ * probationer's wait (OVERFLOW_WAIT_MS), and a lingering close's silence, cap or bytes
+ * (lingerOnClose).
+ */
+export type ClosedBy =
+  | "headers_timeout"
+  | "request_timeout"
+  | "keep_alive"
+  | "response_stall"
+  | "probation"
+  | "linger_silence"
+  | "linger_cap"
+  | "linger_bytes"
+
+/** Why each timer closes a connection, in words naming its setting (the server's log line). */
+export const CLOSED_BY: Readonly<Record<ClosedBy, string>> = {
+  headers_timeout: "its headers did not arrive within BRAIN_HEADERS_TIMEOUT_MS",
+  request_timeout: "its request did not arrive whole within BRAIN_REQUEST_TIMEOUT_MS",
+  keep_alive: "idle for BRAIN_KEEP_ALIVE_TIMEOUT_MS",
+  response_stall: "its client took none of its answer for BRAIN_RESPONSE_STALL_MS",
+  probation: `accepted past BRAIN_MAX_CONNECTIONS, it sent no request within ${OVERFLOW_WAIT_MS} ms`,
+  linger_silence: `lingering after an early refusal, its client sent nothing for LINGER_IDLE_MS (${LINGER_IDLE_MS} ms)`,
+  linger_cap: `lingering after an early refusal for LINGER_MAX_MS (${LINGER_MAX_MS} ms)`,
+  linger_bytes: `lingering after an early refusal, its client sent LINGER_BYTES (${LINGER_BYTES} bytes)`
+}
+
+/** A connection a timer closed, and its client's address (`host:port`, as the client sees its own end). */
+export interface ConnectionClosed {
+  readonly by: ClosedBy
+  readonly peer: string
+}
+
+/** Where each guarded socket's closes by a timer are told (guardConnections' `closed`). */
+const reporters = new WeakMap<net.Socket, (closed: ConnectionClosed) => void>()
+
+/** Tells the socket's guard that `by` closes it; called before the close, while its address is still known. */
+const closing = (socket: net.Socket, by: ClosedBy): void => {
+  reporters.get(socket)?.({ by, peer: `${socket.remoteAddress}:${socket.remotePort}` })
+}
 
 /**
  * The settings the guard holds connections to, as ServerConfig describes them (`maxConnections`
@@ -187,19 +232,21 @@ const linger = (socket: net.Socket): void => {
   if (socket.destroyed) return
   lingering.add(socket)
   let discarded = 0
-  const close = () => {
+  /** Closes the socket; `by`, the timer that does, when one does (not the client's own close). */
+  const close = (by?: ClosedBy) => {
     clearTimeout(silence)
     clearTimeout(cap)
+    if (by !== undefined && !socket.destroyed) closing(socket, by)
     socket.destroy()
   }
   // The answer's bytes go out before the socket is let go, unless the whole wait is over.
-  const closeOnceSent = () => {
-    if (socket.writableFinished) close()
-    else socket.once("finish", close)
+  const closeOnceSent = (by?: ClosedBy) => {
+    if (socket.writableFinished) close(by)
+    else socket.once("finish", () => close(by))
   }
-  const silence = setTimeout(close, LINGER_IDLE_MS)
+  const silence = setTimeout(() => close("linger_silence"), LINGER_IDLE_MS)
   silence.unref()
-  const cap = setTimeout(close, LINGER_MAX_MS)
+  const cap = setTimeout(() => close("linger_cap"), LINGER_MAX_MS)
   cap.unref()
   const discard = (chunk: Buffer) => {
     discarded += chunk.length
@@ -210,13 +257,13 @@ const linger = (socket: net.Socket): void => {
     }
     socket.off("data", discard)
     socket.pause()
-    closeOnceSent()
+    closeOnceSent("linger_bytes")
   }
   // Adding a `data` listener takes the socket from Node's parser (it reads through them then);
   // Node's own are removed, so nothing after the answer is parsed as a request.
   socket.on("data", discard)
   for (const listener of socket.listeners("data")) if (listener !== discard) socket.off("data", listener as (chunk: Buffer) => void)
-  socket.once("end", closeOnceSent)
+  socket.once("end", () => closeOnceSent())
   socket.once("close", () => {
     clearTimeout(silence)
     clearTimeout(cap)
@@ -263,6 +310,7 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
     const bodyPending = state.parser?.incoming?.complete === false
     // A body still arriving after its request was answered (or while its answer is being
     // written): nothing more may be said on the connection, it is only closed.
+    closing(socket, bodyPending ? "request_timeout" : "headers_timeout")
     if (bodyPending && (state._httpMessage ?? undefined)?.headersSent !== false) return socket.destroy()
     const answer = bodyPending
       ? rawAnswer(408, "Request Timeout", `the request's body did not arrive in time (BRAIN_REQUEST_TIMEOUT_MS: the whole request within ${limits.requestTimeoutMs} ms of its first byte)`, true)
@@ -363,6 +411,7 @@ const closeStalled = (sockets: ReadonlySet<net.Socket>, stallMs: number) => {
       if (seen === undefined || unsent < seen.unsent) watched.set(socket, { unsent, since: now })
       else if (now - seen.since >= stallMs) {
         watched.delete(socket)
+        closing(socket, "response_stall")
         socket.destroy()
       } else seen.unsent = unsent
     }
@@ -389,8 +438,15 @@ export interface ConnectionGuard {
   readonly closeUnused: () => number
 }
 
-/** Applies the limits to a server before it listens. */
-export const guardConnections = (server: http.Server, limits: ConnectionLimits): ConnectionGuard => {
+/**
+ * Applies the limits to a server before it listens; `closed` is told of each connection one of
+ * its timers closes (ClosedBy), as it closes.
+ */
+export const guardConnections = (
+  server: http.Server,
+  limits: ConnectionLimits,
+  closed: (closed: ConnectionClosed) => void = () => undefined
+): ConnectionGuard => {
   // Node counts both from the request's first byte; the headers' bound is the tighter one.
   const timeouts = { ...limits, requestTimeoutMs: Math.max(limits.requestTimeoutMs, limits.headersTimeoutMs) }
   server.headersTimeout = timeouts.headersTimeoutMs
@@ -407,12 +463,19 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
   server.on("checkExpectation", onUnknownExpectation)
   server.on("checkContinue", continueOnRead(server))
   server.on("connect", onConnect)
+  // The only socket timeout the server sets is the idle keep-alive's (no request or response sets
+  // one): Node destroys the socket itself only when no one listens for it, so this listener does.
+  server.on("timeout", (socket: net.Socket) => {
+    closing(socket, "keep_alive")
+    socket.destroy()
+  })
   const sockets = new Set<net.Socket>()
   if (limits.responseStallMs > 0) server.once("close", closeStalled(sockets, limits.responseStallMs))
   /** Sockets on probation, oldest first. */
   const probation = new Set<net.Socket>()
   server.on("connection", (socket: net.Socket) => {
     sockets.add(socket)
+    reporters.set(socket, closed)
     socket.once("end", onClientEnd(socket))
     socket.once("close", () => {
       sockets.delete(socket)
@@ -434,7 +497,10 @@ export const guardConnections = (server: http.Server, limits: ConnectionLimits):
       oldest.destroy()
     }
     probation.add(socket)
-    const timer = setTimeout(() => socket.destroy(), OVERFLOW_WAIT_MS)
+    const timer = setTimeout(() => {
+      closing(socket, "probation")
+      socket.destroy()
+    }, OVERFLOW_WAIT_MS)
     timer.unref()
     socket.once("close", () => clearTimeout(timer))
   })

@@ -5,13 +5,14 @@
  * before it reads still reads its 413 instead of a reset; a client that falls silent is let go
  * after LINGER_IDLE_MS, one that dribbles for ever at LINGER_MAX_MS; and lingering connections
  * give way to a new client at BRAIN_MAX_CONNECTIONS rather than keep it out. Raw sockets against
- * real server processes; what is asserted is what the clients receive, the waits being hang
- * guards far above the bounds they guard.
+ * real server processes; what is asserted is what the clients receive and which bound the server
+ * says closed each connection (its log, ClosedBy in Connections.ts), the waits being hang guards
+ * far above the bounds they guard.
  */
 import * as net from "node:net"
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { LINGER_IDLE_MS, LINGER_MAX_MS } from "../../src/domain/Limits.js"
-import { type ServerProcess, sharedServer, sleep, startServer } from "../support/server.js"
+import { closedBy, eventually, type ServerProcess, sharedServer, sleep, startServer } from "../support/server.js"
 
 const TOKEN = "linger-token"
 const MAX = 64 * 1024
@@ -35,7 +36,8 @@ const expectWhole413 = (text: string, why: string) => {
 /** A client holding a connection open after its server has ended its side (its FIN), so that it may go on sending. */
 const halfOpen = (port: number) => {
   const socket = net.connect({ port, host: "127.0.0.1", allowHalfOpen: true })
-  const state = { received: "", error: undefined as string | undefined, closed: false }
+  const state = { received: "", error: undefined as string | undefined, closed: false, port: 0 }
+  socket.once("connect", () => (state.port = socket.localPort!))
   socket.on("data", (d) => (state.received += d.toString("latin1")))
   socket.on("error", (e: NodeJS.ErrnoException) => (state.error = e.code ?? e.message))
   const closed = new Promise<void>((resolve) => socket.on("close", () => {
@@ -98,7 +100,6 @@ describe("an early refusal's connection lingers while its client makes progress"
   it("a client that stops sending in the middle of its body is let go after a silence of LINGER_IDLE_MS, well before LINGER_MAX_MS", async () => {
     const c = halfOpen(port())
     await c.connected
-    const started = Date.now()
     c.socket.write(oversized(4 * MiB))
     c.socket.write(Buffer.alloc(256 * 1024, 0x20))
     expect(await until(() => statusOf(c.state.received) !== undefined, 60_000), "the 413 came").toBe(true)
@@ -113,7 +114,8 @@ describe("an early refusal's connection lingers while its client makes progress"
     }, LINGER_MAX_MS + 60_000)
     expect(cut, "the server let the silent client go").toBe(true)
     expect(["ECONNRESET", "EPIPE"]).toContain(c.state.error)
-    expect(Date.now() - started, "let go for its silence, not at LINGER_MAX_MS").toBeLessThan(LINGER_MAX_MS)
+    const by = await eventually("the server to say what closed it", async () => closedBy(server(), c.state.port))
+    expect(by, "let go for its silence, not at LINGER_MAX_MS").toBe("linger_silence")
     expect(sentAfter, "nothing more was read after the silence").toBeLessThan(MiB)
     expectWhole413(c.state.received, "the silent client's answer")
   }, 180_000)
@@ -134,6 +136,8 @@ describe("an early refusal's connection lingers while its client makes progress"
       clearInterval(dribble)
       c.socket.destroy()
     }
+    const by = await eventually("the server to say what closed it", async () => closedBy(server(), c.state.port))
+    expect(by, "cut at the cap, never for a silence").toBe("linger_cap")
     expectWhole413(c.state.received, "the dribbling client's answer")
   }, 180_000)
 })

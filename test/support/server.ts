@@ -321,3 +321,33 @@ export const eventually = async <A>(what: string, probe: () => Promise<A | undef
     await sleep(everyMs)
   }
 }
+
+/** The server's log messages so far (its JSON lines' `message`), in order. */
+export const logMessages = (s: ServerProcess): Array<string> =>
+  s.lines.flatMap((l) => {
+    try {
+      return [String((JSON.parse(l) as { readonly message: unknown }).message)]
+    } catch {
+      return []
+    }
+  })
+
+/**
+ * The connections the server says one of its listener's timers closed (its log, src/main.ts;
+ * ClosedBy in src/http/Connections.ts): which timer, and the client's address. A client's own
+ * connection is found by its local port (`peer` ends `:<port>`).
+ */
+export const closedConnections = (s: ServerProcess): Array<{ readonly by: string; readonly port: number }> =>
+  s.lines.flatMap((l) => {
+    try {
+      const { annotations } = JSON.parse(l) as { readonly annotations?: { readonly closed_by?: string; readonly peer?: string } }
+      if (annotations?.closed_by === undefined || annotations.peer === undefined) return []
+      return [{ by: annotations.closed_by, port: Number(annotations.peer.slice(annotations.peer.lastIndexOf(":") + 1)) }]
+    } catch {
+      return []
+    }
+  })
+
+/** Which timer, by the server's word (closedConnections), closed the connection whose client end is `port`; undefined while none has. */
+export const closedBy = (s: ServerProcess, port: number): string | undefined =>
+  closedConnections(s).find((c) => c.port === port)?.by
