@@ -10,9 +10,6 @@ import * as net from "node:net"
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, eventually, type Reply, request, type RequestOptions, type ServerProcess, sleep, startServer } from "../support/server.js"
 
-/** Milliseconds the `slow` tool sleeps: far beyond the test, so only the cancel ends the turn. */
-const TOOL_MS = 30_000
-
 beforeAll(ensureBuilt, 120_000)
 
 let server: ServerProcess | undefined
@@ -27,14 +24,15 @@ const expectRefused = (r: Reply, what: string) => {
 }
 
 describe("cancel during a graceful drain", () => {
-  it("while the server drains, a cancel reaches the running turn and is answered 200 with the summary; new work is still refused 503 and the process exits 0 without waiting for the turn", async () => {
+  it("while the server drains, a cancel reaches the running turn (whose tool never answers on its own) and is answered 200 with the summary; new work is still refused 503 and the process exits 0, the tool call recorded as cancelled", async () => {
     server = await startServer()
     const s = server
     const call = (p: string, options: RequestOptions = {}) => request(s.baseUrl, p, options)
     const created = await call("/v1/sessions", {
       json: {
-        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "slow", input: { ms: TOOL_MS } }] }, { text: "never" }] },
-        tools: [{ name: "slow" }]
+        // `hang` never answers on its own (test/fixtures/server.mjs): only the cancel ends the turn.
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "hang", input: {} }] }, { text: "never" }] },
+        tools: [{ name: "hang" }]
       }
     })
     expect(created.status, created.text).toBe(201)
@@ -44,7 +42,7 @@ describe("cancel during a graceful drain", () => {
     expect((await call(`/v1/sessions/${other}/end`, { method: "POST" })).status).toBe(200)
 
     const inFlight = call(`/v1/sessions/${id}/messages`, { json: { input: { message: "run long" } } })
-    await eventually("the slow tool to start", async () => (s.toolCalls().length > 0 ? true : undefined))
+    await eventually("the hanging tool to start", async () => (s.toolCalls().length > 0 ? true : undefined))
 
     s.signal("SIGTERM")
     await eventually("readiness to drop", async () => ((await call("/health/ready")).status === 503 ? true : undefined), 20_000, 10)
@@ -61,20 +59,18 @@ describe("cancel during a graceful drain", () => {
     )
     expect(s.exited, "the drain waits for the running turn").toBeUndefined()
 
-    // The interrupt is taken, reaches the turn, and is answered as outside a drain.
-    const t0 = Date.now()
+    // The interrupt is taken, reaches the turn, and is answered as outside a drain: the tool never
+    // ends on its own, so an answer at all is one that did not wait for it.
     const cancelled = await call(`/v1/sessions/${id}/cancel`, { method: "POST", headers: { "idempotency-key": "stop-during-drain" } })
     expect(cancelled.status, cancelled.text).toBe(200)
     expect(cancelled.body).toEqual({ session_id: id, status: "idle", last_sequence: expect.any(Number) })
-    expect(Date.now() - t0, "answered without waiting for the tool").toBeLessThan(TOOL_MS / 3)
 
     const answered = await inFlight
     expect(answered.status, answered.text).toBe(200)
     expect(answered.body.turn).toMatchObject({ status: "failed", failure: { code: "cancelled" } })
 
-    // With the turn closed the drain ends: the process exits 0 long before the tool would have.
-    expect(await s.waitExit(TOOL_MS / 2), s.output).toEqual({ code: 0, signal: null })
-    expect(Date.now() - t0).toBeLessThan(TOOL_MS / 2)
+    // With the turn closed the drain ends: the process exits 0 (the tool, which never ends, held nothing).
+    expect(await s.waitExit(), s.output).toEqual({ code: 0, signal: null })
     expect(fs.existsSync(s.lockFile)).toBe(false)
     expect(s.toolCalls().length).toBe(1)
 

@@ -7,7 +7,7 @@
  */
 import * as net from "node:net"
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
 
 beforeAll(ensureBuilt, 120_000)
 
@@ -16,20 +16,6 @@ afterEach(async () => {
   await server?.dispose()
   server = undefined
 })
-
-/** Milliseconds a stop lets answers still in flight be written (src/main.ts, DRAIN_ANSWERS_MS). */
-const DRAIN_ANSWERS_MS = 2_000
-
-/** The server's log lines: each message and when it was logged. */
-const logged = (s: ServerProcess) =>
-  s.lines.flatMap((l) => {
-    try {
-      const line = JSON.parse(l) as { readonly message: unknown; readonly timestamp: string }
-      return [{ message: String(line.message), at: Date.parse(line.timestamp) }]
-    } catch {
-      return []
-    }
-  })
 
 describe("a graceful stop's connections", () => {
   it("a connection that never sent a byte, and one whose SSE stream its client aborted, are closed at once: the stop does not wait out its grace for them, and the client's silent connection is closed", async () => {
@@ -48,12 +34,10 @@ describe("a graceful stop's connections", () => {
     silent.on("error", () => undefined)
     expect(await server.stop()).toMatchObject({ code: 0 })
     await closed
-    const lines = logged(server)
-    const signalled = lines.find((l) => l.message.startsWith("SIGTERM"))!
-    const drained = lines.filter((l) => l.message.startsWith("drained"))
-    expect(drained.map((l) => l.message), server.output).toEqual(["drained; closing"])
-    // Closed without waiting out the grace (which a stop spends only on connections still open).
-    expect(drained[0]!.at - signalled.at, server.output).toBeLessThan(DRAIN_ANSWERS_MS)
+    // Closed without waiting out the grace: a connection the stop had waited for would still be
+    // open at its end, and be named among those abandoned ("drained; closing 1 connection(s) still
+    // open after …").
+    expect(logMessages(server).filter((m) => m.startsWith("drained")), server.output).toEqual(["drained; closing"])
   })
 
   it("a request whose body is still arriving when the stop begins is answered 503 overloaded at once (an upload through the gate, a send taken at the socket), never cut with no answer", async () => {

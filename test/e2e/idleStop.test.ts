@@ -1,11 +1,13 @@
 /**
  * A graceful stop of an idle server: nothing to drain, so it exits 0 soon after SIGTERM (DESIGN:
- * within about a second of the drain ending). The bound here is a generous correctness bound, not
- * a benchmark: an exit held by a timer or a connection the stop waits out would pass it only by
- * luck. Against the real command (`brain serve`) on a fresh data directory.
+ * within about a second of the drain ending). What is asserted is what the stop did, not how long
+ * it took: the kept-alive connection of the readiness probe was closed by the drain, not waited
+ * out (a stop waits DRAIN_ANSWERS_MS for a connection still open and then says it abandoned it),
+ * and the process exits 0 once its program ends (src/cli/main.ts leaves no timer to hold it: it
+ * calls `process.exit`). Against the real command (`brain serve`) on a fresh data directory.
  */
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, logMessages, type ServerProcess, startServer } from "../support/server.js"
 
 beforeAll(ensureBuilt, 120_000)
 
@@ -15,11 +17,8 @@ afterEach(async () => {
   server = undefined
 })
 
-/** Milliseconds: about a second is the design's figure; five leaves room for a loaded machine. */
-const IDLE_EXIT_BOUND_MS = 5_000
-
 describe("an idle server's graceful stop", () => {
-  it("exits 0 within a few seconds of SIGTERM, its readiness probed with fetch (whose kept-alive connection it closes)", async () => {
+  it("exits 0 after SIGTERM, its readiness probed with fetch, whose kept-alive connection the drain closes rather than waits out", async () => {
     server = await startServer({ entry: "product" })
     for (;;) {
       const ready = await fetch(server.url("/health/ready"))
@@ -27,10 +26,8 @@ describe("an idle server's graceful stop", () => {
       if (ready.ok) break
       await new Promise((r) => setTimeout(r, 20))
     }
-    const started = Date.now()
     const exited = await server.stop()
-    const took = Date.now() - started
-    expect(exited).toEqual({ code: 0, signal: null })
-    expect(took, server.output).toBeLessThan(IDLE_EXIT_BOUND_MS)
+    expect(exited, server.output).toEqual({ code: 0, signal: null })
+    expect(logMessages(server).filter((m) => m.startsWith("drained")), server.output).toEqual(["drained; closing"])
   }, 60_000)
 })
