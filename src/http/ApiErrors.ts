@@ -15,7 +15,7 @@
  * its instances have no `_tag`, so `catchTag` would not work.)
  *
  * The server never encodes an error through these schemas: the error middleware
- * (Middleware.ts `shapeError`) answers every failure, the framework's own included, with the same
+ * (ErrorShape.ts `shapeError`) answers every failure, the framework's own included, with the same
  * body from the same fields (Errors.ts `bodyOf`). A test checks that both encodings agree.
  */
 import * as HttpApiSchema from "@effect/platform/HttpApiSchema"

@@ -12,7 +12,7 @@
  *   closed; so is a request whose body has not all arrived within `requestTimeoutMs` of the
  *   request's first byte, whatever reads it (Node checks every TIMEOUT_CHECK_MS, so the 408
  *   comes at most that much after the bound). With bodies
- *   charged to the body budget as they arrive (Middleware.ts), a slow body holds only what it has
+ *   charged to the body budget as they arrive (BodyRead.ts), a slow body holds only what it has
  *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
  *   408 for headers or a body too slow (saying which), 400 for anything unparsable, 417 for an
