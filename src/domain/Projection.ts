@@ -8,7 +8,7 @@ import { HashMap, Option } from "effect"
 import { Lengths } from "./Lengths.js"
 import type { SessionConfiguration } from "./Configuration.js"
 import type { Message } from "./Messages.js"
-import { EffectKinds, type JournalRecord } from "./Records.js"
+import { EffectKinds, EXTENSION_KIND, type JournalRecord } from "./Records.js"
 import { requestBytes, requestEntry, type RequestEntry, requestId } from "./Requests.js"
 import { jsonBytes } from "./Size.js"
 import { applyDelta } from "./TranscriptDelta.js"
@@ -46,6 +46,12 @@ export interface SessionState {
   readonly lastActivation: number
   /** The sequence of the last `activation_ended` or `activation_failed` (0 when none). */
   readonly lastActivationEnd: number
+  /**
+   * The sequence of the last record whose Event is a `turn_failed` (0 when none): an activation
+   * whose loop reads only such Events skips its read when none came after its cursor
+   * (`noEventsAfter`).
+   */
+  readonly lastTurnFailed: number
   /** `[sequence, transcript length after it]` for every transcript change, to project Events from any cursor. */
   readonly transcriptLengths: Lengths
   /** Keyed sends and submits by `requestId`, expired ones included until pruned (`pruneRequests`). */
@@ -121,6 +127,7 @@ export const empty: SessionState = {
   modelCalls: 0,
   lastActivation: 0,
   lastActivationEnd: 0,
+  lastTurnFailed: 0,
   transcriptLengths: Lengths.empty,
   requests: HashMap.empty(),
   turnRequest: undefined,
@@ -188,6 +195,7 @@ const foldWith = (state: SessionState, record: JournalRecord, transcripts: FoldT
       break
     case "turn_ended":
     case "turn_failed":
+      if (record.kind === "turn_failed") next.lastTurnFailed = record.sequence
       next.turn = undefined
       if (state.status === "running") next.status = "idle"
       if (state.turnRequest !== undefined) {
@@ -264,6 +272,8 @@ const foldWith = (state: SessionState, record: JournalRecord, transcripts: FoldT
       break
     }
     default: {
+      // A journal from before `turn_failed` was reserved may hold an extension Event of that kind.
+      if (record.kind === EXTENSION_KIND && p.kind === TURN_FAILED) next.lastTurnFailed = record.sequence
       if (record.kind in EffectKinds) {
         if (record.kind === "model_call_started") next.modelCalls = state.modelCalls + 1
         if (!HashMap.has(state.pending, record.sequence)) next.bytes += PENDING_BYTES
@@ -278,6 +288,18 @@ const foldWith = (state: SessionState, record: JournalRecord, transcripts: FoldT
     }
   }
   return next
+}
+
+const TURN_FAILED = "turn_failed"
+
+/**
+ * True when `state` knows that no Event of any of `kinds` comes after sequence `after`: each is
+ * `turn_failed` (the kind a state follows, `lastTurnFailed`) and none came after it. A read of
+ * the Events after `after` kept to `kinds` would then find none. False when it does not know.
+ */
+export const noEventsAfter = (state: Pick<SessionState, "lastTurnFailed">, kinds: ReadonlySet<string>, after: number): boolean => {
+  for (const kind of kinds) if (kind !== TURN_FAILED) return false
+  return state.lastTurnFailed <= after
 }
 
 export const foldAll = (records: Iterable<JournalRecord>, from: SessionState = empty): SessionState => {

@@ -26,6 +26,8 @@ export interface SerializedState {
   readonly modelCalls: number
   readonly lastActivation: number
   readonly lastActivationEnd: number
+  /** Absent from a checkpoint written before it was kept: read as its last sequence (`deserializeState`). */
+  readonly lastTurnFailed?: number
   readonly transcriptLengths: ReadonlyArray<readonly [number, number]>
   readonly requests: ReadonlyArray<readonly [string, RequestEntry]>
   readonly turnRequest: string | null
@@ -51,6 +53,7 @@ export const serializeState = (s: SessionState): SerializedState => ({
   modelCalls: s.modelCalls,
   lastActivation: s.lastActivation,
   lastActivationEnd: s.lastActivationEnd,
+  lastTurnFailed: s.lastTurnFailed,
   transcriptLengths: s.transcriptLengths.toArray(),
   requests: [...HashMap.toEntries(s.requests)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
   turnRequest: orNull(s.turnRequest),
@@ -74,6 +77,9 @@ export const deserializeState = (j: SerializedState): SessionState => {
     modelCalls: j.modelCalls,
     lastActivation: j.lastActivation,
     lastActivationEnd: j.lastActivationEnd,
+    // A checkpoint from before it was kept cannot say where the last one is: as if at its end, so
+    // that a turn reads the Events from before it in full, as it always did.
+    lastTurnFailed: j.lastTurnFailed ?? j.lastSequence,
     transcriptLengths: Lengths.fromPairs(j.transcriptLengths),
     requests: HashMap.fromIterable(j.requests.map(([id, e]) => [id, requestEntry(e.hash, e.turn, e.atMs, e.closed, e.answered)] as const)),
     turnRequest: orUndefined(j.turnRequest),

@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { HashMap, Option } from "effect"
 import { eventsOf } from "../../src/domain/Events.js"
-import { empty, fold, foldAll, kvRead, stateBytes } from "../../src/domain/Projection.js"
+import { empty, fold, foldAll, kvRead, noEventsAfter, stateBytes } from "../../src/domain/Projection.js"
 import { liveRequest, pruneRequests, requestId } from "../../src/domain/Requests.js"
 import { deserializeState, serializeState } from "../../src/domain/SerializedState.js"
 import { diffTranscript } from "../../src/domain/TranscriptDelta.js"
@@ -51,6 +51,43 @@ describe("Projection folds", () => {
     expect(marks).toEqual([[0, 0], [0, 0], [0, 0], [4, 0], [4, 5], [4, 5], [4, 5], [8, 5], [8, 9], [8, 9]])
     const restored = deserializeState(JSON.parse(JSON.stringify(serializeState(foldAll(rs)))))
     expect([restored.lastActivation, restored.lastActivationEnd]).toEqual([8, 9])
+  })
+
+  it("a state knows a turn_failed Event comes after a cursor exactly when one does, also through a checkpoint; it knows nothing of other kinds", () =>
+    fc.assert(
+      fc.property(journalArb, (rs) => {
+        const failed = new Set(["turn_failed"])
+        for (let i = 0; i <= rs.length; i += 3) {
+          const prefix = rs.slice(0, i)
+          const state = foldAll(prefix)
+          const restored = deserializeState(JSON.parse(JSON.stringify(serializeState(state))))
+          for (let after = 0; after <= i; after++) {
+            const none = !eventsOf("s", prefix, 0).some((e) => e.sequence > after && e.kind === "turn_failed")
+            expect(noEventsAfter(state, failed, after)).toBe(none)
+            expect(noEventsAfter(restored, failed, after)).toBe(none)
+            expect(noEventsAfter(state, new Set(["turn_failed", "turn_ended"]), after)).toBe(false)
+          }
+        }
+      })
+    ))
+
+  it("a state from a checkpoint written before it kept the last turn_failed knows of none only after the checkpoint's end", () => {
+    const rs = records(
+      creation,
+      ["session_creation_ended", { sequence: 1 }],
+      ["turn_started", { input: { message: "hi" }, mode: "send" }],
+      ["turn_failed", { sequence: 3, failure }],
+      ["turn_started", { input: { message: "again" }, mode: "send" }],
+      ["turn_ended", { sequence: 5 }]
+    )
+    const { lastTurnFailed: _, ...older } = serializeState(foldAll(rs))
+    const restored = deserializeState(JSON.parse(JSON.stringify(older)))
+    expect(foldAll(rs).lastTurnFailed).toBe(4)
+    expect([3, 4, 5].map((after) => noEventsAfter(restored, new Set(["turn_failed"]), after))).toEqual([false, false, false])
+    expect(noEventsAfter(restored, new Set(["turn_failed"]), 6)).toBe(true)
+    // An extension Event of the kind, which a journal from before its reservation may hold.
+    const legacy = fold(foldAll(rs), { sequence: 7, recorded_at_ms: 20, kind: "extension", payload: { kind: "turn_failed", payload: {}, origin: { kind: "agentloop", sequence: 5 } } } as JournalRecord)
+    expect(legacy.lastTurnFailed).toBe(7)
   })
 
   it("the transcript is the fold of {keep, append} deltas: appends keep the prefix, rewrites restart at keep", () => {

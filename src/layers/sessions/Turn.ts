@@ -26,6 +26,7 @@ import type { AgentloopShape } from "../../services/Agentloop.js"
 import type { TurnOutcome } from "../../services/Sessions.js"
 import { interruptWithin } from "./Abandon.js"
 import { cancelTurn, type Cell, commitQueueable, exitOrCancel, type RunningTurn } from "./Cell.js"
+import { noEventsAfter } from "../../domain/Projection.js"
 import { readEvents } from "./Events.js"
 import { type ActivationScope, type HostDeps, makeHost } from "./Host.js"
 import { transcriptRoom } from "./TranscriptRoom.js"
@@ -77,10 +78,14 @@ function* activationOf(deps: HostDeps, start: TurnStart, host: ReturnType<typeof
   const { cell, turn, activation } = start
   const { journal } = deps
   const kinds = start.loop.eventKinds
-  const events = yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
-    Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.has(e.kind)))),
-    Effect.orElseSucceed(() => [])
-  )
+  // None of the kinds the loop reads came after its cursor (the official loop's `turn_failed`, in
+  // nearly every turn): what the read would give it, without the read.
+  const events = kinds !== undefined && noEventsAfter(cell.state, kinds, start.eventsAfter)
+    ? []
+    : yield* readEvents(journal, cell.session, cell.state, start.eventsAfter, PAGE_EVENTS, undefined, cell.opening).pipe(
+      Effect.map((p) => (kinds === undefined ? p.events : p.events.filter((e) => kinds.has(e.kind)))),
+      Effect.orElseSucceed(() => [])
+    )
   // Only after a round was cut short; a read that fails leaves the loop its placeholders.
   const results = cell.state.unanswered.length === 0
     ? undefined
