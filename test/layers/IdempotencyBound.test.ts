@@ -7,6 +7,7 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import * as v8 from "node:v8"
+import * as crypto from "node:crypto"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Logger, TestClock } from "effect"
 import * as IdempotencyFile from "../../src/layers/IdempotencyFile.js"
@@ -146,6 +147,14 @@ describe("IdempotencyFile: the bound on live keys", () => {
     // "\ud83d\ude00" and "😀" are the same string; every other pair differs.
     expect(new Set(ids).size).toBe(pairs.length - 1)
     expect(idOf("s", "k")).toBe(idOf("s", "k"))
+  })
+
+  it("a pair's digest is its length-prefixed text's SHA-256 whatever was asked just before: the same pair again, another, or one that runs together with it", () => {
+    const digest = (scope: string, key: string) => crypto.hash("sha256", `8${scope.length}:${scope}${key}`, "binary")
+    const asks: ReadonlyArray<readonly [string, string]> = [
+      ["s", "k"], ["s", "k"], ["s", "k2"], ["s", "k"], ["sk", ""], ["s", "k"], ["", ""], ["", ""], ["t", "k"], ["s", "k"]
+    ]
+    for (const [scope, key] of asks) expect(idOf(scope, key)).toBe(digest(scope, key))
   })
 
   it("unset, the bound is a sixteenth of the heap limit at 512 bytes a key; a setting is taken as it is", () => {

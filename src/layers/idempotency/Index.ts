@@ -69,12 +69,21 @@ const SURROGATE = /[\uD800-\uDFFF]/
  * as UTF-16 (UTF-8 would turn every lone surrogate into the same replacement character) under
  * another leading byte, so no two different pairs hash the same bytes.
  */
+/** The pair `idOf` hashed last, and its digest (a key of at most IDEMPOTENCY_KEY_MAX_BYTES: nothing large kept). */
+let last: { readonly scope: string; readonly key: string; readonly id: string } | undefined
+
 export const idOf = (scope: string, key: string): string => {
+  // A keyed request asks twice, for its reservation and for its release (or its answer), and at
+  // low concurrency nothing comes between: the last pair's digest, not a second hash.
+  if (last !== undefined && key === last.key && scope === last.scope) return last.id
   const text = `${scope.length}:${scope}${key}`
-  return SURROGATE.test(text)
+  const id = SURROGATE.test(text)
     ? crypto.hash("sha256", Buffer.from(`6${text}`, "utf16le"), "binary")
     : crypto.hash("sha256", `8${text}`, "binary")
+  last = { scope, key, id }
+  return id
 }
+
 
 export const newEntry = (bodyHash: string, atMs: number, state: EntryState, session?: string): Entry => ({
   bodyHash,
