@@ -14,7 +14,7 @@ import { Effect, Layer } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
-import { FileDriver } from "../../src/layers/journal/FileDriver.js"
+import { FileDriver, FileError, type FileDriverShape, nodeDriver } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { instrumentedDriver, type Landing, logsNow, restoreLogs, tempDir } from "../support/journals.js"
 
@@ -119,4 +119,40 @@ describe("a journal write reported failed leaves nothing that reads as committed
         expect(yield* keysOf(journal, s)).toEqual([[1, "k1"], [2, "a1"]])
       }))
   }
+})
+
+describe("the sticky failure of a round whose batch could not be erased says what failed", () => {
+  it.scopedLive("when every segment write of a round fails and its landed batch cannot be erased, the journal's refusal says the round's segment writes failed, not the commit log's write", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const paths = new Map<number, string>()
+      let failErase = false
+      // A log write of zeros only (an erase's header) fails while `failErase`; the batch, which holds data, lands.
+      const base: FileDriverShape = {
+        ...nodeDriver,
+        open: (p, flags) => Effect.tap(nodeDriver.open(p, flags), (fd) => Effect.sync(() => paths.set(fd, p))),
+        writev: (fd, buffers, position) =>
+          failErase && (paths.get(fd) ?? "").includes("commit-log") && buffers.every((b) => b.every((byte) => byte === 0))
+            ? Effect.fail(new FileError({ op: "write", path: `fd ${fd}`, code: "EIO", detail: "EIO: injected at the erase" }))
+            : nodeDriver.writev(fd, buffers, position)
+      }
+      const inst = instrumentedDriver(base)
+      const s = yield* mintSessionId
+      const journal = yield* JournalFile.make({ dataDir: dir, lockWaitMs: 0, limits: { commitLogBytes: 1 << 20 } }).pipe(
+        Effect.provide(Layer.succeed(FileDriver, inst.driver))
+      )
+      yield* journal.create(s)
+      yield* journal.append(s, [kv("k1")])
+      inst.diskFull(s)
+      failErase = true
+      const failed = yield* Effect.flip(journal.append(s, [kv("a1")]))
+      expect(failed._tag).toBe("JournalWriteFailed")
+      failErase = false
+      inst.diskFreed(s)
+      yield* journal.reset(s)
+      const sticky = yield* Effect.flip(journal.append(s, [kv("a2")]))
+      expect(sticky.message).toMatch(/^journal of \S+ refuses appends after a failed write: every segment write of a round failed \(write failed: ENOSPC/)
+      expect(sticky.message).toContain("the round's batch, which landed in the commit log, could not be erased from it")
+      expect(sticky.message).not.toContain("the commit log's write failed")
+    }))
 })

@@ -232,8 +232,11 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
   let flushing = new Set<SessionHandle>()
   let flush: Fiber.RuntimeFiber<void> | undefined
   let failure: string | undefined
-  /** The last round's batch failed (it is erased before its appends are answered: `erased`). */
-  let roundFailed: string | undefined
+  /**
+   * The last round's batch failed, or stands for no write that landed (it is erased before its
+   * appends are answered: `erased`): why, and what is left when the erase fails.
+   */
+  let roundFailed: { readonly why: string; readonly left: string } | undefined
   /** Sessions deleted while either log may still hold their writes: created again, a start after a crash would write those into the new one. */
   let deleted = new Set<string>()
   let deletedBefore = new Set<string>()
@@ -314,7 +317,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
      */
     erased: (): Effect.Effect<boolean> => {
       if (roundFailed === undefined) return Effect.succeed(true)
-      const why = roundFailed
+      const { left, why } = roundFailed
       roundFailed = undefined
       const fd = recovered.fds[current]
       const at = position
@@ -329,7 +332,7 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
         Effect.exit(erase),
         (exit) => {
           if (Exit.isSuccess(exit)) return true
-          fail(`${why}, and the failed batch could not be erased from the log: ${Cause.failureOption(exit.cause).pipe(Option.match({ onNone: () => Cause.pretty(exit.cause), onSome: (e) => e.reason }))}`)
+          fail(`${why}, and ${left}: ${Cause.failureOption(exit.cause).pipe(Option.match({ onNone: () => Cause.pretty(exit.cause), onSome: (e) => e.reason }))}`)
           return false
         }
       )
@@ -352,9 +355,11 @@ export const make = (driver: FileDriverShape, dataDir: string, recovered: Recove
       use,
       synced: SEGMENT_WRITES_SYNCED,
       paths: segments.map(nameOf),
-      onWritten: (bytes, error) => {
-        if (error !== undefined) roundFailed = `the commit log's write failed: ${error.reason}`
-        else position += bytes
+      onWritten: (bytes, error, itemsFailed) => {
+        if (error === undefined) position += bytes
+        else if (itemsFailed === true) {
+          roundFailed = { why: `every segment write of a round failed (${error.reason})`, left: "the round's batch, which landed in the commit log, could not be erased from it" }
+        } else roundFailed = { why: `the commit log's write failed: ${error.reason}`, left: "the failed batch could not be erased from the log" }
       }
     }),
     written: (handle: SessionHandle) => {

@@ -63,7 +63,9 @@ export interface FileDriverShape {
    * that landed (`loggedOutcome`). `log.onWritten` is called once, before any `onDone`, with that
    * batch's size (0 when no item was written and nothing stands) or a failure of the log's, which
    * is then every written item's failure too, and after which whatever landed of a batch at
-   * `log.position` is the caller's to erase (CommitLog.ts `erased`).
+   * `log.position` is the caller's to erase (CommitLog.ts `erased`). When the batch landed holding
+   * every item and every item's write failed, the batch must be erased all the same: that is told
+   * as a failure with `itemsFailed` (the first item's failure; the log's write did not fail).
    */
   readonly syncMany: (
     items: ReadonlyArray<SyncItem>,
@@ -74,7 +76,7 @@ export interface FileDriverShape {
 
 /** A round's batch for the commit log (`syncMany`): what the sync thread writes, and who is told what it took. */
 export interface CommitLogWrite extends SyncRoundLog {
-  readonly onWritten: (bytes: number, error: FileError | undefined) => void
+  readonly onWritten: (bytes: number, error: FileError | undefined, itemsFailed?: boolean) => void
 }
 
 /** The batch of the items whose write succeeded (`written[i]`), or undefined when none did. */
@@ -139,11 +141,13 @@ const shortWrite = (fd: number, n: number, bytes: number) =>
  * was written at once with them): when the log's write failed, that failure (every item's too);
  * when every item's write landed, the batch as written; when some failed, their bytes in the batch
  * are taken back before anything is answered — the batch is written again in its place holding
- * only the items written (`rewrite`; its failure is the log's), or, when none was, reported as a
- * failure of the log's, which the file store erases (CommitLog.ts `erased`).
+ * only the items written (`rewrite`; its failure is the log's), or, when none was, reported as
+ * every item's failure (`none`: the first item's), which the file store erases from the log all
+ * the same (CommitLog.ts `erased`).
  */
 type LoggedOutcome =
   | { readonly _tag: "failed"; readonly error: FileError }
+  | { readonly _tag: "none"; readonly error: FileError }
   | { readonly _tag: "written"; readonly bytes: number }
   | { readonly _tag: "rewrite"; readonly batch: Buffer }
 
@@ -159,10 +163,7 @@ const loggedOutcome = (
   if (first === undefined) return { _tag: "written", bytes: batch.length }
   const reduced = batchOf(log, items, errors.map((e) => e === undefined))
   if (reduced !== undefined) return { _tag: "rewrite", batch: reduced }
-  return {
-    _tag: "failed",
-    error: new FileError({ op: "write", path: fdName(log.fd), code: first.code, detail: `its round's writes failed (${first.reason}): the batch is taken back` })
-  }
+  return { _tag: "none", error: first }
 }
 
 /** Tells the round's outcome: the log's first, then each item's. */
@@ -171,9 +172,10 @@ const tellLogged = (
   errors: ReadonlyArray<FileError | undefined>,
   onDone: (index: number, error: FileError | undefined) => void,
   logError: FileError | undefined,
-  bytes: number
+  bytes: number,
+  itemsFailed = false
 ) => {
-  log.onWritten(logError === undefined ? bytes : 0, logError)
+  log.onWritten(logError === undefined ? bytes : 0, logError, itemsFailed)
   errors.forEach((e, i) => onDone(i, e ?? logError))
 }
 
@@ -207,6 +209,7 @@ const loggedVia = (
     ], { concurrency: "unbounded" })
     const outcome = loggedOutcome(log, items, errors, logError, batch)
     if (outcome._tag === "failed") return tellLogged(log, errors, onDone, outcome.error, 0)
+    if (outcome._tag === "none") return tellLogged(log, errors, onDone, outcome.error, 0, true)
     if (outcome._tag === "written") return tellLogged(log, errors, onDone, undefined, outcome.bytes)
     const rewritten = yield* logged(outcome.batch)
     tellLogged(log, errors, onDone, rewritten, outcome.batch.length)
@@ -355,14 +358,15 @@ const loggedDirect = (
   const errors: Array<FileError | undefined> = new Array(items.length).fill(undefined)
   let logError: FileError | undefined
   let pending = items.length + 1
-  const finish = (error: FileError | undefined, bytes: number) => {
-    tellLogged(log, errors, onDone, error, bytes)
+  const finish = (error: FileError | undefined, bytes: number, itemsFailed = false) => {
+    tellLogged(log, errors, onDone, error, bytes, itemsFailed)
     resume()
   }
   const settle = () => {
     if (--pending > 0) return
     const outcome = loggedOutcome(log, items, errors, logError, batch)
     if (outcome._tag === "failed") return finish(outcome.error, 0)
+    if (outcome._tag === "none") return finish(outcome.error, 0, true)
     if (outcome._tag === "written") return finish(undefined, outcome.bytes)
     logWrite(log, outcome.batch, (err) => finish(err, outcome.batch.length))
   }
