@@ -346,7 +346,8 @@ export const make = (options: WasmHostOptions) =>
         // The input as text: the main thread writes it into the guest's memory as UTF-8 itself.
         const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module, options.ioBytes), perform: services }
         return run(activation, input.runtime.session_id, {
-          failed: (f) => Effect.fail(loopFailed(f.message)),
+          // Refused a thread by the closed pool (the server is stopping): interrupted, as the stop's other refusals are.
+          failed: (f) => Effect.fail(f._tag === "stopped" ? new AgentloopFailed({ failure: failure("interrupted", f.message) }) : loopFailed(f.message)),
           done: (text) => {
             const output = readOutput(text)
             if (output instanceof Refused) return Effect.fail(loopFailed(output.reason))

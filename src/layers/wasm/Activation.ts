@@ -15,7 +15,7 @@ import type { MemoryLimits } from "../../services/WasmHost.js"
 import { PAGE_BYTES } from "./Module.js"
 import { eventLoopTurn } from "../Waits.js"
 import { readingMs, yieldsAfter } from "./HostCallCost.js"
-import type { GuestThread, Pool, ThreadEvent } from "./Pool.js"
+import type { GuestThread, Pool, PoolClosed, ThreadEvent } from "./Pool.js"
 import type { FailedKind } from "./WorkerProtocol.js"
 
 export interface ActivationLimits {
@@ -31,6 +31,7 @@ export interface ActivationLimits {
 export type ActivationFailure =
   | { readonly _tag: "budget"; readonly message: string }
   | { readonly _tag: "guest"; readonly message: string }
+  | PoolClosed
 
 export interface Activation {
   /** The module's content hash: a worker keeps modules it has been sent by it. */

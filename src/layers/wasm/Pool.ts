@@ -14,6 +14,17 @@ import { GuestThread } from "./GuestThread.js"
 export { ComputeSlots } from "./ComputeSlots.js"
 export { GuestThread, type StartMessage, type ThreadEvent, WORKER_HEAP_MB, WORKER_URL } from "./GuestThread.js"
 
+/**
+ * What an activation asking a closed pool for a thread gets (the server is stopping): it ends at
+ * once instead of waiting for a thread no one will give back. Nothing of its guest runs.
+ */
+export interface PoolClosed {
+  readonly _tag: "stopped"
+  readonly message: string
+}
+
+export const POOL_CLOSED: PoolClosed = { _tag: "stopped", message: "the server is stopping: the activation was given no worker thread" }
+
 /** Milliseconds a thread above the pool's `compute` count may sit idle before it is stopped. */
 export const SPARE_THREAD_IDLE_MS = 10_000
 
@@ -60,7 +71,7 @@ export type ThreadKind = "loop" | "tool" | "pinned"
 export class Pool {
   private readonly idle: Array<{ readonly thread: GuestThread; readonly since: number }> = []
   /** Activations waiting for a thread, first come first served; a pinned one is handed none when the shared threads fill (`acquirePinned`). */
-  private readonly waiting: Array<{ readonly kind: ThreadKind; readonly deferred: Deferred.Deferred<GuestThread | undefined> }> = []
+  private readonly waiting: Array<{ readonly kind: ThreadKind; readonly deferred: Deferred.Deferred<GuestThread | undefined, PoolClosed> }> = []
   /** Threads shared by pinned activations (at most `compute`). */
   private readonly shared = new Set<GuestThread>()
   private started = 0
@@ -153,11 +164,12 @@ export class Pool {
   /**
    * A thread for one blocking activation of `kind` (an Agentloop's or a Wasm tool's; a pinned one's
    * turn: `acquirePinned`): a free one it fits, a new one while under the size, else the next one
-   * released that it fits. `true` and `false` stand for a blocking loop and tool.
+   * released that it fits. `true` and `false` stand for a blocking loop and tool. Once the pool is
+   * closed, POOL_CLOSED: at once, or when the close comes while it waits.
    */
-  acquire(k: Exclude<ThreadKind, "pinned"> | boolean): Effect.Effect<GuestThread> {
+  acquire(k: Exclude<ThreadKind, "pinned"> | boolean): Effect.Effect<GuestThread, PoolClosed> {
     // Only a pinned activation's wait is ever handed none.
-    return this.wait(kindOf(k)) as Effect.Effect<GuestThread>
+    return this.wait(kindOf(k)) as Effect.Effect<GuestThread, PoolClosed>
   }
 
   /**
@@ -166,13 +178,14 @@ export class Pool {
    * it): it runs blocking then (Pinned.ts), as one that finds them full at once, instead of waiting
    * for a pin to end, which may be never.
    */
-  readonly acquirePinned: Effect.Effect<GuestThread | undefined> = Effect.suspend(() => this.wait("pinned"))
+  readonly acquirePinned: Effect.Effect<GuestThread | undefined, PoolClosed> = Effect.suspend(() => this.wait("pinned"))
 
-  private wait(kind: ThreadKind): Effect.Effect<GuestThread | undefined> {
+  private wait(kind: ThreadKind): Effect.Effect<GuestThread | undefined, PoolClosed> {
     return Effect.suspend(() => {
+      if (this.closed) return Effect.fail(POOL_CLOSED)
       const now = this.tryAcquire(kind)
       if (now !== undefined) return Effect.succeed(now)
-      const deferred = Deferred.unsafeMake<GuestThread | undefined>(FiberId.none)
+      const deferred = Deferred.unsafeMake<GuestThread | undefined, PoolClosed>(FiberId.none)
       const waiter = { kind, deferred }
       this.waiting.push(waiter)
       return Deferred.await(deferred).pipe(
@@ -183,15 +196,16 @@ export class Pool {
             if (i >= 0) this.waiting.splice(i, 1)
           }).pipe(
             Effect.zipRight(Deferred.poll(deferred)),
-            Effect.flatMap((got) => (got._tag === "Some" ? Effect.flatMap(got.value, (t) => (t === undefined ? Effect.void : this.release(t, true))) : Effect.void))
+            Effect.flatMap((got) => (got._tag === "Some" ? Effect.flatMap(Effect.orElseSucceed(got.value, () => undefined), (t) => (t === undefined ? Effect.void : this.release(t, true))) : Effect.void))
           )
         )
       )
     })
   }
 
-  /** A thread now (a free one, else a new one while under the size), or none: `acquire` without waiting. */
+  /** A thread now (a free one, else a new one while under the size), or none (always once closed): `acquire` without waiting. */
   tryAcquire(k: ThreadKind | boolean): GuestThread | undefined {
+    if (this.closed) return undefined
     const kind = kindOf(k)
     if (kind === "loop" && this.loops >= this.size.threads - this.size.compute) return undefined
     if (kind === "pinned") {
@@ -348,10 +362,16 @@ export class Pool {
     return this.waiting.length
   }
 
-  /** Terminates every idle thread; threads in use are terminated when given back. */
+  /**
+   * Terminates every idle thread (threads in use are terminated when given back), and fails every
+   * activation waiting for a thread with POOL_CLOSED, as it does every later request: no thread
+   * will be handed out again, and a wait left here would hold the server's stop until its fiber
+   * was interrupted.
+   */
   readonly close = Effect.sync(() => {
     this.closed = true
     clearInterval(this.trim)
+    for (const waiter of this.waiting.splice(0)) Deferred.unsafeDone(waiter.deferred, Effect.fail(POOL_CLOSED))
     for (const t of this.idle.splice(0)) {
       t.thread.terminate()
       this.started--

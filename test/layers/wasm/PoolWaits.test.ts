@@ -14,7 +14,7 @@ import type { Worker } from "node:worker_threads"
 import type { Activation } from "../../../src/layers/wasm/Activation.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
 import { onPool } from "../../../src/layers/wasm/Pinned.js"
-import { type GuestThread, Pool } from "../../../src/layers/wasm/Pool.js"
+import { type GuestThread, Pool, POOL_CLOSED } from "../../../src/layers/wasm/Pool.js"
 import { calling, returning, wat } from "../../support/wat.js"
 
 const LIMITS = { computeMs: 0, ioBytes: 64 * 1024, memoryBytes: 4 * 1024 * 1024 }
@@ -246,6 +246,49 @@ describe("an activation given up while it waits takes nothing with it", () => {
       const quick = yield* modulesOf(returning('{"ok":"quick"}'))
       expect(yield* onPool(pool, LIMITS, activationOf(quick.plain, { count: 0 }), quick.twin).pipe(within("the next activation's end"))).toBe('{"ok":"quick"}')
       expect(thread.dead).toBe(false)
+      expect(pool.compute.available).toBe(1)
+    }))
+})
+
+describe("a closed pool leaves no activation waiting", () => {
+  it.scopedLive("closed while activations of every kind wait for a thread, it fails each of them with the stop at once, and refuses every later activation without running its guest", () =>
+    Effect.gen(function*() {
+      const pool = yield* poolOf({ compute: 1, threads: 2 })
+      const held = [pool.tryAcquire("tool")!, pool.tryAcquire("tool")!]
+      const waiters = [
+        yield* Effect.fork(pool.acquire("tool")),
+        yield* Effect.fork(pool.acquire("loop")),
+        yield* Effect.fork(pool.acquirePinned)
+      ]
+      yield* until("three waiting", () => pool.waiters === 3)
+      yield* pool.close
+      for (const w of waiters) expect(yield* Fiber.await(w).pipe(within("a waiter's end"))).toEqual(Exit.fail(POOL_CLOSED))
+      expect(pool.waiters).toBe(0)
+      const quick = yield* modulesOf(returning('{"ok":"quick"}'))
+      const began = { count: 0 }
+      for (const twin of [undefined, quick.twin]) {
+        const exit = yield* Effect.exit(onPool(pool, LIMITS, activationOf(quick.plain, began), twin)).pipe(within("a later activation's end"))
+        expect(exit).toEqual(Exit.fail(POOL_CLOSED))
+      }
+      expect(began.count).toBe(0)
+      expect(pool.tryAcquire("tool")).toBeUndefined()
+      for (const t of held) pool.releaseNow(t, true)
+      expect(held.every((t) => t.dead)).toBe(true)
+    }))
+
+  it.scopedLive("a pinned activation whose host call is answered after the pool closed ends with the stop, not waiting for a thread", () =>
+    Effect.gen(function*() {
+      const pool = yield* poolOf({ compute: 1, threads: 2 })
+      const release = yield* Deferred.make<void>()
+      const reader = yield* suspendedReader(pool, release)
+      // Its thread held here, and given back after the close: terminated, so its answer runs again, on no thread.
+      const thread = pool.tryAcquire("pinned")!
+      yield* pool.close
+      yield* Deferred.succeed(release, undefined)
+      yield* until("the reader waiting for its thread", () => thread.resumers.length === 1)
+      pool.releaseNow(thread, true)
+      expect(yield* Fiber.await(reader.fiber).pipe(within("the reader's end"))).toEqual(Exit.fail(POOL_CLOSED))
+      expect(reader.counts.performed).toBe(1)
       expect(pool.compute.available).toBe(1)
     }))
 })
