@@ -26,9 +26,11 @@
  *
  * A thread that dies takes the instances pinned to it: each of those activations runs again from
  * its start on another thread, its host calls so far answered from what was recorded, not
- * performed again — as an activation moved off the main thread (Inline.ts); after AGAIN_AT_MOST
- * such runs, or when its call stack at a host call does not fit the suspension buffer, it runs
- * again blocking its own thread.
+ * performed again — as an activation moved off the main thread (Inline.ts); so does one whose
+ * thread dies while it loads, or while the activation waits there for a compute slot, before its
+ * guest runs. After AGAIN_AT_MOST such runs, or when its call stack at a host call does not fit
+ * the suspension buffer, it runs again blocking its own thread. One whose thread dies while its
+ * own guest runs there fails, as a blocking one does: the guest may be what killed it.
  */
 import { Effect, Option } from "effect"
 import { failure } from "../../domain/Failure.js"
@@ -105,7 +107,10 @@ export const onPool = (
     if (end._tag === "done") return replay.check(end.output)
     if (replay.diverged()) return Effect.fail<ActivationFailure>({ _tag: "guest", message: DIFFERS })
     const blocking = end.blocking || again >= AGAIN_AT_MOST
-    return onPool(pool, limits, activation, blocking ? undefined : twin, end.calls, again + 1)
+    // A run that ended before its guest asked again every call of the record (its thread died while
+    // it loaded, the shared threads were full) recorded only some of them: the record is kept whole.
+    const record = end.calls.length >= calls.length ? end.calls : calls
+    return onPool(pool, limits, activation, blocking ? undefined : twin, record, again + 1)
   })
 }
 
@@ -239,9 +244,13 @@ const run = (
     return Effect.flatMap(next(limits.computeMs > 0 ? budgetMs() + BACKSTOP_MS : 0, spent), onEvent)
   }
   /**
-   * Its thread died while it waited there for a compute slot (or a turn of the event loop), with
-   * its instance if it had one: it runs again from its start elsewhere, its calls answered from the
-   * record. A job given to the dead thread would never report.
+   * Its thread died while it loaded, or while the activation waited there for a compute slot (or a
+   * turn of the event loop), with its instance if it had one: it runs again from its start
+   * elsewhere, its calls answered from the record. Nothing of its guest ran there since its last
+   * call, so nothing it did is lost or done twice; and nothing of the guest was there to kill the
+   * thread (a thread that dies while its guest runs fails the activation, as a blocking one's does,
+   * so that a guest that kills its thread does not kill others' in turn). A job given to the dead
+   * thread would never report.
    */
   const diedWaiting = () => Effect.succeed<PinnedEnd>({ _tag: "again", blocking: false, calls })
   /** Its instance is gone from the thread (ended, or failed there). */
@@ -297,7 +306,7 @@ const run = (
     }
   }
   const start = (): Effect.Effect<PinnedEnd, ActivationFailure> => {
-    if (thread.dead) return Effect.fail({ _tag: "guest", message: thread.deathReason ?? "the worker died" })
+    if (thread.dead) return diedWaiting()
     const go = () => {
       if (thread.dead) return diedWaiting()
       activation.began?.()

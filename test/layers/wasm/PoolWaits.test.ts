@@ -184,6 +184,55 @@ describe("a thread that dies leaves no activation waiting", () => {
     }))
 })
 
+/** Makes the next thread `pool` starts die while it loads: its worker is stopped as it is made, before it can load. The threads so made. */
+const nextThreadDiesLoading = (pool: Pool) => {
+  const patched = pool as unknown as { spawn: () => GuestThread }
+  const born: Array<GuestThread> = []
+  patched.spawn = () => {
+    delete (patched as { spawn?: unknown }).spawn
+    const thread = patched.spawn()
+    void (thread as unknown as { readonly worker: Worker }).worker.terminate()
+    born.push(thread)
+    return thread
+  }
+  return born
+}
+
+describe("a pinned activation whose thread dies while it loads", () => {
+  it.scopedLive("runs on another thread and completes: nothing of its guest had run", () =>
+    Effect.gen(function*() {
+      const pool = yield* poolOf({ compute: 1, threads: 2 })
+      const quick = yield* modulesOf(returning('{"ok":"quick"}'))
+      const began = { count: 0 }
+      const born = nextThreadDiesLoading(pool)
+      expect(yield* onPool(pool, LIMITS, activationOf(quick.plain, began), quick.twin).pipe(within("the activation's end"))).toBe('{"ok":"quick"}')
+      expect(born.length).toBe(1)
+      expect(born[0]!.dead).toBe(true)
+      expect(born[0]!.loaded).toBe(true)
+      expect(began.count).toBe(1)
+      expect(pool.compute.available).toBe(1)
+    }))
+
+  it.scopedLive("running again after a thread died with its instance, it keeps the record: its host call answered before is not performed again", () =>
+    Effect.gen(function*() {
+      const pool = yield* poolOf({ compute: 1, threads: 2 })
+      const release = yield* Deferred.make<void>()
+      const reader = yield* suspendedReader(pool, release)
+      const first = pool.tryAcquire("pinned")!
+      pool.releaseNow(first, true)
+      expect(first.pins).toBe(1)
+      // Its thread dies while its call is performed; the thread it runs again on dies while it loads.
+      const born = nextThreadDiesLoading(pool)
+      yield* crash(first)
+      yield* Deferred.succeed(release, undefined)
+      expect(yield* Fiber.join(reader.fiber).pipe(within("the reader's end"))).toBe('{"ok":"answered"}')
+      expect(born.length).toBe(1)
+      expect(born[0]!.dead).toBe(true)
+      expect(reader.counts.performed).toBe(1)
+      expect(reader.counts.count).toBe(2)
+    }))
+})
+
 describe("a thread whose worker died", () => {
   it.scopedLive("told to run a job, reports its death to the job's listener instead of nothing", () =>
     Effect.gen(function*() {
