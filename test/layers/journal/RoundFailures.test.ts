@@ -186,24 +186,51 @@ describe("a round whose segment write fails while its commit-log batch lands", (
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const h = yield* harness(dir)
-      const [a, b, c] = [yield* mintSessionId, yield* mintSessionId, yield* mintSessionId]
-      yield* Effect.scoped(Effect.gen(function*() {
-        const journal = yield* h.open
-        for (const s of [a, b, c]) yield* journal.create(s)
-        yield* journal.append(a, [kv("a1")])
-        yield* journal.append(b, [kv("b1")])
-        yield* journal.lastSequence(c)
-        h.inst.landsThenFails(b, { landed: () => 0, code: "EIO" })
-        h.failRewrite()
-        yield* h.oneRound(journal.append(c, [kv("c1")]), [journal.append(a, [kv("a2")]), journal.append(b, [kv("b2")])])
-        h.inst.diskFreed(b)
-        expect(h.rounds).toContain(2)
-      }))
-      // The crash came between the batch's write and the take-back: the files as they were then.
-      const crash = h.beforeRewrite()!
-      restoreLogs(dir, crash.logs)
-      losePower(dir, crash.synced)
+      const [a, b] = yield* crashedBeforeTakeBack(h, dir)
+      const after = yield* Effect.scoped(Effect.flatMap(h.open, (journal) => Effect.all([keysOf(journal, a), keysOf(journal, b)])))
+      expect(after).toEqual([[[1, "a1"], [2, "a2"]], [[1, "b1"], [2, "b2"]]])
+    }))
+
+  it.scopedLive("a crash before the take-back, with the disk still full where the failed write went: the start refuses the data directory, changing nothing, and once there is room it starts with every append whole", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const h = yield* harness(dir)
+      const [a, b] = yield* crashedBeforeTakeBack(h, dir)
+      const logs = logsNow(dir)
+      h.inst.diskFull(b)
+      const refused = yield* Effect.flip(Effect.scoped(h.open))
+      expect(refused._tag).toBe("DataDirError")
+      expect(refused.message).toMatch(/cannot write a segment to recover: .*ENOSPC/)
+      // The logs are as they were: the batch is still there for the next start to write.
+      expect(logsNow(dir).every((log, i) => log.equals(logs[i]!))).toBe(true)
+      h.inst.diskFreed(b)
       const after = yield* Effect.scoped(Effect.flatMap(h.open, (journal) => Effect.all([keysOf(journal, a), keysOf(journal, b)])))
       expect(after).toEqual([[[1, "a1"], [2, "a2"]], [[1, "b1"], [2, "b2"]]])
     }))
 })
+
+/**
+ * Sessions a and b with one record each; a round of a2 and b2 whose batch lands, b's segment write
+ * landing nothing, and a crash (and a power loss) between the batch's write and its take-back:
+ * the files as they were then. Sessions a and b.
+ */
+const crashedBeforeTakeBack = (h: Effect.Effect.Success<ReturnType<typeof harness>>, dir: string) =>
+  Effect.gen(function*() {
+    const [a, b, c] = [yield* mintSessionId, yield* mintSessionId, yield* mintSessionId]
+    yield* Effect.scoped(Effect.gen(function*() {
+      const journal = yield* h.open
+      for (const s of [a, b, c]) yield* journal.create(s)
+      yield* journal.append(a, [kv("a1")])
+      yield* journal.append(b, [kv("b1")])
+      yield* journal.lastSequence(c)
+      h.inst.landsThenFails(b, { landed: () => 0, code: "EIO" })
+      h.failRewrite()
+      yield* h.oneRound(journal.append(c, [kv("c1")]), [journal.append(a, [kv("a2")]), journal.append(b, [kv("b2")])])
+      h.inst.diskFreed(b)
+      expect(h.rounds).toContain(2)
+    }))
+    const crash = h.beforeRewrite()!
+    restoreLogs(dir, crash.logs)
+    losePower(dir, crash.synced)
+    return [a, b] as const
+  })
