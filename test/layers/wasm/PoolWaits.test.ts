@@ -9,12 +9,14 @@
  * polled state, bounded by a generous timeout that turns a hang into a failure.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Scope } from "effect"
 import type { Worker } from "node:worker_threads"
 import type { Activation } from "../../../src/layers/wasm/Activation.js"
+import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
 import { onPool } from "../../../src/layers/wasm/Pinned.js"
 import { type GuestThread, Pool, POOL_CLOSED } from "../../../src/layers/wasm/Pool.js"
+import { activationInput, admit, hostWith } from "../../support/wasmHost.js"
 import { calling, returning, wat } from "../../support/wat.js"
 
 const LIMITS = { computeMs: 0, ioBytes: 64 * 1024, memoryBytes: 4 * 1024 * 1024 }
@@ -323,6 +325,17 @@ describe("a closed pool leaves no activation waiting", () => {
       expect(pool.tryAcquire("tool")).toBeUndefined()
       for (const t of held) pool.releaseNow(t, true)
       expect(held.every((t) => t.dead)).toBe(true)
+    }))
+
+  it.scopedLive("a loop's activation on a WasmHost whose pool closed fails interrupted, \"the server is stopping\", without running its guest", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const wasm = yield* Scope.extend(WasmHostWorkers.make({ workers: 1, threads: 2, inlineMs: 0, inlineAtAdmission: true, ...LIMITS, moduleBytes: 256 * 1024 }), scope)
+      const quick = yield* admit(wasm, returning('{"ok":"quick"}'))
+      yield* Scope.close(scope, Exit.void)
+      const failed = yield* Effect.flip(wasm.runLoop(quick, activationInput(), hostWith({}))).pipe(within("the activation's end"))
+      expect(failed.failure.code).toBe("interrupted")
+      expect(failed.failure.message).toBe(POOL_CLOSED.message)
     }))
 
   it.scopedLive("a pinned activation whose host call is answered after the pool closed ends with the stop, not waiting for a thread", () =>
