@@ -33,7 +33,7 @@ import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { eventLoopTurn } from "../Waits.js"
 import { readingMs, yieldsAfter } from "./HostCallCost.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
@@ -153,6 +153,9 @@ export const utf8Text = (view: Buffer, start: number, end: number): string | und
 
 const guestFailure = (message: string): ActivationFailure => ({ _tag: "guest", message })
 
+/** Above every byte of a memory: the host wrote none since the instance was put back. */
+const NOT_WRITTEN = 2 ** 32
+
 /** One activation's instance and where it stands. */
 class Run implements Resting {
   readonly memory: WebAssembly.Memory
@@ -175,6 +178,8 @@ class Run implements Resting {
   resettable = false
   /** One past the highest byte of its memory the host wrote (or read) since it was put back. */
   hostEnd = 0
+  /** The lowest byte of its memory the host wrote since it was put back (NOT_WRITTEN: none). */
+  hostLow = NOT_WRITTEN
 
   constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }, readonly key: string) {
     this.memory = memoryFor(memory)
@@ -192,6 +197,11 @@ class Run implements Resting {
     instanceStats.made++
     const save = this.exports[RESET_EXPORTS.save]
     if (typeof save === "function" && typeof this.exports[RESET_EXPORTS.restore] === "function") {
+      // What its start function stored is the image (the same in every instance of the module:
+      // the start function sees only a zeroed memory and its globals): nothing is written below
+      // the image's end yet, and each reset says so again.
+      const low = this.exports[LOW_EXPORT] as { value: number } | undefined
+      if (low !== undefined) low.value = -1
       save()
       imageKept(instrumented, this.memory)
       this.resettable = true
@@ -208,12 +218,19 @@ class Run implements Resting {
     this.calls = []
     this.allocating = false
     this.hostEnd = 0
+    this.hostLow = NOT_WRITTEN
   }
 
   /** One past the highest byte of memory written since instantiation or the last put-back: the guest's (WRITTEN_EXPORT) and the host's; the memory's size when its twin does not count. */
   written(): number {
     const counted = this.exports[WRITTEN_EXPORT] as { readonly value: number } | undefined
     return counted === undefined ? this.memory.buffer.byteLength : Math.max(counted.value >>> 0, this.hostEnd)
+  }
+
+  /** The lowest byte of memory written since instantiation or the last put-back, by the guest (LOW_EXPORT) or the host; 0 when its twin does not count. */
+  low(): number {
+    const counted = this.exports[LOW_EXPORT] as { readonly value: number } | undefined
+    return counted === undefined ? 0 : Math.min(counted.value >>> 0, this.hostLow)
   }
 
   /**
@@ -237,6 +254,13 @@ class Run implements Resting {
       throw new GuestError(`a (ptr ${ptr}, len ${len}) pair runs past the guest's memory (${view.byteLength} bytes)`)
     }
     if (ptr + len > this.hostEnd) this.hostEnd = ptr + len
+    return view
+  }
+
+  /** As `within`, for bytes the host is about to write: counted as written from `ptr`. */
+  private writable(ptr: number, len: number): Buffer {
+    const view = this.within(ptr, len)
+    if (ptr < this.hostLow) this.hostLow = ptr
     return view
   }
 
@@ -266,7 +290,7 @@ class Run implements Resting {
 
   give(bytes: Uint8Array): bigint {
     const ptr = this.alloc(bytes.length)
-    this.within(ptr, bytes.length).set(bytes, ptr)
+    this.writable(ptr, bytes.length).set(bytes, ptr)
     return (BigInt(ptr) << 32n) | BigInt(bytes.length)
   }
 
@@ -276,7 +300,7 @@ class Run implements Resting {
    */
   giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
     const ptr = this.alloc(length)
-    this.within(ptr, length).write(text, ptr, length, "utf8")
+    this.writable(ptr, length).write(text, ptr, length, "utf8")
     return (BigInt(ptr) << 32n) | BigInt(length)
   }
 
@@ -303,7 +327,8 @@ class Run implements Resting {
         const request = this.textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         if (this.suspendAt === 0) {
           const at = this.alloc(SUSPEND_BYTES)
-          this.within(at, SUSPEND_BYTES)
+          // Its header is the host's to write (below), the rest Asyncify's (counted by the twin).
+          this.writable(at, SUSPEND_BYTES)
           this.suspendAt = at
         }
         // Asyncify's buffer header: where its data goes next, and where it ends.

@@ -38,13 +38,16 @@
  *   (Inline.ts): its globals, its memory, its tables (which its code cannot change) and its
  *   segments (which it cannot drop or copy from).
  *
- * - **Written** (WRITTEN_EXPORT), for a module whose every store to memory is a plain load-store
- *   instruction (no `memory.copy`, `memory.fill`, atomic or SIMD store): each store raises a global
- *   to one past the last byte it writes (Binaryen's `instrument-memory` pass, its imports defined
- *   here and inlined, as the metering's are), so that an instance put back has only that much of
- *   its memory zeroed: what its guest never wrote is still zero, and writing it again cost a turn
- *   of the official loop about 20 µs of cache (docs/benchmarks.md, "The cost of zeroing a memory
- *   the guest did not touch"). A store whose end wraps past 2^32 traps, and a failed activation's
+ * - **Written** (WRITTEN_EXPORT and LOW_EXPORT), for a module whose every store to memory is a
+ *   plain load-store instruction (no `memory.copy`, `memory.fill`, atomic or SIMD store): each
+ *   store raises a global to one past the last byte it writes, and lowers another to the first
+ *   (Binaryen's `instrument-memory` pass, its imports defined here and inlined, as the metering's
+ *   are), so that an instance put back has only that span of its memory written again: what its
+ *   guest never wrote above its image is still zero, and writing it again cost a turn of the
+ *   official loop about 20 µs of cache (docs/benchmarks.md, "The cost of zeroing a memory the guest
+ *   did not touch"); its image (the official loop's 19.7 KB of static data, which no turn of it
+ *   writes) is copied back only when something was written below its end. A store whose end wraps
+ *   past 2^32 traps (its start then wraps too, or lies past the memory), and a failed activation's
  *   memory is zeroed whole.
  *
  * The twin exports only what the host calls (the entry points, the allocator, and the exports
@@ -65,7 +68,7 @@
  */
 import binaryen from "binaryen"
 import { chargeSites, nextSiteNumber } from "./Metering.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
+import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
 export const TICK_IMPORT = { module: "brain", name: "tick" } as const
@@ -160,7 +163,7 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
 }
 
 /** The exports the host calls on a twin; the rest (the ABI's markers, the memory) are read from the admitted module, never from an instance. */
-const HOST_CALLS: ReadonlySet<string> = new Set([...GUEST_ENTRIES, ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT])
+const HOST_CALLS: ReadonlySet<string> = new Set([...GUEST_ENTRIES, ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT, LOW_EXPORT])
 
 /** Throws unless no function, global or export of the module is named any of `names` (the guest's names are Binaryen's own, its custom sections dropped: only a bug here would take one). */
 const fresh = (m: binaryen.Module, ...names: ReadonlyArray<string>) => {
@@ -280,13 +283,15 @@ const codeHas = (m: binaryen.Module, patterns: ReadonlyArray<RegExp>): Array<boo
 }
 
 /**
- * Adds WRITTEN_EXPORT: `instrument-memory` routes every load's and store's address and value
- * through imported functions; each is defined here instead, answering what it was given, and the
- * store's address one also raises the global to `address + offset + bytes`. Then inlined.
+ * Adds WRITTEN_EXPORT and LOW_EXPORT: `instrument-memory` routes every load's and store's address
+ * and value through imported functions; each is defined here instead, answering what it was given,
+ * and the store's address one also raises the one global to `address + offset + bytes` and lowers
+ * the other to `address + offset` (unsigned). Then inlined.
  */
 const addWritten = (m: binaryen.Module) => {
-  fresh(m, WRITTEN_EXPORT)
+  fresh(m, WRITTEN_EXPORT, LOW_EXPORT)
   m.addGlobal(WRITTEN_EXPORT, binaryen.i32, true, m.i32.const(0))
+  m.addGlobal(LOW_EXPORT, binaryen.i32, true, m.i32.const(-1))
   m.runPasses(["instrument-memory"])
   for (let i = m.getNumFunctions() - 1; i >= 0; i--) {
     const info = binaryen.getFunctionInfo(m.getFunctionByIndex(i))
@@ -296,10 +301,14 @@ const addWritten = (m: binaryen.Module) => {
     m.removeFunction(info.name)
     if (info.base === "store_ptr") {
       // (id, bytes, offset, address) -> address
-      const end = () => m.i32.add(m.i32.add(m.local.get(3, binaryen.i32), m.local.get(2, binaryen.i32)), m.local.get(1, binaryen.i32))
-      const written = () => m.global.get(WRITTEN_EXPORT, binaryen.i32)
-      m.addFunction(info.name, info.params, info.results, [], m.block(null, [
-        m.if(m.i32.gt_u(end(), written()), m.global.set(WRITTEN_EXPORT, end())),
+      // Locals 4 and 5: the store's first byte, and one past its last.
+      const start = () => m.local.get(4, binaryen.i32)
+      const end = () => m.local.get(5, binaryen.i32)
+      m.addFunction(info.name, info.params, info.results, [binaryen.i32, binaryen.i32], m.block(null, [
+        m.local.set(4, m.i32.add(m.local.get(3, binaryen.i32), m.local.get(2, binaryen.i32))),
+        m.local.set(5, m.i32.add(start(), m.local.get(1, binaryen.i32))),
+        m.if(m.i32.gt_u(end(), m.global.get(WRITTEN_EXPORT, binaryen.i32)), m.global.set(WRITTEN_EXPORT, end())),
+        m.if(m.i32.lt_u(start(), m.global.get(LOW_EXPORT, binaryen.i32)), m.global.set(LOW_EXPORT, start())),
         last
       ], info.results))
     } else {
@@ -311,6 +320,7 @@ const addWritten = (m: binaryen.Module) => {
   if (left !== undefined) throw new Error(`instrument-memory imports env.${left}, which this host does not define`)
   m.runPasses(["inlining", "coalesce-locals", "vacuum"])
   m.addGlobalExport(WRITTEN_EXPORT, WRITTEN_EXPORT)
+  m.addGlobalExport(LOW_EXPORT, LOW_EXPORT)
 }
 
 /** What `instrument-memory` imports from `env` (Binaryen 131): each answers its last argument, `store_ptr` also counting the store. */

@@ -22,6 +22,12 @@ export interface Resting {
    * guest, as its twin counts, and by the host); its memory's size when its twin does not count.
    */
   written(): number
+  /**
+   * The lowest byte of its memory written since it was made (its start function's stores aside:
+   * they are its module's image) or last put back, by its guest or the host; 0 when its twin does
+   * not count.
+   */
+  low(): number
   /** Clears what the activation left in the instance's host-side state. */
   rest(): void
 }
@@ -62,8 +68,11 @@ const peaks: Array<number> = []
 const SPARE_TRIM_MS = 1_000
 let trimming: ReturnType<typeof setInterval> | undefined
 
-/** Instances made, reused and put back on the main thread, and the bytes put-backs zeroed above their images, since the process started (for tests and benchmarks). */
-export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0 }
+/**
+ * Instances made, reused and put back on the main thread, the bytes put-backs zeroed above their
+ * images and copied back from them, since the process started (for tests and benchmarks).
+ */
+export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied: 0 }
 
 /** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
@@ -161,14 +170,22 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
     return false
   }
   const memory = new Uint8Array(run.memory.buffer)
-  // Above what was written, the memory is still as the last put-back (or instantiation) left it:
-  // zeros. Not writing them again spares the cache (docs/benchmarks.md, "The cost of zeroing a
-  // memory the guest did not touch").
+  // Outside what was written, the memory is still as the last put-back (or instantiation) left it:
+  // its image, zeros above. Not writing them again spares the cache (docs/benchmarks.md, "The cost
+  // of zeroing a memory the guest did not touch", "Wasm text turn, stop 60").
   const written = Math.min(bytes, run.written())
-  memory.set(image)
-  if (written > image.length) memory.fill(0, image.length, written)
+  const low = run.low()
+  const imageEnd = Math.min(image.length, written)
+  if (low < imageEnd) {
+    memory.set(low === 0 && imageEnd === image.length ? image : image.subarray(low, imageEnd), low)
+    instanceStats.copied += imageEnd - low
+  }
+  const zeroFrom = Math.max(low, image.length)
+  if (written > zeroFrom) {
+    memory.fill(0, zeroFrom, written)
+    instanceStats.zeroed += written - zeroFrom
+  }
   instanceStats.putBack++
-  instanceStats.zeroed += Math.max(0, written - image.length)
   run.exports[RESET_EXPORTS.restore]()
   run.rest()
   const list = spareRuns.get(instrumented) ?? []

@@ -28,6 +28,15 @@ export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as
 export const WRITTEN_EXPORT = "brain$written"
 
 /**
+ * A twin's exported global (an i32) beside WRITTEN_EXPORT, holding the lowest byte of memory its
+ * code stored to (2^32 − 1 when it stored none): the host sets it so after instantiation, and a
+ * reset restores it so, so that it tells whether an activation wrote below the end of the module's
+ * image (what instantiation left in the memory), which the host then copies back. A twin without it
+ * may have written anywhere.
+ */
+export const LOW_EXPORT = "brain$low"
+
+/**
  * The host's namespace: every name the instrumentation adds to a twin (its exports above, its
  * fuel global and refill import) starts with it. Admission refuses a module exporting such a name
  * (Module.ts), and Instrument.ts drops every export of a guest's but its entries before adding its
@@ -40,7 +49,7 @@ export const HOST_NAME_PREFIX = "brain$"
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 7
+export const TWIN_FORMAT = 8
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`

@@ -185,6 +185,54 @@ const scribbler = (writes: ReadonlyArray<{ readonly at: number; readonly code: s
         (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
         (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`, { memory: "2", ...(alloc === undefined ? {} : { alloc: false }) })
 
+/** A guest's static data at 4096, below 20480: 16 KiB of `*`, where `imageKeeper`'s allocator can hand the host room. */
+const CANARY = data(4096, "*".repeat(16_384))
+const CANARY_END = CANARY.ptr + CANARY.len
+
+/**
+ * A guest of one page whose image (what instantiation leaves in its memory) runs from 0 to the end
+ * of CANARY, and that answers "pristine" when every byte of CANARY but its input's own is `*`
+ * and every `stores[i].at` holds `stores[i].was`, then makes each store (WAT) and, with `call`, a
+ * kv_read. Its allocator hands the host room from 32768 up, above the image, but for the
+ * allocations `low` names (0: the input, 1: the suspension buffer at its host call, 2: the call's
+ * answer), which it hands out inside CANARY: the host then writes below the image's end.
+ */
+const imageKeeper = (options: {
+  readonly stores?: ReadonlyArray<{ readonly at: number; readonly was: number; readonly code: string }>
+  readonly call?: boolean
+  readonly low?: ReadonlyArray<0 | 1 | 2>
+}) => {
+  const stores = options.stores ?? []
+  const low = (options.low ?? []).reduce((mask: number, i) => mask | (1 << i), 0)
+  return guest(`${PRISTINE.segment} ${DIRTY.segment} ${KV_READ.segment} ${READ_REQUEST.segment} ${CANARY.segment}
+    (global $high (mut i32) (i32.const 32768))
+    (global $low (mut i32) (i32.const ${CANARY.ptr}))
+    (global $allocs (mut i32) (i32.const 0))
+    (func (export "brain_alloc") (param $n i32) (result i32) (local $p i32)
+      (if (i32.and (i32.const ${low}) (i32.shl (i32.const 1) (global.get $allocs)))
+        (then (local.set $p (global.get $low)) (global.set $low (i32.add (local.get $p) (local.get $n))))
+        (else (local.set $p (global.get $high)) (global.set $high (i32.add (local.get $p) (local.get $n)))))
+      (global.set $allocs (i32.add (global.get $allocs) (i32.const 1)))
+      (local.get $p))
+    (func $intact (param $i i32) (result i32)
+      (block $done (result i32)
+        (loop $next
+          (br_if $done (i32.const 1) (i32.ge_u (local.get $i) (i32.const ${CANARY_END})))
+          (br_if $done (i32.const 0) (i32.ne (i32.load8_u (local.get $i)) (i32.const 42)))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $next))
+        (i32.const 0)))
+    (func (export "brain_run") (param i32 i32) (result i64) (local $ok i32)
+      ;; Past its input when the input is inside CANARY (it is then at CANARY's start), else all of it.
+      (local.set $ok (call $intact (select (i32.add (local.get 0) (local.get 1)) (i32.const ${CANARY.ptr}) (i32.lt_u (local.get 0) (i32.const ${CANARY_END})))))
+      ${stores.map((w) => `(local.set $ok (i32.and (local.get $ok) (i32.eq (i32.load8_u (i32.const ${w.at})) (i32.const ${w.was}))))`).join("\n      ")}
+      ${options.call === true ? `(drop ${read})` : ""}
+      ${stores.map((w) => w.code).join("\n      ")}
+      (if (result i64) (local.get $ok)
+        (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+        (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`, { alloc: false })
+}
+
 /** Every plain store instruction, each at its own address up to the memory's last byte. */
 const PLAIN_STORES = [
   { at: 61000, code: "(i32.store offset=3000 (i32.const 58000) (i32.const 0x01020304))" },
@@ -317,6 +365,73 @@ describe("WasmHost on the main thread", () => {
       }
     }))
 
+  it.scopedLive("an instance put back finds its image again wherever the last activation wrote below the image's end, whatever wrote it: a plain store (counted by its twin), bulk, atomic and SIMD stores (a twin that does not count), the host's write of the input, of a host call's answer, and Asyncify's of the suspended stack; an activation that wrote nothing there has no byte of its image copied back", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      const cases: Record<string, { readonly module: Promise<Uint8Array>; readonly copies: boolean }> = {
+        "nothing below the image (its op and request, read there, are not writes)": { module: wat(imageKeeper({ call: true })), copies: false },
+        "plain stores": {
+          module: wat(imageKeeper({
+            stores: [
+              { at: 8, was: 0, code: "(i32.store (i32.const 8) (i32.const 7))" },
+              { at: 5000, was: 42, code: "(i32.store8 (i32.const 5000) (i32.const 1))" },
+              { at: 9003, was: 42, code: "(i64.store offset=3 (i32.const 9000) (i64.const 0x0102030405060708))" },
+              { at: CANARY_END - 8, was: 42, code: `(f64.store (i32.const ${CANARY_END - 8}) (f64.const 1.5e300))` }
+            ],
+            call: true
+          })),
+          copies: true
+        },
+        "memory.fill and memory.copy": {
+          module: wat(imageKeeper({
+            stores: [
+              { at: 6000, was: 42, code: "(memory.fill (i32.const 6000) (i32.const 7) (i32.const 100))" },
+              { at: 7000, was: 42, code: "(memory.copy (i32.const 7000) (i32.const 100) (i32.const 20))" }
+            ]
+          })),
+          copies: true
+        },
+        "an atomic store": { module: wat(imageKeeper({ stores: [{ at: 8000, was: 42, code: "(i32.atomic.store (i32.const 8000) (i32.const 5))" }] }), { threads: true }), copies: true },
+        "a SIMD store": { module: wat(imageKeeper({ stores: [{ at: 8000, was: 42, code: "(v128.store (i32.const 8000) (v128.const i32x4 1 2 3 4))" }] })), copies: true },
+        "the host's write of the input": { module: wat(imageKeeper({ low: [0] })), copies: true },
+        "the host's write of a host call's answer": { module: wat(imageKeeper({ call: true, low: [2] })), copies: true },
+        "the suspended stack and the host's header of its buffer": { module: wat(imageKeeper({ call: true, low: [1] })), copies: true }
+      }
+      for (const [name, { module: bytes, copies }] of Object.entries(cases)) {
+        const module = yield* Effect.orDie(wasm.admit(yield* Effect.promise(() => bytes)))
+        // The first activation's instance is new (its image taken then); those after it are put back.
+        const before = { ...instanceStats }
+        for (let i = 0; i < 6; i++) {
+          // A long input and answer, then a short one: the next activation reads past the short one's end what the long one covered.
+          const long = i % 2 === 0
+          const host = hostWith({ kvRead: () => Effect.succeed(Option.some(long ? "x".repeat(3000) : 1)) })
+          expect(yield* wasm.runLoop(module, activationInput(long ? "y".repeat(3000) : "go"), host), `${name}, activation ${i}`).toBe("pristine")
+        }
+        expect(instanceStats.reused - before.reused, `${name}: put back and reused`).toBeGreaterThanOrEqual(5)
+        const copied = instanceStats.copied - before.copied
+        if (copies) expect(copied, `${name}: its image copied back`).toBeGreaterThan(0)
+        else expect(copied, `${name}: no byte of its image copied back`).toBe(0)
+      }
+    }))
+
+  it.scopedLive("an instance whose start function stored into its memory, put back after an activation that wrote nothing below its image, has none of the image copied back, and its guest finds what the start function stored", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      // Its start function stores at 700 (inside its image); an activation that changes nothing in its memory below 4096 (its input's).
+      const module = yield* admit(wasm, guest(`${PRISTINE.segment} ${DIRTY.segment}
+        (func $init (i32.store (i32.const 700) (i32.const 9)))
+        (start $init)
+        (func (export "brain_run") (param i32 i32) (result i64)
+          (if (result i64) (i32.eq (i32.load (i32.const 700)) (i32.const 9))
+            (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+            (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`))
+      yield* wasm.runLoop(module, activationInput(), hostWith({}))
+      const before = { ...instanceStats }
+      for (let i = 0; i < 3; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
+      expect(instanceStats.reused - before.reused).toBe(3)
+      expect(instanceStats.copied - before.copied).toBe(0)
+    }))
+
   it.scopedLive("an instance of the official loop put back has only what its activation wrote zeroed: far less than its memory", () =>
     Effect.gen(function*() {
       const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
@@ -332,7 +447,7 @@ describe("WasmHost on the main thread", () => {
       expect((instanceStats.zeroed - before.zeroed) / putBack).toBeLessThan(64 * 1024)
     }))
 
-  it.scopedLive("a text turn of the official loop writes (and its put-back zeroes) under 13.5 KiB above its image: its request writer starts at 512 bytes, not 4 KiB its turn never writes, its JSON values hold lists only as long as they need, and a transcript with nothing to repair is not copied again", () =>
+  it.scopedLive("a text turn of the official loop writes (and its put-back zeroes) under 13.5 KiB above its image, and nothing below its end (none of its image is copied back): its request writer starts at 512 bytes, not 4 KiB its turn never writes, its JSON values hold lists only as long as they need, and a transcript with nothing to repair is not copied again", () =>
     Effect.gen(function*() {
       const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
       const wasm = yield* inlineHost(1_000)
@@ -347,6 +462,8 @@ describe("WasmHost on the main thread", () => {
       for (let i = 0; i < 3; i++) expect(yield* wasm.runLoop(module, activationInput("again"), host)).toEqual({ text: "done" })
       const putBack = instanceStats.putBack - before.putBack
       expect(putBack).toBe(3)
+      // Its guest writes nothing below its image's end (19.7 KB of static data), nor does the host: none of it is copied back.
+      expect(instanceStats.copied - before.copied).toBe(0)
       // The suspension buffer (8 KiB) among it: what Brain takes for the guest's stack at its model call.
       // 16,311 bytes with AssemblyScript Arrays in every JSON array and object (docs/benchmarks.md, "Wasm text turn, stop 59").
       expect((instanceStats.zeroed - before.zeroed) / putBack).toBeLessThan(13.5 * 1024)
