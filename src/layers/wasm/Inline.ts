@@ -264,8 +264,9 @@ class Run implements Resting {
     return view
   }
 
+  /** A view of `len` bytes at `ptr`, which its holder can write: counted as written (only a failure's message is read so, and its instance is never kept). */
   bytesAt(ptr: number, len: number): Uint8Array {
-    return this.within(ptr, len).subarray(ptr, ptr + len)
+    return this.writable(ptr, len).subarray(ptr, ptr + len)
   }
 
   /** The UTF-8 text of `len` bytes at `ptr` (utf8Text), or a GuestError when it is not UTF-8. */
