@@ -49,6 +49,14 @@ const SPARE_MIN = 4
 const spareMemories = new Map<string, Array<WebAssembly.Memory>>()
 /** Instances at rest, by module (the most recently used module last). */
 const spareRuns = new Map<WebAssembly.Module, Array<Resting>>()
+/**
+ * The module last added to spareRuns or moved to its end: while it is in spareRuns it is its last
+ * key (every other key added or moved since would have taken its place here), so an instance of it
+ * put back needs no move. Its list is left in spareRuns when its last instance is taken (the next
+ * put-back is most likely its own), the others' deleted: one module at most is kept so without a
+ * spare.
+ */
+let lastRunModule: WebAssembly.Module | undefined
 let spareBytes = 0
 let spareCount = 0
 /** Activations on the main thread now, from their start to their end, waits in host calls included. */
@@ -76,7 +84,13 @@ export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied
 
 /** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
-  const most = Math.max(SPARE_MIN, peak, ...peaks)
+  let most = Math.max(SPARE_MIN, peak)
+  for (let i = 0; i < peaks.length; i++) if (peaks[i]! > most) most = peaks[i]!
+  // Nothing to drop, as at most put-backs: nothing made, no Map walked.
+  if (spareBytes > SPARE_BYTES || spareCount > most) drop(most)
+}
+
+const drop = (most: number) => {
   const over = () => spareBytes > SPARE_BYTES || spareCount > most
   for (const [k, l] of spareMemories) {
     if (!over()) break
@@ -188,9 +202,13 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
   instanceStats.putBack++
   run.exports[RESET_EXPORTS.restore]()
   run.rest()
-  const list = spareRuns.get(instrumented) ?? []
-  spareRuns.delete(instrumented)
-  spareRuns.set(instrumented, list)
+  let list = spareRuns.get(instrumented)
+  if (list === undefined || lastRunModule !== instrumented) {
+    list ??= []
+    spareRuns.delete(instrumented)
+    spareRuns.set(instrumented, list)
+    lastRunModule = instrumented
+  }
   list.push(run)
   kept(bytes)
   return true
@@ -203,8 +221,10 @@ export const spareRun = <R extends Resting>(instrumented: WebAssembly.Module, ke
   for (let i = list.length - 1; i >= 0; i--) {
     const run = list[i]!
     if (run.key !== key) continue
-    list.splice(i, 1)
-    if (list.length === 0) spareRuns.delete(instrumented)
+    // Its last, as a module's activations usually all have the same limits.
+    if (i === list.length - 1) list.pop()
+    else list.splice(i, 1)
+    if (list.length === 0 && instrumented !== lastRunModule) spareRuns.delete(instrumented)
     spareBytes -= run.memory.buffer.byteLength
     spareCount--
     return run as R
