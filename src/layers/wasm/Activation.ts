@@ -1,7 +1,7 @@
 /**
  * One activation on a pool thread: start the guest, answer its host calls one at a time through
  * `perform`, and take its output — within the compute budget, which counts the time the guest
- * has control and the reading of its host requests (HostCallCost.ts), not the time
+ * has control and the main thread's work on its host calls (HostCallCost.ts), not the time
  * Brain waits for the effects they ask for.
  *
  * - The budget passes, the thread dies, or the activation is interrupted (a cancel the guest
@@ -14,7 +14,7 @@ import { Effect, Option } from "effect"
 import type { MemoryLimits } from "../../services/WasmHost.js"
 import { PAGE_BYTES } from "./Module.js"
 import { eventLoopTurn } from "../Waits.js"
-import { readingMs, yieldsAfter } from "./HostCallCost.js"
+import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import type { GuestThread, Pool, PoolClosed, ThreadEvent } from "./Pool.js"
 import type { FailedKind } from "./WorkerProtocol.js"
 
@@ -186,14 +186,17 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
         case "call":
           // The guest waits: other guests may compute until its answer is ready.
           giveSlot(pool, held)
-          // Reading the request is the guest's compute (HostCallCost.ts).
-          const readMs = readingMs(event.request.length)
-          spent(readMs)
-          return Effect.flatMap(activation.perform(event.op, event.request), (answer) => {
+          // The main thread's work on the call is the guest's compute (HostCallCost.ts).
+          let callMs = 0
+          const charge = (ms: number) => {
+            callMs = ms
+            spent(ms)
+          }
+          return Effect.flatMap(chargedCall(activation.perform, event.op, event.request, charge), (answer) => {
             if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
             const resume = () => {
               thread.answer(answer)
-              return yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, wait) : wait()
+              return yieldsAfter(callMs) ? Effect.flatMap(eventLoopTurn, wait) : wait()
             }
             return takeSlotNow(pool, held) ? resume() : Effect.flatMap(takeSlot(pool, held), resume)
           })

@@ -32,7 +32,7 @@ import { guestFailureMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { eventLoopTurn } from "../Waits.js"
-import { readingMs, yieldsAfter } from "./HostCallCost.js"
+import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
@@ -477,7 +477,7 @@ const start = <A, E>(
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
-  /** Milliseconds of compute the activation's host requests were charged for their reading (HostCallCost.ts). */
+  /** Milliseconds of compute the activation's host calls were charged for the main thread's work on them (HostCallCost.ts). */
   let reading = 0
   const step = (): Effect.Effect<A, E> => {
     let result: unknown
@@ -500,13 +500,16 @@ const start = <A, E>(
         recycle(run.memory, memoryLimits)
         return Effect.never
       }
-      // Reading the request is the guest's compute (HostCallCost.ts): the next tick counts it, and
-      // once the reading alone passes what the main thread lends the activation, it moves (or fails
-      // at its budget) here, between calls.
-      const readMs = readingMs(request.length)
-      run.used += readMs
-      reading += readMs
-      return Effect.flatMap(activation.perform(op, request), (answer) => {
+      // The main thread's work on the call is the guest's compute (HostCallCost.ts): the next tick
+      // counts it, and once that work alone passes what the main thread lends the activation, it
+      // moves (or fails at its budget) here, between calls.
+      let callMs = 0
+      const charge = (ms: number) => {
+        callMs = ms
+        run.used += ms
+        reading += ms
+      }
+      return Effect.flatMap(chargedCall(activation.perform, op, request, charge), (answer) => {
         run.calls.push({ op, request: requestKey(request), answer })
         if (reading > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
         const rewind = () => {
@@ -516,7 +519,7 @@ const start = <A, E>(
           return step()
         }
         // A call that held the main thread a while gives the event loop a turn before the guest goes on.
-        return yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, rewind) : rewind()
+        return yieldsAfter(callMs) ? Effect.flatMap(eventLoopTurn, rewind) : rewind()
       })
     }
     let output: string

@@ -34,7 +34,7 @@
  */
 import { Effect, Option } from "effect"
 import { failure } from "../../domain/Failure.js"
-import { readingMs, yieldsAfter } from "./HostCallCost.js"
+import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import { errorAnswer } from "./HostBridge.js"
 import {
   activate,
@@ -270,19 +270,23 @@ const run = (
       case "call": {
         held.running = false
         giveSlot(pool, held)
-        const readMs = readingMs(event.request.length)
-        spent(readMs)
+        // The main thread's work on the call is the guest's compute (HostCallCost.ts).
+        let callMs = 0
+        const charge = (ms: number) => {
+          callMs = ms
+          spent(ms)
+        }
         // The guest is unwound: the thread serves others while the call is performed.
         held.busy = false
         pool.releaseNow(thread, true)
-        return Effect.flatMap(activation.perform(event.op, event.request), (answer) => {
+        return Effect.flatMap(chargedCall(activation.perform, event.op, event.request, charge), (answer) => {
           calls.push({ op: event.op, request: requestKey(event.request), answer })
           if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
           return Effect.flatMap(restore(pool.reclaim(thread, () => void (held.busy = true))), (back) => {
             // Its thread died with its instance: it runs again from its start elsewhere.
             if (!back) return Effect.succeed<PinnedEnd>({ _tag: "again", blocking: false, calls })
             const resume = () => thread.dead ? diedWaiting() : dispatched(() => thread.resume(held.pin!, answer, budgetMs()))
-            const go = () => yieldsAfter(readMs) ? Effect.flatMap(eventLoopTurn, resume) : resume()
+            const go = () => yieldsAfter(callMs) ? Effect.flatMap(eventLoopTurn, resume) : resume()
             return takeSlotNow(pool, held) ? go() : Effect.flatMap(takeSlot(pool, held), go)
           })
         })
