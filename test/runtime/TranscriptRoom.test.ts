@@ -12,7 +12,7 @@ import type { SessionId } from "../../src/domain/Ids.js"
 import { INPUT_ENVELOPE_BYTES } from "../../src/domain/Limits.js"
 import type { Message } from "../../src/domain/Messages.js"
 import { unansweredOf } from "../../src/domain/TranscriptTail.js"
-import { carriedBytes, transcriptRoom } from "../../src/layers/sessions/TranscriptRoom.js"
+import { carriedBytes, roomRefusal, transcriptRoom } from "../../src/layers/sessions/TranscriptRoom.js"
 import { succeedAfter } from "../../src/layers/ToolsInProcess.js"
 import type { AgentloopShape, LoopInput } from "../../src/services/Agentloop.js"
 import { Journal } from "../../src/services/Journal.js"
@@ -144,4 +144,39 @@ describe("the transcript room of a loop's input", () => {
         expect((yield* sessions.send(taken.session_id, { message: "set 10" })).turn.status, agentloop).toBe("ended")
       }
     }).pipe(Effect.provide(layer)))
+
+  it.scopedLive("a create whose configuration leaves a loop that reads it no room for even an empty transcript is refused invalid_request naming its largest field and the setting, nothing created; a loop that does not read it takes it", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const listed = (yield* sessions.list({ limit: 100 })).sessions.length
+      const system = "s".repeat(IO / 2)
+      for (const transcript of [undefined, [user("hi")]]) {
+        const refused = yield* Effect.flip(sessions.create({
+          agentloop: "whole",
+          model: { provider: "scripted" },
+          system,
+          ...(transcript === undefined ? {} : { transcript })
+        }))
+        expect(refused._tag).toBe("InvalidRequest")
+        const details = (refused as { details?: ReadonlyArray<{ path: unknown; message: string }> }).details
+        expect(details?.[0]?.path).toEqual(["system"])
+        expect(details?.[0]?.message).toContain("BRAIN_MAX_WASM_IO_BYTES")
+        expect(details?.[0]?.message, "no negative room").not.toMatch(/-\d/)
+      }
+      expect((yield* sessions.list({ limit: 100 })).sessions.length).toBe(listed)
+      // Below the bound it is taken and a turn saves; a loop that does not read its configuration takes the larger one.
+      const fits = yield* sessions.create({ agentloop: "whole", model: { provider: "scripted" }, system: "s".repeat(IO / 8) })
+      expect((yield* sessions.send(fits.session_id, { message: "set 10" })).turn.status).toBe("ended")
+      const tail = yield* sessions.create({ agentloop: "tail", model: { provider: "scripted" }, system })
+      expect((yield* sessions.send(tail.session_id, { message: "set 10" })).turn.status).toBe("ended")
+    }).pipe(Effect.provide(layer)))
+
+  it("a save refused in a session whose configuration leaves no room (one created under larger settings) says so, and never names a negative room", () => {
+    const room = transcriptRoom(config, whole, () => "c".repeat(IO))!
+    const refused = roomRefusal(room, [], [], [user("hi")], 0)
+    expect(refused?.code).toBe("payload_too_large")
+    expect(refused?.message).toContain("configuration")
+    expect(refused?.message).not.toMatch(/-\d/)
+    expect(refused?.details).toMatchObject({ limit: 0 })
+  })
 })

@@ -23,7 +23,21 @@ import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
 import { jsonWeight } from "./InputBytes.js"
 import { fromJournal } from "./FromJournal.js"
 import { namedHosts, type Shared, stopping, summary } from "./Shared.js"
-import { carriedBytes, refusalText, transcriptRoom } from "./TranscriptRoom.js"
+import { carriedBytes, noRoom, refusalText, transcriptRoom } from "./TranscriptRoom.js"
+
+/** The create's field whose part of the configuration's JSON is the largest (its `model_binding` is its `model`). */
+const largestField = (configuration: Record<string, unknown>): string => {
+  let largest = "model"
+  let most = -1
+  for (const [field, value] of Object.entries(configuration)) {
+    const bytes = value === undefined ? 0 : Buffer.byteLength(JSON.stringify(value), "utf8")
+    if (bytes > most) {
+      most = bytes
+      largest = field === "model_binding" ? "model" : field
+    }
+  }
+  return largest
+}
 
 /** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
 const refusedAt = (message: string, path: ReadonlyArray<string | number>) => new InvalidRequest({ message, details: [{ path, message }] })
@@ -107,16 +121,19 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       const refused = checkPayload("session_creation_started", { configuration }) ??
         (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
       if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
-      // An opening transcript the loop's input could not carry would fail every turn: refused now.
-      if (request.transcript !== undefined && request.transcript.length > 0) {
-        // (A loop that cannot be loaded now, its store out of descriptors, is no fault of the request.)
-        const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) =>
-          e.failure.retryable ? new Overloaded({ message: `the agentloop cannot be loaded now: ${e.failure.message}` }) : refusedAt(e.failure.message, ["agentloop"])
-        ))
-        const room = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
-        if (room !== undefined) {
-          const bytes = carriedBytes(room, [], noUnanswered, request.transcript, 0)
-          if (bytes > room.bytes) return yield* Effect.fail(refusedAt(refusalText(room, bytes, "the opening transcript"), ["transcript"]))
+      // A configuration, or an opening transcript, the loop's input could not carry would fail
+      // every turn (or every save): refused now.
+      // (A loop that cannot be loaded now, its store out of descriptors, is no fault of the request.)
+      const loop = yield* agentloops.resolve(agentloop).pipe(Effect.mapError((e) =>
+        e.failure.retryable ? new Overloaded({ message: `the agentloop cannot be loaded now: ${e.failure.message}` }) : refusedAt(e.failure.message, ["agentloop"])
+      ))
+      const roomLeft = transcriptRoom(config, loop.input, () => JSON.stringify(configuration))
+      if (roomLeft !== undefined) {
+        const none = noRoom(roomLeft)
+        if (none?.blames === "configuration") return yield* Effect.fail(refusedAt(none.text, [largestField(configuration)]))
+        if (request.transcript !== undefined && request.transcript.length > 0) {
+          const bytes = carriedBytes(roomLeft, [], noUnanswered, request.transcript, 0)
+          if (bytes > roomLeft.bytes) return yield* Effect.fail(refusedAt(refusalText(roomLeft, bytes, "the opening transcript"), ["transcript"]))
         }
       }
       // Below BRAIN_MIN_FREE_DISK_BYTES: refused before anything exists (StorageRoom.ts).

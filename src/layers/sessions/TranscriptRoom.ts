@@ -8,7 +8,9 @@
  * again. So the transcript is bounded where it is made, not where it is read: a save (a
  * `set_transcript`, one riding on `model` or `dispatch`, one with the loop's output) whose
  * transcript the loop's next input could not carry is refused as that call's error, nothing of it
- * journaled; a create whose opening transcript the loop could not receive is refused 400.
+ * journaled; a create whose opening transcript the loop could not receive is refused 400, and so
+ * is one whose configuration, for a loop that reads it, leaves no room for even an empty one
+ * (`noRoom`: every turn's input would be above the bound, or no save could be taken).
  *
  * The room: BRAIN_MAX_WASM_IO_BYTES, less what the rest of the next input may need — the
  * session's configuration (when the loop reads it), a turn's input of BRAIN_MAX_INPUT_BYTES (at
@@ -36,7 +38,12 @@ export interface TranscriptRoom {
   readonly bytes: number
   /** The loop reads the tail of at least this many messages; undefined: the whole transcript. */
   readonly tailMessages: number | undefined
+  /** Bytes of the session's configuration as JSON the input carries (0 for a loop that does not read it). */
+  readonly configurationBytes?: number
 }
+
+/** The JSON of an empty transcript, `[]`: the least a room must hold. */
+const EMPTY_TRANSCRIPT_BYTES = 2
 
 /** UTF-8 bytes of each transcript's messages' JSON, without the array's brackets and commas, by transcript. */
 const counted = new WeakMap<ReadonlyArray<Message>, number>()
@@ -71,10 +78,43 @@ export const transcriptRoom = (
   configurationJson: () => string
 ): TranscriptRoom | undefined => {
   if (input === undefined) return undefined
+  const configuration = input.configurationRead ? Buffer.byteLength(configurationJson(), "utf8") : 0
+  return {
+    bytes: configurationRoom(limits) + EMPTY_TRANSCRIPT_BYTES - configuration,
+    tailMessages: input.tailMessages,
+    ...(input.configurationRead ? { configurationBytes: configuration } : {})
+  }
+}
+
+/**
+ * The bytes of JSON a session's configuration may have at most for a loop that reads it: what
+ * leaves room for an empty transcript beside a turn's input and the envelope.
+ */
+export const configurationRoom = (limits: { readonly maxWasmIoBytes: number; readonly maxInputBytes: number }): number => {
   const io = limits.maxWasmIoBytes
   const turnInput = Math.min(limits.maxInputBytes > 0 ? limits.maxInputBytes : Number.POSITIVE_INFINITY, Math.floor(io / 4))
-  const configuration = input.configurationRead ? Buffer.byteLength(configurationJson(), "utf8") : 0
-  return { bytes: io - turnInput - configuration - INPUT_ENVELOPE_BYTES, tailMessages: input.tailMessages }
+  return io - turnInput - INPUT_ENVELOPE_BYTES - EMPTY_TRANSCRIPT_BYTES
+}
+
+/**
+ * Why `room` holds no transcript at all, not even an empty one, or undefined when it holds one:
+ * the configuration a loop reads is too large (`configuration`: a create refuses it), or the
+ * settings leave no room even without one (`settings`).
+ */
+export const noRoom = (room: TranscriptRoom): { readonly blames: "configuration" | "settings"; readonly text: string } | undefined => {
+  if (room.bytes >= EMPTY_TRANSCRIPT_BYTES) return undefined
+  const configuration = room.configurationBytes ?? 0
+  const most = configuration + room.bytes - EMPTY_TRANSCRIPT_BYTES
+  if (room.configurationBytes === undefined || most < 0) {
+    return {
+      blames: "settings",
+      text: `BRAIN_MAX_WASM_IO_BYTES leaves no room for a transcript beside a turn's input (BRAIN_MAX_INPUT_BYTES, at most a quarter of it) and the runtime envelope (${INPUT_ENVELOPE_BYTES} bytes) (docs/abi.md, "The transcript's room")`
+    }
+  }
+  return {
+    blames: "configuration",
+    text: `the session's configuration is ${configuration} bytes of JSON, which every input of a loop that reads it carries: beside a turn's input (BRAIN_MAX_INPUT_BYTES, at most a quarter of the bound) and the runtime envelope it leaves no room for a transcript within BRAIN_MAX_WASM_IO_BYTES; for this loop it may be at most ${most} bytes (docs/abi.md, "The transcript's room")`
+  }
 }
 
 /**
@@ -113,12 +153,14 @@ export const roomRefusal = (
   const bytes = carriedBytes(room, from, fromUnanswered, to, keep)
   if (bytes <= room.bytes) return undefined
   return failure("payload_too_large", `${refusalText(room, bytes)}; nothing was saved`, {
-    details: { bytes, limit: room.bytes }
+    details: { bytes, limit: Math.max(0, room.bytes) }
   })
 }
 
 /** Why a transcript of `bytes` does not fit `room`, in words. */
-export const refusalText = (room: TranscriptRoom, bytes: number, what = "the transcript"): string =>
-  `${what} would be ${bytes} bytes of JSON in the loop's next input (${
-    room.tailMessages === undefined ? "all of it" : "its tail"
-  }), above the ${room.bytes} bytes BRAIN_MAX_WASM_IO_BYTES leaves it (docs/abi.md, "Limits")`
+export const refusalText = (room: TranscriptRoom, bytes: number, what = "the transcript"): string => {
+  const carried = `${what} would be ${bytes} bytes of JSON in the loop's next input (${room.tailMessages === undefined ? "all of it" : "its tail"})`
+  // A session made under larger settings (BRAIN_MAX_WASM_IO_BYTES lowered since): its configuration alone fills the input.
+  const none = noRoom(room)
+  return none !== undefined ? `${carried}, but ${none.text}` : `${carried}, above the ${room.bytes} bytes BRAIN_MAX_WASM_IO_BYTES leaves it (docs/abi.md, "Limits")`
+}
