@@ -10,6 +10,20 @@ import { MAX_FAILURE_MESSAGE_BYTES } from "./Limits.js"
 export const cutMarker = (dropped: number): string =>
   ` … [cut: ${dropped} more bytes; Brain keeps at most ${MAX_FAILURE_MESSAGE_BYTES} bytes of a failure's message]`
 
+/** A text's trailing cut marker, with its count of bytes left out (`cutMarker`'s form, for the bound Brain keeps). */
+const MARKER_AT_END = new RegExp(` … \\[cut: (\\d+) more bytes; Brain keeps at most ${MAX_FAILURE_MESSAGE_BYTES} bytes of a failure's message\\]$`)
+
+/**
+ * A text cut before (it ends with `cutMarker`): the text before its marker and the bytes the
+ * marker says were left out; undefined for a text that does not end with one. So that a message
+ * cut where it was read (a guest's `brain.fail`) and bounded again where it is recorded is cut
+ * once, with the count of all that was left out.
+ */
+export const cutBefore = (text: string): { readonly kept: string; readonly dropped: number } | undefined => {
+  const found = MARKER_AT_END.exec(text)
+  return found === null ? undefined : { kept: text.slice(0, found.index), dropped: Number(found[1]) }
+}
+
 /** The largest index at most `max` where a character of the UTF-8 `bytes` starts (`bytes.length` when it is shorter). */
 export const characterStart = (bytes: Uint8Array, max: number): number => {
   if (bytes.length <= max) return bytes.length

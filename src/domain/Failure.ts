@@ -3,7 +3,7 @@
  * `ambiguous: true` means the effect may have happened; Brain never resends it.
  */
 import { Schema } from "effect"
-import { characterStart, cutMarker } from "./CutText.js"
+import { characterStart, cutBefore, cutMarker } from "./CutText.js"
 import { MAX_FAILURE_DETAILS_BYTES, MAX_FAILURE_MESSAGE_BYTES } from "./Limits.js"
 
 /** The closed set of failure codes. Adding one is a contract change: update docs/api.md. */
@@ -88,10 +88,14 @@ export const failure = (
 export const boundedMessage = (text: string): string => {
   // A UTF-16 unit is at most 3 bytes of UTF-8 (a pair, 4 for 2 units).
   if (text.length * 3 <= MAX_FAILURE_MESSAGE_BYTES) return text
-  const bytes = Buffer.from(text, "utf8")
+  // A text that was cut before (a guest's brain.fail message, cut as it was read) is cut once:
+  // its start within the bound keeps its marker; a longer one is cut counting what it left out.
+  const before = cutBefore(text)
+  const whole = before === undefined ? text : before.kept
+  const bytes = Buffer.from(whole, "utf8")
   if (bytes.length <= MAX_FAILURE_MESSAGE_BYTES) return text
   const end = characterStart(bytes, MAX_FAILURE_MESSAGE_BYTES)
-  return bytes.toString("utf8", 0, end) + cutMarker(bytes.length - end)
+  return bytes.toString("utf8", 0, end) + cutMarker(bytes.length - end + (before?.dropped ?? 0))
 }
 
 /** The JSON size of `details` (UTF-8 bytes), or undefined when JSON cannot write them. */

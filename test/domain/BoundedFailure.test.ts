@@ -41,6 +41,16 @@ describe("a failure's text is bounded", () => {
     expect(guestFailureMessage(new Uint8Array([0x68, 0xff]), decoder)).toBe("the guest's failure message is not UTF-8")
   })
 
+  it("a message cut once is not cut again: bounding it keeps it and its count; text put before it is cut with the count of all that was left out", () => {
+    const bytes = new Uint8Array(100_000).fill(0x61)
+    const once = guestMessage(bytes, (b) => decoder.decode(b))
+    expect(once).toMatch(/ … \[cut: 34464 more bytes; /)
+    expect(boundedMessage(once)).toBe(once)
+    const prefixed = boundedMessage(`the tool failed: ${once}`)
+    expect(prefixed.startsWith("the tool failed: aaa")).toBe(true)
+    expect(prefixed).toMatch(new RegExp(`^[^\\[]{${MAX_FAILURE_MESSAGE_BYTES}} … \\[cut: ${34464 + "the tool failed: ".length} more bytes; Brain keeps at most ${MAX_FAILURE_MESSAGE_BYTES} bytes of a failure's message\\]$`))
+  })
+
   it("details past the bound are replaced by a note of their size; a failure within the bounds is the same object", () => {
     const small = failure("model_unavailable", "busy", { retryable: true, details: { status: 503 } })
     expect(boundedFailure(small)).toBe(small)

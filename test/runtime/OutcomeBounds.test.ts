@@ -11,6 +11,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
+import { guestMessage } from "../../src/domain/CutText.js"
 import { failure } from "../../src/domain/Failure.js"
 import { MAX_FAILURE_MESSAGE_BYTES, MAX_FRAME_BYTES } from "../../src/domain/Limits.js"
 import type { JournalRecord } from "../../src/domain/Records.js"
@@ -109,6 +110,18 @@ describe("an outcome record is always writable", () => {
       const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
       expect(records.find((r) => r.kind === "turn_failed")!.payload).toMatchObject({ failure: { code: "agentloop_failed" } })
       expect((yield* sessions.send(session_id, { message: "again" })).turn).toMatchObject({ status: "ended", result: "second" })
+    }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop } })))
+  })
+
+  it.effect("a guest's brain.fail message, cut once as it is read, is recorded as it was cut, with the count of the bytes left out", () => {
+    const cut = guestMessage(new Uint8Array(100_000).fill(0x61), (b) => new TextDecoder().decode(b))
+    const agentloop: AgentloopShape = { activate: () => Effect.fail(new AgentloopFailed({ failure: failure("agentloop_failed", cut) })) }
+    return Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* create()
+      const out = yield* sessions.send(session_id, { message: "go" })
+      expect(out.turn.failure?.message).toBe(cut)
+      expect(out.turn.failure?.message).toMatch(/ … \[cut: 34464 more bytes; /)
     }).pipe(Effect.provide(runtimeLayer({ loops: { t: agentloop } })))
   })
 
