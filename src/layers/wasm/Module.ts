@@ -308,6 +308,14 @@ const ABI_TYPES: ReadonlyArray<readonly ["imports" | "exports", string, string]>
 /** A loop's global named this and then an Event kind: its input carries Events of the kinds so named only (docs/abi.md, "The input's Events"). */
 export const EVENT_KIND_EXPORT = "brain_events_kind_"
 
+/** The optional markers a module may export, each a global of any type (docs/abi.md, "Exports"); and those named EVENT_KIND_EXPORT and a kind. */
+const OPTIONAL_MARKERS: ReadonlySet<string> = new Set([
+  "brain_transcript_tail",
+  "brain_transcript_tail_length",
+  "brain_events_from_end",
+  "brain_configuration_unread"
+])
+
 export interface AdmissionLimits {
   readonly maxModuleBytes: number
   readonly maxMemoryBytes: number
@@ -433,6 +441,13 @@ const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: Admi
   const loop = exports.get("brain_run") === "function"
   const tool = exports.get("brain_tool") === "function"
   if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
+  // The optional markers are globals: one of another kind (a toolchain's function) is refused, not
+  // silently ignored, and so is the Event kinds' prefix naming no kind.
+  for (const [name, kind] of exports) {
+    if (!OPTIONAL_MARKERS.has(name) && !name.startsWith(EVENT_KIND_EXPORT)) continue
+    if (kind !== "global") return refuse(`${name} is not a global (it is a ${kind}): the ABI's optional markers are globals (docs/abi.md, "Exports")`)
+    if (name === EVENT_KIND_EXPORT) return refuse(`${name} names no Event kind: a global brain_events_kind_<kind> names one (docs/abi.md, "The input's Events")`)
+  }
   let layout: ModuleLayout
   try {
     layout = moduleLayout(bytes)

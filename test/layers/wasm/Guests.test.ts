@@ -14,7 +14,7 @@ import { Journal } from "../../../src/services/Journal.js"
 import { Sessions } from "../../../src/services/Sessions.js"
 import type { AdmittedModule, WasmHostShape } from "../../../src/services/WasmHost.js"
 import { runtimeLayer } from "../../support/runtime.js"
-import { calling, data, guest, wat } from "../../support/wat.js"
+import { calling, data, guest, type GuestOptions, wat } from "../../support/wat.js"
 
 const OPTIONS = { workers: 2, memoryBytes: 4 * 1024 * 1024, computeMs: 500, ioBytes: 64 * 1024, moduleBytes: 1024 * 1024 }
 
@@ -155,11 +155,18 @@ describe("rogue guests", () => {
             ["a mutable tail length", { tail: true, tailLength: "(mut i32) (i32.const 2)" }, /must be an immutable i32 global/],
             ["an i64 tail length", { tail: true, tailLength: "i64 (i64.const 2)" }, /must be an immutable i32 global/],
             ["a negative tail length", { tail: true, tailLength: "i32 (i32.const -1)" }, /is -1: a number of messages cannot be negative/],
-            ["a tail length that is a function", { tail: true, extra: `(func (export "brain_transcript_tail_length"))` }, /brain_transcript_tail_length is not a global/]
+            ["a tail length that is a function", { tail: true, extra: `(func (export "brain_transcript_tail_length"))` }, /brain_transcript_tail_length is not a global/],
+            // Every optional marker is a global: one of another kind is refused, not ignored.
+            ["a tail marker that is a function", { extra: `(func (export "brain_transcript_tail"))` }, /brain_transcript_tail is not a global \(it is a function\)/],
+            ["an events-from-end marker that is a function", { extra: `(func (export "brain_events_from_end"))` }, /brain_events_from_end is not a global \(it is a function\)/],
+            ["a configuration marker that is a function", { extra: `(func (export "brain_configuration_unread"))` }, /brain_configuration_unread is not a global \(it is a function\)/],
+            ["an Event kind marker that is a function", { extra: `(func (export "brain_events_kind_turn_failed"))` }, /brain_events_kind_turn_failed is not a global \(it is a function\)/],
+            ["an Event kind marker that is a table", { extra: `(table (export "brain_events_kind_note") 1 1 funcref)` }, /brain_events_kind_note is not a global \(it is a table\)/],
+            ["an Event kind marker naming no kind", { extra: `(global (export "brain_events_kind_") i32 (i32.const 1))` }, /brain_events_kind_ names no Event kind/]
           ] as const,
           ([name, options, reason]) =>
             Effect.map(
-              Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)) ${"extra" in options ? options.extra : ""}`, options))),
+              Effect.promise(() => refused(guest(`(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0)) ${"extra" in options ? options.extra : ""}`, options as GuestOptions))),
               (bytes): [string, Uint8Array, RegExp] => [name, bytes, reason]
             )
         ))
@@ -184,7 +191,7 @@ describe("rogue guests", () => {
       expect([plain.tail, plain.tailMessages]).toEqual([true, TRANSCRIPT_TAIL])
     }).pipe(Effect.scoped))
 
-  it.effect("brain_configuration_unread, a global a loop exports, is read at admission; a function of that name, or a tool's global, is not it", () =>
+  it.effect("brain_configuration_unread, a global a loop exports, is read at admission; a tool's global is not it", () =>
     Effect.gen(function*() {
       const host = yield* WasmHostWorkers.make(OPTIONS)
       const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
@@ -192,11 +199,10 @@ describe("rogue guests", () => {
       const read = (text: string) => Effect.map(Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes))), (m) => m.configurationUnread)
       expect(yield* read(loop(mark))).toBe(true)
       expect(yield* read(loop(""))).toBe(false)
-      expect(yield* read(loop(`(func (export "brain_configuration_unread"))`))).toBe(false)
       expect(yield* read(loop(mark, "brain_tool"))).toBe(false)
     }).pipe(Effect.scoped))
 
-  it.effect("brain_events_kind_<kind> globals a loop exports are read at admission as the kinds its input Events are limited to; functions of such names, the bare prefix, or a tool's globals are not", () =>
+  it.effect("brain_events_kind_<kind> globals a loop exports are read at admission as the kinds its input Events are limited to; a tool's globals are not", () =>
     Effect.gen(function*() {
       const host = yield* WasmHostWorkers.make(OPTIONS)
       const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
@@ -205,7 +211,6 @@ describe("rogue guests", () => {
       expect(yield* read(loop(mark("turn_failed")))).toEqual(new Set(["turn_failed"]))
       expect(yield* read(loop(`${mark("turn_failed")} ${mark("note")}`))).toEqual(new Set(["turn_failed", "note"]))
       expect(yield* read(loop(""))).toBeUndefined()
-      expect(yield* read(loop(`(func (export "brain_events_kind_turn_failed")) (global (export "brain_events_kind_") i32 (i32.const 1))`))).toBeUndefined()
       expect(yield* read(loop(mark("turn_failed"), "brain_tool"))).toBeUndefined()
     }).pipe(Effect.scoped))
 
