@@ -134,6 +134,9 @@ export const LINGER_BYTES = 64 * 1024 * 1024
 /** Bytes. The largest kind name; the kind length field also carries the atomic-group flag. */
 export const MAX_KIND_BYTES = 255
 
+/** Characters (UTF-16 units). The longest Event kind an Agentloop, a tool or a host may emit: the extension record's schema bound. */
+export const MAX_EVENT_KIND_CHARS = 255
+
 /**
  * Bytes. With BRAIN_CACHE_BYTES unset, what sessions not in use keep in memory (warm idle actors,
  * folded states of released sessions, recent journal records) is an eighth of the V8 heap limit,

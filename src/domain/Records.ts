@@ -6,7 +6,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { SessionConfiguration } from "./Configuration.js"
 import { Failure, FailureCodes } from "./Failure.js"
-import { IDEMPOTENCY_KEY_MAX_BYTES } from "./Limits.js"
+import { IDEMPOTENCY_KEY_MAX_BYTES, MAX_EVENT_KIND_CHARS } from "./Limits.js"
 import { Json, Message, TranscriptDelta, TurnInput } from "./Messages.js"
 import { type Guard, guard } from "./SchemaGuard.js"
 
@@ -144,7 +144,7 @@ export const Catalogue = {
 
   [EXTENSION_KIND]: pub(
     "extension",
-    Schema.Struct({ kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(255)), payload: Json, origin: Origin })
+    Schema.Struct({ kind: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(MAX_EVENT_KIND_CHARS)), payload: Json, origin: Origin })
   )
 } as const satisfies Record<string, KindSpec>
 

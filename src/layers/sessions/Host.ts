@@ -37,7 +37,7 @@ import { readEvents } from "./Events.js"
 import type { Writes } from "./Writes.js"
 import { roomRefusal, type TranscriptRoom } from "./TranscriptRoom.js"
 import { counted, countWrite, kvRefusal, recordBytes, type Weighed, weigh, writeRefusal } from "./TurnWrites.js"
-import { MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
+import { MAX_EVENT_KIND_CHARS, MAX_PAYLOAD_BYTES, PAGE_EVENTS } from "../../domain/Limits.js"
 
 export interface HostDeps {
   readonly journal: JournalShape
@@ -305,6 +305,8 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     Effect.gen(function*() {
       const refused = emitRefusal(kind)
       if (refused !== undefined) return yield* refuse(failure("reserved_kind", refused))
+      // Bounded here in words, not by the record schema's report of it.
+      if (kind.length > MAX_EVENT_KIND_CHARS) return yield* refuse(failure("invalid_request", `an Event kind is 1 to ${MAX_EVENT_KIND_CHARS} characters, not ${kind.length}`))
       const event = { kind, payload: payload ?? {}, origin }
       // A payload JSON cannot write (a cycle, a BigInt, nesting past the engine's stack) is refused
       // here as data, not thrown into a defect; a guest's is already bounded (MAX_JSON_DEPTH).
