@@ -676,7 +676,7 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           const f = yield* loopFailure(host.runLoop(yield* admitted(host, allocatingTooMuch), input(), recordingHost().host))
           expect(f.code).toBe("agentloop_failed")
           expect(f.message).toMatch(/trapped/)
-          expect(f.message).toMatch(/its memory at \d+\.\d MiB of its 4\.0 MiB maximum, BRAIN_MAX_WASM_MEMORY_BYTES/)
+          expect(f.message).toMatch(/its memory at \d+\.\d MiB of its 4\.0 MiB maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES/)
           yield* servesNext(host)
         }))
 

@@ -136,4 +136,4 @@ const MIB = 1024 * 1024
  * figures say what the trap alone cannot.
  */
 export const trapReason = (message: string, memoryBytes: number, maximumPages: number) =>
-  `${message} (its memory at ${(memoryBytes / MIB).toFixed(1)} MiB of its ${((maximumPages * 65536) / MIB).toFixed(1)} MiB maximum, BRAIN_MAX_WASM_MEMORY_BYTES)`
+  `${message} (its memory at ${(memoryBytes / MIB).toFixed(1)} MiB of its ${((maximumPages * 65536) / MIB).toFixed(1)} MiB maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES)`
