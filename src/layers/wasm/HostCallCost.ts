@@ -50,24 +50,16 @@ export const chargedCall = (
 ): Effect.Effect<string> => {
   const began = performance.now()
   const call = perform(op, request)
-  const built = performance.now() - began
-  // Set by a microtask queued as the effect starts: an answer that comes after it waited for something.
+  const built = performance.now()
+  // Set by a microtask queued now: an answer that comes after it waited for something (the call
+  // runs as its guest's step goes on, before any microtask).
   let waited = false
-  let started = 0
-  return Effect.map(
-    Effect.zipRight(
-      Effect.sync(() => {
-        started = performance.now()
-        queueMicrotask(() => void (waited = true))
-      }),
-      call
-    ),
-    (answer) => {
-      const ms = built + (waited ? 0 : performance.now() - started)
-      charge(Math.max(ms, readingMs(request.length)))
-      return answer
-    }
-  )
+  queueMicrotask(() => void (waited = true))
+  return Effect.map(call, (answer) => {
+    const ms = built - began + (waited ? 0 : performance.now() - built)
+    charge(Math.max(ms, readingMs(request.length)))
+    return answer
+  })
 }
 
 /** Whether a call charged `ms` gives the event loop a turn before its guest goes on. */
