@@ -40,15 +40,17 @@ export const readingMs = (length: number): number => length / READ_CHARS_PER_MS
 /**
  * `perform(op, request)`, telling `charge` the milliseconds of compute the call costs its guest
  * once it is answered (HostCallCost.ts): the main thread's time on building it, and on its effect
- * when that answered without waiting; never less than `readingMs` of the request.
+ * when that answered without waiting; never less than `readingMs` of the request. `began`: when the
+ * main thread's work on the call began, when its caller read the clock as the guest's stretch of
+ * compute ended just before (a clock read the less per call); now by default.
  */
 export const chargedCall = (
   perform: (op: string, request: string) => Effect.Effect<string>,
   op: string,
   request: string,
-  charge: (ms: number) => void
+  charge: (ms: number) => void,
+  began: number = performance.now()
 ): Effect.Effect<string> => {
-  const began = performance.now()
   const call = perform(op, request)
   const built = performance.now()
   // Set by a microtask queued now: an answer that comes after it waited for something (the call

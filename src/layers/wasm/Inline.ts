@@ -30,6 +30,7 @@
 import * as crypto from "node:crypto"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { Effect, Exit } from "effect"
+import type { MemoryLimits } from "../../services/WasmHost.js"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { eventLoopTurn } from "../Waits.js"
 import { chargedCall, yieldsAfter } from "./HostCallCost.js"
@@ -153,6 +154,39 @@ export const utf8Text = (view: Buffer, start: number, end: number): string | und
 
 const guestFailure = (message: string): ActivationFailure => ({ _tag: "guest", message })
 
+/**
+ * One i64 seen as its two u32 halves, to split a guest's (ptr, len) pair and make one without
+ * BigInt arithmetic: each shift, mask and `BigInt()` made a BigInt of its own (seven a text turn's
+ * input, output and answer took, against the one a call's answer must be).
+ */
+const PAIR = new BigUint64Array(1)
+const HALVES = new Uint32Array(PAIR.buffer)
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1
+const LOW_HALF = LITTLE_ENDIAN ? 0 : 1
+const HIGH_HALF = 1 - LOW_HALF
+
+/** The i64 `(ptr << 32) | len`, as the ABI packs a (ptr, len) pair. */
+export const packPair = (ptr: number, len: number): bigint => {
+  HALVES[HIGH_HALF] = ptr
+  HALVES[LOW_HALF] = len
+  return PAIR[0]!
+}
+
+/** The (ptr, len) an i64 packs, read as unsigned halves (`BigInt.asUintN(64, …) >> 32n`, `& 0xffffffffn`): into `pairPtr` and `pairLen`. */
+let pairPtr = 0
+let pairLen = 0
+const unpackPair = (packed: bigint) => {
+  PAIR[0] = packed
+  pairPtr = HALVES[HIGH_HALF]!
+  pairLen = HALVES[LOW_HALF]!
+}
+
+/** The (ptr, len) an i64 packs, as a pair (unpackPair's halves; for tests). */
+export const pairOf = (packed: bigint): readonly [number, number] => {
+  unpackPair(packed)
+  return [pairPtr, pairLen]
+}
+
 /** Above every byte of a memory: the host wrote none since the instance was put back. */
 const NOT_WRITTEN = 2 ** 32
 
@@ -180,6 +214,12 @@ class Run implements Resting {
   hostEnd = 0
   /** The lowest byte of its memory the host wrote since it was put back (NOT_WRITTEN: none). */
   hostLow = NOT_WRITTEN
+  /**
+   * The suspension buffer's part above everything Asyncify stored in it (Resting.quietFrom,
+   * quietTo; none while no host call was made): the host handed it out and wrote none of it.
+   */
+  quietFrom = 0
+  quietTo = 0
 
   constructor(public limits: InlineLimits, public cap: number, memory: { initial: number; maximum: number }, readonly key: string) {
     this.memory = memoryFor(memory)
@@ -219,6 +259,21 @@ class Run implements Resting {
     this.allocating = false
     this.hostEnd = 0
     this.hostLow = NOT_WRITTEN
+    this.quietFrom = 0
+    this.quietTo = 0
+  }
+
+  /**
+   * The guest has unwound into the suspension buffer: Asyncify's stack ends where its header's
+   * first word now points. What lies above that, to the buffer's end, is quiet unless the guest
+   * stored there itself (which the put-back checks before it skips any of it).
+   */
+  unwound() {
+    const at = this.suspendAt
+    const data = this.memoryView().readUInt32LE(at)
+    const from = Math.min(Math.max(data, at + 8, this.quietFrom), at + SUSPEND_BYTES)
+    this.quietFrom = from
+    this.quietTo = at + SUSPEND_BYTES
   }
 
   /** One past the highest byte of memory written since instantiation or the last put-back: the guest's (WRITTEN_EXPORT) and the host's; the memory's size when its twin does not count. */
@@ -276,7 +331,6 @@ class Run implements Resting {
     return text
   }
 
-  /** Copies bytes into memory the guest allocates; the packed (ptr, len). */
   /** Brain is in a call of `brain_alloc`: a host call now comes from the allocator. */
   allocating = false
 
@@ -289,20 +343,30 @@ class Run implements Resting {
     }
   }
 
-  give(bytes: Uint8Array): bigint {
+  /** Copies bytes into memory the guest allocates; where. */
+  put(bytes: Uint8Array): number {
     const ptr = this.alloc(bytes.length)
     this.writable(ptr, bytes.length).set(bytes, ptr)
-    return (BigInt(ptr) << 32n) | BigInt(bytes.length)
+    return ptr
   }
 
   /**
-   * Writes `text` as UTF-8 straight into memory the guest allocates (no copy made first; a lone
-   * surrogate as U+FFFD, as TextEncoder writes it); the packed (ptr, len).
+   * Writes `length` bytes of `text` as UTF-8 straight into memory the guest allocates (no copy made
+   * first; a lone surrogate as U+FFFD, as TextEncoder writes it); where.
    */
-  giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
+  putText(text: string, length: number): number {
     const ptr = this.alloc(length)
     this.writable(ptr, length).write(text, ptr, length, "utf8")
-    return (BigInt(ptr) << 32n) | BigInt(length)
+    return ptr
+  }
+
+  give(bytes: Uint8Array): bigint {
+    return packPair(this.put(bytes), bytes.length)
+  }
+
+  /** `putText`, the packed (ptr, len). */
+  giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
+    return packPair(this.putText(text, length), length)
   }
 
   readonly imports = {
@@ -404,6 +468,18 @@ export const tryInline = (instrumented: WebAssembly.Module, activation: Activati
 
 const noop = () => {}
 
+/**
+ * An activation's memory limits (memoryLimitsOf) and their key for the spares, `initial:maximum`:
+ * the last module's kept, so that an activation of the module the last one ran makes neither again.
+ */
+let lastLimits: { initial: number; maximum: number | undefined; memoryBytes: number; memoryLimits: { initial: number; maximum: number }; key: string } | undefined
+const limitsOf = (memory: MemoryLimits, memoryBytes: number) => {
+  const last = lastLimits
+  if (last !== undefined && last.initial === memory.initial && last.maximum === memory.maximum && last.memoryBytes === memoryBytes) return last
+  const memoryLimits = memoryLimitsOf(memory, memoryBytes)
+  return (lastLimits = { initial: memory.initial, maximum: memory.maximum, memoryBytes, memoryLimits, key: `${memoryLimits.initial}:${memoryLimits.maximum}` })
+}
+
 /** An activation run up to its end or its first host call: what is left of it, and which. */
 interface Started<A, E> {
   readonly outcome: Effect.Effect<A, E>
@@ -430,10 +506,9 @@ const start = <A, E>(
     ended()
     return done(ends.failed(guestFailure(`the activation's input is above BRAIN_MAX_WASM_IO_BYTES (${limits.ioBytes})`)))
   }
-  const memoryLimits = memoryLimitsOf(activation.memory, limits.memoryBytes)
+  const { memoryLimits, key } = limitsOf(activation.memory, limits.memoryBytes)
   const budgetFirst = limits.computeMs > 0 && limits.computeMs <= limits.inlineMs
   const cap = budgetFirst ? limits.computeMs : limits.inlineMs
-  const key = `${memoryLimits.initial}:${memoryLimits.maximum}`
   const made = ahead.get(instrumented)
   let run: Run
   const spare = spareRun<Run>(instrumented, key)
@@ -458,40 +533,46 @@ const start = <A, E>(
     }
   }
   run.starting = false
-  // The input's allocation is the activation's first stretch of compute: an instance put back or
-  // made ahead rested since its last stretch, and that rest is not the activation's (a guest whose
-  // allocator runs out of fuel would tick against it and be moved). A new instance's stretch began
-  // with its start function, which is this activation's.
+  // The input's allocation begins the activation's first stretch of compute, which goes on into
+  // its entry (one stretch, two clock reads, not two of each): an instance put back or made ahead
+  // rested since its last stretch, and that rest is not the activation's (a guest whose allocator
+  // runs out of fuel would tick against it and be moved). A new instance's stretch began with its
+  // start function, which is this activation's.
   if (spare !== undefined || run === made?.run) run.stretchStart = performance.now()
-  let packed: bigint
+  let ptr: number
+  const len = inputLength
   try {
-    packed = typeof input === "string" ? run.giveText(input, inputLength) : run.give(input)
+    ptr = typeof input === "string" ? run.putText(input, inputLength) : run.put(input)
   } catch (err) {
-    return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
-  } finally {
     run.used += performance.now() - run.stretchStart
+    return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
   }
-  const ptr = Number(packed >> 32n)
-  const len = Number(packed & 0xffffffffn)
   const entry = run.exports[activation.entry] as (ptr: number, len: number) => unknown
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
   /** Milliseconds of compute the activation's host calls were charged for the main thread's work on them (HostCallCost.ts). */
   let reading = 0
+  /** The first step goes on with the input's stretch; each after a host call begins one. */
+  let first = true
+  /** When the last stretch of compute ended: where the host call that unwound it begins (HostCallCost.ts). */
+  let stretchEnd = 0
   const step = (): Effect.Effect<A, E> => {
     let result: unknown
-    run.stretchStart = performance.now()
+    if (first) first = false
+    else run.stretchStart = performance.now()
     try {
       result = entry(ptr, len)
     } catch (err) {
       return end(run, memoryLimits, err, budgetFirst, ends, ended)
     } finally {
-      run.used += performance.now() - run.stretchStart
+      stretchEnd = performance.now()
+      run.used += stretchEnd - run.stretchStart
     }
     if (run.state === UNWINDING) {
       run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
       run.state = NORMAL
+      run.unwound()
       const { op, request } = run.pending!
       run.pending = undefined
       inHostCall = true
@@ -509,7 +590,7 @@ const start = <A, E>(
         run.used += ms
         reading += ms
       }
-      return Effect.flatMap(chargedCall(activation.perform, op, request, charge), (answer) => {
+      return Effect.flatMap(chargedCall(activation.perform, op, request, charge, stretchEnd), (answer) => {
         run.calls.push({ op, request: requestKey(request), answer })
         if (reading > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
         const rewind = () => {
@@ -540,9 +621,9 @@ const start = <A, E>(
 /** The output text the guest's `(ptr, len)` names, checked (UTF-8, size). */
 const unpack = (run: Run, packed: unknown, entry: string): string => {
   if (typeof packed !== "bigint") throw new GuestError(`${entry} did not return an i64 (ptr, len) pair`)
-  const value = BigInt.asUintN(64, packed)
-  const len = Number(value & 0xffffffffn)
-  const text = run.textAt(Number(value >> 32n), len, entry)
+  unpackPair(packed)
+  const len = pairLen
+  const text = run.textAt(pairPtr, len, entry)
   if (len > run.limits.ioBytes) throw new GuestError(`the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${run.limits.ioBytes})`)
   return text
 }

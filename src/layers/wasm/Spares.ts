@@ -6,7 +6,7 @@
  * again from the module's image (taken right after its first instantiation) and zero beyond, its
  * mutable globals restored from the copy its twin saved at instantiation.
  */
-import { RESET_EXPORTS } from "./TwinExports.js"
+import { RESET_EXPORTS, SUSPEND_BYTES } from "./TwinExports.js"
 import { PAGE_BYTES } from "./Module.js"
 
 /** An instance as it rests between activations: what putting it back and taking it again need. */
@@ -28,6 +28,14 @@ export interface Resting {
    * not count.
    */
   low(): number
+  /**
+   * A stretch of its memory that is likely still zero, as the last put-back left it (from
+   * `quietFrom` up to `quietTo`; empty when they are equal): the suspension buffer's part above
+   * everything Asyncify stored in it, which the host handed out and did not write. Its guest may
+   * still have stored there, so the put-back checks that it is zero before it skips zeroing it.
+   */
+  readonly quietFrom: number
+  readonly quietTo: number
   /** Clears what the activation left in the instance's host-side state. */
   rest(): void
 }
@@ -78,9 +86,10 @@ let trimming: ReturnType<typeof setInterval> | undefined
 
 /**
  * Instances made, reused and put back on the main thread, the bytes put-backs zeroed above their
- * images and copied back from them, since the process started (for tests and benchmarks).
+ * images, copied back from them, and found zero already (a quiet stretch, not zeroed again), since
+ * the process started (for tests and benchmarks).
  */
-export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied: 0 }
+export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied: 0, checked: 0 }
 
 /** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
@@ -162,6 +171,11 @@ export const recycle = (memory: WebAssembly.Memory, limits: { initial: number; m
  */
 const images = new WeakMap<WebAssembly.Module, Uint8Array>()
 
+/** A quiet stretch shorter than this is zeroed with the rest, not checked first. */
+const QUIET_BYTES = 256
+/** Zeros to compare a quiet stretch with: as long as the longest (the suspension buffer). */
+const ZEROS = Buffer.alloc(SUSPEND_BYTES)
+
 /** Takes a module's image from the memory of an instance instantiation has just made (the first one only). */
 export const imageKept = (instrumented: WebAssembly.Module, memory: WebAssembly.Memory) => {
   if (images.has(instrumented)) return
@@ -183,7 +197,7 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
     recycle(run.memory, limits)
     return false
   }
-  const memory = new Uint8Array(run.memory.buffer)
+  const memory = Buffer.from(run.memory.buffer)
   // Outside what was written, the memory is still as the last put-back (or instantiation) left it:
   // its image, zeros above. Not writing them again spares the cache (docs/benchmarks.md, "The cost
   // of zeroing a memory the guest did not touch", "Wasm text turn, stop 60").
@@ -196,8 +210,19 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
   }
   const zeroFrom = Math.max(low, image.length)
   if (written > zeroFrom) {
-    memory.fill(0, zeroFrom, written)
-    instanceStats.zeroed += written - zeroFrom
+    // A quiet stretch (the suspension buffer's unused part, 8 KiB less what the stack took) that
+    // reads as zero is left as it is: read, not written again (the lines it spans stay clean).
+    const quietFrom = Math.max(run.quietFrom, zeroFrom)
+    const quietTo = Math.min(run.quietTo, written)
+    if (quietTo - quietFrom >= QUIET_BYTES && quietTo - quietFrom <= ZEROS.length && ZEROS.compare(memory, quietFrom, quietTo, 0, quietTo - quietFrom) === 0) {
+      memory.fill(0, zeroFrom, quietFrom)
+      memory.fill(0, quietTo, written)
+      instanceStats.zeroed += quietFrom - zeroFrom + written - quietTo
+      instanceStats.checked += quietTo - quietFrom
+    } else {
+      memory.fill(0, zeroFrom, written)
+      instanceStats.zeroed += written - zeroFrom
+    }
   }
   instanceStats.putBack++
   run.exports[RESET_EXPORTS.restore]()

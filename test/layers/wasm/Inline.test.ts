@@ -11,7 +11,7 @@ import { Effect, Either, Exit, Option } from "effect"
 import { jsonBytes } from "../../../src/layers/wasm/Activation.js"
 import { instanceStats } from "../../../src/layers/wasm/Spares.js"
 import { admitModule } from "../../../src/layers/wasm/Module.js"
-import { utf8Text } from "../../../src/layers/wasm/Inline.js"
+import { packPair, pairOf, utf8Text } from "../../../src/layers/wasm/Inline.js"
 import { InlineModules, MAX_TWIN_MODULE_BYTES, MOVED_SESSIONS, twinOf } from "../../../src/layers/wasm/InlineModules.js"
 import { Pool } from "../../../src/layers/wasm/Pool.js"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
@@ -247,6 +247,20 @@ const PLAIN_STORES = [
   { at: 131071, code: "(i32.store8 (i32.const 131071) (i32.const 1))" }
 ]
 
+describe("a guest's (ptr, len) pairs as the main thread packs and reads them", () => {
+  it("packs a pair as (ptr << 32) | len, and reads any i64 a guest returns as its unsigned halves, as BigInt arithmetic does", () => {
+    const u32 = fc.integer({ min: 0, max: 0xffffffff })
+    fc.assert(fc.property(u32, u32, (ptr, len) => {
+      expect(packPair(ptr, len)).toBe((BigInt(ptr) << 32n) | BigInt(len))
+    }))
+    // What a guest's i64 arrives as: a signed BigInt.
+    fc.assert(fc.property(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), (packed) => {
+      const value = BigInt.asUintN(64, packed)
+      expect(pairOf(packed)).toEqual([Number(value >> 32n), Number(value & 0xffffffffn)])
+    }))
+  })
+})
+
 describe("a guest's text as the main thread reads and writes it", () => {
   const fatal = new TextDecoder("utf-8", { fatal: true })
   /** Bytes of every kind: arbitrary, UTF-8 of any string (lone surrogates written as U+FFFD), and either after a byte-order mark or beside U+FFFD's own bytes. */
@@ -362,6 +376,36 @@ describe("WasmHost on the main thread", () => {
         expect(instanceStats.reused - before.reused, `${name}: put back and reused`).toBeGreaterThanOrEqual(3)
         const zeroedEach = (instanceStats.zeroed - before.zeroed) / (instanceStats.putBack - before.putBack)
         if (!counted) expect(zeroedEach, `${name}: zeroed whole`).toBeGreaterThan(120_000)
+      }
+    }))
+
+  it.scopedLive("an instance put back finds zero the suspension buffer's part above the stack Asyncify stored, which its put-back checks and does not write again, and zero again after its guest stored there itself", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000)
+      // The suspension buffer goes where the guest's allocator stands at its first host call (just
+      // above its input); 6,000 bytes into it is far above the few words of stack this guest unwinds.
+      // After its call (the buffer taken), with `scribble`, it stores there: its own store into the
+      // buffer, which the put-back must find and zero.
+      const reader = (scribble: boolean) => guest(`${SEGMENTS} ${PRISTINE.segment} ${DIRTY.segment}
+        (func (export "brain_run") (param i32 i32) (result i64) (local $buffer i32) (local $ok i32)
+          (local.set $buffer (global.get $heap))
+          (local.set $ok (i32.eqz (i32.load8_u offset=6000 (local.get $buffer))))
+          (drop ${read})
+          ${scribble ? "(i32.store8 offset=6000 (local.get $buffer) (i32.const 7))" : ""}
+          (if (result i64) (local.get $ok)
+            (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+            (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`)
+      for (const scribble of [false, true]) {
+        const module = yield* admit(wasm, reader(scribble))
+        const host = hostWith({ kvRead: () => Effect.succeed(Option.some(1)) })
+        yield* wasm.runLoop(module, activationInput(), host)
+        const before = { ...instanceStats }
+        for (let i = 0; i < 4; i++) expect(yield* wasm.runLoop(module, activationInput(), host), `scribbling ${scribble}, activation ${i}`).toBe("pristine")
+        expect(instanceStats.reused - before.reused, `scribbling ${scribble}: put back and reused`).toBe(4)
+        const checked = (instanceStats.checked - before.checked) / 4
+        // Untouched, all but the stack's few words are checked, not zeroed; stored into, it is zeroed with the rest.
+        if (scribble) expect(checked).toBe(0)
+        else expect(checked).toBeGreaterThan(8000)
       }
     }))
 

@@ -23,6 +23,8 @@ const resting = (name: string, key = "1:2"): Resting & { readonly name: string }
     key,
     written: () => 0,
     low: () => memory.buffer.byteLength,
+    quietFrom: 0,
+    quietTo: 0,
     rest: () => {}
   }
 }
