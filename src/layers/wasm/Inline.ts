@@ -294,12 +294,17 @@ class Run implements Resting {
    * used to take the memory's buffer (a call into V8's API) and a view of their own from it, three
    * to four times a step; a turn's few hundred bytes are read and written through this one.
    */
-  private view: Buffer = EMPTY
+  private currentView: Buffer = EMPTY
 
   private memoryView(): Buffer {
-    let view = this.view
-    if (view.byteLength === 0) view = this.view = Buffer.from(this.memory.buffer)
+    let view = this.currentView
+    if (view.byteLength === 0) view = this.currentView = Buffer.from(this.memory.buffer)
     return view
+  }
+
+  /** The memory's Buffer (Resting.view): the same as the host reads and writes it through. */
+  view(): Buffer {
+    return this.memoryView()
   }
 
   /** The memory's view, once `len` bytes at `ptr` are checked to lie within it (and counted as the host's). */

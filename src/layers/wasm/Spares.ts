@@ -12,6 +12,12 @@ import { PAGE_BYTES } from "./Module.js"
 /** An instance as it rests between activations: what putting it back and taking it again need. */
 export interface Resting {
   readonly memory: WebAssembly.Memory
+  /**
+   * Its memory as one Buffer over the memory's current ArrayBuffer, kept between calls (made again
+   * only once the memory grew): `memory.buffer` is a call into V8's API each time, two to three a
+   * put-back and one a take.
+   */
+  view(): Buffer
   readonly exports: Record<string, any>
   /** Its twin exports RESET_EXPORTS (and its code cannot change its tables or segments). */
   readonly resettable: boolean
@@ -191,13 +197,13 @@ export const imageKept = (instrumented: WebAssembly.Module, memory: WebAssembly.
  * size; otherwise keeps only its memory (zeroed). Answers whether the instance was kept.
  */
 export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): boolean => {
-  const bytes = run.memory.buffer.byteLength
+  const memory = run.view()
+  const bytes = memory.byteLength
   const image = images.get(instrumented)
   if (!run.resettable || image === undefined || !keepable(bytes, limits)) {
     recycle(run.memory, limits)
     return false
   }
-  const memory = Buffer.from(run.memory.buffer)
   // Outside what was written, the memory is still as the last put-back (or instantiation) left it:
   // its image, zeros above. Not writing them again spares the cache (docs/benchmarks.md, "The cost
   // of zeroing a memory the guest did not touch", "Wasm text turn, stop 60").
@@ -250,7 +256,7 @@ export const spareRun = <R extends Resting>(instrumented: WebAssembly.Module, ke
     if (i === list.length - 1) list.pop()
     else list.splice(i, 1)
     if (list.length === 0 && instrumented !== lastRunModule) spareRuns.delete(instrumented)
-    spareBytes -= run.memory.buffer.byteLength
+    spareBytes -= run.view().byteLength
     spareCount--
     return run as R
   }

@@ -18,6 +18,7 @@ const resting = (name: string, key = "1:2"): Resting & { readonly name: string }
   return {
     name,
     memory,
+    view: () => Buffer.from(memory.buffer),
     exports: { [RESET_EXPORTS.restore]: () => {} },
     resettable: true,
     key,
