@@ -5,6 +5,8 @@
  * fold hands back the transcript that was made, not a copy, only when its appended messages are
  * the delta's own.
  */
+import * as v8 from "node:v8"
+import * as vm from "node:vm"
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { appendedTo, appendMessages } from "../../src/domain/Appended.js"
@@ -12,6 +14,12 @@ import type { Message } from "../../src/domain/Messages.js"
 import { applyDelta, diffTranscript, jsonEqual } from "../../src/domain/TranscriptDelta.js"
 
 const message = (content: string): Message => ({ role: "user", content })
+
+/** A full collection, as `--expose-gc` gives it (the flag set at run time, the function taken from a fresh context). */
+const collect = (() => {
+  v8.setFlagsFromString("--expose-gc")
+  return vm.runInNewContext("gc") as () => void
+})()
 
 /** The delta by comparing every message, as `diffTranscript` does without what Appended.ts remembers. */
 const scanned = (from: ReadonlyArray<Message>, to: ReadonlyArray<Message>) => {
@@ -73,5 +81,29 @@ describe("transcripts made by appending", () => {
     expect(appendedTo(saved)).toBe(second)
     expect(diffTranscript(saved, first)).toEqual({ keep: 1, append: [message("b")] })
     expect(diffTranscript(saved, second)).toEqual({ keep: 1, append: [message("c")] })
+  })
+
+  it("what a transcript remembers keeps no later transcript alive: after a chain of appends, the transcripts no one holds are collected though the first is held", async () => {
+    // A session's transcript is appended to at every save: were each remembered append held by
+    // the one before it, a first transcript still referenced (a checkpoint's, a shared empty
+    // one) would hold every later version, and a session's memory would grow with the square
+    // of its turns.
+    const first: ReadonlyArray<Message> = [message("0")]
+    const made: Array<WeakRef<ReadonlyArray<Message>>> = []
+    let latest = first
+    for (let i = 1; i <= 50; i++) {
+      latest = appendMessages(latest, [message(String(i))])
+      made.push(new WeakRef(latest))
+    }
+    // The last one is still held and still remembered as appended to the one before it.
+    const last = latest
+    // Past this job, whose WeakRefs keep their targets until it ends.
+    await new Promise((resolve) => setImmediate(resolve))
+    collect()
+    collect()
+    const alive = made.slice(0, -1).filter((r) => r.deref() !== undefined).length
+    expect(alive).toBe(0)
+    expect(first).toHaveLength(1)
+    expect(last).toHaveLength(51)
   })
 })
