@@ -33,6 +33,11 @@ export type Step =
   | { readonly stall: true }
 
 export interface Script {
+  /**
+   * Informational responses sent before the final one, in order: `103` (Early Hints, with a
+   * `link` header) or `100` (Continue, unasked for: Brain never sends `Expect`).
+   */
+  readonly informational?: ReadonlyArray<100 | 103>
   readonly status?: number
   readonly headers?: Readonly<Record<string, string>>
   readonly steps: ReadonlyArray<Step>
@@ -83,6 +88,10 @@ export class FakeProvider {
     const recorded: RecordedRequest = { method: req.method ?? "", path: req.url ?? "", headers: req.headers, body, text }
     this.requests.push(recorded)
     const script = await handler(recorded, this.requests.length - 1)
+    for (const status of script.informational ?? []) {
+      if (status === 100) res.writeContinue()
+      else res.writeEarlyHints({ link: "</style.css>; rel=preload; as=style" })
+    }
     res.writeHead(script.status ?? 200, { "content-type": "text/event-stream", ...script.headers })
     res.flushHeaders()
     for (const step of script.steps) {

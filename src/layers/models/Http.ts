@@ -30,6 +30,10 @@
  * - No byte for `stallMs` (before the headers or between chunks): `model_timeout`, ambiguous.
  * - More than `maxOutputBytes` of response (decoded): `model_output_limit`, ambiguous (it ran).
  * - Interrupted (a cancel): the request is aborted; the caller records what that means.
+ * - An informational response (1xx: 103 Early Hints) is skipped: the final response after it is
+ *   the answer. undici's HTTP/1.1 parser closes the connection on a 100 Continue the request did not
+ *   ask for (Brain never sends `Expect`), before any handler sees it: that call fails
+ *   `model_stream_broken`, ambiguous, as any connection lost once the request was on it.
  *
  * The request asks for `accept-encoding: identity`; a body coded anyway (a proxy that gzips) is
  * decoded with node:zlib (gzip, deflate, br), and one Brain cannot decode fails clearly: the
@@ -382,9 +386,12 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
       },
       onResponseStart(_c, statusCode, rawHeaders) {
         timer?.refresh()
+        // An informational response (103 Early Hints, say) is not the answer: the final one follows
+        // on the same request (RFC 9110 §15.2), and undici hands only that one's body on.
+        if (statusCode < 200) return
         status = statusCode
         const headers = rawHeaders as ResponseHeaders
-        const error = statusCode < 200 || statusCode >= 300
+        const error = statusCode >= 300
         coding = headerOf(headers, "content-encoding")
         const decoding = decoderFor(coding)
         if (decoding === undefined) {

@@ -128,6 +128,14 @@ describe("the anthropic provider: requests", () => {
       expect(joinedText(deltas)).toBe(ok(result).text)
     }))
 
+  it.live("a 103 Early Hints before the 200 is skipped: the answer after it is the call's result, and the request is sent once", () =>
+    Effect.gen(function*() {
+      const { result, fake } = yield* once({ informational: [103], steps: F.textAnswer })
+      expect(ok(result).stop_reason).toBe("end")
+      expect(ok(result).text).not.toBe("")
+      expect(fake.requests).toHaveLength(1)
+    }))
+
   it.live("parallel tool calls: each tool_use block is a call in order with its id, name and joined arguments parsed; no arguments is {}; the deltas carry id and name first and join to the arguments", () =>
     Effect.gen(function*() {
       const { result, deltas } = yield* once({ steps: inPieces(F.parallelToolCalls, 13) })

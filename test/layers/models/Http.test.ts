@@ -116,6 +116,37 @@ describe("a streamed model request", () => {
       expect(fake.requests[0]!.body).toEqual({ hello: "world" })
     }))
 
+  it.scopedLive("an informational response (103 Early Hints, one or several) before the final one is skipped: the final status answers the call, its stream whole, and the request is sent once", () =>
+    Effect.gen(function*() {
+      const answered = yield* fakeServer({ informational: [103, 103], steps: [sse({ n: 1 }), "data: [DONE]\n\n"] })
+      const { events, result } = yield* run(`${answered.url}/v1/x`, { stallMs: 2_000, maxOutputBytes: 0 }, "[DONE]")
+      expect(Either.isRight(result)).toBe(true)
+      expect(events.map((e) => e.data)).toEqual(['{"n":1}', "[DONE]"])
+      expect(answered.requests).toHaveLength(1)
+      // The final status is the one judged: a 429 after a 103 is the 429, not the 103.
+      const limited = yield* fakeServer({
+        informational: [103],
+        status: 429,
+        headers: { "retry-after": "3", "content-type": "application/json" },
+        steps: ['{"error":{"message":"slow down"}}']
+      })
+      const refused = yield* run(`${limited.url}/v1/x`)
+      expect(failureOf(refused.result)).toMatchObject({
+        code: "model_rate_limited",
+        ambiguous: false,
+        details: { status: 429, retry_after_ms: 3000, body: { error: { message: "slow down" } } }
+      })
+      expect(limited.requests).toHaveLength(1)
+    }))
+
+  it.scopedLive("an unasked-for 100 Continue, which the HTTP client does not read past (it closes the connection), fails model_stream_broken, ambiguous: never as a refusal, and the request is sent once", () =>
+    Effect.gen(function*() {
+      const fake = yield* fakeServer({ informational: [100], steps: [sse({ n: 1 }), "data: [DONE]\n\n"] })
+      const { result } = yield* run(`${fake.url}/v1/x`, { stallMs: 2_000, maxOutputBytes: 0 }, "[DONE]")
+      expect(failureOf(result)).toMatchObject({ code: "model_stream_broken", ambiguous: true, retryable: true })
+      expect(fake.requests).toHaveLength(1)
+    }))
+
   it.live("the provider's final event ends the call at once, even from a server that keeps the stream open after it", () =>
     withFake({ steps: [sse({ n: 1 }), "data: [DONE]\n\n", { stall: true }] }, async (fake) => {
       const { events, result } = await Effect.runPromise(run(`${fake.url}/v1/x`, { stallMs: 5_000, maxOutputBytes: 0 }, "[DONE]"))

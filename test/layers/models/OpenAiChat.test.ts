@@ -109,6 +109,14 @@ describe("the openai-chat provider", () => {
       expect(textOf(deltas)).toBe(ok(result).text)
     }))
 
+  it.scopedLive("a 103 Early Hints before the 200 is skipped: the answer after it is the call's result, and the request is sent once", () =>
+    Effect.gen(function*() {
+      const fake = yield* fakeServer({ informational: [103], steps: openAiText.steps })
+      const { result } = yield* call(fake)
+      expect(ok(result).text).toBe(openAiText.text)
+      expect(fake.requests).toHaveLength(1)
+    }))
+
   it.scopedLive("parallel tool calls split across chunks join by index into parsed inputs; each call's first delta names it", () =>
     Effect.gen(function*() {
       const { deltas, result } = yield* scripted(openAiParallelToolCalls.steps)

@@ -123,6 +123,14 @@ describe("the openai-responses provider", () => {
         expect(fake.requests).toHaveLength(1)
       })))
 
+  it.live("a 103 Early Hints before the 200 is skipped: the answer after it is the call's result, and the request is sent once", () =>
+    withFake({ informational: [103], steps: Fixture.textAnswer() }, (fake) =>
+      Effect.gen(function*() {
+        const r = yield* run(fake.url, HELLO)
+        expect(ok(r).text).toBe("Hello, world!")
+        expect(fake.requests).toHaveLength(1)
+      })))
+
   it.live("the request is the documented shape: one POST to {base_url}/responses with instructions, input items, function tools carrying the raw JSON Schema, stream true and store false", () =>
     withFake({ steps: Fixture.textAnswer() }, (fake) =>
       Effect.gen(function*() {
