@@ -8,7 +8,7 @@
  * and only while the binding still sends to that same place (`endpointChange`), so a key never
  * reaches a server, or a provider, it was not configured for.
  */
-import { Schema } from "effect"
+import { Either, ParseResult, Schema } from "effect"
 import { Json } from "./Messages.js"
 
 export const ModelProvider = Schema.Literal("openai-responses", "openai-chat", "anthropic")
@@ -20,16 +20,28 @@ export const BindingName = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9][A-Za-
 /**
  * A base URL: http or https, no credentials (undici drops them, and they would be recorded with
  * the session), no query or fragment (the API's path is appended to the base URL's path).
+ *
+ * Held as the WHATWG URL parser writes it (`URL.href`): the scheme and host lower-cased, a default
+ * port dropped, `//` where it was left out or written with backslashes (`HTTP://h/v1`,
+ * `http:h/v1`, `http:\\h\v1` all become `http://h/v1`). That is where the calls went anyway
+ * (every request URL is parsed the same way), and it is a form every session's record takes
+ * (`RecordedBinding`), so a binding that starts is one a session can be created with. A session
+ * that recorded another spelling of the same URL is not moved by it: `endpointChange` compares
+ * URLs as parsed.
  */
-const BaseUrl = Schema.String.pipe(
-  Schema.filter((s) => {
-    if (/\s/.test(s) || !URL.canParse(s)) return "must be an absolute http:// or https:// URL"
-    const url = new URL(s)
-    if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
-    if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the key in api_key_env"
-    if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
-    return true
-  })
+const BaseUrl = Schema.transform(
+  Schema.String.pipe(
+    Schema.filter((s) => {
+      if (/\s/.test(s) || !URL.canParse(s)) return "must be an absolute http:// or https:// URL"
+      const url = new URL(s)
+      if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
+      if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the key in api_key_env"
+      if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
+      return true
+    })
+  ),
+  Schema.String,
+  { strict: true, decode: (s) => new URL(s).href, encode: (s) => s }
 )
 
 export const ModelBinding = Schema.Struct({
@@ -57,6 +69,20 @@ export const RecordedBinding = Schema.Struct({
   base_url: Schema.optional(Schema.String.pipe(Schema.pattern(/^https?:\/\/[^\s]+$/)))
 })
 export type RecordedBinding = typeof RecordedBinding.Type
+
+const decodeRecorded = Schema.decodeUnknownEither(RecordedBinding, { onExcessProperty: "error" })
+
+/**
+ * The field of a binding, as a session would record it, that a session's record cannot hold
+ * (`base_url`, say), or undefined. A binding loaded at start always can be recorded; this keeps a
+ * create from answering with the record's schema if one ever cannot.
+ */
+export const unrecordableField = (binding: RecordedBinding): string | undefined => {
+  const decoded = decodeRecorded(binding)
+  if (Either.isRight(decoded)) return undefined
+  const [first] = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)
+  return first !== undefined && first.path.length > 0 ? first.path.map(String).join(".") : "binding"
+}
 
 /** The public endpoints' hosts: a binding with no `base_url`, or one of these, talks to the provider itself. */
 const PUBLIC_HOSTS: Readonly<Record<ModelProvider, string>> = {

@@ -6,7 +6,8 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Either, Redacted } from "effect"
+import { ConfigProvider, Effect, Either, Redacted, Schema } from "effect"
+import { endpointChange, endpointUrl, RecordedBinding } from "../../src/domain/ModelBinding.js"
 import { load } from "../../src/layers/ModelBindingsConfig.js"
 import { tempDir } from "../support/journals.js"
 
@@ -90,10 +91,35 @@ describe("model bindings", () => {
         expect(e.message, base_url).toBe(`BRAIN_MODELS (inline JSON): gw.base_url: ${e.reason}`)
         expect(e.message, base_url).not.toContain(SECRET)
       }
-      // What stays accepted: a path, a port, a trailing slash, an IPv6 host.
-      for (const base_url of ["http://127.0.0.1:11434/v1", "https://gateway.example.com/openai/v1/", "http://[::1]:8080"]) {
+      // What stays accepted: a path, a port, a trailing slash, an IPv6 host (held as the URL parser writes it: below).
+      for (const [base_url, held] of [
+        ["http://127.0.0.1:11434/v1", "http://127.0.0.1:11434/v1"],
+        ["https://gateway.example.com/openai/v1/", "https://gateway.example.com/openai/v1/"],
+        ["http://[::1]:8080", "http://[::1]:8080/"]
+      ]) {
         const bindings = yield* withEnv({}, load(JSON.stringify({ ok: { provider: "openai-chat", model: "m", base_url } }), ALL))
-        expect(bindings.get("ok")!.binding.base_url).toBe(base_url)
+        expect(bindings.get("ok")!.binding.base_url).toBe(held)
+      }
+    }))
+
+  it.effect("a base_url is held as the URL parser writes it (scheme and host lower-cased, a default port dropped, // for a missing // or backslashes): every binding that starts is one a session can record, sending where it did, and no session recorded before is moved by it", () =>
+    Effect.gen(function*() {
+      const cases: Array<[string, string]> = [
+        ["HTTP://127.0.0.1:4700/v1", "http://127.0.0.1:4700/v1"],
+        ["Https://API.OpenAI.com:443/v1", "https://api.openai.com/v1"],
+        ["http:127.0.0.1:4700/v1", "http://127.0.0.1:4700/v1"],
+        ["http:/127.0.0.1:4700/v1/", "http://127.0.0.1:4700/v1/"],
+        ["http:\\\\127.0.0.1:4700\\v1", "http://127.0.0.1:4700/v1"],
+        ["https://api.anthropic.com", "https://api.anthropic.com/"]
+      ]
+      for (const [base_url, held] of cases) {
+        const bindings = yield* withEnv({}, load(JSON.stringify({ gw: { provider: "openai-chat", model: "m", base_url } }), ALL))
+        const binding = bindings.get("gw")!.binding
+        expect(binding.base_url, base_url).toBe(held)
+        expect(Schema.is(RecordedBinding)({ name: "gw", ...binding }), base_url).toBe(true)
+        expect(endpointUrl(held, "/chat/completions"), base_url).toBe(endpointUrl(base_url, "/chat/completions"))
+        // A session that recorded the URL as written (an older server, a client that wrote it so) is not moved.
+        expect(endpointChange({ provider: "openai-chat", base_url }, binding), base_url).toBeUndefined()
       }
     }))
 

@@ -10,6 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Either, Layer, Redacted } from "effect"
 import type { ModelBinding } from "../../src/domain/ModelBinding.js"
+import { load } from "../../src/layers/ModelBindingsConfig.js"
 import * as ModelsBound from "../../src/layers/ModelsBound.js"
 import type { ProviderCall } from "../../src/layers/models/Provider.js"
 import { type BoundModel, ModelBindings, type ModelBindingsShape } from "../../src/services/ModelBindings.js"
@@ -78,6 +79,49 @@ describe("named model bindings", () => {
         expect(calls).toHaveLength(2)
         const failed = (yield* journal.read(session_id, { after: 0, limit: 100 })).find((r) => r.kind === "model_call_failed")
         expect(failed!.payload.failure.code).toBe("model_binding_missing")
+      }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
+    }))
+
+  it.scoped("a binding whose base_url was written in another case or without its // (HTTP://, Https://, http:host, backslashes) creates sessions, recording the URL as parsed; a binding a session could not record is refused naming the binding at [\"model\"], never with a schema, and nothing is written", () =>
+    Effect.gen(function*() {
+      const loaded = yield* load(JSON.stringify({
+        upper: { provider: "openai-chat", model: "m", base_url: "HTTP://127.0.0.1:4700/v1" },
+        mixed: { provider: "anthropic", model: "m", base_url: "Https://Gateway.Example.com" },
+        slashless: { provider: "openai-responses", model: "m", base_url: "http:127.0.0.1:4700/v1" },
+        backslashed: { provider: "openai-chat", model: "m", base_url: "http:\\\\127.0.0.1:4700\\v1" }
+      }), new Set(["openai-chat", "openai-responses", "anthropic"] as const))
+      // Held as no loaded binding can be: as written, in a form no session record takes.
+      const unrecordable: BoundModel = { binding: { provider: "openai-chat", model: "m", base_url: "HTTP://127.0.0.1:4700/v1" }, apiKey: undefined }
+      const bindings: ModelBindingsShape = {
+        names: [...loaded.names, "raw"].sort(),
+        get: (n) => (n === "raw" ? unrecordable : loaded.get(n))
+      }
+      const provider = () => Effect.succeed({ text: "hi", tool_calls: [], stop_reason: "end" as const })
+      const models = yield* ModelsBound.make({ anthropic: provider, "openai-responses": provider, "openai-chat": provider }).pipe(
+        Effect.provide(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.dispatcherLayer))
+      )
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const journal = yield* Journal
+        const recorded: Record<string, string> = {}
+        for (const name of ["upper", "mixed", "slashless", "backslashed"]) {
+          const { session_id } = yield* sessions.create({ model: name })
+          const [created] = yield* journal.read(session_id, { after: 0, limit: 1 })
+          recorded[name] = created!.payload.configuration.model_binding.base_url
+        }
+        expect(recorded).toEqual({
+          upper: "http://127.0.0.1:4700/v1",
+          mixed: "https://gateway.example.com/",
+          slashless: "http://127.0.0.1:4700/v1",
+          backslashed: "http://127.0.0.1:4700/v1"
+        })
+        const refused = yield* Effect.flip(sessions.create({ model: "raw" }))
+        expect(refused.code).toBe("invalid_request")
+        expect(refused.message).toContain('"raw"')
+        expect(refused.message).toContain("base_url")
+        expect(refused.message).not.toMatch(/readonly|payload/)
+        expect(refused.details).toEqual([{ path: ["model"], message: refused.message }])
+        expect((yield* sessions.list({ limit: 100 })).sessions).toHaveLength(4)
       }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
     }))
 

@@ -35,7 +35,7 @@ export const responsesUrl = (baseUrl: string | undefined): string => endpointUrl
 /** How failures name the provider: OpenAI itself, or the host of a compatible server. */
 const providerLabel = (baseUrl: string | undefined) => {
   if (baseUrl === undefined) return "OpenAI"
-  const host = /^https?:\/\/(?:[^@/?#]*@)?([^/?#]+)/.exec(baseUrl)?.[1]
+  const host = URL.canParse(baseUrl) ? new URL(baseUrl).host : undefined
   return `the Responses API at ${host ?? "its base URL"}`
 }
 

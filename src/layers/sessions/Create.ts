@@ -12,7 +12,7 @@ import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloade
 import { failure } from "../../domain/Failure.js"
 import { mintSessionId } from "../../domain/Ids.js"
 import { CREATE_HEAP_PER_BODY_BYTE } from "../../domain/Limits.js"
-import { type RecordedBinding, toolNameRule } from "../../domain/ModelBinding.js"
+import { type RecordedBinding, toolNameRule, unrecordableField } from "../../domain/ModelBinding.js"
 import { empty } from "../../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../../domain/Records.js"
 import { noUnanswered } from "../../domain/TranscriptTail.js"
@@ -96,6 +96,15 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
           return yield* Effect.fail(refusedAt(`no model binding named ${JSON.stringify(request.model)}; ${known}`, ["model"]))
         }
         modelBinding = { name: request.model, ...bound.binding }
+        // A binding the session's record cannot hold is the server's configuration at fault: named
+        // so, at the create's `model`, not with the record's whole schema.
+        const unrecordable = unrecordableField(modelBinding)
+        if (unrecordable !== undefined) {
+          return yield* Effect.fail(refusedAt(
+            `the model binding ${JSON.stringify(request.model)} cannot be recorded with a session: its ${unrecordable} is not in a form a session records (the server's BRAIN_MODELS must change)`,
+            ["model"]
+          ))
+        }
         // A tool name the provider's API would refuse fails the create, not every model call.
         const rule = toolNameRule(bound.binding)
         const misnamed = rule === undefined ? -1 : tools.findIndex((t) => !rule.pattern.test(t.name))
