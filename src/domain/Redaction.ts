@@ -1,8 +1,9 @@
 /**
  * Secrets kept out of what a server sent back. A binding's secret (a model key, an Environment's
  * token or header) is sent to its server; a server or a gateway in front of it may quote it back
- * (a 401 body, an error's message) and Brain keeps what it is sent back in failures, which are
- * journaled and shown. Every occurrence of a secret there is replaced by `<redacted>` first.
+ * (a 401 body, an error's message, a gateway echoing the request in an answer) and Brain keeps
+ * what it is sent back in failures and in a model's answers, which are journaled and shown. Every
+ * occurrence of a secret there is replaced by `<redacted>` first.
  * Pure: the callers pass the secrets' values, longest first (so a secret that holds a shorter one
  * is replaced whole).
  */
@@ -32,12 +33,16 @@ const redactScalar = (value: unknown, secrets: ReadonlyArray<string>): unknown =
  * would be with no secret, not here by the stack. Every member is the copy's own, whatever its name:
  * `__proto__` is defined, not assigned (an assignment would set the copy's prototype and lose it).
  */
-export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown => {
+export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown => redactCopy(value, secrets, true)
+
+/** `redact`, numbers included or (`numbers` false) kept as they are. */
+const redactCopy = (value: unknown, secrets: ReadonlyArray<string>, numbers: boolean): unknown => {
   if (secrets.length === 0) return value
-  if (value === null || typeof value !== "object") return redactScalar(value, secrets)
+  const scalar = (v: unknown) => (numbers || typeof v !== "number" ? redactScalar(v, secrets) : v)
+  if (value === null || typeof value !== "object") return scalar(value)
   const work: Array<readonly [from: object, to: Record<string, unknown> | Array<unknown>]> = []
   const copy = (v: unknown): unknown => {
-    if (v === null || typeof v !== "object") return redactScalar(v, secrets)
+    if (v === null || typeof v !== "object") return scalar(v)
     const to = Array.isArray(v) ? new Array<unknown>(v.length) : {}
     work.push([v, to])
     return to
@@ -57,6 +62,38 @@ export const redact = (value: unknown, secrets: ReadonlyArray<string>): unknown 
     }
   }
   return root
+}
+
+/** Whether a string of `value` (a member name too) holds a secret; walked with a list of work, as `redact` is. */
+const holdsSecretText = (value: unknown, secrets: ReadonlyArray<string>): boolean => {
+  const holds = (text: string) => secrets.some((s) => s !== "" && text.includes(s))
+  const work: Array<unknown> = [value]
+  while (work.length > 0) {
+    const v = work.pop()
+    if (typeof v === "string") {
+      if (holds(v)) return true
+    } else if (Array.isArray(v)) {
+      for (const item of v) work.push(item)
+    } else if (v !== null && typeof v === "object") {
+      for (const [k, item] of Object.entries(v)) {
+        if (holds(k)) return true
+        work.push(item)
+      }
+    }
+  }
+  return false
+}
+
+/**
+ * `value` with every occurrence of a secret in its strings and member names replaced by
+ * `<redacted>`, its numbers kept: for an answer (a model's result), whose counts must stay numbers
+ * for its record. `value` itself when none of its strings holds a secret (the usual case: no copy).
+ */
+export const redactTexts = <A>(value: A, secrets: ReadonlyArray<string>): A => {
+  if (!holdsSecretText(value, secrets)) return value
+  // Strings stay strings and numbers numbers: the copy has the value's shape (a member renamed
+  // `<redacted>` is still a member of a record of strings).
+  return redactCopy(value, secrets, false) as A
 }
 
 /**

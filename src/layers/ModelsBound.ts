@@ -5,11 +5,14 @@
  * provider at its base URL, docs/models.md): a key is never sent to a server, or as a provider,
  * it was not configured for. Otherwise the call fails before anything is sent, not ambiguous: a
  * binding that has since disappeared `model_binding_missing`, one that now sends elsewhere
- * `model_binding_moved`. Nothing falls over to another provider.
+ * `model_binding_moved`. Nothing falls over to another provider. A live delta holding the key
+ * whole is handed on with it redacted (the recorded answer is redacted in models/Http.ts).
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Redacted } from "effect"
+import type { ModelDelta } from "../domain/Model.js"
 import { endpointChange, type ModelProvider } from "../domain/ModelBinding.js"
+import { redactText } from "../domain/Redaction.js"
 import { ModelBindings } from "../services/ModelBindings.js"
 import { ModelFailed, Models, type ModelsShape } from "../services/Models.js"
 import { ServerConfig } from "../services/ServerConfig.js"
@@ -20,6 +23,29 @@ export type Providers = Partial<Record<ModelProvider, Provider>>
 
 const missing = (message: string) => new ModelFailed({ code: "model_binding_missing", message, ambiguous: false, retryable: false })
 const moved = (message: string) => new ModelFailed({ code: "model_binding_moved", message, ambiguous: false, retryable: false })
+
+/**
+ * `onDelta` with the key redacted from each delta that holds it whole (a gateway echoing the
+ * request as its answer): live deltas are never journaled, but they are shown. A key split across
+ * two deltas passes; the answer recorded is redacted whole (models/Http.ts).
+ */
+const deltasWithout = (onDelta: (delta: ModelDelta) => void, apiKey: Redacted.Redacted | undefined): (delta: ModelDelta) => void => {
+  if (apiKey === undefined) return onDelta
+  const secrets = [Redacted.value(apiKey)].filter((s) => s !== "")
+  if (secrets.length === 0) return onDelta
+  const key = secrets[0]!
+  return (delta) => {
+    if (delta.type === "text") return onDelta(delta.text.includes(key) ? { type: "text", text: redactText(delta.text, secrets) } : delta)
+    const { id, input_delta, name } = delta
+    if (!input_delta.includes(key) && !(id?.includes(key) ?? false) && !(name?.includes(key) ?? false)) return onDelta(delta)
+    onDelta({
+      ...delta,
+      input_delta: redactText(input_delta, secrets),
+      ...(id !== undefined ? { id: redactText(id, secrets) } : {}),
+      ...(name !== undefined ? { name: redactText(name, secrets) } : {})
+    })
+  }
+}
 
 export const make = (providers: Providers) =>
   Effect.gen(function*() {
@@ -49,7 +75,7 @@ export const make = (providers: Providers) =>
             binding,
             apiKey: bound.apiKey,
             request: call.request,
-            onDelta: call.onDelta ?? (() => undefined),
+            onDelta: deltasWithout(call.onDelta ?? (() => undefined), bound.apiKey),
             limits
           }).pipe(Effect.provideService(NodeHttpClient.Dispatcher, dispatcher))
         })

@@ -3,13 +3,26 @@
  * clients and the http Environment driver.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { REDACTED, redact, redactCutText, redactText } from "../../src/domain/Redaction.js"
+import { REDACTED, redact, redactCutText, redactText, redactTexts } from "../../src/domain/Redaction.js"
 
 describe("redaction", () => {
   it("every occurrence of a secret is replaced, in strings, member names and numbers, the longer secret first", () => {
     const secrets = ["Bearer sk-123", "sk-123", "4242"]
     expect(redactText("Bearer sk-123 then sk-123", secrets)).toBe(`${REDACTED} then ${REDACTED}`)
     expect(redact({ "sk-123": ["x sk-123 y", 142420, 7], n: null }, secrets)).toEqual({ [REDACTED]: [`x ${REDACTED} y`, REDACTED, 7], n: null })
+  })
+
+  it("redactTexts replaces a secret in strings and member names but keeps every number (a result keeps its shape), and answers the value itself when it holds no secret", () => {
+    const secrets = ["Bearer sk-123", "sk-123", "4242"]
+    const result = { text: "your header was Bearer sk-123", tool_calls: [{ id: "c", name: "f", input: { "sk-123": "x sk-123", n: 4242 } }], usage: { input_tokens: 14242 } }
+    expect(redactTexts(result, secrets)).toEqual({
+      text: `your header was ${REDACTED}`,
+      tool_calls: [{ id: "c", name: "f", input: { [REDACTED]: `x ${REDACTED}`, n: 4242 } }],
+      usage: { input_tokens: 14242 }
+    })
+    const clean = { text: "nothing", tool_calls: [{ input: { a: ["b"] } }], usage: { input_tokens: 4242 } }
+    expect(redactTexts(clean, secrets)).toBe(clean)
+    expect(redactTexts(clean, [])).toBe(clean)
   })
 
   it("an empty secret redacts nothing (an empty key is not a secret found everywhere)", () => {

@@ -18,7 +18,7 @@ import { Journal } from "../../src/services/Journal.js"
 import * as ServerConfig from "../../src/services/ServerConfig.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { runtimeLayer } from "../support/runtime.js"
-import { FakeProvider } from "../support/fakeProvider.js"
+import { FakeProvider, sse } from "../support/fakeProvider.js"
 import { openAiText } from "../fixtures/providers/openaiChat.js"
 import * as AnthropicFixture from "../fixtures/providers/anthropic.js"
 import { anthropic } from "../../src/layers/models/Anthropic.js"
@@ -122,6 +122,44 @@ describe("named model bindings", () => {
         expect(refused.message).not.toMatch(/readonly|payload/)
         expect(refused.details).toEqual([{ path: ["model"], message: refused.message }])
         expect((yield* sessions.list({ limit: 100 })).sessions).toHaveLength(4)
+      }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
+    }))
+
+  it.scoped("a key a gateway echoes back in a successful answer never enters the journal: the recorded result holds <redacted> in its place, no record holds the key, and a live delta holding it whole has it redacted", () =>
+    Effect.gen(function*() {
+      const ECHOED = "sk-echoed-secret-5555"
+      const gateway = yield* Effect.acquireRelease(
+        Effect.promise(() => FakeProvider.start((req) => ({ steps: [sse({ choices: [{ index: 0, delta: { content: `your header was ${req.headers.authorization}` }, finish_reason: "stop" }] }), "data: [DONE]\n\n"] }))),
+        (f) => Effect.promise(() => f.close())
+      )
+      const table = new Map<string, BoundModel>([
+        ["gw", { binding: { provider: "openai-chat", model: "m", base_url: `${gateway.url}/v1`, api_key_env: "GW_KEY" }, apiKey: Redacted.make(ECHOED) }]
+      ])
+      const bindings: ModelBindingsShape = { names: ["gw"], get: (n) => table.get(n) }
+      const context = yield* Layer.build(Layer.mergeAll(Layer.succeed(ModelBindings, bindings), ServerConfig.layerWith({}), NodeHttpClient.dispatcherLayer))
+      const models = yield* ModelsBound.make({ "openai-chat": openAiChat }).pipe(Effect.provide(context))
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const journal = yield* Journal
+        const { session_id } = yield* sessions.create({ model: "gw" })
+        const sent = yield* sessions.send(session_id, { message: "echo my header" })
+        expect(sent.turn.status, JSON.stringify(sent.turn.failure)).toBe("ended")
+        expect(gateway.requests[0]!.headers.authorization).toBe(`Bearer ${ECHOED}`)
+        const records = yield* journal.read(session_id, { after: 0, limit: 1000 })
+        const ended = records.find((r) => r.kind === "model_call_ended")
+        expect(ended!.payload.result.text).toBe("your header was <redacted>")
+        expect(JSON.stringify(records)).not.toContain(ECHOED)
+        // Live deltas: a key whole in one of them is redacted there too.
+        const deltas: Array<unknown> = []
+        yield* models.call({
+          session: session_id,
+          sequence: 1,
+          index: 0,
+          model: "gw",
+          request: { messages: [{ role: "user", content: "again" }] },
+          onDelta: (d) => void deltas.push(d)
+        })
+        expect(deltas).toEqual([{ type: "text", text: "your header was Bearer <redacted>" }])
       }).pipe(Effect.provide(runtimeLayer({ models, bindings })))
     }))
 

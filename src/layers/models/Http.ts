@@ -40,8 +40,11 @@
  * status's own failure for an error status, `model_bad_response` for a 2xx.
  *
  * The call's secrets (each secret header's value, and the key in `Bearer <key>`) are redacted
- * from every failure it answers, the provider's fold's too: a provider or a gateway may quote
- * the key back (a 401 body, an error event), and a failure is journaled and shown.
+ * from every failure it answers, the provider's fold's too, and from every string of the answer
+ * (its text, a tool call's input, its reasoning; its numbers kept): a provider or a gateway may
+ * quote the key back (a 401 body, an error event, a gateway echoing the request as the answer),
+ * and both are journaled and shown. The live deltas are handed on as they arrive, unredacted (a
+ * key may straddle two of them); they are never journaled.
  *
  * Events are parsed by domain/SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
@@ -58,7 +61,7 @@ import { Effect, Either, Redacted } from "effect"
 import type { Transform } from "node:stream"
 import * as zlib from "node:zlib"
 import type { Dispatcher } from "undici"
-import { redact, redactCutText, redactText } from "../../domain/Redaction.js"
+import { redact, redactCutText, redactText, redactTexts } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
 import { abortRequest, causeCode, dispatchPost, neverSent } from "../OutboundHttp.js"
@@ -313,7 +316,7 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     const answer = (outcome: Either.Either<A, ModelFailed>) => {
       if (answered) return
       answered = true
-      resume(Either.isLeft(outcome) ? Effect.fail(withoutSecrets(outcome.left, secrets)) : Effect.succeed(outcome.right))
+      resume(Either.isLeft(outcome) ? Effect.fail(withoutSecrets(outcome.left, secrets)) : Effect.succeed(redactTexts(outcome.right, secrets)))
     }
     const fail = (failure: ModelFailed) => {
       answer(Either.left(failure))

@@ -346,6 +346,22 @@ describe("a streamed model request", () => {
       for (const failure of [json, text, cut, inEvent, inFinish]) expect(JSON.stringify(failure)).not.toContain("sk-SEC")
     }))
 
+  it.scopedLive("the call's secrets never come back in an answer either: every string of the provider's result (text, a tool call's input, its member names) has them redacted; numbers are kept", () =>
+    Effect.gen(function*() {
+      const fake = yield* fakeServer({ steps: [sse({ n: 1 }), "data: [DONE]\n\n"] })
+      const answer = yield* streamedPost({
+        url: `${fake.url}/v1/x`,
+        headers: { "content-type": "application/json" },
+        secretHeaders,
+        body: {},
+        limits: { stallMs: 2_000, maxOutputBytes: 0 },
+        provider: "Fake",
+        onEvent: (e) => (e.data === "[DONE]" ? "done" : undefined),
+        finish: () => Either.right({ text: `your header was Bearer ${ONE}`, tool_calls: [{ input: { [TWO]: `k ${ONE}`, n: 7 } }] })
+      }).pipe(Effect.provide(NodeHttpClient.dispatcherLayer))
+      expect(answer).toEqual({ text: "your header was <redacted>", tool_calls: [{ input: { "<redacted>": "k <redacted>", n: 7 } }] })
+    }))
+
   it.scopedLive("an error status whose body then stalls fails as its status says, with what of the body came: a 429 stays model_rate_limited with its retry advice, a 400 model_rejected, neither ambiguous", () =>
     Effect.gen(function*() {
       const limits = { stallMs: 300, maxOutputBytes: 0 }

@@ -507,6 +507,22 @@ describe("the openai-chat provider", () => {
       }
     }))
 
+  it.scopedLive("a key a server echoes back in a successful answer (its text, a tool call's arguments) is redacted from the result, which is what gets recorded", () =>
+    Effect.gen(function*() {
+      const echoing = yield* fakeServer((req) => ({
+        steps: [
+          openAi.delta({ role: "assistant", content: `your header was ${req.headers.authorization}` }),
+          openAi.delta({ tool_calls: [{ index: 0, id: "call_1", type: "function", function: { name: "echo", arguments: JSON.stringify({ key: KEY }) } }] }),
+          openAi.chunk([{ index: 0, delta: {}, finish_reason: "tool_calls" }]),
+          DONE
+        ]
+      }))
+      const answer = ok((yield* call(echoing)).result)
+      expect(answer.text).toBe("your header was <redacted>")
+      expect(answer.tool_calls).toEqual([{ id: "call_1", name: "echo", input: { key: "<redacted>" } }])
+      expect(JSON.stringify(answer)).not.toContain(KEY)
+    }))
+
   it.scopedLive("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
     Effect.gen(function*() {
       const answered = (usage: unknown) => scripted([...openAiText.steps.slice(0, -2), openAi.chunk([], usage), DONE])
