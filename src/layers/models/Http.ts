@@ -102,6 +102,15 @@ export interface StreamedPost<A> {
   readonly finish: () => Either.Either<A, ModelFailed>
 }
 
+/**
+ * Whether an event is a heartbeat, to be ignored: its data is empty or only whitespace (no JSON
+ * value at all: `data:` alone, as a keep-alive may be sent) and its `event:` names none of the
+ * provider's own event types (`known`). A known event with no data lacks what it must carry: the
+ * provider calls that a bad response, as it does any data that is not JSON.
+ */
+export const isHeartbeat = (event: SseEvent, known: (type: string) => boolean): boolean =>
+  event.data.trim() === "" && (event.event === undefined || !known(event.event))
+
 /** What a provider makes of one event: go on (undefined), fail, or stop reading: the answer is whole. */
 export type EventVerdict = ModelFailed | "done" | undefined
 

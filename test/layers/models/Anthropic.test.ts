@@ -550,6 +550,17 @@ describe("the anthropic provider: answers", () => {
       expect(deltas).toEqual([{ type: "text", text: "Forty-two." }])
     }))
 
+  it.live("a ping whose data is empty (or anything else), and an event with empty data and no type it knows, are heartbeats, ignored; a known event with empty data is model_bad_response", () =>
+    Effect.gen(function*() {
+      const [start, ...rest] = F.textAnswer
+      const beats = ["event: ping\ndata:\n\n", "event: ping\ndata: \n\n", "event: ping\ndata: keep-alive\n\n", "data:\n\n", "event: heartbeat\ndata:\n\n"]
+      const { result, deltas } = yield* once({ steps: [start!, ...beats, ...rest] })
+      expect(ok(result)).toMatchObject({ text: "Hello, world!", stop_reason: "end" })
+      expect(joinedText(deltas)).toBe("Hello, world!")
+      const empty = yield* once({ steps: [start!, "event: content_block_delta\ndata:\n\n", ...rest] })
+      expect(failure(empty.result)).toMatchObject({ code: "model_bad_response", ambiguous: true, details: { event: "content_block_delta", data: "" } })
+    }))
+
   it.live("thinking blocks (their pieces joined) and redacted_thinking blocks are kept whole, in block order, as the result's reasoning; an answer without them has none", () =>
     Effect.gen(function*() {
       const { result, deltas } = yield* once({ steps: F.thinkingThenTool })

@@ -365,6 +365,14 @@ describe("the openai-chat provider", () => {
       expect(ok(withNoise.result).text).toBe(openAiText.text)
     }))
 
+  it.scopedLive("an event whose data is empty (data: with nothing, or a space) is a heartbeat, ignored; an unfinished JSON chunk is still model_bad_response", () =>
+    Effect.gen(function*() {
+      const beats = yield* scripted([...openAiText.steps.slice(0, 2), "data:\n\n", "data: \n\n", ...openAiText.steps.slice(2)])
+      expect(ok(beats.result).text).toBe(openAiText.text)
+      const cut = yield* scripted([...openAiText.steps.slice(0, 2), "data: {\n\n", ...openAiText.steps.slice(2)])
+      expect(failure(cut.result)).toMatchObject({ code: "model_bad_response", ambiguous: true, details: { data: "{" } })
+    }))
+
   it.scopedLive("tool-call arguments that are not JSON are model_bad_response, ambiguous, with the arguments in details", () =>
     Effect.gen(function*() {
       const { result } = yield* scripted([

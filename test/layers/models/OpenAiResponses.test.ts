@@ -388,6 +388,14 @@ describe("the openai-responses provider", () => {
       expect(ok(r).stop_reason).toBe("end")
     }))
 
+  it.live("an event whose data is empty, with no event name or one it does not know, is a heartbeat, ignored; a known event with empty data is model_bad_response", () =>
+    Effect.gen(function*() {
+      const r = yield* answer(spliced(5, ["data:\n\n", "data: \n\n", "event: keepalive\ndata:\n\n"]))
+      expect(ok(r).text).toBe("Hello, world!")
+      const empty = yield* answer(spliced(5, ["event: response.output_text.delta\ndata:\n\n"]))
+      expect(failure(empty)).toMatchObject({ code: "model_bad_response", ambiguous: true, details: { data: "" } })
+    }))
+
   it.live("tool-call arguments that are not JSON are model_bad_response, ambiguous, with the call named", () =>
     withFake({ steps: Fixture.brokenArguments() }, (fake) =>
       Effect.gen(function*() {

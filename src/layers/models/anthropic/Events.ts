@@ -33,7 +33,9 @@
  *   with server tools): each count it carries replaces the one before, the last sent winning; a
  *   count it leaves out keeps message_start's. A count never sent stays absent.
  * - `message_stop` is the final event: a stream that ends without it is `model_stream_broken`.
- * - `ping` and any type not named here (a heartbeat, a new feature) are ignored.
+ * - `ping` and any type not named here (a heartbeat, a new feature) are ignored; a `ping` (the
+ *   documented heartbeat) and an event with empty data not named as one of the types here are
+ *   ignored before their data is read (Http.ts `isHeartbeat`).
  * - `error` (sent inside a 200 stream, e.g. `overloaded_error`) fails the call with a typed code
  *   and the provider's error in `details.error`. Ambiguous once `message_start` has come (the
  *   prompt was taken in and may be billed); before it, a refusal (rate limit, invalid request) is
@@ -44,9 +46,21 @@
 import { Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { EventVerdict, SseEvent } from "../Http.js"
+import { type EventVerdict, isHeartbeat, type SseEvent } from "../Http.js"
 import { quotaExhausted } from "../Quota.js"
 import { UsageCount } from "../Usage.js"
+
+/** The event types this module reads; any other is ignored. */
+const EVENT_TYPES: ReadonlySet<string> = new Set([
+  "message_start",
+  "content_block_start",
+  "content_block_delta",
+  "content_block_stop",
+  "message_delta",
+  "message_stop",
+  "error"
+])
+const isEventType = (type: string) => EVENT_TYPES.has(type)
 
 // Lenient shapes: only what Brain reads is required; unknown fields and values pass.
 // A count that is not a non-negative integer is taken as not sent (Usage.ts).
@@ -293,6 +307,8 @@ export const makeAnswerFold = (onDelta: (delta: ModelDelta) => void): AnswerFold
 
   const onEvent = (event: SseEvent): EventVerdict => {
     if (stopped) return undefined
+    // The documented heartbeat, whatever its data (Anthropic's SDKs do not read it either).
+    if (event.event === "ping" || isHeartbeat(event, isEventType)) return undefined
     let data: unknown
     try {
       data = JSON.parse(event.data)

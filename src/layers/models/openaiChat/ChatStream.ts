@@ -11,7 +11,8 @@
  * - The stream is complete only with a `finish_reason` and `[DONE]`; without either it is
  *   `model_stream_broken` (ambiguous: the model ran).
  * - A data line that is not JSON, or a chunk of the wrong shape, is `model_bad_response`
- *   (ambiguous). A named event other than `error` is ignored (a heartbeat, a new feature), as is
+ *   (ambiguous). A named event other than `error` is ignored (a heartbeat, a new feature), as are
+ *   an unnamed event with empty data (`data:` alone: a keep-alive, Http.ts `isHeartbeat`) and
  *   anything after `[DONE]`. An `error` object in a data line (gateways send
  *   `data: {"error": {...}}`), or an `event: error`, is a typed failure with the error in its
  *   details: a rate limit `model_rate_limited` (not retryable when it says the quota or spend
@@ -34,7 +35,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { EventVerdict, SseEvent } from "../Http.js"
+import { type EventVerdict, isHeartbeat, type SseEvent } from "../Http.js"
 import { quotaExhausted } from "../Quota.js"
 import { UsageCount } from "../Usage.js"
 
@@ -210,6 +211,7 @@ export const makeChatStream = (provider: string, onDelta: (delta: ModelDelta) =>
   const onEvent = ({ data, event }: SseEvent): EventVerdict => {
     if (done) return undefined
     if (event !== undefined && event !== "error") return undefined
+    if (isHeartbeat({ data, event }, (type) => type === "error")) return undefined
     if (data.trim() === "[DONE]") {
       done = true
       return "done"

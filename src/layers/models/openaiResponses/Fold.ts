@@ -16,7 +16,8 @@
  *   `response.created`: once the response exists the prompt may have been processed and billed.
  *   A quota or spend-limit error (Quota.ts) is a rate limit that is not retryable.
  * - A data line that is not JSON, or a known event of the wrong shape, is `model_bad_response`
- *   (ambiguous); an unknown event type is ignored. Arguments that are not JSON are
+ *   (ambiguous); an unknown event type is ignored, and so is an event with empty data not named
+ *   as a known type (`data:` alone: a keep-alive, Http.ts `isHeartbeat`). Arguments that are not JSON are
  *   `model_bad_response` too (empty arguments mean `{}`), naming the answer's `stop_reason` and
  *   `provider_stop_reason`; not retryable when the answer was cut at `max_output_tokens` (the
  *   same request is cut the same way).
@@ -24,7 +25,7 @@
 import { Either, ParseResult } from "effect"
 import type { ModelDelta, ModelResult, StopReason } from "../../../domain/Model.js"
 import { ModelFailed } from "../../../services/Models.js"
-import type { EventVerdict, SseEvent } from "../Http.js"
+import { type EventVerdict, isHeartbeat, type SseEvent } from "../Http.js"
 import { quotaExhausted } from "../Quota.js"
 import { decodeEvent, KNOWN_TYPES, type OutputItem, type ResponseObject, type StreamEvent } from "./Events.js"
 
@@ -228,6 +229,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
 
   const onEvent = (event: SseEvent): EventVerdict => {
     if (final !== undefined) return undefined
+    if (isHeartbeat(event, (type) => KNOWN_TYPES.has(type))) return undefined
     let json: unknown
     try {
       json = JSON.parse(event.data)
