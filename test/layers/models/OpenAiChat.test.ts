@@ -418,6 +418,27 @@ describe("the openai-chat provider", () => {
       expect(failure(named.result)).toMatchObject({ code: "model_unavailable", ambiguous: true, details: { error: { type: "overloaded_error" } } })
     }))
 
+  it.scopedLive("an error inside the stream of a type it does not know (or with none) is model_failed, ambiguous and not retryable, as for every provider; a server error, an overload or a 5xx code is model_unavailable, retryable", () =>
+    Effect.gen(function*() {
+      const role = openAi.delta({ role: "assistant", content: "" })
+      for (const error of [{ message: "boom", type: "xyz_unknown", code: "abc" }, { message: "boom" }, "plain string error"]) {
+        const unknown = yield* scripted([role, sse({ error })])
+        expect(failure(unknown.result), JSON.stringify(error)).toMatchObject({ code: "model_failed", ambiguous: true, retryable: false, details: { error } })
+      }
+      const servers = [
+        { message: "The server had an error while processing your request.", type: "server_error", param: null, code: null },
+        { object: "error", message: "engine died", type: "InternalServerError", param: null, code: 500 },
+        { message: "model runner crashed", type: "api_error", param: null, code: null },
+        { message: "upstream", type: null, param: null, code: "503" },
+        { message: "Service Unavailable", type: "service_unavailable_error" },
+        { message: "too slow", type: "timeout_error" }
+      ]
+      for (const error of servers) {
+        const down = yield* scripted([role, sse({ error })])
+        expect(failure(down.result), JSON.stringify(error)).toMatchObject({ code: "model_unavailable", ambiguous: true, retryable: true })
+      }
+    }))
+
   it.scopedLive("an error after the first chunk (the role chunk) is ambiguous, even a rate limit or a refusal with no text streamed yet: the server had taken the prompt in", () =>
     Effect.gen(function*() {
       const role = openAi.delta({ role: "assistant", content: "", refusal: null })

@@ -16,8 +16,9 @@
  *   anything after `[DONE]`. An `error` object in a data line (gateways send
  *   `data: {"error": {...}}`), or an `event: error`, is a typed failure with the error in its
  *   details: a rate limit `model_rate_limited` (not retryable when it says the quota or spend
- *   limit is spent, Quota.ts), an invalid request `model_rejected`, anything else
- *   `model_unavailable` (ambiguous). A rate limit or refusal is ambiguous once the answer had
+ *   limit is spent, Quota.ts), an invalid request `model_rejected`, a server error or overload
+ *   (a 5xx code, `server_error`, `api_error`, …) `model_unavailable`, anything else `model_failed`
+ *   (ambiguous, not retryable). A rate limit or refusal is ambiguous once the answer had
  *   begun (a chunk had come: the server had taken the prompt in and may bill it), not before.
  * - Usage comes from the chunk that carries it (the last, with `include_usage`); a counter the
  *   server did not send is absent, and a server that sends no usage gives a result without it. A
@@ -98,7 +99,10 @@ const errorText = (value: unknown, key: string): string | undefined => {
 /**
  * An error the server sent inside its 200 stream. A rate limit or a refusal (a 4xx-like code,
  * an invalid request) sent before the answer began was not run; once a chunk had come, or for
- * any other error, the prompt may have been processed and billed (ambiguous).
+ * any other error, the prompt may have been processed and billed (ambiguous). A server error (a
+ * 5xx code, or its words: SERVER_TROUBLE) is `model_unavailable`, retryable; an error of a type
+ * Brain does not know, or of none, is `model_failed`, not retryable, as the other providers
+ * answer it.
  */
 export const streamError = (provider: string, error: unknown, begun: boolean): ModelFailed => {
   const words = [errorText(error, "type"), errorText(error, "code")].filter((w) => w !== undefined).join(" ")
@@ -112,8 +116,19 @@ export const streamError = (provider: string, error: unknown, begun: boolean): M
   if ((status >= 400 && status < 500) || /invalid_request|content_filter|context_length/i.test(words)) {
     return new ModelFailed({ code: "model_rejected", message, ambiguous: begun, retryable: false, details })
   }
-  return new ModelFailed({ code: "model_unavailable", message, ambiguous: true, retryable: true, details })
+  if (status >= 500 || SERVER_TROUBLE.test(words)) {
+    return new ModelFailed({ code: "model_unavailable", message, ambiguous: true, retryable: true, details })
+  }
+  // An error Brain cannot place: the model may have run, and nothing says trying again would help.
+  return new ModelFailed({ code: "model_failed", message, ambiguous: true, retryable: false, details })
 }
+
+/**
+ * The words of a server's own trouble in an error's type or code, as the servers that speak this
+ * API write them: OpenAI's `server_error`, Ollama's `api_error`, vLLM's `InternalServerError`,
+ * an `overloaded_error`, a `service_unavailable`, a `timeout_error`.
+ */
+const SERVER_TROUBLE = /server_error|api_error|internal|overloaded|unavailable|timeout/i
 
 const stopReason = (finish: string, hasToolCalls: boolean, refused: boolean): StopReason => {
   if (hasToolCalls && (finish === "tool_calls" || finish === "stop")) return "tool_calls"
