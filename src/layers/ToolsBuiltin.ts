@@ -6,7 +6,9 @@
  * A Wasm tool's `{"ok": output}` is outcome `ok`; `{"error": …}`, a trap, bad output or its compute
  * budget is outcome `error` (the model sees the error). An abort (a cancel, the call's deadline)
  * stops the guest at once — by its twin's metering, or by terminating its thread (wasm/Pinned.ts) —
- * and is confirmed as stopped, so the call is recorded `cancelled` or `timeout`.
+ * and is confirmed as stopped, so the call is recorded `cancelled` or `timeout`. A call the host
+ * will not run because the server is stopping (its pool closed) is stopped too, not the tool's
+ * error: recorded `cancelled`, code `interrupted`, not sent if its guest had not begun.
  */
 import { Effect, Exit, Layer, Option } from "effect"
 import { failure } from "../domain/Failure.js"
@@ -40,7 +42,7 @@ const servicesOf = (invocation: ToolInvocation, began?: () => void): ToolService
     : { emit: invocation.emit, telemetry: invocation.telemetry, refusal, began }
 }
 
-const replyOf = (r: ToolRun): ToolReply => (r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })
+const replyOf = (r: ToolRun): ToolReply => (r._tag === "stopped" ? { outcome: "stopped" } : r._tag === "ok" ? { outcome: "ok", output: r.output } : { outcome: "error", output: r.output })
 
 export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandler>> = {}) =>
   Effect.gen(function*() {
@@ -73,6 +75,8 @@ export const make = (handlers: Readonly<Record<string, ToolsInProcess.ToolHandle
         return Effect.flatMap(Effect.exit(run), (exit): Effect.Effect<ToolReply> => {
           unlisten()
           if (Exit.isFailure(exit)) return Effect.failCause(exit.cause)
+          // Stopped by the host itself (the server stopping) before its guest began: it never ran.
+          if (exit.value._tag === "stopped" && !began) stop.notStarted?.()
           return Effect.succeed(replyOf(exit.value))
         })
       })

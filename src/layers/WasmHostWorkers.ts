@@ -322,7 +322,8 @@ export const make = (options: WasmHostOptions) =>
       if ("transcript" in output) return { _tag: "error", output: { message: "a tool's output may not carry a transcript (only a loop's may)" } }
       return "ok" in output ? { _tag: "ok", output: output.ok } : { _tag: "error", output: output.error }
     }
-    const toolFailed = (f: ActivationFailure): ToolRun => ({ _tag: "error", output: { message: f.message } })
+    /** Refused a thread by the closed pool (the server is stopping): stopped, as a loop refused so fails interrupted; else the tool's error. */
+    const toolFailed = (f: ActivationFailure): ToolRun => f._tag === "stopped" ? { _tag: "stopped", message: f.message } : { _tag: "error", output: { message: f.message } }
 
     const service: WasmHostShape & { readonly stats: WasmHostStats } = {
       stats,

@@ -83,6 +83,11 @@ export type ToolRun =
   | { readonly _tag: "ok"; readonly output: unknown }
   /** The tool answered an error (its object is what the model sees), or failed (trap, budget, bad output). */
   | { readonly _tag: "error"; readonly output: unknown }
+  /**
+   * The host would not run the call on, the server stopping (its pool closed): not the tool's
+   * failure. Its guest runs no more; whether it had begun, `ToolServices.began` told.
+   */
+  | { readonly _tag: "stopped"; readonly message: string }
 
 /** How a module comes to admission. */
 export interface AdmitOptions {

@@ -419,6 +419,13 @@ function* verdictOf(
 ) {
   const first = yield* exitOrCancel(executor, signal, deadline)
   // An executor answers every outcome as a verdict; one that was interrupted ends the call so.
-  if (first._tag === "done") return Exit.isFailure(first.exit) && !Exit.isInterrupted(first.exit) ? crashed(Cause.squash(first.exit.cause)) : yield* first.exit
+  if (first._tag === "done") {
+    if (Exit.isFailure(first.exit) && !Exit.isInterrupted(first.exit)) return crashed(Cause.squash(first.exit.cause))
+    const v = yield* first.exit
+    // Stopped with no stop asked of it, before its work began: Brain's own executor refusing the
+    // call as the server stops (a Wasm tool refused a thread by the closed pool). Never sent.
+    if (v._tag === "reply" && v.reply.outcome === "stopped" && stop.neverStarted && !stop.aborted) return { _tag: "unsent", reason: "interrupted" } as ToolVerdict
+    return v
+  }
   return yield* stopping(config, first, executor, stop, stoppedBy)
 }

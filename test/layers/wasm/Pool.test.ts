@@ -104,7 +104,7 @@ describe("the guest pool", () => {
               emit: () => Effect.succeed(0),
               telemetry: () => Effect.void
             }),
-            (run) => [{ call_id: calls[0]!.id, name: "t", outcome: run._tag, output: run.output, is_error: run._tag !== "ok" }]
+            (run) => [{ call_id: calls[0]!.id, name: "t", outcome: run._tag === "ok" ? "ok" : "error", output: "output" in run ? run.output : run.message, is_error: run._tag !== "ok" }]
           )
       })
       const results = yield* Effect.all([wasm.runLoop(loop, INPUT, host), wasm.runLoop(loop, INPUT, host)], { concurrency: 2 }).pipe(

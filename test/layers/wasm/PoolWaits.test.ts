@@ -338,6 +338,22 @@ describe("a closed pool leaves no activation waiting", () => {
       expect(failed.failure.message).toBe(POOL_CLOSED.message)
     }))
 
+  it.scopedLive("a tool's activation on a WasmHost whose pool closed ends stopped, \"the server is stopping\", not as the tool's error, without running its guest", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const wasm = yield* Scope.extend(WasmHostWorkers.make({ workers: 1, threads: 2, inlineMs: 0, inlineAtAdmission: true, ...LIMITS, moduleBytes: 256 * 1024 }), scope)
+      const quick = yield* admit(wasm, returning('{"ok":"quick"}', "brain_tool"))
+      yield* Scope.close(scope, Exit.void)
+      let began = 0
+      const run = yield* wasm.runTool(quick, { input: {}, call: { session_id: "ses_1", sequence: 1, name: "t", deadline_at_ms: 0 } }, {
+        emit: () => Effect.die("no emit expected"),
+        telemetry: () => Effect.void,
+        began: () => void began++
+      }).pipe(within("the activation's end"))
+      expect(run).toEqual({ _tag: "stopped", message: POOL_CLOSED.message })
+      expect(began).toBe(0)
+    }))
+
   it.scopedLive("a pinned activation whose host call is answered after the pool closed ends with the stop, not waiting for a thread", () =>
     Effect.gen(function*() {
       const pool = yield* poolOf({ compute: 1, threads: 2 })

@@ -5,11 +5,13 @@
  * cancelled (a cancel) — the guest stopped at once.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
+import { Effect, Exit, Fiber, Scope } from "effect"
+import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { Agentloops } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
 import type { TelemetryRecord, TelemetryShape } from "../../../src/services/Telemetry.js"
 import { Sessions } from "../../../src/services/Sessions.js"
+import type { WasmHostShape } from "../../../src/services/WasmHost.js"
 import { runtimeLayer } from "../../support/runtime.js"
 import { data, guest, wat } from "../../support/wat.js"
 
@@ -246,6 +248,39 @@ describe("Wasm tools", () => {
         expect(next.turn.status).toBe("ended")
       }).pipe(Effect.provide(runtimeLayer({ wasm: TWO_THREADS })))
   )
+
+  /** The host's calls of Wasm tools go to `closed.host` once a test has set it: a host whose pool closed, as at the end of a server stop. */
+  const closed: { host?: WasmHostShape } = {}
+  const onClosedPool = (host: WasmHostShape): WasmHostShape => ({
+    ...host,
+    runTool: (module, activation, services) => (closed.host ?? host).runTool(module, activation, services)
+  })
+
+  it.scopedLive("a Wasm tool call refused its thread because the server is stopping is recorded cancelled, interrupted \"the server is stopping\", not sent and not ambiguous, as its loop would fail interrupted; never the tool's error", () =>
+    Effect.gen(function*() {
+      const agentloops = yield* Agentloops
+      const echoId = (yield* agentloops.admit(yield* Effect.promise(() => wat(echo)))).id
+      const scope = yield* Scope.make()
+      const stopped = yield* Scope.extend(WasmHostWorkers.make({ ...WASM, workers: 1, threads: 2 }), scope)
+      yield* Scope.close(scope, Exit.void)
+      closed.host = stopped
+      const sessions = yield* Sessions
+      const journal = yield* Journal
+      const { session_id } = yield* sessions.create({
+        model: { provider: "scripted", replies: [{ tool_calls: [{ name: "echo", input: { n: 1 } }] }, { text: "done" }] },
+        tools: [{ name: "echo", module: echoId }]
+      })
+      yield* sessions.send(session_id, { message: "go" })
+      const records = yield* journal.read(session_id, { after: 0, limit: 100 })
+      expect(records.filter((r) => r.kind === "tool_call_ended")).toHaveLength(0)
+      const failed = records.filter((r) => r.kind === "tool_call_failed")
+      expect(failed).toHaveLength(1)
+      expect(failed[0]!.payload).toMatchObject({
+        outcome: "cancelled",
+        is_error: true,
+        failure: { code: "interrupted", message: "the server is stopping; the call was not sent", ambiguous: false }
+      })
+    }).pipe(Effect.ensuring(Effect.sync(() => delete closed.host)), Effect.provide(runtimeLayer({ wasm: WASM, wasmHost: onClosedPool }))))
 
   it.scopedLive("a tool naming a module that is not a tool, or no module, is refused at create", () =>
     Effect.gen(function*() {
