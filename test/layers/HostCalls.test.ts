@@ -201,18 +201,40 @@ describe("a host's result and its calls' receipts", () => {
       yield* stream.stop
     }))
 
-  it.scopedLive("a receipt that never answers refuses the result at the deadline (2 × the cleanup deadline + the grace): outcome_unrecorded", () =>
+  it.scopedLive("a receipt that never answers refuses the result at the deadline (2 × the cleanup deadline + the grace), not before: outcome_unrecorded", () =>
     Effect.gen(function*() {
-      const { call, host, hosts, name, stream } = yield* receiptsSetup(50)
-      yield* Effect.fork(call(4))
-      yield* Effect.sleep(10)
-      const started = Date.now()
-      const refused = yield* Effect.flip(hosts.result(host, name(4), { ok: 4 }))
-      expect(Date.now() - started).toBeGreaterThanOrEqual(190)
-      expect(refused._tag).toBe("JournalWriteFailed")
-      expect(refused.message).toMatch(/was not recorded within 200 ms/)
-      expect((refused as { details?: unknown }).details).toEqual({ reason: "outcome_unrecorded", ambiguous: true })
-      yield* stream.stop
+      // 2 × the cleanup deadline + the grace: a delay no other timer of this test uses. Its timer
+      // is held here, not armed, and fired by the test: the refusal waits for it, whatever the clock says.
+      const cleanupMs = 1_234
+      const bound = 2 * cleanupMs + 100
+      const held: Array<() => void> = []
+      const original = globalThis.setTimeout
+      const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => void, ms?: number, ...rest: Array<unknown>) => {
+        if (ms !== bound) return original(fn, ms, ...rest)
+        held.push(fn)
+        return { held: true }
+      }) as unknown as typeof setTimeout)
+      try {
+        const { call, host, hosts, name, stream } = yield* receiptsSetup(cleanupMs)
+        yield* Effect.fork(call(4))
+        yield* Effect.sleep(10)
+        const result = yield* Effect.fork(Effect.flip(hosts.result(host, name(4), { ok: 4 })))
+        yield* Effect.gen(function*() {
+          while (held.length === 0) yield* Effect.sleep(5)
+        }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`no timer of ${bound} ms was armed`) }))
+        expect(held).toHaveLength(1)
+        // Its deadline's timer armed and not fired: still waiting for the receipt.
+        yield* Effect.sleep(20)
+        expect(result.unsafePoll()).toBeNull()
+        held[0]!()
+        const refused = yield* Fiber.join(result)
+        expect(refused._tag).toBe("JournalWriteFailed")
+        expect(refused.message).toMatch(new RegExp(`was not recorded within ${bound} ms`))
+        expect((refused as { details?: unknown }).details).toEqual({ reason: "outcome_unrecorded", ambiguous: true })
+        yield* stream.stop
+      } finally {
+        set.mockRestore()
+      }
     }))
 
   it.scopedLive("a receipt known already answers the result at once, with no timer", () =>
