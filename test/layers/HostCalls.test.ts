@@ -208,7 +208,7 @@ describe("a host's result and its calls' receipts", () => {
       const cleanupMs = 1_234
       const bound = 2 * cleanupMs + 100
       const held: Array<() => void> = []
-      const original = globalThis.setTimeout
+      const original = globalThis.setTimeout as unknown as (...args: Array<unknown>) => unknown
       const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => void, ms?: number, ...rest: Array<unknown>) => {
         if (ms !== bound) return original(fn, ms, ...rest)
         held.push(fn)

@@ -10,8 +10,12 @@ import { freePort, type Sent, sentOf } from "./support.js"
 export type Fault =
   /** The request reaches the server and is answered in full; the answer is then lost. */
   | { readonly kind: "lose-answer" }
-  /** The request reaches the server; the connection drops `afterMs` later, the request still running there. */
+  /**
+   * The request reaches the server; the connection drops `afterMs` later, or once `when` settles
+   * (the test has seen the request take effect), the request still running there.
+   */
   | { readonly kind: "drop-while-running"; readonly afterMs: number }
+  | { readonly kind: "drop-while-running"; readonly when: () => Promise<unknown> }
   /** The connection is refused: nothing reaches the server (a real refusal, from a closed port). */
   | { readonly kind: "refuse-connection" }
   /** Answered here, without sending. */
@@ -27,6 +31,11 @@ export class FaultyFetch {
   readonly sent: Array<Sent> = []
   /** The answers the server gave to requests whose connection this fetch dropped, as text. */
   readonly answersBehind: Array<Promise<{ readonly status: number; readonly text: string }>> = []
+  /**
+   * The answers the server gave to requests sent through without a fault, in the order they came:
+   * their status, and their text once read (none for an event stream, which may not end).
+   */
+  readonly answered: Array<{ readonly sent: Sent; readonly status: number; readonly text: Promise<string> | undefined }> = []
   private readonly rules: Array<Rule> = []
 
   /** The next `times` requests `match` accepts meet `fault`. */
@@ -39,7 +48,12 @@ export class FaultyFetch {
     const sent = sentOf(url, init)
     this.sent.push(sent)
     const rule = this.rules.find((r) => r.left > 0 && r.match(sent))
-    if (rule === undefined) return globalThis.fetch(url, init)
+    if (rule === undefined) {
+      const response = await globalThis.fetch(url, init)
+      const streamed = (response.headers.get("content-type") ?? "").startsWith("text/event-stream")
+      this.answered.push({ sent, status: response.status, text: streamed ? undefined : response.clone().text() })
+      return response
+    }
     rule.left--
     switch (rule.fault.kind) {
       case "answer":
@@ -55,7 +69,8 @@ export class FaultyFetch {
         // Sent without the caller's signal: the caller's side of the connection is what drops.
         const { signal: _signal, ...rest } = init
         this.answersBehind.push(globalThis.fetch(url, rest).then(async (r) => ({ status: r.status, text: await r.text() })))
-        await new Promise((resolve) => setTimeout(resolve, rule.fault.kind === "drop-while-running" ? rule.fault.afterMs : 0))
+        const fault = rule.fault
+        await ("when" in fault ? fault.when() : new Promise((resolve) => setTimeout(resolve, fault.afterMs)))
         throw new TypeError("fetch failed (the test dropped the connection while the request ran)")
       }
     }

@@ -134,10 +134,12 @@ describe("Idempotency-Keys across retries and on errors", () => {
     const client = new Brain({ baseUrl: server.baseUrl, fetch: faulty.fetch })
     try {
       const session = await client.sessions.create({ model: { provider: "scripted", replies: [{ text: "slow answer", delay_ms: 1_500 }] } })
-      faulty.inject(isPost("/messages"), { kind: "drop-while-running", afterMs: 100 })
-      const started = Date.now()
+      // Dropped once the server has started its turn: the first request is the one that runs it.
+      const turnStarted = async () => {
+        while (!(await history(brain, session.id)).some((e) => e.kind === "turn_started")) await new Promise((resolve) => setTimeout(resolve, 10))
+      }
+      faulty.inject(isPost("/messages"), { kind: "drop-while-running", when: turnStarted })
       const outcome = await session.send("once, slowly")
-      const elapsed = Date.now() - started
 
       const sends = faulty.requests(isPost("/messages"))
       const key = sends[0]!.headers["idempotency-key"]
@@ -147,7 +149,16 @@ describe("Idempotency-Keys across retries and on errors", () => {
         expect(s.body).toBe(sends[0]!.body)
         expect(s.headers.prefer).toBeUndefined()
       }
-      expect(elapsed).toBeGreaterThanOrEqual(1_400)
+      // It was told the request was still in progress, and waited on instead of rejecting.
+      const answers = faulty.answered.filter((a) => isPost("/messages")(a.sent))
+      expect(answers.length).toBe(sends.length - 1)
+      const refusals = answers.slice(0, -1)
+      expect(refusals.length).toBeGreaterThanOrEqual(1)
+      for (const a of refusals) {
+        expect(a.status).toBe(409)
+        expect(JSON.parse((await a.text)!)).toMatchObject({ code: "ambiguous", retryable: true })
+      }
+      expect(answers.at(-1)!.status).toBe(200)
       const first = await faulty.answersBehind[0]!
       expect(first.status).toBe(200)
       expect(outcome).toEqual(JSON.parse(first.text))
