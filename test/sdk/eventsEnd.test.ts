@@ -7,6 +7,7 @@
  * `reconnectDeadlineMs` is reached; a live session's stream is reopened after the cursor.
  */
 import { describe, expect, it } from "@effect/vitest"
+import { vi } from "vitest"
 import { Brain, BrainError, type Event, type Fetch } from "../../src/sdk/index.js"
 import type { ServerProcess } from "../support/server.js"
 import { jsonAnswer, RecordingFetch, takeUntil, serverAndClient } from "./support.js"
@@ -114,24 +115,63 @@ describe("the Events iterator's end and backoff", () => {
     }
   })
 
-  it("a live session's stream that the server keeps closing without a recorded Event meets a growing backoff and rejects once reconnectDeadlineMs pass", async () => {
-    const faked = closingStreams()
-    const client = new Brain({ baseUrl: server.baseUrl, fetch: faked.fetch })
+  it("a live session's stream that the server keeps closing without a recorded Event meets a doubling backoff (50, 100, 200, 400, 800 ms) and rejects at the first close past reconnectDeadlineMs", async () => {
+    const session = await brain.sessions.create(scripted)
+    // The session's summary and its page after its last Event, as the server answers them now; then
+    // the reader is served them again, and its streams closed, by a fetch that needs no timer, on a
+    // fake clock the test alone moves: how the reader waits is seen on that clock, whatever the load.
+    const summaryPath = `/v1/sessions/${session.id}`
+    const kept = new Map<string, string>()
+    for (const url of [summaryPath, `${summaryPath}/events?after=${session.summary.last_sequence}`]) {
+      const answer = await globalThis.fetch(`${server.baseUrl}${url}`)
+      expect(answer.status).toBe(200)
+      kept.set(new URL(url, server.baseUrl).pathname, await answer.text())
+    }
+    const streams: Array<number> = []
+    const summaries: Array<number> = []
+    const fetch: Fetch = async (url, init) => {
+      if (isStream(init)) {
+        streams.push(Date.now())
+        return new Response(": connected\n\n", { status: 200, headers: { "content-type": "text/event-stream" } })
+      }
+      const path = new URL(url).pathname
+      const text = kept.get(path)
+      if (text === undefined || init.method !== "GET") throw new Error(`not served by this test: ${init.method} ${url}`)
+      if (path === summaryPath) summaries.push(Date.now())
+      return new Response(text, { status: 200, headers: { "content-type": "application/json" } })
+    }
+    const client = new Brain({ baseUrl: server.baseUrl, fetch })
     try {
-      const session = await client.sessions.create(scripted)
-      const started = Date.now()
-      const failure = await collectWithin(6_000, "the iterator of a live session whose streams close", session.events(session.summary.last_sequence, { reconnectDeadlineMs: 1_000 }))
-        .catch((e) => e)
-      expect(failure).toBeInstanceOf(BrainError)
-      expect(failure).toMatchObject({ code: "network_error", retryable: true })
-      expect(Date.now() - started).toBeGreaterThanOrEqual(1_000)
-      // 50, 100, 200, 400, 800 ms apart: a handful of streams, not one every 50 ms.
-      expect(faked.streams.length).toBeGreaterThanOrEqual(3)
-      expect(faked.streams.length).toBeLessThanOrEqual(8)
-      const gaps = faked.streams.slice(1).map((t, i) => t - faked.streams[i]!)
-      expect(gaps.at(-1)!).toBeGreaterThanOrEqual(300)
-      // Each close asked whether the session was over: it was not (idle), so the reader went on.
-      expect(faked.summaries.length).toBe(faked.streams.length)
+      const handle = await client.sessions.get(session.id)
+      summaries.length = 0
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] })
+      let failure: unknown = undefined
+      let done = false
+      try {
+        const started = Date.now()
+        void (async () => {
+          try {
+            for await (const _ of handle.events(session.summary.last_sequence, { reconnectDeadlineMs: 1_000 })) failure = new Error("an Event was delivered")
+            failure ??= new Error("the iterator ended without rejecting")
+          } catch (e) {
+            failure = e
+          }
+          done = true
+        })()
+        // 10 s of the fake clock at most, a millisecond at a time.
+        for (let ms = 0; !done && ms < 10_000; ms++) await vi.advanceTimersByTimeAsync(1)
+        expect(done).toBe(true)
+        expect(failure).toBeInstanceOf(BrainError)
+        expect(failure).toMatchObject({ code: "network_error", retryable: true })
+        const at = streams.map((t) => t - started)
+        // The first at once; each next after twice the pause before it; the last the first one
+        // opened more than 1,000 ms after the failures began (the first stream's close), no later.
+        expect(at).toEqual([0, 50, 150, 350, 750, 1_550])
+        // Each close asked whether the session was over: it was not (idle), so the reader went on.
+        expect(summaries.map((t) => t - started)).toEqual(at)
+      } finally {
+        vi.useRealTimers()
+      }
     } finally {
       await client.close()
     }
