@@ -10,6 +10,7 @@ import * as net from "node:net"
 import * as zlib from "node:zlib"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, Redacted } from "effect"
+import { vi } from "vitest"
 import { Agent } from "undici"
 import { DONE_GRACE_MS, ERROR_BODY_BYTES, type SseEvent, type StreamedPost, streamedPost } from "../../../src/layers/models/Http.js"
 import { ModelFailed } from "../../../src/services/Models.js"
@@ -48,6 +49,12 @@ const withFake = <A>(script: Script, use: (fake: FakeProvider) => Promise<A>) =>
       await fake.close()
     }
   })
+
+/** Waits until `holds`, or fails naming `what` when it has not after 10 s (a hang, not a timed check). */
+const until = (what: string, holds: () => boolean) =>
+  Effect.gen(function*() {
+    while (!holds()) yield* Effect.sleep("5 millis")
+  }).pipe(Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => new Error(`stuck: ${what}`) }))
 
 const failureOf = (r: Either.Either<void, ModelFailed>) => (Either.isLeft(r) ? r.left : undefined)
 
@@ -154,7 +161,7 @@ describe("a streamed model request", () => {
       expect(events.map((e) => e.data)).toEqual(['{"n":1}', "[DONE]"])
     }))
 
-  it.live("after the final event a response that ends keeps its connection for the next call; one left open is closed within DONE_GRACE_MS", () =>
+  it.live("after the final event a response that ends keeps its connection for the next call; one left open is closed when DONE_GRACE_MS pass, not before", () =>
     Effect.gen(function*() {
       // One dispatcher for every call, as the server's Models layer has.
       const agent = new Agent()
@@ -162,24 +169,41 @@ describe("a streamed model request", () => {
       const dispatcher = Layer.succeed(NodeHttpClient.Dispatcher, agent)
       const ending = yield* Effect.promise(() => FakeProvider.start(() => ({ steps: [sse({ n: 1 }), "data: [DONE]\n\n"] })))
       yield* Effect.addFinalizer(() => Effect.promise(() => ending.close()))
+      /** The agent's connections to `fake` still busy with a request: its response not yet read to its end. */
+      const busy = (fake: FakeProvider) => {
+        const pool = (agent.stats as Record<string, { readonly connected: number; readonly free: number }>)[fake.url]
+        return pool === undefined ? 0 : pool.connected - pool.free
+      }
       for (let i = 0; i < 3; i++) {
         const { result } = yield* run(`${ending.url}/v1/x`, { stallMs: 5_000, maxOutputBytes: 0 }, "[DONE]", dispatcher)
         expect(Either.isRight(result)).toBe(true)
         // The answer comes at the final event, the response's end a moment later (as between a turn's model calls: its commits).
-        yield* Effect.sleep("20 millis")
+        yield* until("the response read to its end", () => busy(ending) === 0)
       }
       expect(ending.requests).toHaveLength(3)
       expect(ending.connections).toBe(1)
 
+      // The grace's timer is held here, not armed, and fired by the test: the connection waits for it, whatever the clock says.
+      const held: Array<() => void> = []
+      const original = globalThis.setTimeout as unknown as (...args: Array<unknown>) => unknown
+      const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => void, ms?: number, ...rest: Array<unknown>) => {
+        if (ms !== DONE_GRACE_MS) return original(fn, ms, ...rest)
+        held.push(fn)
+        return { unref: () => {}, ref: () => {}, refresh: () => {}, hasRef: () => false }
+      }) as unknown as typeof setTimeout)
+      yield* Effect.addFinalizer(() => Effect.sync(() => set.mockRestore()))
       const open = yield* Effect.promise(() => FakeProvider.start(() => ({ steps: [sse({ n: 1 }), "data: [DONE]\n\n", { stall: true }] })))
       yield* Effect.addFinalizer(() => Effect.promise(() => open.close()))
       const { result } = yield* run(`${open.url}/v1/x`, { stallMs: 60_000, maxOutputBytes: 0 }, "[DONE]", dispatcher)
       expect(Either.isRight(result)).toBe(true)
+      expect(held).toHaveLength(1)
+      set.mockRestore()
+      // The grace not over: the response is still read, its connection open.
+      yield* Effect.sleep("50 millis")
       expect(open.openConnections).toBe(1)
-      const left = Date.now()
-      while (open.openConnections > 0 && Date.now() - left < 10_000) yield* Effect.sleep("20 millis")
-      expect(open.openConnections).toBe(0)
-      expect(Date.now() - left).toBeGreaterThanOrEqual(DONE_GRACE_MS - 100)
+      expect(busy(open)).toBe(1)
+      held[0]!()
+      yield* until("the connection closed", () => open.openConnections === 0)
     }).pipe(Effect.scoped))
 
   it.live("connection refused is model_unreachable, not ambiguous: nothing was sent", () =>
