@@ -225,7 +225,9 @@ describe("rogue guests", () => {
           (if (result i64) (i32.eq (global.get $count) (i32.const 1))
             (then (call $out (i32.const ${one.ptr}) (i32.const ${one.len})))
             (else (call $out (i32.const ${more.ptr}) (i32.const ${more.len})))))`)
-      const host = yield* WasmHostWorkers.make({ ...OPTIONS, workers: 1 })
+      // Its budget counts the wall time from the guest's start message to its output, the worker
+      // instantiating it included: a budget no loaded machine reaches, as this guest never spins.
+      const host = yield* WasmHostWorkers.make({ ...OPTIONS, workers: 1, computeMs: 30_000 })
       const module = yield* Effect.orDie(host.admit(yield* Effect.promise(() => wat(counter))))
       const loops = { counter: { activate: (input, h) => host.runLoop(module, input, h) } satisfies AgentloopShape }
       yield* Effect.gen(function*() {

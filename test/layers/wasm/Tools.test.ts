@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Scope } from "effect"
+import { vi } from "vitest"
 import * as WasmHostWorkers from "../../../src/layers/WasmHostWorkers.js"
 import { Agentloops } from "../../../src/services/Agentloop.js"
 import { Journal } from "../../../src/services/Journal.js"
@@ -202,6 +203,8 @@ describe("Wasm tools", () => {
    * a guest waiting for its `emit`'s answer holds no thread, and the third could start then.
    */
   const TWO_THREADS = { ...WASM, workers: 1, threads: 2, pinning: false }
+  /** The calls' deadline: a delay no other timer of the test uses (its timer is held by the test). */
+  const DEADLINE_MS = 43_210
 
   it.scopedLive.each([["a cancel", "cancel"], ["their deadlines", "deadline"]] as const)(
     "Wasm tool calls stopped by %s before their guest started never ran: recorded not sent and not ambiguous; a call whose guest ran is not",
@@ -213,16 +216,32 @@ describe("Wasm tools", () => {
         const journal = yield* Journal
         const { session_id } = yield* sessions.create({
           model: { provider: "scripted", replies: [{ tool_calls: [{ name: "spin", input: { i: 1 } }, { name: "spin", input: { i: 2 } }, { name: "spin", input: { i: 3 } }] }, { text: "ok" }] },
-          tools: [{ name: "spin", module: spin, ...(by === "deadline" ? { timeout_ms: 1_000 } : {}) }]
+          tools: [{ name: "spin", module: spin, ...(by === "deadline" ? { timeout_ms: DEADLINE_MS } : {}) }]
         })
+        // The first round's deadline timer is held here, not armed, and fired by the test once a guest
+        // has started: a deadline never passes before any guest could start, however loaded the
+        // machine. A later round's (the next turn's, the model's replies come round again) passes at once.
+        const held: Array<() => void> = []
+        let holding = true
+        const original = globalThis.setTimeout as unknown as (...args: Array<unknown>) => unknown
+        const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => void, ms?: number, ...rest: Array<unknown>) => {
+          if (ms !== DEADLINE_MS) return original(fn, ms, ...rest)
+          if (!holding) return original(fn, 0, ...rest)
+          held.push(fn)
+          return { unref: () => {}, ref: () => {}, refresh: () => {}, hasRef: () => false }
+        }) as unknown as typeof setTimeout)
+        yield* Effect.addFinalizer(() => Effect.sync(() => set.mockRestore()))
         const turn = yield* Effect.fork(sessions.send(session_id, { message: "go" }))
         const read = journal.read(session_id, { after: 0, limit: 100 })
-        if (by === "cancel") {
-          // A guest has started (its Event is written): the round's third call cannot have.
-          while (!(yield* read).some((r) => r.kind === "extension")) yield* Effect.sleep("10 millis")
-          yield* sessions.interrupt(session_id)
+        // A guest has started (its Event is written): the round's third call cannot have.
+        while (!(yield* read).some((r) => r.kind === "extension")) yield* Effect.sleep("10 millis")
+        if (by === "cancel") yield* sessions.interrupt(session_id)
+        else {
+          expect(held.length).toBeGreaterThanOrEqual(1)
+          for (const deadline of held) deadline()
         }
         const outcome = yield* Fiber.join(turn)
+        holding = false
         const records = yield* read
         const ran = new Set(records.filter((r) => r.kind === "extension").map((r) => (r.payload.origin as { sequence: number }).sequence))
         expect(ran.size).toBeGreaterThanOrEqual(1)
