@@ -431,9 +431,26 @@ export const WORKING_MEMORY_WAIT_MS = 10_000
 
 /**
  * The share of the V8 heap limit a session open's and a turn's working memory may take at once
- * when BRAIN_WORKING_MEMORY_BYTES is unset: as much as the request bodies (BRAIN_INFLIGHT_BODY_BYTES).
+ * when BRAIN_WORKING_MEMORY_BYTES is unset.
  */
 export const WORKING_MEMORY_HEAP_FRACTION = 1 / 4
+
+/**
+ * The share of the V8 heap limit request bodies held at once may count (BRAIN_INFLIGHT_BODY_BYTES,
+ * counted by the bytes that arrive) when the setting is unset. A body admitted waits for its
+ * working-memory share parsed, its parsed form on the heap, while a request larger than the
+ * working memory's whole bound runs alone past it. Measured (2026-12-07, `node
+ * --max-old-space-size=N bin/brain.js serve`, twelve 4 MiB sends at once, `--trace-gc`): a waiting
+ * body took 1.45 heap bytes per body byte for ASCII text and 2.8 for text with a character beyond
+ * Latin-1 (V8 then holds the whole string at two bytes a character); one 4 MiB turn took 45 to 62
+ * MiB of heap for ASCII and 64 to 80 MiB for such text, above an idle server's 26 MiB. With a 128
+ * MiB heap that leaves room for one such body beside the turn, not two: at a quarter (raw bytes)
+ * twelve 4 MiB sends, or twelve creates with 4 MiB opening transcripts, exhausted the heap (the
+ * operator audit, 3 of 3 runs); at a sixteenth two 4 MiB sends of such text still did. A 32nd
+ * holds one 4 MiB body at a time at 128 MiB, two at 256 MiB, and 129 MiB of bodies with Node's
+ * default 4 GiB heap (thirty-two 4 MiB bodies, or a thousand of 128 KiB, at once).
+ */
+export const INFLIGHT_BODY_HEAP_FRACTION = 1 / 32
 
 /**
  * Heap bytes a session open takes per byte it reads (the journal it has to open, the checkpoint):

@@ -17,6 +17,7 @@ import * as v8 from "node:v8"
 import {
   CACHE_HEAP_FRACTION,
   DEFAULT_CACHE_BYTES_CAP,
+  INFLIGHT_BODY_HEAP_FRACTION,
   LISTED_ID_BYTES,
   LISTING_HEAP_FRACTION,
   MODULE_CACHE_HEAP_FRACTION,
@@ -31,9 +32,9 @@ export interface MemoryBudget {
   readonly journalBytes: number
 }
 
-/** Request bodies held at once: the setting, or a quarter of the heap limit. */
+/** Request bodies held at once (BRAIN_INFLIGHT_BODY_BYTES): the setting, or a 32nd of the heap limit. */
 export const inflightBodyBytes = (setting: number | undefined): number =>
-  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit / 4)
+  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * INFLIGHT_BODY_HEAP_FRACTION)
 
 /** Heap session creates, opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
 export const workingMemoryBytes = (setting: number | undefined): number =>

@@ -150,7 +150,7 @@ export interface ServerConfigShape {
   readonly cacheBytes: number | undefined
   /**
    * Bytes of request bodies held in memory at once (from first byte to answer); past it a new
-   * body is refused with 503, unless nothing else is held. Undefined = a quarter of the heap limit.
+   * body is refused with 503, unless nothing else is held. Undefined = a 32nd of the heap limit.
    */
   readonly inflightBodyBytes: number | undefined
   /**

@@ -175,7 +175,7 @@ export const fromConfig = Config.all({
   ),
   sseHeartbeatMs: offOrTimerMs("BRAIN_SSE_HEARTBEAT_MS", "no heartbeats", SSE_HEARTBEAT_MIN_MS, defaults.sseHeartbeatMs, "SSE heartbeat interval"),
   cacheBytes: optionalAtLeast("BRAIN_CACHE_BYTES", 0, "memory for idle sessions' states and recent journal records (unset: 1/8 of the heap limit)"),
-  inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/4 of the heap limit)"),
+  inflightBodyBytes: optionalAtLeast("BRAIN_INFLIGHT_BODY_BYTES", 1, "request body bytes held at once (unset: 1/32 of the heap limit)"),
   workingMemoryBytes: optionalAtLeast(
     "BRAIN_WORKING_MEMORY_BYTES",
     1,

@@ -36,7 +36,10 @@ describe("the working-memory bound under a small heap", () => {
   const ids: Array<string> = []
   beforeAll(async () => {
     ensureBuilt()
-    server = await startServer({ nodeArgs: ["--max-old-space-size=128"] })
+    // Room for every turn's body at once (eight of 2 MiB), so that the working memory is what
+    // holds the turns back: the default (a 32nd of the heap limit, 5.5 MiB) refuses most bodies
+    // before they could wait for their shares (test/e2e/bodyHeap.test.ts).
+    server = await startServer({ nodeArgs: ["--max-old-space-size=128"], env: { BRAIN_INFLIGHT_BODY_BYTES: String(SESSIONS * MESSAGE_BYTES + 64 * 1024) } })
     for (let i = 0; i < SESSIONS; i++) {
       const created = await request(server.baseUrl, "/v1/sessions", { json: { model: { provider: "scripted" } } })
       expect(created.status, created.text.slice(0, 200)).toBe(201)
