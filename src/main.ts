@@ -63,7 +63,8 @@ import {
   readerStreams,
   reservedConnections,
   type ServerConfigShape,
-  sessionStreams
+  sessionStreams,
+  streamConnections
 } from "./services/ServerConfig.js"
 import { Idempotency, type IdempotencyShape } from "./services/Idempotency.js"
 import { validated } from "./services/ServerConfigOverrides.js"
@@ -337,11 +338,10 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN (set and not blank)` })
       )
     }
-    const reserved = reservedConnections(config)
-    if (reserved >= config.maxConnections) {
+    if (reservedConnections(config) >= config.maxConnections) {
       return yield* Effect.fail(
         new StartupRefused({
-          reason: `BRAIN_RESERVED_CONNECTIONS (${reserved}) must be below BRAIN_MAX_CONNECTIONS (${config.maxConnections}): SSE streams would get no connection`
+          reason: `BRAIN_RESERVED_CONNECTIONS (${reservedConnections(config)}) must be below BRAIN_MAX_CONNECTIONS (${config.maxConnections}): SSE streams would get no connection`
         })
       )
     }
@@ -356,6 +356,8 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     const signalled = yield* firstSignal
     const server = http.createServer({ connectionsCheckingInterval: TIMEOUT_CHECK_MS })
     const fitted = fitToFileLimit({ connections: config.maxConnections, journalFiles: OPEN_JOURNAL_FILES })
+    // The reserve follows the connections served: unset, a quarter of them.
+    const reserved = reservedConnections(config, fitted.connections)
     if (fitted.connections < config.maxConnections) {
       yield* Effect.logWarning(
         `the open-file limit (${openFileLimit()}) allows ${fitted.connections} connections and ${fitted.journalFiles} open journal files; raise it (ulimit -n) to serve BRAIN_MAX_CONNECTIONS (${config.maxConnections})`
@@ -366,7 +368,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         )
       }
     }
-    const streams = Math.max(0, fitted.connections - reserved)
+    const streams = streamConnections(config, fitted.connections)
     const admission = new Admission({ streams, reserved, forHosts: hostStreamReserve(streams) })
     // One session's readers may hold a share of the readers' streams, never all of them: a bound
     // set above them would never apply, so it is lowered to them, and said.

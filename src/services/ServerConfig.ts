@@ -237,15 +237,21 @@ export class ServerConfig extends Context.Tag("brain/ServerConfig")<ServerConfig
 export const interruptWaitMs = (c: Pick<ServerConfigShape, "cancelGraceMs" | "cleanupDeadlineMs">): number =>
   3 * c.cancelGraceMs + c.cleanupDeadlineMs
 
-/** The connections SSE streams never take (BRAIN_RESERVED_CONNECTIONS; unset: a quarter of the connections). */
-export const reservedConnections = (c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">): number =>
-  c.reservedConnections ?? Math.floor(c.maxConnections / 4)
+/**
+ * The connections SSE streams never take, of `connections` served (BRAIN_MAX_CONNECTIONS, or fewer
+ * when the open-file limit is low): BRAIN_RESERVED_CONNECTIONS, or unset a quarter of those served
+ * (a quarter of the setting would keep every connection of a low open-file limit from streams).
+ */
+export const reservedConnections = (
+  c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">,
+  connections: number = c.maxConnections
+): number => c.reservedConnections ?? Math.floor(connections / 4)
 
 /** Connections SSE streams (sessions' and hosts' command streams alike) may hold, of `connections` served: all but the reserve. */
 export const streamConnections = (
   c: Pick<ServerConfigShape, "maxConnections" | "reservedConnections">,
   connections: number = c.maxConnections
-): number => Math.max(0, connections - reservedConnections(c))
+): number => Math.max(0, connections - reservedConnections(c, connections))
 
 /** Of `streams` stream connections, those kept for hosts' command streams: sessions' readers never take them. */
 export const hostStreamReserve = (streams: number): number => Math.floor(streams / HOST_STREAM_SHARE)

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { describeConfigError } from "../../src/cli/serve.js"
-import { hostStreamReserve, readerStreams, reservedConnections, sessionStreams } from "../../src/services/ServerConfig.js"
+import { hostStreamReserve, readerStreams, reservedConnections, sessionStreams, streamConnections } from "../../src/services/ServerConfig.js"
 import { fromConfig } from "../../src/services/ServerConfigEnv.js"
 import { validated } from "../../src/services/ServerConfigOverrides.js"
 
@@ -152,8 +152,15 @@ describe("ServerConfig from the environment", () => {
       const unset = yield* read({})
       expect(Either.isRight(unset) && unset.right.sseMaxSubscribersPerSession).toBe(undefined)
       expect(Either.isRight(unset) && [hostStreamReserve(768), readerStreams(unset.right), sessionStreams(unset.right)]).toEqual([96, 672, 84])
-      // The open-file limit may serve fewer connections than BRAIN_MAX_CONNECTIONS: the share follows them.
-      expect(Either.isRight(unset) && sessionStreams(unset.right, 400)).toBe(15)
+      // The open-file limit may serve fewer connections than BRAIN_MAX_CONNECTIONS: the reserve and
+      // the shares follow them (400 served: 100 reserved, 300 streams, 37 for hosts, 263 readers).
+      expect(Either.isRight(unset) && [reservedConnections(unset.right, 400), streamConnections(unset.right, 400), readerStreams(unset.right, 400), sessionStreams(unset.right, 400)]).toEqual([100, 300, 263, 32])
+      // The operator audit's case: 65,536 configured, 9,904 served; a quarter of the setting (16,384) left streams none.
+      const raised = yield* read({ BRAIN_MAX_CONNECTIONS: "65536" })
+      expect(Either.isRight(raised) && [reservedConnections(raised.right, 9904), streamConnections(raised.right, 9904)]).toEqual([2476, 7428])
+      // Set, the reserve is what it says, whatever is served.
+      const set = yield* read({ BRAIN_RESERVED_CONNECTIONS: "10" })
+      expect(Either.isRight(set) && [reservedConnections(set.right, 32), streamConnections(set.right, 32)]).toEqual([10, 22])
       const above = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: "1000" })
       expect(Either.isRight(above) && sessionStreams(above.right)).toBe(672)
       const fewer = yield* read({ BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION: "3" })
