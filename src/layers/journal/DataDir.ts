@@ -302,10 +302,14 @@ const tryLock = (lockPath: string) =>
       const me = `${process.pid} ${startTimeOf(process.pid) ?? "-"}\n`
       const mine = uniqueName(lockPath, "new")
       const fd = fs.openSync(mine, "wx", 0o644)
-      fs.writeSync(fd, me)
-      fs.fsyncSync(fd)
-      fs.closeSync(fd)
       try {
+        // Written within the step that removes the file: a write that fails (ENOSPC) leaves nothing.
+        try {
+          fs.writeSync(fd, me)
+          fs.fsyncSync(fd)
+        } finally {
+          fs.closeSync(fd)
+        }
         for (;;) {
           try {
             fs.linkSync(mine, lockPath)
@@ -342,8 +346,18 @@ const tryLock = (lockPath: string) =>
       }
     },
     catch: (err) =>
-      err instanceof LockHeld ? err : new DataDirError({ dir: path.dirname(lockPath), reason: `cannot take its ${LOCK_FILE}: ${fsFailure(err)}` })
+      err instanceof LockHeld ? err : new DataDirError({ dir: path.dirname(lockPath), reason: `cannot take its ${LOCK_FILE}: ${fsFailure(err)}${remedy(err)}` })
   })
+
+/**
+ * What to do about a lock a full file system refuses: a start writes (the lock's owner line first,
+ * then what recovery writes), so it needs some space; nothing of the directory is changed by the
+ * refusal (docs/operations.md, "A full disk").
+ */
+const remedy = (err: unknown): string =>
+  errno(err) === "ENOSPC" || errno(err) === "EDQUOT"
+    ? "; a start writes to the data directory (its lock first, then what recovery writes), so free space on its file system (files beside it, or grow it) and start again: nothing in it was changed"
+    : ""
 
 /**
  * Acquires the data directory's lock for the life of the scope, waiting up to
