@@ -86,6 +86,29 @@ const optionalAtLeast = (name: string, min: number, description: string, max = N
     )
   )
 
+/**
+ * BRAIN_API_TOKEN: a bearer token every request must carry. Set but empty or blank it is refused,
+ * not taken as no token: `BRAIN_API_TOKEN=$TOKEN` with TOKEN unset would turn authentication off
+ * unseen. A token no `Authorization: Bearer` header can carry (a space, a line break, anything
+ * but visible ASCII: the header's token is read up to its first space, and a byte beyond ASCII
+ * arrives as another character) would answer every request 401: refused too. Neither refusal
+ * names the value.
+ */
+const apiToken = Config.option(
+  Config.redacted("BRAIN_API_TOKEN").pipe(
+    Config.mapOrFail((token) => {
+      const text = Redacted.value(token)
+      if (text.trim() === "") {
+        return Either.left(ConfigError.InvalidData([], "BRAIN_API_TOKEN is set but blank: unset it to serve loopback without a token, or give the token (a blank one would turn authentication off)"))
+      }
+      if (!/^[\x21-\x7e]+$/.test(text)) {
+        return Either.left(ConfigError.InvalidData([], "BRAIN_API_TOKEN holds a space, a line break or another character a bearer header cannot carry (visible ASCII only): no request could send it"))
+      }
+      return Either.right(token)
+    })
+  )
+)
+
 export const fromConfig = Config.all({
   maxModelCalls: nonNegative("BRAIN_MAX_MODEL_CALLS", defaults.maxModelCalls, "model calls per turn (0 = no bound)"),
   maxToolCallsPerDispatch: nonNegative(
@@ -164,7 +187,7 @@ export const fromConfig = Config.all({
     Config.withDefault(defaults.dataDir),
     Config.withDescription("the data directory")
   ),
-  apiToken: Config.option(Config.redacted("BRAIN_API_TOKEN")),
+  apiToken,
   requestRetentionSecs: nonNegative("BRAIN_REQUEST_RETENTION_SECS", defaults.requestRetentionMs / 1000, "idempotent answers are kept this long"),
   maxRequestBytes: positive("BRAIN_MAX_REQUEST_BYTES", defaults.maxRequestBytes, "the largest request body (at least 1: 0 would refuse every body)"),
   drainDeadlineMs: timerMs(
@@ -277,8 +300,7 @@ export const fromConfig = Config.all({
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,
     dataDir: c.dataDir,
-    // A blank token is no token: it would let anyone in, so it is refused beyond loopback like none.
-    apiToken: Option.getOrUndefined(Option.filter(Option.map(c.apiToken, Redacted.value), (t) => t.trim().length > 0)),
+    apiToken: Option.getOrUndefined(Option.map(c.apiToken, Redacted.value)),
     requestRetentionMs: c.requestRetentionSecs * 1000,
     maxRequestBytes: c.maxRequestBytes,
     drainDeadlineMs: c.drainDeadlineMs,

@@ -208,7 +208,14 @@ describe("start-up failures say what and why", () => {
     const cases: Array<[Record<string, string>, RegExp]> = [
       [{ BRAIN_LISTEN: new URL(holder.baseUrl).host }, /already in use.*EADDRINUSE/],
       [{ BRAIN_LISTEN: "no-such-host.invalid:4000", BRAIN_API_TOKEN: "t" }, /does not resolve.*ENOTFOUND|could not be resolved/],
-      [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /beyond loopback without BRAIN_API_TOKEN/],
+      [{ BRAIN_LISTEN: "0.0.0.0:0" }, /beyond loopback without BRAIN_API_TOKEN/],
+      // A token set blank (`BRAIN_API_TOKEN=$TOKEN` with TOKEN unset) would turn authentication off,
+      // and one no header can carry would refuse every request: both refused, on loopback too,
+      // naming the setting and never the value.
+      [{ BRAIN_LISTEN: "0.0.0.0:0", BRAIN_API_TOKEN: "   " }, /BRAIN_API_TOKEN is set but blank/],
+      [{ BRAIN_API_TOKEN: "" }, /BRAIN_API_TOKEN is set but blank/],
+      [{ BRAIN_API_TOKEN: " \t " }, /BRAIN_API_TOKEN is set but blank/],
+      [{ BRAIN_API_TOKEN: "s3cret\nline" }, /BRAIN_API_TOKEN holds a space, a line break or another character/],
       [{ BRAIN_MAX_TURN_SECS: "soon" }, /BRAIN_MAX_TURN_SECS.*whole number.*soon/],
       [{ BRAIN_DATA_DIR: blocked.dataDir }, /idempotency store cannot be opened.*EEXIST/],
       [{ BRAIN_MAX_CONNECTIONS: "10", BRAIN_RESERVED_CONNECTIONS: "10" }, /BRAIN_RESERVED_CONNECTIONS \(10\) must be below BRAIN_MAX_CONNECTIONS \(10\)/]

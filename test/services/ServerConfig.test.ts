@@ -173,14 +173,22 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(zero) && describeConfigError(zero.left)).toContain("BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION")
     }))
 
-  it.effect("an empty or blank BRAIN_API_TOKEN is no token at all", () =>
+  it.effect("an empty or blank BRAIN_API_TOKEN is refused, not taken as no token (which would turn authentication off); so is one no bearer header can carry; neither message holds the value", () =>
     Effect.gen(function*() {
       for (const token of ["", " ", "\t \n"]) {
         const c = yield* read({ BRAIN_API_TOKEN: token })
-        expect(Either.isRight(c) && c.right.apiToken, JSON.stringify(token)).toBe(undefined)
+        expect(Either.isLeft(c) && describeConfigError(c.left), JSON.stringify(token)).toContain("BRAIN_API_TOKEN is set but blank")
       }
-      const real = yield* read({ BRAIN_API_TOKEN: "s3cret" })
-      expect(Either.isRight(real) && real.right.apiToken).toBe("s3cret")
+      for (const token of ["s3cret\nx", "s3cret\r\n", "two words", " s3cret", "s3cret\t", "s3crét"]) {
+        const c = yield* read({ BRAIN_API_TOKEN: token })
+        const message = Either.isLeft(c) ? describeConfigError(c.left) : ""
+        expect(message, JSON.stringify(token)).toContain("BRAIN_API_TOKEN holds a space, a line break or another character a bearer header cannot carry")
+        expect(message).not.toContain("s3cr")
+      }
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.apiToken).toBe(undefined)
+      const real = yield* read({ BRAIN_API_TOKEN: "s3cret-._~+/=" })
+      expect(Either.isRight(real) && real.right.apiToken).toBe("s3cret-._~+/=")
     }))
 
   it.effect("BRAIN_CACHE_BYTES unset is left to the heap-sized default; connection limits must be positive", () =>
