@@ -184,7 +184,11 @@ describe("a host Environment's tool calls", () => {
     const failed = events.find((e) => e.kind === "tool_call_failed")!
     expect(failed.data).toMatchObject({ sequence: call.data.sequence, outcome: "unknown", failure: { code: "unknown", ambiguous: true } })
     // Closed by the stopping runtime (DESIGN: shutdown past the drain is a cancellation), not by recovery.
-    expect(events.at(-1)).toMatchObject({ kind: "turn_failed", data: { failure: { code: "interrupted", message: "the server is stopping" } } })
+    // Its message names the call that did not confirm its stop.
+    expect(events.at(-1)).toMatchObject({
+      kind: "turn_failed",
+      data: { failure: { code: "interrupted", message: expect.stringMatching(/^the server is stopping; the tool call ".+" did not stop within BRAIN_CANCEL_GRACE_MS/) } }
+    })
     expect(frames.all.map((f) => f.event)).toEqual(["ready", "call", "cancel"])
     expect(frames.all[2]!.data).toMatchObject({ sequence: call.data.sequence, reason: "cancel" })
   })

@@ -12,6 +12,7 @@
  * it. The outcome append still in flight is handed to the turn (`ActivationScope.unsettled`),
  * which keeps the session refused until it has landed or failed; see Turn.ts.
  */
+import { OpenCalls } from "./OpenCalls.js"
 import { Cause, Clock, Effect, Exit, Option } from "effect"
 import { boundedFailure, failure, Failure } from "../../domain/Failure.js"
 import type { Message, TranscriptDelta } from "../../domain/Messages.js"
@@ -94,6 +95,8 @@ export interface ActivationScope {
    * failure is then ambiguous too.
    */
   cutShort: boolean
+  /** The tool calls under way, and those the turn's cancel could not stop (OpenCalls.ts). */
+  readonly calls: OpenCalls
   /**
    * The transcript the loop saved with its end (`setTranscriptAtEnd`), as the record of its
    * difference from the saved one, made and weighed once (null: no difference): the turn's closing

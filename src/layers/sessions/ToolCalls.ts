@@ -121,9 +121,11 @@ export const makeDispatch = (given: ToolCallContext) => {
     let inFlight = true
     /** Its start's sequence, once dispatched. */
     let startedAt: number | undefined
+    /** The verdict of its stop, once the stop has run to its end (`dispatchOf`). */
+    let stopVerdict: ToolVerdict | undefined
     const dispatch = (sequence: number): Effect.Effect<ToolVerdict> => {
       startedAt = sequence
-      return Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight))
+      return Effect.gen(() => dispatchOf(ctx, call, definition, deadline, deadlineAtMs, sequence, () => inFlight, (v) => (stopVerdict = v)))
     }
     const dispatchNow = (sequence: number): Exit.Exit<ToolVerdict> | Dispatching<ToolVerdict, never> | undefined => {
       startedAt = sequence
@@ -136,19 +138,26 @@ export const makeDispatch = (given: ToolCallContext) => {
      * before it commits the record: the call is over from there, and Events it emits are refused.
      */
     let recorded: Entry | undefined
-    const outcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
+    const outcome = (sequence: number, interruptedOrNot: Exit.Exit<ToolVerdict>, dispatched: boolean) => {
       inFlight = false
+      // A dispatch interrupted once its stop had run (its activation interrupted meanwhile) ends
+      // with what the stop found.
+      const exit = stopVerdict !== undefined && Exit.isInterrupted(interruptedOrNot) ? Exit.succeed(stopVerdict) : interruptedOrNot
       // Always recorded, and counted against the turn's writes (TurnWrites.ts).
       recorded = counted(scope, toolOutcome(sequence, exit, dispatched, budget))
       // Stopped by the turn's cancel (or its activation interrupted) with its outcome uncertain.
       if ((scope.signal.reason !== undefined || !Exit.isSuccess(exit)) && (recorded.payload as { failure?: Failure }).failure?.ambiguous === true) {
         scope.cutShort = true
       }
+      // Its executor did not confirm the cancel's stop: the turn's failure names it (Turn.ts).
+      if (Exit.isSuccess(exit) ? exit.value._tag === "stopped" && exit.value.by === "cancel" && !exit.value.confirmed : Exit.isInterrupted(exit) && dispatched) {
+        scope.calls.unconfirmed.push(call.name)
+      }
       return recorded
     }
     const result = (): ToolResult =>
       toolResultOf(call.id, call.name, recorded!.payload as { outcome: ToolResult["outcome"]; output?: unknown; failure?: Failure })
-    return { effect: { started: started.entry, dispatch, dispatchNow, outcome }, result, bytes: started.bytes, started: () => startedAt }
+    return { effect: { started: started.entry, dispatch, dispatchNow, outcome }, result, bytes: started.bytes, started: () => startedAt, tool: call.name }
   }
 
   /**
@@ -170,8 +179,10 @@ export const makeDispatch = (given: ToolCallContext) => {
     }
     if (refused !== undefined) return Effect.suspend(() => afterStop(refuse(refused)))
     countWrite(scope, bytes)
+    const open = scope.calls.open(calls.map((c) => c.tool))
     /** A call whose outcome was not committed by the round's end never will be by this round. */
     const ended = () => {
+      scope.calls.close(open)
       if (receipts.size === 0) return
       for (const c of calls) {
         const sequence = c.started()
@@ -217,6 +228,8 @@ interface ToolCall {
   readonly bytes: number
   /** Its start's sequence, once dispatched. */
   readonly started: () => number | undefined
+  /** Its tool's name. */
+  readonly tool: string
 }
 
 /** What `toolCall` is (makeDispatch's): one call, with its budget and its round's deadline sleeper. */
@@ -363,7 +376,9 @@ function* dispatchOf(
   deadline: Deadline | undefined,
   deadlineAtMs: number | undefined,
   sequence: number,
-  inFlight: () => boolean
+  inFlight: () => boolean,
+  /** Told the verdict of the call's stop, once it has run. */
+  keepStop: (verdict: ToolVerdict) => void
 ) {
   const { deps, scope } = ctx
   const { cell } = scope
@@ -397,11 +412,16 @@ function* dispatchOf(
       onSuccess: (reply): ToolVerdict => ({ _tag: "reply", reply })
     }), Effect.catchAllDefect((defect) => Effect.succeed(crashed(defect))))
   )
-  // The dispatch interrupted (its activation is, a server stop): the call is stopped, and its
-  // executor interrupted and given the grace, no more; the fence records the call unconfirmed.
+  // The dispatch interrupted (its activation is, a server stop) before the call was stopped: the
+  // call is stopped, and its executor interrupted and given the grace, no more; the fence records
+  // the call unconfirmed. Once its stop has begun (the cancel, its deadline), the stop runs to its
+  // end, bounded by two graces, and its verdict stands: an interruption then (the activation
+  // interrupted two graces after the cancel, as the stop's second grace ends) neither starts the
+  // grace again nor loses what the stop found, so the outcome is recorded within the stop's bound,
+  // ahead of the turn's close.
   return yield* Effect.onInterrupt(
-    Effect.gen(() => verdictOf(config, scope.signal, executor, deadline, stop, (by) => (stoppedBy = by))),
-    () => Effect.zipRight(Effect.sync(() => stop.abort("interrupted")), interruptWithin(executor, config.cancelGraceMs))
+    Effect.gen(() => verdictOf(config, scope.signal, executor, deadline, stop, (by) => (stoppedBy = by), keepStop)),
+    () => (stop.aborted ? Effect.void : Effect.zipRight(Effect.sync(() => stop.abort("interrupted")), interruptWithin(executor, config.cancelGraceMs)))
   )
 }
 
@@ -415,7 +435,8 @@ function* verdictOf(
   executor: Fiber.RuntimeFiber<ToolVerdict>,
   deadline: Deadline | undefined,
   stop: CallStop,
-  stoppedBy: (by: "cancel" | "deadline") => void
+  stoppedBy: (by: "cancel" | "deadline") => void,
+  keepStop: (verdict: ToolVerdict) => void
 ) {
   const first = yield* exitOrCancel(executor, signal, deadline)
   // An executor answers every outcome as a verdict; one that was interrupted ends the call so.
@@ -427,5 +448,7 @@ function* verdictOf(
     if (v._tag === "reply" && v.reply.outcome === "stopped" && stop.neverStarted && !stop.aborted) return { _tag: "unsent", reason: "interrupted" } as ToolVerdict
     return v
   }
-  return yield* stopping(config, first, executor, stop, stoppedBy)
+  const verdict = yield* Effect.uninterruptible(Effect.gen(() => stopping(config, first, executor, stop, stoppedBy)))
+  keepStop(verdict)
+  return verdict
 }

@@ -198,7 +198,8 @@ export function* stopping(
   const reason: CancelReason = first._tag === "cancel" ? first.reason : "timeout"
   stoppedBy(by)
   stop.abort(by === "deadline" ? "timeout" : reason)
-  const after = yield* Fiber.await(executor).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
+  // An interruptible wait, so that its deadline holds when the stop runs uninterruptibly (`dispatchOf`).
+  const after = yield* Effect.interruptible(Fiber.await(executor)).pipe(Effect.timeoutOption(Duration.millis(config.cancelGraceMs)))
   if (Option.isSome(after)) {
     // Stopped before its work began (a Wasm tool still waiting for a thread): it never ran.
     if (stop.neverStarted) return { _tag: "unsent", reason, ...(by === "deadline" ? { deadline: true } : {}) } as ToolVerdict

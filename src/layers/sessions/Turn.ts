@@ -35,6 +35,7 @@ import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceJournal.js"
 import { turnOutcome } from "./Requests.js"
 import { Writes } from "./Writes.js"
+import { namedCalls, OpenCalls } from "./OpenCalls.js"
 import { committedResults } from "./CommittedResults.js"
 
 export interface TurnStart {
@@ -133,13 +134,25 @@ function* stopping<A, E>(fiber: Fiber.RuntimeFiber<A, E>, cancelGraceMs: number)
 /**
  * The turn's failure when its loop was abandoned: it did not end within the grace once interrupted
  * (an application's loop in an uninterruptible region). It runs on, and every host call it makes
- * is refused with the cancel's failure, so nothing more of it is recorded.
+ * is refused with the cancel's failure, so nothing more of it is recorded. When it was waiting on
+ * tool calls then (`waitedOn`), those are what did not end, not the loop: the message says so.
  */
-const abandonedLoop = (f: Failure): Failure =>
-  failure(f.code, `${f.message}; the agentloop did not end within BRAIN_CANCEL_GRACE_MS of its interruption and was abandoned, its host calls refused`, {
-    ambiguous: f.ambiguous,
-    retryable: f.retryable
-  })
+const abandonedLoop = (f: Failure, waitedOn: ReadonlyArray<string>): Failure =>
+  failure(
+    f.code,
+    waitedOn.length > 0
+      ? `${f.message}; ${namedCalls(waitedOn)} had not ended within BRAIN_CANCEL_GRACE_MS of the activation's interruption, so the activation waiting on ${waitedOn.length === 1 ? "it" : "them"} was abandoned, its host calls refused`
+      : `${f.message}; the agentloop did not end within BRAIN_CANCEL_GRACE_MS of its interruption and was abandoned, its host calls refused`,
+    { ambiguous: f.ambiguous, retryable: f.retryable }
+  )
+
+/** The cancel's failure, naming the tool calls whose executors did not confirm they stopped (recorded `unknown`). */
+const withUnconfirmed = (f: Failure, tools: ReadonlyArray<string>): Failure =>
+  tools.length === 0 ? f : failure(
+    f.code,
+    `${f.message}; ${namedCalls(tools)} did not stop within BRAIN_CANCEL_GRACE_MS of ${tools.length === 1 ? "its" : "their"} cancel and ${tools.length === 1 ? "was" : "were"} abandoned, recorded unknown`,
+    { ambiguous: f.ambiguous, retryable: f.retryable }
+  )
 
 function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) {
   const { cell, turn, activation } = start
@@ -154,6 +167,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     journalBytes: start.journalBytes,
     unsettled: [],
     cutShort: false,
+    calls: new OpenCalls(),
     room: transcriptRoom(config, start.loop.input, () => stringifyOnce(cell.state.configuration))
   }
   const host = makeHost(deps, scope)
@@ -189,7 +203,14 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
     // The loop's own failure (its message, its details) is its text: bounded before it is recorded.
     closing = Exit.isInterrupted(activated) ? cancelFailure("interrupted", scope.cutShort) : boundedFailure(failureOf(activated.cause))
   } else result = activated.value ?? null
-  if (activated === undefined) closing = abandonedLoop(closing!)
+  if (activated === undefined) {
+    // Abandoned while tool calls were under way: their outcomes are recorded before the close
+    // (each call's stop is bounded, its outcome's append by the cleanup deadline), so no closed
+    // turn is followed by an effect of its own.
+    const waitedOn = scope.calls.tools
+    if (waitedOn.length > 0) yield* scope.calls.settled(config.cancelGraceMs + config.cleanupDeadlineMs)
+    closing = abandonedLoop(closing!, waitedOn)
+  } else if (closing !== undefined && reason !== undefined) closing = withUnconfirmed(closing, scope.calls.unconfirmed)
   // No write of the loop runs after this (an abandoned loop's, queued behind a stalled one): refused (Writes.ts).
   scope.writes.close(host.refusal())
 
