@@ -40,7 +40,7 @@ import {
 } from "./Output.js"
 import { type HostTool, isHostTool } from "./Tool.js"
 import { Transport, type TransportOptions } from "./Transport.js"
-import { type Decoded, describeIssues, type Validator } from "./Validate.js"
+import { type Decoded, describeIssues, isValidator, type Validator } from "./Validate.js"
 import type {
   CreateSessionRequest,
   Event,
@@ -248,6 +248,9 @@ export class Session {
     const key = options.idempotencyKey ?? newKey()
     const schema = options.output
     if (schema === undefined) return this.turn(inputOf(input), key, options.signal)
+    // Refused before anything is sent, as `tool()` refuses it: a Schema of another Effect line
+    // (effect 4's) is neither this line's Schema nor a Standard Schema, and cannot be read.
+    if (!isValidator(schema)) throw new TypeError("send(): output must be an Effect Schema (of effect 3, this package's line) or a Standard Schema validator")
     try {
       return await this.structured(inputOf(input), key, schema, options)
     } catch (e) {

@@ -65,13 +65,19 @@ const parseAnswer = (text: string): { readonly ok: true; readonly value: unknown
   }
 }
 
+/**
+ * The answer decoded, or its issues. A validator that throws is a bug, not an answer that fails it:
+ * what it threw is rethrown, so that no correction is sent for it.
+ */
 export const checkAnswer = async <V extends Validator>(
   schema: V,
   text: string
 ): Promise<{ readonly ok: true; readonly value: Decoded<V> } | { readonly ok: false; readonly issues: ReadonlyArray<Issue> }> => {
   const parsed = parseAnswer(text)
   if (!parsed.ok) return { ok: false, issues: [parsed.issue] }
-  return decode(schema, parsed.value)
+  const checked = await decode(schema, parsed.value)
+  if (!checked.ok && checked.thrown !== undefined) throw checked.thrown.error
+  return checked
 }
 
 /** The message that asks the model again, naming what was wrong and, when known, the JSON Schema. */

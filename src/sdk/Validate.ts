@@ -46,7 +46,14 @@ export interface Issue {
   readonly message: string
 }
 
-export type Checked<A> = { readonly ok: true; readonly value: A } | { readonly ok: false; readonly issues: ReadonlyArray<Issue> }
+export type Checked<A> =
+  | { readonly ok: true; readonly value: A }
+  | {
+    readonly ok: false
+    readonly issues: ReadonlyArray<Issue>
+    /** The validator threw (a bug of the validator, not a value that fails it): what it threw. */
+    readonly thrown?: { readonly error: unknown }
+  }
 
 export const isEffectSchema = (v: Validator): v is Schema.Schema<unknown, unknown, never> => Schema.isSchema(v)
 
@@ -71,12 +78,15 @@ const standard = async <A>(v: StandardSchemaV1<unknown, A>, value: unknown): Pro
   }
 }
 
-/** A validator that throws is reported as one issue, not as the caller's failure. */
+/**
+ * A validator that throws is reported as one issue, not as the caller's failure, and marked
+ * `thrown`: a host tool answers it as the call's error; a structured send rejects with it.
+ */
 const guarded = async <A>(f: () => Promise<Checked<A>> | Checked<A>): Promise<Checked<A>> => {
   try {
     return await f()
   } catch (e) {
-    return { ok: false, issues: [{ path: [], message: `the validator threw: ${e instanceof Error ? e.message : String(e)}` }] }
+    return { ok: false, issues: [{ path: [], message: `the validator threw: ${e instanceof Error ? e.message : String(e)}` }], thrown: { error: e } }
   }
 }
 

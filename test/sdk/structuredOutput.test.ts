@@ -50,6 +50,40 @@ describe("structured output on send", () => {
     expect(outcome).toMatchObject({ output: 42, corrections: 0 })
   })
 
+  it("an output validator the client cannot read (a Schema of effect 4) is refused with tool()'s TypeError before anything is sent: no turn runs", async () => {
+    // The shape of effect 4's `Schema.Struct(…)`: a function with `ast`, its type id on the
+    // prototype, neither an effect 3 Schema nor a Standard Schema.
+    const fromEffect4 = Object.setPrototypeOf(Object.assign(() => undefined, { ast: { _tag: "Objects" }, fields: {} }), {
+      "~effect/Schema/Schema": "~effect/Schema/Schema",
+      pipe() {
+        return this
+      }
+    })
+    const session = await brain.sessions.create(scripted("{\"a\":\"x\"}"))
+    const refused = await session.send("q", { output: fromEffect4 }).catch((e) => e)
+    expect(refused).toBeInstanceOf(TypeError)
+    expect(refused.message).toContain("an Effect Schema (of effect 3, this package's line) or a Standard Schema validator")
+    expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(0)
+  })
+
+  it("an output validator that throws (a bug, not an invalid answer) rejects the send with what it threw: no correction is sent", async () => {
+    const bug = new Error("validator bug")
+    const throwing: StandardSchemaV1<unknown, unknown> = {
+      "~standard": {
+        version: 1,
+        vendor: "test",
+        validate: () => {
+          throw bug
+        }
+      }
+    }
+    const session = await brain.sessions.create(scripted("{\"a\":\"x\"}", "{\"a\":\"y\"}"))
+    const failed = await session.send("q", { output: throwing }).catch((e) => e)
+    expect(failed).toBe(bug)
+    expect((await history(brain, session.id)).filter((e) => e.kind === "turn_started")).toHaveLength(1)
+    expect((await session.transcript()).messages.filter((m) => m.role === "user")).toHaveLength(1)
+  })
+
   it("retrying a structured send with the same Idempotency-Key replays its turn and corrections: no new turn starts", async () => {
     const session = await brain.sessions.create(scripted("no", "{\"city\":\"Oslo\",\"population\":700000}"))
     const first = await session.send("Which city?", { output: City, idempotencyKey: "structured-1" })
