@@ -221,8 +221,25 @@ const toBrainError = (e: NotAnAnswer): Effect.Effect<BrainError | InvalidRequest
   }
   if (e._tag === "RequestError") return Effect.succeed(networkError(e.cause ?? e.message))
   const response = e.response
-  // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.
-  if (response.status >= 200 && response.status < 300) return Effect.succeed(networkError(e.message))
+  if (response.status >= 200 && response.status < 300) {
+    // A status the route does not declare (HttpApiClient's `orElse`: a Decode error with no cause,
+    // nothing of the body read) is an answer, outside the contract (a proxy's): final, not retried.
+    if (e.reason === "Decode" && e.cause === undefined) {
+      return response.text.pipe(
+        Effect.orElseSucceed(() => ""),
+        Effect.map((text) =>
+          new BrainError({
+            code: "bad_response",
+            status: response.status,
+            retryable: false,
+            message: `an answer outside the contract: HTTP ${response.status} is not a status this route answers${text.length > 0 ? `: ${text.slice(0, 200)}` : ""}`
+          })
+        )
+      )
+    }
+    // A 2xx whose body could not be read was cut off: its outcome is as uncertain as no answer.
+    return Effect.succeed(networkError(e.message))
+  }
   return response.text.pipe(
     Effect.map((text) => fromAnswer(response.status, text)),
     Effect.orElseSucceed(() => fromAnswer(response.status, ""))

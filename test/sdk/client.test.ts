@@ -299,6 +299,28 @@ describe("the Promise client", () => {
     await client.close()
   })
 
+  it("a success status the route does not declare (200 on a create, 201 or 204 on a read) is bad_response with that status, final: sent once, never network_error", async () => {
+    const session = await brain.sessions.create(scripted)
+    const cases: ReadonlyArray<readonly [number, string, (client: Brain) => Promise<unknown>]> = [
+      [200, "create", (client) => client.sessions.create(scripted)],
+      [201, "get", (client) => client.sessions.get(session.id)],
+      [204, "get", (client) => client.sessions.get(session.id)],
+      [204, "list", (client) => client.sessions.list({})]
+    ]
+    for (const [status, what, call] of cases) {
+      let sent = 0
+      const client = new Brain({
+        baseUrl: server.baseUrl,
+        fetch: async () => (sent++, new Response(status === 204 ? null : "<html>proxy</html>", { status, headers: { "content-type": "text/html" } }))
+      })
+      const failed = await call(client).catch((e) => e)
+      await client.close()
+      expect(failed, `${status} on ${what}`).toBeInstanceOf(BrainError)
+      expect(failed, `${status} on ${what}`).toMatchObject({ code: "bad_response", status, retryable: false })
+      expect(sent, `${status} on ${what}`).toBe(1)
+    }
+  })
+
   it("close rejects a request in flight with BrainClosed and sends nothing that stops its turn: the turn runs to its end", async () => {
     const recording = new RecordingFetch()
     const client = new Brain({ baseUrl: server.baseUrl, fetch: recording.fetch })
