@@ -309,11 +309,23 @@ export class Session {
     if (first === "answered") return posting
 
     // Aborted: cancel only once the turn is admitted, or the cancel could pass it and miss it.
+    // A server that cannot be reached now can be sent no cancel: the send stops at once (its
+    // request, and its retries, aborted) with the signal's reason.
     const watching = new AbortController()
     const admitted = this.admission(after, input, watching.signal).then(() => "admitted" as const, () => "unseen" as const)
-    const next = await Promise.race([answered, admitted])
+    const unreachable = this.unreachable(watching.signal).then((down) => (down ? "unreachable" as const : new Promise<never>(() => {})))
+    const next = await Promise.race([answered, admitted, unreachable])
     watching.abort()
-    if (next !== "admitted") return posting
+    if (next === "unreachable") {
+      request.abort()
+      throw signal.reason
+    }
+    if (next !== "admitted") {
+      // Its answer could not be read (no answer arrived): nothing says the turn ran, and the caller stopped it.
+      const outcome = await posting.catch((e: unknown) => (e instanceof BrainError && e.code === "network_error" ? undefined : Promise.reject(e)))
+      if (outcome === undefined) throw signal.reason
+      return outcome
+    }
     try {
       await this.interrupt()
     } catch (e) {
@@ -334,6 +346,20 @@ export class Session {
     )
     this.latest = { session_id: outcome.session_id, status: outcome.status, last_sequence: outcome.last_sequence }
     return outcome
+  }
+
+  /**
+   * Whether the server cannot be reached now: one `GET /health/live`, not retried, whose connection
+   * failed (false when any answer arrived, or the check was stopped).
+   */
+  private async unreachable(signal: AbortSignal): Promise<boolean> {
+    try {
+      const answer = await this.transport.open("/health/live", { headers: {}, signal })
+      await answer.body?.cancel().catch(() => undefined)
+      return false
+    } catch (e) {
+      return !signal.aborted && e instanceof BrainError && e.code === "network_error"
+    }
   }
 
   /** Resolves once a synchronous turn with `input` is started after sequence `after`. */

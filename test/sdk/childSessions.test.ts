@@ -43,6 +43,46 @@ describe("send with a signal (child sessions)", () => {
     expect((await child.send("echo me", { signal: live.signal })).turn).toMatchObject({ status: "ended", result: { text: "echo me" } })
   })
 
+  it("an abort while the server cannot be reached rejects with the signal's reason, not a network_error, and sends the turn no more", async () => {
+    // Once `down`, every connection is refused, and the send's request in flight is cut.
+    let isDown = false
+    let cut: (e: unknown) => void = () => undefined
+    const wentDown = new Promise<never>((_, reject) => (cut = reject))
+    wentDown.catch(() => undefined)
+    const refused = () => Object.assign(new TypeError("fetch failed"), { cause: Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }) })
+    let posts = 0
+    let sent: () => void = () => undefined
+    const posted = new Promise<void>((resolve) => (sent = resolve))
+    const client = new Brain({
+      baseUrl: server.baseUrl,
+      fetch: async (url, init) => {
+        if (isDown) throw refused()
+        if (!(url.endsWith("/messages") && init.method === "POST")) return fetch(url, init)
+        posts++
+        sent()
+        return Promise.race([fetch(url, init), wentDown])
+      }
+    })
+    try {
+      const child = await client.sessions.create(slowModel)
+      const controller = new AbortController()
+      const sending = child.send("work", { signal: controller.signal })
+      await posted
+      isDown = true
+      cut(refused())
+      const reason = new Error("the owner stopped")
+      controller.abort(reason)
+      expect(await sending.catch((e) => e)).toBe(reason)
+      const postsAtRejection = posts
+      // Its retries stopped: a later round of them would find the server back.
+      isDown = false
+      await new Promise((resolve) => setTimeout(resolve, 2000))
+      expect(posts).toBe(postsAtRejection)
+    } finally {
+      await client.close()
+    }
+  })
+
   it("a turn that ends on its own after its admission, before the cancel reaches it, resolves with its outcome: nothing was cancelled", async () => {
     // The cancel is held back until the turn has ended, as a slow network would hold it.
     let ended: () => void = () => undefined
