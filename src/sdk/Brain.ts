@@ -111,6 +111,7 @@ const inputOf = (input: TurnInput | string): TurnInput => (typeof input === "str
 
 export class Brain {
   readonly sessions: Sessions
+  readonly agentloops: Agentloops
   private readonly transport: Transport
   private readonly host: Host
 
@@ -118,6 +119,7 @@ export class Brain {
     this.transport = new Transport(options)
     this.host = new Host(this.transport)
     this.sessions = new Sessions(this.transport, this.host)
+    this.agentloops = new Agentloops(this.transport)
   }
 
   /** The id of this client's host, once a create with host tools has registered it. */
@@ -146,6 +148,33 @@ export class Brain {
   async close(): Promise<void> {
     await this.host.close()
     this.transport.close()
+  }
+}
+
+/** An uploaded WebAssembly module: its id (the SHA-256 of its bytes, hex), size, and whether it is an Agentloop (`loop`) or a tool (`tool`). */
+export type UploadedModule = typeof Schemas.AgentloopAdmitted.Type
+
+/** Uploaded WebAssembly modules (docs/abi.md): an Agentloop a create names as `agentloop`, or a Wasm tool's `module`. */
+export class Agentloops {
+  constructor(private readonly transport: Transport) {}
+
+  /**
+   * `POST /v1/agentloops`: uploads the module's bytes; the server validates and compiles them
+   * before it stores them. Resolves with `{id, bytes, loop, tool}`; the same bytes give the same id.
+   */
+  upload(module: Uint8Array, options: MutationOptions = {}): Promise<UploadedModule> {
+    if (!(module instanceof Uint8Array)) return Promise.reject(new TypeError("agentloops.upload(): module must be a Uint8Array of the module's bytes"))
+    return this.transport.call((client) => client.agentloops.upload(module, keyOf(options)), options.signal)
+  }
+
+  /** `GET /v1/agentloops`: every uploaded module. */
+  async list(options: { readonly signal?: AbortSignal } = {}): Promise<ReadonlyArray<UploadedModule>> {
+    return (await this.transport.call((client) => client.agentloops.list(), options.signal)).agentloops
+  }
+
+  /** `DELETE /v1/agentloops/{id}`: removes a module no session uses (409 `conflict` while one does). */
+  remove(id: string, options: MutationOptions = {}): Promise<void> {
+    return this.transport.call((client) => client.agentloops.remove(id, keyOf(options)), options.signal)
   }
 }
 

@@ -54,13 +54,13 @@ import * as HttpApiClient from "@effect/platform/HttpApiClient"
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientError from "@effect/platform/HttpClientError"
 import * as HttpClientRequest from "@effect/platform/HttpClientRequest"
-import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
+import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { Clock, Context, Duration, Effect, Either, FiberRef, Layer, ParseResult, Schedule } from "effect"
 import { InvalidRequest } from "../domain/Errors.js"
 import type { HostId, SessionId } from "../domain/Ids.js"
 import { BrainApi } from "../http/Api.js"
 import { decodeRefused } from "../http/Errors.js"
-import type * as Schemas from "../http/Schemas.js"
+import * as Schemas from "../http/Schemas.js"
 import { BrainError, fromAnswer, isUncertain, networkError } from "./Errors.js"
 
 /** Sends of one call whose outcome is uncertain, the first included: enough to ride out a
@@ -146,6 +146,7 @@ export type Refusals<Call extends (...args: any) => Effect.Effect<any, any, any>
 
 type Routes = BrainApiClient["sessions"]
 type HostRoutes = BrainApiClient["hosts"]
+type AgentloopRoutes = BrainApiClient["agentloops"]
 
 /** An error of a keyed call: it carries the Idempotency-Key the request was sent with. */
 export type WithKey<E> = E extends unknown ? E & { readonly idempotencyKey: string } : never
@@ -185,6 +186,17 @@ export interface BrainClientShape {
     ) => Effect.Effect<SessionSummary, WithKey<Refusals<Routes["cancel"]> | BrainError>>
     readonly end: (id: string, options?: MutationOptions) => Effect.Effect<SessionSummary, WithKey<Refusals<Routes["end"]> | BrainError>>
     readonly delete: (id: string, options?: MutationOptions) => Effect.Effect<void, WithKey<Refusals<Routes["delete"]> | BrainError>>
+  }
+  /** Uploaded WebAssembly modules (docs/abi.md): Agentloops and tools, by the SHA-256 of their bytes. */
+  readonly agentloops: {
+    /**
+     * `POST /v1/agentloops`: uploads a module's bytes (`application/wasm`), validated and compiled
+     * by the server before it is stored; answers `{id, bytes, loop, tool}`. The same bytes answer
+     * the same id. Refusals are BrainErrors with the server's code (docs/api.md).
+     */
+    readonly upload: (module: Uint8Array, options?: MutationOptions) => Effect.Effect<typeof Schemas.AgentloopAdmitted.Type, WithKey<BrainError>>
+    readonly list: () => Effect.Effect<typeof Schemas.AgentloopList.Type, Refusals<AgentloopRoutes["list"]> | BrainError>
+    readonly remove: (id: string, options?: MutationOptions) => Effect.Effect<void, WithKey<Refusals<AgentloopRoutes["remove"]> | BrainError>>
   }
   /** A host's routes (docs/environments.md, "The `host` driver"): `register` with the API token,
    * the others with the host's own (a client made with it). */
@@ -359,9 +371,30 @@ const reading = <A, E>(call: Effect.Effect<A, E>) => withRetries(mapErrors(call)
 const unexpected = (what: string) =>
   Effect.fail(new BrainError({ code: "bad_response", status: 0, retryable: false, message: what }))
 
+/**
+ * `POST /v1/agentloops` with the module's bytes. Sent directly, not through the raw client: the
+ * route's body is bytes, which the contract describes only in its OpenAPI document (`moduleBody`),
+ * so the raw client's `admit` has no body to send.
+ */
+const uploadModule = (http: HttpClient.HttpClient, options: BrainClientOptions, key: string, module: Uint8Array) =>
+  HttpClientRequest.post(`${options.baseUrl.replace(/\/+$/, "")}/v1/agentloops`).pipe(
+    HttpClientRequest.bodyUint8Array(module, "application/wasm"),
+    HttpClientRequest.setHeader("idempotency-key", key),
+    (request) => (options.token === undefined ? request : HttpClientRequest.bearerToken(request, options.token)),
+    http.execute,
+    Effect.flatMap((response) =>
+      response.status === 201
+        ? HttpClientResponse.schemaBodyJson(Schemas.AgentloopAdmitted)(response).pipe(
+          Effect.catchIf(ParseResult.isParseError, (e) =>
+            Effect.fail(new BrainError({ code: "bad_response", status: 201, retryable: false, message: `an answer outside the contract: ${e.message}` })))
+        )
+        : response.text.pipe(Effect.orElseSucceed(() => ""), Effect.flatMap((text) => Effect.fail(fromAnswer(response.status, text))))
+    )
+  )
+
 /** The client over an `HttpClient` from the context. */
 export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShape, never, HttpClient.HttpClient> =>
-  Effect.map(makeApi(options), (api): BrainClientShape => {
+  Effect.map(Effect.zip(makeApi(options), HttpClient.HttpClient), ([api, http]): BrainClientShape => {
     const path = (id: string) => ({ id: id as SessionId })
     const host = (id: string) => ({ id: id as HostId })
     return {
@@ -387,6 +420,11 @@ export const make = (options: BrainClientOptions): Effect.Effect<BrainClientShap
         interrupt: (id, opts) => mutating(opts, (key) => api.sessions.cancel({ path: path(id), headers: { "idempotency-key": key } })),
         end: (id, opts) => mutating(opts, (key) => api.sessions.end({ path: path(id), headers: { "idempotency-key": key } })),
         delete: (id, opts) => mutating(opts, (key) => api.sessions.delete({ path: path(id), headers: { "idempotency-key": key } }))
+      },
+      agentloops: {
+        upload: (module, opts) => mutating(opts, (key) => uploadModule(http, options, key, module)),
+        list: () => reading(api.agentloops.list()),
+        remove: (id, opts) => mutating(opts, (key) => api.agentloops.remove({ path: { id }, headers: { "idempotency-key": key } }))
       },
       hosts: {
         register: () => mapErrors(unrepeatable(api.hosts.register())),

@@ -3,6 +3,7 @@
  * the wire types. Web APIs only: no Node-only import, here or below (test/architecture).
  */
 export {
+  Agentloops,
   Brain,
   type BrainOptions,
   type CreateSessionBody,
@@ -13,7 +14,8 @@ export {
   Session,
   Sessions,
   type StructuredOptions,
-  type ToolDefinition
+  type ToolDefinition,
+  type UploadedModule
 } from "./Brain.js"
 export { HOST_READY_DEADLINE_MS } from "./Host.js"
 export {
