@@ -152,6 +152,21 @@ export const resolve = (binding: EnvironmentBinding): ResolvedBinding => ({
   lifecycle_timeout_ms: binding.lifecycle_timeout_ms ?? DEFAULT_LIFECYCLE_TIMEOUT_MS
 })
 
+/** A base URL as compared: parsed (a scheme's or host's case, a default port), without trailing slashes. */
+const comparableBaseUrl = (base: string): string => {
+  if (!URL.canParse(base)) return base
+  const url = new URL(base)
+  url.pathname = url.pathname.replace(/\/+$/, "")
+  return url.href
+}
+
+/**
+ * Whether a binding's base URL now is where a session recorded it: the same URL once parsed, so
+ * that a session recorded under another spelling of it (one an earlier server kept verbatim) is
+ * not moved by a cosmetic edit; a path's case, a scheme or a port that differ still move it.
+ */
+export const sameBaseUrl = (recorded: string, now: string): boolean => comparableBaseUrl(recorded) === comparableBaseUrl(now)
+
 /**
  * Where a call of `tool` goes: the admitted Environment it names; `builtin` for a Wasm tool that
  * names none (the built-in Wasm pool, with no lifecycle); `none` for any other tool (only an
@@ -168,20 +183,24 @@ export const placeOf = (
 // ---------------------------------------------------------------------------------------------
 // Bindings: BRAIN_ENVIRONMENTS
 
-/** A base URL: http or https, no credentials, query or fragment (paths are appended to it). */
-const BaseUrl = Schema.String.pipe(
-  Schema.filter((s) => {
-    let url: URL
-    try {
-      url = new URL(s)
-    } catch {
-      return "must be an absolute http:// or https:// URL"
-    }
-    if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
-    if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the token in token_env"
-    if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
-    return true
-  })
+/**
+ * A base URL: http or https, no credentials, query or fragment (paths are appended to it). Held as
+ * the URL parser writes it (`URL.href`: scheme and host lower-cased, a default port dropped), which
+ * is where requests went anyway, so that a respelled binding records the same `resolved.base_url`.
+ */
+const BaseUrl = Schema.transform(
+  Schema.String.pipe(
+    Schema.filter((s) => {
+      if (!URL.canParse(s)) return "must be an absolute http:// or https:// URL"
+      const url = new URL(s)
+      if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
+      if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the token in token_env"
+      if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
+      return true
+    })
+  ),
+  Schema.String,
+  { strict: true, decode: (s) => new URL(s).href, encode: (s) => s }
 )
 
 const EnvVarName = Schema.String.pipe(

@@ -25,7 +25,8 @@ import {
   type EnvironmentBindings,
   readAnswer,
   readCancelAnswer,
-  resolve
+  resolve,
+  sameBaseUrl
 } from "../domain/Environment.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import {
@@ -78,7 +79,7 @@ const targetOf = (bindings: EnvironmentBindings, environment: AdmittedEnvironmen
   if (bound === undefined) {
     return Either.left(notSent(environment.name, "binding_missing", `its binding ${JSON.stringify(environment.binding)} is no longer configured (BRAIN_ENVIRONMENTS)`))
   }
-  if (resolve(bound.binding).base_url !== environment.resolved.base_url) {
+  if (!sameBaseUrl(environment.resolved.base_url, resolve(bound.binding).base_url)) {
     return Either.left(notSent(environment.name, "binding_moved", `its binding ${JSON.stringify(environment.binding)} now points elsewhere than the session recorded`))
   }
   const secretHeaders: Array<readonly [string, Redacted.Redacted]> = [...bound.headers]

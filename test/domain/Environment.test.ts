@@ -20,7 +20,8 @@ import {
   parseEnvironmentBindings,
   placeOf,
   readAnswer,
-  readCancelAnswer
+  readCancelAnswer,
+  sameBaseUrl
 } from "../../src/domain/Environment.js"
 
 const SECRET = "tok-0123456789abcdef-SECRET"
@@ -67,6 +68,25 @@ describe("environment declarations", () => {
     const decodeAdmitted = Schema.decodeUnknownEither(AdmittedEnvironment, { onExcessProperty: "error" })
     expect(Either.isRight(decodeAdmitted(admitted[0]))).toBe(true)
     expect(Either.isLeft(decodeAdmitted({ name: "sandbox", driver: "http", binding: "sandboxes" }))).toBe(true)
+  })
+
+  it("a binding's base_url is held as the URL parser writes it, so a respelling of the same URL records the same place", () => {
+    const spellings = ["https://envs.example.com/v1", "HTTPS://ENVS.Example.COM:443/v1/", "https://envs.example.com/./v1//"]
+    const recorded = spellings.map((base_url) => {
+      const b = bindings({ sandboxes: { driver: "http", base_url } })
+      const [admitted] = Either.getOrThrow(admitEnvironments([{ name: "sandbox", driver: "http", binding: "sandboxes" }], [], b))
+      return admitted!.driver === "http" ? admitted!.resolved.base_url : undefined
+    })
+    expect(recorded).toEqual(spellings.map(() => "https://envs.example.com/v1"))
+  })
+
+  it("a recorded base_url and a binding's are the same place when they parse to the same URL, whatever the spelling of either", () => {
+    expect(sameBaseUrl("HTTP://127.0.0.1:80/brain/v1/", "http://127.0.0.1/brain/v1")).toBe(true)
+    expect(sameBaseUrl("https://Envs.Example.com/v1", "https://envs.example.com:443/v1/")).toBe(true)
+    expect(sameBaseUrl("https://envs.example.com/v1", "https://envs.example.com/v2")).toBe(false)
+    expect(sameBaseUrl("https://envs.example.com/v1", "http://envs.example.com/v1")).toBe(false)
+    expect(sameBaseUrl("https://envs.example.com/v1", "https://envs.example.com:8443/v1")).toBe(false)
+    expect(sameBaseUrl("https://envs.example.com/V1", "https://envs.example.com/v1")).toBe(false)
   })
 
   it("admission refuses duplicate names, unknown bindings (listing the configured ones) and tools an Environment cannot run", () => {

@@ -359,6 +359,24 @@ describe("the http Environment driver: where a request goes, and secrets", () =>
       expect(f.log()).toEqual([])
     }))
 
+  it.scopedLive("a binding respelled (scheme case, a trailing /) still points where the session recorded: the call is sent, with the token", () =>
+    Effect.gen(function*() {
+      const f = yield* fake({ HTTP_ENV_TOKEN: TOKEN })
+      const shouted = f.url.replace(/^http:/, "HTTP:")
+      // A session recorded by an earlier server kept the binding's spelling; one recorded now keeps the parsed form.
+      const pairs = [[`${shouted}`, f.url], [f.url, `${shouted}/`]] as const
+      let sequence = 5
+      for (const [recorded, now] of pairs) {
+        const r = yield* withDriver(
+          { bindings: bindingsOf({ base_url: now, token_env: "T" }, { T: TOKEN }) },
+          call(sandbox(recorded), sequence++, "ok").pipe(Effect.either)
+        )
+        expect({ recorded, now, ok: Either.isRight(r), failure: failureOf(r) }).toMatchObject({ recorded, now, ok: true })
+      }
+      expect(f.requests().map((r) => r.path)).toEqual(["/tools/call", "/tools/call"])
+      expectWellFormed(f)
+    }))
+
   it.scopedLive("a binding that now points elsewhere, or is gone, fails before anything is sent (binding_moved, binding_missing)", () =>
     Effect.gen(function*() {
       const f = yield* fake({ HTTP_ENV_TOKEN: TOKEN })
