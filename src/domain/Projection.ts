@@ -19,6 +19,18 @@ export type SessionStatus = "creating" | "idle" | "running" | "ending" | "ended"
 export interface PendingEffect {
   readonly kind: keyof typeof EffectKinds
   readonly sequence: number
+  /**
+   * The Environment it is an operation of, if any: an Environment step's, or the one its tool's
+   * definition names. What recovery's failure of it names in `details.environment`. (Absent in a
+   * checkpoint written before it was kept.)
+   */
+  readonly environment?: string
+}
+
+/** The Environment a started effect is an operation of (`PendingEffect.environment`), or undefined. */
+const environmentOf = (state: SessionState, kind: string, p: Record<string, unknown>): string | undefined => {
+  if (kind === "tool_call_started") return state.configuration?.tools?.find((t) => t.name === p.tool)?.environment
+  return kind.startsWith("environment_") && typeof p.environment === "string" ? p.environment : undefined
 }
 
 export interface SessionState {
@@ -277,10 +289,13 @@ const foldWith = (state: SessionState, record: JournalRecord, transcripts: FoldT
       if (record.kind in EffectKinds) {
         if (record.kind === "model_call_started") next.modelCalls = state.modelCalls + 1
         if (!HashMap.has(state.pending, record.sequence)) next.bytes += PENDING_BYTES
-        next.pending = HashMap.set(state.pending, record.sequence, {
-          kind: record.kind as keyof typeof EffectKinds,
-          sequence: record.sequence
-        })
+        const kind = record.kind as keyof typeof EffectKinds
+        const environment = environmentOf(state, kind, p)
+        next.pending = HashMap.set(
+          state.pending,
+          record.sequence,
+          environment === undefined ? { kind, sequence: record.sequence } : { kind, sequence: record.sequence, environment }
+        )
       } else if (closingKinds.has(record.kind)) {
         if (HashMap.has(state.pending, p.sequence as number)) next.bytes -= PENDING_BYTES
         next.pending = HashMap.remove(state.pending, p.sequence as number)

@@ -19,8 +19,11 @@ export const needsRecovery = (s: SessionState): boolean =>
   s.ending !== undefined
 
 export const recoveryEntries = (s: SessionState, cause: RecoveryCause = "restart"): ReadonlyArray<Entry> => {
-  const interrupted = (what: string) =>
-    failure("interrupted", `${stoppedBy(cause)} while ${what} was running; nothing was re-run`, { ambiguous: true })
+  const interrupted = (what: string, environment?: string) =>
+    failure("interrupted", `${stoppedBy(cause)} while ${what} was running; nothing was re-run`, {
+      ambiguous: true,
+      ...(environment !== undefined ? { details: { environment } } : {})
+    })
   const out: Array<Entry> = []
   const pending = [...HashMap.values(s.pending)].sort((a, b) => a.sequence - b.sequence)
   for (const p of pending) {
@@ -34,19 +37,23 @@ export const recoveryEntries = (s: SessionState, cause: RecoveryCause = "restart
           entry("tool_call_failed", {
             sequence,
             outcome: "unknown",
-            failure: failure("unknown", `${stoppedBy(cause)} during this tool call; it may or may not have run`, { ambiguous: true }),
+            failure: failure("unknown", `${stoppedBy(cause)} during this tool call; it may or may not have run`, {
+              ambiguous: true,
+              // A call in an Environment names it, as the Environment's own failures do.
+              ...(p.environment !== undefined ? { details: { environment: p.environment } } : {})
+            }),
             is_error: true
           })
         )
         break
       case "environment_setup_started":
-        out.push(entry("environment_setup_failed", { sequence, failure: interrupted("this environment setup") }))
+        out.push(entry("environment_setup_failed", { sequence, failure: interrupted("this environment setup", p.environment) }))
         break
       case "environment_detach_started":
-        out.push(entry("environment_detach_failed", { sequence, failure: interrupted("this environment detach") }))
+        out.push(entry("environment_detach_failed", { sequence, failure: interrupted("this environment detach", p.environment) }))
         break
       case "environment_teardown_started":
-        out.push(entry("environment_teardown_failed", { sequence, failure: interrupted("this environment teardown") }))
+        out.push(entry("environment_teardown_failed", { sequence, failure: interrupted("this environment teardown", p.environment) }))
         break
     }
   }

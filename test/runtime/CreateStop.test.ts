@@ -81,7 +81,8 @@ const expectInterrupted = (
       "environment_setup_failed",
       "session_creation_failed"
     ])
-    expect(events[2]!.data).toMatchObject({ failure: { code: "interrupted", ambiguous: true } })
+    // Both records name the Environment, as every Environment failure does.
+    expect(events[2]!.data).toMatchObject({ failure: { code: "interrupted", ambiguous: true, details: { environment: "a" } } })
     expect(events[3]!.data).toMatchObject({ failure: { code: "interrupted", details: { environment: "a" } } })
     expect((yield* Effect.flatMap(Sessions, (s) => s.get(id))).status).toBe("failed")
   })

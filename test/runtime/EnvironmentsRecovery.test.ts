@@ -49,7 +49,8 @@ const reopened = (dataDir: string, f: Fake) => runtimeLayer({ journal: { dataDir
 const eventsOf = (id: SessionId) =>
   Effect.map(Effect.flatMap(Sessions, (s) => s.events(id, { after: 0, limit: 1000 })), (p) => p.events)
 
-const interrupted = { code: "interrupted", ambiguous: true }
+/** As every Environment failure, it names the Environment (docs/environments.md). */
+const interrupted = { code: "interrupted", ambiguous: true, details: { environment: "sandbox" } }
 
 describe("recovery of an Environment step left open by a crash", () => {
   it.scopedLive("a setup in flight: the creation fails, the setup is recorded ambiguous and not resent; a delete then tears down", () =>
@@ -84,6 +85,35 @@ describe("recovery of an Environment step left open by a crash", () => {
         const tail = (yield* eventsOf(id)).slice(6)
         expect(tail.map((e) => [e.kind, (e.data as any).sequence])).toEqual([["environment_detach_failed", 6], ["session_ended", 5]])
         expect(tail[0]!.data).toMatchObject({ failure: interrupted })
+        expect(f.requests()).toEqual([])
+      }).pipe(Effect.provide(reopened(dir, f)))
+    }))
+
+  it.scopedLive("a tool call in flight in an Environment: recorded unknown, ambiguous, naming the Environment, and not resent", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const f = yield* fakeEnvironment()
+      const id = yield* crashedSession(dir, (env) => [
+        entry("session_creation_started", {
+          configuration: {
+            agentloop: "official",
+            model: { provider: "scripted" },
+            environments: [env],
+            tools: [{ name: "run", environment: "sandbox" }, { name: "local" }]
+          }
+        }),
+        entry("environment_setup_started", { environment: "sandbox", request: { options: {} } }),
+        entry("environment_setup_ended", { sequence: 2, result: null }),
+        entry("session_creation_ended", { sequence: 1 }),
+        entry("tool_call_started", { tool: "run", call_id: "call_1", input: {}, deadline_at_ms: 0 }),
+        entry("tool_call_started", { tool: "local", call_id: "call_2", input: {}, deadline_at_ms: 0 })
+      ], f.url)
+      yield* Effect.gen(function*() {
+        const failed = (yield* eventsOf(id)).filter((e) => e.kind === "tool_call_failed")
+        expect(failed.map((e) => (e.data as any).sequence)).toEqual([5, 6])
+        expect(failed[0]!.data).toMatchObject({ outcome: "unknown", failure: { code: "unknown", ambiguous: true, details: { environment: "sandbox" } } })
+        // A tool that runs in no Environment has none to name.
+        expect((failed[1]!.data as any).failure.details).toBeUndefined()
         expect(f.requests()).toEqual([])
       }).pipe(Effect.provide(reopened(dir, f)))
     }))

@@ -46,13 +46,22 @@ const startedOf = (step: LifecycleStep, environment: AdmittedEnvironment): Entry
  */
 class StepStopped {
   readonly _tag = "StepStopped"
-  constructor(readonly step: LifecycleStep) {}
+  constructor(readonly step: LifecycleStep, readonly environment: string) {}
   get failure(): Failure {
-    return failure("interrupted", `the server is stopping: the ${this.step} was abandoned before its answer`, { ambiguous: true })
+    return failure("interrupted", `the server is stopping: the ${this.step} was abandoned before its answer`, {
+      ambiguous: true,
+      details: { environment: this.environment }
+    })
   }
 }
 
-const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<LifecycleEnded, EnvironmentFailed | StepStopped>, dispatched: boolean): Entry => {
+const outcomeOf = (
+  step: LifecycleStep,
+  environment: string,
+  sequence: number,
+  exit: Exit.Exit<LifecycleEnded, EnvironmentFailed | StepStopped>,
+  dispatched: boolean
+): Entry => {
   if (Exit.isSuccess(exit)) {
     const result = exit.value.result ?? null
     return step === "setup"
@@ -64,7 +73,7 @@ const outcomeOf = (step: LifecycleStep, sequence: number, exit: Exit.Exit<Lifecy
   const f = exit.cause._tag === "Fail"
     // An Environment's text (its message, its answer as details): bounded before it is recorded.
     ? boundedFailure(exit.cause.error.failure)
-    : failure("interrupted", `the ${step} was abandoned before its answer`, { ambiguous: dispatched })
+    : failure("interrupted", `the ${step} was abandoned before its answer`, { ambiguous: dispatched, details: { environment } })
   return step === "setup"
     ? entry("environment_setup_failed", { sequence, failure: f })
     : step === "detach"
@@ -89,7 +98,7 @@ export const runStep = (
     const sent = send(sequence)
     if (stop === undefined) return sent
     // Interruptible, as the send is, whatever the caller's region: the loser is interrupted.
-    const stopped = Effect.interruptible(Effect.zipRight(stop.await, Effect.fail(new StepStopped(step))))
+    const stopped = Effect.interruptible(Effect.zipRight(stop.await, Effect.fail(new StepStopped(step, environment.name))))
     return Effect.raceFirst(sent, stopped)
   }
   const send = (sequence: number): Effect.Effect<LifecycleEnded, EnvironmentFailed> => {
@@ -109,7 +118,7 @@ export const runStep = (
     // that the driver's lifecycle timeout can close the request.
     return Effect.interruptible(step === "setup" ? driver.setup(operation) : step === "detach" ? driver.detach(operation) : driver.teardown(operation))
   }
-  return deps.fence.fence(cell.session, startedOf(step, environment), sendOrStop, (seq, exit, dispatched) => outcomeOf(step, seq, exit, dispatched), {
+  return deps.fence.fence(cell.session, startedOf(step, environment), sendOrStop, (seq, exit, dispatched) => outcomeOf(step, environment.name, seq, exit, dispatched), {
     committed: (committed) => cell.foldIn(committed),
     unrecorded: () => void (cell.broken = true)
   }).pipe(
@@ -117,7 +126,7 @@ export const runStep = (
     Effect.map(({ exit }): StepOutcome =>
       Exit.isSuccess(exit)
         ? { ok: true }
-        : { ok: false, failure: exit.cause._tag === "Fail" ? exit.cause.error.failure : failure("interrupted", `the ${step} was abandoned`, { ambiguous: true }) }
+        : { ok: false, failure: exit.cause._tag === "Fail" ? exit.cause.error.failure : failure("interrupted", `the ${step} was abandoned`, { ambiguous: true, details: { environment: environment.name } }) }
     )
   )
 }
