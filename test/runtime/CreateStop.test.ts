@@ -81,9 +81,10 @@ const expectInterrupted = (
       "environment_setup_failed",
       "session_creation_failed"
     ])
-    // Both records name the Environment, as every Environment failure does.
+    // Both records name the Environment, and the creation is as ambiguous as its setup, as
+    // recovery records them after a crash: the setup was sent and not answered.
     expect(events[2]!.data).toMatchObject({ failure: { code: "interrupted", ambiguous: true, details: { environment: "a" } } })
-    expect(events[3]!.data).toMatchObject({ failure: { code: "interrupted", details: { environment: "a" } } })
+    expect(events[3]!.data).toMatchObject({ failure: { code: "interrupted", ambiguous: true, details: { environment: "a" } } })
     expect((yield* Effect.flatMap(Sessions, (s) => s.get(id))).status).toBe("failed")
   })
 

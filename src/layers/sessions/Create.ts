@@ -197,13 +197,14 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
         )
         if (setup !== undefined) {
           const { environment, failure: why, stopped } = setup
-          // Interrupted by a stop, the creation is recorded failed as the restart's recovery would record it.
+          // Interrupted by a stop, the creation is recorded failed as the restart's recovery would
+          // record it: ambiguous when the setup it stopped was sent (its answer may have come).
           const message = stopped
             ? `the server is stopping: the creation was interrupted before Environment ${JSON.stringify(environment)} was set up`
             : `Environment ${JSON.stringify(environment)} could not be set up: ${why.message}`
           const code = stopped ? "interrupted" : "creation_failed"
           yield* write(cell, [
-            entry("session_creation_failed", { sequence: first!, failure: failure(code, message, { details: { environment, failure: why } }) })
+            entry("session_creation_failed", { sequence: first!, failure: failure(code, message, { ambiguous: stopped && why.ambiguous, details: { environment, failure: why } }) })
           ]).pipe(Effect.tapError(() => registry.abandon(cell)))
           yield* registry.adopt(cell)
           return yield* Effect.fail(
