@@ -245,7 +245,7 @@ const outcomesOf = (id: SessionId) =>
 const tool = (name: string, extra: Record<string, unknown> = {}) => ({ name, environment: "sandbox", ...extra })
 
 describe("tool calls in an http Environment", () => {
-  it.scopedLive("each call is sent once and its answer is the outcome: ok, error body, connection reset, oversized, not JSON, deadline confirmed and unconfirmed", () =>
+  it.scopedLive("each call is sent once and its answer is the outcome: ok, error body, connection reset, oversized, not JSON, deadline confirmed and unconfirmed (naming the Environment)", () =>
     Effect.gen(function*() {
       const f = yield* fakeEnvironment({
         HTTP_ENV_TOOLS: JSON.stringify({ late: "hang", late_unconfirmed: "hang_unconfirmed" })
@@ -274,8 +274,9 @@ describe("tool calls in an http Environment", () => {
         for (const name of ["reset", "oversized", "not_json"]) {
           expect(o[name]).toMatchObject({ kind: "tool_call_failed", outcome: "unknown", is_error: true, failure: { code: "environment_failed", ambiguous: true } })
         }
-        expect(o.late).toMatchObject({ outcome: "timeout", failure: { code: "timeout", ambiguous: false } })
-        expect(o.late_unconfirmed).toMatchObject({ outcome: "timeout", failure: { code: "timeout", ambiguous: true } })
+        // Brain's own failures of a call name its Environment, as the Environment's do.
+        expect(o.late).toMatchObject({ outcome: "timeout", failure: { code: "timeout", ambiguous: false, details: { environment: "sandbox" } } })
+        expect(o.late_unconfirmed).toMatchObject({ outcome: "timeout", failure: { code: "timeout", ambiguous: true, details: { environment: "sandbox" } } })
         const requests = f.requests()
         expect(requests.filter((r) => r.path === "/tools/call").map((r) => r.name).sort()).toEqual(calls.map((c) => c.name).sort())
         expect(requests.filter((r) => r.path === "/tools/cancel").map((r) => [r.name, r.reason]).sort()).toEqual([
@@ -286,7 +287,7 @@ describe("tool calls in an http Environment", () => {
       }).pipe(Effect.provide(runtime({ sandboxes: f.url }, { maxResponseBytes: 64 * 1024 })))
     }))
 
-  it.scopedLive("an interrupted turn cancels a call in flight: confirmed it is cancelled, unconfirmed within the grace it is unknown; neither is resent", () =>
+  it.scopedLive("an interrupted turn cancels a call in flight: confirmed it is cancelled, unconfirmed within the grace it is unknown, each naming the Environment; neither is resent", () =>
     Effect.gen(function*() {
       const f = yield* fakeEnvironment({ HTTP_ENV_TOOLS: JSON.stringify({ stoppable: "hang", stubborn: "cancel_silent" }) })
       yield* Effect.gen(function*() {
@@ -303,8 +304,8 @@ describe("tool calls in an http Environment", () => {
           const o = yield* outcomesOf(id)
           expect(o[name]).toMatchObject(
             name === "stoppable"
-              ? { outcome: "cancelled", failure: { code: "cancelled" } }
-              : { outcome: "unknown", failure: { code: "unknown", ambiguous: true } }
+              ? { outcome: "cancelled", failure: { code: "cancelled", details: { environment: "sandbox" } } }
+              : { outcome: "unknown", failure: { code: "unknown", ambiguous: true, details: { environment: "sandbox" } } }
           )
           expect(f.requests().filter((r) => r.session_id === id && r.path.startsWith("/tools")).map((r) => [r.path, r.reason ?? null])).toEqual([
             ["/tools/call", null],

@@ -144,7 +144,7 @@ export const makeDispatch = (given: ToolCallContext) => {
       // with what the stop found.
       const exit = stopVerdict !== undefined && Exit.isInterrupted(interruptedOrNot) ? Exit.succeed(stopVerdict) : interruptedOrNot
       // Always recorded, and counted against the turn's writes (TurnWrites.ts).
-      recorded = counted(scope, toolOutcome(sequence, exit, dispatched, budget))
+      recorded = counted(scope, toolOutcome(sequence, exit, dispatched, budget, definition?.environment))
       // Stopped by the turn's cancel (or its activation interrupted) with its outcome uncertain.
       if ((scope.signal.reason !== undefined || !Exit.isSuccess(exit)) && (recorded.payload as { failure?: Failure }).failure?.ambiguous === true) {
         scope.cutShort = true

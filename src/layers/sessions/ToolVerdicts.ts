@@ -6,7 +6,7 @@
 import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import { interruptWithin } from "./Abandon.js"
 import type { AdmittedEnvironment } from "../../domain/Environment.js"
-import { boundedFailure, boundedMessage, failure, type Failure } from "../../domain/Failure.js"
+import { boundedFailure, boundedMessage, failure, type Failure, type FailureCode } from "../../domain/Failure.js"
 import { isJsonData, nestingDepth } from "../../domain/JsonText.js"
 import { MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES } from "../../domain/Limits.js"
 import type { SessionConfiguration } from "../../domain/Configuration.js"
@@ -89,8 +89,21 @@ const writtenOutcome = (payload: { readonly output: unknown }): { readonly json:
   return { json }
 }
 
-/** The record of a call's outcome: what the fence commits, and exactly what the loop is shown. */
-export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, dispatched: boolean, budget: number | undefined) => {
+/**
+ * The record of a call's outcome: what the fence commits, and exactly what the loop is shown. A
+ * failure of a call in an Environment (`environment`) names it in `details.environment`, as the
+ * Environment's own failures do, when Brain writes it itself (a deadline, a cancel, a lost call).
+ */
+export const toolOutcome = (
+  sequence: number,
+  exit: Exit.Exit<ToolVerdict>,
+  dispatched: boolean,
+  budget: number | undefined,
+  environment?: string | undefined
+) => {
+  const named = environment === undefined ? {} : { details: { environment } }
+  const failed = (code: FailureCode, message: string, options: { readonly ambiguous?: boolean } = {}) =>
+    failure(code, message, { ...options, ...named })
   // Only an interruption is a stop; a dispatch that died (and was not interrupted) failed.
   const v: ToolVerdict = Exit.isSuccess(exit)
     ? exit.value
@@ -117,7 +130,7 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     return entry("tool_call_failed", {
       sequence,
       outcome: "timeout",
-      failure: failure("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
+      failure: failed("timeout", `the tool call's deadline of ${budget} ms passed before it was sent; the call was not sent`),
       is_error: true
     })
   }
@@ -125,7 +138,7 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     return entry("tool_call_failed", {
       sequence,
       outcome: v.reason === "timeout" ? "timeout" : "cancelled",
-      failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent` },
+      failure: { ...cancelFailure(v.reason), message: `${cancelFailure(v.reason).message}; the call was not sent`, ...named },
       is_error: true
     })
   }
@@ -137,7 +150,7 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     return entry("tool_call_failed", {
       sequence,
       outcome: "unknown",
-      failure: failure("unknown", boundedMessage(v.message), { ambiguous: true }),
+      failure: failed("unknown", boundedMessage(v.message), { ambiguous: true }),
       is_error: true
     })
   }
@@ -145,7 +158,7 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     return entry("tool_call_failed", {
       sequence,
       outcome: "timeout",
-      failure: failure("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
+      failure: failed("timeout", `the tool call passed its deadline of ${budget} ms`, { ambiguous: !v.confirmed }),
       is_error: true
     })
   }
@@ -154,8 +167,8 @@ export const toolOutcome = (sequence: number, exit: Exit.Exit<ToolVerdict>, disp
     sequence,
     outcome: confirmed ? "cancelled" : "unknown",
     failure: confirmed
-      ? failure("cancelled", "the tool call was cancelled", { ambiguous: true })
-      : failure("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
+      ? failed("cancelled", "the tool call was cancelled", { ambiguous: true })
+      : failed("unknown", "the tool call was cancelled and the executor did not confirm it stopped", { ambiguous: true }),
     is_error: true
   })
 }
