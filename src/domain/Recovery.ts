@@ -62,7 +62,9 @@ export const recoveryEntries = (s: SessionState, cause: RecoveryCause = "restart
   }
   if (s.turn !== undefined) out.push(entry("turn_failed", { sequence: s.turn, failure: interrupted("this turn") }))
   if (s.creation !== undefined) {
-    out.push(entry("session_creation_failed", { sequence: s.creation, failure: interrupted("the session's creation") }))
+    // The Environment whose setup was running, named as a stop's record of the creation names it.
+    const setup = pending.find((p) => p.kind === "environment_setup_started")
+    out.push(entry("session_creation_failed", { sequence: s.creation, failure: interrupted("the session's creation", setup?.environment) }))
   }
   if (s.ending !== undefined) out.push(entry("session_ended", { sequence: s.ending }))
   return out

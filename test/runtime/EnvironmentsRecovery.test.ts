@@ -64,6 +64,8 @@ describe("recovery of an Environment step left open by a crash", () => {
         const tail = (yield* eventsOf(id)).slice(2)
         expect(tail.map((e) => [e.kind, (e.data as any).sequence])).toEqual([["environment_setup_failed", 2], ["session_creation_failed", 1]])
         expect(tail[0]!.data).toMatchObject({ failure: interrupted })
+        // The creation names the Environment it was setting up, as a stop's record of it does.
+        expect(tail[1]!.data).toMatchObject({ failure: interrupted })
         expect(f.requests()).toEqual([])
         yield* sessions.delete(id)
         expect(f.requests()).toMatchObject([{ path: "/teardown", session_id: id, sequence: 5, count: 1 }])
