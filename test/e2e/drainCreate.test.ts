@@ -91,8 +91,9 @@ describe("a create in flight during a graceful stop", () => {
       "environment_setup_failed",
       "session_creation_failed"
     ])
-    expect(events[2]!.data.failure).toMatchObject({ code: "interrupted", ambiguous: true })
-    expect(events[3]!.data.failure).toMatchObject({ code: "interrupted", details: { environment: "sandbox" } })
+    // Both name the Environment and are ambiguous, as recovery records them after a kill -9.
+    expect(events[2]!.data.failure).toMatchObject({ code: "interrupted", ambiguous: true, details: { environment: "sandbox" } })
+    expect(events[3]!.data.failure).toMatchObject({ code: "interrupted", ambiguous: true, details: { environment: "sandbox" } })
     expect((await request(s.baseUrl, `/v1/sessions/${id}`)).body).toMatchObject({ status: "failed" })
 
     const replayed = await request(s.baseUrl, "/v1/sessions", { json: createBody, headers: key })
