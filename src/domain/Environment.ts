@@ -16,6 +16,7 @@
  */
 import { Data, Either, ParseResult, Redacted, Schema } from "effect"
 import { HostId } from "./Ids.js"
+import { BaseUrl, comparableBaseUrl } from "./BaseUrl.js"
 import { Json, keptAsSent } from "./Messages.js"
 import { BindingName } from "./ModelBinding.js"
 
@@ -152,14 +153,6 @@ export const resolve = (binding: EnvironmentBinding): ResolvedBinding => ({
   lifecycle_timeout_ms: binding.lifecycle_timeout_ms ?? DEFAULT_LIFECYCLE_TIMEOUT_MS
 })
 
-/** A base URL as compared: parsed (a scheme's or host's case, a default port), without trailing slashes. */
-const comparableBaseUrl = (base: string): string => {
-  if (!URL.canParse(base)) return base
-  const url = new URL(base)
-  url.pathname = url.pathname.replace(/\/+$/, "")
-  return url.href
-}
-
 /**
  * Whether a binding's base URL now is where a session recorded it: the same URL once parsed, so
  * that a session recorded under another spelling of it (one an earlier server kept verbatim) is
@@ -183,25 +176,8 @@ export const placeOf = (
 // ---------------------------------------------------------------------------------------------
 // Bindings: BRAIN_ENVIRONMENTS
 
-/**
- * A base URL: http or https, no credentials, query or fragment (paths are appended to it). Held as
- * the URL parser writes it (`URL.href`: scheme and host lower-cased, a default port dropped), which
- * is where requests went anyway, so that a respelled binding records the same `resolved.base_url`.
- */
-const BaseUrl = Schema.transform(
-  Schema.String.pipe(
-    Schema.filter((s) => {
-      if (!URL.canParse(s)) return "must be an absolute http:// or https:// URL"
-      const url = new URL(s)
-      if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
-      if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the token in token_env"
-      if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
-      return true
-    })
-  ),
-  Schema.String,
-  { strict: true, decode: (s) => new URL(s).href, encode: (s) => s }
-)
+/** An Environment binding's base URL (BaseUrl.ts): a respelled binding records the same `resolved.base_url`. */
+const EnvironmentBaseUrl = BaseUrl("the token in token_env")
 
 const EnvVarName = Schema.String.pipe(
   Schema.pattern(/^[A-Za-z_][A-Za-z0-9_]*$/, { message: () => "an environment variable name is letters, digits and '_'" })
@@ -215,7 +191,7 @@ const HeaderName = Schema.String.pipe(
 export const EnvironmentBinding = Schema.Struct({
   driver: Schema.Literal("http"),
   /** Requests go to `{base_url}/setup`, `{base_url}/tools/call`, … */
-  base_url: BaseUrl,
+  base_url: EnvironmentBaseUrl,
   /** The environment variable holding the bearer token (never the token itself). */
   token_env: Schema.optional(EnvVarName),
   /** Further secret headers: header name → the environment variable holding its value. */

@@ -10,6 +10,7 @@
  */
 import { Either, ParseResult, Schema } from "effect"
 import { Json } from "./Messages.js"
+import { BaseUrl, comparableBaseUrl } from "./BaseUrl.js"
 
 export const ModelProvider = Schema.Literal("openai-responses", "openai-chat", "anthropic")
 export type ModelProvider = typeof ModelProvider.Type
@@ -18,38 +19,18 @@ export type ModelProvider = typeof ModelProvider.Type
 export const BindingName = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$/))
 
 /**
- * A base URL: http or https, no credentials (undici drops them, and they would be recorded with
- * the session), no query or fragment (the API's path is appended to the base URL's path).
- *
- * Held as the WHATWG URL parser writes it (`URL.href`): the scheme and host lower-cased, a default
- * port dropped, `//` where it was left out or written with backslashes (`HTTP://h/v1`,
- * `http:h/v1`, `http:\\h\v1` all become `http://h/v1`). That is where the calls went anyway
- * (every request URL is parsed the same way), and it is a form every session's record takes
- * (`RecordedBinding`), so a binding that starts is one a session can be created with. A session
- * that recorded another spelling of the same URL is not moved by it: `endpointChange` compares
- * URLs as parsed.
+ * A model binding's base URL (BaseUrl.ts): no credentials (undici drops them, and they would be
+ * recorded with the session), held as the URL parser writes it, so that a binding that starts is one
+ * a session can be created with (`RecordedBinding`); `endpointChange` compares URLs as parsed.
  */
-const BaseUrl = Schema.transform(
-  Schema.String.pipe(
-    Schema.filter((s) => {
-      if (/\s/.test(s) || !URL.canParse(s)) return "must be an absolute http:// or https:// URL"
-      const url = new URL(s)
-      if (url.protocol !== "http:" && url.protocol !== "https:") return "must be an http:// or https:// URL"
-      if (url.username !== "" || url.password !== "") return "must not hold credentials: name the variable holding the key in api_key_env"
-      if (url.search !== "" || url.hash !== "" || /[?#]/.test(s)) return "must have no query or fragment"
-      return true
-    })
-  ),
-  Schema.String,
-  { strict: true, decode: (s) => new URL(s).href, encode: (s) => s }
-)
+const ModelBaseUrl = BaseUrl("the key in api_key_env")
 
 export const ModelBinding = Schema.Struct({
   provider: ModelProvider,
   /** The provider's model id (`gpt-4.1`, `claude-sonnet-4-5`, `llama3.1`, …). */
   model: Schema.String.pipe(Schema.minLength(1)),
   /** The API's base URL; the provider's public endpoint when absent. */
-  base_url: Schema.optional(BaseUrl),
+  base_url: Schema.optional(ModelBaseUrl),
   /** The environment variable holding the API key (never the key itself). */
   api_key_env: Schema.optional(Schema.String.pipe(Schema.pattern(/^[A-Za-z_][A-Za-z0-9_]*$/))),
   /** Request options sent with every call (temperature, max tokens, …), merged under a call's own. */
@@ -130,14 +111,6 @@ export const endpointUrl = (base: string, path: string): string => {
   return url.href
 }
 
-/** A base URL as compared: parsed (a host's case, a default port), without trailing slashes. */
-const comparable = (base: string): string => {
-  if (!URL.canParse(base)) return base
-  const url = new URL(base)
-  url.pathname = url.pathname.replace(/\/+$/, "")
-  return url.href
-}
-
 /** A base URL as said in a message: origin and path only, never credentials, a query or a fragment. */
 const shown = (binding: Pick<ModelBinding, "provider" | "base_url">): string => {
   if (binding.base_url === undefined) return `${DEFAULT_BASE_URLS[binding.provider]} (the provider's default)`
@@ -159,7 +132,7 @@ export const endpointChange = (
   recorded: Pick<ModelBinding, "provider" | "base_url">,
   now: Pick<ModelBinding, "provider" | "base_url">
 ): string | undefined => {
-  const baseOf = (b: Pick<ModelBinding, "provider" | "base_url">) => comparable(b.base_url ?? DEFAULT_BASE_URLS[b.provider])
+  const baseOf = (b: Pick<ModelBinding, "provider" | "base_url">) => comparableBaseUrl(b.base_url ?? DEFAULT_BASE_URLS[b.provider])
   const provider = recorded.provider !== now.provider
   const base = baseOf(recorded) !== baseOf(now)
   if (provider && base) {
