@@ -34,6 +34,7 @@ import type { MemoryLimits } from "../../services/WasmHost.js"
 import { type Activation, type ActivationFailure, type ActivationLimits, inputBytes, memoryLimitsOf } from "./Activation.js"
 import { eventLoopTurn } from "../Waits.js"
 import { chargedCall, yieldsAfter } from "./HostCallCost.js"
+import { packPair, unpackPair, unpacked } from "./Pairs.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
@@ -153,39 +154,6 @@ export const utf8Text = (view: Buffer, start: number, end: number): string | und
 }
 
 const guestFailure = (message: string): ActivationFailure => ({ _tag: "guest", message })
-
-/**
- * One i64 seen as its two u32 halves, to split a guest's (ptr, len) pair and make one without
- * BigInt arithmetic: each shift, mask and `BigInt()` made a BigInt of its own (seven a text turn's
- * input, output and answer took, against the one a call's answer must be).
- */
-const PAIR = new BigUint64Array(1)
-const HALVES = new Uint32Array(PAIR.buffer)
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1
-const LOW_HALF = LITTLE_ENDIAN ? 0 : 1
-const HIGH_HALF = 1 - LOW_HALF
-
-/** The i64 `(ptr << 32) | len`, as the ABI packs a (ptr, len) pair. */
-export const packPair = (ptr: number, len: number): bigint => {
-  HALVES[HIGH_HALF] = ptr
-  HALVES[LOW_HALF] = len
-  return PAIR[0]!
-}
-
-/** The (ptr, len) an i64 packs, read as unsigned halves (`BigInt.asUintN(64, …) >> 32n`, `& 0xffffffffn`): into `pairPtr` and `pairLen`. */
-let pairPtr = 0
-let pairLen = 0
-const unpackPair = (packed: bigint) => {
-  PAIR[0] = packed
-  pairPtr = HALVES[HIGH_HALF]!
-  pairLen = HALVES[LOW_HALF]!
-}
-
-/** The (ptr, len) an i64 packs, as a pair (unpackPair's halves; for tests). */
-export const pairOf = (packed: bigint): readonly [number, number] => {
-  unpackPair(packed)
-  return [pairPtr, pairLen]
-}
 
 /** Above every byte of a memory: the host wrote none since the instance was put back. */
 const NOT_WRITTEN = 2 ** 32
@@ -627,8 +595,8 @@ const start = <A, E>(
 const unpack = (run: Run, packed: unknown, entry: string): string => {
   if (typeof packed !== "bigint") throw new GuestError(`${entry} did not return an i64 (ptr, len) pair`)
   unpackPair(packed)
-  const len = pairLen
-  const text = run.textAt(pairPtr, len, entry)
+  const len = unpacked.len
+  const text = run.textAt(unpacked.ptr, len, entry)
   if (len > run.limits.ioBytes) throw new GuestError(`the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${run.limits.ioBytes})`)
   return text
 }
