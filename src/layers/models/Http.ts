@@ -43,8 +43,8 @@
  * from every failure it answers, the provider's fold's too, and from every string of the answer
  * (its text, a tool call's input, its reasoning; its numbers kept): a provider or a gateway may
  * quote the key back (a 401 body, an error event, a gateway echoing the request as the answer),
- * and both are journaled and shown. The live deltas are handed on as they arrive, unredacted (a
- * key may straddle two of them); they are never journaled.
+ * and both are journaled and shown. The live deltas are handed on as they arrive (ModelsBound.ts
+ * redacts a delta that holds the key whole; a key straddling two passes); they are never journaled.
  *
  * Events are parsed by domain/SseParser.ts: linear however the bytes are split, and deaf to `retry:` (a
  * model stream has no business asking Brain to wait and reconnect).
