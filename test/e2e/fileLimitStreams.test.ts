@@ -8,7 +8,7 @@
  */
 import * as http from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, logMessages, request, type ServerProcess, startServer, responseText } from "../support/server.js"
 
 describe("SSE streams on a process whose open-file limit serves fewer connections than BRAIN_MAX_CONNECTIONS", () => {
   let server: ServerProcess
@@ -19,14 +19,6 @@ describe("SSE streams on a process whose open-file limit serves fewer connection
   afterAll(async () => {
     await server?.dispose()
   })
-
-  const bodyOf = (response: http.IncomingMessage) =>
-    new Promise<string>((resolve) => {
-      let t = ""
-      response.setEncoding("utf8")
-      response.on("data", (c: string) => (t += c))
-      response.on("end", () => resolve(t))
-    })
 
   it("the reserve is a quarter of the connections served: sessions' streams are served up to the rest less the hosts' eighth, then refused 503, and a host's command stream still gets its share", async () => {
     const warning = logMessages(server).map((m) => /the open-file limit \(\d+\) allows (\d+) connections/.exec(m)).find((m) => m !== null)
@@ -58,7 +50,7 @@ describe("SSE streams on a process whose open-file limit serves fewer connection
       }
       const refused = await get(`/v1/sessions/${sessions[readers]}/events?after=0`)
       expect(refused.statusCode).toBe(503)
-      expect(JSON.parse(await bodyOf(refused))).toMatchObject({ code: "overloaded", retryable: true })
+      expect(JSON.parse(await responseText(refused))).toMatchObject({ code: "overloaded", retryable: true })
       const commands = await get(`/v1/hosts/${host.host_id}/commands`, { authorization: `Bearer ${host.token}` })
       expect(commands.statusCode).toBe(200)
       expect((await request(server.baseUrl, "/health/live")).status).toBe(204)

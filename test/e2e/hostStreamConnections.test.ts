@@ -6,7 +6,7 @@
  */
 import * as http from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, eventually, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, request, type ServerProcess, startServer, responseText } from "../support/server.js"
 
 const MAX_CONNECTIONS = 10
 const RESERVED = 4
@@ -20,14 +20,6 @@ describe("hosts' command streams and the connections kept for other requests", (
   afterAll(async () => {
     await server?.dispose()
   })
-
-  const bodyOf = (response: http.IncomingMessage) =>
-    new Promise<string>((resolve) => {
-      let t = ""
-      response.setEncoding("utf8")
-      response.on("data", (c: string) => (t += c))
-      response.on("end", () => resolve(t))
-    })
 
   it(`command streams and session streams together take at most BRAIN_MAX_CONNECTIONS − BRAIN_RESERVED_CONNECTIONS (${MAX_CONNECTIONS - RESERVED}): the next host stream is refused 503 naming the setting, results and reads are still served, and a stream that closes frees its connection`, async () => {
     const hosts: Array<{ host_id: string; token: string }> = []
@@ -51,7 +43,7 @@ describe("hosts' command streams and the connections kept for other requests", (
       for (let i = 0; i < MAX_CONNECTIONS - RESERVED - 1; i++) expect((await commands(hosts[i]!)).statusCode).toBe(200)
       const refused = await commands(hosts[MAX_CONNECTIONS - RESERVED]!)
       expect(refused.statusCode).toBe(503)
-      expect(JSON.parse(await bodyOf(refused))).toMatchObject({ code: "overloaded", retryable: true, message: expect.stringContaining("BRAIN_RESERVED_CONNECTIONS") })
+      expect(JSON.parse(await responseText(refused))).toMatchObject({ code: "overloaded", retryable: true, message: expect.stringContaining("BRAIN_RESERVED_CONNECTIONS") })
       // A session stream is refused as well: they share the bound.
       expect((await get(`/v1/sessions/${session}/events?after=0`, {})).statusCode).toBe(503)
       // The reserve serves everything else: reads, readiness, and a host's result.

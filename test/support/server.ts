@@ -6,6 +6,7 @@
  * (SIGKILL), stop it (SIGTERM, waiting for its exit) and start it again on the same directory.
  */
 import { type ChildProcess, execSync, spawn } from "node:child_process"
+import type * as http from "node:http"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -351,3 +352,12 @@ export const closedConnections = (s: ServerProcess): Array<{ readonly by: string
 /** Which timer, by the server's word (closedConnections), closed the connection whose client end is `port`; undefined while none has. */
 export const closedBy = (s: ServerProcess, port: number): string | undefined =>
   closedConnections(s).find((c) => c.port === port)?.by
+
+/** A plain node:http response's whole body, as text. */
+export const responseText = (response: http.IncomingMessage): Promise<string> =>
+  new Promise<string>((resolve) => {
+    let t = ""
+    response.setEncoding("utf8")
+    response.on("data", (c: string) => (t += c))
+    response.on("end", () => resolve(t))
+  })
