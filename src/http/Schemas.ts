@@ -123,17 +123,17 @@ const Digits = Schema.compose(
 const Cursor = Digits.pipe(Schema.int(), Schema.between(0, Number.MAX_SAFE_INTEGER))
 
 /** A page size, 1 to 1000, described with its default for the OpenAPI document (its query string is what a client sends). */
-const pageSize = (defaultSize: number) =>
+const pageSize = (defaultSize: number, more = "") =>
   Schema.compose(
     Schema.String.pipe(Schema.pattern(/^\d{1,15}$/, { message: () => "expected decimal digits" })).annotations({
-      description: `the page size: a whole number from 1 to 1000 (default ${defaultSize})`
+      description: `the page size: a whole number from 1 to 1000 (default ${defaultSize})${more}`
     }),
     Schema.NumberFromString
   ).pipe(Schema.int(), Schema.between(1, 1000))
 
 export const EventsParams = Schema.Struct({
   after: Schema.optional(Cursor),
-  limit: Schema.optional(pageSize(PAGE_EVENTS))
+  limit: Schema.optional(pageSize(PAGE_EVENTS, "; an SSE stream (`Accept: text/event-stream`) checks it and sends every Event, unpaged"))
 }).annotations(strict)
 
 export const ListParams = Schema.Struct({

@@ -647,7 +647,7 @@ describe("the HTTP API against a running server", () => {
     expect(after.body.through_sequence).toBeGreaterThan(before.body.through_sequence)
   })
 
-  it("1,080 emitted Events over three turns: pages of at most 1,000 cross the boundary without loss or duplicates, and SSE delivers the same", async () => {
+  it("1,080 emitted Events over three turns: pages of at most 1,000 cross the boundary without loss or duplicates, and SSE delivers the same, unpaged by `limit`", async () => {
     const id = await api.created({ agentloop: "emitter", model: scripted() })
     const live = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
     for (let turn = 0; turn < 3; turn++) {
@@ -689,6 +689,11 @@ describe("the HTTP API against a running server", () => {
     await sleep(100)
     expect(caughtUp.frames.length).toBe(events.length)
     caughtUp.close()
+    // A stream checks `limit` as a page does, and is never paged by it: limit=5 sends every Event.
+    const unpaged = await openSse(server.url(`/v1/sessions/${id}/events?after=0&limit=5`))
+    await unpaged.until("all 1,094 Events despite limit=5", () => unpaged.frames.length >= events.length)
+    expect(unpaged.frames.map((f) => f.json)).toEqual(events)
+    unpaged.close()
   })
 
   it("pages hold about 8 MiB of Events at most; an Event larger than that comes alone so the cursor advances; SSE delivers them too", async () => {

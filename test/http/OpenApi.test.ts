@@ -13,11 +13,13 @@ describe("OpenAPI document", () => {
     expect(committed).toEqual(JSON.parse(JSON.stringify(openApiDocument())))
   })
 
-  it("the page routes' limit states its range and its default (100 sessions, 1000 Events), as the handlers apply them", () => {
+  it("the page routes' limit states its range and its default (100 sessions, 1000 Events), as the handlers apply them, and that a stream is not paged by it", () => {
     const doc = openApiDocument() as any
     const limitOf = (p: string) => doc.paths[p].get.parameters.find((x: { name: string }) => x.name === "limit")
     expect(limitOf("/v1/sessions").description).toBe("the page size: a whole number from 1 to 1000 (default 100)")
-    expect(limitOf("/v1/sessions/{id}/events").description).toBe("the page size: a whole number from 1 to 1000 (default 1000)")
+    expect(limitOf("/v1/sessions/{id}/events").description).toBe(
+      "the page size: a whole number from 1 to 1000 (default 1000); an SSE stream (`Accept: text/event-stream`) checks it and sends every Event, unpaged"
+    )
   })
 
   it("documents every route of DESIGN §7, the host routes included, with the Error body on every error status", () => {
