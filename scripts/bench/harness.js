@@ -273,12 +273,13 @@ if (["create", "text", "admission", "tools", "growth"].some(runs)) {
 if (runs("cold")) {
   const brain = await startBrain()
   const ids = await createSessions(brain.port, COLD_SESSIONS, SCRIPTED)
-  // Creation is 2 records, and the harness's sends are keyed: a keyed text turn is 9 (turn_started,
-  // activation_started, request_claimed, model_call_started, model_call_ended, transcript_delta,
-  // activation_ended, turn_ended, request_answered; 7 without a key).
-  const turns = Math.ceil((COLD_RECORDS - 2) / 9)
+  // A turn's records are counted from the first turn's journal, not assumed: creation is 2
+  // records, and a keyed text turn of the official loop is 10 today (its transcript saved twice).
+  await Promise.all(ids.map((id) => send(brain.port, id)))
+  const perTurn = (await expectStatus(request(brain.port, "GET", `/v1/sessions/${ids[0]}`), 200)).last_sequence - 2
+  const turns = Math.ceil((COLD_RECORDS - 2) / perTurn)
   await Promise.all(ids.map(async (id) => {
-    for (let t = 0; t < turns; t++) await send(brain.port, id)
+    for (let t = 1; t < turns; t++) await send(brain.port, id)
   }))
   const last = (await expectStatus(request(brain.port, "GET", `/v1/sessions/${ids[0]}`), 200)).last_sequence
   await brain.stop()
