@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
 import { HashMap, Option } from "effect"
 import { eventsOf } from "../../src/domain/Events.js"
-import { empty, fold, foldAll, kvRead, noEventsAfter, stateBytes } from "../../src/domain/Projection.js"
+import { empty, fold, foldAll, foldMany, kvRead, noEventsAfter, type SessionState, stateBytes } from "../../src/domain/Projection.js"
 import { liveRequest, pruneRequests, requestId } from "../../src/domain/Requests.js"
 import { deserializeState, serializeState } from "../../src/domain/SerializedState.js"
 import { diffTranscript } from "../../src/domain/TranscriptDelta.js"
@@ -157,6 +157,30 @@ describe("Projection folds", () => {
     expect(events[3]!.origin).toEqual({ kind: "tool", sequence: 2 })
     expect(events[3]!.data).toEqual({ pct: 50 })
     expect(events[4]!.data).toEqual({})
+  })
+
+  it("a write's records folded with one copy of the state give the state folded one record at a time, and leave every earlier state as it was", () => {
+    const whole = (s: SessionState) => ({ ...serializeState(s), bytes: s.bytes, kvBytes: s.kvBytes, transcript: [...s.transcript] })
+    fc.assert(
+      fc.property(journalArb, fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 1, maxLength: 40 }), (rs, sizes) => {
+        let one = empty
+        for (const r of rs) one = fold(one, r)
+        let many = empty
+        const earlier: Array<[SessionState, ReturnType<typeof whole>]> = [[many, whole(many)]]
+        for (let at = 0, i = 0; at < rs.length; i++) {
+          const size = sizes[i % sizes.length]!
+          const before = many
+          many = foldMany(many, rs.slice(at, at + size))
+          expect(many).not.toBe(before)
+          earlier.push([many, whole(many)])
+          at += size
+        }
+        expect(whole(many)).toEqual(whole(one))
+        for (const [state, seen] of earlier) expect(whole(state)).toEqual(seen)
+        expect(foldMany(many, [])).toBe(many)
+      }),
+      { numRuns: 500 }
+    )
   })
 
   it("every generated record is valid under the catalogue", () => {

@@ -5,7 +5,7 @@
 import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { Message } from "../../domain/Messages.js"
-import { fold, type SessionState } from "../../domain/Projection.js"
+import { foldMany, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { EndError, SessionSummary, TurnOutcome } from "../../services/Sessions.js"
@@ -170,13 +170,14 @@ export class Cell {
    */
   foldIn(committed: ReadonlyArray<readonly [number, Entry]>) {
     const riding = this.riding
+    const records: Array<JournalRecord> = []
     if (riding !== undefined) {
       this.riding = undefined
-      this.state = fold(this.state, { sequence: riding.sequence, recorded_at_ms: 0, kind: riding.entry.kind, payload: riding.entry.payload })
+      records.push({ sequence: riding.sequence, recorded_at_ms: 0, kind: riding.entry.kind, payload: riding.entry.payload })
     }
-    for (const [sequence, e] of committed) {
-      this.state = fold(this.state, { sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
-    }
+    for (const [sequence, e] of committed) records.push({ sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
+    // One copy of the state for the whole write, not one per record.
+    this.state = foldMany(this.state, records)
   }
 }
 
