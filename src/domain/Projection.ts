@@ -188,7 +188,7 @@ export const fold = (state: SessionState, record: JournalRecord): SessionState =
  * Folds records in order: the state `fold` gives one record at a time, made with one copy of the
  * state for them all instead of one per record (the states between are seen by no one); `state`
  * itself is left as it is, and is what comes back when there is no record. A live session folds
- * what each of its writes committed this way: a keyed text turn's nine records come in four
+ * what each of its writes committed this way: a keyed text turn's ten records come in four
  * writes, and each copy of the state (22 fields) is a few hundred nanoseconds warm, more in the
  * cold caches of one session's turn (docs/benchmarks.md, "One session's keyed turn, stop 62").
  */
