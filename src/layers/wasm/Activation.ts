@@ -187,12 +187,8 @@ const run = (pool: Pool, thread: GuestThread, activation: Activation, limits: Ac
           // The guest waits: other guests may compute until its answer is ready.
           giveSlot(pool, held)
           // The main thread's work on the call is the guest's compute (HostCallCost.ts).
-          let callMs = 0
-          const charge = (ms: number) => {
-            callMs = ms
-            spent(ms)
-          }
-          return Effect.flatMap(chargedCall(activation.perform, event.op, event.request, charge), (answer) => {
+          return chargedCall(activation.perform, event.op, event.request, (answer, callMs) => {
+            spent(callMs)
             if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
             const resume = () => {
               thread.answer(answer)

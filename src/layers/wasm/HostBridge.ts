@@ -156,9 +156,18 @@ const parse = (request: string): Either.Either<unknown, string> => {
   return scan.mayOverflow && holdsNonFinite(value) ? Either.left(NOT_FINITE) : Either.right(value)
 }
 
-/** Runs a Host effect and encodes its value or its failure. */
-const answer = <A>(effect: Effect.Effect<A, { readonly failure: Failure }>, encode: (a: A) => unknown = (a) => a) =>
-  Effect.match(effect, { onFailure: (e) => errorAnswer(e.failure), onSuccess: (a) => ok(encode(a)) })
+/**
+ * Runs a Host effect and encodes its value or its failure; `answered` runs when it answered ok,
+ * before its answer is encoded (in the same step: a save's base moves with no step of its own).
+ */
+const answer = <A>(effect: Effect.Effect<A, { readonly failure: Failure }>, encode: (a: A) => unknown = (a) => a, answered?: () => void) =>
+  Effect.match(effect, {
+    onFailure: (e) => errorAnswer(e.failure),
+    onSuccess: (a) => {
+      answered?.()
+      return ok(encode(a))
+    }
+  })
 
 /**
  * The transcript a delta names: `saved`'s first `keep` messages (the same objects) then `append`,
@@ -212,16 +221,12 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     }
     return delta ? expand(saved, r.keep!, r.append!) : whole(r.messages!)
   }
-  /** A decoded `set_transcript` request: the save, or why it is refused. */
+  /** A decoded `set_transcript` request: the transcript it saves and its save, or why it is refused. */
   const setTranscript = (
     r: SetTranscriptRequest,
     through: Host["setTranscript"] = host.setTranscript
-  ): Either.Either<Effect.Effect<void, HostCallFailed>, string> => {
-    const messages = saveOf(r)
-    if (Either.isLeft(messages)) return Either.left(messages.left)
-    const next = messages.right
-    return Either.right(Effect.tap(through(next), () => void (saved = next)))
-  }
+  ): Either.Either<{ readonly next: ReadonlyArray<Message>; readonly save: Effect.Effect<void, HostCallFailed> }, string> =>
+    Either.map(saveOf(r), (next) => ({ next, save: through(next) }))
   /**
    * The transcript a `model` or `dispatch` request carries to save with the call (its
    * `transcript`, a `set_transcript` request): undefined when it carries none, or why it is refused.
@@ -232,9 +237,8 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     if (r === undefined) return Either.left("transcript: it does not have set_transcript's shape")
     return Either.mapLeft(saveOf(r), (why) => `transcript: ${why}`)
   }
-  /** The call answered: the transcript it carried is the saved one (an error leaves the last one, docs/abi.md). */
-  const savedWith = <A, E>(call: Effect.Effect<A, E>, save: ReadonlyArray<Message> | undefined): Effect.Effect<A, E> =>
-    save === undefined ? call : Effect.tap(call, () => void (saved = save))
+  /** Once the call answered ok, the transcript it carried is the saved one (an error leaves the last one, docs/abi.md). */
+  const savedAs = (save: ReadonlyArray<Message> | undefined): (() => void) | undefined => save === undefined ? undefined : () => void (saved = save)
   const perform = (op: string, request: string): Effect.Effect<string> => {
     // After a cancel every call answers it, those the Host does not perform too (docs/abi.md).
     const refused = host.refusal()
@@ -254,20 +258,23 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
           ? expand(base, r.context.keep, r.context.append)
           : whole(r.messages!)
         if (Either.isLeft(messages)) return invalid(`model: ${messages.left}`)
-        return answer(savedWith(
+        return answer(
           host.model({
             messages: messages.right,
             ...(r.system !== undefined ? { system: r.system } : {}),
             ...(r.options !== undefined ? { options: r.options } : {})
           }, save.right),
-          save.right
-        ))
+          undefined,
+          savedAs(save.right)
+        )
       }
       case "set_transcript": {
         const r = asSetTranscriptRequest(parsed.right)
         if (r === undefined) return invalid("set_transcript: the request does not have the op's shape")
         const save = setTranscript(r)
-        return Either.isLeft(save) ? invalid(`set_transcript: ${save.left}`) : answer(save.right, () => null)
+        if (Either.isLeft(save)) return invalid(`set_transcript: ${save.left}`)
+        const { next } = save.right
+        return answer(save.right.save, () => null, () => void (saved = next))
       }
       case "telemetry":
         return Effect.as(host.telemetry(parsed.right), ok(null))
@@ -281,7 +288,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
       case "dispatch": {
         const save = ridingOf(r.transcript)
         if (Either.isLeft(save)) return invalid(`dispatch: ${save.left}`)
-        return answer(savedWith(host.dispatch(r.calls, save.right), save.right))
+        return answer(host.dispatch(r.calls, save.right), undefined, savedAs(save.right))
       }
       case "emit":
         return answer(host.emit(r.kind, r.payload ?? {}), (sequence) => ({ sequence }))
@@ -306,8 +313,9 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     const decoded = asSetTranscriptRequest(request)
     if (decoded === undefined) return Effect.fail(new TranscriptRefused({ reason: "it does not have set_transcript's shape" }))
     // The output's transcript rides on the activation's closing append (Host.setTranscriptAtEnd).
+    // The activation has ended: no later call counts a delta from it, so the base is left as it is.
     const saving = setTranscript(decoded, host.setTranscriptAtEnd)
-    return Either.isLeft(saving) ? Effect.fail(new TranscriptRefused({ reason: saving.left })) : saving.right
+    return Either.isLeft(saving) ? Effect.fail(new TranscriptRefused({ reason: saving.left })) : saving.right.save
   }
   return Object.assign(perform, { save })
 }

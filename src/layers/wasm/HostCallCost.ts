@@ -38,29 +38,29 @@ export const READ_CHARS_PER_MS = 256 * 1024
 export const readingMs = (length: number): number => length / READ_CHARS_PER_MS
 
 /**
- * `perform(op, request)`, telling `charge` the milliseconds of compute the call costs its guest
- * once it is answered (HostCallCost.ts): the main thread's time on building it, and on its effect
+ * `perform(op, request)`, then `answered` with its answer and the milliseconds of compute the call
+ * costs its guest (HostCallCost.ts): the main thread's time on building it, and on its effect
  * when that answered without waiting; never less than `readingMs` of the request. `began`: when the
  * main thread's work on the call began, when its caller read the clock as the guest's stretch of
- * compute ended just before (a clock read the less per call); now by default.
+ * compute ended just before (a clock read the less per call); now by default. The answer goes on
+ * to `answered` in the same step as it is charged (one step of the fiber a call, not two).
  */
-export const chargedCall = (
+export const chargedCall = <A, E>(
   perform: (op: string, request: string) => Effect.Effect<string>,
   op: string,
   request: string,
-  charge: (ms: number) => void,
+  answered: (answer: string, ms: number) => Effect.Effect<A, E>,
   began: number = performance.now()
-): Effect.Effect<string> => {
+): Effect.Effect<A, E> => {
   const call = perform(op, request)
   const built = performance.now()
   // Set by a microtask queued now: an answer that comes after it waited for something (the call
   // runs as its guest's step goes on, before any microtask).
   let waited = false
   queueMicrotask(() => void (waited = true))
-  return Effect.map(call, (answer) => {
+  return Effect.flatMap(call, (answer) => {
     const ms = built - began + (waited ? 0 : performance.now() - built)
-    charge(Math.max(ms, readingMs(request.length)))
-    return answer
+    return answered(answer, Math.max(ms, readingMs(request.length)))
   })
 }
 

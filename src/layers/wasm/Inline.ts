@@ -557,13 +557,9 @@ const start = <A, E>(
       // The main thread's work on the call is the guest's compute (HostCallCost.ts): the next tick
       // counts it, and once that work alone passes what the main thread lends the activation, it
       // moves (or fails at its budget) here, between calls.
-      let callMs = 0
-      const charge = (ms: number) => {
-        callMs = ms
-        run.used += ms
-        reading += ms
-      }
-      return Effect.flatMap(chargedCall(activation.perform, op, request, charge, stretchEnd), (answer) => {
+      return chargedCall(activation.perform, op, request, (answer, callMs) => {
+        run.used += callMs
+        reading += callMs
         run.calls.push({ op, request: requestKey(request), answer })
         if (reading > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
         const rewind = () => {
@@ -574,7 +570,7 @@ const start = <A, E>(
         }
         // A call that held the main thread a while gives the event loop a turn before the guest goes on.
         return yieldsAfter(callMs) ? Effect.flatMap(eventLoopTurn, rewind) : rewind()
-      })
+      }, stretchEnd)
     }
     let output: string
     try {

@@ -270,16 +270,12 @@ const run = (
       case "call": {
         held.running = false
         giveSlot(pool, held)
-        // The main thread's work on the call is the guest's compute (HostCallCost.ts).
-        let callMs = 0
-        const charge = (ms: number) => {
-          callMs = ms
-          spent(ms)
-        }
         // The guest is unwound: the thread serves others while the call is performed.
         held.busy = false
         pool.releaseNow(thread, true)
-        return Effect.flatMap(chargedCall(activation.perform, event.op, event.request, charge), (answer) => {
+        // The main thread's work on the call is the guest's compute (HostCallCost.ts).
+        return chargedCall(activation.perform, event.op, event.request, (answer, callMs) => {
+          spent(callMs)
           calls.push({ op: event.op, request: requestKey(event.request), answer })
           if (limits.computeMs > 0 && remaining <= 0) return Effect.fail(overBudget(limits))
           return Effect.flatMap(restore(pool.reclaim(thread, () => void (held.busy = true))), (back) => {
