@@ -37,7 +37,7 @@ import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import { packPair, unpackPair, unpacked } from "./Pairs.js"
 import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
-import { activationEnded, activationStarted, imageKept, instanceStats, memoryFor, putBack, recycle, type Resting, spareRun } from "./Spares.js"
+import { activationEnded, activationStarted, dropped, imageKept, instanceStats, memoryFor, newMemoryReason, newMemoryRefused, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
 export interface InlineLimits extends ActivationLimits {
   /** Milliseconds of compute the main thread lends one activation before moving it to a worker. */
@@ -110,7 +110,8 @@ const ahead = new Map<WebAssembly.Module, { readonly key: string; readonly run: 
 const AHEAD_MODULES = 16
 
 const makeAhead = (instrumented: WebAssembly.Module, limits: InlineLimits, cap: number, memoryLimits: { initial: number; maximum: number }, key: string) => {
-  if (ahead.has(instrumented)) return
+  // Not a new memory the module's activations would not make themselves (Spares.ts, `newMemoryRefused`).
+  if (ahead.has(instrumented) || newMemoryRefused(instrumented, memoryLimits)) return
   setImmediate(() => {
     if (ahead.has(instrumented)) return
     const run = new Run(limits, cap, memoryLimits, key)
@@ -162,6 +163,8 @@ const NOT_WRITTEN = 2 ** 32
 class Run implements Resting {
   readonly memory: WebAssembly.Memory
   exports: Record<string, any> = {}
+  /** The module it is an instance of (once instantiated). */
+  module: WebAssembly.Module | undefined = undefined
   /** Instantiating: a host call now comes from the start function. */
   starting = true
   /** Asyncify's state: set with each `asyncify_start_*`, back to NORMAL with each `asyncify_stop_*`. */
@@ -201,6 +204,7 @@ class Run implements Resting {
    */
   instantiate(instrumented: WebAssembly.Module) {
     this.stretchStart = performance.now()
+    this.module = instrumented
     this.exports = new WebAssembly.Instance(instrumented, this.imports).exports as Record<string, any>
     instanceStats.made++
     const save = this.exports[RESET_EXPORTS.save]
@@ -497,6 +501,10 @@ const start = <A, E>(
     run.cap = cap
     // Its start function's compute, ahead of the activation, is not the activation's.
     run.used = 0
+  } else if (newMemoryRefused(instrumented, memoryLimits)) {
+    // Before the guest runs: nothing was computed or asked for (Spares.ts).
+    ended()
+    return done(ends.moved(newMemoryReason(memoryLimits), []))
   } else {
     run = new Run(limits, cap, memoryLimits, key)
     try {
@@ -624,6 +632,7 @@ const end = <A, E>(
   const memoryBytes = run.memory.buffer.byteLength
   // The memory is the guest's own and at most zeroed for the next: a failure leaves nothing behind.
   recycle(run.memory, memoryLimits)
+  if (run.module !== undefined) dropped(run.module, memoryLimits)
   if (err instanceof GuestError) return failed(err.message)
   if (err instanceof WebAssembly.RuntimeError) return failed(`the guest trapped: ${trapReason(err.message, memoryBytes, memoryLimits.maximum)}`)
   if (err instanceof WebAssembly.LinkError || (run.starting && err instanceof WebAssembly.CompileError)) {

@@ -50,11 +50,28 @@ export interface Resting {
  * Spares: memories activations left at their initial size, zero-filled, and instances put back as
  * instantiation left them (with their memories), counted together. As many activations as run or
  * wait in host calls at once each hold one, so the spares cover that many at their peak over the
- * last five seconds (at least SPARE_MIN, at most SPARE_BYTES in all, each at most
- * SPARE_MEMORY_BYTES): on a VM, a new memory (its reservation, and the first touch of each page)
- * costs about a millisecond, ten times a small guest's whole activation, so a spare that goes when
- * the load dips for a second is paid for again when it comes back. When fewer activations run, the
- * spares shrink with them within five seconds, so an idle server keeps a few.
+ * last five seconds (at least SPARE_MIN, at most SPARE_BYTES held in all): on a VM, a new memory
+ * (its reservation, and the first touch of each page) costs about a millisecond, ten times a small
+ * guest's whole activation, so a spare that goes when the load dips for a second is paid for again
+ * when it comes back. When fewer activations run, the spares shrink with them within five seconds,
+ * so an idle server keeps a few.
+ *
+ * A spare holds the pages its activations touched, not its whole memory: a bare memory is zeroed
+ * whole (at most SPARE_MEMORY_BYTES), and an instance's put-back writes only what its activation
+ * wrote when its twin counts that (Instrument.ts, "Written"), so an instance is put back whatever
+ * its memory's size when the put-back writes at most SPARE_MEMORY_BYTES, and counts as the highest
+ * byte any of its activations wrote.
+ *
+ * A memory dropped is not free either: V8 counts a memory's size against its heap's external
+ * memory, and each dropped memory above a few MiB brings a garbage collection closer. Measured on
+ * the project's VM, a module whose 65-page (4 MiB + 64 KiB) memory was made new for each
+ * activation cost the main thread 1.4 to 2.7 ms of collection pauses per activation, one of 128 MiB
+ * 5 to 9 ms, slowing every session. So a module whose initial memory is above
+ * SPARE_MEMORY_BYTES and whose instance was dropped at its activation's end (it failed or grew its
+ * memory, or its put-back would write more than SPARE_MEMORY_BYTES) gets no new memory on the main
+ * thread (`newMemoryRefused`): its activations that find no spare instance run on worker threads,
+ * until one of its instances is put back again. An activation that moved does not count: its
+ * session runs on worker threads for a while anyway (InlineModules.ts).
  */
 const SPARE_BYTES = 64 << 20
 const SPARE_MEMORY_BYTES = 4 << 20
@@ -95,7 +112,31 @@ let trimming: ReturnType<typeof setInterval> | undefined
  * images, copied back from them, and found zero already (a quiet stretch, not zeroed again), since
  * the process started (for tests and benchmarks).
  */
-export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied: 0, checked: 0 }
+export const instanceStats = { made: 0, reused: 0, putBack: 0, zeroed: 0, copied: 0, checked: 0, memories: 0 }
+
+/** The bytes each instance at rest holds (counted in spareBytes): the highest byte any of its activations wrote, or its memory's size. */
+const held = new WeakMap<Resting, number>()
+
+/** Modules whose initial memory is above SPARE_MEMORY_BYTES and whose last instance to end was dropped, not put back. */
+const bigDropped = new WeakSet<WebAssembly.Module>()
+
+const big = (limits: { initial: number }) => limits.initial * PAGE_BYTES > SPARE_MEMORY_BYTES
+
+/** An instance of `instrumented` was dropped at the end of its activation (failed, grown, or not put back). */
+export const dropped = (instrumented: WebAssembly.Module, limits: { initial: number }) => {
+  if (big(limits)) bigDropped.add(instrumented)
+}
+
+/**
+ * Whether an activation of `instrumented` that finds no spare instance must not make a new memory
+ * on the main thread (and runs on a worker thread instead): its initial memory is above
+ * SPARE_MEMORY_BYTES and its last instance was dropped.
+ */
+export const newMemoryRefused = (instrumented: WebAssembly.Module, limits: { initial: number }): boolean => big(limits) && bigDropped.has(instrumented)
+
+/** Why an activation `newMemoryRefused` moves to a worker thread. */
+export const newMemoryReason = (limits: { initial: number }) =>
+  `its memory of ${limits.initial} pages (${limits.initial * PAGE_BYTES} bytes) at start is above the ${SPARE_MEMORY_BYTES / PAGE_BYTES} pages (${SPARE_MEMORY_BYTES} bytes) the main thread makes new for a module whose instance it could not put back`
 
 /** Drops spares past what the recent peak needs: bare memories first, then instances (the oldest limits' and modules' first). */
 const trim = () => {
@@ -118,7 +159,7 @@ const drop = (most: number) => {
   for (const [k, l] of spareRuns) {
     if (!over()) break
     while (l.length > 0 && over()) {
-      spareBytes -= l.shift()!.memory.buffer.byteLength
+      spareBytes -= held.get(l.shift()!)!
       spareCount--
     }
     if (l.length === 0) spareRuns.delete(k)
@@ -127,7 +168,10 @@ const drop = (most: number) => {
 
 export const memoryFor = (limits: { initial: number; maximum: number }): WebAssembly.Memory => {
   const spare = spareMemories.get(`${limits.initial}:${limits.maximum}`)?.pop()
-  if (spare === undefined) return new WebAssembly.Memory(limits)
+  if (spare === undefined) {
+    instanceStats.memories++
+    return new WebAssembly.Memory(limits)
+  }
   spareBytes -= spare.buffer.byteLength
   spareCount--
   return spare
@@ -153,7 +197,7 @@ const kept = (bytes: number) => {
   }
 }
 
-/** Whether a memory can be kept as a spare: still at its initial size, and not above SPARE_MEMORY_BYTES. */
+/** Whether a bare memory can be kept as a spare: still at its initial size, and not above SPARE_MEMORY_BYTES (it is zeroed whole). */
 const keepable = (bytes: number, limits: { initial: number }) => bytes === limits.initial * PAGE_BYTES && bytes <= SPARE_MEMORY_BYTES
 
 /** Keeps a memory left at its initial size for a later activation, zeroed now; past the bounds, the oldest limits' spares go first. */
@@ -200,15 +244,18 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
   const memory = run.view()
   const bytes = memory.byteLength
   const image = images.get(instrumented)
-  if (!run.resettable || image === undefined || !keepable(bytes, limits)) {
-    recycle(run.memory, limits)
-    return false
-  }
   // Outside what was written, the memory is still as the last put-back (or instantiation) left it:
   // its image, zeros above. Not writing them again spares the cache (docs/benchmarks.md, "The cost
   // of zeroing a memory the guest did not touch", "Wasm text turn, stop 60").
   const written = Math.min(bytes, run.written())
   const low = run.low()
+  // The put-back writes from `low` up to `written` (its image copied back, zeros): at most SPARE_MEMORY_BYTES.
+  if (!run.resettable || image === undefined || bytes !== limits.initial * PAGE_BYTES || written - Math.min(low, written) > SPARE_MEMORY_BYTES) {
+    recycle(run.memory, limits)
+    dropped(instrumented, limits)
+    return false
+  }
+  bigDropped.delete(instrumented)
   const imageEnd = Math.min(image.length, written)
   if (low < imageEnd) {
     memory.set(low === 0 && imageEnd === image.length ? image : image.subarray(low, imageEnd), low)
@@ -241,7 +288,9 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
     lastRunModule = instrumented
   }
   list.push(run)
-  kept(bytes)
+  const holds = Math.max(held.get(run) ?? 0, image.length, written)
+  held.set(run, holds)
+  kept(holds)
   return true
 }
 
@@ -256,7 +305,7 @@ export const spareRun = <R extends Resting>(instrumented: WebAssembly.Module, ke
     if (i === list.length - 1) list.pop()
     else list.splice(i, 1)
     if (list.length === 0 && instrumented !== lastRunModule) spareRuns.delete(instrumented)
-    spareBytes -= run.view().byteLength
+    spareBytes -= held.get(run)!
     spareCount--
     return run as R
   }

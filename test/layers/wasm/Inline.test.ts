@@ -772,6 +772,47 @@ describe("WasmHost on the main thread", () => {
       expect("failure" in twin && twin.failure).toMatch(/above 4194304 bytes/)
     }))
 
+  /**
+   * A loop whose memory starts at `pages` pages (no maximum of its own: Brain's) and answers
+   * "pristine" when the byte at 70000 is zero, then sets it: with `storeBy` "fill", by a
+   * `memory.fill` (a bulk store: its twin does not count what it writes), else by a plain store.
+   */
+  const bigMemory = (pages: number, storeBy: "store" | "fill") => guest(`${PRISTINE.segment} ${DIRTY.segment}
+    (func (export "brain_run") (param i32 i32) (result i64) (local $ok i32)
+      (local.set $ok (i32.eqz (i32.load8_u (i32.const 70000))))
+      ${storeBy === "fill" ? "(memory.fill (i32.const 70000) (i32.const 1) (i32.const 1))" : "(i32.store8 (i32.const 70000) (i32.const 1))"}
+      (if (result i64) (local.get $ok)
+        (then (call $out (i32.const ${PRISTINE.ptr}) (i32.const ${PRISTINE.len})))
+        (else (call $out (i32.const ${DIRTY.ptr}) (i32.const ${DIRTY.len})))))`, { memory: `${pages}` })
+
+  it.scopedLive("an instance whose memory is far above 4 MiB (128 MiB) is put back and reused when its put-back writes little (its twin counts its writes): the main thread makes no new instance or memory per activation", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000, { memoryBytes: 128 << 20 })
+      const module = yield* admit(wasm, bigMemory(2048, "store"))
+      expect(yield* wasm.runLoop(module, activationInput(), hostWith({}))).toBe("pristine")
+      const before = { ...instanceStats }
+      for (let i = 0; i < 6; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
+      expect(instanceStats.reused - before.reused).toBe(6)
+      expect(instanceStats.made - before.made).toBe(0)
+      expect(instanceStats.memories - before.memories).toBe(0)
+      expect(wasm.stats).toEqual({ inline: 7, moved: 0, pool: 0 })
+    }))
+
+  it.scopedLive("a module whose memory is above 4 MiB and whose instance cannot be put back cheaply (a bulk store: the put-back would zero all of it) makes a new memory on the main thread once: its later activations move to worker threads before they start, and each still finds a fresh memory", () =>
+    Effect.gen(function*() {
+      const wasm = yield* inlineHost(1_000, { memoryBytes: 128 << 20 })
+      const module = yield* admit(wasm, bigMemory(65, "fill"))
+      const before = { ...instanceStats }
+      for (let i = 0; i < 6; i++) expect(yield* wasm.runLoop(module, activationInput(), hostWith({})), `activation ${i}`).toBe("pristine")
+      expect(instanceStats.made - before.made).toBe(1)
+      expect(instanceStats.memories - before.memories).toBe(1)
+      expect(instanceStats.reused - before.reused).toBe(0)
+      // The first on the main thread; each later one that reached it moved before its guest ran, the rest went to the pool (its session cooling down).
+      expect(wasm.stats.moved).toBeGreaterThanOrEqual(1)
+      expect(wasm.stats.inline - wasm.stats.moved).toBe(1)
+      expect(wasm.stats.inline + wasm.stats.pool).toBe(6)
+    }))
+
   it.scopedLive("the instrumented official loop makes the same host calls with the same requests, and gives the same result, as the plain one on a worker", () =>
     Effect.gen(function*() {
       const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
