@@ -1,7 +1,7 @@
 // Types for scripts/build-guests.js, which the guest tests import.
 export declare const ROOT: string
 export declare const ASC_FLAGS: ReadonlyArray<string>
-export declare const admissionProblem: (bytes: Uint8Array, options?: { entry?: boolean }) => string | undefined
+export declare const admissionProblem: (bytes: Uint8Array, options?: { entry?: boolean }) => Promise<string | undefined>
 export declare const compileGuest: (entry: string, outFile: string, options?: { checkEntry?: boolean }) => Promise<string>
 export declare const shippedGuests: () => Array<[string, string]>
 export declare const shippedUpToDate: () => boolean

@@ -13,10 +13,9 @@
  * Every module is built with the stub runtime (a bump allocator that never frees: each activation
  * gets a fresh instance, so freeing would only cost time), imported memory, `abort` routed to
  * `brain.fail`, and `--optimize`; its data segments are then merged into one (mergeDataSegments).
- * It is then checked the way admission checks it (docs/abi.md):
- * it imports only `env.memory`, `brain.call` and `brain.fail`, exports `brain_abi_v1` and
- * `brain_alloc`, and `brain_run` or `brain_tool`. A module that would be refused fails the build
- * and is not written.
+ * It is then checked by admission's own check (`refusalOf` in src/layers/wasm/Module.ts, as tsc
+ * compiled it into dist/, with the server's default limits): a module an upload would refuse fails
+ * the build with the reason the upload would get, and is not written.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -46,18 +45,24 @@ export const ASC_FLAGS = [
   "--noColors"
 ]
 
-const ALLOWED_IMPORTS = new Set(["env.memory:memory", "brain.call:function", "brain.fail:function"])
+/** Admission's check and the server's default limits, from dist/ (tsc's output). */
+const admission = async () => {
+  const moduleJs = path.join(ROOT, "dist", "layers", "wasm", "Module.js")
+  if (!fs.existsSync(moduleJs)) throw new Error("dist/layers/wasm/Module.js is missing: compile first (npm run build), the build checks a module with admission's own code")
+  const { refusalOf, NO_ENTRY } = await import(pathToFileURL(moduleJs).href)
+  const { defaults } = await import(pathToFileURL(path.join(ROOT, "dist", "services", "ServerConfig.js")).href)
+  return { refusalOf, NO_ENTRY, limits: { maxModuleBytes: defaults.maxWasmModuleBytes, maxMemoryBytes: defaults.maxWasmMemoryBytes } }
+}
 
-/** Why admission would refuse `bytes`, or undefined when it would not. */
-export const admissionProblem = (bytes, { entry = true } = {}) => {
-  const module = new WebAssembly.Module(bytes)
-  const imports = WebAssembly.Module.imports(module).map((i) => `${i.module}.${i.name}:${i.kind}`)
-  const extra = imports.filter((i) => !ALLOWED_IMPORTS.has(i))
-  if (extra.length > 0) return `imports ${extra.join(", ")} (only env.memory, brain.call and brain.fail are allowed)`
-  const exports = new Set(WebAssembly.Module.exports(module).map((e) => e.name))
-  for (const name of ["brain_abi_v1", "brain_alloc"]) if (!exports.has(name)) return `does not export ${name}`
-  if (entry && !exports.has("brain_run") && !exports.has("brain_tool")) return "exports neither brain_run nor brain_tool"
-  return undefined
+/**
+ * Why admission would refuse `bytes` with the server's default limits (its own reason), or
+ * undefined when it would not; `entry: false` lets a module through that exports neither
+ * `brain_run` nor `brain_tool` (a test probe, run only by test/guest/harness.ts).
+ */
+export const admissionProblem = async (bytes, { entry = true } = {}) => {
+  const { refusalOf, NO_ENTRY, limits } = await admission()
+  const reason = refusalOf(new Uint8Array(bytes), limits)
+  return !entry && reason === NO_ENTRY ? undefined : reason
 }
 
 const uleb = (bytes, at) => {
@@ -201,8 +206,8 @@ export const compileGuest = async (entry, outFile, { checkEntry = true } = {}) =
   if (error) throw new Error(`asc failed for ${entry}: ${error.message}\n${diagnostics}`)
   if (!(compiled instanceof Uint8Array)) throw new Error(`asc wrote no module for ${entry}\n${diagnostics}`)
   const bytes = mergeDataSegments(compiled)
-  const problem = admissionProblem(bytes, { entry: checkEntry })
-  if (problem) throw new Error(`${entry}: Brain would refuse this module: it ${problem}`)
+  const problem = await admissionProblem(bytes, { entry: checkEntry })
+  if (problem) throw new Error(`${entry}: Brain would refuse this module: ${problem}`)
   const partial = `${target}.${process.pid}.tmp`
   try {
     fs.writeFileSync(partial, bytes)

@@ -10,7 +10,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { promisify } from "node:util"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { admissionProblem, ROOT } from "../../scripts/build-guests.js"
+import { admitModule } from "../../src/layers/wasm/Module.js"
+import { defaults } from "../../src/services/ServerConfig.js"
+import { guest, returning, wat } from "../support/wat.js"
 
 const SCRIPT = path.join(ROOT, "scripts", "build-guests.js")
 /** The script's exit code and what it printed. */
@@ -34,7 +38,7 @@ describe("scripts/build-guests.js <entry.ts> <out.wasm>", () => {
     const out = path.join(dir, "clock.wasm")
     const { code, stderr } = await build("guest/test/clock.ts", out)
     expect(code).toBe(1)
-    expect(stderr).toContain("Brain would refuse this module: it imports env.Date.now")
+    expect(stderr).toContain("Brain would refuse this module: the module imports env.Date.now")
     expect(fs.readdirSync(dir)).toEqual([])
   }, 120_000)
 
@@ -55,7 +59,50 @@ describe("scripts/build-guests.js <entry.ts> <out.wasm>", () => {
     const { code, stdout } = await build("loops/examples/echo-tool.ts", out)
     expect(code).toBe(0)
     expect(stdout).toContain(`(${fs.statSync(out).size} bytes)`)
-    expect(admissionProblem(fs.readFileSync(out))).toBeUndefined()
+    expect(await admissionProblem(fs.readFileSync(out))).toBeUndefined()
     expect(fs.readdirSync(dir)).toEqual(["echo-tool.wasm"])
   }, 120_000)
+
+  it("a loop whose brain_transcript_tail_length is mutable fails the build with admission's reason, and no module is written", async () => {
+    const dir = emptyDir()
+    const out = path.join(dir, "mutable.wasm")
+    const { code, stderr } = await build("guest/test/mutable-tail-length.ts", out)
+    expect(code).toBe(1)
+    expect(stderr).toContain("Brain would refuse this module: brain_transcript_tail_length must be an immutable i32 global")
+    expect(fs.readdirSync(dir)).toEqual([])
+  }, 120_000)
+})
+
+describe("the build script's check of a module", () => {
+  /** What admission itself answers for `bytes` with the server's default limits: its reason, or undefined. */
+  const admission = (bytes: Uint8Array) =>
+    Effect.runPromise(
+      admitModule(bytes, { maxModuleBytes: defaults.maxWasmModuleBytes, maxMemoryBytes: defaults.maxWasmMemoryBytes }).pipe(
+        Effect.match({ onFailure: (e) => e.reason, onSuccess: () => undefined })
+      )
+    )
+  const RUN = `(func (export "brain_run") (param i32 i32) (result i64) (i64.const 0))`
+  const cases: Record<string, Promise<Uint8Array>> = {
+    "a mutable brain_transcript_tail_length": wat(guest(RUN, { tail: true, tailLength: "(mut i32) (i32.const 3)" })),
+    "brain_transcript_tail_length without brain_transcript_tail": wat(guest(RUN, { tailLength: "i32 (i32.const 3)" })),
+    "brain_configuration_unread as a function": wat(guest(`${RUN} (func (export "brain_configuration_unread"))`)),
+    "a brain_events_kind_ naming no kind": wat(guest(`${RUN} (global (export "brain_events_kind_") i32 (i32.const 1))`)),
+    "a name in the host's namespace": wat(guest(`${RUN} (global (export "brain$written") i32 (i32.const 1))`)),
+    "a table without a maximum": wat(guest(`${RUN} (table 1 funcref)`)),
+    "brain_alloc of the wrong type": wat(guest(`${RUN}`, { alloc: false }).replace('(func (export "brain_run")', '(func (export "brain_alloc") (param i64) (result i32) (i32.const 0)) (func (export "brain_run")'))
+  }
+
+  it("refuses each module admission refuses, with admission's own reason", async () => {
+    for (const [name, bytes] of Object.entries(cases)) {
+      const reason = await admission(await bytes)
+      expect(reason, `${name}: admission refuses it`).toBeDefined()
+      expect(await admissionProblem(await bytes), name).toBe(reason)
+    }
+  })
+
+  it("passes a module admission admits", async () => {
+    const bytes = await wat(returning('{"ok":1}'))
+    expect(await admission(bytes)).toBeUndefined()
+    expect(await admissionProblem(bytes)).toBeUndefined()
+  })
 })

@@ -373,9 +373,7 @@ export const admitModule = (
 ): Effect.Effect<AdmittedModule, ModuleRejected> =>
   Effect.gen(function*() {
     const refuse = (reason: string) => Effect.fail(new ModuleRejected({ reason }))
-    if (bytes.length > limits.maxModuleBytes) {
-      return yield* refuse(`the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`)
-    }
+    if (bytes.length > limits.maxModuleBytes) return yield* refuse(tooLarge(bytes, limits))
     // Junk is refused by its first bytes, before it is hashed or takes a place in the compile queue.
     const junk = notAModule(bytes)
     if (junk !== undefined) return yield* refuse(junk)
@@ -418,6 +416,30 @@ export const admitModule = (
     return checked
   })
 
+const tooLarge = (bytes: Uint8Array, limits: AdmissionLimits) => `the module is ${bytes.length} bytes, above BRAIN_MAX_WASM_MODULE_BYTES (${limits.maxModuleBytes})`
+
+/** Why admission refuses a module that exports neither entry (`checkModule`). */
+export const NO_ENTRY = "the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)"
+
+/**
+ * Why admission refuses `bytes` with `limits` (the reason an upload gets), or undefined when it
+ * admits them: the same checks as `admitModule`, compiled here, synchronously, with no verdicts
+ * kept. For scripts/build-guests.js, which checks an author's module before writing it.
+ */
+export const refusalOf = (bytes: Uint8Array, limits: AdmissionLimits): string | undefined => {
+  if (bytes.length > limits.maxModuleBytes) return tooLarge(bytes, limits)
+  const junk = notAModule(bytes)
+  if (junk !== undefined) return junk
+  let module: WebAssembly.Module
+  try {
+    module = new WebAssembly.Module(bytes)
+  } catch (err) {
+    return `the body is not a valid WebAssembly module: ${(err as Error).message}`
+  }
+  const checked = checkModule(bytes, module, limits, sha256(bytes))
+  return typeof checked === "string" ? checked : undefined
+}
+
 /** The admitted module `module` (compiled from `bytes`) is, or why it is refused. */
 const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: AdmissionLimits, hash: string): AdmittedModule | string => {
   const refuse = (reason: string) => reason
@@ -440,7 +462,7 @@ const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: Admi
   if (marker !== "function" && marker !== "global") return refuse(`brain_abi_v1 must be a function or a global, not a ${marker}`)
   const loop = exports.get("brain_run") === "function"
   const tool = exports.get("brain_tool") === "function"
-  if (!loop && !tool) return refuse("the module exports neither brain_run (an Agentloop) nor brain_tool (a tool)")
+  if (!loop && !tool) return refuse(NO_ENTRY)
   // The optional markers are globals: one of another kind (a toolchain's function) is refused, not
   // silently ignored, and so is the Event kinds' prefix naming no kind.
   for (const [name, kind] of exports) {
