@@ -28,7 +28,7 @@
  * parsed JSON, not a decoded copy): a decoded copy would put their keys in the schema's order, so
  * a guest's records would differ in bytes from an in-process loop's that built the same messages.
  */
-import { Data, Effect, Either, Option, Schema } from "effect"
+import { Data, Effect, Either, Option, ParseResult, Schema } from "effect"
 import { appendMessages } from "../../domain/Appended.js"
 import { failure, type Failure } from "../../domain/Failure.js"
 import { holdsNonFinite, NOT_FINITE, scanJsonText } from "../../domain/JsonText.js"
@@ -70,6 +70,45 @@ type Op = keyof typeof requests | "model" | "set_transcript" | "telemetry"
 const decoders = Object.fromEntries(
   Object.entries(requests).map(([op, schema]) => [op, Schema.decodeUnknownEither(schema as Schema.Schema<any, any>, { onExcessProperty: "error" })])
 ) as Record<keyof typeof requests, (u: unknown) => Either.Either<any, unknown>>
+
+/** Characters of a shape problem's text at most: its "actual" value may be a whole request. */
+const SHAPE_PROBLEM_CHARS = 300
+
+/**
+ * Why `u` is not of `schema`'s shape, for an author: its first issue's field (`calls[0].id`, the
+ * request itself when it has no path) and what is wrong there. Only on the refusal's path.
+ */
+const shapeProblem = (schema: Schema.Schema<any, any>, u: unknown): string => {
+  const decoded = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })(u)
+  if (Either.isRight(decoded)) return "the request"
+  const issue = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]
+  if (issue === undefined) return "the request"
+  let where = ""
+  for (const key of issue.path) where += typeof key === "number" ? `[${key}]` : `${where === "" ? "" : "."}${String(key)}`
+  const text = where === "" ? `the request: ${issue.message}` : issue.message.startsWith("is ") ? `${where} ${issue.message}` : `${where}: ${issue.message}`
+  return text.length > SHAPE_PROBLEM_CHARS ? `${text.slice(0, SHAPE_PROBLEM_CHARS)}…` : text
+}
+
+/** The answer to a request of `op` that is not of `schema`'s shape. */
+const misshapen = (op: string, schema: Schema.Schema<any, any>, u: unknown) => invalid(`${op}: the request does not have the op's shape: ${shapeProblem(schema, u)}`)
+
+/**
+ * Why a decoded `dispatch` request's calls cannot run, or undefined: a call without `input` (which
+ * the Schema's `Json` lets through), and calls sharing an id, whose results `call_id` could not tell apart.
+ */
+const dispatchProblem = (calls: ReadonlyArray<{ readonly id: string }>): string | undefined => {
+  const seen = new Map<string, number>()
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!
+    if (!Object.hasOwn(call, "input")) return `dispatch: the request does not have the op's shape: calls[${i}].input is missing (give null for a call without input)`
+    const first = seen.get(call.id)
+    if (first !== undefined) {
+      return `dispatch: calls[${first}] and calls[${i}] have the same id ${JSON.stringify(call.id)}: each call needs an id of its own (its result is told apart by call_id)`
+    }
+    seen.set(call.id, i)
+  }
+  return undefined
+}
 
 /**
  * The two requests of every turn, `model` and `set_transcript` (and the output's transcript),
@@ -248,7 +287,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     switch (op as Op) {
       case "model": {
         const r = asModelRequest(parsed.right)
-        if (r === undefined) return invalid("model: the request does not have the op's shape")
+        if (r === undefined) return misshapen("model", ModelRequest, parsed.right)
         if ((r.messages === undefined) === (r.context === undefined)) return invalid("model: give exactly one of messages and context")
         const save = ridingOf(r.transcript)
         if (Either.isLeft(save)) return invalid(`model: ${save.left}`)
@@ -270,7 +309,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
       }
       case "set_transcript": {
         const r = asSetTranscriptRequest(parsed.right)
-        if (r === undefined) return invalid("set_transcript: the request does not have the op's shape")
+        if (r === undefined) return misshapen("set_transcript", SetTranscriptRequest, parsed.right)
         const save = setTranscript(r)
         if (Either.isLeft(save)) return invalid(`set_transcript: ${save.left}`)
         const { next } = save.right
@@ -282,10 +321,13 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
     const decode = Object.hasOwn(decoders, op) ? decoders[op as keyof typeof requests] : undefined
     if (!decode) return invalid(`no host service named ${JSON.stringify(op)} (docs/abi.md lists them)`)
     const decoded = decode(parsed.right)
-    if (Either.isLeft(decoded)) return invalid(`${op}: the request does not have the op's shape`)
+    if (Either.isLeft(decoded)) return misshapen(op, requests[op as keyof typeof requests], parsed.right)
     const r = decoded.right
     switch (op as keyof typeof requests) {
       case "dispatch": {
+        // The calls as the guest wrote them: the decoded copy has every field of the Schema's.
+        const problem = dispatchProblem((parsed.right as { readonly calls: ReadonlyArray<{ readonly id: string }> }).calls)
+        if (problem !== undefined) return invalid(problem)
         const save = ridingOf(r.transcript)
         if (Either.isLeft(save)) return invalid(`dispatch: ${save.left}`)
         return answer(host.dispatch(r.calls, save.right), undefined, savedAs(save.right))
@@ -329,6 +371,6 @@ export const toolServices = (services: ToolServices) => (op: string, request: st
   if (op === "telemetry") return Effect.as(services.telemetry(parsed.right), ok(null))
   if (op !== "emit") return invalid(`a tool may call only emit and telemetry, not ${JSON.stringify(op)}`)
   const decoded = decoders.emit(parsed.right)
-  if (Either.isLeft(decoded)) return invalid("emit: the request does not have the op's shape")
+  if (Either.isLeft(decoded)) return misshapen("emit", requests.emit, parsed.right)
   return answer(services.emit(decoded.right.kind, decoded.right.payload ?? {}), (sequence) => ({ sequence }))
 }

@@ -461,3 +461,51 @@ describe("the host bridge: events", () => {
       expect(asked).toEqual([{ after: 0, limit: 1000 }, { after: 0, limit: 1 }, { after: 0, limit: 1 }, { after: 9007199254740992, limit: 2 }, { after: 3, limit: 1000 }])
     }))
 })
+
+describe("the host bridge: requests of the wrong shape", () => {
+  /** The Host's dispatch and kv_put record what they were given. */
+  const dispatching = () => {
+    const { host } = recordingHost()
+    const seen: Array<unknown> = []
+    const services = loopServices({
+      ...host,
+      dispatch: (calls) => Effect.sync(() => (seen.push(calls), calls.map((c) => ({ call_id: c.id, name: c.name, outcome: "ok", output: c.input, is_error: false })) as any)),
+      kvPut: (key) => Effect.sync(() => void seen.push(key))
+    }, [])
+    return { services, seen }
+  }
+  const refusedWith = (message: string) => ({ error: { ...invalid.error, message } })
+
+  it.effect("a dispatch call without input, or two calls sharing an id, answers invalid_request naming the call, and no call reaches the Host", () =>
+    Effect.gen(function*() {
+      const { services, seen } = dispatching()
+      expect(yield* perform(services, "dispatch", { calls: [{ id: "a", name: "echo", input: 1 }, { id: "b", name: "echo" }] })).toEqual(
+        refusedWith("dispatch: the request does not have the op's shape: calls[1].input is missing (give null for a call without input)")
+      )
+      expect(yield* perform(services, "dispatch", { calls: [{ id: "a", name: "echo", input: 1 }, { id: "b", name: "echo", input: 2 }, { id: "a", name: "other", input: 3 }] })).toEqual(
+        refusedWith('dispatch: calls[0] and calls[2] have the same id "a": each call needs an id of its own (its result is told apart by call_id)')
+      )
+      expect(seen).toEqual([])
+      // Input null is input; distinct ids pass.
+      expect(yield* perform(services, "dispatch", { calls: [{ id: "a", name: "echo", input: null }, { id: "b", name: "echo", input: 2 }] })).toEqual({
+        ok: [{ call_id: "a", name: "echo", outcome: "ok", output: null, is_error: false }, { call_id: "b", name: "echo", outcome: "ok", output: 2, is_error: false }]
+      })
+    }))
+
+  it.effect("a request of the wrong shape answers invalid_request naming the field that lacks the op's shape and what is wrong with it", () =>
+    Effect.gen(function*() {
+      const { services, seen } = dispatching()
+      const cases: Array<[string, unknown, string]> = [
+        ["dispatch", { calls: [{ name: "echo", input: 1 }] }, "dispatch: the request does not have the op's shape: calls[0].id is missing"],
+        ["dispatch", { calls: [{ id: 7, name: "echo", input: 1 }] }, "dispatch: the request does not have the op's shape: calls[0].id: Expected string, actual 7"],
+        ["dispatch", { calls: [{ id: "a", name: "echo", input: 1, foo: 1 }] }, 'dispatch: the request does not have the op\'s shape: calls[0].foo is unexpected, expected: "id" | "name" | "input"'],
+        ["kv_put", { key: "k", value: 1, foo: 1 }, 'kv_put: the request does not have the op\'s shape: foo is unexpected, expected: "key" | "value"'],
+        ["emit", { kind: 3 }, "emit: the request does not have the op's shape: kind: Expected string, actual 3"],
+        ["model", { messages: [], extra: true }, "model: the request does not have the op's shape: extra is unexpected, expected: \"messages\" | \"context\" | \"system\" | \"options\" | \"transcript\""],
+        ["model", { context: { keep: "1", append: [] } }, "model: the request does not have the op's shape: context.keep: Expected number, actual \"1\""],
+        ["set_transcript", { keep: 0, append: 5 }, "set_transcript: the request does not have the op's shape: append: Expected ReadonlyArray<unknown>, actual 5"]
+      ]
+      for (const [op, request, message] of cases) expect(yield* perform(services, op, request), `${op} ${JSON.stringify(request)}`).toEqual(refusedWith(message))
+      expect(seen).toEqual([])
+    }))
+})
