@@ -247,6 +247,9 @@ const requestingBytes = (op: string, len: number) => {
 }
 
 /** Returns a (ptr, len) pair that runs past its memory. */
+/** A guest whose `entry` returns two bytes that are not UTF-8 as its output. */
+const notUtf8Output = (entry: Entry) => guest(`(data (i32.const 100) "\\ff\\fe") (func (export "${entry}") (param i32 i32) (result i64) (call $out (i32.const 100) (i32.const 2)))`)
+
 const pastMemory = guest(`(func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 65000) (i32.const 100000)))`)
 
 /** Returns bytes that are not UTF-8. */
@@ -679,7 +682,21 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
           const f = yield* loopFailure(host.runLoop(yield* admitted(host, allocatingTooMuch), input(), recordingHost().host))
           expect(f.code).toBe("agentloop_failed")
           expect(f.message).toMatch(/trapped/)
-          expect(f.message).toMatch(/its memory at \d+\.\d MiB of its 4\.0 MiB maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES/)
+          // Exactly, in pages and bytes: a rounded figure cannot tell 2 pages from 2.5.
+          const sizes = /its memory at (\d+) pages \((\d+) bytes\) of its 64-page \(4194304-byte\) maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES/.exec(f.message)
+          expect(sizes, f.message).not.toBeNull()
+          expect(Number(sizes![1]) * 65536).toBe(Number(sizes![2]))
+          yield* servesNext(host)
+        }))
+
+      it.scopedLive("an output that is not UTF-8 fails agentloop_failed saying it is the output, and a tool's is its error outcome", () =>
+        Effect.gen(function*() {
+          const host = yield* makeHost()
+          const f = yield* loopFailure(host.runLoop(yield* admitted(host, notUtf8Output("brain_run")), input(), recordingHost().host))
+          expect(f.code).toBe("agentloop_failed")
+          expect(f.message).toBe("the output brain_run returned is not UTF-8")
+          const tool = yield* host.runTool(yield* admitted(host, notUtf8Output("brain_tool")), TOOL_ACTIVATION, recordingServices().services)
+          expect(tool).toEqual({ _tag: "error", output: { message: "the output brain_tool returned is not UTF-8" } })
           yield* servesNext(host)
         }))
 

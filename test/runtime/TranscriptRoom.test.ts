@@ -179,4 +179,11 @@ describe("the transcript room of a loop's input", () => {
     expect(refused?.message).not.toMatch(/-\d/)
     expect(refused?.details).toMatchObject({ limit: 0 })
   })
+
+  it("a save refused for its size points at the section of docs/abi.md that explains the room", () => {
+    const room = transcriptRoom(config, whole, () => "{}")!
+    const refused = roomRefusal(room, [], [], [user("x".repeat(IO))], 0)
+    expect(refused?.code).toBe("payload_too_large")
+    expect(refused?.message).toMatch(/BRAIN_MAX_WASM_IO_BYTES leaves it \(docs\/abi\.md, "The transcript's room"\); nothing was saved$/)
+  })
 })

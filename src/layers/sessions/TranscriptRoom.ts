@@ -1,5 +1,5 @@
 /**
- * The room a WebAssembly loop's input leaves for the saved transcript (docs/abi.md, "Limits").
+ * The room a WebAssembly loop's input leaves for the saved transcript (docs/abi.md, "The transcript's room").
  *
  * A loop's input carries the saved transcript — all of it, or for a loop that reads the tail
  * (`brain_transcript_tail`) its tail — and an input above BRAIN_MAX_WASM_IO_BYTES fails the
@@ -162,5 +162,5 @@ export const refusalText = (room: TranscriptRoom, bytes: number, what = "the tra
   const carried = `${what} would be ${bytes} bytes of JSON in the loop's next input (${room.tailMessages === undefined ? "all of it" : "its tail"})`
   // A session made under larger settings (BRAIN_MAX_WASM_IO_BYTES lowered since): its configuration alone fills the input.
   const none = noRoom(room)
-  return none !== undefined ? `${carried}, but ${none.text}` : `${carried}, above the ${room.bytes} bytes BRAIN_MAX_WASM_IO_BYTES leaves it (docs/abi.md, "Limits")`
+  return none !== undefined ? `${carried}, but ${none.text}` : `${carried}, above the ${room.bytes} bytes BRAIN_MAX_WASM_IO_BYTES leaves it (docs/abi.md, "The transcript's room")`
 }

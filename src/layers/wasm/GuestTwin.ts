@@ -103,7 +103,7 @@ export class TwinRun {
     }
     if (typeof result !== "bigint") throw new GuestError(`${this.msg.entry} did not return an i64 (ptr, len) pair`)
     const value = BigInt.asUintN(64, result)
-    return { _tag: "done", output: this.checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), this.msg.entry) }
+    return { _tag: "done", output: this.checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), `the output ${this.msg.entry} returned`) }
   }
 
   private bytesAt(ptr: number, len: number): Uint8Array {

@@ -239,7 +239,7 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
     unpack: (packed: unknown, what: string): Uint8Array => {
       if (typeof packed !== "bigint") throw new GuestError(`${what} did not return an i64 (ptr, len) pair`)
       const value = BigInt.asUintN(64, packed)
-      return checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), what)
+      return checkedAt(Number(value >> 32n), Number(value & 0xffffffffn), `the output ${what} returned`)
     }
   }
   Atomics.add(words, INSTANCES_WORD, 1)
@@ -278,7 +278,7 @@ const run = (msg: ActivateMessage, input: Uint8Array) => {
     const { context, guest } = instance
     context.msg = msg
     const given = guest.give(input)
-    sendDone(guest.unpack(context.exports[msg.entry](Number(given >> 32n), Number(given & 0xffffffffn)), `${msg.entry}`))
+    sendDone(guest.unpack(context.exports[msg.entry](Number(given >> 32n), Number(given & 0xffffffffn)), msg.entry))
   } catch (err) {
     const kind = err instanceof GuestError ? "guest" : err instanceof WebAssembly.RuntimeError ? "trap" : err instanceof WebAssembly.LinkError ? "link" : "error"
     const message = err instanceof Error ? err.message : String(err)

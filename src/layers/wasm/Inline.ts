@@ -600,7 +600,7 @@ const unpack = (run: Run, packed: unknown, entry: string): string => {
   if (typeof packed !== "bigint") throw new GuestError(`${entry} did not return an i64 (ptr, len) pair`)
   unpackPair(packed)
   const len = unpacked.len
-  const text = run.textAt(unpacked.ptr, len, entry)
+  const text = run.textAt(unpacked.ptr, len, `the output ${entry} returned`)
   if (len > run.limits.ioBytes) throw new GuestError(`the guest's output is above BRAIN_MAX_WASM_IO_BYTES (${run.limits.ioBytes})`)
   return text
 }

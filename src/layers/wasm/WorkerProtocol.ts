@@ -128,12 +128,10 @@ export type WorkerMessage =
  */
 export type FailedKind = "guest" | "trap" | "link" | "error" | "budget" | "unwind" | "stopped"
 
-const MIB = 1024 * 1024
-
 /**
  * A trap's reason with what the guest's memory had grown to, on either side: a guest whose
  * allocator could not grow its memory past the maximum traps with a bare `unreachable`, so the
- * figures say what the trap alone cannot.
+ * figures say what the trap alone cannot. Exact, in pages and bytes (a memory is whole pages).
  */
 export const trapReason = (message: string, memoryBytes: number, maximumPages: number) =>
-  `${message} (its memory at ${(memoryBytes / MIB).toFixed(1)} MiB of its ${((maximumPages * 65536) / MIB).toFixed(1)} MiB maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES)`
+  `${message} (its memory at ${memoryBytes / 65536} pages (${memoryBytes} bytes) of its ${maximumPages}-page (${maximumPages * 65536}-byte) maximum: the lower of the module's own declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES)`
