@@ -152,12 +152,14 @@ describe("metering on the main thread", () => {
       }
     }))
 
-  it.scopedLive("the official loop still gets a twin and runs its turns on the main thread, within a small budget", () =>
+  it.scopedLive("the official loop still gets a twin and runs its turns on the main thread, metered, never moved to a worker", () =>
     Effect.gen(function*() {
       const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))
       // Its twin, as the instrumenting thread makes it (a server's first start would use the build's, made by the same code).
       expect(() => new WebAssembly.Module(instrument(bytes))).not.toThrow()
-      const wasm = yield* inlineHost(1_000, { computeMs: BUDGET_MS })
+      // The budget is the default's (the wall time a turn takes is not what this checks: a loaded
+      // machine running whole suites held one of these turns past 100 ms).
+      const wasm = yield* inlineHost(1_000, { computeMs: 10_000 })
       const module = yield* Effect.orDie(wasm.admit(bytes))
       for (let i = 0; i < 3; i++) {
         const result = yield* wasm.runLoop(module, activationInput(`turn ${i}`), officialHost())
