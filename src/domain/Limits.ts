@@ -504,3 +504,35 @@ export const MAX_FAILURE_DETAILS_BYTES = 64 * 1024
  * at most, not one per request, and a disk filling at a gigabyte a second is seen within a second.
  */
 export const DISK_STAT_INTERVAL_MS = 1000
+
+/**
+ * Bytes. The most BRAIN_MAX_TOOL_SCHEMA_BYTES may be: Brain compiles a host tool's schema on the
+ * main thread, in time that grows with its size (about half a second for 100 KiB of properties on
+ * a busy machine), so the setting cannot let one create hold the server for long.
+ */
+export const TOOL_SCHEMA_SETTING_CEILING_BYTES = 1024 * 1024
+
+/**
+ * Instructions of RE2's compiled program, over all the `pattern`s and `patternProperties` keys of
+ * one tool schema (estimated from the pattern's text before it is compiled, each counted
+ * repetition `{n,m}` as `m` copies of what it repeats). Compiling and matching take time in
+ * proportion to it: a schema past it is refused at create.
+ */
+export const SCHEMA_PATTERN_PROGRAM_MAX = 10_000
+
+/**
+ * Program instructions times characters: the most matching a schema's patterns may cost in one
+ * check of one value (RE2 matches in time linear in both). A check that would pass it stops
+ * matching, and the value breaks the schema (`invalid_input` or `invalid_output`, saying why):
+ * a value that huge strings and a pattern-rich schema meet cannot hold the main thread.
+ */
+export const PATTERN_CHECK_STEPS = 20_000_000
+
+/** Compiled tool schemas kept at most (each compiled alone, so that one schema cannot affect another's check). */
+export const COMPILED_SCHEMAS = 256
+
+/**
+ * Bytes (as JSON) of the compiled tool schemas kept, all together: a compiled schema holds about
+ * ten to twenty times its JSON in generated code, so this bounds what checking keeps in memory.
+ */
+export const COMPILED_SCHEMA_BYTES = 2 * 1024 * 1024

@@ -39,6 +39,11 @@ export interface ServerConfigShape {
    * uncertain. At most 32 MiB, since an outcome must fit in one journal frame.
    */
   readonly maxEnvironmentResponseBytes: number
+  /**
+   * Bytes (as JSON) of a host tool's `input_schema` or `output_schema` at most, checked at create:
+   * Brain compiles each on the main thread, in time that grows with its size.
+   */
+  readonly maxToolSchemaBytes: number
   /** Guests computing at once; undefined = the number of cores. */
   readonly wasmWorkers: number | undefined
   /** Guest threads at most, those waiting in host calls included; undefined = WASM_THREADS_PER_WORKER × wasmWorkers. */
@@ -284,6 +289,7 @@ export const defaults: ServerConfigShape = {
   models: undefined,
   environments: undefined,
   maxEnvironmentResponseBytes: 4 * 1024 * 1024,
+  maxToolSchemaBytes: 64 * 1024,
   wasmWorkers: undefined,
   wasmThreads: undefined,
   wasmInlineMs: 10,

@@ -9,7 +9,8 @@ import {
   KEEP_ALIVE_TIMEOUT_MIN_MS,
   OUTCOME_SETTING_CEILING_BYTES,
   SSE_HEARTBEAT_MIN_MS,
-  TIMER_SETTING_MAX_MS
+  TIMER_SETTING_MAX_MS,
+  TOOL_SCHEMA_SETTING_CEILING_BYTES
 } from "../domain/Limits.js"
 import { defaults, ServerConfig, type ServerConfigShape } from "./ServerConfig.js"
 import { parseTelemetrySink } from "./Telemetry.js"
@@ -126,6 +127,10 @@ export const fromConfig = Config.all({
     "BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES",
     defaults.maxEnvironmentResponseBytes,
     "bytes of an Environment's answer read at most"
+  ),
+  maxToolSchemaBytes: wholeNumber("BRAIN_MAX_TOOL_SCHEMA_BYTES", 1, TOOL_SCHEMA_SETTING_CEILING_BYTES, `a whole number from 1 to ${TOOL_SCHEMA_SETTING_CEILING_BYTES} (1 MiB)`).pipe(
+    Config.withDefault(defaults.maxToolSchemaBytes),
+    Config.withDescription("bytes (as JSON) of a host tool's input_schema or output_schema at most, checked at create")
   ),
   wasmWorkers: optionalAtLeast("BRAIN_WASM_WORKERS", 1, "guests computing at once (unset: the number of cores)"),
   wasmThreads: optionalAtLeast("BRAIN_WASM_THREADS", 2, "guest threads at most, those waiting in host calls included (unset: 8 per BRAIN_WASM_WORKERS)"),
@@ -275,6 +280,7 @@ export const fromConfig = Config.all({
     models: Option.getOrUndefined(Option.filter(c.models, (m) => m.trim().length > 0)),
     environments: Option.getOrUndefined(Option.filter(c.environments, (m) => m.trim().length > 0)),
     maxEnvironmentResponseBytes: c.maxEnvironmentResponseBytes,
+    maxToolSchemaBytes: c.maxToolSchemaBytes,
     wasmWorkers: Option.getOrUndefined(c.wasmWorkers),
     wasmThreads: Option.getOrUndefined(c.wasmThreads),
     wasmInlineMs: c.wasmInlineMs,

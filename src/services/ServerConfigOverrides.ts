@@ -19,6 +19,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   models: ["BRAIN_MODELS"],
   environments: ["BRAIN_ENVIRONMENTS"],
   maxEnvironmentResponseBytes: ["BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES"],
+  maxToolSchemaBytes: ["BRAIN_MAX_TOOL_SCHEMA_BYTES"],
   wasmWorkers: ["BRAIN_WASM_WORKERS"],
   wasmThreads: ["BRAIN_WASM_THREADS"],
   wasmInlineMs: ["BRAIN_WASM_INLINE_MS"],

@@ -22,6 +22,7 @@ import { Cell, commit } from "./Cell.js"
 import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
 import { jsonWeight } from "./InputBytes.js"
 import { fromJournal } from "./FromJournal.js"
+import { schemaRefusal } from "./ToolSchemas.js"
 import { namedHosts, type Shared, stopping, summary } from "./Shared.js"
 import { carriedBytes, noRoom, refusalText, transcriptRoom } from "./TranscriptRoom.js"
 
@@ -87,6 +88,16 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       const admitted = admitEnvironments(declared, tools, environmentBindings, (host) => hosts?.isRegistered(host) ?? false)
       if (Either.isLeft(admitted)) return yield* Effect.fail(new InvalidRequest({ message: admitted.left }))
       const environments = admitted.right
+      // A host tool's schemas are Brain's to check (ToolSchemas.ts): one that could not check its calls is refused now.
+      const hostEnvironments = new Set(environments.flatMap((e) => (e.driver === "host" ? [e.name] : [])))
+      for (let i = 0; i < tools.length; i++) {
+        const tool = tools[i]!
+        if (tool.environment === undefined || !hostEnvironments.has(tool.environment)) continue
+        for (const field of ["input_schema", "output_schema"] as const) {
+          const why = schemaRefusal(tool[field], config.maxToolSchemaBytes)
+          if (why !== undefined) return yield* Effect.fail(refusedAt(`tools[${i}].${field} ${why}`, ["tools", i, field]))
+        }
+      }
       // A binding name is resolved now and its non-secret fields recorded with the session.
       let modelBinding: RecordedBinding | undefined
       if (typeof request.model === "string") {

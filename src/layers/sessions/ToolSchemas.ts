@@ -2,35 +2,97 @@
  * A host tool's input and output checked against the `input_schema` and `output_schema` its
  * session declared (JSON Schema, by Ajv): an input that breaks its schema is answered
  * `invalid_input` before the call is sent, and an `ok` output that breaks its schema is recorded
- * as the error `invalid_output`; the host's own checks (the SDK's) are the other side. A schema
- * Ajv cannot compile checks nothing: the declaration is the application's, and refusing every
- * call over it would take the tool away.
+ * as the error `invalid_output`; the host's own checks (the SDK's) are the other side.
+ *
+ * - No schema checks nothing. A create is refused (`schemaRefusal`) for a host tool's schema that
+ *   is not a JSON Schema, is larger than BRAIN_MAX_TOOL_SCHEMA_BYTES, or cannot be compiled; one
+ *   read from an older session's record that cannot be compiled makes its calls fail
+ *   `invalid_schema` (not sent, or the output not taken), never pass unchecked.
+ * - One schema never affects another's check: each is compiled by its own Ajv instance, so that
+ *   an `$id` (or a `$ref` to one) means only what its own schema says, whichever session used it
+ *   first.
+ * - What checking keeps is bounded: the compiled schemas are kept by their JSON, the least
+ *   recently used let go past COMPILED_SCHEMAS or COMPILED_SCHEMA_BYTES, and with them their Ajv
+ *   instance and everything it holds.
+ * - Patterns are matched in linear time (LinearPatterns.ts), within PATTERN_CHECK_STEPS a check.
  *
  * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value.
  */
 import * as AjvModule from "ajv"
 import type { ErrorObject, ValidateFunction } from "ajv"
+import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, PATTERN_CHECK_STEPS } from "../../domain/Limits.js"
+import { linearRegExp, withinSteps } from "./LinearPatterns.js"
 
-/** Compiled schemas kept, by their JSON; past it the cache starts again (sessions declare few). */
-const COMPILED_SCHEMAS = 256
+/** A schema compiled, or why it cannot be; its JSON's bytes (what the cache counts). */
+type Compiled = { readonly validate: ValidateFunction; readonly bytes: number } | { readonly refused: string; readonly bytes: number }
 
-// Ajv is CommonJS: under NodeNext its class is the module's `default`.
-const ajv = new AjvModule.default.default({ allErrors: true, strict: false, validateSchema: false })
-const compiled = new Map<string, ValidateFunction | null>()
+/** By JSON text, least recently used first. */
+const compiled = new Map<string, Compiled>()
+let compiledBytes = 0
 
-const compile = (schema: unknown): ValidateFunction | null => {
-  const key = JSON.stringify(schema)
-  const known = compiled.get(key)
-  if (known !== undefined) return known
-  if (compiled.size >= COMPILED_SCHEMAS) compiled.clear()
-  let fn: ValidateFunction | null
+/** How many compiled schemas (and bytes of their JSON) checking keeps now. */
+export const keptSchemas = (): { readonly count: number; readonly bytes: number } => ({ count: compiled.size, bytes: compiledBytes })
+
+/** The compiled check kept for `schema` now, if any (tests watch one let go). */
+export const keptCheck = (schema: unknown): ValidateFunction | undefined => {
+  const kept = compiled.get(JSON.stringify(schema))
+  return kept !== undefined && "validate" in kept ? kept.validate : undefined
+}
+
+/** Compiles `schema` alone: its own Ajv instance (Ajv is CommonJS: under NodeNext its class is the module's `default`). */
+const compileAlone = (schema: unknown, bytes: number): Compiled => {
+  const ajv = new AjvModule.default.default({
+    allErrors: true,
+    strict: false,
+    validateSchema: false,
+    addUsedSchema: false,
+    // A tenant's schema is no news for the server's log (an unknown `format` is ignored either way).
+    logger: false,
+    code: { regExp: linearRegExp() }
+  })
   try {
-    fn = ajv.compile(schema as object)
-  } catch {
-    fn = null
+    return { validate: ajv.compile(schema as object), bytes }
+  } catch (e) {
+    return { refused: (e instanceof Error ? e.message : String(e)).split("\n")[0]!, bytes }
   }
-  compiled.set(key, fn)
-  return fn
+}
+
+/** The schema whose JSON is `text` compiled (or refused), kept by that text: the copy it compiles is its own. */
+const compile = (text: string): Compiled => {
+  const known = compiled.get(text)
+  if (known !== undefined) {
+    // Used again: last to be let go.
+    compiled.delete(text)
+    compiled.set(text, known)
+    return known
+  }
+  const fresh = compileAlone(JSON.parse(text), Buffer.byteLength(text, "utf8"))
+  compiled.set(text, fresh)
+  compiledBytes += fresh.bytes
+  for (const [key, old] of compiled) {
+    if (compiled.size <= 1 || (compiled.size <= COMPILED_SCHEMAS && compiledBytes <= COMPILED_SCHEMA_BYTES)) break
+    compiled.delete(key)
+    compiledBytes -= old.bytes
+  }
+  return fresh
+}
+
+/** Whether `schema` is what a tool's schema may be: a JSON Schema object or boolean (null: none). */
+const isSchema = (schema: unknown) => typeof schema === "boolean" || (typeof schema === "object" && !Array.isArray(schema))
+
+/**
+ * Why `schema` cannot be a host tool's schema, or undefined when it can (it is compiled then, and
+ * kept): not a JSON Schema, larger than `maxBytes` as JSON (BRAIN_MAX_TOOL_SCHEMA_BYTES), or Ajv
+ * cannot compile it (its patterns among the reasons, LinearPatterns.ts).
+ */
+export const schemaRefusal = (schema: unknown, maxBytes: number): string | undefined => {
+  if (schema === undefined || schema === null) return undefined
+  if (!isSchema(schema)) return "is not a JSON Schema (an object or a boolean)"
+  const text = JSON.stringify(schema)
+  const bytes = Buffer.byteLength(text, "utf8")
+  if (bytes > maxBytes) return `is ${bytes} bytes as JSON, more than ${maxBytes} (BRAIN_MAX_TOOL_SCHEMA_BYTES): Brain compiles it to check the tool's calls`
+  const done = compile(text)
+  return "refused" in done ? `cannot be compiled to check the tool's calls: ${done.refused}` : undefined
 }
 
 export interface InputIssue {
@@ -38,16 +100,34 @@ export interface InputIssue {
   readonly message: string
 }
 
+/** A value checked: it conforms, it breaks the schema (its issues), or the schema cannot check it (why). */
+export type SchemaCheck =
+  | { readonly _tag: "conforms" }
+  | { readonly _tag: "breaks"; readonly issues: ReadonlyArray<InputIssue> }
+  | { readonly _tag: "unusable"; readonly reason: string }
+
+const CONFORMS: SchemaCheck = { _tag: "conforms" }
+
 const pathOf = (e: ErrorObject): Array<string | number> => {
   const parts = e.instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"))
   if (e.keyword === "required" && typeof e.params["missingProperty"] === "string") parts.push(e.params["missingProperty"])
   return parts.map((p) => (typeof p === "string" && /^\d+$/.test(p) ? Number(p) : p))
 }
 
-/** The value's issues against `schema`, or undefined when it conforms (or the schema checks nothing). */
-export const schemaIssues = (schema: unknown, input: unknown): ReadonlyArray<InputIssue> | undefined => {
-  if (schema === undefined || schema === null || typeof schema !== "object") return undefined
-  const validate = compile(schema)
-  if (validate === null || validate(input)) return undefined
-  return (validate.errors ?? []).slice(0, 20).map((e) => ({ path: pathOf(e), message: e.message ?? e.keyword }))
+/** The value checked against `schema` (none, undefined or null: it conforms). */
+export const checkAgainst = (schema: unknown, value: unknown): SchemaCheck => {
+  if (schema === undefined || schema === null) return CONFORMS
+  if (!isSchema(schema)) return { _tag: "unusable", reason: "it is not a JSON Schema (an object or a boolean)" }
+  const done = compile(JSON.stringify(schema))
+  if ("refused" in done) return { _tag: "unusable", reason: `it cannot be compiled: ${done.refused}` }
+  const { exhausted, value: valid } = withinSteps(() => done.validate(value))
+  if (valid && !exhausted) return CONFORMS
+  const issues = (done.validate.errors ?? []).slice(0, 20).map((e) => ({ path: pathOf(e), message: e.message ?? e.keyword }))
+  if (exhausted) {
+    issues.unshift({
+      path: [],
+      message: `matching its patterns would take more than ${PATTERN_CHECK_STEPS} steps (PATTERN_CHECK_STEPS: RE2 program size times characters); the rest was not matched`
+    })
+  }
+  return { _tag: "breaks", issues }
 }

@@ -18,7 +18,7 @@ import type { CallStop } from "../CallStop.js"
 import type { CancelReason } from "./Cell.js"
 import type { ToolCallContext } from "./ToolCalls.js"
 import { cancelFailure } from "./HostFailures.js"
-import { schemaIssues } from "./ToolSchemas.js"
+import { checkAgainst } from "./ToolSchemas.js"
 import type { Deadline } from "./Deadline.js"
 
 export type ToolDefinition = NonNullable<SessionConfiguration["tools"]>[number]
@@ -53,13 +53,20 @@ const safeText = (value: unknown): string => {
   }
 }
 
-/** A host tool's `ok` output that breaks its declared `output_schema` becomes the error `invalid_output`. */
+/**
+ * A host tool's `ok` output that breaks its declared `output_schema` becomes the error
+ * `invalid_output`; one its schema cannot check (a schema an older create admitted that cannot be
+ * compiled) the error `invalid_schema`: never taken unchecked.
+ */
 export const checked = (v: ToolVerdict, schema: unknown): ToolVerdict => {
   if (schema === undefined || v._tag !== "reply" || v.reply.outcome !== "ok") return v
-  const issues = schemaIssues(schema, v.reply.output)
-  if (issues === undefined) return v
-  const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
-  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues } } }
+  const check = checkAgainst(schema, v.reply.output)
+  if (check._tag === "conforms") return v
+  if (check._tag === "unusable") {
+    return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_schema", message: `the output cannot be checked: the tool's output_schema ${check.reason}` } } }
+  }
+  const shown = check.issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(output)"}: ${i.message}`).join("; ")
+  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_output", message: `the output is not valid: ${shown}`, issues: check.issues } } }
 }
 
 export const checkedOutput = (verdict: Effect.Effect<ToolVerdict>, schema: unknown): Effect.Effect<ToolVerdict> =>
@@ -176,7 +183,7 @@ export const toolOutcome = (
 /**
  * What a call comes to before anything is sent: the turn's cancel that came while its start was
  * committed, its deadline passed meanwhile, or (for a host tool) an input that breaks its declared
- * schema, which is answered here; undefined when it is to be sent.
+ * schema (or one its schema cannot check), which is answered here; undefined when it is to be sent.
  */
 export const notSentOf = (
   ctx: ToolCallContext,
@@ -189,10 +196,14 @@ export const notSentOf = (
   if (early !== undefined) return { _tag: "unsent", reason: early }
   const ended = deadline?.unsafePoll()
   if (ended != null && Exit.isSuccess(ended)) return { _tag: "unsent", reason: "timeout", deadline: true }
-  const issues = remote?.driver === "host" ? schemaIssues(definition?.input_schema, call.input ?? null) : undefined
-  if (issues === undefined) return undefined
-  const shown = issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
-  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues } } }
+  if (remote?.driver !== "host") return undefined
+  const check = checkAgainst(definition?.input_schema, call.input ?? null)
+  if (check._tag === "conforms") return undefined
+  if (check._tag === "unusable") {
+    return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_schema", message: `the input cannot be checked, and was not sent: the tool's input_schema ${check.reason}` } } }
+  }
+  const shown = check.issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : "(input)"}: ${i.message}`).join("; ")
+  return { _tag: "reply", reply: { outcome: "error", output: { code: "invalid_input", message: `the input is not valid: ${shown}`, issues: check.issues } } }
 }
 
 /**
