@@ -378,6 +378,9 @@ const authorizedHost = (hosts: HostsShape, id: string, headers: Readonly<Record<
     : Effect.fail(new Unauthorized({ message: HOST_TOKEN_NEEDED }))
 }
 
+/** A command stream's response headers (a HEAD's too). */
+const COMMAND_STREAM_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
+
 export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi, "hosts", (h) =>
   Effect.gen(function*() {
     const hosts = yield* Hosts
@@ -396,6 +399,9 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
       .handle("commands", ({ path, request }) =>
         Effect.gen(function*() {
           yield* authorized(path.id, request.headers)
+          // A HEAD (answered wherever GET is) gets the stream's headers and opens nothing: the
+          // host's stream, if it has one, stays its own, and no stream without a reader is held.
+          if (request.method === "HEAD") return HttpServerResponse.empty({ status: 200, headers: COMMAND_STREAM_HEADERS })
           // A command stream holds its connection as a session's stream does, and shares their
           // bound: hosts that stay connected never take the connections kept for other requests
           // (their own results among them). Sessions' readers never take the streams' connections
@@ -407,10 +413,10 @@ export const hostsLive = (admission: Admission) => HttpApiBuilder.group(BrainApi
           )
           // A server stop ends the stream; its calls in flight end (not sent if still queued, else uncertain).
           yield* Effect.forkScoped(Effect.zipRight(Deferred.await(admission.stopped), stream.stop))
-          return HttpServerResponse.raw(stream.body, {
-            contentType: "text/event-stream",
-            headers: { "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" }
-          })
+          // So does the response's end, whatever ends it: a client gone before its body was piped
+          // leaves the host disconnected, not holding a stream nobody reads.
+          yield* Effect.addFinalizer(() => stream.stop)
+          return HttpServerResponse.raw(stream.body, { headers: COMMAND_STREAM_HEADERS })
         }))
       .handle("results", ({ path, payload, request }) => results({ headers: request.headers, path, payload }))
       .handle("events", ({ path, payload, request }) =>

@@ -1,8 +1,8 @@
 /**
  * A host tool's schemas and command stream through a real server, where one session or one
  * client could otherwise harm the others: a pattern that backtracks exponentially in JavaScript
- * is matched in linear time, a schema Brain could not check is refused at create, and one session's
- * `$id` does not switch off another's check.
+ * is matched in linear time, a schema Brain could not check is refused at create, one session's
+ * `$id` does not switch off another's check, and a HEAD of the command stream opens nothing.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type Frames, framesOfResponse } from "../support/hosts.js"
@@ -111,5 +111,39 @@ describe("host tool schemas and the command stream, one tenant against the other
       expect(ended).toMatchObject({ outcome: "error", output: { code: "invalid_input", issues: [{ path: ["q"] }] } })
     }
     expect(frames.all.filter((f) => f.event === "call")).toHaveLength(0)
+  })
+
+  it("a HEAD of a host's command stream answers its headers and opens nothing: the live stream keeps its calls, and with none a call fails host_disconnected at once", async () => {
+    const host = await register()
+    const frames = await open(host)
+    const head = await fetch(server.url(`/v1/hosts/${host.host_id}/commands`), { method: "HEAD", headers: { authorization: `Bearer ${host.token}` } })
+    expect(head.status).toBe(200)
+    expect(head.headers.get("content-type")).toContain("text/event-stream")
+    // Another's HEAD is refused as its GET would be.
+    expect((await fetch(server.url(`/v1/hosts/${host.host_id}/commands`), { method: "HEAD" })).status).toBe(401)
+    // The GET stream is still the host's: a call reaches it.
+    const id = await create(host.host_id, {})
+    const turn = api(`/v1/sessions/${id}/messages`, { json: { input: { message: "go" } } })
+    const call = await frames.expect("call")
+    const answered = await api(`/v1/hosts/${host.host_id}/results`, {
+      json: { session_id: call.data.session_id, sequence: call.data.sequence, ok: { answer: 7 } },
+      headers: { authorization: `Bearer ${host.token}` }
+    })
+    expect(answered.status, answered.text).toBe(204)
+    expect((await turn).status).toBe(200)
+    expect((await endedCalls(id))[0]).toMatchObject({ outcome: "ok" })
+
+    // A host with no GET stream, only a HEAD: its call is not held for a stream nobody reads
+    // (the tool's deadline is far past the test's), it fails at once as not sent.
+    const idle = await register()
+    const alone = await fetch(server.url(`/v1/hosts/${idle.host_id}/commands`), { method: "HEAD", headers: { authorization: `Bearer ${idle.token}` } })
+    expect(alone.status).toBe(200)
+    const lonely = await create(idle.host_id, { timeout_ms: 3_600_000 })
+    expect((await api(`/v1/sessions/${lonely}/messages`, { json: { input: { message: "go" } } })).status).toBe(200)
+    const failed = ((await api(`/v1/sessions/${lonely}/events`)).body.events as Array<{ kind: string; data: any }>).filter((e) => e.kind === "tool_call_failed")
+    expect(failed.map((e) => e.data)).toMatchObject([{
+      outcome: "error",
+      failure: { code: "environment_failed", ambiguous: false, details: { reason: "host_disconnected" } }
+    }])
   })
 })
