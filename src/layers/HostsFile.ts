@@ -7,7 +7,7 @@
  *   stored. At most MAX_HOSTS at once. A removal (by the host, the idle expiry or an operator) is a
  *   line fsynced before it counts, and the registration is gone for good. At start, a file with
  *   more lines than it needs is rewritten with only what stands (a new file, synced, then renamed
- *   over the old).
+ *   over the old), and while the server runs once it has doubled since its last rewrite (hosts/Compaction.ts).
  * - Idle expiry: a registration that has had no command stream for `idleExpiryMs` and that no
  *   existing session names is removed. It is gone from the moment it is due, not from the next
  *   sweep: its token authorizes nothing, and its stream and a session naming it are refused (and
@@ -45,6 +45,7 @@ import { Journal } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"
 import { loseCalls, makeCalls } from "./hosts/Calls.js"
 import { CommandStreamBody } from "./hosts/CommandStream.js"
+import { makeCompaction } from "./hosts/Compaction.js"
 import { type Host, hostName } from "./hosts/Host.js"
 import {
   appendDurably,
@@ -100,9 +101,13 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
     const file = options.dataDir !== undefined ? registrationsFile(options.dataDir) : undefined
     const hosts = file !== undefined ? yield* restoreHosts(file, clock) : new Map<string, Host>()
     const appends = yield* Effect.makeSemaphore(1)
+    // Run holding the appends after those a host or a session can repeat at will (hosts/Compaction.ts).
+    const compactIfGrown = file === undefined ? Effect.void : makeCompaction(file).ifGrown
     /** Appends `lines` durably, one writer at a time; nothing to do without a file. */
     const append = (lines: ReadonlyArray<string>, what: string) =>
-      file === undefined ? Effect.void : appends.withPermits(1)(Effect.tryPromise({ try: () => appendDurably(file, lines), catch: failedWrite(what) }))
+      file === undefined
+        ? Effect.void
+        : appends.withPermits(1)(Effect.zipRight(Effect.tryPromise({ try: () => appendDurably(file, lines), catch: failedWrite(what) }), compactIfGrown))
     // Records nothing waits for (a stream's close, a deleted session's release), written in the
     // background in batches. One dropped (the queue full) or lost makes the file say less, never
     // something false: see HOST_RECORDS_QUEUE.
@@ -265,7 +270,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
         return Effect.tryPromise({
           try: () => appendDurably(file, [namedLine(id, session, clock.unsafeCurrentTimeMillis())]),
           catch: failedWrite("the session's naming of its host")
-        }).pipe(Effect.tapError(() => Effect.sync(() => host.sessions.delete(session))))
+        }).pipe(Effect.tapError(() => Effect.sync(() => host.sessions.delete(session))), Effect.zipRight(compactIfGrown))
       }))
 
     const release: HostsShape["release"] = (id, session) =>
@@ -290,6 +295,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
         }
         if (file !== undefined) {
           yield* Effect.tryPromise({ try: () => appendDurably(file, [connectedLine(id, clock.unsafeCurrentTimeMillis())]), catch: failedWrite("the stream's opening") })
+          yield* compactIfGrown
         }
         const previous = host.connection
         const connection = ++connections

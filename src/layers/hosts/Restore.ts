@@ -6,8 +6,8 @@
  *   counts as connected until this start, which is recorded, so that a restart moves its clock
  *   once and never again.
  * - A file with more lines than it needs (SPARE_LINES past what stands) is rewritten with only
- *   what stands: a new file, synced, then renamed over the old. Only a start rewrites: nothing
- *   appends meanwhile.
+ *   what stands: a new file, synced, then renamed over the old. Nothing appends meanwhile: the
+ *   registry is not built yet (while it runs, hosts/Compaction.ts rewrites holding its appends).
  */
 import { type Clock, Effect } from "effect"
 import type { Host } from "./Host.js"
@@ -42,7 +42,7 @@ export const restoreHosts = (file: string, clock: Clock.Clock): Effect.Effect<Ma
       })
     }
     const compacted = [...standing.values()].flatMap(linesOf)
-    // Only a start rewrites: nothing appends meanwhile. A failure keeps the old file, which reads
+    // Nothing appends meanwhile (the registry is not built yet). A failure keeps the old file, which reads
     // the same but for what `settled` adds (appended instead).
     const rewritten = lines > compacted.length + SPARE_LINES &&
       (yield* Effect.tryPromise(() => rewriteDurably(file, compacted)).pipe(
