@@ -24,6 +24,8 @@ import { existingDataDir, existingSession, exitOnRefusal, noSuchSession, session
 export const VERIFY_CLEAN = 0
 export const VERIFY_TORN = 1
 export const VERIFY_CORRUPT = 2
+/** Exit code of `remove` refusing a session the commit log may mend: a start and a stop come first. */
+export const REMOVE_MENDABLE = 1
 
 /** The session ids in the data directory, or why its sessions directory cannot be listed. */
 const sessionsIn = (dataDir: string): Array<SessionId> | string => {
@@ -86,7 +88,8 @@ export const verify = (dataDir: string, only?: string) =>
     }
     const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
     if (checked !== undefined) worst = Math.max(worst, checked)
-    const logged = worst === VERIFY_CLEAN ? 0 : commitLogBatches(dataDir)
+    const found = worst === VERIFY_CLEAN ? undefined : commitLogBatches(dataDir)
+    const logged = found === undefined || typeof found === "string" ? 0 : found.total
     if (logged > 0) {
       yield* Console.log(
         `note: the commit log holds ${logged} batch(es) of segment writes that the server writes again at its start, which may mend what is reported here (a machine that lost power loses unsynced segment writes, not the log): start the server, stop it, and verify again`
@@ -97,18 +100,35 @@ export const verify = (dataDir: string, only?: string) =>
     return worst
   }))
 
-/** How many whole batches the data directory's commit log holds (CommitLog.ts); unreadable counts as none. */
-const commitLogBatches = (dataDir: string): number => {
-  let batches = 0
+/**
+ * The whole batches the data directory's commit log holds (CommitLog.ts): how many in all, and how
+ * many write to each session's segments; or why a log cannot be read (no log is none: a data
+ * directory never started, or from before the log).
+ */
+const commitLogBatches = (dataDir: string): { readonly total: number; readonly bySession: ReadonlyMap<string, number> } | string => {
+  let total = 0
+  const bySession = new Map<string, number>()
   for (const name of LOG_FILES) {
+    const file = path.join(dataDir, COMMIT_LOG_DIR, name)
+    let batches: ReturnType<typeof scanLog>["batches"]
     try {
-      batches += scanLog(fs.readFileSync(path.join(dataDir, COMMIT_LOG_DIR, name))).batches.length
-    } catch {
-      // No log (a data directory from before it, or never started), or one start will refuse.
+      batches = scanLog(fs.readFileSync(file)).batches
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") continue
+      return `the commit log ${file} cannot be read: ${fsFailure(err)}`
+    }
+    total += batches.length
+    for (const batch of batches) {
+      for (const session of new Set(batch.map((entry) => LOGGED_SESSION.exec(entry.path)?.[1]))) {
+        if (session !== undefined) bySession.set(session, (bySession.get(session) ?? 0) + 1)
+      }
     }
   }
-  return batches
+  return { total, bySession }
 }
+
+/** The session a commit-log entry writes to (its path, relative to the data directory). */
+const LOGGED_SESSION = /^sessions\/([^/]+)\/journal\//
 
 /**
  * A session directory with no journal, or a journal with no record: what a creation cut off by a
@@ -143,7 +163,8 @@ const residueOf = (dataDir: string, session: string) => (emptyResidue(dataDir, s
  * Removes a damaged session's directory: the repair path for a session whose journal is corrupt,
  * or the residue of a cut-off creation (a healthy one is ended and deleted through the API).
  * Takes the data directory's lock, so the server must be stopped; refuses a session whose journal
- * opens cleanly with records.
+ * opens cleanly with records, and one the commit log holds writes to (REMOVE_MENDABLE): after a
+ * power loss those are what the segments lack, and only a start writes them back.
  */
 export const remove = (dataDir: string, session: string) =>
   exitOnRefusal(Effect.scoped(Effect.gen(function*() {
@@ -166,6 +187,21 @@ export const remove = (dataDir: string, session: string) =>
     if (opened._tag === "Left" && opened.left._tag === "JournalUnavailable") {
       yield* Console.error(`${id}: ${opened.left.message}; nothing removed`)
       return VERIFY_CORRUPT
+    }
+    // After a power loss the commit log alone may hold what the segments lack, and a start writes it
+    // back: a session it may mend is not judged by its files as they are now.
+    const logged = commitLogBatches(dataDir)
+    if (typeof logged === "string") {
+      yield* Console.error(`${id}: ${logged}; nothing removed (what it holds may mend the session)`)
+      return VERIFY_CORRUPT
+    }
+    const batches = logged.bySession.get(id) ?? 0
+    if (batches > 0) {
+      yield* Console.error(
+        `${id}: not removed: the commit log holds ${batches} batch(es) of writes to its journal, which the server writes back at its start and which may mend it (a machine that lost power loses unsynced segment writes, not the log). ` +
+          `Start the server and stop it, so that the log is written back, then verify again (\`brain journal verify ${dataDir} ${id}\`), and remove the session only if it is still damaged`
+      )
+      return REMOVE_MENDABLE
     }
     const residue = residueOf(dataDir, id)
     const removed = yield* Effect.either(Effect.try({

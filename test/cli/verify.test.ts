@@ -386,3 +386,71 @@ describe("brain journal dump", () => {
       expect(c.stderr).toContain(`offset ${second}`)
     }))
 })
+
+describe("brain journal remove: what only the commit log holds", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a session damaged where the commit log still holds its writes (a power loss) is not removed: remove refuses (exit 1) saying to start and stop the server first, and after that the session is whole", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      const other = yield* mintSessionId
+      // The commit log as a crash at the end of these appends leaves it (a clean stop empties it).
+      const logs = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          for (const session of [s, other]) yield* journal.create(session)
+          for (const entries of simple(6)) {
+            yield* journal.append(s, entries)
+            yield* journal.append(other, entries)
+          }
+          return ["a.log", "b.log"].map((n) => [n, fs.readFileSync(path.join(dir, "commit-log", n))] as const)
+        }))
+      for (const [n, bytes] of logs) fs.writeFileSync(path.join(dir, "commit-log", n), bytes)
+      // A page of the segment lost to a power loss (zeros), the writes after it intact: corrupt as it stands.
+      const [seg] = segmentsOf(dir, s)
+      const whole = fs.readFileSync(seg!)
+      const damaged = Buffer.from(whole)
+      const third = frameStarts(damaged)[2]!
+      damaged.fill(0, third, frameStarts(damaged)[3]!)
+      fs.writeFileSync(seg!, damaged)
+      const before = brain("journal", "verify", dir, s)
+      expect(before.code, before.output).toBe(2)
+
+      const refused = brain("journal", "remove", dir, s)
+      expect(refused.code, refused.output).toBe(1)
+      expect(refused.stderr).toContain("commit log")
+      expect(refused.stderr).toMatch(/Start the server and stop it.*verify again/)
+      expect(fs.readFileSync(seg!).equals(damaged)).toBe(true)
+
+      // The start the message asks for writes the log back: the session is whole and verify is clean.
+      expect(yield* withJournal(dir, (journal) => journal.lastSequence(s))).toBe(6)
+      expect(fs.readFileSync(seg!).equals(whole)).toBe(true)
+      const after = brain("journal", "verify", dir)
+      expect(after.code, after.output).toBe(0)
+    }))
+
+  it.scopedLive("once the commit log holds nothing of a corrupt session, remove takes it away, whatever the log holds of other sessions", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      const other = yield* mintSessionId
+      yield* writeSession(dir, s, simple(4))
+      // A crash while another session was written: the log holds that session's writes only.
+      const logs = yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(other)
+          for (const entries of simple(3)) yield* journal.append(other, entries)
+          return ["a.log", "b.log"].map((n) => [n, fs.readFileSync(path.join(dir, "commit-log", n))] as const)
+        }))
+      for (const [n, bytes] of logs) fs.writeFileSync(path.join(dir, "commit-log", n), bytes)
+      const [seg] = segmentsOf(dir, s)
+      const bad = fs.readFileSync(seg!)
+      const second = frameStarts(bad)[1]!
+      bad[second + 25] = bad[second + 25]! ^ 0x40
+      fs.writeFileSync(seg!, bad)
+      const removed = brain("journal", "remove", dir, s)
+      expect(removed.code, removed.output).toBe(0)
+      expect(fs.existsSync(path.join(dir, "sessions", s))).toBe(false)
+      expect(fs.existsSync(path.join(dir, "sessions", other))).toBe(true)
+    }))
+})
