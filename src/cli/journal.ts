@@ -15,7 +15,7 @@ import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { openHandle, readRecords } from "../layers/journal/Handle.js"
-import type { JournalReadError } from "../services/Journal.js"
+import type { JournalReadError, JournalUnavailable } from "../services/Journal.js"
 import { inspectLog } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_NAME } from "../layers/idempotency/Log.js"
 import { existingDataDir, existingSession, exitOnRefusal, noSuchSession, sessionArg } from "./dataDir.js"
@@ -24,6 +24,13 @@ import { existingDataDir, existingSession, exitOnRefusal, noSuchSession, session
 export const VERIFY_CLEAN = 0
 export const VERIFY_TORN = 1
 export const VERIFY_CORRUPT = 2
+/**
+ * Exit code when a journal (or the idempotency log) could not be read at all: the file system
+ * refused (EACCES, EPERM, EIO) or this process is out of descriptors. Not a verdict on what it
+ * holds, so never "corrupt" (which `remove` answers); sysexits.h's EX_IOERR. It outranks the others:
+ * what was not read may hold anything.
+ */
+export const VERIFY_UNREADABLE = 74
 /** Exit code of `remove` refusing a session the commit log may mend: a start and a stop come first. */
 export const REMOVE_MENDABLE = 1
 
@@ -38,9 +45,22 @@ const sessionsIn = (dataDir: string): Array<SessionId> | string => {
   }
 }
 
+/** A journal that could not be read, in words that neither call it damaged nor invite its removal. */
+const unreadLine = (e: JournalUnavailable) =>
+  e.why === "unreadable"
+    ? `cannot read: ${e.reason}; not checked (nothing is known about what it holds: let the server's user read its files, or see to the disk, and verify again)`
+    : `cannot read: ${e.message}; not checked`
+
 /** An error as the operator needs it: a damaged file named by its full path. */
 const shown = (dataDir: string, e: JournalReadError) =>
-  e._tag === "JournalCorrupt" ? `journal of ${e.session} is corrupt at ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}` : e.message
+  e._tag === "JournalCorrupt"
+    ? `journal of ${e.session} is corrupt at ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}`
+    : e._tag === "JournalUnavailable"
+    ? `${e.session}: ${unreadLine(e)}`
+    : e.message
+
+/** A read's failure as an exit code: not read is not corrupt. */
+const exitFor = (e: JournalReadError) => (e._tag === "JournalUnavailable" ? VERIFY_UNREADABLE : VERIFY_CORRUPT)
 
 export const verify = (dataDir: string, only?: string) =>
   exitOnRefusal(Effect.gen(function*() {
@@ -53,11 +73,12 @@ export const verify = (dataDir: string, only?: string) =>
     }
     const listed = session !== undefined ? [session] : sessionsIn(dataDir)
     if (typeof listed === "string") {
-      yield* Console.log(`corrupt: ${listed}`)
-      return VERIFY_CORRUPT
+      yield* Console.log(`cannot read: ${listed}; nothing checked`)
+      return VERIFY_UNREADABLE
     }
     const sessions = listed
     let worst = VERIFY_CLEAN
+    let unread = 0
     for (const session of sessions) {
       const result = yield* Effect.either(openHandle(nodeDriver, dataDir, session, false))
       if (result._tag === "Left") {
@@ -65,9 +86,9 @@ export const verify = (dataDir: string, only?: string) =>
         if (e._tag === "SessionNotFound") {
           yield* Console.log(`${session}: ${residueOf(dataDir, session)} (no journal directory)`)
         } else if (e._tag === "JournalUnavailable") {
-          // Not checked, and not damage either: this process is out of descriptors.
-          yield* Console.log(`${session}: not checked: ${e.message}`)
-          worst = VERIFY_CORRUPT
+          // Not checked, and not damage either: the file system refused the read, or this process is out of descriptors.
+          yield* Console.log(`${session}: ${unreadLine(e)}`)
+          unread++
         } else {
           yield* Console.log(`${session}: corrupt: ${path.join(dataDir, e.file)} offset ${e.offset}: ${e.reason}`)
           worst = VERIFY_CORRUPT
@@ -87,7 +108,8 @@ export const verify = (dataDir: string, only?: string) =>
       }
     }
     const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
-    if (checked !== undefined) worst = Math.max(worst, checked)
+    if (checked === VERIFY_UNREADABLE) unread++
+    else if (checked !== undefined) worst = Math.max(worst, checked)
     const found = worst === VERIFY_CLEAN ? undefined : commitLogBatches(dataDir)
     const logged = found === undefined || typeof found === "string" ? 0 : found.total
     if (logged > 0) {
@@ -96,7 +118,12 @@ export const verify = (dataDir: string, only?: string) =>
       )
     }
     const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
-    yield* Console.log(`verified ${what}: ${["clean", "torn write found", "corruption found"][worst]}`)
+    const verdict = ["clean", "torn write found", "corruption found"][worst]
+    if (unread > 0) {
+      yield* Console.log(`verified ${what}: ${unread} could not be read and are not checked; in the others, ${verdict}`)
+      return VERIFY_UNREADABLE
+    }
+    yield* Console.log(`verified ${what}: ${verdict}`)
     return worst
   }))
 
@@ -183,17 +210,17 @@ export const remove = (dataDir: string, session: string) =>
       yield* Console.error(`${id}: its journal is not corrupt; end and delete it through the API instead`)
       return VERIFY_CORRUPT
     }
-    // A journal that could not be read for want of descriptors may be healthy: never removed on that.
+    // A journal that could not be read (the file system refused, or descriptors lacked) may be healthy: never removed on that.
     if (opened._tag === "Left" && opened.left._tag === "JournalUnavailable") {
-      yield* Console.error(`${id}: ${opened.left.message}; nothing removed`)
-      return VERIFY_CORRUPT
+      yield* Console.error(`${id}: ${unreadLine(opened.left)}; nothing removed`)
+      return VERIFY_UNREADABLE
     }
     // After a power loss the commit log alone may hold what the segments lack, and a start writes it
     // back: a session it may mend is not judged by its files as they are now.
     const logged = commitLogBatches(dataDir)
     if (typeof logged === "string") {
       yield* Console.error(`${id}: ${logged}; nothing removed (what it holds may mend the session)`)
-      return VERIFY_CORRUPT
+      return VERIFY_UNREADABLE
     }
     const batches = logged.bySession.get(id) ?? 0
     if (batches > 0) {
@@ -227,8 +254,8 @@ const verifyIdempotencyLog = (dataDir: string) =>
   Effect.gen(function*() {
     const found = yield* Effect.either(inspectLog(nodeDriver, dataDir))
     if (found._tag === "Left") {
-      yield* Console.log(`${LOG_NAME}: unreadable: ${failedBy(found.left, dataDir)}`)
-      return VERIFY_CORRUPT
+      yield* Console.log(`${LOG_NAME}: cannot read: ${failedBy(found.left, dataDir)}; not checked`)
+      return VERIFY_UNREADABLE
     }
     const r = found.right
     switch (r._tag) {
@@ -267,7 +294,7 @@ export const dump = (dataDir: string, session: string) =>
     const result = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (result._tag === "Left") {
       yield* Console.error(shown(dataDir, result.left))
-      return VERIFY_CORRUPT
+      return exitFor(result.left)
     }
     const { handle, lastSequence } = result.right
     let after = 0
@@ -277,7 +304,7 @@ export const dump = (dataDir: string, session: string) =>
       const page = yield* Effect.either(readRecords(nodeDriver, handle, after, lastSequence, PAGE_EVENTS, PAGE_BYTES))
       if (page._tag === "Left") {
         yield* Console.error(shown(dataDir, page.left))
-        return VERIFY_CORRUPT
+        return exitFor(page.left)
       }
       if (page.right.length === 0) break
       let lines: Array<string> = []

@@ -12,9 +12,10 @@ const USAGE = `usage:
   brain serve [--listen host:port] [--data-dir dir] [--api-token t] [--max-model-calls n] …
                                               serve HTTP (flags mirror the BRAIN_* environment variables)
   brain journal verify <data-dir> [session]   check journals (and, for a whole directory, the idempotency log);
-                                              exit 0 clean, 1 torn final write, 2 corrupt
+                                              exit 0 clean, 1 torn final write, 2 corrupt, 74 cannot read
   brain journal dump <data-dir> <session>     print a session's records as JSON lines
-  brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped)
+  brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped; refused while
+                                              the commit log holds writes to it: start and stop the server first)
   brain idempotency repair <data-dir>         with the server stopped: rebuild a damaged idempotency log
                                               from its intact records; exit 0 clean or repaired, 1 not
   brain hosts list <data-dir>                 list the host registrations: id, registered, last connected, idle

@@ -66,6 +66,10 @@ export class JournalWriteFailed extends Data.TaggedError("JournalWriteFailed")<{
  * the process's or the system's limit (EMFILE, ENFILE). Nothing is damaged and nothing was written;
  * the same call can succeed once descriptors are given back. Never sticky.
  *
+ * `unreadable`: the file system refuses to read the journal's files (EACCES, EPERM: their owner or
+ * mode; EIO: the disk). Not damage found in the journal, which is never judged on a read that did
+ * not happen: nothing was written, and the same call succeeds once the files can be read.
+ *
  * `outcome_unknown`: a session's durable end, asked (`lastSequence`) after a failed write whose
  * records may stand all the same (the store could not take back what landed of it): it is known
  * again once the session is reset and opened from what is stored.
@@ -74,12 +78,15 @@ export class JournalUnavailable extends Data.TaggedError("JournalUnavailable")<{
   /** The session whose journal was being reached; undefined for the list of sessions. */
   readonly session: string | undefined
   readonly reason: string
-  readonly why?: "descriptors" | "outcome_unknown"
+  readonly why?: "descriptors" | "outcome_unknown" | "unreadable"
 }> {
   override get message() {
     const what = this.session === undefined ? "the sessions directory" : `the journal of ${this.session}`
     if (this.why === "outcome_unknown") {
       return `${what} cannot say its durable end now: ${this.reason}; it is known again once the session is opened again from what is stored`
+    }
+    if (this.why === "unreadable") {
+      return `${what} cannot be read now: ${this.reason}; this is not damage found in it: the file system refused the read (the files' owner or mode, or the disk), and it is read again at the next access`
     }
     return `${what} cannot be reached now: ${this.reason} (the open-file limit is reached); nothing is damaged, try again shortly`
   }

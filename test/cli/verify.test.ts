@@ -1,6 +1,6 @@
 /**
  * The operator CLI on real files, as a child process: `brain journal verify <dir> [session]`
- * (exit 0 clean, 1 torn final write, 2 corrupt) and `brain journal dump <dir> <session>`.
+ * (exit 0 clean, 1 torn final write, 2 corrupt, 74 cannot read) and `brain journal dump <dir> <session>`.
  * Both are read-only: they report what an open would truncate and never truncate it.
  */
 import { execFile, execSync, spawnSync } from "node:child_process"
@@ -452,5 +452,66 @@ describe("brain journal remove: what only the commit log holds", () => {
       expect(removed.code, removed.output).toBe(0)
       expect(fs.existsSync(path.join(dir, "sessions", s))).toBe(false)
       expect(fs.existsSync(path.join(dir, "sessions", other))).toBe(true)
+    }))
+})
+
+/**
+ * A segment this process cannot read, for real: as root (who reads every file) the command runs as
+ * `nobody` over a data directory that `nobody` owns but for that segment, root's with mode 600 (a
+ * session directory restored by root with umask 077); as another user, the segment's mode is 000.
+ */
+const asService = (dataDir: string, unreadable: string) => {
+  const root = process.getuid?.() === 0
+  if (root) {
+    const walk = (at: string) => {
+      fs.chownSync(at, 65534, 65534)
+      if (fs.statSync(at).isDirectory()) for (const name of fs.readdirSync(at)) walk(path.join(at, name))
+    }
+    walk(dataDir)
+    fs.chownSync(unreadable, 0, 0)
+    fs.chmodSync(unreadable, 0o600)
+  } else fs.chmodSync(unreadable, 0o000)
+  return (...args: Array<string>) => {
+    const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: "utf8", timeout: 30_000, ...(root ? { uid: 65534, gid: 65534 } : {}) })
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr, output: r.stdout + r.stderr }
+  }
+}
+
+describe("brain journal verify and remove: a journal that cannot be read", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a segment the command may not read is reported as cannot read (exit 74), never corrupt; remove refuses it and leaves it whole; readable again, it verifies clean", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      fs.chmodSync(dir, 0o755)
+      const s = yield* mintSessionId
+      const clean = yield* mintSessionId
+      yield* writeSession(dir, s, simple(5))
+      yield* writeSession(dir, clean, simple(2))
+      const [seg] = segmentsOf(dir, s)
+      const bytes = fs.readFileSync(seg!)
+      const brainAs = asService(dir, seg!)
+
+      for (const args of [[dir], [dir, s]]) {
+        const r = brainAs("journal", "verify", ...args)
+        expect(r.code, r.output).toBe(74)
+        expect(r.stdout).toContain(`${s}: cannot read:`)
+        expect(r.stdout).toContain("EACCES")
+        expect(r.output).not.toContain("corrupt")
+        expect(r.output).not.toContain("remove")
+      }
+      const removed = brainAs("journal", "remove", dir, s)
+      expect(removed.code, removed.output).toBe(74)
+      expect(removed.stderr).toContain("EACCES")
+      expect(removed.stderr).toContain("nothing removed")
+      expect(fs.readFileSync(seg!).equals(bytes)).toBe(true)
+      const dumped = brainAs("journal", "dump", dir, s)
+      expect(dumped.code, dumped.output).toBe(74)
+      expect(dumped.output).not.toContain("corrupt")
+
+      fs.chmodSync(seg!, 0o644)
+      const after = brainAs("journal", "verify", dir)
+      expect(after.code, after.output).toBe(0)
+      expect(after.stdout).toContain(`${s}: ok, 5 records`)
     }))
 })

@@ -7,9 +7,10 @@
  * A create refused so leaves nothing behind. The journal says so in the log, at most once per
  * JOURNAL_EXHAUSTED_WARN_MS, with the count of refusals.
  *
- * Other failures keep their meaning: a journal directory that is there and cannot be listed is
- * damage to report (not "no such session"), and a sessions directory that cannot be listed fails
- * the list (`JournalListFailed`).
+ * A file or directory the file system refuses to read (EACCES, EPERM, EIO: its owner or mode, a
+ * failing disk) is not damage found in the journal either: `JournalUnavailable` too, saying so
+ * (never corruption, which an operator repairs by removing the session, nor "no such session").
+ * A sessions directory that cannot be listed fails the list (`JournalListFailed`).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -106,16 +107,27 @@ describe("the file journal at the open-file limit", () => {
       expect(yield* journal.list).toEqual([session])
     }))
 
-  it.scoped("a journal directory that is there and cannot be listed is reported damaged, not a missing session", () =>
-    Effect.gen(function*() {
-      const { dataDir, session } = yield* withSession
-      const files = refusing()
-      const journal = yield* journalOver(dataDir, files.driver)
-      files.set((op, file) => op === "readdir" && file.endsWith("journal") ? "EIO" : undefined)
-      const refused = yield* Effect.flip(journal.read(session, { after: 0, limit: 100 }))
-      expect(refused._tag).toBe("JournalCorrupt")
-      expect(refused.message).toContain("EIO")
-    }))
+  for (const [what, op, code] of [
+    ["a journal directory that is there and cannot be listed", "readdir", "EIO"],
+    ["a segment the file system refuses to read (its owner or mode)", "readFile", "EACCES"],
+    ["a segment the file system refuses to read (a policy)", "readFile", "EPERM"],
+    ["a segment whose read fails on the disk", "readFile", "EIO"]
+  ] as const) {
+    it.scoped(`${what} (${code}) is unavailable, never corrupt nor a missing session, and reads whole once it can be read`, () =>
+      Effect.gen(function*() {
+        const { dataDir, session } = yield* withSession
+        const files = refusing()
+        const journal = yield* journalOver(dataDir, files.driver)
+        files.set((o, file) => o === op && (op === "readdir" ? file.endsWith("journal") : file.endsWith(".seg")) ? code : undefined)
+        const refused = yield* Effect.flip(journal.read(session, { after: 0, limit: 100 }))
+        expect(refused._tag).toBe("JournalUnavailable")
+        expect(refused.message).toContain(code)
+        expect(refused.message).not.toContain("open-file limit")
+        expect(refused.message).toContain("not damage")
+        files.clear()
+        expect(kvs(yield* journal.read(session, { after: 0, limit: 100 }))).toBe(3)
+      }))
+  }
 
   it.scoped("refusals for want of descriptors are logged, at most once per interval, with the count refused since the last warning", () =>
     Effect.gen(function*() {

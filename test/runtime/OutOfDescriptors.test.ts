@@ -88,4 +88,25 @@ describe("sessions at the open-file limit", () => {
         expect((yield* sessions.list({ limit: 10 })).sessions.map((s) => s.session_id).sort()).toEqual(created.map((c) => c.session_id).sort())
       }).pipe(Effect.provide(runtimeLayer({ journal })))
     }))
+
+  it.scoped("a session whose segment the file system refuses to read (EACCES) answers 503 overloaded, never 500 journal_corrupt, and answers again once it can be read", () =>
+    Effect.gen(function*() {
+      const dataDir = yield* tempDir("brain-eacces-")
+      const { session_id } = yield* Effect.scoped(Effect.gen(function*() {
+        const sessions = yield* Sessions
+        return yield* sessions.create({ model: { provider: "scripted" }, transcript })
+      }).pipe(Effect.provide(runtimeLayer({ journal: { dataDir } }))))
+      // A server started again, its sessions opened from their files on their first access.
+      const files = refusingDriver()
+      const journal = JournalFile.layer({ dataDir }).pipe(Layer.provide(Layer.succeed(FileDriver, files.driver)), Layer.orDie)
+      yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        files.set((op, file) => op === "readFile" && file.endsWith(".seg") ? "EACCES" : undefined)
+        const refused = yield* Effect.flip(sessions.get(session_id))
+        expect(refused).toMatchObject({ code: "overloaded", retryable: true })
+        expect(refused.message).toContain("EACCES")
+        files.clear()
+        expect((yield* sessions.get(session_id)).session_id).toBe(session_id)
+      }).pipe(Effect.provide(runtimeLayer({ journal })))
+    }))
 })

@@ -139,7 +139,17 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           `the journal cannot open files: ${e.reason} (the open-file limit is reached). ${refused} journal access(es) refused with 503 overloaded since the last warning; nothing is damaged. Raise the open-file limit (ulimit -n) or lower BRAIN_MAX_CONNECTIONS. Said at most once a minute`
         )
       })
-    const noting = <A, E>(effect: Effect.Effect<A, E>) => Effect.tapError(effect, (e) => e instanceof JournalUnavailable ? warnExhausted(e) : Effect.void)
+    // A file the file system refuses to read (its owner or mode, the disk): said as what it is, never as damage, at most once per interval too.
+    let unreadableWarnedAtMs = Number.NEGATIVE_INFINITY
+    const warnUnreadable = (e: JournalUnavailable) =>
+      Effect.clockWith((clock) => {
+        const now = clock.unsafeCurrentTimeMillis()
+        if (now - unreadableWarnedAtMs < JOURNAL_EXHAUSTED_WARN_MS && now >= unreadableWarnedAtMs) return Effect.void
+        unreadableWarnedAtMs = now
+        return Effect.logWarning(`${e.message}. Said at most once a minute`)
+      })
+    const noting = <A, E>(effect: Effect.Effect<A, E>) =>
+      Effect.tapError(effect, (e) => !(e instanceof JournalUnavailable) ? Effect.void : e.why === "unreadable" ? warnUnreadable(e) : warnExhausted(e))
 
     const closeFd = (handle: SessionHandle) =>
       Effect.suspend(() => {

@@ -102,15 +102,24 @@ const corrupt = (session: string, file: string, offset: number, reason: string) 
 export const unavailable = (session: SessionId | undefined, e: FileError) => new JournalUnavailable({ session, reason: e.reason })
 
 /**
- * A file that cannot be read. One that vanished was removed with its session (a delete racing
- * this read): the session is not found, which is not corruption; nor is a lack of descriptors.
+ * The file system refused to read (or, at open, to cut a torn end off) a journal's file: EACCES,
+ * EPERM, EIO. Nothing was read, so nothing is judged: not corruption, which an operator repairs by
+ * removing the session (docs/journal.md, "Opening and recovery").
  */
-const asCorrupt = (session: SessionId, file: string) => (e: FileError): JournalCorrupt | SessionNotFound | JournalUnavailable =>
+const unreadable = (session: SessionId, file: string, what: string, e: FileError) =>
+  new JournalUnavailable({ session, reason: `${what} ${path.join(SESSIONS_DIR, session, "journal", path.basename(file))}: ${e.detail}`, why: "unreadable" })
+
+/**
+ * A file that cannot be read. One that vanished was removed with its session (a delete racing
+ * this read): the session is not found; a lack of descriptors, or a read the file system refused,
+ * is unavailable. None of them is corruption.
+ */
+const notRead = (session: SessionId, file: string, what = "cannot read") => (e: FileError): SessionNotFound | JournalUnavailable =>
   e.code === "ENOENT"
     ? new SessionNotFound({ session })
     : isExhausted(e)
     ? unavailable(session, e)
-    : corrupt(session, file, 0, `cannot read: ${e.code} ${e.detail}`)
+    : unreadable(session, file, what, e)
 
 /**
  * Lists a journal's segments in order; fails if the session has no journal directory (not found),
@@ -124,7 +133,7 @@ export const listSegments = (driver: FileDriverShape, dataDir: string, session: 
         ? new SessionNotFound({ session })
         : isExhausted(e)
         ? unavailable(session, e)
-        : corrupt(session, path.join(dir, "."), 0, `cannot list the journal directory: ${e.code} ${e.detail}`)
+        : new JournalUnavailable({ session, reason: `cannot list ${path.join(SESSIONS_DIR, session, "journal")}: ${e.detail}`, why: "unreadable" })
     ),
     Effect.map((names) =>
       names
@@ -166,7 +175,7 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
           corrupt(session, file, 0, `segment starts at sequence ${seg.firstSequence} where ${expected} was expected`)
         )
       }
-      const buf = yield* driver.readFile(file).pipe(Effect.mapError(asCorrupt(session, file)))
+      const buf = yield* driver.readFile(file).pipe(Effect.mapError(notRead(session, file)))
       const isFinal = i === segments.length - 1
       const segIndex = handle.segments.length
       // The recent tail can only hold the final segment's last RECENT_RECORDS frames: only those
@@ -210,7 +219,7 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
         torn = { file, offset: result.end, bytes: buf.length - result.end, reason: result.reason ?? "torn write" }
         if (repair) {
           yield* withFile(driver, file, "r+", (fd) => Effect.zipRight(driver.ftruncate(fd, result.end), driver.fdatasync(fd))).pipe(
-            Effect.mapError(asCorrupt(session, file))
+            Effect.mapError(notRead(session, file, "cannot cut the torn end off"))
           )
         }
       }
@@ -263,7 +272,7 @@ export const readRecords = (
       // Opened and closed in one interruption-safe step: a reader that goes away (a client that
       // hangs up) interrupts the read anywhere, and the descriptor is given back all the same.
       const done = yield* Effect.acquireUseRelease(
-        driver.open(seg.path, "r").pipe(Effect.mapError(asCorrupt(handle.session, seg.path))),
+        driver.open(seg.path, "r").pipe(Effect.mapError(notRead(handle.session, seg.path))),
         (fd) =>
           Effect.gen(function*() {
             let buf = Buffer.allocUnsafe(maxBytes === undefined ? READ_CHUNK : Math.min(READ_CHUNK, Math.max(FIRST_READ_CHUNK, maxBytes)))
@@ -292,7 +301,7 @@ export const readRecords = (
                 // Never abandoned in flight: the descriptor is closed only once no call on it is under way.
                 bufLen = yield* driver.read(fd, buf.subarray(0, wanted), offset).pipe(
                   Effect.uninterruptible,
-                  Effect.mapError(asCorrupt(handle.session, seg.path))
+                  Effect.mapError(notRead(handle.session, seg.path))
                 )
                 if (bufLen < wanted) {
                   return yield* Effect.fail(corrupt(handle.session, seg.path, offset, "the file is shorter than what was committed to it"))

@@ -18,9 +18,9 @@
  *   later open reads them as committed. No failure is reported before it is one or the other.
  * - `open` returns only committed records' end: a torn final write is repaired (dropped and the
  *   store synced) before anything is returned; damage anywhere else is `JournalCorrupt`.
- * - A lack of something the store gets back (the file store's descriptors: EMFILE, ENFILE) is
- *   `JournalUnavailable`, never corruption nor an answer that leaves something out: nothing is
- *   damaged, and the same call succeeds later. `list` fails rather than list fewer sessions.
+ * - A lack of something the store gets back (the file store's descriptors: EMFILE, ENFILE), or a
+ *   read its files refuse (EACCES, EPERM, EIO), is `JournalUnavailable`, never corruption nor an
+ *   answer that leaves something out: nothing is known damaged, and the same call succeeds later. `list` fails rather than list fewer sessions.
  * - Between `commit` rounds nothing of a session changes but through `remove` (and `sweep`, which
  *   removes only what holds no record).
  * - Debris: a journal that holds no record when this process did not create it is what a crash
