@@ -239,6 +239,37 @@ describe("the commit log: acknowledged appends survive a power loss", () => {
       expect(fs.existsSync(path.join(dir, "sessions", gone))).toBe(false)
     }))
 
+  it.scopedLive("a start never writes a logged batch past its segment's end: a session restored from an older copy beside a log that holds later writes keeps its own bytes, readable, and the other sessions are mended", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const [restored, other] = [yield* mintSessionId, yield* mintSessionId]
+      const seg = path.join(dir, "sessions", restored, "journal", "00000000000000000001.seg")
+      yield* withJournal(dir, (journal) => Effect.zipRight(journal.create(restored), journal.append(restored, [kv("r1")])))
+      // The operator's older copy of the session: one record.
+      const copy = fs.readFileSync(seg)
+      yield* withJournal(dir, (journal) => journal.append(restored, [kv("r2")]))
+      const { logs, synced } = yield* Effect.gen(function*() {
+        const rec = recordingDriver()
+        return yield* withJournal(dir, (journal) =>
+          Effect.gen(function*() {
+            yield* journal.create(other)
+            for (const k of ["r3", "r4"]) yield* journal.append(restored, [kv(k)])
+            for (const k of ["o1", "o2"]) yield* journal.append(other, [kv(k)])
+            return { logs: logsNow(dir), synced: rec.synced() }
+          }), rec.driver)
+      })
+      // A crash, then a power loss: the segments lose what no fdatasync covered, the log holds it.
+      restoreLogs(dir, logs)
+      losePower(dir, synced, () => "cut")
+      expect(fs.statSync(path.join(dir, "sessions", other, "journal", "00000000000000000001.seg")).size).toBe(0)
+      // Then the session's directory is restored from the older copy: its segment ends before where the log's writes to it begin.
+      fs.writeFileSync(seg, copy)
+      const after = yield* withJournal(dir, (journal) => Effect.all([readAll(journal, restored), readAll(journal, other)]))
+      expect(after[0].map((r) => r.payload.key)).toEqual(["r1"])
+      expect(fs.readFileSync(seg).equals(copy)).toBe(true)
+      expect(after[1].map((r) => r.payload.key)).toEqual(["o1", "o2"])
+    }))
+
   it.scopedLive("a deleted session's id cannot be created again while a log may still hold its writes, and can once both logs have moved on", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()

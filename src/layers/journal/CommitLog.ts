@@ -25,7 +25,10 @@
  *   while a log may still hold its writes cannot be created again until both logs have moved on.
  *   Writing a batch again is harmless when its bytes already are there: segment files are only
  *   appended to, and a torn end is cut only after this, at open. A file that no longer exists was
- *   deleted with its session, and is skipped.
+ *   deleted with its session, and is skipped. A file the log would write past its end (a hole) is
+ *   one no crash leaves: the session's files were copied or restored beside a log that still held
+ *   writes to them. Nothing is written to that session (its files stay as they are, and open as
+ *   they are), and the start says so in the log.
  * - A failed write of the log (or a batch that landed while every segment write of its round
  *   failed, which the driver reports as one) fails its round's appends, and nothing of them may stand (Store.ts):
  *   the batch, whatever of it landed, is erased (`erased`: its header, if it landed, zeroed durably) before they
@@ -116,9 +119,22 @@ export const recover = (driver: FileDriverShape, dataDir: string, preallocate = 
         }
       }
     }
+    // A session any of whose files the log would write past their end is left as it is: no crash
+    // leaves that (segments are only appended to), and a write there would leave a hole.
+    const gaps = new Map<string, string>()
+    yield* Effect.forEach(byFile, ([name, entries]) =>
+      Effect.map(gapIn(driver, dataDir, name, entries), (gap) => {
+        if (gap !== undefined) gaps.set(SEGMENT_PATH.exec(name)![1]!, gap)
+      }), { concurrency: REDO_FILES_AT_ONCE, discard: true })
+    for (const [session, gap] of gaps) {
+      yield* Effect.logWarning(
+        `the journal's commit log holds a write to ${gap}: a state no crash leaves (the session's files were copied or restored beside a log that still held writes to them; docs/operations.md, "Backups and restores"). ` +
+          `Nothing of what the log holds is written to session ${session}: its files are left as they are, and it opens from what they hold`
+      )
+    }
     let redone = 0
     let files = 0
-    yield* Effect.forEach(byFile, ([name, entries]) =>
+    yield* Effect.forEach([...byFile].filter(([name]) => !gaps.has(SEGMENT_PATH.exec(name)![1]!)), ([name, entries]) =>
       Effect.map(redoFile(driver, dataDir, name, entries), (written) => {
         if (written) {
           redone += entries.length
@@ -187,6 +203,30 @@ const logBytes = (driver: FileDriverShape, file: string) =>
 
 /** Segment files written again at once at start (each a few threadpool jobs). */
 const REDO_FILES_AT_ONCE = 32
+
+/**
+ * Where a segment's logged entries, written again in order, would leave a hole: the first that
+ * begins past the file's end as the entries before it leave it (undefined when none does, or the
+ * file no longer exists).
+ */
+const gapIn = (driver: FileDriverShape, dataDir: string, name: string, entries: ReadonlyArray<LogEntry>) =>
+  Effect.acquireUseRelease(
+    Effect.either(driver.open(path.join(dataDir, name), fs.constants.O_RDONLY)),
+    (opened) => {
+      if (opened._tag === "Left") {
+        return opened.left.code === "ENOENT" ? Effect.succeed(undefined) : Effect.fail(failed(dataDir, "cannot open a segment to recover")(opened.left))
+      }
+      return Effect.map(driver.size(opened.right), (size) => {
+        let end = size
+        for (const entry of entries) {
+          if (entry.position > end) return `${name} at offset ${entry.position}, past its end at ${end}`
+          end = Math.max(end, entry.position + entry.bytes.byteLength)
+        }
+        return undefined
+      }).pipe(Effect.mapError(failed(dataDir, "cannot read a segment's size to recover")))
+    },
+    (opened) => opened._tag === "Right" ? Effect.ignore(driver.close(opened.right)) : Effect.void
+  )
 
 /**
  * Writes one segment's logged entries again, in order (runs of adjacent ones in one write), and
