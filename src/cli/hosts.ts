@@ -9,8 +9,9 @@
  *   they are not shown either).
  * - `remove` takes the data directory's lock, so it refuses to run beside a server (whose
  *   registry in memory would not see the removal): with the server stopped, it appends a removal
- *   (`by: "operator"`) for each host named, fsynced, as the host's own removal would. Every id is
- *   checked first: one that is not a registration that stands refuses them all.
+ *   (`by: "operator"`) for each host named, fsynced, as the host's own removal would, and reads the
+ *   file back to see them gone. Every id is checked first: one that is not a registration that
+ *   stands refuses them all.
  *
  * Exit 0 done, 1 refused (the server runs, or the file cannot be written), 64 wrong arguments,
  * 66 no such data directory or registration (cli/dataDir.ts).
@@ -94,6 +95,13 @@ export const remove = (dataDirArg: string, ids: ReadonlyArray<string>): Effect.E
     const written = yield* Effect.either(Effect.tryPromise(() => appendDurably(file, [...new Set(ids)].map((id) => removalLine(id as HostId, now, "operator")))))
     if (Either.isLeft(written)) {
       yield* Console.error(`${FILE}: the removal could not be written: ${(written.left.error as NodeJS.ErrnoException).code ?? String(written.left.error)}; nothing was removed`)
+      return HOSTS_FAILED
+    }
+    // Read back as a server's start would read it: a removal is said done only once the file says so.
+    const after = (yield* readRegistrations(file)).standing
+    const standingStill = ids.filter((id) => after.has(id as HostId))
+    if (standingStill.length > 0) {
+      yield* Console.error(`${FILE}: the removal was written, but the file read back still holds ${standingStill.join(", ")}: not removed`)
       return HOSTS_FAILED
     }
     for (const id of new Set(ids)) {

@@ -8,8 +8,12 @@
  */
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
+import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import type { HostId } from "../../src/domain/Ids.js"
+import { registrationLine } from "../../src/layers/hosts/Registrations.js"
+import { FORMAT } from "../../src/layers/journal/DataDir.js"
 import { BIN, ensureBuilt, eventually, request, ROOT, type ServerProcess, startServer } from "../support/server.js"
 
 const brain = (...args: Array<string>) => {
@@ -123,4 +127,31 @@ describe("brain hosts list and remove", () => {
     const failed = events.find((e) => e.kind === "tool_call_failed")!
     expect(failed.data).toMatchObject({ outcome: "error", failure: { code: "environment_failed", ambiguous: false, details: { reason: "host_unknown" } } })
   }, 60_000)
+})
+
+describe("brain hosts remove: a torn last line", () => {
+  beforeAll(() => ensureBuilt(), 120_000)
+
+  it("a file ending in a torn line (a write cut off by a crash) does not swallow the removal: it removes the host, for good, and list then shows it no more", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-cli-"))
+    try {
+      fs.writeFileSync(path.join(dir, "format"), `${FORMAT}\n`)
+      fs.mkdirSync(path.join(dir, "hosts"))
+      const [gone, kept] = ["host_01m985qz0000000000000000aa", "host_01m985qz0000000000000000bb"] as Array<HostId>
+      const file = path.join(dir, "hosts", "registrations.jsonl")
+      const torn = registrationLine(kept, Buffer.alloc(32, 2), 2).slice(0, 40)
+      fs.writeFileSync(file, `${registrationLine(gone, Buffer.alloc(32, 1), 1)}\n${torn}`)
+      const removed = brain("hosts", "remove", dir, gone)
+      expect(removed.code, removed.output).toBe(0)
+      expect(removed.stdout).toContain(`${gone}: removed`)
+      const listed = brain("hosts", "list", dir)
+      expect(listed.code, listed.output).toBe(0)
+      expect(listed.stdout).not.toContain(gone)
+      expect(listed.stdout).toContain("0 host registration(s)")
+      // The torn line stays what it was (a line no reader takes), not part of the next one.
+      expect(fs.readFileSync(file, "utf8").split("\n")).toContain(torn)
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })

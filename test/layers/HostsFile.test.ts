@@ -59,6 +59,28 @@ describe("the host registry's file", () => {
     }))
 })
 
+describe("a torn last line in the host registry's file", () => {
+  /** What a write cut off by a crash leaves: the start of a registration line, with no end. */
+  const tear = (dir: string) => fs.appendFileSync(fileOf(dir), `{"host_id":"host_01m985qz0000000000000000aa","token_sha256":"ab`)
+
+  it.scoped("never swallows the next write: a registration answered after a start on it, and a removal, both survive the next restart", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))
+      const first = yield* make(options(dir))
+      const kept = yield* first.register
+      const removed = yield* first.register
+      tear(dir)
+      const second = yield* make(options(dir))
+      const added = yield* second.register
+      yield* second.unregister(removed.host_id)
+      const third = yield* make(options(dir))
+      expect(third.authorize(kept.host_id, kept.token)).toBe(true)
+      expect(third.authorize(added.host_id, added.token)).toBe(true)
+      expect(third.isRegistered(removed.host_id)).toBe(false)
+      expect(third.authorize(removed.host_id, removed.token)).toBe(false)
+    }))
+})
+
 describe("MAX_HOSTS", () => {
   /** A registrations file holding `n` registrations, as a server that made them leaves it. */
   const filled = (n: number) => {

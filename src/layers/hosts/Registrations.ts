@@ -13,6 +13,7 @@
  * | `{host_id, session_id, released_at_ms}` | that session was deleted |
  *
  * Reading, a torn line (a write that never answered) and a line of no known shape are skipped;
+ * an append first ends a torn last line (`appendDurably`), so that it never swallows what follows;
  * lines about a host not registered (before its registration, or after its removal) are ignored,
  * and a removed host is never known again. The connection clock is folded by timestamps, not by
  * line order (a close and the next open can be appended in either order): a host whose latest
@@ -161,16 +162,31 @@ export const rewriteDurably = async (file: string, lines: ReadonlyArray<string>)
   await syncDirectory(path.dirname(file))
 }
 
-/** Appends lines and makes them durable (the directory too, the first time). */
+/**
+ * Appends lines and makes them durable (the directory too, the first time). A file whose last line
+ * has no end (a write a crash or a full disk cut off) has it ended first, in the same write: the
+ * torn line stays one no reader takes, and the lines appended after it are read as written, never
+ * glued to it and skipped with it.
+ */
 export const appendDurably = async (file: string, lines: ReadonlyArray<string>) => {
   const dir = path.dirname(file)
   const created = await fs.mkdir(dir, { recursive: true })
-  const handle = await fs.open(file, "a", 0o600)
+  const handle = await fs.open(file, "a+", 0o600)
   try {
-    await handle.appendFile(lines.map((l) => `${l}\n`).join(""))
+    const torn = await endsTorn(handle)
+    await handle.appendFile(`${torn ? "\n" : ""}${lines.map((l) => `${l}\n`).join("")}`)
     await handle.sync()
   } finally {
     await handle.close()
   }
   if (created !== undefined) await syncDirectory(dir)
+}
+
+/** Whether the file's last byte is not the end of a line (an empty file is not torn). */
+const endsTorn = async (handle: fs.FileHandle): Promise<boolean> => {
+  const { size } = await handle.stat()
+  if (size === 0) return false
+  const last = Buffer.alloc(1)
+  const { bytesRead } = await handle.read(last, 0, 1, size - 1)
+  return bytesRead === 1 && last[0] !== 0x0a
 }
