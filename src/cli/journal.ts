@@ -7,14 +7,16 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { Console, Effect } from "effect"
+import { Console, Effect, Either } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { PAGE_BYTES, PAGE_EVENTS } from "../domain/Limits.js"
 import { acquireLock, fsFailure, journalDir, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
-import { openHandle, readRecords } from "../layers/journal/Handle.js"
+import { listSegments, openHandle, readRecords } from "../layers/journal/Handle.js"
+import { scanSegment } from "../layers/journal/Scan.js"
+import { readPayload } from "../domain/Records.js"
 import type { JournalReadError, JournalUnavailable } from "../services/Journal.js"
 import { inspectLog } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_NAME } from "../layers/idempotency/Log.js"
@@ -287,12 +289,45 @@ const written = (text: string) =>
 /** How much text `dump` gathers before writing it out. */
 const DUMP_WRITE_CHARS = 1024 * 1024
 
+/**
+ * A corrupt journal's records before its damage, as `dump` prints records: each segment checked in
+ * order by the open's rules (Scan.ts), its whole appends printed, up to the first that fails. A
+ * damaged journal is read a segment at a time (each up to JOURNAL_SEGMENT_BYTES), not in pages.
+ */
+const dumpBeforeDamage = (dataDir: string, session: SessionId) =>
+  Effect.gen(function*() {
+    const listed = yield* Effect.either(listSegments(nodeDriver, dataDir, session))
+    if (listed._tag === "Left") return
+    let expected = 1
+    for (const [i, seg] of listed.right.segments.entries()) {
+      if (seg.firstSequence !== expected) return
+      const buf = yield* Effect.either(nodeDriver.readFile(seg.path))
+      if (buf._tag === "Left") return
+      const lines: Array<string> = []
+      const scanned = yield* scanSegment(buf.right, {
+        isFinal: i === listed.right.segments.length - 1,
+        firstSequence: seg.firstSequence,
+        onFrame: (frame) => {
+          const payload = readPayload(frame.kind, frame.json.toString("utf8"))
+          if (Either.isRight(payload)) {
+            lines.push(JSON.stringify({ sequence: frame.sequence, recorded_at_ms: frame.recordedAtMs, kind: frame.kind, payload: payload.right }))
+          }
+        }
+      })
+      if (lines.length > 0) yield* written(lines.join("\n") + "\n")
+      if (scanned._tag === "Corrupt") return
+      expected = scanned.lastSequence + 1
+    }
+  })
+
 export const dump = (dataDir: string, session: string) =>
   exitOnRefusal(Effect.gen(function*() {
     const id = yield* sessionArg(session)
     yield* existingSession(dataDir, id, yield* existingDataDir(dataDir, VERIFY_CORRUPT))
     const result = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (result._tag === "Left") {
+      // What is intact before the damage is shown, so that the operator sees what a removal would lose.
+      if (result.left._tag === "JournalCorrupt") yield* dumpBeforeDamage(dataDir, id)
       yield* Console.error(shown(dataDir, result.left))
       return exitFor(result.left)
     }

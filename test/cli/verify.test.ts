@@ -356,7 +356,7 @@ describe("brain journal dump", () => {
       })
     }), 180_000)
 
-  it.scopedLive("dump of a torn session prints the committed records only and leaves the file as is; of a corrupt one, exits 2 naming file and offset", () =>
+  it.scopedLive("dump of a torn session prints the committed records only and leaves the file as is; of a corrupt one, prints the intact records before the damage, then exits 2 naming file and offset", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
       const torn = yield* mintSessionId
@@ -381,7 +381,9 @@ describe("brain journal dump", () => {
       fs.writeFileSync(corruptSeg!, bytes)
       const c = brain("journal", "dump", dir, corrupt)
       expect(c.code).toBe(2)
-      expect(c.stdout).toBe("")
+      expect(c.stdout.trim().split("\n").map((line) => JSON.parse(line))).toEqual([
+        expect.objectContaining({ sequence: 1, kind: "kv_put", payload: { key: "k1", value: { i: 1 } } })
+      ])
       expect(c.stderr).toContain(corruptSeg!)
       expect(c.stderr).toContain(`offset ${second}`)
     }))
