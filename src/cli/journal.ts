@@ -10,7 +10,7 @@ import * as path from "node:path"
 import { Console, Effect, Either } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { PAGE_BYTES, PAGE_EVENTS } from "../domain/Limits.js"
-import { acquireLock, fsFailure, journalDir, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
+import { acquireLock, fsFailure, journalDir, liveLockOwner, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
 import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
 import { scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
@@ -86,7 +86,7 @@ export const verify = (dataDir: string, only?: string) =>
       if (result._tag === "Left") {
         const e = result.left
         if (e._tag === "SessionNotFound") {
-          yield* Console.log(`${session}: ${residueOf(dataDir, session)} (no journal directory)`)
+          yield* Console.log(isDirectory(sessionDir(dataDir, session)) ? `${session}: ${residueOf(dataDir, session)} (no journal directory)` : `${session}: ${NOT_A_DIRECTORY}`)
         } else if (e._tag === "JournalUnavailable") {
           // Not checked, and not damage either: the file system refused the read, or this process is out of descriptors.
           yield* Console.log(`${session}: ${unreadLine(e)}`)
@@ -115,8 +115,11 @@ export const verify = (dataDir: string, only?: string) =>
     const found = worst === VERIFY_CLEAN ? undefined : commitLogBatches(dataDir)
     const logged = found === undefined || typeof found === "string" ? 0 : found.total
     if (logged > 0) {
+      const running = liveLockOwner(path.resolve(dataDir))
       yield* Console.log(
-        `note: the commit log holds ${logged} batch(es) of segment writes that the server writes again at its start, which may mend what is reported here (a machine that lost power loses unsynced segment writes, not the log): start the server, stop it, and verify again`
+        running !== undefined
+          ? `note: the commit log holds ${logged} batch(es) of segment writes, and a server runs on this data directory (pid, start: ${running}): what is reported here may be a write it has under way; verify again once it is stopped`
+          : `note: the commit log holds ${logged} batch(es) of segment writes that the server writes again at its start, which may mend what is reported here (a machine that lost power loses unsynced segment writes, not the log): start the server, stop it, and verify again`
       )
     }
     const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
@@ -186,6 +189,18 @@ const emptyResidue = (dataDir: string, session: string): boolean => {
   }
 }
 
+/** Something other than a directory (a regular file) named as a session: not the journal's, so nobody removes it. */
+const NOT_A_DIRECTORY =
+  "not a session: a file, not a directory; the server answers not_found for it and leaves it (a file the journal does not know is never removed), and so does `brain journal remove`"
+
+const isDirectory = (at: string) => {
+  try {
+    return fs.statSync(at).isDirectory()
+  } catch {
+    return false
+  }
+}
+
 const residueOf = (dataDir: string, session: string) => (emptyResidue(dataDir, session) ? EMPTY_RESIDUE : RESIDUE)
 
 /**
@@ -207,6 +222,10 @@ export const remove = (dataDir: string, session: string) =>
     }
     yield* existingSession(dataDir, id, state)
     const dir = sessionDir(dataDir, id)
+    if (!isDirectory(dir)) {
+      yield* Console.error(`${id}: ${NOT_A_DIRECTORY}; nothing removed`)
+      return VERIFY_CORRUPT
+    }
     const opened = yield* Effect.either(openHandle(nodeDriver, dataDir, id, false))
     if (opened._tag === "Right" && (opened.right.lastSequence > 0 || opened.right.torn)) {
       yield* Console.error(`${id}: its journal is not corrupt; end and delete it through the API instead`)

@@ -517,3 +517,41 @@ describe("brain journal verify and remove: a journal that cannot be read", () =>
       expect(after.stdout).toContain(`${s}: ok, 5 records`)
     }))
 })
+
+describe("brain journal verify and remove: what they say matches what the server does", () => {
+  beforeAll(ensureBuilt, 120_000)
+
+  it.scopedLive("a regular file where a session's directory would be is named as such, which the server keeps (answering not_found), and remove refuses it and leaves it", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const clean = yield* mintSessionId
+      yield* writeSession(dir, clean, simple(2))
+      const stray = yield* mintSessionId
+      fs.writeFileSync(path.join(dir, "sessions", stray), "not mine")
+      const r = brain("journal", "verify", dir)
+      expect(r.code, r.output).toBe(0)
+      expect(r.stdout).toContain(`${stray}: not a session: a file, not a directory`)
+      expect(r.stdout).not.toContain(`${stray}: not a session: the residue`)
+      const removed = brain("journal", "remove", dir, stray)
+      expect(removed.code, removed.output).toBe(2)
+      expect(fs.readFileSync(path.join(dir, "sessions", stray), "utf8")).toBe("not mine")
+    }))
+
+  it.scopedLive("beside a running server, verify's note on the commit log does not ask to start and stop the server", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          yield* journal.create(s)
+          for (const entries of simple(3)) yield* journal.append(s, entries)
+          const [seg] = segmentsOf(dir, s)
+          fs.truncateSync(seg!, fs.statSync(seg!).size - 7)
+          const r = brain("journal", "verify", dir)
+          expect(r.code, r.output).toBe(1)
+          expect(r.stdout).toContain("note: the commit log holds")
+          expect(r.stdout).toContain("a server runs on this data directory")
+          expect(r.stdout).not.toContain("start the server, stop it")
+        }))
+    }))
+})

@@ -400,6 +400,23 @@ export const acquireLock = (dir: string, waitMs: number = DATA_DIR_LOCK_WAIT_MS)
   )
 }
 
+/**
+ * The owner line of the data directory's lock when a live process holds it (a server running on
+ * it), read without taking or touching it; undefined when there is no lock or its owner is gone.
+ */
+export const liveLockOwner = (dir: string): string | undefined => {
+  let owner: string | undefined
+  try {
+    owner = readOrEmpty(path.join(dir, LOCK_FILE))?.trim()
+  } catch {
+    return undefined
+  }
+  if (owner === undefined) return undefined
+  const [pidText, start] = owner.split(" ")
+  const pid = Number(pidText)
+  return Number.isInteger(pid) && pid > 0 && isAlive(pid, start === "-" ? undefined : start) ? owner : undefined
+}
+
 /** Creates the data directory if it is missing, with its missing parents; a path that cannot hold one fails saying why. */
 export const createDataDir = (dir: string) =>
   Effect.try({
