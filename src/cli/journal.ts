@@ -125,7 +125,7 @@ export const verify = (dataDir: string, only?: string) =>
     const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
     const verdict = ["clean", "torn write found", "corruption found"][worst]
     if (unread > 0) {
-      yield* Console.log(`verified ${what}: ${unread} could not be read and are not checked; in the others, ${verdict}`)
+      yield* Console.log(`verified ${what}: ${unread} could not be read (not checked); in what was read, ${verdict}`)
       return VERIFY_UNREADABLE
     }
     yield* Console.log(`verified ${what}: ${verdict}`)
