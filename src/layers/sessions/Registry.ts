@@ -21,7 +21,7 @@
  *   answers `not_found`, a cell in use then is never remembered when released, and nothing of the
  *   session is served from memory. A teardown that fails gives the session back as it was.
  */
-import { Deferred, Duration, Effect, Exit, FiberId, FiberMap, Option, type Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, FiberMap, Option, type Scope } from "effect"
 import * as Refusal from "../../domain/Errors.js"
 import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
@@ -425,7 +425,19 @@ export class Registry {
     const since = { records: state.lastSequence - (last?.sequence ?? 0), bytes: bytes - (last?.bytes ?? 0) }
     if (!checkpointDue(since, state.bytes)) return false
     this.checkpointedAt.set(cell.session, { sequence: state.lastSequence, bytes })
-    return yield* Effect.match(projection.checkpoint(cell.session, state), { onFailure: () => false, onSuccess: () => true })
+    // Never required: a save that fails for any reason (the disk, or a defect in encoding) is
+    // logged and the cell goes on; it must never fail the request whose release wrote it.
+    return yield* projection.checkpoint(cell.session, state).pipe(
+      Effect.as(true),
+      Effect.catchAllCause((cause) =>
+        Cause.isInterruptedOnly(cause) ? Effect.succeed(false) : Effect.as(
+          Effect.logWarning("a checkpoint was not written; the previous one (or none) stays, and the journal holds everything", cause).pipe(
+            Effect.annotateLogs({ session_id: cell.session, through: state.lastSequence })
+          ),
+          false
+        )
+      )
+    )
   }
 
   /**
