@@ -10,13 +10,31 @@
 import * as path from "node:path"
 import { Effect, Layer, Option, Random } from "effect"
 import type { SessionId } from "../domain/Ids.js"
-import { CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
+import { type CheckpointPieces, CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
 import { sessionDir } from "./journal/DataDir.js"
 import { FileDriver, isExhausted, withFile } from "./journal/FileDriver.js"
 import { unavailable } from "./journal/Handle.js"
 import { CHECKPOINT_HEAD_BYTES, checkpointThrough } from "./projection/Checkpoint.js"
 
 export const CHECKPOINT_FILE = "checkpoint"
+
+const encodingFailed = (session: string, e: unknown) =>
+  new CheckpointWriteFailed({ session, reason: `encoding failed: ${e instanceof Error ? e.message : String(e)}` })
+
+const bufferOf = (bytes: Uint8Array) => (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+
+/** All of the pieces' bytes in one buffer (the memory store's; a buffer may be far larger than a string). */
+export const piecesBytes = (pieces: CheckpointPieces): Buffer => {
+  const rest = [...pieces.rest].map(bufferOf)
+  return Buffer.concat([bufferOf(pieces.head()), ...rest])
+}
+
+/** Pieces holding `text` whole, with no head: for tests and tools that save a text they already have. */
+export const textPieces = (text: string): CheckpointPieces => ({
+  headBytes: 0,
+  rest: [Buffer.from(text, "utf8")],
+  head: () => Buffer.alloc(0)
+})
 
 /** A checkpoint's temporary file: `checkpoint.{random}.tmp`. */
 const TEMPORARY = /^checkpoint\.\d+\.tmp$/
@@ -38,12 +56,27 @@ export const makeFile = (dataDir: string) =>
           (name) => driver.unlink(path.join(dir, name)),
           { discard: true }
         )))
-    function* saveOf(session: SessionId, text: string) {
+    /** Writes the pieces into the open file: `rest` a chunk at a time after the head's room, then the head. */
+    function* writePieces(fd: number, session: SessionId, pieces: CheckpointPieces) {
+      const chunks = pieces.rest[Symbol.iterator]()
+      let at = pieces.headBytes
+      for (;;) {
+        const next = yield* Effect.try({ try: () => chunks.next(), catch: (e) => encodingFailed(session, e) })
+        if (next.done) break
+        yield* driver.writev(fd, [bufferOf(next.value)], at)
+        at += next.value.byteLength
+      }
+      const head = yield* Effect.try({ try: () => pieces.head(), catch: (e) => encodingFailed(session, e) })
+      if (head.byteLength !== pieces.headBytes) return yield* Effect.fail(encodingFailed(session, "its head is not the size it said"))
+      if (head.byteLength > 0) yield* driver.writev(fd, [bufferOf(head)], 0)
+      yield* driver.fdatasync(fd)
+    }
+    function* saveOf(session: SessionId, pieces: CheckpointPieces) {
       const dir = sessionDir(dataDir, session)
       const tmp = path.join(dir, `${CHECKPOINT_FILE}.${yield* Random.nextIntBetween(0, 1 << 30)}.tmp`)
       writing.add(tmp)
       yield* Effect.gen(function*() {
-        yield* withFile(driver, tmp, "wx", (fd) => Effect.zipRight(driver.writev(fd, [Buffer.from(text, "utf8")], 0), driver.fdatasync(fd))).pipe(
+        yield* withFile(driver, tmp, "wx", (fd) => Effect.gen(() => writePieces(fd, session, pieces))).pipe(
           Effect.tapError(() => Effect.ignore(driver.unlink(tmp)))
         )
         yield* driver.rename(tmp, path.join(dir, CHECKPOINT_FILE))
@@ -54,11 +87,13 @@ export const makeFile = (dataDir: string) =>
     const store: CheckpointStoreShape = {
       load: (session) =>
         driver.readFile(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)).pipe(
-          Effect.map((buf) => Option.some(buf.toString("utf8"))),
+          Effect.map((buf): Option.Option<Uint8Array> => Option.some(buf)),
           Effect.catchAll((e) => (isExhausted(e) ? Effect.fail(unavailable(session, e)) : Effect.succeed(Option.none())))
         ),
-      save: (session, text) =>
-        Effect.gen(() => saveOf(session, text)).pipe(Effect.mapError((e) => new CheckpointWriteFailed({ session, reason: e.reason }))),
+      save: (session, pieces) =>
+        Effect.gen(() => saveOf(session, pieces)).pipe(
+          Effect.mapError((e) => (e instanceof CheckpointWriteFailed ? e : new CheckpointWriteFailed({ session, reason: e.reason })))
+        ),
       size: (session) => {
         const fileSize = driver.fileSize
         return fileSize === undefined
@@ -81,12 +116,13 @@ export const makeFile = (dataDir: string) =>
 export const layerFile = (dataDir: string) => Layer.effect(CheckpointStore, makeFile(path.resolve(dataDir)))
 
 export const makeMemory = Effect.sync(() => {
-  const texts = new Map<string, string>()
+  const texts = new Map<string, Buffer>()
   const store: CheckpointStoreShape = {
-    load: (session) => Effect.sync(() => Option.fromNullable(texts.get(session))),
-    save: (session, text) => Effect.sync(() => void texts.set(session, text)),
+    load: (session) => Effect.sync(() => Option.fromNullable(texts.get(session) as Uint8Array | undefined)),
+    save: (session, pieces) =>
+      Effect.try({ try: () => void texts.set(session, piecesBytes(pieces)), catch: (e) => encodingFailed(session, e) }),
     size: (session) => Effect.sync(() => texts.get(session)?.length ?? 0),
-    through: (session) => Effect.sync(() => checkpointThrough(texts.get(session)?.slice(0, CHECKPOINT_HEAD_BYTES) ?? ""))
+    through: (session) => Effect.sync(() => checkpointThrough(texts.get(session)?.toString("utf8", 0, CHECKPOINT_HEAD_BYTES) ?? ""))
   }
   return { store, texts }
 })

@@ -13,7 +13,7 @@ import { ServerConfig } from "../services/ServerConfig.js"
 import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { eventLoopTurn } from "./Waits.js"
-import { CHECKPOINT_FORMAT, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
+import { CHECKPOINT_FORMAT, type CheckpointLimits, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
 
 const PAGE = 1000
 
@@ -44,8 +44,9 @@ export const rebuiltStates = { fromCheckpoint: 0, fromJournal: 0 }
  * parsed its whole checkpoint and folded again, hundreds of milliseconds of the main thread. (A
  * session released at once whose state is larger than the whole cache is kept warm by the
  * session registry instead, in the warm share: sessions/Registry.ts, `tooBigToRelease`.)
+ * `limits` sets how checkpoints are cut into pieces (projection/Checkpoint.ts); tests set them small.
  */
-export const make = (cacheBytes: number) => Effect.gen(function*() {
+export const make = (cacheBytes: number, limits: CheckpointLimits = {}) => Effect.gen(function*() {
   const journal = yield* Journal
   const store = yield* CheckpointStore
   const cache = new Map<SessionId, { readonly state: SessionState; readonly bytes: number }>()
@@ -64,7 +65,7 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
   const fromCheckpoint = Effect.fnUntraced(function*(session: SessionId) {
     const text = yield* store.load(session)
     if (Option.isNone(text)) return undefined
-    const body = decodeCheckpoint(text.value, session)
+    const body = decodeCheckpoint(text.value, session, limits)
     if (!body || body.state.lastSequence !== body.through.sequence) return undefined
     const [covered] = yield* journal.read(session, { after: body.through.sequence - 1, limit: 1 })
     if (!covered || covered.sequence !== body.through.sequence || recordDigest(covered) !== body.through.digest) {
@@ -133,15 +134,14 @@ export const make = (cacheBytes: number) => Effect.gen(function*() {
     if (state.lastSequence < 1) return
     const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
     if (!covered) return
-    yield* store.save(
+    // Encoded as it is written, across the writes' waits: of a state, which no later fold changes.
+    const body = {
+      format: CHECKPOINT_FORMAT,
       session,
-      encodeCheckpoint({
-        format: CHECKPOINT_FORMAT,
-        session,
-        through: { sequence: covered.sequence, digest: recordDigest(covered) },
-        state: serializeState(state)
-      })
-    )
+      through: { sequence: covered.sequence, digest: recordDigest(covered) },
+      state: serializeState(state)
+    } as const
+    yield* store.save(session, encodeCheckpoint(body, limits))
   }
 
   const service: ProjectionShape = {

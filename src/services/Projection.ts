@@ -55,11 +55,24 @@ export interface ProjectionShape {
 
 export class Projection extends Context.Tag("brain/Projection")<Projection, ProjectionShape>() {}
 
-/** Where checkpoints are kept: opaque text per session. */
+/**
+ * A checkpoint's bytes as they are made, never whole in one string (a state can be larger than
+ * the largest): `rest` is computed as it is iterated, and `head`, `headBytes` long, is known only
+ * once `rest` has been iterated to its end (the checksum of it); the file holds `head` then `rest`.
+ * Iterating `rest` may throw (a bug, or memory): the save then fails.
+ */
+export interface CheckpointPieces {
+  readonly headBytes: number
+  readonly rest: Iterable<Uint8Array>
+  readonly head: () => Uint8Array
+}
+
+/** Where checkpoints are kept: opaque bytes per session. */
 export interface CheckpointStoreShape {
   /** The session's checkpoint, none when there is none or it cannot be read; `JournalUnavailable` when it cannot be read now (out of descriptors). */
-  readonly load: (session: SessionId) => Effect.Effect<Option.Option<string>, JournalUnavailable>
-  readonly save: (session: SessionId, text: string) => Effect.Effect<void, CheckpointWriteFailed>
+  readonly load: (session: SessionId) => Effect.Effect<Option.Option<Uint8Array>, JournalUnavailable>
+  /** Replaces the session's checkpoint with these bytes, atomically (the old one or the new one, never a mix). */
+  readonly save: (session: SessionId, pieces: CheckpointPieces) => Effect.Effect<void, CheckpointWriteFailed>
   /** The bytes of the session's checkpoint, told without reading it (0: none); optional: without it, `load` is weighed as the journal. */
   readonly size?: (session: SessionId) => Effect.Effect<number>
   /**

@@ -32,9 +32,9 @@ describe("a checkpoint's temporary files", () => {
       fs.writeFileSync(path.join(dir, "other.12345.tmp"), "kept")
 
       const store = yield* storeOver(dataDir)
-      yield* store.save(session, "state one")
+      yield* store.save(session, CheckpointStore.textPieces("state one"))
       expect(fs.readdirSync(dir).sort()).toEqual(["checkpoint", "checkpoint.tmp.notes", "journal", "other.12345.tmp"])
-      expect(Option.getOrUndefined(yield* store.load(session))).toBe("state one")
+      expect(Option.getOrUndefined(yield* store.load(session))?.toString()).toBe("state one")
       expect(fs.existsSync(journalFile)).toBe(true)
     }))
 
@@ -59,11 +59,11 @@ describe("a checkpoint's temporary files", () => {
             )
       }
       const store = yield* storeOver(dataDir, driver)
-      const first = yield* Effect.fork(store.save(session, "first"))
+      const first = yield* Effect.fork(store.save(session, CheckpointStore.textPieces("first")))
       yield* Deferred.await(written)
       const pending = fs.readdirSync(dir).filter((n) => n.endsWith(".tmp"))
       expect(pending.length).toBe(1)
-      yield* store.save(session, "second")
+      yield* store.save(session, CheckpointStore.textPieces("second"))
       expect(fs.readdirSync(dir).filter((n) => n.endsWith(".tmp"))).toEqual(pending)
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.join(first)
