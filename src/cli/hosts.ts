@@ -14,7 +14,8 @@
  *   stands refuses them all.
  *
  * Exit 0 done, 1 refused (the server runs, or the file cannot be written), 64 wrong arguments,
- * 66 no such data directory or registration (cli/dataDir.ts).
+ * 66 no such data directory or registration (cli/dataDir.ts), 74 the file cannot be read (nothing
+ * listed as if it held nothing, nothing removed).
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -36,9 +37,14 @@ import { EXIT_NOT_FOUND, EXIT_USAGE, existingDataDir, exitOnRefusal, Refused } f
 
 export const HOSTS_OK = 0
 export const HOSTS_FAILED = 1
+export const HOSTS_UNREADABLE = 74
 
 const FILE = `${HOSTS_DIR}/${REGISTRATIONS_FILE}`
 const at = (ms: number) => new Date(ms).toISOString()
+
+/** The file read as a start reads it; one that cannot be read refuses the command (exit 74). */
+const read = (file: string) =>
+  Effect.mapError(readRegistrations(file), (e) => new Refused({ line: e.message, code: HOSTS_UNREADABLE }))
 
 /** The sessions recorded as naming `host` whose journal is still there, in id order. */
 const namingSessions = (dataDir: string, host: Recorded) =>
@@ -67,7 +73,7 @@ export const list = (dataDirArg: string): Effect.Effect<number> => {
   const dataDir = path.resolve(dataDirArg)
   return exitOnRefusal(Effect.gen(function*() {
     const state = yield* existingDataDir(dataDir, HOSTS_FAILED)
-    const { standing } = state === "Empty" ? { standing: new Map<HostId, Recorded>() } : yield* readRegistrations(registrationsFile(dataDir))
+    const { standing } = state === "Empty" ? { standing: new Map<HostId, Recorded>() } : yield* read(registrationsFile(dataDir))
     for (const host of standing.values()) yield* Console.log(describeHost(dataDir, host))
     yield* Console.log(`${standing.size} host registration(s) in ${FILE} (a server keeps at most ${MAX_HOSTS})`)
     return HOSTS_OK
@@ -88,7 +94,7 @@ export const remove = (dataDirArg: string, ids: ReadonlyArray<string>): Effect.E
       return HOSTS_FAILED
     }
     const file = registrationsFile(dataDir)
-    const { standing } = yield* readRegistrations(file)
+    const { standing } = yield* read(file)
     const missing = ids.find((id) => !standing.has(id as HostId))
     if (missing !== undefined) return yield* Effect.fail(noSuchHost(missing))
     const now = yield* Clock.currentTimeMillis
@@ -98,7 +104,7 @@ export const remove = (dataDirArg: string, ids: ReadonlyArray<string>): Effect.E
       return HOSTS_FAILED
     }
     // Read back as a server's start would read it: a removal is said done only once the file says so.
-    const after = (yield* readRegistrations(file)).standing
+    const after = (yield* read(file)).standing
     const standingStill = ids.filter((id) => after.has(id as HostId))
     if (standingStill.length > 0) {
       yield* Console.error(`${FILE}: the removal was written, but the file read back still holds ${standingStill.join(", ")}: not removed`)

@@ -54,6 +54,7 @@ import {
   namedLine,
   registrationLine,
   registrationsFile,
+  type RegistrationsUnreadable,
   releasedLine,
   removalLine,
   type RemovedBy
@@ -94,7 +95,7 @@ export const sweepEveryMs = (expiryMs: number) => Math.min(HOST_EXPIRY_SWEEP_MS,
 
 const failedWrite = (what: string) => (e: unknown) => new Internal({ message: `${what} could not be stored: ${(e as NodeJS.ErrnoException).code ?? "error"}` })
 
-export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Scope.Scope> =>
+export const make = (options: HostsOptions): Effect.Effect<HostsShape, RegistrationsUnreadable, Scope.Scope> =>
   Effect.gen(function*() {
     const clock = yield* Effect.clock
     const expiryMs = options.idleExpiryMs ?? 0
@@ -357,7 +358,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, never, Sc
  * The registry as a layer: closing it ends every command stream, as a server's stop does. A
  * naming's session is looked up in the journal, when the layer is given one.
  */
-export const layer = (options: HostsOptions): Layer.Layer<Hosts> =>
+export const layer = (options: HostsOptions): Layer.Layer<Hosts, RegistrationsUnreadable> =>
   Layer.scoped(
     Hosts,
     Effect.flatMap(Effect.serviceOption(Journal), (journal) =>
@@ -365,7 +366,7 @@ export const layer = (options: HostsOptions): Layer.Layer<Hosts> =>
   )
 
 /** The registry over the server's data directory, settings and journal, as main.ts wires it. */
-export const layerConfigured: Layer.Layer<Hosts, never, ServerConfig | Journal> = Layer.scoped(
+export const layerConfigured: Layer.Layer<Hosts, RegistrationsUnreadable, ServerConfig | Journal> = Layer.scoped(
   Hosts,
   Effect.gen(function*() {
     const config = yield* ServerConfig

@@ -154,4 +154,23 @@ describe("brain hosts remove: a torn last line", () => {
       fs.rmSync(dir, { recursive: true, force: true })
     }
   })
+
+  it("a registrations file that cannot be read: list and remove exit 74 naming the file, never list it as holding no host, and write nothing", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-cli-"))
+    try {
+      fs.writeFileSync(path.join(dir, "format"), `${FORMAT}\n`)
+      // A directory where the file goes: reading it fails EISDIR (these tests run as root, past modes).
+      fs.mkdirSync(path.join(dir, "hosts", "registrations.jsonl"), { recursive: true })
+      const listed = brain("hosts", "list", dir)
+      expect(listed.code, listed.output).toBe(74)
+      expect(listed.stderr).toContain("registrations.jsonl cannot be read (EISDIR)")
+      expect(listed.stdout).not.toContain("host registration(s)")
+      const removed = brain("hosts", "remove", dir, "host_01m985qz0000000000000000aa")
+      expect(removed.code, removed.output).toBe(74)
+      expect(removed.stderr).toContain("registrations.jsonl cannot be read (EISDIR)")
+      expect(fs.readdirSync(path.join(dir, "hosts", "registrations.jsonl"))).toEqual([])
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })

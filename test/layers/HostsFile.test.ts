@@ -39,6 +39,20 @@ describe("the host registry's file", () => {
       expect(again.authorize(b.host_id, b.token)).toBe(true)
     }))
 
+  it.scoped("a registrations file that exists but cannot be read fails the registry's start, naming the file and the error, and is left as it is (never read as holding no host)", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-unreadable-"))
+      // A directory where the file goes: read fails EISDIR (a server run as root reads past modes).
+      fs.mkdirSync(fileOf(dir), { recursive: true })
+      const started = yield* Effect.either(make(options(dir)))
+      expect(Either.isLeft(started)).toBe(true)
+      if (Either.isLeft(started)) {
+        expect(started.left._tag).toBe("RegistrationsUnreadable")
+        expect(started.left.message).toContain(`${fileOf(dir)} cannot be read (EISDIR)`)
+      }
+      expect(fs.statSync(fileOf(dir)).isDirectory()).toBe(true)
+    }))
+
   it.scoped("a start rewrites a file of many removals to the registrations that stand, which keep their tokens", () =>
     Effect.gen(function*() {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-hosts-"))

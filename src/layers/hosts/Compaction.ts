@@ -21,10 +21,12 @@ export const makeCompaction = (file: string) => {
   const ifGrown: Effect.Effect<void> = Effect.gen(function*() {
     const size = yield* Effect.promise(() => fs.stat(file).then((s) => s.size, () => 0))
     if (size <= bound) return
-    const { standing } = yield* readRegistrations(file)
-    const compacted = [...standing.values()].flatMap(linesOf)
-    yield* Effect.tryPromise(() => rewriteDurably(file, compacted)).pipe(
-      Effect.catchAll((e) => Effect.logWarning(`the host registrations file was not compacted: ${String(e.error)}`))
+    // A file that cannot be read is left as it is: read as empty, it would be rewritten with nothing.
+    yield* readRegistrations(file).pipe(
+      Effect.flatMap(({ standing }) => Effect.tryPromise(() => rewriteDurably(file, [...standing.values()].flatMap(linesOf)))),
+      Effect.catchAll((e) =>
+        Effect.logWarning(`the host registrations file was not compacted: ${e._tag === "RegistrationsUnreadable" ? e.message : String(e.error)}`)
+      )
     )
     const after = yield* Effect.promise(() => fs.stat(file).then((s) => s.size, () => 0))
     bound = Math.max(REGISTRATIONS_COMPACT_MIN_BYTES, 2 * after)

@@ -26,7 +26,7 @@
  */
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { Effect } from "effect"
+import { Data, Effect } from "effect"
 import { type HostId, isHostId, isSessionId, type SessionId } from "../../domain/Ids.js"
 import { syncDirectory } from "../journal/FileDriver.js"
 
@@ -136,9 +136,32 @@ export const foldRegistrations = (text: string) => {
   return { standing, lines }
 }
 
-/** The file read and folded; a missing file holds nothing. */
+/**
+ * The registrations file exists but cannot be read (EACCES, EIO, EISDIR, EMFILE, …). Never read as
+ * empty: a start would forget every host, and a compaction would rewrite the file with nothing.
+ */
+export class RegistrationsUnreadable extends Data.TaggedError("RegistrationsUnreadable")<{
+  readonly file: string
+  readonly code: string
+}> {
+  override get message() {
+    return `${this.file} cannot be read (${this.code}): the host registrations are kept there; give the server's user read and write access to it, or move it away to forget every host`
+  }
+}
+
+/** The file read and folded; a missing file holds nothing, one that cannot be read fails. */
 export const readRegistrations = (file: string) =>
-  Effect.map(Effect.promise(() => fs.readFile(file, "utf8").catch(() => "")), foldRegistrations)
+  Effect.map(
+    Effect.tryPromise({
+      try: () =>
+        fs.readFile(file, "utf8").catch((e: NodeJS.ErrnoException) => {
+          if (e.code === "ENOENT") return ""
+          throw e
+        }),
+      catch: (e) => new RegistrationsUnreadable({ file, code: (e as NodeJS.ErrnoException).code ?? String(e) })
+    }),
+    foldRegistrations
+  )
 
 /** The lines that say exactly what `host` is now (a compaction writes these). */
 export const linesOf = (host: Recorded): Array<string> => [

@@ -11,13 +11,25 @@
  */
 import { type Clock, Effect } from "effect"
 import type { Host } from "./Host.js"
-import { appendDurably, idleLine, idleSince, linesOf, readRegistrations, rewriteDurably } from "./Registrations.js"
+import {
+  appendDurably,
+  idleLine,
+  idleSince,
+  linesOf,
+  readRegistrations,
+  type RegistrationsUnreadable,
+  rewriteDurably
+} from "./Registrations.js"
 
 /** Lines past what the standing registrations need before the file is rewritten at start. */
 const SPARE_LINES = 64
 
-/** The registrations standing in `file`, their idle times settled and the file compacted (both best effort, logged). */
-export const restoreHosts = (file: string, clock: Clock.Clock): Effect.Effect<Map<string, Host>> =>
+/**
+ * The registrations standing in `file`, their idle times settled and the file compacted (both best
+ * effort, logged). A file that cannot be read fails the start: the registry never starts empty
+ * beside registrations it could not read.
+ */
+export const restoreHosts = (file: string, clock: Clock.Clock): Effect.Effect<Map<string, Host>, RegistrationsUnreadable> =>
   Effect.gen(function*() {
     const hosts = new Map<string, Host>()
     const { lines, standing } = yield* readRegistrations(file)
