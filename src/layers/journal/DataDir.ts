@@ -23,7 +23,7 @@ import { DATA_DIR_LOCK_WAIT_MS } from "../../domain/Limits.js"
  * start instead of misreading it; a format leaves READ_FORMATS only when this build can no longer
  * read what it marks.
  *
- * `brain-ts/1`: every build up to 2026-12-06, whatever it wrote (a build of 2026-12-01 keeps keys
+ * `brain-ts/1`: every build before 2026-12-06 12:13 UTC, whatever it wrote (a build of 2026-12-01 keeps keys
  * only in `idempotency/claims.log`; later ones in journals, and a commit log). `brain-ts/2`: the
  * same files as the last `brain-ts/1` builds wrote, marked so that none of those builds opens them.
  */
