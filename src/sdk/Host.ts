@@ -20,7 +20,7 @@
  *   ends the stream: it never waits for a tool, and no result or Event is posted after it.
  */
 import { BrainClosed, BrainError, fromAnswer, networkError } from "./Errors.js"
-import { type CallCommand, type CancelCommand, callOf, lose, type Run, takeCall } from "./HostCalls.js"
+import { type CallCommand, type CancelCommand, lose, type Run, takeCall } from "./HostCalls.js"
 import { ResultBatches } from "./HostResults.js"
 import { sseReads } from "./Sse.js"
 import { type HostTool, ToolAborted } from "./Tool.js"
@@ -211,7 +211,7 @@ export class Host {
                 const start = this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
                 if (start !== undefined) starts.push(start)
               } else if (frame.event === "cancel") {
-                this.cancel(JSON.parse(frame.data) as CancelCommand, transport, hostId)
+                this.cancel(JSON.parse(frame.data) as CancelCommand)
               }
             }
             for (const start of starts) start()
@@ -270,17 +270,14 @@ export class Host {
     return start
   }
 
-  private cancel(cancel: CancelCommand, transport: Transport, hostId: string) {
+  private cancel(cancel: CancelCommand) {
     const key = `${cancel.session_id}/${cancel.sequence}`
     const run = this.runs.get(key)
     if (run === undefined) return
     run.cancelled = true
     if (run.awaitingCancel) {
       this.runs.delete(key)
-      // Its Events first, as for every result.
-      void Promise.allSettled([...run.emits]).then(() =>
-        run.lost ? undefined : this.results.post(transport, hostId, { ...callOf(cancel), stopped: true }, run)
-      ).catch(() => undefined)
+      void run.confirmStop().catch(() => undefined)
       return
     }
     if (!run.controller.signal.aborted) {

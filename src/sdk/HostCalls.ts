@@ -2,13 +2,19 @@
  * One call a host runs (Host.ts takes it from the command stream):
  *
  * - A run decodes the input, runs the tool, encodes its output and posts one result: `ok`, or
- *   `error` with `code` `invalid_input` / `tool_error` / `invalid_output` / `unknown_tool`. Its
- *   Events are posted first: the result waits until every `emit` has been answered. A result the
+ *   `error` with `code` `invalid_input` / `tool_error` / `invalid_output` / `unknown_tool`. No
+ *   way out of a run ends without it: a thrown value whose message cannot be read is described
+ *   by a fixed text (`describeThrown`), an output that is not JSON (its request cannot be
+ *   encoded, so nothing is sent) is `invalid_output` saying why (`jsonIssue`), and a failure of
+ *   the host's own is `tool_error`. Its Events are posted first:
+ *   the result waits until every `emit` has been answered. A post that gets no answer is posted
+ *   again, the same result, until answered or the run is lost (`deliver`). A result the
  *   server refuses (too large) is answered once more, so that the call does not wait for its
  *   deadline: an output as the error `invalid_output`, an error cut down to its code and the
  *   start of its message (REFUSED_ERROR_MESSAGE_CHARS). A result taken whose outcome Brain could
- *   not record (`outcome_unrecorded`) is posted no more (a repeat would be refused) and told to
- *   the tool's `onUnrecorded` as a `ToolResultUnrecorded`.
+ *   not record (`outcome_unrecorded`) is posted no more (a repeat would be refused), and one that
+ *   could not be delivered (`undelivered`) is posted no more either: both are told to the tool's
+ *   `onUnrecorded` as a `ToolResultUnrecorded`.
  * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
  *   that returns anyway is answered with its output. A local deadline aborts the signal at
  *   `deadline_at_ms`; Brain sends a cancel at the same time, and the stop is confirmed to it.
@@ -22,10 +28,10 @@
  */
 import type { SessionId } from "../domain/Ids.js"
 import type * as Schemas from "../http/Schemas.js"
-import { BrainError, isOutcomeUnrecorded } from "./Errors.js"
+import { BrainClosed, BrainError, isOutcomeUnrecorded, isUncertain } from "./Errors.js"
 import { type HostTool, ToolAborted, type ToolContext, ToolResultUnrecorded } from "./Tool.js"
-import type { Transport } from "./Transport.js"
-import { decode, describeIssues, encode } from "./Validate.js"
+import { sleep, type Transport } from "./Transport.js"
+import { decode, describeIssues, encode, type Issue } from "./Validate.js"
 
 export interface CallCommand {
   readonly session_id: string
@@ -49,6 +55,8 @@ export interface Run {
   readonly call: CallCommand
   readonly connection: number
   readonly controller: AbortController
+  /** Aborts when it is lost (`lose`): a result still being posted is posted no more. */
+  readonly gone: AbortController
   /** A cancel command arrived for it. */
   cancelled: boolean
   /** Its stream is over (or the client closed): nothing may be posted for it any more. */
@@ -59,6 +67,8 @@ export interface Run {
   settled: boolean
   readonly emits: Set<Promise<unknown>>
   timer: ReturnType<typeof setTimeout> | undefined
+  /** Confirms the stop of a run that stopped on its own deadline to Brain's cancel (`awaitingCancel`). */
+  readonly confirmStop: () => Promise<void>
 }
 
 export type HostResult = typeof Schemas.HostResult.Type
@@ -69,7 +79,119 @@ export const callOf = (c: { readonly session_id: string; readonly sequence: numb
   sequence: c.sequence
 })
 
-const errorMessage = (e: unknown) => (e instanceof Error ? e.message : String(e))
+/** What stands for a thrown value whose message cannot be read. */
+const UNDESCRIBED = "the tool threw a value that cannot be described (reading its message or string form threw)"
+
+/**
+ * A thrown value's message: an Error's `message`, anything else's string form. Never throws: a
+ * value whose message cannot be read (`Object.create(null)`, a throwing getter, a Proxy that traps
+ * reads) is described by its kind, or by UNDESCRIBED.
+ */
+export const describeThrown = (e: unknown): string => {
+  try {
+    if (e instanceof Error) {
+      const message: unknown = e.message
+      return typeof message === "string" ? message : String(message)
+    }
+    return String(e)
+  } catch {
+    try {
+      return `${UNDESCRIBED}: ${Object.prototype.toString.call(e)}`
+    } catch {
+      return UNDESCRIBED
+    }
+  }
+}
+
+/** Depth past which `jsonIssue` stops looking for what does not encode (the server refuses a result nested deeper anyway). */
+const JSON_SEARCH_DEPTH = 64
+/** Values `jsonIssue` looks at at most: an object shared many times over is not walked without bound. */
+const JSON_SEARCH_VALUES = 100_000
+
+/**
+ * Why `value` cannot be sent as JSON, if it cannot: the first place (depth first) holding a bigint
+ * or an object that contains itself, or `JSON.stringify`'s own message (a `toJSON` that throws,
+ * say). `undefined` when it encodes. Never throws.
+ */
+export const jsonIssue = (value: unknown): Issue | undefined => {
+  try {
+    if (JSON.stringify(value) !== undefined) return undefined
+    return { path: [], message: `a ${typeof value} has no JSON form` }
+  } catch (e) {
+    let budget = JSON_SEARCH_VALUES
+    const found = (v: unknown, path: Array<string | number>, within: Array<unknown>): Issue | undefined => {
+      if (typeof v === "bigint") return { path, message: "a bigint has no JSON form" }
+      if (typeof v !== "object" || v === null || path.length > JSON_SEARCH_DEPTH || --budget < 0) return undefined
+      if (within.includes(v)) return { path, message: "this object contains itself (a cycle), which JSON cannot hold" }
+      if (typeof (v as { toJSON?: unknown }).toJSON === "function") return undefined
+      const inner = [...within, v]
+      for (const [k, x] of Array.isArray(v) ? v.map((x, i) => [i, x] as const) : Object.entries(v)) {
+        const issue = found(x, [...path, k], inner)
+        if (issue !== undefined) return issue
+      }
+      return undefined
+    }
+    let issue: Issue | undefined
+    try {
+      issue = found(value, [], [])
+    } catch {
+      issue = undefined
+    }
+    return issue ?? { path: [], message: describeThrown(e) }
+  }
+}
+
+/** The error that stands for an output that cannot be sent as JSON. */
+const notJson = (issue: Issue) => ({
+  code: "invalid_output",
+  message: `the output cannot be encoded as JSON: ${describeIssues([issue])}`,
+  issues: [issue]
+})
+
+/** Milliseconds before a result whose post got no answer is posted again, doubled up to the max
+ * (each post is itself sent up to MAX_ATTEMPTS times by the client): a short outage is ridden out
+ * quickly, a long one costs one request per REPOST_MAX_MS. */
+export const REPOST_FIRST_MS = 250
+export const REPOST_MAX_MS = 2_000
+
+/** How a result's posting ended: taken, or not (`refusal`: the answer or failure that ended it;
+ * none when the run was lost before an attempt failed). */
+export type Delivery =
+  | { readonly taken: true }
+  | { readonly taken: false; readonly lost: boolean; readonly refusal: BrainError | undefined }
+
+/**
+ * Posts `result` of `run` until the server answers it: posted again, the same result, while its
+ * posts get no answer (`isUncertain`: no answer arrived, a gateway's page, a retryable overload),
+ * REPOST_FIRST_MS doubled up to REPOST_MAX_MS apart, for as long as the call can still be
+ * answered — until its stream drops or the client closes (`lose`: Brain recorded the call unknown,
+ * and nothing is posted for it any more). Any answer ends it: taken (204), or refused (409: the
+ * call is no longer in flight, an earlier attempt landed or it ended otherwise; 401: the host is
+ * gone; 400, 413, 500). A repeat is safe: Brain refuses a result for a call already answered (409)
+ * and changes nothing. The tool is never run again; only its one result is posted again.
+ */
+export const deliver = async (postResult: CallOwner["postResult"], run: Run, result: HostResult): Promise<Delivery> => {
+  let pause = REPOST_FIRST_MS
+  let last: BrainError | undefined
+  for (;;) {
+    if (run.lost) return { taken: false, lost: true, refusal: last }
+    try {
+      if (await postResult(result, run)) return { taken: true }
+      return { taken: false, lost: true, refusal: last }
+    } catch (e) {
+      // The client closed: the attempt was abandoned, not answered.
+      if (e instanceof BrainClosed) return { taken: false, lost: true, refusal: last }
+      const failure = e instanceof BrainError
+        ? e
+        : new BrainError({ code: "bad_response", status: 0, retryable: false, message: `posting the result failed: ${describeThrown(e)}` })
+      if (!isUncertain(failure)) return { taken: false, lost: run.lost, refusal: failure }
+      last = failure
+      if (run.lost) return { taken: false, lost: true, refusal: last }
+      await sleep(pause, run.gone.signal).catch(() => undefined)
+      pause = Math.min(pause * 2, REPOST_MAX_MS)
+    }
+  }
+}
 
 /** Characters of an error's message kept when the server refused the whole error result (too
  * large): enough to say what went wrong, far below any result bound a server would set. */
@@ -96,6 +218,7 @@ const boundedError = (error: unknown, refusal: BrainError): { readonly code: str
 /** `run` is over for the host (its stream dropped, or the client closed): its signal aborts and nothing is posted for it. */
 export const lose = (run: Run, reason: ToolAborted["reason"], message: string) => {
   run.lost = true
+  run.gone.abort()
   if (run.timer !== undefined) clearTimeout(run.timer)
   if (!run.controller.signal.aborted) run.controller.abort(new ToolAborted({ reason, message }))
 }
@@ -107,8 +230,9 @@ export interface CallOwner {
   readonly hostId: string
   /** The tool that runs `name` for `session`, if any. */
   readonly toolFor: (session: string, name: string) => HostTool | undefined
-  /** Posts one result of the run (HostResults.ts); rejects with its refusal. */
-  readonly postResult: (result: HostResult, run: Run) => Promise<void>
+  /** Posts one result of the run (HostResults.ts): `true` once taken, `false` when the run was lost
+   * first (nothing posted); rejects with its refusal. */
+  readonly postResult: (result: HostResult, run: Run) => Promise<boolean>
   /** The run is over (its result posted, or nothing to post). */
   readonly over: (run: Run) => void
 }
@@ -122,12 +246,15 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     call,
     connection,
     controller: new AbortController(),
+    gone: new AbortController(),
     cancelled: false,
     lost: false,
     awaitingCancel: false,
     settled: false,
     emits: new Set(),
-    timer: undefined
+    timer: undefined,
+    // Its Events first, as for every result.
+    confirmStop: () => post({ stopped: true })
   }
   const untilDeadline = call.deadline_at_ms > 0 ? call.deadline_at_ms - Date.now() : undefined
   if (untilDeadline !== undefined && untilDeadline < 2 ** 31 - 1) {
@@ -141,28 +268,37 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     run.settled = true
     await Promise.allSettled([...run.emits])
     if (run.lost) return
-    try {
-      await owner.postResult({ ...callOf(call), ...answer } as HostResult, run)
-    } catch (e) {
-      // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
-      // once more, with a result it takes — an output as the error `invalid_output`, an error cut
-      // down to its code and the start of its message — or the call would wait for its deadline
-      // and end `timeout`, ambiguous. A 409 means it is over already (an earlier attempt of
-      // this very post landed, or its stream closed); a closed client posts nothing.
-      // Taken, but its outcome could not be recorded: a repeat would be refused; the tool is told.
-      if (isOutcomeUnrecorded(e)) return unrecorded(e)
-      if (replacing || !(e instanceof BrainError) || e.status === 409 || e.code === "network_error") return
+    const delivery = await deliver(owner.postResult, run, { ...callOf(call), ...answer } as HostResult)
+    if (delivery.taken || "stopped" in answer) return
+    const e = delivery.refusal
+    // Lost before any attempt failed: its signal said so (`connection_lost`, `closed`).
+    if (e === undefined) return
+    // Taken, but its outcome could not be recorded: a repeat would be refused; the tool is told.
+    if (isOutcomeUnrecorded(e as unknown)) return unrecorded("outcome_unrecorded", e)
+    // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
+    // once more, with a result it takes — an output as the error `invalid_output`, an error cut
+    // down to its code and the start of its message — or the call would wait for its deadline
+    // and end `timeout`, ambiguous. Not for a call that is over (409), a host that is gone (401),
+    // or a run that is lost.
+    if (!replacing && !delivery.lost && !isUncertain(e) && e.status !== 409 && e.status !== 401) {
       if ("ok" in answer) {
-        await post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } }, true)
+        // An output that is not JSON never left this process: its request could not be encoded.
+        const issue = e.status === 400 ? jsonIssue(answer.ok) : undefined
+        if (issue !== undefined) return post({ error: notJson(issue) }, true)
+        return post({ error: { code: "invalid_output", message: `the server refused the output: ${e.message}` } }, true)
       } else if ("error" in answer) {
-        await post({ error: boundedError(answer.error, e) }, true)
+        return post({ error: boundedError(answer.error, e) }, true)
       }
     }
+    return unrecorded("undelivered", e)
   }
-  const unrecorded = (refusal: BrainError) => {
+  const unrecorded = (reason: ToolResultUnrecorded["reason"], refusal: BrainError) => {
     const tool = owner.toolFor(call.session_id, call.name)
     const error = new ToolResultUnrecorded({
-      message: `Brain took the result of ${call.name} (${call.session_id}/${call.sequence}) but could not record the call's outcome: ${refusal.message}`,
+      message: reason === "outcome_unrecorded"
+        ? `Brain took the result of ${call.name} (${call.session_id}/${call.sequence}) but could not record the call's outcome: ${refusal.message}`
+        : `the result of ${call.name} (${call.session_id}/${call.sequence}) could not be delivered to Brain (${refusal.code}: ${refusal.message}); an attempt whose answer was lost may have landed: the session's outcome Event of this call says what Brain recorded`,
+      reason,
       sessionId: call.session_id,
       sequence: call.sequence,
       refusal
@@ -215,7 +351,7 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
       output = await tool.run(input.value, ctx)
     } catch (e) {
       if (run.controller.signal.aborted) return stopped()
-      return post({ error: { code: "tool_error", message: errorMessage(e) } })
+      return post({ error: { code: "tool_error", message: describeThrown(e) } })
     }
     if (tool.output === undefined) return post({ ok: output ?? null })
     const encoded = await encode(tool.output, output)
@@ -230,8 +366,12 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     // Its own deadline came first: Brain's cancel for it follows; `cancel` confirms then.
     run.awaitingCancel = true
   }
+  // No way out of a run ends without its result: a failure of the host's own (not the tool's,
+  // which `execute` answers) before anything was posted is answered as the tool's error.
   const start = () =>
-    void execute().catch(() => undefined).finally(() => {
+    void execute().catch((e) =>
+      run.settled || run.lost ? undefined : post({ error: { code: "tool_error", message: `the host failed to run the tool: ${describeThrown(e)}` } })
+    ).catch(() => undefined).finally(() => {
       if (run.timer !== undefined) clearTimeout(run.timer)
       owner.over(run)
     })

@@ -8,7 +8,7 @@ import type { Transport } from "./Transport.js"
 
 interface ResultBatch {
   readonly transport: Transport
-  readonly items: Array<{ readonly result: HostResult; readonly run: Run; readonly resolve: () => void; readonly reject: (e: unknown) => void }>
+  readonly items: Array<{ readonly result: HostResult; readonly run: Run; readonly resolve: (posted: boolean) => void; readonly reject: (e: unknown) => void }>
 }
 
 /** Runs `f` once this turn of the event loop is over (its I/O callbacks and their microtasks). */
@@ -24,9 +24,10 @@ export class ResultBatches {
    * all or none. A batch refused for any reason but the network or `outcome_unrecorded` (taken,
    * all of it) is posted again one result at a time, so each result meets its own answer; nothing
    * of such a refused batch was taken. Rejects with
-   * this result's own refusal, as a single post would. A run lost meanwhile posts nothing.
+   * this result's own refusal, as a single post would. Resolves `true` once the server took it;
+   * `false` for a run lost meanwhile, which posts nothing.
    */
-  post(transport: Transport, hostId: string, result: HostResult, run: Run): Promise<void> {
+  post(transport: Transport, hostId: string, result: HostResult, run: Run): Promise<boolean> {
     return new Promise((resolve, reject) => {
       let waiting = this.batches.get(hostId)
       if (waiting === undefined || waiting.transport !== transport) {
@@ -43,15 +44,15 @@ export class ResultBatches {
   }
 
   private async flush(hostId: string, waiting: ResultBatch) {
-    for (const item of waiting.items) if (item.run.lost) item.resolve()
+    for (const item of waiting.items) if (item.run.lost) item.resolve(false)
     const batch = { ...waiting, items: waiting.items.filter((i) => !i.run.lost) }
     if (batch.items.length === 0) return
     const single = (item: ResultBatch["items"][number]) =>
-      batch.transport.call((client) => client.hosts.results(hostId, item.result)).then(item.resolve, item.reject)
+      batch.transport.call((client) => client.hosts.results(hostId, item.result)).then(() => item.resolve(true), item.reject)
     if (batch.items.length === 1) return single(batch.items[0])
     try {
       await batch.transport.call((client) => client.hosts.results(hostId, { results: batch.items.map((i) => i.result) }))
-      for (const item of batch.items) item.resolve()
+      for (const item of batch.items) item.resolve(true)
     } catch (e) {
       // Taken, all of it (a batch is all or none), but not every outcome is known to be recorded:
       // each result is told so; posting them again would be refused.

@@ -54,11 +54,17 @@ export interface ToolOptions<I extends Validator, O extends Validator | undefine
   readonly timeoutMs?: number
   readonly run: (input: Decoded<I>, ctx: ToolContext) => Promise<OutputOf<O>> | OutputOf<O>
   /**
-   * Called when Brain took a call's result but could not record its outcome (500
-   * `journal_write_failed`, `details.reason: "outcome_unrecorded"`): the call is recorded unknown
-   * (or the server stopped before recording anything), the model is not shown this result, and a
-   * repeat would be refused, so nothing is posted again. What `run` did stands: reconcile here
-   * (log it, compensate). Not called for any other refusal.
+   * Called once when a result of `run` (`ok` or `error`) was posted but is not known to be the
+   * call's recorded outcome, with the reason (`ToolResultUnrecorded.reason`):
+   * - `outcome_unrecorded`: Brain took it but could not record the call's outcome (500
+   *   `journal_write_failed`, `details.reason: "outcome_unrecorded"`): the call is recorded
+   *   unknown (or the server stopped before recording anything), the model is not shown this
+   *   result, and a repeat would be refused, so nothing is posted again.
+   * - `undelivered`: the posting ended without Brain taking it: the command stream dropped or the
+   *   client closed while posts still got no answer, or Brain refused it for good (409: the call
+   *   is no longer in flight; 401: the host is gone). An attempt whose answer was lost may have
+   *   landed: the session's outcome Event of `sequence` says what Brain recorded.
+   * What `run` did stands: reconcile here (log it, compensate).
    */
   readonly onUnrecorded?: (error: ToolResultUnrecorded) => void
 }
@@ -80,15 +86,18 @@ export interface HostTool {
 }
 
 /**
- * A host tool's result Brain took without recording the call's outcome (`ToolOptions.onUnrecorded`):
- * the server answered 500 `journal_write_failed` with `details.reason: "outcome_unrecorded"`.
+ * A host tool's result that is not known to be the call's recorded outcome (`ToolOptions.onUnrecorded`):
+ * Brain took it without recording the outcome (500 `journal_write_failed` with `details.reason:
+ * "outcome_unrecorded"`), or it could not be delivered.
  */
 export class ToolResultUnrecorded extends Data.TaggedError("ToolResultUnrecorded")<{
   readonly message: string
+  /** `outcome_unrecorded`: taken, its outcome not recorded; `undelivered`: not taken (ToolOptions.onUnrecorded). */
+  readonly reason: "outcome_unrecorded" | "undelivered"
   readonly sessionId: string
   /** The call's name in the session: the sequence of its `tool_call_started`. */
   readonly sequence: number
-  /** The server's refusal as the client read it. */
+  /** The server's refusal as the client read it, or the failure of the last attempt to post it. */
   readonly refusal: BrainError
 }> {}
 

@@ -102,6 +102,7 @@ describe("a host tool's result taken but not recorded", () => {
       const [error] = told
       expect(error).toBeInstanceOf(ToolResultUnrecorded)
       expect(error!._tag).toBe("ToolResultUnrecorded")
+      expect(error!.reason).toBe("outcome_unrecorded")
       expect({ sessionId: error!.sessionId, sequence: error!.sequence }).toEqual({ sessionId: session.id, sequence: call!.sequence })
       expect(isOutcomeUnrecorded(error!.refusal)).toBe(true)
       expect(error!.refusal).toMatchObject({ code: "journal_write_failed", status: 500, details: { reason: "outcome_unrecorded" } })
