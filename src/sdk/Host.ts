@@ -10,6 +10,9 @@
  *   dropped stream is reopened (backing off from RECONNECT_FIRST_MS up to RECONNECT_MAX_MS) for
  *   as long as the client is open. A stream silent for SILENT_HEARTBEATS of the heartbeat
  *   intervals Brain's `ready` frame names (a half-open connection) is given up and reopened too.
+ *   A stream refused 401 says the server no longer knows the host (removed, or expired after
+ *   BRAIN_HOST_IDLE_EXPIRY_SECS): its registration is forgotten, and the next create registers a
+ *   new host (a create waiting for the stream, at once).
  * - A call is run once: a `{session_id, sequence}` this host has seen is never run again. When the
  *   stream that carried a call is over, Brain has recorded the call `unknown`: its signal aborts
  *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
@@ -41,6 +44,9 @@ export const HOST_READY_DEADLINE_MS = 30_000
  * ever, and Brain sends no call on it. Brain's `ready` frame names its interval; 0 means none.
  */
 const SILENT_HEARTBEATS = 3
+/** Registrations one create may make: its host's, and one more when the server no longer knew
+ * that one (a host that is refused at once twice is not registered again in a loop). */
+const REREGISTRATIONS = 2
 /** Call names remembered to refuse a second run of the same call, oldest forgotten first. */
 const SEEN_CALLS = 4096
 
@@ -59,7 +65,8 @@ export class Host {
   private connection = 0
   private open = false
   private lastError: BrainError | undefined
-  private readyWaiters: Array<{ readonly resolve: () => void }> = []
+  /** Creates waiting for the stream: told `open`, or `gone` when the server no longer knows the host they waited for. */
+  private readyWaiters: Array<{ readonly resolve: (state: "open" | "gone") => void }> = []
   private readonly runs = new Map<string, Run>()
   /** Results waiting for the end of this turn of the event loop. */
   private readonly results = new ResultBatches()
@@ -74,7 +81,9 @@ export class Host {
   /**
    * Registers this client's host (once) and resolves with its id when its command stream is open.
    * A registration that failed is tried again by the next call; a stream that does not open
-   * within HOST_READY_DEADLINE_MS rejects (the connection keeps trying).
+   * within HOST_READY_DEADLINE_MS rejects (the connection keeps trying). A host the server no
+   * longer knows (its stream refused 401: removed, or its registration expired) is replaced by a
+   * new registration, once per call: a new host refused at once too rejects with that refusal.
    */
   async attach(tools: ReadonlyArray<HostTool>, signal?: AbortSignal): Promise<string> {
     this.api.ensureOpen()
@@ -83,20 +92,22 @@ export class Host {
       named.add(t)
       this.byName.set(t.name, named)
     }
-    if (this.registration === undefined) {
-      // Shared by every create waiting for it, so no one caller's signal may abort it.
-      const registering = this.api.call((client) => client.hosts.register())
-      this.registration = registering
-      registering.then(
-        (registered) => this.start(registered),
-        () => {
-          if (this.registration === registering) this.registration = undefined
-        }
-      )
+    for (let registrations = 1; ; registrations++) {
+      if (this.registration === undefined) {
+        // Shared by every create waiting for it, so no one caller's signal may abort it.
+        const registering = this.api.call((client) => client.hosts.register())
+        this.registration = registering
+        registering.then(
+          (registered) => this.start(registered),
+          () => {
+            if (this.registration === registering) this.registration = undefined
+          }
+        )
+      }
+      const registered = await this.registration
+      if (await this.ready(signal) === "open") return registered.host_id
+      if (registrations >= REREGISTRATIONS) throw this.lastError ?? networkError("the host's registration is gone")
     }
-    const registered = await this.registration
-    await this.ready(signal)
-    return registered.host_id
   }
 
   /** Runs `session`'s calls with these tools (its create has answered). */
@@ -123,7 +134,7 @@ export class Host {
     this.closed = true
     for (const run of this.runs.values()) lose(run, "closed", "the client was closed")
     this.runs.clear()
-    for (const w of this.readyWaiters.splice(0)) w.resolve()
+    for (const w of this.readyWaiters.splice(0)) w.resolve("open")
     // Only a host whose stream was started (a registration still in flight when the client closes is left).
     const transport = this.transport
     const hostId = this.startedAs
@@ -133,18 +144,19 @@ export class Host {
     transport?.close()
   }
 
-  private ready(signal?: AbortSignal): Promise<void> {
-    if (this.open) return Promise.resolve()
-    return new Promise<void>((resolve, reject) => {
+  private ready(signal?: AbortSignal): Promise<"open" | "gone"> {
+    if (this.open) return Promise.resolve("open")
+    if (this.registration === undefined) return Promise.resolve("gone")
+    return new Promise<"open" | "gone">((resolve, reject) => {
       const { controller, release } = this.api.link(signal)
       const timer = setTimeout(() => controller.abort(
         this.lastError ?? networkError(`the host's command stream did not open within ${HOST_READY_DEADLINE_MS} ms`)
       ), HOST_READY_DEADLINE_MS)
       const waiter = {
-        resolve: () => {
+        resolve: (state: "open" | "gone") => {
           done()
           if (this.closed) reject(new BrainClosed())
-          else resolve()
+          else resolve(state)
         }
       }
       const done = () => {
@@ -185,7 +197,12 @@ export class Host {
           headers: transport.headers({ accept: "text/event-stream" }),
           signal: stream.signal
         })
-        if (!response.ok || response.body === null) {
+        if (response.status === 401) {
+          // The host's own token opens nothing more: the server no longer knows this host.
+          const refusal = fromAnswer(response.status, await response.text().catch(() => ""))
+          this.dropped(connection)
+          return this.gone(hostId, transport, refusal)
+        } else if (!response.ok || response.body === null) {
           this.lastError = fromAnswer(response.status, await response.text().catch(() => ""))
         } else {
           for await (const frames of sseReads(response.body, () => void (lastBytes = Date.now()))) {
@@ -206,7 +223,7 @@ export class Host {
                   // The watch never keeps a process alive by itself.
                   ;(watch as { unref?: () => void }).unref?.()
                 }
-                for (const w of this.readyWaiters.splice(0)) w.resolve()
+                for (const w of this.readyWaiters.splice(0)) w.resolve("open")
               } else if (frame.event === "call") {
                 const start = this.run(JSON.parse(frame.data) as CallCommand, connection, transport, hostId)
                 if (start !== undefined) starts.push(start)
@@ -231,6 +248,30 @@ export class Host {
       await sleep(pause, controller.signal).catch(() => undefined)
       pause = Math.min(pause * 2, RECONNECT_MAX_MS)
     }
+  }
+
+  /**
+   * The server no longer knows host `hostId` (its stream was refused 401: removed — by itself, an
+   * operator — or its registration expired after BRAIN_HOST_IDLE_EXPIRY_SECS without a stream and
+   * with no session naming it): its registration is forgotten, so the next create registers a new
+   * host, and a create waiting for its stream registers one at once. Sessions that named it keep
+   * it: their calls of its tools fail `host_unknown` on the server.
+   */
+  private gone(hostId: string, transport: Transport, refusal: BrainError) {
+    if (this.closed || this.startedAs !== hostId) return
+    this.registration = undefined
+    this.startedAs = undefined
+    this.transport = undefined
+    this.open = false
+    this.lastError = new BrainError({
+      code: "unauthorized",
+      status: 401,
+      retryable: false,
+      message: `the server no longer knows this client's host ${hostId} (removed, or its registration expired after BRAIN_HOST_IDLE_EXPIRY_SECS without a command stream): a new host is registered for the sessions created from now on (${refusal.message})`,
+      details: { reason: "host_gone", host_id: hostId }
+    })
+    transport.close()
+    for (const w of this.readyWaiters.splice(0)) w.resolve("gone")
   }
 
   /** The stream `connection` is over: Brain has recorded its calls `unknown`. */

@@ -4,7 +4,8 @@
  * up) is posted again, the same result, until the server answers it; a result that could not be
  * delivered before its stream dropped is told to the tool's `onUnrecorded`; a tool that throws a
  * value that cannot be described is still answered `tool_error`; an output that is not JSON is
- * answered `invalid_output` saying so.
+ * answered `invalid_output` saying so; and a client whose host the server no longer knows
+ * registers a new one for its next session.
  */
 import { Schema } from "effect"
 import { describe, expect, it } from "@effect/vitest"
@@ -179,6 +180,60 @@ describe("an output that is not JSON", () => {
         expect(output.issues).toEqual([{ path, message: expect.stringContaining(why) }])
         expect(recording.resultsFor(session.id, started.sequence), name).toHaveLength(1)
       }
+    } finally {
+      await client.close()
+    }
+  })
+})
+
+describe("a client whose host the server no longer knows", () => {
+  const server = sharedServer()
+
+  it("registers a new host when its command stream is refused as unknown (the host removed), and its next session's host tools run there", async () => {
+    const recording = new HostFetch()
+    let registered: { host_id: string; token: string } | undefined
+    // Opens once the client tries to reopen its command stream after the removal.
+    let removing = false
+    const reopening = gate()
+    const fetch: Fetch = async (url, init) => {
+      if (removing && url.endsWith("/commands")) reopening.open()
+      const answer = await recording.fetch(url, init)
+      if (init.method === "POST" && new URL(url).pathname === "/v1/hosts" && answer.ok) registered = (await answer.clone().json()) as { host_id: string; token: string }
+      return answer
+    }
+    const client = new Brain({ baseUrl: server().baseUrl, fetch })
+    let runs = 0
+    const lookup = tool({
+      name: "lookup",
+      input: Schema.Struct({}),
+      run: () => {
+        runs++
+        return { answer: runs }
+      }
+    })
+    try {
+      const first = await client.sessions.create({ ...callsOnce("lookup"), tools: [lookup] })
+      expect((await first.send("go")).turn.status).toBe("ended")
+      const old = registered!
+      expect(await client.hostId()).toBe(old.host_id)
+      // Removed behind the client's back (as an expiry or an operator would): its stream ends, and
+      // the server answers every request of that host 401 from then on.
+      removing = true
+      const removed = await globalThis.fetch(`${server().baseUrl}/v1/hosts/${old.host_id}`, {
+        method: "DELETE",
+        headers: { authorization: `Bearer ${old.token}` }
+      })
+      expect(removed.status).toBe(204)
+      // The client has seen its stream end (a create sent before that would name the removed host).
+      await reopening.promise
+
+      const second = await client.sessions.create({ ...callsOnce("lookup"), tools: [lookup] })
+      expect((await second.send("go")).turn.status).toBe("ended")
+      const { outcome } = await outcomeOf(client, second.id)
+      expect(outcome.data).toMatchObject({ outcome: "ok", output: { answer: 2 } })
+      expect(registered!.host_id).not.toBe(old.host_id)
+      expect(await client.hostId()).toBe(registered!.host_id)
+      expect(runs).toBe(2)
     } finally {
       await client.close()
     }
