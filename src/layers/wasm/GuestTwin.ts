@@ -15,7 +15,7 @@
  */
 import { isUtf8 } from "node:buffer"
 import { guestFailureMessage } from "../../domain/CutText.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, SUSPEND_BYTES } from "./TwinExports.js"
+import { ENTER, STEP_EXPORTS, SUSPEND_BYTES, UNWIND_LEN } from "./TwinExports.js"
 import type { ActivateMessage } from "./WorkerProtocol.js"
 
 /** The guest broke the ABI or gave up: the activation fails with this message. */
@@ -30,7 +30,6 @@ const FUEL = 20_000
 
 const NORMAL = 0
 const UNWINDING = 1
-const REWINDING = 2
 
 const decoder = new TextDecoder("utf-8", { fatal: true })
 const encoder = new TextEncoder()
@@ -43,11 +42,12 @@ export type Step =
 export class TwinRun {
   readonly memory: WebAssembly.Memory
   private exports: Record<string, any> = {}
-  private state: typeof NORMAL | typeof UNWINDING | typeof REWINDING = NORMAL
+  private state: typeof NORMAL | typeof UNWINDING = NORMAL
   private starting = true
   private allocating = false
   private suspendAt = 0
-  private answer: Uint8Array | undefined = undefined
+  /** The answer to a host call that unwinds the guest into the buffer at `suspendAt` (TwinExports.ts, UNWIND_LEN). */
+  private unwindAnswer = 0n
   private pending: { readonly op: Uint8Array; readonly request: Uint8Array } | undefined = undefined
   /** `performance.now()` past which the guest is stopped (0: no bound). */
   private deadline = 0
@@ -76,26 +76,25 @@ export class TwinRun {
     const given = this.give(input)
     this.ptr = Number(given >> 32n)
     this.len = Number(given & 0xffffffffn)
-    return this.step()
+    return this.step(0n, ENTER)
   }
 
   /** Rewinds the guest into the host call it unwound from, which returns `answer`; runs it to its next call or its end. */
   resume(answer: Uint8Array, budgetMs: number): Step {
     this.limit(budgetMs)
-    this.answer = answer
-    this.state = REWINDING
-    this.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, this.suspendAt)
-    return this.step()
+    // Written where the guest allocates it before the rewind, which changes nothing the allocator reads.
+    return this.step(this.give(answer), this.suspendAt)
   }
 
   private limit(budgetMs: number) {
     this.deadline = budgetMs > 0 ? performance.now() + budgetMs : 0
   }
 
-  private step(): Step {
-    const result = this.exports[this.msg.entry](this.ptr, this.len)
+  /** Runs the entry's step (TwinExports.ts, STEP_EXPORTS): entered (`buffer` ENTER), or rewound from `buffer` with `answer`. */
+  private step(answer: bigint, buffer: number): Step {
+    const result = this.exports[STEP_EXPORTS[this.msg.entry]](this.ptr, this.len, answer, buffer)
     if (this.state === UNWINDING) {
-      this.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
+      // The step stopped the unwind.
       this.state = NORMAL
       const pending = this.pending!
       this.pending = undefined
@@ -137,13 +136,6 @@ export class TwinRun {
       env: { memory: this.memory },
       brain: {
         call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
-          if (this.state === REWINDING) {
-            this.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopRewind, 0)
-            this.state = NORMAL
-            const answer = this.answer!
-            this.answer = undefined
-            return this.give(answer)
-          }
           if (this.starting) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
           if (this.allocating) {
             throw new GuestError('a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")')
@@ -153,6 +145,7 @@ export class TwinRun {
           if (this.suspendAt === 0) {
             const at = this.give(new Uint8Array(SUSPEND_BYTES))
             this.suspendAt = Number(at >> 32n)
+            this.unwindAnswer = (BigInt(this.suspendAt) << 32n) | BigInt(UNWIND_LEN)
           }
           const op = this.bytesAt(opPtr >>> 0, opLen >>> 0)
           try {
@@ -173,8 +166,8 @@ export class TwinRun {
           // Views: the guest's memory does not change until it is rewound (its stack goes into the buffer).
           this.pending = { op, request }
           this.state = UNWINDING
-          this.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startUnwind, this.suspendAt)
-          return 0n
+          // The twin unwinds into the buffer, and the step stops the unwind.
+          return this.unwindAnswer
         },
         fail: (ptr: number, len: number): never => {
           throw new GuestError(guestFailureMessage(this.bytesAt(ptr >>> 0, len >>> 0), decoder))

@@ -35,7 +35,7 @@ import { type Activation, type ActivationFailure, type ActivationLimits, inputBy
 import { eventLoopTurn } from "../Waits.js"
 import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import { packPair, unpackPair, unpacked } from "./Pairs.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, SUSPEND_BYTES, WRITTEN_EXPORT } from "./TwinExports.js"
+import { ENTER, LOW_EXPORT, RESET_EXPORTS, STEP_EXPORTS, SUSPEND_BYTES, UNWIND_LEN, WRITTEN_EXPORT } from "./TwinExports.js"
 import { trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, dropped, imageKept, instanceStats, memoryFor, newMemoryReason, newMemoryRefused, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
@@ -92,12 +92,12 @@ const FUEL = 20_000
 export { SUSPEND_BYTES }
 
 /**
- * Asyncify's states, as this host drives them (through the twin's ASYNCIFY_EXPORT, which does not
- * tell the state: the host keeps the state it set).
+ * Asyncify's states as this host needs them: UNWINDING from the host call it answered with the
+ * unwind (TwinExports.ts, UNWIND_LEN) until the step that unwound returned. The twin rewinds
+ * itself (STEP_EXPORTS).
  */
 const NORMAL = 0
 const UNWINDING = 1
-const REWINDING = 2
 
 /**
  * The instance the next activation of a module will take, made when the main thread is next idle
@@ -167,20 +167,25 @@ class Run implements Resting {
   module: WebAssembly.Module | undefined = undefined
   /** Instantiating: a host call now comes from the start function. */
   starting = true
-  /** Asyncify's state: set with each `asyncify_start_*`, back to NORMAL with each `asyncify_stop_*`. */
-  state: typeof NORMAL | typeof UNWINDING | typeof REWINDING = NORMAL
+  /** Asyncify's state: UNWINDING from the host call answered with the unwind until its step returned. */
+  state: typeof NORMAL | typeof UNWINDING = NORMAL
   /** The host call the guest unwound from. */
   pending: { readonly op: string; readonly request: string } | undefined = undefined
-  /** The answer to give when the guest is rewound into its call. */
-  answer: string | undefined = undefined
   /** Where the suspended stack goes (0: not taken yet). */
   suspendAt = 0
+  /** The answer to a host call that unwinds the guest into the buffer at `suspendAt` (TwinExports.ts, UNWIND_LEN). */
+  unwindAnswer = 0n
   /** Milliseconds computed here so far, and when the current stretch began. */
   used = 0
   stretchStart = 0
   calls: Array<RecordedCall> = []
   /** Its twin has RESET_EXPORTS, and they saved the globals as instantiation left them. */
   resettable = false
+  /** Its twin counts the bytes its guest writes (WRITTEN_EXPORT, LOW_EXPORT). */
+  counted = false
+  /** The twin's written marks, as its last restore answered them (restore). */
+  twinWritten = 0
+  twinLow = NOT_WRITTEN
   /** One past the highest byte of its memory the host wrote (or read) since it was put back. */
   hostEnd = 0
   /** The lowest byte of its memory the host wrote since it was put back (NOT_WRITTEN: none). */
@@ -207,6 +212,7 @@ class Run implements Resting {
     this.module = instrumented
     this.exports = new WebAssembly.Instance(instrumented, this.imports).exports as Record<string, any>
     instanceStats.made++
+    this.counted = this.exports[WRITTEN_EXPORT] !== undefined && this.exports[LOW_EXPORT] !== undefined
     const save = this.exports[RESET_EXPORTS.save]
     if (typeof save === "function" && typeof this.exports[RESET_EXPORTS.restore] === "function") {
       // What its start function stored is the image (the same in every instance of the module:
@@ -224,7 +230,6 @@ class Run implements Resting {
   rest() {
     this.state = NORMAL
     this.pending = undefined
-    this.answer = undefined
     this.suspendAt = 0
     this.used = 0
     this.calls = []
@@ -248,16 +253,26 @@ class Run implements Resting {
     this.quietTo = at + SUSPEND_BYTES
   }
 
-  /** One past the highest byte of memory written since instantiation or the last put-back: the guest's (WRITTEN_EXPORT) and the host's; the memory's size when its twin does not count. */
-  written(): number {
-    const counted = this.exports[WRITTEN_EXPORT] as { readonly value: number } | undefined
-    return counted === undefined ? this.memory.buffer.byteLength : Math.max(counted.value >>> 0, this.hostEnd)
+  /**
+   * Restores its twin's globals as instantiation left them (RESET_EXPORTS.restore), keeping the
+   * written marks the restore answers (as they were before it) for `written` and `low`.
+   */
+  restore(): void {
+    const marks = this.exports[RESET_EXPORTS.restore]() as bigint
+    if (!this.counted) return
+    unpackPair(marks)
+    this.twinWritten = unpacked.ptr
+    this.twinLow = unpacked.len
   }
 
-  /** The lowest byte of memory written since instantiation or the last put-back, by the guest (LOW_EXPORT) or the host; 0 when its twin does not count. */
+  /** One past the highest byte of memory written since instantiation or the last put-back (as `restore` read the twin's mark): the guest's (WRITTEN_EXPORT) and the host's; the memory's size when its twin does not count. */
+  written(): number {
+    return this.counted ? Math.max(this.twinWritten, this.hostEnd) : this.memory.buffer.byteLength
+  }
+
+  /** The lowest byte of memory written since instantiation or the last put-back (as `restore` read the twin's mark), by the guest (LOW_EXPORT) or the host; 0 when its twin does not count. */
   low(): number {
-    const counted = this.exports[LOW_EXPORT] as { readonly value: number } | undefined
-    return counted === undefined ? 0 : Math.min(counted.value >>> 0, this.hostLow)
+    return this.counted ? Math.min(this.twinLow, this.hostLow) : 0
   }
 
   /**
@@ -350,14 +365,6 @@ class Run implements Resting {
     env: { memory: undefined as unknown as WebAssembly.Memory },
     brain: {
       call: (opPtr: number, opLen: number, reqPtr: number, reqLen: number): bigint => {
-        const ex = this.exports
-        if (this.state === REWINDING) {
-          ex[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopRewind, 0)
-          this.state = NORMAL
-          const answer = this.answer!
-          this.answer = undefined
-          return this.giveText(answer)
-        }
         if (this.starting) throw new GuestError("a host call from the module's start function: host calls are for brain_run and brain_tool")
         if (this.allocating) throw new GuestError(FROM_ALLOC)
         const op = this.textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
@@ -372,6 +379,7 @@ class Run implements Resting {
           // Its header is the host's to write (below), the rest Asyncify's (counted by the twin).
           this.writable(at, SUSPEND_BYTES)
           this.suspendAt = at
+          this.unwindAnswer = packPair(at, UNWIND_LEN)
         }
         // Asyncify's buffer header: where its data goes next, and where it ends.
         const memory = this.memoryView()
@@ -379,8 +387,8 @@ class Run implements Resting {
         memory.writeInt32LE(this.suspendAt + SUSPEND_BYTES, this.suspendAt + 4)
         this.pending = { op, request }
         this.state = UNWINDING
-        ex[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startUnwind, this.suspendAt)
-        return 0n
+        // The twin unwinds into the buffer, and the step that entered it stops the unwind.
+        return this.unwindAnswer
       },
       fail: (ptr: number, len: number): never => {
         // Read no further than the bound Brain keeps of a failure's message (docs/abi.md, "Limits").
@@ -528,7 +536,8 @@ const start = <A, E>(
     run.used += performance.now() - run.stretchStart
     return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
   }
-  const entry = run.exports[activation.entry] as (ptr: number, len: number) => unknown
+  // The entry's step: entered with the input, then rewound with each host call's answer (TwinExports.ts).
+  const enter = run.exports[STEP_EXPORTS[activation.entry]] as (ptr: number, len: number, answer: bigint, buffer: number) => unknown
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
@@ -538,12 +547,15 @@ const start = <A, E>(
   let first = true
   /** When the last stretch of compute ended: where the host call that unwound it begins (HostCallCost.ts). */
   let stretchEnd = 0
-  const step = (): Effect.Effect<A, E> => {
+  /** Runs the guest: into its entry, or (`answer`) rewound into the host call it unwound from, which answers it. */
+  const step = (answer?: string): Effect.Effect<A, E> => {
     let result: unknown
     if (first) first = false
     else run.stretchStart = performance.now()
     try {
-      result = entry(ptr, len)
+      // The answer is written where the guest allocates it before the rewind, not in its call:
+      // the rewind changes nothing the allocator reads, so the guest finds what it would have.
+      result = answer === undefined ? enter(ptr, len, 0n, ENTER) : enter(ptr, len, run.giveText(answer), run.suspendAt)
     } catch (err) {
       return end(run, memoryLimits, err, budgetFirst, ends, ended)
     } finally {
@@ -551,7 +563,7 @@ const start = <A, E>(
       run.used += stretchEnd - run.stretchStart
     }
     if (run.state === UNWINDING) {
-      run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.stopUnwind, 0)
+      // The step stopped the unwind.
       run.state = NORMAL
       run.unwound()
       const { op, request } = run.pending!
@@ -570,12 +582,7 @@ const start = <A, E>(
         reading += callMs
         run.calls.push({ op, request: requestKey(request), answer })
         if (reading > run.cap) return end(run, memoryLimits, new Overrun(), budgetFirst, ends, ended)
-        const rewind = () => {
-          run.answer = answer
-          run.state = REWINDING
-          run.exports[ASYNCIFY_EXPORT](ASYNCIFY_OPS.startRewind, run.suspendAt)
-          return step()
-        }
+        const rewind = () => step(answer)
         // A call that held the main thread a while gives the event loop a turn before the guest goes on.
         return yieldsAfter(callMs) ? Effect.flatMap(eventLoopTurn, rewind) : rewind()
       }, stretchEnd)

@@ -28,7 +28,7 @@
  * - **Asyncify** on `brain.call`: a host call can unwind the guest's stack into its own memory and
  *   return to the host, which performs the call asynchronously and later rewinds the guest into the
  *   same call, which then returns the answer. No thread is held while a host call is performed.
- *   The twin drives Asyncify through one export of its own (ASYNCIFY_EXPORT).
+ *   The twin drives Asyncify itself, entered through a step of each entry (addSteps, STEP_EXPORTS).
  *
  * - **A reset** (RESET_EXPORTS), for a module whose code cannot change what a reset cannot restore
  *   (no `table.set`, `table.grow`, `table.fill`, `table.copy`, `table.init`, `elem.drop`,
@@ -68,13 +68,13 @@
  */
 import binaryen from "binaryen"
 import { chargeSites, nextSiteNumber } from "./Metering.js"
-import { ASYNCIFY_EXPORT, ASYNCIFY_OPS, LOW_EXPORT, RESET_EXPORTS, WRITTEN_EXPORT } from "./TwinExports.js"
+import { ANSWER_GLOBAL, ENTER, LOW_EXPORT, RESET_EXPORTS, STEP_EXPORTS, UNWIND_LEN, WRITTEN_EXPORT } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
 export const TICK_IMPORT = { module: "brain", name: "tick" } as const
 
-/** The functions Asyncify exports, called by ASYNCIFY_EXPORT instead (their exports and `asyncify_get_state` are dropped). */
-const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "asyncify_start_rewind", "asyncify_stop_rewind"] as const
+/** The functions Asyncify exports, called by the twin's own code instead (addSteps; their exports are dropped). */
+const ASYNCIFY_FUNCTIONS = ["asyncify_start_unwind", "asyncify_stop_unwind", "asyncify_start_rewind", "asyncify_stop_rewind", "asyncify_get_state"] as const
 
 /**
  * The features Binaryen reads and writes a twin with: all it knows but 64-bit and multiple
@@ -137,19 +137,9 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
     binaryen.setOptimizeLevel(1)
     m.runPasses(["asyncify"])
     binaryen.setOptimizeLevel(0)
-    const [startUnwind, stopUnwind, startRewind, stopRewind] = ASYNCIFY_FUNCTIONS.map((name) => binaryen.getExportInfo(m.getExport(name)).value)
-    for (const name of [...ASYNCIFY_FUNCTIONS, "asyncify_get_state"]) m.removeExport(name)
-    const op = () => m.local.get(0, binaryen.i32)
-    const ptr = () => m.local.get(1, binaryen.i32)
-    const when = (code: number, call: binaryen.ExpressionRef) => m.if(m.i32.eq(op(), m.i32.const(code)), call)
-    fresh(m, ASYNCIFY_EXPORT)
-    m.addFunction(ASYNCIFY_EXPORT, binaryen.createType([binaryen.i32, binaryen.i32]), binaryen.none, [], m.block(null, [
-      when(ASYNCIFY_OPS.startUnwind, m.call(startUnwind!, [ptr()], binaryen.none)),
-      when(ASYNCIFY_OPS.stopUnwind, m.call(stopUnwind!, [], binaryen.none)),
-      when(ASYNCIFY_OPS.startRewind, m.call(startRewind!, [ptr()], binaryen.none)),
-      when(ASYNCIFY_OPS.stopRewind, m.call(stopRewind!, [], binaryen.none))
-    ]))
-    m.addFunctionExport(ASYNCIFY_EXPORT, ASYNCIFY_EXPORT)
+    const [startUnwind, stopUnwind, startRewind, stopRewind, getState] = ASYNCIFY_FUNCTIONS.map((name) => binaryen.getExportInfo(m.getExport(name)).value!)
+    for (const name of ASYNCIFY_FUNCTIONS) m.removeExport(name)
+    addSteps(m, { startUnwind: startUnwind!, stopUnwind: stopUnwind!, startRewind: startRewind!, stopRewind: stopRewind!, getState: getState! })
     // After Asyncify, so that the stores it added (its suspension buffer's) are counted too (they
     // are plain stores, as are what addWritten adds: `uncounted` was read from the guest's code).
     if (!uncounted) addWritten(m)
@@ -163,7 +153,7 @@ export const instrument = (bytes: Uint8Array): Uint8Array => {
 }
 
 /** The exports the host calls on a twin; the rest (the ABI's markers, the memory) are read from the admitted module, never from an instance. */
-const HOST_CALLS: ReadonlySet<string> = new Set([...GUEST_ENTRIES, ASYNCIFY_EXPORT, RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT, LOW_EXPORT])
+const HOST_CALLS: ReadonlySet<string> = new Set([...GUEST_ENTRIES, ...Object.values(STEP_EXPORTS), RESET_EXPORTS.save, RESET_EXPORTS.restore, WRITTEN_EXPORT, LOW_EXPORT])
 
 /** Throws unless no function, global or export of the module is named any of `names` (the guest's names are Binaryen's own, its custom sections dropped: only a bug here would take one). */
 const fresh = (m: binaryen.Module, ...names: ReadonlyArray<string>) => {
@@ -343,7 +333,93 @@ const importedEnvFunction = (m: binaryen.Module): string | undefined => {
   return undefined
 }
 
-/** Adds `brain$save` and `brain$restore` over every mutable global the module defines (Asyncify's and the fuel included). */
+/** Asyncify's functions, by their names in the module. */
+interface AsyncifyFunctions {
+  readonly startUnwind: string
+  readonly stopUnwind: string
+  readonly startRewind: string
+  readonly stopRewind: string
+  readonly getState: string
+}
+
+/** Asyncify's states (its `asyncify_get_state`). */
+const UNWINDING = 1
+const REWINDING = 2
+
+/** The import every `brain.call` of the guest's calls through, once the guest's own import is the twin's function (addSteps). */
+const CALL_IMPORT = "brain$call"
+
+/**
+ * Makes the twin drive Asyncify itself, so that a host call costs no crossing between JavaScript
+ * and the twin beyond the call itself and the steps (TwinExports.ts, STEP_EXPORTS):
+ *
+ * - every import of `brain.call` (what Asyncify instrumented the calls of) becomes a function of
+ *   the twin's, which Asyncify did not instrument, so its callers treat it as they treated the
+ *   import. Rewinding, it stops the rewind and answers ANSWER_GLOBAL (the answer the host gave
+ *   the step); else it calls the host's `brain.call` (one import, CALL_IMPORT), and when that
+ *   answers a pair whose length is UNWIND_LEN, starts the unwind into the buffer at the pair's
+ *   pointer (whose header the host wrote);
+ * - each entry the guest exports gets a step, `(ptr, len, answer, buffer) -> i64`: with a buffer
+ *   (not ENTER), it sets ANSWER_GLOBAL to `answer` and starts the rewind from it; then it calls the
+ *   entry, and stops the unwind when the entry returned unwinding.
+ *
+ * A guest that never calls the host keeps no import of `brain.call`; its steps only call its entries.
+ */
+const addSteps = (m: binaryen.Module, asyncify: AsyncifyFunctions) => {
+  fresh(m, CALL_IMPORT, ANSWER_GLOBAL, ...Object.values(STEP_EXPORTS))
+  m.addGlobal(ANSWER_GLOBAL, binaryen.i64, true, m.i64.const(0n))
+  const state = () => m.call(asyncify.getState, [], binaryen.i32)
+  const imports: Array<string> = []
+  for (let i = 0; i < m.getNumFunctions(); i++) {
+    const info = binaryen.getFunctionInfo(m.getFunctionByIndex(i))
+    if (info.module === "brain" && info.base === "call") imports.push(info.name)
+  }
+  if (imports.length > 0) {
+    const p = (i: number) => m.local.get(i, binaryen.i32)
+    const answered = () => m.local.get(4, binaryen.i64)
+    m.addFunctionImport(CALL_IMPORT, "brain", "call", binaryen.createType([binaryen.i32, binaryen.i32, binaryen.i32, binaryen.i32]), binaryen.i64)
+    for (const name of imports) {
+      m.removeFunction(name)
+      m.addFunction(name, binaryen.createType([binaryen.i32, binaryen.i32, binaryen.i32, binaryen.i32]), binaryen.i64, [binaryen.i64], m.block(null, [
+        m.if(m.i32.eq(state(), m.i32.const(REWINDING)), m.block(null, [
+          m.call(asyncify.stopRewind, [], binaryen.none),
+          m.return(m.global.get(ANSWER_GLOBAL, binaryen.i64))
+        ])),
+        m.local.set(4, m.call(CALL_IMPORT, [p(0), p(1), p(2), p(3)], binaryen.i64)),
+        m.if(m.i32.eq(m.i32.wrap(answered()), m.i32.const(UNWIND_LEN | 0)), m.block(null, [
+          m.call(asyncify.startUnwind, [m.i32.wrap(m.i64.shr_u(answered(), m.i64.const(32n)))], binaryen.none),
+          m.return(m.i64.const(0n))
+        ])),
+        answered()
+      ], binaryen.i64))
+    }
+  }
+  for (const [entry, step] of Object.entries(STEP_EXPORTS)) {
+    const exported = m.getExport(entry)
+    if (exported === 0) continue
+    const target = binaryen.getExportInfo(exported).value
+    const info = binaryen.getFunctionInfo(m.getFunction(target))
+    // Admission held each entry to (i32, i32) -> i64.
+    m.addFunction(step, binaryen.createType([binaryen.i32, binaryen.i32, binaryen.i64, binaryen.i32]), info.results, [info.results], m.block(null, [
+      m.if(m.i32.ne(m.local.get(3, binaryen.i32), m.i32.const(ENTER)), m.block(null, [
+        m.global.set(ANSWER_GLOBAL, m.local.get(2, binaryen.i64)),
+        m.call(asyncify.startRewind, [m.local.get(3, binaryen.i32)], binaryen.none)
+      ])),
+      m.local.set(4, m.call(target, [m.local.get(0, binaryen.i32), m.local.get(1, binaryen.i32)], info.results)),
+      m.if(m.i32.eq(state(), m.i32.const(UNWINDING)), m.call(asyncify.stopUnwind, [], binaryen.none)),
+      m.local.get(4, info.results)
+    ], info.results))
+    m.addFunctionExport(step, step)
+  }
+}
+
+/**
+ * Adds `brain$save` and `brain$restore` over every mutable global the module defines (Asyncify's
+ * and the fuel included). `brain$restore` answers, as an i64, the written marks as they were
+ * before it restored them, `(WRITTEN_EXPORT << 32) | LOW_EXPORT` (0 in a twin without them): the
+ * put-back's one call into the twin tells it what to write again (reading the two globals from
+ * JavaScript is two calls into V8's API).
+ */
 const addReset = (m: binaryen.Module) => {
   const saved: Array<{ readonly name: string; readonly shadow: string; readonly type: binaryen.Type }> = []
   for (let i = 0; i < m.getNumGlobals(); i++) {
@@ -356,7 +432,14 @@ const addReset = (m: binaryen.Module) => {
   const copy = (from: "name" | "shadow", to: "name" | "shadow") =>
     m.block(null, saved.map((g) => m.global.set(g[to], m.global.get(g[from], g.type))), binaryen.none)
   m.addFunction(RESET_EXPORTS.save, binaryen.none, binaryen.none, [], copy("name", "shadow"))
-  m.addFunction(RESET_EXPORTS.restore, binaryen.none, binaryen.none, [], copy("shadow", "name"))
+  const counted = m.getGlobal(WRITTEN_EXPORT) !== 0 && m.getGlobal(LOW_EXPORT) !== 0
+  const mark = (name: string) => m.i64.extend_u(m.global.get(name, binaryen.i32))
+  const marks = counted ? m.i64.or(m.i64.shl(mark(WRITTEN_EXPORT), m.i64.const(32n)), mark(LOW_EXPORT)) : m.i64.const(0n)
+  m.addFunction(RESET_EXPORTS.restore, binaryen.none, binaryen.i64, [binaryen.i64], m.block(null, [
+    m.local.set(0, marks),
+    copy("shadow", "name"),
+    m.local.get(0, binaryen.i64)
+  ], binaryen.i64))
   m.addFunctionExport(RESET_EXPORTS.save, RESET_EXPORTS.save)
   m.addFunctionExport(RESET_EXPORTS.restore, RESET_EXPORTS.restore)
 }

@@ -6,7 +6,7 @@
  * again from the module's image (taken right after its first instantiation) and zero beyond, its
  * mutable globals restored from the copy its twin saved at instantiation.
  */
-import { RESET_EXPORTS, SUSPEND_BYTES } from "./TwinExports.js"
+import { SUSPEND_BYTES } from "./TwinExports.js"
 import { PAGE_BYTES } from "./Module.js"
 
 /** An instance as it rests between activations: what putting it back and taking it again need. */
@@ -24,8 +24,14 @@ export interface Resting {
   /** Its memory limits, `initial:maximum`. */
   readonly key: string
   /**
+   * Restores its twin's globals as instantiation left them (RESET_EXPORTS.restore), and reads the
+   * twin's written marks as they were before (for `written` and `low`).
+   */
+  restore(): void
+  /**
    * One past the highest byte of its memory written since it was made or last put back (by its
-   * guest, as its twin counts, and by the host); its memory's size when its twin does not count.
+   * guest, as its twin counts as `restore` read it, and by the host); its memory's size when its
+   * twin does not count.
    */
   written(): number
   /**
@@ -258,17 +264,16 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
   const memory = run.view()
   const bytes = memory.byteLength
   const image = images.get(instrumented)
+  if (!run.resettable || image === undefined || bytes !== limits.initial * PAGE_BYTES) return notKept(run, instrumented, limits)
+  // Its globals first (one call into the twin, which answers what its guest wrote): the memory is the host's to write.
+  run.restore()
   // Outside what was written, the memory is still as the last put-back (or instantiation) left it:
   // its image, zeros above. Not writing them again spares the cache (docs/benchmarks.md, "The cost
   // of zeroing a memory the guest did not touch", "Wasm text turn, stop 60").
   const written = Math.min(bytes, run.written())
   const low = run.low()
   // The put-back writes from `low` up to `written` (its image copied back, zeros): at most SPARE_MEMORY_BYTES.
-  if (!run.resettable || image === undefined || bytes !== limits.initial * PAGE_BYTES || written - Math.min(low, written) > SPARE_MEMORY_BYTES) {
-    recycle(run.memory, limits)
-    dropped(instrumented, limits)
-    return false
-  }
+  if (written - Math.min(low, written) > SPARE_MEMORY_BYTES) return notKept(run, instrumented, limits)
   bigDropped.delete(instrumented)
   const imageEnd = Math.min(image.length, written)
   if (low < imageEnd) {
@@ -292,7 +297,6 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
     }
   }
   instanceStats.putBack++
-  run.exports[RESET_EXPORTS.restore]()
   run.rest()
   let list = spareRuns.get(instrumented)
   if (list === undefined || lastRunModule !== instrumented) {
@@ -306,6 +310,13 @@ export const putBack = (run: Resting, instrumented: WebAssembly.Module, limits: 
   held.set(run, holds)
   kept(holds)
   return true
+}
+
+/** An instance not put back: only its memory is kept (zeroed). */
+const notKept = (run: Resting, instrumented: WebAssembly.Module, limits: { initial: number; maximum: number }): false => {
+  recycle(run.memory, limits)
+  dropped(instrumented, limits)
+  return false
 }
 
 /** A spare instance of `instrumented` with memory limits `key`, if one is kept. */

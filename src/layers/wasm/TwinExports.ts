@@ -2,21 +2,45 @@
  * What an instrumented twin exports for its host besides the guest's own exports (Instrument.ts
  * makes it, Inline.ts drives it); apart from Instrument.ts so the main thread need not load Binaryen.
  *
- * One export drives Asyncify, `(op, ptr)`: `op` is one of ASYNCIFY_OPS, and `ptr` the suspension
- * buffer for the two starts. Asyncify's own five exports are dropped: V8 made an instance of the
- * official loop with them in 19–20 µs, with this one in 6 µs (the plain module: 4 µs). The host
- * keeps Asyncify's state itself, since it set it.
+ * A host call crosses between JavaScript and the twin as few times as it can: the twin drives
+ * Asyncify itself (Instrument.ts, `addSteps`). The host enters the guest through a step export of
+ * each entry (STEP_EXPORTS); the guest's `brain.call` is the twin's own function, which calls the
+ * host's. To suspend the guest, the host writes the suspension buffer's header and answers its call
+ * with the pair (buffer, UNWIND_LEN): the twin starts the unwind, and the step stops it when the
+ * entry has returned. To resume it, the host writes the answer into memory the guest allocates and
+ * calls the step again with the answer's pair and the buffer: the twin starts the rewind, and its
+ * `brain.call` stops it and answers that pair. A text turn of the official loop crossed twelve
+ * times with Asyncify's four operations as exports of their own (twin format 8), seven now.
+ * Asyncify's own exports are dropped: V8 made an instance of the official loop with its five in
+ * 19–20 µs, with one export in 6 µs (the plain module: 4 µs). The host keeps Asyncify's state
+ * itself, since it set it.
  */
 import * as crypto from "node:crypto"
-export const ASYNCIFY_EXPORT = "brain$asyncify"
-export const ASYNCIFY_OPS = { startUnwind: 0, stopUnwind: 1, startRewind: 2, stopRewind: 3 } as const
+
+/**
+ * Each entry's step, `(ptr, len, answer, buffer) -> i64`: `buffer` ENTER enters the entry with its
+ * input's (ptr, len); else the guest is rewound from the suspension buffer at `buffer`, and the
+ * host call it unwound from answers `answer` (a packed pair). Either way it returns what the entry
+ * returned, the unwind stopped when it returned unwinding.
+ */
+export const STEP_EXPORTS = { brain_run: "brain$run", brain_tool: "brain$tool" } as const
+
+/** A step's `buffer` that enters the entry: no suspension buffer is there (8 KiB from 2^32 − 1 would run past any memory). */
+export const ENTER = -1
+
+/** A host call's answer whose length is this (a pair no answer is: an answer is far shorter) makes the twin unwind into the buffer at its pointer. */
+export const UNWIND_LEN = 0xffffffff
+
+/** The twin's global holding the answer the step was given, for the rewound `brain.call` to return. */
+export const ANSWER_GLOBAL = "brain$answer"
 
 /** Bytes of guest memory taken (from `brain_alloc`, at the first host call) for a suspended stack, on the main thread and on a worker alike. */
 export const SUSPEND_BYTES = 8 * 1024
 
 /**
  * A resettable twin's two exports (Instrument.ts): `save` copies every mutable global into a shadow
- * of its own, `restore` copies them back. A twin without them is never reset.
+ * of its own, `restore` copies them back and answers the written marks as they were before,
+ * `(WRITTEN_EXPORT << 32) | LOW_EXPORT` (0 without them). A twin without them is never reset.
  */
 export const RESET_EXPORTS = { save: "brain$save", restore: "brain$restore" } as const
 
@@ -49,7 +73,7 @@ export const HOST_NAME_PREFIX = "brain$"
  * `dist/loops/twins/<sha256>.v<TWIN_FORMAT>.wasm`) is used only when it names this version. Raise
  * it with any change to the instrumentation.
  */
-export const TWIN_FORMAT = 8
+export const TWIN_FORMAT = 9
 
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`

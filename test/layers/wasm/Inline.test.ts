@@ -536,6 +536,62 @@ describe("WasmHost on the main thread", () => {
       expect(instanceStats.reused - before.reused).toBe(0)
     }))
 
+  it.scopedLive("a text turn of the official loop crosses between JavaScript and its twin seven times: the input's, the suspension buffer's and the answer's allocations, two steps (its entry, then the rewind with the answer), its host call, and the reset; the twin starts and stops Asyncify's unwind and rewind itself, and its reset answers the written marks (no global of the twin's is read from JavaScript)", () =>
+    Effect.gen(function*() {
+      // The official loop with a custom section of its own (which changes nothing it computes):
+      // a module of its own, so that every instance of it is made while the crossings are counted.
+      const official = fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url))
+      const bytes = new Uint8Array(Buffer.concat([official, Buffer.from([0, 9, 7, ...Buffer.from("crossed"), 1])]))
+      const crossings = new Map<string, number>()
+      const count = (name: string) => crossings.set(name, (crossings.get(name) ?? 0) + 1)
+      const Instance = WebAssembly.Instance
+      const counting = function(module: WebAssembly.Module, imports: Record<string, Record<string, unknown>>) {
+        const wrapped: Record<string, Record<string, unknown>> = {}
+        for (const [space, fields] of Object.entries(imports)) {
+          wrapped[space] = {}
+          for (const [name, value] of Object.entries(fields)) {
+            wrapped[space]![name] = typeof value === "function" ? (...args: Array<unknown>) => (count(`${space}.${name}`), value(...args)) : value
+          }
+        }
+        const exports: Record<string, unknown> = {}
+        for (const [name, value] of Object.entries(new Instance(module, wrapped).exports)) {
+          if (typeof value === "object" && value !== null && "value" in value) {
+            const global = value as { value: unknown }
+            // Its value read or set from JavaScript: a call into V8's API each time.
+            exports[name] = {
+              get value() {
+                count(`${name}.value`)
+                return global.value
+              },
+              set value(v: unknown) {
+                count(`${name}.value =`)
+                global.value = v
+              }
+            }
+          } else exports[name] = typeof value === "function" ? (...args: Array<unknown>) => (count(name), (value as (...a: Array<unknown>) => unknown)(...args)) : value
+        }
+        return { exports }
+      }
+      ;(WebAssembly as { Instance: unknown }).Instance = counting
+      yield* Effect.addFinalizer(() => Effect.sync(() => void ((WebAssembly as { Instance: unknown }).Instance = Instance)))
+      const wasm = yield* inlineHost(1_000)
+      const module = yield* Effect.orDie(wasm.admit(bytes))
+      const host = hostWith({
+        model: () => Effect.succeed({ text: "done", tool_calls: [], stop_reason: "end" as const }),
+        setTranscriptAtEnd: () => Effect.void
+      })
+      // The first activation's instance is new; those after it are put back.
+      yield* wasm.runLoop(module, activationInput("again"), host)
+      crossings.clear()
+      for (let i = 0; i < 3; i++) expect(yield* wasm.runLoop(module, activationInput("again"), host)).toEqual({ text: "done" })
+      expect(Object.fromEntries([...crossings].map(([name, n]) => [name, n / 3]))).toEqual({
+        brain_alloc: 3,
+        "brain$run": 2,
+        "brain.call": 1,
+        "brain$restore": 1
+      })
+    }))
+
   it.scopedLive("the official loop on instances put back makes the same host calls with the same requests, and gives the same result, activation after activation", () =>
     Effect.gen(function*() {
       const bytes = new Uint8Array(fs.readFileSync(new URL("../../../dist/loops/official.wasm", import.meta.url)))

@@ -23,8 +23,15 @@ import { calling, data, guest, wat } from "../../support/wat.js"
 const LIMITS = { computeMs: 0, ioBytes: 64 * 1024, memoryBytes: 4 * 1024 * 1024 }
 const STUCK = Duration.seconds(30)
 
-/** Spins until stopped. */
-const spinning = (entry: "brain_run" | "brain_tool" = "brain_run") => guest(`(func (export "${entry}") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))`)
+/**
+ * Spins until stopped. A loop's module also exports its entry's step (TwinExports.ts,
+ * STEP_EXPORTS), spinning too, so that the plain module run as a twin is a twin without metering
+ * (its twin, made by Instrument.ts, drops the export and adds its own).
+ */
+const spinning = (entry: "brain_run" | "brain_tool" = "brain_run") =>
+  guest(`(func (export "${entry}") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))${
+    entry === "brain_run" ? `(func (export "brain$run") (param i32 i32 i64 i32) (result i64) (loop $l (br $l)) (unreachable))` : ""
+  }`)
 
 /** Compiles `text` and its twin. */
 const modulesOf = (text: string) =>

@@ -5,7 +5,6 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { imageKept, putBack, type Resting, spareRun } from "../../../src/layers/wasm/Spares.js"
-import { RESET_EXPORTS } from "../../../src/layers/wasm/TwinExports.js"
 
 /** A module of its own (an empty one: only its identity is used, as the spares' key). */
 const aModule = () => new WebAssembly.Module(new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0]))
@@ -19,9 +18,10 @@ const resting = (name: string, key = "1:2"): Resting & { readonly name: string }
     name,
     memory,
     view: () => Buffer.from(memory.buffer),
-    exports: { [RESET_EXPORTS.restore]: () => {} },
+    exports: {},
     resettable: true,
     key,
+    restore: () => {},
     written: () => 0,
     low: () => memory.buffer.byteLength,
     quietFrom: 0,
