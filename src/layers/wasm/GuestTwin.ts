@@ -76,23 +76,24 @@ export class TwinRun {
     const given = this.give(input)
     this.ptr = Number(given >> 32n)
     this.len = Number(given & 0xffffffffn)
-    return this.step(0n, ENTER)
+    return this.step(0, 0, ENTER)
   }
 
   /** Rewinds the guest into the host call it unwound from, which returns `answer`; runs it to its next call or its end. */
   resume(answer: Uint8Array, budgetMs: number): Step {
     this.limit(budgetMs)
     // Written where the guest allocates it before the rewind, which changes nothing the allocator reads.
-    return this.step(this.give(answer), this.suspendAt)
+    const given = this.give(answer)
+    return this.step(Number(given >> 32n), answer.length, this.suspendAt)
   }
 
   private limit(budgetMs: number) {
     this.deadline = budgetMs > 0 ? performance.now() + budgetMs : 0
   }
 
-  /** Runs the entry's step (TwinExports.ts, STEP_EXPORTS): entered (`buffer` ENTER), or rewound from `buffer` with `answer`. */
-  private step(answer: bigint, buffer: number): Step {
-    const result = this.exports[STEP_EXPORTS[this.msg.entry]](this.ptr, this.len, answer, buffer)
+  /** Runs the entry's step (TwinExports.ts, STEP_EXPORTS): entered (`buffer` ENTER), or rewound from `buffer` with the answer at (answerPtr, answerLen). */
+  private step(answerPtr: number, answerLen: number, buffer: number): Step {
+    const result = this.exports[STEP_EXPORTS[this.msg.entry]](this.ptr, this.len, answerPtr, answerLen, buffer)
     if (this.state === UNWINDING) {
       // The step stopped the unwind.
       this.state = NORMAL

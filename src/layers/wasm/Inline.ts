@@ -356,10 +356,7 @@ class Run implements Resting {
     return packPair(this.put(bytes), bytes.length)
   }
 
-  /** `putText`, the packed (ptr, len). */
-  giveText(text: string, length = Buffer.byteLength(text, "utf8")): bigint {
-    return packPair(this.putText(text, length), length)
-  }
+
 
   readonly imports = {
     env: { memory: undefined as unknown as WebAssembly.Memory },
@@ -537,7 +534,7 @@ const start = <A, E>(
     return done(end(run, memoryLimits, err, budgetFirst, ends, ended))
   }
   // The entry's step: entered with the input, then rewound with each host call's answer (TwinExports.ts).
-  const enter = run.exports[STEP_EXPORTS[activation.entry]] as (ptr: number, len: number, answer: bigint, buffer: number) => unknown
+  const enter = run.exports[STEP_EXPORTS[activation.entry]] as (ptr: number, len: number, answerPtr: number, answerLen: number, buffer: number) => unknown
 
   /** Set when the guest unwinds for a host call: from the first step on, the activation waits in one. */
   let inHostCall = false
@@ -555,7 +552,11 @@ const start = <A, E>(
     try {
       // The answer is written where the guest allocates it before the rewind, not in its call:
       // the rewind changes nothing the allocator reads, so the guest finds what it would have.
-      result = answer === undefined ? enter(ptr, len, 0n, ENTER) : enter(ptr, len, run.giveText(answer), run.suspendAt)
+      if (answer === undefined) result = enter(ptr, len, 0, 0, ENTER)
+      else {
+        const answerLen = Buffer.byteLength(answer, "utf8")
+        result = enter(ptr, len, run.putText(answer, answerLen), answerLen, run.suspendAt)
+      }
     } catch (err) {
       return end(run, memoryLimits, err, budgetFirst, ends, ended)
     } finally {

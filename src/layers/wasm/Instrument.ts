@@ -359,8 +359,9 @@ const CALL_IMPORT = "brain$call"
  *   the step); else it calls the host's `brain.call` (one import, CALL_IMPORT), and when that
  *   answers a pair whose length is UNWIND_LEN, starts the unwind into the buffer at the pair's
  *   pointer (whose header the host wrote);
- * - each entry the guest exports gets a step, `(ptr, len, answer, buffer) -> i64`: with a buffer
- *   (not ENTER), it sets ANSWER_GLOBAL to `answer` and starts the rewind from it; then it calls the
+ * - each entry the guest exports gets a step, `(ptr, len, answerPtr, answerLen, buffer) -> i64`:
+ *   with a buffer (not ENTER), it sets ANSWER_GLOBAL to the answer's pair and starts the rewind
+ *   from it; then it calls the
  *   entry, and stops the unwind when the entry returned unwinding.
  *
  * A guest that never calls the host keeps no import of `brain.call`; its steps only call its entries.
@@ -400,14 +401,16 @@ const addSteps = (m: binaryen.Module, asyncify: AsyncifyFunctions) => {
     const target = binaryen.getExportInfo(exported).value
     const info = binaryen.getFunctionInfo(m.getFunction(target))
     // Admission held each entry to (i32, i32) -> i64.
-    m.addFunction(step, binaryen.createType([binaryen.i32, binaryen.i32, binaryen.i64, binaryen.i32]), info.results, [info.results], m.block(null, [
-      m.if(m.i32.ne(m.local.get(3, binaryen.i32), m.i32.const(ENTER)), m.block(null, [
-        m.global.set(ANSWER_GLOBAL, m.local.get(2, binaryen.i64)),
-        m.call(asyncify.startRewind, [m.local.get(3, binaryen.i32)], binaryen.none)
+    // No i64 parameter: V8 calls a function of i32s from JavaScript without making or reading a BigInt.
+    const i32 = (i: number) => m.local.get(i, binaryen.i32)
+    m.addFunction(step, binaryen.createType([binaryen.i32, binaryen.i32, binaryen.i32, binaryen.i32, binaryen.i32]), info.results, [info.results], m.block(null, [
+      m.if(m.i32.ne(i32(4), m.i32.const(ENTER)), m.block(null, [
+        m.global.set(ANSWER_GLOBAL, m.i64.or(m.i64.shl(m.i64.extend_u(i32(2)), m.i64.const(32n)), m.i64.extend_u(i32(3)))),
+        m.call(asyncify.startRewind, [i32(4)], binaryen.none)
       ])),
-      m.local.set(4, m.call(target, [m.local.get(0, binaryen.i32), m.local.get(1, binaryen.i32)], info.results)),
+      m.local.set(5, m.call(target, [i32(0), i32(1)], info.results)),
       m.if(m.i32.eq(state(), m.i32.const(UNWINDING)), m.call(asyncify.stopUnwind, [], binaryen.none)),
-      m.local.get(4, info.results)
+      m.local.get(5, info.results)
     ], info.results))
     m.addFunctionExport(step, step)
   }

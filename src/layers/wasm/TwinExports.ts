@@ -18,10 +18,10 @@
 import * as crypto from "node:crypto"
 
 /**
- * Each entry's step, `(ptr, len, answer, buffer) -> i64`: `buffer` ENTER enters the entry with its
- * input's (ptr, len); else the guest is rewound from the suspension buffer at `buffer`, and the
- * host call it unwound from answers `answer` (a packed pair). Either way it returns what the entry
- * returned, the unwind stopped when it returned unwinding.
+ * Each entry's step, `(ptr, len, answerPtr, answerLen, buffer) -> i64`: `buffer` ENTER enters the
+ * entry with its input's (ptr, len); else the guest is rewound from the suspension buffer at
+ * `buffer`, and the host call it unwound from answers the pair (answerPtr, answerLen). Either way it
+ * returns what the entry returned, the unwind stopped when it returned unwinding.
  */
 export const STEP_EXPORTS = { brain_run: "brain$run", brain_tool: "brain$tool" } as const
 

@@ -30,7 +30,7 @@ const STUCK = Duration.seconds(30)
  */
 const spinning = (entry: "brain_run" | "brain_tool" = "brain_run") =>
   guest(`(func (export "${entry}") (param i32 i32) (result i64) (loop $l (br $l)) (unreachable))${
-    entry === "brain_run" ? `(func (export "brain$run") (param i32 i32 i64 i32) (result i64) (loop $l (br $l)) (unreachable))` : ""
+    entry === "brain_run" ? `(func (export "brain$run") (param i32 i32 i32 i32 i32) (result i64) (loop $l (br $l)) (unreachable))` : ""
   }`)
 
 /** Compiles `text` and its twin. */
