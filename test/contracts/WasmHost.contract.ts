@@ -454,7 +454,7 @@ export const wasmHostContract = (name: string, options: { readonly workers: numb
               ["brain$written", `(global (export "brain$written") i32 (i32.const 0))`],
               ["brain$save", `(func (export "brain$save"))`],
               ["brain$restore", `(func (export "brain$restore"))`],
-              ["brain$asyncify", `(func (export "brain$asyncify") (param i32 i32))`],
+              ["brain$run", `(func (export "brain$run") (param i32 i32 i32 i32 i32) (result i64) (i64.const 0))`],
               ["brain$anything", `(global (export "brain$anything") (mut i32) (i32.const 0))`]
             ] as const) {
               const bytes = yield* compile(guest(`${field} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`))
