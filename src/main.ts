@@ -240,7 +240,9 @@ const servicesOf = (config: ServerConfigShape, extensions: Extensions, bindings:
         dataDir,
         retentionMs: config.requestRetentionMs,
         maxAnswerBytes: config.idempotencyMaxAnswerBytes,
-        maxKeys: config.maxIdempotencyKeys
+        maxKeys: config.maxIdempotencyKeys,
+        maxSessionKeys: config.maxSessionLogKeys,
+        deleteReserveKeys: config.deleteReserveKeys
       })
     )
   })

@@ -5,7 +5,8 @@
 // a key may have), 32 at a time. At N = 0, ¼, ½, ¾ and all of --keys (default 100000) the server
 // makes three full collections and reports its heap (heapUsed + external + arrayBuffers); the
 // cost per key is the least-squares slope. A cancel's answer stays in the log file, never in
-// memory, so the slope is the index's own cost. BRAIN_MAX_IDEMPOTENCY_KEYS is set above --keys.
+// memory, so the slope is the index's own cost. BRAIN_MAX_IDEMPOTENCY_KEYS and
+// BRAIN_MAX_SESSION_LOG_KEYS (one session's share) are set above --keys.
 //
 //   node scripts/bench/idempotencyKeys.js [--keys 100000] [--key-bytes 256]
 import { expectStatus, request, slope, startBrain } from "./lib.js"
@@ -14,7 +15,7 @@ import { numberFlag } from "./stats.js"
 const keys = numberFlag("--keys", 100_000)
 const keyBytes = numberFlag("--key-bytes", 256)
 const CONCURRENCY = 32
-const server = await startBrain({ gc: true, env: { BRAIN_MAX_IDEMPOTENCY_KEYS: String(keys + 1) } })
+const server = await startBrain({ gc: true, env: { BRAIN_MAX_IDEMPOTENCY_KEYS: String(keys + 1), BRAIN_MAX_SESSION_LOG_KEYS: String(keys + 1) } })
 try {
   const created = await expectStatus(request(server.port, "POST", "/v1/sessions", { model: { provider: "scripted" } }), 201)
   const cancel = `/v1/sessions/${created.session_id}/cancel`

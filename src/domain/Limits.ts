@@ -184,6 +184,25 @@ export const IDEMPOTENCY_MAX_ANSWER_BYTES = 1024 * 1024
 export const IDEMPOTENCY_MAX_ANSWER_CEILING_BYTES = 32 * 1024 * 1024
 
 /**
+ * The default of BRAIN_MAX_SESSION_LOG_KEYS, as a share of BRAIN_MAX_IDEMPOTENCY_KEYS: the keys the
+ * server-wide idempotency log holds for requests about one session (its keyed cancels, ends,
+ * deletes and kept refusals of sends and submits), at least 1. One session's requests can then
+ * take a sixty-fourth of the log, not all of it: without it, one client's keyed cancels of its own
+ * idle session filled the log in under a minute and every other client's new keys (creates,
+ * deletes) were refused for the whole retention.
+ */
+export const SESSION_LOG_KEYS_SHARE = 1 / 64
+
+/**
+ * The default of BRAIN_DELETE_RESERVE_KEYS, as a share of BRAIN_MAX_IDEMPOTENCY_KEYS: keys the log
+ * takes past its bound, for deletes only (a keyed delete's own key and the keys of sends and
+ * submits its session hands over), so that a log other sessions filled never leaves a session
+ * undeletable. Bounded, so the index holds at most the bound plus this many keys (a quarter more
+ * heap than the bound's, at the same cost a key).
+ */
+export const DELETE_RESERVE_KEYS_SHARE = 1 / 4
+
+/**
  * Keys. The default of BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS: the keys of keyed sends and submits one
  * session holds at most (each an entry of its state while it is open, about 0.4 KiB of heap, and
  * of each of its checkpoints, about 0.2 KiB): about 37 MiB and 20 MiB at the bound. Past it a new

@@ -9,7 +9,9 @@
  *   409 `ambiguous` answer saying so is recorded — the request is never run again under the key;
  * - a failure where nothing happened that is 5xx or retryable (`session_busy`, …): the key is
  *   released, durably, so a retry with it runs; not `creation_failed` (502), whose failed session
- *   exists: running it again would create another, so it is replayed like a refusal;
+ *   exists: running it again would create another, so it is replayed like a refusal; so is a
+ *   `not_found` of a request about a session (a cancel, end or delete of an id that does not
+ *   exist: never minted again, so its retry is refused alike, and the log keeps nothing for it);
  * - any other refusal (a definite 4xx): recorded and replayed as it is.
  *
  * - An answer the store did not keep (above its maximum) replays as 409 `ambiguous` saying the
@@ -35,7 +37,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as crypto from "node:crypto"
 import { Effect } from "effect"
 import { Ambiguous, type ApiError, Conflict, IdempotencyUnavailable, Internal, mayHaveHadEffects, Overloaded } from "../domain/Errors.js"
-import type { Answer, ClaimResult, IdempotencyError, IdempotencyShape } from "../services/Idempotency.js"
+import { type Answer, type ClaimResult, type IdempotencyError, type IdempotencyShape, sessionOfScope } from "../services/Idempotency.js"
 import type { Keyed, TurnRequest } from "../services/Sessions.js"
 import { bodyOf, refusalHeaders, statusOf, stopping as stoppingRefusal, withIssues } from "./Errors.js"
 
@@ -88,6 +90,12 @@ export const storeFailure = (e: IdempotencyError): IdempotencyUnavailable | Over
     ? new IdempotencyUnavailable({
       message:
         `${e.message}. The log must be repaired: an operator stops the server and runs \`brain idempotency repair <data-dir>\`. Requests without an Idempotency-Key are served.`
+    })
+    : e._tag === "IdempotencyFull" && e.session !== undefined
+    ? new Overloaded({
+      message:
+        `the server holds ${e.keys ?? e.maxKeys} Idempotency-Keys of requests about session ${e.session} (its cancels, ends, deletes and refused sends), its share of the idempotency log (BRAIN_MAX_SESSION_LOG_KEYS is ${e.maxKeys}), and takes a new one for it once older ones expire (BRAIN_REQUEST_RETENTION_SECS); nothing was done: retry later with the same key. Keys already used still answer, requests without a key are served, and other sessions are not affected`,
+      details: { setting: "BRAIN_MAX_SESSION_LOG_KEYS", keys: e.keys ?? e.maxKeys, max_keys: e.maxKeys }
     })
     : e._tag === "IdempotencyFull"
     ? new Overloaded({
@@ -158,7 +166,9 @@ const settleFailure = (store: IdempotencyShape, scope: string, key: string, e: A
   Effect.gen(function*() {
     if (mayHaveHadEffects(e)) {
       yield* store.complete(scope, key, ambiguousAnswer(e), BEYOND_BOUND).pipe(Effect.catchAll(logFailure("recording an ambiguous outcome")))
-    } else if ((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") {
+    } else if (((statusOf(e.code) >= 500 || e.retryable) && e.code !== "creation_failed") || (e.code === "not_found" && sessionOfScope(scope) !== undefined)) {
+      // A session that does not exist: its id is never minted again, so a retry is refused the
+      // same way; keeping the refusal would let requests about made-up sessions fill the log.
       yield* store.release(scope, key).pipe(Effect.catchAll(logFailure("releasing an idempotency key")))
     } else {
       const full = yield* store.complete(scope, key, failureAnswer(e)).pipe(

@@ -29,6 +29,11 @@
  *   dropped (idempotency/KeyBound.ts). Keys already held answer as always; a live key is never
  *   dropped for room. A log holding more live keys than the bound (a lowered setting) is opened
  *   whole. Refusing, the store logs a warning, at most once per IDEMPOTENCY_FULL_SWEEP_MS.
+ * - The keys of requests about one session (its cancels, ends, deletes, kept refusals of sends)
+ *   are bounded by `maxSessionKeys` (BRAIN_MAX_SESSION_LOG_KEYS): past it that session's new keys
+ *   are refused the same way, naming it, counted again from the log at open. A keyed delete's own
+ *   key and the keys a deleted session hands over may pass `maxKeys` by `deleteReserveKeys`
+ *   (BRAIN_DELETE_RESERVE_KEYS), so that other sessions' keys never leave a session undeletable.
  *
  * Concurrent claims of one key are decided in memory, at once: the first reserves the key and
  * waits for its frame; the others see the reservation (Ambiguous, in flight) without waiting.
@@ -56,11 +61,13 @@ import {
   type IdempotencyError,
   IdempotencyFull,
   type IdempotencyShape,
-  IdempotencyStoreFailed
+  IdempotencyStoreFailed,
+  sessionOfScope,
+  takesDeleteReserve
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
 import { type Entry, idOf, Index, newEntry } from "./idempotency/Index.js"
-import { IDEMPOTENCY_FULL_SWEEP_MS, maxIdempotencyKeys } from "./idempotency/KeyBound.js"
+import { deleteReserveKeys, IDEMPOTENCY_FULL_SWEEP_MS, maxIdempotencyKeys, maxSessionLogKeys } from "./idempotency/KeyBound.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -97,6 +104,10 @@ export interface IdempotencyFileOptions {
   readonly maxAnswerBytes?: number
   /** Live keys held at most (BRAIN_MAX_IDEMPOTENCY_KEYS); default `maxIdempotencyKeys(undefined)`. */
   readonly maxKeys?: number | undefined
+  /** Keys of requests about one session held at most (BRAIN_MAX_SESSION_LOG_KEYS); default `maxSessionLogKeys`. */
+  readonly maxSessionKeys?: number | undefined
+  /** Keys deletes may take past `maxKeys` (BRAIN_DELETE_RESERVE_KEYS); default `deleteReserveKeys`. */
+  readonly deleteReserveKeys?: number | undefined
   readonly limits?: Partial<IdempotencyFileLimits>
   /** Background compaction interval of the layer; default retention / 4 (at least the named minimum). */
   readonly compactEveryMs?: number
@@ -139,9 +150,28 @@ export const make = (
     const dataDir = path.resolve(options.dataDir)
     const dir = path.join(dataDir, IDEMPOTENCY_DIR)
     const file = path.join(dir, LOG_FILE)
-    const index = new Index(options.retentionMs, maxIdempotencyKeys(options.maxKeys))
+    const maxKeys = maxIdempotencyKeys(options.maxKeys)
+    const index = new Index(
+      options.retentionMs,
+      maxKeys,
+      maxSessionLogKeys(options.maxSessionKeys, maxKeys),
+      deleteReserveKeys(options.deleteReserveKeys, maxKeys)
+    )
     const full = new IdempotencyFull({ maxKeys: index.maxKeys })
     let warnedAtMs = Number.NEGATIVE_INFINITY
+    let warnedSessionAtMs = Number.NEGATIVE_INFINITY
+    /** The refusal at one session's share, said in the log at most once per interval, whichever sessions refuse. */
+    const refuseSessionFull = (now: number, session: string): Effect.Effect<never, IdempotencyFull> => {
+      const refusal = new IdempotencyFull({ maxKeys: index.sessionKeys, session, keys: index.ownedBy(session) })
+      if (now - warnedSessionAtMs < IDEMPOTENCY_FULL_SWEEP_MS && now >= warnedSessionAtMs) return Effect.fail(refusal)
+      warnedSessionAtMs = now
+      return Effect.zipRight(
+        Effect.logWarning(
+          `${refusal.message} (BRAIN_MAX_SESSION_LOG_KEYS): requests about that session with a new Idempotency-Key are refused with 503 overloaded until its keys expire (BRAIN_REQUEST_RETENTION_SECS); keys already held still answer, and other sessions are not affected. Said at most once a minute, whichever sessions refuse`
+        ),
+        Effect.fail(refusal)
+      )
+    }
     /** The refusal at the bound, said in the log at most once per interval (a full store may be refusing a flood). */
     const refuseFull = (now: number): Effect.Effect<never, IdempotencyFull> => {
       if (now - warnedAtMs < IDEMPOTENCY_FULL_SWEEP_MS && now >= warnedAtMs) return Effect.fail(full)
@@ -244,8 +274,9 @@ export const make = (
     const adoptions = (keys: ReadonlyArray<AdoptedKey>, now: number): Array<Effect.Effect<void, IdempotencyStoreFailed>> | undefined => {
       const live = keys.filter((k) => !(options.retentionMs > 0 && now - k.atMs >= options.retentionMs))
       const ids = live.map((k) => idOf(k.scope, k.key))
-      // Adding none is never refused (a held key, a reservation replaced in place).
-      if (!index.hasRoomFor(now, ids)) return undefined
+      // Adding none is never refused (a held key, a reservation replaced in place). A delete's keys
+      // may take the delete reserve.
+      if (!index.hasRoomFor(now, ids, true)) return undefined
       const writes: Array<Effect.Effect<void, IdempotencyStoreFailed>> = []
       live.forEach((k, i) => {
         const id = ids[i]!
@@ -261,7 +292,7 @@ export const make = (
         if (found) index.drop(id, found)
         const entry = newEntry(k.bodyHash, k.atMs, "reserved")
         entry.adopted = true
-        index.entries.set(id, entry)
+        index.put(id, entry)
         const answer = k.answer
         writes.push(Effect.zipRight(
           writeClaim(id, k.scope, k.key, entry),
@@ -302,10 +333,14 @@ export const make = (
         // A closed or failed log refuses a reservation as it would refuse the claim's write.
         const refused = log.refused()
         if (refused) return yield* Effect.fail(refused)
-        // A new key at the bound; a reservation counts while it lasts, and its `complete` is checked.
-        if (durable && !index.hasRoom(now, 1)) return yield* refuseFull(now)
+        // A new key at the bound (a keyed delete's may take the delete reserve), or past its
+        // session's share; a reservation counts while it lasts, and its `complete` is checked.
+        const owner = durable ? sessionOfScope(scope) : undefined
+        if (durable && !index.hasRoom(now, 1, takesDeleteReserve(scope))) return yield* refuseFull(now)
+        if (owner !== undefined && !index.hasSessionRoom(now, owner)) return yield* refuseSessionFull(now, owner)
         const entry = newEntry(bodyHash, now, "reserved", session)
-        index.entries.set(id, entry)
+        entry.owner = owner
+        index.put(id, entry)
         if (durable) yield* writeClaim(id, scope, key, entry)
         return CLAIMED
       }
@@ -328,10 +363,19 @@ export const make = (
         if (!entry || entry.adopted || (entry.state !== "running" && entry.state !== "reserved")) return
         if (entry.state === "reserved") {
           // Reserved, so not yet kept: at the bound it goes, and nothing is written.
-          if (completeOptions?.beyondBound !== true && !index.hasRoom(now, 0)) {
-            index.drop(id, entry)
-            return yield* refuseFull(now)
+          const owner = sessionOfScope(scope)
+          if (completeOptions?.beyondBound !== true) {
+            if (!index.hasRoom(now, 0)) {
+              index.drop(id, entry)
+              return yield* refuseFull(now)
+            }
+            if (owner !== undefined && !index.hasSessionRoom(now, owner)) {
+              index.drop(id, entry)
+              return yield* refuseSessionFull(now, owner)
+            }
           }
+          // Kept from here: its session's share counts it (past the share, for an outcome kept beyond the bound).
+          if (owner !== undefined) index.own(id, entry, owner)
           // Its claim goes first, then the answer (a crash between them leaves the key
           // ambiguous, the cautious reading).
           yield* writeClaim(id, scope, key, entry)

@@ -14,10 +14,12 @@ import {
   Idempotency,
   type IdempotencyError,
   IdempotencyFull,
-  type IdempotencyShape
+  type IdempotencyShape,
+  sessionOfScope,
+  takesDeleteReserve
 } from "../services/Idempotency.js"
 import { idOf } from "./idempotency/Index.js"
-import { KeyBound, maxIdempotencyKeys } from "./idempotency/KeyBound.js"
+import { deleteReserveKeys, KeyBound, maxIdempotencyKeys, maxSessionLogKeys } from "./idempotency/KeyBound.js"
 import { answerText, isAmbiguousVerdict } from "./idempotency/Records.js"
 
 export interface IdempotencyMemoryOptions {
@@ -27,6 +29,10 @@ export interface IdempotencyMemoryOptions {
   readonly maxAnswerBytes?: number
   /** Live keys held at most; default `maxIdempotencyKeys(undefined)`. */
   readonly maxKeys?: number | undefined
+  /** Keys of requests about one session held at most; default `maxSessionLogKeys`. */
+  readonly maxSessionKeys?: number | undefined
+  /** Keys deletes may take past `maxKeys`; default `deleteReserveKeys`. */
+  readonly deleteReserveKeys?: number | undefined
 }
 
 interface Entry {
@@ -43,6 +49,8 @@ interface Entry {
   reservation?: true
   /** The session its claim named (a create's minted id): an Ambiguous answer for the key names it. */
   session?: string
+  /** The session whose request claimed it, counted toward its share; never an adopted key's. */
+  owner?: string | undefined
 }
 
 /**
@@ -51,8 +59,8 @@ interface Entry {
  * process: it never expires under a running request.
  */
 class Entries extends KeyBound<Entry> {
-  constructor(retentionMs: number, maxKeys: number) {
-    super(retentionMs, maxKeys, 0)
+  constructor(retentionMs: number, maxKeys: number, sessionKeys: number, reserveKeys: number) {
+    super(retentionMs, maxKeys, 0, sessionKeys, reserveKeys)
   }
 
   protected inFlight(e: Entry) {
@@ -67,10 +75,17 @@ class Entries extends KeyBound<Entry> {
 
 export const make = (options: IdempotencyMemoryOptions) =>
   Effect.sync(() => {
-    const bound = new Entries(options.retentionMs, maxIdempotencyKeys(options.maxKeys))
+    const maxKeys = maxIdempotencyKeys(options.maxKeys)
+    const bound = new Entries(
+      options.retentionMs,
+      maxKeys,
+      maxSessionLogKeys(options.maxSessionKeys, maxKeys),
+      deleteReserveKeys(options.deleteReserveKeys, maxKeys)
+    )
     const entries = bound.entries
     const maxAnswerBytes = options.maxAnswerBytes ?? IDEMPOTENCY_MAX_ANSWER_BYTES
     const full = new IdempotencyFull({ maxKeys: bound.maxKeys })
+    const sessionFull = (session: string) => new IdempotencyFull({ maxKeys: bound.sessionKeys, session, keys: bound.ownedBy(session) })
     // Kept as the file store keeps it (its JSON), so both replay exactly the same value.
     const kept = (answer: Answer): Entry["answer"] => {
       const text = answerText(answer)
@@ -96,13 +111,15 @@ export const make = (options: IdempotencyMemoryOptions) =>
               : { _tag: "AnswerNotKept", ...found.answer.notKept }
           )
         }
-        if (found) entries.delete(id)
-        if (!reservation && !bound.hasRoom(now, 1)) return Effect.fail(full)
-        entries.set(
+        if (found) bound.forget(id)
+        const owner = reservation ? undefined : sessionOfScope(scope)
+        if (!reservation && !bound.hasRoom(now, 1, takesDeleteReserve(scope))) return Effect.fail(full)
+        if (owner !== undefined && !bound.hasSessionRoom(now, owner)) return Effect.fail(sessionFull(owner))
+        bound.put(
           id,
           reservation
             ? { bodyHash, atMs: now, answer: undefined, reservation: true }
-            : { bodyHash, atMs: now, answer: undefined, ...(session === undefined ? {} : { session }) }
+            : { bodyHash, atMs: now, answer: undefined, owner, ...(session === undefined ? {} : { session }) }
         )
         return Effect.succeed({ _tag: "Claimed" })
       })
@@ -122,11 +139,19 @@ export const make = (options: IdempotencyMemoryOptions) =>
           // The first answer stands; an answer for a key never claimed (or already dropped) has
           // no body hash to be replayed against and is not kept.
           if (!entry || entry.answer || entry.neverAnswered) return Effect.void
-          // A reservation is not kept yet: at the bound it goes.
-          if (entry.reservation && completeOptions?.beyondBound !== true && !bound.hasRoom(now, 0)) {
-            entries.delete(id)
-            return Effect.fail(full)
+          // A reservation is not kept yet: at the bound, or past its session's share, it goes.
+          const owner = entry.reservation ? sessionOfScope(scope) : undefined
+          if (entry.reservation && completeOptions?.beyondBound !== true) {
+            if (!bound.hasRoom(now, 0)) {
+              bound.forget(id)
+              return Effect.fail(full)
+            }
+            if (owner !== undefined && !bound.hasSessionRoom(now, owner)) {
+              bound.forget(id)
+              return Effect.fail(sessionFull(owner))
+            }
           }
+          if (owner !== undefined) bound.own(id, entry, owner)
           entry.answer = kept(answer)
           entry.atMs = now
           if (isAmbiguousVerdict(answer)) entry.verdict = true
@@ -137,7 +162,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) => {
           const live = keys.map((k) => ({ k, id: idOf(k.scope, k.key), entry: adopted(k) })).filter((a) => !bound.expired(a.entry, now))
           // All or none; adding none is never refused (a held key, a reservation replaced in place).
-          if (!bound.hasRoomFor(now, live.map((a) => a.id))) return Effect.fail(full)
+          if (!bound.hasRoomFor(now, live.map((a) => a.id), true)) return Effect.fail(full)
           for (const { entry, id, k } of live) {
             const found = entries.get(id)
             // A reservation (a retry racing the delete, refused not_found) gives way: its own
@@ -145,10 +170,10 @@ export const make = (options: IdempotencyMemoryOptions) =>
             if (found && !bound.expired(found, now) && found.reservation !== true) {
               // Adopted earlier without its answer: the adopted answer completes it. A request in
               // flight here is left to its own answer.
-              if (found.neverAnswered === true && entry.answer !== undefined && found.bodyHash === k.bodyHash) entries.set(id, entry)
+              if (found.neverAnswered === true && entry.answer !== undefined && found.bodyHash === k.bodyHash) bound.put(id, entry)
               continue
             }
-            entries.set(id, entry)
+            bound.put(id, entry)
           }
           return Effect.void
         }),
@@ -156,7 +181,7 @@ export const make = (options: IdempotencyMemoryOptions) =>
         Effect.sync(() => {
           const id = idOf(scope, key)
           const entry = entries.get(id)
-          if (entry !== undefined && entry.answer === undefined && entry.neverAnswered !== true) entries.delete(id)
+          if (entry !== undefined && entry.answer === undefined && entry.neverAnswered !== true) bound.forget(id)
         }),
       compact: Effect.map(Clock.currentTimeMillis, (now) => bound.sweep(now))
     }

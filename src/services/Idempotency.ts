@@ -17,11 +17,33 @@
  * - The live keys held are bounded (`maxKeys`): at the bound a new key is refused with
  *   `IdempotencyFull` and nothing changes, while every key already held keeps answering. A live
  *   key is never dropped to make room: room comes from keys expiring, and from releases.
+ * - The keys of requests about one session (`sessionOfScope`: its cancels, ends, deletes and kept
+ *   refusals of sends and submits) are bounded too (`maxSessionKeys`, a share of `maxKeys`): past
+ *   it that session's new keys are refused with `IdempotencyFull` naming it, and other sessions'
+ *   are not. Keys a deleted session hands over (`adopt`) are not its share's.
+ * - Deletes may pass `maxKeys` by up to `deleteReserveKeys`: a keyed delete's own key (`delete:`
+ *   scopes) and the keys its session hands over, so that a log other sessions filled never leaves
+ *   a session undeletable. Nothing else takes that reserve.
  */
 import { Context, Data, type Effect } from "effect"
 
 /** Separate namespaces: `POST /v1/sessions`, `send:{session}`, `submit:{session}`, `end:{session}`, … */
 export type Scope = string
+
+/** The scopes of requests about one session, each `{kind}:{session id}` (http/Handlers.ts). */
+const SESSION_SCOPES: ReadonlySet<string> = new Set(["send", "submit", "cancel", "end", "delete"])
+
+/**
+ * The session a scope's requests are about (`send:`, `submit:`, `cancel:`, `end:` or `delete:`
+ * followed by its id), or undefined (a create, a module's admission or removal).
+ */
+export const sessionOfScope = (scope: Scope): string | undefined => {
+  const colon = scope.indexOf(":")
+  return colon > 0 && colon < scope.length - 1 && SESSION_SCOPES.has(scope.slice(0, colon)) ? scope.slice(colon + 1) : undefined
+}
+
+/** Whether a scope's new keys may take the delete reserve (a keyed delete's own key). */
+export const takesDeleteReserve = (scope: Scope): boolean => scope.startsWith("delete:")
 
 /** The recorded answer of a request: replayed exactly. */
 export interface Answer {
@@ -76,9 +98,19 @@ export class IdempotencyLogDamaged extends Data.TaggedError("IdempotencyLogDamag
  * The store holds its maximum of live keys (`maxKeys`): a new key is refused and nothing changed.
  * Worth a retry once older keys expire (their retention) or are released.
  */
-export class IdempotencyFull extends Data.TaggedError("IdempotencyFull")<{ readonly maxKeys: number }> {
+export class IdempotencyFull extends Data.TaggedError("IdempotencyFull")<{
+  readonly maxKeys: number
+  /**
+   * Set when the refusal is one session's share (`maxSessionKeys`), not the whole store's: the
+   * session, and the keys its requests hold (`maxKeys` is then the share).
+   */
+  readonly session?: string
+  readonly keys?: number
+}> {
   override get message() {
-    return `the idempotency store holds its maximum of ${this.maxKeys} live keys; a new key is taken once older ones expire`
+    return this.session === undefined
+      ? `the idempotency store holds its maximum of ${this.maxKeys} live keys; a new key is taken once older ones expire`
+      : `the idempotency store holds ${this.keys ?? this.maxKeys} keys of requests about session ${this.session}, its share of ${this.maxKeys}; a new key for it is taken once older ones expire`
   }
 }
 

@@ -207,6 +207,21 @@ export interface ServerConfigShape {
    */
   readonly maxIdempotencyKeys: number | undefined
   /**
+   * Keys: the idempotency log's keys of requests about one session (its keyed cancels, ends,
+   * deletes and kept refusals of sends and submits) held at most, so that one session's requests
+   * cannot fill the log for every other; past it that session's requests with a new key are
+   * refused with 503 `overloaded`. Undefined = a sixty-fourth of `maxIdempotencyKeys`, at least 1
+   * (SESSION_LOG_KEYS_SHARE).
+   */
+  readonly maxSessionLogKeys: number | undefined
+  /**
+   * Keys: how far deletes (a keyed delete's own key, the keys of sends and submits its session
+   * hands over) may take the idempotency log past `maxIdempotencyKeys`, so that a log other
+   * sessions filled never leaves a session undeletable. Undefined = a quarter of
+   * `maxIdempotencyKeys` (DELETE_RESERVE_KEYS_SHARE).
+   */
+  readonly deleteReserveKeys: number | undefined
+  /**
    * Idempotency keys one session holds at most (its keyed sends' and submits', live or expired and
    * not yet pruned); at the bound a keyed send or submit with a new key is refused with 503
    * `overloaded` before anything is journaled.
@@ -342,6 +357,8 @@ export const defaults: ServerConfigShape = {
   pageReads: PAGE_READS,
   idempotencyMaxAnswerBytes: IDEMPOTENCY_MAX_ANSWER_BYTES,
   maxIdempotencyKeys: undefined,
+  maxSessionLogKeys: undefined,
+  deleteReserveKeys: undefined,
   maxSessionIdempotencyKeys: SESSION_IDEMPOTENCY_KEYS,
   sseMaxSubscribersPerSession: undefined,
   sseMaxSubscribers: SSE_SUBSCRIBERS,

@@ -245,6 +245,16 @@ export const fromConfig = Config.all({
     1,
     "live idempotency keys held at most; past it a new key is refused 503 overloaded (unset: a sixteenth of the heap limit at 512 B a key)"
   ),
+  maxSessionLogKeys: optionalAtLeast(
+    "BRAIN_MAX_SESSION_LOG_KEYS",
+    1,
+    "idempotency log keys of requests about one session (cancels, ends, deletes, kept refusals) held at most; past it that session's new keys are refused 503 overloaded (unset: a sixty-fourth of BRAIN_MAX_IDEMPOTENCY_KEYS)"
+  ),
+  deleteReserveKeys: optionalAtLeast(
+    "BRAIN_DELETE_RESERVE_KEYS",
+    0,
+    "idempotency keys deletes may add past BRAIN_MAX_IDEMPOTENCY_KEYS (a keyed delete's own, the keys its session hands over) (unset: a quarter of BRAIN_MAX_IDEMPOTENCY_KEYS)"
+  ),
   maxSessionIdempotencyKeys: positive(
     "BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS",
     defaults.maxSessionIdempotencyKeys,
@@ -324,6 +334,8 @@ export const fromConfig = Config.all({
     pageReads: c.pageReads,
     idempotencyMaxAnswerBytes: c.idempotencyMaxAnswerBytes,
     maxIdempotencyKeys: Option.getOrUndefined(c.maxIdempotencyKeys),
+    maxSessionLogKeys: Option.getOrUndefined(c.maxSessionLogKeys),
+    deleteReserveKeys: Option.getOrUndefined(c.deleteReserveKeys),
     maxSessionIdempotencyKeys: c.maxSessionIdempotencyKeys,
     sseMaxSubscribersPerSession: Option.getOrUndefined(c.sseMaxSubscribersPerSession),
     sseMaxSubscribers: c.sseMaxSubscribers,

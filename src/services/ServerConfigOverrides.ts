@@ -63,6 +63,8 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   pageReads: ["BRAIN_PAGE_READS"],
   idempotencyMaxAnswerBytes: ["BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES"],
   maxIdempotencyKeys: ["BRAIN_MAX_IDEMPOTENCY_KEYS"],
+  maxSessionLogKeys: ["BRAIN_MAX_SESSION_LOG_KEYS"],
+  deleteReserveKeys: ["BRAIN_DELETE_RESERVE_KEYS"],
   maxSessionIdempotencyKeys: ["BRAIN_MAX_SESSION_IDEMPOTENCY_KEYS"],
   sseMaxSubscribersPerSession: ["BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION"],
   sseMaxSubscribers: ["BRAIN_SSE_MAX_SUBSCRIBERS"],

@@ -7,7 +7,13 @@ import { Effect, type Scope, TestClock } from "effect"
 import type { Answer, ClaimResult, IdempotencyShape } from "../../src/services/Idempotency.js"
 
 export type IdempotencyHarness = (
-  options: { readonly retentionMs: number; readonly maxAnswerBytes?: number; readonly maxKeys?: number }
+  options: {
+    readonly retentionMs: number
+    readonly maxAnswerBytes?: number
+    readonly maxKeys?: number
+    readonly maxSessionKeys?: number
+    readonly deleteReserveKeys?: number
+  }
 ) => Effect.Effect<IdempotencyShape, unknown, Scope.Scope>
 
 const RETENTION_MS = 60_000

@@ -168,4 +168,63 @@ export const idempotencyBoundContract = (name: string, harness: IdempotencyHarne
         expect(yield* store.claim("send:ses_a", "raced", "h")).toEqual({ _tag: "Replay", answer: answer("theirs") })
         yield* refusedFull(store.claim("s", "new", "h"), 3)
       }))
+  
+    it.scoped("one session's keyed requests hold at most its share of the log: past it its new keys are refused (IdempotencyFull naming the session), while another session's keys, creates and its own held keys still answer", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS, maxKeys: 10, maxSessionKeys: 3 })
+        for (const k of ["c1", "c2", "c3"]) {
+          expect(yield* store.claim("cancel:ses_a", k, "h"), k).toEqual({ _tag: "Claimed" })
+          yield* store.complete("cancel:ses_a", k, answer(k))
+        }
+        // Its cancels, ends, deletes and kept refusals of sends all count toward the one share.
+        for (const scope of ["cancel:ses_a", "end:ses_a", "delete:ses_a"]) {
+          const e = yield* Effect.flip(store.claim(scope, "new", "h"))
+          expect(e).toMatchObject({ _tag: "IdempotencyFull", session: "ses_a", keys: 3, maxKeys: 3 })
+        }
+        expect(yield* store.reserve("send:ses_a", "refused", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* Effect.flip(store.complete("send:ses_a", "refused", answer("no", 409))))
+          .toMatchObject({ _tag: "IdempotencyFull", session: "ses_a" })
+        // The refused reservation was freed, and an outcome that may have had effects is kept past the share.
+        expect(yield* store.reserve("send:ses_a", "refused", "other")).toEqual({ _tag: "Claimed" })
+        yield* store.complete("send:ses_a", "refused", answer("ambiguous", 409), { beyondBound: true })
+        // Keys it holds still answer.
+        expect(yield* store.claim("cancel:ses_a", "c1", "h")).toEqual({ _tag: "Replay", answer: answer("c1") })
+        expect(yield* store.claim("cancel:ses_a", "c2", "other")).toEqual({ _tag: "Conflict" })
+        // Other sessions and creates are not affected.
+        expect(yield* store.claim("cancel:ses_b", "c1", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.claim("delete:ses_b", "d1", "h")).toEqual({ _tag: "Claimed" })
+        expect(yield* store.claim("create", "k1", "h", "ses_c")).toEqual({ _tag: "Claimed" })
+        // Room in the share comes from its keys expiring.
+        yield* TestClock.adjust(RETENTION_MS)
+        expect(yield* store.claim("cancel:ses_a", "after", "h")).toEqual({ _tag: "Claimed" })
+      }))
+
+    it.scoped("a deleted session's keys are taken over past the bound, within the delete reserve, when other sessions filled the log; a keyed delete's own key too; past the reserve an adoption is refused whole", () =>
+      Effect.gen(function*() {
+        const store = yield* harness({ retentionMs: RETENTION_MS, maxKeys: 4, maxSessionKeys: 4, deleteReserveKeys: 3 })
+        yield* TestClock.adjust(RETENTION_MS)
+        for (const k of ["c1", "c2", "c3", "c4"]) {
+          expect(yield* store.claim("cancel:ses_x", k, "h"), k).toEqual({ _tag: "Claimed" })
+          yield* store.complete("cancel:ses_x", k, answer(k))
+        }
+        // Full for everything else ...
+        yield* refusedFull(store.claim("create", "k", "h", "ses_c"), 4)
+        yield* refusedFull(store.claim("cancel:ses_b", "k", "h"), 4)
+        // ... but a keyed delete of another session, and the keys its session hands over, fit.
+        expect(yield* store.claim("delete:ses_b", "d", "h")).toEqual({ _tag: "Claimed" })
+        yield* store.adopt([
+          { scope: "send:ses_b", key: "s1", bodyHash: "h", atMs: RETENTION_MS, answer: answer("s1") },
+          { scope: "send:ses_b", key: "s2", bodyHash: "h", atMs: RETENTION_MS, answer: answer("s2") }
+        ])
+        yield* store.complete("delete:ses_b", "d", answer("", 204))
+        expect(yield* store.claim("send:ses_b", "s1", "h")).toEqual({ _tag: "Replay", answer: answer("s1") })
+        expect(yield* store.claim("delete:ses_b", "d", "h")).toEqual({ _tag: "Replay", answer: answer("", 204) })
+        // The reserve is bounded: an adoption past it adopts none of its keys.
+        const e = yield* Effect.flip(store.adopt([adopted("y1", RETENTION_MS, "y1"), adopted("y2", RETENTION_MS, "y2")]))
+        expect(e._tag).toBe("IdempotencyFull")
+        expect(yield* store.reserve("send:ses_a", "y1", "h")).toEqual({ _tag: "Claimed" })
+        yield* store.release("send:ses_a", "y1")
+        // Ordinary keys never take the reserve.
+        yield* refusedFull(store.claim("create", "k", "h", "ses_c"), 4)
+      }))
   })

@@ -24,7 +24,14 @@ describe("idempotency: the bound on live keys", () => {
 
   it("at the bound a new key is 503 overloaded and changes nothing; held keys replay, keyless requests and keyed sends are served; after retention new keys are taken again", async () => {
     server = await new ServerProcess({
-      env: { BRAIN_MAX_IDEMPOTENCY_KEYS: String(MAX_KEYS), BRAIN_REQUEST_RETENTION_SECS: String(RETENTION_SECS) }
+      // One session's share of the log is the whole log here, and deletes get no reserve past it:
+      // this test is about the bound itself (the share and the reserve: test/contracts).
+      env: {
+        BRAIN_MAX_IDEMPOTENCY_KEYS: String(MAX_KEYS),
+        BRAIN_MAX_SESSION_LOG_KEYS: String(MAX_KEYS),
+        BRAIN_DELETE_RESERVE_KEYS: "0",
+        BRAIN_REQUEST_RETENTION_SECS: String(RETENTION_SECS)
+      }
     }).start()
     const s = server
     const model = { model: { provider: "scripted" } }

@@ -297,6 +297,38 @@ describe("idempotentTurn: a turn's key lives in its session's journal", () => {
       expect(gone.state.runs).toBe(2)
     }))
 
+  it.effect("a keyed cancel, end or delete of a session that does not exist keeps no key in the log (a session id is never minted twice, so its retry is refused the same way), while a module's removal keeps its 404", () =>
+    Effect.gen(function*() {
+      // A log of 2 keys, a session's share of 1: if 404s were kept, the second would be refused.
+      const store = yield* IdempotencyMemory.make({ retentionMs: 60_000, maxKeys: 2, maxSessionKeys: 1 })
+      const gone = counted(Effect.fail(new NotFound({ message: "no such session" })))
+      for (let i = 0; i < 5; i++) {
+        for (const scope of [`cancel:ses_${i}`, `end:ses_${i}`, `delete:ses_${i}`]) {
+          const r = yield* idempotent(store, scope, `k${i}`, {}, gone.work)
+          expect(r.status).toBe(404)
+        }
+      }
+      expect(gone.state.runs).toBe(15)
+      // The log is empty: two keys fit.
+      expect(yield* store.claim("create", "a", "h")).toEqual({ _tag: "Claimed" })
+      const removed = counted(Effect.fail(new NotFound({ message: "no such module" })))
+      expect((yield* idempotent(store, "agentloops:remove:m1", "k", {}, removed.work)).status).toBe(404)
+      expect((yield* idempotent(store, "agentloops:remove:m1", "k", {}, removed.work)).status).toBe(404)
+      expect(removed.state.runs).toBe(1)
+    }))
+
+  it.effect("a request refused because its session holds its share of the log is 503 overloaded, retryable, naming BRAIN_MAX_SESSION_LOG_KEYS with the session's count and its share; nothing ran", () =>
+    Effect.gen(function*() {
+      const store = yield* IdempotencyMemory.make({ retentionMs: 60_000, maxKeys: 10, maxSessionKeys: 1 })
+      const ok = counted(Effect.succeed(jsonAnswer(200, { ok: true })))
+      expect((yield* idempotent(store, "cancel:ses_a", "k1", {}, ok.work)).status).toBe(200)
+      const refused = yield* Effect.flip(idempotent(store, "cancel:ses_a", "k2", {}, ok.work))
+      expect(refused).toMatchObject({ code: "overloaded", retryable: true, details: { setting: "BRAIN_MAX_SESSION_LOG_KEYS", keys: 1, max_keys: 1 } })
+      expect(refused.message).toContain("ses_a")
+      expect(ok.state.runs).toBe(1)
+      expect((yield* idempotent(store, "cancel:ses_b", "k2", {}, ok.work)).status).toBe(200)
+    }))
+
   it.effect("a keyed turn whose start may have been written (an ambiguous journal failure) is recorded in the store as 409 ambiguous, which retries get before the session is asked", () =>
     Effect.gen(function*() {
       const { store, writes } = yield* counting

@@ -19,10 +19,16 @@ import { tempDir } from "../support/journals.js"
 
 const RETENTION_MS = 60_000
 
-const withStore = <A, E>(dataDir: string, maxKeys: number, use: (store: IdempotencyShape) => Effect.Effect<A, E>, retentionMs = RETENTION_MS) =>
+const withStore = <A, E>(
+  dataDir: string,
+  maxKeys: number,
+  use: (store: IdempotencyShape) => Effect.Effect<A, E>,
+  retentionMs = RETENTION_MS,
+  more: { readonly maxSessionKeys?: number; readonly deleteReserveKeys?: number } = { deleteReserveKeys: 0 }
+) =>
   Effect.scoped(
     Effect.flatMap(
-      IdempotencyFile.make({ dataDir, retentionMs, maxKeys }).pipe(Effect.provide(Layer.succeed(FileDriver, nodeDriver))),
+      IdempotencyFile.make({ dataDir, retentionMs, maxKeys, ...more }).pipe(Effect.provide(Layer.succeed(FileDriver, nodeDriver))),
       use
     )
   )
@@ -134,6 +140,41 @@ describe("IdempotencyFile: the bound on live keys", () => {
           yield* Effect.flip(store.claim("s", "new", "h"))
           expect(warnings.length).toBe(2)
         }).pipe(Effect.provide(capture)), 10 * IDEMPOTENCY_FULL_SWEEP_MS)
+    }))
+
+  it.scoped("a restart keeps each session's share and the delete reserve counted: a full session's new keys are still refused, others' are not, and its keys still answer", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir("brain-idem-")
+      const limits = { maxSessionKeys: 2, deleteReserveKeys: 1 }
+      yield* withStore(dir, 5, (store) =>
+        Effect.gen(function*() {
+          for (const [scope, k] of [["cancel:ses_a", "c1"], ["end:ses_a", "e1"], ["cancel:ses_b", "c1"]] as const) {
+            yield* store.claim(scope, k, "h")
+            yield* store.complete(scope, k, answer(k))
+          }
+          // Released keys and adopted ones are not the session's.
+          yield* store.claim("cancel:ses_b", "released", "h")
+          yield* store.release("cancel:ses_b", "released")
+          yield* store.adopt([{ scope: "send:ses_b", key: "s1", bodyHash: "h", atMs: 0, answer: answer("s1") }])
+          expect(yield* Effect.flip(store.claim("cancel:ses_a", "new", "h"))).toMatchObject({ _tag: "IdempotencyFull", session: "ses_a" })
+        }), RETENTION_MS, limits)
+      yield* withStore(dir, 5, (store) =>
+        Effect.gen(function*() {
+          expect(yield* Effect.flip(store.claim("cancel:ses_a", "new", "h"))).toMatchObject({ _tag: "IdempotencyFull", session: "ses_a", keys: 2 })
+          expect(yield* store.claim("end:ses_a", "e1", "h")).toEqual({ _tag: "Replay", answer: answer("e1") })
+          expect(yield* store.claim("send:ses_b", "s1", "h")).toEqual({ _tag: "Replay", answer: answer("s1") })
+          // ses_b holds one key of its share: one more fits, then the log is at its bound of 5.
+          expect(yield* store.claim("cancel:ses_b", "c2", "h")).toEqual({ _tag: "Claimed" })
+          yield* store.complete("cancel:ses_b", "c2", answer("c2"))
+          expect(yield* Effect.flip(store.claim("create", "k", "h", "ses_c"))).toMatchObject({ _tag: "IdempotencyFull", maxKeys: 5 })
+          // Full: the delete reserve (1) takes one more adopted key, not two.
+          expect(yield* Effect.flip(store.adopt([
+            { scope: "send:ses_c", key: "s1", bodyHash: "h", atMs: 0, answer: answer("s1") },
+            { scope: "send:ses_c", key: "s2", bodyHash: "h", atMs: 0, answer: answer("s2") }
+          ]))).toMatchObject({ _tag: "IdempotencyFull" })
+          yield* store.adopt([{ scope: "send:ses_c", key: "s1", bodyHash: "h", atMs: 0, answer: answer("s1") }])
+          expect(yield* store.claim("send:ses_c", "s1", "h")).toEqual({ _tag: "Replay", answer: answer("s1") })
+        }), RETENTION_MS, limits)
     }))
 
   it("the index's key is a 32-byte digest whatever the key's length, and keeps apart pairs that run together or differ only in a lone surrogate", () => {

@@ -20,6 +20,7 @@
  *   key of 256 bytes costs what a key of 1 byte does. The log's records carry them.
  */
 import * as crypto from "node:crypto"
+import { sessionOfScope } from "../../services/Idempotency.js"
 import { IDEMPOTENCY_FULL_SWEEP_MS, KeyBound } from "./KeyBound.js"
 import type { LiveRecord } from "./Log.js"
 import type { IndexRecord, NotKept } from "./Records.js"
@@ -58,6 +59,11 @@ export interface Entry {
    * in flight holds: that request's own `complete` or `release` leaves it alone.
    */
   adopted: boolean
+  /**
+   * The session whose request claimed it (`sessionOfScope`), counted toward that session's share
+   * of the index: set for a claim, and for a reservation once it is kept; never for an adopted key.
+   */
+  owner: string | undefined
 }
 
 /** Any UTF-16 surrogate: text holding one is hashed as UTF-16 (a lone one has no UTF-8 form). */
@@ -96,14 +102,20 @@ export const newEntry = (bodyHash: string, atMs: number, state: EntryState, sess
   notKept: undefined,
   verdict: false,
   session,
-  adopted: false
+  adopted: false,
+  owner: undefined
 })
 
 export class Index extends KeyBound<Entry> {
   liveBytes = 0
 
-  constructor(retentionMs: number, maxKeys: number = Number.POSITIVE_INFINITY) {
-    super(retentionMs, maxKeys, IDEMPOTENCY_FULL_SWEEP_MS)
+  constructor(
+    retentionMs: number,
+    maxKeys: number = Number.POSITIVE_INFINITY,
+    sessionKeys: number = Number.POSITIVE_INFINITY,
+    reserveKeys = 0
+  ) {
+    super(retentionMs, maxKeys, IDEMPOTENCY_FULL_SWEEP_MS, sessionKeys, reserveKeys)
   }
 
   protected inFlight(e: Entry) {
@@ -121,9 +133,7 @@ export class Index extends KeyBound<Entry> {
     this.entries.set(id, e)
   }
 
-  override drop(id: string, e: Entry) {
-    if (this.entries.get(id) !== e) return
-    this.entries.delete(id)
+  protected override dropped(e: Entry) {
     this.liveBytes -= e.claimSize + e.answerSize
   }
 
@@ -134,18 +144,19 @@ export class Index extends KeyBound<Entry> {
       // A claim for a key already present follows that entry's expiry: it starts a new entry.
       const e = newEntry(record.bodyHash, record.atMs, "unanswered", record.session)
       e.adopted = record.adopted === true
+      if (!e.adopted) e.owner = sessionOfScope(record.scope)
       e.claimOffset = offset
       e.claimSize = size
       // At the end, as a new entry is: the map stays in the order entries expire.
-      this.entries.delete(id)
-      this.entries.set(id, e)
+      this.forget(id)
+      this.put(id, e)
       return
     }
     const e = this.entries.get(id)
     // The first answer (or release) stands; one for a key never claimed is not kept.
     if (e === undefined || e.state !== "unanswered") return
     if (record._tag === "Release") {
-      this.entries.delete(id)
+      this.forget(id)
       return
     }
     this.settled(id, e)
@@ -160,7 +171,7 @@ export class Index extends KeyBound<Entry> {
   /** After the records are applied: drops what expired while the server was down, counts the rest. */
   opened(now: number) {
     for (const [id, e] of this.entries) {
-      if (this.expired(e, now)) this.entries.delete(id)
+      if (this.expired(e, now)) this.forget(id)
       else this.liveBytes += e.claimSize + e.answerSize
     }
   }

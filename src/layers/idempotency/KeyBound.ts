@@ -15,8 +15,14 @@
  *   key); when that is not
  *   enough, by a full sweep, made at most once per `fullSweepEveryMs`. With `fullSweepEveryMs` 0
  *   (the memory store, whose map is not kept in expiry order) every lack of room is a full sweep.
+ * - An entry may have an `owner`, the session its request was about: each session's entries are
+ *   counted and bounded by `sessionKeys` (`hasSessionRoom`, room made the same way), so one
+ *   session's requests cannot take the whole bound. Entries enter and leave the map through
+ *   `put`, `drop` and `forget`, which keep the counts.
+ * - Deletes may pass `maxKeys` by up to `reserveKeys` (`hasRoom`/`hasRoomFor` with `reserve`).
  */
 import * as v8 from "node:v8"
+import { DELETE_RESERVE_KEYS_SHARE, SESSION_LOG_KEYS_SHARE } from "../../domain/Limits.js"
 
 /**
  * Milliseconds: the shortest interval between the full sweeps a full index makes for expired
@@ -44,16 +50,84 @@ const KEYS_HEAP_FRACTION = 1 / 16
 export const maxIdempotencyKeys = (setting: number | undefined): number =>
   setting ?? Math.max(1, Math.floor(v8.getHeapStatistics().heap_size_limit * KEYS_HEAP_FRACTION / KEY_HEAP_BYTES))
 
+/**
+ * Keys of requests about one session the store holds at most (BRAIN_MAX_SESSION_LOG_KEYS): the
+ * setting, or SESSION_LOG_KEYS_SHARE of the store's bound, at least 1.
+ */
+export const maxSessionLogKeys = (setting: number | undefined, maxKeys: number): number =>
+  setting ?? Math.max(1, Math.floor(maxKeys * SESSION_LOG_KEYS_SHARE))
+
+/**
+ * Keys deletes may take past the store's bound (BRAIN_DELETE_RESERVE_KEYS): the setting, or
+ * DELETE_RESERVE_KEYS_SHARE of the store's bound.
+ */
+export const deleteReserveKeys = (setting: number | undefined, maxKeys: number): number =>
+  setting ?? Math.floor(maxKeys * DELETE_RESERVE_KEYS_SHARE)
+
 /** A store's entries by id, bounded in number, each expiring `retentionMs` after its `atMs` unless in flight. */
-export abstract class KeyBound<E extends { readonly atMs: number }> {
+export abstract class KeyBound<E extends { readonly atMs: number; owner?: string | undefined }> {
   readonly entries = new Map<string, E>()
+  /**
+   * Entries per owner (a session), for those that have one, with the owner's id as first counted:
+   * every entry of the owner is given that one string, so that each holds no copy of its own.
+   */
+  private readonly owned = new Map<string, { readonly owner: string; n: number }>()
   private lastFullSweepMs = Number.NEGATIVE_INFINITY
 
   constructor(
     private readonly retentionMs: number,
     readonly maxKeys: number,
-    private readonly fullSweepEveryMs: number
+    private readonly fullSweepEveryMs: number,
+    /** Entries one owner holds at most. */
+    readonly sessionKeys: number = Number.POSITIVE_INFINITY,
+    /** Entries deletes may add past `maxKeys`. */
+    readonly reserveKeys: number = 0
   ) {}
+
+  /** The entries `owner` holds. */
+  ownedBy(owner: string) {
+    return this.owned.get(owner)?.n ?? 0
+  }
+
+  private count(e: E) {
+    if (e.owner === undefined) return
+    const c = this.owned.get(e.owner)
+    if (c === undefined) this.owned.set(e.owner, { owner: e.owner, n: 1 })
+    else {
+      c.n++
+      e.owner = c.owner
+    }
+  }
+
+  private uncount(e: E) {
+    if (e.owner === undefined) return
+    const c = this.owned.get(e.owner)
+    if (c === undefined) return
+    if (--c.n === 0) this.owned.delete(e.owner)
+  }
+
+  /** Puts `e` under `id`, in place of the entry there (at the end of the map when there was none). */
+  put(id: string, e: E) {
+    const old = this.entries.get(id)
+    if (old !== undefined) this.uncount(old)
+    this.entries.set(id, e)
+    this.count(e)
+  }
+
+  /** Makes `owner` the owner of `e`, an entry in the map without one (a reservation being kept). */
+  own(id: string, e: E, owner: string) {
+    if (this.entries.get(id) !== e || e.owner !== undefined) return
+    e.owner = owner
+    this.count(e)
+  }
+
+  /** Removes the entry under `id`, whatever it is; `drop`'s other bookkeeping is not done. */
+  forget(id: string) {
+    const old = this.entries.get(id)
+    if (old === undefined) return
+    this.entries.delete(id)
+    this.uncount(old)
+  }
 
   /** Claimed or reserved by this process and not yet answered: it never expires under the request. */
   protected abstract inFlight(e: E): boolean
@@ -68,7 +142,12 @@ export abstract class KeyBound<E extends { readonly atMs: number }> {
   drop(id: string, e: E) {
     if (this.entries.get(id) !== e) return
     this.entries.delete(id)
+    this.uncount(e)
+    this.dropped(e)
   }
+
+  /** What else goes with an entry `drop` removed (the file index's byte count). */
+  protected dropped(_e: E) {}
 
   /** Drops every expired entry; returns how many. */
   sweep(now: number) {
@@ -100,19 +179,35 @@ export abstract class KeyBound<E extends { readonly atMs: number }> {
    * enough, a full sweep unless one ran less than `fullSweepEveryMs` ago (a full index refusing a
    * stream of new keys walks every key at most once per interval).
    */
-  makeRoom(now: number, more: () => number) {
-    if (this.entries.size + more() <= this.maxKeys) return
+  makeRoom(now: number, fits: () => boolean) {
+    if (fits()) return
     if (this.fullSweepEveryMs > 0) {
       this.sweepFront(now)
-      if (this.entries.size + more() <= this.maxKeys) return
+      if (fits()) return
     }
     if (now - this.lastFullSweepMs >= this.fullSweepEveryMs || now < this.lastFullSweepMs) this.sweep(now)
   }
 
-  /** Whether `more` entries fit beside those held, once the expired ones in the way are dropped. */
-  hasRoom(now: number, more: number) {
-    this.makeRoom(now, () => more)
-    return this.entries.size + more <= this.maxKeys
+  /** The bound on the entries: `maxKeys`, plus `reserveKeys` for a delete. */
+  private limit(reserve: boolean) {
+    return reserve ? this.maxKeys + this.reserveKeys : this.maxKeys
+  }
+
+  /**
+   * Whether `more` entries fit beside those held, once the expired ones in the way are dropped;
+   * with `reserve` (a delete's), within the delete reserve too.
+   */
+  hasRoom(now: number, more: number, reserve = false) {
+    const fits = () => this.entries.size + more <= this.limit(reserve)
+    this.makeRoom(now, fits)
+    return fits()
+  }
+
+  /** Whether one more entry of `owner` fits in its share, once the expired ones in the way are dropped. */
+  hasSessionRoom(now: number, owner: string) {
+    const fits = () => this.ownedBy(owner) < this.sessionKeys
+    this.makeRoom(now, fits)
+    return fits()
   }
 
   /**
@@ -120,11 +215,14 @@ export abstract class KeyBound<E extends { readonly atMs: number }> {
    * as they stand (one held already is replaced in place) once the expired ones in the way are
    * dropped. Adding none is never refused.
    */
-  hasRoomFor(now: number, ids: ReadonlyArray<string>) {
+  hasRoomFor(now: number, ids: ReadonlyArray<string>, reserve = false) {
     // Counted again after room is made: an expired entry it dropped is then added, not replaced.
     const added = () => new Set(ids.filter((id) => !this.entries.has(id))).size
-    this.makeRoom(now, added)
-    const n = added()
-    return n === 0 || this.entries.size + n <= this.maxKeys
+    const fits = () => {
+      const n = added()
+      return n === 0 || this.entries.size + n <= this.limit(reserve)
+    }
+    this.makeRoom(now, fits)
+    return fits()
   }
 }
