@@ -102,4 +102,51 @@ describe("idempotency: the bound on live keys", () => {
     const deleted = await request(s.baseUrl, `/v1/sessions/${a}`, { method: "DELETE" })
     expect(deleted.status, deleted.text).toBe(204)
   }, 60_000)
+
+  it("one session's keyed cancels take at most its share of the log (503 naming BRAIN_MAX_SESSION_LOG_KEYS past it); another session's keyed create, cancel and keyed delete, with its sends' keys handed over, still succeed, also once other sessions have filled the log", async () => {
+    await server?.dispose()
+    server = await new ServerProcess({
+      env: { BRAIN_MAX_IDEMPOTENCY_KEYS: "6", BRAIN_MAX_SESSION_LOG_KEYS: "3", BRAIN_DELETE_RESERVE_KEYS: "4" }
+    }).start()
+    const s = server
+    const model = { model: { provider: "scripted" } }
+    const headers = (key: string) => ({ "idempotency-key": key })
+    const create = async () => (await request(s.baseUrl, "/v1/sessions", { json: model })).body.session_id as string
+    const post = (p: string, key: string, json?: unknown) =>
+      request(s.baseUrl, p, { method: "POST", ...(json === undefined ? {} : { json }), headers: headers(key) })
+
+    const victim = await create()
+    for (const k of ["v1", "v2"]) expect((await post(`/v1/sessions/${victim}/messages`, k, { input: { message: "hi" } })).status).toBe(200)
+    // One session fills its share, and no more.
+    const attacker = await create()
+    for (let i = 0; i < 3; i++) expect((await post(`/v1/sessions/${attacker}/cancel`, `a${i}`)).status).toBe(200)
+    for (let i = 3; i < 6; i++) {
+      const r = await post(`/v1/sessions/${attacker}/cancel`, `a${i}`)
+      expect(r.status, r.text).toBe(503)
+      expect(r.body).toMatchObject({ code: "overloaded", retryable: true, details: { setting: "BRAIN_MAX_SESSION_LOG_KEYS", keys: 3, max_keys: 3 } })
+    }
+    // A keyed cancel of a made-up session keeps nothing: the log still has room for the others.
+    const madeUp = await post(`/v1/sessions/ses_01m98hrntcf99pwj6h1b0sfdjw/cancel`, "m1")
+    expect(madeUp.status, madeUp.text).toBe(404)
+    // Others are served: a keyed create and a keyed cancel of another session (the log: 3 + 2 of 6).
+    const created = await request(s.baseUrl, "/v1/sessions", { json: model, headers: headers("c1") })
+    expect(created.status, created.text).toBe(201)
+    expect((await post(`/v1/sessions/${victim}/cancel`, "vc1")).status).toBe(200)
+    // A second session of the attacker's fills the log.
+    const second = await create()
+    expect((await post(`/v1/sessions/${second}/cancel`, "b0")).status).toBe(200)
+    const full = await request(s.baseUrl, "/v1/sessions", { json: model, headers: headers("c2") })
+    expect(full.status, full.text).toBe(503)
+    expect(full.body.message).toContain("BRAIN_MAX_IDEMPOTENCY_KEYS")
+    // The victim's keyed delete still succeeds, handing its two sends' keys over (the reserve: 3 of 4).
+    expect((await post(`/v1/sessions/${victim}/end`, "ve1")).status).toBe(503)
+    expect((await request(s.baseUrl, `/v1/sessions/${victim}/end`, { method: "POST" })).status).toBe(200)
+    const deleted = await request(s.baseUrl, `/v1/sessions/${victim}`, { method: "DELETE", headers: headers("vd1") })
+    expect(deleted.status, deleted.text).toBe(204)
+    expect((await request(s.baseUrl, `/v1/sessions/${victim}`)).status).toBe(404)
+    // Its keys still answer: the sends' from the log now, and the delete's.
+    const replay = await post(`/v1/sessions/${victim}/messages`, "v1", { input: { message: "hi" } })
+    expect(replay.status, replay.text).toBe(200)
+    expect((await request(s.baseUrl, `/v1/sessions/${victim}`, { method: "DELETE", headers: headers("vd1") })).status).toBe(204)
+  }, 60_000)
 })
