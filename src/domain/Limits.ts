@@ -128,6 +128,18 @@ export const LINGER_IDLE_MS = 5_000
  */
 export const LINGER_MAX_MS = 30_000
 
+/**
+ * Milliseconds. With BRAIN_SESSION_IDLE_TTL_MS unset, how long a session's cell stays in memory
+ * once unused before it is released (between this and twice this: one sweep of the registry per
+ * period releases those idle since the sweep before). A client driving a session sends its next
+ * request within about this of the previous answer (a program's turns, a status read after an
+ * answer); without it every such request reopened the cell from the projection's cache and
+ * released it again (about 25 of Effect's instructions and 60 µs of main-thread CPU per keyed text
+ * turn at one session, docs/benchmarks.md "One session's keyed turn, stop 63"). Kept within the
+ * warm share of BRAIN_CACHE_BYTES (none kept when that is 0), released first when it is full.
+ */
+export const SESSION_RELEASE_GRACE_MS = 1_000
+
 /** Bytes. What such a connection discards at most before it is closed anyway (twice BRAIN_MAX_REQUEST_BYTES's default). */
 export const LINGER_BYTES = 64 * 1024 * 1024
 

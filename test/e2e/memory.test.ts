@@ -2,7 +2,8 @@
  * Bounded memory under legal traffic (DESIGN §6, §7): a real server process under a small heap
  * (`--max-old-space-size=256`) takes sessions with large opening transcripts and large messages,
  * far more in total than its heap, and keeps serving: released sessions do not stay in memory
- * (the idle TTL unset means "release at once"), and what it caches is bounded by the bytes it
+ * (the idle TTL unset releases them once unused for a grace of a second or two, within the warm
+ * share of BRAIN_CACHE_BYTES), and what it caches is bounded by the bytes it
  * really holds, not by a guess per message.
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"

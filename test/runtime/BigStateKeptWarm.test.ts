@@ -7,8 +7,9 @@
  * turn). The warm share still bounds them: past it the least recently used is released.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, TestClock } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
+import { SESSION_RELEASE_GRACE_MS } from "../../src/domain/Limits.js"
 import { memoryBudget } from "../../src/layers/MemoryBudget.js"
 import { rebuiltStates } from "../../src/layers/ProjectionCheckpointed.js"
 import { Projection } from "../../src/services/Projection.js"
@@ -52,10 +53,11 @@ describe("a state too large for the released states' cache", () => {
       expect(rebuilt()).toBe(before)
       expect(yield* sessions.warm).toBe(1)
 
-      // A small session is released at once, as before.
+      // A small session is released once its grace is over, as any is.
       const small = (yield* sessions.create(scripted)).session_id
       yield* sessions.send(small, { message: "hi" })
       yield* untilIdle(small)
+      yield* TestClock.adjust(`${2 * SESSION_RELEASE_GRACE_MS} millis`)
       expect(yield* sessions.warm).toBe(1)
 
       // Two such sessions do not fit the warm share together: the least recently used is released.

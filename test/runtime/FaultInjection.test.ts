@@ -185,7 +185,9 @@ const runtime = (dataDir: string, fault: Fault, probe: Probe, tools: ToolsKind =
         durable: probe.durable.has(call.sequence),
         request: call.request
       }),
-    config: { cancelGraceMs: 1000, cleanupDeadlineMs: 2000 }
+    // No memory for sessions not in use: a session is released as soon as nothing uses it (no
+    // release grace), so that a use of its cell left behind shows as a session still warm.
+    config: { cancelGraceMs: 1000, cleanupDeadlineMs: 2000, cacheBytes: 0 }
   })
 
 const readAll = (journal: JournalShape, session: SessionId) =>

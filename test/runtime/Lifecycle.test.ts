@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, TestClock } from "effect"
+import { SESSION_RELEASE_GRACE_MS } from "../../src/domain/Limits.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { Journal } from "../../src/services/Journal.js"
 import { runtimeLayer, untilIdle } from "../support/runtime.js"
@@ -8,7 +9,29 @@ import { tempDir } from "../support/journals.js"
 const scripted = { provider: "scripted" as const }
 
 describe("Session lifecycle", () => {
-  it.scoped("by default creation and each turn release the actor", () =>
+  it.scoped("by default creation and each turn keep the actor only for the release grace: released once unused for it", () =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const { session_id } = yield* sessions.create({ model: scripted })
+      expect(yield* sessions.warm).toBe(1)
+      // Released between one and two graces after its last use.
+      yield* TestClock.adjust(`${2 * SESSION_RELEASE_GRACE_MS} millis`)
+      expect(yield* sessions.warm).toBe(0)
+      yield* sessions.send(session_id, { message: "hi" })
+      yield* untilIdle(session_id)
+      expect(yield* sessions.warm).toBe(1)
+      // Used again within the grace: kept on from its new last use.
+      yield* TestClock.adjust(`${SESSION_RELEASE_GRACE_MS / 2} millis`)
+      expect((yield* sessions.send(session_id, { message: "again" })).turn.status).toBe("ended")
+      yield* untilIdle(session_id)
+      yield* TestClock.adjust(`${SESSION_RELEASE_GRACE_MS} millis`)
+      expect(yield* sessions.warm).toBe(1)
+      yield* TestClock.adjust(`${SESSION_RELEASE_GRACE_MS} millis`)
+      expect(yield* sessions.warm).toBe(0)
+      expect((yield* sessions.transcript(session_id)).messages.length).toBe(4)
+    }).pipe(Effect.provide(runtimeLayer())))
+
+  it.scoped("with no memory for sessions not in use (BRAIN_CACHE_BYTES=0), creation and each turn release the actor at once", () =>
     Effect.gen(function*() {
       const sessions = yield* Sessions
       const { session_id } = yield* sessions.create({ model: scripted })
@@ -17,7 +40,7 @@ describe("Session lifecycle", () => {
       // Released once the turn has closed: its caller is answered first, the release follows.
       yield* untilIdle(session_id)
       expect(yield* sessions.warm).toBe(0)
-    }).pipe(Effect.provide(runtimeLayer())))
+    }).pipe(Effect.provide(runtimeLayer({ config: { cacheBytes: 0 } }))))
 
   it.scoped("idle_ttl_ms keeps the actor warm for that long, then releases it", () =>
     Effect.gen(function*() {

@@ -11,6 +11,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Either, Exit, Fiber, FiberId, Layer, TestClock } from "effect"
 import type { SessionId } from "../../src/domain/Ids.js"
+import { SESSION_RELEASE_GRACE_MS } from "../../src/domain/Limits.js"
 import * as JournalMemory from "../../src/layers/JournalMemory.js"
 import * as ModelsScripted from "../../src/layers/ModelsScripted.js"
 import { Journal } from "../../src/services/Journal.js"
@@ -128,7 +129,9 @@ describe("sends and submits at a graceful stop", () => {
       const sent = yield* sessions.sendKeyed(c, { message: "first" }, { key: "k", hash: "h" })
       expect(sent._tag).toBe("Answered")
       const before = yield* records(c)
-      // Released (no idle TTL): the next request opens it from the journal, whose reads are held.
+      // Released (no idle TTL) once its grace is over: the next request opens it from the
+      // journal, whose reads are held.
+      yield* TestClock.adjust(`${2 * SESSION_RELEASE_GRACE_MS} millis`)
       for (let i = 0; (yield* sessions.warm) > 0; i++) {
         if (i > 10_000) return yield* Effect.dieMessage("the session was never released")
         yield* Effect.yieldNow()

@@ -6,9 +6,11 @@
  *   stopped process left open, before anything else uses the session. It never runs on work this
  *   process is doing: a session being created is registered by its creation (`creating`) before
  *   its first record, so every access meanwhile uses that live cell (and sees `creating`).
- * - Release: an unused cell with no turn is released at once, after its idle TTL, or kept (TTL 0).
- *   Without a TTL, a cell whose state the projection's cache could not keep (larger than its whole
- *   share) is kept too, rather than rebuilt at its next turn. Cells kept warm and idle share a
+ * - Release: an unused cell with no turn is released after its idle TTL, or kept (TTL 0). Without
+ *   a TTL it is released once unused for a short grace (`graceMs`: a client driving a session
+ *   sends its next request about then, and would otherwise reopen it), or at once with none; and a
+ *   cell whose state the projection's cache could not keep (larger than its whole share) is kept,
+ *   rather than rebuilt at its next turn. Cells kept warm and idle share a
  *   byte budget; past it the least recently used are released early (warmth buys latency only; a
  *   released session reopens on its next access).
  * - A failed write breaks the cell: it refuses every later use, and once its last user has gone
@@ -21,7 +23,7 @@
  *   answers `not_found`, a cell in use then is never remembered when released, and nothing of the
  *   session is served from memory. A teardown that fails gives the session back as it was.
  */
-import { Cause, Deferred, Duration, Effect, Exit, FiberId, FiberMap, Option, type Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, Option, type Scope } from "effect"
 import * as Refusal from "../../domain/Errors.js"
 import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
@@ -43,8 +45,13 @@ const brokenFailure = () =>
 export interface RegistryOptions {
   readonly journal: JournalShape
   readonly projection: ProjectionShape
-  /** The server-wide idle TTL (undefined = release at once, 0 = keep). */
+  /** The server-wide idle TTL (undefined = release once idle for `graceMs`, 0 = keep). */
   readonly idleTtlMs: number | undefined
+  /**
+   * Without a TTL, how long an unused cell stays in memory before it is released, within the warm
+   * share (SESSION_RELEASE_GRACE_MS; between this and twice this). Omitted or 0: released at once.
+   */
+  readonly graceMs?: number
   /** Bytes of idle cells kept warm by a TTL before the least recently used are released. */
   readonly warmBytes: number
   /**
@@ -63,7 +70,7 @@ export interface RegistryOptions {
 }
 
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
-  Effect.map(FiberMap.make<SessionId>(), (timers) => new Registry(options, timers))
+  Effect.zipWith(FiberMap.make<SessionId>(), FiberSet.make(), (timers, sweeps) => new Registry(options, timers, sweeps))
 
 /**
  * A session's cell in this process: `settled` is how its open ended, read without an effect once
@@ -91,12 +98,24 @@ export class Registry {
   /** Idle cells kept warm by a TTL, least recently used first, with the bytes each was counted at. */
   private readonly warm = new Map<Cell, number>()
   private warmTotal = 0
+  /**
+   * Of the warm cells, those kept by the grace alone (no TTL), each with the sweep period it was
+   * released in: a sweep releases those released before the previous sweep (`sweepGrace`).
+   */
+  private readonly graced = new Map<Cell, number>()
+  /** Sweeps of the graced cells so far; whether one is scheduled. */
+  private period = 0
+  private sweeping = false
   /** Sessions being deleted (admitted, not finished): every access answers not_found. */
   private readonly deleting = new Set<SessionId>()
   /** What reads of released sessions need of their states (Views.ts). */
   private readonly views: Views
 
-  constructor(private readonly options: RegistryOptions, private readonly timers: FiberMap.FiberMap<SessionId>) {
+  constructor(
+    private readonly options: RegistryOptions,
+    private readonly timers: FiberMap.FiberMap<SessionId>,
+    private readonly sweeps: FiberSet.FiberSet
+  ) {
     this.views = new Views(options.viewBytes ?? 0)
   }
 
@@ -214,7 +233,8 @@ export class Registry {
     if (refused !== undefined) return Effect.fail(refused)
     cell.users++
     this.unwarm(cell)
-    return Effect.as(FiberMap.remove(this.timers, cell.session), cell)
+    // Only a cell kept by a TTL has a timer to stop.
+    return FiberMap.unsafeHas(this.timers, cell.session) ? Effect.as(FiberMap.remove(this.timers, cell.session), cell) : Effect.succeed(cell)
   }
 
   /**
@@ -263,7 +283,10 @@ export class Registry {
     })
   }
 
-  /** Drops a use; an unused cell with no turn is released now, after its TTL, or kept (TTL 0). */
+  /**
+   * Drops a use; an unused cell with no turn is released after its TTL, or kept (TTL 0); without
+   * a TTL, after the grace (`graceMs`, within the warm share), or now.
+   */
   release(cell: Cell): Effect.Effect<void> {
     return Effect.suspend(() => {
       cell.users--
@@ -271,7 +294,7 @@ export class Registry {
       const ttl = this.ttlOf(cell)
       if (cell.broken || cell.deleted) return this.evict(cell)
       if (ttl === undefined) {
-        if (!this.tooBigToRelease(cell)) return this.evict(cell)
+        if (!this.tooBigToRelease(cell)) return this.graceOf(cell)
         // Released, its state would be dropped by the projection's cache, and its next turn would
         // parse its checkpoint and fold again (hundreds of ms at the key bound): it stays warm, in
         // the warm share, until that share needs the room; its checkpoint is written as a
@@ -290,6 +313,44 @@ export class Registry {
         trim
       )
     })
+  }
+
+  /**
+   * An unused cell with no TTL: kept for the grace when it fits the warm share (its state, which
+   * its release would have given the projection's cache, held here instead: the cache's older copy
+   * is dropped), its checkpoint written as its release would write it; released now otherwise.
+   */
+  private graceOf(cell: Cell): Effect.Effect<void> {
+    const graceMs = this.options.graceMs ?? 0
+    if (graceMs <= 0 || cell.state.bytes > this.options.warmBytes) return this.evict(cell)
+    this.keepWarm(cell)
+    this.graced.set(cell, this.period)
+    const kept = Effect.zipRight(this.options.projection.forget(cell.session), Effect.gen(() => this.checkpointIfDue(cell)))
+    const trimmed = this.warmTotal > this.options.warmBytes ? Effect.zipRight(kept, this.trimWarm()) : kept
+    if (this.sweeping) return trimmed
+    this.sweeping = true
+    // Interruptible whatever the region it was started from (a turn's close): the registry's scope ends it.
+    return Effect.zipRight(trimmed, FiberSet.run(this.sweeps, Effect.interruptible(this.sweepGrace(graceMs))))
+  }
+
+  /**
+   * Every `graceMs`, releases the graced cells released before the previous sweep (unused since
+   * between one and two periods); ends once none is left, and the next grace starts it again.
+   */
+  private sweepGrace(graceMs: number): Effect.Effect<void> {
+    const sweep = Effect.suspend((): Effect.Effect<boolean> => {
+      const period = ++this.period
+      const due: Array<Cell> = []
+      for (const [cell, released] of this.graced) if (released <= period - 2) due.push(cell)
+      const more = () => {
+        if (this.graced.size > 0) return true
+        this.sweeping = false
+        return false
+      }
+      if (due.length === 0) return Effect.sync(more)
+      return Effect.zipRight(Effect.forEach(due, (cell) => this.graced.has(cell) ? this.evict(cell) : Effect.void, { discard: true }), Effect.sync(more))
+    })
+    return Effect.asVoid(Effect.repeat(Effect.zipRight(Effect.sleep(Duration.millis(graceMs)), sweep), { while: (more) => more }))
   }
 
   using<A, E>(session: SessionId, body: (cell: Cell) => Effect.Effect<A, E>, admitted = false): Effect.Effect<A, E | SessionStorageError> {
@@ -369,18 +430,26 @@ export class Registry {
     const bytes = this.warm.get(cell)
     if (bytes === undefined) return
     this.warm.delete(cell)
+    this.graced.delete(cell)
     this.warmTotal -= bytes
   }
 
-  /** Past the warm budget: releases the least recently used idle cells. */
+  /**
+   * Past the warm budget: releases idle cells, those kept by the grace alone first (they would
+   * have been released at once before the grace, and must not push out cells kept by a TTL), then
+   * the least recently used.
+   */
   private trimWarm(): Effect.Effect<void> {
     return Effect.suspend(() => {
-      const victims: Array<Cell> = []
+      const victims = new Set<Cell>()
       let total = this.warmTotal
-      for (const [cell, bytes] of this.warm) {
-        if (total <= this.options.warmBytes) break
-        victims.push(cell)
-        total -= bytes
+      for (const pool of [this.graced.keys(), this.warm.keys()]) {
+        for (const cell of pool) {
+          if (total <= this.options.warmBytes) break
+          if (victims.has(cell)) continue
+          victims.add(cell)
+          total -= this.warm.get(cell) ?? 0
+        }
       }
       return Effect.forEach(victims, (cell) => Effect.zipRight(FiberMap.remove(this.timers, cell.session), this.evict(cell)), {
         discard: true

@@ -9,7 +9,7 @@ import { Effect, FiberSet, Option, Runtime } from "effect"
 import { type AdmittedEnvironment, noEnvironmentBindings } from "../../domain/Environment.js"
 import { Conflict, Overloaded } from "../../domain/Errors.js"
 import type { HostId, SessionId } from "../../domain/Ids.js"
-import { WORKING_MEMORY_WAIT_MS } from "../../domain/Limits.js"
+import { SESSION_RELEASE_GRACE_MS, WORKING_MEMORY_WAIT_MS } from "../../domain/Limits.js"
 import type { SessionStatus } from "../../domain/Projection.js"
 import type { Entry } from "../../domain/Records.js"
 import { Agentloops } from "../../services/Agentloop.js"
@@ -67,6 +67,7 @@ export const makeShared = Effect.gen(function*() {
     journal,
     projection,
     idleTtlMs: config.sessionIdleTtlMs,
+    graceMs: SESSION_RELEASE_GRACE_MS,
     warmBytes: memoryBudget(config.cacheBytes).warmBytes,
     viewBytes: memoryBudget(config.cacheBytes).viewBytes,
     releasedBytes: memoryBudget(config.cacheBytes).projectionBytes,
