@@ -126,6 +126,17 @@ export class WorkingMemory {
     )
   }
 
+  /**
+   * `weight` bytes taken now, in this synchronous step, if they fit and nobody waits before them
+   * (as `holdingNow` takes them); undefined otherwise, having taken nothing. The caller must give
+   * them back (`release`) whatever its work does.
+   */
+  holdNow(weight: number): Held | undefined {
+    const bytes = Math.min(this.limit, Math.max(0, Math.ceil(weight)))
+    if (bytes === 0) return nothingHeld
+    return this.queue.length > 0 || this.taken + bytes > this.limit ? undefined : this.hold(bytes)
+  }
+
   /** Takes the bytes, waiting in line; called uninterruptibly, with `restore` for the wait. */
   private take(
     weight: number,

@@ -18,7 +18,7 @@
 import { Effect } from "effect"
 import { Once } from "../Waits.js"
 
-interface Operation {
+export interface Operation {
   /** Given by a stop past its drain deadline: the operation is interrupted. */
   readonly stop: Once<void>
   /** Given once the operation has answered. */
@@ -75,6 +75,24 @@ export class Admitted {
         })
       )
     })
+  }
+
+  /**
+   * `admit` taken in this synchronous step, for a caller that runs its body itself and calls
+   * `leave` once it has answered: the operation in flight, or undefined once the drain has begun
+   * (the caller then goes through `admit`). Its stop is given as `admit`'s is.
+   */
+  enter(): Operation | undefined {
+    if (this.closed) return undefined
+    const operation: Operation = { stop: new Once<void>(), done: new Once<void>() }
+    this.inFlight.add(operation)
+    return operation
+  }
+
+  /** An operation `enter` took has answered. */
+  leave(operation: Operation): void {
+    this.inFlight.delete(operation)
+    operation.done.give(undefined)
   }
 
   /** Admits nothing more, and waits until every operation in flight has answered. */

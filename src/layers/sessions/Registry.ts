@@ -227,6 +227,21 @@ export class Registry {
     })
   }
 
+  /**
+   * `acquire` of a session whose cell is open in memory, taken in this synchronous step: the cell,
+   * its use taken (the caller must `release` it), or undefined, having taken nothing, when the
+   * cell is not open, is refused, or is kept by a TTL whose timer its use must stop (the caller
+   * then goes through `acquire`).
+   */
+  takeOpened(session: SessionId): Cell | undefined {
+    if (this.deleting.has(session) || FiberMap.unsafeHas(this.timers, session)) return undefined
+    const cell = this.opened(session)
+    if (cell === undefined) return undefined
+    cell.users++
+    this.unwarm(cell)
+    return cell
+  }
+
   /** Takes a use of an opened cell (refused when it broke or its session is being deleted). */
   private readonly use = (cell: Cell): Effect.Effect<Cell, SessionStorageError> => {
     const refused = refusal(cell)
