@@ -3,8 +3,9 @@
  * fraction of this process's V8 heap limit, so a server started with a small heap keeps small
  * caches and most of its heap for the requests in flight.
  *
- * - warm: idle actors kept by an idle TTL, or (released at once otherwise) because their state
- *   is larger than the projection's whole share; past it the least recently used are released
+ * - warm: idle actors kept by an idle TTL or, without one, for the release grace
+ *   (SESSION_RELEASE_GRACE_MS) or because their state is larger than the projection's whole
+ *   share; past it those in their grace, then the least recently used, are released
  *   early (an actor is kept warm for latency only, so releasing one changes nothing but speed);
  * - projection: folded states of released sessions, so their next open reads only the tail;
  * - views: what reads of released sessions need of their states (status, transcript lengths),

@@ -114,7 +114,7 @@ export interface ServerConfigShape {
    * it is removed, in milliseconds (docs/environments.md, "Registering"). 0 = never.
    */
   readonly hostIdleExpiryMs: number
-  /** How long an idle session actor stays warm; undefined = released at once, 0 = forever. */
+  /** How long an idle session actor stays warm; undefined = released once unused for a grace of 1-2 s (SESSION_RELEASE_GRACE_MS), 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
   /**
    * Bytes each of the journal's two commit-log files takes before rounds switch to the other

@@ -181,7 +181,7 @@ export const fromConfig = Config.all({
   sessionIdleTtlMs: optionalAtLeast(
     "BRAIN_SESSION_IDLE_TTL_MS",
     0,
-    "keep idle session actors warm this long (0 = forever; unset = release at once)",
+    "keep idle session actors warm this long (0 = forever; unset = release once unused for a grace of 1-2 s)",
     TIMER_SETTING_MAX_MS
   ),
   cleanupDeadlineMs: timerMs("BRAIN_CLEANUP_DEADLINE_MS", 0, defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
