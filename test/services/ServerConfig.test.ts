@@ -13,7 +13,7 @@ const read = (env: Record<string, string>) =>
   Effect.either(Effect.withConfigProvider(fromConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
 
 describe("ServerConfig from the environment", () => {
-  it.effect("BRAIN_SESSION_IDLE_TTL_MS unset means release at once (undefined), 0 means keep forever, N means N", () =>
+  it.effect("BRAIN_SESSION_IDLE_TTL_MS unset means no TTL (undefined: released after the short grace), 0 means keep forever, N means N", () =>
     Effect.gen(function*() {
       const unset = yield* read({})
       expect(Either.isRight(unset) && unset.right.sessionIdleTtlMs).toBe(undefined)
