@@ -467,6 +467,19 @@ export const WORKING_MEMORY_WAIT_MS = 10_000
 export const WORKING_MEMORY_HEAP_FRACTION = 1 / 4
 
 /**
+ * The share of the V8 heap limit large answers not yet taken by their clients may hold at once
+ * (BRAIN_ANSWER_BYTES, http/AnswerMemory.ts) when the setting is unset: transcripts (weighed by
+ * their characters and one encoded piece) and Events pages above 64 KiB (by their encoded bytes),
+ * each from when it is built until its response is written or its connection closed. Measured
+ * (2026-12-07, `--max-old-space-size=512`, 8 sessions of one 4 MiB turn): 30 clients asking for
+ * their 8 MiB transcripts and reading nothing took the heap from 168 to past 512 MiB in 4 s (each
+ * answer held its transcript, pieces of its JSON and its encoding, about 24 MiB) and the process
+ * died long before BRAIN_RESPONSE_STALL_MS cut them. An eighth (64 MiB of a 512 MiB heap: seven
+ * such transcripts in flight at once) leaves the working memory and the caches their shares.
+ */
+export const ANSWER_HEAP_FRACTION = 1 / 8
+
+/**
  * The share of the V8 heap limit request bodies held at once may count (BRAIN_INFLIGHT_BODY_BYTES,
  * counted by the bytes that arrive) when the setting is unset. A body admitted waits for its
  * working-memory share parsed, its parsed form on the heap, while a request larger than the

@@ -26,6 +26,7 @@ import { BrainApi } from "./Api.js"
 import type * as Schemas from "./Schemas.js"
 import { EventPage as EventPageSchema, MutatingHeaders } from "./Schemas.js"
 import { transcriptAnswer } from "./TranscriptAnswer.js"
+import { AnswerMemory, answerBytes } from "./AnswerMemory.js"
 import { emptyAnswer, idempotent, type IdempotentOptions, idempotentTurn, jsonAnswer, respond, storeFailure } from "./Idempotent.js"
 import { bearerToken, HOST_TOKEN_NEEDED } from "./Tokens.js"
 import { decodeRefused, invalid } from "./Errors.js"
@@ -98,6 +99,23 @@ const laterTurn = Effect.async<void>((resume) => {
  */
 const builtAnswer = <A, I>(schema: Schema.Schema<A, I>, value: A) =>
   Effect.map(Effect.orDie(Schema.encode(schema)(value)), (encoded) => HttpServerResponse.unsafeJson(encoded))
+
+/**
+ * Bytes. An Events page's answer at most this large is not weighed against the answer memory: a
+ * small page costs less than the weighing, and a client polling for new Events is never refused.
+ */
+const UNWEIGHED_ANSWER_BYTES = 64 * 1024
+
+/**
+ * `builtAnswer`, holding its encoded bytes of `answers` until the response is written or its
+ * connection closed (a client that does not read holds them until BRAIN_RESPONSE_STALL_MS cuts it);
+ * refused 503 `overloaded` when they do not fit beside the answers held.
+ */
+const heldAnswer = <A, I>(answers: AnswerMemory, schema: Schema.Schema<A, I>, value: A) =>
+  Effect.flatMap(builtAnswer(schema, value), (response) => {
+    const bytes = response.body._tag === "Uint8Array" ? response.body.body.byteLength : 0
+    return bytes <= UNWEIGHED_ANSWER_BYTES ? Effect.succeed(response) : Effect.as(answers.hold(bytes, "this page of Events"), response)
+  })
 
 /*
  * Handlers may answer with a ready HttpServerResponse (a replayed idempotent answer, a 202, an SSE
@@ -260,8 +278,11 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
      * loop: building one is main-thread work (reading and decoding up to 8 MiB of journal frames,
      * encoding the answer), and readers by the hundred must not hold every other request up.
      */
-    const turns = yield* Effect.makeSemaphore((yield* ServerConfig).pageReads)
-    const pageTurn = <A, E>(build: Effect.Effect<A, E>) => turns.withPermits(1)(Effect.zipRight(laterTurn, build))
+    const config = yield* ServerConfig
+    const turns = yield* Effect.makeSemaphore(config.pageReads)
+    const pageTurn = <A, E, R>(build: Effect.Effect<A, E, R>) => turns.withPermits(1)(Effect.zipRight(laterTurn, build))
+    /** Large answers not yet taken by their clients (BRAIN_ANSWER_BYTES): each holds its weight until its response is written or its connection closed. */
+    const answers = new AnswerMemory(answerBytes(config.answerBytes))
     /** A body-less lifecycle route on one session, under its own idempotency scope. */
     const lifecycle = <E extends ApiError>(scope: string, run: (id: SessionId) => Effect.Effect<Answer, E>, options: IdempotentOptions = {}) =>
     ({ headers, path }: { readonly headers: { readonly "idempotency-key"?: string | undefined }; readonly path: { readonly id: SessionId } }) =>
@@ -307,11 +328,11 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
           }
           return yield* pageTurn(Effect.flatMap(
             sessions.events(path.id, { after: urlParams.after ?? 0, limit: urlParams.limit ?? PAGE_EVENTS }),
-            (page) => builtAnswer(EventPageSchema, onTheWire(page))
+            (page) => heldAnswer(answers, EventPageSchema, onTheWire(page))
           ))
         }))
       .handle("transcript", ({ path }) =>
-        pageTurn(Effect.flatMap(sessions.transcript(path.id), transcriptAnswer)))
+        pageTurn(Effect.flatMap(sessions.transcript(path.id), (transcript) => transcriptAnswer(transcript, answers))))
       .handle("cancel", lifecycle("cancel", (id) => Effect.map(sessions.interrupt(id), (s) => jsonAnswer(200, s))))
       .handle("end", lifecycle("end", (id) => Effect.map(sessions.end(id), (s) => jsonAnswer(200, s)), stopping))
       .handle("delete", lifecycle("delete", (id) =>

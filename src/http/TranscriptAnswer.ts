@@ -4,49 +4,114 @@
  *
  * A session holds its transcript as messages, and its JSON can be far larger than what it holds
  * (a character escaped as `\u0001` takes six): one string of the whole answer could pass V8's
- * maximum string length (about 2^29 characters), and the transcript, which the session legally
- * holds, could then never be read. So each message's JSON is made on its own, gathered into pieces
- * of about PIECE_CHARS, and each piece written when the socket has taken the one before (the
- * platform's stream body waits for `drain`). An answer surely below WHOLE_CHARS — nearly every one —
- * is made and sent whole, with its length, as before.
+ * maximum string length (about 2^29 characters), and a client that does not read would hold all of
+ * it, encoded, until its connection is cut. So the JSON is made by pieces of about PIECE_CHARS (a
+ * long string, a message's content most often, is written in parts of its own), each encoded and
+ * written only when the socket has taken the one before (the platform's stream body waits for
+ * `drain`): an answer not taken holds the transcript it is made from, one piece, and what the
+ * socket buffers. An answer surely below WHOLE_CHARS is made and sent whole, with its length.
+ *
+ * Every answer holds its share of the server's answer memory (AnswerMemory.ts) until it is written
+ * or its connection closed, weighed by the characters of its transcript (which the answer keeps:
+ * a released session's transcript is its own copy) and one encoded piece; one that does not fit is
+ * refused 503 `overloaded` before anything of it is encoded.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import { Effect, Schema, Stream } from "effect"
+import { Effect, Schema, type Scope, Stream } from "effect"
+import type { Overloaded } from "../domain/Errors.js"
 import type { Message } from "../domain/Messages.js"
+import type { AnswerMemory } from "./AnswerMemory.js"
 import { Transcript } from "./Schemas.js"
 
-/** Characters. About this much JSON is gathered before a piece is written: large enough that a piece costs little, small enough to hold many at once. */
+/** Characters. About this much JSON is gathered before a piece is encoded and written: large enough that a piece costs little, small enough that a client that does not read holds little. */
 export const PIECE_CHARS = 256 * 1024
+
+/** Characters of a long string written at once (its JSON at most six times as many: `\u0001`). */
+const STRING_PART_CHARS = PIECE_CHARS / 4
 
 const encode = Schema.encodeSync(Transcript)
 
 /**
- * The answer's JSON in pieces of about PIECE_CHARS (one message's JSON more at most), made as
+ * The JSON of `value` (data as the contract's encoder makes it) in parts, as `JSON.stringify`
+ * writes it: a value whose JSON is surely at most PIECE_CHARS in one part, a larger array or
+ * object member by member, a longer string in parts of STRING_PART_CHARS characters (never
+ * between the halves of a surrogate pair, which JSON.stringify would escape apart).
+ */
+function* jsonParts(value: unknown, key = ""): Generator<string, void> {
+  if (value !== null && typeof value === "object" && typeof (value as { toJSON?: unknown }).toJSON === "function") {
+    value = (value as { toJSON: (key: string) => unknown }).toJSON(key)
+  }
+  if (typeof value !== "object" || value === null) {
+    if (typeof value !== "string" || value.length <= STRING_PART_CHARS) {
+      yield JSON.stringify(value) ?? "null"
+      return
+    }
+    yield "\""
+    for (let at = 0; at < value.length;) {
+      let end = Math.min(value.length, at + STRING_PART_CHARS)
+      const last = value.charCodeAt(end - 1)
+      if (end < value.length && last >= 0xd800 && last <= 0xdbff) end--
+      yield JSON.stringify(value.slice(at, end)).slice(1, -1)
+      at = end
+    }
+    yield "\""
+    return
+  }
+  if (jsonCharsAtMost(value, PIECE_CHARS) <= PIECE_CHARS) {
+    yield JSON.stringify(value)
+    return
+  }
+  if (Array.isArray(value)) {
+    yield "["
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) yield ","
+      const item: unknown = value[i]
+      if (item === undefined || typeof item === "function" || typeof item === "symbol") yield "null"
+      else yield* jsonParts(item, String(i))
+    }
+    yield "]"
+    return
+  }
+  yield "{"
+  let first = true
+  for (const name of Object.keys(value)) {
+    const member: unknown = (value as Record<string, unknown>)[name]
+    if (member === undefined || typeof member === "function" || typeof member === "symbol") continue
+    yield `${first ? "" : ","}${JSON.stringify(name)}:`
+    first = false
+    yield* jsonParts(member, name)
+  }
+  yield "}"
+}
+
+/**
+ * The answer's JSON in pieces of about PIECE_CHARS (less than two and a half at most), made as
  * they are taken. Their concatenation is the JSON of `transcript` as the contract encodes it.
  */
 export function* transcriptPieces(transcript: typeof Transcript.Type): Generator<string, void> {
   // Encoded at once, as the contract's encoder did (it makes each message's object again, sharing
   // its strings): one call costs less than one per message. Only the JSON is made by pieces.
-  const encoded = encode(transcript)
-  const messages = encoded.messages
-  let piece = "{\"messages\":["
-  for (let i = 0; i < messages.length; i++) {
-    piece += (i === 0 ? "" : ",") + JSON.stringify(messages[i])
+  let piece = ""
+  for (const part of jsonParts(encode(transcript))) {
+    piece += part
     if (piece.length >= PIECE_CHARS) {
       yield piece
       piece = ""
     }
   }
-  yield `${piece}],"through_sequence":${JSON.stringify(encoded.through_sequence)}}`
+  if (piece.length > 0) yield piece
 }
 
-const encoder = new TextEncoder()
+/** The pieces, each encoded (UTF-8) only when it is taken: its string is let go at once. */
+function* encodedPieces(transcript: typeof Transcript.Type): Generator<Uint8Array, void> {
+  for (const piece of transcriptPieces(transcript)) yield Buffer.from(piece, "utf8")
+}
 
 /**
- * Characters. An answer whose JSON is surely below this is made as one string, as before (it costs
- * less than pieces, about a fifth for a transcript of twenty messages); a larger one, by pieces.
+ * Characters. An answer whose JSON is surely below this is made as one string (it costs less than
+ * pieces, about a fifth for a transcript of twenty messages); a larger one, by pieces.
  */
-export const WHOLE_CHARS = 16 * 1024 * 1024
+export const WHOLE_CHARS = PIECE_CHARS
 
 /**
  * An upper bound of the characters of `value`'s JSON (six a string character, as `\u0001`), or
@@ -96,23 +161,37 @@ const transcriptCharsAtMost = (messages: ReadonlyArray<Message>, limit: number):
   return n
 }
 
+/** Characters a value holds, about (a string's length; anything else, a sixth of its JSON's bound). */
+const heldChars = (value: unknown): number => typeof value === "string" ? value.length : Math.ceil(jsonCharsAtMost(value, Infinity) / 6)
+
 /**
- * The transcript's answer: whole when it is surely below WHOLE_CHARS, else a stream of pieces (or
- * whole, when it fits one). A transcript off the contract is the server's fault: a defect (500
- * before anything is written).
+ * Bytes. What an answer not taken holds, about: the characters of its transcript (a byte each, as
+ * V8 holds Latin-1 text), MESSAGE_CHARS a message, and one encoded piece (three bytes a character at most).
  */
-export const transcriptAnswer = (transcript: typeof Transcript.Type): Effect.Effect<HttpServerResponse.HttpServerResponse> =>
-  Effect.sync(() => {
-    if (transcriptCharsAtMost(transcript.messages, WHOLE_CHARS) <= WHOLE_CHARS) return HttpServerResponse.unsafeJson(encode(transcript))
-    const pieces = transcriptPieces(transcript)
-    // Never done at the first: the answer's closing piece is always made.
-    const first = pieces.next().value ?? ""
-    const second = pieces.next()
-    if (second.done === true) return HttpServerResponse.text(first, { contentType: "application/json" })
-    const head = [first, second.value]
-    const rest = Stream.fromIteratorSucceed(pieces[Symbol.iterator](), 1)
-    return HttpServerResponse.stream(
-      Stream.map(Stream.concat(Stream.fromIterable(head), rest), (piece) => encoder.encode(piece)),
-      { contentType: "application/json" }
-    )
-  })
+export const transcriptWeight = (messages: ReadonlyArray<Message>): number => {
+  let n = 3 * PIECE_CHARS
+  for (const m of messages) {
+    n += MESSAGE_CHARS + heldChars(m.content)
+    if (m.tool_calls !== undefined) n += heldChars(m.tool_calls)
+    if (m.tool_call_id !== undefined) n += m.tool_call_id.length
+  }
+  return n
+}
+
+/**
+ * The transcript's answer, holding its weight of `answers` for as long as the response lasts
+ * (refused 503 `overloaded` when it does not fit): whole when it is surely below WHOLE_CHARS, else
+ * a stream of encoded pieces, each made once the socket has taken the one before. A transcript
+ * off the contract is the server's fault: a defect (500 before anything is written).
+ */
+export const transcriptAnswer = (
+  transcript: typeof Transcript.Type,
+  answers: AnswerMemory
+): Effect.Effect<HttpServerResponse.HttpServerResponse, Overloaded, Scope.Scope> =>
+  Effect.zipRight(
+    answers.hold(transcriptWeight(transcript.messages), "this transcript's answer"),
+    Effect.sync(() => {
+      if (transcriptCharsAtMost(transcript.messages, WHOLE_CHARS) <= WHOLE_CHARS) return HttpServerResponse.unsafeJson(encode(transcript))
+      return HttpServerResponse.stream(Stream.fromIteratorSucceed(encodedPieces(transcript), 1), { contentType: "application/json" })
+    })
+  )

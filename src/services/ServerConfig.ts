@@ -165,6 +165,12 @@ export interface ServerConfigShape {
    */
   readonly workingMemoryBytes: number | undefined
   /**
+   * Bytes large answers (transcripts, Events pages) may hold from when they are built until their
+   * clients have taken them (http/AnswerMemory.ts); past it a new one is refused with 503.
+   * Undefined = an eighth of the heap limit.
+   */
+  readonly answerBytes: number | undefined
+  /**
    * Bytes of compiled uploaded modules kept in memory (least recently used dropped past it; the
    * one in use is always kept). Undefined = a sixteenth of the heap limit.
    */
@@ -347,6 +353,7 @@ export const defaults: ServerConfigShape = {
   cacheBytes: undefined,
   inflightBodyBytes: undefined,
   workingMemoryBytes: undefined,
+  answerBytes: undefined,
   moduleCacheBytes: undefined,
   maxConnections: 1024,
   headersTimeoutMs: 10_000,

@@ -209,6 +209,11 @@ export const fromConfig = Config.all({
     1,
     "heap bytes session creates, opens and turns may take at once, each weighted by what it reads or brings (unset: 1/4 of the heap limit)"
   ),
+  answerBytes: optionalAtLeast(
+    "BRAIN_ANSWER_BYTES",
+    1,
+    "bytes large answers (transcripts, Events pages) may hold until their clients take them (unset: 1/8 of the heap limit)"
+  ),
   moduleCacheBytes: optionalAtLeast("BRAIN_MODULE_CACHE_BYTES", 0, "bytes of compiled uploaded modules kept in memory (unset: 1/16 of the heap limit)"),
   maxConnections: positive("BRAIN_MAX_CONNECTIONS", defaults.maxConnections, "open HTTP connections before new ones are refused"),
   headersTimeoutMs: timerMs("BRAIN_HEADERS_TIMEOUT_MS", 1, defaults.headersTimeoutMs, "time allowed to send a request's headers"),
@@ -324,6 +329,7 @@ export const fromConfig = Config.all({
     cacheBytes: Option.getOrUndefined(c.cacheBytes),
     inflightBodyBytes: Option.getOrUndefined(c.inflightBodyBytes),
     workingMemoryBytes: Option.getOrUndefined(c.workingMemoryBytes),
+    answerBytes: Option.getOrUndefined(c.answerBytes),
     moduleCacheBytes: Option.getOrUndefined(c.moduleCacheBytes),
     maxConnections: c.maxConnections,
     headersTimeoutMs: c.headersTimeoutMs,

@@ -53,6 +53,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   cacheBytes: ["BRAIN_CACHE_BYTES"],
   inflightBodyBytes: ["BRAIN_INFLIGHT_BODY_BYTES"],
   workingMemoryBytes: ["BRAIN_WORKING_MEMORY_BYTES"],
+  answerBytes: ["BRAIN_ANSWER_BYTES"],
   moduleCacheBytes: ["BRAIN_MODULE_CACHE_BYTES"],
   maxConnections: ["BRAIN_MAX_CONNECTIONS"],
   headersTimeoutMs: ["BRAIN_HEADERS_TIMEOUT_MS"],

@@ -12,7 +12,7 @@ import { Effect, Layer, Schema } from "effect"
 import { Admission, apiLive } from "../../src/http/Handlers.js"
 import { answerEncodeFailed, shapeError } from "../../src/http/ErrorShape.js"
 import { Transcript } from "../../src/http/Schemas.js"
-import { jsonCharsAtMost, PIECE_CHARS, transcriptPieces } from "../../src/http/TranscriptAnswer.js"
+import { jsonCharsAtMost, PIECE_CHARS, transcriptPieces, transcriptWeight } from "../../src/http/TranscriptAnswer.js"
 import { Agentloops } from "../../src/services/Agentloop.js"
 import { Hosts } from "../../src/services/Hosts.js"
 import { Idempotency } from "../../src/services/Idempotency.js"
@@ -87,6 +87,29 @@ describe("the transcript's answer", () => {
       // The bound that chooses one string or pieces is never below the JSON.
       expect(jsonCharsAtMost(transcript, Infinity)).toBeGreaterThanOrEqual(pieces.join("").length)
     }
+  })
+
+  it("a message far larger than a piece is written in parts: no piece passes 2.5 PIECE_CHARS, surrogate pairs and escapes kept whole", () => {
+    const huge = `${"😀".repeat(PIECE_CHARS)}\u0001"\\${"é".repeat(3 * PIECE_CHARS + 1)}`
+    const transcript = {
+      messages: [
+        { role: "user" as const, content: huge },
+        { role: "tool" as const, content: [{ type: "text", text: "\u0002".repeat(PIECE_CHARS) }], tool_call_id: "c1" },
+        { role: "assistant" as const, content: "ok", tool_calls: [{ id: "c2", name: "t", input: { big: "z".repeat(2 * PIECE_CHARS) } }] }
+      ],
+      through_sequence: 9
+    }
+    const pieces = [...transcriptPieces(transcript)]
+    expect(pieces.join("")).toBe(JSON.stringify(Schema.encodeSync(Transcript)(transcript)))
+    for (const piece of pieces) expect(piece.length).toBeLessThanOrEqual(2.5 * PIECE_CHARS)
+    expect(pieces.length).toBeGreaterThan(10)
+  })
+
+  it("weighs an answer by its transcript's characters and one encoded piece", () => {
+    const messages = [{ role: "user" as const, content: "x".repeat(1_000_000) }, { role: "assistant" as const, content: "y".repeat(500_000) }]
+    const weight = transcriptWeight(messages)
+    expect(weight).toBeGreaterThanOrEqual(1_500_000 + 3 * PIECE_CHARS)
+    expect(weight).toBeLessThan(1_500_000 + 3 * PIECE_CHARS + 1024)
   })
 
   it("a small transcript is answered whole, with its length", async () => {

@@ -48,7 +48,7 @@ import type { ModelDelta } from "../../domain/Model.js"
 import type { JournalReadError, JournalShape, SubscriberLagged } from "../../services/Journal.js"
 import { type ServerConfigShape, sessionStreams } from "../../services/ServerConfig.js"
 import type { Following, FollowError } from "../../services/Sessions.js"
-import { checkCursor, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
+import { checkCursor, type Folded, lengthAfter, readPage, transcriptLengthThrough } from "./Events.js"
 import { deltaFrame, encode, eventFrame, frameParts } from "./SseFrames.js"
 import { type CatchUpPage, Tap, type TapLimits } from "./Tap.js"
 
@@ -293,7 +293,7 @@ export const make = (
 
 
     /** Opens a session's feed: subscribes, then starts where the journal is now. */
-    const openFeed = (session: SessionId, state: SessionState, entry: Entry) =>
+    const openFeed = (session: SessionId, state: Folded, entry: Entry) =>
       Effect.gen(function*() {
         const scope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
         return yield* Effect.gen(function*() {
@@ -335,7 +335,7 @@ export const make = (
       )
 
     /** Takes a subscriber slot on the session's feed, opening the feed for the first one. */
-    const admit = (session: SessionId, state: SessionState) =>
+    const admit = (session: SessionId, state: Folded) =>
       Effect.suspend(() => {
         if (subscribers >= config.sseMaxSubscribers) {
           return Effect.fail(tooMany("BRAIN_SSE_MAX_SUBSCRIBERS", config.sseMaxSubscribers))
@@ -388,9 +388,21 @@ export const make = (
         Effect.mapError(fromJournal)
       )
 
+    /**
+     * What a stream needs of its session's state: how far it reaches, its transcript's lengths and
+     * whether it is over. Never the state itself: a stream lives as long as its reader (one that
+     * does not read, until its stall bound), and the closures its scope keeps would keep the whole
+     * state (the transcript, a released session's copy of its own) alive with it.
+     */
+    const streamView = (state: SessionState) => ({
+      lastSequence: state.lastSequence,
+      transcriptLengths: state.transcriptLengths,
+      over: state.status === "ended" || state.status === "failed"
+    })
+
     const follow: LiveFeeds["follow"] = (session, after, snapshot) =>
       Effect.gen(function*() {
-        const state = yield* snapshot
+        const state = streamView(yield* snapshot)
         yield* checkCursor(journal, session, after).pipe(
           Effect.catchTags({
             SessionNotFound: (e) => Effect.fail(fromJournal(e)),
@@ -399,7 +411,7 @@ export const make = (
           })
         )
         // Over, and the reader has all of it: nothing to stream, so no slot is taken.
-        if ((state.status === "ended" || state.status === "failed") && after >= state.lastSequence) {
+        if (state.over && after >= state.lastSequence) {
           return { body: Readable.from([]), stop: Effect.void, over: true }
         }
         const length = yield* transcriptLengthThrough(journal, session, state, after).pipe(Effect.mapError(fromJournal))
@@ -411,7 +423,7 @@ export const make = (
           from: { after, length },
           registeredAt: feed.through,
           // Ended or failed: nothing more of its life will be recorded, so the stream ends once caught up.
-          atEnd: state.status === "ended" || state.status === "failed",
+          atEnd: state.over,
           limits,
           read: readCatchUp(session),
           run: (read, done) => {
