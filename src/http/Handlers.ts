@@ -5,6 +5,7 @@
 import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Deferred, Effect, Either, FiberId, Layer, ParseResult, Schema, type Scope } from "effect"
 import { type HostId, mintSessionId, type SessionId } from "../domain/Ids.js"
+import { Permits } from "../domain/Permits.js"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import {
   type ApiError,
@@ -279,8 +280,8 @@ export const sessionsLive = (admission: Admission) => HttpApiBuilder.group(Brain
      * encoding the answer), and readers by the hundred must not hold every other request up.
      */
     const config = yield* ServerConfig
-    const turns = yield* Effect.makeSemaphore(config.pageReads)
-    const pageTurn = <A, E, R>(build: Effect.Effect<A, E, R>) => turns.withPermits(1)(Effect.zipRight(laterTurn, build))
+    const turns = new Permits(config.pageReads)
+    const pageTurn = <A, E, R>(build: Effect.Effect<A, E, R>) => turns.withPermit(Effect.zipRight(laterTurn, build))
     /** Large answers not yet taken by their clients (BRAIN_ANSWER_BYTES): each holds its weight until its response is written or its connection closed. */
     const answers = new AnswerMemory(answerBytes(config.answerBytes))
     /** A body-less lifecycle route on one session, under its own idempotency scope. */

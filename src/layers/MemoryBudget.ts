@@ -16,6 +16,7 @@
  */
 import * as v8 from "node:v8"
 import {
+  ANSWER_HEAP_FRACTION,
   CACHE_HEAP_FRACTION,
   DEFAULT_CACHE_BYTES_CAP,
   INFLIGHT_BODY_HEAP_FRACTION,
@@ -40,6 +41,10 @@ export const inflightBodyBytes = (setting: number | undefined): number =>
 /** Heap session creates, opens and turns may take at once (BRAIN_WORKING_MEMORY_BYTES): the setting, or a quarter of the heap limit. */
 export const workingMemoryBytes = (setting: number | undefined): number =>
   setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * WORKING_MEMORY_HEAP_FRACTION)
+
+/** SSE catch-up pages held until their sockets take them (layers/sessions/HeldPages.ts): BRAIN_ANSWER_BYTES, or an eighth of the heap limit. */
+export const sseHeldPageBytes = (setting: number | undefined): number =>
+  setting ?? Math.floor(v8.getHeapStatistics().heap_size_limit * ANSWER_HEAP_FRACTION)
 
 /** Compiled uploaded modules kept in memory (BRAIN_MODULE_CACHE_BYTES): the setting, or a sixteenth of the heap limit. */
 export const moduleCacheBytes = (setting: number | undefined): number =>

@@ -29,9 +29,12 @@
  *   other sessions' requests up for seconds (docs/operations.md, "SSE streams").
  */
 import { Readable } from "node:stream"
-import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Scope, Stream } from "effect"
+import { Deferred, Duration, Effect, ExecutionStrategy, Exit, FiberId, FiberSet, Option, Scope, Stream } from "effect"
 import { Internal, type JournalCorrupt, type NotFound, Overloaded, type SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
+import { Permits } from "../../domain/Permits.js"
+import { sseHeldPageBytes } from "../MemoryBudget.js"
+import { HeldPages } from "./HeldPages.js"
 import {
   PAGE_EVENTS,
   SSE_CATCH_UP_BYTES,
@@ -151,6 +154,7 @@ export const make = (
     | "sseHeartbeatMs"
     | "sseStallMs"
     | "sseCloseGraceMs"
+    | "answerBytes"
   >,
   fromJournal: (e: JournalReadError) => NotFound | JournalCorrupt | Overloaded,
   pacing: Pacing = wallPacing
@@ -160,7 +164,9 @@ export const make = (
     /** Runs the catch-up reads a socket's demand starts, in fibers these feeds own. */
     const run = yield* FiberSet.makeRuntime<never>()
     /** Catch-up reads under way in the process: the rest wait their turn. */
-    const reads = yield* Effect.makeSemaphore(SSE_CATCH_UP_READS)
+    const reads = new Permits(SSE_CATCH_UP_READS)
+    /** Catch-up pages read and not yet taken by their sockets, in the whole process. */
+    const held = new HeldPages(sseHeldPageBytes(config.answerBytes))
     const entries = new Map<SessionId, Entry>()
     /** Streams one session may hold: its setting, or its share of the readers' streams. */
     const perSession = sessionStreams(config)
@@ -373,20 +379,35 @@ export const make = (
         return Scope.close(feed.scope, Exit.void)
       })
 
-    const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, FollowError> =>
-      readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: pageBytes }, (e) => {
+    /**
+     * A catch-up page, read once the pages streams hold are below their bound (HeldPages.ts) at
+     * the moment the read has its turn: held until its stream's socket has taken it (`release`).
+     */
+    const readCatchUp = (session: SessionId) => (after: number, length: number, until: number): Effect.Effect<CatchUpPage, FollowError> => {
+      const read = readPage(journal, session, { after, length }, until, { events: PAGE_EVENTS, bytes: pageBytes }, (e) => {
         const frame = eventFrame(e)
         return { item: frame, size: Buffer.byteLength(frame) }
       }).pipe(
-        Effect.map((page) => ({
-          bytes: page.items.length > 0 ? encode(page.items.join("")) : undefined,
-          next: page.next,
-          length: page.length,
-          ended: page.ended
-        })),
-        reads.withPermits(1),
+        Effect.map((page): CatchUpPage => {
+          if (page.items.length === 0) return { bytes: undefined, next: page.next, length: page.length, ended: page.ended }
+          const bytes = encode(page.items.join(""))
+          return { bytes, next: page.next, length: page.length, ended: page.ended, release: held.take(bytes.byteLength) }
+        }),
         Effect.mapError(fromJournal)
       )
+      const attempt: Effect.Effect<CatchUpPage, FollowError> = Effect.zipRight(
+        held.whenRoom,
+        Effect.flatMap(
+          reads.withPermit(Effect.suspend(() => held.room ? Effect.map(read, Option.some) : Effect.succeed(Option.none<CatchUpPage>()))),
+          // Read: the next in line may try, if room is left. No room by the time its turn came: in line again.
+          (page) => Effect.suspend(() => {
+            held.next()
+            return Option.isSome(page) ? Effect.succeed(page.value) : attempt
+          })
+        )
+      )
+      return attempt
+    }
 
     /**
      * What a stream needs of its session's state: how far it reaches, its transcript's lengths and

@@ -73,6 +73,8 @@ export class Tap<E extends ApiError> extends Readable {
   private stall: ReturnType<typeof setTimeout> | undefined
   /** Where this body is piped: the response, which a stream that ended and does not drain is closed by. */
   private sink: Writable | undefined
+  /** The last catch-up page's bytes and what gives back its hold on the process's bound (HeldPages.ts), until its socket has taken it. */
+  private heldPage: { readonly bytes: Uint8Array; readonly release: () => void } | undefined
 
   constructor(private readonly options: TapOptions<E>) {
     super({ highWaterMark: options.limits.writeBytes })
@@ -170,8 +172,20 @@ export class Tap<E extends ApiError> extends Readable {
   }
 
   override _read(): void {
+    this.releaseTaken()
     this.wanting = true
     this.deliver()
+  }
+
+  /**
+   * Gives back the last page's hold once it has left this stream and the socket took it without
+   * holding this stream back (or has drained since): flowing, nothing of it buffered or pending.
+   */
+  private releaseTaken() {
+    const page = this.heldPage
+    if (page === undefined || this.readableFlowing === false || this.readableLength > 0 || this.pending.includes(page.bytes)) return
+    this.heldPage = undefined
+    page.release()
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
@@ -238,10 +252,14 @@ export class Tap<E extends ApiError> extends Readable {
     this.due = false
     this.reading = true
     const from = this.cursor
+    this.releaseTaken()
     const cancel = this.options.run(this.options.read(from, this.length, this.until), (outcome) => {
       this.reading = false
       this.cancelRead = undefined
-      if (this.over) return
+      if (this.over) {
+        if (!isApiError(outcome)) outcome.release?.()
+        return
+      }
       if (isApiError(outcome)) return this.endWith(errorFrame(outcome))
       this.accept(outcome, from)
       this.deliver()
@@ -258,6 +276,7 @@ export class Tap<E extends ApiError> extends Readable {
 
   private onResume() {
     this.clearStall()
+    this.releaseTaken()
     // Not at once: a pipe emits `resume` before it hands on what this stream holds, which may fill the socket again.
     if (this.due) setImmediate(() => this.readDue())
   }
@@ -297,6 +316,12 @@ export class Tap<E extends ApiError> extends Readable {
     this.cursor = page.next
     this.length = page.length
     if (page.bytes) this.pending.push(page.bytes)
+    if (page.release !== undefined) {
+      // The page before was taken (a page is read only once the socket has drained).
+      this.heldPage?.release()
+      this.heldPage = page.bytes !== undefined ? { bytes: page.bytes, release: page.release } : undefined
+      if (page.bytes === undefined) page.release()
+    }
     if (page.ended) {
       this.finished = true
       this.dropBacklog()
@@ -344,6 +369,13 @@ export class Tap<E extends ApiError> extends Readable {
     if (graceful) {
       this.push(null)
       this.closeUnlessDrained(closeAfterMs)
+    }
+    // The last page's hold lasts until its connection is done with it (taken, or closed).
+    const page = this.heldPage
+    this.heldPage = undefined
+    if (page !== undefined) {
+      if (this.sink === undefined || this.sink.writableFinished || this.sink.destroyed) page.release()
+      else finished(this.sink, () => page.release())
     }
     this.options.onDone()
   }

@@ -25,6 +25,8 @@ export interface CatchUpPage {
   /** The transcript's length just after `next`. */
   readonly length: number
   readonly ended: boolean
+  /** Gives back what the page holds of the process's bound on held pages (HeldPages.ts), once its socket has taken it. */
+  readonly release?: () => void
 }
 
 export type ReadCatchUp<E> = (after: number, length: number, until: number) => Effect.Effect<CatchUpPage, E>
