@@ -5,6 +5,8 @@
  *
  * - Catch-up reads the next page only once the socket has drained: a reader that takes nothing
  *   holds about one page beyond its socket's buffer, however long the session.
+ * - Readers that take nothing hold, all together, at most the held-pages bound (BRAIN_ANSWER_BYTES,
+ *   HeldPages.ts) and the two pages being read; the others wait before their first page, holding nothing.
  * - A reader whose socket stays undrained for BRAIN_SSE_STALL_MS while still catching up is cut off
  *   with `stream_lagged` naming the cursor to resume after; a live reader is not (its backlog
  *   bounds it).
@@ -107,6 +109,30 @@ const config = (more: { sseStallMs?: number; sseCloseGraceMs?: number } = {}) =>
   runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0, ...more } })
 
 describe("SSE catch-up against a socket that does not drain", () => {
+  it.scopedLive("many readers that take nothing hold, all together, at most the held-pages bound (BRAIN_ANSWER_BYTES) and two pages; the others wait holding nothing, and each gets every Event once its socket drains", () =>
+    Effect.gen(function*() {
+      const { sessions, session, all } = yield* setup
+      const READERS = 24
+      const BOUND = 3 * BACKLOG_BYTES
+      const sockets = Array.from({ length: READERS }, () => socket())
+      const bodies: Array<{ readonly readableLength: number }> = []
+      // Each follow reads its first page before it answers: one held back waits there.
+      for (const s of sockets) {
+        yield* Effect.forkScoped(Effect.map(sessions.follow(session, 0), ({ body }) => {
+          bodies.push(body)
+          void pipeline(body, s.writable).catch(() => {})
+        }))
+      }
+      yield* Effect.sleep("300 millis") // many turns of the event loop: every reader that could read has
+      const held = sockets.reduce((n, s) => n + s.handed(), 0) + bodies.reduce((n, b) => n + b.readableLength, 0)
+      // What each stream says before its pages (the connected comment) aside.
+      expect(held - READERS * 16).toBeLessThanOrEqual(BOUND + 2 * BACKLOG_BYTES)
+      for (const s of sockets) s.drain()
+      yield* until("every reader's whole catch-up", () => sockets.every((s) => s.frames().some((f) => f.json.data?.i === TICKS - 1)))
+      const events = yield* all
+      for (const s of sockets) expect(s.frames().map((f) => f.id)).toEqual(events)
+    }).pipe(Effect.provide(runtimeLayer({ config: { sseBacklogBytes: BACKLOG_BYTES, sseHeartbeatMs: 0, answerBytes: 3 * BACKLOG_BYTES } }))))
+
   it.scopedLive("catch-up reads the next page only once the socket has drained: a reader that takes nothing holds one page beyond its socket's buffer, and then gets every Event once", () =>
     Effect.gen(function*() {
       const { sessions, session, all } = yield* setup
