@@ -12,9 +12,9 @@
  * socket buffers. An answer surely below WHOLE_CHARS is made and sent whole, with its length.
  *
  * Every answer holds its share of the server's answer memory (AnswerMemory.ts) until it is written
- * or its connection closed, weighed by the characters of its transcript (which the answer keeps:
- * a released session's transcript is its own copy) and one encoded piece; one that does not fit is
- * refused 503 `overloaded` before anything of it is encoded.
+ * or its connection closed: one sent whole, by its JSON; one sent by pieces, by the characters of
+ * its transcript (which the answer keeps: a released session's transcript is its own copy) and one
+ * encoded piece. One that does not fit is refused 503 `overloaded` before anything of it is encoded.
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Schema, type Scope, Stream } from "effect"
@@ -188,10 +188,16 @@ export const transcriptAnswer = (
   transcript: typeof Transcript.Type,
   answers: AnswerMemory
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, Overloaded, Scope.Scope> =>
-  Effect.zipRight(
-    answers.hold(transcriptWeight(transcript.messages), "this transcript's answer"),
-    Effect.sync(() => {
-      if (transcriptCharsAtMost(transcript.messages, WHOLE_CHARS) <= WHOLE_CHARS) return HttpServerResponse.unsafeJson(encode(transcript))
-      return HttpServerResponse.stream(Stream.fromIteratorSucceed(encodedPieces(transcript), 1), { contentType: "application/json" })
-    })
-  )
+  Effect.suspend(() => {
+    const chars = transcriptCharsAtMost(transcript.messages, WHOLE_CHARS)
+    // Sent whole, it holds its JSON (three bytes a character at most, encoded); by pieces, its
+    // transcript and one piece.
+    return chars <= WHOLE_CHARS
+      ? Effect.zipRight(answers.hold(3 * chars, WHAT), Effect.sync(() => HttpServerResponse.unsafeJson(encode(transcript))))
+      : Effect.zipRight(
+        answers.hold(transcriptWeight(transcript.messages), WHAT),
+        Effect.sync(() => HttpServerResponse.stream(Stream.fromIteratorSucceed(encodedPieces(transcript), 1), { contentType: "application/json" }))
+      )
+  })
+
+const WHAT = "this transcript's answer"
