@@ -304,12 +304,12 @@ export class Tap<E extends ApiError> extends Readable {
     } else if (!sink.writableFinished) sink.destroy()
   }
 
-  /** Closes the connection unless its socket has taken everything within `ms` (0: no bound). */
-  private closeUnlessDrained(ms: number) {
-    if (ms === 0) return
+  /** A timer that closes the connection unless its socket has taken everything within `ms` (0: none). */
+  private closeUnlessDrained(ms: number): ReturnType<typeof setTimeout> | undefined {
+    if (ms === 0) return undefined
     const timer = setTimeout(() => this.close(), ms)
     timer.unref()
-    if (this.sink !== undefined) finished(this.sink, () => clearTimeout(timer))
+    return timer
   }
 
   private accept(page: CatchUpPage, from: number) {
@@ -366,16 +366,22 @@ export class Tap<E extends ApiError> extends Readable {
     this.cancelRead = undefined
     this.dropBacklog()
     this.pending = []
+    let timer: ReturnType<typeof setTimeout> | undefined
     if (graceful) {
       this.push(null)
-      this.closeUnlessDrained(closeAfterMs)
+      timer = this.closeUnlessDrained(closeAfterMs)
     }
-    // The last page's hold lasts until its connection is done with it (taken, or closed).
+    // The last page's hold lasts until its connection is done with it (taken, or closed), and so
+    // does the close's timer: one wait on the response for both (each adds its listeners to it).
     const page = this.heldPage
     this.heldPage = undefined
-    if (page !== undefined) {
-      if (this.sink === undefined || this.sink.writableFinished || this.sink.destroyed) page.release()
-      else finished(this.sink, () => page.release())
+    if (this.sink === undefined) page?.release()
+    else if (page !== undefined || timer !== undefined) {
+      if (page !== undefined && (this.sink.writableFinished || this.sink.destroyed)) page.release()
+      finished(this.sink, () => {
+        if (timer !== undefined) clearTimeout(timer)
+        page?.release()
+      })
     }
     this.options.onDone()
   }
