@@ -289,6 +289,26 @@ describe("the openai-responses provider", () => {
         ])
       })))
 
+  it.live("an item the final response lists at another position than its stream's output_index is recorded once, by its id (text) or call_id (a call); an item only in the final response is still filled in, even at a streamed item's position", () =>
+    Effect.gen(function*() {
+      const text = yield* answer({ steps: Fixture.shiftedText() })
+      expect(ok(text)).toMatchObject({ text: "Shifted. Late.", tool_calls: [], stop_reason: "end" })
+      expect(text.deltas).toEqual([{ type: "text", text: "Shif" }, { type: "text", text: "ted." }, { type: "text", text: " Late." }])
+      const call = yield* answer({ steps: Fixture.shiftedCall() })
+      expect(ok(call)).toMatchObject({
+        text: "",
+        tool_calls: [{ id: "call_shifted", name: "lookup", input: { q: "r" } }, { id: "call_only_final", name: "now", input: {} }],
+        stop_reason: "tool_calls"
+      })
+      expect(call.deltas).toEqual([
+        { type: "tool_call", index: 0, id: "call_shifted", name: "lookup", input_delta: "" },
+        { type: "tool_call", index: 0, input_delta: '{"q":' },
+        { type: "tool_call", index: 0, input_delta: '"r"}' },
+        { type: "tool_call", index: 1, id: "call_only_final", name: "now", input_delta: "" },
+        { type: "tool_call", index: 1, input_delta: "{}" }
+      ])
+    }))
+
   it.live("an error status fails with the provider's error body: 400 model_rejected (not ambiguous), 429 model_rate_limited with retry-after as advice, 500 model_unavailable (ambiguous)", () =>
     Effect.gen(function*() {
       const invalid = {

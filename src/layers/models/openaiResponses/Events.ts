@@ -30,12 +30,15 @@ export const Refusal = Schema.Struct({ type: Schema.Literal("refusal"), refusal:
 export const MessagePart = Schema.Union(OutputText, Refusal, Ignored("output_text", "refusal"))
 export type MessagePart = typeof MessagePart.Type
 
+/** An item's `id` is read to recognise it in the final response, whatever position it is listed at there. */
 export const MessageItem = Schema.Struct({
   type: Schema.Literal("message"),
+  id: Optional(Schema.String),
   content: Optional(Schema.Array(MessagePart))
 })
 export const FunctionCallItem = Schema.Struct({
   type: Schema.Literal("function_call"),
+  id: Optional(Schema.String),
   call_id: Schema.String,
   name: Schema.String,
   arguments: Optional(Schema.String)
@@ -82,29 +85,34 @@ export const StreamEvent = Schema.Union(
   Schema.Struct({
     type: Schema.Literal("response.output_text.delta", "response.refusal.delta"),
     output_index: Index,
+    item_id: Optional(Schema.String),
     content_index: Index,
     delta: Schema.String
   }),
   Schema.Struct({
     type: Schema.Literal("response.output_text.done"),
     output_index: Index,
+    item_id: Optional(Schema.String),
     content_index: Index,
     text: Schema.String
   }),
   Schema.Struct({
     type: Schema.Literal("response.refusal.done"),
     output_index: Index,
+    item_id: Optional(Schema.String),
     content_index: Index,
     refusal: Schema.String
   }),
   Schema.Struct({
     type: Schema.Literal("response.function_call_arguments.delta"),
     output_index: Index,
+    item_id: Optional(Schema.String),
     delta: Schema.String
   }),
   Schema.Struct({
     type: Schema.Literal("response.function_call_arguments.done"),
     output_index: Index,
+    item_id: Optional(Schema.String),
     arguments: Schema.String
   }),
   /** Documented with `code`/`message` at the top level; some servers nest them under `error`. */

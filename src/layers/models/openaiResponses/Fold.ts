@@ -6,9 +6,15 @@
  *   arguments its argument deltas joined. A `*.done` event, a finished output item or the final
  *   response fills in only what was never streamed (and passes it to `onDelta` then), so the
  *   deltas a client saw always join to what is journaled.
- * - Output items are keyed by `output_index`; function calls are numbered in the order they
- *   appear, and carry the model's `call_id` as their id. A refusal part counts as text and makes
- *   the stop reason `refusal`.
+ * - Output items are keyed by `output_index` while they stream; function calls are numbered in the
+ *   order they appear, and carry the model's `call_id` as their id. A refusal part counts as text
+ *   and makes the stop reason `refusal`.
+ * - The final response's `output` is matched to what streamed by each item's `id` (a function
+ *   call's `call_id` too), not by its position in the array: a server may number its stream
+ *   otherwise (a gateway that leaves an item out of the final array), and an item counted twice
+ *   would double the text or record a call twice. An item with neither id known is taken as
+ *   streamed under its position, unless another item streamed or listed there says otherwise;
+ *   then it never streamed, and is filled in whole.
  * - `response.completed` or `response.incomplete` is the final event; whatever follows it is not
  *   read. A stream that closes without one is `model_stream_broken` (ambiguous).
  * - `error` and `response.failed` end the call with a typed failure carrying the provider's error.
@@ -115,31 +121,47 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
    */
   let begun = false
   let refused = false
-  /** `output_index:content_index` of the text and refusal parts that have had some text. */
+  /**
+   * `key:content_index` of the text and refusal parts that have had some text. An item's key is
+   * its `output_index` while it streams; one the final response holds that never streamed has a
+   * key of its own (`finalKeys`).
+   */
   const textParts = new Set<string>()
   const calls: Array<Call> = []
-  const callAt = new Map<number, Call>()
+  const callAt = new Map<string, Call>()
+  /** The key of each function call by its `call_id`, the first it came under. */
+  const callKeys = new Map<string, string>()
+  /** The item `id` streamed under each `output_index`, when the server named one (the first). */
+  const idAt = new Map<number, string>()
+  /** The `output_index` each item `id` streamed under (the first). */
+  const indexOfId = new Map<string, number>()
+  const seeItem = (outputIndex: number, id: string | null | undefined) => {
+    if (id === null || id === undefined || idAt.has(outputIndex)) return
+    idAt.set(outputIndex, id)
+    if (!indexOfId.has(id)) indexOfId.set(id, outputIndex)
+  }
   let started: ResponseObject | undefined
   let final: Final | undefined
 
-  const addText = (outputIndex: number, contentIndex: number, piece: string, refusal: boolean) => {
+  const addText = (key: string, contentIndex: number, piece: string, refusal: boolean) => {
     if (refusal) refused = true
     if (piece === "") return
-    textParts.add(`${outputIndex}:${contentIndex}`)
+    textParts.add(`${key}:${contentIndex}`)
     text += piece
     begun = true
     onDelta({ type: "text", text: piece })
   }
-  const fillText = (outputIndex: number, contentIndex: number, whole: string, refusal: boolean) => {
-    if (!textParts.has(`${outputIndex}:${contentIndex}`)) addText(outputIndex, contentIndex, whole, refusal)
+  const fillText = (key: string, contentIndex: number, whole: string, refusal: boolean) => {
+    if (!textParts.has(`${key}:${contentIndex}`)) addText(key, contentIndex, whole, refusal)
   }
 
-  const openCall = (outputIndex: number, item: { readonly call_id: string; readonly name: string }) => {
-    const existing = callAt.get(outputIndex)
+  const openCall = (key: string, item: { readonly call_id: string; readonly name: string }) => {
+    const existing = callAt.get(key)
     if (existing !== undefined) return existing
     const call: Call = { index: calls.length, id: item.call_id, name: item.name, args: "" }
     calls.push(call)
-    callAt.set(outputIndex, call)
+    callAt.set(key, call)
+    if (!callKeys.has(item.call_id)) callKeys.set(item.call_id, key)
     begun = true
     onDelta({ type: "tool_call", index: call.index, id: call.id, name: call.name, input_delta: "" })
     return call
@@ -153,7 +175,7 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
     if (call.args === "") addArgs(call, whole)
   }
   const streamedCall = (outputIndex: number, type: string) => {
-    const call = callAt.get(outputIndex)
+    const call = callAt.get(String(outputIndex))
     return call !== undefined
       ? call
       : badResponse(`${provider} sent ${type} for output item ${outputIndex}, which is not a function call it announced`, false, {
@@ -163,15 +185,40 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
   }
 
   /** A finished output item: fills in whatever of it was never streamed. */
-  const settle = (outputIndex: number, item: OutputItem) => {
+  const settle = (key: string, item: OutputItem) => {
     if (item.type === "message") {
       ;(item.content ?? []).forEach((part, contentIndex) => {
-        if (part.type === "output_text") fillText(outputIndex, contentIndex, part.text, false)
-        else if (part.type === "refusal") fillText(outputIndex, contentIndex, part.refusal, true)
+        if (part.type === "output_text") fillText(key, contentIndex, part.text, false)
+        else if (part.type === "refusal") fillText(key, contentIndex, part.refusal, true)
       })
     } else if (item.type === "function_call") {
-      fillArgs(openCall(outputIndex, item), item.arguments ?? "")
+      fillArgs(openCall(key, item), item.arguments ?? "")
     }
+  }
+
+  /**
+   * The key of each item of the final response: the `output_index` it streamed under, known by its
+   * `id` or (a function call) its `call_id`; else its position in the array, unless that position
+   * streamed another item (another `id`, another call) or another item of the array was known to
+   * have streamed there: then the item never streamed, and has a key of its own.
+   */
+  const finalKeys = (output: ReadonlyArray<OutputItem>): Array<string> => {
+    const known = output.map((item) => {
+      if (item.type === "ignored") return undefined
+      const byId = item.id !== null && item.id !== undefined ? indexOfId.get(item.id) : undefined
+      if (byId !== undefined) return String(byId)
+      return item.type === "function_call" ? callKeys.get(item.call_id) : undefined
+    })
+    const claimed = new Set(known.filter((key) => key !== undefined))
+    return output.map((item, position) => {
+      const key = known[position]
+      if (key !== undefined) return key
+      const streamedId = idAt.get(position)
+      const otherItem = claimed.has(String(position)) ||
+        (item.type !== "ignored" && item.id !== null && item.id !== undefined && streamedId !== undefined && streamedId !== item.id) ||
+        (item.type === "function_call" && callAt.has(String(position)))
+      return otherItem ? `final:${position}` : String(position)
+    })
   }
 
   const apply = (event: StreamEvent): ModelFailed | undefined => {
@@ -182,23 +229,30 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
         begun = true
         return undefined
       case "response.output_item.added":
-        if (event.item.type === "function_call") openCall(event.output_index, event.item)
+        if (event.item.type === "ignored") return undefined
+        seeItem(event.output_index, event.item.id)
+        if (event.item.type === "function_call") openCall(String(event.output_index), event.item)
         return undefined
       case "response.output_item.done":
-        settle(event.output_index, event.item)
+        if (event.item.type !== "ignored") seeItem(event.output_index, event.item.id)
+        settle(String(event.output_index), event.item)
         return undefined
       case "response.output_text.delta":
       case "response.refusal.delta":
-        addText(event.output_index, event.content_index, event.delta, event.type === "response.refusal.delta")
+        seeItem(event.output_index, event.item_id)
+        addText(String(event.output_index), event.content_index, event.delta, event.type === "response.refusal.delta")
         return undefined
       case "response.output_text.done":
-        fillText(event.output_index, event.content_index, event.text, false)
+        seeItem(event.output_index, event.item_id)
+        fillText(String(event.output_index), event.content_index, event.text, false)
         return undefined
       case "response.refusal.done":
-        fillText(event.output_index, event.content_index, event.refusal, true)
+        seeItem(event.output_index, event.item_id)
+        fillText(String(event.output_index), event.content_index, event.refusal, true)
         return undefined
       case "response.function_call_arguments.delta":
       case "response.function_call_arguments.done": {
+        seeItem(event.output_index, event.item_id)
         const call = streamedCall(event.output_index, event.type)
         if (call instanceof ModelFailed) return call
         if (event.type === "response.function_call_arguments.delta") addArgs(call, event.delta)
@@ -206,10 +260,13 @@ export const makeFold = (provider: string, onDelta: (delta: ModelDelta) => void)
         return undefined
       }
       case "response.completed":
-      case "response.incomplete":
-        ;(event.response.output ?? []).forEach((item, outputIndex) => settle(outputIndex, item))
+      case "response.incomplete": {
+        const output = event.response.output ?? []
+        const keys = finalKeys(output)
+        output.forEach((item, position) => settle(keys[position]!, item))
         final = event
         return undefined
+      }
       case "response.failed": {
         const error = event.response.error
         return reportedFailure(provider, error, field(error, "code"), field(error, "message"), {
