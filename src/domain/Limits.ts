@@ -41,6 +41,16 @@ export const TIMER_SETTING_MAX_MS = 2 ** 31 - 1
  */
 export const TOOL_TIMEOUT_MAX_MS = TIMER_SETTING_MAX_MS
 
+/**
+ * Milliseconds. The longest a model provider's error response (an error status, or a 2xx that is
+ * not an event stream) has its body read, counted from its headers. The status already says how
+ * the call fails; the body is only its detail (the first 16 KiB kept), so a body that drips (a
+ * byte now and then, never stalling for BRAIN_MAX_MODEL_SECS) must not hold the call and its
+ * session until the turn's deadline. An error body of any size Brain keeps comes well within it
+ * on a working connection.
+ */
+export const MODEL_ERROR_BODY_MS = 5_000
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

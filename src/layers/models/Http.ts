@@ -20,7 +20,8 @@
  *   - 5xx (529 included) `model_unavailable`, ambiguous (it may have run part of it), retryable.
  *   An `x-should-retry: true|false` header is the provider's own word on this response and
  *   overrides the retryable above; it never changes `ambiguous`. The status says what happened
- *   whatever then befalls its body (a stall, a reset): the failure keeps what of it came.
+ *   whatever then befalls its body (a stall, a reset, a drip still going after
+ *   MODEL_ERROR_BODY_MS): the failure keeps what of it came.
  * - A 2xx whose Content-Type is not `text/event-stream` (a JSON completion from a server that does
  *   not stream, a gateway's error page): `model_bad_response`, ambiguous (it may have run), not
  *   retryable (the same request gets the same answer), its body kept like an error body. A 2xx
@@ -61,6 +62,7 @@ import { Effect, Either, Redacted } from "effect"
 import type { Transform } from "node:stream"
 import * as zlib from "node:zlib"
 import type { Dispatcher } from "undici"
+import { MODEL_ERROR_BODY_MS } from "../../domain/Limits.js"
 import { redact, redactCutText, redactText, redactTexts } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
@@ -289,6 +291,8 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     /** Left before the request reached a connection: aborted as soon as it does. */
     let leftEarly = false
     let timer: ReturnType<typeof setTimeout> | undefined
+    /** Bounds the read of a refused response's body as a whole (MODEL_ERROR_BODY_MS from its headers). */
+    let bodyTimer: ReturnType<typeof setTimeout> | undefined
     let status = 0
     /**
      * Set at the headers when the response cannot be an answer (an error status, a 2xx that is not
@@ -315,6 +319,7 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     /** Closes the request's connection, wherever the request is. */
     const leave = () => {
       if (timer !== undefined) clearTimeout(timer)
+      if (bodyTimer !== undefined) clearTimeout(bodyTimer)
       left = true
       decoder?.destroy()
       if (closed) return
@@ -334,6 +339,17 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     /** The refused response's failure with what of its body was kept (`whole`: all of it). */
     const refused = (whole: boolean) =>
       refusal!({ body: keptBody(Buffer.concat(keptChunks, keptBytes).toString("utf8"), whole, secrets) })
+    /** The refused response's failure when its body was still coming after MODEL_ERROR_BODY_MS: what came is kept, and the message says so. */
+    const refusedLate = () => {
+      const failure = refused(false)
+      return new ModelFailed({
+        code: failure.code,
+        message: `${failure.message} (its body was still coming after ${MODEL_ERROR_BODY_MS} ms; what came of it is kept)`,
+        ambiguous: failure.ambiguous,
+        retryable: failure.retryable,
+        ...(failure.details !== undefined ? { details: failure.details } : {})
+      })
+    }
     const stalled = () =>
       controller === undefined
         // Never on a connection (a TLS handshake that never ends, say): nothing was sent.
@@ -384,6 +400,7 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
     /** The (decoded) body's clean end. */
     const onBodyEnd = () => {
       if (timer !== undefined) clearTimeout(timer)
+      if (bodyTimer !== undefined) clearTimeout(bodyTimer)
       if (answered) return
       if (refusal !== undefined) return answer(Either.left(refused(true)))
       // An event the server never finished (no blank line after it) is dropped: the provider then
@@ -428,6 +445,8 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
               details: { status: statusCode, content_type: contentType, ...kept }
             })
         }
+        // The status has said how the call fails: its body is read for MODEL_ERROR_BODY_MS at most, however it trickles.
+        if (refusal !== undefined) bodyTimer = setTimeout(() => fail(refusedLate()), MODEL_ERROR_BODY_MS)
         if (decoding !== "identity") {
           const d = decoding()
           decoder = d
@@ -461,6 +480,7 @@ const posted = <A>(dispatcher: Dispatcher, post: StreamedPost<A>): Effect.Effect
       },
       onResponseError(_c, err) {
         if (timer !== undefined) clearTimeout(timer)
+        if (bodyTimer !== undefined) clearTimeout(bodyTimer)
         closed = true
         decoder?.destroy()
         if (answered) return

@@ -9,9 +9,10 @@ import * as https from "node:https"
 import * as net from "node:net"
 import * as zlib from "node:zlib"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Layer, Redacted } from "effect"
+import { Effect, Either, Fiber, Layer, Redacted } from "effect"
 import { vi } from "vitest"
 import { Agent } from "undici"
+import { MODEL_ERROR_BODY_MS } from "../../../src/domain/Limits.js"
 import { DONE_GRACE_MS, ERROR_BODY_BYTES, type SseEvent, type StreamedPost, streamedPost } from "../../../src/layers/models/Http.js"
 import { ModelFailed } from "../../../src/services/Models.js"
 import { LEAF_CERT, LEAF_KEY, SELF_SIGNED_CERT, SELF_SIGNED_KEY, TEST_CA_CERT } from "../../fixtures/tls.js"
@@ -403,6 +404,45 @@ describe("a streamed model request", () => {
         retryable: false,
         details: { status: 400, body: "invalid" }
       })
+    }))
+
+  it.scopedLive("an error status whose body drips on (never stalling, never reaching its byte bound) fails as its status says once MODEL_ERROR_BODY_MS pass, with what of the body came: a 500 model_unavailable, ambiguous, retryable, its connection closed", () =>
+    Effect.gen(function*() {
+      // The bound's timer is held here, not armed, and fired by the test once some of the body has come, whatever the clock says.
+      const held: Array<() => void> = []
+      const original = globalThis.setTimeout as unknown as (...args: Array<unknown>) => unknown
+      const set = vi.spyOn(globalThis, "setTimeout").mockImplementation(((fn: () => void, ms?: number, ...rest: Array<unknown>) => {
+        if (ms !== MODEL_ERROR_BODY_MS) return original(fn, ms, ...rest)
+        held.push(fn)
+        return { unref: () => {}, ref: () => {}, refresh: () => {}, hasRef: () => false }
+      }) as unknown as typeof setTimeout)
+      yield* Effect.addFinalizer(() => Effect.sync(() => set.mockRestore()))
+      const head = '{"error":{"message":"'
+      let dripped = 0
+      let open = 0
+      const port = yield* serving(http.createServer((_req, res) => {
+        open++
+        res.on("close", () => open--)
+        res.writeHead(500, { "content-type": "application/json" })
+        res.write(head)
+        original(function next() {
+          if (res.destroyed) return
+          res.write("d")
+          dripped++
+          original(next, 10)
+        }, 10)
+      }))
+      const call = yield* Effect.fork(posted(`http://127.0.0.1:${port}/v1/x`, { limits: { stallMs: 60_000, maxOutputBytes: 0 } }))
+      yield* until("the error body's bound armed and some of the body dripped", () => held.length === 1 && dripped >= 5)
+      set.mockRestore()
+      held[0]!()
+      const failure = failureOf((yield* Fiber.join(call)).result)
+      expect(failure).toMatchObject({ code: "model_unavailable", ambiguous: true, retryable: true, details: { status: 500 } })
+      expect(failure?.message).toContain(`${MODEL_ERROR_BODY_MS} ms`)
+      const body = (failure?.details as { body: string }).body
+      expect(body.startsWith(head)).toBe(true)
+      expect(body).toMatch(/^\{"error":\{"message":"d*$/)
+      yield* until("the connection closed", () => open === 0)
     }))
 
   it.scopedLive("a 2xx that is not an event stream (a JSON completion, a gateway's error, a page) is model_bad_response, ambiguous and not retryable, with its Content-Type and body (bounded) in details; its bytes are never read as events", () =>
