@@ -51,6 +51,15 @@ export const TOOL_TIMEOUT_MAX_MS = TIMER_SETTING_MAX_MS
  */
 export const MODEL_ERROR_BODY_MS = 5_000
 
+/**
+ * Milliseconds. The most wait advice a model provider's error response (`retry-after-ms`,
+ * `retry-after`) is recorded as in a failure's `details.retry_after_ms`: Node's timer maximum, so
+ * that a loop or client may hand it to a timer as it is (a longer one fires after 1 ms instead),
+ * and a number a server makes up (`retry-after: 99999999999999999999`) is recorded as a whole
+ * number, not `1e+23`.
+ */
+export const MODEL_RETRY_ADVICE_MAX_MS = TIMER_SETTING_MAX_MS
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

@@ -10,7 +10,8 @@
  *   error, a reset mid-handshake) and a stall before any connection are all not sent.
  * - An error status: its body (the first ERROR_BODY_BYTES, as JSON when it parses) goes into the
  *   failure's details, with the provider's wait advice in `retry_after_ms` whatever the status
- *   (`retry-after-ms` first, then `retry-after` in seconds or as a date). By status:
+ *   (`retry-after-ms` first, then `retry-after` in seconds or as a date; at most
+ *   MODEL_RETRY_ADVICE_MAX_MS). By status:
  *   - 429 `model_rate_limited`, not ambiguous, retryable — unless the body says the quota or a
  *     spend limit is spent (Quota.ts): then not retryable, since waiting does not fix it;
  *   - 408 `model_timeout`, ambiguous (the provider timed out a request it had received), retryable;
@@ -62,7 +63,7 @@ import { Effect, Either, Redacted } from "effect"
 import type { Transform } from "node:stream"
 import * as zlib from "node:zlib"
 import type { Dispatcher } from "undici"
-import { MODEL_ERROR_BODY_MS } from "../../domain/Limits.js"
+import { MODEL_ERROR_BODY_MS, MODEL_RETRY_ADVICE_MAX_MS } from "../../domain/Limits.js"
 import { redact, redactCutText, redactText, redactTexts } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
@@ -152,13 +153,16 @@ const withoutSecrets = (failure: ModelFailed, secrets: ReadonlyArray<string>): M
     ...(failure.details !== undefined ? { details: redact(failure.details, secrets) } : {})
   })
 
-/** `retry-after` (seconds or an HTTP date) in milliseconds, when it says something usable. */
+/** Wait advice as recorded: whole milliseconds, at most MODEL_RETRY_ADVICE_MAX_MS. */
+const adviceMs = (ms: number) => Math.min(MODEL_RETRY_ADVICE_MAX_MS, Math.max(0, Math.round(ms)))
+
+/** `retry-after` (seconds or an HTTP date) in milliseconds, when it says something usable; at most MODEL_RETRY_ADVICE_MAX_MS. */
 export const retryAfterMs = (value: string | undefined, now: number): number | undefined => {
   if (value === undefined) return undefined
   const trimmed = value.trim()
-  if (/^\d+(\.\d+)?$/.test(trimmed)) return Math.round(Number(trimmed) * 1000)
+  if (/^\d+(\.\d+)?$/.test(trimmed)) return adviceMs(Number(trimmed) * 1000)
   const at = Date.parse(trimmed)
-  return Number.isNaN(at) ? undefined : Math.max(0, at - now)
+  return Number.isNaN(at) ? undefined : adviceMs(at - now)
 }
 
 /**
@@ -167,7 +171,7 @@ export const retryAfterMs = (value: string | undefined, now: number): number | u
  */
 export const retryAdviceMs = (headers: Readonly<Record<string, string | undefined>>, now: number): number | undefined => {
   const ms = headers["retry-after-ms"]?.trim()
-  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms)) return Math.round(Number(ms))
+  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms)) return adviceMs(Number(ms))
   return retryAfterMs(headers["retry-after"], now)
 }
 

@@ -12,7 +12,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Fiber, Layer, Redacted } from "effect"
 import { vi } from "vitest"
 import { Agent } from "undici"
-import { MODEL_ERROR_BODY_MS } from "../../../src/domain/Limits.js"
+import { MODEL_ERROR_BODY_MS, MODEL_RETRY_ADVICE_MAX_MS } from "../../../src/domain/Limits.js"
 import { DONE_GRACE_MS, ERROR_BODY_BYTES, type SseEvent, type StreamedPost, streamedPost } from "../../../src/layers/models/Http.js"
 import { ModelFailed } from "../../../src/services/Models.js"
 import { LEAF_CERT, LEAF_KEY, SELF_SIGNED_CERT, SELF_SIGNED_KEY, TEST_CA_CERT } from "../../fixtures/tls.js"
@@ -305,6 +305,19 @@ describe("a streamed model request", () => {
       expect(yield* answered(429, { "retry-after-ms": "soon", "retry-after": "4" })).toMatchObject({ details: { retry_after_ms: 4000 } })
       const none = yield* answered(500, {})
       expect(none?.details).not.toHaveProperty("retry_after_ms")
+    }))
+
+  it.live("retry advice is recorded as at most MODEL_RETRY_ADVICE_MAX_MS, a whole number of milliseconds a timer can wait: a huge retry-after, retry-after-ms or a far date is clamped to it", () =>
+    Effect.gen(function*() {
+      const advised = (headers: Record<string, string>) =>
+        withFake({ status: 503, headers, steps: ["{}"] }, (fake) => Effect.runPromise(run(`${fake.url}/v1/x`)))
+          .pipe(Effect.map(({ result }) => (failureOf(result)?.details as { retry_after_ms?: number }).retry_after_ms))
+      expect(MODEL_RETRY_ADVICE_MAX_MS).toBe(2 ** 31 - 1)
+      expect(yield* advised({ "retry-after": "99999999999999999999" })).toBe(MODEL_RETRY_ADVICE_MAX_MS)
+      expect(yield* advised({ "retry-after-ms": "99999999999999999999" })).toBe(MODEL_RETRY_ADVICE_MAX_MS)
+      expect(yield* advised({ "retry-after": "Fri, 31 Dec 9999 23:59:59 GMT" })).toBe(MODEL_RETRY_ADVICE_MAX_MS)
+      // Advice within the bound is kept as given.
+      expect(yield* advised({ "retry-after": "86400" })).toBe(86_400_000)
     }))
 
   it.live("a connection cut mid-stream is model_stream_broken and ambiguous; what came before it was delivered", () =>
