@@ -3,7 +3,10 @@
  * write: verify reports what an open would truncate instead of truncating it. Verifying a whole
  * data directory also checks the idempotency log by the rules the server opens it with.
  * `brain journal remove`, with the server stopped, takes a damaged session away. All three refuse
- * a data directory or session that is not there with the codes of cli/dataDir.ts.
+ * a data directory or session that is not there with the codes of cli/dataDir.ts. Verifying a
+ * whole data directory also reads every other file a start reads — the idempotency log, the commit
+ * log and the host registrations — with the start's own readers, and names what a start would
+ * refuse (a file it cannot read, a commit log naming what is not a segment), skip or lose.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -11,8 +14,8 @@ import { Console, Effect, Either } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { PAGE_BYTES, PAGE_EVENTS } from "../domain/Limits.js"
 import { acquireLock, fsFailure, journalDir, liveLockOwner, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
-import { COMMIT_LOG_DIR, LOG_FILES } from "../layers/journal/CommitLog.js"
-import { scanLog } from "../layers/journal/CommitLogFormat.js"
+import { COMMIT_LOG_DIR, LOG_FILES, logBytes, SEGMENT_PATH } from "../layers/journal/CommitLog.js"
+import { BATCH_HEADER_BYTES, type ScannedLog, scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { listSegments, openHandle, readRecords } from "../layers/journal/Handle.js"
 import { scanSegment } from "../layers/journal/Scan.js"
@@ -20,6 +23,7 @@ import { readPayload } from "../domain/Records.js"
 import type { JournalReadError, JournalUnavailable } from "../services/Journal.js"
 import { inspectLog } from "../layers/idempotency/Inspect.js"
 import { failedBy, LOG_NAME } from "../layers/idempotency/Log.js"
+import { HOSTS_DIR, readRegistrations, registrationsFile, REGISTRATIONS_FILE } from "../layers/hosts/Registrations.js"
 import { existingDataDir, existingSession, exitOnRefusal, noSuchSession, sessionArg } from "./dataDir.js"
 
 /** Exit codes of `verify`: the worst finding across the sessions checked. */
@@ -109,20 +113,34 @@ export const verify = (dataDir: string, only?: string) =>
         yield* Console.log(`${session}: ok, ${lastSequence} records in ${handle.segments.length} segment(s)`)
       }
     }
-    const checked = only === undefined ? yield* verifyIdempotencyLog(path.resolve(dataDir)) : undefined
-    if (checked === VERIFY_UNREADABLE) unread++
-    else if (checked !== undefined) worst = Math.max(worst, checked)
-    const found = worst === VERIFY_CLEAN ? undefined : commitLogBatches(dataDir)
+    // The files a start reads beside the journals, each by the start's own reader.
+    const others = only === undefined
+      ? [
+        yield* verifyIdempotencyLog(path.resolve(dataDir)),
+        ...(yield* Effect.forEach(LOG_FILES, (name) => verifyCommitLog(dataDir, name))),
+        yield* verifyRegistrations(dataDir)
+      ]
+      : []
+    for (const checked of others) {
+      if (checked === VERIFY_UNREADABLE) unread++
+      else worst = Math.max(worst, checked)
+    }
+    const found = worst === VERIFY_CLEAN ? undefined : yield* commitLogBatches(dataDir)
     const logged = found === undefined || typeof found === "string" ? 0 : found.total
+    const running = worst === VERIFY_CLEAN ? undefined : liveLockOwner(path.resolve(dataDir))
+    if (logged === 0 && running !== undefined) {
+      yield* Console.log(
+        `note: a server runs on this data directory (pid, start: ${running}): what is reported here may be a write it has under way; verify again once it is stopped`
+      )
+    }
     if (logged > 0) {
-      const running = liveLockOwner(path.resolve(dataDir))
       yield* Console.log(
         running !== undefined
           ? `note: the commit log holds ${logged} batch(es) of segment writes, and a server runs on this data directory (pid, start: ${running}): what is reported here may be a write it has under way; verify again once it is stopped`
           : `note: the commit log holds ${logged} batch(es) of segment writes that the server writes again at its start, which may mend what is reported here (a machine that lost power loses unsynced segment writes, not the log): start the server, stop it, and verify again`
       )
     }
-    const what = `${sessions.length} session(s)${checked !== undefined ? " and the idempotency log" : ""}`
+    const what = `${sessions.length} session(s)${only === undefined ? ", the idempotency log, the commit log and the host registrations" : ""}`
     const verdict = ["clean", "torn write found", "corruption found"][worst]
     if (unread > 0) {
       yield* Console.log(`verified ${what}: ${unread} could not be read (not checked); in what was read, ${verdict}`)
@@ -132,32 +150,91 @@ export const verify = (dataDir: string, only?: string) =>
     return worst
   }))
 
+/** One commit-log file as a start reads it (CommitLog.ts `recover`): absent, not read, damaged, or its whole batches. */
+type CommitLogRead =
+  | { readonly _tag: "Absent" }
+  | { readonly _tag: "Unreadable"; readonly reason: string }
+  | { readonly _tag: "Damaged"; readonly reason: string }
+  | { readonly _tag: "Read"; readonly scan: ScannedLog; readonly bytes: Buffer }
+
+/**
+ * Reads a commit-log file with the start's reader (`logBytes`: from its start up to its last whole
+ * batch and the next header) and scans it; a batch the start would refuse (an entry past its
+ * batch, a name that is not a journal segment) is damage.
+ */
+const readCommitLog = (dataDir: string, name: string): Effect.Effect<CommitLogRead> =>
+  Effect.gen(function*() {
+    const file = path.join(dataDir, COMMIT_LOG_DIR, name)
+    if (!(yield* nodeDriver.exists(file))) return { _tag: "Absent" } as const
+    const bytes = yield* Effect.either(logBytes(nodeDriver, file))
+    if (bytes._tag === "Left") return { _tag: "Unreadable", reason: failedBy(bytes.left, path.resolve(dataDir)) } as const
+    const scanned = Either.try(() => scanLog(bytes.right))
+    if (scanned._tag === "Left") return { _tag: "Damaged", reason: (scanned.left as Error).message } as const
+    for (const batch of scanned.right.batches) {
+      for (const entry of batch) {
+        const named = SEGMENT_PATH.exec(entry.path)
+        if (named === null || !isSessionId(named[1]!)) {
+          return { _tag: "Damaged", reason: `it names ${JSON.stringify(entry.path)}, which is not a journal segment` } as const
+        }
+      }
+    }
+    return { _tag: "Read", scan: scanned.right, bytes: bytes.right } as const
+  })
+
+/** The commit log's file `name` as the operator needs it: its verdict's exit code, with a line saying why. */
+const verifyCommitLog = (dataDir: string, name: string) =>
+  Effect.gen(function*() {
+    const shownAs = `${COMMIT_LOG_DIR}/${name}`
+    const read = yield* readCommitLog(dataDir, name)
+    switch (read._tag) {
+      case "Absent":
+        yield* Console.log(`${shownAs}: absent (a start creates it)`)
+        return VERIFY_CLEAN
+      case "Unreadable":
+        yield* Console.log(`${shownAs}: cannot read: ${read.reason}; not checked (a start refuses a commit log it cannot read)`)
+        return VERIFY_UNREADABLE
+      case "Damaged":
+        yield* Console.log(`${shownAs}: corrupt: ${read.reason}; a start refuses it`)
+        return VERIFY_CORRUPT
+      case "Read": {
+        const batches = read.scan.batches.length
+        // A log holds no batch when its first header is zeros (a new log, or one a start or a clean stop emptied).
+        const first = read.bytes.subarray(0, BATCH_HEADER_BYTES)
+        if (batches === 0 && first.some((b) => b !== 0)) {
+          yield* Console.log(
+            `${shownAs}: its first batch is not whole (${first.length < BATCH_HEADER_BYTES ? "a header cut short" : "a header or body whose checksum fails"}: a write cut off by a power loss, or damage); a start finds no batch in it, and writes back nothing it may have held`
+          )
+          return VERIFY_TORN
+        }
+        yield* Console.log(`${shownAs}: ok, ${batches === 0 ? "no batch" : `${batches} batch(es) of segment writes, which a start writes again`}`)
+        return VERIFY_CLEAN
+      }
+    }
+  })
+
 /**
  * The whole batches the data directory's commit log holds (CommitLog.ts): how many in all, and how
  * many write to each session's segments; or why a log cannot be read (no log is none: a data
  * directory never started, or from before the log).
  */
-const commitLogBatches = (dataDir: string): { readonly total: number; readonly bySession: ReadonlyMap<string, number> } | string => {
-  let total = 0
-  const bySession = new Map<string, number>()
-  for (const name of LOG_FILES) {
-    const file = path.join(dataDir, COMMIT_LOG_DIR, name)
-    let batches: ReturnType<typeof scanLog>["batches"]
-    try {
-      batches = scanLog(fs.readFileSync(file)).batches
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") continue
-      return `the commit log ${file} cannot be read: ${fsFailure(err)}`
-    }
-    total += batches.length
-    for (const batch of batches) {
-      for (const session of new Set(batch.map((entry) => LOGGED_SESSION.exec(entry.path)?.[1]))) {
-        if (session !== undefined) bySession.set(session, (bySession.get(session) ?? 0) + 1)
+const commitLogBatches = (dataDir: string) =>
+  Effect.gen(function*() {
+    let total = 0
+    const bySession = new Map<string, number>()
+    for (const name of LOG_FILES) {
+      const read = yield* readCommitLog(dataDir, name)
+      if (read._tag === "Absent") continue
+      if (read._tag !== "Read") return `the commit log ${path.join(dataDir, COMMIT_LOG_DIR, name)} ${read._tag === "Unreadable" ? "cannot be read" : "is damaged"}: ${read.reason}`
+      total += read.scan.batches.length
+      for (const batch of read.scan.batches) {
+        for (const session of new Set(batch.map((entry) => LOGGED_SESSION.exec(entry.path)?.[1]))) {
+          if (session !== undefined) bySession.set(session, (bySession.get(session) ?? 0) + 1)
+        }
       }
     }
-  }
-  return { total, bySession }
-}
+    const found: { readonly total: number; readonly bySession: ReadonlyMap<string, number> } = { total, bySession }
+    return found
+  })
 
 /** The session a commit-log entry writes to (its path, relative to the data directory). */
 const LOGGED_SESSION = /^sessions\/([^/]+)\/journal\//
@@ -238,7 +315,7 @@ export const remove = (dataDir: string, session: string) =>
     }
     // After a power loss the commit log alone may hold what the segments lack, and a start writes it
     // back: a session it may mend is not judged by its files as they are now.
-    const logged = commitLogBatches(dataDir)
+    const logged = yield* commitLogBatches(dataDir)
     if (typeof logged === "string") {
       yield* Console.error(`${id}: ${logged}; nothing removed (what it holds may mend the session)`)
       return VERIFY_UNREADABLE
@@ -297,6 +374,46 @@ const verifyIdempotencyLog = (dataDir: string) =>
         )
         return VERIFY_CORRUPT
     }
+  })
+
+/** Lines of the registrations file named one by one at most; past them, how many more. */
+const SKIPPED_LINES_SHOWN = 20
+
+const REGISTRATIONS_NAME = `${HOSTS_DIR}/${REGISTRATIONS_FILE}`
+
+/**
+ * Checks `hosts/registrations.jsonl` with the reader a start uses (hosts/Registrations.ts): a file
+ * it cannot read is not read (a start refuses it); each line it skips is named. A line that is not
+ * JSON is what a write cut off by a crash leaves (its registration never answered; an append ends
+ * it), or damage: torn. JSON of no known shape no write leaves: damage, and what it said is lost
+ * (a host's registration: the host is unknown to the server).
+ */
+const verifyRegistrations = (dataDir: string) =>
+  Effect.gen(function*() {
+    const read = yield* Effect.either(readRegistrations(registrationsFile(dataDir)))
+    if (read._tag === "Left") {
+      yield* Console.log(`${REGISTRATIONS_NAME}: cannot read: ${read.left.message}; not checked (a start refuses it)`)
+      return VERIFY_UNREADABLE
+    }
+    const { lines, skipped, standing } = read.right
+    if (lines === 0) {
+      yield* Console.log(`${REGISTRATIONS_NAME}: no registration`)
+      return VERIFY_CLEAN
+    }
+    let worst = VERIFY_CLEAN
+    for (const s of skipped.slice(0, SKIPPED_LINES_SHOWN)) {
+      yield* Console.log(
+        s.why === "not JSON"
+          ? `${REGISTRATIONS_NAME}: line ${s.line}: not JSON, which the server skips: a write cut off by a crash (its request was never answered), or damage (what the line said is lost)`
+          : `${REGISTRATIONS_NAME}: line ${s.line}: of no known shape, which the server skips: damage (no write leaves it); if it was a host's registration, the server does not know that host and its token opens nothing`
+      )
+    }
+    if (skipped.length > SKIPPED_LINES_SHOWN) yield* Console.log(`${REGISTRATIONS_NAME}: and ${skipped.length - SKIPPED_LINES_SHOWN} more line(s) skipped`)
+    for (const s of skipped) worst = Math.max(worst, s.why === "not JSON" ? VERIFY_TORN : VERIFY_CORRUPT)
+    yield* Console.log(
+      `${REGISTRATIONS_NAME}: ${skipped.length === 0 ? "ok, " : ""}${standing.size} registration(s) standing in ${lines} line(s)${skipped.length > 0 ? `, ${skipped.length} skipped` : ""}`
+    )
+    return worst
   })
 
 /** Writes `text` to stdout and waits until it has left the process (or stdout failed: a closed pipe). */

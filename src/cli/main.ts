@@ -11,7 +11,8 @@ import { serveCommand } from "./serve.js"
 const USAGE = `usage:
   brain serve [--listen host:port] [--data-dir dir] [--api-token t] [--max-model-calls n] …
                                               serve HTTP (flags mirror the BRAIN_* environment variables)
-  brain journal verify <data-dir> [session]   check journals (and, for a whole directory, the idempotency log);
+  brain journal verify <data-dir> [session]   check journals (and, for a whole directory, the idempotency log,
+                                              the commit log and the host registrations);
                                               exit 0 clean, 1 torn final write, 2 corrupt, 74 cannot read
   brain journal dump <data-dir> <session>     print a session's records as JSON lines
   brain journal remove <data-dir> <session>   remove a corrupt session (the server must be stopped; refused while

@@ -66,7 +66,7 @@ describe("brain journal verify: the idempotency log", () => {
       const clean = brain("journal", "verify", dir)
       expect(clean.code, clean.output).toBe(0)
       expect(clean.stdout).toContain(`${LOG}: ok, 6 records`)
-      expect(clean.stdout).toContain("verified 0 session(s) and the idempotency log: clean")
+      expect(clean.stdout).toContain("verified 0 session(s), the idempotency log, the commit log and the host registrations: clean")
 
       const torn = original.subarray(0, frames[5]!.start + 9)
       fs.writeFileSync(log, torn)

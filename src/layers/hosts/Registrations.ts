@@ -90,36 +90,67 @@ interface Line {
 const isTime = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v)
 const later = (a: number | undefined, b: number) => (a === undefined || b > a ? b : a)
 
-/** The registrations that stand in `text`, in registration order, and how many lines it has. */
+/** What a line is, by its fields (the first that fits); undefined: a line of no known shape. */
+type Shape = "removal" | "registration" | "connected" | "idle" | "named" | "released"
+
+const shapeOf = (r: Line | null): Shape | undefined => {
+  if (r === null || typeof r !== "object" || !isHostId(r.host_id)) return undefined
+  if (isTime(r.removed_at_ms)) return "removal"
+  if (typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256)) return "registration"
+  if (isTime(r.connected_at_ms)) return "connected"
+  if (isTime(r.idle_since_ms)) return "idle"
+  if (isSessionId(r.session_id) && isTime(r.named_at_ms)) return "named"
+  if (isSessionId(r.session_id) && isTime(r.released_at_ms)) return "released"
+  return undefined
+}
+
+/**
+ * A line the fold skipped as no reader takes it (the operator's `brain journal verify` names them):
+ * its number in the file (from 1), and whether it is not JSON (a torn write, or damage) or JSON of
+ * no known shape (damage: no write leaves it).
+ */
+export interface SkippedLine {
+  readonly line: number
+  readonly why: "not JSON" | "of no known shape"
+}
+
+/** The registrations that stand in `text`, in registration order, how many lines it has, and the lines skipped. */
 export const foldRegistrations = (text: string) => {
   const standing = new Map<HostId, Recorded>()
   const removed = new Set<string>()
+  const skipped: Array<SkippedLine> = []
   let lines = 0
-  for (const line of text.split("\n")) {
+  for (const [at, line] of text.split("\n").entries()) {
     if (line.trim() === "") continue
     lines++
-    let r: Line
+    let r: Line | null
     try {
-      r = JSON.parse(line) as Line
+      r = JSON.parse(line) as Line | null
     } catch {
       // A torn line: its write never answered.
+      skipped.push({ line: at + 1, why: "not JSON" })
       continue
     }
-    if (r === null || typeof r !== "object" || !isHostId(r.host_id)) continue
-    const id = r.host_id
-    if (isTime(r.removed_at_ms)) {
+    const shape = shapeOf(r)
+    if (shape === undefined) {
+      skipped.push({ line: at + 1, why: "of no known shape" })
+      continue
+    }
+    const l = r as Line
+    const id = l.host_id as HostId
+    if (shape === "removal") {
       standing.delete(id)
       removed.add(id)
       continue
     }
-    if (typeof r.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(r.token_sha256)) {
+    if (shape === "registration") {
       if (removed.has(id) || standing.has(id)) continue
       standing.set(id, {
         id,
-        digest: Buffer.from(r.token_sha256, "hex"),
+        digest: Buffer.from(l.token_sha256 as string, "hex"),
         line,
-        registeredAtMs: isTime(r.registered_at_ms) ? r.registered_at_ms : 0,
-        sessionsRecorded: r.sessions_recorded === true,
+        registeredAtMs: isTime(l.registered_at_ms) ? l.registered_at_ms : 0,
+        sessionsRecorded: l.sessions_recorded === true,
         connectedAtMs: undefined,
         idleSinceMs: undefined,
         sessions: new Map()
@@ -128,12 +159,12 @@ export const foldRegistrations = (text: string) => {
     }
     const host = standing.get(id)
     if (host === undefined) continue
-    if (isTime(r.connected_at_ms)) host.connectedAtMs = later(host.connectedAtMs, r.connected_at_ms)
-    else if (isTime(r.idle_since_ms)) host.idleSinceMs = later(host.idleSinceMs, r.idle_since_ms)
-    else if (isSessionId(r.session_id) && isTime(r.named_at_ms)) host.sessions.set(r.session_id, r.named_at_ms)
-    else if (isSessionId(r.session_id) && isTime(r.released_at_ms)) host.sessions.delete(r.session_id)
+    if (shape === "connected") host.connectedAtMs = later(host.connectedAtMs, l.connected_at_ms as number)
+    else if (shape === "idle") host.idleSinceMs = later(host.idleSinceMs, l.idle_since_ms as number)
+    else if (shape === "named") host.sessions.set(l.session_id as SessionId, l.named_at_ms as number)
+    else host.sessions.delete(l.session_id as SessionId)
   }
-  return { standing, lines }
+  return { standing, lines, skipped }
 }
 
 /**

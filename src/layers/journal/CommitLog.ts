@@ -59,7 +59,7 @@ const newSalt = () => crypto.randomBytes(6).readUIntLE(0, 6)
 const LOG_FLAGS = fs.constants.O_RDWR | fs.constants.O_CREAT | (fs.constants.O_DSYNC ?? 0)
 
 /** What a log may name: a segment of a session's journal, relative to the data directory. */
-const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
+export const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
 
 export interface Recovered {
   readonly fds: readonly [number, number]
@@ -183,7 +183,7 @@ const FIRST_READ_BYTES = 64 << 10
  * A log's bytes from its start up to where its scan ends, not its whole size: a log sized ahead
  * and mostly unwritten (or emptied) is read no further than its last batch and the next header.
  */
-const logBytes = (driver: FileDriverShape, file: string) =>
+export const logBytes = (driver: FileDriverShape, file: string) =>
   Effect.acquireUseRelease(
     driver.open(file, fs.constants.O_RDONLY),
     (fd) =>
