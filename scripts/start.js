@@ -22,8 +22,9 @@ if (!fs.existsSync(built) || fs.statSync(built).mtimeMs < newest(path.join(root,
 const { buildShipped } = await import("./build-guests.js")
 await buildShipped({ log: () => {} })
 const args = process.argv.slice(2)
-// The same V8 flag as bin/brain.js's shebang: a larger young generation, less GC per turn.
-const child = spawn(process.execPath, ["--max-semi-space-size=32", path.join(root, "bin", "brain.js"), ...(args.length ? args : ["serve"])], {
+// The server's Node flags (src/cli/nodeFlags.ts; bin/brain.js's first line gives the same): a larger young generation, less GC per turn.
+const { SERVER_NODE_FLAGS } = await import("../dist/cli/nodeFlags.js")
+const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, path.join(root, "bin", "brain.js"), ...(args.length ? args : ["serve"])], {
   stdio: "inherit"
 })
 // The server drains on SIGTERM/SIGINT: pass them on and wait for it instead of dying first.

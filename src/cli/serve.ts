@@ -3,10 +3,11 @@
  * BRAIN_DATA_DIR, BRAIN_API_TOKEN, the limits) and the same name as a flag: `--listen`,
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
-import { type ConfigError, ConfigProvider, Effect } from "effect"
+import { Config, type ConfigError, ConfigProvider, Effect, Option } from "effect"
 import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
 import { checkBindings, serve } from "../main.js"
 import { fromConfig } from "../services/ServerConfigEnv.js"
+import { missingNodeFlags, missingNodeFlagsWarning } from "./nodeFlags.js"
 import { distance, knownSettings, recordingReads, unreadSettings } from "./settingNames.js"
 
 export class FlagError extends Error {}
@@ -78,8 +79,15 @@ const dataDirSetting = (dataDir: string, flags: ReadonlyMap<string, string>) =>
     }
   })
 
-/** `environment`: the names of the process's environment variables (only names: a value may be a secret). */
-export const serveCommand = (args: ReadonlyArray<string>, environment: ReadonlyArray<string> = Object.keys(process.env)) =>
+/**
+ * `environment`: the names of the process's environment variables (only names: a value may be a
+ * secret); `execArgv`: the Node arguments it was started with.
+ */
+export const serveCommand = (
+  args: ReadonlyArray<string>,
+  environment: ReadonlyArray<string> = Object.keys(process.env),
+  execArgv: ReadonlyArray<string> = process.execArgv
+) =>
   Effect.gen(function*() {
     const flags = yield* Effect.try({ try: () => flagsToEnv(args), catch: (e) => e as Error })
     const read = yield* knownSettings
@@ -96,6 +104,9 @@ export const serveCommand = (args: ReadonlyArray<string>, environment: ReadonlyA
     // never a refusal. (Only once the bindings loaded: a refused one may not have read all its names.)
     for (const warning of unreadSettings(environment, read)) yield* Effect.logWarning(warning)
     yield* dataDirSetting(config.dataDir, flags)
+    // Started without the Node flags it is measured with (`node bin/brain.js serve`): it serves all the same, and says so.
+    const missing = missingNodeFlags(execArgv, Option.getOrUndefined(yield* Config.option(Config.string("NODE_OPTIONS"))))
+    if (missing.length > 0) yield* Effect.logWarning(missingNodeFlagsWarning(missing))
     yield* serve(config)
     return 0
   }).pipe(Effect.catchAll((e) => Effect.as(Effect.logError(`brain serve: ${e.message}`), 1)))

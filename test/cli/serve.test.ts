@@ -8,6 +8,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { SERVER_NODE_FLAGS } from "../../src/cli/nodeFlags.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 const BIN = path.join(ROOT, "bin/brain.js")
@@ -22,10 +23,11 @@ afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 
 /**
  * A refused start ends at once; one that is wrongly accepted would serve until the timeout kills it
- * (SIGKILL: a server stuck in a synchronous loop never runs its SIGTERM handler).
+ * (SIGKILL: a server stuck in a synchronous loop never runs its SIGTERM handler). Run as shipped,
+ * with the server's Node flags (without them it warns first: test/cli/nodeFlags.test.ts).
  */
 const serve = (args: Array<string>, env: Record<string, string> = {}) => {
-  const r = spawnSync(process.execPath, [BIN, "serve", ...args], {
+  const r = spawnSync(process.execPath, [...SERVER_NODE_FLAGS, BIN, "serve", ...args], {
     cwd: ROOT,
     encoding: "utf8",
     timeout: 15_000,
