@@ -3,10 +3,11 @@
  * BRAIN_DATA_DIR, BRAIN_API_TOKEN, the limits) and the same name as a flag: `--listen`,
  * `--data-dir`, `--max-model-calls`, … A flag wins over the environment.
  */
+import * as os from "node:os"
 import { Config, type ConfigError, ConfigProvider, Effect, Option } from "effect"
 import { createDataDir, inspectDataDir } from "../layers/journal/DataDir.js"
 import { checkBindings, serve } from "../main.js"
-import { fromConfig } from "../services/ServerConfigEnv.js"
+import { fromConfig, wasmThreadsRefusal } from "../services/ServerConfigEnv.js"
 import { missingNodeFlags, missingNodeFlagsWarning } from "./nodeFlags.js"
 import { distance, knownSettings, recordingReads, unreadSettings } from "./settingNames.js"
 
@@ -55,7 +56,7 @@ export const describeConfigError = (e: ConfigError.ConfigError, flags: ReadonlyM
     if (err._op === "And" || err._op === "Or") {
       walk(err.left)
       walk(err.right)
-    } else if (err._op === "InvalidData") invalid.push(`${named(err.path)}: ${err.message}`)
+    } else if (err._op === "InvalidData") invalid.push(err.path.length === 0 ? err.message : `${named(err.path)}: ${err.message}`)
   }
   walk(e)
   return invalid.length > 0 ? `invalid setting: ${[...new Set(invalid)].join("; ")}` : e.toString()
@@ -97,6 +98,11 @@ export const serveCommand = (
     const config = yield* Effect.withConfigProvider(fromConfig, provider).pipe(
       Effect.mapError((e) => new FlagError(describeConfigError(e, flags)))
     )
+    // Both set, the configuration's rule checked them; BRAIN_WASM_WORKERS unset is the number of cores.
+    const threadsRefused = config.wasmThreads !== undefined && config.wasmWorkers === undefined
+      ? wasmThreadsRefusal(os.availableParallelism(), false, config.wasmThreads)
+      : undefined
+    if (threadsRefused !== undefined) return yield* Effect.fail(new FlagError(`invalid setting: ${threadsRefused}`))
     // An unusable binding refuses the start before a missing data directory is made. The variables
     // the bindings name are read as they load: Brain reads them too.
     yield* recordingReads(checkBindings(config), read)

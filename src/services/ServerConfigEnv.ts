@@ -15,6 +15,26 @@ import {
 import { defaults, ServerConfig, type ServerConfigShape } from "./ServerConfig.js"
 import { parseTelemetrySink } from "./Telemetry.js"
 
+/**
+ * Why BRAIN_WASM_THREADS (`threads`) cannot stand beside BRAIN_WASM_WORKERS (`workers`; `workersSet`
+ * false: unset, the number of cores, as the Wasm host takes it), or undefined when it can: it must
+ * be above it. The pool keeps the last BRAIN_WASM_WORKERS threads for Wasm tools, so a loop without
+ * an instrumented twin (which holds its thread while it waits) needs at least one more; at or below
+ * it the pool would run BRAIN_WASM_WORKERS + 1 threads, past the bound the setting names
+ * (docs/operations.md). Checked here when both are set; `brain serve` checks it against the cores
+ * when only BRAIN_WASM_THREADS is (a contract imports nothing of Node).
+ */
+export const wasmThreadsRefusal = (workers: number, workersSet: boolean, threads: number): string | undefined =>
+  threads > workers
+    ? undefined
+    : `BRAIN_WASM_THREADS (${threads}) must be above BRAIN_WASM_WORKERS (${workersSet ? workers : `unset: the number of cores, ${workers}`}): ` +
+      "the last BRAIN_WASM_WORKERS threads are kept for Wasm tools, and loops without an instrumented twin need at least one more; raise BRAIN_WASM_THREADS or lower BRAIN_WASM_WORKERS"
+
+const wasmThreadsAboveWorkers = (workers: Option.Option<number>, threads: Option.Option<number>): Either.Either<void, ConfigError.ConfigError> => {
+  const refusal = Option.isSome(workers) && Option.isSome(threads) ? wasmThreadsRefusal(workers.value, true, threads.value) : undefined
+  return refusal === undefined ? Either.void : Either.left(ConfigError.InvalidData([], refusal))
+}
+
 /** 65,536 pages of 64 KiB: the most a 32-bit WebAssembly memory can hold. */
 const WASM_MEMORY_CEILING_BYTES = 65536 * 65536
 
@@ -287,6 +307,7 @@ export const fromConfig = Config.all({
     "bytes of telemetry waiting for its sink before new records are dropped"
   )
 }).pipe(
+  Config.mapOrFail((c) => Either.map(wasmThreadsAboveWorkers(c.wasmWorkers, c.wasmThreads), () => c)),
   Config.map((c): ServerConfigShape => ({
     maxModelCalls: c.maxModelCalls,
     maxToolCallsPerDispatch: c.maxToolCallsPerDispatch,

@@ -73,6 +73,19 @@ describe("brain serve refuses a start it cannot honour", () => {
     expect(r.output).toContain("BRAIN_HEADERS_TIMEOUT_MS (1500)")
   })
 
+  it("BRAIN_WASM_THREADS at or below BRAIN_WASM_WORKERS, set or unset (the number of cores), exits 1 with one line naming both, instead of the pool running more threads than the setting says", () => {
+    const cores = os.availableParallelism()
+    for (const [env, says] of [
+      [{ BRAIN_WASM_WORKERS: "4", BRAIN_WASM_THREADS: "4" }, "invalid setting: BRAIN_WASM_THREADS (4) must be above BRAIN_WASM_WORKERS (4)"],
+      [{ BRAIN_WASM_THREADS: String(cores) }, `invalid setting: BRAIN_WASM_THREADS (${cores}) must be above BRAIN_WASM_WORKERS (unset: the number of cores, ${cores})`]
+    ] as const) {
+      const r = serve([], env)
+      expect(r.code, r.output).toBe(1)
+      expect(r.lines, r.output).toHaveLength(1)
+      expect(r.output).toContain(says)
+    }
+  })
+
   it("a timer setting past Node's timer maximum exits 1 instead of firing after 1 ms", () => {
     const r = serve([], { BRAIN_STAGED_OPENING_MS: "99999999999999999999999" })
     expect(r.code, r.output).toBe(1)

@@ -355,4 +355,25 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isRight(yield* read({ BRAIN_REQUEST_RETENTION_SECS: String(10 * MAX) }))).toBe(true)
       expect(Either.isRight(yield* read({ BRAIN_HOST_IDLE_EXPIRY_SECS: String(10 * MAX) }))).toBe(true)
     }))
+
+  it.effect("BRAIN_WASM_THREADS at or below BRAIN_WASM_WORKERS is refused, naming both, instead of the pool running more threads than it says; above it, or unset, it stands (BRAIN_WASM_WORKERS unset: test/cli/serve.test.ts)", () =>
+    Effect.gen(function*() {
+      for (const [workers, threads] of [["4", "3"], ["4", "4"], ["8", "2"]] as const) {
+        const r = yield* read({ BRAIN_WASM_WORKERS: workers, BRAIN_WASM_THREADS: threads })
+        expect(Either.isLeft(r), `${workers}/${threads}`).toBe(true)
+        if (Either.isLeft(r)) {
+          const said = describeConfigError(r.left)
+          expect(said).toContain(`BRAIN_WASM_THREADS (${threads}) must be above BRAIN_WASM_WORKERS (${workers})`)
+          expect(said).not.toContain("\n")
+        }
+      }
+      for (const [workers, threads] of [["4", "5"], ["1", "2"]] as const) {
+        const r = yield* read({ BRAIN_WASM_WORKERS: workers, BRAIN_WASM_THREADS: threads })
+        expect(Either.isRight(r) && r.right.wasmThreads, `${workers}/${threads}`).toBe(Number(threads))
+      }
+      expect(Either.isRight(yield* read({ BRAIN_WASM_WORKERS: "64" }))).toBe(true)
+      // Given in code (`layer(overrides)`), the same rule, naming the settings as given.
+      const given = yield* Effect.either(validated({ wasmWorkers: 4, wasmThreads: 4 }))
+      expect(Either.isLeft(given) && String(given.left)).toContain("wasmThreads (BRAIN_WASM_THREADS) (4) must be above wasmWorkers (BRAIN_WASM_WORKERS) (4)")
+    }))
 })
