@@ -444,6 +444,23 @@ export const HOST_COMMAND_CHUNK_BYTES = 16 * 1024
 export const HOST_RESULTS_BATCH = 1_024
 
 /**
+ * Results. The most results taken from hosts that the server remembers (the call, a digest of the
+ * answer, whether its outcome record is durable: some 250 bytes each, about 4 MiB in all), so
+ * that a host whose post's answer was lost and which posts the same result again is answered as
+ * the first time (204), not 409 `not_in_flight` (hosts/Taken.ts). A repeat comes within seconds
+ * (the SDK posts again at most 2 s apart); at a thousand host results a second this still covers
+ * some 16 s. Past it the oldest is forgotten, and a repeat for it is `not_in_flight`.
+ */
+export const HOST_TAKEN_RESULTS = 16_384
+
+/**
+ * Milliseconds. How long a result taken from a host is remembered (HOST_TAKEN_RESULTS), at most:
+ * far past any repeat of a lost answer while the host's command stream stands (a stream that
+ * drops ends the SDK's posting), and short enough that an idle server does not keep them.
+ */
+export const HOST_TAKEN_RESULT_MS = 10 * 60_000
+
+/**
  * Hosts. The most registrations a server keeps. Each is a line in `hosts/registrations.jsonl`
  * and an entry in memory for as long as the data directory lives (they survive restarts), so
  * the count is bounded; past it `POST /v1/hosts` answers 503 `overloaded`.

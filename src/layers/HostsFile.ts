@@ -60,6 +60,7 @@ import {
   type RemovedBy
 } from "./hosts/Registrations.js"
 import { restoreHosts } from "./hosts/Restore.js"
+import type { TakenBounds } from "./hosts/Taken.js"
 import { namedFrame as frame } from "./sessions/SseFrames.js"
 
 export interface HostsOptions {
@@ -84,6 +85,8 @@ export interface HostsOptions {
   readonly sessionExists?: ((session: SessionId) => Effect.Effect<boolean>) | undefined
   /** Milliseconds a stop waits to write the records still queued (BRAIN_CLEANUP_DEADLINE_MS); 0: no bound. */
   readonly cleanupDeadlineMs?: number | undefined
+  /** How many results taken from hosts are remembered, and how long (HOST_TAKEN_RESULTS, HOST_TAKEN_RESULT_MS when undefined: tests set less). */
+  readonly takenResults?: TakenBounds | undefined
 }
 
 const sha256 = (s: string) => crypto.createHash("sha256").update(s).digest()
@@ -311,7 +314,7 @@ export const make = (options: HostsOptions): Effect.Effect<HostsShape, Registrat
         return { body, stop: Effect.sync(() => body.close()) }
       }))
 
-    const { call, cancel, event, result, results, send } = makeCalls(hosts, options)
+    const { call, cancel, event, result, results, send } = makeCalls(hosts, { ...options, now: () => clock.unsafeCurrentTimeMillis() })
 
     const stopAll: HostsShape["stopAll"] = Effect.sync(() => {
       for (const host of hosts.values()) host.connection?.body.close()

@@ -282,6 +282,60 @@ describe("a host Environment through a real server", () => {
     expect((await events(id)).filter((e) => e.kind === "tool_call_ended")).toHaveLength(2)
   })
 
+  it("a result posted again, the same, after the first was answered 204 is answered 204 again, alone or in a batch, and adds nothing to the session's journal; a different one is 409 result_conflict", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const id = await create(host.host_id, callOnce)
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    expect((await result(host, call, { ok: { answer: 7 } })).status).toBe(204)
+    expect((await turn).body.turn).toMatchObject({ status: "ended", result: { text: "done" } })
+    const before = await events(id)
+    // The first answer was lost: the host posts the same result again.
+    for (let i = 0; i < 2; i++) {
+      const again = await result(host, call, { ok: { answer: 7 } })
+      expect(again.status, again.text).toBe(204)
+    }
+    const batch = await asHost(host.token, `/v1/hosts/${host.host_id}/results`, {
+      results: [{ session_id: id, sequence: call.data.sequence, ok: { answer: 7 } }]
+    })
+    expect(batch.status, batch.text).toBe(204)
+    for (const other of [{ ok: { answer: 8 } }, { error: { answer: 7 } }]) {
+      const refused = await result(host, call, other)
+      expect(refused.status, refused.text).toBe(409)
+      expect(refused.body).toMatchObject({ code: "conflict", retryable: false, details: { reason: "result_conflict" } })
+    }
+    expect(await events(id)).toEqual(before)
+    expect((await toolMessages(id)).map((m) => JSON.parse(m.content))).toEqual([{ answer: 7 }])
+    expect(stream.frames.all.filter((f) => f.event === "call")).toHaveLength(1)
+  })
+
+  it("a result for a call that ended without one (past its deadline, its cancel unconfirmed) is still 409 not_in_flight, and changes nothing", async () => {
+    const host = await register()
+    const stream = await open(host)
+    const r = await api("/v1/sessions", {
+      json: {
+        model: { provider: "scripted", replies: callOnce },
+        environments: [{ name: "app", driver: "host", host: host.host_id }],
+        tools: [{ name: "lookup", description: "looks up", environment: "app", timeout_ms: 300 }]
+      }
+    })
+    expect(r.status, r.text).toBe(201)
+    const id = r.body.session_id as string
+    const turn = send(id, "go")
+    const call = await stream.frames.expect("call")
+    await stream.frames.expect("cancel")
+    expect((await turn).status).toBe(200)
+    const before = await events(id)
+    expect(before.filter((e) => e.data?.sequence === call.data.sequence).map((e) => e.data.outcome)).toEqual(["timeout"])
+    for (const late of [{ ok: { answer: 7 } }, { stopped: true }]) {
+      const refused = await result(host, call, late)
+      expect(refused.status, refused.text).toBe(409)
+      expect(refused.body).toMatchObject({ code: "conflict", details: { reason: "not_in_flight" } })
+    }
+    expect(await events(id)).toEqual(before)
+  })
+
   it("interrupting the turn sends a cancel command: confirmed it is cancelled, unconfirmed within the grace it is unknown", async () => {
     const host = await register()
     const stream = await open(host)

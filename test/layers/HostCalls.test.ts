@@ -9,7 +9,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { describe, expect, it } from "@effect/vitest"
 import { vi } from "vitest"
-import { Deferred, Effect, Fiber } from "effect"
+import { Deferred, Effect, Fiber, TestClock } from "effect"
 import type { AdmittedEnvironment } from "../../src/domain/Environment.js"
 import type { HostId, SessionId } from "../../src/domain/Ids.js"
 import { make } from "../../src/layers/HostsFile.js"
@@ -98,6 +98,28 @@ describe("a host's Events and results for its calls", () => {
       yield* stream.stop
     }))
 
+  it.scopedLive("the same result posted twice while the call's Event is being committed settles the call once, and both posts are acknowledged", () =>
+    Effect.gen(function*() {
+      const { call, committed, hold, hosts, host, name, stream } = yield* setup
+      const answered = yield* Effect.fork(call(8))
+      const gate = yield* hold(8)
+      const posting = yield* Effect.fork(hosts.event(host, name(8), "progress", {}))
+      yield* Effect.sleep(20)
+      // Both wait for the call's lock, each having found the call in flight.
+      const first = yield* Effect.fork(hosts.result(host, name(8), { ok: { done: true } }))
+      const again = yield* Effect.fork(hosts.results(host, [{ call: name(8), answer: { ok: { done: true } } }]))
+      const other = yield* Effect.fork(Effect.flip(hosts.result(host, name(8), { ok: { done: false } })))
+      yield* Effect.sleep(20)
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(posting)
+      yield* Fiber.join(first)
+      yield* Fiber.join(again)
+      expect((yield* Fiber.join(other)).details).toEqual({ reason: "result_conflict" })
+      expect(yield* Fiber.join(answered)).toEqual({ outcome: "ok", output: { done: true } })
+      expect(committed).toEqual(["progress of 8"])
+      yield* stream.stop
+    }))
+
   it.scopedLive("a caller that stops waiting takes its call out: a later result for it is refused as not in flight", () =>
     Effect.gen(function*() {
       const { call, hosts, host, name, stream } = yield* setup
@@ -125,10 +147,10 @@ describe("a host's Events and results for its calls", () => {
  * The calls' receipts (`EnvironmentCall.recorded`) as the test gives them: a result is acknowledged
  * only once each call it answers says its outcome record is durable.
  */
-const receiptsSetup = (cleanupDeadlineMs: number) =>
+const receiptsSetup = (cleanupDeadlineMs: number, takenResults?: { readonly max: number; readonly keepMs: number }) =>
   Effect.gen(function*() {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-host-receipts-"))
-    const hosts = yield* make({ dataDir: dir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024, cleanupDeadlineMs })
+    const hosts = yield* make({ dataDir: dir, graceMs: 100, heartbeatMs: 0, maxResultBytes: 1024, cleanupDeadlineMs, takenResults })
     const { host_id } = yield* hosts.register
     const stream = yield* hosts.connect(host_id as HostId)
     const environment = { name: "box", driver: "host", host: host_id } as AdmittedEnvironment
@@ -250,6 +272,138 @@ describe("a host's result and its calls' receipts", () => {
       } finally {
         set.mockRestore()
       }
+      yield* stream.stop
+    }))
+})
+
+/** Lets forked fibers run (no clock involved: a TestClock test's clock never moves by itself). */
+const letRun = Effect.gen(function*() {
+  for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
+})
+
+describe("a result posted again for a call whose result was taken", () => {
+  it.scopedLive("the same result again, alone or in a batch, after the first was acknowledged is acknowledged again and answers the call no second time", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      const answered = yield* Effect.fork(call(1))
+      const other = yield* Effect.fork(call(2))
+      yield* Effect.sleep(10)
+      receipts.get(1)!.give(true)
+      yield* hosts.result(host, name(1), { ok: { n: 1 } })
+      expect(yield* Fiber.join(answered)).toEqual({ outcome: "ok", output: { n: 1 } })
+      // Its answer was lost: the host posts the same result again, and again.
+      yield* hosts.result(host, name(1), { ok: { n: 1 } })
+      yield* hosts.results(host, [{ call: name(1), answer: { ok: { n: 1 } } }])
+      // With a call still in flight: that one is settled, the repeat changes nothing.
+      receipts.get(2)!.give(true)
+      yield* hosts.results(host, [{ call: name(1), answer: { ok: { n: 1 } } }, { call: name(2), answer: { error: "no" } }])
+      expect(yield* Fiber.join(other)).toEqual({ outcome: "error", output: "no" })
+      yield* hosts.results(host, [{ call: name(2), answer: { error: "no" } }, { call: name(1), answer: { ok: { n: 1 } } }])
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a repeat that comes while the first still waits for its receipt waits for the same receipt: acknowledged when it says recorded", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      yield* Effect.fork(call(3))
+      yield* Effect.sleep(10)
+      const first = yield* Effect.fork(hosts.result(host, name(3), { ok: 3 }))
+      yield* Effect.sleep(10)
+      const repeat = yield* Effect.fork(hosts.result(host, name(3), { ok: 3 }))
+      yield* Effect.sleep(10)
+      expect(first.unsafePoll()).toBeNull()
+      expect(repeat.unsafePoll()).toBeNull()
+      receipts.get(3)!.give(true)
+      yield* Fiber.join(first)
+      yield* Fiber.join(repeat)
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a repeat of a result whose outcome was not recorded is refused outcome_unrecorded, as the first was, never acknowledged", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      yield* Effect.fork(call(4))
+      yield* Effect.sleep(10)
+      const first = yield* Effect.fork(Effect.flip(hosts.result(host, name(4), { ok: 4 })))
+      yield* Effect.sleep(10)
+      receipts.get(4)!.give(false)
+      expect((yield* Fiber.join(first))._tag).toBe("JournalWriteFailed")
+      const repeat = yield* Effect.flip(hosts.result(host, name(4), { ok: 4 }))
+      expect(repeat._tag).toBe("JournalWriteFailed")
+      expect((repeat as { details?: unknown }).details).toEqual({ reason: "outcome_unrecorded", ambiguous: true })
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a different result for a taken call is 409 result_conflict, alone or in a batch (naming its index), and a batch holding one settles none of its others", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000)
+      yield* Effect.fork(call(5))
+      const other = yield* Effect.fork(call(6))
+      yield* Effect.sleep(10)
+      receipts.get(5)!.give(true)
+      yield* hosts.result(host, name(5), { ok: { n: 5 } })
+      for (const answer of [{ ok: { n: 6 } }, { ok: { n: 5, more: true } }, { error: { n: 5 } }, { stopped: true as const }]) {
+        const refused = yield* Effect.flip(hosts.result(host, name(5), answer))
+        expect(refused._tag).toBe("Conflict")
+        expect((refused as { details?: unknown }).details).toEqual({ reason: "result_conflict" })
+      }
+      const batch = yield* Effect.flip(hosts.results(host, [{ call: name(6), answer: { ok: 6 } }, { call: name(5), answer: { ok: "else" } }]))
+      expect(batch._tag).toBe("Conflict")
+      expect((batch as { details?: unknown }).details).toEqual({ reason: "result_conflict", index: 1 })
+      // Call 6 is still in flight: the refused batch took nothing.
+      yield* Effect.sleep(10)
+      expect(other.unsafePoll()).toBeNull()
+      receipts.get(6)!.give(true)
+      yield* hosts.result(host, name(6), { ok: 6 })
+      expect(yield* Fiber.join(other)).toEqual({ outcome: "ok", output: 6 })
+      yield* stream.stop
+    }))
+
+  it.scopedLive("a result for a call that ended without one (its caller stopped waiting, its stream closed) is still 409 not_in_flight", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, stream } = yield* receiptsSetup(60_000)
+      const abandoned = yield* Effect.fork(call(7))
+      yield* Effect.fork(call(8))
+      yield* Effect.sleep(10)
+      yield* Fiber.interrupt(abandoned)
+      yield* stream.stop
+      for (const sequence of [7, 8]) {
+        const refused = yield* Effect.flip(hosts.result(host, name(sequence), { ok: sequence }))
+        expect(refused._tag).toBe("Conflict")
+        expect((refused as { details?: unknown }).details).toEqual({ reason: "not_in_flight" })
+      }
+    }))
+
+  it.scopedLive("taken results are remembered up to the bound's count, the oldest forgotten first: a repeat for a forgotten one is 409 not_in_flight", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(60_000, { max: 2, keepMs: 600_000 })
+      for (const sequence of [1, 2, 3]) {
+        yield* Effect.fork(call(sequence))
+        yield* Effect.sleep(10)
+        receipts.get(sequence)!.give(true)
+        yield* hosts.result(host, name(sequence), { ok: sequence })
+      }
+      const forgotten = yield* Effect.flip(hosts.result(host, name(1), { ok: 1 }))
+      expect((forgotten as { details?: unknown }).details).toEqual({ reason: "not_in_flight" })
+      yield* hosts.result(host, name(2), { ok: 2 })
+      yield* hosts.result(host, name(3), { ok: 3 })
+      yield* stream.stop
+    }))
+
+  it.scoped("a taken result is remembered for the bound's age and no longer: a repeat after it is 409 not_in_flight", () =>
+    Effect.gen(function*() {
+      const { call, host, hosts, name, receipts, stream } = yield* receiptsSetup(0, { max: 16, keepMs: 60_000 })
+      const answered = yield* Effect.fork(call(9))
+      // The call is sent once its fiber has run.
+      yield* letRun
+      receipts.get(9)!.give(true)
+      yield* hosts.result(host, name(9), { ok: 9 })
+      expect(yield* Fiber.join(answered)).toEqual({ outcome: "ok", output: 9 })
+      yield* TestClock.adjust("59 seconds")
+      yield* hosts.result(host, name(9), { ok: 9 })
+      yield* TestClock.adjust("1 second")
+      const forgotten = yield* Effect.flip(hosts.result(host, name(9), { ok: 9 }))
+      expect((forgotten as { details?: unknown }).details).toEqual({ reason: "not_in_flight" })
       yield* stream.stop
     }))
 })

@@ -85,7 +85,34 @@ describe("a host's result and the durability of the call's outcome", () => {
     }).pipe(Effect.provide(runtimeOf(reached, release)))
   })
 
-  it.scopedLive("a result whose outcome record cannot be committed is refused journal_write_failed, never acknowledged, and a repeat is not in flight", () => {
+  it.scopedLive("the same result posted again while the outcome's commit is held is answered only once it lands, as the first; the journal holds one outcome", () => {
+    const reached = Deferred.unsafeMake<void>(FiberId.none)
+    const release = Deferred.unsafeMake<"land" | "fail">(FiberId.none)
+    return Effect.gen(function*() {
+      const { host, hosts, name, session, sessions, turn } = yield* hostCall
+      const posting = yield* Effect.fork(hosts.result(host, name, { ok: { answer: 7 } }))
+      yield* Deferred.await(reached)
+      // The first post's answer is lost; the host posts the same result again.
+      const again = yield* Effect.fork(hosts.result(host, name, { ok: { answer: 7 } }))
+      yield* wallSleep(50)
+      expect(posting.unsafePoll()).toBeNull()
+      expect(again.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(release, "land")
+      yield* Fiber.join(posting)
+      yield* Fiber.join(again)
+      expect(Exit.isSuccess(yield* Fiber.join(turn))).toBe(true)
+      // Once more after the turn: answered at once, and nothing is written.
+      const before = (yield* sessions.events(session, { after: 0, limit: 100 })).events
+      yield* hosts.result(host, name, { ok: { answer: 7 } })
+      const events = (yield* sessions.events(session, { after: 0, limit: 100 })).events
+      expect(events).toEqual(before)
+      expect(events.filter((e) => e.kind === "tool_call_ended" || e.kind === "tool_call_failed").map((e) => e.data)).toEqual([
+        expect.objectContaining({ sequence: name.sequence, outcome: "ok", output: { answer: 7 } })
+      ])
+    }).pipe(Effect.provide(runtimeOf(reached, release)))
+  })
+
+  it.scopedLive("a result whose outcome record cannot be committed is refused journal_write_failed, never acknowledged; the same result again gets the same refusal, another result_conflict", () => {
     const reached = Deferred.unsafeMake<void>(FiberId.none)
     const release = Deferred.unsafeMake<"land" | "fail">(FiberId.none)
     return Effect.gen(function*() {
@@ -96,7 +123,11 @@ describe("a host's result and the durability of the call's outcome", () => {
       const refused = yield* Fiber.join(posting)
       expect(refused).toMatchObject({ _tag: "JournalWriteFailed", code: "journal_write_failed", retryable: false, details: { reason: "outcome_unrecorded", ambiguous: true } })
       yield* Fiber.join(turn)
-      expect((yield* Effect.flip(hosts.result(host, name, { ok: { answer: 7 } })))._tag).toBe("Conflict")
+      expect(yield* Effect.flip(hosts.result(host, name, { ok: { answer: 7 } }))).toMatchObject({
+        _tag: "JournalWriteFailed",
+        details: { reason: "outcome_unrecorded", ambiguous: true }
+      })
+      expect(yield* Effect.flip(hosts.result(host, name, { ok: { answer: 8 } }))).toMatchObject({ _tag: "Conflict", details: { reason: "result_conflict" } })
     }).pipe(Effect.provide(runtimeOf(reached, release)))
   })
 })

@@ -18,6 +18,10 @@
  * - A result is acknowledged only once the outcome record of each call it answers is durable (the
  *   session's tool call tells: `EnvironmentCall.recorded`), so that a crash after the 204 loses
  *   nothing; an outcome that could not be recorded is `journal_write_failed` instead, never a 204.
+ * - A result taken is remembered a while (hosts/Taken.ts): the same result again for its call (a
+ *   host whose answer was lost posts it again) is answered as the first was — once the same
+ *   receipt says recorded, or `outcome_unrecorded` — and changes nothing; a different one is 409
+ *   `result_conflict`. A result for a call neither in flight nor remembered is 409 `not_in_flight`.
  */
 import { Duration, Effect, Exit } from "effect"
 import {
@@ -32,12 +36,20 @@ import {
 } from "../../domain/Errors.js"
 import type { Failure } from "../../domain/Failure.js"
 import type { HostId } from "../../domain/Ids.js"
-import { HOST_COMMAND_QUEUE, TIMER_SETTING_MAX_MS } from "../../domain/Limits.js"
-import { type CallAnswer, type CancelAnswer, type CancelRequest, EnvironmentNotSent, EnvironmentUncertain } from "../../services/Environments.js"
+import { HOST_COMMAND_QUEUE, HOST_TAKEN_RESULT_MS, HOST_TAKEN_RESULTS, TIMER_SETTING_MAX_MS } from "../../domain/Limits.js"
+import {
+  type CallAnswer,
+  type CancelAnswer,
+  type CancelRequest,
+  type EnvironmentCall,
+  EnvironmentNotSent,
+  EnvironmentUncertain
+} from "../../services/Environments.js"
 import type { CallName, HostAnswer, HostEventError, HostsShape, ResultError } from "../../services/Hosts.js"
 import { namedFrame as frame } from "../sessions/SseFrames.js"
 import { Once, waitFor } from "../Waits.js"
 import { answerCall, type Host, hostName, type InFlight, keyOf } from "./Host.js"
+import { answerDigest, type TakenBounds, TakenResults } from "./Taken.js"
 
 /**
  * A tool-origin Event the session refused, as the host's answer: a reserved kind is the request's
@@ -106,6 +118,10 @@ export interface CallsOptions {
   readonly maxResultBytes: number
   /** The bound on an outcome's commit (BRAIN_CLEANUP_DEADLINE_MS); 0 or undefined: none. */
   readonly cleanupDeadlineMs?: number | undefined
+  /** How many taken results are remembered, and how long (HOST_TAKEN_RESULTS, HOST_TAKEN_RESULT_MS when undefined). */
+  readonly takenResults?: TakenBounds | undefined
+  /** The registry's clock, in milliseconds (what a remembered result's age is counted by). */
+  readonly now: () => number
 }
 
 /** The registry's methods for calls in flight, over its registered `hosts`. */
@@ -123,6 +139,7 @@ export const makeCalls = (
    */
   const cleanupMs = options.cleanupDeadlineMs ?? 0
   const recordWithinMs = cleanupMs > 0 ? 2 * cleanupMs + options.graceMs : 0
+  const taken = new TakenResults(options.takenResults ?? { max: HOST_TAKEN_RESULTS, keepMs: HOST_TAKEN_RESULT_MS }, options.now)
 
   const unrecorded = (call: CallName, index: number | undefined, why: string) =>
     new JournalWriteFailed({
@@ -136,9 +153,12 @@ export const makeCalls = (
    * a host tool). Fails at the first receipt that says not durable, naming it, or at the deadline,
    * naming the first not yet recorded; whatever ends the wait stops every callback and the timer.
    */
-  const recordedAll = (settled: ReadonlyArray<{ readonly index: number; readonly call: CallName; readonly pending: InFlight }>, batch: boolean) =>
+  const recordedAll = (
+    settled: ReadonlyArray<{ readonly index: number; readonly call: CallName; readonly recorded: EnvironmentCall["recorded"] }>,
+    batch: boolean
+  ) =>
     Effect.suspend((): Effect.Effect<void, JournalWriteFailed> => {
-      const waiting = settled.filter((c) => c.pending.recorded !== undefined)
+      const waiting = settled.filter((c) => c.recorded !== undefined)
       if (waiting.length === 0) return Effect.void
       return waitFor<void, JournalWriteFailed>((resume) => {
         const done = new Array<boolean>(waiting.length).fill(false)
@@ -154,7 +174,7 @@ export const makeCalls = (
         for (let i = 0; i < waiting.length && !over; i++) {
           const c = waiting[i]!
           // Called at once when the receipt is known already.
-          stops.push(c.pending.recorded!((recorded) => {
+          stops.push(c.recorded!((recorded) => {
             if (over || done[i]) return
             done[i] = true
             if (!recorded) {
@@ -189,6 +209,12 @@ export const makeCalls = (
       details: detailsOf({ reason: "not_in_flight" }, index)
     })
 
+  const resultConflict = (call: CallName, index: number | undefined) =>
+    new Conflict({
+      message: `the call ${call.session}/${call.sequence} was answered already, with another result: this one is not taken`,
+      details: detailsOf({ reason: "result_conflict" }, index)
+    })
+
   const inFlight = (id: HostId, call: CallName) => {
     const found = hosts.get(id)?.calls.get(keyOf(call))
     return found !== undefined ? Effect.succeed(found) : Effect.fail(notInFlight(call))
@@ -197,9 +223,13 @@ export const makeCalls = (
   /** Whether `pending` is still in flight (not settled by another request meanwhile). */
   const still = (id: HostId, call: CallName, pending: InFlight) => hosts.get(id)?.calls.get(keyOf(call)) === pending
 
-  /** Why `answer` cannot settle `pending`, or undefined when it can. */
-  const refusal = (pending: InFlight, answer: HostAnswer, index: number | undefined): Conflict | PayloadTooLarge | undefined => {
-    if ("stopped" in answer) {
+  /** The JSON of an answer's value (`ok`, `error`), as it is measured and remembered; none for `stopped`. */
+  const jsonOf = (answer: HostAnswer): string | undefined =>
+    "stopped" in answer ? undefined : JSON.stringify(("ok" in answer ? answer.ok : answer.error) ?? null)
+
+  /** Why an answer whose value's JSON is `json` (none: `stopped`) cannot settle `pending`, or undefined when it can. */
+  const refusal = (pending: InFlight, json: string | undefined, index: number | undefined): Conflict | PayloadTooLarge | undefined => {
+    if (json === undefined) {
       return pending.cancelSent
         ? undefined
         : new Conflict({
@@ -207,8 +237,7 @@ export const makeCalls = (
           details: detailsOf({ reason: "not_cancelled" }, index)
         })
     }
-    const value = "ok" in answer ? answer.ok : answer.error
-    const bytes = Buffer.byteLength(JSON.stringify(value ?? null), "utf8")
+    const bytes = Buffer.byteLength(json, "utf8")
     return bytes > options.maxResultBytes
       ? new PayloadTooLarge({
         message: `the result's value is ${bytes} bytes, more than ${options.maxResultBytes} (BRAIN_MAX_ENVIRONMENT_RESPONSE_BYTES); the call is still in flight`,
@@ -219,14 +248,28 @@ export const makeCalls = (
 
   /**
    * Settles calls in flight on `host`, all or none: each result is checked first (in flight on
-   * this host, named once, `stopped` only after a cancel, its value within bounds), then every
-   * call's lock is taken (in one order, so two batches never wait on each other), each is checked
-   * again, and only then are they all settled, in one step. A refusal changes nothing.
+   * this host, named once, `stopped` only after a cancel, its value within bounds; or the same
+   * result the call was answered with, remembered), then every call's lock is taken (in one
+   * order, so two batches never wait on each other), each is checked again, and only then are
+   * they all settled, in one step, and remembered. A refusal changes nothing. The answer waits for
+   * the receipts of every call named, the repeated ones' too: a repeat is answered as the first.
    */
   const settle = (id: HostId, items: ReadonlyArray<{ readonly call: CallName; readonly answer: HostAnswer }>, batch: boolean) =>
     Effect.suspend((): Effect.Effect<void, ResultError | InvalidRequest> => {
       const named = new Set<string>()
-      const checked: Array<{ readonly key: string; readonly index: number; readonly call: CallName; readonly answer: HostAnswer; readonly pending: InFlight }> = []
+      const checked: Array<
+        {
+          readonly key: string
+          readonly index: number
+          readonly call: CallName
+          readonly answer: HostAnswer
+          readonly digest: string
+          readonly pending: InFlight
+          readonly recorded: EnvironmentCall["recorded"]
+        }
+      > = []
+      /** Results the calls named were answered with already: nothing to settle, their receipts to wait for. */
+      const repeated: Array<{ readonly index: number; readonly call: CallName; readonly recorded: EnvironmentCall["recorded"] }> = []
       for (let i = 0; i < items.length; i++) {
         const { answer, call } = items[i]
         const index = batch ? i : undefined
@@ -235,11 +278,18 @@ export const makeCalls = (
           return Effect.fail(new InvalidRequest({ message: `the batch names the call ${key} more than once`, details: { index: i } }))
         }
         named.add(key)
+        const json = jsonOf(answer)
         const pending = hosts.get(id)?.calls.get(key)
-        if (pending === undefined) return Effect.fail(notInFlight(call, index))
-        const refused = refusal(pending, answer, index)
+        if (pending === undefined) {
+          const known = taken.find(id, key)
+          if (known === undefined) return Effect.fail(notInFlight(call, index))
+          if (known.digest !== answerDigest(answer, json)) return Effect.fail(resultConflict(call, index))
+          repeated.push({ index: i, call, recorded: known.recorded })
+          continue
+        }
+        const refused = refusal(pending, json, index)
         if (refused !== undefined) return Effect.fail(refused)
-        checked.push({ key, index: i, call, answer, pending })
+        checked.push({ key, index: i, call, answer, digest: answerDigest(answer, json), pending, recorded: pending.recorded })
       }
       // The locks of the calls that have posted Events: an Event in flight is committed first.
       const ordered = checked.filter((c) => c.pending.lock !== undefined).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
@@ -247,20 +297,25 @@ export const makeCalls = (
       /** Settles the calls once their locks are held; false (nothing settled) when a call posted its first Event meanwhile. */
       const take = Effect.suspend((): Effect.Effect<boolean, Conflict> => {
         if (checked.some((c) => c.pending.lock !== undefined && !held.has(c.pending.lock))) return Effect.succeed(false)
-        // Settled meanwhile (another result, or the stream closed): nothing is taken.
-        const gone = checked.findIndex((c) => !still(id, c.call, c.pending))
-        if (gone >= 0) return Effect.fail(notInFlight(checked[gone].call, batch ? checked[gone].index : undefined))
+        // Settled meanwhile (another result, the same one again, or the stream closed): nothing is
+        // taken, and the results are checked again (a call settled meanwhile is no longer in flight).
+        if (checked.some((c) => !still(id, c.call, c.pending))) return Effect.succeed(false)
         const calls = hosts.get(id)!.calls
-        for (const { answer, key, pending } of checked) {
+        for (const { answer, digest, key, pending } of checked) {
           calls.delete(key)
+          taken.remember(id, key, digest, pending.recorded)
           if ("stopped" in answer) pending.stopped!.give(undefined)
           else answerCall(pending, Exit.succeed<CallAnswer>("ok" in answer ? { outcome: "ok", output: answer.ok } : { outcome: "error", output: answer.error }))
         }
         return Effect.succeed(true)
       })
       const locked = ordered.reduceRight<Effect.Effect<boolean, Conflict>>((inner, c) => c.pending.lock!.withPermits(1)(inner), take)
-      // A call that posted its first Event while this waited: again, with its lock too (locks are only ever made, so this ends).
-      return Effect.flatMap(locked, (settled) => (settled ? recordedAll(checked, batch) : settle(id, items, batch)))
+      // A call that posted its first Event, or was settled, while this waited: again (locks are
+      // only ever made and calls only ever leave, so this ends).
+      return Effect.flatMap(
+        locked,
+        (settled) => (settled ? recordedAll(repeated.length === 0 ? checked : [...checked, ...repeated], batch) : settle(id, items, batch))
+      )
     })
 
   // One result names one call: never twice.
