@@ -12,7 +12,7 @@
  *   server refuses (too large) is answered once more, so that the call does not wait for its
  *   deadline: an output as the error `invalid_output`, an error cut down to its code and the
  *   start of its message (REFUSED_ERROR_MESSAGE_CHARS). A result taken whose outcome Brain could
- *   not record (`outcome_unrecorded`) is posted no more (a repeat would be refused), and one that
+ *   not record (`outcome_unrecorded`) is posted no more (a repeat gets the same answer), and one that
  *   could not be delivered (`undelivered`) is posted no more either: both are told to the tool's
  *   `onUnrecorded` as a `ToolResultUnrecorded`.
  * - `cancel` aborts the run's signal; a run that then throws is confirmed `{"stopped": true}`, one
@@ -166,9 +166,10 @@ export type Delivery =
  * REPOST_FIRST_MS doubled up to REPOST_MAX_MS apart, for as long as the call can still be
  * answered — until its stream drops or the client closes (`lose`: Brain recorded the call unknown,
  * and nothing is posted for it any more). Any answer ends it: taken (204), or refused (409: the
- * call is no longer in flight, an earlier attempt landed or it ended otherwise; 401: the host is
- * gone; 400, 413, 500). A repeat is safe: Brain refuses a result for a call already answered (409)
- * and changes nothing. The tool is never run again; only its one result is posted again.
+ * call is no longer in flight, having ended without this result; 401: the host is gone; 400, 413,
+ * 500). A repeat is safe: Brain remembers the results it took and answers the same result again
+ * as it answered the first (204 once the outcome is durable: an earlier attempt landed), changing
+ * nothing. The tool is never run again; only its one result is posted again.
  */
 export const deliver = async (postResult: CallOwner["postResult"], run: Run, result: HostResult): Promise<Delivery> => {
   let pause = REPOST_FIRST_MS
@@ -273,7 +274,7 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     const e = delivery.refusal
     // Lost before any attempt failed: its signal said so (`connection_lost`, `closed`).
     if (e === undefined) return
-    // Taken, but its outcome could not be recorded: a repeat would be refused; the tool is told.
+    // Taken, but its outcome could not be recorded: a repeat gets the same answer; the tool is told.
     if (isOutcomeUnrecorded(e as unknown)) return unrecorded("outcome_unrecorded", e)
     // A result the server refuses (too large, not JSON) leaves the call in flight: answer it
     // once more, with a result it takes — an output as the error `invalid_output`, an error cut
@@ -297,7 +298,7 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     const error = new ToolResultUnrecorded({
       message: reason === "outcome_unrecorded"
         ? `Brain took the result of ${call.name} (${call.session_id}/${call.sequence}) but could not record the call's outcome: ${refusal.message}`
-        : `the result of ${call.name} (${call.session_id}/${call.sequence}) could not be delivered to Brain (${refusal.code}: ${refusal.message}); an attempt whose answer was lost may have landed: the session's outcome Event of this call says what Brain recorded`,
+        : `the result of ${call.name} (${call.session_id}/${call.sequence}) could not be delivered to Brain (${refusal.code}: ${refusal.message}); an attempt whose answer was lost with no repeat answered after it may have landed: the session's outcome Event of this call says what Brain recorded`,
       reason,
       sessionId: call.session_id,
       sequence: call.sequence,

@@ -55,7 +55,7 @@ export class ResultBatches {
       for (const item of batch.items) item.resolve(true)
     } catch (e) {
       // Taken, all of it (a batch is all or none), but not every outcome is known to be recorded:
-      // each result is told so; posting them again would be refused.
+      // each result is told so; posting them again would get the same answer.
       if (isOutcomeUnrecorded(e)) for (const item of batch.items) item.reject(e)
       else if (e instanceof BrainError && e.code !== "network_error") await Promise.all(batch.items.map(single))
       else for (const item of batch.items) item.reject(e)

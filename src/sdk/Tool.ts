@@ -59,10 +59,13 @@ export interface ToolOptions<I extends Validator, O extends Validator | undefine
    * - `outcome_unrecorded`: Brain took it but could not record the call's outcome (500
    *   `journal_write_failed`, `details.reason: "outcome_unrecorded"`): the call is recorded
    *   unknown (or the server stopped before recording anything), the model is not shown this
-   *   result, and a repeat would be refused, so nothing is posted again.
+   *   result, and a repeat would get the same answer, so nothing is posted again.
    * - `undelivered`: the posting ended without Brain taking it: the command stream dropped or the
    *   client closed while posts still got no answer, or Brain refused it for good (409: the call
-   *   is no longer in flight; 401: the host is gone). An attempt whose answer was lost may have
+   *   is no longer in flight; 401: the host is gone). A post whose answer was lost is posted again
+   *   and Brain answers the repeat as the first (it remembers the results it took), so this is
+   *   not told for it; only an attempt whose answer was lost with no repeat after it (the stream
+   *   dropped, the client closed), or one Brain has forgotten since (docs/sdk.md), may have
    *   landed: the session's outcome Event of `sequence` says what Brain recorded.
    * What `run` did stands: reconcile here (log it, compensate).
    */

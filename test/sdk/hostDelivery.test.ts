@@ -118,6 +118,65 @@ describe("a host tool's result whose posts fail", () => {
   })
 })
 
+describe("a host tool's result whose answer is lost after Brain took it", () => {
+  const server = sharedServer()
+
+  it("a result whose first post's answer is lost after Brain recorded it is posted again and answered as taken: onUnrecorded is never told, the call ends ok once, and the tool ran once", async () => {
+    const recording = new HostFetch()
+    /** The answers to the result's posts, in order, as the SDK got them (the lost one as 0). */
+    const answers: Array<number> = []
+    const answeredAgain = gate()
+    const fetch: Fetch = async (url, init) => {
+      if (!isResultPost(url, init)) return recording.fetch(url, init)
+      const response = await recording.fetch(url, init)
+      // Read here, so that the SDK is handed an answer it reads at once.
+      const text = await response.text()
+      if (answers.length === 0) {
+        answers.push(0)
+        // Brain took it and answered; the connection resets before the answer arrives.
+        throw new TypeError("fetch failed (the test lost the answer after the server sent it)")
+      }
+      answers.push(response.status)
+      answeredAgain.open()
+      return new Response(text.length === 0 ? null : text, { status: response.status, headers: response.headers })
+    }
+    const client = new Brain({ baseUrl: server().baseUrl, fetch })
+    const told: Array<ToolResultUnrecorded> = []
+    let runs = 0
+    const once = tool({
+      name: "once",
+      input: Schema.Struct({}),
+      timeoutMs: 600_000,
+      run: () => {
+        runs++
+        return { done: 1 }
+      },
+      onUnrecorded: (e) => told.push(e)
+    })
+    try {
+      const session = await client.sessions.create({ ...callsOnce("once"), tools: [once] })
+      expect((await session.send("go")).turn.status).toBe("ended")
+      await answeredAgain.promise
+      // The SDK acts on that answer before the next turns of the event loop.
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+      expect(told).toEqual([])
+      expect(answers).toEqual([0, 204])
+      const { started, outcome } = await outcomeOf(client, session.id)
+      expect(outcome.kind).toBe("tool_call_ended")
+      expect(outcome.data).toMatchObject({ outcome: "ok", output: { done: 1 } })
+      expect(recording.resultsFor(session.id, started.sequence)).toEqual([
+        { session_id: session.id, sequence: started.sequence, ok: { done: 1 } },
+        { session_id: session.id, sequence: started.sequence, ok: { done: 1 } }
+      ])
+      expect(runs).toBe(1)
+    } finally {
+      await client.close()
+    }
+    // Nothing was left posting when the client closed either.
+    expect(told).toEqual([])
+  })
+})
+
 describe("a tool that throws a value that cannot be described", () => {
   const server = sharedServer()
 
