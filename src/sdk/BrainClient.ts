@@ -206,7 +206,7 @@ export interface BrainClientShape {
     readonly unregister: (hostId: string) => Effect.Effect<void, Refusals<HostRoutes["unregister"]> | BrainError>
     /**
      * A call's result, or several at once (`{results}`: all taken or none); retried while
-     * uncertain (a 409 `conflict` says an earlier attempt landed).
+     * uncertain (the same result again is answered as the first was: 204 once its outcome is durable).
      */
     readonly results: (
       hostId: string,

@@ -14,8 +14,10 @@
  *   BRAIN_HOST_IDLE_EXPIRY_SECS): its registration is forgotten, and the next create registers a
  *   new host (a create waiting for the stream, at once).
  * - A call is run once: a `{session_id, sequence}` this host has seen is never run again. When the
- *   stream that carried a call is over, Brain has recorded the call `unknown`: its signal aborts
- *   (`connection_lost`) and nothing is posted for it, ever — not on the new stream, not late.
+ *   stream that carried a call is over, Brain has recorded the call `unknown` unless it took its
+ *   result already: its signal aborts (`connection_lost`) and nothing new is posted for it, ever.
+ *   Only a result already posted whose attempt got no answer is posted once more, to learn whether
+ *   it landed (HostCalls.ts, `deliver`): Brain answers it as the first, or refuses it.
  * - Each call is run as HostCalls.ts says, and its result posted with the others ready at the
  *   same time (HostResults.ts).
  * - `close` aborts every run's signal, removes the host's registration (`DELETE /v1/hosts/{id}`,
@@ -303,6 +305,7 @@ export class Host {
       hostId,
       toolFor: (session, name) => this.toolFor(session, name),
       postResult: (result, run) => this.results.post(transport, hostId, result, run),
+      askResult: (result) => transport.call((client) => client.hosts.results(hostId, result)),
       over: (run) => {
         if (!run.awaitingCancel && this.runs.get(key) === run) this.runs.delete(key)
       }

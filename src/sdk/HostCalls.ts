@@ -59,7 +59,8 @@ export interface Run {
   readonly gone: AbortController
   /** A cancel command arrived for it. */
   cancelled: boolean
-  /** Its stream is over (or the client closed): nothing may be posted for it any more. */
+  /** Its stream is over (or the client closed): nothing new may be posted for it (a result already
+   * posted whose attempt got no answer is asked about once: `deliver`). */
   lost: boolean
   /** It stopped on its own deadline and waits for Brain's cancel to confirm the stop to. */
   awaitingCancel: boolean
@@ -160,34 +161,51 @@ export type Delivery =
   | { readonly taken: true }
   | { readonly taken: false; readonly lost: boolean; readonly refusal: BrainError | undefined }
 
+/** A failure to post a result, as a BrainError. */
+const postFailure = (e: unknown) =>
+  e instanceof BrainError ? e : new BrainError({ code: "bad_response", status: 0, retryable: false, message: `posting the result failed: ${describeThrown(e)}` })
+
 /**
  * Posts `result` of `run` until the server answers it: posted again, the same result, while its
  * posts get no answer (`isUncertain`: no answer arrived, a gateway's page, a retryable overload),
  * REPOST_FIRST_MS doubled up to REPOST_MAX_MS apart, for as long as the call can still be
- * answered — until its stream drops or the client closes (`lose`: Brain recorded the call unknown,
- * and nothing is posted for it any more). Any answer ends it: taken (204), or refused (409: the
- * call is no longer in flight, having ended without this result; 401: the host is gone; 400, 413,
- * 500). A repeat is safe: Brain remembers the results it took and answers the same result again
- * as it answered the first (204 once the outcome is durable: an earlier attempt landed), changing
- * nothing. The tool is never run again; only its one result is posted again.
+ * answered — until its stream drops or the client closes (`lose`). Any answer ends it: taken
+ * (204), or refused (409: the call is no longer in flight, having ended without this result; 401:
+ * the host is gone; 400, 413, 500). A repeat is safe: Brain remembers the results it took and
+ * answers the same result again as it answered the first (204 once the outcome is durable: an
+ * earlier attempt landed), changing nothing. The tool is never run again; only its one result is
+ * posted again.
+ *
+ * A run lost after an attempt that got no answer (which may have landed) asks once more
+ * (`askResult`, while the client is open): taken, Brain says so again; not taken, the call ended
+ * without it when its stream dropped (409 `not_in_flight`). Either way the server changes nothing
+ * but what the first attempt would have, and the tool is told only what is so.
  */
-export const deliver = async (postResult: CallOwner["postResult"], run: Run, result: HostResult): Promise<Delivery> => {
+export const deliver = async (owner: Pick<CallOwner, "postResult" | "askResult">, run: Run, result: HostResult): Promise<Delivery> => {
   let pause = REPOST_FIRST_MS
   let last: BrainError | undefined
-  for (;;) {
-    if (run.lost) return { taken: false, lost: true, refusal: last }
+  /** The run is lost: asks about an attempt that may have landed, if one was made. */
+  const lost = async (): Promise<Delivery> => {
+    if (last === undefined) return { taken: false, lost: true, refusal: undefined }
     try {
-      if (await postResult(result, run)) return { taken: true }
-      return { taken: false, lost: true, refusal: last }
+      await owner.askResult(result)
+      return { taken: true }
+    } catch (e) {
+      return { taken: false, lost: true, refusal: e instanceof BrainClosed ? last : postFailure(e) }
+    }
+  }
+  for (;;) {
+    if (run.lost) return lost()
+    try {
+      if (await owner.postResult(result, run)) return { taken: true }
+      return lost()
     } catch (e) {
       // The client closed: the attempt was abandoned, not answered.
       if (e instanceof BrainClosed) return { taken: false, lost: true, refusal: last }
-      const failure = e instanceof BrainError
-        ? e
-        : new BrainError({ code: "bad_response", status: 0, retryable: false, message: `posting the result failed: ${describeThrown(e)}` })
+      const failure = postFailure(e)
       if (!isUncertain(failure)) return { taken: false, lost: run.lost, refusal: failure }
       last = failure
-      if (run.lost) return { taken: false, lost: true, refusal: last }
+      if (run.lost) return lost()
       await sleep(pause, run.gone.signal).catch(() => undefined)
       pause = Math.min(pause * 2, REPOST_MAX_MS)
     }
@@ -216,7 +234,7 @@ const boundedError = (error: unknown, refusal: BrainError): { readonly code: str
   }
 }
 
-/** `run` is over for the host (its stream dropped, or the client closed): its signal aborts and nothing is posted for it. */
+/** `run` is over for the host (its stream dropped, or the client closed): its signal aborts and nothing new is posted for it. */
 export const lose = (run: Run, reason: ToolAborted["reason"], message: string) => {
   run.lost = true
   run.gone.abort()
@@ -234,6 +252,9 @@ export interface CallOwner {
   /** Posts one result of the run (HostResults.ts): `true` once taken, `false` when the run was lost
    * first (nothing posted); rejects with its refusal. */
   readonly postResult: (result: HostResult, run: Run) => Promise<boolean>
+  /** Posts a lost run's result once more, alone (`deliver` says when): resolves once taken; rejects
+   * with its refusal, or BrainClosed once the client closed. */
+  readonly askResult: (result: HostResult) => Promise<void>
   /** The run is over (its result posted, or nothing to post). */
   readonly over: (run: Run) => void
 }
@@ -269,7 +290,7 @@ export const takeCall = (call: CallCommand, connection: number, owner: CallOwner
     run.settled = true
     await Promise.allSettled([...run.emits])
     if (run.lost) return
-    const delivery = await deliver(owner.postResult, run, { ...callOf(call), ...answer } as HostResult)
+    const delivery = await deliver(owner, run, { ...callOf(call), ...answer } as HostResult)
     if (delivery.taken || "stopped" in answer) return
     const e = delivery.refusal
     // Lost before any attempt failed: its signal said so (`connection_lost`, `closed`).

@@ -63,10 +63,11 @@ export interface ToolOptions<I extends Validator, O extends Validator | undefine
    * - `undelivered`: the posting ended without Brain taking it: the command stream dropped or the
    *   client closed while posts still got no answer, or Brain refused it for good (409: the call
    *   is no longer in flight; 401: the host is gone). A post whose answer was lost is posted again
-   *   and Brain answers the repeat as the first (it remembers the results it took), so this is
-   *   not told for it; only an attempt whose answer was lost with no repeat after it (the stream
-   *   dropped, the client closed), or one Brain has forgotten since (docs/sdk.md), may have
-   *   landed: the session's outcome Event of `sequence` says what Brain recorded.
+   *   (once more after its stream dropped) and Brain answers the repeat as the first (it
+   *   remembers the results it took), so this is not told for it; only an attempt whose answer
+   *   was lost with no repeat answered after it (the client closed, the network stayed down), or
+   *   one Brain has forgotten since (docs/sdk.md), may have landed: the session's outcome Event of
+   *   `sequence` says what Brain recorded.
    * What `run` did stands: reconcile here (log it, compensate).
    */
   readonly onUnrecorded?: (error: ToolResultUnrecorded) => void

@@ -9,7 +9,7 @@
  */
 import { Schema } from "effect"
 import { describe, expect, it } from "@effect/vitest"
-import { Brain, type Event, type Fetch, tool, type ToolResultUnrecorded } from "../../src/sdk/index.js"
+import { Brain, type Event, type Fetch, MAX_ATTEMPTS, tool, type ToolResultUnrecorded } from "../../src/sdk/index.js"
 import { sharedServer } from "../support/server.js"
 import { freePort, gate, history, HostFetch } from "./support.js"
 
@@ -173,6 +173,72 @@ describe("a host tool's result whose answer is lost after Brain took it", () => 
       await client.close()
     }
     // Nothing was left posting when the client closed either.
+    expect(told).toEqual([])
+  })
+})
+
+describe("a host tool's result whose answer is lost as its command stream drops", () => {
+  const server = sharedServer()
+
+  it("a result whose post's answer is lost as its command stream drops, its client's own retries refused, is posted once more and answered as taken: onUnrecorded is never told, and the tool ran once", async () => {
+    const recording = new HostFetch()
+    /** The answers to the result's posts, in order, as the SDK got them (a lost or refused one as 0). */
+    const answers: Array<number> = []
+    const answeredAgain = gate()
+    const fetch: Fetch = async (url, init) => {
+      if (!isResultPost(url, init)) return recording.fetch(url, init)
+      const attempt = answers.push(0)
+      if (attempt === 1) {
+        // Brain takes it; the connection resets before its answer arrives, and so does the stream.
+        await (await recording.fetch(url, init)).arrayBuffer()
+        recording.cut()
+        throw new TypeError("fetch failed (the test lost the answer after the server sent it)")
+      }
+      if (attempt <= MAX_ATTEMPTS) {
+        // The client's own retries of that post are refused at the connection, the first once the
+        // host has reopened its stream: the run is lost by then (its stream dropped before).
+        if (attempt === 2) await recording.streams(2)
+        return refused()
+      }
+      const response = await recording.fetch(url, init)
+      const text = await response.text()
+      answers[attempt - 1] = response.status
+      answeredAgain.open()
+      return new Response(text.length === 0 ? null : text, { status: response.status, headers: response.headers })
+    }
+    const client = new Brain({ baseUrl: server().baseUrl, fetch })
+    const told: Array<ToolResultUnrecorded> = []
+    const toldOnce = gate()
+    let runs = 0
+    const once = tool({
+      name: "once",
+      input: Schema.Struct({}),
+      timeoutMs: 600_000,
+      run: () => {
+        runs++
+        return { done: 1 }
+      },
+      onUnrecorded: (e) => {
+        told.push(e)
+        toldOnce.open()
+      }
+    })
+    try {
+      const session = await client.sessions.create({ ...callsOnce("once"), tools: [once] })
+      expect((await session.send("go")).turn.status).toBe("ended")
+      // Without the post once more, the tool is told undelivered instead.
+      await Promise.race([answeredAgain.promise, toldOnce.promise])
+      // The SDK acts on that answer before the next turns of the event loop.
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+      expect(told).toEqual([])
+      expect(answers).toEqual([...new Array<number>(MAX_ATTEMPTS).fill(0), 204])
+      const { outcome } = await outcomeOf(client, session.id)
+      expect(outcome.kind).toBe("tool_call_ended")
+      expect(outcome.data).toMatchObject({ outcome: "ok", output: { done: 1 } })
+      expect(runs).toBe(1)
+    } finally {
+      await client.close()
+    }
     expect(told).toEqual([])
   })
 })
