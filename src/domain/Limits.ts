@@ -455,8 +455,8 @@ export const HOST_TAKEN_RESULTS = 16_384
 
 /**
  * Milliseconds. How long a result taken from a host is remembered (HOST_TAKEN_RESULTS), at most:
- * far past any repeat of a lost answer while the host's command stream stands (a stream that
- * drops ends the SDK's posting), and short enough that an idle server does not keep them.
+ * far past any repeat of a lost answer (the SDK posts again at most 2 s apart, and once more when
+ * its stream drops), and short enough that an idle server does not keep them.
  */
 export const HOST_TAKEN_RESULT_MS = 10 * 60_000
 

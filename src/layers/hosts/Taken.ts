@@ -10,8 +10,8 @@
  * - Bounded in count and age (HOST_TAKEN_RESULTS, HOST_TAKEN_RESULT_MS by default): the oldest is
  *   forgotten first. A repeat for a forgotten call is `not_in_flight`, as it was before results
  *   were remembered.
- * - Held in memory only: after a restart a repeat is `not_in_flight` (a host's command stream
- *   drops with the server, and the SDK posts nothing more for the calls it carried).
+ * - Held in memory only, not rebuilt from the journal at start (not cheap): after a restart a
+ *   repeat is `not_in_flight`.
  * - An entry holds its own receipt, fed by the call's: never the call's `recorded` function,
  *   whose closure holds the session's state.
  */
