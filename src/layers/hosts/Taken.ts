@@ -24,6 +24,8 @@ export const answerDigest = (answer: HostAnswer, json: string | undefined): stri
   crypto.createHash("sha256").update("stopped" in answer ? "stopped" : "ok" in answer ? "ok\n" : "error\n").update(json ?? "").digest("base64")
 
 interface Entry {
+  /** `host call`: its key among the entries. */
+  readonly key: string
   readonly digest: string
   readonly atMs: number
   /** The receipt once known; undefined while the call's outcome record is still being written. */
@@ -46,8 +48,15 @@ export interface TakenBounds {
 }
 
 export class TakenResults {
-  /** By `host call`, in the order taken (a Map keeps insertion order): the oldest first. */
+  /** By `host call`. */
   private readonly entries = new Map<string, Entry>()
+  /**
+   * The entries in the order taken, a ring of `bounds.max` slots from `oldest`: the oldest is
+   * found at once (a Map's own order would be walked past the holes its deletions leave).
+   */
+  private readonly ring: Array<Entry | undefined> = []
+  private oldest = 0
+  private count = 0
 
   constructor(private readonly bounds: TakenBounds, private readonly now: () => number) {}
 
@@ -56,9 +65,11 @@ export class TakenResults {
     const now = this.now()
     this.expire(now)
     if (this.bounds.max <= 0) return
-    const entry: Entry = { digest, atMs: now, recorded: recorded === undefined ? true : undefined, waiting: undefined }
-    this.entries.set(`${host} ${key}`, entry)
-    while (this.entries.size > this.bounds.max) this.entries.delete(this.entries.keys().next().value!)
+    if (this.count === this.bounds.max) this.dropOldest()
+    const entry: Entry = { key: `${host} ${key}`, digest, atMs: now, recorded: recorded === undefined ? true : undefined, waiting: undefined }
+    this.entries.set(entry.key, entry)
+    this.ring[(this.oldest + this.count) % this.bounds.max] = entry
+    this.count++
     // Called at once when the receipt is known already. Not stopped: it is told once.
     recorded?.((r) => {
       entry.recorded = r
@@ -97,9 +108,15 @@ export class TakenResults {
 
   /** Forgets what was taken `keepMs` ago or longer (the oldest are first). */
   private expire(now: number): void {
-    for (const [key, entry] of this.entries) {
-      if (now - entry.atMs < this.bounds.keepMs) return
-      this.entries.delete(key)
-    }
+    while (this.count > 0 && now - this.ring[this.oldest]!.atMs >= this.bounds.keepMs) this.dropOldest()
+  }
+
+  private dropOldest(): void {
+    const entry = this.ring[this.oldest]!
+    this.ring[this.oldest] = undefined
+    this.oldest = (this.oldest + 1) % this.bounds.max
+    this.count--
+    // A key is taken once; should it be remembered again, the newer entry stays.
+    if (this.entries.get(entry.key) === entry) this.entries.delete(entry.key)
   }
 }
