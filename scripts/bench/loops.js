@@ -14,8 +14,9 @@
 // whose answer is --answer-bytes of prose, as a model's usually is. Conversations are
 // `--turns-per-session` turns long: a client starts a new session after that many, so a
 // transcript never grows past it (creation is outside the timed calls). At one session a single
-// client alternates a Wasm turn and a TypeScript turn; at 64, phases alternate between the loops
-// and are pooled per loop; either way neither loop gets the quieter stretch of a noisy machine.
+// client alternates a Wasm turn and a TypeScript turn; at 64, both loops are first run untimed at
+// that concurrency, then phases alternate between the loops and are pooled per loop; either way
+// neither loop gets the quieter stretch of a noisy machine, nor pays the server's warm-up.
 // `--two-servers`: each loop in a server process of its own (the Wasm loop's server as served, the
 // TypeScript loop's the same program), phases alternating between them as they do in one: what a
 // deployment of either loop alone would do, without the other loop's code and objects in the same
@@ -247,8 +248,16 @@ const paired = async (shape, durationMs) => {
  * falls on both loops.
  */
 const PHASES = 4
+/** Each loop's warm-up at a concurrency, before its first timed phase there (WARM_UP_MS each, untimed). */
+const WARM_UP_MS = 2000
 const alternated = async (shape, concurrency, durationMs) => {
   const runs = { wasm: [], ts: [] }
+  // Both loops warmed up at this concurrency first, untimed: the server's first seconds of it (its
+  // code for that many turns in flight compiled, its heap grown to hold them, the Wasm loop's spare
+  // instances made) are paid by neither loop's timed phases. Without it, they fell on the phase run
+  // first, always the Wasm loop's: a median of 583 µs of main-thread CPU a turn there, 400 with
+  // this warm-up (docs/benchmarks.md, "Wasm text turn, stop 64").
+  for (const loop of ["ts", "wasm"]) await closedLoop(client(loop, shape), concurrency, WARM_UP_MS)
   for (let phase = 0; phase < PHASES; phase++) {
     for (const loop of phase % 2 === 0 ? ["wasm", "ts"] : ["ts", "wasm"]) {
       const turn = client(loop, shape)
@@ -293,7 +302,7 @@ method: ${TWO_SERVERS ? "two server processes, one per loop (--two-servers; each
   of an instant in-process tool at once, then answers. Conversations
   of ${TURNS_PER_SESSION} turns (a new session after that many; creation untimed). At 1 session one client
   alternates a Wasm turn and a TypeScript turn (the order swapped every pair) for ${seconds * 2} s; at 64 sessions
-  ${PHASES * 2} phases alternate the loops (${seconds / PHASES} s each) and each loop's phases are pooled. The server runs
+  ${PHASES * 2} phases alternate the loops (${seconds / PHASES} s each, after ${WARM_UP_MS / 1000} s untimed of each loop at that concurrency) and each loop's phases are pooled. The server runs
   as bin/brain.js does (--max-semi-space-size=32, UV_THREADPOOL_SIZE=64). Every commit is fdatasync'd.
   Main-thread cpu: the kernel's count (/proc, 10 ms ticks) for the server's JavaScript thread over each
   loop's timed turns, per turn; it moves less with the machine's load than the rates do.
