@@ -20,6 +20,7 @@
  *   allocate, so it works when an allocation is what failed.
  */
 import { Json, parseBytes, Utf8Writer, writeJson } from "./json"
+import { ensureRoom, report } from "./report"
 import { Transcript } from "./transcript"
 
 /** The version marker: this module speaks ABI version 1. */
@@ -48,18 +49,21 @@ export const brain_events_from_end: i32 = 1
  */
 export const brain_configuration_unread: i32 = 1
 
-/** Brain asks for room for the input and for every host answer here. */
+/** Past this many bytes an allocation for Brain checks the memory can hold it first (`ensureRoom`). */
+const LARGE: usize = 1 << 20
+
+/**
+ * Brain asks for room for the input and for every host answer here. One that the memory cannot
+ * grow to hold fails the activation with a message saying so and naming the bound, not a bare trap.
+ */
 export function brain_alloc(size: usize): usize {
+  if (size >= LARGE) ensureRoom(size, "Brain's answer (or the input) of ", " bytes does not fit the guest's memory")
   return heap.alloc(size)
 }
 
 // @ts-ignore: decorator
 @external("brain", "call")
 declare function hostCall(opPtr: usize, opLen: usize, reqPtr: usize, reqLen: usize): u64
-
-// @ts-ignore: decorator
-@external("brain", "fail")
-declare function hostFail(msgPtr: usize, msgLen: usize): void
 
 /** A host call's error, as Brain sent it (a Failure: docs/api.md lists the codes). */
 export class HostError {
@@ -99,8 +103,11 @@ function out(): Utf8Writer {
   return w
 }
 
-/** Calls the host service `op` with `request`; see docs/abi.md for the ops and their shapes. */
-export function call(op: string, request: Json): Answer {
+/**
+ * Calls the host service `op` with `request`; see docs/abi.md for the ops and their shapes. With
+ * `textKey`, every member of that name in the answer is kept as its JSON text (`parseBytes`).
+ */
+export function call(op: string, request: Json, textKey: string | null = null): Answer {
   // The op's name and the request share the buffer: the name first, then the request after it.
   for (let i = 0; i < op.length; i++) if (op.charCodeAt(i) >= 0x80) fail("a host op's name is ASCII: " + op)
   const w = out()
@@ -108,7 +115,7 @@ export function call(op: string, request: Json): Answer {
   const opLen = w.len
   writeJson(w, request)
   const packed = hostCall(w.ptr, opLen, w.ptr + opLen, w.len - opLen)
-  const parsed = parseBytes(<usize>(packed >>> 32), <usize>(packed & 0xffffffff))
+  const parsed = parseBytes(<usize>(packed >>> 32), <usize>(packed & 0xffffffff), textKey)
   if (!parsed.ok) fail("Brain's answer to " + op + " is not JSON: " + parsed.error + " at byte " + parsed.offset.toString())
   const answer = parsed.value!
   if (answer.isObject()) {
@@ -197,77 +204,4 @@ export function fail(message: string): void {
 /** The `abort` the build installs (`--use abort=guest/brain/abi/brainAbort`). */
 export function brainAbort(message: string | null, fileName: string | null, line: u32, column: u32): void {
   report(message !== null ? message : "abort", fileName, line, column)
-}
-
-/** Room for a failure's text, reserved up front: reporting must not allocate (the heap may be why). */
-const REPORT_BYTES: usize = 4096
-const reportText = memory.data(<i32>REPORT_BYTES)
-let reportLen: usize = 0
-let reporting = false
-
-/**
- * Sends `message (file:line:column)` to `brain.fail` as UTF-8, without allocating: cut at
- * REPORT_BYTES on a character boundary, a lone surrogate written as U+FFFD. A failure while
- * reporting traps (the activation fails all the same).
- */
-function report(message: string, fileName: string | null, line: u32, column: u32): void {
-  if (reporting) unreachable()
-  reporting = true
-  reportLen = 0
-  append(message)
-  if (fileName !== null) {
-    append(" (")
-    append(fileName)
-    append(":")
-    appendNumber(line)
-    append(":")
-    appendNumber(column)
-    append(")")
-  }
-  hostFail(reportText, reportLen)
-  unreachable()
-}
-
-function append(s: string): void {
-  for (let i = 0; i < s.length; i++) {
-    let c = <u32>s.charCodeAt(i)
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
-      const next = <u32>s.charCodeAt(i + 1)
-      if (next >= 0xdc00 && next <= 0xdfff) {
-        if (reportLen + 4 > REPORT_BYTES) return
-        const cp = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00)
-        const at = reportText + reportLen
-        store<u8>(at, <u8>(0xf0 | (cp >>> 18)))
-        store<u8>(at + 1, <u8>(0x80 | ((cp >>> 12) & 0x3f)))
-        store<u8>(at + 2, <u8>(0x80 | ((cp >>> 6) & 0x3f)))
-        store<u8>(at + 3, <u8>(0x80 | (cp & 0x3f)))
-        reportLen += 4
-        i++
-        continue
-      }
-    }
-    if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd
-    const need: usize = c < 0x80 ? 1 : c < 0x800 ? 2 : 3
-    if (reportLen + need > REPORT_BYTES) return
-    const at = reportText + reportLen
-    if (need == 1) store<u8>(at, <u8>c)
-    else if (need == 2) {
-      store<u8>(at, <u8>(0xc0 | (c >>> 6)))
-      store<u8>(at + 1, <u8>(0x80 | (c & 0x3f)))
-    } else {
-      store<u8>(at, <u8>(0xe0 | (c >>> 12)))
-      store<u8>(at + 1, <u8>(0x80 | ((c >>> 6) & 0x3f)))
-      store<u8>(at + 2, <u8>(0x80 | (c & 0x3f)))
-    }
-    reportLen += need
-  }
-}
-
-function appendNumber(n: u32): void {
-  let div: u32 = 1
-  while (n / div >= 10) div *= 10
-  for (; div > 0; div /= 10) {
-    if (reportLen >= REPORT_BYTES) return
-    store<u8>(reportText + reportLen++, <u8>(48 + (n / div) % 10))
-  }
 }

@@ -85,6 +85,21 @@ export class Activation {
   }
 
   /**
+   * `toolResults` with each `output` kept as its JSON text (`Json.text`, not a parsed value), as
+   * `dispatchSaving` keeps a round's when asked: a loop that only passes the outputs on to its
+   * model holds them once, as the input's bytes. Parsed anew on each use.
+   */
+  get toolResultsAsText(): Json {
+    const i = this.members.find("tool_results")
+    if (i < 0) return Json.array()
+    const start = this.members.starts[i]
+    const parsed = parseBytes(start, this.members.ends[i] - start, "output")
+    if (!parsed.ok) fail("the input's tool_results does not parse: " + parsed.error)
+    const v = parsed.value!
+    return v.isArray() ? v : Json.array()
+  }
+
+  /**
    * The session's configuration (`agentloop`, `model`, `system`, `tools`, …); an empty object for
    * a loop that exports `brain_configuration_unread`, whose input leaves it out.
    */

@@ -53,9 +53,12 @@ export function dispatch(calls: Json): Answer {
 /**
  * `dispatch` with `transcript` saved first, in the same host call and the same durable commit as
  * the calls' starts (`{"calls", "transcript": {"keep", "append"}}`); marked saved as `modelSaving` does.
+ * With `outputsAsText`, each result's `output` is its JSON text as it came (`Json.text`, written
+ * back byte for byte), not a parsed value: a loop that only passes outputs on to its model holds
+ * a round's outputs once, as the answer's bytes.
  */
-export function dispatchSaving(calls: Json, transcript: Transcript): Answer {
-  const answer = call("dispatch", Json.object().set("calls", calls).set("transcript", transcript.delta()))
+export function dispatchSaving(calls: Json, transcript: Transcript, outputsAsText: bool = false): Answer {
+  const answer = call("dispatch", Json.object().set("calls", calls).set("transcript", transcript.delta()), outputsAsText ? "output" : null)
   if (answer.ok) transcript.markSaved()
   return answer
 }

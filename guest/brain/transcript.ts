@@ -107,4 +107,34 @@ export class Transcript {
     this.kept = this.items.length
     this.savedLength = this.kept
   }
+
+  /**
+   * `{"keep", "append"}` saving only the messages before `end` (counted from the saved
+   * transcript's first, as `at` counts): the kept ones and the appended ones up to `end`. How a
+   * loop saves what it appended in pieces, each within a request's bound; `markSavedTo(end)` once
+   * the save succeeded.
+   */
+  deltaTo(end: i32): Json {
+    const to = end - this.start
+    if (to < this.kept || to > this.items.length) throw new Error("a piece of the transcript ends between its kept messages and its end")
+    const out = Json.array()
+    for (let i = this.kept; i < to; i++) out.push(this.items.at(i))
+    return Json.object().set("keep", Json.int(this.start + this.kept)).set("append", out)
+  }
+
+  /** Replaces the message at `i`, one appended and not saved yet (at or after `keep`). */
+  setAt(i: i32, message: Json): void {
+    const at = i - this.start
+    if (at < this.kept || at >= this.items.length) throw new Error("only a message appended since the last save can be replaced")
+    const out = Json.array()
+    const n = this.items.length
+    for (let k = 0; k < n; k++) out.push(k == at ? message : this.items.at(k))
+    this.items = out
+  }
+
+  /** The messages before `end` are the saved transcript (after `deltaTo(end)` was saved). */
+  markSavedTo(end: i32): void {
+    this.kept = end - this.start
+    this.savedLength = this.kept
+  }
 }

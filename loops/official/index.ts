@@ -16,6 +16,11 @@
  * a cancel) ends the activation with that error's code and message; nothing is retried. Tool
  * failures are results the model sees.
  *
+ * A round's tool outputs are held once, as the dispatch answer's bytes, and carried to the model
+ * as they came; results that one request cannot carry within BRAIN_MAX_WASM_IO_BYTES are saved in
+ * pieces first, an output no piece holds as a note (`saveInPieces`; docs/agentloops.md, "A round's
+ * outputs"). The TypeScript loop has no such bound and carries every output.
+ *
  * It reads the transcript's tail, not all of it, and the transcript travels as a delta against the
  * saved one (guest/brain/transcript.ts): each model
  * call and each save sends only the messages added since the last save, so a host call costs what
@@ -23,7 +28,10 @@
  */
 import {
   Answer,
+  call,
   dispatchSaving,
+  HostError,
+  jsonLength,
   Json,
   message,
   modelContext,
@@ -34,7 +42,7 @@ import {
   setTranscriptDelta,
   Transcript
 } from "../../guest/brain"
-import { hasMedia, interruptionNote, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy, userMessage } from "./transcript"
+import { hasMedia, interruptionNote, notCarried, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy, userMessage } from "./transcript"
 
 // It reads only the transcript's tail: Brain gives it every message an interruption can have left
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
@@ -59,7 +67,9 @@ export function brain_run(ptr: usize, len: usize): u64 {
   const transcript = new Transcript(saved, activation.transcriptStart)
   // The repair keeps the saved messages' values: the delta keeps all of them up to its first
   // insertion. A transcript it leaves as it is (every call answered) is the Transcript's already.
-  const repaired = repairTranscript(saved, activation.toolResults)
+  // The committed outcomes, each output kept as the input's bytes (a round cut short may be large).
+  const committed = activation.toolResultsAsText
+  const repaired = repairTranscript(saved, committed)
   if (repaired !== saved) transcript.replace(repaired)
   const note = interruptionNote(activation.eventsOfKind("turn_failed"))
   if (note !== null) transcript.push(message("system", note))
@@ -68,6 +78,9 @@ export function brain_run(ptr: usize, len: usize): u64 {
   // it, since a provider may refuse a part of it, and a message kept with a refused part would
   // have every later call refused too.
   let mediaUntaken = false
+  // Where the results of the tool messages not saved yet are: the committed ones, the last round's.
+  const results = new Array<Json>()
+  results.push(committed)
   if (truthy(input)) {
     transcript.push(userMessage(input!))
     mediaUntaken = hasMedia(input!)
@@ -75,7 +88,18 @@ export function brain_run(ptr: usize, len: usize): u64 {
   while (true) {
     // What is not saved yet rides on the call (modelSaving): the turn's message, the repair and
     // the note on the first call, the tool results on the next.
-    const reply = transcript.changed && !mediaUntaken ? modelSaving(transcript) : modelContext(transcript)
+    const saving = transcript.changed && !mediaUntaken
+    let reply = saving ? modelSaving(transcript) : modelContext(transcript)
+    if (!reply.ok && saving) {
+      // What it appended (a large round's results) is more than one request holds: saved in
+      // pieces within the bound, then the model is asked with the saved transcript.
+      const limit = requestLimit(reply.error!)
+      if (limit > 0) {
+        const saved = saveInPieces(transcript, results, limit, reply.error!)
+        if (!saved.ok) return failed(saved)
+        reply = modelContext(transcript)
+      }
+    }
     if (!reply.ok) {
       // A failure on the model's side (`model_…`) ends the turn, but what it added (the user's
       // message) is kept: saved before the failure is passed on (the save that rode on the call
@@ -102,13 +126,128 @@ export function brain_run(ptr: usize, len: usize): u64 {
       return returnOkSaving(result, transcript)
     }
     // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
-    const results = dispatchSaving(calls, transcript)
-    if (!results.ok) return failed(results)
-    for (let i = 0; i < results.value.length; i++) {
-      const r = results.value.at(i)
+    // Each output is kept as the answer's bytes and carried to the model as they are.
+    const answered = dispatchSaving(calls, transcript, true)
+    if (!answered.ok) return failed(answered)
+    // Only this round's are unsaved now: the earlier ones were saved with the model call.
+    results.length = 1
+    results.push(answered.value)
+    for (let i = 0; i < answered.value.length; i++) {
+      const r = answered.value.at(i)
       transcript.push(toolMessage(r.get("call_id"), r.get("output"), truthy(r.get("is_error")), r.get("outcome")))
     }
   }
+}
+
+const TOO_LARGE = "the request is above BRAIN_MAX_WASM_IO_BYTES ("
+
+/** The bound a request was refused for passing (BRAIN_MAX_WASM_IO_BYTES, as Brain's refusal names it), or 0 for any other error. */
+function requestLimit(e: HostError): usize {
+  if (e.code != "invalid_request" || !e.message.startsWith(TOO_LARGE)) return 0
+  let limit: u64 = 0
+  for (let i = TOO_LARGE.length; i < e.message.length; i++) {
+    const c = e.message.charCodeAt(i)
+    if (c == 41) return limit > 0 && limit < <u64>u32.MAX_VALUE ? <usize>limit : 0 // )
+    if (c < 48 || c > 57) return 0
+    limit = limit * 10 + <u64>(c - 48)
+  }
+  return 0
+}
+
+/** The bytes of `{"keep":K,"append":[` and `]}` around a piece's messages, K at most ten digits. */
+const PIECE_ENVELOPE: usize = 32
+
+/**
+ * Saves what `transcript` appended in pieces (`set_transcript` deltas), each request within
+ * `limit`: the rest at once when it fits, else the most messages that fit, in order. Between the
+ * pieces the round is still open (calls without results), so a piece must also fit the transcript's
+ * room (docs/abi.md): when Brain refuses one `payload_too_large`, a shorter one is saved. When
+ * nothing fits, a tool message carries, instead of its output, a note saying so (`notCarried`),
+ * the largest first, its outcome found by its call's id in `results` (arrays of results as
+ * `dispatch` answers them); when none is left to shorten, it answers `refusal`. Answers the failed
+ * save's error, or ok.
+ */
+function saveInPieces(transcript: Transcript, results: Array<Json>, limit: usize, refusal: HostError): Answer {
+  const sizes = new Array<usize>()
+  const first = transcript.keep
+  for (let i = first; i < transcript.length; i++) sizes.push(jsonLength(transcript.at(i)))
+  const noted = new Set<i32>()
+  let room: usize = usize.MAX_VALUE
+  while (transcript.changed) {
+    const from = transcript.keep
+    const end = transcript.length
+    let rest: usize = 0
+    for (let i = from; i < end; i++) rest += sizes[i - first] + 1
+    if (PIECE_ENVELOPE + rest <= limit) {
+      const answer = call("set_transcript", transcript.deltaTo(end))
+      if (answer.ok) transcript.markSavedTo(end)
+      return answer
+    }
+    let to = from
+    let piece: usize = 0
+    while (to < end) {
+      const next = piece + sizes[to - first] + 1
+      if (PIECE_ENVELOPE + next > limit || next > room) break
+      piece = next
+      to++
+    }
+    if (to == from) {
+      // Nothing fits: the largest tool result not yet shortened becomes a note.
+      let largest = -1
+      let result: Json | null = null
+      for (let i = from; i < end; i++) {
+        if (noted.has(i) || (largest >= 0 && sizes[i - first] <= sizes[largest - first])) continue
+        const r = resultOf(transcript.at(i), results)
+        if (r === null) continue
+        largest = i
+        result = r
+      }
+      if (result === null) return new Answer(Json.null(), refusal)
+      const output = result.get("output")
+      const note = notCarried(output === null ? 4 : jsonLength(output), limit, result.get("outcome"))
+      const message = toolMessage(result.get("call_id"), Json.string(note), truthy(result.get("is_error")), result.get("outcome"))
+      transcript.setAt(largest, message)
+      sizes[largest - first] = jsonLength(message)
+      noted.add(largest)
+      continue
+    }
+    const answer = call("set_transcript", transcript.deltaTo(to))
+    if (answer.ok) {
+      transcript.markSavedTo(to)
+      if (room != usize.MAX_VALUE) room -= piece
+      continue
+    }
+    // Past the room the open round may take: Brain says by how much, so a shorter piece fits.
+    const e = answer.error!
+    const details = e.details
+    if (e.code == "payload_too_large" && details !== null && details.isObject()) {
+      const bytes = details.getI64("bytes")
+      const most = details.getI64("limit")
+      if (bytes > most && most >= 0) {
+        const over = <usize>(bytes - most)
+        room = piece > over ? piece - over : 0
+        continue
+      }
+    }
+    return answer
+  }
+  return new Answer(Json.null(), null)
+}
+
+/** The result (`{call_id, outcome, output, is_error}`) a tool message answers with, from `results`; null for any other message. */
+function resultOf(m: Json, results: Array<Json>): Json | null {
+  if (!m.isObject() || m.getString("role") != "tool") return null
+  const id = m.get("tool_call_id")
+  if (id === null || !id.isString()) return null
+  const wanted = id.asString()
+  for (let k = results.length - 1; k >= 0; k--) {
+    const list = results[k]
+    for (let i = 0; i < list.length; i++) {
+      const r = list.at(i)
+      if (r.isObject() && r.getString("call_id") == wanted) return r
+    }
+  }
+  return null
 }
 
 /** Ends the activation with the host's error, flags and details as they came: the host turns it into the turn's failure. */

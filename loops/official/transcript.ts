@@ -4,11 +4,17 @@
  * result is `role`, `tool_call_id`, `content`), and a field the TypeScript loop would leave
  * `undefined` (so `JSON.stringify` drops it) is left out here too.
  */
-import { Json, stringify } from "../../guest/brain"
+import { Json, stringify, stringifyBytes } from "../../guest/brain"
 
 const INTERRUPTED = "the call was interrupted; it may or may not have run"
 
-/** A tool result message: the output's JSON text, or `{"outcome", "error": output}` when it failed. */
+/**
+ * A tool result message: the output's JSON text, or `{"outcome", "error": output}` when it failed.
+ * The content is held as UTF-8 bytes, not UTF-16: an output `dispatchSaving` kept as its text
+ * (`Json.text`) is used where it lies in the answer, with no copy, and anything else is written
+ * once. A round's outputs then cost the loop their size once, not six times (docs/agentloops.md,
+ * "A round's outputs").
+ */
 export function toolMessage(callId: Json | null, output: Json | null, isError: bool, outcome: Json | null): Json {
   let content: Json | null = output
   if (isError) {
@@ -20,7 +26,20 @@ export function toolMessage(callId: Json | null, output: Json | null, isError: b
   const m = Json.object().set("role", Json.string("tool"))
   setPresent(m, "tool_call_id", callId)
   // JSON.stringify(undefined) is undefined, which the TypeScript loop writes as "null".
-  return m.set("content", Json.string(content === null ? "null" : stringify(content)))
+  if (content === null) return m.set("content", Json.string("null"))
+  return m.set("content", content.isText() ? Json.stringBytes(content.textPointer, content.textLength) : stringifyBytes(content))
+}
+
+/**
+ * The content a tool result carries instead of an output of `bytes` bytes of JSON that no request
+ * within `limit` (BRAIN_MAX_WASM_IO_BYTES) could carry to the model, naming the Event that holds
+ * it as Brain's own such notes do (docs/abi.md, "The input's tool results").
+ */
+export function notCarried(bytes: usize, limit: usize, outcome: Json | null): string {
+  const kind = outcome !== null && outcome.isString() ? outcome.asString() : ""
+  const event = kind == "ok" ? "tool_call_ended" : kind == "error" ? "tool_call_ended or tool_call_failed" : "tool_call_failed"
+  return "[not carried: this output is " + bytes.toString() + " bytes as JSON, more than a request to Brain holds beside the rest (BRAIN_MAX_WASM_IO_BYTES, " +
+    limit.toString() + " bytes); the call's " + event + " Event holds it]"
 }
 
 /**

@@ -16,6 +16,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ensureBuilt, eventually, type Reply, request, ROOT, ServerProcess, startServer } from "../support/server.js"
+import { guest, wat } from "../support/wat.js"
 
 /** Milliseconds a condition may take to hold on a noisy machine. */
 const WAIT_MS = 30_000
@@ -506,6 +507,95 @@ describe("the official Wasm loop and kill -9", () => {
       expect(told.slice(4)).toEqual([{ role: "user", content: "and now?" }])
     } finally {
       await server.dispose()
+    }
+  }, TEST_MS)
+})
+
+// ---------------------------------------------------------------------------------------------
+// A round of large tool outputs, each within its bound
+
+/** A Wasm tool answering `{"ok": "x…x"}` with `n` x's: its output is n + 2 bytes of JSON. */
+const bigOutputTool = (n: number) =>
+  wat(guest(`
+  (func (export "brain_tool") (param i32 i32) (result i64) (local $p i32) (local $i i32)
+    (local.set $p (call $alloc (i32.const ${n + 9})))
+    (i32.store (local.get $p) (i32.const 0x6b6f227b))
+    (i32.store16 (i32.add (local.get $p) (i32.const 4)) (i32.const 0x3a22))
+    (i32.store8 (i32.add (local.get $p) (i32.const 6)) (i32.const 34))
+    (local.set $i (i32.const 7))
+    (block $b (loop $l (br_if $b (i32.ge_u (local.get $i) (i32.const ${n + 7})))
+      (i32.store8 (i32.add (local.get $p) (local.get $i)) (i32.const 120))
+      (local.set $i (i32.add (local.get $i) (i32.const 1))) (br $l)))
+    (i32.store16 (i32.add (local.get $p) (i32.const ${n + 7})) (i32.const 0x7d22))
+    (call $out (local.get $p) (i32.const ${n + 9})))`))
+
+/** A session whose model asks for `count` calls of a tool answering `n` bytes, then answers "done". */
+const bigRound = async (api: Api, n: number, count: number): Promise<string> => {
+  const upload = await request(api.server.baseUrl, "/v1/agentloops", { raw: await bigOutputTool(n), headers: { "content-type": "application/wasm" } })
+  expect(upload.status, upload.text).toBe(201)
+  const calls = Array.from({ length: count }, (_, i) => ({ name: "big", input: { i } }))
+  return api.create({
+    model: scripted([{ tool_calls: calls }, { text: "done" }]),
+    tools: [{ name: "big", description: "answers a large output", input_schema: { type: "object" }, module: upload.body.id, timeout_ms: 60_000 }]
+  })
+}
+
+const MiB = 1024 * 1024
+
+describe("the official loop given a round of large tool outputs, each within its bound", () => {
+  let server: ServerProcess
+  let api: Api
+
+  beforeAll(async () => {
+    server = await startServer()
+    api = new Api(server)
+  }, 60_000)
+  afterAll(async () => {
+    await server?.dispose()
+  }, TEST_MS)
+
+  it("a round of 20 MiB of outputs (five of 4 MiB) reaches the model whole: the turn ends, the model was asked with every output, and the next turn works", async () => {
+    const id = await bigRound(api, 4 * MiB - 2, 5)
+    const turn = await api.send(id, "go")
+    expect(turn.turn.status, JSON.stringify(turn.turn.failure)).toBe("ended")
+    const transcript = await api.transcript(id)
+    const requests = modelRequests(await api.events(id), transcript)
+    expect(requests).toHaveLength(2)
+    const results = requests[1]!.filter((m) => m.role === "tool").map((m) => String(m.content))
+    expect(results.map((c) => c.length)).toEqual(Array(5).fill(4 * MiB))
+    expect(results.every((c) => c === JSON.stringify("x".repeat(4 * MiB - 2)))).toBe(true)
+    const next = await api.send(id, "again")
+    expect(next.turn.status, JSON.stringify(next.turn.failure)).toBe("ended")
+  }, TEST_MS)
+
+  it("an output of BRAIN_MAX_WASM_IO_BYTES, which no request to Brain can carry beside the rest, reaches the model as a note naming the bound and the Event that holds it; the turn ends", async () => {
+    const id = await bigRound(api, 16 * MiB - 9, 1)
+    const turn = await api.send(id, "go")
+    expect(turn.turn.status, JSON.stringify(turn.turn.failure)).toBe("ended")
+    const transcript = await api.transcript(id)
+    const told = modelRequests(await api.events(id), transcript)[1]!.filter((m) => m.role === "tool")
+    expect(told.map((m) => toolResult(m))).toEqual([
+      `[not carried: this output is ${16 * MiB - 7} bytes as JSON, more than a request to Brain holds beside the rest (BRAIN_MAX_WASM_IO_BYTES, ${16 * MiB} bytes); the call's tool_call_ended Event holds it]`
+    ])
+    const ended = (await api.events(id)).filter((e) => e.kind === "tool_call_ended")
+    expect(ended[0].data.output).toBe("x".repeat(16 * MiB - 9))
+  }, TEST_MS)
+
+  it("a round the loop's memory cannot hold fails the turn agentloop_failed with a message naming BRAIN_MAX_WASM_MEMORY_BYTES, not a bare trap; the outcomes are recorded and the next turn works", async () => {
+    const small = await startServer({ env: { BRAIN_MAX_WASM_MEMORY_BYTES: String(48 * MiB) } })
+    try {
+      const smallApi = new Api(small)
+      const id = await bigRound(smallApi, 4 * MiB - 2, 5)
+      const turn = await smallApi.send(id, "go")
+      expect(turn.turn.status).toBe("failed")
+      expect(turn.turn.failure.code).toBe("agentloop_failed")
+      expect(turn.turn.failure.message).toMatch(/does not fit the guest's memory: .*BRAIN_MAX_WASM_MEMORY_BYTES/)
+      expect(turn.turn.failure.message).not.toMatch(/unreachable/)
+      expect((await smallApi.events(id)).filter((e) => e.kind === "tool_call_ended")).toHaveLength(5)
+      const next = await smallApi.send(id, "again")
+      expect(next.turn.status, JSON.stringify(next.turn.failure)).toBe("ended")
+    } finally {
+      await small.dispose()
     }
   }, TEST_MS)
 })

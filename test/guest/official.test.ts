@@ -196,6 +196,144 @@ describe("the official loop, compiled", () => {
     expect(output.transcript.append.map((m: { content: string }) => m.content.length)).toEqual([big.length + 1])
   })
 
+  /** A round of `outputs.length` tool calls, each answered with its output; the host refuses requests above `limit` bytes as Brain does. */
+  const bigRound = (outputs: ReadonlyArray<unknown>, limit = Number.POSITIVE_INFINITY, room = Number.POSITIVE_INFINITY) => {
+    const calls = outputs.map((_, i) => ({ id: `c${i}`, name: "t", input: {} }))
+    const make = script([{ text: "", tool_calls: calls }, { text: "done" }], (_, n) => ({ outcome: "ok", output: outputs[n], is_error: false }))
+    const answerer = make()
+    // The transcript as Brain saves it, and what each model call was asked with.
+    let saved: Array<unknown> = []
+    const asked: Array<Array<unknown>> = []
+    const apply = (base: Array<unknown>, delta: { keep: number; append: Array<unknown> }) => [...base.slice(0, delta.keep), ...delta.append]
+    const run = runGuest(official, JSON.stringify(tailOf({ ...activation({ message: "go" }), transcript: [] as ReadonlyArray<Message> })), (op, request) => {
+      const bytes = Buffer.byteLength(JSON.stringify(request), "utf8")
+      if (bytes > limit) return { error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${limit})`, retryable: false, ambiguous: false } }
+      if (op === "set_transcript") {
+        // The transcript's room (docs/abi.md): a save leaving the round open is refused past it, its tail counted from the round's assistant message.
+        const next = apply(saved, request)
+        const at = next.findIndex((m: any) => m.role === "assistant" && m.tool_calls?.length)
+        const open = at >= 0 && next.filter((m: any) => m.role === "tool").length < outputs.length
+        const bytes = open ? Buffer.byteLength(JSON.stringify(next.slice(at)), "utf8") : 2
+        if (bytes > room) return { error: { code: "payload_too_large", message: "the transcript is above its room", retryable: false, ambiguous: false, details: { bytes, limit: room } } }
+      }
+      const answer = answerer(op, request) as { ok?: unknown }
+      if (answer.ok !== undefined) {
+        if (op === "set_transcript") saved = apply(saved, request)
+        if (op === "dispatch" || op === "model") {
+          if (request.transcript) saved = apply(saved, request.transcript)
+        }
+        if (op === "model") asked.push(apply(saved, request.context))
+      }
+      return answer
+    })
+    return { run, saved, asked }
+  }
+
+  it("a round of tool outputs of 20 MiB in all (five of 4 MiB) fits Brain's default guest memory of 128 MiB, and the next model call carries every output whole: each is held once, as the answer's bytes", () => {
+    const outputs = Array.from({ length: 5 }, (_, i) => `${i}${"r".repeat(4 * 1024 * 1024 - 3)}`)
+    const { run, asked } = bigRound(outputs)
+    expect(run.failed).toBeUndefined()
+    expect(run.memoryBytes).toBeLessThanOrEqual(128 * 1024 * 1024)
+    expect(JSON.parse(run.output!).ok).toEqual({ text: "done" })
+    expect(asked).toHaveLength(2)
+    expect(asked[1]!.filter((m: any) => m.role === "tool").map((m: any) => m.content)).toEqual(outputs.map((o) => JSON.stringify(o)))
+  })
+
+  it("one tool output of 16 MiB (a Wasm tool's output at BRAIN_MAX_WASM_IO_BYTES) fits Brain's default guest memory of 128 MiB", () => {
+    const output = "x".repeat(16 * 1024 * 1024 - 9)
+    const { run, asked } = bigRound([output])
+    expect(run.failed).toBeUndefined()
+    expect(run.memoryBytes).toBeLessThanOrEqual(128 * 1024 * 1024)
+    expect(asked[1]!.filter((m: any) => m.role === "tool").map((m: any) => m.content)).toEqual([JSON.stringify(output)])
+  })
+
+  it("an output of any JSON (escapes, characters of every width, numbers as written) is carried from the answer's bytes exactly as JSON.stringify writes it, errors too", () => {
+    const piece = 'a"b\\c\n\u0001\u001f\u007fé€😀/<'
+    const outputs: Array<unknown> = [
+      { list: [piece.repeat(5000), 1.5, -0.25e-7, null, true, 12345678901234567890], [piece]: { nested: [[], {}] } },
+      piece,
+      "",
+      []
+    ]
+    const calls = outputs.map((_, i) => ({ id: `c${i}`, name: "t", input: {} }))
+    same(activation({ message: "go" }), script([{ text: "", tool_calls: calls }, { text: "done" }], (_, n) => ({ outcome: n === 3 ? "error" : "ok", output: outputs[n], is_error: n === 3 })))
+  })
+
+  it("a round whose results no one request within BRAIN_MAX_WASM_IO_BYTES holds is saved in pieces within it, and the model is asked with every output whole", () => {
+    const limit = 1024 * 1024
+    const outputs = Array.from({ length: 5 }, (_, i) => `${i}${"r".repeat(300 * 1024)}`)
+    const { run, saved, asked } = bigRound(outputs, limit)
+    expect(run.failed).toBeUndefined()
+    // Every request but the refused one within the bound.
+    for (const c of run.calls.filter((_, i) => i !== 2)) expect(Buffer.byteLength(c.request, "utf8")).toBeLessThanOrEqual(limit)
+    // The refused model call (nothing done), the pieces, then the model asked with the saved transcript.
+    expect(ops(run)).toEqual(["model", "dispatch", "model", "set_transcript", "set_transcript", "model"])
+    expect(asked[1]!.filter((m: any) => m.role === "tool").map((m: any) => m.content)).toEqual(outputs.map((o) => JSON.stringify(o)))
+    expect(saved.filter((m: any) => m.role === "tool")).toHaveLength(5)
+  })
+
+  it("pieces saved while the round is still open stay within the transcript's room: a piece Brain refuses payload_too_large is saved shorter, and what then fits no piece reaches the model as a note", () => {
+    const limit = 1024 * 1024
+    const outputs = Array.from({ length: 5 }, (_, i) => `${i}${"r".repeat(300 * 1024)}`)
+    const { run, asked } = bigRound(outputs, limit, 600 * 1024)
+    expect(run.failed).toBeUndefined()
+    expect(JSON.parse(run.output!).ok).toEqual({ text: "done" })
+    const contents = asked[1]!.filter((m: any) => m.role === "tool").map((m: any) => JSON.parse(m.content) as string)
+    expect(contents).toHaveLength(5)
+    const whole = contents.filter((c, i) => c === outputs[i])
+    const notes = contents.filter((c) => c.startsWith("[not carried: this output is "))
+    expect(whole.length + notes.length).toBe(5)
+    expect(notes).toHaveLength(1)
+    expect(contents[0]).toBe(outputs[0])
+    // The refused model call; a piece of three refused past the room, one of one saved; the rest with the note; the model.
+    expect(ops(run)).toEqual(["model", "dispatch", "model", "set_transcript", "set_transcript", "set_transcript", "model"])
+  })
+
+  it("a repair answering a cut-short round from large committed outcomes (tool_results) is saved in pieces within BRAIN_MAX_WASM_IO_BYTES too, and an outcome that fits no piece becomes a note: the session is never left with a repair no request can carry", () => {
+    const limit = 1024 * 1024
+    const outputs = ["a".repeat(400 * 1024), "b".repeat(limit), "c".repeat(400 * 1024), "d".repeat(400 * 1024)]
+    const calls = outputs.map((_, i) => ({ id: `c${i}`, name: "t", input: {} }))
+    const transcript = [{ role: "user", content: "go" }, { role: "assistant", content: "", tool_calls: calls }]
+    const tool_results = outputs.map((output, i) => ({ call_id: `c${i}`, name: "t", outcome: "ok", output, is_error: false }))
+    let saved: Array<unknown> = transcript
+    const asked: Array<Array<unknown>> = []
+    const apply = (base: Array<unknown>, delta: { keep: number; append: Array<unknown> }) => [...base.slice(0, delta.keep), ...delta.append]
+    const input = { ...tailOf({ ...activation({ message: "and now?" }), transcript: transcript as ReadonlyArray<Message> }), tool_results }
+    const run = runGuest(official, JSON.stringify(input), (op, request) => {
+      if (Buffer.byteLength(JSON.stringify(request), "utf8") > limit) {
+        return { error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${limit})`, retryable: false, ambiguous: false } }
+      }
+      if (op === "set_transcript") saved = apply(saved, request)
+      if (op === "model") {
+        if (request.transcript) saved = apply(saved, request.transcript)
+        asked.push(apply(saved, request.context))
+        return { ok: { text: "done", tool_calls: [], stop_reason: "end" } }
+      }
+      return { ok: null }
+    })
+    expect(run.failed).toBeUndefined()
+    expect(JSON.parse(run.output!).ok).toEqual({ text: "done" })
+    const contents = asked[0]!.filter((m: any) => m.role === "tool").map((m: any) => JSON.parse(m.content) as string)
+    expect(contents[0]).toBe(outputs[0])
+    expect(contents[1]).toMatch(/^\[not carried: this output is 1048578 bytes as JSON, .*\(BRAIN_MAX_WASM_IO_BYTES, 1048576 bytes\); the call's tool_call_ended Event holds it\]$/)
+    expect(contents.slice(2)).toEqual(outputs.slice(2))
+    expect(asked[0]!.slice(-1)).toEqual([{ role: "user", content: "and now?" }])
+  })
+
+  it("an output no request within BRAIN_MAX_WASM_IO_BYTES can carry reaches the model as a note naming the bound and the Event that holds it; the round's other outputs are carried whole", () => {
+    const limit = 1024 * 1024
+    const outputs = ["small", "x".repeat(limit), "also small"]
+    const { run, asked } = bigRound(outputs, limit)
+    expect(run.failed).toBeUndefined()
+    expect(JSON.parse(run.output!).ok).toEqual({ text: "done" })
+    const contents = asked[1]!.filter((m: any) => m.role === "tool").map((m: any) => m.content)
+    expect(contents[0]).toBe(JSON.stringify("small"))
+    expect(contents[2]).toBe(JSON.stringify("also small"))
+    expect(JSON.parse(contents[1])).toBe(
+      `[not carried: this output is ${limit + 2} bytes as JSON, more than a request to Brain holds beside the rest (BRAIN_MAX_WASM_IO_BYTES, ${limit} bytes); the call's tool_call_ended Event holds it]`
+    )
+  })
+
   it("the model's reasoning (Anthropic's thinking blocks) is kept first in the assistant message's content, its text after it as a part, and sent back with it (exact bytes)", () => {
     const thought = { type: "thinking", thinking: "Check the weather.", signature: "EqQBCgIYAhIM" }
     const hidden = { type: "redacted_thinking", data: "EmwKAhgBEgy3" }
@@ -559,9 +697,24 @@ describe("the official loop, compiled", () => {
   })
 
   it("running out of memory traps (the activation fails); it never returns a partial result", () => {
-    const transcript = Array.from({ length: 64 }, () => ({ role: "user", content: "x".repeat(64 * 1024) }))
-    expect(() => runGuest(official, JSON.stringify(activation({ transcript })), script([{ text: "ok" }])(), { maximumPages: 64 })).toThrow(
+    const transcript = Array.from({ length: 14 }, () => ({ role: "user", content: "x".repeat(64 * 1024) }))
+    expect(() => runGuest(official, JSON.stringify(activation({ transcript })), script([{ text: "ok" }])(), { maximumPages: 16 })).toThrow(
       /unreachable/
     )
+  })
+
+  it("a round whose answer the memory cannot hold, or whose request it cannot write, fails the activation with a message naming BRAIN_MAX_WASM_MEMORY_BYTES, not a bare trap", () => {
+    const outputs = Array.from({ length: 5 }, (_, i) => `${i}${"r".repeat(4 * 1024 * 1024 - 3)}`)
+    const calls = outputs.map((_, i) => ({ id: `c${i}`, name: "t", input: {} }))
+    const round = script([{ text: "", tool_calls: calls }, { text: "done" }], (_, n) => ({ outcome: "ok", output: outputs[n], is_error: false }))
+    const input = JSON.stringify(tailOf({ ...activation({ message: "go" }), transcript: [] as ReadonlyArray<Message> }))
+    // 16 MiB: the 20 MiB answer does not fit.
+    const answer = runGuest(official, input, round(), { maximumPages: 256 })
+    expect(answer.failed).toMatch(/^Brain's answer \(or the input\) of \d+ bytes does not fit the guest's memory: it holds \d+ bytes and cannot grow by the \d+ more it needs \(its maximum is the lower of the module's declared maximum and BRAIN_MAX_WASM_MEMORY_BYTES\)$/)
+    expect(ops(answer)).toEqual(["model", "dispatch"])
+    // 40 MiB: the answer fits, the model request carrying it does not.
+    const request = runGuest(official, input, round(), { maximumPages: 640 })
+    expect(request.failed).toMatch(/^a request to Brain \(or the output\) being written needs a buffer of \d+ bytes, which does not fit the guest's memory: it holds \d+ bytes .*BRAIN_MAX_WASM_MEMORY_BYTES\)$/)
+    expect(ops(request)).toEqual(["model", "dispatch"])
   })
 })

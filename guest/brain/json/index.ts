@@ -2,4 +2,4 @@
 export { Json, JsonKind, kindName } from "./value"
 export { decimalToF64 } from "./decimal"
 export { MAX_DEPTH, Members, ParseResult, parse, parseBytes, parseElementsWhere, parseMembers } from "./parse"
-export { Utf8Writer, stringify, writeJson, writeString } from "./write"
+export { jsonLength, Utf8Writer, stringify, stringifyBytes, writeJson, writeString, writeStringBytes } from "./write"

@@ -21,9 +21,15 @@ export class ParseResult {
   get ok(): bool { return this.value !== null }
 }
 
-/** Parses the UTF-8 JSON text of `len` bytes at `ptr`. */
-export function parseBytes(ptr: usize, len: usize): ParseResult {
+/**
+ * Parses the UTF-8 JSON text of `len` bytes at `ptr`. With `textKey`, the value of every object
+ * member of that name is checked as any value is but kept as its text (`Json.text`, pointing into
+ * these bytes, which must then stay as they are): a value only passed on, such as a tool's output
+ * (`dispatch` answers them as `output`), costs no parsed copy.
+ */
+export function parseBytes(ptr: usize, len: usize, textKey: string | null = null): ParseResult {
   const p = new Parser(ptr, ptr + len)
+  p.textKey = textKey
   p.ws()
   let value = p.value(0)
   if (value !== null) {
@@ -178,6 +184,8 @@ function hexValue(b: u32): i32 {
 class Parser {
   error: string = ""
   errorAt: usize = 0
+  /** The members of this name are kept as their text (`parseBytes`). */
+  textKey: string | null = null
   constructor(public pos: usize, public end: usize) {}
 
   fail(message: string): Json | null {
@@ -249,7 +257,14 @@ class Parser {
       if (this.peek() != 0x3a) return this.fail("expected ':'")
       this.pos++
       this.ws()
-      const v = this.value(depth)
+      let v: Json | null
+      const textKey = this.textKey
+      if (textKey !== null && key == textKey) {
+        const start = this.pos
+        v = this.skip(depth) ? Json.text(start, this.pos - start) : null
+      } else {
+        v = this.value(depth)
+      }
       if (v === null) return null
       out.set(key, v)
       this.ws()

@@ -18,7 +18,12 @@
 
 import { decimalToF64 } from "./decimal"
 
-export enum JsonKind { Null, Bool, Number, String, Array, Object }
+/**
+ * `Text` is JSON text kept as it came, unparsed (`Json.text`): written back byte for byte, and
+ * read only as its bytes (`textPointer`, `textLength`). A parse makes one only when asked to
+ * (`parseBytes`'s `textKey`): a value that is only passed on need not cost its UTF-16 copy.
+ */
+export enum JsonKind { Null, Bool, Number, String, Array, Object, Text }
 
 /** Past this many keys an object keeps a key index, so building and reading it stays linear. */
 const INDEX_FROM: i32 = 16
@@ -89,6 +94,21 @@ export class Json {
     return j
   }
 
+  /**
+   * A string whose value is the `length` bytes of UTF-8 at `ptr` (valid UTF-8, as a parsed
+   * answer's is), held as those bytes, not as UTF-16: the writer escapes them as it writes them,
+   * and `asString` decodes them each time it is asked. For a large string that is only passed on
+   * (a tool's output carried to the model): half the memory, no copy.
+   */
+  static stringBytes(ptr: usize, length: usize): Json {
+    return JsonBytes.make(JsonKind.String, ptr, length)
+  }
+
+  /** JSON text (`length` bytes at `ptr`, already checked) kept as it is: written back byte for byte. */
+  static text(ptr: usize, length: usize): Json {
+    return JsonBytes.make(JsonKind.Text, ptr, length)
+  }
+
   static array(): Json {
     const j = new Json()
     j.kind = JsonKind.Array
@@ -107,6 +127,25 @@ export class Json {
   isString(): bool { return this.kind == JsonKind.String }
   isArray(): bool { return this.kind == JsonKind.Array }
   isObject(): bool { return this.kind == JsonKind.Object }
+  isText(): bool { return this.kind == JsonKind.Text }
+  /** Whether it is a string held as UTF-8 bytes (`stringBytes`). */
+  isStringBytes(): bool { return this.kind == JsonKind.String && this.flag }
+
+  /** Where the bytes of a `Json.text` or a `Json.stringBytes` string are. */
+  get textPointer(): usize {
+    return this.held().bytes
+  }
+
+  /** How many bytes a `Json.text` or a `Json.stringBytes` string has. */
+  get textLength(): usize {
+    return this.held().byteLength
+  }
+
+  /** This value as one held as bytes (a `Text`, or a string whose `flag` says so); aborts for any other. */
+  private held(): JsonBytes {
+    if (!((this.kind == JsonKind.String || this.kind == JsonKind.Text) && this.flag)) this.expect(JsonKind.Text, "JSON text")
+    return changetype<JsonBytes>(this)
+  }
 
   asBool(): bool {
     this.expect(JsonKind.Bool, "a boolean")
@@ -115,7 +154,13 @@ export class Json {
 
   asString(): string {
     this.expect(JsonKind.String, "a string")
-    return this.text
+    return this.stringValue()
+  }
+
+  private stringValue(): string {
+    if (!this.flag) return this.text
+    const held = changetype<JsonBytes>(this)
+    return String.UTF8.decodeUnsafe(held.bytes, held.byteLength)
   }
 
   /** The number as it was written (`12`, `-0.5`, `1e+21`). */
@@ -212,7 +257,7 @@ export class Json {
   /** The string at `key`, or `fallback` when it is absent or not a string. */
   getString(key: string, fallback: string = ""): string {
     const v = this.get(key)
-    return v !== null && v.kind == JsonKind.String ? v.text : fallback
+    return v !== null && v.kind == JsonKind.String ? v.stringValue() : fallback
   }
 
   /** The boolean at `key`, or `fallback` when it is absent or not a boolean. */
@@ -265,8 +310,32 @@ export class Json {
     this.index = index
   }
 
+  /** Marks this value as held as bytes (JsonBytes.make; `flag` is a boolean's value, unused by a string or text). */
+  protected markHeld(): void {
+    this.flag = true
+  }
+
   private expect(kind: JsonKind, what: string): void {
     if (this.kind != kind) throw new Error("expected " + what + " but the JSON value is " + kindName(this.kind))
+  }
+}
+
+/**
+ * A value held as UTF-8 bytes (`Json.stringBytes`, `Json.text`): where they are and how many. They
+ * are not copied: they stay where they are (an answer's bytes do: the allocator never frees). Its
+ * own class, so that every other value stays as small as it was; `flag` marks a string held so.
+ */
+class JsonBytes extends Json {
+  bytes: usize = 0
+  byteLength: usize = 0
+
+  static make(kind: JsonKind, ptr: usize, length: usize): Json {
+    const j = new JsonBytes()
+    j.kind = kind
+    j.markHeld()
+    j.bytes = ptr
+    j.byteLength = length
+    return j
   }
 }
 
@@ -292,6 +361,7 @@ export function kindName(kind: JsonKind): string {
     case JsonKind.Number: return "a number"
     case JsonKind.String: return "a string"
     case JsonKind.Array: return "an array"
+    case JsonKind.Text: return "JSON text"
     default: return "an object"
   }
 }
