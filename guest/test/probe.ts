@@ -4,7 +4,7 @@
  * error (`{"error": {"code": "parse", "message": "<error> at byte <n>"}}`); the `probe_*` exports
  * reach the pieces a loop uses directly.
  */
-import { fail, Json, parse, parseBytes, parseElementsWhere, parseMembers, readActivation, returnError, returnOk, stringify, Utf8Writer, writeString } from "../brain"
+import { fail, Json, jsonLength, parse, parseBytes, parseElementsWhere, parseMembers, readActivation, returnError, returnOk, stringify, Utf8Writer, writeString, writeStringBytes } from "../brain"
 
 export { brain_abi_v1, brain_alloc } from "../brain"
 
@@ -127,4 +127,29 @@ export function probe_activation(ptr: usize, len: usize): u64 {
   if (first !== null && first.isBool() && first.asBool()) activation.events
   const events = activation.eventsOfKind(kind)
   return returnOk(Json.object().set("json", activation.json).set("events", events).set("all", activation.events))
+}
+
+/**
+ * Values held as bytes: the input (JSON text) parsed with every member `v` kept as its text, then
+ * `{"value": <it written back>, "length": jsonLength(it), "string": <the input's bytes as a
+ * string held as them, written with a writer of `initial` bytes>, "stringLength": jsonLength of
+ * that string, "fits": whether that write stayed within the writer's room}`.
+ */
+export function probe_bytes(ptr: usize, len: usize, initial: usize): u64 {
+  const parsed = parseBytes(ptr, len, "v")
+  if (!parsed.ok) return returnError("parse", parsed.error + " at byte " + parsed.offset.toString())
+  const value = parsed.value!
+  const held = Json.stringBytes(ptr, len)
+  const w = new Utf8Writer(initial)
+  writeStringBytes(w, ptr, len)
+  const fits = w.len <= w.cap
+  return returnOk(
+    Json.object()
+      .set("value", value)
+      .set("length", Json.int(<i64>jsonLength(value)))
+      .set("string", Json.text(w.ptr, w.len))
+      .set("stringLength", Json.int(<i64>jsonLength(held)))
+      .set("asString", Json.bool(held.asString() == String.UTF8.decodeUnsafe(ptr, len)))
+      .set("fits", Json.bool(fits))
+  )
 }

@@ -51,6 +51,30 @@ const build = () => {
 const bytes = (...b: Array<number>) => Uint8Array.from(b)
 
 describe("guest JSON", () => {
+  it("values held as bytes: a member kept as its text is written back as it came, a string held as UTF-8 bytes is written as JSON.stringify writes it, and jsonLength counts exactly the bytes written (random values, all of Unicode)", () => {
+    const escapes = fc.constantFrom('"', "\\", "\n", "\u0000", "\u001f", "\u007f", "é", "€", "😀", "/", "a")
+    const text = fc.oneof(fc.fullUnicodeString(), fc.array(escapes, { maxLength: 40 }).map((a) => a.join("")))
+    fc.assert(
+      fc.property(fc.unicodeJsonValue(), text, fc.integer({ min: 1, max: 64 }), (v, t, initial) => {
+        const input = JSON.stringify({ v, w: [v, { v: t }], t })
+        const i = live()
+        const [ptr, len] = i.place(input)
+        const { output, failed } = i.result(() => i.exports.probe_bytes(ptr, len, initial))
+        expect(failed).toBeUndefined()
+        const out = JSON.parse(output!).ok
+        expect(output!.startsWith(`{"ok":{"value":${input},"length":`)).toBe(true)
+        expect(out.length).toBe(Buffer.byteLength(input, "utf8"))
+        expect(out.string).toBe(input)
+        expect(out.stringLength).toBe(Buffer.byteLength(JSON.stringify(input), "utf8"))
+        expect(out.asString).toBe(true)
+        expect(out.fits).toBe(true)
+        // The text written for the string is JSON.stringify's, byte for byte.
+        expect(output!).toContain(`"string":${JSON.stringify(input)},`)
+      }),
+      { numRuns: 400 }
+    )
+  })
+
   it("round trips what JSON.stringify writes, byte for byte (random values, all of Unicode)", () => {
     fc.assert(
       fc.property(fc.unicodeJsonValue(), (v) => {
