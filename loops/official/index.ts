@@ -139,19 +139,15 @@ export function brain_run(ptr: usize, len: usize): u64 {
   }
 }
 
-const TOO_LARGE = "the request is above BRAIN_MAX_WASM_IO_BYTES ("
-
-/** The bound a request was refused for passing (BRAIN_MAX_WASM_IO_BYTES, as Brain's refusal names it), or 0 for any other error. */
+/**
+ * The bound a request was refused for passing (BRAIN_MAX_WASM_IO_BYTES: the refusal's
+ * `details.limit`), or 0 for any other error.
+ */
 function requestLimit(e: HostError): usize {
-  if (e.code != "invalid_request" || !e.message.startsWith(TOO_LARGE)) return 0
-  let limit: u64 = 0
-  for (let i = TOO_LARGE.length; i < e.message.length; i++) {
-    const c = e.message.charCodeAt(i)
-    if (c == 41) return limit > 0 && limit < <u64>u32.MAX_VALUE ? <usize>limit : 0 // )
-    if (c < 48 || c > 57) return 0
-    limit = limit * 10 + <u64>(c - 48)
-  }
-  return 0
+  const details = e.details
+  if (e.code != "invalid_request" || details === null || !details.isObject()) return 0
+  const limit = details.getI64("limit")
+  return limit > 0 && limit < <i64>u32.MAX_VALUE ? <usize>limit : 0
 }
 
 /** The bytes of `{"keep":K,"append":[` and `]}` around a piece's messages, K at most ten digits. */

@@ -18,6 +18,7 @@ import { runTypeScriptLoop } from "./reference.js"
 import type { Message } from "../../src/domain/Messages.js"
 import { transcriptTail } from "../../src/domain/TranscriptTail.js"
 import { admitModule } from "../../src/layers/wasm/Module.js"
+import { requestTooLarge } from "../../src/layers/wasm/WorkerProtocol.js"
 import { officialLoop } from "../../src/loops/official.js"
 
 const official = shippedGuest("official")
@@ -207,7 +208,7 @@ describe("the official loop, compiled", () => {
     const apply = (base: Array<unknown>, delta: { keep: number; append: Array<unknown> }) => [...base.slice(0, delta.keep), ...delta.append]
     const run = runGuest(official, JSON.stringify(tailOf({ ...activation({ message: "go" }), transcript: [] as ReadonlyArray<Message> })), (op, request) => {
       const bytes = Buffer.byteLength(JSON.stringify(request), "utf8")
-      if (bytes > limit) return { error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${limit})`, retryable: false, ambiguous: false } }
+      if (bytes > limit) return JSON.parse(requestTooLarge(bytes, limit))
       if (op === "set_transcript") {
         // The transcript's room (docs/abi.md): a save leaving the round open is refused past it, its tail counted from the round's assistant message.
         const next = apply(saved, request)
@@ -300,9 +301,8 @@ describe("the official loop, compiled", () => {
     const apply = (base: Array<unknown>, delta: { keep: number; append: Array<unknown> }) => [...base.slice(0, delta.keep), ...delta.append]
     const input = { ...tailOf({ ...activation({ message: "and now?" }), transcript: transcript as ReadonlyArray<Message> }), tool_results }
     const run = runGuest(official, JSON.stringify(input), (op, request) => {
-      if (Buffer.byteLength(JSON.stringify(request), "utf8") > limit) {
-        return { error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${limit})`, retryable: false, ambiguous: false } }
-      }
+      const bytes = Buffer.byteLength(JSON.stringify(request), "utf8")
+      if (bytes > limit) return JSON.parse(requestTooLarge(bytes, limit))
       if (op === "set_transcript") saved = apply(saved, request)
       if (op === "model") {
         if (request.transcript) saved = apply(saved, request.transcript)

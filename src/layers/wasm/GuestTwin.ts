@@ -16,7 +16,7 @@
 import { isUtf8 } from "node:buffer"
 import { guestFailureMessage } from "../../domain/CutText.js"
 import { ENTER, STEP_EXPORTS, SUSPEND_BYTES, UNWIND_LEN } from "./TwinExports.js"
-import type { ActivateMessage } from "./WorkerProtocol.js"
+import { type ActivateMessage, requestTooLarge } from "./WorkerProtocol.js"
 
 /** The guest broke the ABI or gave up: the activation fails with this message. */
 export class GuestError extends Error {}
@@ -155,9 +155,7 @@ export class TwinRun {
             throw new GuestError("a host call's op is not UTF-8")
           }
           if (reqLen >>> 0 > this.msg.maxRequestBytes) {
-            return this.give(encoder.encode(JSON.stringify({
-              error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${this.msg.maxRequestBytes})`, retryable: false, ambiguous: false }
-            })))
+            return this.give(encoder.encode(requestTooLarge(reqLen >>> 0, this.msg.maxRequestBytes)))
           }
           const request = this.checkedAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
           // Asyncify's buffer header: where its data goes next, and where it ends.

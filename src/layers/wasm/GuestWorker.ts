@@ -41,6 +41,7 @@ import {
   HEADER_BYTES,
   INLINE_BYTES,
   INSTANCES_WORD,
+  requestTooLarge,
   START_KIND_WORD,
   START_LENGTH_WORD,
   START_POSTED,
@@ -197,7 +198,7 @@ const instantiate = (module: WebAssembly.Module, limits: ActivateMessage["memory
         if (allocating) throw new GuestError('a host call from brain_alloc: host calls are for brain_run and brain_tool, and Brain calls brain_alloc from inside them (docs/abi.md, "Exports")')
         textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > msg.maxRequestBytes) {
-          return give(encoder.encode(JSON.stringify({ error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${msg.maxRequestBytes})`, retryable: false, ambiguous: false } })))
+          return give(encoder.encode(requestTooLarge(reqLen >>> 0, msg.maxRequestBytes)))
         }
         const request = checkedAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         const seen = Atomics.load(words, ANSWER_WORD)

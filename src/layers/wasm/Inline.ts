@@ -36,7 +36,7 @@ import { eventLoopTurn } from "../Waits.js"
 import { chargedCall, yieldsAfter } from "./HostCallCost.js"
 import { packPair, unpackPair, unpacked } from "./Pairs.js"
 import { ENTER, LOW_EXPORT, RESET_EXPORTS, STEP_EXPORTS, SUSPEND_BYTES, UNWIND_LEN, WRITTEN_EXPORT } from "./TwinExports.js"
-import { trapReason } from "./WorkerProtocol.js"
+import { requestTooLarge, trapReason } from "./WorkerProtocol.js"
 import { activationEnded, activationStarted, dropped, imageKept, instanceStats, memoryFor, newMemoryReason, newMemoryRefused, putBack, recycle, type Resting, spareRun } from "./Spares.js"
 
 export interface InlineLimits extends ActivationLimits {
@@ -366,9 +366,7 @@ class Run implements Resting {
         if (this.allocating) throw new GuestError(FROM_ALLOC)
         const op = this.textAt(opPtr >>> 0, opLen >>> 0, "a host call's op")
         if (reqLen >>> 0 > this.limits.ioBytes) {
-          return this.give(encoder.encode(JSON.stringify({
-            error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${this.limits.ioBytes})`, retryable: false, ambiguous: false }
-          })))
+          return this.give(encoder.encode(requestTooLarge(reqLen >>> 0, this.limits.ioBytes)))
         }
         const request = this.textAt(reqPtr >>> 0, reqLen >>> 0, "a host call's request")
         if (this.suspendAt === 0) {

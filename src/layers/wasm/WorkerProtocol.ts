@@ -13,6 +13,17 @@
  */
 import type { MessagePort } from "node:worker_threads"
 
+/**
+ * The answer to a host call whose request is past BRAIN_MAX_WASM_IO_BYTES, given before anything of
+ * it is done (docs/abi.md, "Limits"): `invalid_request`, its `details` the request's `bytes` and the
+ * `limit`, which a loop reads to send what it meant in smaller requests (the official loop saves a
+ * large round's results in pieces). One text for the three places a guest's call is answered.
+ */
+export const requestTooLarge = (bytes: number, limit: number): string =>
+  JSON.stringify({
+    error: { code: "invalid_request", message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${limit})`, retryable: false, ambiguous: false, details: { bytes, limit } }
+  })
+
 /** Bytes of a payload that travel in the shared buffer (each direction has its own region). */
 export const INLINE_BYTES = 64 * 1024
 

@@ -46,6 +46,14 @@ const ROGUES: Record<string, string> = {
           (br_if $poll (i32.ne (i32.load8_u (i32.add (i32.wrap_i64 (i64.shr_u (local.get $ans) (i64.const 32))) (i32.const 2))) (i32.const 101))))
         (local.get $ans))`)
   })(),
+  // Its request (in a data segment past the first page: two pages of memory) one write past the bound.
+  pastIo: (() => {
+    const o = data(200, "kv_put")
+    const r = data(300, JSON.stringify({ key: "k", value: "x".repeat(OPTIONS.ioBytes) }))
+    return guest(`${o.segment} ${r.segment}
+      (func (export "brain_run") (param i32 i32) (result i64)
+        (call $call (i32.const ${o.ptr}) (i32.const ${o.len}) (i32.const ${r.ptr}) (i32.const ${r.len})))`, { memory: "3" })
+  })(),
   pastMemory: guest(`(func (export "brain_run") (param i32 i32) (result i64) (call $out (i32.const 65000) (i32.const 100000)))`)
 }
 
@@ -91,6 +99,23 @@ describe("rogue guests", () => {
           const after = yield* turn("fine")
           expect(after.turn, `a turn after ${name}`).toMatchObject({ status: "ended", result: "fine" })
         }
+      })))
+
+  it.scopedLive("a host call whose request is past BRAIN_MAX_WASM_IO_BYTES answers invalid_request naming the bound, with the request's bytes and the limit in its details, and nothing of it is done", () =>
+    withHost(() =>
+      Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id } = yield* sessions.create({ agentloop: "pastIo", model: { provider: "scripted" } })
+        const outcome = yield* sessions.send(session_id, { message: "go" })
+        const bytes = JSON.stringify({ key: "k", value: "x".repeat(OPTIONS.ioBytes) }).length
+        expect(outcome.turn.failure).toMatchObject({
+          code: "invalid_request",
+          message: `the request is above BRAIN_MAX_WASM_IO_BYTES (${OPTIONS.ioBytes})`,
+          details: { bytes, limit: OPTIONS.ioBytes }
+        })
+        const records = yield* Effect.orDie((yield* Journal).read(session_id, { after: 0, limit: 1000 }))
+        expect(records.map((r) => r.kind)).toContain("turn_failed")
+        expect(records.map((r) => r.kind)).not.toContain("kv_put")
       })))
 
   it.scopedLive("a spinning guest is stopped within its budget while other sessions' turns keep completing on the pool", () =>
