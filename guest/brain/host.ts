@@ -45,9 +45,12 @@ export function modelSaving(transcript: Transcript, system: string | null = null
   return answer
 }
 
-/** Runs `calls` (`[{id, name, input}]`) together; the value is their results in call order. */
-export function dispatch(calls: Json): Answer {
-  return call("dispatch", Json.object().set("calls", calls))
+/**
+ * Runs `calls` (`[{id, name, input}]`) together; the value is their results in call order. With
+ * `outputsAsText`, each `output` is its JSON text as it came, as in `dispatchSaving`.
+ */
+export function dispatch(calls: Json, outputsAsText: bool = false): Answer {
+  return call("dispatch", Json.object().set("calls", calls), outputsAsText ? "output" : null)
 }
 
 /**

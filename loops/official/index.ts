@@ -29,6 +29,7 @@
 import {
   Answer,
   call,
+  dispatch,
   dispatchSaving,
   HostError,
   jsonLength,
@@ -127,7 +128,15 @@ export function brain_run(ptr: usize, len: usize): u64 {
     }
     // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
     // Each output is kept as the answer's bytes and carried to the model as they are.
-    const answered = dispatchSaving(calls, transcript, true)
+    let answered = dispatchSaving(calls, transcript, true)
+    if (!answered.ok && requestLimit(answered.error!) > 0) {
+      // The calls and their save are more than one request holds (each call's input rides in both,
+      // so an input of half the bound is enough; nothing of the refused request was done): the
+      // save first, on its own, then the calls.
+      const saved = setTranscriptDelta(transcript)
+      if (!saved.ok) return failed(saved)
+      answered = dispatch(calls, true)
+    }
     if (!answered.ok) return failed(answered)
     // Only this round's are unsaved now: the earlier ones were saved with the model call.
     results.length = 1

@@ -260,6 +260,27 @@ describe("the official loop, compiled", () => {
     same(activation({ message: "go" }), script([{ text: "", tool_calls: calls }, { text: "done" }], (_, n) => ({ outcome: n === 3 ? "error" : "ok", output: outputs[n], is_error: n === 3 })))
   })
 
+  it("a tool call whose input is more than half of BRAIN_MAX_WASM_IO_BYTES (it rides in the dispatch's calls and in the save riding with them) is saved on its own first, then dispatched without a save, and its round reaches the model", () => {
+    const limit = 1024 * 1024
+    const calls = [{ id: "c0", name: "t", input: { s: "i".repeat(600 * 1024) } }]
+    const answerer = script([{ text: "", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: "fine", is_error: false }))()
+    const run = runGuest(official, JSON.stringify(tailOf({ ...activation({ message: "go" }), transcript: [] as ReadonlyArray<Message> })), (op, request) => {
+      const bytes = Buffer.byteLength(JSON.stringify(request), "utf8")
+      if (bytes > limit) return JSON.parse(requestTooLarge(bytes, limit))
+      return answerer(op, request)
+    })
+    expect(run.failed).toBeUndefined()
+    expect(JSON.parse(run.output!).ok).toEqual({ text: "done" })
+    // The first dispatch refused (nothing of it done), the save alone, the calls alone, the model.
+    expect(ops(run)).toEqual(["model", "dispatch", "set_transcript", "dispatch", "model"])
+    const save = JSON.parse(run.calls[2]!.request)
+    expect(save.append).toEqual([{ role: "assistant", content: "", tool_calls: calls }])
+    const dispatched = JSON.parse(run.calls[3]!.request)
+    expect(dispatched).toEqual({ calls })
+    const asked = JSON.parse(run.calls[4]!.request)
+    expect(asked.transcript.append).toEqual([{ role: "tool", tool_call_id: "c0", content: JSON.stringify("fine") }])
+  })
+
   it("a round whose results no one request within BRAIN_MAX_WASM_IO_BYTES holds is saved in pieces within it, and the model is asked with every output whole", () => {
     const limit = 1024 * 1024
     const outputs = Array.from({ length: 5 }, (_, i) => `${i}${"r".repeat(300 * 1024)}`)
