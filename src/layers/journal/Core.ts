@@ -19,7 +19,7 @@
  * session's only one meanwhile (a create of its id is refused, other accesses share the open), so
  * nothing of this process's can be under way in what is removed.
  */
-import { Deferred, Effect, Exit, FiberId, type Scope } from "effect"
+import { Deferred, Effect, Exit, FiberId, FiberRef, type Scope } from "effect"
 import type { SessionId } from "../../domain/Ids.js"
 import type { JournalRecord } from "../../domain/Records.js"
 import { OPEN_JOURNAL_BYTES, OPEN_JOURNAL_HANDLES } from "../../domain/Limits.js"
@@ -75,7 +75,10 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
     // The clock of the fiber that builds the journal, read directly on the hot paths (a round's
     // and a staged opening's time), as the test clock when a test builds it.
     const clock = yield* Effect.clock
-    const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits }, clock)
+    // Rounds start on the scheduler of the fiber that builds the journal, as its fibers run.
+    const scheduler = yield* FiberRef.get(FiberRef.currentScheduler)
+    const priority = yield* FiberRef.get(FiberRef.currentSchedulingPriority)
+    const writer = new Writer(store, hub, { ...defaultWriterLimits, ...options.limits }, clock, (task) => scheduler.scheduleTask(task, priority))
     const handles = new Map<string, Deferred.Deferred<OpenSession<S>, JournalReadError>>()
     const maxHandles = options.maxHandles ?? OPEN_JOURNAL_HANDLES
     const maxHandleBytes = options.maxHandleBytes ?? Number.POSITIVE_INFINITY

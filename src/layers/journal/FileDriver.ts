@@ -308,40 +308,56 @@ const writeAll = (fd: number, buffers: ReadonlyArray<Buffer>, position: number, 
 export const SYNC_THREAD_MIN_FILES = 4
 
 /**
- * The Node `syncMany`: one `Effect.async` for the whole round; plain callbacks, or the sync thread
- * for a round of many files.
+ * The Node `syncMany` on callbacks, without an effect: `end` is called once every item's `onDone`
+ * (and the log's `onWritten`) has been. Plain callbacks, or the sync thread for a round of many
+ * files.
  */
-const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone, log) =>
-  Effect.async<void>((resume) => {
-    let pending = items.length
-    if (pending === 0) {
-      log?.onWritten(0, undefined)
-      return resume(Effect.void)
-    }
-    if (pending >= SYNC_THREAD_MIN_FILES) {
-      return syncRound(items, (outcomes, logged) => {
-        if (log !== undefined) {
-          const failure = logged?.failure
-          log.onWritten(logged?.bytes ?? 0, failure && new FileError({ op: failure.op, path: fdName(log.fd), code: failure.code, detail: failure.detail }))
-        }
-        outcomes.forEach((o, i) =>
-          onDone(i, o === undefined ? undefined : new FileError({ op: o.op, path: fdName(o.log ? log!.fd : items[i]!.fd), code: o.code, detail: o.detail }))
-        )
-        resume(Effect.void)
-      }, log)
-    }
-    if (log !== undefined) return loggedDirect(items, onDone, log, () => resume(Effect.void))
-    const finish = (i: number, error: FileError | undefined) => {
-      onDone(i, error)
-      if (--pending === 0) resume(Effect.void)
-    }
-    items.forEach((item, i) => {
-      writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
-        if (err || item.synced === true) return finish(i, err)
-        fs.fdatasync(item.fd, (err2) => finish(i, err2 ? fail("fdatasync", fdName(item.fd), err2) : undefined))
-      })
+const nodeSyncManyNow = (
+  items: ReadonlyArray<SyncItem>,
+  onDone: (index: number, error: FileError | undefined) => void,
+  log: CommitLogWrite | undefined,
+  end: () => void
+): void => {
+  let pending = items.length
+  if (pending === 0) {
+    log?.onWritten(0, undefined)
+    return end()
+  }
+  if (pending >= SYNC_THREAD_MIN_FILES) {
+    return syncRound(items, (outcomes, logged) => {
+      if (log !== undefined) {
+        const failure = logged?.failure
+        log.onWritten(logged?.bytes ?? 0, failure && new FileError({ op: failure.op, path: fdName(log.fd), code: failure.code, detail: failure.detail }))
+      }
+      outcomes.forEach((o, i) =>
+        onDone(i, o === undefined ? undefined : new FileError({ op: o.op, path: fdName(o.log ? log!.fd : items[i]!.fd), code: o.code, detail: o.detail }))
+      )
+      end()
+    }, log)
+  }
+  if (log !== undefined) return loggedDirect(items, onDone, log, end)
+  const finish = (i: number, error: FileError | undefined) => {
+    onDone(i, error)
+    if (--pending === 0) end()
+  }
+  items.forEach((item, i) => {
+    writeAll(item.fd, item.buffers, item.position, item.bytes, (err) => {
+      if (err || item.synced === true) return finish(i, err)
+      fs.fdatasync(item.fd, (err2) => finish(i, err2 ? fail("fdatasync", fdName(item.fd), err2) : undefined))
     })
   })
+}
+
+/** The Node `syncMany`: one `Effect.async` for the whole round (`nodeSyncManyNow`). */
+const nodeSyncMany: FileDriverShape["syncMany"] = (items, onDone, log) =>
+  Effect.async<void>((resume) => nodeSyncManyNow(items, onDone, log, () => resume(Effect.void)))
+
+/**
+ * A driver's `syncMany` on callbacks (`nodeSyncManyNow`), for a round started without an effect
+ * (FileStore.ts `commitNow`): the Node driver's own, and only while `syncMany` is still its own,
+ * so that a driver that wraps or replaces `syncMany` (a test's, injecting faults) sees every round.
+ */
+export const syncNowOf = (driver: Pick<FileDriverShape, "syncMany">) => driver.syncMany === nodeSyncMany ? nodeSyncManyNow : undefined
 
 /**
  * A small round with a commit log, from this thread: the batch of every item submitted first, the

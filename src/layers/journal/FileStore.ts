@@ -30,7 +30,7 @@ import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, JOURNAL_INDEX_ENTRY_BYTES,
 import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
 import { DELETED_DIR, JOURNAL_DIR, journalDir, openDataDir, parseSegmentName, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
-import { type FileDriverShape, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, withFile } from "./FileDriver.js"
+import { type FileDriverShape, type FileError, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, type SyncItem, syncNowOf, withFile } from "./FileDriver.js"
 import { encodeFrame } from "./Frame.js"
 import { listSegments, newSegmentPath, openHandle, readRecords, type Segment, type SessionHandle, unavailable } from "./Handle.js"
 import type { CommitItem, JournalStore } from "./Store.js"
@@ -200,12 +200,132 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
     /**
      * One round. Frames are encoded and, in the common case, every file is already open at its
      * end, so the round is one `syncMany` and nothing else: no generator, no effect per session
-     * (a text turn has five rounds). Sessions that need a file opened or a segment rotated take
+     * (a text turn has three rounds). Sessions that need a file opened or a segment rotated take
      * the general path first.
      */
     const commit = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) => {
       const before = log?.beforeRound()
       return before === undefined ? round(items, onDone) : Effect.zipRight(before, round(items, onDone))
+    }
+
+    /**
+     * The same round started now, on the driver's callbacks (Store.ts `commitNow`), when no log
+     * is to be switched first and every file is open at its end: the writes submitted in this
+     * step, and what is left after them (a failed write taken back, descriptors closed) handed to
+     * `onEnd` as an effect, or nothing. Otherwise the round as `commit`'s effect.
+     */
+    const commitNow = (
+      items: ReadonlyArray<CommitItem<SessionHandle>>,
+      onDone: (index: number, failure: string | undefined, unknown?: boolean) => void,
+      onEnd: (rest: Effect.Effect<void> | undefined) => void
+    ): Effect.Effect<void> | undefined => {
+      const now = syncNowOf(driver)
+      if (now === undefined || log?.beforeRound() !== undefined || log?.failure !== undefined) return commit(items, onDone)
+      const r = begin(items, onDone)
+      if (r.slow !== undefined) return finish(r)
+      if (r.writes.length === 0) {
+        onEnd(endRoundNow(items))
+        return undefined
+      }
+      now(syncItems(r), r.itemDone, log?.batch(r.writes.map((w) => w.segment)), () => {
+        const failed = r.failed
+        onEnd(failed === undefined ? endRoundNow(items) : Effect.ensuring(takeBack(failed, onDone), endRound(items)))
+      })
+      return undefined
+    }
+
+    /** A round begun: its frames encoded, the writes of the files open at their end, and how each write's end is told. */
+    interface Round {
+      readonly items: ReadonlyArray<CommitItem<SessionHandle>>
+      readonly onDone: (index: number, failure: string | undefined, unknown?: boolean) => void
+      readonly writes: Array<Write>
+      readonly indexOf: Array<number>
+      /** Writes whose file must be opened or rotated first (`positioned`). */
+      readonly slow: Array<{ readonly index: number; readonly write: Omit<Write, "segment" | "position"> }> | undefined
+      /** The round's failed writes: answered once what landed of them is taken back (`takeBack`). */
+      failed: Array<FailedWrite> | undefined
+      readonly itemDone: (k: number, error: FileError | undefined) => void
+    }
+
+    const begin = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: Round["onDone"]): Round => {
+      inRound = true
+      const writes: Array<Write> = []
+      const indexOf: Array<number> = []
+      let slow: Round["slow"]
+      for (let i = 0; i < items.length; i++) {
+        const { records, recordedAtMs, state: handle } = items[i]!
+        if (handle.failed) {
+          onDone(i, "an earlier write of this journal failed")
+          continue
+        }
+        const buffers: Array<Buffer> = []
+        const sequences: Array<number> = []
+        const sizes: Array<number> = []
+        let bytes = 0
+        for (const r of records) {
+          const [head, json] = encodeFrame(r.sequence, r.recordedAtMs ?? recordedAtMs, r.prepared.kindBytes, r.prepared.json, r.continues)
+          buffers.push(head, json)
+          sequences.push(r.sequence)
+          sizes.push(head.length + json.length)
+          bytes += head.length + json.length
+        }
+        const seg = positionedNow(handle, bytes)
+        if (seg) {
+          writes.push({ handle, buffers, sequences, sizes, bytes, segment: seg, position: seg.size })
+          indexOf.push(i)
+        } else (slow ??= []).push({ index: i, write: { handle, buffers, sequences, sizes, bytes } })
+      }
+      const r: Round = {
+        items,
+        onDone,
+        writes,
+        indexOf,
+        slow,
+        failed: undefined,
+        itemDone: (k, error) => {
+          const w = writes[k]!
+          if (error) {
+            w.handle.failed = true
+            releasing.add(w.handle)
+            ;(r.failed ??= []).push({ write: w, index: indexOf[k]!, reason: error.reason })
+            return
+          }
+          const segIndex = w.handle.segments.indexOf(w.segment)
+          let offset = w.position
+          for (let q = 0; q < w.sequences.length; q++) {
+            w.handle.remember(w.sequences[q]!, segIndex, offset)
+            offset += w.sizes[q]!
+          }
+          w.segment.size = offset
+          log?.written(w.handle)
+          onDone(indexOf[k]!, undefined)
+        }
+      }
+      return r
+    }
+
+    const syncItems = (r: Round): Array<SyncItem> =>
+      r.writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: log === undefined && SEGMENT_WRITES_SYNCED }))
+
+    /** The rest of a begun round as an effect: its files opened, its writes made durable, failures taken back, the round ended. */
+    const finish = (r: Round) => {
+      const opened = r.slow === undefined ? Effect.void : Effect.forEach(r.slow, ({ index, write }) =>
+        Effect.match(positioned(write.handle, write.sequences[0]!, write.bytes), {
+          onFailure: (e) => {
+            write.handle.failed = true
+            releasing.add(write.handle)
+            r.onDone(index, e.reason)
+          },
+          onSuccess: (seg) => {
+            r.writes.push({ ...write, segment: seg, position: seg.size })
+            r.indexOf.push(index)
+          }
+        }), { discard: true })
+      const synced = Effect.suspend(() =>
+        r.writes.length === 0 ? Effect.void : driver.syncMany(syncItems(r), r.itemDone, log?.batch(r.writes.map((w) => w.segment)))
+      )
+      const logged = Effect.zipRight(synced, Effect.suspend(() => r.failed === undefined ? Effect.void : takeBack(r.failed, r.onDone)))
+      return Effect.ensuring(r.slow === undefined ? logged : Effect.zipRight(opened, logged), endRound(r.items))
     }
 
     const round = (items: ReadonlyArray<CommitItem<SessionHandle>>, onDone: (index: number, failure: string | undefined) => void) =>
@@ -214,73 +334,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           for (let i = 0; i < items.length; i++) onDone(i, log.failure)
           return Effect.void
         }
-        inRound = true
-        const writes: Array<Write> = []
-        const indexOf: Array<number> = []
-        let slow: Array<{ readonly index: number; readonly write: Omit<Write, "segment" | "position"> }> | undefined
-        for (let i = 0; i < items.length; i++) {
-          const { records, recordedAtMs, state: handle } = items[i]!
-          if (handle.failed) {
-            onDone(i, "an earlier write of this journal failed")
-            continue
-          }
-          const buffers: Array<Buffer> = []
-          const sequences: Array<number> = []
-          const sizes: Array<number> = []
-          let bytes = 0
-          for (const r of records) {
-            const [head, json] = encodeFrame(r.sequence, r.recordedAtMs ?? recordedAtMs, r.prepared.kindBytes, r.prepared.json, r.continues)
-            buffers.push(head, json)
-            sequences.push(r.sequence)
-            sizes.push(head.length + json.length)
-            bytes += head.length + json.length
-          }
-          const seg = positionedNow(handle, bytes)
-          if (seg) {
-            writes.push({ handle, buffers, sequences, sizes, bytes, segment: seg, position: seg.size })
-            indexOf.push(i)
-          } else (slow ??= []).push({ index: i, write: { handle, buffers, sequences, sizes, bytes } })
-        }
-        const opened = slow === undefined ? Effect.void : Effect.forEach(slow, ({ index, write }) =>
-          Effect.match(positioned(write.handle, write.sequences[0]!, write.bytes), {
-            onFailure: (e) => {
-              write.handle.failed = true
-              releasing.add(write.handle)
-              onDone(index, e.reason)
-            },
-            onSuccess: (seg) => {
-              writes.push({ ...write, segment: seg, position: seg.size })
-              indexOf.push(index)
-            }
-          }), { discard: true })
-        /** The round's failed writes: answered once what landed of them is taken back (`takeBack`). */
-        let failed: Array<FailedWrite> | undefined
-        const synced = Effect.suspend(() =>
-          writes.length === 0 ? Effect.void : driver.syncMany(
-            writes.map((w) => ({ fd: w.handle.fd!, buffers: w.buffers, position: w.position, bytes: w.bytes, synced: log === undefined && SEGMENT_WRITES_SYNCED })),
-            (k, error) => {
-              const w = writes[k]!
-              if (error) {
-                w.handle.failed = true
-                releasing.add(w.handle)
-                ;(failed ??= []).push({ write: w, index: indexOf[k]!, reason: error.reason })
-                return
-              }
-              const segIndex = w.handle.segments.indexOf(w.segment)
-              let offset = w.position
-              for (let r = 0; r < w.sequences.length; r++) {
-                w.handle.remember(w.sequences[r]!, segIndex, offset)
-                offset += w.sizes[r]!
-              }
-              w.segment.size = offset
-              log?.written(w.handle)
-              onDone(indexOf[k]!, undefined)
-            },
-            log?.batch(writes.map((w) => w.segment))
-          )
-        )
-        const logged = Effect.zipRight(synced, Effect.suspend(() => failed === undefined ? Effect.void : takeBack(failed, onDone)))
-        return Effect.ensuring(slow === undefined ? logged : Effect.zipRight(opened, logged), endRound(items))
+        return finish(begin(items, onDone))
       })
 
     /**
@@ -310,16 +364,18 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
       })
 
     /** After a round: descriptors released meanwhile are closed, and idle ones past the limit. */
-    const endRound = (items: ReadonlyArray<CommitItem<SessionHandle>>) =>
-      Effect.suspend(() => {
-        inRound = false
-        if (releasing.size === 0 && openFds.size <= limits.openFiles) return Effect.void
-        return Effect.gen(function*() {
-          for (const h of releasing) yield* closeFd(h)
-          releasing.clear()
-          yield* closeIdleFds(new Set(items.map((i) => i.state)))
-        })
+    const endRound = (items: ReadonlyArray<CommitItem<SessionHandle>>) => Effect.suspend(() => endRoundNow(items) ?? Effect.void)
+
+    /** `endRound` in this step: the round is over, and the closing of descriptors it leaves, if any, is answered as an effect. */
+    const endRoundNow = (items: ReadonlyArray<CommitItem<SessionHandle>>): Effect.Effect<void> | undefined => {
+      inRound = false
+      if (releasing.size === 0 && openFds.size <= limits.openFiles) return undefined
+      return Effect.gen(function*() {
+        for (const h of releasing) yield* closeFd(h)
+        releasing.clear()
+        yield* closeIdleFds(new Set(items.map((i) => i.state)))
       })
+    }
 
     const closeIdleFds = (active: ReadonlySet<SessionHandle>) =>
       Effect.gen(function*() {
@@ -372,6 +428,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
           recent: o.recent
         })).pipe(noting),
       commit,
+      commitNow,
       read: (handle, after, last, limit, maxBytes) => noting(readRecords(driver, handle, after, last, limit, maxBytes)),
       size: (handle) => {
         let bytes = 0

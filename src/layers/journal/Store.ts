@@ -97,6 +97,21 @@ export interface JournalStore<S> {
     items: ReadonlyArray<CommitItem<S>>,
     onDone: (index: number, failure: string | undefined, unknown?: boolean) => void
   ) => Effect.Effect<void>
+  /**
+   * The same round, started now on callbacks when the store can (optional): its writes are
+   * submitted in this synchronous step and `undefined` is answered; `onEnd` is called once, after
+   * every item's `onDone`, with what is left of the round to run as an effect before the next
+   * round (a failed write taken back, descriptors closed), or undefined when nothing is. When it
+   * cannot start so (a file to open, a log to switch, a driver of its own), nothing is started and
+   * the round is answered as an effect, to be run as `commit`'s would be; `onEnd` is not called.
+   * The journal's writer so starts a round without a fiber's wake-up and answers its appenders
+   * from the last write's callback (Writer.ts).
+   */
+  readonly commitNow?: (
+    items: ReadonlyArray<CommitItem<S>>,
+    onDone: (index: number, failure: string | undefined, unknown?: boolean) => void,
+    onEnd: (rest: Effect.Effect<void> | undefined) => void
+  ) => Effect.Effect<void> | undefined
   /** Committed records after `after` and up to `last`, in order (`maxBytes` as Journal.read). */
   readonly read: (
     state: S,
