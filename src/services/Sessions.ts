@@ -33,6 +33,7 @@ import type { EnvironmentDeclaration } from "../domain/Environment.js"
  */
 export type CreateError =
   | InvalidRequest
+  | PayloadTooLarge
   | Conflict
   | CreationFailed
   | Internal

@@ -5,7 +5,9 @@
  * them written; once the journal has reached it, a send or submit is 409 `conflict` with
  * `details.reason: "session_journal_limit"` and nothing is journaled. The bound is the journal's
  * size on disk, so a restart keeps refusing; the session can still be ended and deleted, and
- * other sessions are served.
+ * other sessions are served. A create whose own records (its configuration, its opening transcript
+ * and the record closing its creation) would take its journal to the bound, so that it could start
+ * no turn, is refused 413 `payload_too_large` with the same reason and creates nothing.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -103,5 +105,84 @@ describe("the bound on a session's journal", () => {
     const deleted = await request(s.baseUrl, `/v1/sessions/${a}`, { method: "DELETE" })
     expect(deleted.status, said(deleted)).toBe(204)
     expect((await request(s.baseUrl, `/v1/sessions/${a}`)).status).toBe(404)
+  }, 150_000)
+
+  it("a create whose creation records would take its journal to BRAIN_MAX_SESSION_JOURNAL_BYTES is refused 413 session_journal_limit and creates nothing (keyed or not, by its configuration, its opening transcript or its Environments' setup records); one a byte under it is created and takes a turn", async () => {
+    const bound = 8 * 1024
+    const s = await new ServerProcess({ env: { BRAIN_MAX_SESSION_JOURNAL_BYTES: String(bound) } }).start()
+    try {
+      const said = (r: Reply) => r.text.slice(0, 600)
+      const sessionsDir = path.join(s.dataDir, "sessions")
+      const dirs = () => (fs.existsSync(sessionsDir) ? fs.readdirSync(sessionsDir).sort() : [])
+      const listed = async () => {
+        const r = await request(s.baseUrl, "/v1/sessions?limit=100")
+        expect(r.status, said(r)).toBe(200)
+        return (r.body.sessions as Array<{ session_id: string }>).map((x) => x.session_id).sort()
+      }
+      const create = (body: unknown, key?: string) => request(s.baseUrl, "/v1/sessions", { json: body, headers: key === undefined ? {} : { "idempotency-key": key } })
+      const withSystem = (system: string, transcript?: unknown) => ({ model: { provider: "scripted" }, system, ...(transcript === undefined ? {} : { transcript }) })
+
+      // A small create: its journal's bytes on disk are its creation's records.
+      const first = await create(withSystem("a"))
+      expect(first.status, said(first)).toBe(201)
+      const base = bytesUnder(path.join(sessionsDir, first.body.session_id))
+      expect(base).toBeGreaterThan(0)
+      expect(base).toBeLessThan(bound)
+      // Each ASCII character more in `system` is a byte more in the journal.
+      const atBound = withSystem("a" + "x".repeat(bound - base))
+      const underBound = withSystem("a" + "x".repeat(bound - base - 1))
+
+      const expectRefused = (r: Reply, bytes: number) => {
+        expect(r.status, said(r)).toBe(413)
+        expect(r.body).toMatchObject({
+          code: "payload_too_large",
+          retryable: false,
+          details: { reason: "session_journal_limit", setting: "BRAIN_MAX_SESSION_JOURNAL_BYTES", limit: bound, journal_bytes: bytes }
+        })
+        expect(r.body.message).toContain("BRAIN_MAX_SESSION_JOURNAL_BYTES")
+      }
+      const dirsBefore = dirs()
+      const listBefore = await listed()
+      const nothingCreated = async () => {
+        expect(dirs()).toEqual(dirsBefore)
+        expect(await listed()).toEqual(listBefore)
+      }
+
+      // Exactly at the bound: it could start no turn, so it is refused, and nothing is left.
+      expectRefused(await create(atBound), bound)
+      await nothingCreated()
+      // Far past it, by the opening transcript this time.
+      const past = await create(withSystem("a", [{ role: "user", content: "y".repeat(3 * bound) }]))
+      expect(past.status, said(past)).toBe(413)
+      expect(past.body.details.reason).toBe("session_journal_limit")
+      expect(past.body.details.journal_bytes).toBeGreaterThan(3 * bound)
+      await nothingCreated()
+      // Past it by an Environment's options, which its configuration and its setup's start record
+      // both carry: the configuration alone is under the bound, the two together past it.
+      const pad = "o".repeat(Math.ceil(bound / 2) + 100)
+      const byOptions = await create({ ...withSystem("a"), environments: [{ name: "w", driver: "brain", options: { pad } }] })
+      expect(byOptions.status, said(byOptions)).toBe(413)
+      expect(byOptions.body.details.reason).toBe("session_journal_limit")
+      expect(byOptions.body.details.journal_bytes).toBeGreaterThanOrEqual(base + 2 * pad.length)
+      await nothingCreated()
+      // Keyed: the refusal is the key's answer, replayed, and still nothing exists.
+      expectRefused(await create(atBound, "too-big"), bound)
+      expectRefused(await create(atBound, "too-big"), bound)
+      await nothingCreated()
+
+      // A byte under it: created, its journal a byte under the bound, and a turn is admitted.
+      const under = await create(underBound)
+      expect(under.status, said(under)).toBe(201)
+      const id = under.body.session_id as string
+      expect(bytesUnder(path.join(sessionsDir, id))).toBe(bound - 1)
+      const got = await request(s.baseUrl, `/v1/sessions/${id}`)
+      expect([got.status, got.body.status], said(got)).toEqual([200, "idle"])
+      const sent = await request(s.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "hi" } } })
+      expect(sent.status, said(sent)).toBe(200)
+      expect(sent.body.turn).toBeDefined()
+      expect(await listed()).toEqual([...listBefore, id].sort())
+    } finally {
+      await s.dispose()
+    }
   }, 150_000)
 })

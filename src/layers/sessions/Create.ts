@@ -4,11 +4,17 @@
  * uses recorded, then its creation recorded and its Environments set up, each step answered with
  * the create's own typed refusal. A create holds its share of the working memory from its checks
  * to its answer, and is in flight (`admitted`) for a stop's drain.
+ *
+ * A create whose own records (its configuration, its opening transcript, its Environments' setup
+ * starts and the record closing its creation), weighed as the journal writes them (TurnWrites.ts
+ * `weightOf`), would take its journal to BRAIN_MAX_SESSION_JOURNAL_BYTES is refused 413 before
+ * anything is written: its every turn would be refused (StorageRoom.ts `journalFull`), so a 201
+ * would name a session that can do nothing.
  */
 import { Effect, Either } from "effect"
 import { timerBoundsRefusal } from "../../domain/Configuration.js"
 import { admitEnvironments } from "../../domain/Environment.js"
-import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloaded } from "../../domain/Errors.js"
+import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloaded, PayloadTooLarge } from "../../domain/Errors.js"
 import { failure } from "../../domain/Failure.js"
 import { mintSessionId } from "../../domain/Ids.js"
 import { CREATE_HEAP_PER_BODY_BYTE } from "../../domain/Limits.js"
@@ -17,14 +23,18 @@ import { empty } from "../../domain/Projection.js"
 import { checkPayload, entry, type Entry } from "../../domain/Records.js"
 import { noUnanswered } from "../../domain/TranscriptTail.js"
 import type { AgentloopRejected, AgentloopStoreFailed } from "../../services/Agentloop.js"
+import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { SessionsShape } from "../../services/Sessions.js"
 import { Cell, commit } from "./Cell.js"
 import { fromFence, setUpEnvironments } from "./EnvironmentLifecycle.js"
+import { startedOf } from "./EnvironmentSteps.js"
 import { jsonWeight } from "./InputBytes.js"
 import { fromJournal } from "./FromJournal.js"
 import { schemaRefusal } from "./ToolSchemas.js"
 import { namedHosts, type Shared, stopping, summary } from "./Shared.js"
+import { journalFull } from "./StorageRoom.js"
 import { carriedBytes, noRoom, refusalText, transcriptRoom } from "./TranscriptRoom.js"
+import { weigh, weightOf } from "./TurnWrites.js"
 
 /** The create's field whose part of the configuration's JSON is the largest (its `model_binding` is its `model`). */
 const largestField = (configuration: Record<string, unknown>): string => {
@@ -38,6 +48,21 @@ const largestField = (configuration: Record<string, unknown>): string => {
     }
   }
   return largest
+}
+
+/**
+ * The refusal of a create whose records, `bytes` in the journal, would leave a journal at or past
+ * BRAIN_MAX_SESSION_JOURNAL_BYTES (`journalFull`: no turn could start); undefined below it.
+ * `largest` names what to make smaller (made only for a refusal).
+ */
+const creationPastBound = (config: ServerConfigShape, bytes: number, largest: () => string): PayloadTooLarge | undefined => {
+  if (journalFull(config, bytes) === undefined) return undefined
+  const limit = config.maxSessionJournalBytes
+  return new PayloadTooLarge({
+    message:
+      `this session's creation would write ${bytes} bytes to its journal (its configuration, its opening transcript, its Environments' setup starts and the record closing its creation), at or past BRAIN_MAX_SESSION_JOURNAL_BYTES (${limit}): the session could start no turn, so nothing was created; make ${largest()} smaller`,
+    details: { reason: "session_journal_limit", setting: "BRAIN_MAX_SESSION_JOURNAL_BYTES", limit, journal_bytes: bytes }
+  })
 }
 
 /** A create refused for the field at `path` (DESIGN §7: `details` lists each issue with its field's path). */
@@ -156,6 +181,33 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
           if (bytes > roomLeft.bytes) return yield* Effect.fail(refusedAt(refusalText(roomLeft, bytes, "the opening transcript"), ["transcript"]))
         }
       }
+      // The creation's first records, made once. Under BRAIN_MAX_SESSION_JOURNAL_BYTES they are
+      // weighed as the journal will write them (their JSON made here is the one written), with the
+      // record starting each Environment's setup (it carries the Environment's options again) and
+      // the record that closes the creation (its payload names the first record, sequence 1): a
+      // journal they would take to the bound starts no turn, so the create is refused before
+      // anything exists. Only the Environments' answers to their setups, not known yet, are not weighed.
+      const appended = request.transcript !== undefined && request.transcript.length > 0 ? { keep: 0, append: request.transcript } : undefined
+      let opening: ReadonlyArray<Entry>
+      if (config.maxSessionJournalBytes > 0) {
+        const started = weigh("session_creation_started", { configuration })
+        const delta = appended === undefined ? undefined : weigh("transcript_delta", appended)
+        opening = delta === undefined ? [started.entry] : [started.entry, delta.entry]
+        const bytes = environments.reduce(
+          (sum, e) => sum + weightOf(startedOf("setup", e)),
+          started.bytes + (delta?.bytes ?? 0) + weightOf(entry("session_creation_ended", { sequence: 1 }))
+        )
+        const largest = () =>
+          (delta?.bytes ?? 0) > started.bytes
+            ? "the opening transcript"
+            : `the configuration (its largest field is ${JSON.stringify(largestField(configuration))})`
+        const past = creationPastBound(config, bytes, largest)
+        if (past !== undefined) return yield* Effect.fail(past)
+      } else {
+        opening = appended === undefined
+          ? [entry("session_creation_started", { configuration })]
+          : [entry("session_creation_started", { configuration }), entry("transcript_delta", appended)]
+      }
       // Below BRAIN_MIN_FREE_DISK_BYTES: refused before anything exists (StorageRoom.ts).
       yield* room.forCreate
       // Stopped before anything exists: refused as a request that arrived after the drain began.
@@ -185,10 +237,6 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
       // uninterruptible from here, so that it always ends with `adopt` or `abandon`.
       yield* registry.creating(cell)
       return yield* Effect.uninterruptible(Effect.gen(function*() {
-        const opening: Array<Entry> = [entry("session_creation_started", { configuration })]
-        if (request.transcript && request.transcript.length > 0) {
-          opening.push(entry("transcript_delta", { keep: 0, append: request.transcript }))
-        }
         const [first] = yield* commit(journal, cell, opening).pipe(
           // Nothing was recorded: no session is left behind (Registry.abandon), and the caller is
           // told so; if its journal could not be removed, the refusal stays ambiguous.

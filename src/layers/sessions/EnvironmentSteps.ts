@@ -33,7 +33,8 @@ export type StepOutcome =
   | { readonly ok: true }
   | { readonly ok: false; readonly failure: Failure }
 
-const startedOf = (step: LifecycleStep, environment: AdmittedEnvironment): Entry =>
+/** The record that starts `step` of `environment` (a create weighs its Environments' setup starts by it). */
+export const startedOf = (step: LifecycleStep, environment: AdmittedEnvironment): Entry =>
   step === "setup"
     ? entry("environment_setup_started", { environment: environment.name, request: { options: environment.options ?? {} } })
     : step === "detach"
