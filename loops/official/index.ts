@@ -43,7 +43,7 @@ import {
   setTranscriptDelta,
   Transcript
 } from "../../guest/brain"
-import { hasMedia, interruptionNote, notCarried, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy, userMessage } from "./transcript"
+import { hasMedia, interruptionNote, notCarried, notRunNote, repairTranscript, setAssistantContent, setPresent, toolMessage, truthy, userMessage } from "./transcript"
 
 // It reads only the transcript's tail: Brain gives it every message an interruption can have left
 // unanswered (docs/abi.md, "The transcript's tail"), so a turn costs the same however long the
@@ -137,7 +137,22 @@ export function brain_run(ptr: usize, len: usize): u64 {
       if (!saved.ok) return failed(saved)
       answered = dispatch(calls, true)
     }
-    if (!answered.ok) return failed(answered)
+    if (!answered.ok) {
+      // Refused whole before any call of it was journaled: the model is told each was not run,
+      // and why, not that it may have run (which a later turn's repair would say of a call
+      // without a result). Saved before the refusal is passed on, best effort, as after a failed
+      // model call.
+      const e = answered.error!
+      const note = notRunNote(e.code, e.message, e.ambiguous)
+      if (note !== null) {
+        for (let i = 0; i < calls.length; i++) {
+          const c = calls.at(i)
+          transcript.push(toolMessage(c.isObject() ? c.get("id") : null, Json.string(note), true, Json.string("error")))
+        }
+        setTranscriptDelta(transcript)
+      }
+      return failed(answered)
+    }
     // Only this round's are unsaved now: the earlier ones were saved with the model call.
     results.length = 1
     results.push(answered.value)

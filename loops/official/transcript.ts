@@ -9,6 +9,18 @@ import { Json, stringify, stringifyBytes } from "../../guest/brain"
 const INTERRUPTED = "the call was interrupted; it may or may not have run"
 
 /**
+ * What a call of a round Brain refused whole before journaling any of its calls is answered with
+ * (docs/abi.md, "dispatch"): that it was not run, and Brain's reason. Such a refusal is one of
+ * `tool_call_limit` (more calls than BRAIN_MAX_TOOL_CALLS_PER_DISPATCH) and `turn_write_limit`
+ * (their starts would pass the turn's or the session's journal bound), not ambiguous; null for any
+ * other error, whose calls a later repair answers from their records or as interrupted.
+ */
+export function notRunNote(code: string, message: string, ambiguous: bool): string | null {
+  if (ambiguous || (code != "tool_call_limit" && code != "turn_write_limit")) return null
+  return "the call was not run: " + code + ": " + message
+}
+
+/**
  * A tool result message: the output's JSON text, or `{"outcome", "error": output}` when it failed.
  * The content is held as UTF-8 bytes, not UTF-16: an output `dispatchSaving` kept as its text
  * (`Json.text`) is used where it lies in the answer, with no copy, and anything else is written

@@ -30,6 +30,18 @@ const assistantContent = (reply: ModelResult): Message["content"] =>
 
 const INTERRUPTED = "the call was interrupted; it may or may not have run"
 
+/**
+ * What a call of a round Brain refused whole before journaling any of its calls is answered with
+ * (docs/abi.md, "dispatch"): that it was not run, and Brain's reason. Such a refusal is one of
+ * `tool_call_limit` (more calls than BRAIN_MAX_TOOL_CALLS_PER_DISPATCH) and `turn_write_limit`
+ * (their starts would pass the turn's or the session's journal bound), not ambiguous; undefined
+ * for any other failure, whose calls a later repair answers from their records or as interrupted.
+ */
+export const notRunNote = (failure: { readonly code: string; readonly message: string; readonly ambiguous: boolean }): string | undefined =>
+  failure.ambiguous || (failure.code !== "tool_call_limit" && failure.code !== "turn_write_limit")
+    ? undefined
+    : `the call was not run: ${failure.code}: ${failure.message}`
+
 /** Whether a turn input carries media. */
 const hasMedia = (input: TurnInput): boolean => input.media !== undefined && input.media.length > 0
 
@@ -146,7 +158,18 @@ function* activationOf(input: Parameters<AgentloopShape["activate"]>[0], host: H
       return { text: reply.text }
     }
     // The request for tools is saved before they run (with their starts), so a crash leaves it visible.
-    const results = yield* host.dispatch(reply.tool_calls, transcript)
+    // Refused whole before any call of it was journaled: the model is told each was not run, and
+    // why, not that it may have run (which a later turn's repair would say of a call without a
+    // result). Saved before the refusal is passed on, best effort, as after a failed model call.
+    const asked = transcript
+    const results = yield* host.dispatch(reply.tool_calls, transcript).pipe(
+      Effect.tapError((e) => {
+        const note = notRunNote(e.failure)
+        return note === undefined
+          ? Effect.void
+          : Effect.ignore(host.setTranscript([...asked, ...reply.tool_calls.map((c) => toolMessage(c.id, note, true, "error"))]))
+      })
+    )
     saved = transcript
     transcript = [...transcript, ...results.map((r) => toolMessage(r.call_id, r.output, r.is_error, r.outcome))]
   }

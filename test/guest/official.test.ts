@@ -637,6 +637,32 @@ describe("the official loop, compiled", () => {
     })
   }
 
+  it("a round Brain refused whole before journaling any of its calls (tool_call_limit, turn_write_limit; not ambiguous) reaches the model as not run, with the refusal's code and message, saved before the turn fails; the next turn's repair keeps that and tells no call interrupted", () => {
+    const calls = [{ id: "c1", name: "t", input: {} }, { id: "c2", name: "t", input: { x: 1 } }]
+    for (const code of ["tool_call_limit", "turn_write_limit"]) {
+      const message = `${code} happened; none of them was journaled or sent`
+      const run = same(activation({ message: "go" }), script([{ text: "", tool_calls: calls }, { text: "done" }], undefined, { 1: { code, message } }))
+      expect(ops(run), code).toEqual(["model", "dispatch", "set_transcript"])
+      const saved = JSON.parse(run.calls[2]!.request).messages
+      const notRun = JSON.stringify({ outcome: "error", error: `the call was not run: ${code}: ${message}` })
+      expect(saved.slice(-3), code).toEqual([
+        { role: "assistant", content: "", tool_calls: calls },
+        { role: "tool", tool_call_id: "c1", content: notRun },
+        { role: "tool", tool_call_id: "c2", content: notRun }
+      ])
+      expect(JSON.parse(run.output!).error, code).toEqual({ code, message, retryable: false, ambiguous: false })
+      const next = same(activation({ message: "again", transcript: saved }), script([{ text: "ok" }]))
+      const asked = next.calls[0]!.request
+      expect(asked, code).not.toContain("may or may not have run")
+      expect(JSON.parse(asked).messages.slice(0, saved.length), code).toEqual(saved)
+    }
+    // An ambiguous refusal, or another code (a cancel, a journal failure), says nothing of the calls: left to the repair.
+    for (const [code, ambiguous] of [["tool_call_limit", true], ["cancelled", false], ["journal_write_failed", true]] as const) {
+      const run = same(activation({ message: "go" }), script([{ text: "", tool_calls: calls }], undefined, { 1: { code, message: "stop", ambiguous } }))
+      expect(ops(run), code).toEqual(["model", "dispatch"])
+    }
+  })
+
   it("random transcripts, events, inputs with or without media, replies, tool results and errors: the same calls and result as the TypeScript loop", () => {
     const id = fc.constantFrom("c1", "c2", "c3", "c4")
     const call = fc.record({ id, name: fc.constantFrom("read", "write"), input: fc.jsonValue({ maxDepth: 2 }) })
@@ -682,7 +708,7 @@ describe("the official loop, compiled", () => {
         fc.array(reply, { minLength: 1, maxLength: 4 }),
         fc.array(result, { minLength: 1, maxLength: 4 }),
         fc.option(fc.nat({ max: 12 }), { nil: undefined }),
-        fc.constantFrom("cancelled", "model_rejected", "model_unavailable"),
+        fc.constantFrom("cancelled", "model_rejected", "model_unavailable", "tool_call_limit"),
         (transcript, events, text, mediaItems, replies, results, errorAt, code) => {
           const tool: ToolAnswer = (_, n) => results[n % results.length]!
           const errors = errorAt === undefined ? {} : { [errorAt]: { code, message: "stop" } }
