@@ -23,7 +23,7 @@ import { ModelFailed } from "../../services/Models.js"
 import { makeAnswerFold } from "./anthropic/Events.js"
 import { API_VERSION, messagesUrl, requestBody } from "./anthropic/Request.js"
 import { streamedPost } from "./Http.js"
-import type { Provider } from "./Provider.js"
+import { type Provider, withDistinctCallIds } from "./Provider.js"
 
 export const anthropic: Provider = Effect.fn("Models.anthropic")(function*(call) {
   const body = requestBody(call)
@@ -37,9 +37,9 @@ export const anthropic: Provider = Effect.fn("Models.anthropic")(function*(call)
     limits: call.limits,
     provider: "Anthropic",
     onEvent: answer.onEvent,
-    finish: () => {
+    finish: withDistinctCallIds("Anthropic", () => {
       const result = answer.finish()
       return result instanceof ModelFailed ? Either.left(result) : Either.right(result)
-    }
+    })
   })
 })

@@ -5,10 +5,11 @@
  * target, and fails with a typed ModelFailed (services/Models.ts) saying what Brain knows.
  */
 import type * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import type { Effect, Redacted } from "effect"
+import { type Effect, Either, type Redacted } from "effect"
+import { MAX_FAILURE_DETAILS_BYTES } from "../../domain/Limits.js"
 import type { ModelDelta, ModelRequest, ModelResult } from "../../domain/Model.js"
 import type { RecordedBinding } from "../../domain/ModelBinding.js"
-import type { ModelFailed } from "../../services/Models.js"
+import { ModelFailed } from "../../services/Models.js"
 import type { StreamLimits } from "./Http.js"
 
 export interface ProviderCall {
@@ -33,4 +34,45 @@ export const mergedOptions = (call: ProviderCall): Record<string, unknown> => {
     ...(call.binding.options ?? {}),
     ...(own !== null && typeof own === "object" && !Array.isArray(own) ? (own as Record<string, unknown>) : {})
   }
+}
+
+/**
+ * A provider's `finish` (models/Http.ts) that fails an answer whose tool calls share an id — a
+ * provider's defect: their results, told apart by the id, could not be, and Brain's `dispatch`
+ * refuses such a round (docs/abi.md) — with `model_bad_response` naming the id, so that no loop
+ * is handed it. Ambiguous, as the model ran (and may bill it); retryable, as another answer may
+ * not repeat it. The record keeps what came: the answer in `details.answer` when the details fit
+ * what Brain keeps of a failure's (MAX_FAILURE_DETAILS_BYTES), else its size in `answer_bytes`
+ * (with its tool calls' ids and names), so the duplicate stays named either way.
+ */
+export const withDistinctCallIds = (provider: string, finish: () => Either.Either<ModelResult, ModelFailed>) =>
+(): Either.Either<ModelResult, ModelFailed> => {
+  const answer = finish()
+  if (Either.isLeft(answer) || answer.right.tool_calls.length < 2) return answer
+  const calls = answer.right.tool_calls
+  const seen = new Map<string, number>()
+  for (let i = 0; i < calls.length; i++) {
+    const id = calls[i]!.id
+    const first = seen.get(id)
+    if (first === undefined) {
+      seen.set(id, i)
+      continue
+    }
+    const named = { call_id: id, indexes: [first, i] }
+    const whole = { ...named, answer: answer.right }
+    const bytes = Buffer.byteLength(JSON.stringify(whole), "utf8")
+    const details = bytes <= MAX_FAILURE_DETAILS_BYTES
+      ? whole
+      : { ...named, answer_bytes: Buffer.byteLength(JSON.stringify(answer.right), "utf8"), tool_calls: calls.map((c) => ({ id: c.id, name: c.name })) }
+    return Either.left(
+      new ModelFailed({
+        code: "model_bad_response",
+        message: `${provider} answered with tool calls ${first} and ${i} under the same id ${JSON.stringify(id)}: each call needs an id of its own (its result is told apart by it)`,
+        ambiguous: true,
+        retryable: true,
+        details
+      })
+    )
+  }
+  return answer
 }
