@@ -67,7 +67,7 @@ import {
 } from "../services/Idempotency.js"
 import { FileDriver, type FileError, nodeDriver } from "./journal/FileDriver.js"
 import { type Entry, idOf, Index, newEntry } from "./idempotency/Index.js"
-import { deleteReserveKeys, IDEMPOTENCY_FULL_SWEEP_MS, maxIdempotencyKeys, maxSessionLogKeys } from "./idempotency/KeyBound.js"
+import { IDEMPOTENCY_FULL_SWEEP_MS, keyBounds } from "./idempotency/KeyBound.js"
 import { failedBy, type IdempotencyFileLimits, Log, LOG_FILE, LOG_NAME, REWRITE_FILE } from "./idempotency/Log.js"
 import { IDEMPOTENCY_DIR } from "./idempotency/Inspect.js"
 import { scanLog } from "./idempotency/Reader.js"
@@ -150,13 +150,7 @@ export const make = (
     const dataDir = path.resolve(options.dataDir)
     const dir = path.join(dataDir, IDEMPOTENCY_DIR)
     const file = path.join(dir, LOG_FILE)
-    const maxKeys = maxIdempotencyKeys(options.maxKeys)
-    const index = new Index(
-      options.retentionMs,
-      maxKeys,
-      maxSessionLogKeys(options.maxSessionKeys, maxKeys),
-      deleteReserveKeys(options.deleteReserveKeys, maxKeys)
-    )
+    const index = new Index(options.retentionMs, ...keyBounds(options))
     const full = new IdempotencyFull({ maxKeys: index.maxKeys })
     let warnedAtMs = Number.NEGATIVE_INFINITY
     let warnedSessionAtMs = Number.NEGATIVE_INFINITY

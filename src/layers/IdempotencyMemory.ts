@@ -19,7 +19,7 @@ import {
   takesDeleteReserve
 } from "../services/Idempotency.js"
 import { idOf } from "./idempotency/Index.js"
-import { deleteReserveKeys, KeyBound, maxIdempotencyKeys, maxSessionLogKeys } from "./idempotency/KeyBound.js"
+import { KeyBound, keyBounds } from "./idempotency/KeyBound.js"
 import { answerText, isAmbiguousVerdict } from "./idempotency/Records.js"
 
 export interface IdempotencyMemoryOptions {
@@ -75,13 +75,7 @@ class Entries extends KeyBound<Entry> {
 
 export const make = (options: IdempotencyMemoryOptions) =>
   Effect.sync(() => {
-    const maxKeys = maxIdempotencyKeys(options.maxKeys)
-    const bound = new Entries(
-      options.retentionMs,
-      maxKeys,
-      maxSessionLogKeys(options.maxSessionKeys, maxKeys),
-      deleteReserveKeys(options.deleteReserveKeys, maxKeys)
-    )
+    const bound = new Entries(options.retentionMs, ...keyBounds(options))
     const entries = bound.entries
     const maxAnswerBytes = options.maxAnswerBytes ?? IDEMPOTENCY_MAX_ANSWER_BYTES
     const full = new IdempotencyFull({ maxKeys: bound.maxKeys })

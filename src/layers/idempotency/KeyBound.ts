@@ -54,15 +54,29 @@ export const maxIdempotencyKeys = (setting: number | undefined): number =>
  * Keys of requests about one session the store holds at most (BRAIN_MAX_SESSION_LOG_KEYS): the
  * setting, or SESSION_LOG_KEYS_SHARE of the store's bound, at least 1.
  */
-export const maxSessionLogKeys = (setting: number | undefined, maxKeys: number): number =>
+const maxSessionLogKeys = (setting: number | undefined, maxKeys: number): number =>
   setting ?? Math.max(1, Math.floor(maxKeys * SESSION_LOG_KEYS_SHARE))
 
 /**
  * Keys deletes may take past the store's bound (BRAIN_DELETE_RESERVE_KEYS): the setting, or
  * DELETE_RESERVE_KEYS_SHARE of the store's bound.
  */
-export const deleteReserveKeys = (setting: number | undefined, maxKeys: number): number =>
+const deleteReserveKeys = (setting: number | undefined, maxKeys: number): number =>
   setting ?? Math.floor(maxKeys * DELETE_RESERVE_KEYS_SHARE)
+
+/**
+ * A store's bound from its settings (BRAIN_MAX_IDEMPOTENCY_KEYS, BRAIN_MAX_SESSION_LOG_KEYS,
+ * BRAIN_DELETE_RESERVE_KEYS), those unset derived as above: the log's keys, one session's share,
+ * the deletes' reserve, in the order a KeyBound takes them.
+ */
+export const keyBounds = (settings: {
+  readonly maxKeys?: number | undefined
+  readonly maxSessionKeys?: number | undefined
+  readonly deleteReserveKeys?: number | undefined
+}): readonly [maxKeys: number, sessionKeys: number, reserveKeys: number] => {
+  const maxKeys = maxIdempotencyKeys(settings.maxKeys)
+  return [maxKeys, maxSessionLogKeys(settings.maxSessionKeys, maxKeys), deleteReserveKeys(settings.deleteReserveKeys, maxKeys)]
+}
 
 /** A store's entries by id, bounded in number, each expiring `retentionMs` after its `atMs` unless in flight. */
 export abstract class KeyBound<E extends { readonly atMs: number; owner?: string | undefined }> {
