@@ -14,7 +14,7 @@ import { Console, Effect, Either } from "effect"
 import { isSessionId, type SessionId } from "../domain/Ids.js"
 import { PAGE_BYTES, PAGE_EVENTS } from "../domain/Limits.js"
 import { acquireLock, fsFailure, journalDir, liveLockOwner, SESSIONS_DIR, sessionDir } from "../layers/journal/DataDir.js"
-import { COMMIT_LOG_DIR, LOG_FILES, logBytes, SEGMENT_PATH } from "../layers/journal/CommitLog.js"
+import { COMMIT_LOG_DIR, LOG_FILES, logBytes, loggedSession } from "../layers/journal/CommitLog.js"
 import { BATCH_HEADER_BYTES, type ScannedLog, scanLog } from "../layers/journal/CommitLogFormat.js"
 import { nodeDriver } from "../layers/journal/FileDriver.js"
 import { listSegments, openHandle, readRecords } from "../layers/journal/Handle.js"
@@ -172,8 +172,7 @@ const readCommitLog = (dataDir: string, name: string): Effect.Effect<CommitLogRe
     if (scanned._tag === "Left") return { _tag: "Damaged", reason: (scanned.left as Error).message } as const
     for (const batch of scanned.right.batches) {
       for (const entry of batch) {
-        const named = SEGMENT_PATH.exec(entry.path)
-        if (named === null || !isSessionId(named[1]!)) {
+        if (loggedSession(entry.path) === undefined) {
           return { _tag: "Damaged", reason: `it names ${JSON.stringify(entry.path)}, which is not a journal segment` } as const
         }
       }
@@ -227,7 +226,7 @@ const commitLogBatches = (dataDir: string) =>
       if (read._tag !== "Read") return `the commit log ${path.join(dataDir, COMMIT_LOG_DIR, name)} ${read._tag === "Unreadable" ? "cannot be read" : "is damaged"}: ${read.reason}`
       total += read.scan.batches.length
       for (const batch of read.scan.batches) {
-        for (const session of new Set(batch.map((entry) => LOGGED_SESSION.exec(entry.path)?.[1]))) {
+        for (const session of new Set(batch.map((entry) => loggedSession(entry.path)))) {
           if (session !== undefined) bySession.set(session, (bySession.get(session) ?? 0) + 1)
         }
       }
@@ -236,8 +235,6 @@ const commitLogBatches = (dataDir: string) =>
     return found
   })
 
-/** The session a commit-log entry writes to (its path, relative to the data directory). */
-const LOGGED_SESSION = /^sessions\/([^/]+)\/journal\//
 
 /**
  * A session directory with no journal, or a journal with no record: what a creation cut off by a

@@ -59,7 +59,13 @@ const newSalt = () => crypto.randomBytes(6).readUIntLE(0, 6)
 const LOG_FLAGS = fs.constants.O_RDWR | fs.constants.O_CREAT | (fs.constants.O_DSYNC ?? 0)
 
 /** What a log may name: a segment of a session's journal, relative to the data directory. */
-export const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
+const SEGMENT_PATH = /^sessions\/([^/]+)\/journal\/\d{20}\.seg$/
+
+/** The session whose journal segment a logged write names (its path), or undefined when it names no segment: a log naming one is damaged. */
+export const loggedSession = (logged: string): string | undefined => {
+  const named = SEGMENT_PATH.exec(logged)
+  return named !== null && isSessionId(named[1]!) ? named[1] : undefined
+}
 
 export interface Recovered {
   readonly fds: readonly [number, number]
@@ -109,8 +115,7 @@ export const recover = (driver: FileDriverShape, dataDir: string, preallocate = 
     for (const { scan } of order) {
       for (const batch of scan.batches) {
         for (const entry of batch) {
-          const named = SEGMENT_PATH.exec(entry.path)
-          if (named === null || !isSessionId(named[1]!)) {
+          if (loggedSession(entry.path) === undefined) {
             return yield* Effect.fail(new DataDirError({ dir: dataDir, reason: `the commit log names ${JSON.stringify(entry.path)}, which is not a journal segment` }))
           }
           const entries = byFile.get(entry.path)
@@ -124,7 +129,7 @@ export const recover = (driver: FileDriverShape, dataDir: string, preallocate = 
     const gaps = new Map<string, string>()
     yield* Effect.forEach(byFile, ([name, entries]) =>
       Effect.map(gapIn(driver, dataDir, name, entries), (gap) => {
-        if (gap !== undefined) gaps.set(SEGMENT_PATH.exec(name)![1]!, gap)
+        if (gap !== undefined) gaps.set(loggedSession(name)!, gap)
       }), { concurrency: REDO_FILES_AT_ONCE, discard: true })
     for (const [session, gap] of gaps) {
       yield* Effect.logWarning(
@@ -134,7 +139,7 @@ export const recover = (driver: FileDriverShape, dataDir: string, preallocate = 
     }
     let redone = 0
     let files = 0
-    yield* Effect.forEach([...byFile].filter(([name]) => !gaps.has(SEGMENT_PATH.exec(name)![1]!)), ([name, entries]) =>
+    yield* Effect.forEach([...byFile].filter(([name]) => !gaps.has(loggedSession(name)!)), ([name, entries]) =>
       Effect.map(redoFile(driver, dataDir, name, entries), (written) => {
         if (written) {
           redone += entries.length
