@@ -61,6 +61,8 @@ import * as readline from "node:readline"
 import { isDeepStrictEqual } from "node:util"
 
 const ROOT = new URL("..", import.meta.url).pathname
+// The server runs with the Node flags it ships with (src/cli/nodeFlags.ts), as `npm start` runs it.
+const { SERVER_NODE_FLAGS } = await import(path.join(ROOT, "dist/cli/nodeFlags.js"))
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(`--${name}`)
   return i > 0 ? Number(process.argv[i + 1]) : fallback
@@ -108,7 +110,7 @@ let server // {child, exited: Promise}
 let up = false // clients wait while false
 let serverOutput = ""
 const startServer = async () => {
-  const child = spawn(process.execPath, [path.join(ROOT, "bin/brain.js"), "serve"], {
+  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, path.join(ROOT, "bin/brain.js"), "serve"], {
     cwd: ROOT,
     env: {
       ...process.env, BRAIN_LISTEN: `127.0.0.1:${port}`, BRAIN_DATA_DIR: dataDir,

@@ -47,7 +47,7 @@ describe("the server's Node flags", () => {
   })
 
   it("`node bin/brain.js serve` without them is the server itself (the pid its spawner holds serves, and a kill -9 of it stops the server) and warns at start naming each flag and how to give it", async () => {
-    const s = new ServerProcess({ entry: "product" })
+    const s = new ServerProcess({ entry: "product", nodeArgs: [] })
     servers.push(s)
     await s.start()
     expect(lockOwner(s.dataDir)).toBe(s.pid)
@@ -59,8 +59,8 @@ describe("the server's Node flags", () => {
     expect(killed.signal).toBe("SIGKILL")
   })
 
-  it("with them, on the command line or in NODE_OPTIONS, or started as ./bin/brain.js (its first line), it does not warn", async () => {
-    for (const options of [{ nodeArgs: [...SERVER_NODE_FLAGS] }, { env: { NODE_OPTIONS: SERVER_NODE_FLAGS.join(" ") } }]) {
+  it("with them, on the command line or in NODE_OPTIONS, or started as ./bin/brain.js (its first line) or as the tests spawn a server by default, it does not warn", async () => {
+    for (const options of [{}, { nodeArgs: [...SERVER_NODE_FLAGS] }, { nodeArgs: [], env: { NODE_OPTIONS: SERVER_NODE_FLAGS.join(" ") } }]) {
       const s = new ServerProcess({ entry: "product", ...options })
       servers.push(s)
       await s.start()

@@ -13,6 +13,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll } from "@effect/vitest"
 import { Agent } from "undici"
+import { SERVER_NODE_FLAGS } from "../../src/cli/nodeFlags.js"
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url))
 export const FIXTURE = path.join(ROOT, "test/fixtures/server.mjs")
@@ -52,7 +53,11 @@ export interface ServerOptions {
   readonly args?: ReadonlyArray<string>
   /** An existing data directory to serve (kept on `dispose`). */
   readonly dataDir?: string
-  /** Node flags before the entry script (`--max-old-space-size=256`, say). */
+  /**
+   * Node flags before the entry script (`--max-old-space-size=256`, say). Given, they replace the
+   * flags the server ships with (SERVER_NODE_FLAGS, as `npm start` and bin/brain.js's first line
+   * pass them), which a server spawned here runs with otherwise; `[]` runs it without any.
+   */
   readonly nodeArgs?: ReadonlyArray<string>
   /** The process's open-file limit (soft and hard), set through `ulimit -n` before it starts. */
   readonly fileLimit?: number
@@ -101,7 +106,7 @@ export class ServerProcess {
   /** Spawns the process; resolves with its exit instead of throwing when it exits before listening. */
   spawn(): Promise<{ readonly listening: true } | { readonly listening: false; readonly exited: Exited }> {
     const entry = this.options.entry ?? "fixture"
-    const argv = [...(this.options.nodeArgs ?? []), ...(entry === "fixture" ? [FIXTURE] : [BIN, "serve", ...(this.options.args ?? [])])]
+    const argv = [...(this.options.nodeArgs ?? SERVER_NODE_FLAGS), ...(entry === "fixture" ? [FIXTURE] : [BIN, "serve", ...(this.options.args ?? [])])]
     this.lines.length = 0
     this.stderr = ""
     this.exited = undefined
