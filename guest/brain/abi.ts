@@ -6,7 +6,8 @@
  * - A loop's entry file re-exports `brain_abi_v1` and `brain_alloc` from here (and
  *   `brain_transcript_tail` when it reads only the transcript's tail, `brain_events_from_end` when
  *   it wants its input's Events from the previous activation's end, `brain_configuration_unread`
- *   when it never reads its configuration) and defines
+ *   when it never reads its configuration, `brain_runtime_unread` when it never reads its runtime
+ *   envelope) and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
  *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
@@ -48,6 +49,14 @@ export const brain_events_from_end: i32 = 1
  * call itself (docs/abi.md, "The entries"). Its value is not read.
  */
 export const brain_configuration_unread: i32 = 1
+
+/**
+ * A loop that re-exports this marker does not read the runtime envelope (the session's id, the
+ * turn's and the activation's sequences, the logical time and the seed): its input leaves
+ * `runtime` out, and `Activation.runtime` reads as an empty object (so `sessionId` and the others
+ * read as their empty values). Its value is not read.
+ */
+export const brain_runtime_unread: i32 = 1
 
 /** Past this many bytes an allocation for Brain checks the memory can hold it first (`ensureRoom`). */
 const LARGE: usize = 1 << 20

@@ -132,7 +132,10 @@ export class Activation {
     return found === null ? Json.array() : found
   }
 
-  /** `{session_id, turn, activation, now_ms, seed}`. */
+  /**
+   * `{session_id, turn, activation, now_ms, seed}`; an empty object for a loop that exports
+   * `brain_runtime_unread`, whose input leaves it out.
+   */
   get runtime(): Json {
     const v = present(this.field("runtime"))
     return v !== null && v.isObject() ? v : Json.object()

@@ -120,7 +120,8 @@ export type EveryInputFieldWritten = NoneLeft<Exclude<keyof ActivationInput, Wri
 /**
  * A loop's input as its guest reads it (docs/abi.md), as JSON: the activation's input without the
  * state's own bookkeeping, and for a loop that reads the tail, the tail and where it starts; for a
- * loop that does not read its configuration, without it. Written field by field, so that each
+ * loop that does not read its configuration, without it; for one that does not read its runtime
+ * envelope (`brain_runtime_unread`), without that. Written field by field, so that each
  * Event's `data` is the payload's JSON as the journal kept it (`eventJson`) and the configuration
  * the text its first turn wrote (`stringifyOnce`), not written again; the same text
  * `JSON.stringify` gives the same object.
@@ -235,7 +236,7 @@ const toolResultsJson = (results: ReadonlyArray<ToolResult>, room: number): stri
 
 export const guestInputJson = (
   input: ActivationInput,
-  module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread">,
+  module: Pick<AdmittedModule, "tail" | "tailMessages" | "configurationUnread"> & { readonly runtimeUnread?: boolean },
   ioBytes: number
 ): string => {
   const tail = module.tail ? transcriptTail(input.transcript, input.unanswered, module.tailMessages) : undefined
@@ -243,7 +244,7 @@ export const guestInputJson = (
     tail === undefined ? "" : `"transcript_start":${tail.transcript_start},`
   }`
   const after = `${module.configurationUnread ? "" : `"configuration":${stringifyOnce(input.configuration)},`}"events":[`
-  const end = `],"runtime":${runtimeJson(input.runtime)}}`
+  const end = module.runtimeUnread === true ? "]}" : `],"runtime":${runtimeJson(input.runtime)}}`
   const head = input.tool_results === undefined
     ? before + after
     : `${before}"tool_results":${toolResultsJson(input.tool_results, ioBytes - Buffer.byteLength(before + after + end, "utf8") - TOOL_RESULTS_FIELD_BYTES)},${after}`

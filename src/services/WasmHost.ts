@@ -56,6 +56,8 @@ export interface AdmittedModule {
   readonly eventKinds?: ReadonlySet<string>
   /** A loop that exports the `brain_configuration_unread` global: its input leaves out the session's configuration (docs/abi.md). */
   readonly configurationUnread: boolean
+  /** A loop that exports the `brain_runtime_unread` global: its input leaves out the runtime envelope (docs/abi.md). */
+  readonly runtimeUnread: boolean
   readonly bytes: number
 }
 

@@ -113,6 +113,22 @@ describe("uploaded modules", () => {
     expect(read.configuration).toMatchObject({ tools: [{ name: "t", description: "a tool", input_schema: { type: "object" } }] })
   })
 
+  it("a loop exporting brain_runtime_unread is given no runtime envelope in its input; one without it, the envelope", async () => {
+    const seen = async (bytes: Uint8Array) => {
+      const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(admitted.status).toBe(201)
+      const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted" } } })).body.session_id
+      const turn = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      expect(turn.body.turn.status).toBe("ended")
+      return { session, result: turn.body.turn.result as Record<string, unknown> }
+    }
+    const unread = await seen(await wat(echoing("brain_run", undefined, { runtimeUnread: true })))
+    expect(Object.keys(unread.result)).toEqual(["input", "transcript", "configuration", "events"])
+    const read = await seen(await wat(echoing()))
+    expect(Object.keys(read.result)).toEqual(["input", "transcript", "configuration", "events", "runtime"])
+    expect(read.result.runtime).toMatchObject({ session_id: read.session })
+  })
+
   it("the example Wasm tool, uploaded and named in a brain Environment, answers each call of two parallel rounds with its input, and the model sees every result", async () => {
     const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm")))
     const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))

@@ -24,10 +24,15 @@ import { officialLoop } from "../../src/loops/official.js"
 const official = shippedGuest("official")
 /** How many of the last saved messages the official loop asks for (`brain_transcript_tail_length`), as admission reads it. */
 const officialTail = await Effect.runPromise(admitModule(fs.readFileSync(path.join(ROOT, "dist", "loops", "official.wasm")), { maxModuleBytes: 1 << 30, maxMemoryBytes: 1 << 30 }))
-/** The input as Brain gives it to the official loop: the transcript's tail it asks for, and no configuration (it exports brain_configuration_unread). */
-const tailOf = <I extends { readonly transcript: ReadonlyArray<Message>; readonly configuration?: unknown }>(input: I) => {
-  const { configuration, ...rest } = input
-  return { ...rest, ...(officialTail.configurationUnread ? {} : { configuration }), ...transcriptTail(input.transcript, undefined, officialTail.tailMessages) }
+/** The input as Brain gives it to the official loop: the transcript's tail it asks for, and no configuration or runtime envelope (it exports brain_configuration_unread and brain_runtime_unread). */
+const tailOf = <I extends { readonly transcript: ReadonlyArray<Message>; readonly configuration?: unknown; readonly runtime?: unknown }>(input: I) => {
+  const { configuration, runtime, ...rest } = input
+  return {
+    ...rest,
+    ...(officialTail.configurationUnread ? {} : { configuration }),
+    ...(officialTail.runtimeUnread || runtime === undefined ? {} : { runtime }),
+    ...transcriptTail(input.transcript, undefined, officialTail.tailMessages)
+  }
 }
 
 const activation = (fields: { message?: string | null; media?: Array<unknown>; transcript?: Array<unknown>; events?: Array<unknown> } = {}) => ({
@@ -452,6 +457,23 @@ describe("the official loop, compiled", () => {
     expect((without[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "dispatch", "model"])
     expect(runWith({ agentloop: "official", model: { provider: "scripted" }, tools })).toEqual(without)
     expect(runWith({ agentloop: "official", model: { provider: "scripted" }, system: "be brief", tools: [] })).toEqual(without)
+  })
+
+  it("it does not read its runtime envelope (brain_runtime_unread): Brain leaves it out, and given one, or another, it makes the same calls and gives the same output", () => {
+    expect(officialTail.runtimeUnread).toBe(true)
+    const calls = [{ id: "c1", name: "tool_1", input: { p: "x" } }]
+    const runWith = (runtime: unknown) => {
+      const input = tailOf({ ...activation(), transcript: [] as ReadonlyArray<Message> })
+      expect(input).not.toHaveProperty("runtime")
+      const make = script([{ text: "looking", tool_calls: calls }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false }))
+      const run = runGuest(official, JSON.stringify(runtime === undefined ? input : { ...input, runtime }), make())
+      return [run.calls, run.output, run.failed]
+    }
+    const without = runWith(undefined)
+    expect(without[2]).toBeUndefined()
+    expect((without[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "dispatch", "model"])
+    expect(runWith(activation().runtime)).toEqual(without)
+    expect(runWith({ session_id: "ses_other", turn: 99, activation: 100, now_ms: 1, seed: 7 })).toEqual(without)
   })
 
   it("given only the transcript's tail, it repairs and saves as the TypeScript loop does with the whole: an interrupted round at the end, and one far before the last messages", () => {

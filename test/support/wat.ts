@@ -42,6 +42,8 @@ export interface GuestOptions {
   readonly eventsFromEnd?: boolean
   /** Exports `brain_configuration_unread`: a loop whose input leaves out the session's configuration. */
   readonly configurationUnread?: boolean
+  /** Exports `brain_runtime_unread`: a loop whose input leaves out the runtime envelope. */
+  readonly runtimeUnread?: boolean
   /** Exports a global `brain_events_kind_<kind>` for each: a loop whose input Events are of those kinds only. */
   readonly eventKinds?: ReadonlyArray<string>
 }
@@ -63,6 +65,7 @@ export const guest = (body: string, options: GuestOptions = {}) => `
   ${options.tailLength !== undefined ? `(global (export "brain_transcript_tail_length") ${options.tailLength})` : ""}
   ${options.eventsFromEnd === true ? `(global (export "brain_events_from_end") i32 (i32.const 1))` : ""}
   ${options.configurationUnread === true ? `(global (export "brain_configuration_unread") i32 (i32.const 1))` : ""}
+  ${options.runtimeUnread === true ? `(global (export "brain_runtime_unread") i32 (i32.const 1))` : ""}
   ${(options.eventKinds ?? []).map((kind) => `(global (export "brain_events_kind_${kind}") i32 (i32.const 1))`).join("\n  ")}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
@@ -113,7 +116,7 @@ export const calling = (op: string, request: string, entry: Entry = "brain_run",
 export const echoing = (
   entry: Entry = "brain_run",
   first?: { readonly op: string; readonly request: string },
-  options: Pick<GuestOptions, "tail" | "tailLength" | "eventsFromEnd" | "configurationUnread" | "eventKinds"> = {}
+  options: Pick<GuestOptions, "tail" | "tailLength" | "eventsFromEnd" | "configurationUnread" | "runtimeUnread" | "eventKinds"> = {}
 ) => {
   const o = data(200, first?.op ?? "")
   const r = data(300, first?.request ?? "")

@@ -313,7 +313,8 @@ const OPTIONAL_MARKERS: ReadonlySet<string> = new Set([
   "brain_transcript_tail",
   "brain_transcript_tail_length",
   "brain_events_from_end",
-  "brain_configuration_unread"
+  "brain_configuration_unread",
+  "brain_runtime_unread"
 ])
 
 export interface AdmissionLimits {
@@ -527,5 +528,20 @@ const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: Admi
   }
   // And one that does not read its configuration, which its input then leaves out ("The entries").
   const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
-  return { hash, module, memory: memory.limits, loop, tool, tail, tailMessages, eventsFromEnd, ...(eventKinds.size > 0 ? { eventKinds } : {}), configurationUnread, bytes: bytes.length }
+  // And one that does not read the runtime envelope, which its input then leaves out too.
+  const runtimeUnread = loop && exports.get("brain_runtime_unread") === "global"
+  return {
+    hash,
+    module,
+    memory: memory.limits,
+    loop,
+    tool,
+    tail,
+    tailMessages,
+    eventsFromEnd,
+    ...(eventKinds.size > 0 ? { eventKinds } : {}),
+    configurationUnread,
+    runtimeUnread,
+    bytes: bytes.length
+  }
 }

@@ -68,7 +68,8 @@ describe("a loop's input JSON", () => {
         fc.array(message, { maxLength: 5 }),
         fc.boolean(),
         fc.double({ min: 0, max: 1.2, noNaN: true }),
-        (payloads, transcript, configurationUnread, share) => {
+        fc.boolean(),
+        (payloads, transcript, configurationUnread, share, runtimeUnread) => {
           const base = activationInput()
           const events = payloads.map((p, i): Event => ({
             session_id: base.runtime.session_id,
@@ -79,14 +80,14 @@ describe("a loop's input JSON", () => {
             origin: { kind: "agentloop", sequence: 1 }
           }))
           const input: ActivationInput = { ...base, transcript, events }
-          const module = { tail: false, tailMessages: 16, configurationUnread }
+          const module = { tail: false, tailMessages: 16, configurationUnread, runtimeUnread }
           const withEvents = (n: number) =>
             JSON.stringify({
               input: input.input,
               transcript,
               ...(configurationUnread ? {} : { configuration: input.configuration }),
               events: input.events.slice(0, n),
-              runtime: input.runtime
+              ...(runtimeUnread ? {} : { runtime: input.runtime })
             })
           const bound = Math.floor(Buffer.byteLength(withEvents(input.events.length)) * share)
           const written = guestInputJson(input, module, bound)
@@ -198,7 +199,7 @@ describe("a loop's input JSON", () => {
     for (const m of results.slice(carried)) expect(m.content).toContain("interrupted")
   })
 
-  it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime", () => {
+  it("is JSON.stringify of the input object: the turn input (or none), the transcript or its tail with transcript_start, the configuration unless the loop does not read it (written once, then its text kept), the Events (data kept or not) and the runtime unless the loop does not read it", () => {
     fc.assert(
       fc.property(
         journalArb,
@@ -209,7 +210,8 @@ describe("a loop's input JSON", () => {
         fc.boolean(),
         tools,
         fc.boolean(),
-        (records, transcript, text, tailMessages, kept, keptCalls, declared, configurationUnread) => {
+        fc.boolean(),
+        (records, transcript, text, tailMessages, kept, keptCalls, declared, configurationUnread, runtimeUnread) => {
           const read = records.map((r): JournalRecord => ({ ...r, payload: kept ? parseKept(JSON.stringify(r.payload)) : r.payload }))
           const base = activationInput()
           const input: ActivationInput = {
@@ -220,7 +222,7 @@ describe("a loop's input JSON", () => {
             ...(keptCalls ? { unanswered: unansweredOf(transcript) } : {}),
             events: eventsOf(base.runtime.session_id, read, 0)
           }
-          const module = { tail: tailMessages !== undefined, tailMessages: tailMessages ?? 16, configurationUnread }
+          const module = { tail: tailMessages !== undefined, tailMessages: tailMessages ?? 16, configurationUnread, runtimeUnread }
           const tail = module.tail ? transcriptTail(transcript, undefined, module.tailMessages) : undefined
           const expected = {
             input: input.input,
@@ -228,7 +230,7 @@ describe("a loop's input JSON", () => {
             ...(tail ? { transcript_start: tail.transcript_start } : {}),
             ...(configurationUnread ? {} : { configuration: input.configuration }),
             events: input.events,
-            runtime: input.runtime
+            ...(runtimeUnread ? {} : { runtime: input.runtime })
           }
           const whole = JSON.stringify(expected)
           expect(guestInputJson(input, module, Infinity)).toBe(whole)
@@ -236,7 +238,7 @@ describe("a loop's input JSON", () => {
           expect(guestInputJson(input, module, Buffer.byteLength(whole))).toBe(whole)
           // The next turn's input, with the same configuration: its text as written the first time.
           const next = { ...input, runtime: { ...input.runtime, turn: input.runtime.turn + 2 } }
-          expect(guestInputJson(next, module, Infinity)).toBe(JSON.stringify({ ...expected, runtime: next.runtime }))
+          expect(guestInputJson(next, module, Infinity)).toBe(JSON.stringify(runtimeUnread ? expected : { ...expected, runtime: next.runtime }))
         }
       ),
       { numRuns: 300 }
