@@ -34,10 +34,31 @@ import { MessageHeaders, SendMessageRequest, SessionPath } from "./Schemas.js"
 /** The send route's path (no query), the session id in its one group. */
 export const SEND_PATH = /^\/v1\/sessions\/([^/%]+)\/messages$/
 
-const decodePath = Schema.decodeUnknownEither(SessionPath)
-const decodeHeaders = Schema.decodeUnknownEither(MessageHeaders)
-// A payload the schema's guard accepts is taken as it is, without the decoder's copy (SchemaGuard.ts).
+// A path, headers or payload the schema's guard accepts is taken as it is, without the decoder's
+// copy (SchemaGuard.ts): at one session each decoder ran cold at every turn, about 15 µs for the
+// path and 13 for the headers (docs/benchmarks.md, "One session's keyed turn, stop 65").
+const decodePath = guardedDecode(SessionPath)
+const checkHeaders = guardedDecode(MessageHeaders)
 const decodePayload = guardedDecode(SendMessageRequest)
+
+const has = (o: object, key: string) => Object.prototype.hasOwnProperty.call(o, key)
+
+/**
+ * A send's headers as `Schema.decodeUnknownEither(MessageHeaders)` decodes them: its two headers
+ * (every other header ignored, as the decoder ignores them), taken as they are when the schema's
+ * guard accepts them.
+ */
+export const decodeSendHeaders = (headers: unknown): Either.Either<typeof MessageHeaders.Type, unknown> => {
+  if (typeof headers !== "object" || headers === null || Array.isArray(headers)) return Schema.decodeUnknownEither(MessageHeaders)(headers)
+  const h = headers as Record<string, unknown>
+  const picked: Record<string, unknown> = {}
+  if (has(h, "idempotency-key")) picked["idempotency-key"] = h["idempotency-key"]
+  if (has(h, "prefer")) picked.prefer = h.prefer
+  return checkHeaders(picked)
+}
+
+/** A send's path as `Schema.decodeUnknownEither(SessionPath)` decodes it. */
+export const decodeSendPath = (id: string): Either.Either<typeof SessionPath.Type, unknown> => decodePath({ id })
 
 /** A route the gate answers itself: its answer for a request it takes, undefined for one it leaves to HttpApi. */
 export type GateRoute = (
@@ -53,11 +74,11 @@ export type GateRoute = (
 export const sendRoute = (sessions: SessionsShape, store: IdempotencyShape) => {
   const send = sendMessage(sessions, store)
   return (id: string, headers: unknown, parsed: unknown): Effect.Effect<HttpServerResponse.HttpServerResponse, unknown> | undefined => {
-    const decodedPath = decodePath({ id })
+    const decodedPath = decodeSendPath(id)
     if (Either.isLeft(decodedPath)) return undefined
     const payload = decodePayload(parsed)
     if (Either.isLeft(payload)) return undefined
-    const decodedHeaders = decodeHeaders(headers)
+    const decodedHeaders = decodeSendHeaders(headers)
     if (Either.isLeft(decodedHeaders)) return undefined
     return send({ headers: decodedHeaders.right, path: decodedPath.right, payload: payload.right })
   }

@@ -4,8 +4,10 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Effect } from "effect"
-import { fastSend } from "../../src/http/FastSend.js"
+import { Effect, Either, Schema } from "effect"
+import fc from "fast-check"
+import { decodeSendHeaders, decodeSendPath, fastSend } from "../../src/http/FastSend.js"
+import { MessageHeaders, SessionPath } from "../../src/http/Schemas.js"
 import type { IdempotencyShape } from "../../src/services/Idempotency.js"
 import type { SessionsShape } from "../../src/services/Sessions.js"
 
@@ -38,5 +40,41 @@ describe("the gate's route for sends", () => {
       route(req("POST", { "idempotency-key": "" }), `/v1/sessions/${ID}/messages`, body)
     ]
     expect(left).toEqual(left.map(() => undefined))
+  })
+})
+
+describe("the route's decoding of a send's path and headers", () => {
+  const decodeHeaders = Schema.decodeUnknownEither(MessageHeaders)
+  const decodePath = Schema.decodeUnknownEither(SessionPath)
+  const agree = (fast: Either.Either<unknown, unknown>, slow: Either.Either<unknown, unknown>) => {
+    expect(Either.isRight(fast)).toBe(Either.isRight(slow))
+    if (Either.isRight(fast) && Either.isRight(slow)) expect(fast.right).toStrictEqual(slow.right)
+  }
+  const headerValue = fc.oneof(
+    fc.string({ maxLength: 8 }),
+    fc.constantFrom("k", "", "k".repeat(255), "k".repeat(256), "é", "a\nb", " ", "~", "respond-async", "respond-async, wait=1"),
+    fc.array(fc.string({ maxLength: 3 }), { maxLength: 2 }),
+    fc.integer(),
+    fc.constant(undefined),
+    fc.constant(null)
+  )
+  const headers = fc.dictionary(
+    fc.oneof(fc.constantFrom("idempotency-key", "prefer", "host", "content-type", "Idempotency-Key", "__proto__"), fc.string({ maxLength: 6 })),
+    headerValue,
+    { maxKeys: 5 }
+  )
+
+  it("accepts exactly the headers MessageHeaders decodes, as the same value (every other header ignored)", () => {
+    fc.assert(fc.property(headers, (h) => agree(decodeSendHeaders(h), decodeHeaders(h))), { numRuns: 2000 })
+    for (const h of [null, undefined, "k", 1, [], ["k"], Object.create({ prefer: "respond-async" })]) agree(decodeSendHeaders(h), decodeHeaders(h))
+  })
+
+  it("accepts exactly the ids SessionPath decodes, as the same value", () => {
+    const ids = fc.oneof(
+      fc.string({ maxLength: 32 }),
+      fc.stringMatching(/^ses_[0-9a-z]{24,28}$/),
+      fc.constantFrom(ID, ID.toUpperCase(), `${ID}x`, ID.slice(0, -1), "ses_", "")
+    )
+    fc.assert(fc.property(ids, (id) => agree(decodeSendPath(id), decodePath({ id }))), { numRuns: 2000 })
   })
 })
