@@ -329,8 +329,11 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
       return seq!
     })
 
-  const dispatchCalls = makeDispatch({ deps, scope, hooks, emitAs, report })
-  const dispatch: Host["dispatch"] = (calls, save) => live(riding(save, dispatchCalls(calls)))
+  // Made at the activation's first dispatch: a text turn never dispatches, and its closures and
+  // maps were made at every turn (docs/benchmarks.md, "One session's keyed turn, stop 65").
+  let dispatchCalls: ReturnType<typeof makeDispatch> | undefined
+  const dispatch: Host["dispatch"] = (calls, save) =>
+    live(riding(save, (dispatchCalls ??= makeDispatch({ deps, scope, hooks, emitAs, report }))(calls)))
 
   const emit: Host["emit"] = (kind, payload) => live(emitAs({ kind: "agentloop", sequence: scope.activation }, kind, payload))
 
