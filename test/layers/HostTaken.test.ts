@@ -4,7 +4,7 @@
  * asks for it reaches the repeat.
  */
 import { describe, expect, it } from "vitest"
-import { TakenResults } from "../../src/layers/hosts/Taken.js"
+import { answerDigest, TakenResults } from "../../src/layers/hosts/Taken.js"
 import { Once } from "../../src/layers/Waits.js"
 
 const told = (recorded: boolean) => (tell: (r: boolean) => void) => {
@@ -64,5 +64,26 @@ describe("the results taken from hosts, remembered", () => {
     expect(heard).toEqual(["2:false", "3:true", "1:true"])
     taken.find("h", "s/1")!.recorded((r) => heard.push(`1 again:${r}`))
     expect(heard.at(-1)).toBe("1 again:true")
+  })
+
+  it("a digest is the same for the same kind and value's JSON, and differs when either does", () => {
+    const json = JSON.stringify({ n: 1 })
+    expect(answerDigest({ ok: { n: 1 } }, json)).toBe(answerDigest({ ok: { n: 1 } }, json))
+    const digests = [
+      answerDigest({ ok: { n: 1 } }, json),
+      answerDigest({ error: { n: 1 } }, json),
+      answerDigest({ ok: { n: 2 } }, JSON.stringify({ n: 2 })),
+      answerDigest({ ok: "stopped" }, JSON.stringify("stopped")),
+      answerDigest({ ok: null }, "null"),
+      answerDigest({ stopped: true }, undefined)
+    ]
+    expect(new Set(digests).size).toBe(digests.length)
+  })
+
+  it("the same call remembered for one host is not found for another", () => {
+    const taken = new TakenResults({ max: 4, keepMs: 1_000 }, () => 0)
+    taken.remember("h1", "s/1", "d", undefined)
+    expect(taken.find("h2", "s/1")).toBeUndefined()
+    expect(taken.find("h1", "s/1")?.digest).toBe("d")
   })
 })

@@ -220,8 +220,8 @@ export const makeCalls = (
     return found !== undefined ? Effect.succeed(found) : Effect.fail(notInFlight(call))
   }
 
-  /** Whether `pending` is still in flight (not settled by another request meanwhile). */
-  const still = (id: HostId, call: CallName, pending: InFlight) => hosts.get(id)?.calls.get(keyOf(call)) === pending
+  /** Whether `pending`, the call `key`, is still in flight (not settled by another request meanwhile). */
+  const still = (id: HostId, key: string, pending: InFlight) => hosts.get(id)?.calls.get(key) === pending
 
   /** The JSON of an answer's value (`ok`, `error`), as it is measured and remembered; none for `stopped`. */
   const jsonOf = (answer: HostAnswer): string | undefined =>
@@ -299,7 +299,7 @@ export const makeCalls = (
         if (checked.some((c) => c.pending.lock !== undefined && !held.has(c.pending.lock))) return Effect.succeed(false)
         // Settled meanwhile (another result, the same one again, or the stream closed): nothing is
         // taken, and the results are checked again (a call settled meanwhile is no longer in flight).
-        if (checked.some((c) => !still(id, c.call, c.pending))) return Effect.succeed(false)
+        if (checked.some((c) => !still(id, c.key, c.pending))) return Effect.succeed(false)
         const calls = hosts.get(id)!.calls
         for (const { answer, digest, key, pending } of checked) {
           calls.delete(key)
@@ -327,7 +327,7 @@ export const makeCalls = (
       const pending = yield* inFlight(id, call)
       const lock = (pending.lock ??= Effect.unsafeMakeSemaphore(1))
       return yield* lock.withPermits(1)(Effect.gen(function*() {
-        if (!still(id, call, pending)) return yield* Effect.fail(notInFlight(call))
+        if (!still(id, keyOf(call), pending)) return yield* Effect.fail(notInFlight(call))
         if (pending.emit === undefined) {
           return yield* Effect.fail(new Conflict({ message: "this call takes no Events" }))
         }

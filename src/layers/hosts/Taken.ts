@@ -19,12 +19,21 @@ import * as crypto from "node:crypto"
 import type { EnvironmentCall } from "../../services/Environments.js"
 import type { HostAnswer } from "../../services/Hosts.js"
 
-/** A host's answer as it is remembered and compared: the kind, then the value's JSON as Brain took it. */
+/**
+ * A host's answer as it is remembered and compared: the kind, then the value's JSON as Brain took
+ * it. One call of the one-shot hash (a `Hash` object and its two updates cost about twice as much,
+ * for every result taken).
+ */
 export const answerDigest = (answer: HostAnswer, json: string | undefined): string =>
-  crypto.createHash("sha256").update("stopped" in answer ? "stopped" : "ok" in answer ? "ok\n" : "error\n").update(json ?? "").digest("base64")
+  crypto.hash("sha256", "stopped" in answer ? "stopped" : ("ok" in answer ? "ok\n" : "error\n") + (json ?? ""), "base64")
 
 interface Entry {
-  /** `host call`: its key among the entries. */
+  /** The host that took it. */
+  readonly host: string
+  /**
+   * The call (`session/sequence`): its key among the entries. A call is sent to one host, so the
+   * call alone names it; a host asking for another's is answered as for a call never taken.
+   */
   readonly key: string
   readonly digest: string
   readonly atMs: number
@@ -48,7 +57,7 @@ export interface TakenBounds {
 }
 
 export class TakenResults {
-  /** By `host call`. */
+  /** By call (`session/sequence`). */
   private readonly entries = new Map<string, Entry>()
   /**
    * The entries in the order taken, a ring of `bounds.max` slots from `oldest`: the oldest is
@@ -66,8 +75,8 @@ export class TakenResults {
     this.expire(now)
     if (this.bounds.max <= 0) return
     if (this.count === this.bounds.max) this.dropOldest()
-    const entry: Entry = { key: `${host} ${key}`, digest, atMs: now, recorded: recorded === undefined ? true : undefined, waiting: undefined }
-    this.entries.set(entry.key, entry)
+    const entry: Entry = { host, key, digest, atMs: now, recorded: recorded === undefined ? true : undefined, waiting: undefined }
+    this.entries.set(key, entry)
     this.ring[(this.oldest + this.count) % this.bounds.max] = entry
     this.count++
     // Called at once when the receipt is known already. Not stopped: it is told once.
@@ -82,8 +91,8 @@ export class TakenResults {
   /** The result `host` gave the call `key`, if it is still remembered. */
   find(host: string, key: string): Taken | undefined {
     this.expire(this.now())
-    const entry = this.entries.get(`${host} ${key}`)
-    if (entry === undefined) return undefined
+    const entry = this.entries.get(key)
+    if (entry === undefined || entry.host !== host) return undefined
     return {
       digest: entry.digest,
       recorded: (tell) => {
