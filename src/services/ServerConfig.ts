@@ -5,6 +5,7 @@
 import { Context, Layer } from "effect"
 import {
   COMMIT_LOG_BYTES,
+  DEFAULT_CHECKPOINT_AFTER_BYTES,
   IDEMPOTENCY_MAX_ANSWER_BYTES,
   KEEP_ALIVE_TIMEOUT_MS,
   PAGE_READS,
@@ -116,6 +117,12 @@ export interface ServerConfigShape {
   readonly hostIdleExpiryMs: number
   /** How long an idle session actor stays warm; undefined = released once unused for a grace of 1-2 s (SESSION_RELEASE_GRACE_MS), 0 = forever. */
   readonly sessionIdleTtlMs: number | undefined
+  /**
+   * Journal bytes a session kept warm appends after its last checkpoint before one is written in
+   * the background, after a turn (at least the bytes its state holds); 0 = none while it is warm
+   * (its release and a graceful stop still write one).
+   */
+  readonly checkpointAfterBytes: number
   /**
    * Bytes each of the journal's two commit-log files takes before rounds switch to the other
    * (docs/journal.md, "The commit log"); 0 = no commit log, every touched segment synced per round.
@@ -342,6 +349,7 @@ export const defaults: ServerConfigShape = {
   journalLogBytes: COMMIT_LOG_BYTES,
   hostIdleExpiryMs: 24 * 3600 * 1000,
   sessionIdleTtlMs: undefined,
+  checkpointAfterBytes: DEFAULT_CHECKPOINT_AFTER_BYTES,
   cleanupDeadlineMs: 30_000,
   listen: "127.0.0.1:3210",
   dataDir: "./brain-data",

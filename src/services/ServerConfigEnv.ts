@@ -204,6 +204,11 @@ export const fromConfig = Config.all({
     "keep idle session actors warm this long (0 = forever; unset = release once unused for a grace of 1-2 s)",
     TIMER_SETTING_MAX_MS
   ),
+  checkpointAfterBytes: nonNegative(
+    "BRAIN_CHECKPOINT_AFTER_BYTES",
+    defaults.checkpointAfterBytes,
+    "journal bytes a warm session appends after its last checkpoint (and at least its state's bytes) before one is written in the background after a turn (0 = none while warm)"
+  ),
   cleanupDeadlineMs: timerMs("BRAIN_CLEANUP_DEADLINE_MS", 0, defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
   // A blank path would silently be the current directory.
@@ -339,6 +344,7 @@ export const fromConfig = Config.all({
     journalLogBytes: c.journalLogBytes,
     hostIdleExpiryMs: c.hostIdleExpirySecs * 1000,
     sessionIdleTtlMs: Option.getOrUndefined(c.sessionIdleTtlMs),
+    checkpointAfterBytes: c.checkpointAfterBytes,
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,
     dataDir: c.dataDir,

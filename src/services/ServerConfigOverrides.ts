@@ -41,6 +41,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   stagedOpeningMs: ["BRAIN_STAGED_OPENING_MS"],
   hostIdleExpiryMs: ["BRAIN_HOST_IDLE_EXPIRY_SECS", "secs"],
   sessionIdleTtlMs: ["BRAIN_SESSION_IDLE_TTL_MS"],
+  checkpointAfterBytes: ["BRAIN_CHECKPOINT_AFTER_BYTES"],
   journalLogBytes: ["BRAIN_JOURNAL_LOG_BYTES"],
   cleanupDeadlineMs: ["BRAIN_CLEANUP_DEADLINE_MS"],
   listen: ["BRAIN_LISTEN"],

@@ -37,6 +37,18 @@ describe("ServerConfig from the environment", () => {
       expect(Either.isLeft(yield* read({ BRAIN_JOURNAL_LOG_BYTES: "big" }))).toBe(true)
     }))
 
+  it.effect("BRAIN_CHECKPOINT_AFTER_BYTES is 1 MiB unset, 0 turns warm sessions' checkpoints off, and a negative or non-number is refused", () =>
+    Effect.gen(function*() {
+      const unset = yield* read({})
+      expect(Either.isRight(unset) && unset.right.checkpointAfterBytes).toBe(1024 * 1024)
+      const off = yield* read({ BRAIN_CHECKPOINT_AFTER_BYTES: "0" })
+      expect(Either.isRight(off) && off.right.checkpointAfterBytes).toBe(0)
+      const small = yield* read({ BRAIN_CHECKPOINT_AFTER_BYTES: "65536" })
+      expect(Either.isRight(small) && small.right.checkpointAfterBytes).toBe(65536)
+      expect(Either.isLeft(yield* read({ BRAIN_CHECKPOINT_AFTER_BYTES: "-1" }))).toBe(true)
+      expect(Either.isLeft(yield* read({ BRAIN_CHECKPOINT_AFTER_BYTES: "big" }))).toBe(true)
+    }))
+
   it.effect("BRAIN_MAX_SESSION_KV_BYTES is 64 MiB unset, 0 means no bound, and a negative, fractional or non-number value is refused at start by name, from the environment and from code alike", () =>
     Effect.gen(function*() {
       const unset = yield* read({})
@@ -232,7 +244,7 @@ describe("ServerConfig from the environment", () => {
     "BRAIN_WASM_WORKERS", "BRAIN_WASM_THREADS", "BRAIN_WASM_INLINE_MS", "BRAIN_MAX_WASM_MEMORY_BYTES", "BRAIN_MAX_WASM_COMPUTE_MS",
     "BRAIN_MAX_WASM_IO_BYTES", "BRAIN_MAX_WASM_MODULE_BYTES", "BRAIN_MAX_WASM_STORE_BYTES", "BRAIN_MAX_TURN_SECS", "BRAIN_MAX_TOOL_SECS",
     "BRAIN_MAX_EMITTED_BYTES", "BRAIN_MAX_TURN_WRITE_BYTES", "BRAIN_MAX_SESSION_KV_BYTES", "BRAIN_MAX_SESSION_JOURNAL_BYTES", "BRAIN_MIN_FREE_DISK_BYTES", "BRAIN_MAX_INPUT_BYTES", "BRAIN_CANCEL_GRACE_MS", "BRAIN_STAGED_OPENING_MS", "BRAIN_JOURNAL_LOG_BYTES",
-    "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
+    "BRAIN_SESSION_IDLE_TTL_MS", "BRAIN_CHECKPOINT_AFTER_BYTES", "BRAIN_CLEANUP_DEADLINE_MS", "BRAIN_REQUEST_RETENTION_SECS", "BRAIN_MAX_REQUEST_BYTES",
     "BRAIN_DRAIN_DEADLINE_MS", "BRAIN_SSE_HEARTBEAT_MS", "BRAIN_CACHE_BYTES", "BRAIN_INFLIGHT_BODY_BYTES", "BRAIN_MAX_CONNECTIONS",
     "BRAIN_HEADERS_TIMEOUT_MS", "BRAIN_REQUEST_TIMEOUT_MS", "BRAIN_IDEMPOTENCY_MAX_ANSWER_BYTES", "BRAIN_SSE_MAX_SUBSCRIBERS_PER_SESSION", "BRAIN_SSE_MAX_SUBSCRIBERS",
     "BRAIN_SSE_BACKLOG_BYTES", "BRAIN_SSE_STALL_MS", "BRAIN_SSE_CLOSE_GRACE_MS", "BRAIN_TELEMETRY_QUEUE_BYTES", "BRAIN_MAX_IDEMPOTENCY_KEYS",

@@ -1,7 +1,8 @@
 /**
  * When a released session cell writes a checkpoint of its folded state (Registry.ts calls
- * `checkpointDue` as it releases one): the bounds, in records and in journal bytes, that grow with
- * the state so that checkpoints cost at most a constant per record and byte folded.
+ * `checkpointDue` as it releases one), and when a cell kept warm writes one in the background after
+ * a turn (`warmCheckpointDue`): the bounds, in records and in journal bytes, that grow with the
+ * state so that checkpoints cost at most a constant per record and byte folded.
  */
 
 /** Records folded since the last checkpoint before a released cell writes a new one, at least. */
@@ -43,3 +44,16 @@ export interface FoldedSince {
 export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =>
   since.records >= Math.max(CHECKPOINT_EVERY_RECORDS, Math.ceil(stateBytes / CHECKPOINT_BYTES_PER_RECORD)) ||
   since.bytes >= Math.max(CHECKPOINT_EVERY_BYTES, stateBytes)
+
+/**
+ * Whether a cell kept warm (never released while the server runs) is due a checkpoint written in
+ * the background after a turn (Registry.ts, `checkpointWarmLater`): once its journal grew by
+ * `afterBytes` (BRAIN_CHECKPOINT_AFTER_BYTES) since its last one, and by at least the state's bytes
+ * (what the checkpoint will hold). Never with `afterBytes` 0. A checkpoint rewrites the whole state,
+ * so its bytes are at most about the journal bytes appended since the one before: over a session's
+ * life the checkpoints written cost at most about one byte of encoding per journal byte, however
+ * its state grows, and a small state is written once per `afterBytes`. An open after a `kill -9`
+ * folds what the journal gained since, less than max(`afterBytes`, the state's bytes) plus a turn's.
+ */
+export const warmCheckpointDue = (sinceBytes: number, stateBytes: number, afterBytes: number): boolean =>
+  afterBytes > 0 && sinceBytes >= Math.max(afterBytes, stateBytes)

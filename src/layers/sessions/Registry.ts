@@ -6,6 +6,12 @@
  *   stopped process left open, before anything else uses the session. It never runs on work this
  *   process is doing: a session being created is registered by its creation (`creating`) before
  *   its first record, so every access meanwhile uses that live cell (and sees `creating`).
+ * - Checkpoints: a released cell writes its checkpoint when one is due (`checkpointDue`), and so
+ *   does a graceful stop for cells kept warm. A cell kept warm by a TTL (never released while the
+ *   server runs: TTL 0, or turns coming faster than it) has one written in the background after a
+ *   turn once its journal has grown enough (`warmCheckpointDue`, BRAIN_CHECKPOINT_AFTER_BYTES): of
+ *   its state as that turn left it, by one saver for the whole server, never holding a request or
+ *   the session's next turn. Saves of one session never overlap: each waits for the one before.
  * - Release: an unused cell with no turn is released after its idle TTL, or kept (TTL 0). Without
  *   a TTL it is released once unused for a short grace (`graceMs`: a client driving a session
  *   sends its next request about then, and would otherwise reopen it), or at once with none; and a
@@ -27,13 +33,14 @@ import { Cause, Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, O
 import * as Refusal from "../../domain/Errors.js"
 import type { SessionStorageError } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
+import type { SessionState } from "../../domain/Projection.js"
 import { needsRecovery, recoveryEntries } from "../../domain/Recovery.js"
 import type { JournalShape } from "../../services/Journal.js"
 import type { ProjectionShape } from "../../services/Projection.js"
 import { OPEN_HEAP_PER_BYTE } from "../../domain/Limits.js"
 import type { WorkingMemory } from "../WorkingMemory.js"
 import { Cell, commit } from "./Cell.js"
-import { checkpointDue } from "./Checkpoints.js"
+import { checkpointDue, warmCheckpointDue } from "./Checkpoints.js"
 import { fromJournal, notFound } from "./FromJournal.js"
 import { type View, viewOf, Views } from "./Views.js"
 
@@ -67,6 +74,19 @@ export interface RegistryOptions {
    * Omitted: every such session is released to the projection.
    */
   readonly releasedBytes?: number
+  /**
+   * Journal bytes a cell kept warm by a TTL appends after its last checkpoint before one is written
+   * in the background after a turn, at least the state's bytes (BRAIN_CHECKPOINT_AFTER_BYTES,
+   * `warmCheckpointDue`). Omitted or 0: none while it is warm (its release and a stop write one).
+   */
+  readonly checkpointAfterBytes?: number
+}
+
+/** A warm cell's checkpoint waiting for the saver: its state as a turn left it, and the journal's size then. */
+interface DueWarm {
+  readonly cell: Cell
+  readonly state: SessionState
+  readonly bytes: number
 }
 
 export const makeRegistry = (options: RegistryOptions): Effect.Effect<Registry, never, Scope.Scope> =>
@@ -95,6 +115,17 @@ export class Registry {
   private readonly broken = new Set<SessionId>()
   /** Where each session's last checkpoint written by this process is: its sequence and the journal's size then. */
   private readonly checkpointedAt = new Map<SessionId, { readonly sequence: number; readonly bytes: number }>()
+  /**
+   * Warm cells due a checkpoint, waiting for the saver (`checkpointWarmLater`), first due first;
+   * one per session, the latest state a turn left.
+   */
+  private readonly dueWarm = new Map<SessionId, DueWarm>()
+  /** The saver of warm cells' checkpoints while it runs (one for the whole server): given when it ends. */
+  private saver: Deferred.Deferred<void> | undefined = undefined
+  /** Each session's latest checkpoint save (a release's, the saver's or a stop's) until it is over. */
+  private readonly saving = new Map<SessionId, Deferred.Deferred<void>>()
+  /** A graceful stop is writing the warm cells' checkpoints: the saver takes no more. */
+  private stopping = false
   /** Idle cells kept warm by a TTL, least recently used first, with the bytes each was counted at. */
   private readonly warm = new Map<Cell, number>()
   private warmTotal = 0
@@ -129,7 +160,7 @@ export class Registry {
    * position or a delete under way. Bounded by the sessions that exist (tests check it).
    */
   get remembered() {
-    return new Set<SessionId>([...this.cells.keys(), ...this.checked, ...this.broken, ...this.checkpointedAt.keys(), ...this.deleting, ...this.views.sessions()]).size
+    return new Set<SessionId>([...this.cells.keys(), ...this.checked, ...this.broken, ...this.checkpointedAt.keys(), ...this.dueWarm.keys(), ...this.deleting, ...this.views.sessions()]).size
   }
 
   private ttlOf(cell: Cell) {
@@ -322,11 +353,12 @@ export class Registry {
       }
       this.keepWarm(cell)
       const trim = this.trimWarm()
-      if (ttl === 0) return trim
-      return Effect.zipRight(
+      const kept = ttl === 0 ? trim : Effect.zipRight(
         FiberMap.run(this.timers, cell.session, Effect.interruptible(Effect.zipRight(Effect.sleep(Duration.millis(ttl)), this.evict(cell)))),
         trim
       )
+      const after = this.options.checkpointAfterBytes ?? 0
+      return after > 0 ? Effect.zipRight(this.checkpointWarmLater(cell, after), kept) : kept
     })
   }
 
@@ -501,7 +533,7 @@ export class Registry {
 
   /** Writes a checkpoint of the cell's state when one is due (`checkpointDue`); true when it wrote one. */
   private *checkpointIfDue(cell: Cell) {
-    const { journal, projection } = this.options
+    const { journal } = this.options
     const state = cell.state
     const last = this.checkpointedAt.get(cell.session)
     // A journal that cannot say its size is checkpointed by records alone.
@@ -509,19 +541,123 @@ export class Registry {
     const since = { records: state.lastSequence - (last?.sequence ?? 0), bytes: bytes - (last?.bytes ?? 0) }
     if (!checkpointDue(since, state.bytes)) return false
     this.checkpointedAt.set(cell.session, { sequence: state.lastSequence, bytes })
-    // Never required: a save that fails for any reason (the disk, or a defect in encoding) is
-    // logged and the cell goes on; it must never fail the request whose release wrote it.
-    return yield* projection.checkpoint(cell.session, state).pipe(
-      Effect.as(true),
-      Effect.catchAllCause((cause) =>
-        Cause.isInterruptedOnly(cause) ? Effect.succeed(false) : Effect.as(
-          Effect.logWarning("a checkpoint was not written; the previous one (or none) stays, and the journal holds everything", cause).pipe(
-            Effect.annotateLogs({ session_id: cell.session, through: state.lastSequence })
-          ),
-          false
+    // The saver's older state of this session, not yet taken, is not written after this one.
+    const waiting = this.dueWarm.get(cell.session)
+    if (waiting !== undefined && waiting.state.lastSequence <= state.lastSequence) this.dueWarm.delete(cell.session)
+    return yield* this.saveCheckpoint(cell.session, state)
+  }
+
+  /**
+   * Saves the checkpoint of `state`, once the session's save before it (if one is under way) is
+   * over: saves of one session never overlap, and each is of a state at least as recent as the one
+   * before (each caller's state is the cell's as it calls). True when it was written. Never
+   * required: a save that fails for any reason (the disk, or a defect in encoding) is logged and
+   * the cell goes on; it must never fail the request whose release wrote it, nor any turn.
+   */
+  private saveCheckpoint(session: SessionId, state: SessionState): Effect.Effect<boolean> {
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.suspend(() => {
+        const before = this.saving.get(session)
+        const mine = Deferred.unsafeMake<void>(FiberId.none)
+        this.saving.set(session, mine)
+        const save = this.options.projection.checkpoint(session, state).pipe(
+          Effect.as(true),
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause) ? Effect.succeed(false) : Effect.as(
+              Effect.logWarning("a checkpoint was not written; the previous one (or none) stays, and the journal holds everything", cause).pipe(
+                Effect.annotateLogs({ session_id: session, through: state.lastSequence })
+              ),
+              false
+            )
+          )
         )
-      )
+        return restore(before === undefined ? save : Effect.zipRight(Deferred.await(before), save)).pipe(
+          Effect.catchAllCause(() => Effect.succeed(false)),
+          Effect.ensuring(Effect.sync(() => {
+            if (this.saving.get(session) === mine) this.saving.delete(session)
+            Deferred.unsafeDone(mine, Exit.void)
+          }))
+        )
+      })
     )
+  }
+
+  /** Waits for the session's checkpoint saves under way, if any, to be over. */
+  private savesOf(session: SessionId): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      const latest = this.saving.get(session)
+      return latest === undefined ? Effect.void : Deferred.await(latest)
+    })
+  }
+
+  /**
+   * After a turn of a cell kept warm by a TTL (its release, no turn running): when its journal grew
+   * enough since its last checkpoint (`warmCheckpointDue`, `after` bytes at least), hands its state
+   * as the turn left it, with the journal's size, to the saver, and starts the saver unless it
+   * runs. The release (and the turn's close) never waits for a save: this reads the journal's size
+   * (an open journal's, from memory) and forks the saver at most. The state is a committed one: every
+   * record folded into it is durable (no turn runs, nothing is staged), and a state is never
+   * changed once folded (Projection.ts), so what is saved is exactly the fold through its
+   * `lastSequence`, whatever turns run meanwhile. A journal that cannot say its size (not open) is
+   * left to the release.
+   */
+  private checkpointWarmLater(cell: Cell, after: number): Effect.Effect<void> {
+    if (this.stopping || cell.broken || cell.deleted) return Effect.void
+    if (cell.running !== undefined || cell.opening !== undefined || cell.riding !== undefined) return Effect.void
+    const state = cell.state
+    if (state.status === "none" || state.lastSequence < 1) return Effect.void
+    const last = this.checkpointedAt.get(cell.session)
+    if (last !== undefined && last.sequence >= state.lastSequence) return Effect.void
+    return Effect.flatMap(Effect.option(this.options.journal.size(cell.session)), (size) => {
+      if (Option.isNone(size) || cell.state !== state || this.stopping) return Effect.void
+      if (!warmCheckpointDue(size.value - (last?.bytes ?? 0), state.bytes, after)) return Effect.void
+      this.dueWarm.set(cell.session, { cell, state, bytes: size.value })
+      if (this.saver !== undefined) return Effect.void
+      const saver = Deferred.unsafeMake<void>(FiberId.none)
+      this.saver = saver
+      // Interruptible whatever the region it was started from (a turn's close): the registry's scope ends it.
+      return Effect.asVoid(FiberSet.run(this.sweeps, Effect.interruptible(this.saveWarm(saver))))
+    })
+  }
+
+  /** The next warm checkpoint due, taken; undefined (the saver ending, in the same step) when none is, or a stop has begun. */
+  private takeDueWarm(saver: Deferred.Deferred<void>): DueWarm | undefined {
+    if (!this.stopping) {
+      for (const [session, due] of this.dueWarm) {
+        this.dueWarm.delete(session)
+        return due
+      }
+    }
+    this.saverEnded(saver)
+    return undefined
+  }
+
+  /** The saver `saver` has ended (a later one may run already: it is left alone). */
+  private saverEnded(saver: Deferred.Deferred<void>) {
+    if (this.saver === saver) this.saver = undefined
+    Deferred.unsafeDone(saver, Exit.void)
+  }
+
+  /**
+   * The saver: writes the warm cells' checkpoints due, one after another, until none is left.
+   * One at a time for the whole server: a checkpoint encodes a whole state on the main thread (in
+   * pieces, between its writes) and syncs a file, and sessions due at once do not add up.
+   */
+  private saveWarm(saver: Deferred.Deferred<void>): Effect.Effect<void> {
+    return Effect.gen(this, function*() {
+      for (;;) {
+        const due = yield* Effect.sync(() => this.takeDueWarm(saver))
+        if (due === undefined) return
+        const { bytes, cell, state } = due
+        const session = cell.session
+        // Deleted, broken or released since (its release wrote what was due), or checkpointed since.
+        if (cell.broken || cell.deleted || this.deleting.has(session) || this.opened(session) !== cell) continue
+        const last = this.checkpointedAt.get(session)
+        if (last !== undefined && last.sequence >= state.lastSequence) continue
+        this.checkpointedAt.set(session, { sequence: state.lastSequence, bytes })
+        yield* this.saveCheckpoint(session, state)
+      }
+    }).pipe(Effect.ensuring(Effect.sync(() => this.saverEnded(saver))))
   }
 
   /**
@@ -533,6 +669,11 @@ export class Registry {
    * removes).
    */
   readonly checkpointWarm: Effect.Effect<number> = Effect.gen(this, function*() {
+    // The saver stops after the save under way, which this waits for; what it had not taken yet is
+    // written below if due, of the cells' latest states.
+    this.stopping = true
+    this.dueWarm.clear()
+    if (this.saver !== undefined) yield* Deferred.await(this.saver)
     let written = 0
     for (const cell of [...this.warm.keys()].reverse()) {
       if (cell.users > 0 || cell.running || cell.broken || cell.deleted || !this.warm.has(cell)) continue
@@ -576,9 +717,12 @@ export class Registry {
           this.checked.delete(session)
           this.broken.delete(session)
           this.checkpointedAt.delete(session)
+          this.dueWarm.delete(session)
           this.views.forget(session)
           yield* FiberMap.remove(this.timers, session)
           yield* this.options.projection.forget(session)
+          // A checkpoint save under way would write into the directory being removed.
+          yield* this.savesOf(session)
           yield* remove
         }).pipe(Effect.ensuring(Effect.sync(() => this.deleting.delete(session))))
       })

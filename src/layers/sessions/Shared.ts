@@ -71,6 +71,7 @@ export const makeShared = Effect.gen(function*() {
     warmBytes: memoryBudget(config.cacheBytes).warmBytes,
     viewBytes: memoryBudget(config.cacheBytes).viewBytes,
     releasedBytes: memoryBudget(config.cacheBytes).projectionBytes,
+    checkpointAfterBytes: config.checkpointAfterBytes,
     workingMemory
   })
   const turns = yield* FiberSet.make<TurnOutcome>()
