@@ -163,7 +163,7 @@ export const SESSION_RELEASE_GRACE_MS = 1_000
  * Bytes. BRAIN_CHECKPOINT_AFTER_BYTES's default: journal bytes a session kept warm (never released
  * while the server runs: `idle_ttl_ms: 0`, or turns coming faster than its TTL) appends after its
  * last checkpoint before one is written in the background, after a turn (and at least as many
- * bytes as its state holds: sessions/Checkpoints.ts, `warmCheckpointDue`). Without it such a
+ * bytes as that checkpoint holds: sessions/Checkpoints.ts, `warmCheckpointDue`). Without it such a
  * session had no checkpoint newer than its last release, and its first open after a `kill -9`
  * folded its whole journal (0.4-0.9 s for 3,000 small turns, seconds for tens of thousands). 1 MiB
  * of journal folds in about a tenth of a second on a loaded 2-core VM (docs/benchmarks.md,

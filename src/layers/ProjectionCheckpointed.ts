@@ -10,7 +10,7 @@ import { deserializeState, serializeState } from "../domain/SerializedState.js"
 import type { SessionId } from "../domain/Ids.js"
 import { Journal, type StoredSegment } from "../services/Journal.js"
 import { ServerConfig } from "../services/ServerConfig.js"
-import { CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
+import { type CheckpointPieces, CheckpointStore, Projection, type Projected, type ProjectionShape } from "../services/Projection.js"
 import { memoryBudget } from "./MemoryBudget.js"
 import { eventLoopTurn } from "./Waits.js"
 import { CHECKPOINT_FORMAT, type CheckpointLimits, decodeCheckpoint, encodeCheckpoint, recordDigest } from "./projection/Checkpoint.js"
@@ -131,9 +131,9 @@ export const make = (cacheBytes: number, limits: CheckpointLimits = {}) => Effec
   }
 
   function* checkpointOf(session: SessionId, state: SessionState) {
-    if (state.lastSequence < 1) return
+    if (state.lastSequence < 1) return undefined
     const [covered] = yield* journal.read(session, { after: state.lastSequence - 1, limit: 1 })
-    if (!covered) return
+    if (!covered) return undefined
     // Encoded as it is written, across the writes' waits: of a state, which no later fold changes.
     const body = {
       format: CHECKPOINT_FORMAT,
@@ -141,7 +141,23 @@ export const make = (cacheBytes: number, limits: CheckpointLimits = {}) => Effec
       through: { sequence: covered.sequence, digest: recordDigest(covered) },
       state: serializeState(state)
     } as const
-    yield* store.save(session, encodeCheckpoint(body, limits))
+    const pieces = encodeCheckpoint(body, limits)
+    // Counted as the store writes them: what the next checkpoint of a warm session waits on (sessions/Checkpoints.ts).
+    let bytes = pieces.headBytes
+    const counted: CheckpointPieces = {
+      headBytes: pieces.headBytes,
+      head: pieces.head,
+      rest: {
+        *[Symbol.iterator]() {
+          for (const chunk of pieces.rest) {
+            bytes += chunk.byteLength
+            yield chunk
+          }
+        }
+      }
+    }
+    yield* store.save(session, counted)
+    return bytes
   }
 
   const service: ProjectionShape = {

@@ -49,8 +49,12 @@ export interface ProjectionShape {
    * (BRAIN_WORKING_MEMORY_BYTES).
    */
   readonly openBytes?: (session: SessionId) => Effect.Effect<number>
-  /** Writes a checkpoint of this state (taken at a quiet point); atomic, never required. */
-  readonly checkpoint: (session: SessionId, state: SessionState) => Effect.Effect<void, JournalReadError | CheckpointWriteFailed>
+  /**
+   * Writes a checkpoint of this state (taken at a quiet point); atomic, never required. Answers the
+   * checkpoint's bytes, or undefined when none was written (no record covers the state) or the
+   * projection cannot say.
+   */
+  readonly checkpoint: (session: SessionId, state: SessionState) => Effect.Effect<number | undefined, JournalReadError | CheckpointWriteFailed>
 }
 
 export class Projection extends Context.Tag("brain/Projection")<Projection, ProjectionShape>() {}

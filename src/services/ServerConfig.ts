@@ -119,7 +119,7 @@ export interface ServerConfigShape {
   readonly sessionIdleTtlMs: number | undefined
   /**
    * Journal bytes a session kept warm appends after its last checkpoint before one is written in
-   * the background, after a turn (at least the bytes its state holds); 0 = none while it is warm
+   * the background, after a turn (at least the bytes that checkpoint holds); 0 = none while it is warm
    * (its release and a graceful stop still write one).
    */
   readonly checkpointAfterBytes: number

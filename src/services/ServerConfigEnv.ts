@@ -207,7 +207,7 @@ export const fromConfig = Config.all({
   checkpointAfterBytes: nonNegative(
     "BRAIN_CHECKPOINT_AFTER_BYTES",
     defaults.checkpointAfterBytes,
-    "journal bytes a warm session appends after its last checkpoint (and at least its state's bytes) before one is written in the background after a turn (0 = none while warm)"
+    "journal bytes a warm session appends after its last checkpoint (and at least that checkpoint's bytes) before one is written in the background after a turn (0 = none while warm)"
   ),
   cleanupDeadlineMs: timerMs("BRAIN_CLEANUP_DEADLINE_MS", 0, defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),

@@ -48,12 +48,13 @@ export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =
 /**
  * Whether a cell kept warm (never released while the server runs) is due a checkpoint written in
  * the background after a turn (Registry.ts, `checkpointWarmLater`): once its journal grew by
- * `afterBytes` (BRAIN_CHECKPOINT_AFTER_BYTES) since its last one, and by at least the state's bytes
- * (what the checkpoint will hold). Never with `afterBytes` 0. A checkpoint rewrites the whole state,
- * so its bytes are at most about the journal bytes appended since the one before: over a session's
- * life the checkpoints written cost at most about one byte of encoding per journal byte, however
- * its state grows, and a small state is written once per `afterBytes`. An open after a `kill -9`
- * folds what the journal gained since, less than max(`afterBytes`, the state's bytes) plus a turn's.
+ * `afterBytes` (BRAIN_CHECKPOINT_AFTER_BYTES) since its last checkpoint, and by at least that
+ * checkpoint's bytes (`checkpointBytes`; the state's own count of its bytes until this process has
+ * written one). Never with `afterBytes` 0. A checkpoint rewrites the whole state, so each is written
+ * after at least as many journal bytes as the one before it holds: over a session's life the
+ * checkpoints written come to at most the journal bytes appended plus the last one, however the
+ * state grows, and a small state is written once per `afterBytes`. An open after a `kill -9` folds
+ * what the journal gained since, less than max(`afterBytes`, the checkpoint's bytes) plus a turn's.
  */
-export const warmCheckpointDue = (sinceBytes: number, stateBytes: number, afterBytes: number): boolean =>
-  afterBytes > 0 && sinceBytes >= Math.max(afterBytes, stateBytes)
+export const warmCheckpointDue = (sinceBytes: number, checkpointBytes: number, afterBytes: number): boolean =>
+  afterBytes > 0 && sinceBytes >= Math.max(afterBytes, checkpointBytes)

@@ -76,7 +76,7 @@ export interface RegistryOptions {
   readonly releasedBytes?: number
   /**
    * Journal bytes a cell kept warm by a TTL appends after its last checkpoint before one is written
-   * in the background after a turn, at least the state's bytes (BRAIN_CHECKPOINT_AFTER_BYTES,
+   * in the background after a turn, at least that checkpoint's bytes (BRAIN_CHECKPOINT_AFTER_BYTES,
    * `warmCheckpointDue`). Omitted or 0: none while it is warm (its release and a stop write one).
    */
   readonly checkpointAfterBytes?: number
@@ -113,8 +113,11 @@ export class Registry {
   private readonly checked = new Set<SessionId>()
   /** Sessions whose cell broke on a failed write: their recovery says so, not "the server stopped". */
   private readonly broken = new Set<SessionId>()
-  /** Where each session's last checkpoint written by this process is: its sequence and the journal's size then. */
-  private readonly checkpointedAt = new Map<SessionId, { readonly sequence: number; readonly bytes: number }>()
+  /**
+   * Where each session's last checkpoint written by this process is: its sequence and the journal's
+   * size then, and once it is written, its own bytes (`written`).
+   */
+  private readonly checkpointedAt = new Map<SessionId, { readonly sequence: number; readonly bytes: number; readonly written?: number }>()
   /**
    * Warm cells due a checkpoint, waiting for the saver (`checkpointWarmLater`), first due first;
    * one per session, the latest state a turn left.
@@ -561,7 +564,13 @@ export class Registry {
         const mine = Deferred.unsafeMake<void>(FiberId.none)
         this.saving.set(session, mine)
         const save = this.options.projection.checkpoint(session, state).pipe(
-          Effect.as(true),
+          Effect.map((written) => {
+            const at = this.checkpointedAt.get(session)
+            if (written !== undefined && at !== undefined && at.sequence === state.lastSequence) {
+              this.checkpointedAt.set(session, { sequence: at.sequence, bytes: at.bytes, written })
+            }
+            return true
+          }),
           Effect.catchAllCause((cause) =>
             Cause.isInterruptedOnly(cause) ? Effect.succeed(false) : Effect.as(
               Effect.logWarning("a checkpoint was not written; the previous one (or none) stays, and the journal holds everything", cause).pipe(
@@ -610,7 +619,7 @@ export class Registry {
     if (last !== undefined && last.sequence >= state.lastSequence) return Effect.void
     return Effect.flatMap(Effect.option(this.options.journal.size(cell.session)), (size) => {
       if (Option.isNone(size) || cell.state !== state || this.stopping) return Effect.void
-      if (!warmCheckpointDue(size.value - (last?.bytes ?? 0), state.bytes, after)) return Effect.void
+      if (!warmCheckpointDue(size.value - (last?.bytes ?? 0), last?.written ?? state.bytes, after)) return Effect.void
       this.dueWarm.set(cell.session, { cell, state, bytes: size.value })
       if (this.saver !== undefined) return Effect.void
       const saver = Deferred.unsafeMake<void>(FiberId.none)
@@ -654,7 +663,9 @@ export class Registry {
         if (cell.broken || cell.deleted || this.deleting.has(session) || this.opened(session) !== cell) continue
         const last = this.checkpointedAt.get(session)
         if (last !== undefined && last.sequence >= state.lastSequence) continue
-        this.checkpointedAt.set(session, { sequence: state.lastSequence, bytes })
+        // Until this one is written, the next waits on the size of the one before (or of the state).
+        const previous = last?.written
+        this.checkpointedAt.set(session, previous === undefined ? { sequence: state.lastSequence, bytes } : { sequence: state.lastSequence, bytes, written: previous })
         yield* this.saveCheckpoint(session, state)
       }
     }).pipe(Effect.ensuring(Effect.sync(() => this.saverEnded(saver))))
