@@ -52,8 +52,9 @@ export const checkpointDue = (since: FoldedSince, stateBytes: number): boolean =
  * checkpoint's bytes (`checkpointBytes`; the state's own count of its bytes until this process has
  * written one). Never with `afterBytes` 0. A checkpoint rewrites the whole state, so each is written
  * after at least as many journal bytes as the one before it holds: over a session's life the
- * checkpoints written come to at most the journal bytes appended plus the last one, however the
- * state grows, and a small state is written once per `afterBytes`. An open after a `kill -9` folds
+ * checkpoints written come to at most the journal bytes appended for a state that keeps its size,
+ * twice them for one that grows as fast as its journal (each is the one before plus its growth),
+ * and a small state is written once per `afterBytes`. An open after a `kill -9` folds
  * what the journal gained since, less than max(`afterBytes`, the checkpoint's bytes) plus a turn's.
  */
 export const warmCheckpointDue = (sinceBytes: number, checkpointBytes: number, afterBytes: number): boolean =>
