@@ -222,4 +222,21 @@ describe("a warm session's checkpoint save", () => {
       expect(saves.tried).toBeGreaterThanOrEqual(3)
       expect(saves.most).toBe(1)
     }), 60_000)
+
+  it.scopedLive("under way holds a delete of its session before the directory's removal, until it is over", () =>
+    Effect.gen(function*() {
+      const hold = Deferred.unsafeMake<void>(FiberId.none)
+      const { registry, saves, session, write } = yield* warmRegistry(() => Deferred.await(hold))
+      const id = yield* session()
+      for (let i = 0; i < 10; i++) yield* write(id, i)
+      yield* eventually(() => saves.running === 1)
+      const removed = { at: 0 }
+      const deleting = yield* Effect.fork(registry.delete(id, () => undefined, () => Effect.void, Effect.sync(() => void (removed.at = saves.running === 0 ? 1 : -1))))
+      yield* settle
+      expect(removed.at).toBe(0)
+      yield* Deferred.succeed(hold, undefined)
+      yield* deleting.await
+      // Removed once the save was over, never while it ran.
+      expect(removed.at).toBe(1)
+    }), 60_000)
 })
