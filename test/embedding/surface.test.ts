@@ -26,6 +26,7 @@ import {
   ModelFailed,
   ModelRequest,
   ModelResult,
+  RegistrationsUnreadable,
   Sessions,
   StartupRefused,
   TelemetrySinkFailed,
@@ -45,7 +46,7 @@ const VALUES = [
   "Event", "Failure", "FailureCode", "FailureCodes", "HostCallFailed", "Hosts", "Idempotency", "IdempotencyStoreFailed",
   "IdempotencyUnavailable", "Internal", "InvalidRequest", "Journal", "JournalCorrupt", "JournalWriteFailed", "LoopFailed",
   "Message", "MethodNotAllowed", "ModelBindings", "ModelBindingsInvalid", "ModelFailed", "ModelRequest", "ModelResult",
-  "Models", "NotFound", "Overloaded", "PayloadTooLarge", "Projection", "ServerConfig", "SessionBusy", "SessionEnded",
+  "Models", "NotFound", "Overloaded", "PayloadTooLarge", "Projection", "RegistrationsUnreadable", "ServerConfig", "SessionBusy", "SessionEnded",
   "SessionId", "Sessions", "StartupRefused", "TeardownFailed", "Telemetry", "TelemetrySinkFailed", "ToolLost", "Tools",
   "TurnInput", "Unauthorized", "UnsupportedMediaType", "WasmHost", "aborted", "configDefaults", "configFromEnv",
   "failWith", "failure", "isApiError", "isSessionId", "layer", "mayHaveHadEffects", "serve", "servicesLayer",
@@ -65,9 +66,13 @@ describe("brain/effect's surface", () => {
       new ModelBindingsInvalid({ source: "BRAIN_MODELS", field: "f", reason: "r" }),
       new EnvironmentBindingsInvalid({ source: "BRAIN_ENVIRONMENTS", field: "f", reason: "r" }),
       new IdempotencyStoreFailed({ reason: "r" }),
-      new TelemetrySinkFailed({ reason: "r" })
+      new TelemetrySinkFailed({ reason: "r" }),
+      new RegistrationsUnreadable({ file: "/d/hosts/registrations.jsonl", code: "EISDIR" })
     ]
-    const classes = [DataDirError, StartupRefused, AgentloopRejected, ModelBindingsInvalid, EnvironmentBindingsInvalid, IdempotencyStoreFailed, TelemetrySinkFailed]
+    const classes = [
+      DataDirError, StartupRefused, AgentloopRejected, ModelBindingsInvalid, EnvironmentBindingsInvalid, IdempotencyStoreFailed, TelemetrySinkFailed,
+      RegistrationsUnreadable
+    ]
     errors.forEach((e, i) => {
       expect(e).toBeInstanceOf(classes[i])
       expect(e._tag).toBe(classes[i]!.name)
@@ -76,6 +81,22 @@ describe("brain/effect's surface", () => {
     expect(new ModelFailed({ code: "model_unavailable", message: "m", ambiguous: false, retryable: true })).toBeInstanceOf(ModelFailed)
     expect(new ToolLost({ message: "m" })._tag).toBe("ToolLost")
     expect(Schema.isSchema(ModelRequest) && Schema.isSchema(ModelResult)).toBe(true)
+  })
+
+  it("every member of StartupError, as the built declarations give the layer's error type, but Effect's ConfigError, is a class brain/effect exports and docs/embedding.md names", () => {
+    const declarations = fs.readFileSync(path.join(ROOT, "dist/effect.d.ts"), "utf8")
+    const declared = /export declare const layer: .*?=> Layer\.Layer<(.*)>;/.exec(declarations)?.[1]
+    expect(declared, "dist/effect.d.ts declares layer's Layer type (build first)").toBeDefined()
+    // Layer<ROut, E, RIn>: the error union is the second argument (no member's type has a comma).
+    const errors = declared!.split(", ")[1]
+    const members = [...(errors ?? "").matchAll(/import\("[^"]+"\)\.(\w+)/g)].map((m) => m[1]!)
+    expect(members).toContain("DataDirError")
+    const docs = fs.readFileSync(path.join(ROOT, "docs/embedding.md"), "utf8")
+    const documented = /\| `DataDirError`[^\n]*/.exec(docs)?.[0] ?? ""
+    for (const name of members.filter((n) => n !== "ConfigError")) {
+      expect(Object.keys(brain), `${name} is exported by brain/effect`).toContain(name)
+      expect(documented, `${name} is in docs/embedding.md's row of StartupError's members`).toContain(`\`${name}\``)
+    }
   })
 
   describe("extending Brain with the exported names alone", () => {
