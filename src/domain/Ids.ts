@@ -56,3 +56,10 @@ const mintTimeOrdered = (prefix: string): Effect.Effect<string> => Effect.gen(fu
   }
   return `${prefix}${chars.join("")}`
 })
+
+/**
+ * Whether `u` is a session id, by its pattern alone: what `isSessionId` answers, without a
+ * schema's check, for the checks every request takes (a session id given by a caller is checked
+ * before anything is built from it: docs/embedding.md).
+ */
+export const isSessionIdText = (u: unknown): u is SessionId => typeof u === "string" && SESSION_ID_PATTERN.test(u)

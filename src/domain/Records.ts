@@ -260,6 +260,20 @@ export const checkPayload = (kind: string, payload: unknown): string | undefined
 }
 
 /**
+ * Every issue of a payload its kind's schema refuses, as the decoder lists them (Effect's
+ * ArrayFormatter: `_tag`, `path` within the payload, `message`), for a refusal that names its
+ * fields (domain/DecodeRefusal.ts); empty when it is accepted. Only asked after `checkPayload`
+ * refused: it decodes the whole payload again, every issue found.
+ */
+export const payloadIssues = (kind: RecordKind, payload: unknown): ReadonlyArray<ParseResult.ArrayFormatterIssue> => {
+  const result = Schema.decodeUnknownEither(Catalogue[kind].payload as Schema.Schema<unknown, unknown, never>, {
+    onExcessProperty: "error",
+    errors: "all"
+  })(payload)
+  return Either.isLeft(result) ? ParseResult.ArrayFormatter.formatErrorSync(result.left) : []
+}
+
+/**
  * A committed frame's record read back: its payload, or why it is not a record of the catalogue —
  * its kind unknown, its payload not JSON or not its kind's schema. A frame whose checksums hold
  * but whose record cannot be read is damage like a failed checksum (docs/journal.md, Opening and

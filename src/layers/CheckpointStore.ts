@@ -9,7 +9,7 @@
  */
 import * as path from "node:path"
 import { Effect, Layer, Option, Random } from "effect"
-import type { SessionId } from "../domain/Ids.js"
+import { isSessionIdText, type SessionId } from "../domain/Ids.js"
 import { type CheckpointPieces, CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
 import { sessionDir } from "./journal/DataDir.js"
 import { FileDriver, isExhausted, withFile } from "./journal/FileDriver.js"
@@ -84,7 +84,7 @@ export const makeFile = (dataDir: string) =>
       yield* sweepTemporaries(dir)
       yield* driver.syncDir(dir)
     }
-    const store: CheckpointStoreShape = {
+    const store: Required<CheckpointStoreShape> = {
       load: (session) =>
         driver.readFile(path.join(sessionDir(dataDir, session), CHECKPOINT_FILE)).pipe(
           Effect.map((buf): Option.Option<Uint8Array> => Option.some(buf)),
@@ -110,8 +110,22 @@ export const makeFile = (dataDir: string) =>
           )
         })
     }
-    return store
+    return onlySessionIds(store)
   })
+
+/**
+ * The store with no path built from an id that is not a session id, whoever asks (as the file
+ * journal, FileStore.ts): such an id has no checkpoint, and one is never saved for it.
+ */
+const onlySessionIds = (store: Required<CheckpointStoreShape>): CheckpointStoreShape => ({
+  load: (session) => (isSessionIdText(session) ? store.load(session) : Effect.succeed(Option.none())),
+  save: (session, pieces) =>
+    isSessionIdText(session)
+      ? store.save(session, pieces)
+      : Effect.fail(new CheckpointWriteFailed({ session, reason: "not a session id: no checkpoint is kept for it" })),
+  size: (session) => (isSessionIdText(session) ? store.size(session) : Effect.succeed(0)),
+  through: (session) => (isSessionIdText(session) ? store.through(session) : Effect.succeed(undefined))
+})
 
 export const layerFile = (dataDir: string) => Layer.effect(CheckpointStore, makeFile(path.resolve(dataDir)))
 

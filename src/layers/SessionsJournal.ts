@@ -9,8 +9,11 @@
  * stop (Lifecycle.ts), and the reads (Reads.ts).
  */
 import { Duration, Effect, Layer } from "effect"
+import type { InvalidRequest } from "../domain/Errors.js"
+import type { SessionId } from "../domain/Ids.js"
 import { interruptWaitMs } from "../services/ServerConfig.js"
 import { Sessions, type SessionsShape } from "../services/Sessions.js"
+import { idRefused, inputRefused } from "./sessions/CallerInput.js"
 import { makeCreate } from "./sessions/Create.js"
 import { makeLifecycle } from "./sessions/Lifecycle.js"
 import { makeReads } from "./sessions/Reads.js"
@@ -24,20 +27,49 @@ export const make = Effect.gen(function*() {
   const turnRequests = makeTurnAdmission(shared, makeTurnStarts(shared))
   const lifecycle = makeLifecycle(shared)
   const reads = makeReads(shared)
+  const create = makeCreate(shared)
+  // A session id (and a turn's input) from the caller is checked before anything is read, built
+  // or written from it (sessions/CallerInput.ts): an application calling the service directly has
+  // no HTTP decoder before it. One pattern test for a request HTTP already decoded.
   const service: SessionsShape = {
-    create: makeCreate(shared),
-    get: reads.get,
+    create: (request, id) => {
+      const refused = id === undefined ? undefined : idRefused(id)
+      return refused === undefined ? create(request, id) : Effect.fail(refused)
+    },
+    get: (session) => checkedId(session, reads.get),
+    // A list's `after` is only compared with the ids listed: nothing is built from it.
     list: reads.list,
-    send: turnRequests.send,
-    submit: turnRequests.submit,
-    sendKeyed: turnRequests.sendKeyed,
-    submitKeyed: turnRequests.submitKeyed,
-    interrupt: lifecycle.interrupt,
-    end: lifecycle.end,
-    delete: lifecycle.delete,
-    transcript: reads.transcript,
-    events: reads.events,
-    follow: reads.follow,
+    send: (session, input) => {
+      const refused = idRefused(session) ?? inputRefused(input)
+      return refused === undefined ? turnRequests.send(session, input) : Effect.fail(refused)
+    },
+    submit: (session, input) => {
+      const refused = idRefused(session) ?? inputRefused(input)
+      return refused === undefined ? turnRequests.submit(session, input) : Effect.fail(refused)
+    },
+    sendKeyed: (session, input, request) => {
+      const refused = idRefused(session) ?? inputRefused(input)
+      return refused === undefined ? turnRequests.sendKeyed(session, input, request) : Effect.fail(refused)
+    },
+    submitKeyed: (session, input, request) => {
+      const refused = idRefused(session) ?? inputRefused(input)
+      return refused === undefined ? turnRequests.submitKeyed(session, input, request) : Effect.fail(refused)
+    },
+    interrupt: (session) => checkedId(session, lifecycle.interrupt),
+    end: (session) => checkedId(session, lifecycle.end),
+    delete: (session, keep) => {
+      const refused = idRefused(session)
+      return refused === undefined ? lifecycle.delete(session, keep) : Effect.fail(refused)
+    },
+    transcript: (session) => checkedId(session, reads.transcript),
+    events: (session, options) => {
+      const refused = idRefused(session)
+      return refused === undefined ? reads.events(session, options) : Effect.fail(refused)
+    },
+    follow: (session, after) => {
+      const refused = idRefused(session)
+      return refused === undefined ? reads.follow(session, after) : Effect.fail(refused)
+    },
     warm: reads.warm,
     whenIdle: reads.whenIdle,
     drain: lifecycle.drain,
@@ -60,5 +92,11 @@ export const make = Effect.gen(function*() {
   )
   return service
 })
+
+/** `run(session)`, or the refusal of a session id that is not one. */
+const checkedId = <A, E>(session: SessionId, run: (session: SessionId) => Effect.Effect<A, E>): Effect.Effect<A, E | InvalidRequest> => {
+  const refused = idRefused(session)
+  return refused === undefined ? run(session) : Effect.fail(refused)
+}
 
 export const layer = Layer.scoped(Sessions, make)

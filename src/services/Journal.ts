@@ -101,7 +101,10 @@ export class JournalListFailed extends Data.TaggedError("JournalListFailed")<{
   }
 }
 
-/** Bad input: unknown kind, payload that does not match its schema, not JSON, or too large. */
+/**
+ * Bad input: unknown kind, payload that does not match its schema, not JSON, or too large; or a
+ * session id to create that is not one (a store builds no path from it).
+ */
 export class RecordRejected extends Data.TaggedError("RecordRejected")<{
   readonly reason: string
   /** The kind of the record refused, when one record was (its payload, its size). */
@@ -158,8 +161,12 @@ export interface StoredJournal {
 }
 
 export interface JournalShape {
-  /** Creates an empty journal for a new session; durable (directories synced) when it resolves. */
-  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
+  /**
+   * Creates an empty journal for a new session; durable (directories synced) when it resolves. An
+   * id that is not a session id (`isSessionId`) is refused `RecordRejected`, and every other call
+   * takes it as a session with no journal: the file store builds no path from it.
+   */
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable | RecordRejected>
   /** Whether a journal exists for this session, without opening it. */
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
   /** Every session that has a journal (a directory listing; opens nothing). A listing that fails fails: it is never shorter. */

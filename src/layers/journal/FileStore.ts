@@ -25,9 +25,9 @@
  */
 import * as path from "node:path"
 import { Effect, Exit } from "effect"
-import { isSessionId, type SessionId } from "../../domain/Ids.js"
+import { isSessionId, isSessionIdText, type SessionId } from "../../domain/Ids.js"
 import { COMMIT_LOG_BYTES, JOURNAL_EXHAUSTED_WARN_MS, JOURNAL_INDEX_ENTRY_BYTES, JOURNAL_SEGMENT_BYTES, OPEN_JOURNAL_FILES, SEGMENT_ROTATE_BYTES } from "../../domain/Limits.js"
-import { JournalListFailed, JournalUnavailable, JournalWriteFailed, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
+import { JournalListFailed, JournalUnavailable, JournalWriteFailed, RecordRejected, SessionAlreadyExists, SessionNotFound } from "../../services/Journal.js"
 import * as CommitLog from "./CommitLog.js"
 import { DELETED_DIR, JOURNAL_DIR, journalDir, openDataDir, parseSegmentName, SESSIONS_DIR, segmentName, sessionDir, tombstoneDir } from "./DataDir.js"
 import { type FileDriverShape, type FileError, isExhausted, PLAIN_SEGMENT_FLAGS, SEGMENT_FLAGS, SEGMENT_WRITES_SYNCED, type SyncItem, syncNowOf, withFile } from "./FileDriver.js"
@@ -496,5 +496,25 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
         openFds.clear()
       })
     }
-    return store
+    return onlySessionIds(store)
   })
+
+/**
+ * The store with no path built from an id that is not a session id (`../../etc`, `ses_x/y`), whoever
+ * asks: a session's directory is `sessions/{id}` only for an id of the pattern. Such an id is
+ * refused a create, and is otherwise a session with no journal (nothing found, nothing removed).
+ */
+const onlySessionIds = (store: JournalStore<SessionHandle>): JournalStore<SessionHandle> => ({
+  ...store,
+  create: (session) =>
+    isSessionIdText(session)
+      ? store.create(session)
+      : Effect.fail(new RecordRejected({ reason: `${JSON.stringify(session).slice(0, 100)} is not a session id: no journal is made for it` })),
+  exists: (session) => (isSessionIdText(session) ? store.exists(session) : Effect.succeed(false)),
+  open: (session) => (isSessionIdText(session) ? store.open(session) : Effect.fail(new SessionNotFound({ session }))),
+  storedBytes: (session) => (isSessionIdText(session) ? store.storedBytes!(session) : Effect.succeed(undefined)),
+  remove: (session, state, generation) =>
+    isSessionIdText(session) ? store.remove(session, state, generation) : Effect.fail(new SessionNotFound({ session })),
+  isDebris: (session) => (isSessionIdText(session) ? store.isDebris!(session) : Effect.succeed(false)),
+  sweep: (session) => (isSessionIdText(session) ? store.sweep!(session) : Effect.succeed(true))
+})

@@ -43,6 +43,7 @@ import type {
   JournalListError,
   JournalUnavailable,
   JournalWriteFailed,
+  RecordRejected,
   SessionAlreadyExists,
   SessionNotFound,
   StoredSegment
@@ -78,7 +79,7 @@ export interface CommitItem<S> {
 }
 
 export interface JournalStore<S> {
-  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable>
+  readonly create: (session: SessionId) => Effect.Effect<void, SessionAlreadyExists | JournalWriteFailed | JournalUnavailable | RecordRejected>
   readonly exists: (session: SessionId) => Effect.Effect<boolean>
   readonly list: Effect.Effect<ReadonlyArray<SessionId>, JournalListError>
   /** Whether `list` names a session of this id (the file store lists only well-formed ids); all when omitted. */

@@ -13,6 +13,7 @@
  */
 import { Effect, Either } from "effect"
 import { timerBoundsRefusal } from "../../domain/Configuration.js"
+import { type DecodeIssue, decodeRefused } from "../../domain/DecodeRefusal.js"
 import { admitEnvironments } from "../../domain/Environment.js"
 import { CreationFailed, Internal, InvalidRequest, JournalWriteFailed, Overloaded, PayloadTooLarge } from "../../domain/Errors.js"
 import { failure } from "../../domain/Failure.js"
@@ -20,7 +21,7 @@ import { mintSessionId } from "../../domain/Ids.js"
 import { CREATE_HEAP_PER_BODY_BYTE } from "../../domain/Limits.js"
 import { type RecordedBinding, toolNameRule, unrecordableField } from "../../domain/ModelBinding.js"
 import { empty } from "../../domain/Projection.js"
-import { checkPayload, entry, type Entry } from "../../domain/Records.js"
+import { checkPayload, entry, type Entry, payloadIssues } from "../../domain/Records.js"
 import { noUnanswered } from "../../domain/TranscriptTail.js"
 import type { AgentloopRejected, AgentloopStoreFailed } from "../../services/Agentloop.js"
 import type { ServerConfigShape } from "../../services/ServerConfig.js"
@@ -84,6 +85,10 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
   // In flight from here until it answers (`admitted`): a stop drains it, and past its drain deadline stops it.
   return (request, id) =>
     admitted.admit(stopping, (stop) => admitCreate(request, Effect.gen(function*() {
+      // A body whose shape the checks below would stumble on (an application's, with no HTTP
+      // schema before it): refused as its record's check would refuse it, naming the field.
+      const misshapen = shapeRefusal(request)
+      if (misshapen !== undefined) return yield* Effect.fail(misshapen)
       // What ends up in a timer, bounded here for every caller (an application's too, with no HTTP schema before it).
       const pastTimer = timerBoundsRefusal(request)
       if (pastTimer !== undefined) return yield* Effect.fail(refusedAt(pastTimer.message, pastTimer.path))
@@ -163,9 +168,14 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
         ...(environments.length > 0 ? { environments } : {})
       }
       // Refuse bad input before anything exists on disk.
-      const refused = checkPayload("session_creation_started", { configuration }) ??
-        (request.transcript?.length ? checkPayload("transcript_delta", { keep: 0, append: request.transcript }) : undefined)
-      if (refused !== undefined) return yield* Effect.fail(new InvalidRequest({ message: refused }))
+      // Refused, it is named as HTTP's 400 names it: each field where the create has it
+      // (`model.provider`, `transcript[0].content`), not the record's schema.
+      if (checkPayload("session_creation_started", { configuration }) !== undefined) {
+        return yield* Effect.fail(createRefused("session_creation_started", { configuration }))
+      }
+      if (request.transcript?.length && checkPayload("transcript_delta", { keep: 0, append: request.transcript }) !== undefined) {
+        return yield* Effect.fail(createRefused("transcript_delta", { keep: 0, append: request.transcript }))
+      }
       // A configuration, or an opening transcript, the loop's input could not carry would fail
       // every turn (or every save): refused now.
       // (A loop that cannot be loaded now, its store out of descriptors, is no fault of the request.)
@@ -282,6 +292,40 @@ export const makeCreate = (shared: Shared): SessionsShape["create"] => {
         return created
       }))
     })))
+}
+
+/**
+ * The refusal of a create whose first records' check refused them (an application's create, which
+ * no HTTP decoder checked first): each issue named at the create's own field — the configuration's
+ * fields are the create's, its `model_binding` its `model`, the opening transcript's `append` its
+ * `transcript` — by the HTTP decoders' refusal (domain/DecodeRefusal.ts).
+ */
+const createRefused = (kind: "session_creation_started" | "transcript_delta", payload: unknown): InvalidRequest => {
+  const atCreate = (path: ReadonlyArray<PropertyKey>): ReadonlyArray<PropertyKey> => {
+    if (kind === "transcript_delta") return path[0] === "append" ? ["transcript", ...path.slice(1)] : path
+    const [first, field, ...rest] = path
+    if (first !== "configuration" || field === undefined) return path
+    return [field === "model_binding" ? "model" : field, ...rest]
+  }
+  return decodeRefused(payloadIssues(kind, payload).map((issue) => ({ ...issue, path: atCreate(issue.path) })))
+}
+
+const isObject = (u: unknown): u is object => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/**
+ * The refusal of a create body the checks before its record's would stumble on: not an object, or
+ * `tools` not an array of objects (the HTTP schema refuses both first). Undefined for any other;
+ * a few property reads for a body HTTP decoded.
+ */
+const shapeRefusal = (request: unknown): InvalidRequest | undefined => {
+  if (!isObject(request)) {
+    return decodeRefused([{ _tag: "Type", path: [], message: `Expected a create's body (an object), actual ${request === null ? "null" : Array.isArray(request) ? "an array" : typeof request}` }])
+  }
+  const tools = (request as { readonly tools?: unknown }).tools
+  if (tools === undefined || (Array.isArray(tools) && tools.every(isObject))) return undefined
+  const refused = createRefused("session_creation_started", { configuration: { agentloop: "official", ...request } })
+  const about = (refused.details as ReadonlyArray<DecodeIssue>).filter((d) => d.path[0] === "tools")
+  return about.length > 0 ? decodeRefused(about) : refused
 }
 
 /**
