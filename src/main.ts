@@ -136,7 +136,8 @@ const PROVIDERS: ModelsBound.Providers = { "openai-chat": openAiChat, "openai-re
 
 /**
  * What an embedder (or a test's server) adds to the embedded default: in-process Agentloops and
- * tools, and a model provider in place of the scripted one.
+ * tools, and a model provider in place of Brain's own (the scripted one and the bound ones: every
+ * session's model calls go to it, docs/embedding.md).
  */
 export interface Extensions {
   readonly loops?: Readonly<Record<string, AgentloopShape>>

@@ -12,7 +12,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Layer, ManagedRuntime, Option } from "effect"
-import { Journal, layer, type SessionId, Sessions } from "../../src/effect.js"
+import { Journal, layer, type ModelCall, type SessionId, Sessions } from "../../src/effect.js"
 import { entry } from "../../src/domain/Records.js"
 import * as CheckpointFiles from "../../src/layers/CheckpointStore.js"
 import * as FileDriver from "../../src/layers/journal/FileDriver.js"
@@ -177,6 +177,39 @@ describe("an application's Sessions calls with what the types do not allow", () 
         }
         expect((yield* s.list({ limit: 10 })).sessions).toEqual([])
       }))
+    } finally {
+      await runtime.dispose()
+    }
+  }, 60_000)
+})
+
+describe("extensions.models, an application's model provider", () => {
+  const reply = (c: ModelCall, seen: Array<unknown>) =>
+    Effect.sync(() => {
+      seen.push(c.model)
+      return { text: "from the application", tool_calls: [], stop_reason: "end" as const }
+    })
+
+  it("answers every session's model calls, a scripted one's too, handed the session's model as created; a binding name must be in BRAIN_MODELS, and the provider is handed the name alone", async () => {
+    const { dataDir } = nested()
+    const seen: Array<unknown> = []
+    const models = { call: (c: ModelCall) => reply(c, seen) }
+    const bindings = JSON.stringify({ mine: { provider: "openai-chat", model: "x", base_url: "http://127.0.0.1:9/v1" } })
+    const runtime = ManagedRuntime.make(layer({ dataDir, models: bindings }, { models }))
+    try {
+      await runtime.runPromise(Effect.gen(function*() {
+        const s = yield* Sessions
+        const scripted = yield* s.create({ model: { provider: "scripted", replies: [{ text: "scripted reply" }] } })
+        const a = yield* s.send(scripted.session_id, { message: "hi" })
+        expect(a.turn.result).toEqual({ text: "from the application" })
+        const named = yield* s.create({ model: "mine" })
+        const b = yield* s.send(named.session_id, { message: "hi" })
+        expect(b.turn.result).toEqual({ text: "from the application" })
+        const unbound = refusal(yield* Effect.either(s.create({ model: "theirs" })))
+        expect(unbound?._tag).toBe("InvalidRequest")
+        expect(unbound?.message).toContain(`no model binding named "theirs"`)
+      }))
+      expect(seen).toEqual([{ provider: "scripted", replies: [{ text: "scripted reply" }] }, "mine"])
     } finally {
       await runtime.dispose()
     }
