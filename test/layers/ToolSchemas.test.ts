@@ -65,6 +65,89 @@ describe("a host tool's schema checks", () => {
     expect(checkAgainst(schema, ["abc", "def"])._tag).toBe("conforms")
   })
 
+  it("uniqueItems means JSON Schema's equality: objects whatever their key order, arrays in order, numbers by value (1 and 1.0), each scalar type apart", () => {
+    const unique = { type: "array", uniqueItems: true }
+    const duplicate = (value: unknown, i: number, j: number, path: ReadonlyArray<string | number> = []) =>
+      expect(checkAgainst(unique, value)).toEqual({ _tag: "breaks", issues: [{ path, message: `must NOT have duplicate items (items ## ${i} and ${j} are identical)` }] })
+    // Nested objects with their keys in another order are one value.
+    duplicate([{ a: 1, b: { c: [1, { x: null, y: true }], d: "x" } }, { b: { d: "x", c: [1, { y: true, x: null }] }, a: 1 }], 0, 1)
+    // Numbers by value, however the JSON wrote them.
+    duplicate(JSON.parse("[1, 1.0]"), 0, 1)
+    duplicate(JSON.parse('[{"n": 100}, 7, {"n": 1e2}]'), 0, 2)
+    duplicate(JSON.parse("[0, -0]"), 0, 1)
+    // Arrays in order: reordered is another value, the same order is not.
+    expect(checkAgainst(unique, [[1, 2], [2, 1]])._tag).toBe("conforms")
+    duplicate([[1, 2], [2, 1], [1, 2]], 0, 2)
+    // Distinct values of every type pass, however alike their texts.
+    const distinct = [1, "1", true, "true", false, null, "null", 0, "", [], {}, [1], ["1"], [[1]], { "1": 1 }, { a: [1] }, { a: [[1]] }, { a: "1" }, { a: null }, { b: null }, { a: 1, b: 2 }, { a: 1 }, "__proto__", JSON.parse('{"__proto__": 1}')]
+    expect(checkAgainst(unique, distinct)).toEqual({ _tag: "conforms" })
+    // Strings are compared whole, "__proto__" among them (Ajv's own check for scalar items missed its duplicate).
+    expect(checkAgainst({ ...unique, items: { type: "string" } }, ["__proto__", "a", "__proto__"])._tag).toBe("breaks")
+    duplicate(["a", "b", "c", "b", "a"], 0, 4)
+    // The pair reported is Ajv's: the last item that repeats an earlier one, and the nearest earlier one it repeats.
+    duplicate([{ k: 1 }, { k: 2 }, { k: 1 }, { k: 2 }, { k: 1 }], 2, 4)
+    // uniqueItems: false, or none, lets duplicates be.
+    expect(checkAgainst({ type: "array", uniqueItems: false }, [{ a: 1 }, { a: 1 }])._tag).toBe("conforms")
+    expect(checkAgainst({ type: "array" }, [{ a: 1 }, { a: 1 }])._tag).toBe("conforms")
+  })
+
+  it("uniqueItems anywhere in a schema is checked: under properties, items, $defs through $ref, allOf; the path is the array's; a property named uniqueItems is just a property", () => {
+    const nested = {
+      type: "object",
+      properties: {
+        rows: { type: "array", items: { type: "array", uniqueItems: true } },
+        tags: { $ref: "#/$defs/tags" },
+        both: { allOf: [{ type: "array" }, { uniqueItems: true }] },
+        uniqueItems: { type: "boolean" }
+      },
+      $defs: { tags: { type: "array", uniqueItems: true, items: { type: "object" } } }
+    }
+    expect(schemaRefusal(nested, MAX_BYTES)).toBeUndefined()
+    // The outer rows may repeat; each row's items may not.
+    expect(checkAgainst(nested, { rows: [[1, 2], [1, 2], [3]], tags: [{ a: 1 }, { a: 2 }], both: [1, 2], uniqueItems: true })).toEqual({ _tag: "conforms" })
+    const check = checkAgainst(nested, { rows: [[1, 2], [{ a: [1], b: 2 }, { b: 2, a: [1] }]], tags: [{ a: 1 }, { a: 1 }], both: ["x", "x"], uniqueItems: false })
+    expect(check._tag === "breaks" && check.issues.map((i) => i.path)).toEqual([["rows", 1], ["tags"], ["both"]])
+    expect(check._tag === "breaks" && check.issues.every((i) => /must NOT have duplicate items/.test(i.message))).toBe(true)
+    // A uniqueItems that is not a boolean cannot be compiled, as before.
+    expect(schemaRefusal({ type: "array", uniqueItems: "yes" }, MAX_BYTES)).toMatch(/cannot be compiled/)
+  })
+
+  it("uniqueItems costs work in proportion to the value: 20 000 distinct objects read each item a few times (not every pair), and a value nested under uniqueItems at every depth is read once, not once per depth", () => {
+    // Every read of an item is counted; past the budget the check stops (throws): a pairwise check would read about 20 000² / 2 items.
+    const budget = { reads: 0, most: 0 }
+    const watched = <T extends object>(target: T): T =>
+      new Proxy(target, {
+        get: (t, key, receiver) => {
+          if (++budget.reads > budget.most) throw new Error(`more than ${budget.most} reads`)
+          return Reflect.get(t, key, receiver)
+        },
+        ownKeys: (t) => {
+          if (++budget.reads > budget.most) throw new Error(`more than ${budget.most} reads`)
+          return Reflect.ownKeys(t)
+        }
+      })
+    const n = 20_000
+    const items = Array.from({ length: n }, (_, i) => watched({ id: i, name: `item ${i}`, tags: ["a", "b"] }))
+    const schema = { type: "array", uniqueItems: true, items: { type: "object" } }
+    budget.most = 40 * n
+    expect(checkAgainst(schema, items)).toEqual({ _tag: "conforms" })
+    // One more, repeating the first with its keys in another order, is found.
+    budget.reads = 0
+    const repeated = [...items, watched({ tags: ["a", "b"], name: "item 0", id: 0 })]
+    expect(checkAgainst(schema, repeated)).toEqual({ _tag: "breaks", issues: [{ path: [], message: `must NOT have duplicate items (items ## 0 and ${n} are identical)` }] })
+
+    // Arrays nested 60 deep, each of 200 numbers and the next, under uniqueItems at every depth
+    // (a recursive $ref): each is read a few times, not once for every array above it.
+    const depth = 60
+    const width = 200
+    let value: unknown = watched(Array.from({ length: width }, (_, i) => i))
+    for (let d = 1; d < depth; d++) value = watched([...Array.from({ length: width }, (_, i) => i + d * width), value])
+    const deep = { $defs: { level: { type: "array", uniqueItems: true, items: { anyOf: [{ type: "number" }, { $ref: "#/$defs/level" }] } } }, $ref: "#/$defs/level" }
+    budget.reads = 0
+    budget.most = 10 * depth * width
+    expect(checkAgainst(deep, value)).toEqual({ _tag: "conforms" })
+  })
+
   it("a schema larger than BRAIN_MAX_TOOL_SCHEMA_BYTES, or not a schema, is refused naming why; undefined and null are no schema", () => {
     const big = { type: "object", description: "x".repeat(2000) }
     expect(schemaRefusal(big, 1024)).toMatch(/more than 1024 \(BRAIN_MAX_TOOL_SCHEMA_BYTES\)/)

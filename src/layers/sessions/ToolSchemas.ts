@@ -14,7 +14,8 @@
  * - What checking keeps is bounded: the compiled schemas are kept by their JSON, the least
  *   recently used let go past COMPILED_SCHEMAS or COMPILED_SCHEMA_BYTES, and with them their Ajv
  *   instance and everything it holds.
- * - Patterns are matched in linear time (LinearPatterns.ts), within PATTERN_CHECK_STEPS a check.
+ * - Patterns are matched in linear time (LinearPatterns.ts), within PATTERN_CHECK_STEPS a check,
+ *   and `uniqueItems` is checked in time linear in the value (UniqueItems.ts), not Ajv's pairwise.
  *
  * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value.
  */
@@ -22,6 +23,7 @@ import * as AjvModule from "ajv"
 import type { ErrorObject, ValidateFunction } from "ajv"
 import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, PATTERN_CHECK_STEPS } from "../../domain/Limits.js"
 import { linearRegExp, withinSteps } from "./LinearPatterns.js"
+import { uniqueItemsKeyword, withNumbering } from "./UniqueItems.js"
 
 /** A schema compiled, or why it cannot be; its JSON's bytes (what the cache counts). */
 type Compiled = { readonly validate: ValidateFunction; readonly bytes: number } | { readonly refused: string; readonly bytes: number }
@@ -50,6 +52,8 @@ const compileAlone = (schema: unknown, bytes: number): Compiled => {
     logger: false,
     code: { regExp: linearRegExp() }
   })
+  // Ajv's own compares every pair of items: this one is linear in the value (UniqueItems.ts).
+  ajv.removeKeyword("uniqueItems").addKeyword(uniqueItemsKeyword())
   try {
     return { validate: ajv.compile(schema as object), bytes }
   } catch (e) {
@@ -120,7 +124,7 @@ export const checkAgainst = (schema: unknown, value: unknown): SchemaCheck => {
   if (!isSchema(schema)) return { _tag: "unusable", reason: "it is not a JSON Schema (an object or a boolean)" }
   const done = compile(JSON.stringify(schema))
   if ("refused" in done) return { _tag: "unusable", reason: `it cannot be compiled: ${done.refused}` }
-  const { exhausted, value: valid } = withinSteps(() => done.validate(value))
+  const { exhausted, value: valid } = withinSteps(() => withNumbering(() => done.validate(value)))
   if (valid && !exhausted) return CONFORMS
   const issues = (done.validate.errors ?? []).slice(0, 20).map((e) => ({ path: pathOf(e), message: e.message ?? e.keyword }))
   if (exhausted) {
