@@ -621,6 +621,35 @@ export const SCHEMA_PATTERN_PROGRAM_MAX = 10_000
  */
 export const PATTERN_CHECK_STEPS = 20_000_000
 
+/**
+ * Steps: the most one check of one value against a host tool's schema may cost, each application
+ * of a (sub)schema counted as one plus one for each of its keywords and for each entry of their
+ * arrays and maps (an `enum` or a `const`: one). Ajv's keywords take time in proportion to
+ * the schema times the value, and a schema can make that product enormous for a small value (an
+ * `allOf` of two `$ref`s, 30 deep, applies the last 2^30 times): a check that would pass it stops,
+ * and the value breaks the schema, saying so. Plain checks cost a few steps a byte of the value:
+ * this admits values of several MB, in about a second at most.
+ */
+export const SCHEMA_CHECK_STEPS = 20_000_000
+
+/**
+ * Errors one Ajv validating function may hold in one check: Ajv (with `allErrors`) keeps an error
+ * for every wrong item (a million wrong items took 139 MB), and a check that passes this stops,
+ * showing its first SCHEMA_ISSUES_SHOWN.
+ */
+export const SCHEMA_CHECK_ERRORS = 10_000
+
+/** Issues of a value that breaks a host tool's schema shown at most (in `invalid_input` and `invalid_output`). */
+export const SCHEMA_ISSUES_SHOWN = 20
+
+/**
+ * UTF-16 units of an issue's message, and of each key of its path, shown at most (the rest cut,
+ * counted): a message quotes the schema (a `pattern` of 60 KB, twenty times) and a path the
+ * value's keys (a key of 100 KB under twenty wrong items), and the issues are journaled with the
+ * call's outcome, twice (in `issues` and in `message`).
+ */
+export const SCHEMA_ISSUE_TEXT_CHARS = 256
+
 /** Compiled tool schemas kept at most (each compiled alone, so that one schema cannot affect another's check). */
 export const COMPILED_SCHEMAS = 256
 

@@ -6,7 +6,8 @@
 import * as v8 from "node:v8"
 import * as vm from "node:vm"
 import { describe, expect, it } from "vitest"
-import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, SCHEMA_PATTERN_PROGRAM_MAX } from "../../src/domain/Limits.js"
+import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, SCHEMA_CHECK_ERRORS, SCHEMA_ISSUE_TEXT_CHARS, SCHEMA_ISSUES_SHOWN, SCHEMA_PATTERN_PROGRAM_MAX } from "../../src/domain/Limits.js"
+import { counted } from "../../src/layers/sessions/CheckSteps.js"
 import { rewritten } from "../../src/layers/sessions/LinearPatterns.js"
 import { checkAgainst, keptCheck, keptSchemas, schemaRefusal } from "../../src/layers/sessions/ToolSchemas.js"
 import { checked } from "../../src/layers/sessions/ToolVerdicts.js"
@@ -146,6 +147,104 @@ describe("a host tool's schema checks", () => {
     budget.reads = 0
     budget.most = 10 * depth * width
     expect(checkAgainst(deep, value)).toEqual({ _tag: "conforms" })
+  })
+
+  it("enum and const mean JSON Schema's equality, and cost a lookup: 100 000 items against an enum of 1 000 objects read each item a few times, not once per allowed value", () => {
+    const allowed = Array.from({ length: 1000 }, (_, i) => ({ id: i, tags: ["x", i] }))
+    const schema = { type: "array", items: { enum: allowed } }
+    expect(checkAgainst(schema, [{ tags: ["x", 5], id: 5.0 }, JSON.parse('{"id": 7, "tags": ["x", 7.0]}')])).toEqual({ _tag: "conforms" })
+    expect(checkAgainst(schema, [{ id: 5, tags: [5, "x"] }])).toEqual({ _tag: "breaks", issues: [{ path: [0], message: "must be equal to one of the allowed values" }] })
+    expect(checkAgainst({ const: { a: [1, { b: null }] } }, { a: [1.0, { b: null }] })._tag).toBe("conforms")
+    expect(checkAgainst({ const: { a: [1, { b: null }] } }, { a: [{ b: null }, 1] })).toEqual({ _tag: "breaks", issues: [{ path: [], message: "must be equal to constant" }] })
+    expect(checkAgainst({ const: null }, null)._tag).toBe("conforms")
+    expect(checkAgainst({ const: null }, 0)._tag).toBe("breaks")
+    expect(checkAgainst({ enum: [1, "1", null] }, "1")._tag).toBe("conforms")
+    expect(checkAgainst({ enum: [1, "1", null] }, true)._tag).toBe("breaks")
+    expect(schemaRefusal({ enum: [] }, MAX_BYTES)).toMatch(/cannot be compiled.*non-empty/)
+    // Each item read a few times, not once per allowed value (Ajv's own: up to 1 000 deep comparisons an item).
+    let reads = 0
+    const most = 20 * 100_000
+    const counting = { get: (t: object, key: string | symbol, r: unknown) => { if (++reads > most) throw new Error(`more than ${most} reads`); return Reflect.get(t, key, r) } }
+    const items = Array.from({ length: 100_000 }, (_, i) => new Proxy({ id: i % 1000, tags: ["x", i % 1000] }, counting))
+    expect(checkAgainst(schema, items)).toEqual({ _tag: "conforms" })
+  })
+
+  it("one check's work is bounded by SCHEMA_CHECK_STEPS: a schema applying another 2^26 times (allOf of two $refs, 26 deep) breaks, saying so, instead of holding the thread", () => {
+    const fanOut = (depth: number) => {
+      const defs: Record<string, unknown> = { [`d${depth}`]: { type: "number" } }
+      for (let i = 0; i < depth; i++) defs[`d${i}`] = { allOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] }
+      return { $defs: defs, $ref: "#/$defs/d0" }
+    }
+    expect(schemaRefusal(fanOut(26), MAX_BYTES)).toBeUndefined()
+    const check = checkAgainst(fanOut(26), 1)
+    expect(check._tag).toBe("breaks")
+    expect(check._tag === "breaks" && check.issues[0]).toMatchObject({ path: [], message: expect.stringMatching(/SCHEMA_CHECK_STEPS/) })
+    // The same shape 6 deep (64 applications) checks as usual.
+    expect(checkAgainst(fanOut(6), 1)._tag).toBe("conforms")
+    expect(checkAgainst(fanOut(6), "x")._tag).toBe("breaks")
+    // A value's depth multiplying it the same way: arrays 26 deep, each level applying the next twice.
+    let deep: unknown = 1
+    for (let i = 0; i < 26; i++) deep = [deep]
+    const twice = { $defs: { a: { anyOf: [{ type: "number" }, { allOf: [{ items: { $ref: "#/$defs/a" } }, { items: { $ref: "#/$defs/a" } }] }] } }, $ref: "#/$defs/a" }
+    const multiplied = checkAgainst(twice, deep)
+    expect(multiplied._tag === "breaks" && multiplied.issues[0]!.message).toMatch(/SCHEMA_CHECK_STEPS/)
+    // An ordinary value of 200 000 objects (about 5 MB) is well within it.
+    const rows = Array.from({ length: 200_000 }, (_, i) => ({ id: i, name: `row ${i}` }))
+    const table = { type: "array", items: { type: "object", properties: { id: { type: "integer" }, name: { type: "string" } }, required: ["id", "name"] } }
+    expect(checkAgainst(table, rows)).toEqual({ _tag: "conforms" })
+  })
+
+  it("the errors one check keeps are bounded by SCHEMA_CHECK_ERRORS: 100 000 wrong items, or oneOf of 200 branches over 1 000 items, stop there, showing the first SCHEMA_ISSUES_SHOWN", () => {
+    const check = checkAgainst({ type: "array", items: { type: "string" } }, Array.from({ length: 100_000 }, (_, i) => i))
+    expect(check._tag).toBe("breaks")
+    if (check._tag !== "breaks") return
+    expect(check.issues[0]).toEqual({ path: [], message: expect.stringMatching(new RegExp(`more than ${SCHEMA_CHECK_ERRORS} places \\(SCHEMA_CHECK_ERRORS\\)`)) })
+    expect(check.issues.slice(1)).toEqual(Array.from({ length: SCHEMA_ISSUES_SHOWN }, (_, i) => ({ path: [i], message: "must be string" })))
+    const branches = Array.from({ length: 200 }, (_, i) => ({ type: "object", required: [`x${i}`] }))
+    const many = checkAgainst({ type: "array", items: { oneOf: branches } }, Array.from({ length: 1000 }, (_, i) => ({ id: i })))
+    expect(many._tag === "breaks" && many.issues.length).toBe(SCHEMA_ISSUES_SHOWN + 1)
+    // A few wrong items are all shown as before, up to SCHEMA_ISSUES_SHOWN.
+    const few = checkAgainst({ type: "array", items: { type: "string" } }, [1, "a", 2])
+    expect(few).toEqual({ _tag: "breaks", issues: [{ path: [0], message: "must be string" }, { path: [2], message: "must be string" }] })
+  })
+
+  it("the issues shown are bounded: a message quoting a 20 000-character pattern, or a path through a 100 000-character key, is cut to SCHEMA_ISSUE_TEXT_CHARS, saying how much was cut", () => {
+    const letters = Array.from({ length: 20_000 }, (_, i) => String.fromCodePoint(0x4e00 + i)).join("")
+    const patterned = checkAgainst({ type: "array", items: { type: "string", pattern: `^[${letters}]+$` } }, Array.from({ length: 30 }, () => "a"))
+    expect(patterned._tag === "breaks" && patterned.issues.length).toBe(SCHEMA_ISSUES_SHOWN)
+    for (const issue of patterned._tag === "breaks" ? patterned.issues : []) {
+      expect(issue.message.length).toBeLessThanOrEqual(SCHEMA_ISSUE_TEXT_CHARS + 40)
+      expect(issue.message).toMatch(/^must match pattern .*… \(\d+ more characters\)$/)
+    }
+    const key = "k".repeat(100_000)
+    const keyed = checkAgainst({ type: "object", additionalProperties: { type: "array", items: { type: "string" } } }, { [key]: [1, "a", 2] })
+    expect(keyed).toEqual({
+      _tag: "breaks",
+      issues: [0, 2].map((i) => ({ path: [`${"k".repeat(SCHEMA_ISSUE_TEXT_CHARS)}… (${100_000 - SCHEMA_ISSUE_TEXT_CHARS} more characters)`, i], message: "must be string" }))
+    })
+  })
+
+  it("a $ref that comes back to itself without going into the value breaks the value, saying so, and never throws", () => {
+    const loop = { $defs: { a: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }
+    expect(checkAgainst(loop, 1)).toMatchObject({ _tag: "breaks", issues: [{ path: [], message: expect.stringMatching(/stack/) }] })
+  })
+
+  it("a schema using the step-counting keyword, or a $ref into an enum or const (values, whose schemas would go uncounted), cannot be compiled", () => {
+    expect(schemaRefusal({ type: "object", $brainCheckSteps: 1 }, MAX_BYTES)).toMatch(/cannot be compiled.*\$brainCheckSteps/)
+    expect(schemaRefusal({ properties: { a: { $brainCheckSteps: 1 } } }, MAX_BYTES)).toMatch(/cannot be compiled/)
+    const intoEnum = { enum: [{ allOf: [{ $ref: "#/enum/1" }, { $ref: "#/enum/1" }] }, { type: "number" }], $ref: "#/enum/0" }
+    expect(schemaRefusal(intoEnum, MAX_BYTES)).toMatch(/cannot be compiled.*enum or const/)
+    expect(schemaRefusal({ $defs: { c: { const: { type: "number" } } }, $ref: "#/$defs/c/const" }, MAX_BYTES)).toMatch(/enum or const/)
+    // A property named enum, its name used as data in an enum, or as a key in a const, is no such reference.
+    const named = { type: "object", properties: { enum: { type: "string" }, x: { $ref: "#/properties/enum" }, y: { enum: [{ $brainCheckSteps: 1 }] }, z: { const: { enum: 1 } } } }
+    expect(schemaRefusal(named, MAX_BYTES)).toBeUndefined()
+    expect(checkAgainst(named, { enum: "a", x: "b", y: { $brainCheckSteps: 1 }, z: { enum: 1 } })).toEqual({ _tag: "conforms" })
+    expect(checkAgainst(named, { x: 1 })._tag).toBe("breaks")
+    // The copy Ajv compiles keeps a key "__proto__" a key (not the copy's prototype), as JSON.parse did.
+    const copy = counted(JSON.parse('{"__proto__": {"type": "string"}, "properties": {"__proto__": {"type": "string"}}}'))
+    expect("schema" in copy && Object.getPrototypeOf(copy.schema)).toBe(Object.prototype)
+    expect("schema" in copy && Object.keys(copy.schema as object)).toEqual(["__proto__", "properties", "$brainCheckSteps"])
+    expect("schema" in copy && Object.keys((copy.schema as { properties: object }).properties)).toEqual(["__proto__"])
   })
 
   it("a schema larger than BRAIN_MAX_TOOL_SCHEMA_BYTES, or not a schema, is refused naming why; undefined and null are no schema", () => {

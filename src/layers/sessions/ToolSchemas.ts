@@ -15,15 +15,21 @@
  *   recently used let go past COMPILED_SCHEMAS or COMPILED_SCHEMA_BYTES, and with them their Ajv
  *   instance and everything it holds.
  * - Patterns are matched in linear time (LinearPatterns.ts), within PATTERN_CHECK_STEPS a check,
- *   and `uniqueItems` is checked in time linear in the value (UniqueItems.ts), not Ajv's pairwise.
+ *   and `uniqueItems`, `enum` and `const` in time linear in the value (JsonEquality.ts), not by
+ *   Ajv's deep equality of every pair.
+ * - The rest of a check is counted as it runs (CheckSteps.ts): past SCHEMA_CHECK_STEPS, or past
+ *   SCHEMA_CHECK_ERRORS errors held, it stops, and the value breaks the schema, saying so; a check
+ *   that overflows the stack (a `$ref` back to itself) breaks it too, and never throws.
  *
- * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value.
+ * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value; at
+ * most SCHEMA_ISSUES_SHOWN, each message and key within SCHEMA_ISSUE_TEXT_CHARS.
  */
 import * as AjvModule from "ajv"
 import type { ErrorObject, ValidateFunction } from "ajv"
-import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, PATTERN_CHECK_STEPS } from "../../domain/Limits.js"
+import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, PATTERN_CHECK_STEPS, SCHEMA_CHECK_ERRORS, SCHEMA_CHECK_STEPS, SCHEMA_ISSUE_TEXT_CHARS, SCHEMA_ISSUES_SHOWN } from "../../domain/Limits.js"
+import { counted, stepKeyword, withinCheckSteps } from "./CheckSteps.js"
 import { linearRegExp, withinSteps } from "./LinearPatterns.js"
-import { uniqueItemsKeyword, withNumbering } from "./UniqueItems.js"
+import { constKeyword, enumKeyword, uniqueItemsKeyword, withNumbering } from "./JsonEquality.js"
 
 /** A schema compiled, or why it cannot be; its JSON's bytes (what the cache counts). */
 type Compiled = { readonly validate: ValidateFunction; readonly bytes: number } | { readonly refused: string; readonly bytes: number }
@@ -52,10 +58,14 @@ const compileAlone = (schema: unknown, bytes: number): Compiled => {
     logger: false,
     code: { regExp: linearRegExp() }
   })
-  // Ajv's own compares every pair of items: this one is linear in the value (UniqueItems.ts).
-  ajv.removeKeyword("uniqueItems").addKeyword(uniqueItemsKeyword())
+  // Ajv's own compare by deep equality, every pair of items, every allowed value: these are linear in the value (JsonEquality.ts).
+  for (const keyword of ["uniqueItems", "enum", "const"]) ajv.removeKeyword(keyword)
+  ajv.addKeyword(uniqueItemsKeyword()).addKeyword(enumKeyword()).addKeyword(constKeyword()).addKeyword(stepKeyword())
+  // The copy compiled counts what applying each of its schemas costs (CheckSteps.ts).
+  const copy = counted(schema)
+  if ("refused" in copy) return { refused: copy.refused, bytes }
   try {
-    return { validate: ajv.compile(schema as object), bytes }
+    return { validate: ajv.compile(copy.schema as object), bytes }
   } catch (e) {
     return { refused: (e instanceof Error ? e.message : String(e)).split("\n")[0]!, bytes }
   }
@@ -112,10 +122,17 @@ export type SchemaCheck =
 
 const CONFORMS: SchemaCheck = { _tag: "conforms" }
 
+/** `text` within SCHEMA_ISSUE_TEXT_CHARS, the rest cut and counted (never half a surrogate pair). */
+const shown = (text: string): string => {
+  if (text.length <= SCHEMA_ISSUE_TEXT_CHARS) return text
+  const end = /[\uD800-\uDBFF]/.test(text[SCHEMA_ISSUE_TEXT_CHARS - 1]!) ? SCHEMA_ISSUE_TEXT_CHARS - 1 : SCHEMA_ISSUE_TEXT_CHARS
+  return `${text.slice(0, end)}… (${text.length - end} more characters)`
+}
+
 const pathOf = (e: ErrorObject): Array<string | number> => {
   const parts = e.instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"))
   if (e.keyword === "required" && typeof e.params["missingProperty"] === "string") parts.push(e.params["missingProperty"])
-  return parts.map((p) => (typeof p === "string" && /^\d+$/.test(p) ? Number(p) : p))
+  return parts.map((p) => (typeof p === "string" && /^\d+$/.test(p) ? Number(p) : shown(p)))
 }
 
 /** The value checked against `schema` (none, undefined or null: it conforms). */
@@ -124,9 +141,25 @@ export const checkAgainst = (schema: unknown, value: unknown): SchemaCheck => {
   if (!isSchema(schema)) return { _tag: "unusable", reason: "it is not a JSON Schema (an object or a boolean)" }
   const done = compile(JSON.stringify(schema))
   if ("refused" in done) return { _tag: "unusable", reason: `it cannot be compiled: ${done.refused}` }
-  const { exhausted, value: valid } = withinSteps(() => withNumbering(() => done.validate(value)))
-  if (valid && !exhausted) return CONFORMS
-  const issues = (done.validate.errors ?? []).slice(0, 20).map((e) => ({ path: pathOf(e), message: e.message ?? e.keyword }))
+  const run = withinSteps(() => withNumbering(() => withinCheckSteps(() => ranOrOverflowed(done.validate, value))))
+  const { exhausted } = run
+  const ran = run.value
+  if (ran._tag === "done" && ran.value === "valid" && !exhausted) return CONFORMS
+  const errors = ran._tag === "stopped" ? ran.first : ran.value === "invalid" ? (done.validate.errors ?? []) : []
+  const issues = errors.slice(0, SCHEMA_ISSUES_SHOWN).map((e) => ({ path: pathOf(e), message: shown(e.message ?? e.keyword) }))
+  if (ran._tag === "stopped") {
+    issues.unshift({
+      path: [],
+      message: ran.why === "steps"
+        ? `checking it would take more than ${SCHEMA_CHECK_STEPS} steps (SCHEMA_CHECK_STEPS: each application of a schema, one for it and one for each of its keywords and their entries); the rest was not checked`
+        : `it breaks the schema in more than ${SCHEMA_CHECK_ERRORS} places (SCHEMA_CHECK_ERRORS); the rest was not checked`
+    })
+  } else if (ran.value === "overflowed") {
+    issues.unshift({
+      path: [],
+      message: "checking it recursed deeper than the engine's stack allows (a $ref that comes back to itself without going into the value, or a value nested too deep); it was not checked"
+    })
+  }
   if (exhausted) {
     issues.unshift({
       path: [],
@@ -134,4 +167,14 @@ export const checkAgainst = (schema: unknown, value: unknown): SchemaCheck => {
     })
   }
   return { _tag: "breaks", issues }
+}
+
+/** The value checked by `validate`: valid, invalid (its errors on `validate`), or past the engine's stack. */
+const ranOrOverflowed = (validate: ValidateFunction, value: unknown): "valid" | "invalid" | "overflowed" => {
+  try {
+    return validate(value) ? "valid" : "invalid"
+  } catch (e) {
+    if (e instanceof RangeError) return "overflowed"
+    throw e
+  }
 }
