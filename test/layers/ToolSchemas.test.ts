@@ -5,6 +5,7 @@
  */
 import * as v8 from "node:v8"
 import * as vm from "node:vm"
+import * as AjvModule from "ajv"
 import { describe, expect, it } from "vitest"
 import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, SCHEMA_CHECK_ERRORS, SCHEMA_ISSUE_TEXT_CHARS, SCHEMA_ISSUES_SHOWN, SCHEMA_PATTERN_PROGRAM_MAX } from "../../src/domain/Limits.js"
 import { counted } from "../../src/layers/sessions/CheckSteps.js"
@@ -245,6 +246,66 @@ describe("a host tool's schema checks", () => {
     expect("schema" in copy && Object.getPrototypeOf(copy.schema)).toBe(Object.prototype)
     expect("schema" in copy && Object.keys(copy.schema as object)).toEqual(["__proto__", "properties", "$brainCheckSteps"])
     expect("schema" in copy && Object.keys((copy.schema as { properties: object }).properties)).toEqual(["__proto__"])
+  })
+
+  it("counting and the linear equality change no verdict: 500 random schemas, 10 values each, conform or break exactly as Ajv's own check says, with as many issues", () => {
+    let seed = 12345
+    const random = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff
+    const pick = <T>(a: ReadonlyArray<T>): T => a[Math.floor(random() * a.length)]!
+    const valueOf = (d: number): unknown => {
+      const r = random()
+      if (d > 3 || r < 0.3) return pick([0, 1, 1.5, -1, "a", "b", "", true, false, null])
+      if (r < 0.65) return Array.from({ length: Math.floor(random() * 4) }, () => valueOf(d + 1))
+      return Object.fromEntries(Array.from({ length: Math.floor(random() * 4) }, () => [pick(["a", "b", "c", "d"]), valueOf(d + 1)]))
+    }
+    const schemaOf = (d: number): unknown => {
+      if (d > 3) return pick([{ type: "number" }, { type: "string" }, {}, true, false, { const: valueOf(3) }])
+      return pick<() => unknown>([
+        () => ({ type: pick(["array", "object", "number", "string", "integer", "boolean", "null"]) }),
+        () => ({ type: "array", uniqueItems: random() < 0.8, items: schemaOf(d + 1) }),
+        () => ({ uniqueItems: true }),
+        () => ({ enum: Array.from({ length: 1 + Math.floor(random() * 3) }, () => valueOf(2)) }),
+        () => ({ const: valueOf(2) }),
+        () => ({ properties: { a: schemaOf(d + 1), b: schemaOf(d + 1) }, required: random() < 0.5 ? ["a"] : [], additionalProperties: random() < 0.5 ? schemaOf(d + 1) : true }),
+        () => ({ allOf: [schemaOf(d + 1), schemaOf(d + 1)] }),
+        () => ({ anyOf: [schemaOf(d + 1), schemaOf(d + 1)] }),
+        () => ({ oneOf: [schemaOf(d + 1), schemaOf(d + 1)] }),
+        () => ({ not: schemaOf(d + 1) }),
+        () => ({ if: schemaOf(d + 1), then: schemaOf(d + 1), else: schemaOf(d + 1) }),
+        () => ({ contains: schemaOf(d + 1), minItems: 1 }),
+        () => ({ $ref: "#/$defs/x" }),
+        () => ({ $ref: "#/$defs/x", type: "array" }),
+        () => ({ allOf: [{ properties: { a: {} } }], unevaluatedProperties: false }),
+        () => ({ dependentSchemas: { a: schemaOf(d + 1) } }),
+        () => ({ propertyNames: { enum: ["a", "b"] } })
+      ])()
+    }
+    let compared = 0
+    for (let i = 0; i < 500; i++) {
+      const root = schemaOf(0)
+      const schema = typeof root === "object" ? { ...(root as object), $defs: { x: schemaOf(2) } } : root
+      const ajv = new AjvModule.default.default({ allErrors: true, strict: false, validateSchema: false, addUsedSchema: false, logger: false })
+      let own: ReturnType<typeof ajv.compile>
+      try {
+        own = ajv.compile(schema as object)
+      } catch {
+        continue
+      }
+      for (let j = 0; j < 10; j++) {
+        const value = valueOf(0)
+        let valid: boolean
+        try {
+          valid = own(value)
+        } catch {
+          continue
+        }
+        const check = checkAgainst(schema, value)
+        expect({ schema, value, tag: check._tag }).toEqual({ schema, value, tag: valid ? "conforms" : "breaks" })
+        if (check._tag === "breaks") expect(check.issues.length).toBe(Math.min(own.errors!.length, SCHEMA_ISSUES_SHOWN))
+        compared++
+      }
+    }
+    expect(compared).toBeGreaterThan(3000)
   })
 
   it("a schema larger than BRAIN_MAX_TOOL_SCHEMA_BYTES, or not a schema, is refused naming why; undefined and null are no schema", () => {
