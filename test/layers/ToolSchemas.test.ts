@@ -6,6 +6,7 @@
 import * as v8 from "node:v8"
 import * as vm from "node:vm"
 import * as AjvModule from "ajv"
+import * as fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { COMPILED_SCHEMA_BYTES, COMPILED_SCHEMAS, SCHEMA_CHECK_ERRORS, SCHEMA_ISSUE_TEXT_CHARS, SCHEMA_ISSUES_SHOWN, SCHEMA_PATTERN_PROGRAM_MAX } from "../../src/domain/Limits.js"
 import { counted } from "../../src/layers/sessions/CheckSteps.js"
@@ -225,9 +226,116 @@ describe("a host tool's schema checks", () => {
     })
   })
 
-  it("a $ref that comes back to itself without going into the value breaks the value, saying so, and never throws", () => {
-    const loop = { $defs: { a: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }
-    expect(checkAgainst(loop, 1)).toMatchObject({ _tag: "breaks", issues: [{ path: [], message: expect.stringMatching(/stack/) }] })
+  it("a schema whose $ref comes back to itself without going into the value is refused at create, naming the loop; a check against one an older create admitted is unusable, never a pass", () => {
+    const loops: ReadonlyArray<readonly [unknown, RegExp]> = [
+      [{ $ref: "#" }, /"#" applies "#",/],
+      [{ $defs: { a: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }, /"#\/\$defs\/a" applies "#\/\$defs\/a",/],
+      [{ $defs: { a: { $ref: "#/$defs/b" }, b: { allOf: [{ $ref: "#/$defs/a" }] } }, $ref: "#/$defs/a" }, /"#\/\$defs\/a" applies "#\/\$defs\/b", which applies "#\/\$defs\/b\/allOf\/0", which applies "#\/\$defs\/a",/],
+      // Through every keyword that applies a schema to the value itself.
+      [{ anyOf: [{ type: "string" }, { $ref: "#" }] }, /loop/],
+      [{ oneOf: [{ $ref: "#" }] }, /loop/],
+      [{ not: { $ref: "#" } }, /loop/],
+      [{ if: { $ref: "#" }, then: { type: "number" } }, /loop/],
+      [{ if: true, then: { $ref: "#" } }, /loop/],
+      [{ if: false, else: { $ref: "#" } }, /loop/],
+      [{ dependencies: { a: { $ref: "#" } } }, /loop/],
+      [{ dependentSchemas: { a: { $ref: "#" } } }, /loop/],
+      // By $id and $anchor, a relative $id resolved against its parent's, a percent-encoded pointer.
+      [{ $id: "https://example.com/root.json", $defs: { a: { $ref: "https://example.com/root.json" } }, allOf: [{ $ref: "#/$defs/a" }] }, /loop/],
+      [{ $defs: { a: { $id: "https://example.com/a.json", $ref: "b.json" }, b: { $id: "https://example.com/b.json", allOf: [{ $ref: "a.json#" }] } }, $ref: "https://example.com/a.json" }, /loop/],
+      [{ $defs: { a: { $anchor: "here", not: { $ref: "#here" } } }, $ref: "#/$defs/a" }, /loop/],
+      [{ $defs: { "a b": { $ref: "#/$defs/a%20b" } }, $ref: "#/$defs/a%20b" }, /loop/],
+      [{ $defs: { "x/y": { $ref: "#/$defs/x~1y" } }, $ref: "#/$defs/x~1y" }, /loop/],
+      // A long loop is named in part.
+      [{ $defs: Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`d${i}`, { $ref: `#/$defs/d${(i + 1) % 10}` }])), $ref: "#/$defs/d0" }, /"#\/\$defs\/d0" applies "#\/\$defs\/d1", .*"#\/\$defs\/d5", which applies 4 more in turn, the last of which applies "#\/\$defs\/d0",/],
+      [{ $recursiveRef: "#" }, /loop/],
+      [{ $dynamicRef: "#" }, /loop/]
+    ]
+    for (const [loop, named] of loops) {
+      const why = schemaRefusal(loop, MAX_BYTES)
+      expect({ loop, why }).toEqual({ loop, why: expect.stringMatching(/cannot be compiled to check the tool's calls: .*loop/) })
+      expect({ loop, why }).toEqual({ loop, why: expect.stringMatching(named) })
+      expect(checkAgainst(loop, 1)).toMatchObject({ _tag: "unusable", reason: expect.stringMatching(/loop/) })
+    }
+  })
+
+  it("a value nested deeper than the engine's stack allows, against a recursive schema, breaks it, saying so, and never throws", () => {
+    let deep: unknown = 1
+    for (let i = 0; i < 20_000; i++) deep = [deep]
+    expect(checkAgainst({ items: { $ref: "#" } }, deep)).toMatchObject({ _tag: "breaks", issues: [{ path: [], message: expect.stringMatching(/stack/) }] })
+  })
+
+  it("a recursive schema that goes into the value at each turn is admitted and checks: a tree, a linked list through $defs, allOf diamonds, a $ref through items, properties, additionalProperties, contains or propertyNames", () => {
+    const tree = { type: "object", properties: { children: { type: "array", items: { $ref: "#" } } } }
+    expect(schemaRefusal(tree, MAX_BYTES)).toBeUndefined()
+    expect(checkAgainst(tree, { children: [{ children: [] }, { children: [{}] }] })._tag).toBe("conforms")
+    expect(checkAgainst(tree, { children: [{ children: [1] }] })._tag).toBe("breaks")
+    const list = { $defs: { node: { type: "object", properties: { value: { type: "number" }, next: { anyOf: [{ type: "null" }, { $ref: "#/$defs/node" }] } }, required: ["value", "next"] } }, $ref: "#/$defs/node" }
+    expect(schemaRefusal(list, MAX_BYTES)).toBeUndefined()
+    expect(checkAgainst(list, { value: 1, next: { value: 2, next: null } })._tag).toBe("conforms")
+    expect(checkAgainst(list, { value: 1, next: { value: "2", next: null } })._tag).toBe("breaks")
+    // Diamonds: many ways to one schema, none back.
+    const diamond = { $defs: { top: { allOf: [{ $ref: "#/$defs/l" }, { $ref: "#/$defs/r" }] }, l: { allOf: [{ $ref: "#/$defs/bottom" }] }, r: { anyOf: [{ $ref: "#/$defs/bottom" }] }, bottom: { type: "number" } }, $ref: "#/$defs/top" }
+    expect(schemaRefusal(diamond, MAX_BYTES)).toBeUndefined()
+    expect(checkAgainst(diamond, 1)._tag).toBe("conforms")
+    expect(checkAgainst(diamond, "x")._tag).toBe("breaks")
+    for (const descending of [
+      { items: { $ref: "#" } },
+      { items: [{ $ref: "#" }] },
+      { additionalItems: { $ref: "#" } },
+      { properties: { a: { allOf: [{ $ref: "#" }] } } },
+      { patternProperties: { "^a": { $ref: "#" } } },
+      { additionalProperties: { $ref: "#" } },
+      { contains: { $ref: "#" } },
+      { propertyNames: { $ref: "#" } },
+      { $defs: { a: { not: { $ref: "#/$defs/b" } }, b: { additionalProperties: { $ref: "#/$defs/a" } } }, $ref: "#/$defs/a" },
+      // A $ref into a keyword that goes into the value is no loop either.
+      { properties: { a: { $ref: "#/properties/b" }, b: { items: { $ref: "#/properties/a" } } } },
+      // Keywords the check never applies: then and else without if, if without then or else, anyOf with a branch true (valid whatever the rest say).
+      { then: { $ref: "#" }, else: { $ref: "#" } },
+      { if: { $ref: "#" }, then: true },
+      { anyOf: [true, { $ref: "#" }] },
+      // An $anchor, $id or keyword named like a property is only a property name here.
+      { type: "object", properties: { $ref: { type: "string" }, allOf: { type: "array" }, not: { $ref: "#/properties/allOf" } } }
+    ]) {
+      expect({ descending, why: schemaRefusal(descending, MAX_BYTES) }).toEqual({ descending, why: undefined })
+    }
+  })
+
+  it("the loop refusal agrees with the engine: a random schema of $refs and applicators is refused as a loop exactly when Ajv's own check of a deep array overflows the stack", () => {
+    // (anyOf and not are left out: Ajv stops at anyOf's first branch that passes, and inside a not at the first failure, so whether a loop behind them is reached depends on the value.)
+    const keys = ["a", "b", "c", "d"]
+    const ref = fc.constantFrom(...keys).map((k) => ({ $ref: `#/$defs/${k}` }))
+    const node: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+      node: fc.oneof(
+        { depthSize: "small", withCrossShrink: true },
+        // No schema that is always valid or never ({}, true, false): Ajv's code leaves out what it need not apply.
+        fc.constantFrom<unknown>({ type: "number" }, { type: "string" }),
+        ref,
+        fc.array(tie("node"), { minLength: 1, maxLength: 3 }).map((allOf) => ({ allOf })),
+        fc.array(tie("node"), { minLength: 1, maxLength: 3 }).map((oneOf) => ({ oneOf })),
+        tie("node").map((items) => ({ items }))
+      )
+    })).node
+    const schema = fc.record({ a: node, b: node, c: node, d: node }).map(($defs) => ({ $defs, $ref: "#/$defs/a" }))
+    fc.assert(
+      fc.property(schema, (s) => {
+        const why = schemaRefusal(s, MAX_BYTES)
+        // Ajv's own compile of it, its check of a small value: a loop overflows (or fails to compile).
+        const ajv = new AjvModule.default.default({ allErrors: true, strict: false, validateSchema: false, addUsedSchema: false, logger: false })
+        let overflows = false
+        try {
+          const own = ajv.compile(s)
+          let deep: unknown = 1
+          for (let i = 0; i < 30; i++) deep = [deep]
+          own(deep)
+        } catch (e) {
+          overflows = e instanceof RangeError
+        }
+        expect({ s, loop: why !== undefined && /loop/.test(why) }).toEqual({ s, loop: overflows })
+      }),
+      { numRuns: 300, seed: 65 }
+    )
   })
 
   it("a schema using the step-counting keyword, or a $ref into an enum or const (values, whose schemas would go uncounted), cannot be compiled", () => {
@@ -284,6 +392,8 @@ describe("a host tool's schema checks", () => {
     for (let i = 0; i < 500; i++) {
       const root = schemaOf(0)
       const schema = typeof root === "object" ? { ...(root as object), $defs: { x: schemaOf(2) } } : root
+      // A loop of $refs is refused at create (a check never runs against it).
+      if (/loop/.test(schemaRefusal(schema, MAX_BYTES) ?? "")) continue
       const ajv = new AjvModule.default.default({ allErrors: true, strict: false, validateSchema: false, addUsedSchema: false, logger: false })
       let own: ReturnType<typeof ajv.compile>
       try {

@@ -18,8 +18,11 @@
  *   and `uniqueItems`, `enum` and `const` in time linear in the value (JsonEquality.ts), not by
  *   Ajv's deep equality of every pair.
  * - The rest of a check is counted as it runs (CheckSteps.ts): past SCHEMA_CHECK_STEPS, or past
- *   SCHEMA_CHECK_ERRORS errors held, it stops, and the value breaks the schema, saying so; a check
- *   that overflows the stack (a `$ref` back to itself) breaks it too, and never throws.
+ *   SCHEMA_CHECK_ERRORS errors held, it stops, and the value breaks the schema, saying so. A schema
+ *   whose `$ref`s loop without going into the value is refused at create (CheckSteps.ts); a check
+ *   that still overflows the stack (a value nested thousands deep: a host's output and a model's
+ *   tool input are not held to MAX_JSON_DEPTH before they are checked) breaks it too, and never
+ *   throws.
  *
  * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value; at
  * most SCHEMA_ISSUES_SHOWN, each message and key within SCHEMA_ISSUE_TEXT_CHARS.
@@ -53,7 +56,8 @@ const compileAlone = (schema: unknown, bytes: number): Compiled => {
     allErrors: true,
     strict: false,
     validateSchema: false,
-    addUsedSchema: false,
+    // The schema is known by its own `$id` (or none) within its own instance: a `$ref` to "#" resolves (Ajv cannot resolve it without).
+    addUsedSchema: true,
     // A tenant's schema is no news for the server's log (an unknown `format` is ignored either way).
     logger: false,
     code: { regExp: linearRegExp() }
@@ -97,7 +101,8 @@ const isSchema = (schema: unknown) => typeof schema === "boolean" || (typeof sch
 /**
  * Why `schema` cannot be a host tool's schema, or undefined when it can (it is compiled then, and
  * kept): not a JSON Schema, larger than `maxBytes` as JSON (BRAIN_MAX_TOOL_SCHEMA_BYTES), or Ajv
- * cannot compile it (its patterns among the reasons, LinearPatterns.ts).
+ * cannot compile it (its patterns among the reasons, LinearPatterns.ts; its `$ref`s looping
+ * without going into the value, CheckSteps.ts).
  */
 export const schemaRefusal = (schema: unknown, maxBytes: number): string | undefined => {
   if (schema === undefined || schema === null) return undefined
@@ -157,7 +162,7 @@ export const checkAgainst = (schema: unknown, value: unknown): SchemaCheck => {
   } else if (ran.value === "overflowed") {
     issues.unshift({
       path: [],
-      message: "checking it recursed deeper than the engine's stack allows (a $ref that comes back to itself without going into the value, or a value nested too deep); it was not checked"
+      message: "checking it recursed deeper than the engine's stack allows (a value nested too deep); it was not checked"
     })
   }
   if (exhausted) {
