@@ -42,6 +42,7 @@ import {
   type ConnectionGuard,
   fitToFileLimit,
   guardConnections,
+  oneAtATime,
   openFileLimit
 } from "./http/Connections.js"
 import { Admission, apiLive } from "./http/Handlers.js"
@@ -296,7 +297,8 @@ const takeAtTheSocket = (
   const platform = listeners[0] as (request: http.IncomingMessage, response: http.ServerResponse) => void
   server.removeListener("request", platform)
   const routes = [sends(services.sessions, services.store), hostResultsRoute(services.hosts)]
-  server.on("request", socketListener(options, routes, runtime, platform))
+  // Pipelined requests are handed over one after another (Connections.ts, `oneAtATime`).
+  server.on("request", oneAtATime(socketListener(options, routes, runtime, platform)))
   return true
 }
 
@@ -389,7 +391,8 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
       headersTimeoutMs: config.headersTimeoutMs,
       requestTimeoutMs: config.requestTimeoutMs,
       keepAliveTimeoutMs: config.keepAliveTimeoutMs,
-      responseStallMs: config.responseStallMs
+      responseStallMs: config.responseStallMs,
+      apiToken: config.apiToken
     }, ({ by, peer }) => logClosed(Effect.log(`connection ${peer} closed: ${CLOSED_BY[by]}`).pipe(Effect.annotateLogs({ closed_by: by, peer }))))
     const gating = gateOptions(config, admission, guard)
     const context = yield* Layer.build(Layer.merge(httpLayer(served, admission, server, gating), Layer.empty).pipe(

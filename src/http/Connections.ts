@@ -15,7 +15,8 @@
  *   charged to the body budget as they arrive (BodyRead.ts), a slow body holds only what it has
  *   sent, and this bounds how long it holds that and its connection.
  * - Requests Node refuses before routing get Brain's error body: 431 for headers too large,
- *   408 for headers or a body too slow (saying which), 400 for anything unparsable, 417 for an
+ *   408 for headers or a body too slow (saying which), 405 (with the path's `Allow`) or 404 for a
+ *   method Node's parser does not know (`FOO`, `post`), 400 for anything else unparsable, 417 for an
  *   `Expect` other than `100-continue`, 405 for CONNECT (this server is no proxy). A request
  *   without `Host` is the gate's to refuse (Middleware.ts), in the same body.
  * - Bytes that cannot be parsed after requests that arrived whole (a body Node's client does not
@@ -24,6 +25,20 @@
  *   unkeyed client has no other way to learn it did. Then the 400 is written and the connection
  *   closed. An SSE stream runs to its end first; nothing is ever written inside it. Bytes that
  *   break the request being read (a bad chunk in its body) are that request's answer, at once.
+ * - Requests pipelined on one connection are handed to the application one after another
+ *   (`oneAtATime`): each only once every answer before it on the connection is written, so a
+ *   request sees the effects of the ones before it (RFC 9112 §9.3.2 lets a server work on
+ *   pipelined requests at once only when all are safe; handling all in turn is the simple rule,
+ *   and real clients seldom pipeline). A request waiting so is not read: Node buffers its body up
+ *   to the socket's high-water mark, then stops reading the connection until it is handed over.
+ *   Its request timeout counts from its handover, not from its first byte (the time it waited is
+ *   the server's, not its client's). Each waiting request counts HELD_REQUEST_BYTES in Node's
+ *   measure of a connection's unwritten answers, so a client pipelining a flood behind a long
+ *   answer is no longer read, as one that does not read its answers is. A connection lost (reset,
+ *   closed by a timer) while requests wait drops them: they were never begun; a half-close does
+ *   not (below). Behind an SSE stream, which never ends
+ *   while its client reads it, a pipelined request waits for ever (as its answer would anyway).
+ * - An absolute-form target (`POST http://host/v1/…`, RFC 9112 §3.2.2) is routed by its path and query.
  * - Headers are bounded by their size (Node's 16 KiB), not by a count: Node would otherwise drop
  *   the headers past its 2,000th without a word.
  * - `Expect: 100-continue` is answered `100 Continue` only once the request's body is read: a
@@ -56,11 +71,14 @@
  */
 import type * as http from "node:http"
 import type * as net from "node:net"
+import * as crypto from "node:crypto"
 import * as fs from "node:fs"
-import { type ApiError, InvalidRequest, MethodNotAllowed } from "../domain/Errors.js"
+import { type ApiError, InvalidRequest, MethodNotAllowed, NotFound, Unauthorized } from "../domain/Errors.js"
 import { LINGER_BYTES, LINGER_IDLE_MS, LINGER_MAX_MS } from "../domain/Limits.js"
 import type { ServerConfigShape } from "../services/ServerConfig.js"
 import { bodyOf, withIssues } from "./Errors.js"
+import { methodsOf } from "./Methods.js"
+import { bearerToken, digest } from "./Tokens.js"
 
 /** Connections. Accepted past the limit on probation, so that health checks still get in. */
 export const OVERFLOW_CONNECTIONS = 64
@@ -81,6 +99,13 @@ export const TIMEOUT_CHECK_MS = 100
  * connection before the server closes it.
  */
 export const NODE_KEEP_ALIVE_BUFFER_MS = 1_000
+/**
+ * Bytes. What a request waiting for the answers before it on its connection counts in Node's
+ * measure of the connection's unwritten answers (oneAtATime): past the socket's high-water mark
+ * (16 KiB, so about 16 waiting requests) Node stops reading the connection until they are served,
+ * so a client cannot queue requests without bound behind a long answer.
+ */
+export const HELD_REQUEST_BYTES = 1_024
 /** Descriptors. Kept for everything but connections and journal files (stdio, logs, directories, checkpoints). */
 export const FD_RESERVE = 128
 
@@ -298,8 +323,122 @@ const oldestLingering = (sockets: ReadonlySet<net.Socket>): net.Socket | undefin
   return undefined
 }
 
+type Listener = (request: http.IncomingMessage, response: http.ServerResponse) => void
+
+/** What Node keeps on a response (not in its types): its share of the connection's unwritten answers. */
+interface PendingData {
+  readonly _onPendingData?: (delta: number) => void
+}
+
+/**
+ * Requests that waited for the answers before them on their connection: when each was handed
+ * over (undefined while it waits), and the request timeout to count from then when Node's fired
+ * while it waited.
+ */
+const waited = new WeakMap<http.IncomingMessage, { handedAt?: number; owed?: () => void }>()
+
+/**
+ * Whether a request timeout Node reports for `incoming` (its body not all arrived) is not yet its
+ * own: it waited for the answers before it, unread (oneAtATime), and has not had `timeoutMs` since
+ * it was handed over. Then `fire` is called when it has (if its body is still arriving by then).
+ */
+const deferTimeout = (incoming: http.IncomingMessage, timeoutMs: number, fire: () => void): boolean => {
+  const wait = waited.get(incoming)
+  if (wait === undefined) return false
+  if (wait.handedAt === undefined) {
+    wait.owed = fire
+    return true
+  }
+  const left = wait.handedAt + timeoutMs - Date.now()
+  if (left <= 0) return false
+  const timer = setTimeout(() => {
+    if (!incoming.complete) fire()
+  }, left)
+  timer.unref()
+  const clear = () => clearTimeout(timer)
+  incoming.once("end", clear)
+  incoming.once("close", clear)
+  return true
+}
+
+/** The target's origin form: an absolute-form target (`http://host/path?query`, RFC 9112 §3.2.2) without its scheme and authority. */
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/
+const originForm = (target: string): string => {
+  const authority = ABSOLUTE_FORM.exec(target)
+  if (authority === null) return target
+  const rest = target.slice(authority[0].length)
+  return rest.startsWith("/") ? rest : `/${rest}`
+}
+
+/**
+ * Hands the requests of each connection to `listener` one after another: a request pipelined
+ * behind others is handed over when its response gets the socket, which Node gives it once every
+ * answer before it is written (a response waits behind the one in front of it). Until then it is
+ * not read (its body stays in Node's buffer and the socket), it counts HELD_REQUEST_BYTES against
+ * the connection's reading, and its request timeout waits (deferTimeout). An absolute-form target
+ * is made the origin form it names, before either route looks at it.
+ */
+export const oneAtATime = (listener: Listener): Listener => (request, response) => {
+  const target = request.url
+  if (target !== undefined && target.charCodeAt(0) !== 47 /* "/" */ && target !== "*") request.url = originForm(target)
+  if (response.socket != null) return listener(request, response)
+  const wait: { handedAt?: number; owed?: () => void } = {}
+  waited.set(request, wait)
+  const pending = (response as unknown as PendingData)._onPendingData
+  pending?.call(response, HELD_REQUEST_BYTES)
+  response.once("socket", () => {
+    pending?.call(response, -HELD_REQUEST_BYTES)
+    wait.handedAt = Date.now()
+    listener(request, response)
+    const owed = wait.owed
+    if (owed !== undefined && !request.complete) deferTimeout(request, requestTimeoutOf(response), owed)
+  })
+}
+
+/** The request timeout of the server a response is answered on (its `requestTimeout`, set by guardConnections). */
+const requestTimeoutOf = (response: http.ServerResponse) =>
+  (response.socket as unknown as { server?: { requestTimeout?: number } } | null)?.server?.requestTimeout ?? 0
+
+/** The request line at the byte where Node's parser stopped, as `[method, target]` when it is one. */
+const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP\/1\.[01]\r?$/
+/** Its `Authorization` header, as far as the bytes Node had hold it. */
+const AUTHORIZATION = /^authorization:[ \t]*(.*?)[ \t]*\r?$/im
+const requestLineAt = (err: NodeJS.ErrnoException): { method: string; target: string; authorization: string | undefined } | undefined => {
+  const { rawPacket, bytesParsed } = err as { rawPacket?: unknown; bytesParsed?: unknown }
+  if (!Buffer.isBuffer(rawPacket) || typeof bytesParsed !== "number") return undefined
+  // (Buffer's lastIndexOf counts a negative offset from the end.)
+  const start = bytesParsed > 0 ? rawPacket.lastIndexOf(10, bytesParsed - 1) + 1 : 0
+  const end = rawPacket.indexOf(10, start)
+  const line = REQUEST_LINE.exec(rawPacket.toString("latin1", start, end < 0 ? rawPacket.length : end))
+  if (line === null) return undefined
+  const headersEnd = end < 0 ? -1 : rawPacket.indexOf("\r\n\r\n", end)
+  const headers = end < 0 ? "" : rawPacket.toString("latin1", end + 1, headersEnd < 0 ? rawPacket.length : headersEnd)
+  return { method: line[1]!, target: line[2]!, authorization: AUTHORIZATION.exec(headers)?.[1] }
+}
+
+/**
+ * The answer to a request whose method Node's parser does not know (`FOO`, `post`: methods are
+ * case-sensitive), as the gate answers a method a path does not take: 405 with the path's
+ * `Allow`, or 404 for a path no route has; with an API token (`expected`, its digest), 401 first
+ * to a request without it, so that nothing of the API is told to a caller without the token.
+ * Undefined when the bytes are no request line.
+ */
+const unknownMethod = (err: NodeJS.ErrnoException, expected: Buffer | undefined): string | undefined => {
+  const line = requestLineAt(err)
+  if (line === undefined) return undefined
+  const { method, target } = line
+  if (expected !== undefined && !crypto.timingSafeEqual(digest(bearerToken(line.authorization)), expected)) {
+    const refusal = new Unauthorized({ message: "a valid `Authorization: Bearer <token>` is required" })
+    return rawRefusal(401, "Unauthorized", refusal, "www-authenticate: Bearer realm=\"brain\"\r\n")
+  }
+  const methods = methodsOf(originForm(target).split("?")[0]!)
+  if (methods === undefined) return rawRefusal(404, "Not Found", new NotFound({ message: "no such route" }))
+  const refusal = new MethodNotAllowed({ message: `this path takes ${methods.join(", ")}, not ${method}`, details: { allow: [...methods] } })
+  return rawRefusal(405, "Method Not Allowed", refusal, `allow: ${methods.join(", ")}\r\n`)
+}
+
 /** Answers a request Node could not parse, or that did not arrive in time, in Brain's error shape. */
-const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException, socket: net.Socket) => {
+const onClientError = (limits: ConnectionLimits, expected?: Buffer) => (err: NodeJS.ErrnoException, socket: net.Socket) => {
   // A lingering close (lingerOnClose) ends the connection on its own bounds: nothing more is said.
   if (lingering.has(socket)) return
   // Node reports the parser's error again for every chunk that follows: the refusal is written once.
@@ -307,7 +446,10 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
   if (!socket.writable) return socket.destroy()
   if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
     const state = socket as SocketState
-    const bodyPending = state.parser?.incoming?.complete === false
+    const incoming = state.parser?.incoming
+    const bodyPending = incoming?.complete === false
+    // A request that waited behind others on its connection counts its time from its handover.
+    if (bodyPending && deferTimeout(incoming as http.IncomingMessage, limits.requestTimeoutMs, () => onClientError(limits, expected)(err, socket))) return
     // A body still arriving after its request was answered (or while its answer is being
     // written): nothing more may be said on the connection, it is only closed.
     closing(socket, bodyPending ? "request_timeout" : "headers_timeout")
@@ -321,7 +463,8 @@ const onClientError = (limits: ConnectionLimits) => (err: NodeJS.ErrnoException,
   }
   const answer = err.code === "HPE_HEADER_OVERFLOW"
     ? rawAnswer(431, "Request Header Fields Too Large", "the request's headers are too large", false)
-    : rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
+    : (err.code === "HPE_INVALID_METHOD" ? unknownMethod(err, expected) : undefined) ??
+      rawAnswer(400, "Bad Request", `the request could not be parsed (${err.code ?? "bad request"})`, false)
   refusing.add(socket)
   refuseAfterPending(socket, answer)
 }
@@ -444,7 +587,7 @@ export interface ConnectionGuard {
  */
 export const guardConnections = (
   server: http.Server,
-  limits: ConnectionLimits,
+  limits: ConnectionLimits & { readonly apiToken?: string | undefined },
   closed: (closed: ConnectionClosed) => void = () => undefined
 ): ConnectionGuard => {
   // Node counts both from the request's first byte; the headers' bound is the tighter one.
@@ -459,7 +602,7 @@ export const guardConnections = (
   ;(server as { requireHostHeader?: boolean }).requireHostHeader = false
   // A half-closed client still gets the answer to a request that changed something (onClientEnd).
   ;(server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true
-  server.on("clientError", onClientError(timeouts))
+  server.on("clientError", onClientError(timeouts, limits.apiToken === undefined ? undefined : digest(limits.apiToken)))
   server.on("checkExpectation", onUnknownExpectation)
   server.on("checkContinue", continueOnRead(server))
   server.on("connect", onConnect)
