@@ -25,7 +25,18 @@ import { invalid, stopping } from "./Errors.js"
 import { shapeError } from "./ErrorShape.js"
 import type { GateRoute } from "./FastSend.js"
 import { methodsOf, takesQuery } from "./Methods.js"
-import { beyondDouble, checkCodings, checkHeaders, EMPTY_OBJECT, unexpectedBody, unexpectedQuery, unroutableId } from "./RequestChecks.js"
+import {
+  beyondDouble,
+  checkCodings,
+  checkHeaders,
+  EMPTY_OBJECT,
+  loneSurrogate,
+  loneSurrogateAt,
+  maySurrogate,
+  unexpectedBody,
+  unexpectedQuery,
+  unroutableId
+} from "./RequestChecks.js"
 import { bearerToken, digest, HOST_TOKEN_NEEDED } from "./Tokens.js"
 
 // What SocketRoutes.ts takes from here, from the modules it now lives in (its imports may move to them).
@@ -219,6 +230,9 @@ const routeWithBody = <E, R>(
         // it is, free-form JSON included, never kept as a value of another type.
         const beyond = scan.mayOverflow ? nonFiniteAt(parsed) : undefined
         if (beyond !== undefined) return yield* Effect.fail(beyondDouble(beyond))
+        // A string no UTF-8 can carry (a lone surrogate escape) would be journaled and sent on as such.
+        const lone = maySurrogate(text) ? loneSurrogateAt(parsed) : undefined
+        if (lone !== undefined) return yield* Effect.fail(loneSurrogate(lone))
         const routed = options.route?.(request, path, parsed)
         if (routed !== undefined) return yield* routed
         // Parsed once here; the payload decoder reads this value instead of parsing again.

@@ -10,13 +10,34 @@ import { invalid } from "./Errors.js"
 
 /**
  * Whether a request's headers carry what the gate refuses before it reads a body (checkHeaders,
- * checkCodings): no Host, a repeated Idempotency-Key, a Content-Encoding. One constant check,
+ * checkCodings): no Host, a repeated Idempotency-Key, Host or Content-Type, a Content-Encoding. Cheap checks,
  * for the listener that takes requests at the socket (SocketRoutes.ts) to pass such a request on.
  */
-export const oddHeaders = (headers: IncomingMessage["headers"]): boolean => {
+export const oddHeaders = (incoming: IncomingMessage): boolean => {
+  const headers = incoming.headers
   const key = headers["idempotency-key"]
   return headers.host === undefined || headers["content-encoding"] !== undefined ||
-    (key !== undefined && key.includes(","))
+    (key !== undefined && key.includes(",")) || repeatedField(incoming.rawHeaders) !== undefined
+}
+
+/**
+ * The first of the fields that must appear once, Host (RFC 9112 §3.2: 400) and Content-Type
+ * (RFC 9110 §5.3: a singleton), that a request sends more than once; Node keeps the first of
+ * them and drops the others without a word. Only names of their lengths are compared.
+ */
+export const repeatedField = (raw: ReadonlyArray<string>): "host" | "content-type" | undefined => {
+  let host = 0
+  let type = 0
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!
+    // The usual spellings are compared first, without a lower-case copy.
+    if (name.length === 4) {
+      if ((name === "Host" || name === "host" || name.toLowerCase() === "host") && ++host > 1) return "host"
+    } else if (name.length === 12) {
+      if ((name === "Content-Type" || name === "content-type" || name.toLowerCase() === "content-type") && ++type > 1) return "content-type"
+    }
+  }
+  return undefined
 }
 
 /** How many times a header (by its lower-case name) appears among the raw headers. */
@@ -28,7 +49,7 @@ const countOf = (raw: ReadonlyArray<string>, name: string) => {
 
 /**
  * The header refusals, before auth and routing: an HTTP/1.1 request without Host (RFC 9112
- * §3.2: 400); an Idempotency-Key sent twice (Node joins the two with ", " into one key nobody
+ * §3.2: 400); a Host or Content-Type sent more than once (repeatedField); an Idempotency-Key sent twice (Node joins the two with ", " into one key nobody
  * sent: 400). Undefined when none applies.
  */
 export const checkHeaders = (incoming: IncomingMessage) => {
@@ -36,6 +57,11 @@ export const checkHeaders = (incoming: IncomingMessage) => {
   if (headers.host === undefined && incoming.httpVersionMajor === 1 && incoming.httpVersionMinor >= 1) {
     const message = "an HTTP/1.1 request must carry a Host header (RFC 9112 §3.2)"
     return invalid(message, [{ path: ["host"], message: "is missing" }])
+  }
+  const repeated = repeatedField(incoming.rawHeaders)
+  if (repeated !== undefined) {
+    const name = repeated === "host" ? "Host" : "Content-Type"
+    return invalid(`the ${name} header is sent more than once: send it once`, [{ path: [repeated], message: "appears more than once" }])
   }
   const key = headers["idempotency-key"]
   if (key !== undefined && key.includes(",") && countOf(incoming.rawHeaders, "idempotency-key") > 1) {
@@ -122,3 +148,46 @@ export const unexpectedBody = (text: string) => {
   }
   return invalid(NO_BODY, fields.length > 0 ? fields.map((f) => ({ path: [f], message: `is unexpected: ${NO_BODY}` })) : undefined)
 }
+
+/**
+ * A `\u` escape of a surrogate (U+D800 to U+DFFF) in JSON text: the only way a text that is valid
+ * UTF-8 can give a string holding one. Looked for in the text first (maySurrogate: a native
+ * search for `\u`, then this pattern), so that only a body that has one is walked (loneSurrogateAt):
+ * a few tens of nanoseconds on a usual send, a few microseconds on a 64 KiB one.
+ */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
+
+/** Whether JSON text may hold a surrogate escape: a `\u` at all (a native search), then the pattern. */
+export const maySurrogate = (text: string): boolean => text.indexOf("\\u") >= 0 && SURROGATE_ESCAPE.test(text)
+
+/**
+ * Where a parsed JSON value holds a string (or a key) with a lone surrogate, which no UTF-8 can
+ * carry (RFC 7493 §2.1, I-JSON: refused): its path, or undefined when every string is well formed.
+ */
+/** `String.prototype.isWellFormed` (Node 20; ES2024, past the compiler's library). */
+const wellFormed = (s: string): boolean => (s as unknown as { isWellFormed(): boolean }).isWellFormed()
+
+export const loneSurrogateAt = (value: unknown, at: Array<string | number> = []): Array<string | number> | undefined => {
+  if (typeof value === "string") return wellFormed(value) ? undefined : at
+  if (typeof value !== "object" || value === null) return undefined
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = loneSurrogateAt(value[i], [...at, i])
+      if (found !== undefined) return found
+    }
+    return undefined
+  }
+  for (const [key, inner] of Object.entries(value)) {
+    if (!wellFormed(key)) return [...at, key]
+    const found = loneSurrogateAt(inner, [...at, key])
+    if (found !== undefined) return found
+  }
+  return undefined
+}
+
+/** The refusal of a body holding a lone surrogate at `at` (docs/api.md, 400). */
+export const loneSurrogate = (at: ReadonlyArray<string | number>) =>
+  invalid(
+    `the string at ${JSON.stringify(at)} holds a lone surrogate escape (such as "\\udc00"), which no UTF-8 text can carry: send a whole character (an escaped pair, or the character itself)`,
+    [{ path: at, message: "holds a lone surrogate" }]
+  )

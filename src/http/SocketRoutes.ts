@@ -43,6 +43,7 @@ import type { SessionsShape } from "../services/Sessions.js"
 import { toResponse } from "./Errors.js"
 import { SEND_PATH, sendRoute } from "./FastSend.js"
 import { hostResults } from "./Handlers.js"
+import { loneSurrogateAt, maySurrogate } from "./RequestChecks.js"
 import { HostPath, HostResultBody } from "./Schemas.js"
 import { bearerToken, busyBodies, digest, drainedBody, type GateOptions, oddHeaders, preRead, shapeError, takenWhileDraining, whileArriving } from "./Middleware.js"
 
@@ -104,7 +105,7 @@ export const socketListener = (
 
   /** Whether the gate would admit this request to `route` as it stands, before its body. */
   const admits = (request: http.IncomingMessage, route: SocketRoute): boolean => {
-    if (options.onProbation?.(request.socket) || oddHeaders(request.headers)) return false
+    if (options.onProbation?.(request.socket) || oddHeaders(request)) return false
     if (route.serverToken && expected && !crypto.timingSafeEqual(digest(bearerToken(request.headers.authorization)), expected)) {
       return false
     }
@@ -233,8 +234,9 @@ const parse = (body: Buffer): unknown => {
   } catch {
     return undefined
   }
-  // A number beyond a double's range is the gate's to refuse, naming where it is.
-  return scan.mayOverflow && holdsNonFinite(value) ? undefined : value
+  // A number beyond a double's range, or a lone surrogate, is the gate's to refuse, naming where it is.
+  if (scan.mayOverflow && holdsNonFinite(value)) return undefined
+  return maySurrogate(text) && loneSurrogateAt(value) !== undefined ? undefined : value
 }
 
 /** Writes a response of the kinds these routes answer (a JSON or text body, or none). */

@@ -1,8 +1,8 @@
 /**
  * HTTP/1.1 on the wire, against a real server, with raw sockets: pipelined requests on one
- * connection are handled one after another (RFC 9112 §9.3.2), an absolute-form target is routed
- * by its path, and a method Node's parser does not know is answered in Brain's error body (405
- * with its path's `Allow`).
+ * connection are handled one after another (RFC 9112 §9.3.2), a repeated Host or Content-Type is
+ * refused, an absolute-form target is routed by its path, a method Node's parser does not know is
+ * answered in Brain's error body, and a lone surrogate escape in a body is refused.
  */
 import * as fs from "node:fs"
 import * as net from "node:net"
@@ -206,6 +206,38 @@ describe("HTTP/1.1 on the wire", () => {
     })
   })
 
+  describe("headers", () => {
+    it("two Host lines are refused 400 naming host, on a send and on a create, and nothing runs", async () => {
+      const id = await newSession()
+      const before = await sessionCount()
+      const twoHosts = (r: string) => r.replace("Host: x\r\n", "Host: x\r\nHost: other.example\r\n")
+      const answers = [
+        ...(await exchange(port(), twoHosts(send(id, "twice hosted")), 1)).answers,
+        ...(await exchange(port(), twoHosts(json("POST", "/v1/sessions", { model: { provider: "scripted" } })), 1)).answers
+      ]
+      expect(answers.map((a) => a.status)).toEqual([400, 400])
+      for (const a of answers) expect(JSON.parse(a.body)).toMatchObject({ code: "invalid_request", details: [{ path: ["host"] }] })
+      expect(await turnMessages(id)).toEqual([])
+      expect(await sessionCount()).toBe(before)
+    })
+
+    it("two Content-Type lines are refused 400 naming content-type, in either order, on a send and on a create", async () => {
+      const id = await newSession()
+      const before = await sessionCount()
+      for (const second of ["text/plain", "application/json"]) {
+        const twoTypes = (r: string) => r.replace("content-type: application/json\r\n", `content-type: application/json\r\nContent-Type: ${second}\r\n`)
+        const answers = [
+          ...(await exchange(port(), twoTypes(send(id, "twice typed")), 1)).answers,
+          ...(await exchange(port(), twoTypes(json("POST", "/v1/sessions", { model: { provider: "scripted" } })), 1)).answers
+        ]
+        expect(answers.map((a) => a.status)).toEqual([400, 400])
+        for (const a of answers) expect(JSON.parse(a.body)).toMatchObject({ code: "invalid_request", details: [{ path: ["content-type"] }] })
+      }
+      expect(await turnMessages(id)).toEqual([])
+      expect(await sessionCount()).toBe(before)
+    })
+  })
+
   describe("request targets and methods", () => {
     it("an absolute-form target is routed by its path and query, on a send and on the general router", async () => {
       const id = await newSession()
@@ -248,6 +280,28 @@ describe("HTTP/1.1 on the wire", () => {
       const withToken = await closesAfter(tokenedPort, bare("FOO", "/v1/sessions", ["Authorization: Bearer wire-token"]))
       expect(withToken.answers[0]!.status).toBe(405)
       expect(withToken.answers[0]!.headers["allow"]).toBe("GET, HEAD, POST")
+    })
+  })
+
+  describe("JSON text", () => {
+    it("a lone surrogate escape in a body is refused 400 naming the path to its string, on a send and a create, and nothing runs", async () => {
+      const id = await newSession()
+      const before = await sessionCount()
+      const sendBody = `{"input":{"message":"sur-\\udc00"}}`
+      const createBody = `{"model":{"provider":"scripted"},"system":"x\\ud800"}`
+      const { answers } = await exchange(port(), json("POST", `/v1/sessions/${id}/messages`, sendBody) + json("POST", "/v1/sessions", createBody), 2)
+      expect(answers.map((a) => a.status)).toEqual([400, 400])
+      expect(JSON.parse(answers[0]!.body)).toMatchObject({ code: "invalid_request", details: [{ path: ["input", "message"] }] })
+      expect(JSON.parse(answers[1]!.body)).toMatchObject({ code: "invalid_request", details: [{ path: ["system"] }] })
+      expect(await turnMessages(id)).toEqual([])
+      expect(await sessionCount()).toBe(before)
+    })
+
+    it("a surrogate pair written as escapes is one character, and taken", async () => {
+      const id = await newSession()
+      const { answers } = await exchange(port(), json("POST", `/v1/sessions/${id}/messages`, `{"input":{"message":"smile \\ud83d\\ude00"}}`), 1)
+      expect(answers[0]!.status).toBe(200)
+      expect(await turnMessages(id)).toEqual(["smile \u{1F600}"])
     })
   })
 })
