@@ -399,7 +399,7 @@ export const oneAtATime = (listener: Listener): Listener => (request, response) 
 const requestTimeoutOf = (response: http.ServerResponse) =>
   (response.socket as unknown as { server?: { requestTimeout?: number } } | null)?.server?.requestTimeout ?? 0
 
-/** The request line at the byte where Node's parser stopped, as `[method, target]` when it is one. */
+/** The request line at the byte where Node's parser stopped (its method and target, and the request's Authorization) when it is one. */
 const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+) (\S+) HTTP\/1\.[01]\r?$/
 /** Its `Authorization` header, as far as the bytes Node had hold it. */
 const AUTHORIZATION = /^authorization:[ \t]*(.*?)[ \t]*\r?$/im
