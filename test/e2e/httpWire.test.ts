@@ -20,9 +20,12 @@ interface Answer {
  * whole (Content-Length framed, or none for 1xx/204/304) or the server closes; answers them and
  * whether the connection was closed by then.
  */
-const exchange = (port: number, bytes: string, count: number, deadlineMs = 30_000) =>
+const exchange = (port: number, bytes: string, count: number, deadlineMs = 30_000, more?: (write: (bytes: string) => void) => Promise<void>) =>
   new Promise<{ answers: Array<Answer>; closed: boolean }>((resolve, reject) => {
-    const socket = net.connect(port, "127.0.0.1", () => socket.write(bytes))
+    const socket = net.connect(port, "127.0.0.1", () => {
+      socket.write(bytes)
+      void more?.((b) => socket.write(b))
+    })
     let buffer = Buffer.alloc(0)
     const answers: Array<Answer> = []
     let closed = false
@@ -182,6 +185,28 @@ describe("HTTP/1.1 on the wire", () => {
       const { answers } = await pending
       expect(answers.map((a) => a.status)).toEqual([200, 200])
       expect(await turnsOf(other)).toEqual([large])
+    })
+
+    it("more requests pipelined behind a turn than the connection holds waiting are all answered, in order, once it ends", async () => {
+      const gate = `${slowServer().dataDir}.gate-many`
+      const id = await gatedSession(gate)
+      const calls = slowServer().toolCalls().length
+      const reads = Array.from({ length: 20 }, () => bare("GET", `/v1/sessions/${id}`)).join("")
+      // Three writes apart: the first fills what the connection holds waiting, the others arrive
+      // while the server is not reading it, and are read once the waiting requests are served.
+      const pending = exchange(slowPort(), send(id, "run the gated tool"), 61, 120_000, async (write) => {
+        for (let i = 0; i < 3; i++) {
+          write(reads)
+          await sleep(200)
+        }
+      })
+      await eventually("the gated tool to start", async () => (slowServer().toolCalls().length > calls ? true : undefined))
+      await sleep(700)
+      fs.writeFileSync(gate, "open")
+      const { answers } = await pending
+      expect(answers.map((a) => a.status)).toEqual(Array.from({ length: 61 }, () => 200))
+      const ended = JSON.parse(answers[0]!.body).last_sequence
+      for (const read of answers.slice(1)) expect(JSON.parse(read.body).last_sequence).toBe(ended)
     })
 
     it("a client that resets its connection while requests wait behind a turn: the waiting requests never run, and the server serves on", async () => {
