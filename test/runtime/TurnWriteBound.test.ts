@@ -98,7 +98,7 @@ describe("a turn's writes are bounded by their bytes in the journal", () => {
       }))
       for (const t of [turns.first, turns.second]) {
         expect(t.turn.status).toBe("failed")
-        expect(t.turn.failure?.code).toBe("turn_write_limit")
+        expect(t.turn.failure?.code, JSON.stringify(t.turn.failure)).toBe("turn_write_limit")
         expect(t.turn.failure?.message).toMatch(/BRAIN_MAX_TURN_WRITE_BYTES/)
       }
       expect(turns.status).toBe("idle")
