@@ -42,9 +42,9 @@ import {
   type ConnectionGuard,
   fitToFileLimit,
   guardConnections,
-  oneAtATime,
   openFileLimit
 } from "./http/Connections.js"
+import { oneAtATime } from "./http/Pipelining.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { fastSend } from "./http/FastSend.js"
 import { BodyBudget } from "./http/BodyBudget.js"
@@ -297,7 +297,7 @@ const takeAtTheSocket = (
   const platform = listeners[0] as (request: http.IncomingMessage, response: http.ServerResponse) => void
   server.removeListener("request", platform)
   const routes = [sends(services.sessions, services.store), hostResultsRoute(services.hosts)]
-  // Pipelined requests are handed over one after another (Connections.ts, `oneAtATime`).
+  // Pipelined requests are handed over one after another (Pipelining.ts, `oneAtATime`).
   server.on("request", oneAtATime(socketListener(options, routes, runtime, platform)))
   return true
 }
