@@ -45,6 +45,7 @@ import {
   openFileLimit
 } from "./http/Connections.js"
 import { oneAtATime } from "./http/Pipelining.js"
+import { probeServer, type ProbeState } from "./http/Probes.js"
 import { Admission, apiLive } from "./http/Handlers.js"
 import { fastSend } from "./http/FastSend.js"
 import { BodyBudget } from "./http/BodyBudget.js"
@@ -102,13 +103,13 @@ const LISTEN_ERRORS: Readonly<Record<string, string>> = {
   EAI_AGAIN: "the host name could not be resolved (DNS failure)"
 }
 
-/** Why the server could not start, in words an operator can act on. */
 /** An unusable binding as the start's refusal. Its message names where the bindings came from: "BRAIN_MODELS (inline JSON)" already says the setting, a file's path does not. */
 const bindingsRefused = (e: ModelBindingsInvalid | EnvironmentBindingsInvalid): StartupRefused => {
   const setting = e._tag === "ModelBindingsInvalid" ? "BRAIN_MODELS" : "BRAIN_ENVIRONMENTS"
   return new StartupRefused({ reason: e.message.startsWith(setting) ? e.message : `${setting}: ${e.message}` })
 }
 
+/** Why the server could not start, in words an operator can act on. */
 const describeStartupFailure = (listen: { readonly host: string; readonly port: number }) => (e: unknown): StartupRefused => {
   const err = e as { _tag?: string; message?: string; reason?: string; cause?: NodeJS.ErrnoException }
   if (err._tag === "ServeError") {
@@ -302,6 +303,36 @@ const takeAtTheSocket = (
   return true
 }
 
+/**
+ * Opens the probes' own listener (BRAIN_HEALTH_LISTEN, Probes.ts) for the scope: closed, with its
+ * connections, when the server stops. Answers where it listens.
+ */
+const listenProbes = (at: { readonly host: string; readonly port: number }, state: ProbeState) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly server: http.Server; readonly where: string }, StartupRefused>((resume) => {
+      const server = probeServer(state)
+      const failed = (error: NodeJS.ErrnoException) => {
+        const code = error.code ?? "unknown"
+        resume(Effect.fail(
+          new StartupRefused({
+            reason: `cannot listen on ${at.host}:${at.port} (BRAIN_HEALTH_LISTEN): ${LISTEN_ERRORS[code] ?? error.message} (${code})`
+          })
+        ))
+      }
+      server.once("error", failed)
+      server.listen(at.port, at.host, () => {
+        server.removeListener("error", failed)
+        const address = server.address()
+        resume(Effect.succeed({ server, where: typeof address === "object" && address ? `${address.address}:${address.port}` : `${at.host}:${at.port}` }))
+      })
+    }),
+    ({ server }) =>
+      Effect.async<void>((resume) => {
+        server.close(() => resume(Effect.void))
+        server.closeAllConnections()
+      })
+  ).pipe(Effect.map(({ where }) => where))
+
 /** Milliseconds. How long a drain lets the answers of requests still in flight be written, once its turns are closed. */
 const DRAIN_ANSWERS_MS = 2_000
 /** Milliseconds. How often it looks for connections with nothing in flight to close. */
@@ -338,6 +369,10 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     const config = yield* Effect.mapError(validated(given), (e) => new StartupRefused({ reason: e.message }))
     const listen = parseListen(config.listen)
     if (!listen) return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_LISTEN ${JSON.stringify(config.listen)} is not host:port` }))
+    const probes = config.healthListen === undefined ? undefined : parseListen(config.healthListen)
+    if (config.healthListen !== undefined && probes === undefined) {
+      return yield* Effect.fail(new StartupRefused({ reason: `BRAIN_HEALTH_LISTEN ${JSON.stringify(config.healthListen)} is not host:port` }))
+    }
     if (!isLoopback(listen.host) && config.apiToken === undefined) {
       return yield* Effect.fail(
         new StartupRefused({ reason: `refusing to listen on ${listen.host} beyond loopback without BRAIN_API_TOKEN (set and not blank)` })
@@ -403,6 +438,8 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     if (!takeAtTheSocket(server, gating, services, yield* Effect.runtime<never>())) {
       yield* Effect.logWarning("the HTTP server has other request listeners than the platform's: every request goes through the platform's handler")
     }
+    // Probes get a listener of their own once the API's listens: ready means the API serves.
+    const probesAt = probes === undefined ? undefined : yield* listenProbes(probes, { draining: () => admission.draining, full: guard.full })
     const bindings = Context.get(context, ModelBindings)
     const address = server.address()
     const where = typeof address === "object" && address ? `${address.address}:${address.port}` : config.listen
@@ -419,6 +456,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     )
     yield* Effect.log(describeSink(config.telemetry))
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
+    if (probesAt !== undefined) yield* Effect.log(`health probes also on http://${probesAt}/health/live and /health/ready`)
     yield* Effect.log(
       `try: curl -s -X POST http://${where}/v1/sessions${config.apiToken === undefined ? "" : ` -H "Authorization: Bearer $BRAIN_API_TOKEN"`} -H 'content-type: application/json' -d '{"model":{"provider":"scripted"}}'`
     )

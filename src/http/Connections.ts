@@ -477,6 +477,8 @@ export interface ConnectionGuard {
   readonly onProbation: (socket: net.Socket) => boolean
   /** Connections open now. */
   readonly open: () => number
+  /** Whether every connection is taken: a new one would be accepted on probation (`/health/ready` is 503 then). */
+  readonly full: () => boolean
   /** Whether any connection holds response bytes its socket has not yet handed to the kernel (a slow reader). */
   readonly writing: () => boolean
   /**
@@ -558,6 +560,7 @@ export const guardConnections = (
   return {
     onProbation: (socket) => probation.has(socket),
     open: () => sockets.size,
+    full: () => sockets.size - probation.size >= limits.maxConnections,
     writing: () => {
       for (const socket of sockets) if (socket.writableLength > 0) return true
       return false

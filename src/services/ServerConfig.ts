@@ -136,6 +136,11 @@ export interface ServerConfigShape {
   readonly cleanupDeadlineMs: number
   /** `host:port` to listen on. */
   readonly listen: string
+  /**
+   * `host:port` of a listener of its own for `/health/live` and `/health/ready` (docs/operations.md,
+   * "Probes"), beside the API's; undefined = probes are answered on the API's listener only.
+   */
+  readonly healthListen: string | undefined
   /** The data directory. */
   readonly dataDir: string
   /** Bearer token required on every route but /health/*; undefined = no auth (loopback only). */
@@ -352,6 +357,7 @@ export const defaults: ServerConfigShape = {
   checkpointAfterBytes: DEFAULT_CHECKPOINT_AFTER_BYTES,
   cleanupDeadlineMs: 30_000,
   listen: "127.0.0.1:3210",
+  healthListen: undefined,
   dataDir: "./brain-data",
   apiToken: undefined,
   requestRetentionMs: 24 * 3600 * 1000,

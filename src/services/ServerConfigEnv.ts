@@ -211,6 +211,9 @@ export const fromConfig = Config.all({
   ),
   cleanupDeadlineMs: timerMs("BRAIN_CLEANUP_DEADLINE_MS", 0, defaults.cleanupDeadlineMs, "bound on waits inside cleanup and on an outcome's commit (0 = no bound)"),
   listen: Config.string("BRAIN_LISTEN").pipe(Config.withDefault(defaults.listen), Config.withDescription("host:port to listen on")),
+  healthListen: Config.option(
+    Config.string("BRAIN_HEALTH_LISTEN").pipe(Config.withDescription("host:port of a listener of its own for /health/live and /health/ready"))
+  ),
   // A blank path would silently be the current directory.
   dataDir: Config.string("BRAIN_DATA_DIR").pipe(
     Config.validate({ message: "an empty value names no directory", validation: (dir) => dir.trim().length > 0 }),
@@ -347,6 +350,7 @@ export const fromConfig = Config.all({
     checkpointAfterBytes: c.checkpointAfterBytes,
     cleanupDeadlineMs: c.cleanupDeadlineMs,
     listen: c.listen,
+    healthListen: Option.getOrUndefined(c.healthListen),
     dataDir: c.dataDir,
     apiToken: Option.getOrUndefined(Option.map(c.apiToken, Redacted.value)),
     requestRetentionMs: c.requestRetentionSecs * 1000,

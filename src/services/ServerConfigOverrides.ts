@@ -47,6 +47,7 @@ const settingNames: { readonly [K in keyof ServerConfigShape]: K extends "teleme
   listen: ["BRAIN_LISTEN"],
   dataDir: ["BRAIN_DATA_DIR"],
   apiToken: ["BRAIN_API_TOKEN"],
+  healthListen: ["BRAIN_HEALTH_LISTEN"],
   requestRetentionMs: ["BRAIN_REQUEST_RETENTION_SECS", "secs"],
   maxRequestBytes: ["BRAIN_MAX_REQUEST_BYTES"],
   drainDeadlineMs: ["BRAIN_DRAIN_DEADLINE_MS"],
@@ -99,7 +100,7 @@ export const validated = (overrides: Partial<ServerConfigShape>): Effect.Effect<
         if (defaults[key as keyof ServerConfigShape] !== undefined) return refuse("must be given")
         continue
       }
-      const expected = typeof (defaults[key as keyof ServerConfigShape] ?? (key === "models" || key === "environments" || key === "apiToken" ? "" : 0))
+      const expected = typeof (defaults[key as keyof ServerConfigShape] ?? (key === "models" || key === "environments" || key === "apiToken" || key === "healthListen" ? "" : 0))
       if (typeof value !== expected) return refuse(`must be a ${expected}`)
       if (typeof value === "number") {
         if (!Number.isSafeInteger(value) || value < 0) return refuse("must be a whole number ≥ 0")
