@@ -38,6 +38,7 @@ import type { ToolHandler } from "./layers/ToolsInProcess.js"
 import * as FileDriver from "./layers/journal/FileDriver.js"
 import {
   CLOSED_BY,
+  closingWhen,
   TIMEOUT_CHECK_MS,
   type ConnectionGuard,
   fitToFileLimit,
@@ -291,7 +292,8 @@ const takeAtTheSocket = (
   server: http.Server,
   options: Omit<GateOptions, "route">,
   services: { readonly sessions: SessionsShape; readonly store: IdempotencyShape; readonly hosts: HostsShape },
-  runtime: Runtime.Runtime<never>
+  runtime: Runtime.Runtime<never>,
+  closing: () => boolean
 ) => {
   const listeners = server.listeners("request")
   if (listeners.length !== 1) return false
@@ -299,7 +301,8 @@ const takeAtTheSocket = (
   server.removeListener("request", platform)
   const routes = [sends(services.sessions, services.store), hostResultsRoute(services.hosts)]
   // Pipelined requests are handed over one after another (Pipelining.ts, `oneAtATime`).
-  server.on("request", oneAtATime(socketListener(options, routes, runtime, platform)))
+  // Once a stop begins, every answer closes its connection (Connections.ts, `closeAfterAnswers`).
+  server.on("request", oneAtATime(closingWhen(closing, socketListener(options, routes, runtime, platform))))
   return true
 }
 
@@ -435,7 +438,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     )).pipe(Effect.mapError(describeStartupFailure(listen)))
     const sessions = Context.get(context, Sessions)
     const services = { sessions, store: Context.get(context, Idempotency), hosts: Context.get(context, Hosts) }
-    if (!takeAtTheSocket(server, gating, services, yield* Effect.runtime<never>())) {
+    if (!takeAtTheSocket(server, gating, services, yield* Effect.runtime<never>(), guard.closingAfterAnswers)) {
       yield* Effect.logWarning("the HTTP server has other request listeners than the platform's: every request goes through the platform's handler")
     }
     // Probes get a listener of their own once the API's listens: ready means the API serves.
@@ -464,6 +467,8 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     const signalledAt = yield* Clock.currentTimeMillis
     yield* Effect.log(`${signal}: draining admitted turns, creates, ends and deletes, admitting no new work`)
     admission.draining = true
+    // No keep-alive client is invited to send another request on a connection the stop will close.
+    guard.closeAfterAnswers()
     // A request whose body is still arriving on a route the drain no longer admits is answered now.
     refuseArrivingBodies()
     const drained = yield* sessions.drain.pipe(Effect.timeoutOption(Duration.millis(config.drainDeadlineMs)))

@@ -386,6 +386,17 @@ const onUnknownExpectation = (request: http.IncomingMessage, response: http.Serv
   response.end(body)
 }
 
+/**
+ * `listener`, whose answers close their connections once `closing` says so (a stop has begun:
+ * ConnectionGuard's `closeAfterAnswers`): a request handed over after that is answered with
+ * `Connection: close`.
+ */
+export const closingWhen = (closing: () => boolean, listener: (request: http.IncomingMessage, response: http.ServerResponse) => void) =>
+(request: http.IncomingMessage, response: http.ServerResponse) => {
+  if (closing()) response.shouldKeepAlive = false
+  listener(request, response)
+}
+
 /** Answers CONNECT, which Node would meet by closing the connection in silence: this server is no proxy. */
 const onConnect = (_request: http.IncomingMessage, socket: net.Socket) => {
   const refusal = new MethodNotAllowed({ message: "CONNECT is not served: this server is no proxy", details: { allow: [] } })
@@ -401,7 +412,7 @@ type ReadBody = (this: http.IncomingMessage, size: number) => void
  * the request stands) closes the connection: the client, told before it sent the body, sends none
  * to read past. A request that declares no body is passed on as it is.
  */
-const continueOnRead = (server: http.Server) => (request: http.IncomingMessage, response: http.ServerResponse) => {
+const continueOnRead = (server: http.Server, closing: () => boolean) => (request: http.IncomingMessage, response: http.ServerResponse) => {
   const declared = request.headers["content-length"]
   if ((declared !== undefined && declared !== "0") || request.headers["transfer-encoding"] !== undefined) {
     const keepAlive = response.shouldKeepAlive
@@ -411,7 +422,7 @@ const continueOnRead = (server: http.Server) => (request: http.IncomingMessage, 
     target._read = function(size) {
       delete (target as { _read?: ReadBody })._read
       if (!response.headersSent) {
-        response.shouldKeepAlive = keepAlive
+        response.shouldKeepAlive = keepAlive && !closing()
         response.writeContinue()
       }
       read.call(this, size)
@@ -479,6 +490,15 @@ export interface ConnectionGuard {
   readonly open: () => number
   /** Whether every connection is taken: a new one would be accepted on probation (`/health/ready` is 503 then). */
   readonly full: () => boolean
+  /**
+   * From now on every answer closes its connection (`Connection: close`): the answers not yet
+   * begun, and those of requests handed over later (`closesAfterAnswer`). A stop calls it as it
+   * begins, so that no keep-alive client sends another request on a connection the stop is about
+   * to close (which it would see reset, not knowing whether its request was taken).
+   */
+  readonly closeAfterAnswers: () => void
+  /** Whether `closeAfterAnswers` was called. */
+  readonly closingAfterAnswers: () => boolean
   /** Whether any connection holds response bytes its socket has not yet handed to the kernel (a slow reader). */
   readonly writing: () => boolean
   /**
@@ -514,7 +534,9 @@ export const guardConnections = (
   ;(server as { httpAllowHalfOpen?: boolean }).httpAllowHalfOpen = true
   server.on("clientError", onClientError(timeouts, limits.apiToken === undefined ? undefined : digest(limits.apiToken)))
   server.on("checkExpectation", onUnknownExpectation)
-  server.on("checkContinue", continueOnRead(server))
+  /** Whether every answer from now on closes its connection (closeAfterAnswers). */
+  let closingAll = false
+  server.on("checkContinue", continueOnRead(server, () => closingAll))
   server.on("connect", onConnect)
   // The only socket timeout the server sets is the idle keep-alive's (no request or response sets
   // one): Node destroys the socket itself only when no one listens for it, so this listener does.
@@ -561,6 +583,14 @@ export const guardConnections = (
     onProbation: (socket) => probation.has(socket),
     open: () => sockets.size,
     full: () => sockets.size - probation.size >= limits.maxConnections,
+    closeAfterAnswers: () => {
+      closingAll = true
+      for (const socket of sockets) {
+        const response = (socket as SocketInternals)._httpMessage as http.ServerResponse | null | undefined
+        if (response != null && !response.headersSent) response.shouldKeepAlive = false
+      }
+    },
+    closingAfterAnswers: () => closingAll,
     writing: () => {
       for (const socket of sockets) if (socket.writableLength > 0) return true
       return false

@@ -7,7 +7,8 @@
  */
 import * as net from "node:net"
 import { afterEach, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
+import { connect, portOf } from "../support/wire.js"
 
 beforeAll(ensureBuilt, 120_000)
 
@@ -68,4 +69,28 @@ describe("a graceful stop's connections", () => {
       expect(got).toContain("had not arrived whole")
     }
   })
+
+  it("once a stop begins every answer closes its connection: a keep-alive client whose turn ends during the drain is told Connection: close and its connection is closed after the answer, so it never sends into a connection the stop closes", async () => {
+    server = await startServer({ entry: "product" })
+    const created = await request(server.baseUrl, "/v1/sessions", {
+      json: { model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 3_000 }] } }
+    })
+    expect(created.status, created.text).toBe(201)
+    const id = created.body.session_id as string
+    const wire = await connect(portOf(server))
+    // A first answer on the connection, kept alive as any before the stop.
+    wire.socket.write(`GET /v1/sessions/${id} HTTP/1.1\r\nhost: brain\r\n\r\n`)
+    await wire.until("the first answer", () => wire.responses().length === 1)
+    expect(wire.responses()[0]!.headers["connection"]).toBe("keep-alive")
+    const body = JSON.stringify({ input: { message: "go" } })
+    wire.socket.write(`POST /v1/sessions/${id}/messages HTTP/1.1\r\nhost: brain\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+    await eventually("the turn to run", async () => ((await request(server.baseUrl, `/v1/sessions/${id}`)).body?.status === "running" ? true : undefined))
+    server.child.kill("SIGTERM")
+    await wire.until("the turn's answer", () => wire.responses().length === 2, 30_000)
+    const answer = wire.responses()[1]!
+    expect(answer.status, answer.text).toBe(200)
+    expect(answer.headers["connection"]).toBe("close")
+    await wire.until("the server to close the connection", () => wire.ended, 30_000)
+    expect(await server.stop()).toMatchObject({ code: 0 })
+  }, 60_000)
 })
