@@ -338,6 +338,13 @@ const listenProbes = (at: { readonly host: string; readonly port: number }, stat
 
 /** Milliseconds. How long a drain lets the answers of requests still in flight be written, once its turns are closed. */
 const DRAIN_ANSWERS_MS = 2_000
+/**
+ * Milliseconds. How long a drain leaves a connection that has sent nothing yet, counted from its
+ * accept: one opened during the drain (a client told `Connection: close` reconnecting for its next
+ * request) gets its request answered rather than its connection reset; one opened before, and
+ * never used, is closed at once. Below DRAIN_ANSWERS_MS, which bounds the wait anyway.
+ */
+const UNUSED_GRACE_MS = 1_000
 /** Milliseconds. How often it looks for connections with nothing in flight to close. */
 const DRAIN_POLL_MS = 10
 
@@ -488,7 +495,7 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
     // yet: idle ones are closed only when no socket still holds bytes to write. A connection that
     // never sent a byte has no answer to wait for (`closeUnused`).
     for (let waited = 0;; waited += DRAIN_POLL_MS) {
-      guard.closeUnused()
+      guard.closeUnused(UNUSED_GRACE_MS)
       if (!guard.writing()) server.closeIdleConnections()
       if (guard.open() === 0 || waited >= DRAIN_ANSWERS_MS) break
       yield* Effect.sleep(Duration.millis(DRAIN_POLL_MS))

@@ -506,9 +506,11 @@ export interface ConnectionGuard {
    * of a request it never made); answers how many. Node counts such a connection busy, not idle,
    * from its first moment (so that a client cannot hold one open by sending nothing), so
    * `closeIdleConnections` leaves it, and a stop would wait its whole grace for a request that
-   * never comes.
+   * never comes. A connection accepted less than `graceMs` ago is left for now: its request may be
+   * on its way (a client that was told `Connection: close` reconnects at once), and closing it
+   * would reset it unanswered.
    */
-  readonly closeUnused: () => number
+  readonly closeUnused: (graceMs: number) => number
 }
 
 /**
@@ -536,6 +538,8 @@ export const guardConnections = (
   server.on("checkExpectation", onUnknownExpectation)
   /** Whether every answer from now on closes its connection (closeAfterAnswers). */
   let closingAll = false
+  /** When each connection was accepted (performance.now()). */
+  const acceptedAt = new WeakMap<net.Socket, number>()
   server.on("checkContinue", continueOnRead(server, () => closingAll))
   server.on("connect", onConnect)
   // The only socket timeout the server sets is the idle keep-alive's (no request or response sets
@@ -550,6 +554,7 @@ export const guardConnections = (
   const probation = new Set<net.Socket>()
   server.on("connection", (socket: net.Socket) => {
     sockets.add(socket)
+    acceptedAt.set(socket, performance.now())
     reporters.set(socket, closed)
     socket.once("end", onClientEnd(socket))
     socket.once("close", () => {
@@ -595,10 +600,11 @@ export const guardConnections = (
       for (const socket of sockets) if (socket.writableLength > 0) return true
       return false
     },
-    closeUnused: () => {
+    closeUnused: (graceMs) => {
       let closed = 0
+      const before = performance.now() - graceMs
       for (const socket of sockets) {
-        if (socket.bytesRead === 0 && (socket as SocketInternals)._httpMessage == null) {
+        if (socket.bytesRead === 0 && (socket as SocketInternals)._httpMessage == null && (acceptedAt.get(socket) ?? 0) <= before) {
           socket.destroy()
           closed++
         }

@@ -70,27 +70,48 @@ describe("a graceful stop's connections", () => {
     }
   })
 
-  it("once a stop begins every answer closes its connection: a keep-alive client whose turn ends during the drain is told Connection: close and its connection is closed after the answer, so it never sends into a connection the stop closes", async () => {
-    server = await startServer({ entry: "product" })
-    const created = await request(server.baseUrl, "/v1/sessions", {
-      json: { model: { provider: "scripted", replies: [{ text: "slow", delay_ms: 3_000 }] } }
+  /** A server whose session's next turn takes `delayMs`, that turn running on a keep-alive connection `wire`, and the stop begun. */
+  const stopDuringATurn = async (delayMs: number) => {
+    const s = (server = await startServer({ entry: "product" }))
+    const created = await request(s.baseUrl, "/v1/sessions", {
+      json: { model: { provider: "scripted", replies: [{ text: "slow", delay_ms: delayMs }] } }
     })
     expect(created.status, created.text).toBe(201)
     const id = created.body.session_id as string
-    const wire = await connect(portOf(server))
+    const wire = await connect(portOf(s))
     // A first answer on the connection, kept alive as any before the stop.
     wire.socket.write(`GET /v1/sessions/${id} HTTP/1.1\r\nhost: brain\r\n\r\n`)
     await wire.until("the first answer", () => wire.responses().length === 1)
     expect(wire.responses()[0]!.headers["connection"]).toBe("keep-alive")
     const body = JSON.stringify({ input: { message: "go" } })
     wire.socket.write(`POST /v1/sessions/${id}/messages HTTP/1.1\r\nhost: brain\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
-    await eventually("the turn to run", async () => ((await request(server.baseUrl, `/v1/sessions/${id}`)).body?.status === "running" ? true : undefined))
-    server.child.kill("SIGTERM")
+    await eventually("the turn to run", async () => ((await request(s.baseUrl, `/v1/sessions/${id}`)).body?.status === "running" ? true : undefined))
+    s.child.kill("SIGTERM")
+    await eventually("the stop to begin", async () => (logMessages(s).some((m) => m.startsWith("SIGTERM: draining")) ? true : undefined))
+    return { s, id, wire }
+  }
+
+  it("once a stop begins every answer closes its connection: a keep-alive client whose turn ends during the drain is told Connection: close and its connection is closed after the answer, so it never sends into a connection the stop closes", async () => {
+    const { s, wire } = await stopDuringATurn(3_000)
     await wire.until("the turn's answer", () => wire.responses().length === 2, 30_000)
     const answer = wire.responses()[1]!
     expect(answer.status, answer.text).toBe(200)
     expect(answer.headers["connection"]).toBe("close")
     await wire.until("the server to close the connection", () => wire.ended, 30_000)
-    expect(await server.stop()).toMatchObject({ code: 0 })
+    expect(await s.stop()).toMatchObject({ code: 0 })
+  }, 60_000)
+
+  it("a connection opened during the drain whose request follows a moment later is answered (Connection: close), not reset as a connection that never sent a byte", async () => {
+    const { s, id, wire } = await stopDuringATurn(3_000)
+    const fresh = await connect(portOf(s))
+    // Longer than the drain's look for unused connections (every 10 ms), shorter than their grace.
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    expect(fresh.ended, "the fresh connection was closed before it sent its request").toBe(false)
+    fresh.socket.write(`GET /v1/sessions/${id} HTTP/1.1\r\nhost: brain\r\n\r\n`)
+    await fresh.until("its answer", () => fresh.responses().length === 1 || fresh.ended, 30_000)
+    expect(fresh.responses().length, fresh.received().toString("latin1")).toBe(1)
+    expect(fresh.responses()[0]!.headers["connection"]).toBe("close")
+    await wire.until("the turn's answer", () => wire.responses().length === 2, 30_000)
+    expect(await s.stop()).toMatchObject({ code: 0 })
   }, 60_000)
 })
