@@ -97,6 +97,24 @@ export const nestingDepth = (text: string): number => {
 }
 
 /**
+ * Whether `value` nests objects and arrays deeper than `max` levels (as `nestingDepth` counts its
+ * JSON: `[1]` is one level), found with a list of work, not by recursion, and stopped at the first
+ * container past `max`: for a value parsed from outside (JSON.parse does not recurse) before any
+ * recursive code (JSON.stringify, a schema check) walks it.
+ */
+export const nestsDeeperThan = (value: unknown, max: number): boolean => {
+  if (value === null || typeof value !== "object") return false
+  const work: Array<readonly [object, number]> = [[value, 1]]
+  while (work.length > 0) {
+    const [container, depth] = work.pop()!
+    if (depth > max) return true
+    const items = Array.isArray(container) ? container : Object.values(container)
+    for (const item of items) if (item !== null && typeof item === "object") work.push([item, depth + 1])
+  }
+  return false
+}
+
+/**
  * The UTF-8 bytes of `JSON.stringify(s)`, counted without writing it: a message may be megabytes,
  * and a copy of it only to be measured is memory a small heap may not have.
  */

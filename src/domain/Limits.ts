@@ -124,7 +124,8 @@ export const PAGE_READ_RECORDS_PER_EVENT = 4
  * Environment's answer to a lifecycle step and an error body it sends — checked by a scan of the
  * text before it is parsed: no request needs it, and deep values overflow the recursive code they
  * reach (JSON.stringify, the journal's encoder). A tool's output is checked where its outcome is
- * recorded.
+ * recorded, and a model's tool-call arguments once its answer is whole, before anything walks
+ * them (models/Provider.ts `withCheckedCalls`).
  */
 export const MAX_JSON_DEPTH = 64
 

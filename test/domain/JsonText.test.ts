@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { isJsonData, jsonStringBytes, nonFiniteAt, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { isJsonData, jsonStringBytes, nestingDepth, nestsDeeperThan, nonFiniteAt, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Events.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -164,5 +164,27 @@ describe("nonFiniteAt", () => {
     expect(nonFiniteAt(JSON.parse("1e400"))).toEqual([])
     expect(nonFiniteAt(JSON.parse('{"__proto__":{"x":[1e400]}}'))).toEqual(["__proto__", "x", 0])
     expect(nonFiniteAt(JSON.parse('{"a":[1e308,-5e-324,12345678901234567890123,"1e400",null,true]}'))).toBeUndefined()
+  })
+})
+
+describe("nestsDeeperThan", () => {
+  it("agrees with the depth of the value's JSON text for any JSON value and bound", () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.integer({ min: 0, max: 12 }), (value, max) => {
+        expect(nestsDeeperThan(value, max)).toBe(nestingDepth(JSON.stringify(value)) > max)
+      })
+    )
+  })
+
+  it("measures a value 100,000 levels deep, arrays or objects, without overflowing the stack", () => {
+    let arrays: unknown = 1
+    let objects: unknown = 1
+    for (let i = 0; i < 100_000; i++) {
+      arrays = [arrays]
+      objects = { a: objects }
+    }
+    expect(nestsDeeperThan(arrays, 64)).toBe(true)
+    expect(nestsDeeperThan(objects, 64)).toBe(true)
+    expect(nestsDeeperThan(arrays, 100_000)).toBe(false)
   })
 })

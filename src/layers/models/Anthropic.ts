@@ -23,7 +23,7 @@ import { ModelFailed } from "../../services/Models.js"
 import { makeAnswerFold } from "./anthropic/Events.js"
 import { API_VERSION, messagesUrl, requestBody } from "./anthropic/Request.js"
 import { streamedPost } from "./Http.js"
-import { type Provider, withDistinctCallIds } from "./Provider.js"
+import { type Provider, withCheckedCalls } from "./Provider.js"
 
 export const anthropic: Provider = Effect.fn("Models.anthropic")(function*(call) {
   const body = requestBody(call)
@@ -37,7 +37,7 @@ export const anthropic: Provider = Effect.fn("Models.anthropic")(function*(call)
     limits: call.limits,
     provider: "Anthropic",
     onEvent: answer.onEvent,
-    finish: withDistinctCallIds("Anthropic", () => {
+    finish: withCheckedCalls("Anthropic", () => {
       const result = answer.finish()
       return result instanceof ModelFailed ? Either.left(result) : Either.right(result)
     })

@@ -16,7 +16,7 @@ import { Effect, Redacted } from "effect"
 import { streamedPost } from "./Http.js"
 import { chatCompletionsUrl, chatRequestBody } from "./openaiChat/ChatRequest.js"
 import { makeChatStream } from "./openaiChat/ChatStream.js"
-import { type Provider, withDistinctCallIds } from "./Provider.js"
+import { type Provider, withCheckedCalls } from "./Provider.js"
 
 export const openAiChat: Provider = Effect.fn("OpenAiChat.call")(function*(call) {
   const body = yield* chatRequestBody(call)
@@ -31,6 +31,6 @@ export const openAiChat: Provider = Effect.fn("OpenAiChat.call")(function*(call)
     limits: call.limits,
     provider,
     onEvent: stream.onEvent,
-    finish: withDistinctCallIds(provider, stream.finish)
+    finish: withCheckedCalls(provider, stream.finish)
   })
 })

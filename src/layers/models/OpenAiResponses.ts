@@ -25,7 +25,7 @@ import { DEFAULT_BASE_URLS, endpointUrl } from "../../domain/ModelBinding.js"
 import { streamedPost } from "./Http.js"
 import { makeFold } from "./openaiResponses/Fold.js"
 import { requestBody } from "./openaiResponses/Request.js"
-import { type Provider, withDistinctCallIds } from "./Provider.js"
+import { type Provider, withCheckedCalls } from "./Provider.js"
 
 export const DEFAULT_BASE_URL = DEFAULT_BASE_URLS["openai-responses"]
 
@@ -54,6 +54,6 @@ export const openAiResponses: Provider = (call) =>
       limits: call.limits,
       provider,
       onEvent: fold.onEvent,
-      finish: withDistinctCallIds(provider, fold.result)
+      finish: withCheckedCalls(provider, fold.result)
     })
   })

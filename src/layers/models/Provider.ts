@@ -6,7 +6,8 @@
  */
 import type * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { type Effect, Either, type Redacted } from "effect"
-import { MAX_FAILURE_DETAILS_BYTES } from "../../domain/Limits.js"
+import { nestsDeeperThan } from "../../domain/JsonText.js"
+import { MAX_FAILURE_DETAILS_BYTES, MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import type { ModelDelta, ModelRequest, ModelResult } from "../../domain/Model.js"
 import type { RecordedBinding } from "../../domain/ModelBinding.js"
 import { ModelFailed } from "../../services/Models.js"
@@ -37,19 +38,41 @@ export const mergedOptions = (call: ProviderCall): Record<string, unknown> => {
 }
 
 /**
- * A provider's `finish` (models/Http.ts) that fails an answer whose tool calls share an id — a
- * provider's defect: their results, told apart by the id, could not be, and Brain's `dispatch`
- * refuses such a round (docs/abi.md) — with `model_bad_response` naming the id, so that no loop
- * is handed it. Ambiguous, as the model ran (and may bill it); retryable, as another answer may
- * not repeat it. The record keeps what came: the answer in `details.answer` when the details fit
- * what Brain keeps of a failure's (MAX_FAILURE_DETAILS_BYTES), else its size in `answer_bytes`
- * (with its tool calls' ids and names), so the duplicate stays named either way.
+ * A provider's `finish` (models/Http.ts) that fails, with `model_bad_response`, an answer no loop
+ * is handed. Ambiguous, as the model ran (and may bill it); retryable, as another answer may not
+ * repeat it.
+ *
+ * - A tool call whose arguments nest deeper than MAX_JSON_DEPTH: they come from outside, parsed
+ *   without bound (JSON.parse does not recurse), and the answer's record, the tool's schema check
+ *   and the loop's copy all walk them by recursion, which thousands of levels overflow; so they
+ *   are measured here first, without recursion, and the record keeps the call's id and name, not
+ *   its arguments. At the bound they are taken (a Wasm loop's `dispatch` request wraps them in
+ *   more levels, held to the same bound: docs/models.md).
+ * - Tool calls that share an id — a provider's defect: their results, told apart by the id, could
+ *   not be, and Brain's `dispatch` refuses such a round (docs/abi.md) — naming the id. The record
+ *   keeps what came: the answer in `details.answer` when the details fit what Brain keeps of a
+ *   failure's (MAX_FAILURE_DETAILS_BYTES), else its size in `answer_bytes` (with its tool calls'
+ *   ids and names), so the duplicate stays named either way.
  */
-export const withDistinctCallIds = (provider: string, finish: () => Either.Either<ModelResult, ModelFailed>) =>
+export const withCheckedCalls = (provider: string, finish: () => Either.Either<ModelResult, ModelFailed>) =>
 (): Either.Either<ModelResult, ModelFailed> => {
   const answer = finish()
-  if (Either.isLeft(answer) || answer.right.tool_calls.length < 2) return answer
+  if (Either.isLeft(answer)) return answer
   const calls = answer.right.tool_calls
+  for (let i = 0; i < calls.length; i++) {
+    const call = calls[i]!
+    if (!nestsDeeperThan(call.input, MAX_JSON_DEPTH)) continue
+    return Either.left(
+      new ModelFailed({
+        code: "model_bad_response",
+        message: `${provider} sent arguments for tool call ${i} (${call.name}) that nest deeper than ${MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH), which Brain does not take`,
+        ambiguous: true,
+        retryable: true,
+        details: { index: i, tool_call_id: call.id, name: call.name, max_depth: MAX_JSON_DEPTH }
+      })
+    )
+  }
+  if (calls.length < 2) return answer
   const seen = new Map<string, number>()
   for (let i = 0; i < calls.length; i++) {
     const id = calls[i]!.id
