@@ -11,6 +11,7 @@ import { Schema } from "effect"
 import { describe, expect, it } from "@effect/vitest"
 import { Brain, type Event, isOutcomeUnrecorded, tool, ToolResultUnrecorded } from "../../src/sdk/index.js"
 import { ROOT, sharedServer } from "../support/server.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Limits.js"
 import { history, HostFetch } from "./support.js"
 
 const kindOf = (events: ReadonlyArray<Event>, kind: string) => events.filter((e) => e.kind === kind)
@@ -57,6 +58,42 @@ describe("host tool results the server refuses", () => {
       const posted = recording.resultsFor(session.id, call!.sequence) as Array<{ error: { code: string; message: string } }>
       expect(posted.map((p) => p.error.message.length > 5 * 1024 * 1024)).toEqual([true, false])
       expect(posted[1]!.error).toEqual(data.output)
+    } finally {
+      await client.close()
+    }
+  })
+})
+
+describe("a host tool's output nested past MAX_JSON_DEPTH", () => {
+  const server = sharedServer()
+
+  it("a host result nested past the depth bound, 100 to 100,000 levels, fails that call with a typed invalid_output naming the bound, at once, and the server keeps serving", async () => {
+    const client = new Brain({ baseUrl: server().baseUrl })
+    try {
+      for (const levels of [100, 10_000, 100_000]) {
+        const deep = tool({
+          name: "deep",
+          input: Schema.Struct({}),
+          // Far past the test's timeout: a call left waiting for its deadline would not end here.
+          timeoutMs: 600_000,
+          run: () => {
+            let v: unknown = 1
+            for (let i = 0; i < levels; i++) v = [v]
+            return v
+          }
+        })
+        const session = await client.sessions.create({
+          model: { provider: "scripted", replies: [{ tool_calls: [{ name: "deep", input: {} }] }, { text: "done" }] },
+          tools: [deep]
+        })
+        expect((await session.send("go")).turn.status).toBe("ended")
+        const events = await history(client, session.id)
+        const ended = kindOf(events, "tool_call_ended")
+        expect(ended, `${levels}`).toHaveLength(1)
+        expect(ended[0]!.data).toMatchObject({ outcome: "error", is_error: true, output: { code: "invalid_output", message: expect.stringContaining(`deeper than ${MAX_JSON_DEPTH} levels`) } })
+        expect(JSON.stringify(ended[0]!.data)).not.toMatch(/call stack/i)
+      }
+      expect((await fetch(`${server().baseUrl}/health/live`)).status).toBe(204)
     } finally {
       await client.close()
     }
