@@ -97,6 +97,47 @@ export const nestingDepth = (text: string): number => {
 }
 
 /**
+ * Where JSON text nests deeper than `max` levels: the keys and indexes down to the first object or
+ * array opened past `max` (`max` of them), or undefined when it does not. A scan of the text, no
+ * parse and no recursion, as `nestingDepth`: for a refusal to name where (what is too deep is
+ * never parsed). A malformed text is named as far as it reads.
+ */
+export const pathPastDepth = (text: string, max: number): Array<string | number> | undefined => {
+  /** One open container: an array's index, or an object's key (and whether a key comes next). */
+  const open: Array<{ readonly array: boolean; at: string | number; keyNext: boolean }> = []
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 34) {
+      const start = i
+      for (i++; i < text.length; i++) {
+        const d = text.charCodeAt(i)
+        if (d === 92) i++
+        else if (d === 34) break
+      }
+      const top = open[open.length - 1]
+      if (top !== undefined && !top.array && top.keyNext) {
+        const literal = text.slice(start, i + 1)
+        try {
+          top.at = JSON.parse(literal) as string
+        } catch {
+          top.at = literal
+        }
+        top.keyNext = false
+      }
+    } else if (c === 123 || c === 91) {
+      if (open.length >= max) return open.map((o) => o.at)
+      open.push({ array: c === 91, at: c === 91 ? 0 : "", keyNext: c === 123 })
+    } else if (c === 125 || c === 93) open.pop()
+    else if (c === 44) {
+      const top = open[open.length - 1]
+      if (top?.array) top.at = (top.at as number) + 1
+      else if (top !== undefined) top.keyNext = true
+    }
+  }
+  return undefined
+}
+
+/**
  * Whether `value` nests objects and arrays deeper than `max` levels (as `nestingDepth` counts its
  * JSON: `[1]` is one level), found with a list of work, not by recursion, and stopped at the first
  * container past `max`: for a value parsed from outside (JSON.parse does not recurse) before any

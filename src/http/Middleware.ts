@@ -15,7 +15,7 @@ import type { IncomingMessage } from "node:http"
 import type * as net from "node:net"
 import { Effect } from "effect"
 import { MethodNotAllowed, NotFound, Overloaded, PayloadTooLarge, Unauthorized, UnsupportedMediaType } from "../domain/Errors.js"
-import { nonFiniteAt, scanJsonText } from "../domain/JsonText.js"
+import { nonFiniteAt, pathPastDepth, scanJsonText } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import { type BodyBudget, busyBodies } from "./BodyBudget.js"
 import { cutShort, type Held, readBody, withBody } from "./BodyRead.js"
@@ -33,6 +33,7 @@ import {
   loneSurrogate,
   loneSurrogateAt,
   maySurrogate,
+  tooDeep,
   unexpectedBody,
   unexpectedQuery,
   unroutableId
@@ -219,9 +220,7 @@ const routeWithBody = <E, R>(
       if (bodiless && body.length > 0 && !EMPTY_OBJECT.test(text)) return yield* Effect.fail(unexpectedBody(text))
       if (body.length > 0) {
         const scan = scanJsonText(text)
-        if (scan.depth > MAX_JSON_DEPTH) {
-          return yield* Effect.fail(invalid(`the JSON nests deeper than ${MAX_JSON_DEPTH} levels`))
-        }
+        if (scan.depth > MAX_JSON_DEPTH) return yield* Effect.fail(tooDeep(pathPastDepth(text, MAX_JSON_DEPTH) ?? []))
         const parsed = yield* Effect.try({
           try: () => JSON.parse(text) as unknown,
           catch: (err) => invalid(`malformed JSON: ${(err as Error).message}`)

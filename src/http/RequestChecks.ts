@@ -7,6 +7,7 @@
 import type { IncomingMessage } from "node:http"
 import { UnsupportedMediaType } from "../domain/Errors.js"
 import { invalid } from "./Errors.js"
+import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 
 /**
  * Whether a request's headers carry what the gate refuses before it reads a body (checkHeaders,
@@ -99,6 +100,19 @@ export const beyondDouble = (at: ReadonlyArray<string | number>) =>
     `a number ${at.length > 0 ? `at ${JSON.stringify(at)} ` : ""}is beyond the range of a double (such as 1e400): JSON would keep it as null, so it is refused`,
     [{ path: at, message: "is a number beyond the range of a double" }]
   )
+
+/**
+ * A body nested deeper than MAX_JSON_DEPTH, refused before it is parsed: the issue's path is the
+ * keys and indexes down to the first object or array past the bound (`pathPastDepth`); the
+ * message names its first members.
+ */
+export const tooDeep = (at: ReadonlyArray<string | number>) => {
+  const shown = at.length > 4 ? `${JSON.stringify(at.slice(0, 4)).slice(0, -1)},…]` : JSON.stringify(at)
+  return invalid(
+    `the JSON nests deeper than ${MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)${at.length > 0 ? `, under ${shown}` : ""}`,
+    [{ path: at, message: `nests deeper than ${MAX_JSON_DEPTH} levels` }]
+  )
+}
 
 /** Characters. The longest path parameter the router (find-my-way's `maxParamLength`) matches; longer, it finds no route. */
 const ROUTER_MAX_PARAM = 100

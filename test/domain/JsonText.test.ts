@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import fc from "fast-check"
-import { isJsonData, jsonStringBytes, nestingDepth, nestsDeeperThan, nonFiniteAt, parseKept, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
+import { isJsonData, jsonStringBytes, nestingDepth, nestsDeeperThan, nonFiniteAt, parseKept, pathPastDepth, scanJsonText, stringifyKept, stringifyOnce } from "../../src/domain/JsonText.js"
 import { eventJson, eventsOf, toEvent } from "../../src/domain/Events.js"
 import { EXTENSION_KIND, type JournalRecord } from "../../src/domain/Records.js"
 import { journalArb } from "../support/records.js"
@@ -186,5 +186,31 @@ describe("nestsDeeperThan", () => {
     expect(nestsDeeperThan(arrays, 64)).toBe(true)
     expect(nestsDeeperThan(objects, 64)).toBe(true)
     expect(nestsDeeperThan(arrays, 100_000)).toBe(false)
+  })
+})
+
+describe("pathPastDepth", () => {
+  /** The value at `path` in `value`. */
+  const at = (value: unknown, path: ReadonlyArray<string | number>) => path.reduce<unknown>((v, k) => (v as Record<string | number, unknown>)[k], value)
+
+  it("names the first object or array past the bound in any JSON text, and nothing within it", () => {
+    fc.assert(
+      fc.property(fc.unicodeJsonValue(), fc.integer({ min: 0, max: 6 }), (value, max) => {
+        const text = JSON.stringify(value, null, value === null ? 0 : 1)
+        const found = pathPastDepth(text, max)
+        if (nestingDepth(text) <= max) {
+          expect(found).toBeUndefined()
+        } else {
+          expect(found).toHaveLength(max)
+          const there = at(value, found!)
+          expect(there !== null && typeof there === "object").toBe(true)
+        }
+      })
+    )
+  })
+
+  it("reads keys with escapes and quotes, past strings holding brackets, 100,000 levels deep, without recursion", () => {
+    const text = `{"a\\"[{":[0,"]}[",{"k\\u00e9":${"[".repeat(100_000)}1${"]".repeat(100_000)}}]}`
+    expect(pathPastDepth(text, 5)).toEqual(['a"[{', 2, "ké", 0, 0])
   })
 })
