@@ -13,7 +13,7 @@ import type { InvalidRequest } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import { interruptWaitMs } from "../services/ServerConfig.js"
 import { Sessions, type SessionsShape } from "../services/Sessions.js"
-import { idRefused, inputRefused } from "./sessions/CallerInput.js"
+import { createRefused, idRefused, inputRefused } from "./sessions/CallerInput.js"
 import { makeCreate } from "./sessions/Create.js"
 import { makeLifecycle } from "./sessions/Lifecycle.js"
 import { makeReads } from "./sessions/Reads.js"
@@ -33,7 +33,7 @@ export const make = Effect.gen(function*() {
   // no HTTP decoder before it. One pattern test for a request HTTP already decoded.
   const service: SessionsShape = {
     create: (request, id) => {
-      const refused = id === undefined ? undefined : idRefused(id)
+      const refused = (id === undefined ? undefined : idRefused(id)) ?? createRefused(request)
       return refused === undefined ? create(request, id) : Effect.fail(refused)
     },
     get: (session) => checkedId(session, reads.get),

@@ -215,3 +215,39 @@ describe("extensions.models, an application's model provider", () => {
     }
   }, 60_000)
 })
+
+describe("an application's Sessions calls with values nested past MAX_JSON_DEPTH", () => {
+  const deep = (levels: number) => {
+    let v: unknown = 1
+    for (let i = 0; i < levels; i++) v = [v]
+    return v
+  }
+
+  it("a create field or a turn's input nested 10,000 or 100,000 deep is refused InvalidRequest naming the field, never a defect, and nothing is written", async () => {
+    const { dataDir, root } = nested()
+    const runtime = ManagedRuntime.make(layer({ dataDir }))
+    try {
+      const live = await runtime.runPromise(Effect.flatMap(Sessions, (s) => s.create({ model: { provider: "scripted" } })))
+      const before = tree(root)
+      for (const levels of [10_000, 100_000]) {
+        const creates: ReadonlyArray<readonly [Record<string, unknown>, string]> = [
+          [{ model: { provider: "scripted" }, system: deep(levels) }, "system"],
+          [{ model: { provider: "scripted", replies: [{ tool_calls: [{ name: "ok", input: deep(levels) }] }] }, tools: [{ name: "ok" }] }, "model"],
+          [{ model: { provider: "scripted" }, tools: [{ name: "ok", input_schema: deep(levels) }] }, "tools"]
+        ]
+        for (const [request, field] of creates) {
+          const answer = await runtime.runPromise(Effect.either(Effect.flatMap(Sessions, (s) => s.create(request as never))))
+          expect(refusal(answer), `${levels} ${field}`).toMatchObject({ _tag: "InvalidRequest", details: [{ path: [field], message: expect.stringContaining("deeper than 64 levels") }] })
+        }
+        const input = { message: "go", media: [{ type: "image", url: "https://example.com/a.png", v: deep(levels) }] }
+        for (const send of [(s: Sessions["Type"]) => Effect.asVoid(s.send(live.session_id, input as never)), (s: Sessions["Type"]) => Effect.asVoid(s.submit(live.session_id, input as never))]) {
+          const answer = await runtime.runPromise(Effect.either(Effect.flatMap(Sessions, send)))
+          expect(refusal(answer), `${levels} input`).toMatchObject({ _tag: "InvalidRequest", details: [{ path: ["input"], message: expect.stringContaining("deeper than 64 levels") }] })
+        }
+      }
+      expect(tree(root)).toEqual(before)
+    } finally {
+      await runtime.dispose()
+    }
+  }, 120_000)
+})

@@ -10,6 +10,8 @@ import { ParseResult, Schema } from "effect"
 import { decodeRefused } from "../../domain/DecodeRefusal.js"
 import type { InvalidRequest } from "../../domain/Errors.js"
 import { isSessionIdText } from "../../domain/Ids.js"
+import { nestsDeeperThan } from "../../domain/JsonText.js"
+import { MAX_JSON_DEPTH } from "../../domain/Limits.js"
 import { TurnInput } from "../../domain/Messages.js"
 
 /** A session id's rule, as the SessionId schema says it. */
@@ -46,9 +48,36 @@ const isTurnInput = (u: unknown): boolean => {
 }
 const explainInput = Schema.decodeUnknownEither(Schema.Struct({ input: TurnInput }), { onExcessProperty: "error", errors: "all" })
 
-/** The refusal of a turn's input that is not a `TurnInput`, naming its field under `input` as HTTP's 400 does; undefined when it is one. */
+/**
+ * The refusal of `value`, given at `field`, when it nests deeper than MAX_JSON_DEPTH (what the
+ * HTTP API refuses before it parses a body): what is built and written from it (a record's JSON,
+ * a decode's report of it) is made by recursion, which thousands of levels overflow. Measured
+ * without recursion; undefined when it is within the bound.
+ */
+const tooDeepRefused = (value: unknown, field: string): InvalidRequest | undefined =>
+  nestsDeeperThan(value, MAX_JSON_DEPTH)
+    ? decodeRefused([{ _tag: "Type", path: [field], message: `nests deeper than ${MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH)` }])
+    : undefined
+
+/** The refusal of a create's request whose field nests deeper than MAX_JSON_DEPTH, naming the field; undefined when none does. */
+export const createRefused = (request: unknown): InvalidRequest | undefined => {
+  if (request === null || typeof request !== "object") return undefined
+  for (const [field, value] of Object.entries(request)) {
+    const refused = tooDeepRefused(value, field)
+    if (refused !== undefined) return refused
+  }
+  return undefined
+}
+
+/**
+ * The refusal of a turn's input that is not a `TurnInput`, or nests deeper than MAX_JSON_DEPTH,
+ * naming its field under `input` as HTTP's 400 does; undefined when it is one. An input of a
+ * message alone (a string) cannot nest: only one with `media` is measured.
+ */
 export const inputRefused = (input: unknown): InvalidRequest | undefined => {
-  if (isTurnInput(input)) return undefined
+  if (isTurnInput(input)) return (input as { readonly media?: unknown }).media === undefined ? undefined : tooDeepRefused(input, "input")
+  const deep = tooDeepRefused(input, "input")
+  if (deep !== undefined) return deep
   const explained = explainInput({ input })
   return explained._tag === "Left"
     ? decodeRefused(ParseResult.ArrayFormatter.formatErrorSync(explained.left))
