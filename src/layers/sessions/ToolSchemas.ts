@@ -19,9 +19,10 @@
  *   Ajv's deep equality of every pair.
  * - The rest of a check is counted as it runs (CheckSteps.ts): past SCHEMA_CHECK_STEPS, or past
  *   SCHEMA_CHECK_ERRORS errors held, it stops, and the value breaks the schema, saying so. A schema
- *   whose `$ref`s loop without going into the value is refused at create (CheckSteps.ts); a check
- *   that still overflows the stack (a value nested thousands deep: a host's output and a model's
- *   tool input are not held to MAX_JSON_DEPTH before they are checked) breaks it too, and never
+ *   whose `$ref`s loop without going into the value is refused at create (CheckSteps.ts). What is
+ *   checked is held to MAX_JSON_DEPTH before it gets here (a host's output by the HTTP body's
+ *   scan, a model's tool input once its answer is whole: models/Provider.ts `withCheckedCalls`, a
+ *   scripted one by its create's); a check that still overflows the stack breaks it too, and never
  *   throws.
  *
  * Issues have the shape the SDK posts: `{path, message}`, `path` the keys down to the value; at
