@@ -11,12 +11,12 @@ import * as path from "node:path"
 import { Effect, Layer, Option, Random } from "effect"
 import { isSessionIdText, type SessionId } from "../domain/Ids.js"
 import { type CheckpointPieces, CheckpointStore, CheckpointWriteFailed, type CheckpointStoreShape } from "../services/Projection.js"
-import { sessionDir } from "./journal/DataDir.js"
+import { CHECKPOINT_FILE, sessionDir } from "./journal/DataDir.js"
 import { FileDriver, isExhausted, withFile } from "./journal/FileDriver.js"
 import { unavailable } from "./journal/Handle.js"
 import { CHECKPOINT_HEAD_BYTES, checkpointThrough } from "./projection/Checkpoint.js"
 
-export const CHECKPOINT_FILE = "checkpoint"
+export { CHECKPOINT_FILE }
 
 const encodingFailed = (session: string, e: unknown) =>
   new CheckpointWriteFailed({ session, reason: `encoding failed: ${e instanceof Error ? e.message : String(e)}` })

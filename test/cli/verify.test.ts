@@ -14,7 +14,7 @@ import { entry, type Entry } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
-import { wellFramed } from "../support/frames.js"
+import { checkpointFile, wellFramed } from "../support/frames.js"
 import { forgetCommitLog, tempDir } from "../support/journals.js"
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url))
@@ -222,6 +222,26 @@ describe("brain journal verify and remove: a well-framed record that cannot be r
         expect(removed.code, `${c.name}: ${removed.output}`).toBe(0)
         expect(fs.existsSync(path.join(dir, "sessions", s)), c.name).toBe(false)
       }
+    }))
+
+  it.scopedLive("verify checks every record, those a valid checkpoint covers too: one that cannot be read exits 2 naming its file and offset, and remove takes the session away", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* writeSession(dir, s, simple(100))
+      const [covered] = yield* withJournal(dir, (journal) => journal.read(s, { after: 89, limit: 1 }))
+      forgetCommitLog(dir)
+      fs.writeFileSync(path.join(dir, "sessions", s, "checkpoint"), checkpointFile(s, covered!))
+      const [seg] = segmentsOf(dir, s)
+      const original = fs.readFileSync(seg!)
+      const starts = frameStarts(original)
+      fs.writeFileSync(seg!, Buffer.concat([original.subarray(0, starts[9]!), wellFramed(10, "turn_ended", `{"sequence":"x"}`), original.subarray(starts[10]!)]))
+      const r = brain("journal", "verify", dir, s)
+      expect(r.code, r.output).toBe(2)
+      expect(r.stdout).toContain(`${s}: corrupt: ${seg} offset ${starts[9]}: unreadable record`)
+      const removed = brain("journal", "remove", dir, s)
+      expect(removed.code, removed.output).toBe(0)
+      expect(fs.existsSync(path.join(dir, "sessions", s))).toBe(false)
     }))
 })
 

@@ -16,12 +16,12 @@ import { spawn, spawnSync } from "node:child_process"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, Exit, Fiber, Scope, TestClock, TestContext } from "effect"
 import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
-import { entry } from "../../src/domain/Records.js"
+import { entry, type JournalRecord } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
-import { type FrameAt, framesOf, wellFramed } from "../support/frames.js"
+import { checkpointFile, type FrameAt, framesOf, wellFramed } from "../support/frames.js"
 
 const kv = (key: string, value: unknown) => entry("kv_put", { key, value })
 
@@ -544,6 +544,152 @@ describe("JournalFile recovery: a well-framed record that cannot be read is corr
             expect(err.offset).toBe(tenth.start)
             expect(err.reason).toContain("kv_put payload is not JSON")
           }
+        }))
+    }))
+})
+
+describe("JournalFile recovery: frames a valid checkpoint covers", () => {
+  /** Records 1–100, a checkpoint through `through` (valid unless `checkpoint` says otherwise), then the segment as `damage` makes it. */
+  const coveredSession = (
+    through: number,
+    damage: (original: Buffer, frames: ReadonlyArray<FrameAt>) => Buffer,
+    checkpoint: (session: SessionId, covered: JournalRecord) => Buffer = checkpointFile
+  ) =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir()
+      const s = yield* mintSessionId
+      yield* writeSession(dir, s, 100)
+      const [covered] = yield* withJournal(dir, (journal) => journal.read(s, { after: through - 1, limit: 1 }))
+      fs.writeFileSync(path.join(dir, "sessions", s, "checkpoint"), checkpoint(s, covered!))
+      const seg = onlySegment(dir, s)
+      const original = fs.readFileSync(seg)
+      const frames = framesOf(original)
+      fs.writeFileSync(seg, damage(original, frames))
+      return { dir, s, seg, frames }
+    })
+
+  /** Frame `sequence` (1-based) replaced by `frame`. */
+  const replaced = (sequence: number, frame: Buffer) => (original: Buffer, frames: ReadonlyArray<FrameAt>) =>
+    Buffer.concat([original.subarray(0, frames[sequence - 1]!.start), frame, original.subarray(frames[sequence - 1]!.end)])
+
+  it.scopedLive("a record a valid checkpoint covers whose checksums hold but which cannot be read opens, and the read that meets it refuses it as JournalCorrupt naming the frame, never serving it", () =>
+    Effect.gen(function*() {
+      for (const bad of unreadable) {
+        const { dir, s, seg, frames } = yield* coveredSession(90, replaced(10, wellFramed(10, bad.kind, bad.json)))
+        yield* withJournal(dir, (journal) =>
+          Effect.gen(function*() {
+            expect(yield* journal.lastSequence(s), bad.name).toBe(100)
+            for (const from of [0, 5, 9]) {
+              const err = yield* Effect.flip(journal.read(s, { after: from, limit: 100 }))
+              expect(err._tag, bad.name).toBe("JournalCorrupt")
+              if (err._tag === "JournalCorrupt") {
+                expect(err.file, bad.name).toBe(path.relative(dir, seg))
+                expect(err.offset, bad.name).toBe(frames[9]!.start)
+                expect(err.reason, bad.name).toContain("unreadable record")
+              }
+            }
+            // The records around it are served, checked as every read checks them.
+            expect(keysOf(yield* journal.read(s, { after: 0, limit: 9 }))).toEqual(range(1, 9).map((i) => `k${i}`))
+            expect(keysOf(yield* journal.read(s, { after: 10, limit: 100 }))).toEqual(range(11, 100).map((i) => `k${i}`))
+            // Appends go on after it.
+            expect(yield* journal.append(s, [kv("after", 1)])).toEqual([101])
+          }))
+      }
+    }))
+
+  it.scopedLive("a checkpoint that does not hold covers nothing: damaged, of another record at its sequence, past the journal's end, of another session or format, the open refuses a record it claims to cover that cannot be read, as before", () =>
+    Effect.gen(function*() {
+      const bad = wellFramed(10, "turn_ended", `{"sequence":"x"}`)
+      const cases: Array<{ name: string; through: number; checkpoint: (session: SessionId, covered: JournalRecord) => Buffer }> = [
+        {
+          name: "a byte of its state flipped",
+          through: 90,
+          checkpoint: (session, covered) => {
+            const file = checkpointFile(session, covered)
+            file[file.length - 3] ^= 0x01
+            return file
+          }
+        },
+        { name: "another record at its sequence", through: 90, checkpoint: (session, covered) => checkpointFile(session, { ...covered, payload: { key: "other", value: 0 } }) },
+        { name: "a sequence past the journal's end", through: 90, checkpoint: (session, covered) => checkpointFile(session, { ...covered, sequence: 150 }) },
+        { name: "another session's", through: 90, checkpoint: (_session, covered) => checkpointFile(Effect.runSync(mintSessionId), covered) },
+        {
+          name: "another format",
+          through: 90,
+          checkpoint: (session, covered) => {
+            const json = checkpointFile(session, covered).subarray(9).toString("utf8").replace(`"brain-checkpoint/3"`, `"brain-checkpoint/2"`)
+            return Buffer.from(`${zlib.crc32(Buffer.from(json, "utf8")).toString(16).padStart(8, "0")}\n${json}`, "utf8")
+          }
+        },
+        { name: "through the unreadable record itself", through: 10, checkpoint: checkpointFile }
+      ]
+      for (const c of cases) {
+        const { dir, s, seg, frames } = yield* coveredSession(c.through, replaced(10, bad), c.checkpoint)
+        const err = yield* openError(dir, s)
+        expect(err._tag, c.name).toBe("JournalCorrupt")
+        if (err._tag === "JournalCorrupt") {
+          expect(err.file, c.name).toBe(path.relative(dir, seg))
+          expect(err.offset, c.name).toBe(frames[9]!.start)
+          expect(err.reason, c.name).toContain("unreadable record")
+        }
+      }
+    }))
+
+  it.scopedLive("frames a valid checkpoint covers are still checked at open by their checksums, bounds and density", () =>
+    Effect.gen(function*() {
+      const cases: Array<{ name: string; damage: (original: Buffer, frames: ReadonlyArray<FrameAt>) => Buffer; reason: string }> = [
+        {
+          name: "a flipped payload byte",
+          damage: (original, frames) => {
+            const damaged = Buffer.from(original)
+            damaged[frames[9]!.end - 2] ^= 0x01
+            return damaged
+          },
+          reason: "frame body checksum mismatch"
+        },
+        {
+          name: "a flipped length byte",
+          damage: (original, frames) => {
+            const damaged = Buffer.from(original)
+            damaged[frames[9]!.start] ^= 0x01
+            return damaged
+          },
+          reason: "frame header checksum mismatch"
+        },
+        { name: "a sequence out of place", damage: replaced(10, wellFramed(11, "kv_put", `{"key":"k10","value":{"i":10}}`)), reason: "sequence 11 where 10 was expected" }
+      ]
+      for (const c of cases) {
+        const { dir, s, seg, frames } = yield* coveredSession(90, c.damage)
+        const err = yield* openError(dir, s)
+        expect(err._tag, c.name).toBe("JournalCorrupt")
+        if (err._tag === "JournalCorrupt") {
+          expect(err.file, c.name).toBe(path.relative(dir, seg))
+          expect(err.offset, c.name).toBe(frames[9]!.start)
+          expect(err.reason, c.name).toContain(c.reason)
+        }
+      }
+    }))
+
+  it.scopedLive("a record a valid checkpoint covers that the recent tail would serve from memory is checked at open: one that cannot be read refuses the session", () =>
+    Effect.gen(function*() {
+      const { dir, s, seg, frames } = yield* coveredSession(100, replaced(99, wellFramed(99, "turn_ended", `{"sequence":"x"}`)))
+      const err = yield* openError(dir, s)
+      expect(err._tag).toBe("JournalCorrupt")
+      if (err._tag === "JournalCorrupt") {
+        expect(err.file).toBe(path.relative(dir, seg))
+        expect(err.offset).toBe(frames[98]!.start)
+        expect(err.reason).toContain("unreadable record")
+      }
+    }))
+
+  it.scopedLive("a torn final write after the records a valid checkpoint covers is truncated as without one", () =>
+    Effect.gen(function*() {
+      const { dir, s, seg, frames } = yield* coveredSession(90, (original, frames) => original.subarray(0, frames[99]!.end - 3))
+      yield* withJournal(dir, (journal) =>
+        Effect.gen(function*() {
+          expect(yield* journal.lastSequence(s)).toBe(99)
+          expect(fs.statSync(seg).size).toBe(frames[98]!.end)
+          expect(keysOf(yield* journal.read(s, { after: 0, limit: 100 }))).toEqual(range(1, 99).map((i) => `k${i}`))
         }))
     }))
 })

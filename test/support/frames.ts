@@ -4,6 +4,10 @@
  * and builds whole frames of that layout carrying any record, damaged ones included.
  */
 import * as zlib from "node:zlib"
+import type { JournalRecord } from "../../src/domain/Records.js"
+import type { SerializedState } from "../../src/domain/SerializedState.js"
+import { piecesBytes } from "../../src/layers/CheckpointStore.js"
+import { CHECKPOINT_FORMAT, encodeCheckpoint, recordDigest } from "../../src/layers/projection/Checkpoint.js"
 
 export interface FrameAt {
   readonly start: number
@@ -49,3 +53,16 @@ export const wellFramed = (sequence: number, kind: string, json: string, recorde
   header.writeUInt32LE(zlib.crc32(body), 8)
   return Buffer.concat([header, body])
 }
+
+/**
+ * The file a valid checkpoint of `session` folded through `record` is (its checksum, format,
+ * session and `through`, written by the checkpoint's own encoder), with a stand-in state: an
+ * open of the journal reads only the rest.
+ */
+export const checkpointFile = (session: string, record: JournalRecord): Buffer =>
+  piecesBytes(encodeCheckpoint({
+    format: CHECKPOINT_FORMAT,
+    session,
+    through: { sequence: record.sequence, digest: recordDigest(record) },
+    state: { lastSequence: record.sequence } as unknown as SerializedState
+  }))

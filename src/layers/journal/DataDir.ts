@@ -461,6 +461,8 @@ export const openDataDir = (dir: string, lockWaitMs?: number) =>
   })
 
 export const sessionDir = (dataDir: string, session: string) => path.join(dataDir, SESSIONS_DIR, session)
+/** A session's checkpoint, in its directory (written by CheckpointStore.ts; its head read by the journal's open, Cover.ts). */
+export const CHECKPOINT_FILE = "checkpoint"
 /**
  * Where a deleted session's directory is renamed before its files are removed, so that a delete is
  * one atomic step (a crash in the middle of removing files never leaves a session missing some).

@@ -421,7 +421,7 @@ export const make = (driver: FileDriverShape, dataDir: string, options: { readon
       ),
       listable: isSessionId,
       open: (session) =>
-        Effect.map(openHandle(driver, dataDir, session, true), (o) => ({
+        Effect.map(openHandle(driver, dataDir, session, true, true), (o) => ({
           state: o.handle,
           lastSequence: o.lastSequence,
           lastRecordedAtMs: o.lastRecordedAtMs,

@@ -13,8 +13,10 @@ import { JournalCorrupt, JournalUnavailable, SessionNotFound } from "../../servi
 import { journalDir, parseSegmentName, SESSIONS_DIR, segmentName } from "./DataDir.js"
 import { type FileDriverShape, type FileError, isExhausted, withFile } from "./FileDriver.js"
 import { type DecodedFrame, HEADER_BYTES, readFrame } from "./Frame.js"
+import { recordDigest } from "../projection/Checkpoint.js"
+import { type Cover, readCover } from "./Cover.js"
 import { scanSegment } from "./Scan.js"
-import { RecentTail } from "./Tail.js"
+import { type RecentRecord, RecentTail } from "./Tail.js"
 
 export interface Segment {
   readonly firstSequence: number
@@ -154,11 +156,41 @@ export interface TornTail {
   readonly reason: string
 }
 
+/** What an open found: its handle, committed end, recent tail and torn final write (if any). */
+export interface Opened {
+  readonly handle: SessionHandle
+  readonly lastSequence: number
+  readonly lastRecordedAtMs: number
+  readonly recent: ReadonlyArray<RecentRecord>
+  readonly torn: TornTail | undefined
+}
+
 /**
  * Validates every segment. `repair` truncates a torn final write and syncs; without it
  * (the read-only CLI) the torn tail is only reported.
+ *
+ * `withCheckpoint` (the server's opens; never the CLI's, which checks everything) lets a valid
+ * checkpoint shorten the check (docs/journal.md, "Opening and recovery"): the frames before the
+ * record it was folded through are checked by their checksums, bounds and density, and their
+ * records by the reads that return them, as every read checks what it returns — save those the
+ * recent tail keeps, which it serves from memory: they are checked here. The checkpoint covers
+ * them only if its checksum holds (Cover.ts) and the journal's record at its sequence has its
+ * digest, which the scan reaches and checks in full. A checkpoint that does not hold, or any damage
+ * found while it covers, and the whole open is done again checking every record, so that what it
+ * refuses, and where, is what an open without the checkpoint finds.
  */
-export const openHandle = (driver: FileDriverShape, dataDir: string, session: SessionId, repair: boolean) =>
+export const openHandle = (driver: FileDriverShape, dataDir: string, session: SessionId, repair: boolean, withCheckpoint = false) =>
+  Effect.gen(function*() {
+    const cover = withCheckpoint ? yield* readCover(driver, dataDir, session) : undefined
+    if (cover !== undefined) {
+      const covered = yield* openSegments(driver, dataDir, session, repair, cover)
+      if (covered !== undefined) return covered
+    }
+    return (yield* openSegments(driver, dataDir, session, repair, undefined))!
+  })
+
+/** Undefined (only with a cover) when the cover does not hold or damage was found: the caller opens again without it. */
+const openSegments = (driver: FileDriverShape, dataDir: string, session: SessionId, repair: boolean, cover: Cover | undefined) =>
   Effect.gen(function*() {
     const { dir, segments } = yield* listSegments(driver, dataDir, session)
     const handle = new SessionHandle(session, dir)
@@ -167,13 +199,16 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
     let lastRecordedAtMs = 0
     let torn: TornTail | undefined
     let expected = 1
+    /** Whether the record at the cover's sequence is the one the checkpoint was folded through (undefined: not reached). */
+    let coverHolds: boolean | undefined
+    const recordsFrom = cover?.sequence ?? 0
+    /** Damage: refused, or (with a cover) the open done again without it. */
+    const refuse = (e: JournalCorrupt) => (cover === undefined ? Effect.fail(e) : Effect.succeed(undefined))
     for (let i = 0; i < segments.length; i++) {
       const seg = segments[i]!
       const file = seg.path
       if (seg.firstSequence !== expected) {
-        return yield* Effect.fail(
-          corrupt(session, file, 0, `segment starts at sequence ${seg.firstSequence} where ${expected} was expected`)
-        )
+        return yield* refuse(corrupt(session, file, 0, `segment starts at sequence ${seg.firstSequence} where ${expected} was expected`))
       }
       const buf = yield* driver.readFile(file).pipe(Effect.mapError(notRead(session, file)))
       const isFinal = i === segments.length - 1
@@ -184,14 +219,18 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       const result = yield* scanSegment(buf, {
         isFinal,
         firstSequence: seg.firstSequence,
+        recordsFrom,
         onFrame: (frame, offset) => {
           handle.remember(frame.sequence, segIndex, offset)
           if (isFinal) {
             last.push(frame)
             if (last.length >= 2 * RECENT_RECORDS) last = last.slice(-RECENT_RECORDS)
           }
+          if (cover !== undefined && frame.sequence === cover.sequence) coverHolds = digestOf(frame) === cover.digest
         }
       })
+      if (result._tag === "Corrupt") return yield* refuse(corrupt(session, file, result.offset, result.reason))
+      if (coverHolds === false || (isFinal && cover !== undefined && coverHolds !== true)) return undefined
       if (isFinal) {
         // The frames the tail keeps (its bounds, RECENT_RECORDS and RECENT_BYTES, at least one):
         // only they are made text, not a record of megabytes the tail would drop at once.
@@ -203,17 +242,18 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
           bytes += size
           from--
         }
-        tail.keep(last.slice(from).map((frame) => ({
-          sequence: frame.sequence,
-          recordedAtMs: frame.recordedAtMs,
-          kind: frame.kind,
-          json: frame.json.toString("utf8"),
-          size: frame.size
-        })))
+        const kept: Array<RecentRecord> = []
+        for (const frame of last.slice(from)) {
+          const json = frame.json.toString("utf8")
+          // The tail serves its records from memory, unchecked: one the scan left to its read is
+          // checked now, and damage is judged by the open without the cover.
+          if (frame.sequence < recordsFrom && Either.isLeft(readPayload(frame.kind, json))) return undefined
+          kept.push({ sequence: frame.sequence, recordedAtMs: frame.recordedAtMs, kind: frame.kind, json, size: frame.size })
+        }
+        tail.keep(kept)
       }
-      if (result._tag === "Corrupt") return yield* Effect.fail(corrupt(session, file, result.offset, result.reason))
       if (!isFinal && result.lastSequence < seg.firstSequence) {
-        return yield* Effect.fail(corrupt(session, file, 0, "empty non-final segment"))
+        return yield* refuse(corrupt(session, file, 0, "empty non-final segment"))
       }
       if (result._tag === "Torn") {
         torn = { file, offset: result.end, bytes: buf.length - result.end, reason: result.reason ?? "torn write" }
@@ -231,8 +271,18 @@ export const openHandle = (driver: FileDriverShape, dataDir: string, session: Se
       }
       expected = result.lastSequence + 1
     }
-    return { handle, lastSequence, lastRecordedAtMs, recent: tail.records, torn }
+    if (cover !== undefined && coverHolds !== true) return undefined
+    const opened: Opened = { handle, lastSequence, lastRecordedAtMs, recent: tail.records, torn }
+    return opened
   })
+
+/** The digest of a frame's record (Checkpoint.ts, `recordDigest`); undefined when it cannot be read. */
+const digestOf = (frame: DecodedFrame): number | undefined => {
+  const payload = readPayload(frame.kind, frame.json.toString("utf8"))
+  return Either.isLeft(payload)
+    ? undefined
+    : recordDigest({ sequence: frame.sequence, recorded_at_ms: frame.recordedAtMs, kind: frame.kind as RecordKind, payload: payload.right })
+}
 
 export const newSegmentPath = (handle: SessionHandle, firstSequence: number) =>
   path.join(handle.dir, segmentName(firstSequence))

@@ -10,7 +10,12 @@
  *   that never landed: torn too. No valid frame starts with a zero byte run, because the header
  *   checksum of a zero length is not zero.
  *
- * Every record is checked, so a segment (up to 64 MiB) is a lot of main-thread work: it is done
+ * - A frame below `recordsFrom` (the records a valid checkpoint covers, Handle.ts) is checked by
+ *   everything above but its record: its payload is neither parsed nor held to its kind's schema
+ *   here, but by the read that returns it (Handle.ts, `readRecords`), as every read checks every
+ *   record it returns.
+ *
+ * Every frame is checked, so a segment (up to 64 MiB) is a lot of main-thread work: it is done
  * in slices of at most SCAN_SLICE_BYTES of frames or SCAN_SLICE_MS, and the event loop gets a turn
  * (`setImmediate`: timers and sockets too, not only other fibers) between two slices, so that
  * opening a long session does not hold every other request for the whole scan.
@@ -29,6 +34,8 @@ export interface ScanOptions {
   readonly isFinal: boolean
   /** The sequence the first frame must carry. */
   readonly firstSequence: number
+  /** Frames with a lower sequence have their checksums, bounds and density checked, not their records. Default: every record is. */
+  readonly recordsFrom?: number
   /**
    * Called for each committed frame, in order (frames of an atomic append only once it is whole).
    * Its payload is `frame.json` (a view of the segment's bytes): a caller that keeps the text
@@ -54,6 +61,7 @@ export const scanSegment = (buf: Buffer, options: ScanOptions): Effect.Effect<Sc
   Effect.gen(function*() {
     let offset = 0
     let expected = options.firstSequence
+    const recordsFrom = options.recordsFrom ?? 0
     let committedEnd = 0
     let lastSequence = options.firstSequence - 1
     let lastRecordedAtMs = 0
@@ -87,8 +95,10 @@ export const scanSegment = (buf: Buffer, options: ScanOptions): Effect.Effect<Sc
       if (frame.sequence !== expected) {
         return { _tag: "Corrupt", offset, reason: `sequence ${frame.sequence} where ${expected} was expected` } satisfies ScanResult
       }
-      const record = readPayload(frame.kind, frame.json.toString("utf8"))
-      if (Either.isLeft(record)) return { _tag: "Corrupt", offset, reason: `unreadable record: ${record.left}` } satisfies ScanResult
+      if (frame.sequence >= recordsFrom) {
+        const record = readPayload(frame.kind, frame.json.toString("utf8"))
+        if (Either.isLeft(record)) return { _tag: "Corrupt", offset, reason: `unreadable record: ${record.left}` } satisfies ScanResult
+      }
       if (groupStart < 0) groupStart = offset
       group.push([frame, offset])
       offset += frame.size

@@ -169,6 +169,30 @@ export const checkpointThrough = (head: string): number | undefined => {
   return found === null ? undefined : Number(found[1])
 }
 
+/** What a checkpoint's head says: its checksum, session and the record it was folded through. */
+export interface CheckpointHead {
+  /** The header line's CRC-32 of the body, as written (8 hex digits). */
+  readonly checksum: string
+  readonly session: string
+  readonly through: { readonly sequence: number; readonly digest: number }
+}
+
+const HEAD = new RegExp(
+  `^([0-9a-f]{8})\\n\\{"format":${JSON.stringify(CHECKPOINT_FORMAT).replace(/[/]/g, "\\/")},"session":"([^"\\\\]*)","through":\\{"sequence":(\\d{1,15}),"digest":(\\d{1,10})\\}`
+)
+
+/**
+ * A checkpoint of this format's head, read from its first bytes (CHECKPOINT_HEAD_BYTES), as its
+ * encoder writes it (`format`, `session`, `through` first, in that order), without checking the
+ * rest: the caller checks the body against `checksum`. Undefined when its start does not say.
+ */
+export const checkpointHead = (head: string): CheckpointHead | undefined => {
+  const found = HEAD.exec(head)
+  if (found === null) return undefined
+  const sequence = Number(found[3])
+  return sequence < 1 ? undefined : { checksum: found[1]!, session: found[2]!, through: { sequence, digest: Number(found[4]) } }
+}
+
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
 const COMMA = 0x2c
