@@ -19,6 +19,7 @@ import { mintSessionId, type SessionId } from "../../src/domain/Ids.js"
 import { entry, type JournalRecord } from "../../src/domain/Records.js"
 import * as JournalFile from "../../src/layers/JournalFile.js"
 import { layerNode as nodeFiles } from "../../src/layers/journal/FileDriver.js"
+import { lengthCrc } from "../../src/layers/journal/Frame.js"
 import type { JournalShape } from "../../src/services/Journal.js"
 import { tempDir } from "../support/journals.js"
 import { checkpointFile, type FrameAt, framesOf, wellFramed } from "../support/frames.js"
@@ -313,6 +314,15 @@ describe("JournalFile recovery: torn final writes", () => {
 })
 
 describe("JournalFile recovery: corruption refuses the session", () => {
+  it("a frame's length checksum, computed without zlib, is zlib's CRC-32 of its four bytes, whatever they are", () => {
+    const values = [0, 1, 0xff, 0x100, 0x7fffffff, 0x80000000, 0xffffffff, ...Array.from({ length: 5000 }, () => Math.floor(Math.random() * 2 ** 32))]
+    for (const v of values) {
+      const b = Buffer.alloc(7, 0xaa)
+      b.writeUInt32LE(v, 2)
+      expect(lengthCrc(b, 2), `${v}`).toBe(zlib.crc32(b.subarray(2, 6)))
+    }
+  })
+
   it.scopedLive("a flipped byte anywhere in a middle frame (length, checksums, sequence, time, kind, payload) refuses the session with JournalCorrupt naming the file and the frame's offset", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir()
