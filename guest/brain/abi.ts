@@ -7,7 +7,8 @@
  *   `brain_transcript_tail` when it reads only the transcript's tail, `brain_events_from_end` when
  *   it wants its input's Events from the previous activation's end, `brain_configuration_unread`
  *   when it never reads its configuration, `brain_runtime_unread` when it never reads its runtime
- *   envelope) and defines
+ *   envelope, `brain_model_metadata_unread` when it reads of a model answer only its text, tool calls
+ *   and reasoning) and defines
  *   `brain_run` (or `brain_tool`); it reads its input with `readInput` and returns `returnOk(...)`
  *   or `returnError(...)` (a loop may return `returnOkSaving(...)`, its last save riding on it).
  * - Memory comes from AssemblyScript's stub runtime, which never frees: every activation gets a
@@ -57,6 +58,14 @@ export const brain_configuration_unread: i32 = 1
  * read as their empty values). Its value is not read.
  */
 export const brain_runtime_unread: i32 = 1
+
+/**
+ * A loop that re-exports this marker reads of a `model` answer only `text`, `tool_calls` and
+ * `reasoning`: its answers leave out the rest (`stop_reason`, `usage`, `response_id`, `model`,
+ * `provider_stop_reason`), which it would otherwise parse for nothing (docs/abi.md, "Host
+ * services"). Its value is not read.
+ */
+export const brain_model_metadata_unread: i32 = 1
 
 /** Past this many bytes an allocation for Brain checks the memory can hold it first (`ensureRoom`). */
 const LARGE: usize = 1 << 20

@@ -53,7 +53,9 @@ import { hasMedia, interruptionNote, notCarried, notRunNote, repairTranscript, s
 // model call itself, so its input leaves it out (a few dozen tools with schemas are kilobytes).
 // Nor its runtime envelope (the ids, the logical time, the seed): its input leaves that out too,
 // more than half of a text turn's input bytes, which Brain would write and this loop scan for nothing.
-export { brain_abi_v1, brain_alloc, brain_configuration_unread, brain_events_from_end, brain_runtime_unread, brain_transcript_tail } from "../../guest/brain"
+// Of a model's answer it reads the text, the tool calls and the reasoning, never the metadata (the stop
+// reason, the usage, the ids): Brain leaves those out of its answers (a provider's are 200–300 bytes).
+export { brain_abi_v1, brain_alloc, brain_configuration_unread, brain_events_from_end, brain_model_metadata_unread, brain_runtime_unread, brain_transcript_tail } from "../../guest/brain"
 
 // Of the saved messages it needs only those its repair may touch, which the tail always reaches
 // back to (the first tool call no tool message answers, and everything after it): none of the

@@ -344,7 +344,7 @@ export const make = (options: WasmHostOptions) =>
         ),
       runLoop: (module, input, host) => {
         // The same services for the activation and its output's transcript: a delta's base is what the activation last saved.
-        const services = loopServices(host, input.transcript)
+        const services = loopServices(host, input.transcript, module)
         // The input as text: the main thread writes it into the guest's memory as UTF-8 itself.
         const activation: Activation = { moduleId: module.hash, module: module.module, memory: module.memory, entry: "brain_run", input: guestInputJson(input, module, options.ioBytes), perform: services }
         return run(activation, input.runtime.session_id, {

@@ -58,6 +58,12 @@ export interface AdmittedModule {
   readonly configurationUnread: boolean
   /** A loop that exports the `brain_runtime_unread` global: its input leaves out the runtime envelope (docs/abi.md). */
   readonly runtimeUnread: boolean
+  /**
+   * A loop that exports the `brain_model_metadata_unread` global: each `model` answer it is given
+   * carries only `text`, `tool_calls` and `reasoning` (when the model gave any), not the answer's
+   * metadata (`stop_reason`, `usage`, `response_id`, `model`, `provider_stop_reason`; docs/abi.md).
+   */
+  readonly modelMetadataUnread: boolean
   readonly bytes: number
 }
 

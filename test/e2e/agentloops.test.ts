@@ -129,6 +129,20 @@ describe("uploaded modules", () => {
     expect(read.result.runtime).toMatchObject({ session_id: read.session })
   })
 
+  it("a loop exporting brain_model_metadata_unread is given model answers of text, tool_calls and reasoning only; one without it, the whole answer", async () => {
+    const answered = async (bytes: Uint8Array) => {
+      const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))
+      expect(admitted.status).toBe(201)
+      const session = (await request(server().baseUrl, "/v1/sessions", { json: { agentloop: admitted.body.id, model: { provider: "scripted", replies: [{ text: "hi back" }] } } })).body.session_id
+      const turn = await request(server().baseUrl, `/v1/sessions/${session}/messages`, { json: { input: { message: "one" } } })
+      expect(turn.body.turn.status).toBe("ended")
+      return turn.body.turn.result as Record<string, unknown>
+    }
+    const ask = `{"messages":[{"role":"user","content":"hi"}]}`
+    expect(await answered(await wat(calling("model", ask, "brain_run", { modelMetadataUnread: true })))).toEqual({ text: "hi back", tool_calls: [] })
+    expect(await answered(await wat(calling("model", ask)))).toEqual({ text: "hi back", tool_calls: [], stop_reason: "end" })
+  })
+
   it("the example Wasm tool, uploaded and named in a brain Environment, answers each call of two parallel rounds with its input, and the model sees every result", async () => {
     const bytes = new Uint8Array(fs.readFileSync(path.join(ROOT, "dist/loops/examples/echo-tool.wasm")))
     const admitted = await request(server().baseUrl, "/v1/agentloops", wasm(bytes))

@@ -476,6 +476,32 @@ describe("the official loop, compiled", () => {
     expect(runWith({ session_id: "ses_other", turn: 99, activation: 100, now_ms: 1, seed: 7 })).toEqual(without)
   })
 
+  it("it does not read a model answer's metadata (brain_model_metadata_unread): given answers with a provider's metadata, with stop_reason only, or with none, it makes the same calls and gives the same output", () => {
+    expect(officialTail.modelMetadataUnread).toBe(true)
+    const calls = [{ id: "c1", name: "tool_1", input: { p: "x" } }]
+    const metadata = {
+      stop_reason: "end",
+      usage: { input_tokens: 1234, output_tokens: 56, cache_read_input_tokens: 1024, cache_creation_input_tokens: 0 },
+      response_id: "msg_01XFDUDYJgAACzvnptvVoYEL",
+      model: "claude-sonnet-4-20250514",
+      provider_stop_reason: "end_turn"
+    }
+    const runWith = (rewrite: (ok: Record<string, unknown>) => Record<string, unknown>) => {
+      const input = tailOf({ ...activation(), transcript: [] as ReadonlyArray<Message> })
+      const answerer = script([{ text: "looking", tool_calls: calls, reasoning: [{ type: "thinking", thinking: "hm", signature: "s" }] }, { text: "done" }], () => ({ outcome: "ok", output: 7, is_error: false }))()
+      const run = runGuest(official, JSON.stringify(input), (op, request) => {
+        const answer = answerer(op, request) as { ok?: Record<string, unknown> }
+        return op === "model" && answer.ok !== undefined ? { ok: rewrite(answer.ok) } : answer
+      })
+      return [run.calls, run.output, run.failed]
+    }
+    const none = runWith(({ text, tool_calls, reasoning }) => ({ text, tool_calls, ...(reasoning !== undefined ? { reasoning } : {}) }))
+    expect(none[2]).toBeUndefined()
+    expect((none[0] as ReadonlyArray<{ op: string }>).map((c) => c.op)).toEqual(["model", "dispatch", "model"])
+    expect(runWith((ok) => ok)).toEqual(none)
+    expect(runWith((ok) => ({ ...ok, ...metadata }))).toEqual(none)
+  })
+
   it("given only the transcript's tail, it repairs and saves as the TypeScript loop does with the whole: an interrupted round at the end, and one far before the last messages", () => {
     const talk = Array.from({ length: 40 }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `${i}` }))
     const round = { role: "assistant", content: "", tool_calls: [{ id: "x", name: "t", input: {} }, { id: "y", name: "t", input: {} }] }

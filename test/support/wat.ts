@@ -44,6 +44,8 @@ export interface GuestOptions {
   readonly configurationUnread?: boolean
   /** Exports `brain_runtime_unread`: a loop whose input leaves out the runtime envelope. */
   readonly runtimeUnread?: boolean
+  /** Exports `brain_model_metadata_unread`: a loop whose `model` answers leave out their metadata. */
+  readonly modelMetadataUnread?: boolean
   /** Exports a global `brain_events_kind_<kind>` for each: a loop whose input Events are of those kinds only. */
   readonly eventKinds?: ReadonlyArray<string>
 }
@@ -66,6 +68,7 @@ export const guest = (body: string, options: GuestOptions = {}) => `
   ${options.eventsFromEnd === true ? `(global (export "brain_events_from_end") i32 (i32.const 1))` : ""}
   ${options.configurationUnread === true ? `(global (export "brain_configuration_unread") i32 (i32.const 1))` : ""}
   ${options.runtimeUnread === true ? `(global (export "brain_runtime_unread") i32 (i32.const 1))` : ""}
+  ${options.modelMetadataUnread === true ? `(global (export "brain_model_metadata_unread") i32 (i32.const 1))` : ""}
   ${(options.eventKinds ?? []).map((kind) => `(global (export "brain_events_kind_${kind}") i32 (i32.const 1))`).join("\n  ")}
   (global $heap (mut i32) (i32.const 4096))
   (func $alloc ${options.alloc === false ? "" : `(export "brain_alloc")`} (param $n i32) (result i32)
@@ -101,7 +104,7 @@ export const returning = (output: string, entry: Entry = "brain_run") => {
 }
 
 /** A guest that makes one host call and returns its answer as its output. */
-export const calling = (op: string, request: string, entry: Entry = "brain_run", options: { readonly tail?: boolean } = {}) => {
+export const calling = (op: string, request: string, entry: Entry = "brain_run", options: Pick<GuestOptions, "tail" | "modelMetadataUnread"> = {}) => {
   const o = data(200, op)
   const r = data(300, request)
   return guest(`${o.segment} ${r.segment}

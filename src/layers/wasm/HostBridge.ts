@@ -24,6 +24,11 @@
  * checks it as that `set_transcript` call would, with the same saved transcript as the delta's base,
  * and hands it to `setTranscriptAtEnd`, so it is committed with the activation's closing records.
  *
+ * A loop that exports `brain_model_metadata_unread` (`LoopOptions.modelMetadataUnread`) is given
+ * each `model` answer with only the fields the official loop reads (`modelAnswerRead`): what the
+ * Host journaled and returned is the same either way; only the answer's text written into the
+ * guest is shorter (a provider's usage, ids and stop reasons are 200–300 bytes the guest parses).
+ *
  * Messages are checked against the Message schema and passed on as the guest wrote them (the
  * parsed JSON, not a decoded copy): a decoded copy would put their keys in the schema's order, so
  * a guest's records would differ in bytes from an in-process loop's that built the same messages.
@@ -34,6 +39,7 @@ import { failure, type Failure } from "../../domain/Failure.js"
 import { holdsNonFinite, NOT_FINITE, scanJsonText } from "../../domain/JsonText.js"
 import { MAX_JSON_DEPTH, PAGE_EVENTS } from "../../domain/Limits.js"
 import { Json, Message, ToolCallRequest } from "../../domain/Messages.js"
+import type { ModelResult } from "../../domain/Model.js"
 import type { Host, HostCallFailed } from "../../services/Agentloop.js"
 import type { ToolServices } from "../../services/WasmHost.js"
 
@@ -244,12 +250,30 @@ export interface LoopServices {
   readonly save: (request: unknown) => Effect.Effect<void, TranscriptRefused | HostCallFailed>
 }
 
+/** What an Agentloop's module said at admission about what it reads (AdmittedModule). */
+export interface LoopOptions {
+  /** It exports `brain_model_metadata_unread`: its `model` answers carry only `modelAnswerRead`'s fields. */
+  readonly modelMetadataUnread?: boolean
+}
+
+/**
+ * A model's answer as a loop that exports `brain_model_metadata_unread` is given it: `text`,
+ * `tool_calls`, and `reasoning` when the model gave any (docs/abi.md, "Host services"); not
+ * `stop_reason`, `usage`, `response_id`, `model`, `provider_stop_reason`, nor any field added later.
+ */
+export const modelAnswerRead = (result: ModelResult): unknown =>
+  result.reasoning !== undefined
+    ? { text: result.text, tool_calls: result.tool_calls, reasoning: result.reasoning }
+    : { text: result.text, tool_calls: result.tool_calls }
+
 /**
  * An Agentloop's host services. `transcript` is the activation input's transcript (the session's
  * saved one, the Host's own array): the base of a delta `model` or `set_transcript` until the
  * guest's first successful save.
  */
-export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): LoopServices => {
+export const loopServices = (host: Host, transcript: ReadonlyArray<Message>, options: LoopOptions = {}): LoopServices => {
+  /** How a `model` answer is encoded for this loop: whole, or only what it reads. */
+  const modelAnswer = options.modelMetadataUnread === true ? modelAnswerRead : undefined
   /** The saved transcript as this activation last saw it: the input's, then what its last successful save saved. */
   let saved = transcript
   /** The transcript a decoded `set_transcript` request names, or why it is refused. */
@@ -303,7 +327,7 @@ export const loopServices = (host: Host, transcript: ReadonlyArray<Message>): Lo
             ...(r.system !== undefined ? { system: r.system } : {}),
             ...(r.options !== undefined ? { options: r.options } : {})
           }, save.right),
-          undefined,
+          modelAnswer,
           savedAs(save.right)
         )
       }

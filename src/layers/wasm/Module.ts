@@ -314,7 +314,8 @@ const OPTIONAL_MARKERS: ReadonlySet<string> = new Set([
   "brain_transcript_tail_length",
   "brain_events_from_end",
   "brain_configuration_unread",
-  "brain_runtime_unread"
+  "brain_runtime_unread",
+  "brain_model_metadata_unread"
 ])
 
 export interface AdmissionLimits {
@@ -530,6 +531,8 @@ const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: Admi
   const configurationUnread = loop && exports.get("brain_configuration_unread") === "global"
   // And one that does not read the runtime envelope, which its input then leaves out too.
   const runtimeUnread = loop && exports.get("brain_runtime_unread") === "global"
+  // And one that reads of a model's answer only what the official loop reads, whose answers then leave the rest out.
+  const modelMetadataUnread = loop && exports.get("brain_model_metadata_unread") === "global"
   return {
     hash,
     module,
@@ -542,6 +545,7 @@ const checkModule = (bytes: Uint8Array, module: WebAssembly.Module, limits: Admi
     ...(eventKinds.size > 0 ? { eventKinds } : {}),
     configurationUnread,
     runtimeUnread,
+    modelMetadataUnread,
     bytes: bytes.length
   }
 }

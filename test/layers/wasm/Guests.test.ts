@@ -186,6 +186,7 @@ describe("rogue guests", () => {
             ["an events-from-end marker that is a function", { extra: `(func (export "brain_events_from_end"))` }, /brain_events_from_end is not a global \(it is a function\)/],
             ["a configuration marker that is a function", { extra: `(func (export "brain_configuration_unread"))` }, /brain_configuration_unread is not a global \(it is a function\)/],
             ["a runtime marker that is a function", { extra: `(func (export "brain_runtime_unread"))` }, /brain_runtime_unread is not a global \(it is a function\)/],
+            ["a model metadata marker that is a function", { extra: `(func (export "brain_model_metadata_unread"))` }, /brain_model_metadata_unread is not a global \(it is a function\)/],
             ["an Event kind marker that is a function", { extra: `(func (export "brain_events_kind_turn_failed"))` }, /brain_events_kind_turn_failed is not a global \(it is a function\)/],
             ["an Event kind marker that is a table", { extra: `(table (export "brain_events_kind_note") 1 1 funcref)` }, /brain_events_kind_note is not a global \(it is a table\)/],
             ["an Event kind marker naming no kind", { extra: `(global (export "brain_events_kind_") i32 (i32.const 1))` }, /brain_events_kind_ names no Event kind/]
@@ -234,6 +235,17 @@ describe("rogue guests", () => {
       const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
       const mark = `(global (export "brain_runtime_unread") i32 (i32.const 1))`
       const read = (text: string) => Effect.map(Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes))), (m) => m.runtimeUnread)
+      expect(yield* read(loop(mark))).toBe(true)
+      expect(yield* read(loop(""))).toBe(false)
+      expect(yield* read(loop(mark, "brain_tool"))).toBe(false)
+    }).pipe(Effect.scoped))
+
+  it.effect("brain_model_metadata_unread, a global a loop exports, is read at admission; a tool's global is not it, and a module without it is given whole model answers", () =>
+    Effect.gen(function*() {
+      const host = yield* WasmHostWorkers.make(OPTIONS)
+      const loop = (extra: string, entry = "brain_run") => guest(`${extra} (func (export "${entry}") (param i32 i32) (result i64) (i64.const 0))`)
+      const mark = `(global (export "brain_model_metadata_unread") i32 (i32.const 1))`
+      const read = (text: string) => Effect.map(Effect.flatMap(Effect.promise(() => wat(text)), (bytes) => Effect.orDie(host.admit(bytes))), (m) => m.modelMetadataUnread)
       expect(yield* read(loop(mark))).toBe(true)
       expect(yield* read(loop(""))).toBe(false)
       expect(yield* read(loop(mark, "brain_tool"))).toBe(false)

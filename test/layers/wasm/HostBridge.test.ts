@@ -509,3 +509,40 @@ describe("the host bridge: requests of the wrong shape", () => {
       expect(seen).toEqual([])
     }))
 })
+
+describe("the host bridge: a loop that does not read a model answer's metadata", () => {
+  const FULL = {
+    text: "r",
+    tool_calls: [{ id: "c1", name: "t", input: { p: 1 } }],
+    stop_reason: "tool_calls",
+    reasoning: [{ type: "thinking", thinking: "hm", signature: "s" }],
+    usage: { input_tokens: 1234, output_tokens: 56, cache_read_input_tokens: 1024 },
+    response_id: "msg_01XFDUDYJgAACzvnptvVoYEL",
+    model: "claude-sonnet-4-20250514",
+    provider_stop_reason: "tool_use"
+  }
+  const answering = (result: unknown) => {
+    const { host, calls } = recordingHost()
+    return { host: { ...host, model: (request: Parameters<Host["model"]>[0]) => Effect.as(host.model(request), result as any) }, calls }
+  }
+
+  it.effect("with brain_model_metadata_unread a model answer carries only text, tool_calls and reasoning (when given); the Host is asked the same; without the marker the answer is whole", () =>
+    Effect.gen(function*() {
+      const request = { context: { keep: 0, append: [msg("user", "hi")] } }
+      const marked = answering(FULL)
+      expect(yield* perform(loopServices(marked.host, [], { modelMetadataUnread: true }), "model", request)).toEqual({
+        ok: { text: FULL.text, tool_calls: FULL.tool_calls, reasoning: FULL.reasoning }
+      })
+      const { reasoning: _, ...withoutReasoning } = FULL
+      const plain = answering(withoutReasoning)
+      const answer = yield* perform(loopServices(plain.host, [], { modelMetadataUnread: true }), "model", request)
+      expect(answer).toEqual({ ok: { text: FULL.text, tool_calls: FULL.tool_calls } })
+      expect(Object.keys(answer.ok)).toEqual(["text", "tool_calls"])
+      const whole = answering(FULL)
+      expect(yield* perform(loopServices(whole.host, []), "model", request)).toEqual({ ok: FULL })
+      expect(yield* perform(loopServices(whole.host, [], { modelMetadataUnread: false }), "model", request)).toEqual({ ok: FULL })
+      // The Host was asked the same in each case: only the answer's text differs.
+      expect(marked.calls).toEqual(whole.calls.slice(0, 1))
+      expect(plain.calls).toEqual(whole.calls.slice(0, 1))
+    }))
+})
