@@ -160,6 +160,13 @@ export interface StoredJournal {
   readonly segments?: ReadonlyArray<StoredSegment>
 }
 
+/** `Journal.enqueue`'s options. */
+export interface EnqueueOptions {
+  readonly lane?: Lane
+  /** Told the records' sequences once they are given and their writes submitted, before `done` (see `enqueue`). */
+  readonly sequenced?: (sequences: ReadonlyArray<number>) => void
+}
+
 export interface JournalShape {
   /**
    * Creates an empty journal for a new session; durable (directories synced) when it resolves. An
@@ -195,12 +202,19 @@ export interface JournalShape {
    * `append`) answers false unless it offers its own `enqueue`, so its `append` sees every append.
    * For the appends that must go on whatever happens to their caller (an effect's outcome, a
    * turn's close: EffectFenceJournal's `appendWithin`), which otherwise take a fiber of their own.
+   *
+   * `sequenced`, when given, is told the records' sequences once a round has given them and
+   * submitted their writes, before `done`: the sequences `done` answers if the append succeeds.
+   * Nothing is durable then, and the append may still fail: what a caller makes of them is
+   * provisional until `done` succeeds (a turn's close folds its records ahead, Cell.ts
+   * `commitQueueable`). Called at most once, and never after `done`; not at all for an append
+   * refused before a round took it.
    */
   readonly enqueue?: (
     session: SessionId,
     entries: ReadonlyArray<Entry>,
     done: (exit: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void,
-    options?: { readonly lane?: Lane }
+    options?: EnqueueOptions
   ) => boolean
   /**
    * Gives records their sequences and time now, and writes them with the session's next append:

@@ -121,6 +121,43 @@ export const journalContract = (name: string, harness: Effect.Effect<JournalHarn
         expect(yield* journal.lastSequence(s)).toBe(4)
       }))
 
+    it.scoped("enqueue's sequenced, where offered: told once, before done, the very sequences done answers (after what is staged); never for a record refused", () =>
+      Effect.gen(function*() {
+        const { journal } = yield* harness
+        if (journal.enqueue === undefined) return
+        const s = yield* mintSessionId
+        yield* journal.create(s)
+        yield* journal.append(s, [kv("a", 1)])
+        yield* journal.stage(s, [kv("staged", 2)])
+        const seen: Array<string> = []
+        let told: ReadonlyArray<number> | undefined
+        yield* Effect.async<void>((resume) => {
+          const taken = journal.enqueue!(s, [kv("b", 3), kv("c", 4)], (exit) => {
+            seen.push(`done ${Exit.isSuccess(exit) ? exit.value.join(",") : "failed"}`)
+            expect(Exit.isSuccess(exit) && exit.value).toEqual(told)
+            resume(Effect.void)
+          }, {
+            sequenced: (sequences) => {
+              told = sequences
+              seen.push(`sequenced ${sequences.join(",")}`)
+            }
+          })
+          expect(taken).toBe(true)
+        })
+        yield* realPause
+        expect(seen).toEqual(["sequenced 3,4", "done 3,4"])
+        let refusedTold = false
+        const bad = yield* Effect.async<Exit.Exit<ReadonlyArray<number>, JournalAppendError>>((resume) => {
+          journal.enqueue!(s, [{ kind: "kv_put", payload: { key: 7 } } as unknown as Entry], (exit) => resume(Effect.succeed(exit)), {
+            sequenced: () => void (refusedTold = true)
+          })
+        })
+        yield* realPause
+        expect(Exit.isFailure(bad)).toBe(true)
+        expect(refusedTold).toBe(false)
+        expect(yield* journal.lastSequence(s)).toBe(4)
+      }))
+
     it.scoped("enqueue refuses a bad record through done (RecordRejected, nothing written) and takes nothing for a session not open", () =>
       Effect.gen(function*() {
         const { journal } = yield* harness

@@ -273,7 +273,7 @@ export const make = <S>(store: JournalStore<S>, options: CoreOptions = {}): Effe
           done(Exit.fail(prepared))
           return true
         }
-        return writer.enqueue(touch(open), prepared, opts?.lane ?? "latency", done)
+        return writer.enqueue(touch(open), prepared, opts?.lane ?? "latency", done, opts?.sequenced)
       },
       stage: (session, entries) =>
         Effect.suspend(() => {

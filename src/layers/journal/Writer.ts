@@ -65,6 +65,10 @@ interface Pending<S> {
   readonly bytes: number
   /** Answers the appender (the resume of its `Effect.async`, or `Journal.enqueue`'s callback); called exactly once. */
   readonly done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+  /** `Journal.enqueue`'s `sequenced`: told the sequences once the round has submitted its writes, unless answered first. */
+  readonly sequenced: ((sequences: ReadonlyArray<number>) => void) | undefined
+  /** `done` has been called. */
+  answered: boolean
 }
 
 interface RoundShare<S> {
@@ -94,6 +98,19 @@ export const defaultWriterLimits: WriterLimits = {
 
 /** Answered to an append on a session dropped from memory; the journal retries on a fresh open. */
 export const HANDLE_EVICTED = new JournalWriteFailed({ session: "", reason: "the journal handle was dropped from memory" })
+
+/**
+ * Tells an appender its sequences. Its own code, not the round's: a throw is dropped, since the
+ * round's writes are already submitted and must be answered as they land (the appender then has
+ * nothing made ahead, which `sequenced` never promises).
+ */
+const tellSequences = (sequenced: (sequences: ReadonlyArray<number>) => void, sequences: ReadonlyArray<number>) => {
+  try {
+    sequenced(sequences)
+  } catch {
+    // Nothing made ahead; `done` answers as ever.
+  }
+}
 
 export class Writer<S> {
   private readonly latency: Array<Pending<S>> = []
@@ -151,9 +168,10 @@ export class Writer<S> {
     open: OpenSession<S>,
     prepared: ReadonlyArray<Prepared>,
     lane: Lane,
-    done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+    done: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void,
+    sequenced?: (sequences: ReadonlyArray<number>) => void
   ): boolean {
-    return this.tryPush(open, prepared, lane, done) === "answered"
+    return this.tryPush(open, prepared, lane, done, sequenced) === "answered"
   }
 
   /**
@@ -166,7 +184,8 @@ export class Writer<S> {
     open: OpenSession<S>,
     prepared: ReadonlyArray<Prepared>,
     lane: Lane,
-    answer: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void
+    answer: (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => void,
+    sequenced?: (sequences: ReadonlyArray<number>) => void
   ): "answered" | "evicted" | "full" {
     if (open.broken) {
       answer(Exit.fail(open.broken))
@@ -182,11 +201,19 @@ export class Writer<S> {
     const queue = lane === "latency" ? this.latency : this.background
     if (queue.length >= this.limits.queueAppends || (this.queuedBytes > 0 && this.queuedBytes + bytes > this.limits.queueBytes)) return "full"
     open.inflight++
-    const done = (result: Exit.Exit<ReadonlyArray<number>, JournalAppendError>) => {
-      open.inflight--
-      answer(result)
+    const pending: Pending<S> = {
+      open,
+      prepared,
+      bytes,
+      done: (result) => {
+        pending.answered = true
+        open.inflight--
+        answer(result)
+      },
+      sequenced,
+      answered: false
     }
-    queue.push({ open, prepared, bytes, done })
+    queue.push(pending)
     this.queuedBytes += bytes
     this.poke()
     return "answered"
@@ -420,7 +447,16 @@ export class Writer<S> {
       return undefined
     }
     const settle = (i: number, failure: string | undefined, unknown?: boolean) => this.settle(shares[i]!, failure, unknown)
-    return this.store.commitNow !== undefined ? this.store.commitNow(items, settle, onEnd) : this.store.commit(items, settle)
+    const rest = this.store.commitNow !== undefined ? this.store.commitNow(items, settle, onEnd) : this.store.commit(items, settle)
+    // The writes are submitted (or, for the fiber, made): the appenders who asked learn their
+    // sequences now, while the disk writes, unless already answered.
+    for (const share of shares) {
+      for (let a = 0; a < share.appends.length; a++) {
+        const p = share.appends[a]!
+        if (p.sequenced !== undefined && !p.answered) tellSequences(p.sequenced, share.sequences[a]!)
+      }
+    }
+    return rest
   }
 
   /** A round's effect that never fails nor dies: anything unexpected fails the round's appends rather than stopping the writer. */

@@ -26,6 +26,8 @@ interface HeldRound {
   readonly sessions: ReadonlyArray<string>
   /** Makes every item durable (the memory store's commit) and ends the round with `rest`. */
   readonly end: (rest?: Effect.Effect<void>) => void
+  /** Fails every item (nothing of it durable) and ends the round. */
+  readonly fail: (reason: string) => void
 }
 
 /** The memory store, with rounds started now and held until the test ends them; `commit` (the fiber's) counted. */
@@ -50,6 +52,10 @@ const controlled = (options: { readonly throwOnce?: boolean } = {}) => {
         end: (rest) => {
           Effect.runSync(inner.commit(items, onDone))
           onEnd(rest)
+        },
+        fail: (reason) => {
+          items.forEach((_, i) => onDone(i, reason))
+          onEnd(undefined)
         }
       })
       return undefined
@@ -215,5 +221,34 @@ describe("the file store's rounds started now", () => {
       expect(endCalled).toBe(false)
       const records = yield* store.read(state, 0, 2, 10, undefined)
       expect(records.map((r) => r.sequence)).toEqual([1, 2])
+    }))
+
+  it.scoped("an enqueued append is told its sequences while its round is under way, nothing durable yet; done comes only once the round is durable, or failed", () =>
+    Effect.gen(function*() {
+      const c = controlled()
+      const journal = yield* Core.make(c.store)
+      const [a] = yield* sessionsOn(journal, 1)
+      for (const how of ["end", "fail"] as const) {
+        const seen: Array<string> = []
+        let done: ((exit: Exit.Exit<ReadonlyArray<number>, unknown>) => void) | undefined
+        const answered = Effect.async<Exit.Exit<ReadonlyArray<number>, unknown>>((resume) => {
+          done = (exit) => resume(Effect.succeed(exit))
+        })
+        const waiting = yield* Effect.fork(answered)
+        yield* until(() => done !== undefined)
+        const before = yield* journal.lastSequence(a!)
+        expect(journal.enqueue!(a!, [kv("x"), kv("y")], (exit) => {
+          seen.push(Exit.isSuccess(exit) ? `done ${exit.value.join(",")}` : "failed")
+          done!(exit)
+        }, { sequenced: (sequences) => void seen.push(`sequenced ${sequences.join(",")}`) })).toBe(true)
+        yield* until(() => c.rounds.length > 0 && seen.length > 0)
+        expect(seen).toEqual([`sequenced ${before + 1},${before + 2}`])
+        expect(yield* journal.lastSequence(a!)).toBe(before)
+        const round = c.rounds.shift()!
+        if (how === "end") round.end()
+        else round.fail("injected")
+        yield* Fiber.join(waiting)
+        expect(seen).toEqual([`sequenced ${before + 1},${before + 2}`, how === "end" ? `done ${before + 1},${before + 2}` : "failed"])
+      }
     }))
 })
