@@ -14,7 +14,7 @@
 import { type Cause, Effect, Exit, Layer } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Entry } from "../domain/Records.js"
-import { Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
+import { type EnqueueOptions, Journal, type JournalAppendError, type JournalShape } from "../services/Journal.js"
 import {
   type Dispatching,
   EffectFence,
@@ -145,9 +145,20 @@ const awaitDispatching = <A, E>(dispatching: Dispatching<A, E>): Effect.Effect<A
     })
   })
 
-/** A journal append as a `Queueable`. */
-export const journalAppend = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
-  enqueue: (done) => journal.enqueue?.(session, entries, done) ?? false,
+/** The caller's `FenceHooks.ahead` told `entries` with the sequences the journal gave them (`Journal.enqueue`'s `sequenced`). */
+const aheadOf = (hooks: FenceHooks | undefined, entries: ReadonlyArray<Entry>): EnqueueOptions | undefined => {
+  const ahead = hooks?.ahead
+  return ahead === undefined ? undefined : { sequenced: (sequences) => ahead(entries.map((e, i) => [sequences[i]!, e] as const)) }
+}
+
+/** A journal append as a `Queueable` (`options`: `aheadOf`'s). */
+export const journalAppend = (
+  journal: JournalShape,
+  session: SessionId,
+  entries: ReadonlyArray<Entry>,
+  options?: EnqueueOptions
+): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
+  enqueue: (done) => journal.enqueue?.(session, entries, done, options) ?? false,
   effect: journal.append(session, entries)
 })
 
@@ -158,7 +169,12 @@ export const journalAppend = (journal: JournalShape, session: SessionId, entries
  * effects (docs/benchmarks.md, "Host-tool turn, stop 58"). Where it cannot, `journal.append`.
  * Its wait has no canceler, as `journal.append`'s has none: an append once queued lands or fails.
  */
-export const appendNow = (journal: JournalShape, session: SessionId, entries: ReadonlyArray<Entry>): Effect.Effect<ReadonlyArray<number>, JournalAppendError> =>
+export const appendNow = (
+  journal: JournalShape,
+  session: SessionId,
+  entries: ReadonlyArray<Entry>,
+  options?: EnqueueOptions
+): Effect.Effect<ReadonlyArray<number>, JournalAppendError> =>
   journal.enqueue === undefined
     ? journal.append(session, entries)
     : Effect.suspend(() => {
@@ -167,7 +183,7 @@ export const appendNow = (journal: JournalShape, session: SessionId, entries: Re
       const taken = journal.enqueue!(session, entries, (exit) => {
         if (resume !== undefined) resume(exit)
         else answer = exit
-      })
+      }, options)
       if (!taken) return journal.append(session, entries)
       // Answered at once (a broken session, a closed journal), or to come.
       return answer ?? Effect.async<ReadonlyArray<number>, JournalAppendError>((r) => {
@@ -192,7 +208,7 @@ export const make = Effect.gen(function*() {
     hooks: FenceHooks | undefined,
     restore: Restore
   ) {
-    const [seq] = yield* appendNow(journal, session, [started])
+    const [seq] = yield* appendNow(journal, session, [started], aheadOf(hooks, [started]))
     hooks?.committed?.([[seq!, started]])
     return yield* settled(session, seq!, dispatch, outcome, hooks, restore)
   }
@@ -202,7 +218,8 @@ export const make = Effect.gen(function*() {
    * its try gave) and outcome in a fiber of its own (`runRound`).
    */
   function* fencedAll<A, E>(session: SessionId, effects: ReadonlyArray<FencedEffect<A, E>>, hooks: FenceHooks | undefined, restore: Restore) {
-    const seqs = yield* appendNow(journal, session, effects.map((e) => e.started))
+    const starts = effects.map((e) => e.started)
+    const seqs = yield* appendNow(journal, session, starts, aheadOf(hooks, starts))
     hooks?.committed?.(effects.map((e, i) => [seqs[i]!, e.started] as const))
     const nows = effects.map((e, i) => tryNow(e, seqs[i]!))
     if (nows.every((now) => now !== undefined && !isDispatching(now))) {
@@ -279,7 +296,7 @@ export const make = Effect.gen(function*() {
       ended = []
       committed += batch.length
       const closings = batch.map((i) => effects[i]!.outcome(seqs[i]!, exits[i]!, true))
-      const answer = yield* appendWithin(journalAppend(journal, session, closings), config.cleanupDeadlineMs)
+      const answer = yield* appendWithin(journalAppend(journal, session, closings, aheadOf(hooks, closings)), config.cleanupDeadlineMs)
       if (answer._tag === "Unsettled") {
         const failed = yield* Effect.exit(Effect.gen(() => unrecorded(session, seqs[batch[0]!]!, closings[0]!, answer.settled, hooks)))
         if (Exit.isFailure(failed)) first ??= failed.cause
@@ -305,7 +322,7 @@ export const make = Effect.gen(function*() {
     hooks: FenceHooks | undefined
   ) {
     const closings = effects.map((e, i) => e.outcome(seqs[i]!, exits[i]!, true))
-    const committed = yield* appendWithin(journalAppend(journal, session, closings), config.cleanupDeadlineMs)
+    const committed = yield* appendWithin(journalAppend(journal, session, closings, aheadOf(hooks, closings)), config.cleanupDeadlineMs)
     if (committed._tag === "Unsettled") return yield* unrecorded(session, seqs[0]!, closings[0]!, committed.settled, hooks)
     if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
     const outcomes = committed.exit.value
@@ -338,7 +355,7 @@ export const make = Effect.gen(function*() {
       }))
     )
     const closing = outcome(seq, exit, dispatched)
-    const committed = yield* appendWithin(journalAppend(journal, session, [closing]), config.cleanupDeadlineMs)
+    const committed = yield* appendWithin(journalAppend(journal, session, [closing], aheadOf(hooks, [closing])), config.cleanupDeadlineMs)
     if (committed._tag === "Unsettled") return yield* unrecorded(session, seq, closing, committed.settled, hooks)
     if (Exit.isFailure(committed.exit)) return yield* Effect.failCause(committed.exit.cause)
     const outcomeSeq = committed.exit.value[0]!

@@ -59,6 +59,13 @@ export interface FenceHooks {
   /** The records just committed (the started record, then the outcome), to fold into the caller's state. */
   readonly committed?: (entries: ReadonlyArray<readonly [number, Entry]>) => void
   /**
+   * The same records while their append is in flight, once the journal has given them their
+   * sequences (`Journal.enqueue`'s `sequenced`), where it can: nothing is durable yet, and the
+   * append may fail. For work that can be made ahead and used only once `committed` follows with
+   * the same records (Cell.ts `cellFolds`); never acted on by itself.
+   */
+  readonly ahead?: (entries: ReadonlyArray<readonly [number, Entry]>) => void
+  /**
    * The outcome missed the deadline. `settled` waits until that append has landed or failed
    * (the journal always answers); until then nothing the caller writes for the session may be
    * ordered after it, nor any state read that could miss it.

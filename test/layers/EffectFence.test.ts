@@ -532,3 +532,33 @@ describe("EffectFence.fenceAll: effects under way with no fiber (Dispatching)", 
       expect(records.map((r) => (r.payload as { output: string }).output).sort()).toEqual(["a", "c1 dispatched@3"])
     }))
 })
+
+describe("EffectFence: records made ahead", () => {
+  it.scopedLive("a fence tells its caller's `ahead` each append's records with their sequences while the append is in flight, and `committed` the same records only once durable", () =>
+    Effect.gen(function*() {
+      const { journal } = yield* JournalMemory.make
+      const session = yield* mintSessionId
+      yield* journal.create(session)
+      yield* journal.append(session, [entry("session_creation_started", { configuration: { agentloop: "official", model: "m" } })])
+      const fence = yield* fenceWith(journal, 5_000)
+      const seen: Array<string> = []
+      const told = (what: string) => (es: ReadonlyArray<readonly [number, Entry]>) => void seen.push(`${what} ${es.map(([s, e]) => `${s}:${e.kind}`).join(",")}`)
+      let durableAtAhead = -1
+      const hooks: FenceHooks = {
+        ahead: (es) => {
+          told("ahead")(es)
+          durableAtAhead = Effect.runSync(Effect.orElseSucceed(journal.lastSequence(session), () => -2))
+        },
+        committed: told("committed")
+      }
+      yield* fence.fence(session, started, (seq) => Effect.succeed({ secret: seq }), ended, hooks)
+      expect(seen).toEqual([
+        "ahead 2:tool_call_started",
+        "committed 2:tool_call_started",
+        "ahead 3:tool_call_ended",
+        "committed 3:tool_call_ended"
+      ])
+      // Told before it was durable: the journal's end was still the start's.
+      expect(durableAtAhead).toBe(2)
+    }))
+})

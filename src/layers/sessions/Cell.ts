@@ -9,7 +9,7 @@ import { foldMany, type SessionState } from "../../domain/Projection.js"
 import type { Entry, JournalRecord } from "../../domain/Records.js"
 import { type JournalAppendError, type JournalShape, JournalWriteFailed, type Lane } from "../../services/Journal.js"
 import type { EndError, SessionSummary, TurnOutcome } from "../../services/Sessions.js"
-import type { Queueable } from "../../services/EffectFence.js"
+import type { FenceHooks, Queueable } from "../../services/EffectFence.js"
 import type { Once } from "../Waits.js"
 import type { Deadline } from "./Deadline.js"
 
@@ -179,6 +179,42 @@ export class Cell {
     // One copy of the state for the whole write, not one per record.
     this.state = foldMany(this.state, records)
   }
+
+  /**
+   * What `foldIn(committed)` would make of the cell now, made without changing it: for records
+   * whose write is in flight (`commitQueueable`), installed by `install` once it is durable.
+   */
+  foldAhead(committed: ReadonlyArray<readonly [number, Entry]>): FoldedAhead {
+    const riding = this.riding
+    const records: Array<JournalRecord> = []
+    if (riding !== undefined) {
+      records.push({ sequence: riding.sequence, recorded_at_ms: 0, kind: riding.entry.kind, payload: riding.entry.payload })
+    }
+    for (const [sequence, e] of committed) records.push({ sequence, recorded_at_ms: 0, kind: e.kind, payload: e.payload })
+    // `foldMany` copies the state once and leaves the one it was given as it was.
+    return { base: this.state, riding, sequences: committed.map(([sequence]) => sequence), state: foldMany(this.state, records) }
+  }
+
+  /**
+   * Installs a fold made ahead as `foldIn` of the same records would have folded them: only when
+   * the cell is as it was when the fold was made (nothing folded or staged to ride since) and the
+   * write's sequences are the ones it was made with. False, having changed nothing, otherwise.
+   */
+  install(ahead: FoldedAhead, sequences: ReadonlyArray<number>): boolean {
+    if (this.state !== ahead.base || this.riding !== ahead.riding || sequences.length !== ahead.sequences.length) return false
+    for (let i = 0; i < sequences.length; i++) if (sequences[i] !== ahead.sequences[i]) return false
+    this.riding = undefined
+    this.state = ahead.state
+    return true
+  }
+}
+
+/** A fold made while its records' write was in flight (`Cell.foldAhead`), and what it was made from. */
+export interface FoldedAhead {
+  readonly base: SessionState
+  readonly riding: Riding | undefined
+  readonly sequences: ReadonlyArray<number>
+  readonly state: SessionState
 }
 
 /**
@@ -222,24 +258,67 @@ export const commit = (journal: JournalShape, cell: Cell, entries: ReadonlyArray
  * `commit` as an append that goes on whatever happens to its caller (EffectFenceJournal's
  * `Queueable`): queued at once through `Journal.enqueue` where the journal can, the cell broken or
  * the records folded in when it answers, exactly as `commit` does; `commit` itself otherwise.
+ *
+ * Queued, the records are folded while their write is in flight, once the journal has given them
+ * their sequences (`Journal.enqueue`'s `sequenced`): the fold is made aside (`Cell.foldAhead`) and
+ * installed when the write is durable (`Cell.install`), before `done`, so nothing read from the
+ * cell shows it any sooner than `foldIn` would; a write that fails drops it and breaks the cell,
+ * as ever. `ahead`, when given, is called with the sequences and the state made ahead (a turn's
+ * close makes its outcome then), still provisional: its caller uses what it made only once `done`
+ * has succeeded with the same sequences.
  */
-export const commitQueueable = (journal: JournalShape, cell: Cell, entries: ReadonlyArray<Entry>): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
+export const commitQueueable = (
+  journal: JournalShape,
+  cell: Cell,
+  entries: ReadonlyArray<Entry>,
+  ahead?: (sequences: ReadonlyArray<number>, state: SessionState) => void
+): Queueable<ReadonlyArray<number>, JournalAppendError> => ({
   enqueue: (done) => {
     if (cell.broken) {
       done(Exit.fail(brokenCell(cell)))
       return true
     }
+    let folded: FoldedAhead | undefined
+    let answered = false
+    const sequenced = (sequences: ReadonlyArray<number>) => {
+      if (answered || cell.broken) return
+      folded = cell.foldAhead(entries.map((e, i) => [sequences[i]!, e] as const))
+      ahead?.(sequences, folded.state)
+    }
     return journal.enqueue?.(cell.session, entries, (exit) => {
-      if (Exit.isSuccess(exit)) foldedIn(cell, entries, exit.value)
-      else {
+      answered = true
+      if (Exit.isSuccess(exit)) {
+        if (folded === undefined || !cell.install(folded, exit.value)) foldedIn(cell, entries, exit.value)
+      } else {
         const e = Option.getOrUndefined(Cause.failureOption(exit.cause))
         if (e?._tag === "JournalWriteFailed") breakBy(cell, e)
       }
+      folded = undefined
       done(exit)
-    }) ?? false
+    }, { sequenced }) ?? false
   },
   effect: commit(journal, cell, entries)
 })
+
+/**
+ * A fence's folds into the cell (`FenceHooks`): the records folded aside while their append is in
+ * flight (`ahead`, `Cell.foldAhead`), installed when the fence reports them committed if the cell
+ * is as it was and the sequences are the same (`Cell.install`), else folded then (`foldIn`), as
+ * they always were. Concurrent fences sharing these hooks fall back to `foldIn`.
+ */
+export const cellFolds = (cell: Cell): Required<Pick<FenceHooks, "ahead" | "committed">> => {
+  let folded: FoldedAhead | undefined
+  return {
+    ahead: (committed) => {
+      folded = cell.broken ? undefined : cell.foldAhead(committed)
+    },
+    committed: (committed) => {
+      const ahead = folded
+      folded = undefined
+      if (ahead === undefined || !cell.install(ahead, committed.map(([sequence]) => sequence))) cell.foldIn(committed)
+    }
+  }
+}
 
 /**
  * Writes a turn's staged opening on its own, when the turn's first write has not carried it yet

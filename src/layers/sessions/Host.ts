@@ -30,7 +30,7 @@ import type { ServerConfigShape } from "../../services/ServerConfig.js"
 import type { TelemetryShape } from "../../services/Telemetry.js"
 import type { EnvironmentsShape } from "../../services/Environments.js"
 import type { ToolsShape } from "../../services/Tools.js"
-import { breakBy, type CancelReason, type CancelSignal, type Cell, commit, exitOrCancel, flushOpening, landRiding, stageRiding, stageRidingNow } from "./Cell.js"
+import { breakBy, type CancelReason, type CancelSignal, type Cell, cellFolds, commit, exitOrCancel, flushOpening, landRiding, stageRiding, stageRidingNow } from "./Cell.js"
 import { interruptWithin } from "./Abandon.js"
 import { cancelFailure, refuse, storageFailure } from "./HostFailures.js"
 import { makeDispatch } from "./ToolCalls.js"
@@ -212,7 +212,7 @@ export const makeHost = (deps: HostDeps, scope: ActivationScope): Host => {
     })))
 
   const hooks: FenceHooks = {
-    committed: (committed) => cell.foldIn(committed),
+    ...cellFolds(cell),
     unrecorded: (settled) => {
       cell.broken = true
       scope.unsettled.push(settled)

@@ -33,7 +33,7 @@ import { transcriptRoom } from "./TranscriptRoom.js"
 import { cancelFailure } from "./HostFailures.js"
 import { PAGE_EVENTS } from "../../domain/Limits.js"
 import { appendWithin } from "../EffectFenceJournal.js"
-import { turnOutcome } from "./Requests.js"
+import { type TurnClose, turnOutcome } from "./Requests.js"
 import { Writes } from "./Writes.js"
 import { namedCalls, OpenCalls } from "./OpenCalls.js"
 import { committedResults } from "./CommittedResults.js"
@@ -236,7 +236,19 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   let saving = atEnd !== undefined
   const entriesOf = () => (saving ? [atEnd!, ...closingEntries(closing)] : closingEntries(closing))
   const lateOutcomes = scope.unsettled.length
-  let closed = yield* appendWithin(commitQueueable(journal, cell, entriesOf()), config.cleanupDeadlineMs)
+  // The outcome of a recorded close, made while its append is in flight once the journal has
+  // given its sequences (Cell.ts `commitQueueable`), and used only if the append is durable with
+  // the same last sequence: what `turnOutcome` makes of it then.
+  let made: { readonly last: number; readonly outcome: TurnOutcome } | undefined
+  const closeAhead = () => {
+    const close: TurnClose = closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
+    made = undefined
+    return commitQueueable(journal, cell, entriesOf(), (sequences) => {
+      const last = sequences[sequences.length - 1]!
+      made = { last, outcome: turnOutcome(cell.session, turn.sequence, last, close) }
+    })
+  }
+  let closed = yield* appendWithin(closeAhead(), config.cleanupDeadlineMs)
   // A closing append the journal refused wrote nothing (RecordRejected: a record it cannot take,
   // such as one above its frame maximum). The turn must still close, healthy: without the saved
   // transcript when that was the record refused (as a refused set_transcript would fail it), else
@@ -254,7 +266,7 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
       closing = failure("agentloop_failed", `the turn's ${closing === undefined ? "result" : `failure (${closing.code})`} could not be recorded: ${refused.value.reason}`)
     }
     result = undefined
-    closed = yield* appendWithin(commitQueueable(journal, cell, entriesOf()), config.cleanupDeadlineMs)
+    closed = yield* appendWithin(closeAhead(), config.cleanupDeadlineMs)
   }
   if (closed._tag === "Unsettled") {
     // Its state now lacks records that may still land: the cell commits nothing more.
@@ -287,12 +299,14 @@ function* turnOf(deps: HostDeps, start: TurnStart, restore: <A, E, R>(effect: Ef
   const neverStarted = !recorded && closed._tag === "Answered" && scope.unsettled.length === 0 &&
     cell.opening !== undefined && durable !== undefined && durable < turn.sequence
   const outcome: TurnOutcome = recorded
-    ? turnOutcome(
+    ? made !== undefined && made.last === recorded[recorded.length - 1]
+      ? made.outcome
+      : turnOutcome(
       cell.session,
       turn.sequence,
-      recorded[recorded.length - 1]!,
-      closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
-    )
+        recorded[recorded.length - 1]!,
+        closing ? { kind: "turn_failed", failure: closing } : { kind: "turn_ended", result }
+      )
     : {
       session_id: cell.session,
       // Unrecorded, the turn is closed in memory all the same: the session's next access records
