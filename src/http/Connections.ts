@@ -171,7 +171,7 @@ const rawRefusal = (status: number, reason: string, refusal: ApiError, headers =
 }
 
 /** An `invalid_request`, its issue the request as a whole, written straight to the socket. */
-const rawAnswer = (status: number, reason: string, message: string, retryable: boolean) =>
+export const rawAnswer = (status: number, reason: string, message: string, retryable: boolean) =>
   rawRefusal(status, reason, new InvalidRequest({ message, retryable }))
 
 /**

@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { SERVER_NODE_FLAGS } from "../../src/cli/nodeFlags.js"
 import { BIN, ensureBuilt, eventually, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
 import { connect, exchange, expectBrainError, portOf } from "../support/wire.js"
+import { PROBE_CONNECTIONS, PROBE_HEADER_BYTES, PROBE_HEADERS_MS } from "../../src/http/Probes.js"
 
 const TOKEN = "probe-test-token"
 const MAX_CONNECTIONS = 8
@@ -55,6 +56,39 @@ describe("the probes' listener of its own", () => {
     expectBrainError(post, 405, "method_not_allowed")
     expect(post?.headers["allow"]).toBe("GET, HEAD")
     expect(post?.body.details).toEqual({ allow: ["GET", "HEAD"] })
+  })
+
+  it("no client keeps a probe out: past PROBE_CONNECTIONS silent connections the newcomer is answered and the oldest silent one closed", async () => {
+    const probes = await probePort(server)
+    const silent = await Promise.all(Array.from({ length: PROBE_CONNECTIONS }, () => connect(probes)))
+    try {
+      const [live] = await exchange(probes, "GET /health/live HTTP/1.1\r\nhost: brain\r\n\r\n")
+      expect(live?.status).toBe(204)
+      await silent[0]!.until("the oldest silent connection to be closed", () => silent[0]!.ended)
+      expect(silent.slice(1).some((w) => !w.ended)).toBe(true)
+    } finally {
+      for (const w of silent) w.socket.destroy()
+    }
+  })
+
+  it("a connection that sends no request head within PROBE_HEADERS_MS is answered 408 in Brain's error body and closed", async () => {
+    const probes = await probePort(server)
+    const silent = await connect(probes)
+    // A hang guard far above the bound and the listener's look for it, not a timing claim.
+    await silent.until("the server to close it", () => silent.ended, PROBE_HEADERS_MS + 20_000)
+    expectBrainError(silent.responses()[0], 408, "invalid_request")
+    expect(silent.responses()[0]!.body.message).toContain("PROBE_HEADERS_MS")
+  }, 60_000)
+
+  it("a request that cannot be parsed, one without Host and one whose head is too large are refused in Brain's error body (400, 400 naming host, 431)", async () => {
+    const probes = await probePort(server)
+    const [garbage] = await exchange(probes, "\x01\x02 nonsense\r\n\r\n")
+    expectBrainError(garbage, 400, "invalid_request")
+    const [hostless] = await exchange(probes, "GET /health/live HTTP/1.1\r\n\r\n")
+    expectBrainError(hostless, 400, "invalid_request")
+    expect(hostless!.body.details[0].path).toEqual(["host"])
+    const [large] = await exchange(probes, `GET /health/live HTTP/1.1\r\nhost: brain\r\nx-pad: ${"a".repeat(PROBE_HEADER_BYTES + 1024)}\r\n\r\n`)
+    expectBrainError(large, 431, "invalid_request")
   })
 
   it("/health/ready is 503 overloaded on the probes' listener while every API connection is taken, live stays 204, and ready is 204 again once they go", async () => {
