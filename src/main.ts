@@ -11,10 +11,10 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
-import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Option, Runtime } from "effect"
+import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Option, Redacted, Runtime } from "effect"
 import { sessionServices } from "./Composition.js"
 import { DIST_ROOT } from "./DistRoot.js"
-import { OPEN_JOURNAL_FILES } from "./domain/Limits.js"
+import { MIN_REDACTED_KEY_CHARS, OPEN_JOURNAL_FILES } from "./domain/Limits.js"
 import * as AgentloopsModules from "./layers/AgentloopsModules.js"
 import { fileStore } from "./layers/agentloops/ModuleStore.js"
 import * as WasmHostWorkers from "./layers/WasmHostWorkers.js"
@@ -54,7 +54,7 @@ import { refuseArrivingBodies } from "./http/Draining.js"
 import { gate, type GateOptions } from "./http/Middleware.js"
 import { hostResultsRoute, sends, socketListener } from "./http/SocketRoutes.js"
 import type { AgentloopShape } from "./services/Agentloop.js"
-import type { ModelProvider } from "./domain/ModelBinding.js"
+import { keyRedacted, type ModelProvider } from "./domain/ModelBinding.js"
 import { ModelBindings, type ModelBindingsInvalid, type ModelBindingsShape } from "./services/ModelBindings.js"
 import { EnvironmentBindings, Environments } from "./services/Environments.js"
 import { Hosts, type HostsShape } from "./services/Hosts.js"
@@ -458,6 +458,14 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         ? "model bindings: none (BRAIN_MODELS unset); sessions use the scripted model"
         : `model bindings: ${bindings.names.map((n) => `${n} (${bindings.get(n)!.binding.provider} ${bindings.get(n)!.binding.model})`).join(", ")}`
     )
+    for (const name of bindings.names) {
+      const key = bindings.get(name)!.apiKey
+      if (key !== undefined && !keyRedacted(Redacted.value(key))) {
+        yield* Effect.logWarning(
+          `model binding ${name}: its key is shorter than ${MIN_REDACTED_KEY_CHARS} characters, so it is not redacted from what Brain records and shows (docs/models.md); a real provider key is longer`
+        )
+      }
+    }
     const environmentBindings = Context.get(context, EnvironmentBindings)
     yield* Effect.log(
       environmentBindings.names.length === 0

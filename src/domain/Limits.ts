@@ -60,6 +60,19 @@ export const MODEL_ERROR_BODY_MS = 5_000
  */
 export const MODEL_RETRY_ADVICE_MAX_MS = TIMER_SETTING_MAX_MS
 
+/**
+ * Characters. The shortest model key Brain redacts from what it records and shows (a failure's
+ * message and details, a model's answer, a live delta). A key this long or longer is replaced
+ * wherever it occurs, inside a longer string too (a URL's query, an echoed header, a run of other
+ * characters): a real provider key is 32 or more characters (OpenAI, Anthropic, Google, Azure,
+ * Mistral, Groq), so it never occurs by chance in ordinary text. A shorter key is a placeholder for
+ * a server that takes any key ("k", "none", "EMPTY", "ollama", "not-needed"): replacing it
+ * wherever its characters occur would mangle ordinary text (a usage count's name, the binding's
+ * name, the model's words) while protecting nothing, so it is not redacted, and the server says
+ * so once at start for its binding (never quoting the key).
+ */
+export const MIN_REDACTED_KEY_CHARS = 16
+
 /** Bytes. A segment rotates once it would pass this size, so no file grows without bound. */
 export const SEGMENT_ROTATE_BYTES = 64 * 1024 * 1024
 

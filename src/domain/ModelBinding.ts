@@ -11,6 +11,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { Json } from "./Messages.js"
 import { BaseUrl, comparableBaseUrl } from "./BaseUrl.js"
+import { MIN_REDACTED_KEY_CHARS } from "./Limits.js"
 
 export const ModelProvider = Schema.Literal("openai-responses", "openai-chat", "anthropic")
 export type ModelProvider = typeof ModelProvider.Type
@@ -155,3 +156,10 @@ export const keyRefusal = (variable: string, value: string): string | undefined 
   }
   return undefined
 }
+
+/**
+ * Whether a model key is redacted from what Brain records and shows: one of MIN_REDACTED_KEY_CHARS
+ * characters or more, wherever it occurs; a shorter one (a placeholder for a server that takes any
+ * key) is not, since replacing it would mangle ordinary text (docs/models.md).
+ */
+export const keyRedacted = (key: string): boolean => key.length >= MIN_REDACTED_KEY_CHARS

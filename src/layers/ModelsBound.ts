@@ -11,7 +11,7 @@
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Effect, Layer, Redacted } from "effect"
 import type { ModelDelta } from "../domain/Model.js"
-import { endpointChange, type ModelProvider } from "../domain/ModelBinding.js"
+import { endpointChange, keyRedacted, type ModelProvider } from "../domain/ModelBinding.js"
 import { redactText } from "../domain/Redaction.js"
 import { ModelBindings } from "../services/ModelBindings.js"
 import { ModelFailed, Models, type ModelsShape } from "../services/Models.js"
@@ -27,11 +27,12 @@ const moved = (message: string) => new ModelFailed({ code: "model_binding_moved"
 /**
  * `onDelta` with the key redacted from each delta that holds it whole (a gateway echoing the
  * request as its answer): live deltas are never journaled, but they are shown. A key split across
- * two deltas passes; the answer recorded is redacted whole (models/Http.ts).
+ * two deltas passes; the answer recorded is redacted whole (models/Http.ts). A key shorter than
+ * MIN_REDACTED_KEY_CHARS (a placeholder: `keyRedacted`) is not redacted, here as there.
  */
 const deltasWithout = (onDelta: (delta: ModelDelta) => void, apiKey: Redacted.Redacted | undefined): (delta: ModelDelta) => void => {
   if (apiKey === undefined) return onDelta
-  const secrets = [Redacted.value(apiKey)].filter((s) => s !== "")
+  const secrets = [Redacted.value(apiKey)].filter(keyRedacted)
   if (secrets.length === 0) return onDelta
   const key = secrets[0]!
   return (delta) => {

@@ -6,7 +6,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
 import { SessionConfiguration } from "../../src/domain/Configuration.js"
-import { endpointChange, endpointUrl, ModelBinding, RecordedBinding } from "../../src/domain/ModelBinding.js"
+import { MIN_REDACTED_KEY_CHARS } from "../../src/domain/Limits.js"
+import { endpointChange, endpointUrl, keyRedacted, ModelBinding, RecordedBinding } from "../../src/domain/ModelBinding.js"
 
 const bound = (provider: ModelBinding["provider"], base_url?: string): ModelBinding => ({ provider, model: "m", ...(base_url !== undefined ? { base_url } : {}) })
 const chat = (base_url?: string) => bound("openai-chat", base_url)
@@ -73,5 +74,13 @@ describe("model binding endpoints", () => {
       expect(Either.isRight(Schema.decodeUnknownEither(ModelBinding)({ provider: "openai-chat", model: "m", base_url })), base_url).toBe(false)
     }
     expect(Either.isRight(Schema.decodeUnknownEither(RecordedBinding)({ name: "chat", provider: "openai-chat", model: "m", base_url: "not a url" }))).toBe(false)
+  })
+})
+
+describe("which model keys are redacted", () => {
+  it("a key of MIN_REDACTED_KEY_CHARS characters or more is redacted (every real provider key is), a shorter placeholder is not", () => {
+    expect(MIN_REDACTED_KEY_CHARS).toBeLessThanOrEqual(20)
+    for (const key of ["sk-proj-0123456789abcdefghij", "sk-ant-api03-abcdefghij", "x".repeat(MIN_REDACTED_KEY_CHARS), "sk-no-key-required"]) expect(keyRedacted(key), key).toBe(true)
+    for (const key of ["", "k", "x", "none", "EMPTY", "ollama", "not-needed", "x".repeat(MIN_REDACTED_KEY_CHARS - 1)]) expect(keyRedacted(key), key).toBe(false)
   })
 })

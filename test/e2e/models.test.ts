@@ -9,6 +9,8 @@
  * - Start: the loaded binding names are printed (never keys); a malformed file, a base_url with
  *   credentials, a query or a fragment, or a key that is empty or holds a line break refuses the
  *   start naming the file, the field and the reason; an unknown name is refused at create.
+ * - A placeholder key (shorter than MIN_REDACTED_KEY_CHARS): said once at start, never redacted
+ *   (its characters would mangle ordinary text).
  * - Crash: `kill -9` in the middle of a streamed answer; after the restart the call is recorded
  *   failed and ambiguous, and the provider counted exactly one request.
  */
@@ -168,6 +170,40 @@ describe("model bindings against a fake OpenAI-compatible server", () => {
         await refused.dispose()
       }
     }))
+  }, 60_000)
+})
+
+describe("a binding whose key is a placeholder shorter than MIN_REDACTED_KEY_CHARS (a local server that takes any key)", () => {
+  it("the server says once at start that the binding's key is not redacted, naming the binding, and the live deltas, the answer and the journaled usage come back as the provider sent them", async () => {
+    const words = "kind folk keep talking"
+    const fake = await FakeProvider.start(() => ({ steps: openAiFinishing("stop", words) }))
+    const models = JSON.stringify({ fake: { provider: "openai-chat", model: "m", base_url: `${fake.url}/v1`, api_key_env: "E2E_SHORT_KEY" } })
+    const server = await startServer({ env: { BRAIN_MODELS: models, E2E_SHORT_KEY: "k" } })
+    try {
+      const said = server.output.split("\n").filter((l) => l.includes("not redacted"))
+      expect(said, server.output).toHaveLength(1)
+      expect(said[0]).toContain("model binding fake: its key is shorter than 16 characters")
+      const created = await request(server.baseUrl, "/v1/sessions", { json: { model: "fake" } })
+      expect(created.status, created.text).toBe(201)
+      const id = created.body.session_id
+      const live = await openSse(server.url(`/v1/sessions/${id}/events?after=0`))
+      await live.until("the catch-up", () => live.frames.some((f) => f.event === "session_creation_ended"))
+      const sent = await request(server.baseUrl, `/v1/sessions/${id}/messages`, { json: { input: { message: "talk" } } })
+      expect(sent.status, sent.text).toBe(200)
+      expect(sent.body.turn).toMatchObject({ status: "ended", result: { text: words } })
+      await live.until("the turn's end", () => live.frames.some((f) => f.event === "turn_ended"))
+      live.close()
+      const deltas = live.frames.filter((f) => f.event === "model_delta").map((f) => f.json)
+      expect(deltas.filter((d) => d.type === "text").map((d) => d.text).join("")).toBe(words)
+      const ended = live.frames.filter((f) => f.event === "model_call_ended").map((f) => f.json.data.result)
+      expect(ended).toMatchObject([{ text: words, usage: { input_tokens: 5, output_tokens: 3 } }])
+      const mangled = filesUnder(server.dataDir).filter((f) => fs.readFileSync(f).includes("<redacted>"))
+      expect(mangled).toEqual([])
+      expect(server.output).not.toContain("<redacted>")
+    } finally {
+      await server.dispose()
+      await fake.close()
+    }
   }, 60_000)
 })
 

@@ -43,7 +43,9 @@
  *
  * The call's secrets (each secret header's value, and the key in `Bearer <key>`) are redacted
  * from every failure it answers, the provider's fold's too, and from every string of the answer
- * (its text, a tool call's input, its reasoning; its numbers kept): a provider or a gateway may
+ * (its text, a tool call's input, its reasoning; its numbers kept), wherever they occur in a
+ * string, inside a longer one too; a key shorter than MIN_REDACTED_KEY_CHARS (a placeholder,
+ * `keyRedacted`) is not, as it would mangle ordinary text. A provider or a gateway may
  * quote the key back (a 401 body, an error event, a gateway echoing the request as the answer),
  * and both are journaled and shown. The live deltas are handed on as they arrive (ModelsBound.ts
  * redacts a delta that holds the key whole; a key straddling two passes); they are never journaled.
@@ -64,6 +66,7 @@ import type { Transform } from "node:stream"
 import * as zlib from "node:zlib"
 import type { Dispatcher } from "undici"
 import { MODEL_ERROR_BODY_MS, MODEL_RETRY_ADVICE_MAX_MS } from "../../domain/Limits.js"
+import { keyRedacted } from "../../domain/ModelBinding.js"
 import { redact, redactCutText, redactText, redactTexts } from "../../domain/Redaction.js"
 import { makeSseParser } from "../../domain/SseParser.js"
 import { ModelFailed } from "../../services/Models.js"
@@ -124,19 +127,22 @@ const failed = (
 ) => new ModelFailed({ code, message, ...options })
 
 /**
- * The secret values a call sends, longest first: each secret header's value, and an
- * `Authorization` value's credentials without their scheme (`Bearer <key>` → the key), which is
- * what a server quoting the key back quotes.
+ * The secret values a call sends that are redacted, longest first: each secret header's value, and
+ * an `Authorization` value's credentials without their scheme (`Bearer <key>` → the key), which is
+ * what a server quoting the key back quotes. A key shorter than MIN_REDACTED_KEY_CHARS (a
+ * placeholder: `keyRedacted`) is left out, its `Bearer` form too: replacing it would mangle
+ * ordinary text.
  */
 const secretsOf = (headers: Readonly<Record<string, Redacted.Redacted>> | undefined): ReadonlyArray<string> => {
   const found = new Set<string>()
   for (const secret of Object.values(headers ?? {})) {
     const value = Redacted.value(secret)
-    found.add(value)
     const credentials = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+ +(\S.*)$/.exec(value)?.[1]
+    if (!keyRedacted(credentials ?? value)) continue
+    found.add(value)
     if (credentials !== undefined) found.add(credentials)
   }
-  return [...found].filter((s) => s !== "").sort((a, b) => b.length - a.length)
+  return [...found].sort((a, b) => b.length - a.length)
 }
 
 /**

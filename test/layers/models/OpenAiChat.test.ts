@@ -10,6 +10,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Either, Exit, Fiber, Redacted } from "effect"
 import * as util from "node:util"
 import type { ModelDelta, ModelRequest } from "../../../src/domain/Model.js"
+import { MIN_REDACTED_KEY_CHARS } from "../../../src/domain/Limits.js"
 import type { RecordedBinding } from "../../../src/domain/ModelBinding.js"
 import { openAiChat } from "../../../src/layers/models/OpenAiChat.js"
 import { chatCompletionsUrl } from "../../../src/layers/models/openaiChat/ChatRequest.js"
@@ -550,6 +551,51 @@ describe("the openai-chat provider", () => {
       expect(answer.text).toBe("your header was <redacted>")
       expect(answer.tool_calls).toEqual([{ id: "call_1", name: "echo", input: { key: "<redacted>" } }])
       expect(JSON.stringify(answer)).not.toContain(KEY)
+    }))
+
+  it.scopedLive("a key shorter than MIN_REDACTED_KEY_CHARS is not redacted: with a one-character key the answer's words, tool input and usage names, and a failure's message naming the binding, come back as the provider sent them", () =>
+    Effect.gen(function*() {
+      const words = "keep talking, kind folk: k"
+      const answering = yield* fakeServer({
+        steps: [
+          openAi.delta({ role: "assistant", content: words }),
+          openAi.delta({ tool_calls: [{ index: 0, id: "call_k", type: "function", function: { name: "kick", arguments: JSON.stringify({ kind: "k" }) } }] }),
+          openAi.delta({}, "tool_calls"),
+          openAi.usage(30, 12),
+          DONE
+        ]
+      })
+      const run = { key: "k", binding: { name: "fake" } }
+      const answer = ok((yield* call(answering, run)).result)
+      expect(answer).toMatchObject({ text: words, tool_calls: [{ id: "call_k", name: "kick", input: { kind: "k" } }], usage: { input_tokens: 30, output_tokens: 12 } })
+      expect(JSON.stringify(answer)).not.toContain("<redacted>")
+      const refusing = yield* fakeServer({ status: 500, steps: ["the gateway for fake took key k"] })
+      const failed = failure((yield* call(refusing, run)).result)
+      expect(failed.message).toBe('openai-chat "fake" answered 500')
+      expect(failed.details).toMatchObject({ body: "the gateway for fake took key k" })
+      // The boundary: one character short of the minimum passes as sent.
+      const almost = "p".repeat(MIN_REDACTED_KEY_CHARS - 1)
+      const echoing = yield* fakeServer({ status: 401, steps: [`bad key ${almost}`] })
+      expect(failure((yield* call(echoing, { key: almost })).result).details).toMatchObject({ body: `bad key ${almost}` })
+    }))
+
+  it.scopedLive("a key of MIN_REDACTED_KEY_CHARS or more is redacted wherever it occurs, inside a longer string too: a URL's query, an echoed header, a run of other key-like characters", () =>
+    Effect.gen(function*() {
+      const embedded = (key: string) =>
+        `see https://gw.example/v1?api_key=${key}&x=1, Authorization: Bearer%20${key}, blob abc${key}def, ${JSON.stringify({ [key]: 1 })}`
+      const shown = `see https://gw.example/v1?api_key=<redacted>&x=1, Authorization: Bearer%20<redacted>, blob abc<redacted>def, {"<redacted>":1}`
+      for (const key of [KEY, "q".repeat(MIN_REDACTED_KEY_CHARS)]) {
+        const echoing = yield* fakeServer({
+          steps: [openAi.delta({ role: "assistant", content: embedded(key) }), openAi.delta({}, "stop"), openAi.usage(5, 3), DONE]
+        })
+        const answer = ok((yield* call(echoing, { key })).result)
+        expect(answer.text).toBe(shown)
+        expect(answer.usage).toEqual({ input_tokens: 5, output_tokens: 3 })
+        const refusing = yield* fakeServer({ status: 401, steps: [embedded(key)] })
+        const failed = failure((yield* call(refusing, { key })).result)
+        expect(failed.details).toMatchObject({ body: shown })
+        expect(JSON.stringify(failed)).not.toContain(key)
+      }
     }))
 
   it.scopedLive("a usage counter that is not a non-negative integer (a fraction, a negative, a string) is left out; the answer is kept", () =>
