@@ -472,6 +472,15 @@ const serveOn = (given: ServerConfigShape, extensions: Extensions) =>
         ? "environment bindings: none (BRAIN_ENVIRONMENTS unset)"
         : `environment bindings: ${environmentBindings.names.map((n) => `${n} (${resolve(environmentBindings.get(n)!.binding).base_url})`).join(", ")}`
     )
+    for (const name of environmentBindings.names) {
+      const bound = environmentBindings.get(name)!
+      const values = [...bound.headers.map(([, v]) => v), ...(bound.token !== undefined ? [bound.token] : [])]
+      if (values.some((v) => !keyRedacted(Redacted.value(v)))) {
+        yield* Effect.logWarning(
+          `environment binding ${name}: a credential of it is shorter than ${MIN_REDACTED_KEY_CHARS} characters, so it is not redacted from what Brain records and shows (docs/environments.md)`
+        )
+      }
+    }
     yield* Effect.log(describeSink(config.telemetry))
     yield* Effect.log(`brain listening on http://${where} (data: ${path.resolve(config.dataDir)})`)
     if (probesAt !== undefined) yield* Effect.log(`health probes also on http://${probesAt}/health/live and /health/ready`)

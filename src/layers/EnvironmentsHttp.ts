@@ -47,6 +47,7 @@ import {
 } from "../services/Environments.js"
 import { readReply, type Reading } from "./environments/Answers.js"
 import { exchange, exchangeNow, type Post } from "./environments/Exchange.js"
+import { keyRedacted } from "../domain/ModelBinding.js"
 
 export interface EnvironmentsHttpOptions {
   /** BRAIN_ENVIRONMENTS, parsed: the bindings as configured now (credentials included). */
@@ -84,7 +85,9 @@ const targetOf = (bindings: EnvironmentBindings, environment: AdmittedEnvironmen
   }
   const secretHeaders: Array<readonly [string, Redacted.Redacted]> = [...bound.headers]
   if (bound.token !== undefined) secretHeaders.push(["authorization", Redacted.make(`Bearer ${Redacted.value(bound.token)}`)])
-  const secrets = [...bound.headers.map(([, v]) => Redacted.value(v)), ...(bound.token !== undefined ? [Redacted.value(bound.token)] : [])]
+  // A value shorter than MIN_REDACTED_KEY_CHARS is a placeholder, not a secret worth mangling
+  // every answer for (a one-character token would replace that character everywhere): as a model key.
+  const secrets = [...bound.headers.map(([, v]) => Redacted.value(v)), ...(bound.token !== undefined ? [Redacted.value(bound.token)] : [])].filter(keyRedacted)
   return Either.right({
     environment: environment.name,
     baseUrl: environment.resolved.base_url,

@@ -12,7 +12,7 @@
 import * as http from "node:http"
 import type * as net from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { ensureBuilt, request, type ServerProcess, startServer } from "../support/server.js"
+import { ensureBuilt, eventually, logMessages, request, type ServerProcess, startServer } from "../support/server.js"
 
 const TOKEN = "tok-e2e-answers-71c0d9a4e5"
 const PROTO = `{"__proto__":{"x":1},"constructor":{"prototype":2},"y":"${TOKEN}"}`
@@ -80,4 +80,20 @@ describe("unusual answers of an http Environment through a real server", () => {
       expect(tool, binding).toBe(expected)
     }
   }, 60_000)
+})
+
+describe("an http Environment binding with a placeholder credential", () => {
+  it("the server says once at start that the binding's credential shorter than MIN_REDACTED_KEY_CHARS is not redacted, naming the binding and never the value; a binding with a long token gets no such word", async () => {
+    ensureBuilt()
+    const bindings = { local: { driver: "http", base_url: "http://127.0.0.1:9", token_env: "E2E_SHORT_TOKEN" }, secured: { driver: "http", base_url: "http://127.0.0.1:9", token_env: "E2E_LONG_TOKEN" } }
+    const server = await startServer({ env: { BRAIN_ENVIRONMENTS: JSON.stringify(bindings), E2E_SHORT_TOKEN: "q~z", E2E_LONG_TOKEN: TOKEN } })
+    try {
+      const said = await eventually("the listening line", async () => (logMessages(server).some((m) => m.startsWith("brain listening")) ? logMessages(server) : undefined))
+      const warnings = said.filter((m) => m.includes("is not redacted"))
+      expect(warnings).toEqual([expect.stringMatching(/^environment binding local: a credential of it is shorter than 16 characters/)])
+      expect(server.output).not.toContain("q~z")
+    } finally {
+      await server.dispose()
+    }
+  }, 120_000)
 })

@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { Effect, Logger } from "effect"
+import { MIN_REDACTED_KEY_CHARS } from "../../src/domain/Limits.js"
 import { Sessions } from "../../src/services/Sessions.js"
 import { bindingsOf, fakeEnvironment } from "../support/httpEnvironment.js"
 import { tempDir } from "../support/journals.js"
@@ -57,5 +58,28 @@ describe("an Environment credential", () => {
       expect(files.length).toBeGreaterThan(0)
       for (const [file, bytes] of files) expect(bytes.indexOf(TOKEN), file).toBe(-1)
       for (const line of logs) expect(line).not.toContain(TOKEN)
+    }))
+
+  it.scopedLive("shorter than MIN_REDACTED_KEY_CHARS is a placeholder and is not redacted: what the Environment sends back is recorded as sent, with no <redacted> in it", () =>
+    Effect.gen(function*() {
+      const short = "k"
+      expect(short.length).toBeLessThan(MIN_REDACTED_KEY_CHARS)
+      const f = yield* fakeEnvironment({ HTTP_ENV_TOKEN: short })
+      const events = yield* Effect.gen(function*() {
+        const sessions = yield* Sessions
+        const { session_id: id } = yield* sessions.create({
+          model: { provider: "scripted", replies: [{ tool_calls: [{ name: "ok", input: { say: "kind folk keep talking" } }, { name: "leak", input: {} }] }, { text: "done" }] },
+          environments: [{ name: "sandbox", driver: "http", binding: "sandboxes" }],
+          tools: [{ name: "ok", environment: "sandbox" }, { name: "leak", environment: "sandbox" }]
+        })
+        expect((yield* sessions.send(id, { message: "go" })).turn.status).toBe("ended")
+        return JSON.stringify(yield* sessions.events(id, { after: 0, limit: 1000 }))
+      }).pipe(
+        Effect.provide(runtimeLayer({
+          environments: { bindings: bindingsOf({ sandboxes: { base_url: f.url, token_env: "SANDBOX_TOKEN" } }, { SANDBOX_TOKEN: short }) }
+        }))
+      )
+      expect(f.requests().length).toBeGreaterThan(0)
+      expect(events).not.toContain("<redacted>")
     }))
 })
