@@ -673,3 +673,40 @@ export const COMPILED_SCHEMAS = 256
  * one), so this bounds what checking keeps in memory.
  */
 export const COMPILED_SCHEMA_BYTES = 2 * 1024 * 1024
+
+/**
+ * Functions. The most a module may define and still be given an instrumented twin
+ * (layers/wasm/TwinCost.ts): Binaryen's time grows with them (measured on a loaded 2-core machine:
+ * 10,000 small functions 6 s, 30,000 16 s, 100,000 33 to 190 s, all that time the one
+ * instrumenting thread's, which every other module's twin waits for). A module past it runs on
+ * worker threads, as one Binaryen cannot instrument does.
+ */
+export const MAX_TWIN_FUNCTIONS = 10_000
+
+/**
+ * Levels. The deepest nesting of blocks, loops, ifs and trys in any function of a module given an
+ * instrumented twin: Binaryen's memory and time grow with its square (measured: 4,000 levels 75 MiB
+ * above its baseline and 2 s, 10,000 470 MiB, 20,000 1.9 GiB, 1,000,000 3.4 GB of the server's
+ * RSS and minutes, whatever its heap limit). A compiler's code nests a few dozen levels; a switch
+ * of a few thousand cases as many. Past it the module runs on worker threads.
+ */
+export const MAX_TWIN_NESTING = 4096
+
+/**
+ * Levels squared. The most the squares of a module's functions' deepest nestings may sum to and
+ * the module still be given a twin: Binaryen's time grows with it (20 functions nesting 4,000
+ * levels, 320 Mi, took 11 s and 550 MiB), where MAX_TWIN_NESTING bounds one function. Four
+ * functions at MAX_TWIN_NESTING; ten thousand at 80 levels.
+ */
+export const MAX_TWIN_NESTING_WORK = 4 * MAX_TWIN_NESTING * MAX_TWIN_NESTING
+
+/**
+ * Milliseconds. The longest the instrumenting thread works on one module's twin (from the moment it
+ * is handed the module, its start included): past it the thread is terminated and replaced, the
+ * module left without a twin (it runs on worker threads) and remembered as such, in the process and
+ * beside its kept twins (layers/wasm/InlineModules.ts), and the modules waiting behind it go to the
+ * new thread. Modules within the limits above take at most a few seconds (the official loop 0.3 s
+ * on a quiet machine, 9 s with 16 runnable threads on 2 cores); this bounds any shape the limits
+ * do not foresee, so that no module holds every later module's twin for minutes.
+ */
+export const TWIN_DEADLINE_MS = 30_000

@@ -18,7 +18,7 @@ import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import { Data, Effect, Option } from "effect"
 import { syncDirectory } from "../journal/FileDriver.js"
-import { prebuiltTwinName } from "../wasm/TwinExports.js"
+import { overdueMarkerName, prebuiltTwinName } from "../wasm/TwinExports.js"
 
 export class StoreFailed extends Data.TaggedError("StoreFailed")<{
   readonly reason: string
@@ -145,10 +145,11 @@ export const fileStore = (dir: string): ModuleStoreShape => {
       const stored = new Set(names.filter((n) => n.endsWith(".wasm") && ID.test(n.slice(0, -5))).map((n) => n.slice(0, -5)))
       for (const name of names) if (name.endsWith(".tmp")) await fs.rm(path.join(dir, name), { force: true })
       // A twin is named by its module's id and the twin format (`{id}.v{format}.wasm`,
-      // wasm/TwinExports.ts): one of another format is never read again.
+      // wasm/TwinExports.ts), as is the mark of one that took past its deadline (`{id}.v{format}.overdue`):
+      // one of another format is never read again.
       for (const name of await fs.readdir(twinsDir).catch(() => [] as Array<string>)) {
         const id = name.slice(0, name.indexOf("."))
-        if (!stored.has(id) || name !== prebuiltTwinName(id)) await fs.rm(path.join(twinsDir, name), { force: true })
+        if (!stored.has(id) || (name !== prebuiltTwinName(id) && name !== overdueMarkerName(id))) await fs.rm(path.join(twinsDir, name), { force: true })
       }
     })
   }

@@ -37,7 +37,8 @@ import { Effect } from "effect"
 import { DIST_ROOT } from "../../DistRoot.js"
 import type { InstrumentRequest } from "./InstrumentWorker.js"
 import { type Answer, oneThread } from "./OneThread.js"
-import { prebuiltTwinName, twinFile, twinInFile } from "./TwinExports.js"
+import { TWIN_DEADLINE_MS } from "../../domain/Limits.js"
+import { overdueMarkerName, prebuiltTwinName, twinFile, twinInFile } from "./TwinExports.js"
 
 /** Activations of a module a session runs on the pool, at most, after one of them was moved. */
 export const MOVED_COOLDOWN = 64
@@ -82,19 +83,39 @@ export const instrumenterStats = { requests: 0 }
 /** A twin, or why there is none. */
 export type Twin = { readonly module: WebAssembly.Module } | { readonly failure: string }
 
-/** The one instrumenting thread of the process (OneThread.ts). */
-const instrumenting = oneThread<InstrumentRequest, Uint8Array>(WORKER_URL)
+/**
+ * The instrumenting thread's deadline for one module (TWIN_DEADLINE_MS; read as each module
+ * becomes the thread's, so a test can shorten it).
+ */
+export const instrumentingDeadline = { ms: TWIN_DEADLINE_MS }
 
-/** Binaryen's answer for `bytes`; `transient` when the thread failed, not the module. */
+/**
+ * The one instrumenting thread of the process (OneThread.ts): a module still unanswered at the
+ * deadline has its thread terminated and replaced, the modules behind it handed to the new one.
+ */
+const instrumenting = oneThread<InstrumentRequest, Uint8Array>(WORKER_URL, { deadlineMs: () => instrumentingDeadline.ms })
+
+/** Binaryen's answer for `bytes`; `transient` when the thread failed, not the module; `overdue` past the deadline. */
 const instrumenter = (bytes: Uint8Array): Promise<Answer<Uint8Array>> => {
   instrumenterStats.requests++
-  // A copy of its own to hand over: `slice` of a Node Buffer is a view, and handing its memory
-  // over would empty the caller's bytes (a module still to be stored, say).
-  const copy = new Uint8Array(bytes)
-  return instrumenting({ bytes: copy }, [copy.buffer as ArrayBuffer])
+  // A copy of its own (OneThread keeps it to hand to a new thread, should the deadline replace one):
+  // the caller's bytes are not held.
+  return instrumenting({ bytes: new Uint8Array(bytes) })
 }
 
 const twins = new Map<string, Promise<Twin>>()
+
+/**
+ * Modules whose twin took the instrumenting thread past its deadline in this process (besides the
+ * mark kept with the twins, when there is a cache directory): never handed to it again. At most
+ * OVERDUE_KEPT (the oldest forgotten; one forgotten costs one more deadline).
+ */
+const overdue = new Set<string>()
+const OVERDUE_KEPT = 4096
+
+const overdueFailure = (hash: string): Twin => ({
+  failure: `making its twin took the instrumenting thread past its deadline (TWIN_DEADLINE_MS, ${instrumentingDeadline.ms} ms) in this process or an earlier one: it runs on worker threads (module ${hash.slice(0, 12)}…)`
+})
 
 /**
  * `hash`'s twin, made from `bytes` the first time it is asked for in this process: the build's,
@@ -107,22 +128,52 @@ export const twinOf = (hash: string, bytes: Uint8Array, cacheDir?: string): Prom
   const made = cachedTwin(fileURLToPath(PREBUILT_TWINS), hash)
     .then((ahead) => ahead ?? (cacheDir !== undefined ? cachedTwin(cacheDir, hash) : undefined))
     .then((found) =>
-      found !== undefined ? found : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
-        if (!("error" in answer)) {
-          const twin = compiled(answer.ok)
-          // Kept only once it compiles; a failure to keep it costs only its making again.
-          if (cacheDir !== undefined) void twin.then((t) => ("module" in t ? keepTwin(cacheDir, hash, answer.ok) : undefined))
-          return twin
-        }
-        // A thread that failed says nothing about the module: the next admission tries again.
-        if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
-        return { failure: `Binaryen could not instrument it: ${answer.error}` }
-      })
+      found !== undefined
+        ? found
+        : overdue.has(hash)
+        ? overdueFailure(hash)
+        : markedOverdue(cacheDir, hash).then((marked) => marked ? overdueFailure(hash) : instrumenter(bytes).then((answer): Promise<Twin> | Twin => {
+          if (!("error" in answer)) {
+            const twin = compiled(answer.ok)
+            // Kept only once it compiles; a failure to keep it costs only its making again.
+            if (cacheDir !== undefined) void twin.then((t) => ("module" in t ? keepTwin(cacheDir, hash, answer.ok) : undefined))
+            return twin
+          }
+          if (answer.overdue === true) {
+            remember(hash)
+            if (cacheDir !== undefined) void markOverdue(cacheDir, hash)
+            return overdueFailure(hash)
+          }
+          // A thread that failed says nothing about the module: the next admission tries again.
+          if (answer.transient === true && twins.get(hash) === made) twins.delete(hash)
+          return { failure: `Binaryen could not instrument it: ${answer.error}` }
+        }))
     )
   twins.set(hash, made)
   if (twins.size > KEPT) twins.delete(twins.keys().next().value!)
   return made
 }
+
+const remember = (hash: string) => {
+  overdue.add(hash)
+  if (overdue.size > OVERDUE_KEPT) overdue.delete(overdue.values().next().value!)
+}
+
+/** Whether `dir` holds the mark of `hash`'s twin past its deadline (remembered in the process once read). */
+const markedOverdue = (dir: string | undefined, hash: string): Promise<boolean> =>
+  dir === undefined ? Promise.resolve(false) : fs.promises.access(path.join(dir, overdueMarkerName(hash))).then(
+    () => {
+      remember(hash)
+      return true
+    },
+    () => false
+  )
+
+/** Marks in `dir` that `hash`'s twin took past its deadline (an empty file; best effort: one not written costs a later process one more deadline). */
+export const markOverdue = (dir: string, hash: string): Promise<void> =>
+  fs.promises.mkdir(dir, { recursive: true })
+    .then(() => fs.promises.writeFile(path.join(dir, overdueMarkerName(hash)), ""))
+    .catch(() => undefined)
 
 /**
  * `hash`'s twin kept in `dir` (twinFile), compiled; undefined when there is none, or its file does

@@ -64,10 +64,12 @@
  * move from the main thread to a worker thread and replay its host answers there (Inline.ts).
  *
  * Runs in a worker thread (InstrumentWorker.ts): Binaryen's passes take tens to hundreds of
- * milliseconds, which the main thread must not spend.
+ * milliseconds, which the main thread must not spend. A module whose functions are too many or nest
+ * too deeply for Binaryen to instrument in bounded time and memory (TwinCost.ts) is refused first.
  */
 import binaryen from "binaryen"
 import { chargeSites, nextSiteNumber } from "./Metering.js"
+import { twinTooCostly } from "./TwinCost.js"
 import { ANSWER_GLOBAL, ENTER, LOW_EXPORT, RESET_EXPORTS, STEP_EXPORTS, UNWIND_LEN, WRITTEN_EXPORT } from "./TwinExports.js"
 
 /** The fuel global and the host's refill, as the instrumented module names them. */
@@ -95,6 +97,9 @@ const TICK_FUNCTION = "brain$tick"
 
 /** Returns the instrumented module's bytes; throws when Binaryen cannot read or instrument `bytes`. */
 export const instrument = (bytes: Uint8Array): Uint8Array => {
+  // Read for what Binaryen would spend on it before Binaryen reads it (TwinCost.ts).
+  const costly = twinTooCostly(bytes)
+  if (costly !== undefined) throw new Error(costly)
   settle()
   const m = binaryen.readBinary(withoutCustomSections(bytes))
   try {

@@ -78,6 +78,14 @@ export const TWIN_FORMAT = 9
 /** The file name of `hash`'s twin, made by the build or kept by a server. */
 export const prebuiltTwinName = (hash: string) => `${hash}.v${TWIN_FORMAT}.wasm`
 
+/**
+ * The file name that says `hash`'s module got no twin because making it took the instrumenting
+ * thread past its deadline (InlineModules.ts): an empty file beside the kept twins, so a restart
+ * does not spend the deadline on it again. Named by the twin format, a new instrumentation tries
+ * again; one lost or removed costs one more deadline, one forged a twin, never what a guest computes.
+ */
+export const overdueMarkerName = (hash: string) => `${hash}.v${TWIN_FORMAT}.overdue`
+
 const DIGEST_BYTES = 32
 
 /**

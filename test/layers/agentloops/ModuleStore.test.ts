@@ -11,7 +11,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as AgentloopsModules from "../../../src/layers/AgentloopsModules.js"
 import { fileStore } from "../../../src/layers/agentloops/ModuleStore.js"
-import { prebuiltTwinName, TWIN_FORMAT } from "../../../src/layers/wasm/TwinExports.js"
+import { overdueMarkerName, prebuiltTwinName, TWIN_FORMAT } from "../../../src/layers/wasm/TwinExports.js"
 import { Agentloops } from "../../../src/services/Agentloop.js"
 
 const STORED = "a".repeat(64)
@@ -41,6 +41,27 @@ describe("the module store's leftovers", () => {
       expect(fs.existsSync(olderTwin)).toBe(false)
       expect(fs.existsSync(moduleTmp)).toBe(false)
       expect((yield* store.list).map((m) => m.id)).toEqual([STORED])
+    }))
+
+  it.effect("a stored module's mark of a twin past its deadline survives the start's sweep, and goes with its module", () =>
+    Effect.gen(function*() {
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), "brain-modules-"))
+      const store = fileStore(dir)
+      yield* store.write(STORED, new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0]))
+      const twins = path.join(dir, "twins")
+      fs.mkdirSync(twins, { recursive: true })
+      const kept = path.join(twins, overdueMarkerName(STORED))
+      const orphan = path.join(twins, overdueMarkerName(GONE))
+      const older = path.join(twins, `${STORED}.v${TWIN_FORMAT - 1}.overdue`)
+      for (const f of [kept, orphan, older]) fs.writeFileSync(f, "")
+
+      yield* Effect.scoped(Effect.flatMap(Agentloops, () => Effect.void).pipe(Effect.provide(AgentloopsModules.layer({ store }))))
+
+      expect(fs.existsSync(kept)).toBe(true)
+      expect(fs.existsSync(orphan)).toBe(false)
+      expect(fs.existsSync(older)).toBe(false)
+      yield* store.remove(STORED)
+      expect(fs.existsSync(kept)).toBe(false)
     }))
 
   it.effect("a data directory without modules or twins starts as before", () =>

@@ -10,8 +10,8 @@ import * as path from "node:path"
 import { describe, expect, it, vi } from "vitest"
 import { cachedTwin, keepTwin } from "../../../src/layers/wasm/InlineModules.js"
 import { instrument } from "../../../src/layers/wasm/Instrument.js"
-import { prebuiltTwinName } from "../../../src/layers/wasm/TwinExports.js"
-import { echoing, wat } from "../../support/wat.js"
+import { overdueMarkerName, prebuiltTwinName } from "../../../src/layers/wasm/TwinExports.js"
+import { echoing, returning, wat } from "../../support/wat.js"
 
 const sha256 = (bytes: Uint8Array) => crypto.createHash("sha256").update(bytes).digest("hex")
 const tempDir = () => fs.mkdtempSync(path.join(os.tmpdir(), "brain-twins-"))
@@ -61,6 +61,36 @@ describe("the twin cache", () => {
     const later = await import("../../../src/layers/wasm/InlineModules.js")
     const read = await later.twinOf(hash, module, dir)
     expect("module" in read).toBe(true)
+    expect(later.instrumenterStats.requests).toBe(0)
+  })
+
+  it("a module whose twin takes the instrumenting thread past its deadline gets none, a new thread makes the next module's, and a later process never hands the module to the thread again", async () => {
+    const dir = tempDir()
+    const slow = await wat(returning('{"ok":"slow"}'))
+    const next = await wat(returning('{"ok":"next"}'))
+
+    vi.resetModules()
+    const first = await import("../../../src/layers/wasm/InlineModules.js")
+    // No thread starts and loads Binaryen within a millisecond: the slow module is overdue.
+    first.instrumentingDeadline.ms = 1
+    const none = await first.twinOf(sha256(slow), slow, dir)
+    expect("failure" in none && none.failure).toMatch(/past its deadline/)
+    first.instrumentingDeadline.ms = 120_000
+    // Remembered in the process: asked again, it is not handed over again.
+    const requests = first.instrumenterStats.requests
+    expect("failure" in await first.twinOf(sha256(slow), slow, dir)).toBe(true)
+    expect(first.instrumenterStats.requests).toBe(requests)
+    const made = await first.twinOf(sha256(next), next, dir)
+    expect("module" in made).toBe(true)
+    const mark = path.join(dir, overdueMarkerName(sha256(slow)))
+    // Written in the background: polled for up to 30 s, a hang guard, not a claim about how soon.
+    for (let i = 0; i < 3_000 && !fs.existsSync(mark); i++) await new Promise((r) => setTimeout(r, 10))
+    expect(fs.existsSync(mark)).toBe(true)
+
+    vi.resetModules()
+    const later = await import("../../../src/layers/wasm/InlineModules.js")
+    const again = await later.twinOf(sha256(slow), slow, dir)
+    expect("failure" in again && again.failure).toMatch(/past its deadline/)
     expect(later.instrumenterStats.requests).toBe(0)
   })
 })
