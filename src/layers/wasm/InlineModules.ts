@@ -1,8 +1,10 @@
 /**
  * The instrumented twin (Instrument.ts) of each admitted module, by content hash: made once per
  * process on a worker thread, started when the module is admitted. Until it is ready — or if
- * Binaryen cannot instrument the module — the module's activations run on the worker pool blocking
- * their threads in host calls; once it is, the pool runs the twin too, pinned (Pinned.ts).
+ * Binaryen cannot instrument the module, or it would cost Binaryen too much (TwinCost.ts), or the
+ * thread took past TWIN_DEADLINE_MS on it (then terminated and replaced, the module remembered:
+ * `overdue`, and a mark beside the kept twins) — the module's activations run on the worker pool
+ * blocking their threads in host calls; once it is, the pool runs the twin too, pinned (Pinned.ts).
  *
  * The shipped modules (the official loop, the examples) have their twins made by the build
  * (`dist/loops/twins/`, named by the module's SHA-256 and TWIN_FORMAT): those are read and compiled,
