@@ -141,14 +141,18 @@ export const pathPastDepth = (text: string, max: number): Array<string | number>
  * Whether `value` nests objects and arrays deeper than `max` levels (as `nestingDepth` counts its
  * JSON: `[1]` is one level), found with a list of work, not by recursion, and stopped at the first
  * container past `max`: for a value parsed from outside (JSON.parse does not recurse) before any
- * recursive code (JSON.stringify, a schema check) walks it.
+ * recursive code (JSON.stringify, a schema check) walks it. `budget`, when given, bounds the
+ * containers looked into (a value built in code may share one object many times over): past it,
+ * false.
  */
-export const nestsDeeperThan = (value: unknown, max: number): boolean => {
+export const nestsDeeperThan = (value: unknown, max: number, budget = Number.POSITIVE_INFINITY): boolean => {
   if (value === null || typeof value !== "object") return false
   const work: Array<readonly [object, number]> = [[value, 1]]
+  let left = budget
   while (work.length > 0) {
     const [container, depth] = work.pop()!
     if (depth > max) return true
+    if (--left < 0) return false
     const items = Array.isArray(container) ? container : Object.values(container)
     for (const item of items) if (item !== null && typeof item === "object") work.push([item, depth + 1])
   }

@@ -27,6 +27,7 @@
  *   the socket's buffers.
  */
 import type { SessionId } from "../domain/Ids.js"
+import { nestsDeeperThan } from "../domain/JsonText.js"
 import { MAX_JSON_DEPTH } from "../domain/Limits.js"
 import type * as Schemas from "../http/Schemas.js"
 import { BrainClosed, BrainError, isOutcomeUnrecorded, isUncertain } from "./Errors.js"
@@ -111,23 +112,6 @@ const JSON_SEARCH_DEPTH = MAX_JSON_DEPTH
 const JSON_SEARCH_VALUES = 100_000
 
 /**
- * Whether `value` holds an object or array deeper than MAX_JSON_DEPTH levels, found with a list of
- * work (not by recursion) that looks at JSON_SEARCH_VALUES values at most. May throw (a getter).
- */
-const nestsTooDeep = (value: unknown): boolean => {
-  let budget = JSON_SEARCH_VALUES
-  const work: Array<readonly [unknown, number]> = [[value, 1]]
-  while (work.length > 0) {
-    const [v, level] = work.pop()!
-    if (typeof v !== "object" || v === null) continue
-    if (level > MAX_JSON_DEPTH) return true
-    if (--budget < 0) return false
-    for (const x of Array.isArray(v) ? v : Object.values(v)) work.push([x, level + 1])
-  }
-  return false
-}
-
-/**
  * Why `value` cannot be sent as JSON, if it cannot: the first place (depth first) holding a bigint
  * or an object that contains itself, or `JSON.stringify`'s own message (a `toJSON` that throws,
  * say). `undefined` when it encodes. Never throws.
@@ -154,7 +138,7 @@ export const jsonIssue = (value: unknown): Issue | undefined => {
     try {
       issue = found(value, [], [])
       // Nested thousands deep, JSON.stringify overflows the stack: that says why, not its RangeError.
-      if (issue === undefined && nestsTooDeep(value)) {
+      if (issue === undefined && nestsDeeperThan(value, MAX_JSON_DEPTH, JSON_SEARCH_VALUES)) {
         issue = { path: [], message: `it nests deeper than ${MAX_JSON_DEPTH} levels (MAX_JSON_DEPTH, the most the server takes)` }
       }
     } catch {
